@@ -1,0 +1,3 @@
+"""slurm-hetero: mixed accelerators as one Slurm pool."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from slurm_hetero.cli import main
+
+main()

@@ -1,0 +1,65 @@
+"""The `slurm-hetero` command: a click group, logging set-up and the one error boundary (R6).
+
+Each command lives in its own module of this package and registers itself on `cli` when imported.
+Exit codes: 0 ok, 1 user/config/input errors (and `--check` drift), 2 usage, 3 tool failures, 130 SIGINT.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+import sys
+from typing import Any
+
+import click
+
+from slurm_hetero import __version__
+from slurm_hetero.errors import HeteroError
+
+logger = logging.getLogger("slurm_hetero")
+
+
+class _Group(click.Group):
+    """Click group whose `main` maps HeteroError to one line and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HeteroError as e:
+            verbose = (ctx.obj or {}).get("verbose", 0)
+            if verbose:
+                logger.exception("traceback")
+            message = str(e)
+            cause = e.__cause__
+            if verbose and cause is not None:
+                message += f" (caused by {type(cause).__name__}: {cause})"
+            click.echo(f"slurm-hetero: {message}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("slurm-hetero: interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "SLURM_HETERO"})
+@click.option("-v", "--verbose", count=True, help="More logging (-v info and tracebacks, -vv debug).")
+@click.version_option(__version__, prog_name="slurm-hetero")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
+    """Mixed accelerators as one Slurm pool: discover, render gres.conf, rewrite requests, launch."""
+    ctx.obj = {"verbose": verbose}
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="slurm-hetero %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _load_commands() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_load_commands()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="slurm-hetero")

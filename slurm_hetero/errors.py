@@ -1,0 +1,76 @@
+"""The one exception hierarchy. The CLI maps these to one-line messages and exit codes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class HeteroError(Exception):
+    """Base of every error slurm-hetero reports to a user. `exit_code` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class ConfigError(HeteroError):
+    """A config or data file is wrong: names the file and the key path."""
+
+    def __init__(self, message: str, path: str | None = None, key_path: str | None = None) -> None:
+        where = ":".join(p for p in (path, key_path) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.key_path = key_path
+
+
+class InventoryError(HeteroError):
+    """An inventory is malformed, inconsistent or cannot be merged."""
+
+
+class ParseError(HeteroError):
+    """Captured tool output could not be parsed. Names the tool, the source and the line."""
+
+    def __init__(
+        self,
+        vendor: str,
+        tool: str,
+        message: str,
+        source: str = "<text>",
+        line_no: int | None = None,
+        fragment: str | None = None,
+    ) -> None:
+        where = f"{source}:{line_no}" if line_no is not None else source
+        text = f"cannot parse {tool} output ({vendor}) at {where}: {message}"
+        if fragment is not None:
+            text += f" [{fragment.strip()[:60]!r}]"
+        super().__init__(text)
+        self.vendor, self.tool, self.source, self.line_no, self.fragment = (
+            vendor,
+            tool,
+            source,
+            line_no,
+            fragment,
+        )
+
+
+class ToolError(HeteroError):
+    """A vendor tool or Slurm command failed or could not be run."""
+
+    exit_code = 3
+
+    def __init__(self, argv: Sequence[str], rc: int | None, stderr_tail: str = "") -> None:
+        cmd = " ".join(argv)
+        status = "not found" if rc is None else f"exit code {rc}"
+        tail = f": {stderr_tail.strip().splitlines()[-1]}" if stderr_tail.strip() else ""
+        super().__init__(f"`{cmd}` failed ({status}){tail}")
+        self.argv, self.rc, self.stderr_tail = list(argv), rc, stderr_tail
+
+
+class RequestError(HeteroError):
+    """A resource request (gpumem, gpucore, counts) is malformed."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"{text}: {reason}")
+        self.text, self.reason = text, reason
+
+
+class OutputError(HeteroError):
+    """An output file or directory cannot be written. Nothing on disk was changed."""

@@ -1,0 +1,61 @@
+"""Vendor registry: every module in this package registers itself; plugins come by entry point."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.vendors.base import Vendor
+
+logger = logging.getLogger(__name__)
+
+_REGISTRY: dict[str, Vendor] = {}
+_loaded = False
+
+
+def register_vendor(name: str) -> Callable[[type[Vendor]], type[Vendor]]:
+    """Class decorator: register one instance of the vendor class under `name`."""
+
+    def wrap(cls: type[Vendor]) -> type[Vendor]:
+        cls.name = name
+        _REGISTRY[name] = cls()
+        return cls
+
+    return wrap
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "base":
+            importlib.import_module(f"{__name__}.{info.name}")
+    for ep in entry_points(group="slurm_hetero.vendors"):
+        try:
+            ep.load()
+        except Exception as e:  # one broken plugin never stops the others
+            logger.warning("vendor plugin %s skipped: %s", ep.name, e)
+
+
+def all_vendors() -> list[Vendor]:
+    """Every registered vendor, sorted by name."""
+    _load_all()
+    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
+
+
+def get_vendor(name: str) -> Vendor:
+    """The vendor registered as `name`; an error listing valid names otherwise."""
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise HeteroError(f"unknown vendor {name!r}; known vendors: {', '.join(sorted(_REGISTRY))}") from None
+
+
+__all__ = ["Vendor", "register_vendor", "all_vendors", "get_vendor"]

@@ -1,0 +1,59 @@
+"""The narrow vendor interface: argv to run, a pure parser of captured text, cheap availability."""
+
+from __future__ import annotations
+
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from slurm_hetero import proc
+from slurm_hetero.errors import ParseError
+from slurm_hetero.model import Capture, Device
+
+
+class Vendor(ABC):
+    """One accelerator vendor. Subclasses register with `@register_vendor("name")`.
+
+    Live discovery runs every argv of `commands()` through `proc.run` and hands the outputs to
+    `parse`; `--from-file` hands captured files to the same `parse`. `parse` recognises each
+    capture by its content (a device table, a topology matrix, ...), so captures may come in any
+    order and combination. Vendors backed by a library (NVIDIA/pynvml) override `probe()`.
+    """
+
+    name: ClassVar[str] = ""
+    #: Vendor tools whose presence makes live discovery possible.
+    tools: ClassVar[tuple[str, ...]] = ()
+    #: The runtime's own visible-devices variable, exported by the TaskProlog (None: Slurm's suffices).
+    visible_devices_env: ClassVar[str | None] = None
+    #: How to capture what a default table lacks (memory, model), named in parse errors.
+    memory_capture_hint: ClassVar[str] = ""
+
+    #: Set at registration when an optional dependency is missing.
+    unavailable_reason: str | None = None
+
+    def affinity(self) -> int:
+        """Cheap availability check, no device I/O: >0 means live discovery should be tried."""
+        if self.unavailable_reason:
+            return -1
+        return 1 if any(shutil.which(t) for t in self.tools) else 0
+
+    @abstractmethod
+    def commands(self) -> list[list[str]]:
+        """The argv lists whose outputs `parse` needs for a full live discovery."""
+
+    @abstractmethod
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        """Normalize captured outputs into devices (index order). Raises ParseError, never KeyError."""
+
+    def probe(self) -> list[Device]:
+        """Live discovery: run the vendor tools and parse what they print."""
+        captures = [Capture(" ".join(argv), proc.run(argv)) for argv in self.commands()]
+        return self.parse(captures)
+
+    # helpers for parsers -------------------------------------------------------------
+    def parse_error(self, capture: Capture, message: str, line_no: int | None = None, line: str | None = None,
+                    tool: str | None = None) -> ParseError:
+        """A ParseError naming this vendor, the tool, the capture and the line."""
+        return ParseError(self.name, tool or (self.tools[0] if self.tools else self.name), message,
+                          capture.source, line_no, line)

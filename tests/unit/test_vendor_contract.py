@@ -1,0 +1,149 @@
+"""Every vendor parser against every real capture of its tools (R9).
+
+A case is `tests/fixtures/<vendor>/<name>.expected.yaml`:
+    captures: [file, ...]      # real captures parsed together (a device table plus its topology, ...)
+    devices: [...]             # the normalized records (regenerate with `pytest --update-golden`)
+  or
+    error: "text"              # the parse must fail with a ParseError containing this text
+    truncation_exempt: {file: reason}   # optional: a cut that no parser could notice
+Each capture must be covered by at least one case. Truncated and garbage copies must raise
+ParseError, never another exception.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slurm_hetero.errors import ParseError
+from slurm_hetero.inventory import device_to_dict, validate
+from slurm_hetero.model import Capture
+from slurm_hetero.vendors import all_vendors, get_vendor
+from tests.conftest import FIXTURES
+
+CUT_POINTS = (0.4, 0.6, 0.8)
+GARBAGE = [
+    "",
+    "lorem ipsum dolor sit amet\nconsectetur adipiscing elit\n",
+    "\x00\x01\x02binary\xff\xfe garbage\n" * 3,
+    "+----+\n| a |\n+----+\n",
+]
+
+
+def _cases() -> list[tuple[str, Path]]:
+    return sorted((p.parent.name, p) for p in FIXTURES.glob("*/*.expected.yaml"))
+
+
+def _captures_of(vendor_dir: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in vendor_dir.iterdir()
+        if p.is_file() and not p.name.endswith((".source", ".expected.yaml")) and p.name != "README.md"
+    )
+
+
+def _load_case(path: Path) -> dict[str, Any]:
+    case = yaml.safe_load(path.read_text())
+    assert isinstance(case, dict) and case.get("captures"), f"{path}: needs a captures list"
+    return case
+
+
+def _read(path: Path) -> Capture:
+    return Capture(str(path), path.read_text(encoding="utf-8", errors="replace"))
+
+
+CASES = _cases()
+IDS = [f"{v}/{p.name.removesuffix('.expected.yaml')}" for v, p in CASES]
+VENDOR_DIRS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and any(p.glob("*.expected.yaml")))
+
+
+def test_every_vendor_has_cases() -> None:
+    with_cases = {p.name for p in VENDOR_DIRS}
+    missing = [v.name for v in all_vendors() if v.name not in with_cases]
+    assert not missing, f"vendors without fixture cases: {missing}"
+
+
+@pytest.mark.parametrize("vendor_dir", VENDOR_DIRS, ids=[p.name for p in VENDOR_DIRS])
+def test_every_capture_is_covered_and_sourced(vendor_dir: Path) -> None:
+    covered = {c for _, p in CASES if p.parent == vendor_dir for c in _load_case(p)["captures"]}
+    for capture in _captures_of(vendor_dir):
+        assert capture.name in covered, f"{capture} is in no *.expected.yaml case"
+        assert capture.with_name(capture.name + ".source").exists(), f"{capture} has no .source"
+
+
+@pytest.mark.parametrize(("vendor_name", "case_path"), CASES, ids=IDS)
+def test_parse_matches_golden(vendor_name: str, case_path: Path, update_golden: bool) -> None:
+    vendor = get_vendor(vendor_name)
+    case = _load_case(case_path)
+    captures = [_read(case_path.parent / c) for c in case["captures"]]
+    if "error" in case:
+        with pytest.raises(ParseError) as excinfo:
+            vendor.parse(captures)
+        assert case["error"] in str(excinfo.value)
+        assert "\n" not in str(excinfo.value)
+        return
+    devices = [device_to_dict(d) for d in vendor.parse(captures)]
+    assert devices, "a device capture must yield devices"
+    if update_golden:
+        case["devices"] = devices
+        case_path.write_text(yaml.safe_dump(case, sort_keys=False))
+    assert devices == case["devices"]
+    validate({"version": 1, "nodes": [{"name": "n1", "devices": devices}]}, str(case_path))
+    assert [d["index"] for d in devices] == sorted({d["index"] for d in devices})
+
+
+@pytest.mark.parametrize(("vendor_name", "case_path"), CASES, ids=IDS)
+def test_truncated_captures_raise_parse_error(vendor_name: str, case_path: Path) -> None:
+    vendor = get_vendor(vendor_name)
+    case = _load_case(case_path)
+    if "error" in case:
+        pytest.skip("error case")
+    exempt = case.get("truncation_exempt") or {}
+    for i, name in enumerate(case["captures"]):
+        if name in exempt:
+            continue
+        full = _read(case_path.parent / name)
+        for cut in CUT_POINTS:
+            captures = [_read(case_path.parent / c) for c in case["captures"]]
+            captures[i] = Capture(full.source, full.text[: int(len(full.text) * cut)])
+            with pytest.raises(ParseError) as excinfo:
+                vendor.parse(captures)
+            assert "\n" not in str(excinfo.value), f"{name} cut at {cut}"
+
+
+@pytest.mark.parametrize(("vendor_name", "case_path"), CASES, ids=IDS)
+def test_garbage_raises_parse_error(vendor_name: str, case_path: Path) -> None:
+    vendor = get_vendor(vendor_name)
+    case = _load_case(case_path)
+    for garbage in GARBAGE:
+        with pytest.raises(ParseError):
+            vendor.parse([Capture("garbage.txt", garbage)])
+
+
+@pytest.mark.parametrize("vendor", all_vendors(), ids=lambda v: v.name)
+def test_commands_are_argv_lists(vendor: Any) -> None:
+    commands = vendor.commands()
+    assert isinstance(commands, list)
+    for argv in commands:
+        assert isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+
+
+def test_other_vendors_captures_are_rejected() -> None:
+    """A capture of vendor A handed to vendor B is a ParseError, not silently wrong devices."""
+    for vendor_name, case_path in CASES:
+        case = _load_case(case_path)
+        if "error" in case:
+            continue
+        first = _read(case_path.parent / case["captures"][0])
+        for other in all_vendors():
+            if other.name == vendor_name or other.name in _SHARED_FORMATS.get(vendor_name, ()):
+                continue
+            with pytest.raises(ParseError):
+                other.parse([first])
+
+
+# Vendors whose tools legitimately share an output format (Hygon's DTK ships rocm-smi).
+_SHARED_FORMATS = {"amd": ("hygon",), "hygon": ("amd",)}
