@@ -3,6 +3,7 @@ The only module that reads or writes inventory files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, fields
@@ -101,14 +102,26 @@ def validate(data: Any, source: str) -> None:
         raise InventoryError(f"{source}: invalid inventory at {_error_path(error)}: {error.message}")
 
 
+def check_node(node: NodeInventory, source: str) -> None:
+    """Consistency the schema cannot express: one record per device index and per device file."""
+    if not node.devices:
+        raise InventoryError(f"{source}: node {node.name} has no devices; remove it or rediscover it")
+    keys = [(d.vendor, d.index) for d in node.devices]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise InventoryError(f"{source}: node {node.name}: device index listed twice: {dup}")
+    files = [d.file for d in node.devices]
+    if len(set(files)) != len(files):
+        dup_files = sorted({f for f in files if files.count(f) > 1})
+        raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
+
+
 def inventory_from_dict(data: Any, source: str = "<inventory>") -> ClusterInventory:
     """Validate and convert raw data; device indexes must be unique per node."""
     validate(data, source)
     nodes = tuple(node_from_dict(n) for n in data["nodes"])
     for node in nodes:
-        indexes = [d.index for d in node.devices]
-        if len(set(indexes)) != len(indexes):
-            raise InventoryError(f"{source}: node {node.name}: duplicate device index in {sorted(indexes)}")
+        check_node(node, source)
     return ClusterInventory(nodes=nodes, version=data["version"])
 
 
@@ -145,3 +158,66 @@ def dumps(inventory: ClusterInventory, as_json: bool = False) -> str:
 def dump_devices(devices: Iterable[Device]) -> str:
     """Devices as a YAML list (golden files of parser tests)."""
     return str(yaml.dump([device_to_dict(d) for d in devices], Dumper=_YamlDumper, sort_keys=False))
+
+
+def load_many(path: str | Path) -> list[ClusterInventory]:
+    """Read a file holding one inventory, several YAML documents, or JSON lines (one per node,
+    as `srun ... slurm-hetero discover --json > nodes.jsonl` writes them)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InventoryError(f"{path}: no such inventory file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InventoryError(f"{path}: cannot read inventory: {e}") from e
+    stripped = text.lstrip()
+    if stripped.startswith("{") and "\n{" in stripped.rstrip():
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return [loads(ln, f"{path}:{i}", as_json=True) for i, ln in enumerate(lines, 1)]
+    if path.suffix.lower() == ".json" or stripped.startswith("{"):
+        return [loads(text, str(path), as_json=True)]
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
+    except yaml.YAMLError as e:
+        raise InventoryError(f"{path}: malformed YAML: {str(e).splitlines()[0]}") from e
+    if not docs:
+        raise InventoryError(f"{path}: empty inventory")
+    return [inventory_from_dict(d, f"{path}" if len(docs) == 1 else f"{path}[doc {i}]") for i, d in enumerate(docs)]
+
+
+def _shape(node: NodeInventory) -> NodeInventory:
+    """The node without its name and per-unit identities (UUIDs): what identical nodes share."""
+    devices = tuple(dataclasses.replace(d, uuid=None) for d in node.devices)
+    return dataclasses.replace(node, name="", devices=devices)
+
+
+def merge(inventories: Iterable[ClusterInventory], fold_identical: bool = True) -> ClusterInventory:
+    """Merge node inventories into one cluster inventory.
+
+    A node named twice is an error (even with identical records: two files claim one host).
+    With `fold_identical`, nodes that differ only in name and device UUIDs become one hostlist
+    record (`gpu-[01-64]`), so the inventory grows with node shapes, not nodes.
+    """
+    seen: dict[str, int] = {}
+    nodes: list[NodeInventory] = []
+    for position, inventory in enumerate(inventories):
+        for node in inventory.nodes:
+            for host in hostlist.expand(node.name):
+                if host in seen:
+                    raise InventoryError(
+                        f"node {host} appears in input {seen[host] + 1} and input {position + 1}; "
+                        "keep one record per node (rerun discover on that node if they conflict)"
+                    )
+                seen[host] = position
+            nodes.append(node)
+    if not fold_identical:
+        return ClusterInventory(nodes=tuple(nodes))
+    groups: dict[NodeInventory, list[str]] = {}
+    for node in nodes:
+        groups.setdefault(_shape(node), []).append(node.name)
+    folded = []
+    for shape, names in groups.items():
+        first = next(n for n in nodes if n.name == names[0])
+        keep = first if len(names) == 1 else shape
+        folded.append(dataclasses.replace(keep, name=hostlist.fold(names) if len(names) > 1 else names[0]))
+    return ClusterInventory(nodes=tuple(folded))

@@ -34,8 +34,12 @@ def _load_all() -> None:
         return
     _loaded = True
     for info in pkgutil.iter_modules(__path__):
-        if info.name != "base":
+        if info.name in ("base",) or info.name.startswith("_"):
+            continue
+        try:
             importlib.import_module(f"{__name__}.{info.name}")
+        except Exception as e:  # a broken vendor module must not take discovery or the TaskProlog down
+            logger.error("vendor module %s failed to import, skipped: %s", info.name, e)
     for ep in entry_points(group="slurm_hetero.vendors"):
         try:
             ep.load()

@@ -51,6 +51,10 @@ class Vendor(ABC):
         captures = [Capture(" ".join(argv), proc.run(argv)) for argv in self.commands()]
         return self.parse(captures)
 
+    def visible_id(self, device: Device) -> str:
+        """The id this device has in `visible_devices_env` (default: its index)."""
+        return str(device.index)
+
     # helpers for parsers -------------------------------------------------------------
     def parse_error(self, capture: Capture, message: str, line_no: int | None = None, line: str | None = None,
                     tool: str | None = None) -> ParseError:

@@ -1,0 +1,42 @@
+"""`slurm-hetero inventory merge|show`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from slurm_hetero import inventory
+from slurm_hetero.cli import cli
+from slurm_hetero.render.write import write_atomic
+
+
+@cli.group(name="inventory")
+def inventory_group() -> None:
+    """Merge and check inventories."""
+
+
+@inventory_group.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically) instead of stdout.")
+@click.option("--no-fold", is_flag=True, help="Keep one record per node instead of folding identical nodes.")
+@click.option("--json", "as_json", is_flag=True, help="Write JSON (fast to read for big clusters).")
+def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: bool) -> None:
+    """Merge node inventories (YAML, JSON, or JSON lines from `srun ... discover --json`)."""
+    parts = [inv for path in files for inv in inventory.load_many(path)]
+    merged = inventory.merge(parts, fold_identical=not no_fold)
+    text = inventory.dumps(merged, as_json=as_json or (output is not None and output.suffix == ".json"))
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_atomic({output: text})
+        click.echo(f"wrote {output}: {len(merged.nodes)} records", err=True)
+
+
+@inventory_group.command()
+@click.argument("file", type=click.Path(path_type=Path))
+def check(file: Path) -> None:
+    """Validate an inventory against the schema and print a one-line summary."""
+    inv = inventory.load(file)
+    devices = sum(len(n.devices) for n in inv.nodes)
+    click.echo(f"{file}: ok, {len(inv.nodes)} node records, {devices} device records")

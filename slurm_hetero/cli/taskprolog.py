@@ -1,0 +1,42 @@
+"""`slurm-hetero task-prolog`: run by slurmd as TaskProlog; prints `export NAME=value` lines."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from slurm_hetero import hostlist, inventory
+from slurm_hetero.cli import cli
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.model import NodeInventory
+from slurm_hetero.taskprolog import export_lines
+
+DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+
+
+def _find_node(path: Path, name: str) -> NodeInventory:
+    for node in inventory.load(path).nodes:
+        if name == node.name or ("[" in node.name and name in hostlist.expand(node.name)):
+            return node
+    raise HeteroError(f"node {name} is not in {path}")
+
+
+@cli.command(name="task-prolog")
+@click.option("--inventory", "inventory_path", type=click.Path(path_type=Path), envvar="SLURM_HETERO_INVENTORY",
+              default=DEFAULT_INVENTORY, show_default=True, help="Cluster inventory used to render gres.conf.")
+@click.option("--include-unhealthy", is_flag=True, help="Match a gres render done with --include-unhealthy.")
+@click.option("--strict", is_flag=True, help="Fail the task on errors (default: warn on stderr, export nothing).")
+def task_prolog(inventory_path: Path, include_unhealthy: bool, strict: bool) -> None:
+    """Export the vendor's visible-device variable for this task's GPUs (Slurm TaskProlog protocol)."""
+    try:
+        node = _find_node(inventory_path, os.environ.get("SLURMD_NODENAME", ""))
+        lines = export_lines(os.environ, node, include_unhealthy)
+    except Exception as e:  # a TaskProlog that fails would fail the user's task
+        if strict:
+            raise
+        click.echo(f"slurm-hetero task-prolog: {e}; no visible-device variable exported", err=True)
+        return
+    for line in lines:
+        click.echo(line)

@@ -1,0 +1,119 @@
+"""Discovery adapter: pick vendors by affinity (or --vendor), run their tools or parse captured
+files, complete each device from the catalog, and assemble one node's inventory.
+
+Per-vendor failures are collected, not fatal at the first one: a node with a broken AMD tool
+still reports its NVIDIA GPUs, with a warning. A vendor the admin forced with --vendor fails loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurm_hetero.catalog import SITE_MODELS_DIR, Catalog
+from slurm_hetero.errors import HeteroError, InventoryError, ParseError
+from slurm_hetero.model import Capture, Device, NodeInventory
+from slurm_hetero.vendors import Vendor, all_vendors, get_vendor
+
+logger = logging.getLogger(__name__)
+
+
+def read_captures(paths: Sequence[Path]) -> list[Capture]:
+    """Captured tool outputs from files (an admin's copy from a node they cannot reach)."""
+    captures = []
+    for path in paths:
+        try:
+            captures.append(Capture(str(path), Path(path).read_text(encoding="utf-8", errors="replace")))
+        except FileNotFoundError:
+            raise HeteroError(f"{path}: no such capture file") from None
+        except OSError as e:
+            raise HeteroError(f"{path}: cannot read capture: {e.strerror}") from e
+    return captures
+
+
+def complete_device(device: Device, catalog: Catalog, vendor: Vendor) -> Device:
+    """Fill the Slurm type and, where the capture lacked it, the memory from the catalog."""
+    spec = catalog.resolve(device.vendor, device.model)
+    if spec is None and not device.type:
+        raise InventoryError(
+            f"unknown {device.vendor} model {device.model!r} (device {device.index}); add it to a site "
+            f"catalog file in {SITE_MODELS_DIR}/ (see `slurm-hetero catalog`)"
+        )
+    memory = device.memory_mib or (spec.memory_mib if spec else None)
+    if memory is None:
+        hint = f"; also capture `{vendor.memory_capture_hint}`" if vendor.memory_capture_hint else ""
+        raise InventoryError(f"{device.vendor} device {device.index} ({device.model}): no memory size known{hint}")
+    return dataclasses.replace(device, type=device.type or (spec.type if spec else ""), memory_mib=memory)
+
+
+def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device]]:
+    reasons = []
+    for vendor in all_vendors():
+        try:
+            return vendor, vendor.parse(captures)
+        except ParseError as e:
+            reasons.append(f"{vendor.name}: {e}")
+    names = ", ".join(c.source for c in captures)
+    raise HeteroError(f"no vendor parser recognised {names}; pass --vendor NAME ({'; '.join(reasons)[:400]})")
+
+
+def devices_from_files(vendor_names: Sequence[str], paths: Sequence[Path]) -> list[tuple[Vendor, list[Device]]]:
+    """Parse captured files: with one --vendor, all files belong to it; without, the parser is sniffed."""
+    captures = read_captures(paths)
+    if len(vendor_names) > 1:
+        raise HeteroError("--from-file takes captures of one vendor at a time; run discover once per vendor")
+    if vendor_names:
+        vendor = get_vendor(vendor_names[0])
+        return [(vendor, vendor.parse(captures))]
+    return [_parse_with_any_vendor(captures)]
+
+
+def devices_live(vendor_names: Sequence[str]) -> list[tuple[Vendor, list[Device]]]:
+    """Probe forced vendors (errors are fatal) or every vendor whose affinity is positive."""
+    forced = [get_vendor(n) for n in vendor_names]
+    for vendor in forced:
+        if vendor.unavailable_reason:
+            raise HeteroError(f"vendor {vendor.name} unavailable: {vendor.unavailable_reason}")
+    if forced:
+        return [(v, v.probe()) for v in forced]
+    found = []
+    for vendor in all_vendors():
+        if vendor.affinity() <= 0:
+            continue
+        try:
+            found.append((vendor, vendor.probe()))
+        except HeteroError as e:
+            logger.warning("%s discovery failed, skipped: %s", vendor.name, e)
+    return found
+
+
+def host_facts() -> dict[str, int]:
+    """CPUs and memory of this host, for the NodeName line."""
+    facts = {"cpus": os.cpu_count() or 1}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                facts["real_memory_mib"] = int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return facts
+
+
+def discover_node(
+    catalog: Catalog,
+    vendor_names: Sequence[str] = (),
+    from_files: Sequence[Path] = (),
+    node_name: str | None = None,
+) -> NodeInventory:
+    """One node's inventory, live or from captured files."""
+    found = devices_from_files(vendor_names, from_files) if from_files else devices_live(vendor_names)
+    devices = [complete_device(d, catalog, v) for v, ds in found for d in ds]
+    if not devices:
+        raise HeteroError("no accelerators found (try --vendor NAME, or --from-file with a captured tool output)")
+    name = node_name or socket.gethostname().split(".")[0]
+    facts = {} if from_files else host_facts()
+    return NodeInventory(name=name, devices=tuple(devices), **facts)

@@ -1,0 +1,1 @@
+"""Rendering gres.conf and slurm.conf node/partition lines from a cluster inventory."""

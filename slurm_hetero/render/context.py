@@ -1,0 +1,263 @@
+"""Cluster inventory -> plain data for the gres.conf / slurm-nodes.conf templates. Pure.
+
+Work is proportional to nodes for the per-node keys and to distinct node shapes for everything
+else: nodes whose rendered lines are identical are folded into one hostlist (`gpu-[001-512]`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_hetero import hostlist
+from slurm_hetero.catalog import Catalog
+from slurm_hetero.errors import InventoryError
+from slurm_hetero.model import ClusterInventory, Device, Health, NodeInventory
+
+POLICIES = ("binpack", "spread")
+_STACK_LABEL = {"nvidia": "cuda", "amd": "rocm", "hygon": "dtk", "ascend": "cann", "intel": "oneapi"}
+_FEATURE_BAD = re.compile(r"[^A-Za-z0-9_.]")
+
+
+@dataclass(frozen=True)
+class LocalSlurmd:
+    """Dev-cluster settings: every node is a slurmd on this host, fake devices under `file_root`."""
+
+    hostname: str
+    port_base: int = 17001
+    address: str = "127.0.0.1"
+    file_root: str = "/dev/fakegpu"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    policy: str = "binpack"
+    include_unhealthy: bool = False
+    shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> shards per device
+    local: LocalSlurmd | None = None
+    default_partition: str = "gpu"
+
+
+def gres_size(mib: int) -> str:
+    """A memory size as Slurm counts it (`320G`, `23374M`)."""
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
+def feature(label: str) -> str:
+    """A Slurm-safe feature name."""
+    return _FEATURE_BAD.sub("_", label)
+
+
+def rendered_devices(node: NodeInventory, include_unhealthy: bool = False) -> list[Device]:
+    """The devices Slurm will see on a node, in gres.conf order (unhealthy ones left out)."""
+    keep = [d for d in node.devices if include_unhealthy or d.health == Health.OK]
+    return sorted(keep, key=lambda d: (d.vendor, d.index))
+
+
+def _device_file(device: Device, node_name: str, local: LocalSlurmd | None) -> str:
+    if local is None:
+        return device.file
+    return posixpath.join(local.file_root, node_name, posixpath.basename(device.file))
+
+
+def _links_row(device: Device, devices: Sequence[Device]) -> str | None:
+    counts = {(device.vendor, link.peer): link.count for link in device.links}
+    row = [-1 if other is device else counts.get((other.vendor, other.index), 0) for other in devices]
+    return ",".join(map(str, row)) if any(c > 0 for c in row) else None
+
+
+def _gres_device_lines(devices: Sequence[Device], node_name: str, local: LocalSlurmd | None) -> list[dict[str, Any]]:
+    """One entry per device with links, else consecutive same-type same-cores devices folded."""
+    lines: list[dict[str, Any]] = []
+    for device in devices:
+        entry = {
+            "type": device.type,
+            "files": [_device_file(device, node_name, local)],
+            "cores": device.cores,
+            "links": _links_row(device, devices),
+        }
+        last = lines[-1] if lines else None
+        if (last and entry["links"] is None and last["links"] is None
+                and (last["type"], last["cores"]) == (entry["type"], entry["cores"])):
+            last["files"].extend(entry["files"])
+        else:
+            lines.append(entry)
+    for entry in lines:
+        entry["file"] = hostlist.fold(entry.pop("files"))
+    return lines
+
+
+def memory_class(device: Device, catalog: Catalog) -> str:
+    """`gpumem80g`: the nominal memory of the model (catalog), else the reported size rounded."""
+    spec = catalog.by_type(device.type)
+    gib = spec.memory_gib if spec else (device.memory_mib or 0) / 1024
+    return f"gpumem{round(gib)}g"
+
+
+def _node_features(node: NodeInventory, devices: Sequence[Device], catalog: Catalog) -> list[str]:
+    labels: list[str] = []
+    for device in devices:
+        labels += [device.vendor, device.type, memory_class(device, catalog)]
+        labels += [link.kind for link in device.links]
+        if device.driver_version:
+            labels.append(f"{device.vendor}_drv{device.driver_version.split('.')[0]}")
+        if device.runtime_version:
+            labels.append(f"{_STACK_LABEL.get(device.vendor, device.vendor + '_rt')}{device.runtime_version}")
+    labels += list(node.features)
+    return list(dict.fromkeys(feature(x) for x in labels))
+
+
+def _gres_counts(devices: Sequence[Device], shares: Mapping[str, int]) -> dict[str, Any]:
+    per_type: dict[str, int] = {}
+    for device in devices:
+        per_type[device.type] = per_type.get(device.type, 0) + 1
+    memory = sum(d.memory_mib or 0 for d in devices)
+    shards = sum(shares.get(d.type, 0) for d in devices)
+    return {"per_type": per_type, "gpumem": gres_size(memory) if memory else None,
+            "gpucore": 100 * len(devices) if devices else None, "shards": shards or None}
+
+
+@dataclass(frozen=True)
+class GresLine:
+    type: str
+    file: str
+    cores: str | None
+    links: str | None
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """Everything rendered for a node except its name: nodes with equal shapes fold together."""
+
+    cpus: int | None
+    sockets: int | None
+    cores_per_socket: int | None
+    threads_per_core: int | None
+    real_memory_mib: int | None
+    gres_lines: tuple[GresLine, ...]
+    per_type: tuple[tuple[str, int], ...]
+    gpumem: str | None
+    gpucore: int | None
+    shards: int | None
+    features: tuple[str, ...]
+    vendors: tuple[str, ...]
+    biggest_device_mib: int
+
+    @property
+    def gres(self) -> str:
+        """The slurm.conf `Gres=` value."""
+        parts = [f"gpu:{t}:{n}" for t, n in self.per_type]
+        parts += [f"gpumem:{self.gpumem}"] if self.gpumem else []
+        parts += [f"gpucore:{self.gpucore}"] if self.gpucore else []
+        parts += [f"shard:{self.shards}"] if self.shards else []
+        return ",".join(parts)
+
+
+def node_shape(node: NodeInventory, options: RenderOptions, catalog: Catalog) -> NodeShape:
+    """The rendered shape of one node."""
+    devices = rendered_devices(node, options.include_unhealthy)
+    lines = _gres_device_lines(devices, node.name, options.local)
+    counts = _gres_counts(devices, options.shares)
+    return NodeShape(
+        node.cpus, node.sockets, node.cores_per_socket, node.threads_per_core, node.real_memory_mib,
+        tuple(GresLine(g["type"], g["file"], g["cores"], g["links"]) for g in lines),
+        tuple(counts["per_type"].items()), counts["gpumem"], counts["gpucore"], counts["shards"],
+        tuple(_node_features(node, devices, catalog)), tuple(sorted({d.vendor for d in devices})),
+        max((d.memory_mib or 0 for d in devices), default=0),
+    )
+
+
+def _check_types(shape: NodeShape, catalog: Catalog, example_node: str) -> float:
+    """Every type must be in the catalog; returns the priciest device's price (0 if unknown)."""
+    price = 0.0
+    for gres_type, _ in shape.per_type:
+        spec = catalog.by_type(gres_type)
+        if spec is None:
+            raise InventoryError(
+                f"node {example_node}: unknown device type {gres_type!r}; known types are listed by "
+                "`slurm-hetero catalog`; add site models in /etc/slurm-hetero/models.d/"
+            )
+        price = max(price, spec.price_per_hour_usd or 0.0)
+    return price
+
+
+def _weights(shapes: Sequence[NodeShape], prices: Sequence[float], policy: str) -> list[int]:
+    """binpack: smaller, cheaper devices first (lower Weight is scheduled first); spread: equal."""
+    if policy == "spread":
+        return [1] * len(shapes)
+    order = sorted({(s.biggest_device_mib, p) for s, p in zip(shapes, prices)})
+    rank = {key: i for i, key in enumerate(order)}
+    return [10 * (rank[(s.biggest_device_mib, p)] + 1) for s, p in zip(shapes, prices)]
+
+
+def _group(nodes: Iterable[NodeInventory], options: RenderOptions, catalog: Catalog) -> dict[NodeShape, list[str]]:
+    groups: dict[NodeShape, list[str]] = {}
+    for node in nodes:
+        groups.setdefault(node_shape(node, options, catalog), []).append(node.name)
+    return groups
+
+
+def _with_types(node: NodeInventory, catalog: Catalog, vendors: set[str]) -> NodeInventory:
+    """Check vendors and fill device types that the inventory left out, from the catalog."""
+    if all(d.type and d.vendor in vendors for d in node.devices):
+        return node
+    devices = []
+    for device in node.devices:
+        if device.vendor not in vendors:
+            raise InventoryError(f"node {node.name}: unknown vendor {device.vendor!r}; known: {', '.join(sorted(vendors))}")
+        if not device.type:
+            spec = catalog.resolve(device.vendor, device.model)
+            if spec is None:
+                raise InventoryError(
+                    f"node {node.name}: unknown {device.vendor} model {device.model!r}; set `type:` in the "
+                    "inventory or add the model to /etc/slurm-hetero/models.d/"
+                )
+            device = dataclasses.replace(device, type=spec.type)
+        devices.append(device)
+    return dataclasses.replace(node, devices=tuple(devices))
+
+
+def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
+    """Everything the templates need, as plain data."""
+    if options.policy not in POLICIES:
+        raise InventoryError(f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}")
+    vendors = {s.vendor for s in catalog.specs}
+    groups = _group((_with_types(n, catalog, vendors) for n in inventory.nodes), options, catalog)
+    shapes = list(groups)
+    folded = [hostlist.fold(names) for names in groups.values()]
+    prices = [_check_types(s, catalog, names[0]) for s, names in groups.items()]
+    weights = _weights(shapes, prices, options.policy)
+    nodes = [_node_entry(s, f, w, i, options) for i, (s, f, w) in enumerate(zip(shapes, folded, weights))]
+    vendors = sorted({v for s in shapes for v in s.vendors})
+    partitions = [{"name": v, "nodes": hostlist.fold(f for s, f in zip(shapes, folded) if v in s.vendors)}
+                  for v in vendors]
+    gres_types = ["gpu", "gpumem", "gpucore"] + (["shard"] if any(s.shards for s in shapes) else [])
+    return {
+        "gres_types": ",".join(gres_types),
+        "gres_groups": [{"nodes": f, "lines": s.gres_lines, "gpumem": s.gpumem, "gpucore": s.gpucore,
+                         "shards": s.shards} for s, f in zip(shapes, folded)],
+        "nodes": nodes,
+        "partitions": partitions,
+        "all_nodes": hostlist.fold(folded) if folded else "",
+        "default_partition": options.default_partition,
+        "lln": options.policy == "spread",
+        "policy": options.policy,
+        "node_count": sum(len(n) for n in groups.values()),
+        "shape_count": len(shapes),
+    }
+
+
+def _node_entry(shape: NodeShape, names: str, weight: int, position: int, options: RenderOptions) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": names, "cpus": shape.cpus, "sockets": shape.sockets, "cores_per_socket": shape.cores_per_socket,
+        "threads_per_core": shape.threads_per_core, "real_memory": shape.real_memory_mib,
+        "gres": shape.gres, "features": ",".join(shape.features), "weight": weight, "local": None,
+    }
+    if options.local:
+        entry["local"] = {"address": options.local.address, "hostname": options.local.hostname,
+                          "port": options.local.port_base + position}
+    return entry

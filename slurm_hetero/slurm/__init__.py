@@ -1,0 +1,1 @@
+"""Reading Slurm's own files and command output."""

@@ -1,0 +1,62 @@
+"""TaskProlog: export each vendor's own visible-device variable for the GPUs Slurm allocated.
+
+Slurm's gres/gpu exports CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL for every
+GPU type; runtimes such as CANN (Ascend), Cambricon's or Habana's read their own variable. Slurm's
+TaskProlog protocol applies `export NAME=value` lines printed on stdout to the task. Pure: the
+caller supplies the environment and the node record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.model import Device, NodeInventory
+from slurm_hetero.render.context import rendered_devices
+from slurm_hetero.vendors import get_vendor
+
+# Where Slurm puts the allocated GPU indices, most specific first (SLURM_JOB_GPUS is wrong in
+# non-zero heterogeneous components on 22.05, so it comes last).
+GPU_INDEX_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_,.\-]*$")
+
+
+def allocated_indexes(env: Mapping[str, str]) -> list[int] | None:
+    """GPU indices Slurm allocated to this task (positions in the node's gres.conf order)."""
+    for name in GPU_INDEX_VARIABLES:
+        value = env.get(name, "").strip()
+        if value:
+            try:
+                return [int(v) for v in value.split(",") if v.strip()]
+            except ValueError:
+                raise HeteroError(f"{name}={value!r} is not a list of GPU indices") from None
+    return None
+
+
+def export_lines(env: Mapping[str, str], node: NodeInventory, include_unhealthy: bool = False) -> list[str]:
+    """`export NAME=value` lines for every vendor of the allocated devices that needs its own variable."""
+    indexes = allocated_indexes(env)
+    if indexes is None:
+        return []
+    devices = rendered_devices(node, include_unhealthy)
+    chosen: list[Device] = []
+    for i in indexes:
+        if not 0 <= i < len(devices):
+            raise HeteroError(f"GPU index {i} is beyond the {len(devices)} devices of {node.name} in the inventory")
+        chosen.append(devices[i])
+    return _lines_per_vendor(chosen)
+
+
+def _lines_per_vendor(devices: Sequence[Device]) -> list[str]:
+    values: dict[str, list[str]] = {}
+    for device in devices:
+        vendor = get_vendor(device.vendor)
+        if vendor.visible_devices_env:
+            values.setdefault(vendor.visible_devices_env, []).append(vendor.visible_id(device))
+    lines = []
+    for name, ids in values.items():
+        value = ",".join(ids)
+        if _SAFE_VALUE.match(value):
+            lines.append(f"export {name}={value}")
+    return lines
