@@ -125,13 +125,20 @@ def inventory_from_dict(data: Any, source: str = "<inventory>") -> ClusterInvent
     return ClusterInventory(nodes=nodes, version=data["version"])
 
 
+def _yaml_where(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f" at line {mark.line + 1} column {mark.column + 1}: {problem}" if mark else f": {problem}"
+
+
 def loads(text: str, source: str, as_json: bool = False) -> ClusterInventory:
     """Parse inventory text (YAML, or JSON when `as_json`)."""
     try:
         data = json.loads(text) if as_json else yaml.load(text, Loader=_YamlLoader)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        kind = "JSON" if as_json else "YAML"
-        raise InventoryError(f"{source}: malformed {kind}: {str(e).splitlines()[0]}") from e
+    except json.JSONDecodeError as e:
+        raise InventoryError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    except yaml.YAMLError as e:
+        raise InventoryError(f"{source}: malformed YAML{_yaml_where(e)}") from e
     return inventory_from_dict(data, source)
 
 
@@ -160,7 +167,7 @@ def dump_devices(devices: Iterable[Device]) -> str:
     return str(yaml.dump([device_to_dict(d) for d in devices], Dumper=_YamlDumper, sort_keys=False))
 
 
-def load_many(path: str | Path) -> list[ClusterInventory]:
+def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
     """Read a file holding one inventory, several YAML documents, or JSON lines (one per node,
     as `srun ... slurm-hetero discover --json > nodes.jsonl` writes them)."""
     path = Path(path)
@@ -173,16 +180,17 @@ def load_many(path: str | Path) -> list[ClusterInventory]:
     stripped = text.lstrip()
     if stripped.startswith("{") and "\n{" in stripped.rstrip():
         lines = [ln for ln in text.splitlines() if ln.strip()]
-        return [loads(ln, f"{path}:{i}", as_json=True) for i, ln in enumerate(lines, 1)]
+        return [(f"{path}:{i}", loads(ln, f"{path}:{i}", as_json=True)) for i, ln in enumerate(lines, 1)]
     if path.suffix.lower() == ".json" or stripped.startswith("{"):
-        return [loads(text, str(path), as_json=True)]
+        return [(str(path), loads(text, str(path), as_json=True))]
     try:
         docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
     except yaml.YAMLError as e:
-        raise InventoryError(f"{path}: malformed YAML: {str(e).splitlines()[0]}") from e
+        raise InventoryError(f"{path}: malformed YAML{_yaml_where(e)}") from e
     if not docs:
         raise InventoryError(f"{path}: empty inventory")
-    return [inventory_from_dict(d, f"{path}" if len(docs) == 1 else f"{path}[doc {i}]") for i, d in enumerate(docs)]
+    labels = [str(path)] if len(docs) == 1 else [f"{path}[doc {i}]" for i in range(1, len(docs) + 1)]
+    return [(label, inventory_from_dict(d, label)) for label, d in zip(labels, docs)]
 
 
 def _shape(node: NodeInventory) -> NodeInventory:
@@ -191,24 +199,24 @@ def _shape(node: NodeInventory) -> NodeInventory:
     return dataclasses.replace(node, name="", devices=devices)
 
 
-def merge(inventories: Iterable[ClusterInventory], fold_identical: bool = True) -> ClusterInventory:
+def merge(inventories: Iterable[tuple[str, ClusterInventory]], fold_identical: bool = True) -> ClusterInventory:
     """Merge node inventories into one cluster inventory.
 
     A node named twice is an error (even with identical records: two files claim one host).
     With `fold_identical`, nodes that differ only in name and device UUIDs become one hostlist
     record (`gpu-[01-64]`), so the inventory grows with node shapes, not nodes.
     """
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     nodes: list[NodeInventory] = []
-    for position, inventory in enumerate(inventories):
+    for source, inventory in inventories:
         for node in inventory.nodes:
             for host in hostlist.expand(node.name):
                 if host in seen:
                     raise InventoryError(
-                        f"node {host} appears in input {seen[host] + 1} and input {position + 1}; "
-                        "keep one record per node (rerun discover on that node if they conflict)"
+                        f"node {host} appears in {seen[host]} and in {source}; keep one record per node "
+                        "(rerun discover on that node if they conflict)"
                     )
-                seen[host] = position
+                seen[host] = source
             nodes.append(node)
     if not fold_identical:
         return ClusterInventory(nodes=tuple(nodes))

@@ -10,6 +10,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+import traceback
 from typing import Any
 
 import click
@@ -29,7 +30,7 @@ class _Group(click.Group):
         except HeteroError as e:
             verbose = (ctx.obj or {}).get("verbose", 0)
             if verbose:
-                logger.exception("traceback")
+                click.echo(traceback.format_exc(), err=True, nl=False)
             message = str(e)
             cause = e.__cause__
             if verbose and cause is not None:

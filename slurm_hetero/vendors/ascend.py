@@ -1,0 +1,473 @@
+"""Huawei Ascend NPUs through `npu-smi` (CANN driver / HDK).
+
+Tools and versions parsed
+-------------------------
+- `npu-smi info`: the device table of drivers 23.0.0, 23.0.rc3, 23.0.2.1, 24.1.rc1 and 25.2.0. The
+  second header row names the per-chip ids: `Chip` alone (910B), `Chip Device` (310P, 310B) or
+  `Chip Phy-ID` (25.x, two dies per NPU). Usage columns are `Memory-Usage(MB)` and, on HBM parts,
+  `HBM-Usage(MB)`. The process table after the device table is checked for completeness only.
+- `npu-smi info -t topo`: the NPU matrix (X, HCCS, PIX, PXB, PHB, SYS, NA ...) with an optional
+  `CPU Affinity` column, then a legend. A device that cannot report topology prints
+  "This device does not support querying topo."; that capture yields no links.
+
+Numbering (one Slurm device per chip)
+-------------------------------------
+- `index` is the chip's logical id, the number `ASCEND_RT_VISIBLE_DEVICES` takes (CANN environment
+  variable reference, "ASCEND_RT_VISIBLE_DEVICES": "Device ID为AI处理器的逻辑ID"). It is the `Device`
+  column when the table has one, otherwise the chip's position in the table: logical ids count
+  chips 0..n-1 in npu-smi's order (`npu-smi info -m` "Chip Logic ID"; NPU ids need not be
+  contiguous: 0 and 64 on one 310P3 host).
+- `file` is /dev/davinciN with N the chip's physical id: the npu-smi `info -t phyid-remap` and DCMI
+  `dcmi_get_device_logicid_from_phyid` references define the physical id as the N of
+  /dev/davinciN. N is the `Phy-ID` column when present; the `Device` column otherwise (logical and
+  physical ids coincide on the host, where slurmd runs); and, for the `Chip`-only table of one chip
+  per NPU (910B), the NPU id (`phyid-remap` example: physical 0 is NPU 0 chip 0; gpustack's
+  `npu-smi info -m` sample shows NPU ids 3 and 4 as logical 0 and 1, i.e. NPU ids stay physical
+  when only some chips are visible). A multi-chip NPU without either column is a ParseError.
+- `tool_id` keeps npu-smi's own ids, `npu<NPU>-chip<Chip>`.
+
+Other fields
+------------
+- `model` is the Name column as printed (910B3, 310P3, Ascend910, 310B4); `type` is left to the catalog.
+- `memory_mib` is the HBM total when the table has an HBM column (the DDR `Memory-Usage` of 910-class
+  chips is control-CPU memory, 0/0 in every capture). Chips without HBM (310P, 310B) compute from
+  their LPDDR, so the `Memory-Usage` total (usable capacity, e.g. 21527 of 24 GiB on 310P3) is
+  their device memory. A total of 0 leaves it unset for the catalog to fill.
+- `health`: Health=OK is ok; any other value (Warning, Alarm, Critical, UNKNOWN) is unhealthy with
+  reason "npu-smi Health=<value>". `driver_version` is the header's `Version:`.
+- Topology: an HCCS cell gives `Link(kind="hccs", count=1)` to that peer; PCIe paths give no link.
+  `CPU Affinity` becomes `cores`. Matrix labels NPU<k> are matched to logical ids, or to NPU ids
+  when those are what the labels list; any other label set is a ParseError.
+
+Fixtures (tests/fixtures/ascend/, provenance in each .source): 8x 910B3 info + topo (same host),
+2x 910B2C with processes, 310B4 with Alarm, 2x 310P3 with NPU ids 0 and 64 and hand-narrowed
+borders, dual-die Ascend910 with Phy-ID.
+
+Known gaps: no capture of `npu-smi info -m`, which would give logical ids authoritatively (e.g.
+inside containers, where the `Device` column may be renumbered; run discovery on the host). The
+topo matrix of a multi-die NPU (SIO or other links between dies) and of a 310P host are unseen; HCCS
+is the only link kind mapped. The `NPU ID | Name` table layout of Ascend 950 (A5) is not recognised.
+A capture cut exactly at an NPU border (record lines are equal length, so 8x 910B3 cuts land there)
+is only caught when a topo capture lists more NPUs.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from slurm_hetero import proc
+from slurm_hetero.errors import ParseError, ToolError
+from slurm_hetero.model import Capture, Device, Health, Link
+from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors.base import Vendor
+
+logger = logging.getLogger(__name__)
+
+VENDOR = "ascend"
+INFO = "npu-smi info"
+TOPO = "npu-smi info -t topo"
+INFO_ARGV = ["npu-smi", "info"]
+TOPO_ARGV = ["npu-smi", "info", "-t", "topo"]
+
+_BORDER = re.compile(r"\+[-=+]*\+")
+_DEVICE_HEADER = re.compile(r"\|\s*NPU\s+Name\s*\|\s*Health\s*\|")
+_VERSION = re.compile(r"\bVersion:\s*(\S+)")
+_NAME_CELL = re.compile(r"(\d+)\s+(\S.*)")
+_HEALTH = re.compile(r"[A-Za-z][A-Za-z_-]*")
+_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
+_USAGE_COLUMN = re.compile(r"([A-Za-z]+)-Usage\(MB\)")
+_NPU_LABEL = re.compile(r"NPU(\d+)")
+_CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
+_LEGEND_ENTRY = re.compile(r"(\S+)\s*=\s*\S.*")
+_NO_CPU = ("NA", "N/A", "-", "")
+_UNSUPPORTED = "This device does not support"
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One non-blank line of a table: a border ('=' or '-') or a complete row split into cells."""
+
+    no: int
+    text: str
+    kind: str  # "=", "-" or "row"
+    cells: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Chip:
+    """One chip row pair of the `npu-smi info` device table."""
+
+    npu_id: int
+    chip_id: int
+    column_id: int | None  # the Device or Phy-ID column
+    name: str
+    health: str
+    bus_id: str | None
+    memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class _Table:
+    chips: tuple[_Chip, ...]
+    id_column: str  # "", "Device" or "Phy-ID"
+    driver_version: str | None
+
+
+@dataclass(frozen=True)
+class _Topo:
+    labels: tuple[int, ...]
+    hccs: dict[int, tuple[int, ...]]
+    affinity: dict[int, str | None]
+
+
+def _error(capture: Capture, tool: str, message: str, line: _Line | None = None) -> ParseError:
+    """A one-line ParseError naming the tool, the capture and the line."""
+    return ParseError(
+        VENDOR, tool, message, capture.source, line.no if line else None, line.text if line else None
+    )
+
+
+# npu-smi info --------------------------------------------------------------------------------------
+
+
+def _table_lines(capture: Capture) -> list[_Line]:
+    """Every non-blank line as a border or a complete row; anything else means a cut or foreign text."""
+    lines = []
+    for no, raw in enumerate(capture.text.splitlines(), 1):
+        text = raw.rstrip()
+        if not text:
+            continue
+        if _BORDER.fullmatch(text):
+            lines.append(_Line(no, text, "=" if "=" in text else "-"))
+        elif len(text) > 1 and text[0] == "|" and text[-1] == "|":
+            lines.append(_Line(no, text, "row", tuple(c.strip() for c in text[1:-1].split("|"))))
+        else:
+            raise _error(capture, INFO, "incomplete table line (truncated capture?)", _Line(no, text, ""))
+    if lines and lines[-1].kind == "row":
+        raise _error(capture, INFO, "table has no closing border (truncated capture?)", lines[-1])
+    return lines
+
+
+def _header(capture: Capture, lines: list[_Line]) -> tuple[int, str, list[str], str | None]:
+    """Find the two header rows: (first record position, id column, usage columns, driver version)."""
+    pos = next((i for i, line in enumerate(lines) if _DEVICE_HEADER.match(line.text)), None)
+    if pos is None:
+        raise _error(capture, INFO, "no device table header (NPU Name | Health)")
+    version = None
+    for line in lines[:pos]:
+        if line.kind != "row":
+            continue
+        if not (match := _VERSION.search(line.text)):
+            raise _error(capture, INFO, "unexpected row before the device table header", line)
+        version = match.group(1)
+    second = lines[pos + 1] if pos + 1 < len(lines) else lines[pos]
+    if second.kind != "row" or len(second.cells) != 3 or not second.cells[0].startswith("Chip"):
+        raise _error(capture, INFO, "second header row (Chip ... | Bus-Id | ...) missing", second)
+    id_column = second.cells[0].split()[1:]
+    if id_column not in ([], ["Device"], ["Phy-ID"]):
+        raise _error(capture, INFO, f"unknown chip id column {' '.join(id_column)!r}", second)
+    usage = _USAGE_COLUMN.findall(second.cells[2])
+    if "Memory" not in usage or pos + 2 >= len(lines) or lines[pos + 2].kind != "=":
+        raise _error(capture, INFO, "header has no Memory-Usage(MB) column or no '+===' border", second)
+    return pos + 3, "".join(id_column), usage, version
+
+
+def _chip(capture: Capture, rows: tuple[_Line, _Line], id_column: str, usage: list[str]) -> _Chip:
+    """Parse one name row + chip row pair."""
+    name_row, chip_row = rows
+    if len(name_row.cells) != 3 or not (named := _NAME_CELL.fullmatch(name_row.cells[0])):
+        raise _error(capture, INFO, "NPU row is not 'NPU Name | Health | ...'", name_row)
+    if not _HEALTH.fullmatch(name_row.cells[1]):
+        raise _error(capture, INFO, "Health cell is empty or malformed", name_row)
+    ids = chip_row.cells[0].split() if len(chip_row.cells) == 3 else []
+    if len(ids) != (2 if id_column else 1) or not all(i.isdigit() for i in ids):
+        raise _error(capture, INFO, f"chip row does not match header 'Chip {id_column}'".rstrip(), chip_row)
+    bus = chip_row.cells[1]
+    if bus != "NA" and not _BUS_ID.fullmatch(bus):
+        raise _error(capture, INFO, f"bad Bus-Id {bus!r}", chip_row)
+    pairs = _USAGE.findall(chip_row.cells[2])
+    if len(pairs) != len(usage):
+        raise _error(capture, INFO, f"expected {len(usage)} used/total pairs ({', '.join(usage)})", chip_row)
+    total = int(pairs[usage.index("HBM" if "HBM" in usage else "Memory")][1])
+    return _Chip(
+        npu_id=int(named.group(1)),
+        chip_id=int(ids[0]),
+        column_id=int(ids[1]) if id_column else None,
+        name=named.group(2).strip(),
+        health=name_row.cells[1],
+        bus_id=None if bus == "NA" else bus,
+        memory_mib=total or None,
+    )
+
+
+def _is_record(line: _Line | None) -> bool:
+    return line is not None and line.kind == "row" and line.cells[0][:1].isdigit()
+
+
+def _continues(line: _Line | None, npu_id: int) -> bool:
+    """After a '+---' chip separator the same NPU must go on with its next chip."""
+    return line is not None and _is_record(line) and line.cells[0].split()[0] == str(npu_id)
+
+
+def _records(
+    capture: Capture, lines: list[_Line], pos: int, id_column: str, usage: list[str]
+) -> tuple[list[_Chip], int]:
+    """Chip records from `pos` until the device table ends; returns them and the position after."""
+    chips: list[_Chip] = []
+    while _is_record(lines[pos] if pos < len(lines) else None):
+        pair = lines[pos : pos + 3]
+        if len(pair) < 3 or pair[1].kind != "row" or pair[2].kind == "row":
+            raise _error(capture, INFO, "half NPU record: name row without chip row and border", lines[pos])
+        chip = _chip(capture, (pair[0], pair[1]), id_column, usage)
+        chips.append(chip)
+        pos += 3
+        if pair[2].kind == "-" and not _continues(lines[pos] if pos < len(lines) else None, chip.npu_id):
+            raise _error(
+                capture, INFO, f"NPU {chip.npu_id} ends after a chip separator (truncated?)", pair[2]
+            )
+    if not chips:
+        raise _error(capture, INFO, "device table has no NPU rows", lines[pos - 1])
+    return chips, pos
+
+
+def _check_tail(capture: Capture, tail: list[_Line]) -> None:
+    """What follows the device table must be a complete process table (or nothing)."""
+    rows = [line for line in tail if line.kind == "row"]
+    if not rows:
+        return
+    header = rows[0]
+    if len(header.cells) < 2 or header.cells[1] != "Process id":
+        raise _error(capture, INFO, "unexpected row after the device table", header)
+    for row in rows[1:]:
+        message = len(row.cells) == 1 and re.search(r"[A-Za-z]", row.cells[0])
+        if len(row.cells) != len(header.cells) and not message:
+            raise _error(capture, INFO, "process row does not match its header (truncated?)", row)
+
+
+def _parse_info(capture: Capture) -> _Table:
+    """The device table of `npu-smi info`."""
+    lines = _table_lines(capture)
+    pos, id_column, usage, version = _header(capture, lines)
+    chips, pos = _records(capture, lines, pos, id_column, usage)
+    _check_tail(capture, lines[pos:])
+    return _Table(tuple(chips), id_column, version)
+
+
+# npu-smi info -t topo ------------------------------------------------------------------------------
+
+
+def _nonblank(capture: Capture) -> list[_Line]:
+    return [
+        _Line(no, raw.rstrip(), "text") for no, raw in enumerate(capture.text.splitlines(), 1) if raw.strip()
+    ]
+
+
+def _topo_header(capture: Capture, line: _Line) -> tuple[tuple[int, ...], bool]:
+    tokens = line.text.split()
+    affinity = tokens[-2:] == ["CPU", "Affinity"]
+    names = tokens[:-2] if affinity else tokens
+    labels = [_NPU_LABEL.fullmatch(t) for t in names]
+    if not labels or not all(labels):
+        raise _error(capture, TOPO, "header is not 'NPU0 NPU1 ... [CPU Affinity]'", line)
+    return tuple(int(m.group(1)) for m in labels if m), affinity
+
+
+def _topo_row(
+    capture: Capture, line: _Line, label: int, labels: tuple[int, ...], affinity: bool
+) -> list[str]:
+    tokens = line.text.split()
+    if tokens[:1] != [f"NPU{label}"] or len(tokens) != 1 + len(labels) + affinity:
+        raise _error(capture, TOPO, f"row NPU{label} needs {len(labels)} cells (truncated?)", line)
+    if tokens[1 + labels.index(label)] != "X":
+        raise _error(capture, TOPO, f"NPU{label} is not 'X' on the diagonal", line)
+    return tokens[1:]
+
+
+def _cpulist(capture: Capture, line: _Line, value: str) -> str | None:
+    if value in _NO_CPU:
+        return None
+    if not _CPULIST.fullmatch(value):
+        raise _error(capture, TOPO, f"bad CPU Affinity {value!r}", line)
+    return value
+
+
+def _check_legend(capture: Capture, lines: list[_Line], used: set[str]) -> None:
+    """Text after the matrix must be a legend that defines every code the matrix uses."""
+    if not lines:
+        return
+    if lines[0].text.strip() != "Legend:":
+        raise _error(capture, TOPO, "unexpected text after the matrix", lines[0])
+    codes = set()
+    for line in lines[1:]:
+        if not (entry := _LEGEND_ENTRY.fullmatch(line.text.strip())):
+            raise _error(capture, TOPO, "legend line is not 'CODE = meaning'", line)
+        codes.add(entry.group(1))
+    if missing := sorted(used - codes):
+        raise _error(capture, TOPO, f"legend does not define {', '.join(missing)} (truncated?)", lines[-1])
+
+
+def _parse_topo(capture: Capture) -> _Topo:
+    """The NPU matrix of `npu-smi info -t topo`."""
+    lines = _nonblank(capture)
+    if lines[0].text.strip().startswith(_UNSUPPORTED):
+        return _Topo((), {}, {})
+    labels, has_affinity = _topo_header(capture, lines[0])
+    if len(lines) < 1 + len(labels):
+        raise _error(
+            capture, TOPO, f"matrix has {len(lines) - 1} of {len(labels)} rows (truncated?)", lines[-1]
+        )
+    hccs: dict[int, tuple[int, ...]] = {}
+    affinity: dict[int, str | None] = {}
+    used: set[str] = set()
+    for label, line in zip(labels, lines[1 : 1 + len(labels)], strict=True):
+        cells = _topo_row(capture, line, label, labels, has_affinity)
+        used.update(cells[: len(labels)])
+        hccs[label] = tuple(peer for peer, cell in zip(labels, cells, strict=False) if cell == "HCCS")
+        affinity[label] = _cpulist(capture, line, cells[-1]) if has_affinity else None
+    _check_legend(capture, lines[1 + len(labels) :], used)
+    return _Topo(labels, hccs, affinity)
+
+
+# devices ---------------------------------------------------------------------------------------------
+
+
+def _numbers(capture: Capture, table: _Table) -> list[tuple[int, int, _Chip]]:
+    """(logical index, davinci number, chip) per chip, in index order; see the module docstring."""
+    out: list[tuple[int, int, _Chip]] = []
+    for position, chip in enumerate(table.chips):
+        column = chip.column_id if chip.column_id is not None else chip.npu_id
+        if table.id_column == "Device":
+            out.append((column, column, chip))
+        else:  # Phy-ID, or the NPU id of a one-chip NPU
+            out.append((position, column, chip))
+    npu_ids = [c.npu_id for c in table.chips]
+    if not table.id_column and len(set(npu_ids)) != len(npu_ids):
+        message = "NPUs with several chips but no Device/Phy-ID column: /dev/davinci numbers unknown"
+        raise _error(capture, INFO, message)
+    for what, values in (("logical id", [e[0] for e in out]), ("/dev/davinci number", [e[1] for e in out])):
+        if len(set(values)) != len(values):
+            raise _error(capture, INFO, f"duplicate {what} in {sorted(values)}")
+    return sorted(out, key=lambda entry: entry[0])
+
+
+def _device(index: int, davinci: int, chip: _Chip, driver: str | None) -> Device:
+    healthy = chip.health == "OK"
+    return Device(
+        vendor=VENDOR,
+        model=chip.name,
+        index=index,
+        file=f"/dev/davinci{davinci}",
+        memory_mib=chip.memory_mib,
+        pci_bus_id=chip.bus_id,
+        tool_id=f"npu{chip.npu_id}-chip{chip.chip_id}",
+        health=Health.OK if healthy else Health.UNHEALTHY,
+        health_reason=None if healthy else f"npu-smi Health={chip.health}",
+        driver_version=driver,
+    )
+
+
+def _label_map(capture: Capture, topo: _Topo, numbered: list[tuple[int, int, _Chip]]) -> dict[int, int]:
+    """Topology label k -> device index: logical ids first, NPU ids of one-chip NPUs second."""
+    labels = set(topo.labels)
+    if labels == {index for index, _, _ in numbered}:
+        return {label: label for label in labels}
+    by_npu = {chip.npu_id: index for index, _, chip in numbered}
+    if len(by_npu) == len(numbered) and labels == set(by_npu):
+        return by_npu
+    listed = f"{len(labels)} NPUs (NPU{min(labels)}..NPU{max(labels)})"
+    message = (
+        f"matrix lists {listed}, matching neither the logical ids nor the NPU ids of `npu-smi info` "
+        f"({len(numbered)} chips; truncated, or captured on another node?)"
+    )
+    raise _error(capture, TOPO, message)
+
+
+def _with_topology(devices: list[Device], topo: _Topo, label_map: dict[int, int]) -> list[Device]:
+    by_index = {label_map[label]: label for label in topo.labels}
+    out = []
+    for device in devices:
+        label = by_index[device.index]
+        links = tuple(Link(peer=label_map[p], kind="hccs") for p in topo.hccs[label])
+        links = tuple(sorted(links, key=lambda link: link.peer))
+        out.append(replace(device, links=links, cores=topo.affinity[label]))
+    return out
+
+
+def _classify(capture: Capture) -> str:
+    """'info' or 'topo' by content; ParseError for anything else."""
+    lines = _nonblank(capture)
+    if not lines:
+        raise _error(capture, "npu-smi", "empty capture")
+    if any(_DEVICE_HEADER.match(line.text) for line in lines):
+        return "info"
+    first = lines[0].text.split()
+    if (first and _NPU_LABEL.fullmatch(first[0])) or lines[0].text.strip().startswith(_UNSUPPORTED):
+        return "topo"
+    raise _error(capture, "npu-smi", "neither `npu-smi info` nor `npu-smi info -t topo` output", lines[0])
+
+
+@register_vendor("ascend")
+class AscendVendor(Vendor):
+    """Huawei Ascend NPUs (910B, 910 dual-die, 310P, 310B) via `npu-smi`."""
+
+    tools = ("npu-smi",)
+    visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+    memory_capture_hint = "npu-smi info -t memory -i <NPU id>"
+
+    def affinity(self) -> int:
+        """npu-smi on PATH or a /dev/davinciN node present (no device I/O)."""
+        if self.unavailable_reason:
+            return -1
+        return 1 if shutil.which("npu-smi") or glob.glob("/dev/davinci[0-9]*") else 0
+
+    def commands(self) -> list[list[str]]:
+        """The device table (with memory for every chip) and the topology matrix."""
+        return [list(INFO_ARGV), list(TOPO_ARGV)]
+
+    def probe(self) -> list[Device]:
+        """Live discovery; a failing topology query only costs links and CPU affinity."""
+        captures = [Capture(INFO, proc.run(INFO_ARGV))]
+        try:
+            captures.append(Capture(TOPO, proc.run(TOPO_ARGV)))
+        except ToolError as e:
+            logger.warning("%s failed, devices get no HCCS links or CPU affinity: %s", TOPO, e)
+        return self.parse(captures)
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        """Devices from one `npu-smi info` capture, plus links and cores from an optional topo capture."""
+        try:
+            return self._parse(captures)
+        except (KeyError, IndexError, ValueError) as e:  # a parser bug must still read as a ParseError
+            source = captures[0].source if captures else "<none>"
+            raise ParseError(
+                VENDOR, "npu-smi", f"unexpected content ({type(e).__name__}: {e})", source
+            ) from e
+
+    def _parse(self, captures: Sequence[Capture]) -> list[Device]:
+        if not captures:
+            raise _error(Capture("<none>", ""), INFO, "no captures: capture `npu-smi info`")
+        found: dict[str, Capture] = {}
+        for capture in captures:
+            kind = _classify(capture)
+            if kind in found:
+                raise _error(capture, "npu-smi", f"two {kind} captures ({found[kind].source} and this one)")
+            found[kind] = capture
+        if "info" not in found:
+            message = "the topology matrix alone has no devices: also capture `npu-smi info`"
+            raise _error(found["topo"], TOPO, message)
+        info = found["info"]
+        table = _parse_info(info)
+        numbered = _numbers(info, table)
+        devices = [_device(index, davinci, chip, table.driver_version) for index, davinci, chip in numbered]
+        if "topo" not in found:
+            return devices
+        topo = _parse_topo(found["topo"])
+        if not topo.labels:
+            return devices
+        return _with_topology(devices, topo, _label_map(found["topo"], topo, numbered))

@@ -1,0 +1,112 @@
+"""The real slurmd accepts what `gres render` produced, and jobs land where their GRES say."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero import hostlist, inventory
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.render.context import gres_size, rendered_devices
+from slurm_hetero.vendors import get_vendor
+from tests.integration.conftest import slurm
+
+
+def expected_nodes(path: Path) -> dict[str, list]:
+    return {host: rendered_devices(node) for node in inventory.load(path).nodes
+            for host in hostlist.expand(node.name)}
+
+
+def scontrol_nodes() -> dict[str, dict[str, str]]:
+    nodes = {}
+    for line in slurm("scontrol", "show", "node", "-d", "-o").splitlines():
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        nodes[fields["NodeName"]] = fields
+    return nodes
+
+
+def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path) -> None:
+    reported = scontrol_nodes()
+    expected = expected_nodes(dev_cluster)
+    assert set(reported) == set(expected)
+    for name, devices in expected.items():
+        fields = reported[name]
+        assert fields["State"] == "IDLE", (name, fields.get("Reason"))
+        per_type: dict[str, int] = {}
+        for d in devices:
+            per_type[d.type] = per_type.get(d.type, 0) + 1
+        gres = [g.split("(")[0] for g in fields["Gres"].split(",")]
+        want = [f"gpu:{t}:{n}" for t, n in per_type.items()]
+        want += [f"gpumem:{gres_size(sum(d.memory_mib for d in devices))}", f"gpucore:{100 * len(devices)}"]
+        assert gres == want, name
+
+
+def test_unhealthy_devices_are_not_given_to_slurm(dev_cluster: Path) -> None:
+    sick = [(n.name, d) for n in inventory.load(dev_cluster).nodes for d in n.devices if d.health != "ok"]
+    if not sick:
+        pytest.skip("no unhealthy device in the generated inventory")
+    reported = scontrol_nodes()
+    for name, _ in sick:
+        if name in reported:
+            assert reported[name]["State"] == "IDLE"
+
+
+def _submit(gres: str, out: Path) -> str:
+    script = ("#!/bin/bash\necho NODE=$SLURMD_NODENAME\necho CUDA=$CUDA_VISIBLE_DEVICES\n"
+              "echo STEP=$SLURM_STEP_GPUS\necho JOB=$SLURM_JOB_GPUS\nenv | grep _VISIBLE_ | sort\n")
+    return slurm("sbatch", "--parsable", f"--gres={gres}", "-o", str(out), "--wrap", script).strip()
+
+
+def _wait(job_ids: list[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not slurm("squeue", "-h", "-j", ",".join(job_ids), "-o", "%A", check=False).strip():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"jobs {job_ids} did not finish in {timeout}s")
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(dev_cluster: Path, tmp_path: Path) -> None:
+    nodes = expected_nodes(dev_cluster)
+    types = sorted({d.type for devices in nodes.values() for d in devices})
+    jobs = {t: _submit(f"gpu:{t}:1", tmp_path / f"{t}.out") for t in types}
+    two = next(t for t in types if sum(d.type == t for ds in nodes.values() for d in ds) >= 2)
+    jobs["pair"] = _submit(f"gpu:{two}:2", tmp_path / "pair.out")
+    _wait(list(jobs.values()))
+    for t in types:
+        env = _read_env(tmp_path / f"{t}.out")
+        devices = nodes[env["NODE"]]
+        assert t in {d.type for d in devices}, (t, env["NODE"])
+        assert env["CUDA"] == env["JOB"] and env["CUDA"].isdigit()
+        device = devices[int(env["JOB"])]
+        assert device.type == t
+        vendor = get_vendor(device.vendor)
+        if vendor.visible_devices_env:
+            assert env[vendor.visible_devices_env] == vendor.visible_id(device), (t, env)
+    pair = _read_env(tmp_path / "pair.out")
+    assert len(pair["CUDA"].split(",")) == 2
+
+
+def test_ascend_job_sees_ascend_rt_visible_devices_of_its_allocation(dev_cluster: Path) -> None:
+    nodes = expected_nodes(dev_cluster)
+    node, devices = next((n, ds) for n, ds in nodes.items() if ds and ds[0].vendor == "ascend" and len(ds) >= 3)
+    t = devices[0].type
+    out = slurm("srun", "-w", node, f"--gres=gpu:{t}:3", "bash", "-c",
+                "echo $SLURM_STEP_GPUS/$ASCEND_RT_VISIBLE_DEVICES")
+    step, visible = out.strip().split("/")
+    assert visible == ",".join(str(devices[int(i)].index) for i in step.split(","))
+    assert len(visible.split(",")) == 3
+
+
+def test_catalog_knows_every_type_slurm_reports(dev_cluster: Path) -> None:
+    catalog = load_catalog()
+    for fields in scontrol_nodes().values():
+        for part in fields["Gres"].split(","):
+            if part.startswith("gpu:"):
+                assert catalog.by_type(part.split(":")[1]) is not None

@@ -1,0 +1,117 @@
+"""The admin workflow through the CLI: discover -> merge -> render -> --check, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero.cli import cli
+from slurm_hetero.slurm.gresconf import parse_gres_conf
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_render_writes_both_files_then_check_is_clean(tmp_path: Path) -> None:
+    code, _, err = run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path))
+    assert code == 0, err
+    devices = [e for e in parse_gres_conf((tmp_path / "gres.conf").read_text()) if e.name == "gpu"]
+    assert len(devices) == 14
+    assert "GresTypes=gpu,gpumem,gpucore" in (tmp_path / "slurm-nodes.conf").read_text()
+    code, out, _ = run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path), "--check")
+    assert (code, out) == (0, "")
+
+
+def test_check_prints_a_diff_and_exits_1_and_rerender_keeps_a_backup(tmp_path: Path) -> None:
+    run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path))
+    gres = tmp_path / "gres.conf"
+    gres.write_text(gres.read_text().replace("Cores=0-3", "Cores=0-1"))
+    code, out, _ = run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path), "--check")
+    assert code == 1 and out.startswith("--- ") and "-NodeName=a100n1" in out and "+NodeName=a100n1" in out
+    edited = gres.read_text()
+    code, _, _ = run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path))
+    assert code == 0
+    backups = list(tmp_path.glob("gres.conf.*.bak"))
+    assert len(backups) == 1 and backups[0].read_text() == edited
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_json_summary(tmp_path: Path) -> None:
+    code, out, _ = run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path), "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["nodes"] == 3 and summary["shapes"] == 3
+
+
+BAD_INVENTORIES = {
+    "malformed.yaml": ("version: 1\nnodes: [ {name: a\n", "malformed YAML"),
+    "novendor.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: acme, model: X1, index: 0, "
+                      "file: /dev/x0, memory_mib: 1024}\n", "unknown vendor 'acme'"),
+    "nomodel.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: NVIDIA Z9000, "
+                     "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n", "unknown nvidia model 'NVIDIA Z9000'"),
+    "notype.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: X, type: z9000, "
+                    "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n", "unknown device type 'z9000'"),
+    "empty-node.yaml": ("version: 1\nnodes:\n- name: a\n  devices: []\n", "node a has no devices"),
+    "badversion.yaml": ("version: 7\nnodes: []\n", "invalid inventory at version"),
+    "badfield.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: X, index: -1, "
+                      "file: /dev/nvidia0}\n", "invalid inventory at nodes[0].devices[0].index"),
+    "dupindex.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, "
+                      "index: 0, file: /dev/nvidia0}\n  - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, index: 0, "
+                      "file: /dev/nvidia1}\n", "device index listed twice"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INVENTORIES))
+def test_bad_inventories_fail_with_one_line_and_leave_configs_alone(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "etc"
+    run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(out))
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    text, expected = BAD_INVENTORIES[name]
+    (tmp_path / name).write_text(text)
+    code, stdout, stderr = run("gres", "render", "--inventory", str(tmp_path / name), "--out", str(out))
+    assert code == 1
+    assert stderr.startswith("slurm-hetero: ") and stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert expected in stderr
+    assert {p.name: p.read_text() for p in out.iterdir()} == before
+
+
+def test_missing_inventory_file(tmp_path: Path) -> None:
+    code, _, err = run("gres", "render", "--inventory", str(tmp_path / "nope.yaml"), "--out", str(tmp_path))
+    assert code == 1 and "no such inventory file" in err
+
+
+def test_unwritable_output_directory(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, _, err = run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(blocker / "etc"))
+    assert code == 1 and err.startswith("slurm-hetero: ") and "cannot create output directory" in err
+    assert blocker.read_text() == "not a directory"
+
+
+def test_verbose_shows_the_cause(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("version: 1\nnodes: [\n")
+    result = CliRunner().invoke(cli, ["-v", "gres", "render", "--inventory", str(tmp_path / "bad.yaml"),
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 1 and "Traceback" in result.stderr
+
+
+def test_merge_folds_identical_nodes_and_rejects_duplicates(tmp_path: Path) -> None:
+    import yaml
+
+    node = yaml.safe_load(EXAMPLE.read_text())["nodes"][1]
+    lines = [json.dumps({"version": 1, "nodes": [dict(node, name=f"l40s-{i:02d}")]}) for i in range(1, 9)]
+    (tmp_path / "nodes.jsonl").write_text("\n".join(lines) + "\n")
+    code, out, err = run("inventory", "merge", str(tmp_path / "nodes.jsonl"))
+    assert code == 0, err
+    merged = yaml.safe_load(out)
+    assert [n["name"] for n in merged["nodes"]] == ["l40s-[01-08]"]
+    (tmp_path / "again.jsonl").write_text(lines[2] + "\n")
+    code, _, err = run("inventory", "merge", str(tmp_path / "nodes.jsonl"), str(tmp_path / "again.jsonl"))
+    assert code == 1 and "node l40s-03 appears in " in err and "nodes.jsonl:3 and in " in err

@@ -1,0 +1,153 @@
+"""gres render: golden files for the bundled example, a render -> parse round trip, folding."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_hetero import hostlist, inventory
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.model import ClusterInventory, Device, Health, Link, NodeInventory
+from slurm_hetero.render.context import RenderOptions, build_context, rendered_devices
+from slurm_hetero.render.templates import render_configs
+from slurm_hetero.slurm.gresconf import parse_gres_conf
+from tests.conftest import REPO
+
+EXAMPLES = REPO / "gres_conf" / "examples"
+
+
+def render(inv: ClusterInventory, **options: object) -> dict[str, str]:
+    context = build_context(inv, load_catalog(), RenderOptions(**options))  # type: ignore[arg-type]
+    context["source"] = "test"
+    return render_configs(context)
+
+
+def node_lines(text: str) -> dict[str, dict[str, str]]:
+    """NodeName lines of slurm-nodes.conf, expanded per host."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("NodeName="):
+            fields = dict(tok.split("=", 1) for tok in line.split())
+            for host in hostlist.expand(fields["NodeName"]):
+                out[host] = fields
+    return out
+
+
+def test_bundled_example_matches_golden(update_golden: bool) -> None:
+    for source in sorted(EXAMPLES.glob("*.yaml")):
+        inv = inventory.load(source)
+        context = build_context(inv, load_catalog(), RenderOptions())
+        context["source"] = source.name
+        for name, text in render_configs(context).items():
+            golden = source.with_name(f"{source.stem}.{name}.example")
+            if update_golden:
+                golden.write_text(text)
+            assert text == golden.read_text(), f"{golden} differs; review and run pytest --update-golden"
+
+
+def _spec_strategy() -> st.SearchStrategy:
+    specs = [s for s in load_catalog().specs if not s.compare_only]
+    return st.sampled_from(specs)
+
+
+@st.composite
+def nodes(draw: st.DrawFn, position: int) -> NodeInventory:
+    count = draw(st.integers(1, 8))
+    spec = draw(_spec_strategy())
+    mixed = draw(_spec_strategy()) if draw(st.booleans()) else spec
+    cores = draw(st.sampled_from([None, "0-7", "8-15", "0,2,4"]))
+    devices = []
+    for i in range(count):
+        chosen = spec if i < count // 2 or count == 1 else mixed
+        links = tuple(Link(j, "nvlink", draw(st.integers(1, 18))) for j in range(count)
+                      if j != i and draw(st.booleans()) and draw(st.booleans()))
+        health = Health.UNHEALTHY if draw(st.integers(0, 9)) == 0 else Health.OK
+        devices.append(Device(vendor=chosen.vendor, model=chosen.name, type=chosen.type, index=i,
+                              file=f"/dev/accel{i}", memory_mib=chosen.memory_mib, cores=cores,
+                              links=links, health=health))
+    # links only between devices of the same vendor (peer is a per-vendor index)
+    devices = [dataclasses.replace(d, links=tuple(l for l in d.links if devices[l.peer].vendor == d.vendor))
+               for d in devices]
+    return NodeInventory(name=f"node{position:03d}", devices=tuple(devices), cpus=draw(st.sampled_from([8, 64])))
+
+
+@st.composite
+def inventories(draw: st.DrawFn) -> ClusterInventory:
+    count = draw(st.integers(1, 6))
+    distinct = [draw(nodes(i)) for i in range(count)]
+    copies = [dataclasses.replace(n, name=f"copy{i:03d}") for i, n in enumerate(distinct) if draw(st.booleans())]
+    return ClusterInventory(nodes=tuple(distinct + copies))
+
+
+def _expected(node: NodeInventory, include_unhealthy: bool) -> list[tuple]:
+    devices = rendered_devices(node, include_unhealthy)
+    rows = []
+    for d in devices:
+        counts = {l.peer: l.count for l in d.links}
+        row = [-1 if o is d else (counts.get(o.index, 0) if o.vendor == d.vendor else 0) for o in devices]
+        links = ",".join(map(str, row)) if any(c > 0 for c in row) else None
+        rows.append((d.type, d.file, d.cores, links))
+    return rows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inv=inventories(), include_unhealthy=st.booleans())
+def test_render_then_parse_gives_the_same_devices(inv: ClusterInventory, include_unhealthy: bool) -> None:
+    files = render(inv, include_unhealthy=include_unhealthy)
+    parsed: dict[str, list[tuple]] = {}
+    for e in parse_gres_conf(files["gres.conf"]):
+        if e.name == "gpu":
+            parsed.setdefault(e.node or "", []).append((e.type, e.file, e.cores, e.links))
+    declared = node_lines(files["slurm-nodes.conf"])
+    for node in inv.nodes:
+        expected = _expected(node, include_unhealthy)
+        assert parsed.get(node.name, []) == expected
+        gres = declared[node.name].get("Gres", "")
+        per_type: dict[str, int] = {}
+        for t, *_ in expected:
+            per_type[t] = per_type.get(t, 0) + 1
+        assert [g for g in gres.split(",") if g.startswith("gpu:")] == [f"gpu:{t}:{n}" for t, n in per_type.items()]
+
+
+def test_identical_nodes_fold_into_one_line() -> None:
+    base = inventory.load(EXAMPLES / "mixed.yaml").nodes[0]
+    many = ClusterInventory(nodes=tuple(dataclasses.replace(base, name=f"gpu-{i:03d}") for i in range(1, 513)))
+    files = render(many)
+    node_line = [line for line in files["slurm-nodes.conf"].splitlines() if line.startswith("NodeName=")]
+    assert len(node_line) == 1 and node_line[0].startswith("NodeName=gpu-[001-512] ")
+    assert all(line.startswith("NodeName=gpu-[001-512] ") for line in files["gres.conf"].splitlines()
+               if line.startswith("NodeName="))
+
+
+def test_unhealthy_devices_are_left_out_unless_asked() -> None:
+    node = inventory.load(EXAMPLES / "mixed.yaml").nodes[1]
+    sick = dataclasses.replace(node.devices[1], health=Health.UNHEALTHY, health_reason="xid 79")
+    inv = ClusterInventory(nodes=(dataclasses.replace(node, devices=(node.devices[0], sick)),))
+    assert "gpu:l40s:1," in render(inv)["slurm-nodes.conf"]
+    assert "gpu:l40s:2," in render(inv, include_unhealthy=True)["slurm-nodes.conf"]
+
+
+def test_binpack_weights_prefer_small_devices_and_spread_uses_lln() -> None:
+    inv = inventory.load(EXAMPLES / "mixed.yaml")
+    lines = node_lines(render(inv)["slurm-nodes.conf"])
+    assert int(lines["l40sn1"]["Weight"]) < int(lines["ascendn1"]["Weight"]) < int(lines["a100n1"]["Weight"])
+    spread = render(inv, policy="spread")["slurm-nodes.conf"]
+    assert {f["Weight"] for f in node_lines(spread).values()} == {"1"}
+    assert "LLN=YES" in spread
+
+
+def test_features_name_vendor_type_memory_interconnect_and_stack() -> None:
+    lines = node_lines(render(inventory.load(EXAMPLES / "mixed.yaml"))["slurm-nodes.conf"])
+    features = lines["a100n1"]["Features"].split(",")
+    for expected in ("nvidia", "a100_80g", "gpumem80g", "nvlink", "nvidia_drv535", "cuda12.2", "ib"):
+        assert expected in features
+
+
+def test_rendered_example_is_parsed_back_by_the_site_parser(tmp_path: Path) -> None:
+    files = render(inventory.load(EXAMPLES / "mixed.yaml"))
+    entries = parse_gres_conf(files["gres.conf"])
+    assert sum(1 for e in entries if e.name == "gpu") == 14
+    assert {e.node for e in entries} == {"a100n1", "l40sn1", "ascendn1"}
