@@ -1,0 +1,116 @@
+"""`slurm-hetero catalog`: the device catalog as a table or JSON, optionally compared.
+
+The rows and the comparison rule live in `slurm_hetero.engine.compare`; this module only selects
+models, checks the command line and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_hetero.catalog import DeviceSpec, load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.engine.compare import compare, spec_row
+from slurm_hetero.errors import ConfigError
+
+Formatter = Callable[[Any], str]
+
+
+def _number(digits: int | None = None) -> Formatter:
+    def fmt(value: Any) -> str:
+        if value is None:
+            return "-"
+        return f"{value:g}" if digits is None else f"{value:.{digits}f}"
+
+    return fmt
+
+
+def _text(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _tflops(row: dict[str, Any]) -> Any:
+    return row["bf16_tflops"] if row["bf16_tflops"] is not None else row["fp16_tflops"]
+
+
+# (header, value getter, formatter, right-aligned)
+Column = tuple[str, Callable[[dict[str, Any]], Any], Formatter, bool]
+
+COLUMNS: list[Column] = [
+    ("TYPE", lambda r: r["type"], _text, False),
+    ("VENDOR", lambda r: r["vendor"], _text, False),
+    ("MEM_GIB", lambda r: r["memory_gib"], _number(), True),
+    ("BW_GB/S", lambda r: r["memory_bandwidth_gbs"], _number(), True),
+    ("BF16/FP16_TFLOPS", _tflops, _number(), True),
+    ("INTERCONNECT", lambda r: r["interconnect"], _text, False),
+    ("LINK_GB/S", lambda r: r["interconnect_gbs"], _number(), True),
+    ("TDP_W", lambda r: r["tdp_w"], _number(), True),
+    ("USD/H", lambda r: r["price_per_hour_usd"], _number(2), True),
+]
+
+COMPARE_COLUMNS: list[Column] = [
+    ("TFLOPS/USD_H", lambda r: r["tflops_per_dollar_hour"], _number(1), True),
+    ("TFLOPS/W", lambda r: r["tflops_per_watt"], _number(2), True),
+    ("BEST_FOR", lambda r: ",".join(r["best_for"]) or None, _text, False),
+]
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
+    """Rows as an aligned text table: numbers right-aligned, missing figures as '-'."""
+    cells = [[fmt(get(row)) for _, get, fmt, _ in columns] for row in rows]
+    widths = [max([len(header), *(len(line[i]) for line in cells)]) for i, (header, *_) in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        aligned = zip(values, widths, columns, strict=True)
+        return "  ".join(v.rjust(w) if col[3] else v.ljust(w) for v, w, col in aligned).rstrip()
+
+    return "\n".join([line([c[0] for c in columns]), *(line(c) for c in cells)])
+
+
+def _checked_dirs(models_dirs: Sequence[Path]) -> list[Path]:
+    for directory in models_dirs:
+        if not directory.is_dir():
+            raise ConfigError("no such models directory; pass a directory of *.yaml files", str(directory))
+    return list(models_dirs)
+
+
+def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceSpec]:
+    known = sorted({s.vendor for s in specs})
+    unknown = [v for v in vendors if v not in known]
+    if unknown:
+        raise ConfigError(
+            f"no models for vendor {', '.join(unknown)}; the catalog has: {', '.join(known)}",
+            key_path="--vendor",
+        )
+    return [s for s in specs if not vendors or s.vendor in vendors]
+
+
+@cli.command("catalog")
+@click.option("--vendor", "vendors", multiple=True, help="Only this vendor's models (repeatable).")
+@click.option(
+    "--compare",
+    "compared",
+    is_flag=True,
+    help="Add TFLOPS per dollar-hour and per watt, and what each device is best for.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@click.option(
+    "--models-dir",
+    "models_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Extra directory of site model files (*.yaml), read after the site dirs (repeatable).",
+)
+def catalog(vendors: tuple[str, ...], compared: bool, as_json: bool, models_dirs: tuple[Path, ...]) -> None:
+    """List the known device models: memory, bandwidth, 16-bit TFLOPS, links, power and price."""
+    specs = _select(load_catalog(_checked_dirs(models_dirs)).specs, vendors)
+    rows = compare(specs) if compared else [spec_row(s) for s in specs]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        click.echo(render_table(rows, COLUMNS + COMPARE_COLUMNS if compared else COLUMNS))

@@ -1,0 +1,1 @@
+"""The pure engine: device comparison, fit, scoring and layout. No I/O."""

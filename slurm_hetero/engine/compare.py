@@ -1,0 +1,150 @@
+"""Compare catalog devices: throughput per dollar and per watt, and what each device is best for.
+
+Pure: `DeviceSpec`s in, plain JSON-ready rows out; numpy does the ranking. Used by
+`slurm-hetero catalog --compare`.
+
+The rule, written down once:
+
+- **Headline throughput** is the dense 16-bit tensor peak: `bf16_tflops`, else `fp16_tflops`.
+- **TFLOPS per dollar-hour** is headline / `price_per_hour_usd`; **TFLOPS per watt** is
+  headline / `tdp_w`.
+- Three workload scores, each computed only when every figure it needs is known:
+
+  ============================  =============================================================
+  ``training``                  large-model training: geometric mean of headline TFLOPS,
+                                memory GiB and interconnect GB/s (compute, room for weights
+                                and optimizer state, gradient/activation exchange)
+  ``llm_inference``             large-model inference: memory GiB x memory bandwidth GB/s
+                                (capacity holds weights and KV cache; decode is bandwidth bound)
+  ``throughput_inference``      high-throughput inference: max(int8 TOPS, fp8 TFLOPS) per
+                                dollar-hour
+  ============================  =============================================================
+
+- A device is **best for** a workload when its score ranks in the top third (``ceil(k / 3)``) of
+  the ``k`` compared devices that have a score for it. A device missing a figure gets no score
+  for that workload, ranks last and never qualifies; ties keep catalog order. Rankings are
+  relative to the devices compared, so filtering by vendor changes them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from slurm_hetero.catalog import DeviceSpec
+
+WORKLOADS: dict[str, str] = {
+    "training": "large-model training",
+    "llm_inference": "large-model inference",
+    "throughput_inference": "high-throughput inference",
+}
+
+SPEC_FIELDS = (
+    "type",
+    "vendor",
+    "name",
+    "memory_gib",
+    "memory_bandwidth_gbs",
+    "bf16_tflops",
+    "fp16_tflops",
+    "fp32_tflops",
+    "int8_tops",
+    "fp8_tflops",
+    "interconnect",
+    "interconnect_gbs",
+    "tdp_w",
+    "price_per_hour_usd",
+    "family",
+    "compare_only",
+    "source",
+)
+
+Row = dict[str, Any]
+Scorer = Callable[[DeviceSpec], float | None]
+
+
+def headline_tflops(spec: DeviceSpec) -> float | None:
+    """Dense 16-bit tensor peak: bf16 when published, else fp16, else None."""
+    return spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
+
+
+def _per(value: float | None, divisor: float | None) -> float | None:
+    if value is None or not divisor:
+        return None
+    return value / divisor
+
+
+def _training(spec: DeviceSpec) -> float | None:
+    figures = (headline_tflops(spec), spec.memory_gib, spec.interconnect_gbs)
+    if any(f is None or f <= 0 for f in figures):
+        return None
+    return math.prod(f for f in figures if f is not None) ** (1 / 3)
+
+
+def _llm_inference(spec: DeviceSpec) -> float | None:
+    if spec.memory_bandwidth_gbs is None:
+        return None
+    return spec.memory_gib * spec.memory_bandwidth_gbs
+
+
+def _throughput_inference(spec: DeviceSpec) -> float | None:
+    low_precision = [v for v in (spec.int8_tops, spec.fp8_tflops) if v is not None]
+    return _per(max(low_precision), spec.price_per_hour_usd) if low_precision else None
+
+
+SCORERS: dict[str, Scorer] = {
+    "training": _training,
+    "llm_inference": _llm_inference,
+    "throughput_inference": _throughput_inference,
+}
+
+
+def spec_row(spec: DeviceSpec) -> Row:
+    """The catalog facts of one device as a JSON-ready dict (missing figures are None)."""
+    return {name: getattr(spec, name) for name in SPEC_FIELDS}
+
+
+def top_third(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """Mask of the scores ranking in the top third of the known ones; NaN ranks last, never wins."""
+    known = int(np.count_nonzero(~np.isnan(scores)))
+    order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
+    mask = np.zeros(len(scores), dtype=bool)
+    mask[order[: math.ceil(known / 3)]] = True
+    return mask
+
+
+def workload_scores(specs: Sequence[DeviceSpec]) -> dict[str, npt.NDArray[np.float64]]:
+    """Score of every device for every workload (NaN where a needed figure is missing)."""
+    return {
+        workload: np.array([_nan(scorer(spec)) for spec in specs], dtype=np.float64)
+        for workload, scorer in SCORERS.items()
+    }
+
+
+def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
+    """Catalog rows extended with per-dollar and per-watt throughput, scores and `best_for`."""
+    scores = workload_scores(specs)
+    winners = {workload: top_third(values) for workload, values in scores.items()}
+    rows = []
+    for i, spec in enumerate(specs):
+        headline = headline_tflops(spec)
+        row = spec_row(spec)
+        row["tflops_16bit"] = headline
+        row["tflops_per_dollar_hour"] = _per(headline, spec.price_per_hour_usd)
+        row["tflops_per_watt"] = _per(headline, spec.tdp_w)
+        row["scores"] = {workload: _none(values[i]) for workload, values in scores.items()}
+        row["best_for"] = [workload for workload in WORKLOADS if winners[workload][i]]
+        rows.append(row)
+    return rows
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _none(value: np.float64) -> float | None:
+    return None if math.isnan(value) else float(value)

@@ -1,0 +1,195 @@
+"""Enflame GCU (S60, i20, T20, ...) through `efsmi`, Enflame's System Management Interface.
+
+Tools and versions parsed: the default `efsmi` text output of EFSMI V1.2 (driver 1.2.0.301 in the
+fixture): an optional dashed banner, then one box whose top border carries a timestamp, a
+`|EFSMI V<x>  Driver Ver: <y>|` line, a two-line header (`DEV NAME | FW VER | BUS-ID ECC` over
+`TEMP Dpm Pwr(Usage/Cap) | Mem GCU Virt | DUsed SN`) and, per device, two rows closed by a
+`+---+` border; `|---|` separates devices.
+
+Fields: `index` is DEV, `model` NAME as printed, `file` `/dev/gcu<DEV>` (Enflame's driver makes one
+character node per card, /dev/gcu0.., next to the codec nodes /dev/gcu<N>vid<M>; the Kubernetes
+device plugin hands out the same /dev/gcuN paths), `pci_bus_id` BUS-ID widened to the sysfs form
+(`00:01:00.0` -> `0000:01:00.0`), `driver_version` from `Driver Ver`. `memory_mib` is the `Mem`
+column: it is the device's total (usable) memory, not usage (usage is `DUsed`, a percentage).
+The fixture shows 49120MiB on the S60 with ECC disabled and 42976MiB on the one with ECC enabled:
+42976 is 7/8 of 49120 (less 4 MiB), the share ECC leaves, so the column reports capacity after ECC.
+`visible_devices_env` is TOPS_VISIBLE_DEVICES.
+
+Strictness: every line of the box must be as wide as its top border, each device block must be
+two complete rows closed by `+---+`, and the box must end on such a border, so output cut inside a
+line or a block is a ParseError.
+
+Fixtures (tests/fixtures/enflame/): `efsmi_2x-enflame-s60_paddle-docs.txt` (PaddlePaddle docs).
+
+Known gaps: efsmi prints no device count, so output cut exactly after a complete device block
+cannot be told from a node with fewer cards; no health (Dpm Sleep/Active is a power state, not a
+fault), no UUID (SN is kept nowhere: Device has no serial field), no NUMA/CPU affinity or links;
+`efsmi -q` (the detailed query) is not parsed for lack of a documented capture.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+from collections.abc import Sequence
+
+from slurm_hetero.model import Capture, Device
+from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors.base import Vendor
+
+TOOL = "efsmi"
+
+_TOP = re.compile(r"^\+.*-{10,}\+$")
+_CLOSE = re.compile(r"^\+-+\+$")
+_SEPARATOR = re.compile(r"^\|-+\|$")
+_VERSION = re.compile(r"^\|\s*EFSMI\s+V(\S+)\s+Driver Ver:\s*(\S+)\s*\|$")
+_BANNER = re.compile(r"^-{3,}.*-{3,}$|^-+$")
+_ROW1 = re.compile(r"^(\d+)\s+(\S.*)$")
+_BUS = re.compile(r"^(?:([0-9a-fA-F]{2,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_MEM = re.compile(r"^(\d+)\s*MiB\b")
+
+Lines = list[tuple[int, str]]
+
+
+class _Bad(Exception):
+    """A parse failure at one line; `EnflameVendor.parse` turns it into a ParseError."""
+
+    def __init__(self, message: str, line_no: int | None = None, line: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.line_no, self.line = message, line_no, line
+
+
+def _numbered(text: str) -> Lines:
+    return [(n, line.rstrip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def _cells(n: int, line: str, count: int) -> list[str]:
+    cells = [cell.strip() for cell in line[1:-1].split("|")]
+    if not (line.startswith("|") and line.endswith("|")) or len(cells) != count:
+        raise _Bad(f"expected a row of {count} cells", n, line)
+    return cells
+
+
+def _box(lines: Lines) -> Lines:
+    """The lines of the box after the banner, each checked to be as wide as its top border."""
+    start = next((i for i, (_, line) in enumerate(lines) if line.startswith("+")), None)
+    if start is None:
+        raise _Bad("no box after the efsmi banner (output cut short?)", *lines[-1])
+    for n, line in lines[:start]:
+        if not _BANNER.match(line):
+            raise _Bad("unexpected line before the efsmi box", n, line)
+    box = lines[start:]
+    width = len(box[0][1])
+    if not _TOP.match(box[0][1]):
+        raise _Bad("expected the box's top border", *box[0])
+    for n, line in box:
+        if len(line) != width:
+            raise _Bad(f"line is {len(line)} characters wide, the box {width} (output cut short?)", n, line)
+    return box
+
+
+def _header(box: Lines) -> tuple[str, int]:
+    """The driver version, and where the device blocks start (after the header and its separator)."""
+    version = _VERSION.match(box[1][1]) if len(box) > 1 else None
+    if not version:
+        where = box[min(1, len(box) - 1)]
+        raise _Bad("expected '|EFSMI V<version>  Driver Ver: <version>|' under the top border", *where)
+    for i in range(2, len(box) - 1):
+        if "BUS-ID" in box[i][1] and "Mem" in box[i + 1][1]:
+            if i + 2 >= len(box) or not _SEPARATOR.match(box[i + 2][1]):
+                raise _Bad("expected a separator under the column header", *box[min(i + 2, len(box) - 1)])
+            return version.group(2), i + 3
+    raise _Bad("no 'DEV NAME | FW VER | BUS-ID' header in the box", *box[-1])
+
+
+def _blocks(box: Lines, start: int) -> list[Lines]:
+    """Two rows per device, each block closed by `+---+`; `|---|` lines only between blocks."""
+    blocks: list[Lines] = [[]]
+    for n, line in box[start:]:
+        if _CLOSE.match(line):
+            if len(blocks[-1]) != 2:
+                raise _Bad(f"a device block of {len(blocks[-1])} rows, expected 2", n, line)
+            blocks.append([])
+        elif _SEPARATOR.match(line):
+            if blocks[-1]:
+                raise _Bad("a separator inside a device block", n, line)
+        else:
+            blocks[-1].append((n, line))
+    if blocks[-1]:
+        raise _Bad("the last device block has no closing '+---+' border (output cut short?)", *blocks[-1][-1])
+    return blocks[:-1]
+
+
+def _bus_id(text: str, n: int, line: str) -> str:
+    m = _BUS.match(text)
+    if not m:
+        raise _Bad(f"BUS-ID {text!r} is not a PCI address", n, line)
+    domain, bus, dev, fn = m.groups()
+    return f"{int(domain or '0', 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
+def _device(block: Lines, driver: str) -> Device:
+    (n1, row1), (n2, row2) = block
+    ident, _firmware, bus = _cells(n1, row1, 3)
+    _power, memory, _usage = _cells(n2, row2, 3)
+    m = _ROW1.match(ident)
+    if not m:
+        raise _Bad("expected '<DEV> <NAME>' in the first cell", n1, row1)
+    mem = _MEM.match(memory)
+    if not mem or int(mem.group(1)) <= 0:
+        raise _Bad(f"Mem {memory!r} is not '<n>MiB'", n2, row2)
+    index = int(m.group(1))
+    return Device(
+        vendor="enflame",
+        model=m.group(2).strip(),
+        index=index,
+        file=f"/dev/gcu{index}",
+        memory_mib=int(mem.group(1)),
+        pci_bus_id=_bus_id(bus.split()[0] if bus else "", n1, row1),
+        driver_version=driver,
+    )
+
+
+def _parse_text(text: str) -> list[Device]:
+    box = _box(_numbered(text))
+    driver, start = _header(box)
+    blocks = _blocks(box, start)
+    if not blocks:
+        raise _Bad("the efsmi box lists no device", *box[-1])
+    devices = [_device(block, driver) for block in blocks]
+    indexes = [d.index for d in devices]
+    if len(set(indexes)) != len(indexes):
+        raise _Bad(f"DEV numbers {indexes} repeat", *box[start])
+    return sorted(devices, key=lambda d: d.index)
+
+
+@register_vendor("enflame")
+class EnflameVendor(Vendor):
+    tools = (TOOL,)
+    visible_devices_env = "TOPS_VISIBLE_DEVICES"
+
+    def affinity(self) -> int:
+        """The tool on PATH, or Enflame device nodes present (then a missing tool is reported)."""
+        return 1 if shutil.which(TOOL) or glob.glob("/dev/gcu[0-9]*") else 0
+
+    def commands(self) -> list[list[str]]:
+        return [[TOOL]]
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        if len(captures) != 1:
+            where = captures[1] if captures else Capture("<none>", "")
+            raise self.parse_error(where, f"expected one efsmi output, got {len(captures)} captures")
+        capture = captures[0]
+        lines = _numbered(capture.text)
+        if not any("EFSMI" in line or "Enflame System Management Interface" in line for _, line in lines):
+            first = lines[0] if lines else (None, None)
+            raise self.parse_error(
+                capture,
+                "not efsmi output (no 'Enflame System Management Interface' banner or 'EFSMI' version line)",
+                *first,
+            )
+        try:
+            return _parse_text(capture.text)
+        except _Bad as e:
+            raise self.parse_error(capture, e.message, e.line_no, e.line) from None

@@ -1,0 +1,367 @@
+"""Intel Data Center GPU Max / Flex through `xpu-smi`, the stand-alone CLI of Intel XPU Manager.
+
+Tools and versions parsed (text output, as printed by xpu-smi 1.x in Intel's user guide
+intel/xpumanager `doc/smi_user_guide.md` @57e44f5; the keys of later releases, `SOC UUID` and
+`DRM Device`, are accepted too):
+- `xpu-smi discovery`: the boxed device table (Device Name, UUID, PCI BDF Address, Function Type).
+  It has no memory size: `memory_mib` stays None and the catalog fills it from the model.
+- `xpu-smi discovery -d N`: the same box for one device with every property (Memory Physical
+  Size, Driver Version, Number of Tiles, Xe Link ports, ...). Live discovery runs it once per
+  device listed by the table (see `IntelVendor.probe`).
+- `xpu-smi topology -m`: the CPU/GPU matrix over tiles, labelled `GPU <card>/<tile>`.
+Captures are recognised by content and merged by xpu-smi Device ID; a key shown twice with two
+values is an error. A topology matrix alone is an error naming the missing discovery capture,
+and so is a matrix whose cards differ from the devices the discovery lists.
+
+Decisions:
+- One Slurm device per card, never per tile. A Max 1550 card has two tiles (`GPU 0/0`, `GPU 0/1`)
+  that Level Zero can address as `ZE_AFFINITY_MASK=0.1`, but both sit behind one DRM render node,
+  so cgroup device isolation (what `File=` buys) can only hand out whole cards; Slurm's own
+  `AutoDetect=oneapi` also lists one GRES per card. Jobs may still split their card by tile.
+- `file` is `/dev/dri/renderD<128+N>`: Level Zero compute opens the render node, so binding it is
+  what confines a job to its cards (the `cardN` node that AutoDetect=oneapi lists is the display
+  node). This assumes xpu-smi numbers cards in the kernel's render-minor order (both follow PCI
+  order) and that no other render-capable DRM device comes first; a server BMC's VGA (ast) has no
+  render node, but an AMD GPU or an Intel iGPU in the same node would shift the numbers.
+- Links: `XL<n>` means the two tiles are joined directly by Xe Link with n lanes; `XL*` means
+  they reach each other through Xe Link plus the in-package MDF, not directly. A card's link to a
+  peer card is `Link(kind="xelink", count=<lanes>)` where lanes sums the direct tile pairs
+  (2 x XL16 = 32 in the fixture's two-card, two-tile matrix); `XL*`, `MDF` and PCIe paths add none.
+- `cores` is the card's `CPU Affinity` as printed. It is the PCI device's local CPU list, so all
+  tiles of a card must show the same one; a difference is an error (it is how a matrix cut inside
+  its last row shows).
+
+Fixtures (tests/fixtures/intel/): `xpu-smi-discovery_intel-0x020a.txt`,
+`xpu-smi-discovery-d_intel-0x020a-detail.txt` (one 2-tile device, from Intel's guide) and
+`xpu-smi-topology-m_2card-2tile_xelink.txt` (a 2-card matrix from the same guide: with the
+1-device discovery it is an error case; tests/unit/test_vendor_intel.py pairs it with a 2-card table).
+
+Known gaps: no health (xpu-smi discovery shows none; `xpu-smi health` is not parsed); no NUMA
+node (the matrix shows CPU lists only); the render-node numbering above is an assumption, not
+read from sysfs; SR-IOV virtual functions (`Function Type: virtual`) get `partition_mode:
+sriov-vf` but their render nodes follow the same rule; `--dump` CSV and `-j` JSON outputs are
+not parsed; with one tile per card, a matrix cut inside the last row's CPU list still looks whole
+(with two tiles per card the tiles' lists must agree, which catches it); the discovery table has no
+device count, so a table cut exactly after a complete device group reads as a node with fewer cards
+(a topology matrix given with it catches that).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from slurm_hetero import proc
+from slurm_hetero.errors import ToolError
+from slurm_hetero.model import Capture, Device, Link
+from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors.base import Vendor
+
+logger = logging.getLogger(__name__)
+
+TOOL = "xpu-smi"
+RENDER_MINOR_BASE = 128
+
+_A = TypeVar("_A")
+_T = TypeVar("_T")
+_BORDER = re.compile(r"^\+-+\+-+\+$")
+_ROW = re.compile(r"^\|([^|]*)\|(.*)\|$")
+_TOPO_LABEL = re.compile(r"^GPU (\d+)(?:/(\d+))?$")
+_TOPO_TOKEN = re.compile(r"^(S|MDF|XL\*|XL(\d+)|PIX|PXB|PHB|NODE|SYS|N/A)$")
+_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*(MiB|GiB)$")
+_UNITS_MIB = {"MiB": 1, "GiB": 1024}
+
+Lines = list[tuple[int, str]]
+
+
+class _Bad(Exception):
+    """A parse failure inside one capture; `IntelVendor` turns it into a ParseError naming the capture."""
+
+    def __init__(self, message: str, line_no: int | None = None, line: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.line_no, self.line = message, line_no, line
+
+
+@dataclass
+class _Record:
+    """One xpu-smi Device ID with its `Key: Value` properties, merged over discovery captures."""
+
+    device_id: int
+    line_no: int
+    props: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Topology:
+    """What the matrix says per card: local CPUs and direct Xe Link lanes to each peer card."""
+
+    cards: tuple[int, ...]
+    cores: dict[int, str]
+    lanes: dict[int, dict[int, int]]
+
+
+def _numbered(text: str) -> Lines:
+    """Non-blank lines with their 1-based numbers, trailing whitespace removed."""
+    return [(n, line.rstrip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+# -- discovery box ---------------------------------------------------------------------------
+def _parse_discovery(text: str) -> list[_Record]:
+    """The boxed `xpu-smi discovery [-d N]` table: one record per group between borders."""
+    lines = _numbered(text)
+    width = len(lines[0][1])
+    for n, line in lines:
+        if len(line) != width:
+            raise _Bad(f"line is {len(line)} characters wide, the table {width} (output cut short?)", n, line)
+    head = _ROW.match(lines[1][1]) if len(lines) > 2 else None
+    if not head or head.group(1).strip().lower() != "device id" or not _BORDER.match(lines[2][1]):
+        n, line = lines[min(1, len(lines) - 1)]
+        raise _Bad("expected the 'Device ID | Device Information' header between borders", n, line)
+    if not _BORDER.match(lines[-1][1]):
+        raise _Bad("the table has no closing border (output cut short?)", *lines[-1])
+    groups: list[Lines] = [[]]
+    for n, line in lines[3:]:
+        if _BORDER.match(line):
+            groups.append([])
+        else:
+            groups[-1].append((n, line))
+    records = [_parse_group(group) for group in groups if group]
+    if not records:
+        raise _Bad("the discovery table lists no device", *lines[-1])
+    return records
+
+
+def _parse_group(group: Lines) -> _Record:
+    """Rows of one device: the first names its id, the rest carry `Key: Value` (or wrap one)."""
+    record: _Record | None = None
+    key = ""
+    for n, line in group:
+        row = _ROW.match(line)
+        if not row:
+            raise _Bad("expected a table row", n, line)
+        id_cell, info = row.group(1).strip(), row.group(2).strip()
+        if record is None:
+            if not id_cell.isdigit():
+                raise _Bad(f"expected a device id, found {id_cell!r}", n, line)
+            record = _Record(int(id_cell), n)
+        elif id_cell:
+            raise _Bad("a second device id without a border before it", n, line)
+        name, sep, value = info.partition(": ")
+        if sep and name.strip():
+            key = name.strip()
+            record.props[key] = value.strip()
+        elif info and key:  # xpu-smi wraps a long value onto the next row
+            record.props[key] += info
+        elif info:
+            raise _Bad("expected 'Key: Value'", n, line)
+    assert record is not None  # groups are never empty
+    return record
+
+
+# -- topology matrix -------------------------------------------------------------------------
+def _split(line: str) -> list[str]:
+    return [cell.strip() for cell in line.split("|")]
+
+
+def _parse_labels(n: int, line: str) -> tuple[list[tuple[int, int]], bool]:
+    """Column labels `GPU c/t` (or `GPU c`) as (card, tile), and whether a CPU Affinity column follows."""
+    cells = _split(line)
+    with_affinity = cells[-1] == "CPU Affinity"
+    out = []
+    for label in cells[:-1] if with_affinity else cells:
+        m = _TOPO_LABEL.match(label)
+        if not m:
+            raise _Bad(f"unexpected column label {label!r}", n, line)
+        out.append((int(m.group(1)), int(m.group(2) or 0)))
+    return out, with_affinity
+
+
+def _parse_topology(text: str) -> _Topology:
+    """`xpu-smi topology -m`: one row per column, in the header's order, S on the diagonal."""
+    lines = _numbered(text)
+    labels, with_affinity = _parse_labels(*lines[0])
+    if len(lines) - 1 != len(labels):
+        raise _Bad(
+            f"header names {len(labels)} GPUs but {len(lines) - 1} rows follow (output cut short?)",
+            *lines[-1],
+        )
+    cores: dict[int, str] = {}
+    lanes: dict[int, dict[int, int]] = {}
+    for row, (n, line) in enumerate(lines[1:]):
+        cells = _split(line)
+        if len(cells) != 1 + len(labels) + with_affinity:
+            raise _Bad(f"row has {len(cells)} cells, expected {1 + len(labels) + with_affinity}", n, line)
+        card, tile = labels[row]
+        if cells[0] not in (f"GPU {card}/{tile}", f"GPU {card}"):
+            raise _Bad(f"row label {cells[0]!r} does not match column {row}", n, line)
+        _add_lanes(lanes.setdefault(card, {}), cells[1 : 1 + len(labels)], labels, row, (n, line))
+        if with_affinity:
+            _check_cpu_list(cells[-1], n, line)
+            if cores.setdefault(card, cells[-1]) != cells[-1]:
+                raise _Bad(
+                    f"tiles of card {card} show CPU affinity {cores[card]!r} and {cells[-1]!r}; one "
+                    "card has one (output cut short?)",
+                    n,
+                    line,
+                )
+    cards = tuple(sorted({card for card, _ in labels}))
+    return _Topology(cards, {card: cpus for card, cpus in cores.items() if cpus != "N/A"}, lanes)
+
+
+def _add_lanes(
+    peers: dict[int, int], tokens: list[str], labels: list[tuple[int, int]], row: int, where: tuple[int, str]
+) -> None:
+    """Add this tile row's direct Xe Link lanes (`XL<n>`) to its card's per-peer-card totals."""
+    for col, token in enumerate(tokens):
+        m = _TOPO_TOKEN.match(token)
+        if not m:
+            raise _Bad(f"unknown relationship {token!r}", *where)
+        if (col == row) != (token == "S"):
+            raise _Bad(f"'S' (self) belongs on the diagonal only, found {token!r} in column {col}", *where)
+        peer = labels[col][0]
+        if m.group(2) and peer != labels[row][0]:
+            peers[peer] = peers.get(peer, 0) + int(m.group(2))
+
+
+def _check_cpu_list(text: str, n: int, line: str) -> None:
+    """A CPU list as gres.conf Cores= takes it ('0-23,48-71'), or N/A."""
+    if text != "N/A" and not _CPU_LIST.match(text):
+        raise _Bad(f"CPU affinity {text!r} is not a CPU list", n, line)
+    bounds = [part.partition("-")[::2] for part in text.split(",")] if text != "N/A" else []
+    if any(high and int(high) < int(low) for low, high in bounds):
+        raise _Bad(f"CPU affinity {text!r} has a descending range", n, line)
+
+
+# -- devices ---------------------------------------------------------------------------------
+def _memory_mib(text: str, where: int) -> int:
+    m = _MEMORY.match(text)
+    mib = round(float(m.group(1)) * _UNITS_MIB[m.group(2)]) if m else 0
+    if mib <= 0:
+        raise _Bad(f"Memory Physical Size {text!r} is not a positive '<number> MiB'", where)
+    return mib
+
+
+def _device(record: _Record) -> Device:
+    props, index = record.props, record.device_id
+    if not props.get("Device Name"):
+        raise _Bad(f"device {index} has no 'Device Name'", record.line_no)
+    memory = props.get("Memory Physical Size")
+    return Device(
+        vendor="intel",
+        model=props["Device Name"],
+        index=index,
+        file=f"/dev/dri/renderD{RENDER_MINOR_BASE + index}",
+        memory_mib=_memory_mib(memory, record.line_no) if memory else None,
+        uuid=props.get("UUID") or props.get("SOC UUID") or None,
+        pci_bus_id=props.get("PCI BDF Address") or None,
+        driver_version=props.get("Driver Version") or None,
+        partition_mode="sriov-vf" if props.get("Function Type") == "virtual" else None,
+    )
+
+
+def _with_topology(device: Device, topo: _Topology) -> Device:
+    peers = sorted(topo.lanes.get(device.index, {}).items())
+    links = tuple(Link(peer=peer, kind="xelink", count=lanes) for peer, lanes in peers)
+    return replace(device, cores=topo.cores.get(device.index), links=links)
+
+
+@register_vendor("intel")
+class IntelVendor(Vendor):
+    tools = (TOOL,)
+    visible_devices_env = "ZE_AFFINITY_MASK"
+    memory_capture_hint = "xpu-smi discovery -d <id>"
+
+    def commands(self) -> list[list[str]]:
+        """The device table and the topology matrix; `probe` adds `discovery -d N` per device."""
+        return [[TOOL, "discovery"], [TOOL, "topology", "-m"]]
+
+    def probe(self) -> list[Device]:
+        """The table first, then the detail of each device it lists (memory), then the matrix.
+
+        A failing `topology -m` only loses cores and links, so it is logged and skipped.
+        """
+        table_argv, topology_argv = self.commands()
+        table = Capture(" ".join(table_argv), proc.run(table_argv))
+        captures = [table]
+        for record in self._discovery(table):
+            argv = [TOOL, "discovery", "-d", str(record.device_id)]
+            captures.append(Capture(" ".join(argv), proc.run(argv)))
+        try:
+            captures.append(Capture(" ".join(topology_argv), proc.run(topology_argv)))
+        except ToolError as e:
+            logger.warning("intel: no topology (cores, Xe Links) for this node: %s", e)
+        return self.parse(captures)
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        if not captures:
+            raise self.parse_error(Capture("<none>", ""), "no captures given")
+        records: dict[int, tuple[Capture, _Record]] = {}
+        topologies: list[tuple[Capture, _Topology]] = []
+        for capture in captures:
+            if self._kind(capture) == "topology":
+                topologies.append((capture, self._guard(capture, _parse_topology, capture.text)))
+            else:
+                self._merge(records, capture)
+        if not records:
+            raise self.parse_error(
+                topologies[0][0],
+                "a topology matrix alone lists no devices; also give "
+                "`xpu-smi discovery` (and `xpu-smi discovery -d N` for memory)",
+            )
+        devices = [self._guard(records[i][0], _device, records[i][1]) for i in sorted(records)]
+        for capture, topo in topologies:
+            if topo.cards != tuple(sorted(records)):
+                raise self.parse_error(
+                    capture,
+                    f"the topology matrix shows cards {list(topo.cards)} but "
+                    f"xpu-smi discovery lists devices {sorted(records)}",
+                )
+            devices = [_with_topology(d, topo) for d in devices]
+        return devices
+
+    # helpers ---------------------------------------------------------------------------
+    def _kind(self, capture: Capture) -> str:
+        """'discovery' or 'topology', judged from the first non-blank line; ParseError otherwise."""
+        lines = _numbered(capture.text)
+        if not lines:
+            raise self.parse_error(capture, "empty capture")
+        first_no, first = lines[0]
+        if _BORDER.match(first):
+            return "discovery"
+        if first.lstrip().startswith("GPU ") or "CPU Affinity" in first:
+            return "topology"
+        raise self.parse_error(
+            capture,
+            "not xpu-smi output (expected the `xpu-smi discovery` table or the `xpu-smi topology -m` matrix)",
+            first_no,
+            first,
+        )
+
+    def _discovery(self, capture: Capture) -> list[_Record]:
+        if self._kind(capture) != "discovery":
+            raise self.parse_error(capture, "expected the `xpu-smi discovery` table")
+        return self._guard(capture, _parse_discovery, capture.text)
+
+    def _merge(self, records: dict[int, tuple[Capture, _Record]], capture: Capture) -> None:
+        """Fold one discovery capture into `records`; a property shown twice must agree."""
+        for record in self._discovery(capture):
+            _, merged = records.setdefault(record.device_id, (capture, record))
+            for key, value in record.props.items():
+                if merged.props.setdefault(key, value) != value:
+                    raise self.parse_error(
+                        capture,
+                        f"device {record.device_id}: {key} is {value!r} here but "
+                        f"{merged.props[key]!r} in another capture",
+                        record.line_no,
+                    )
+
+    def _guard(self, capture: Capture, parse: Callable[[_A], _T], arg: _A) -> _T:
+        """Run a module-level parser step, naming `capture` (source and line) in any failure."""
+        try:
+            return parse(arg)
+        except _Bad as e:
+            raise self.parse_error(capture, e.message, e.line_no, e.line) from None

@@ -1,0 +1,233 @@
+"""Kunlunxin (Baidu) XPU through `xpu_smi` (underscore; Intel's tool is `xpu-smi`, hyphen).
+
+Tools and versions parsed: the default `xpu_smi` text output of the XRE runtime 4.x
+(`Runtime Version: 4.31 / Driver Version: 4.0` in the fixture): optional `Key: Value` preamble,
+then the `DEVICES` table, an optional `VIDEO` table and the `PROCESSES` table, each a dash-bordered
+table with a `|`-separated header. Columns are found by header name, so the wider variants
+(State, Power(W), Temp, Freq(MHz), Firmware Version, CPLD Version) parse too; DevID, PCI Addr,
+Model, INODE and Memory are required.
+
+Fields: `index` is DevID, `file` the INODE column (`/dev/xpuN`, one per compute device; a K200
+card shows two, with the same PCI address and SN), `memory_mib` the total of `used / total MB`
+(xpu_smi's "MB" are MiB: 32768 on a 32 GiB R300, 8064 on a K200 die). `health` follows the State
+column when shown (Kunlunxin's XRE guide: N = Normal, E = Error). With SR-IOV on, the physical
+function shows as `<model>-PF` and has no compute left (same guide), so it is reported unhealthy
+with `partition_mode: sriov-pf`; virtual functions (`R200-VF-5G`) get `partition_mode: sriov-vf`.
+`visible_devices_env` is XPU_VISIBLE_DEVICES.
+
+Strictness: every table must be closed by a border as long as its opening one, rows must have the
+header's cell count, VIDEO rows must name the DEVICES' DevIDs, and the output must end with the
+closed PROCESSES table, so an output cut short anywhere is a ParseError.
+
+Fixtures (tests/fixtures/kunlunxin/): `xpu_smi_2x-kunlunxin-r300_paddle-docs.txt` (PaddlePaddle
+docs, 2 x R300, SN masked by its author).
+
+Known gaps: SN is not kept (Device has no serial field) and there is no UUID; no NUMA node, CPU
+affinity or links (xpu_smi's default output shows none; `xpu_smi -m`, the machine-readable form,
+is not parsed for lack of a documented capture).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors.base import Vendor
+
+TOOL = "xpu_smi"
+SECTIONS = ("DEVICES", "VIDEO", "PROCESSES")
+REQUIRED = ("DevID", "PCI Addr", "Model", "INODE", "Memory")
+
+_BORDER = re.compile(r"^-{10,}$")
+_PREAMBLE = re.compile(r"^([A-Za-z][A-Za-z ]*):\s*(\S.*)$")
+_MEMORY = re.compile(r"^(\d+)\s*/\s*(\d+)\s*MB$")
+_INODE = re.compile(r"^/dev/\S+$")
+_RECOGNISE = re.compile(r"^\s*DEVICES\s*\n-+\n\|\s*DevID\s*\|", re.MULTILINE)
+_PCI = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+Lines = list[tuple[int, str]]
+
+
+class _Bad(Exception):
+    """A parse failure at one line; `KunlunxinVendor.parse` turns it into a ParseError."""
+
+    def __init__(self, message: str, line_no: int | None = None, line: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.line_no, self.line = message, line_no, line
+
+
+@dataclass(frozen=True)
+class _Table:
+    header: list[str]
+    rows: list[tuple[int, str, list[str]]]  # line number, raw line, cells
+
+
+def _numbered(text: str) -> Lines:
+    return [(n, line.rstrip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def _cells(line: str) -> list[str] | None:
+    """`| a | b |` -> ['a', 'b']; None when the line is not a complete row."""
+    if not (line.startswith("|") and line.endswith("|")) or len(line) < 2:
+        return None
+    return [cell.strip() for cell in line[1:-1].split("|")]
+
+
+def _split_sections(lines: Lines) -> tuple[dict[str, str], dict[str, Lines], int]:
+    """Preamble `Key: Value` pairs, the lines under each section title, and the last line number."""
+    preamble: dict[str, str] = {}
+    sections: dict[str, Lines] = {}
+    current: str | None = None
+    for n, line in lines:
+        title = line.strip()
+        if title in SECTIONS:
+            if title in sections:
+                raise _Bad(f"a second {title} section", n, line)
+            current = title
+            sections[title] = []
+        elif current is not None:
+            sections[current].append((n, line))
+        elif m := _PREAMBLE.match(line.strip()):
+            preamble[m.group(1)] = m.group(2).strip()
+        else:
+            raise _Bad("expected 'Key: Value' or a section title before DEVICES", n, line)
+    return preamble, sections, lines[-1][0] if lines else 1
+
+
+def _parse_table(name: str, lines: Lines, after: int) -> _Table:
+    """Border, header row, border, rows, closing border (same length as the opening one)."""
+    if len(lines) < 4:
+        where = lines[-1] if lines else (after, "")
+        raise _Bad(f"the {name} table is incomplete (output cut short?)", *where)
+    (_, top), (n1, head), (_, mid) = lines[:3]
+    header = _cells(head)
+    if not _BORDER.match(top) or header is None or mid != top:
+        raise _Bad(f"expected a border, a header row and a border under {name}", n1, head)
+    n_last, last = lines[-1]
+    if last != top:
+        raise _Bad(f"the {name} table has no closing border like its top (output cut short?)", n_last, last)
+    rows = []
+    for n, line in lines[3:-1]:
+        cells = _cells(line)
+        if cells is None or len(cells) != len(header):
+            raise _Bad(f"expected a {name} row of {len(header)} cells", n, line)
+        rows.append((n, line, cells))
+    return _Table(header, rows)
+
+
+def _column(table: _Table, cells: list[str], name: str) -> str:
+    return cells[table.header.index(name)] if name in table.header else ""
+
+
+def _device(table: _Table, row: tuple[int, str, list[str]], versions: dict[str, str]) -> Device:
+    n, line, cells = row
+    col = {name: _column(table, cells, name) for name in (*REQUIRED, "State")}
+    memory, inode, pci = _MEMORY.match(col["Memory"]), col["INODE"], col["PCI Addr"]
+    if not col["DevID"].isdigit() or not col["Model"] or not _INODE.match(inode) or not _PCI.match(pci):
+        raise _Bad("expected DevID, PCI Addr, Model and INODE (/dev/...)", n, line)
+    if not memory or int(memory.group(2)) <= 0:
+        raise _Bad(f"Memory {col['Memory']!r} is not 'used / total MB'", n, line)
+    model = col["Model"]
+    health, reason, mode = _health(model, col["State"])
+    return Device(
+        vendor="kunlunxin",
+        model=model,
+        index=int(col["DevID"]),
+        file=inode,
+        memory_mib=int(memory.group(2)),
+        pci_bus_id=pci,
+        health=health,
+        health_reason=reason,
+        driver_version=versions.get("Driver Version"),
+        runtime_version=versions.get("Runtime Version"),
+        partition_mode=mode,
+    )
+
+
+def _health(model: str, state: str) -> tuple[Health, str | None, str | None]:
+    """(health, reason, partition_mode) from the State column and the SR-IOV model suffix."""
+    if state and state != "N":
+        return Health.UNHEALTHY, f"xpu_smi State {state} (N = normal, E = error)", None
+    if model.upper().endswith("-PF"):
+        return Health.UNHEALTHY, "SR-IOV physical function: compute is on its virtual functions", "sriov-pf"
+    if "-VF" in model.upper():
+        return Health.OK, None, "sriov-vf"
+    return Health.OK, None, None
+
+
+def _check_devids(name: str, table: _Table, devids: list[int], exact: bool) -> None:
+    """VIDEO must list exactly the DEVICES' DevIDs; PROCESSES only DevIDs among them."""
+    seen = []
+    for n, line, cells in table.rows:
+        value = _column(table, cells, "DevID")
+        if not value.isdigit() or int(value) not in devids:
+            raise _Bad(f"{name} row names DevID {value!r}, not one of DEVICES {devids}", n, line)
+        seen.append(int(value))
+    if exact and seen != devids:
+        where = table.rows[-1][:2] if table.rows else (None, None)
+        raise _Bad(f"{name} lists DevIDs {seen} but DEVICES lists {devids} (output cut short?)", *where)
+
+
+def _parse_text(text: str) -> list[Device]:
+    preamble, sections, last = _split_sections(_numbered(text))
+    if "DEVICES" not in sections or "PROCESSES" not in sections:
+        missing = "DEVICES" if "DEVICES" not in sections else "PROCESSES"
+        raise _Bad(f"no {missing} section (output cut short?)", last)
+    tables = {name: _parse_table(name, lines, last) for name, lines in sections.items()}
+    devices_table = tables["DEVICES"]
+    absent = [c for c in REQUIRED if c not in devices_table.header]
+    if absent:
+        raise _Bad(f"the DEVICES header lacks {absent}", sections["DEVICES"][1][0])
+    devices = [_device(devices_table, row, preamble) for row in devices_table.rows]
+    if not devices:
+        raise _Bad("the DEVICES table lists no device", last)
+    devids = sorted(d.index for d in devices)
+    if len(set(devids)) != len(devids):
+        raise _Bad(f"DevIDs {devids} repeat", devices_table.rows[0][0])
+    if "VIDEO" in tables:
+        _check_devids("VIDEO", tables["VIDEO"], devids, exact=True)
+    _check_devids("PROCESSES", tables["PROCESSES"], devids, exact=False)
+    return devices
+
+
+@register_vendor("kunlunxin")
+class KunlunxinVendor(Vendor):
+    tools = (TOOL,)
+    visible_devices_env = "XPU_VISIBLE_DEVICES"
+
+    def affinity(self) -> int:
+        """The tool on PATH, or Kunlunxin device nodes present (then a missing tool is reported)."""
+        return 1 if shutil.which(TOOL) or glob.glob("/dev/xpu[0-9]*") else 0
+
+    def commands(self) -> list[list[str]]:
+        return [[TOOL]]
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        if not captures:
+            raise self.parse_error(Capture("<none>", ""), "no captures given")
+        devices: list[Device] = []
+        for capture in captures:
+            devices.extend(self._parse_one(capture))
+        indexes = [d.index for d in devices]
+        if len(set(indexes)) != len(indexes):
+            raise self.parse_error(captures[-1], f"DevIDs {indexes} repeat across captures; give one output")
+        return sorted(devices, key=lambda d: d.index)
+
+    def _parse_one(self, capture: Capture) -> list[Device]:
+        lines = _numbered(capture.text)
+        if not _RECOGNISE.search(capture.text):
+            first = lines[0] if lines else (None, None)
+            raise self.parse_error(
+                capture,
+                "not xpu_smi output (expected a DEVICES title over a table whose header starts with DevID)",
+                *first,
+            )
+        try:
+            return _parse_text(capture.text)
+        except _Bad as e:
+            raise self.parse_error(capture, e.message, e.line_no, e.line) from None
