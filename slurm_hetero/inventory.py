@@ -3,16 +3,20 @@ The only module that reads or writes inventory files."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import gc
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import fastjsonschema
+import orjson
 import yaml
 
 from slurm_hetero import hostlist
@@ -81,25 +85,65 @@ def inventory_to_dict(inventory: ClusterInventory) -> dict[str, Any]:
 
 
 @cache
-def _schema() -> dict[str, Any]:
-    text = resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any]]:
+    """Compiled validators for the shipped schema: whole file, file without devices, one device."""
+    schema = json.loads(resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text())
+    outer = copy.deepcopy(schema)
+    outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
+    device = {"$schema": schema["$schema"], "definitions": schema["definitions"], "$ref": "#/definitions/device"}
+    return fastjsonschema.compile(schema), fastjsonschema.compile(outer), fastjsonschema.compile(device)
 
 
-def _error_path(error: jsonschema.ValidationError) -> str:
-    parts = []
-    for p in error.absolute_path:
-        parts.append(f"[{p}]" if isinstance(p, int) else f".{p}")
-    return "".join(parts).lstrip(".") or "<top>"
+def _schema_error(source: str, error: fastjsonschema.JsonSchemaValueException, prefix: str = "") -> InventoryError:
+    parts = [p for p in error.path[1:]]
+    path = prefix + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+    message = error.message.removeprefix(error.name).strip()
+    return InventoryError(f"{source}: invalid inventory at {path.lstrip('.') or '<top>'}: {message}")
 
 
 def validate(data: Any, source: str) -> None:
     """Check raw inventory data against the shipped JSON Schema; InventoryError names the path."""
-    validator = jsonschema.Draft202012Validator(_schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
-    if error is not None:
-        raise InventoryError(f"{source}: invalid inventory at {_error_path(error)}: {error.message}")
+    try:
+        _validators()[0](data)
+    except fastjsonschema.JsonSchemaValueException as e:
+        raise _schema_error(source, e) from None
+
+
+_IDENTITY_KEYS = ("uuid",)
+
+
+def _device_key(raw: Mapping[str, Any], keep_identity: bool) -> bytes | None:
+    """A cheap exact key of a parsed JSON/YAML device record (orjson serializes in C)."""
+    if not keep_identity and any(k in raw for k in _IDENTITY_KEYS):
+        raw = {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
+    try:
+        return orjson.dumps(raw)
+    except TypeError:  # YAML dates and other non-JSON values: validation will reject or keep them
+        return None
+
+
+class _DeviceInterner:
+    """Validates and builds each distinct device record once: a 10,000-node inventory has
+    80,000 device records but only a few dozen distinct ones (once UUIDs are set aside)."""
+
+    def __init__(self, source: str, keep_identity: bool) -> None:
+        self.source, self.keep_identity = source, keep_identity
+        self.seen: dict[bytes, Device] = {}
+
+    def device(self, raw: Any, node_pos: int, device_pos: int) -> Device:
+        key = _device_key(raw, self.keep_identity) if isinstance(raw, dict) else None
+        hit = self.seen.get(key) if key is not None else None
+        if hit is not None:
+            return hit
+        try:
+            _validators()[2](raw)
+        except fastjsonschema.JsonSchemaValueException as e:
+            raise _schema_error(self.source, e, f"nodes[{node_pos}].devices[{device_pos}]") from None
+        values = raw if self.keep_identity else {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
+        device = device_from_dict(values)
+        if key is not None:
+            self.seen[key] = device
+        return device
 
 
 def check_node(node: NodeInventory, source: str) -> None:
@@ -116,13 +160,26 @@ def check_node(node: NodeInventory, source: str) -> None:
         raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
 
 
-def inventory_from_dict(data: Any, source: str = "<inventory>") -> ClusterInventory:
-    """Validate and convert raw data; device indexes must be unique per node."""
-    validate(data, source)
-    nodes = tuple(node_from_dict(n) for n in data["nodes"])
-    for node in nodes:
+def inventory_from_dict(data: Any, source: str = "<inventory>", keep_identity: bool = True) -> ClusterInventory:
+    """Validate and convert raw data. Without `keep_identity`, device UUIDs are dropped, which
+    lets identical devices share one record (what rendering needs, and much faster)."""
+    try:
+        _validators()[1](data)
+    except fastjsonschema.JsonSchemaValueException as e:
+        raise _schema_error(source, e) from None
+    interner = _DeviceInterner(source, keep_identity)
+    nodes = []
+    for i, raw in enumerate(data["nodes"]):
+        devices = tuple(interner.device(d, i, j) for j, d in enumerate(raw["devices"]))
+        node = NodeInventory(
+            name=raw["name"], devices=devices, cpus=raw.get("cpus"), sockets=raw.get("sockets"),
+            cores_per_socket=raw.get("cores_per_socket"), threads_per_core=raw.get("threads_per_core"),
+            real_memory_mib=raw.get("real_memory_mib"), features=tuple(raw.get("features", ())),
+            nics=tuple(Nic(**n) for n in raw.get("nics", ())),
+        )
         check_node(node, source)
-    return ClusterInventory(nodes=nodes, version=data["version"])
+        nodes.append(node)
+    return ClusterInventory(nodes=tuple(nodes), version=data["version"])
 
 
 def _yaml_where(error: yaml.YAMLError) -> str:
@@ -131,18 +188,35 @@ def _yaml_where(error: yaml.YAMLError) -> str:
     return f" at line {mark.line + 1} column {mark.column + 1}: {problem}" if mark else f": {problem}"
 
 
-def loads(text: str, source: str, as_json: bool = False) -> ClusterInventory:
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Parsing a big inventory builds millions of acyclic objects; the cyclic GC only slows it."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def loads(text: str, source: str, as_json: bool = False, keep_identity: bool = True) -> ClusterInventory:
     """Parse inventory text (YAML, or JSON when `as_json`)."""
+    with _gc_paused():
+        return _loads(text, source, as_json, keep_identity)
+
+
+def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> ClusterInventory:
     try:
         data = json.loads(text) if as_json else yaml.load(text, Loader=_YamlLoader)
     except json.JSONDecodeError as e:
         raise InventoryError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
     except yaml.YAMLError as e:
         raise InventoryError(f"{source}: malformed YAML{_yaml_where(e)}") from e
-    return inventory_from_dict(data, source)
+    return inventory_from_dict(data, source, keep_identity)
 
 
-def load(path: str | Path) -> ClusterInventory:
+def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
     """Read an inventory file; JSON when its name ends in `.json`, else YAML."""
     path = Path(path)
     try:
@@ -151,7 +225,7 @@ def load(path: str | Path) -> ClusterInventory:
         raise InventoryError(f"{path}: no such inventory file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InventoryError(f"{path}: cannot read inventory: {e}") from e
-    return loads(text, str(path), as_json=path.suffix.lower() == ".json")
+    return loads(text, str(path), as_json=path.suffix.lower() == ".json", keep_identity=keep_identity)
 
 
 def dumps(inventory: ClusterInventory, as_json: bool = False) -> str:

@@ -54,7 +54,7 @@ def render(inventory_path: Path, out: Path, check: bool, policy: str, include_un
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
     local = LocalSlurmd(local_host, port_base, file_root=file_root) if local_host else None
     options = RenderOptions(policy=policy, include_unhealthy=include_unhealthy, local=local)
-    context = build_context(inventory.load(inventory_path), load_catalog(models_dirs), options)
+    context = build_context(inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options)
     context["source"] = inventory_path.name
     files = {_output_dir(out, check) / name: text for name, text in render_configs(context, template_dir).items()}
     if check:

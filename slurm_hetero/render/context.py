@@ -195,9 +195,17 @@ def _weights(shapes: Sequence[NodeShape], prices: Sequence[float], policy: str) 
 
 
 def _group(nodes: Iterable[NodeInventory], options: RenderOptions, catalog: Catalog) -> dict[NodeShape, list[str]]:
+    """Nodes by rendered shape. Shapes are computed once per distinct device set (devices loaded
+    with `keep_identity=False` are shared records, so their ids identify them)."""
     groups: dict[NodeShape, list[str]] = {}
+    shapes: dict[tuple[Any, ...], NodeShape] = {}
     for node in nodes:
-        groups.setdefault(node_shape(node, options, catalog), []).append(node.name)
+        key = (node.name if options.local else "", tuple(map(id, node.devices)), node.cpus, node.sockets,
+               node.cores_per_socket, node.threads_per_core, node.real_memory_mib, node.features)
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = node_shape(node, options, catalog)
+        groups.setdefault(shape, []).append(node.name)
     return groups
 
 

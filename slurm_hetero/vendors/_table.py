@@ -1,0 +1,176 @@
+"""The box frame shared by `cnmon`, `hl-smi` and `ixsmi`, the three nvidia-smi-style tables.
+
+All three draw the same frame: a `+---+` top border (after optional lines such as a date), banner
+rows, a column separator, header rows closed by a `|===+===|` rule, then per device as many rows
+as the header has, each block closed by a separator as wide as the rule. This module only walks
+that frame; each vendor module reads the cells and decides what may follow the device blocks.
+
+Registers no vendor (pkgutil imports it with the others; that is harmless). Failures are `TableError`,
+which the vendor turns into a one-line ParseError naming its tool, the capture and the line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TOP_BORDER = re.compile(r"^\+-+\+$")
+CLOSING_BORDER = re.compile(r"^\+[-=]+\+$")
+SEPARATOR = re.compile(r"^[+|][-=+]*[-=][-=+]*[+|]$")
+_DEVICE_START = re.compile(r"^\|\s*\d")
+
+
+class TableError(Exception):
+    """A frame problem at one line (`line` None: the capture as a whole)."""
+
+    def __init__(self, message: str, line: Line | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a capture: 1-based number and text without trailing whitespace or CR."""
+
+    no: int
+    text: str
+
+    def is_row(self) -> bool:
+        return self.text.startswith("|") and not SEPARATOR.match(self.text)
+
+    def cells(self) -> list[str]:
+        """The stripped cells between the `|` of a row (an unclosed last cell is kept)."""
+        body = self.text[1:-1] if self.text.endswith("|") else self.text[1:]
+        return [cell.strip() for cell in body.split("|")]
+
+
+@dataclass(frozen=True)
+class BoxTable:
+    """The parsed frame: banner and header rows, device blocks, and where the frame stopped."""
+
+    banner: tuple[Line, ...]
+    header: tuple[Line, ...]
+    blocks: tuple[tuple[Line, ...], ...]
+    last_separator: Line
+    end: int  # index (into the lines list) of the first line after the device blocks
+
+
+def numbered_lines(text: str) -> list[Line]:
+    """Split a capture into numbered lines; CRLF and trailing blanks are dropped."""
+    return [Line(n, raw.rstrip()) for n, raw in enumerate(text.split("\n"), 1)]
+
+
+def check_row(line: Line, columns: int) -> list[str]:
+    """The cells of a closed row of `columns` cells; TableError for a cut or malformed row."""
+    cells = line.cells()
+    if not (line.is_row() and line.text.endswith("|")) or len(cells) != columns:
+        raise TableError(f"expected a complete row of {columns} columns (output cut short?)", line)
+    return cells
+
+
+def _find_top(lines: list[Line], start: int) -> int:
+    for i in range(start, len(lines)):
+        if TOP_BORDER.match(lines[i].text):
+            return i
+    raise TableError("no table frame (+---+ border) found")
+
+
+def _take_rows(lines: list[Line], i: int, what: str) -> tuple[list[Line], int]:
+    """Rows from index i up to the next separator, which must exist."""
+    rows: list[Line] = []
+    while i < len(lines) and lines[i].is_row():
+        rows.append(lines[i])
+        i += 1
+    if i == len(lines):
+        raise TableError(f"table ends inside the {what} (output cut short?)", lines[-1])
+    if not SEPARATOR.match(lines[i].text):
+        raise TableError(f"unexpected line in the {what} (output cut short?)", lines[i])
+    return rows, i
+
+
+def read_box_table(lines: list[Line], start: int = 0) -> BoxTable:
+    """Walk the frame from the first top border at or after `start`; see the module docstring."""
+    top = _find_top(lines, start)
+    banner, i = _take_rows(lines, top + 1, "banner")
+    header, i = _take_rows(lines, i + 1, "header")
+    rule = lines[i]
+    if "=" not in rule.text or not header:
+        raise TableError("expected header rows closed by a |===| rule", rule)
+    columns = rule.text.count("+") + 1
+    for row in header:
+        check_row(row, columns)
+    blocks: list[tuple[Line, ...]] = []
+    i += 1
+    separator = rule
+    while i < len(lines) and _DEVICE_START.match(lines[i].text):
+        rows, i = _take_rows(lines, i, "device rows")
+        separator = lines[i]
+        if len(separator.text) != len(rule.text):
+            raise TableError("row separator of the wrong width (output cut short?)", separator)
+        if len(rows) != len(header):
+            raise TableError(f"device block of {len(rows)} rows, the header has {len(header)}", rows[0])
+        for row in rows:
+            check_row(row, columns)
+        blocks.append(tuple(rows))
+        i += 1
+    return BoxTable(tuple(banner), tuple(header), tuple(blocks), separator, i)
+
+
+def read_closed_box(lines: list[Line], i: int, what: str) -> int:
+    """Check the rows from index i up to a closing `+---+`/`+===+` border; index after it.
+
+    Rows only need to start with `|` (real tools print ragged process rows); a missing closing
+    border is how a capture cut inside such a trailing box shows.
+    """
+    while i < len(lines):
+        line = lines[i]
+        if CLOSING_BORDER.match(line.text):
+            return i + 1
+        if not line.text.startswith("|"):
+            raise TableError(f"{what} not closed by a +---+ border (output cut short?)", line)
+        i += 1
+    raise TableError(f"{what} not closed by a +---+ border (output cut short?)", lines[-1] if lines else None)
+
+
+def skip_blank(lines: list[Line], i: int) -> int:
+    while i < len(lines) and not lines[i].text.strip():
+        i += 1
+    return i
+
+
+def read_trailing_processes(lines: list[Line], i: int) -> None:
+    """After a closed device table: a blank line, then a complete `+---+ | Processes: ... +---+` box.
+
+    The tools always print that blank line and box. A capture may stop after the blank line (what the
+    common `tool | grep -B99999 '^ *$'` idiom keeps), but one ending on the table's last border is
+    taken for a cut: without a device count, a cut after a whole device block shows no other way.
+    """
+    if i + 1 >= len(lines) or lines[i].text.strip():
+        if i >= len(lines) or not TOP_BORDER.match(lines[i].text):
+            raise TableError("device table not followed by a blank line (output cut short?)", lines[i - 1])
+    i = skip_blank(lines, i)
+    if i == len(lines):
+        return
+    if not TOP_BORDER.match(lines[i].text):
+        raise TableError("unexpected line after the device table", lines[i])
+    if i + 1 == len(lines) or "Processes" not in lines[i + 1].text:
+        raise TableError("expected the processes table after the device table (output cut short?)", lines[i])
+    read_closed_box(lines, i + 1, "processes table")
+
+
+def mib_pair(text: str) -> tuple[int, int] | None:
+    """`used / total` MiB as printed in a Memory-Usage cell (`0 MiB/ 23374 MiB`, `768MiB / 98304MiB`)."""
+    m = re.fullmatch(r"(\d+)\s*MiB\s*/\s*(\d+)\s*MiB", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+_PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
+
+
+def sysfs_bus_id(text: str) -> str | None:
+    """A PCI address in the lowercase sysfs form (`00000000:8A:00.0` -> `0000:8a:00.0`); None if malformed."""
+    m = _PCI.fullmatch(text.strip())
+    if m is None or int(m.group(1), 16) > 0xFFFF:
+        return None
+    return f"{int(m.group(1), 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()

@@ -1,0 +1,163 @@
+"""Cambricon MLU (MLU370-X4/X8/S4, MLU590, ...) through `cnmon`, Cambricon's monitoring tool.
+
+Tools and versions parsed: the default `cnmon` table (no arguments), in the two layouts seen in
+public captures: CNMON v5.10.13 (`Card VF Name Firmware | Bus-Id | Util Ecc-Error` over
+`Fan Temp Pwr:Usage/Cap | Memory-Usage | SR-IOV Compute-Mode`, driver in the banner) and
+CNMON v4.20.11 (`... | Inited Driver | ...` over `... | Memory-Usage | vMemory-Usage`, driver per
+card, no bus id). Columns are found by their header names, so either layout (or a mix) works.
+An optional date line may precede the table. cnmon follows it with a blank line and a `Processes:`
+box: the box must be complete, and a capture may stop at the blank line (what
+`cnmon | grep -B99999 '^ *$'` keeps), but not on the table's last border.
+
+Fields: `index` and the N of `file` `/dev/cambricon_dev<N>` are the Card number (each chip of a
+dual-chip MLU370-X8 is its own card and node); `model` is Name as printed; `memory_mib` the total of
+Memory-Usage; `pci_bus_id` Bus-Id (sysfs form, lower case) where shown; `driver_version` the Driver
+version without its `v`.
+A card whose `Inited` column is not `On` is kept but marked unhealthy. A VF column other than `/`
+(an SR-IOV virtual function) is kept in `partition_mode` as `vf<value>`.
+`visible_devices_env` is MLU_VISIBLE_DEVICES (Cambricon's runtime reads it like CUDA_VISIBLE_DEVICES).
+
+Fixtures (tests/fixtures/cambricon/): `cnmon_2x-mlu370-x8_v5.10.13_paddle-docs.txt` and
+`cnmon_3x-mlu370-x4_v4.20.11_paddle-docs.txt`, both from PaddlePaddle/docs.
+
+Known gaps: MLU-Link topology is not read. `cnmon topo -m` prints an MLU x MLU matrix with
+MLK (MLU-Link), MUL/CPU (PCIe paths) and a CPU Affinity column, but no public text capture of it
+was found (only screenshots), so links stay empty rather than parsed from a guessed layout.
+cnmon prints no device count: a capture cut exactly after a card block's border and the blank
+line cannot be told from a node with fewer cards. The VF column format of SR-IOV guests
+is unverified. No health signal exists in the v5 layout (Ecc-Error is a counter, not a fault flag).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+from collections.abc import Sequence
+
+from slurm_hetero.errors import ParseError
+from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._table import (
+    BoxTable,
+    Line,
+    TableError,
+    mib_pair,
+    numbered_lines,
+    read_box_table,
+    read_trailing_processes,
+    sysfs_bus_id,
+)
+from slurm_hetero.vendors.base import Vendor
+
+TOOL = "cnmon"
+
+_BANNER = re.compile(r"CNMON\s+v(\S+)(?:\s+Driver\s+v(\S+))?")
+
+
+def _column(table: BoxTable, row: int, name: str) -> int | None:
+    """Index of the header cell of `row` that names `name` (None when the layout lacks it)."""
+    cells = table.header[row].cells()
+    return next((i for i, cell in enumerate(cells) if name in cell.split()), None)
+
+
+def _card_cell(text: str, line: Line) -> tuple[int, str, str]:
+    """`0     /   MLU370-X8    v1.1.6` -> (card, vf, name); firmware is the last word."""
+    words = text.split()
+    if len(words) < 4 or not words[0].isdigit():
+        raise TableError("expected `Card VF Name Firmware` in the first cell", line)
+    return int(words[0]), words[1], " ".join(words[2:-1])
+
+
+def _driver_from(table: BoxTable, first: Line, banner_driver: str | None) -> str | None:
+    column = _column(table, 0, "Driver")
+    if column is None:
+        return banner_driver
+    words = first.cells()[column].split()
+    return words[-1].lstrip("v") if words else banner_driver
+
+
+def _health(table: BoxTable, first: Line) -> tuple[Health, str | None]:
+    column = _column(table, 0, "Inited")
+    if column is None:
+        return Health.OK, None
+    words = first.cells()[column].split()
+    if words and words[0] == "On":
+        return Health.OK, None
+    state = words[0] if words else "empty"
+    return Health.UNHEALTHY, f"cnmon reports the card not initialised (Inited: {state})"
+
+
+def _device(table: BoxTable, block: tuple[Line, ...], banner_driver: str | None) -> Device:
+    first, second = block
+    card, vf, name = _card_cell(first.cells()[0], first)
+    memory = mib_pair(second.cells()[1])
+    if not name or memory is None:
+        raise TableError("expected a card name and `used MiB/ total MiB` memory", second if name else first)
+    bus_column = _column(table, 0, "Bus-Id")
+    bus = sysfs_bus_id(first.cells()[bus_column]) if bus_column is not None else None
+    if bus_column is not None and bus is None:
+        raise TableError("bad Bus-Id", first)
+    health, reason = _health(table, first)
+    return Device(
+        vendor="cambricon",
+        model=name,
+        index=card,
+        file=f"/dev/cambricon_dev{card}",
+        memory_mib=memory[1],
+        pci_bus_id=bus,
+        health=health,
+        health_reason=reason,
+        driver_version=_driver_from(table, first, banner_driver),
+        partition_mode=None if vf == "/" else f"vf{vf}",
+    )
+
+
+def _parse_table(text: str) -> list[Device]:
+    lines = numbered_lines(text)
+    table = read_box_table(lines)
+    banner = _BANNER.search(table.banner[0].text) if table.banner else None
+    if banner is None:
+        raise TableError(
+            "not a cnmon table (no `CNMON v...` banner)", table.banner[0] if table.banner else None
+        )
+    if _column(table, 0, "Card") != 0 or _column(table, 1, "Memory-Usage") != 1:
+        raise TableError("unknown cnmon header layout", table.header[0])
+    if not table.blocks:
+        raise TableError("cnmon table lists no cards", table.last_separator)
+    read_trailing_processes(lines, table.end)
+    devices = [_device(table, block, banner.group(2)) for block in table.blocks]
+    if len({d.index for d in devices}) != len(devices):
+        raise TableError("the same card number appears twice")
+    return sorted(devices, key=lambda d: d.index)
+
+
+@register_vendor("cambricon")
+class CambriconVendor(Vendor):
+    """Cambricon MLUs as GRES gpu, one `/dev/cambricon_devN` per card."""
+
+    tools = (TOOL,)
+    visible_devices_env = "MLU_VISIBLE_DEVICES"
+
+    def affinity(self) -> int:
+        if self.unavailable_reason:
+            return -1
+        return 1 if shutil.which(TOOL) or glob.glob("/dev/cambricon_dev[0-9]*") else 0
+
+    def commands(self) -> list[list[str]]:
+        return [[TOOL]]
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        if len(captures) != 1:
+            source = captures[1].source if captures else "<no capture>"
+            raise ParseError(
+                self.name, TOOL, f"expected one `cnmon` table, got {len(captures)} captures", source
+            )
+        capture = captures[0]
+        try:
+            return _parse_table(capture.text)
+        except TableError as e:
+            line = e.line
+            raise self.parse_error(
+                capture, e.message, line.no if line else None, line.text if line else None
+            ) from None

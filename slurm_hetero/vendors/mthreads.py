@@ -1,0 +1,201 @@
+"""Moore Threads MTT GPUs (S80, S3000, S4000, S5000, ...) through `mthreads-gmi`.
+
+Tools and versions parsed: the default `mthreads-gmi` output (mthreads-gmi 1.12.2 with driver 1.2.0
+in the fixture): an optional date line, a banner `mthreads-gmi:<ver>  Driver Version:<ver>` between
+dashed rules, a header of three lines (`ID Name | PCIe | %GPU Mem`, `Device Type | Pcie Lane Width
+| Temp MPC Capable`, `| ECC Mode`) closed by `+---+`, then three lines per GPU; GPUs are separated
+by `+---+` and the list ends with a dashed rule, a blank line or the end of the capture (the
+fixture, cut by its author after the only GPU). An optional `Processes:` section must be complete.
+This is not a box table: columns are located by the `|` positions of the header lines, which every
+line of a device block must repeat (a newer layout that adds a Perf column keeps this rule).
+
+Fields: `index` is ID, `model` Name as printed, `file` `/dev/mtgpu.<ID>` (the per-GPU node of the
+mtgpu kernel driver, the node containers get with `--device /dev/mtgpu.N` next to `/dev/dri`),
+`pci_bus_id` PCIe in sysfs form, `memory_mib` the total in `used(total)`, `driver_version` from the
+banner; a Device Type other than `Physical` (`MPC Parent`, an MPC-partitioned GPU) is kept in
+`partition_mode`. `visible_devices_env` is MUSA_VISIBLE_DEVICES (the MUSA runtime's analogue of
+CUDA_VISIBLE_DEVICES; MTHREADS_VISIBLE_DEVICES is only the container toolkit's variable).
+
+Used memory above the total: Moore Threads' own FAQ (tutorial_on_musa, FAQ/environment_FAQ.md,
+question 5) shows an S4000 with 49152 MiB reported as 32768 MiB total while 44302 MiB are in use,
+caused by the IOMMU being off or not in effect. Such a GPU is kept but marked unhealthy with that
+reason, and `memory_mib` is left unset (the printed total is known to be wrong; the catalog supplies
+the model's real size): fit must not plan on 32 GiB, and the admin must see why the GPU is drained.
+
+Fixtures (tests/fixtures/mthreads/): `mthreads-gmi_mtt-s4000_drv1.2.0_wrong-mem-total_faq.txt`.
+
+Known gaps: only a single-GPU public capture exists, so the multi-GPU `+---+` separator is read
+as in layouts published by Moore Threads' partners but untested on a real capture; mthreads-gmi
+prints no device count, and a capture cut exactly at the end of a GPU block (or inside the last
+line, the ECC mode) cannot be noticed. The `/dev/mtgpu.N` minor is assumed equal to the ID. No
+MTLink topology, health flags, UUID or NUMA affinity (`mthreads-gmi -q` is not parsed).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+from collections.abc import Sequence
+
+from slurm_hetero.errors import ParseError
+from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._table import Line, TableError, numbered_lines, sysfs_bus_id
+from slurm_hetero.vendors.base import Vendor
+
+TOOL = "mthreads-gmi"
+
+_BANNER = re.compile(r"^\s*mthreads-gmi:(\S+)\s+Driver Version:\s*(\S+)$")
+_DASHES = re.compile(r"^-{10,}$")
+_PLUS_RULE = re.compile(r"^\+-+\+$")
+_FIRST = re.compile(r"^(\d+)\s+(\S.*)$")
+_USAGE = re.compile(r"^(\d+)%\s+(\d+)MiB\((\d+)MiB\)$")
+_FAQ = (
+    "mthreads-gmi reports {used} MiB used of a {total} MiB total: the total is wrong when the IOMMU is "
+    "off or not in effect (Moore Threads tutorial_on_musa FAQ/environment_FAQ.md, question 5); enable it "
+    "as that FAQ's question 3 says (intel_iommu=on or amd_iommu=on with iommu.passthrough=0) and reboot"
+)
+
+
+def _pipes(text: str) -> list[int]:
+    return [i for i, char in enumerate(text) if char == "|"]
+
+
+def _cells(line: Line, pipes: list[int]) -> list[str]:
+    bounds = [-1, *pipes, len(line.text)]
+    return [line.text[a + 1 : b].strip() for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _banner(lines: list[Line]) -> tuple[int, str]:
+    """Index of the line after the banner's closing rule, and the driver version."""
+    for i, line in enumerate(lines):
+        m = _BANNER.match(line.text)
+        if (
+            m
+            and 0 < i < len(lines) - 1
+            and _DASHES.match(lines[i - 1].text)
+            and _DASHES.match(lines[i + 1].text)
+        ):
+            return i + 2, m.group(2)
+    raise TableError("not mthreads-gmi output (no `mthreads-gmi:<ver>  Driver Version:<ver>` banner)")
+
+
+def _header(lines: list[Line], i: int) -> tuple[list[Line], int]:
+    header: list[Line] = []
+    while i < len(lines) and not _PLUS_RULE.match(lines[i].text):
+        header.append(lines[i])
+        i += 1
+    if (
+        i == len(lines)
+        or len(header) != 3
+        or not header[0].text.startswith("ID")
+        or "Mem" not in header[0].text
+    ):
+        raise TableError(
+            "expected the three-line `ID Name | PCIe | %GPU Mem` header and a +---+ rule",
+            header[0] if header else lines[-1],
+        )
+    return header, i + 1
+
+
+def _device(block: list[Line], header: list[Line], driver: str) -> Device:
+    first, second, _ = (_cells(line, _pipes(head.text)) for line, head in zip(block, header, strict=True))
+    ident, usage, bus = _FIRST.match(first[0]), _USAGE.match(first[-1]), sysfs_bus_id(first[1])
+    if not (ident and usage and bus and second[0]):
+        raise TableError(
+            "expected `ID Name | bus id | util% used MiB(total MiB)` (output cut short?)", block[0]
+        )
+    index, used, total = int(ident.group(1)), int(usage.group(2)), int(usage.group(3))
+    kind = re.sub(r"\s+P\d+$", "", second[0])
+    wrong_total = used > total
+    return Device(
+        vendor="mthreads",
+        model=ident.group(2),
+        index=index,
+        file=f"/dev/mtgpu.{index}",
+        memory_mib=None if wrong_total else total,
+        pci_bus_id=bus,
+        driver_version=driver,
+        health=Health.UNHEALTHY if wrong_total else Health.OK,
+        health_reason=_FAQ.format(used=used, total=total) if wrong_total else None,
+        partition_mode=None if kind == "Physical" else kind,
+    )
+
+
+def _block(lines: list[Line], i: int, header: list[Line]) -> list[Line]:
+    block = lines[i : i + len(header)]
+    if len(block) != len(header) or not all(line.text.strip() for line in block):
+        count = next((n for n, line in enumerate(block) if not line.text.strip()), len(block))
+        raise TableError(
+            f"device block of {count} lines, the header has {len(header)} (output cut short?)",
+            lines[min(i + count, len(lines)) - 1],
+        )
+    for line, head in zip(block, header, strict=True):
+        if _pipes(line.text) != _pipes(head.text):
+            raise TableError("device line does not follow the header's columns (output cut short?)", line)
+    return block
+
+
+def _processes(lines: list[Line], i: int) -> None:
+    """Nothing, or a dashed `Processes:` section closed by a dashed rule."""
+    while i < len(lines) and not lines[i].text.strip():
+        i += 1
+    if i == len(lines):
+        return
+    if not (
+        _DASHES.match(lines[i].text) and i + 1 < len(lines) and lines[i + 1].text.startswith("Processes")
+    ):
+        raise TableError("unexpected line after the GPU list", lines[i])
+    if not any(_DASHES.match(line.text) for line in lines[i + 2 :]):
+        raise TableError("Processes section not closed by a dashed rule (output cut short?)", lines[-1])
+
+
+def _parse(text: str) -> list[Device]:
+    lines = numbered_lines(text)
+    i, driver = _banner(lines)
+    header, i = _header(lines, i)
+    devices: list[Device] = []
+    while True:
+        devices.append(_device(_block(lines, i, header), header, driver))
+        i += len(header)
+        if i < len(lines) and _PLUS_RULE.match(lines[i].text):
+            i += 1
+            continue
+        if i < len(lines) and _DASHES.match(lines[i].text):
+            i += 1
+        break
+    _processes(lines, i)
+    if len({d.index for d in devices}) != len(devices):
+        raise TableError("the same GPU ID appears twice")
+    return sorted(devices, key=lambda d: d.index)
+
+
+@register_vendor("mthreads")
+class MthreadsVendor(Vendor):
+    """Moore Threads GPUs as GRES gpu, one `/dev/mtgpu.N` each."""
+
+    tools = (TOOL,)
+    visible_devices_env = "MUSA_VISIBLE_DEVICES"
+
+    def affinity(self) -> int:
+        if self.unavailable_reason:
+            return -1
+        return 1 if shutil.which(TOOL) or glob.glob("/dev/mtgpu.[0-9]*") else 0
+
+    def commands(self) -> list[list[str]]:
+        return [[TOOL]]
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        if len(captures) != 1:
+            source = captures[1].source if captures else "<no capture>"
+            raise ParseError(
+                self.name, TOOL, f"expected one mthreads-gmi capture, got {len(captures)}", source
+            )
+        try:
+            return _parse(captures[0].text)
+        except TableError as e:
+            line = e.line
+            raise self.parse_error(
+                captures[0], e.message, line.no if line else None, line.text if line else None
+            ) from None
