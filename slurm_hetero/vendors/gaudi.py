@@ -212,6 +212,10 @@ class GaudiVendor(Vendor):
     def commands(self) -> list[list[str]]:
         return [[TOOL], [TOOL, "-Q", ",".join(QUERY_FIELDS), "-f", "csv,noheader"]]
 
+    def visible_id(self, device: Device) -> str:
+        """HABANA_VISIBLE_MODULES takes module ids; the AIP index only when no -Q capture gave them."""
+        return device.tool_id or str(device.index)
+
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         tables = [(c, self._guarded(c, _parse_table)) for c in captures if _is_table(c.text)]
         queries = [(c, self._guarded(c, _parse_query)) for c in captures if not _is_table(c.text)]

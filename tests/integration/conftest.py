@@ -87,4 +87,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def slurm(*argv: str, check: bool = True, timeout: float = 60) -> str:
     assert shutil.which(argv[0]), f"{argv[0]} not installed"
-    return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=timeout).stdout
+    result = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout
