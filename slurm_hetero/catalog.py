@@ -105,7 +105,9 @@ def _spec_from_mapping(raw: Mapping[str, Any], path: str, position: int) -> Devi
         raise ConfigError("each model must be a mapping", path, key)
     missing = [k for k in _REQUIRED if k not in raw]
     if missing:
-        raise ConfigError(f"missing required keys: {', '.join(missing)}", path, f"{key}.{raw.get('type', '?')}")
+        raise ConfigError(
+            f"missing required keys: {', '.join(missing)}", path, f"{key}.{raw.get('type', '?')}"
+        )
     known = set(DeviceSpec.__dataclass_fields__) - {"patterns"}
     unknown = sorted(set(raw) - known)
     if unknown:

@@ -46,7 +46,9 @@ def complete_device(device: Device, catalog: Catalog, vendor: Vendor) -> Device:
     memory = device.memory_mib or (spec.memory_mib if spec else None)
     if memory is None:
         hint = f"; also capture `{vendor.memory_capture_hint}`" if vendor.memory_capture_hint else ""
-        raise InventoryError(f"{device.vendor} device {device.index} ({device.model}): no memory size known{hint}")
+        raise InventoryError(
+            f"{device.vendor} device {device.index} ({device.model}): no memory size known{hint}"
+        )
     return dataclasses.replace(device, type=device.type or (spec.type if spec else ""), memory_mib=memory)
 
 
@@ -61,7 +63,9 @@ def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device
     raise HeteroError(f"no vendor parser recognised {names}; pass --vendor NAME ({'; '.join(reasons)[:400]})")
 
 
-def devices_from_files(vendor_names: Sequence[str], paths: Sequence[Path]) -> list[tuple[Vendor, list[Device]]]:
+def devices_from_files(
+    vendor_names: Sequence[str], paths: Sequence[Path]
+) -> list[tuple[Vendor, list[Device]]]:
     """Parse captured files: with one --vendor, all files belong to it; without, the parser is sniffed."""
     captures = read_captures(paths)
     if len(vendor_names) > 1:
@@ -113,7 +117,9 @@ def discover_node(
     found = devices_from_files(vendor_names, from_files) if from_files else devices_live(vendor_names)
     devices = [complete_device(d, catalog, v) for v, ds in found for d in ds]
     if not devices:
-        raise HeteroError("no accelerators found (try --vendor NAME, or --from-file with a captured tool output)")
+        raise HeteroError(
+            "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
+        )
     name = node_name or socket.gethostname().split(".")[0]
     facts = {} if from_files else host_facts()
     return NodeInventory(name=name, devices=tuple(devices), **facts)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gc
 import dataclasses
+import gc
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, fields
@@ -90,11 +90,17 @@ def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[
     schema = json.loads(resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text())
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
-    device = {"$schema": schema["$schema"], "definitions": schema["definitions"], "$ref": "#/definitions/device"}
+    device = {
+        "$schema": schema["$schema"],
+        "definitions": schema["definitions"],
+        "$ref": "#/definitions/device",
+    }
     return fastjsonschema.compile(schema), fastjsonschema.compile(outer), fastjsonschema.compile(device)
 
 
-def _schema_error(source: str, error: fastjsonschema.JsonSchemaValueException, prefix: str = "") -> InventoryError:
+def _schema_error(
+    source: str, error: fastjsonschema.JsonSchemaValueException, prefix: str = ""
+) -> InventoryError:
     parts = [p for p in error.path[1:]]
     path = prefix + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
     message = error.message.removeprefix(error.name).strip()
@@ -160,7 +166,9 @@ def check_node(node: NodeInventory, source: str) -> None:
         raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
 
 
-def inventory_from_dict(data: Any, source: str = "<inventory>", keep_identity: bool = True) -> ClusterInventory:
+def inventory_from_dict(
+    data: Any, source: str = "<inventory>", keep_identity: bool = True
+) -> ClusterInventory:
     """Validate and convert raw data. Without `keep_identity`, device UUIDs are dropped, which
     lets identical devices share one record (what rendering needs, and much faster)."""
     try:
@@ -172,9 +180,14 @@ def inventory_from_dict(data: Any, source: str = "<inventory>", keep_identity: b
     for i, raw in enumerate(data["nodes"]):
         devices = tuple(interner.device(d, i, j) for j, d in enumerate(raw["devices"]))
         node = NodeInventory(
-            name=raw["name"], devices=devices, cpus=raw.get("cpus"), sockets=raw.get("sockets"),
-            cores_per_socket=raw.get("cores_per_socket"), threads_per_core=raw.get("threads_per_core"),
-            real_memory_mib=raw.get("real_memory_mib"), features=tuple(raw.get("features", ())),
+            name=raw["name"],
+            devices=devices,
+            cpus=raw.get("cpus"),
+            sockets=raw.get("sockets"),
+            cores_per_socket=raw.get("cores_per_socket"),
+            threads_per_core=raw.get("threads_per_core"),
+            real_memory_mib=raw.get("real_memory_mib"),
+            features=tuple(raw.get("features", ())),
             nics=tuple(Nic(**n) for n in raw.get("nics", ())),
         )
         check_node(node, source)
@@ -264,7 +277,7 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
     if not docs:
         raise InventoryError(f"{path}: empty inventory")
     labels = [str(path)] if len(docs) == 1 else [f"{path}[doc {i}]" for i in range(1, len(docs) + 1)]
-    return [(label, inventory_from_dict(d, label)) for label, d in zip(labels, docs)]
+    return [(label, inventory_from_dict(d, label)) for label, d in zip(labels, docs, strict=True)]
 
 
 def _shape(node: NodeInventory) -> NodeInventory:
@@ -273,7 +286,9 @@ def _shape(node: NodeInventory) -> NodeInventory:
     return dataclasses.replace(node, name="", devices=devices)
 
 
-def merge(inventories: Iterable[tuple[str, ClusterInventory]], fold_identical: bool = True) -> ClusterInventory:
+def merge(
+    inventories: Iterable[tuple[str, ClusterInventory]], fold_identical: bool = True
+) -> ClusterInventory:
     """Merge node inventories into one cluster inventory.
 
     A node named twice is an error (even with identical records: two files claim one host).

@@ -24,7 +24,11 @@ def run(argv: Sequence[str], timeout: float = 60.0) -> str:
     except subprocess.TimeoutExpired as e:
         raise ToolError(argv, None, f"timed out after {timeout:g}s") from e
     logger.debug(
-        "READ %s rc=%d bytes=%d in %.3fs", argv[0], done.returncode, len(done.stdout), time.monotonic() - started
+        "READ %s rc=%d bytes=%d in %.3fs",
+        argv[0],
+        done.returncode,
+        len(done.stdout),
+        time.monotonic() - started,
     )
     if done.returncode != 0:
         raise ToolError(argv, done.returncode, done.stderr[-2000:])

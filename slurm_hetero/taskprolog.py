@@ -43,7 +43,9 @@ def export_lines(env: Mapping[str, str], node: NodeInventory, include_unhealthy:
     chosen: list[Device] = []
     for i in indexes:
         if not 0 <= i < len(devices):
-            raise HeteroError(f"GPU index {i} is beyond the {len(devices)} devices of {node.name} in the inventory")
+            raise HeteroError(
+                f"GPU index {i} is beyond the {len(devices)} devices of {node.name} in the inventory"
+            )
         chosen.append(devices[i])
     return _lines_per_vendor(chosen)
 

@@ -42,7 +42,9 @@ class _Group(click.Group):
             ctx.exit(130)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "SLURM_HETERO"})
+@click.group(
+    cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "SLURM_HETERO"}
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-v info and tracebacks, -vv debug).")
 @click.version_option(__version__, prog_name="slurm-hetero")
 @click.pass_context
@@ -50,7 +52,9 @@ def cli(ctx: click.Context, verbose: int) -> None:
     """Mixed accelerators as one Slurm pool: discover, render gres.conf, rewrite requests, launch."""
     ctx.obj = {"verbose": verbose}
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="slurm-hetero %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="slurm-hetero %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
 
 
 def _load_commands() -> None:

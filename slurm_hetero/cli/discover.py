@@ -21,16 +21,34 @@ def _list_vendors() -> None:
 
 
 @cli.command()
-@click.option("--vendor", "vendors", multiple=True, help="Only this vendor (repeatable); fails if it cannot run.")
-@click.option("--from-file", "from_files", multiple=True, type=click.Path(path_type=Path),
-              help="Parse captured tool output instead of running the tool (repeatable).")
+@click.option(
+    "--vendor", "vendors", multiple=True, help="Only this vendor (repeatable); fails if it cannot run."
+)
+@click.option(
+    "--from-file",
+    "from_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Parse captured tool output instead of running the tool (repeatable).",
+)
 @click.option("--node", "node_name", help="NodeName to record (default: short host name).")
-@click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path),
-              help="Extra catalog directory with site models (*.yaml).")
+@click.option(
+    "--models-dir",
+    "models_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Extra catalog directory with site models (*.yaml).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line (safe to collect from many srun tasks).")
 @click.option("--list-vendors", is_flag=True, help="List registered vendors and whether they can run here.")
-def discover(vendors: tuple[str, ...], from_files: tuple[Path, ...], node_name: str | None,
-             models_dirs: tuple[Path, ...], as_json: bool, list_vendors: bool) -> None:
+def discover(
+    vendors: tuple[str, ...],
+    from_files: tuple[Path, ...],
+    node_name: str | None,
+    models_dirs: tuple[Path, ...],
+    as_json: bool,
+    list_vendors: bool,
+) -> None:
     """Read this node's accelerators and topology into an inventory (YAML, or JSON with --json)."""
     if list_vendors:
         return _list_vendors()

@@ -35,35 +35,78 @@ def _output_dir(out: Path, check: bool) -> Path:
 
 
 @gres.command()
-@click.option("--inventory", "inventory_path", required=True, type=click.Path(path_type=Path),
-              help="Cluster inventory (YAML, or JSON by extension).")
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for gres.conf, slurm-nodes.conf.")
-@click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change; write nothing.")
-@click.option("--policy", type=click.Choice(POLICIES), default="binpack", show_default=True,
-              help="Node Weight policy: binpack (small, cheap devices first) or spread (LLN).")
-@click.option("--include-unhealthy", is_flag=True, help="Also render devices the vendor tool reported unhealthy.")
+@click.option(
+    "--inventory",
+    "inventory_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Cluster inventory (YAML, or JSON by extension).",
+)
+@click.option(
+    "--out", required=True, type=click.Path(path_type=Path), help="Directory for gres.conf, slurm-nodes.conf."
+)
+@click.option(
+    "--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change; write nothing."
+)
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default="binpack",
+    show_default=True,
+    help="Node Weight policy: binpack (small, cheap devices first) or spread (LLN).",
+)
+@click.option(
+    "--include-unhealthy", is_flag=True, help="Also render devices the vendor tool reported unhealthy."
+)
 @click.option("--template-dir", type=click.Path(path_type=Path), help="Override templates (same file names).")
-@click.option("--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir.")
+@click.option(
+    "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
+)
 @click.option("--local-slurmd", "local_host", help="Dev cluster: every node is a slurmd on this host name.")
-@click.option("--port-base", type=int, default=17001, show_default=True, help="Dev cluster: first slurmd port.")
-@click.option("--file-root", default="/dev/fakegpu", show_default=True, help="Dev cluster: fake device directory.")
+@click.option(
+    "--port-base", type=int, default=17001, show_default=True, help="Dev cluster: first slurmd port."
+)
+@click.option(
+    "--file-root", default="/dev/fakegpu", show_default=True, help="Dev cluster: fake device directory."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
-def render(inventory_path: Path, out: Path, check: bool, policy: str, include_unhealthy: bool,
-           template_dir: Path | None, models_dirs: tuple[Path, ...], local_host: str | None, port_base: int,
-           file_root: str, as_json: bool) -> None:
+def render(
+    inventory_path: Path,
+    out: Path,
+    check: bool,
+    policy: str,
+    include_unhealthy: bool,
+    template_dir: Path | None,
+    models_dirs: tuple[Path, ...],
+    local_host: str | None,
+    port_base: int,
+    file_root: str,
+    as_json: bool,
+) -> None:
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
     local = LocalSlurmd(local_host, port_base, file_root=file_root) if local_host else None
     options = RenderOptions(policy=policy, include_unhealthy=include_unhealthy, local=local)
-    context = build_context(inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options)
+    context = build_context(
+        inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options
+    )
     context["source"] = inventory_path.name
-    files = {_output_dir(out, check) / name: text for name, text in render_configs(context, template_dir).items()}
+    files = {
+        _output_dir(out, check) / name: text for name, text in render_configs(context, template_dir).items()
+    }
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)
         raise SystemExit(1 if changes else 0)
     written = write_atomic(files)
-    summary = {"nodes": context["node_count"], "shapes": context["shape_count"],
-               "lines": sum(t.count("\n") for t in files.values()), "written": [str(p) for p in written]}
-    click.echo(json.dumps(summary) if as_json else
-               f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, "
-               f"{len(written)} file(s) changed", err=not as_json)
+    summary = {
+        "nodes": context["node_count"],
+        "shapes": context["shape_count"],
+        "lines": sum(t.count("\n") for t in files.values()),
+        "written": [str(p) for p in written],
+    }
+    click.echo(
+        json.dumps(summary)
+        if as_json
+        else f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, {len(written)} file(s) changed",
+        err=not as_json,
+    )

@@ -18,7 +18,9 @@ def inventory_group() -> None:
 
 @inventory_group.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically) instead of stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically) instead of stdout."
+)
 @click.option("--no-fold", is_flag=True, help="Keep one record per node instead of folding identical nodes.")
 @click.option("--json", "as_json", is_flag=True, help="Write JSON (fast to read for big clusters).")
 def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: bool) -> None:

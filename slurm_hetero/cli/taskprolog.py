@@ -24,10 +24,19 @@ def _find_node(path: Path, name: str) -> NodeInventory:
 
 
 @cli.command(name="task-prolog")
-@click.option("--inventory", "inventory_path", type=click.Path(path_type=Path), envvar="SLURM_HETERO_INVENTORY",
-              default=DEFAULT_INVENTORY, show_default=True, help="Cluster inventory used to render gres.conf.")
+@click.option(
+    "--inventory",
+    "inventory_path",
+    type=click.Path(path_type=Path),
+    envvar="SLURM_HETERO_INVENTORY",
+    default=DEFAULT_INVENTORY,
+    show_default=True,
+    help="Cluster inventory used to render gres.conf.",
+)
 @click.option("--include-unhealthy", is_flag=True, help="Match a gres render done with --include-unhealthy.")
-@click.option("--strict", is_flag=True, help="Fail the task on errors (default: warn on stderr, export nothing).")
+@click.option(
+    "--strict", is_flag=True, help="Fail the task on errors (default: warn on stderr, export nothing)."
+)
 def task_prolog(inventory_path: Path, include_unhealthy: bool, strict: bool) -> None:
     """Export the vendor's visible-device variable for this task's GPUs (Slurm TaskProlog protocol)."""
     try:

@@ -70,7 +70,9 @@ def _links_row(device: Device, devices: Sequence[Device]) -> str | None:
     return ",".join(map(str, row)) if any(c > 0 for c in row) else None
 
 
-def _gres_device_lines(devices: Sequence[Device], node_name: str, local: LocalSlurmd | None) -> list[dict[str, Any]]:
+def _gres_device_lines(
+    devices: Sequence[Device], node_name: str, local: LocalSlurmd | None
+) -> list[dict[str, Any]]:
     """One entry per device with links, else consecutive same-type same-cores devices folded."""
     lines: list[dict[str, Any]] = []
     for device in devices:
@@ -81,8 +83,12 @@ def _gres_device_lines(devices: Sequence[Device], node_name: str, local: LocalSl
             "links": _links_row(device, devices),
         }
         last = lines[-1] if lines else None
-        if (last and entry["links"] is None and last["links"] is None
-                and (last["type"], last["cores"]) == (entry["type"], entry["cores"])):
+        if (
+            last
+            and entry["links"] is None
+            and last["links"] is None
+            and (last["type"], last["cores"]) == (entry["type"], entry["cores"])
+        ):
             last["files"].extend(entry["files"])
         else:
             lines.append(entry)
@@ -117,8 +123,12 @@ def _gres_counts(devices: Sequence[Device], shares: Mapping[str, int]) -> dict[s
         per_type[device.type] = per_type.get(device.type, 0) + 1
     memory = sum(d.memory_mib or 0 for d in devices)
     shards = sum(shares.get(d.type, 0) for d in devices)
-    return {"per_type": per_type, "gpumem": gres_size(memory) if memory else None,
-            "gpucore": 100 * len(devices) if devices else None, "shards": shards or None}
+    return {
+        "per_type": per_type,
+        "gpumem": gres_size(memory) if memory else None,
+        "gpucore": 100 * len(devices) if devices else None,
+        "shards": shards or None,
+    }
 
 
 @dataclass(frozen=True)
@@ -163,10 +173,18 @@ def node_shape(node: NodeInventory, options: RenderOptions, catalog: Catalog) ->
     lines = _gres_device_lines(devices, node.name, options.local)
     counts = _gres_counts(devices, options.shares)
     return NodeShape(
-        node.cpus, node.sockets, node.cores_per_socket, node.threads_per_core, node.real_memory_mib,
+        node.cpus,
+        node.sockets,
+        node.cores_per_socket,
+        node.threads_per_core,
+        node.real_memory_mib,
         tuple(GresLine(g["type"], g["file"], g["cores"], g["links"]) for g in lines),
-        tuple(counts["per_type"].items()), counts["gpumem"], counts["gpucore"], counts["shards"],
-        tuple(_node_features(node, devices, catalog)), tuple(sorted({d.vendor for d in devices})),
+        tuple(counts["per_type"].items()),
+        counts["gpumem"],
+        counts["gpucore"],
+        counts["shards"],
+        tuple(_node_features(node, devices, catalog)),
+        tuple(sorted({d.vendor for d in devices})),
         max((d.memory_mib or 0 for d in devices), default=0),
     )
 
@@ -189,19 +207,29 @@ def _weights(shapes: Sequence[NodeShape], prices: Sequence[float], policy: str) 
     """binpack: smaller, cheaper devices first (lower Weight is scheduled first); spread: equal."""
     if policy == "spread":
         return [1] * len(shapes)
-    order = sorted({(s.biggest_device_mib, p) for s, p in zip(shapes, prices)})
+    order = sorted({(s.biggest_device_mib, p) for s, p in zip(shapes, prices, strict=True)})
     rank = {key: i for i, key in enumerate(order)}
-    return [10 * (rank[(s.biggest_device_mib, p)] + 1) for s, p in zip(shapes, prices)]
+    return [10 * (rank[(s.biggest_device_mib, p)] + 1) for s, p in zip(shapes, prices, strict=True)]
 
 
-def _group(nodes: Iterable[NodeInventory], options: RenderOptions, catalog: Catalog) -> dict[NodeShape, list[str]]:
+def _group(
+    nodes: Iterable[NodeInventory], options: RenderOptions, catalog: Catalog
+) -> dict[NodeShape, list[str]]:
     """Nodes by rendered shape. Shapes are computed once per distinct device set (devices loaded
     with `keep_identity=False` are shared records, so their ids identify them)."""
     groups: dict[NodeShape, list[str]] = {}
     shapes: dict[tuple[Any, ...], NodeShape] = {}
     for node in nodes:
-        key = (node.name if options.local else "", tuple(map(id, node.devices)), node.cpus, node.sockets,
-               node.cores_per_socket, node.threads_per_core, node.real_memory_mib, node.features)
+        key = (
+            node.name if options.local else "",
+            tuple(map(id, node.devices)),
+            node.cpus,
+            node.sockets,
+            node.cores_per_socket,
+            node.threads_per_core,
+            node.real_memory_mib,
+            node.features,
+        )
         shape = shapes.get(key)
         if shape is None:
             shape = shapes[key] = node_shape(node, options, catalog)
@@ -216,7 +244,9 @@ def _with_types(node: NodeInventory, catalog: Catalog, vendors: set[str]) -> Nod
     devices = []
     for device in node.devices:
         if device.vendor not in vendors:
-            raise InventoryError(f"node {node.name}: unknown vendor {device.vendor!r}; known: {', '.join(sorted(vendors))}")
+            raise InventoryError(
+                f"node {node.name}: unknown vendor {device.vendor!r}; known: {', '.join(sorted(vendors))}"
+            )
         if not device.type:
             spec = catalog.resolve(device.vendor, device.model)
             if spec is None:
@@ -232,22 +262,31 @@ def _with_types(node: NodeInventory, catalog: Catalog, vendors: set[str]) -> Nod
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
     """Everything the templates need, as plain data."""
     if options.policy not in POLICIES:
-        raise InventoryError(f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}")
+        raise InventoryError(
+            f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}"
+        )
     vendors = {s.vendor for s in catalog.specs}
     groups = _group((_with_types(n, catalog, vendors) for n in inventory.nodes), options, catalog)
     shapes = list(groups)
     folded = [hostlist.fold(names) for names in groups.values()]
     prices = [_check_types(s, catalog, names[0]) for s, names in groups.items()]
     weights = _weights(shapes, prices, options.policy)
-    nodes = [_node_entry(s, f, w, i, options) for i, (s, f, w) in enumerate(zip(shapes, folded, weights))]
+    nodes = [
+        _node_entry(s, f, w, i, options)
+        for i, (s, f, w) in enumerate(zip(shapes, folded, weights, strict=True))
+    ]
     vendors = sorted({v for s in shapes for v in s.vendors})
-    partitions = [{"name": v, "nodes": hostlist.fold(f for s, f in zip(shapes, folded) if v in s.vendors)}
-                  for v in vendors]
+    partitions = [
+        {"name": v, "nodes": hostlist.fold(f for s, f in zip(shapes, folded, strict=True) if v in s.vendors)}
+        for v in vendors
+    ]
     gres_types = ["gpu", "gpumem", "gpucore"] + (["shard"] if any(s.shards for s in shapes) else [])
     return {
         "gres_types": ",".join(gres_types),
-        "gres_groups": [{"nodes": f, "lines": s.gres_lines, "gpumem": s.gpumem, "gpucore": s.gpucore,
-                         "shards": s.shards} for s, f in zip(shapes, folded)],
+        "gres_groups": [
+            {"nodes": f, "lines": s.gres_lines, "gpumem": s.gpumem, "gpucore": s.gpucore, "shards": s.shards}
+            for s, f in zip(shapes, folded, strict=True)
+        ],
         "nodes": nodes,
         "partitions": partitions,
         "all_nodes": hostlist.fold(folded) if folded else "",
@@ -259,13 +298,25 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
     }
 
 
-def _node_entry(shape: NodeShape, names: str, weight: int, position: int, options: RenderOptions) -> dict[str, Any]:
+def _node_entry(
+    shape: NodeShape, names: str, weight: int, position: int, options: RenderOptions
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
-        "name": names, "cpus": shape.cpus, "sockets": shape.sockets, "cores_per_socket": shape.cores_per_socket,
-        "threads_per_core": shape.threads_per_core, "real_memory": shape.real_memory_mib,
-        "gres": shape.gres, "features": ",".join(shape.features), "weight": weight, "local": None,
+        "name": names,
+        "cpus": shape.cpus,
+        "sockets": shape.sockets,
+        "cores_per_socket": shape.cores_per_socket,
+        "threads_per_core": shape.threads_per_core,
+        "real_memory": shape.real_memory_mib,
+        "gres": shape.gres,
+        "features": ",".join(shape.features),
+        "weight": weight,
+        "local": None,
     }
     if options.local:
-        entry["local"] = {"address": options.local.address, "hostname": options.local.hostname,
-                          "port": options.local.port_base + position}
+        entry["local"] = {
+            "address": options.local.address,
+            "hostname": options.local.hostname,
+            "port": options.local.port_base + position,
+        }
     return entry

@@ -39,7 +39,9 @@ def render(env: jinja2.Environment, name: str, context: Mapping[str, Any]) -> st
     try:
         return env.get_template(name).render(version=__version__, **context)
     except jinja2.TemplateSyntaxError as e:
-        raise ConfigError(f"template syntax error: {e.message}", e.filename or name, f"line {e.lineno}") from e
+        raise ConfigError(
+            f"template syntax error: {e.message}", e.filename or name, f"line {e.lineno}"
+        ) from e
     except jinja2.UndefinedError as e:
         raise ConfigError(f"template uses an undefined value: {e.message}", name) from e
 

@@ -67,7 +67,9 @@ def write_atomic(files: Mapping[Path, str], backup: bool = True) -> list[Path]:
     except OSError as e:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write to {e.filename or 'the output directory'}: {e.strerror}; nothing changed") from e
+        raise OutputError(
+            f"cannot write to {e.filename or 'the output directory'}: {e.strerror}; nothing changed"
+        ) from e
     except OutputError:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)

@@ -13,8 +13,20 @@ from dataclasses import dataclass
 from slurm_hetero import hostlist
 from slurm_hetero.errors import HeteroError, InventoryError
 
-_KEYS = {"nodename", "name", "type", "file", "cores", "cpus", "links", "count", "flags", "autodetect",
-         "multiplefiles", "envvars"}
+_KEYS = {
+    "nodename",
+    "name",
+    "type",
+    "file",
+    "cores",
+    "cpus",
+    "links",
+    "count",
+    "flags",
+    "autodetect",
+    "multiplefiles",
+    "envvars",
+}
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,16 @@ def parse_gres_conf(text: str) -> list[GresEntry]:
             raise GresConfError(f"gres.conf line {line_no}: missing Name=")
         for node in _expand(fields.get("nodename"), line_no):
             for file in _expand(fields.get("file"), line_no):
-                entries.append(GresEntry(node, fields["name"], fields.get("type"), file, fields.get("cores"),
-                                         fields.get("links"), fields.get("count"), fields.get("flags")))
+                entries.append(
+                    GresEntry(
+                        node,
+                        fields["name"],
+                        fields.get("type"),
+                        file,
+                        fields.get("cores"),
+                        fields.get("links"),
+                        fields.get("count"),
+                        fields.get("flags"),
+                    )
+                )
     return entries

@@ -56,8 +56,20 @@ class Vendor(ABC):
         return str(device.index)
 
     # helpers for parsers -------------------------------------------------------------
-    def parse_error(self, capture: Capture, message: str, line_no: int | None = None, line: str | None = None,
-                    tool: str | None = None) -> ParseError:
+    def parse_error(
+        self,
+        capture: Capture,
+        message: str,
+        line_no: int | None = None,
+        line: str | None = None,
+        tool: str | None = None,
+    ) -> ParseError:
         """A ParseError naming this vendor, the tool, the capture and the line."""
-        return ParseError(self.name, tool or (self.tools[0] if self.tools else self.name), message,
-                          capture.source, line_no, line)
+        return ParseError(
+            self.name,
+            tool or (self.tools[0] if self.tools else self.name),
+            message,
+            capture.source,
+            line_no,
+            line,
+        )

@@ -26,9 +26,14 @@ EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
 CAPTURED_NODES = {
     "gaudin1": ("gaudi", ["hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt"]),
     "mlun1": ("cambricon", ["cnmon_2x-mlu370-x8_v5.10.13_paddle-docs.txt"]),
-    "mi300n1": ("amd", ["rocm-smi-concise_8gpu-mi300-series_partitions.txt",
-                        "rocm-smi-u-showmeminfo-vram_8gpu-mi300-series.txt",
-                        "rocm-smi-showtopo_8gpu-mi300-series_xgmi_2numa.txt"]),
+    "mi300n1": (
+        "amd",
+        [
+            "rocm-smi-concise_8gpu-mi300-series_partitions.txt",
+            "rocm-smi-u-showmeminfo-vram_8gpu-mi300-series.txt",
+            "rocm-smi-showtopo_8gpu-mi300-series_xgmi_2numa.txt",
+        ],
+    ),
     "npu310n1": ("ascend", ["npu-smi-info_2x-310p3_npu-id-0-and-64_drv23.0.rc3.txt"]),
     "npu910n1": ("ascend", ["npu-smi-info_ascend910-2chips-per-npu_phy-id_drv25.2.0.txt"]),
     "edge310n1": ("ascend", ["npu-smi-info_310b4_nohbm_alarm_drv23.0.0.txt"]),
@@ -36,8 +41,14 @@ CAPTURED_NODES = {
 
 
 def cli(*args: str, **kw: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slurm_hetero", *args], capture_output=True, text=True,
-                          check=True, cwd=REPO, **kw)  # type: ignore[call-overload]
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_hetero", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        **kw,
+    )  # type: ignore[call-overload]
 
 
 def generate_inventory(directory: Path) -> Path:
@@ -70,8 +81,12 @@ def dev_cluster(cluster_inventory: Path) -> Iterator[Path]:
     """Start the dev cluster once for the session; stop it at the end."""
     _need_root()
     started = time.monotonic()
-    result = subprocess.run([sys.executable, str(DEV_CLUSTER), "up", "--inventory", str(cluster_inventory)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, str(DEV_CLUSTER), "up", "--inventory", str(cluster_inventory)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode != 0:
         pytest.fail(f"dev-cluster up failed:\n{result.stdout}\n{result.stderr}")
     print(f"dev cluster up in {time.monotonic() - started:.1f}s", file=sys.stderr)

@@ -15,8 +15,11 @@ from tests.integration.conftest import slurm
 
 
 def expected_nodes(path: Path) -> dict[str, list]:
-    return {host: rendered_devices(node) for node in inventory.load(path).nodes
-            for host in hostlist.expand(node.name)}
+    return {
+        host: rendered_devices(node)
+        for node in inventory.load(path).nodes
+        for host in hostlist.expand(node.name)
+    }
 
 
 def scontrol_nodes() -> dict[str, dict[str, str]]:
@@ -40,7 +43,10 @@ def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path) -
         gres = [g.split("(")[0] for g in fields["Gres"].split(",") if g != "(null)"]
         want = [f"gpu:{t}:{n}" for t, n in per_type.items()]
         if devices:
-            want += [f"gpumem:{gres_size(sum(d.memory_mib for d in devices))}", f"gpucore:{100 * len(devices)}"]
+            want += [
+                f"gpumem:{gres_size(sum(d.memory_mib for d in devices))}",
+                f"gpucore:{100 * len(devices)}",
+            ]
         assert gres == want, name
 
 
@@ -55,8 +61,10 @@ def test_unhealthy_devices_are_not_given_to_slurm(dev_cluster: Path) -> None:
 
 
 def _submit(gres: str, out: Path) -> str:
-    script = ("#!/bin/bash\necho NODE=$SLURMD_NODENAME\necho CUDA=$CUDA_VISIBLE_DEVICES\n"
-              "echo STEP=$SLURM_STEP_GPUS\necho JOB=$SLURM_JOB_GPUS\nenv | grep _VISIBLE_ | sort\n")
+    script = (
+        "#!/bin/bash\necho NODE=$SLURMD_NODENAME\necho CUDA=$CUDA_VISIBLE_DEVICES\n"
+        "echo STEP=$SLURM_STEP_GPUS\necho JOB=$SLURM_JOB_GPUS\nenv | grep _VISIBLE_ | sort\n"
+    )
     return slurm("sbatch", "--parsable", f"--gres={gres}", "-o", str(out), "--wrap", script).strip()
 
 
@@ -73,7 +81,9 @@ def _read_env(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
-def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(dev_cluster: Path, tmp_path: Path) -> None:
+def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
+    dev_cluster: Path, tmp_path: Path
+) -> None:
     nodes = expected_nodes(dev_cluster)
     types = sorted({d.type for devices in nodes.values() for d in devices})
     jobs = {t: _submit(f"gpu:{t}:1", tmp_path / f"{t}.out") for t in types}
@@ -96,10 +106,19 @@ def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(dev_clus
 
 def test_ascend_job_sees_ascend_rt_visible_devices_of_its_allocation(dev_cluster: Path) -> None:
     nodes = expected_nodes(dev_cluster)
-    node, devices = next((n, ds) for n, ds in nodes.items() if ds and ds[0].vendor == "ascend" and len(ds) >= 3)
+    node, devices = next(
+        (n, ds) for n, ds in nodes.items() if ds and ds[0].vendor == "ascend" and len(ds) >= 3
+    )
     t = devices[0].type
-    out = slurm("srun", "-w", node, f"--gres=gpu:{t}:3", "bash", "-c",
-                "echo $SLURM_STEP_GPUS/$ASCEND_RT_VISIBLE_DEVICES")
+    out = slurm(
+        "srun",
+        "-w",
+        node,
+        f"--gres=gpu:{t}:3",
+        "bash",
+        "-c",
+        "echo $SLURM_STEP_GPUS/$ASCEND_RT_VISIBLE_DEVICES",
+    )
     step, visible = out.strip().split("/")
     assert visible == ",".join(str(devices[int(i)].index) for i in step.split(","))
     assert len(visible.split(",")) == 3

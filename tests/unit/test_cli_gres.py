@@ -52,19 +52,34 @@ def test_json_summary(tmp_path: Path) -> None:
 
 BAD_INVENTORIES = {
     "malformed.yaml": ("version: 1\nnodes: [ {name: a\n", "malformed YAML"),
-    "novendor.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: acme, model: X1, index: 0, "
-                      "file: /dev/x0, memory_mib: 1024}\n", "unknown vendor 'acme'"),
-    "nomodel.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: NVIDIA Z9000, "
-                     "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n", "unknown nvidia model 'NVIDIA Z9000'"),
-    "notype.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: X, type: z9000, "
-                    "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n", "unknown device type 'z9000'"),
+    "novendor.yaml": (
+        "version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: acme, model: X1, index: 0, "
+        "file: /dev/x0, memory_mib: 1024}\n",
+        "unknown vendor 'acme'",
+    ),
+    "nomodel.yaml": (
+        "version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: NVIDIA Z9000, "
+        "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n",
+        "unknown nvidia model 'NVIDIA Z9000'",
+    ),
+    "notype.yaml": (
+        "version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: X, type: z9000, "
+        "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n",
+        "unknown device type 'z9000'",
+    ),
     "empty-node.yaml": ("version: 1\nnodes:\n- name: a\n  devices: []\n", "node a has no devices"),
     "badversion.yaml": ("version: 7\nnodes: []\n", "invalid inventory at version"),
-    "badfield.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: X, index: -1, "
-                      "file: /dev/nvidia0}\n", "invalid inventory at nodes[0].devices[0].index"),
-    "dupindex.yaml": ("version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, "
-                      "index: 0, file: /dev/nvidia0}\n  - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, index: 0, "
-                      "file: /dev/nvidia1}\n", "device index listed twice"),
+    "badfield.yaml": (
+        "version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: X, index: -1, "
+        "file: /dev/nvidia0}\n",
+        "invalid inventory at nodes[0].devices[0].index",
+    ),
+    "dupindex.yaml": (
+        "version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, "
+        "index: 0, file: /dev/nvidia0}\n  - {vendor: nvidia, model: NVIDIA A100-SXM4-80GB, index: 0, "
+        "file: /dev/nvidia1}\n",
+        "device index listed twice",
+    ),
 }
 
 
@@ -97,8 +112,9 @@ def test_unwritable_output_directory(tmp_path: Path) -> None:
 
 def test_verbose_shows_the_cause(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("version: 1\nnodes: [\n")
-    result = CliRunner().invoke(cli, ["-v", "gres", "render", "--inventory", str(tmp_path / "bad.yaml"),
-                                      "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        cli, ["-v", "gres", "render", "--inventory", str(tmp_path / "bad.yaml"), "--out", str(tmp_path)]
+    )
     assert result.exit_code == 1 and "Traceback" in result.stderr
 
 
@@ -115,3 +131,24 @@ def test_merge_folds_identical_nodes_and_rejects_duplicates(tmp_path: Path) -> N
     (tmp_path / "again.jsonl").write_text(lines[2] + "\n")
     code, _, err = run("inventory", "merge", str(tmp_path / "nodes.jsonl"), str(tmp_path / "again.jsonl"))
     assert code == 1 and "node l40s-03 appears in " in err and "nodes.jsonl:3 and in " in err
+
+
+def test_template_dir_overrides_one_template_and_bad_templates_fail_cleanly(tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "gres.conf.j2").write_text(
+        "# site header\n{% for g in gres_groups %}{% for l in g.lines %}"
+        "NodeName={{ g.nodes }} Name=gpu Type={{ l.type }} File={{ l.file }}\n{% endfor %}{% endfor %}"
+    )
+    out = tmp_path / "out"
+    code, _, err = run(
+        "gres", "render", "--inventory", str(EXAMPLE), "--out", str(out), "--template-dir", str(templates)
+    )
+    assert code == 0, err
+    assert (out / "gres.conf").read_text().startswith("# site header\nNodeName=a100n1 Name=gpu Type=a100_80g")
+    assert "GresTypes=" in (out / "slurm-nodes.conf").read_text()  # not overridden: the package's
+    (templates / "gres.conf.j2").write_text("{{ undefined_thing }}")
+    code, _, err = run(
+        "gres", "render", "--inventory", str(EXAMPLE), "--out", str(out), "--template-dir", str(templates)
+    )
+    assert code == 1 and "undefined" in err

@@ -62,23 +62,42 @@ def nodes(draw: st.DrawFn, position: int) -> NodeInventory:
     devices = []
     for i in range(count):
         chosen = spec if i < count // 2 or count == 1 else mixed
-        links = tuple(Link(j, "nvlink", draw(st.integers(1, 18))) for j in range(count)
-                      if j != i and draw(st.booleans()) and draw(st.booleans()))
+        links = tuple(
+            Link(j, "nvlink", draw(st.integers(1, 18)))
+            for j in range(count)
+            if j != i and draw(st.booleans()) and draw(st.booleans())
+        )
         health = Health.UNHEALTHY if draw(st.integers(0, 9)) == 0 else Health.OK
-        devices.append(Device(vendor=chosen.vendor, model=chosen.name, type=chosen.type, index=i,
-                              file=f"/dev/accel{i}", memory_mib=chosen.memory_mib, cores=cores,
-                              links=links, health=health))
+        devices.append(
+            Device(
+                vendor=chosen.vendor,
+                model=chosen.name,
+                type=chosen.type,
+                index=i,
+                file=f"/dev/accel{i}",
+                memory_mib=chosen.memory_mib,
+                cores=cores,
+                links=links,
+                health=health,
+            )
+        )
     # links only between devices of the same vendor (peer is a per-vendor index)
-    devices = [dataclasses.replace(d, links=tuple(l for l in d.links if devices[l.peer].vendor == d.vendor))
-               for d in devices]
-    return NodeInventory(name=f"node{position:03d}", devices=tuple(devices), cpus=draw(st.sampled_from([8, 64])))
+    devices = [
+        dataclasses.replace(d, links=tuple(link for link in d.links if devices[link.peer].vendor == d.vendor))
+        for d in devices
+    ]
+    return NodeInventory(
+        name=f"node{position:03d}", devices=tuple(devices), cpus=draw(st.sampled_from([8, 64]))
+    )
 
 
 @st.composite
 def inventories(draw: st.DrawFn) -> ClusterInventory:
     count = draw(st.integers(1, 6))
     distinct = [draw(nodes(i)) for i in range(count)]
-    copies = [dataclasses.replace(n, name=f"copy{i:03d}") for i, n in enumerate(distinct) if draw(st.booleans())]
+    copies = [
+        dataclasses.replace(n, name=f"copy{i:03d}") for i, n in enumerate(distinct) if draw(st.booleans())
+    ]
     return ClusterInventory(nodes=tuple(distinct + copies))
 
 
@@ -86,7 +105,7 @@ def _expected(node: NodeInventory, include_unhealthy: bool) -> list[tuple]:
     devices = rendered_devices(node, include_unhealthy)
     rows = []
     for d in devices:
-        counts = {l.peer: l.count for l in d.links}
+        counts = {link.peer: link.count for link in d.links}
         row = [-1 if o is d else (counts.get(o.index, 0) if o.vendor == d.vendor else 0) for o in devices]
         links = ",".join(map(str, row)) if any(c > 0 for c in row) else None
         rows.append((d.type, d.file, d.cores, links))
@@ -109,17 +128,24 @@ def test_render_then_parse_gives_the_same_devices(inv: ClusterInventory, include
         per_type: dict[str, int] = {}
         for t, *_ in expected:
             per_type[t] = per_type.get(t, 0) + 1
-        assert [g for g in gres.split(",") if g.startswith("gpu:")] == [f"gpu:{t}:{n}" for t, n in per_type.items()]
+        assert [g for g in gres.split(",") if g.startswith("gpu:")] == [
+            f"gpu:{t}:{n}" for t, n in per_type.items()
+        ]
 
 
 def test_identical_nodes_fold_into_one_line() -> None:
     base = inventory.load(EXAMPLES / "mixed.yaml").nodes[0]
-    many = ClusterInventory(nodes=tuple(dataclasses.replace(base, name=f"gpu-{i:03d}") for i in range(1, 513)))
+    many = ClusterInventory(
+        nodes=tuple(dataclasses.replace(base, name=f"gpu-{i:03d}") for i in range(1, 513))
+    )
     files = render(many)
     node_line = [line for line in files["slurm-nodes.conf"].splitlines() if line.startswith("NodeName=")]
     assert len(node_line) == 1 and node_line[0].startswith("NodeName=gpu-[001-512] ")
-    assert all(line.startswith("NodeName=gpu-[001-512] ") for line in files["gres.conf"].splitlines()
-               if line.startswith("NodeName="))
+    assert all(
+        line.startswith("NodeName=gpu-[001-512] ")
+        for line in files["gres.conf"].splitlines()
+        if line.startswith("NodeName=")
+    )
 
 
 def test_unhealthy_devices_are_left_out_unless_asked() -> None:

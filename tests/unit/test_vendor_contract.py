@@ -117,7 +117,7 @@ def test_truncated_captures_raise_parse_error(vendor_name: str, case_path: Path)
 @pytest.mark.parametrize(("vendor_name", "case_path"), CASES, ids=IDS)
 def test_garbage_raises_parse_error(vendor_name: str, case_path: Path) -> None:
     vendor = get_vendor(vendor_name)
-    case = _load_case(case_path)
+    _load_case(case_path)  # the case file must at least be valid
     for garbage in GARBAGE:
         with pytest.raises(ParseError):
             vendor.parse([Capture("garbage.txt", garbage)])

@@ -1,0 +1,123 @@
+"""`slurm-hetero discover` on real captures: the --from-file path admins use, and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_hetero.cli import cli
+from tests.conftest import FIXTURES
+
+ASCEND_INFO = FIXTURES / "ascend" / "npu-smi-info_8x-910b3_drv24.1.rc1.txt"
+ASCEND_TOPO = FIXTURES / "ascend" / "npu-smi-info-t-topo_8x-910b3_hccs_cpu-affinity.txt"
+A100_XML = FIXTURES / "nvidia" / "nvidia-smi-q-x_a100-sxm4-80gb_mig_drv535_1-of-4-gpus.xml"
+
+
+def run(*args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_ascend_captures_become_a_node_inventory_with_types_links_and_cores() -> None:
+    code, out, err = run(
+        "discover",
+        "--vendor",
+        "ascend",
+        "--from-file",
+        ASCEND_INFO,
+        "--from-file",
+        ASCEND_TOPO,
+        "--node",
+        "npu01",
+    )
+    assert code == 0, err
+    node = yaml.safe_load(out)["nodes"][0]
+    assert node["name"] == "npu01" and len(node["devices"]) == 8
+    first = node["devices"][0]
+    assert (
+        first["type"] == "ascend910b3" and first["memory_mib"] == 65536 and first["file"] == "/dev/davinci0"
+    )
+    assert len(first["links"]) == 7 and {link["kind"] for link in first["links"]} == {"hccs"}
+    assert first["cores"]
+
+
+def test_vendor_is_sniffed_when_not_given_and_json_is_one_line() -> None:
+    code, out, err = run("discover", "--from-file", A100_XML, "--node", "g1", "--json")
+    assert code == 0, err
+    assert out.count("\n") == 1
+    device = json.loads(out)["nodes"][0]["devices"][0]
+    assert (device["vendor"], device["type"]) == ("nvidia", "a100_80g")
+
+
+def test_topology_alone_names_the_missing_capture() -> None:
+    code, _, err = run("discover", "--vendor", "ascend", "--from-file", ASCEND_TOPO)
+    assert code == 1 and err.startswith("slurm-hetero: ") and "also capture `npu-smi info`" in err
+
+
+@pytest.mark.parametrize("text", ["", "garbage\n\x00\x01", ASCEND_INFO.read_text()[:1500]])
+def test_garbage_and_truncated_captures_are_one_line_errors(tmp_path: Path, text: str) -> None:
+    capture = tmp_path / "capture.txt"
+    capture.write_text(text)
+    code, _, err = run("discover", "--vendor", "ascend", "--from-file", capture)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err and "npu-smi" in err
+
+
+def test_unknown_model_points_to_the_site_catalog(tmp_path: Path) -> None:
+    capture = tmp_path / "info.txt"
+    capture.write_text(ASCEND_INFO.read_text().replace("910B3", "999Z9"))
+    code, _, err = run("discover", "--vendor", "ascend", "--from-file", capture)
+    assert code == 1 and "unknown ascend model '999Z9'" in err and "models.d" in err
+
+
+def test_site_models_dir_fixes_an_unknown_model(tmp_path: Path) -> None:
+    capture = tmp_path / "info.txt"
+    capture.write_text(ASCEND_INFO.read_text().replace("910B3", "999Z9"))
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "npu.yaml").write_text(
+        "version: 1\nmodels:\n- {type: ascend999z9, vendor: ascend, name: Ascend 999Z9, match: ['999Z9'], "
+        "memory_gib: 64, source: 'https://example.org/site-measurement'}\n"
+    )
+    code, out, err = run(
+        "discover", "--vendor", "ascend", "--from-file", capture, "--models-dir", tmp_path / "site"
+    )
+    assert code == 0, err
+    assert yaml.safe_load(out)["nodes"][0]["devices"][0]["type"] == "ascend999z9"
+
+
+def test_missing_capture_file_and_unknown_vendor(tmp_path: Path) -> None:
+    code, _, err = run("discover", "--vendor", "ascend", "--from-file", tmp_path / "nope.txt")
+    assert code == 1 and "no such capture file" in err
+    code, _, err = run("discover", "--vendor", "acme", "--from-file", ASCEND_INFO)
+    assert code == 1 and "unknown vendor 'acme'" in err and "nvidia" in err
+
+
+def test_list_vendors_names_every_registered_vendor() -> None:
+    code, out, _ = run("discover", "--list-vendors")
+    names = {line.split()[0] for line in out.splitlines()}
+    assert code == 0
+    assert {
+        "nvidia",
+        "amd",
+        "ascend",
+        "cambricon",
+        "hygon",
+        "iluvatar",
+        "gaudi",
+        "mthreads",
+        "intel",
+        "kunlunxin",
+        "enflame",
+    } <= names
+
+
+def test_live_discovery_without_accelerators_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_hetero.vendors import all_vendors
+
+    for vendor in all_vendors():
+        monkeypatch.setattr(type(vendor), "affinity", lambda self: 0)
+    code, _, err = run("discover")
+    assert code == 1 and "no accelerators found" in err

@@ -1,0 +1,75 @@
+"""TaskProlog: Slurm's allocated GPU indices -> the vendor's own visible-device variable."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero import inventory
+from slurm_hetero.cli import cli
+from slurm_hetero.model import Device, Health, NodeInventory
+from slurm_hetero.taskprolog import export_lines
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+
+
+def node(name: str) -> NodeInventory:
+    return next(n for n in inventory.load(EXAMPLE).nodes if n.name == name)
+
+
+def test_ascend_allocation_exports_logical_ids() -> None:
+    assert export_lines({"SLURM_STEP_GPUS": "2,5"}, node("ascendn1")) == [
+        "export ASCEND_RT_VISIBLE_DEVICES=2,5"
+    ]
+
+
+def test_nvidia_needs_nothing_beyond_slurms_own_variables() -> None:
+    assert export_lines({"SLURM_STEP_GPUS": "0,1"}, node("a100n1")) == []
+
+
+def test_step_gpus_win_over_job_gpus_which_are_wrong_in_het_components() -> None:
+    env = {"SLURM_STEP_GPUS": "1", "SLURM_JOB_GPUS": "0,1,2,3"}
+    assert export_lines(env, node("ascendn1")) == ["export ASCEND_RT_VISIBLE_DEVICES=1"]
+    assert export_lines({"SLURM_JOB_GPUS": "3"}, node("ascendn1")) == ["export ASCEND_RT_VISIBLE_DEVICES=3"]
+
+
+def test_indices_follow_gres_order_when_unhealthy_devices_are_left_out() -> None:
+    base = node("ascendn1")
+    sick = dataclasses.replace(base.devices[1], health=Health.UNHEALTHY)
+    gap = dataclasses.replace(base, devices=(base.devices[0], sick, *base.devices[2:]))
+    # Slurm's index 1 is the second *rendered* device: davinci2
+    assert export_lines({"SLURM_STEP_GPUS": "1"}, gap) == ["export ASCEND_RT_VISIBLE_DEVICES=2"]
+
+
+def test_gaudi_exports_module_ids_and_mixed_nodes_export_each_vendor() -> None:
+    gaudi = [
+        Device("gaudi", "HL-225", i, f"/dev/accel/accel{i}", 98304, "gaudi2", tool_id=str(7 - i))
+        for i in range(2)
+    ]
+    mlu = [Device("cambricon", "MLU370-X8", 0, "/dev/cambricon_dev0", 24576, "mlu370_x8")]
+    mixed = NodeInventory("mix1", devices=(*gaudi, *mlu))
+    assert export_lines({"SLURM_STEP_GPUS": "0,1,2"}, mixed) == [
+        "export MLU_VISIBLE_DEVICES=0",
+        "export HABANA_VISIBLE_MODULES=7,6",
+    ]
+
+
+def test_no_gpus_no_exports_and_bad_index_is_an_error() -> None:
+    assert export_lines({}, node("ascendn1")) == []
+    with pytest.raises(Exception, match="beyond the 8 devices"):
+        export_lines({"SLURM_STEP_GPUS": "9"}, node("ascendn1"))
+
+
+def test_cli_never_fails_the_task(tmp_path: Path) -> None:
+    runner = CliRunner()
+    env = {"SLURMD_NODENAME": "ascendn1", "SLURM_STEP_GPUS": "0,3"}
+    ok = runner.invoke(cli, ["task-prolog", "--inventory", str(EXAMPLE)], env=env)
+    assert (ok.exit_code, ok.stdout) == (0, "export ASCEND_RT_VISIBLE_DEVICES=0,3\n")
+    missing = runner.invoke(cli, ["task-prolog", "--inventory", str(tmp_path / "none.yaml")], env=env)
+    assert missing.exit_code == 0 and missing.stdout == "" and "no visible-device variable" in missing.stderr
+    unknown = runner.invoke(cli, ["task-prolog", "--inventory", str(EXAMPLE)], env={"SLURMD_NODENAME": "zz"})
+    assert unknown.exit_code == 0 and "node zz is not in" in unknown.stderr
