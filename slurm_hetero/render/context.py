@@ -70,16 +70,60 @@ def _links_row(device: Device, devices: Sequence[Device]) -> str | None:
     return ",".join(map(str, row)) if any(c > 0 for c in row) else None
 
 
+def _cpu_ids(cpu_list: str) -> list[int]:
+    ids: list[int] = []
+    for part in cpu_list.split(","):
+        first, _, last = part.partition("-")
+        ids.extend(range(int(first), int(last or first) + 1))
+    return ids
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    out: list[str] = []
+    for i in sorted(set(ids)):
+        if out and i == int(out[-1].rpartition("-")[2]) + 1:
+            out[-1] = f"{out[-1].partition('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
+
+
+def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, str | None]:
+    """gres.conf `Cores=` from a device's CPU affinity (OS CPU ids), and a note when dropped.
+
+    Slurm wants core indices below the node's core count; vendor tools print OS CPU ids that
+    include SMT siblings, which Linux numbers `core + cores` on x86. Siblings are folded onto their
+    core; ids beyond the node's CPUs make slurmd reject the line, so Cores= is then left out.
+    """
+    if not cpu_list:
+        return None, None
+    cores = (
+        node.sockets * node.cores_per_socket
+        if node.sockets and node.cores_per_socket
+        else (node.cpus // (node.threads_per_core or 1) if node.cpus else None)
+    )
+    if cores is None:
+        return cpu_list, None
+    ids = _cpu_ids(cpu_list)
+    limit = node.cpus or cores * (node.threads_per_core or 1)
+    if max(ids) >= limit:
+        return None, f"CPU affinity {cpu_list} is beyond the node's {limit} CPUs; Cores= left out"
+    return _ranges([i % cores for i in ids]), None
+
+
 def _gres_device_lines(
-    devices: Sequence[Device], node_name: str, local: LocalSlurmd | None
+    devices: Sequence[Device], node: NodeInventory, local: LocalSlurmd | None, notes: list[str]
 ) -> list[dict[str, Any]]:
     """One entry per device with links, else consecutive same-type same-cores devices folded."""
     lines: list[dict[str, Any]] = []
     for device in devices:
+        cores, note = slurm_cores(device.cores, node)
+        if note:
+            notes.append(f"{device.vendor} device {device.index}: {note}")
         entry = {
             "type": device.type,
-            "files": [_device_file(device, node_name, local)],
-            "cores": device.cores,
+            "files": [_device_file(device, node.name, local)],
+            "cores": cores,
             "links": _links_row(device, devices),
         }
         last = lines[-1] if lines else None
@@ -156,6 +200,7 @@ class NodeShape:
     features: tuple[str, ...]
     vendors: tuple[str, ...]
     biggest_device_mib: int
+    notes: tuple[str, ...] = ()
 
     @property
     def gres(self) -> str:
@@ -170,7 +215,8 @@ class NodeShape:
 def node_shape(node: NodeInventory, options: RenderOptions, catalog: Catalog) -> NodeShape:
     """The rendered shape of one node."""
     devices = rendered_devices(node, options.include_unhealthy)
-    lines = _gres_device_lines(devices, node.name, options.local)
+    notes: list[str] = []
+    lines = _gres_device_lines(devices, node, options.local, notes)
     counts = _gres_counts(devices, options.shares)
     return NodeShape(
         node.cpus,
@@ -186,6 +232,7 @@ def node_shape(node: NodeInventory, options: RenderOptions, catalog: Catalog) ->
         tuple(_node_features(node, devices, catalog)),
         tuple(sorted({d.vendor for d in devices})),
         max((d.memory_mib or 0 for d in devices), default=0),
+        tuple(notes),
     )
 
 
@@ -283,6 +330,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
     gres_types = ["gpu", "gpumem", "gpucore"] + (["shard"] if any(s.shards for s in shapes) else [])
     return {
         "gres_types": ",".join(gres_types),
+        "notes": [f"{f}: {n}" for s, f in zip(shapes, folded, strict=True) for n in s.notes],
         "gres_groups": [
             {"nodes": f, "lines": s.gres_lines, "gpumem": s.gpumem, "gpucore": s.gpucore, "shards": s.shards}
             for s, f in zip(shapes, folded, strict=True)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.model import ClusterInventory, Device, Health, Link, NodeInventory
-from slurm_hetero.render.context import RenderOptions, build_context, rendered_devices
+from slurm_hetero.render.context import RenderOptions, build_context, rendered_devices, slurm_cores
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.slurm.gresconf import parse_gres_conf
 from tests.conftest import REPO
@@ -108,7 +108,7 @@ def _expected(node: NodeInventory, include_unhealthy: bool) -> list[tuple]:
         counts = {link.peer: link.count for link in d.links}
         row = [-1 if o is d else (counts.get(o.index, 0) if o.vendor == d.vendor else 0) for o in devices]
         links = ",".join(map(str, row)) if any(c > 0 for c in row) else None
-        rows.append((d.type, d.file, d.cores, links))
+        rows.append((d.type, d.file, slurm_cores(d.cores, node)[0], links))
     return rows
 
 
@@ -177,3 +177,22 @@ def test_rendered_example_is_parsed_back_by_the_site_parser(tmp_path: Path) -> N
     entries = parse_gres_conf(files["gres.conf"])
     assert sum(1 for e in entries if e.name == "gpu") == 14
     assert {e.node for e in entries} == {"a100n1", "l40sn1", "ascendn1"}
+
+
+def test_cores_are_slurm_core_indices_and_out_of_range_affinity_is_dropped_with_a_note() -> None:
+    smt = NodeInventory("n", cpus=96, sockets=2, cores_per_socket=24, threads_per_core=2)
+    assert slurm_cores("0-23,48-71", smt) == ("0-23", None)
+    assert slurm_cores("24-47,72-95", smt) == ("24-47", None)
+    assert slurm_cores("0,2,4", NodeInventory("n", cpus=8)) == ("0,2,4", None)
+    assert slurm_cores("0-3", NodeInventory("n")) == ("0-3", None)  # node size unknown: kept
+    small = NodeInventory(
+        "small",
+        cpus=16,
+        devices=(Device("ascend", "910B3", 0, "/dev/davinci0", 65536, "ascend910b3", cores="144-167"),),
+    )
+    files = render(ClusterInventory(nodes=(small,)))
+    assert "File=/dev/davinci0\n" in files["gres.conf"]
+    assert (
+        "# note: small: ascend device 0: CPU affinity 144-167 is beyond the node's 16 CPUs"
+        in files["gres.conf"]
+    )
