@@ -120,6 +120,6 @@ def discover_node(
         raise HeteroError(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
-    name = node_name or socket.gethostname().split(".")[0]
+    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     facts = {} if from_files else host_facts()
     return NodeInventory(name=name, devices=tuple(devices), **facts)

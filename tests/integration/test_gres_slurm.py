@@ -130,3 +130,22 @@ def test_catalog_knows_every_type_slurm_reports(dev_cluster: Path) -> None:
         for part in fields["Gres"].split(","):
             if part.startswith("gpu:"):
                 assert catalog.by_type(part.split(":")[1]) is not None
+
+
+def test_discover_under_srun_then_merge_is_the_admin_pipeline(dev_cluster: Path, tmp_path: Path) -> None:
+    """`srun --nodes=ALL slurm-hetero discover --json`: one JSON line per node, named by Slurm."""
+    import sys
+
+    from tests.conftest import FIXTURES, REPO
+    from tests.integration.conftest import cli
+
+    capture = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
+    nodes = ["a100n1", "l40sn1", "ascendn1"]
+    out = slurm("srun", "-w", ",".join(nodes), "-N3", "--ntasks-per-node=1", "--chdir", str(REPO),
+                sys.executable, "-m", "slurm_hetero", "discover", "--vendor", "ascend", "--from-file", str(capture),
+                "--json")
+    lines = out.strip().splitlines()
+    assert len(lines) == 3
+    (tmp_path / "nodes.jsonl").write_text(out)
+    merged = cli("inventory", "merge", str(tmp_path / "nodes.jsonl")).stdout
+    assert "name: a100n1,ascendn1,l40sn1" in merged
