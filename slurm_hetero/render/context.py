@@ -37,7 +37,7 @@ class LocalSlurmd:
 class RenderOptions:
     policy: str = "binpack"
     include_unhealthy: bool = False
-    shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> shards per device
+    shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     local: LocalSlurmd | None = None
     default_partition: str = "gpu"
 
@@ -161,12 +161,26 @@ def _node_features(node: NodeInventory, devices: Sequence[Device], catalog: Cata
     return list(dict.fromkeys(feature(x) for x in labels))
 
 
+def shards_per_device(device: Device, shares: Mapping[str, int]) -> int:
+    """How many shards `gres render --share TYPE=UNIT` gives this device (0: not shared)."""
+    unit = shares.get(device.type)
+    return (device.memory_mib or 0) // unit if unit else 0
+
+
+def _shard_lines(devices: Sequence[Device], node_name: str, options: RenderOptions) -> tuple[tuple[str, int], ...]:
+    return tuple(
+        (_device_file(d, node_name, options.local), shards_per_device(d, options.shares))
+        for d in devices
+        if shards_per_device(d, options.shares)
+    )
+
+
 def _gres_counts(devices: Sequence[Device], shares: Mapping[str, int]) -> dict[str, Any]:
     per_type: dict[str, int] = {}
     for device in devices:
         per_type[device.type] = per_type.get(device.type, 0) + 1
     memory = sum(d.memory_mib or 0 for d in devices)
-    shards = sum(shares.get(d.type, 0) for d in devices)
+    shards = sum(shards_per_device(d, shares) for d in devices)
     return {
         "per_type": per_type,
         "gpumem": gres_size(memory) if memory else None,
@@ -201,6 +215,7 @@ class NodeShape:
     vendors: tuple[str, ...]
     biggest_device_mib: int
     notes: tuple[str, ...] = ()
+    shard_lines: tuple[tuple[str, int], ...] = ()  # (device file, shards) per shared device
 
     @property
     def gres(self) -> str:
@@ -233,6 +248,7 @@ def node_shape(node: NodeInventory, options: RenderOptions, catalog: Catalog) ->
         tuple(sorted({d.vendor for d in devices})),
         max((d.memory_mib or 0 for d in devices), default=0),
         tuple(notes),
+        _shard_lines(devices, node.name, options),
     )
 
 
@@ -332,7 +348,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "gres_types": ",".join(gres_types),
         "notes": [f"{f}: {n}" for s, f in zip(shapes, folded, strict=True) for n in s.notes],
         "gres_groups": [
-            {"nodes": f, "lines": s.gres_lines, "gpumem": s.gpumem, "gpucore": s.gpucore, "shards": s.shards}
+            {"nodes": f, "lines": s.gres_lines, "gpumem": s.gpumem, "gpucore": s.gpucore, "shards": s.shard_lines}
             for s, f in zip(shapes, folded, strict=True)
         ],
         "nodes": nodes,
