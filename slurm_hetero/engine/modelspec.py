@@ -1,0 +1,271 @@
+"""A transformer's shape, read from a Hugging Face `config.json`, and its exact parameter counts.
+
+Pure: a config dict in, a frozen `ModelSpec` out; no file I/O (`slurm_hetero.cli.fit` reads
+`config.json` files and the configs shipped in `slurm_hetero/data/hf_configs/`).
+
+Families and the rules used to count their parameters (as the Transformers modules build them):
+
+=========  ====================================================================================
+llama      Llama, Mistral, Qwen2, Phi-3 and Mixtral: token embedding, per layer q/k/v/o
+           projections with grouped-query attention (k and v have ``kv_heads * head_dim``
+           outputs), a gated MLP (gate, up, down), two RMSNorm gains; a final RMSNorm; an
+           lm_head unless tied. Qwen2 has biases on q, k and v (its code adds them; the config
+           has no field for it); Llama's ``attention_bias``/``mlp_bias`` add the others. Phi-3's
+           fused qkv and gate_up matrices hold the same numbers. Mixtral (``num_local_experts``)
+           has ``E`` gated expert MLPs per layer plus a router (``hidden x E``, no bias).
+gpt2       Learned token and position tables, per layer two LayerNorms (gain and bias), a fused
+           qkv projection and an output projection with biases, an ungated MLP (``n_inner`` or
+           ``4 * hidden``) with biases; a final LayerNorm; lm_head tied to the token table.
+t5         Shared token table; encoder layers (self-attention, MLP) and decoder layers (self- and
+           cross-attention, MLP), no biases, T5 LayerNorm gains only, relative-position bias
+           (``buckets x heads``) in the first encoder and first decoder layer, a final norm for
+           each stack; lm_head unless tied (``tie_word_embeddings`` defaults to true). ``relu``
+           MLPs have two matrices, ``gated-*`` three.
+=========  ====================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from slurm_hetero.errors import ConfigError
+
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "phi3", "mixtral")
+SUPPORTED_TYPES = (*LLAMA_TYPES, "gpt2", "t5")
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts by component (numbers of parameters, not bytes); `total` counts tied
+    matrices once. `per_layer` is one decoder layer; `active` is what one token uses (MoE)."""
+
+    embedding: int
+    position_embedding: int
+    attention: int
+    mlp: int
+    router: int
+    norms: int
+    lm_head: int
+    per_layer: int
+    encoder_per_layer: int
+    largest_module: int
+    active: int
+
+    @property
+    def total(self) -> int:
+        return (
+            self.embedding + self.position_embedding + self.attention + self.mlp
+            + self.router + self.norms + self.lm_head
+        )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of one transformer. `layers` counts decoder layers; `encoder_layers` is 0 except
+    for encoder-decoder models (T5). `intermediate` is the width of one (expert) MLP."""
+
+    name: str
+    family: str
+    model_type: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    max_positions: int
+    tie_embeddings: bool
+    gated_mlp: bool
+    num_experts: int = 1
+    experts_per_token: int = 1
+    encoder_layers: int = 0
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    relative_buckets: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def total_layers(self) -> int:
+        return self.encoder_layers + self.layers
+
+    @property
+    def params(self) -> ParamCounts:
+        return param_counts(self)
+
+
+def _int(config: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise ConfigError(f"missing required key {key!r}", name, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}", name, key)
+    return value
+
+
+def _head_dim(config: Mapping[str, Any], name: str, hidden: int, heads: int) -> int:
+    if config.get("head_dim") is not None:
+        return _int(config, "head_dim", name)
+    if hidden % heads:
+        message = f"hidden size {hidden} is not divisible by {heads} heads"
+        raise ConfigError(message, name, "num_attention_heads")
+    return hidden // heads
+
+
+def _llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
+    hidden = _int(config, "hidden_size", name)
+    heads = _int(config, "num_attention_heads", name)
+    kv_heads = _int(config, "num_key_value_heads", name, heads)
+    if heads % kv_heads:
+        raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name,
+                          "num_key_value_heads")
+    bias = bool(config.get("attention_bias", False))
+    return ModelSpec(
+        name=name, family="llama", model_type=model_type, hidden=hidden,
+        layers=_int(config, "num_hidden_layers", name), heads=heads, kv_heads=kv_heads,
+        head_dim=_head_dim(config, name, hidden, heads), intermediate=_int(config, "intermediate_size", name),
+        vocab=_int(config, "vocab_size", name),
+        max_positions=_int(config, "max_position_embeddings", name, 4096),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)), gated_mlp=True,
+        num_experts=_int(config, "num_local_experts", name, 1),
+        experts_per_token=_int(config, "num_experts_per_tok", name, 1),
+        qkv_bias=bias or model_type == "qwen2", o_bias=bias, mlp_bias=bool(config.get("mlp_bias", False)),
+    )
+
+
+def _gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
+    hidden = _int(config, "n_embd", name)
+    heads = _int(config, "n_head", name)
+    inner = config.get("n_inner")
+    return ModelSpec(
+        name=name, family="gpt2", model_type="gpt2", hidden=hidden, layers=_int(config, "n_layer", name),
+        heads=heads, kv_heads=heads, head_dim=_head_dim({}, name, hidden, heads),
+        intermediate=_int(config, "n_inner", name) if inner is not None else 4 * hidden,
+        vocab=_int(config, "vocab_size", name), max_positions=_int(config, "n_positions", name),
+        tie_embeddings=bool(config.get("tie_word_embeddings", True)), gated_mlp=False,
+        qkv_bias=True, o_bias=True, mlp_bias=True,
+    )
+
+
+def _t5_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
+    layers = _int(config, "num_layers", name)
+    heads = _int(config, "num_heads", name)
+    return ModelSpec(
+        name=name, family="t5", model_type="t5", hidden=_int(config, "d_model", name),
+        layers=_int(config, "num_decoder_layers", name, layers), encoder_layers=layers,
+        heads=heads, kv_heads=heads, head_dim=_int(config, "d_kv", name),
+        intermediate=_int(config, "d_ff", name),
+        vocab=_int(config, "vocab_size", name), max_positions=_int(config, "n_positions", name, 512),
+        tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        gated_mlp=str(config.get("feed_forward_proj", "relu")).startswith("gated"),
+        relative_buckets=_int(config, "relative_attention_num_buckets", name, 32),
+    )
+
+
+def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
+    """The `ModelSpec` of a Hugging Face `config.json` (already parsed). `name` labels errors.
+
+    Raises `ConfigError` naming the key for missing or non-positive sizes, and listing the
+    supported `model_type`s for anything else."""
+    if not isinstance(config, Mapping):
+        raise ConfigError("a config.json must hold a JSON object", name)
+    model_type = str(config.get("model_type", "gpt2" if "n_embd" in config else ""))
+    if model_type in LLAMA_TYPES:
+        if config.get("moe_intermediate_size") or config.get("shared_expert_intermediate_size"):
+            raise ConfigError("shared/fine-grained experts are not supported", name, "moe_intermediate_size")
+        return _llama_spec(config, name, model_type)
+    if model_type == "gpt2":
+        return _gpt2_spec(config, name)
+    if model_type == "t5":
+        return _t5_spec(config, name)
+    raise ConfigError(
+        f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}", name, "model_type"
+    )
+
+
+def _attention_params(spec: ModelSpec) -> int:
+    q = spec.hidden * spec.q_dim + (spec.q_dim if spec.qkv_bias else 0)
+    kv = 2 * (spec.hidden * spec.kv_dim + (spec.kv_dim if spec.qkv_bias else 0))
+    out = spec.q_dim * spec.hidden + (spec.hidden if spec.o_bias else 0)
+    return q + kv + out
+
+
+def _expert_mlp_params(spec: ModelSpec) -> int:
+    matrices = 3 if spec.gated_mlp else 2
+    weights = matrices * spec.hidden * spec.intermediate
+    biases = ((matrices - 1) * spec.intermediate + spec.hidden) if spec.mlp_bias else 0
+    return weights + biases
+
+
+def _norm_params(spec: ModelSpec) -> int:
+    """Parameters of one norm: LayerNorm (GPT-2) has a gain and a bias, RMSNorm/T5 a gain only."""
+    return 2 * spec.hidden if spec.family == "gpt2" else spec.hidden
+
+
+def _largest_module(spec: ModelSpec) -> int:
+    """Parameters of the largest single module (what ZeRO-3 gathers at once): DeepSpeed's
+    `largest_layer_params`, counted per module without recursion. Transformers 5 keeps all
+    experts of a MoE layer in one module (fused gate_up and down tensors); 4.x had one Linear
+    per expert matrix, which made the embedding the largest module of Mixtral."""
+    qkv_fused = spec.family == "gpt2"
+    attention = spec.hidden * (spec.q_dim + 2 * spec.kv_dim) if qkv_fused else spec.hidden * spec.q_dim
+    mlp = spec.hidden * spec.intermediate + (spec.intermediate if spec.mlp_bias else 0)
+    experts = spec.num_experts * _expert_mlp_params(spec) if spec.is_moe else 0
+    return max(spec.vocab * spec.hidden, attention, mlp, experts)
+
+
+def _t5_counts(spec: ModelSpec) -> ParamCounts:
+    h, attn, mlp = spec.hidden, _attention_params(spec), _expert_mlp_params(spec)
+    rel = 2 * spec.relative_buckets * spec.heads
+    enc_layer, dec_layer = attn + mlp + 2 * h, 2 * attn + mlp + 3 * h
+    counts = ParamCounts(
+        embedding=spec.vocab * h, position_embedding=rel,
+        attention=(spec.encoder_layers + 2 * spec.layers) * attn,
+        mlp=spec.total_layers * mlp, router=0, norms=(2 * spec.encoder_layers + 3 * spec.layers + 2) * h,
+        lm_head=0 if spec.tie_embeddings else spec.vocab * h,
+        per_layer=dec_layer, encoder_per_layer=enc_layer,
+        largest_module=_largest_module(spec), active=0,
+    )
+    return _with_active(counts, counts.total)
+
+
+@cache
+def param_counts(spec: ModelSpec) -> ParamCounts:
+    """Exact parameter counts of `spec`, as the Transformers implementation allocates them."""
+    if spec.family == "t5":
+        return _t5_counts(spec)
+    norm, expert = _norm_params(spec), _expert_mlp_params(spec)
+    router = spec.hidden * spec.num_experts if spec.is_moe else 0
+    attn = _attention_params(spec)
+    per_layer = attn + spec.num_experts * expert + router + 2 * norm
+    lm_head = 0 if spec.tie_embeddings else spec.vocab * spec.hidden
+    positions = spec.max_positions * spec.hidden if spec.family == "gpt2" else 0
+    inactive = (spec.num_experts - spec.experts_per_token) * expert * spec.layers
+    counts = ParamCounts(
+        embedding=spec.vocab * spec.hidden, position_embedding=positions, attention=spec.layers * attn,
+        mlp=spec.layers * spec.num_experts * expert, router=spec.layers * router,
+        norms=(2 * spec.layers + 1) * norm, lm_head=lm_head, per_layer=per_layer, encoder_per_layer=0,
+        largest_module=_largest_module(spec), active=0,
+    )
+    return _with_active(counts, counts.total - inactive)
+
+
+def _with_active(counts: ParamCounts, active: int) -> ParamCounts:
+    values = {name: getattr(counts, name) for name in ParamCounts.__dataclass_fields__}
+    values["active"] = active
+    return ParamCounts(**values)

@@ -1,0 +1,109 @@
+"""Reason codes for "no" answers (R5): one StrEnum, the report they add up to, and one renderer
+whose wording the CLI and the job_submit hook's data table share.
+
+Users: the fit engine (`engine/fit.py`: memory per model) and the request scorer
+(`engine/score.py`, whose rules `job_submit.lua` repeats). The hook's wording lives here once, as
+`%s` templates: `slurm_hetero.submit.tables` copies `MESSAGES`, `CODE_ORDER` and `LABELS` into
+the generated Lua table and the hook fills them with `string.format`, so templates take only
+`%s` arguments and Python's `%` gives the same text. Never rename or reuse a code or a key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class ReasonCode(StrEnum):
+    """Why a device type cannot take a request or hold a job. Never rename or reuse one."""
+
+    TYPE_EXCLUDED = "TYPE_EXCLUDED"  # the partition or cluster allow/deny lists exclude the type
+    MISSING_FEATURE = "MISSING_FEATURE"  # no node of the type has the job's --constraint features
+    INSUFFICIENT_MEMORY = "INSUFFICIENT_MEMORY"  # memory per device below what is needed
+    TOO_FEW_DEVICES = "TOO_FEW_DEVICES"  # fewer devices per node than requested
+    NOT_ENOUGH_DEVICES = "NOT_ENOUGH_DEVICES"  # a model fits on N devices, the inventory has fewer
+    UNKNOWN_MEMORY = "UNKNOWN_MEMORY"  # neither the inventory nor the catalog knows its memory
+    UNHEALTHY = "UNHEALTHY"  # every device of the type is marked unhealthy
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"  # a requested gres type is not in the inventory
+    UNKNOWN_MODEL = "UNKNOWN_MODEL"  # a model name is neither bundled nor a config file
+
+
+#: The order in which `score.reason` checks a type (a type counts under its first failure), and
+#: in which the hook's messages list the counts.
+CODE_ORDER: tuple[ReasonCode, ...] = (
+    ReasonCode.TYPE_EXCLUDED,
+    ReasonCode.MISSING_FEATURE,
+    ReasonCode.INSUFFICIENT_MEMORY,
+    ReasonCode.TOO_FEW_DEVICES,
+)
+
+#: Short words for counts in the hook's messages ("2 too small, 1 excluded").
+LABELS: Mapping[ReasonCode, str] = {
+    ReasonCode.TYPE_EXCLUDED: "excluded",
+    ReasonCode.MISSING_FEATURE: "without the features",
+    ReasonCode.INSUFFICIENT_MEMORY: "too small",
+    ReasonCode.TOO_FEW_DEVICES: "too few per node",
+}
+
+#: Message templates by key, `%s` arguments only (Lua's string.format reads the same strings).
+MESSAGES: dict[str, str] = {
+    "unknown_type": "unknown device type %s; known types: %s",
+    # job_submit rejections, `REQUEST: HEADLINE[; HINT]`; headlines say what is wrong ...
+    "type_excluded": "%s is not allowed here",
+    "type_features": "no %s node has the requested features",
+    "type_memory": "%s has %s per device",
+    "type_count": "%s has at most %s per node",
+    "largest": "largest device is %s with %s",
+    "none_fit": "no device type fits (%s)",
+    # ... hints say what would fit
+    "would_fit": "would fit: --gres=gpu:%s:%s%s",
+    "split": "request %s devices with --gres=gpu:%s,gpumem:%s",
+    "per_node": "at most %s devices per node (%s)",
+    # job_submit outcomes (admin comment, slurmctld log, user message)
+    "rewrite": "%s -> %s (%s)",
+    "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",
+    "rewrite_shard": "%s -> %s constraint %s (%s, shares of %s)",
+    "internal": "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin",
+}
+
+
+def render(key: str, *args: object) -> str:
+    """The message for `key` with its arguments filled in."""
+    return MESSAGES[key] % tuple(str(a) for a in args)
+
+
+def counts_text(counts: Mapping[ReasonCode, int]) -> str:
+    """`1 excluded, 2 too small`: non-zero counts of the hook's checks, in check order."""
+    return ", ".join(f"{counts[c]} {LABELS[c]}" for c in CODE_ORDER if counts.get(c, 0) > 0)
+
+
+def render_report(request: str, headline: Sequence[str], hint: Sequence[str]) -> str:
+    """`REQUEST: HEADLINE[; HINT]`, the shape of every job_submit rejection (Lua does the same)."""
+    text = f"{request}: {render(headline[0], *headline[1:])}" if headline else request
+    return f"{text}; {render(hint[0], *hint[1:])}" if hint else text
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """Why nothing fits a request: per-code counts over the types considered, a headline and a
+    hint (each a `MESSAGES` key followed by its arguments, or empty)."""
+
+    request: str
+    counts: Mapping[ReasonCode, int] = field(default_factory=dict)
+    considered: int = 0
+    headline: tuple[str, ...] = ()
+    hint: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        """One line: `REQUEST: HEADLINE[; HINT]`."""
+        return render_report(self.request, self.headline, self.hint)
+
+    def text(self) -> str:
+        return self.message
+
+    def as_dict(self) -> dict[str, object]:
+        counts = {str(c): n for c, n in self.counts.items() if n}
+        return {"request": self.request, "considered": self.considered, "counts": counts,
+                "message": self.message}
