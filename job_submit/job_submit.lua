@@ -1,0 +1,575 @@
+--[[
+job_submit.lua: slurm-hetero's job_submit hook (Slurm job_submit/lua plugin, Lua 5.1).
+
+Turns memory-sized accelerator requests into concrete GRES requests, for example
+
+  --gres=gpumem:20G                  tres_per_node = "gres:gpu:l40s:1"
+  --gres=gpumem:60G --gpus=2         tres_per_node = "gres:gpu:ascend910b3:2"  (tres_per_job emptied)
+  --gres=gpumem:10G   (shard nodes)  tres_per_node = "gres:shard:5,gres:gpumem:10G", constraint t4
+  --gres=gpumem:200G                 rejected: "gpumem:200G: largest device is a100_80g with 80G; ..."
+
+and writes back in the form the request came in (Slurm 22.05 "gres:gpu:TYPE:N", later releases
+"gres/gpu:TYPE=N"). Jobs without gpumem/gpucore are left alone.
+
+Every decision comes from slurm_hetero_tables.lua, generated next to this file by
+`slurm-hetero job-submit render` and read ONCE, when slurmctld loads this script. Per job the hook
+only parses strings and scans short lists: no require, no shell, no file reads.
+
+The same rules in Python: slurm_hetero/units.py (grammar), slurm_hetero/engine/score.py (fit and
+ranking), slurm_hetero/submit/__init__.py (rewrite). tests/unit/test_job_submit_lua.py runs this
+file and the Python side on the same requests and requires the same answers.
+
+Failure handling: a request error or an impossible request is rejected with slurm.log_user and
+slurm.ERROR. Anything else going wrong (a missing or damaged table, a bug) is caught by pcall and
+handled by the fail policy: "open" accepts the job unchanged, "closed" rejects it; both log.
+--]]
+
+-- Baked in by `slurm-hetero job-submit render` (the lines ending in "@render"; keep them so).
+local TABLE_ID = nil        -- @render table_id
+local FAIL_POLICY = "open"  -- @render fail_policy
+local TABLE_PATH = nil      -- @render table_path
+
+local FORMAT = 1            -- the table format this script reads
+local NO_VAL = 4294967294   -- Slurm's "unset" for 32-bit numbers (het_job_offset, ...)
+local FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }
+local IN_PLACE = { tres_per_task = true, tres_per_socket = true }  -- counts that stay where they are
+local INTERNAL = "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
+
+------------------------------------------------------------------------ the table, loaded once
+
+-- The directory of this script (slurmctld loads it from the directory of slurm.conf).
+local function script_dir()
+  local info = debug and debug.getinfo and debug.getinfo(1, "S")
+  local source = info and info.source or ""
+  if string.sub(source, 1, 1) ~= "@" then return "." end
+  return string.match(string.sub(source, 2), "^(.*)/[^/]*$") or "."
+end
+
+-- Returns the table, or nil and why not.
+local function load_table()
+  local path = TABLE_PATH or (script_dir() .. "/slurm_hetero_tables.lua")
+  local ok, data = pcall(dofile, path)
+  if not ok then return nil, "cannot load " .. path .. ": " .. tostring(data) end
+  if type(data) ~= "table" or data.format ~= FORMAT then
+    return nil, path .. " is not a format " .. FORMAT .. " table; render it again"
+  end
+  if TABLE_ID ~= nil and data.id ~= TABLE_ID then
+    return nil, path .. " has id " .. tostring(data.id) .. ", this script expects " .. TABLE_ID
+      .. "; render both again"
+  end
+  return data, nil
+end
+
+local T, LOAD_ERROR = load_table()
+if T then
+  slurm.log_info("slurm_hetero: loaded decision table %s", tostring(T.id))
+else
+  slurm.log_error("slurm_hetero: %s (fail policy %s)", LOAD_ERROR, FAIL_POLICY)
+end
+
+-- The fail policy: the table's when it has a valid one, else the baked one.
+local function fail_policy()
+  if T and (T.fail_policy == "open" or T.fail_policy == "closed") then return T.fail_policy end
+  return FAIL_POLICY
+end
+
+-------------------------------------------------------------------------------- small helpers
+
+-- Like Python's str.split(sep) for a one-character separator: "a,,b" -> {"a", "", "b"}.
+local function split(text, sep)
+  local out, start = {}, 1
+  while true do
+    local at = string.find(text, sep, start, true)
+    if not at then
+      out[#out + 1] = string.sub(text, start)
+      return out
+    end
+    out[#out + 1] = string.sub(text, start, at - 1)
+    start = at + 1
+  end
+end
+
+local function is_digits(text)
+  return text ~= nil and string.find(text, "^[0-9]+$") ~= nil
+end
+
+-- ceil(a / b) for whole numbers, exact for doubles below 2^53.
+local function ceil_div(a, b)
+  local rest = math.fmod(a, b)
+  return (a - rest) / b + (rest > 0 and 1 or 0)
+end
+
+local function fmt(key, ...)
+  return string.format(T.messages[key], ...)
+end
+
+-- A size as Slurm writes it: "80G" when whole GiB, else "46068M".
+local function size_text(mib)
+  if math.fmod(mib, 1024) == 0 then return (mib / 1024) .. "G" end
+  return mib .. "M"
+end
+
+-- mib rounded up to whole GiB when that still fits in limit, else exact in MiB.
+local function size_up(mib, limit)
+  local gib = ceil_div(mib, 1024)
+  if gib * 1024 <= limit then return gib .. "G" end
+  return mib .. "M"
+end
+
+-- A rejection travels as error({reject = message}) up to evaluate(); other errors are bugs.
+local function reject(message)
+  error({ reject = message }, 0)
+end
+
+------------------------------------------------------------------------- the request grammar
+
+-- One comma-separated TRES item: "gres:gpumem:20G" -> prefix "gres:", body "gpumem:20G",
+-- name "gpumem". Prefixes: "gres:" (22.05), "gres/" (later releases) or none (--gres= text).
+local function item_of(text)
+  local head = string.sub(text, 1, 5)
+  local prefix = (head == "gres:" or head == "gres/") and head or ""
+  local body = string.sub(text, #prefix + 1)
+  return { text = text, prefix = prefix, body = body, name = string.match(body, "^[^:=]*") }
+end
+
+local function items_of(text)
+  local items = {}
+  if text == nil or text == "" then return items end
+  for _, piece in ipairs(split(text, ",")) do items[#items + 1] = item_of(piece) end
+  return items
+end
+
+local function is_ours(name)
+  return name == "gpu" or name == "gpumem" or name == "gpucore"
+end
+
+-- The ':'-separated tokens before the first '=' and the text after it (nil without '=').
+local function tokens_of(item)
+  local at = string.find(item.body, "=", 1, true)
+  if not at then return split(item.body, ":"), nil end
+  return split(string.sub(item.body, 1, at - 1), ":"), string.sub(item.body, at + 1)
+end
+
+-- Reject an item: "ITEM: REASON".
+local function bad(item, key, ...)
+  reject(item.body .. ": " .. string.format(T.request_messages[key], ...))
+end
+
+-- "20G" -> 20480 MiB; digits with an optional M/G/T (either case); a bare number is MiB.
+local function parse_size(value, item)
+  local digits, suffix = string.match(value, "^([0-9]+)([MGTmgt]?)$")
+  if digits then
+    if #digits > T.limits.max_digits then bad(item, "size_too_large") end
+    local mib = tonumber(digits) * T.units[string.upper(suffix)]
+    if mib == 0 then bad(item, "size_not_positive") end
+    if mib > T.limits.max_mib then bad(item, "size_too_large") end
+    return mib
+  end
+  if value == "" then bad(item, "size_missing") end
+  if string.find(value, "^%-[0-9]+[A-Za-z]*$") then bad(item, "size_not_positive") end
+  local letters = string.match(value, "^[0-9]+([A-Za-z]+)$")
+  if letters then bad(item, "size_suffix", letters) end
+  bad(item, "size_not_number")
+end
+
+-- gpumem:SIZE or gpumem=SIZE
+local function parse_gpumem(item)
+  local tokens, value = tokens_of(item)
+  if value == nil then
+    if #tokens == 1 then bad(item, "size_missing") end
+    if #tokens > 2 then bad(item, "mem_malformed") end
+    value = tokens[2]
+  elseif #tokens > 1 then
+    bad(item, "mem_malformed")
+  end
+  return parse_size(value, item)
+end
+
+-- gpucore:P or gpucore=P, P a whole percent 1..100
+local function parse_gpucore(item)
+  local tokens, value = tokens_of(item)
+  if value == nil then
+    value = (#tokens == 2) and tokens[2] or ""
+  elseif #tokens > 1 then
+    value = ""
+  end
+  if not is_digits(value) or #value > 3 then bad(item, "core_bad") end
+  local percent = tonumber(value)
+  if percent < 1 or percent > 100 then bad(item, "core_bad") end
+  return percent
+end
+
+-- gpu, gpu:N, gpu:TYPE, gpu:TYPE:N, gpu=N, gpu:TYPE=N -> type (or nil), count
+local function parse_gpu(item)
+  local tokens, value = tokens_of(item)
+  if #tokens > (value and 2 or 3) then bad(item, "gpu_malformed") end
+  for i = 2, #tokens do
+    if tokens[i] == "" then bad(item, "gpu_malformed") end
+  end
+  local gpu_type, count = tokens[2], value
+  if value == nil and #tokens == 3 then count = tokens[3] end
+  if value == nil and #tokens == 2 and is_digits(tokens[2]) then gpu_type, count = nil, tokens[2] end
+  if gpu_type and not string.find(gpu_type, "^[A-Za-z0-9_.%-]+$") then bad(item, "gpu_malformed") end
+  if count == nil then return gpu_type, 1 end
+  if not is_digits(count) or #count > 4 or tonumber(count) == 0 then bad(item, "count_bad") end
+  return gpu_type, tonumber(count)
+end
+
+-- Add one of our items to the request being gathered.
+local function add(req, field, item)
+  req.shown[#req.shown + 1] = item.body
+  if item.name == "gpu" then
+    if req.gpu_field then bad(item, "count_twice") end
+    local gpu_type, count = parse_gpu(item)
+    if gpu_type and not T.types[gpu_type] then
+      reject(item.body .. ": " .. fmt("unknown_type", gpu_type, T.type_list))
+    end
+    req.gpu_type, req.count, req.gpu_field = gpu_type, count, field
+    return
+  end
+  if req[item.name] then bad(item, "duplicate") end
+  req.memory_items[#req.memory_items + 1] = item.body
+  if item.name == "gpumem" then req.gpumem = parse_gpumem(item) else req.gpucore = parse_gpucore(item) end
+  req.form = req.form or (item.prefix == "gres/" and "slash" or "22.05")
+end
+
+-- The request from all four TRES fields, items checked in order (the first bad one rejects).
+local function gather(job_desc)
+  local req = { shown = {}, memory_items = {}, fields = {}, count = 1 }
+  for _, field in ipairs(FIELDS) do
+    req.fields[field] = items_of(job_desc[field])
+    for _, item in ipairs(req.fields[field]) do
+      if is_ours(item.name) then add(req, field, item) end
+    end
+  end
+  req.form = req.form or "22.05"
+  return req
+end
+
+-- Cheap first look: does any field carry gpumem or gpucore? (Names only; needs no table.)
+local function asks_us(job_desc)
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_desc[field])) do
+      if item.name == "gpumem" or item.name == "gpucore" then return true end
+    end
+  end
+  return false
+end
+
+-- Features a plain "a&b" constraint requires ({} when none); nil for anything else
+-- ("|", brackets, counts), which the hook neither filters on nor extends.
+local function constraint_features(features)
+  local set = {}
+  if features == nil or features == "" then return set end
+  for _, name in ipairs(split(features, "&")) do
+    if not string.find(name, "^[A-Za-z0-9_.%-]+$") then return nil end
+    set[name] = true
+  end
+  return set
+end
+
+---------------------------------------------------------------------------- fit and ranking
+
+-- Most devices of a type on one node that has every required feature (nil: no filter).
+local function max_per_node(facts, features)
+  local best = 0
+  for _, shape in ipairs(facts.shapes) do
+    local fits = true
+    for name in pairs(features or {}) do
+      if not shape.features[name] then fits = false end
+    end
+    if fits and shape.count > best then best = shape.count end
+  end
+  return best
+end
+
+-- The first check a type fails (a reason code), or nil when it takes the request.
+local function reason(facts, need, allowed)
+  if not allowed[facts.name] then return "TYPE_EXCLUDED" end
+  local per_node = max_per_node(facts, need.features)
+  if per_node == 0 then return "MISSING_FEATURE" end
+  if need.gpumem and facts.mem < need.gpumem then return "INSUFFICIENT_MEMORY" end
+  if per_node < need.count then return "TOO_FEW_DEVICES" end
+  return nil
+end
+
+-- The rule of the job's first partition ("a,b" -> a), else the cluster default.
+local function rule_for(partition)
+  local name = string.match(partition or "", "^[^,]*")
+  return T.partitions[name] or T.default
+end
+
+local function order_for(policy, count)
+  return T.orders[policy][count > 1 and "multi" or "single"]
+end
+
+-- Shards of one device covering gpumem (shard_mib each) and gpucore (at least 1).
+local function shards(facts, need)
+  local by_memory = need.gpumem and ceil_div(need.gpumem, facts.shard_mib) or 1
+  local by_core = need.gpucore and ceil_div(need.gpucore * facts.shares, 100) or 1
+  return math.max(by_memory, by_core, 1)
+end
+
+-- Below a whole device, on a type with shards: a shard choice; else nil.
+local function shard_choice(need, adequate, rule)
+  if need.explicit_count or need.complex or (need.gpucore or 0) >= 100 then return nil end
+  for _, name in ipairs(adequate) do
+    local facts = T.types[name]
+    if facts.shares > 0 then
+      local count = shards(facts, need)
+      if count >= facts.shares then return nil end
+      return { kind = "shard", types = { name }, count = count, policy = rule.policy,
+               constraint = { facts.feature } }
+    end
+  end
+  return nil
+end
+
+-- Whole devices: the first adequate type, or (any-fit) all of them as a constraint.
+local function whole_choice(need, adequate, rule)
+  if rule.mode == "any-fit" and need.gpu_type == nil and not need.complex then
+    local constraint, seen = {}, {}
+    for _, name in ipairs(adequate) do
+      local feature = T.types[name].feature
+      if not seen[feature] then
+        seen[feature] = true
+        constraint[#constraint + 1] = feature
+      end
+    end
+    return { kind = "any", types = adequate, count = need.count, policy = rule.policy, constraint = constraint }
+  end
+  return { kind = "gpu", types = { adequate[1] }, count = need.count, policy = rule.policy, constraint = {} }
+end
+
+--------------------------------------------------------------------- why not, and what would
+
+local function counts_text(counts)
+  local parts = {}
+  for _, code in ipairs(T.codes) do
+    local n = counts[code] or 0
+    if n > 0 then parts[#parts + 1] = n .. " " .. T.labels[code] end
+  end
+  return table.concat(parts, ", ")
+end
+
+local function headline(need, rule, usable, counts)
+  if need.gpu_type then
+    local facts = T.types[need.gpu_type]
+    local code = reason(facts, need, rule.allowed)
+    if code == "TYPE_EXCLUDED" then return fmt("type_excluded", facts.name) end
+    if code == "MISSING_FEATURE" then return fmt("type_features", facts.name) end
+    if code == "INSUFFICIENT_MEMORY" then return fmt("type_memory", facts.name, facts.size) end
+    return fmt("type_count", facts.name, max_per_node(facts, need.features))
+  end
+  local largest = nil
+  for _, name in ipairs(usable) do
+    local facts = T.types[name]
+    if largest == nil or facts.mem > largest.mem
+        or (facts.mem == largest.mem and facts.rank < largest.rank) then
+      largest = facts
+    end
+  end
+  if need.gpumem and largest and largest.mem < need.gpumem then
+    return fmt("largest", largest.name, largest.size)
+  end
+  return fmt("none_fit", counts_text(counts))
+end
+
+-- With a gpu TYPE that fails: another type that takes the same request.
+local function would_fit(need, usable, usable_set)
+  for _, name in ipairs(usable) do
+    if name ~= need.gpu_type and reason(T.types[name], need, usable_set) == nil then
+      local extra = ""
+      for _, text in ipairs(need.memory_items) do extra = extra .. "," .. text end
+      return fmt("would_fit", name, need.count, extra)
+    end
+  end
+  return nil
+end
+
+-- The same memory spread over more devices (k), on the first type (multi order) that holds it.
+local function split_hint(need, usable_set, rule, most)
+  if not need.gpumem then return nil end
+  for k = need.count + 1, most do
+    local per = ceil_div(need.count * need.gpumem, k)
+    for _, name in ipairs(order_for(rule.policy, 2)) do
+      local facts = T.types[name]
+      if usable_set[name] and facts.mem >= per and max_per_node(facts, need.features) >= k then
+        return fmt("split", k, k, size_up(per, facts.mem))
+      end
+    end
+  end
+  return nil
+end
+
+local function hint(need, rule, usable, usable_set)
+  if #usable == 0 then return nil end
+  local most, most_name = 0, nil
+  for _, name in ipairs(usable) do
+    local per_node = max_per_node(T.types[name], need.features)
+    if per_node > most then most, most_name = per_node, name end
+  end
+  local text = (need.gpu_type and would_fit(need, usable, usable_set)) or split_hint(need, usable_set, rule, most)
+  if text == nil and need.count > most then text = fmt("per_node", most, most_name) end
+  return text
+end
+
+-- "REQUEST: HEADLINE[; HINT]"
+local function report(need, rule, candidates)
+  local counts = {}
+  for _, name in ipairs(candidates) do
+    local code = reason(T.types[name], need, rule.allowed)
+    counts[code] = (counts[code] or 0) + 1
+  end
+  local usable, usable_set = {}, {}
+  for _, name in ipairs(order_for(rule.policy, need.count)) do
+    if rule.allowed[name] and max_per_node(T.types[name], need.features) > 0 then
+      usable[#usable + 1] = name
+      usable_set[name] = true
+    end
+  end
+  local message = need.request .. ": " .. headline(need, rule, usable, counts)
+  local extra = hint(need, rule, usable, usable_set)
+  if extra then message = message .. "; " .. extra end
+  return message
+end
+
+-- The decision: a choice, or nil and the rejection message.
+local function decide(need)
+  local rule = rule_for(need.partition)
+  local candidates = need.gpu_type and { need.gpu_type } or order_for(rule.policy, need.count)
+  local adequate = {}
+  for _, name in ipairs(candidates) do
+    if reason(T.types[name], need, rule.allowed) == nil then adequate[#adequate + 1] = name end
+  end
+  if #adequate == 0 then return nil, report(need, rule, candidates) end
+  return shard_choice(need, adequate, rule) or whole_choice(need, adequate, rule)
+end
+
+---------------------------------------------------------------------------------- rewriting
+
+local function new_item(choice, form)
+  local template = T.item_forms[choice.kind][form]
+  if choice.kind == "gpu" then return string.format(template, choice.types[1], choice.count) end
+  return string.format(template, choice.count)
+end
+
+-- New values of the four TRES fields: the gpu item and (unless sharing) gpumem/gpucore removed,
+-- the new item first in tres_per_node (or where the count came from, for per-task/socket).
+local function new_fields(req, choice, item)
+  local target = IN_PLACE[req.gpu_field or ""] and req.gpu_field or "tres_per_node"
+  local out = {}
+  for _, field in ipairs(FIELDS) do
+    local kept = (field == target) and { item } or {}
+    for _, old in ipairs(req.fields[field]) do
+      if not (old.name == "gpu" or (is_ours(old.name) and choice.kind ~= "shard")) then
+        kept[#kept + 1] = old.text
+      end
+    end
+    out[field] = table.concat(kept, ",")
+  end
+  return out
+end
+
+-- The job's constraint AND one of the choice's features.
+local function new_features(features, constraint)
+  if #constraint == 0 then return nil end
+  local either = table.concat(constraint, "|")
+  if features == nil or features == "" then return either end
+  if #constraint == 1 then return features .. "&" .. either end
+  return features .. "&(" .. either .. ")"
+end
+
+local function note(req, choice, item)
+  if choice.kind == "any" then
+    return fmt("rewrite_any", req.text, item, table.concat(choice.constraint, "|"), choice.policy)
+  end
+  if choice.kind == "shard" then
+    return fmt("rewrite_shard", req.text, item, choice.constraint[1], choice.policy, choice.types[1])
+  end
+  return fmt("rewrite", req.text, item, choice.policy)
+end
+
+------------------------------------------------------------------------------ one submission
+
+local function is_exempt(job_desc, submit_uid)
+  return (submit_uid ~= nil and T.exempt_uids[submit_uid]) or T.exempt_uids[job_desc.user_id or -1]
+end
+
+-- What to do with the job: { action = "untouched" | "reject" | "rewrite", ... }. Reads only.
+local function evaluate(job_desc, submit_uid)
+  if not asks_us(job_desc) then return { action = "untouched" } end
+  if T == nil then error(LOAD_ERROR, 0) end
+  if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
+  local ok, req = pcall(gather, job_desc)
+  if not ok then
+    if type(req) == "table" and req.reject then return { action = "reject", message = req.reject } end
+    error(req, 0)
+  end
+  req.text = table.concat(req.shown, ",")
+  local features = constraint_features(job_desc.features)
+  local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
+                 gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil,
+                 partition = job_desc.partition, features = features, complex = features == nil,
+                 memory_items = req.memory_items }
+  local choice, why = decide(need)
+  if choice == nil then return { action = "reject", message = why } end
+  local item = new_item(choice, req.form)
+  return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
+           features = new_features(job_desc.features, choice.constraint) }
+end
+
+local function component(job_desc)
+  local offset = job_desc.het_job_offset
+  if offset == nil or offset == NO_VAL then return "" end
+  return " component " .. offset
+end
+
+-- Write the outcome into the job (only fields that change) and tell the user.
+local function apply(job_desc, submit_uid, outcome)
+  if outcome.action == "untouched" then return slurm.SUCCESS end
+  local where = "uid " .. tostring(submit_uid) .. component(job_desc)
+  if outcome.action == "reject" then
+    slurm.log_info("slurm_hetero: %s: rejected: %s", where, outcome.message)
+    slurm.log_user("%s", outcome.message)
+    return slurm.ERROR
+  end
+  for _, field in ipairs(FIELDS) do
+    if outcome.fields[field] ~= (job_desc[field] or "") then job_desc[field] = outcome.fields[field] end
+  end
+  if outcome.features then job_desc.features = outcome.features end
+  local comment = T.note_prefix .. outcome.message
+  local existing = job_desc.admin_comment
+  if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end
+  job_desc.admin_comment = comment
+  slurm.log_info("slurm_hetero: %s: %s", where, outcome.message)
+  slurm.log_user("%s", outcome.message)
+  return slurm.SUCCESS
+end
+
+-- An internal error: log it and follow the fail policy.
+local function failed(err)
+  local policy = fail_policy()
+  slurm.log_error("slurm_hetero: internal error, failing %s: %s", policy, tostring(err))
+  if policy == "closed" then
+    slurm.log_user("%s", (T and type(T.messages) == "table" and T.messages.internal) or INTERNAL)
+    return slurm.ERROR
+  end
+  return slurm.SUCCESS
+end
+
+------------------------------------------------------------------------------ entry points
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local ok, outcome = pcall(evaluate, job_desc, submit_uid)
+  if not ok then return failed(outcome) end
+  local applied, rc = pcall(apply, job_desc, submit_uid, outcome)
+  if not applied then return failed(rc) end
+  return rc
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  return slurm.SUCCESS
+end
+
+return slurm.SUCCESS

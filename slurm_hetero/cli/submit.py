@@ -1,0 +1,165 @@
+"""`slurm-hetero job-submit render` (the hook and its data table) and `slurm-hetero request
+explain` (what the hook would do with a request, from the same engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from slurm_hetero import inventory
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.config import Settings, exempt_uids, load_settings
+from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.errors import ConfigError, OutputError
+from slurm_hetero.render.write import diff, write_atomic
+from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
+from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
+
+_REPO_SCRIPT = Path(__file__).resolve().parents[2] / "job_submit" / SCRIPT_NAME
+
+
+def script_template() -> str:
+    """The hand-written hook: packaged as slurm_hetero/data/job_submit.lua, or from a checkout."""
+    packaged = resources.files("slurm_hetero.data").joinpath(SCRIPT_NAME)
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    try:
+        return _REPO_SCRIPT.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the hook template: {e.strerror}", str(_REPO_SCRIPT)) from e
+
+
+def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settings) -> ClusterModel:
+    cluster = inventory.load(inventory_path, keep_identity=False)
+    try:
+        return compile_model(cluster, load_catalog(models_dirs), settings.scoring)
+    except ValueError as e:
+        raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
+
+
+def _output_dir(out: Path) -> Path:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{out}: cannot create output directory: {e.strerror}") from e
+    if not os.access(out, os.W_OK):
+        raise OutputError(f"{out}: output directory is not writable; nothing changed")
+    return out
+
+
+_inventory_opt = click.option(
+    "--inventory",
+    "inventory_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Cluster inventory (YAML, or JSON by extension).",
+)
+_config_opt = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Settings file on top of the usual layers (see slurm_hetero.config).",
+)
+_models_opt = click.option(
+    "--models-dir",
+    "models_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Site catalog directory.",
+)
+
+
+@cli.group("job-submit")
+def job_submit() -> None:
+    """The slurmctld job_submit hook (Lua) that rewrites gpumem/gpucore requests."""
+
+
+@job_submit.command("render")
+@_inventory_opt
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the two files.")
+@_config_opt
+@_models_opt
+@click.option("--table-path", help="Absolute table path to bake in (default: beside job_submit.lua).")
+@click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+def render(
+    inventory_path: Path,
+    out: Path,
+    config_path: Path | None,
+    models_dirs: tuple[Path, ...],
+    table_path: str | None,
+    check: bool,
+    as_json: bool,
+) -> None:
+    """Write job_submit.lua and slurm_hetero_tables.lua (install both in slurm.conf's directory)."""
+    settings = load_settings(config_path)
+    model = _model(inventory_path, models_dirs, settings)
+    uids = exempt_uids(settings.exempt_users)
+    table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name)
+    script = render_script(script_template(), ident, settings.fail_policy, table_path)
+    files = {(out if check else _output_dir(out)) / SCRIPT_NAME: script, out / TABLE_NAME: table}
+    if check:
+        changes = diff(files)
+        click.echo(changes, nl=False)
+        raise SystemExit(1 if changes else 0)
+    written = write_atomic(files)
+    summary = {"table_id": ident, "types": len(model.types), "written": [str(p) for p in written]}
+    click.echo(
+        json.dumps(summary)
+        if as_json
+        else f"{out}: table {ident} ({len(model.types)} device types), {len(written)} file(s) changed",
+        err=not as_json,
+    )
+
+
+@cli.group()
+def request() -> None:
+    """Look at resource requests the way the job_submit hook does."""
+
+
+def _print(outcome: Outcome, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(outcome.as_dict(), sort_keys=True))
+        return
+    click.echo(f"{'accept' if outcome.ok else 'reject'} ({outcome.action}): {outcome.message or '-'}")
+    for name in ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features"):
+        if getattr(outcome.job, name):
+            click.echo(f"  {name} = {getattr(outcome.job, name)}")
+
+
+@request.command("explain")
+@_inventory_opt
+@click.option("--gres", help="As sbatch --gres, e.g. gpumem:20G or gpu:a100_80g:1,gpumem:70G.")
+@click.option("--gpus", help="As sbatch --gpus (a count for the job, optionally TYPE:N).")
+@click.option("--gpus-per-node", help="As sbatch --gpus-per-node.")
+@click.option("--gpus-per-task", help="As sbatch --gpus-per-task.")
+@click.option("--partition", "-p", help="As sbatch --partition (its policy and types apply).")
+@click.option("--constraint", "-C", help="As sbatch --constraint.")
+@click.option("--uid", type=int, help="Submitting user id (exempt users are left alone).")
+@_config_opt
+@_models_opt
+@click.option("--json", "as_json", is_flag=True, help='Print {"ok", "tres_per_node", "message", ...}.')
+def explain_cmd(
+    inventory_path: Path,
+    gres: str | None,
+    gpus: str | None,
+    gpus_per_node: str | None,
+    gpus_per_task: str | None,
+    partition: str | None,
+    constraint: str | None,
+    uid: int | None,
+    config_path: Path | None,
+    models_dirs: tuple[Path, ...],
+    as_json: bool,
+) -> None:
+    """What the job_submit hook would do with a request (same rules, same messages)."""
+    settings = load_settings(config_path)
+    model = _model(inventory_path, models_dirs, settings)
+    job = job_from_options(gres, gpus, gpus_per_node, gpus_per_task, partition, constraint, uid)
+    options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    _print(explain(model, options, job), as_json)

@@ -1,0 +1,271 @@
+"""Site settings: layered YAML files -> one frozen `Settings`. The only reader of config files.
+
+Layers, later ones winning (mappings merge key by key, everything else is replaced):
+
+1. built-in defaults (`DEFAULTS`);
+2. `/etc/slurm-hetero/config.yaml`, then `/etc/slurm-hetero/config.d/*.yaml` in name order;
+3. `$XDG_CONFIG_HOME/slurm-hetero/config.yaml` (default `~/.config/...`);
+4. or, instead of 2 and 3, the one file named by `$SLURM_HETERO_CONFIG`;
+5. a file given on the command line (`--config`).
+
+Missing files of 2 and 3 are skipped; files named in 4 and 5 must exist. Unknown keys are errors
+that name the file, the key path and the valid keys. Example (all keys, with their defaults)::
+
+    scoring:
+      policy: best-fit        # best-fit | fastest | cheapest | greenest
+      dtype: bf16             # throughput used by fastest/cheapest/greenest: bf16 fp16 fp32 fp8 int8
+      allow_types: []         # only these device types (empty: all)
+      deny_types: []          # never these
+    partitions:               # per-partition overrides, by Slurm partition name
+      inference: {policy: cheapest, mode: any-fit, allow_types: [], deny_types: []}
+    job_submit:
+      mode: exact             # exact: one gpu type | any-fit: gpu:N plus a constraint on adequate types
+      fail_policy: open       # on an internal hook error: open (accept unchanged) | closed (reject)
+      exempt_users: [root]    # user names or uids the hook leaves alone
+    sharing:
+      shard_size: {}          # gres type -> memory of one shard (4G, or MiB), as `gres render --share`
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import pwd
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurm_hetero.engine.score import DTYPES, MODES, POLICIES, PartitionOptions, ScoringOptions
+from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.units import parse_size
+
+logger = logging.getLogger(__name__)
+
+ETC_DIR = Path("/etc/slurm-hetero")
+FAIL_POLICIES = ("open", "closed")
+DEFAULTS: dict[str, Any] = {
+    "scoring": {"policy": "best-fit", "dtype": "bf16", "allow_types": [], "deny_types": []},
+    "partitions": {},
+    "job_submit": {"mode": "exact", "fail_policy": "open", "exempt_users": ["root"]},
+    "sharing": {"shard_size": {}},
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings. Engine code receives its fields (or `scoring`), never raw mappings."""
+
+    policy: str = "best-fit"
+    dtype: str = "bf16"
+    mode: str = "exact"
+    allow_types: tuple[str, ...] = ()
+    deny_types: tuple[str, ...] = ()
+    partitions: Mapping[str, PartitionOptions] = field(default_factory=dict)
+    fail_policy: str = "open"
+    exempt_users: tuple[str | int, ...] = ("root",)
+    shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
+    sources: tuple[str, ...] = ()  # files read, in order
+
+    @property
+    def scoring(self) -> ScoringOptions:
+        return ScoringOptions(
+            self.policy,
+            self.mode,
+            self.dtype,
+            self.allow_types,
+            self.deny_types,
+            self.partitions,
+            self.shares,
+        )
+
+
+# ------------------------------------------------------------------------------------ validation
+
+Check = Callable[[Any, str, str], Any]  # (value, file, key path) -> value, or ConfigError
+
+
+def _choice(choices: Sequence[str]) -> Check:
+    def check(value: Any, path: str, key: str) -> Any:
+        if value not in choices:
+            raise ConfigError(f"{value!r} is not one of: {', '.join(choices)}", path, key)
+        return value
+
+    return check
+
+
+def _names(value: Any, path: str, key: str) -> Any:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("expected a list of names", path, key)
+    return value
+
+
+def _users(value: Any, path: str, key: str) -> Any:
+    if not isinstance(value, list) or not all(
+        isinstance(v, str | int) and not isinstance(v, bool) for v in value
+    ):
+        raise ConfigError("expected a list of user names or uids", path, key)
+    return value
+
+
+def _shard_sizes(value: Any, path: str, key: str) -> Any:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError("expected a mapping of gres type to the memory of one shard", path, key)
+    for gres_type, size in value.items():
+        if isinstance(size, bool) or not isinstance(size, int | str):
+            raise ConfigError(f"{size!r} is not a size (4G, or MiB)", path, f"{key}.{gres_type}")
+        try:
+            parse_size(str(size), str(size))
+        except RequestError as e:
+            raise ConfigError(str(e), path, f"{key}.{gres_type}") from e
+    return value
+
+
+_PARTITION: dict[str, Check] = {
+    "policy": _choice(POLICIES),
+    "mode": _choice(MODES),
+    "allow_types": _names,
+    "deny_types": _names,
+}
+SCHEMA: dict[str, Any] = {
+    "scoring": {
+        "policy": _choice(POLICIES),
+        "dtype": _choice(tuple(DTYPES)),
+        "allow_types": _names,
+        "deny_types": _names,
+    },
+    "partitions": ("*", _PARTITION),  # any partition name, each with these keys
+    "job_submit": {"mode": _choice(MODES), "fail_policy": _choice(FAIL_POLICIES), "exempt_users": _users},
+    "sharing": {"shard_size": _shard_sizes},
+}
+
+
+def _validate(data: Any, schema: Any, path: str, key: str = "") -> None:
+    """Check one layer against `SCHEMA`; raise ConfigError naming the key path."""
+    if callable(schema):
+        schema(data, path, key or "<top>")
+        return
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping", path, key or None)
+    if isinstance(schema, tuple):
+        for name, value in data.items():
+            _validate(value, schema[1], path, f"{key}.{name}")
+        return
+    for name, value in data.items():
+        if name not in schema:
+            raise ConfigError(
+                f"unknown key {name!r}; valid keys: {', '.join(schema)}",
+                path,
+                f"{key}.{name}" if key else str(name),
+            )
+        _validate(value, schema[name], path, f"{key}.{name}" if key else name)
+
+
+# --------------------------------------------------------------------------------------- layers
+
+
+def config_paths(
+    environ: Mapping[str, str] | None = None, etc_dir: Path = ETC_DIR
+) -> list[tuple[Path, bool]]:
+    """(path, required) of every layer file, lowest precedence first."""
+    env = os.environ if environ is None else environ
+    if env.get("SLURM_HETERO_CONFIG"):
+        return [(Path(env["SLURM_HETERO_CONFIG"]), True)]
+    xdg = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "~")).expanduser() / ".config")
+    drop_ins = sorted((etc_dir / "config.d").glob("*.yaml")) if (etc_dir / "config.d").is_dir() else []
+    return [
+        (etc_dir / "config.yaml", False),
+        *((p, True) for p in drop_ins),
+        (xdg / "slurm-hetero" / "config.yaml", False),
+    ]
+
+
+def _read(path: Path, required: bool) -> dict[str, Any] | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise ConfigError("config file not found", str(path)) from None
+        return None
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", str(path)) from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), str(path)) from e
+    data = {} if data is None else data
+    _validate(data, SCHEMA, str(path))
+    return data
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`: mappings merge recursively, other values are replaced."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        nested = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = merge(out[key], value) if nested else copy.deepcopy(value)
+    return out
+
+
+def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> Settings:
+    """Settings from one merged, validated mapping."""
+    scoring, hook, sharing = data["scoring"], data["job_submit"], data["sharing"]
+    partitions = {
+        name: PartitionOptions(
+            p.get("policy"), p.get("mode"), tuple(p.get("allow_types", ())), tuple(p.get("deny_types", ()))
+        )
+        for name, p in data["partitions"].items()
+    }
+    return Settings(
+        scoring["policy"],
+        scoring["dtype"],
+        hook["mode"],
+        tuple(scoring["allow_types"]),
+        tuple(scoring["deny_types"]),
+        partitions,
+        hook["fail_policy"],
+        tuple(hook["exempt_users"]),
+        {gres_type: parse_size(str(size)) for gres_type, size in sharing["shard_size"].items()},
+        tuple(sources),
+    )
+
+
+def load_settings(
+    extra: Path | None = None, environ: Mapping[str, str] | None = None, etc_dir: Path = ETC_DIR
+) -> Settings:
+    """Defaults, then every layer file that exists, then `extra` (the `--config` flag)."""
+    data, sources = DEFAULTS, []
+    layers = config_paths(environ, etc_dir) + ([(extra, True)] if extra else [])
+    for path, required in layers:
+        layer = _read(path, required)
+        if layer is not None:
+            data = merge(data, layer)
+            sources.append(str(path))
+    logger.debug("settings from %s", ", ".join(sources) or "built-in defaults")
+    return settings_from_dict(data, sources)
+
+
+def exempt_uids(users: Sequence[str | int], lookup: Callable[[str], int] | None = None) -> tuple[int, ...]:
+    """User names and uids -> uids (sorted). `root` is 0 even without a passwd entry; other
+    unknown names are logged and skipped, since the hook sees only numeric uids."""
+
+    def by_name(name: str) -> int:
+        return pwd.getpwnam(name).pw_uid
+
+    find = lookup or by_name
+    uids = set()
+    for user in users:
+        if isinstance(user, int) or (user.isascii() and user.isdigit()):
+            uids.add(int(user))
+            continue
+        try:
+            uids.add(find(user))
+        except KeyError:
+            if user == "root":
+                uids.add(0)
+            else:
+                logger.warning("exempt user %r has no passwd entry here; skipped", user)
+    return tuple(sorted(uids))

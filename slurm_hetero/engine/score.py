@@ -1,0 +1,471 @@
+"""Filter and rank device types for a request: the rules the job_submit hook applies. Pure.
+
+`compile_model` turns an inventory, the catalog and the scoring options into a `ClusterModel`:
+per device type its memory, node shapes (devices per node with the node's features), fast-link
+flag and shares, plus the ranked type order of every policy. `decide` takes a `Need` and
+returns a `Choice` or a `FitReport`. `slurm_hetero.submit.tables` writes the same model into the
+Lua table, and `job_submit.lua` repeats `decide` over it, so the rules live here once:
+
+1. The job's partition (the first one listed) picks the policy, mode and allowed types
+   (cluster allow/deny lists, the partition's own, and for a partition named after a vendor, as
+   `gres render` makes them, that vendor's types).
+2. Each type, in policy order, fails on the first of: not allowed (TYPE_EXCLUDED), no node with
+   the job's `--constraint` features (MISSING_FEATURE; only a plain `a&b` list is read),
+   memory per device below gpumem (INSUFFICIENT_MEMORY), fewer devices per node than asked
+   (TOO_FEW_DEVICES). A gpu TYPE in the request limits the candidates to that type.
+3. Policies order types by a key, ties by memory then name: `best-fit` smallest memory then
+   price; `fastest` highest throughput for the configured dtype; `cheapest` lowest price per
+   throughput; `greenest` highest throughput per watt (unknown figures rank last). With more
+   than one device, types with a device-to-device fabric (NVLink, xGMI, HCCS, ...) come first.
+4. Below a whole device (no gpu item, gpucore < 100), the first adequate type with a shard size
+   (U MiB, as `gres render --share TYPE=U`: memory // U shards per device) gives `shard:S`,
+   S = max(ceil(gpumem / U), ceil(gpucore * shards / 100)), if S is below the shards of one
+   device. Else the first adequate type (`exact`), or every
+   adequate type as a constraint (`any-fit`, only when the job's constraint is a plain list).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from slurm_hetero import hostlist
+from slurm_hetero.catalog import Catalog, DeviceSpec
+from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, counts_text
+from slurm_hetero.errors import InventoryError
+from slurm_hetero.model import ClusterInventory, Device, NodeInventory
+from slurm_hetero.render.context import RenderOptions, feature, node_shape, rendered_devices
+from slurm_hetero.units import format_size
+
+POLICIES = ("best-fit", "fastest", "cheapest", "greenest")
+MODES = ("exact", "any-fit")
+DTYPES = {
+    "bf16": "bf16_tflops",
+    "fp16": "fp16_tflops",
+    "fp32": "fp32_tflops",
+    "fp8": "fp8_tflops",
+    "int8": "int8_tops",
+}
+SLOW_INTERCONNECTS = ("pcie", "roce")
+
+
+@dataclass(frozen=True)
+class PartitionOptions:
+    """Per-partition overrides; None inherits the cluster-wide value."""
+
+    policy: str | None = None
+    mode: str | None = None
+    allow_types: tuple[str, ...] = ()
+    deny_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """Cluster-wide scoring settings (from `slurm_hetero.config`)."""
+
+    policy: str = "best-fit"
+    mode: str = "exact"
+    dtype: str = "bf16"
+    allow_types: tuple[str, ...] = ()
+    deny_types: tuple[str, ...] = ()
+    partitions: Mapping[str, PartitionOptions] = field(default_factory=dict)
+    shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Nodes with `count` devices of a type and the same Slurm features."""
+
+    count: int
+    features: frozenset[str]
+    nodes: int = 1
+
+
+@dataclass(frozen=True)
+class TypeFacts:
+    name: str
+    vendor: str
+    memory_mib: int
+    feature: str
+    fast_link: bool
+    shares: int  # shards per device (0: not shared)
+    shapes: tuple[Shape, ...]
+    throughput: float | None = None
+    price: float | None = None
+    tdp_w: float | None = None
+    shard_mib: int = 0  # memory of one shard
+
+    @property
+    def size(self) -> str:
+        return format_size(self.memory_mib)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a partition (or the cluster default) decides with."""
+
+    policy: str
+    mode: str
+    allowed: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    types: Mapping[str, TypeFacts]  # sorted by name
+    orders: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]  # policy -> (single, multi)
+    default: Rule
+    partitions: Mapping[str, Rule]
+
+    def rule(self, partition: str | None) -> Rule:
+        """The rule of the first partition listed (`a,b` -> a), else the cluster default."""
+        name = (partition or "").split(",")[0]
+        return self.partitions.get(name, self.default)
+
+    def order(self, policy: str, count: int) -> tuple[str, ...]:
+        return self.orders[policy][1 if count > 1 else 0]
+
+
+# ------------------------------------------------------------------------------ compile the model
+
+
+def _device_type(device: Device, catalog: Catalog) -> str:
+    if device.type:
+        return device.type
+    spec = catalog.resolve(device.vendor, device.model)
+    if spec is None:
+        raise InventoryError(f"unknown {device.vendor} model {device.model!r}; set `type:` in the inventory")
+    return spec.type
+
+
+def _node_summary(node: NodeInventory, catalog: Catalog) -> tuple[dict[str, list[Device]], frozenset[str]]:
+    """The node's rendered devices by type, and its Slurm features (as `gres render` writes them)."""
+    typed = [d if d.type else replace(d, type=_device_type(d, catalog)) for d in rendered_devices(node)]
+    features = frozenset(node_shape(replace(node, devices=tuple(typed)), RenderOptions(), catalog).features)
+    by_type: dict[str, list[Device]] = {}
+    for device in typed:
+        by_type.setdefault(device.type, []).append(device)
+    return by_type, features
+
+
+def _fast(spec: DeviceSpec, linked: bool) -> bool:
+    return linked or (spec.interconnect is not None and spec.interconnect not in SLOW_INTERCONNECTS)
+
+
+@dataclass
+class _Seen:
+    """What the inventory says about one type, gathered node by node."""
+
+    memory: int | None = None
+    linked: bool = False
+    shapes: Counter[tuple[int, frozenset[str]]] = field(default_factory=Counter)
+
+    def add(self, devices: Sequence[Device], features: frozenset[str], nodes: int) -> None:
+        sizes = [d.memory_mib for d in devices if d.memory_mib]
+        if sizes:
+            self.memory = min(sizes + ([self.memory] if self.memory else []))
+        self.linked = self.linked or any(d.links for d in devices)
+        self.shapes[(len(devices), features)] += nodes
+
+
+def _facts(name: str, spec: DeviceSpec, seen: _Seen, options: ScoringOptions) -> TypeFacts:
+    rows = sorted(seen.shapes.items(), key=lambda kv: (-kv[0][0], sorted(kv[0][1])))
+    memory, unit = seen.memory or spec.memory_mib, int(options.shares.get(name, 0))
+    return TypeFacts(
+        name,
+        spec.vendor,
+        memory,
+        feature(name),
+        _fast(spec, seen.linked),
+        memory // unit if unit else 0,
+        tuple(Shape(n, f, c) for (n, f), c in rows),
+        getattr(spec, DTYPES[options.dtype]),
+        spec.price_per_hour_usd,
+        spec.tdp_w,
+        unit if unit and memory // unit else 0,
+    )
+
+
+def _all_facts(
+    inventory: ClusterInventory, catalog: Catalog, options: ScoringOptions
+) -> dict[str, TypeFacts]:
+    seen: dict[str, _Seen] = {}
+    summaries: dict[tuple[object, ...], tuple[dict[str, list[Device]], frozenset[str]]] = {}
+    for node in inventory.nodes:
+        # identical nodes loaded with keep_identity=False share device records: summarise once
+        key = (tuple(map(id, node.devices)), node.features)
+        if key not in summaries:
+            summaries[key] = _node_summary(node, catalog)
+        by_type, features = summaries[key]
+        for name, devices in by_type.items():
+            seen.setdefault(name, _Seen()).add(devices, features, len(hostlist.expand(node.name)))
+    facts = {}
+    for name in sorted(seen):
+        spec = catalog.by_type(name)
+        if spec is None:
+            raise InventoryError(f"unknown device type {name!r}; add it to /etc/slurm-hetero/models.d/")
+        facts[name] = _facts(name, spec, seen[name], options)
+    return facts
+
+
+# ------------------------------------------------------------------------------------- ranking
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num and den else None
+
+
+def policy_key(policy: str, facts: Sequence[TypeFacts]) -> np.ndarray:
+    """The primary sort key of each type under a policy (lower ranks first; unknown -> +inf)."""
+
+    def column(values: Iterable[float | None], sign: float = 1.0) -> np.ndarray:
+        return np.array([np.inf if v is None else sign * v for v in values], dtype=float)
+
+    if policy == "best-fit":
+        return np.array([f.memory_mib for f in facts], dtype=float)
+    if policy == "fastest":
+        return column((f.throughput for f in facts), -1.0)
+    if policy == "cheapest":
+        return column(_ratio(f.price, f.throughput) for f in facts)
+    if policy == "greenest":
+        return column((_ratio(f.throughput, f.tdp_w) for f in facts), -1.0)
+    raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+def rank(policy: str, facts: Sequence[TypeFacts], multi: bool) -> tuple[str, ...]:
+    """Type names in policy order. Ties: best-fit by price; all by memory, then name. With
+    `multi`, types with a device-to-device fabric come first."""
+    if not facts:
+        return ()
+    price = np.array([np.inf if f.price is None else f.price for f in facts], dtype=float)
+    second = price if policy == "best-fit" else np.zeros(len(facts))
+    memory = np.array([f.memory_mib for f in facts], dtype=float)
+    names = np.argsort(np.array([f.name for f in facts]), kind="stable")
+    name_rank = np.empty(len(facts), dtype=int)
+    name_rank[names] = np.arange(len(facts))
+    links = np.array([0 if (f.fast_link or not multi) else 1 for f in facts])
+    order = np.lexsort((name_rank, memory, second, policy_key(policy, facts), links))
+    return tuple(facts[i].name for i in order)
+
+
+# ------------------------------------------------------------------------------------ the model
+
+
+def _allowed(names: Iterable[str], allow: Sequence[str], deny: Sequence[str]) -> frozenset[str]:
+    return frozenset(n for n in names if (not allow or n in allow) and n not in deny)
+
+
+def _rules(facts: Mapping[str, TypeFacts], options: ScoringOptions) -> tuple[Rule, dict[str, Rule]]:
+    """The cluster default rule and one per partition (configured ones, and one per vendor)."""
+    default = Rule(options.policy, options.mode, _allowed(facts, options.allow_types, options.deny_types))
+    vendors = {f.vendor for f in facts.values()}
+    rules = {}
+    for name in sorted(set(options.partitions) | vendors):
+        part = options.partitions.get(name, PartitionOptions())
+        allowed = _allowed(default.allowed, part.allow_types, part.deny_types)
+        if name in vendors:
+            allowed = frozenset(t for t in allowed if facts[t].vendor == name)
+        rules[name] = Rule(part.policy or default.policy, part.mode or default.mode, allowed)
+    return default, rules
+
+
+def check_options(options: ScoringOptions) -> None:
+    """Policy, mode and dtype names must be known (ValueError naming the choices)."""
+    for value, choices, what in [
+        (options.policy, POLICIES, "policy"),
+        (options.mode, MODES, "mode"),
+        (options.dtype, tuple(DTYPES), "dtype"),
+    ]:
+        if value not in choices:
+            raise ValueError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
+    for part in options.partitions.values():
+        check_options(
+            replace(
+                options, policy=part.policy or options.policy, mode=part.mode or options.mode, partitions={}
+            )
+        )
+
+
+def compile_model(inventory: ClusterInventory, catalog: Catalog, options: ScoringOptions) -> ClusterModel:
+    """Everything `decide` (and the Lua hook) needs about a cluster."""
+    check_options(options)
+    facts = _all_facts(inventory, catalog, options)
+    listed = list(facts.values())
+    orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
+    default, partitions = _rules(facts, options)
+    return ClusterModel(facts, orders, default, partitions)
+
+
+# ------------------------------------------------------------------------------------ decisions
+
+
+@dataclass(frozen=True)
+class Need:
+    """A parsed request plus the job fields that steer it."""
+
+    request: str  # our items as the user wrote them, for messages
+    memory_mib: int | None = None
+    gpucore: int | None = None
+    count: int = 1
+    gpu_type: str | None = None
+    explicit_count: bool = False  # a gpu item was given (whole devices, never shards)
+    partition: str | None = None
+    features: frozenset[str] | None = frozenset()  # None: a constraint too complex to read
+    memory_items: tuple[str, ...] = ()  # gpumem/gpucore items as written, for hints
+
+
+@dataclass(frozen=True)
+class Choice:
+    kind: str  # "gpu" (one type), "any" (constraint over types) or "shard"
+    types: tuple[str, ...]
+    count: int  # devices, or shards for "shard"
+    policy: str
+    mode: str
+    constraint: tuple[str, ...] = ()  # node features to require ("any" and "shard")
+
+
+def max_per_node(facts: TypeFacts, features: frozenset[str] | None) -> int:
+    """Most devices of the type on one node having all `features` (0: no such node)."""
+    return max((s.count for s in facts.shapes if features is None or features <= s.features), default=0)
+
+
+def reason(facts: TypeFacts, need: Need, allowed: frozenset[str]) -> ReasonCode | None:
+    """The first check the type fails, or None when it can take the request."""
+    if facts.name not in allowed:
+        return ReasonCode.TYPE_EXCLUDED
+    per_node = max_per_node(facts, need.features)
+    if per_node == 0:
+        return ReasonCode.MISSING_FEATURE
+    if need.memory_mib is not None and facts.memory_mib < need.memory_mib:
+        return ReasonCode.INSUFFICIENT_MEMORY
+    if per_node < need.count:
+        return ReasonCode.TOO_FEW_DEVICES
+    return None
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def shards(facts: TypeFacts, need: Need) -> int:
+    """Shards of one device that cover gpumem and gpucore (at least 1)."""
+    by_memory = ceil_div(need.memory_mib, facts.shard_mib) if need.memory_mib else 1
+    by_core = ceil_div(need.gpucore * facts.shares, 100) if need.gpucore else 1
+    return max(by_memory, by_core, 1)
+
+
+def _shard_choice(model: ClusterModel, need: Need, adequate: Sequence[str], rule: Rule) -> Choice | None:
+    if need.explicit_count or need.features is None or (need.gpucore or 0) >= 100:
+        return None
+    for name in adequate:
+        facts = model.types[name]
+        if facts.shares > 0:
+            count = shards(facts, need)
+            return (
+                Choice("shard", (name,), count, rule.policy, rule.mode, (facts.feature,))
+                if count < facts.shares
+                else None
+            )
+    return None
+
+
+def _whole_choice(model: ClusterModel, need: Need, adequate: Sequence[str], rule: Rule) -> Choice:
+    if rule.mode == "any-fit" and need.gpu_type is None and need.features is not None:
+        constraint = tuple(dict.fromkeys(model.types[t].feature for t in adequate))
+        return Choice("any", tuple(adequate), need.count, rule.policy, rule.mode, constraint)
+    return Choice("gpu", (adequate[0],), need.count, rule.policy, rule.mode)
+
+
+def decide(model: ClusterModel, need: Need) -> Choice | FitReport:
+    """The hook's decision for one request (see the module docstring for the rules)."""
+    rule = model.rule(need.partition)
+    order = model.order(rule.policy, need.count)
+    candidates = (need.gpu_type,) if need.gpu_type else order
+    adequate = [t for t in candidates if reason(model.types[t], need, rule.allowed) is None]
+    if not adequate:
+        return report(model, need, rule, candidates)
+    return _shard_choice(model, need, adequate, rule) or _whole_choice(model, need, adequate, rule)
+
+
+# -------------------------------------------------------------------------------------- reports
+
+
+def size_up(mib: int, limit: int) -> str:
+    """`mib` rounded up to whole GiB when that still fits in `limit`, else exact in MiB."""
+    gib = ceil_div(mib, 1024)
+    return f"{gib}G" if gib * 1024 <= limit else f"{mib}M"
+
+
+def _headline(
+    model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str], counts: Mapping[ReasonCode, int]
+) -> tuple[str, ...]:
+    if need.gpu_type:
+        facts = model.types[need.gpu_type]
+        code = reason(facts, need, rule.allowed)
+        return {
+            ReasonCode.TYPE_EXCLUDED: ("type_excluded", facts.name),
+            ReasonCode.MISSING_FEATURE: ("type_features", facts.name),
+            ReasonCode.INSUFFICIENT_MEMORY: ("type_memory", facts.name, facts.size),
+        }.get(code, ("type_count", facts.name, str(max_per_node(facts, need.features))))  # type: ignore[arg-type]
+    largest = None
+    for name in usable:
+        facts = model.types[name]
+        if (
+            largest is None
+            or facts.memory_mib > largest.memory_mib
+            or (facts.memory_mib == largest.memory_mib and facts.name < largest.name)
+        ):
+            largest = facts
+    if need.memory_mib is not None and largest is not None and largest.memory_mib < need.memory_mib:
+        return ("largest", largest.name, largest.size)
+    return ("none_fit", counts_text(counts))
+
+
+def _would_fit(model: ClusterModel, need: Need, usable: Sequence[str]) -> tuple[str, ...]:
+    for name in usable:
+        if name != need.gpu_type and reason(model.types[name], need, frozenset(usable)) is None:
+            return ("would_fit", name, str(need.count), "".join("," + m for m in need.memory_items))
+    return ()
+
+
+def _split(model: ClusterModel, need: Need, usable: frozenset[str], rule: Rule, most: int) -> tuple[str, ...]:
+    if need.memory_mib is None:
+        return ()
+    multi = [t for t in model.order(rule.policy, 2) if t in usable]
+    for k in range(need.count + 1, most + 1):
+        per = ceil_div(need.count * need.memory_mib, k)
+        for name in multi:
+            facts = model.types[name]
+            if facts.memory_mib >= per and max_per_node(facts, need.features) >= k:
+                return ("split", str(k), str(k), size_up(per, facts.memory_mib))
+    return ()
+
+
+def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) -> tuple[str, ...]:
+    if not usable:
+        return ()
+    per_node = [max_per_node(model.types[t], need.features) for t in usable]
+    most = max(per_node)
+    hint = (_would_fit(model, need, usable) if need.gpu_type else ()) or _split(
+        model, need, frozenset(usable), rule, most
+    )
+    if not hint and need.count > most:
+        hint = ("per_node", str(most), usable[per_node.index(most)])
+    return hint
+
+
+def report(model: ClusterModel, need: Need, rule: Rule, candidates: Sequence[str]) -> FitReport:
+    """Why no candidate fits, and the best alternative."""
+    counts = Counter(reason(model.types[t], need, rule.allowed) for t in candidates)
+    ordered = {code: counts[code] for code in CODE_ORDER if counts[code]}
+    order = model.order(rule.policy, need.count)
+    usable = [t for t in order if t in rule.allowed and max_per_node(model.types[t], need.features) > 0]
+    return FitReport(
+        need.request,
+        ordered,
+        len(candidates),
+        _headline(model, need, rule, usable, ordered),
+        _hint(model, need, rule, usable),
+    )

@@ -1,0 +1,191 @@
+"""The Lua data table that `job_submit.lua` reads: a compiled `ClusterModel` plus the hook's
+settings and wording. Pure: text in, text out.
+
+Table contract (format 1; `docs/submit-protocol.md` may repeat it). `slurm_hetero_tables.lua`
+is one `return { ... }` chunk with these keys:
+
+=================  ===============================================================================
+format, id         table format (1) and a digest of the content; the rendered `job_submit.lua`
+                   carries the same id and refuses a table with another one
+fail_policy        "open" or "closed": what the hook does on an internal error
+exempt_uids        { [uid] = true } of users the hook leaves alone
+limits, units      max_digits, max_mib, max_count of the request grammar; size suffix -> MiB
+types              per device type: name, rank (name order), vendor, mem (MiB per device), size
+                   ("80G"), feature (Slurm node feature), links (fast fabric), shares (shards per
+                   device, 0: none), shard_mib (memory of one shard), shapes = list of
+                   { count = devices per node, nodes, features = { [feature] = true } }
+type_list          "a, b, c": the types, for messages
+orders             [policy] = { single = {...}, multi = {...} }: type names in policy order for one
+                   device and for several (fast links first)
+default            { policy, mode, allowed = { [type] = true } }: without a known partition
+partitions         [name] = { policy, mode, allowed }: per partition (configured ones and one per
+                   vendor, as `gres render` names them)
+codes, labels      reason codes in check order, and the word for each in counts
+messages           `%s` templates from `engine.reasons.MESSAGES`
+request_messages   `%s` templates from `units.REQUEST_MESSAGES`
+item_forms         [kind][form]: the new TRES item, kind gpu/any/shard, form "22.05"/"slash"
+note_prefix        prefix of the admin comment and log lines
+=================  ===============================================================================
+
+Everything is sorted and every string is an escaped Lua literal, so the same inputs give the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from slurm_hetero import __version__, units
+from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES
+from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
+from slurm_hetero.submit import _ITEM_FORMS, NOTE_PREFIX
+
+FORMAT = 1
+TABLE_NAME = "slurm_hetero_tables.lua"
+SCRIPT_NAME = "job_submit.lua"
+_RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTILINE)
+
+# ------------------------------------------------------------------------------ Lua literals
+
+
+def lua_string(text: str) -> str:
+    """A double-quoted Lua 5.1 literal: backslash, quote and control bytes escaped as \\ddd."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '\\"':
+            out.append("\\" + char)
+        elif byte < 32 or byte == 127:
+            out.append(f"\\{byte:03d}")
+        else:
+            out.append(char)
+    return '"' + bytes("".join(out), "latin-1").decode("utf-8") + '"'
+
+
+def _key(key: Any) -> str:
+    return f"[{key}]" if isinstance(key, int) else f"[{lua_string(str(key))}]"
+
+
+def lua_value(value: Any, indent: int = 0) -> str:
+    """A Lua literal for None/bool/int/float/str, lists (arrays) and dicts (sorted keys)."""
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if value is None:
+        return "nil"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value!r} into the Lua table")
+        return repr(value)
+    if isinstance(value, str):
+        return lua_string(value)
+    if isinstance(value, list | tuple):
+        if all(not isinstance(v, dict | list | tuple) for v in value):
+            return "{ " + ", ".join(lua_value(v) for v in value) + " }" if value else "{}"
+        return "{\n" + "".join(f"{inner}{lua_value(v, indent + 1)},\n" for v in value) + pad + "}"
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        keys = sorted(value, key=lambda k: (not isinstance(k, int), str(k) if not isinstance(k, int) else k))
+        rows = "".join(f"{inner}{_key(k)} = {lua_value(value[k], indent + 1)},\n" for k in keys)
+        return "{\n" + rows + pad + "}"
+    raise TypeError(f"cannot write {type(value).__name__} into the Lua table")
+
+
+def _set(names: Iterable[str]) -> dict[str, bool]:
+    return dict.fromkeys(sorted(names), True)
+
+
+# ------------------------------------------------------------------------------- the table
+
+
+def _type_entry(facts: TypeFacts, rank: int) -> dict[str, Any]:
+    shapes = [{"count": s.count, "nodes": s.nodes, "features": _set(s.features)} for s in facts.shapes]
+    return {
+        "name": facts.name,
+        "rank": rank,
+        "vendor": facts.vendor,
+        "mem": facts.memory_mib,
+        "size": facts.size,
+        "feature": facts.feature,
+        "links": facts.fast_link,
+        "shares": facts.shares,
+        "shard_mib": facts.shard_mib,
+        "shapes": shapes,
+    }
+
+
+def _rule_entry(rule: Rule) -> dict[str, Any]:
+    return {"policy": rule.policy, "mode": rule.mode, "allowed": _set(rule.allowed)}
+
+
+def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str) -> dict[str, Any]:
+    """The table's content as plain data (without `id`)."""
+    names = sorted(model.types)
+    forms: dict[str, dict[str, str]] = {}
+    for (kind, form), template in _ITEM_FORMS.items():
+        forms.setdefault(kind, {})[form] = template
+    return {
+        "format": FORMAT,
+        "fail_policy": fail_policy,
+        "exempt_uids": dict.fromkeys(sorted(set(exempt_uids)), True),
+        "limits": {"max_digits": units.MAX_DIGITS, "max_mib": units.MAX_MIB, "max_count": units.MAX_COUNT},
+        "units": dict(units.UNITS),
+        "types": {n: _type_entry(model.types[n], i) for i, n in enumerate(names)},
+        "type_list": ", ".join(names),
+        "orders": {
+            p: {"single": list(model.orders[p][0]), "multi": list(model.orders[p][1])} for p in POLICIES
+        },
+        "default": _rule_entry(model.default),
+        "partitions": {name: _rule_entry(rule) for name, rule in model.partitions.items()},
+        "codes": [str(c) for c in CODE_ORDER],
+        "labels": {str(c): LABELS[c] for c in CODE_ORDER},
+        "messages": dict(MESSAGES),
+        "request_messages": dict(units.REQUEST_MESSAGES),
+        "item_forms": forms,
+        "note_prefix": NOTE_PREFIX,
+    }
+
+
+def table_id(data: Mapping[str, Any]) -> str:
+    """A digest of the table content: the rendered script and its table must carry the same."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def render_table(
+    model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str, source: str
+) -> tuple[str, str]:
+    """(Lua text, id) of `slurm_hetero_tables.lua`."""
+    data = table_data(model, exempt_uids, fail_policy)
+    ident = table_id(data)
+    header = (
+        f"-- {TABLE_NAME}: generated by slurm-hetero {__version__} `job-submit render` from "
+        f"{source}.\n-- Do not edit: change the inventory or config and render again. "
+        f"Read once by {SCRIPT_NAME} when slurmctld loads it;\n-- format {FORMAT}, keys "
+        "documented in slurm_hetero/submit/tables.py.\n"
+    )
+    return header + "return " + lua_value({**data, "id": ident}) + "\n", ident
+
+
+def render_script(template: str, ident: str, fail_policy: str, table_path: str | None = None) -> str:
+    """`job_submit.lua` with the table id, fail policy and table path baked in."""
+    values = {"table_id": ident, "fail_policy": fail_policy, "table_path": table_path}
+    found: list[str] = []
+
+    def bake(m: re.Match[str]) -> str:
+        found.append(m.group(3))
+        return f"local {m.group(1)} = {lua_value(values[m.group(3)])}{m.group(2)}"
+
+    text = _RENDER_LINE.sub(bake, template)
+    if sorted(found) != sorted(values):
+        raise ValueError(
+            f"job_submit.lua template: expected one '@render' line each for {sorted(values)}, found {found}"
+        )
+    return text

@@ -1,0 +1,523 @@
+"""job_submit.lua under Lua 5.1 (lupa) against the Python engine (`request explain`).
+
+The hook runs with a fake `slurm` table and fake job_desc tables that behave like Slurm 22.05's
+(`../shared/slurm-lab/slurm-local.md` section 4): setting a string field to "" unsets it, setting
+nil is an error, log_user/log_info format their arguments. Every case of tests/cases/requests.yaml
+and over 10,000 generated requests must get the same answer from both: accept or reject, the
+message, and every field the hook writes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_hetero import inventory
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.cli.submit import script_template
+from slurm_hetero.config import Settings, exempt_uids
+from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.submit import HookOptions, Job, explain
+from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
+from tests.unit.test_score import MIXED, second_inventory, second_settings
+from tests.unit.test_units import load_cases
+
+lupa = pytest.importorskip("lupa.lua51")
+
+WRITTEN = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "admin_comment")
+HARNESS = r"""
+LOG = {}
+local function logger(kind)
+  return function(fmt, ...) LOG[#LOG + 1] = { kind, string.format(fmt, ...) } end
+end
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002,
+          log_info = logger("info"), log_user = logger("user"), log_error = logger("error"),
+          log_debug = logger("debug"), log_verbose = logger("verbose"), error = logger("error") }
+
+-- A job_desc like slurmctld's: reads give nil for unset fields; "" unsets; nil is refused.
+function make_job(fields)
+  local store = {}
+  for k, v in pairs(fields) do store[k] = v end
+  local job = setmetatable({}, {
+    __index = function(_, key) return store[key] end,
+    __newindex = function(_, key, value)
+      if type(value) ~= "string" then
+        error("bad argument #3 to '__newindex' (string expected, got " .. type(value) .. ")")
+      end
+      if value == "" then value = nil end
+      store[key] = value
+    end,
+  })
+  return job, store
+end
+
+function submit(fields, uid)
+  LOG = {}
+  local job, store = make_job(fields)
+  local rc = slurm_job_submit(job, {}, uid)
+  return rc, store, LOG
+end
+"""
+
+
+@dataclass(frozen=True)
+class Config:
+    """A cluster + settings, rendered to a directory with both Lua files."""
+
+    model: ClusterModel
+    options: HookOptions
+    directory: Path
+
+
+def render(directory: Path, model: ClusterModel, settings: Settings, source: str = "test") -> Config:
+    uids = exempt_uids(settings.exempt_users)
+    table, ident = render_table(model, uids, settings.fail_policy, source)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / TABLE_NAME).write_text(table)
+    (directory / SCRIPT_NAME).write_text(render_script(script_template(), ident, settings.fail_policy))
+    return Config(model, HookOptions(frozenset(uids), settings.fail_policy), directory)
+
+
+class Hook:
+    """job_submit.lua loaded in a fresh Lua 5.1 state, as slurmctld loads it."""
+
+    def __init__(self, script: Path) -> None:
+        self.lua = lupa.LuaRuntime(unpack_returned_tuples=True)
+        self.lua.execute(HARNESS)
+        self.loaded = self.lua.globals().dofile(str(script))
+
+    def run(self, job: Job, **extra: Any) -> tuple[bool, str, Job, list[tuple[str, str]]]:
+        """(accepted, user message, job after the hook, log lines); `extra`: more job_desc fields."""
+        values = {f.name: getattr(job, f.name) for f in fields(Job) if f.name != "submit_uid"} | extra
+        table = self.lua.table_from({k: v for k, v in values.items() if v is not None})
+        rc, store, log = self.lua.globals().submit(table, job.submit_uid)
+        lines = [(entry[1], entry[2]) for entry in log.values()]
+        user = [text for kind, text in lines if kind == "user"]
+        after = replace(job, **{name: store[name] for name in WRITTEN})
+        return rc == 0, "\n".join(user), after, lines
+
+
+def configs(root: Path) -> dict[str, Config]:
+    from slurm_hetero.config import load_settings
+
+    default = load_settings(None, {"SLURM_HETERO_CONFIG": "/dev/null"})
+    mixed = compile_model(inventory.load(MIXED), load_catalog(), default.scoring)
+    second = compile_model(second_inventory(), load_catalog(), second_settings().scoring)
+    return {
+        "mixed": render(root / "mixed", mixed, default, "mixed.yaml"),
+        "second": render(root / "second", second, second_settings(), "second"),
+    }
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Config]:
+    return configs(tmp_path_factory.mktemp("job_submit"))
+
+
+@pytest.fixture(scope="module")
+def hooks(rendered: dict[str, Config]) -> dict[str, Hook]:
+    return {name: Hook(config.directory / SCRIPT_NAME) for name, config in rendered.items()}
+
+
+def both(config: Config, hook: Hook, job: Job) -> tuple[bool, str, Job]:
+    """Run Python and Lua on one job; they must agree. Returns the agreed answer."""
+    python = explain(config.model, config.options, job)
+    ok, message, after, log = hook.run(job)
+    assert not [line for kind, line in log if kind == "error"], log
+    assert (ok, message) == (python.ok, python.message), job
+    assert after == python.job, job
+    if python.ok and python.action == "rewrite":
+        assert (
+            "info",
+            f"slurm_hetero: uid {job.submit_uid if job.submit_uid is not None else 'nil'}: {python.message}",
+        ) in log
+    return ok, message, after
+
+
+def check(expected: dict[str, Any], answer: tuple[bool, str, Job]) -> None:
+    ok, message, after = answer
+    assert ok == expected["ok"], message
+    if "message" in expected:
+        assert expected["message"] in message if expected["message"] else message == ""
+    for name in WRITTEN:
+        if name in expected:
+            assert getattr(after, name) == expected[name], name
+
+
+@pytest.mark.parametrize("case", load_cases(), ids=lambda c: c["name"])
+def test_shared_cases(case: dict[str, Any], rendered: dict[str, Config], hooks: dict[str, Hook]) -> None:
+    name = case.get("config", "mixed")
+    components = case.get("components", [case.get("job")])
+    expected = case["expect"] if "components" in case else [case["expect"]]
+    assert len(components) == len(expected)
+    for offset, (raw, expect) in enumerate(zip(components, expected, strict=True)):
+        job = Job(**raw)
+        check(expect, both(rendered[name], hooks[name], job))
+        if "components" in case:  # Slurm calls the hook once per component, with its offset
+            ok, _, _, log = hooks[name].run(job, het_job_offset=offset)
+            assert ok == expect["ok"]
+            assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
+
+
+# --------------------------------------------------------------------- generated requests
+
+_SIZES = st.one_of(
+    st.builds(
+        lambda n, s: f"{n}{s}", st.integers(0, 300), st.sampled_from(["G", "g", "M", "T", "", "K", "E", "GB"])
+    ),
+    st.builds(str, st.integers(-(10**6), 10**7)),
+    st.builds(lambda n: f"{n}G", st.integers(10**12, 10**25)),
+    st.sampled_from(
+        [
+            "",
+            "abc",
+            "1.5G",
+            "-0",
+            "0G",
+            "1024T",
+            "1025T",
+            "46068",
+            "46069",
+            "65536M",
+            "81920M",
+            "64G",
+            "45G",
+            "192G",
+            "2T",
+            " 1G",
+            "1G ",
+            "٣G",
+        ]
+    ),
+)
+_TYPES = st.sampled_from(
+    [
+        "a100_80g",
+        "l40s",
+        "ascend910b3",
+        "h100_sxm",
+        "mi300x",
+        "t4",
+        "l4",
+        "a100_40g",
+        "h100",
+        "A100",
+        "x y",
+        "",
+    ]
+)
+_PREFIX = st.sampled_from(["gres:", "gres:", "gres/", ""])
+_GPU = st.one_of(
+    st.builds(
+        lambda p, n: f"{p}gpu:{n}", _PREFIX, st.sampled_from(["1", "2", "4", "8", "9", "16", "0", "x", ""])
+    ),
+    st.builds(
+        lambda p, t, n: f"{p}gpu:{t}:{n}", _PREFIX, _TYPES, st.sampled_from(["1", "2", "5", "0001", "0"])
+    ),
+    st.builds(lambda p, t: f"{p}gpu:{t}", _PREFIX, _TYPES),
+    st.builds(lambda t, n: f"gres/gpu:{t}={n}", _TYPES, st.sampled_from(["1", "2", "3", ""])),
+    st.builds(lambda n: f"gres/gpu={n}", st.sampled_from(["1", "2", "8", "10000"])),
+    st.sampled_from(["gres:gpu", "gres:gpu:a:1:2", "gres:gpu::1"]),
+)
+_MEM = st.builds(
+    lambda p, sep, size: f"{p}gpumem{sep}{size}", _PREFIX, st.sampled_from([":", ":", "="]), _SIZES
+)
+_CORE = st.builds(
+    lambda p, sep, v: f"{p}gpucore{sep}{v}",
+    _PREFIX,
+    st.sampled_from([":", "="]),
+    st.one_of(st.builds(str, st.integers(-5, 130)), st.sampled_from(["", "x", "50%", "0100"])),
+)
+_OTHER = st.one_of(
+    st.sampled_from(
+        [
+            "gres:shard:2",
+            "gres:license_x:1",
+            "",
+            "gres:gpumem",
+            "gres:gpumemx:1",
+            "gres:gpucore:a:1",
+            "gres:gpumem:1:2",
+            "cpu=4",
+        ]
+    ),
+    st.text(st.sampled_from("gpumecor:=/,1G-% ab"), max_size=12),
+    st.text(max_size=8),
+)
+_ITEM = st.one_of(_MEM, _MEM, _CORE, _GPU, _GPU, _OTHER)
+_FIELD = st.one_of(st.none(), st.just(""), st.lists(_ITEM, min_size=1, max_size=3).map(",".join))
+_QUIET = st.one_of(st.none(), st.none(), _GPU, st.lists(_ITEM, max_size=2).map(",".join))
+_KNOWN = st.sampled_from(["a100_80g", "l40s", "ascend910b3", "h100_sxm", "mi300x", "t4", "l4", "a100_40g"])
+_GOOD_SIZE = st.one_of(
+    st.builds(lambda n: f"{n}G", st.integers(1, 260)),
+    st.builds(str, st.integers(1, 300_000)),
+    st.builds(lambda n: f"{n}M", st.integers(1, 300_000)),
+    st.sampled_from(["1T", "2T", "45G"]),
+)
+
+
+@st.composite
+def _valid_fields(draw: st.DrawFn) -> dict[str, str]:
+    """Well-formed requests: gpumem and/or gpucore, maybe a count (typed or not) in any field,
+    maybe other items, all in one form."""
+    pre, eq = ("gres/", "=") if draw(st.booleans()) else ("gres:", ":")
+    ours = [f"{pre}gpumem{eq}{draw(_GOOD_SIZE)}"] if draw(st.integers(0, 3)) else []
+    if not ours or draw(st.integers(0, 3)) == 0:
+        ours.append(f"{pre}gpucore{eq}{draw(st.integers(1, 100))}")
+    out: dict[str, list[str]] = {"tres_per_node": ours}
+    if draw(st.booleans()):
+        count, gpu_type = (
+            draw(st.sampled_from([1, 1, 2, 2, 3, 4, 5, 8, 9, 16])),
+            draw(st.one_of(st.none(), _KNOWN)),
+        )
+        typed = f":{gpu_type}" if gpu_type else ""
+        item = f"gres/gpu{typed}={count}" if pre == "gres/" else f"gres:gpu{typed}:{count}"
+        where = draw(
+            st.sampled_from(
+                ["tres_per_node", "tres_per_job", "tres_per_job", "tres_per_task", "tres_per_socket"]
+            )
+        )
+        out.setdefault(where, []).insert(draw(st.integers(0, 1)), item)
+    if draw(st.integers(0, 4)) == 0:
+        out["tres_per_node"].append(draw(st.sampled_from(["gres:shard:1", "gres:license_x:2", "gres/nic=1"])))
+    return {name: ",".join(items) for name, items in out.items()}
+
+
+def _any_fields(draw: st.DrawFn) -> dict[str, str | None]:
+    return {
+        "tres_per_node": draw(_FIELD),
+        "tres_per_job": draw(_QUIET),
+        "tres_per_task": draw(_QUIET),
+        "tres_per_socket": draw(st.one_of(st.none(), st.none(), st.none(), _FIELD)),
+    }
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> Job:
+    """Well-formed requests two times in three, else items of every kind and garbage."""
+    tres = draw(_valid_fields()) if draw(st.integers(0, 2)) else _any_fields(draw)
+    return Job(
+        **tres,
+        partition=draw(
+            st.sampled_from(
+                [
+                    None,
+                    None,
+                    None,
+                    "",
+                    "gpu",
+                    "ascend",
+                    "nvidia",
+                    "amd",
+                    "fast",
+                    "cheap",
+                    "green",
+                    "inference",
+                    "fast,cheap",
+                    "nosuch",
+                ]
+            )
+        ),
+        features=draw(
+            st.sampled_from(
+                [
+                    None,
+                    None,
+                    None,
+                    "",
+                    "ib",
+                    "nvlink",
+                    "ib&nvlink",
+                    "hccs",
+                    "ib|hccs",
+                    "[a|b]",
+                    "nope",
+                    "ib&",
+                    "l40s",
+                    "gpumem64g",
+                    "xgmi",
+                ]
+            )
+        ),
+        admin_comment=draw(st.sampled_from([None, None, "", "billing=3"])),
+        submit_uid=draw(st.sampled_from([1000] * 12 + [0, 4242, None])),
+        user_id=draw(st.sampled_from([1000] * 8 + [0, None])),
+    )
+
+
+_GENERATED = settings(
+    max_examples=6000,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@_GENERATED
+@given(job=jobs())
+def test_generated_requests_agree_on_mixed(
+    rendered: dict[str, Config], hooks: dict[str, Hook], job: Job
+) -> None:
+    both(rendered["mixed"], hooks["mixed"], job)
+
+
+@_GENERATED
+@given(job=jobs())
+def test_generated_requests_agree_on_second(
+    rendered: dict[str, Config], hooks: dict[str, Hook], job: Job
+) -> None:
+    both(rendered["second"], hooks["second"], job)
+
+
+# ------------------------------------------------------------------------ failure handling
+
+GOOD = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000)
+
+
+def _copy(config: Config, directory: Path, table_edit: Any = None, script_edit: Any = None) -> Path:
+    directory.mkdir()
+    table = (config.directory / TABLE_NAME).read_text()
+    script = (config.directory / SCRIPT_NAME).read_text()
+    (directory / TABLE_NAME).write_text(table_edit(table) if table_edit else table)
+    (directory / SCRIPT_NAME).write_text(script_edit(script) if script_edit else script)
+    return directory / SCRIPT_NAME
+
+
+def _corrupt_entry(table: str) -> str:
+    return re.sub(r'\["mem"\] = \d+', '["mem"] = "lots"', table, count=1)
+
+
+@pytest.mark.parametrize("name, accepted", [("mixed", True), ("second", False)])  # open, closed
+def test_corrupted_entry_follows_the_fail_policy(
+    rendered: dict[str, Config], tmp_path: Path, name: str, accepted: bool
+) -> None:
+    hook = Hook(_copy(rendered[name], tmp_path / "x", _corrupt_entry))
+    ok, message, after, log = hook.run(GOOD)
+    assert ok is accepted and after == GOOD  # never half-rewritten
+    assert any(kind == "error" and "internal error, failing" in text for kind, text in log)
+    assert message == (
+        ""
+        if accepted
+        else "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
+    )
+    assert hook.run(Job(tres_per_node="gres:gpu:l40s:1"))[0]  # jobs that are not ours still pass
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda t: t.replace("return {", "return {{", 1),  # syntax error
+        lambda t: "return 42\n",  # not a table
+        lambda t: t.replace('["format"] = 1', '["format"] = 2'),  # another format
+        lambda t: re.sub(r'\["id"\] = "\w+"', '["id"] = "0000"', t),  # another render
+    ],
+    ids=["syntax", "not-a-table", "format", "id"],
+)
+@pytest.mark.parametrize("name, accepted", [("mixed", True), ("second", False)])
+def test_unusable_table_follows_the_baked_fail_policy(
+    rendered: dict[str, Config], tmp_path: Path, edit: Any, name: str, accepted: bool
+) -> None:
+    hook = Hook(_copy(rendered[name], tmp_path / "x", edit))
+    ok, _, after, log = hook.run(GOOD)
+    assert ok is accepted and after == GOOD
+    assert any(kind == "error" for kind, _ in log)
+
+
+def test_missing_table_is_logged_at_load(rendered: dict[str, Config], tmp_path: Path) -> None:
+    script = _copy(rendered["second"], tmp_path / "x")
+    (script.parent / TABLE_NAME).unlink()
+    hook = Hook(script)
+    at_load = [entry[2] for entry in hook.lua.globals().LOG.values()]
+    assert any("cannot load" in line and "(fail policy closed)" in line for line in at_load), at_load
+    assert not hook.run(GOOD)[0]
+
+
+def test_unrendered_script_reads_any_table(rendered: dict[str, Config], tmp_path: Path) -> None:
+    script = _copy(rendered["mixed"], tmp_path / "x", script_edit=lambda s: script_template())
+    ok, message, after, _ = Hook(script).run(GOOD)
+    assert ok and after.tres_per_node == "gres:gpu:l40s:1" and message
+
+
+def test_het_component_and_uid_are_logged(rendered: dict[str, Config], hooks: dict[str, Hook]) -> None:
+    lua = hooks["mixed"].lua
+    job, store = lua.globals().make_job(
+        lua.table_from({"tres_per_node": "gres:gpumem:20G", "het_job_offset": 1})
+    )
+    lua.execute("LOG = {}")
+    assert lua.globals().slurm_job_submit(job, lua.table(), 1000) == 0
+    lines = [entry[2] for entry in lua.globals().LOG.values()]
+    assert "slurm_hetero: uid 1000 component 1: gpumem:20G -> gres:gpu:l40s:1 (best-fit)" in lines
+    job, _ = lua.globals().make_job(
+        lua.table_from({"tres_per_node": "gres:gpumem:20G", "het_job_offset": 4294967294})
+    )
+    lua.execute("LOG = {}")
+    lua.globals().slurm_job_submit(job, lua.table(), 1000)
+    assert "slurm_hetero: uid 1000: gpumem:20G -> gres:gpu:l40s:1 (best-fit)" in [
+        entry[2] for entry in lua.globals().LOG.values()
+    ]
+    assert lua.globals().slurm_job_modify(job, lua.table(), lua.table(), 0) == 0
+
+
+def test_the_hook_never_shells_out_or_reads_per_job() -> None:
+    text = re.sub(r"--\[\[.*?\]\]", "", script_template(), flags=re.DOTALL)
+    code = "\n".join(line.split("--")[0] for line in text.splitlines())
+    for forbidden in (r"\brequire\b", r"\bio\.", r"\bos\.", r"\bpopen\b", r"\bloadfile\b", r"\bloadstring\b"):
+        assert not re.search(forbidden, code), forbidden
+    assert len(re.findall(r"\bdofile\b", code)) == 1  # the table, once, at load
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_render_then_check_is_clean_and_explain_agrees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    runner = CliRunner()
+    args = ["job-submit", "render", "--inventory", str(MIXED), "--out", str(tmp_path)]
+    assert runner.invoke(cli, args).exit_code == 0
+    assert runner.invoke(cli, [*args, "--check"]).exit_code == 0
+    table_id = re.search(r'\["id"\] = "(\w+)"', (tmp_path / TABLE_NAME).read_text()).group(1)  # type: ignore[union-attr]
+    assert f'local TABLE_ID = "{table_id}"' in (tmp_path / SCRIPT_NAME).read_text()
+    result = runner.invoke(
+        cli,
+        ["request", "explain", "--inventory", str(MIXED), "--gres", "gpumem:60G", "--gpus", "2", "--json"],
+    )
+    import json
+
+    answer = json.loads(result.stdout)
+    assert (
+        answer["ok"]
+        and answer["tres_per_node"] == "gres:gpu:ascend910b3:2"
+        and answer["tres_per_job"] is None
+    )
+    ok, message, after, _ = Hook(tmp_path / SCRIPT_NAME).run(
+        Job(tres_per_node="gres:gpumem:60G", tres_per_job="gres:gpu:2")
+    )
+    assert (ok, message, after.tres_per_node) == (True, answer["message"], answer["tres_per_node"])
+    rejected = json.loads(
+        runner.invoke(
+            cli,
+            [
+                "request",
+                "explain",
+                "--inventory",
+                str(MIXED),
+                "--gres",
+                "gpu:a100_80g:1,gpumem:90G",
+                "--json",
+            ],
+        ).stdout
+    )
+    assert (
+        not rejected["ok"] and rejected["tres_per_node"] is None and "a100_80g has 80G" in rejected["message"]
+    )
