@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import Device, NodeInventory
@@ -34,8 +35,22 @@ def allocated_indexes(env: Mapping[str, str]) -> list[int] | None:
     return None
 
 
-def export_lines(env: Mapping[str, str], node: NodeInventory, include_unhealthy: bool = False) -> list[str]:
-    """`export NAME=value` lines for every vendor of the allocated devices that needs its own variable."""
+@dataclass(frozen=True)
+class SharingLimits:
+    """How shards of a device are enforced: MPS for NVIDIA, HAMi-core where its library exists."""
+
+    shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
+    hami_core_library: str | None = None  # path, only when the file exists on this node
+
+
+def export_lines(
+    env: Mapping[str, str],
+    node: NodeInventory,
+    include_unhealthy: bool = False,
+    sharing: SharingLimits | None = None,
+) -> list[str]:
+    """`export NAME=value` lines for every vendor of the allocated devices that needs its own
+    variable, plus the memory/compute limits of a shard allocation."""
     indexes = allocated_indexes(env)
     if indexes is None:
         return []
@@ -47,7 +62,37 @@ def export_lines(env: Mapping[str, str], node: NodeInventory, include_unhealthy:
                 f"GPU index {i} is beyond the {len(devices)} devices of {node.name} in the inventory"
             )
         chosen.append(devices[i])
-    return _lines_per_vendor(chosen)
+    lines = _lines_per_vendor(chosen)
+    shards = env.get("SLURM_SHARDS_ON_NODE", "").strip()
+    if shards.isdigit() and int(shards) > 0 and len(chosen) == 1 and sharing:
+        lines += shard_limit_lines(chosen[0], int(shards), sharing)
+    return lines
+
+
+def shard_limit_lines(device: Device, shards: int, sharing: SharingLimits) -> list[str]:
+    """Limits for `shards` shards of `device`: memory = shards x shard size, compute = their share.
+
+    Mirrors the hook (engine.score): a device of M MiB shared in units of U has M // U shards.
+    """
+    unit = sharing.shares.get(device.type)
+    per_device = (device.memory_mib or 0) // unit if unit else 0
+    if not unit or per_device <= 0:
+        return []
+    memory_mib = min(shards * unit, device.memory_mib or 0)
+    percent = min(100, -(-100 * shards // per_device))
+    lines = []
+    if device.vendor == "nvidia":
+        lines += [
+            f"export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={memory_mib}M",
+            f"export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percent}",
+        ]
+    if sharing.hami_core_library:
+        lines += [
+            f"export CUDA_DEVICE_MEMORY_LIMIT={memory_mib}m",
+            f"export CUDA_DEVICE_SM_LIMIT={percent}",
+            f"export LD_PRELOAD={sharing.hami_core_library}",
+        ]
+    return lines
 
 
 def _lines_per_vendor(devices: Sequence[Device]) -> list[str]:

@@ -31,7 +31,11 @@ def _list_vendors() -> None:
     type=click.Path(path_type=Path),
     help="Parse captured tool output instead of running the tool (repeatable).",
 )
-@click.option("--node", "node_name", help="NodeName to record (default: $SLURMD_NODENAME under srun, else the short host name).")
+@click.option(
+    "--node",
+    "node_name",
+    help="NodeName to record (default: $SLURMD_NODENAME under srun, else the short host name).",
+)
 @click.option(
     "--models-dir",
     "models_dirs",

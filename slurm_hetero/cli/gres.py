@@ -11,10 +11,23 @@ import click
 from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import OutputError
+from slurm_hetero.config import load_settings
+from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.render.write import diff, write_atomic
+from slurm_hetero.units import parse_size
+
+
+def parse_shares(specs: tuple[str, ...]) -> dict[str, int]:
+    """`l40s=4G` -> {"l40s": 4096} (MiB of one shard)."""
+    out = {}
+    for spec in specs:
+        gres_type, sep, size = spec.partition("=")
+        if not sep or not gres_type:
+            raise RequestError(spec, "--share wants TYPE=SIZE, e.g. l40s=4G")
+        out[gres_type] = parse_size(size, f"--share {gres_type}")
+    return out
 
 
 @cli.group()
@@ -69,6 +82,19 @@ def _output_dir(out: Path, check: bool) -> Path:
 @click.option(
     "--file-root", default="/dev/fakegpu", show_default=True, help="Dev cluster: fake device directory."
 )
+@click.option(
+    "--share",
+    "shares",
+    multiple=True,
+    metavar="TYPE=SIZE",
+    help="Render shard GRES for TYPE, one shard per SIZE of device memory (e.g. l40s=4G); repeatable.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Suite config file (its sharing.shard_size applies; --share wins).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
     inventory_path: Path,
@@ -81,11 +107,16 @@ def render(
     local_host: str | None,
     port_base: int,
     file_root: str,
+    shares: tuple[str, ...],
+    config_path: Path | None,
     as_json: bool,
 ) -> None:
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
     local = LocalSlurmd(local_host, port_base, file_root=file_root) if local_host else None
-    options = RenderOptions(policy=policy, include_unhealthy=include_unhealthy, local=local)
+    shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
+    options = RenderOptions(
+        policy=policy, include_unhealthy=include_unhealthy, local=local, shares=shard_sizes
+    )
     context = build_context(
         inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options
     )

@@ -9,11 +9,13 @@ import click
 
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.cli import cli
+from slurm_hetero.config import load_settings
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import NodeInventory
-from slurm_hetero.taskprolog import export_lines
+from slurm_hetero.taskprolog import SharingLimits, export_lines
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
 
 
 def _find_node(path: Path, name: str) -> NodeInventory:
@@ -35,13 +37,34 @@ def _find_node(path: Path, name: str) -> NodeInventory:
 )
 @click.option("--include-unhealthy", is_flag=True, help="Match a gres render done with --include-unhealthy.")
 @click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Suite config (sharing.shard_size gives shard limits; default: the usual layers).",
+)
+@click.option(
+    "--hami-core-library",
+    default=HAMI_CORE,
+    show_default=True,
+    help="HAMi-core's library; its limits are exported when the file exists.",
+)
+@click.option(
     "--strict", is_flag=True, help="Fail the task on errors (default: warn on stderr, export nothing)."
 )
-def task_prolog(inventory_path: Path, include_unhealthy: bool, strict: bool) -> None:
-    """Export the vendor's visible-device variable for this task's GPUs (Slurm TaskProlog protocol)."""
+def task_prolog(
+    inventory_path: Path,
+    include_unhealthy: bool,
+    config_path: Path | None,
+    hami_core_library: str,
+    strict: bool,
+) -> None:
+    """Export the vendor's visible-device variable for this task's GPUs and the limits of a shard
+    allocation (Slurm TaskProlog protocol: `export NAME=value` lines)."""
     try:
         node = _find_node(inventory_path, os.environ.get("SLURMD_NODENAME", ""))
-        lines = export_lines(os.environ, node, include_unhealthy)
+        library = hami_core_library if os.path.exists(hami_core_library) else None
+        sharing = SharingLimits(load_settings(config_path).shares, library)
+        lines = export_lines(os.environ, node, include_unhealthy, sharing)
     except Exception as e:  # a TaskProlog that fails would fail the user's task
         if strict:
             raise

@@ -167,7 +167,9 @@ def shards_per_device(device: Device, shares: Mapping[str, int]) -> int:
     return (device.memory_mib or 0) // unit if unit else 0
 
 
-def _shard_lines(devices: Sequence[Device], node_name: str, options: RenderOptions) -> tuple[tuple[str, int], ...]:
+def _shard_lines(
+    devices: Sequence[Device], node_name: str, options: RenderOptions
+) -> tuple[tuple[str, int], ...]:
     return tuple(
         (_device_file(d, node_name, options.local), shards_per_device(d, options.shares))
         for d in devices
@@ -348,7 +350,13 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "gres_types": ",".join(gres_types),
         "notes": [f"{f}: {n}" for s, f in zip(shapes, folded, strict=True) for n in s.notes],
         "gres_groups": [
-            {"nodes": f, "lines": s.gres_lines, "gpumem": s.gpumem, "gpucore": s.gpucore, "shards": s.shard_lines}
+            {
+                "nodes": f,
+                "lines": s.gres_lines,
+                "gpumem": s.gpumem,
+                "gpucore": s.gpucore,
+                "shards": s.shard_lines,
+            }
             for s, f in zip(shapes, folded, strict=True)
         ],
         "nodes": nodes,

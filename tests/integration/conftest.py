@@ -76,17 +76,32 @@ def cluster_inventory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate_inventory(tmp_path_factory.mktemp("inventory"))
 
 
+SUITE_CONFIG = "sharing:\n  shard_size: {l40s: 4G}\njob_submit:\n  fail_policy: open\n"
+
+
 @pytest.fixture(scope="session")
-def dev_cluster(cluster_inventory: Path) -> Iterator[Path]:
-    """Start the dev cluster once for the session; stop it at the end."""
+def suite_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "config.yaml"
+    path.write_text(SUITE_CONFIG)
+    return path
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(cluster_inventory: Path, suite_config: Path) -> Iterator[Path]:
+    """Start the dev cluster once for the session, with the job_submit hook and l40s sharing."""
     _need_root()
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, str(DEV_CLUSTER), "up", "--inventory", str(cluster_inventory)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = [
+        sys.executable,
+        str(DEV_CLUSTER),
+        "up",
+        "--inventory",
+        str(cluster_inventory),
+        "--job-submit",
+        "--config",
+        str(suite_config),
+    ]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         pytest.fail(f"dev-cluster up failed:\n{result.stdout}\n{result.stderr}")
     print(f"dev cluster up in {time.monotonic() - started:.1f}s", file=sys.stderr)

@@ -9,7 +9,8 @@ import pytest
 
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
-from slurm_hetero.render.context import gres_size, rendered_devices
+from slurm_hetero.config import load_settings
+from slurm_hetero.render.context import gres_size, rendered_devices, shards_per_device
 from slurm_hetero.vendors import get_vendor
 from tests.integration.conftest import slurm
 
@@ -30,7 +31,8 @@ def scontrol_nodes() -> dict[str, dict[str, str]]:
     return nodes
 
 
-def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path) -> None:
+def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path, suite_config: Path) -> None:
+    shares = load_settings(suite_config).shares
     reported = scontrol_nodes()
     expected = expected_nodes(dev_cluster)
     assert set(reported) == set(expected)
@@ -47,6 +49,8 @@ def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path) -
                 f"gpumem:{gres_size(sum(d.memory_mib for d in devices))}",
                 f"gpucore:{100 * len(devices)}",
             ]
+        shards = sum(shards_per_device(d, shares) for d in devices)
+        want += [f"shard:{devices[0].type}:{shards}"] if shards else []
         assert gres == want, name
 
 
@@ -141,9 +145,19 @@ def test_discover_under_srun_then_merge_is_the_admin_pipeline(dev_cluster: Path,
 
     capture = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
     nodes = ["a100n1", "l40sn1", "ascendn1"]
-    out = slurm("srun", "-w", ",".join(nodes), "-N3", "--ntasks-per-node=1", "--chdir", str(REPO),
-                sys.executable, "-m", "slurm_hetero", "discover", "--vendor", "ascend", "--from-file", str(capture),
-                "--json")
+    discover = [
+        sys.executable,
+        "-m",
+        "slurm_hetero",
+        "discover",
+        "--vendor",
+        "ascend",
+        "--from-file",
+        str(capture),
+    ]
+    out = slurm(
+        "srun", "-w", ",".join(nodes), "-N3", "--ntasks-per-node=1", "--chdir", str(REPO), *discover, "--json"
+    )
     lines = out.strip().splitlines()
     assert len(lines) == 3
     (tmp_path / "nodes.jsonl").write_text(out)

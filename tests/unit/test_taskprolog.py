@@ -73,3 +73,21 @@ def test_cli_never_fails_the_task(tmp_path: Path) -> None:
     assert missing.exit_code == 0 and missing.stdout == "" and "no visible-device variable" in missing.stderr
     unknown = runner.invoke(cli, ["task-prolog", "--inventory", str(EXAMPLE)], env={"SLURMD_NODENAME": "zz"})
     assert unknown.exit_code == 0 and "node zz is not in" in unknown.stderr
+
+
+def test_shard_allocations_export_mps_limits_and_hami_core_where_installed() -> None:
+    from slurm_hetero.taskprolog import SharingLimits
+
+    l40s = node("l40sn1")  # 46068 MiB devices; 4G shards -> 11 per device
+    env = {"SLURM_JOB_GPUS": "1", "SLURM_SHARDS_ON_NODE": "3"}
+    assert export_lines(env, l40s, sharing=SharingLimits({"l40s": 4096})) == [
+        "export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=12288M",
+        "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=28",
+    ]
+    with_hami = export_lines(env, l40s, sharing=SharingLimits({"l40s": 4096}, "/usr/local/vgpu/libvgpu.so"))
+    assert with_hami[2:] == [
+        "export CUDA_DEVICE_MEMORY_LIMIT=12288m",
+        "export CUDA_DEVICE_SM_LIMIT=28",
+        "export LD_PRELOAD=/usr/local/vgpu/libvgpu.so",
+    ]
+    assert export_lines(env, l40s, sharing=SharingLimits({})) == []  # type not shared: no limits

@@ -1,0 +1,291 @@
+"""The job_submit hook inside the real slurmctld: rewrites, rejections, het jobs, exemptions,
+fail policy, and a fuzz run checked against the Python twin (`request explain`)."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero import hostlist, inventory
+from slurm_hetero.config import exempt_uids, load_settings
+from slurm_hetero.render.context import rendered_devices
+from slurm_hetero.submit import HookOptions, explain, job_from_options
+from tests.conftest import REPO
+from tests.integration.conftest import slurm
+
+ETC = Path("/etc/slurm")
+USER = "nobody"
+_reload_clock = [time.time()]
+
+
+def as_user(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        input=stdin,
+        args=["runuser", "-u", USER, "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/tmp",
+        check=False,
+    )
+
+
+_KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z:/]*)=")
+
+
+def parse_oneliner(line: str) -> dict[str, str]:
+    """`scontrol show -o` fields; values may hold spaces (Comment=..., AdminComment=...)."""
+    keys = list(_KEY.finditer(line))
+    return {
+        m.group(1): line[m.end() : (keys[i + 1].start() if i + 1 < len(keys) else len(line))].strip()
+        for i, m in enumerate(keys)
+    }
+
+
+def job_fields(job_id: str) -> dict[str, str]:
+    return parse_oneliner(slurm("scontrol", "show", "job", "-o", job_id).splitlines()[0])
+
+
+def node_devices(path: Path) -> dict[str, list]:
+    return {h: rendered_devices(n) for n in inventory.load(path).nodes for h in hostlist.expand(n.name)}
+
+
+def reload_hook() -> None:
+    """slurmctld re-reads job_submit.lua when its mtime grows (1 s granularity)."""
+    _reload_clock[0] = max(_reload_clock[0], time.time()) + 3
+    os.utime(ETC / "job_submit.lua", (_reload_clock[0], _reload_clock[0]))
+
+
+def render_hook(inventory_path: Path, config: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurm_hetero",
+            "job-submit",
+            "render",
+            "--inventory",
+            str(inventory_path),
+            "--out",
+            str(ETC),
+            "--config",
+            str(config),
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    reload_hook()
+
+
+def run_batch(*options: str) -> tuple[str, dict[str, str]]:
+    """sbatch as a plain user (the hook rewrites the job; a srun-created step would keep the
+    client's own gres request), wait for the job, and return its id and printed variables."""
+    out = Path(f"/tmp/slurm-hetero-test-{os.getpid()}-{time.monotonic_ns()}.out")
+    script = "env | grep -E '^(SLURMD_NODENAME|SLURM_JOB_ID|SLURM_JOB_GPUS|SLURM_SHARDS_ON_NODE|CUDA_)'"
+    run = as_user("sbatch", "--parsable", "--wait", *options, "-o", str(out), "--wrap", script)
+    assert run.returncode == 0, run.stderr
+    env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    out.unlink()
+    return run.stdout.strip().split(";")[0], env
+
+
+def test_gpumem_20g_runs_on_a_device_with_at_least_20g(dev_cluster: Path) -> None:
+    job_id, env = run_batch("--gres=gpumem:20G")
+    device = node_devices(dev_cluster)[env["SLURMD_NODENAME"]][int(env["SLURM_JOB_GPUS"].split(",")[0])]
+    assert device.memory_mib >= 20 * 1024
+    fields = job_fields(job_id)
+    assert fields["TresPerNode"].startswith(("gres:gpu:", "gres:shard:"))
+    assert "gpumem" not in fields["TresPerNode"] or "shard" in fields["TresPerNode"]  # shards keep the count
+    assert "gpumem:20G" in fields.get("AdminComment", "")
+    if "shard" in fields["TresPerNode"]:  # l40s is shared in 4G shards: the TaskProlog set the limits
+        shards = int(env["SLURM_SHARDS_ON_NODE"])
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={shards * 4096}M" and shards * 4096 >= 20 * 1024
+        assert 0 < int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) < 100
+
+
+def test_two_gpus_of_60g_land_on_one_node_of_an_adequate_type(dev_cluster: Path) -> None:
+    job_id, env = run_batch("--gpus=2", "--gres=gpumem:60G")
+    devices = node_devices(dev_cluster)[env["SLURMD_NODENAME"]]
+    chosen = [devices[int(g)] for g in env["SLURM_JOB_GPUS"].split(",")]
+    assert len(chosen) == 2 and all(d.memory_mib >= 60 * 1024 for d in chosen)
+    assert len({d.type for d in chosen}) == 1
+    assert job_fields(job_id)["TresPerNode"] == f"gres:gpu:{chosen[0].type}:2"
+
+
+@pytest.mark.parametrize(
+    ("gres", "message"),
+    [
+        ("gpumem:2T", "gpumem:2T: largest device is"),
+        ("gpumem:abc", "gpumem:abc: not a size"),
+        ("gpumem:-5", "gpumem:-5"),
+        ("gpumem:9E", "gpumem:9E"),
+    ],
+)
+def test_impossible_and_malformed_requests_are_rejected_with_a_message(
+    dev_cluster: Path, gres: str, message: str
+) -> None:
+    run = as_user("sbatch", "-H", f"--gres={gres}", "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode != 0
+    assert message in run.stderr, run.stderr
+
+
+def test_each_heterogeneous_component_is_rewritten(dev_cluster: Path, tmp_path: Path) -> None:
+    script = "#!/bin/bash\n#SBATCH --gres=gpumem:70G\n#SBATCH hetjob\n#SBATCH --gres=gpumem:30G\ntrue\n"
+    run = as_user("sbatch", "-H", "--parsable", "-o", "/dev/null", stdin=script)
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    first, second = job_fields(f"{job_id}+0"), job_fields(f"{job_id}+1")
+    for fields in (first, second):
+        assert fields["TresPerNode"].startswith(("gres:gpu:", "gres:shard:")), fields["TresPerNode"]
+        assert "gpumem" not in fields["TresPerNode"] or "shard" in fields["TresPerNode"]
+        assert "slurm_hetero:" in fields["AdminComment"]
+    slurm("scancel", job_id)
+
+
+def test_root_is_exempt(dev_cluster: Path) -> None:
+    job_id = slurm(
+        "sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true"
+    ).strip()
+    assert job_fields(job_id)["TresPerNode"] == "gres:gpumem:20G"
+    slurm("scancel", job_id)
+
+
+@pytest.fixture
+def restore_hook(dev_cluster: Path, suite_config: Path) -> Iterator[Path]:
+    yield dev_cluster
+    render_hook(dev_cluster, suite_config)
+    assert slurm("scontrol", "ping").count("UP") >= 1
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+def test_a_broken_data_table_follows_the_fail_policy(restore_hook: Path, tmp_path: Path, policy: str) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sharing:\n  shard_size: {{l40s: 4G}}\njob_submit:\n  fail_policy: {policy}\n")
+    render_hook(restore_hook, config)
+    table = ETC / "slurm_hetero_tables.lua"
+    table.write_text(table.read_text().replace("return {", "return {{ broken", 1))
+    reload_hook()
+    run = as_user("sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true")
+    if policy == "open":
+        assert run.returncode == 0, run.stderr
+        assert job_fields(run.stdout.strip())["TresPerNode"] == "gres:gpumem:20G"
+        slurm("scancel", run.stdout.strip())
+    else:
+        assert run.returncode != 0
+    assert "UP" in slurm("scontrol", "ping")
+    untouched = as_user("sbatch", "-H", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true")
+    assert untouched.returncode == 0, untouched.stderr  # jobs without gpumem/gpucore are never affected
+    slurm("scancel", untouched.stdout.strip())
+
+
+def _random_options(rng: random.Random, types: list[str]) -> dict[str, str]:
+    sizes = [
+        "1G",
+        "10G",
+        "20G",
+        "45G",
+        "60G",
+        "70G",
+        "80G",
+        "100G",
+        "192G",
+        "2T",
+        "512",
+        "0",
+        "-5",
+        "abc",
+        "9E",
+        "1.5G",
+        "20g",
+        "99999999999999999999G",
+    ]
+    items = []
+    if rng.random() < 0.85:
+        items.append(f"gpumem:{rng.choice(sizes)}")
+    if rng.random() < 0.25:
+        items.append(f"gpucore:{rng.choice(['10', '30', '50', '100', '0', '101', 'x'])}")
+    if rng.random() < 0.2:
+        items.append(
+            f"gpu:{rng.choice(types)}:{rng.choice(['1', '2', '4'])}"
+            if rng.random() < 0.5
+            else f"gpu:{rng.choice(['1', '2', '3'])}"
+        )
+    options = {"gres": ",".join(items)} if items else {}
+    if rng.random() < 0.2:
+        options["gpus"] = rng.choice(["1", "2", "4", "8"])
+    elif rng.random() < 0.1:
+        options["gpus_per_node"] = rng.choice(["1", "2"])
+    if rng.random() < 0.3:
+        options["partition"] = rng.choice(["gpu", "nvidia", "ascend", "amd"])
+    return options
+
+
+def _sbatch_argv(options: dict[str, str]) -> list[str]:
+    flag = {
+        "gres": "--gres",
+        "gpus": "--gpus",
+        "gpus_per_node": "--gpus-per-node",
+        "partition": "--partition",
+    }
+    return [
+        "sbatch",
+        "-H",
+        "--parsable",
+        "-o",
+        "/dev/null",
+        *[f"{flag[k]}={v}" for k, v in options.items()],
+        "--wrap",
+        "true",
+    ]
+
+
+def test_fuzz_1000_random_submissions_agree_with_request_explain(
+    dev_cluster: Path, suite_config: Path
+) -> None:
+    from slurm_hetero.cli.submit import _model
+
+    settings = load_settings(suite_config)
+    model = _model(dev_cluster, (), settings)
+    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    types = sorted({d.type for ds in node_devices(dev_cluster).values() for d in ds})
+    rng = random.Random(20261122)
+    accepted, rejected, mismatches = [], 0, []
+    for _ in range(int(os.environ.get("SLURM_HETERO_FUZZ_JOBS", "1000"))):
+        options = _random_options(rng, types)
+        predicted = explain(model, hook, job_from_options(**options, uid=uid))
+        run = as_user(*_sbatch_argv(options))
+        if run.returncode == 0:
+            accepted.append((run.stdout.strip().split(";")[0], options, predicted))
+            if not predicted.ok:
+                mismatches.append(("accepted but predicted reject", options, predicted.message))
+        else:
+            rejected += 1
+            assert run.stderr.strip(), options  # every rejection says why
+            if predicted.ok and predicted.action != "untouched":
+                mismatches.append(("rejected but predicted accept", options, run.stderr.strip()))
+    assert "UP" in slurm("scontrol", "ping")
+    stored = {}
+    for line in slurm("scontrol", "show", "job", "-o").splitlines():
+        fields = parse_oneliner(line)
+        stored[fields["JobId"]] = fields.get("TresPerNode", "")
+    for job_id, options, predicted in accepted:
+        if predicted.ok and predicted.action == "rewrite":
+            want = (predicted.job.tres_per_node or "").replace("gres/", "gres:")
+            if stored.get(job_id) != want:
+                mismatches.append(("stored request differs", options, f"{stored.get(job_id)} != {want}"))
+    if accepted:
+        slurm("scancel", *[a[0] for a in accepted])
+    print(
+        f"fuzz: {len(accepted)} accepted, {rejected} rejected, {len(mismatches)} mismatches", file=sys.stderr
+    )
+    assert not mismatches, mismatches[:10]
