@@ -289,3 +289,37 @@ def test_fuzz_1000_random_submissions_agree_with_request_explain(
         f"fuzz: {len(accepted)} accepted, {rejected} rejected, {len(mismatches)} mismatches", file=sys.stderr
     )
     assert not mismatches, mismatches[:10]
+
+
+def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluster: Path) -> None:
+    """`slurm-hetero sbatch --model ...` as a plain user: fit -> gpumem -> hook -> gpu type."""
+    python = "/opt/slurm-hetero/venv/bin/python"  # built by dev-cluster for job users
+    run = as_user(
+        "env",
+        f"PYTHONPATH={REPO}",
+        python,
+        "-m",
+        "slurm_hetero",
+        "sbatch",
+        "--model",
+        "llama-3-8b",
+        "--mode",
+        "infer",
+        "--seq",
+        "4096",
+        "--gpus=2",
+        "-H",
+        "--parsable",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    )
+    assert run.returncode == 0, run.stderr
+    assert "llama-3-8b infer needs" in run.stderr and "-> gres:gpu:" in run.stderr
+    fields = job_fields(run.stdout.strip())
+    gpu_type = fields["TresPerNode"].split(":")[2]
+    memory = {d.type: d.memory_mib for ds in node_devices(dev_cluster).values() for d in ds}[gpu_type]
+    asked = int(re.search(r"gpumem:(\d+)G", fields["AdminComment"]).group(1))
+    assert memory >= asked * 1024
+    slurm("scancel", run.stdout.strip())
