@@ -1,0 +1,334 @@
+"""`slurm-hetero plan`: the uneven training layout of a model on a mix of devices.
+
+The solver is `slurm_hetero.engine.layout`; the model's per-layer costs and the device groups come
+from `slurm_hetero.launch.costs`. This module parses the command line, prints a table or JSON, and
+draws one step as a Gantt chart (matplotlib, optional).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.cli.catalog import Column, render_table
+from slurm_hetero.engine.layout import (
+    Layout,
+    LayoutSpec,
+    PipelinePlan,
+    StagePlan,
+    assign_ranks,
+    solve,
+    step_schedules,
+)
+from slurm_hetero.errors import ConfigError, OutputError, RequestError
+from slurm_hetero.launch.costs import MFU, device_groups, layer_costs_for, model_shape
+
+GIB = 2**30
+_DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]*):([0-9]+)")
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def parse_devices(text: str) -> list[tuple[str, int]]:
+    """`TYPE:N[,TYPE:N...]` as (type, count) pairs; types lower-cased."""
+    out = []
+    for item in text.split(","):
+        match = _DEVICE.fullmatch(item.strip())
+        if not match or int(match[2]) < 1:
+            raise RequestError(
+                f"--devices {text}",
+                f"bad entry {item.strip()!r}; expected TYPE:N[,TYPE:N...] "
+                "with N >= 1, e.g. a100:8,ascend910b3:8",
+            )
+        out.append((match[1].lower(), int(match[2])))
+    return out
+
+
+def load_measured(path: Path) -> dict[str, float]:
+    """A YAML mapping `type: sustained TFLOPS` (what `calibrate` writes)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"TFLOPS must be a positive number, got {value!r}", str(path), str(key))
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    spans: list[list[int]] = []
+    for r in sorted(ranks):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def _stage_ranks(layout: Layout) -> dict[tuple[int, int], list[int]]:
+    """Global ranks of each (pipeline shape, stage)."""
+    plan_of = {p.first_replica + j: i for i, p in enumerate(layout.pipelines) for j in range(len(p.samples))}
+    out: dict[tuple[int, int], list[int]] = {}
+    for a in assign_ranks(layout):
+        out.setdefault((plan_of[a.replica], a.stage), []).append(a.rank)
+    return out
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+
+def _stage_row(index: int, plan: PipelinePlan, s: StagePlan, ranks: list[int]) -> dict[str, Any]:
+    per_replica = [plan.micro_batches(j) for j in range(len(plan.samples))]
+    return {
+        "pipeline": index,
+        "index": s.index,
+        "type": s.type,
+        "group": s.group,
+        "tp": s.tp,
+        "ranks": ranks,
+        "layer_start": s.layer_start,
+        "layer_end": s.layer_end,
+        "layers": s.layer_end - s.layer_start,
+        "micro_batch": plan.micro_batch,
+        "micro_batches": max(per_replica),
+        "replicas": len(plan.samples),
+        "samples": list(plan.samples),
+        "recompute": s.recompute,
+        "fwd_s": s.fwd_s,
+        "bwd_s": s.bwd_s,
+        "time_per_micro_batch_s": s.fwd_s + s.bwd_s,
+        "p2p_s": s.p2p_s,
+        "allreduce_s": s.allreduce_s,
+        "memory_gib": round(s.memory_bytes / GIB, 3),
+        "capacity_gib": round(s.capacity_bytes / GIB, 3),
+        "_micro_batches": _span(per_replica),
+        "_samples": _span(list(plan.samples)),
+    }
+
+
+def _rows(layout: Layout) -> list[dict[str, Any]]:
+    ranks = _stage_ranks(layout)
+    return [
+        _stage_row(i, p, s, sorted(ranks[i, s.index]))
+        for i, p in enumerate(layout.pipelines)
+        for s in p.stages
+    ]
+
+
+def layout_document(layout: Layout, model: str, seq: int) -> dict[str, Any]:
+    """The `--json` document: the contract keys plus the stages."""
+    stages, even = _rows(layout), layout.even_step_s
+    return {
+        "model": model,
+        "seq": seq,
+        "global_batch": layout.global_batch,
+        "kind": str(layout.kind),
+        "world_size": layout.world_size,
+        "replicas": layout.replicas,
+        "bound_step_s": layout.bound_step_s,
+        "even_step_s": even,
+        "predicted_step_s": layout.predicted_step_s,
+        "efficiency": layout.efficiency,
+        "even_over_predicted": None if even is None else even / layout.predicted_step_s,
+        "stages": [{k: v for k, v in row.items() if not k.startswith("_")} for row in stages],
+    }
+
+
+def _ms(value: Any) -> str:
+    return f"{value * 1000:.1f}"
+
+
+def _gib(value: Any) -> str:
+    return f"{value:.1f}"
+
+
+COLUMNS: list[Column] = [
+    ("PIPE", lambda r: r["pipeline"], str, True),
+    ("STAGE", lambda r: r["index"], str, True),
+    ("TYPE", lambda r: r["type"], str, False),
+    ("RANKS", lambda r: _ranges(r["ranks"]), str, False),
+    ("TP", lambda r: r["tp"], str, True),
+    ("LAYERS", lambda r: f"{r['layer_start']}-{r['layer_end'] - 1}", str, False),
+    ("RECOMPUTE", lambda r: r["recompute"], str, True),
+    ("SAMPLES", lambda r: r["_samples"], str, True),
+    ("MB_SIZE", lambda r: r["micro_batch"], str, True),
+    ("MB/STEP", lambda r: r["_micro_batches"], str, True),
+    ("MS/MB", lambda r: r["time_per_micro_batch_s"], _ms, True),
+    ("MEM_GIB", lambda r: r["memory_gib"], _gib, True),
+    ("CAP_GIB", lambda r: r["capacity_gib"], _gib, True),
+]
+
+
+def render_layout(layout: Layout, model: str, seq: int) -> str:
+    """The table of stages and the step-time summary."""
+    rows, even = _rows(layout), layout.even_step_s
+    versus = (
+        "does not fit memory" if even is None else f"{even:.2f} s ({even / layout.predicted_step_s:.2f}x)"
+    )
+    head = (
+        f"{model}, seq {seq}, global batch {layout.global_batch} on {layout.world_size} devices: "
+        f"{layout.kind} layout, {layout.replicas} replicas"
+    )
+    tail = (
+        f"step: predicted {layout.predicted_step_s:.2f} s, even split {versus}, "
+        f"bound {layout.bound_step_s:.2f} s, efficiency {layout.efficiency:.3f}"
+    )
+    return "\n".join([head, render_table(rows, COLUMNS), tail])
+
+
+def _pyplot(path: Path) -> Any:
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise OutputError(f"{path}: --plot writes {', '.join(PLOT_SUFFIXES)} files")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise OutputError("--plot needs matplotlib; install it with: pip install matplotlib") from e
+    return plt
+
+
+def plot_step(layout: Layout, path: Path) -> None:
+    """One training step as a Gantt chart: a row per stage (the busiest replica of each pipeline
+    shape), forward and backward boxes per micro-batch, the gradient all-reduce, idle time grey."""
+    plt = _pyplot(path)
+    rows = [
+        (p, s, sched)
+        for p, sched in zip(layout.pipelines, step_schedules(layout), strict=True)
+        for s in p.stages
+    ]
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.45 * len(rows)))
+    ax.set_facecolor("#e6e6e6")
+    for y, (_, s, sched) in enumerate(rows):
+        mine = sched.stage == s.index
+        for backward, color in ((False, "#4c72b0"), (True, "#dd8452")):
+            sel = mine & (sched.backward == backward)
+            spans = list(zip(sched.start[sel], sched.end[sel] - sched.start[sel], strict=True))
+            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=color, edgecolors="white", linewidth=0.3)
+        done = float(sched.stage_end[s.index])
+        ax.broken_barh(
+            [(done - min(s.allreduce_s, s.bwd_s), s.allreduce_s)], (y - 0.25, 0.5), facecolors="#55a868"
+        )
+    _decorate(ax, layout, rows)
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write the plot: {e.strerror}") from e
+    finally:
+        plt.close(fig)
+
+
+def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan, Any]]) -> None:
+    from matplotlib.patches import Patch
+
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{s.type} stage {s.index} (tp {s.tp}, x{len(p.samples)})" for p, s, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, layout.predicted_step_s * 1.01)
+    ax.set_xlabel("seconds")
+    ax.set_title(
+        f"{layout.kind} layout: step {layout.predicted_step_s:.2f} s, bound {layout.bound_step_s:.2f} s, "
+        f"efficiency {layout.efficiency:.3f} (grey: idle)"
+    )
+    legend = [("forward", "#4c72b0"), ("backward", "#dd8452"), ("gradient all-reduce", "#55a868")]
+    handles = [Patch(color=c, label=n) for n, c in legend]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+
+
+def build_spec(
+    devices: str, model: str, seq: int | None, measured: Path | None, options: Mapping[str, Any]
+) -> tuple[LayoutSpec, int]:
+    """The solver's input from the command line, and the sequence length used."""
+    length = seq if seq is not None else model_shape(model).context
+    costs = layer_costs_for(model, length)
+    rates = load_measured(measured) if measured else {}
+    groups = device_groups(parse_devices(devices), load_catalog(), rates, options["per_node"], options["mfu"])
+    spec = LayoutSpec(
+        groups,
+        costs,
+        options["global_batch"],
+        options["micro_batch_size"],
+        options["micro_batches"],
+        options["network_gbs"],
+        label=model,
+    )
+    return spec, length
+
+
+@cli.command("plan")
+@click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
+@click.option(
+    "--model", required=True, help="Model name: llama-3-8b, llama-2-7b, llama-2-13b, llama-3-70b, gpt2."
+)
+@click.option(
+    "--global-batch", type=click.IntRange(min=1), default=512, show_default=True, help="Sequences per step."
+)
+@click.option("--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context].")
+@click.option(
+    "--micro-batches", type=click.IntRange(min=1), help="Micro-batches per step of an average replica."
+)
+@click.option(
+    "--micro-batch-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Sequences per micro-batch (unless --micro-batches is given).",
+)
+@click.option(
+    "--per-node", type=click.IntRange(min=1), default=8, show_default=True, help="Devices per node."
+)
+@click.option(
+    "--network-gbs",
+    type=click.FloatRange(min=0, min_open=True),
+    default=25.0,
+    show_default=True,
+    help="Per-device bandwidth between nodes, GB/s one way.",
+)
+@click.option(
+    "--mfu",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=MFU,
+    show_default=True,
+    help="Share of the catalog bf16/fp16 peak a device sustains.",
+)
+@click.option(
+    "--measured", type=click.Path(dir_okay=False, path_type=Path), help="YAML of type: sustained TFLOPS."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw one step (.png, .svg, .pdf)."
+)
+def plan(
+    devices: str,
+    model: str,
+    seq: int | None,
+    measured: Path | None,
+    as_json: bool,
+    plot: Path | None,
+    **options: Any,
+) -> None:
+    """Lay out training of a model on a mix of devices: pipeline across types, data and tensor
+    parallel inside them, layers and batch split unevenly by speed and memory."""
+    spec, length = build_spec(devices, model, seq, measured, options)
+    layout = solve(spec)
+    if plot is not None:
+        plot_step(layout, plot)
+    click.echo(
+        json.dumps(layout_document(layout, model, length), indent=2)
+        if as_json
+        else render_layout(layout, model, length)
+    )

@@ -1,0 +1,381 @@
+"""The layout solver (`engine.layout`, `engine.schedule`) and `slurm-hetero plan`.
+
+Optimality against exhaustive search on small instances, properties of every layout (layers,
+ranks, memory, gradient weights, determinism), the benchmark mixes of `scripts/bench_plan`, and the
+command line. Timing lives in the bench, not here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import math
+import random
+import sys
+from collections import defaultdict
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_hetero.cli import cli
+from slurm_hetero.engine.layout import (
+    DeviceGroup,
+    LayerCosts,
+    Layout,
+    LayoutSpec,
+    assign_ranks,
+    candidate_shapes,
+    solve,
+)
+from slurm_hetero.engine.schedule import StepModel, estimate_1f1b, simulate_1f1b, split_samples
+from slurm_hetero.errors import RequestError
+from tests.conftest import REPO
+
+GB = 1e9
+
+
+def _bench() -> ModuleType:
+    path = REPO / "scripts" / "bench_plan"
+    loader = SourceFileLoader("bench_plan", str(path))
+    spec = importlib.util.spec_from_loader("bench_plan", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_plan"] = module
+    loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+
+
+# -- small instances ------------------------------------------------------------------------------
+
+
+def random_spec(rng: random.Random) -> LayoutSpec:
+    """A small random instance: 1-3 device groups of 1-8 devices, 3-7 layers, 1-12 samples."""
+    layers = rng.randint(3, 7)
+    groups = tuple(
+        DeviceGroup(
+            f"t{i}",
+            (rng.choice([1, 2, 4]),) * rng.randint(1, 2),
+            rng.choice([50.0, 100.0, 150.0, 300.0, 450.0]),
+            rng.choice([4e9, 8e9, 16e9, 40e9]),
+            rng.choice([25.0, 150.0, 300.0]),
+        )
+        for i in range(rng.randint(1, 3))
+    )
+    acts = np.array([rng.uniform(0.5, 1.5) * 5e8 for _ in range(layers)])
+    costs = LayerCosts(
+        flops=np.array([rng.uniform(0.5, 1.5) * 1e12 for _ in range(layers)]),
+        param_bytes=np.array([rng.uniform(0.5, 1.5) * 2e8 for _ in range(layers)]),
+        act_bytes=acts,
+        ckpt_bytes=acts * 0.05,
+        boundary_bytes=3e7,
+        last_flops=rng.uniform(0, 2) * 1e12,
+        first_param_bytes=rng.uniform(0, 4e8),
+        last_param_bytes=rng.uniform(0, 4e8),
+        last_act_bytes=rng.uniform(0, 2e9),
+    )
+    return LayoutSpec(groups, costs, rng.randint(1, 12), network_gbs=rng.choice([12.5, 25.0]))
+
+
+def _compositions(total: int, parts: int) -> list[list[int]]:
+    return [[0, *cuts, total] for cuts in itertools.combinations(range(1, total), parts - 1)]
+
+
+def _sample_splits(total: int, parts: int) -> list[tuple[int, ...]]:
+    return [s for s in itertools.product(range(total + 1), repeat=parts) if sum(s) == total]
+
+
+def exhaustive_step(spec: LayoutSpec) -> float:
+    """The least simulated step over every candidate shape, every layer split, and (up to four
+    replicas) every sample split."""
+    best = math.inf
+    for shape in candidate_shapes(spec):
+        model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
+        for bounds in _compositions(spec.costs.layers, shape.stages):
+            stats = model.line_stats(bounds)
+            if stats is None:
+                continue
+            replicas = sum(shape.replicas)
+            splits = [model.split(stats)]
+            if len(shape.replicas) > 1 and replicas <= 4:
+                splits = _sample_splits(spec.global_batch, replicas)
+            best = min([best, *(model.simulate(bounds, s) for s in splits)])
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_within_one_percent_of_exhaustive_search(seed: int) -> None:
+    spec = random_spec(random.Random(seed))
+    best = exhaustive_step(spec)
+    if math.isinf(best):
+        with pytest.raises(RequestError):
+            solve(spec)
+        return
+    assert solve(spec).predicted_step_s <= best * 1.01
+
+
+# -- properties -----------------------------------------------------------------------------------
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> LayoutSpec:
+    layers = draw(st.integers(2, 12))
+    group = st.builds(
+        DeviceGroup,
+        type=st.sampled_from(["a", "b", "c", "d"]),
+        per_node=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=3).map(tuple),
+        tflops=st.floats(20, 1000),
+        memory_bytes=st.floats(2e9, 100e9),
+        link_gbs=st.floats(10, 500),
+    )
+    groups = draw(st.lists(group, min_size=1, max_size=3, unique_by=lambda g: g.type))
+    acts = np.array(draw(st.lists(st.floats(1e7, 2e9), min_size=layers, max_size=layers)))
+    costs = LayerCosts(
+        flops=np.array(draw(st.lists(st.floats(1e10, 5e12), min_size=layers, max_size=layers))),
+        param_bytes=np.array(draw(st.lists(st.floats(1e6, 2e9), min_size=layers, max_size=layers))),
+        act_bytes=acts,
+        ckpt_bytes=acts * draw(st.floats(0.0, 1.0)),
+        boundary_bytes=draw(st.floats(1e5, 1e8)),
+        last_flops=draw(st.floats(0, 5e12)),
+        first_param_bytes=draw(st.floats(0, 2e9)),
+        last_param_bytes=draw(st.floats(0, 2e9)),
+        last_act_bytes=draw(st.floats(0, 4e9)),
+    )
+    batch = draw(st.integers(1, 256))
+    micro = draw(st.one_of(st.none(), st.integers(1, 16)))
+    return LayoutSpec(tuple(groups), costs, batch, micro_batches=micro)
+
+
+def check_layout(spec: LayoutSpec, layout: Layout) -> None:
+    """Everything a launcher relies on."""
+    layers = spec.costs.layers
+    assert layout.world_size == sum(g.count for g in spec.groups)
+    assert sum(sum(p.samples) for p in layout.pipelines) == spec.global_batch
+    for plan in layout.pipelines:
+        starts = [s.layer_start for s in plan.stages]
+        ends = [s.layer_end for s in plan.stages]
+        assert starts[0] == 0 and ends[-1] == layers and starts[1:] == ends[:-1]
+        assert all(e - s >= 1 for s, e in zip(starts, ends, strict=True))
+        assert sum(e - s for s, e in zip(starts, ends, strict=True)) == layers
+        for s in plan.stages:
+            assert s.memory_bytes <= s.capacity_bytes * (1 + 1e-9)
+            assert 0 <= s.recompute <= s.layer_end - s.layer_start
+    ranks = assign_ranks(layout)
+    assert sorted(a.rank for a in ranks) == list(range(layout.world_size))
+    weights: dict[tuple[int, int], float] = defaultdict(float)
+    tp_nodes: dict[tuple[int, int], set[int]] = defaultdict(set)
+    per_node = [c for g in spec.groups for c in g.per_node]
+    for a in ranks:
+        weights[a.stage, a.tp_rank] += a.grad_weight
+        tp_nodes[a.replica, a.stage].add(a.node)
+        assert 0 <= a.local_rank < per_node[a.node] and 0 <= a.tp_rank < a.tp_size
+        assert spec.groups[a.group].type == a.type
+    assert all(math.isclose(w, 1.0) for w in weights.values())
+    assert all(len(nodes) == 1 for nodes in tp_nodes.values())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs())
+def test_every_layout_is_consistent_and_deterministic(spec: LayoutSpec) -> None:
+    try:
+        layout = solve(spec)
+    except RequestError as e:
+        assert "model on" in str(e)
+        return
+    check_layout(spec, layout)
+    assert solve(spec) == layout
+    assert layout.bound_step_s <= layout.predicted_step_s * (1 + 1e-9)
+
+
+# -- the step-time model --------------------------------------------------------------------------
+
+
+def test_uniform_pipeline_simulates_to_the_textbook_step() -> None:
+    fwd, bwd, p2p = np.full(4, 1.0), np.full(4, 2.0), np.zeros(4)
+    schedule = simulate_1f1b(fwd, bwd, p2p, 8)
+    assert schedule.makespan == pytest.approx((8 + 4 - 1) * 3.0)
+    assert estimate_1f1b(fwd, bwd, p2p, 8) == pytest.approx(schedule.makespan)
+    assert len(schedule.start) == 2 * 4 * 8 and np.all(schedule.end > schedule.start)
+
+
+def test_samples_follow_speed_and_sum_to_the_batch() -> None:
+    samples = split_samples(400, [1, 1], [1.0, 3.0], [1.0, 3.0], 1)
+    assert sum(samples) == 400 and samples == (300, 100)
+    assert split_samples(10, [3], [1.0], [1.0], 1) == (4, 3, 3)
+
+
+def _two_types(memory_bytes: float, layers: int = 8) -> LayoutSpec:
+    acts = np.full(layers, 4e9)
+    costs = LayerCosts(np.full(layers, 1e12), np.full(layers, 1e9), acts, acts / 20, 1e7)
+    groups = (
+        DeviceGroup("fast", (2,), 300.0, memory_bytes, 300.0),
+        DeviceGroup("slow", (2,), 100.0, memory_bytes, 300.0),
+    )
+    return LayoutSpec(groups, costs, 64)
+
+
+def test_layers_follow_speed_and_beat_the_even_split() -> None:
+    layout = solve(_two_types(200e9))
+    work: dict[str, float] = defaultdict(float)  # sample-layers per step on each type
+    for plan in layout.pipelines:
+        for s in plan.stages:
+            work[s.type] += (s.layer_end - s.layer_start) * sum(plan.samples)
+    assert work["fast"] > 2 * work["slow"]  # three times the throughput
+    assert layout.even_step_s is not None and layout.predicted_step_s < layout.even_step_s
+    assert layout.efficiency > 0.9
+
+
+def _one_device(memory_bytes: float) -> LayoutSpec:
+    acts = np.full(8, 4e9)  # 8 layers: 64 GB of weights and optimizer state, 32 GB of activations
+    costs = LayerCosts(np.full(8, 1e12), np.full(8, 1e9), acts, acts / 20, 1e7)
+    return LayoutSpec((DeviceGroup("solo", (1,), 100.0, memory_bytes, 100.0),), costs, 4)
+
+
+def test_recomputation_switches_on_only_when_memory_is_short() -> None:
+    roomy, tight = solve(_one_device(100e9)), solve(_one_device(80e9))
+    (roomy_stage,) = roomy.pipelines[0].stages
+    (tight_stage,) = tight.pipelines[0].stages
+    assert roomy_stage.recompute == 0 and tight_stage.recompute > 0
+    assert tight_stage.memory_bytes <= 80e9 < roomy_stage.memory_bytes
+    assert tight_stage.bwd_s > roomy_stage.bwd_s
+
+
+def test_no_fit_names_the_root_cause() -> None:
+    with pytest.raises(RequestError, match=r"need at least .* GiB"):
+        solve(_two_types(1e9))
+
+
+def test_rank_assignment_follows_slurm_order() -> None:
+    acts = np.full(4, 1e8)
+    costs = LayerCosts(np.full(4, 1e12), np.full(4, 1e8), acts, acts, 1e6)
+    groups = (DeviceGroup("a", (2, 2), 100.0, 80e9, 100.0), DeviceGroup("b", (2,), 100.0, 80e9, 100.0))
+    layout = solve(LayoutSpec(groups, costs, 6, tp_sizes=(1,)))
+    ranks = assign_ranks(layout)
+    assert [(a.rank, a.node, a.local_rank) for a in ranks] == [
+        (0, 0, 0),
+        (1, 0, 1),
+        (2, 1, 0),
+        (3, 1, 1),
+        (4, 2, 0),
+        (5, 2, 1),
+    ]
+    assert {a.type for a in ranks[:4]} == {"a"} and {a.type for a in ranks[4:]} == {"b"}
+    check_layout(LayoutSpec(groups, costs, 6, tp_sizes=(1,)), layout)
+
+
+# -- the benchmark mixes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mix", BENCH.MIXES, ids=lambda m: m.name)
+def test_bench_mix_reaches_097_and_beats_the_even_split(mix: object) -> None:
+    spec = BENCH.mix_spec(mix)
+    layout = solve(spec)
+    assert layout.efficiency >= 0.97
+    assert layout.even_step_s is None or layout.predicted_step_s < layout.even_step_s
+    check_layout(spec, layout)
+
+
+def test_old_new_mix_is_memory_bound() -> None:
+    mix = next(m for m in BENCH.MIXES if m.memory_bound)
+    spec = BENCH.mix_spec(mix)
+    stages = [s for p in solve(spec).pipelines for s in p.stages]
+    assert BENCH.proportional_overflows(spec)
+    assert any(s.recompute > 0 or s.memory_bytes > 0.95 * s.capacity_bytes for s in stages)
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["plan", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def one_line_error(code: int, err: str) -> str:
+    assert code == 1 and err.startswith("slurm-hetero: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_plan_prints_a_table_of_stages() -> None:
+    code, out, err = run("--devices", "h100:8,a100:8", "--model", "llama-3-8b", "--seq", "4096")
+    assert code == 0, err
+    assert "STAGE" in out and "h100_sxm" in out and "a100_80g" in out and "efficiency" in out
+
+
+def test_plan_json_has_the_contract_keys() -> None:
+    args = ("--devices", "a100:4,t4:4", "--model", "gpt2", "--global-batch", "64", "--json")
+    code, out, err = run(*args)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {"bound_step_s", "even_step_s", "predicted_step_s", "efficiency", "stages"} <= set(doc)
+    assert doc["efficiency"] == pytest.approx(doc["bound_step_s"] / doc["predicted_step_s"])
+    stage_keys = {"index", "type", "ranks", "layer_start", "layer_end", "micro_batch", "recompute"}
+    assert all(stage_keys <= set(s) for s in doc["stages"])
+    assert sorted(r for s in doc["stages"] for r in s["ranks"]) == list(range(8))
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_plan_plots_one_step(tmp_path: Path, suffix: str) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / f"step{suffix}"
+    code, _, err = run(
+        "--devices", "a100:2,t4:2", "--model", "gpt2", "--global-batch", "8", "--plot", str(path)
+    )
+    assert code == 0, err
+    head = path.read_bytes()[:200]
+    assert head.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in path.read_bytes()
+
+
+def test_plot_without_matplotlib_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, _, err = run("--devices", "a100:2", "--model", "gpt2", "--plot", str(tmp_path / "x.png"))
+    assert "pip install matplotlib" in one_line_error(code, err)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--devices", "a100:x", "--model", "gpt2"), "TYPE:N"),
+        (("--devices", "a100:0", "--model", "gpt2"), "TYPE:N"),
+        (("--devices", "a100", "--model", "gpt2"), "TYPE:N"),
+        (("--devices", "nosuch:2", "--model", "gpt2"), "known: v100_16g"),
+        (("--devices", "a100:2", "--model", "gpt-5"), "known: llama-3-8b"),
+        (("--devices", "a100:1", "--model", "llama-3-70b"), "need at least"),
+        (("--devices", "ascend910b3:2", "--model", "gpt2"), "--measured"),
+        (("--devices", "a100:2", "--model", "gpt2", "--seq", "4096"), "1 to 1024"),
+        (("--devices", "a100:2", "--model", "gpt2", "--plot", "x.jpg"), ".png"),
+    ],
+)
+def test_plan_errors_are_one_line(args: tuple[str, ...], needle: str) -> None:
+    code, _, err = run(*args)
+    assert needle in one_line_error(code, err)
+
+
+def test_measured_throughput_feeds_the_solver(tmp_path: Path) -> None:
+    measured = tmp_path / "measured.yaml"
+    measured.write_text("ascend910b3: 125\na100: 140\n")
+    code, out, err = run(
+        "--devices",
+        "a100:8,ascend910b3:8",
+        "--model",
+        "llama-3-8b",
+        "--seq",
+        "4096",
+        "--measured",
+        str(measured),
+        "--json",
+    )
+    assert code == 0, err
+    assert {s["type"] for s in json.loads(out)["stages"]} == {"a100_80g", "ascend910b3"}
+    measured.write_text("ascend910b3: fast\n")
+    code, _, err = run("--devices", "ascend910b3:2", "--model", "gpt2", "--measured", str(measured))
+    assert "positive number" in one_line_error(code, err)
