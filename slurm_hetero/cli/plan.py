@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
@@ -28,7 +27,8 @@ from slurm_hetero.engine.layout import (
     solve,
     step_schedules,
 )
-from slurm_hetero.errors import ConfigError, OutputError, RequestError
+from slurm_hetero.errors import OutputError, RequestError
+from slurm_hetero.launch.calibrate import load_measured
 from slurm_hetero.launch.costs import MFU, device_groups, layer_costs_for, model_shape
 
 GIB = 2**30
@@ -49,20 +49,6 @@ def parse_devices(text: str) -> list[tuple[str, int]]:
             )
         out.append((match[1].lower(), int(match[2])))
     return out
-
-
-def load_measured(path: Path) -> dict[str, float]:
-    """A YAML mapping `type: sustained TFLOPS` (what `calibrate` writes)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
-    for key, value in data.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(f"TFLOPS must be a positive number, got {value!r}", str(path), str(key))
-    return {str(k): float(v) for k, v in data.items()}
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -1,0 +1,128 @@
+"""`slurm-hetero launch`: under srun, one task per device; the manual is `slurm_hetero.launch.run`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_hetero.cli import cli
+from slurm_hetero.errors import RequestError
+from slurm_hetero.launch.calibrate import load_measured
+from slurm_hetero.launch.plan import LaunchOptions
+from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
+
+_BACKEND = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def parse_tp_sizes(text: str) -> tuple[int, ...]:
+    """`1,2,4` -> (1, 2, 4)."""
+    try:
+        sizes = tuple(sorted({int(v) for v in text.split(",")}))
+    except ValueError:
+        sizes = ()
+    if not sizes or sizes[0] < 1:
+        raise RequestError(f"--tp-sizes {text}", "expected positive integers, e.g. 1,2,4,8")
+    return sizes
+
+
+def launch_options(model: str, measured: Path | None, opts: dict[str, Any]) -> LaunchOptions:
+    """The planner's options from the command line."""
+    backend = opts["backend_override"]
+    if backend is not None and not _BACKEND.match(backend):
+        raise RequestError(
+            f"--backend-override {backend}", "expected a torch backend name such as gloo or nccl"
+        )
+    return LaunchOptions(
+        model=model,
+        global_batch=opts["global_batch"],
+        seq=opts["seq"],
+        micro_batch=opts["micro_batch"],
+        measured=load_measured(measured) if measured else {},
+        even=opts["even"],
+        backend_override=backend,
+        master_addr=opts["master_addr"],
+        master_port=opts["master_port"],
+        network_gbs=opts["network_gbs"],
+        tp_sizes=parse_tp_sizes(opts["tp_sizes"]),
+    )
+
+
+def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
+    return RunOptions(
+        command=command,
+        inventory=opts["inventory_path"],
+        log_dir=opts["log_dir"],
+        exec_command=opts["exec_command"],
+        dry_run=opts["dry_run"],
+        simulate=opts["simulate"],
+        as_json=opts["as_json"],
+    )
+
+
+@cli.command("launch", context_settings={"allow_interspersed_args": False})
+@click.option(
+    "--model", required=True, help="Model name: llama-3-8b, llama-2-7b, llama-2-13b, llama-3-70b, gpt2."
+)
+@click.option(
+    "--global-batch", type=click.IntRange(min=1), default=512, show_default=True, help="Sequences per step."
+)
+@click.option("--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context].")
+@click.option(
+    "--micro-batch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Sequences per micro-batch.",
+)
+@click.option(
+    "--inventory",
+    "inventory_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SLURM_HETERO_INVENTORY",
+    default=DEFAULT_INVENTORY,
+    show_default=True,
+    help="Cluster inventory (the same file on every node).",
+)
+@click.option(
+    "--measured",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Measured throughput (what `calibrate` writes, or TYPE: TFLOPS lines).",
+)
+@click.option("--even", is_flag=True, help="Equal layers and samples on the chosen shape (for comparisons).")
+@click.option("--backend-override", help="Use this torch backend for every group (gloo on CPUs).")
+@click.option(
+    "--tp-sizes",
+    default="1",
+    show_default=True,
+    help="Tensor-parallel degrees the solver may use, e.g. 1,2,4,8.",
+)
+@click.option(
+    "--network-gbs", type=click.FloatRange(min=0, min_open=True), help="Per-device GB/s between nodes."
+)
+@click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
+@click.option(
+    "--master-port", type=click.IntRange(1, 65535), help="MASTER_PORT [default: from job and step id]."
+)
+@click.option(
+    "--log-dir", type=click.Path(file_okay=False, path_type=Path), help="Write DIR/rank-R.out and .err."
+)
+@click.option(
+    "--exec", "exec_command", is_flag=True, help="Replace the launcher with the command (no supervision)."
+)
+@click.option("--dry-run", is_flag=True, help="Print every rank's layout and environment; start nothing.")
+@click.option(
+    "--simulate", metavar="NODE:TYPE:N[,...]", help="With --dry-run: the allocation, outside Slurm."
+)
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def launch_command(
+    ctx: click.Context, /, model: str, measured: Path | None, command: tuple[str, ...], **opts: Any
+) -> None:
+    """Run COMMAND on every task of the step with the torch.distributed environment and this rank's
+    layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch --model M ... -- python train.py"""
+    code = launch(launch_options(model, measured, opts), run_options(command, opts))
+    ctx.exit(code)

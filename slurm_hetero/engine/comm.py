@@ -1,0 +1,195 @@
+"""Communicator selection for one process group, and what moving bytes through it costs. Pure.
+
+Rules, in order (`choose`):
+
+1. **vendor-ccl**: every member is of one vendor -> that vendor's collective library, under the
+   name its torch integration registers (`BACKENDS`).
+2. **rdma-direct**: several vendors, and every member's device can expose its memory to the NIC
+   (catalog capability `gpudirect_rdma`: GPUDirect RDMA / nvidia-peermem; `peer_rdma`: ROCm peer
+   memory, Gaudi), a library handles every member's memory type (UCC: CUDA and ROCm memory,
+   `UCC_MEMORY`), and every member's node has an RDMA NIC (InfiniBand or RoCE) of one common kind
+   in the inventory -> torch's `ucc` backend, tensors go NIC to NIC.
+3. **cpu-relay**: anything else -> `gloo`; tensors are staged through host memory over PCIe.
+
+`--backend-override` forces one backend for every group (`gloo` makes every group a cpu-relay);
+whether the chosen backend's torch package is importable is not decided here.
+
+Backend names and their sources (what `torch.distributed.init_process_group(backend=...)` takes):
+nvidia, amd (RCCL presents as NCCL), hygon (DTK, RCCL fork), iluvatar (CoreX, CUDA-compatible):
+`nccl`, built into torch. kunlunxin: `nccl`, because torch_xmlir exposes the XPU as `torch.cuda`
+and routes the nccl backend to BKCL (baidu/vLLM-Kunlun, vllm_kunlun/platforms/kunlun.py:
+`dist_backend = "nccl"`). ascend: `hccl` (torch_npu). gaudi: `hccl`
+(habana_frameworks.torch.distributed.hccl). cambricon: `cncl` (torch_mlu). intel: `xccl`, built
+into torch >= 2.8 for XPU (`torch.distributed.Backend.XCCL`; older IPEX used oneCCL's `ccl`).
+mthreads: `mccl` (torch_musa). enflame: `eccl` (torch_gcu).
+
+Network variables (`communicator_env`), from the node's NICs in the inventory (`nics:`; RDMA
+NICs are named by their verbs device, `mlx5_0`, Ethernet ones by their interface, `eth0`):
+NCCL-style libraries (nccl, mccl) get `<P>_IB_HCA` (RDMA NICs), `<P>_SOCKET_IFNAME` (Ethernet)
+and `<P>_IB_DISABLE=1` when NICs are listed but none does RDMA; hccl gets `HCCL_SOCKET_IFNAME`
+(its RDMA is on the device); gloo gets `GLOO_SOCKET_IFNAME`; ucc gets `UCX_NET_DEVICES`.
+Nothing is set where the inventory lists no NICs: the libraries pick an interface themselves.
+
+Cost (`transfer_s`), seconds to move `n` bytes one way: vendor-ccl over the device link inside a
+node or the NIC between nodes; rdma-direct at NIC speed; cpu-relay two PCIe copies (device to
+host, host to device) plus the network between nodes. NIC speeds are per device, by kind
+(`NIC_GBS`; none listed: `DEFAULT_NIC_GBS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from slurm_hetero.catalog import Catalog
+from slurm_hetero.model import Nic
+
+GB = 1e9
+PCIE_GBS = 25.0  # PCIe 4.0 x16, one way
+NIC_GBS = {"infiniband": 25.0, "roce": 25.0, "ethernet": 12.5}  # HDR 200 Gb/s, 200 GbE, 100 GbE
+DEFAULT_NIC_GBS = 12.5
+RDMA_NICS = ("infiniband", "roce")
+PEER_MEMORY_CAPABILITIES = ("gpudirect_rdma", "peer_rdma")
+UCC_MEMORY = frozenset({"nvidia", "amd"})  # UCC's memory components: cuda, rocm
+
+BACKENDS: dict[str, str] = {
+    "nvidia": "nccl",
+    "amd": "nccl",
+    "hygon": "nccl",
+    "iluvatar": "nccl",
+    "kunlunxin": "nccl",
+    "ascend": "hccl",
+    "gaudi": "hccl",
+    "cambricon": "cncl",
+    "intel": "xccl",
+    "mthreads": "mccl",
+    "enflame": "eccl",
+}
+_NCCL_STYLE = {"nccl": "NCCL", "mccl": "MCCL"}
+
+
+class CommKind(StrEnum):
+    VENDOR_CCL = "vendor-ccl"
+    RDMA_DIRECT = "rdma-direct"
+    CPU_RELAY = "cpu-relay"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One rank of a group, as communicator choice sees it."""
+
+    vendor: str
+    type: str
+    node: str
+
+
+@dataclass(frozen=True)
+class Communicator:
+    """The torch backend and transport of one group; `env` is filled per node by `communicator_env`."""
+
+    backend: str
+    kind: CommKind
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def torch_backend(vendor: str) -> str:
+    """The torch.distributed backend of `vendor`'s collective library (`gloo` when unknown)."""
+    return BACKENDS.get(vendor, "gloo")
+
+
+def _peer_memory(member: Member, catalog: Catalog) -> bool:
+    spec = catalog.by_type(member.type)
+    return spec is not None and any(spec.has(c) for c in PEER_MEMORY_CAPABILITIES)
+
+
+def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) -> str | None:
+    """The RDMA NIC kind every node in `nodes` has (InfiniBand preferred), or None."""
+    for kind in RDMA_NICS:
+        if all(any(n.kind == kind for n in nics.get(node, ())) for node in nodes):
+            return kind
+    return None
+
+
+def choose(
+    members: Sequence[Member],
+    catalog: Catalog,
+    nics: Mapping[str, Sequence[Nic]],
+    override: str | None = None,
+) -> Communicator:
+    """The communicator of a group of `members` (rules in the module docstring)."""
+    vendors = {m.vendor for m in members}
+    if len(vendors) <= 1:
+        chosen = Communicator(torch_backend(next(iter(vendors), "")), CommKind.VENDOR_CCL)
+    elif (
+        vendors <= UCC_MEMORY
+        and all(_peer_memory(m, catalog) for m in members)
+        and shared_rdma_fabric(sorted({m.node for m in members}), nics) is not None
+    ):
+        chosen = Communicator("ucc", CommKind.RDMA_DIRECT)
+    else:
+        chosen = Communicator("gloo", CommKind.CPU_RELAY)
+    if override is None:
+        return chosen
+    return Communicator(override, CommKind.CPU_RELAY if override == "gloo" else chosen.kind)
+
+
+def communicator_env(backend: str, nics: Sequence[Nic]) -> dict[str, str]:
+    """The network variables `backend` needs on a node with `nics` (rules in the module docstring)."""
+    rdma = [n.name for n in nics if n.kind in RDMA_NICS]
+    ethernet = [n.name for n in nics if n.kind not in RDMA_NICS]
+    env: dict[str, str] = {}
+    prefix = _NCCL_STYLE.get(backend)
+    if prefix is not None:
+        if rdma:
+            env[f"{prefix}_IB_HCA"] = ",".join(rdma)
+        elif nics:
+            env[f"{prefix}_IB_DISABLE"] = "1"
+        if ethernet:
+            env[f"{prefix}_SOCKET_IFNAME"] = ",".join(ethernet)
+    elif backend == "hccl" and ethernet:
+        env["HCCL_SOCKET_IFNAME"] = ",".join(ethernet)
+    elif backend == "gloo" and ethernet:
+        env["GLOO_SOCKET_IFNAME"] = ",".join(ethernet)
+    elif backend == "ucc" and rdma:
+        env["UCX_NET_DEVICES"] = ",".join(f"{name}:1" for name in rdma)
+    return env
+
+
+def nic_gbs(nics: Sequence[Nic]) -> float:
+    """One device's share of its node's network, GB/s one way: the fastest NIC kind listed."""
+    return max((NIC_GBS.get(n.kind, DEFAULT_NIC_GBS) for n in nics), default=DEFAULT_NIC_GBS)
+
+
+def transfer_s(
+    kind: CommKind,
+    nbytes: float,
+    *,
+    same_node: bool,
+    link_gbs: float,
+    network_gbs: float,
+    pcie_gbs: float = PCIE_GBS,
+) -> float:
+    """Seconds to move `nbytes` one way between two ranks through a communicator of `kind`."""
+    if nbytes <= 0:
+        return 0.0
+    if kind == CommKind.CPU_RELAY:
+        return 2 * nbytes / (pcie_gbs * GB) + (0.0 if same_node else nbytes / (network_gbs * GB))
+    if kind == CommKind.VENDOR_CCL and same_node:
+        return nbytes / (link_gbs * GB)
+    return nbytes / (network_gbs * GB)  # between nodes, or rdma-direct through the NIC
+
+
+def effective_gbs(
+    kind: CommKind,
+    *,
+    same_node: bool,
+    link_gbs: float,
+    network_gbs: float,
+    pcie_gbs: float = PCIE_GBS,
+) -> float:
+    """The bandwidth (GB/s, one way) a communicator of `kind` delivers: bytes over `transfer_s`."""
+    seconds = transfer_s(
+        kind, GB, same_node=same_node, link_gbs=link_gbs, network_gbs=network_gbs, pcie_gbs=pcie_gbs
+    )
+    return 1.0 / seconds

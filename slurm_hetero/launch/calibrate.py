@@ -1,0 +1,234 @@
+"""Measure a device's real throughput with torch, store it, and read it back for `plan`/`launch`.
+
+Two measurements on whatever device torch reaches (CUDA, ROCm, XPU, NPU, MLU, ..., or the CPU):
+
+- **matmul**: square GEMMs of `Sizes.matmul` (after `warmup` runs; median of `repeats`):
+  ``2 n^3`` FLOPs each -> `tflops`.
+- **layer**: forward + backward of one `torch.nn.TransformerEncoderLayer` (hidden `hidden`,
+  4x FFN, `batch` sequences of `seq` tokens): tokens per second and effective TFLOPS, counting
+  ``3 x (24 h^2 + 4 s h)`` FLOPs per token (the matmuls of attention and FFN, forward and twice
+  that backward) -> `layer_tflops`, `tokens_per_s`.
+
+The file (`DEFAULT_OUT`, YAML) maps a device type to its figures; `calibrate` merges into it:
+``{a100_80g: {tflops: 231.0, layer_tflops: 148.2, tokens_per_s: ..., device: ..., dtype: bf16,
+measured_at: 2025-01-01T00:00:00Z}}``. `load_measured` also accepts the plain form
+``{a100_80g: 148.2}``; from the full form the solver takes `layer_tflops` (closest to training
+throughput), else `tflops`. The file must be the same on every node of a launch.
+
+Default sizes keep a CPU run to a few seconds; accelerators get sizes that fill them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurm_hetero.catalog import Catalog
+from slurm_hetero.errors import ConfigError, HeteroError
+
+DEFAULT_OUT = Path("~/.config/slurm-hetero/measured.yaml")
+# torch device type -> vendor, for naming the device from the catalog
+DEVICE_VENDORS = {"npu": "ascend", "mlu": "cambricon", "xpu": "intel", "hpu": "gaudi", "musa": "mthreads"}
+DEVICE_MODULES = {
+    "npu": "torch_npu",
+    "mlu": "torch_mlu",
+    "hpu": "habana_frameworks.torch",
+    "musa": "torch_musa",
+}
+
+
+class CalibrationError(HeteroError):
+    """The device cannot be measured (torch missing, unknown device, failed run)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Problem sizes: the GEMM edge, and the transformer layer's hidden size, heads, seq, batch."""
+
+    matmul: int = 1024
+    hidden: int = 256
+    heads: int = 4
+    seq: int = 128
+    batch: int = 4
+    warmup: int = 2
+    repeats: int = 5
+
+
+CPU_SIZES = Sizes()
+ACCELERATOR_SIZES = Sizes(matmul=8192, hidden=2048, heads=16, seq=2048, batch=4, warmup=3, repeats=10)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One device's measured throughput."""
+
+    type: str
+    tflops: float
+    layer_tflops: float
+    tokens_per_s: float
+    device: str
+    dtype: str
+    measured_at: str
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise CalibrationError("calibrate needs torch: pip install torch (or the vendor's build)") from e
+    return torch
+
+
+def pick_device(torch: Any, requested: str = "auto") -> str:
+    """`requested`, or with `auto` the current accelerator (CUDA and ROCm show as cuda), else cpu."""
+    if requested != "auto":
+        module = DEVICE_MODULES.get(requested.split(":")[0])
+        if module:
+            __import__(module)  # registers the device type with torch
+        return requested
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return str(accelerator.current_accelerator().type)
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _synchronize(torch: Any, device: str) -> None:
+    kind = device.split(":")[0]
+    module = getattr(torch, kind, None)
+    if kind != "cpu" and module is not None and hasattr(module, "synchronize"):
+        module.synchronize()
+
+
+def median_seconds(torch: Any, device: str, run: Callable[[], object], sizes: Sizes) -> float:
+    """Median wall seconds of `run` after warm-up, the device synchronized around each run."""
+    for _ in range(sizes.warmup):
+        run()
+    _synchronize(torch, device)
+    times = []
+    for _ in range(sizes.repeats):
+        start = time.perf_counter()
+        run()
+        _synchronize(torch, device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_tflops(torch: Any, device: str, dtype: Any, sizes: Sizes) -> float:
+    """Sustained TFLOPS of square n x n GEMMs."""
+    n = sizes.matmul
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    seconds = median_seconds(torch, device, lambda: torch.matmul(a, b), sizes)
+    return 2.0 * n**3 / seconds / 1e12
+
+
+def layer_throughput(torch: Any, device: str, dtype: Any, sizes: Sizes) -> tuple[float, float]:
+    """(tokens per second, effective TFLOPS) of a transformer layer's forward and backward."""
+    h, s, b = sizes.hidden, sizes.seq, sizes.batch
+    layer = torch.nn.TransformerEncoderLayer(h, sizes.heads, 4 * h, dropout=0.0, batch_first=True)
+    layer = layer.to(device=device, dtype=dtype)
+    x = torch.randn(b, s, h, device=device, dtype=dtype, requires_grad=True)
+
+    def step() -> None:
+        layer(x).sum().backward()
+
+    seconds = median_seconds(torch, device, step, sizes)
+    tokens = b * s / seconds
+    return tokens, tokens * 3.0 * (24.0 * h * h + 4.0 * s * h) / 1e12
+
+
+def device_type(torch: Any, device: str, catalog: Catalog) -> str:
+    """The Slurm GRES type of `device` from its reported name and the catalog ("cpu" for the CPU)."""
+    kind = device.split(":")[0]
+    if kind == "cpu":
+        return "cpu"
+    module = getattr(torch, kind, None)
+    name = module.get_device_name(device) if module is not None and hasattr(module, "get_device_name") else ""
+    vendor = DEVICE_VENDORS.get(kind) or ("amd" if getattr(torch.version, "hip", None) else "nvidia")
+    spec = catalog.resolve(vendor, name)
+    if spec is None:
+        raise CalibrationError(f"{device} ({name or 'unnamed'}) is not in the catalog; pass --type GRES_TYPE")
+    return spec.type
+
+
+def calibrate(
+    device: str = "auto",
+    gres_type: str | None = None,
+    dtype: str | None = None,
+    sizes: Sizes | None = None,
+    catalog: Catalog | None = None,
+) -> Calibration:
+    """Measure one device (default dtype: bf16 on accelerators, fp32 on the CPU)."""
+    torch = _torch()
+    device = pick_device(torch, device)
+    on_cpu = device.startswith("cpu")
+    dtype = dtype or ("fp32" if on_cpu else "bf16")
+    torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    sizes = sizes or (CPU_SIZES if on_cpu else ACCELERATOR_SIZES)
+    if gres_type is None:
+        if catalog is None:
+            raise CalibrationError("no catalog to name the device with; pass --type GRES_TYPE")
+        gres_type = device_type(torch, device, catalog)
+    try:
+        gemm = matmul_tflops(torch, device, torch_dtype, sizes)
+        tokens, layer = layer_throughput(torch, device, torch_dtype, sizes)
+    except RuntimeError as e:
+        raise CalibrationError(f"measuring {device} failed: {str(e).splitlines()[0]}") from e
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Calibration(gres_type, _digits(gemm), _digits(layer), _digits(tokens), device, dtype, stamp)
+
+
+def _digits(value: float) -> float:
+    return float(f"{value:.4g}")
+
+
+# -- the file -------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
+
+
+def _figure(value: Any, path: Path, key: str) -> float:
+    if isinstance(value, Mapping):
+        value = value.get("layer_tflops", value.get("tflops"))
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"TFLOPS must be a positive number, got {value!r}", str(path), key)
+    return float(value)
+
+
+def load_measured(path: Path) -> dict[str, float]:
+    """Device type -> sustained TFLOPS, from `type: TFLOPS` or `type: {tflops, layer_tflops, ...}`."""
+    data = _read(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
+    return {str(k): _figure(v, path, str(k)) for k, v in data.items()}
+
+
+def merge_measured(path: Path, result: Calibration) -> dict[str, Any]:
+    """The file's content with `result` stored under its type (other types kept)."""
+    data = _read(path) if path.exists() else {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping of device type to measurements", str(path))
+    entry = {k: v for k, v in asdict(result).items() if k != "type"}
+    return {**data, result.type: entry}
+
+
+def store(path: Path, result: Calibration) -> Path:
+    """Merge `result` into the YAML file at `path` (atomic write; directories created)."""
+    from slurm_hetero.render.write import write_atomic
+
+    path = path.expanduser()
+    text = yaml.safe_dump(merge_measured(path, result), sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic({path: text}, backup=False)
+    return path

@@ -1,0 +1,500 @@
+"""Every rank's layout document and environment for one Slurm step. Pure: JobEnv, inventory and
+catalog in, `LaunchPlan` out; every rank computes the same plan from the same inputs.
+
+The steps (the launcher manual, `slurm_hetero.launch.run`, states the rules for users):
+
+1. `sites`: each node of the step (JobEnv order: component by component in heterogeneous jobs)
+   with its inventory record; one device type per node, at least one device per task.
+2. `layout_spec`: one `DeviceGroup` per type in order of first appearance, `per_node` = tasks on
+   each of its nodes in step order; the network bandwidth the solver charges between nodes is
+   the slowest communicator a cross-node transfer may use (`engine.comm`: a cpu-relay pays two
+   PCIe copies on top of the NIC).
+3. `solve` (or the even split of the chosen shape with `even`), `assign_ranks`, then the solver's
+   ranks (group by group, node by node) are mapped onto Slurm's: the k-th solver rank on a node
+   is the k-th task of that node, rank = first rank of the node + local rank.
+4. Groups (tp, dp, pp), one communicator each (`engine.comm.choose`), the layout document and the
+   environment of every rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from slurm_hetero import hostlist
+from slurm_hetero.catalog import Catalog, DeviceSpec
+from slurm_hetero.engine import comm
+from slurm_hetero.engine.comm import Communicator, Member
+from slurm_hetero.engine.layout import (
+    Layout,
+    LayoutSpec,
+    RankAssignment,
+    _layout,
+    assign_ranks,
+    even_bounds,
+    solve,
+)
+from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
+from slurm_hetero.errors import HeteroError, RequestError
+from slurm_hetero.launch.costs import MEMORY_USABLE, PCIE_GBS, device_tflops, layer_costs_for, model_shape
+from slurm_hetero.model import ClusterInventory, Device, Nic, NodeInventory
+from slurm_hetero.render.context import rendered_devices
+from slurm_hetero.slurm.jobenv import JobEnv
+from slurm_hetero.vendors import get_vendor
+
+GIB = 2**30
+LAYOUT_VERSION = 1
+# What Slurm's gres/gpu exports for every GPU type (narrowed to the rank's one device).
+SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+
+class LaunchPlanError(HeteroError):
+    """The step cannot be laid out: names the node, device or model at fault."""
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the user asked for; `measured` maps device type to sustained TFLOPS."""
+
+    model: str
+    global_batch: int = 512
+    seq: int | None = None
+    micro_batch: int = 1
+    measured: Mapping[str, float] = field(default_factory=dict)
+    even: bool = False
+    backend_override: str | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    network_gbs: float | None = None
+    tp_sizes: tuple[int, ...] = (1,)
+    layout_dir: str = "/tmp/slurm-hetero"
+
+
+@dataclass(frozen=True)
+class TaskDevices:
+    """What Slurm bound on this task's node: GPU indices (SLURM_STEP_GPUS, gres order) and the
+    visible-device variables it set (`SLURM_VISIBLE`)."""
+
+    gpu_indexes: tuple[int, ...] = ()
+    visible: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One node of the step: its place, task count, inventory record and device type."""
+
+    name: str
+    index: int
+    first_rank: int
+    tasks: int
+    record: NodeInventory
+    devices: tuple[Device, ...]
+    spec: DeviceSpec
+
+    @property
+    def type(self) -> str:
+        return self.spec.type
+
+    @property
+    def vendor(self) -> str:
+        return self.devices[0].vendor
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank: its layout document (what SLURM_HETERO_LAYOUT holds) and its environment."""
+
+    rank: int
+    node: str
+    type: str
+    stage: int
+    layout: dict[str, Any]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    job_id: str
+    step_id: int
+    layout: Layout
+    ranks: tuple[RankPlan, ...]
+    plan_id: str
+
+
+# -- nodes ----------------------------------------------------------------------------------------
+
+
+def node_records(inventory: ClusterInventory, names: Sequence[str]) -> dict[str, NodeInventory]:
+    """The inventory record of each named node (records may be hostlists); an error naming the
+    nodes it lacks."""
+    wanted, found = set(names), {}
+    for node in inventory.nodes:
+        for name in hostlist.expand(node.name) if "[" in node.name else [node.name]:
+            if name in wanted:
+                found[name] = node
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise LaunchPlanError(
+            f"no inventory record for {', '.join(missing)} (nodes of this step: {', '.join(names)}); "
+            "add them (slurm-hetero discover, inventory merge) or pass --inventory"
+        )
+    return found
+
+
+def _site(job: JobEnv, index: int, record: NodeInventory, catalog: Catalog) -> Site:
+    name, tasks = job.nodes[index], job.tasks_per_node[index]
+    devices = tuple(rendered_devices(record))
+    types = sorted({d.type for d in devices})
+    if not devices:
+        raise LaunchPlanError(f"{name} has no healthy devices in the inventory")
+    if len(types) > 1:
+        raise LaunchPlanError(f"{name} has devices of several types ({', '.join(types)}); launch uses one")
+    spec = catalog.by_type(types[0])
+    if spec is None:
+        raise LaunchPlanError(f"{name}: device type {types[0]!r} is not in the catalog")
+    if tasks > len(devices):
+        raise LaunchPlanError(
+            f"{name} runs {tasks} tasks but has {len(devices)} {spec.type} devices; one task per device"
+        )
+    return Site(name, index, job.first_rank_of_node(index), tasks, record, devices, spec)
+
+
+def sites(job: JobEnv, inventory: ClusterInventory, catalog: Catalog) -> list[Site]:
+    """The step's nodes in JobEnv order with their records and device types."""
+    records = node_records(inventory, job.nodes)
+    return [_site(job, i, records[name], catalog) for i, name in enumerate(job.nodes)]
+
+
+# -- the solver's input and answer ----------------------------------------------------------------
+
+
+def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
+    out: dict[str, list[Site]] = {}
+    for site in nodes:
+        out.setdefault(site.type, []).append(site)
+    return out
+
+
+def _device_group(group: Sequence[Site], measured: Mapping[str, float]) -> DeviceGroup:
+    spec = group[0].spec
+    known = [d.memory_mib for s in group for d in s.devices if d.memory_mib]
+    memory = (min(known) * 2**20 if known else spec.memory_gib * GIB) * MEMORY_USABLE
+    link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
+    per_node = tuple(s.tasks for s in group)
+    return DeviceGroup(spec.type, per_node, device_tflops(spec, measured), memory, link)
+
+
+def network_gbs(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> float:
+    """Bandwidth the solver charges between nodes: the NIC speed, lowered to what the slowest
+    communicator between any two vendors (or within one spread over nodes) delivers."""
+    base = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in nodes)
+    nics = {s.name: s.record.nics for s in nodes}
+    vendors: dict[str, list[Site]] = {}
+    for site in nodes:
+        vendors.setdefault(site.vendor, []).append(site)
+    worst = base
+    for a, b in itertools.combinations_with_replacement(sorted(vendors), 2):
+        members = {s.name: s for s in (*vendors[a], *vendors[b])}.values()
+        if len(members) < 2:
+            continue
+        chosen = comm.choose(
+            [Member(s.vendor, s.type, s.name) for s in members], catalog, nics, options.backend_override
+        )
+        worst = min(worst, comm.effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base))
+    return worst
+
+
+def sequence_length(options: LaunchOptions) -> int:
+    """`--seq`, else the model's context length."""
+    return options.seq if options.seq is not None else model_shape(options.model).context
+
+
+def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> LayoutSpec:
+    """The solver's input for the step."""
+    seq = sequence_length(options)
+    measured = {_canonical(catalog, k): v for k, v in options.measured.items()}
+    groups = tuple(_device_group(g, measured) for g in _by_type(nodes).values())
+    costs = layer_costs_for(options.model, seq)
+    net = network_gbs(nodes, catalog, options)
+    return LayoutSpec(
+        groups,
+        costs,
+        options.global_batch,
+        options.micro_batch,
+        network_gbs=net,
+        tp_sizes=options.tp_sizes,
+        label=options.model,
+    )
+
+
+def _canonical(catalog: Catalog, name: str) -> str:
+    spec = catalog.by_type(name)
+    return spec.type if spec else name
+
+
+def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions, error: RequestError) -> str:
+    c = spec.costs
+    params = float(c.param_bytes.sum()) + c.first_param_bytes + c.last_param_bytes
+    world = sum(g.count for g in spec.groups)
+    need = params * (1 + c.grad_factor + c.optimizer_factor / world)
+    have = sum(g.count * g.memory_bytes for g in spec.groups)
+    per_type = ", ".join(
+        f"{g.count}x {g.type} ({g.memory_bytes / GIB:.0f} GiB usable each) on "
+        f"{hostlist.fold(s.name for s in nodes if s.type == g.type)}"
+        for g in spec.groups
+    )
+    return (
+        f"root cause: {options.model} (seq {sequence_length(options)}, "
+        f"global batch {spec.global_batch}) needs at least {need / GIB:,.1f} GiB for weights, gradients "
+        f"and optimizer state; the allocation has {have / GIB:,.1f} GiB usable on {world} devices "
+        f"({per_type}); {error.reason}"
+    )
+
+
+def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
+    """The chosen shape with equal layers per stage and equal samples per replica."""
+    lines = tuple(tuple((s.group, s.tp) for s in p.stages) for p in chosen.pipelines)
+    replicas = tuple(len(p.samples) for p in chosen.pipelines)
+    shape = Shape(str(chosen.kind), lines, replicas, chosen.pipelines[0].micro_batch)
+    model = StepModel(
+        spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.shard_optimizer
+    )
+    bounds = even_bounds(spec.costs.layers, shape.stages)
+    q, r = divmod(spec.global_batch, sum(replicas))
+    samples = tuple(q + (j < r) for j in range(sum(replicas)))
+    step = model.simulate(bounds, samples)
+    if math.isinf(step):
+        raise LaunchPlanError(
+            f"root cause: the even split of {spec.label} ({shape.stages} stages of "
+            f"{spec.costs.layers // shape.stages}+ layers) does not fit memory; drop --even"
+        )
+    return _layout(spec, model, bounds, samples, step)
+
+
+def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) -> Layout:
+    """The layout, or one `root cause:` error when the allocation cannot hold the model."""
+    try:
+        chosen = solve(spec)
+    except RequestError as e:
+        raise LaunchPlanError(_root_cause(spec, nodes, options, e)) from e
+    return even_layout(spec, chosen) if options.even else chosen
+
+
+def slurm_ranks(nodes: Sequence[Site]) -> list[int]:
+    """Slurm rank of each solver rank: the solver numbers group by group, node by node."""
+    return [
+        r for g in _by_type(nodes).values() for s in g for r in range(s.first_rank, s.first_rank + s.tasks)
+    ]
+
+
+def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
+    """The solver's assignments renumbered to Slurm ranks (`node` = JobEnv node index), by rank."""
+    mapping = slurm_ranks(nodes)
+    site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
+    out = []
+    for a in assign_ranks(layout):
+        rank = mapping[a.rank]
+        site = site_of[rank]
+        out.append(replace(a, rank=rank, node=site.index, local_rank=rank - site.first_rank))
+    return sorted(out, key=lambda a: a.rank)
+
+
+# -- groups, documents, environments ---------------------------------------------------------------
+
+
+def group_keys(a: RankAssignment) -> dict[str, tuple[int, int]]:
+    """Which tp, dp and pp group a rank is in: tp by (replica, stage), dp by (stage, tp_rank),
+    pp by (replica, tp_rank)."""
+    return {"tp": (a.replica, a.stage), "dp": (a.stage, a.tp_rank), "pp": (a.replica, a.tp_rank)}
+
+
+def group_ranks(ranked: Sequence[RankAssignment]) -> dict[str, dict[tuple[int, int], list[int]]]:
+    """Members of every group, by group name and key (`group_keys`)."""
+    out: dict[str, dict[tuple[int, int], list[int]]] = {"tp": {}, "dp": {}, "pp": {}}
+    for a in ranked:
+        for name, key in group_keys(a).items():
+            out[name].setdefault(key, []).append(a.rank)
+    return out
+
+
+def _neighbours(
+    a: RankAssignment, pp: Sequence[int], ranked: Sequence[RankAssignment]
+) -> tuple[int | None, int | None]:
+    by_stage = {ranked[r].stage: r for r in pp}
+    return by_stage.get(a.stage - 1), by_stage.get(a.stage + 1)
+
+
+class _Groups:
+    """Group membership, one communicator per group (cached by member list), and each replica's
+    (samples, sample offset)."""
+
+    def __init__(
+        self,
+        ranked: Sequence[RankAssignment],
+        nodes: Sequence[Site],
+        catalog: Catalog,
+        override: str | None,
+        samples: Sequence[tuple[int, int]],
+    ) -> None:
+        self.ranked, self.members, self.samples = ranked, group_ranks(ranked), samples
+        self.site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
+        self.nics: dict[str, Sequence[Nic]] = {s.name: s.record.nics for s in nodes}
+        self.catalog, self.override = catalog, override
+        self._cache: dict[tuple[int, ...], Communicator] = {}
+
+    def communicator(self, ranks: Sequence[int]) -> Communicator:
+        key = tuple(ranks)
+        if key not in self._cache:
+            sites = [self.site_of[r] for r in ranks]
+            members = [Member(s.vendor, s.type, s.name) for s in sites]
+            self._cache[key] = comm.choose(members, self.catalog, self.nics, self.override)
+        return self._cache[key]
+
+    def documents(self, a: RankAssignment) -> list[dict[str, Any]]:
+        nics = self.site_of[a.rank].record.nics
+        out = []
+        for name, key in group_keys(a).items():
+            ranks = self.members[name][key]
+            chosen = self.communicator(ranks)
+            env = comm.communicator_env(chosen.backend, nics)
+            out.append(
+                {
+                    "name": name,
+                    "ranks": sorted(ranks),
+                    "backend": chosen.backend,
+                    "comm": str(chosen.kind),
+                    "env": env,
+                }
+            )
+        return out
+
+
+# Layout-document keys copied from the rank's assignment and from the layout, by the same name.
+ASSIGNMENT_KEYS = ("local_rank", "stage", "replica", "tp_rank", "tp_size", "layer_start", "layer_end")
+ASSIGNMENT_KEYS_2 = ("micro_batch", "micro_batches", "grad_weight", "recompute")
+LAYOUT_KEYS = ("predicted_step_s", "even_step_s", "bound_step_s", "efficiency")
+
+
+def replica_samples(layout: Layout) -> list[tuple[int, int]]:
+    """(samples, first global sample) of each replica: contiguous slices in replica order."""
+    samples = [n for p in layout.pipelines for n in p.samples]
+    return list(zip(samples, itertools.accumulate([0, *samples[:-1]]), strict=True))
+
+
+def rank_document(
+    a: RankAssignment, site: Site, layout: Layout, groups: _Groups, options: LaunchOptions, world: int
+) -> dict[str, Any]:
+    """The SLURM_HETERO_LAYOUT document of one rank (version 1; keys fixed by the contract)."""
+    samples, offset = groups.samples[a.replica]
+    prev_rank, next_rank = _neighbours(a, groups.members["pp"][(a.replica, a.tp_rank)], groups.ranked)
+    doc: dict[str, Any] = {"version": LAYOUT_VERSION, "rank": a.rank, "world_size": world}
+    doc |= {"local_rank": a.local_rank, "local_world_size": site.tasks, "node": site.name}
+    doc |= {"type": site.type, "vendor": site.vendor, "kind": str(layout.kind), "model": options.model}
+    doc |= {"global_batch": layout.global_batch, "num_layers": layout.pipelines[0].stages[-1].layer_end}
+    doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS}
+    doc |= {"num_stages": a.pp_size, "num_replicas": layout.replicas}
+    doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS_2}
+    doc |= {"samples": samples, "sample_offset": offset}
+    doc |= {"prev_rank": prev_rank, "next_rank": next_rank, "groups": groups.documents(a)}
+    return doc | {k: getattr(layout, k) for k in LAYOUT_KEYS}
+
+
+def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
+    if len(indexes) == 1:
+        index = indexes[0]  # bound per task (--gpus-per-task=1 --gpu-bind=single:1)
+    elif len(indexes) >= site.tasks:
+        index = indexes[local_rank]
+    else:
+        raise LaunchPlanError(
+            f"{site.name}: {site.tasks} tasks share {len(indexes)} allocated devices; "
+            "launch one task per device (srun --ntasks-per-node=N --gpus-per-node=N)"
+        )
+    if not 0 <= index < len(site.devices):
+        raise LaunchPlanError(f"GPU index {index} is beyond the {len(site.devices)} devices of {site.name}")
+    return index
+
+
+def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[str, str]:
+    """The visible-device variables of one rank: Slurm's own narrowed to the rank's device, and the
+    vendor's (ASCEND_RT_VISIBLE_DEVICES, ...). Without `bound` (other nodes, --simulate), Slurm is
+    taken to have bound the node's first devices in order."""
+    if bound is None or not bound.gpu_indexes:
+        indexes: Sequence[int] = range(site.tasks)
+        visible: Mapping[str, str] = {name: ",".join(map(str, indexes)) for name in SLURM_VISIBLE}
+    else:
+        indexes, visible = bound.gpu_indexes, bound.visible
+    index = _gpu_index(site, indexes, local_rank)
+    position = list(indexes).index(index)
+    env = {}
+    for name, value in visible.items():
+        items = value.split(",")
+        if len(items) == len(indexes):
+            env[name] = items[position]
+    device = site.devices[index]
+    vendor = get_vendor(device.vendor)
+    if vendor.visible_devices_env:
+        env[vendor.visible_devices_env] = vendor.visible_id(device)
+    return env
+
+
+def master_port(job_id: str, step_id: int) -> int:
+    """A port every rank derives alike from the job and step ids (20000-39999)."""
+    job = int(job_id) if job_id.isdigit() else 0
+    return 20000 + (job * 7 + step_id) % 20000
+
+
+def rank_env(
+    doc: Mapping[str, Any], master: tuple[str, int], plan_id: str, layout_dir: str
+) -> dict[str, str]:
+    """The torch.distributed variables, the layout file and the communicators' variables."""
+    env = {
+        "RANK": str(doc["rank"]),
+        "WORLD_SIZE": str(doc["world_size"]),
+        "LOCAL_RANK": str(doc["local_rank"]),
+        "LOCAL_WORLD_SIZE": str(doc["local_world_size"]),
+        "MASTER_ADDR": master[0],
+        "MASTER_PORT": str(master[1]),
+        "SLURM_HETERO_LAYOUT": f"{layout_dir}/rank-{doc['rank']}.json",
+        "SLURM_HETERO_PLAN_ID": plan_id,
+    }
+    for group in doc["groups"]:
+        env.update(group["env"])
+    return env
+
+
+def plan_id(documents: Sequence[Mapping[str, Any]]) -> str:
+    """A digest of every rank's document: equal on every rank exactly when the plans agree."""
+    text = json.dumps(list(documents), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_plan(
+    job: JobEnv,
+    step_id: int,
+    inventory: ClusterInventory,
+    catalog: Catalog,
+    options: LaunchOptions,
+    bound: TaskDevices | None = None,
+) -> LaunchPlan:
+    """Every rank's document and environment; `bound` is what Slurm bound on this task's node."""
+    nodes = sites(job, inventory, catalog)
+    spec = layout_spec(nodes, catalog, options)
+    layout = solve_step(spec, nodes, options)
+    ranked = assignments(layout, nodes)
+    groups = _Groups(ranked, nodes, catalog, options.backend_override, replica_samples(layout))
+    site_of = groups.site_of
+    docs = [rank_document(a, site_of[a.rank], layout, groups, options, job.world_size) for a in ranked]
+    digest = plan_id(docs)
+    master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
+    plans = []
+    for a, doc in zip(ranked, docs, strict=True):
+        site = site_of[a.rank]
+        env = rank_env(doc, master, digest, options.layout_dir)
+        env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
+        plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))
+    return LaunchPlan(job.job_id, step_id, layout, tuple(plans), digest)

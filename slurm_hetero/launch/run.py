@@ -1,0 +1,514 @@
+"""`slurm-hetero launch`: run a training command on a heterogeneous Slurm allocation, one task per
+device. This docstring is the launcher manual.
+
+Usage
+-----
+Inside an allocation (sbatch, salloc, or a heterogeneous job over every component)::
+
+    srun --kill-on-bad-exit=1 [--het-group=0,1,2] slurm-hetero launch --model gpt2 \\
+        --global-batch 64 --seq 512 [--measured FILE] [--backend-override gloo] -- python train.py ...
+
+One Slurm task per device: `--ntasks-per-node` = devices of the node (`--gpus-per-node` the same),
+or `--gpus-per-task=1`; tasks must be block-distributed (each node's ranks consecutive), which is
+srun's default. Outside Slurm, `--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a
+step of that shape would run.
+
+What every rank does (no rendezvous: every rank computes the same plan from the same inputs)
+-------------------------------------------------------------------------------------------
+1. Reads the step's shape from Slurm's environment (`slurm.jobenv`): nodes in task order, which in
+   heterogeneous jobs is component order (not the sorted SLURM_JOB_NODELIST), tasks per node, and
+   this task's GPUs from SLURM_STEP_GPUS (SLURM_JOB_GPUS is wrong in het components).
+2. Looks each node up in the inventory (`--inventory`, env SLURM_HETERO_INVENTORY, default
+   /etc/slurm-hetero/inventory.yaml; the same file on every node): one device type per node.
+3. Solves the layout (`engine.layout`): pipeline or data parallel across the device types,
+   layers and samples split unevenly by speed (`--measured`, written by `slurm-hetero
+   calibrate`, else the catalog's peak x MFU) and memory; `--even` forces equal layers and
+   samples on the chosen shape, for comparisons. Tensor parallelism inside nodes only with
+   `--tp-sizes 1,2,4,8` (default 1: `slurm_hetero.training` runs tp ranks as copies of the stage).
+   Solver ranks are mapped to Slurm's: rank = first rank of its node + local rank.
+4. Picks a communicator per group (`engine.comm`): the vendor's library inside one vendor,
+   `ucc` (rdma-direct) across vendors with peer-memory RDMA on a shared fabric, else `gloo`
+   (cpu-relay). `--backend-override B` forces B everywhere. A backend whose torch package is
+   missing on the node is kept and logged as a warning: the training helpers decide.
+5. Writes its layout document to $TMPDIR/slurm-hetero-<jobid>.<stepid>/rank-<R>.json (atomic)
+   and runs the command with the environment below; rank 0 logs the whole plan at INFO (-v).
+
+Environment of the command
+--------------------------
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first node in task
+order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 7 + stepid) % 20000, or
+`--master-port`): the torch.distributed env:// names. Each rank sees exactly one device: Slurm's
+CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / GPU_DEVICE_ORDINAL are narrowed to it and the
+vendor's own variable is set (ASCEND_RT_VISIBLE_DEVICES, MLU_VISIBLE_DEVICES, ...), so the
+device is index 0 of its runtime (LOCAL_RANK is the position on the node, not a device index).
+SLURM_HETERO_LAYOUT is the layout file (`slurm_hetero.layout.current()` reads it);
+SLURM_HETERO_PLAN_ID is a digest of every rank's layout, equal on all ranks when their inputs
+agree (the training side can all-gather it to check). The communicators' network variables
+(NCCL_IB_HCA, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, ...) come from the inventory's NICs.
+PYTHONUNBUFFERED=1 unless set, so output lines arrive as they are printed.
+
+Layout document (version 1)
+---------------------------
+rank, world_size, local_rank, local_world_size, node, type, vendor; kind (pipeline | data), model,
+global_batch, num_layers; stage, num_stages, replica, num_replicas, tp_rank, tp_size; layer_start,
+layer_end (exclusive), micro_batch, micro_batches, samples (this replica's per step),
+sample_offset (replicas take contiguous slices in replica order), grad_weight (samples /
+global_batch: weight the gradient average by it), recompute; prev_rank, next_rank (pipeline
+neighbours in this replica with the same tp_rank; null at the ends, and where the neighbouring
+stage has fewer tensor-parallel ranks: those ranks get activations through their tp group);
+groups: [{name: tp | dp | pp, ranks (sorted), backend, comm, env}] for every group the rank is in
+(tp: same replica and stage; dp: same stage and tp_rank; pp: same replica and tp_rank);
+predicted_step_s, even_step_s, bound_step_s, efficiency. A rank's file lists only its own groups:
+torch's new_group must be entered by every rank for every group, so all-gather them first.
+
+Supervision and failure modes
+-----------------------------
+- Default: the launcher stays the parent, prefixes each output line `[rank R TYPE stage S]` (or
+  writes DIR/rank-R.out and .err with `--log-dir DIR`), and forwards SIGTERM, SIGINT, SIGHUP,
+  SIGUSR1 and SIGUSR2 to the command. `--exec` replaces the launcher with the command instead
+  (no prefixes, no supervision).
+- When the command exits non-zero on its own, its launcher first prints
+  `slurm-hetero: rank R on NODE (TYPE, stage S) exited with code C` (with the signal's name when
+  killed, and its last line of stderr), then cancels the step (`scancel JOBID.STEPID`, every
+  component's in heterogeneous jobs) so ranks blocked in collectives end within Slurm's KillWait,
+  and exits with the command's code (128 + N for signal N). A command stopped by a signal the
+  launcher forwarded ends quietly: the step is ending anyway. If a launcher itself is killed the
+  command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends the step.
+- Before anything starts: an allocation that cannot hold the model fails on every rank with one
+  line starting `root cause:` (the model, the memory it needs, the allocation); nodes missing from
+  the inventory, nodes with several device types, more tasks than devices, non-block task
+  placement and an unresolvable MASTER_ADDR are one-line errors as well.
+- `--dry-run` prints every rank's layout and environment (rank 0 only under srun; `--json` for
+  JSON) and starts nothing, writes nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from slurm_hetero import inventory, proc
+from slurm_hetero.catalog import Catalog, load_catalog
+from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.launch.plan import (
+    SLURM_VISIBLE,
+    LaunchOptions,
+    LaunchPlan,
+    RankPlan,
+    TaskDevices,
+    build_plan,
+)
+from slurm_hetero.model import ClusterInventory, Device, NodeInventory
+from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+VENDOR_PACKAGES = {
+    "ascend": "torch_npu",
+    "gaudi": "habana_frameworks",
+    "cambricon": "torch_mlu",
+    "mthreads": "torch_musa",
+    "enflame": "torch_gcu",
+    "kunlunxin": "torch_xmlir",
+}
+PR_SET_PDEATHSIG = 1
+COLUMNS = tuple("RANK NODE TYPE STAGE LAYERS TP REPLICA SAMPLES MB RECOMP PREV NEXT".split())
+
+
+class LaunchError(HeteroError):
+    """The launcher cannot start the command."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: the command, where the inventory is, and the launcher's modes."""
+
+    command: tuple[str, ...]
+    inventory: Path = DEFAULT_INVENTORY
+    log_dir: Path | None = None
+    exec_command: bool = False
+    dry_run: bool = False
+    simulate: str | None = None
+    as_json: bool = False
+
+
+# -- the step -------------------------------------------------------------------------------------
+
+
+def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
+    """`NODE:TYPE:N[,...]` -> [(node, type, tasks)]."""
+    out = []
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3 or not parts[0] or not parts[2].isdigit() or int(parts[2]) < 1:
+            raise LaunchError(
+                f"--simulate {spec}: bad entry {item.strip()!r}; expected NODE:TYPE:N with N >= 1"
+            )
+        out.append((parts[0], parts[1].lower(), int(parts[2])))
+    return out
+
+
+def simulated_job(spec: str) -> JobEnv:
+    """The shape of a step on the `--simulate` nodes, seen from rank 0."""
+    nodes = parse_simulate(spec)
+    names = tuple(n for n, _, _ in nodes)
+    if len(set(names)) != len(names):
+        raise LaunchError(f"--simulate {spec}: a node is listed twice")
+    tasks = tuple(n for _, _, n in nodes)
+    return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), "0", (), None)
+
+
+def _simulated_node(name: str, gres_type: str, count: int, catalog: Catalog) -> NodeInventory:
+    spec = catalog.by_type(gres_type)
+    if spec is None:
+        raise LaunchError(
+            f"--simulate: unknown device type {gres_type!r}; known: {', '.join(catalog.types())}"
+        )
+    devices = tuple(
+        Device(spec.vendor, spec.name, i, f"/dev/simulated{i}", spec.memory_mib, spec.type)
+        for i in range(count)
+    )
+    return NodeInventory(name, devices)
+
+
+def _canonical(catalog: Catalog, gres_type: str) -> str:
+    spec = catalog.by_type(gres_type)
+    return spec.type if spec else gres_type
+
+
+def simulated_inventory(spec: str, known: ClusterInventory, catalog: Catalog) -> ClusterInventory:
+    """`known` plus a record for each simulated node it lacks (devices from the catalog); a node it
+    has must have the simulated type."""
+    have = {n.name: n for n in known.nodes}
+    extra = []
+    for name, gres_type, count in parse_simulate(spec):
+        if name not in have:
+            extra.append(_simulated_node(name, gres_type, count, catalog))
+            continue
+        types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
+        if types != [_canonical(catalog, gres_type)]:
+            raise LaunchError(
+                f"--simulate {name}:{gres_type}: the inventory has {name} with {', '.join(types)}"
+            )
+    return ClusterInventory((*known.nodes, *extra))
+
+
+def step_id(environ: Mapping[str, str]) -> int:
+    value = environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or "0"
+    return int(value) if value.isdigit() else 0
+
+
+def task_devices(environ: Mapping[str, str]) -> TaskDevices:
+    """What Slurm bound on this node: SLURM_STEP_GPUS (else CUDA_VISIBLE_DEVICES) and its variables."""
+    raw = environ.get("SLURM_STEP_GPUS") or environ.get("CUDA_VISIBLE_DEVICES") or ""
+    indexes = tuple(int(v) for v in raw.split(",") if v.strip().isdigit())
+    return TaskDevices(indexes, {k: environ[k] for k in SLURM_VISIBLE if environ.get(k)})
+
+
+def step_targets(job_id: str, step: int, environ: Mapping[str, str]) -> list[str]:
+    """`scancel` ids of this step: JOBID.STEPID, one per component of a heterogeneous job."""
+    size = int(environ.get("SLURM_HET_SIZE", "0") or 0)
+    ids = [environ.get(f"SLURM_JOB_ID_HET_GROUP_{k}", "") for k in range(size)] if size > 1 else []
+    return [f"{i}.{step}" for i in (ids if ids and all(ids) else [job_id]) if i]
+
+
+def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
+    return Path(environ.get("TMPDIR") or "/tmp") / f"slurm-hetero-{job_id}.{step}"
+
+
+def load_step_inventory(options: RunOptions, catalog: Catalog) -> ClusterInventory:
+    if options.simulate is None:
+        return inventory.load(options.inventory)
+    known = inventory.load(options.inventory) if options.inventory.exists() else ClusterInventory()
+    return simulated_inventory(options.simulate, known, catalog)
+
+
+def plan_step(
+    plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str]
+) -> tuple[JobEnv, LaunchPlan]:
+    """Every rank's plan, from this task's environment (or the `--simulate` shape)."""
+    catalog = load_catalog()
+    if options.simulate is not None:
+        job, step, bound = simulated_job(options.simulate), 0, None
+    else:
+        job, step, bound = parse_job_env(environ), step_id(environ), task_devices(environ)
+    plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, step)))
+    return job, build_plan(job, step, load_step_inventory(options, catalog), catalog, plan_options, bound)
+
+
+# -- describing a plan ----------------------------------------------------------------------------
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(map(str, header)), *[[("-" if v is None else str(v)) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def _row(d: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        d["rank"],
+        d["node"],
+        d["type"],
+        f"{d['stage']}/{d['num_stages']}",
+        f"{d['layer_start']}-{d['layer_end'] - 1}",
+        f"{d['tp_rank']}/{d['tp_size']}",
+        d["replica"],
+        f"{d['samples']}@{d['sample_offset']}",
+        f"{d['micro_batch']}x{d['micro_batches']}",
+        d["recompute"],
+        d["prev_rank"],
+        d["next_rank"],
+    )
+
+
+def describe(plan: LaunchPlan) -> str:
+    """The plan as text: summary, one row per rank, every group's communicator, every environment."""
+    docs = [r.layout for r in plan.ranks]
+    first, even = docs[0], docs[0]["even_step_s"]
+    head = (
+        f"{first['model']}, global batch {first['global_batch']}: {first['kind']} layout on "
+        f"{first['world_size']} ranks, predicted step {first['predicted_step_s']:.4g} s, even split "
+        f"{'does not fit' if even is None else f'{even:.4g} s'}, bound {first['bound_step_s']:.4g} s, "
+        f"efficiency {first['efficiency']:.3f}; plan {plan.plan_id}"
+    )
+    rows = [_row(d) for d in docs]
+    groups = {(g["name"], tuple(g["ranks"])): g for d in docs for g in d["groups"]}
+    group_rows = [(n, ",".join(map(str, r)), g["backend"], g["comm"]) for (n, r), g in sorted(groups.items())]
+    env = [f"rank {r.rank}: " + " ".join(f"{k}={v}" for k, v in r.env.items()) for r in plan.ranks]
+    return "\n\n".join(
+        [
+            head,
+            _table(COLUMNS, rows),
+            _table(("GROUP", "RANKS", "BACKEND", "COMM"), group_rows),
+            "\n".join(env),
+        ]
+    )
+
+
+def plan_document(plan: LaunchPlan) -> dict[str, Any]:
+    """`--dry-run --json`: summary keys plus every rank's layout document and environment."""
+    first = plan.ranks[0].layout
+    keys = (
+        "kind",
+        "model",
+        "global_batch",
+        "world_size",
+        "predicted_step_s",
+        "even_step_s",
+        "bound_step_s",
+        "efficiency",
+    )
+    return {
+        "plan_id": plan.plan_id,
+        "job_id": plan.job_id,
+        "step_id": plan.step_id,
+        **{k: first[k] for k in keys},
+        "ranks": [{"rank": r.rank, "layout": r.layout, "env": r.env} for r in plan.ranks],
+    }
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+def write_layout(rank: RankPlan) -> Path:
+    """This rank's layout document at its SLURM_HETERO_LAYOUT path, atomically."""
+    from slurm_hetero.render.write import write_atomic
+
+    path = Path(rank.env["SLURM_HETERO_LAYOUT"])
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise LaunchError(f"cannot create {path.parent}: {e.strerror}") from e
+    write_atomic({path: json.dumps(rank.layout, indent=1) + "\n"}, backup=False)
+    return path
+
+
+def check_master(addr: str) -> None:
+    try:
+        socket.getaddrinfo(addr, None)
+    except OSError as e:
+        raise LaunchError(
+            f"MASTER_ADDR {addr} does not resolve here ({e}); pass --master-addr HOST_OR_IP"
+        ) from e
+
+
+def note_missing_backends(rank: RankPlan) -> None:
+    """Warn when the rank's device library for torch is not importable (the plan is kept)."""
+    package = VENDOR_PACKAGES.get(str(rank.layout["vendor"]))
+    backends = {g["backend"] for g in rank.layout["groups"]} - {"gloo", "ucc"}
+    if package and backends and importlib.util.find_spec(package) is None:
+        logger.warning(
+            "rank %d: backend %s needs %s, which is not importable on %s; kept as planned",
+            rank.rank, ",".join(sorted(backends)), package, rank.node,
+        )  # fmt: skip
+
+
+def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
+    """Plan, then print (`dry_run`), exec (`exec_command`) or supervise the command; the exit code."""
+    environ = os.environ if environ is None else environ
+    if options.simulate is not None and not options.dry_run:
+        raise LaunchError("--simulate describes an allocation for --dry-run only; add --dry-run")
+    job, plan = plan_step(plan_options, options, environ)
+    if options.dry_run:
+        if job.rank == 0:
+            print(
+                json.dumps(plan_document(plan), indent=2) if options.as_json else describe(plan), flush=True
+            )
+        return 0
+    if not options.command:
+        raise LaunchError(
+            "no command to run: give it after --, e.g. slurm-hetero launch ... -- python train.py"
+        )
+    if job.rank == 0:
+        logger.info("resolved plan:\n%s", describe(plan))
+    rank = plan.ranks[job.rank]
+    check_master(rank.env["MASTER_ADDR"])
+    note_missing_backends(rank)
+    write_layout(rank)
+    env = {**environ, **rank.env}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if options.exec_command:
+        return exec_command(options.command, env)
+    targets = step_targets(job.job_id, plan.step_id, environ)
+    return Supervisor(rank, options.command, env, targets, options.log_dir).run()
+
+
+def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:
+    try:
+        os.execvpe(command[0], list(command), dict(env))
+    except OSError as e:
+        raise LaunchError(f"cannot run {command[0]}: {e.strerror}") from e
+    return 0  # not reached
+
+
+def _die_with_parent() -> None:
+    """In the child: receive SIGTERM when the launcher dies (Linux prctl; elsewhere nothing)."""
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _join(threads: Sequence[threading.Thread], seconds: float) -> None:
+    for thread in threads:
+        thread.join(timeout=seconds)
+
+
+def signal_name(code: int) -> str | None:
+    try:
+        return signal.Signals(-code).name if code < 0 else None
+    except ValueError:
+        return None
+
+
+class Supervisor:
+    """Run one rank's command, relay its output, forward signals, and end the step on failure."""
+
+    def __init__(
+        self,
+        rank: RankPlan,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        targets: Sequence[str],
+        log_dir: Path | None,
+    ) -> None:
+        self.rank, self.command, self.env, self.targets, self.log_dir = rank, command, env, targets, log_dir
+        self.forwarded: int | None = None
+        self.last_error = ""
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> int:
+        try:
+            child = subprocess.Popen(
+                list(self.command), env=dict(self.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )  # fmt: skip
+        except OSError as e:
+            raise LaunchError(f"cannot run {self.command[0]}: {e.strerror}") from e
+        self.child = child
+        previous = {s: signal.signal(s, self._forward) for s in FORWARDED}
+        try:  # handlers stay while the step is cancelled: its SIGTERM reaches this launcher too
+            pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
+            code = child.wait()
+            _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
+            status = self.finish(code)
+            _join(pumps, 5.0)
+            return status
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _forward(self, signum: int, _frame: Any) -> None:
+        self.forwarded = signum
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def _pump(self, stream: IO[bytes] | None, kind: str) -> threading.Thread:
+        thread = threading.Thread(target=self._relay, args=(stream, kind), daemon=True)
+        thread.start()
+        return thread
+
+    def _sink(self, kind: str) -> tuple[IO[bytes], bytes]:
+        if self.log_dir is None:
+            r = self.rank
+            return (
+                sys.stdout if kind == "out" else sys.stderr
+            ).buffer, f"[rank {r.rank} {r.type} stage {r.stage}] ".encode()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return open(self.log_dir / f"rank-{self.rank.rank}.{kind}", "ab"), b""  # noqa: SIM115
+
+    def _relay(self, stream: IO[bytes] | None, kind: str) -> None:
+        if stream is None:
+            return
+        sink, prefix = self._sink(kind)
+        try:
+            for line in iter(stream.readline, b""):
+                sink.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
+                sink.flush()
+                if kind == "err" and line.strip():
+                    self.last_error = line.decode(errors="replace").strip()
+        finally:
+            if self.log_dir is not None:
+                sink.close()
+
+    def finish(self, code: int) -> int:
+        """Report a failure (first), end the step, and return the launcher's exit code."""
+        status = 128 - code if code < 0 else code
+        if code == 0:
+            return 0
+        if self.forwarded is not None:
+            logger.info("rank %d stopped after %s", self.rank.rank, signal.Signals(self.forwarded).name)
+            return status
+        r, name = self.rank, signal_name(code)
+        line = (
+            f"slurm-hetero: rank {r.rank} on {r.node} ({r.type}, stage {r.stage}) exited with code {status}"
+        )
+        line += f" ({name})" if name else ""
+        line += f": {self.last_error}" if self.last_error else ""
+        print(line, file=sys.stderr, flush=True)
+        self.end_step()
+        return status
+
+    def end_step(self) -> None:
+        """Cancel the step: ranks blocked in collectives get SIGTERM, then SIGKILL after KillWait."""
+        if not self.targets:
+            return
+        try:
+            proc.run(["scancel", *self.targets], timeout=15)
+        except ToolError as e:
+            logger.warning("could not cancel step %s: %s", " ".join(self.targets), e)

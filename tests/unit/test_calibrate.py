@@ -1,0 +1,59 @@
+"""Calibration on the CPU with tiny sizes, the stored file, and the loader plan and launch share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_hetero.cli import cli
+from slurm_hetero.errors import ConfigError
+from slurm_hetero.launch import calibrate as cal
+
+pytest.importorskip("torch")
+
+TINY = cal.Sizes(matmul=64, hidden=32, heads=2, seq=16, batch=2, warmup=1, repeats=3)
+
+
+def test_cpu_calibration_measures_positive_throughput() -> None:
+    result = cal.calibrate("cpu", "cpu", "fp32", TINY)
+    assert result.type == "cpu" and result.device == "cpu" and result.dtype == "fp32"
+    assert result.tflops > 0 and result.layer_tflops > 0 and result.tokens_per_s > 0
+    assert result.measured_at.endswith("Z")
+
+
+def test_store_merges_and_the_loader_reads_both_forms(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "measured.yaml"
+    result = cal.Calibration("a100_80g", 200.0, 150.0, 1e5, "cuda:0", "bf16", "2025-01-01T00:00:00Z")
+    cal.store(path, result)
+    cal.store(path, cal.Calibration("l40s", 90.0, 60.0, 5e4, "cuda:0", "bf16", "2025-01-01T00:00:00Z"))
+    data = yaml.safe_load(path.read_text())
+    assert set(data) == {"a100_80g", "l40s"} and data["a100_80g"]["tflops"] == 200.0
+    assert cal.load_measured(path) == {"a100_80g": 150.0, "l40s": 60.0}  # layer figure preferred
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("ascend910b3: 125\nmi300x: {tflops: 300}\n")
+    assert cal.load_measured(plain) == {"ascend910b3": 125.0, "mi300x": 300.0}
+
+
+@pytest.mark.parametrize("text", ["a100: fast\n", "a100: -3\n", "a100: {device: cpu}\n", "- a100\n"])
+def test_the_loader_rejects_what_is_not_a_positive_figure(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="positive number|mapping"):
+        cal.load_measured(path)
+
+
+def test_cli_calibrate_writes_the_file_plan_reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(cal, "CPU_SIZES", TINY)
+    out = tmp_path / "measured.yaml"
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["calibrate", "--device", "cpu", "--type", "l40s", "--out", str(out), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["type"] == "l40s"
+    plan = runner.invoke(cli, ["plan", "--devices", "l40s:2", "--model", "gpt2", "--measured", str(out)])
+    assert plan.exit_code == 0, plan.output

@@ -1,0 +1,125 @@
+"""Communicator choice per group, its network variables, and what a transfer costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.engine.comm import (
+    BACKENDS,
+    CommKind,
+    Member,
+    choose,
+    communicator_env,
+    effective_gbs,
+    nic_gbs,
+    torch_backend,
+    transfer_s,
+)
+from slurm_hetero.model import Nic
+from slurm_hetero.vendors import all_vendors
+
+CATALOG = load_catalog()
+IB = (Nic("mlx5_0", "infiniband"), Nic("eth0", "ethernet"))
+ROCE = (Nic("mlx5_0", "roce"),)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "backend"),
+    [
+        ("nvidia", "nccl"),
+        ("amd", "nccl"),
+        ("hygon", "nccl"),
+        ("iluvatar", "nccl"),
+        ("kunlunxin", "nccl"),
+        ("ascend", "hccl"),
+        ("gaudi", "hccl"),
+        ("cambricon", "cncl"),
+        ("intel", "xccl"),
+        ("mthreads", "mccl"),
+        ("enflame", "eccl"),
+        ("no-such-vendor", "gloo"),
+    ],
+)
+def test_torch_backend_names(vendor: str, backend: str) -> None:
+    assert torch_backend(vendor) == backend
+
+
+def test_every_registered_vendor_has_a_backend() -> None:
+    assert {v.name for v in all_vendors()} <= set(BACKENDS)
+
+
+def test_one_vendor_uses_its_own_library_even_across_types_and_nodes() -> None:
+    members = [Member("nvidia", "a100_80g", "n1"), Member("nvidia", "l40s", "n2")]
+    chosen = choose(members, CATALOG, {})
+    assert (chosen.backend, chosen.kind) == ("nccl", CommKind.VENDOR_CCL)
+    assert choose([Member("ascend", "ascend910b3", "n3")], CATALOG, {}).backend == "hccl"
+
+
+def test_vendors_with_peer_memory_on_one_rdma_fabric_go_direct_through_ucc() -> None:
+    members = [Member("nvidia", "a100_80g", "n1"), Member("amd", "mi300x", "n2")]
+    chosen = choose(members, CATALOG, {"n1": IB, "n2": IB})
+    assert (chosen.backend, chosen.kind) == ("ucc", CommKind.RDMA_DIRECT)
+    assert choose(members, CATALOG, {"n1": ROCE, "n2": ROCE}).kind == CommKind.RDMA_DIRECT
+
+
+@pytest.mark.parametrize(
+    ("members", "nics"),
+    [
+        # no NICs recorded
+        ([("nvidia", "a100_80g", "n1"), ("amd", "mi300x", "n2")], {}),
+        # two fabrics: InfiniBand on one node, RoCE on the other
+        ([("nvidia", "a100_80g", "n1"), ("amd", "mi300x", "n2")], {"n1": IB, "n2": ROCE}),
+        # l4 has no GPUDirect RDMA
+        ([("nvidia", "l4", "n1"), ("amd", "mi300x", "n2")], {"n1": IB, "n2": IB}),
+        # Ascend memory is not something UCC handles
+        ([("nvidia", "a100_80g", "n1"), ("ascend", "ascend910b3", "n2")], {"n1": IB, "n2": IB}),
+    ],
+)
+def test_anything_else_across_vendors_relays_through_host_memory(
+    members: list[tuple[str, str, str]], nics: dict[str, tuple[Nic, ...]]
+) -> None:
+    chosen = choose([Member(*m) for m in members], CATALOG, nics)
+    assert (chosen.backend, chosen.kind) == ("gloo", CommKind.CPU_RELAY)
+
+
+def test_backend_override_applies_to_every_group() -> None:
+    members = [Member("nvidia", "a100_80g", "n1")]
+    assert choose(members, CATALOG, {}, override="gloo").kind == CommKind.CPU_RELAY
+    forced = choose(members, CATALOG, {}, override="ucc")
+    assert (forced.backend, forced.kind) == ("ucc", CommKind.VENDOR_CCL)
+
+
+def test_network_variables_follow_the_nodes_nics() -> None:
+    assert communicator_env("nccl", IB) == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert communicator_env("nccl", (Nic("eth0", "ethernet"),)) == {
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_SOCKET_IFNAME": "eth0",
+    }
+    assert communicator_env("mccl", ROCE) == {"MCCL_IB_HCA": "mlx5_0"}
+    assert communicator_env("gloo", IB) == {"GLOO_SOCKET_IFNAME": "eth0"}
+    assert communicator_env("hccl", IB) == {"HCCL_SOCKET_IFNAME": "eth0"}
+    assert communicator_env("ucc", IB) == {"UCX_NET_DEVICES": "mlx5_0:1"}
+    assert communicator_env("nccl", ()) == {}
+
+
+def test_relay_costs_two_pcie_copies_plus_the_network() -> None:
+    gb = 1e9
+    relay = transfer_s(CommKind.CPU_RELAY, gb, same_node=False, link_gbs=300, network_gbs=25, pcie_gbs=25)
+    assert relay == pytest.approx(2 / 25 + 1 / 25)
+    assert transfer_s(CommKind.CPU_RELAY, gb, same_node=True, link_gbs=300, network_gbs=25) == pytest.approx(
+        2 / 25
+    )
+    assert transfer_s(CommKind.RDMA_DIRECT, gb, same_node=False, link_gbs=300, network_gbs=25) == 1 / 25
+    assert transfer_s(CommKind.VENDOR_CCL, gb, same_node=True, link_gbs=300, network_gbs=25) == 1 / 300
+    assert transfer_s(CommKind.VENDOR_CCL, gb, same_node=False, link_gbs=300, network_gbs=25) == 1 / 25
+    assert transfer_s(CommKind.CPU_RELAY, 0, same_node=False, link_gbs=1, network_gbs=1) == 0.0
+    direct = effective_gbs(CommKind.RDMA_DIRECT, same_node=False, link_gbs=300, network_gbs=25)
+    relayed = effective_gbs(CommKind.CPU_RELAY, same_node=False, link_gbs=300, network_gbs=25)
+    assert direct == pytest.approx(25) and relayed == pytest.approx(25 / 3)
+
+
+def test_nic_speed_is_the_fastest_kind_listed() -> None:
+    assert nic_gbs(IB) == 25.0
+    assert nic_gbs((Nic("eth0", "ethernet"),)) == 12.5
+    assert nic_gbs(()) == 12.5

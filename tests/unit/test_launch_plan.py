@@ -1,0 +1,362 @@
+"""The launch plan: every rank, from its own Slurm environment, computes the same layout and gets a
+unique rank, the same rendezvous and its own device; plus dry runs that start nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero import inventory, proc
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.launch import run
+from slurm_hetero.launch.plan import (
+    LaunchOptions,
+    LaunchPlan,
+    LaunchPlanError,
+    build_plan,
+    layout_spec,
+    master_port,
+    sites,
+)
+from slurm_hetero.model import ClusterInventory, Device, Nic, NodeInventory
+from slurm_hetero.slurm.jobenv import parse_job_env
+from tests.conftest import FIXTURES, REPO
+
+CATALOG = load_catalog()
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+MEASURED = {"ascend910b3": 120.0}
+GPT2 = LaunchOptions("gpt2", global_batch=16, seq=128, measured=MEASURED)
+
+
+def fixture_env(task: int) -> dict[str, str]:
+    lines = (FIXTURES / "slurm_env" / f"hetjob3_srun_task{task}.env.txt").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+def node(name: str, gres_type: str, count: int, nics: tuple[Nic, ...] = ()) -> NodeInventory:
+    spec = CATALOG.by_type(gres_type)
+    assert spec is not None
+    devices = tuple(
+        Device(spec.vendor, spec.name, i, f"/dev/x{i}", spec.memory_mib, spec.type) for i in range(count)
+    )
+    return NodeInventory(name, devices, nics=nics)
+
+
+def slurm_env(nodes: Sequence[tuple[str, int]], rank: int, het: bool = False) -> dict[str, str]:
+    """A task's environment in a step over `nodes` (name, tasks), block-distributed."""
+    firsts = list(itertools.accumulate([0, *(n for _, n in nodes)]))
+    index = max(i for i, f in enumerate(firsts[:-1]) if f <= rank)
+    name, tasks = nodes[index]
+    env = {
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank - firsts[index]),
+        "SLURMD_NODENAME": name,
+        "SLURM_STEP_NUM_TASKS": str(firsts[-1]),
+        "SLURM_JOB_ID": "42",
+        "SLURM_STEP_ID": "3",
+        "SLURM_STEP_GPUS": ",".join(map(str, range(tasks))),
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(tasks))),
+    }
+    if not het:
+        env["SLURM_STEP_NODELIST"] = ",".join(n for n, _ in nodes)
+        env["SLURM_STEP_TASKS_PER_NODE"] = ",".join(str(t) for _, t in nodes)
+        return env
+    env["SLURM_HET_SIZE"] = str(len(nodes))
+    for k, (n, t) in enumerate(nodes):
+        env[f"SLURM_JOB_NODELIST_HET_GROUP_{k}"] = n
+        env[f"SLURM_TASKS_PER_NODE_HET_GROUP_{k}"] = str(t)
+        env[f"SLURM_JOB_ID_HET_GROUP_{k}"] = str(42 + k)
+    return env
+
+
+def plan_from(env: Mapping[str, str], inv: ClusterInventory, options: LaunchOptions = GPT2) -> LaunchPlan:
+    job = parse_job_env(env)
+    step = int(env.get("SLURM_STEP_ID", "0"))
+    return build_plan(job, step, inv, CATALOG, options, run.task_devices(env))
+
+
+def own(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
+    return plan.ranks[int(env["SLURM_PROCID"])].env
+
+
+def assert_consistent(plans: Sequence[LaunchPlan], envs: Sequence[Mapping[str, str]]) -> None:
+    """What every rank derived on its own agrees, and the layout itself is coherent."""
+    assert len({p.plan_id for p in plans}) == 1
+    docs = [p.ranks[i].layout for i, p in enumerate(plans)]
+    assert docs == [r.layout for r in plans[0].ranks]  # each rank's view of each rank is the same
+    mine = [own(p, e) for p, e in zip(plans, envs, strict=True)]
+    assert sorted(int(e["RANK"]) for e in mine) == list(range(len(envs)))
+    for key in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_HETERO_PLAN_ID"):
+        assert len({e[key] for e in mine}) == 1, key
+    for env, e in zip(envs, mine, strict=True):
+        assert e["RANK"] == env["SLURM_PROCID"] and e["LOCAL_RANK"] == env["SLURM_LOCALID"]
+        assert docs[int(e["RANK"])]["node"] == env["SLURMD_NODENAME"]
+    assert_groups(docs)
+    assert_batch_and_layers(docs)
+
+
+def assert_groups(docs: Sequence[Mapping[str, Any]]) -> None:
+    listed: dict[tuple[str, tuple[int, ...]], Any] = {}
+    for d in docs:
+        assert [g["name"] for g in d["groups"]] == ["tp", "dp", "pp"]
+        for g in d["groups"]:
+            key = (g["name"], tuple(g["ranks"]))
+            assert d["rank"] in g["ranks"] and g["ranks"] == sorted(g["ranks"])
+            assert listed.setdefault(key, (g["backend"], g["comm"])) == (g["backend"], g["comm"])
+    for (name, ranks), _ in listed.items():  # every member lists the group
+        for r in ranks:
+            assert (name, list(ranks)) in [(g["name"], g["ranks"]) for g in docs[r]["groups"]]
+        members = [docs[r] for r in ranks]
+        if name == "tp":
+            assert len({m["node"] for m in members}) == 1 and len(ranks) == members[0]["tp_size"]
+        if name == "dp":
+            assert len({(m["layer_start"], m["layer_end"]) for m in members}) == 1
+    for d in docs:
+        if d["next_rank"] is not None:
+            nxt = docs[d["next_rank"]]
+            assert nxt["prev_rank"] == d["rank"] and nxt["stage"] == d["stage"] + 1
+
+
+def assert_batch_and_layers(docs: Sequence[Mapping[str, Any]]) -> None:
+    replicas = {d["replica"]: d for d in docs}
+    assert sorted(replicas) == list(range(docs[0]["num_replicas"]))
+    offset = 0
+    for r in sorted(replicas):
+        assert replicas[r]["sample_offset"] == offset
+        offset += replicas[r]["samples"]
+    assert offset == docs[0]["global_batch"]
+    assert sum(replicas[r]["grad_weight"] for r in replicas) == pytest.approx(1.0)
+    for r in replicas:
+        spans = sorted({(d["layer_start"], d["layer_end"]) for d in docs if d["replica"] == r})
+        assert spans[0][0] == 0 and spans[-1][1] == docs[0]["num_layers"]
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+
+
+# -- real heterogeneous-job environments ---------------------------------------------------------
+
+
+def test_every_task_of_the_real_het_job_derives_the_same_plan() -> None:
+    inv = inventory.load(EXAMPLE)
+    envs = [fixture_env(t) for t in range(4)]
+    plans = [plan_from(env, inv) for env in envs]
+    assert_consistent(plans, envs)
+    mine = [own(p, e) for p, e in zip(plans, envs, strict=True)]
+    assert {e["MASTER_ADDR"] for e in mine} == {"a100n1"}  # first node in component order
+    assert {e["MASTER_PORT"] for e in mine} == {str(master_port("7", 0))}
+    assert [p.ranks[i].type for i, p in enumerate(plans)] == ["a100_80g", "a100_80g", "l40s", "ascend910b3"]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in mine] == ["0", "1", "0", "0"]
+    assert mine[3]["ASCEND_RT_VISIBLE_DEVICES"] == "0" and "ASCEND_RT_VISIBLE_DEVICES" not in mine[0]
+
+
+def test_layout_file_path_and_master_port_come_from_job_and_step() -> None:
+    assert master_port("7", 0) == 20049 and master_port("42", 3) == 20000 + (42 * 7 + 3) % 20000
+    env = fixture_env(0)
+    options = dataclasses.replace(GPT2, layout_dir="/scratch/slurm-hetero-7.0", master_addr="10.0.0.1")
+    mine = own(plan_from(env, inventory.load(EXAMPLE), options), env)
+    assert mine["SLURM_HETERO_LAYOUT"] == "/scratch/slurm-hetero-7.0/rank-0.json"
+    assert mine["MASTER_ADDR"] == "10.0.0.1"
+
+
+# -- synthetic steps: interleaved types, het components ------------------------------------------
+
+INTERLEAVED = [("n1", 2), ("n2", 1), ("n3", 2)]
+TYPES = {"n1": "a100_80g", "n2": "l40s", "n3": "a100_80g"}
+
+
+def interleaved_inventory(nics: tuple[Nic, ...] = ()) -> ClusterInventory:
+    return ClusterInventory(tuple(node(n, TYPES[n], 4, nics) for n in ("n1", "n2", "n3")))
+
+
+@pytest.mark.parametrize(("het", "tp_sizes"), [(False, (1,)), (True, (1,)), (False, (1, 2, 4, 8))])
+def test_interleaved_node_types_map_solver_ranks_onto_slurm_ranks(
+    het: bool, tp_sizes: tuple[int, ...]
+) -> None:
+    envs = [slurm_env(INTERLEAVED, r, het) for r in range(5)]
+    options = dataclasses.replace(GPT2, tp_sizes=tp_sizes)
+    plans = [plan_from(env, interleaved_inventory(), options) for env in envs]
+    assert_consistent(plans, envs)
+    docs = [r.layout for r in plans[0].ranks]
+    assert [d["node"] for d in docs] == ["n1", "n1", "n2", "n3", "n3"]
+    assert [d["type"] for d in docs] == ["a100_80g", "a100_80g", "l40s", "a100_80g", "a100_80g"]
+    assert [d["local_rank"] for d in docs] == [0, 1, 0, 0, 1]
+
+
+def test_het_components_follow_component_order_not_the_sorted_node_list() -> None:
+    nodes = [("n3", 2), ("n2", 1)]
+    envs = [slurm_env(nodes, r, het=True) for r in range(3)]
+    plans = [plan_from(env, interleaved_inventory()) for env in envs]
+    assert_consistent(plans, envs)
+    assert [r.node for r in plans[0].ranks] == ["n3", "n3", "n2"]
+    assert {own(p, e)["MASTER_ADDR"] for p, e in zip(plans, envs, strict=True)} == {"n3"}
+
+
+def test_even_split_gives_equal_layers_and_samples() -> None:
+    env = slurm_env(INTERLEAVED, 0)
+    options = dataclasses.replace(GPT2, global_batch=15, even=True)
+    docs = [r.layout for r in plan_from(env, interleaved_inventory(), options).ranks]
+    layers = {(d["replica"], d["stage"]): d["layer_end"] - d["layer_start"] for d in docs}
+    assert max(layers.values()) - min(layers.values()) <= 1
+    samples = {d["replica"]: d["samples"] for d in docs}
+    assert max(samples.values()) - min(samples.values()) <= 1 and sum(samples.values()) == 15
+    assert docs[0]["predicted_step_s"] == pytest.approx(docs[0]["even_step_s"])
+
+
+def test_backend_override_and_cross_vendor_groups() -> None:
+    env = fixture_env(3)
+    inv = inventory.load(EXAMPLE)
+    plain = plan_from(env, inv).ranks
+    comms = {(g["name"], g["backend"], g["comm"]) for r in plain for g in r.layout["groups"]}
+    assert ("pp", "gloo", "cpu-relay") in comms  # nvidia and ascend stages: no common RDMA path
+    assert ("tp", "hccl", "vendor-ccl") in comms or ("dp", "hccl", "vendor-ccl") in comms
+    forced = plan_from(env, inv, dataclasses.replace(GPT2, backend_override="gloo")).ranks
+    assert {(g["backend"], g["comm"]) for r in forced for g in r.layout["groups"]} == {("gloo", "cpu-relay")}
+
+
+def test_rdma_nics_give_direct_cross_vendor_groups_and_their_variables() -> None:
+    ib = (Nic("mlx5_0", "infiniband"), Nic("eth0", "ethernet"))
+    inv = ClusterInventory((node("n1", "a100_80g", 2, ib), node("n2", "mi300x", 2, ib)))
+    env = slurm_env([("n1", 2), ("n2", 2)], 0)
+    options = dataclasses.replace(GPT2, model="llama-2-7b", seq=1024, global_batch=8, tp_sizes=(1,))
+    rank0 = plan_from(env, inv, options).ranks[0]
+    assert rank0.layout["kind"] == "pipeline"  # a100 and mi300x stages: the pp group crosses vendors
+    cross = [g for g in rank0.layout["groups"] if g["comm"] == "rdma-direct"]
+    assert cross and cross[0]["backend"] == "ucc" and cross[0]["env"] == {"UCX_NET_DEVICES": "mlx5_0:1"}
+    same = [g for g in rank0.layout["groups"] if g["comm"] == "vendor-ccl"]
+    assert all(g["env"] == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0"} for g in same)
+    assert rank0.env.get("NCCL_IB_HCA", "mlx5_0") == "mlx5_0"
+
+
+def test_the_solver_prices_cross_vendor_traffic_at_the_relay() -> None:
+    job = parse_job_env(fixture_env(0))
+    nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
+    relay = 1 / (2 / 25 + 1 / 12.5)  # two PCIe copies and a 100 GbE NIC (none listed)
+    assert layout_spec(nodes, CATALOG, GPT2).network_gbs == pytest.approx(relay)
+    assert layout_spec(
+        nodes, CATALOG, dataclasses.replace(GPT2, network_gbs=50)
+    ).network_gbs == pytest.approx(1 / (2 / 25 + 1 / 50))
+    one_vendor = [s for s in nodes if s.vendor == "nvidia"]
+    assert layout_spec(one_vendor, CATALOG, GPT2).network_gbs == pytest.approx(12.5)
+
+
+# -- devices -------------------------------------------------------------------------------------
+
+
+def test_each_rank_sees_one_device_narrowed_from_slurms_binding() -> None:
+    inv = ClusterInventory((node("n1", "ascend910b3", 8),))
+    env = slurm_env([("n1", 2)], 1)
+    env |= {"SLURM_STEP_GPUS": "2,5", "CUDA_VISIBLE_DEVICES": "0,1"}  # cgroup-renumbered
+    mine = own(plan_from(env, inv), env)
+    assert mine["CUDA_VISIBLE_DEVICES"] == "1" and mine["ASCEND_RT_VISIBLE_DEVICES"] == "5"
+    env |= {"SLURM_STEP_GPUS": "6", "CUDA_VISIBLE_DEVICES": "6"}  # --gpus-per-task=1
+    assert own(plan_from(env, inv), env)["ASCEND_RT_VISIBLE_DEVICES"] == "6"
+
+
+# -- errors before anything starts ---------------------------------------------------------------
+
+
+def test_a_model_that_cannot_fit_is_one_root_cause_line() -> None:
+    env = slurm_env([("n2", 2)], 0)
+    inv = ClusterInventory((node("n2", "l40s", 2),))
+    with pytest.raises(LaunchPlanError) as e:
+        plan_from(env, inv, LaunchOptions("llama-3-70b", global_batch=8, seq=2048))
+    message = str(e.value)
+    assert message.startswith("root cause: llama-3-70b") and "\n" not in message
+    assert "GiB" in message and "2x l40s" in message and "n2" in message
+
+
+@pytest.mark.parametrize(
+    ("inv", "needle"),
+    [
+        (ClusterInventory((node("n1", "a100_80g", 4),)), "no inventory record for n2"),
+        (ClusterInventory((node("n1", "a100_80g", 1), node("n2", "l40s", 1))), "runs 2 tasks but has 1"),
+        (
+            ClusterInventory(
+                (
+                    dataclasses.replace(
+                        node("n1", "a100_80g", 2),
+                        devices=(*node("n1", "a100_80g", 2).devices, *node("x", "l40s", 1).devices),
+                    ),
+                    node("n2", "l40s", 2),
+                )
+            ),
+            "several types",
+        ),
+    ],
+)
+def test_allocation_problems_are_named(inv: ClusterInventory, needle: str) -> None:
+    with pytest.raises(LaunchPlanError, match=needle):
+        plan_from(slurm_env([("n1", 2), ("n2", 2)], 0), inv)
+
+
+# -- dry runs ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a dry run started something: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(proc, "run", refuse)
+    for name in ("execvpe", "execvp", "execv", "execve", "fork", "system"):
+        monkeypatch.setattr(os, name, refuse)
+
+
+@pytest.mark.usefixtures("nothing_starts")
+def test_dry_run_under_srun_prints_every_rank_on_rank_zero_only(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    options = run.RunOptions(("python", "train.py"), inventory=EXAMPLE, dry_run=True, as_json=True)
+    environ = fixture_env(0) | {"TMPDIR": str(tmp_path)}
+    assert run.launch(GPT2, options, environ) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in document["ranks"]] == [0, 1, 2, 3]
+    assert document["ranks"][3]["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0"
+    assert not any(tmp_path.iterdir())  # wrote nothing
+    assert run.launch(GPT2, options, fixture_env(2)) == 0
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.usefixtures("nothing_starts")
+def test_dry_run_simulates_an_allocation_outside_slurm(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = "a100n1:a100_80g:2,l40sn1:l40s:1,a100n2:a100_80g:2"
+    options = run.RunOptions((), inventory=Path("/nonexistent/inventory.yaml"), dry_run=True, simulate=spec)
+    assert run.launch(GPT2, options, {}) == 0
+    out = capsys.readouterr().out
+    assert "pipeline layout on 5 ranks" in out or "data layout on 5 ranks" in out
+    for rank in range(5):
+        assert f"rank {rank}: RANK={rank} WORLD_SIZE=5" in out
+    assert "GROUP  RANKS" in out
+
+
+@pytest.mark.usefixtures("nothing_starts")
+def test_simulated_nodes_in_the_inventory_keep_their_records(capsys: pytest.CaptureFixture[str]) -> None:
+    options = run.RunOptions((), inventory=EXAMPLE, dry_run=True, simulate="a100n1:a100:2,l40sn1:l40s:2")
+    assert run.launch(GPT2, options, {}) == 0
+    assert "a100_80g" in capsys.readouterr().out
+    wrong = dataclasses.replace(options, simulate="a100n1:l40s:2")
+    with pytest.raises(run.LaunchError, match="the inventory has a100n1 with a100_80g"):
+        run.launch(GPT2, wrong, {})
+
+
+def test_cli_dry_run_json_and_one_line_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    base = ["launch", "--model", "gpt2", "--global-batch", "8", "--seq", "64", "--dry-run"]
+    result = runner.invoke(cli, [*base, "--json", "--simulate", "a:l40s:2,b:a100_80g:1"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["world_size"] == 3
+    bad = runner.invoke(cli, ["launch", "--model", "llama-3-70b", "--dry-run", "--simulate", "a:l40s:1"])
+    assert bad.exit_code == 1 and bad.output.startswith("slurm-hetero: root cause: llama-3-70b")
+    assert len(bad.output.strip().splitlines()) == 1
+    nodry = runner.invoke(cli, [*base[:-1], "--simulate", "a:l40s:1", "--", "true"])
+    assert nodry.exit_code == 1 and "--dry-run" in nodry.output

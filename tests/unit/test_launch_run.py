@@ -1,0 +1,246 @@
+"""The launcher's I/O: a supervised real child process, output prefixes and files, signal
+forwarding, the failing rank's line first and the step cancelled, the layout file, exec mode."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from slurm_hetero import layout, proc
+from slurm_hetero.launch import run
+from slurm_hetero.launch.plan import LaunchOptions, RankPlan
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+RANK = RankPlan(2, "l40sn1", "l40s", 0, {"vendor": "nvidia", "groups": []}, {})
+
+
+class Call(NamedTuple):
+    argv: list[str]
+    err: str
+    out: str
+
+
+def python(code: str, *args: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", textwrap.dedent(code), *args)
+
+
+@pytest.fixture
+def scancel(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> list[Call]:
+    """proc.run replaced: records each argv with what was printed before it ran."""
+    calls: list[Call] = []
+
+    def fake(argv: list[str], timeout: float = 60.0) -> str:
+        captured = capfd.readouterr()
+        calls.append(Call(list(argv), captured.err, captured.out))
+        return ""
+
+    monkeypatch.setattr(proc, "run", fake)
+    return calls
+
+
+def supervise(
+    command: tuple[str, ...], log_dir: Path | None = None, targets: tuple[str, ...] = ("7.0",)
+) -> int:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return run.Supervisor(RANK, command, env, list(targets), log_dir).run()
+
+
+def test_a_failing_rank_is_named_first_then_the_step_is_cancelled(
+    scancel: list[Call], capfd: pytest.CaptureFixture[str]
+) -> None:
+    code = supervise(
+        python("""
+        import sys
+        print("hello")
+        print("Traceback: boom", file=sys.stderr)
+        sys.exit(3)
+        """),
+        targets=("7.0", "8.0", "9.0"),
+    )
+    assert code == 3
+    assert len(scancel) == 1
+    argv, err_before, out_before = scancel[0]
+    assert argv == ["scancel", "7.0", "8.0", "9.0"]
+    ours = [line for line in err_before.splitlines() if line.startswith("slurm-hetero:")]
+    assert ours == ["slurm-hetero: rank 2 on l40sn1 (l40s, stage 0) exited with code 3: Traceback: boom"]
+    assert "[rank 2 l40s stage 0] Traceback: boom" in err_before
+    assert "[rank 2 l40s stage 0] hello" in out_before
+
+
+def test_a_rank_killed_by_a_signal_is_reported_with_its_name(
+    scancel: list[Call],
+) -> None:
+    code = supervise(python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
+    assert code == 128 + 9
+    assert "exited with code 137 (SIGKILL)" in scancel[0][1]
+
+
+def test_success_cancels_nothing_and_log_dir_gets_the_output(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    command = python("import sys; print('out line'); print('err line', file=sys.stderr)")
+    assert supervise(command, log_dir=tmp_path / "logs") == 0
+    assert scancel == []
+    assert (tmp_path / "logs" / "rank-2.out").read_text() == "out line\n"
+    assert (tmp_path / "logs" / "rank-2.err").read_text() == "err line\n"
+    assert "out line" not in capfd.readouterr().out
+
+
+def test_signals_are_forwarded_and_end_the_rank_quietly(scancel: list[Call], tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    command = python(
+        """
+        import pathlib, signal, sys, time
+        def stop(signum, frame):
+            print("got", signum, flush=True)
+            sys.exit(7)
+        signal.signal(signal.SIGTERM, stop)
+        pathlib.Path(sys.argv[1]).write_text("ready")
+        time.sleep(30)
+        """,
+        str(ready),
+    )
+
+    def terminate_when_ready() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=terminate_when_ready, daemon=True).start()
+    started = time.monotonic()
+    assert supervise(command) == 7
+    assert time.monotonic() - started < 10
+    assert scancel == []  # the step is ending anyway: no second cancel, no failure line
+
+
+def test_the_command_dies_with_its_launcher(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    launcher = f"""
+        import sys
+        from slurm_hetero.launch import run
+        from slurm_hetero.launch.plan import RankPlan
+        rank = RankPlan(0, "n", "t", 0, {{}}, {{}})
+        code = "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+        child = [sys.executable, "-c", code]
+        run.Supervisor(rank, child, dict(__import__("os").environ), [], None).run()
+    """
+    outer = subprocess.Popen(list(python(launcher)), cwd=REPO)
+    try:
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        outer.kill()
+        outer.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        outer.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_step_targets_cover_every_het_component() -> None:
+    het = {"SLURM_HET_SIZE": "3", **{f"SLURM_JOB_ID_HET_GROUP_{k}": str(7 + k) for k in range(3)}}
+    assert run.step_targets("7", 0, het) == ["7.0", "8.0", "9.0"]
+    assert run.step_targets("41", 2, {}) == ["41.2"]
+    assert run.step_targets("", 0, {}) == []
+
+
+# -- launch() end to end on a fake Slurm task ------------------------------------------------------
+
+
+def task_env(tmp_path: Path, rank: int = 1) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return clean | {
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+        "SLURMD_NODENAME": "a100n1",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_NODELIST": "a100n1",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_JOB_ID": "42",
+        "SLURM_STEP_ID": "3",
+        "SLURM_STEP_GPUS": "0,1",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "TMPDIR": str(tmp_path),
+    }
+
+
+OPTIONS = LaunchOptions("gpt2", global_batch=8, seq=64, master_addr="127.0.0.1", backend_override="gloo")
+
+
+def test_launch_writes_the_layout_and_runs_the_command_with_the_torch_env(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    command = python("""
+        import os
+        from slurm_hetero import layout
+        me = layout.current()
+        print(me.rank, me.world_size, os.environ["RANK"], os.environ["CUDA_VISIBLE_DEVICES"],
+              os.environ["MASTER_ADDR"], me.group("dp").backend)
+        """)
+    options = run.RunOptions(command, inventory=EXAMPLE)
+    assert run.launch(OPTIONS, options, task_env(tmp_path)) == 0
+    out = capfd.readouterr().out
+    assert out.rstrip().endswith("1 2 1 1 127.0.0.1 gloo"), out
+    written = layout.from_file(tmp_path / "slurm-hetero-42.3" / "rank-1.json")
+    assert (written.rank, written.node, written.type) == (1, "a100n1", "a100_80g")
+    assert scancel == []
+
+
+def test_exec_mode_replaces_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_exec(file: str, args: list[str], env: dict[str, str]) -> None:
+        seen.update(file=file, args=args, env=env)
+
+    monkeypatch.setattr(os, "execvpe", fake_exec)
+    options = run.RunOptions(("train", "--lr", "1"), inventory=EXAMPLE, exec_command=True)
+    run.launch(OPTIONS, options, task_env(tmp_path, rank=0))
+    assert seen["file"] == "train" and seen["args"] == ["train", "--lr", "1"]
+    assert seen["env"]["RANK"] == "0" and seen["env"]["MASTER_PORT"] == str(20000 + 42 * 7 + 3)
+    assert Path(seen["env"]["SLURM_HETERO_LAYOUT"]).is_file()
+
+
+def test_a_missing_device_library_is_recorded_not_replaced(caplog: pytest.LogCaptureFixture) -> None:
+    rank = RankPlan(
+        3, "ascendn1", "ascend910b3", 1, {"vendor": "ascend", "groups": [{"backend": "hccl"}]}, {}
+    )
+    with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
+        run.note_missing_backends(rank)
+    assert "hccl needs torch_npu" in caplog.text and "kept as planned" in caplog.text
+
+
+def test_current_layout_needs_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SLURM_HETERO_LAYOUT", raising=False)
+    with pytest.raises(layout.LayoutError, match="not started by slurm-hetero launch"):
+        layout.current()
+    bad = tmp_path / "rank-0.json"
+    bad.write_text('{"version": 1, "rank": 0}')
+    monkeypatch.setenv("SLURM_HETERO_LAYOUT", str(bad))
+    with pytest.raises(layout.LayoutError, match="missing key 'world_size'"):
+        layout.current()
+    bad.write_text('{"version": 2}')
+    with pytest.raises(layout.LayoutError, match="version 2"):
+        layout.from_file(bad)
