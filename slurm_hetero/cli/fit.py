@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,45 +20,11 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.engine import fit as engine
-from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
+from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import ConfigError
+from slurm_hetero.modelconfigs import bundled_names, load_model
 
-CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"
 GIB = engine.GIB
-
-
-# ------------------------------------------------------------------------------------- models
-def bundled_names() -> list[str]:
-    """Names of the configs shipped in `slurm_hetero/data/hf_configs/` (file names without .json)."""
-    root = resources.files(CONFIG_PACKAGE)
-    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
-
-
-def _parse_json(text: str, source: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", source) from e
-
-
-def load_model(ref: str) -> ModelSpec:
-    """A bundled model by name, or a Hugging Face `config.json` (or a directory holding one)."""
-    if ref in bundled_names():
-        text = resources.files(CONFIG_PACKAGE).joinpath(f"{ref}.json").read_text(encoding="utf-8")
-        return from_hf_config(_parse_json(text, ref), ref)
-    path = Path(ref)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
-        raise ConfigError(
-            f"unknown model {ref!r}: not a bundled model nor a config.json file; "
-            f"bundled: {', '.join(bundled_names())}"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read: {e}", str(path)) from e
-    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return from_hf_config(_parse_json(text, str(path)), name)
 
 
 # ---------------------------------------------------------------------------------- estimates
@@ -78,8 +43,18 @@ def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) ->
             return None
         dp = devices // (o["tp"] * o["pp"])
     return engine.training_memory(
-        spec, o["dtype"], o["optimizer"], o["micro_batch"], o["seq"], o["zero"], dp, o["tp"], o["pp"],
-        o["recompute"], not o["no_sequence_parallel"], overhead,
+        spec,
+        o["dtype"],
+        o["optimizer"],
+        o["micro_batch"],
+        o["seq"],
+        o["zero"],
+        dp,
+        o["tp"],
+        o["pp"],
+        o["recompute"],
+        not o["no_sequence_parallel"],
+        overhead,
     )
 
 
@@ -98,17 +73,33 @@ def _gib(value: float | None) -> str:
 
 def model_row(spec: ModelSpec) -> dict[str, Any]:
     p = spec.params
-    return {"name": spec.name, "family": spec.family, "model_type": spec.model_type, "params": p.total,
-            "active_params": p.active, "layers": spec.total_layers, "hidden": spec.hidden,
-            "heads": spec.heads, "kv_heads": spec.kv_heads, "vocab": spec.vocab,
-            "experts": spec.num_experts, "largest_module_params": p.largest_module}
+    return {
+        "name": spec.name,
+        "family": spec.family,
+        "model_type": spec.model_type,
+        "params": p.total,
+        "active_params": p.active,
+        "layers": spec.total_layers,
+        "hidden": spec.hidden,
+        "heads": spec.heads,
+        "kv_heads": spec.kv_heads,
+        "vocab": spec.vocab,
+        "experts": spec.num_experts,
+        "largest_module_params": p.largest_module,
+    }
 
 
 def option_row(option: engine.DeviceOption) -> dict[str, Any]:
-    return {"type": option.type, "vendor": option.vendor, "memory_bytes": option.memory_bytes,
-            "available": option.available, "needed": option.needed,
-            "per_device_bytes": option.per_device_bytes, "fits": option.fits,
-            "reason": None if option.reason is None else str(option.reason)}
+    return {
+        "type": option.type,
+        "vendor": option.vendor,
+        "memory_bytes": option.memory_bytes,
+        "available": option.available,
+        "needed": option.needed,
+        "per_device_bytes": option.per_device_bytes,
+        "fits": option.fits,
+        "reason": None if option.reason is None else str(option.reason),
+    }
 
 
 def result(spec: ModelSpec, o: dict[str, Any], inventory_path: Path | None) -> dict[str, Any]:
@@ -116,9 +107,13 @@ def result(spec: ModelSpec, o: dict[str, Any], inventory_path: Path | None) -> d
     estimate = breakdown(spec, o)
     assert estimate is not None
     out: dict[str, Any] = {
-        "model": model_row(spec), "mode": o["mode"], "settings": {k: v for k, v in o.items() if k != "mode"},
-        "breakdown_bytes": estimate.components(), "total_bytes": estimate.total,
-        "total_gib": round(estimate.total / GIB, 3), "devices": estimate.devices,
+        "model": model_row(spec),
+        "mode": o["mode"],
+        "settings": {k: v for k, v in o.items() if k != "mode"},
+        "breakdown_bytes": estimate.components(),
+        "total_bytes": estimate.total,
+        "total_gib": round(estimate.total / GIB, 3),
+        "devices": estimate.devices,
         "model_states_bytes": estimate.model_states if o["mode"] == "train" else None,
         "deepspeed_model_states_bytes": deepspeed_estimate(spec, o),
     }
@@ -147,19 +142,27 @@ def _headline(data: dict[str, Any]) -> str:
     if data["mode"] == "infer":
         return f"{what}: inference {s['dtype']}, batch {s['batch']} x seq {s['seq']}, tp={s['tp']}"
     layout = f"ZeRO-{s['zero']} dp={s['dp']} tp={s['tp']} pp={s['pp']}, recompute {s['recompute']}"
-    return (f"{what}: training {s['dtype']} {s['optimizer']}, micro-batch {s['micro_batch']} x seq "
-            f"{s['seq']}, {layout}")
+    return (
+        f"{what}: training {s['dtype']} {s['optimizer']}, micro-batch {s['micro_batch']} x seq "
+        f"{s['seq']}, {layout}"
+    )
 
 
 def render_text(data: dict[str, Any]) -> str:
     """The breakdown table (GiB per device), the total, and the device options if any."""
     rows = [{"c": name, "v": value} for name, value in data["breakdown_bytes"].items()]
     rows.append({"c": f"total per device ({data['devices']} devices)", "v": data["total_bytes"]})
-    lines = [_headline(data), render_table(rows, [("COMPONENT", lambda r: r["c"], str, False),
-                                                  ("GIB", lambda r: r["v"], _gib, True)])]
+    lines = [
+        _headline(data),
+        render_table(
+            rows, [("COMPONENT", lambda r: r["c"], str, False), ("GIB", lambda r: r["v"], _gib, True)]
+        ),
+    ]
     if data["deepspeed_model_states_bytes"] is not None:
-        lines.append(f"model states: {_gib(data['model_states_bytes'])} GiB (ZeRO paper); DeepSpeed 0.19 "
-                     f"estimator: {_gib(data['deepspeed_model_states_bytes'])} GiB (see docs/fit.md)")
+        lines.append(
+            f"model states: {_gib(data['model_states_bytes'])} GiB (ZeRO paper); DeepSpeed 0.19 "
+            f"estimator: {_gib(data['deepspeed_model_states_bytes'])} GiB (see docs/fit.md)"
+        )
     if "device_options" in data:
         lines += ["", render_table(data["device_options"], OPTION_COLUMNS)]
     return "\n".join(lines)
@@ -171,10 +174,19 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
     choices: list[Decorator] = [
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
-        click.option("--dtype", type=click.Choice(list(engine.BYTES_PER_VALUE)), default="bf16",
-                     show_default=True, help="Weights (training: bf16/fp16 mixed precision, or fp32)."),
-        click.option("--kv-dtype", type=click.Choice(list(engine.BYTES_PER_VALUE)), default=None,
-                     help="KV cache dtype (default: the weights' dtype, bf16 for int8/int4)."),
+        click.option(
+            "--dtype",
+            type=click.Choice(list(engine.BYTES_PER_VALUE)),
+            default="bf16",
+            show_default=True,
+            help="Weights (training: bf16/fp16 mixed precision, or fp32).",
+        ),
+        click.option(
+            "--kv-dtype",
+            type=click.Choice(list(engine.BYTES_PER_VALUE)),
+            default=None,
+            help="KV cache dtype (default: the weights' dtype, bf16 for int8/int4).",
+        ),
         click.option("--batch", type=int, default=1, show_default=True, help="Inference: sequences at once."),
         click.option("--seq", type=int, default=2048, show_default=True, help="Tokens per sequence."),
         click.option("--micro-batch", type=int, default=1, show_default=True, help="Training: per device."),
@@ -182,14 +194,29 @@ def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
-        click.option("--recompute", type=click.Choice([r.value for r in engine.Recompute]), default="none",
-                     show_default=True, help="Activation recomputation (Korthikanti et al. 2022)."),
-        click.option("--no-sequence-parallel", is_flag=True,
-                     help="Tensor parallel without sequence parallel."),
-        click.option("--optimizer", type=click.Choice([o.value for o in engine.Optimizer]), default="adam",
-                     show_default=True),
-        click.option("--overhead-gib", type=float, default=1.0, show_default=True,
-                     help="Fixed runtime overhead per device (context, workspaces)."),
+        click.option(
+            "--recompute",
+            type=click.Choice([r.value for r in engine.Recompute]),
+            default="none",
+            show_default=True,
+            help="Activation recomputation (Korthikanti et al. 2022).",
+        ),
+        click.option(
+            "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
+        ),
+        click.option(
+            "--optimizer",
+            type=click.Choice([o.value for o in engine.Optimizer]),
+            default="adam",
+            show_default=True,
+        ),
+        click.option(
+            "--overhead-gib",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Fixed runtime overhead per device (context, workspaces).",
+        ),
     ]
     for decorate in reversed(choices):
         f = decorate(f)
@@ -199,8 +226,12 @@ def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @cli.command("fit")
 @click.option("--model", "model_ref", metavar="NAME|PATH", help="Bundled model name or a config.json path.")
 @_fit_options
-@click.option("--inventory", "inventory_path", type=click.Path(path_type=Path),
-              help="Inventory (YAML or JSON): list its device types that hold the job.")
+@click.option(
+    "--inventory",
+    "inventory_path",
+    type=click.Path(path_type=Path),
+    help="Inventory (YAML or JSON): list its device types that hold the job.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (bytes).")
 @click.option("--list-models", is_flag=True, help="List the bundled model names.")
 def fit(

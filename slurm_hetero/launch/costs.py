@@ -65,10 +65,26 @@ MODELS: dict[str, TransformerShape] = {
 
 
 def model_shape(model: str) -> TransformerShape:
-    """The built-in shape of `model`, or a one-line error naming the known ones."""
-    if model not in MODELS:
-        raise RequestError(model, f"unknown model; known: {', '.join(MODELS)}")
-    return MODELS[model]
+    """The shape of `model`: built in, else any model the fit engine reads (a bundled name or a
+    Hugging Face config.json path), so plan, launch and fit describe models the same way."""
+    if model in MODELS:
+        return MODELS[model]
+    from slurm_hetero.modelconfigs import load_model
+
+    spec = load_model(model)
+    if spec.encoder_layers or spec.num_experts > 1:
+        raise RequestError(model, "the layout solver handles dense decoder-only models (no MoE, no encoder)")
+    return TransformerShape(
+        spec.hidden,
+        spec.layers,
+        spec.heads,
+        spec.kv_heads,
+        spec.intermediate,
+        spec.vocab,
+        spec.max_positions,
+        gated=spec.gated_mlp,
+        learned_positions=spec.family == "gpt2",
+    )
 
 
 def transformer_costs(shape: TransformerShape, seq: int, micro_batch: int = 1) -> LayerCosts:
