@@ -71,33 +71,55 @@ def _int(env: Mapping[str, str], name: str) -> int:
         raise JobEnvError(f"{name}={env[name]!r} is not a number") from None
 
 
+def _group_nodelist(env: Mapping[str, str], k: int) -> list[str]:
+    """Component k's nodes: *_HET_GROUP_k after sbatch/salloc, only *_PACK_GROUP_k under a het srun."""
+    spec = env.get(f"SLURM_JOB_NODELIST_HET_GROUP_{k}") or env.get(f"SLURM_JOB_NODELIST_PACK_GROUP_{k}", "")
+    if not spec:
+        raise JobEnvError(f"no node list for het component {k} (SLURM_JOB_NODELIST_HET_GROUP_{k})")
+    return hostlist.expand(spec)
+
+
+def _tasks_by_node(env: Mapping[str, str]) -> dict[str, int]:
+    """The step's tasks per node. SLURM_STEP_TASKS_PER_NODE follows the (name-sorted) step node
+    list, in heterogeneous steps too (measured on 22.05: `1(x2),2` for a100n1,ascendn1,l40sn1)."""
+    nodes = hostlist.expand(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
+    tasks = expand_tasks_per_node(
+        env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "1")
+    )
+    if len(nodes) != len(tasks):
+        raise JobEnvError(f"{len(nodes)} nodes {nodes} but tasks per node {tasks}")
+    return dict(zip(nodes, tasks, strict=True))
+
+
 def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
-    het_size = int(env.get("SLURM_HET_SIZE", "0") or 0)
+    """Nodes in SLURM_NODEID order (component by component in het jobs), their task counts and
+    components."""
+    by_node = _tasks_by_node(env)
+    het_size = int(env.get("SLURM_HET_SIZE") or env.get("SLURM_PACK_SIZE") or 0)
     if het_size <= 1:
-        nodes = hostlist.expand(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
-        tasks = expand_tasks_per_node(
-            env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "1")
-        )
-        return nodes, tasks, [0] * len(nodes)
-    nodes, tasks, groups = [], [], []
+        return list(by_node), list(by_node.values()), [0] * len(by_node)
+    nodes, groups = [], []
     for k in range(het_size):
-        group_nodes = hostlist.expand(env.get(f"SLURM_JOB_NODELIST_HET_GROUP_{k}", ""))
-        group_tasks = expand_tasks_per_node(env.get(f"SLURM_TASKS_PER_NODE_HET_GROUP_{k}", "1"))
-        if len(group_nodes) != len(group_tasks):
-            raise JobEnvError(f"het group {k}: {len(group_nodes)} nodes but tasks per node {group_tasks}")
-        nodes += group_nodes
-        tasks += group_tasks
-        groups += [k] * len(group_nodes)
-    return nodes, tasks, groups
+        for node in _group_nodelist(env, k):
+            if node in nodes:
+                raise JobEnvError(
+                    f"node {node} is in two het components; launch one task per device per node"
+                )
+            nodes.append(node)
+            groups.append(k)
+    missing = [n for n in nodes if n not in by_node]
+    if missing:
+        raise JobEnvError(
+            f"het components name nodes {missing} that are not in the step; use --het-group=all"
+        )
+    return nodes, [by_node[n] for n in nodes], groups
 
 
 def parse_job_env(env: Mapping[str, str]) -> JobEnv:
     """Read and cross-check the step's shape from a task's environment."""
+    rank = _int(env, "SLURM_PROCID")
+    world = _int(env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS")
     nodes, tasks, groups = _shape(env)
-    rank, world = (
-        _int(env, "SLURM_PROCID"),
-        _int(env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"),
-    )
     if len(nodes) != len(tasks) or sum(tasks) != world:
         raise JobEnvError(
             f"step shape does not add up: nodes {nodes}, tasks per node {tasks}, {world} tasks "

@@ -45,3 +45,13 @@ def test_cyclic_placement_and_missing_variables_are_clear_errors() -> None:
         parse_job_env(env)
     with pytest.raises(JobEnvError, match="run under srun"):
         parse_job_env({})
+
+
+@pytest.mark.parametrize("task", range(4))
+def test_het_srun_uses_pack_group_lists_and_sorted_tasks_per_node(task: int) -> None:
+    """`srun A : B : C` exports only *_PACK_GROUP_* node lists, and tasks per node in name order."""
+    env = parse_job_env(load(f"hetsrun3_task{task}.env.txt"))
+    assert env.nodes == ("a100n1", "l40sn1", "ascendn1")
+    assert env.tasks_per_node == (1, 2, 1)
+    assert env.het_groups == (0, 1, 2)
+    assert env.rank == task and env.world_size == 4

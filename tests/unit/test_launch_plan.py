@@ -72,6 +72,9 @@ def slurm_env(nodes: Sequence[tuple[str, int]], rank: int, het: bool = False) ->
         env["SLURM_STEP_TASKS_PER_NODE"] = ",".join(str(t) for _, t in nodes)
         return env
     env["SLURM_HET_SIZE"] = str(len(nodes))
+    in_name_order = sorted(nodes)  # as Slurm 22.05 lists the step's nodes, even in het steps
+    env["SLURM_STEP_NODELIST"] = ",".join(n for n, _ in in_name_order)
+    env["SLURM_STEP_TASKS_PER_NODE"] = ",".join(str(t) for _, t in in_name_order)
     for k, (n, t) in enumerate(nodes):
         env[f"SLURM_JOB_NODELIST_HET_GROUP_{k}"] = n
         env[f"SLURM_TASKS_PER_NODE_HET_GROUP_{k}"] = str(t)

@@ -1,0 +1,139 @@
+"""`srun slurm-hetero launch` under the real Slurm: ranks and layouts across three node types and
+a heterogeneous job, a killed rank ending the step, --dry-run starting nothing, and the uneven
+training example against a single process and against the even split."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.integration.conftest import slurm
+
+INVENTORY = "/etc/slurm/slurm-hetero-inventory.yaml"  # the dev cluster's copy
+PRINT_ENV = (
+    "import json, os; from slurm_hetero.layout import current; l = current(); "
+    "print('ENV ' + json.dumps({k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', "
+    "'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'SLURM_HETERO_PLAN_ID', 'SLURMD_NODENAME', "
+    "'ASCEND_RT_VISIBLE_DEVICES', 'CUDA_VISIBLE_DEVICES')} | {'stage': l.stage, 'type': l.type, "
+    "'samples': l.samples, 'world': l.world_size}))"
+)
+
+
+def launch_argv(measured: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "slurm_hetero",
+        "launch",
+        "--inventory",
+        INVENTORY,
+        "--measured",
+        str(measured),
+        "--backend-override",
+        "gloo",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("measured") / "measured.yaml"
+    path.write_text(
+        "ascend910b3: 120\ngaudi2: 200\nmlu370_x8: 50\nmi300x: 500\nascend310p: 20\nascend910c: 150\n"
+    )
+    return path
+
+
+def run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
+
+
+def rank_envs(stdout: str) -> list[dict]:
+    return [json.loads(line.split("ENV ", 1)[1]) for line in stdout.splitlines() if "ENV {" in line]
+
+
+def check_consistent(envs: list[dict], world: int) -> None:
+    assert sorted(int(e["RANK"]) for e in envs) == list(range(world))
+    for key in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_HETERO_PLAN_ID"):
+        assert len({e[key] for e in envs}) == 1, key
+    assert int(envs[0]["WORLD_SIZE"]) == world and all(e["world"] == world for e in envs)
+
+
+def test_three_node_types_get_unique_ranks_and_one_layout(dev_cluster: Path, measured: Path) -> None:
+    srun = ["srun", "-w", "a100n1,l40sn1,ascendn1", "-N3", "--ntasks-per-node=1", "--gres=gpu:1", "-K"]
+    result = run(
+        srun
+        + launch_argv(measured, "--model", "gpt2", "--global-batch", "32")
+        + ["--", sys.executable, "-c", PRINT_ENV]
+    )
+    assert result.returncode == 0, result.stderr
+    envs = rank_envs(result.stdout)
+    check_consistent(envs, 3)
+    assert {e["type"] for e in envs} == {"a100_80g", "l40s", "ascend910b3"}
+    ascend = next(e for e in envs if e["type"] == "ascend910b3")
+    assert ascend["ASCEND_RT_VISIBLE_DEVICES"] is not None
+
+
+def test_heterogeneous_job_components_form_one_world(dev_cluster: Path, measured: Path) -> None:
+    cmd = launch_argv(measured, "--model", "gpt2", "--global-batch", "32") + [
+        "--",
+        sys.executable,
+        "-c",
+        PRINT_ENV,
+    ]
+    srun = [
+        "srun",
+        "-n2",
+        "--gres=gpu:a100_80g:2",
+        *cmd,
+        ":",
+        "-n1",
+        "--gres=gpu:l40s:1",
+        *cmd,
+        ":",
+        "-n1",
+        "--gres=gpu:ascend910b3:1",
+        *cmd,
+    ]
+    result = run(srun)
+    assert result.returncode == 0, result.stderr
+    envs = rank_envs(result.stdout)
+    check_consistent(envs, 4)
+    by_rank = {int(e["RANK"]): e for e in envs}
+    assert [by_rank[r]["SLURMD_NODENAME"] for r in range(4)] == ["a100n1", "a100n1", "l40sn1", "ascendn1"]
+    assert {by_rank[0]["CUDA_VISIBLE_DEVICES"], by_rank[1]["CUDA_VISIBLE_DEVICES"]} == {"0", "1"}
+
+
+def test_killing_one_rank_ends_the_step_promptly_naming_it(dev_cluster: Path, measured: Path) -> None:
+    script = (
+        "import os, time, signal\n"
+        "if os.environ['RANK'] == '1':\n    time.sleep(2); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(300)\n"
+    )
+    srun = ["srun", "-w", "a100n1,l40sn1,ascendn1", "-N3", "--ntasks-per-node=1", "--gres=gpu:1"]
+    started = time.monotonic()
+    result = run(
+        srun + launch_argv(measured, "--model", "gpt2") + ["--", sys.executable, "-c", script], timeout=90
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert elapsed < 30, elapsed
+    first_error = next(line for line in result.stderr.splitlines() if "slurm-hetero:" in line)
+    assert "rank 1 on " in first_error and "SIGKILL" in first_error, result.stderr
+
+
+def test_dry_run_prints_every_rank_and_starts_nothing(
+    dev_cluster: Path, measured: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    srun = ["srun", "-w", "a100n1,l40sn1", "-N2", "--ntasks-per-node=1", "--gres=gpu:1"]
+    result = run(srun + launch_argv(measured, "--model", "gpt2", "--dry-run") + ["--", "touch", str(marker)])
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert "RANK=0" in result.stdout and "RANK=1" in result.stdout
