@@ -1,0 +1,368 @@
+"""Train a small transformer LM with the uneven layout `slurm-hetero launch` wrote (CPU, gloo).
+
+Under the launcher each rank reads its layout (env SLURM_HETERO_LAYOUT): its stage's blocks, its
+replica's slice of every global batch, micro-batches and gradient weight. `--reference` trains the
+same model (seed, init, data) in one process on the whole global batch; the losses must agree.
+The model has the layout's `num_layers` blocks (d_model 32, vocab 64 unless told), float64.
+
+    srun ... slurm-hetero launch --model gpt2 --global-batch 16 --seq 16 --micro-batch 2 \
+        --measured measured.yaml --backend-override gloo -- python examples/train_uneven.py \
+        --steps 20 --seq 16 --split both --device-gflops 400 --slow-type l40s --slow-factor 3 \
+        --losses-out losses.json
+    python examples/train_uneven.py --reference --steps 20 --layers 12 --global-batch 16 --seq 16 \
+        --losses-out reference.json
+
+Rank 0 prints `step N loss X` (the global batch's mean loss), then the median step time after
+warm-up with each rank's busy (compute) seconds. `--split even` trains with equal layers per stage
+and equal samples per replica instead (the plan's `even_step_s`); `--split both` runs the layout's
+split, then the even one, and prints the step time each saves against the even split, measured
+and predicted (`saved_fraction measured=... predicted=... achieved=measured/predicted`).
+
+Slower devices: `--slow-rank R` / `--slow-type T` (repeatable) with `--slow-factor F` make those
+ranks compute F times slower. By default each forward and backward then sleeps F - 1 times what it
+took, so compute time scales with the work. CPU contention, stalls and fixed costs (the gradient
+all-reduce, the optimizer) blur that on a shared machine, so `--device-gflops G` emulates devices
+instead: every forward and backward lasts its FLOPs (as the planner counts them, of the layout's
+model: `--flops-model`) over G GFLOP/s, G / F on slowed ranks, the real compute running inside that
+time (a warning counts computations that outlast it). Plan with the same speeds, e.g.
+measured.yaml = ``{a100_80g: 0.4, l40s: 0.1333}`` (TFLOPS) for G = 400 and F = 3 on the l40s ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from slurm_hetero import training
+from slurm_hetero.launch.costs import MODELS, layer_costs_for
+
+
+@dataclass(frozen=True)
+class Config:
+    """The model, the data and the optimizer; the same on every rank and in the reference."""
+
+    vocab: int = 64
+    d_model: int = 32
+    heads: int = 4
+    layers: int = 4
+    seq: int = 16
+    global_batch: int = 16
+    seed: int = 0
+    lr: float = 3e-3
+    optimizer: str = "adam"
+    dtype: str = "float64"
+
+
+# -- the model: Sequential(embed, *blocks, head) -----------------------------------------------
+
+
+class Embed(nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.positions = nn.Parameter(torch.randn(cfg.seq, cfg.d_model) * 0.02)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tokens(ids) + self.positions[: ids.shape[1]]
+
+
+class Block(nn.Module):
+    """Pre-norm causal self-attention and MLP."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.heads = cfg.heads
+        self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.qkv, self.proj = nn.Linear(cfg.d_model, 3 * cfg.d_model), nn.Linear(cfg.d_model, cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+        att = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.proj(att.transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(self.norm2(x))
+
+
+class Head(nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.norm, self.out = nn.LayerNorm(cfg.d_model), nn.Linear(cfg.d_model, cfg.vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(x))
+
+
+def build_model(cfg: Config) -> nn.Sequential:
+    """The whole model, seeded: every rank builds all of it, then keeps its stage."""
+    torch.manual_seed(cfg.seed)
+    blocks = [Block(cfg) for _ in range(cfg.layers)]
+    return nn.Sequential(Embed(cfg), *blocks, Head(cfg)).to(getattr(torch, cfg.dtype))
+
+
+def make_optimizer(params: Any, cfg: Config) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr * 30, momentum=0.9)
+    return torch.optim.Adam(params, lr=cfg.lr)
+
+
+def tokens(cfg: Config, step: int) -> torch.Tensor:
+    """Step `step`'s global batch, `(global_batch, seq + 1)` token ids: strided runs with 10% noise."""
+    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    b, n = cfg.global_batch, cfg.seq + 1
+    start, stride = torch.randint(cfg.vocab, (b, 1), generator=g), torch.randint(1, 4, (b, 1), generator=g)
+    runs = (start + stride * torch.arange(n)) % cfg.vocab
+    noise = torch.rand(b, n, generator=g) < 0.1
+    return torch.where(noise, torch.randint(cfg.vocab, (b, n), generator=g), runs)
+
+
+def samples_of(ids: torch.Tensor) -> training.Batch:
+    """`batch(start, n)` for `pipeline_step`: inputs and next-token targets of samples [start, start + n)."""
+    return lambda start, n: (ids[start : start + n, :-1], ids[start : start + n, 1:])
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+# -- training --------------------------------------------------------------------------------
+
+
+def reference(cfg: Config, steps: int) -> list[float]:
+    """Losses of one process training on the whole global batch."""
+    model = build_model(cfg)
+    opt, losses = make_optimizer(model.parameters(), cfg), []
+    for step in range(steps):
+        ids = tokens(cfg, step)
+        loss = lm_loss(model(ids[:, :-1]), ids[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def stage_flops(
+    cfg: Config, layout: dict[str, Any], model: str | None = None, seq: int | None = None
+) -> dict[str, float]:
+    """Forward and backward FLOPs per sample of this rank's stage as the planner counts them
+    (``2 * params * seq + 4 * seq**2 * d`` per block, ``2 * seq * d * vocab`` for the head; backward
+    twice forward plus the forward again of recomputed blocks; split over tensor parallel ranks),
+    for this model or, with `model`, a model the planner knows at `seq` tokens."""
+    if model:
+        costs = layer_costs_for(model, seq or cfg.seq)
+        blocks, first, last = costs.flops.tolist(), costs.first_flops, costs.last_flops
+    else:
+        d, s = cfg.d_model, cfg.seq
+        blocks, first, last = [2 * 12 * d * d * s + 4 * s * s * d] * cfg.layers, 0.0, 2 * s * d * cfg.vocab
+    a, e, r = layout["layer_start"], layout["layer_end"], layout.get("recompute", 0)
+    ends = first * (layout["stage"] == 0) + last * (layout["stage"] == layout["num_stages"] - 1)
+    forward = (sum(blocks[a:e]) + ends) / layout.get("tp_size", 1)
+    return {"forward": forward, "backward": 2 * forward + sum(blocks[a : a + r]) / layout.get("tp_size", 1)}
+
+
+class Pace:
+    """Makes this rank compute like a device `factor` times slower: each forward or backward lasts
+    `factor` times what it took, or with `gflops`, its FLOPs over ``gflops / factor`` GFLOP/s (a
+    device emulated whatever the CPU is doing, the real compute running inside that time)."""
+
+    def __init__(
+        self, factor: float, flops: dict[str, float] | None = None, gflops: float | None = None
+    ) -> None:
+        self.factor, self.flops, self.gflops = factor, flops or {}, gflops
+        self.busy, self.overruns = 0.0, 0
+
+    def __call__(self, seconds: float, phase: str, samples: int) -> None:
+        if self.gflops:
+            target = self.factor * samples * self.flops[phase] / (self.gflops * 1e9)
+            self.overruns += target < seconds
+        else:
+            target = self.factor * seconds
+        time.sleep(max(0.0, target - seconds))
+        self.busy += max(target, seconds)
+
+
+@dataclass
+class Run:
+    losses: list[float]
+    step_s: list[float]
+    busy_s: list[float]
+    overruns: list[int]
+
+
+def train(cfg: Config, dist: training.Distributed, layout: dict[str, Any], steps: int, pace: Pace) -> Run:
+    """Train `steps` steps of this rank's stage; every rank returns the global losses."""
+    stage = training.stage_modules(build_model(cfg), layout)
+    opt, run = make_optimizer(stage.parameters(), cfg), Run([], [], [], [])
+    for step in range(steps):
+        ids, begin, busy, overruns = tokens(cfg, step), time.perf_counter(), pace.busy, pace.overruns
+        opt.zero_grad()
+        loss = training.pipeline_step(
+            stage,
+            layout,
+            samples_of(ids),
+            lm_loss,
+            lambda n: (n, cfg.seq, cfg.d_model),
+            pp_group=dist.group("pp"),
+            tp_group=dist.group("tp"),
+            pace=pace,
+        )
+        training.weighted_allreduce_grads(stage, layout, dist.group("dp"))
+        opt.step()
+        run.losses.append(training.global_loss(layout, loss))
+        run.step_s.append(time.perf_counter() - begin)
+        run.busy_s.append(pace.busy - busy)
+        run.overruns.append(pace.overruns - overruns)
+    return run
+
+
+def _median(values: list[float], warmup: int) -> float:
+    return statistics.median(values[warmup:] if len(values) > warmup else values)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--reference", action="store_true", help="one process over the whole global batch")
+    p.add_argument("--layers", type=int, help="blocks (default: the layout's num_layers, else 4)")
+    p.add_argument("--global-batch", type=int, help="samples per step (default: the layout's, else 16)")
+    for name in ("vocab", "d-model", "heads", "seq", "seed"):
+        p.add_argument(f"--{name}", type=int, default=getattr(Config, name.replace("-", "_")))
+    p.add_argument("--lr", type=float, default=Config.lr)
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default=Config.optimizer)
+    p.add_argument("--dtype", choices=("float64", "float32"), default=Config.dtype)
+    p.add_argument("--split", choices=("layout", "even", "both"), default="layout")
+    p.add_argument("--slow-rank", type=int, action="append", default=[], help="a rank to slow down")
+    p.add_argument("--slow-type", action="append", default=[], help="slow down the ranks of this device type")
+    p.add_argument("--slow-factor", type=float, default=1.0, help="how many times slower they compute")
+    p.add_argument(
+        "--device-gflops",
+        type=float,
+        help="emulate devices of this speed (slow ranks: over --slow-factor): deterministic timing "
+        "on shared or oversubscribed CPUs, set below what a rank's CPU does",
+    )
+    p.add_argument(
+        "--flops-model",
+        help="with --device-gflops: count the FLOPs of this model the planner knows [default: the "
+        "layout's model if the planner knows it, else this example's]; 'own' for this example's",
+    )
+    p.add_argument("--flops-seq", type=int, help="the planned sequence length (default: --seq)")
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the median step time")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads per rank (more only pay on big --d-model)"
+    )
+    p.add_argument("--losses-out", help="write the losses (and step times) here as JSON")
+    return p.parse_args(argv)
+
+
+def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Config:
+    """The run's config; under the launcher the layout fixes the blocks and the global batch."""
+    layers = args.layers if layout is None else layout["num_layers"]
+    batch = args.global_batch if layout is None else layout["global_batch"]
+    for flag, mine, theirs in (
+        ("--layers", args.layers, layers),
+        ("--global-batch", args.global_batch, batch),
+    ):
+        if mine is not None and mine != theirs:
+            sys.exit(f"train_uneven: {flag} {mine} but the layout has {theirs}")
+    return Config(
+        args.vocab, args.d_model, args.heads, layers or 4, args.seq, batch or 16,
+        args.seed, args.lr, args.optimizer, args.dtype,
+    )  # fmt: skip
+
+
+def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distributed) -> float:
+    """Rank 0 prints the losses and the median step time; every rank's busy time is gathered."""
+    gathered: list[Any] = [None] * dist.layout["world_size"]
+    torch.distributed.all_gather_object(
+        gathered, (_median(run.busy_s, args.warmup), sum(run.overruns[args.warmup :]))
+    )
+    prefix = "" if name == "layout" else f"{name} "
+    step_s = _median(run.step_s, args.warmup)
+    if dist.layout["rank"] == 0:
+        for i, loss in enumerate(run.losses):
+            print(f"{prefix}step {i} loss {loss:.10f}", flush=True)
+        ranks = " ".join(f"{r}:{b:.4f}" for r, (b, _) in enumerate(gathered))
+        print(f"{prefix}step_time_s {step_s:.6f} split={name} busy_s {ranks}", flush=True)
+        if over := sum(o for _, o in gathered):
+            print(f"warning: {over} computations outlasted the emulated device; lower --device-gflops")
+    return step_s
+
+
+def _summary(dist: training.Distributed, measured: dict[str, float]) -> dict[str, Any]:
+    """The plan's step times next to the measured ones, and with both splits, the share of the
+    predicted saving (against the even split) that was measured."""
+    lay = dist.layout
+    out: dict[str, Any] = {k: lay.get(k) for k in ("predicted_step_s", "even_step_s", "bound_step_s")}
+    out["measured_step_s"] = measured
+    if "layout" in measured and "even" in measured and lay.get("even_step_s"):
+        saved = 1 - measured["layout"] / measured["even"]
+        planned = 1 - lay["predicted_step_s"] / lay["even_step_s"]
+        achieved = saved / planned if planned > 0 else float("nan")
+        out.update(saved_measured=saved, saved_predicted=planned, achieved=achieved)
+        if lay["rank"] == 0:
+            print(f"saved_fraction measured={saved:.4f} predicted={planned:.4f} achieved={achieved:.3f}")
+    return out
+
+
+def _flops_model(args: argparse.Namespace, layout: dict[str, Any]) -> str | None:
+    """The planner model whose FLOPs emulated devices run (None: this example's own)."""
+    name = args.flops_model or (layout["model"] if layout["model"] in MODELS else "own")
+    if args.device_gflops and layout["rank"] == 0:
+        print(f"emulated devices: {args.device_gflops} GFLOP/s running the FLOPs of {name}", flush=True)
+    return None if name == "own" else name
+
+
+def distributed(args: argparse.Namespace) -> dict[str, Any]:
+    """Train under the launcher; rank 0's result for `--losses-out`."""
+    dist = training.init()
+    for name, reason in dist.fallbacks.items():
+        print(f"rank {dist.layout['rank']}: group {name} falls back to gloo: {reason}", flush=True)
+    cfg, me = make_config(args, dist.layout), dist.layout
+    factor = args.slow_factor if me["rank"] in args.slow_rank or me["type"] in args.slow_type else 1.0
+    model = _flops_model(args, me)
+    result: dict[str, Any] = {"runs": {}}
+    for name in ("layout", "even") if args.split == "both" else (args.split,):
+        layout = me if name == "layout" else training.even_split(me)
+        flops = stage_flops(cfg, layout, model, args.flops_seq)
+        run = train(cfg, dist, layout, args.steps, Pace(factor, flops, args.device_gflops))
+        result["runs"][name] = {"losses": run.losses, "step_time_s": _report(name, run, args, dist)}
+    result["losses"] = next(iter(result["runs"].values()))["losses"]
+    result.update(_summary(dist, {k: v["step_time_s"] for k, v in result["runs"].items()}))
+    torch.distributed.destroy_process_group()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.reference:
+        result: dict[str, Any] = {"losses": reference(make_config(args, None), args.steps)}
+        for i, loss in enumerate(result["losses"]):
+            print(f"step {i} loss {loss:.10f}", flush=True)
+    else:
+        result = distributed(args)
+    if args.losses_out and int(os.environ.get("RANK", "0")) == 0:
+        with open(args.losses_out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

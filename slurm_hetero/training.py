@@ -1,0 +1,474 @@
+"""Training-side helpers for a layout that `slurm-hetero launch` wrote: process groups, the weighted
+gradient all-reduce, a model's stage, and a GPipe pipeline step. torch is imported inside functions,
+so the package imports without it.
+
+The layout is this rank's JSON file (env `SLURM_HETERO_LAYOUT`, contract in `../shared/DESIGN.md`),
+read by `slurm_hetero.layout.current()`; every helper takes it as a mapping or an object with the
+same attributes.
+
+Conventions:
+
+- A model is ``Sequential(embed, *blocks, head)`` and the layout's `num_layers` counts the blocks.
+  `stage_modules` keeps blocks ``[layer_start, layer_end)``, plus the embedding on stage 0 and the
+  head on the last stage; the first `recompute` blocks of the stage recompute their activations.
+- Replica `r` trains on global samples ``[sample_offset, sample_offset + samples)`` of each step in
+  micro-batches of `micro_batch` (the last one may be smaller), its loss the mean over its samples.
+  `weighted_allreduce_grads` sums ``grad_weight * grad`` (``grad_weight = samples / global_batch``)
+  over the data-parallel group, which is the gradient of the global batch's mean loss whatever the
+  split. An unweighted average is not: with 5 and 11 samples it weighs each of the 5 samples 1.6x.
+- Tensor parallel ranks (same replica and stage) run the stage whole, on the same samples: their
+  gradients agree, and no tensor is sharded. Only tp rank 0 talks to the neighbour stages (whose
+  tp rank 0 its `prev_rank`/`next_rank` name); it hands what it receives to the copies by a
+  broadcast on the tp group, which also serves stages whose neighbours have fewer tp ranks.
+
+`init` starts torch.distributed with a gloo default group (it must be one backend on every rank,
+and a mixed job has no device backend all ranks share) and creates one process group per layout
+group, with the backend the layout chose where every member has it and gloo where one does not.
+Such a fallback is logged with its reason and kept in `Distributed.fallbacks`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from slurm_hetero.engine.layout import even_bounds
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
+__all__ = [
+    "Batch",
+    "Distributed",
+    "GroupInfo",
+    "Loss",
+    "Pace",
+    "as_dict",
+    "backend_unavailable_reason",
+    "even_split",
+    "global_loss",
+    "init",
+    "micro_batch_sizes",
+    "pipeline_step",
+    "stage_modules",
+    "weighted_allreduce_grads",
+]
+
+logger = logging.getLogger(__name__)
+
+# The device each collective backend drives, and the torch plugins that register it.
+_BACKEND_DEVICES: dict[str, tuple[str, ...]] = {
+    "gloo": (),
+    "nccl": ("cuda",),
+    "hccl": ("npu", "hpu"),
+    "cncl": ("mlu",),
+    "mccl": ("musa",),
+    "eccl": ("gcu",),
+    "xccl": ("xpu",),
+}
+_BACKEND_PLUGINS: dict[str, tuple[str, ...]] = {
+    "nccl": ("torch_xmlir",),  # Kunlunxin: the XPU as torch.cuda, nccl routed to BKCL
+    "hccl": ("torch_npu", "habana_frameworks.torch.distributed.hccl"),
+    "cncl": ("torch_mlu",),
+    "mccl": ("torch_musa",),
+    "eccl": ("torch_gcu",),
+    "ccl": ("oneccl_bindings_for_pytorch",),
+}
+GroupKey = tuple[str, tuple[int, ...], str]
+
+
+# -- the layout --------------------------------------------------------------------------------
+
+
+def as_dict(layout: Any) -> dict[str, Any]:
+    """A layout (mapping, dataclass or plain object) as a dict of the JSON contract's keys."""
+    if isinstance(layout, Mapping):
+        return dict(layout)
+    if dataclasses.is_dataclass(layout) and not isinstance(layout, type):
+        return dataclasses.asdict(layout)
+    return dict(vars(layout))
+
+
+def _groups(layout: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [as_dict(g) for g in layout["groups"]]
+
+
+def even_split(layout: Any) -> dict[str, Any]:
+    """The same ranks and groups with equal layers per stage and equal samples per replica (the
+    first ones one more): the even split the plan's `even_step_s` times."""
+    lay = as_dict(layout)
+    bounds = even_bounds(lay["num_layers"], lay["num_stages"])
+    q, r = divmod(lay["global_batch"], lay["num_replicas"])
+    replica = lay["replica"]
+    samples = q + (replica < r)
+    lay.update(
+        layer_start=bounds[lay["stage"]],
+        layer_end=bounds[lay["stage"] + 1],
+        samples=samples,
+        sample_offset=replica * q + min(replica, r),
+        grad_weight=samples / lay["global_batch"],
+        micro_batches=-(-samples // lay["micro_batch"]),
+        recompute=0,
+    )
+    return lay
+
+
+# -- backends and process groups ---------------------------------------------------------------
+
+
+def backend_unavailable_reason(backend: str) -> str | None:
+    """Why `backend` cannot run on this machine (its torch plugin or its device is missing), or None."""
+    import torch
+    import torch.distributed as dist
+
+    failures = [f for m in _BACKEND_PLUGINS.get(backend, ()) if (f := _import_failure(m))]
+    if not dist.is_backend_available(backend):
+        tried = f" ({'; '.join(failures)})" if failures else ""
+        return f"this torch has no {backend!r} backend{tried}"
+    devices = _BACKEND_DEVICES.get(backend, ())
+    if devices and not any(_device_available(torch, d) for d in devices):
+        return f"no {'/'.join(devices)} device is available to torch"
+    return None
+
+
+def _import_failure(module: str) -> str | None:
+    """Import a vendor's torch plugin (it registers its backend and device); why not, if it fails."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # a missing or broken vendor plugin is reported, not fatal
+        return f"import {module}: {e}"
+    return None
+
+
+def _device_available(torch: Any, device: str) -> bool:
+    module = getattr(torch, device, None)
+    return bool(module is not None and hasattr(module, "is_available") and module.is_available())
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """One process group of this rank: the backend the layout chose, the one created, and why they differ."""
+
+    name: str
+    ranks: tuple[int, ...]
+    chosen: str
+    backend: str
+    reason: str | None = None
+
+
+@dataclass
+class Distributed:
+    """What `init` set up: this rank's layout, its process groups by name (None for a group of one
+    rank, which needs no communication) and how each was made."""
+
+    layout: dict[str, Any]
+    default_backend: str
+    groups: dict[str, ProcessGroup | None] = field(default_factory=dict)
+    info: dict[str, GroupInfo] = field(default_factory=dict)
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """Group name -> why it runs on gloo instead of the layout's backend."""
+        return {n: i.reason for n, i in self.info.items() if i.reason}
+
+    def group(self, name: str) -> ProcessGroup | None:
+        return self.groups.get(name)
+
+
+def _all_groups(gathered: Sequence[tuple[Any, ...]]) -> list[GroupKey]:
+    """Every rank's groups (first of each gathered tuple), once each, in one order all ranks agree on."""
+    chosen: dict[tuple[str, tuple[int, ...]], str] = {}
+    for keys, *_ in gathered:
+        for name, ranks, backend in keys:
+            if chosen.setdefault((name, ranks), backend) != backend:
+                raise ValueError(f"group {name} {list(ranks)}: ranks disagree on its backend")
+    return sorted((name, ranks, backend) for (name, ranks), backend in chosen.items())
+
+
+def _fallback_reason(key: GroupKey, gathered: Sequence[tuple[Any, ...]]) -> str | None:
+    """Why a group cannot use its backend: the first member that lacks it (second of each gathered tuple)."""
+    name, ranks, backend = key
+    for r in ranks:
+        reason = gathered[r][1].get(backend)
+        if reason:
+            return f"rank {r}: {reason}"
+    return None
+
+
+def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
+    """Start torch.distributed (gloo default group, env:// rendezvous) and make every layout group;
+    `layout` defaults to `slurm_hetero.layout.current()`.
+
+    Each rank's file lists only its own groups, so their union comes from one `all_gather_object`
+    (which also checks that every rank runs the same plan, SLURM_HETERO_PLAN_ID); every rank then
+    calls `new_group` for all of them in one sorted order, as torch requires.
+    """
+    import os
+
+    import torch.distributed as dist
+
+    from slurm_hetero.layout import current
+
+    lay = as_dict(layout if layout is not None else current())
+    _check_layout(lay)
+    wait = datetime.timedelta(seconds=timeout)
+    dist.init_process_group("gloo", rank=lay["rank"], world_size=lay["world_size"], timeout=wait)
+    mine = [(g["name"], tuple(sorted(g["ranks"])), g["backend"]) for g in _groups(lay)]
+    available = {b: backend_unavailable_reason(b) for b in {k[2] for k in mine}}
+    gathered: list[Any] = [None] * lay["world_size"]
+    dist.all_gather_object(gathered, (mine, available, os.environ.get("SLURM_HETERO_PLAN_ID")))
+    if len({g[2] for g in gathered}) > 1:
+        plans = {r: g[2] for r, g in enumerate(gathered)}
+        raise ValueError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
+    out = Distributed(lay, "gloo")
+    for key in _all_groups(gathered):
+        _make_group(out, key, _fallback_reason(key, gathered), lay["rank"], wait)
+    return out
+
+
+def _check_layout(lay: Mapping[str, Any]) -> None:
+    """The environment is this layout's rank, and tp ranks are their position in the tp group."""
+    import os
+
+    rank, world = lay["rank"], lay["world_size"]
+    if int(os.environ.get("RANK", rank)) != rank or int(os.environ.get("WORLD_SIZE", world)) != world:
+        raise ValueError(
+            f"RANK/WORLD_SIZE {os.environ.get('RANK')}/{os.environ.get('WORLD_SIZE')} "
+            f"disagree with the layout's {rank}/{world}"
+        )
+    tp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp"), [rank])
+    if rank not in tp or tp.index(rank) != lay["tp_rank"]:
+        raise ValueError(f"rank {rank}: tp_rank {lay['tp_rank']} is not its place in its tp group {tp}")
+
+
+def _make_group(
+    out: Distributed, key: GroupKey, reason: str | None, rank: int, wait: datetime.timedelta
+) -> None:
+    """Create one group; every rank calls this for every group, in the same order (a group of one
+    rank is not created: it needs no communication). The launcher exported each group's `env`."""
+    import torch.distributed as dist
+
+    name, ranks, chosen = key
+    backend, member = "gloo" if reason else chosen, rank in ranks
+    if member and reason:
+        logger.warning("group %s %s: %s unavailable (%s); using gloo", name, list(ranks), chosen, reason)
+    group = dist.new_group(list(ranks), timeout=wait, backend=backend) if len(ranks) > 1 else None
+    if member:
+        out.groups[name] = group
+        out.info[name] = GroupInfo(name, ranks, chosen, backend, reason)
+
+
+# -- the model's stage -------------------------------------------------------------------------
+
+
+def stage_modules(
+    sequential: torch.nn.Sequential, layout: Any, recompute: bool = True
+) -> torch.nn.Sequential:
+    """This rank's slice of ``Sequential(embed, *blocks, head)``: blocks ``[layer_start, layer_end)``,
+    the embedding on stage 0, the head on the last stage. The slice shares the model's modules; with
+    `recompute`, the first `recompute` blocks keep only their input and recompute in backward."""
+    import torch
+
+    lay = as_dict(layout)
+    if len(sequential) != lay["num_layers"] + 2:
+        raise ValueError(f"the model has {len(sequential) - 2} blocks, the layout {lay['num_layers']}")
+    blocks = [sequential[1 + i] for i in range(lay["layer_start"], lay["layer_end"])]
+    for i in range(min(lay.get("recompute", 0), len(blocks)) if recompute else 0):
+        blocks[i] = _Recompute(blocks[i])
+    first = [sequential[0]] if lay["stage"] == 0 else []
+    last = [sequential[-1]] if lay["stage"] == lay["num_stages"] - 1 else []
+    return torch.nn.Sequential(*first, *blocks, *last)
+
+
+def _Recompute(block: torch.nn.Module) -> torch.nn.Module:  # noqa: N802 - a class factory
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    class Recompute(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return checkpoint(self.inner, x, use_reentrant=False)
+
+    return Recompute(block)
+
+
+# -- gradients and losses ----------------------------------------------------------------------
+
+
+def _on_comm_device(tensor: torch.Tensor, group: ProcessGroup | None) -> torch.Tensor:
+    """`tensor` where `group` can use it: gloo relays device tensors through host memory."""
+    import torch.distributed as dist
+
+    return tensor.cpu() if dist.get_backend(group) == "gloo" and tensor.device.type != "cpu" else tensor
+
+
+def weighted_allreduce_grads(module: torch.nn.Module, layout: Any, group: ProcessGroup | None) -> None:
+    """Replace each gradient by the sum over `group` (data parallel) of ``grad_weight * grad``: the
+    global batch's mean gradient when each replica's gradient is the mean over its own samples.
+    With `group` None (one replica) the gradients are only scaled."""
+    import torch
+    import torch.distributed as dist
+
+    grads = [_grad(p) for p in module.parameters() if p.requires_grad]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads]) * float(as_dict(layout)["grad_weight"])
+    if group is not None and dist.get_world_size(group) > 1:
+        comm = _on_comm_device(flat, group)
+        dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=group)
+        flat = comm.to(flat.device)
+    for g, reduced in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+        g.copy_(reduced.view_as(g))
+
+
+def _grad(param: torch.Tensor) -> torch.Tensor:
+    """`param`'s gradient, zeros if it has none (a replica without samples still takes part)."""
+    import torch
+
+    if param.grad is None:
+        param.grad = torch.zeros_like(param)
+    return param.grad
+
+
+def global_loss(layout: Any, replica_loss: float | None) -> float:
+    """The global batch's mean loss on every rank: ``grad_weight * loss`` of each replica's last
+    stage (tp rank 0), summed over the default group."""
+    import torch
+    import torch.distributed as dist
+
+    lay = as_dict(layout)
+    mine = replica_loss is not None and lay["stage"] == lay["num_stages"] - 1 and lay["tp_rank"] == 0
+    value = torch.tensor([lay["grad_weight"] * replica_loss if mine else 0.0], dtype=torch.float64)
+    dist.all_reduce(value)
+    return float(value.item())
+
+
+# -- the pipeline ------------------------------------------------------------------------------
+
+
+def micro_batch_sizes(layout: Any) -> list[int]:
+    """This replica's micro-batch sizes: `micro_batches` of `micro_batch`, the last one the rest."""
+    lay = as_dict(layout)
+    samples, size, count = lay["samples"], lay["micro_batch"], lay["micro_batches"]
+    if samples == 0:
+        return []
+    last = samples - size * (count - 1)
+    if count < 1 or not 0 < last <= size:
+        raise ValueError(f"{samples} samples do not make {count} micro-batches of at most {size}")
+    return [size] * (count - 1) + [last]
+
+
+class _Links:
+    """This rank's transfers to its neighbour stages. Tensor parallel rank 0 sends and receives on
+    the pipeline group (its neighbours are the other stages' tp rank 0); the other tp ranks, copies
+    of the stage, take what it received by a broadcast on the tp group and send nothing. Sends are
+    asynchronous, so a stage goes on computing; `wait` ends them."""
+
+    def __init__(
+        self, lay: dict[str, Any], like: torch.Tensor, pp: ProcessGroup | None, tp: ProcessGroup | None
+    ):
+        self.lay, self.like, self.pp, self.tp = lay, like, pp, tp
+        self.tp_root = min(next((g["ranks"] for g in _groups(lay) if g["name"] == "tp"), [lay["rank"]]))
+        self.pending: list[tuple[Any, torch.Tensor]] = []
+
+    def send(self, tensor: torch.Tensor, dst: int | None, tag: int) -> None:
+        import torch.distributed as dist
+
+        if self.lay["tp_rank"] == 0:
+            out = _on_comm_device(tensor.detach().contiguous(), self.pp)
+            self.pending.append((dist.isend(out, dst=_neighbour(dst), group=self.pp, tag=tag), out))
+
+    def recv(self, shape: Sequence[int], src: int | None, tag: int) -> torch.Tensor:
+        import torch
+        import torch.distributed as dist
+
+        buffer = torch.empty(tuple(shape), dtype=self.like.dtype, device=self.like.device)
+        if self.lay["tp_rank"] == 0:
+            buffer = _on_comm_device(buffer, self.pp)
+            dist.recv(buffer, src=_neighbour(src), group=self.pp, tag=tag)
+        if self.tp is not None:
+            buffer = _on_comm_device(buffer, self.tp)
+            dist.broadcast(buffer, src=self.tp_root, group=self.tp)
+        return buffer.to(self.like.device)
+
+    def wait(self) -> None:
+        for work, _ in self.pending:
+            work.wait()
+        self.pending.clear()
+
+
+def _neighbour(rank: int | None) -> int:
+    if rank is None:
+        raise ValueError("the layout names no neighbour stage for tp rank 0 of an inner stage")
+    return rank
+
+
+Pace = Callable[[float, str, int], None]
+
+
+def _timed(pace: Pace | None, phase: str, samples: int, work: Callable[..., Any], *args: Any) -> Any:
+    start = time.perf_counter()
+    out = work(*args)
+    if pace is not None:
+        pace(time.perf_counter() - start, phase, samples)
+    return out
+
+
+Batch = Callable[[int, int], tuple["torch.Tensor", "torch.Tensor"]]
+Loss = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+def pipeline_step(
+    stage: torch.nn.Module,
+    layout: Any,
+    batch: Batch,
+    loss_fn: Loss,
+    boundary: Callable[[int], Sequence[int]],
+    pp_group: ProcessGroup | None = None,
+    tp_group: ProcessGroup | None = None,
+    pace: Pace | None = None,
+) -> float | None:
+    """One step's forward and backward of this replica (GPipe: every micro-batch forward, then every
+    one backward), accumulating into `stage`'s gradients the gradient of the replica's mean loss.
+
+    `batch(start, size)` gives (inputs, targets) of global samples ``[start, start + size)``;
+    `loss_fn(output, targets)` a micro-batch's mean loss; `boundary(size)` the activation shape
+    between stages (`pp_group` carries them, `tp_group` hands them to tp copies; see `_Links`).
+    `pace(seconds, phase, samples)` is called after each micro-batch's "forward" and "backward"
+    compute with its duration (e.g. to emulate a slower device). Returns the replica's mean loss on
+    the last stage, None on the others.
+    """
+    lay = as_dict(layout)
+    sizes, links = micro_batch_sizes(lay), _Links(lay, next(stage.parameters()), pp_group, tp_group)
+    first, last = lay["stage"] == 0, lay["stage"] == lay["num_stages"] - 1
+    inputs, outputs, total, start = [], [], 0.0, lay["sample_offset"]
+    for i, size in enumerate(sizes):
+        x, targets = batch(start, size)
+        if not first:
+            x = links.recv(boundary(size), lay["prev_rank"], 2 * i).requires_grad_()
+        y = _timed(pace, "forward", size, stage, x)
+        if last:
+            y = loss_fn(y, targets) * (size / lay["samples"])
+            total += float(y.detach())
+        else:
+            links.send(y, lay["next_rank"], 2 * i)
+        inputs.append(x)
+        outputs.append(y)
+        start += size
+    for i in reversed(range(len(sizes))):
+        grad = None if last else links.recv(outputs[i].shape, lay["next_rank"], 2 * i + 1)
+        _timed(pace, "backward", sizes[i], outputs[i].backward, grad)
+        if not first:
+            links.send(_grad(inputs[i]), lay["prev_rank"], 2 * i + 1)
+    links.wait()
+    return total if last else None

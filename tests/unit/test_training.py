@@ -1,0 +1,209 @@
+"""Uneven data and pipeline parallelism against one process: `slurm_hetero.training` and
+`examples/train_uneven.py` on local gloo ranks with hand-written layout files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from slurm_hetero import training  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_uneven.py"
+STEPS = 4
+
+
+def _example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("train_uneven", EXAMPLE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_uneven"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+example = _example()
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A hand-written layout: layer `bounds` per stage, `samples` per replica, `tp` copies per stage.
+    Ranks go replica by replica, stage by stage, tp rank by tp rank."""
+
+    bounds: list[int]
+    samples: list[int]
+    micro_batch: int
+    dp_backend: str = "gloo"
+    recompute: int = 0
+    tp: list[int] | None = None
+
+    @property
+    def places(self) -> dict[tuple[int, int, int], int]:
+        tp = self.tp or [1] * (len(self.bounds) - 1)
+        where = [(r, s, t) for r in range(len(self.samples)) for s in range(len(tp)) for t in range(tp[s])]
+        return {w: rank for rank, w in enumerate(where)}
+
+    def group(self, name: str, keys: list[tuple[int, int, int]], backend: str = "gloo") -> dict[str, Any]:
+        ranks = sorted(self.places[k] for k in keys if k in self.places)
+        return {"name": name, "ranks": ranks, "backend": backend, "comm": "cpu-relay", "env": {}}
+
+    def layout(self, replica: int, stage: int, t: int) -> dict[str, Any]:
+        """One rank's file; it lists only the rank's own groups, as the launcher writes them."""
+        places, stages, replicas = self.places, len(self.bounds) - 1, len(self.samples)
+        n, tp = self.samples[replica], (self.tp or [1] * stages)[stage]
+        return {
+            "version": 1, "rank": places[replica, stage, t], "world_size": len(places),
+            "local_rank": places[replica, stage, t], "local_world_size": len(places), "node": "localhost",
+            "type": "cpu", "vendor": "cpu", "kind": "pipeline" if stages > 1 else "data", "model": "tiny",
+            "global_batch": sum(self.samples), "num_layers": self.bounds[-1], "stage": stage,
+            "num_stages": stages, "replica": replica, "num_replicas": replicas, "tp_rank": t, "tp_size": tp,
+            "layer_start": self.bounds[stage], "layer_end": self.bounds[stage + 1],
+            "micro_batch": self.micro_batch, "micro_batches": -(-n // self.micro_batch), "samples": n,
+            "sample_offset": sum(self.samples[:replica]), "grad_weight": n / sum(self.samples),
+            "recompute": self.recompute if stage == 0 else 0,
+            "prev_rank": places.get((replica, stage - 1, t)),
+            "next_rank": places.get((replica, stage + 1, t)),
+            "groups": [
+                self.group("tp", [(replica, stage, u) for u in range(tp)]),
+                self.group("dp", [(r, stage, t) for r in range(replicas)], self.dp_backend),
+                self.group("pp", [(replica, s, t) for s in range(stages)]),
+            ],
+            "predicted_step_s": 1.0, "even_step_s": 1.2, "bound_step_s": 0.9, "efficiency": 0.9,
+        }  # fmt: skip
+
+
+def layouts(bounds: list[int], samples: list[int], micro_batch: int, **options: Any) -> list[dict[str, Any]]:
+    """Every rank's layout of a `Grid`, in rank order."""
+    grid = Grid(bounds, samples, micro_batch, **options)
+    return [grid.layout(*where) for where in grid.places]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ranks(tmp_path: Path, per_rank: list[dict[str, Any]], *args: str) -> tuple[dict[str, Any], str]:
+    """Run the example on one local process per layout; rank 0's --losses-out JSON and stdout."""
+    port, world, procs = _free_port(), len(per_rank), []
+    for lay in per_rank:
+        path = tmp_path / f"layout-{lay['rank']}.json"
+        path.write_text(json.dumps(lay))
+        env = os.environ | {
+            "RANK": str(lay["rank"]), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lay["rank"]),
+            "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "SLURM_HETERO_LAYOUT": str(path), "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
+        }  # fmt: skip
+        argv = [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--threads", "1", *args]
+        argv += ["--losses-out", str(tmp_path / "out.json")]
+        procs.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    for p, text in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, text
+    return json.loads((tmp_path / "out.json").read_text()), outputs[0]
+
+
+def reference(per_rank: list[dict[str, Any]]) -> list[float]:
+    cfg = example.Config(layers=per_rank[0]["num_layers"], global_batch=per_rank[0]["global_batch"])
+    return example.reference(cfg, STEPS)
+
+
+def test_uneven_data_parallel_matches_one_process(tmp_path: Path) -> None:
+    per_rank = layouts([0, 2], [5, 11], micro_batch=4, dp_backend="hccl")
+    result, stdout = run_ranks(tmp_path, per_rank)
+    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
+    assert "group dp falls back to gloo" in stdout  # no Ascend here: logged, not silent
+
+
+def test_uneven_pipeline_matches_one_process(tmp_path: Path) -> None:
+    # stage 1 runs as two tp copies: rank 2 has no neighbour and gets activations through tp
+    per_rank = layouts([0, 1, 4], [16], micro_batch=6, tp=[1, 2])
+    assert per_rank[2]["prev_rank"] is None
+    result, stdout = run_ranks(tmp_path, per_rank, "--split", "both")
+    assert result["runs"]["layout"]["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
+    assert result["runs"]["even"]["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
+    assert "saved_fraction measured=" in stdout
+
+
+def test_pipeline_by_data_parallel_matches_one_process(tmp_path: Path) -> None:
+    per_rank = layouts([0, 1, 3], [7, 9], micro_batch=3, recompute=1)
+    result, _ = run_ranks(tmp_path, per_rank, "--slow-rank", "1", "--slow-factor", "2")
+    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
+    assert result["losses"][-1] < result["losses"][0]
+
+
+# -- in one process --------------------------------------------------------------------------
+
+
+def _replica_grads(model: Any, ids: Any, lay: dict[str, Any]) -> list[Any]:
+    """One replica's gradient (mean over its samples), passed through the weighting."""
+    model.zero_grad()
+    part = ids[lay["sample_offset"] : lay["sample_offset"] + lay["samples"]]
+    example.lm_loss(model(part[:, :-1]), part[:, 1:]).backward()
+    training.weighted_allreduce_grads(model, lay, None)  # no group: scales by grad_weight only
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_weighting_gives_the_global_gradient_and_an_unweighted_average_does_not() -> None:
+    cfg = example.Config(layers=2, global_batch=16)
+    model, ids = example.build_model(cfg), example.tokens(cfg, 0)
+    example.lm_loss(model(ids[:, :-1]), ids[:, 1:]).backward()
+    full = [p.grad.clone() for p in model.parameters()]
+    per_rank = layouts([0, 2], [5, 11], micro_batch=16)
+    summed = [a + b for a, b in zip(*(_replica_grads(model, ids, lay) for lay in per_rank), strict=True)]
+    own = [_replica_grads(model, ids, lay | {"grad_weight": 1.0}) for lay in per_rank]
+    unweighted = [(a + b) / 2 for a, b in zip(*own, strict=True)]
+    assert all(torch.allclose(s, f, atol=1e-12) for s, f in zip(summed, full, strict=True))
+    assert max(float((u - f).abs().max()) for u, f in zip(unweighted, full, strict=True)) > 1e-3
+
+
+def test_stage_modules_slices_blocks_with_embedding_first_and_head_last() -> None:
+    model = example.build_model(example.Config(layers=4))
+    first, last = layouts([0, 1, 4], [16], micro_batch=6, recompute=1)
+    head_stage = training.stage_modules(model, last)
+    assert [type(m).__name__ for m in head_stage] == ["Block"] * 3 + ["Head"]
+    assert head_stage[0] is model[2] and head_stage[-1] is model[-1]
+    assert [type(m).__name__ for m in training.stage_modules(model, first)] == ["Embed", "Recompute"]
+    with pytest.raises(ValueError, match="the model has 4 blocks, the layout 3"):
+        training.stage_modules(model, layouts([0, 1, 3], [16], micro_batch=6)[0])
+
+
+def test_micro_batches_end_with_the_rest() -> None:
+    lay = layouts([0, 2], [5, 11], micro_batch=4)[1]
+    assert training.micro_batch_sizes(lay) == [4, 4, 3]
+    with pytest.raises(ValueError, match="11 samples do not make 2 micro-batches"):
+        training.micro_batch_sizes(lay | {"micro_batches": 2})
+
+
+def test_even_split_has_equal_layers_and_samples() -> None:
+    lays = [training.even_split(x) for x in layouts([0, 1, 3], [7, 9], micro_batch=3)]
+    assert [(x["layer_start"], x["layer_end"]) for x in lays] == [(0, 2), (2, 3)] * 2
+    assert [(x["samples"], x["sample_offset"], x["grad_weight"]) for x in lays[::2]] == [
+        (8, 0, 0.5),
+        (8, 8, 0.5),
+    ]
+
+
+def test_backend_availability_names_what_is_missing() -> None:
+    assert training.backend_unavailable_reason("gloo") is None
+    assert "no 'nosuchccl' backend" in (training.backend_unavailable_reason("nosuchccl") or "")
+
+
+def test_package_imports_without_torch() -> None:
+    code = "import sys; sys.modules['torch'] = None; import slurm_hetero.training"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
