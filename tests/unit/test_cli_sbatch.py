@@ -33,10 +33,26 @@ def test_gpumem_is_merged_into_an_existing_gres() -> None:
 
 
 def test_dry_run_prints_the_command_with_the_fitted_gpumem() -> None:
-    code, out, err = run("sbatch", "--model", "llama-3-8b", "--mode", "infer", "--seq", "4096", "--dry-run",
-                         "--gpus=2", "-p", "gpu", "serve.sh", "--port", "8000")
+    code, out, err = run(
+        "sbatch",
+        "--model",
+        "llama-3-8b",
+        "--mode",
+        "infer",
+        "--seq",
+        "4096",
+        "--dry-run",
+        "--gpus=2",
+        "-p",
+        "gpu",
+        "serve.sh",
+        "--port",
+        "8000",
+    )
     assert code == 0, err
-    assert out.startswith("sbatch --gres=gpumem:") and out.rstrip().endswith("--gpus=2 -p gpu serve.sh --port 8000")
+    assert out.startswith("sbatch --gres=gpumem:") and out.rstrip().endswith(
+        "--gpus=2 -p gpu serve.sh --port 8000"
+    )
     gib = int(out.split("gpumem:")[1].split("G")[0])
     assert 8 <= gib <= 16  # 16 GB of bf16 weights split over 2 devices, plus KV cache and overhead
     assert "llama-3-8b infer needs" in err
