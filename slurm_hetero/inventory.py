@@ -229,15 +229,19 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
     return inventory_from_dict(data, source, keep_identity)
 
 
-def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
-    """Read an inventory file; JSON when its name ends in `.json`, else YAML."""
-    path = Path(path)
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InventoryError(f"{path}: no such inventory file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InventoryError(f"{path}: cannot read inventory: {e}") from e
+
+
+def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
+    """Read an inventory file; JSON when its name ends in `.json`, else YAML."""
+    path = Path(path)
+    text = _read(path)
     return loads(text, str(path), as_json=path.suffix.lower() == ".json", keep_identity=keep_identity)
 
 
@@ -258,12 +262,7 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
     """Read a file holding one inventory, several YAML documents, or JSON lines (one per node,
     as `srun ... slurm-hetero discover --json > nodes.jsonl` writes them)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: no such inventory file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InventoryError(f"{path}: cannot read inventory: {e}") from e
+    text = _read(path)
     stripped = text.lstrip()
     if stripped.startswith("{") and "\n{" in stripped.rstrip():
         lines = [ln for ln in text.splitlines() if ln.strip()]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
@@ -12,10 +11,10 @@ from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.config import load_settings
-from slurm_hetero.errors import OutputError, RequestError
+from slurm_hetero.errors import RequestError
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
-from slurm_hetero.render.write import diff, write_atomic
+from slurm_hetero.render.write import diff, ensure_output_dir, write_atomic
 from slurm_hetero.units import parse_size
 
 
@@ -33,18 +32,6 @@ def parse_shares(specs: tuple[str, ...]) -> dict[str, int]:
 @cli.group()
 def gres() -> None:
     """Generate Slurm GRES configuration."""
-
-
-def _output_dir(out: Path, check: bool) -> Path:
-    if check:
-        return out
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{out}: cannot create output directory: {e.strerror}") from e
-    if not os.access(out, os.W_OK):
-        raise OutputError(f"{out}: output directory is not writable; nothing changed")
-    return out
 
 
 @gres.command()
@@ -122,7 +109,8 @@ def render(
     )
     context["source"] = inventory_path.name
     files = {
-        _output_dir(out, check) / name: text for name, text in render_configs(context, template_dir).items()
+        (out if check else ensure_output_dir(out)) / name: text
+        for name, text in render_configs(context, template_dir).items()
     }
     if check:
         changes = diff(files)

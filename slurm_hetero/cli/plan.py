@@ -258,7 +258,9 @@ def build_spec(
 @cli.command("plan")
 @click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
 @click.option(
-    "--model", required=True, help="Model name: llama-3-8b, llama-2-7b, llama-2-13b, llama-3-70b, gpt2."
+    "--model",
+    required=True,
+    help="Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.",
 )
 @click.option(
     "--global-batch", type=click.IntRange(min=1), default=512, show_default=True, help="Sequences per step."

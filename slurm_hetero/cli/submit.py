@@ -4,7 +4,6 @@ explain` (what the hook would do with a request, from the same engine)."""
 from __future__ import annotations
 
 import json
-import os
 from importlib import resources
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.config import Settings, exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
-from slurm_hetero.errors import ConfigError, OutputError
-from slurm_hetero.render.write import diff, write_atomic
+from slurm_hetero.errors import ConfigError
+from slurm_hetero.render.write import diff, ensure_output_dir, write_atomic
 from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
 from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
 
@@ -40,16 +39,6 @@ def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settin
         return compile_model(cluster, load_catalog(models_dirs), settings.scoring)
     except ValueError as e:
         raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
-
-
-def _output_dir(out: Path) -> Path:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{out}: cannot create output directory: {e.strerror}") from e
-    if not os.access(out, os.W_OK):
-        raise OutputError(f"{out}: output directory is not writable; nothing changed")
-    return out
 
 
 _inventory_opt = click.option(
@@ -102,7 +91,7 @@ def render(
     uids = exempt_uids(settings.exempt_users)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name)
     script = render_script(script_template(), ident, settings.fail_policy, table_path)
-    files = {(out if check else _output_dir(out)) / SCRIPT_NAME: script, out / TABLE_NAME: table}
+    files = {(out if check else ensure_output_dir(out)) / SCRIPT_NAME: script, out / TABLE_NAME: table}
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)

@@ -23,6 +23,17 @@ def _current(path: Path) -> str | None:
         raise OutputError(f"{path}: cannot read the existing file: {e.strerror}") from e
 
 
+def ensure_output_dir(directory: Path) -> Path:
+    """Create `directory` if needed; OutputError (nothing changed) when it can't be written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{directory}: cannot create output directory: {e.strerror}") from e
+    if not os.access(directory, os.W_OK):
+        raise OutputError(f"{directory}: output directory is not writable; nothing changed")
+    return directory
+
+
 def diff(files: Mapping[Path, str]) -> str:
     """Unified diff between the files on disk and their new contents ('' when nothing changes)."""
     chunks = []
