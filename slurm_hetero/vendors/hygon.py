@@ -9,7 +9,7 @@ shows a Hygon (PCI vendor 0x1d94) display/accelerator device; the AMD vendor ste
 
 Captures parsed (recognised by content, any order, merged per DCU index)
 ------------------------------------------------------------------------
-The formats are rocm-smi's and are parsed by the AMD module's code (`slurm_hetero.vendors.amd`),
+The formats are rocm-smi's and are parsed by the code shared with AMD (`slurm_hetero.vendors._rocm`),
 with DCU branding: a `System Management Interface` banner (no "ROCm"), `End of SMI Log` footer,
 `DCU[N]` / `HCU[N]` (or `GPU[N]`) key-value lines (Card Series -> model, `vram Total Memory (MiB)`
 or `VRAM Total Memory (B)` -> memory, PCI Bus, Unique ID, (Topology) Numa Node/Affinity, Driver
@@ -44,16 +44,11 @@ from typing import ClassVar
 from slurm_hetero import proc
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors.amd import (
-    HYGON_PCI_VENDOR,
-    PCI_ROOT,
-    Dialect,
-    accelerator_pci_vendors,
-    parse_captures,
-    with_local_cpus,
-)
+from slurm_hetero.vendors._rocm import PCI_ROOT, accelerator_pci_vendors, parse_captures, with_local_cpus
+from slurm_hetero.vendors._rocm_facts import Dialect
 from slurm_hetero.vendors.base import Vendor
 
+HYGON_PCI_VENDOR = "0x1d94"
 HY_SMI_OPTIONS = ["--showproductname", "--showmeminfo", "vram", "--showbus", "--showdriverversion"]
 HYGON_HINT = "hy-smi --showproductname --showmeminfo vram"
 

@@ -20,7 +20,7 @@ import pytest
 from slurm_hetero import proc
 from slurm_hetero.errors import HeteroError, ParseError
 from slurm_hetero.model import Capture, Link
-from slurm_hetero.vendors import amd, get_vendor
+from slurm_hetero.vendors import _amd_smi, _rocm, amd, get_vendor
 from tests.conftest import FIXTURES
 
 AMD_DIR = FIXTURES / "amd"
@@ -171,7 +171,7 @@ def test_mi300x_concise_name_rows_and_rocm_smi_a() -> None:
 
 # amd-smi ---------------------------------------------------------------------------------------
 def test_amdsmi_topology_parses_bdf_tables() -> None:
-    parsed = amd.parse_amdsmi_topology(cap(TOPOLOGY), amd.AMD)
+    parsed = _amd_smi.parse_amdsmi_topology(cap(TOPOLOGY), amd.AMD)
     bdfs = {a for a, _ in parsed.link_kind}
     assert len(bdfs) == 8 and "0000:0c:00.0" in bdfs
     assert {kind for (a, b), kind in parsed.link_kind.items() if a != b} == {"XGMI"}
@@ -179,7 +179,7 @@ def test_amdsmi_topology_parses_bdf_tables() -> None:
 
 
 def test_amdsmi_list_parses_bdf_and_hides_redacted_uuid() -> None:
-    parsed = amd.parse_amdsmi_blocks(cap(LIST), amd.AMD)
+    parsed = _amd_smi.parse_amdsmi_blocks(cap(LIST), amd.AMD)
     assert {i: (f.bdf, f.uuid) for i, f in parsed.gpus.items()} == {
         0: ("0000:23:00.0", None),
         1: ("0000:26:00.0", None),
@@ -217,7 +217,7 @@ def test_truncated_amdsmi_captures_raise(name: str, cut: float) -> None:
     text = cap(name).text
     capture = Capture(name, text[: int(len(text) * cut)])
     with pytest.raises(ParseError):
-        amd.PARSERS[amd.detect(capture, amd.AMD)](capture, amd.AMD)
+        _rocm.PARSERS[_rocm.detect(capture, amd.AMD)](capture, amd.AMD)
 
 
 def test_static_block_missing_sections_is_truncation() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from slurm_hetero.errors import HeteroError, ParseError
 from slurm_hetero.model import Capture, Health, Link
-from slurm_hetero.vendors import get_vendor
+from slurm_hetero.vendors import _nvidia_smi, _nvidia_topo, _nvml, get_vendor
 from slurm_hetero.vendors import nvidia as nv
 from tests.conftest import FIXTURES
 
@@ -71,7 +71,7 @@ def test_every_topology_capture_has_expectations() -> None:
 @pytest.mark.parametrize("name", sorted(TOPOLOGIES))
 def test_topology_matrix(name: str) -> None:
     count, nv_count, cores, numa, shows_nvlink = TOPOLOGIES[name]
-    topo = nv.parse_topology(_capture(name))
+    topo = _nvidia_topo.parse_topology(_capture(name))
     assert [g.position for g in topo.gpus] == list(range(count))  # NIC rows are not GPUs
     assert [g.cores for g in topo.gpus] == cores
     assert [g.numa_node for g in topo.gpus] == numa
@@ -85,7 +85,7 @@ def test_topology_matrix(name: str) -> None:
 def test_topology_terminal_copy_with_expanded_tabs_parses_the_same(name: str) -> None:
     original = _capture(name)
     expanded = Capture(original.source, original.text.expandtabs(8))
-    assert nv.parse_topology(expanded) == nv.parse_topology(original)
+    assert _nvidia_topo.parse_topology(expanded) == _nvidia_topo.parse_topology(original)
 
 
 @pytest.mark.parametrize("name", sorted(TOPOLOGIES))
@@ -95,13 +95,13 @@ def test_truncated_topology_raises_parse_error(name: str, cut: float) -> None:
     nothing this parser uses: one real capture's NIC Legend is itself cut short)."""
     text = _capture(name).text
     with pytest.raises(ParseError) as excinfo:
-        nv.parse_topology(Capture(name, text[: int(len(text) * cut)]))
+        _nvidia_topo.parse_topology(Capture(name, text[: int(len(text) * cut)]))
     assert "\n" not in str(excinfo.value)
 
 
 def test_blank_cpu_affinity_distrusts_the_whole_column(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        topo = nv.parse_topology(
+        topo = _nvidia_topo.parse_topology(
             _capture("topo-m_princeton-della-pli_8x-h100_nic-legend_blank-cpu-affinity.txt")
         )
     assert all(g.cores is None for g in topo.gpus)  # GPU4-7 printed "1": the odd CPUs, badly formatted
@@ -110,16 +110,16 @@ def test_blank_cpu_affinity_distrusts_the_whole_column(caplog: pytest.LogCapture
 
 def test_split_topo_fields_rebuilds_blank_fields_from_tab_stops() -> None:
     line = "GPU0\t X \tNV18\t\t0\t\tN/A"
-    assert nv.split_topo_fields(line) == ["GPU0", "X", "NV18", "", "0", "", "N/A"]
-    assert nv.split_topo_fields(line.expandtabs(8)) == ["GPU0", "X", "NV18", "", "0", "", "N/A"]
+    assert _nvidia_topo.split_topo_fields(line) == ["GPU0", "X", "NV18", "", "0", "", "N/A"]
+    assert _nvidia_topo.split_topo_fields(line.expandtabs(8)) == ["GPU0", "X", "NV18", "", "0", "", "N/A"]
     header = "\tGPU0\tCPU Affinity\tNUMA Affinity".expandtabs(8)
-    assert nv.split_topo_fields(header) == ["", "GPU0", "CPU Affinity", "NUMA Affinity"]
+    assert _nvidia_topo.split_topo_fields(header) == ["", "GPU0", "CPU Affinity", "NUMA Affinity"]
 
 
 def test_topology_with_an_unknown_cell_names_the_line() -> None:
     text = _capture(DGX1_TOPO_MP).text.replace("GPU1\tPIX", "GPU1\tP?X", 1)
     with pytest.raises(ParseError, match=r":3: not a matrix row"):
-        nv.parse_topology(Capture("t.txt", text))
+        _nvidia_topo.parse_topology(Capture("t.txt", text))
 
 
 # -- device listing + topology -------------------------------------------------------------------
@@ -242,14 +242,14 @@ def _set(path: str, value: str) -> Callable[[ET.Element, int], None]:
     ],
 )
 def test_unhealthy_gpu_from_xml(path: str, value: str, reason: str) -> None:
-    devices = nv.parse_smi_xml(Capture("q.xml", _xml_with_gpus([0, 1, 2], _set(path, value))))
+    devices = _nvidia_smi.parse_smi_xml(Capture("q.xml", _xml_with_gpus([0, 1, 2], _set(path, value))))
     assert [d.health for d in devices] == [Health.OK, Health.UNHEALTHY, Health.OK]
     assert reason in (devices[1].health_reason or "")
 
 
 def test_gpu_without_readable_minor_number_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        devices = nv.parse_smi_xml(
+        devices = _nvidia_smi.parse_smi_xml(
             Capture("q.xml", _xml_with_gpus([0, 1, 2], _set("minor_number", "Unknown Error")))
         )
     assert [d.index for d in devices] == [0, 2]
@@ -258,7 +258,9 @@ def test_gpu_without_readable_minor_number_is_skipped(caplog: pytest.LogCaptureF
 
 def test_malformed_field_is_a_parse_error_naming_the_gpu() -> None:
     with pytest.raises(ParseError, match=r"<gpu id='00000000:08:00.0'>: memory total '80 GB'"):
-        nv.parse_smi_xml(Capture("q.xml", _xml_with_gpus([0, 1], _set("fb_memory_usage/total", "80 GB"))))
+        _nvidia_smi.parse_smi_xml(
+            Capture("q.xml", _xml_with_gpus([0, 1], _set("fb_memory_usage/total", "80 GB")))
+        )
 
 
 def test_text_listing_health_and_lost_gpu_line(caplog: pytest.LogCaptureFixture) -> None:
@@ -271,7 +273,7 @@ def test_text_listing_health_and_lost_gpu_line(caplog: pytest.LogCaptureFixture)
         "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error\nAttached GPUs",
     )
     with caplog.at_level(logging.WARNING):
-        (device,) = nv.parse_smi_text(Capture("a.txt", text))
+        (device,) = _nvidia_smi.parse_smi_text(Capture("a.txt", text))
     assert device.health == Health.UNHEALTHY and device.health_reason == "row remapping pending"
     assert "GPU 0000:3B:00.0 not listed: Unknown Error" in caplog.text
 
@@ -279,27 +281,27 @@ def test_text_listing_health_and_lost_gpu_line(caplog: pytest.LogCaptureFixture)
 def test_text_listing_without_processes_section_is_truncated() -> None:
     text = _capture(H100_TEXT).text.replace("    Processes                             : None", "")
     with pytest.raises(ParseError, match=r"a.txt:7: GPU 00000000:19:00.0 block ends before its Processes"):
-        nv.parse_smi_text(Capture("a.txt", text))
+        _nvidia_smi.parse_smi_text(Capture("a.txt", text))
 
 
 # -- pure conversions ----------------------------------------------------------------------------
 def test_cpu_lists() -> None:
-    assert nv.cpu_list([3, 1, 2, 0, 8, 32, 33]) == "0-3,8,32-33"
-    assert nv.normalize_cpu_list(" 48-63,176-191") == "48-63,176-191"
-    assert nv.normalize_cpu_list("N/A") is None and nv.normalize_cpu_list("") is None
+    assert _nvidia_smi.cpu_list([3, 1, 2, 0, 8, 32, 33]) == "0-3,8,32-33"
+    assert _nvidia_smi.normalize_cpu_list(" 48-63,176-191") == "48-63,176-191"
+    assert _nvidia_smi.normalize_cpu_list("N/A") is None and _nvidia_smi.normalize_cpu_list("") is None
     for bad in ("0-", "a-3", "5-2", "0;3"):
         with pytest.raises(ValueError):
-            nv.normalize_cpu_list(bad)
-    assert nv.cpu_list_from_mask([0x0000FFFF0000FFFF, 0]) == "0-15,32-47"
-    assert nv.cpu_list_from_mask([0, 1]) == "64"
-    assert nv.cpu_list_from_mask([0, 0]) is None
+            _nvidia_smi.normalize_cpu_list(bad)
+    assert _nvml.cpu_list_from_mask([0x0000FFFF0000FFFF, 0]) == "0-15,32-47"
+    assert _nvml.cpu_list_from_mask([0, 1]) == "64"
+    assert _nvml.cpu_list_from_mask([0, 0]) is None
 
 
 def test_versions_and_ids() -> None:
-    assert nv.cuda_version_string(12040) == "12.4" and nv.cuda_version_string(13020) == "13.2"
-    assert nv.bus_key("00000000:1A:00.0") == "0000:1a:00.0"
-    assert nv.bus_key("0000:1a:00.0") == "0000:1a:00.0"
-    assert nv.parse_mib("81920 MiB") == 81920 and nv.parse_mib("N/A") is None
+    assert _nvml.cuda_version_string(12040) == "12.4" and _nvml.cuda_version_string(13020) == "13.2"
+    assert _nvml.bus_key("00000000:1A:00.0") == "0000:1a:00.0"
+    assert _nvml.bus_key("0000:1a:00.0") == "0000:1a:00.0"
+    assert _nvidia_smi.parse_mib("81920 MiB") == 81920 and _nvidia_smi.parse_mib("N/A") is None
 
 
 # -- NVML with a fake pynvml ---------------------------------------------------------------------
@@ -430,7 +432,7 @@ class FakeNvml:
 
 def _probe(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml, sysfs: Path) -> list[Any]:
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    monkeypatch.setattr(nv, "SYSFS_PCI", sysfs)
+    monkeypatch.setattr(_nvml, "SYSFS_PCI", sysfs)
     return get_vendor("nvidia").probe()
 
 

@@ -1,0 +1,175 @@
+"""amd-smi text output for the AMD vendor, each capture -> one `Parsed`: `amd-smi static` and
+`amd-smi list` (`GPU: N` blocks of indented `KEY: value` lines; CPU blocks skipped; every GPU block
+must have the sections of the first), `amd-smi topology` (LINK TYPE and HOPS tables addressed by
+PCI address, mapped to GPU indexes when merged) and `amd-smi version` (the ROCm version).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slurm_hetero.errors import ParseError
+from slurm_hetero.model import Capture
+from slurm_hetero.vendors._rocm_facts import (
+    BDF,
+    CPULIST,
+    UNIT_MIB,
+    Dialect,
+    Facts,
+    Parsed,
+    clean,
+    convert_fact,
+    memory_mib,
+    set_fact,
+)
+
+AMD_SMI_HINT = "amd-smi static"
+AMDSMI_BLOCK = re.compile(r"^(GPU|CPU|CORE): (\d+)\s*$")
+_TREE_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_][^:]*?):(?: (?P<value>.*))?$")
+AMDSMI_TOPO_TABLE = re.compile(r"^(ACCESS|WEIGHT|HOPS|LINK TYPE|NUMA BW) TABLE:\s*$")
+AMDSMI_VERSION = re.compile(r"^AMDSMI Tool: .*\bROCm version: (?P<rocm>\S+)")
+# amd-smi static / list: Facts field <- path in a `GPU: N` block
+_AMDSMI_FIELDS = (
+    ("device_id", ("ASIC", "DEVICE_ID")),
+    ("bdf", ("BUS", "BDF")),
+    ("bdf", ("BDF",)),
+    ("uuid", ("UUID",)),
+    ("driver_version", ("DRIVER", "VERSION")),
+    ("compute_partition", ("PARTITION", "COMPUTE_PARTITION")),
+    ("memory_partition", ("PARTITION", "MEMORY_PARTITION")),
+    ("numa_node", ("NUMA", "NODE")),
+)
+
+
+def _amdsmi_tree(capture: Capture, dialect: Dialect) -> list[tuple[str, int, int, dict[str, Any]]]:
+    """`GPU: N` / `CPU: N` blocks of indented `KEY: value` lines as (kind, id, line, tree)."""
+    blocks: list[tuple[str, int, int, dict[str, Any]]] = []
+    stack: list[dict[str, Any]] = []
+    for no, line in enumerate(capture.text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if head := AMDSMI_BLOCK.match(line):
+            blocks.append((head.group(1), int(head.group(2)), no, {}))
+            stack = [blocks[-1][3]]
+            continue
+        item = _TREE_LINE.match(line)
+        depth = len(item.group("indent")) // 4 if item else 0
+        if not item or not stack or len(item.group("indent")) % 4 or not 1 <= depth <= len(stack):
+            raise dialect.error(
+                capture, "not an amd-smi `KEY: value` line: output truncated?", no, line, tool="amd-smi"
+            )
+        del stack[depth:]
+        if item.group("value") is None:
+            child: dict[str, Any] = {}
+            stack[-1][item.group("key")] = child
+            stack.append(child)
+        else:
+            stack[-1][item.group("key")] = item.group("value")
+    return blocks
+
+
+def parse_amdsmi_blocks(capture: Capture, dialect: Dialect) -> Parsed:
+    """`amd-smi static` (GPU blocks with sections) or `amd-smi list` (flat GPU blocks)."""
+    gpus = [b for b in _amdsmi_tree(capture, dialect) if b[0] == "GPU"]
+    if not gpus:
+        raise dialect.error(capture, "no `GPU: N` blocks", 1, tool="amd-smi")
+    static = any(isinstance(v, dict) for _, _, _, tree in gpus for v in tree.values())
+    parsed = Parsed(capture, "amd-smi", "amd-smi static" if static else "amd-smi list")
+    reference = set(gpus[0][3])
+    for _, index, no, tree in gpus:
+        if set(tree) != reference:
+            missing = ", ".join(sorted(reference - set(tree))) or "none"
+            raise dialect.error(
+                capture,
+                f"GPU {index} block differs from GPU {gpus[0][1]} (missing: {missing}): output truncated?",
+                no,
+                f"GPU: {index}",
+                tool="amd-smi",
+            )
+        _amdsmi_gpu(parsed, index, no, tree, dialect)
+    return parsed
+
+
+def _amdsmi_gpu(parsed: Parsed, index: int, no: int, tree: Mapping[str, Any], dialect: Dialect) -> None:
+    def fail(message: str) -> ParseError:
+        return dialect.error(parsed.capture, f"GPU {index}: {message}", no, f"GPU: {index}", tool="amd-smi")
+
+    def get(*path: str) -> str:
+        node: Any = tree
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        return node if isinstance(node, str) else ""
+
+    facts = parsed.gpu(index, no)
+    set_fact(facts, "name", clean(get("ASIC", "MARKET_NAME")) or clean(get("BOARD", "PRODUCT_NAME")), fail)
+    for name, path in _AMDSMI_FIELDS:
+        set_fact(facts, name, convert_fact(name, get(*path), fail), fail)
+    _amdsmi_affinity(facts, get("NUMA", "AFFINITY"), fail)
+    size = get("VRAM", "SIZE").split()
+    if size:
+        if len(size) != 2 or size[1].lower() not in UNIT_MIB:
+            raise fail(f"VRAM SIZE {' '.join(size)!r} is not '<number> MB'")
+        set_fact(facts, "memory_mib", memory_mib(size[0], size[1], fail), fail)
+
+
+def _amdsmi_affinity(facts: Facts, raw: str, fail: Callable[[str], ParseError]) -> None:
+    """NUMA AFFINITY: a NUMA node number, or (some releases) a CPU list."""
+    value = clean(raw)
+    if value is not None and re.fullmatch(r"-?\d+", value):
+        set_fact(facts, "numa_affinity", convert_fact("numa_affinity", value, fail), fail)
+    elif value is not None and CPULIST.match(value):
+        set_fact(facts, "cores", value, fail)
+
+
+def parse_amdsmi_topology(capture: Capture, dialect: Dialect) -> Parsed:
+    """`amd-smi topology`: square tables addressed by BDF; LINK TYPE is required, HOPS optional."""
+    lines = capture.text.splitlines()
+    parsed = Parsed(capture, "amd-smi", "amd-smi topology", by_bdf=True)
+    tables = {}
+    for i, line in enumerate(lines):
+        if head := AMDSMI_TOPO_TABLE.match(line):
+            tables[head.group(1)] = _amdsmi_table(capture, lines, i + 1, dialect)
+    if "LINK TYPE" not in tables:
+        raise dialect.error(capture, "no LINK TYPE TABLE", len(lines), tool="amd-smi")
+    for (src, dst), cell in tables["LINK TYPE"].items():
+        parsed.link_kind[(src, dst)] = cell.upper()
+    for (src, dst), cell in tables.get("HOPS", {}).items():
+        if cell.isdigit():
+            parsed.hops[(src, dst)] = int(cell)
+    return parsed
+
+
+def _amdsmi_table(
+    capture: Capture, lines: list[str], start: int, dialect: Dialect
+) -> dict[tuple[str, str], str]:
+    def fail(message: str, no: int) -> ParseError:
+        return dialect.error(
+            capture, message, no, lines[no - 1] if no <= len(lines) else None, tool="amd-smi"
+        )
+
+    if start >= len(lines):
+        raise fail("table without a header: output truncated?", len(lines))
+    header = [c.lower() for c in lines[start].split()]
+    if not header or not all(BDF.match(c) for c in header):
+        raise fail("table header is not a row of PCI addresses", start + 1)
+    cells: dict[tuple[str, str], str] = {}
+    i = start + 1
+    while i < len(lines) and lines[i].split() and BDF.match(lines[i].split()[0].lower()):
+        row = lines[i].split()
+        if len(row) != len(header) + 1:
+            raise fail(f"table row has {len(row) - 1} cells for {len(header)} GPUs", i + 1)
+        cells.update({(row[0].lower(), dst): cell for dst, cell in zip(header, row[1:], strict=True)})
+        i += 1
+    if len(cells) != len(header) ** 2:
+        raise fail("table is incomplete: output truncated?", min(i + 1, len(lines)))
+    return cells
+
+
+def parse_amdsmi_version(capture: Capture, dialect: Dialect) -> Parsed:
+    parsed = Parsed(capture, "amd-smi", "amd-smi version")
+    for line in capture.text.splitlines():
+        if match := AMDSMI_VERSION.match(line):
+            parsed.runtime_version = clean(match.group("rocm"))
+    return parsed

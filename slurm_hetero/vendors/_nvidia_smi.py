@@ -1,0 +1,327 @@
+"""nvidia-smi device listings for the NVIDIA vendor: `nvidia-smi -q -x` XML and `nvidia-smi -q` / `-a`
+text -> Device records, plus what every NVIDIA parser shares: the tool names used in ParseErrors, the
+canonical field names of one GPU block, the health rules (lost identity fields, retired pages, row
+remapping, reset and recovery flags, NVLink fabric state) and the small pure conversions (MiB sizes,
+CPU lists). The registered vendor, the capture classification and the documentation of formats,
+fixtures and gaps live in `slurm_hetero.vendors.nvidia`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurm_hetero.errors import ParseError
+from slurm_hetero.model import Capture, Device, Health
+
+logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
+
+VENDOR = "nvidia"
+XML_TOOL = "nvidia-smi -q -x"
+TEXT_TOOL = "nvidia-smi -q"
+TOPO_TOOL = "nvidia-smi topo -m"
+_LOST = ("Unknown Error", "GPU is lost", "GPU requires reset")
+_NA = ("", "N/A", "None", "Not Supported", "[N/A]")
+
+# canonical field -> XML path / text path (section/key) inside one GPU block
+_XML_PATHS = {
+    "model": "product_name",
+    "uuid": "uuid",
+    "minor": "minor_number",
+    "bus_id": "pci/pci_bus_id",
+    "memory": "fb_memory_usage/total",
+    "mig": "mig_mode/current_mig",
+    "pending_retirement": "retired_pages/pending_retirement",
+    "pending_blacklist": "retired_pages/pending_blacklist",
+    "remap_pending": "remapped_rows/remapped_row_pending",
+    "remap_failure": "remapped_rows/remapped_row_failure",
+    "reset_required": "gpu_reset_status/reset_required",
+    "drain_reset": "gpu_reset_status/drain_and_reset_recommended",
+    "recovery_action": "gpu_recovery_action",
+    "fabric_state": "fabric/state",
+    "fabric_status": "fabric/status",
+}
+_TEXT_PATHS = {
+    "model": "Product Name",
+    "uuid": "GPU UUID",
+    "minor": "Minor Number",
+    "bus_id": "PCI/Bus Id",
+    "memory": "FB Memory Usage/Total",
+    "mig": "MIG Mode/Current",
+    "pending_retirement": "Retired Pages/Pending Retirement",
+    "pending_blacklist": "Retired Pages/Pending Page Blacklist",
+    "remap_pending": "Remapped Rows/Pending",
+    "remap_failure": "Remapped Rows/Remapping Failure Occurred",
+    "reset_required": "GPU Reset Status/Reset Required",
+    "drain_reset": "GPU Reset Status/Drain and Reset Recommended",
+    "recovery_action": "GPU Recovery Action",
+    "fabric_state": "Fabric/State",
+    "fabric_status": "Fabric/Status",
+}
+_IDENTITY = {
+    "model": "product name",
+    "minor": "minor number",
+    "uuid": "UUID",
+    "bus_id": "PCI bus id",
+    "memory": "memory total",
+}
+_FLAGS = (
+    ("pending_retirement", "retired pages pending"),
+    ("pending_blacklist", "retired pages pending"),
+    ("remap_pending", "row remapping pending"),
+    ("remap_failure", "row remapping failed"),
+    ("reset_required", "GPU reset required"),
+    ("drain_reset", "drain and reset recommended"),
+)
+
+
+def parse_error(
+    capture: Capture, tool: str, message: str, line_no: int | None = None, line: str | None = None
+) -> ParseError:
+    return ParseError(VENDOR, tool, message, capture.source, line_no, line)
+
+
+def _opt(text: str | None) -> str | None:
+    """A reported value, or None for blank / N/A."""
+    value = (text or "").strip()
+    return None if value in _NA else value
+
+
+# -- small pure conversions ---------------------------------------------------------------------
+def cpu_list(cpus: Iterable[int]) -> str | None:
+    """CPU ids as a gres.conf Cores-style list: {0,1,2,3,8} -> "0-3,8"; none -> None."""
+    ids = sorted(set(cpus))
+    if not ids:
+        return None
+    ranges: list[tuple[int, int]] = []
+    for cpu in ids:
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], cpu)
+        else:
+            ranges.append((cpu, cpu))
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def normalize_cpu_list(text: str) -> str | None:
+    """A printed CPU list ("48-63,176-191") normalized; blank or N/A -> None; ValueError if malformed."""
+    value = text.strip()
+    if value in _NA:
+        return None
+    cpus: set[int] = set()
+    for part in value.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
+            raise ValueError(f"CPU list {value!r} is not like 0-15,32-47")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpu_list(cpus)
+
+
+def parse_mib(text: str | None) -> int | None:
+    """ "81920 MiB" -> 81920; absent, N/A or an error text -> None; ValueError otherwise."""
+    value = (text or "").strip()
+    if value in _NA or value in _LOST:
+        return None
+    match = re.fullmatch(r"(\d+)\s*MiB", value)
+    if not match:
+        raise ValueError(f"memory total {value!r} is not like '81920 MiB'")
+    return int(match.group(1))
+
+
+def health_reasons(fields: Mapping[str, str]) -> list[str]:
+    """Why a GPU is unhealthy, from its nvidia-smi fields (canonical keys); [] when healthy."""
+    reasons = [
+        f"{label} reads {fields[key]!r} (GPU lost or fallen off the bus?)"
+        for key, label in _IDENTITY.items()
+        if fields.get(key) in _LOST
+    ]
+    for key, reason in _FLAGS:
+        if fields.get(key, "").lower() == "yes" and reason not in reasons:
+            reasons.append(reason)
+    action = _opt(fields.get("recovery_action"))
+    if action:
+        reasons.append(f"recovery action {action}")
+    state, status = _opt(fields.get("fabric_state")), _opt(fields.get("fabric_status"))
+    if state in ("Not Started", "In Progress"):
+        reasons.append(f"NVLink fabric {state.lower()}")
+    elif state == "Completed" and status not in (None, "Success"):
+        reasons.append(f"NVLink fabric status {status}")
+    return reasons
+
+
+def device_from_fields(fields: Mapping[str, str], driver: str | None, cuda: str | None) -> Device | None:
+    """One GPU block of nvidia-smi (canonical keys) -> Device; None if its minor number is unreadable.
+
+    Raises ValueError with a one-line reason when a field is malformed."""
+    model = (fields.get("model") or "").strip()
+    if not model:
+        raise ValueError("no product name")
+    minor = (fields.get("minor") or "").strip()
+    if minor in _LOST:
+        return None
+    if not minor.isdigit():
+        raise ValueError(f"minor number {minor!r} is not a number")
+    reasons = health_reasons(fields)
+    return Device(
+        vendor=VENDOR,
+        model=model,
+        index=int(minor),
+        file=f"/dev/nvidia{minor}",
+        memory_mib=parse_mib(fields.get("memory")),
+        uuid=_opt(fields.get("uuid")) if fields.get("uuid") not in _LOST else None,
+        pci_bus_id=_opt(fields.get("bus_id")) if fields.get("bus_id") not in _LOST else None,
+        health=Health.UNHEALTHY if reasons else Health.OK,
+        health_reason="; ".join(reasons) or None,
+        driver_version=driver,
+        runtime_version=cuda,
+        partition_mode="mig" if fields.get("mig") == "Enabled" else None,
+    )
+
+
+def _devices(
+    blocks: Sequence[tuple[str, Mapping[str, str], int | None]],
+    driver: str | None,
+    cuda: str | None,
+    capture: Capture,
+    tool: str,
+) -> list[Device]:
+    """GPU blocks (where, fields, line) -> devices in listing order; ParseError names the block."""
+    devices: list[Device] = []
+    for where, fields, line_no in blocks:
+        try:
+            device = device_from_fields(fields, driver, cuda)
+        except ValueError as e:
+            raise parse_error(capture, tool, f"{where}: {e}", line_no) from None
+        if device is None:
+            logger.warning("%s: %s has no readable minor number (lost GPU?); skipped", capture.source, where)
+            continue
+        if any(d.index == device.index for d in devices):
+            raise parse_error(capture, tool, f"{where}: minor number {device.index} listed twice", line_no)
+        devices.append(device)
+    if not devices:
+        raise parse_error(capture, tool, "no GPU with a readable minor number")
+    return devices
+
+
+def _check_attached(capture: Capture, attached: str | None, blocks: int, tool: str) -> None:
+    count = _opt(attached)
+    if count is not None and count.isdigit() and int(count) != blocks:
+        logger.warning(
+            "%s: %s says %s attached GPUs but lists %d; using the %d listed",
+            capture.source,
+            tool,
+            count,
+            blocks,
+            blocks,
+        )
+
+
+# -- nvidia-smi -q -x ---------------------------------------------------------------------------
+def parse_smi_xml(capture: Capture) -> list[Device]:
+    """`nvidia-smi -q -x` output -> devices in nvidia-smi's order (DTD v12/v13)."""
+    try:
+        root = ET.fromstring(capture.text.lstrip("\ufeff \t\r\n"))
+    except ET.ParseError as e:
+        raise parse_error(
+            capture, XML_TOOL, f"malformed XML, truncated? ({str(e).split(':')[0]})", e.position[0]
+        ) from None
+    if root.tag != "nvidia_smi_log":
+        raise parse_error(capture, XML_TOOL, f"XML root is <{root.tag}>, not <nvidia_smi_log>")
+    gpus = root.findall("gpu")
+    if not gpus:
+        raise parse_error(capture, XML_TOOL, "no <gpu> element")
+    _check_attached(capture, root.findtext("attached_gpus"), len(gpus), XML_TOOL)
+    blocks = []
+    for gpu in gpus:
+        fields = {
+            k: (gpu.findtext(p) or "").strip() for k, p in _XML_PATHS.items() if gpu.find(p) is not None
+        }
+        fields.setdefault("bus_id", gpu.get("id", ""))
+        blocks.append((f"<gpu id={gpu.get('id', '?')!r}>", fields, None))
+    driver, cuda = _opt(root.findtext("driver_version")), _opt(root.findtext("cuda_version"))
+    return _devices(blocks, driver, cuda, capture, XML_TOOL)
+
+
+# -- nvidia-smi -q (text) -----------------------------------------------------------------------
+_GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
+_KEY_VALUE = re.compile(r"^( *)([^:]*?\S)\s+:(?: (.*))?$")
+_NO_HANDLE = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(\S+?):? (.*)$")
+
+
+@dataclass
+class _TextGpu:
+    bus_id: str
+    line_no: int
+    fields: dict[str, tuple[str, int]] = field(default_factory=dict)
+    complete: bool = False
+
+
+def _text_line(
+    line: str,
+    no: int,
+    stack: list[tuple[int, str]],
+    header: dict[str, tuple[str, int]],
+    gpus: list[_TextGpu],
+    capture: Capture,
+) -> None:
+    """Fold one indented `Key : value` / section line into the header or the current GPU block."""
+    indent = len(line) - len(line.lstrip(" "))
+    while stack and stack[-1][0] >= indent:
+        stack.pop()
+    kv = _KEY_VALUE.match(line)
+    name = kv.group(2) if kv else line.strip()
+    if gpus and indent == 4 and name == "Processes":
+        gpus[-1].complete = True
+    if not kv:
+        if indent == 0 or not gpus:
+            raise parse_error(capture, TEXT_TOOL, "unexpected line outside a GPU block", no, line)
+        stack.append((indent, name))
+        return
+    path = "/".join([s for _, s in stack] + [name])
+    (gpus[-1].fields if gpus and indent > 0 else header)[path] = ((kv.group(3) or "").strip(), no)
+
+
+def _text_blocks(capture: Capture) -> tuple[dict[str, tuple[str, int]], list[_TextGpu]]:
+    header: dict[str, tuple[str, int]] = {}
+    gpus: list[_TextGpu] = []
+    stack: list[tuple[int, str]] = []
+    for no, raw in enumerate(capture.text.splitlines(), 1):
+        line = raw.rstrip()
+        if not line.strip() or "NVSMI LOG" in line:
+            continue
+        lost = _NO_HANDLE.search(line)
+        gpu = _GPU_HEADER.match(line)
+        if lost:
+            logger.warning("%s: GPU %s not listed: %s", capture.source, lost.group(1), lost.group(2))
+        elif gpu:
+            gpus.append(_TextGpu(gpu.group(1), no))
+            stack = []
+        else:
+            _text_line(line, no, stack, header, gpus, capture)
+    return header, gpus
+
+
+def parse_smi_text(capture: Capture) -> list[Device]:
+    """`nvidia-smi -q` / `nvidia-smi -a` text -> devices in nvidia-smi's order."""
+    header, gpus = _text_blocks(capture)
+    if not gpus:
+        raise parse_error(capture, TEXT_TOOL, "no `GPU <bus id>` block (truncated?)")
+    for gpu in gpus:
+        if not gpu.complete:
+            raise parse_error(
+                capture,
+                TEXT_TOOL,
+                f"GPU {gpu.bus_id} block ends before its Processes section (truncated?)",
+                gpu.line_no,
+            )
+    _check_attached(capture, header.get("Attached GPUs", ("", 0))[0], len(gpus), TEXT_TOOL)
+    blocks = []
+    for gpu in gpus:
+        fields = {k: gpu.fields[p][0] for k, p in _TEXT_PATHS.items() if p in gpu.fields}
+        fields.setdefault("bus_id", gpu.bus_id)
+        blocks.append((f"GPU {gpu.bus_id}", fields, gpu.line_no))
+    driver = _opt(header.get("Driver Version", ("", 0))[0])
+    cuda = _opt(header.get("CUDA Version", ("", 0))[0])
+    return _devices(blocks, driver, cuda, capture, TEXT_TOOL)

@@ -1,0 +1,233 @@
+"""Capture parsing and merging shared by the AMD and Hygon vendors: `parse_captures` recognises each
+capture by content (`detect`), refuses formats the vendor does not own, parses it with the rocm-smi
+or amd-smi parser (`PARSERS`) and `merge`s the captures of one node per GPU index (same GPU set,
+no conflicting strict facts, XGMI links at one hop, model and memory required) into Device records
+(`build_device`). It also owns the sysfs reads both vendors use: the PCI vendors of display and
+accelerator devices (`accelerator_pci_vendors`) and `cores` from each device's `local_cpulist`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from slurm_hetero.errors import ParseError
+from slurm_hetero.model import Capture, Device, Link
+from slurm_hetero.vendors._amd_smi import (
+    AMD_SMI_HINT,
+    AMDSMI_BLOCK,
+    AMDSMI_TOPO_TABLE,
+    AMDSMI_VERSION,
+    parse_amdsmi_blocks,
+    parse_amdsmi_topology,
+    parse_amdsmi_version,
+)
+from slurm_hetero.vendors._rocm_facts import CPULIST, Dialect, Facts, Parsed, set_fact
+from slurm_hetero.vendors._rocm_smi import BANNER, parse_smi_json, parse_smi_text
+
+RENDER_MINOR_BASE = 128
+PCI_ROOT = Path("/sys/bus/pci/devices")
+
+
+def detect(capture: Capture, dialect: Dialect) -> str:
+    """Which output a capture is: json, smi-text, amd-smi-blocks, amd-smi-topology, amd-smi-version."""
+    lines = capture.text.splitlines()
+    if not capture.text.strip():
+        raise dialect.error(capture, "empty capture")
+    if capture.text.lstrip().startswith("{"):
+        return "json"
+    checks = (
+        ("smi-text", BANNER),
+        ("amd-smi-blocks", AMDSMI_BLOCK),
+        ("amd-smi-topology", AMDSMI_TOPO_TABLE),
+        ("amd-smi-version", AMDSMI_VERSION),
+    )
+    for kind, pattern in checks:
+        if any(pattern.match(line) for line in lines):
+            return kind
+    first = next(line for line in lines if line.strip())
+    raise dialect.error(capture, f"not a {dialect.tool} or amd-smi capture this parser knows", 1, first)
+
+
+PARSERS: dict[str, Callable[[Capture, Dialect], Parsed]] = {
+    "json": parse_smi_json,
+    "smi-text": parse_smi_text,
+    "amd-smi-blocks": parse_amdsmi_blocks,
+    "amd-smi-topology": parse_amdsmi_topology,
+    "amd-smi-version": parse_amdsmi_version,
+}
+
+
+# merging ---------------------------------------------------------------------------------------
+def merge(parsed: Sequence[Parsed], dialect: Dialect) -> list[Device]:
+    """Combine the captures of one node into devices, in index order."""
+    indexed = [p for p in parsed if p.gpus]
+    hint = AMD_SMI_HINT if any(p.tool == "amd-smi" for p in parsed) else dialect.hint
+    if not indexed:
+        raise dialect.error(
+            parsed[0].capture,
+            f"{parsed[0].what} carries no per-GPU device data; {dialect.advice(hint)}",
+            tool=parsed[0].tool,
+        )
+    _check_same_gpus(indexed, dialect)
+    facts = {index: Facts() for index in indexed[0].gpus}
+    for p in indexed:
+        for index, gpu in p.gpus.items():
+            _merge_facts(facts[index], gpu, _conflict(p, index, dialect))
+    links = _collect_links(parsed, facts, dialect)
+    _require(facts, indexed[0], hint, dialect)
+    driver = next((p.driver_version for p in parsed if p.driver_version), None)
+    runtime = next((p.runtime_version for p in parsed if p.runtime_version), None)
+    return [
+        build_device(dialect.vendor, i, facts[i], links.get(i, {}), driver, runtime) for i in sorted(facts)
+    ]
+
+
+def _check_same_gpus(indexed: Sequence[Parsed], dialect: Dialect) -> None:
+    first = indexed[0]
+    for p in indexed[1:]:
+        if set(p.gpus) != set(first.gpus):
+            raise dialect.error(
+                p.capture,
+                f"{p.what} lists {dialect.unit}s {sorted(p.gpus)} but {first.capture.source} "
+                f"lists {sorted(first.gpus)}; captures must come from one node",
+                tool=p.tool,
+            )
+
+
+def _conflict(p: Parsed, index: int, dialect: Dialect) -> Callable[[str], ParseError]:
+    """The error for facts of GPU `index` in capture `p` that contradict an earlier capture."""
+    no, line = p.where(index)
+
+    def fail(message: str) -> ParseError:
+        text = f"{dialect.unit} {index}: {message} (captures from different nodes?)"
+        return dialect.error(p.capture, text, no, line, tool=p.tool)
+
+    return fail
+
+
+def _merge_facts(into: Facts, other: Facts, fail: Callable[[str], ParseError]) -> None:
+    for f in dataclasses.fields(Facts):
+        set_fact(into, f.name, getattr(other, f.name), fail)
+
+
+def _collect_links(
+    parsed: Sequence[Parsed], facts: Mapping[int, Facts], dialect: Dialect
+) -> dict[int, dict[int, str]]:
+    by_bdf = {f.bdf: i for i, f in facts.items() if f.bdf}
+    links: dict[int, dict[int, str]] = {}
+    for p in parsed:
+        for (src, dst), kind in p.link_kind.items():
+            a, b = (_bdf_index(p, key, by_bdf, dialect) for key in (src, dst)) if p.by_bdf else (src, dst)
+            if a not in facts or b not in facts:
+                raise dialect.error(
+                    p.capture,
+                    f"link between {dialect.unit}s {a} and {b} that the device captures do not list",
+                    tool=p.tool,
+                )
+            if kind == "XGMI" and p.hops.get((src, dst), 1) <= 1 and a != b:
+                links.setdefault(a, {})[b] = "xgmi"
+    return links
+
+
+def _bdf_index(p: Parsed, bdf: str, by_bdf: Mapping[str, int], dialect: Dialect) -> int:
+    if bdf not in by_bdf:
+        raise dialect.error(
+            p.capture,
+            f"{p.what} names GPU {bdf}, which no other capture maps to a GPU index; "
+            f"also capture `{AMD_SMI_HINT}` on the same node",
+            tool=p.tool,
+        )
+    return by_bdf[bdf]
+
+
+def missing_facts(facts: Facts) -> list[str]:
+    """What a device record cannot do without: a model name (or device id) and the memory size."""
+    missing = [] if (facts.name or facts.short_name or facts.device_id) else ["model"]
+    return missing + ([] if facts.memory_mib else ["memory size"])
+
+
+def _require(facts: Mapping[int, Facts], first: Parsed, hint: str, dialect: Dialect) -> None:
+    for index in sorted(facts):
+        missing = missing_facts(facts[index])
+        if missing:
+            no, line = first.where(index)
+            message = f"no {' or '.join(missing)} for {dialect.unit} {index} in {first.what}; "
+            raise dialect.error(first.capture, message + dialect.advice(hint), no, line, tool=first.tool)
+
+
+def build_device(
+    vendor: str, index: int, facts: Facts, links: Mapping[int, str], driver: str | None, runtime: str | None
+) -> Device:
+    """The Device record of one merged GPU (see the module docstring for each field's source)."""
+    minor = facts.render_minor if facts.render_minor is not None else RENDER_MINOR_BASE + index
+    partition = "/".join(p for p in (facts.compute_partition, facts.memory_partition) if p) or None
+    numa = facts.numa_affinity if facts.numa_affinity is not None else facts.numa_node
+    return Device(
+        vendor=vendor,
+        model=facts.name or facts.short_name or facts.device_id or "",
+        index=index,
+        file=f"/dev/dri/renderD{minor}",
+        memory_mib=facts.memory_mib,
+        numa_node=numa,
+        cores=facts.cores,
+        uuid=facts.uuid,
+        pci_bus_id=facts.bdf,
+        links=tuple(Link(peer=peer, kind=kind) for peer, kind in sorted(links.items())),
+        driver_version=facts.driver_version or driver,
+        runtime_version=runtime,
+        partition_mode=partition,
+    )
+
+
+def parse_captures(captures: Sequence[Capture], dialect: Dialect, formats: Iterable[str]) -> list[Device]:
+    """Detect, parse and merge; a format outside `formats` is refused with its owner's name."""
+    if not captures:
+        raise ParseError(dialect.vendor, dialect.tool, "no captures given", "<none>")
+    allowed = set(formats)
+    parsed = []
+    for capture in captures:
+        kind = detect(capture, dialect)
+        if kind not in allowed:
+            owner = "amd-smi" if kind.startswith("amd-smi") else kind
+            raise dialect.error(
+                capture,
+                f"this is {owner} output, which is AMD's; use --vendor amd",
+                1,
+                tool="amd-smi",
+            )
+        parsed.append(PARSERS[kind](capture, dialect))
+    return merge(parsed, dialect)
+
+
+def accelerator_pci_vendors(root: Path = PCI_ROOT) -> set[str] | None:
+    """PCI vendor ids of display/accelerator devices (class 0x03, 0x12); None if sysfs is unreadable."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return None
+    vendors = set()
+    for entry in entries:
+        try:
+            pci_class = (entry / "class").read_text().strip().lower()
+            vendor = (entry / "vendor").read_text().strip().lower()
+        except OSError:
+            continue
+        if pci_class.startswith(("0x03", "0x12")):
+            vendors.add(vendor)
+    return vendors
+
+
+def with_local_cpus(devices: Sequence[Device], root: Path = PCI_ROOT) -> list[Device]:
+    """Fill `cores` from /sys/bus/pci/devices/<bdf>/local_cpulist where the kernel reports it."""
+    out = []
+    for device in devices:
+        cpus = None
+        if device.pci_bus_id and device.cores is None:
+            try:
+                cpus = (root / device.pci_bus_id / "local_cpulist").read_text().strip()
+            except OSError:
+                cpus = None
+        out.append(dataclasses.replace(device, cores=cpus) if cpus and CPULIST.match(cpus) else device)
+    return out
