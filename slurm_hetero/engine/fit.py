@@ -45,14 +45,15 @@ parallelism; the device holding the largest pipeline stage is reported:
 - overhead as for inference.
 
 `layer_costs` gives the same figures per layer for the pipeline layout solver, and
-`device_options` turns a breakdown into the device types of an inventory that can hold it.
+`device_options` (`engine.fit_options`, re-exported here) turns a breakdown into the device types
+of an inventory that can hold it.
 `deepspeed_model_states` reproduces DeepSpeed's own estimator, for comparison (docs/fit.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from functools import partial
@@ -60,11 +61,13 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
-from slurm_hetero.catalog import Catalog
+# Re-exported (`X as X`): the device options live in engine.fit_options.
+from slurm_hetero.engine.fit_options import DeviceOption as DeviceOption
+from slurm_hetero.engine.fit_options import Estimate as Estimate
+from slurm_hetero.engine.fit_options import device_options as device_options
+from slurm_hetero.engine.fit_options import fits as fits
 from slurm_hetero.engine.modelspec import ModelSpec, ParamCounts
-from slurm_hetero.engine.reasons import ReasonCode
 from slurm_hetero.errors import ConfigError
-from slurm_hetero.model import ClusterInventory, Device, Health
 
 GIB = 2**30
 MIB = 2**20
@@ -179,8 +182,13 @@ def _workspace_bytes(spec: ModelSpec, batch: int, seq: int, tp: int) -> float:
 
 
 def inference_memory(
-    spec: ModelSpec, dtype: str = "bf16", batch: int = 1, seq: int = 2048, kv_dtype: str | None = None,
-    tp: int = 1, overhead_bytes: float = DEFAULT_OVERHEAD,
+    spec: ModelSpec,
+    dtype: str = "bf16",
+    batch: int = 1,
+    seq: int = 2048,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+    overhead_bytes: float = DEFAULT_OVERHEAD,
 ) -> Breakdown:
     """Bytes per device to serve `batch` sequences of up to `seq` tokens (prompt plus output)."""
     _check(batch=batch, seq=seq, tp=tp)
@@ -189,16 +197,24 @@ def inference_memory(
     kv_dtype = kv_dtype or ("bf16" if dtype in ("int8", "int4") else dtype)
     _check_choice("kv_dtype", kv_dtype, BYTES_PER_VALUE)
     return Breakdown(
-        mode="infer", weights=_weight_bytes(spec, dtype) / tp,
+        mode="infer",
+        weights=_weight_bytes(spec, dtype) / tp,
         kv_cache=kv_cache_bytes(spec, batch, seq, kv_dtype, tp),
-        workspace=_workspace_bytes(spec, batch, seq, tp), overhead=float(overhead_bytes), devices=tp,
+        workspace=_workspace_bytes(spec, batch, seq, tp),
+        overhead=float(overhead_bytes),
+        devices=tp,
     )
 
 
 # ------------------------------------------------------------------------------------- training
 def layer_activation_bytes(
-    spec: ModelSpec, seq: int, micro_batch: int, tp: int = 1, recompute: str = "none",
-    sequence_parallel: bool = True, cross_attention: bool = False,
+    spec: ModelSpec,
+    seq: int,
+    micro_batch: int,
+    tp: int = 1,
+    recompute: str = "none",
+    sequence_parallel: bool = True,
+    cross_attention: bool = False,
 ) -> float:
     """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank
     (Korthikanti et al. 2022, generalized to GQA, gated and MoE MLPs; see the module doc)."""
@@ -253,9 +269,18 @@ def _activations(
 
 
 def training_memory(
-    spec: ModelSpec, dtype: str = "bf16", optimizer: str = "adam", micro_batch: int = 1, seq: int = 2048,
-    zero_stage: int = 0, dp: int = 1, tp: int = 1, pp: int = 1, recompute: str = "none",
-    sequence_parallel: bool = True, overhead_bytes: float = DEFAULT_OVERHEAD,
+    spec: ModelSpec,
+    dtype: str = "bf16",
+    optimizer: str = "adam",
+    micro_batch: int = 1,
+    seq: int = 2048,
+    zero_stage: int = 0,
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+    recompute: str = "none",
+    sequence_parallel: bool = True,
+    overhead_bytes: float = DEFAULT_OVERHEAD,
 ) -> Breakdown:
     """Bytes per device to train `spec` (see the module doc for every term and its source)."""
     _check(micro_batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp)
@@ -273,8 +298,14 @@ def training_memory(
     gather = 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
     acts = _activations(spec, seq, micro_batch, tp, pp, recompute, sequence_parallel)
     return Breakdown(
-        mode="train", weights=w, gradients=g, optimizer_states=o, gather_buffer=gather, activations=acts,
-        overhead=float(overhead_bytes), devices=dp * tp * pp,
+        mode="train",
+        weights=w,
+        gradients=g,
+        optimizer_states=o,
+        gather_buffer=gather,
+        activations=acts,
+        overhead=float(overhead_bytes),
+        devices=dp * tp * pp,
     )
 
 
@@ -341,7 +372,12 @@ def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int]]:
 
 
 def layer_costs(
-    spec: ModelSpec, seq: int, micro_batch: int, tp: int = 1, dtype: str = "bf16", recompute: str = "none",
+    spec: ModelSpec,
+    seq: int,
+    micro_batch: int,
+    tp: int = 1,
+    dtype: str = "bf16",
+    recompute: str = "none",
     sequence_parallel: bool = True,
 ) -> LayerCosts:
     """FLOPs, weight bytes and activation bytes per layer (units and order: see `LayerCosts`)."""
@@ -360,119 +396,3 @@ def layer_costs(
     acts.append(4.0 * tokens * spec.vocab)
     per_rank = (np.asarray(values, dtype=np.float64) / tp for values in (flops, params, acts))
     return LayerCosts(names, *per_rank)
-
-
-# ------------------------------------------------------------------------------- device options
-def fits(breakdown: Breakdown, memory_bytes: float, headroom: float = 0.0) -> bool:
-    """Whether `breakdown` fits a device of `memory_bytes`, keeping a `headroom` fraction free."""
-    if not 0.0 <= headroom < 1.0:
-        raise ConfigError(f"must be in [0, 1), got {headroom!r}", key_path="headroom")
-    return breakdown.total <= memory_bytes * (1.0 - headroom)
-
-
-@dataclass(frozen=True)
-class DeviceOption:
-    """One device type of an inventory and whether the job fits on it. `memory_bytes` is per
-    device (the smallest of the type); `needed` the fewest devices that hold the job (None when
-    no count up to the limit does); `per_device_bytes` the estimate at that count."""
-
-    type: str
-    vendor: str
-    memory_bytes: float | None
-    available: int
-    needed: int | None
-    per_device_bytes: float | None
-    reason: ReasonCode | None = None
-
-    @property
-    def fits(self) -> bool:
-        return self.reason is None
-
-
-@dataclass
-class _TypeGroup:
-    type: str
-    vendor: str
-    memory_bytes: float | None = None
-    available: int = 0
-    unhealthy: int = 0
-
-
-def _device_memory(device: Device, catalog: Catalog) -> float | None:
-    if device.memory_mib:
-        return float(device.memory_mib) * MIB
-    spec = catalog.by_type(device.type) if device.type else catalog.resolve(device.vendor, device.model)
-    return spec.memory_gib * GIB if spec else None
-
-
-def _group_devices(inventory: ClusterInventory, catalog: Catalog) -> list[_TypeGroup]:
-    groups: dict[str, _TypeGroup] = {}
-    for node in inventory.nodes:
-        hosts = _host_count(node.name)
-        for device in node.devices:
-            name = device.type or device.model
-            group = groups.setdefault(name, _TypeGroup(type=name, vendor=device.vendor))
-            if device.health != Health.OK:
-                group.unhealthy += hosts
-                continue
-            group.available += hosts
-            memory = _device_memory(device, catalog)
-            if memory is not None:
-                group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
-    return list(groups.values())
-
-
-def _host_count(name: str) -> int:
-    """Hosts in a folded node name such as ``gpu-[01-04,07]`` (simple ranges; 1 otherwise)."""
-    if "[" not in name or not name.endswith("]"):
-        return 1
-    total = 0
-    for part in name[name.index("[") + 1 : -1].split(","):
-        low, _, high = part.partition("-")
-        total += int(high) - int(low) + 1 if high.isdigit() and low.isdigit() else 1
-    return total
-
-
-Estimate = Callable[[int], Breakdown | None]
-
-
-def _result(
-    group: _TypeGroup, needed: int | None, breakdown: Breakdown | None, reason: ReasonCode | None
-) -> DeviceOption:
-    per_device = breakdown.total if breakdown is not None else None
-    return DeviceOption(
-        group.type, group.vendor, group.memory_bytes, group.available, needed, per_device, reason
-    )
-
-
-def _option(group: _TypeGroup, estimate: Estimate, limit: int, headroom: float) -> DeviceOption:
-    if group.available == 0:
-        return _result(group, None, None, ReasonCode.UNHEALTHY)
-    if group.memory_bytes is None:
-        return _result(group, None, None, ReasonCode.UNKNOWN_MEMORY)
-    for count in range(1, max(limit, group.available) + 1):
-        breakdown = estimate(count)
-        if breakdown is not None and fits(breakdown, group.memory_bytes, headroom):
-            reason = ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
-            return _result(group, count, breakdown, reason)
-    return _result(group, None, None, ReasonCode.INSUFFICIENT_MEMORY)
-
-
-def device_options(
-    inventory: ClusterInventory,
-    catalog: Catalog,
-    estimate: Estimate,
-    limit: int = 1024,
-    headroom: float = 0.0,
-) -> list[DeviceOption]:
-    """For each device type in `inventory`: its memory per device, how many healthy devices it
-    has, and the fewest devices `n` whose estimate fits, trying ``n = 1 .. max(limit, available)``.
-
-    `estimate(n)` returns the per-device breakdown when the job is spread over `n` devices, or
-    None when `n` is not a valid layout. The CLI passes tensor-parallel inference
-    (``tp = n``, for n dividing the attention heads) or training with the given tp and pp and
-    ``dp = n / (tp * pp)``, which lowers per-device memory only under ZeRO. Memory per device is
-    the inventory's `memory_mib` (else the catalog's); the smallest of a type counts. Fitting
-    types come first, fewest devices first."""
-    options = [_option(g, estimate, limit, headroom) for g in _group_devices(inventory, catalog)]
-    return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

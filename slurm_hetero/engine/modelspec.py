@@ -57,8 +57,13 @@ class ParamCounts:
     @property
     def total(self) -> int:
         return (
-            self.embedding + self.position_embedding + self.attention + self.mlp
-            + self.router + self.norms + self.lm_head
+            self.embedding
+            + self.position_embedding
+            + self.attention
+            + self.mlp
+            + self.router
+            + self.norms
+            + self.lm_head
         )
 
 
@@ -132,19 +137,29 @@ def _llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelS
     heads = _int(config, "num_attention_heads", name)
     kv_heads = _int(config, "num_key_value_heads", name, heads)
     if heads % kv_heads:
-        raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name,
-                          "num_key_value_heads")
+        raise ConfigError(
+            f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, "num_key_value_heads"
+        )
     bias = bool(config.get("attention_bias", False))
     return ModelSpec(
-        name=name, family="llama", model_type=model_type, hidden=hidden,
-        layers=_int(config, "num_hidden_layers", name), heads=heads, kv_heads=kv_heads,
-        head_dim=_head_dim(config, name, hidden, heads), intermediate=_int(config, "intermediate_size", name),
+        name=name,
+        family="llama",
+        model_type=model_type,
+        hidden=hidden,
+        layers=_int(config, "num_hidden_layers", name),
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=_head_dim(config, name, hidden, heads),
+        intermediate=_int(config, "intermediate_size", name),
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "max_position_embeddings", name, 4096),
-        tie_embeddings=bool(config.get("tie_word_embeddings", False)), gated_mlp=True,
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        gated_mlp=True,
         num_experts=_int(config, "num_local_experts", name, 1),
         experts_per_token=_int(config, "num_experts_per_tok", name, 1),
-        qkv_bias=bias or model_type == "qwen2", o_bias=bias, mlp_bias=bool(config.get("mlp_bias", False)),
+        qkv_bias=bias or model_type == "qwen2",
+        o_bias=bias,
+        mlp_bias=bool(config.get("mlp_bias", False)),
     )
 
 
@@ -153,12 +168,22 @@ def _gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
     heads = _int(config, "n_head", name)
     inner = config.get("n_inner")
     return ModelSpec(
-        name=name, family="gpt2", model_type="gpt2", hidden=hidden, layers=_int(config, "n_layer", name),
-        heads=heads, kv_heads=heads, head_dim=_head_dim({}, name, hidden, heads),
+        name=name,
+        family="gpt2",
+        model_type="gpt2",
+        hidden=hidden,
+        layers=_int(config, "n_layer", name),
+        heads=heads,
+        kv_heads=heads,
+        head_dim=_head_dim({}, name, hidden, heads),
         intermediate=_int(config, "n_inner", name) if inner is not None else 4 * hidden,
-        vocab=_int(config, "vocab_size", name), max_positions=_int(config, "n_positions", name),
-        tie_embeddings=bool(config.get("tie_word_embeddings", True)), gated_mlp=False,
-        qkv_bias=True, o_bias=True, mlp_bias=True,
+        vocab=_int(config, "vocab_size", name),
+        max_positions=_int(config, "n_positions", name),
+        tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        gated_mlp=False,
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
     )
 
 
@@ -166,11 +191,18 @@ def _t5_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
     layers = _int(config, "num_layers", name)
     heads = _int(config, "num_heads", name)
     return ModelSpec(
-        name=name, family="t5", model_type="t5", hidden=_int(config, "d_model", name),
-        layers=_int(config, "num_decoder_layers", name, layers), encoder_layers=layers,
-        heads=heads, kv_heads=heads, head_dim=_int(config, "d_kv", name),
+        name=name,
+        family="t5",
+        model_type="t5",
+        hidden=_int(config, "d_model", name),
+        layers=_int(config, "num_decoder_layers", name, layers),
+        encoder_layers=layers,
+        heads=heads,
+        kv_heads=heads,
+        head_dim=_int(config, "d_kv", name),
         intermediate=_int(config, "d_ff", name),
-        vocab=_int(config, "vocab_size", name), max_positions=_int(config, "n_positions", name, 512),
+        vocab=_int(config, "vocab_size", name),
+        max_positions=_int(config, "n_positions", name, 512),
         tie_embeddings=bool(config.get("tie_word_embeddings", True)),
         gated_mlp=str(config.get("feed_forward_proj", "relu")).startswith("gated"),
         relative_buckets=_int(config, "relative_attention_num_buckets", name, 32),
@@ -234,12 +266,17 @@ def _t5_counts(spec: ModelSpec) -> ParamCounts:
     rel = 2 * spec.relative_buckets * spec.heads
     enc_layer, dec_layer = attn + mlp + 2 * h, 2 * attn + mlp + 3 * h
     counts = ParamCounts(
-        embedding=spec.vocab * h, position_embedding=rel,
+        embedding=spec.vocab * h,
+        position_embedding=rel,
         attention=(spec.encoder_layers + 2 * spec.layers) * attn,
-        mlp=spec.total_layers * mlp, router=0, norms=(2 * spec.encoder_layers + 3 * spec.layers + 2) * h,
+        mlp=spec.total_layers * mlp,
+        router=0,
+        norms=(2 * spec.encoder_layers + 3 * spec.layers + 2) * h,
         lm_head=0 if spec.tie_embeddings else spec.vocab * h,
-        per_layer=dec_layer, encoder_per_layer=enc_layer,
-        largest_module=_largest_module(spec), active=0,
+        per_layer=dec_layer,
+        encoder_per_layer=enc_layer,
+        largest_module=_largest_module(spec),
+        active=0,
     )
     return _with_active(counts, counts.total)
 
@@ -257,10 +294,17 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
     positions = spec.max_positions * spec.hidden if spec.family == "gpt2" else 0
     inactive = (spec.num_experts - spec.experts_per_token) * expert * spec.layers
     counts = ParamCounts(
-        embedding=spec.vocab * spec.hidden, position_embedding=positions, attention=spec.layers * attn,
-        mlp=spec.layers * spec.num_experts * expert, router=spec.layers * router,
-        norms=(2 * spec.layers + 1) * norm, lm_head=lm_head, per_layer=per_layer, encoder_per_layer=0,
-        largest_module=_largest_module(spec), active=0,
+        embedding=spec.vocab * spec.hidden,
+        position_embedding=positions,
+        attention=spec.layers * attn,
+        mlp=spec.layers * spec.num_experts * expert,
+        router=spec.layers * router,
+        norms=(2 * spec.layers + 1) * norm,
+        lm_head=lm_head,
+        per_layer=per_layer,
+        encoder_per_layer=0,
+        largest_module=_largest_module(spec),
+        active=0,
     )
     return _with_active(counts, counts.total - inactive)
 

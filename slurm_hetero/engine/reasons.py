@@ -105,5 +105,9 @@ class FitReport:
 
     def as_dict(self) -> dict[str, object]:
         counts = {str(c): n for c, n in self.counts.items() if n}
-        return {"request": self.request, "considered": self.considered, "counts": counts,
-                "message": self.message}
+        return {
+            "request": self.request,
+            "considered": self.considered,
+            "counts": counts,
+            "message": self.message,
+        }

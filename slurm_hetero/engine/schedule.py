@@ -1,17 +1,9 @@
-"""The step-time model behind the layout solver: what one pipeline stage costs and one step takes.
+"""The step-time model behind the layout solver: how one step of a candidate shape plays out.
 
-Pure numpy, deterministic, no I/O. The rules, written down once:
+Pure numpy, deterministic, no I/O. What one stage costs (compute, tensor parallel, memory) is
+`engine.stagecost`, whose names are re-exported here. This module owns `Shape`, the 1F1B
+simulation and its closed form, the sample split and `StepModel`, and these rules:
 
-- **Compute.** A stage of `tp` devices at `tflops` sustained TFLOPS each runs its layers' forward
-  FLOPs in `fwd` and twice that in `bwd`; recomputed layers add their forward FLOPs to `bwd`.
-  Time scales linearly with the micro-batch size.
-- **Tensor parallel** (inside a node only) costs 4 ring all-reduces of the hidden state per layer and
-  micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`.
-- **Memory per device** of a stage: weights, gradients and optimizer state of its layers (split over
-  `tp`; optimizer state also over the stage's data-parallel replicas when sharded, ZeRO-1), plus
-  activations of `in_flight` micro-batches (1F1B: stage `k` of `p` holds `p - k`), split over `tp`.
-  Recomputation keeps only a layer's input (`ckpt_bytes`) and needs one layer's full activations
-  while it recomputes. Stages recompute the fewest layers that make them fit, their first ones.
 - **Pipeline.** One step is a 1F1B schedule (warm-up forwards, one-forward-one-backward, drain)
   that `simulate_1f1b` plays out with per-stage times and the transfer delay between stages
   (schedules over 200,000 operations are extrapolated from two shorter ones: the steady state adds
@@ -28,205 +20,24 @@ Pure numpy, deterministic, no I/O. The rules, written down once:
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-GB = 1e9
-TFLOPS = 1e12
-
-
-def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
-    array = np.array(values, dtype=np.float64)
-    if array.ndim != 1 or array.size == 0 or not np.all(np.isfinite(array)) or np.any(array < 0):
-        raise ValueError(f"{name} must be a non-empty 1-d array of finite non-negative numbers")
-    array.setflags(write=False)
-    return array
-
-
-@dataclass(frozen=True, eq=False)
-class LayerCosts:
-    """Per-layer costs of a model for one sample (one sequence of the training length).
-
-    `flops`: forward FLOPs per layer; `param_bytes`: weight bytes per layer in the training dtype
-    (gradients are `grad_factor` times that, optimizer state `optimizer_factor` times: 1 and 6 for
-    bf16 weights with fp32 master weights and Adam); `act_bytes`: activations kept for backward;
-    `ckpt_bytes`: what a recomputed layer keeps instead; `boundary_bytes`: the hidden state sent
-    between stages. `first_*` / `last_*`: the embedding on the first stage and the head (and its
-    logits, `last_act_bytes`) on the last.
-    """
-
-    flops: FloatArray
-    param_bytes: FloatArray
-    act_bytes: FloatArray
-    ckpt_bytes: FloatArray
-    boundary_bytes: float
-    first_flops: float = 0.0
-    last_flops: float = 0.0
-    first_param_bytes: float = 0.0
-    last_param_bytes: float = 0.0
-    last_act_bytes: float = 0.0
-    grad_factor: float = 1.0
-    optimizer_factor: float = 6.0
-
-    def __post_init__(self) -> None:
-        for name in ("flops", "param_bytes", "act_bytes", "ckpt_bytes"):
-            object.__setattr__(self, name, _frozen(getattr(self, name), name))
-        if len({self.flops.size, self.param_bytes.size, self.act_bytes.size, self.ckpt_bytes.size}) != 1:
-            raise ValueError("flops, param_bytes, act_bytes and ckpt_bytes must have one entry per layer")
-        if np.any(self.ckpt_bytes > self.act_bytes):
-            raise ValueError("ckpt_bytes must not exceed act_bytes")
-
-    @property
-    def layers(self) -> int:
-        return int(self.flops.size)
-
-    @property
-    def step_flops_per_sample(self) -> float:
-        """Forward plus backward FLOPs of the whole model for one sample (no recomputation)."""
-        return 3.0 * (float(self.flops.sum()) + self.first_flops + self.last_flops)
-
-    @cached_property
-    def prefix(self) -> dict[str, FloatArray]:
-        """Prefix sums (length layers + 1) of flops, params, activations and recompute savings."""
-        sums = {
-            "flops": self.flops,
-            "params": self.param_bytes,
-            "acts": self.act_bytes,
-            "savings": self.act_bytes - self.ckpt_bytes,
-        }
-        return {k: np.concatenate(([0.0], np.cumsum(v))) for k, v in sums.items()}
-
-
-@dataclass(frozen=True)
-class DeviceGroup:
-    """Devices of one type in the allocation: `per_node` counts them on each of their nodes, in
-    Slurm's rank order. `tflops` is what one device sustains on this model, `memory_bytes` what a
-    job may use of its memory, `link_gbs` its device-to-device bandwidth inside a node (one way)."""
-
-    type: str
-    per_node: tuple[int, ...]
-    tflops: float
-    memory_bytes: float
-    link_gbs: float
-
-    def __post_init__(self) -> None:
-        if not self.per_node or min(self.per_node) < 1:
-            raise ValueError(f"{self.type}: per_node must list at least one positive count")
-        if self.tflops <= 0 or self.memory_bytes <= 0 or self.link_gbs <= 0:
-            raise ValueError(f"{self.type}: tflops, memory_bytes and link_gbs must be positive")
-
-    @property
-    def count(self) -> int:
-        return sum(self.per_node)
-
-    @property
-    def node_size(self) -> int:
-        return max(self.per_node)
-
-
-def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
-    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s per rank."""
-    if ranks <= 1 or nbytes <= 0:
-        return 0.0
-    return 2.0 * (ranks - 1) / ranks * nbytes / (gbs * GB)
-
-
-@dataclass(frozen=True)
-class StageSite:
-    """Where a pipeline stage runs and what it must hold, everything but its layer range."""
-
-    group: DeviceGroup
-    tp: int
-    dp: int
-    in_flight: int
-    micro_batch: int
-    first: bool
-    last: bool
-    shard_optimizer: bool = True
-
-
-class StageModel:
-    """Time (seconds per micro-batch) and memory (bytes per device) of one site over layer ranges
-    `[a, e)` with the first `r` layers recomputed, from prefix sums of `costs`."""
-
-    def __init__(self, costs: LayerCosts, site: StageSite) -> None:
-        self.costs, self.site, g, pre = costs, site, site.group, costs.prefix
-        state = 1.0 + costs.grad_factor + costs.optimizer_factor / (site.dp if site.shard_optimizer else 1)
-        extra_params = costs.first_param_bytes * site.first + costs.last_param_bytes * site.last
-        b, tp = site.micro_batch, site.tp
-        self.alpha = b / (tp * g.tflops * TFLOPS)
-        self.comm = b * ring_allreduce_s(costs.boundary_bytes, tp, g.link_gbs)
-        self.extra_flops = costs.first_flops * site.first + costs.last_flops * site.last
-        self.mu_a = site.in_flight * b / tp
-        self.base_mem = state * extra_params / tp + b * costs.last_act_bytes * site.last / tp
-        self.transient = b * float(costs.act_bytes.max()) / tp
-        self.capacity = g.memory_bytes
-        idx = np.arange(costs.layers + 1)
-        self._time_array = 3 * self.alpha * pre["flops"] + 4 * self.comm * idx
-        self._mem_array = state / tp * pre["params"] + self.mu_a * pre["acts"]
-        self._time, self._mem = self._time_array.tolist(), self._mem_array.tolist()
-        self._savings = pre["savings"].tolist()
-
-    def times(self, a: int, e: int, r: int) -> tuple[float, float]:
-        """Forward and backward seconds per micro-batch."""
-        f = self.costs.prefix["flops"]
-        work = self.alpha * (f[e] - f[a] + self.extra_flops)
-        fwd = work + 2 * self.comm * (e - a)
-        bwd = 2 * work + self.alpha * (f[a + r] - f[a]) + 2 * self.comm * (e - a + r)
-        return float(fwd), float(bwd)
-
-    def memory(self, a: int, e: int, r: int) -> float:
-        """Peak bytes per device."""
-        saved = self.mu_a * (self._savings[a + r] - self._savings[a])
-        return float(self.base_mem + self._mem[e] - self._mem[a] - saved + (self.transient if r else 0.0))
-
-    def recompute(self, a: int, e: int) -> int:
-        """Fewest layers of `[a, e)` to recompute so it fits; `e - a + 1` if none is enough."""
-        held = self.base_mem + self._mem[e] - self._mem[a]
-        if held <= self.capacity:
-            return 0
-        short = (held + self.transient - self.capacity) / self.mu_a
-        r = bisect.bisect_left(self._savings, self._savings[a] + short, a, e + 1) - a
-        return min(r, e - a + 1)
-
-    def _recompute_all(self, a: int, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        mem, savings = self._mem_array, self.costs.prefix["savings"]
-        held = self.base_mem + mem[ends] - mem[a]
-        short = (held + self.transient - self.capacity) / self.mu_a
-        r = np.where(held <= self.capacity, 0, np.searchsorted(savings, savings[a] + short, side="left") - a)
-        return np.minimum(r, ends - a + 1).astype(np.int64)
-
-    def fits(self, a: int, e: int, budget: float) -> bool:
-        """Whether `[a, e)` fits in memory (recomputing as needed) with fwd + bwd <= `budget`."""
-        r = self.recompute(a, e)
-        if r > e - a:
-            return False
-        f = self.costs.prefix["flops"]
-        extra = self.alpha * (3 * self.extra_flops + f[a + r] - f[a]) + 2 * self.comm * r
-        return bool(self._time[e] - self._time[a] + extra <= budget)
-
-    def max_end(self, a: int, limit: int, budget: float) -> int:
-        """Largest `e <= limit` whose range `[a, e)` fits in memory with fwd + bwd <= `budget`
-        (recomputing as needed); `a` when not even one layer does."""
-        goal = self._time[a] + budget - 3 * self.alpha * self.extra_flops
-        e = bisect.bisect_right(self._time, goal, a + 1, limit + 1) - 1
-        if e == a or self.base_mem + self._mem[e] - self._mem[a] <= self.capacity:
-            return e
-        ends = np.arange(a + 1, e + 1)
-        r = self._recompute_all(a, ends)
-        rr = np.minimum(r, ends - a)
-        f = self.costs.prefix["flops"]
-        extra = self.alpha * (3 * self.extra_flops + f[a + rr] - f[a]) + 2 * self.comm * rr
-        bad = np.flatnonzero((r > ends - a) | (self._time_array[ends] - self._time[a] + extra > budget))
-        return a + (int(bad[0]) if bad.size else int(ends.size))
+# Re-exported (`X as X`): the stage-cost names were imported from here before engine.stagecost.
+from slurm_hetero.engine.stagecost import GB as GB
+from slurm_hetero.engine.stagecost import TFLOPS as TFLOPS
+from slurm_hetero.engine.stagecost import DeviceGroup as DeviceGroup
+from slurm_hetero.engine.stagecost import FloatArray as FloatArray
+from slurm_hetero.engine.stagecost import LayerCosts as LayerCosts
+from slurm_hetero.engine.stagecost import StageModel as StageModel
+from slurm_hetero.engine.stagecost import StageSite as StageSite
+from slurm_hetero.engine.stagecost import ring_allreduce_s as ring_allreduce_s
 
 
 def estimate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> float:
@@ -342,6 +153,14 @@ def split_samples(
             cut = min(surplus, high[i] - low[i])
             n[j], surplus = n[j] - cut, surplus - cut
     return tuple(n)
+
+
+class LayoutKind(StrEnum):
+    """The two layout families (`Shape.kind`): one pipeline across the groups, or data parallel
+    replicas of one common pipeline shape."""
+
+    PIPELINE = "pipeline"
+    DATA = "data"
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,12 @@ The steps (the launcher manual, `slurm_hetero.launch.run`, states the rules for 
    ranks (group by group, node by node) are mapped onto Slurm's: the k-th solver rank on a node
    is the k-th task of that node, rank = first rank of the node + local rank.
 4. Groups (tp, dp, pp), one communicator each (`engine.comm.choose`), the layout document and the
-   environment of every rank.
+   environment of every rank (`launch.rankenv`); the visible devices of each rank (`device_env`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,26 +27,26 @@ from typing import Any
 from slurm_hetero import hostlist
 from slurm_hetero.catalog import Catalog, DeviceSpec
 from slurm_hetero.engine import comm
-from slurm_hetero.engine.comm import Communicator, Member
+from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.layout import (
     Layout,
     LayoutSpec,
     RankAssignment,
-    _layout,
     assign_ranks,
     even_bounds,
+    layout_from_split,
     solve,
 )
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.launch.costs import MEMORY_USABLE, PCIE_GBS, device_tflops, layer_costs_for, model_shape
-from slurm_hetero.model import ClusterInventory, Device, Nic, NodeInventory
+from slurm_hetero.launch.rankenv import Groups, master_port, plan_id, rank_document, rank_env, replica_samples
+from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.render.context import rendered_devices
 from slurm_hetero.slurm.jobenv import JobEnv
 from slurm_hetero.vendors import get_vendor
 
 GIB = 2**30
-LAYOUT_VERSION = 1
 # What Slurm's gres/gpu exports for every GPU type (narrowed to the rank's one device).
 SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
@@ -273,7 +271,7 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
             f"root cause: the even split of {spec.label} ({shape.stages} stages of "
             f"{spec.costs.layers // shape.stages}+ layers) does not fit memory; drop --even"
         )
-    return _layout(spec, model, bounds, samples, step)
+    return layout_from_split(spec, model, bounds, samples, step)
 
 
 def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) -> Layout:
@@ -304,104 +302,7 @@ def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
     return sorted(out, key=lambda a: a.rank)
 
 
-# -- groups, documents, environments ---------------------------------------------------------------
-
-
-def group_keys(a: RankAssignment) -> dict[str, tuple[int, int]]:
-    """Which tp, dp and pp group a rank is in: tp by (replica, stage), dp by (stage, tp_rank),
-    pp by (replica, tp_rank)."""
-    return {"tp": (a.replica, a.stage), "dp": (a.stage, a.tp_rank), "pp": (a.replica, a.tp_rank)}
-
-
-def group_ranks(ranked: Sequence[RankAssignment]) -> dict[str, dict[tuple[int, int], list[int]]]:
-    """Members of every group, by group name and key (`group_keys`)."""
-    out: dict[str, dict[tuple[int, int], list[int]]] = {"tp": {}, "dp": {}, "pp": {}}
-    for a in ranked:
-        for name, key in group_keys(a).items():
-            out[name].setdefault(key, []).append(a.rank)
-    return out
-
-
-def _neighbours(
-    a: RankAssignment, pp: Sequence[int], ranked: Sequence[RankAssignment]
-) -> tuple[int | None, int | None]:
-    by_stage = {ranked[r].stage: r for r in pp}
-    return by_stage.get(a.stage - 1), by_stage.get(a.stage + 1)
-
-
-class _Groups:
-    """Group membership, one communicator per group (cached by member list), and each replica's
-    (samples, sample offset)."""
-
-    def __init__(
-        self,
-        ranked: Sequence[RankAssignment],
-        nodes: Sequence[Site],
-        catalog: Catalog,
-        override: str | None,
-        samples: Sequence[tuple[int, int]],
-    ) -> None:
-        self.ranked, self.members, self.samples = ranked, group_ranks(ranked), samples
-        self.site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
-        self.nics: dict[str, Sequence[Nic]] = {s.name: s.record.nics for s in nodes}
-        self.catalog, self.override = catalog, override
-        self._cache: dict[tuple[int, ...], Communicator] = {}
-
-    def communicator(self, ranks: Sequence[int]) -> Communicator:
-        key = tuple(ranks)
-        if key not in self._cache:
-            sites = [self.site_of[r] for r in ranks]
-            members = [Member(s.vendor, s.type, s.name) for s in sites]
-            self._cache[key] = comm.choose(members, self.catalog, self.nics, self.override)
-        return self._cache[key]
-
-    def documents(self, a: RankAssignment) -> list[dict[str, Any]]:
-        nics = self.site_of[a.rank].record.nics
-        out = []
-        for name, key in group_keys(a).items():
-            ranks = self.members[name][key]
-            chosen = self.communicator(ranks)
-            env = comm.communicator_env(chosen.backend, nics)
-            out.append(
-                {
-                    "name": name,
-                    "ranks": sorted(ranks),
-                    "backend": chosen.backend,
-                    "comm": str(chosen.kind),
-                    "env": env,
-                }
-            )
-        return out
-
-
-# Layout-document keys copied from the rank's assignment and from the layout, by the same name.
-ASSIGNMENT_KEYS = ("local_rank", "stage", "replica", "tp_rank", "tp_size", "layer_start", "layer_end")
-ASSIGNMENT_KEYS_2 = ("micro_batch", "micro_batches", "grad_weight", "recompute")
-LAYOUT_KEYS = ("predicted_step_s", "even_step_s", "bound_step_s", "efficiency")
-
-
-def replica_samples(layout: Layout) -> list[tuple[int, int]]:
-    """(samples, first global sample) of each replica: contiguous slices in replica order."""
-    samples = [n for p in layout.pipelines for n in p.samples]
-    return list(zip(samples, itertools.accumulate([0, *samples[:-1]]), strict=True))
-
-
-def rank_document(
-    a: RankAssignment, site: Site, layout: Layout, groups: _Groups, options: LaunchOptions, world: int
-) -> dict[str, Any]:
-    """The SLURM_HETERO_LAYOUT document of one rank (version 1; keys fixed by the contract)."""
-    samples, offset = groups.samples[a.replica]
-    prev_rank, next_rank = _neighbours(a, groups.members["pp"][(a.replica, a.tp_rank)], groups.ranked)
-    doc: dict[str, Any] = {"version": LAYOUT_VERSION, "rank": a.rank, "world_size": world}
-    doc |= {"local_rank": a.local_rank, "local_world_size": site.tasks, "node": site.name}
-    doc |= {"type": site.type, "vendor": site.vendor, "kind": str(layout.kind), "model": options.model}
-    doc |= {"global_batch": layout.global_batch, "num_layers": layout.pipelines[0].stages[-1].layer_end}
-    doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS}
-    doc |= {"num_stages": a.pp_size, "num_replicas": layout.replicas}
-    doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS_2}
-    doc |= {"samples": samples, "sample_offset": offset}
-    doc |= {"prev_rank": prev_rank, "next_rank": next_rank, "groups": groups.documents(a)}
-    return doc | {k: getattr(layout, k) for k in LAYOUT_KEYS}
+# -- devices and the plan -------------------------------------------------------------------------
 
 
 def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
@@ -442,37 +343,6 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     return env
 
 
-def master_port(job_id: str, step_id: int) -> int:
-    """A port every rank derives alike from the job and step ids (20000-39999)."""
-    job = int(job_id) if job_id.isdigit() else 0
-    return 20000 + (job * 7 + step_id) % 20000
-
-
-def rank_env(
-    doc: Mapping[str, Any], master: tuple[str, int], plan_id: str, layout_dir: str
-) -> dict[str, str]:
-    """The torch.distributed variables, the layout file and the communicators' variables."""
-    env = {
-        "RANK": str(doc["rank"]),
-        "WORLD_SIZE": str(doc["world_size"]),
-        "LOCAL_RANK": str(doc["local_rank"]),
-        "LOCAL_WORLD_SIZE": str(doc["local_world_size"]),
-        "MASTER_ADDR": master[0],
-        "MASTER_PORT": str(master[1]),
-        "SLURM_HETERO_LAYOUT": f"{layout_dir}/rank-{doc['rank']}.json",
-        "SLURM_HETERO_PLAN_ID": plan_id,
-    }
-    for group in doc["groups"]:
-        env.update(group["env"])
-    return env
-
-
-def plan_id(documents: Sequence[Mapping[str, Any]]) -> str:
-    """A digest of every rank's document: equal on every rank exactly when the plans agree."""
-    text = json.dumps(list(documents), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def build_plan(
     job: JobEnv,
     step_id: int,
@@ -486,7 +356,7 @@ def build_plan(
     spec = layout_spec(nodes, catalog, options)
     layout = solve_step(spec, nodes, options)
     ranked = assignments(layout, nodes)
-    groups = _Groups(ranked, nodes, catalog, options.backend_override, replica_samples(layout))
+    groups = Groups(ranked, nodes, catalog, options.backend_override, replica_samples(layout))
     site_of = groups.site_of
     docs = [rank_document(a, site_of[a.rank], layout, groups, options, job.world_size) for a in ranked]
     digest = plan_id(docs)

@@ -1,5 +1,8 @@
 """`slurm-hetero launch`: run a training command on a heterogeneous Slurm allocation, one task per
-device. This docstring is the launcher manual.
+device. This docstring is the launcher manual; the module owns the entry points (`launch`,
+`plan_step`), the step's shape from Slurm's environment or `--simulate`, the `--dry-run` output and
+`--exec`. The plan is `launch.plan` (documents and environments: `launch.rankenv`), the supervised
+command `launch.supervise`.
 
 Usage
 -----
@@ -84,24 +87,18 @@ Supervision and failure modes
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import logging
 import os
-import signal
 import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from slurm_hetero import inventory, proc
+from slurm_hetero import inventory
 from slurm_hetero.catalog import Catalog, load_catalog
-from slurm_hetero.errors import HeteroError, ToolError
 from slurm_hetero.launch.plan import (
     SLURM_VISIBLE,
     LaunchOptions,
@@ -110,13 +107,13 @@ from slurm_hetero.launch.plan import (
     TaskDevices,
     build_plan,
 )
+from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 VENDOR_PACKAGES = {
     "ascend": "torch_npu",
     "gaudi": "habana_frameworks",
@@ -125,12 +122,7 @@ VENDOR_PACKAGES = {
     "enflame": "torch_gcu",
     "kunlunxin": "torch_xmlir",
 }
-PR_SET_PDEATHSIG = 1
 COLUMNS = tuple("RANK NODE TYPE STAGE LAYERS TP REPLICA SAMPLES MB RECOMP PREV NEXT".split())
-
-
-class LaunchError(HeteroError):
-    """The launcher cannot start the command."""
 
 
 @dataclass(frozen=True)
@@ -394,121 +386,3 @@ def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:
     except OSError as e:
         raise LaunchError(f"cannot run {command[0]}: {e.strerror}") from e
     return 0  # not reached
-
-
-def _die_with_parent() -> None:
-    """In the child: receive SIGTERM when the launcher dies (Linux prctl; elsewhere nothing)."""
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-def _join(threads: Sequence[threading.Thread], seconds: float) -> None:
-    for thread in threads:
-        thread.join(timeout=seconds)
-
-
-def signal_name(code: int) -> str | None:
-    try:
-        return signal.Signals(-code).name if code < 0 else None
-    except ValueError:
-        return None
-
-
-class Supervisor:
-    """Run one rank's command, relay its output, forward signals, and end the step on failure."""
-
-    def __init__(
-        self,
-        rank: RankPlan,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        targets: Sequence[str],
-        log_dir: Path | None,
-    ) -> None:
-        self.rank, self.command, self.env, self.targets, self.log_dir = rank, command, env, targets, log_dir
-        self.forwarded: int | None = None
-        self.last_error = ""
-        self.child: subprocess.Popen[bytes] | None = None
-
-    def run(self) -> int:
-        try:
-            child = subprocess.Popen(
-                list(self.command), env=dict(self.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )  # fmt: skip
-        except OSError as e:
-            raise LaunchError(f"cannot run {self.command[0]}: {e.strerror}") from e
-        self.child = child
-        previous = {s: signal.signal(s, self._forward) for s in FORWARDED}
-        try:  # handlers stay while the step is cancelled: its SIGTERM reaches this launcher too
-            pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
-            code = child.wait()
-            _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
-            status = self.finish(code)
-            _join(pumps, 5.0)
-            return status
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-
-    def _forward(self, signum: int, _frame: Any) -> None:
-        self.forwarded = signum
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
-
-    def _pump(self, stream: IO[bytes] | None, kind: str) -> threading.Thread:
-        thread = threading.Thread(target=self._relay, args=(stream, kind), daemon=True)
-        thread.start()
-        return thread
-
-    def _sink(self, kind: str) -> tuple[IO[bytes], bytes]:
-        if self.log_dir is None:
-            r = self.rank
-            return (
-                sys.stdout if kind == "out" else sys.stderr
-            ).buffer, f"[rank {r.rank} {r.type} stage {r.stage}] ".encode()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        return open(self.log_dir / f"rank-{self.rank.rank}.{kind}", "ab"), b""  # noqa: SIM115
-
-    def _relay(self, stream: IO[bytes] | None, kind: str) -> None:
-        if stream is None:
-            return
-        sink, prefix = self._sink(kind)
-        try:
-            for line in iter(stream.readline, b""):
-                sink.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
-                sink.flush()
-                if kind == "err" and line.strip():
-                    self.last_error = line.decode(errors="replace").strip()
-        finally:
-            if self.log_dir is not None:
-                sink.close()
-
-    def finish(self, code: int) -> int:
-        """Report a failure (first), end the step, and return the launcher's exit code."""
-        status = 128 - code if code < 0 else code
-        if code == 0:
-            return 0
-        if self.forwarded is not None:
-            logger.info("rank %d stopped after %s", self.rank.rank, signal.Signals(self.forwarded).name)
-            return status
-        r, name = self.rank, signal_name(code)
-        line = (
-            f"slurm-hetero: rank {r.rank} on {r.node} ({r.type}, stage {r.stage}) exited with code {status}"
-        )
-        line += f" ({name})" if name else ""
-        line += f": {self.last_error}" if self.last_error else ""
-        print(line, file=sys.stderr, flush=True)
-        self.end_step()
-        return status
-
-    def end_step(self) -> None:
-        """Cancel the step: ranks blocked in collectives get SIGTERM, then SIGKILL after KillWait."""
-        if not self.targets:
-            return
-        try:
-            proc.run(["scancel", *self.targets], timeout=15)
-        except ToolError as e:
-            logger.warning("could not cancel step %s: %s", " ".join(self.targets), e)

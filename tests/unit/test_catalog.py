@@ -20,25 +20,82 @@ from slurm_hetero.engine.compare import WORKLOADS, compare, headline_tflops, top
 from slurm_hetero.errors import ConfigError
 
 VENDORS = {
-    "nvidia", "amd", "ascend", "cambricon", "hygon", "iluvatar", "gaudi", "mthreads", "intel",
-    "kunlunxin", "enflame",
+    "nvidia",
+    "amd",
+    "ascend",
+    "cambricon",
+    "hygon",
+    "iluvatar",
+    "gaudi",
+    "mthreads",
+    "intel",
+    "kunlunxin",
+    "enflame",
 }
 COMPARE_ONLY_VENDORS = {"google", "aws"}
 CAPABILITIES = {
-    "tensor_cores", "fp8", "mig", "partitioning", "nvlink", "xgmi", "hccs", "mlulink", "xelink",
-    "gpudirect_rdma", "peer_rdma", "sharing",
+    "tensor_cores",
+    "fp8",
+    "mig",
+    "partitioning",
+    "nvlink",
+    "xgmi",
+    "hccs",
+    "mlulink",
+    "xelink",
+    "gpudirect_rdma",
+    "peer_rdma",
+    "sharing",
 }
 REQUIRED_KEYS = ("type", "vendor", "name", "match", "memory_gib", "source")
 
 REQUIRED_TYPES = [
-    "v100_16g", "v100_32g", "a100_40g", "a100_80g", "a800", "h100_pcie", "h100_sxm", "h800", "h20",
-    "h200", "b200", "l40s", "l4", "t4", "rtx4090",
-    "mi210", "mi250x", "mi300x", "mi300a", "mi100",
-    "ascend910b1", "ascend910b2", "ascend910b3", "ascend910b4", "ascend910b2c", "ascend910c",
-    "ascend310p", "ascend310b",
-    "mlu370_x8", "mlu590", "k100_ai", "z100", "bi_v100", "bi_v150",
-    "gaudi2", "gaudi3", "max1550", "mtt_s4000", "r300", "s60",
-    "tpu_v4", "tpu_v5e", "tpu_v5p", "trainium", "trainium2", "inferentia2",
+    "v100_16g",
+    "v100_32g",
+    "a100_40g",
+    "a100_80g",
+    "a800",
+    "h100_pcie",
+    "h100_sxm",
+    "h800",
+    "h20",
+    "h200",
+    "b200",
+    "l40s",
+    "l4",
+    "t4",
+    "rtx4090",
+    "mi210",
+    "mi250x",
+    "mi300x",
+    "mi300a",
+    "mi100",
+    "ascend910b1",
+    "ascend910b2",
+    "ascend910b3",
+    "ascend910b4",
+    "ascend910b2c",
+    "ascend910c",
+    "ascend310p",
+    "ascend310b",
+    "mlu370_x8",
+    "mlu590",
+    "k100_ai",
+    "z100",
+    "bi_v100",
+    "bi_v150",
+    "gaudi2",
+    "gaudi3",
+    "max1550",
+    "mtt_s4000",
+    "r300",
+    "s60",
+    "tpu_v4",
+    "tpu_v5e",
+    "tpu_v5p",
+    "trainium",
+    "trainium2",
+    "inferentia2",
 ]
 
 # (vendor, model string as the vendor tool prints it, expected type). Strings marked "capture" are
@@ -238,8 +295,15 @@ def test_malformed_site_file_names_the_file(tmp_path: Path, text: str) -> None:
 
 # ------------------------------------------------------------------------------------- compare
 def _spec(type_: str, **figures: Any) -> DeviceSpec:
-    return DeviceSpec(type=type_, vendor="nvidia", name=type_, match=(type_,), source="https://x",
-                      memory_gib=figures.pop("memory_gib", 16), **figures)
+    return DeviceSpec(
+        type=type_,
+        vendor="nvidia",
+        name=type_,
+        match=(type_,),
+        source="https://x",
+        memory_gib=figures.pop("memory_gib", 16),
+        **figures,
+    )
 
 
 def test_top_third_ranks_missing_scores_last() -> None:
@@ -250,10 +314,27 @@ def test_top_third_ranks_missing_scores_last() -> None:
 
 
 def test_compare_rule_and_missing_figures() -> None:
-    big = _spec("big", bf16_tflops=1000, fp16_tflops=1000, memory_gib=192, memory_bandwidth_gbs=5000,
-                interconnect_gbs=900, int8_tops=2000, tdp_w=1000, price_per_hour_usd=4.0)
-    cheap = _spec("cheap", fp16_tflops=100, memory_gib=24, memory_bandwidth_gbs=300, interconnect_gbs=64,
-                  int8_tops=400, tdp_w=70, price_per_hour_usd=0.4)
+    big = _spec(
+        "big",
+        bf16_tflops=1000,
+        fp16_tflops=1000,
+        memory_gib=192,
+        memory_bandwidth_gbs=5000,
+        interconnect_gbs=900,
+        int8_tops=2000,
+        tdp_w=1000,
+        price_per_hour_usd=4.0,
+    )
+    cheap = _spec(
+        "cheap",
+        fp16_tflops=100,
+        memory_gib=24,
+        memory_bandwidth_gbs=300,
+        interconnect_gbs=64,
+        int8_tops=400,
+        tdp_w=70,
+        price_per_hour_usd=0.4,
+    )
     mid = _spec("mid", bf16_tflops=300, memory_gib=80, memory_bandwidth_gbs=2000, interconnect_gbs=600)
     bare = _spec("bare")
     rows = {r["type"]: r for r in compare([big, cheap, mid, bare])}

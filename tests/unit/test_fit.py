@@ -67,9 +67,18 @@ PARAMS = [
 # bigscience/T0_3B's architecture fields (its config as re-saved by a fine-tune that names it as
 # _name_or_path); DeepSpeed ran `AutoModel` = T5Model, which has no lm_head.
 T0_3B = {
-    "architectures": ["T5ForConditionalGeneration"], "d_ff": 5120, "d_kv": 64, "d_model": 2048,
-    "feed_forward_proj": "gated-gelu", "model_type": "t5", "num_decoder_layers": 24, "num_heads": 32,
-    "num_layers": 24, "relative_attention_num_buckets": 32, "tie_word_embeddings": False, "vocab_size": 32128,
+    "architectures": ["T5ForConditionalGeneration"],
+    "d_ff": 5120,
+    "d_kv": 64,
+    "d_model": 2048,
+    "feed_forward_proj": "gated-gelu",
+    "model_type": "t5",
+    "num_decoder_layers": 24,
+    "num_heads": 32,
+    "num_layers": 24,
+    "relative_attention_num_buckets": 32,
+    "tie_word_embeddings": False,
+    "vocab_size": 32128,
 }
 
 
@@ -129,13 +138,40 @@ def test_largest_module_is_what_deepspeed_gathers() -> None:
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-          "intermediate_size": 128}, "vocab_size"),
+        (
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+            },
+            "vocab_size",
+        ),
         ({"model_type": "bert", "hidden_size": 64}, "unsupported model_type 'bert'"),
-        ({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-          "num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 10}, "not a multiple"),
-        ({"model_type": "gpt2", "n_embd": -5, "n_layer": 2, "n_head": 1, "vocab_size": 5,
-          "n_positions": 8}, "positive integer"),
+        (
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 3,
+                "intermediate_size": 128,
+                "vocab_size": 10,
+            },
+            "not a multiple",
+        ),
+        (
+            {
+                "model_type": "gpt2",
+                "n_embd": -5,
+                "n_layer": 2,
+                "n_head": 1,
+                "vocab_size": 5,
+                "n_positions": 8,
+            },
+            "positive integer",
+        ),
         ([1, 2], "JSON object"),
     ],
 )
@@ -210,8 +246,11 @@ def test_mixed_precision_adam_is_16_bytes_per_param() -> None:
     m = spec("llama-2-7b")
     b = fit.training_memory(m, dtype="bf16", optimizer="adam")
     assert b.model_states == 16 * m.params.total
-    assert (b.weights, b.gradients, b.optimizer_states) == (2 * m.params.total, 2 * m.params.total,
-                                                            12 * m.params.total)
+    assert (b.weights, b.gradients, b.optimizer_states) == (
+        2 * m.params.total,
+        2 * m.params.total,
+        12 * m.params.total,
+    )
     assert fit.training_memory(m, dtype="fp32").model_states == 16 * m.params.total  # 4 + 4 + 8
     assert fit.training_memory(m, optimizer="sgd").model_states == 12 * m.params.total  # 2 + 2 + 4 + 4
 
@@ -220,8 +259,11 @@ def test_mixed_precision_adam_is_16_bytes_per_param() -> None:
 def test_zero_stages_partition_states_across_dp(dp: int) -> None:
     m = spec("mistral-7b")
     one = fit.training_memory(m, zero_stage=3, dp=1)
-    for stage, divided in [(1, {"optimizer_states"}), (2, {"optimizer_states", "gradients"}),
-                           (3, {"optimizer_states", "gradients", "weights"})]:
+    for stage, divided in [
+        (1, {"optimizer_states"}),
+        (2, {"optimizer_states", "gradients"}),
+        (3, {"optimizer_states", "gradients", "weights"}),
+    ]:
         b = fit.training_memory(m, zero_stage=stage, dp=dp)
         for name in ("weights", "gradients", "optimizer_states"):
             expected = getattr(one, name) / (dp if name in divided else 1)
@@ -239,8 +281,17 @@ def test_tensor_and_pipeline_parallel_shard_states() -> None:
 
 # --------------------------------------------------------------------------------- activations
 def gpt_like(hidden: int = 1024, heads: int = 16, layers: int = 4) -> ModelSpec:
-    return from_hf_config({"model_type": "gpt2", "n_embd": hidden, "n_head": heads, "n_layer": layers,
-                           "n_positions": 2048, "vocab_size": 1000}, "gpt-like")
+    return from_hf_config(
+        {
+            "model_type": "gpt2",
+            "n_embd": hidden,
+            "n_head": heads,
+            "n_layer": layers,
+            "n_positions": 2048,
+            "vocab_size": 1000,
+        },
+        "gpt-like",
+    )
 
 
 @pytest.mark.parametrize(("s", "b", "t"), [(2048, 1, 1), (2048, 4, 1), (1024, 2, 4), (4096, 1, 8)])
@@ -252,7 +303,8 @@ def test_activations_follow_korthikanti_for_gpt_layers(s: int, b: int, t: int) -
     no_sp = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))  # tensor parallel only
     assert fit.layer_activation_bytes(m, s, b, tp=t, sequence_parallel=False) == pytest.approx(no_sp)
     assert fit.layer_activation_bytes(m, s, b, tp=t, recompute="selective") == pytest.approx(
-        s * b * h * 34 / t)
+        s * b * h * 34 / t
+    )
     assert fit.layer_activation_bytes(m, s, b, tp=t, recompute="full") == pytest.approx(2 * s * b * h / t)
 
 
@@ -296,8 +348,14 @@ MODELS = st.sampled_from(["gpt2", "llama-3-8b", "mixtral-8x7b", "qwen2-7b", "t5-
 
 
 @settings(max_examples=60, deadline=None)
-@given(MODELS, st.integers(1, 64), st.integers(1, 16384), st.integers(1, 64), st.integers(1, 16384),
-       st.sampled_from(["bf16", "fp8", "int8", "int4", "fp32"]))
+@given(
+    MODELS,
+    st.integers(1, 64),
+    st.integers(1, 16384),
+    st.integers(1, 64),
+    st.integers(1, 16384),
+    st.sampled_from(["bf16", "fp8", "int8", "int4", "fp32"]),
+)
 def test_inference_memory_is_monotone_and_never_negative(
     name: str, b1: int, s1: int, b2: int, s2: int, dtype: str
 ) -> None:
@@ -309,8 +367,16 @@ def test_inference_memory_is_monotone_and_never_negative(
 
 
 @settings(max_examples=60, deadline=None)
-@given(MODELS, st.integers(1, 16), st.integers(1, 8192), st.integers(1, 16), st.integers(1, 8192),
-       st.sampled_from(["none", "selective", "full"]), st.integers(0, 3), st.sampled_from([1, 2, 8]))
+@given(
+    MODELS,
+    st.integers(1, 16),
+    st.integers(1, 8192),
+    st.integers(1, 16),
+    st.integers(1, 8192),
+    st.sampled_from(["none", "selective", "full"]),
+    st.integers(0, 3),
+    st.sampled_from([1, 2, 8]),
+)
 def test_training_memory_is_monotone_and_never_negative(
     name: str, b1: int, s1: int, b2: int, s2: int, recompute: str, stage: int, dp: int
 ) -> None:
@@ -320,8 +386,10 @@ def test_training_memory_is_monotone_and_never_negative(
     large = fit.training_memory(m, micro_batch=max(b1, b2), seq=max(s1, s2), **kw)  # type: ignore[arg-type]
     assert all(v >= 0 for v in small.components().values())
     assert 0 < small.total <= large.total
-    assert fit.training_memory(m, zero_stage=stage, dp=dp * 2).total <= fit.training_memory(
-        m, zero_stage=stage, dp=dp).total
+    assert (
+        fit.training_memory(m, zero_stage=stage, dp=dp * 2).total
+        <= fit.training_memory(m, zero_stage=stage, dp=dp).total
+    )
 
 
 @pytest.mark.parametrize(
@@ -358,26 +426,42 @@ def test_layer_costs_cover_the_model() -> None:
 
 def test_layer_costs_of_moe_count_active_experts_and_t5_both_stacks() -> None:
     moe = fit.layer_costs(spec("mixtral-8x7b"), seq=1, micro_batch=1)
-    assert moe.flops[1] == pytest.approx(2 * (4096 * (2 * 4096 + 2 * 1024) + 2 * 3 * 4096 * 14336 + 4096 * 8)
-                                         + 4 * 4096)
+    assert moe.flops[1] == pytest.approx(
+        2 * (4096 * (2 * 4096 + 2 * 1024) + 2 * 3 * 4096 * 14336 + 4096 * 8) + 4 * 4096
+    )
     t5 = fit.layer_costs(spec("t5-large"), seq=512, micro_batch=1)
     assert t5.names[1] == "encoder.0" and t5.names[25] == "decoder.0" and len(t5.names) == 50
     assert t5.flops[25] > t5.flops[1]  # decoder layers also attend to the encoder
 
 
 # ------------------------------------------------------------------------------ device options
-def device(type_: str, index: int, memory_mib: int | None, vendor: str = "nvidia",
-           health: Health = Health.OK, model: str = "") -> Device:
-    return Device(vendor=vendor, model=model or type_, index=index, file=f"/dev/x{index}", type=type_,
-                  memory_mib=memory_mib, health=health)
+def device(
+    type_: str,
+    index: int,
+    memory_mib: int | None,
+    vendor: str = "nvidia",
+    health: Health = Health.OK,
+    model: str = "",
+) -> Device:
+    return Device(
+        vendor=vendor,
+        model=model or type_,
+        index=index,
+        file=f"/dev/x{index}",
+        type=type_,
+        memory_mib=memory_mib,
+        health=health,
+    )
 
 
-INVENTORY = ClusterInventory(nodes=(
-    NodeInventory("a100-[01-02]", tuple(device("a100_80g", i, 81920) for i in range(4))),
-    NodeInventory("l4-01", (device("l4", 0, 23034),)),
-    NodeInventory("bad-01", (device("t4", 0, 15360, health=Health.UNHEALTHY),)),
-    NodeInventory("odd-01", (device("", 0, None, vendor="acme", model="Acme X1"),)),
-))
+INVENTORY = ClusterInventory(
+    nodes=(
+        NodeInventory("a100-[01-02]", tuple(device("a100_80g", i, 81920) for i in range(4))),
+        NodeInventory("l4-01", (device("l4", 0, 23034),)),
+        NodeInventory("bad-01", (device("t4", 0, 15360, health=Health.UNHEALTHY),)),
+        NodeInventory("odd-01", (device("", 0, None, vendor="acme", model="Acme X1"),)),
+    )
+)
 
 
 def tp_estimate(model: ModelSpec) -> fit.Estimate:
@@ -445,11 +529,40 @@ def test_cli_reads_a_config_file_and_an_inventory(tmp_path: Path) -> None:
     config.parent.mkdir()
     config.write_text(json.dumps({**T0_3B}))
     inventory = tmp_path / "inv.yaml"
-    inventory.write_text(yaml.safe_dump({"version": 1, "nodes": [{"name": "n1", "devices": [
-        {"vendor": "nvidia", "model": "NVIDIA A100-SXM4-80GB", "type": "a100_80g", "index": i,
-         "file": f"/dev/nvidia{i}", "memory_mib": 81920} for i in range(2)]}]}))
-    code, out, err = run("--model", str(config.parent), "--mode", "train", "--zero", "3",
-                         "--inventory", str(inventory), "--json")
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "nodes": [
+                    {
+                        "name": "n1",
+                        "devices": [
+                            {
+                                "vendor": "nvidia",
+                                "model": "NVIDIA A100-SXM4-80GB",
+                                "type": "a100_80g",
+                                "index": i,
+                                "file": f"/dev/nvidia{i}",
+                                "memory_mib": 81920,
+                            }
+                            for i in range(2)
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    code, out, err = run(
+        "--model",
+        str(config.parent),
+        "--mode",
+        "train",
+        "--zero",
+        "3",
+        "--inventory",
+        str(inventory),
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["model"]["name"] == "my-model" and data["model"]["params"] == 2_849_757_184

@@ -1,0 +1,140 @@
+"""Which device types of an inventory can hold a job, and with how few devices.
+
+Pure: an inventory, the catalog and a per-device memory estimate in, `DeviceOption`s out. This
+module owns `device_options` (healthy devices grouped by type, the smallest memory of a type, the
+fewest devices whose estimate fits, and the reason code when none does), `DeviceOption` and
+`fits`. The estimate itself (a `Breakdown`) comes from `engine.fit`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slurm_hetero.catalog import Catalog
+from slurm_hetero.engine.reasons import ReasonCode
+from slurm_hetero.errors import ConfigError
+from slurm_hetero.model import ClusterInventory, Device, Health
+
+if TYPE_CHECKING:
+    from slurm_hetero.engine.fit import Breakdown
+
+GIB = 2**30
+MIB = 2**20
+
+
+def fits(breakdown: Breakdown, memory_bytes: float, headroom: float = 0.0) -> bool:
+    """Whether `breakdown` fits a device of `memory_bytes`, keeping a `headroom` fraction free."""
+    if not 0.0 <= headroom < 1.0:
+        raise ConfigError(f"must be in [0, 1), got {headroom!r}", key_path="headroom")
+    return breakdown.total <= memory_bytes * (1.0 - headroom)
+
+
+@dataclass(frozen=True)
+class DeviceOption:
+    """One device type of an inventory and whether the job fits on it. `memory_bytes` is per
+    device (the smallest of the type); `needed` the fewest devices that hold the job (None when
+    no count up to the limit does); `per_device_bytes` the estimate at that count."""
+
+    type: str
+    vendor: str
+    memory_bytes: float | None
+    available: int
+    needed: int | None
+    per_device_bytes: float | None
+    reason: ReasonCode | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.reason is None
+
+
+@dataclass
+class _TypeGroup:
+    type: str
+    vendor: str
+    memory_bytes: float | None = None
+    available: int = 0
+    unhealthy: int = 0
+
+
+def _device_memory(device: Device, catalog: Catalog) -> float | None:
+    if device.memory_mib:
+        return float(device.memory_mib) * MIB
+    spec = catalog.by_type(device.type) if device.type else catalog.resolve(device.vendor, device.model)
+    return spec.memory_gib * GIB if spec else None
+
+
+def _group_devices(inventory: ClusterInventory, catalog: Catalog) -> list[_TypeGroup]:
+    groups: dict[str, _TypeGroup] = {}
+    for node in inventory.nodes:
+        hosts = _host_count(node.name)
+        for device in node.devices:
+            name = device.type or device.model
+            group = groups.setdefault(name, _TypeGroup(type=name, vendor=device.vendor))
+            if device.health != Health.OK:
+                group.unhealthy += hosts
+                continue
+            group.available += hosts
+            memory = _device_memory(device, catalog)
+            if memory is not None:
+                group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+    return list(groups.values())
+
+
+def _host_count(name: str) -> int:
+    """Hosts in a folded node name such as ``gpu-[01-04,07]`` (simple ranges; 1 otherwise)."""
+    if "[" not in name or not name.endswith("]"):
+        return 1
+    total = 0
+    for part in name[name.index("[") + 1 : -1].split(","):
+        low, _, high = part.partition("-")
+        total += int(high) - int(low) + 1 if high.isdigit() and low.isdigit() else 1
+    return total
+
+
+Estimate = Callable[[int], "Breakdown | None"]
+
+
+def _result(
+    group: _TypeGroup, needed: int | None, breakdown: Breakdown | None, reason: ReasonCode | None
+) -> DeviceOption:
+    per_device = breakdown.total if breakdown is not None else None
+    return DeviceOption(
+        group.type, group.vendor, group.memory_bytes, group.available, needed, per_device, reason
+    )
+
+
+def _option(group: _TypeGroup, estimate: Estimate, limit: int, headroom: float) -> DeviceOption:
+    if group.available == 0:
+        return _result(group, None, None, ReasonCode.UNHEALTHY)
+    if group.memory_bytes is None:
+        return _result(group, None, None, ReasonCode.UNKNOWN_MEMORY)
+    for count in range(1, max(limit, group.available) + 1):
+        breakdown = estimate(count)
+        if breakdown is not None and fits(breakdown, group.memory_bytes, headroom):
+            reason = ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
+            return _result(group, count, breakdown, reason)
+    return _result(group, None, None, ReasonCode.INSUFFICIENT_MEMORY)
+
+
+def device_options(
+    inventory: ClusterInventory,
+    catalog: Catalog,
+    estimate: Estimate,
+    limit: int = 1024,
+    headroom: float = 0.0,
+) -> list[DeviceOption]:
+    """For each device type in `inventory`: its memory per device, how many healthy devices it
+    has, and the fewest devices `n` whose estimate fits, trying ``n = 1 .. max(limit, available)``.
+
+    `estimate(n)` returns the per-device breakdown when the job is spread over `n` devices, or
+    None when `n` is not a valid layout. The CLI passes tensor-parallel inference
+    (``tp = n``, for n dividing the attention heads) or training with the given tp and pp and
+    ``dp = n / (tp * pp)``, which lowers per-device memory only under ZeRO. Memory per device is
+    the inventory's `memory_mib` (else the catalog's); the smallest of a type counts. Fitting
+    types come first, fewest devices first."""
+    options = [_option(g, estimate, limit, headroom) for g in _group_devices(inventory, catalog)]
+    return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

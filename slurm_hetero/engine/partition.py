@@ -1,0 +1,245 @@
+"""The layer split of a candidate shape, and the search over shapes that finds the best splits.
+
+Pure, deterministic, no I/O. This module owns the bounds that let the search skip shapes (a lower
+bound on a shape's step from the stage rates and transfers; the balanced split's bottleneck; the
+memory every replica must hold), the contiguous min-max split (bisection over a feasibility test:
+the intervals of layers the first k stages can cover, each stage recomputing the fewest layers
+that make it fit), `polish` (single layers handed between stages while the step improves),
+`even_bounds`, and `search`, which visits shapes by lower bound until none left can win. The
+shapes themselves, `LayoutSpec` and the answer are `engine.layout`; the step model is
+`engine.schedule`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short
+from slurm_hetero.engine.stagecost import GB, TFLOPS, ring_allreduce_s
+
+if TYPE_CHECKING:
+    from slurm_hetero.engine.layout import LayoutSpec
+
+Rates = dict[tuple[int, int], float]
+
+
+# -- bounds that let the search skip shapes -------------------------------------------------------
+
+
+def _stage_rate(spec: LayoutSpec, group: int, tp: int) -> float:
+    """FLOP/s of a stage, tensor-parallel all-reduces charged at their least share of the work."""
+    c, g = spec.costs, spec.groups[group]
+    layer_share = float(c.flops.sum()) * 3 / c.step_flops_per_sample
+    per_flop = 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs) / (3 * float(c.flops.max()))
+    return 1.0 / (1.0 / (tp * g.tflops * TFLOPS) + per_flop * layer_share)
+
+
+def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
+    """A line as runs of equal stages: (group, tp, stages)."""
+    return [(g, t, sum(1 for _ in run)) for (g, t), run in itertools.groupby(line)]
+
+
+def _p2p_sum(spec: LayoutSpec, shape: Shape) -> float:
+    """Sum of the transfer times between the stages of a one-line shape (as `line_p2p`)."""
+    runs, total = _runs(shape.lines[0]), 0.0
+    for g, t, n in runs:
+        inside = t * n <= spec.groups[g].node_size
+        total += (n - 1) / (t * (spec.groups[g].link_gbs if inside else spec.network_gbs))
+    total += sum(1.0 / (min(a[1], b[1]) * spec.network_gbs) for a, b in itertools.pairwise(runs))
+    return total * shape.micro_batch * spec.costs.boundary_bytes / GB
+
+
+def _spread(runs: list[tuple[float, int]], work: float, most: float) -> float:
+    """Sum of stage times when each stage (fastest first) does at most `most` seconds of `work`."""
+    total, left = 0.0, work
+    for rate, count in runs:
+        full = min(count, int(left // (most * rate)))
+        total, left = total + full * most, left - full * most * rate
+        if full < count:
+            return total + left / rate
+    return total if left <= 1e-9 * work else math.inf
+
+
+def _fill_bound(runs: list[tuple[float, int]], m: int, work: float, least: float) -> float:
+    """Least `(m - 1) * T + sum of stage times` over bottlenecks `T >= least`, the per-micro-batch
+    `work` going to the fastest stages first; `runs`: (FLOP/s, stages), fastest first. The sum is
+    piecewise linear in T, so only its breakpoints (and `least`) need checking."""
+    best = (m - 1) * least + _spread(runs, work, least) if least > 0 else math.inf
+    used, rate = 0, 0.0
+    for v, count in runs:
+        for j in {used + 1, used + count}:
+            if (t := work / (rate + (j - used) * v)) >= least:
+                best = min(best, (m - 1 + j) * t)
+        used, rate = used + count, rate + count * v
+    return best
+
+
+def _line_micro_batches(spec: LayoutSpec, shape: Shape) -> int:
+    return math.ceil(math.ceil(spec.global_batch / shape.replicas[0]) / shape.micro_batch)
+
+
+def _lower_bound(spec: LayoutSpec, shape: Shape, rate: Rates) -> float:
+    """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on
+    the fastest stages that balance it best, plus the transfers."""
+    work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
+    if shape.kind == LayoutKind.PIPELINE:
+        runs = sorted(((rate[g, t], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
+        return _fill_bound(runs, _line_micro_batches(spec, shape), work, 0.0) + 2 * _p2p_sum(spec, shape)
+    speed = [
+        r * rate[line[0]] * shape.stages / work for r, line in zip(shape.replicas, shape.lines, strict=True)
+    ]
+    lo, hi = 0.0, (spec.global_batch / b + sum(shape.replicas) * shape.stages) / min(speed)
+    while hi - lo > 1e-9 * hi:  # least x with sum_g r_g * max(0, x * c_g - (p - 1)) >= B / b
+        mid = (lo + hi) / 2
+        reach = sum(
+            max(0.0, mid * c - r * (shape.stages - 1)) for c, r in zip(speed, shape.replicas, strict=True)
+        )
+        lo, hi = (lo, mid) if reach >= spec.global_batch / b else (mid, hi)
+    return hi
+
+
+def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], rate: Rates) -> float:
+    """No split of a one-line shape estimates below this: its bottleneck is at least the balanced
+    split's (the least there is), and the fill as in `_lower_bound`."""
+    stats, shape = model.line_stats(bounds), model.shape
+    if len(shape.lines) > 1 or not stats:
+        return 0.0
+    runs = sorted(((rate[g, t], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
+    least = float((stats[0].fwd + stats[0].bwd).max()) * (1 - 1e-4)
+    work = spec.costs.step_flops_per_sample * shape.micro_batch
+    return _fill_bound(runs, _line_micro_batches(spec, shape), work, least) + 2 * float(stats[0].p2p.sum())
+
+
+def _holds_state(spec: LayoutSpec, shape: Shape) -> bool:
+    """Whether every replica's devices together can hold the weights, gradients and optimizer state
+    (a cheap necessary condition for any split to fit)."""
+    c, dp = spec.costs, sum(shape.replicas)
+    params = float(c.param_bytes.sum()) + c.first_param_bytes + c.last_param_bytes
+    state = params * (1 + c.grad_factor + c.optimizer_factor / (dp if spec.shard_optimizer else 1))
+    return all(sum(t * spec.groups[g].memory_bytes for g, t in line) >= state for line in shape.lines)
+
+
+def _cap(spec: LayoutSpec, shape: Shape, best: float) -> float:
+    """Bottleneck a one-line shape needs to beat `best`: each of its micro-batches passes it."""
+    if len(shape.lines) > 1 or is_short(shape, spec.global_batch):
+        return math.inf
+    return best / _line_micro_batches(spec, shape)
+
+
+# -- the layer split ------------------------------------------------------------------------------
+
+
+def _fits_all(model: StepModel, k: int, a: int, e: int, budget: float, theta: list[float]) -> bool:
+    """Whether stage `k` of every line fits `[a, e)` within `budget * theta[line]` and memory."""
+    return all(m[k].fits(a, e, budget * th) for m, th in zip(model.models, theta, strict=True))
+
+
+def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[int, int]] | None:
+    """For each stage count k, the interval of layer counts the first k stages can cover within
+    `budget * theta[line]` and memory (stage costs grow with their range, so these are intervals)."""
+    layers, p = model.costs.layers, model.shape.stages
+    reach = [(0, 0)]
+    for k in range(p):
+        (lo, hi), limit = reach[-1], layers - (p - 1 - k)
+        first = next((a for a in range(lo, hi + 1) if _fits_all(model, k, a, a + 1, budget, theta)), None)
+        if first is None or first + 1 > limit:
+            return None
+        last = next(a for a in range(hi, first - 1, -1) if _fits_all(model, k, a, a + 1, budget, theta))
+        end = min(m[k].max_end(last, limit, budget * th) for m, th in zip(model.models, theta, strict=True))
+        reach.append((first + 1, end))
+    return reach if reach[-1][1] == layers else None
+
+
+def _split_within(model: StepModel, budget: float, theta: list[float]) -> list[int] | None:
+    """A split whose stages all fit `budget * theta[line]` and memory, or None: from the last stage
+    back, each stage takes the most layers it can while the stages before can still cover the rest."""
+    reach = _reach(model, budget, theta)
+    if reach is None:
+        return None
+    bounds = [model.costs.layers]
+    for k in range(model.shape.stages - 1, -1, -1):
+        (lo, hi), end = reach[k], bounds[0]
+        starts = range(lo, min(hi, end - 1) + 1)
+
+        def fits(a: int, k: int = k, end: int = end) -> bool:
+            return _fits_all(model, k, a, end, budget, theta)
+
+        i = bisect.bisect_left(starts, True, key=fits)
+        if i == len(starts):
+            return None
+        bounds.insert(0, starts[i])
+    return bounds
+
+
+def balanced_bounds(model: StepModel, cap: float = math.inf) -> list[int] | None:
+    """The split with the least bottleneck stage time (seconds on the first line; other lines
+    scaled by their speed), or None when none fits memory or has its bottleneck under `cap`."""
+    speed = [line[0][1] * model.groups[line[0][0]].tflops for line in model.shape.lines]
+    theta = [speed[0] / v for v in speed]
+    best = _split_within(model, cap, theta)
+    stats = model.line_stats(best) if best else None
+    if best is None or stats is None:
+        return None
+    lo, hi = 0.0, max(float((s.fwd + s.bwd).max()) / th for s, th in zip(stats, theta, strict=True))
+    while hi - lo > 1e-4 * hi:
+        mid = (lo + hi) / 2
+        trial = _split_within(model, mid, theta)
+        lo, hi, best = (lo, mid, trial) if trial else (mid, hi, best)
+    return best
+
+
+def _moves(bounds: list[int], reach: int) -> Iterator[list[int]]:
+    """Splits that hand one layer from a stage to another at most `reach` stages away (the
+    boundaries between them shift by one)."""
+    for i, j in itertools.permutations(range(len(bounds) - 1), 2):
+        if abs(i - j) <= reach and bounds[i + 1] - bounds[i] > 1:
+            lo, hi, step = (i + 1, j + 1, -1) if i < j else (j + 1, i + 1, 1)
+            yield [b + step if lo <= k < hi else b for k, b in enumerate(bounds)]
+
+
+def polish(model: StepModel, bounds: list[int], sweeps: int = 64) -> tuple[list[int], float]:
+    """Hand single layers between stages (any two stages in pipelines of up to 16, neighbours
+    beyond) while the step improves (`StepModel.score`)."""
+    best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
+    for _ in range(sweeps):
+        trial = next((t for t in _moves(bounds, reach) if model.score(t) < best * (1 - 1e-9)), None)
+        if trial is None:
+            break
+        bounds, best = trial, model.score(trial)
+    return bounds, best
+
+
+def even_bounds(layers: int, stages: int) -> list[int]:
+    """Equal layers per stage (the first `layers % stages` stages one more)."""
+    q, r = divmod(layers, stages)
+    return [0, *itertools.accumulate(q + (k < r) for k in range(stages))]
+
+
+# -- the search ----------------------------------------------------------------------------------
+
+
+def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, list[int], StepModel]]:
+    """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
+    can win."""
+    rate = {(g, t): _stage_rate(spec, g, t) for g in range(len(spec.groups)) for t in spec.tp_sizes}
+    ranked = sorted((_lower_bound(spec, s, rate), i, s) for i, s in enumerate(shapes))
+    fits: list[tuple[float, int, list[int], StepModel]] = []
+    best = math.inf
+    for bound, i, shape in ranked:
+        short = is_short(shape, spec.global_batch)
+        if (bound >= best and not short) or not _holds_state(spec, shape):
+            continue
+        model = StepModel(
+            spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.shard_optimizer
+        )
+        start = balanced_bounds(model, _cap(spec, shape, best))
+        if start is None or (_floor(spec, model, start, rate) >= best and not short):
+            continue
+        bounds, score = polish(model, start)
+        fits.append((score, i, bounds, model))
+        best = min(best, score)
+    return fits
