@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -37,8 +38,18 @@ def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: 
 
 @inventory_group.command()
 @click.argument("file", type=click.Path(path_type=Path))
-def check(file: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def check(file: Path, as_json: bool) -> None:
     """Validate an inventory against the schema and print a one-line summary."""
     inv = inventory.load(file)
-    devices = sum(len(n.devices) for n in inv.nodes)
-    click.echo(f"{file}: ok, {len(inv.nodes)} node records, {devices} device records")
+    summary = {
+        "file": str(file),
+        "ok": True,
+        "records": len(inv.nodes),
+        "devices": sum(len(n.devices) for n in inv.nodes),
+    }
+    click.echo(
+        json.dumps(summary)
+        if as_json
+        else f"{file}: ok, {summary['records']} node records, {summary['devices']} device records"
+    )
