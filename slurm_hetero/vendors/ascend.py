@@ -53,10 +53,8 @@ is only caught when a topo capture lists more NPUs.
 
 from __future__ import annotations
 
-import glob
 import logging
 import re
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -417,14 +415,9 @@ class AscendVendor(Vendor):
     """Huawei Ascend NPUs (910B, 910 dual-die, 310P, 310B) via `npu-smi`."""
 
     tools = ("npu-smi",)
+    device_glob = "/dev/davinci[0-9]*"
     visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
     memory_capture_hint = "npu-smi info -t memory -i <NPU id>"
-
-    def affinity(self) -> int:
-        """npu-smi on PATH or a /dev/davinciN node present (no device I/O)."""
-        if self.unavailable_reason:
-            return -1
-        return 1 if shutil.which("npu-smi") or glob.glob("/dev/davinci[0-9]*") else 0
 
     def commands(self) -> list[list[str]]:
         """The device table (with memory for every chip) and the topology matrix."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -28,6 +29,8 @@ class Vendor(ABC):
     visible_devices_env: ClassVar[str | None] = None
     #: How to capture what a default table lacks (memory, model), named in parse errors.
     memory_capture_hint: ClassVar[str] = ""
+    #: Device nodes whose presence shows the driver is loaded (then a missing tool is reported).
+    device_glob: ClassVar[str] = ""
 
     #: Set at registration when an optional dependency is missing.
     unavailable_reason: str | None = None
@@ -36,7 +39,9 @@ class Vendor(ABC):
         """Cheap availability check, no device I/O: >0 means live discovery should be tried."""
         if self.unavailable_reason:
             return -1
-        return 1 if any(shutil.which(t) for t in self.tools) else 0
+        if any(shutil.which(t) for t in self.tools):
+            return 1
+        return 1 if self.device_glob and glob.glob(self.device_glob) else 0
 
     @abstractmethod
     def commands(self) -> list[list[str]]:
@@ -50,6 +55,13 @@ class Vendor(ABC):
         """Live discovery: run the vendor tools and parse what they print."""
         captures = [Capture(" ".join(argv), proc.run(argv)) for argv in self.commands()]
         return self.parse(captures)
+
+    def one_capture(self, captures: Sequence[Capture], what: str) -> Capture:
+        """The only capture, for tools that print everything in one output; ParseError otherwise."""
+        if len(captures) != 1:
+            where = captures[1] if captures else Capture("<no capture>", "")
+            raise self.parse_error(where, f"expected one {what}, got {len(captures)} captures")
+        return captures[0]
 
     def visible_id(self, device: Device) -> str:
         """The id this device has in `visible_devices_env` (default: its index)."""

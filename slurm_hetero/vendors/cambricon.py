@@ -30,12 +30,9 @@ is unverified. No health signal exists in the v5 layout (Ecc-Error is a counter,
 
 from __future__ import annotations
 
-import glob
 import re
-import shutil
 from collections.abc import Sequence
 
-from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
@@ -137,22 +134,14 @@ class CambriconVendor(Vendor):
     """Cambricon MLUs as GRES gpu, one `/dev/cambricon_devN` per card."""
 
     tools = (TOOL,)
+    device_glob = "/dev/cambricon_dev[0-9]*"
     visible_devices_env = "MLU_VISIBLE_DEVICES"
-
-    def affinity(self) -> int:
-        if self.unavailable_reason:
-            return -1
-        return 1 if shutil.which(TOOL) or glob.glob("/dev/cambricon_dev[0-9]*") else 0
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        if len(captures) != 1:
-            source = captures[1].source if captures else "<no capture>"
-            raise ParseError(
-                self.name, TOOL, f"expected one `cnmon` table, got {len(captures)} captures", source
-            )
+        capture = self.one_capture(captures, "`cnmon` table")
         capture = captures[0]
         try:
             return _parse_table(capture.text)

@@ -29,9 +29,7 @@ fault), no UUID (SN is kept nowhere: Device has no serial field), no NUMA/CPU af
 
 from __future__ import annotations
 
-import glob
 import re
-import shutil
 from collections.abc import Sequence
 
 from slurm_hetero.model import Capture, Device
@@ -167,20 +165,14 @@ def _parse_text(text: str) -> list[Device]:
 @register_vendor("enflame")
 class EnflameVendor(Vendor):
     tools = (TOOL,)
+    device_glob = "/dev/gcu[0-9]*"
     visible_devices_env = "TOPS_VISIBLE_DEVICES"
-
-    def affinity(self) -> int:
-        """The tool on PATH, or Enflame device nodes present (then a missing tool is reported)."""
-        return 1 if shutil.which(TOOL) or glob.glob("/dev/gcu[0-9]*") else 0
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        if len(captures) != 1:
-            where = captures[1] if captures else Capture("<none>", "")
-            raise self.parse_error(where, f"expected one efsmi output, got {len(captures)} captures")
-        capture = captures[0]
+        capture = self.one_capture(captures, "efsmi output")
         lines = _numbered(capture.text)
         if not any("EFSMI" in line or "Enflame System Management Interface" in line for _, line in lines):
             first = lines[0] if lines else (None, None)

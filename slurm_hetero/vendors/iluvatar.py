@@ -32,12 +32,9 @@ No health signal (the table has none; the 65535W sentinel of the failed GPU is n
 
 from __future__ import annotations
 
-import glob
 import re
-import shutil
 from collections.abc import Sequence
 
-from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
@@ -103,26 +100,18 @@ class IluvatarVendor(Vendor):
     """Iluvatar CoreX GPUs as GRES gpu, one `/dev/iluvatarN` each; Slurm's CUDA_VISIBLE_DEVICES applies."""
 
     tools = (TOOL,)
+    device_glob = "/dev/iluvatar[0-9]*"
     visible_devices_env = None
-
-    def affinity(self) -> int:
-        if self.unavailable_reason:
-            return -1
-        return 1 if shutil.which(TOOL) or glob.glob("/dev/iluvatar[0-9]*") else 0
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        if len(captures) != 1:
-            source = captures[1].source if captures else "<no capture>"
-            raise ParseError(
-                self.name, TOOL, f"expected one ixsmi table, got {len(captures)} captures", source
-            )
+        capture = self.one_capture(captures, "ixsmi table")
         try:
-            return _parse(captures[0].text)
+            return _parse(capture.text)
         except TableError as e:
             line = e.line
             raise self.parse_error(
-                captures[0], e.message, line.no if line else None, line.text if line else None
+                capture, e.message, line.no if line else None, line.text if line else None
             ) from None

@@ -29,9 +29,7 @@ is not parsed for lack of a documented capture).
 
 from __future__ import annotations
 
-import glob
 import re
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -198,11 +196,8 @@ def _parse_text(text: str) -> list[Device]:
 @register_vendor("kunlunxin")
 class KunlunxinVendor(Vendor):
     tools = (TOOL,)
+    device_glob = "/dev/xpu[0-9]*"
     visible_devices_env = "XPU_VISIBLE_DEVICES"
-
-    def affinity(self) -> int:
-        """The tool on PATH, or Kunlunxin device nodes present (then a missing tool is reported)."""
-        return 1 if shutil.which(TOOL) or glob.glob("/dev/xpu[0-9]*") else 0
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

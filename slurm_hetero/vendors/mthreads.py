@@ -33,12 +33,9 @@ MTLink topology, health flags, UUID or NUMA affinity (`mthreads-gmi -q` is not p
 
 from __future__ import annotations
 
-import glob
 import re
-import shutil
 from collections.abc import Sequence
 
-from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import Line, TableError, numbered_lines, sysfs_bus_id
@@ -176,26 +173,18 @@ class MthreadsVendor(Vendor):
     """Moore Threads GPUs as GRES gpu, one `/dev/mtgpu.N` each."""
 
     tools = (TOOL,)
+    device_glob = "/dev/mtgpu.[0-9]*"
     visible_devices_env = "MUSA_VISIBLE_DEVICES"
-
-    def affinity(self) -> int:
-        if self.unavailable_reason:
-            return -1
-        return 1 if shutil.which(TOOL) or glob.glob("/dev/mtgpu.[0-9]*") else 0
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        if len(captures) != 1:
-            source = captures[1].source if captures else "<no capture>"
-            raise ParseError(
-                self.name, TOOL, f"expected one mthreads-gmi capture, got {len(captures)}", source
-            )
+        capture = self.one_capture(captures, "mthreads-gmi capture")
         try:
-            return _parse(captures[0].text)
+            return _parse(capture.text)
         except TableError as e:
             line = e.line
             raise self.parse_error(
-                captures[0], e.message, line.no if line else None, line.text if line else None
+                capture, e.message, line.no if line else None, line.text if line else None
             ) from None

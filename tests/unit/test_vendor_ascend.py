@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from slurm_hetero import proc
 from slurm_hetero.errors import ParseError, ToolError
 from slurm_hetero.model import Capture, Device, Health, Link
-from slurm_hetero.vendors import ascend, get_vendor
+from slurm_hetero.vendors import get_vendor
 from tests.conftest import FIXTURES
 
 HERE = FIXTURES / "ascend"
@@ -80,13 +82,13 @@ def test_device_without_topology_support_gives_no_links(monkeypatch: pytest.Monk
 
 def test_affinity_needs_npu_smi_or_a_davinci_node(monkeypatch: pytest.MonkeyPatch) -> None:
     vendor = get_vendor("ascend")
-    monkeypatch.setattr(ascend.shutil, "which", lambda tool: None)
-    monkeypatch.setattr(ascend.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
     assert vendor.affinity() == 0
-    monkeypatch.setattr(ascend.glob, "glob", lambda pattern: ["/dev/davinci0"])
+    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/davinci0"])
     assert vendor.affinity() == 1
-    monkeypatch.setattr(ascend.glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(ascend.shutil, "which", lambda tool: "/usr/local/sbin/npu-smi")
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(shutil, "which", lambda tool: "/usr/local/sbin/npu-smi")
     assert vendor.affinity() == 1
 
 
