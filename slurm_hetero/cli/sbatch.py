@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
 import click
 
@@ -125,6 +124,3 @@ def sbatch_cmd(
         click.echo(shlex.join(argv))
         return
     os.execvp("sbatch", argv)  # hand over; sbatch's exit code is ours
-
-
-__all__ = ["device_count", "with_gpumem", "per_device_bytes", "Path"]
