@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.plan import model_options
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_measured
 from slurm_hetero.launch.plan import LaunchOptions
@@ -63,15 +64,7 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 
 
 @cli.command("launch", context_settings={"allow_interspersed_args": False})
-@click.option(
-    "--model",
-    required=True,
-    help="Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.",
-)
-@click.option(
-    "--global-batch", type=click.IntRange(min=1), default=512, show_default=True, help="Sequences per step."
-)
-@click.option("--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context].")
+@model_options
 @click.option(
     "--micro-batch",
     type=click.IntRange(min=1),

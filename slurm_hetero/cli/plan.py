@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -255,17 +255,34 @@ def build_spec(
     return spec, length
 
 
+def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--model, --global-batch and --seq, as plan and launch both take them."""
+    for option in reversed(
+        (
+            click.option(
+                "--model",
+                required=True,
+                help="Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.",
+            ),
+            click.option(
+                "--global-batch",
+                type=click.IntRange(min=1),
+                default=512,
+                show_default=True,
+                help="Sequences per step.",
+            ),
+            click.option(
+                "--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context]."
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
 @cli.command("plan")
 @click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
-@click.option(
-    "--model",
-    required=True,
-    help="Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.",
-)
-@click.option(
-    "--global-batch", type=click.IntRange(min=1), default=512, show_default=True, help="Sequences per step."
-)
-@click.option("--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context].")
+@model_options
 @click.option(
     "--micro-batches", type=click.IntRange(min=1), help="Micro-batches per step of an average replica."
 )

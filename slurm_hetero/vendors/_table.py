@@ -12,7 +12,15 @@ which the vendor turns into a one-line ParseError naming its tool, the capture a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from slurm_hetero.model import Capture
+    from slurm_hetero.vendors.base import Vendor
+
+_T = TypeVar("_T")
 
 TOP_BORDER = re.compile(r"^\+-+\+$")
 CLOSING_BORDER = re.compile(r"^\+[-=]+\+$")
@@ -27,6 +35,18 @@ class TableError(Exception):
         super().__init__(message)
         self.message = message
         self.line = line
+
+
+def guarded(vendor: Vendor, capture: Capture, step: Callable[[str], _T]) -> _T:
+    """Run one parsing step on the text of `capture`; a TableError becomes the vendor's
+    one-line ParseError naming the capture and the line."""
+    try:
+        return step(capture.text)
+    except TableError as e:
+        line = e.line
+        raise vendor.parse_error(
+            capture, e.message, line.no if line else None, line.text if line else None
+        ) from None
 
 
 @dataclass(frozen=True)

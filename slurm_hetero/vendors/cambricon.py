@@ -39,6 +39,7 @@ from slurm_hetero.vendors._table import (
     BoxTable,
     Line,
     TableError,
+    guarded,
     mib_pair,
     numbered_lines,
     read_box_table,
@@ -141,12 +142,4 @@ class CambriconVendor(Vendor):
         return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        capture = self.one_capture(captures, "`cnmon` table")
-        capture = captures[0]
-        try:
-            return _parse_table(capture.text)
-        except TableError as e:
-            line = e.line
-            raise self.parse_error(
-                capture, e.message, line.no if line else None, line.text if line else None
-            ) from None
+        return guarded(self, self.one_capture(captures, "`cnmon` table"), _parse_table)

@@ -38,7 +38,7 @@ import glob
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -49,6 +49,7 @@ from slurm_hetero.vendors._table import (
     BoxTable,
     Line,
     TableError,
+    guarded,
     mib_pair,
     numbered_lines,
     read_box_table,
@@ -217,8 +218,8 @@ class GaudiVendor(Vendor):
         return device.tool_id or str(device.index)
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        tables = [(c, self._guarded(c, _parse_table)) for c in captures if _is_table(c.text)]
-        queries = [(c, self._guarded(c, _parse_query)) for c in captures if not _is_table(c.text)]
+        tables = [(c, guarded(self, c, _parse_table)) for c in captures if _is_table(c.text)]
+        queries = [(c, guarded(self, c, _parse_query)) for c in captures if not _is_table(c.text)]
         if not captures or len(tables) > 1 or len(queries) > 1:
             source = captures[-1].source if captures else "<no capture>"
             raise ParseError(self.name, TOOL, "give one hl-smi table and/or one hl-smi -Q capture", source)
@@ -228,14 +229,4 @@ class GaudiVendor(Vendor):
         if not tables:
             return sorted((device for _, device in query), key=lambda d: d.index)
         table = tables[0][1]
-        return self._guarded(capture, lambda _text: _join(table, query))
-
-    def _guarded(self, capture: Capture, step: Callable[[str], _T]) -> _T:
-        """Run one parsing step on the text of `capture`; a TableError becomes a ParseError naming it."""
-        try:
-            return step(capture.text)
-        except TableError as e:
-            line = e.line
-            raise self.parse_error(
-                capture, e.message, line.no if line else None, line.text if line else None
-            ) from None
+        return guarded(self, capture, lambda _text: _join(table, query))

@@ -40,6 +40,7 @@ from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     Line,
     TableError,
+    guarded,
     mib_pair,
     numbered_lines,
     read_box_table,
@@ -107,11 +108,4 @@ class IluvatarVendor(Vendor):
         return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        capture = self.one_capture(captures, "ixsmi table")
-        try:
-            return _parse(capture.text)
-        except TableError as e:
-            line = e.line
-            raise self.parse_error(
-                capture, e.message, line.no if line else None, line.text if line else None
-            ) from None
+        return guarded(self, self.one_capture(captures, "ixsmi table"), _parse)

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, TableError, numbered_lines, sysfs_bus_id
+from slurm_hetero.vendors._table import Line, TableError, guarded, numbered_lines, sysfs_bus_id
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "mthreads-gmi"
@@ -180,11 +180,4 @@ class MthreadsVendor(Vendor):
         return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        capture = self.one_capture(captures, "mthreads-gmi capture")
-        try:
-            return _parse(capture.text)
-        except TableError as e:
-            line = e.line
-            raise self.parse_error(
-                capture, e.message, line.no if line else None, line.text if line else None
-            ) from None
+        return guarded(self, self.one_capture(captures, "mthreads-gmi capture"), _parse)
