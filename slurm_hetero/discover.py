@@ -14,9 +14,10 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurm_hetero.catalog import SITE_MODELS_DIR, Catalog
+from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import HeteroError, InventoryError, ParseError
 from slurm_hetero.model import Capture, Device, NodeInventory
+from slurm_hetero.nodes import lookup_spec, unknown_device
 from slurm_hetero.vendors import Vendor, all_vendors, get_vendor
 
 logger = logging.getLogger(__name__)
@@ -37,12 +38,9 @@ def read_captures(paths: Sequence[Path]) -> list[Capture]:
 
 def complete_device(device: Device, catalog: Catalog, vendor: Vendor) -> Device:
     """Fill the Slurm type and, where the capture lacked it, the memory from the catalog."""
-    spec = catalog.resolve(device.vendor, device.model)
+    spec = lookup_spec(device, catalog)
     if spec is None and not device.type:
-        raise InventoryError(
-            f"unknown {device.vendor} model {device.model!r} (device {device.index}); add it to a site "
-            f"catalog file in {SITE_MODELS_DIR}/ (see `slurm-hetero catalog`)"
-        )
+        raise unknown_device(device)
     memory = device.memory_mib or (spec.memory_mib if spec else None)
     if memory is None:
         hint = f"; also capture `{vendor.memory_capture_hint}`" if vendor.memory_capture_hint else ""
@@ -122,4 +120,5 @@ def discover_node(
         )
     name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     facts = {} if from_files else host_facts()
-    return NodeInventory(name=name, devices=tuple(devices), **facts)
+    memory = facts.get("real_memory_mib")
+    return NodeInventory(name=name, devices=tuple(devices), cpus=facts.get("cpus"), real_memory_mib=memory)

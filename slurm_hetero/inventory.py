@@ -103,7 +103,7 @@ def _schema_error(
 ) -> InventoryError:
     parts = [p for p in error.path[1:]]
     path = prefix + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
-    message = error.message.removeprefix(error.name).strip()
+    message = error.message.removeprefix(error.name or "").strip()
     return InventoryError(f"{source}: invalid inventory at {path.lstrip('.') or '<top>'}: {message}")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slurm_hetero.devicespec import DeviceSpec
+
 
 class Health(StrEnum):
     OK = "ok"
@@ -86,3 +88,81 @@ class ClusterInventory:
 
     nodes: tuple[NodeInventory, ...] = field(default_factory=tuple)
     version: int = 1
+
+
+@dataclass(frozen=True)
+class VendorTraits:
+    """Everything vendor-specific that the engine, launcher, render and TaskProlog use, as data.
+
+    Each vendor class declares these (`Vendor.traits()`); the registry hands them out
+    (`slurm_hetero.vendors.vendor_traits()`), so no other module keeps a table keyed by vendor.
+
+    Device visibility, one level per runtime: `visible_devices_env` names the vendor's devices by
+    `visible_id` (the physical index, or the tool id where the runtime wants it, as Gaudi's
+    module ids); `relative_visible_envs` are applied by the runtime *inside* that set, so they take
+    positions 0..n-1 (ROCm: HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES inside
+    ROCR_VISIBLE_DEVICES). None: Slurm's own CUDA_VISIBLE_DEVICES is what the runtime reads.
+    """
+
+    name: str
+    visible_devices_env: str | None = None
+    relative_visible_envs: tuple[str, ...] = ()
+    visible_by_tool_id: bool = False
+    torch_backend: str = "gloo"  # init_process_group(backend=...) inside one vendor
+    torch_package: str | None = None  # module that registers the device and backend (None: in torch)
+    torch_device: str = "cuda"  # torch device type (torch.<device> module)
+    stack_label: str = ""  # feature prefix of the software stack version (cuda12.4, cann8.0)
+    device_glob: str = ""  # device files of the driver (/dev/davinci[0-9]*)
+    ucc_memory: bool = False  # UCC has a memory component for this vendor (cuda, rocm)
+
+    def visible_id(self, device: Device) -> str:
+        """The id this device has in `visible_devices_env`."""
+        return device.tool_id if self.visible_by_tool_id and device.tool_id else str(device.index)
+
+    @property
+    def stack_prefix(self) -> str:
+        return self.stack_label or f"{self.name}_rt"
+
+
+@dataclass(frozen=True)
+class SlurmDevice:
+    """One device as Slurm schedules it: the inventory record (its `type` the Slurm Type= name),
+    its vendor's traits and the catalog facts resolved for it once (`slurm_hetero.nodes`)."""
+
+    device: Device
+    vendor: VendorTraits
+    spec: DeviceSpec
+
+    @property
+    def type(self) -> str:
+        return self.device.type
+
+    @property
+    def index(self) -> int:
+        return self.device.index
+
+    @property
+    def memory_mib(self) -> int:
+        """The device's own memory, else the model's nominal memory."""
+        return self.device.memory_mib or self.spec.memory_mib
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One inventory node (or hostlist of identical nodes) as Slurm sees it, built once per load
+    (`slurm_hetero.nodes.slurm_nodes`): devices in gres.conf order with their facts, the devices
+    left out (unhealthy), the node's Slurm features and how many hosts the name stands for."""
+
+    record: NodeInventory
+    devices: tuple[SlurmDevice, ...]
+    left_out: tuple[Device, ...]
+    features: tuple[str, ...]
+    hosts: int
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def types(self) -> list[str]:
+        """The Slurm types of the node's devices, each once, in gres.conf order."""
+        return list(dict.fromkeys(d.type for d in self.devices))

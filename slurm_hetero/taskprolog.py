@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_hetero.errors import HeteroError
-from slurm_hetero.model import Device, NodeInventory
-from slurm_hetero.render.context import rendered_devices
-from slurm_hetero.vendors import get_vendor
+from slurm_hetero.model import Device, SlurmDevice, SlurmNode
 
 # Where Slurm puts the allocated GPU indices, most specific first (SLURM_JOB_GPUS is wrong in
 # non-zero heterogeneous components on 22.05, so it comes last).
@@ -45,17 +43,17 @@ class SharingLimits:
 
 def export_lines(
     env: Mapping[str, str],
-    node: NodeInventory,
-    include_unhealthy: bool = False,
+    node: SlurmNode,
     sharing: SharingLimits | None = None,
 ) -> list[str]:
     """`export NAME=value` lines for every vendor of the allocated devices that needs its own
-    variable, plus the memory/compute limits of a shard allocation."""
+    variable, plus the memory/compute limits of a shard allocation. `node` is built as `gres
+    render` was run (with or without unhealthy devices), so indices match gres.conf."""
     indexes = allocated_indexes(env)
     if indexes is None:
         return []
-    devices = rendered_devices(node, include_unhealthy)
-    chosen: list[Device] = []
+    devices = node.devices
+    chosen: list[SlurmDevice] = []
     for i in indexes:
         if not 0 <= i < len(devices):
             raise HeteroError(
@@ -65,7 +63,7 @@ def export_lines(
     lines = _lines_per_vendor(chosen)
     shards = env.get("SLURM_SHARDS_ON_NODE", "").strip()
     if shards.isdigit() and int(shards) > 0 and len(chosen) == 1 and sharing:
-        lines += shard_limit_lines(chosen[0], int(shards), sharing)
+        lines += shard_limit_lines(chosen[0].device, int(shards), sharing)
     return lines
 
 
@@ -95,12 +93,17 @@ def shard_limit_lines(device: Device, shards: int, sharing: SharingLimits) -> li
     return lines
 
 
-def _lines_per_vendor(devices: Sequence[Device]) -> list[str]:
+def _lines_per_vendor(devices: Sequence[SlurmDevice]) -> list[str]:
+    """The vendor's variable by device id; variables its runtime applies inside that set by
+    position (ROCm's HIP_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES)."""
     values: dict[str, list[str]] = {}
     for device in devices:
-        vendor = get_vendor(device.vendor)
+        vendor = device.vendor
         if vendor.visible_devices_env:
-            values.setdefault(vendor.visible_devices_env, []).append(vendor.visible_id(device))
+            ids = values.setdefault(vendor.visible_devices_env, [])
+            ids.append(vendor.visible_id(device.device))
+            for name in vendor.relative_visible_envs:
+                values[name] = [str(i) for i in range(len(ids))]
     lines = []
     for name, ids in values.items():
         value = ",".join(ids)

@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from slurm_hetero.catalog import DeviceSpec, load_catalog
+from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.devicespec import DeviceSpec
 from slurm_hetero.engine.compare import compare, spec_row
 from slurm_hetero.errors import ConfigError
 

@@ -23,6 +23,7 @@ from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.modelconfigs import bundled_names, load_model
+from slurm_hetero.nodes import slurm_nodes
 
 GIB = engine.GIB
 
@@ -119,7 +120,8 @@ def result(spec: ModelSpec, o: dict[str, Any], inventory_path: Path | None) -> d
     }
     if inventory_path is not None:
         inventory = inventory_io.load(inventory_path, keep_identity=False)
-        options = engine.device_options(inventory, load_catalog(), lambda n: breakdown(spec, o, n))
+        nodes = slurm_nodes(inventory, load_catalog())
+        options = engine.device_options(nodes, lambda n: breakdown(spec, o, n))
         out["device_options"] = [option_row(x) for x in options]
     return out
 

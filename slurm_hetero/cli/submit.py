@@ -15,6 +15,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.config import Settings, exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
+from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.write import diff, ensure_output_dir, write_atomic
 from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
 from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
@@ -36,7 +37,7 @@ def script_template() -> str:
 def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settings) -> ClusterModel:
     cluster = inventory.load(inventory_path, keep_identity=False)
     try:
-        return compile_model(cluster, load_catalog(models_dirs), settings.scoring)
+        return compile_model(slurm_nodes(cluster, load_catalog(models_dirs)), settings.scoring)
     except ValueError as e:
         raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
 

@@ -7,22 +7,25 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero import hostlist, inventory
+from slurm_hetero import inventory
+from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.config import load_settings
 from slurm_hetero.errors import HeteroError
-from slurm_hetero.model import NodeInventory
+from slurm_hetero.model import SlurmNode
+from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.taskprolog import SharingLimits, export_lines
+from slurm_hetero.vendors import vendor_traits
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
 
 
-def _find_node(path: Path, name: str) -> NodeInventory:
-    for node in inventory.load(path).nodes:
-        if name == node.name or ("[" in node.name and name in hostlist.expand(node.name)):
-            return node
-    raise HeteroError(f"node {name} is not in {path}")
+def _find_node(path: Path, name: str, include_unhealthy: bool) -> SlurmNode:
+    record = host_records(inventory.load(path), [name]).get(name)
+    if record is None:
+        raise HeteroError(f"node {name} is not in {path}")
+    return NodeBuilder(load_catalog(), vendor_traits(), include_unhealthy).node(record)
 
 
 @cli.command(name="task-prolog")
@@ -61,10 +64,10 @@ def task_prolog(
     """Export the vendor's visible-device variable for this task's GPUs and the limits of a shard
     allocation (Slurm TaskProlog protocol: `export NAME=value` lines)."""
     try:
-        node = _find_node(inventory_path, os.environ.get("SLURMD_NODENAME", ""))
+        node = _find_node(inventory_path, os.environ.get("SLURMD_NODENAME", ""), include_unhealthy)
         library = hami_core_library if os.path.exists(hami_core_library) else None
         sharing = SharingLimits(load_settings(config_path).shares, library)
-        lines = export_lines(os.environ, node, include_unhealthy, sharing)
+        lines = export_lines(os.environ, node, sharing)
     except Exception as e:  # a TaskProlog that fails would fail the user's task
         if strict:
             raise

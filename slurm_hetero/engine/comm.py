@@ -3,25 +3,20 @@
 Rules, in order (`choose`):
 
 1. **vendor-ccl**: every member is of one vendor -> that vendor's collective library, under the
-   name its torch integration registers (`BACKENDS`).
+   name its torch integration registers (`VendorTraits.torch_backend`).
 2. **rdma-direct**: several vendors, and every member's device can expose its memory to the NIC
    (catalog capability `gpudirect_rdma`: GPUDirect RDMA / nvidia-peermem; `peer_rdma`: ROCm peer
    memory, Gaudi), a library handles every member's memory type (UCC: CUDA and ROCm memory,
-   `UCC_MEMORY`), and every member's node has an RDMA NIC (InfiniBand or RoCE) of one common kind
+   `VendorTraits.ucc_memory`), and every member's node has an RDMA NIC (InfiniBand or RoCE) of one common kind
    in the inventory -> torch's `ucc` backend, tensors go NIC to NIC.
 3. **cpu-relay**: anything else -> `gloo`; tensors are staged through host memory over PCIe.
 
 `--backend-override` forces one backend for every group (`gloo` makes every group a cpu-relay);
 whether the chosen backend's torch package is importable is not decided here.
 
-Backend names and their sources (what `torch.distributed.init_process_group(backend=...)` takes):
-nvidia, amd (RCCL presents as NCCL), hygon (DTK, RCCL fork), iluvatar (CoreX, CUDA-compatible):
-`nccl`, built into torch. kunlunxin: `nccl`, because torch_xmlir exposes the XPU as `torch.cuda`
-and routes the nccl backend to BKCL (baidu/vLLM-Kunlun, vllm_kunlun/platforms/kunlun.py:
-`dist_backend = "nccl"`). ascend: `hccl` (torch_npu). gaudi: `hccl`
-(habana_frameworks.torch.distributed.hccl). cambricon: `cncl` (torch_mlu). intel: `xccl`, built
-into torch >= 2.8 for XPU (`torch.distributed.Backend.XCCL`; older IPEX used oneCCL's `ccl`).
-mthreads: `mccl` (torch_musa). enflame: `eccl` (torch_gcu).
+Backend names, the packages that provide them and which vendors UCC can move memory for are
+vendor traits (`model.VendorTraits`, declared on each vendor class with their sources); members
+carry them, so this module keeps no table keyed by vendor.
 
 Network variables (`communicator_env`), from the node's NICs in the inventory (`nics:`; RDMA
 NICs are named by their verbs device, `mlx5_0`, Ethernet ones by their interface, `eth0`):
@@ -42,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from slurm_hetero.catalog import Catalog
-from slurm_hetero.model import Nic
+from slurm_hetero.devicespec import DeviceSpec
+from slurm_hetero.model import Nic, VendorTraits
 
 GB = 1e9
 PCIE_GBS = 25.0  # PCIe 4.0 x16, one way
@@ -51,21 +46,6 @@ NIC_GBS = {"infiniband": 25.0, "roce": 25.0, "ethernet": 12.5}  # HDR 200 Gb/s, 
 DEFAULT_NIC_GBS = 12.5
 RDMA_NICS = ("infiniband", "roce")
 PEER_MEMORY_CAPABILITIES = ("gpudirect_rdma", "peer_rdma")
-UCC_MEMORY = frozenset({"nvidia", "amd"})  # UCC's memory components: cuda, rocm
-
-BACKENDS: dict[str, str] = {
-    "nvidia": "nccl",
-    "amd": "nccl",
-    "hygon": "nccl",
-    "iluvatar": "nccl",
-    "kunlunxin": "nccl",
-    "ascend": "hccl",
-    "gaudi": "hccl",
-    "cambricon": "cncl",
-    "intel": "xccl",
-    "mthreads": "mccl",
-    "enflame": "eccl",
-}
 _NCCL_STYLE = {"nccl": "NCCL", "mccl": "MCCL"}
 
 
@@ -77,10 +57,10 @@ class CommKind(StrEnum):
 
 @dataclass(frozen=True)
 class Member:
-    """One rank of a group, as communicator choice sees it."""
+    """One rank of a group, as communicator choice sees it: its vendor, device facts and node."""
 
-    vendor: str
-    type: str
+    vendor: VendorTraits
+    spec: DeviceSpec
     node: str
 
 
@@ -93,14 +73,8 @@ class Communicator:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def torch_backend(vendor: str) -> str:
-    """The torch.distributed backend of `vendor`'s collective library (`gloo` when unknown)."""
-    return BACKENDS.get(vendor, "gloo")
-
-
-def _peer_memory(member: Member, catalog: Catalog) -> bool:
-    spec = catalog.by_type(member.type)
-    return spec is not None and any(spec.has(c) for c in PEER_MEMORY_CAPABILITIES)
+def _peer_memory(member: Member) -> bool:
+    return any(member.spec.has(c) for c in PEER_MEMORY_CAPABILITIES)
 
 
 def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) -> str | None:
@@ -113,17 +87,17 @@ def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) 
 
 def choose(
     members: Sequence[Member],
-    catalog: Catalog,
     nics: Mapping[str, Sequence[Nic]],
     override: str | None = None,
 ) -> Communicator:
     """The communicator of a group of `members` (rules in the module docstring)."""
     vendors = {m.vendor for m in members}
     if len(vendors) <= 1:
-        chosen = Communicator(torch_backend(next(iter(vendors), "")), CommKind.VENDOR_CCL)
+        backend = next(iter(vendors)).torch_backend if vendors else "gloo"
+        chosen = Communicator(backend, CommKind.VENDOR_CCL)
     elif (
-        vendors <= UCC_MEMORY
-        and all(_peer_memory(m, catalog) for m in members)
+        all(v.ucc_memory for v in vendors)
+        and all(_peer_memory(m) for m in members)
         and shared_rdma_fabric(sorted({m.node for m in members}), nics) is not None
     ):
         chosen = Communicator("ucc", CommKind.RDMA_DIRECT)

@@ -1,6 +1,6 @@
 """Which device types of an inventory can hold a job, and with how few devices.
 
-Pure: an inventory, the catalog and a per-device memory estimate in, `DeviceOption`s out. This
+Pure: node records (`slurm_hetero.nodes`) and a per-device memory estimate in, `DeviceOption`s out. This
 module owns `device_options` (healthy devices grouped by type, the smallest memory of a type, the
 fewest devices whose estimate fits, and the reason code when none does), `DeviceOption` and
 `fits`. The estimate itself (a `Breakdown`) comes from `engine.fit`, which re-exports these names.
@@ -9,14 +9,13 @@ fewest devices whose estimate fits, and the reason code when none does), `Device
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from slurm_hetero.catalog import Catalog
 from slurm_hetero.engine.reasons import ReasonCode
 from slurm_hetero.errors import ConfigError
-from slurm_hetero.model import ClusterInventory, Device, Health
+from slurm_hetero.model import SlurmNode
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.fit import Breakdown
@@ -60,39 +59,18 @@ class _TypeGroup:
     unhealthy: int = 0
 
 
-def _device_memory(device: Device, catalog: Catalog) -> float | None:
-    if device.memory_mib:
-        return float(device.memory_mib) * MIB
-    spec = catalog.by_type(device.type) if device.type else catalog.resolve(device.vendor, device.model)
-    return spec.memory_gib * GIB if spec else None
-
-
-def _group_devices(inventory: ClusterInventory, catalog: Catalog) -> list[_TypeGroup]:
+def _group_devices(nodes: Sequence[SlurmNode]) -> list[_TypeGroup]:
     groups: dict[str, _TypeGroup] = {}
-    for node in inventory.nodes:
-        hosts = _host_count(node.name)
+    for node in nodes:
         for device in node.devices:
-            name = device.type or device.model
-            group = groups.setdefault(name, _TypeGroup(type=name, vendor=device.vendor))
-            if device.health != Health.OK:
-                group.unhealthy += hosts
-                continue
-            group.available += hosts
-            memory = _device_memory(device, catalog)
-            if memory is not None:
-                group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+            group = groups.setdefault(device.type, _TypeGroup(type=device.type, vendor=device.vendor.name))
+            group.available += node.hosts
+            memory = float(device.memory_mib) * MIB
+            group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+        for left_out in node.left_out:
+            name = left_out.type or left_out.model
+            groups.setdefault(name, _TypeGroup(type=name, vendor=left_out.vendor)).unhealthy += node.hosts
     return list(groups.values())
-
-
-def _host_count(name: str) -> int:
-    """Hosts in a folded node name such as ``gpu-[01-04,07]`` (simple ranges; 1 otherwise)."""
-    if "[" not in name or not name.endswith("]"):
-        return 1
-    total = 0
-    for part in name[name.index("[") + 1 : -1].split(","):
-        low, _, high = part.partition("-")
-        total += int(high) - int(low) + 1 if high.isdigit() and low.isdigit() else 1
-    return total
 
 
 Estimate = Callable[[int], "Breakdown | None"]
@@ -110,8 +88,8 @@ def _result(
 def _option(group: _TypeGroup, estimate: Estimate, limit: int, headroom: float) -> DeviceOption:
     if group.available == 0:
         return _result(group, None, None, ReasonCode.UNHEALTHY)
-    if group.memory_bytes is None:
-        return _result(group, None, None, ReasonCode.UNKNOWN_MEMORY)
+    if group.memory_bytes is None:  # every device of the type is left out: none to count on
+        return _result(group, None, None, ReasonCode.UNHEALTHY)
     for count in range(1, max(limit, group.available) + 1):
         breakdown = estimate(count)
         if breakdown is not None and fits(breakdown, group.memory_bytes, headroom):
@@ -121,14 +99,14 @@ def _option(group: _TypeGroup, estimate: Estimate, limit: int, headroom: float) 
 
 
 def device_options(
-    inventory: ClusterInventory,
-    catalog: Catalog,
+    nodes: Sequence[SlurmNode],
     estimate: Estimate,
     limit: int = 1024,
     headroom: float = 0.0,
 ) -> list[DeviceOption]:
     """For each device type in `inventory`: its memory per device, how many healthy devices it
-    has, and the fewest devices `n` whose estimate fits, trying ``n = 1 .. max(limit, available)``.
+    has (nodes as `slurm_hetero.nodes` builds them, unhealthy devices left out), and the fewest
+    devices `n` whose estimate fits, trying ``n = 1 .. max(limit, available)``.
 
     `estimate(n)` returns the per-device breakdown when the job is spread over `n` devices, or
     None when `n` is not a valid layout. The CLI passes tensor-parallel inference
@@ -136,5 +114,5 @@ def device_options(
     ``dp = n / (tp * pp)``, which lowers per-device memory only under ZeRO. Memory per device is
     the inventory's `memory_mib` (else the catalog's); the smallest of a type counts. Fitting
     types come first, fewest devices first."""
-    options = [_option(g, estimate, limit, headroom) for g in _group_devices(inventory, catalog)]
+    options = [_option(g, estimate, limit, headroom) for g in _group_devices(nodes)]
     return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

@@ -23,7 +23,6 @@ class ReasonCode(StrEnum):
     INSUFFICIENT_MEMORY = "INSUFFICIENT_MEMORY"  # memory per device below what is needed
     TOO_FEW_DEVICES = "TOO_FEW_DEVICES"  # fewer devices per node than requested
     NOT_ENOUGH_DEVICES = "NOT_ENOUGH_DEVICES"  # a model fits on N devices, the inventory has fewer
-    UNKNOWN_MEMORY = "UNKNOWN_MEMORY"  # neither the inventory nor the catalog knows its memory
     UNHEALTHY = "UNHEALTHY"  # every device of the type is marked unhealthy
     UNKNOWN_TYPE = "UNKNOWN_TYPE"  # a requested gres type is not in the inventory
     UNKNOWN_MODEL = "UNKNOWN_MODEL"  # a model name is neither bundled nor a config file

@@ -1,6 +1,7 @@
 """Filter and rank device types for a request: the rules the job_submit hook applies. Pure.
 
-`compile_model` turns an inventory, the catalog and the scoring options into a `ClusterModel`:
+`compile_model` turns the cluster's node records (`model.SlurmNode`, built once per inventory load
+by `slurm_hetero.nodes`) and the scoring options into a `ClusterModel`:
 per device type its memory, node shapes (devices per node with the node's features), fast-link
 flag and shares, plus the ranked type order of every policy. `decide` takes a `Need` and
 returns a `Choice` or a `FitReport`. `slurm_hetero.submit.tables` writes the same model into the
@@ -32,12 +33,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from slurm_hetero import hostlist
-from slurm_hetero.catalog import Catalog, DeviceSpec
+from slurm_hetero.devicespec import DeviceSpec
 from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, counts_text
-from slurm_hetero.errors import InventoryError
-from slurm_hetero.model import ClusterInventory, Device, NodeInventory
-from slurm_hetero.render.context import RenderOptions, feature, node_shape, rendered_devices
+from slurm_hetero.model import SlurmDevice, SlurmNode
+from slurm_hetero.slurm.syntax import feature
 from slurm_hetero.units import format_size
 
 POLICIES = ("best-fit", "fastest", "cheapest", "greenest")
@@ -131,23 +130,11 @@ class ClusterModel:
 # ------------------------------------------------------------------------------ compile the model
 
 
-def _device_type(device: Device, catalog: Catalog) -> str:
-    if device.type:
-        return device.type
-    spec = catalog.resolve(device.vendor, device.model)
-    if spec is None:
-        raise InventoryError(f"unknown {device.vendor} model {device.model!r}; set `type:` in the inventory")
-    return spec.type
-
-
-def _node_summary(node: NodeInventory, catalog: Catalog) -> tuple[dict[str, list[Device]], frozenset[str]]:
-    """The node's rendered devices by type, and its Slurm features (as `gres render` writes them)."""
-    typed = [d if d.type else replace(d, type=_device_type(d, catalog)) for d in rendered_devices(node)]
-    features = frozenset(node_shape(replace(node, devices=tuple(typed)), RenderOptions(), catalog).features)
-    by_type: dict[str, list[Device]] = {}
-    for device in typed:
+def _by_type(node: SlurmNode) -> dict[str, list[SlurmDevice]]:
+    by_type: dict[str, list[SlurmDevice]] = {}
+    for device in node.devices:
         by_type.setdefault(device.type, []).append(device)
-    return by_type, features
+    return by_type
 
 
 def _fast(spec: DeviceSpec, linked: bool) -> bool:
@@ -158,24 +145,27 @@ def _fast(spec: DeviceSpec, linked: bool) -> bool:
 class _Seen:
     """What the inventory says about one type, gathered node by node."""
 
+    spec: DeviceSpec
+    vendor: str
     memory: int | None = None
     linked: bool = False
     shapes: Counter[tuple[int, frozenset[str]]] = field(default_factory=Counter)
 
-    def add(self, devices: Sequence[Device], features: frozenset[str], nodes: int) -> None:
-        sizes = [d.memory_mib for d in devices if d.memory_mib]
+    def add(self, devices: Sequence[SlurmDevice], features: frozenset[str], nodes: int) -> None:
+        sizes = [d.device.memory_mib for d in devices if d.device.memory_mib]
         if sizes:
             self.memory = min(sizes + ([self.memory] if self.memory else []))
-        self.linked = self.linked or any(d.links for d in devices)
+        self.linked = self.linked or any(d.device.links for d in devices)
         self.shapes[(len(devices), features)] += nodes
 
 
-def _facts(name: str, spec: DeviceSpec, seen: _Seen, options: ScoringOptions) -> TypeFacts:
+def _facts(name: str, seen: _Seen, options: ScoringOptions) -> TypeFacts:
+    spec = seen.spec
     rows = sorted(seen.shapes.items(), key=lambda kv: (-kv[0][0], sorted(kv[0][1])))
     memory, unit = seen.memory or spec.memory_mib, int(options.shares.get(name, 0))
     return TypeFacts(
         name,
-        spec.vendor,
+        seen.vendor,
         memory,
         feature(name),
         _fast(spec, seen.linked),
@@ -188,26 +178,19 @@ def _facts(name: str, spec: DeviceSpec, seen: _Seen, options: ScoringOptions) ->
     )
 
 
-def _all_facts(
-    inventory: ClusterInventory, catalog: Catalog, options: ScoringOptions
-) -> dict[str, TypeFacts]:
+def _all_facts(nodes: Sequence[SlurmNode], options: ScoringOptions) -> dict[str, TypeFacts]:
     seen: dict[str, _Seen] = {}
-    summaries: dict[tuple[object, ...], tuple[dict[str, list[Device]], frozenset[str]]] = {}
-    for node in inventory.nodes:
-        # identical nodes loaded with keep_identity=False share device records: summarise once
-        key = (tuple(map(id, node.devices)), node.features)
-        if key not in summaries:
-            summaries[key] = _node_summary(node, catalog)
-        by_type, features = summaries[key]
+    summaries: dict[int, dict[str, list[SlurmDevice]]] = {}
+    for node in nodes:
+        # identical nodes share their resolved device tuple: group it by type once
+        by_type = summaries.get(id(node.devices))
+        if by_type is None:
+            by_type = summaries[id(node.devices)] = _by_type(node)
+        features = frozenset(node.features)
         for name, devices in by_type.items():
-            seen.setdefault(name, _Seen()).add(devices, features, len(hostlist.expand(node.name)))
-    facts = {}
-    for name in sorted(seen):
-        spec = catalog.by_type(name)
-        if spec is None:
-            raise InventoryError(f"unknown device type {name!r}; add it to /etc/slurm-hetero/models.d/")
-        facts[name] = _facts(name, spec, seen[name], options)
-    return facts
+            first = devices[0]
+            seen.setdefault(name, _Seen(first.spec, first.device.vendor)).add(devices, features, node.hosts)
+    return {name: _facts(name, seen[name], options) for name in sorted(seen)}
 
 
 # ------------------------------------------------------------------------------------- ranking
@@ -288,10 +271,10 @@ def check_options(options: ScoringOptions) -> None:
         )
 
 
-def compile_model(inventory: ClusterInventory, catalog: Catalog, options: ScoringOptions) -> ClusterModel:
-    """Everything `decide` (and the Lua hook) needs about a cluster."""
+def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> ClusterModel:
+    """Everything `decide` (and the Lua hook) needs about a cluster (nodes without unhealthy devices)."""
     check_options(options)
-    facts = _all_facts(inventory, catalog, options)
+    facts = _all_facts(nodes, options)
     listed = list(facts.values())
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
     default, partitions = _rules(facts, options)

@@ -30,18 +30,11 @@ from typing import Any
 
 import yaml
 
-from slurm_hetero.catalog import Catalog
+from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import ConfigError, HeteroError
+from slurm_hetero.vendors import vendor_traits
 
 DEFAULT_OUT = Path("~/.config/slurm-hetero/measured.yaml")
-# torch device type -> vendor, for naming the device from the catalog
-DEVICE_VENDORS = {"npu": "ascend", "mlu": "cambricon", "xpu": "intel", "hpu": "gaudi", "musa": "mthreads"}
-DEVICE_MODULES = {
-    "npu": "torch_npu",
-    "mlu": "torch_mlu",
-    "hpu": "habana_frameworks.torch",
-    "musa": "torch_musa",
-}
 
 
 class CalibrationError(HeteroError):
@@ -89,9 +82,11 @@ def _torch() -> Any:
 def pick_device(torch: Any, requested: str = "auto") -> str:
     """`requested`, or with `auto` the current accelerator (CUDA and ROCm show as cuda), else cpu."""
     if requested != "auto":
-        module = DEVICE_MODULES.get(requested.split(":")[0])
-        if module:
-            __import__(module)  # registers the device type with torch
+        kind = requested.split(":")[0]
+        for vendor in vendor_traits().values():
+            if vendor.torch_device == kind and vendor.torch_package:
+                __import__(vendor.torch_package)  # registers the device type with torch
+                break
         return requested
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and accelerator.is_available():
@@ -150,8 +145,8 @@ def device_type(torch: Any, device: str, catalog: Catalog) -> str:
         return "cpu"
     module = getattr(torch, kind, None)
     name = module.get_device_name(device) if module is not None and hasattr(module, "get_device_name") else ""
-    vendor = DEVICE_VENDORS.get(kind) or ("amd" if getattr(torch.version, "hip", None) else "nvidia")
-    spec = catalog.resolve(vendor, name)
+    vendors = [v.name for v in vendor_traits().values() if v.torch_device == kind]
+    spec = next((s for s in (catalog.resolve(v, name) for v in vendors) if s is not None), None)
     if spec is None:
         raise CalibrationError(f"{device} ({name or 'unnamed'}) is not in the catalog; pass --type GRES_TYPE")
     return spec.type

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slurm_hetero.catalog import Catalog, DeviceSpec
+from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.engine.schedule import DeviceGroup, LayerCosts
 from slurm_hetero.errors import RequestError
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurm_hetero import hostlist
-from slurm_hetero.catalog import Catalog, DeviceSpec
+from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.layout import (
@@ -41,10 +41,10 @@ from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.launch.costs import MEMORY_USABLE, PCIE_GBS, device_tflops, layer_costs_for, model_shape
 from slurm_hetero.launch.rankenv import Groups, master_port, plan_id, rank_document, rank_env, replica_samples
-from slurm_hetero.model import ClusterInventory, Device, NodeInventory
-from slurm_hetero.render.context import rendered_devices
+from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.slurm.jobenv import JobEnv
-from slurm_hetero.vendors import get_vendor
+from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
 # What Slurm's gres/gpu exports for every GPU type (narrowed to the rank's one device).
@@ -84,22 +84,34 @@ class TaskDevices:
 
 @dataclass(frozen=True)
 class Site:
-    """One node of the step: its place, task count, inventory record and device type."""
+    """One node of the step: its place, task count and node record (devices of one type)."""
 
     name: str
     index: int
     first_rank: int
     tasks: int
-    record: NodeInventory
-    devices: tuple[Device, ...]
-    spec: DeviceSpec
+    node: SlurmNode
+
+    @property
+    def record(self) -> NodeInventory:
+        return self.node.record
+
+    @property
+    def devices(self) -> tuple[SlurmDevice, ...]:
+        return self.node.devices
+
+    @property
+    def spec(self) -> DeviceSpec:
+        """The catalog facts of the node's device type."""
+        return self.devices[0].spec
 
     @property
     def type(self) -> str:
-        return self.spec.type
+        """The Slurm type of the node's devices."""
+        return self.devices[0].type
 
     @property
-    def vendor(self) -> str:
+    def vendor(self) -> VendorTraits:
         return self.devices[0].vendor
 
 
@@ -127,45 +139,37 @@ class LaunchPlan:
 # -- nodes ----------------------------------------------------------------------------------------
 
 
-def node_records(inventory: ClusterInventory, names: Sequence[str]) -> dict[str, NodeInventory]:
-    """The inventory record of each named node (records may be hostlists); an error naming the
-    nodes it lacks."""
-    wanted, found = set(names), {}
-    for node in inventory.nodes:
-        for name in hostlist.expand(node.name) if "[" in node.name else [node.name]:
-            if name in wanted:
-                found[name] = node
+def node_records(inventory: ClusterInventory, names: Sequence[str], catalog: Catalog) -> dict[str, SlurmNode]:
+    """The node record of each named node; an error naming the nodes the inventory lacks."""
+    found = host_records(inventory, names)
     missing = [n for n in names if n not in found]
     if missing:
         raise LaunchPlanError(
             f"no inventory record for {', '.join(missing)} (nodes of this step: {', '.join(names)}); "
             "add them (slurm-hetero discover, inventory merge) or pass --inventory"
         )
-    return found
+    builder = NodeBuilder(catalog, vendor_traits())
+    return {name: builder.node(record) for name, record in found.items()}
 
 
-def _site(job: JobEnv, index: int, record: NodeInventory, catalog: Catalog) -> Site:
+def _site(job: JobEnv, index: int, node: SlurmNode) -> Site:
     name, tasks = job.nodes[index], job.tasks_per_node[index]
-    devices = tuple(rendered_devices(record))
-    types = sorted({d.type for d in devices})
-    if not devices:
+    types = node.types()
+    if not node.devices:
         raise LaunchPlanError(f"{name} has no healthy devices in the inventory")
     if len(types) > 1:
         raise LaunchPlanError(f"{name} has devices of several types ({', '.join(types)}); launch uses one")
-    spec = catalog.by_type(types[0])
-    if spec is None:
-        raise LaunchPlanError(f"{name}: device type {types[0]!r} is not in the catalog")
-    if tasks > len(devices):
+    if tasks > len(node.devices):
         raise LaunchPlanError(
-            f"{name} runs {tasks} tasks but has {len(devices)} {spec.type} devices; one task per device"
+            f"{name} runs {tasks} tasks but has {len(node.devices)} {types[0]} devices; one task per device"
         )
-    return Site(name, index, job.first_rank_of_node(index), tasks, record, devices, spec)
+    return Site(name, index, job.first_rank_of_node(index), tasks, node)
 
 
 def sites(job: JobEnv, inventory: ClusterInventory, catalog: Catalog) -> list[Site]:
     """The step's nodes in JobEnv order with their records and device types."""
-    records = node_records(inventory, job.nodes)
-    return [_site(job, i, records[name], catalog) for i, name in enumerate(job.nodes)]
+    records = node_records(inventory, job.nodes, catalog)
+    return [_site(job, i, records[name]) for i, name in enumerate(job.nodes)]
 
 
 # -- the solver's input and answer ----------------------------------------------------------------
@@ -180,28 +184,28 @@ def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
 
 def _device_group(group: Sequence[Site], measured: Mapping[str, float]) -> DeviceGroup:
     spec = group[0].spec
-    known = [d.memory_mib for s in group for d in s.devices if d.memory_mib]
+    known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
     memory = (min(known) * 2**20 if known else spec.memory_gib * GIB) * MEMORY_USABLE
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
     per_node = tuple(s.tasks for s in group)
-    return DeviceGroup(spec.type, per_node, device_tflops(spec, measured), memory, link)
+    return DeviceGroup(group[0].type, per_node, device_tflops(spec, measured), memory, link)
 
 
-def network_gbs(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> float:
+def network_gbs(nodes: Sequence[Site], options: LaunchOptions) -> float:
     """Bandwidth the solver charges between nodes: the NIC speed, lowered to what the slowest
     communicator between any two vendors (or within one spread over nodes) delivers."""
     base = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in nodes)
     nics = {s.name: s.record.nics for s in nodes}
     vendors: dict[str, list[Site]] = {}
     for site in nodes:
-        vendors.setdefault(site.vendor, []).append(site)
+        vendors.setdefault(site.vendor.name, []).append(site)
     worst = base
     for a, b in itertools.combinations_with_replacement(sorted(vendors), 2):
         members = {s.name: s for s in (*vendors[a], *vendors[b])}.values()
         if len(members) < 2:
             continue
         chosen = comm.choose(
-            [Member(s.vendor, s.type, s.name) for s in members], catalog, nics, options.backend_override
+            [Member(s.vendor, s.spec, s.name) for s in members], nics, options.backend_override
         )
         worst = min(worst, comm.effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base))
     return worst
@@ -218,7 +222,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     measured = {_canonical(catalog, k): v for k, v in options.measured.items()}
     groups = tuple(_device_group(g, measured) for g in _by_type(nodes).values())
     costs = layer_costs_for(options.model, seq)
-    net = network_gbs(nodes, catalog, options)
+    net = network_gbs(nodes, options)
     return LayoutSpec(
         groups,
         costs,
@@ -337,9 +341,10 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
         if len(items) == len(indexes):
             env[name] = items[position]
     device = site.devices[index]
-    vendor = get_vendor(device.vendor)
+    vendor = device.vendor
     if vendor.visible_devices_env:
-        env[vendor.visible_devices_env] = vendor.visible_id(device)
+        env[vendor.visible_devices_env] = vendor.visible_id(device.device)
+        env.update({name: "0" for name in vendor.relative_visible_envs})  # inside the one device above
     return env
 
 
@@ -356,7 +361,7 @@ def build_plan(
     spec = layout_spec(nodes, catalog, options)
     layout = solve_step(spec, nodes, options)
     ranked = assignments(layout, nodes)
-    groups = Groups(ranked, nodes, catalog, options.backend_override, replica_samples(layout))
+    groups = Groups(ranked, nodes, options.backend_override, replica_samples(layout))
     site_of = groups.site_of
     docs = [rank_document(a, site_of[a.rank], layout, groups, options, job.world_size) for a in ranked]
     digest = plan_id(docs)

@@ -1,5 +1,5 @@
 """Every rank's layout document (the JSON that SLURM_HETERO_LAYOUT holds) and environment, once the
-step is laid out. Pure: the solver's assignments, the sites and the catalog in, plain dicts out.
+step is laid out. Pure: the solver's assignments, the sites in, plain dicts out.
 
 This module owns the group membership (tp by replica and stage, dp by stage and tp_rank, pp by
 replica and tp_rank) with one communicator per group (`engine.comm.choose`), the version-1 layout
@@ -16,7 +16,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from slurm_hetero.catalog import Catalog
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Communicator, Member
 from slurm_hetero.engine.layout import Layout, RankAssignment
@@ -58,22 +57,21 @@ class Groups:
         self,
         ranked: Sequence[RankAssignment],
         nodes: Sequence[Site],
-        catalog: Catalog,
         override: str | None,
         samples: Sequence[tuple[int, int]],
     ) -> None:
         self.ranked, self.members, self.samples = ranked, group_ranks(ranked), samples
         self.site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
         self.nics: dict[str, Sequence[Nic]] = {s.name: s.record.nics for s in nodes}
-        self.catalog, self.override = catalog, override
+        self.override = override
         self._cache: dict[tuple[int, ...], Communicator] = {}
 
     def communicator(self, ranks: Sequence[int]) -> Communicator:
         key = tuple(ranks)
         if key not in self._cache:
             sites = [self.site_of[r] for r in ranks]
-            members = [Member(s.vendor, s.type, s.name) for s in sites]
-            self._cache[key] = comm.choose(members, self.catalog, self.nics, self.override)
+            members = [Member(s.vendor, s.spec, s.name) for s in sites]
+            self._cache[key] = comm.choose(members, self.nics, self.override)
         return self._cache[key]
 
     def documents(self, a: RankAssignment) -> list[dict[str, Any]]:
@@ -115,7 +113,7 @@ def rank_document(
     prev_rank, next_rank = _neighbours(a, groups.members["pp"][(a.replica, a.tp_rank)], groups.ranked)
     doc: dict[str, Any] = {"version": LAYOUT_VERSION, "rank": a.rank, "world_size": world}
     doc |= {"local_rank": a.local_rank, "local_world_size": site.tasks, "node": site.name}
-    doc |= {"type": site.type, "vendor": site.vendor, "kind": str(layout.kind), "model": options.model}
+    doc |= {"type": site.type, "vendor": site.vendor.name, "kind": str(layout.kind), "model": options.model}
     doc |= {"global_batch": layout.global_batch, "num_layers": layout.pipelines[0].stages[-1].layer_end}
     doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS}
     doc |= {"num_stages": a.pp_size, "num_replicas": layout.replicas}

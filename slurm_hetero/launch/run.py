@@ -98,7 +98,8 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero import inventory
-from slurm_hetero.catalog import Catalog, load_catalog
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.devicespec import Catalog
 from slurm_hetero.launch.plan import (
     SLURM_VISIBLE,
     LaunchOptions,
@@ -110,18 +111,11 @@ from slurm_hetero.launch.plan import (
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
+from slurm_hetero.vendors import vendor_traits
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
-VENDOR_PACKAGES = {
-    "ascend": "torch_npu",
-    "gaudi": "habana_frameworks",
-    "cambricon": "torch_mlu",
-    "mthreads": "torch_musa",
-    "enflame": "torch_gcu",
-    "kunlunxin": "torch_xmlir",
-}
 COLUMNS = tuple("RANK NODE TYPE STAGE LAYERS TP REPLICA SAMPLES MB RECOMP PREV NEXT".split())
 
 
@@ -341,7 +335,8 @@ def check_master(addr: str) -> None:
 
 def note_missing_backends(rank: RankPlan) -> None:
     """Warn when the rank's device library for torch is not importable (the plan is kept)."""
-    package = VENDOR_PACKAGES.get(str(rank.layout["vendor"]))
+    traits = vendor_traits().get(str(rank.layout["vendor"]))
+    package = traits.torch_package if traits else None
     backends = {g["backend"] for g in rank.layout["groups"]} - {"gloo", "ucc"}
     if package and backends and importlib.util.find_spec(package) is None:
         logger.warning(

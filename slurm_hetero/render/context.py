@@ -6,21 +6,19 @@ else: nodes whose rendered lines are identical are folded into one hostlist (`gp
 
 from __future__ import annotations
 
-import dataclasses
 import posixpath
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hetero import hostlist
-from slurm_hetero.catalog import Catalog
+from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import InventoryError
-from slurm_hetero.model import ClusterInventory, Device, Health, NodeInventory
+from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
+from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.slurm.syntax import gres_size
 
 POLICIES = ("binpack", "spread")
-_STACK_LABEL = {"nvidia": "cuda", "amd": "rocm", "hygon": "dtk", "ascend": "cann", "intel": "oneapi"}
-_FEATURE_BAD = re.compile(r"[^A-Za-z0-9_.]")
 
 
 @dataclass(frozen=True)
@@ -42,31 +40,15 @@ class RenderOptions:
     default_partition: str = "gpu"
 
 
-def gres_size(mib: int) -> str:
-    """A memory size as Slurm counts it (`320G`, `23374M`)."""
-    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
-
-
-def feature(label: str) -> str:
-    """A Slurm-safe feature name."""
-    return _FEATURE_BAD.sub("_", label)
-
-
-def rendered_devices(node: NodeInventory, include_unhealthy: bool = False) -> list[Device]:
-    """The devices Slurm will see on a node, in gres.conf order (unhealthy ones left out)."""
-    keep = [d for d in node.devices if include_unhealthy or d.health == Health.OK]
-    return sorted(keep, key=lambda d: (d.vendor, d.index))
-
-
 def _device_file(device: Device, node_name: str, local: LocalSlurmd | None) -> str:
     if local is None:
         return device.file
     return posixpath.join(local.file_root, node_name, posixpath.basename(device.file))
 
 
-def _links_row(device: Device, devices: Sequence[Device]) -> str | None:
+def _links_row(device: Device, devices: Sequence[SlurmDevice]) -> str | None:
     counts = {(device.vendor, link.peer): link.count for link in device.links}
-    row = [-1 if other is device else counts.get((other.vendor, other.index), 0) for other in devices]
+    row = [-1 if d.device is device else counts.get((d.device.vendor, d.index), 0) for d in devices]
     return ",".join(map(str, row)) if any(c > 0 for c in row) else None
 
 
@@ -112,15 +94,16 @@ def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, 
 
 
 def _gres_device_lines(
-    devices: Sequence[Device], node: NodeInventory, local: LocalSlurmd | None, notes: list[str]
+    devices: Sequence[SlurmDevice], node: NodeInventory, local: LocalSlurmd | None, notes: list[str]
 ) -> list[dict[str, Any]]:
     """One entry per device with links, else consecutive same-type same-cores devices folded."""
     lines: list[dict[str, Any]] = []
-    for device in devices:
+    for slurm_device in devices:
+        device = slurm_device.device
         cores, note = slurm_cores(device.cores, node)
         if note:
             notes.append(f"{device.vendor} device {device.index}: {note}")
-        entry = {
+        entry: dict[str, Any] = {
             "type": device.type,
             "files": [_device_file(device, node.name, local)],
             "cores": cores,
@@ -139,26 +122,6 @@ def _gres_device_lines(
     for entry in lines:
         entry["file"] = hostlist.fold(entry.pop("files"))
     return lines
-
-
-def memory_class(device: Device, catalog: Catalog) -> str:
-    """`gpumem80g`: the nominal memory of the model (catalog), else the reported size rounded."""
-    spec = catalog.by_type(device.type)
-    gib = spec.memory_gib if spec else (device.memory_mib or 0) / 1024
-    return f"gpumem{round(gib)}g"
-
-
-def _node_features(node: NodeInventory, devices: Sequence[Device], catalog: Catalog) -> list[str]:
-    labels: list[str] = []
-    for device in devices:
-        labels += [device.vendor, device.type, memory_class(device, catalog)]
-        labels += [link.kind for link in device.links]
-        if device.driver_version:
-            labels.append(f"{device.vendor}_drv{device.driver_version.split('.')[0]}")
-        if device.runtime_version:
-            labels.append(f"{_STACK_LABEL.get(device.vendor, device.vendor + '_rt')}{device.runtime_version}")
-    labels += list(node.features)
-    return list(dict.fromkeys(feature(x) for x in labels))
 
 
 def shards_per_device(device: Device, shares: Mapping[str, int]) -> int:
@@ -218,6 +181,7 @@ class NodeShape:
     biggest_device_mib: int
     notes: tuple[str, ...] = ()
     shard_lines: tuple[tuple[str, int], ...] = ()  # (device file, shards) per shared device
+    price: float = 0.0  # the priciest device's price per hour (0 if unknown)
 
     @property
     def gres(self) -> str:
@@ -229,11 +193,11 @@ class NodeShape:
         return ",".join(parts)
 
 
-def node_shape(node: NodeInventory, options: RenderOptions, catalog: Catalog) -> NodeShape:
+def node_shape(slurm_node: SlurmNode, options: RenderOptions) -> NodeShape:
     """The rendered shape of one node."""
-    devices = rendered_devices(node, options.include_unhealthy)
+    node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
     notes: list[str] = []
-    lines = _gres_device_lines(devices, node, options.local, notes)
+    lines = _gres_device_lines(slurm_node.devices, node, options.local, notes)
     counts = _gres_counts(devices, options.shares)
     return NodeShape(
         node.cpus,
@@ -246,48 +210,34 @@ def node_shape(node: NodeInventory, options: RenderOptions, catalog: Catalog) ->
         counts["gpumem"],
         counts["gpucore"],
         counts["shards"],
-        tuple(_node_features(node, devices, catalog)),
+        slurm_node.features,
         tuple(sorted({d.vendor for d in devices})),
         max((d.memory_mib or 0 for d in devices), default=0),
         tuple(notes),
         _shard_lines(devices, node.name, options),
+        max((d.spec.price_per_hour_usd or 0.0 for d in slurm_node.devices), default=0.0),
     )
 
 
-def _check_types(shape: NodeShape, catalog: Catalog, example_node: str) -> float:
-    """Every type must be in the catalog; returns the priciest device's price (0 if unknown)."""
-    price = 0.0
-    for gres_type, _ in shape.per_type:
-        spec = catalog.by_type(gres_type)
-        if spec is None:
-            raise InventoryError(
-                f"node {example_node}: unknown device type {gres_type!r}; known types are listed by "
-                "`slurm-hetero catalog`; add site models in /etc/slurm-hetero/models.d/"
-            )
-        price = max(price, spec.price_per_hour_usd or 0.0)
-    return price
-
-
-def _weights(shapes: Sequence[NodeShape], prices: Sequence[float], policy: str) -> list[int]:
+def _weights(shapes: Sequence[NodeShape], policy: str) -> list[int]:
     """binpack: smaller, cheaper devices first (lower Weight is scheduled first); spread: equal."""
     if policy == "spread":
         return [1] * len(shapes)
-    order = sorted({(s.biggest_device_mib, p) for s, p in zip(shapes, prices, strict=True)})
+    order = sorted({(s.biggest_device_mib, s.price) for s in shapes})
     rank = {key: i for i, key in enumerate(order)}
-    return [10 * (rank[(s.biggest_device_mib, p)] + 1) for s, p in zip(shapes, prices, strict=True)]
+    return [10 * (rank[(s.biggest_device_mib, s.price)] + 1) for s in shapes]
 
 
-def _group(
-    nodes: Iterable[NodeInventory], options: RenderOptions, catalog: Catalog
-) -> dict[NodeShape, list[str]]:
-    """Nodes by rendered shape. Shapes are computed once per distinct device set (devices loaded
-    with `keep_identity=False` are shared records, so their ids identify them)."""
+def _group(nodes: Iterable[SlurmNode], options: RenderOptions) -> dict[NodeShape, list[str]]:
+    """Nodes by rendered shape. Shapes are computed once per distinct device set (identical nodes
+    share their resolved device tuple, so its id identifies them)."""
     groups: dict[NodeShape, list[str]] = {}
     shapes: dict[tuple[Any, ...], NodeShape] = {}
-    for node in nodes:
+    for slurm_node in nodes:
+        node = slurm_node.record
         key = (
             node.name if options.local else "",
-            tuple(map(id, node.devices)),
+            id(slurm_node.devices),
             node.cpus,
             node.sockets,
             node.cores_per_socket,
@@ -297,31 +247,9 @@ def _group(
         )
         shape = shapes.get(key)
         if shape is None:
-            shape = shapes[key] = node_shape(node, options, catalog)
+            shape = shapes[key] = node_shape(slurm_node, options)
         groups.setdefault(shape, []).append(node.name)
     return groups
-
-
-def _with_types(node: NodeInventory, catalog: Catalog, vendors: set[str]) -> NodeInventory:
-    """Check vendors and fill device types that the inventory left out, from the catalog."""
-    if all(d.type and d.vendor in vendors for d in node.devices):
-        return node
-    devices = []
-    for device in node.devices:
-        if device.vendor not in vendors:
-            raise InventoryError(
-                f"node {node.name}: unknown vendor {device.vendor!r}; known: {', '.join(sorted(vendors))}"
-            )
-        if not device.type:
-            spec = catalog.resolve(device.vendor, device.model)
-            if spec is None:
-                raise InventoryError(
-                    f"node {node.name}: unknown {device.vendor} model {device.model!r}; set `type:` in the "
-                    "inventory or add the model to /etc/slurm-hetero/models.d/"
-                )
-            device = dataclasses.replace(device, type=spec.type)
-        devices.append(device)
-    return dataclasses.replace(node, devices=tuple(devices))
 
 
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
@@ -330,12 +258,10 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         raise InventoryError(
             f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}"
         )
-    vendors = {s.vendor for s in catalog.specs}
-    groups = _group((_with_types(n, catalog, vendors) for n in inventory.nodes), options, catalog)
+    groups = _group(slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy), options)
     shapes = list(groups)
     folded = [hostlist.fold(names) for names in groups.values()]
-    prices = [_check_types(s, catalog, names[0]) for s, names in groups.items()]
-    weights = _weights(shapes, prices, options.policy)
+    weights = _weights(shapes, options.policy)
     nodes = [
         _node_entry(s, f, w, i, options)
         for i, (s, f, w) in enumerate(zip(shapes, folded, weights, strict=True))

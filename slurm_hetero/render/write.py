@@ -36,7 +36,7 @@ def ensure_output_dir(directory: Path) -> Path:
 
 def diff(files: Mapping[Path, str]) -> str:
     """Unified diff between the files on disk and their new contents ('' when nothing changes)."""
-    chunks = []
+    chunks: list[str] = []
     for path, new in files.items():
         old = _current(path)
         if old == new:

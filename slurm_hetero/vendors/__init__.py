@@ -9,6 +9,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from slurm_hetero.errors import HeteroError
+from slurm_hetero.model import VendorTraits
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -62,4 +63,9 @@ def get_vendor(name: str) -> Vendor:
         raise HeteroError(f"unknown vendor {name!r}; known vendors: {', '.join(sorted(_REGISTRY))}") from None
 
 
-__all__ = ["Vendor", "register_vendor", "all_vendors", "get_vendor"]
+def vendor_traits() -> dict[str, VendorTraits]:
+    """Every registered vendor's traits by name: what engine, launcher, render and TaskProlog use."""
+    return {v.name: v.traits() for v in all_vendors()}
+
+
+__all__ = ["Vendor", "register_vendor", "all_vendors", "get_vendor", "vendor_traits"]

@@ -115,7 +115,14 @@ class AmdVendor(Vendor):
     """AMD GPUs through amdsmi, amd-smi or rocm-smi (see the module docstring)."""
 
     tools: ClassVar[tuple[str, ...]] = ("amd-smi", "rocm-smi")
-    visible_devices_env: ClassVar[str | None] = None  # Slurm exports ROCR_VISIBLE_DEVICES itself
+    # ROCm isolates at two levels: ROCR_VISIBLE_DEVICES picks devices by index, then HIP (and
+    # CUDA_VISIBLE_DEVICES, which HIP also reads) indexes inside that set (ROCm's GPU isolation
+    # docs; Slurm's gres.conf Flags=amd_gpu_env).
+    visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
+    relative_visible_envs: ClassVar[tuple[str, ...]] = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    torch_backend: ClassVar[str] = "nccl"  # RCCL presents as NCCL in ROCm builds of torch
+    stack_label: ClassVar[str] = "rocm"
+    ucc_memory: ClassVar[bool] = True
     memory_capture_hint: ClassVar[str] = ROCM_HINT
     dialect: ClassVar[Dialect] = AMD
     formats: ClassVar[tuple[str, ...]] = tuple(PARSERS)

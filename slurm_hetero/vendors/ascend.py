@@ -417,6 +417,10 @@ class AscendVendor(Vendor):
     tools = ("npu-smi",)
     device_glob = "/dev/davinci[0-9]*"
     visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+    torch_backend = "hccl"
+    torch_package = "torch_npu"
+    torch_device = "npu"
+    stack_label = "cann"
     memory_capture_hint = "npu-smi info -t memory -i <NPU id>"
 
     def commands(self) -> list[list[str]]:

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device
+from slurm_hetero.model import Capture, Device, VendorTraits
 
 
 class Vendor(ABC):
@@ -27,6 +27,19 @@ class Vendor(ABC):
     tools: ClassVar[tuple[str, ...]] = ()
     #: The runtime's own visible-devices variable, exported by the TaskProlog (None: Slurm's suffices).
     visible_devices_env: ClassVar[str | None] = None
+    #: Variables the runtime applies inside `visible_devices_env`'s set (positions, not ids).
+    relative_visible_envs: ClassVar[tuple[str, ...]] = ()
+    #: `visible_devices_env` takes the tool's id (`Device.tool_id`) instead of the index.
+    visible_by_tool_id: ClassVar[bool] = False
+    #: torch.distributed backend inside this vendor, the module that provides it (None: torch
+    #: itself) and the torch device type.
+    torch_backend: ClassVar[str] = "gloo"
+    torch_package: ClassVar[str | None] = None
+    torch_device: ClassVar[str] = "cuda"
+    #: Feature prefix of the software stack version (`cuda12.4`); empty: `<vendor>_rt`.
+    stack_label: ClassVar[str] = ""
+    #: UCC moves this vendor's device memory directly (its cuda/rocm memory components).
+    ucc_memory: ClassVar[bool] = False
     #: How to capture what a default table lacks (memory, model), named in parse errors.
     memory_capture_hint: ClassVar[str] = ""
     #: Device nodes whose presence shows the driver is loaded (then a missing tool is reported).
@@ -63,9 +76,21 @@ class Vendor(ABC):
             raise self.parse_error(where, f"expected one {what}, got {len(captures)} captures")
         return captures[0]
 
-    def visible_id(self, device: Device) -> str:
-        """The id this device has in `visible_devices_env` (default: its index)."""
-        return str(device.index)
+    @classmethod
+    def traits(cls) -> VendorTraits:
+        """What the rest of the suite needs to know of this vendor, as plain data."""
+        return VendorTraits(
+            name=cls.name,
+            visible_devices_env=cls.visible_devices_env,
+            relative_visible_envs=cls.relative_visible_envs,
+            visible_by_tool_id=cls.visible_by_tool_id,
+            torch_backend=cls.torch_backend,
+            torch_package=cls.torch_package,
+            torch_device=cls.torch_device,
+            stack_label=cls.stack_label,
+            device_glob=cls.device_glob,
+            ucc_memory=cls.ucc_memory,
+        )
 
     # helpers for parsers -------------------------------------------------------------
     def parse_error(

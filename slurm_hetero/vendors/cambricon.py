@@ -137,6 +137,9 @@ class CambriconVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/cambricon_dev[0-9]*"
     visible_devices_env = "MLU_VISIBLE_DEVICES"
+    torch_backend = "cncl"
+    torch_package = "torch_mlu"
+    torch_device = "mlu"
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

@@ -167,6 +167,9 @@ class EnflameVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/gcu[0-9]*"
     visible_devices_env = "TOPS_VISIBLE_DEVICES"
+    torch_backend = "eccl"
+    torch_package = "torch_gcu"
+    torch_device = "gcu"
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

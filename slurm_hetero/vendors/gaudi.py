@@ -204,6 +204,10 @@ class GaudiVendor(Vendor):
 
     tools = (TOOL,)
     visible_devices_env = "HABANA_VISIBLE_MODULES"
+    visible_by_tool_id = True  # module ids; the AIP index only when no -Q capture gave them
+    torch_backend = "hccl"  # habana_frameworks.torch.distributed.hccl
+    torch_package = "habana_frameworks.torch"
+    torch_device = "hpu"
 
     def affinity(self) -> int:
         if self.unavailable_reason:
@@ -212,10 +216,6 @@ class GaudiVendor(Vendor):
 
     def commands(self) -> list[list[str]]:
         return [[TOOL], [TOOL, "-Q", ",".join(QUERY_FIELDS), "-f", "csv,noheader"]]
-
-    def visible_id(self, device: Device) -> str:
-        """HABANA_VISIBLE_MODULES takes module ids; the AIP index only when no -Q capture gave them."""
-        return device.tool_id or str(device.index)
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         tables = [(c, guarded(self, c, _parse_table)) for c in captures if _is_table(c.text)]

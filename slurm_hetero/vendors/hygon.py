@@ -70,7 +70,11 @@ class HygonVendor(Vendor):
     """Hygon DCUs through hy-smi or the DTK's rocm-smi (see the module docstring)."""
 
     tools: ClassVar[tuple[str, ...]] = ("hy-smi", "rocm-smi")
-    visible_devices_env: ClassVar[str | None] = "HIP_VISIBLE_DEVICES"
+    # The DTK is a ROCm fork: the same two levels as AMD (ROCR picks, HIP indexes inside).
+    visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
+    relative_visible_envs: ClassVar[tuple[str, ...]] = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    torch_backend: ClassVar[str] = "nccl"  # the DTK's RCCL fork, as NCCL
+    stack_label: ClassVar[str] = "dtk"
     memory_capture_hint: ClassVar[str] = HYGON_HINT
     dialect: ClassVar[Dialect] = HYGON
     formats: ClassVar[tuple[str, ...]] = ("json", "smi-text")

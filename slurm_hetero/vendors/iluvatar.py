@@ -103,6 +103,7 @@ class IluvatarVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/iluvatar[0-9]*"
     visible_devices_env = None
+    torch_backend = "nccl"  # CoreX's CUDA-compatible collectives
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

@@ -198,6 +198,10 @@ class KunlunxinVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/xpu[0-9]*"
     visible_devices_env = "XPU_VISIBLE_DEVICES"
+    # torch_xmlir exposes the XPU as torch.cuda and routes nccl to BKCL (baidu/vLLM-Kunlun,
+    # vllm_kunlun/platforms/kunlun.py: dist_backend = "nccl")
+    torch_backend = "nccl"
+    torch_package = "torch_xmlir"
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

@@ -175,6 +175,9 @@ class MthreadsVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/mtgpu.[0-9]*"
     visible_devices_env = "MUSA_VISIBLE_DEVICES"
+    torch_backend = "mccl"
+    torch_package = "torch_musa"
+    torch_device = "musa"
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

@@ -152,6 +152,9 @@ class NvidiaVendor(Vendor):
 
     tools = ("nvidia-smi",)
     memory_capture_hint = XML_TOOL
+    torch_backend = "nccl"
+    stack_label = "cuda"
+    ucc_memory = True
 
     def affinity(self) -> int:
         """2 with pynvml importable and the NVIDIA driver present (nvmlInit can work), else 0."""

@@ -10,15 +10,16 @@ import pytest
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.config import load_settings
-from slurm_hetero.render.context import gres_size, rendered_devices, shards_per_device
-from slurm_hetero.vendors import get_vendor
+from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.render.context import shards_per_device
+from slurm_hetero.slurm.syntax import gres_size
 from tests.integration.conftest import slurm
 
 
 def expected_nodes(path: Path) -> dict[str, list]:
     return {
-        host: rendered_devices(node)
-        for node in inventory.load(path).nodes
+        host: list(node.devices)
+        for node in slurm_nodes(inventory.load(path), load_catalog())
         for host in hostlist.expand(node.name)
     }
 
@@ -46,10 +47,10 @@ def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path, s
         want = [f"gpu:{t}:{n}" for t, n in per_type.items()]
         if devices:
             want += [
-                f"gpumem:{gres_size(sum(d.memory_mib for d in devices))}",
+                f"gpumem:{gres_size(sum(d.device.memory_mib or 0 for d in devices))}",
                 f"gpucore:{100 * len(devices)}",
             ]
-        shards = sum(shards_per_device(d, shares) for d in devices)
+        shards = sum(shards_per_device(d.device, shares) for d in devices)
         want += [f"shard:{devices[0].type}:{shards}"] if shards else []
         assert gres == want, name
 
@@ -98,12 +99,13 @@ def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
         env = _read_env(tmp_path / f"{t}.out")
         devices = nodes[env["NODE"]]
         assert t in {d.type for d in devices}, (t, env["NODE"])
-        assert env["CUDA"] == env["JOB"] and env["CUDA"].isdigit()
         device = devices[int(env["JOB"])]
         assert device.type == t
-        vendor = get_vendor(device.vendor)
+        vendor = device.vendor
+        # ROCm runtimes index CUDA_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES: the TaskProlog sets positions
+        assert env["CUDA"] == ("0" if vendor.relative_visible_envs else env["JOB"]), (t, env)
         if vendor.visible_devices_env:
-            assert env[vendor.visible_devices_env] == vendor.visible_id(device), (t, env)
+            assert env[vendor.visible_devices_env] == vendor.visible_id(device.device), (t, env)
     pair = _read_env(tmp_path / "pair.out")
     assert len(pair["CUDA"].split(",")) == 2
 
@@ -111,7 +113,7 @@ def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
 def test_ascend_job_sees_ascend_rt_visible_devices_of_its_allocation(dev_cluster: Path) -> None:
     nodes = expected_nodes(dev_cluster)
     node, devices = next(
-        (n, ds) for n, ds in nodes.items() if ds and ds[0].vendor == "ascend" and len(ds) >= 3
+        (n, ds) for n, ds in nodes.items() if ds and ds[0].vendor.name == "ascend" and len(ds) >= 3
     )
     t = devices[0].type
     out = slurm(

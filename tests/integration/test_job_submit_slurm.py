@@ -16,7 +16,8 @@ import pytest
 
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.config import exempt_uids, load_settings
-from slurm_hetero.render.context import rendered_devices
+from slurm_hetero.model import Device
+from slurm_hetero.nodes import gres_order
 from slurm_hetero.submit import HookOptions, explain, job_from_options
 from tests.conftest import REPO
 from tests.integration.conftest import slurm
@@ -54,8 +55,8 @@ def job_fields(job_id: str) -> dict[str, str]:
     return parse_oneliner(slurm("scontrol", "show", "job", "-o", job_id).splitlines()[0])
 
 
-def node_devices(path: Path) -> dict[str, list]:
-    return {h: rendered_devices(n) for n in inventory.load(path).nodes for h in hostlist.expand(n.name)}
+def node_devices(path: Path) -> dict[str, list[Device]]:
+    return {h: gres_order(n.devices) for n in inventory.load(path).nodes for h in hostlist.expand(n.name)}
 
 
 def reload_hook() -> None:

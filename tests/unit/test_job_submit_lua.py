@@ -25,6 +25,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.submit import script_template
 from slurm_hetero.config import Settings, exempt_uids
 from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.submit import HookOptions, Job, explain
 from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
 from tests.unit.test_score import MIXED, second_inventory, second_settings
@@ -109,8 +110,8 @@ def configs(root: Path) -> dict[str, Config]:
     from slurm_hetero.config import load_settings
 
     default = load_settings(None, {"SLURM_HETERO_CONFIG": "/dev/null"})
-    mixed = compile_model(inventory.load(MIXED), load_catalog(), default.scoring)
-    second = compile_model(second_inventory(), load_catalog(), second_settings().scoring)
+    mixed = compile_model(slurm_nodes(inventory.load(MIXED), load_catalog()), default.scoring)
+    second = compile_model(slurm_nodes(second_inventory(), load_catalog()), second_settings().scoring)
     return {
         "mixed": render(root / "mixed", mixed, default, "mixed.yaml"),
         "second": render(root / "second", second, second_settings(), "second"),

@@ -247,7 +247,7 @@ def test_the_solver_prices_cross_vendor_traffic_at_the_relay() -> None:
     assert layout_spec(
         nodes, CATALOG, dataclasses.replace(GPT2, network_gbs=50)
     ).network_gbs == pytest.approx(1 / (2 / 25 + 1 / 50))
-    one_vendor = [s for s in nodes if s.vendor == "nvidia"]
+    one_vendor = [s for s in nodes if s.vendor.name == "nvidia"]
     assert layout_spec(one_vendor, CATALOG, GPT2).network_gbs == pytest.approx(12.5)
 
 
@@ -262,6 +262,19 @@ def test_each_rank_sees_one_device_narrowed_from_slurms_binding() -> None:
     assert mine["CUDA_VISIBLE_DEVICES"] == "1" and mine["ASCEND_RT_VISIBLE_DEVICES"] == "5"
     env |= {"SLURM_STEP_GPUS": "6", "CUDA_VISIBLE_DEVICES": "6"}  # --gpus-per-task=1
     assert own(plan_from(env, inv), env)["ASCEND_RT_VISIBLE_DEVICES"] == "6"
+
+
+def test_rocm_ranks_get_their_device_in_rocr_and_position_zero_in_hip() -> None:
+    # one level per runtime: ROCR_VISIBLE_DEVICES names the device, HIP/CUDA index inside it
+    inv = ClusterInventory((node("n1", "mi300x", 8),))
+    env = slurm_env([("n1", 2)], 1)
+    env |= {"SLURM_STEP_GPUS": "2,5", "ROCR_VISIBLE_DEVICES": "2,5", "CUDA_VISIBLE_DEVICES": "2,5"}
+    mine = own(plan_from(env, inv), env)
+    assert (mine["ROCR_VISIBLE_DEVICES"], mine["HIP_VISIBLE_DEVICES"], mine["CUDA_VISIBLE_DEVICES"]) == (
+        "5",
+        "0",
+        "0",
+    )
 
 
 # -- errors before anything starts ---------------------------------------------------------------

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.model import ClusterInventory, Device, Health, Link, NodeInventory
-from slurm_hetero.render.context import RenderOptions, build_context, rendered_devices, slurm_cores
+from slurm_hetero.nodes import gres_order
+from slurm_hetero.render.context import RenderOptions, build_context, slurm_cores
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.slurm.gresconf import parse_gres_conf
 from tests.conftest import REPO
@@ -102,7 +103,7 @@ def inventories(draw: st.DrawFn) -> ClusterInventory:
 
 
 def _expected(node: NodeInventory, include_unhealthy: bool) -> list[tuple]:
-    devices = rendered_devices(node, include_unhealthy)
+    devices = gres_order(node.devices, include_unhealthy)
     rows = []
     for d in devices:
         counts = {link.peer: link.count for link in d.links}

@@ -41,6 +41,7 @@ from slurm_hetero.engine.score import (
 )
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import ClusterInventory
+from slurm_hetero.nodes import slurm_nodes
 from tests.conftest import REPO
 
 MIXED = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -108,12 +109,12 @@ def second_settings() -> Settings:
 
 @pytest.fixture(scope="module")
 def mixed() -> ClusterModel:
-    return compile_model(inventory.load(MIXED), load_catalog(), ScoringOptions())
+    return compile_model(slurm_nodes(inventory.load(MIXED), load_catalog()), ScoringOptions())
 
 
 @pytest.fixture(scope="module")
 def second() -> ClusterModel:
-    return compile_model(second_inventory(), load_catalog(), second_settings().scoring)
+    return compile_model(slurm_nodes(second_inventory(), load_catalog()), second_settings().scoring)
 
 
 def need(request: str = "gpumem", memory_gib: float | None = None, **kw: Any) -> Need:
@@ -186,7 +187,7 @@ def test_policy_orders(second: ClusterModel, policy: str, single: list[str], mul
 
 
 def test_best_fit_ties_break_on_price_then_memory_then_name() -> None:
-    model = compile_model(second_inventory(), load_catalog(), ScoringOptions())
+    model = compile_model(slurm_nodes(second_inventory(), load_catalog()), ScoringOptions())
     facts = [model.types[t] for t in ("l40s", "t4")]
     same = [type(f)(**{**f.__dict__, "memory_mib": 1000}) for f in facts]
     assert rank("best-fit", same, False) == ("t4", "l40s")  # 0.35 $/h before 0.86 $/h

@@ -9,16 +9,27 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero import inventory
+from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.model import Device, Health, NodeInventory
+from slurm_hetero.model import Device, Health, NodeInventory, SlurmNode
+from slurm_hetero.nodes import NodeBuilder
 from slurm_hetero.taskprolog import export_lines
+from slurm_hetero.vendors import vendor_traits
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
 
 
-def node(name: str) -> NodeInventory:
+def record(name: str) -> NodeInventory:
     return next(n for n in inventory.load(EXAMPLE).nodes if n.name == name)
+
+
+def slurm_node(node: NodeInventory) -> SlurmNode:
+    return NodeBuilder(load_catalog(), vendor_traits()).node(node)
+
+
+def node(name: str) -> SlurmNode:
+    return slurm_node(record(name))
 
 
 def test_ascend_allocation_exports_logical_ids() -> None:
@@ -38,11 +49,11 @@ def test_step_gpus_win_over_job_gpus_which_are_wrong_in_het_components() -> None
 
 
 def test_indices_follow_gres_order_when_unhealthy_devices_are_left_out() -> None:
-    base = node("ascendn1")
+    base = record("ascendn1")
     sick = dataclasses.replace(base.devices[1], health=Health.UNHEALTHY)
     gap = dataclasses.replace(base, devices=(base.devices[0], sick, *base.devices[2:]))
     # Slurm's index 1 is the second *rendered* device: davinci2
-    assert export_lines({"SLURM_STEP_GPUS": "1"}, gap) == ["export ASCEND_RT_VISIBLE_DEVICES=2"]
+    assert export_lines({"SLURM_STEP_GPUS": "1"}, slurm_node(gap)) == ["export ASCEND_RT_VISIBLE_DEVICES=2"]
 
 
 def test_gaudi_exports_module_ids_and_mixed_nodes_export_each_vendor() -> None:
@@ -51,7 +62,7 @@ def test_gaudi_exports_module_ids_and_mixed_nodes_export_each_vendor() -> None:
         for i in range(2)
     ]
     mlu = [Device("cambricon", "MLU370-X8", 0, "/dev/cambricon_dev0", 24576, "mlu370_x8")]
-    mixed = NodeInventory("mix1", devices=(*gaudi, *mlu))
+    mixed = slurm_node(NodeInventory("mix1", devices=(*gaudi, *mlu)))
     assert export_lines({"SLURM_STEP_GPUS": "0,1,2"}, mixed) == [
         "export MLU_VISIBLE_DEVICES=0",
         "export HABANA_VISIBLE_MODULES=7,6",
@@ -91,3 +102,18 @@ def test_shard_allocations_export_mps_limits_and_hami_core_where_installed() -> 
         "export LD_PRELOAD=/usr/local/vgpu/libvgpu.so",
     ]
     assert export_lines(env, l40s, sharing=SharingLimits({})) == []  # type not shared: no limits
+
+
+def test_rocm_runtimes_get_rocr_by_index_and_hip_by_position_inside_it() -> None:
+    # ROCm applies HIP_VISIBLE_DEVICES (and CUDA_VISIBLE_DEVICES) inside ROCR_VISIBLE_DEVICES: the
+    # inner variables take positions, or a job on GPUs 2,3 would ask for devices 2,3 of 2.
+    for vendor, model, gres_type in [("amd", "AMD Instinct MI300X", "mi300x"), ("hygon", "K100_AI", "")]:
+        devices = tuple(
+            Device(vendor, model, i, f"/dev/dri/renderD{128 + i}", 65536, gres_type) for i in range(4)
+        )
+        node4 = slurm_node(NodeInventory("rocm1", devices=devices))
+        assert export_lines({"SLURM_STEP_GPUS": "2,3"}, node4) == [
+            "export ROCR_VISIBLE_DEVICES=2,3",
+            "export HIP_VISIBLE_DEVICES=0,1",
+            "export CUDA_VISIBLE_DEVICES=0,1",
+        ]

@@ -1,0 +1,73 @@
+"""Device facts (one `DeviceSpec` per model) and their lookup by reported model or Slurm type. Pure:
+`slurm_hetero.catalog` reads them from the bundled and site models files."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Public facts about one device model. Throughputs are dense (no sparsity), in TFLOPS/TOPS."""
+
+    type: str
+    vendor: str
+    name: str
+    match: tuple[str, ...]
+    memory_gib: float
+    source: str
+    aliases: tuple[str, ...] = ()
+    memory_bandwidth_gbs: float | None = None
+    fp16_tflops: float | None = None
+    bf16_tflops: float | None = None
+    fp32_tflops: float | None = None
+    int8_tops: float | None = None
+    fp8_tflops: float | None = None
+    interconnect: str | None = None
+    interconnect_gbs: float | None = None
+    tdp_w: float | None = None
+    capabilities: tuple[str, ...] = ()
+    price_per_hour_usd: float | None = None
+    family: str | None = None
+    notes: str | None = None
+    compare_only: bool = False
+    patterns: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def memory_mib(self) -> int:
+        return int(round(self.memory_gib * 1024))
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+
+class Catalog:
+    """All known device models, looked up by reported model name or by Slurm type."""
+
+    def __init__(self, specs: Iterable[DeviceSpec]) -> None:
+        self.specs: list[DeviceSpec] = list(specs)
+        self._by_type: dict[str, DeviceSpec] = {}
+        for spec in self.specs:
+            for key in (spec.type, *spec.aliases):
+                self._by_type[key] = spec
+
+    def resolve(self, vendor: str, model: str) -> DeviceSpec | None:
+        """The most specific entry of `vendor` whose pattern matches `model` (longest match wins)."""
+        best: tuple[int, DeviceSpec] | None = None
+        for spec in self.specs:
+            if spec.vendor != vendor:
+                continue
+            for pattern in spec.patterns:
+                m = pattern.search(model)
+                if m and (best is None or len(pattern.pattern) > best[0]):
+                    best = (len(pattern.pattern), spec)
+        return best[1] if best else None
+
+    def by_type(self, gres_type: str) -> DeviceSpec | None:
+        """The entry whose Slurm type (or alias) is `gres_type`."""
+        return self._by_type.get(gres_type)
+
+    def types(self) -> list[str]:
+        return [s.type for s in self.specs]

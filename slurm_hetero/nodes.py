@@ -1,0 +1,154 @@
+"""The one record of a node as Slurm sees it (`model.SlurmNode`), built once per inventory load.
+
+Type resolution happens here and nowhere else. An admin's `type:` is the Slurm Type= name and is
+kept as written; the catalog facts come from the entry of that type (or alias) when the catalog
+has one for the device's vendor, else from the `model` string, so `type: ascend910b` with
+`model: Ascend910B3` and any site naming scheme work. A device that neither identifies is an
+error naming both. A device with no `type:` takes the catalog type of its model.
+
+Devices are in gres.conf order (by vendor, then index); unhealthy ones are left out unless asked
+for, as `gres render` leaves them out. Features are the node's Slurm features: vendor, type,
+memory class, link kinds, driver and software-stack labels (the vendor's `stack_label`), then the
+inventory's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from slurm_hetero import hostlist
+from slurm_hetero.catalog import SITE_MODELS_DIR
+from slurm_hetero.devicespec import Catalog, DeviceSpec
+from slurm_hetero.errors import InventoryError
+from slurm_hetero.model import (
+    ClusterInventory,
+    Device,
+    Health,
+    NodeInventory,
+    SlurmDevice,
+    SlurmNode,
+    VendorTraits,
+)
+from slurm_hetero.slurm.syntax import feature
+from slurm_hetero.vendors import vendor_traits
+
+
+def lookup_spec(device: Device, catalog: Catalog) -> DeviceSpec | None:
+    """The catalog facts of a device: by its Slurm type when the catalog knows that type for the
+    device's vendor, else by its reported model."""
+    spec = catalog.by_type(device.type) if device.type else None
+    if spec is not None and spec.vendor == device.vendor:
+        return spec
+    return catalog.resolve(device.vendor, device.model)
+
+
+def unknown_device(device: Device, node: str | None = None) -> InventoryError:
+    """The one error for a device the catalog cannot identify."""
+    where = f"node {node}: " if node else ""
+    named = (
+        f"neither type {device.type!r} nor model {device.model!r} is in the catalog"
+        if device.type
+        else f"model {device.model!r} is not in the catalog"
+    )
+    return InventoryError(
+        f"{where}{device.vendor} device {device.index}: {named}; set `type:` to a type that "
+        f"`slurm-hetero catalog` lists, or add the model to a site file in {SITE_MODELS_DIR}/"
+    )
+
+
+def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> DeviceSpec:
+    """`lookup_spec`, or the one unknown-device error."""
+    spec = lookup_spec(device, catalog)
+    if spec is None:
+        raise unknown_device(device, node)
+    return spec
+
+
+def gres_order(devices: Sequence[Device], include_unhealthy: bool = False) -> list[Device]:
+    """The devices Slurm will see on a node, in gres.conf order (unhealthy ones left out)."""
+    keep = [d for d in devices if include_unhealthy or d.health == Health.OK]
+    return sorted(keep, key=lambda d: (d.vendor, d.index))
+
+
+def memory_class(device: SlurmDevice) -> str:
+    """`gpumem80g`: the nominal memory of the model."""
+    return f"gpumem{round(device.spec.memory_gib)}g"
+
+
+def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[str, ...]:
+    """The node's Slurm features, each once, Slurm-safe."""
+    labels: list[str] = []
+    for slurm_device in devices:
+        device = slurm_device.device
+        labels += [device.vendor, device.type, memory_class(slurm_device)]
+        labels += [link.kind for link in device.links]
+        if device.driver_version:
+            labels.append(f"{device.vendor}_drv{device.driver_version.split('.')[0]}")
+        if device.runtime_version:
+            labels.append(f"{slurm_device.vendor.stack_prefix}{device.runtime_version}")
+    labels += list(node.features)
+    return tuple(dict.fromkeys(feature(x) for x in labels))
+
+
+class NodeBuilder:
+    """Builds `SlurmNode`s; identical device records (shared by `inventory.load(keep_identity=False)`)
+    are resolved once, so a 10,000-node inventory costs one resolution per node shape."""
+
+    def __init__(
+        self, catalog: Catalog, traits: Mapping[str, VendorTraits], include_unhealthy: bool = False
+    ) -> None:
+        self.catalog, self.traits, self.include_unhealthy = catalog, traits, include_unhealthy
+        self._shapes: dict[
+            tuple[object, ...], tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]
+        ]
+        self._shapes = {}
+
+    def _device(self, device: Device, node: str) -> SlurmDevice:
+        vendor = self.traits.get(device.vendor)
+        if vendor is None:
+            known = ", ".join(sorted(self.traits))
+            raise InventoryError(f"node {node}: unknown vendor {device.vendor!r}; known vendors: {known}")
+        spec = resolve_spec(device, self.catalog, node)
+        typed = device if device.type else dataclasses.replace(device, type=spec.type)
+        return SlurmDevice(typed, vendor, spec)
+
+    def _shape(
+        self, node: NodeInventory
+    ) -> tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]:
+        key = (tuple(map(id, node.devices)), node.features)
+        shape = self._shapes.get(key)
+        if shape is None:
+            kept = gres_order(node.devices, self.include_unhealthy)
+            devices = tuple(self._device(d, node.name) for d in kept)
+            kept_ids = set(map(id, kept))
+            left_out = tuple(d for d in node.devices if id(d) not in kept_ids)
+            shape = self._shapes[key] = (devices, left_out, node_features(node, devices))
+        return shape
+
+    def node(self, node: NodeInventory) -> SlurmNode:
+        devices, left_out, features = self._shape(node)
+        hosts = hostlist.count(node.name) if "[" in node.name else 1
+        return SlurmNode(node, devices, left_out, features, hosts)
+
+
+def slurm_nodes(
+    inventory: ClusterInventory,
+    catalog: Catalog,
+    traits: Mapping[str, VendorTraits] | None = None,
+    include_unhealthy: bool = False,
+) -> list[SlurmNode]:
+    """Every inventory node as Slurm sees it (traits: the vendor registry's unless given)."""
+    builder = NodeBuilder(catalog, vendor_traits() if traits is None else traits, include_unhealthy)
+    return [builder.node(n) for n in inventory.nodes]
+
+
+def host_records(inventory: ClusterInventory, hosts: Sequence[str]) -> dict[str, NodeInventory]:
+    """The inventory record of each host in `hosts` that has one (records may be hostlists)."""
+    wanted: set[str] = set(hosts)
+    found: dict[str, NodeInventory] = {}
+    for node in inventory.nodes:
+        for name in hostlist.expand(node.name) if "[" in node.name else [node.name]:
+            if name in wanted:
+                found.setdefault(name, node)
+    return found
