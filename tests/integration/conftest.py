@@ -21,6 +21,7 @@ from tests.conftest import FIXTURES, REPO
 
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+SITE_NAMES = REPO / "gres_conf" / "examples" / "site-names.yaml"  # Type= names that are not catalog types
 
 # node name -> (vendor, captures under tests/fixtures/<vendor>/) for the generated inventory
 CAPTURED_NODES = {
@@ -62,7 +63,8 @@ def generate_inventory(directory: Path) -> Path:
         lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
     (directory / "captured.jsonl").write_text("\n".join(lines) + "\n")
     combined = directory / "cluster.yaml"
-    cli("inventory", "merge", str(EXAMPLE), str(directory / "captured.jsonl"), "-o", str(combined))
+    inputs = [str(EXAMPLE), str(SITE_NAMES), str(directory / "captured.jsonl")]
+    cli("inventory", "merge", *inputs, "-o", str(combined))
     return combined
 
 

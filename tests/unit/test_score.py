@@ -394,3 +394,23 @@ def test_bad_settings_name_file_key_and_choices(
 def test_exempt_users_resolve_to_uids() -> None:
     users = {"alice": 1001}
     assert exempt_uids(["root", "alice", 4242, "ghost", "77"], users.__getitem__) == (0, 77, 1001, 4242)
+
+
+def test_site_type_names_take_their_facts_from_the_model_string() -> None:
+    nodes = slurm_nodes(inventory.load(REPO / "gres_conf" / "examples" / "site-names.yaml"), load_catalog())
+    model = compile_model(nodes, ScoringOptions())
+    assert set(model.types) == {"a800", "h100", "ascend910b", "lab_big"}
+    assert (model.types["ascend910b"].vendor, model.types["ascend910b"].memory_mib) == ("ascend", 65536)
+    assert model.types["lab_big"].memory_mib == 46068  # an L40S, by its model string
+    assert decide(model, need(memory_gib=40)).types == ("lab_big",)
+    assert decide(model, need(memory_gib=60)).types == ("ascend910b",)
+
+
+def test_a_device_neither_type_nor_model_identifies_is_one_error_naming_both() -> None:
+    from slurm_hetero.model import Device, NodeInventory
+
+    odd = Device("nvidia", "Mystery 9000", 0, "/dev/nvidia0", 1024, "lab_tiny")
+    with pytest.raises(
+        Exception, match="node n1: nvidia device 0: neither type 'lab_tiny' nor model 'Mystery 9000'"
+    ):
+        slurm_nodes(ClusterInventory((NodeInventory("n1", (odd,)),)), load_catalog())
