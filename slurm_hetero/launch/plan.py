@@ -43,12 +43,10 @@ from slurm_hetero.launch.costs import MEMORY_USABLE, PCIE_GBS, device_tflops, la
 from slurm_hetero.launch.rankenv import Groups, master_port, plan_id, rank_document, rank_env, replica_samples
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.render.context import rendered_devices
-from slurm_hetero.slurm.jobenv import JobEnv
+from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
 from slurm_hetero.vendors import get_vendor
 
 GIB = 2**30
-# What Slurm's gres/gpu exports for every GPU type (narrowed to the rank's one device).
-SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
 
 class LaunchPlanError(HeteroError):
@@ -71,15 +69,6 @@ class LaunchOptions:
     network_gbs: float | None = None
     tp_sizes: tuple[int, ...] = (1,)
     layout_dir: str = "/tmp/slurm-hetero"
-
-
-@dataclass(frozen=True)
-class TaskDevices:
-    """What Slurm bound on this task's node: GPU indices (SLURM_STEP_GPUS, gres order) and the
-    visible-device variables it set (`SLURM_VISIBLE`)."""
-
-    gpu_indexes: tuple[int, ...] = ()
-    visible: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ step of that shape would run.
 
 What every rank does (no rendezvous: every rank computes the same plan from the same inputs)
 -------------------------------------------------------------------------------------------
-1. Reads the step's shape from Slurm's environment (`slurm.jobenv`): nodes in task order, which in
-   heterogeneous jobs is component order (not the sorted SLURM_JOB_NODELIST), tasks per node, and
-   this task's GPUs from SLURM_STEP_GPUS (SLURM_JOB_GPUS is wrong in het components).
+1. Reads the step's shape from Slurm's environment (`slurm.jobenv`, which states the fallback
+   order of every variable): nodes in task order, which in heterogeneous jobs is component order
+   (not the sorted SLURM_JOB_NODELIST), tasks per node, job and step ids, and this task's GPUs
+   (SLURM_STEP_GPUS first: SLURM_JOB_GPUS is wrong in het components). A missing essential variable
+   (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, SLURM_STEP_ID, ...) is an error naming it.
 2. Looks each node up in the inventory (`--inventory`, env SLURM_HETERO_INVENTORY, default
    /etc/slurm-hetero/inventory.yaml; the same file on every node): one device type per node.
 3. Solves the layout (`engine.layout`): pipeline or data parallel across the device types,
@@ -99,14 +101,7 @@ from typing import Any
 
 from slurm_hetero import inventory
 from slurm_hetero.catalog import Catalog, load_catalog
-from slurm_hetero.launch.plan import (
-    SLURM_VISIBLE,
-    LaunchOptions,
-    LaunchPlan,
-    RankPlan,
-    TaskDevices,
-    build_plan,
-)
+from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, build_plan
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
@@ -161,7 +156,7 @@ def simulated_job(spec: str) -> JobEnv:
     if len(set(names)) != len(names):
         raise LaunchError(f"--simulate {spec}: a node is listed twice")
     tasks = tuple(n for _, _, n in nodes)
-    return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), "0", (), None)
+    return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), job_id="0")
 
 
 def _simulated_node(name: str, gres_type: str, count: int, catalog: Catalog) -> NodeInventory:
@@ -199,25 +194,6 @@ def simulated_inventory(spec: str, known: ClusterInventory, catalog: Catalog) ->
     return ClusterInventory((*known.nodes, *extra))
 
 
-def step_id(environ: Mapping[str, str]) -> int:
-    value = environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or "0"
-    return int(value) if value.isdigit() else 0
-
-
-def task_devices(environ: Mapping[str, str]) -> TaskDevices:
-    """What Slurm bound on this node: SLURM_STEP_GPUS (else CUDA_VISIBLE_DEVICES) and its variables."""
-    raw = environ.get("SLURM_STEP_GPUS") or environ.get("CUDA_VISIBLE_DEVICES") or ""
-    indexes = tuple(int(v) for v in raw.split(",") if v.strip().isdigit())
-    return TaskDevices(indexes, {k: environ[k] for k in SLURM_VISIBLE if environ.get(k)})
-
-
-def step_targets(job_id: str, step: int, environ: Mapping[str, str]) -> list[str]:
-    """`scancel` ids of this step: JOBID.STEPID, one per component of a heterogeneous job."""
-    size = int(environ.get("SLURM_HET_SIZE", "0") or 0)
-    ids = [environ.get(f"SLURM_JOB_ID_HET_GROUP_{k}", "") for k in range(size)] if size > 1 else []
-    return [f"{i}.{step}" for i in (ids if ids and all(ids) else [job_id]) if i]
-
-
 def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
     return Path(environ.get("TMPDIR") or "/tmp") / f"slurm-hetero-{job_id}.{step}"
 
@@ -235,11 +211,13 @@ def plan_step(
     """Every rank's plan, from this task's environment (or the `--simulate` shape)."""
     catalog = load_catalog()
     if options.simulate is not None:
-        job, step, bound = simulated_job(options.simulate), 0, None
+        job, bound = simulated_job(options.simulate), None
     else:
-        job, step, bound = parse_job_env(environ), step_id(environ), task_devices(environ)
-    plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, step)))
-    return job, build_plan(job, step, load_step_inventory(options, catalog), catalog, plan_options, bound)
+        job = parse_job_env(environ)
+        bound = job.devices
+    plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
+    inv = load_step_inventory(options, catalog)
+    return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound)
 
 
 # -- describing a plan ----------------------------------------------------------------------------
@@ -376,8 +354,7 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     env.setdefault("PYTHONUNBUFFERED", "1")
     if options.exec_command:
         return exec_command(options.command, env)
-    targets = step_targets(job.job_id, plan.step_id, environ)
-    return Supervisor(rank, options.command, env, targets, options.log_dir).run()
+    return Supervisor(rank, options.command, env, job.component_steps, options.log_dir).run()
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:

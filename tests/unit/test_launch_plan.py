@@ -84,8 +84,7 @@ def slurm_env(nodes: Sequence[tuple[str, int]], rank: int, het: bool = False) ->
 
 def plan_from(env: Mapping[str, str], inv: ClusterInventory, options: LaunchOptions = GPT2) -> LaunchPlan:
     job = parse_job_env(env)
-    step = int(env.get("SLURM_STEP_ID", "0"))
-    return build_plan(job, step, inv, CATALOG, options, run.task_devices(env))
+    return build_plan(job, job.step_id, inv, CATALOG, options, job.devices)
 
 
 def own(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
