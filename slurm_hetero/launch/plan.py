@@ -22,7 +22,6 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from slurm_hetero import hostlist
 from slurm_hetero.catalog import Catalog, DeviceSpec
@@ -41,6 +40,7 @@ from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.launch.costs import MEMORY_USABLE, PCIE_GBS, device_tflops, layer_costs_for, model_shape
 from slurm_hetero.launch.rankenv import Groups, master_port, plan_id, rank_document, rank_env, replica_samples
+from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.render.context import rendered_devices
 from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
@@ -100,7 +100,7 @@ class RankPlan:
     node: str
     type: str
     stage: int
-    layout: dict[str, Any]
+    layout: RankLayout
     env: dict[str, str]
 
 

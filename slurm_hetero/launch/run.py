@@ -54,7 +54,9 @@ PYTHONUNBUFFERED=1 unless set, so output lines arrive as they are printed.
 
 Layout document (version 1)
 ---------------------------
-rank, world_size, local_rank, local_world_size, node, type, vendor; kind (pipeline | data), model,
+One class, `slurm_hetero.layout.RankLayout` (groups: `GroupSpec`), is what the launcher writes
+(`to_json`) and what `layout.current()` and `slurm_hetero.training` read back (`from_json`). Keys:
+version, rank, world_size, local_rank, local_world_size, node, type, vendor; kind (pipeline | data), model,
 global_batch, num_layers; stage, num_stages, replica, num_replicas, tp_rank, tp_size; layer_start,
 layer_end (exclusive), micro_batch, micro_batches, samples (this replica's per step),
 sample_offset (replicas take contiguous slices in replica order), grad_weight (samples /
@@ -103,6 +105,7 @@ from slurm_hetero import inventory
 from slurm_hetero.catalog import Catalog, load_catalog
 from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, build_plan
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
+from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
 
@@ -229,36 +232,36 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
-def _row(d: Mapping[str, Any]) -> tuple[Any, ...]:
+def _row(d: RankLayout) -> tuple[Any, ...]:
     return (
-        d["rank"],
-        d["node"],
-        d["type"],
-        f"{d['stage']}/{d['num_stages']}",
-        f"{d['layer_start']}-{d['layer_end'] - 1}",
-        f"{d['tp_rank']}/{d['tp_size']}",
-        d["replica"],
-        f"{d['samples']}@{d['sample_offset']}",
-        f"{d['micro_batch']}x{d['micro_batches']}",
-        d["recompute"],
-        d["prev_rank"],
-        d["next_rank"],
+        d.rank,
+        d.node,
+        d.type,
+        f"{d.stage}/{d.num_stages}",
+        f"{d.layer_start}-{d.layer_end - 1}",
+        f"{d.tp_rank}/{d.tp_size}",
+        d.replica,
+        f"{d.samples}@{d.sample_offset}",
+        f"{d.micro_batch}x{d.micro_batches}",
+        d.recompute,
+        d.prev_rank,
+        d.next_rank,
     )
 
 
 def describe(plan: LaunchPlan) -> str:
     """The plan as text: summary, one row per rank, every group's communicator, every environment."""
     docs = [r.layout for r in plan.ranks]
-    first, even = docs[0], docs[0]["even_step_s"]
+    first, even = docs[0], docs[0].even_step_s
     head = (
-        f"{first['model']}, global batch {first['global_batch']}: {first['kind']} layout on "
-        f"{first['world_size']} ranks, predicted step {first['predicted_step_s']:.4g} s, even split "
-        f"{'does not fit' if even is None else f'{even:.4g} s'}, bound {first['bound_step_s']:.4g} s, "
-        f"efficiency {first['efficiency']:.3f}; plan {plan.plan_id}"
+        f"{first.model}, global batch {first.global_batch}: {first.kind} layout on "
+        f"{first.world_size} ranks, predicted step {first.predicted_step_s:.4g} s, even split "
+        f"{'does not fit' if even is None else f'{even:.4g} s'}, bound {first.bound_step_s:.4g} s, "
+        f"efficiency {first.efficiency:.3f}; plan {plan.plan_id}"
     )
     rows = [_row(d) for d in docs]
-    groups = {(g["name"], tuple(g["ranks"])): g for d in docs for g in d["groups"]}
-    group_rows = [(n, ",".join(map(str, r)), g["backend"], g["comm"]) for (n, r), g in sorted(groups.items())]
+    groups = {(g.name, g.ranks): g for d in docs for g in d.groups}
+    group_rows = [(n, ",".join(map(str, r)), g.backend, g.comm) for (n, r), g in sorted(groups.items())]
     env = [f"rank {r.rank}: " + " ".join(f"{k}={v}" for k, v in r.env.items()) for r in plan.ranks]
     return "\n\n".join(
         [
@@ -272,7 +275,7 @@ def describe(plan: LaunchPlan) -> str:
 
 def plan_document(plan: LaunchPlan) -> dict[str, Any]:
     """`--dry-run --json`: summary keys plus every rank's layout document and environment."""
-    first = plan.ranks[0].layout
+    first = plan.ranks[0].layout.to_dict()
     keys = (
         "kind",
         "model",
@@ -288,7 +291,7 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
         "job_id": plan.job_id,
         "step_id": plan.step_id,
         **{k: first[k] for k in keys},
-        "ranks": [{"rank": r.rank, "layout": r.layout, "env": r.env} for r in plan.ranks],
+        "ranks": [{"rank": r.rank, "layout": r.layout.to_dict(), "env": r.env} for r in plan.ranks],
     }
 
 
@@ -304,7 +307,7 @@ def write_layout(rank: RankPlan) -> Path:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
         raise LaunchError(f"cannot create {path.parent}: {e.strerror}") from e
-    write_atomic({path: json.dumps(rank.layout, indent=1) + "\n"}, backup=False)
+    write_atomic({path: rank.layout.to_json()}, backup=False)
     return path
 
 
@@ -319,8 +322,8 @@ def check_master(addr: str) -> None:
 
 def note_missing_backends(rank: RankPlan) -> None:
     """Warn when the rank's device library for torch is not importable (the plan is kept)."""
-    package = VENDOR_PACKAGES.get(str(rank.layout["vendor"]))
-    backends = {g["backend"] for g in rank.layout["groups"]} - {"gloo", "ucc"}
+    package = VENDOR_PACKAGES.get(rank.layout.vendor)
+    backends = {g.backend for g in rank.layout.groups} - {"gloo", "ucc"}
     if package and backends and importlib.util.find_spec(package) is None:
         logger.warning(
             "rank %d: backend %s needs %s, which is not importable on %s; kept as planned",

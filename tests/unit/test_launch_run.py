@@ -20,11 +20,24 @@ import pytest
 from slurm_hetero import layout, proc
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import LaunchOptions, RankPlan
+from slurm_hetero.layout import GroupSpec, RankLayout
 from slurm_hetero.slurm.jobenv import JobEnvError
 from tests.conftest import FIXTURES, REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
-RANK = RankPlan(2, "l40sn1", "l40s", 0, {"vendor": "nvidia", "groups": []}, {})
+LAYOUT = RankLayout.from_dict(
+    {
+        "version": 1, "rank": 2, "world_size": 3, "local_rank": 0, "local_world_size": 1,
+        "node": "l40sn1", "type": "l40s", "vendor": "nvidia", "kind": "data", "model": "gpt2",
+        "global_batch": 8, "num_layers": 12, "stage": 0, "num_stages": 1, "replica": 2,
+        "num_replicas": 3, "tp_rank": 0, "tp_size": 1, "layer_start": 0, "layer_end": 12,
+        "micro_batch": 1, "micro_batches": 2, "samples": 2, "sample_offset": 6, "grad_weight": 0.25,
+        "recompute": 0, "prev_rank": None, "next_rank": None,
+        "groups": [{"name": "dp", "ranks": [0, 1, 2], "backend": "gloo", "comm": "cpu-relay", "env": {}}],
+        "predicted_step_s": 1.0, "even_step_s": None, "bound_step_s": 0.8, "efficiency": 0.8,
+    }
+)  # fmt: skip
+RANK = RankPlan(2, "l40sn1", "l40s", 0, LAYOUT, {})
 
 
 class Call(NamedTuple):
@@ -219,9 +232,9 @@ def test_exec_mode_replaces_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 def test_a_missing_device_library_is_recorded_not_replaced(caplog: pytest.LogCaptureFixture) -> None:
-    rank = RankPlan(
-        3, "ascendn1", "ascend910b3", 1, {"vendor": "ascend", "groups": [{"backend": "hccl"}]}, {}
-    )
+    hccl = (GroupSpec("dp", (0, 1, 2), "hccl", "vendor-ccl"),)
+    ascend = dataclasses.replace(LAYOUT, node="ascendn1", type="ascend910b3", vendor="ascend", groups=hccl)
+    rank = RankPlan(2, "ascendn1", "ascend910b3", 0, ascend, {})
     with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
         run.note_missing_backends(rank)
     assert "hccl needs torch_npu" in caplog.text and "kept as planned" in caplog.text
