@@ -1,12 +1,17 @@
-"""This rank's place in the training layout, as `slurm-hetero launch` planned it (for training code).
+"""This rank's place in the training layout: the one typed SLURM_HETERO_LAYOUT document.
+
+`slurm-hetero launch` builds a `RankLayout` per rank and writes `to_json()` to the file that
+SLURM_HETERO_LAYOUT names; training code reads it back with the same class::
 
     from slurm_hetero import layout
     me = layout.current()          # reads the file named by SLURM_HETERO_LAYOUT
     me.stage, me.layer_start, me.layer_end, me.grad_weight, me.group("dp").ranks, ...
 
-The file is JSON, version 1; its keys are the fields of `RankLayout` (the launcher manual,
-`slurm_hetero.launch.run`, explains each). Unknown keys are ignored, so later versions can add
-keys; a missing or mistyped key is an error naming it.
+The file is JSON, version 1; its keys are the fields of `RankLayout` and, under `groups`, of
+`GroupSpec` (the launcher manual, `slurm_hetero.launch.run`, explains each). Reading ignores
+unknown keys, so later versions can add keys; a missing or mistyped key, a value out of range (a
+rank outside the world, layers past the model) or a group without this rank is a `LayoutError`
+naming the file and the key.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,7 @@ VERSION = 1
 
 
 class LayoutError(HeteroError):
-    """No layout for this process, or a layout file that is not version 1 of the contract."""
+    """No layout for this process, or a layout document that is not version 1 of the contract."""
 
 
 @dataclass(frozen=True)
@@ -39,14 +44,40 @@ class GroupSpec:
     ranks: tuple[int, ...]
     backend: str
     comm: str
-    env: Mapping[str, str]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ranks": list(self.ranks),
+            "backend": self.backend,
+            "comm": self.comm,
+            "env": dict(self.env),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "layout") -> GroupSpec:
+        if not isinstance(raw, Mapping) or not all(isinstance(raw.get(k), str) for k in _GROUP_TEXT):
+            raise LayoutError(f"{where}: each group needs name, ranks, backend, comm and env; got {raw!r}")
+        ranks, env = raw.get("ranks"), raw.get("env", {})
+        if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks):
+            raise LayoutError(
+                f"{where}: group {raw['name']!r}: ranks must be a list of integers, got {ranks!r}"
+            )
+        if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in env.values()):
+            raise LayoutError(f"{where}: group {raw['name']!r}: env must map names to strings, got {env!r}")
+        return cls(
+            raw["name"], tuple(ranks), raw["backend"], raw["comm"], {str(k): v for k, v in env.items()}
+        )
+
+
+_GROUP_TEXT = ("name", "backend", "comm")
 
 
 @dataclass(frozen=True)
 class RankLayout:
-    """One rank's layout: a mirror of the SLURM_HETERO_LAYOUT document."""
+    """One rank's layout: what the launcher planned for it (the SLURM_HETERO_LAYOUT document)."""
 
-    version: int
     rank: int
     world_size: int
     local_rank: int
@@ -54,7 +85,7 @@ class RankLayout:
     node: str
     type: str
     vendor: str
-    kind: str
+    kind: str  # pipeline | data
     model: str
     global_batch: int
     num_layers: int
@@ -65,12 +96,12 @@ class RankLayout:
     tp_rank: int
     tp_size: int
     layer_start: int
-    layer_end: int
+    layer_end: int  # exclusive
     micro_batch: int
     micro_batches: int
-    samples: int
+    samples: int  # this replica's per step
     sample_offset: int
-    grad_weight: float
+    grad_weight: float  # samples / global_batch
     recompute: int
     prev_rank: int | None
     next_rank: int | None
@@ -79,6 +110,7 @@ class RankLayout:
     even_step_s: float | None
     bound_step_s: float
     efficiency: float
+    version: int = VERSION
 
     def group(self, name: str) -> GroupSpec:
         """The group named `name` (tp, dp or pp)."""
@@ -86,6 +118,57 @@ class RankLayout:
             if group.name == name:
                 return group
         raise LayoutError(f"rank {self.rank} is in no {name!r} group (has {[g.name for g in self.groups]})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document: `version` first, then every field by name (groups as objects)."""
+        out: dict[str, Any] = {"version": self.version}
+        for f in fields(self):
+            if f.name != "version":
+                out[f.name] = getattr(self, f.name)
+        out["groups"] = [g.to_dict() for g in self.groups]
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "layout") -> RankLayout:
+        """Validate a layout document and build its `RankLayout`."""
+        if not isinstance(data, Mapping):
+            raise LayoutError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        if data.get("version") != VERSION:
+            raise LayoutError(
+                f"{where}: layout version {data.get('version')!r}; this slurm-hetero reads {VERSION}"
+            )
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in data:
+                raise LayoutError(f"{where}: missing key {f.name!r}")
+            value = data[f.name]
+            if f.name == "groups":
+                if not isinstance(value, list):
+                    raise LayoutError(f"{where}: groups must be a list, got {value!r}")
+                values["groups"] = tuple(GroupSpec.from_dict(g, where) for g in value)
+            elif not _accepts(hints[f.name], value):
+                raise LayoutError(f"{where}: {f.name} must be {_hint_name(hints[f.name])}, got {value!r}")
+            else:
+                values[f.name] = float(value) if hints[f.name] is float else value
+        layout = cls(**values)
+        _check_ranges(layout, where)
+        return layout
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "layout") -> RankLayout:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise LayoutError(f"{where}: not JSON ({e})") from e
+        return cls.from_dict(data, where)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _accepts(hint: Any, value: Any) -> bool:
@@ -95,61 +178,58 @@ def _accepts(hint: Any, value: Any) -> bool:
             return True
         if option is float and isinstance(value, int | float) and not isinstance(value, bool):
             return True
-        if option in (int, str) and isinstance(value, option) and not isinstance(value, bool):
+        if option is int and _is_int(value):
+            return True
+        if option is str and isinstance(value, str):
             return True
     return False
 
 
-def _group(raw: Any, where: str) -> GroupSpec:
-    ok = (
-        isinstance(raw, Mapping)
-        and isinstance(raw.get("ranks"), list)
-        and isinstance(raw.get("env", {}), Mapping)
-    )
-    if not ok or not all(isinstance(raw.get(k), str) for k in ("name", "backend", "comm")):
-        raise LayoutError(f"{where}: each group needs name, ranks, backend, comm and env")
-    env = {str(k): str(v) for k, v in raw.get("env", {}).items()}
-    return GroupSpec(raw["name"], tuple(int(r) for r in raw["ranks"]), raw["backend"], raw["comm"], env)
+def _hint_name(hint: Any) -> str:
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return " or ".join("null" if o is type(None) else getattr(o, "__name__", str(o)) for o in options)
+
+
+def _check_ranges(lay: RankLayout, where: str) -> None:
+    """The few relations every document satisfies; a violation names the keys involved."""
+    checks = [
+        (0 <= lay.rank < lay.world_size, "rank must be in [0, world_size)"),
+        (0 <= lay.local_rank < lay.local_world_size, "local_rank must be in [0, local_world_size)"),
+        (0 <= lay.stage < lay.num_stages, "stage must be in [0, num_stages)"),
+        (0 <= lay.replica < lay.num_replicas, "replica must be in [0, num_replicas)"),
+        (0 <= lay.tp_rank < lay.tp_size, "tp_rank must be in [0, tp_size)"),
+        (0 <= lay.layer_start <= lay.layer_end <= lay.num_layers, "layers must lie in [0, num_layers]"),
+        (0 <= lay.samples <= lay.global_batch, "samples must be in [0, global_batch]"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise LayoutError(f"{where}: {message}")
+    for group in lay.groups:
+        if lay.rank not in group.ranks or not all(0 <= r < lay.world_size for r in group.ranks):
+            raise LayoutError(
+                f"{where}: group {group.name!r} ranks {list(group.ranks)} must include rank {lay.rank} "
+                f"and lie in [0, {lay.world_size})"
+            )
 
 
 def from_dict(data: Any, where: str = "layout") -> RankLayout:
-    """Validate a layout document and build its `RankLayout`."""
-    if not isinstance(data, Mapping):
-        raise LayoutError(f"{where}: expected a JSON object")
-    if data.get("version") != VERSION:
-        raise LayoutError(
-            f"{where}: layout version {data.get('version')!r}; this slurm-hetero reads {VERSION}"
-        )
-    hints = typing.get_type_hints(RankLayout)
-    values: dict[str, Any] = {}
-    for f in fields(RankLayout):
-        if f.name not in data:
-            raise LayoutError(f"{where}: missing key {f.name!r}")
-        if f.name == "groups":
-            if not isinstance(data["groups"], list):
-                raise LayoutError(f"{where}: groups must be a list")
-            values["groups"] = tuple(_group(g, where) for g in data["groups"])
-        elif not _accepts(hints[f.name], data[f.name]):
-            raise LayoutError(f"{where}: {f.name} must be {hints[f.name]}, got {data[f.name]!r}")
-        else:
-            values[f.name] = data[f.name]
-    return RankLayout(**values)
+    """`RankLayout.from_dict`."""
+    return RankLayout.from_dict(data, where)
 
 
 def from_file(path: str | Path) -> RankLayout:
     """The layout in the JSON file at `path`."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise LayoutError(f"cannot read layout {path}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise LayoutError(f"{path}: not JSON ({e})") from e
-    return from_dict(data, str(path))
+    return RankLayout.from_json(text, str(path))
 
 
-def current() -> RankLayout:
-    """This process's layout, from the file named by SLURM_HETERO_LAYOUT."""
-    path = os.environ.get(ENV)
+def current(environ: Mapping[str, str] | None = None) -> RankLayout:
+    """This process's layout, from the file named by SLURM_HETERO_LAYOUT (in `environ`, default
+    the process environment)."""
+    path = (os.environ if environ is None else environ).get(ENV)
     if not path:
         raise LayoutError(
             f"{ENV} is not set: not started by slurm-hetero launch "

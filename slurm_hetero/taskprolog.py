@@ -3,7 +3,8 @@
 Slurm's gres/gpu exports CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL for every
 GPU type; runtimes such as CANN (Ascend), Cambricon's or Habana's read their own variable. Slurm's
 TaskProlog protocol applies `export NAME=value` lines printed on stdout to the task. Pure: the
-caller supplies the environment and the node record.
+caller supplies the task's environment, read by `slurm.jobenv.read_task_env` (which variables, in
+which order), and the node record.
 """
 
 from __future__ import annotations
@@ -14,23 +15,9 @@ from dataclasses import dataclass, field
 
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import Device, SlurmDevice, SlurmNode
+from slurm_hetero.slurm.jobenv import TaskEnv
 
-# Where Slurm puts the allocated GPU indices, most specific first (SLURM_JOB_GPUS is wrong in
-# non-zero heterogeneous components on 22.05, so it comes last).
-GPU_INDEX_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_,.\-]*$")
-
-
-def allocated_indexes(env: Mapping[str, str]) -> list[int] | None:
-    """GPU indices Slurm allocated to this task (positions in the node's gres.conf order)."""
-    for name in GPU_INDEX_VARIABLES:
-        value = env.get(name, "").strip()
-        if value:
-            try:
-                return [int(v) for v in value.split(",") if v.strip()]
-            except ValueError:
-                raise HeteroError(f"{name}={value!r} is not a list of GPU indices") from None
-    return None
 
 
 @dataclass(frozen=True)
@@ -42,15 +29,16 @@ class SharingLimits:
 
 
 def export_lines(
-    env: Mapping[str, str],
+    task: TaskEnv,
     node: SlurmNode,
     sharing: SharingLimits | None = None,
 ) -> list[str]:
     """`export NAME=value` lines for every vendor of the allocated devices that needs its own
-    variable, plus the memory/compute limits of a shard allocation. `node` is built as `gres
-    render` was run (with or without unhealthy devices), so indices match gres.conf."""
-    indexes = allocated_indexes(env)
-    if indexes is None:
+    variable, plus the memory/compute limits of a shard allocation. `task` is
+    `slurm.jobenv.read_task_env` of the task's environment (it owns the fallback order); `node`
+    is built as `gres render` was run (with or without unhealthy devices), so indices match gres.conf."""
+    indexes = task.devices.gpu_indexes
+    if not indexes:
         return []
     devices = node.devices
     chosen: list[SlurmDevice] = []
@@ -61,9 +49,9 @@ def export_lines(
             )
         chosen.append(devices[i])
     lines = _lines_per_vendor(chosen)
-    shards = env.get("SLURM_SHARDS_ON_NODE", "").strip()
-    if shards.isdigit() and int(shards) > 0 and len(chosen) == 1 and sharing:
-        lines += shard_limit_lines(chosen[0].device, int(shards), sharing)
+    shards = task.shards_on_node
+    if shards and len(chosen) == 1 and sharing:
+        lines += shard_limit_lines(chosen[0].device, shards, sharing)
     return lines
 
 

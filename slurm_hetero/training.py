@@ -3,8 +3,9 @@ gradient all-reduce, a model's stage, and a GPipe pipeline step. torch is import
 so the package imports without it.
 
 The layout is this rank's JSON file (env `SLURM_HETERO_LAYOUT`, contract in `../shared/DESIGN.md`),
-read by `slurm_hetero.layout.current()`; every helper takes it as a mapping or an object with the
-same attributes.
+read by `slurm_hetero.layout.current()` into a `RankLayout`; every helper takes that, a mapping of
+the same keys or an object with the same attributes, and `init` validates what it is given through
+`RankLayout.from_dict`.
 
 Conventions:
 
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.engine.layout import even_bounds
+from slurm_hetero.layout import RankLayout, current
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +59,7 @@ __all__ = [
     "init",
     "micro_batch_sizes",
     "pipeline_step",
+    "rank_layout",
     "stage_modules",
     "weighted_allreduce_grads",
 ]
@@ -88,7 +91,9 @@ GroupKey = tuple[str, tuple[int, ...], str]
 
 
 def as_dict(layout: Any) -> dict[str, Any]:
-    """A layout (mapping, dataclass or plain object) as a dict of the JSON contract's keys."""
+    """A layout (`RankLayout`, mapping, dataclass or plain object) as a dict of the JSON contract's keys."""
+    if isinstance(layout, RankLayout):
+        return layout.to_dict()
     if isinstance(layout, Mapping):
         return dict(layout)
     if dataclasses.is_dataclass(layout) and not isinstance(layout, type):
@@ -214,9 +219,7 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
 
     import torch.distributed as dist
 
-    from slurm_hetero.layout import current
-
-    lay = as_dict(layout if layout is not None else current())
+    lay = rank_layout(layout).to_dict()
     _check_layout(lay)
     wait = datetime.timedelta(seconds=timeout)
     dist.init_process_group("gloo", rank=lay["rank"], world_size=lay["world_size"], timeout=wait)
@@ -231,6 +234,15 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     for key in _all_groups(gathered):
         _make_group(out, key, _fallback_reason(key, gathered), lay["rank"], wait)
     return out
+
+
+def rank_layout(layout: Any = None) -> RankLayout:
+    """`layout` as a validated `RankLayout` (a `LayoutError` names what is wrong); None: `current()`."""
+    if layout is None:
+        return current()
+    if isinstance(layout, RankLayout):
+        return layout
+    return RankLayout.from_dict(as_dict(layout), "the layout passed to init")
 
 
 def _check_layout(lay: Mapping[str, Any]) -> None:

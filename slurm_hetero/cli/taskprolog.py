@@ -14,6 +14,7 @@ from slurm_hetero.config import load_settings
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import NodeBuilder, host_records
+from slurm_hetero.slurm.jobenv import read_task_env
 from slurm_hetero.taskprolog import SharingLimits, export_lines
 from slurm_hetero.vendors import vendor_traits
 
@@ -64,10 +65,15 @@ def task_prolog(
     """Export the vendor's visible-device variable for this task's GPUs and the limits of a shard
     allocation (Slurm TaskProlog protocol: `export NAME=value` lines)."""
     try:
-        node = _find_node(inventory_path, os.environ.get("SLURMD_NODENAME", ""), include_unhealthy)
+        task = read_task_env(os.environ)
+        if not task.devices.gpu_indexes:
+            return  # no GPUs on this node for this task: nothing to export
+        if task.node_name is None:
+            raise HeteroError("SLURMD_NODENAME is not set (slurmd sets it for a TaskProlog)")
+        node = _find_node(inventory_path, task.node_name, include_unhealthy)
         library = hami_core_library if os.path.exists(hami_core_library) else None
         sharing = SharingLimits(load_settings(config_path).shares, library)
-        lines = export_lines(os.environ, node, sharing)
+        lines = export_lines(task, node, sharing)
     except Exception as e:  # a TaskProlog that fails would fail the user's task
         if strict:
             raise

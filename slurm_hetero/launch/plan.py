@@ -22,7 +22,6 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog, DeviceSpec
@@ -41,14 +40,13 @@ from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.launch.costs import MEMORY_USABLE, PCIE_GBS, device_tflops, layer_costs_for, model_shape
 from slurm_hetero.launch.rankenv import Groups, master_port, plan_id, rank_document, rank_env, replica_samples
+from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.nodes import NodeBuilder, host_records
-from slurm_hetero.slurm.jobenv import JobEnv
+from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
-# What Slurm's gres/gpu exports for every GPU type (narrowed to the rank's one device).
-SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
 
 class LaunchPlanError(HeteroError):
@@ -71,15 +69,6 @@ class LaunchOptions:
     network_gbs: float | None = None
     tp_sizes: tuple[int, ...] = (1,)
     layout_dir: str = "/tmp/slurm-hetero"
-
-
-@dataclass(frozen=True)
-class TaskDevices:
-    """What Slurm bound on this task's node: GPU indices (SLURM_STEP_GPUS, gres order) and the
-    visible-device variables it set (`SLURM_VISIBLE`)."""
-
-    gpu_indexes: tuple[int, ...] = ()
-    visible: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,7 +112,7 @@ class RankPlan:
     node: str
     type: str
     stage: int
-    layout: dict[str, Any]
+    layout: RankLayout
     env: dict[str, str]
 
 

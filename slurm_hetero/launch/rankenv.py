@@ -1,10 +1,12 @@
-"""Every rank's layout document (the JSON that SLURM_HETERO_LAYOUT holds) and environment, once the
-step is laid out. Pure: the solver's assignments, the sites in, plain dicts out.
+"""Every rank's layout document (a `slurm_hetero.layout.RankLayout`, the JSON that
+SLURM_HETERO_LAYOUT holds) and environment, once the step is laid out. Pure: the solver's
+assignments and the sites in, typed documents and plain environments out.
 
 This module owns the group membership (tp by replica and stage, dp by stage and tp_rank, pp by
-replica and tp_rank) with one communicator per group (`engine.comm.choose`), the version-1 layout
-document, the rendezvous port, the torch.distributed and communicator variables, and the plan id
-(a digest of every rank's document). `slurm_hetero.launch.plan` builds the step and calls it; which
+replica and tp_rank) with one communicator per group (`engine.comm.choose`), the filling of the
+version-1 layout document (its keys and their validation belong to `slurm_hetero.layout`), the
+rendezvous port, the torch.distributed and communicator variables, and the plan id (a digest of
+every rank's document). `slurm_hetero.launch.plan` builds the step and calls it; which
 device each rank sees (`device_env`) stays there, with the nodes.
 """
 
@@ -13,18 +15,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Communicator, Member
 from slurm_hetero.engine.layout import Layout, RankAssignment
+from slurm_hetero.layout import GroupSpec, RankLayout
 from slurm_hetero.model import Nic
 
 if TYPE_CHECKING:
     from slurm_hetero.launch.plan import LaunchOptions, Site
-
-LAYOUT_VERSION = 1
 
 
 def group_keys(a: RankAssignment) -> dict[str, tuple[int, int]]:
@@ -74,29 +75,16 @@ class Groups:
             self._cache[key] = comm.choose(members, self.nics, self.override)
         return self._cache[key]
 
-    def documents(self, a: RankAssignment) -> list[dict[str, Any]]:
+    def specs(self, a: RankAssignment) -> tuple[GroupSpec, ...]:
+        """The groups rank `a` is in (tp, dp, pp), each with its communicator and variables."""
         nics = self.site_of[a.rank].record.nics
         out = []
         for name, key in group_keys(a).items():
             ranks = self.members[name][key]
             chosen = self.communicator(ranks)
             env = comm.communicator_env(chosen.backend, nics)
-            out.append(
-                {
-                    "name": name,
-                    "ranks": sorted(ranks),
-                    "backend": chosen.backend,
-                    "comm": str(chosen.kind),
-                    "env": env,
-                }
-            )
-        return out
-
-
-# Layout-document keys copied from the rank's assignment and from the layout, by the same name.
-ASSIGNMENT_KEYS = ("local_rank", "stage", "replica", "tp_rank", "tp_size", "layer_start", "layer_end")
-ASSIGNMENT_KEYS_2 = ("micro_batch", "micro_batches", "grad_weight", "recompute")
-LAYOUT_KEYS = ("predicted_step_s", "even_step_s", "bound_step_s", "efficiency")
+            out.append(GroupSpec(name, tuple(sorted(ranks)), chosen.backend, str(chosen.kind), env))
+        return tuple(out)
 
 
 def replica_samples(layout: Layout) -> list[tuple[int, int]]:
@@ -107,20 +95,44 @@ def replica_samples(layout: Layout) -> list[tuple[int, int]]:
 
 def rank_document(
     a: RankAssignment, site: Site, layout: Layout, groups: Groups, options: LaunchOptions, world: int
-) -> dict[str, Any]:
+) -> RankLayout:
     """The SLURM_HETERO_LAYOUT document of one rank (version 1; keys fixed by the contract)."""
     samples, offset = groups.samples[a.replica]
     prev_rank, next_rank = _neighbours(a, groups.members["pp"][(a.replica, a.tp_rank)], groups.ranked)
-    doc: dict[str, Any] = {"version": LAYOUT_VERSION, "rank": a.rank, "world_size": world}
-    doc |= {"local_rank": a.local_rank, "local_world_size": site.tasks, "node": site.name}
-    doc |= {"type": site.type, "vendor": site.vendor.name, "kind": str(layout.kind), "model": options.model}
-    doc |= {"global_batch": layout.global_batch, "num_layers": layout.pipelines[0].stages[-1].layer_end}
-    doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS}
-    doc |= {"num_stages": a.pp_size, "num_replicas": layout.replicas}
-    doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS_2}
-    doc |= {"samples": samples, "sample_offset": offset}
-    doc |= {"prev_rank": prev_rank, "next_rank": next_rank, "groups": groups.documents(a)}
-    return doc | {k: getattr(layout, k) for k in LAYOUT_KEYS}
+    return RankLayout(
+        rank=a.rank,
+        world_size=world,
+        local_rank=a.local_rank,
+        local_world_size=site.tasks,
+        node=site.name,
+        type=site.type,
+        vendor=site.vendor.name,
+        kind=str(layout.kind),
+        model=options.model,
+        global_batch=layout.global_batch,
+        num_layers=layout.pipelines[0].stages[-1].layer_end,
+        stage=a.stage,
+        num_stages=a.pp_size,
+        replica=a.replica,
+        num_replicas=layout.replicas,
+        tp_rank=a.tp_rank,
+        tp_size=a.tp_size,
+        layer_start=a.layer_start,
+        layer_end=a.layer_end,
+        micro_batch=a.micro_batch,
+        micro_batches=a.micro_batches,
+        samples=samples,
+        sample_offset=offset,
+        grad_weight=a.grad_weight,
+        recompute=a.recompute,
+        prev_rank=prev_rank,
+        next_rank=next_rank,
+        groups=groups.specs(a),
+        predicted_step_s=layout.predicted_step_s,
+        even_step_s=layout.even_step_s,
+        bound_step_s=layout.bound_step_s,
+        efficiency=layout.efficiency,
+    )
 
 
 def master_port(job_id: str, step_id: int) -> int:
@@ -129,26 +141,24 @@ def master_port(job_id: str, step_id: int) -> int:
     return 20000 + (job * 7 + step_id) % 20000
 
 
-def rank_env(
-    doc: Mapping[str, Any], master: tuple[str, int], plan_id: str, layout_dir: str
-) -> dict[str, str]:
+def rank_env(doc: RankLayout, master: tuple[str, int], plan_id: str, layout_dir: str) -> dict[str, str]:
     """The torch.distributed variables, the layout file and the communicators' variables."""
     env = {
-        "RANK": str(doc["rank"]),
-        "WORLD_SIZE": str(doc["world_size"]),
-        "LOCAL_RANK": str(doc["local_rank"]),
-        "LOCAL_WORLD_SIZE": str(doc["local_world_size"]),
+        "RANK": str(doc.rank),
+        "WORLD_SIZE": str(doc.world_size),
+        "LOCAL_RANK": str(doc.local_rank),
+        "LOCAL_WORLD_SIZE": str(doc.local_world_size),
         "MASTER_ADDR": master[0],
         "MASTER_PORT": str(master[1]),
-        "SLURM_HETERO_LAYOUT": f"{layout_dir}/rank-{doc['rank']}.json",
+        "SLURM_HETERO_LAYOUT": f"{layout_dir}/rank-{doc.rank}.json",
         "SLURM_HETERO_PLAN_ID": plan_id,
     }
-    for group in doc["groups"]:
-        env.update(group["env"])
+    for group in doc.groups:
+        env.update(group.env)
     return env
 
 
-def plan_id(documents: Sequence[Mapping[str, Any]]) -> str:
+def plan_id(documents: Sequence[RankLayout]) -> str:
     """A digest of every rank's document: equal on every rank exactly when the plans agree."""
-    text = json.dumps(list(documents), sort_keys=True, separators=(",", ":"))
+    text = json.dumps([d.to_dict() for d in documents], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

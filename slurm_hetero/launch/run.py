@@ -18,9 +18,11 @@ step of that shape would run.
 
 What every rank does (no rendezvous: every rank computes the same plan from the same inputs)
 -------------------------------------------------------------------------------------------
-1. Reads the step's shape from Slurm's environment (`slurm.jobenv`): nodes in task order, which in
-   heterogeneous jobs is component order (not the sorted SLURM_JOB_NODELIST), tasks per node, and
-   this task's GPUs from SLURM_STEP_GPUS (SLURM_JOB_GPUS is wrong in het components).
+1. Reads the step's shape from Slurm's environment (`slurm.jobenv`, which states the fallback
+   order of every variable): nodes in task order, which in heterogeneous jobs is component order
+   (not the sorted SLURM_JOB_NODELIST), tasks per node, job and step ids, and this task's GPUs
+   (SLURM_STEP_GPUS first: SLURM_JOB_GPUS is wrong in het components). A missing essential variable
+   (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, SLURM_STEP_ID, ...) is an error naming it.
 2. Looks each node up in the inventory (`--inventory`, env SLURM_HETERO_INVENTORY, default
    /etc/slurm-hetero/inventory.yaml; the same file on every node): one device type per node.
 3. Solves the layout (`engine.layout`): pipeline or data parallel across the device types,
@@ -52,7 +54,9 @@ PYTHONUNBUFFERED=1 unless set, so output lines arrive as they are printed.
 
 Layout document (version 1)
 ---------------------------
-rank, world_size, local_rank, local_world_size, node, type, vendor; kind (pipeline | data), model,
+One class, `slurm_hetero.layout.RankLayout` (groups: `GroupSpec`), is what the launcher writes
+(`to_json`) and what `layout.current()` and `slurm_hetero.training` read back (`from_json`). Keys:
+version, rank, world_size, local_rank, local_world_size, node, type, vendor; kind (pipeline | data), model,
 global_batch, num_layers; stage, num_stages, replica, num_replicas, tp_rank, tp_size; layer_start,
 layer_end (exclusive), micro_batch, micro_batches, samples (this replica's per step),
 sample_offset (replicas take contiguous slices in replica order), grad_weight (samples /
@@ -100,15 +104,9 @@ from typing import Any
 from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.launch.plan import (
-    SLURM_VISIBLE,
-    LaunchOptions,
-    LaunchPlan,
-    RankPlan,
-    TaskDevices,
-    build_plan,
-)
+from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, build_plan
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
+from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
 from slurm_hetero.vendors import vendor_traits
@@ -155,7 +153,7 @@ def simulated_job(spec: str) -> JobEnv:
     if len(set(names)) != len(names):
         raise LaunchError(f"--simulate {spec}: a node is listed twice")
     tasks = tuple(n for _, _, n in nodes)
-    return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), "0", (), None)
+    return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), job_id="0")
 
 
 def _simulated_node(name: str, gres_type: str, count: int, catalog: Catalog) -> NodeInventory:
@@ -193,25 +191,6 @@ def simulated_inventory(spec: str, known: ClusterInventory, catalog: Catalog) ->
     return ClusterInventory((*known.nodes, *extra))
 
 
-def step_id(environ: Mapping[str, str]) -> int:
-    value = environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or "0"
-    return int(value) if value.isdigit() else 0
-
-
-def task_devices(environ: Mapping[str, str]) -> TaskDevices:
-    """What Slurm bound on this node: SLURM_STEP_GPUS (else CUDA_VISIBLE_DEVICES) and its variables."""
-    raw = environ.get("SLURM_STEP_GPUS") or environ.get("CUDA_VISIBLE_DEVICES") or ""
-    indexes = tuple(int(v) for v in raw.split(",") if v.strip().isdigit())
-    return TaskDevices(indexes, {k: environ[k] for k in SLURM_VISIBLE if environ.get(k)})
-
-
-def step_targets(job_id: str, step: int, environ: Mapping[str, str]) -> list[str]:
-    """`scancel` ids of this step: JOBID.STEPID, one per component of a heterogeneous job."""
-    size = int(environ.get("SLURM_HET_SIZE", "0") or 0)
-    ids = [environ.get(f"SLURM_JOB_ID_HET_GROUP_{k}", "") for k in range(size)] if size > 1 else []
-    return [f"{i}.{step}" for i in (ids if ids and all(ids) else [job_id]) if i]
-
-
 def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
     return Path(environ.get("TMPDIR") or "/tmp") / f"slurm-hetero-{job_id}.{step}"
 
@@ -229,11 +208,13 @@ def plan_step(
     """Every rank's plan, from this task's environment (or the `--simulate` shape)."""
     catalog = load_catalog()
     if options.simulate is not None:
-        job, step, bound = simulated_job(options.simulate), 0, None
+        job, bound = simulated_job(options.simulate), None
     else:
-        job, step, bound = parse_job_env(environ), step_id(environ), task_devices(environ)
-    plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, step)))
-    return job, build_plan(job, step, load_step_inventory(options, catalog), catalog, plan_options, bound)
+        job = parse_job_env(environ)
+        bound = job.devices
+    plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
+    inv = load_step_inventory(options, catalog)
+    return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound)
 
 
 # -- describing a plan ----------------------------------------------------------------------------
@@ -245,36 +226,36 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
-def _row(d: Mapping[str, Any]) -> tuple[Any, ...]:
+def _row(d: RankLayout) -> tuple[Any, ...]:
     return (
-        d["rank"],
-        d["node"],
-        d["type"],
-        f"{d['stage']}/{d['num_stages']}",
-        f"{d['layer_start']}-{d['layer_end'] - 1}",
-        f"{d['tp_rank']}/{d['tp_size']}",
-        d["replica"],
-        f"{d['samples']}@{d['sample_offset']}",
-        f"{d['micro_batch']}x{d['micro_batches']}",
-        d["recompute"],
-        d["prev_rank"],
-        d["next_rank"],
+        d.rank,
+        d.node,
+        d.type,
+        f"{d.stage}/{d.num_stages}",
+        f"{d.layer_start}-{d.layer_end - 1}",
+        f"{d.tp_rank}/{d.tp_size}",
+        d.replica,
+        f"{d.samples}@{d.sample_offset}",
+        f"{d.micro_batch}x{d.micro_batches}",
+        d.recompute,
+        d.prev_rank,
+        d.next_rank,
     )
 
 
 def describe(plan: LaunchPlan) -> str:
     """The plan as text: summary, one row per rank, every group's communicator, every environment."""
     docs = [r.layout for r in plan.ranks]
-    first, even = docs[0], docs[0]["even_step_s"]
+    first, even = docs[0], docs[0].even_step_s
     head = (
-        f"{first['model']}, global batch {first['global_batch']}: {first['kind']} layout on "
-        f"{first['world_size']} ranks, predicted step {first['predicted_step_s']:.4g} s, even split "
-        f"{'does not fit' if even is None else f'{even:.4g} s'}, bound {first['bound_step_s']:.4g} s, "
-        f"efficiency {first['efficiency']:.3f}; plan {plan.plan_id}"
+        f"{first.model}, global batch {first.global_batch}: {first.kind} layout on "
+        f"{first.world_size} ranks, predicted step {first.predicted_step_s:.4g} s, even split "
+        f"{'does not fit' if even is None else f'{even:.4g} s'}, bound {first.bound_step_s:.4g} s, "
+        f"efficiency {first.efficiency:.3f}; plan {plan.plan_id}"
     )
     rows = [_row(d) for d in docs]
-    groups = {(g["name"], tuple(g["ranks"])): g for d in docs for g in d["groups"]}
-    group_rows = [(n, ",".join(map(str, r)), g["backend"], g["comm"]) for (n, r), g in sorted(groups.items())]
+    groups = {(g.name, g.ranks): g for d in docs for g in d.groups}
+    group_rows = [(n, ",".join(map(str, r)), g.backend, g.comm) for (n, r), g in sorted(groups.items())]
     env = [f"rank {r.rank}: " + " ".join(f"{k}={v}" for k, v in r.env.items()) for r in plan.ranks]
     return "\n\n".join(
         [
@@ -288,7 +269,7 @@ def describe(plan: LaunchPlan) -> str:
 
 def plan_document(plan: LaunchPlan) -> dict[str, Any]:
     """`--dry-run --json`: summary keys plus every rank's layout document and environment."""
-    first = plan.ranks[0].layout
+    first = plan.ranks[0].layout.to_dict()
     keys = (
         "kind",
         "model",
@@ -304,7 +285,7 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
         "job_id": plan.job_id,
         "step_id": plan.step_id,
         **{k: first[k] for k in keys},
-        "ranks": [{"rank": r.rank, "layout": r.layout, "env": r.env} for r in plan.ranks],
+        "ranks": [{"rank": r.rank, "layout": r.layout.to_dict(), "env": r.env} for r in plan.ranks],
     }
 
 
@@ -320,7 +301,7 @@ def write_layout(rank: RankPlan) -> Path:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
         raise LaunchError(f"cannot create {path.parent}: {e.strerror}") from e
-    write_atomic({path: json.dumps(rank.layout, indent=1) + "\n"}, backup=False)
+    write_atomic({path: rank.layout.to_json()}, backup=False)
     return path
 
 
@@ -335,9 +316,9 @@ def check_master(addr: str) -> None:
 
 def note_missing_backends(rank: RankPlan) -> None:
     """Warn when the rank's device library for torch is not importable (the plan is kept)."""
-    traits = vendor_traits().get(str(rank.layout["vendor"]))
+    traits = vendor_traits().get(rank.layout.vendor)
     package = traits.torch_package if traits else None
-    backends = {g["backend"] for g in rank.layout["groups"]} - {"gloo", "ucc"}
+    backends = {g.backend for g in rank.layout.groups} - {"gloo", "ucc"}
     if package and backends and importlib.util.find_spec(package) is None:
         logger.warning(
             "rank %d: backend %s needs %s, which is not importable on %s; kept as planned",
@@ -371,8 +352,7 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     env.setdefault("PYTHONUNBUFFERED", "1")
     if options.exec_command:
         return exec_command(options.command, env)
-    targets = step_targets(job.job_id, plan.step_id, environ)
-    return Supervisor(rank, options.command, env, targets, options.log_dir).run()
+    return Supervisor(rank, options.command, env, job.component_steps, options.log_dir).run()
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:

@@ -1,27 +1,93 @@
-"""Slurm's task environment -> where this task sits in the step (pure; the caller passes os.environ).
+"""Slurm's task and job environment, read in one place. Pure: the caller passes `os.environ`.
 
-Handles heterogeneous jobs on Slurm 22.05, whose traps are measured in
-../shared/slurm-lab/slurm-local.md section 6: there is no per-task "het component" variable;
-SLURM_JOB_NODELIST/SLURM_STEP_NODELIST are sorted by name while SLURM_NODEID follows component
-order; SLURM_JOB_GPUS is inherited from component 0 (use SLURM_STEP_GPUS). Tasks are numbered
-component by component, and within a step we require block distribution (each node's tasks have
-consecutive ranks), which every rank checks against its own SLURMD_NODENAME.
+Every SLURM_* variable that the launcher and the TaskProlog use is read here, by one of two readers:
+
+- `read_task_env(env) -> TaskEnv`, lenient, for the TaskProlog, which must never fail a task: each
+  field is None or empty when its variables are absent. It raises `JobEnvError` only on a value
+  Slurm never writes (`SLURM_STEP_GPUS=0,x`), which the TaskProlog reports and survives.
+- `parse_job_env(env) -> JobEnv`, strict, for the launcher under srun: a missing or malformed
+  essential variable is a `JobEnvError` naming it (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME,
+  the step's tasks, nodes and tasks per node, the job and step ids).
+
+Fallback order (the first variable present wins, later ones are not compared with it; a variable
+set to a blank value counts as absent; surrounding whitespace and newlines are stripped):
+
+========================  ===========================================================================
+this task's GPUs          SLURM_STEP_GPUS; SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES (only when every item
+                          is an index: UUIDs and MIG names are skipped, not errors)
+step id                   SLURM_STEP_ID; SLURM_STEPID
+job id                    SLURM_JOB_ID; SLURM_JOBID
+step's tasks              SLURM_STEP_NUM_TASKS; SLURM_NTASKS; SLURM_NPROCS
+step's nodes              SLURM_STEP_NODELIST; SLURM_JOB_NODELIST; SLURM_NODELIST
+tasks per node            SLURM_STEP_TASKS_PER_NODE; SLURM_TASKS_PER_NODE
+het components            SLURM_HET_SIZE; SLURM_PACK_SIZE (absent, 0 or 1: not heterogeneous)
+component k's nodes       SLURM_JOB_NODELIST_HET_GROUP_k; SLURM_JOB_NODELIST_PACK_GROUP_k
+component k's job id      SLURM_JOB_ID_HET_GROUP_k; SLURM_JOB_ID_PACK_GROUP_k
+========================  ===========================================================================
+
+Step values come before job values (a step may use part of the job), current names before the
+older ones (HET_GROUP before PACK_GROUP, SLURM_STEP_ID before SLURM_STEPID).
+
+Heterogeneous jobs on Slurm 22.05 have traps, measured in ../shared/slurm-lab/slurm-local.md
+section 6 and kept in tests/fixtures/slurm_env/:
+
+- There is no per-task "het component" variable.
+- SLURM_JOB_NODELIST/SLURM_STEP_NODELIST are sorted by name while SLURM_NODEID follows component
+  order; nodes are therefore taken component by component from the per-component node lists.
+- SLURM_JOB_GPUS is inherited from component 0 in every task, so in a heterogeneous job it is used
+  only on component 0's nodes (elsewhere the next fallback, CUDA_VISIBLE_DEVICES, applies).
+- A heterogeneous srun (`srun A : B`) sets only the *_PACK_GROUP_k forms.
+
+Tasks are numbered component by component, and within a step we require block distribution (each
+node's tasks have consecutive ranks), which every rank checks against its own SLURMD_NODENAME.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slurm_hetero import hostlist
 from slurm_hetero.errors import HeteroError
 
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_INDEX = re.compile(r"^[0-9]+$")
+
+# Where Slurm puts this task's GPU indices (positions in gres.conf order), most specific first.
+GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+# What Slurm's gres/gpu exports for every GPU type.
+SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+_STEP_ID = ("SLURM_STEP_ID", "SLURM_STEPID")
+_JOB_ID = ("SLURM_JOB_ID", "SLURM_JOBID")
+_TASKS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
+_NODELIST = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+_TASKS_PER_NODE = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+_HET_SIZE = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
+_SRUN = "run under srun (one task per device)"
 
 
 class JobEnvError(HeteroError):
     """The task environment is not a Slurm step we can lay out."""
+
+
+@dataclass(frozen=True)
+class TaskDevices:
+    """What Slurm bound on this task's node: GPU indices (gres.conf order), the variable they came
+    from (None when none named any) and the visible-device variables Slurm set (`SLURM_VISIBLE`)."""
+
+    gpu_indexes: tuple[int, ...] = ()
+    visible: Mapping[str, str] = field(default_factory=dict)
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskEnv:
+    """This task as the TaskProlog sees it; every field may be missing."""
+
+    node_name: str | None
+    devices: TaskDevices
+    shards_on_node: int | None  # SLURM_SHARDS_ON_NODE; None when absent or not a number
 
 
 @dataclass(frozen=True)
@@ -36,8 +102,10 @@ class JobEnv:
     tasks_per_node: tuple[int, ...]
     het_groups: tuple[int, ...]  # component of each node (all 0 outside heterogeneous jobs)
     job_id: str
-    step_gpus: tuple[int, ...]
-    launch_addr: str | None
+    step_id: int = 0
+    component_job_ids: tuple[str, ...] = ()  # each het component's job id; (job_id,) outside
+    devices: TaskDevices = TaskDevices()
+    launch_addr: str | None = None
 
     @property
     def node_index(self) -> int:
@@ -47,8 +115,57 @@ class JobEnv:
     def local_world_size(self) -> int:
         return self.tasks_per_node[self.node_index]
 
+    @property
+    def component_steps(self) -> list[str]:
+        """`JOBID.STEPID` of this step in every component (what scancel takes to end it)."""
+        return [f"{job}.{self.step_id}" for job in self.component_job_ids if job]
+
     def first_rank_of_node(self, index: int) -> int:
         return sum(self.tasks_per_node[:index])
+
+
+# -- single variables -----------------------------------------------------------------------------
+
+
+def first_set(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
+    """(name, stripped value) of the first of `names` set to a non-blank value."""
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
+def _required(env: Mapping[str, str], *names: str) -> tuple[str, str]:
+    found = first_set(env, *names)
+    if found is None:
+        also = f" (or {', '.join(names[1:])})" if names[1:] else ""
+        raise JobEnvError(f"{names[0]}{also} is not set: {_SRUN}")
+    return found
+
+
+def _required_int(env: Mapping[str, str], *names: str) -> int:
+    name, value = _required(env, *names)
+    if not _INDEX.match(value):
+        raise JobEnvError(f"{name}={value!r} is not a number")
+    return int(value)
+
+
+def _optional_int(env: Mapping[str, str], *names: str) -> int | None:
+    """The first of `names` as a number; None when none is set; an error when it is not a number."""
+    found = first_set(env, *names)
+    if found is None:
+        return None
+    if not _INDEX.match(found[1]):
+        raise JobEnvError(f"{found[0]}={found[1]!r} is not a number")
+    return int(found[1])
+
+
+def _nodes(name: str, value: str) -> list[str]:
+    try:
+        return hostlist.expand(value)
+    except HeteroError as e:
+        raise JobEnvError(f"{name}: {e}") from e
 
 
 def expand_tasks_per_node(spec: str) -> list[int]:
@@ -62,30 +179,86 @@ def expand_tasks_per_node(spec: str) -> list[int]:
     return counts
 
 
-def _int(env: Mapping[str, str], name: str) -> int:
-    try:
-        return int(env[name])
-    except KeyError:
-        raise JobEnvError(f"{name} is not set: run under srun (one task per device)") from None
-    except ValueError:
-        raise JobEnvError(f"{name}={env[name]!r} is not a number") from None
+# -- heterogeneous components ---------------------------------------------------------------------
 
 
-def _group_nodelist(env: Mapping[str, str], k: int) -> list[str]:
+def het_size(env: Mapping[str, str]) -> int:
+    """Components of a heterogeneous job; 1 outside one."""
+    return max(_optional_int(env, *_HET_SIZE) or 1, 1)
+
+
+def _component(name: str, k: int) -> tuple[str, str]:
+    return f"{name}_HET_GROUP_{k}", f"{name}_PACK_GROUP_{k}"
+
+
+def component_nodelist(env: Mapping[str, str], k: int) -> list[str] | None:
     """Component k's nodes: *_HET_GROUP_k after sbatch/salloc, only *_PACK_GROUP_k under a het srun."""
-    spec = env.get(f"SLURM_JOB_NODELIST_HET_GROUP_{k}") or env.get(f"SLURM_JOB_NODELIST_PACK_GROUP_{k}", "")
-    if not spec:
-        raise JobEnvError(f"no node list for het component {k} (SLURM_JOB_NODELIST_HET_GROUP_{k})")
-    return hostlist.expand(spec)
+    found = first_set(env, *_component("SLURM_JOB_NODELIST", k))
+    return None if found is None else _nodes(*found)
+
+
+def component_job_ids(env: Mapping[str, str], job_id: str) -> tuple[str, ...]:
+    """Every component's job id (SLURM_JOB_ID_HET_GROUP_k, else _PACK_GROUP_k); `(job_id,)`
+    outside heterogeneous jobs or when a component's id is missing."""
+    size = het_size(env)
+    found = [first_set(env, *_component("SLURM_JOB_ID", k)) for k in range(size)] if size > 1 else []
+    ids = [f[1] for f in found if f is not None]
+    return tuple(ids) if ids and len(ids) == size else (job_id,)
+
+
+# -- this task's devices --------------------------------------------------------------------------
+
+
+def _gpu_list(name: str, value: str) -> tuple[int, ...] | None:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if all(_INDEX.match(v) for v in items):
+        return tuple(int(v) for v in items) or None  # `,` names nothing: the next variable applies
+    if name == "CUDA_VISIBLE_DEVICES":
+        return None  # UUIDs, MIG names: not positions in gres.conf
+    raise JobEnvError(f"{name}={value!r} is not a list of GPU indices")
+
+
+def _job_gpus_apply(env: Mapping[str, str]) -> bool:
+    """SLURM_JOB_GPUS is this node's outside het jobs, and in them only on component 0's nodes."""
+    if het_size(env) <= 1:
+        return True
+    node, first_nodes = first_set(env, "SLURMD_NODENAME"), component_nodelist(env, 0)
+    return node is not None and first_nodes is not None and node[1] in first_nodes
+
+
+def task_devices(env: Mapping[str, str]) -> TaskDevices:
+    """This task's GPU indices, from the first of `GPU_VARIABLES` that names them, and Slurm's
+    visible-device variables."""
+    visible = {name: value for name in SLURM_VISIBLE if (value := env.get(name, "").strip())}
+    for name in GPU_VARIABLES:
+        found = first_set(env, name)
+        if found is None or (name == "SLURM_JOB_GPUS" and not _job_gpus_apply(env)):
+            continue
+        indexes = _gpu_list(*found)
+        if indexes is not None:
+            return TaskDevices(indexes, visible, name)
+    return TaskDevices((), visible, None)
+
+
+def read_task_env(env: Mapping[str, str]) -> TaskEnv:
+    """What the TaskProlog needs; absent variables give None or no devices."""
+    node = first_set(env, "SLURMD_NODENAME")
+    shards = first_set(env, "SLURM_SHARDS_ON_NODE")
+    return TaskEnv(
+        node_name=node[1] if node else None,
+        devices=task_devices(env),
+        shards_on_node=int(shards[1]) if shards and _INDEX.match(shards[1]) else None,
+    )
+
+
+# -- the step's shape (launcher) ------------------------------------------------------------------
 
 
 def _tasks_by_node(env: Mapping[str, str]) -> dict[str, int]:
     """The step's tasks per node. SLURM_STEP_TASKS_PER_NODE follows the (name-sorted) step node
     list, in heterogeneous steps too (measured on 22.05: `1(x2),2` for a100n1,ascendn1,l40sn1)."""
-    nodes = hostlist.expand(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
-    tasks = expand_tasks_per_node(
-        env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "1")
-    )
+    nodes = _nodes(*_required(env, *_NODELIST))
+    tasks = expand_tasks_per_node(_required(env, *_TASKS_PER_NODE)[1])
     if len(nodes) != len(tasks):
         raise JobEnvError(f"{len(nodes)} nodes {nodes} but tasks per node {tasks}")
     return dict(zip(nodes, tasks, strict=True))
@@ -95,12 +268,16 @@ def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
     """Nodes in SLURM_NODEID order (component by component in het jobs), their task counts and
     components."""
     by_node = _tasks_by_node(env)
-    het_size = int(env.get("SLURM_HET_SIZE") or env.get("SLURM_PACK_SIZE") or 0)
-    if het_size <= 1:
+    size = het_size(env)
+    if size <= 1:
         return list(by_node), list(by_node.values()), [0] * len(by_node)
-    nodes, groups = [], []
-    for k in range(het_size):
-        for node in _group_nodelist(env, k):
+    nodes: list[str] = []
+    groups: list[int] = []
+    for k in range(size):
+        component = component_nodelist(env, k)
+        if not component:
+            raise JobEnvError(f"no node list for het component {k} (SLURM_JOB_NODELIST_HET_GROUP_{k})")
+        for node in component:
             if node in nodes:
                 raise JobEnvError(
                     f"node {node} is in two het components; launch one task per device per node"
@@ -116,26 +293,33 @@ def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
 
 
 def parse_job_env(env: Mapping[str, str]) -> JobEnv:
-    """Read and cross-check the step's shape from a task's environment."""
-    rank = _int(env, "SLURM_PROCID")
-    world = _int(env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS")
+    """Read and cross-check the step's shape from a task's environment (strict: under srun)."""
+    rank = _required_int(env, "SLURM_PROCID")
+    world = _required_int(env, *_TASKS)
+    local_rank = _required_int(env, "SLURM_LOCALID")
+    node_name = _required(env, "SLURMD_NODENAME")[1]
+    job_id = _required(env, *_JOB_ID)[1]
+    step_id = _required_int(env, *_STEP_ID)
     nodes, tasks, groups = _shape(env)
-    if len(nodes) != len(tasks) or sum(tasks) != world:
+    if sum(tasks) != world:
         raise JobEnvError(
             f"step shape does not add up: nodes {nodes}, tasks per node {tasks}, {world} tasks "
             "(in heterogeneous jobs run srun over every component: --het-group=all)"
         )
+    launch_addr = first_set(env, "SLURM_LAUNCH_NODE_IPADDR")
     job_env = JobEnv(
         rank=rank,
         world_size=world,
-        local_rank=_int(env, "SLURM_LOCALID"),
-        node_name=env.get("SLURMD_NODENAME", ""),
+        local_rank=local_rank,
+        node_name=node_name,
         nodes=tuple(nodes),
         tasks_per_node=tuple(tasks),
         het_groups=tuple(groups),
-        job_id=env.get("SLURM_JOB_ID", ""),
-        step_gpus=tuple(int(g) for g in env.get("SLURM_STEP_GPUS", "").split(",") if g.strip().isdigit()),
-        launch_addr=env.get("SLURM_LAUNCH_NODE_IPADDR"),
+        job_id=job_id,
+        step_id=step_id,
+        component_job_ids=component_job_ids(env, job_id),
+        devices=task_devices(env),
+        launch_addr=launch_addr[1] if launch_addr else None,
     )
     _check_block_distribution(job_env)
     return job_env
@@ -144,9 +328,9 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
 def _check_block_distribution(job_env: JobEnv) -> None:
     if job_env.node_name not in job_env.nodes:
         raise JobEnvError(f"this node {job_env.node_name!r} is not in the step's nodes {list(job_env.nodes)}")
-    first = job_env.first_rank_of_node(job_env.node_index)
-    if job_env.rank != first + job_env.local_rank:
+    first_rank = job_env.first_rank_of_node(job_env.node_index)
+    if job_env.rank != first_rank + job_env.local_rank:
         raise JobEnvError(
             f"rank {job_env.rank} on {job_env.node_name} is not block-distributed (expected "
-            f"{first + job_env.local_rank}); launch with srun --distribution=block"
+            f"{first_rank + job_env.local_rank}); launch with srun --distribution=block"
         )

@@ -1,19 +1,38 @@
-"""JobEnv on the real environment dumps of a 3-component heterogeneous job (Slurm 22.05)."""
+"""The one reader of Slurm's task environment, on the real dumps of a 3-component heterogeneous job
+(Slurm 22.05, tests/fixtures/slurm_env/) and on each fallback of its documented order."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from slurm_hetero.slurm.jobenv import JobEnvError, expand_tasks_per_node, parse_job_env
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.slurm.jobenv import (
+    JobEnvError,
+    expand_tasks_per_node,
+    parse_job_env,
+    read_task_env,
+    task_devices,
+)
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_env"
 
 
 def load(name: str) -> dict[str, str]:
     lines = (SAMPLES / name).read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if "=" in line)
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+def without(env: dict[str, str], *names: str) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in names}
+
+
+def het_only(env: dict[str, str]) -> dict[str, str]:
+    """The environment with the older *_PACK_* names removed."""
+    return {k: v for k, v in env.items() if "PACK" not in k}
 
 
 def test_expand_tasks_per_node() -> None:
@@ -21,6 +40,9 @@ def test_expand_tasks_per_node() -> None:
     assert expand_tasks_per_node("4(x3)") == [4, 4, 4]
     with pytest.raises(JobEnvError):
         expand_tasks_per_node("2,x")
+
+
+# -- the step's shape -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("task", range(4))
@@ -31,27 +53,234 @@ def test_het_job_nodes_follow_component_order_not_the_sorted_nodelist(task: int)
     assert env.het_groups == (0, 1, 2)
     assert env.world_size == 4 and env.rank == task
     assert env.node_index == {0: 0, 1: 0, 2: 1, 3: 2}[task]
-
-
-def test_step_gpus_not_job_gpus() -> None:
-    env = parse_job_env(load("hetjob3_srun_task3.env.txt"))
-    assert env.step_gpus == (0, 1, 2, 3)
-
-
-def test_cyclic_placement_and_missing_variables_are_clear_errors() -> None:
-    env = load("hetjob3_srun_task2.env.txt")
-    env["SLURM_PROCID"] = "3"
-    with pytest.raises(JobEnvError, match="not block-distributed"):
-        parse_job_env(env)
-    with pytest.raises(JobEnvError, match="run under srun"):
-        parse_job_env({})
+    assert (env.job_id, env.step_id) == ("7", 0)
+    assert env.component_steps == ["7.0", "8.0", "9.0"]
 
 
 @pytest.mark.parametrize("task", range(4))
 def test_het_srun_uses_pack_group_lists_and_sorted_tasks_per_node(task: int) -> None:
-    """`srun A : B : C` exports only *_PACK_GROUP_* node lists, and tasks per node in name order."""
+    """`srun A : B : C` exports only *_PACK_GROUP_* node lists and ids, and tasks per node in name
+    order."""
     env = parse_job_env(load(f"hetsrun3_task{task}.env.txt"))
     assert env.nodes == ("a100n1", "l40sn1", "ascendn1")
     assert env.tasks_per_node == (1, 2, 1)
     assert env.het_groups == (0, 1, 2)
     assert env.rank == task and env.world_size == 4
+    assert env.component_steps == ["6.0", "7.0", "8.0"]  # from SLURM_JOB_ID_PACK_GROUP_k
+
+
+def test_pack_forms_alone_give_the_same_job_as_het_forms() -> None:
+    both = load("hetjob3_srun_task2.env.txt")
+    pack_only = {k: v for k, v in both.items() if "HET_GROUP" not in k and k != "SLURM_HET_SIZE"}
+    assert parse_job_env(pack_only) == parse_job_env(both) == parse_job_env(het_only(both))
+
+
+def test_a_job_outside_het_jobs_cancels_its_one_step() -> None:
+    env = {
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURMD_NODENAME": "n1",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_TASKS_PER_NODE": "2",
+        "SLURM_JOBID": "41",
+        "SLURM_STEPID": "2",
+    }
+    job = parse_job_env(env)  # only the older or job-level names: each has its fallback
+    assert (job.job_id, job.step_id, job.world_size, job.component_steps) == ("41", 2, 2, ["41.2"])
+
+
+def test_a_missing_component_job_id_cancels_through_the_first_one() -> None:
+    env = het_only(without(load("hetjob3_srun_task0.env.txt"), "SLURM_JOB_ID_HET_GROUP_2"))
+    assert parse_job_env(env).component_steps == ["7.0"]
+
+
+# -- contradictory variables: the first in the documented order wins --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changed", "field", "expected"),
+    [
+        ({"SLURM_STEP_ID": "3", "SLURM_STEPID": "4"}, "step_id", 3),
+        ({"SLURM_JOB_ID": "7", "SLURM_JOBID": "70"}, "job_id", "7"),
+        ({"SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "5"}, "world_size", 4),
+        ({"SLURM_HET_SIZE": "3", "SLURM_PACK_SIZE": "2"}, "het_groups", (0, 1, 2)),
+        ({"SLURM_JOB_NODELIST_PACK_GROUP_1": "nowhere1"}, "nodes", ("a100n1", "l40sn1", "ascendn1")),
+        ({"SLURM_JOB_ID_PACK_GROUP_1": "80"}, "component_steps", ["7.0", "8.0", "9.0"]),
+        ({"SLURM_TASKS_PER_NODE": "1(x3)"}, "tasks_per_node", (2, 1, 1)),
+    ],
+)
+def test_contradictions_take_the_first_variable(
+    changed: dict[str, str], field: str, expected: object
+) -> None:
+    env = load("hetjob3_srun_task0.env.txt") | changed
+    assert getattr(parse_job_env(env), field) == expected
+
+
+# -- absent and malformed variables (launcher: strict) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("SLURM_PROCID",),
+        ("SLURM_LOCALID",),
+        ("SLURMD_NODENAME",),
+        ("SLURM_STEP_ID", "SLURM_STEPID"),
+        ("SLURM_JOB_ID", "SLURM_JOBID"),
+        ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"),
+        ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"),
+        ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+    ],
+)
+def test_each_missing_essential_is_named(names: tuple[str, ...]) -> None:
+    env = without(load("hetjob3_srun_task1.env.txt"), *names)
+    with pytest.raises(JobEnvError, match=f"^{names[0]}.* is not set: run under srun"):
+        parse_job_env(env)
+    blank = load("hetjob3_srun_task1.env.txt") | {n: " " for n in names}  # blank counts as absent
+    with pytest.raises(JobEnvError, match=f"^{names[0]}"):
+        parse_job_env(blank)
+
+
+def test_nothing_set_is_not_srun() -> None:
+    with pytest.raises(JobEnvError, match="SLURM_PROCID is not set: run under srun"):
+        parse_job_env({})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("SLURM_PROCID", "one", "SLURM_PROCID='one' is not a number"),
+        ("SLURM_STEP_ID", "-1", "SLURM_STEP_ID='-1' is not a number"),
+        ("SLURM_HET_SIZE", "three", "SLURM_HET_SIZE='three' is not a number"),
+        ("SLURM_STEP_GPUS", "0,x", "SLURM_STEP_GPUS='0,x' is not a list of GPU indices"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2,y", "cannot read tasks per node"),
+        ("SLURM_STEP_NODELIST", "a100n[1-", "SLURM_STEP_NODELIST: bad hostlist"),
+    ],
+)
+def test_malformed_values_are_clear_errors(name: str, value: str, message: str) -> None:
+    with pytest.raises(JobEnvError, match=message.replace("[", r"\[")):
+        parse_job_env(load("hetjob3_srun_task0.env.txt") | {name: value})
+
+
+def test_a_het_job_without_a_component_node_list_is_an_error() -> None:
+    env = without(
+        load("hetjob3_srun_task0.env.txt"),
+        "SLURM_JOB_NODELIST_HET_GROUP_2",
+        "SLURM_JOB_NODELIST_PACK_GROUP_2",
+    )
+    with pytest.raises(JobEnvError, match="no node list for het component 2"):
+        parse_job_env(env)
+
+
+def test_cyclic_placement_is_a_clear_error() -> None:
+    env = load("hetjob3_srun_task2.env.txt") | {"SLURM_PROCID": "3"}
+    with pytest.raises(JobEnvError, match="not block-distributed"):
+        parse_job_env(env)
+
+
+def test_values_with_newlines_are_stripped_or_refused() -> None:
+    env = load("hetjob3_srun_task3.env.txt")
+    padded = env | {"SLURM_PROCID": "3\n", "SLURMD_NODENAME": "ascendn1\n", "SLURM_STEP_GPUS": "0,1,\n2,3\n"}
+    assert parse_job_env(padded) == parse_job_env(env)
+    with pytest.raises(JobEnvError, match="not a list of GPU indices"):
+        parse_job_env(env | {"SLURM_STEP_GPUS": "0\nexport LD_PRELOAD=/tmp/x.so"})
+    with pytest.raises(JobEnvError, match="not a number"):
+        parse_job_env(env | {"SLURM_LOCALID": "0\n1"})
+
+
+# -- this task's GPUs ------------------------------------------------------------------------------
+
+
+def test_step_gpus_not_job_gpus() -> None:
+    env = parse_job_env(load("hetjob3_srun_task3.env.txt"))
+    assert env.devices.gpu_indexes == (0, 1, 2, 3)  # SLURM_JOB_GPUS says 0,1 (component 0's)
+    assert env.devices.source == "SLURM_STEP_GPUS"
+    assert env.devices.visible["ROCR_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_job_gpus_apply_on_component_0_only() -> None:
+    """Without SLURM_STEP_GPUS, SLURM_JOB_GPUS (inherited from component 0 on 22.05) is used on
+    component 0's nodes; elsewhere the next fallback, CUDA_VISIBLE_DEVICES, is right."""
+    first = task_devices(without(load("hetjob3_srun_task0.env.txt"), "SLURM_STEP_GPUS"))
+    assert (first.gpu_indexes, first.source) == ((0, 1), "SLURM_JOB_GPUS")
+    l40s = task_devices(without(load("hetjob3_srun_task2.env.txt"), "SLURM_STEP_GPUS"))
+    assert (l40s.gpu_indexes, l40s.source) == ((0,), "CUDA_VISIBLE_DEVICES")
+    pack_only = {k: v for k, v in load("hetjob3_srun_task3.env.txt").items() if "HET" not in k}
+    ascend = task_devices(without(pack_only, "SLURM_STEP_GPUS"))
+    assert (ascend.gpu_indexes, ascend.source) == ((0, 1, 2, 3), "CUDA_VISIBLE_DEVICES")
+    unknown_component = without(load("hetjob3_srun_task0.env.txt"), "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES")
+    unknown_component = without(
+        unknown_component, "SLURM_JOB_NODELIST_HET_GROUP_0", "SLURM_JOB_NODELIST_PACK_GROUP_0"
+    )
+    assert task_devices(unknown_component).source is None  # cannot tell: not trusted
+
+
+def test_gpu_fallbacks_outside_het_jobs() -> None:
+    assert task_devices({"SLURM_STEP_GPUS": "1", "SLURM_JOB_GPUS": "0,1,2,3"}).gpu_indexes == (1,)
+    assert task_devices({"SLURM_STEP_GPUS": "", "SLURM_JOB_GPUS": "3"}).gpu_indexes == (3,)
+    assert task_devices({"SLURM_JOB_GPUS": "3", "CUDA_VISIBLE_DEVICES": "0"}).source == "SLURM_JOB_GPUS"
+    assert task_devices({"CUDA_VISIBLE_DEVICES": "2,3"}).gpu_indexes == (2, 3)
+    uuids = task_devices({"CUDA_VISIBLE_DEVICES": "GPU-5e0e7c9b,MIG-1f2a"})
+    assert (uuids.gpu_indexes, uuids.source, dict(uuids.visible)) == (
+        (),
+        None,
+        {"CUDA_VISIBLE_DEVICES": "GPU-5e0e7c9b,MIG-1f2a"},
+    )
+    assert task_devices({}).gpu_indexes == () and task_devices({"SLURM_STEP_GPUS": ","}).source is None
+
+
+# -- the TaskProlog's view (lenient) ---------------------------------------------------------------
+
+
+def test_task_env_from_a_real_task_prolog_environment() -> None:
+    task = read_task_env(load("hetsrun3_task2.env.txt"))  # SLURM_SCRIPT_CONTEXT=prolog_task
+    assert task.node_name == "l40sn1"
+    assert (task.devices.gpu_indexes, task.devices.source) == ((0, 1), "SLURM_STEP_GPUS")
+    assert task.shards_on_node is None
+
+
+def test_task_env_with_only_some_variables() -> None:
+    empty = read_task_env({})
+    assert (empty.node_name, empty.devices.gpu_indexes, empty.shards_on_node) == (None, (), None)
+    shards = read_task_env({"SLURM_JOB_GPUS": "1\n", "SLURM_SHARDS_ON_NODE": "3\n"})
+    assert (shards.devices.gpu_indexes, shards.shards_on_node) == ((1,), 3)
+    assert read_task_env({"SLURM_SHARDS_ON_NODE": "many"}).shards_on_node is None
+    assert read_task_env({"SLURMD_NODENAME": " \n"}).node_name is None
+
+
+KNOWN = [
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURMD_NODENAME",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_NODELIST",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_HET_SIZE",
+    "SLURM_PACK_SIZE",
+    "SLURM_JOB_NODELIST_HET_GROUP_0",
+    "SLURM_JOB_NODELIST_PACK_GROUP_1",
+    "SLURM_JOB_ID_HET_GROUP_0",
+    "SLURM_STEP_GPUS",
+    "SLURM_JOB_GPUS",
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_SHARDS_ON_NODE",
+]
+
+
+REAL = load("hetjob3_srun_task0.env.txt")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(KNOWN), st.text(max_size=12)))
+def test_any_environment_gives_a_result_or_a_named_error(env: dict[str, str]) -> None:
+    """Whatever the values, alone or over a real task's environment, the readers answer or raise our
+    own error (never KeyError, ValueError, ...)."""
+    for reader in (read_task_env, parse_job_env):
+        for task in (env, REAL | env):
+            try:
+                reader(task)
+            except HeteroError:
+                pass

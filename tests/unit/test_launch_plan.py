@@ -28,6 +28,7 @@ from slurm_hetero.launch.plan import (
     master_port,
     sites,
 )
+from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, Nic, NodeInventory
 from slurm_hetero.slurm.jobenv import parse_job_env
 from tests.conftest import FIXTURES, REPO
@@ -84,8 +85,7 @@ def slurm_env(nodes: Sequence[tuple[str, int]], rank: int, het: bool = False) ->
 
 def plan_from(env: Mapping[str, str], inv: ClusterInventory, options: LaunchOptions = GPT2) -> LaunchPlan:
     job = parse_job_env(env)
-    step = int(env.get("SLURM_STEP_ID", "0"))
-    return build_plan(job, step, inv, CATALOG, options, run.task_devices(env))
+    return build_plan(job, job.step_id, inv, CATALOG, options, job.devices)
 
 
 def own(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
@@ -95,8 +95,9 @@ def own(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
 def assert_consistent(plans: Sequence[LaunchPlan], envs: Sequence[Mapping[str, str]]) -> None:
     """What every rank derived on its own agrees, and the layout itself is coherent."""
     assert len({p.plan_id for p in plans}) == 1
-    docs = [p.ranks[i].layout for i, p in enumerate(plans)]
-    assert docs == [r.layout for r in plans[0].ranks]  # each rank's view of each rank is the same
+    typed = [p.ranks[i].layout for i, p in enumerate(plans)]
+    assert typed == [r.layout for r in plans[0].ranks]  # each rank's view of each rank is the same
+    docs = [d.to_dict() for d in typed]  # the JSON documents, as training code reads them
     mine = [own(p, e) for p, e in zip(plans, envs, strict=True)]
     assert sorted(int(e["RANK"]) for e in mine) == list(range(len(envs)))
     for key in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_HETERO_PLAN_ID"):
@@ -188,7 +189,7 @@ def test_interleaved_node_types_map_solver_ranks_onto_slurm_ranks(
     options = dataclasses.replace(GPT2, tp_sizes=tp_sizes)
     plans = [plan_from(env, interleaved_inventory(), options) for env in envs]
     assert_consistent(plans, envs)
-    docs = [r.layout for r in plans[0].ranks]
+    docs = [r.layout.to_dict() for r in plans[0].ranks]
     assert [d["node"] for d in docs] == ["n1", "n1", "n2", "n3", "n3"]
     assert [d["type"] for d in docs] == ["a100_80g", "a100_80g", "l40s", "a100_80g", "a100_80g"]
     assert [d["local_rank"] for d in docs] == [0, 1, 0, 0, 1]
@@ -206,7 +207,7 @@ def test_het_components_follow_component_order_not_the_sorted_node_list() -> Non
 def test_even_split_gives_equal_layers_and_samples() -> None:
     env = slurm_env(INTERLEAVED, 0)
     options = dataclasses.replace(GPT2, global_batch=15, even=True)
-    docs = [r.layout for r in plan_from(env, interleaved_inventory(), options).ranks]
+    docs = [r.layout.to_dict() for r in plan_from(env, interleaved_inventory(), options).ranks]
     layers = {(d["replica"], d["stage"]): d["layer_end"] - d["layer_start"] for d in docs}
     assert max(layers.values()) - min(layers.values()) <= 1
     samples = {d["replica"]: d["samples"] for d in docs}
@@ -218,11 +219,11 @@ def test_backend_override_and_cross_vendor_groups() -> None:
     env = fixture_env(3)
     inv = inventory.load(EXAMPLE)
     plain = plan_from(env, inv).ranks
-    comms = {(g["name"], g["backend"], g["comm"]) for r in plain for g in r.layout["groups"]}
+    comms = {(g.name, g.backend, g.comm) for r in plain for g in r.layout.groups}
     assert ("pp", "gloo", "cpu-relay") in comms  # nvidia and ascend stages: no common RDMA path
     assert ("tp", "hccl", "vendor-ccl") in comms or ("dp", "hccl", "vendor-ccl") in comms
     forced = plan_from(env, inv, dataclasses.replace(GPT2, backend_override="gloo")).ranks
-    assert {(g["backend"], g["comm"]) for r in forced for g in r.layout["groups"]} == {("gloo", "cpu-relay")}
+    assert {(g.backend, g.comm) for r in forced for g in r.layout.groups} == {("gloo", "cpu-relay")}
 
 
 def test_rdma_nics_give_direct_cross_vendor_groups_and_their_variables() -> None:
@@ -231,11 +232,11 @@ def test_rdma_nics_give_direct_cross_vendor_groups_and_their_variables() -> None
     env = slurm_env([("n1", 2), ("n2", 2)], 0)
     options = dataclasses.replace(GPT2, model="llama-2-7b", seq=1024, global_batch=8, tp_sizes=(1,))
     rank0 = plan_from(env, inv, options).ranks[0]
-    assert rank0.layout["kind"] == "pipeline"  # a100 and mi300x stages: the pp group crosses vendors
-    cross = [g for g in rank0.layout["groups"] if g["comm"] == "rdma-direct"]
-    assert cross and cross[0]["backend"] == "ucc" and cross[0]["env"] == {"UCX_NET_DEVICES": "mlx5_0:1"}
-    same = [g for g in rank0.layout["groups"] if g["comm"] == "vendor-ccl"]
-    assert all(g["env"] == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0"} for g in same)
+    assert rank0.layout.kind == "pipeline"  # a100 and mi300x stages: the pp group crosses vendors
+    cross = [g for g in rank0.layout.groups if g.comm == "rdma-direct"]
+    assert cross and cross[0].backend == "ucc" and cross[0].env == {"UCX_NET_DEVICES": "mlx5_0:1"}
+    same = [g for g in rank0.layout.groups if g.comm == "vendor-ccl"]
+    assert all(g.env == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0"} for g in same)
     assert rank0.env.get("NCCL_IB_HCA", "mlx5_0") == "mlx5_0"
 
 
@@ -338,6 +339,8 @@ def test_dry_run_under_srun_prints_every_rank_on_rank_zero_only(
     document = json.loads(capsys.readouterr().out)
     assert [r["rank"] for r in document["ranks"]] == [0, 1, 2, 3]
     assert document["ranks"][3]["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0"
+    plan = plan_from(fixture_env(0), inventory.load(EXAMPLE))
+    assert [RankLayout.from_dict(r["layout"]) for r in document["ranks"]] == [r.layout for r in plan.ranks]
     assert not any(tmp_path.iterdir())  # wrote nothing
     assert run.launch(GPT2, options, fixture_env(2)) == 0
     assert capsys.readouterr().out == ""

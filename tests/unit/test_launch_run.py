@@ -3,6 +3,7 @@ forwarding, the failing rank's line first and the step cancelled, the layout fil
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -19,10 +20,24 @@ import pytest
 from slurm_hetero import layout, proc
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import LaunchOptions, RankPlan
-from tests.conftest import REPO
+from slurm_hetero.layout import GroupSpec, RankLayout
+from slurm_hetero.slurm.jobenv import JobEnvError
+from tests.conftest import FIXTURES, REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
-RANK = RankPlan(2, "l40sn1", "l40s", 0, {"vendor": "nvidia", "groups": []}, {})
+LAYOUT = RankLayout.from_dict(
+    {
+        "version": 1, "rank": 2, "world_size": 3, "local_rank": 0, "local_world_size": 1,
+        "node": "l40sn1", "type": "l40s", "vendor": "nvidia", "kind": "data", "model": "gpt2",
+        "global_batch": 8, "num_layers": 12, "stage": 0, "num_stages": 1, "replica": 2,
+        "num_replicas": 3, "tp_rank": 0, "tp_size": 1, "layer_start": 0, "layer_end": 12,
+        "micro_batch": 1, "micro_batches": 2, "samples": 2, "sample_offset": 6, "grad_weight": 0.25,
+        "recompute": 0, "prev_rank": None, "next_rank": None,
+        "groups": [{"name": "dp", "ranks": [0, 1, 2], "backend": "gloo", "comm": "cpu-relay", "env": {}}],
+        "predicted_step_s": 1.0, "even_step_s": None, "bound_step_s": 0.8, "efficiency": 0.8,
+    }
+)  # fmt: skip
+RANK = RankPlan(2, "l40sn1", "l40s", 0, LAYOUT, {})
 
 
 class Call(NamedTuple):
@@ -160,13 +175,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_step_targets_cover_every_het_component() -> None:
-    het = {"SLURM_HET_SIZE": "3", **{f"SLURM_JOB_ID_HET_GROUP_{k}": str(7 + k) for k in range(3)}}
-    assert run.step_targets("7", 0, het) == ["7.0", "8.0", "9.0"]
-    assert run.step_targets("41", 2, {}) == ["41.2"]
-    assert run.step_targets("", 0, {}) == []
-
-
 # -- launch() end to end on a fake Slurm task ------------------------------------------------------
 
 
@@ -224,9 +232,9 @@ def test_exec_mode_replaces_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 
 def test_a_missing_device_library_is_recorded_not_replaced(caplog: pytest.LogCaptureFixture) -> None:
-    rank = RankPlan(
-        3, "ascendn1", "ascend910b3", 1, {"vendor": "ascend", "groups": [{"backend": "hccl"}]}, {}
-    )
+    hccl = (GroupSpec("dp", (0, 1, 2), "hccl", "vendor-ccl"),)
+    ascend = dataclasses.replace(LAYOUT, node="ascendn1", type="ascend910b3", vendor="ascend", groups=hccl)
+    rank = RankPlan(2, "ascendn1", "ascend910b3", 0, ascend, {})
     with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
         run.note_missing_backends(rank)
     assert "hccl needs torch_npu" in caplog.text and "kept as planned" in caplog.text
@@ -244,3 +252,24 @@ def test_current_layout_needs_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_
     bad.write_text('{"version": 2}')
     with pytest.raises(layout.LayoutError, match="version 2"):
         layout.from_file(bad)
+
+
+def test_launch_under_srun_names_a_missing_essential(tmp_path: Path) -> None:
+    env = {k: v for k, v in task_env(tmp_path).items() if k != "SLURM_STEP_ID"}
+    with pytest.raises(JobEnvError, match=r"SLURM_STEP_ID \(or SLURM_STEPID\) is not set: run under srun"):
+        run.launch(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE), env)
+
+
+def test_a_failing_rank_of_a_het_srun_cancels_every_component(scancel: list[Call], tmp_path: Path) -> None:
+    """`srun A : B : C` exports only SLURM_JOB_ID_PACK_GROUP_k (real dump, Slurm 22.05)."""
+    lines = (FIXTURES / "slurm_env" / "hetsrun3_task0.env.txt").read_text().splitlines()
+    slurm = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    env = (
+        {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        | slurm
+        | {"TMPDIR": str(tmp_path)}
+    )
+    options = run.RunOptions(python("import sys; sys.exit(3)"), inventory=EXAMPLE)
+    measured = dataclasses.replace(OPTIONS, measured={"ascend910b3": 120.0})
+    assert run.launch(measured, options, env) == 3
+    assert [c.argv for c in scancel] == [["scancel", "6.0", "7.0", "8.0"]]
