@@ -121,6 +121,9 @@ def rank_document(
     doc |= {"num_stages": a.pp_size, "num_replicas": layout.replicas}
     doc |= {k: getattr(a, k) for k in ASSIGNMENT_KEYS_2}
     doc |= {"samples": samples, "sample_offset": offset}
+    costs = options.costs
+    doc |= {"dtype": costs.dtype, "zero_stage": costs.zero_stage, "attention": costs.attention}
+    doc |= {"recompute_mode": costs.recompute}
     doc |= {"prev_rank": prev_rank, "next_rank": next_rank, "groups": groups.documents(a)}
     return doc | {k: getattr(layout, k) for k in LAYOUT_KEYS}
 
