@@ -44,7 +44,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from slurm_hetero import training
-from slurm_hetero.launch.costs import MODELS, layer_costs_for
+from slurm_hetero.modelconfigs import bundled_names, layer_costs_for
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,7 @@ def _summary(dist: training.Distributed, measured: dict[str, float]) -> dict[str
 
 def _flops_model(args: argparse.Namespace, layout: dict[str, Any]) -> str | None:
     """The planner model whose FLOPs emulated devices run (None: this example's own)."""
-    name = args.flops_model or (layout["model"] if layout["model"] in MODELS else "own")
+    name = args.flops_model or (layout["model"] if layout["model"] in bundled_names() else "own")
     if args.device_gflops and layout["rank"] == 0:
         print(f"emulated devices: {args.device_gflops} GFLOP/s running the FLOPs of {name}", flush=True)
     return None if name == "own" else name

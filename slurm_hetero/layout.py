@@ -21,7 +21,7 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,11 @@ class RankLayout:
     even_step_s: float | None
     bound_step_s: float
     efficiency: float
+    # the cost settings the plan was made with (older documents lack them: defaults)
+    dtype: str = "bf16"
+    zero_stage: int = 1
+    attention: str = "flash"
+    recompute_mode: str = "auto"
     version: int = VERSION
 
     def group(self, name: str) -> GroupSpec:
@@ -144,6 +149,8 @@ class RankLayout:
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in data:
+                if f.default is not MISSING:
+                    continue
                 raise LayoutError(f"{where}: missing key {f.name!r}")
             value = data[f.name]
             if f.name == "groups":

@@ -1,6 +1,7 @@
 """Model configurations by name or path: the Hugging Face `config.json` files bundled in
 `slurm_hetero/data/hf_configs/`, or a user's own. The only reader of those files; `fit`,
-`sbatch`, `plan` and `launch` all describe models through it."""
+`sbatch`, `plan` and `launch` all describe models through it, and `layer_costs_for` hands the
+layout solver a named model's costs from the one model-cost source (`engine.modelcost`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from slurm_hetero.engine.modelcost import CostSettings, layer_table
 from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.engine.stagecost import LayerCosts
+from slurm_hetero.errors import ConfigError, RequestError
 
 CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"
 
@@ -46,3 +49,19 @@ def load_model(ref: str) -> ModelSpec:
         raise ConfigError(f"cannot read: {e}", str(path)) from e
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     return from_hf_config(_parse_json(text, str(path)), name)
+
+
+def context_length(ref: str) -> int:
+    """The model's context length (its default training sequence length)."""
+    return load_model(ref).max_positions
+
+
+def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:
+    """The layout solver's per-layer costs of a model (name or config.json) for one sequence of
+    `seq` tokens: decoder-only models (dense, or MoE with every expert on the stage of its layer)."""
+    spec = load_model(ref)
+    if spec.encoder_layers:
+        raise RequestError(ref, "the layout solver handles decoder-only models (no encoder)")
+    if not 1 <= seq <= spec.max_positions:
+        raise RequestError(f"--seq {seq}", f"{ref} takes 1 to {spec.max_positions} tokens")
+    return LayerCosts.from_table(layer_table(spec, seq, settings))

@@ -19,6 +19,7 @@ from slurm_hetero import inventory as inventory_io
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
+from slurm_hetero.cli.options import Decorator, cost_options
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import ConfigError
@@ -56,6 +57,7 @@ def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) ->
         o["recompute"],
         not o["no_sequence_parallel"],
         overhead,
+        o["attention"],
     )
 
 
@@ -146,7 +148,7 @@ def _headline(data: dict[str, Any]) -> str:
     layout = f"ZeRO-{s['zero']} dp={s['dp']} tp={s['tp']} pp={s['pp']}, recompute {s['recompute']}"
     return (
         f"{what}: training {s['dtype']} {s['optimizer']}, micro-batch {s['micro_batch']} x seq "
-        f"{s['seq']}, {layout}"
+        f"{s['seq']}, {layout}, {s['attention']} attention"
     )
 
 
@@ -170,19 +172,10 @@ def render_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-
 def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """fit's own options; those it shares with plan and launch come from `cli.options`."""
     choices: list[Decorator] = [
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
-        click.option(
-            "--dtype",
-            type=click.Choice(list(engine.BYTES_PER_VALUE)),
-            default="bf16",
-            show_default=True,
-            help="Weights (training: bf16/fp16 mixed precision, or fp32).",
-        ),
         click.option(
             "--kv-dtype",
             type=click.Choice(list(engine.BYTES_PER_VALUE)),
@@ -191,33 +184,12 @@ def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--batch", type=int, default=1, show_default=True, help="Inference: sequences at once."),
         click.option("--seq", type=int, default=2048, show_default=True, help="Tokens per sequence."),
-        click.option("--micro-batch", type=int, default=1, show_default=True, help="Training: per device."),
-        click.option("--zero", type=int, default=0, show_default=True, help="ZeRO stage 0-3."),
+        cost_options(solver=False),
         click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option(
-            "--recompute",
-            type=click.Choice([r.value for r in engine.Recompute]),
-            default="none",
-            show_default=True,
-            help="Activation recomputation (Korthikanti et al. 2022).",
-        ),
-        click.option(
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
-        ),
-        click.option(
-            "--optimizer",
-            type=click.Choice([o.value for o in engine.Optimizer]),
-            default="adam",
-            show_default=True,
-        ),
-        click.option(
-            "--overhead-gib",
-            type=float,
-            default=1.0,
-            show_default=True,
-            help="Fixed runtime overhead per device (context, workspaces).",
         ),
     ]
     for decorate in reversed(choices):

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from slurm_hetero.cli import cli
-from slurm_hetero.cli.plan import model_options
+from slurm_hetero.cli.options import cost_options, cost_settings, model_options
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_measured
 from slurm_hetero.launch.plan import LaunchOptions
@@ -41,6 +41,7 @@ def launch_options(model: str, measured: Path | None, opts: dict[str, Any]) -> L
         global_batch=opts["global_batch"],
         seq=opts["seq"],
         micro_batch=opts["micro_batch"],
+        costs=cost_settings(opts),
         measured=load_measured(measured) if measured else {},
         even=opts["even"],
         backend_override=backend,
@@ -65,13 +66,7 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 
 @cli.command("launch", context_settings={"allow_interspersed_args": False})
 @model_options
-@click.option(
-    "--micro-batch",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Sequences per micro-batch.",
-)
+@cost_options(solver=True)
 @click.option(
     "--inventory",
     "inventory_path",

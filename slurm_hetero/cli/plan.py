@@ -1,15 +1,18 @@
 """`slurm-hetero plan`: the uneven training layout of a model on a mix of devices.
 
-The solver is `slurm_hetero.engine.layout`; the model's per-layer costs and the device groups come
-from `slurm_hetero.launch.costs`. This module parses the command line, prints a table or JSON, and
-draws one step as a Gantt chart (matplotlib, optional).
+The solver is `slurm_hetero.engine.layout`; the model's per-layer costs come from the one model-cost
+source (`engine.modelcost`, through `modelconfigs.layer_costs_for`), which `fit` sums too, and the
+device groups from `engine.devicegroups`. This module parses the command line, prints a table or
+JSON (per stage: memory per device of its usable capacity), and draws one step as a Gantt chart
+(matplotlib, optional).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,8 @@ import click
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
+from slurm_hetero.cli.options import cost_options, cost_settings, describe, model_options
+from slurm_hetero.engine.devicegroups import MFU, device_groups
 from slurm_hetero.engine.layout import (
     Layout,
     LayoutSpec,
@@ -27,9 +32,10 @@ from slurm_hetero.engine.layout import (
     solve,
     step_schedules,
 )
+from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.launch.calibrate import load_measured
-from slurm_hetero.launch.costs import MFU, device_groups, layer_costs_for, model_shape
+from slurm_hetero.modelconfigs import context_length, layer_costs_for
 
 GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]*):([0-9]+)")
@@ -97,6 +103,8 @@ def _stage_row(index: int, plan: PipelinePlan, s: StagePlan, ranks: list[int]) -
         "time_per_micro_batch_s": s.fwd_s + s.bwd_s,
         "p2p_s": s.p2p_s,
         "allreduce_s": s.allreduce_s,
+        "memory_bytes": s.memory_bytes,
+        "capacity_bytes": s.capacity_bytes,
         "memory_gib": round(s.memory_bytes / GIB, 3),
         "capacity_gib": round(s.capacity_bytes / GIB, 3),
         "_micro_batches": _span(per_replica),
@@ -113,12 +121,15 @@ def _rows(layout: Layout) -> list[dict[str, Any]]:
     ]
 
 
-def layout_document(layout: Layout, model: str, seq: int) -> dict[str, Any]:
-    """The `--json` document: the contract keys plus the stages."""
+def layout_document(layout: Layout, model: str, seq: int, settings: CostSettings) -> dict[str, Any]:
+    """The `--json` document: the contract keys plus the settings and the stages (memory per
+    device in bytes and GiB, of its usable capacity)."""
     stages, even = _rows(layout), layout.even_step_s
     return {
         "model": model,
         "seq": seq,
+        "attention": settings.attention,
+        "settings": dataclasses.asdict(settings),
         "global_batch": layout.global_batch,
         "kind": str(layout.kind),
         "world_size": layout.world_size,
@@ -157,15 +168,15 @@ COLUMNS: list[Column] = [
 ]
 
 
-def render_layout(layout: Layout, model: str, seq: int) -> str:
-    """The table of stages and the step-time summary."""
+def render_layout(layout: Layout, model: str, seq: int, settings: CostSettings) -> str:
+    """The table of stages (MEM_GIB: memory per device, of CAP_GIB usable) and the step-time summary."""
     rows, even = _rows(layout), layout.even_step_s
     versus = (
         "does not fit memory" if even is None else f"{even:.2f} s ({even / layout.predicted_step_s:.2f}x)"
     )
     head = (
         f"{model}, seq {seq}, global batch {layout.global_batch} on {layout.world_size} devices: "
-        f"{layout.kind} layout, {layout.replicas} replicas"
+        f"{layout.kind} layout, {layout.replicas} replicas; {describe(settings)}"
     )
     tail = (
         f"step: predicted {layout.predicted_step_s:.2f} s, even split {versus}, "
@@ -237,62 +248,34 @@ def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan,
 
 def build_spec(
     devices: str, model: str, seq: int | None, measured: Path | None, options: Mapping[str, Any]
-) -> tuple[LayoutSpec, int]:
-    """The solver's input from the command line, and the sequence length used."""
-    length = seq if seq is not None else model_shape(model).context
-    costs = layer_costs_for(model, length)
+) -> tuple[LayoutSpec, int, CostSettings]:
+    """The solver's input from the command line, the sequence length and the cost settings used."""
+    length = seq if seq is not None else context_length(model)
+    settings = cost_settings(options)
+    costs = layer_costs_for(model, length, settings)
     rates = load_measured(measured) if measured else {}
     groups = device_groups(parse_devices(devices), load_catalog(), rates, options["per_node"], options["mfu"])
     spec = LayoutSpec(
         groups,
         costs,
         options["global_batch"],
-        options["micro_batch_size"],
+        options["micro_batch"],
         options["micro_batches"],
         options["network_gbs"],
         label=model,
     )
-    return spec, length
-
-
-def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--model, --global-batch and --seq, as plan and launch both take them."""
-    for option in reversed(
-        (
-            click.option(
-                "--model",
-                required=True,
-                help="Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.",
-            ),
-            click.option(
-                "--global-batch",
-                type=click.IntRange(min=1),
-                default=512,
-                show_default=True,
-                help="Sequences per step.",
-            ),
-            click.option(
-                "--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context]."
-            ),
-        )
-    ):
-        command = option(command)
-    return command
+    return spec, length, settings
 
 
 @cli.command("plan")
 @click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
 @model_options
 @click.option(
-    "--micro-batches", type=click.IntRange(min=1), help="Micro-batches per step of an average replica."
-)
-@click.option(
-    "--micro-batch-size",
+    "--micro-batches",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Sequences per micro-batch (unless --micro-batches is given).",
+    help="Micro-batches per step of an average replica (sets the micro-batch size).",
 )
+@cost_options(solver=True)
 @click.option(
     "--per-node", type=click.IntRange(min=1), default=8, show_default=True, help="Devices per node."
 )
@@ -328,12 +311,12 @@ def plan(
 ) -> None:
     """Lay out training of a model on a mix of devices: pipeline across types, data and tensor
     parallel inside them, layers and batch split unevenly by speed and memory."""
-    spec, length = build_spec(devices, model, seq, measured, options)
+    spec, length, settings = build_spec(devices, model, seq, measured, options)
     layout = solve(spec)
     if plot is not None:
         plot_step(layout, plot)
     click.echo(
-        json.dumps(layout_document(layout, model, length), indent=2)
+        json.dumps(layout_document(layout, model, length, settings), indent=2)
         if as_json
-        else render_layout(layout, model, length)
+        else render_layout(layout, model, length, settings)
     )

@@ -30,66 +30,59 @@ parallelism; the device holding the largest pipeline stage is reported:
   ZeRO-1 divides the optimizer states (with the master weights) by `dp`, ZeRO-2 also the
   gradients, ZeRO-3 also the weights and adds a gather buffer of the largest module's 16-bit
   weights and gradients (``4 x largest_module`` bytes, as DeepSpeed's estimator does).
-- activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
-  Models", arXiv:2205.05198, Section 4): per layer and micro-batch, 16-bit activations,
-  ``s b h (34 + 5 a s / h)`` bytes for a GPT layer without recomputation. The 34 is generalized
-  term by term: replicated ``10 s b h`` (layer norms 4, the two matmul inputs 2+2, two dropout
-  masks 1+1), Q, K, V and the attention output ``2 s b (2 q + 2 kv)`` (GQA shrinks K and V),
-  the MLP ``4 s b I`` (ungated: activation input and output) or ``6 s b I`` (gated: gate, up
-  and their product) times the experts per token, and the attention core ``5 a s^2 b``.
-  With tensor parallelism and sequence parallelism everything is divided by `tp`; without
-  sequence parallelism the replicated ``10 s b h`` is not. Selective recomputation drops the
-  ``5 a s^2 b`` core; full recomputation keeps only each layer's input ``2 s b h``. With 1F1B
-  pipelining the first stage holds `pp` micro-batches of its ``ceil(L / pp)`` layers, i.e.
-  about all ``L`` layers' worth; the last stage adds fp32 logits ``4 s b V / tp``.
+- activations: per layer and micro-batch from `engine.modelcost` (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, Section 4,
+  generalized to GQA, gated and MoE MLPs): with eager attention ``s b h (34 + 5 a s / h)`` bytes
+  for a GPT layer without recomputation; flash attention keeps fp32 softmax statistics
+  (``4 a s b``) instead of the ``5 a s^2 b`` core. Selective recomputation drops the core; full
+  recomputation keeps only each layer's input ``2 s b h`` plus one layer's activations while it
+  recomputes. With 1F1B pipelining the first stage holds `pp` micro-batches of its
+  ``ceil(L / pp)`` layers, i.e. about all ``L`` layers' worth; the last stage adds fp32 logits
+  ``4 s b V / tp``.
 - overhead as for inference.
 
-`layer_costs` gives the same figures per layer for the pipeline layout solver, and
-`device_options` (`engine.fit_options`, re-exported here) turns a breakdown into the device types
-of an inventory that can hold it.
+Every per-layer figure (parameters, states, activations) comes from `engine.modelcost.layer_table`,
+the same table the layout solver (`slurm-hetero plan`, `launch`) reads, so the two agree on what a
+layout holds. `device_options` (`engine.fit_options`, re-exported here) turns a breakdown into the
+device types of an inventory that can hold it.
 `deepspeed_model_states` reproduces DeepSpeed's own estimator, for comparison (docs/fit.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from enum import StrEnum
-from functools import partial
 
-import numpy as np
-import numpy.typing as npt
-
-# Re-exported (`X as X`): the device options live in engine.fit_options.
+# Re-exported (`X as X`): the device options live in engine.fit_options, the per-layer formulas
+# and settings in engine.modelcost.
 from slurm_hetero.engine.fit_options import DeviceOption as DeviceOption
 from slurm_hetero.engine.fit_options import Estimate as Estimate
 from slurm_hetero.engine.fit_options import device_options as device_options
 from slurm_hetero.engine.fit_options import fits as fits
+from slurm_hetero.engine.modelcost import (
+    ACT_BYTES,
+    check_choice,
+    check_positive,
+    zero_divisors,
+)
+from slurm_hetero.engine.modelcost import BYTES_PER_VALUE as BYTES_PER_VALUE
+from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION as DEFAULT_ATTENTION
+from slurm_hetero.engine.modelcost import DEFAULT_OVERHEAD as DEFAULT_OVERHEAD
+from slurm_hetero.engine.modelcost import GIB as GIB
+from slurm_hetero.engine.modelcost import TRAIN_DTYPES as TRAIN_DTYPES
+from slurm_hetero.engine.modelcost import Attention as Attention
+from slurm_hetero.engine.modelcost import CostSettings as CostSettings
+from slurm_hetero.engine.modelcost import LayerTable as LayerTable
+from slurm_hetero.engine.modelcost import Optimizer as Optimizer
+from slurm_hetero.engine.modelcost import Recompute as Recompute
+from slurm_hetero.engine.modelcost import check_layout as check_layout
+from slurm_hetero.engine.modelcost import layer_activation_bytes as layer_activation_bytes
+from slurm_hetero.engine.modelcost import layer_table as layer_table
 from slurm_hetero.engine.modelspec import ModelSpec, ParamCounts
 from slurm_hetero.errors import ConfigError
 
-GIB = 2**30
 MIB = 2**20
-DEFAULT_OVERHEAD = 1 * GIB
-BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-TRAIN_DTYPES = ("bf16", "fp16", "fp32")
 INT4_GROUP = 128
-ACT_BYTES = 2  # 16-bit activations
-
-FloatArray = npt.NDArray[np.float64]
-
-
-class Recompute(StrEnum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-
-class Optimizer(StrEnum):
-    ADAM = "adam"
-    SGD = "sgd"
-    ADAFACTOR = "adafactor"
 
 
 @dataclass(frozen=True)
@@ -126,28 +119,6 @@ class Breakdown:
         """Weights, gradients, optimizer states and the ZeRO-3 gather buffer (what DeepSpeed's
         estimator calls "params, optim states and gradients")."""
         return self.weights + self.gradients + self.optimizer_states + self.gather_buffer
-
-
-def _check(**values: int) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"must be a positive integer, got {value!r}", key_path=name)
-
-
-def _check_choice(name: str, value: str, choices: Iterable[str]) -> None:
-    valid = list(choices)
-    if value not in valid:
-        raise ConfigError(f"{value!r} is not one of {', '.join(valid)}", key_path=name)
-
-
-def check_layout(spec: ModelSpec, tp: int = 1, pp: int = 1) -> None:
-    """Tensor parallelism splits attention heads, pipeline parallelism layers: `ConfigError` when
-    `tp` does not divide the heads or `pp` exceeds the layers."""
-    if spec.heads % tp:
-        message = f"tp={tp} does not divide the {spec.heads} attention heads of {spec.name}"
-        raise ConfigError(message, key_path="tp")
-    if pp > spec.total_layers:
-        raise ConfigError(f"pp={pp} exceeds the {spec.total_layers} layers of {spec.name}", key_path="pp")
 
 
 # ------------------------------------------------------------------------------------ inference
@@ -191,11 +162,11 @@ def inference_memory(
     overhead_bytes: float = DEFAULT_OVERHEAD,
 ) -> Breakdown:
     """Bytes per device to serve `batch` sequences of up to `seq` tokens (prompt plus output)."""
-    _check(batch=batch, seq=seq, tp=tp)
+    check_positive(batch=batch, seq=seq, tp=tp)
     check_layout(spec, tp)
-    _check_choice("dtype", dtype, BYTES_PER_VALUE)
+    check_choice("dtype", dtype, BYTES_PER_VALUE)
     kv_dtype = kv_dtype or ("bf16" if dtype in ("int8", "int4") else dtype)
-    _check_choice("kv_dtype", kv_dtype, BYTES_PER_VALUE)
+    check_choice("kv_dtype", kv_dtype, BYTES_PER_VALUE)
     return Breakdown(
         mode="infer",
         weights=_weight_bytes(spec, dtype) / tp,
@@ -207,65 +178,26 @@ def inference_memory(
 
 
 # ------------------------------------------------------------------------------------- training
-def layer_activation_bytes(
-    spec: ModelSpec,
-    seq: int,
-    micro_batch: int,
-    tp: int = 1,
-    recompute: str = "none",
-    sequence_parallel: bool = True,
-    cross_attention: bool = False,
-) -> float:
-    """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank
-    (Korthikanti et al. 2022, generalized to GQA, gated and MoE MLPs; see the module doc)."""
-    _check_choice("recompute", recompute, [r.value for r in Recompute])
-    sbh = float(seq * micro_batch * spec.hidden)
-    unsplit = tp if sequence_parallel else 1
-    if recompute == Recompute.FULL:
-        return 2 * sbh / unsplit
-    attentions = 2 if cross_attention else 1  # a decoder layer of T5 also attends to the encoder
-    replicated = (10 + 5 * (attentions - 1)) * sbh  # norm inputs, matmul inputs, dropout masks
-    sb = float(seq * micro_batch)
-    attention = 2 * sb * (2 * spec.q_dim + 2 * spec.kv_dim)  # Q, K, V, attention output
-    mlp = sb * spec.experts_per_token * spec.intermediate * (6 if spec.gated_mlp else 4)
-    core = 0.0 if recompute == Recompute.SELECTIVE else 5.0 * spec.heads * seq * seq * micro_batch
-    return replicated / unsplit + (attentions * (attention + core) + mlp) / tp
-
-
-def _stage_params(spec: ModelSpec, pp: int) -> float:
-    """Parameters of the largest pipeline stage: its share of layers plus the embedding (first
-    stage) or the final norm and lm_head (last stage; a tied head is a copy there when pp > 1)."""
-    p = spec.params
-    body = p.attention + p.mlp + p.router + p.norms
-    ends = p.embedding + p.position_embedding + p.lm_head
+def _stage_params(table: LayerTable, pp: int) -> float:
+    """Parameters of the largest pipeline stage: its share of the layers plus the embedding (first
+    stage) or the head (last stage; a tied head is a copy there when pp > 1, counted once when one
+    stage holds both ends)."""
     if pp == 1:
-        return float(body + ends)
-    head = spec.vocab * spec.hidden
-    per_layer = body / spec.total_layers
-    return per_layer * math.ceil(spec.total_layers / pp) + max(p.embedding + p.position_embedding, head)
+        return float(table.params.sum()) - table.tied_params
+    layers = table.params[1:-1]
+    return float(layers.mean()) * math.ceil(layers.size / pp) + float(max(table.params[0], table.params[-1]))
 
 
-def _state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer states incl. fp32 master weights) bytes per parameter."""
-    weight = BYTES_PER_VALUE[dtype]
-    master = 4.0 if weight < 4 else 0.0
-    per_optimizer = {Optimizer.ADAM: 8.0, Optimizer.SGD: 4.0, Optimizer.ADAFACTOR: 8.0 / hidden}
-    states = per_optimizer[Optimizer(optimizer)]
-    return weight, weight, master + states
-
-
-def _activations(
-    spec: ModelSpec, seq: int, micro_batch: int, tp: int, pp: int, recompute: str, sp: bool
-) -> float:
-    enc = layer_activation_bytes(spec, seq, micro_batch, tp, recompute, sp) * spec.encoder_layers
-    cross = spec.encoder_layers > 0
-    dec = layer_activation_bytes(spec, seq, micro_batch, tp, recompute, sp, cross) * spec.layers
-    per_layer = (enc + dec) / spec.total_layers
-    stage_layers = math.ceil(spec.total_layers / pp)
-    logits = 4.0 * seq * micro_batch * spec.vocab / tp
+def _activations(table: LayerTable, pp: int) -> float:
+    """Activations of the fullest stage: with 1F1B the first holds `pp` micro-batches of its
+    ``ceil(L / pp)`` layers, the last one plus the logits; a fully recomputed stage also holds one
+    layer's activations while it recomputes."""
+    kept, layers = table.kept_bytes[1:-1], table.activation_bytes[1:-1]
+    per_layer, logits = float(kept.mean()), float(table.activation_bytes[-1])
+    stage_layers = math.ceil(kept.size / pp)
+    transient = float(layers.max()) if table.settings.recompute == Recompute.FULL else 0.0
     first = per_layer * stage_layers * pp + (logits if pp == 1 else 0.0)
-    last = per_layer * stage_layers + logits
-    return max(first, last)
+    return max(first, per_layer * stage_layers + logits) + transient
 
 
 def training_memory(
@@ -281,29 +213,25 @@ def training_memory(
     recompute: str = "none",
     sequence_parallel: bool = True,
     overhead_bytes: float = DEFAULT_OVERHEAD,
+    attention: str = DEFAULT_ATTENTION,
 ) -> Breakdown:
     """Bytes per device to train `spec` (see the module doc for every term and its source)."""
-    _check(micro_batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp)
+    check_positive(micro_batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp)
     check_layout(spec, tp, pp)
-    _check_choice("dtype", dtype, TRAIN_DTYPES)
-    _check_choice("optimizer", optimizer, [o.value for o in Optimizer])
-    _check_choice("recompute", recompute, [r.value for r in Recompute])
-    if zero_stage not in (0, 1, 2, 3):
-        raise ConfigError(f"must be 0, 1, 2 or 3, got {zero_stage!r}", key_path="zero_stage")
-    params = _stage_params(spec, pp) / tp
-    w, g, o = (params * b for b in _state_bytes_per_param(dtype, optimizer, spec.hidden))
-    o = o / dp if zero_stage >= 1 else o
-    g = g / dp if zero_stage >= 2 else g
-    w = w / dp if zero_stage >= 3 else w
-    gather = 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
-    acts = _activations(spec, seq, micro_batch, tp, pp, recompute, sequence_parallel)
+    check_choice("recompute", recompute, [r.value for r in Recompute])
+    settings = CostSettings(
+        dtype, optimizer, zero_stage, recompute, attention, sequence_parallel, float(overhead_bytes)
+    )
+    table = layer_table(spec, seq, settings, micro_batch, tp)
+    params, shards = _stage_params(table, pp), zero_divisors(zero_stage, dp)
+    w, g, o = (params * b / n for b, n in zip(table.state_per_param, shards, strict=True))
     return Breakdown(
         mode="train",
         weights=w,
         gradients=g,
         optimizer_states=o,
-        gather_buffer=gather,
-        activations=acts,
+        gather_buffer=table.gather_bytes,
+        activations=_activations(table, pp),
         overhead=float(overhead_bytes),
         devices=dp * tp * pp,
     )
@@ -321,8 +249,8 @@ def deepspeed_model_states(
     the code of DeepSpeed 0.19 (`formula="0.19"`), ``4 P + 16 P / N`` in the published
     memory-requirements page and the releases it was written with (`formula="docs"`).
     P = total parameters, L = largest module's parameters, N = GPUs; DeepSpeed truncates with int()."""
-    _check(gpus=gpus)
-    _check_choice("formula", formula, DEEPSPEED_FORMULAS)
+    check_positive(gpus=gpus)
+    check_choice("formula", formula, DEEPSPEED_FORMULAS)
     if zero_stage == 3:
         return 4 * largest_layer_params + int(18 * total_params / gpus)
     if zero_stage in (1, 2) and formula == "docs":
@@ -330,69 +258,3 @@ def deepspeed_model_states(
     if zero_stage in (1, 2):
         return 2 * total_params + int(18 * total_params / gpus)
     raise ConfigError(f"DeepSpeed estimates ZeRO stages 1-3, not {zero_stage!r}", key_path="zero_stage")
-
-
-# ---------------------------------------------------------------------------------- layer costs
-@dataclass(frozen=True)
-class LayerCosts:
-    """Per-layer costs for the pipeline layout solver, in model order: ``embedding``, the
-    transformer layers (``layer.N``, or ``encoder.N`` then ``decoder.N``), ``head`` (final norm,
-    lm_head and loss). Every array has one entry per name, per tensor-parallel rank:
-
-    - `flops`: forward FLOPs for one micro-batch (backward is about twice that; multiply-add = 2);
-      matmuls ``2 x tokens x weights`` with MoE counting the active experts, attention
-      ``4 x micro_batch x seq^2 x q_dim`` (full, not causal-halved, as Korthikanti et al. count).
-    - `param_bytes`: weights at `dtype` (multiply by the model-state bytes per weight for
-      training). A tied lm_head is counted again in ``head``: pipelines keep a copy there.
-    - `activation_bytes`: what the layer keeps for backward for one micro-batch
-      (`layer_activation_bytes`); ``head`` holds the fp32 logits, ``embedding`` 0.
-    """
-
-    names: tuple[str, ...]
-    flops: FloatArray
-    param_bytes: FloatArray
-    activation_bytes: FloatArray
-
-
-def _layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool) -> float:
-    expert = 3 if spec.gated_mlp else 2
-    attn = spec.hidden * (2 * spec.q_dim + 2 * spec.kv_dim)
-    matmul = attn * (2 if cross else 1) + spec.experts_per_token * expert * spec.hidden * spec.intermediate
-    matmul += spec.hidden * spec.num_experts if spec.is_moe else 0
-    scores = 4.0 * micro_batch * seq * seq * spec.q_dim * (2 if cross else 1)
-    return 2.0 * seq * micro_batch * matmul + scores
-
-
-def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int]]:
-    """(name, has cross-attention, parameters) of each transformer layer, in model order."""
-    p = spec.params
-    rows = [(f"encoder.{i}", False, p.encoder_per_layer) for i in range(spec.encoder_layers)]
-    kind = "decoder" if spec.encoder_layers else "layer"
-    return rows + [(f"{kind}.{i}", spec.encoder_layers > 0, p.per_layer) for i in range(spec.layers)]
-
-
-def layer_costs(
-    spec: ModelSpec,
-    seq: int,
-    micro_batch: int,
-    tp: int = 1,
-    dtype: str = "bf16",
-    recompute: str = "none",
-    sequence_parallel: bool = True,
-) -> LayerCosts:
-    """FLOPs, weight bytes and activation bytes per layer (units and order: see `LayerCosts`)."""
-    _check(seq=seq, micro_batch=micro_batch, tp=tp)
-    check_layout(spec, tp)
-    _check_choice("dtype", dtype, BYTES_PER_VALUE)
-    p, wb, tokens = spec.params, BYTES_PER_VALUE[dtype], float(seq * micro_batch)
-    rows = _layer_rows(spec)
-    names = ("embedding", *(name for name, _, _ in rows), "head")
-    flops = [0.0, *(_layer_flops(spec, seq, micro_batch, cross) for _, cross, _ in rows)]
-    params = [(p.embedding + p.position_embedding) * wb, *(count * wb for _, _, count in rows)]
-    per_layer = partial(layer_activation_bytes, spec, seq, micro_batch, tp, recompute, sequence_parallel)
-    acts = [0.0, *(tp * per_layer(cross) for _, cross, _ in rows)]
-    flops.append(2.0 * tokens * spec.hidden * spec.vocab)
-    params.append(float(spec.vocab * spec.hidden) * wb)
-    acts.append(4.0 * tokens * spec.vocab)
-    per_rank = (np.asarray(values, dtype=np.float64) / tp for values in (flops, params, acts))
-    return LayerCosts(names, *per_rank)

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, Shape, StepModel, simulate_1f1b
-from slurm_hetero.engine.stagecost import TFLOPS, DeviceGroup, LayerCosts
+from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts
 from slurm_hetero.errors import RequestError
 
 __all__ = [
@@ -84,7 +84,6 @@ class LayoutSpec:
     micro_batch_size: int = 1
     micro_batches: int | None = None
     network_gbs: float = 25.0
-    shard_optimizer: bool = True
     tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
     kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)
     label: str = ""
@@ -301,15 +300,18 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
         return RequestError(
             what, "no pipeline or data-parallel shape uses every device; use counts with a common divisor"
         )
-    params = float(c.param_bytes.sum()) + c.first_param_bytes + c.last_param_bytes
     devices, have = sum(g.count for g in groups), sum(g.count * g.memory_bytes for g in groups)
-    least = params * (1 + c.grad_factor + c.optimizer_factor / (devices if spec.shard_optimizer else 1))
+    least = c.model_state_bytes(devices)
     if least > have:
         need = f"weights, gradients and optimizer state need at least {least / GIB:,.0f} GiB"
         return RequestError(what, f"{need} but the {devices} devices have {have / GIB:,.0f} GiB; add devices")
     big = max(groups, key=lambda g: g.memory_bytes)
     largest = f"largest device: {big.memory_bytes / GIB:.0f} GiB on {big.type}"
-    return RequestError(what, f"no stage split fits memory even with recomputation ({largest}); add devices")
+    if c.checkpointing == Checkpointing.NEVER:
+        how, fix = "without recomputing whole layers", "add devices or allow recomputation (auto, full)"
+    else:
+        how, fix = "even with recomputation", "add devices"
+    return RequestError(what, f"no stage split fits memory {how} ({largest}); {fix}")
 
 
 # -- ranks ---------------------------------------------------------------------------------------

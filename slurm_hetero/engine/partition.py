@@ -117,9 +117,7 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], rate: Rates) -
 def _holds_state(spec: LayoutSpec, shape: Shape) -> bool:
     """Whether every replica's devices together can hold the weights, gradients and optimizer state
     (a cheap necessary condition for any split to fit)."""
-    c, dp = spec.costs, sum(shape.replicas)
-    params = float(c.param_bytes.sum()) + c.first_param_bytes + c.last_param_bytes
-    state = params * (1 + c.grad_factor + c.optimizer_factor / (dp if spec.shard_optimizer else 1))
+    state = spec.costs.model_state_bytes(sum(shape.replicas))
     return all(sum(t * spec.groups[g].memory_bytes for g, t in line) >= state for line in shape.lines)
 
 
@@ -233,9 +231,7 @@ def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, 
         short = is_short(shape, spec.global_batch)
         if (bound >= best and not short) or not _holds_state(spec, shape):
             continue
-        model = StepModel(
-            spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.shard_optimizer
-        )
+        model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
         start = balanced_bounds(model, _cap(spec, shape, best))
         if start is None or (_floor(spec, model, start, rate) >= best and not short):
             continue

@@ -236,7 +236,6 @@ class StepModel:
         shape: Shape,
         global_batch: int,
         network_gbs: float,
-        shard: bool = True,
     ) -> None:
         self.groups, self.costs, self.shape, self.batch = tuple(groups), costs, shape, global_batch
         self.network_gbs = network_gbs
@@ -245,9 +244,7 @@ class StepModel:
         cap = math.ceil(busiest / b)  # most micro-batches a replica runs: bounds what a stage holds
         self.models = [
             [
-                StageModel(
-                    costs, StageSite(self.groups[g], t, dp, min(p - k, cap), b, k == 0, k == p - 1, shard)
-                )
+                StageModel(costs, StageSite(self.groups[g], t, dp, min(p - k, cap), b, k == 0, k == p - 1))
                 for k, (g, t) in enumerate(line)
             ]
             for line in shape.lines

@@ -10,20 +10,28 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s` and `StageModel`, an
 - **Tensor parallel** (inside a node only) costs 4 ring all-reduces of the hidden state per layer and
   micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`.
 - **Memory per device** of a stage: weights, gradients and optimizer state of its layers (split over
-  `tp`; optimizer state also over the stage's data-parallel replicas when sharded, ZeRO-1), plus
-  activations of `in_flight` micro-batches (1F1B: stage `k` of `p` holds `p - k`), split over `tp`.
-  Recomputation keeps only a layer's input (`ckpt_bytes`) and needs one layer's full activations
-  while it recomputes. Stages recompute the fewest layers that make them fit, their first ones.
+  `tp`, and over the stage's data-parallel replicas as the costs' ZeRO stage says), the ZeRO-3
+  gather buffer, activations of `in_flight` micro-batches (1F1B: stage `k` of `p` holds `p - k`),
+  split over `tp`, and a fixed per-device overhead. Recomputation keeps only a layer's input
+  (`ckpt_bytes`) and needs one layer's full activations while it recomputes. The costs'
+  `checkpointing` says which layers may recompute: as needed (stages recompute the fewest layers
+  that make them fit, their first ones), never, or all.
+
+`LayerCosts.from_table` builds the costs from `engine.modelcost`, the one model-cost source that
+`slurm-hetero fit` also sums.
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
+
+from slurm_hetero.engine.modelcost import AUTO, LayerTable, Recompute, zero_divisors
 
 FloatArray = npt.NDArray[np.float64]
 GB = 1e9
@@ -38,16 +46,36 @@ def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
     return array
 
 
+class Checkpointing(StrEnum):
+    """Which layers the solver may recompute whole (keeping only their input): `as-needed` (the
+    fewest that make a stage fit), `never`, or `all`."""
+
+    AS_NEEDED = "as-needed"
+    NEVER = "never"
+    ALL = "all"
+
+
+CHECKPOINTING = {
+    AUTO: Checkpointing.AS_NEEDED,
+    Recompute.NONE: Checkpointing.NEVER,
+    Recompute.SELECTIVE: Checkpointing.NEVER,
+    Recompute.FULL: Checkpointing.ALL,
+}
+
+
 @dataclass(frozen=True, eq=False)
 class LayerCosts:
     """Per-layer costs of a model for one sample (one sequence of the training length).
 
     `flops`: forward FLOPs per layer; `param_bytes`: weight bytes per layer in the training dtype
     (gradients are `grad_factor` times that, optimizer state `optimizer_factor` times: 1 and 6 for
-    bf16 weights with fp32 master weights and Adam); `act_bytes`: activations kept for backward;
-    `ckpt_bytes`: what a recomputed layer keeps instead; `boundary_bytes`: the hidden state sent
-    between stages. `first_*` / `last_*`: the embedding on the first stage and the head (and its
-    logits, `last_act_bytes`) on the last.
+    bf16 weights with fp32 master weights and Adam, sharded over data-parallel replicas by
+    `zero_stage`); `act_bytes`: activations kept for backward; `ckpt_bytes`: what a recomputed
+    layer keeps instead; `boundary_bytes`: the hidden state sent between stages. `first_*` /
+    `last_*`: the embedding on the first stage and the head (and its logits, `last_act_bytes`) on
+    the last; `tied_param_bytes` is counted in both and held once by a stage that has both.
+    `extra_bwd_flops`: forward FLOPs every layer redoes in backward whatever the solver decides
+    (selective recomputation); `gather_bytes` (ZeRO-3) and `overhead_bytes` are per device.
     """
 
     flops: FloatArray
@@ -62,14 +90,61 @@ class LayerCosts:
     last_act_bytes: float = 0.0
     grad_factor: float = 1.0
     optimizer_factor: float = 6.0
+    zero_stage: int = 1
+    checkpointing: Checkpointing = Checkpointing.AS_NEEDED
+    extra_bwd_flops: FloatArray | None = None
+    tied_param_bytes: float = 0.0
+    gather_bytes: float = 0.0
+    overhead_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("flops", "param_bytes", "act_bytes", "ckpt_bytes"):
+        if self.extra_bwd_flops is None:
+            object.__setattr__(self, "extra_bwd_flops", np.zeros(np.size(self.flops)))
+        for name in ("flops", "param_bytes", "act_bytes", "ckpt_bytes", "extra_bwd_flops"):
             object.__setattr__(self, name, _frozen(getattr(self, name), name))
-        if len({self.flops.size, self.param_bytes.size, self.act_bytes.size, self.ckpt_bytes.size}) != 1:
+        sizes = {getattr(self, n).size for n in ("flops", "param_bytes", "act_bytes", "ckpt_bytes")}
+        if len(sizes | {self.extra.size}) != 1:
             raise ValueError("flops, param_bytes, act_bytes and ckpt_bytes must have one entry per layer")
         if np.any(self.ckpt_bytes > self.act_bytes):
             raise ValueError("ckpt_bytes must not exceed act_bytes")
+
+    @classmethod
+    def from_table(cls, table: LayerTable) -> LayerCosts:
+        """The solver's costs from the model-cost table of one sample (`micro_batch=1`, `tp=1`):
+        its ``embedding`` and ``head`` rows become the first and last stage's extras, its
+        settings' recompute mode (`auto` too) the checkpointing."""
+        if table.micro_batch != 1 or table.tp != 1:
+            raise ValueError(
+                "the solver scales one sample over micro-batches and tp: use micro_batch=1, tp=1"
+            )
+        s, (w, g, o) = table.settings, table.state_per_param
+        params, acts = table.param_bytes, table.activation_bytes
+        return cls(
+            flops=table.flops[1:-1],
+            param_bytes=params[1:-1],
+            act_bytes=acts[1:-1],
+            ckpt_bytes=table.checkpoint_bytes[1:-1],
+            boundary_bytes=table.boundary_bytes,
+            first_flops=float(table.flops[0]),
+            last_flops=float(table.flops[-1]),
+            first_param_bytes=float(params[0]),
+            last_param_bytes=float(params[-1]),
+            last_act_bytes=float(acts[-1]),
+            grad_factor=g / w,
+            optimizer_factor=o / w,
+            zero_stage=s.zero_stage,
+            checkpointing=CHECKPOINTING[s.recompute],
+            extra_bwd_flops=table.recompute_flops[1:-1],
+            tied_param_bytes=table.tied_params * w,
+            gather_bytes=table.gather_bytes,
+            overhead_bytes=s.overhead_bytes,
+        )
+
+    @property
+    def extra(self) -> FloatArray:
+        """`extra_bwd_flops`, always an array."""
+        assert self.extra_bwd_flops is not None
+        return self.extra_bwd_flops
 
     @property
     def layers(self) -> int:
@@ -77,17 +152,34 @@ class LayerCosts:
 
     @property
     def step_flops_per_sample(self) -> float:
-        """Forward plus backward FLOPs of the whole model for one sample (no recomputation)."""
-        return 3.0 * (float(self.flops.sum()) + self.first_flops + self.last_flops)
+        """Forward plus backward FLOPs of the whole model for one sample, with the recomputation
+        the settings impose (selective, or every layer) but none the solver chooses."""
+        forward = float(self.flops.sum()) + self.first_flops + self.last_flops
+        recomputed = float(self.flops.sum()) if self.checkpointing == Checkpointing.ALL else 0.0
+        return 3.0 * forward + float(self.extra.sum()) + recomputed
+
+    def state_factor(self, dp: int) -> float:
+        """Bytes of weights, gradients and optimizer state per weight byte on one of `dp`
+        data-parallel replicas (`engine.modelcost.zero_divisors`)."""
+        w, g, o = zero_divisors(self.zero_stage, dp)
+        return 1.0 / w + self.grad_factor / g + self.optimizer_factor / o
+
+    def model_state_bytes(self, dp: int) -> float:
+        """Weights, gradients and optimizer state of the whole model over `dp` replicas, per replica."""
+        params = float(self.param_bytes.sum()) + self.first_param_bytes + self.last_param_bytes
+        return params * self.state_factor(dp)
 
     @cached_property
     def prefix(self) -> dict[str, FloatArray]:
-        """Prefix sums (length layers + 1) of flops, params, activations and recompute savings."""
+        """Prefix sums (length layers + 1) of flops, params, activations, recompute savings and
+        the backward FLOPs every layer adds."""
+        savings = self.act_bytes - self.ckpt_bytes
         sums = {
             "flops": self.flops,
             "params": self.param_bytes,
             "acts": self.act_bytes,
-            "savings": self.act_bytes - self.ckpt_bytes,
+            "savings": savings if self.checkpointing != Checkpointing.NEVER else np.zeros_like(savings),
+            "extra": self.extra,
         }
         return {k: np.concatenate(([0.0], np.cumsum(v))) for k, v in sums.items()}
 
@@ -137,7 +229,6 @@ class StageSite:
     micro_batch: int
     first: bool
     last: bool
-    shard_optimizer: bool = True
 
 
 class StageModel:
@@ -146,28 +237,31 @@ class StageModel:
 
     def __init__(self, costs: LayerCosts, site: StageSite) -> None:
         self.costs, self.site, g, pre = costs, site, site.group, costs.prefix
-        state = 1.0 + costs.grad_factor + costs.optimizer_factor / (site.dp if site.shard_optimizer else 1)
-        extra_params = costs.first_param_bytes * site.first + costs.last_param_bytes * site.last
+        state = costs.state_factor(site.dp)
+        tied = costs.tied_param_bytes * (site.first and site.last)
+        extra_params = costs.first_param_bytes * site.first + costs.last_param_bytes * site.last - tied
         b, tp = site.micro_batch, site.tp
+        self.all = costs.checkpointing == Checkpointing.ALL
         self.alpha = b / (tp * g.tflops * TFLOPS)
         self.comm = b * ring_allreduce_s(costs.boundary_bytes, tp, g.link_gbs)
         self.extra_flops = costs.first_flops * site.first + costs.last_flops * site.last
         self.mu_a = site.in_flight * b / tp
-        self.base_mem = state * extra_params / tp + b * costs.last_act_bytes * site.last / tp
+        fixed = costs.gather_bytes / tp + costs.overhead_bytes
+        self.base_mem = state * extra_params / tp + b * costs.last_act_bytes * site.last / tp + fixed
         self.transient = b * float(costs.act_bytes.max()) / tp
         self.capacity = g.memory_bytes
         idx = np.arange(costs.layers + 1)
-        self._time_array = 3 * self.alpha * pre["flops"] + 4 * self.comm * idx
+        self._time_array = self.alpha * (3 * pre["flops"] + pre["extra"]) + 4 * self.comm * idx
         self._mem_array = state / tp * pre["params"] + self.mu_a * pre["acts"]
         self._time, self._mem = self._time_array.tolist(), self._mem_array.tolist()
         self._savings = pre["savings"].tolist()
 
     def times(self, a: int, e: int, r: int) -> tuple[float, float]:
         """Forward and backward seconds per micro-batch."""
-        f = self.costs.prefix["flops"]
+        f, x = self.costs.prefix["flops"], self.costs.prefix["extra"]
         work = self.alpha * (f[e] - f[a] + self.extra_flops)
         fwd = work + 2 * self.comm * (e - a)
-        bwd = 2 * work + self.alpha * (f[a + r] - f[a]) + 2 * self.comm * (e - a + r)
+        bwd = 2 * work + self.alpha * (f[a + r] - f[a] + x[e] - x[a]) + 2 * self.comm * (e - a + r)
         return float(fwd), float(bwd)
 
     def memory(self, a: int, e: int, r: int) -> float:
@@ -176,8 +270,12 @@ class StageModel:
         return float(self.base_mem + self._mem[e] - self._mem[a] - saved + (self.transient if r else 0.0))
 
     def recompute(self, a: int, e: int) -> int:
-        """Fewest layers of `[a, e)` to recompute so it fits; `e - a + 1` if none is enough."""
+        """Fewest layers of `[a, e)` to recompute so it fits (all of them when the costs say so);
+        `e - a + 1` if none is enough."""
         held = self.base_mem + self._mem[e] - self._mem[a]
+        if self.all:
+            kept = held - self.mu_a * (self._savings[e] - self._savings[a]) + self.transient
+            return e - a if kept <= self.capacity or e == a else e - a + 1
         if held <= self.capacity:
             return 0
         short = (held + self.transient - self.capacity) / self.mu_a
@@ -187,6 +285,10 @@ class StageModel:
     def _recompute_all(self, a: int, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         mem, savings = self._mem_array, self.costs.prefix["savings"]
         held = self.base_mem + mem[ends] - mem[a]
+        if self.all:
+            kept = held - self.mu_a * (savings[ends] - savings[a]) + self.transient
+            over: npt.NDArray[np.int64] = (kept > self.capacity).astype(np.int64)
+            return ends - a + over
         short = (held + self.transient - self.capacity) / self.mu_a
         r = np.where(held <= self.capacity, 0, np.searchsorted(savings, savings[a] + short, side="left") - a)
         return np.minimum(r, ends - a + 1).astype(np.int64)
@@ -205,7 +307,7 @@ class StageModel:
         (recomputing as needed); `a` when not even one layer does."""
         goal = self._time[a] + budget - 3 * self.alpha * self.extra_flops
         e = bisect.bisect_right(self._time, goal, a + 1, limit + 1) - 1
-        if e == a or self.base_mem + self._mem[e] - self._mem[a] <= self.capacity:
+        if e == a or (not self.all and self.base_mem + self._mem[e] - self._mem[a] <= self.capacity):
             return e
         ends = np.arange(a + 1, e + 1)
         r = self._recompute_all(a, ends)

@@ -27,6 +27,7 @@ from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
+from slurm_hetero.engine.devicegroups import MEMORY_USABLE, PCIE_GBS, device_tflops
 from slurm_hetero.engine.layout import (
     Layout,
     LayoutSpec,
@@ -36,12 +37,13 @@ from slurm_hetero.engine.layout import (
     layout_from_split,
     solve,
 )
+from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.errors import HeteroError, RequestError
-from slurm_hetero.launch.costs import MEMORY_USABLE, PCIE_GBS, device_tflops, layer_costs_for, model_shape
 from slurm_hetero.launch.rankenv import Groups, master_port, plan_id, rank_document, rank_env, replica_samples
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.modelconfigs import context_length, layer_costs_for
 from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
@@ -55,12 +57,14 @@ class LaunchPlanError(HeteroError):
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """What the user asked for; `measured` maps device type to sustained TFLOPS."""
+    """What the user asked for; `measured` maps device type to sustained TFLOPS, `costs` says how
+    the model is trained (dtype, ZeRO, recompute, attention)."""
 
     model: str
     global_batch: int = 512
     seq: int | None = None
     micro_batch: int = 1
+    costs: CostSettings = SOLVER_SETTINGS
     measured: Mapping[str, float] = field(default_factory=dict)
     even: bool = False
     backend_override: str | None = None
@@ -202,7 +206,7 @@ def network_gbs(nodes: Sequence[Site], options: LaunchOptions) -> float:
 
 def sequence_length(options: LaunchOptions) -> int:
     """`--seq`, else the model's context length."""
-    return options.seq if options.seq is not None else model_shape(options.model).context
+    return options.seq if options.seq is not None else context_length(options.model)
 
 
 def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> LayoutSpec:
@@ -210,7 +214,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     seq = sequence_length(options)
     measured = {_canonical(catalog, k): v for k, v in options.measured.items()}
     groups = tuple(_device_group(g, measured) for g in _by_type(nodes).values())
-    costs = layer_costs_for(options.model, seq)
+    costs = layer_costs_for(options.model, seq, options.costs)
     net = network_gbs(nodes, options)
     return LayoutSpec(
         groups,
@@ -229,10 +233,8 @@ def _canonical(catalog: Catalog, name: str) -> str:
 
 
 def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions, error: RequestError) -> str:
-    c = spec.costs
-    params = float(c.param_bytes.sum()) + c.first_param_bytes + c.last_param_bytes
     world = sum(g.count for g in spec.groups)
-    need = params * (1 + c.grad_factor + c.optimizer_factor / world)
+    need = spec.costs.model_state_bytes(world)
     have = sum(g.count * g.memory_bytes for g in spec.groups)
     per_type = ", ".join(
         f"{g.count}x {g.type} ({g.memory_bytes / GIB:.0f} GiB usable each) on "
@@ -252,9 +254,7 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
     lines = tuple(tuple((s.group, s.tp) for s in p.stages) for p in chosen.pipelines)
     replicas = tuple(len(p.samples) for p in chosen.pipelines)
     shape = Shape(str(chosen.kind), lines, replicas, chosen.pipelines[0].micro_batch)
-    model = StepModel(
-        spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.shard_optimizer
-    )
+    model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
     bounds = even_bounds(spec.costs.layers, shape.stages)
     q, r = divmod(spec.global_batch, sum(replicas))
     samples = tuple(q + (j < r) for j in range(sum(replicas)))

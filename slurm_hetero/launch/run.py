@@ -11,6 +11,11 @@ Inside an allocation (sbatch, salloc, or a heterogeneous job over every componen
     srun --kill-on-bad-exit=1 [--het-group=0,1,2] slurm-hetero launch --model gpt2 \\
         --global-batch 64 --seq 512 [--measured FILE] [--backend-override gloo] -- python train.py ...
 
+How the model is trained, as `slurm-hetero plan` and `fit` take it (one cost model for all three):
+`--micro-batch` (alias `--micro-batch-size`), `--dtype` (bf16), `--optimizer` (adam), `--zero`
+(1), `--recompute` (auto: whole layers only where memory is short; none, selective, full),
+`--attention` (flash; eager keeps the s^2 scores), `--overhead-gib` (1).
+
 One Slurm task per device: `--ntasks-per-node` = devices of the node (`--gpus-per-node` the same),
 or `--gpus-per-task=1`; tasks must be block-distributed (each node's ranks consecutive), which is
 srun's default. Outside Slurm, `--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a
@@ -60,7 +65,9 @@ version, rank, world_size, local_rank, local_world_size, node, type, vendor; kin
 global_batch, num_layers; stage, num_stages, replica, num_replicas, tp_rank, tp_size; layer_start,
 layer_end (exclusive), micro_batch, micro_batches, samples (this replica's per step),
 sample_offset (replicas take contiguous slices in replica order), grad_weight (samples /
-global_batch: weight the gradient average by it), recompute; prev_rank, next_rank (pipeline
+global_batch: weight the gradient average by it), recompute (the first `recompute` layers of the
+stage keep only their input); dtype, zero_stage, attention, recompute_mode (what the plan assumed:
+`selective` means every layer recomputes its attention core); prev_rank, next_rank (pipeline
 neighbours in this replica with the same tp_rank; null at the ends, and where the neighbouring
 stage has fewer tensor-parallel ranks: those ranks get activations through their tp group);
 groups: [{name: tp | dp | pp, ranks (sorted), backend, comm, env}] for every group the rank is in

@@ -17,6 +17,7 @@ from collections import defaultdict
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -276,10 +277,12 @@ def test_rank_assignment_follows_slurm_order() -> None:
 
 
 @pytest.mark.parametrize("mix", BENCH.MIXES, ids=lambda m: m.name)
-def test_bench_mix_reaches_097_and_beats_the_even_split(mix: object) -> None:
+def test_bench_mix_reaches_its_floor_and_beats_the_even_split(mix: Any) -> None:
+    """0.97 of the bound; 0.96 for the memory-bound mix, whose V100s recompute most of their
+    layers since plan counts fit's 1 GiB per-device overhead and dropout masks (BENCHMARKS.md)."""
     spec = BENCH.mix_spec(mix)
     layout = solve(spec)
-    assert layout.efficiency >= 0.97
+    assert layout.efficiency >= (0.96 if mix.memory_bound else 0.97)
     assert layout.even_step_s is None or layout.predicted_step_s < layout.even_step_s
     check_layout(spec, layout)
 

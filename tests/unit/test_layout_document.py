@@ -25,7 +25,7 @@ KEYS = (
     "version rank world_size local_rank local_world_size node type vendor kind model global_batch "
     "num_layers stage num_stages replica num_replicas tp_rank tp_size layer_start layer_end "
     "micro_batch micro_batches samples sample_offset grad_weight recompute prev_rank next_rank "
-    "groups predicted_step_s even_step_s bound_step_s efficiency"
+    "groups predicted_step_s even_step_s bound_step_s efficiency dtype zero_stage attention recompute_mode"
 ).split()
 
 
@@ -65,6 +65,8 @@ def test_written_by_the_launcher_read_by_current(plan: LaunchPlan, tmp_path: Pat
 def test_the_json_keys_stay_those_of_version_1(plan: LaunchPlan) -> None:
     doc = document(plan)
     assert list(doc) == KEYS
+    older = {k: v for k, v in doc.items() if k not in ("dtype", "zero_stage", "attention", "recompute_mode")}
+    assert RankLayout.from_dict(older).attention == "flash"  # documents before the cost keys still read
     assert all(list(g) == ["name", "ranks", "backend", "comm", "env"] for g in doc["groups"])
     assert all(isinstance(g["ranks"], list) for g in doc["groups"])
     assert doc["version"] == 1 and doc["vendor"] == "ascend"

@@ -1,0 +1,139 @@
+"""Command-line options several commands share, declared once so they spell, check and default
+them alike: the model (`plan`, `launch`) and how it is trained (`fit`, `plan`, `launch`), whose
+costs all three take from one source (`engine.modelcost`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import click
+
+from slurm_hetero.engine.modelcost import (
+    AUTO,
+    BYTES_PER_VALUE,
+    GIB,
+    SOLVER_SETTINGS,
+    Attention,
+    CostSettings,
+    Optimizer,
+    Recompute,
+)
+
+Command = Callable[..., Any]
+Decorator = Callable[[Command], Command]
+
+
+def _apply(command: Command, options: tuple[Decorator, ...]) -> Command:
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def model_options(command: Command) -> Command:
+    """--model, --global-batch and --seq, as plan and launch both take them."""
+    return _apply(
+        command,
+        (
+            click.option(
+                "--model",
+                required=True,
+                help="Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.",
+            ),
+            click.option(
+                "--global-batch",
+                type=click.IntRange(min=1),
+                default=512,
+                show_default=True,
+                help="Sequences per step.",
+            ),
+            click.option(
+                "--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context]."
+            ),
+        ),
+    )
+
+
+def cost_options(solver: bool) -> Decorator:
+    """--micro-batch (alias --micro-batch-size), --dtype, --optimizer, --zero, --recompute,
+    --attention and --overhead-gib. `solver` (plan, launch) adds ``--recompute auto`` and takes
+    its defaults from `SOLVER_SETTINGS` (ZeRO-1, recompute auto); fit's are `CostSettings()`."""
+    defaults = SOLVER_SETTINGS if solver else CostSettings()
+    recompute = [r.value for r in Recompute] + ([AUTO] if solver else [])
+    auto = " auto (plan, launch): none, or whole layers where memory is short." if solver else ""
+    options = (
+        click.option(
+            "--micro-batch",
+            "--micro-batch-size",
+            "micro_batch",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Sequences per micro-batch on each device.",
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(list(BYTES_PER_VALUE)),
+            default=defaults.dtype,
+            show_default=True,
+            help="Weights: training bf16/fp16 (mixed precision) or fp32; inference also fp8/int8/int4.",
+        ),
+        click.option(
+            "--optimizer",
+            type=click.Choice([o.value for o in Optimizer]),
+            default=str(defaults.optimizer),
+            show_default=True,
+        ),
+        click.option(
+            "--zero",
+            type=int,
+            default=defaults.zero_stage,
+            show_default=True,
+            help="ZeRO stage 0-3: shard optimizer states (1), gradients (2), weights (3) over dp.",
+        ),
+        click.option(
+            "--recompute",
+            type=click.Choice(recompute),
+            default=str(defaults.recompute),
+            show_default=True,
+            help="Activation recomputation (Korthikanti et al. 2022): none, selective (attention "
+            f"core), full (keep each layer's input).{auto}",
+        ),
+        click.option(
+            "--attention",
+            type=click.Choice([a.value for a in Attention]),
+            default=str(defaults.attention),
+            show_default=True,
+            help="Attention implementation: flash (fused, no s^2 scores kept; FlashAttention, torch "
+            "SDPA, what current training uses) or eager (scores kept, Korthikanti's formula).",
+        ),
+        click.option(
+            "--overhead-gib",
+            type=float,
+            default=defaults.overhead_bytes / GIB,
+            show_default=True,
+            help="Fixed runtime overhead per device (context, workspaces).",
+        ),
+    )
+    return lambda command: _apply(command, options)
+
+
+def cost_settings(options: Mapping[str, Any], sequence_parallel: bool = True) -> CostSettings:
+    """The `CostSettings` of the parsed `cost_options` (a `ConfigError` names a bad value)."""
+    return CostSettings(
+        dtype=options["dtype"],
+        optimizer=options["optimizer"],
+        zero_stage=options["zero"],
+        recompute=options["recompute"],
+        attention=options["attention"],
+        sequence_parallel=sequence_parallel,
+        overhead_bytes=options["overhead_gib"] * GIB,
+    )
+
+
+def describe(settings: CostSettings) -> str:
+    """One line of the settings, as fit and plan print them."""
+    return (
+        f"{settings.dtype} {settings.optimizer}, ZeRO-{settings.zero_stage}, recompute "
+        f"{settings.recompute}, {settings.attention} attention"
+    )

@@ -1,0 +1,317 @@
+"""The one model-cost source: what each layer of a transformer costs to train.
+
+Pure: a `ModelSpec` and `CostSettings` in, NumPy arrays out; no file I/O. `engine.fit` sums these
+figures into the memory per device (`slurm-hetero fit`), and the layout solver takes them as its
+`LayerCosts` (`slurm-hetero plan` and `launch`), so both count every byte and FLOP the same way.
+Sizes are bytes, FLOPs floating-point operations (a multiply-add is 2).
+
+Settings (`CostSettings`): the training `dtype` (bf16/fp16 mixed precision or fp32), `optimizer`,
+ZeRO stage, `recompute` (none | selective | full; the layout solver also takes `auto`), attention
+implementation (`flash` | `eager`), sequence parallelism and a fixed per-device overhead.
+
+Per layer (`layer_table`: ``embedding``, the transformer layers, ``head``), per micro-batch of
+`micro_batch` sequences of `seq` tokens, per tensor-parallel rank:
+
+- FLOPs, forward (backward is twice that): matmuls ``2 x tokens x weights`` (MoE: the active
+  experts, plus the router), attention ``4 b s^2 q`` (scores and values, full, not causal-halved,
+  as Korthikanti et al. count); the head ``2 x tokens x hidden x vocab``.
+- weights at `dtype`, gradients and optimizer states (16-bit mixed precision with Adam: 2 + 2 + 12
+  bytes per parameter, ZeRO paper; see `state_bytes_per_param`), sharded over data parallel ranks
+  by the ZeRO stage (`zero_divisors`); ZeRO-3 adds a gather buffer of the largest module.
+- activations kept for backward (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+  Large Transformer Models", Section 4, generalized term by term to GQA, gated and MoE MLPs): per
+  layer ``10 sbh`` replicated (norm inputs, matmul inputs, dropout masks), Q, K, V and the
+  attention output ``2 sb (2q + 2kv)``, the MLP ``6 sbI`` gated or ``4 sbI`` plain (times the
+  experts per token), and the attention core. Eager attention keeps the core as the paper does,
+  ``5 a s^2 b`` (softmax output, dropout mask and output); flash attention never materializes the
+  ``s x s`` scores and keeps only fp32 softmax statistics, ``4 a s b``. Selective recomputation
+  drops the core (and recomputes it: its FLOPs are added to backward); full recomputation keeps
+  only each layer's input ``2 sbh`` and rematerializes one layer at a time in backward. With
+  tensor and sequence parallelism everything is split over `tp` (without sequence parallelism the
+  replicated ``10 sbh`` is not). The head keeps fp32 logits, ``4 sbV``.
+- pipeline boundary: the hidden state one stage sends the next, ``2 sbh``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from slurm_hetero.engine.modelspec import ModelSpec
+from slurm_hetero.errors import ConfigError
+
+GIB = 2**30
+DEFAULT_OVERHEAD = 1 * GIB
+BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+TRAIN_DTYPES = ("bf16", "fp16", "fp32")
+ACT_BYTES = 2  # 16-bit activations
+AUTO = "auto"  # recompute mode of the layout solver only: whole layers, where memory is short
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class Optimizer(StrEnum):
+    ADAM = "adam"
+    SGD = "sgd"
+    ADAFACTOR = "adafactor"
+
+
+class Attention(StrEnum):
+    """How attention runs: `flash` (fused, the s x s scores never stored: FlashAttention, PyTorch
+    SDPA, what current training uses) or `eager` (scores materialized, as Korthikanti et al. count)."""
+
+    FLASH = "flash"
+    EAGER = "eager"
+
+
+DEFAULT_ATTENTION = Attention.FLASH
+
+
+def check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"must be a positive integer, got {value!r}", key_path=name)
+
+
+def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
+    valid = list(choices)
+    if value not in valid:
+        raise ConfigError(f"{value!r} is not one of {', '.join(valid)}", key_path=name)
+
+
+def check_layout(spec: ModelSpec, tp: int = 1, pp: int = 1) -> None:
+    """Tensor parallelism splits attention heads, pipeline parallelism layers: `ConfigError` when
+    `tp` does not divide the heads or `pp` exceeds the layers."""
+    if spec.heads % tp:
+        message = f"tp={tp} does not divide the {spec.heads} attention heads of {spec.name}"
+        raise ConfigError(message, key_path="tp")
+    if pp > spec.total_layers:
+        raise ConfigError(f"pp={pp} exceeds the {spec.total_layers} layers of {spec.name}", key_path="pp")
+
+
+def check_zero_stage(stage: int) -> None:
+    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
+        raise ConfigError(f"must be 0, 1, 2 or 3, got {stage!r}", key_path="zero_stage")
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """How a model is trained, as far as its costs go (defaults: `slurm-hetero fit`'s)."""
+
+    dtype: str = "bf16"
+    optimizer: str = Optimizer.ADAM
+    zero_stage: int = 0
+    recompute: str = Recompute.NONE
+    attention: str = DEFAULT_ATTENTION
+    sequence_parallel: bool = True
+    overhead_bytes: float = DEFAULT_OVERHEAD
+
+    def __post_init__(self) -> None:
+        check_choice("dtype", self.dtype, TRAIN_DTYPES)
+        check_choice("optimizer", self.optimizer, [o.value for o in Optimizer])
+        check_zero_stage(self.zero_stage)
+        check_choice("recompute", self.recompute, [*(r.value for r in Recompute), AUTO])
+        check_choice("attention", self.attention, [a.value for a in Attention])
+        if not 0 <= self.overhead_bytes < math.inf:
+            raise ConfigError(f"must be >= 0, got {self.overhead_bytes!r}", key_path="overhead")
+
+
+# What `plan` and `launch` default to: ZeRO-1 (a distributed optimizer, as Megatron and DeepSpeed
+# runs use) and whole layers recomputed only where memory is short.
+SOLVER_SETTINGS = CostSettings(zero_stage=1, recompute=AUTO)
+
+
+# ------------------------------------------------------------------------------- the formulas
+def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states incl. fp32 master weights) bytes per parameter: 16-bit
+    mixed precision keeps an fp32 master copy, fp32 none; Adam two fp32 moments, SGD a momentum,
+    Adafactor factored second moments (about ``8 / hidden`` bytes per parameter)."""
+    weight = BYTES_PER_VALUE[dtype]
+    master = 4.0 if weight < 4 else 0.0
+    per_optimizer = {Optimizer.ADAM: 8.0, Optimizer.SGD: 4.0, Optimizer.ADAFACTOR: 8.0 / hidden}
+    return weight, weight, master + per_optimizer[Optimizer(optimizer)]
+
+
+def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
+    """What (weights, gradients, optimizer states) are divided by on each of `dp` data-parallel
+    ranks: ZeRO-1 shards the optimizer states (with the master weights), ZeRO-2 also the
+    gradients, ZeRO-3 also the weights."""
+    return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
+
+
+def gather_buffer_bytes(spec: ModelSpec, dtype: str, zero_stage: int, tp: int = 1) -> float:
+    """ZeRO-3's buffer for the largest module's gathered 16-bit weights and gradients (as
+    DeepSpeed's estimator counts it), per tp rank; 0 for other stages."""
+    return 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
+
+
+def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str) -> float:
+    if attention == Attention.EAGER:
+        return 5.0 * spec.heads * seq * seq * micro_batch
+    return 4.0 * spec.heads * seq * micro_batch  # fp32 log-sum-exp per head and token
+
+
+def layer_activation_bytes(
+    spec: ModelSpec,
+    seq: int,
+    micro_batch: int,
+    tp: int = 1,
+    recompute: str = "none",
+    sequence_parallel: bool = True,
+    cross_attention: bool = False,
+    attention: str = DEFAULT_ATTENTION,
+) -> float:
+    """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank (the
+    module doc; ``attention="eager"`` is Korthikanti et al.'s formula)."""
+    check_choice("recompute", recompute, [r.value for r in Recompute])
+    check_choice("attention", attention, [a.value for a in Attention])
+    sbh = float(seq * micro_batch * spec.hidden)
+    unsplit = tp if sequence_parallel else 1
+    if recompute == Recompute.FULL:
+        return 2 * sbh / unsplit
+    attentions = 2 if cross_attention else 1  # a decoder layer of T5 also attends to the encoder
+    replicated = (10 + 5 * (attentions - 1)) * sbh  # norm inputs, matmul inputs, dropout masks
+    sb = float(seq * micro_batch)
+    projections = 2 * sb * (2 * spec.q_dim + 2 * spec.kv_dim)  # Q, K, V, attention output
+    mlp = sb * spec.experts_per_token * spec.intermediate * (6 if spec.gated_mlp else 4)
+    keep_core = recompute != Recompute.SELECTIVE
+    core = _attention_core_bytes(spec, seq, micro_batch, attention) if keep_core else 0.0
+    return replicated / unsplit + (attentions * (projections + core) + mlp) / tp
+
+
+def attention_core_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
+    """Forward FLOPs of the attention scores and their product with the values."""
+    return 4.0 * micro_batch * seq * seq * spec.q_dim * (2 if cross else 1)
+
+
+def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
+    """Forward FLOPs of one transformer layer for one micro-batch (no tensor parallelism)."""
+    expert = 3 if spec.gated_mlp else 2
+    attn = spec.hidden * (2 * spec.q_dim + 2 * spec.kv_dim)
+    matmul = attn * (2 if cross else 1) + spec.experts_per_token * expert * spec.hidden * spec.intermediate
+    matmul += spec.hidden * spec.num_experts if spec.is_moe else 0
+    return 2.0 * seq * micro_batch * matmul + attention_core_flops(spec, seq, micro_batch, cross)
+
+
+# ------------------------------------------------------------------------------- the table
+@dataclass(frozen=True, eq=False)
+class LayerTable:
+    """Per-layer costs in model order: ``embedding``, the transformer layers (``layer.N``, or
+    ``encoder.N`` then ``decoder.N``), ``head`` (final norm, lm_head, loss). Arrays have one entry
+    per name, per tensor-parallel rank and micro-batch (units and formulas: the module doc).
+
+    `params` counts parameters; `param_bytes`, `grad_bytes` and `optimizer_bytes` are those times
+    `state_per_param`, unsharded (`state_bytes` applies ZeRO). A tied lm_head is counted again in
+    ``head`` (pipelines keep a copy there); `tied_params` is that copy, which a stage holding both
+    ends keeps once. `activation_bytes` is what a layer keeps
+    without full recomputation (selective recomputation already applied); `checkpoint_bytes` what
+    a fully recomputed layer keeps; `recompute_flops` the forward FLOPs selective recomputation
+    redoes in backward. `boundary_bytes` is the hidden state between stages (whole, not per rank),
+    `gather_bytes` ZeRO-3's buffer per rank."""
+
+    names: tuple[str, ...]
+    flops: FloatArray
+    params: FloatArray
+    activation_bytes: FloatArray
+    checkpoint_bytes: FloatArray
+    recompute_flops: FloatArray
+    boundary_bytes: float
+    gather_bytes: float
+    tied_params: float
+    state_per_param: tuple[float, float, float]
+    settings: CostSettings
+    seq: int
+    micro_batch: int
+    tp: int
+
+    @property
+    def param_bytes(self) -> FloatArray:
+        return self.params * self.state_per_param[0]
+
+    @property
+    def grad_bytes(self) -> FloatArray:
+        return self.params * self.state_per_param[1]
+
+    @property
+    def optimizer_bytes(self) -> FloatArray:
+        return self.params * self.state_per_param[2]
+
+    def state_bytes(self, dp: int = 1) -> FloatArray:
+        """Weights, gradients and optimizer states per layer on one of `dp` data-parallel ranks."""
+        shards = zero_divisors(self.settings.zero_stage, dp)
+        return self.params * sum(b / n for b, n in zip(self.state_per_param, shards, strict=True))
+
+    @property
+    def kept_bytes(self) -> FloatArray:
+        """Activations each layer keeps for backward under the settings' recompute mode."""
+        full = self.settings.recompute == Recompute.FULL
+        return self.checkpoint_bytes if full else self.activation_bytes
+
+
+def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int]]:
+    """(name, has cross-attention, parameters) of each transformer layer, in model order."""
+    p = spec.params
+    rows = [(f"encoder.{i}", False, p.encoder_per_layer) for i in range(spec.encoder_layers)]
+    kind = "decoder" if spec.encoder_layers else "layer"
+    return rows + [(f"{kind}.{i}", spec.encoder_layers > 0, p.per_layer) for i in range(spec.layers)]
+
+
+def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int]]) -> list[float]:
+    """Parameters of each row: the embedding (with learned positions), the layers, and the head
+    (lm_head, or a copy of the tied table, plus the final norms)."""
+    p, head = spec.params, spec.vocab * spec.hidden
+    ends = p.embedding + p.position_embedding
+    rest = p.total - ends - sum(count for _, _, count in rows) - p.lm_head  # final norm(s)
+    return [float(ends), *(float(count) for _, _, count in rows), float(head + rest)]
+
+
+def layer_table(
+    spec: ModelSpec, seq: int, settings: CostSettings | None = None, micro_batch: int = 1, tp: int = 1
+) -> LayerTable:
+    """Every layer's costs for `settings` (default `CostSettings()`; see `LayerTable`)."""
+    s = settings or CostSettings()
+    check_positive(seq=seq, micro_batch=micro_batch, tp=tp)
+    check_layout(spec, tp)
+    rows, tokens = _layer_rows(spec), float(seq * micro_batch)
+    mode = Recompute.NONE if s.recompute in (AUTO, Recompute.FULL) else s.recompute
+
+    def acts(cross: bool, recompute: str = mode) -> float:
+        sp, att = s.sequence_parallel, s.attention
+        return layer_activation_bytes(spec, seq, micro_batch, tp, recompute, sp, cross, att)
+
+    logits = 4.0 * tokens * spec.vocab / tp
+    selective = s.recompute == Recompute.SELECTIVE
+    extra = [attention_core_flops(spec, seq, micro_batch, cross) / tp * selective for _, cross, _ in rows]
+    tied = spec.vocab * spec.hidden / tp if spec.params.lm_head == 0 else 0.0
+    flops = [0.0, *(layer_flops(spec, seq, micro_batch, cross) / tp for _, cross, _ in rows)]
+    return LayerTable(
+        names=("embedding", *(name for name, _, _ in rows), "head"),
+        flops=_array([*flops, 2.0 * tokens * spec.hidden * spec.vocab / tp]),
+        params=_array(_param_counts(spec, rows)) / tp,
+        activation_bytes=_array([0.0, *(acts(cross) for _, cross, _ in rows), logits]),
+        checkpoint_bytes=_array([0.0, *(acts(cross, Recompute.FULL) for _, cross, _ in rows), logits]),
+        recompute_flops=_array([0.0, *extra, 0.0]),
+        boundary_bytes=ACT_BYTES * tokens * spec.hidden,
+        gather_bytes=gather_buffer_bytes(spec, s.dtype, s.zero_stage, tp),
+        tied_params=tied,
+        state_per_param=state_bytes_per_param(s.dtype, s.optimizer, spec.hidden),
+        settings=s,
+        seq=seq,
+        micro_batch=micro_batch,
+        tp=tp,
+    )
+
+
+def _array(values: list[float]) -> FloatArray:
+    return np.asarray(values, dtype=np.float64)
