@@ -114,6 +114,7 @@ class VendorTraits:
     stack_label: str = ""  # feature prefix of the software stack version (cuda12.4, cann8.0)
     device_glob: str = ""  # device files of the driver (/dev/davinci[0-9]*)
     ucc_memory: bool = False  # UCC has a memory component for this vendor (cuda, rocm)
+    ccl_env_prefix: str | None = None  # the CCL's NCCL-style network variables: NCCL_IB_HCA, MCCL_...
 
     def visible_id(self, device: Device) -> str:
         """The id this device has in `visible_devices_env`."""

@@ -20,9 +20,10 @@ carry them, so this module keeps no table keyed by vendor.
 
 Network variables (`communicator_env`), from the node's NICs in the inventory (`nics:`; RDMA
 NICs are named by their verbs device, `mlx5_0`, Ethernet ones by their interface, `eth0`):
-NCCL-style libraries (nccl, mccl) get `<P>_IB_HCA` (RDMA NICs), `<P>_SOCKET_IFNAME` (Ethernet)
-and `<P>_IB_DISABLE=1` when NICs are listed but none does RDMA; hccl gets `HCCL_SOCKET_IFNAME`
-(its RDMA is on the device); gloo gets `GLOO_SOCKET_IFNAME`; ucc gets `UCX_NET_DEVICES`.
+NCCL-style libraries (the vendor's `ccl_env_prefix`: NCCL, MCCL) get `<P>_IB_HCA` (RDMA NICs),
+`<P>_SOCKET_IFNAME` (Ethernet) and `<P>_IB_DISABLE=1` when NICs are listed but none does RDMA;
+hccl gets `HCCL_SOCKET_IFNAME` (its RDMA is on the device); gloo gets `GLOO_SOCKET_IFNAME`; ucc
+gets `UCX_NET_DEVICES`.
 Nothing is set where the inventory lists no NICs: the libraries pick an interface themselves.
 
 Cost (`transfer_s`), seconds to move `n` bytes one way: vendor-ccl over the device link inside a
@@ -46,7 +47,6 @@ NIC_GBS = {"infiniband": 25.0, "roce": 25.0, "ethernet": 12.5}  # HDR 200 Gb/s, 
 DEFAULT_NIC_GBS = 12.5
 RDMA_NICS = ("infiniband", "roce")
 PEER_MEMORY_CAPABILITIES = ("gpudirect_rdma", "peer_rdma")
-_NCCL_STYLE = {"nccl": "NCCL", "mccl": "MCCL"}
 
 
 class CommKind(StrEnum):
@@ -70,6 +70,7 @@ class Communicator:
 
     backend: str
     kind: CommKind
+    env_prefix: str | None = None  # the vendor CCL's NCCL-style variable prefix (NCCL, MCCL)
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -93,8 +94,9 @@ def choose(
     """The communicator of a group of `members` (rules in the module docstring)."""
     vendors = {m.vendor for m in members}
     if len(vendors) <= 1:
-        backend = next(iter(vendors)).torch_backend if vendors else "gloo"
-        chosen = Communicator(backend, CommKind.VENDOR_CCL)
+        vendor = next(iter(vendors), None)
+        backend = vendor.torch_backend if vendor else "gloo"
+        chosen = Communicator(backend, CommKind.VENDOR_CCL, vendor.ccl_env_prefix if vendor else None)
     elif (
         all(v.ucc_memory for v in vendors)
         and all(_peer_memory(m) for m in members)
@@ -105,15 +107,16 @@ def choose(
         chosen = Communicator("gloo", CommKind.CPU_RELAY)
     if override is None:
         return chosen
-    return Communicator(override, CommKind.CPU_RELAY if override == "gloo" else chosen.kind)
+    kind = CommKind.CPU_RELAY if override == "gloo" else chosen.kind
+    return Communicator(override, kind, chosen.env_prefix if override == chosen.backend else None)
 
 
-def communicator_env(backend: str, nics: Sequence[Nic]) -> dict[str, str]:
-    """The network variables `backend` needs on a node with `nics` (rules in the module docstring)."""
+def communicator_env(communicator: Communicator, nics: Sequence[Nic]) -> dict[str, str]:
+    """The network variables a communicator needs on a node with `nics` (rules in the module docstring)."""
+    backend, prefix = communicator.backend, communicator.env_prefix
     rdma = [n.name for n in nics if n.kind in RDMA_NICS]
     ethernet = [n.name for n in nics if n.kind not in RDMA_NICS]
     env: dict[str, str] = {}
-    prefix = _NCCL_STYLE.get(backend)
     if prefix is not None:
         if rdma:
             env[f"{prefix}_IB_HCA"] = ",".join(rdma)

@@ -82,7 +82,7 @@ class Groups:
         for name, key in group_keys(a).items():
             ranks = self.members[name][key]
             chosen = self.communicator(ranks)
-            env = comm.communicator_env(chosen.backend, nics)
+            env = comm.communicator_env(chosen, nics)
             out.append(GroupSpec(name, tuple(sorted(ranks)), chosen.backend, str(chosen.kind), env))
         return tuple(out)
 

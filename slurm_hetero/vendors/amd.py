@@ -123,6 +123,7 @@ class AmdVendor(Vendor):
     torch_backend: ClassVar[str] = "nccl"  # RCCL presents as NCCL in ROCm builds of torch
     stack_label: ClassVar[str] = "rocm"
     ucc_memory: ClassVar[bool] = True
+    ccl_env_prefix: ClassVar[str | None] = "NCCL"  # RCCL reads NCCL_* variables
     memory_capture_hint: ClassVar[str] = ROCM_HINT
     dialect: ClassVar[Dialect] = AMD
     formats: ClassVar[tuple[str, ...]] = tuple(PARSERS)

@@ -40,6 +40,8 @@ class Vendor(ABC):
     stack_label: ClassVar[str] = ""
     #: UCC moves this vendor's device memory directly (its cuda/rocm memory components).
     ucc_memory: ClassVar[bool] = False
+    #: Prefix of the vendor CCL's NCCL-style network variables (NCCL_IB_HCA, ...); None: it has none.
+    ccl_env_prefix: ClassVar[str | None] = None
     #: How to capture what a default table lacks (memory, model), named in parse errors.
     memory_capture_hint: ClassVar[str] = ""
     #: Device nodes whose presence shows the driver is loaded (then a missing tool is reported).
@@ -90,6 +92,7 @@ class Vendor(ABC):
             stack_label=cls.stack_label,
             device_glob=cls.device_glob,
             ucc_memory=cls.ucc_memory,
+            ccl_env_prefix=cls.ccl_env_prefix,
         )
 
     # helpers for parsers -------------------------------------------------------------

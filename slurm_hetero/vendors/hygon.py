@@ -75,6 +75,7 @@ class HygonVendor(Vendor):
     relative_visible_envs: ClassVar[tuple[str, ...]] = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
     torch_backend: ClassVar[str] = "nccl"  # the DTK's RCCL fork, as NCCL
     stack_label: ClassVar[str] = "dtk"
+    ccl_env_prefix: ClassVar[str | None] = "NCCL"
     memory_capture_hint: ClassVar[str] = HYGON_HINT
     dialect: ClassVar[Dialect] = HYGON
     formats: ClassVar[tuple[str, ...]] = ("json", "smi-text")

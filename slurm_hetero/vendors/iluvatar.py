@@ -104,6 +104,7 @@ class IluvatarVendor(Vendor):
     device_glob = "/dev/iluvatar[0-9]*"
     visible_devices_env = None
     torch_backend = "nccl"  # CoreX's CUDA-compatible collectives
+    ccl_env_prefix = "NCCL"
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

@@ -202,6 +202,7 @@ class KunlunxinVendor(Vendor):
     # vllm_kunlun/platforms/kunlun.py: dist_backend = "nccl")
     torch_backend = "nccl"
     torch_package = "torch_xmlir"
+    ccl_env_prefix = "NCCL"
 
     def commands(self) -> list[list[str]]:
         return [[TOOL]]

@@ -176,6 +176,7 @@ class MthreadsVendor(Vendor):
     device_glob = "/dev/mtgpu.[0-9]*"
     visible_devices_env = "MUSA_VISIBLE_DEVICES"
     torch_backend = "mccl"
+    ccl_env_prefix = "MCCL"
     torch_package = "torch_musa"
     torch_device = "musa"
 

@@ -155,6 +155,7 @@ class NvidiaVendor(Vendor):
     torch_backend = "nccl"
     stack_label = "cuda"
     ucc_memory = True
+    ccl_env_prefix = "NCCL"
 
     def affinity(self) -> int:
         """2 with pynvml importable and the NVIDIA driver present (nvmlInit can work), else 0."""

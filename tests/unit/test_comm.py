@@ -7,6 +7,7 @@ import pytest
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.engine.comm import (
     CommKind,
+    Communicator,
     Member,
     choose,
     communicator_env,
@@ -21,6 +22,7 @@ CATALOG = load_catalog()
 TRAITS = vendor_traits()
 IB = (Nic("mlx5_0", "infiniband"), Nic("eth0", "ethernet"))
 ROCE = (Nic("mlx5_0", "roce"),)
+VENDOR = CommKind.VENDOR_CCL
 
 
 def member(vendor: str, gres_type: str, node: str) -> Member:
@@ -78,16 +80,19 @@ def test_backend_override_applies_to_every_group() -> None:
 
 
 def test_network_variables_follow_the_nodes_nics() -> None:
-    assert communicator_env("nccl", IB) == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0"}
-    assert communicator_env("nccl", (Nic("eth0", "ethernet"),)) == {
+    nccl, mccl = Communicator("nccl", VENDOR, "NCCL"), Communicator("mccl", VENDOR, "MCCL")
+    assert communicator_env(nccl, IB) == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert communicator_env(nccl, (Nic("eth0", "ethernet"),)) == {
         "NCCL_IB_DISABLE": "1",
         "NCCL_SOCKET_IFNAME": "eth0",
     }
-    assert communicator_env("mccl", ROCE) == {"MCCL_IB_HCA": "mlx5_0"}
-    assert communicator_env("gloo", IB) == {"GLOO_SOCKET_IFNAME": "eth0"}
-    assert communicator_env("hccl", IB) == {"HCCL_SOCKET_IFNAME": "eth0"}
-    assert communicator_env("ucc", IB) == {"UCX_NET_DEVICES": "mlx5_0:1"}
-    assert communicator_env("nccl", ()) == {}
+    assert communicator_env(mccl, ROCE) == {"MCCL_IB_HCA": "mlx5_0"}
+    assert communicator_env(Communicator("gloo", CommKind.CPU_RELAY), IB) == {"GLOO_SOCKET_IFNAME": "eth0"}
+    assert communicator_env(Communicator("hccl", VENDOR), IB) == {"HCCL_SOCKET_IFNAME": "eth0"}
+    assert communicator_env(Communicator("ucc", CommKind.RDMA_DIRECT), IB) == {"UCX_NET_DEVICES": "mlx5_0:1"}
+    assert communicator_env(nccl, ()) == {}
+    # the prefix is the vendor's, not the backend name's: a vendor whose CCL registers as nccl may read MCCL_*
+    assert choose([member("mthreads", "mtt_s4000", "n1")], {}).env_prefix == "MCCL"
 
 
 def test_relay_costs_two_pcie_copies_plus_the_network() -> None:
