@@ -32,6 +32,7 @@ VENDORS = {
     "intel",
     "kunlunxin",
     "enflame",
+    "metax",
 }
 COMPARE_ONLY_VENDORS = {"google", "aws"}
 CAPABILITIES = {
@@ -101,7 +102,7 @@ REQUIRED_TYPES = [
 
 # (vendor, model string as the vendor tool prints it, expected type). Strings marked "capture" are
 # copied from the real captures in the shared fixtures (nvidia-smi, rocm-smi/amd-smi, npu-smi,
-# cnmon, efsmi, hl-smi, mthreads-gmi, xpu_smi); the others are the names the tools print per docs.
+# cnmon, efsmi, hl-smi, mthreads-gmi, xpu_smi, mx-smi); the others are the names the tools print per docs.
 RESOLUTIONS = [
     ("nvidia", "NVIDIA A100-SXM4-80GB", "a100_80g"),  # capture: nvidia-smi -q -x
     ("nvidia", "NVIDIA A100-SXM4-40GB", "a100_40g"),
@@ -154,6 +155,10 @@ RESOLUTIONS = [
     ("mthreads", "MTT S4000", "mtt_s4000"),  # capture: mthreads-gmi
     ("kunlunxin", "R300", "r300"),  # capture: xpu_smi
     ("enflame", "S60", "s60"),  # capture: efsmi
+    ("metax", "MetaX C500", "c500"),  # capture: mx-smi 2.2.9
+    ("metax", "MXC500", "c500"),  # capture: mx-smi 2.1.6
+    ("metax", "MetaX C550", "c550"),  # capture: mx-smi 2.2.4
+    ("metax", "MXC550", "c550"),  # capture: mx-smi 2.1.6
 ]
 
 UNRESOLVED = [
@@ -161,6 +166,7 @@ UNRESOLVED = [
     ("nvidia", "NVIDIA H100 NVL"),  # a different SKU: never guessed as SXM
     ("amd", "NVIDIA H100 PCIe"),  # patterns are scoped by vendor
     ("intel", "Intel(R) Graphics [0x020a]"),  # capture: xpu-smi discovery, unnamed device id
+    ("metax", "MetaX N260"),  # no public spec of known provenance: not in the catalog
 ]
 
 SITE_FILE = """\

@@ -1,0 +1,387 @@
+"""MetaX GPUs (C500, C550, MXC500/MXC550 as older tools name them, N260, ...) through `mx-smi`.
+
+Tools and versions parsed:
+- The default `mx-smi` output of mx-smi 2.1.6, 2.2.4 and 2.2.9 (kernel mode drivers 2.5.014, 2.15.9
+  and 3.4.4 in the fixtures): an optional `mx-smi  version: <v>` line, the `=== MetaX System
+  Management Interface Log ===` header, a Timestamp, `Attached GPUs : <N>`, then a box table whose
+  banner is `MX-SMI <v>  Kernel Mode Driver Version: <v>` over `MACA Version: <v>  BIOS Version: <v>`,
+  two header rows, two rows per GPU closed by `+---+`, and after a blank line a `Process:` box (which
+  must be complete when present) and, in some versions, `End of Log`. Three header layouts are
+  seen: `GPU NAME | Bus-id | GPU-Util` over `Temp Power | Memory-Usage |` (2.1.6, names such as
+  `MXC550`), the same with `Pwr:Usage/Cap` and a `GPU-State` column (2.2.4), and the four-column
+  `Board Name | GPU Persist-M | Bus-id | GPU-Util sGPU-M` over `Pwr:Usage/Cap | Temp Perf |
+  Memory-Usage | GPU-State` (2.2.9). Columns are found by their header words, never by position.
+- `mx-smi topo -m` (and `topo -n`, which adds NIC rows and a NIC legend), 2.2.9: after the same log
+  header and `Attached GPUs`, a `Device link type matrix` of space-aligned columns GPU0.., NIC0..,
+  `Node Affinity` and `CPU Affinity`, then `Legend:` (and `NIC Legend:`). It is parsed together with
+  a default table of the same node; alone it is a ParseError (it names no model or memory).
+
+Fields: `index` is the GPU number (the `GPU` column, not the 2.2.9 `Board` number), `model` the name
+as printed, `memory_mib` the total of Memory-Usage (`826/65536 MiB`), `pci_bus_id` Bus-id in sysfs
+form, `driver_version` the Kernel Mode Driver Version, `runtime_version` the MACA Version (unset when
+`unknown`, as mx-smi prints inside a container without the SDK). A GPU-State other than `Available`
+keeps the GPU but marks it unhealthy (MetaX's own exporter alert for that state points at
+`mx-smi -L` and `mx-smi --show-unavailable-reason`, MetaX-MACA/mxExporter prometheus config-map).
+From a topology capture: `MX` (MetaXLink) cells give `Link(kind="metaxlink")` to that GPU; PCIe paths
+(PIX, PXB, PHB, NODE, SYS) and ETH give none; `numa_node` is Node Affinity, `cores` CPU Affinity.
+`Attached GPUs` is a device count: a table or matrix with fewer GPUs is taken for a cut capture,
+and so is a Legend without its `NA` entry (every legend seen ends with it).
+
+`file` is `/dev/dri/card<index>`: MetaX GPUs are DRM devices. Containers get `--device=/dev/dri
+--device=/dev/mxcd` (mcPytorch README, MetaX-MACA/mcPytorch), and PaddleNLP's MetaX guide says
+`--device=/dev/dri/card0` alone makes only GPU 0 visible. `/dev/mxcd` is the shared control node and
+serves as `device_glob` (it shows the MetaX driver is loaded; /dev/dri/card* would match any GPU).
+`visible_devices_env` is MACA_VISIBLE_DEVICES: MetaX's torch build reads it before
+CUDA_VISIBLE_DEVICES (`os.getenv("MACA_VISIBLE_DEVICES") or os.getenv("CUDA_VISIBLE_DEVICES")` in
+mcPytorch's torch/cuda/__init__.py), and MetaX's vLLM plugin sets it next to CUDA_VISIBLE_DEVICES
+(vLLM-metax, patch/enhancement/chores/maca_visible_device.py); Slurm exports only the latter.
+
+Fixtures (tests/fixtures/metax/): `mx-smi_table_8x-c500_drv3.4.4_ms-swift-docs.txt`,
+`mx-smi_topo-m_8x-c500_metaxlink_ms-swift-docs.txt` and
+`mx-smi_topo-n_8x-c500_metaxlink-6nic_ms-swift-docs.txt` (modelscope/ms-swift, one node),
+`mx-smi_table_8x-c550_drv2.15.9_ernie-docs.txt` (PaddlePaddle/ERNIE),
+`mx-smi_table_8x-mxc550_drv2.5.014_paddlenlp-docs.txt` (PaddlePaddle/PaddleNLP) and
+`mx-smi_table_4x-mxc500_drv2.5.014_busy_blog.txt` (a public blog, with running processes).
+
+Known gaps: the `/dev/dri/card<N>` minor is assumed equal to the GPU index, which breaks when another
+DRM device (a BMC's VGA) takes a card number first: check /sys/bus/pci/devices/<pci_bus_id>/drm. The
+GPUs' render nodes (/dev/dri/renderD*) and /dev/mxcd are not in gres.conf, so Slurm's device cgroup
+does not fence them. No public capture shows a GPU whose GPU-State is not `Available`, so that row's
+other cells are read as for an available GPU, except that an unreadable memory cell then leaves
+`memory_mib` unset. The N260's 2.2.8 layout (`GPU NAME Persistence-M | Bus-id | GPU-Util sGPU-M`)
+fits the header rules but has no public capture of known provenance; sGPU-M (sGPU sharing mode) is
+not interpreted. `mx-smi -L` (UUIDs) and `mx-smi --show-memory` are not parsed: only fragments of
+their output are public. MetaXLink lane counts are not shown by `topo -m` (count=1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from slurm_hetero.model import Capture, Device, Health, Link
+from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
+from slurm_hetero.vendors._table import (
+    TOP_BORDER,
+    BoxTable,
+    Line,
+    TableError,
+    guarded,
+    numbered_lines,
+    read_box_table,
+    read_closed_box,
+    skip_blank,
+    sysfs_bus_id,
+)
+from slurm_hetero.vendors.base import Vendor
+
+TOOL = "mx-smi"
+TOPO_TOOL = "mx-smi topo"  # `-m` (what commands() runs) or `-n`, in ParseErrors
+MATRIX_TITLE = "Device link type matrix"
+
+_VERSION_LINE = re.compile(r"mx-smi\s+version:\s*\S+")
+_LOG_HEADER = re.compile(r"=+ MetaX System Management Interface Log =+")
+_TIMESTAMP = re.compile(r"Timestamp\s+:\s*\S.*")
+_ATTACHED = re.compile(r"Attached GPUs\s+:\s*(\d+)")
+_DRIVER = re.compile(r"MX-SMI\s+\S+\s+Kernel Mode Driver Version:\s*(\S+)")
+_MACA = re.compile(r"MACA Version:\s*(\S+)\s+BIOS Version:\s*\S+")
+_MEMORY = re.compile(r"(\d+)/(\d+) MiB")
+_LEGEND_ENTRY = re.compile(r"\s+(\S+)\s+= \S.*")
+_NIC_ENTRY = re.compile(r"\s+(NIC\d+): \S+")
+_AFFINITY = ["Node", "Affinity", "CPU", "Affinity"]
+_UNKNOWN = ("unknown", "N/A")
+
+
+# -- the log header every mx-smi command prints ------------------------------------------------------
+def _preamble(lines: list[Line]) -> tuple[int, int]:
+    """`Attached GPUs` and the index of the line after it, past the optional version line, the log
+    header and the Timestamp (the header may be indented, as in one published capture)."""
+    i = skip_blank(lines, 0)
+    if i < len(lines) and _VERSION_LINE.fullmatch(lines[i].text):
+        i = skip_blank(lines, i + 1)
+    if i == len(lines) or not _LOG_HEADER.fullmatch(lines[i].text.strip()):
+        where = lines[i] if i < len(lines) else None
+        raise TableError("not mx-smi output (no `MetaX System Management Interface Log` header)", where)
+    if i + 1 == len(lines) or not _TIMESTAMP.fullmatch(lines[i + 1].text):
+        raise TableError("expected `Timestamp : ...` under the log header", lines[min(i + 1, len(lines) - 1)])
+    i = skip_blank(lines, i + 2)
+    attached = _ATTACHED.fullmatch(lines[i].text) if i < len(lines) else None
+    if attached is None or int(attached.group(1)) == 0:
+        raise TableError("expected `Attached GPUs : <n>` (output cut short?)", lines[min(i, len(lines) - 1)])
+    return int(attached.group(1)), i + 1
+
+
+# -- the default table ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Layout:
+    """Where each field sits: (header row, column) pairs found by header words."""
+
+    index: tuple[int, int]
+    name: tuple[int, int]
+    name_words: tuple[int, int]  # value words to drop before and after the name
+    bus: tuple[int, int]
+    memory: tuple[int, int]
+    state: tuple[int, int] | None
+
+
+def _find(table: BoxTable, word: str, *, leading: bool = False) -> tuple[int, int] | None:
+    """(row, column) of the first header cell with `word` among its words (as the first if `leading`)."""
+    for row, line in enumerate(table.header):
+        for column, cell in enumerate(line.cells()):
+            words = cell.split()
+            if words and (words[0] == word if leading else word in words):
+                return row, column
+    return None
+
+
+def _layout(table: BoxTable) -> _Layout:
+    """2.1.x/2.2.4: `GPU NAME` is one cell, the GPU number its first word; 2.2.9: `Board Name` and
+    `GPU Persist-M` are two cells, the board number leads the name. Extra words (`Persistence-M`)
+    after NAME in a header cell are dropped from the value as well."""
+    if len(table.header) != 2:
+        raise TableError(f"expected two header rows, got {len(table.header)}", table.header[0])
+    index, name = _find(table, "GPU", leading=True), _find(table, "NAME") or _find(table, "Name")
+    bus, memory = _find(table, "Bus-id"), _find(table, "Memory-Usage")
+    if index is None or name is None or bus is None or memory is None:
+        raise TableError(
+            "unknown mx-smi header (no GPU, NAME, Bus-id or Memory-Usage column)", table.header[0]
+        )
+    words = table.header[name[0]].cells()[name[1]].split()
+    position = next(i for i, word in enumerate(words) if word.upper() == "NAME")
+    return _Layout(index, name, (position, len(words) - position - 1), bus, memory, _find(table, "GPU-State"))
+
+
+def _cell(block: tuple[Line, ...], where: tuple[int, int]) -> str:
+    return block[where[0]].cells()[where[1]]
+
+
+def _health(block: tuple[Line, ...], layout: _Layout) -> tuple[Health, str | None]:
+    state = _cell(block, layout.state) if layout.state else "Available"
+    if state == "Available":
+        return Health.OK, None
+    hint = "see `mx-smi -L` and `mx-smi --show-unavailable-reason`"
+    return Health.UNHEALTHY, f"mx-smi reports GPU-State {state or 'empty'!r}; {hint}"
+
+
+def _device(block: tuple[Line, ...], layout: _Layout, driver: str, maca: str | None) -> Device:
+    ident = _cell(block, layout.index).split()
+    before, after = layout.name_words
+    name = " ".join(_cell(block, layout.name).split()[before : -after or None])
+    bus = sysfs_bus_id(_cell(block, layout.bus))
+    if not (ident and ident[0].isdigit() and name and bus):
+        raise TableError("expected a GPU number, a name and a Bus-id in the first row", block[0])
+    health, reason = _health(block, layout)
+    memory = _MEMORY.fullmatch(_cell(block, layout.memory))
+    if memory is None and health == Health.OK:
+        raise TableError("expected Memory-Usage as `<used>/<total> MiB`", block[layout.memory[0]])
+    index = int(ident[0])
+    return Device(
+        vendor="metax",
+        model=name,
+        index=index,
+        file=f"/dev/dri/card{index}",
+        memory_mib=int(memory.group(2)) if memory else None,
+        pci_bus_id=bus,
+        health=health,
+        health_reason=reason,
+        driver_version=driver,
+        runtime_version=maca,
+    )
+
+
+def _read_trailer(lines: list[Line], i: int) -> None:
+    """After the device table: nothing, or a blank line, a complete `Process:` box, `End of Log`."""
+    i = skip_blank(lines, i)
+    if i < len(lines) and TOP_BORDER.match(lines[i].text):
+        if i + 1 == len(lines) or not lines[i + 1].text.startswith("| Process:"):
+            raise TableError("expected the `Process:` table after the device table", lines[i])
+        i = skip_blank(lines, read_closed_box(lines, i + 1, "`Process:` table"))
+    if i < len(lines) and lines[i].text.strip() == "End of Log":
+        i = skip_blank(lines, i + 1)
+    if i < len(lines):
+        raise TableError("unexpected line after the device table", lines[i])
+
+
+def _banner(table: BoxTable) -> tuple[str, str | None]:
+    texts = [line.cells()[0] for line in table.banner]
+    driver = _DRIVER.search(texts[0]) if texts else None
+    maca = _MACA.search(texts[1]) if len(texts) > 1 else None
+    if driver is None or maca is None:
+        where = table.banner[0] if table.banner else None
+        raise TableError(
+            "expected the `MX-SMI ... Kernel Mode Driver Version` and `MACA Version` banner", where
+        )
+    return driver.group(1), None if maca.group(1) in _UNKNOWN else maca.group(1)
+
+
+def _parse_table(text: str) -> list[Device]:
+    lines = numbered_lines(text)
+    attached, i = _preamble(lines)
+    if i == len(lines) or not TOP_BORDER.match(lines[i].text):
+        raise TableError("expected the device table under `Attached GPUs`", lines[min(i, len(lines) - 1)])
+    table = read_box_table(lines, i)
+    driver, maca = _banner(table)
+    layout = _layout(table)
+    if len(table.blocks) != attached or not table.last_separator.text.startswith("+"):
+        raise TableError(
+            f"`Attached GPUs : {attached}` but the table lists {len(table.blocks)} (output cut short?)",
+            table.last_separator,
+        )
+    _read_trailer(lines, table.end)
+    devices = [_device(block, layout, driver, maca) for block in table.blocks]
+    if len({d.index for d in devices}) != len(devices):
+        raise TableError("the same GPU number appears twice")
+    return sorted(devices, key=lambda d: d.index)
+
+
+# -- mx-smi topo -m / -n ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _TopoGpu:
+    metaxlinks: tuple[int, ...]
+    numa_node: int | None
+    cores: str | None
+
+
+def _matrix_header(line: Line, gpus: int) -> tuple[list[str], bool]:
+    words = line.text.split()
+    affinity = words[-4:] == _AFFINITY
+    columns = words[:-4] if affinity else words
+    nics = len(columns) - gpus
+    expected = [f"GPU{k}" for k in range(gpus)] + [f"NIC{k}" for k in range(nics)]
+    if nics < 0 or columns != expected:
+        raise TableError(f"expected the columns GPU0..GPU{gpus - 1} (then NIC0..) of `Attached GPUs`", line)
+    return columns, affinity
+
+
+def _affinity(words: list[str], line: Line) -> tuple[int | None, str | None]:
+    node, cpus = words
+    if not (node.isdigit() or node == "N/A"):
+        raise TableError(f"Node Affinity {node!r} is not a NUMA node", line)
+    try:
+        return (int(node) if node.isdigit() else None), normalize_cpu_list(cpus)
+    except ValueError as e:
+        raise TableError(str(e), line) from None
+
+
+def _matrix_rows(
+    lines: list[Line], i: int, columns: list[str], affinity: bool
+) -> list[tuple[Line, list[str]]]:
+    """One row per column label, in order; GPU rows carry the two affinity fields."""
+    rows = []
+    for label in columns:
+        words = lines[i].text.split() if i < len(lines) else []
+        width = 1 + len(columns) + (2 if affinity and label.startswith("GPU") else 0)
+        if len(words) != width or words[0] != label:
+            where = lines[min(i, len(lines) - 1)]
+            raise TableError(f"expected the complete {label} row (output cut short?)", where)
+        if words[1 + columns.index(label)] != "X":
+            raise TableError(f"{label} is not `X` to itself", lines[i])
+        rows.append((lines[i], words))
+        i += 1
+    return rows
+
+
+def _legend(lines: list[Line], i: int, title: str, entry: re.Pattern[str]) -> tuple[set[str], int]:
+    i = skip_blank(lines, i)
+    if i == len(lines) or lines[i].text.strip() != title:
+        raise TableError(f"expected `{title}` (output cut short?)", lines[min(i, len(lines) - 1)])
+    i = skip_blank(lines, i + 1)
+    names: set[str] = set()
+    while i < len(lines) and (match := entry.fullmatch(lines[i].text)):
+        names.add(match.group(1))
+        i += 1
+    return names, i
+
+
+def _parse_topology(text: str) -> list[_TopoGpu]:
+    lines = numbered_lines(text)
+    gpus, i = _preamble(lines)
+    if i + 1 >= len(lines) or lines[i].text.strip() != MATRIX_TITLE:
+        raise TableError(f"expected `{MATRIX_TITLE}` under `Attached GPUs`", lines[min(i, len(lines) - 1)])
+    columns, affinity = _matrix_header(lines[i + 1], gpus)
+    rows = _matrix_rows(lines, i + 2, columns, affinity)
+    codes, i = _legend(lines, i + 2 + len(rows), "Legend:", _LEGEND_ENTRY)
+    used = {code for _, words in rows for code in words[1 : 1 + len(columns)]}
+    if "NA" not in codes or not used <= codes:
+        missing = sorted(used - codes) or ["NA"]
+        raise TableError(f"the Legend does not explain {missing} (output cut short?)", lines[i - 1])
+    if len(columns) > gpus:
+        nics, i = _legend(lines, i, "NIC Legend:", _NIC_ENTRY)
+        if nics != set(columns[gpus:]):
+            raise TableError("the NIC Legend does not name every NIC (output cut short?)", lines[i - 1])
+    if skip_blank(lines, i) < len(lines):
+        raise TableError("unexpected line after the topology legend", lines[skip_blank(lines, i)])
+    topology = []
+    for line, words in rows[:gpus]:
+        numa, cores = _affinity(words[-2:], line) if affinity else (None, None)
+        links = tuple(peer for peer in range(gpus) if words[1 + peer] == "MX")
+        topology.append(_TopoGpu(links, numa, cores))
+    return topology
+
+
+def _apply_topology(devices: list[Device], topology: list[_TopoGpu]) -> list[Device]:
+    by_index = {d.index: d for d in devices}
+    if sorted(by_index) != list(range(len(topology))):
+        raise TableError(
+            f"the topology shows GPU0..GPU{len(topology) - 1} but the table GPUs {sorted(by_index)} "
+            "(captures of different nodes?)"
+        )
+    return [
+        replace(
+            by_index[k],
+            links=tuple(Link(peer=peer, kind="metaxlink") for peer in gpu.metaxlinks),
+            numa_node=gpu.numa_node,
+            cores=gpu.cores,
+        )
+        for k, gpu in enumerate(topology)
+    ]
+
+
+@register_vendor("metax")
+class MetaxVendor(Vendor):
+    """MetaX GPUs as GRES gpu, one `/dev/dri/cardN` each (plus the shared /dev/mxcd)."""
+
+    tools = (TOOL,)
+    device_glob = "/dev/mxcd"
+    visible_devices_env = "MACA_VISIBLE_DEVICES"
+    # Software-stack facts for the launcher, render and TaskProlog (`Vendor.traits()`):
+    # torch.distributed backend name: MetaX's torch build keeps "nccl", served by MCCL (libmccl.so):
+    # mcPytorch maca_tests/test_ddp_with_mccl_*.py call dist.init_process_group("nccl"), and the
+    # vLLM-metax platform declares dist_backend = "nccl" (vllm_metax/platform.py).
+    torch_backend: ClassVar[str] = "nccl"
+    # No extra module: MetaX ships a whole torch wheel (mcPytorch README: `pip install torch-2.4.0*.whl`;
+    # ms-swift's MetaX guide: `torch2.x.x+metax3.x.x.x`, then plain `import torch`).
+    torch_package: ClassVar[str | None] = None
+    # Device type "cuda": mcPytorch README prints `tensor([1., 1.], device='cuda:0')`; vLLM-metax
+    # declares device_type = "cuda".
+    torch_device: ClassVar[str] = "cuda"
+    # The stack is MXMACA; mx-smi's banner names its version `MACA Version` (runtime_version).
+    stack_label: ClassVar[str] = "maca"
+    # MCCL keeps NCCL's variables under its own prefix (MCCL_SOCKET_IFNAME, MCCL_IB_HCA in MetaX's docs).
+    ccl_env_prefix: ClassVar[str | None] = "MCCL"
+
+    def commands(self) -> list[list[str]]:
+        return [[TOOL], [TOOL, "topo", "-m"]]
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        topologies = [c for c in captures if MATRIX_TITLE in c.text]
+        tables = [c for c in captures if MATRIX_TITLE not in c.text]
+        if len(tables) != 1 or len(topologies) > 1:
+            where = (tables[1:] or topologies[1:] or list(captures) or [Capture("<no capture>", "")])[0]
+            counts = f"{len(tables)} tables and {len(topologies)} topologies"
+            message = f"expected one `mx-smi` table and at most one topology, got {counts}"
+            if not tables:
+                message += "; a topology alone names no models, also capture `mx-smi`"
+            raise self.parse_error(where, message)
+        devices = guarded(self, tables[0], _parse_table)
+        if not topologies:
+            return devices
+        try:
+            return _apply_topology(devices, _parse_topology(topologies[0].text))
+        except TableError as e:
+            line = e.line
+            no, text = (line.no, line.text) if line else (None, None)
+            raise self.parse_error(topologies[0], e.message, no, text, tool=TOPO_TOOL) from None
