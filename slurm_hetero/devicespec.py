@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -68,6 +69,12 @@ class Catalog:
     def by_type(self, gres_type: str) -> DeviceSpec | None:
         """The entry whose Slurm type (or alias) is `gres_type`."""
         return self._by_type.get(gres_type)
+
+    def with_types(self, site_types: Mapping[str, DeviceSpec]) -> Catalog:
+        """This catalog plus site type names (Slurm Type= names an inventory uses that are not
+        catalog types), each with the facts of the model it stands for, under the site's name."""
+        extra = [dataclasses.replace(spec, type=name, aliases=()) for name, spec in site_types.items()]
+        return Catalog([*self.specs, *extra])
 
     def types(self) -> list[str]:
         return [s.type for s in self.specs]

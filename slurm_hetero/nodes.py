@@ -143,6 +143,13 @@ def slurm_nodes(
     return [builder.node(n) for n in inventory.nodes]
 
 
+def with_site_types(catalog: Catalog, nodes: Sequence[SlurmNode]) -> Catalog:
+    """`catalog` that also knows the site type names `nodes` use (for commands that take type names
+    on the command line, as `plan --devices a800:8 --inventory FILE`)."""
+    site = {d.type: d.spec for n in nodes for d in n.devices if d.type != d.spec.type}
+    return catalog.with_types(site) if site else catalog
+
+
 def host_records(inventory: ClusterInventory, hosts: Sequence[str]) -> dict[str, NodeInventory]:
     """The inventory record of each host in `hosts` that has one (records may be hostlists)."""
     wanted: set[str] = set(hosts)

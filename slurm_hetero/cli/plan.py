@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from slurm_hetero import inventory as inventory_io
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
@@ -36,6 +37,7 @@ from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.launch.calibrate import load_measured
 from slurm_hetero.modelconfigs import context_length, layer_costs_for
+from slurm_hetero.nodes import slurm_nodes, with_site_types
 
 GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]*):([0-9]+)")
@@ -254,7 +256,10 @@ def build_spec(
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
     rates = load_measured(measured) if measured else {}
-    groups = device_groups(parse_devices(devices), load_catalog(), rates, options["per_node"], options["mfu"])
+    catalog = load_catalog()
+    if options.get("inventory_path") is not None:  # the site's Type= names, with their models' facts
+        catalog = with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
+    groups = device_groups(parse_devices(devices), catalog, rates, options["per_node"], options["mfu"])
     spec = LayoutSpec(
         groups,
         costs,
@@ -269,6 +274,12 @@ def build_spec(
 
 @cli.command("plan")
 @click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
+@click.option(
+    "--inventory",
+    "inventory_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Cluster inventory: TYPE may then be any Type= name it uses (facts from the device model).",
+)
 @model_options
 @click.option(
     "--micro-batches",

@@ -382,3 +382,22 @@ def test_measured_throughput_feeds_the_solver(tmp_path: Path) -> None:
     measured.write_text("ascend910b3: fast\n")
     code, _, err = run("--devices", "ascend910b3:2", "--model", "gpt2", "--measured", str(measured))
     assert "positive number" in one_line_error(code, err)
+
+
+def test_plan_takes_site_type_names_from_an_inventory() -> None:
+    """`--devices a800:8,lab_big:4 --inventory FILE`: Type= names the site uses, facts from the models."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from slurm_hetero.cli import cli
+    from tests.conftest import REPO
+
+    site = str(REPO / "gres_conf" / "examples" / "site-names.yaml")
+    args = ["plan", "--devices", "a800:8,lab_big:4", "--model", "gpt2", "--json", "--global-batch", "64"]
+    result = CliRunner().invoke(cli, [*args, "--inventory", site])
+    assert result.exit_code == 0, result.output
+    types = {s["type"] for s in _json.loads(result.stdout)["stages"]}
+    assert types <= {"a800", "lab_big"} and "lab_big" in types
+    unknown = CliRunner().invoke(cli, args)  # without the inventory, lab_big is no type
+    assert unknown.exit_code == 1 and "lab_big" in unknown.output
