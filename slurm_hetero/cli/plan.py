@@ -113,10 +113,26 @@ def _rows(layout: Layout) -> list[dict[str, Any]]:
     ]
 
 
-def layout_document(layout: Layout, model: str, seq: int) -> dict[str, Any]:
-    """The `--json` document: the contract keys plus the stages."""
+def estimated_types(devices: str, measured: Mapping[str, float] | None = None) -> dict[str, str]:
+    """The catalog types of `--devices` whose throughput is an estimate (and not measured), with how
+    it was derived."""
+    catalog = load_catalog()
+    out: dict[str, str] = {}
+    for name, _ in parse_devices(devices):
+        spec = catalog.by_type(name)
+        if spec and spec.estimate and spec.type not in (measured or {}) and name not in (measured or {}):
+            out[spec.type] = " ".join((spec.derivation or "").split())
+    return out
+
+
+def layout_document(
+    layout: Layout, model: str, seq: int, estimates: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The `--json` document: the contract keys plus the stages (and the types whose catalog
+    figures are estimates, with their derivation)."""
     stages, even = _rows(layout), layout.even_step_s
     return {
+        "estimates": dict(estimates or {}),
         "model": model,
         "seq": seq,
         "global_batch": layout.global_batch,
@@ -157,7 +173,7 @@ COLUMNS: list[Column] = [
 ]
 
 
-def render_layout(layout: Layout, model: str, seq: int) -> str:
+def render_layout(layout: Layout, model: str, seq: int, estimates: Mapping[str, str] | None = None) -> str:
     """The table of stages and the step-time summary."""
     rows, even = _rows(layout), layout.even_step_s
     versus = (
@@ -171,7 +187,8 @@ def render_layout(layout: Layout, model: str, seq: int) -> str:
         f"step: predicted {layout.predicted_step_s:.2f} s, even split {versus}, "
         f"bound {layout.bound_step_s:.2f} s, efficiency {layout.efficiency:.3f}"
     )
-    return "\n".join([head, render_table(rows, COLUMNS), tail])
+    notes = [f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()]
+    return "\n".join([head, render_table(rows, COLUMNS), tail, *notes])
 
 
 def _pyplot(path: Path) -> Any:
@@ -330,10 +347,11 @@ def plan(
     parallel inside them, layers and batch split unevenly by speed and memory."""
     spec, length = build_spec(devices, model, seq, measured, options)
     layout = solve(spec)
+    estimates = estimated_types(devices, load_measured(measured) if measured else None)
     if plot is not None:
         plot_step(layout, plot)
     click.echo(
-        json.dumps(layout_document(layout, model, length), indent=2)
+        json.dumps(layout_document(layout, model, length, estimates), indent=2)
         if as_json
-        else render_layout(layout, model, length)
+        else render_layout(layout, model, length, estimates)
     )

@@ -60,6 +60,8 @@ SPEC_FIELDS = (
     "price_per_hour_usd",
     "family",
     "compare_only",
+    "estimate",
+    "derivation",
     "source",
 )
 
