@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,7 +12,17 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.discover import discover_node
 from slurm_hetero.model import ClusterInventory
+from slurm_hetero.units import parse_size
 from slurm_hetero.vendors import all_vendors
+
+
+def node_facts(options: dict[str, Any]) -> dict[str, int]:
+    """The NodeName facts given on the command line."""
+    memory = options.pop("real_memory", None)
+    facts = {k: v for k, v in options.items() if v is not None}
+    if memory is not None:
+        facts["real_memory_mib"] = int(memory) if memory.isdigit() else parse_size(memory, "--real-memory")
+    return facts
 
 
 def _list_vendors() -> None:
@@ -43,6 +54,13 @@ def _list_vendors() -> None:
     type=click.Path(path_type=Path),
     help="Extra catalog directory with site models (*.yaml).",
 )
+@click.option(
+    "--cpus", type=click.IntRange(min=1), help="NodeName CPUs= (with --from-file; live: read here)."
+)
+@click.option("--sockets", type=click.IntRange(min=1), help="NodeName Sockets=.")
+@click.option("--cores-per-socket", type=click.IntRange(min=1), help="NodeName CoresPerSocket=.")
+@click.option("--threads-per-core", type=click.IntRange(min=1), help="NodeName ThreadsPerCore=.")
+@click.option("--real-memory", help="NodeName RealMemory= (MiB, or with a M/G/T suffix).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line (safe to collect from many srun tasks).")
 @click.option("--list-vendors", is_flag=True, help="List registered vendors and whether they can run here.")
 def discover(
@@ -52,10 +70,15 @@ def discover(
     models_dirs: tuple[Path, ...],
     as_json: bool,
     list_vendors: bool,
+    **facts: Any,
 ) -> None:
-    """Read this node's accelerators and topology into an inventory (YAML, or JSON with --json)."""
+    """Read this node's accelerators and topology into an inventory (YAML, or JSON with --json).
+
+    Live, the node's CPUs, sockets, cores, threads and memory come from the kernel, as slurmd -C
+    reports them. With --from-file they come from --cpus/--sockets/--cores-per-socket/
+    --threads-per-core/--real-memory, else from `scontrol show node` when Slurm knows the node."""
     if list_vendors:
         return _list_vendors()
-    node = discover_node(load_catalog(models_dirs), vendors, from_files, node_name)
+    node = discover_node(load_catalog(models_dirs), vendors, from_files, node_name, node_facts(facts))
     text = inventory.dumps(ClusterInventory(nodes=(node,)), as_json=as_json)
     click.echo(text.replace("\n", "") if as_json else text, nl=as_json)
