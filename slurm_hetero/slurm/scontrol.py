@@ -42,6 +42,7 @@ class SlurmNodeRecord:
     cores_per_socket: int | None = None
     threads_per_core: int | None = None
     real_memory_mib: int | None = None
+    partition: str = ""  # the first partition the node is in ("" when none)
 
     @property
     def states(self) -> set[str]:
@@ -105,6 +106,7 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
                 cores_per_socket=cores,
                 threads_per_core=_int(fields.get("ThreadsPerCore")),
                 real_memory_mib=_int(fields.get("RealMemory")),
+                partition=fields.get("Partitions", "").split(",")[0].strip(),
             )
         )
     return records
