@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -88,12 +86,17 @@ class RankLayout:
         raise LayoutError(f"rank {self.rank} is in no {name!r} group (has {[g.name for g in self.groups]})")
 
 
-def _accepts(hint: Any, value: Any) -> bool:
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+_BUILTIN = {"int": int, "float": float, "str": str, "None": type(None)}
+
+
+def _accepts(hint: str, value: Any) -> bool:
+    """Does `value` fit the field annotation `hint` ("int", "float | None", ...)? Read from the
+    annotation text, as `typing.get_type_hints` cannot evaluate `X | None` on Python 3.9."""
+    options = [_BUILTIN.get(part.strip()) for part in hint.split("|")]
     for option in options:
         if option is type(None) and value is None:
             return True
-        if option is float and isinstance(value, int | float) and not isinstance(value, bool):
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return True
         if option in (int, str) and isinstance(value, option) and not isinstance(value, bool):
             return True
@@ -120,7 +123,7 @@ def from_dict(data: Any, where: str = "layout") -> RankLayout:
         raise LayoutError(
             f"{where}: layout version {data.get('version')!r}; this slurm-hetero reads {VERSION}"
         )
-    hints = typing.get_type_hints(RankLayout)
+    hints = {f.name: str(f.type) for f in fields(RankLayout)}
     values: dict[str, Any] = {}
     for f in fields(RankLayout):
         if f.name not in data:

@@ -81,7 +81,7 @@ def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> s
     widths = [max([len(header), *(len(line[i]) for line in cells)]) for i, (header, *_) in enumerate(columns)]
 
     def line(values: Sequence[str]) -> str:
-        aligned = zip(values, widths, columns, strict=True)
+        aligned = zip(values, widths, columns)
         return "  ".join(v.rjust(w) if col[3] else v.ljust(w) for v, w, col in aligned).rstrip()
 
     return "\n".join([line([c[0] for c in columns]), *(line(c) for c in cells)])

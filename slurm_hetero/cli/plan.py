@@ -208,18 +208,14 @@ def plot_step(layout: Layout, path: Path) -> None:
     """One training step as a Gantt chart: a row per stage (the busiest replica of each pipeline
     shape), forward and backward boxes per micro-batch, the gradient all-reduce, idle time grey."""
     plt = _pyplot(path)
-    rows = [
-        (p, s, sched)
-        for p, sched in zip(layout.pipelines, step_schedules(layout), strict=True)
-        for s in p.stages
-    ]
+    rows = [(p, s, sched) for p, sched in zip(layout.pipelines, step_schedules(layout)) for s in p.stages]
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.45 * len(rows)))
     ax.set_facecolor("#e6e6e6")
     for y, (_, s, sched) in enumerate(rows):
         mine = sched.stage == s.index
         for backward, color in ((False, "#4c72b0"), (True, "#dd8452")):
             sel = mine & (sched.backward == backward)
-            spans = list(zip(sched.start[sel], sched.end[sel] - sched.start[sel], strict=True))
+            spans = list(zip(sched.start[sel], sched.end[sel] - sched.start[sel]))
             ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=color, edgecolors="white", linewidth=0.3)
         done = float(sched.stage_end[s.index])
         ax.broken_barh(

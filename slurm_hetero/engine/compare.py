@@ -66,7 +66,7 @@ SPEC_FIELDS = (
 )
 
 Row = dict[str, Any]
-Scorer = Callable[[DeviceSpec], float | None]
+Scorer = Callable[[DeviceSpec], "float | None"]
 
 
 def headline_tflops(spec: DeviceSpec) -> float | None:

@@ -55,11 +55,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from functools import partial
 
 import numpy as np
 import numpy.typing as npt
+
+from slurm_hetero.compat import StrEnum
 
 # Re-exported (`X as X`): the device options live in engine.fit_options.
 from slurm_hetero.engine.fit_options import DeviceOption as DeviceOption

@@ -192,7 +192,7 @@ def _amdsmi_table(
         row = lines[i].split()
         if len(row) != len(header) + 1:
             raise fail(f"table row has {len(row) - 1} cells for {len(header)} GPUs", i + 1)
-        cells.update({(row[0].lower(), dst): cell for dst, cell in zip(header, row[1:], strict=True)})
+        cells.update({(row[0].lower(), dst): cell for dst, cell in zip(header, row[1:])})
         i += 1
     if len(cells) != len(header) ** 2:
         raise fail("table is incomplete: output truncated?", min(i + 1, len(lines)))

@@ -337,10 +337,10 @@ def _parse_topo(capture: Capture) -> _Topo:
     hccs: dict[int, tuple[int, ...]] = {}
     affinity: dict[int, str | None] = {}
     used: set[str] = set()
-    for label, line in zip(labels, lines[1 : 1 + len(labels)], strict=True):
+    for label, line in zip(labels, lines[1 : 1 + len(labels)]):
         cells = _topo_row(capture, line, label, labels, has_affinity)
         used.update(cells[: len(labels)])
-        hccs[label] = tuple(peer for peer, cell in zip(labels, cells, strict=False) if cell == "HCCS")
+        hccs[label] = tuple(peer for peer, cell in zip(labels, cells) if cell == "HCCS")
         affinity[label] = _cpulist(capture, line, cells[-1]) if has_affinity else None
     _check_legend(capture, lines[1 + len(labels) :], used)
     return _Topo(labels, hccs, affinity)

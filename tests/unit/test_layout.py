@@ -164,8 +164,8 @@ def check_layout(spec: LayoutSpec, layout: Layout) -> None:
         starts = [s.layer_start for s in plan.stages]
         ends = [s.layer_end for s in plan.stages]
         assert starts[0] == 0 and ends[-1] == layers and starts[1:] == ends[:-1]
-        assert all(e - s >= 1 for s, e in zip(starts, ends, strict=True))
-        assert sum(e - s for s, e in zip(starts, ends, strict=True)) == layers
+        assert all(e - s >= 1 for s, e in zip(starts, ends))
+        assert sum(e - s for s, e in zip(starts, ends)) == layers
         for s in plan.stages:
             assert s.memory_bytes <= s.capacity_bytes * (1 + 1e-9)
             assert 0 <= s.recompute <= s.layer_end - s.layer_start
