@@ -20,6 +20,7 @@ from slurm_hetero.errors import ConfigError
 SITE_MODELS_DIR = Path("/etc/slurm-hetero/models.d")
 
 _REQUIRED = ("type", "vendor", "name", "match", "memory_gib", "source")
+_REQUIRED_SITE = ("type", "vendor", "name", "match", "memory_gib")  # a new type in a site file
 _NUMERIC = (
     "memory_gib",
     "memory_bandwidth_gbs",
@@ -32,24 +33,26 @@ _NUMERIC = (
     "tdp_w",
     "price_per_hour_usd",
 )
+Raw = Mapping[str, Any]
 
 
-def _spec_from_mapping(raw: Mapping[str, Any], path: str, position: int) -> DeviceSpec:
-    key = f"models[{position}]"
-    if not isinstance(raw, Mapping):
-        raise ConfigError("each model must be a mapping", path, key)
-    missing = [k for k in _REQUIRED if k not in raw]
+def _check_keys(raw: Raw, required: tuple[str, ...], path: str, key: str) -> None:
+    missing = [k for k in required if k not in raw]
     if missing:
-        raise ConfigError(
-            f"missing required keys: {', '.join(missing)}", path, f"{key}.{raw.get('type', '?')}"
-        )
+        where = f"{key}.{raw.get('type', '?')}"
+        raise ConfigError(f"missing required keys: {', '.join(missing)}", path, where)
     known = set(DeviceSpec.__dataclass_fields__) - {"patterns"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"unknown keys {unknown}; valid keys: {', '.join(sorted(known))}", path, key)
+    if raw.get("estimate") and not raw.get("derivation"):
+        raise ConfigError("estimate: true needs a `derivation` saying how the figures were got", path, key)
+
+
+def _spec_from_mapping(raw: Raw, path: str, key: str) -> DeviceSpec:
     values = dict(raw)
     for name in _NUMERIC:
-        if values.get(name) is not None and not isinstance(values[name], int | float):
+        if values.get(name) is not None and not isinstance(values[name], (int, float)):
             raise ConfigError(f"{name} must be a number, got {values[name]!r}", path, f"{key}.{name}")
     for name in ("match", "aliases", "capabilities"):
         values[name] = tuple(str(v) for v in (values.get(name) or ()))
@@ -62,15 +65,43 @@ def _spec_from_mapping(raw: Mapping[str, Any], path: str, position: int) -> Devi
     return DeviceSpec(**values, patterns=patterns)
 
 
-def parse_catalog_text(text: str, path: str) -> list[DeviceSpec]:
-    """Parse one models YAML document (`{version: 1, models: [...]}`)."""
+def _raw_models(text: str, path: str) -> list[Raw]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
     if not isinstance(data, Mapping) or not isinstance(data.get("models"), list):
         raise ConfigError("expected a mapping with a 'models' list", path)
-    return [_spec_from_mapping(raw, path, i) for i, raw in enumerate(data["models"])]
+    for i, raw in enumerate(data["models"]):
+        if not isinstance(raw, Mapping) or "type" not in raw:
+            raise ConfigError("each model must be a mapping with a `type`", path, f"models[{i}]")
+    return list(data["models"])
+
+
+def parse_catalog_text(text: str, path: str) -> list[DeviceSpec]:
+    """Parse one complete models YAML document (`{version: 1, models: [...]}`), as the bundled one."""
+    specs = []
+    for i, raw in enumerate(_raw_models(text, path)):
+        _check_keys(raw, _REQUIRED, path, f"models[{i}]")
+        specs.append(_spec_from_mapping(raw, path, f"models[{i}]"))
+    return specs
+
+
+def merge_site_text(base: dict[str, Raw], text: str, path: str) -> None:
+    """Apply one site file onto `base` (raw entries by type): an entry naming a known type or alias
+    overrides only the keys it gives; a new type needs vendor, name, match and memory_gib."""
+    aliases = {a: t for t, raw in base.items() for a in raw.get("aliases") or ()}
+    for i, raw in enumerate(_raw_models(text, path)):
+        key = f"models[{i}]"
+        known = aliases.get(str(raw["type"]), str(raw["type"]))
+        if known in base:
+            merged = {**base[known], **raw, "type": known}
+        else:
+            merged = {"source": f"site file {path}", **raw}
+            _check_keys(merged, _REQUIRED_SITE, path, key)
+        _check_keys(merged, _REQUIRED, path, key)
+        _spec_from_mapping(merged, path, key)  # fail on this file, not later
+        base[known] = merged
 
 
 def site_dirs() -> list[Path]:
@@ -83,14 +114,15 @@ def site_dirs() -> list[Path]:
 @cache
 def _load(dirs: tuple[Path, ...]) -> Catalog:
     bundled = resources.files("slurm_hetero.data").joinpath("models.yaml").read_text(encoding="utf-8")
-    by_type = {s.type: s for s in parse_catalog_text(bundled, "slurm_hetero/data/models.yaml")}
+    name = "slurm_hetero/data/models.yaml"
+    parse_catalog_text(bundled, name)  # the bundled file is complete on its own
+    by_type: dict[str, Raw] = {str(raw["type"]): raw for raw in _raw_models(bundled, name)}
     for directory in dirs:
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.yaml")):
-            for spec in parse_catalog_text(path.read_text(encoding="utf-8"), str(path)):
-                by_type[spec.type] = spec
-    return Catalog(by_type.values())
+            merge_site_text(by_type, path.read_text(encoding="utf-8"), str(path))
+    return Catalog(_spec_from_mapping(raw, name, raw["type"]) for raw in by_type.values())
 
 
 def load_catalog(extra_dirs: Iterable[Path] = ()) -> Catalog:

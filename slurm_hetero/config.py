@@ -105,7 +105,7 @@ def _names(value: Any, path: str, key: str) -> Any:
 
 def _users(value: Any, path: str, key: str) -> Any:
     if not isinstance(value, list) or not all(
-        isinstance(v, str | int) and not isinstance(v, bool) for v in value
+        isinstance(v, (str, int)) and not isinstance(v, bool) for v in value
     ):
         raise ConfigError("expected a list of user names or uids", path, key)
     return value
@@ -115,7 +115,7 @@ def _shard_sizes(value: Any, path: str, key: str) -> Any:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ConfigError("expected a mapping of gres type to the memory of one shard", path, key)
     for gres_type, size in value.items():
-        if isinstance(size, bool) or not isinstance(size, int | str):
+        if isinstance(size, bool) or not isinstance(size, (int, str)):
             raise ConfigError(f"{size!r} is not a size (4G, or MiB)", path, f"{key}.{gres_type}")
         try:
             parse_size(str(size), str(size))

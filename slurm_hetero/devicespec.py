@@ -34,6 +34,8 @@ class DeviceSpec:
     family: str | None = None
     notes: str | None = None
     compare_only: bool = False
+    estimate: bool = False  # some figures are derived or third-party: `derivation` says how
+    derivation: str | None = None
     patterns: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
 
     @property
@@ -78,3 +80,12 @@ class Catalog:
 
     def types(self) -> list[str]:
         return [s.type for s in self.specs]
+
+    def family(self, name: str) -> list[DeviceSpec]:
+        """The entries of a family (`ascend910b`: its SKUs), in catalog order."""
+        return [s for s in self.specs if s.family == name]
+
+    def named(self, name: str) -> list[DeviceSpec]:
+        """What a name means: the entry of that type or alias, else every entry of that family."""
+        spec = self.by_type(name)
+        return [spec] if spec is not None else self.family(name)

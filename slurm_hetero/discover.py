@@ -10,14 +10,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import HeteroError, InventoryError, ParseError
+from slurm_hetero.hosttopo import HostTopology, memtotal_mib, read_topology
 from slurm_hetero.model import Capture, Device, NodeInventory
 from slurm_hetero.nodes import lookup_spec, unknown_device
+from slurm_hetero.slurm.scontrol import show_node
 from slurm_hetero.vendors import Vendor, all_vendors, get_vendor
 
 logger = logging.getLogger(__name__)
@@ -93,16 +96,49 @@ def devices_live(vendor_names: Sequence[str]) -> list[tuple[Vendor, list[Device]
     return found
 
 
-def host_facts() -> dict[str, int]:
-    """CPUs and memory of this host, for the NodeName line."""
-    facts = {"cpus": os.cpu_count() or 1}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                facts["real_memory_mib"] = int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return facts
+FACT_KEYS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory_mib")
+
+
+def live_facts(root: Path = Path("/")) -> tuple[dict[str, int], HostTopology | None]:
+    """This host's NodeName facts as slurmd -C reports them, and its topology (for Cores=)."""
+    topology = read_topology(root)
+    if topology is None:
+        memory = memtotal_mib(root)
+        return {"cpus": os.cpu_count() or 1, **({"real_memory_mib": memory} if memory else {})}, None
+    facts = {
+        "cpus": topology.cpus,
+        "sockets": topology.sockets,
+        "cores_per_socket": topology.cores_per_socket,
+        "threads_per_core": topology.threads_per_core,
+    }
+    if topology.real_memory_mib:
+        facts["real_memory_mib"] = topology.real_memory_mib
+    return facts, topology
+
+
+def slurm_facts(name: str) -> dict[str, int]:
+    """The node's facts as slurmctld knows them (`scontrol show node`), {} when it does not."""
+    record = show_node(name)
+    if record is None:
+        return {}
+    found = {k: getattr(record, k) for k in FACT_KEYS if getattr(record, k) is not None}
+    logger.info("node %s: facts from scontrol show node: %s", name, found)
+    return found
+
+
+def with_core_indices(device: Device, topology: HostTopology) -> Device:
+    """The device's CPU affinity (OS CPU ids, as the tool prints it) as Slurm core indices."""
+    if not device.cores:
+        return device
+    cores = topology.slurm_cores(device.cores)
+    if cores is None:
+        logger.warning(
+            "%s device %d: CPU affinity %s is not among this host's online CPUs; Cores= left out",
+            device.vendor,
+            device.index,
+            device.cores,
+        )
+    return dataclasses.replace(device, cores=cores)
 
 
 def discover_node(
@@ -110,8 +146,15 @@ def discover_node(
     vendor_names: Sequence[str] = (),
     from_files: Sequence[Path] = (),
     node_name: str | None = None,
+    facts: Mapping[str, int] | None = None,
+    root: Path = Path("/"),
 ) -> NodeInventory:
-    """One node's inventory, live or from captured files."""
+    """One node's inventory, live or from captured files.
+
+    Node facts (CPUs, sockets, cores, threads, memory): `facts` win; live discovery reads the
+    kernel and maps device affinity to Slurm core indices; `--from-file` asks slurmctld for what
+    it knows of the node; whatever stays unknown is left out (and `gres render` says so).
+    """
     found = devices_from_files(vendor_names, from_files) if from_files else devices_live(vendor_names)
     devices = [complete_device(d, catalog, v) for v, ds in found for d in ds]
     if not devices:
@@ -119,6 +162,21 @@ def discover_node(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
     name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    facts = {} if from_files else host_facts()
-    memory = facts.get("real_memory_mib")
-    return NodeInventory(name=name, devices=tuple(devices), cpus=facts.get("cpus"), real_memory_mib=memory)
+    known: dict[str, int] = {}
+    if from_files:
+        missing = [k for k in FACT_KEYS if k not in (facts or {})]
+        known = slurm_facts(name) if missing and shutil.which("scontrol") else {}
+    else:
+        known, topology = live_facts(root)
+        if topology is not None:
+            devices = [with_core_indices(d, topology) for d in devices]
+    known.update(facts or {})
+    return NodeInventory(
+        name=name,
+        devices=tuple(devices),
+        cpus=known.get("cpus"),
+        sockets=known.get("sockets"),
+        cores_per_socket=known.get("cores_per_socket"),
+        threads_per_core=known.get("threads_per_core"),
+        real_memory_mib=known.get("real_memory_mib"),
+    )

@@ -276,7 +276,7 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
     if not docs:
         raise InventoryError(f"{path}: empty inventory")
     labels = [str(path)] if len(docs) == 1 else [f"{path}[doc {i}]" for i in range(1, len(docs) + 1)]
-    return [(label, inventory_from_dict(d, label)) for label, d in zip(labels, docs, strict=True)]
+    return [(label, inventory_from_dict(d, label)) for label, d in zip(labels, docs)]
 
 
 def _shape(node: NodeInventory) -> NodeInventory:

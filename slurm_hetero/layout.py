@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -145,7 +143,7 @@ class RankLayout:
             raise LayoutError(
                 f"{where}: layout version {data.get('version')!r}; this slurm-hetero reads {VERSION}"
             )
-        hints = typing.get_type_hints(cls)
+        hints = {f.name: str(f.type) for f in fields(cls)}
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in data:
@@ -160,7 +158,7 @@ class RankLayout:
             elif not _accepts(hints[f.name], value):
                 raise LayoutError(f"{where}: {f.name} must be {_hint_name(hints[f.name])}, got {value!r}")
             else:
-                values[f.name] = float(value) if hints[f.name] is float else value
+                values[f.name] = float(value) if hints[f.name] == "float" else value
         layout = cls(**values)
         _check_ranges(layout, where)
         return layout
@@ -178,12 +176,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _accepts(hint: Any, value: Any) -> bool:
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+_BUILTIN = {"int": int, "float": float, "str": str, "None": type(None)}
+
+
+def _accepts(hint: str, value: Any) -> bool:
+    """Does `value` fit the field annotation `hint` ("int", "float | None", ...)? Read from the
+    annotation text, as `typing.get_type_hints` cannot evaluate `X | None` on Python 3.9."""
+    options = [_BUILTIN.get(part.strip()) for part in hint.split("|")]
     for option in options:
         if option is type(None) and value is None:
             return True
-        if option is float and isinstance(value, int | float) and not isinstance(value, bool):
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return True
         if option is int and _is_int(value):
             return True
@@ -192,9 +195,8 @@ def _accepts(hint: Any, value: Any) -> bool:
     return False
 
 
-def _hint_name(hint: Any) -> str:
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    return " or ".join("null" if o is type(None) else getattr(o, "__name__", str(o)) for o in options)
+def _hint_name(hint: str) -> str:
+    return " or ".join("null" if p.strip() == "None" else p.strip() for p in hint.split("|"))
 
 
 def _check_ranges(lay: RankLayout, where: str) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from slurm_hetero.compat import StrEnum
 from slurm_hetero.devicespec import DeviceSpec
 
 

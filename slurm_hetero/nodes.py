@@ -72,8 +72,9 @@ def gres_order(devices: Sequence[Device], include_unhealthy: bool = False) -> li
 
 
 def memory_class(device: SlurmDevice) -> str:
-    """`gpumem80g`: the nominal memory of the model."""
-    return f"gpumem{round(device.spec.memory_gib)}g"
+    """`gpumem79g`: the device's own memory (as discovered, else the model's nominal memory) in
+    whole GiB, rounded down, so `-C gpumemNg` never promises more than `--gres=gpumem:NG` finds."""
+    return f"gpumem{device.memory_mib // 1024}g"
 
 
 def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[str, ...]:

@@ -339,7 +339,7 @@ def weighted_allreduce_grads(module: torch.nn.Module, layout: Any, group: Proces
         comm = _on_comm_device(flat, group)
         dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=group)
         flat = comm.to(flat.device)
-    for g, reduced in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+    for g, reduced in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(reduced.view_as(g))
 
 

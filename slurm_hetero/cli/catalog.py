@@ -15,7 +15,7 @@ import click
 
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.devicespec import DeviceSpec
+from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.engine.compare import compare, spec_row
 from slurm_hetero.errors import ConfigError
 
@@ -39,11 +39,25 @@ def _tflops(row: dict[str, Any]) -> Any:
     return row["bf16_tflops"] if row["bf16_tflops"] is not None else row["fp16_tflops"]
 
 
+def _type(row: dict[str, Any]) -> str:
+    """The type, starred when some of its figures are estimates (explained below the table)."""
+    return f"{row['type']}*" if row.get("estimate") else str(row["type"])
+
+
+def estimate_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per entry whose figures are derived or third-party, with how they were got."""
+    return [
+        f"* {r['type']}: estimate: {' '.join(str(r['derivation']).split())}"
+        for r in rows
+        if r.get("estimate")
+    ]
+
+
 # (header, value getter, formatter, right-aligned)
 Column = tuple[str, Callable[[dict[str, Any]], Any], Formatter, bool]
 
 COLUMNS: list[Column] = [
-    ("TYPE", lambda r: r["type"], _text, False),
+    ("TYPE", _type, _text, False),
     ("VENDOR", lambda r: r["vendor"], _text, False),
     ("MEM_GIB", lambda r: r["memory_gib"], _number(), True),
     ("BW_GB/S", lambda r: r["memory_bandwidth_gbs"], _number(), True),
@@ -67,7 +81,7 @@ def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> s
     widths = [max([len(header), *(len(line[i]) for line in cells)]) for i, (header, *_) in enumerate(columns)]
 
     def line(values: Sequence[str]) -> str:
-        aligned = zip(values, widths, columns, strict=True)
+        aligned = zip(values, widths, columns)
         return "  ".join(v.rjust(w) if col[3] else v.ljust(w) for v, w, col in aligned).rstrip()
 
     return "\n".join([line([c[0] for c in columns]), *(line(c) for c in cells)])
@@ -78,6 +92,22 @@ def _checked_dirs(models_dirs: Sequence[Path]) -> list[Path]:
         if not directory.is_dir():
             raise ConfigError("no such models directory; pass a directory of *.yaml files", str(directory))
     return list(models_dirs)
+
+
+def _named(specs: Sequence[DeviceSpec], names: Sequence[str], catalog: Catalog) -> list[DeviceSpec]:
+    """Only the named types, aliases or families (`ascend910b`: all its SKUs)."""
+    if not names:
+        return list(specs)
+    chosen: list[DeviceSpec] = []
+    for name in names:
+        found = catalog.named(name)
+        if not found:
+            raise ConfigError(
+                f"no type, alias or family {name!r}; `slurm-hetero catalog` lists the types and "
+                f"families: {', '.join(sorted({s.family for s in specs if s.family}))}"
+            )
+        chosen += [s for s in found if s not in chosen]
+    return [s for s in specs if s in chosen]
 
 
 def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceSpec]:
@@ -92,6 +122,7 @@ def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceS
 
 
 @cli.command("catalog")
+@click.argument("names", nargs=-1)
 @click.option("--vendor", "vendors", multiple=True, help="Only this vendor's models (repeatable).")
 @click.option(
     "--compare",
@@ -107,11 +138,21 @@ def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceS
     type=click.Path(path_type=Path),
     help="Extra directory of site model files (*.yaml), read after the site dirs (repeatable).",
 )
-def catalog(vendors: tuple[str, ...], compared: bool, as_json: bool, models_dirs: tuple[Path, ...]) -> None:
-    """List the known device models: memory, bandwidth, 16-bit TFLOPS, links, power and price."""
-    specs = _select(load_catalog(_checked_dirs(models_dirs)).specs, vendors)
+def catalog(
+    names: tuple[str, ...],
+    vendors: tuple[str, ...],
+    compared: bool,
+    as_json: bool,
+    models_dirs: tuple[Path, ...],
+) -> None:
+    """List the known device models (all, or the NAMES given: types, aliases or families such as
+    ascend910b): memory, bandwidth, 16-bit TFLOPS, links, power and price. A starred type has
+    estimated figures, explained below the table."""
+    known = load_catalog(_checked_dirs(models_dirs))
+    specs = _select(_named(known.specs, names, known), vendors)
     rows = compare(specs) if compared else [spec_row(s) for s in specs]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:
-        click.echo(render_table(rows, COLUMNS + COMPARE_COLUMNS if compared else COLUMNS))
+        table = render_table(rows, COLUMNS + COMPARE_COLUMNS if compared else COLUMNS)
+        click.echo("\n".join([table, *estimate_notes(rows)]))

@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Any
 
 import click
 
-from slurm_hetero import inventory
+from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.discover import discover_node
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.fanout import fan_out
 from slurm_hetero.model import ClusterInventory
+from slurm_hetero.units import parse_size
 from slurm_hetero.vendors import all_vendors
+
+
+def node_facts(options: dict[str, Any]) -> dict[str, int]:
+    """The NodeName facts given on the command line."""
+    memory = options.pop("real_memory", None)
+    facts = {k: v for k, v in options.items() if v is not None}
+    if memory is not None:
+        facts["real_memory_mib"] = int(memory) if memory.isdigit() else parse_size(memory, "--real-memory")
+    return facts
+
+
+def _fan_out(spec: str | None, remote_command: str) -> None:
+    result = fan_out(spec, shlex.split(remote_command))
+    for name in sorted(result.lines):
+        click.echo(result.lines[name])
+    if result.failed:
+        for name, why in sorted(result.failed.items()):
+            click.echo(f"slurm-hetero: {name}: {why}", err=True)
+        raise HeteroError(
+            f"{len(result.failed)} of {len(result.failed) + len(result.lines)} nodes gave no inventory: "
+            f"{hostlist.fold(result.failed)}"
+        )
 
 
 def _list_vendors() -> None:
@@ -43,8 +70,29 @@ def _list_vendors() -> None:
     type=click.Path(path_type=Path),
     help="Extra catalog directory with site models (*.yaml).",
 )
+@click.option(
+    "--cpus", type=click.IntRange(min=1), help="NodeName CPUs= (with --from-file; live: read here)."
+)
+@click.option("--sockets", type=click.IntRange(min=1), help="NodeName Sockets=.")
+@click.option("--cores-per-socket", type=click.IntRange(min=1), help="NodeName CoresPerSocket=.")
+@click.option("--threads-per-core", type=click.IntRange(min=1), help="NodeName ThreadsPerCore=.")
+@click.option("--real-memory", help="NodeName RealMemory= (MiB, or with a M/G/T suffix).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line (safe to collect from many srun tasks).")
 @click.option("--list-vendors", is_flag=True, help="List registered vendors and whether they can run here.")
+@click.option(
+    "--nodes",
+    "fan_nodes",
+    metavar="HOSTLIST",
+    help="Discover on these nodes (srun where Slurm can run a step, ssh for drained/down ones); "
+    "prints one JSON line per node.",
+)
+@click.option("--all", "fan_all", is_flag=True, help="As --nodes, on every node Slurm knows.")
+@click.option(
+    "--remote-command",
+    default="slurm-hetero",
+    show_default=True,
+    help="How to run slurm-hetero on the nodes (--nodes/--all).",
+)
 def discover(
     vendors: tuple[str, ...],
     from_files: tuple[Path, ...],
@@ -52,10 +100,20 @@ def discover(
     models_dirs: tuple[Path, ...],
     as_json: bool,
     list_vendors: bool,
+    fan_nodes: str | None,
+    fan_all: bool,
+    remote_command: str,
+    **facts: Any,
 ) -> None:
-    """Read this node's accelerators and topology into an inventory (YAML, or JSON with --json)."""
+    """Read this node's accelerators and topology into an inventory (YAML, or JSON with --json).
+
+    Live, the node's CPUs, sockets, cores, threads and memory come from the kernel, as slurmd -C
+    reports them. With --from-file they come from --cpus/--sockets/--cores-per-socket/
+    --threads-per-core/--real-memory, else from `scontrol show node` when Slurm knows the node."""
     if list_vendors:
         return _list_vendors()
-    node = discover_node(load_catalog(models_dirs), vendors, from_files, node_name)
+    if fan_nodes or fan_all:
+        return _fan_out(None if fan_all else fan_nodes, remote_command)
+    node = discover_node(load_catalog(models_dirs), vendors, from_files, node_name, node_facts(facts))
     text = inventory.dumps(ClusterInventory(nodes=(node,)), as_json=as_json)
     click.echo(text.replace("\n", "") if as_json else text, nl=as_json)

@@ -108,6 +108,8 @@ def render(
         inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options
     )
     context["source"] = inventory_path.name
+    for note in context["notes"]:
+        click.echo(f"slurm-hetero: warning: {note}", err=True)
     files = {
         (out if check else ensure_output_dir(out)) / name: text
         for name, text in render_configs(context, template_dir).items()

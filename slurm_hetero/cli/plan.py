@@ -23,6 +23,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import cost_options, cost_settings, describe, model_options
+from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.devicegroups import MFU, device_groups
 from slurm_hetero.engine.layout import (
     Layout,
@@ -123,11 +124,27 @@ def _rows(layout: Layout) -> list[dict[str, Any]]:
     ]
 
 
-def layout_document(layout: Layout, model: str, seq: int, settings: CostSettings) -> dict[str, Any]:
-    """The `--json` document: the contract keys plus the settings and the stages (memory per
-    device in bytes and GiB, of its usable capacity)."""
+def estimated_types(
+    devices: str, catalog: Catalog, measured: Mapping[str, float] | None = None
+) -> dict[str, str]:
+    """The types of `--devices` whose throughput is an estimate (and not measured), with how it was
+    derived."""
+    out: dict[str, str] = {}
+    for name, _ in parse_devices(devices):
+        spec = catalog.by_type(name)
+        if spec and spec.estimate and spec.type not in (measured or {}) and name not in (measured or {}):
+            out[spec.type] = " ".join((spec.derivation or "").split())
+    return out
+
+
+def layout_document(
+    layout: Layout, model: str, seq: int, settings: CostSettings, estimates: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The `--json` document: the contract keys plus the settings, the stages (memory per device in
+    bytes and GiB, of its usable capacity) and the types whose catalog figures are estimates."""
     stages, even = _rows(layout), layout.even_step_s
     return {
+        "estimates": dict(estimates or {}),
         "model": model,
         "seq": seq,
         "attention": settings.attention,
@@ -170,7 +187,9 @@ COLUMNS: list[Column] = [
 ]
 
 
-def render_layout(layout: Layout, model: str, seq: int, settings: CostSettings) -> str:
+def render_layout(
+    layout: Layout, model: str, seq: int, settings: CostSettings, estimates: Mapping[str, str] | None = None
+) -> str:
     """The table of stages (MEM_GIB: memory per device, of CAP_GIB usable) and the step-time summary."""
     rows, even = _rows(layout), layout.even_step_s
     versus = (
@@ -184,7 +203,8 @@ def render_layout(layout: Layout, model: str, seq: int, settings: CostSettings) 
         f"step: predicted {layout.predicted_step_s:.2f} s, even split {versus}, "
         f"bound {layout.bound_step_s:.2f} s, efficiency {layout.efficiency:.3f}"
     )
-    return "\n".join([head, render_table(rows, COLUMNS), tail])
+    notes = [f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()]
+    return "\n".join([head, render_table(rows, COLUMNS), tail, *notes])
 
 
 def _pyplot(path: Path) -> Any:
@@ -204,18 +224,14 @@ def plot_step(layout: Layout, path: Path) -> None:
     """One training step as a Gantt chart: a row per stage (the busiest replica of each pipeline
     shape), forward and backward boxes per micro-batch, the gradient all-reduce, idle time grey."""
     plt = _pyplot(path)
-    rows = [
-        (p, s, sched)
-        for p, sched in zip(layout.pipelines, step_schedules(layout), strict=True)
-        for s in p.stages
-    ]
+    rows = [(p, s, sched) for p, sched in zip(layout.pipelines, step_schedules(layout)) for s in p.stages]
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.45 * len(rows)))
     ax.set_facecolor("#e6e6e6")
     for y, (_, s, sched) in enumerate(rows):
         mine = sched.stage == s.index
         for backward, color in ((False, "#4c72b0"), (True, "#dd8452")):
             sel = mine & (sched.backward == backward)
-            spans = list(zip(sched.start[sel], sched.end[sel] - sched.start[sel], strict=True))
+            spans = list(zip(sched.start[sel], sched.end[sel] - sched.start[sel]))
             ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=color, edgecolors="white", linewidth=0.3)
         done = float(sched.stage_end[s.index])
         ax.broken_barh(
@@ -248,6 +264,14 @@ def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan,
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
+def plan_catalog(options: Mapping[str, Any]) -> Catalog:
+    """The catalog, plus the site's Type= names with their models' facts when --inventory is given."""
+    catalog = load_catalog()
+    if options.get("inventory_path") is None:
+        return catalog
+    return with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
+
+
 def build_spec(
     devices: str, model: str, seq: int | None, measured: Path | None, options: Mapping[str, Any]
 ) -> tuple[LayoutSpec, int, CostSettings]:
@@ -256,10 +280,9 @@ def build_spec(
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
     rates = load_measured(measured) if measured else {}
-    catalog = load_catalog()
-    if options.get("inventory_path") is not None:  # the site's Type= names, with their models' facts
-        catalog = with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
-    groups = device_groups(parse_devices(devices), catalog, rates, options["per_node"], options["mfu"])
+    groups = device_groups(
+        parse_devices(devices), plan_catalog(options), rates, options["per_node"], options["mfu"]
+    )
     spec = LayoutSpec(
         groups,
         costs,
@@ -324,10 +347,11 @@ def plan(
     parallel inside them, layers and batch split unevenly by speed and memory."""
     spec, length, settings = build_spec(devices, model, seq, measured, options)
     layout = solve(spec)
+    estimates = estimated_types(devices, plan_catalog(options), load_measured(measured) if measured else None)
     if plot is not None:
         plot_step(layout, plot)
     click.echo(
-        json.dumps(layout_document(layout, model, length, settings), indent=2)
+        json.dumps(layout_document(layout, model, length, settings, estimates), indent=2)
         if as_json
-        else render_layout(layout, model, length, settings)
+        else render_layout(layout, model, length, settings, estimates)
     )

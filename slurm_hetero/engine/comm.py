@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from slurm_hetero.compat import StrEnum
 from slurm_hetero.devicespec import DeviceSpec
 from slurm_hetero.model import Nic, VendorTraits
 

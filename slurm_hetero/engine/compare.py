@@ -60,11 +60,13 @@ SPEC_FIELDS = (
     "price_per_hour_usd",
     "family",
     "compare_only",
+    "estimate",
+    "derivation",
     "source",
 )
 
 Row = dict[str, Any]
-Scorer = Callable[[DeviceSpec], float | None]
+Scorer = Callable[[DeviceSpec], "float | None"]
 
 
 def headline_tflops(spec: DeviceSpec) -> float | None:

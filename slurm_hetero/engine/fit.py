@@ -224,7 +224,7 @@ def training_memory(
     )
     table = layer_table(spec, seq, settings, micro_batch, tp)
     params, shards = _stage_params(table, pp), zero_divisors(zero_stage, dp)
-    w, g, o = (params * b / n for b, n in zip(table.state_per_param, shards, strict=True))
+    w, g, o = (params * b / n for b, n in zip(table.state_per_param, shards))
     return Breakdown(
         mode="train",
         weights=w,

@@ -268,7 +268,7 @@ def _even_step_s(spec: LayoutSpec, model: StepModel) -> float | None:
 def _stage_plans(spec: LayoutSpec, model: StepModel, bounds: list[int]) -> list[tuple[StagePlan, ...]]:
     stats, allreduce = model.line_stats(bounds) or [], model.allreduce(bounds)
     out = []
-    for line, s in zip(model.shape.lines, stats, strict=True):
+    for line, s in zip(model.shape.lines, stats):
         plans = []
         for k, (g, t) in enumerate(line):
             times = (float(s.fwd[k]), float(s.bwd[k]), float(s.p2p[k]), float(allreduce[k]))
@@ -286,7 +286,7 @@ def layout_from_split(
     step of `step` seconds: what `solve` returns for its winner, and the even split of the chosen
     shape (`even_bounds`, equal samples) that `slurm-hetero launch --even` runs."""
     pipelines, first = [], 0
-    for stages, r in zip(_stage_plans(spec, model, bounds), model.shape.replicas, strict=True):
+    for stages, r in zip(_stage_plans(spec, model, bounds), model.shape.replicas):
         pipelines.append(PipelinePlan(stages, samples[first : first + r], model.shape.micro_batch, first))
         first += r
     kind, even = LayoutKind(model.shape.kind), _even_step_s(spec, model)
@@ -337,7 +337,7 @@ def _group_ranks(
     ranks = first + np.arange(layout.groups[gi].count)
     nodes = np.searchsorted(node_first, ranks, side="right") - 1
     out = []
-    for i, (rank, node) in enumerate(zip(ranks.tolist(), nodes.tolist(), strict=True)):
+    for i, (rank, node) in enumerate(zip(ranks.tolist(), nodes.tolist())):
         replica, offset = divmod(i, offsets[-1])
         j = bisect.bisect_right(offsets, offset) - 1
         s, n = stages[j], plan.samples[replica]

@@ -37,11 +37,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
+from slurm_hetero.compat import StrEnum
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import ConfigError
 
@@ -250,7 +250,7 @@ class LayerTable:
     def state_bytes(self, dp: int = 1) -> FloatArray:
         """Weights, gradients and optimizer states per layer on one of `dp` data-parallel ranks."""
         shards = zero_divisors(self.settings.zero_stage, dp)
-        return self.params * sum(b / n for b, n in zip(self.state_per_param, shards, strict=True))
+        return self.params * sum(b / n for b, n in zip(self.state_per_param, shards))
 
     @property
     def kept_bytes(self) -> FloatArray:

@@ -12,10 +12,9 @@ shapes themselves, `LayoutSpec` and the answer are `engine.layout`; the step mod
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short
@@ -43,13 +42,26 @@ def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
     return [(g, t, sum(1 for _ in run)) for (g, t), run in itertools.groupby(line)]
 
 
+def _first_true(n: int, test: Callable[[int], bool]) -> int:
+    """The first j in range(n) where the monotone `test` holds (n if none): bisect with a key,
+    which Python 3.9's bisect lacks."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if test(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _p2p_sum(spec: LayoutSpec, shape: Shape) -> float:
     """Sum of the transfer times between the stages of a one-line shape (as `line_p2p`)."""
     runs, total = _runs(shape.lines[0]), 0.0
     for g, t, n in runs:
         inside = t * n <= spec.groups[g].node_size
         total += (n - 1) / (t * (spec.groups[g].link_gbs if inside else spec.network_gbs))
-    total += sum(1.0 / (min(a[1], b[1]) * spec.network_gbs) for a, b in itertools.pairwise(runs))
+    total += sum(1.0 / (min(a[1], b[1]) * spec.network_gbs) for a, b in zip(runs, runs[1:]))
     return total * shape.micro_batch * spec.costs.boundary_bytes / GB
 
 
@@ -89,15 +101,11 @@ def _lower_bound(spec: LayoutSpec, shape: Shape, rate: Rates) -> float:
     if shape.kind == LayoutKind.PIPELINE:
         runs = sorted(((rate[g, t], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
         return _fill_bound(runs, _line_micro_batches(spec, shape), work, 0.0) + 2 * _p2p_sum(spec, shape)
-    speed = [
-        r * rate[line[0]] * shape.stages / work for r, line in zip(shape.replicas, shape.lines, strict=True)
-    ]
+    speed = [r * rate[line[0]] * shape.stages / work for r, line in zip(shape.replicas, shape.lines)]
     lo, hi = 0.0, (spec.global_batch / b + sum(shape.replicas) * shape.stages) / min(speed)
     while hi - lo > 1e-9 * hi:  # least x with sum_g r_g * max(0, x * c_g - (p - 1)) >= B / b
         mid = (lo + hi) / 2
-        reach = sum(
-            max(0.0, mid * c - r * (shape.stages - 1)) for c, r in zip(speed, shape.replicas, strict=True)
-        )
+        reach = sum(max(0.0, mid * c - r * (shape.stages - 1)) for c, r in zip(speed, shape.replicas))
         lo, hi = (lo, mid) if reach >= spec.global_batch / b else (mid, hi)
     return hi
 
@@ -133,7 +141,7 @@ def _cap(spec: LayoutSpec, shape: Shape, best: float) -> float:
 
 def _fits_all(model: StepModel, k: int, a: int, e: int, budget: float, theta: list[float]) -> bool:
     """Whether stage `k` of every line fits `[a, e)` within `budget * theta[line]` and memory."""
-    return all(m[k].fits(a, e, budget * th) for m, th in zip(model.models, theta, strict=True))
+    return all(m[k].fits(a, e, budget * th) for m, th in zip(model.models, theta))
 
 
 def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[int, int]] | None:
@@ -147,7 +155,7 @@ def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[in
         if first is None or first + 1 > limit:
             return None
         last = next(a for a in range(hi, first - 1, -1) if _fits_all(model, k, a, a + 1, budget, theta))
-        end = min(m[k].max_end(last, limit, budget * th) for m, th in zip(model.models, theta, strict=True))
+        end = min(m[k].max_end(last, limit, budget * th) for m, th in zip(model.models, theta))
         reach.append((first + 1, end))
     return reach if reach[-1][1] == layers else None
 
@@ -166,7 +174,10 @@ def _split_within(model: StepModel, budget: float, theta: list[float]) -> list[i
         def fits(a: int, k: int = k, end: int = end) -> bool:
             return _fits_all(model, k, a, end, budget, theta)
 
-        i = bisect.bisect_left(starts, True, key=fits)
+        def fits_at(j: int, starts: range = starts) -> bool:
+            return fits(starts[j])
+
+        i = _first_true(len(starts), fits_at)
         if i == len(starts):
             return None
         bounds.insert(0, starts[i])
@@ -182,7 +193,7 @@ def balanced_bounds(model: StepModel, cap: float = math.inf) -> list[int] | None
     stats = model.line_stats(best) if best else None
     if best is None or stats is None:
         return None
-    lo, hi = 0.0, max(float((s.fwd + s.bwd).max()) / th for s, th in zip(stats, theta, strict=True))
+    lo, hi = 0.0, max(float((s.fwd + s.bwd).max()) / th for s, th in zip(stats, theta))
     while hi - lo > 1e-4 * hi:
         mid = (lo + hi) / 2
         trial = _split_within(model, mid, theta)

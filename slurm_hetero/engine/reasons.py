@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
+
+from slurm_hetero.compat import StrEnum
 
 
 class ReasonCode(StrEnum):

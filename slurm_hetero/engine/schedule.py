@@ -24,10 +24,11 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
+
+from slurm_hetero.compat import StrEnum
 
 # Re-exported (`X as X`): the stage-cost names were imported from here before engine.stagecost.
 from slurm_hetero.engine.stagecost import GB as GB
@@ -111,7 +112,7 @@ def _ready(
 
 
 def _schedule(ops: list[tuple[int, int, bool, float, float]], free: list[float]) -> Schedule:
-    cols = list(zip(*ops, strict=True)) if ops else [(), (), (), (), ()]
+    cols = list(zip(*ops)) if ops else [(), (), (), (), ()]
     return Schedule(
         stage=np.array(cols[0], dtype=np.int64),
         micro=np.array(cols[1], dtype=np.int64),
@@ -134,19 +135,19 @@ def split_samples(
         return tuple(q + (j < r) for j in range(replicas[0]))
 
     def count(x: float) -> list[int]:
-        steps = [math.floor((x - f) / q * (1 + 1e-12)) + 1 for f, q in zip(fill, period, strict=True)]
-        return [b * n if x >= f else 0 for n, f in zip(steps, fill, strict=True)]
+        steps = [math.floor((x - f) / q * (1 + 1e-12)) + 1 for f, q in zip(fill, period)]
+        return [b * n if x >= f else 0 for n, f in zip(steps, fill)]
 
     def reach(x: float) -> int:
-        return sum(r * n for r, n in zip(replicas, count(x), strict=True))
+        return sum(r * n for r, n in zip(replicas, count(x)))
 
     lo = 0.0
-    hi = min(f + (math.ceil(total / (r * b)) - 1) * q for f, q, r in zip(fill, period, replicas, strict=True))
+    hi = min(f + (math.ceil(total / (r * b)) - 1) * q for f, q, r in zip(fill, period, replicas))
     while hi - lo > 1e-12 * hi:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if reach(mid) >= total else (mid, hi)
     low, high = count(lo), count(hi)
-    n = [v for r, v in zip(replicas, high, strict=True) for _ in range(r)]
+    n = [v for r, v in zip(replicas, high) for _ in range(r)]
     surplus, ends = reach(hi) - total, list(itertools.accumulate(replicas))
     for i in reversed(range(len(replicas))):
         for j in range(ends[i] - 1, ends[i] - replicas[i] - 1, -1):
@@ -291,9 +292,7 @@ class StepModel:
         params[-1] += c.last_param_bytes
         ranks = sum(self.shape.replicas)
         per_rank = [params[k] * c.grad_factor / t for k, (_, t) in enumerate(self.shape.lines[0])]
-        return np.array(
-            [ring_allreduce_s(v, ranks, gbs) for v, gbs in zip(per_rank, self._ar_gbs, strict=True)]
-        )
+        return np.array([ring_allreduce_s(v, ranks, gbs) for v, gbs in zip(per_rank, self._ar_gbs)])
 
     def split(self, stats: Sequence[LineStats]) -> tuple[int, ...]:
         """Samples per replica, by speed (identical replicas get equal shares, the first ones +1)."""
@@ -347,7 +346,7 @@ class StepModel:
             return math.inf
         samples = self.split(stats) if samples is None else samples
         ends = []
-        for s, n in zip(stats, self._per_line_max(samples), strict=True):
+        for s, n in zip(stats, self._per_line_max(samples)):
             total = estimate_1f1b(s.fwd, s.bwd, s.p2p, math.ceil(n / self.shape.micro_batch))
             drain = np.concatenate(([0.0], np.cumsum(s.bwd + s.p2p)[:-1]))
             ends.append(np.where(n > 0, total - drain, 0.0))
@@ -359,15 +358,13 @@ class StepModel:
         if stats is None:
             return math.inf
         ms = [math.ceil(n / self.shape.micro_batch) for n in self._per_line_max(samples)]
-        return self._step(stats, [self._stage_ends(s, m) for s, m in zip(stats, ms, strict=True)], bounds)
+        return self._step(stats, [self._stage_ends(s, m) for s, m in zip(stats, ms)], bounds)
 
     def _step(self, stats: Sequence[LineStats], ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
         """Latest end of a stage's all-reduce, which overlaps its last backward (bucketed, as DDP
         and Megatron do) and shows only for the rest."""
         allreduce = self.allreduce(bounds)
-        return max(
-            float((e + np.maximum(0.0, allreduce - s.bwd)).max()) for s, e in zip(stats, ends, strict=True)
-        )
+        return max(float((e + np.maximum(0.0, allreduce - s.bwd)).max()) for s, e in zip(stats, ends))
 
     def _stage_ends(self, s: LineStats, m: int) -> FloatArray:
         p = len(s.fwd)

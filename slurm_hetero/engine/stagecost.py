@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
+from slurm_hetero.compat import StrEnum
 from slurm_hetero.engine.modelcost import AUTO, LayerTable, Recompute, zero_divisors
 
 FloatArray = npt.NDArray[np.float64]

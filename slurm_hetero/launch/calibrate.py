@@ -24,7 +24,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +175,7 @@ def calibrate(
         tokens, layer = layer_throughput(torch, device, torch_dtype, sizes)
     except RuntimeError as e:
         raise CalibrationError(f"measuring {device} failed: {str(e).splitlines()[0]}") from e
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Calibration(gres_type, _digits(gemm), _digits(layer), _digits(tokens), device, dtype, stamp)
 
 
@@ -196,7 +196,7 @@ def _read(path: Path) -> Any:
 def _figure(value: Any, path: Path, key: str) -> float:
     if isinstance(value, Mapping):
         value = value.get("layer_tflops", value.get("tflops"))
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(f"TFLOPS must be a positive number, got {value!r}", str(path), key)
     return float(value)
 

@@ -356,7 +356,7 @@ def build_plan(
     digest = plan_id(docs)
     master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
     plans = []
-    for a, doc in zip(ranked, docs, strict=True):
+    for a, doc in zip(ranked, docs):
         site = site_of[a.rank]
         env = rank_env(doc, master, digest, options.layout_dir)
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))

@@ -90,7 +90,7 @@ class Groups:
 def replica_samples(layout: Layout) -> list[tuple[int, int]]:
     """(samples, first global sample) of each replica: contiguous slices in replica order."""
     samples = [n for p in layout.pipelines for n in p.samples]
-    return list(zip(samples, itertools.accumulate([0, *samples[:-1]]), strict=True))
+    return list(zip(samples, itertools.accumulate([0, *samples[:-1]])))
 
 
 def rank_document(

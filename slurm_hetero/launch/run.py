@@ -230,7 +230,7 @@ def plan_step(
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [list(map(str, header)), *[[("-" if v is None else str(v)) for v in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
 def _row(d: RankLayout) -> tuple[Any, ...]:

@@ -16,6 +16,7 @@ from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import InventoryError
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
 from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.render.weights import CostModel, node_weight
 from slurm_hetero.slurm.syntax import gres_size
 
 POLICIES = ("binpack", "spread")
@@ -181,7 +182,8 @@ class NodeShape:
     biggest_device_mib: int
     notes: tuple[str, ...] = ()
     shard_lines: tuple[tuple[str, int], ...] = ()  # (device file, shards) per shared device
-    price: float = 0.0  # the priciest device's price per hour (0 if unknown)
+    weight: int = 1  # Weight= (render.weights: from the node's own devices)
+    gpu_node: bool = True  # has a device Slurm will see: member of the GPU partitions
 
     @property
     def gres(self) -> str:
@@ -193,10 +195,17 @@ class NodeShape:
         return ",".join(parts)
 
 
-def node_shape(slurm_node: SlurmNode, options: RenderOptions) -> NodeShape:
+def _left_out_note(slurm_node: SlurmNode) -> list[str]:
+    if slurm_node.devices or not slurm_node.left_out:
+        return []
+    named = ", ".join(f"{d.vendor} {d.index} ({d.health_reason or d.health})" for d in slurm_node.left_out)
+    return [f"no healthy device ({named}): left out of the GPU partitions"]
+
+
+def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel | None = None) -> NodeShape:
     """The rendered shape of one node."""
     node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
-    notes: list[str] = []
+    notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
     lines = _gres_device_lines(slurm_node.devices, node, options.local, notes)
     counts = _gres_counts(devices, options.shares)
     return NodeShape(
@@ -215,20 +224,31 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions) -> NodeShape:
         max((d.memory_mib or 0 for d in devices), default=0),
         tuple(notes),
         _shard_lines(devices, node.name, options),
-        max((d.spec.price_per_hour_usd or 0.0 for d in slurm_node.devices), default=0.0),
+        node_weight(slurm_node.devices, options.policy, costs or CostModel(0.005, 0.03)),
+        bool(devices),
     )
 
 
-def _weights(shapes: Sequence[NodeShape], policy: str) -> list[int]:
-    """binpack: smaller, cheaper devices first (lower Weight is scheduled first); spread: equal."""
-    if policy == "spread":
-        return [1] * len(shapes)
-    order = sorted({(s.biggest_device_mib, s.price) for s in shapes})
-    rank = {key: i for i, key in enumerate(order)}
-    return [10 * (rank[(s.biggest_device_mib, s.price)] + 1) for s in shapes]
+NODE_FACTS = {
+    "cpus": "CPUs=1",
+    "real_memory_mib": "RealMemory=1",
+}
 
 
-def _group(nodes: Iterable[SlurmNode], options: RenderOptions) -> dict[NodeShape, list[str]]:
+def missing_facts_note(node: NodeInventory) -> list[str]:
+    """What Slurm will assume for node facts the inventory lacks (never silently)."""
+    missing = [assumed for key, assumed in NODE_FACTS.items() if getattr(node, key) is None]
+    if not missing:
+        return []
+    return [
+        f"no {' or '.join(k.split('=')[0] for k in missing)} in the inventory: Slurm will assume "
+        f"{', '.join(missing)} (discover live on the node, or pass --cpus/--real-memory with --from-file)"
+    ]
+
+
+def _group(
+    nodes: Iterable[SlurmNode], options: RenderOptions, costs: CostModel
+) -> dict[NodeShape, list[str]]:
     """Nodes by rendered shape. Shapes are computed once per distinct device set (identical nodes
     share their resolved device tuple, so its id identifies them)."""
     groups: dict[NodeShape, list[str]] = {}
@@ -247,7 +267,7 @@ def _group(nodes: Iterable[SlurmNode], options: RenderOptions) -> dict[NodeShape
         )
         shape = shapes.get(key)
         if shape is None:
-            shape = shapes[key] = node_shape(slurm_node, options)
+            shape = shapes[key] = node_shape(slurm_node, options, costs)
         groups.setdefault(shape, []).append(node.name)
     return groups
 
@@ -258,23 +278,22 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         raise InventoryError(
             f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}"
         )
-    groups = _group(slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy), options)
+    nodes_seen = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
+    groups = _group(nodes_seen, options, CostModel.from_catalog(catalog))
     shapes = list(groups)
     folded = [hostlist.fold(names) for names in groups.values()]
-    weights = _weights(shapes, options.policy)
-    nodes = [
-        _node_entry(s, f, w, i, options)
-        for i, (s, f, w) in enumerate(zip(shapes, folded, weights, strict=True))
-    ]
+    nodes = [_node_entry(s, f, s.weight, i, options) for i, (s, f) in enumerate(zip(shapes, folded))]
     vendors = sorted({v for s in shapes for v in s.vendors})
     partitions = [
-        {"name": v, "nodes": hostlist.fold(f for s, f in zip(shapes, folded, strict=True) if v in s.vendors)}
+        {"name": v, "nodes": hostlist.fold(f for s, f in zip(shapes, folded) if v in s.vendors)}
         for v in vendors
     ]
+    gpu_nodes = [f for s, f in zip(shapes, folded) if s.gpu_node]
+    warnings = [f"{f}: {n}" for s, f in zip(shapes, folded) for n in s.notes]
     gres_types = ["gpu", "gpumem", "gpucore"] + (["shard"] if any(s.shards for s in shapes) else [])
     return {
         "gres_types": ",".join(gres_types),
-        "notes": [f"{f}: {n}" for s, f in zip(shapes, folded, strict=True) for n in s.notes],
+        "notes": warnings,
         "gres_groups": [
             {
                 "nodes": f,
@@ -283,11 +302,11 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
                 "gpucore": s.gpucore,
                 "shards": s.shard_lines,
             }
-            for s, f in zip(shapes, folded, strict=True)
+            for s, f in zip(shapes, folded)
         ],
         "nodes": nodes,
         "partitions": partitions,
-        "all_nodes": hostlist.fold(folded) if folded else "",
+        "all_nodes": hostlist.fold(gpu_nodes) if gpu_nodes else "",
         "default_partition": options.default_partition,
         "lln": options.policy == "spread",
         "policy": options.policy,

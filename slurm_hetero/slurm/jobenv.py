@@ -261,7 +261,7 @@ def _tasks_by_node(env: Mapping[str, str]) -> dict[str, int]:
     tasks = expand_tasks_per_node(_required(env, *_TASKS_PER_NODE)[1])
     if len(nodes) != len(tasks):
         raise JobEnvError(f"{len(nodes)} nodes {nodes} but tasks per node {tasks}")
-    return dict(zip(nodes, tasks, strict=True))
+    return dict(zip(nodes, tasks))
 
 
 def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:

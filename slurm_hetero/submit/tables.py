@@ -86,8 +86,8 @@ def lua_value(value: Any, indent: int = 0) -> str:
         return repr(value)
     if isinstance(value, str):
         return lua_string(value)
-    if isinstance(value, list | tuple):
-        if all(not isinstance(v, dict | list | tuple) for v in value):
+    if isinstance(value, (list, tuple)):
+        if all(not isinstance(v, (dict, list, tuple)) for v in value):
             return "{ " + ", ".join(lua_value(v) for v in value) + " }" if value else "{}"
         return "{\n" + "".join(f"{inner}{lua_value(v, indent + 1)},\n" for v in value) + pad + "}"
     if isinstance(value, Mapping):

@@ -7,6 +7,7 @@ import logging
 import pkgutil
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from typing import Any
 
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import VendorTraits
@@ -41,11 +42,19 @@ def _load_all() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
         except Exception as e:  # a broken vendor module must not take discovery or the TaskProlog down
             logger.error("vendor module %s failed to import, skipped: %s", info.name, e)
-    for ep in entry_points(group="slurm_hetero.vendors"):
+    for ep in _plugin_entry_points():
         try:
             ep.load()
         except Exception as e:  # one broken plugin never stops the others
             logger.warning("vendor plugin %s skipped: %s", ep.name, e)
+
+
+def _plugin_entry_points() -> list[Any]:
+    """Entry points of group `slurm_hetero.vendors` (Python 3.9's entry_points() takes no group)."""
+    found = entry_points()
+    if hasattr(found, "select"):
+        return list(found.select(group="slurm_hetero.vendors"))
+    return list(found.get("slurm_hetero.vendors", []))  # type: ignore[attr-defined]
 
 
 def all_vendors() -> list[Vendor]:

@@ -70,6 +70,28 @@ def _amdsmi_tree(capture: Capture, dialect: Dialect) -> list[tuple[str, int, int
     return blocks
 
 
+def _shape(tree: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The key structure of a block (values dropped), to compare blocks printed alike."""
+    return tuple((k, _shape(v) if isinstance(v, dict) else None) for k, v in sorted(tree.items()))
+
+
+def _uneven_entry(tree: Mapping[str, Any], path: str = "") -> str | None:
+    """The path of an entry whose numbered siblings (CACHE_0, CACHE_1, ...) have more keys than it
+    (a cut inside the last one), else None."""
+    numbered = {k: v for k, v in tree.items() if isinstance(v, dict) and re.fullmatch(r"[A-Z]+_\d+", k)}
+    if len(numbered) > 1:
+        widest = max(len(v) for v in numbered.values())
+        for key, child in numbered.items():
+            if len(child) < widest:
+                return f"{path}{key}"
+    for key, child in tree.items():
+        if isinstance(child, dict):
+            found = _uneven_entry(child, f"{path}{key}/")
+            if found:
+                return found
+    return None
+
+
 def parse_amdsmi_blocks(capture: Capture, dialect: Dialect) -> Parsed:
     """`amd-smi static` (GPU blocks with sections) or `amd-smi list` (flat GPU blocks)."""
     gpus = [b for b in _amdsmi_tree(capture, dialect) if b[0] == "GPU"]
@@ -84,6 +106,16 @@ def parse_amdsmi_blocks(capture: Capture, dialect: Dialect) -> Parsed:
             raise dialect.error(
                 capture,
                 f"GPU {index} block differs from GPU {gpus[0][1]} (missing: {missing}): output truncated?",
+                no,
+                f"GPU: {index}",
+                tool="amd-smi",
+            )
+        uneven = _uneven_entry(tree)
+        if _shape(tree) != _shape(gpus[0][3]) or uneven:
+            raise dialect.error(
+                capture,
+                f"GPU {index} block is not printed like GPU {gpus[0][1]} ({uneven or 'other entries'}): "
+                "output truncated?",
                 no,
                 f"GPU: {index}",
                 tool="amd-smi",
@@ -160,7 +192,7 @@ def _amdsmi_table(
         row = lines[i].split()
         if len(row) != len(header) + 1:
             raise fail(f"table row has {len(row) - 1} cells for {len(header)} GPUs", i + 1)
-        cells.update({(row[0].lower(), dst): cell for dst, cell in zip(header, row[1:], strict=True)})
+        cells.update({(row[0].lower(), dst): cell for dst, cell in zip(header, row[1:])})
         i += 1
     if len(cells) != len(header) ** 2:
         raise fail("table is incomplete: output truncated?", min(i + 1, len(lines)))

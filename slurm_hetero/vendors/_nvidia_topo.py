@@ -86,7 +86,7 @@ def _topo_row(
         return name, None
     nvlinks = tuple(
         (int(col[3:]), int(cell[2:]))
-        for col, cell in zip(columns, cells, strict=True)
+        for col, cell in zip(columns, cells)
         if col.startswith("GPU") and cell.startswith("NV")
     )
 
@@ -174,7 +174,7 @@ def apply_topology(devices: Sequence[Device], topo: Topology, listing: str) -> l
             topo.source,
         )
     out = []
-    for gpu, device in zip(topo.gpus, devices, strict=True):
+    for gpu, device in zip(topo.gpus, devices):
         links = device.links
         if topo.shows_nvlink:
             links = tuple(

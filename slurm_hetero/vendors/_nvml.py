@@ -94,7 +94,7 @@ def _nvml_health(gpu: NvmlGpu) -> list[str]:
 def devices_from_nvml(gpus: Sequence[NvmlGpu], driver: str | None, cuda: str | None) -> list[Device]:
     """NVML's raw values -> devices in index order; a GPU without name or minor number is skipped."""
     devices = []
-    for gpu, peers in zip(gpus, nvlink_peers(gpus), strict=True):
+    for gpu, peers in zip(gpus, nvlink_peers(gpus)):
         if gpu.minor is None or not gpu.name:
             logger.warning("NVML GPU %s unreadable (%s); skipped", gpu.bus_id or "?", "; ".join(gpu.errors))
             continue

@@ -53,7 +53,7 @@ def _json_entry(parsed: Parsed, index: int | None, entry: Mapping[str, Any], dia
         def fail(message: str, key: str = key) -> ParseError:
             return dialect.error(parsed.capture, message, None, key)
 
-        if not isinstance(value, str | int | float):
+        if not isinstance(value, (str, int, float)):
             continue
         if index is not None:
             apply_kv(parsed.gpu(index), key, str(value), fail, dialect)
@@ -192,7 +192,7 @@ def _store_matrix(
     kind = "link" if "link type" in title.lower() else "hops" if "hops" in title.lower() else ""
     for src, cells in rows.items():
         parsed.gpu(src)
-        for dst, cell in zip(header, cells, strict=True):
+        for dst, cell in zip(header, cells):
             if src == dst:
                 continue
             if kind == "link":

@@ -47,8 +47,11 @@ Known gaps: no capture of `npu-smi info -m`, which would give logical ids author
 inside containers, where the `Device` column may be renumbered; run discovery on the host). The
 topo matrix of a multi-die NPU (SIO or other links between dies) and of a 310P host are unseen; HCCS
 is the only link kind mapped. The `NPU ID | Name` table layout of Ascend 950 (A5) is not recognised.
-A capture cut exactly at an NPU border (record lines are equal length, so 8x 910B3 cuts land there)
-is only caught when a topo capture lists more NPUs.
+Truncation: `npu-smi info` always ends with its process table (`NPU Chip | Process id ...`, or "No
+running processes found"), so a capture that stops after the device table is refused as cut (an NPU
+border is otherwise a clean place to cut: 8x 910B3 cut after 15 lines would give 3 NPUs), unless a
+topo capture lists every NPU. Published excerpts that drop the process table (the 310P3, 310B4 and
+8x 910B3 fixtures) are read by `devices_from_info` in the unit tests.
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class _Table:
     chips: tuple[_Chip, ...]
     id_column: str  # "", "Device" or "Phy-ID"
     driver_version: str | None
+    complete: bool = True  # the process table npu-smi always prints follows the device table
 
 
 @dataclass(frozen=True)
@@ -234,11 +238,11 @@ def _records(
     return chips, pos
 
 
-def _check_tail(capture: Capture, tail: list[_Line]) -> None:
-    """What follows the device table must be a complete process table (or nothing)."""
+def _check_tail(capture: Capture, tail: list[_Line]) -> bool:
+    """What follows the device table must be a process table (or nothing: then False)."""
     rows = [line for line in tail if line.kind == "row"]
     if not rows:
-        return
+        return False
     header = rows[0]
     if len(header.cells) < 2 or header.cells[1] != "Process id":
         raise _error(capture, INFO, "unexpected row after the device table", header)
@@ -246,6 +250,7 @@ def _check_tail(capture: Capture, tail: list[_Line]) -> None:
         message = len(row.cells) == 1 and re.search(r"[A-Za-z]", row.cells[0])
         if len(row.cells) != len(header.cells) and not message:
             raise _error(capture, INFO, "process row does not match its header (truncated?)", row)
+    return True
 
 
 def _parse_info(capture: Capture) -> _Table:
@@ -253,8 +258,17 @@ def _parse_info(capture: Capture) -> _Table:
     lines = _table_lines(capture)
     pos, id_column, usage, version = _header(capture, lines)
     chips, pos = _records(capture, lines, pos, id_column, usage)
-    _check_tail(capture, lines[pos:])
-    return _Table(tuple(chips), id_column, version)
+    complete = _check_tail(capture, lines[pos:])
+    return _Table(tuple(chips), id_column, version, complete)
+
+
+def devices_from_info(info: Capture) -> list[Device]:
+    """The devices of an `npu-smi info` device table, complete or not (`AscendVendor.parse` also
+    requires the table to be whole)."""
+    table = _parse_info(info)
+    return [
+        _device(index, davinci, chip, table.driver_version) for index, davinci, chip in _numbers(info, table)
+    ]
 
 
 # npu-smi info -t topo ------------------------------------------------------------------------------
@@ -323,10 +337,10 @@ def _parse_topo(capture: Capture) -> _Topo:
     hccs: dict[int, tuple[int, ...]] = {}
     affinity: dict[int, str | None] = {}
     used: set[str] = set()
-    for label, line in zip(labels, lines[1 : 1 + len(labels)], strict=True):
+    for label, line in zip(labels, lines[1 : 1 + len(labels)]):
         cells = _topo_row(capture, line, label, labels, has_affinity)
         used.update(cells[: len(labels)])
-        hccs[label] = tuple(peer for peer, cell in zip(labels, cells, strict=False) if cell == "HCCS")
+        hccs[label] = tuple(peer for peer, cell in zip(labels, cells) if cell == "HCCS")
         affinity[label] = _cpulist(capture, line, cells[-1]) if has_affinity else None
     _check_legend(capture, lines[1 + len(labels) :], used)
     return _Topo(labels, hccs, affinity)
@@ -463,6 +477,14 @@ class AscendVendor(Vendor):
         numbered = _numbers(info, table)
         devices = [_device(index, davinci, chip, table.driver_version) for index, davinci, chip in numbered]
         if "topo" not in found:
+            if not table.complete:
+                raise _error(
+                    info,
+                    INFO,
+                    "ends after the device table, without the process table npu-smi always prints: "
+                    "the capture looks cut; capture the whole output, or add `npu-smi info -t topo`",
+                    _table_lines(info)[-1],
+                )
             return devices
         topo = _parse_topo(found["topo"])
         if not topo.labels:

@@ -150,7 +150,7 @@ def _query_rows(text: str) -> list[tuple[Line, dict[str, str]]]:
                 f"expected the table or {len(names)} CSV fields starting with an index (output cut short?)",
                 line,
             )
-        rows.append((line, dict(zip(names, fields, strict=True))))
+        rows.append((line, dict(zip(names, fields))))
     return rows
 
 

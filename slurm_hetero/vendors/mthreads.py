@@ -61,7 +61,7 @@ def _pipes(text: str) -> list[int]:
 
 def _cells(line: Line, pipes: list[int]) -> list[str]:
     bounds = [-1, *pipes, len(line.text)]
-    return [line.text[a + 1 : b].strip() for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [line.text[a + 1 : b].strip() for a, b in zip(bounds, bounds[1:])]
 
 
 def _banner(lines: list[Line]) -> tuple[int, str]:
@@ -97,7 +97,7 @@ def _header(lines: list[Line], i: int) -> tuple[list[Line], int]:
 
 
 def _device(block: list[Line], header: list[Line], driver: str) -> Device:
-    first, second, _ = (_cells(line, _pipes(head.text)) for line, head in zip(block, header, strict=True))
+    first, second, _ = (_cells(line, _pipes(head.text)) for line, head in zip(block, header))
     ident, usage, bus = _FIRST.match(first[0]), _USAGE.match(first[-1]), sysfs_bus_id(first[1])
     if not (ident and usage and bus and second[0]):
         raise TableError(
@@ -128,7 +128,7 @@ def _block(lines: list[Line], i: int, header: list[Line]) -> list[Line]:
             f"device block of {count} lines, the header has {len(header)} (output cut short?)",
             lines[min(i + count, len(lines)) - 1],
         )
-    for line, head in zip(block, header, strict=True):
+    for line, head in zip(block, header):
         if _pipes(line.text) != _pipes(head.text):
             raise TableError("device line does not follow the header's columns (output cut short?)", line)
     return block

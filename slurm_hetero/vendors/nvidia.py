@@ -21,6 +21,8 @@ Captures parsed (recognised by content, any order)
   (a trimmed capture) is accepted with a warning.
 - `nvidia-smi -q` / `-a` text (driver 545): the same fields, by their printed names. Each GPU block
   must reach its `Processes` section, or the capture is taken as truncated.
+- `nvidia-smi --query-gpu=... --format=csv` with the admin's choice and order of columns (a header
+  is needed; see `_nvidia_csv`).
 - `nvidia-smi topo -m` and `topo -mp`, tab-separated as printed or as a terminal copy with tabs
   expanded (fields are rebuilt from 8-column tab stops, so blank cells survive). NV# cells become
   `Link(kind="nvlink", count=#)`; PCIe paths (PIX/PXB/PHB/NODE/SYS) give none; NIC rows and the NIC
@@ -63,6 +65,7 @@ from pathlib import Path
 from slurm_hetero.errors import HeteroError, ParseError
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._nvidia_csv import is_query_csv, parse_query_csv
 from slurm_hetero.vendors._nvidia_smi import (
     TEXT_TOOL,
     TOPO_TOOL,
@@ -93,6 +96,8 @@ def classify(capture: Capture) -> str | None:
         return "topo"
     if "GPU instance profiles:" in head:
         return "mig-profiles"
+    if is_query_csv(text):
+        return "csv"
     if "NVIDIA-SMI" in head and "Driver Version" in head:
         return "table"
     if re.match(r"GPU \d+: .+\(UUID: GPU-", text.lstrip()):
@@ -192,6 +197,8 @@ class NvidiaVendor(Vendor):
                 listings.append((capture, parse_smi_xml(capture)))
             elif kind == "text":
                 listings.append((capture, parse_smi_text(capture)))
+            elif kind == "csv":
+                listings.append((capture, parse_query_csv(capture)))
             elif kind == "topo":
                 topologies.append(parse_topology(capture))
             elif kind == "mig-profiles":

@@ -98,6 +98,18 @@ REQUIRED_TYPES = [
     "trainium",
     "trainium2",
     "inferentia2",
+    "rtx6000_ada",
+    "rtx4000_sff_ada",
+    "a10",
+    "a30",
+    "a40",
+    "p100",
+    "mi325x",
+    "mi355x",
+    "gh200",
+    "tpu_v6e",
+    "p800",
+    "ascend910",
 ]
 
 # (vendor, model string as the vendor tool prints it, expected type). Strings marked "capture" are
@@ -159,10 +171,23 @@ RESOLUTIONS = [
     ("metax", "MXC500", "c500"),  # capture: mx-smi 2.1.6
     ("metax", "MetaX C550", "c550"),  # capture: mx-smi 2.2.4
     ("metax", "MXC550", "c550"),  # capture: mx-smi 2.1.6
+    ("nvidia", "NVIDIA RTX 4000 SFF Ada Generation", "rtx4000_sff_ada"),  # capture: nvidia-smi -q -x
+    ("nvidia", "NVIDIA RTX 6000 Ada Generation", "rtx6000_ada"),  # capture: nvidia-smi topo -m legend
+    ("nvidia", "NVIDIA A10", "a10"),
+    ("nvidia", "NVIDIA A30", "a30"),
+    ("nvidia", "NVIDIA A40", "a40"),
+    ("nvidia", "Tesla P100-SXM2-16GB", "p100"),
+    ("nvidia", "NVIDIA GH200 480GB", "gh200"),
+    ("amd", "AMD Instinct MI325X", "mi325x"),
+    ("amd", "AMD Instinct MI355X", "mi355x"),
+    ("ascend", "910A", "ascend910"),  # npu-smi's name for the first Ascend 910
+    ("ascend", "910ProA", "ascend910"),
+    ("kunlunxin", "P800 OAM", "p800"),
 ]
 
 UNRESOLVED = [
-    ("nvidia", "NVIDIA RTX 4000 SFF Ada Generation"),  # capture: not in the catalog
+    ("nvidia", "NVIDIA A10G"),  # AWS's part, not an A10
+    ("nvidia", "NVIDIA RTX A6000"),  # Ampere workstation card, not the RTX 6000 Ada
     ("nvidia", "NVIDIA H100 NVL"),  # a different SKU: never guessed as SXM
     ("amd", "NVIDIA H100 PCIe"),  # patterns are scoped by vendor
     ("intel", "Intel(R) Graphics [0x020a]"),  # capture: xpu-smi discovery, unnamed device id
@@ -172,20 +197,13 @@ UNRESOLVED = [
 SITE_FILE = """\
 version: 1
 models:
-  - type: rtx6000_ada
+  - type: rtx_a6000
     vendor: nvidia
-    name: NVIDIA RTX 6000 Ada Generation
-    match: ['RTX 6000 Ada']
+    name: NVIDIA RTX A6000
+    match: ['RTX A6000']
     memory_gib: 48
-    source: https://www.nvidia.com/en-us/design-visualization/rtx-6000/
   - type: a100_80g
-    vendor: nvidia
-    name: NVIDIA A100 80GB SXM4 (site price)
-    aliases: [a100]
-    match: ['A100.*80\\s*GB']
-    memory_gib: 80
     price_per_hour_usd: 9.99
-    source: https://example.org/site-contract
 """
 
 
@@ -267,10 +285,12 @@ def test_real_gres_conf_type_names_are_aliases() -> None:
 # ----------------------------------------------------------------------------------- site files
 def test_site_dir_adds_and_overrides_models(tmp_path: Path) -> None:
     catalog = load_catalog(extra_dirs=[_site_dir(tmp_path / "extra")])
-    added = catalog.resolve("nvidia", "NVIDIA RTX 6000 Ada Generation")
-    assert added is not None and added.type == "rtx6000_ada"
+    added = catalog.resolve("nvidia", "NVIDIA RTX A6000")
+    assert added is not None and added.type == "rtx_a6000" and added.source.startswith("site file ")
     overridden = catalog.by_type("a100_80g")
     assert overridden is not None and overridden.price_per_hour_usd == 9.99
+    assert overridden.memory_gib == 80 and overridden.fp16_tflops == 312, "unnamed facts stay bundled"
+    assert catalog.by_type("a100") is overridden
     assert catalog.types().count("a100_80g") == 1
     assert catalog.by_type("h100_sxm") is not None, "bundled models stay"
 
@@ -280,7 +300,40 @@ def test_site_dir_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     catalog = load_catalog()
     spec = catalog.by_type("a100_80g")
     assert spec is not None and spec.price_per_hour_usd == 9.99
-    assert catalog.by_type("rtx6000_ada") is not None
+    assert catalog.by_type("rtx_a6000") is not None
+
+
+def test_site_entry_may_name_an_alias_and_override_one_fact(tmp_path: Path) -> None:
+    site = "models:\n  - type: a100\n    price_per_hour_usd: 1.5\n"
+    catalog = load_catalog(extra_dirs=[_site_dir(tmp_path / "alias", site)])
+    spec = catalog.by_type("a100_80g")
+    assert spec is not None and spec.price_per_hour_usd == 1.5 and spec.type == "a100_80g"
+
+
+def test_site_new_type_needs_vendor_name_match_memory(tmp_path: Path) -> None:
+    site = "models:\n  - {type: newgpu, vendor: nvidia, match: ['NewGPU']}\n"
+    with pytest.raises(ConfigError) as excinfo:
+        load_catalog(extra_dirs=[_site_dir(tmp_path / "new", site)])
+    assert "name, memory_gib" in str(excinfo.value)
+
+
+def test_estimates_carry_their_derivation() -> None:
+    estimated = [raw for raw in _raw_models() if raw.get("estimate")]
+    assert {"ascend910b3", "ascend910c", "rtx6000_ada"} <= {raw["type"] for raw in estimated}
+    assert all(len(raw.get("derivation", "")) > 40 for raw in estimated)
+    c = load_catalog().by_type("ascend910c")
+    assert c is not None and c.fp16_tflops == pytest.approx(300_000 / 384 / 2, abs=0.1)
+
+
+def test_family_lists_its_skus() -> None:
+    result = _invoke("ascend910b")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()[1:]
+    rows = [line.split()[0].rstrip("*") for line in lines if not line.startswith("*")]
+    skus = ["ascend910b1", "ascend910b2", "ascend910b2c", "ascend910b3", "ascend910b4", "ascend910b4_1"]
+    assert rows == skus
+    assert "* ascend910b3: estimate:" in result.stdout and "ai.gitee.com" in result.stdout
+    assert _invoke("nosuchfamily").exit_code == 1
 
 
 @pytest.mark.parametrize(
@@ -372,11 +425,12 @@ def test_cli_table_is_aligned() -> None:
     lines = result.stdout.splitlines()
     header = lines[0]
     assert header.split()[:3] == ["TYPE", "VENDOR", "MEM_GIB"]
-    assert len(lines) == len(load_catalog().specs) + 1
+    estimates = [line for line in lines if line.startswith("* ")]
+    assert len(lines) == len(load_catalog().specs) + 1 + len(estimates)
     row = next(line for line in lines if line.startswith("a100_80g "))
     end = header.index("MEM_GIB") + len("MEM_GIB")
     assert row[:end].endswith(" 80")  # numbers are right-aligned under their header
-    ascend = next(line for line in lines if line.startswith("ascend910b3 "))
+    ascend = next(line for line in lines if line.startswith("ascend910b3* "))
     assert " - " in ascend  # missing figures print as '-'
 
 
@@ -394,7 +448,7 @@ def test_cli_compare_table() -> None:
     assert "TFLOPS/USD_H" in header and "TFLOPS/W" in header and header.rstrip().endswith("BEST_FOR")
     by_type = {line.split()[0]: line for line in rows}
     assert "training" in by_type["b200"]
-    assert by_type["ascend910b1"].rstrip().endswith("-")
+    assert by_type["ascend910b4"].rstrip().endswith("-")
 
 
 def test_cli_json_rows() -> None:
@@ -418,7 +472,7 @@ def test_cli_compare_json() -> None:
 def test_cli_models_dir_adds_a_model(tmp_path: Path) -> None:
     result = _invoke("--models-dir", str(_site_dir(tmp_path / "cli")), "--vendor", "nvidia")
     assert result.exit_code == 0, result.output
-    assert any(line.startswith("rtx6000_ada ") for line in result.stdout.splitlines())
+    assert any(line.startswith("rtx_a6000 ") for line in result.stdout.splitlines())
 
 
 def test_cli_bad_site_file_is_one_line(tmp_path: Path) -> None:

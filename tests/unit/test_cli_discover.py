@@ -14,6 +14,8 @@ from tests.conftest import FIXTURES
 
 ASCEND_INFO = FIXTURES / "ascend" / "npu-smi-info_8x-910b3_drv24.1.rc1.txt"
 ASCEND_TOPO = FIXTURES / "ascend" / "npu-smi-info-t-topo_8x-910b3_hccs_cpu-affinity.txt"
+# a whole `npu-smi info` (with its process table); the 8x 910B3 excerpt needs its topo capture
+ASCEND_WHOLE = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
 A100_XML = FIXTURES / "nvidia" / "nvidia-smi-q-x_a100-sxm4-80gb_mig_drv535_1-of-4-gpus.xml"
 
 
@@ -68,14 +70,14 @@ def test_garbage_and_truncated_captures_are_one_line_errors(tmp_path: Path, text
 
 def test_unknown_model_points_to_the_site_catalog(tmp_path: Path) -> None:
     capture = tmp_path / "info.txt"
-    capture.write_text(ASCEND_INFO.read_text().replace("910B3", "999Z9"))
+    capture.write_text(ASCEND_WHOLE.read_text().replace("910B2C", "999Z9"))
     code, _, err = run("discover", "--vendor", "ascend", "--from-file", capture)
     assert code == 1 and "ascend device 0: model '999Z9' is not in the catalog" in err and "models.d" in err
 
 
 def test_site_models_dir_fixes_an_unknown_model(tmp_path: Path) -> None:
     capture = tmp_path / "info.txt"
-    capture.write_text(ASCEND_INFO.read_text().replace("910B3", "999Z9"))
+    capture.write_text(ASCEND_WHOLE.read_text().replace("910B2C", "999Z9"))
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "npu.yaml").write_text(
         "version: 1\nmodels:\n- {type: ascend999z9, vendor: ascend, name: Ascend 999Z9, match: ['999Z9'], "

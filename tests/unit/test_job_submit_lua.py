@@ -159,7 +159,7 @@ def test_shared_cases(case: dict[str, Any], rendered: dict[str, Config], hooks: 
     components = case.get("components", [case.get("job")])
     expected = case["expect"] if "components" in case else [case["expect"]]
     assert len(components) == len(expected)
-    for offset, (raw, expect) in enumerate(zip(components, expected, strict=True)):
+    for offset, (raw, expect) in enumerate(zip(components, expected)):
         job = Job(**raw)
         check(expect, both(rendered[name], hooks[name], job))
         if "components" in case:  # Slurm calls the hook once per component, with its offset

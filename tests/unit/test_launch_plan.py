@@ -98,11 +98,11 @@ def assert_consistent(plans: Sequence[LaunchPlan], envs: Sequence[Mapping[str, s
     typed = [p.ranks[i].layout for i, p in enumerate(plans)]
     assert typed == [r.layout for r in plans[0].ranks]  # each rank's view of each rank is the same
     docs = [d.to_dict() for d in typed]  # the JSON documents, as training code reads them
-    mine = [own(p, e) for p, e in zip(plans, envs, strict=True)]
+    mine = [own(p, e) for p, e in zip(plans, envs)]
     assert sorted(int(e["RANK"]) for e in mine) == list(range(len(envs)))
     for key in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_HETERO_PLAN_ID"):
         assert len({e[key] for e in mine}) == 1, key
-    for env, e in zip(envs, mine, strict=True):
+    for env, e in zip(envs, mine):
         assert e["RANK"] == env["SLURM_PROCID"] and e["LOCAL_RANK"] == env["SLURM_LOCALID"]
         assert docs[int(e["RANK"])]["node"] == env["SLURMD_NODENAME"]
     assert_groups(docs)
@@ -154,7 +154,7 @@ def test_every_task_of_the_real_het_job_derives_the_same_plan() -> None:
     envs = [fixture_env(t) for t in range(4)]
     plans = [plan_from(env, inv) for env in envs]
     assert_consistent(plans, envs)
-    mine = [own(p, e) for p, e in zip(plans, envs, strict=True)]
+    mine = [own(p, e) for p, e in zip(plans, envs)]
     assert {e["MASTER_ADDR"] for e in mine} == {"a100n1"}  # first node in component order
     assert {e["MASTER_PORT"] for e in mine} == {str(master_port("7", 0))}
     assert [p.ranks[i].type for i, p in enumerate(plans)] == ["a100_80g", "a100_80g", "l40s", "ascend910b3"]
@@ -201,7 +201,7 @@ def test_het_components_follow_component_order_not_the_sorted_node_list() -> Non
     plans = [plan_from(env, interleaved_inventory()) for env in envs]
     assert_consistent(plans, envs)
     assert [r.node for r in plans[0].ranks] == ["n3", "n3", "n2"]
-    assert {own(p, e)["MASTER_ADDR"] for p, e in zip(plans, envs, strict=True)} == {"n3"}
+    assert {own(p, e)["MASTER_ADDR"] for p, e in zip(plans, envs)} == {"n3"}
 
 
 def test_even_split_gives_equal_layers_and_samples() -> None:

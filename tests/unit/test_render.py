@@ -157,9 +157,12 @@ def test_unhealthy_devices_are_left_out_unless_asked() -> None:
     assert "gpu:l40s:2," in render(inv, include_unhealthy=True)["slurm-nodes.conf"]
 
 
-def test_binpack_weights_prefer_small_devices_and_spread_uses_lln() -> None:
+def test_binpack_weights_are_device_cost_and_spread_uses_lln() -> None:
     inv = inventory.load(EXAMPLES / "mixed.yaml")
     lines = node_lines(render(inv)["slurm-nodes.conf"])
+    # catalog prices in cents/hour: L40S $0.86, A100 80GB $1.79; the 910B3 has no price, so its
+    # 280 TFLOPS at the catalog's median price per TFLOPS-hour
+    assert (lines["l40sn1"]["Weight"], lines["a100n1"]["Weight"]) == ("86", "179")
     assert int(lines["l40sn1"]["Weight"]) < int(lines["ascendn1"]["Weight"]) < int(lines["a100n1"]["Weight"])
     spread = render(inv, policy="spread")["slurm-nodes.conf"]
     assert {f["Weight"] for f in node_lines(spread).values()} == {"1"}
@@ -196,4 +199,55 @@ def test_cores_are_slurm_core_indices_and_out_of_range_affinity_is_dropped_with_
     assert (
         "# note: small: ascend device 0: CPU affinity 144-167 is beyond the node's 16 CPUs"
         in files["gres.conf"]
+    )
+
+
+def _h100_node(name: str = "h100n1") -> NodeInventory:
+    device = Device("nvidia", "NVIDIA H100 80GB HBM3", 0, "/dev/nvidia0", 81559, "h100_sxm")
+    return NodeInventory(name, cpus=8, real_memory_mib=16000, devices=(device,))
+
+
+def test_binpack_fills_the_cheaper_a100_before_the_h100() -> None:
+    a100 = inventory.load(EXAMPLES / "mixed.yaml").nodes[0]
+    lines = node_lines(render(ClusterInventory(nodes=(a100, _h100_node())))["slurm-nodes.conf"])
+    assert int(lines["a100n1"]["Weight"]) < int(lines["h100n1"]["Weight"]) == 399
+
+
+def test_weights_are_stable_when_nodes_come_and_go() -> None:
+    nodes = inventory.load(EXAMPLES / "mixed.yaml").nodes
+    full = node_lines(render(ClusterInventory(nodes=nodes))["slurm-nodes.conf"])
+    for gone in range(len(nodes)):
+        rest = tuple(n for i, n in enumerate(nodes) if i != gone)
+        lines = node_lines(render(ClusterInventory(nodes=rest))["slurm-nodes.conf"])
+        assert all(lines[name]["Weight"] == full[name]["Weight"] for name in lines)
+
+
+def test_memory_feature_is_the_devices_own_memory_rounded_down() -> None:
+    apu = Device("amd", "MI300A", 0, "/dev/dri/renderD128", 64296, "mi300a")  # 62.8 GiB as amd-smi saw
+    node = NodeInventory("apu1", cpus=96, real_memory_mib=100000, devices=(apu,))
+    lines = node_lines(render(ClusterInventory(nodes=(node, _h100_node())))["slurm-nodes.conf"])
+    assert "gpumem62g" in lines["apu1"]["Features"].split(",")
+    assert "gpumem128g" not in lines["apu1"]["Features"]
+    assert "gpumem79g" in lines["h100n1"]["Features"].split(",")  # 81559 MiB
+
+
+def test_node_without_a_healthy_device_leaves_the_gpu_partitions_with_a_warning() -> None:
+    node = _h100_node("sick1")
+    sick = dataclasses.replace(node.devices[0], health=Health.UNHEALTHY, health_reason="xid 79")
+    inv = ClusterInventory(nodes=(dataclasses.replace(node, devices=(sick,)), _h100_node()))
+    files = render(inv)
+    partitions = [line for line in files["slurm-nodes.conf"].splitlines() if line.startswith("PartitionName")]
+    assert partitions and all("sick1" not in line for line in partitions)
+    assert (
+        "# note: sick1: no healthy device (nvidia 0 (xid 79)): left out of the GPU partitions"
+        in files["gres.conf"]
+    )
+
+
+def test_missing_node_facts_are_named_with_what_slurm_assumes() -> None:
+    bare = dataclasses.replace(_h100_node("bare1"), cpus=None, real_memory_mib=None)
+    files = render(ClusterInventory(nodes=(bare,)))
+    assert (
+        "bare1: no CPUs or RealMemory in the inventory: Slurm will assume CPUs=1, RealMemory=1"
+        in (files["gres.conf"])
     )

@@ -113,7 +113,7 @@ def run_ranks(tmp_path: Path, per_rank: list[dict[str, Any]], *args: str) -> tup
             subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         )
     outputs = [p.communicate(timeout=120)[0] for p in procs]
-    for p, text in zip(procs, outputs, strict=True):
+    for p, text in zip(procs, outputs):
         assert p.returncode == 0, text
     return json.loads((tmp_path / "out.json").read_text()), outputs[0]
 
@@ -165,11 +165,11 @@ def test_weighting_gives_the_global_gradient_and_an_unweighted_average_does_not(
     example.lm_loss(model(ids[:, :-1]), ids[:, 1:]).backward()
     full = [p.grad.clone() for p in model.parameters()]
     per_rank = layouts([0, 2], [5, 11], micro_batch=16)
-    summed = [a + b for a, b in zip(*(_replica_grads(model, ids, lay) for lay in per_rank), strict=True)]
+    summed = [a + b for a, b in zip(*(_replica_grads(model, ids, lay) for lay in per_rank))]
     own = [_replica_grads(model, ids, lay | {"grad_weight": 1.0}) for lay in per_rank]
-    unweighted = [(a + b) / 2 for a, b in zip(*own, strict=True)]
-    assert all(torch.allclose(s, f, atol=1e-12) for s, f in zip(summed, full, strict=True))
-    assert max(float((u - f).abs().max()) for u, f in zip(unweighted, full, strict=True)) > 1e-3
+    unweighted = [(a + b) / 2 for a, b in zip(*own)]
+    assert all(torch.allclose(s, f, atol=1e-12) for s, f in zip(summed, full))
+    assert max(float((u - f).abs().max()) for u, f in zip(unweighted, full)) > 1e-3
 
 
 def test_stage_modules_slices_blocks_with_embedding_first_and_head_last() -> None:

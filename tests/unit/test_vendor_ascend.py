@@ -13,6 +13,7 @@ from slurm_hetero import proc
 from slurm_hetero.errors import ParseError, ToolError
 from slurm_hetero.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import get_vendor
+from slurm_hetero.vendors.ascend import devices_from_info
 from tests.conftest import FIXTURES
 
 HERE = FIXTURES / "ascend"
@@ -33,6 +34,12 @@ def _parse(*texts: tuple[str, str]) -> list[Device]:
 
 def _parse_files(*names: str) -> list[Device]:
     return _parse(*((name, _text(name)) for name in names))
+
+
+def _table(name: str, text: str | None = None) -> list[Device]:
+    """The device table of a published excerpt that drops npu-smi's process table (a whole capture
+    without it is refused as cut, see test_info_without_its_process_table_is_a_cut)."""
+    return devices_from_info(Capture(name, _text(name) if text is None else text))
 
 
 def _fake_run(outputs: dict[tuple[str, ...], str | Exception]):
@@ -65,19 +72,20 @@ def test_probe_runs_npu_smi_and_parses_both_outputs(monkeypatch: pytest.MonkeyPa
 
 def test_probe_survives_a_failing_topology_query(monkeypatch: pytest.MonkeyPatch) -> None:
     topo_argv = ("npu-smi", "info", "-t", "topo")
-    outputs = {("npu-smi", "info"): _text(INFO_8X), topo_argv: ToolError(list(topo_argv), 1, "not supported")}
+    info = _text(TWO_CHIPS)
+    outputs = {("npu-smi", "info"): info, topo_argv: ToolError(list(topo_argv), 1, "not supported")}
     monkeypatch.setattr(proc, "run", _fake_run(outputs))
     devices = get_vendor("ascend").probe()
-    assert len(devices) == 8
+    assert len(devices) == len(_table(TWO_CHIPS))
     assert all(not d.links and d.cores is None for d in devices)
 
 
 def test_device_without_topology_support_gives_no_links(monkeypatch: pytest.MonkeyPatch) -> None:
     unsupported = "This device does not support querying topo.\n"
-    outputs = {("npu-smi", "info"): _text(ALARM_310B), ("npu-smi", "info", "-t", "topo"): unsupported}
+    outputs = {("npu-smi", "info"): _text(TWO_CHIPS), ("npu-smi", "info", "-t", "topo"): unsupported}
     monkeypatch.setattr(proc, "run", _fake_run(outputs))
-    [device] = get_vendor("ascend").probe()
-    assert device.links == () and device.cores is None
+    devices = get_vendor("ascend").probe()
+    assert devices and all(d.links == () and d.cores is None for d in devices)
 
 
 def test_affinity_needs_npu_smi_or_a_davinci_node(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +129,7 @@ def test_phy_id_column_gives_the_device_file_and_table_order_the_index() -> None
 
 
 def test_non_contiguous_npu_ids_use_the_device_column() -> None:
-    devices = _parse_files(NPU_64)
+    devices = _table(NPU_64)
     assert [(d.index, d.file, d.tool_id) for d in devices] == [
         (0, "/dev/davinci0", "npu0-chip0"),
         (1, "/dev/davinci1", "npu64-chip0"),
@@ -130,7 +138,7 @@ def test_non_contiguous_npu_ids_use_the_device_column() -> None:
 
 
 def test_hbm_total_is_the_memory_of_910b() -> None:
-    devices = _parse_files(INFO_8X)
+    devices = _table(INFO_8X)
     assert {d.memory_mib for d in devices} == {65536}
     assert {d.driver_version for d in devices} == {"24.1.rc1.b030"}
 
@@ -148,7 +156,7 @@ def test_multi_chip_npu_without_an_id_column_is_refused() -> None:
 
 
 def test_alarm_is_unhealthy_with_the_reported_value() -> None:
-    [device] = _parse_files(ALARM_310B)
+    [device] = _table(ALARM_310B)
     assert device.health == Health.UNHEALTHY
     assert device.health_reason == "npu-smi Health=Alarm"
     assert device.pci_bus_id is None  # Bus-Id NA
@@ -158,12 +166,12 @@ def test_alarm_is_unhealthy_with_the_reported_value() -> None:
 @pytest.mark.parametrize("value", ["Warning", "Critical", "UNKNOWN"])
 def test_any_health_but_ok_is_unhealthy(value: str) -> None:
     text = _text(ALARM_310B).replace("| Alarm          ", f"| {value:<15}")
-    [device] = _parse((ALARM_310B, text))
+    [device] = _table(ALARM_310B, text)
     assert (device.health, device.health_reason) == (Health.UNHEALTHY, f"npu-smi Health={value}")
 
 
 def test_ok_is_healthy() -> None:
-    assert {(d.health, d.health_reason) for d in _parse_files(INFO_8X)} == {(Health.OK, None)}
+    assert {(d.health, d.health_reason) for d in _table(INFO_8X)} == {(Health.OK, None)}
 
 
 # topology -----------------------------------------------------------------------------------------------
@@ -227,3 +235,16 @@ def test_errors_name_tool_source_and_line() -> None:
         _parse((str(Path("node1") / ALARM_310B), text))
     message = str(excinfo.value)
     assert "npu-smi info" in message and f"node1/{ALARM_310B}:8" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", [INFO_8X, NPU_64, ALARM_310B])
+def test_info_without_its_process_table_is_a_cut(name: str) -> None:
+    with pytest.raises(ParseError, match="without the process table"):
+        _parse_files(name)
+
+
+def test_info_cut_after_fifteen_lines_is_refused_not_three_npus() -> None:
+    cut = "".join(_text(INFO_8X).splitlines(keepends=True)[:15])
+    assert len(_table(INFO_8X, cut)) == 3  # what the table alone would give
+    with pytest.raises(ParseError, match="npu-smi info"):
+        _parse((INFO_8X, cut))

@@ -1,0 +1,88 @@
+"""`slurm-hetero health`: compare this node's devices with the inventory; drain on a fault.
+
+For slurm.conf `HealthCheckProgram` (or NHC); see docs/admin-guide.md. Quiet and exit 0 when
+healthy; one line and exit 1 when a device is at fault (the node drained, or with --dry-run the
+scontrol command that would drain it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import click
+
+from slurm_hetero import inventory
+from slurm_hetero.cli import cli
+from slurm_hetero.discover import devices_from_files, devices_live
+from slurm_hetero.errors import InventoryError
+from slurm_hetero.health import HealthReport, check
+from slurm_hetero.nodes import host_records
+from slurm_hetero.slurm.scontrol import show_node
+
+DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+
+
+def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        doc = {
+            "node": report.node,
+            "healthy": report.healthy,
+            "faults": [str(f) for f in report.faults],
+            "reason": report.reason if report.faults else None,
+            "actions": [list(a) for a in report.actions],
+            "dry_run": dry_run,
+            "notes": list(report.notes),
+        }
+        click.echo(json.dumps(doc))
+    else:
+        for note in report.notes:
+            click.echo(f"slurm-hetero: {note}", err=True)
+        for action in report.actions:
+            click.echo(("would run: " if dry_run else "ran: ") + " ".join(action), err=True)
+        if report.faults:
+            click.echo(report.reason, err=True)
+    if report.faults:
+        raise SystemExit(1)
+
+
+@cli.command("health")
+@click.option(
+    "--inventory",
+    "inventory_path",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_INVENTORY,
+    show_default=True,
+    help="Cluster inventory (the one gres.conf was rendered from).",
+)
+@click.option("--node", "node_name", help="NodeName (default: $SLURMD_NODENAME, else the short host name).")
+@click.option("--vendor", "vendors", multiple=True, help="Only this vendor (repeatable), as discover.")
+@click.option(
+    "--from-file",
+    "from_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Check captured tool output instead of running the tool (repeatable).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be drained or resumed; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line.")
+def health(
+    inventory_path: Path,
+    node_name: str | None,
+    vendors: tuple[str, ...],
+    from_files: tuple[Path, ...],
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Compare the node's devices with the inventory; drain it (reason `slurm-hetero: ...`) on a
+    missing or unhealthy device, resume it when it is healthy again (only its own drains)."""
+    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    expected = host_records(inventory.load(inventory_path), [name]).get(name)
+    if expected is None:
+        raise InventoryError(f"node {name} is not in {inventory_path}; pass --node NAME or re-render")
+    wanted = vendors or tuple(sorted({d.vendor for d in expected.devices}))
+    found = devices_from_files(vendors, from_files) if from_files else devices_live(wanted)
+    devices = [d for _, ds in found for d in ds]
+    _report(check(name, expected, devices, show_node(name), dry_run), dry_run, as_json)

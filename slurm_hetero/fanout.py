@@ -1,0 +1,158 @@
+"""`discover --nodes HOSTLIST | --all`: run discover on many nodes and collect one JSON line each.
+
+Slurm's own `srun` is the first choice (no ssh keys needed, the job runs as the admin on nodes that
+can take a step): one `srun --nodelist=... --ntasks-per-node=1 --immediate=...` per partition.
+Slurm refuses steps on nodes that are drained, down, failing or not responding (`sinfo`/
+`scontrol show node -o` say which; those are exactly the nodes whose GPUs changed), and srun
+cannot reach busy nodes within `--immediate`; those go over ClusterShell's ssh workers, which the
+admin's keys reach. Node states come from `scontrol show node -o` through `proc.run`.
+
+The result is the lines of every node that answered (merge them with `inventory merge`), and the
+nodes that did not, with why. ClusterShell's Task is used here and nowhere else (hostlists go
+through `slurm_hetero.hostlist`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from slurm_hetero import hostlist, proc
+from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.slurm.scontrol import SlurmNodeRecord, show_nodes
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class FanoutResult:
+    lines: dict[str, str] = field(default_factory=dict)  # node -> its discover JSON line
+    failed: dict[str, str] = field(default_factory=dict)  # node -> why it gave none
+    via: dict[str, str] = field(default_factory=dict)  # node -> "srun" | "ssh"
+
+
+def split_targets(records: Sequence[SlurmNodeRecord]) -> tuple[dict[str, list[str]], list[str]]:
+    """Nodes srun can reach, by partition, and the nodes only ssh can (drained, down, ...)."""
+    by_partition: dict[str, list[str]] = {}
+    ssh: list[str] = []
+    for record in records:
+        if record.unreachable_by_srun or not record.partition:
+            ssh.append(record.name)
+        else:
+            by_partition.setdefault(record.partition, []).append(record.name)
+    return by_partition, ssh
+
+
+def _node_of(line: str) -> str | None:
+    try:
+        nodes = json.loads(line)["nodes"]
+        return str(nodes[0]["name"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def collect_lines(output: str, result: FanoutResult, via: str) -> None:
+    """Take every `discover --json` line of `output` into `result`, keyed by its node."""
+    for line in output.splitlines():
+        name = _node_of(line.strip()) if line.strip().startswith("{") else None
+        if name:
+            result.lines[name] = line.strip()
+            result.via[name] = via
+            result.failed.pop(name, None)
+
+
+def srun_argv(partition: str, nodes: Sequence[str], command: Sequence[str], immediate: int) -> list[str]:
+    return [
+        "srun",
+        f"--partition={partition}",
+        f"--nodelist={hostlist.fold(nodes)}",
+        f"--nodes={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--immediate={immediate}",
+        "--job-name=slurm-hetero-discover",
+        *command,
+    ]
+
+
+def run_srun(
+    by_partition: dict[str, list[str]], command: Sequence[str], result: FanoutResult, immediate: int
+) -> list[str]:
+    """Discover through srun; the nodes it did not answer for (to try over ssh)."""
+    left: list[str] = []
+    for partition, nodes in sorted(by_partition.items()):
+        try:
+            output = proc.run(srun_argv(partition, nodes, command, immediate), timeout=600.0)
+        except ToolError as e:
+            logger.info("srun on %s failed, trying ssh: %s", hostlist.fold(nodes), e)
+            output = ""
+        collect_lines(output, result, "srun")
+        left += [n for n in nodes if n not in result.lines]
+    return left
+
+
+def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, timeout: float) -> None:
+    """Discover over ClusterShell's ssh workers (`%h` in the command is each node's name)."""
+    if not nodes:
+        return
+    from ClusterShell.Task import task_self
+
+    task = task_self()
+    task.shell(
+        " ".join(shlex.quote(a) if a != "%h" else a for a in command), nodes=",".join(nodes), timeout=timeout
+    )
+    task.run()
+    for buffer, keys in task.iter_buffers():
+        text = bytes(buffer).decode("utf-8", "replace")
+        for key in keys:
+            collect_lines(text, result, "ssh")
+            if key not in result.lines:
+                result.failed[str(key)] = (
+                    f"ssh: {text.strip().splitlines()[-1][:160] if text.strip() else 'no output'}"
+                )
+    for rc, keys in task.iter_retcodes():
+        for key in keys:
+            if str(key) not in result.lines:
+                result.failed.setdefault(str(key), f"ssh: exit {rc}")
+    for key in task.iter_keys_timeout():
+        result.failed[str(key)] = f"ssh: no answer within {timeout:g}s"
+    for node in nodes:
+        if node not in result.lines:
+            result.failed.setdefault(node, "ssh: no output")
+
+
+def terminal_progress(done: int, total: int) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\rdiscover: {done}/{total} nodes")
+        sys.stderr.write("\n" if done == total else "")
+        sys.stderr.flush()
+
+
+def fan_out(
+    spec: str | None,
+    remote: Sequence[str],
+    ssh_timeout: float = 120.0,
+    immediate: int = 60,
+    progress: Progress = terminal_progress,
+) -> FanoutResult:
+    """Discover on the nodes of `spec` (a hostlist; None: every node Slurm knows)."""
+    try:
+        records = show_nodes([spec] if spec else [])
+    except ToolError as e:
+        raise HeteroError(f"cannot read node states from Slurm ({e}); is slurmctld reachable?") from e
+    if not records:
+        raise HeteroError(f"Slurm knows no node in {spec!r}" if spec else "Slurm lists no nodes")
+    by_partition, ssh = split_targets(records)
+    result = FanoutResult(failed={r.name: "no answer" for r in records})
+    total = len(records)
+    srun_command = [*remote, "discover", "--json"]
+    ssh += run_srun(by_partition, srun_command, result, immediate)
+    progress(len(result.lines), total)
+    run_ssh(ssh, [*remote, "discover", "--json", "--node", "%h"], result, ssh_timeout)
+    progress(len(result.lines), total)
+    return result

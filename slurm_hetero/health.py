@@ -1,0 +1,137 @@
+"""`slurm-hetero health`: this node's live devices against the inventory; drain on a fault.
+
+Run by Slurm's HealthCheckProgram (or from NHC) on every compute node. It reads the devices as
+`discover` does (vendor tools / NVML, or `--from-file` captures), compares them with the node's
+inventory record and, on a fault, drains the node with a reason that starts `slurm-hetero:` and
+names each device (`scontrol update nodename=N state=drain reason=...`). A node it drained itself
+(reason starting `slurm-hetero:`) is resumed once the devices are healthy again; an admin's drain
+(any other reason) is never touched. Healthy and nothing to undo: no output, exit 0.
+
+Faults, per inventory device that was healthy when discovered:
+- missing: no device of that vendor and index now;
+- unhealthy: the vendor tool reports it so (NVIDIA retired/remapped rows, reset required, Xid
+  recovery action, NVLink fabric; Ascend Health not OK; the others' health fields);
+- memory shrunk: less than `MEMORY_TOLERANCE` of the inventory's memory;
+- links down: fewer links to a peer than the inventory recorded (NVLink, xGMI, HCCS).
+
+Python 3.9 compatible (runs on compute nodes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from slurm_hetero.model import Device, Health, NodeInventory
+from slurm_hetero.slurm import scontrol
+from slurm_hetero.slurm.scontrol import DRAIN_PREFIX, SlurmNodeRecord
+
+logger = logging.getLogger(__name__)
+
+MEMORY_TOLERANCE = 0.98  # a device showing less than this share of its inventory memory is a fault
+REASON_LIMIT = 240  # Slurm keeps reasons short; the full list goes to the log
+
+
+@dataclass(frozen=True)
+class Fault:
+    device: Device
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.device.vendor} {self.device.index} ({self.device.file}): {self.what}"
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    node: str
+    faults: tuple[Fault, ...]
+    actions: tuple[tuple[str, ...], ...] = ()  # scontrol argv run (or, with --dry-run, to run)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def healthy(self) -> bool:
+        return not self.faults
+
+    @property
+    def reason(self) -> str:
+        return drain_reason(self.faults)
+
+
+def _links_down(expected: Device, found: Device) -> list[str]:
+    now = {(link.peer, link.kind): link.count for link in found.links}
+    down = []
+    for link in expected.links:
+        count = now.get((link.peer, link.kind), 0)
+        if count < link.count:
+            down.append(f"{link.kind} to {link.peer} {count}/{link.count} links")
+    return down
+
+
+def device_faults(expected: Device, found: Device | None) -> list[str]:
+    """What is wrong with one device now, against its inventory record ([] when nothing)."""
+    if found is None:
+        return ["missing"]
+    faults = []
+    if found.health != Health.OK:
+        faults.append(found.health_reason or "reported unhealthy")
+    if expected.memory_mib and found.memory_mib and found.memory_mib < expected.memory_mib * MEMORY_TOLERANCE:
+        faults.append(f"memory {found.memory_mib} MiB, inventory {expected.memory_mib} MiB")
+    faults += _links_down(expected, found)
+    return faults
+
+
+def compare(expected: NodeInventory, found: Sequence[Device]) -> list[Fault]:
+    """Faults of the node's devices (those healthy in the inventory) against what is seen now."""
+    by_key = {(d.vendor, d.index): d for d in found}
+    faults = []
+    for device in expected.devices:
+        if device.health != Health.OK:
+            continue  # known bad when discovered; render left it out already
+        for what in device_faults(device, by_key.get((device.vendor, device.index))):
+            faults.append(Fault(device, what))
+    return faults
+
+
+def drain_reason(faults: Sequence[Fault]) -> str:
+    """`slurm-hetero: nvidia 1 (/dev/nvidia1): missing; ...`, cut to what Slurm keeps."""
+    text = f"{DRAIN_PREFIX} " + "; ".join(str(f) for f in faults)
+    text = text.replace("=", ":")  # scontrol reads `reason=` up to the end, but keep it plain
+    return text if len(text) <= REASON_LIMIT else text[: REASON_LIMIT - 3] + "..."
+
+
+def act(
+    node: str, faults: Sequence[Fault], record: SlurmNodeRecord | None, dry_run: bool
+) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """Drain on faults, resume our own drain when healthy; (actions, notes)."""
+    if record is None:
+        return (), (f"node {node} is not known to Slurm: nothing drained or resumed",)
+    if faults:
+        reason = drain_reason(faults)
+        if (
+            record.reason
+            and not record.drained_by_us
+            and ("DRAIN" in record.states or "DOWN" in record.states)
+        ):
+            return (), (f"node {node} is already drained by an admin ({record.reason}); left as it is",)
+        if record.drained_by_us and record.reason == reason:
+            return (), ()
+        return (tuple(scontrol.drain(node, reason, dry_run)),), ()
+    if record.drained_by_us:
+        return (tuple(scontrol.resume(node, dry_run)),), ()
+    return (), ()
+
+
+def check(
+    node: str,
+    expected: NodeInventory,
+    found: Sequence[Device],
+    record: SlurmNodeRecord | None,
+    dry_run: bool = False,
+) -> HealthReport:
+    """Compare, then drain or resume as needed."""
+    faults = compare(expected, found)
+    for fault in faults:
+        logger.warning("%s: %s", node, fault)
+    actions, notes = act(node, faults, record, dry_run)
+    return HealthReport(node, tuple(faults), actions, notes)

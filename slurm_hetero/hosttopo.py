@@ -1,0 +1,137 @@
+"""This host's CPU topology and memory as `slurmd -C` reports them, read from the kernel.
+
+Sources: `/sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}` for every online
+CPU (`/sys/devices/system/cpu/online`), and `MemTotal` in `/proc/meminfo` (slurmd's RealMemory is
+the same figure in MiB). Everything takes a `root` so tests read captured trees.
+
+Slurm numbers cores, not CPUs: gres.conf `Cores=` takes core indices below sockets x cores per
+socket, in hwloc's logical order (packages in the order of their first CPU, then each package's
+cores in the order of their first CPU). Vendor tools print OS CPU ids, which on SMT hosts include
+the sibling threads (a DGX A100 numbers core N's sibling N+128); `HostTopology.slurm_cores` maps
+them through the real topology, whatever the numbering.
+
+Runs on compute nodes: Python 3.9 compatible (checked by vermin in tests).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_hetero.errors import HeteroError
+
+logger = logging.getLogger(__name__)
+
+CPU_DIR = "sys/devices/system/cpu"
+
+
+@dataclass(frozen=True)
+class HostTopology:
+    """The NodeName facts of one host and the OS CPU id -> Slurm core index map."""
+
+    cpus: int
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+    real_memory_mib: int | None = None
+    core_of_cpu: Mapping[int, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def slurm_cores(self, cpu_list: str) -> str | None:
+        """`48-63,176-191` (OS CPU ids) -> `48-63` (Slurm core indices); None when an id is not an
+        online CPU of this host (the tool and the kernel disagree: better no Cores= than a wrong one)."""
+        ids = parse_cpu_list(cpu_list)
+        if not ids or any(i not in self.core_of_cpu for i in ids):
+            return None
+        return format_cpu_list(self.core_of_cpu[i] for i in ids)
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """`0-3,8,10-11` -> [0, 1, 2, 3, 8, 10, 11]; HeteroError on anything else."""
+    ids: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        try:
+            ids.extend(range(int(first), int(last or first) + 1))
+        except ValueError:
+            raise HeteroError(f"bad CPU list {text!r}") from None
+    return ids
+
+
+def format_cpu_list(ids: object) -> str:
+    """Sorted, deduplicated ids as ranges: [0, 1, 2, 5] -> `0-2,5`."""
+    out: list[list[int]] = []
+    for i in sorted(set(ids)):  # type: ignore[call-overload]
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="ascii").strip()
+
+
+def _online_cpus(cpu_dir: Path) -> list[int]:
+    online = cpu_dir / "online"
+    if online.exists():
+        return parse_cpu_list(_read(online))
+    return sorted(int(p.name[3:]) for p in cpu_dir.glob("cpu[0-9]*") if p.name[3:].isdigit())
+
+
+def memtotal_mib(root: Path = Path("/")) -> int | None:
+    """MemTotal of /proc/meminfo in MiB (slurmd's RealMemory), None when unreadable."""
+    try:
+        for line in (root / "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def topology_from_cpus(
+    cpus: Mapping[int, tuple[int, int]], real_memory_mib: int | None = None
+) -> HostTopology:
+    """From {OS CPU id: (package id, core id)} as the kernel reports them."""
+    cores: dict[tuple[int, int], list[int]] = {}
+    for cpu, key in sorted(cpus.items()):
+        cores.setdefault(key, []).append(cpu)
+    packages: dict[int, list[tuple[int, int]]] = {}
+    for key in sorted(cores, key=lambda k: min(cores[k])):
+        packages.setdefault(key[0], []).append(key)
+    order = sorted(packages, key=lambda p: min(min(cores[k]) for k in packages[p]))
+    per_socket = max(len(v) for v in packages.values())
+    core_of_cpu: dict[int, int] = {}
+    for socket_index, package in enumerate(order):
+        for core_index, key in enumerate(packages[package]):
+            for cpu in cores[key]:
+                core_of_cpu[cpu] = socket_index * per_socket + core_index
+    return HostTopology(
+        cpus=len(cpus),
+        sockets=len(packages),
+        cores_per_socket=per_socket,
+        threads_per_core=max(len(v) for v in cores.values()),
+        real_memory_mib=real_memory_mib,
+        core_of_cpu=core_of_cpu,
+    )
+
+
+def read_topology(root: Path = Path("/")) -> HostTopology | None:
+    """This host's topology from sysfs (None, logged, when the kernel does not expose it)."""
+    cpu_dir = root / CPU_DIR
+    cpus: dict[int, tuple[int, int]] = {}
+    try:
+        for cpu in _online_cpus(cpu_dir):
+            topo = cpu_dir / f"cpu{cpu}" / "topology"
+            cpus[cpu] = (int(_read(topo / "physical_package_id")), int(_read(topo / "core_id")))
+    except (OSError, ValueError, HeteroError) as e:
+        logger.warning("CPU topology not readable from %s (%s); NodeName gets CPUs only", cpu_dir, e)
+        return None
+    if not cpus:
+        return None
+    return topology_from_cpus(cpus, memtotal_mib(root))

@@ -1,0 +1,57 @@
+"""Node `Weight=` from the devices' own facts. Pure.
+
+Slurm gives a job the lowest-weight nodes that satisfy it, so for `binpack` a node's weight is
+the hourly cost of its dearest device in US cents: the catalog price where one is known, else a
+price-equivalent of its capability (16-bit TFLOPS, else memory) at the catalog's median price per
+TFLOPS-hour (or per GiB-hour). A weight depends only on the node's own devices and the catalog,
+never on the other nodes: adding or removing a node changes no other line, so `gres render
+--check` shows only what changed. `spread` gives every node weight 1 (partitions use LLN).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurm_hetero.devicespec import Catalog, DeviceSpec
+from slurm_hetero.model import SlurmDevice
+
+
+def headline_tflops(spec: DeviceSpec) -> float | None:
+    return spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """USD per device-hour of one unit of capability, the median over the catalog's priced entries."""
+
+    per_tflops: float
+    per_gib: float
+
+    @classmethod
+    def from_catalog(cls, catalog: Catalog) -> CostModel:
+        priced = [s for s in catalog.specs if s.price_per_hour_usd]
+        per_tflops = [s.price_per_hour_usd / t for s in priced if (t := headline_tflops(s))]  # type: ignore[operator]
+        per_gib = [s.price_per_hour_usd / s.memory_gib for s in priced if s.memory_gib]  # type: ignore[operator]
+        return cls(
+            statistics.median(per_tflops) if per_tflops else 0.005,
+            statistics.median(per_gib) if per_gib else 0.03,
+        )
+
+    def device_cost(self, spec: DeviceSpec) -> tuple[float, str]:
+        """USD per hour of one device, and how it was got (price, tflops or memory)."""
+        if spec.price_per_hour_usd:
+            return spec.price_per_hour_usd, "price"
+        tflops = headline_tflops(spec)
+        if tflops:
+            return tflops * self.per_tflops, "tflops"
+        return spec.memory_gib * self.per_gib, "memory"
+
+
+def node_weight(devices: Sequence[SlurmDevice], policy: str, costs: CostModel) -> int:
+    """The node's Weight=: 1 under spread or without devices, else its dearest device in cents/hour."""
+    if policy == "spread" or not devices:
+        return 1
+    dearest = max(costs.device_cost(d.spec)[0] for d in devices)
+    return max(1, round(dearest * 100))

@@ -1,0 +1,148 @@
+"""Slurm's node records through its CLIs: `scontrol show node -o`, `sinfo`, `scontrol update`.
+
+The parsers are pure (tests feed them real captures); the callers go through `proc.run`, the one
+place that spawns processes. Works on every Slurm from 21.08 (one-line `-o` records, `key=value`
+fields whose values may hold spaces, as `OS=` and `Reason=` do). Python 3.9 compatible: `health`
+and `discover --nodes` use it on compute nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from slurm_hetero import proc
+from slurm_hetero.errors import ToolError
+
+# a field starts at a run of key characters followed by `=`, after a space or at the line start
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
+DRAIN_PREFIX = "slurm-hetero:"
+
+
+def parse_fields(line: str) -> dict[str, str]:
+    """`NodeName=n1 OS=Linux 5.15 #1 SMP Reason=bad gpu [root@t]` -> fields (values keep spaces)."""
+    marks = list(_FIELD.finditer(line))
+    fields: dict[str, str] = {}
+    for mark, following in zip(marks, [*marks[1:], None]):
+        end = following.start() if following else len(line)
+        fields[mark.group(1)] = line[mark.end() : end].strip()
+    return fields
+
+
+@dataclass(frozen=True)
+class SlurmNodeRecord:
+    """What slurmctld knows of one node: its state words and reason, and its configured facts."""
+
+    name: str
+    state: str
+    reason: str = ""
+    cpus: int | None = None
+    sockets: int | None = None
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
+    real_memory_mib: int | None = None
+    partition: str = ""  # the first partition the node is in ("" when none)
+
+    @property
+    def states(self) -> set[str]:
+        """`IDLE+DRAIN` -> {"IDLE", "DRAIN"}; a trailing `*` (not responding) is its own word."""
+        words = set(self.state.rstrip("*").upper().split("+"))
+        return words | ({"NOT_RESPONDING"} if self.state.endswith("*") else set())
+
+    @property
+    def unreachable_by_srun(self) -> bool:
+        """Slurm will not start a job step there (drained, down, failing, powered off, not responding)."""
+        blocked = {
+            "DRAIN",
+            "DRAINED",
+            "DRAINING",
+            "DOWN",
+            "FAIL",
+            "FAILING",
+            "POWERED_DOWN",
+            "NOT_RESPONDING",
+        }
+        return bool(self.states & blocked)
+
+    @property
+    def drained_by_us(self) -> bool:
+        return self.reason.startswith(DRAIN_PREFIX)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "", "N/A") else None
+    except ValueError:
+        return None
+
+
+def _record_texts(text: str) -> list[str]:
+    """One string per node: `-o` lines, or the multi-line form joined (a record starts at NodeName=)."""
+    records: list[str] = []
+    for line in text.splitlines():
+        if line.strip().startswith("NodeName="):
+            records.append(line.strip())
+        elif records and line.strip():
+            records[-1] += " " + line.strip()
+    return records
+
+
+def parse_node_records(text: str) -> list[SlurmNodeRecord]:
+    """`scontrol show node [-o]` output -> records."""
+    records = []
+    for line in _record_texts(text):
+        fields = parse_fields(line)
+        if "NodeName" not in fields:
+            continue
+        cores = _int(fields.get("CoresPerSocket"))
+        records.append(
+            SlurmNodeRecord(
+                name=fields["NodeName"],
+                state=fields.get("State", ""),
+                reason=fields.get("Reason", "").split(" [")[0] if fields.get("Reason") != "(null)" else "",
+                cpus=_int(fields.get("CPUTot")),
+                sockets=_int(fields.get("Sockets")),
+                cores_per_socket=cores,
+                threads_per_core=_int(fields.get("ThreadsPerCore")),
+                real_memory_mib=_int(fields.get("RealMemory")),
+                partition=fields.get("Partitions", "").split(",")[0].strip(),
+            )
+        )
+    return records
+
+
+def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNodeRecord]:
+    """slurmctld's records of `names` (a hostlist each is fine), or of every node."""
+    argv = ["scontrol", "show", "node", "-o", *([",".join(names)] if names else [])]
+    return parse_node_records(proc.run(argv, timeout=timeout))
+
+
+def show_node(name: str) -> SlurmNodeRecord | None:
+    """The record of one node; None when Slurm is not reachable or does not know it."""
+    try:
+        records = show_nodes([name], timeout=10.0)
+    except ToolError:
+        return None
+    return next((r for r in records if r.name == name), None)
+
+
+def drain(node: str, reason: str, dry_run: bool = False) -> list[str]:
+    """Drain `node` with `reason` (prefixed `slurm-hetero:`); the argv, run unless `dry_run`."""
+    text = reason if reason.startswith(DRAIN_PREFIX) else f"{DRAIN_PREFIX} {reason}"
+    argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"]
+    if not dry_run:
+        proc.run(argv, timeout=30.0)
+    return argv
+
+
+def resume(node: str, dry_run: bool = False) -> list[str]:
+    """Return a node to service; the argv, run unless `dry_run`."""
+    argv = ["scontrol", "update", f"nodename={node}", "state=resume"]
+    if not dry_run:
+        proc.run(argv, timeout=30.0)
+    return argv
+
+
+def names_of(records: Iterable[SlurmNodeRecord]) -> list[str]:
+    return [r.name for r in records]

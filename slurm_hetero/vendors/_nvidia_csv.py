@@ -1,0 +1,100 @@
+"""`nvidia-smi --query-gpu=... --format=csv` output, with the columns in any order or subset.
+
+The header names the columns (`index, name, memory.total [MiB], pci.bus_id`); the units in
+brackets are dropped and `nounits` values are read the same. Needed: `name`, and `minor_number`
+or `index` (the device file is /dev/nvidia<minor_number>; with `index` only, nvidia-smi's index is
+taken as the minor number, which it is unless GPUs were renumbered). Read when present:
+memory.total, uuid, pci.bus_id, driver_version, mig.mode.current, retired_pages.pending,
+remapped_rows.pending, remapped_rows.failure. `noheader` output cannot be read (the columns are
+unknown) and is refused with what to capture instead.
+
+Truncation: a row with fewer fields than the header, or a value cut short, is a ParseError naming
+the line. A cut exactly at a row's end leaves a shorter, well-formed table that nothing in the
+format can tell apart (CSV has no count or closing line); prefer `nvidia-smi -q -x` where that
+matters. Python 3.9 compatible.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Mapping
+
+from slurm_hetero.model import Capture, Device
+from slurm_hetero.vendors._nvidia_smi import device_from_fields, parse_error
+
+CSV_TOOL = "nvidia-smi --query-gpu --format=csv"
+_COLUMN = re.compile(r"[a-z_]+(\.[a-z_]+)*( \[[^\]]*\])?")
+# --query-gpu column -> the canonical field of _nvidia_smi
+_FIELDS = {
+    "name": "model",
+    "minor_number": "minor",
+    "uuid": "uuid",
+    "pci.bus_id": "bus_id",
+    "memory.total": "memory",
+    "mig.mode.current": "mig",
+    "retired_pages.pending": "pending_retirement",
+    "remapped_rows.pending": "remap_pending",
+    "remapped_rows.failure": "remap_failure",
+}
+
+
+def header_columns(line: str) -> list[str] | None:
+    """The column names of a --query-gpu CSV header (units dropped), None if it is not one."""
+    cells = [c.strip() for c in line.split(",")]
+    if len(cells) < 2 or not all(_COLUMN.fullmatch(c) for c in cells):
+        return None
+    names = [c.split(" [")[0] for c in cells]
+    return names if {"name", "index", "minor_number", "uuid"} & set(names) else None
+
+
+def is_query_csv(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    return header_columns(first) is not None
+
+
+def _canonical(row: Mapping[str, str]) -> dict[str, str]:
+    fields = {_FIELDS[k]: v for k, v in row.items() if k in _FIELDS}
+    if "minor" not in fields and "index" in row:
+        fields["minor"] = row["index"]
+    memory = fields.get("memory", "").strip()
+    if memory.isdigit():  # nounits
+        fields["memory"] = f"{memory} MiB"
+    for flag in ("pending_retirement", "remap_pending", "remap_failure"):
+        if flag in fields:  # the CSV says Yes/No, or 0/1 for remapped rows
+            fields[flag] = {"1": "Yes", "0": "No"}.get(fields[flag].strip(), fields[flag].strip())
+    return fields
+
+
+def parse_query_csv(capture: Capture) -> list[Device]:
+    """The GPUs of one `nvidia-smi --query-gpu ... --format=csv` capture."""
+    lines = capture.text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip())
+    columns = header_columns(lines[start]) or []
+    if "name" not in columns or not {"index", "minor_number"} & set(columns):
+        raise parse_error(
+            capture, CSV_TOOL, "needs the name and index (or minor_number) columns", start + 1, lines[start]
+        )
+    devices: list[Device] = []
+    for offset, cells in enumerate(csv.reader(lines[start + 1 :], skipinitialspace=True)):
+        line_no = start + 2 + offset
+        if not cells:
+            continue
+        if len(cells) != len(columns):
+            raise parse_error(
+                capture,
+                CSV_TOOL,
+                f"{len(cells)} fields where the header has {len(columns)} (truncated?)",
+                line_no,
+                lines[line_no - 1],
+            )
+        row = dict(zip(columns, (c.strip() for c in cells)))
+        try:
+            device = device_from_fields(_canonical(row), row.get("driver_version"), None)
+        except ValueError as e:
+            raise parse_error(capture, CSV_TOOL, str(e), line_no, lines[line_no - 1]) from None
+        if device is not None:
+            devices.append(device)
+    if not devices:
+        raise parse_error(capture, CSV_TOOL, "a header but no GPU rows (truncated?)", start + 1)
+    return devices

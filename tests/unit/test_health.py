@@ -1,0 +1,162 @@
+"""`slurm-hetero health` on real captures: drain with the device named, resume only its own drains,
+never an admin's, quiet when healthy; scontrol is a fake that records what would run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero import inventory, proc
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.discover import discover_node
+from slurm_hetero.model import ClusterInventory
+from tests.conftest import FIXTURES
+
+WHOLE = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
+NODE_LINE = (
+    "NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=16 CPULoad=0.28 "
+    "AvailableFeatures=ascend ActiveFeatures=ascend Gres=gpu:ascend910b2c:2 NodeAddr=127.0.0.1 "
+    "NodeHostName=vm Version=22.05.8 OS=Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC RealMemory=16000 "
+    "Sockets=16 Boards=1 State={state} ThreadsPerCore=1 Weight=155 Partitions=ascend {reason}"
+)
+
+
+def node_line(name: str, state: str = "IDLE", reason: str = "") -> str:
+    return NODE_LINE.format(
+        name=name, state=state, reason=f"Reason={reason} [root@2026-01-01T00:00:00]" if reason else ""
+    )
+
+
+class FakeSlurm:
+    def __init__(self, line: str) -> None:
+        self.line, self.calls = line, []  # type: ignore[var-annotated]
+
+    def run(self, argv: Sequence[str], timeout: float = 60.0) -> str:
+        self.calls.append(list(argv))
+        if list(argv[:3]) == ["scontrol", "show", "node"]:
+            return self.line + "\n"
+        if list(argv[:2]) == ["scontrol", "update"]:
+            return ""
+        raise AssertionError(f"unexpected {argv}")
+
+    def updates(self) -> list[list[str]]:
+        return [c for c in self.calls if c[:2] == ["scontrol", "update"]]
+
+
+def write_inventory(tmp_path: Path, name: str = "npu1") -> Path:
+    node = discover_node(load_catalog(), ["ascend"], [WHOLE], name, {"cpus": 16, "real_memory_mib": 16000})
+    path = tmp_path / "inventory.yaml"
+    path.write_text(inventory.dumps(ClusterInventory(nodes=(node,))))
+    return path
+
+
+def capture(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "now.txt"
+    path.write_text(text)
+    return path
+
+
+def sick_text() -> str:
+    """The real 2x 910B2C capture with NPU 1's Health turned from OK to Warning (a derived copy)."""
+    lines = WHOLE.read_text().splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if line.startswith("| 1     910B2C"))
+    lines[row] = lines[row].replace("| OK            |", "| Warning       |")
+    return "".join(lines)
+
+
+def run_health(inv: Path, now: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch, *extra: str):
+    monkeypatch.setattr(proc, "run", fake.run)
+    args = [
+        "health",
+        "--inventory",
+        str(inv),
+        "--node",
+        "npu1",
+        "--vendor",
+        "ascend",
+        "--from-file",
+        str(now),
+    ]
+    return CliRunner().invoke(cli, [*args, *extra])
+
+
+def test_healthy_node_is_quiet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(node_line("npu1"))
+    result = run_health(write_inventory(tmp_path), WHOLE, fake, monkeypatch)
+    assert result.exit_code == 0 and result.output == "" and fake.updates() == []
+
+
+def test_unhealthy_device_drains_the_node_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(node_line("npu1"))
+    result = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert result.exit_code == 1
+    [update] = fake.updates()
+    assert update[:4] == ["scontrol", "update", "nodename=npu1", "state=drain"]
+    assert update[4].startswith("reason=slurm-hetero: ascend 1 (/dev/davinci1): npu-smi Health:Warning")
+    assert "ascend 0" not in update[4]
+
+
+def test_own_drain_is_resumed_when_healthy_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(node_line("npu1", "IDLE+DRAIN", "slurm-hetero: ascend 1 (/dev/davinci1): bad"))
+    result = run_health(write_inventory(tmp_path), WHOLE, fake, monkeypatch)
+    assert result.exit_code == 0
+    assert fake.updates() == [["scontrol", "update", "nodename=npu1", "state=resume"]]
+
+
+def test_admin_drain_is_never_resumed_or_overwritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(node_line("npu1", "IDLE+DRAIN", "bios update"))
+    assert run_health(write_inventory(tmp_path), WHOLE, fake, monkeypatch).exit_code == 0
+    sick = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert sick.exit_code == 1 and "already drained by an admin" in sick.output
+    assert fake.updates() == []
+
+
+def test_dry_run_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(node_line("npu1"))
+    now = capture(tmp_path, sick_text())
+    result = run_health(write_inventory(tmp_path), now, fake, monkeypatch, "--dry-run", "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1 and fake.updates() == []
+    assert doc["actions"][0][:4] == ["scontrol", "update", "nodename=npu1", "state=drain"] and doc["dry_run"]
+
+
+def test_missing_device_and_shrunk_memory_are_faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = write_inventory(tmp_path)
+    lines = WHOLE.read_text().splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if line.startswith("| 1     910B2C"))
+    one_npu = "".join(lines[:row] + lines[row + 3 :])  # NPU 1's record removed (derived copy)
+    fake = FakeSlurm(node_line("npu1"))
+    result = run_health(inv, capture(tmp_path, one_npu), fake, monkeypatch, "--dry-run", "--json")
+    assert json.loads(result.stdout)["faults"] == ["ascend 1 (/dev/davinci1): missing"]
+    shrunk = WHOLE.read_text().replace("20687/ 65536", "20687/ 32768")
+    result = run_health(inv, capture(tmp_path, shrunk), fake, monkeypatch, "--dry-run", "--json")
+    assert json.loads(result.stdout)["faults"] == [
+        "ascend 1 (/dev/davinci1): memory 32768 MiB, inventory 65536 MiB"
+    ]
+
+
+def test_links_down_are_faults(tmp_path: Path) -> None:
+    from slurm_hetero.health import compare
+    from slurm_hetero.model import Device, Link, NodeInventory
+
+    linked = Device(
+        "nvidia", "NVIDIA A100-SXM4-80GB", 0, "/dev/nvidia0", 81920, links=(Link(1, "nvlink", 12),)
+    )
+    now = Device("nvidia", "NVIDIA A100-SXM4-80GB", 0, "/dev/nvidia0", 81920, links=(Link(1, "nvlink", 6),))
+    [fault] = compare(NodeInventory("n", devices=(linked,)), [now])
+    assert str(fault) == "nvidia 0 (/dev/nvidia0): nvlink to 1 6/12 links"
+
+
+def test_node_not_in_the_inventory_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(node_line("npu1"))
+    monkeypatch.setattr(proc, "run", fake.run)
+    inv = write_inventory(tmp_path, "other")
+    result = CliRunner().invoke(
+        cli, ["health", "--inventory", str(inv), "--node", "npu1", "--from-file", str(WHOLE)]
+    )
+    assert result.exit_code == 1 and "node npu1 is not in" in result.stderr

@@ -1,0 +1,159 @@
+"""Node facts from the kernel (sysfs, /proc/meminfo) and device affinity as Slurm core indices,
+on trees built from the real-host descriptions in tests/fixtures/host/ (see their .source)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_hetero import discover
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.hosttopo import parse_cpu_list, read_topology, topology_from_cpus
+from slurm_hetero.model import ClusterInventory, Device
+from slurm_hetero.render.context import RenderOptions, build_context
+from slurm_hetero.render.templates import render_configs
+from slurm_hetero.vendors import get_vendor
+from tests.conftest import FIXTURES
+
+HOSTS = FIXTURES / "host"
+DGX = "dgx-a100_2x-epyc7742_smt2"
+ATLAS = "atlas-800t-a2_4x-kunpeng920-48c_nosmt"
+
+
+def sysfs_tree(root: Path, host: str) -> Path:
+    """A /sys + /proc tree as the kernel shows it for `host` (lscpu -p rows -> cpuN/topology)."""
+    cpu_dir = root / "sys/devices/system/cpu"
+    rows = [
+        line.split(",")
+        for line in (HOSTS / f"{host}.lscpu-p.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    for cpu, core, socket, _node in rows:
+        topo = cpu_dir / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{socket}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+    (cpu_dir / "online").write_text(f"0-{len(rows) - 1}\n")
+    (root / "proc").mkdir()
+    shutil.copy(HOSTS / f"{host}.meminfo.txt", root / "proc/meminfo")
+    return root
+
+
+def expected_slurmd_c(host: str) -> dict[str, str]:
+    source = (HOSTS / f"{host}.lscpu-p.txt.source").read_text()
+    line = re.search(r"what slurmd -C reports for this host: (.*)", source)
+    assert line
+    return dict(field.split("=") for field in line.group(1).split())
+
+
+@pytest.mark.parametrize("host", [DGX, ATLAS])
+def test_sysfs_facts_are_what_slurmd_reports(tmp_path: Path, host: str) -> None:
+    topology = read_topology(sysfs_tree(tmp_path, host))
+    assert topology is not None
+    want = expected_slurmd_c(host)
+    got = (topology.cpus, topology.sockets, topology.cores_per_socket, topology.threads_per_core)
+    assert got == tuple(int(want[k]) for k in ("CPUs", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore"))
+    memkb = int((HOSTS / f"{host}.meminfo.txt").read_text().split()[1])
+    assert topology.real_memory_mib == memkb // 1024
+
+
+def test_dgx_affinity_with_smt_siblings_becomes_core_indices(tmp_path: Path) -> None:
+    topology = read_topology(sysfs_tree(tmp_path, DGX))
+    assert topology is not None
+    # the real DGX A100 `nvidia-smi topo -m` affinities (tests/fixtures/nvidia/topo-m_dgx-a100_...)
+    assert topology.slurm_cores("48-63,176-191") == "48-63"
+    assert topology.slurm_cores("112-127,240-255") == "112-127"
+    assert topology.slurm_cores("48-63,300") is None  # not a CPU of this host
+
+
+def test_atlas_affinity_without_smt_is_unchanged(tmp_path: Path) -> None:
+    topology = read_topology(sysfs_tree(tmp_path, ATLAS))
+    assert topology is not None and topology.slurm_cores("144-167") == "144-167"
+
+
+def test_adjacent_sibling_numbering_is_mapped_by_topology_not_arithmetic() -> None:
+    # POWER-style numbering: CPUs 2k and 2k+1 are the two threads of core k
+    topology = topology_from_cpus({cpu: (0 if cpu < 8 else 1, cpu // 2) for cpu in range(16)})
+    assert (topology.sockets, topology.cores_per_socket, topology.threads_per_core) == (2, 4, 2)
+    assert topology.slurm_cores("8-11") == "4-5"
+
+
+def test_live_discover_renders_the_cores_and_node_line_slurmd_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = sysfs_tree(tmp_path, DGX)
+    affinity = {0: "48-63,176-191", 1: "48-63,176-191", 2: "16-31,144-159", 3: "16-31,144-159"}
+    devices = [
+        Device("nvidia", "NVIDIA A100-SXM4-40GB", i, f"/dev/nvidia{i}", 40960, cores=cpus)
+        for i, cpus in affinity.items()
+    ]
+    monkeypatch.setattr(discover, "devices_live", lambda names: [(get_vendor("nvidia"), devices)])
+    node = discover.discover_node(load_catalog(), node_name="dgx1", root=root)
+    assert [d.cores for d in node.devices] == ["48-63", "48-63", "16-31", "16-31"]
+    context = build_context(ClusterInventory(nodes=(node,)), load_catalog(), RenderOptions())
+    context["source"] = "t"
+    files = render_configs(context)
+    assert "File=/dev/nvidia[0-1] Cores=48-63" in files["gres.conf"]
+    line = next(x for x in files["slurm-nodes.conf"].splitlines() if x.startswith("NodeName=dgx1"))
+    want = expected_slurmd_c(DGX)
+    for key, name in (("CPUs", "CPUs"), ("SocketsPerBoard", "Sockets"), ("CoresPerSocket", "CoresPerSocket")):
+        assert f" {name}={want[key]} " in line
+    assert f" ThreadsPerCore={want['ThreadsPerCore']} " in line and " RealMemory=" in line
+    assert all(max(parse_cpu_list(d.cores or "0")) < 128 for d in node.devices)
+
+
+@pytest.mark.skipif(not shutil.which("slurmd"), reason="slurmd not installed")
+def test_this_host_matches_slurmd_c() -> None:
+    out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30, check=True).stdout
+    want = dict(f.split("=", 1) for f in out.splitlines()[0].split() if "=" in f)
+    facts, topology = discover.live_facts()
+    assert topology is not None
+    assert facts["cpus"] == int(want["CPUs"])
+    assert facts["sockets"] * int(want.get("Boards", "1")) == int(want["SocketsPerBoard"])
+    assert facts["cores_per_socket"] == int(want["CoresPerSocket"])
+    assert facts["threads_per_core"] == int(want["ThreadsPerCore"])
+    assert abs(facts["real_memory_mib"] - int(want["RealMemory"])) <= 1
+
+
+def test_from_file_takes_node_facts_on_the_command_line() -> None:
+    info = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
+    args = ["discover", "--vendor", "ascend", "--from-file", str(info), "--node", "npu1"]
+    args += ["--cpus", "192", "--sockets", "4", "--cores-per-socket", "48", "--threads-per-core", "1"]
+    result = CliRunner().invoke(cli, [*args, "--real-memory", "1500G"])
+    assert result.exit_code == 0, result.output
+    node = yaml.safe_load(result.stdout)["nodes"][0]
+    assert (node["cpus"], node["sockets"], node["cores_per_socket"], node["real_memory_mib"]) == (
+        192,
+        4,
+        48,
+        1536000,
+    )
+
+
+def test_from_file_reads_node_facts_from_scontrol_when_slurm_knows_the_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    line = (Path("/work/shared/slurm-lab/samples/scontrol_show_node_oneliner.txt")).read_text()
+    sample = next((x for x in line.splitlines() if x.startswith("NodeName=ascendn1")), None)
+    if sample is None:
+        pytest.skip("shared scontrol sample not present")
+    monkeypatch.setattr(discover.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr("slurm_hetero.proc.run", lambda argv, timeout=60.0: sample + "\n")
+    info = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
+    node = discover.discover_node(load_catalog(), ["ascend"], [info], "ascendn1")
+    assert (node.cpus, node.sockets, node.real_memory_mib) == (16, 16, 16000)
+
+
+def test_from_file_without_facts_renders_with_a_warning() -> None:
+    info = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
+    node = discover.discover_node(load_catalog(), ["ascend"], [info], "lonely1")
+    assert node.cpus is None
+    context = build_context(ClusterInventory(nodes=(node,)), load_catalog(), RenderOptions())
+    assert any("lonely1: no CPUs or RealMemory" in n and "CPUs=1" in n for n in context["notes"])
