@@ -49,6 +49,22 @@ CAPTURED_NODES = {
 }
 
 
+# A node whose device affinity splits a socket: Slurm 24.11 refuses such Cores= (node INVALID)
+# unless `gres render` widens them to whole sockets, as it does after 22.05.
+SPLIT_SOCKET_NODE = """version: 1
+nodes:
+  - name: socketn1
+    cpus: 8
+    sockets: 2
+    cores_per_socket: 4
+    threads_per_core: 1
+    real_memory_mib: 16000
+    devices:
+      - {vendor: nvidia, model: NVIDIA L40S, type: l40s, index: 0, file: /dev/nvidia0,
+         memory_mib: 46068, cores: 0-1}
+"""
+
+
 def cli(*args: str, **kw: object) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "slurm_hetero", *args],
@@ -70,8 +86,10 @@ def generate_inventory(directory: Path) -> Path:
         args = ["discover", "--vendor", vendor, "--node", node, "--json"]
         lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
     (directory / "captured.jsonl").write_text("\n".join(lines) + "\n")
+    (directory / "split-socket.yaml").write_text(SPLIT_SOCKET_NODE)
     combined = directory / "cluster.yaml"
-    cli("inventory", "merge", str(EXAMPLE), str(directory / "captured.jsonl"), "-o", str(combined))
+    parts = [str(EXAMPLE), str(directory / "captured.jsonl"), str(directory / "split-socket.yaml")]
+    cli("inventory", "merge", *parts, "-o", str(combined))
     return combined
 
 
