@@ -170,6 +170,22 @@ def install_checkout(root: Path) -> None:
     _pip(root, "--no-deps", "--no-build-isolation", "--force-reinstall", "/opt/slurm-hetero/src")
 
 
+def processes(root: Path) -> list[int]:
+    """PIDs of the processes running inside `root` (their root directory is it): what the dev
+    cluster started there (munged, slurmctld, slurmds, slurmstepds and their jobs)."""
+    target, own = str(root.resolve()), os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        try:
+            if os.readlink(entry / "root") == target:
+                found.append(int(entry.name))
+        except OSError:  # gone, or a zombie
+            continue
+    return found
+
+
 # ---------------------------------------------------------------------------------------- mounts
 
 
