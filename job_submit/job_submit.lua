@@ -8,8 +8,9 @@ Turns memory-sized accelerator requests into concrete GRES requests, for example
   --gres=gpumem:10G   (shard nodes)  tres_per_node = "gres:shard:5,gres:gpumem:10G", constraint t4
   --gres=gpumem:200G                 rejected: "gpumem:200G: largest device is a100_80g with 80G; ..."
 
-and writes back in the form the request came in (Slurm 22.05 "gres:gpu:TYPE:N", later releases
-"gres/gpu:TYPE=N"). Jobs without gpumem/gpucore are left alone.
+and writes back in the form the request came in (Slurm 22.05 "gres:gpu:TYPE:N", 24.11
+"gres/gpu:TYPE:N", "gres/gpu:TYPE=N" for a request written with "="). Jobs without gpumem/gpucore
+are left alone.
 
 Every decision comes from slurm_hetero_tables.lua, generated next to this file by
 `slurm-hetero job-submit render` and read ONCE, when slurmctld loads this script. Per job the hook
@@ -215,6 +216,13 @@ local function parse_gpu(item)
   return gpu_type, tonumber(count)
 end
 
+-- How the answer is written: "22.05" gres:gpu:T:N, "24.11" gres/gpu:T:N, "slash" gres/gpu:T=N.
+local function form_of(item)
+  if item.prefix ~= "gres/" then return "22.05" end
+  if string.find(item.body, "=", 1, true) then return "slash" end
+  return "24.11"
+end
+
 -- Add one of our items to the request being gathered.
 local function add(req, field, item)
   req.shown[#req.shown + 1] = item.body
@@ -230,7 +238,7 @@ local function add(req, field, item)
   if req[item.name] then bad(item, "duplicate") end
   req.memory_items[#req.memory_items + 1] = item.body
   if item.name == "gpumem" then req.gpumem = parse_gpumem(item) else req.gpucore = parse_gpucore(item) end
-  req.form = req.form or (item.prefix == "gres/" and "slash" or "22.05")
+  req.form = req.form or form_of(item)
 end
 
 -- The request from all four TRES fields, items checked in order (the first bad one rejects).

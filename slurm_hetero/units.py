@@ -4,7 +4,8 @@ This is the request grammar that `job_submit/job_submit.lua` implements line for
 are tested against each other on `tests/cases/requests.yaml` and on generated requests.
 
 A TRES string is comma-separated items. Each item is `gres:BODY` (Slurm 22.05), `gres/BODY`
-(later releases) or a plain `BODY` (what `--gres=` takes). Only three names are ours:
+(later releases; 24.11 hands `--gres=gpumem:20G` over as `gres/gpumem:20G` and `--gpus=a100:1` as
+`gres/gpu:a100:1`) or a plain `BODY` (what `--gres=` takes). Only three names are ours:
 
 - `gpumem:SIZE` (or `gpumem=SIZE`): memory per device. SIZE is digits with an optional `M`,
   `G` or `T` suffix (binary, either case); a bare number is MiB. Negative, zero, non-numeric,
@@ -13,6 +14,10 @@ A TRES string is comma-separated items. Each item is `gres:BODY` (Slurm 22.05), 
 - `gpu`, `gpu:N`, `gpu:TYPE`, `gpu:TYPE:N`, `gpu=N`, `gpu:TYPE=N`: the device count (default 1).
 
 Every other item is kept verbatim. Only ASCII digits count as digits (Lua's `%d`).
+
+The form of the first gpumem/gpucore item decides how the hook writes its answer, so each release
+gets back what it handed over: `gres:gpu:a100:2` (form "22.05"), `gres/gpu:a100:2` ("24.11": the
+`gres/` prefix with `:` before the value) or `gres/gpu:a100=2` ("slash": `gres/` with `=`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from dataclasses import dataclass, field
 from slurm_hetero.engine.reasons import render
 from slurm_hetero.errors import RequestError
 
-COLON, SLASH = "22.05", "slash"  # TRES string forms: `gres:gpu:a100:2` and `gres/gpu:a100=2`
-PREFIXES = {"gres:": COLON, "gres/": SLASH}
+# TRES string forms: `gres:gpu:a100:2`, `gres/gpu:a100:2` and `gres/gpu:a100=2`
+COLON, SLASH_COLON, SLASH = "22.05", "24.11", "slash"
+FORMS = (COLON, SLASH_COLON, SLASH)
+PREFIXES = ("gres:", "gres/")
 UNITS = {"": 1, "M": 1, "G": 1024, "T": 1024 * 1024}  # size suffix -> MiB
 MAX_DIGITS = 15  # longer numbers are "too large" before any arithmetic (exact in Lua doubles)
 MAX_MIB = 1024**3  # 1024T per device
@@ -70,7 +77,9 @@ class Item:
 
     @property
     def form(self) -> str:
-        return SLASH if self.prefix == "gres/" else COLON
+        if self.prefix != "gres/":
+            return COLON
+        return SLASH if "=" in self.body else SLASH_COLON
 
     @property
     def ours(self) -> bool:

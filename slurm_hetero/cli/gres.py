@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero import inventory
+from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.config import load_settings
-from slurm_hetero.errors import RequestError
+from slurm_hetero.errors import RequestError, ToolError
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
-from slurm_hetero.render.templates import render_configs
+from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
 from slurm_hetero.render.write import diff, ensure_output_dir, write_atomic
 from slurm_hetero.units import parse_size
 
@@ -27,6 +27,20 @@ def parse_shares(specs: tuple[str, ...]) -> dict[str, int]:
             raise RequestError(spec, "--share wants TYPE=SIZE, e.g. l40s=4G")
         out[gres_type] = parse_size(size, f"--share {gres_type}")
     return out
+
+
+def local_slurm_release() -> str:
+    """The release of the Slurm here (`scontrol --version`: `slurm 22.05.8` -> `22.05`), else
+    DEFAULT_SLURM_RELEASE (22.05, Debian 12's)."""
+    try:
+        words = proc.run(["scontrol", "--version"], timeout=10).split()
+    except ToolError:
+        return DEFAULT_SLURM_RELEASE
+    try:
+        major, minor = release_key(words[-1]) if words else (0, 0)
+    except Exception:  # an unexpected answer: fall back like a missing scontrol
+        return DEFAULT_SLURM_RELEASE
+    return f"{major:02d}.{minor:02d}"
 
 
 @cli.group()
@@ -82,6 +96,12 @@ def gres() -> None:
     type=click.Path(path_type=Path),
     help="Suite config file (its sharing.shard_size applies; --share wins).",
 )
+@click.option(
+    "--slurm-release",
+    metavar="YY.MM",
+    help="Write for this Slurm release, e.g. 24.11 (default: `scontrol --version` here, else "
+    f"{DEFAULT_SLURM_RELEASE}). After 22.05, gres.conf Cores= lists cover whole sockets.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
     inventory_path: Path,
@@ -96,9 +116,13 @@ def render(
     file_root: str,
     shares: tuple[str, ...],
     config_path: Path | None,
+    slurm_release: str | None,
     as_json: bool,
 ) -> None:
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
+    if slurm_release:
+        release_key(slurm_release)  # a bad value stops here, before any work
+    release = slurm_release or local_slurm_release()
     local = LocalSlurmd(local_host, port_base, file_root=file_root) if local_host else None
     shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
     options = RenderOptions(
@@ -112,7 +136,7 @@ def render(
         click.echo(f"slurm-hetero: warning: {note}", err=True)
     files = {
         (out if check else ensure_output_dir(out)) / name: text
-        for name, text in render_configs(context, template_dir).items()
+        for name, text in render_configs(context, template_dir, release).items()
     }
     if check:
         changes = diff(files)
@@ -124,6 +148,7 @@ def render(
         "shapes": context["shape_count"],
         "lines": sum(t.count("\n") for t in files.values()),
         "written": [str(p) for p in written],
+        "slurm_release": release,
     }
     click.echo(
         json.dumps(summary)

@@ -1,8 +1,22 @@
 """The one jinja2 Environment (StrictUndefined): package templates, or an admin's --template-dir
-whose files of the same name take precedence."""
+whose files of the same name take precedence; and what each Slurm release needs of the output.
+
+Release differences (`for_release`), each measured on the dev cluster's real daemons:
+
+- 24.11 marks a node INVALID when a gres.conf `Cores=` list splits a socket ("GRES core
+  specification 0-1 for node n1 doesn't match socket boundaries. (Socket 0 is cores 0-3)"); 22.05
+  takes it (its man page only advises whole sockets, since it allocates GRES per socket anyway).
+  So after 22.05, `Cores=` is widened to the whole sockets it touches, where the node's socket
+  layout is known, with a note in gres.conf. Whole-socket lists are valid on every release, so
+  the releases between (23.02 to 24.05, not run here) get the widened form too.
+
+22.05 output is unchanged (the golden files under gres_conf/examples/ hold it).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +28,56 @@ from slurm_hetero.errors import ConfigError
 
 GRES_TEMPLATE = "gres.conf.j2"
 NODES_TEMPLATE = "slurm_nodes.conf.j2"
+DEFAULT_SLURM_RELEASE = "22.05"  # Debian 12's, when neither --slurm-release nor scontrol says
+TESTED_RELEASES = ("22.05", "24.11")
+_RELEASE = re.compile(r"(\d{2})\.(\d{2})(?:\.\d+)?")
+
+
+def release_key(release: str) -> tuple[int, int]:
+    """`24.11` (or `24.11.5`) -> (24, 11)."""
+    m = _RELEASE.fullmatch(release.strip())
+    if not m:
+        raise ConfigError(f"Slurm release {release!r} is not YY.MM, e.g. 24.11", "--slurm-release")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _whole_sockets(cores: str, cores_per_socket: int) -> str:
+    """`0-1,9` with 4 cores per socket -> `0-3,8-11`."""
+    sockets: set[int] = set()
+    for part in cores.split(","):
+        first, _, last = part.partition("-")
+        sockets.update(range(int(first) // cores_per_socket, int(last or first) // cores_per_socket + 1))
+    ranges = [(s * cores_per_socket, (s + 1) * cores_per_socket - 1) for s in sorted(sockets)]
+    merged: list[list[int]] = []
+    for low, high in ranges:
+        if merged and low == merged[-1][1] + 1:
+            merged[-1][1] = high
+        else:
+            merged.append([low, high])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in merged)
+
+
+def for_release(context: Mapping[str, Any], release: str) -> dict[str, Any]:
+    """The render context adjusted to what `release` accepts (see the module doc)."""
+    out = {**context, "slurm_release": release}
+    if release_key(release) <= (22, 5):
+        return out
+    groups, notes = [], list(context["notes"])
+    for group, node in zip(context["gres_groups"], context["nodes"]):
+        per_socket = node.get("cores_per_socket") if node.get("sockets") else None
+        lines = []
+        for line in group["lines"]:
+            if per_socket and line.cores:
+                widened = _whole_sockets(line.cores, per_socket)
+                if widened != line.cores:
+                    notes.append(
+                        f"{group['nodes']}: gpu {line.type} {line.file}: Cores={line.cores} widened to whole "
+                        f"sockets, Cores={widened} (Slurm 24.11 refuses Cores= that split a socket)"
+                    )
+                    line = dataclasses.replace(line, cores=widened)
+            lines.append(line)
+        groups.append({**group, "lines": lines})
+    return {**out, "gres_groups": groups, "notes": notes}
 
 
 def environment(template_dir: Path | None = None) -> jinja2.Environment:
@@ -46,9 +110,13 @@ def render(env: jinja2.Environment, name: str, context: Mapping[str, Any]) -> st
         raise ConfigError(f"template uses an undefined value: {e.message}", name) from e
 
 
-def render_configs(context: Mapping[str, Any], template_dir: Path | None = None) -> dict[str, str]:
-    """gres.conf and slurm-nodes.conf text from a render context (see render.context)."""
+def render_configs(
+    context: Mapping[str, Any], template_dir: Path | None = None, slurm_release: str | None = None
+) -> dict[str, str]:
+    """gres.conf and slurm-nodes.conf text from a render context (see render.context), for
+    `slurm_release` (else the context's `slurm_release`, else DEFAULT_SLURM_RELEASE)."""
     env = environment(template_dir)
+    context = for_release(context, slurm_release or context.get("slurm_release") or DEFAULT_SLURM_RELEASE)
     return {
         "gres.conf": render(env, GRES_TEMPLATE, context),
         "slurm-nodes.conf": render(env, NODES_TEMPLATE, context),

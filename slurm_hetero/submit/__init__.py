@@ -12,7 +12,8 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
    in that order (`slurm_hetero.units`); the first bad one rejects the job.
 3. `engine.score.decide` picks the device type (or the adequate types, or shards).
 4. The new item replaces the request: `gres:gpu:TYPE:N`, `gres:gpu:N` (any-fit) or
-   `gres:shard:S`, in the form the request came in (`gres/gpu:TYPE=N` ...). It goes first into
+   `gres:shard:S`, in the form the request came in (24.11: `gres/gpu:TYPE:N`; `gres/gpu:TYPE=N`
+   for a request written with `=`). It goes first into
    `tres_per_node`, or into `tres_per_task`/`tres_per_socket` when the count came from there.
    The old gpu item and, unless sharing, the gpumem/gpucore items are removed from every field.
 5. any-fit and shards add their types to the job's constraint (`FEATURES&(a|b)`); the decision
@@ -29,18 +30,21 @@ from typing import Any
 from slurm_hetero.engine.reasons import FitReport, render
 from slurm_hetero.engine.score import Choice, ClusterModel, Need, decide
 from slurm_hetero.errors import RequestError
-from slurm_hetero.units import SLASH, Request, has_ours, parse_fields, split_items
+from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
 IN_PLACE = ("tres_per_task", "tres_per_socket")  # counts from these stay there
 NOTE_PREFIX = "slurm_hetero: "
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
 _ITEM_FORMS = {  # (kind, form) -> new item; kinds as in engine.score.Choice
-    ("gpu", "22.05"): "gres:gpu:%s:%s",
+    ("gpu", COLON): "gres:gpu:%s:%s",
+    ("gpu", SLASH_COLON): "gres/gpu:%s:%s",
     ("gpu", SLASH): "gres/gpu:%s=%s",
-    ("any", "22.05"): "gres:gpu:%s",
+    ("any", COLON): "gres:gpu:%s",
+    ("any", SLASH_COLON): "gres/gpu:%s",
     ("any", SLASH): "gres/gpu=%s",
-    ("shard", "22.05"): "gres:shard:%s",
+    ("shard", COLON): "gres:shard:%s",
+    ("shard", SLASH_COLON): "gres/shard:%s",
     ("shard", SLASH): "gres/shard=%s",
 }
 
@@ -204,9 +208,13 @@ def explain(model: ClusterModel, options: HookOptions, job: Job) -> Outcome:
 # ------------------------------------------------------------------------- command-line requests
 
 
-def _gres_items(spec: str) -> list[str]:
+# The prefix each release's sbatch puts on TRES items (measured on 22.05 and 24.11).
+RELEASE_PREFIX = {"22.05": "gres:", "24.11": "gres/"}
+
+
+def _gres_items(spec: str, prefix: str) -> list[str]:
     """`--gres=gpu:a100:1,gpumem:90G` as sbatch stores it: `gres:gpu:a100:1,gres:gpumem:90G`."""
-    return [s if s.startswith(("gres:", "gres/")) else f"gres:{s}" for s in spec.split(",")]
+    return [s if s.startswith(("gres:", "gres/")) else f"{prefix}{s}" for s in spec.split(",")]
 
 
 def job_from_options(
@@ -217,13 +225,19 @@ def job_from_options(
     partition: str | None = None,
     constraint: str | None = None,
     uid: int | None = None,
+    slurm_release: str = "22.05",
 ) -> Job:
-    """The job_desc that sbatch would send for these options (Slurm 22.05 field values)."""
-    per_node = (_gres_items(gres) if gres else []) + ([f"gres:gpu:{gpus_per_node}"] if gpus_per_node else [])
+    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options."""
+    if slurm_release not in RELEASE_PREFIX:
+        raise ValueError(f"unknown Slurm release {slurm_release}; known: {', '.join(RELEASE_PREFIX)}")
+    pre = RELEASE_PREFIX[slurm_release]
+    per_node = (_gres_items(gres, pre) if gres else []) + (
+        [f"{pre}gpu:{gpus_per_node}"] if gpus_per_node else []
+    )
     return Job(
         tres_per_node=",".join(per_node) or None,
-        tres_per_job=f"gres:gpu:{gpus}" if gpus else None,
-        tres_per_task=f"gres:gpu:{gpus_per_task}" if gpus_per_task else None,
+        tres_per_job=f"{pre}gpu:{gpus}" if gpus else None,
+        tres_per_task=f"{pre}gpu:{gpus_per_task}" if gpus_per_task else None,
         partition=partition,
         features=constraint,
         submit_uid=uid,

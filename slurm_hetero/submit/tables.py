@@ -23,7 +23,7 @@ partitions         [name] = { policy, mode, allowed }: per partition (configured
 codes, labels      reason codes in check order, and the word for each in counts
 messages           `%s` templates from `engine.reasons.MESSAGES`
 request_messages   `%s` templates from `units.REQUEST_MESSAGES`
-item_forms         [kind][form]: the new TRES item, kind gpu/any/shard, form "22.05"/"slash"
+item_forms         [kind][form]: the new TRES item, kind gpu/any/shard, form "22.05"/"24.11"/"slash"
 note_prefix        prefix of the admin comment and log lines
 =================  ===============================================================================
 

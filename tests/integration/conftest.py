@@ -1,22 +1,31 @@
-"""One real Slurm dev cluster per test session (marker `slurm`).
+"""One real Slurm dev cluster per Slurm release per test session (marker `slurm`).
+
+Every test here runs on each release in SLURM_HETERO_RELEASES (comma-separated; default
+`22.05,24.11`): the `dev_cluster` fixture is session-scoped and parametrized by release, so pytest
+groups the tests by release and brings one release's cluster down before the next one starts.
+Tests reach the cluster only through `slurm()` / `slurm_as()` / `Cluster.run()`, which run the
+command with the release's own tools (for 24.11 inside its Debian 13 root), exactly as
+`scripts/dev-cluster run` does.
 
 The cluster runs the bundled example inventory plus a second inventory generated here the way an
 admin would: `slurm-hetero discover --from-file` on real captures of several vendors' tools,
-then `inventory merge`. Needs root and Debian's Slurm packages (dev-cluster installs them).
+then `inventory merge`. Needs root; dev-cluster installs Debian's Slurm packages (22.05) and
+builds the Debian 13 root (24.11) on first use.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from scripts.devcluster import client, release
 from tests.conftest import FIXTURES, REPO
 
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
@@ -41,6 +50,22 @@ CAPTURED_NODES = {
 }
 
 
+# A node whose device affinity splits a socket: Slurm 24.11 refuses such Cores= (node INVALID)
+# unless `gres render` widens them to whole sockets, as it does after 22.05.
+SPLIT_SOCKET_NODE = """version: 1
+nodes:
+  - name: socketn1
+    cpus: 8
+    sockets: 2
+    cores_per_socket: 4
+    threads_per_core: 1
+    real_memory_mib: 16000
+    devices:
+      - {vendor: nvidia, model: NVIDIA L40S, type: l40s, index: 0, file: /dev/nvidia0,
+         memory_mib: 46068, cores: 0-1}
+"""
+
+
 def cli(*args: str, **kw: object) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "slurm_hetero", *args],
@@ -62,15 +87,63 @@ def generate_inventory(directory: Path) -> Path:
         args = ["discover", "--vendor", vendor, "--node", node, "--json"]
         lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
     (directory / "captured.jsonl").write_text("\n".join(lines) + "\n")
+    (directory / "split-socket.yaml").write_text(SPLIT_SOCKET_NODE)
     combined = directory / "cluster.yaml"
-    inputs = [str(EXAMPLE), str(SITE_NAMES), str(directory / "captured.jsonl")]
-    cli("inventory", "merge", *inputs, "-o", str(combined))
+    parts = [
+        str(EXAMPLE),
+        str(SITE_NAMES),
+        str(directory / "captured.jsonl"),
+        str(directory / "split-socket.yaml"),
+    ]
+    cli("inventory", "merge", *parts, "-o", str(combined))
     return combined
 
 
 def _need_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("the dev cluster needs root")
+
+
+def selected_releases() -> list[str]:
+    """SLURM_HETERO_RELEASES (e.g. `24.11`), default every release the dev cluster knows."""
+    wanted = os.environ.get("SLURM_HETERO_RELEASES") or ",".join(release.RELEASES)
+    names = [n.strip() for n in wanted.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(release.RELEASES))
+    if unknown:
+        raise pytest.UsageError(f"SLURM_HETERO_RELEASES: unknown {unknown}; known {list(release.RELEASES)}")
+    return names
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running dev cluster of one Slurm release, as the tests see it."""
+
+    release: release.Release
+    inventory: Path  # the inventory it was started from
+    python: str  # the Python that jobs run (with slurm-hetero and torch) on this release's nodes
+
+    @property
+    def name(self) -> str:
+        return self.release.name
+
+    @property
+    def etc(self) -> Path:
+        """The host path of the cluster's /etc/slurm."""
+        return self.release.path("/etc/slurm")
+
+    def run(
+        self, argv: list[str], user: str | None = None, *, timeout: float = 60, **kw: object
+    ) -> subprocess.CompletedProcess:
+        """A client command with this release's tools, as `user` (default: this process's)."""
+        return client.run(self.release, list(argv), user, timeout=timeout, **kw)  # type: ignore[arg-type]
+
+
+_active: list[Cluster] = []
+
+
+def active() -> Cluster:
+    assert _active, "no dev cluster is running (use the dev_cluster fixture)"
+    return _active[-1]
 
 
 @pytest.fixture(scope="session")
@@ -88,27 +161,35 @@ def suite_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def dev_cluster(cluster_inventory: Path, suite_config: Path) -> Iterator[Path]:
-    """Start the dev cluster once for the session, with the job_submit hook and l40s sharing."""
+def dev_cluster_argv(*args: str) -> list[str]:
+    return [sys.executable, str(DEV_CLUSTER), *args]
+
+
+@pytest.fixture(scope="session", params=selected_releases())
+def dev_cluster(
+    request: pytest.FixtureRequest, cluster_inventory: Path, suite_config: Path
+) -> Iterator[Cluster]:
+    """Start the dev cluster of one release for the session (with the job_submit hook and l40s
+    sharing); the next release's starts after this one is down."""
     _need_root()
+    name = request.param
     started = time.monotonic()
-    argv = [
-        sys.executable,
-        str(DEV_CLUSTER),
-        "up",
-        "--inventory",
-        str(cluster_inventory),
-        "--job-submit",
-        "--config",
-        str(suite_config),
-    ]
+    argv = dev_cluster_argv("up", "--slurm-release", name, "--inventory", str(cluster_inventory))
+    argv += ["--job-submit", "--config", str(suite_config)]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        pytest.fail(f"dev-cluster up failed:\n{result.stdout}\n{result.stderr}")
-    print(f"dev cluster up in {time.monotonic() - started:.1f}s", file=sys.stderr)
-    yield cluster_inventory
-    subprocess.run([sys.executable, str(DEV_CLUSTER), "down"], check=False)
+        pytest.fail(f"dev-cluster up --slurm-release {name} failed:\n{result.stdout}\n{result.stderr}")
+    print(f"dev cluster {name} up in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    rel = release.get(name)
+    cluster = Cluster(
+        rel, cluster_inventory, "/opt/slurm-hetero/venv/bin/python" if rel.chrooted else sys.executable
+    )
+    _active.append(cluster)
+    try:
+        yield cluster
+    finally:
+        _active.remove(cluster)
+        subprocess.run(dev_cluster_argv("down", "--slurm-release", name), check=False)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -117,9 +198,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slurm)
 
 
-def slurm(*argv: str, check: bool = True, timeout: float = 60) -> str:
-    assert shutil.which(argv[0]), f"{argv[0]} not installed"
-    result = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=timeout)
+def slurm_as(
+    user: str | None, *argv: str, check: bool = True, timeout: float = 60, stdin: str | None = None
+) -> str:
+    """stdout of a client command on the active cluster, as `user`; raises on failure (`check`)."""
+    result = active().run(list(argv), user, timeout=timeout, stdin=stdin, cwd="/tmp")
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
     return result.stdout
+
+
+def slurm(*argv: str, check: bool = True, timeout: float = 60) -> str:
+    """stdout of a client command (sbatch, srun, scontrol, ...) on the active cluster, as root."""
+    return slurm_as(None, *argv, check=check, timeout=timeout)
+
+
+def tres(text: str) -> str:
+    """A TRES string in one form for comparisons: 24.11's `gres/gpu:a100:1` as 22.05's `gres:gpu:a100:1`."""
+    return ",".join(("gres:" + item[5:]) if item.startswith("gres/") else item for item in text.split(","))

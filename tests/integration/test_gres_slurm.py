@@ -13,7 +13,7 @@ from slurm_hetero.config import load_settings
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.context import shards_per_device
 from slurm_hetero.slurm.syntax import gres_size
-from tests.integration.conftest import slurm
+from tests.integration.conftest import Cluster, slurm
 
 
 def expected_nodes(path: Path) -> dict[str, list]:
@@ -32,10 +32,17 @@ def scontrol_nodes() -> dict[str, dict[str, str]]:
     return nodes
 
 
-def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path, suite_config: Path) -> None:
+def test_sinfo_reports_the_release_under_test(dev_cluster: Cluster) -> None:
+    """The bundled example's cluster runs the Slurm release the test is parametrized with."""
+    version = slurm("sinfo", "-V").strip()
+    assert version.split()[-1].startswith(dev_cluster.name + "."), version
+    assert dev_cluster.name in (dev_cluster.etc / "slurm.conf").read_text().splitlines()[0]
+
+
+def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Cluster, suite_config: Path) -> None:
     shares = load_settings(suite_config).shares
     reported = scontrol_nodes()
-    expected = expected_nodes(dev_cluster)
+    expected = expected_nodes(dev_cluster.inventory)
     assert set(reported) == set(expected)
     for name, devices in expected.items():
         fields = reported[name]
@@ -55,14 +62,21 @@ def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Path, s
         assert gres == want, name
 
 
-def test_unhealthy_devices_are_not_given_to_slurm(dev_cluster: Path) -> None:
-    sick = [(n.name, d) for n in inventory.load(dev_cluster).nodes for d in n.devices if d.health != "ok"]
+def test_unhealthy_devices_are_not_given_to_slurm(dev_cluster: Cluster) -> None:
+    sick = [
+        (n.name, d)
+        for n in inventory.load(dev_cluster.inventory).nodes
+        for d in n.devices
+        if d.health != "ok"
+    ]
     if not sick:
         pytest.skip("no unhealthy device in the generated inventory")
     reported = scontrol_nodes()
     for name, device in sick:
         assert reported[name]["State"] == "IDLE", (name, reported[name].get("Reason"))
-        assert f"gpu:{device.type}:" not in reported[name]["Gres"] or len(expected_nodes(dev_cluster)[name])
+        assert f"gpu:{device.type}:" not in reported[name]["Gres"] or len(
+            expected_nodes(dev_cluster.inventory)[name]
+        )
 
 
 def _submit(gres: str, out: Path) -> str:
@@ -87,9 +101,9 @@ def _read_env(path: Path) -> dict[str, str]:
 
 
 def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
-    dev_cluster: Path, tmp_path: Path
+    dev_cluster: Cluster, tmp_path: Path
 ) -> None:
-    nodes = expected_nodes(dev_cluster)
+    nodes = expected_nodes(dev_cluster.inventory)
     types = sorted({d.type for devices in nodes.values() for d in devices})
     jobs = {t: _submit(f"gpu:{t}:1", tmp_path / f"{t}.out") for t in types}
     two = next(t for t in types if sum(d.type == t for ds in nodes.values() for d in ds) >= 2)
@@ -110,8 +124,8 @@ def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
     assert len(pair["CUDA"].split(",")) == 2
 
 
-def test_ascend_job_sees_ascend_rt_visible_devices_of_its_allocation(dev_cluster: Path) -> None:
-    nodes = expected_nodes(dev_cluster)
+def test_ascend_job_sees_ascend_rt_visible_devices_of_its_allocation(dev_cluster: Cluster) -> None:
+    nodes = expected_nodes(dev_cluster.inventory)
     node, devices = next(
         (n, ds) for n, ds in nodes.items() if ds and ds[0].vendor.name == "ascend" and len(ds) >= 3
     )
@@ -130,26 +144,29 @@ def test_ascend_job_sees_ascend_rt_visible_devices_of_its_allocation(dev_cluster
     assert len(visible.split(",")) == 3
 
 
-def test_every_type_slurm_reports_has_catalog_facts(dev_cluster: Path) -> None:
+def test_every_type_slurm_reports_has_catalog_facts(dev_cluster: Cluster) -> None:
     """Site type names included (gres_conf/examples/site-names.yaml): facts come from the model."""
-    known = {d.type for devices in expected_nodes(dev_cluster).values() for d in devices if d.spec.memory_gib}
+    known = {
+        d.type
+        for devices in expected_nodes(dev_cluster.inventory).values()
+        for d in devices
+        if d.spec.memory_gib
+    }
     for fields in scontrol_nodes().values():
         for part in fields["Gres"].split(","):
             if part.startswith("gpu:"):
                 assert part.split(":")[1] in known
 
 
-def test_discover_under_srun_then_merge_is_the_admin_pipeline(dev_cluster: Path, tmp_path: Path) -> None:
+def test_discover_under_srun_then_merge_is_the_admin_pipeline(dev_cluster: Cluster, tmp_path: Path) -> None:
     """`srun --nodes=ALL slurm-hetero discover --json`: one JSON line per node, named by Slurm."""
-    import sys
-
     from tests.conftest import FIXTURES, REPO
     from tests.integration.conftest import cli
 
     capture = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
     nodes = ["a100n1", "l40sn1", "ascendn1"]
     discover = [
-        sys.executable,
+        dev_cluster.python,
         "-m",
         "slurm_hetero",
         "discover",

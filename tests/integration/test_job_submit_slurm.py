@@ -20,23 +20,15 @@ from slurm_hetero.model import Device
 from slurm_hetero.nodes import gres_order
 from slurm_hetero.submit import HookOptions, explain, job_from_options
 from tests.conftest import REPO
-from tests.integration.conftest import slurm
+from tests.integration.conftest import Cluster, active, slurm, tres
 
-ETC = Path("/etc/slurm")
 USER = "nobody"
 _reload_clock = [time.time()]
 
 
 def as_user(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        input=stdin,
-        args=["runuser", "-u", USER, "--", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/tmp",
-        check=False,
-    )
+    """A client command as the plain user (root is exempt from the hook)."""
+    return active().run(list(argv), USER, stdin=stdin, timeout=60, cwd="/tmp")
 
 
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z:/]*)=")
@@ -62,7 +54,7 @@ def node_devices(path: Path) -> dict[str, list[Device]]:
 def reload_hook() -> None:
     """slurmctld re-reads job_submit.lua when its mtime grows (1 s granularity)."""
     _reload_clock[0] = max(_reload_clock[0], time.time()) + 3
-    os.utime(ETC / "job_submit.lua", (_reload_clock[0], _reload_clock[0]))
+    os.utime(active().etc / "job_submit.lua", (_reload_clock[0], _reload_clock[0]))
 
 
 def render_hook(inventory_path: Path, config: Path) -> None:
@@ -76,7 +68,7 @@ def render_hook(inventory_path: Path, config: Path) -> None:
             "--inventory",
             str(inventory_path),
             "--out",
-            str(ETC),
+            str(active().etc),
             "--config",
             str(config),
         ],
@@ -99,12 +91,14 @@ def run_batch(*options: str) -> tuple[str, dict[str, str]]:
     return run.stdout.strip().split(";")[0], env
 
 
-def test_gpumem_20g_runs_on_a_device_with_at_least_20g(dev_cluster: Path) -> None:
+def test_gpumem_20g_runs_on_a_device_with_at_least_20g(dev_cluster: Cluster) -> None:
     job_id, env = run_batch("--gres=gpumem:20G")
-    device = node_devices(dev_cluster)[env["SLURMD_NODENAME"]][int(env["SLURM_JOB_GPUS"].split(",")[0])]
+    device = node_devices(dev_cluster.inventory)[env["SLURMD_NODENAME"]][
+        int(env["SLURM_JOB_GPUS"].split(",")[0])
+    ]
     assert device.memory_mib >= 20 * 1024
     fields = job_fields(job_id)
-    assert fields["TresPerNode"].startswith(("gres:gpu:", "gres:shard:"))
+    assert tres(fields["TresPerNode"]).startswith(("gres:gpu:", "gres:shard:"))
     assert "gpumem" not in fields["TresPerNode"] or "shard" in fields["TresPerNode"]  # shards keep the count
     assert "gpumem:20G" in fields.get("AdminComment", "")
     if "shard" in fields["TresPerNode"]:  # l40s is shared in 4G shards: the TaskProlog set the limits
@@ -113,13 +107,13 @@ def test_gpumem_20g_runs_on_a_device_with_at_least_20g(dev_cluster: Path) -> Non
         assert 0 < int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) < 100
 
 
-def test_two_gpus_of_60g_land_on_one_node_of_an_adequate_type(dev_cluster: Path) -> None:
+def test_two_gpus_of_60g_land_on_one_node_of_an_adequate_type(dev_cluster: Cluster) -> None:
     job_id, env = run_batch("--gpus=2", "--gres=gpumem:60G")
-    devices = node_devices(dev_cluster)[env["SLURMD_NODENAME"]]
+    devices = node_devices(dev_cluster.inventory)[env["SLURMD_NODENAME"]]
     chosen = [devices[int(g)] for g in env["SLURM_JOB_GPUS"].split(",")]
     assert len(chosen) == 2 and all(d.memory_mib >= 60 * 1024 for d in chosen)
     assert len({d.type for d in chosen}) == 1
-    assert job_fields(job_id)["TresPerNode"] == f"gres:gpu:{chosen[0].type}:2"
+    assert tres(job_fields(job_id)["TresPerNode"]) == f"gres:gpu:{chosen[0].type}:2"
 
 
 @pytest.mark.parametrize(
@@ -132,38 +126,38 @@ def test_two_gpus_of_60g_land_on_one_node_of_an_adequate_type(dev_cluster: Path)
     ],
 )
 def test_impossible_and_malformed_requests_are_rejected_with_a_message(
-    dev_cluster: Path, gres: str, message: str
+    dev_cluster: Cluster, gres: str, message: str
 ) -> None:
     run = as_user("sbatch", "-H", f"--gres={gres}", "-o", "/dev/null", "--wrap", "true")
     assert run.returncode != 0
     assert message in run.stderr, run.stderr
 
 
-def test_each_heterogeneous_component_is_rewritten(dev_cluster: Path, tmp_path: Path) -> None:
+def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_path: Path) -> None:
     script = "#!/bin/bash\n#SBATCH --gres=gpumem:70G\n#SBATCH hetjob\n#SBATCH --gres=gpumem:30G\ntrue\n"
     run = as_user("sbatch", "-H", "--parsable", "-o", "/dev/null", stdin=script)
     assert run.returncode == 0, run.stderr
     job_id = run.stdout.strip().split(";")[0]
     first, second = job_fields(f"{job_id}+0"), job_fields(f"{job_id}+1")
     for fields in (first, second):
-        assert fields["TresPerNode"].startswith(("gres:gpu:", "gres:shard:")), fields["TresPerNode"]
+        assert tres(fields["TresPerNode"]).startswith(("gres:gpu:", "gres:shard:")), fields["TresPerNode"]
         assert "gpumem" not in fields["TresPerNode"] or "shard" in fields["TresPerNode"]
         assert "slurm_hetero:" in fields["AdminComment"]
     slurm("scancel", job_id)
 
 
-def test_root_is_exempt(dev_cluster: Path) -> None:
+def test_root_is_exempt(dev_cluster: Cluster) -> None:
     job_id = slurm(
         "sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true"
     ).strip()
-    assert job_fields(job_id)["TresPerNode"] == "gres:gpumem:20G"
+    assert tres(job_fields(job_id)["TresPerNode"]) == "gres:gpumem:20G"
     slurm("scancel", job_id)
 
 
 @pytest.fixture
-def restore_hook(dev_cluster: Path, suite_config: Path) -> Iterator[Path]:
-    yield dev_cluster
-    render_hook(dev_cluster, suite_config)
+def restore_hook(dev_cluster: Cluster, suite_config: Path) -> Iterator[Path]:
+    yield dev_cluster.inventory
+    render_hook(dev_cluster.inventory, suite_config)
     assert slurm("scontrol", "ping").count("UP") >= 1
 
 
@@ -172,13 +166,13 @@ def test_a_broken_data_table_follows_the_fail_policy(restore_hook: Path, tmp_pat
     config = tmp_path / "config.yaml"
     config.write_text(f"sharing:\n  shard_size: {{l40s: 4G}}\njob_submit:\n  fail_policy: {policy}\n")
     render_hook(restore_hook, config)
-    table = ETC / "slurm_hetero_tables.lua"
+    table = active().etc / "slurm_hetero_tables.lua"
     table.write_text(table.read_text().replace("return {", "return {{ broken", 1))
     reload_hook()
     run = as_user("sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true")
     if policy == "open":
         assert run.returncode == 0, run.stderr
-        assert job_fields(run.stdout.strip())["TresPerNode"] == "gres:gpumem:20G"
+        assert tres(job_fields(run.stdout.strip())["TresPerNode"]) == "gres:gpumem:20G"
         slurm("scancel", run.stdout.strip())
     else:
         assert run.returncode != 0
@@ -250,20 +244,20 @@ def _sbatch_argv(options: dict[str, str]) -> list[str]:
 
 
 def test_fuzz_1000_random_submissions_agree_with_request_explain(
-    dev_cluster: Path, suite_config: Path
+    dev_cluster: Cluster, suite_config: Path
 ) -> None:
     from slurm_hetero.cli.submit import _model
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster, (), settings)
+    model = _model(dev_cluster.inventory, (), settings)
     hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
-    types = sorted({d.type for ds in node_devices(dev_cluster).values() for d in ds})
+    types = sorted({d.type for ds in node_devices(dev_cluster.inventory).values() for d in ds})
     rng = random.Random(20261122)
     accepted, rejected, mismatches = [], 0, []
     for _ in range(int(os.environ.get("SLURM_HETERO_FUZZ_JOBS", "1000"))):
         options = _random_options(rng, types)
-        predicted = explain(model, hook, job_from_options(**options, uid=uid))
+        predicted = explain(model, hook, job_from_options(**options, uid=uid, slurm_release=dev_cluster.name))
         run = as_user(*_sbatch_argv(options))
         if run.returncode == 0:
             accepted.append((run.stdout.strip().split(";")[0], options, predicted))
@@ -279,9 +273,9 @@ def test_fuzz_1000_random_submissions_agree_with_request_explain(
     for line in slurm("scontrol", "show", "job", "-o").splitlines():
         fields = parse_oneliner(line)
         stored[fields["JobId"]] = fields.get("TresPerNode", "")
-    for job_id, options, predicted in accepted:
+    for job_id, options, predicted in accepted:  # written back in the form this release handed over
         if predicted.ok and predicted.action == "rewrite":
-            want = (predicted.job.tres_per_node or "").replace("gres/", "gres:")
+            want = predicted.job.tres_per_node or ""
             if stored.get(job_id) != want:
                 mismatches.append(("stored request differs", options, f"{stored.get(job_id)} != {want}"))
     if accepted:
@@ -292,7 +286,7 @@ def test_fuzz_1000_random_submissions_agree_with_request_explain(
     assert not mismatches, mismatches[:10]
 
 
-def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluster: Path) -> None:
+def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluster: Cluster) -> None:
     """`slurm-hetero sbatch --model ...` as a plain user: fit -> gpumem -> hook -> gpu type."""
     python = "/opt/slurm-hetero/venv/bin/python"  # built by dev-cluster for job users
     run = as_user(
@@ -317,10 +311,13 @@ def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluste
         "true",
     )
     assert run.returncode == 0, run.stderr
-    assert "llama-3-8b infer needs" in run.stderr and "-> gres:gpu:" in run.stderr
+    assert "llama-3-8b infer needs" in run.stderr
+    assert re.search(r"-> gres[:/]gpu:", run.stderr), run.stderr
     fields = job_fields(run.stdout.strip())
-    gpu_type = fields["TresPerNode"].split(":")[2]
-    memory = {d.type: d.memory_mib for ds in node_devices(dev_cluster).values() for d in ds}[gpu_type]
+    gpu_type = tres(fields["TresPerNode"]).split(":")[2]
+    memory = {d.type: d.memory_mib for ds in node_devices(dev_cluster.inventory).values() for d in ds}[
+        gpu_type
+    ]
     asked = int(re.search(r"gpumem:(\d+)G", fields["AdminComment"]).group(1))
     assert memory >= asked * 1024
     slurm("scancel", run.stdout.strip())

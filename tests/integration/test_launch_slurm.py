@@ -5,6 +5,7 @@ training example against a single process and against the even split."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.integration.conftest import Cluster, active
 
 INVENTORY = "/etc/slurm/slurm-hetero-inventory.yaml"  # the dev cluster's copy
 PRINT_ENV = (
@@ -26,7 +28,7 @@ PRINT_ENV = (
 
 def launch_argv(measured: Path, *extra: str) -> list[str]:
     return [
-        sys.executable,
+        active().python,
         "-m",
         "slurm_hetero",
         "launch",
@@ -49,8 +51,11 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
+def run(
+    argv: list[str], timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """A client command (srun ...) on the active cluster, from the checkout, with `env` added."""
+    return active().run(argv, timeout=timeout, cwd=str(REPO), env={**os.environ, **(env or {})})
 
 
 def rank_envs(stdout: str) -> list[dict]:
@@ -64,12 +69,12 @@ def check_consistent(envs: list[dict], world: int) -> None:
     assert int(envs[0]["WORLD_SIZE"]) == world and all(e["world"] == world for e in envs)
 
 
-def test_three_node_types_get_unique_ranks_and_one_layout(dev_cluster: Path, measured: Path) -> None:
+def test_three_node_types_get_unique_ranks_and_one_layout(dev_cluster: Cluster, measured: Path) -> None:
     srun = ["srun", "-w", "a100n1,l40sn1,ascendn1", "-N3", "--ntasks-per-node=1", "--gres=gpu:1", "-K"]
     result = run(
         srun
         + launch_argv(measured, "--model", "gpt2", "--global-batch", "32")
-        + ["--", sys.executable, "-c", PRINT_ENV]
+        + ["--", dev_cluster.python, "-c", PRINT_ENV]
     )
     assert result.returncode == 0, result.stderr
     envs = rank_envs(result.stdout)
@@ -79,10 +84,10 @@ def test_three_node_types_get_unique_ranks_and_one_layout(dev_cluster: Path, mea
     assert ascend["ASCEND_RT_VISIBLE_DEVICES"] is not None
 
 
-def test_heterogeneous_job_components_form_one_world(dev_cluster: Path, measured: Path) -> None:
+def test_heterogeneous_job_components_form_one_world(dev_cluster: Cluster, measured: Path) -> None:
     cmd = launch_argv(measured, "--model", "gpt2", "--global-batch", "32") + [
         "--",
-        sys.executable,
+        dev_cluster.python,
         "-c",
         PRINT_ENV,
     ]
@@ -109,7 +114,7 @@ def test_heterogeneous_job_components_form_one_world(dev_cluster: Path, measured
     assert {by_rank[0]["CUDA_VISIBLE_DEVICES"], by_rank[1]["CUDA_VISIBLE_DEVICES"]} == {"0", "1"}
 
 
-def test_killing_one_rank_ends_the_step_promptly_naming_it(dev_cluster: Path, measured: Path) -> None:
+def test_killing_one_rank_ends_the_step_promptly_naming_it(dev_cluster: Cluster, measured: Path) -> None:
     script = (
         "import os, time, signal\n"
         "if os.environ['RANK'] == '1':\n    time.sleep(2); os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -118,7 +123,7 @@ def test_killing_one_rank_ends_the_step_promptly_naming_it(dev_cluster: Path, me
     srun = ["srun", "-w", "a100n1,l40sn1,ascendn1", "-N3", "--ntasks-per-node=1", "--gres=gpu:1"]
     started = time.monotonic()
     result = run(
-        srun + launch_argv(measured, "--model", "gpt2") + ["--", sys.executable, "-c", script], timeout=90
+        srun + launch_argv(measured, "--model", "gpt2") + ["--", dev_cluster.python, "-c", script], timeout=90
     )
     elapsed = time.monotonic() - started
     assert result.returncode != 0
@@ -128,7 +133,7 @@ def test_killing_one_rank_ends_the_step_promptly_naming_it(dev_cluster: Path, me
 
 
 def test_dry_run_prints_every_rank_and_starts_nothing(
-    dev_cluster: Path, measured: Path, tmp_path: Path
+    dev_cluster: Cluster, measured: Path, tmp_path: Path
 ) -> None:
     marker = tmp_path / "started"
     srun = ["srun", "-w", "a100n1,l40sn1", "-N2", "--ntasks-per-node=1", "--gres=gpu:1"]
@@ -139,7 +144,7 @@ def test_dry_run_prints_every_rank_and_starts_nothing(
 
 
 def test_uneven_training_matches_one_process_and_beats_the_even_split(
-    dev_cluster: Path, tmp_path: Path
+    dev_cluster: Cluster, tmp_path: Path
 ) -> None:
     """20 steps of examples/train_uneven.py on three node types, one of them 3x slower (device
     emulation at 200 GFLOP/s, the plan told the same speeds): the losses equal a single-process
@@ -152,7 +157,7 @@ def test_uneven_training_matches_one_process_and_beats_the_even_split(
         measured, "--model", "gpt2", "--global-batch", "18", "--seq", "16", "--micro-batch", "1"
     )
     example = [
-        sys.executable,
+        dev_cluster.python,
         str(REPO / "examples" / "train_uneven.py"),
         "--steps",
         "20",
@@ -169,7 +174,9 @@ def test_uneven_training_matches_one_process_and_beats_the_even_split(
         "--losses-out",
         str(out),
     ]
-    result = run(srun + launch + ["--", *example], timeout=400)
+    # Debian's python3-torch (the 24.11 root's) is built without libuv, which TCPStore asks for by default
+    libuv = {} if not dev_cluster.release.chrooted else {"USE_LIBUV": "0"}
+    result = run(srun + launch + ["--", *example], timeout=400, env=libuv)
     assert result.returncode == 0, result.stderr[-3000:]
     uneven = json.loads(out.read_text())
     reference_out = tmp_path / "reference.json"
@@ -188,7 +195,8 @@ def test_uneven_training_matches_one_process_and_beats_the_even_split(
         "--losses-out",
         str(reference_out),
     ]
-    assert run(reference).returncode == 0
+    local = subprocess.run(reference, capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert local.returncode == 0, local.stderr[-3000:]
     expected = json.loads(reference_out.read_text())["losses"]
     assert len(uneven["losses"]) == 20
     assert max(abs(a - b) for a, b in zip(uneven["losses"], expected)) < 1e-5

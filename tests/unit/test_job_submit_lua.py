@@ -269,7 +269,7 @@ _GOOD_SIZE = st.one_of(
 def _valid_fields(draw: st.DrawFn) -> dict[str, str]:
     """Well-formed requests: gpumem and/or gpucore, maybe a count (typed or not) in any field,
     maybe other items, all in one form."""
-    pre, eq = ("gres/", "=") if draw(st.booleans()) else ("gres:", ":")
+    pre, eq = draw(st.sampled_from([("gres/", "="), ("gres/", ":"), ("gres:", ":")]))  # slash, 24.11, 22.05
     ours = [f"{pre}gpumem{eq}{draw(_GOOD_SIZE)}"] if draw(st.integers(0, 3)) else []
     if not ours or draw(st.integers(0, 3)) == 0:
         ours.append(f"{pre}gpucore{eq}{draw(st.integers(1, 100))}")
@@ -280,7 +280,7 @@ def _valid_fields(draw: st.DrawFn) -> dict[str, str]:
             draw(st.one_of(st.none(), _KNOWN)),
         )
         typed = f":{gpu_type}" if gpu_type else ""
-        item = f"gres/gpu{typed}={count}" if pre == "gres/" else f"gres:gpu{typed}:{count}"
+        item = f"{pre}gpu{typed}{eq}{count}"
         where = draw(
             st.sampled_from(
                 ["tres_per_node", "tres_per_job", "tres_per_job", "tres_per_task", "tres_per_socket"]

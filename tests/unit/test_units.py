@@ -14,6 +14,7 @@ from slurm_hetero.errors import RequestError
 from slurm_hetero.units import (
     MAX_MIB,
     SLASH,
+    SLASH_COLON,
     format_size,
     has_ours,
     parse_fields,
@@ -86,15 +87,16 @@ def test_format_then_parse_is_identity(mib: int) -> None:
 
 
 def test_items_keep_prefix_form_and_verbatim_text() -> None:
-    items = split_items("gres:gpumem:20G,gres/gpu:a100=2,shard:1,,gres:x=y")
+    items = split_items("gres:gpumem:20G,gres/gpu:a100=2,shard:1,,gres:x=y,gres/gpumem:20G")
     assert [(i.prefix, i.body, i.name) for i in items] == [
         ("gres:", "gpumem:20G", "gpumem"),
         ("gres/", "gpu:a100=2", "gpu"),
         ("", "shard:1", "shard"),
         ("", "", ""),
         ("gres:", "x=y", "x"),
+        ("gres/", "gpumem:20G", "gpumem"),
     ]
-    assert [i.form for i in items[:2]] == ["22.05", SLASH]
+    assert [i.form for i in items] == ["22.05", SLASH, "22.05", "22.05", "22.05", SLASH_COLON]
     assert split_items(None) == [] and split_items("") == []
 
 
