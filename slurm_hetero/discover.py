@@ -14,26 +14,25 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurm_hetero import inventory
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import HeteroError, InventoryError, ParseError
-from slurm_hetero.model import Capture, Device, NodeInventory
+from slurm_hetero.model import Capture, ClusterInventory, Device, NodeInventory
 from slurm_hetero.nodes import lookup_spec, unknown_device
+from slurm_hetero.readfile import MAX_CAPTURE_BYTES, read_text
+from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import Vendor, all_vendors, get_vendor
 
 logger = logging.getLogger(__name__)
 
 
 def read_captures(paths: Sequence[Path]) -> list[Capture]:
-    """Captured tool outputs from files (an admin's copy from a node they cannot reach)."""
-    captures = []
-    for path in paths:
-        try:
-            captures.append(Capture(str(path), Path(path).read_text(encoding="utf-8", errors="replace")))
-        except FileNotFoundError:
-            raise HeteroError(f"{path}: no such capture file") from None
-        except OSError as e:
-            raise HeteroError(f"{path}: cannot read capture: {e.strerror}") from e
-    return captures
+    """Captured tool outputs from regular files of bounded size (an admin's copy from a node they
+    cannot reach); a FIFO, a device or a directory is refused without blocking."""
+    return [
+        Capture(str(path), read_text(path, MAX_CAPTURE_BYTES, "capture file", errors="replace"))
+        for path in paths
+    ]
 
 
 def complete_device(device: Device, catalog: Catalog, vendor: Vendor) -> Device:
@@ -119,6 +118,20 @@ def discover_node(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
     name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        syntax.host_name(name)
+    except ValueError as e:
+        raise InventoryError(f"node name: {e}; pass --node NAME as slurm.conf names the node") from None
     facts = {} if from_files else host_facts()
     memory = facts.get("real_memory_mib")
-    return NodeInventory(name=name, devices=tuple(devices), cpus=facts.get("cpus"), real_memory_mib=memory)
+    node = NodeInventory(name=name, devices=tuple(devices), cpus=facts.get("cpus"), real_memory_mib=memory)
+    return validated(node)
+
+
+def validated(node: NodeInventory) -> NodeInventory:
+    """The node as every other command will read it: through the inventory schema and checks,
+    so discover never writes what `inventory check` refuses."""
+    cluster = inventory.inventory_from_dict(
+        inventory.inventory_to_dict(ClusterInventory(nodes=(node,))), f"discovered node {node.name}"
+    )
+    return cluster.nodes[0]

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import gc
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, fields
 from functools import cache
@@ -22,6 +23,8 @@ import yaml
 from slurm_hetero import hostlist
 from slurm_hetero.errors import InventoryError
 from slurm_hetero.model import ClusterInventory, Device, Health, Link, Nic, NodeInventory
+from slurm_hetero.readfile import MAX_INVENTORY_BYTES, read_text
+from slurm_hetero.slurm import syntax
 
 try:  # the C loader is ~3x faster on big YAML inventories
     _YamlLoader: Any = yaml.CSafeLoader
@@ -84,10 +87,29 @@ def inventory_to_dict(inventory: ClusterInventory) -> dict[str, Any]:
     return {"version": inventory.version, "nodes": [node_to_dict(n) for n in inventory.nodes]}
 
 
+def with_syntax(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with the patterns and bounds of `slurm.syntax` (the one home of both; the
+    shipped file states the same, which a unit test checks)."""
+    schema = copy.deepcopy(schema)
+    for path, rules in syntax.INVENTORY_RULES.items():
+        where, *props = path
+        node = schema if where == "top" else schema["definitions"][where]
+        for prop in props:
+            node = node[prop] if prop == "items" else node["properties"][prop]
+        node.update(rules)
+    return schema
+
+
+def shipped_schema() -> dict[str, Any]:
+    """`schemas/inventory.schema.json` as shipped."""
+    text = resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text()
+    return dict(json.loads(text))
+
+
 @cache
 def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any]]:
     """Compiled validators for the shipped schema: whole file, file without devices, one device."""
-    schema = json.loads(resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text())
+    schema = with_syntax(shipped_schema())
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
     device = {
@@ -145,6 +167,7 @@ class _DeviceInterner:
             _validators()[2](raw)
         except fastjsonschema.JsonSchemaValueException as e:
             raise _schema_error(self.source, e, f"nodes[{node_pos}].devices[{device_pos}]") from None
+        _check_device_syntax(raw, f"{self.source}: nodes[{node_pos}].devices[{device_pos}]")
         values = raw if self.keep_identity else {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
         device = device_from_dict(values)
         if key is not None:
@@ -152,8 +175,19 @@ class _DeviceInterner:
         return device
 
 
+def _check_device_syntax(raw: Mapping[str, Any], where: str) -> None:
+    """What the schema's patterns cannot say about one (schema-valid) device record."""
+    try:
+        syntax.device_file(raw["file"])
+        if raw.get("cores") is not None:
+            syntax.cpu_ids(raw["cores"])
+    except ValueError as e:
+        raise InventoryError(f"{where}: {e}") from None
+
+
 def check_node(node: NodeInventory, source: str) -> None:
-    """Consistency the schema cannot express: one record per device index and per device file."""
+    """Consistency the schema cannot express: one record per device index and per device file,
+    links to other devices of the node (same vendor), Links= rows of a bounded size."""
     if not node.devices:
         raise InventoryError(f"{source}: node {node.name} has no devices; remove it or rediscover it")
     keys = [(d.vendor, d.index) for d in node.devices]
@@ -164,6 +198,58 @@ def check_node(node: NodeInventory, source: str) -> None:
     if len(set(files)) != len(files):
         dup_files = sorted({f for f in files if files.count(f) > 1})
         raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
+    _check_links(node, set(keys), source)
+
+
+def _check_links(node: NodeInventory, keys: set[tuple[str, int]], source: str) -> None:
+    linked = [d for d in node.devices if d.links]
+    if len(linked) * len(node.devices) > syntax.MAX_LINK_CELLS:
+        raise InventoryError(
+            f"{source}: node {node.name}: {len(linked)} of {len(node.devices)} devices have links; "
+            f"gres.conf Links= rows would hold more than {syntax.MAX_LINK_CELLS} entries"
+        )
+    for device in linked:
+        for link in device.links:
+            if link.peer == device.index:
+                raise InventoryError(
+                    f"{source}: node {node.name}: {device.vendor} device {device.index} links to itself"
+                )
+            if (device.vendor, link.peer) not in keys:
+                raise InventoryError(
+                    f"{source}: node {node.name}: {device.vendor} device {device.index} links to "
+                    f"{device.vendor} device {link.peer}, which is not on the node"
+                )
+
+
+def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
+    """Every node name is a valid NodeName or hostlist, every host is named once (hostlists
+    expanded, at most `syntax.MAX_HOSTS` in all); returns the host count."""
+    seen: dict[str, int] = {}
+    names: list[str] = []
+    total = 0
+    for position, node in enumerate(nodes):
+        names.append(node.name)
+        try:
+            count = syntax.hostlist_count(node.name, syntax.MAX_HOSTS - total)
+        except ValueError as e:
+            raise InventoryError(f"{source}: node {syntax.text(node.name)}: {e}") from None
+        total += count
+        hosts = hostlist.expand(node.name) if count > 1 or "[" in node.name else [node.name]
+        if len(set(hosts)) != len(hosts):
+            raise InventoryError(f"{source}: node record {node.name!r} names a host twice")
+        for host in hosts:
+            first = seen.setdefault(host, position)
+            if first != position:
+                records = (
+                    f"in records {names[first]!r} and {node.name!r}"
+                    if names[first] != node.name
+                    else f"by two records {node.name!r}"
+                )
+                raise InventoryError(
+                    f"{source}: node {host} is named {records}; slurmctld refuses a duplicated "
+                    "NodeName: keep one record per node"
+                )
+    return total
 
 
 def inventory_from_dict(
@@ -192,6 +278,7 @@ def inventory_from_dict(
         )
         check_node(node, source)
         nodes.append(node)
+    check_hosts(nodes, source)
     return ClusterInventory(nodes=tuple(nodes), version=data["version"])
 
 
@@ -219,9 +306,32 @@ def loads(text: str, source: str, as_json: bool = False, keep_identity: bool = T
         return _loads(text, source, as_json, keep_identity)
 
 
+MAX_YAML_DEPTH = 1000
+_FLOW = re.compile(r"[\[\]{}]")
+_BLOCK_PREFIX = re.compile(rf"^[ \t?:\-]{{{MAX_YAML_DEPTH},}}", re.MULTILINE)
+
+
+def check_yaml_depth(text: str, source: str) -> None:
+    """libyaml's C composer recurses without a limit: ~50,000 nested levels crash the process.
+    Refuse text that could nest deeper than MAX_YAML_DEPTH: flow brackets open at once, or a
+    block prefix (indentation, `- `, `? `, `: `) that long. Quoted brackets only count towards
+    the limit, so a real inventory is never near it."""
+    depth = 0
+    for m in _FLOW.finditer(text):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_YAML_DEPTH:
+            raise InventoryError(f"{source}: nested too deeply to be an inventory")
+    if _BLOCK_PREFIX.search(text):
+        raise InventoryError(f"{source}: nested too deeply to be an inventory")
+
+
 def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> ClusterInventory:
+    if not as_json:
+        check_yaml_depth(text, source)
     try:
         data = json.loads(text) if as_json else yaml.load(text, Loader=_YamlLoader)
+    except RecursionError:
+        raise InventoryError(f"{source}: nested too deeply to be an inventory") from None
     except json.JSONDecodeError as e:
         raise InventoryError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
     except yaml.YAMLError as e:
@@ -230,12 +340,9 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: no such inventory file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InventoryError(f"{path}: cannot read inventory: {e}") from e
+    """The inventory text: a regular file of at most MAX_INVENTORY_BYTES (FIFOs and devices are
+    refused without blocking)."""
+    return read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)
 
 
 def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
@@ -269,8 +376,11 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
         return [(f"{path}:{i}", loads(ln, f"{path}:{i}", as_json=True)) for i, ln in enumerate(lines, 1)]
     if path.suffix.lower() == ".json" or stripped.startswith("{"):
         return [(str(path), loads(text, str(path), as_json=True))]
+    check_yaml_depth(text, str(path))
     try:
         docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
+    except RecursionError:
+        raise InventoryError(f"{path}: nested too deeply to be an inventory") from None
     except yaml.YAMLError as e:
         raise InventoryError(f"{path}: malformed YAML{_yaml_where(e)}") from e
     if not docs:

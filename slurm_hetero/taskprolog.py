@@ -2,8 +2,10 @@
 
 Slurm's gres/gpu exports CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL for every
 GPU type; runtimes such as CANN (Ascend), Cambricon's or Habana's read their own variable. Slurm's
-TaskProlog protocol applies `export NAME=value` lines printed on stdout to the task. Pure: the
-caller supplies the environment and the node record.
+TaskProlog protocol applies `export NAME=value` lines printed on stdout to the task, and writes
+the rest of a `print ...` line to the task's output; slurmstepd reads the TaskProlog's stdout and
+stderr together, so a TaskProlog must write nothing else anywhere. Pure: the caller supplies the
+environment and the node record; `protocol_lines` is the one gate every printed line goes through.
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ from dataclasses import dataclass, field
 
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import Device, SlurmDevice, SlurmNode
+from slurm_hetero.slurm import syntax
 
 # Where Slurm puts the allocated GPU indices, most specific first (SLURM_JOB_GPUS is wrong in
 # non-zero heterogeneous components on 22.05, so it comes last).
 GPU_INDEX_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_,.\-]*$")
+EXPORT_LINE = re.compile(r"export [A-Za-z_][A-Za-z0-9_]{0,127}=[A-Za-z0-9_,.\-=/:+%@]{0,4096}")
+PRINT_PREFIX = "print slurm-hetero task-prolog: "
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+MAX_INDEXES = 4096
 
 
 def allocated_indexes(env: Mapping[str, str]) -> list[int] | None:
@@ -26,10 +33,12 @@ def allocated_indexes(env: Mapping[str, str]) -> list[int] | None:
     for name in GPU_INDEX_VARIABLES:
         value = env.get(name, "").strip()
         if value:
-            try:
-                return [int(v) for v in value.split(",") if v.strip()]
-            except ValueError:
-                raise HeteroError(f"{name}={value!r} is not a list of GPU indices") from None
+            items = value.split(",")
+            if len(items) > MAX_INDEXES or not all(
+                v.strip().isascii() and v.strip().isdigit() for v in items
+            ):
+                raise HeteroError(f"{name}={syntax.text(value, 60)} is not a list of GPU indices")
+            return [int(v) for v in items]
     return None
 
 
@@ -110,3 +119,18 @@ def _lines_per_vendor(devices: Sequence[SlurmDevice]) -> list[str]:
         if _SAFE_VALUE.match(value):
             lines.append(f"export {name}={value}")
     return lines
+
+
+def print_line(message: str) -> str:
+    """A warning as a TaskProlog `print` line: one line of printable ASCII, at most 400 bytes."""
+    return PRINT_PREFIX + _UNPRINTABLE.sub("?", message)[:400]
+
+
+def protocol_lines(lines: Sequence[str], warnings: Sequence[str]) -> tuple[list[str], list[str]]:
+    """What may reach slurmstepd: well-formed `export NAME=value` lines, then one `print` line
+    per warning. A malformed export is dropped and becomes a warning. Returns (lines to print,
+    warnings for the node's log)."""
+    exports = [line for line in lines if EXPORT_LINE.fullmatch(line)]
+    dropped = [f"dropped a malformed line {syntax.text(line, 60)}" for line in lines if line not in exports]
+    notes = [*warnings, *dropped]
+    return exports + [print_line(w) for w in notes], notes
