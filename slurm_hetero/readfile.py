@@ -1,9 +1,10 @@
 """Bounded reads of input files (inventories, captured tool output, configs).
 
-A FIFO, a device (`/dev/zero`; `/dev/null` reads as empty), a directory or a socket is refused without blocking: the file is
-opened with O_NONBLOCK (an open FIFO with no writer would otherwise wait forever) and checked with
-fstat on the open descriptor (no race with a rename); a regular file larger than the cap is refused
-before it is read, and one that grows while it is read is cut at the cap and refused.
+A FIFO, a device (`/dev/zero`; `/dev/null` reads as empty), a directory or a socket is refused
+without blocking: the file is opened with O_NONBLOCK (an open FIFO with no writer would otherwise
+wait forever) and checked with fstat on the open descriptor (no race with a rename); a regular
+file larger than the cap is refused before it is read, and one that grows while it is read is
+cut at the cap and refused.
 """
 
 from __future__ import annotations

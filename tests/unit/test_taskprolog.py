@@ -82,10 +82,10 @@ def test_cli_never_fails_the_task(tmp_path: Path) -> None:
     assert (ok.exit_code, ok.stdout) == (0, "export ASCEND_RT_VISIBLE_DEVICES=0,3\n")
     missing = runner.invoke(cli, ["task-prolog", "--inventory", str(tmp_path / "none.yaml")], env=env)
     assert missing.exit_code == 0 and missing.stderr == ""
-    assert missing.stdout.startswith("print slurm-hetero task-prolog: ") and "no such inventory" in missing.stdout
-    unknown = runner.invoke(
-        cli, ["task-prolog", "--inventory", str(EXAMPLE)], env={"SLURMD_NODENAME": "zz", "SLURM_JOB_GPUS": "0"}
-    )
+    assert missing.stdout.startswith("print slurm-hetero task-prolog: ")
+    assert "no such inventory" in missing.stdout
+    zz = {"SLURMD_NODENAME": "zz", "SLURM_JOB_GPUS": "0"}
+    unknown = runner.invoke(cli, ["task-prolog", "--inventory", str(EXAMPLE)], env=zz)
     assert unknown.exit_code == 0 and "node 'zz' is not in" in unknown.stdout
 
 

@@ -20,8 +20,8 @@ from slurm_hetero.render import write
 from slurm_hetero.render.write import LOCK_NAME, recover, write_atomic
 from tests.conftest import REPO
 
-OLD = {"gres.conf": "NodeName=n1 Name=gpu Type=a100 File=/dev/nvidia0\n" * 50, "slurm-nodes.conf": "old\n"}
-NEW = {"gres.conf": "NodeName=n1 Name=gpu Type=h100 File=/dev/nvidia[0-1]\n" * 80, "slurm-nodes.conf": "new\n"}
+OLD = {"gres.conf": "NodeName=n1 Name=gpu Type=a100 File=/dev/nvidia0\n" * 50, "slurm-nodes.conf": "o\n"}
+NEW = {"gres.conf": "NodeName=n1 Name=gpu Type=h100 File=/dev/nvidia[0-1]\n" * 80, "slurm-nodes.conf": "n\n"}
 PATCHED = ("open", "write", "fsync", "replace", "rename", "link", "unlink", "utime", "fchmod")
 
 
@@ -60,7 +60,8 @@ def test_a_set_is_written_whole_once_and_unchanged_renders_write_nothing(tmp_pat
     assert write_atomic(files(tmp_path, OLD)) == []
     changed = {**OLD, "gres.conf": "changed\n"}
     assert write_atomic(files(tmp_path, changed)) == [tmp_path / n for n in OLD]  # both, not one
-    assert sorted(listing(tmp_path)) == sorted([LOCK_NAME, *OLD, *(f"{n}.{_stamp(tmp_path, n)}" for n in OLD)])
+    backups = [f"{n}.{_stamp(tmp_path, n)}" for n in OLD]
+    assert sorted(listing(tmp_path)) == sorted([LOCK_NAME, *OLD, *backups])
 
 
 def _stamp(directory: Path, name: str) -> str:
@@ -204,7 +205,8 @@ def test_concurrent_renders_serialize_on_the_lock(tmp_path: Path) -> None:
         from slurm_hetero.render.write import write_atomic
         d, tag = Path(sys.argv[1]), sys.argv[2]
         for i in range(30):
-            write_atomic({{d / "gres.conf": f"{{tag}} {{i}}\\n" * 200, d / "slurm-nodes.conf": f"{{tag}} {{i}}\\n"}})
+            line = f"{{tag}} {{i}}\\n"
+            write_atomic({{d / "gres.conf": line * 200, d / "slurm-nodes.conf": line}})
         """
     )
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), tag]) for tag in "ab"]
