@@ -11,7 +11,7 @@ from ClusterShell.RangeSet import RangeSet
 from slurm_hetero.errors import InventoryError
 from slurm_hetero.slurm.syntax import MAX_HOSTS, hostlist_size
 
-_SIMPLE = re.compile(r"^([A-Za-z0-9_.\-]*?[A-Za-z_.\-])?([0-9]+)$")
+_SIMPLE = re.compile(r"([A-Za-z0-9_.\-/]*[A-Za-z_.\-/])?([0-9]+)")  # fullmatch
 
 
 def _simple_groups(names: Iterable[str]) -> tuple[dict[tuple[str, int], list[int]], list[str]]:
@@ -19,7 +19,7 @@ def _simple_groups(names: Iterable[str]) -> tuple[dict[tuple[str, int], list[int
     groups: dict[tuple[str, int], list[int]] = {}
     other: list[str] = []
     for name in names:
-        m = _SIMPLE.match(name)
+        m = _SIMPLE.fullmatch(name)
         if m is None:
             other.append(name)
             continue

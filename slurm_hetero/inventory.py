@@ -106,9 +106,14 @@ def shipped_schema() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
+# Device keys that differ between the devices of one node; the rest is validated once per shape.
+_PER_DEVICE = ("index", "file", "uuid", "pci_bus_id", "tool_id")
+
+
 @cache
-def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any]]:
-    """Compiled validators for the shipped schema: whole file, file without devices, one device."""
+def _validators() -> tuple[Callable[[Any], Any], ...]:
+    """Compiled validators for the shipped schema: whole file, file without devices, one device,
+    and the per-device keys of a device whose other keys were validated with another device."""
     schema = with_syntax(shipped_schema())
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
@@ -117,7 +122,14 @@ def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[
         "definitions": schema["definitions"],
         "$ref": "#/definitions/device",
     }
-    return fastjsonschema.compile(schema), fastjsonschema.compile(outer), fastjsonschema.compile(device)
+    properties = schema["definitions"]["device"]["properties"]
+    per_device = {
+        "$schema": schema["$schema"],
+        "type": "object",
+        "required": ["index", "file"],
+        "properties": {k: properties[k] for k in _PER_DEVICE},
+    }
+    return tuple(fastjsonschema.compile(s) for s in (schema, outer, device, per_device))
 
 
 def _schema_error(
@@ -140,7 +152,7 @@ def validate(data: Any, source: str) -> None:
 _IDENTITY_KEYS = ("uuid",)
 
 
-def _device_key(raw: Mapping[str, Any], keep_identity: bool) -> bytes | None:
+def _device_key(raw: Mapping[str, Any], keep_identity: bool = True) -> bytes | None:
     """A cheap exact key of a parsed JSON/YAML device record (orjson serializes in C)."""
     if not keep_identity and any(k in raw for k in _IDENTITY_KEYS):
         raw = {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
@@ -152,27 +164,59 @@ def _device_key(raw: Mapping[str, Any], keep_identity: bool) -> bytes | None:
 
 class _DeviceInterner:
     """Validates and builds each distinct device record once: a 10,000-node inventory has
-    80,000 device records but only a few dozen distinct ones (once UUIDs are set aside)."""
+    80,000 device records but only a few dozen distinct ones (once UUIDs are set aside). Devices
+    that differ only in their per-device keys (index, file, ids: the devices of one big node)
+    share the validation of the rest, so a node's cost is linear in its devices."""
 
     def __init__(self, source: str, keep_identity: bool) -> None:
         self.source, self.keep_identity = source, keep_identity
         self.seen: dict[bytes, Device] = {}
+        self.shapes: dict[bytes, dict[str, Any]] = {}  # shape -> field values of a validated device
 
     def device(self, raw: Any, node_pos: int, device_pos: int) -> Device:
         key = _device_key(raw, self.keep_identity) if isinstance(raw, dict) else None
-        hit = self.seen.get(key) if key is not None else None
-        if hit is not None:
-            return hit
+        device = self.seen.get(key) if key is not None else None  # the common case: seen before
+        if device is not None:
+            return device
+        where = f"nodes[{node_pos}].devices[{device_pos}]"
+        if key is None:  # not a mapping, or values JSON cannot hold: the schema says what is wrong
+            return self._validated(raw, where, None)
+        shape = _device_key({k: v for k, v in raw.items() if k not in _PER_DEVICE})
+        template = self.shapes.get(shape) if shape is not None else None
+        if template is None:
+            device = self._validated(raw, where, shape)
+        else:
+            device = self._like(template, raw, where)
+        self.seen[key] = device
+        return device
+
+    def _validated(self, raw: Any, where: str, shape: bytes | None) -> Device:
         try:
             _validators()[2](raw)
         except fastjsonschema.JsonSchemaValueException as e:
-            raise _schema_error(self.source, e, f"nodes[{node_pos}].devices[{device_pos}]") from None
-        _check_device_syntax(raw, f"{self.source}: nodes[{node_pos}].devices[{device_pos}]")
+            raise _schema_error(self.source, e, where) from None
+        _check_device_syntax(raw, f"{self.source}: {where}")
         values = raw if self.keep_identity else {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
         device = device_from_dict(values)
-        if key is not None:
-            self.seen[key] = device
+        if shape is not None:
+            self.shapes.setdefault(shape, dict(vars(device)))
         return device
+
+    def _like(self, template: dict[str, Any], raw: dict[str, Any], where: str) -> Device:
+        """A device built from a validated one of the same shape: only its per-device keys are
+        checked (with the schema's own rules for them)."""
+        per_device = {k: raw[k] for k in _PER_DEVICE if k in raw}
+        try:
+            _validators()[3](per_device)
+            syntax.device_file(raw["file"])
+        except fastjsonschema.JsonSchemaValueException as e:
+            raise _schema_error(self.source, e, where) from None
+        except ValueError as e:
+            raise InventoryError(f"{self.source}: {where}: {e}") from None
+        values = {**template, "uuid": None, "pci_bus_id": None, "tool_id": None, **per_device}
+        if not self.keep_identity:
+            values["uuid"] = None
+        return Device(**values)
 
 
 def _check_device_syntax(raw: Mapping[str, Any], where: str) -> None:
