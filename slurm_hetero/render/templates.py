@@ -11,6 +11,7 @@ import jinja2
 
 from slurm_hetero import __version__
 from slurm_hetero.errors import ConfigError
+from slurm_hetero.slurm.syntax import comment
 
 GRES_TEMPLATE = "gres.conf.j2"
 NODES_TEMPLATE = "slurm_nodes.conf.j2"
@@ -49,6 +50,7 @@ def render(env: jinja2.Environment, name: str, context: Mapping[str, Any]) -> st
 def render_configs(context: Mapping[str, Any], template_dir: Path | None = None) -> dict[str, str]:
     """gres.conf and slurm-nodes.conf text from a render context (see render.context)."""
     env = environment(template_dir)
+    context = {**context, "source": comment(context.get("source", ""))}
     return {
         "gres.conf": render(env, GRES_TEMPLATE, context),
         "slurm-nodes.conf": render(env, NODES_TEMPLATE, context),

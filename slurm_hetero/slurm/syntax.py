@@ -252,6 +252,13 @@ def gres_size(mib: int) -> str:
     return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
 
 
+def comment(value: object, limit: int = 200) -> str:
+    """A value for a config comment line (`# ... from NAME`): as is when it is one short line of
+    printable text, else `text(value)`. A newline there would start a config line of its own."""
+    raw = str(value)
+    return raw if len(raw) <= limit and raw.isprintable() else text(raw, limit)
+
+
 def text(value: object, limit: int = 120) -> str:
     """Any value as one safe line for a log, an error message or a config comment: quoted,
     control characters and backslashes escaped, at most `limit` characters of it kept."""

@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from slurm_hetero.cli import cli
 from slurm_hetero.errors import OutputError
 from slurm_hetero.render import write
 from slurm_hetero.render.write import LOCK_NAME, recover, write_atomic
@@ -242,3 +244,74 @@ def test_a_damaged_journal_is_reported_not_guessed(tmp_path: Path) -> None:
     (tmp_path / write.JOURNAL_NAME).write_text("{not json")
     with pytest.raises(OutputError, match="damaged journal"):
         write_atomic(files(tmp_path, NEW))
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _free(path: Path) -> int:
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize
+
+
+def _render(inventory: Path, out: Path) -> Result:
+    result = CliRunner().invoke(cli, ["gres", "render", "--inventory", str(inventory), "--out", str(out)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        result.exception
+    )  # no traceback
+    return result
+
+
+def test_a_full_disk_at_every_size_leaves_the_old_pair_or_the_new_one(
+    small_tmpfs: Path, tmp_path: Path
+) -> None:
+    """Issue 9: ENOSPC during `gres render` gave a traceback, gres.conf new with slurm-nodes.conf old,
+    a truncated .bak and temp files. Sweep the free space of a small tmpfs page by page."""
+    old_inventory = REPO / "gres_conf" / "examples" / "mixed.yaml"
+    new_inventory = tmp_path / "big.yaml"
+    text = old_inventory.read_text()
+    copies = [text.split("nodes:\n", 1)[1].replace("name: ", f"name: c{i}x", 3) for i in range(12)]
+    new_inventory.write_text(text + "".join(c for c in copies))
+    out = small_tmpfs / "etc"
+    outcomes: dict[str, int] = {}
+    free_pages = None
+    for step in range(200):
+        subprocess.run(["rm", "-rf", str(out), str(small_tmpfs / "filler")], check=True)
+        out.mkdir()
+        assert _render(old_inventory, out).exit_code == 0
+        before = listing(out)
+        free_pages = free_pages or _free(small_tmpfs) // 4096
+        if step > free_pages:
+            break
+        with (small_tmpfs / "filler").open("wb") as f:  # leave `step` pages free
+            f.write(b"\0" * max(0, _free(small_tmpfs) - step * 4096))
+        result = _render(new_inventory, out)
+        (small_tmpfs / "filler").unlink()
+        now = listing(out)
+        if result.exit_code == 0:
+            assert now["gres.conf"] != before["gres.conf"] and not [
+                n for n in now if n.startswith(".") and "lock" not in n
+            ]
+            for name in ("gres.conf", "slurm-nodes.conf"):
+                backup = next(n for n in now if n.startswith(name + ".") and n.endswith(".bak"))
+                assert now[backup] == before[name]
+            outcomes["new"] = outcomes.get("new", 0) + 1
+        else:
+            assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+            assert "No space left on device" in result.stderr and "nothing changed" in result.stderr
+            assert now == before, sorted(set(now) ^ set(before))
+            outcomes["old"] = outcomes.get("old", 0) + 1
+    print(outcomes)
+    assert outcomes.get("old", 0) >= 3 and outcomes.get("new", 0) >= 1, outcomes
