@@ -6,6 +6,7 @@ else: nodes whose rendered lines are identical are folded into one hostlist (`gp
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -252,13 +253,28 @@ def _group(nodes: Iterable[SlurmNode], options: RenderOptions) -> dict[NodeShape
     return groups
 
 
+def per_host(nodes: Iterable[SlurmNode]) -> list[SlurmNode]:
+    """Hostlist records as one node per host: a dev cluster gives every host its own slurmd port
+    and its own fake device directory (`/dev/fakegpu/<host>/`), so they cannot share a line."""
+    out: list[SlurmNode] = []
+    for node in nodes:
+        if node.hosts == 1 and "[" not in node.name:
+            out.append(node)
+            continue
+        for host in hostlist.expand(node.name):
+            record = dataclasses.replace(node.record, name=host)
+            out.append(dataclasses.replace(node, record=record, hosts=1))
+    return out
+
+
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
     """Everything the templates need, as plain data."""
     if options.policy not in POLICIES:
         raise InventoryError(
             f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}"
         )
-    groups = _group(slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy), options)
+    built = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
+    groups = _group(per_host(built) if options.local else built, options)
     shapes = list(groups)
     folded = [hostlist.fold(names) for names in groups.values()]
     weights = _weights(shapes, options.policy)
@@ -291,7 +307,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "default_partition": options.default_partition,
         "lln": options.policy == "spread",
         "policy": options.policy,
-        "node_count": sum(len(n) for n in groups.values()),
+        "node_count": sum(n.hosts for n in built),
         "shape_count": len(shapes),
     }
 
