@@ -216,7 +216,9 @@ class _DeviceInterner:
         values = {**template, "uuid": None, "pci_bus_id": None, "tool_id": None, **per_device}
         if not self.keep_identity:
             values["uuid"] = None
-        return Device(**values)
+        device = Device.__new__(Device)  # every field set below, all validated: skip __init__'s cost
+        device.__dict__.update(values)
+        return device
 
 
 def _check_device_syntax(raw: Mapping[str, Any], where: str) -> None:

@@ -374,3 +374,9 @@ def test_no_temporary_files_are_left_and_check_reports_an_interrupted_render(tmp
     code, _, err = run(*args, "--check")
     assert code == 1 and "interrupted render" in err
     assert run(*args)[0] == 0 and not (tmp_path / ".slurm-hetero.journal").exists()
+
+
+def test_the_shipped_schema_states_the_syntax_rules() -> None:
+    """slurm.syntax is the one home of the patterns and bounds; the shipped JSON Schema (for outside
+    readers) must say the same."""
+    assert inventory.shipped_schema() == inventory.with_syntax(inventory.shipped_schema())
