@@ -21,8 +21,8 @@ next run) or a journal, with which the next run under the lock rolls the set for
 temporary was fsynced before the journal) or, when that is impossible, back from the backups.
 Slurm never reads a temporary: they are hidden names it does not open.
 
-Single files (`write_atomic` of one path, `backup=False`) use a unique temporary + fsync +
-rename, without lock or journal.
+Single files (`write_atomic` of one path) use a unique temporary + fsync + (backup) + rename,
+without lock or journal.
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def write_atomic(files: Mapping[Path, str], backup: bool = True) -> list[Path]:
     directory = directories.pop()
     if not directory.is_dir():
         raise OutputError(f"{directory}: output directory does not exist; nothing changed")
-    if len(files) == 1 and not backup:
+    if len(files) == 1:
         [(path, text)] = files.items()
-        return _write_single(path, text)
+        return _write_single(path, text, backup)
     with _locked(directory):
         recover(directory)
         if all(_current(p) == t for p, t in files.items()):
@@ -121,7 +121,10 @@ def write_atomic(files: Mapping[Path, str], backup: bool = True) -> list[Path]:
 # ------------------------------------------------------------------------------ single files
 
 
-def _write_single(path: Path, text: str) -> list[Path]:
+def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
+    """One file needs no lock or journal: a unique temporary, fsync, an exclusive hard-link
+    backup of the old file, rename. A crash leaves the old file or the new one (at worst an extra
+    backup or a hidden temporary)."""
     if _current(path) == text:
         return []
     tmp: str | None = None
@@ -130,8 +133,10 @@ def _write_single(path: Path, text: str) -> list[Path]:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8"))
             f.flush()
+            os.fchmod(f.fileno(), _mode(path))
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        if backup and path.exists():
+            _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))
         os.replace(tmp, path)
         tmp = None
         _fsync_dir(path.parent)

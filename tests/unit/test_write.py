@@ -315,3 +315,11 @@ def test_a_full_disk_at_every_size_leaves_the_old_pair_or_the_new_one(
             outcomes["old"] = outcomes.get("old", 0) + 1
     print(outcomes)
     assert outcomes.get("old", 0) >= 3 and outcomes.get("new", 0) >= 1, outcomes
+
+
+def test_single_files_keep_backups_without_a_lock_file(tmp_path: Path) -> None:
+    target = tmp_path / "cluster.yaml"
+    for version in ("a\n", "b\n", "c\n"):
+        write_atomic({target: version})
+    assert sorted(p.read_text() for p in tmp_path.glob("cluster.yaml.*.bak")) == ["a\n", "b\n"]
+    assert not (tmp_path / LOCK_NAME).exists() and not list(tmp_path.glob(".*"))
