@@ -92,7 +92,8 @@ def render(
     uids = exempt_uids(settings.exempt_users)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name)
     script = render_script(script_template(), ident, settings.fail_policy, table_path)
-    files = {(out if check else ensure_output_dir(out)) / SCRIPT_NAME: script, out / TABLE_NAME: table}
+    # one set; the table is renamed first: slurmctld reloads when job_submit.lua's mtime moves
+    files = {(out if check else ensure_output_dir(out)) / TABLE_NAME: table, out / SCRIPT_NAME: script}
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)

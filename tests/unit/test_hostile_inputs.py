@@ -380,3 +380,18 @@ def test_the_shipped_schema_states_the_syntax_rules() -> None:
     """slurm.syntax is the one home of the patterns and bounds; the shipped JSON Schema (for outside
     readers) must say the same."""
     assert inventory.shipped_schema() == inventory.with_syntax(inventory.shipped_schema())
+
+
+def test_the_hook_is_renamed_after_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld reloads on job_submit.lua's mtime: by then the new table must be in place."""
+    renamed: list[str] = []
+    real = os.replace
+
+    def recording(src: Any, dst: Any) -> None:
+        renamed.append(Path(dst).name)
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", recording)
+    assert run("job-submit", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path))[0] == 0
+    names = [n for n in renamed if not n.startswith(".")]
+    assert names == ["slurm_hetero_tables.lua", "job_submit.lua"]
