@@ -193,6 +193,8 @@ def device_file(path: str) -> str:
         raise ValueError(
             f"device file {text(path)} must be an absolute path of letters, digits, '_', '.', '-' and '/'"
         )
+    if "//" not in path and "/." not in path and not path.endswith("/"):
+        return path  # already normal (the common case: skip normpath)
     normal = posixpath.normpath(path)
     if normal != path:
         raise ValueError(f"device file {path!r} is not in normal form; write {normal!r}")
