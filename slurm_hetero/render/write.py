@@ -40,7 +40,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from slurm_hetero.errors import OutputError
 
@@ -436,9 +435,3 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def journal_state(directory: Path) -> dict[str, Any] | None:
-    """The pending journal as plain data (for messages and tests), or None."""
-    entries = _read_journal(directory)
-    return None if entries is None else {"files": [asdict(e) for e in entries]}
