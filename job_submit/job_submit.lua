@@ -36,6 +36,23 @@ local FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_soc
 local IN_PLACE = { tres_per_task = true, tres_per_socket = true }  -- counts that stay where they are
 local INTERNAL = "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
 
+------------------------------------------------------------------------ logging
+
+-- slurmctld's log gets one line per call: user text (the request, error strings) has its control
+-- characters (newline, CR, tab, NUL, ...) and backslashes written as \ddd, and at most 400 bytes.
+local unpack_args = unpack or table.unpack
+local function loggable(value)
+  local text = string.gsub(tostring(value), "[%c\\]", function(c) return string.format("\\%03d", string.byte(c)) end)
+  if #text > 400 then text = string.sub(text, 1, 400) .. "..." end
+  return text
+end
+
+local function log(writer, format, ...)
+  local args = { ... }
+  for i = 1, select("#", ...) do args[i] = loggable(args[i]) end
+  writer(format, unpack_args(args, 1, select("#", ...)))
+end
+
 ------------------------------------------------------------------------ the table, loaded once
 
 -- The directory of this script (slurmctld loads it from the directory of slurm.conf).
@@ -63,9 +80,9 @@ end
 
 local T, LOAD_ERROR = load_table()
 if T then
-  slurm.log_info("slurm_hetero: loaded decision table %s", tostring(T.id))
+  log(slurm.log_info, "slurm_hetero: loaded decision table %s", tostring(T.id))
 else
-  slurm.log_error("slurm_hetero: %s (fail policy %s)", LOAD_ERROR, FAIL_POLICY)
+  log(slurm.log_error, "slurm_hetero: %s (fail policy %s)", LOAD_ERROR, FAIL_POLICY)
 end
 
 -- The fail policy: the table's when it has a valid one, else the baked one.
@@ -538,7 +555,7 @@ local function apply(job_desc, submit_uid, outcome)
   if outcome.action == "untouched" then return slurm.SUCCESS end
   local where = "uid " .. tostring(submit_uid) .. component(job_desc)
   if outcome.action == "reject" then
-    slurm.log_info("slurm_hetero: %s: rejected: %s", where, outcome.message)
+    log(slurm.log_info, "slurm_hetero: %s: rejected: %s", where, outcome.message)
     slurm.log_user("%s", outcome.message)
     return slurm.ERROR
   end
@@ -550,7 +567,7 @@ local function apply(job_desc, submit_uid, outcome)
   local existing = job_desc.admin_comment
   if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end
   job_desc.admin_comment = comment
-  slurm.log_info("slurm_hetero: %s: %s", where, outcome.message)
+  log(slurm.log_info, "slurm_hetero: %s: %s", where, outcome.message)
   slurm.log_user("%s", outcome.message)
   return slurm.SUCCESS
 end
@@ -558,7 +575,7 @@ end
 -- An internal error: log it and follow the fail policy.
 local function failed(err)
   local policy = fail_policy()
-  slurm.log_error("slurm_hetero: internal error, failing %s: %s", policy, tostring(err))
+  log(slurm.log_error, "slurm_hetero: internal error, failing %s: %s", policy, tostring(err))
   if policy == "closed" then
     slurm.log_user("%s", (T and type(T.messages) == "table" and T.messages.internal) or INTERNAL)
     return slurm.ERROR

@@ -41,6 +41,7 @@ import yaml
 
 from slurm_hetero.engine.score import DTYPES, MODES, POLICIES, PartitionOptions, ScoringOptions
 from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.units import parse_size
 
 logger = logging.getLogger(__name__)
@@ -168,32 +169,34 @@ def _validate(data: Any, schema: Any, path: str, key: str = "") -> None:
 
 
 def config_paths(
-    environ: Mapping[str, str] | None = None, etc_dir: Path = ETC_DIR
+    environ: Mapping[str, str] | None = None, etc_dir: Path = ETC_DIR, user_layers: bool = True
 ) -> list[tuple[Path, bool]]:
-    """(path, required) of every layer file, lowest precedence first."""
+    """(path, required) of every layer file, lowest precedence first. Without `user_layers`
+    only the system's (/etc), for code that runs in a job's environment (the TaskProlog)."""
+    if not user_layers:
+        return _system_paths(etc_dir)
     env = os.environ if environ is None else environ
     if env.get("SLURM_HETERO_CONFIG"):
         return [(Path(env["SLURM_HETERO_CONFIG"]), True)]
     xdg = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "~")).expanduser() / ".config")
+    return [*_system_paths(etc_dir), (xdg / "slurm-hetero" / "config.yaml", False)]
+
+
+def _system_paths(etc_dir: Path) -> list[tuple[Path, bool]]:
     drop_ins = sorted((etc_dir / "config.d").glob("*.yaml")) if (etc_dir / "config.d").is_dir() else []
-    return [
-        (etc_dir / "config.yaml", False),
-        *((p, True) for p in drop_ins),
-        (xdg / "slurm-hetero" / "config.yaml", False),
-    ]
+    return [(etc_dir / "config.yaml", False), *((p, True) for p in drop_ins)]
 
 
 def _read(path: Path, required: bool) -> dict[str, Any] | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         if required:
-            raise ConfigError("config file not found", str(path)) from None
+            raise ConfigError("config file not found", str(path))
         return None
-    except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror}", str(path)) from e
+    text = read_text(path, MAX_CONFIG_BYTES, "config file", ConfigError)
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError("nested too deeply to be a config file", str(path)) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), str(path)) from e
     data = {} if data is None else data
@@ -234,11 +237,14 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
 
 
 def load_settings(
-    extra: Path | None = None, environ: Mapping[str, str] | None = None, etc_dir: Path = ETC_DIR
+    extra: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    etc_dir: Path = ETC_DIR,
+    user_layers: bool = True,
 ) -> Settings:
     """Defaults, then every layer file that exists, then `extra` (the `--config` flag)."""
     data, sources = DEFAULTS, []
-    layers = config_paths(environ, etc_dir) + ([(extra, True)] if extra else [])
+    layers = config_paths(environ, etc_dir, user_layers) + ([(extra, True)] if extra else [])
     for path, required in layers:
         layer = _read(path, required)
         if layer is not None:

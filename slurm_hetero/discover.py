@@ -15,11 +15,14 @@ import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from slurm_hetero import inventory
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import HeteroError, InventoryError, ParseError
 from slurm_hetero.hosttopo import HostTopology, memtotal_mib, read_topology
-from slurm_hetero.model import Capture, Device, NodeInventory
+from slurm_hetero.model import Capture, ClusterInventory, Device, NodeInventory
 from slurm_hetero.nodes import lookup_spec, unknown_device
+from slurm_hetero.readfile import MAX_CAPTURE_BYTES, read_text
+from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.scontrol import show_node
 from slurm_hetero.vendors import Vendor, all_vendors, get_vendor
 
@@ -27,16 +30,12 @@ logger = logging.getLogger(__name__)
 
 
 def read_captures(paths: Sequence[Path]) -> list[Capture]:
-    """Captured tool outputs from files (an admin's copy from a node they cannot reach)."""
-    captures = []
-    for path in paths:
-        try:
-            captures.append(Capture(str(path), Path(path).read_text(encoding="utf-8", errors="replace")))
-        except FileNotFoundError:
-            raise HeteroError(f"{path}: no such capture file") from None
-        except OSError as e:
-            raise HeteroError(f"{path}: cannot read capture: {e.strerror}") from e
-    return captures
+    """Captured tool outputs from regular files of bounded size (an admin's copy from a node they
+    cannot reach); a FIFO, a device or a directory is refused without blocking."""
+    return [
+        Capture(str(path), read_text(path, MAX_CAPTURE_BYTES, "capture file", errors="replace"))
+        for path in paths
+    ]
 
 
 def complete_device(device: Device, catalog: Catalog, vendor: Vendor) -> Device:
@@ -162,6 +161,10 @@ def discover_node(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
     name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        syntax.host_name(name)
+    except ValueError as e:
+        raise InventoryError(f"node name: {e}; pass --node NAME as slurm.conf names the node") from None
     known: dict[str, int] = {}
     if from_files:
         missing = [k for k in FACT_KEYS if k not in (facts or {})]
@@ -171,7 +174,7 @@ def discover_node(
         if topology is not None:
             devices = [with_core_indices(d, topology) for d in devices]
     known.update(facts or {})
-    return NodeInventory(
+    node = NodeInventory(
         name=name,
         devices=tuple(devices),
         cpus=known.get("cpus"),
@@ -180,3 +183,13 @@ def discover_node(
         threads_per_core=known.get("threads_per_core"),
         real_memory_mib=known.get("real_memory_mib"),
     )
+    return validated(node)
+
+
+def validated(node: NodeInventory) -> NodeInventory:
+    """The node as every other command will read it: through the inventory schema and checks,
+    so discover never writes what `inventory check` refuses."""
+    cluster = inventory.inventory_from_dict(
+        inventory.inventory_to_dict(ClusterInventory(nodes=(node,))), f"discovered node {node.name}"
+    )
+    return cluster.nodes[0]

@@ -9,8 +9,9 @@ from ClusterShell.NodeSet import NodeSet, NodeSetBase, NodeSetParseError
 from ClusterShell.RangeSet import RangeSet
 
 from slurm_hetero.errors import InventoryError
+from slurm_hetero.slurm.syntax import MAX_HOSTS, hostlist_size
 
-_SIMPLE = re.compile(r"^([A-Za-z0-9_.\-]*?[A-Za-z_.\-])?([0-9]+)$")
+_SIMPLE = re.compile(r"([A-Za-z0-9_.\-/]*[A-Za-z_.\-/])?([0-9]+)")  # fullmatch
 
 
 def _simple_groups(names: Iterable[str]) -> tuple[dict[tuple[str, int], list[int]], list[str]]:
@@ -18,7 +19,7 @@ def _simple_groups(names: Iterable[str]) -> tuple[dict[tuple[str, int], list[int
     groups: dict[tuple[str, int], list[int]] = {}
     other: list[str] = []
     for name in names:
-        m = _SIMPLE.match(name)
+        m = _SIMPLE.fullmatch(name)
         if m is None:
             other.append(name)
             continue
@@ -58,17 +59,22 @@ def fold(names: Iterable[str]) -> str:
         raise InventoryError(f"bad host name {e.part!r}: {e}") from e
 
 
-def expand(spec: str) -> list[str]:
-    """Expand a hostlist expression into host names, in order."""
+def expand(spec: str, limit: int = MAX_HOSTS) -> list[str]:
+    """Expand a hostlist expression into host names, in order. The expression is checked (and
+    its size counted) before NodeSet builds it, so `gpu[1-100000000]` fails at once."""
+    if "[" not in spec and "," not in spec:
+        return [spec] if spec else []
+    count(spec, limit)
     try:
         return list(NodeSet(spec))
     except NodeSetParseError as e:
         raise InventoryError(f"bad hostlist {spec!r} near {e.part!r}") from e
 
 
-def count(spec: str) -> int:
-    """How many hosts a hostlist expression names, without expanding it."""
+def count(spec: str, limit: int = MAX_HOSTS) -> int:
+    """How many hosts a hostlist expression names, without expanding it (InventoryError when it
+    is malformed or names more than `limit` hosts)."""
     try:
-        return len(NodeSet(spec))
-    except NodeSetParseError as e:
-        raise InventoryError(f"bad hostlist {spec!r} near {e.part!r}") from e
+        return hostlist_size(spec, limit)
+    except ValueError as e:
+        raise InventoryError(str(e)) from None

@@ -21,7 +21,10 @@ import yaml
 
 from slurm_hetero import hostlist
 from slurm_hetero.errors import InventoryError
+from slurm_hetero.inventorycheck import check_device_syntax, check_hosts, check_node, check_yaml_depth
 from slurm_hetero.model import ClusterInventory, Device, Health, Link, Nic, NodeInventory
+from slurm_hetero.readfile import MAX_INVENTORY_BYTES, read_text
+from slurm_hetero.slurm import syntax
 
 try:  # the C loader is ~3x faster on big YAML inventories
     _YamlLoader: Any = yaml.CSafeLoader
@@ -84,10 +87,34 @@ def inventory_to_dict(inventory: ClusterInventory) -> dict[str, Any]:
     return {"version": inventory.version, "nodes": [node_to_dict(n) for n in inventory.nodes]}
 
 
+def with_syntax(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with the patterns and bounds of `slurm.syntax` (the one home of both; the
+    shipped file states the same, which a unit test checks)."""
+    schema = copy.deepcopy(schema)
+    for path, rules in syntax.INVENTORY_RULES.items():
+        where, *props = path
+        node = schema if where == "top" else schema["definitions"][where]
+        for prop in props:
+            node = node[prop] if prop == "items" else node["properties"][prop]
+        node.update(rules)
+    return schema
+
+
+def shipped_schema() -> dict[str, Any]:
+    """`schemas/inventory.schema.json` as shipped."""
+    text = resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text()
+    return dict(json.loads(text))
+
+
+# Device keys that differ between the devices of one node; the rest is validated once per shape.
+_PER_DEVICE = ("index", "file", "uuid", "pci_bus_id", "tool_id")
+
+
 @cache
-def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any]]:
-    """Compiled validators for the shipped schema: whole file, file without devices, one device."""
-    schema = json.loads(resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text())
+def _validators() -> tuple[Callable[[Any], Any], ...]:
+    """Compiled validators for the shipped schema: whole file, file without devices, one device,
+    and the per-device keys of a device whose other keys were validated with another device."""
+    schema = with_syntax(shipped_schema())
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
     device = {
@@ -95,7 +122,14 @@ def _validators() -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[
         "definitions": schema["definitions"],
         "$ref": "#/definitions/device",
     }
-    return fastjsonschema.compile(schema), fastjsonschema.compile(outer), fastjsonschema.compile(device)
+    properties = schema["definitions"]["device"]["properties"]
+    per_device = {
+        "$schema": schema["$schema"],
+        "type": "object",
+        "required": ["index", "file"],
+        "properties": {k: properties[k] for k in _PER_DEVICE},
+    }
+    return tuple(fastjsonschema.compile(s) for s in (schema, outer, device, per_device))
 
 
 def _schema_error(
@@ -118,7 +152,7 @@ def validate(data: Any, source: str) -> None:
 _IDENTITY_KEYS = ("uuid",)
 
 
-def _device_key(raw: Mapping[str, Any], keep_identity: bool) -> bytes | None:
+def _device_key(raw: Mapping[str, Any], keep_identity: bool = True) -> bytes | None:
     """A cheap exact key of a parsed JSON/YAML device record (orjson serializes in C)."""
     if not keep_identity and any(k in raw for k in _IDENTITY_KEYS):
         raw = {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
@@ -130,40 +164,61 @@ def _device_key(raw: Mapping[str, Any], keep_identity: bool) -> bytes | None:
 
 class _DeviceInterner:
     """Validates and builds each distinct device record once: a 10,000-node inventory has
-    80,000 device records but only a few dozen distinct ones (once UUIDs are set aside)."""
+    80,000 device records but only a few dozen distinct ones (once UUIDs are set aside). Devices
+    that differ only in their per-device keys (index, file, ids: the devices of one big node)
+    share the validation of the rest, so a node's cost is linear in its devices."""
 
     def __init__(self, source: str, keep_identity: bool) -> None:
         self.source, self.keep_identity = source, keep_identity
         self.seen: dict[bytes, Device] = {}
+        self.shapes: dict[bytes, dict[str, Any]] = {}  # shape -> field values of a validated device
 
     def device(self, raw: Any, node_pos: int, device_pos: int) -> Device:
         key = _device_key(raw, self.keep_identity) if isinstance(raw, dict) else None
-        hit = self.seen.get(key) if key is not None else None
-        if hit is not None:
-            return hit
+        device = self.seen.get(key) if key is not None else None  # the common case: seen before
+        if device is not None:
+            return device
+        where = f"nodes[{node_pos}].devices[{device_pos}]"
+        if key is None:  # not a mapping, or values JSON cannot hold: the schema says what is wrong
+            return self._validated(raw, where, None)
+        shape = _device_key({k: v for k, v in raw.items() if k not in _PER_DEVICE})
+        template = self.shapes.get(shape) if shape is not None else None
+        if template is None:
+            device = self._validated(raw, where, shape)
+        else:
+            device = self._like(template, raw, where)
+        self.seen[key] = device
+        return device
+
+    def _validated(self, raw: Any, where: str, shape: bytes | None) -> Device:
         try:
             _validators()[2](raw)
         except fastjsonschema.JsonSchemaValueException as e:
-            raise _schema_error(self.source, e, f"nodes[{node_pos}].devices[{device_pos}]") from None
+            raise _schema_error(self.source, e, where) from None
+        check_device_syntax(raw, f"{self.source}: {where}")
         values = raw if self.keep_identity else {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
         device = device_from_dict(values)
-        if key is not None:
-            self.seen[key] = device
+        if shape is not None:
+            self.shapes.setdefault(shape, dict(vars(device)))
         return device
 
-
-def check_node(node: NodeInventory, source: str) -> None:
-    """Consistency the schema cannot express: one record per device index and per device file."""
-    if not node.devices:
-        raise InventoryError(f"{source}: node {node.name} has no devices; remove it or rediscover it")
-    keys = [(d.vendor, d.index) for d in node.devices]
-    if len(set(keys)) != len(keys):
-        dup = sorted({k for k in keys if keys.count(k) > 1})
-        raise InventoryError(f"{source}: node {node.name}: device index listed twice: {dup}")
-    files = [d.file for d in node.devices]
-    if len(set(files)) != len(files):
-        dup_files = sorted({f for f in files if files.count(f) > 1})
-        raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
+    def _like(self, template: dict[str, Any], raw: dict[str, Any], where: str) -> Device:
+        """A device built from a validated one of the same shape: only its per-device keys are
+        checked (with the schema's own rules for them)."""
+        per_device = {k: raw[k] for k in _PER_DEVICE if k in raw}
+        try:
+            _validators()[3](per_device)
+            syntax.device_file(raw["file"])
+        except fastjsonschema.JsonSchemaValueException as e:
+            raise _schema_error(self.source, e, where) from None
+        except ValueError as e:
+            raise InventoryError(f"{self.source}: {where}: {e}") from None
+        values = {**template, "uuid": None, "pci_bus_id": None, "tool_id": None, **per_device}
+        if not self.keep_identity:
+            values["uuid"] = None
+        device = Device.__new__(Device)  # every field set below, all validated: skip __init__'s cost
+        device.__dict__.update(values)
+        return device
 
 
 def inventory_from_dict(
@@ -192,6 +247,7 @@ def inventory_from_dict(
         )
         check_node(node, source)
         nodes.append(node)
+    check_hosts(nodes, source)
     return ClusterInventory(nodes=tuple(nodes), version=data["version"])
 
 
@@ -220,8 +276,12 @@ def loads(text: str, source: str, as_json: bool = False, keep_identity: bool = T
 
 
 def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> ClusterInventory:
+    if not as_json:
+        check_yaml_depth(text, source)
     try:
         data = json.loads(text) if as_json else yaml.load(text, Loader=_YamlLoader)
+    except RecursionError:
+        raise InventoryError(f"{source}: nested too deeply to be an inventory") from None
     except json.JSONDecodeError as e:
         raise InventoryError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
     except yaml.YAMLError as e:
@@ -230,12 +290,9 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: no such inventory file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InventoryError(f"{path}: cannot read inventory: {e}") from e
+    """The inventory text: a regular file of at most MAX_INVENTORY_BYTES (FIFOs and devices are
+    refused without blocking)."""
+    return read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)
 
 
 def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
@@ -269,8 +326,11 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
         return [(f"{path}:{i}", loads(ln, f"{path}:{i}", as_json=True)) for i, ln in enumerate(lines, 1)]
     if path.suffix.lower() == ".json" or stripped.startswith("{"):
         return [(str(path), loads(text, str(path), as_json=True))]
+    check_yaml_depth(text, str(path))
     try:
         docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
+    except RecursionError:
+        raise InventoryError(f"{path}: nested too deeply to be an inventory") from None
     except yaml.YAMLError as e:
         raise InventoryError(f"{path}: malformed YAML{_yaml_where(e)}") from e
     if not docs:

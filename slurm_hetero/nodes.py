@@ -68,7 +68,10 @@ def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> D
 def gres_order(devices: Sequence[Device], include_unhealthy: bool = False) -> list[Device]:
     """The devices Slurm will see on a node, in gres.conf order (unhealthy ones left out)."""
     keep = [d for d in devices if include_unhealthy or d.health == Health.OK]
-    return sorted(keep, key=lambda d: (d.vendor, d.index))
+    keys = [(d.vendor, d.index) for d in keep]
+    if all(a < b for a, b in zip(keys, keys[1:])):
+        return keep  # already in order (as discover and merge write them)
+    return [d for _, d in sorted(zip(keys, keep), key=lambda pair: pair[0])]
 
 
 def memory_class(device: SlurmDevice) -> str:
@@ -79,16 +82,28 @@ def memory_class(device: SlurmDevice) -> str:
 
 def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[str, ...]:
     """The node's Slurm features, each once, Slurm-safe."""
-    labels: list[str] = []
+    labels: dict[str, None] = {}
+    done: set[tuple[object, ...]] = set()
     for slurm_device in devices:
         device = slurm_device.device
-        labels += [device.vendor, device.type, memory_class(slurm_device)]
-        labels += [link.kind for link in device.links]
+        key = (
+            device.vendor,
+            device.type,
+            id(slurm_device.spec),
+            device.links,
+            device.driver_version,
+            device.runtime_version,
+        )
+        if key in done:  # the devices of a big node mostly share their labels
+            continue
+        done.add(key)
+        labels.update(dict.fromkeys([device.vendor, device.type, memory_class(slurm_device)]))
+        labels.update(dict.fromkeys(link.kind for link in device.links))
         if device.driver_version:
-            labels.append(f"{device.vendor}_drv{device.driver_version.split('.')[0]}")
+            labels[f"{device.vendor}_drv{device.driver_version.split('.')[0]}"] = None
         if device.runtime_version:
-            labels.append(f"{slurm_device.vendor.stack_prefix}{device.runtime_version}")
-    labels += list(node.features)
+            labels[f"{slurm_device.vendor.stack_prefix}{device.runtime_version}"] = None
+    labels.update(dict.fromkeys(node.features))
     return tuple(dict.fromkeys(feature(x) for x in labels))
 
 
@@ -104,13 +119,17 @@ class NodeBuilder:
             tuple[object, ...], tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]
         ]
         self._shapes = {}
+        self._specs: dict[tuple[str, str, str], DeviceSpec] = {}
 
     def _device(self, device: Device, node: str) -> SlurmDevice:
         vendor = self.traits.get(device.vendor)
         if vendor is None:
             known = ", ".join(sorted(self.traits))
             raise InventoryError(f"node {node}: unknown vendor {device.vendor!r}; known vendors: {known}")
-        spec = resolve_spec(device, self.catalog, node)
+        spec_key = (device.vendor, device.type, device.model)
+        spec = self._specs.get(spec_key)
+        if spec is None:
+            spec = self._specs[spec_key] = resolve_spec(device, self.catalog, node)
         typed = device if device.type else dataclasses.replace(device, type=spec.type)
         return SlurmDevice(typed, vendor, spec)
 

@@ -2,9 +2,11 @@
 
 Slurm's gres/gpu exports CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL for every
 GPU type; runtimes such as CANN (Ascend), Cambricon's or Habana's read their own variable. Slurm's
-TaskProlog protocol applies `export NAME=value` lines printed on stdout to the task. Pure: the
-caller supplies the task's environment, read by `slurm.jobenv.read_task_env` (which variables, in
-which order), and the node record.
+TaskProlog protocol applies `export NAME=value` lines printed on stdout to the task, and writes
+the rest of a `print ...` line to the task's output; slurmstepd reads the TaskProlog's stdout and
+stderr together, so a TaskProlog must write nothing else anywhere. Pure: the caller supplies the
+task's environment, read by `slurm.jobenv.read_task_env` (which variables, in which order), and
+the node record; `protocol_lines` is the one gate every printed line goes through.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ from dataclasses import dataclass, field
 
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import Device, SlurmDevice, SlurmNode
+from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.jobenv import TaskEnv
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_,.\-]*$")
+EXPORT_LINE = re.compile(r"export [A-Za-z_][A-Za-z0-9_]{0,127}=[A-Za-z0-9_,.\-=/:+%@]{0,4096}")
+PRINT_PREFIX = "print slurm-hetero task-prolog: "
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+MAX_INDEXES = 4096
 
 
 @dataclass(frozen=True)
@@ -98,3 +105,18 @@ def _lines_per_vendor(devices: Sequence[SlurmDevice]) -> list[str]:
         if _SAFE_VALUE.match(value):
             lines.append(f"export {name}={value}")
     return lines
+
+
+def print_line(message: str) -> str:
+    """A warning as a TaskProlog `print` line: one line of printable ASCII, at most 400 bytes."""
+    return PRINT_PREFIX + _UNPRINTABLE.sub("?", message)[:400]
+
+
+def protocol_lines(lines: Sequence[str], warnings: Sequence[str]) -> tuple[list[str], list[str]]:
+    """What may reach slurmstepd: well-formed `export NAME=value` lines, then one `print` line
+    per warning. A malformed export is dropped and becomes a warning. Returns (lines to print,
+    warnings for the node's log)."""
+    exports = [line for line in lines if EXPORT_LINE.fullmatch(line)]
+    dropped = [f"dropped a malformed line {syntax.text(line, 60)}" for line in lines if line not in exports]
+    notes = [*warnings, *dropped]
+    return exports + [print_line(w) for w in notes], notes

@@ -45,7 +45,13 @@ class _Group(click.Group):
 @click.group(
     cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "SLURM_HETERO"}
 )
-@click.option("-v", "--verbose", count=True, help="More logging (-v info and tracebacks, -vv debug).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    allow_from_autoenv=False,  # SLURM_HETERO_VERBOSE from a job's environment must not reach the TaskProlog
+    help="More logging (-v info and tracebacks, -vv debug).",
+)
 @click.version_option(__version__, prog_name="slurm-hetero")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int) -> None:

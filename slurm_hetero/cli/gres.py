@@ -14,7 +14,7 @@ from slurm_hetero.config import load_settings
 from slurm_hetero.errors import RequestError, ToolError
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
-from slurm_hetero.render.write import diff, ensure_output_dir, write_atomic
+from slurm_hetero.render.write import diff, ensure_output_dir, pending, write_atomic
 from slurm_hetero.units import parse_size
 
 
@@ -141,7 +141,11 @@ def render(
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)
-        raise SystemExit(1 if changes else 0)
+        if pending(out):
+            click.echo(
+                f"slurm-hetero: {out} holds an interrupted render; render again to finish it", err=True
+            )
+        raise SystemExit(1 if changes or pending(out) else 0)
     written = write_atomic(files)
     summary = {
         "nodes": context["node_count"],

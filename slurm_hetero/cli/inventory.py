@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from slurm_hetero import inventory
+from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.write import write_atomic
 
 
@@ -38,10 +40,15 @@ def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: 
 
 @inventory_group.command()
 @click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def check(file: Path, as_json: bool) -> None:
-    """Validate an inventory against the schema and print a one-line summary."""
+def check(file: Path, models_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """Validate an inventory as every command reads it (schema, Slurm syntax, one record per
+    host, known vendors and catalog types, unhealthy devices too) and print a one-line summary."""
     inv = inventory.load(file)
+    slurm_nodes(inv, load_catalog(models_dirs), include_unhealthy=True)
     summary = {
         "file": str(file),
         "ok": True,

@@ -16,7 +16,7 @@ from slurm_hetero.config import Settings, exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.render.write import diff, ensure_output_dir, write_atomic
+from slurm_hetero.render.write import diff, ensure_output_dir, pending, write_atomic
 from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
 from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
 
@@ -92,11 +92,16 @@ def render(
     uids = exempt_uids(settings.exempt_users)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name)
     script = render_script(script_template(), ident, settings.fail_policy, table_path)
-    files = {(out if check else ensure_output_dir(out)) / SCRIPT_NAME: script, out / TABLE_NAME: table}
+    # one set; the table is renamed first: slurmctld reloads when job_submit.lua's mtime moves
+    files = {(out if check else ensure_output_dir(out)) / TABLE_NAME: table, out / SCRIPT_NAME: script}
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)
-        raise SystemExit(1 if changes else 0)
+        if pending(out):
+            click.echo(
+                f"slurm-hetero: {out} holds an interrupted render; render again to finish it", err=True
+            )
+        raise SystemExit(1 if changes or pending(out) else 0)
     written = write_atomic(files)
     summary = {"table_id": ident, "types": len(model.types), "written": [str(p) for p in written]}
     click.echo(

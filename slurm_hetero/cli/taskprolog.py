@@ -1,8 +1,22 @@
-"""`slurm-hetero task-prolog`: run by slurmd as TaskProlog; prints `export NAME=value` lines."""
+"""`slurm-hetero task-prolog`: run by slurmd as TaskProlog; prints `export NAME=value` lines.
+
+It runs as the job's user, in the job's environment, before every task, so it never fails the
+task and never lets that environment steer it: options come only from the argv of slurm.conf's
+TaskProlog script (no click auto envvar, no SLURM_HETERO_INVENTORY, no user config layers);
+settings only from /etc and `--config`. Problems (an unreadable or moved inventory, a node
+missing from it, bad indices) become a `print` line in the task's output and a syslog line on
+the node, and no variable is exported. Nothing is written to stderr: slurmstepd parses the
+TaskProlog's stderr together with its stdout.
+"""
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
 import os
+import sys
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -14,70 +28,124 @@ from slurm_hetero.config import load_settings
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import NodeBuilder, host_records
+from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.jobenv import read_task_env
-from slurm_hetero.taskprolog import SharingLimits, export_lines
+from slurm_hetero.taskprolog import SharingLimits, export_lines, protocol_lines
 from slurm_hetero.vendors import vendor_traits
 
-DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+DEFAULT_INVENTORY = "/etc/slurm-hetero/inventory.yaml"
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
+SYSLOG_SOCKET = "/dev/log"
+logger = logging.getLogger(__name__)
 
 
 def _find_node(path: Path, name: str, include_unhealthy: bool) -> SlurmNode:
     record = host_records(inventory.load(path), [name]).get(name)
     if record is None:
-        raise HeteroError(f"node {name} is not in {path}")
+        raise HeteroError(f"node {syntax.text(name, 60)} is not in {path}")
     return NodeBuilder(load_catalog(), vendor_traits(), include_unhealthy).node(record)
+
+
+def exports(
+    env: Mapping[str, str],
+    inventory_path: Path,
+    include_unhealthy: bool,
+    config_path: Path | None,
+    hami_core_library: str,
+) -> list[str]:
+    """The export lines for this task (HeteroError and anything else propagate)."""
+    task = read_task_env(env)
+    if not task.devices.gpu_indexes:
+        return []  # no GPUs: nothing to read
+    if task.node_name is None:
+        raise HeteroError("SLURMD_NODENAME is not set (slurmd sets it for a TaskProlog)")
+    node = _find_node(inventory_path, task.node_name, include_unhealthy)
+    library = hami_core_library if os.path.isfile(hami_core_library) else None
+    sharing = SharingLimits(load_settings(config_path, user_layers=False).shares, library)
+    return export_lines(task, node, sharing)
+
+
+def _quiet_logging() -> None:
+    """Route every log record to syslog (or nowhere); nothing may reach stderr."""
+    warnings.simplefilter("ignore")
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    try:
+        handler: logging.Handler = logging.handlers.SysLogHandler(address=SYSLOG_SOCKET)
+        handler.setFormatter(logging.Formatter("slurm-hetero-task-prolog: %(message)s"))
+    except OSError:
+        handler = logging.NullHandler()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.raiseExceptions = False  # a handler that fails must not print a traceback
+
+
+def _emit(lines: list[str]) -> None:
+    try:
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # slurmstepd went away: nobody to tell
 
 
 @cli.command(name="task-prolog")
 @click.option(
     "--inventory",
     "inventory_path",
-    type=click.Path(path_type=Path),
-    envvar="SLURM_HETERO_INVENTORY",
     default=DEFAULT_INVENTORY,
     show_default=True,
+    allow_from_autoenv=False,
     help="Cluster inventory used to render gres.conf.",
 )
-@click.option("--include-unhealthy", is_flag=True, help="Match a gres render done with --include-unhealthy.")
+@click.option(
+    "--include-unhealthy",
+    is_flag=True,
+    allow_from_autoenv=False,
+    help="Match a gres render done with --include-unhealthy.",
+)
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(path_type=Path),
-    help="Suite config (sharing.shard_size gives shard limits; default: the usual layers).",
+    allow_from_autoenv=False,
+    help="Suite config (sharing.shard_size gives shard limits; default: /etc/slurm-hetero layers).",
 )
 @click.option(
     "--hami-core-library",
     default=HAMI_CORE,
     show_default=True,
+    allow_from_autoenv=False,
     help="HAMi-core's library; its limits are exported when the file exists.",
 )
 @click.option(
-    "--strict", is_flag=True, help="Fail the task on errors (default: warn on stderr, export nothing)."
+    "--strict",
+    is_flag=True,
+    allow_from_autoenv=False,
+    help="Fail the task on errors (default: warn in the task's output and syslog, export nothing).",
 )
 def task_prolog(
-    inventory_path: Path,
+    inventory_path: str,
     include_unhealthy: bool,
-    config_path: Path | None,
+    config_path: str | None,
     hami_core_library: str,
     strict: bool,
 ) -> None:
     """Export the vendor's visible-device variable for this task's GPUs and the limits of a shard
-    allocation (Slurm TaskProlog protocol: `export NAME=value` lines)."""
+    allocation (Slurm TaskProlog protocol: `export NAME=value` and `print ...` lines on stdout)."""
+    _quiet_logging()
+    problems: list[str] = []
     try:
-        task = read_task_env(os.environ)
-        if not task.devices.gpu_indexes:
-            return  # no GPUs on this node for this task: nothing to export
-        if task.node_name is None:
-            raise HeteroError("SLURMD_NODENAME is not set (slurmd sets it for a TaskProlog)")
-        node = _find_node(inventory_path, task.node_name, include_unhealthy)
-        library = hami_core_library if os.path.exists(hami_core_library) else None
-        sharing = SharingLimits(load_settings(config_path).shares, library)
-        lines = export_lines(task, node, sharing)
-    except Exception as e:  # a TaskProlog that fails would fail the user's task
+        config = Path(config_path) if config_path else None
+        env = dict(os.environ)
+        lines = exports(env, Path(inventory_path), include_unhealthy, config, hami_core_library)
+    except Exception as e:  # noqa: BLE001 - a TaskProlog that fails would fail the user's task
         if strict:
             raise
-        click.echo(f"slurm-hetero task-prolog: {e}; no visible-device variable exported", err=True)
-        return
-    for line in lines:
-        click.echo(line)
+        lines = []
+        problems.append(
+            f"{e if isinstance(e, HeteroError) else type(e).__name__}; no visible-device variable exported"
+        )
+    out, notes = protocol_lines(lines, problems)
+    for note in notes:
+        logger.warning("job %s: %s", syntax.text(os.environ.get("SLURM_JOB_ID", "?"), 20), note)
+    _emit(out)

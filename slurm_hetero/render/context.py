@@ -6,6 +6,7 @@ else: nodes whose rendered lines are identical are folded into one hostlist (`gp
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from slurm_hetero.errors import InventoryError
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
-from slurm_hetero.slurm.syntax import gres_size
+from slurm_hetero.slurm.syntax import cpu_ids, gres_size, ranges
 
 POLICIES = ("binpack", "spread")
 
@@ -47,28 +48,23 @@ def _device_file(device: Device, node_name: str, local: LocalSlurmd | None) -> s
     return posixpath.join(local.file_root, node_name, posixpath.basename(device.file))
 
 
-def _links_row(device: Device, devices: Sequence[SlurmDevice]) -> str | None:
-    counts = {(device.vendor, link.peer): link.count for link in device.links}
-    row = [-1 if d.device is device else counts.get((d.device.vendor, d.index), 0) for d in devices]
-    return ",".join(map(str, row)) if any(c > 0 for c in row) else None
-
-
-def _cpu_ids(cpu_list: str) -> list[int]:
-    ids: list[int] = []
-    for part in cpu_list.split(","):
-        first, _, last = part.partition("-")
-        ids.extend(range(int(first), int(last or first) + 1))
-    return ids
-
-
-def _ranges(ids: Sequence[int]) -> str:
-    out: list[str] = []
-    for i in sorted(set(ids)):
-        if out and i == int(out[-1].rpartition("-")[2]) + 1:
-            out[-1] = f"{out[-1].partition('-')[0]}-{i}"
-        else:
-            out.append(str(i))
-    return ",".join(out)
+def _links_row(
+    position: int, device: Device, positions: Mapping[tuple[str, int], int], size: int
+) -> str | None:
+    """gres.conf Links= of the device at `position`: -1 for itself, the link count per peer
+    (same vendor; `positions` maps (vendor, index) to gres.conf position). Devices without links
+    cost nothing, so a node's rows cost its linked devices times its devices."""
+    if not device.links:
+        return None
+    row = [0] * size
+    for link in device.links:
+        peer = positions.get((device.vendor, link.peer))
+        if peer is not None and peer != position:
+            row[peer] = link.count
+    if not any(row):
+        return None
+    row[position] = -1
+    return ",".join(map(str, row))
 
 
 def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, str | None]:
@@ -87,39 +83,44 @@ def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, 
     )
     if cores is None:
         return cpu_list, None
-    ids = _cpu_ids(cpu_list)
+    ids = cpu_ids(cpu_list)
     limit = node.cpus or cores * (node.threads_per_core or 1)
     if max(ids) >= limit:
         return None, f"CPU affinity {cpu_list} is beyond the node's {limit} CPUs; Cores= left out"
-    return _ranges([i % cores for i in ids]), None
+    return ranges(sorted({i % cores for i in ids})), None
 
 
 def _gres_device_lines(
     devices: Sequence[SlurmDevice], node: NodeInventory, local: LocalSlurmd | None, notes: list[str]
 ) -> list[dict[str, Any]]:
-    """One entry per device with links, else consecutive same-type same-cores devices folded."""
+    """One entry per device with links, else consecutive same-type same-cores devices folded.
+    Linear in the node's devices (plus its Links= rows, which Slurm's format makes n x linked)."""
+    linked = any(d.device.links for d in devices)
+    positions = {(d.device.vendor, d.index): i for i, d in enumerate(devices)} if linked else {}
+    cores_of: dict[str | None, tuple[str | None, str | None]] = {}
     lines: list[dict[str, Any]] = []
-    for slurm_device in devices:
+    last: dict[str, Any] | None = None
+    for position, slurm_device in enumerate(devices):
         device = slurm_device.device
-        cores, note = slurm_cores(device.cores, node)
+        found = cores_of.get(device.cores)
+        if found is None:
+            found = cores_of[device.cores] = slurm_cores(device.cores, node)
+        cores, note = found
         if note:
             notes.append(f"{device.vendor} device {device.index}: {note}")
-        entry: dict[str, Any] = {
-            "type": device.type,
-            "files": [_device_file(device, node.name, local)],
-            "cores": cores,
-            "links": _links_row(device, devices),
-        }
-        last = lines[-1] if lines else None
+        links = _links_row(position, device, positions, len(devices)) if device.links else None
+        file = device.file if local is None else _device_file(device, node.name, local)
         if (
-            last
-            and entry["links"] is None
+            last is not None
+            and links is None
             and last["links"] is None
-            and (last["type"], last["cores"]) == (entry["type"], entry["cores"])
+            and last["type"] == device.type
+            and last["cores"] == cores
         ):
-            last["files"].extend(entry["files"])
+            last["files"].append(file)
         else:
-            lines.append(entry)
+            last = {"type": device.type, "files": [file], "cores": cores, "links": links}
+            lines.append(last)
     for entry in lines:
         entry["file"] = hostlist.fold(entry.pop("files"))
     return lines
@@ -272,14 +273,28 @@ def _group(
     return groups
 
 
+def per_host(nodes: Iterable[SlurmNode]) -> list[SlurmNode]:
+    """Hostlist records as one node per host: a dev cluster gives every host its own slurmd port
+    and its own fake device directory (`/dev/fakegpu/<host>/`), so they cannot share a line."""
+    out: list[SlurmNode] = []
+    for node in nodes:
+        if node.hosts == 1 and "[" not in node.name:
+            out.append(node)
+            continue
+        for host in hostlist.expand(node.name):
+            record = dataclasses.replace(node.record, name=host)
+            out.append(dataclasses.replace(node, record=record, hosts=1))
+    return out
+
+
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
     """Everything the templates need, as plain data."""
     if options.policy not in POLICIES:
         raise InventoryError(
             f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}"
         )
-    nodes_seen = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
-    groups = _group(nodes_seen, options, CostModel.from_catalog(catalog))
+    built = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
+    groups = _group(per_host(built) if options.local else built, options, CostModel.from_catalog(catalog))
     shapes = list(groups)
     folded = [hostlist.fold(names) for names in groups.values()]
     nodes = [_node_entry(s, f, s.weight, i, options) for i, (s, f) in enumerate(zip(shapes, folded))]
@@ -310,7 +325,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "default_partition": options.default_partition,
         "lln": options.policy == "spread",
         "policy": options.policy,
-        "node_count": sum(len(n) for n in groups.values()),
+        "node_count": sum(n.hosts for n in built),
         "shape_count": len(shapes),
     }
 

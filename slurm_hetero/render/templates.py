@@ -25,6 +25,7 @@ import jinja2
 
 from slurm_hetero import __version__
 from slurm_hetero.errors import ConfigError
+from slurm_hetero.slurm.syntax import comment
 
 GRES_TEMPLATE = "gres.conf.j2"
 NODES_TEMPLATE = "slurm_nodes.conf.j2"
@@ -117,6 +118,7 @@ def render_configs(
     `slurm_release` (else the context's `slurm_release`, else DEFAULT_SLURM_RELEASE)."""
     env = environment(template_dir)
     context = for_release(context, slurm_release or context.get("slurm_release") or DEFAULT_SLURM_RELEASE)
+    context = {**context, "source": comment(context.get("source", ""))}
     return {
         "gres.conf": render(env, GRES_TEMPLATE, context),
         "slurm-nodes.conf": render(env, NODES_TEMPLATE, context),

@@ -1,17 +1,56 @@
-"""Atomic, reviewable config writes: unified diffs, temp file + fsync + rename, and a
-timestamped backup of every file that changes. Either every file is replaced or none is."""
+"""The one writer of generated files: reviewable diffs, and sets of files (gres.conf +
+slurm-nodes.conf; job_submit.lua + its table) that change together or not at all.
+
+Slurm opens plain paths, so a set cannot be swapped in one rename. The commit protocol, in one
+directory and under its lock file (`.slurm-hetero.lock`, flock; concurrent renders wait):
+
+1. recover: finish or undo an interrupted set (below), remove stray temporaries;
+2. if any file of the set differs, stage *every* file of the set as `.NAME.slurm-hetero-new`,
+   fsync each (a set is rewritten whole, so each file's mtime moves: slurmctld reloads
+   job_submit.lua only when its mtime grows, so that mtime is also made to grow by >= 1 s);
+3. write the journal `.slurm-hetero.journal` (temp, fsync, rename, fsync the directory): the
+   commit point. It names each file, the digests of its old and new text and its backup;
+4. hard-link each existing file to its backup `NAME.<stamp>[-N].bak` (the old inode itself: a
+   backup is complete or absent, never truncated, and never overwrites another);
+5. rename each temporary over its file (in the order given: put the file a reader keys on last),
+   fsync the directory, remove the journal.
+
+An error before step 5 removes what this run created and reports one line, `... nothing
+changed`. A crash at any point leaves either no journal (only hidden temporaries, removed by the
+next run) or a journal, with which the next run under the lock rolls the set forward (every
+temporary was fsynced before the journal) or, when that is impossible, back from the backups.
+Slurm never reads a temporary: they are hidden names it does not open.
+
+Single files (`write_atomic` of one path) use a unique temporary + fsync + (backup) + rename,
+without lock or journal.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
 import os
-import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurm_hetero.errors import OutputError
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = ".slurm-hetero.lock"
+JOURNAL_NAME = ".slurm-hetero.journal"
+STAGED_SUFFIX = ".slurm-hetero-new"  # `.NAME.slurm-hetero-new`: a staged member of a set
+OLD_SUFFIX = ".slurm-hetero-old"  # `.NAME.slurm-hetero-old`: the old file while a set commits
+SINGLE_SUFFIX = ".slurm-hetero-tmp"  # unique temporaries of single-file writes
+LOCK_TIMEOUT_S = 120.0
 
 
 def _current(path: Path) -> str | None:
@@ -19,8 +58,8 @@ def _current(path: Path) -> str | None:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    except OSError as e:
-        raise OutputError(f"{path}: cannot read the existing file: {e.strerror}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise OutputError(f"{path}: cannot read the existing file: {getattr(e, 'strerror', e)}") from e
 
 
 def ensure_output_dir(directory: Path) -> Path:
@@ -52,58 +91,346 @@ def diff(files: Mapping[Path, str]) -> str:
     return "".join(chunks)
 
 
-def _stage(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return Path(tmp)
+def pending(directory: Path) -> bool:
+    """Whether an interrupted set write waits in `directory` for the next render to finish it."""
+    return (directory / JOURNAL_NAME).exists()
 
 
 def write_atomic(files: Mapping[Path, str], backup: bool = True) -> list[Path]:
-    """Write the files that change; returns them. Existing ones are kept as `NAME.<stamp>.bak`."""
-    changed = {p: t for p, t in files.items() if _current(p) != t}
-    staged: dict[Path, Path] = {}
+    """Write `files` as one set (see the module docstring); returns the files written ([] when
+    none differs). Every file of a set must be in one directory."""
+    if not files:
+        return []
+    directories = {p.parent for p in files}
+    if len(directories) != 1:
+        raise ValueError(f"one set of files lives in one directory, not {sorted(map(str, directories))}")
+    directory = directories.pop()
+    if not directory.is_dir():
+        raise OutputError(f"{directory}: output directory does not exist; nothing changed")
+    if len(files) == 1:
+        [(path, text)] = files.items()
+        return _write_single(path, text, backup)
+    with _locked(directory):
+        recover(directory)
+        if all(_current(p) == t for p, t in files.items()):
+            return []
+        return _commit(directory, [(p.name, t) for p, t in files.items()], backup)
+
+
+# ------------------------------------------------------------------------------ single files
+
+
+def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
+    """One file needs no lock or journal: a unique temporary, fsync, an exclusive hard-link
+    backup of the old file, rename. A crash leaves the old file or the new one (at worst an extra
+    backup or a hidden temporary)."""
+    if _current(path) == text:
+        return []
+    tmp: str | None = None
     try:
-        for path, text in changed.items():
-            if not path.parent.is_dir():
-                raise OutputError(f"{path.parent}: output directory does not exist")
-            staged[path] = _stage(path, text)
-    except OSError as e:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise OutputError(
-            f"cannot write to {e.filename or 'the output directory'}: {e.strerror}; nothing changed"
-        ) from e
-    except OutputError:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-        raise
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    for path, tmp in staged.items():
-        if backup:
-            _backup(path, stamp)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SINGLE_SUFFIX, dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fchmod(f.fileno(), _mode(path))
+            os.fsync(f.fileno())
+        if backup and path.exists():
+            _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))
         os.replace(tmp, path)
-    _fsync_dir(next(iter(staged)).parent if staged else None)
-    return list(staged)
+        tmp = None
+        _fsync_dir(path.parent)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror or e}; nothing changed") from e
+    finally:
+        if tmp is not None:
+            _quiet_unlink(Path(tmp))
+    return [path]
 
 
-def _backup(path: Path, stamp: str) -> None:
-    target = path.with_name(f"{path.name}.{stamp}.bak")
-    if path.exists() and not target.exists():
-        shutil.copy2(path, target)
+# ------------------------------------------------------------------------------ the lock
 
 
-def _fsync_dir(directory: Path | None) -> None:
-    if directory is None:
-        return
-    fd = os.open(directory, os.O_RDONLY)
+@contextlib.contextmanager
+def _locked(directory: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """flock on `directory/.slurm-hetero.lock` (kept, never removed: removing lock files races)."""
+    path = directory / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        raise OutputError(f"{directory}: cannot lock for writing: {e.strerror}; nothing changed") from e
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OutputError(
+                        f"{path}: another render has held this lock for {timeout:.0f}s; nothing changed"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------ the journal
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file of a set in the journal."""
+
+    name: str
+    new: str  # sha256 of the new text
+    old: str | None  # sha256 of the text it replaces (None: the file did not exist)
+    backup: str | None  # backup name (None: no backup kept)
+
+    @property
+    def staged(self) -> str:
+        return f".{self.name}{STAGED_SUFFIX}"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        return _digest(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def _write_journal(directory: Path, entries: Sequence[Entry]) -> None:
+    data = json.dumps({"version": 1, "files": [asdict(e) for e in entries]}, indent=1).encode()
+    tmp = directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}"
+    _write_synced(tmp, data, 0o600)
+    os.replace(tmp, directory / JOURNAL_NAME)
+    _fsync_dir(directory)
+
+
+def _read_journal(directory: Path) -> list[Entry] | None:
+    try:
+        raw = json.loads((directory / JOURNAL_NAME).read_bytes())
+        return [Entry(**e) for e in raw["files"]]
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, KeyError) as e:
+        raise OutputError(
+            f"{directory / JOURNAL_NAME}: damaged journal of an interrupted render ({e}); check the "
+            "files it names against their .bak copies, then remove it"
+        ) from e
+
+
+# ------------------------------------------------------------------------------ one commit
+
+
+def _entry(directory: Path, name: str, data: bytes, stamp: str | None) -> Entry:
+    """A journal entry. Without a kept backup the old file still gets a hidden one for the time
+    of the commit (`.NAME.slurm-hetero-old`), so a failed set can always be rolled back."""
+    old = _file_digest(directory / name)
+    if old is None:
+        return Entry(name, _digest(data), None, None)
+    return Entry(name, _digest(data), old, f"{name}.{stamp}.bak" if stamp else f".{name}{OLD_SUFFIX}")
+
+
+def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> list[Path]:
+    entries: list[Entry] = []
+    names = [name for name, _ in files]
+    stamp = _backup_stamp(directory, names) if backup else None
+    committed, doing = False, names[0]
+    try:
+        for name, text in files:
+            doing, data = name, text.encode("utf-8")
+            entry = _entry(directory, name, data, stamp)
+            _write_synced(
+                directory / entry.staged, data, _mode(directory / name), _next_mtime_ns(directory / name)
+            )
+            entries.append(entry)
+        doing = JOURNAL_NAME
+        _write_journal(directory, entries)
+        committed = True
+        for entry in entries:
+            doing = entry.backup or entry.name
+            if entry.backup:
+                _link_backup(directory / entry.name, directory / entry.backup)
+        for entry in entries:
+            doing = entry.name
+            os.replace(directory / entry.staged, directory / entry.name)
+        _fsync_dir(directory)
+    except OSError as e:
+        state = _undo(directory, names, entries if committed else None)
+        raise OutputError(f"cannot write {directory / doing}: {e.strerror or e}; {state}") from e
+    except BaseException:
+        if not committed:  # KeyboardInterrupt before the commit point: leave nothing behind
+            _undo(directory, names, None)
+        raise
+    _finish(directory, entries)
+    return [directory / name for name in names]
+
+
+def _finish(directory: Path, entries: Sequence[Entry]) -> None:
+    """The set is in place: drop hidden backups, then the journal. A failure here changes
+    nothing for Slurm; the next render removes what is left (hidden names only)."""
+    try:
+        for entry in entries:
+            if entry.backup and entry.backup.startswith("."):
+                _quiet_unlink(directory / entry.backup)
+        _remove_journal(directory)
+    except OSError as e:
+        logger.warning("%s: written; the next render removes its journal (%s)", directory, e)
+
+
+def _undo(directory: Path, names: Sequence[str], entries: Sequence[Entry] | None) -> str:
+    """After an error: roll a committed set back from its backups, or drop an uncommitted one.
+    Returns what state the set is in, for the error message."""
+    try:
+        if entries is not None:
+            _roll_back(directory, entries)
+            _remove_journal(directory)
+        for name in names:
+            _quiet_unlink(directory / f".{name}{STAGED_SUFFIX}")
+        _quiet_unlink(directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}")
+    except (OSError, OutputError) as e:  # the journal stays: the next render finishes the job
+        logger.warning("could not undo the interrupted render in %s: %s", directory, e)
+        return "the set is incomplete; the next render in that directory finishes it"
+    return "nothing changed"
+
+
+def _write_synced(path: Path, data: bytes, mode: int, mtime_ns: int | None = None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+        if mtime_ns is not None:
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o644
+
+
+def _next_mtime_ns(path: Path) -> int | None:
+    """An mtime whole seconds past the file's current one, when now is not (slurmctld compares
+    job_submit.lua's st_mtime in seconds with the one it loaded)."""
+    try:
+        old = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    now = time.time_ns()
+    floor = (old // 1_000_000_000 + 1) * 1_000_000_000
+    return None if now >= floor else floor
+
+
+def _backup_stamp(directory: Path, names: Sequence[str]) -> str:
+    """`YYYYmmddTHHMMSS`, with `-N` added until no file of the set has a backup of that name."""
+    base = time.strftime("%Y%m%dT%H%M%S")
+    for n in range(1, 10_000):
+        stamp = base if n == 1 else f"{base}-{n}"
+        if not any(os.path.lexists(directory / f"{name}.{stamp}.bak") for name in names):
+            return stamp
+    raise OutputError(f"{directory}: 10,000 backups in one second; nothing changed")
+
+
+def _link_backup(path: Path, target: Path) -> None:
+    """`target` becomes another name of `path`'s inode (exclusive: never replaces a file)."""
+    try:
+        os.link(path, target)
+    except FileExistsError:
+        if _file_digest(target) != _file_digest(path):
+            raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        tmp = target.with_name(f".{target.name}{STAGED_SUFFIX}")  # no hard links here: copy
+        _write_synced(tmp, path.read_bytes(), _mode(path))
+        os.rename(tmp, target)  # under the lock, and the name was free when the stamp was chosen
+
+
+# ------------------------------------------------------------------------------ recovery
+
+
+def recover(directory: Path) -> None:
+    """Finish (or, when impossible, undo) a set write that a crash interrupted, and remove stray
+    temporaries. Call with the directory's lock held (`write_atomic` does)."""
+    entries = _read_journal(directory)
+    if entries is not None:
+        if all(_can_roll_forward(directory, e) for e in entries):
+            _roll_forward(directory, entries)
+            _finish(directory, entries)
+            logger.warning("finished an interrupted render of %s", ", ".join(e.name for e in entries))
+        else:
+            _roll_back(directory, entries)
+            logger.warning("undid an interrupted render of %s", ", ".join(e.name for e in entries))
+        _remove_journal(directory)
+    for suffix in (STAGED_SUFFIX, OLD_SUFFIX):
+        for stray in directory.glob(f".*{suffix}"):
+            _quiet_unlink(stray)
+
+
+def _can_roll_forward(directory: Path, entry: Entry) -> bool:
+    return entry.new in (_file_digest(directory / entry.name), _file_digest(directory / entry.staged))
+
+
+def _roll_forward(directory: Path, entries: Sequence[Entry]) -> None:
+    for entry in entries:
+        target = directory / entry.name
+        if _file_digest(target) == entry.new:
+            continue
+        if entry.backup and not (directory / entry.backup).exists() and _file_digest(target) == entry.old:
+            _link_backup(target, directory / entry.backup)
+        os.replace(directory / entry.staged, target)
+    _fsync_dir(directory)
+
+
+def _roll_back(directory: Path, entries: Sequence[Entry]) -> None:
+    """Put each file back as it was (from its backup); drop this set's backups and temporaries."""
+    for entry in entries:
+        target, staged = directory / entry.name, directory / entry.staged
+        current = _file_digest(target)
+        if current != entry.old:
+            if entry.old is None:
+                _quiet_unlink(target)
+            elif entry.backup and _file_digest(directory / entry.backup) == entry.old:
+                _quiet_unlink(staged)
+                os.link(directory / entry.backup, staged)
+                os.replace(staged, target)
+            else:
+                raise OutputError(
+                    f"{target}: cannot undo an interrupted render (no copy of the old file); "
+                    f"check it and remove {directory / JOURNAL_NAME}"
+                )
+        if entry.backup and (directory / entry.backup).exists():
+            _quiet_unlink(directory / entry.backup)
+        _quiet_unlink(staged)
+    _fsync_dir(directory)
+
+
+def _remove_journal(directory: Path) -> None:
+    _quiet_unlink(directory / JOURNAL_NAME)
+    _fsync_dir(directory)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _quiet_unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:

@@ -522,3 +522,24 @@ def test_cli_render_then_check_is_clean_and_explain_agrees(
     assert (
         not rejected["ok"] and rejected["tres_per_node"] is None and "a100_80g has 80G" in rejected["message"]
     )
+
+
+@pytest.mark.parametrize(
+    "gres",
+    [
+        "gpumem:abc\nslurmctld: error: forged line",
+        "gpumem:20G,gpu:x\r\nforged",
+        "gpumem:\x00\t\x1b[31m",
+        "gpumem:" + "9" * 10_000,
+        "gpumem:20G\\n",
+    ],
+    ids=["newline", "crlf", "nul-tab-escape", "10kb", "backslash-n"],
+)
+def test_user_text_never_forges_a_log_line(hooks: dict[str, Hook], gres: str) -> None:
+    """Issue 9: a newline in --gres wrote a line of its own into slurmctld.log."""
+    for hook in hooks.values():
+        _, _, _, lines = hook.run(replace(GOOD, tres_per_node=f"gres:{gres}"))
+        logged = [text for kind, text in lines if kind != "user"]
+        assert logged, lines
+        for text in logged:
+            assert text.isprintable() and len(text) < 600, text

@@ -155,7 +155,7 @@ def test_nothing_set_is_not_srun() -> None:
         ("SLURM_HET_SIZE", "three", "SLURM_HET_SIZE='three' is not a number"),
         ("SLURM_STEP_GPUS", "0,x", "SLURM_STEP_GPUS='0,x' is not a list of GPU indices"),
         ("SLURM_STEP_TASKS_PER_NODE", "2,y", "cannot read tasks per node"),
-        ("SLURM_STEP_NODELIST", "a100n[1-", "SLURM_STEP_NODELIST: bad hostlist"),
+        ("SLURM_STEP_NODELIST", "a100n[1-", "SLURM_STEP_NODELIST: unbalanced brackets in hostlist"),
     ],
 )
 def test_malformed_values_are_clear_errors(name: str, value: str, message: str) -> None:

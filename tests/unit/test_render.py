@@ -251,3 +251,22 @@ def test_missing_node_facts_are_named_with_what_slurm_assumes() -> None:
         "bare1: no CPUs or RealMemory in the inventory: Slurm will assume CPUs=1, RealMemory=1"
         in (files["gres.conf"])
     )
+
+
+def test_dev_cluster_gives_each_host_of_a_hostlist_its_own_line_port_and_fake_devices() -> None:
+    """Issue 9: `hx-a800-[1-2]` kept its brackets in the fake device path, which slurmd cannot parse."""
+    from slurm_hetero.render.context import LocalSlurmd
+
+    inv = inventory.load(EXAMPLES / "mixed.yaml")
+    inv = dataclasses.replace(
+        inv, nodes=(dataclasses.replace(inv.nodes[0], name="hx-a800-[1-2]"), *inv.nodes[1:])
+    )
+    files = render(inv, local=LocalSlurmd("localhost"))
+    lines = node_lines(files["slurm-nodes.conf"])
+    assert {"hx-a800-1", "hx-a800-2"} <= set(lines) and lines["hx-a800-1"]["Port"] != lines["hx-a800-2"][
+        "Port"
+    ]
+    for entry in parse_gres_conf(files["gres.conf"]):
+        if entry.name == "gpu" and entry.node and entry.node.startswith("hx-"):
+            assert entry.file is not None and entry.file.startswith(f"/dev/fakegpu/{entry.node}/")
+    assert "/dev/fakegpu/hx-a800-[" not in files["gres.conf"]

@@ -1,0 +1,110 @@
+"""Inventory consistency that the JSON Schema cannot express: Slurm syntax of device values,
+one record per device index and file, links to devices that exist, one record per host across
+hostlists (bounded expansion), and YAML nesting that libyaml's C composer would crash on. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Set
+from typing import Any
+
+from slurm_hetero import hostlist
+from slurm_hetero.errors import InventoryError
+from slurm_hetero.model import NodeInventory
+from slurm_hetero.slurm import syntax
+
+
+def check_device_syntax(raw: Mapping[str, Any], where: str) -> None:
+    """What the schema's patterns cannot say about one (schema-valid) device record."""
+    try:
+        syntax.device_file(raw["file"])
+        if raw.get("cores") is not None:
+            syntax.cpu_ids(raw["cores"])
+    except ValueError as e:
+        raise InventoryError(f"{where}: {e}") from None
+
+
+def check_node(node: NodeInventory, source: str) -> None:
+    """Consistency the schema cannot express: one record per device index and per device file,
+    links to other devices of the node (same vendor), Links= rows of a bounded size."""
+    if not node.devices:
+        raise InventoryError(f"{source}: node {node.name} has no devices; remove it or rediscover it")
+    keys = [(d.vendor, d.index) for d in node.devices]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise InventoryError(f"{source}: node {node.name}: device index listed twice: {dup}")
+    files = [d.file for d in node.devices]
+    if len(set(files)) != len(files):
+        dup_files = sorted({f for f in files if files.count(f) > 1})
+        raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
+    _check_links(node, set(keys), source)
+
+
+def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -> None:
+    linked = [d for d in node.devices if d.links]
+    if len(linked) * len(node.devices) > syntax.MAX_LINK_CELLS:
+        raise InventoryError(
+            f"{source}: node {node.name}: {len(linked)} of {len(node.devices)} devices have links; "
+            f"gres.conf Links= rows would hold more than {syntax.MAX_LINK_CELLS} entries"
+        )
+    for device in linked:
+        for link in device.links:
+            if link.peer == device.index:
+                raise InventoryError(
+                    f"{source}: node {node.name}: {device.vendor} device {device.index} links to itself"
+                )
+            if (device.vendor, link.peer) not in keys:
+                raise InventoryError(
+                    f"{source}: node {node.name}: {device.vendor} device {device.index} links to "
+                    f"{device.vendor} device {link.peer}, which is not on the node"
+                )
+
+
+def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
+    """Every node name is a valid NodeName or hostlist, every host is named once (hostlists
+    expanded, at most `syntax.MAX_HOSTS` in all); returns the host count."""
+    seen: dict[str, int] = {}
+    names: list[str] = []
+    total = 0
+    for position, node in enumerate(nodes):
+        names.append(node.name)
+        try:
+            count = syntax.hostlist_count(node.name, syntax.MAX_HOSTS - total)
+        except ValueError as e:
+            raise InventoryError(f"{source}: node {syntax.text(node.name)}: {e}") from None
+        total += count
+        hosts = hostlist.expand(node.name) if count > 1 or "[" in node.name else [node.name]
+        if len(set(hosts)) != len(hosts):
+            raise InventoryError(f"{source}: node record {node.name!r} names a host twice")
+        for host in hosts:
+            first = seen.setdefault(host, position)
+            if first != position:
+                records = (
+                    f"in records {names[first]!r} and {node.name!r}"
+                    if names[first] != node.name
+                    else f"by two records {node.name!r}"
+                )
+                raise InventoryError(
+                    f"{source}: node {host} is named {records}; slurmctld refuses a duplicated "
+                    "NodeName: keep one record per node"
+                )
+    return total
+
+
+MAX_YAML_DEPTH = 1000
+_FLOW = re.compile(r"[\[\]{}]")
+_BLOCK_PREFIX = re.compile(rf"^[ \t?:\-]{{{MAX_YAML_DEPTH},}}", re.MULTILINE)
+
+
+def check_yaml_depth(text: str, source: str) -> None:
+    """libyaml's C composer recurses without a limit: ~50,000 nested levels crash the process.
+    Refuse text that could nest deeper than MAX_YAML_DEPTH: flow brackets open at once, or a
+    block prefix (indentation, `- `, `? `, `: `) that long. Quoted brackets only count towards
+    the limit, so a real inventory is never near it."""
+    depth = 0
+    for m in _FLOW.finditer(text):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_YAML_DEPTH:
+            raise InventoryError(f"{source}: nested too deeply to be an inventory")
+    if _BLOCK_PREFIX.search(text):
+        raise InventoryError(f"{source}: nested too deeply to be an inventory")

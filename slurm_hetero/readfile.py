@@ -1,0 +1,80 @@
+"""Bounded reads of input files (inventories, captured tool output, configs).
+
+A FIFO, a device (`/dev/zero`; `/dev/null` reads as empty), a directory or a socket is refused
+without blocking: the file is opened with O_NONBLOCK (an open FIFO with no writer would otherwise
+wait forever) and checked with fstat on the open descriptor (no race with a rename); a regular
+file larger than the cap is refused before it is read, and one that grows while it is read is
+cut at the cap and refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from slurm_hetero.errors import HeteroError
+
+MiB = 1 << 20
+MAX_INVENTORY_BYTES = 512 * MiB  # a 10,000-node unfolded JSON inventory is about 37 MB
+MAX_CAPTURE_BYTES = 64 * MiB  # one vendor tool's output
+MAX_CONFIG_BYTES = 4 * MiB
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def read_bytes(path: str | Path, limit: int, what: str, error: type[HeteroError] = HeteroError) -> bytes:
+    """The bytes of the regular file `path` (at most `limit`); `error` (one line) otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read {what}: {e.strerror or e}") from e
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISCHR(info.st_mode) and info.st_rdev == os.makedev(1, 3):
+            return b""  # /dev/null: the usual "empty file"
+        if not stat.S_ISREG(info.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+            raise error(f"{path}: {what} is {kind}; give a regular file")
+        if info.st_size > limit:
+            raise error(f"{path}: {what} is {info.st_size} bytes, more than the {limit // MiB} MiB allowed")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 * MiB, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise error(f"{path}: {what} is more than the {limit // MiB} MiB allowed")
+        return b"".join(chunks)
+    except OSError as e:
+        if e.errno == errno.EISDIR:
+            raise error(f"{path}: {what} is a directory; give a regular file") from None
+        raise error(f"{path}: cannot read {what}: {e.strerror or e}") from e
+    finally:
+        os.close(fd)
+
+
+def read_text(
+    path: str | Path,
+    limit: int,
+    what: str,
+    error: type[HeteroError] = HeteroError,
+    errors: str = "strict",
+) -> str:
+    """`read_bytes` decoded as UTF-8 (a decoding error is `error` too, naming the byte offset)."""
+    data = read_bytes(path, limit, what, error)
+    try:
+        return data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: {what} is not UTF-8 text (byte {e.start})") from None

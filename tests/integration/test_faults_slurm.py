@@ -1,0 +1,124 @@
+"""Issue 9 under the real Slurm: the TaskProlog in real jobs whatever the job's environment and
+the inventory's state, slurmctld reloading the hook after a re-render that repairs a damaged table,
+and an inventory that would make slurmctld refuse to start (a node named twice) never reaching it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero import hostlist, inventory
+from slurm_hetero.nodes import gres_order
+from tests.conftest import REPO
+from tests.integration.conftest import DEV_CLUSTER, slurm
+from tests.integration.test_job_submit_slurm import ETC, as_user, job_fields, reload_hook, render_hook
+
+HOSTILE_ENV = {
+    "SLURM_HETERO_TASK_PROLOG_STRICT": "maybe",
+    "SLURM_HETERO_TASK_PROLOG_INVENTORY": "/dev/zero",
+    "SLURM_HETERO_INVENTORY": "/dev/zero",
+    "SLURM_HETERO_VERBOSE": "lots",
+    "SLURM_HETERO_CONFIG": "/dev/zero",
+}
+
+
+def ascend_node(inventory_path: Path) -> tuple[str, str]:
+    for node in inventory.load(inventory_path).nodes:
+        devices = gres_order(node.devices)
+        if devices and devices[0].vendor == "ascend" and len(devices) >= 2:
+            return hostlist.expand(node.name)[0], devices[0].type
+    pytest.skip("no Ascend node with two devices in the session inventory")
+
+
+def run_ascend_job(node: str, gres_type: str, env: dict[str, str]) -> tuple[int, str]:
+    """sbatch --wait as a plain user on an Ascend node; (rc, the job's output)."""
+    out = Path(f"/tmp/slurm-hetero-faults-{os.getpid()}-{time.monotonic_ns()}.out")
+    exports = ",".join(["ALL", *(f"{k}={v}" for k, v in env.items())])
+    script = "echo VISIBLE=${ASCEND_RT_VISIBLE_DEVICES-unset} GPUS=$SLURM_JOB_GPUS"
+    run = as_user(
+        "sbatch", "--wait", "-w", node, f"--gres=gpu:{gres_type}:2", f"--export={exports}", "-o", str(out),
+        "--wrap", script,
+    )  # fmt: skip
+    text = out.read_text() if out.exists() else ""
+    out.unlink(missing_ok=True)
+    return run.returncode, text + run.stderr
+
+
+def test_the_jobs_environment_cannot_fail_or_steer_the_taskprolog(dev_cluster: Path) -> None:
+    node, gres_type = ascend_node(dev_cluster)
+    rc, output = run_ascend_job(node, gres_type, HOSTILE_ENV)
+    assert rc == 0, output
+    line = next(ln for ln in output.splitlines() if ln.startswith("VISIBLE="))
+    visible, gpus = line.split()[0].removeprefix("VISIBLE="), line.split()[1].removeprefix("GPUS=")
+    assert visible != "unset" and len(visible.split(",")) == len(gpus.split(",")) == 2, output
+
+
+@pytest.fixture
+def inventory_moved_away(dev_cluster: Path) -> Iterator[Path]:
+    installed = next(ETC.glob("slurm-hetero-inventory.*"))
+    moved = installed.with_name(installed.name + ".moved")
+    installed.rename(moved)
+    try:
+        yield installed
+    finally:
+        moved.rename(installed)
+
+
+def test_an_ascend_job_is_told_when_the_inventory_is_gone(
+    inventory_moved_away: Path, dev_cluster: Path
+) -> None:
+    node, gres_type = ascend_node(dev_cluster)
+    rc, output = run_ascend_job(node, gres_type, {})
+    assert rc == 0, output  # the task runs
+    assert "VISIBLE=unset" in output
+    assert "slurm-hetero task-prolog:" in output and "no visible-device variable exported" in output, output
+
+
+def test_a_rerender_after_a_damaged_table_recovers_the_running_slurmctld(
+    dev_cluster: Path, suite_config: Path
+) -> None:
+    """Before: the re-render rewrote only the table, job_submit.lua's mtime stayed, and slurmctld
+    kept the hook that had failed to load its table."""
+    render_hook(dev_cluster, suite_config)
+    table = ETC / "slurm_hetero_tables.lua"
+    table.write_text(table.read_text().replace("return {", "return {{ broken", 1))
+    reload_hook()  # slurmctld loads the hook with the damaged table (fail policy open: jobs pass as is)
+    broken = as_user("sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true")
+    assert broken.returncode == 0 and job_fields(broken.stdout.strip())["TresPerNode"] == "gres:gpumem:20G"
+    slurm("scancel", broken.stdout.strip())
+    subprocess.run(  # the admin's repair: render again, nothing else
+        [sys.executable, "-m", "slurm_hetero", "job-submit", "render", "--inventory", str(dev_cluster),
+         "--out", str(ETC), "--config", str(suite_config)],
+        check=True, cwd=REPO, capture_output=True,
+    )  # fmt: skip
+    fixed = as_user("sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true")
+    assert fixed.returncode == 0, fixed.stderr
+    assert job_fields(fixed.stdout.strip())["TresPerNode"].startswith(("gres:gpu:", "gres:shard:"))
+    slurm("scancel", fixed.stdout.strip())
+
+
+def test_a_node_named_twice_never_reaches_slurmctld(dev_cluster: Path, tmp_path: Path) -> None:
+    """slurmctld refuses to start on a duplicated NodeName; the inventory is refused before."""
+    data = inventory.inventory_to_dict(inventory.load(dev_cluster))
+    twin = json.loads(json.dumps(data["nodes"][0]))
+    twin["name"] = f"{hostlist.expand(data['nodes'][0]['name'])[0]},zz-extra1"  # overlapping hostlist
+    data["nodes"].append(twin)
+    bad = tmp_path / "twice.json"
+    bad.write_text(json.dumps(data))
+    before = (ETC / "slurm-nodes.conf").read_bytes()
+    result = subprocess.run(
+        [sys.executable, str(DEV_CLUSTER), "up", "--inventory", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0 and "named" in result.stderr and "duplicated NodeName" in result.stderr
+    assert (ETC / "slurm-nodes.conf").read_bytes() == before
+    assert "UP" in slurm("scontrol", "ping")

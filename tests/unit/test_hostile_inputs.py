@@ -1,0 +1,397 @@
+"""Nothing injected (issue 9): hostile strings and numbers in every inventory field go through the
+one validation (schema + slurm.syntax) and render; every output line is one Slurm config line of
+the expected keys, the generated Lua table loads as Lua with the same id, or the input is refused
+with one clear line. Plus a regression test per adversarial finding."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from slurm_hetero import inventory
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.config import load_settings
+from slurm_hetero.engine.score import compile_model
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.render.context import RenderOptions, build_context
+from slurm_hetero.render.templates import render_configs
+from slurm_hetero.submit.tables import render_table
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+GRES_KEYS = {"NodeName", "Name", "Type", "File", "Cores", "Links", "Count", "Flags"}
+NODE_KEYS = {
+    "NodeName",
+    "NodeAddr",
+    "NodeHostname",
+    "Port",
+    "CPUs",
+    "Sockets",
+    "CoresPerSocket",
+    "ThreadsPerCore",
+    "RealMemory",
+    "Gres",
+    "Features",
+    "Weight",
+    "State",
+}
+PARTITION_KEYS = {"PartitionName", "Nodes", "MaxTime", "State", "LLN", "Default"}
+VALUE = re.compile(r"[A-Za-z0-9_.,:\-\[\]/]+")
+
+HOSTILE = [
+    "\n",
+    "\r",
+    "\t",
+    " ",
+    "=",
+    ",",
+    "#",
+    ";",
+    "$(id)",
+    "`id`",
+    "'",
+    '"',
+    "\x00",
+    "x" * 10_000,
+    "é\u2028",
+    "",
+    "\nNodeName=evil Name=gpu File=/dev/sda",
+    "[",
+    "]",
+    "[1-100000000]",
+    "..",
+    "//",
+]
+STRING_FIELDS = [
+    ("node", "name"),
+    ("node", "features", 0),
+    ("device", "vendor"),
+    ("device", "model"),
+    ("device", "type"),
+    ("device", "file"),
+    ("device", "cores"),
+    ("device", "tool_id"),
+    ("device", "driver_version"),
+    ("device", "runtime_version"),
+    ("device", "health_reason"),
+    ("device", "uuid"),
+    ("device", "links", 0, "kind"),
+]
+NUMBER_FIELDS = [
+    ("node", "cpus"),
+    ("node", "real_memory_mib"),
+    ("node", "sockets"),
+    ("device", "index"),
+    ("device", "memory_mib"),
+    ("device", "numa_node"),
+    ("device", "links", 0, "peer"),
+    ("device", "links", 0, "count"),
+]
+NUMBERS = [0, -1, 10**30, 10**20, 1.5, 1e3, 2**31, 65536, True, "7", None]
+
+
+def base_inventory() -> dict[str, Any]:
+    data = json.loads(json.dumps(inventory.inventory_to_dict(inventory.load(EXAMPLE))))
+    data["nodes"][0]["features"] = ["cuda12.4"]
+    data["nodes"][0]["devices"][0]["links"] = [{"peer": 1, "kind": "nvlink", "count": 4}]
+    return data
+
+
+BASE = base_inventory()
+
+
+def put(data: dict[str, Any], path: tuple[Any, ...], value: Any, node: int, device: int) -> None:
+    where = data["nodes"][node] if path[0] == "node" else data["nodes"][node]["devices"][device]
+    *parents, last = path[1:]
+    for key in parents:
+        where = where[key]
+    where[last] = value
+
+
+def assert_config_text(text: str, keys: set[str], prefixes: tuple[str, ...]) -> None:
+    for line in text.splitlines():
+        assert line.isascii() and line.isprintable(), repr(line)
+        if not line or line.startswith("#"):
+            continue
+        assert line.startswith(prefixes), line
+        for token in line.split(" "):
+            key, sep, value = token.partition("=")
+            assert sep and key in keys and VALUE.fullmatch(value), (token, line)
+
+
+def assert_lua_table(text: str, ident: str) -> None:
+    lupa = pytest.importorskip("lupa.lua51")
+    lua = lupa.LuaRuntime()
+    table = lua.execute(text)
+    assert table["id"] == ident  # the whole text is the one table: nothing ran before or after it
+
+
+def one_line(error: BaseException) -> str:
+    message = str(error)
+    assert "\n" not in message and "\r" not in message and message.isprintable(), repr(message)
+    assert len(message) < 2_000
+    return message
+
+
+@st.composite
+def hostile_inventories(draw: st.DrawFn) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    for _ in range(draw(st.integers(1, 3))):
+        node = draw(st.integers(0, len(data["nodes"]) - 1))
+        device = draw(st.integers(0, len(data["nodes"][node]["devices"]) - 1))
+        if draw(st.booleans()):
+            path = draw(st.sampled_from(STRING_FIELDS))
+            value: Any = draw(st.sampled_from(HOSTILE) | st.text(max_size=20))
+            if draw(st.booleans()):  # hostile text next to a valid value
+                value = draw(st.sampled_from(["gpu1", "/dev/nvidia0", "0-3", "a100"])) + value
+        else:
+            path = draw(st.sampled_from(NUMBER_FIELDS))
+            value = draw(st.sampled_from(NUMBERS) | st.integers())
+        if path[1] == "links" and "links" not in data["nodes"][node]["devices"][device]:
+            continue
+        if path[1] == "features" and "features" not in data["nodes"][node]:
+            continue
+        put(data, path, value, node, device)
+    if draw(st.booleans()):  # a node named twice, directly or through a hostlist
+        twin = copy.deepcopy(data["nodes"][1])
+        twin["name"] = draw(st.sampled_from([data["nodes"][0]["name"], "l40sn[0-3]", "x1,l40sn1"]))
+        data["nodes"].append(twin)
+    return data
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=hostile_inventories(), source=st.sampled_from(["cluster.yaml", "a\nNodeName=x", "b\u2028c"]))
+def test_hostile_inventories_render_only_well_formed_lines_or_one_clear_error(
+    data: dict[str, Any], source: str
+) -> None:
+    try:
+        inv = inventory.inventory_from_dict(data, "cluster.yaml", keep_identity=False)
+        context = build_context(inv, load_catalog(), RenderOptions(include_unhealthy=True))
+        model = compile_model(
+            slurm_nodes(inv, load_catalog()), load_settings(None, {}, Path("/nonexistent")).scoring
+        )
+    except HeteroError as e:
+        one_line(e)
+        event("refused")
+        return
+    event("rendered")
+    context["source"] = source
+    files = render_configs(context)
+    assert_config_text(files["gres.conf"], GRES_KEYS, ("NodeName=",))
+    assert_config_text(
+        files["slurm-nodes.conf"],
+        NODE_KEYS | PARTITION_KEYS | {"GresTypes"},
+        ("NodeName=", "PartitionName=", "GresTypes="),
+    )
+    table, ident = render_table(model, [], "open", source)
+    assert_lua_table(table, ident)
+
+
+# ------------------------------------------------------------------ regression tests, one per finding
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def write_inventory(path: Path, mutate: Any) -> Path:
+    data = copy.deepcopy(BASE)
+    mutate(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def refused_everywhere(path: Path, expected: str, tmp_path: Path) -> None:
+    """inventory check, gres render and job-submit render refuse it with the same one line."""
+    out = tmp_path / "out"
+    for args in (
+        ("inventory", "check", str(path)),
+        ("gres", "render", "--inventory", str(path), "--out", str(out)),
+        ("job-submit", "render", "--inventory", str(path), "--out", str(out)),
+    ):
+        code, stdout, stderr = run(*args)
+        assert code == 1 and stdout == "", (args, stdout)
+        assert stderr.count("\n") == 1 and stderr.startswith("slurm-hetero: ") and expected in stderr, stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def first_device(data: dict[str, Any]) -> dict[str, Any]:
+    return data["nodes"][0]["devices"][0]
+
+
+FINDINGS = {
+    "node-named-twice": (
+        lambda d: d["nodes"].append({**d["nodes"][1], "name": d["nodes"][0]["name"]}),
+        "named by two records",
+    ),
+    "overlapping-hostlists": (
+        lambda d: d["nodes"].extend(
+            [{**d["nodes"][1], "name": "gpu[1-4]"}, {**d["nodes"][1], "name": "gpu[3-5]"}]
+        ),
+        "node gpu3 is named in records 'gpu[1-4]' and 'gpu[3-5]'",
+    ),
+    "newline-in-device-file": (
+        lambda d: first_device(d).update(file="/dev/nvidia0\nNodeName=evil Name=gpu File=/dev/sda"),
+        "devices[0].file: must match pattern",
+    ),
+    "huge-hostlist": (
+        lambda d: d["nodes"][0].update(name="gpu[1-100000000]"),
+        "names more than 131072 hosts",
+    ),
+    "huge-cores": (lambda d: first_device(d).update(cores="0-2000000000"), "devices[0].cores: must match"),
+    "reversed-cores": (lambda d: first_device(d).update(cores="7-0"), "reversed CPU range '7-0'"),
+    "huge-memory": (
+        lambda d: d["nodes"][0].update(real_memory_mib=10**30),
+        "real_memory_mib: must be smaller",
+    ),
+    "huge-cpus": (lambda d: d["nodes"][0].update(cpus=10**20), "cpus: must be smaller"),
+    "same-file-two-spellings": (
+        lambda d: d["nodes"][0]["devices"][1].update(file="/dev//nvidia0"),
+        "'/dev//nvidia0' is not in normal form",
+    ),
+    "self-link": (lambda d: first_device(d).update(links=[{"peer": 0, "kind": "nvlink"}]), "links to itself"),
+    "dangling-link": (
+        lambda d: first_device(d).update(links=[{"peer": 9, "kind": "nvlink"}]),
+        "not on the node",
+    ),
+    "unknown-vendor": (
+        lambda d: [dev.update(vendor="acme") for dev in d["nodes"][2]["devices"]],
+        "unknown vendor 'acme'",
+    ),
+    "reserved-node-name": (lambda d: d["nodes"][0].update(name="DEFAULT"), "reserved in slurm.conf"),
+}
+
+
+@pytest.mark.parametrize("finding", sorted(FINDINGS))
+def test_each_finding_is_refused_with_one_line_by_every_command(tmp_path: Path, finding: str) -> None:
+    mutate, expected = FINDINGS[finding]
+    refused_everywhere(write_inventory(tmp_path / "inv.json", mutate), expected, tmp_path)
+
+
+def test_the_refusals_are_fast(tmp_path: Path) -> None:
+    """Before: render died after 25 s with MemoryError on gpu[1-100000000]."""
+    import time
+
+    path = write_inventory(tmp_path / "inv.json", FINDINGS["huge-hostlist"][0])
+    started = time.monotonic()
+    run("gres", "render", "--inventory", str(path), "--out", str(tmp_path / "o"))
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000, "{" * 100_000, "- " * 100_000 + "x"], ids=["brackets", "braces", "dashes"]
+)
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_deep_nesting_is_one_line_not_a_traceback_or_a_crash(tmp_path: Path, text: str, suffix: str) -> None:
+    path = tmp_path / f"deep{suffix}"
+    path.write_text(text)
+    # a subprocess: libyaml's C composer overflowed the C stack (SIGSEGV) on 50,000 levels
+    result = subprocess.run(
+        [sys.executable, "-m", "slurm_hetero", "inventory", "check", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-500:]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "directory", "huge"])
+def test_from_file_and_inventory_read_only_bounded_regular_files(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: a blocking open would hang forever
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        with path.open("wb") as f:
+            f.truncate(65 * 1024 * 1024)  # sparse: over the 64 MiB capture cap
+    else:
+        path = Path(kind)
+    code, _, err = run("discover", "--vendor", "ascend", "--from-file", str(path), "--node", "n1")
+    assert code == 1 and err.count("\n") == 1 and "capture file" in err, err
+    if kind != "huge":
+        code, _, err = run("inventory", "check", str(path))
+        assert code == 1 and err.count("\n") == 1 and "inventory file" in err, err
+
+
+def test_discover_writes_only_names_that_inventory_check_accepts(tmp_path: Path) -> None:
+    capture = REPO / "tests" / "fixtures" / "gaudi" / "hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt"
+    for name in ("bad name", "n1\nNodeName=x", "DEFAULT", "x" * 300, "gpu[1-2]"):
+        code, out, err = run("discover", "--vendor", "gaudi", "--from-file", str(capture), "--node", name)
+        assert code == 1 and out == "" and "node name" in err and err.count("\n") == 1, err
+    code, out, _ = run("discover", "--vendor", "gaudi", "--from-file", str(capture), "--node", "n-1.a_b")
+    (tmp_path / "n.yaml").write_text(out)
+    assert code == 0 and run("inventory", "check", str(tmp_path / "n.yaml"))[0] == 0
+
+
+def test_a_rerender_after_a_damaged_table_rewrites_the_hook_so_slurmctld_reloads(tmp_path: Path) -> None:
+    """slurmctld reloads job_submit.lua only when its st_mtime (seconds) grows."""
+    args = ("job-submit", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path))
+    assert run(*args)[0] == 0
+    script, table = tmp_path / "job_submit.lua", tmp_path / "slurm_hetero_tables.lua"
+    before = script.stat()
+    table.write_text(table.read_text().replace("return {", "return {{ broken", 1))
+    assert run(*args)[0] == 0
+    after = script.stat()
+    assert after.st_ino != before.st_ino and int(after.st_mtime) > int(before.st_mtime)
+    assert "broken" not in table.read_text()
+
+
+def test_renders_in_one_second_keep_distinct_backups(tmp_path: Path) -> None:
+    args = ["gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path)]
+    for policy in ("binpack", "spread", "binpack", "spread"):
+        assert run(*args, "--policy", policy)[0] == 0
+    backups = sorted(tmp_path.glob("slurm-nodes.conf.*.bak"))
+    assert len(backups) == 3 and len({b.name for b in backups}) == 3
+
+
+def test_no_temporary_files_are_left_and_check_reports_an_interrupted_render(tmp_path: Path) -> None:
+    args = ["gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path)]
+    assert run(*args)[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".slurm-hetero.lock",
+        "gres.conf",
+        "slurm-nodes.conf",
+    ]
+    (tmp_path / ".slurm-hetero.journal").write_text('{"version": 1, "files": []}')
+    code, _, err = run(*args, "--check")
+    assert code == 1 and "interrupted render" in err
+    assert run(*args)[0] == 0 and not (tmp_path / ".slurm-hetero.journal").exists()
+
+
+def test_the_shipped_schema_states_the_syntax_rules() -> None:
+    """slurm.syntax is the one home of the patterns and bounds; the shipped JSON Schema (for outside
+    readers) must say the same."""
+    assert inventory.shipped_schema() == inventory.with_syntax(inventory.shipped_schema())
+
+
+def test_the_hook_is_renamed_after_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld reloads on job_submit.lua's mtime: by then the new table must be in place."""
+    renamed: list[str] = []
+    real = os.replace
+
+    def recording(src: Any, dst: Any) -> None:
+        renamed.append(Path(dst).name)
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", recording)
+    assert run("job-submit", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path))[0] == 0
+    names = [n for n in renamed if not n.startswith(".")]
+    assert names == ["slurm_hetero_tables.lua", "job_submit.lua"]
