@@ -132,6 +132,23 @@ def test_killing_one_rank_ends_the_step_promptly_naming_it(dev_cluster: Cluster,
     assert "rank 1 on " in first_error and "SIGKILL" in first_error, result.stderr
 
 
+def test_srun_slurm_hetero_launch_gives_every_rank_its_env(dev_cluster: Cluster, measured: Path) -> None:
+    """The console script under srun (the release's own: for 24.11 the root's venv): every rank
+    gets the torch.distributed variables, one world across three node types."""
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    show = f"import json, os; print('ENV ' + json.dumps({{k: os.environ.get(k) for k in {keys!r}}}))"
+    srun = ["srun", "-w", "a100n1,l40sn1,ascendn1", "-N3", "--ntasks-per-node=1", "--gres=gpu:1", "-K"]
+    launch = ["slurm-hetero", *launch_argv(measured, "--model", "gpt2", "--global-batch", "3")[3:]]
+    assert launch[:2] == ["slurm-hetero", "launch"]
+    result = run(srun + [*launch, "--", dev_cluster.python, "-c", show])
+    assert result.returncode == 0, result.stderr
+    envs = rank_envs(result.stdout)
+    assert sorted(int(e["RANK"]) for e in envs) == [0, 1, 2]
+    assert all(e[k] is not None for e in envs for k in keys), envs
+    assert {e["WORLD_SIZE"] for e in envs} == {"3"} and {e["LOCAL_WORLD_SIZE"] for e in envs} == {"1"}
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}) == 1
+
+
 def test_dry_run_prints_every_rank_and_starts_nothing(
     dev_cluster: Cluster, measured: Path, tmp_path: Path
 ) -> None:
