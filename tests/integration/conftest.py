@@ -44,10 +44,10 @@ CAPTURED_NODES = {
             "rocm-smi-showtopo_8gpu-mi300-series_xgmi_2numa.txt",
         ],
     ),
-    "npu310n1": ("ascend", ["npu-smi-info_2x-310p3_npu-id-0-and-64_drv23.0.rc3.txt"]),
     "npu910n1": ("ascend", ["npu-smi-info_ascend910-2chips-per-npu_phy-id_drv25.2.0.txt"]),
-    "edge310n1": ("ascend", ["npu-smi-info_310b4_nohbm_alarm_drv23.0.0.txt"]),
 }
+# (The published 310P3 and 310B4 npu-smi excerpts end before the process table npu-smi always
+# prints, so discover refuses them as cut captures; sickn1 below stands in for the alarmed 310B4.)
 
 
 # A node whose device affinity splits a socket: Slurm 24.11 refuses such Cores= (node INVALID)
@@ -63,6 +63,15 @@ nodes:
     devices:
       - {vendor: nvidia, model: NVIDIA L40S, type: l40s, index: 0, file: /dev/nvidia0,
          memory_mib: 46068, cores: 0-1}
+  # one device the vendor tool reported unhealthy: left out of gres.conf, the node stays usable
+  - name: sickn1
+    cpus: 8
+    real_memory_mib: 16000
+    devices:
+      - {vendor: ascend, model: Ascend910B3, type: ascend910b3, index: 0, file: /dev/davinci0,
+         memory_mib: 65536}
+      - {vendor: ascend, model: Ascend910B3, type: ascend910b3, index: 1, file: /dev/davinci1,
+         memory_mib: 65536, health: unhealthy, health_reason: "Alarm (test node)"}
 """
 
 

@@ -17,8 +17,8 @@ import pytest
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.nodes import gres_order
 from tests.conftest import REPO
-from tests.integration.conftest import DEV_CLUSTER, slurm
-from tests.integration.test_job_submit_slurm import ETC, as_user, job_fields, reload_hook, render_hook
+from tests.integration.conftest import DEV_CLUSTER, Cluster, slurm, tres
+from tests.integration.test_job_submit_slurm import as_user, job_fields, reload_hook, render_hook
 
 HOSTILE_ENV = {
     "SLURM_HETERO_TASK_PROLOG_STRICT": "maybe",
@@ -51,8 +51,8 @@ def run_ascend_job(node: str, gres_type: str, env: dict[str, str]) -> tuple[int,
     return run.returncode, text + run.stderr
 
 
-def test_the_jobs_environment_cannot_fail_or_steer_the_taskprolog(dev_cluster: Path) -> None:
-    node, gres_type = ascend_node(dev_cluster)
+def test_the_jobs_environment_cannot_fail_or_steer_the_taskprolog(dev_cluster: Cluster) -> None:
+    node, gres_type = ascend_node(dev_cluster.inventory)
     rc, output = run_ascend_job(node, gres_type, HOSTILE_ENV)
     assert rc == 0, output
     line = next(ln for ln in output.splitlines() if ln.startswith("VISIBLE="))
@@ -61,8 +61,8 @@ def test_the_jobs_environment_cannot_fail_or_steer_the_taskprolog(dev_cluster: P
 
 
 @pytest.fixture
-def inventory_moved_away(dev_cluster: Path) -> Iterator[Path]:
-    installed = next(ETC.glob("slurm-hetero-inventory.*"))
+def inventory_moved_away(dev_cluster: Cluster) -> Iterator[Path]:
+    installed = next(dev_cluster.etc.glob("slurm-hetero-inventory.*"))
     moved = installed.with_name(installed.name + ".moved")
     installed.rename(moved)
     try:
@@ -72,9 +72,9 @@ def inventory_moved_away(dev_cluster: Path) -> Iterator[Path]:
 
 
 def test_an_ascend_job_is_told_when_the_inventory_is_gone(
-    inventory_moved_away: Path, dev_cluster: Path
+    inventory_moved_away: Path, dev_cluster: Cluster
 ) -> None:
-    node, gres_type = ascend_node(dev_cluster)
+    node, gres_type = ascend_node(dev_cluster.inventory)
     rc, output = run_ascend_job(node, gres_type, {})
     assert rc == 0, output  # the task runs
     assert "VISIBLE=unset" in output
@@ -82,43 +82,53 @@ def test_an_ascend_job_is_told_when_the_inventory_is_gone(
 
 
 def test_a_rerender_after_a_damaged_table_recovers_the_running_slurmctld(
-    dev_cluster: Path, suite_config: Path
+    dev_cluster: Cluster, suite_config: Path
 ) -> None:
     """Before: the re-render rewrote only the table, job_submit.lua's mtime stayed, and slurmctld
     kept the hook that had failed to load its table."""
-    render_hook(dev_cluster, suite_config)
-    table = ETC / "slurm_hetero_tables.lua"
+    render_hook(dev_cluster.inventory, suite_config)
+    table = dev_cluster.etc / "slurm_hetero_tables.lua"
     table.write_text(table.read_text().replace("return {", "return {{ broken", 1))
     reload_hook()  # slurmctld loads the hook with the damaged table (fail policy open: jobs pass as is)
     broken = as_user("sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true")
-    assert broken.returncode == 0 and job_fields(broken.stdout.strip())["TresPerNode"] == "gres:gpumem:20G"
+    assert (
+        broken.returncode == 0 and tres(job_fields(broken.stdout.strip())["TresPerNode"]) == "gres:gpumem:20G"
+    )
     slurm("scancel", broken.stdout.strip())
     subprocess.run(  # the admin's repair: render again, nothing else
-        [sys.executable, "-m", "slurm_hetero", "job-submit", "render", "--inventory", str(dev_cluster),
-         "--out", str(ETC), "--config", str(suite_config)],
+        [sys.executable, "-m", "slurm_hetero", "job-submit", "render", "--inventory",
+         str(dev_cluster.inventory), "--out", str(dev_cluster.etc), "--config", str(suite_config)],
         check=True, cwd=REPO, capture_output=True,
     )  # fmt: skip
     fixed = as_user("sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true")
     assert fixed.returncode == 0, fixed.stderr
-    assert job_fields(fixed.stdout.strip())["TresPerNode"].startswith(("gres:gpu:", "gres:shard:"))
+    assert tres(job_fields(fixed.stdout.strip())["TresPerNode"]).startswith(("gres:gpu:", "gres:shard:"))
     slurm("scancel", fixed.stdout.strip())
 
 
-def test_a_node_named_twice_never_reaches_slurmctld(dev_cluster: Path, tmp_path: Path) -> None:
+def test_a_node_named_twice_never_reaches_slurmctld(dev_cluster: Cluster, tmp_path: Path) -> None:
     """slurmctld refuses to start on a duplicated NodeName; the inventory is refused before."""
-    data = inventory.inventory_to_dict(inventory.load(dev_cluster))
+    data = inventory.inventory_to_dict(inventory.load(dev_cluster.inventory))
     twin = json.loads(json.dumps(data["nodes"][0]))
     twin["name"] = f"{hostlist.expand(data['nodes'][0]['name'])[0]},zz-extra1"  # overlapping hostlist
     data["nodes"].append(twin)
     bad = tmp_path / "twice.json"
     bad.write_text(json.dumps(data))
-    before = (ETC / "slurm-nodes.conf").read_bytes()
+    before = (dev_cluster.etc / "slurm-nodes.conf").read_bytes()
     result = subprocess.run(
-        [sys.executable, str(DEV_CLUSTER), "up", "--inventory", str(bad)],
+        [
+            sys.executable,
+            str(DEV_CLUSTER),
+            "up",
+            "--slurm-release",
+            dev_cluster.name,
+            "--inventory",
+            str(bad),
+        ],
         capture_output=True,
         text=True,
         check=False,
     )
     assert result.returncode != 0 and "named" in result.stderr and "duplicated NodeName" in result.stderr
-    assert (ETC / "slurm-nodes.conf").read_bytes() == before
+    assert (dev_cluster.etc / "slurm-nodes.conf").read_bytes() == before
     assert "UP" in slurm("scontrol", "ping")
