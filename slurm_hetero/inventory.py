@@ -150,12 +150,11 @@ def validate(data: Any, source: str) -> None:
 
 
 _IDENTITY_KEYS = ("uuid",)
+_ABSENT = object()
 
 
-def _device_key(raw: Mapping[str, Any], keep_identity: bool = True) -> bytes | None:
+def _device_key(raw: Mapping[str, Any]) -> bytes | None:
     """A cheap exact key of a parsed JSON/YAML device record (orjson serializes in C)."""
-    if not keep_identity and any(k in raw for k in _IDENTITY_KEYS):
-        raw = {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
     try:
         return orjson.dumps(raw)
     except TypeError:  # YAML dates and other non-JSON values: validation will reject or keep them
@@ -170,23 +169,28 @@ class _DeviceInterner:
 
     def __init__(self, source: str, keep_identity: bool) -> None:
         self.source, self.keep_identity = source, keep_identity
-        self.seen: dict[bytes, Device] = {}
+        self.seen: dict[tuple[bytes, tuple[Any, ...]], Device] = {}
+        # the per-device keys that tell records of one shape apart (UUIDs only when kept)
+        self.id_keys = tuple(k for k in _PER_DEVICE if keep_identity or k not in _IDENTITY_KEYS)
+        self.absent = (_ABSENT,) * len(self.id_keys)  # a missing key is not a null one
         self.shapes: dict[bytes, dict[str, Any]] = {}  # shape -> field values of a validated device
 
     def device(self, raw: Any, node_pos: int, device_pos: int) -> Device:
-        key = _device_key(raw, self.keep_identity) if isinstance(raw, dict) else None
-        device = self.seen.get(key) if key is not None else None  # the common case: seen before
+        shape = (
+            _device_key({k: v for k, v in raw.items() if k not in _PER_DEVICE}) if type(raw) is dict else None
+        )
+        if shape is None:  # not a mapping, or values JSON cannot hold: the schema says what is wrong
+            return self._validated(raw, f"nodes[{node_pos}].devices[{device_pos}]", None)
+        key = (shape, tuple(map(raw.get, self.id_keys, self.absent)))
+        try:
+            device = self.seen.get(key)  # the common case: seen before
+        except TypeError:  # an unhashable per-device value: the schema says what is wrong
+            return self._validated(raw, f"nodes[{node_pos}].devices[{device_pos}]", shape)
         if device is not None:
             return device
         where = f"nodes[{node_pos}].devices[{device_pos}]"
-        if key is None:  # not a mapping, or values JSON cannot hold: the schema says what is wrong
-            return self._validated(raw, where, None)
-        shape = _device_key({k: v for k, v in raw.items() if k not in _PER_DEVICE})
-        template = self.shapes.get(shape) if shape is not None else None
-        if template is None:
-            device = self._validated(raw, where, shape)
-        else:
-            device = self._like(template, raw, where)
+        template = self.shapes.get(shape)
+        device = self._validated(raw, where, shape) if template is None else self._like(template, raw, where)
         self.seen[key] = device
         return device
 
