@@ -135,9 +135,6 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--gpus-per-task", help="As sbatch --gpus-per-task.")
 @click.option("--partition", "-p", help="As sbatch --partition (its policy and types apply).")
 @click.option("--constraint", "-C", help="As sbatch --constraint.")
-@click.option("--nodes", "-N", type=int, help="As sbatch --nodes (the minimum node count).")
-@click.option("--ntasks", "-n", type=int, help="As sbatch --ntasks.")
-@click.option("--ntasks-per-node", type=int, help="As sbatch --ntasks-per-node.")
 @click.option("--uid", type=int, help="Submitting user id (exempt users are left alone).")
 @_config_opt
 @_models_opt
@@ -150,9 +147,6 @@ def explain_cmd(
     gpus_per_task: str | None,
     partition: str | None,
     constraint: str | None,
-    nodes: int | None,
-    ntasks: int | None,
-    ntasks_per_node: int | None,
     uid: int | None,
     config_path: Path | None,
     models_dirs: tuple[Path, ...],
@@ -161,17 +155,6 @@ def explain_cmd(
     """What the job_submit hook would do with a request (same rules, same messages)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
-    job = job_from_options(
-        gres,
-        gpus,
-        gpus_per_node,
-        gpus_per_task,
-        partition,
-        constraint,
-        uid,
-        nodes=nodes,
-        ntasks=ntasks,
-        ntasks_per_node=ntasks_per_node,
-    )
+    job = job_from_options(gres, gpus, gpus_per_node, gpus_per_task, partition, constraint, uid)
     options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
     _print(explain(model, options, job), as_json)

@@ -13,10 +13,8 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
 3. `engine.score.decide` picks the device type (or the adequate types, or shards).
 4. The new item replaces the request: `gres:gpu:TYPE:N`, `gres:gpu:N` (any-fit) or
    `gres:shard:S`, in the form the request came in (24.11: `gres/gpu:TYPE:N`; `gres/gpu:TYPE=N`
-   for a request written with `=`). It goes first into the field the count came from
-   (`tres_per_job` for `--gpus`, per task, per socket, per node), else into `tres_per_node`.
-   The type must hold the whole job: `min_nodes` (or `num_tasks` / `ntasks_per_node`) nodes, each
-   with the devices one node needs (see `devices_per_node`).
+   for a request written with `=`). It goes first into
+   `tres_per_node`, or into `tres_per_task`/`tres_per_socket` when the count came from there.
    The old gpu item and, unless sharing, the gpumem/gpucore items are removed from every field.
 5. any-fit and shards add their types to the job's constraint (`FEATURES&(a|b)`); the decision
    goes to the admin comment and the message to the user and slurmctld's log.
@@ -29,15 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slurm_hetero.engine import constraint
 from slurm_hetero.engine.reasons import FitReport, render
-from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide
+from slurm_hetero.engine.score import Choice, ClusterModel, Need, decide
 from slurm_hetero.errors import RequestError
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
-IN_PLACE = ("tres_per_job", "tres_per_task", "tres_per_socket")  # counts from these keep their scope
-UNSET = 65534  # Slurm's NO_VAL16; NO_VAL (32-bit) and INFINITE are larger: any count >= it is unset
+IN_PLACE = ("tres_per_task", "tres_per_socket")  # counts from these stay there
 NOTE_PREFIX = "slurm_hetero: "
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
 _ITEM_FORMS = {  # (kind, form) -> new item; kinds as in engine.score.Choice
@@ -66,9 +62,6 @@ class Job:
     admin_comment: str | None = None
     submit_uid: int | None = None
     user_id: int | None = None
-    min_nodes: int | None = None  # -N
-    num_tasks: int | None = None  # -n
-    ntasks_per_node: int | None = None  # --ntasks-per-node
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(name, getattr(self, name)) for name in FIELDS]
@@ -124,38 +117,7 @@ def constraint_features(features: str | None) -> frozenset[str] | None:
     return frozenset(names) if all(_FEATURE.fullmatch(n) for n in names) else None
 
 
-def _count(value: int | None) -> int | None:
-    """A job_desc count, or None when Slurm's value means unset (nil, 0, NO_VAL16, NO_VAL)."""
-    return value if value is not None and 0 < value < UNSET else None
-
-
-def job_nodes(job: Job) -> int:
-    """Nodes the job spans: -N, or more when tasks over tasks per node need more."""
-    tasks, per_node = _count(job.num_tasks), _count(job.ntasks_per_node)
-    by_tasks = ceil_div(tasks, per_node) if tasks and per_node else 1
-    return max(_count(job.min_nodes) or 1, by_tasks)
-
-
-def tasks_per_node(job: Job, nodes: int) -> int:
-    """Tasks on each node: --ntasks-per-node, else the tasks spread over the nodes."""
-    tasks = _count(job.num_tasks)
-    return _count(job.ntasks_per_node) or (ceil_div(tasks, nodes) if tasks else 1)
-
-
-def devices_per_node(request: Request, job: Job, nodes: int) -> int:
-    """Devices each node needs: a job total spread over the nodes, per task times tasks per
-    node, else the per-node (or per-socket) count."""
-    if request.gpu_field == "tres_per_job":
-        return ceil_div(request.count, nodes)
-    if request.gpu_field == "tres_per_task":
-        return request.count * tasks_per_node(job, nodes)
-    return request.count
-
-
 def need_of(request: Request, job: Job) -> Need:
-    """The engine's view of the job; RequestError for a constraint the hook cannot read."""
-    nodes = job_nodes(job)
-    plain = constraint_features(job.features)
     return Need(
         request.text,
         request.gpumem_mib,
@@ -164,11 +126,8 @@ def need_of(request: Request, job: Job) -> Need:
         request.gpu_type,
         request.gpu_count is not None,
         job.partition,
-        plain,
+        constraint_features(job.features),
         request.memory_items,
-        nodes,
-        devices_per_node(request, job, nodes),
-        constraint.parse(job.features) if plain is None and job.features else None,
     )
 
 
@@ -240,11 +199,7 @@ def explain(model: ClusterModel, options: HookOptions, job: Job) -> Outcome:
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job)
-    try:
-        need = need_of(request, job)
-    except RequestError as e:
-        return Outcome(False, "reject", str(e), job)
-    result = decide(model, need)
+    result = decide(model, need_of(request, job))
     if isinstance(result, FitReport):
         return Outcome(False, "reject", result.message, job, report=result)
     return _rewritten(job, request, result)
@@ -271,9 +226,6 @@ def job_from_options(
     constraint: str | None = None,
     uid: int | None = None,
     slurm_release: str = "22.05",
-    nodes: int | None = None,
-    ntasks: int | None = None,
-    ntasks_per_node: int | None = None,
 ) -> Job:
     """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options."""
     if slurm_release not in RELEASE_PREFIX:
@@ -290,7 +242,4 @@ def job_from_options(
         features=constraint,
         submit_uid=uid,
         user_id=uid,
-        min_nodes=nodes,
-        num_tasks=ntasks,
-        ntasks_per_node=ntasks_per_node,
     )
