@@ -23,7 +23,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import cost_options, cost_settings, describe, model_options
-from slurm_hetero.engine.devicegroups import MFU, device_groups
+from slurm_hetero.engine.devicegroups import MFU, device_groups, estimated_types
 from slurm_hetero.engine.layout import (
     Layout,
     LayoutSpec,
@@ -259,7 +259,10 @@ def build_spec(
     catalog = load_catalog()
     if options.get("inventory_path") is not None:  # the site's Type= names, with their models' facts
         catalog = with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
-    groups = device_groups(parse_devices(devices), catalog, rates, options["per_node"], options["mfu"])
+    allocation = parse_devices(devices)
+    groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"])
+    if note := estimated_types(allocation, catalog, rates):
+        click.echo(f"slurm-hetero: warning: {note}", err=True)
     spec = LayoutSpec(
         groups,
         costs,

@@ -353,7 +353,6 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path, monkeypatch: pytest
         (("--devices", "nosuch:2", "--model", "gpt2"), "known: v100_16g"),
         (("--devices", "a100:2", "--model", "gpt-5"), "bundled: gpt2"),
         (("--devices", "a100:1", "--model", "llama-3-70b"), "need at least"),
-        (("--devices", "ascend910b3:2", "--model", "gpt2"), "--measured"),
         (("--devices", "a100:2", "--model", "gpt2", "--seq", "4096"), "1 to 1024"),
         (("--devices", "a100:2", "--model", "gpt2", "--plot", "x.jpg"), ".png"),
     ],
@@ -361,6 +360,19 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path, monkeypatch: pytest
 def test_plan_errors_are_one_line(args: tuple[str, ...], needle: str) -> None:
     code, _, err = run(*args)
     assert needle in one_line_error(code, err)
+
+
+def test_a_device_without_a_speed_figure_plans_with_a_labelled_estimate() -> None:
+    code, out, err = run("--devices", "a100:2,ascend910b3:2", "--model", "gpt2", "--global-batch", "16")
+    assert code == 0 and "efficiency" in out
+    assert "warning: no TFLOPS for ascend910b3" in err and "given the speed of a100_80g (140.4 TFLOPS)" in err
+
+
+def test_a_measured_key_that_names_no_type_is_an_error(tmp_path: Path) -> None:
+    measured = tmp_path / "measured.yaml"
+    measured.write_text("ascend910b: 125\n")
+    code, _, err = run("--devices", "a100:2", "--model", "gpt2", "--measured", str(measured))
+    assert "'ascend910b': names no device type; known types: a100_40g" in one_line_error(code, err)
 
 
 def test_measured_throughput_feeds_the_solver(tmp_path: Path) -> None:
