@@ -351,7 +351,7 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path, monkeypatch: pytest
         (("--devices", "a100:0", "--model", "gpt2"), "TYPE:N"),
         (("--devices", "a100", "--model", "gpt2"), "TYPE:N"),
         (("--devices", "nosuch:2", "--model", "gpt2"), "known: v100_16g"),
-        (("--devices", "a100:2", "--model", "gpt-5"), "bundled: gpt2"),
+        (("--devices", "a100:2", "--model", "gpt-5"), "bundled: deepseek-v2-lite"),
         (("--devices", "a100:1", "--model", "llama-3-70b"), "need at least"),
         (("--devices", "a100:2", "--model", "gpt2", "--seq", "4096"), "1 to 1024"),
         (("--devices", "a100:2", "--model", "gpt2", "--plot", "x.jpg"), ".png"),
