@@ -11,7 +11,7 @@ import click
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import cost_options, cost_settings, optional_model_options
 from slurm_hetero.errors import RequestError
-from slurm_hetero.launch.calibrate import load_measured
+from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.launch.plan import LaunchOptions
 from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
 
@@ -43,6 +43,7 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
         micro_batch=opts["micro_batch"],
         costs=cost_settings(opts),
         measured=load_measured(measured) if measured else {},
+        gemm_half=load_gemm_half(measured) if measured else {},
         even=opts["even"],
         backend_override=backend,
         master_addr=opts["master_addr"],

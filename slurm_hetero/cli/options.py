@@ -74,9 +74,10 @@ def cost_options(solver: bool) -> Decorator:
             "--micro-batch-size",
             "micro_batch",
             type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            help="Sequences per micro-batch on each device.",
+            default=None if solver else 1,
+            show_default=not solver,
+            help="Sequences per micro-batch on each device."
+            + (" [default: searched, 1, 2, 4 or 8]" if solver else ""),
         ),
         click.option(
             "--dtype",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,14 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import cost_options, cost_settings, describe, model_options
+from slurm_hetero.devicespec import Catalog
+from slurm_hetero.engine import comm
+from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import MFU, device_groups, estimated_types
 from slurm_hetero.engine.layout import (
+    OBJECTIVES,
+    SEARCHED_MICRO_BATCHES,
+    DeviceGroup,
     Layout,
     LayoutSpec,
     PipelinePlan,
@@ -35,9 +41,10 @@ from slurm_hetero.engine.layout import (
 )
 from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.errors import OutputError, RequestError
-from slurm_hetero.launch.calibrate import load_measured
+from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.modelconfigs import context_length, layer_costs_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
+from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]*):([0-9]+)")
@@ -141,6 +148,8 @@ def layout_document(layout: Layout, model: str, seq: int, settings: CostSettings
         "predicted_step_s": layout.predicted_step_s,
         "efficiency": layout.efficiency,
         "even_over_predicted": None if even is None else even / layout.predicted_step_s,
+        "cost_per_step_usd": layout.cost_per_step_usd,
+        "left_out": list(layout.left_out),
         "stages": [{k: v for k, v in row.items() if not k.startswith("_")} for row in stages],
     }
 
@@ -184,6 +193,10 @@ def render_layout(layout: Layout, model: str, seq: int, settings: CostSettings) 
         f"step: predicted {layout.predicted_step_s:.2f} s, even split {versus}, "
         f"bound {layout.bound_step_s:.2f} s, efficiency {layout.efficiency:.3f}"
     )
+    if layout.cost_per_step_usd is not None:
+        tail += f"; ${layout.cost_per_step_usd:.4f} per step"
+    if layout.left_out:
+        tail += f"; left idle: {', '.join(layout.left_out)} (faster without)"
     return "\n".join([head, render_table(rows, COLUMNS), tail])
 
 
@@ -260,19 +273,40 @@ def build_spec(
     if options.get("inventory_path") is not None:  # the site's Type= names, with their models' facts
         catalog = with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
     allocation = parse_devices(devices)
-    groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"])
+    halves = load_gemm_half(measured) if measured else {}
+    groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], halves)
     if note := estimated_types(allocation, catalog, rates):
         click.echo(f"slurm-hetero: warning: {note}", err=True)
+    given = options["micro_batch"]
     spec = LayoutSpec(
         groups,
         costs,
         options["global_batch"],
-        options["micro_batch"],
+        given or 1,
         options["micro_batches"],
         options["network_gbs"],
         label=model,
+        micro_batch_sizes=() if given else SEARCHED_MICRO_BATCHES,
+        pair_gbs=cross_type_gbs(groups, catalog, options["network_gbs"]),
+        objective=options["objective"],
+        leave_out=options["leave_out"],
     )
     return spec, length, settings
+
+
+def cross_type_gbs(
+    groups: Sequence[DeviceGroup], catalog: Catalog, network_gbs: float
+) -> dict[tuple[int, int], float]:
+    """Bandwidth between each pair of device types on different nodes, through the communicator
+    `launch` would choose for them on nodes without listed RDMA NICs (vendor-ccl inside one vendor,
+    cpu-relay across vendors)."""
+    traits = vendor_traits()
+    members = []
+    for i, g in enumerate(groups):
+        spec = catalog.by_type(g.type)
+        assert spec is not None
+        members.append([Member(traits[spec.vendor], spec, f"node{i}")])
+    return comm.pair_gbs(members, {}, network_gbs)
 
 
 @cli.command("plan")
@@ -309,6 +343,16 @@ def build_spec(
 )
 @click.option(
     "--measured", type=click.Path(dir_okay=False, path_type=Path), help="YAML of type: sustained TFLOPS."
+)
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="time",
+    show_default=True,
+    help="Least step time, or least cost per step (catalog price_per_hour_usd).",
+)
+@click.option(
+    "--leave-out", is_flag=True, help="Leave a device type idle when the step is better without it."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option(

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.engine.stagecost import DeviceGroup
+from slurm_hetero.engine.stagecost import DeviceGroup, default_gemm_half
 from slurm_hetero.errors import RequestError
 
 NOMINAL_TFLOPS = 100.0  # placeholder when no device of the allocation has a figure (even split)
@@ -119,12 +119,22 @@ def _unknown_key(key: str, folded: Mapping[str, set[str]], site: Mapping[str, st
     return f"names no device type; {local}known types: {', '.join(sorted(catalog.types()))}"
 
 
+def gemm_half(spec: DeviceSpec, measured_half: Mapping[str, float]) -> float:
+    """GEMM elements at half speed: `calibrate`'s figure for the type, else the default scaled by
+    the device's ridge point (`engine.stagecost.default_gemm_half`)."""
+    if spec.type in measured_half:
+        return float(measured_half[spec.type])
+    peak = spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
+    return default_gemm_half(peak, spec.memory_bandwidth_gbs)
+
+
 def device_groups(
     devices: Sequence[tuple[str, int]],
     catalog: Catalog,
     measured: Mapping[str, float] | None = None,
     per_node: int = 8,
     mfu: float = MFU,
+    measured_half: Mapping[str, float] | None = None,
 ) -> tuple[DeviceGroup, ...]:
     """One group per device type (counts of repeated types added, first appearance order), on
     nodes of `per_node` devices (the last node takes the rest)."""
@@ -137,9 +147,11 @@ def device_groups(
         specs[spec.type] = spec
         counts[spec.type] = counts.get(spec.type, 0) + count
     rates = resolve_measured(measured or {}, catalog)
+    halves = resolve_measured(measured_half or {}, catalog)
     speeds, _ = sustained_tflops([specs[t] for t in counts], rates, mfu)
     return tuple(
-        _group(specs[t], n, tflops, per_node) for (t, n), tflops in zip(counts.items(), speeds, strict=True)
+        _group(specs[t], n, tflops, per_node, gemm_half(specs[t], halves))
+        for (t, n), tflops in zip(counts.items(), speeds, strict=True)
     )
 
 
@@ -153,9 +165,10 @@ def estimated_types(
     return estimate_note(estimated, specs, rates)
 
 
-def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int) -> DeviceGroup:
+def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int, half: float) -> DeviceGroup:
     full, rest = divmod(count, per_node)
     nodes = (per_node,) * full + ((rest,) if rest else ())
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
     memory = spec.memory_gib * 2**30 * MEMORY_USABLE
-    return DeviceGroup(spec.type, nodes, tflops, memory, link)
+    price = spec.price_per_hour_usd or 0.0
+    return DeviceGroup(spec.type, nodes, tflops, memory, link, half, price_per_hour=price)

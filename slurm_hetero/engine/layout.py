@@ -33,17 +33,18 @@ chosen shape with equal layers per stage and equal samples per replica (None if 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, Shape, StepModel, simulate_1f1b
-from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts
+from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, gemm_efficiency
 from slurm_hetero.errors import RequestError
 
 __all__ = [
@@ -68,6 +69,8 @@ __all__ = [
 
 FINALISTS = 4
 GIB = 2**30
+OBJECTIVES = ("time", "cost")
+SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,18 @@ class LayoutSpec:
     tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
     kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)
     label: str = ""
+    micro_batch_sizes: tuple[int, ...] = ()  # searched when given (else `micro_batch_size` only)
+    pair_gbs: Mapping[tuple[int, int], float] = field(default_factory=dict)  # between groups (i < j)
+    objective: str = "time"  # or "cost": step seconds x the price of the devices used
+    leave_out: bool = False  # may a whole device type stay idle when the step is better without it
 
     def __post_init__(self) -> None:
         if not self.groups or self.global_batch < 1 or self.micro_batch_size < 1:
             raise ValueError("a layout needs device groups, global_batch >= 1 and micro_batch_size >= 1")
         if (self.micro_batches is not None and self.micro_batches < 1) or self.network_gbs <= 0:
             raise ValueError("micro_batches must be >= 1 and network_gbs positive")
+        if any(b < 1 for b in self.micro_batch_sizes) or self.objective not in OBJECTIVES:
+            raise ValueError(f"micro_batch_sizes must be >= 1 and objective one of {', '.join(OBJECTIVES)}")
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,8 @@ class Layout:
     predicted_step_s: float
     even_step_s: float | None
     bound_step_s: float
+    left_out: tuple[str, ...] = ()  # device types left idle (`LayoutSpec.leave_out`)
+    cost_per_step_usd: float | None = None  # step x the hourly price of the devices used
 
     @property
     def efficiency(self) -> float:
@@ -191,10 +202,15 @@ def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
     return [t for t in spec.tp_sizes if devices % t == 0 and all(c % t == 0 for c in per_node)]
 
 
-def _micro_batch(spec: LayoutSpec, replicas: int) -> int:
-    if spec.micro_batches is None:
-        return spec.micro_batch_size
-    return max(1, round(spec.global_batch / (replicas * spec.micro_batches)))
+def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
+    """Micro-batch sizes to try for a shape of `replicas` replicas: the one `micro_batches` implies,
+    else the searched sizes an average replica can fill (at least one), else the one given."""
+    if spec.micro_batches is not None:
+        return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
+    if not spec.micro_batch_sizes:
+        return [spec.micro_batch_size]
+    most = math.ceil(spec.global_batch / replicas)
+    return [b for b in spec.micro_batch_sizes if b <= most] or [min(spec.micro_batch_sizes)]
 
 
 def _orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
@@ -213,7 +229,8 @@ def _pipeline_shapes(spec: LayoutSpec) -> Iterator[Shape]:
             if sum(s for s, _ in combo) <= layers:
                 for order in orders:
                     line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
-                    yield Shape(LayoutKind.PIPELINE, (line,), (d,), _micro_batch(spec, d))
+                    for b in _micro_batches(spec, d):
+                        yield Shape(LayoutKind.PIPELINE, (line,), (d,), b)
 
 
 def _data_shapes(spec: LayoutSpec) -> Iterator[Shape]:
@@ -223,7 +240,8 @@ def _data_shapes(spec: LayoutSpec) -> Iterator[Shape]:
         for p in (p for p in _divisors(common // t) if p <= spec.costs.layers):
             lines = tuple(tuple((g, t) for _ in range(p)) for g in range(k))
             replicas = tuple(n // (p * t) for n in counts)
-            yield Shape(LayoutKind.DATA, lines, replicas, _micro_batch(spec, sum(replicas)))
+            for b in _micro_batches(spec, sum(replicas)):
+                yield Shape(LayoutKind.DATA, lines, replicas, b)
 
 
 def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
@@ -238,7 +256,49 @@ def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
 
 
 def solve(spec: LayoutSpec) -> Layout:
-    """The layout with the least simulated step time among the best estimated candidates."""
+    """The best layout by `spec.objective`: every device type used, or (`spec.leave_out`) also each
+    allocation with one type left idle, when that is better."""
+    best = _solve_all(spec)
+    if not spec.leave_out or len(spec.groups) < 2:
+        return best
+    for k in range(len(spec.groups)):
+        subset = dataclasses.replace(
+            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=_drop(spec, k)
+        )
+        try:
+            trial = _solve_all(subset)
+        except RequestError:
+            continue
+        trial = dataclasses.replace(trial, bound_step_s=bound_step_s(spec), left_out=(spec.groups[k].type,))
+        if _objective(spec, trial) < _objective(spec, best) * (1 - 1e-9):
+            best = trial
+    return best
+
+
+def _drop(spec: LayoutSpec, k: int) -> dict[tuple[int, int], float]:
+    """`spec.pair_gbs` renumbered for the groups without group `k`."""
+
+    def new(i: int) -> int:
+        return i - (i > k)
+
+    return {(new(a), new(b)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
+
+
+def _objective(spec: LayoutSpec, layout: Layout) -> float:
+    if spec.objective == "cost" and layout.cost_per_step_usd is not None:
+        return layout.cost_per_step_usd
+    return layout.predicted_step_s
+
+
+def cost_per_step(groups: tuple[DeviceGroup, ...], step_s: float) -> float | None:
+    """USD per step of the devices in `groups` (None when a price is unknown)."""
+    if any(g.price_per_hour <= 0 for g in groups):
+        return None
+    return step_s / 3600.0 * sum(g.count * g.price_per_hour for g in groups)
+
+
+def _solve_all(spec: LayoutSpec) -> Layout:
+    """The layout with the least simulated step time (or cost) among the best estimated candidates."""
     fits = sorted(search(spec, candidate_shapes(spec)), key=lambda f: (f[0], f[1]))[:FINALISTS]
     if not fits:
         raise _no_fit(spec)
@@ -251,8 +311,11 @@ def solve(spec: LayoutSpec) -> Layout:
 
 
 def bound_step_s(spec: LayoutSpec) -> float:
-    """Total work of a step over the summed throughput of every device."""
-    rate = sum(g.count * g.tflops * TFLOPS for g in spec.groups)
+    """Total work of a step over the summed throughput of every device, each at what it sustains on
+    this model on its own (no tensor parallelism, its most efficient micro-batch size)."""
+    b = max(spec.micro_batch_sizes or (spec.micro_batch_size,))
+    elements = b * spec.costs.elements_per_sample
+    rate = sum(g.count * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, elements) for g in spec.groups)
     return spec.global_batch * spec.costs.step_flops_per_sample / rate
 
 
@@ -290,7 +353,10 @@ def layout_from_split(
         pipelines.append(PipelinePlan(stages, samples[first : first + r], model.shape.micro_batch, first))
         first += r
     kind, even = LayoutKind(model.shape.kind), _even_step_s(spec, model)
-    return Layout(kind, spec.groups, tuple(pipelines), spec.global_batch, step, even, bound_step_s(spec))
+    cost = cost_per_step(spec.groups, step)
+    return Layout(
+        kind, spec.groups, tuple(pipelines), spec.global_batch, step, even, bound_step_s(spec), (), cost
+    )
 
 
 def _no_fit(spec: LayoutSpec) -> RequestError:

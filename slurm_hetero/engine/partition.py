@@ -18,24 +18,29 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short
-from slurm_hetero.engine.stagecost import GB, TFLOPS, ring_allreduce_s
+from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short, network_between
+from slurm_hetero.engine.stagecost import GB, TFLOPS, gemm_efficiency, ring_allreduce_s
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
-Rates = dict[tuple[int, int], float]
+Rates = dict[tuple[int, int, int], float]
+# Shapes whose layer split the search computes at most, in lower-bound order (after the first fit):
+# exact below it (every small instance), bounded time above (1,024 devices x 128 layers).
+MAX_SPLITS = 48
 
 
 # -- bounds that let the search skip shapes -------------------------------------------------------
 
 
-def _stage_rate(spec: LayoutSpec, group: int, tp: int) -> float:
-    """FLOP/s of a stage, tensor-parallel all-reduces charged at their least share of the work."""
+def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: int) -> float:
+    """FLOP/s of a stage at micro-batch `b`, tensor-parallel all-reduces charged at their least
+    share of the work."""
     c, g = spec.costs, spec.groups[group]
     layer_share = float(c.flops.sum()) * 3 / c.step_flops_per_sample
     per_flop = 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs) / (3 * float(c.flops.max()))
-    return 1.0 / (1.0 / (tp * g.tflops * TFLOPS) + per_flop * layer_share)
+    speed = tp * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, b * c.elements_per_sample / tp)
+    return 1.0 / (1.0 / speed + per_flop * layer_share)
 
 
 def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
@@ -45,11 +50,15 @@ def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
 
 def _p2p_sum(spec: LayoutSpec, shape: Shape) -> float:
     """Sum of the transfer times between the stages of a one-line shape (as `line_p2p`)."""
-    runs, total = _runs(shape.lines[0]), 0.0
+    runs, total, groups = _runs(shape.lines[0]), 0.0, spec.groups
+
+    def net(a: int, b: int) -> float:
+        return network_between(groups, spec.pair_gbs, spec.network_gbs, a, b)
+
     for g, t, n in runs:
-        inside = t * n <= spec.groups[g].node_size
-        total += (n - 1) / (t * (spec.groups[g].link_gbs if inside else spec.network_gbs))
-    total += sum(1.0 / (min(a[1], b[1]) * spec.network_gbs) for a, b in itertools.pairwise(runs))
+        inside = t * n <= groups[g].node_size
+        total += (n - 1) / (t * (groups[g].link_gbs if inside else net(g, g)))
+    total += sum(1.0 / (min(a[1], b[1]) * net(a[0], b[0])) for a, b in itertools.pairwise(runs))
     return total * shape.micro_batch * spec.costs.boundary_bytes / GB
 
 
@@ -87,10 +96,11 @@ def _lower_bound(spec: LayoutSpec, shape: Shape, rate: Rates) -> float:
     the fastest stages that balance it best, plus the transfers."""
     work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
     if shape.kind == LayoutKind.PIPELINE:
-        runs = sorted(((rate[g, t], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
+        runs = sorted(((rate[g, t, b], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
         return _fill_bound(runs, _line_micro_batches(spec, shape), work, 0.0) + 2 * _p2p_sum(spec, shape)
     speed = [
-        r * rate[line[0]] * shape.stages / work for r, line in zip(shape.replicas, shape.lines, strict=True)
+        r * rate[(*line[0], b)] * shape.stages / work
+        for r, line in zip(shape.replicas, shape.lines, strict=True)
     ]
     lo, hi = 0.0, (spec.global_batch / b + sum(shape.replicas) * shape.stages) / min(speed)
     while hi - lo > 1e-9 * hi:  # least x with sum_g r_g * max(0, x * c_g - (p - 1)) >= B / b
@@ -108,7 +118,8 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], rate: Rates) -
     stats, shape = model.line_stats(bounds), model.shape
     if len(shape.lines) > 1 or not stats:
         return 0.0
-    runs = sorted(((rate[g, t], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
+    b = shape.micro_batch
+    runs = sorted(((rate[g, t, b], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
     least = float((stats[0].fwd + stats[0].bwd).max()) * (1 - 1e-4)
     work = spec.costs.step_flops_per_sample * shape.micro_batch
     return _fill_bound(runs, _line_micro_batches(spec, shape), work, least) + 2 * float(stats[0].p2p.sum())
@@ -223,15 +234,25 @@ def even_bounds(layers: int, stages: int) -> list[int]:
 def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, list[int], StepModel]]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
     can win."""
-    rate = {(g, t): _stage_rate(spec, g, t) for g in range(len(spec.groups)) for t in spec.tp_sizes}
+    sizes = sorted({s.micro_batch for s in shapes})
+    rate = {
+        (g, t, b): _stage_rate(spec, g, t, b)
+        for g in range(len(spec.groups))
+        for t in spec.tp_sizes
+        for b in sizes
+    }
     ranked = sorted((_lower_bound(spec, s, rate), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
     best = math.inf
+    split = 0
     for bound, i, shape in ranked:
         short = is_short(shape, spec.global_batch)
         if (bound >= best and not short) or not _holds_state(spec, shape):
             continue
-        model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
+        split += 1
+        if split > MAX_SPLITS and fits:
+            break  # the most promising MAX_SPLITS shapes were split: planning time stays bounded
+        model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
         start = balanced_bounds(model, _cap(spec, shape, best))
         if start is None or (_floor(spec, model, start, rate) >= best and not short):
             continue

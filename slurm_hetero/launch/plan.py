@@ -31,10 +31,12 @@ from slurm_hetero.engine.devicegroups import (
     MEMORY_USABLE,
     PCIE_GBS,
     estimate_note,
+    gemm_half,
     resolve_measured,
     sustained_tflops,
 )
 from slurm_hetero.engine.layout import (
+    SEARCHED_MICRO_BATCHES,
     Layout,
     LayoutSpec,
     RankAssignment,
@@ -79,9 +81,10 @@ class LaunchOptions:
     model: str | None
     global_batch: int = 512
     seq: int | None = None
-    micro_batch: int = 1
+    micro_batch: int | None = None  # None: searched (SEARCHED_MICRO_BATCHES); 1 without a model
     costs: CostSettings = SOLVER_SETTINGS
     measured: Mapping[str, float] = field(default_factory=dict)
+    gemm_half: Mapping[str, float] = field(default_factory=dict)  # calibrate's GEMM size curve by type
     even: bool = False
     backend_override: str | None = None
     master_addr: str | None = None
@@ -238,13 +241,29 @@ def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
     return out
 
 
-def _device_group(group: Sequence[Site], tflops: float) -> DeviceGroup:
+def _device_group(group: Sequence[Site], tflops: float, half: float, options: LaunchOptions) -> DeviceGroup:
     spec = group[0].spec
     known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
     memory = (min(known) * 2**20 if known else spec.memory_gib * GIB) * MEMORY_USABLE
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
     per_node = tuple(s.tasks for s in group)
-    return DeviceGroup(group[0].type, per_node, tflops, memory, link)
+    nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
+    price = spec.price_per_hour_usd or 0.0
+    return DeviceGroup(group[0].type, per_node, tflops, memory, link, half, nic, price)
+
+
+def group_pair_gbs(nodes: Sequence[Site], options: LaunchOptions) -> dict[tuple[int, int], float]:
+    """Bandwidth between each pair of device groups on different nodes: the communicator chosen
+    for their members, over the slower of their NICs (the inventory's; `--network-gbs` overrides)."""
+    groups = list(_by_type(nodes).values())
+    nics = {s.name: s.record.nics for s in nodes}
+    out = {}
+    for i, j in itertools.combinations(range(len(groups)), 2):
+        members = [Member(s.vendor, s.spec, s.name) for s in (*groups[i], *groups[j])]
+        chosen = comm.choose(members, nics, options.backend_override)
+        base = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in (*groups[i], *groups[j]))
+        out[i, j] = comm.effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base)
+    return out
 
 
 def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[list[float], str]:
@@ -288,17 +307,23 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     assert options.model is not None
     seq = sequence_length(options)
     speeds, _ = group_speeds(nodes, catalog, options)
-    groups = tuple(_device_group(g, v) for g, v in zip(_by_type(nodes).values(), speeds, strict=True))
+    halves = resolve_measured(options.gemm_half, catalog, {s.type: s.spec.type for s in nodes})
+    groups = tuple(
+        _device_group(g, v, gemm_half(g[0].spec, halves), options)
+        for g, v in zip(_by_type(nodes).values(), speeds, strict=True)
+    )
     costs = layer_costs_for(options.model, seq, options.costs)
     net = network_gbs(nodes, options)
     return LayoutSpec(
         groups,
         costs,
         options.global_batch,
-        options.micro_batch,
+        options.micro_batch or 1,
         network_gbs=net,
         tp_sizes=options.tp_sizes,
         label=options.model,
+        micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
+        pair_gbs=group_pair_gbs(nodes, options),
     )
 
 
@@ -324,7 +349,7 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
     lines = tuple(tuple((s.group, s.tp) for s in p.stages) for p in chosen.pipelines)
     replicas = tuple(len(p.samples) for p in chosen.pipelines)
     shape = Shape(str(chosen.kind), lines, replicas, chosen.pipelines[0].micro_batch)
-    model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
+    model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
     bounds = even_bounds(spec.costs.layers, shape.stages)
     q, r = divmod(spec.global_batch, sum(replicas))
     samples = tuple(q + (j < r) for j in range(sum(replicas)))
@@ -443,7 +468,7 @@ def _modelled(
 ) -> tuple[Layout | None, list[RankAssignment], list[tuple[int, int]], PlanSummary, tuple[str, ...]]:
     """The solver's plan (with a model) or the even data-parallel one (without)."""
     if options.model is None:
-        ranked = plain_assignments(nodes, options.global_batch, options.micro_batch)
+        ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
         samples = [(a.samples, sum(b.samples for b in ranked[: a.rank])) for a in ranked]
         return None, ranked, samples, PlanSummary("data", "", options.global_batch, 0, len(ranked)), ()
     note = group_speeds(nodes, catalog, options)[1]
