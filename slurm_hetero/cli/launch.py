@@ -12,7 +12,8 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import cost_options, cost_settings, optional_model_options
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
-from slurm_hetero.launch.plan import LaunchOptions
+from slurm_hetero.engine.layout import LayoutKind
+from slurm_hetero.launch.plan import LAUNCH_KINDS, LaunchOptions
 from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
 
 _BACKEND = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -50,6 +51,7 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
         master_port=opts["master_port"],
         network_gbs=opts["network_gbs"],
         tp_sizes=parse_tp_sizes(opts["tp_sizes"]),
+        kinds=tuple(LayoutKind(k) for k in opts["kinds"]) or LAUNCH_KINDS,
     )
 
 
@@ -91,6 +93,13 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 )
 @click.option(
     "--network-gbs", type=click.FloatRange(min=0, min_open=True), help="Per-device GB/s between nodes."
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice([str(k) for k in LAUNCH_KINDS]),
+    help="Layout family to consider (repeatable) [default: pipeline and data].",
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option(

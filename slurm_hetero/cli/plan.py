@@ -32,6 +32,7 @@ from slurm_hetero.engine.layout import (
     SEARCHED_MICRO_BATCHES,
     DeviceGroup,
     Layout,
+    LayoutKind,
     LayoutSpec,
     PipelinePlan,
     StagePlan,
@@ -81,8 +82,9 @@ def _stage_ranks(layout: Layout) -> dict[tuple[int, int], list[int]]:
     """Global ranks of each (pipeline shape, stage)."""
     plan_of = {p.first_replica + j: i for i, p in enumerate(layout.pipelines) for j in range(len(p.samples))}
     out: dict[tuple[int, int], list[int]] = {}
+    staged = layout.kind == LayoutKind.STAGED  # one pipeline; `replica` is the stage's dp rank
     for a in assign_ranks(layout):
-        out.setdefault((plan_of[a.replica], a.stage), []).append(a.rank)
+        out.setdefault((0 if staged else plan_of[a.replica], a.stage), []).append(a.rank)
     return out
 
 
@@ -98,6 +100,7 @@ def _stage_row(index: int, plan: PipelinePlan, s: StagePlan, ranks: list[int]) -
         "type": s.type,
         "group": s.group,
         "tp": s.tp,
+        "dp": s.dp,
         "ranks": ranks,
         "layer_start": s.layer_start,
         "layer_end": s.layer_end,
@@ -168,6 +171,7 @@ COLUMNS: list[Column] = [
     ("TYPE", lambda r: r["type"], str, False),
     ("RANKS", lambda r: _ranges(r["ranks"]), str, False),
     ("TP", lambda r: r["tp"], str, True),
+    ("DP", lambda r: r["dp"], str, True),
     ("LAYERS", lambda r: f"{r['layer_start']}-{r['layer_end'] - 1}", str, False),
     ("RECOMPUTE", lambda r: r["recompute"], str, True),
     ("SAMPLES", lambda r: r["_samples"], str, True),
@@ -290,6 +294,7 @@ def build_spec(
         pair_gbs=cross_type_gbs(groups, catalog, options["network_gbs"]),
         objective=options["objective"],
         leave_out=options["leave_out"],
+        kinds=tuple(LayoutKind(k) for k in options["kinds"]) or tuple(LayoutKind),
     )
     return spec, length, settings
 

@@ -88,7 +88,7 @@ class LayoutSpec:
     micro_batches: int | None = None
     network_gbs: float = 25.0
     tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
-    kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)
+    kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA, LayoutKind.STAGED)
     label: str = ""
     micro_batch_sizes: tuple[int, ...] = ()  # searched when given (else `micro_batch_size` only)
     pair_gbs: Mapping[tuple[int, int], float] = field(default_factory=dict)  # between groups (i < j)
@@ -122,6 +122,7 @@ class StagePlan:
     allreduce_s: float
     memory_bytes: float
     capacity_bytes: float
+    dp: int = 1  # data-parallel degree inside the stage (the staged family), else 1
 
 
 @dataclass(frozen=True)
@@ -244,11 +245,48 @@ def _data_shapes(spec: LayoutSpec) -> Iterator[Shape]:
                 yield Shape(LayoutKind.DATA, lines, replicas, b)
 
 
+STAGED_MAX_WORLD = 256  # the staged family's candidates grow as a product over types: bounded here
+STAGED_MAX_STAGES = 8  # stages per device type in the staged family
+
+
+def _staged_options(spec: LayoutSpec, group: int) -> list[tuple[int, int, int]]:
+    """(stages, tp, dp) of one type in the staged family: stages x tp x dp = its devices."""
+    n, out = spec.groups[group].count, []
+    for t in _tp_options(spec, group, n):
+        out += [(s, t, n // t // s) for s in _divisors(n // t) if s <= STAGED_MAX_STAGES]
+    return out
+
+
+def _staged_shapes(spec: LayoutSpec) -> Iterator[Shape]:
+    """One pipeline through every type, each type its own stages, tensor-parallel and
+    data-parallel degree (Metis's per-type data parallelism); the micro-batch of the pipeline is
+    split over each stage's data-parallel devices. Types in memory order (either way); combinations
+    whose types share one degree are the pipeline family's and left to it."""
+    k, world = len(spec.groups), sum(g.count for g in spec.groups)
+    if k < 2 or world > STAGED_MAX_WORLD:
+        return
+    options = [_staged_options(spec, g) for g in range(k)]
+    by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
+    orders = [by_memory, by_memory[::-1]]  # the largest memories first (embedding, activations) or last
+    for combo in itertools.product(*options):
+        if sum(s for s, _, _ in combo) > spec.costs.layers or len({d for _, _, d in combo}) == 1:
+            continue  # one common degree: the pipeline family's shape
+        widest = max(d for _, _, d in combo)
+        for order in orders:
+            line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
+            dps = tuple(combo[g][2] for g in order for _ in range(combo[g][0]))
+            for b in _micro_batches(spec, widest):
+                if b * widest <= spec.global_batch:
+                    yield Shape(LayoutKind.STAGED, (line,), (1,), b * widest, dps)
+
+
 def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
     """Every shape the solver considers, in a fixed order."""
     shapes = list(_pipeline_shapes(spec)) if LayoutKind.PIPELINE in spec.kinds else []
     if LayoutKind.DATA in spec.kinds and len(spec.groups) > 1:
         shapes += _data_shapes(spec)
+    if LayoutKind.STAGED in spec.kinds:
+        shapes += _staged_shapes(spec)
     return shapes
 
 
@@ -337,7 +375,7 @@ def _stage_plans(spec: LayoutSpec, model: StepModel, bounds: list[int]) -> list[
             times = (float(s.fwd[k]), float(s.bwd[k]), float(s.p2p[k]), float(allreduce[k]))
             memory = (float(s.memory[k]), spec.groups[g].memory_bytes)
             layers = (bounds[k], bounds[k + 1], int(s.recompute[k]))
-            plans.append(StagePlan(k, g, spec.groups[g].type, t, *layers, *times, *memory))
+            plans.append(StagePlan(k, g, spec.groups[g].type, t, *layers, *times, *memory, model.shape.dp(k)))
         out.append(tuple(plans))
     return out
 
@@ -391,8 +429,33 @@ def assign_ranks(layout: Layout) -> tuple[RankAssignment, ...]:
     out: list[RankAssignment] = []
     for gi in range(len(layout.groups)):
         plan = next(p for p in layout.pipelines if any(s.group == gi for s in p.stages))
-        out += _group_ranks(layout, gi, plan, int(group_first[gi]), node_first)
+        ranks = _staged_group_ranks if layout.kind == LayoutKind.STAGED else _group_ranks
+        out += ranks(layout, gi, plan, int(group_first[gi]), node_first)
     return tuple(out)
+
+
+def _staged_group_ranks(
+    layout: Layout, gi: int, plan: PipelinePlan, first: int, node_first: npt.NDArray[np.int64]
+) -> list[RankAssignment]:
+    """The staged family: a type's stages one after another, each `dp x tp` ranks (dp-major); the
+    stage's data-parallel ranks share the micro-batch (and the step's samples) evenly."""
+    out, rank = [], first
+    for s in (s for s in plan.stages if s.group == gi):
+        for j in range(s.dp):
+            q, r = divmod(layout.global_batch, s.dp)
+            n = q + (j < r)
+            for tp_rank in range(s.tp):
+                node = int(np.searchsorted(node_first, rank, side="right") - 1)
+                out.append(
+                    RankAssignment(
+                        rank, rank - int(node_first[node]), node, s.type, gi, j, s.index, tp_rank, s.tp,
+                        len(plan.stages), s.dp, s.layer_start, s.layer_end,
+                        math.ceil(plan.micro_batch / s.dp), plan.micro_batches(0), n, n / layout.global_batch,
+                        s.recompute,
+                    )
+                )  # fmt: skip
+                rank += 1
+    return out
 
 
 def _group_ranks(

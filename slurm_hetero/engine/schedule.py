@@ -158,11 +158,13 @@ def split_samples(
 
 
 class LayoutKind(StrEnum):
-    """The two layout families (`Shape.kind`): one pipeline across the groups, or data parallel
-    replicas of one common pipeline shape."""
+    """The layout families (`Shape.kind`): one pipeline across the groups, data parallel replicas
+    of one common pipeline shape, or one pipeline whose stages each have their own data-parallel
+    degree (`staged`, as Metis plans: each type its own degree)."""
 
     PIPELINE = "pipeline"
     DATA = "data"
+    STAGED = "staged"
 
 
 @dataclass(frozen=True)
@@ -175,10 +177,16 @@ class Shape:
     lines: tuple[tuple[tuple[int, int], ...], ...]
     replicas: tuple[int, ...]
     micro_batch: int
+    stage_dp: tuple[int, ...] = ()  # `staged`: data-parallel degree of each stage (the micro-batch is
+    # split over its devices: each takes micro_batch / stage_dp[k] samples); else all 1
 
     @property
     def stages(self) -> int:
         return len(self.lines[0])
+
+    def dp(self, k: int) -> int:
+        """Data-parallel degree inside stage `k` (1 outside the staged family)."""
+        return self.stage_dp[k] if self.stage_dp else 1
 
     def block(self, line: int, group: int) -> int:
         """Devices of `group` in one replica of `line`."""
@@ -213,13 +221,14 @@ def line_p2p(
     between the two groups (`network_between`); each of the `tp` ranks sends its share."""
     stages, out = shape.lines[line], np.zeros(shape.stages)
     blocks: dict[int, int] = {}
-    for g, t in stages:
-        blocks[g] = blocks.get(g, 0) + t
+    for k, (g, t) in enumerate(stages):
+        blocks[g] = blocks.get(g, 0) + t * shape.dp(k)
     for k in range(len(stages) - 1):
         (g1, t1), (g2, t2) = stages[k], stages[k + 1]
         inside = g1 == g2 and blocks[g1] <= groups[g1].node_size
         gbs = groups[g1].link_gbs if inside else network_between(groups, pair_gbs or {}, network_gbs, g1, g2)
-        out[k] = shape.micro_batch * costs.boundary_bytes / (min(t1, t2) * gbs * GB)
+        senders = min(t1 * shape.dp(k), t2 * shape.dp(k + 1))
+        out[k] = shape.micro_batch * costs.boundary_bytes / (senders * gbs * GB)
     return out
 
 
@@ -267,7 +276,18 @@ class StepModel:
         cap = math.ceil(busiest / b)  # most micro-batches a replica runs: bounds what a stage holds
         self.models = [
             [
-                StageModel(costs, StageSite(self.groups[g], t, dp, min(p - k, cap), b, k == 0, k == p - 1))
+                StageModel(
+                    costs,
+                    StageSite(
+                        self.groups[g],
+                        t,
+                        dp * shape.dp(k),
+                        min(p - k, cap),
+                        b / shape.dp(k),
+                        k == 0,
+                        k == p - 1,
+                    ),
+                )
                 for k, (g, t) in enumerate(line)
             ]
             for line in shape.lines
@@ -290,7 +310,10 @@ class StepModel:
                 for b in members
             )
         g = members[0]
-        spread = sum(r * self.shape.block(i, g) for i, r in enumerate(self.shape.replicas))
+        if self.shape.stage_dp:  # staged: the stage's own devices
+            spread = self.shape.replicas[0] * self.shape.lines[0][k][1] * self.shape.dp(k)
+        else:
+            spread = sum(r * self.shape.block(i, g) for i, r in enumerate(self.shape.replicas))
         inside = spread <= self.groups[g].node_size
         return self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
 
@@ -326,12 +349,13 @@ class StepModel:
         return out
 
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
-        """Gradient all-reduce seconds of each stage position over all replicas."""
+        """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
+        stage's own data-parallel devices)."""
         ranks = sum(self.shape.replicas)
         return np.array(
             [
-                ring_allreduce_s(float(v), ranks, gbs)
-                for v, gbs in zip(self.grad_bytes(bounds), self._ar_gbs, strict=True)
+                ring_allreduce_s(float(v), ranks * self.shape.dp(k), gbs)
+                for k, (v, gbs) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs, strict=True))
             ]
         )
 

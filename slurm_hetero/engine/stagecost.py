@@ -285,7 +285,7 @@ class StageSite:
     tp: int
     dp: int
     in_flight: int
-    micro_batch: int
+    micro_batch: float  # samples per device and micro-batch (a share of it in the staged family)
     first: bool
     last: bool
 

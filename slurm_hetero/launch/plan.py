@@ -38,6 +38,7 @@ from slurm_hetero.engine.devicegroups import (
 from slurm_hetero.engine.layout import (
     SEARCHED_MICRO_BATCHES,
     Layout,
+    LayoutKind,
     LayoutSpec,
     RankAssignment,
     assign_ranks,
@@ -67,6 +68,9 @@ from slurm_hetero.slurm.scontrol import NodeGres
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
+# What `slurm_hetero.training` runs: the staged family (a data-parallel degree per stage, which
+# needs activations re-split between stages) is planned by `slurm-hetero plan` only.
+LAUNCH_KINDS = (LayoutKind.PIPELINE, LayoutKind.DATA)
 
 
 class LaunchPlanError(HeteroError):
@@ -92,6 +96,7 @@ class LaunchOptions:
     network_gbs: float | None = None
     tp_sizes: tuple[int, ...] = (1,)
     layout_dir: str = "/tmp/slurm-hetero"
+    kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)  # families to search
 
 
 @dataclass(frozen=True)
@@ -324,6 +329,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         label=options.model,
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
         pair_gbs=group_pair_gbs(nodes, options),
+        kinds=tuple(k for k in options.kinds if k in LAUNCH_KINDS) or LAUNCH_KINDS,
     )
 
 
