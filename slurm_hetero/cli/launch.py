@@ -10,9 +10,9 @@ import click
 
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import cost_options, cost_settings, optional_model_options
+from slurm_hetero.engine.layout import LayoutKind
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
-from slurm_hetero.engine.layout import LayoutKind
 from slurm_hetero.launch.plan import LAUNCH_KINDS, LaunchOptions
 from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
 
