@@ -357,6 +357,13 @@ def cross_type_gbs(
     help="Least step time, or least cost per step (catalog price_per_hour_usd).",
 )
 @click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice([k.value for k in LayoutKind]),
+    help="Layout family to consider (repeatable) [default: all: pipeline, data, staged].",
+)
+@click.option(
     "--leave-out", is_flag=True, help="Leave a device type idle when the step is better without it."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -8,7 +8,8 @@ the names other modules import from here (`DeviceGroup`, `LayerCosts`, `LayoutKi
 `even_bounds`, ...) are re-exported. `solve(LayoutSpec) -> Layout`, then
 `assign_ranks(Layout) -> tuple[RankAssignment, ...]`.
 
-Two layout families are searched and the shortest predicted step wins:
+Three layout families are searched (`engine.shapes` enumerates them) and the best predicted step
+wins (`LayoutSpec.objective`: time, or cost by the catalog's prices):
 
 - ``pipeline``: one pipeline across the device groups (a group is all devices of one type), each
   group a contiguous run of stages with tensor parallel inside nodes, replicated `d` times (`d`
@@ -16,6 +17,12 @@ Two layout families are searched and the shortest predicted step wins:
 - ``data``: each group runs copies of one common pipeline shape (same stages, tensor parallel
   degree and layer split, so gradients line up) and the global batch is split unevenly across
   these heterogeneous replicas by speed; a group short of memory recomputes.
+- ``staged``: one pipeline whose stages each have their own data-parallel degree, each type its
+  own (Metis-style); `slurm-hetero plan` only (the training helpers run the other two).
+
+Every family is tried at each searched micro-batch size (`micro_batch_sizes`: small micro-batches
+and high tensor-parallel degrees make GEMMs small and slow, `engine.stagecost.gemm_efficiency`).
+With `leave_out`, the allocation without each type in turn is solved too, and kept when better.
 
 For each candidate shape (data-parallel degree, stages and tensor parallel per group, and stage
 order: every permutation of up to five groups, so the first stage's in-flight activations and
@@ -24,7 +31,8 @@ bisection over a feasibility test (the intervals of layers the first k stages ca
 recomputing the fewest layers that make it fit: exact for contiguous min-max splits), then single
 layers are handed between stages while the step improves (closed form; simulated for steps of few
 micro-batches). Shapes are visited by a lower bound on their step and skipped once none left can
-win; the best few are timed by simulating the 1F1B schedule.
+win (above `partition.LARGE_SEARCH` candidates, at most `partition.MAX_SPLITS` are split); the
+best few are timed by simulating the 1F1B schedule.
 
 `bound_step_s` is the total work over the summed throughput of all devices; `even_step_s` is the
 chosen shape with equal layers per stage and equal samples per replica (None if that cannot fit).
@@ -36,14 +44,15 @@ import bisect
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search
-from slurm_hetero.engine.schedule import LayoutKind, Schedule, Shape, StepModel, simulate_1f1b
+from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
+from slurm_hetero.engine.shapes import candidate_shapes
 from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, gemm_efficiency
 from slurm_hetero.errors import RequestError
 
@@ -189,105 +198,6 @@ class RankAssignment:
     samples: int
     grad_weight: float
     recompute: int
-
-
-# -- candidate shapes ----------------------------------------------------------------------------
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
-    per_node = spec.groups[group].per_node
-    return [t for t in spec.tp_sizes if devices % t == 0 and all(c % t == 0 for c in per_node)]
-
-
-def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
-    """Micro-batch sizes to try for a shape of `replicas` replicas: the one `micro_batches` implies,
-    else the searched sizes an average replica can fill (at least one), else the one given."""
-    if spec.micro_batches is not None:
-        return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
-    if not spec.micro_batch_sizes:
-        return [spec.micro_batch_size]
-    most = math.ceil(spec.global_batch / replicas)
-    return [b for b in spec.micro_batch_sizes if b <= most] or [min(spec.micro_batch_sizes)]
-
-
-def _orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
-    k = len(spec.groups)
-    if k <= 5:
-        return list(itertools.permutations(range(k)))
-    by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
-    return [tuple(range(k)), by_memory, by_memory[::-1]]
-
-
-def _pipeline_shapes(spec: LayoutSpec) -> Iterator[Shape]:
-    counts, layers, orders = [g.count for g in spec.groups], spec.costs.layers, _orders(spec)
-    for d in _divisors(math.gcd(*counts)):
-        options = [[(n // d // t, t) for t in _tp_options(spec, i, n // d)] for i, n in enumerate(counts)]
-        for combo in itertools.product(*options):
-            if sum(s for s, _ in combo) <= layers:
-                for order in orders:
-                    line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
-                    for b in _micro_batches(spec, d):
-                        yield Shape(LayoutKind.PIPELINE, (line,), (d,), b)
-
-
-def _data_shapes(spec: LayoutSpec) -> Iterator[Shape]:
-    counts, k = [g.count for g in spec.groups], len(spec.groups)
-    common = math.gcd(*counts)
-    for t in (t for t in spec.tp_sizes if all(t in _tp_options(spec, g, common) for g in range(k))):
-        for p in (p for p in _divisors(common // t) if p <= spec.costs.layers):
-            lines = tuple(tuple((g, t) for _ in range(p)) for g in range(k))
-            replicas = tuple(n // (p * t) for n in counts)
-            for b in _micro_batches(spec, sum(replicas)):
-                yield Shape(LayoutKind.DATA, lines, replicas, b)
-
-
-STAGED_MAX_WORLD = 256  # the staged family's candidates grow as a product over types: bounded here
-STAGED_MAX_STAGES = 8  # stages per device type in the staged family
-
-
-def _staged_options(spec: LayoutSpec, group: int) -> list[tuple[int, int, int]]:
-    """(stages, tp, dp) of one type in the staged family: stages x tp x dp = its devices."""
-    n, out = spec.groups[group].count, []
-    for t in _tp_options(spec, group, n):
-        out += [(s, t, n // t // s) for s in _divisors(n // t) if s <= STAGED_MAX_STAGES]
-    return out
-
-
-def _staged_shapes(spec: LayoutSpec) -> Iterator[Shape]:
-    """One pipeline through every type, each type its own stages, tensor-parallel and
-    data-parallel degree (Metis's per-type data parallelism); the micro-batch of the pipeline is
-    split over each stage's data-parallel devices. Types in memory order (either way); combinations
-    whose types share one degree are the pipeline family's and left to it."""
-    k, world = len(spec.groups), sum(g.count for g in spec.groups)
-    if k < 2 or world > STAGED_MAX_WORLD:
-        return
-    options = [_staged_options(spec, g) for g in range(k)]
-    by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
-    orders = [by_memory, by_memory[::-1]]  # the largest memories first (embedding, activations) or last
-    for combo in itertools.product(*options):
-        if sum(s for s, _, _ in combo) > spec.costs.layers or len({d for _, _, d in combo}) == 1:
-            continue  # one common degree: the pipeline family's shape
-        widest = max(d for _, _, d in combo)
-        for order in orders:
-            line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
-            dps = tuple(combo[g][2] for g in order for _ in range(combo[g][0]))
-            for b in _micro_batches(spec, widest):
-                if b * widest <= spec.global_batch:
-                    yield Shape(LayoutKind.STAGED, (line,), (1,), b * widest, dps)
-
-
-def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
-    """Every shape the solver considers, in a fixed order."""
-    shapes = list(_pipeline_shapes(spec)) if LayoutKind.PIPELINE in spec.kinds else []
-    if LayoutKind.DATA in spec.kinds and len(spec.groups) > 1:
-        shapes += _data_shapes(spec)
-    if LayoutKind.STAGED in spec.kinds:
-        shapes += _staged_shapes(spec)
-    return shapes
 
 
 # -- the answer ----------------------------------------------------------------------------------

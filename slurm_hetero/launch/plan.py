@@ -60,11 +60,10 @@ from slurm_hetero.launch.rankenv import (
     summary_of,
 )
 from slurm_hetero.layout import RankLayout
-from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.modelconfigs import context_length, layer_costs_for
 from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
-from slurm_hetero.slurm.scontrol import NodeGres
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
@@ -168,45 +167,6 @@ def node_records(inventory: ClusterInventory, names: Sequence[str], catalog: Cat
         )
     builder = NodeBuilder(catalog, vendor_traits())
     return {name: builder.node(record) for name, record in found.items()}
-
-
-UNKNOWN_VENDOR = VendorTraits(name="unknown")
-
-
-def _placeholder_spec(gres_type: str) -> DeviceSpec:
-    return DeviceSpec(gres_type, "unknown", gres_type, (), 0.0, "scontrol show node (not in the catalog)")
-
-
-def gres_records(
-    gres: Mapping[str, NodeGres], names: Sequence[str], catalog: Catalog, need_facts: bool
-) -> dict[str, SlurmNode]:
-    """Node records from what Slurm knows (`scontrol show node`: GPU types and counts) when no
-    inventory is installed. A type the catalog lacks is an error when the plan needs device facts
-    (`need_facts`: a model to lay out), else a device seen only through Slurm's own variables."""
-    traits = vendor_traits()
-    missing = [n for n in names if n not in gres]
-    if missing:
-        raise LaunchPlanError(f"scontrol show node does not list {', '.join(missing)}")
-    out = {}
-    for name in names:
-        devices: list[SlurmDevice] = []
-        for gres_type, count in gres[name].gpus:
-            spec = catalog.by_type(gres_type)
-            if spec is None and need_facts:
-                raise LaunchPlanError(
-                    f"{name}: Slurm's GPU type {gres_type or '(none)'!r} is not in the catalog and no "
-                    "inventory is installed; install one at /etc/slurm-hetero/inventory.yaml "
-                    "(slurm-hetero discover, inventory merge), pass --inventory, or add the model "
-                    "to /etc/slurm-hetero/models.d/"
-                )
-            spec = spec or _placeholder_spec(gres_type)
-            vendor = traits.get(spec.vendor, UNKNOWN_VENDOR)
-            for _ in range(count):
-                device = Device(spec.vendor, spec.name, len(devices), "", None, gres_type)
-                devices.append(SlurmDevice(device, vendor, spec))
-        record = NodeInventory(name, tuple(d.device for d in devices))
-        out[name] = SlurmNode(record, tuple(devices), (), (), 1)
-    return out
 
 
 def _site(job: JobEnv, index: int, node: SlurmNode) -> Site:

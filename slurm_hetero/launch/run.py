@@ -131,7 +131,8 @@ from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import ToolError
-from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, StepNodes, build_plan, gres_records
+from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, StepNodes, build_plan
+from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory

@@ -15,7 +15,8 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.engine.devicegroups import resolve_measured
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch import run
-from slurm_hetero.launch.plan import LaunchOptions, LaunchPlanError, gres_records
+from slurm_hetero.launch.plan import LaunchOptions, LaunchPlanError
+from slurm_hetero.launch.slurmnodes import SlurmNodesError, gres_records
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm.scontrol import gpu_entries, parse_show_node, split_gres
 from slurm_hetero.vendors import vendor_traits
@@ -111,7 +112,7 @@ def test_a_type_the_catalog_lacks_needs_an_inventory_only_with_a_model() -> None
     assert (
         len(records["c2180"].devices) == 7 and records["c2180"].devices[0].vendor.visible_devices_env is None
     )
-    with pytest.raises(LaunchPlanError, match="'k80' is not in the catalog and no inventory is installed"):
+    with pytest.raises(SlurmNodesError, match="'k80' is not in the catalog and no inventory is installed"):
         gres_records(gres, ["c2180"], CATALOG, need_facts=True)
 
 
