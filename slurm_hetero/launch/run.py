@@ -47,8 +47,12 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    error listing the types. A type with no figure at all (neither measured nor in the catalog,
    as Ascend 910B3) is given the speed of the slowest rated type of the step, and every rank
    prints a warning naming it (`engine.devicegroups`): the plan runs, conservatively, until
-   `calibrate` measures it. `--even` forces equal layers and
-   samples on the chosen shape, for comparisons. Tensor parallelism inside nodes only with
+   `calibrate` measures it. The micro-batch size is searched (1, 2, 4, 8) unless `--micro-batch`
+   fixes it; small GEMMs (small micro-batches, high tensor-parallel degrees) run slower by the
+   curve `calibrate` fits (`gemm_half_elements`); links between device types are priced at the
+   communicator chosen for them. `--kind pipeline|data` restricts the families (the planner's
+   third, `staged`, is `slurm-hetero plan`'s only: the training helpers run these two).
+   `--even` forces equal layers and samples on the chosen shape, for comparisons. Tensor parallelism inside nodes only with
    `--tp-sizes 1,2,4,8` (default 1: `slurm_hetero.training` runs tp ranks as copies of the stage).
    Solver ranks are mapped to Slurm's: rank = first rank of its node + local rank.
 4. Picks a communicator per group (`engine.comm`): the vendor's library inside one vendor,
