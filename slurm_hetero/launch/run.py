@@ -54,7 +54,8 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    third, `staged`, is `slurm-hetero plan`'s only: the training helpers run these two).
    `--even` forces equal layers and samples on the chosen shape, for comparisons. Tensor
    parallelism inside nodes only with `--tp-sizes 1,2,4,8` (default 1: `slurm_hetero.training`
-   runs tp ranks as copies of the stage). Solver ranks are mapped to Slurm's: rank = first rank of its node + local rank.
+   runs tp ranks as copies of the stage). Solver ranks are mapped to Slurm's: rank = first rank
+   of its node + local rank.
 4. Picks a communicator per group (`engine.comm`): the vendor's library inside one vendor,
    `ucc` (rdma-direct) across vendors with peer-memory RDMA on a shared fabric, else `gloo`
    (cpu-relay). `--backend-override B` forces B everywhere. A backend whose torch package is
