@@ -200,7 +200,7 @@ def render_layout(layout: Layout, model: str, seq: int, settings: CostSettings) 
     if layout.cost_per_step_usd is not None:
         tail += f"; ${layout.cost_per_step_usd:.4f} per step"
     if layout.left_out:
-        tail += f"; left idle: {', '.join(layout.left_out)} (faster without)"
+        tail += f"; left idle: {', '.join(layout.left_out)} (--leave-out: better by the objective without it)"
     return "\n".join([head, render_table(rows, COLUMNS), tail])
 
 

@@ -119,11 +119,16 @@ def _unknown_key(key: str, folded: Mapping[str, set[str]], site: Mapping[str, st
     return f"names no device type; {local}known types: {', '.join(sorted(catalog.types()))}"
 
 
-def gemm_half(spec: DeviceSpec, measured_half: Mapping[str, float]) -> float:
-    """GEMM elements at half speed: `calibrate`'s figure for the type, else the default scaled by
-    the device's ridge point (`engine.stagecost.default_gemm_half`)."""
+def gemm_half(
+    spec: DeviceSpec, measured_half: Mapping[str, float], measured: Mapping[str, float] | None = None
+) -> float:
+    """GEMM elements at half speed: `calibrate`'s figure for the type; 0 (no size effect) for a type
+    whose speed is measured without one (a measured figure is not mixed with a datasheet curve);
+    else the default scaled by the device's ridge point (`engine.stagecost.default_gemm_half`)."""
     if spec.type in measured_half:
         return float(measured_half[spec.type])
+    if measured and spec.type in measured:
+        return 0.0
     peak = spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
     return default_gemm_half(peak, spec.memory_bandwidth_gbs)
 
@@ -150,7 +155,7 @@ def device_groups(
     halves = resolve_measured(measured_half or {}, catalog)
     speeds, _ = sustained_tflops([specs[t] for t in counts], rates, mfu)
     return tuple(
-        _group(specs[t], n, tflops, per_node, gemm_half(specs[t], halves))
+        _group(specs[t], n, tflops, per_node, gemm_half(specs[t], halves, rates))
         for (t, n), tflops in zip(counts.items(), speeds, strict=True)
     )
 

@@ -272,9 +272,11 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     assert options.model is not None
     seq = sequence_length(options)
     speeds, _ = group_speeds(nodes, catalog, options)
-    halves = resolve_measured(options.gemm_half, catalog, {s.type: s.spec.type for s in nodes})
+    site_types = {s.type: s.spec.type for s in nodes}
+    halves = resolve_measured(options.gemm_half, catalog, site_types)
+    measured = resolve_measured(options.measured, catalog, site_types)
     groups = tuple(
-        _device_group(g, v, gemm_half(g[0].spec, halves), options)
+        _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
         for g, v in zip(_by_type(nodes).values(), speeds, strict=True)
     )
     costs = layer_costs_for(options.model, seq, options.costs)

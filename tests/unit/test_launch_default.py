@@ -268,3 +268,12 @@ def test_a_measured_typo_stops_the_launch_with_the_types_of_the_step() -> None:
     options = dataclasses.replace(LaunchOptions("gpt2", global_batch=16, seq=128), measured={"a10080g": 1.0})
     with pytest.raises(RequestError, match="types of this allocation: a100_80g"):
         plan_from(slurm_env([("n1", 2)], 0), inv, options)
+
+
+def test_a_measured_speed_without_a_size_curve_is_taken_as_it_is() -> None:
+    from slurm_hetero.engine.devicegroups import device_groups
+
+    (catalog_only,) = device_groups([("a100", 8)], CATALOG)
+    (measured,) = device_groups([("a100", 8)], CATALOG, {"a100": 150.0})
+    (curve,) = device_groups([("a100", 8)], CATALOG, {"a100": 150.0}, measured_half={"a100": 3e6})
+    assert catalog_only.gemm_half > 0 and measured.gemm_half == 0.0 and curve.gemm_half == 3e6
