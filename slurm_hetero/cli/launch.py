@@ -9,10 +9,11 @@ from typing import Any
 import click
 
 from slurm_hetero.cli import cli
-from slurm_hetero.cli.options import cost_options, cost_settings, model_options
+from slurm_hetero.cli.options import cost_options, cost_settings, optional_model_options
+from slurm_hetero.engine.layout import LayoutKind
 from slurm_hetero.errors import RequestError
-from slurm_hetero.launch.calibrate import load_measured
-from slurm_hetero.launch.plan import LaunchOptions
+from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
+from slurm_hetero.launch.plan import LAUNCH_KINDS, LaunchOptions
 from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
 
 _BACKEND = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -29,7 +30,7 @@ def parse_tp_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def launch_options(model: str, measured: Path | None, opts: dict[str, Any]) -> LaunchOptions:
+def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any]) -> LaunchOptions:
     """The planner's options from the command line."""
     backend = opts["backend_override"]
     if backend is not None and not _BACKEND.match(backend):
@@ -43,12 +44,14 @@ def launch_options(model: str, measured: Path | None, opts: dict[str, Any]) -> L
         micro_batch=opts["micro_batch"],
         costs=cost_settings(opts),
         measured=load_measured(measured) if measured else {},
+        gemm_half=load_gemm_half(measured) if measured else {},
         even=opts["even"],
         backend_override=backend,
         master_addr=opts["master_addr"],
         master_port=opts["master_port"],
         network_gbs=opts["network_gbs"],
         tp_sizes=parse_tp_sizes(opts["tp_sizes"]),
+        kinds=tuple(LayoutKind(k) for k in opts["kinds"]) or LAUNCH_KINDS,
     )
 
 
@@ -65,16 +68,15 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 
 
 @cli.command("launch", context_settings={"allow_interspersed_args": False})
-@model_options
+@optional_model_options
 @cost_options(solver=True)
 @click.option(
     "--inventory",
     "inventory_path",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SLURM_HETERO_INVENTORY",
-    default=DEFAULT_INVENTORY,
-    show_default=True,
-    help="Cluster inventory (the same file on every node).",
+    help=f"Cluster inventory (the same file on every node) [default: {DEFAULT_INVENTORY} when "
+    "installed, else the device types Slurm reports for the nodes].",
 )
 @click.option(
     "--measured",
@@ -91,6 +93,13 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 )
 @click.option(
     "--network-gbs", type=click.FloatRange(min=0, min_open=True), help="Per-device GB/s between nodes."
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice([str(k) for k in LAUNCH_KINDS]),
+    help="Layout family to consider (repeatable) [default: pipeline and data].",
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option(
@@ -110,9 +119,9 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def launch_command(
-    ctx: click.Context, /, model: str, measured: Path | None, command: tuple[str, ...], **opts: Any
+    ctx: click.Context, /, model: str | None, measured: Path | None, command: tuple[str, ...], **opts: Any
 ) -> None:
     """Run COMMAND on every task of the step with the torch.distributed environment and this rank's
-    layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch --model M ... -- python train.py"""
+    layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch [--model M ...] -- python train.py"""
     code = launch(launch_options(model, measured, opts), run_options(command, opts))
     ctx.exit(code)

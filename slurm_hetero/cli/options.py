@@ -30,15 +30,17 @@ def _apply(command: Command, options: tuple[Decorator, ...]) -> Command:
     return command
 
 
-def model_options(command: Command) -> Command:
-    """--model, --global-batch and --seq, as plan and launch both take them."""
+def model_options(command: Command, required: bool = True) -> Command:
+    """--model, --global-batch and --seq, as plan and launch both take them (launch: --model
+    optional, `optional_model_options`)."""
+    extra = " Without it: torchrun-like, even data parallel." if not required else ""
     return _apply(
         command,
         (
             click.option(
                 "--model",
-                required=True,
-                help="Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.",
+                required=required,
+                help=f"Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.{extra}",
             ),
             click.option(
                 "--global-batch",
@@ -54,6 +56,11 @@ def model_options(command: Command) -> Command:
     )
 
 
+def optional_model_options(command: Command) -> Command:
+    """`model_options` with --model optional (launch)."""
+    return model_options(command, required=False)
+
+
 def cost_options(solver: bool) -> Decorator:
     """--micro-batch (alias --micro-batch-size), --dtype, --optimizer, --zero, --recompute,
     --attention and --overhead-gib. `solver` (plan, launch) adds ``--recompute auto`` and takes
@@ -67,9 +74,10 @@ def cost_options(solver: bool) -> Decorator:
             "--micro-batch-size",
             "micro_batch",
             type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            help="Sequences per micro-batch on each device.",
+            default=None if solver else 1,
+            show_default=not solver,
+            help="Sequences per micro-batch on each device."
+            + (" [default: searched, 1, 2, 4 or 8]" if solver else ""),
         ),
         click.option(
             "--dtype",

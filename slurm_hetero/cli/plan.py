@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,15 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import cost_options, cost_settings, describe, model_options
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.engine.devicegroups import MFU, device_groups
+from slurm_hetero.engine import comm
+from slurm_hetero.engine.comm import Member
+from slurm_hetero.engine.devicegroups import MFU, device_groups, estimated_types
 from slurm_hetero.engine.layout import (
+    OBJECTIVES,
+    SEARCHED_MICRO_BATCHES,
+    DeviceGroup,
     Layout,
+    LayoutKind,
     LayoutSpec,
     PipelinePlan,
     StagePlan,
@@ -36,9 +42,10 @@ from slurm_hetero.engine.layout import (
 )
 from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.errors import OutputError, RequestError
-from slurm_hetero.launch.calibrate import load_measured
+from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.modelconfigs import context_length, layer_costs_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
+from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]*):([0-9]+)")
@@ -75,8 +82,9 @@ def _stage_ranks(layout: Layout) -> dict[tuple[int, int], list[int]]:
     """Global ranks of each (pipeline shape, stage)."""
     plan_of = {p.first_replica + j: i for i, p in enumerate(layout.pipelines) for j in range(len(p.samples))}
     out: dict[tuple[int, int], list[int]] = {}
+    staged = layout.kind == LayoutKind.STAGED  # one pipeline; `replica` is the stage's dp rank
     for a in assign_ranks(layout):
-        out.setdefault((plan_of[a.replica], a.stage), []).append(a.rank)
+        out.setdefault((0 if staged else plan_of[a.replica], a.stage), []).append(a.rank)
     return out
 
 
@@ -92,6 +100,7 @@ def _stage_row(index: int, plan: PipelinePlan, s: StagePlan, ranks: list[int]) -
         "type": s.type,
         "group": s.group,
         "tp": s.tp,
+        "dp": s.dp,
         "ranks": ranks,
         "layer_start": s.layer_start,
         "layer_end": s.layer_end,
@@ -124,7 +133,7 @@ def _rows(layout: Layout) -> list[dict[str, Any]]:
     ]
 
 
-def estimated_types(
+def catalog_estimates(
     devices: str, catalog: Catalog, measured: Mapping[str, float] | None = None
 ) -> dict[str, str]:
     """The types of `--devices` whose throughput is an estimate (and not measured), with how it was
@@ -158,6 +167,8 @@ def layout_document(
         "predicted_step_s": layout.predicted_step_s,
         "efficiency": layout.efficiency,
         "even_over_predicted": None if even is None else even / layout.predicted_step_s,
+        "cost_per_step_usd": layout.cost_per_step_usd,
+        "left_out": list(layout.left_out),
         "stages": [{k: v for k, v in row.items() if not k.startswith("_")} for row in stages],
     }
 
@@ -176,6 +187,7 @@ COLUMNS: list[Column] = [
     ("TYPE", lambda r: r["type"], str, False),
     ("RANKS", lambda r: _ranges(r["ranks"]), str, False),
     ("TP", lambda r: r["tp"], str, True),
+    ("DP", lambda r: r["dp"], str, True),
     ("LAYERS", lambda r: f"{r['layer_start']}-{r['layer_end'] - 1}", str, False),
     ("RECOMPUTE", lambda r: r["recompute"], str, True),
     ("SAMPLES", lambda r: r["_samples"], str, True),
@@ -203,6 +215,10 @@ def render_layout(
         f"step: predicted {layout.predicted_step_s:.2f} s, even split {versus}, "
         f"bound {layout.bound_step_s:.2f} s, efficiency {layout.efficiency:.3f}"
     )
+    if layout.cost_per_step_usd is not None:
+        tail += f"; ${layout.cost_per_step_usd:.4f} per step"
+    if layout.left_out:
+        tail += f"; left idle: {', '.join(layout.left_out)} (--leave-out: better by the objective without it)"
     notes = [f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()]
     return "\n".join([head, render_table(rows, COLUMNS), tail, *notes])
 
@@ -280,19 +296,43 @@ def build_spec(
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
     rates = load_measured(measured) if measured else {}
-    groups = device_groups(
-        parse_devices(devices), plan_catalog(options), rates, options["per_node"], options["mfu"]
-    )
+    catalog = plan_catalog(options)
+    allocation = parse_devices(devices)
+    halves = load_gemm_half(measured) if measured else {}
+    groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], halves)
+    if note := estimated_types(allocation, catalog, rates):
+        click.echo(f"slurm-hetero: warning: {note}", err=True)
+    given = options["micro_batch"]
     spec = LayoutSpec(
         groups,
         costs,
         options["global_batch"],
-        options["micro_batch"],
+        given or 1,
         options["micro_batches"],
         options["network_gbs"],
         label=model,
+        micro_batch_sizes=() if given else SEARCHED_MICRO_BATCHES,
+        pair_gbs=cross_type_gbs(groups, catalog, options["network_gbs"]),
+        objective=options["objective"],
+        leave_out=options["leave_out"],
+        kinds=tuple(LayoutKind(k) for k in options["kinds"]) or tuple(LayoutKind),
     )
     return spec, length, settings
+
+
+def cross_type_gbs(
+    groups: Sequence[DeviceGroup], catalog: Catalog, network_gbs: float
+) -> dict[tuple[int, int], float]:
+    """Bandwidth between each pair of device types on different nodes, through the communicator
+    `launch` would choose for them on nodes without listed RDMA NICs (vendor-ccl inside one vendor,
+    cpu-relay across vendors)."""
+    traits = vendor_traits()
+    members = []
+    for i, g in enumerate(groups):
+        spec = catalog.by_type(g.type)
+        assert spec is not None
+        members.append([Member(traits[spec.vendor], spec, f"node{i}")])
+    return comm.pair_gbs(members, {}, network_gbs)
 
 
 @cli.command("plan")
@@ -330,6 +370,23 @@ def build_spec(
 @click.option(
     "--measured", type=click.Path(dir_okay=False, path_type=Path), help="YAML of type: sustained TFLOPS."
 )
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="time",
+    show_default=True,
+    help="Least step time, or least cost per step (catalog price_per_hour_usd).",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice([k.value for k in LayoutKind]),
+    help="Layout family to consider (repeatable) [default: all: pipeline, data, staged].",
+)
+@click.option(
+    "--leave-out", is_flag=True, help="Leave a device type idle when the step is better without it."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option(
     "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw one step (.png, .svg, .pdf)."
@@ -347,7 +404,9 @@ def plan(
     parallel inside them, layers and batch split unevenly by speed and memory."""
     spec, length, settings = build_spec(devices, model, seq, measured, options)
     layout = solve(spec)
-    estimates = estimated_types(devices, plan_catalog(options), load_measured(measured) if measured else None)
+    estimates = catalog_estimates(
+        devices, plan_catalog(options), load_measured(measured) if measured else None
+    )
     if plot is not None:
         plot_step(layout, plot)
     click.echo(

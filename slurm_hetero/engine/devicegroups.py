@@ -6,6 +6,17 @@ measured figure is given for the type (what `slurm-hetero calibrate` writes); us
 capacity x `MEMORY_USABLE`; link = the catalog's bidirectional interconnect figure halved (one
 way), `PCIE_GBS` when the catalog has none. The model's side (per-layer costs) is
 `engine.modelcost`.
+
+`--measured` keys name device types: a catalog type or alias, or a site type of the allocation;
+an exact match first, else a case-insensitive one when it names a single type; anything else is
+an error listing the known types (`resolve_measured`), so a typo never falls back to datasheet
+speeds silently.
+
+A type with neither a measured figure nor a catalog bf16/fp16 peak (Huawei publishes none per
+910B SKU) is not refused: `sustained_tflops` gives it the slowest known type's figure of the
+allocation (a conservative guess: the solver then gives it no more work than that type) and
+names it in `estimated`, which `plan` and `launch` print as a warning. With no figure at all the
+types share `NOMINAL_TFLOPS` each, which is the even split by speed (memory still counts).
 """
 
 from __future__ import annotations
@@ -13,26 +24,113 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.engine.stagecost import DeviceGroup
+from slurm_hetero.engine.stagecost import DeviceGroup, default_gemm_half
 from slurm_hetero.errors import RequestError
 
+NOMINAL_TFLOPS = 100.0  # placeholder when no device of the allocation has a figure (even split)
 MFU = 0.45  # sustained share of the dense bf16/fp16 peak in transformer training (Megatron: 0.4-0.55)
 MEMORY_USABLE = 0.9  # the rest: communication buffers, allocator fragmentation
 PCIE_GBS = 25.0  # PCIe 4.0 x16, one way
 
 
-def device_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = MFU) -> float:
-    """Sustained TFLOPS of one device on this model: measured, else the catalog peak x `mfu`."""
+def known_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = MFU) -> float | None:
+    """Sustained TFLOPS of one device on this model: measured, else the catalog peak x `mfu`;
+    None when neither is known."""
     if spec.type in measured:
         return float(measured[spec.type])
     peak = spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
-    if peak is None:
+    return None if peak is None else peak * mfu
+
+
+def device_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = MFU) -> float:
+    """`known_tflops`, or an error asking for a measured figure."""
+    value = known_tflops(spec, measured, mfu)
+    if value is None:
         raise RequestError(
             spec.type,
             f"the catalog has no bf16/fp16 TFLOPS for it; pass --measured FILE "
             f"with a line '{spec.type}: TFLOPS'",
         )
-    return peak * mfu
+    return value
+
+
+def sustained_tflops(
+    specs: Sequence[DeviceSpec], measured: Mapping[str, float], mfu: float = MFU
+) -> tuple[list[float], tuple[str, ...]]:
+    """Each spec's sustained TFLOPS and the types whose figure is an estimate (module docstring)."""
+    known = [known_tflops(s, measured, mfu) for s in specs]
+    figures = [k for k in known if k is not None]
+    fallback = min(figures) if figures else NOMINAL_TFLOPS
+    estimated = tuple(dict.fromkeys(s.type for s, k in zip(specs, known) if k is None))
+    return [fallback if k is None else k for k in known], estimated
+
+
+def estimate_note(
+    estimated: Sequence[str], specs: Sequence[DeviceSpec], measured: Mapping[str, float], mfu: float = MFU
+) -> str:
+    """The warning for estimated speeds (empty when none are)."""
+    if not estimated:
+        return ""
+    rated = [(v, s.type) for s in specs if (v := known_tflops(s, measured, mfu)) is not None]
+    basis = (
+        f"given the speed of {min(rated)[1]} ({min(rated)[0]:.4g} TFLOPS), the slowest rated type of "
+        "the allocation"
+        if rated
+        else "every type at one nominal speed: an even split by speed"
+    )
+    return (
+        f"no TFLOPS for {', '.join(estimated)} (catalog nor --measured): its speed is an estimate, "
+        f"{basis}; run `slurm-hetero calibrate` and pass --measured for a real plan"
+    )
+
+
+def _fold(text: str) -> str:
+    return text.casefold().replace("-", "_")
+
+
+def resolve_measured(
+    measured: Mapping[str, float], catalog: Catalog, site_types: Mapping[str, str] | None = None
+) -> dict[str, float]:
+    """`measured` keyed by catalog type; `site_types` maps the allocation's site Type= names to
+    catalog types. Exact names first, then a unique case-insensitive match; else an error."""
+    site = dict(site_types or {})
+    names: dict[str, str] = {t: t for t in catalog.types()}
+    names.update({a: s.type for s in catalog.specs for a in s.aliases})
+    names.update(site)
+    folded: dict[str, set[str]] = {}
+    for name, canonical in names.items():
+        folded.setdefault(_fold(name), set()).add(canonical)
+    out: dict[str, float] = {}
+    for key, value in measured.items():
+        match = names.get(key)
+        if match is None and len(folded.get(_fold(key), ())) == 1:
+            match = next(iter(folded[_fold(key)]))
+        if match is None:
+            raise RequestError(f"--measured key {key!r}", _unknown_key(key, folded, site, catalog))
+        out[match] = float(value)
+    return out
+
+
+def _unknown_key(key: str, folded: Mapping[str, set[str]], site: Mapping[str, str], catalog: Catalog) -> str:
+    several = sorted(folded.get(_fold(key), ()))
+    if several:
+        return f"matches several types when case is ignored ({', '.join(several)}); spell one exactly"
+    local = f"types of this allocation: {', '.join(sorted(set(site)))}; " if site else ""
+    return f"names no device type; {local}known types: {', '.join(sorted(catalog.types()))}"
+
+
+def gemm_half(
+    spec: DeviceSpec, measured_half: Mapping[str, float], measured: Mapping[str, float] | None = None
+) -> float:
+    """GEMM elements at half speed: `calibrate`'s figure for the type; 0 (no size effect) for a type
+    whose speed is measured without one (a measured figure is not mixed with a datasheet curve);
+    else the default scaled by the device's ridge point (`engine.stagecost.default_gemm_half`)."""
+    if spec.type in measured_half:
+        return float(measured_half[spec.type])
+    if measured and spec.type in measured:
+        return 0.0
+    peak = spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
+    return default_gemm_half(peak, spec.memory_bandwidth_gbs)
 
 
 def device_groups(
@@ -41,6 +139,7 @@ def device_groups(
     measured: Mapping[str, float] | None = None,
     per_node: int = 8,
     mfu: float = MFU,
+    measured_half: Mapping[str, float] | None = None,
 ) -> tuple[DeviceGroup, ...]:
     """One group per device type (counts of repeated types added, first appearance order), on
     nodes of `per_node` devices (the last node takes the rest)."""
@@ -52,20 +151,29 @@ def device_groups(
             raise RequestError(name, f"unknown device type; known: {', '.join(catalog.types())}")
         specs[spec.type] = spec
         counts[spec.type] = counts.get(spec.type, 0) + count
-    rates = {_canonical(catalog, k): float(v) for k, v in (measured or {}).items()}
-    return tuple(_group(specs[t], n, rates, per_node, mfu) for t, n in counts.items())
+    rates = resolve_measured(measured or {}, catalog)
+    halves = resolve_measured(measured_half or {}, catalog)
+    speeds, _ = sustained_tflops([specs[t] for t in counts], rates, mfu)
+    return tuple(
+        _group(specs[t], n, tflops, per_node, gemm_half(specs[t], halves, rates))
+        for (t, n), tflops in zip(counts.items(), speeds)
+    )
 
 
-def _canonical(catalog: Catalog, name: str) -> str:
-    spec = catalog.by_type(name)
-    return spec.type if spec else name
+def estimated_types(
+    devices: Sequence[tuple[str, int]], catalog: Catalog, measured: Mapping[str, float] | None = None
+) -> str:
+    """The estimate warning for `device_groups` of the same arguments (empty when none)."""
+    specs = [s for s in (catalog.by_type(n) for n, _ in devices) if s is not None]
+    rates = resolve_measured(measured or {}, catalog)
+    _, estimated = sustained_tflops(specs, rates)
+    return estimate_note(estimated, specs, rates)
 
 
-def _group(
-    spec: DeviceSpec, count: int, measured: Mapping[str, float], per_node: int, mfu: float
-) -> DeviceGroup:
+def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int, half: float) -> DeviceGroup:
     full, rest = divmod(count, per_node)
     nodes = (per_node,) * full + ((rest,) if rest else ())
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
     memory = spec.memory_gib * 2**30 * MEMORY_USABLE
-    return DeviceGroup(spec.type, nodes, device_tflops(spec, measured, mfu), memory, link)
+    price = spec.price_per_hour_usd or 0.0
+    return DeviceGroup(spec.type, nodes, tflops, memory, link, half, price_per_hour=price)

@@ -8,7 +8,8 @@ the names other modules import from here (`DeviceGroup`, `LayerCosts`, `LayoutKi
 `even_bounds`, ...) are re-exported. `solve(LayoutSpec) -> Layout`, then
 `assign_ranks(Layout) -> tuple[RankAssignment, ...]`.
 
-Two layout families are searched and the shortest predicted step wins:
+Three layout families are searched (`engine.shapes` enumerates them) and the best predicted step
+wins (`LayoutSpec.objective`: time, or cost by the catalog's prices):
 
 - ``pipeline``: one pipeline across the device groups (a group is all devices of one type), each
   group a contiguous run of stages with tensor parallel inside nodes, replicated `d` times (`d`
@@ -16,6 +17,12 @@ Two layout families are searched and the shortest predicted step wins:
 - ``data``: each group runs copies of one common pipeline shape (same stages, tensor parallel
   degree and layer split, so gradients line up) and the global batch is split unevenly across
   these heterogeneous replicas by speed; a group short of memory recomputes.
+- ``staged``: one pipeline whose stages each have their own data-parallel degree, each type its
+  own (Metis-style); `slurm-hetero plan` only (the training helpers run the other two).
+
+Every family is tried at each searched micro-batch size (`micro_batch_sizes`: small micro-batches
+and high tensor-parallel degrees make GEMMs small and slow, `engine.stagecost.gemm_efficiency`).
+With `leave_out`, the allocation without each type in turn is solved too, and kept when better.
 
 For each candidate shape (data-parallel degree, stages and tensor parallel per group, and stage
 order: every permutation of up to five groups, so the first stage's in-flight activations and
@@ -24,7 +31,8 @@ bisection over a feasibility test (the intervals of layers the first k stages ca
 recomputing the fewest layers that make it fit: exact for contiguous min-max splits), then single
 layers are handed between stages while the step improves (closed form; simulated for steps of few
 micro-batches). Shapes are visited by a lower bound on their step and skipped once none left can
-win; the best few are timed by simulating the 1F1B schedule.
+win (above `partition.LARGE_SEARCH` candidates, at most `partition.MAX_SPLITS` are split); the
+best few are timed by simulating the 1F1B schedule.
 
 `bound_step_s` is the total work over the summed throughput of all devices; `even_step_s` is the
 chosen shape with equal layers per stage and equal samples per replica (None if that cannot fit).
@@ -33,17 +41,19 @@ chosen shape with equal layers per stage and equal samples per replica (None if 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search
-from slurm_hetero.engine.schedule import LayoutKind, Schedule, Shape, StepModel, simulate_1f1b
-from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts
+from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
+from slurm_hetero.engine.shapes import candidate_shapes
+from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, gemm_efficiency
 from slurm_hetero.errors import RequestError
 
 __all__ = [
@@ -68,6 +78,8 @@ __all__ = [
 
 FINALISTS = 4
 GIB = 2**30
+OBJECTIVES = ("time", "cost")
+SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -85,14 +97,20 @@ class LayoutSpec:
     micro_batches: int | None = None
     network_gbs: float = 25.0
     tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
-    kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)
+    kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA, LayoutKind.STAGED)
     label: str = ""
+    micro_batch_sizes: tuple[int, ...] = ()  # searched when given (else `micro_batch_size` only)
+    pair_gbs: Mapping[tuple[int, int], float] = field(default_factory=dict)  # between groups (i < j)
+    objective: str = "time"  # or "cost": step seconds x the price of the devices used
+    leave_out: bool = False  # may a whole device type stay idle when the step is better without it
 
     def __post_init__(self) -> None:
         if not self.groups or self.global_batch < 1 or self.micro_batch_size < 1:
             raise ValueError("a layout needs device groups, global_batch >= 1 and micro_batch_size >= 1")
         if (self.micro_batches is not None and self.micro_batches < 1) or self.network_gbs <= 0:
             raise ValueError("micro_batches must be >= 1 and network_gbs positive")
+        if any(b < 1 for b in self.micro_batch_sizes) or self.objective not in OBJECTIVES:
+            raise ValueError(f"micro_batch_sizes must be >= 1 and objective one of {', '.join(OBJECTIVES)}")
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,7 @@ class StagePlan:
     allreduce_s: float
     memory_bytes: float
     capacity_bytes: float
+    dp: int = 1  # data-parallel degree inside the stage (the staged family), else 1
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,8 @@ class Layout:
     predicted_step_s: float
     even_step_s: float | None
     bound_step_s: float
+    left_out: tuple[str, ...] = ()  # device types left idle (`LayoutSpec.leave_out`)
+    cost_per_step_usd: float | None = None  # step x the hourly price of the devices used
 
     @property
     def efficiency(self) -> float:
@@ -179,66 +200,53 @@ class RankAssignment:
     recompute: int
 
 
-# -- candidate shapes ----------------------------------------------------------------------------
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
-    per_node = spec.groups[group].per_node
-    return [t for t in spec.tp_sizes if devices % t == 0 and all(c % t == 0 for c in per_node)]
-
-
-def _micro_batch(spec: LayoutSpec, replicas: int) -> int:
-    if spec.micro_batches is None:
-        return spec.micro_batch_size
-    return max(1, round(spec.global_batch / (replicas * spec.micro_batches)))
-
-
-def _orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
-    k = len(spec.groups)
-    if k <= 5:
-        return list(itertools.permutations(range(k)))
-    by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
-    return [tuple(range(k)), by_memory, by_memory[::-1]]
-
-
-def _pipeline_shapes(spec: LayoutSpec) -> Iterator[Shape]:
-    counts, layers, orders = [g.count for g in spec.groups], spec.costs.layers, _orders(spec)
-    for d in _divisors(math.gcd(*counts)):
-        options = [[(n // d // t, t) for t in _tp_options(spec, i, n // d)] for i, n in enumerate(counts)]
-        for combo in itertools.product(*options):
-            if sum(s for s, _ in combo) <= layers:
-                for order in orders:
-                    line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
-                    yield Shape(LayoutKind.PIPELINE, (line,), (d,), _micro_batch(spec, d))
-
-
-def _data_shapes(spec: LayoutSpec) -> Iterator[Shape]:
-    counts, k = [g.count for g in spec.groups], len(spec.groups)
-    common = math.gcd(*counts)
-    for t in (t for t in spec.tp_sizes if all(t in _tp_options(spec, g, common) for g in range(k))):
-        for p in (p for p in _divisors(common // t) if p <= spec.costs.layers):
-            lines = tuple(tuple((g, t) for _ in range(p)) for g in range(k))
-            replicas = tuple(n // (p * t) for n in counts)
-            yield Shape(LayoutKind.DATA, lines, replicas, _micro_batch(spec, sum(replicas)))
-
-
-def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
-    """Every shape the solver considers, in a fixed order."""
-    shapes = list(_pipeline_shapes(spec)) if LayoutKind.PIPELINE in spec.kinds else []
-    if LayoutKind.DATA in spec.kinds and len(spec.groups) > 1:
-        shapes += _data_shapes(spec)
-    return shapes
-
-
 # -- the answer ----------------------------------------------------------------------------------
 
 
 def solve(spec: LayoutSpec) -> Layout:
-    """The layout with the least simulated step time among the best estimated candidates."""
+    """The best layout by `spec.objective`: every device type used, or (`spec.leave_out`) also each
+    allocation with one type left idle, when that is better."""
+    best = _solve_all(spec)
+    if not spec.leave_out or len(spec.groups) < 2:
+        return best
+    for k in range(len(spec.groups)):
+        subset = dataclasses.replace(
+            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=_drop(spec, k)
+        )
+        try:
+            trial = _solve_all(subset)
+        except RequestError:
+            continue
+        trial = dataclasses.replace(trial, bound_step_s=bound_step_s(spec), left_out=(spec.groups[k].type,))
+        if _objective(spec, trial) < _objective(spec, best) * (1 - 1e-9):
+            best = trial
+    return best
+
+
+def _drop(spec: LayoutSpec, k: int) -> dict[tuple[int, int], float]:
+    """`spec.pair_gbs` renumbered for the groups without group `k`."""
+
+    def new(i: int) -> int:
+        return i - (i > k)
+
+    return {(new(a), new(b)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
+
+
+def _objective(spec: LayoutSpec, layout: Layout) -> float:
+    if spec.objective == "cost" and layout.cost_per_step_usd is not None:
+        return layout.cost_per_step_usd
+    return layout.predicted_step_s
+
+
+def cost_per_step(groups: tuple[DeviceGroup, ...], step_s: float) -> float | None:
+    """USD per step of the devices in `groups` (None when a price is unknown)."""
+    if any(g.price_per_hour <= 0 for g in groups):
+        return None
+    return step_s / 3600.0 * sum(g.count * g.price_per_hour for g in groups)
+
+
+def _solve_all(spec: LayoutSpec) -> Layout:
+    """The layout with the least simulated step time (or cost) among the best estimated candidates."""
     fits = sorted(search(spec, candidate_shapes(spec)), key=lambda f: (f[0], f[1]))[:FINALISTS]
     if not fits:
         raise _no_fit(spec)
@@ -251,8 +259,11 @@ def solve(spec: LayoutSpec) -> Layout:
 
 
 def bound_step_s(spec: LayoutSpec) -> float:
-    """Total work of a step over the summed throughput of every device."""
-    rate = sum(g.count * g.tflops * TFLOPS for g in spec.groups)
+    """Total work of a step over the summed throughput of every device, each at what it sustains on
+    this model on its own (no tensor parallelism, its most efficient micro-batch size)."""
+    b = max(spec.micro_batch_sizes or (spec.micro_batch_size,))
+    elements = b * spec.costs.elements_per_sample
+    rate = sum(g.count * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, elements) for g in spec.groups)
     return spec.global_batch * spec.costs.step_flops_per_sample / rate
 
 
@@ -274,7 +285,7 @@ def _stage_plans(spec: LayoutSpec, model: StepModel, bounds: list[int]) -> list[
             times = (float(s.fwd[k]), float(s.bwd[k]), float(s.p2p[k]), float(allreduce[k]))
             memory = (float(s.memory[k]), spec.groups[g].memory_bytes)
             layers = (bounds[k], bounds[k + 1], int(s.recompute[k]))
-            plans.append(StagePlan(k, g, spec.groups[g].type, t, *layers, *times, *memory))
+            plans.append(StagePlan(k, g, spec.groups[g].type, t, *layers, *times, *memory, model.shape.dp(k)))
         out.append(tuple(plans))
     return out
 
@@ -290,7 +301,10 @@ def layout_from_split(
         pipelines.append(PipelinePlan(stages, samples[first : first + r], model.shape.micro_batch, first))
         first += r
     kind, even = LayoutKind(model.shape.kind), _even_step_s(spec, model)
-    return Layout(kind, spec.groups, tuple(pipelines), spec.global_batch, step, even, bound_step_s(spec))
+    cost = cost_per_step(spec.groups, step)
+    return Layout(
+        kind, spec.groups, tuple(pipelines), spec.global_batch, step, even, bound_step_s(spec), (), cost
+    )
 
 
 def _no_fit(spec: LayoutSpec) -> RequestError:
@@ -325,8 +339,33 @@ def assign_ranks(layout: Layout) -> tuple[RankAssignment, ...]:
     out: list[RankAssignment] = []
     for gi in range(len(layout.groups)):
         plan = next(p for p in layout.pipelines if any(s.group == gi for s in p.stages))
-        out += _group_ranks(layout, gi, plan, int(group_first[gi]), node_first)
+        ranks = _staged_group_ranks if layout.kind == LayoutKind.STAGED else _group_ranks
+        out += ranks(layout, gi, plan, int(group_first[gi]), node_first)
     return tuple(out)
+
+
+def _staged_group_ranks(
+    layout: Layout, gi: int, plan: PipelinePlan, first: int, node_first: npt.NDArray[np.int64]
+) -> list[RankAssignment]:
+    """The staged family: a type's stages one after another, each `dp x tp` ranks (dp-major); the
+    stage's data-parallel ranks share the micro-batch (and the step's samples) evenly."""
+    out, rank = [], first
+    for s in (s for s in plan.stages if s.group == gi):
+        for j in range(s.dp):
+            q, r = divmod(layout.global_batch, s.dp)
+            n = q + (j < r)
+            for tp_rank in range(s.tp):
+                node = int(np.searchsorted(node_first, rank, side="right") - 1)
+                out.append(
+                    RankAssignment(
+                        rank, rank - int(node_first[node]), node, s.type, gi, j, s.index, tp_rank, s.tp,
+                        len(plan.stages), s.dp, s.layer_start, s.layer_end,
+                        math.ceil(plan.micro_batch / s.dp), plan.micro_batches(0), n, n / layout.global_batch,
+                        s.recompute,
+                    )
+                )  # fmt: skip
+                rank += 1
+    return out
 
 
 def _group_ranks(

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.compat import StrEnum
-from slurm_hetero.engine.modelspec import ModelSpec
+from slurm_hetero.engine.modelspec import ModelSpec, attention_weights, decoder_layer_params
 from slurm_hetero.errors import ConfigError
 
 GIB = 2**30
@@ -184,7 +184,7 @@ def layer_activation_bytes(
     replicated = (10 + 5 * (attentions - 1)) * sbh  # norm inputs, matmul inputs, dropout masks
     sb = float(seq * micro_batch)
     projections = 2 * sb * (2 * spec.q_dim + 2 * spec.kv_dim)  # Q, K, V, attention output
-    mlp = sb * spec.experts_per_token * spec.intermediate * (6 if spec.gated_mlp else 4)
+    mlp = sb * spec.mlp_width * (6 if spec.gated_mlp else 4)
     keep_core = recompute != Recompute.SELECTIVE
     core = _attention_core_bytes(spec, seq, micro_batch, attention) if keep_core else 0.0
     return replicated / unsplit + (attentions * (projections + core) + mlp) / tp
@@ -198,8 +198,8 @@ def attention_core_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: boo
 def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
     """Forward FLOPs of one transformer layer for one micro-batch (no tensor parallelism)."""
     expert = 3 if spec.gated_mlp else 2
-    attn = spec.hidden * (2 * spec.q_dim + 2 * spec.kv_dim)
-    matmul = attn * (2 if cross else 1) + spec.experts_per_token * expert * spec.hidden * spec.intermediate
+    attn = attention_weights(spec)
+    matmul = attn * (2 if cross else 1) + expert * spec.hidden * spec.mlp_width
     matmul += spec.hidden * spec.num_experts if spec.is_moe else 0
     return 2.0 * seq * micro_batch * matmul + attention_core_flops(spec, seq, micro_batch, cross)
 
@@ -259,21 +259,27 @@ class LayerTable:
         return self.checkpoint_bytes if full else self.activation_bytes
 
 
-def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int]]:
-    """(name, has cross-attention, parameters) of each transformer layer, in model order."""
+def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int, ModelSpec]]:
+    """(name, has cross-attention, parameters, the spec that describes it) of each transformer
+    layer, in model order (DeepSeek's dense first layers have a spec of their own)."""
     p = spec.params
-    rows = [(f"encoder.{i}", False, p.encoder_per_layer) for i in range(spec.encoder_layers)]
+    rows = [(f"encoder.{i}", False, p.encoder_per_layer, spec) for i in range(spec.encoder_layers)]
     kind = "decoder" if spec.encoder_layers else "layer"
-    return rows + [(f"{kind}.{i}", spec.encoder_layers > 0, p.per_layer) for i in range(spec.layers)]
+    counts = decoder_layer_params(spec) if not spec.encoder_layers else [p.per_layer] * spec.layers
+    return rows + [
+        (f"{kind}.{i}", spec.encoder_layers > 0, count, spec.decoder_layer_spec(i))
+        for i, count in enumerate(counts)
+    ]
 
 
-def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int]]) -> list[float]:
+def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int, ModelSpec]]) -> list[float]:
     """Parameters of each row: the embedding (with learned positions), the layers, and the head
-    (lm_head, or a copy of the tied table, plus the final norms)."""
-    p, head = spec.params, spec.vocab * spec.hidden
+    (lm_head, or a copy of the tied table, plus the final norms and OPT's projections)."""
+    p, head = spec.params, spec.vocab * spec.embed_width
     ends = p.embedding + p.position_embedding
-    rest = p.total - ends - sum(count for _, _, count in rows) - p.lm_head  # final norm(s)
-    return [float(ends), *(float(count) for _, _, count in rows), float(head + rest)]
+    rest = p.total - ends - sum(row[2] for row in rows) - p.lm_head  # final norm(s)
+    lm_head = p.lm_head or head
+    return [float(ends), *(float(row[2]) for row in rows), float(lm_head + rest)]
 
 
 def layer_table(
@@ -286,21 +292,23 @@ def layer_table(
     rows, tokens = _layer_rows(spec), float(seq * micro_batch)
     mode = Recompute.NONE if s.recompute in (AUTO, Recompute.FULL) else s.recompute
 
-    def acts(cross: bool, recompute: str = mode) -> float:
+    def acts(cross: bool, layer: ModelSpec, recompute: str = mode) -> float:
         sp, att = s.sequence_parallel, s.attention
-        return layer_activation_bytes(spec, seq, micro_batch, tp, recompute, sp, cross, att)
+        return layer_activation_bytes(layer, seq, micro_batch, tp, recompute, sp, cross, att)
 
     logits = 4.0 * tokens * spec.vocab / tp
     selective = s.recompute == Recompute.SELECTIVE
-    extra = [attention_core_flops(spec, seq, micro_batch, cross) / tp * selective for _, cross, _ in rows]
-    tied = spec.vocab * spec.hidden / tp if spec.params.lm_head == 0 else 0.0
-    flops = [0.0, *(layer_flops(spec, seq, micro_batch, cross) / tp for _, cross, _ in rows)]
+    extra = [attention_core_flops(spec, seq, micro_batch, row[1]) / tp * selective for row in rows]
+    tied = spec.vocab * spec.embed_width / tp if spec.params.lm_head == 0 else 0.0
+    flops = [0.0, *(layer_flops(layer, seq, micro_batch, cross) / tp for _, cross, _, layer in rows)]
     return LayerTable(
-        names=("embedding", *(name for name, _, _ in rows), "head"),
-        flops=_array([*flops, 2.0 * tokens * spec.hidden * spec.vocab / tp]),
+        names=("embedding", *(row[0] for row in rows), "head"),
+        flops=_array([*flops, 2.0 * tokens * spec.embed_width * spec.vocab / tp]),
         params=_array(_param_counts(spec, rows)) / tp,
-        activation_bytes=_array([0.0, *(acts(cross) for _, cross, _ in rows), logits]),
-        checkpoint_bytes=_array([0.0, *(acts(cross, Recompute.FULL) for _, cross, _ in rows), logits]),
+        activation_bytes=_array([0.0, *(acts(cross, layer) for _, cross, _, layer in rows), logits]),
+        checkpoint_bytes=_array(
+            [0.0, *(acts(cross, layer, Recompute.FULL) for _, cross, _, layer in rows), logits]
+        ),
         recompute_flops=_array([0.0, *extra, 0.0]),
         boundary_bytes=ACT_BYTES * tokens * spec.hidden,
         gather_bytes=gather_buffer_bytes(spec, s.dtype, s.zero_stage, tp),

@@ -22,10 +22,15 @@ t5         Shared token table; encoder layers (self-attention, MLP) and decoder 
            each stack; lm_head unless tied (``tie_word_embeddings`` defaults to true). ``relu``
            MLPs have two matrices, ``gated-*`` three.
 =========  ====================================================================================
+
+OPT, GPT-Neo, GPT-J, Falcon, Gemma (2), Qwen-MoE and DeepSeek (dense first layers, shared experts,
+multi-head latent attention) are read by `engine.modelfamilies` with the fields below that only
+they set; the counting rules are here, once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -53,6 +58,7 @@ class ParamCounts:
     encoder_per_layer: int
     largest_module: int
     active: int
+    projection: int = 0  # OPT's project_in/project_out between a narrower embedding and the layers
 
     @property
     def total(self) -> int:
@@ -64,6 +70,7 @@ class ParamCounts:
             + self.router
             + self.norms
             + self.lm_head
+            + self.projection
         )
 
 
@@ -92,6 +99,22 @@ class ModelSpec:
     o_bias: bool = False
     mlp_bias: bool = False
     relative_buckets: int = 0
+    norm_bias: bool = False  # LayerNorm (gain and bias); else RMSNorm (gain only)
+    norms_per_layer: int = 2
+    final_norm: bool = True
+    learned_positions: int = 0  # rows of a learned position table (GPT-2, OPT, GPT-Neo)
+    embed_dim: int = 0  # token-table width when it differs from hidden (OPT-350m), else 0
+    lm_head_bias: bool = False
+    fused_qkv: bool = False  # one qkv module (ZeRO-3's largest-module count)
+    shared_intermediate: int = 0  # shared experts' MLP width, used by every token (DeepSeek, Qwen-MoE)
+    shared_gate: bool = False  # Qwen-MoE's sigmoid gate on the shared expert (hidden x 1)
+    router_bias: bool = False  # DeepSeek-V3's expert-score correction bias
+    dense_layers: int = 0  # first layers with a dense MLP instead of experts (first_k_dense_replace)
+    dense_intermediate: int = 0
+    kv_lora_rank: int = 0  # multi-head latent attention (DeepSeek-V2/V3) when > 0
+    q_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -108,6 +131,31 @@ class ModelSpec:
     @property
     def total_layers(self) -> int:
         return self.encoder_layers + self.layers
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def embed_width(self) -> int:
+        """Width of the token table and the lm_head (hidden, or OPT's word_embed_proj_dim)."""
+        return self.embed_dim or self.hidden
+
+    @property
+    def mlp_width(self) -> int:
+        """MLP width one token goes through in an expert layer: its routed experts and the shared ones."""
+        return self.experts_per_token * self.intermediate + self.shared_intermediate
+
+    def dense_view(self) -> ModelSpec:
+        """This model's dense-MLP layers (the first `dense_layers`) as a spec of their own."""
+        return dataclasses.replace(
+            self, num_experts=1, experts_per_token=1, intermediate=self.dense_intermediate,
+            shared_intermediate=0, shared_gate=False, router_bias=False, dense_layers=0,
+        )  # fmt: skip
+
+    def decoder_layer_spec(self, index: int) -> ModelSpec:
+        """The spec that describes decoder layer `index` (dense layers first)."""
+        return self.dense_view() if index < self.dense_layers else self
 
     @property
     def params(self) -> ParamCounts:
@@ -184,6 +232,9 @@ def _gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
         qkv_bias=True,
         o_bias=True,
         mlp_bias=True,
+        norm_bias=True,
+        learned_positions=_int(config, "n_positions", name),
+        fused_qkv=True,
     )
 
 
@@ -214,39 +265,73 @@ def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
 
     Raises `ConfigError` naming the key for missing or non-positive sizes, and listing the
     supported `model_type`s for anything else."""
+    from slurm_hetero.engine.modelfamilies import READERS
+
     if not isinstance(config, Mapping):
         raise ConfigError("a config.json must hold a JSON object", name)
     model_type = str(config.get("model_type", "gpt2" if "n_embd" in config else ""))
     if model_type in LLAMA_TYPES:
         if config.get("moe_intermediate_size") or config.get("shared_expert_intermediate_size"):
-            raise ConfigError("shared/fine-grained experts are not supported", name, "moe_intermediate_size")
+            raise ConfigError(
+                "shared/fine-grained experts: use model_type qwen2_moe or deepseek_v2",
+                name,
+                "moe_intermediate_size",
+            )
         return _llama_spec(config, name, model_type)
     if model_type == "gpt2":
         return _gpt2_spec(config, name)
     if model_type == "t5":
         return _t5_spec(config, name)
-    raise ConfigError(
-        f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}", name, "model_type"
-    )
+    if model_type in READERS:
+        return READERS[model_type](config, name)
+    supported = ", ".join(sorted({*SUPPORTED_TYPES, *READERS}))
+    raise ConfigError(f"unsupported model_type {model_type!r}; supported: {supported}", name, "model_type")
+
+
+def attention_weights(spec: ModelSpec) -> int:
+    """Matmul weights of one attention block (no biases or norms): what a token multiplies by."""
+    if spec.is_mla:
+        nope = spec.head_dim - spec.qk_rope_dim
+        q = (
+            spec.hidden * spec.q_dim
+            if not spec.q_lora_rank
+            else spec.q_lora_rank * (spec.hidden + spec.q_dim)
+        )
+        kv = spec.hidden * (spec.kv_lora_rank + spec.qk_rope_dim) + spec.kv_lora_rank * spec.heads * (
+            nope + spec.v_head_dim
+        )
+        return q + kv + spec.heads * spec.v_head_dim * spec.hidden
+    return spec.hidden * (2 * spec.q_dim + 2 * spec.kv_dim)
 
 
 def _attention_params(spec: ModelSpec) -> int:
+    if spec.is_mla:
+        norms = spec.kv_lora_rank + spec.q_lora_rank  # kv_a_layernorm, q_a_layernorm (RMSNorm gains)
+        return attention_weights(spec) + norms
     q = spec.hidden * spec.q_dim + (spec.q_dim if spec.qkv_bias else 0)
     kv = 2 * (spec.hidden * spec.kv_dim + (spec.kv_dim if spec.qkv_bias else 0))
     out = spec.q_dim * spec.hidden + (spec.hidden if spec.o_bias else 0)
     return q + kv + out
 
 
-def _expert_mlp_params(spec: ModelSpec) -> int:
+def _expert_mlp_params(spec: ModelSpec, width: int | None = None) -> int:
     matrices = 3 if spec.gated_mlp else 2
-    weights = matrices * spec.hidden * spec.intermediate
-    biases = ((matrices - 1) * spec.intermediate + spec.hidden) if spec.mlp_bias else 0
+    inner = spec.intermediate if width is None else width
+    weights = matrices * spec.hidden * inner
+    biases = ((matrices - 1) * inner + spec.hidden) if spec.mlp_bias else 0
     return weights + biases
 
 
+def _shared_params(spec: ModelSpec) -> int:
+    """The shared experts of one expert layer (one MLP of their summed width) and their gate."""
+    if not spec.shared_intermediate:
+        return 0
+    return _expert_mlp_params(spec, spec.shared_intermediate) + (spec.hidden if spec.shared_gate else 0)
+
+
 def _norm_params(spec: ModelSpec) -> int:
-    """Parameters of one norm: LayerNorm (GPT-2) has a gain and a bias, RMSNorm/T5 a gain only."""
-    return 2 * spec.hidden if spec.family == "gpt2" else spec.hidden
+    """Parameters of one norm: LayerNorm has a gain and a bias, RMSNorm/T5 a gain only."""
+    return 2 * spec.hidden if spec.norm_bias else spec.hidden
 
 
 def _largest_module(spec: ModelSpec) -> int:
@@ -254,7 +339,7 @@ def _largest_module(spec: ModelSpec) -> int:
     `largest_layer_params`, counted per module without recursion. Transformers 5 keeps all
     experts of a MoE layer in one module (fused gate_up and down tensors); 4.x had one Linear
     per expert matrix, which made the embedding the largest module of Mixtral."""
-    qkv_fused = spec.family == "gpt2"
+    qkv_fused = spec.fused_qkv
     attention = spec.hidden * (spec.q_dim + 2 * spec.kv_dim) if qkv_fused else spec.hidden * spec.q_dim
     mlp = spec.hidden * spec.intermediate + (spec.intermediate if spec.mlp_bias else 0)
     experts = spec.num_experts * _expert_mlp_params(spec) if spec.is_moe else 0
@@ -281,30 +366,44 @@ def _t5_counts(spec: ModelSpec) -> ParamCounts:
     return _with_active(counts, counts.total)
 
 
+def _router_params(spec: ModelSpec) -> int:
+    return spec.num_experts * (spec.hidden + spec.router_bias) if spec.is_moe else 0
+
+
+def _layer_params(spec: ModelSpec) -> int:
+    """Parameters of one decoder layer described by `spec` (an expert layer when it is MoE)."""
+    mlp = spec.num_experts * _expert_mlp_params(spec) + _shared_params(spec)
+    return _attention_params(spec) + mlp + _router_params(spec) + spec.norms_per_layer * _norm_params(spec)
+
+
+def decoder_layer_params(spec: ModelSpec) -> list[int]:
+    """Parameters of each decoder layer in order (dense layers first, then expert layers)."""
+    return [_layer_params(spec.decoder_layer_spec(i)) for i in range(spec.layers)]
+
+
 @cache
 def param_counts(spec: ModelSpec) -> ParamCounts:
     """Exact parameter counts of `spec`, as the Transformers implementation allocates them."""
     if spec.family == "t5":
         return _t5_counts(spec)
-    norm, expert = _norm_params(spec), _expert_mlp_params(spec)
-    router = spec.hidden * spec.num_experts if spec.is_moe else 0
-    attn = _attention_params(spec)
-    per_layer = attn + spec.num_experts * expert + router + 2 * norm
-    lm_head = 0 if spec.tie_embeddings else spec.vocab * spec.hidden
-    positions = spec.max_positions * spec.hidden if spec.family == "gpt2" else 0
-    inactive = (spec.num_experts - spec.experts_per_token) * expert * spec.layers
+    norm, dense = _norm_params(spec), spec.dense_view()
+    moe_layers, width = spec.layers - spec.dense_layers, spec.embed_width
+    expert_mlp = spec.num_experts * _expert_mlp_params(spec) + _shared_params(spec)
+    lm_head = 0 if spec.tie_embeddings else spec.vocab * width + (spec.vocab if spec.lm_head_bias else 0)
+    inactive = (spec.num_experts - spec.experts_per_token) * _expert_mlp_params(spec) * moe_layers
     counts = ParamCounts(
-        embedding=spec.vocab * spec.hidden,
-        position_embedding=positions,
-        attention=spec.layers * attn,
-        mlp=spec.layers * spec.num_experts * expert,
-        router=spec.layers * router,
-        norms=(2 * spec.layers + 1) * norm,
+        embedding=spec.vocab * width,
+        position_embedding=spec.learned_positions * spec.hidden,
+        attention=spec.layers * _attention_params(spec),
+        mlp=moe_layers * expert_mlp + spec.dense_layers * _expert_mlp_params(dense),
+        router=moe_layers * _router_params(spec),
+        norms=(spec.norms_per_layer * spec.layers + spec.final_norm) * norm,
         lm_head=lm_head,
-        per_layer=per_layer,
+        per_layer=_layer_params(spec),
         encoder_per_layer=0,
         largest_module=_largest_module(spec),
         active=0,
+        projection=2 * width * spec.hidden if width != spec.hidden else 0,
     )
     return _with_active(counts, counts.total - inactive)
 

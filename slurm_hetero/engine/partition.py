@@ -17,24 +17,31 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short
-from slurm_hetero.engine.stagecost import GB, TFLOPS, ring_allreduce_s
+from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short, network_between
+from slurm_hetero.engine.stagecost import GB, TFLOPS, gemm_efficiency, ring_allreduce_s
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
-Rates = dict[tuple[int, int], float]
+Rates = dict[tuple[int, int, float], float]
+# In searches over more than LARGE_SEARCH candidates (1,024 devices x 128 layers: 7,168), the
+# layer split is computed for at most MAX_SPLITS shapes, in lower-bound order after the first fit:
+# bounded planning time there; smaller searches stay exact.
+LARGE_SEARCH = 1000
+MAX_SPLITS = 48
 
 
 # -- bounds that let the search skip shapes -------------------------------------------------------
 
 
-def _stage_rate(spec: LayoutSpec, group: int, tp: int) -> float:
-    """FLOP/s of a stage, tensor-parallel all-reduces charged at their least share of the work."""
+def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
+    """FLOP/s of a stage at micro-batch `b`, tensor-parallel all-reduces charged at their least
+    share of the work."""
     c, g = spec.costs, spec.groups[group]
     layer_share = float(c.flops.sum()) * 3 / c.step_flops_per_sample
     per_flop = 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs) / (3 * float(c.flops.max()))
-    return 1.0 / (1.0 / (tp * g.tflops * TFLOPS) + per_flop * layer_share)
+    speed = tp * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, b * c.elements_per_sample / tp)
+    return 1.0 / (1.0 / speed + per_flop * layer_share)
 
 
 def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
@@ -55,13 +62,35 @@ def _first_true(n: int, test: Callable[[int], bool]) -> int:
     return lo
 
 
+def _run_rates(spec: LayoutSpec, shape: Shape, rate: Rates) -> list[tuple[float, int]]:
+    """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first; a staged
+    shape's stage runs `dp` devices on micro_batch / dp samples each."""
+    out, k = [], 0
+    for g, t, n in _runs(shape.lines[0]):
+        d = shape.dp(k)
+        local = shape.micro_batch / d
+        key = (g, t, local)
+        if key not in rate:
+            rate[key] = _stage_rate(spec, g, t, local)
+        out.append((d * rate[key], n))
+        k += n
+    return sorted(out, reverse=True)
+
+
 def _p2p_sum(spec: LayoutSpec, shape: Shape) -> float:
     """Sum of the transfer times between the stages of a one-line shape (as `line_p2p`)."""
-    runs, total = _runs(shape.lines[0]), 0.0
-    for g, t, n in runs:
-        inside = t * n <= spec.groups[g].node_size
-        total += (n - 1) / (t * (spec.groups[g].link_gbs if inside else spec.network_gbs))
-    total += sum(1.0 / (min(a[1], b[1]) * spec.network_gbs) for a, b in zip(runs, runs[1:]))
+    runs, total, groups = _runs(shape.lines[0]), 0.0, spec.groups
+
+    def net(a: int, b: int) -> float:
+        return network_between(groups, spec.pair_gbs, spec.network_gbs, a, b)
+
+    starts = [0, *itertools.accumulate(n for _, _, n in runs)]
+    width = [t * shape.dp(k) for (_, t, _), k in zip(runs, starts)]
+    for (g, _, n), w in zip(runs, width):
+        inside = w * n <= groups[g].node_size
+        total += (n - 1) / (w * (groups[g].link_gbs if inside else net(g, g)))
+    linked = list(zip(runs, width))
+    total += sum(1.0 / (min(wa, wb) * net(a[0], b[0])) for (a, wa), (b, wb) in zip(linked, linked[1:]))
     return total * shape.micro_batch * spec.costs.boundary_bytes / GB
 
 
@@ -98,10 +127,13 @@ def _lower_bound(spec: LayoutSpec, shape: Shape, rate: Rates) -> float:
     """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on
     the fastest stages that balance it best, plus the transfers."""
     work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
-    if shape.kind == LayoutKind.PIPELINE:
-        runs = sorted(((rate[g, t], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
+    if shape.kind in (LayoutKind.PIPELINE, LayoutKind.STAGED):
+        runs = _run_rates(spec, shape, rate)
         return _fill_bound(runs, _line_micro_batches(spec, shape), work, 0.0) + 2 * _p2p_sum(spec, shape)
-    speed = [r * rate[line[0]] * shape.stages / work for r, line in zip(shape.replicas, shape.lines)]
+    speed = [
+        r * rate[(line[0][0], line[0][1], b)] * shape.stages / work
+        for r, line in zip(shape.replicas, shape.lines)
+    ]
     lo, hi = 0.0, (spec.global_batch / b + sum(shape.replicas) * shape.stages) / min(speed)
     while hi - lo > 1e-9 * hi:  # least x with sum_g r_g * max(0, x * c_g - (p - 1)) >= B / b
         mid = (lo + hi) / 2
@@ -116,7 +148,7 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], rate: Rates) -
     stats, shape = model.line_stats(bounds), model.shape
     if len(shape.lines) > 1 or not stats:
         return 0.0
-    runs = sorted(((rate[g, t], n) for g, t, n in _runs(shape.lines[0])), reverse=True)
+    runs = _run_rates(spec, shape, rate)
     least = float((stats[0].fwd + stats[0].bwd).max()) * (1 - 1e-4)
     work = spec.costs.step_flops_per_sample * shape.micro_batch
     return _fill_bound(runs, _line_micro_batches(spec, shape), work, least) + 2 * float(stats[0].p2p.sum())
@@ -126,7 +158,10 @@ def _holds_state(spec: LayoutSpec, shape: Shape) -> bool:
     """Whether every replica's devices together can hold the weights, gradients and optimizer state
     (a cheap necessary condition for any split to fit)."""
     state = spec.costs.model_state_bytes(sum(shape.replicas))
-    return all(sum(t * spec.groups[g].memory_bytes for g, t in line) >= state for line in shape.lines)
+    return all(
+        sum(t * shape.dp(k) * spec.groups[g].memory_bytes for k, (g, t) in enumerate(line)) >= state
+        for line in shape.lines
+    )
 
 
 def _cap(spec: LayoutSpec, shape: Shape, best: float) -> float:
@@ -234,15 +269,25 @@ def even_bounds(layers: int, stages: int) -> list[int]:
 def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, list[int], StepModel]]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
     can win."""
-    rate = {(g, t): _stage_rate(spec, g, t) for g in range(len(spec.groups)) for t in spec.tp_sizes}
+    sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
+    rate: Rates = {
+        (g, t, b): _stage_rate(spec, g, t, b)
+        for g in range(len(spec.groups))
+        for t in spec.tp_sizes
+        for b in sizes
+    }
     ranked = sorted((_lower_bound(spec, s, rate), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
     best = math.inf
+    split = 0
     for bound, i, shape in ranked:
         short = is_short(shape, spec.global_batch)
         if (bound >= best and not short) or not _holds_state(spec, shape):
             continue
-        model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
+        split += 1
+        if split > MAX_SPLITS and fits and len(shapes) > LARGE_SEARCH:
+            break  # the most promising MAX_SPLITS shapes were split: planning time stays bounded
+        model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
         start = balanced_bounds(model, _cap(spec, shape, best))
         if start is None or (_floor(spec, model, start, rate) >= best and not short):
             continue

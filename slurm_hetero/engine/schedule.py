@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.compat import StrEnum
-
-# Re-exported (`X as X`): the stage-cost names were imported from here before engine.stagecost.
 from slurm_hetero.engine.stagecost import GB as GB
 from slurm_hetero.engine.stagecost import TFLOPS as TFLOPS
 from slurm_hetero.engine.stagecost import DeviceGroup as DeviceGroup
@@ -38,6 +36,9 @@ from slurm_hetero.engine.stagecost import FloatArray as FloatArray
 from slurm_hetero.engine.stagecost import LayerCosts as LayerCosts
 from slurm_hetero.engine.stagecost import StageModel as StageModel
 from slurm_hetero.engine.stagecost import StageSite as StageSite
+
+# Re-exported (`X as X`): the stage-cost names were imported from here before engine.stagecost.
+from slurm_hetero.engine.stagecost import exposed_allreduce_s
 from slurm_hetero.engine.stagecost import ring_allreduce_s as ring_allreduce_s
 
 
@@ -157,11 +158,13 @@ def split_samples(
 
 
 class LayoutKind(StrEnum):
-    """The two layout families (`Shape.kind`): one pipeline across the groups, or data parallel
-    replicas of one common pipeline shape."""
+    """The layout families (`Shape.kind`): one pipeline across the groups, data parallel replicas
+    of one common pipeline shape, or one pipeline whose stages each have their own data-parallel
+    degree (`staged`, as Metis plans: each type its own degree)."""
 
     PIPELINE = "pipeline"
     DATA = "data"
+    STAGED = "staged"
 
 
 @dataclass(frozen=True)
@@ -174,31 +177,58 @@ class Shape:
     lines: tuple[tuple[tuple[int, int], ...], ...]
     replicas: tuple[int, ...]
     micro_batch: int
+    stage_dp: tuple[int, ...] = ()  # `staged`: data-parallel degree of each stage (the micro-batch is
+    # split over its devices: each takes micro_batch / stage_dp[k] samples); else all 1
 
     @property
     def stages(self) -> int:
         return len(self.lines[0])
+
+    def dp(self, k: int) -> int:
+        """Data-parallel degree inside stage `k` (1 outside the staged family)."""
+        return self.stage_dp[k] if self.stage_dp else 1
 
     def block(self, line: int, group: int) -> int:
         """Devices of `group` in one replica of `line`."""
         return sum(t for g, t in self.lines[line] if g == group)
 
 
+PairGbs = Mapping[tuple[int, int], float]
+
+
+def network_between(
+    groups: Sequence[DeviceGroup], pair_gbs: PairGbs, default: float, g1: int, g2: int
+) -> float:
+    """GB/s one way between devices of groups `g1` and `g2` on different nodes: the pair's figure
+    (the communicator the launcher would choose between them, over the slower NIC: a cross-vendor
+    cpu-relay pays PCIe copies), else the slower of the two groups' NIC shares, else `default`."""
+    if g1 != g2 and (key := (min(g1, g2), max(g1, g2))) in pair_gbs:
+        return pair_gbs[key]
+    nics = [groups[g].nic_gbs or default for g in {g1, g2}]
+    return min(nics)
+
+
 def line_p2p(
-    groups: Sequence[DeviceGroup], costs: LayerCosts, shape: Shape, line: int, network_gbs: float
+    groups: Sequence[DeviceGroup],
+    costs: LayerCosts,
+    shape: Shape,
+    line: int,
+    network_gbs: float,
+    pair_gbs: PairGbs | None = None,
 ) -> FloatArray:
     """Seconds to send one micro-batch's hidden state from each stage of `line` to the next: over
-    the device link when both stages are in one group whose replica fits a node, else the network;
-    each of the `tp` ranks sends its share."""
+    the device link when both stages are in one group whose replica fits a node, else the network
+    between the two groups (`network_between`); each of the `tp` ranks sends its share."""
     stages, out = shape.lines[line], np.zeros(shape.stages)
     blocks: dict[int, int] = {}
-    for g, t in stages:
-        blocks[g] = blocks.get(g, 0) + t
+    for k, (g, t) in enumerate(stages):
+        blocks[g] = blocks.get(g, 0) + t * shape.dp(k)
     for k in range(len(stages) - 1):
         (g1, t1), (g2, t2) = stages[k], stages[k + 1]
         inside = g1 == g2 and blocks[g1] <= groups[g1].node_size
-        gbs = groups[g1].link_gbs if inside else network_gbs
-        out[k] = shape.micro_batch * costs.boundary_bytes / (min(t1, t2) * gbs * GB)
+        gbs = groups[g1].link_gbs if inside else network_between(groups, pair_gbs or {}, network_gbs, g1, g2)
+        senders = min(t1 * shape.dp(k), t2 * shape.dp(k + 1))
+        out[k] = shape.micro_batch * costs.boundary_bytes / (senders * gbs * GB)
     return out
 
 
@@ -237,31 +267,55 @@ class StepModel:
         shape: Shape,
         global_batch: int,
         network_gbs: float,
+        pair_gbs: PairGbs | None = None,
     ) -> None:
         self.groups, self.costs, self.shape, self.batch = tuple(groups), costs, shape, global_batch
-        self.network_gbs = network_gbs
+        self.network_gbs, self.pair_gbs = network_gbs, dict(pair_gbs or {})
         p, dp, b = shape.stages, sum(shape.replicas), shape.micro_batch
         busiest = global_batch if len(shape.replicas) > 1 else math.ceil(global_batch / shape.replicas[0])
         cap = math.ceil(busiest / b)  # most micro-batches a replica runs: bounds what a stage holds
         self.models = [
             [
-                StageModel(costs, StageSite(self.groups[g], t, dp, min(p - k, cap), b, k == 0, k == p - 1))
+                StageModel(
+                    costs,
+                    StageSite(
+                        self.groups[g],
+                        t,
+                        dp * shape.dp(k),
+                        min(p - k, cap),
+                        b / shape.dp(k),
+                        k == 0,
+                        k == p - 1,
+                    ),
+                )
                 for k, (g, t) in enumerate(line)
             ]
             for line in shape.lines
         ]
-        self._p2p = [line_p2p(self.groups, costs, shape, i, network_gbs) for i in range(len(shape.lines))]
+        self._p2p = [
+            line_p2p(self.groups, costs, shape, i, network_gbs, self.pair_gbs)
+            for i in range(len(shape.lines))
+        ]
         self._ar_gbs = [self._allreduce_gbs(k) for k in range(p)]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
 
     def _allreduce_gbs(self, k: int) -> float:
         """Bandwidth of stage `k`'s gradient ring: the device link when all its replicas share a
-        node, else the network."""
-        if len(self.shape.lines) > 1:
-            return self.network_gbs
-        g, _ = self.shape.lines[0][k]
-        spread = self.shape.replicas[0] * self.shape.block(0, g)
-        return self.groups[g].link_gbs if spread <= self.groups[g].node_size else self.network_gbs
+        node, else the slowest network hop of the ring (across groups in the data family)."""
+        members = sorted({line[k][0] for line in self.shape.lines})
+        if len(members) > 1:
+            return min(
+                network_between(self.groups, self.pair_gbs, self.network_gbs, a, b)
+                for a in members
+                for b in members
+            )
+        g = members[0]
+        if self.shape.stage_dp:  # staged: the stage's own devices
+            spread = self.shape.replicas[0] * self.shape.lines[0][k][1] * self.shape.dp(k)
+        else:
+            spread = sum(r * self.shape.block(i, g) for i, r in enumerate(self.shape.replicas))
+        inside = spread <= self.groups[g].node_size
+        return self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
 
     def stage(self, line: int, k: int, a: int, e: int) -> tuple[float, float, float, int] | None:
         """(fwd, bwd, memory, recompute) of stage `k` of `line` over `[a, e)`; None if it cannot fit."""
@@ -283,16 +337,27 @@ class StepModel:
             out.append(LineStats(cols[0], cols[1], cols[2], cols[3].astype(np.int64), self._p2p[i]))
         return out
 
-    def allreduce(self, bounds: Sequence[int]) -> FloatArray:
-        """Gradient all-reduce seconds of each stage position over all replicas."""
+    def grad_bytes(self, bounds: Sequence[int]) -> FloatArray:
+        """Gradient bytes per rank of each stage position (what its all-reduce moves)."""
         c, pre = self.costs, self.costs.prefix["params"]
         edges = np.asarray(bounds)
         params = pre[edges[1:]] - pre[edges[:-1]]
         params[0] += c.first_param_bytes
         params[-1] += c.last_param_bytes
+        tp = np.array([t for _, t in self.shape.lines[0]], dtype=np.float64)
+        out: FloatArray = params * c.grad_factor / tp
+        return out
+
+    def allreduce(self, bounds: Sequence[int]) -> FloatArray:
+        """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
+        stage's own data-parallel devices)."""
         ranks = sum(self.shape.replicas)
-        per_rank = [params[k] * c.grad_factor / t for k, (_, t) in enumerate(self.shape.lines[0])]
-        return np.array([ring_allreduce_s(v, ranks, gbs) for v, gbs in zip(per_rank, self._ar_gbs)])
+        return np.array(
+            [
+                ring_allreduce_s(float(v), ranks * self.shape.dp(k), gbs)
+                for k, (v, gbs) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs))
+            ]
+        )
 
     def split(self, stats: Sequence[LineStats]) -> tuple[int, ...]:
         """Samples per replica, by speed (identical replicas get equal shares, the first ones +1)."""
@@ -360,11 +425,17 @@ class StepModel:
         ms = [math.ceil(n / self.shape.micro_batch) for n in self._per_line_max(samples)]
         return self._step(stats, [self._stage_ends(s, m) for s, m in zip(stats, ms)], bounds)
 
+    def exposed(self, bounds: Sequence[int], stats: Sequence[LineStats]) -> list[FloatArray]:
+        """Per line, the part of each stage's all-reduce its last backward does not hide
+        (`stagecost.exposed_allreduce_s`: the last bucket, and contention)."""
+        allreduce, grads = self.allreduce(bounds), self.grad_bytes(bounds)
+        return [exposed_allreduce_s(allreduce, grads, s.bwd) for s in stats]
+
     def _step(self, stats: Sequence[LineStats], ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
         """Latest end of a stage's all-reduce, which overlaps its last backward (bucketed, as DDP
         and Megatron do) and shows only for the rest."""
-        allreduce = self.allreduce(bounds)
-        return max(float((e + np.maximum(0.0, allreduce - s.bwd)).max()) for s, e in zip(stats, ends))
+        exposed = self.exposed(bounds, stats)
+        return max(float((e + x).max()) for e, x in zip(ends, exposed))
 
     def _stage_ends(self, s: LineStats, m: int) -> FloatArray:
         p = len(s.fwd)

@@ -6,7 +6,18 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s` and `StageModel`, an
 
 - **Compute.** A stage of `tp` devices at `tflops` sustained TFLOPS each runs its layers' forward
   FLOPs in `fwd` and twice that in `bwd`; recomputed layers add their forward FLOPs to `bwd`.
-  Time scales linearly with the micro-batch size.
+  `tflops` is what a device sustains on GEMMs of the reference size (`REFERENCE_ELEMENTS`: one
+  4,096-token sample of a 4,096-wide model, where published MFU figures are taken); smaller GEMMs
+  run slower (`gemm_efficiency`): the activation matrix of a micro-batch has
+  `micro_batch x seq x hidden / tp` elements, and a device reaches half its large-GEMM speed at
+  `DeviceGroup.gemm_half` of them. That is what makes micro-batch size and tensor parallelism
+  cost something beyond bubbles and all-reduces: Narayanan et al. (SC'21, "Efficient large-scale
+  language model training on GPU clusters using Megatron-LM", section 5.6 and figure 16) measure
+  per-GPU throughput rising with micro-batch size and falling with tensor-parallel degree as
+  GEMMs shrink; the measured tensor-parallel efficiency of 31-85% by type and size in issue 11 is
+  the same effect. `slurm-hetero calibrate` measures `gemm_half` per device type (GEMMs of the
+  shapes plans use: tokens x hidden/tp); `DEFAULT_GEMM_HALF` (scaled by each device's ratio of
+  peak FLOPS to memory bandwidth, the roofline's ridge point) stands in until it has.
 - **Tensor parallel** (inside a node only) costs 4 ring all-reduces of the hidden state per layer and
   micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`.
 - **Memory per device** of a stage: weights, gradients and optimizer state of its layers (split over
@@ -36,6 +47,13 @@ from slurm_hetero.engine.modelcost import AUTO, LayerTable, Recompute, zero_divi
 FloatArray = npt.NDArray[np.float64]
 GB = 1e9
 TFLOPS = 1e12
+REFERENCE_ELEMENTS = 4096.0 * 4096.0  # b x s x h/tp of the shape sustained TFLOPS are quoted at
+# Elements at which an A100 reaches half its large-GEMM speed: fitted to the micro-batch effect of
+# issue 11's OPT-350M input (21.8 s at micro-batch 1 against 12.7 s at 4, 1,024 x 2,048 per
+# sample) and consistent with Megatron-LM's figure 16 (SC'21); other devices scale it by their
+# ridge point (peak FLOPS over memory bandwidth) relative to the A100's 312 TFLOPS / 2,039 GB/s.
+DEFAULT_GEMM_HALF = 2.0 * 2**20
+A100_RIDGE = 312e12 / 2039e9
 
 
 def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
@@ -151,6 +169,11 @@ class LayerCosts:
         return int(self.flops.size)
 
     @property
+    def elements_per_sample(self) -> float:
+        """seq x hidden: the activation matrix of one sample (from the boundary's 16-bit bytes)."""
+        return self.boundary_bytes / 2.0
+
+    @property
     def step_flops_per_sample(self) -> float:
         """Forward plus backward FLOPs of the whole model for one sample, with the recomputation
         the settings impose (selective, or every layer) but none the solver chooses."""
@@ -195,12 +218,17 @@ class DeviceGroup:
     tflops: float
     memory_bytes: float
     link_gbs: float
+    gemm_half: float = 0.0  # GEMM elements at half speed (`gemm_efficiency`); 0: size does not matter
+    nic_gbs: float = 0.0  # this type's share of its node's network, GB/s one way; 0: the spec's figure
+    price_per_hour: float = 0.0  # USD per device-hour (the cost objective); 0: unknown
 
     def __post_init__(self) -> None:
         if not self.per_node or min(self.per_node) < 1:
             raise ValueError(f"{self.type}: per_node must list at least one positive count")
         if self.tflops <= 0 or self.memory_bytes <= 0 or self.link_gbs <= 0:
             raise ValueError(f"{self.type}: tflops, memory_bytes and link_gbs must be positive")
+        if self.gemm_half < 0 or self.nic_gbs < 0 or self.price_per_hour < 0:
+            raise ValueError(f"{self.type}: gemm_half, nic_gbs and price_per_hour must be >= 0")
 
     @property
     def count(self) -> int:
@@ -209,6 +237,37 @@ class DeviceGroup:
     @property
     def node_size(self) -> int:
         return max(self.per_node)
+
+
+def gemm_efficiency(half: float, elements: float) -> float:
+    """Speed of GEMMs over activations of `elements` relative to the reference size: the saturating
+    curve ``x / (x + half)``, normalized to 1 at `REFERENCE_ELEMENTS` (and no faster beyond it)."""
+    if half <= 0:
+        return 1.0
+    return min(1.0, (elements / (elements + half)) / (REFERENCE_ELEMENTS / (REFERENCE_ELEMENTS + half)))
+
+
+def default_gemm_half(peak_tflops: float | None, bandwidth_gbs: float | None) -> float:
+    """`DEFAULT_GEMM_HALF` scaled by the device's ridge point (0 when the catalog lacks a figure)."""
+    if not peak_tflops or not bandwidth_gbs:
+        return DEFAULT_GEMM_HALF
+    return DEFAULT_GEMM_HALF * (peak_tflops * 1e12 / (bandwidth_gbs * 1e9)) / A100_RIDGE
+
+
+# Gradient all-reduce overlap with backward (`exposed_allreduce_s`): DDP's 25 MB buckets
+# (Li et al., "PyTorch Distributed", VLDB 2020): the last bucket starts only after backward ends;
+# and the overlapped part slows both streams: 30% of the overlap window is lost to contention
+# (same paper, figure 8: overlap recovers about 70% of the communication time at best).
+BUCKET_BYTES = 25e6
+OVERLAP_EFFICIENCY = 0.7
+
+
+def exposed_allreduce_s(allreduce_s: FloatArray, grad_bytes: FloatArray, window_s: FloatArray) -> FloatArray:
+    """The part of each stage's gradient all-reduce not hidden behind its last backward pass: at
+    least the last bucket's share, and whatever the (contended) window cannot hold."""
+    share = np.minimum(1.0, BUCKET_BYTES / np.maximum(grad_bytes, 1.0))
+    out: FloatArray = np.maximum(allreduce_s * share, allreduce_s - OVERLAP_EFFICIENCY * window_s)
+    return out
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
@@ -226,7 +285,7 @@ class StageSite:
     tp: int
     dp: int
     in_flight: int
-    micro_batch: int
+    micro_batch: float  # samples per device and micro-batch (a share of it in the staged family)
     first: bool
     last: bool
 
@@ -242,7 +301,8 @@ class StageModel:
         extra_params = costs.first_param_bytes * site.first + costs.last_param_bytes * site.last - tied
         b, tp = site.micro_batch, site.tp
         self.all = costs.checkpointing == Checkpointing.ALL
-        self.alpha = b / (tp * g.tflops * TFLOPS)
+        self.efficiency = gemm_efficiency(g.gemm_half, b * costs.elements_per_sample / tp)
+        self.alpha = b / (tp * g.tflops * TFLOPS * self.efficiency)
         self.comm = b * ring_allreduce_s(costs.boundary_bytes, tp, g.link_gbs)
         self.extra_flops = costs.first_flops * site.first + costs.last_flops * site.last
         self.mu_a = site.in_flight * b / tp

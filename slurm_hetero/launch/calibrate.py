@@ -9,6 +9,13 @@ Two measurements on whatever device torch reaches (CUDA, ROCm, XPU, NPU, MLU, ..
   ``3 x (24 h^2 + 4 s h)`` FLOPs per token (the matmuls of attention and FFN, forward and twice
   that backward) -> `layer_tflops`, `tokens_per_s`.
 
+- **shapes**: the GEMMs plans are made of, activations of `tokens` x `width` (a micro-batch's
+  tokens by the hidden size over the tensor-parallel degree) times a `width` x `width` weight,
+  over `Sizes.gemm_tokens` x `Sizes.gemm_widths`; `fit_gemm_half` fits the saturating curve
+  ``TFLOPS = peak x e / (e + half)`` (e = tokens x width) -> `gemm_half_elements`, which the
+  solver uses for the efficiency of each micro-batch size and tensor-parallel degree
+  (`engine.stagecost.gemm_efficiency`).
+
 The file (`DEFAULT_OUT`, YAML) maps a device type to its figures; `calibrate` merges into it:
 ``{a100_80g: {tflops: 231.0, layer_tflops: 148.2, tokens_per_s: ..., device: ..., dtype: bf16,
 measured_at: 2025-01-01T00:00:00Z}}``. `load_measured` also accepts the plain form
@@ -52,10 +59,15 @@ class Sizes:
     batch: int = 4
     warmup: int = 2
     repeats: int = 5
+    gemm_tokens: tuple[int, ...] = (64, 256, 1024)
+    gemm_widths: tuple[int, ...] = (64, 128, 256, 512)
 
 
 CPU_SIZES = Sizes()
-ACCELERATOR_SIZES = Sizes(matmul=8192, hidden=2048, heads=16, seq=2048, batch=4, warmup=3, repeats=10)
+ACCELERATOR_SIZES = Sizes(
+    matmul=8192, hidden=2048, heads=16, seq=2048, batch=4, warmup=3, repeats=10,
+    gemm_tokens=(512, 2048, 8192, 16384), gemm_widths=(512, 1024, 2048, 4096, 8192),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class Calibration:
     device: str
     dtype: str
     measured_at: str
+    gemm_half_elements: float | None = None
 
 
 def _torch() -> Any:
@@ -123,6 +136,39 @@ def matmul_tflops(torch: Any, device: str, dtype: Any, sizes: Sizes) -> float:
     return 2.0 * n**3 / seconds / 1e12
 
 
+def gemm_points(torch: Any, device: str, dtype: Any, sizes: Sizes) -> list[tuple[float, float]]:
+    """(activation elements, TFLOPS) of tokens x width by width x width GEMMs, the shapes of a
+    micro-batch's matmuls at each tensor-parallel degree."""
+    out = []
+    for tokens in sizes.gemm_tokens:
+        for width in sizes.gemm_widths:
+            a = torch.randn(tokens, width, device=device, dtype=dtype)
+            w = torch.randn(width, width, device=device, dtype=dtype)
+            seconds = median_seconds(torch, device, _matmul(torch, a, w), sizes)
+            out.append((float(tokens * width), 2.0 * tokens * width * width / seconds / 1e12))
+    return out
+
+
+def _matmul(torch: Any, a: Any, w: Any) -> Callable[[], object]:
+    return lambda: torch.matmul(a, w)
+
+
+def fit_gemm_half(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(peak TFLOPS, half-speed elements) of ``TFLOPS = peak x e / (e + half)`` by least squares
+    on its linear form ``1 / TFLOPS = 1 / peak + (half / peak) / e``."""
+    xs = [1.0 / e for e, _ in points]
+    ys = [1.0 / t for _, t in points]
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if n < 2 or var == 0:
+        raise CalibrationError("need GEMMs of at least two sizes to fit the size curve")
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+    intercept = my - slope * mx
+    if intercept <= 0:  # throughput still climbing at the largest size measured: half unknown
+        return max(t for _, t in points), 0.0
+    return 1.0 / intercept, max(0.0, slope / intercept)
+
+
 def layer_throughput(torch: Any, device: str, dtype: Any, sizes: Sizes) -> tuple[float, float]:
     """(tokens per second, effective TFLOPS) of a transformer layer's forward and backward."""
     h, s, b = sizes.hidden, sizes.seq, sizes.batch
@@ -173,10 +219,12 @@ def calibrate(
     try:
         gemm = matmul_tflops(torch, device, torch_dtype, sizes)
         tokens, layer = layer_throughput(torch, device, torch_dtype, sizes)
+        _, half = fit_gemm_half(gemm_points(torch, device, torch_dtype, sizes))
     except RuntimeError as e:
         raise CalibrationError(f"measuring {device} failed: {str(e).splitlines()[0]}") from e
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Calibration(gres_type, _digits(gemm), _digits(layer), _digits(tokens), device, dtype, stamp)
+    figures = (_digits(gemm), _digits(layer), _digits(tokens))
+    return Calibration(gres_type, *figures, device, dtype, stamp, _digits(half))
 
 
 def _digits(value: float) -> float:
@@ -207,6 +255,22 @@ def load_measured(path: Path) -> dict[str, float]:
     if not isinstance(data, Mapping):
         raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
     return {str(k): _figure(v, path, str(k)) for k, v in data.items()}
+
+
+def load_gemm_half(path: Path) -> dict[str, float]:
+    """Device type -> GEMM elements at half speed (`gemm_half_elements`, what `calibrate` fits from
+    GEMMs of the shapes plans use), for the types whose entry has it."""
+    data = _read(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
+            half = value["gemm_half_elements"]
+            if isinstance(half, bool) or not isinstance(half, int | float) or half < 0:
+                raise ConfigError(f"gemm_half_elements must be >= 0, got {half!r}", str(path), str(key))
+            out[str(key)] = float(half)
+    return out
 
 
 def merge_measured(path: Path, result: Calibration) -> dict[str, Any]:

@@ -27,9 +27,18 @@ from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
-from slurm_hetero.engine.devicegroups import MEMORY_USABLE, PCIE_GBS, device_tflops
+from slurm_hetero.engine.devicegroups import (
+    MEMORY_USABLE,
+    PCIE_GBS,
+    estimate_note,
+    gemm_half,
+    resolve_measured,
+    sustained_tflops,
+)
 from slurm_hetero.engine.layout import (
+    SEARCHED_MICRO_BATCHES,
     Layout,
+    LayoutKind,
     LayoutSpec,
     RankAssignment,
     assign_ranks,
@@ -40,7 +49,16 @@ from slurm_hetero.engine.layout import (
 from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.errors import HeteroError, RequestError
-from slurm_hetero.launch.rankenv import Groups, master_port, plan_id, rank_document, rank_env, replica_samples
+from slurm_hetero.launch.rankenv import (
+    Groups,
+    PlanSummary,
+    master_port,
+    plan_id,
+    rank_document,
+    rank_env,
+    replica_samples,
+    summary_of,
+)
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.modelconfigs import context_length, layer_costs_for
@@ -49,6 +67,9 @@ from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
+# What `slurm_hetero.training` runs: the staged family (a data-parallel degree per stage, which
+# needs activations re-split between stages) is planned by `slurm-hetero plan` only.
+LAUNCH_KINDS = (LayoutKind.PIPELINE, LayoutKind.DATA)
 
 
 class LaunchPlanError(HeteroError):
@@ -60,12 +81,13 @@ class LaunchOptions:
     """What the user asked for; `measured` maps device type to sustained TFLOPS, `costs` says how
     the model is trained (dtype, ZeRO, recompute, attention)."""
 
-    model: str
+    model: str | None
     global_batch: int = 512
     seq: int | None = None
-    micro_batch: int = 1
+    micro_batch: int | None = None  # None: searched (SEARCHED_MICRO_BATCHES); 1 without a model
     costs: CostSettings = SOLVER_SETTINGS
     measured: Mapping[str, float] = field(default_factory=dict)
+    gemm_half: Mapping[str, float] = field(default_factory=dict)  # calibrate's GEMM size curve by type
     even: bool = False
     backend_override: str | None = None
     master_addr: str | None = None
@@ -73,6 +95,7 @@ class LaunchOptions:
     network_gbs: float | None = None
     tp_sizes: tuple[int, ...] = (1,)
     layout_dir: str = "/tmp/slurm-hetero"
+    kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)  # families to search
 
 
 @dataclass(frozen=True)
@@ -124,9 +147,10 @@ class RankPlan:
 class LaunchPlan:
     job_id: str
     step_id: int
-    layout: Layout
+    layout: Layout | None  # None without a model (even data parallel, nothing predicted)
     ranks: tuple[RankPlan, ...]
     plan_id: str
+    notes: tuple[str, ...] = ()  # warnings every rank derives alike (estimated device speeds)
 
 
 # -- nodes ----------------------------------------------------------------------------------------
@@ -159,9 +183,16 @@ def _site(job: JobEnv, index: int, node: SlurmNode) -> Site:
     return Site(name, index, job.first_rank_of_node(index), tasks, node)
 
 
-def sites(job: JobEnv, inventory: ClusterInventory, catalog: Catalog) -> list[Site]:
-    """The step's nodes in JobEnv order with their records and device types."""
-    records = node_records(inventory, job.nodes, catalog)
+StepNodes = ClusterInventory | Mapping[str, SlurmNode]
+
+
+def sites(job: JobEnv, inventory: StepNodes, catalog: Catalog) -> list[Site]:
+    """The step's nodes in JobEnv order with their records and device types (from the inventory,
+    or records already built, as `gres_records` makes them from Slurm)."""
+    if isinstance(inventory, ClusterInventory):
+        records: Mapping[str, SlurmNode] = node_records(inventory, job.nodes, catalog)
+    else:
+        records = inventory
     return [_site(job, i, records[name]) for i, name in enumerate(job.nodes)]
 
 
@@ -175,13 +206,39 @@ def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
     return out
 
 
-def _device_group(group: Sequence[Site], measured: Mapping[str, float]) -> DeviceGroup:
+def _device_group(group: Sequence[Site], tflops: float, half: float, options: LaunchOptions) -> DeviceGroup:
     spec = group[0].spec
     known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
     memory = (min(known) * 2**20 if known else spec.memory_gib * GIB) * MEMORY_USABLE
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
     per_node = tuple(s.tasks for s in group)
-    return DeviceGroup(group[0].type, per_node, device_tflops(spec, measured), memory, link)
+    nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
+    price = spec.price_per_hour_usd or 0.0
+    return DeviceGroup(group[0].type, per_node, tflops, memory, link, half, nic, price)
+
+
+def group_pair_gbs(nodes: Sequence[Site], options: LaunchOptions) -> dict[tuple[int, int], float]:
+    """Bandwidth between each pair of device groups on different nodes: the communicator chosen
+    for their members, over the slower of their NICs (the inventory's; `--network-gbs` overrides)."""
+    groups = list(_by_type(nodes).values())
+    nics = {s.name: s.record.nics for s in nodes}
+    out = {}
+    for i, j in itertools.combinations(range(len(groups)), 2):
+        members = [Member(s.vendor, s.spec, s.name) for s in (*groups[i], *groups[j])]
+        chosen = comm.choose(members, nics, options.backend_override)
+        base = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in (*groups[i], *groups[j]))
+        out[i, j] = comm.effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base)
+    return out
+
+
+def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[list[float], str]:
+    """Sustained TFLOPS of each device type of the step (first-appearance order) and the warning
+    for the types whose speed is an estimate (`engine.devicegroups.sustained_tflops`)."""
+    site_types = {s.type: s.spec.type for s in nodes}
+    measured = resolve_measured(options.measured, catalog, site_types)
+    specs = [g[0].spec for g in _by_type(nodes).values()]
+    speeds, estimated = sustained_tflops(specs, measured)
+    return speeds, estimate_note(estimated, specs, measured)
 
 
 def network_gbs(nodes: Sequence[Site], options: LaunchOptions) -> float:
@@ -206,30 +263,36 @@ def network_gbs(nodes: Sequence[Site], options: LaunchOptions) -> float:
 
 def sequence_length(options: LaunchOptions) -> int:
     """`--seq`, else the model's context length."""
+    assert options.model is not None
     return options.seq if options.seq is not None else context_length(options.model)
 
 
 def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> LayoutSpec:
     """The solver's input for the step."""
+    assert options.model is not None
     seq = sequence_length(options)
-    measured = {_canonical(catalog, k): v for k, v in options.measured.items()}
-    groups = tuple(_device_group(g, measured) for g in _by_type(nodes).values())
+    speeds, _ = group_speeds(nodes, catalog, options)
+    site_types = {s.type: s.spec.type for s in nodes}
+    halves = resolve_measured(options.gemm_half, catalog, site_types)
+    measured = resolve_measured(options.measured, catalog, site_types)
+    groups = tuple(
+        _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
+        for g, v in zip(_by_type(nodes).values(), speeds)
+    )
     costs = layer_costs_for(options.model, seq, options.costs)
     net = network_gbs(nodes, options)
     return LayoutSpec(
         groups,
         costs,
         options.global_batch,
-        options.micro_batch,
+        options.micro_batch or 1,
         network_gbs=net,
         tp_sizes=options.tp_sizes,
         label=options.model,
+        micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
+        pair_gbs=group_pair_gbs(nodes, options),
+        kinds=tuple(k for k in options.kinds if k in LAUNCH_KINDS) or LAUNCH_KINDS,
     )
-
-
-def _canonical(catalog: Catalog, name: str) -> str:
-    spec = catalog.by_type(name)
-    return spec.type if spec else name
 
 
 def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions, error: RequestError) -> str:
@@ -254,7 +317,7 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
     lines = tuple(tuple((s.group, s.tp) for s in p.stages) for p in chosen.pipelines)
     replicas = tuple(len(p.samples) for p in chosen.pipelines)
     shape = Shape(str(chosen.kind), lines, replicas, chosen.pipelines[0].micro_batch)
-    model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
+    model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
     bounds = even_bounds(spec.costs.layers, shape.stages)
     q, r = divmod(spec.global_batch, sum(replicas))
     samples = tuple(q + (j < r) for j in range(sum(replicas)))
@@ -298,6 +361,16 @@ def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
 # -- devices and the plan -------------------------------------------------------------------------
 
 
+def check_devices_on_node(site: Site, on_node: int | None) -> None:
+    """More tasks than the step's devices on a node would share a device: an error."""
+    if on_node is not None and site.tasks > on_node:
+        raise LaunchPlanError(
+            f"{site.name} runs {site.tasks} tasks but Slurm gave the step {on_node} device(s) there "
+            f"(SLURM_GPUS_ON_NODE={on_node}); tasks would share a device. One task per device: "
+            f"srun --ntasks-per-node={on_node}, or ask for --gpus-per-node={site.tasks}"
+        )
+
+
 def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
     if len(indexes) == 1:
         index = indexes[0]  # bound per task (--gpus-per-task=1 --gpu-bind=single:1)
@@ -317,6 +390,8 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     """The visible-device variables of one rank: Slurm's own narrowed to the rank's device, and the
     vendor's (ASCEND_RT_VISIBLE_DEVICES, ...). Without `bound` (other nodes, --simulate), Slurm is
     taken to have bound the node's first devices in order."""
+    if bound is not None:
+        check_devices_on_node(site, bound.on_node)
     if bound is None or not bound.gpu_indexes:
         indexes: Sequence[int] = range(site.tasks)
         visible: Mapping[str, str] = {name: ",".join(map(str, indexes)) for name in SLURM_VISIBLE}
@@ -337,22 +412,54 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     return env
 
 
+def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
+    """Without a model: every rank its own replica of the whole (unsplit) model, the global batch
+    split evenly over ranks (the first `global_batch % world` ranks take one more sample)."""
+    world = sum(s.tasks for s in nodes)
+    q, r = divmod(global_batch, world)
+    out = []
+    for site in nodes:
+        for local in range(site.tasks):
+            rank = site.first_rank + local
+            n = q + (rank < r)
+            out.append(
+                RankAssignment(
+                    rank, local, site.index, site.type, 0, rank, 0, 0, 1, 1, world, 0, 0,
+                    micro_batch, math.ceil(n / micro_batch), n, n / global_batch, 0,
+                )
+            )  # fmt: skip
+    return out
+
+
+def _modelled(
+    nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions
+) -> tuple[Layout | None, list[RankAssignment], list[tuple[int, int]], PlanSummary, tuple[str, ...]]:
+    """The solver's plan (with a model) or the even data-parallel one (without)."""
+    if options.model is None:
+        ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
+        samples = [(a.samples, sum(b.samples for b in ranked[: a.rank])) for a in ranked]
+        return None, ranked, samples, PlanSummary("data", "", options.global_batch, 0, len(ranked)), ()
+    note = group_speeds(nodes, catalog, options)[1]
+    spec = layout_spec(nodes, catalog, options)
+    layout = solve_step(spec, nodes, options)
+    summary = summary_of(layout, options.model)
+    return layout, assignments(layout, nodes), replica_samples(layout), summary, (note,) if note else ()
+
+
 def build_plan(
     job: JobEnv,
     step_id: int,
-    inventory: ClusterInventory,
+    inventory: StepNodes,
     catalog: Catalog,
     options: LaunchOptions,
     bound: TaskDevices | None = None,
 ) -> LaunchPlan:
     """Every rank's document and environment; `bound` is what Slurm bound on this task's node."""
     nodes = sites(job, inventory, catalog)
-    spec = layout_spec(nodes, catalog, options)
-    layout = solve_step(spec, nodes, options)
-    ranked = assignments(layout, nodes)
-    groups = Groups(ranked, nodes, options.backend_override, replica_samples(layout))
+    layout, ranked, samples, summary, notes = _modelled(nodes, catalog, options)
+    groups = Groups(ranked, nodes, options.backend_override, samples)
     site_of = groups.site_of
-    docs = [rank_document(a, site_of[a.rank], layout, groups, options, job.world_size) for a in ranked]
+    docs = [rank_document(a, site_of[a.rank], summary, groups, options, job.world_size) for a in ranked]
     digest = plan_id(docs)
     master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
     plans = []
@@ -361,4 +468,4 @@ def build_plan(
         env = rank_env(doc, master, digest, options.layout_dir)
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
         plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))
-    return LaunchPlan(job.job_id, step_id, layout, tuple(plans), digest)
+    return LaunchPlan(job.job_id, step_id, layout, tuple(plans), digest, notes)

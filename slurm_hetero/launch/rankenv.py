@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurm_hetero.engine import comm
@@ -87,6 +88,36 @@ class Groups:
         return tuple(out)
 
 
+@dataclass(frozen=True)
+class PlanSummary:
+    """What every rank's document repeats about the whole plan. Without a model (torchrun-like
+    launch): kind data, model "", no layers, and 0.0 for the step figures (nothing predicted)."""
+
+    kind: str
+    model: str
+    global_batch: int
+    num_layers: int
+    num_replicas: int
+    predicted_step_s: float = 0.0
+    even_step_s: float | None = None
+    bound_step_s: float = 0.0
+    efficiency: float = 0.0
+
+
+def summary_of(layout: Layout, model: str) -> PlanSummary:
+    return PlanSummary(
+        str(layout.kind),
+        model,
+        layout.global_batch,
+        layout.pipelines[0].stages[-1].layer_end,
+        layout.replicas,
+        layout.predicted_step_s,
+        layout.even_step_s,
+        layout.bound_step_s,
+        layout.efficiency,
+    )
+
+
 def replica_samples(layout: Layout) -> list[tuple[int, int]]:
     """(samples, first global sample) of each replica: contiguous slices in replica order."""
     samples = [n for p in layout.pipelines for n in p.samples]
@@ -94,7 +125,7 @@ def replica_samples(layout: Layout) -> list[tuple[int, int]]:
 
 
 def rank_document(
-    a: RankAssignment, site: Site, layout: Layout, groups: Groups, options: LaunchOptions, world: int
+    a: RankAssignment, site: Site, plan: PlanSummary, groups: Groups, options: LaunchOptions, world: int
 ) -> RankLayout:
     """The SLURM_HETERO_LAYOUT document of one rank (version 1; keys fixed by the contract)."""
     samples, offset = groups.samples[a.replica]
@@ -107,14 +138,14 @@ def rank_document(
         node=site.name,
         type=site.type,
         vendor=site.vendor.name,
-        kind=str(layout.kind),
-        model=options.model,
-        global_batch=layout.global_batch,
-        num_layers=layout.pipelines[0].stages[-1].layer_end,
+        kind=plan.kind,
+        model=plan.model,
+        global_batch=plan.global_batch,
+        num_layers=plan.num_layers,
         stage=a.stage,
         num_stages=a.pp_size,
         replica=a.replica,
-        num_replicas=layout.replicas,
+        num_replicas=plan.num_replicas,
         tp_rank=a.tp_rank,
         tp_size=a.tp_size,
         layer_start=a.layer_start,
@@ -132,10 +163,10 @@ def rank_document(
         prev_rank=prev_rank,
         next_rank=next_rank,
         groups=groups.specs(a),
-        predicted_step_s=layout.predicted_step_s,
-        even_step_s=layout.even_step_s,
-        bound_step_s=layout.bound_step_s,
-        efficiency=layout.efficiency,
+        predicted_step_s=plan.predicted_step_s,
+        even_step_s=plan.even_step_s,
+        bound_step_s=plan.bound_step_s,
+        efficiency=plan.efficiency,
     )
 
 

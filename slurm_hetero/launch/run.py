@@ -10,6 +10,12 @@ Inside an allocation (sbatch, salloc, or a heterogeneous job over every componen
 
     srun --kill-on-bad-exit=1 [--het-group=0,1,2] slurm-hetero launch --model gpt2 \\
         --global-batch 64 --seq 512 [--measured FILE] [--backend-override gloo] -- python train.py ...
+    srun slurm-hetero launch -- python train.py        # no model: like torchrun
+
+Without `--model` the launcher behaves like torchrun: the same environment (below), every rank
+its own data-parallel replica with an even share of `--global-batch` (the layout document has
+kind `data`, model "", no layers, one dp group of every rank, and 0.0 for the step figures), and
+the same supervision. Nothing is solved, so no device facts are needed.
 
 How the model is trained, as `slurm-hetero plan` and `fit` take it (one cost model for all three):
 `--micro-batch` (alias `--micro-batch-size`), `--dtype` (bf16), `--optimizer` (adam), `--zero`
@@ -28,14 +34,28 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    (not the sorted SLURM_JOB_NODELIST), tasks per node, job and step ids, and this task's GPUs
    (SLURM_STEP_GPUS first: SLURM_JOB_GPUS is wrong in het components). A missing essential variable
    (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, SLURM_STEP_ID, ...) is an error naming it.
-2. Looks each node up in the inventory (`--inventory`, env SLURM_HETERO_INVENTORY, default
-   /etc/slurm-hetero/inventory.yaml; the same file on every node): one device type per node.
+2. Looks each node up in the inventory (`--inventory`, env SLURM_HETERO_INVENTORY, else
+   /etc/slurm-hetero/inventory.yaml when installed; the same file on every node). With none
+   installed it asks Slurm (one `scontrol show node NODES -d -o` per rank: each node's
+   `Gres=gpu:TYPE:N`) and takes the facts of each type from the catalog; a type the catalog does
+   not know is fine without `--model` (Slurm's own visible-device variables only) and an error
+   naming it with one. One device type per node.
 3. Solves the layout (`engine.layout`): pipeline or data parallel across the device types,
    layers and samples split unevenly by speed (`--measured`, written by `slurm-hetero
-   calibrate`, else the catalog's peak x MFU) and memory; `--even` forces equal layers and
-   samples on the chosen shape, for comparisons. Tensor parallelism inside nodes only with
-   `--tp-sizes 1,2,4,8` (default 1: `slurm_hetero.training` runs tp ranks as copies of the stage).
-   Solver ranks are mapped to Slurm's: rank = first rank of its node + local rank.
+   calibrate`, else the catalog's peak x MFU) and memory. `--measured` keys are device types
+   (catalog or site Type= names; case-insensitive when that names one type): any other key is an
+   error listing the types. A type with no figure at all (neither measured nor in the catalog,
+   as Ascend 910B3) is given the speed of the slowest rated type of the step, and every rank
+   prints a warning naming it (`engine.devicegroups`): the plan runs, conservatively, until
+   `calibrate` measures it. The micro-batch size is searched (1, 2, 4, 8) unless `--micro-batch`
+   fixes it; small GEMMs (small micro-batches, high tensor-parallel degrees) run slower by the
+   curve `calibrate` fits (`gemm_half_elements`); links between device types are priced at the
+   communicator chosen for them. `--kind pipeline|data` restricts the families (the planner's
+   third, `staged`, is `slurm-hetero plan`'s only: the training helpers run these two).
+   `--even` forces equal layers and samples on the chosen shape, for comparisons. Tensor
+   parallelism inside nodes only with `--tp-sizes 1,2,4,8` (default 1: `slurm_hetero.training`
+   runs tp ranks as copies of the stage). Solver ranks are mapped to Slurm's: rank = first rank
+   of its node + local rank.
 4. Picks a communicator per group (`engine.comm`): the vendor's library inside one vendor,
    `ucc` (rdma-direct) across vendors with peer-memory RDMA on a shared fabric, else `gloo`
    (cpu-relay). `--backend-override B` forces B everywhere. A backend whose torch package is
@@ -51,6 +71,9 @@ order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 7 + stepid) % 20000, o
 CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / GPU_DEVICE_ORDINAL are narrowed to it and the
 vendor's own variable is set (ASCEND_RT_VISIBLE_DEVICES, MLU_VISIBLE_DEVICES, ...), so the
 device is index 0 of its runtime (LOCAL_RANK is the position on the node, not a device index).
+One level per runtime: where a runtime applies a variable inside another (ROCm and Hygon's DTK:
+HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL inside ROCR_VISIBLE_DEVICES),
+the outer one names the device and the inner ones are 0 (`VendorTraits.relative_visible_envs`).
 SLURM_HETERO_LAYOUT is the layout file (`slurm_hetero.layout.current()` reads it);
 SLURM_HETERO_PLAN_ID is a digest of every rank's layout, equal on all ranks when their inputs
 agree (the training side can all-gather it to check). The communicators' network variables
@@ -90,8 +113,9 @@ Supervision and failure modes
   command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends the step.
 - Before anything starts: an allocation that cannot hold the model fails on every rank with one
   line starting `root cause:` (the model, the memory it needs, the allocation); nodes missing from
-  the inventory, nodes with several device types, more tasks than devices, non-block task
-  placement and an unresolvable MASTER_ADDR are one-line errors as well.
+  the inventory, nodes with several device types, more tasks than devices (than the node's
+  devices in the inventory, or than the step's devices there: SLURM_GPUS_ON_NODE), non-block
+  task placement and an unresolvable MASTER_ADDR are one-line errors as well.
 - `--dry-run` prints every rank's layout and environment (rank 0 only under srun; `--json` for
   JSON) and starts nothing, writes nothing.
 """
@@ -111,10 +135,13 @@ from typing import Any
 from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, build_plan
+from slurm_hetero.errors import ToolError
+from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, StepNodes, build_plan
+from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
+from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
 from slurm_hetero.vendors import vendor_traits
 
@@ -129,7 +156,7 @@ class RunOptions:
     """How to run: the command, where the inventory is, and the launcher's modes."""
 
     command: tuple[str, ...]
-    inventory: Path = DEFAULT_INVENTORY
+    inventory: Path | None = None  # None: DEFAULT_INVENTORY when installed, else what Slurm knows
     log_dir: Path | None = None
     exec_command: bool = False
     dry_run: bool = False
@@ -202,11 +229,38 @@ def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
     return Path(environ.get("TMPDIR") or "/tmp") / f"slurm-hetero-{job_id}.{step}"
 
 
-def load_step_inventory(options: RunOptions, catalog: Catalog) -> ClusterInventory:
-    if options.simulate is None:
-        return inventory.load(options.inventory)
-    known = inventory.load(options.inventory) if options.inventory.exists() else ClusterInventory()
-    return simulated_inventory(options.simulate, known, catalog)
+def inventory_path(options: RunOptions) -> Path | None:
+    """`--inventory` (or SLURM_HETERO_INVENTORY), else the installed default, else None."""
+    if options.inventory is not None:
+        return options.inventory
+    return DEFAULT_INVENTORY if DEFAULT_INVENTORY.exists() else None
+
+
+def slurm_node_records(job: JobEnv, catalog: Catalog, need_facts: bool) -> StepNodes:
+    """The step's nodes as Slurm knows them (`scontrol show node`), for clusters without an
+    installed inventory."""
+    try:
+        gres = scontrol.show_node_gres(job.nodes)
+    except ToolError as e:
+        raise LaunchError(
+            f"no inventory installed ({DEFAULT_INVENTORY}) and asking Slurm for the nodes' GPUs "
+            f"failed ({e}); pass --inventory FILE"
+        ) from e
+    return gres_records(gres, job.nodes, catalog, need_facts)
+
+
+def load_step_inventory(
+    options: RunOptions, catalog: Catalog, job: JobEnv | None = None, need_facts: bool = True
+) -> StepNodes:
+    """The step's node records: the inventory file, else Slurm's own view of the nodes."""
+    path = inventory_path(options)
+    if options.simulate is not None:
+        known = inventory.load(path) if path is not None and path.exists() else ClusterInventory()
+        return simulated_inventory(options.simulate, known, catalog)
+    if path is not None:
+        return inventory.load(path)
+    assert job is not None
+    return slurm_node_records(job, catalog, need_facts)
 
 
 def plan_step(
@@ -220,7 +274,7 @@ def plan_step(
         job = parse_job_env(environ)
         bound = job.devices
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
-    inv = load_step_inventory(options, catalog)
+    inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
     return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound)
 
 
@@ -255,11 +309,17 @@ def describe(plan: LaunchPlan) -> str:
     docs = [r.layout for r in plan.ranks]
     first, even = docs[0], docs[0].even_step_s
     head = (
-        f"{first.model}, global batch {first.global_batch}: {first.kind} layout on "
-        f"{first.world_size} ranks, predicted step {first.predicted_step_s:.4g} s, even split "
-        f"{'does not fit' if even is None else f'{even:.4g} s'}, bound {first.bound_step_s:.4g} s, "
-        f"efficiency {first.efficiency:.3f}; plan {plan.plan_id}"
+        f"no model: even data parallel on {first.world_size} ranks, global batch {first.global_batch} "
+        f"(torchrun-like); plan {plan.plan_id}"
+        if plan.layout is None
+        else (
+            f"{first.model}, global batch {first.global_batch}: {first.kind} layout on "
+            f"{first.world_size} ranks, predicted step {first.predicted_step_s:.4g} s, even split "
+            f"{'does not fit' if even is None else f'{even:.4g} s'}, bound {first.bound_step_s:.4g} s, "
+            f"efficiency {first.efficiency:.3f}; plan {plan.plan_id}"
+        )
     )
+    head += "".join(f"\nwarning: {note}" for note in plan.notes)
     rows = [_row(d) for d in docs]
     groups = {(g.name, g.ranks): g for d in docs for g in d.groups}
     group_rows = [(n, ",".join(map(str, r)), g.backend, g.comm) for (n, r), g in sorted(groups.items())]
@@ -339,6 +399,9 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     if options.simulate is not None and not options.dry_run:
         raise LaunchError("--simulate describes an allocation for --dry-run only; add --dry-run")
     job, plan = plan_step(plan_options, options, environ)
+    if job.rank == 0:
+        for note in plan.notes:
+            logger.warning("%s", note)
     if options.dry_run:
         if job.rank == 0:
             print(

@@ -15,6 +15,8 @@ set to a blank value counts as absent; surrounding whitespace and newlines are s
 ========================  ===========================================================================
 this task's GPUs          SLURM_STEP_GPUS; SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES (only when every item
                           is an index: UUIDs and MIG names are skipped, not errors)
+the step's GPUs on node   SLURM_GPUS_ON_NODE (a count; with --gpus-per-task the lists above hold
+                          only the task's own GPU)
 step id                   SLURM_STEP_ID; SLURM_STEPID
 job id                    SLURM_JOB_ID; SLURM_JOBID
 step's tasks              SLURM_STEP_NUM_TASKS; SLURM_NTASKS; SLURM_NPROCS
@@ -56,6 +58,9 @@ _INDEX = re.compile(r"^[0-9]+$")
 
 # Where Slurm puts this task's GPU indices (positions in gres.conf order), most specific first.
 GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+# The number of GPUs the step has on this node, whatever the task binding (with --gpus-per-task
+# SLURM_STEP_GPUS lists only the task's own): fewer than tasks there means tasks would share one.
+GPUS_ON_NODE = "SLURM_GPUS_ON_NODE"
 # What Slurm's gres/gpu exports for every GPU type.
 SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 _STEP_ID = ("SLURM_STEP_ID", "SLURM_STEPID")
@@ -79,6 +84,7 @@ class TaskDevices:
     gpu_indexes: tuple[int, ...] = ()
     visible: Mapping[str, str] = field(default_factory=dict)
     source: str | None = None
+    on_node: int | None = None  # SLURM_GPUS_ON_NODE: the step's GPUs on this node (None: not set)
 
 
 @dataclass(frozen=True)
@@ -230,14 +236,16 @@ def task_devices(env: Mapping[str, str]) -> TaskDevices:
     """This task's GPU indices, from the first of `GPU_VARIABLES` that names them, and Slurm's
     visible-device variables."""
     visible = {name: value for name in SLURM_VISIBLE if (value := env.get(name, "").strip())}
+    on_node = first_set(env, GPUS_ON_NODE)
+    count = int(on_node[1]) if on_node and _INDEX.match(on_node[1]) else None
     for name in GPU_VARIABLES:
         found = first_set(env, name)
         if found is None or (name == "SLURM_JOB_GPUS" and not _job_gpus_apply(env)):
             continue
         indexes = _gpu_list(*found)
         if indexes is not None:
-            return TaskDevices(indexes, visible, name)
-    return TaskDevices((), visible, None)
+            return TaskDevices(indexes, visible, name, count)
+    return TaskDevices((), visible, None, count)
 
 
 def read_task_env(env: Mapping[str, str]) -> TaskEnv:

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ToolError
+from slurm_hetero import hostlist, proc
+from slurm_hetero.errors import HeteroError, ToolError
 
 # a field starts at a run of key characters followed by `=`, after a space or at the line start
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
@@ -146,3 +146,82 @@ def resume(node: str, dry_run: bool = False) -> list[str]:
 
 def names_of(records: Iterable[SlurmNodeRecord]) -> list[str]:
     return [r.name for r in records]
+
+
+# -- GPUs as Slurm configured them (the launcher's source of device types without an inventory) ---
+
+
+class ScontrolError(HeteroError):
+    """`scontrol show node` said something we cannot read."""
+
+
+@dataclass(frozen=True)
+class NodeGres:
+    """One node's GPUs as Slurm configured them: (type, count) per `gpu` entry, in order.
+
+    A node's `Gres=` lists `name[:type]:count[(S:sockets)]` entries separated by commas (commas
+    inside the parentheses belong to the socket list): `gpu:a100:4(S:0-1),gpumem:320G`. Only `gpu`
+    entries count; `Gres=(null)` is a node without GPUs; `gpu:2` (no type) gives type "".
+    """
+
+    name: str
+    gpus: tuple[tuple[str, int], ...]
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, n in self.gpus)
+
+
+def split_gres(value: str) -> list[str]:
+    """`gpu:a100:2(S:0,1),gpumem:80G` -> ['gpu:a100:2(S:0,1)', 'gpumem:80G'] (commas inside
+    parentheses kept)."""
+    items, depth, current = [], 0, ""
+    for ch in value:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    return [i for i in (*items, current) if i]
+
+
+def gpu_entries(value: str) -> tuple[tuple[str, int], ...]:
+    """The `gpu` entries of one `Gres=` value as (type, count)."""
+    if value in ("", "(null)", "N/A"):
+        return ()
+    out = []
+    for item in split_gres(value):
+        parts = item.split("(", 1)[0].split(":")
+        if parts[0] != "gpu":
+            continue
+        if len(parts) == 2 and parts[1].isdigit():
+            out.append(("", int(parts[1])))
+        elif len(parts) == 3 and parts[2].isdigit():
+            out.append((parts[1], int(parts[2])))
+        elif len(parts) == 2:
+            out.append((parts[1], 1))
+        else:
+            raise ScontrolError(f"cannot read GRES entry {item!r} in Gres={value}")
+    return tuple(out)
+
+
+def parse_show_node(text: str) -> list[NodeGres]:
+    """Every node of `scontrol show node [-d] [-o]` output with its GPUs."""
+    out = []
+    for record in _record_texts(text):
+        fields = parse_fields(record)
+        if "NodeName" in fields:
+            out.append(
+                NodeGres(
+                    fields["NodeName"].split()[0],
+                    gpu_entries(fields.get("Gres", "").split()[0] if fields.get("Gres") else ""),
+                )
+            )
+    return out
+
+
+def show_node_gres(names: Sequence[str], timeout: float = 30.0) -> dict[str, NodeGres]:
+    """The GPUs of `names`, from one `scontrol show node LIST -d -o` call."""
+    text = proc.run(["scontrol", "show", "node", hostlist.fold(names), "-d", "-o"], timeout=timeout)
+    return {n.name: n for n in parse_show_node(text)}

@@ -116,10 +116,15 @@ class AmdVendor(Vendor):
 
     tools: ClassVar[tuple[str, ...]] = ("amd-smi", "rocm-smi")
     # ROCm isolates at two levels: ROCR_VISIBLE_DEVICES picks devices by index, then HIP (and
-    # CUDA_VISIBLE_DEVICES, which HIP also reads) indexes inside that set (ROCm's GPU isolation
+    # CUDA_VISIBLE_DEVICES, which HIP also reads, and GPU_DEVICE_ORDINAL, read by HIP and OpenCL)
+    # index inside that set (ROCm's GPU isolation
     # docs; Slurm's gres.conf Flags=amd_gpu_env).
     visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
-    relative_visible_envs: ClassVar[tuple[str, ...]] = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    relative_visible_envs: ClassVar[tuple[str, ...]] = (
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+    )
     torch_backend: ClassVar[str] = "nccl"  # RCCL presents as NCCL in ROCm builds of torch
     stack_label: ClassVar[str] = "rocm"
     ucc_memory: ClassVar[bool] = True

@@ -72,7 +72,11 @@ class HygonVendor(Vendor):
     tools: ClassVar[tuple[str, ...]] = ("hy-smi", "rocm-smi")
     # The DTK is a ROCm fork: the same two levels as AMD (ROCR picks, HIP indexes inside).
     visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
-    relative_visible_envs: ClassVar[tuple[str, ...]] = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    relative_visible_envs: ClassVar[tuple[str, ...]] = (
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+    )
     torch_backend: ClassVar[str] = "nccl"  # the DTK's RCCL fork, as NCCL
     stack_label: ClassVar[str] = "dtk"
     ccl_env_prefix: ClassVar[str | None] = "NCCL"

@@ -57,3 +57,22 @@ def test_cli_calibrate_writes_the_file_plan_reads(monkeypatch: pytest.MonkeyPatc
     assert json.loads(result.stdout)["type"] == "l40s"
     plan = runner.invoke(cli, ["plan", "--devices", "l40s:2", "--model", "gpt2", "--measured", str(out)])
     assert plan.exit_code == 0, plan.output
+
+
+def test_the_gemm_size_curve_is_fitted_from_the_shapes_plans_use() -> None:
+    peak, half = 300.0, 2.0e6
+    points = [(e, peak * e / (e + half)) for e in (2.5e5, 1e6, 4e6, 1.6e7, 6.4e7)]
+    fitted_peak, fitted_half = cal.fit_gemm_half(points)
+    assert fitted_peak == pytest.approx(peak) and fitted_half == pytest.approx(half)
+    result = cal.calibrate("cpu", "cpu", "fp32", TINY)
+    assert result.gemm_half_elements is not None and result.gemm_half_elements >= 0
+
+
+def test_the_fitted_curve_reaches_plan_through_the_measured_file(tmp_path: Path) -> None:
+    path = tmp_path / "measured.yaml"
+    path.write_text("a100: {layer_tflops: 150, gemm_half_elements: 4000000}\nl40s: 90\n")
+    assert cal.load_gemm_half(path) == {"a100": 4e6}
+    result = CliRunner().invoke(
+        cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path), "--json"]
+    )
+    assert result.exit_code == 0, result.output

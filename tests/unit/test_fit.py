@@ -64,6 +64,15 @@ PARAMS = [
     ("gpt2-xl", 1_557_611_200, 1.56e9, 1e7),
     ("t5-3b", 2_851_598_336, 2851.5e6, 1e6),  # DeepSpeed prints int(P / 1e6): "2851M total params"
     ("t5-large", 737_668_096, 737.67e6, 1e4),  # DeepSpeed memory.rst: "737.67M"
+    # the families of engine.modelfamilies (tests/unit/test_modelfamilies.py: counted by hand from
+    # the Transformers module layout)
+    ("opt-350m", 331_196_416, 331e6, 1e6),
+    ("gpt-neo-2.7b", 2_651_307_520, 2.65e9, 1e7),
+    ("gpt-j-6b", 6_050_882_784, 6.05e9, 1e7),
+    ("falcon-7b", 6_921_720_704, 6.92e9, 1e7),
+    ("gemma-2b", 2_506_172_416, 2.51e9, 1e7),
+    ("qwen1.5-moe-a2.7b", 14_315_784_192, 14.3e9, 1e8),
+    ("deepseek-v2-lite", 15_706_484_224, 15.7e9, 1e8),
 ]
 
 # bigscience/T0_3B's architecture fields (its config as re-saved by a fine-tune that names it as
@@ -615,7 +624,7 @@ def test_cli_reads_a_config_file_and_an_inventory(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--model", "llama-9"], "unknown model 'llama-9'"),
-        (["--model", "/no/such/config.json"], "bundled: gpt2, gpt2-xl"),
+        (["--model", "/no/such/config.json"], "gpt2, gpt2-xl"),
         (["--model", "gpt2", "--batch", "-1"], "batch: must be a positive integer, got -1"),
         (["--model", "gpt2", "--tp", "5"], "tp=5 does not divide the 12 attention heads"),
         (["--model", "gpt2", "--mode", "train", "--zero", "7"], "zero_stage: must be 0, 1, 2 or 3"),

@@ -7,6 +7,7 @@ command line. Timing lives in the bench, not here.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -30,6 +31,7 @@ from slurm_hetero.engine.layout import (
     DeviceGroup,
     LayerCosts,
     Layout,
+    LayoutKind,
     LayoutSpec,
     assign_ranks,
     candidate_shapes,
@@ -69,6 +71,7 @@ def random_spec(rng: random.Random) -> LayoutSpec:
             rng.choice([50.0, 100.0, 150.0, 300.0, 450.0]),
             rng.choice([4e9, 8e9, 16e9, 40e9]),
             rng.choice([25.0, 150.0, 300.0]),
+            rng.choice([0.0, 4e6, 2e7]),  # GEMM size effect: none, moderate, strong
         )
         for i in range(rng.randint(1, 3))
     )
@@ -84,7 +87,10 @@ def random_spec(rng: random.Random) -> LayoutSpec:
         last_param_bytes=rng.uniform(0, 4e8),
         last_act_bytes=rng.uniform(0, 2e9),
     )
-    return LayoutSpec(groups, costs, rng.randint(1, 12), network_gbs=rng.choice([12.5, 25.0]))
+    sizes = rng.choice([(), (1, 2, 4)])  # the searched micro-batch sizes, or 1 only
+    return LayoutSpec(
+        groups, costs, rng.randint(1, 12), network_gbs=rng.choice([12.5, 25.0]), micro_batch_sizes=sizes
+    )
 
 
 def _compositions(total: int, parts: int) -> list[list[int]]:
@@ -96,8 +102,8 @@ def _sample_splits(total: int, parts: int) -> list[tuple[int, ...]]:
 
 
 def exhaustive_step(spec: LayoutSpec) -> float:
-    """The least simulated step over every candidate shape, every layer split, and (up to four
-    replicas) every sample split."""
+    """The least simulated step over every candidate shape (pipeline, data and staged families, every
+    micro-batch size), every layer split, and (up to four replicas) every sample split."""
     best = math.inf
     for shape in candidate_shapes(spec):
         model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
@@ -279,10 +285,11 @@ def test_rank_assignment_follows_slurm_order() -> None:
 @pytest.mark.parametrize("mix", BENCH.MIXES, ids=lambda m: m.name)
 def test_bench_mix_reaches_its_floor_and_beats_the_even_split(mix: Any) -> None:
     """0.97 of the bound; 0.96 for the memory-bound mix, whose V100s recompute most of their
-    layers since plan counts fit's 1 GiB per-device overhead and dropout masks (BENCHMARKS.md)."""
+    layers since plan counts fit's 1 GiB per-device overhead and dropout masks, 0.95 for the
+    three-vendor mix, whose cross-type traffic goes through gloo's cpu-relay (BENCHMARKS.md)."""
     spec = BENCH.mix_spec(mix)
     layout = solve(spec)
-    assert layout.efficiency >= (0.96 if mix.memory_bound else 0.97)
+    assert layout.efficiency >= mix.floor
     assert layout.even_step_s is None or layout.predicted_step_s < layout.even_step_s
     check_layout(spec, layout)
 
@@ -351,9 +358,8 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path, monkeypatch: pytest
         (("--devices", "a100:0", "--model", "gpt2"), "TYPE:N"),
         (("--devices", "a100", "--model", "gpt2"), "TYPE:N"),
         (("--devices", "nosuch:2", "--model", "gpt2"), "known: v100_16g"),
-        (("--devices", "a100:2", "--model", "gpt-5"), "bundled: gpt2"),
+        (("--devices", "a100:2", "--model", "gpt-5"), "bundled: deepseek-v2-lite"),
         (("--devices", "a100:1", "--model", "llama-3-70b"), "need at least"),
-        (("--devices", "ascend910b4:2", "--model", "gpt2"), "--measured"),
         (("--devices", "a100:2", "--model", "gpt2", "--seq", "4096"), "1 to 1024"),
         (("--devices", "a100:2", "--model", "gpt2", "--plot", "x.jpg"), ".png"),
     ],
@@ -361,6 +367,19 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path, monkeypatch: pytest
 def test_plan_errors_are_one_line(args: tuple[str, ...], needle: str) -> None:
     code, _, err = run(*args)
     assert needle in one_line_error(code, err)
+
+
+def test_a_device_without_a_speed_figure_plans_with_a_labelled_estimate() -> None:
+    code, out, err = run("--devices", "a100:2,p800:2", "--model", "gpt2", "--global-batch", "16")
+    assert code == 0 and "efficiency" in out
+    assert "warning: no TFLOPS for p800" in err and "given the speed of a100_80g (140.4 TFLOPS)" in err
+
+
+def test_a_measured_key_that_names_no_type_is_an_error(tmp_path: Path) -> None:
+    measured = tmp_path / "measured.yaml"
+    measured.write_text("ascend910b: 125\n")
+    code, _, err = run("--devices", "a100:2", "--model", "gpt2", "--measured", str(measured))
+    assert "'ascend910b': names no device type; known types: a10, a100_40g" in one_line_error(code, err)
 
 
 def test_measured_throughput_feeds_the_solver(tmp_path: Path) -> None:
@@ -401,3 +420,60 @@ def test_plan_takes_site_type_names_from_an_inventory() -> None:
     assert types <= {"a800", "lab_big"} and "lab_big" in types
     unknown = CliRunner().invoke(cli, args)  # without the inventory, lab_big is no type
     assert unknown.exit_code == 1 and "lab_big" in unknown.output
+
+
+# -- the wider families (issue 11) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mix", BENCH.PUBLISHED, ids=lambda m: m.name)
+def test_published_inputs_beat_a_metis_style_plan_and_the_old_families(mix: Any) -> None:
+    row = BENCH.run_published(mix)
+    assert row["predicted_step_s"] <= row["metis_style_step_s"] * (1 + 1e-9)
+    assert row["predicted_step_s"] < row["narrow_step_s"]
+    assert row["even_step_s"] is None or row["predicted_step_s"] < row["even_step_s"]
+
+
+def test_micro_batch_size_is_searched_and_small_gemms_cost() -> None:
+    mix = BENCH.PUBLISHED[0]  # OPT-350M: 1,024 wide, GEMMs far below the reference size at 1 sample
+    searched = solve(BENCH.mix_spec(mix))
+    one = solve(BENCH.mix_spec(mix, micro_batch_sizes=()))
+    assert searched.pipelines[0].micro_batch > 1 and searched.predicted_step_s < 0.8 * one.predicted_step_s
+
+
+def test_staged_family_gives_each_type_its_own_data_parallel_degree() -> None:
+    mix = BENCH.PUBLISHED[3]
+    spec = BENCH.mix_spec(mix, kinds=(LayoutKind.STAGED,))
+    layout = solve(spec)
+    stages = layout.pipelines[0].stages
+    assert layout.kind == LayoutKind.STAGED and len({s.dp for s in stages}) > 1
+    ranks = assign_ranks(layout)
+    assert sorted(a.rank for a in ranks) == list(range(layout.world_size))
+    for s in stages:  # each stage's data-parallel ranks split the step's samples
+        assert sum(a.samples for a in ranks if a.stage == s.index and a.tp_rank == 0) == layout.global_batch
+
+
+def test_leaving_a_slow_type_idle_when_that_is_faster() -> None:
+    fast = DeviceGroup("fast", (8,), 400.0, 80e9, 300.0)
+    slow = DeviceGroup("slow", (1,), 4.0, 80e9, 300.0)
+    costs = BENCH.mix_spec(BENCH.PUBLISHED[0]).costs
+    spec = LayoutSpec((fast, slow), costs, 64, micro_batch_sizes=(1, 2, 4, 8), leave_out=True)
+    layout = solve(spec)
+    assert layout.left_out == ("slow",) and layout.world_size == 8
+    assert layout.predicted_step_s < solve(dataclasses.replace(spec, leave_out=False)).predicted_step_s
+
+
+def test_cost_objective_prices_the_devices_used() -> None:
+    cheap = DeviceGroup("cheap", (8,), 100.0, 80e9, 300.0, price_per_hour=1.0)
+    dear = DeviceGroup("dear", (8,), 150.0, 80e9, 300.0, price_per_hour=10.0)
+    costs = BENCH.mix_spec(BENCH.PUBLISHED[0]).costs
+    spec = LayoutSpec((cheap, dear), costs, 256, micro_batch_sizes=(4,), leave_out=True)
+    by_time, by_cost = solve(spec), solve(dataclasses.replace(spec, objective="cost"))
+    assert by_time.left_out == () and by_cost.left_out == ("dear",)
+    assert by_cost.cost_per_step_usd is not None and by_time.cost_per_step_usd is not None
+    assert by_cost.cost_per_step_usd < by_time.cost_per_step_usd
+
+
+def test_cross_vendor_pairs_are_priced_at_the_communicator() -> None:
+    spec = BENCH.mix_spec(BENCH.MIXES[3])  # h100 + mi300x + 910b: three vendors
+    relay = 1 / (2 / 25 + 1 / 25)
+    assert all(v == pytest.approx(relay) for v in spec.pair_gbs.values()) and len(spec.pair_gbs) == 3

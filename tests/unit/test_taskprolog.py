@@ -160,4 +160,5 @@ def test_rocm_runtimes_get_rocr_by_index_and_hip_by_position_inside_it() -> None
             "export ROCR_VISIBLE_DEVICES=2,3",
             "export HIP_VISIBLE_DEVICES=0,1",
             "export CUDA_VISIBLE_DEVICES=0,1",
+            "export GPU_DEVICE_ORDINAL=0,1",
         ]

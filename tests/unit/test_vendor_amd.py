@@ -429,4 +429,8 @@ def test_commands_prefer_amd_smi(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(amd.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     assert vendor().commands()[0] == ["amd-smi", "static"]
     assert vendor().visible_devices_env == "ROCR_VISIBLE_DEVICES"
-    assert vendor().relative_visible_envs == ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    assert vendor().relative_visible_envs == (
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+    )

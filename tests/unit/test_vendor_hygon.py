@@ -137,7 +137,11 @@ def test_commands_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hygon.shutil, "which", lambda tool: None)
     assert vendor().commands() == [["rocm-smi", *hygon.HY_SMI_OPTIONS]]
     assert vendor().visible_devices_env == "ROCR_VISIBLE_DEVICES"  # the DTK is ROCm: HIP inside ROCR
-    assert vendor().relative_visible_envs == ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    assert vendor().relative_visible_envs == (
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+    )
 
 
 def test_probe_runs_hy_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

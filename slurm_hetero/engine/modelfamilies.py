@@ -1,0 +1,204 @@
+"""Readers for the model families beyond Llama, GPT-2 and T5 (`engine.modelspec`): OPT, GPT-Neo,
+GPT-J, Falcon, Gemma, Gemma 2, Qwen-MoE (qwen2_moe) and DeepSeek (deepseek, deepseek_v2,
+deepseek_v3). Pure: a config dict in, a `ModelSpec` out; `modelspec.from_hf_config` dispatches here
+by `model_type` (`READERS`).
+
+How each is built, as the Transformers modules allocate it (parameter counts checked against the
+model cards in tests/unit/test_modelfamilies.py):
+
+==========  ===================================================================================
+opt         Learned positions with 2 extra rows; q/k/v/out and fc1/fc2 with biases (`enable_bias`);
+            two LayerNorms per layer, a final one only when `do_layer_norm_before` (and not
+            `_remove_final_layer_norm`); a token table of `word_embed_proj_dim` with
+            project_in/project_out matrices when that differs from hidden (OPT-350m); tied head.
+gpt_neo     GPT-2's layout with unbiased q, k, v (out_proj biased); learned positions; tied head.
+            Local-attention layers (`window_size`) are costed as full causal attention.
+gptj        Rotary; unbiased q/k/v/out, biased fc_in/fc_out; one LayerNorm per layer (attention
+            and MLP in parallel); an untied lm_head with a bias.
+falcon      Fused qkv (multi-query: one kv head; `new_decoder_architecture`: `num_kv_heads`),
+            dense and 4h MLP, biases only with `bias`; one LayerNorm per layer with
+            `parallel_attn` (two with the new architecture, or without parallel attention).
+gemma(2)    Llama's layout (gated MLP, RMSNorm, explicit head_dim) with tied embeddings; Gemma 2
+            has four norms per layer.
+qwen2_moe   Llama-style attention with q/k/v biases; `num_experts` routed experts of
+            `moe_intermediate_size`, one shared expert of `shared_expert_intermediate_size` with
+            a sigmoid gate; every layer sparse (`decoder_sparse_step` 1, no `mlp_only_layers`).
+deepseek*   `n_routed_experts` experts of `moe_intermediate_size` plus `n_shared_experts` shared
+            ones; the first `first_k_dense_replace` layers dense (`intermediate_size`); v2/v3 use
+            multi-head latent attention (`kv_lora_rank`, `q_lora_rank`, `qk_rope_head_dim`,
+            `qk_nope_head_dim`, `v_head_dim`); v3's router has a score-correction bias. Its
+            multi-token-prediction layers are not built by Transformers and not counted.
+==========  ===================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slurm_hetero.engine.modelspec import ModelSpec, _head_dim, _int, _llama_spec
+from slurm_hetero.errors import ConfigError
+
+Reader = Callable[[Mapping[str, Any], str], ModelSpec]
+
+
+def _flag(config: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key)
+    return default if value is None else bool(value)
+
+
+def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
+    """A count that may be absent, null or 0 (then 0)."""
+    return _int(config, key, name) if config.get(key) else 0
+
+
+def _opt(config: Mapping[str, Any], name: str) -> ModelSpec:
+    hidden, heads = _int(config, "hidden_size", name), _int(config, "num_attention_heads", name)
+    positions = _int(config, "max_position_embeddings", name, 2048)
+    bias = _flag(config, "enable_bias", True)
+    pre_norm = _flag(config, "do_layer_norm_before", True)
+    return ModelSpec(
+        name=name, family="opt", model_type="opt", hidden=hidden,
+        layers=_int(config, "num_hidden_layers", name), heads=heads, kv_heads=heads,
+        head_dim=_head_dim({}, name, hidden, heads), intermediate=_int(config, "ffn_dim", name),
+        vocab=_int(config, "vocab_size", name), max_positions=positions,
+        tie_embeddings=_flag(config, "tie_word_embeddings", True), gated_mlp=False,
+        qkv_bias=bias, o_bias=bias, mlp_bias=bias,
+        norm_bias=_flag(config, "layer_norm_elementwise_affine", True),
+        final_norm=pre_norm and not _flag(config, "_remove_final_layer_norm", False),
+        learned_positions=positions + 2, embed_dim=_int(config, "word_embed_proj_dim", name, hidden),
+    )  # fmt: skip
+
+
+def _gpt_neo(config: Mapping[str, Any], name: str) -> ModelSpec:
+    hidden, heads = _int(config, "hidden_size", name), _int(config, "num_heads", name)
+    inner = config.get("intermediate_size")
+    positions = _int(config, "max_position_embeddings", name, 2048)
+    return ModelSpec(
+        name=name, family="gpt_neo", model_type="gpt_neo", hidden=hidden,
+        layers=_int(config, "num_layers", name), heads=heads, kv_heads=heads,
+        head_dim=_head_dim({}, name, hidden, heads),
+        intermediate=_int(config, "intermediate_size", name) if inner is not None else 4 * hidden,
+        vocab=_int(config, "vocab_size", name), max_positions=positions,
+        tie_embeddings=_flag(config, "tie_word_embeddings", True), gated_mlp=False,
+        qkv_bias=False, o_bias=True, mlp_bias=True, norm_bias=True, learned_positions=positions,
+    )  # fmt: skip
+
+
+def _gptj(config: Mapping[str, Any], name: str) -> ModelSpec:
+    hidden, heads = _int(config, "n_embd", name), _int(config, "n_head", name)
+    inner = config.get("n_inner")
+    return ModelSpec(
+        name=name, family="gptj", model_type="gptj", hidden=hidden,
+        layers=_int(config, "n_layer", name), heads=heads, kv_heads=heads,
+        head_dim=_head_dim({}, name, hidden, heads),
+        intermediate=_int(config, "n_inner", name) if inner is not None else 4 * hidden,
+        vocab=_int(config, "vocab_size", name), max_positions=_int(config, "n_positions", name, 2048),
+        tie_embeddings=_flag(config, "tie_word_embeddings", False), gated_mlp=False,
+        mlp_bias=True, norm_bias=True, norms_per_layer=1, lm_head_bias=True,
+    )  # fmt: skip
+
+
+def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
+    hidden, heads = _int(config, "hidden_size", name), _int(config, "num_attention_heads", name)
+    new = _flag(config, "new_decoder_architecture", False)
+    if new:
+        kv_heads = _int(config, "num_kv_heads", name, heads)
+    else:
+        kv_heads = 1 if _flag(config, "multi_query", True) else heads
+    parallel = _flag(config, "parallel_attn", True)
+    bias = _flag(config, "bias", False)
+    inner = config.get("ffn_hidden_size")
+    return ModelSpec(
+        name=name, family="falcon", model_type="falcon", hidden=hidden,
+        layers=_int(config, "num_hidden_layers", name), heads=heads, kv_heads=kv_heads,
+        head_dim=_head_dim(config, name, hidden, heads),
+        intermediate=_int(config, "ffn_hidden_size", name) if inner is not None else 4 * hidden,
+        vocab=_int(config, "vocab_size", name),
+        max_positions=_int(config, "max_position_embeddings", name, 2048),
+        tie_embeddings=_flag(config, "tie_word_embeddings", True), gated_mlp=False,
+        qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
+        norms_per_layer=2 if new or not parallel else 1, fused_qkv=True,
+    )  # fmt: skip
+
+
+def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
+    model_type = str(config["model_type"])
+    tied = {**config, "tie_word_embeddings": _flag(config, "tie_word_embeddings", True)}
+    spec = _llama_spec(tied, name, model_type)
+    return spec if model_type == "gemma" else _with(spec, norms_per_layer=4)
+
+
+def _with(spec: ModelSpec, **changes: Any) -> ModelSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, **changes)
+
+
+def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
+    if _int(config, "decoder_sparse_step", name, 1) != 1 or config.get("mlp_only_layers"):
+        raise ConfigError(
+            "only configs whose every layer is sparse are supported", name, "decoder_sparse_step"
+        )
+    dense = {k: v for k, v in config.items() if k not in ("moe_intermediate_size", "num_experts")}
+    base = _llama_spec({**dense, "model_type": "qwen2"}, name, "qwen2")
+    return _with(
+        base, family="qwen2_moe", model_type="qwen2_moe",
+        intermediate=_int(config, "moe_intermediate_size", name),
+        num_experts=_int(config, "num_experts", name),
+        experts_per_token=_int(config, "num_experts_per_tok", name),
+        shared_intermediate=_optional(config, "shared_expert_intermediate_size", name),
+        shared_gate=bool(config.get("shared_expert_intermediate_size")),
+    )  # fmt: skip
+
+
+def _mla(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    rope, nope = _int(config, "qk_rope_head_dim", name), _int(config, "qk_nope_head_dim", name)
+    q_lora = config.get("q_lora_rank")
+    return {
+        "kv_lora_rank": _int(config, "kv_lora_rank", name),
+        "q_lora_rank": _int(config, "q_lora_rank", name) if q_lora is not None else 0,
+        "qk_rope_dim": rope,
+        "head_dim": rope + nope,
+        "v_head_dim": _int(config, "v_head_dim", name),
+    }
+
+
+def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
+    model_type = str(config["model_type"])
+    if _int(config, "moe_layer_freq", name, 1) != 1:
+        raise ConfigError("only moe_layer_freq 1 is supported", name, "moe_layer_freq")
+    hidden, heads = _int(config, "hidden_size", name), _int(config, "num_attention_heads", name)
+    expert, layers = _int(config, "moe_intermediate_size", name), _int(config, "num_hidden_layers", name)
+    spec = ModelSpec(
+        name=name, family="deepseek", model_type=model_type, hidden=hidden,
+        layers=layers, heads=heads, kv_heads=_int(config, "num_key_value_heads", name, heads),
+        head_dim=_head_dim({}, name, hidden, heads), intermediate=expert,
+        vocab=_int(config, "vocab_size", name),
+        max_positions=_int(config, "max_position_embeddings", name, 4096),
+        tie_embeddings=_flag(config, "tie_word_embeddings", False), gated_mlp=True,
+        num_experts=_int(config, "n_routed_experts", name),
+        experts_per_token=_int(config, "num_experts_per_tok", name),
+        qkv_bias=_flag(config, "attention_bias", False), o_bias=_flag(config, "attention_bias", False),
+        shared_intermediate=_optional(config, "n_shared_experts", name) * expert,
+        router_bias=model_type == "deepseek_v3",
+        dense_layers=min(_optional(config, "first_k_dense_replace", name), layers),
+        dense_intermediate=_int(config, "intermediate_size", name),
+    )  # fmt: skip
+    return _with(spec, **_mla(config, name)) if model_type != "deepseek" else spec
+
+
+READERS: dict[str, Reader] = {
+    "opt": _opt,
+    "gpt_neo": _gpt_neo,
+    "gptj": _gptj,
+    "falcon": _falcon,
+    "RefinedWeb": _falcon,
+    "RefinedWebModel": _falcon,
+    "gemma": _gemma,
+    "gemma2": _gemma,
+    "qwen2_moe": _qwen2_moe,
+    "deepseek": _deepseek,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+}

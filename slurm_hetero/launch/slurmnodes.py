@@ -1,0 +1,61 @@
+"""Node records from what Slurm already knows, for clusters without an installed inventory. Pure:
+`scontrol show node` answers in (`slurm.scontrol.NodeGres`), `SlurmNode`s out.
+
+Each node's `Gres=gpu:TYPE:N` entries become N devices of that type, numbered 0..N-1 in order,
+with the catalog facts of TYPE. A type the catalog does not know is an error when the plan needs
+device facts (a model to lay out), else a device with no vendor traits: the rank then sees only
+Slurm's own visible-device variables (CUDA_VISIBLE_DEVICES, ...), which is what torchrun gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from slurm_hetero.devicespec import Catalog, DeviceSpec
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.model import Device, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.slurm.scontrol import NodeGres
+from slurm_hetero.vendors import vendor_traits
+
+
+class SlurmNodesError(HeteroError):
+    """Slurm's view of the nodes cannot stand in for the inventory."""
+
+
+UNKNOWN_VENDOR = VendorTraits(name="unknown")
+
+
+def _placeholder_spec(gres_type: str) -> DeviceSpec:
+    return DeviceSpec(gres_type, "unknown", gres_type, (), 0.0, "scontrol show node (not in the catalog)")
+
+
+def gres_records(
+    gres: Mapping[str, NodeGres], names: Sequence[str], catalog: Catalog, need_facts: bool
+) -> dict[str, SlurmNode]:
+    """Node records from what Slurm knows (`scontrol show node`: GPU types and counts) when no
+    inventory is installed. A type the catalog lacks is an error when the plan needs device facts
+    (`need_facts`: a model to lay out), else a device seen only through Slurm's own variables."""
+    traits = vendor_traits()
+    missing = [n for n in names if n not in gres]
+    if missing:
+        raise SlurmNodesError(f"scontrol show node does not list {', '.join(missing)}")
+    out = {}
+    for name in names:
+        devices: list[SlurmDevice] = []
+        for gres_type, count in gres[name].gpus:
+            spec = catalog.by_type(gres_type)
+            if spec is None and need_facts:
+                raise SlurmNodesError(
+                    f"{name}: Slurm's GPU type {gres_type or '(none)'!r} is not in the catalog and no "
+                    "inventory is installed; install one at /etc/slurm-hetero/inventory.yaml "
+                    "(slurm-hetero discover, inventory merge), pass --inventory, or add the model "
+                    "to /etc/slurm-hetero/models.d/"
+                )
+            spec = spec or _placeholder_spec(gres_type)
+            vendor = traits.get(spec.vendor, UNKNOWN_VENDOR)
+            for _ in range(count):
+                device = Device(spec.vendor, spec.name, len(devices), "", None, gres_type)
+                devices.append(SlurmDevice(device, vendor, spec))
+        record = NodeInventory(name, tuple(d.device for d in devices))
+        out[name] = SlurmNode(record, tuple(devices), (), (), 1)
+    return out

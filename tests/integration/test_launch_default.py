@@ -1,0 +1,93 @@
+"""`srun slurm-hetero launch` out of the box on the real dev cluster (marker `slurm`): the README's
+command with the inventory `dev-cluster up` installs, the launcher without `--model` and without
+any inventory (device types from `scontrol show node`), more tasks than devices refused, and the
+predicted step time against a measured one (scripts/bench_launch; BENCHMARKS.md has all four
+layouts)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+SITE_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+LAUNCH = [sys.executable, "-m", "slurm_hetero", "launch"]
+PRINT_ENV = (
+    "import os; from slurm_hetero import layout; me = layout.current(); "
+    "print('RANKENV', os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'], "
+    "os.environ['MASTER_ADDR'], me.type, me.model or '-', me.samples, flush=True)"
+)
+
+
+def run(argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False)
+
+
+def rank_lines(stdout: str) -> list[list[str]]:
+    return sorted(line.split("RANKENV ", 1)[1].split() for line in stdout.splitlines() if "RANKENV" in line)
+
+
+def test_dev_cluster_installs_the_inventory_where_the_launcher_looks(dev_cluster: Path) -> None:
+    assert SITE_INVENTORY.read_text() == dev_cluster.read_text()
+
+
+def test_the_readme_launcher_command_runs_as_written(dev_cluster: Path, tmp_path: Path) -> None:
+    # README: sbatch -N3 --gpus-per-node=1 --wrap "srun -K slurm-hetero launch --model llama-3-8b
+    # --global-batch 512 -- python train.py" (train.py: print this rank's place)
+    out = tmp_path / "job.out"
+    tmp_path.chmod(0o777)
+    launch = " ".join([*LAUNCH, "--model", "llama-3-8b", "--global-batch", "512"])
+    wrap = f'srun -K {launch} -- {sys.executable} -c "{PRINT_ENV}"'
+    argv = ["sbatch", "--wait", "-N3", "-w", "a100n1,l40sn1,ascendn1", "--gpus-per-node=1", "-o", str(out)]
+    result = run([*argv, "--wrap", wrap], timeout=600)
+    text = out.read_text() if out.exists() else ""
+    assert result.returncode == 0, result.stderr + text[-3000:]
+    ranks = rank_lines(text)
+    assert [r[:2] for r in ranks] == [["0", "3"], ["1", "3"], ["2", "3"]], text[-3000:]
+    assert {r[4] for r in ranks} == {"a100_80g", "l40s", "ascend910b3"}
+    assert "no TFLOPS for ascend910b3" in text  # the labelled estimate, not a refusal
+
+
+@pytest.fixture
+def no_site_inventory() -> Iterator[None]:
+    """The installed inventory moved aside for one test (restored after)."""
+    aside = SITE_INVENTORY.with_suffix(".yaml.aside")
+    shutil.move(SITE_INVENTORY, aside)
+    try:
+        yield
+    finally:
+        shutil.move(aside, SITE_INVENTORY)
+
+
+def test_without_model_or_inventory_the_launcher_is_torchrun_like(
+    dev_cluster: Path, no_site_inventory: None
+) -> None:
+    srun = ["srun", "-K", "-w", "a100n1,l40sn1", "-N2", "--ntasks-per-node=2", "--gres=gpu:2"]
+    result = run([*srun, *LAUNCH, "--global-batch", "8", "--", sys.executable, "-c", PRINT_ENV])
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = rank_lines(result.stdout)
+    assert [r[:3] for r in ranks] == [["0", "4", "0"], ["1", "4", "1"], ["2", "4", "0"], ["3", "4", "1"]]
+    assert {r[3] for r in ranks} == {"a100n1"} and {r[5] for r in ranks} == {"-"}
+    assert [r[6] for r in ranks] == ["2", "2", "2", "2"]  # even data parallel
+    assert {r[4] for r in ranks} == {"a100_80g", "l40s"}  # Slurm's Type= names, from scontrol show node
+
+
+def test_more_tasks_than_devices_on_a_node_is_refused(dev_cluster: Path) -> None:
+    srun = ["srun", "-w", "a100n1", "-N1", "-n2", "--gpus=1"]
+    result = run([*srun, *LAUNCH, "--", "true"])
+    assert result.returncode != 0
+    assert "a100n1 runs 2 tasks but Slurm gave the step 1 device(s) there" in result.stderr
+
+
+def test_predicted_step_time_is_near_the_measured_one(dev_cluster: Path) -> None:
+    result = run([sys.executable, str(REPO / "scripts" / "bench_launch"), "--case", "data", "--json"], 900)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    row = json.loads(result.stdout)[0]
+    assert 0.8 <= row["measured_over_predicted"] <= 1.25, row

@@ -1,0 +1,74 @@
+"""The families beyond Llama, GPT-2 and T5: each bundled config's exact parameter count (what
+Transformers 5.23 builds from the file on the meta device, equal to the published total),
+what the layout solver gets from it, and the error that names every supported model_type."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_hetero.engine.modelspec import from_hf_config
+from slurm_hetero.errors import ConfigError
+from slurm_hetero.modelconfigs import layer_costs_for, load_model
+
+# (bundled name, exact total, published total, its rounding unit, active per token in billions)
+FAMILIES = [
+    ("opt-350m", 331_196_416, 331e6, 1e6, None),  # OPT paper table 1 "350M"; HF: 331,196,416
+    ("gpt-neo-2.7b", 2_651_307_520, 2.7e9, 0.1e9, None),
+    ("gpt-j-6b", 6_050_882_784, 6_050_882_784, 1, None),  # the model card's exact count
+    ("falcon-7b", 6_921_720_704, 6.92e9, 0.01e9, None),
+    ("gemma-2b", 2_506_172_416, 2.51e9, 0.01e9, None),
+    ("qwen1.5-moe-a2.7b", 14_315_784_192, 14.3e9, 0.1e9, 2.7),  # "A2.7B": 2.7B activated
+    ("deepseek-v2-lite", 15_706_484_224, 15.7e9, 0.1e9, None),
+]
+
+
+@pytest.mark.parametrize(("name", "exact", "published", "unit", "active"), FAMILIES)
+def test_bundled_family_counts(
+    name: str, exact: int, published: float, unit: float, active: float | None
+) -> None:
+    params = load_model(name).params
+    assert params.total == exact
+    assert abs(params.total - published) <= unit / 2
+    if active is not None:
+        assert round(params.active / 1e9, 1) == active
+
+
+@pytest.mark.parametrize("name", [f[0] for f in FAMILIES])
+def test_the_solver_gets_every_layer_and_the_same_total(name: str) -> None:
+    spec = load_model(name)
+    costs = layer_costs_for(name, 512)
+    assert costs.layers == spec.layers
+    held = float(costs.param_bytes.sum()) + costs.first_param_bytes + costs.last_param_bytes
+    assert held == pytest.approx(2 * spec.params.total + costs.tied_param_bytes)
+
+
+def test_opt_350m_projects_a_narrow_embedding_and_has_no_final_norm() -> None:
+    spec = load_model("opt-350m")
+    assert (spec.embed_width, spec.final_norm, spec.learned_positions) == (512, False, 2050)
+    assert spec.params.projection == 2 * 512 * 1024
+
+
+def test_deepseek_dense_first_layer_and_latent_attention() -> None:
+    spec = load_model("deepseek-v2-lite")
+    costs = layer_costs_for("deepseek-v2-lite", 512)
+    assert spec.dense_layers == 1 and spec.is_mla and spec.head_dim == 192
+    assert costs.param_bytes[0] < costs.param_bytes[1] / 5  # dense layer 0: 81M, expert layers 585M
+    assert costs.flops[0] < costs.flops[1]  # 10944 wide against 6 routed + 2 shared experts of 1408
+
+
+def test_falcon_multi_query_and_new_architecture() -> None:
+    old = load_model("falcon-7b")
+    assert (old.kv_heads, old.norms_per_layer) == (1, 1)
+    new = from_hf_config(
+        {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 8, "num_kv_heads": 2,
+         "new_decoder_architecture": True, "num_hidden_layers": 2, "vocab_size": 100},
+        "tiny-falcon",
+    )  # fmt: skip
+    assert (new.kv_heads, new.norms_per_layer) == (2, 2)
+
+
+def test_unknown_model_type_names_every_supported_one() -> None:
+    with pytest.raises(ConfigError) as e:
+        from_hf_config({"model_type": "mamba"}, "m")
+    for name in ("opt", "gpt_neo", "gptj", "falcon", "gemma", "qwen2_moe", "deepseek_v2", "llama", "t5"):
+        assert name in str(e.value)
