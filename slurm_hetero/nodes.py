@@ -58,8 +58,21 @@ def unknown_device(device: Device, node: str | None = None) -> InventoryError:
 
 
 def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> DeviceSpec:
-    """`lookup_spec`, or the one unknown-device error."""
-    spec = lookup_spec(device, catalog)
+    """`lookup_spec`, or the one unknown-device error. A `type:` that is a catalog type (or alias)
+    must be the device's own: naming another model (`type: h100_sxm` on an L40S) or another
+    vendor's device is an error, since Slurm, the hook and the planner would all read the wrong facts."""
+    by_type = catalog.by_type(device.type) if device.type else None
+    by_model = catalog.resolve(device.vendor, device.model)
+    matches_type = by_type is not None and any(p.search(device.model) for p in by_type.patterns)
+    if by_type is not None and (by_type.vendor != device.vendor or (by_model and not matches_type)):
+        where = f"node {node}: " if node else ""
+        own = f"type {by_model.type!r} (this model's) or " if by_model else ""
+        raise InventoryError(
+            f"{where}{device.vendor} device {device.index}: type {device.type!r} is the catalog's "
+            f"{by_type.name} ({by_type.vendor}), not this {device.model!r}; use {own}a site name the "
+            "catalog does not use"
+        )
+    spec = by_type or by_model
     if spec is None:
         raise unknown_device(device, node)
     return spec
@@ -120,6 +133,7 @@ class NodeBuilder:
         ]
         self._shapes = {}
         self._specs: dict[tuple[str, str, str], DeviceSpec] = {}
+        self._type_of: dict[str, tuple[DeviceSpec, str]] = {}  # Type= -> (its facts, first node)
 
     def _device(self, device: Device, node: str) -> SlurmDevice:
         vendor = self.traits.get(device.vendor)
@@ -131,6 +145,12 @@ class NodeBuilder:
         if spec is None:
             spec = self._specs[spec_key] = resolve_spec(device, self.catalog, node)
         typed = device if device.type else dataclasses.replace(device, type=spec.type)
+        first = self._type_of.setdefault(typed.type, (spec, node))
+        if first[0] is not spec:  # Slurm cannot tell two models under one Type= apart
+            raise InventoryError(
+                f"Type= {typed.type!r} names two device models: {first[0].name} (node {first[1]}) and "
+                f"{spec.name} (node {node}); give each model its own type"
+            )
         return SlurmDevice(typed, vendor, spec)
 
     def _shape(

@@ -414,3 +414,30 @@ def test_a_device_neither_type_nor_model_identifies_is_one_error_naming_both() -
         Exception, match="node n1: nvidia device 0: neither type 'lab_tiny' nor model 'Mystery 9000'"
     ):
         slurm_nodes(ClusterInventory((NodeInventory("n1", (odd,)),)), load_catalog())
+
+
+def test_one_type_name_for_two_models_is_one_error() -> None:
+    """Adversarial find (issue 7): `type: big` on an L40S and on an H100 was accepted; plan then read
+    whichever node came last. Slurm cannot tell the two apart."""
+    from slurm_hetero.model import Device, NodeInventory
+
+    l40s = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "big")
+    h100 = Device("nvidia", "NVIDIA H100 80GB HBM3", 0, "/dev/nvidia0", 81559, "big")
+    nodes = (NodeInventory("n1", (l40s,)), NodeInventory("n2", (h100,)))
+    with pytest.raises(Exception, match="Type= 'big' names two device models: NVIDIA L40S .node n1. and"):
+        slurm_nodes(ClusterInventory(nodes), load_catalog())
+
+
+@pytest.mark.parametrize(
+    ("vendor", "model", "gres_type"),
+    [
+        ("nvidia", "NVIDIA L40S", "h100_sxm"),  # another model's catalog type
+        ("ascend", "Ascend910B3", "a100_80g"),  # another vendor's catalog type
+    ],
+)
+def test_a_catalog_type_that_is_not_the_device_is_refused(vendor: str, model: str, gres_type: str) -> None:
+    from slurm_hetero.model import Device, NodeInventory
+
+    device = Device(vendor, model, 0, "/dev/x0", 46068, gres_type)
+    with pytest.raises(Exception, match=f"type '{gres_type}' is the catalog's .* not this '{model}'"):
+        slurm_nodes(ClusterInventory((NodeInventory("n1", (device,)),)), load_catalog())
