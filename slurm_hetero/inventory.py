@@ -27,10 +27,34 @@ from slurm_hetero.readfile import MAX_INVENTORY_BYTES, read_text
 from slurm_hetero.slurm import syntax
 
 try:  # the C loader is ~3x faster on big YAML inventories
-    _YamlLoader: Any = yaml.CSafeLoader
+    _BaseLoader: Any = yaml.CSafeLoader
     _YamlDumper: Any = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - PyYAML built without libyaml
-    _YamlLoader, _YamlDumper = yaml.SafeLoader, yaml.SafeDumper
+    _BaseLoader, _YamlDumper = yaml.SafeLoader, yaml.SafeDumper
+
+
+class _YamlLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """Safe loading that refuses a key given twice in one mapping (YAML would keep the last one
+    silently: a second `nodes:` drops every node above it)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
+        twice = sorted({k for k in keys if keys.count(k) > 1}) if len(set(keys)) != len(keys) else []
+        if twice:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {twice[0]!r} given twice in one mapping", node.start_mark
+            )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (json keeps the last one silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        twice = sorted({k for k, _ in pairs if sum(1 for j, _ in pairs if j == k) > 1})
+        raise ValueError(f"key {twice[0]!r} given twice in one object")
+    return obj
+
 
 _DEVICE_ORDER = [f.name for f in fields(Device)]
 
@@ -283,11 +307,17 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
     if not as_json:
         check_yaml_depth(text, source)
     try:
-        data = json.loads(text) if as_json else yaml.load(text, Loader=_YamlLoader)
+        data = (
+            json.loads(text, object_pairs_hook=_json_object)
+            if as_json
+            else yaml.load(text, Loader=_YamlLoader)
+        )
     except RecursionError:
         raise InventoryError(f"{source}: nested too deeply to be an inventory") from None
     except json.JSONDecodeError as e:
         raise InventoryError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    except ValueError as e:  # a key given twice
+        raise InventoryError(f"{source}: {e}") from e
     except yaml.YAMLError as e:
         raise InventoryError(f"{source}: malformed YAML{_yaml_where(e)}") from e
     return inventory_from_dict(data, source, keep_identity)

@@ -74,7 +74,7 @@ def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
             raise InventoryError(f"{source}: node {syntax.text(node.name)}: {e}") from None
         total += count
         hosts = hostlist.expand(node.name) if count > 1 or "[" in node.name else [node.name]
-        if len(set(hosts)) != len(hosts):
+        if len(set(hosts)) != len(hosts) or len(hosts) != count:  # NodeSet folds `n[1-2],n[2-3]`
             raise InventoryError(f"{source}: node record {node.name!r} names a host twice")
         for host in hosts:
             first = seen.setdefault(host, position)

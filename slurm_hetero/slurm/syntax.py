@@ -63,7 +63,7 @@ _CPU_LIST = _whole(CPU_LIST)
 MAX_DEVICE_MIB = 1024**3  # as units.MAX_MIB: the largest gpumem a request may name
 _SHORT, _LONG = 64, 256
 INVENTORY_RULES: dict[tuple[str, ...], dict[str, object]] = {
-    ("top", "nodes"): {"maxItems": MAX_HOSTS},
+    ("top", "nodes"): {"minItems": 1, "maxItems": MAX_HOSTS},  # an empty inventory would wipe slurm.conf
     ("node", "name"): {"pattern": NODE_NAME, "maxLength": MAX_HOSTLIST},
     ("node", "cpus"): {"minimum": 1, "maximum": MAX_CPUS},
     ("node", "sockets"): {"minimum": 1, "maximum": MAX_CPUS},

@@ -26,6 +26,11 @@ HOSTILE_ENV = {
     "SLURM_HETERO_INVENTORY": "/dev/zero",
     "SLURM_HETERO_VERBOSE": "lots",
     "SLURM_HETERO_CONFIG": "/dev/zero",
+    # adversarial find: these failed Python's start-up, so the task, until the script ran python -I
+    "PYTHONHOME": "/nonexistent",
+    "PYTHONINSPECT": "1",
+    "PYTHONIOENCODING": "bogus",
+    "PYTHONPATH": "/nonexistent",
 }
 
 
