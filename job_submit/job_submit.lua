@@ -487,7 +487,8 @@ local function new_fields(req, choice, item)
   for _, field in ipairs(FIELDS) do
     local kept = (field == target) and { item } or {}
     for _, old in ipairs(req.fields[field]) do
-      if not (old.name == "gpu" or (is_ours(old.name) and choice.kind ~= "shard")) then
+      -- empty items (24.11 hands `--gres=gpumem:20G,,` over as `gres/` items) are dropped too
+      if not (old.name == "gpu" or (is_ours(old.name) and choice.kind ~= "shard") or old.body == "") then
         kept[#kept + 1] = old.text
       end
     end
