@@ -140,9 +140,8 @@ def new_item(choice: Choice, form: str) -> str:
 def _kept(text: str | None, keep_ours: bool) -> list[str]:
     """A field's items without the gpu item, (unless `keep_ours`) the gpumem/gpucore items, and empty
     items (24.11 hands `--gres=gpumem:20G,,` over as `gres/gpumem:20G,gres/,gres/`)."""
-    return [
-        i.text for i in split_items(text) if not (i.name == "gpu" or (i.ours and not keep_ours) or i.body == "")
-    ]
+    dropped = lambda i: i.name == "gpu" or (i.ours and not keep_ours) or i.body == ""  # noqa: E731
+    return [i.text for i in split_items(text) if not dropped(i)]
 
 
 def rewrite_fields(job: Job, request: Request, choice: Choice, item: str) -> dict[str, str | None]:
