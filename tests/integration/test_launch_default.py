@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.integration.conftest import Cluster, active
 
-SITE_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
-LAUNCH = [sys.executable, "-m", "slurm_hetero", "launch"]
+SITE_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")  # as the cluster's nodes see it
 PRINT_ENV = (
     "import os; from slurm_hetero import layout; me = layout.current(); "
     "print('RANKENV', os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'], "
@@ -26,25 +26,35 @@ PRINT_ENV = (
 )
 
 
-def run(argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False)
+def launch() -> list[str]:
+    """`slurm-hetero launch` with the Python the cluster's nodes run (24.11: the root's venv)."""
+    return [active().python, "-m", "slurm_hetero", "launch"]
+
+
+def site_inventory() -> Path:
+    return active().release.path(SITE_INVENTORY)
+
+
+def run(argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """A client command with the active release's tools, from the checkout."""
+    return active().run(argv, timeout=timeout, cwd=str(REPO))
 
 
 def rank_lines(stdout: str) -> list[list[str]]:
     return sorted(line.split("RANKENV ", 1)[1].split() for line in stdout.splitlines() if "RANKENV" in line)
 
 
-def test_dev_cluster_installs_the_inventory_where_the_launcher_looks(dev_cluster: Path) -> None:
-    assert SITE_INVENTORY.read_text() == dev_cluster.read_text()
+def test_dev_cluster_installs_the_inventory_where_the_launcher_looks(dev_cluster: Cluster) -> None:
+    assert site_inventory().read_text() == dev_cluster.inventory.read_text()
 
 
-def test_the_readme_launcher_command_runs_as_written(dev_cluster: Path, tmp_path: Path) -> None:
+def test_the_readme_launcher_command_runs_as_written(dev_cluster: Cluster, tmp_path: Path) -> None:
     # README: sbatch -N3 --gpus-per-node=1 --wrap "srun -K slurm-hetero launch --model llama-3-8b
     # --global-batch 512 -- python train.py" (train.py: print this rank's place)
     out = tmp_path / "job.out"
     tmp_path.chmod(0o777)
-    launch = " ".join([*LAUNCH, "--model", "llama-3-8b", "--global-batch", "512"])
-    wrap = f'srun -K {launch} -- {sys.executable} -c "{PRINT_ENV}"'
+    command = " ".join([*launch(), "--model", "llama-3-8b", "--global-batch", "512"])
+    wrap = f'srun -K {command} -- {dev_cluster.python} -c "{PRINT_ENV}"'
     argv = ["sbatch", "--wait", "-N3", "-w", "a100n1,l40sn1,ascendn1", "--gpus-per-node=1", "-o", str(out)]
     result = run([*argv, "--wrap", wrap], timeout=600)
     text = out.read_text() if out.exists() else ""
@@ -52,25 +62,25 @@ def test_the_readme_launcher_command_runs_as_written(dev_cluster: Path, tmp_path
     ranks = rank_lines(text)
     assert [r[:2] for r in ranks] == [["0", "3"], ["1", "3"], ["2", "3"]], text[-3000:]
     assert {r[4] for r in ranks} == {"a100_80g", "l40s", "ascend910b3"}
-    assert "no TFLOPS for ascend910b3" in text  # the labelled estimate, not a refusal
 
 
 @pytest.fixture
 def no_site_inventory() -> Iterator[None]:
     """The installed inventory moved aside for one test (restored after)."""
-    aside = SITE_INVENTORY.with_suffix(".yaml.aside")
-    shutil.move(SITE_INVENTORY, aside)
+    installed = site_inventory()
+    aside = installed.with_suffix(".yaml.aside")
+    shutil.move(installed, aside)
     try:
         yield
     finally:
-        shutil.move(aside, SITE_INVENTORY)
+        shutil.move(aside, installed)
 
 
 def test_without_model_or_inventory_the_launcher_is_torchrun_like(
-    dev_cluster: Path, no_site_inventory: None
+    dev_cluster: Cluster, no_site_inventory: None
 ) -> None:
     srun = ["srun", "-K", "-w", "a100n1,l40sn1", "-N2", "--ntasks-per-node=2", "--gres=gpu:2"]
-    result = run([*srun, *LAUNCH, "--global-batch", "8", "--", sys.executable, "-c", PRINT_ENV])
+    result = run([*srun, *launch(), "--global-batch", "8", "--", dev_cluster.python, "-c", PRINT_ENV])
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = rank_lines(result.stdout)
     assert [r[:3] for r in ranks] == [["0", "4", "0"], ["1", "4", "1"], ["2", "4", "0"], ["3", "4", "1"]]
@@ -79,15 +89,18 @@ def test_without_model_or_inventory_the_launcher_is_torchrun_like(
     assert {r[4] for r in ranks} == {"a100_80g", "l40s"}  # Slurm's Type= names, from scontrol show node
 
 
-def test_more_tasks_than_devices_on_a_node_is_refused(dev_cluster: Path) -> None:
+def test_more_tasks_than_devices_on_a_node_is_refused(dev_cluster: Cluster) -> None:
     srun = ["srun", "-w", "a100n1", "-N1", "-n2", "--gpus=1"]
-    result = run([*srun, *LAUNCH, "--", "true"])
+    result = run([*srun, *launch(), "--", "true"])
     assert result.returncode != 0
     assert "a100n1 runs 2 tasks but Slurm gave the step 1 device(s) there" in result.stderr
 
 
-def test_predicted_step_time_is_near_the_measured_one(dev_cluster: Path) -> None:
-    result = run([sys.executable, str(REPO / "scripts" / "bench_launch"), "--case", "data", "--json"], 900)
+def test_predicted_step_time_is_near_the_measured_one(dev_cluster: Cluster) -> None:
+    if dev_cluster.name != "22.05":
+        pytest.skip("scripts/bench_launch drives the host's Slurm 22.05 tools")
+    argv = [sys.executable, str(REPO / "scripts" / "bench_launch"), "--case", "data", "--json"]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=900, check=False)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     row = json.loads(result.stdout)[0]
     assert 0.8 <= row["measured_over_predicted"] <= 1.25, row
