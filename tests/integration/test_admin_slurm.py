@@ -92,7 +92,7 @@ def test_a_jobs_cpus_come_from_its_devices_cores(dev_cluster: Cluster) -> None:
         assert match, detail
         cpus, index = parse_cpu_list(match.group(1)), int(match.group(2))
         cores = parse_cpu_list(rendered_cores(dev_cluster)[f"davinci{index}"])
-        # every CPU from the device's cores (on 24.11 the job held 48 CPUs, the device's whole socket)
+        # every CPU from the device's cores (24.11 lists 48 CPU_IDs here, the device's whole socket)
         assert set(cpus) <= set(cores), (cpus, index, cores)
         assert len(cpus) == 4 or dev_cluster.name != "22.05", detail
     finally:
