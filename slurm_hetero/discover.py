@@ -18,7 +18,7 @@ from pathlib import Path
 from slurm_hetero import inventory
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import HeteroError, InventoryError, ParseError
-from slurm_hetero.hosttopo import HostTopology, memtotal_mib, read_topology
+from slurm_hetero.hosttopo import CPU_DIR, HostTopology, memtotal_mib, read_topology
 from slurm_hetero.model import Capture, ClusterInventory, Device, NodeInventory
 from slurm_hetero.nodes import lookup_spec, unknown_device
 from slurm_hetero.readfile import MAX_CAPTURE_BYTES, read_text
@@ -64,12 +64,20 @@ def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device
 
 
 def devices_from_files(
-    vendor_names: Sequence[str], paths: Sequence[Path]
+    vendor_names: Sequence[str], paths: Sequence[Path], model: str | None = None
 ) -> list[tuple[Vendor, list[Device]]]:
-    """Parse captured files: with one --vendor, all files belong to it; without, the parser is sniffed."""
+    """Parse captured files: with one --vendor, all files belong to it; without, the parser is sniffed.
+
+    `model` (`--model`, with one --vendor) names the model of devices whose capture does not, as
+    a vendor's default table may (Hygon's `hy-smi`); the catalog then gives their memory."""
     captures = read_captures(paths)
     if len(vendor_names) > 1:
         raise HeteroError("--from-file takes captures of one vendor at a time; run discover once per vendor")
+    if model is not None:
+        if not vendor_names:
+            raise HeteroError("--model needs --vendor NAME: it names the model of that vendor's captures")
+        vendor = get_vendor(vendor_names[0])
+        return [(vendor, vendor.parse_with_model(captures, model))]
     if vendor_names:
         vendor = get_vendor(vendor_names[0])
         return [(vendor, vendor.parse(captures))]
@@ -146,15 +154,21 @@ def discover_node(
     from_files: Sequence[Path] = (),
     node_name: str | None = None,
     facts: Mapping[str, int] | None = None,
-    root: Path = Path("/"),
+    root: Path | None = None,
+    model: str | None = None,
 ) -> NodeInventory:
     """One node's inventory, live or from captured files.
 
     Node facts (CPUs, sockets, cores, threads, memory): `facts` win; live discovery reads the
-    kernel and maps device affinity to Slurm core indices; `--from-file` asks slurmctld for what
-    it knows of the node; whatever stays unknown is left out (and `gres render` says so).
+    kernel under `root` (default `/`) and maps device affinity to Slurm core indices. With
+    `from_files`, a `root` (`--host-root`: the node's /sys/devices/system/cpu and /proc/meminfo
+    copied under it) does the same for the captured node, else slurmctld is asked for what it
+    knows of the node; whatever stays unknown is left out (and `gres render` says so). `model`
+    (`--model`) names the model where the captures do not (see `devices_from_files`).
     """
-    found = devices_from_files(vendor_names, from_files) if from_files else devices_live(vendor_names)
+    if model is not None and not from_files:
+        raise HeteroError("--model names the model of captured devices; use it with --from-file")
+    found = devices_from_files(vendor_names, from_files, model) if from_files else devices_live(vendor_names)
     devices = [complete_device(d, catalog, v) for v, ds in found for d in ds]
     if not devices:
         raise HeteroError(
@@ -166,11 +180,16 @@ def discover_node(
     except ValueError as e:
         raise InventoryError(f"node name: {e}; pass --node NAME as slurm.conf names the node") from None
     known: dict[str, int] = {}
-    if from_files:
+    if from_files and root is None:
         missing = [k for k in FACT_KEYS if k not in (facts or {})]
         known = slurm_facts(name) if missing and shutil.which("scontrol") else {}
     else:
-        known, topology = live_facts(root)
+        known, topology = live_facts(root or Path("/"))
+        if topology is None and root is not None:
+            raise HeteroError(
+                f"--host-root {root}: no CPU topology under {root / CPU_DIR} "
+                "(copy the node's /sys/devices/system/cpu and /proc/meminfo there)"
+            )
         if topology is not None:
             devices = [with_core_indices(d, topology) for d in devices]
     known.update(facts or {})

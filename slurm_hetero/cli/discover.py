@@ -77,6 +77,18 @@ def _list_vendors() -> None:
 @click.option("--cores-per-socket", type=click.IntRange(min=1), help="NodeName CoresPerSocket=.")
 @click.option("--threads-per-core", type=click.IntRange(min=1), help="NodeName ThreadsPerCore=.")
 @click.option("--real-memory", help="NodeName RealMemory= (MiB, or with a M/G/T suffix).")
+@click.option(
+    "--host-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="With --from-file: a copy of the node's /sys/devices/system/cpu and /proc/meminfo under this "
+    "directory (DIR/sys/..., DIR/proc/meminfo); gives CPUs, sockets, cores, threads and memory as "
+    "slurmd -C would, and turns the captured CPU affinity into Slurm core indices (Cores=).",
+)
+@click.option(
+    "--model",
+    help="With --vendor and --from-file: the device model where the captures name none (Hygon's "
+    "default hy-smi table); memory comes from the catalog.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line (safe to collect from many srun tasks).")
 @click.option("--list-vendors", is_flag=True, help="List registered vendors and whether they can run here.")
 @click.option(
@@ -103,17 +115,23 @@ def discover(
     fan_nodes: str | None,
     fan_all: bool,
     remote_command: str,
+    host_root: Path | None,
+    model: str | None,
     **facts: Any,
 ) -> None:
     """Read this node's accelerators and topology into an inventory (YAML, or JSON with --json).
 
     Live, the node's CPUs, sockets, cores, threads and memory come from the kernel, as slurmd -C
-    reports them. With --from-file they come from --cpus/--sockets/--cores-per-socket/
-    --threads-per-core/--real-memory, else from `scontrol show node` when Slurm knows the node."""
+    reports them. With --from-file they come from --host-root (the node's sysfs and meminfo copied
+    here), --cpus/--sockets/--cores-per-socket/--threads-per-core/--real-memory (these win), else
+    from `scontrol show node` when Slurm knows the node."""
     if list_vendors:
         return _list_vendors()
     if fan_nodes or fan_all:
         return _fan_out(None if fan_all else fan_nodes, remote_command)
-    node = discover_node(load_catalog(models_dirs), vendors, from_files, node_name, node_facts(facts))
+    if host_root is not None and not from_files:
+        raise HeteroError("--host-root reads a captured node's topology; use it with --from-file")
+    catalog = load_catalog(models_dirs)
+    node = discover_node(catalog, vendors, from_files, node_name, node_facts(facts), host_root, model)
     text = inventory.dumps(ClusterInventory(nodes=(node,)), as_json=as_json)
     click.echo(text.replace("\n", "") if as_json else text, nl=as_json)

@@ -66,6 +66,9 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
     type=click.Path(path_type=Path),
     help="Check captured tool output instead of running the tool (repeatable).",
 )
+@click.option(
+    "--model", help="With --vendor and --from-file: the model where the captures name none, as discover."
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be drained or resumed; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line.")
 def health(
@@ -73,6 +76,7 @@ def health(
     node_name: str | None,
     vendors: tuple[str, ...],
     from_files: tuple[Path, ...],
+    model: str | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -83,6 +87,8 @@ def health(
     if expected is None:
         raise InventoryError(f"node {name} is not in {inventory_path}; pass --node NAME or re-render")
     wanted = vendors or tuple(sorted({d.vendor for d in expected.devices}))
-    found = devices_from_files(vendors, from_files) if from_files else devices_live(wanted)
+    if model is not None and not from_files:
+        raise InventoryError("--model names the model of captured devices; use it with --from-file")
+    found = devices_from_files(vendors, from_files, model) if from_files else devices_live(wanted)
     devices = [d for _, ds in found for d in ds]
     _report(check(name, expected, devices, show_node(name), dry_run), dry_run, as_json)

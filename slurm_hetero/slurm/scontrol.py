@@ -67,7 +67,9 @@ class SlurmNodeRecord:
 
     @property
     def drained_by_us(self) -> bool:
-        return self.reason.startswith(DRAIN_PREFIX)
+        """Drained now, with our reason. Slurm 24.11 keeps showing the reason of a resumed node
+        (State=IDLE, Reason=slurm-hetero: ...): that node is ours no longer, and a new fault drains it."""
+        return self.reason.startswith(DRAIN_PREFIX) and "DRAIN" in self.states
 
 
 def _int(value: str | None) -> int | None:

@@ -60,8 +60,9 @@ PARSERS: dict[str, Callable[[Capture, Dialect], Parsed]] = {
 
 
 # merging ---------------------------------------------------------------------------------------
-def merge(parsed: Sequence[Parsed], dialect: Dialect) -> list[Device]:
-    """Combine the captures of one node into devices, in index order."""
+def merge(parsed: Sequence[Parsed], dialect: Dialect, model: str | None = None) -> list[Device]:
+    """Combine the captures of one node into devices, in index order. `model` (the admin's
+    `--model`) stands for a model the captures do not name; their memory then comes from the catalog."""
     indexed = [p for p in parsed if p.gpus]
     hint = AMD_SMI_HINT if any(p.tool == "amd-smi" for p in parsed) else dialect.hint
     if not indexed:
@@ -76,7 +77,10 @@ def merge(parsed: Sequence[Parsed], dialect: Dialect) -> list[Device]:
         for index, gpu in p.gpus.items():
             _merge_facts(facts[index], gpu, _conflict(p, index, dialect))
     links = _collect_links(parsed, facts, dialect)
-    _require(facts, indexed[0], hint, dialect)
+    if model is None:
+        _require(facts, indexed[0], hint, dialect)
+    else:
+        _use_model(facts, indexed[0], model, dialect)
     driver = next((p.driver_version for p in parsed if p.driver_version), None)
     runtime = next((p.runtime_version for p in parsed if p.runtime_version), None)
     return [
@@ -154,7 +158,19 @@ def _require(facts: Mapping[int, Facts], first: Parsed, hint: str, dialect: Dial
         if missing:
             no, line = first.where(index)
             message = f"no {' or '.join(missing)} for {dialect.unit} {index} in {first.what}; "
-            raise dialect.error(first.capture, message + dialect.advice(hint), no, line, tool=first.tool)
+            advice = dialect.advice(hint) + dialect.model_note
+            raise dialect.error(first.capture, message + advice, no, line, tool=first.tool)
+
+
+def _use_model(facts: Mapping[int, Facts], first: Parsed, model: str, dialect: Dialect) -> None:
+    """Give every device the admin's model; a capture that names another model is an error."""
+    for index in sorted(facts):
+        named = facts[index].name or facts[index].short_name
+        if named and named.strip().lower() != model.strip().lower():
+            no, line = first.where(index)
+            message = f"{dialect.unit} {index} is {named} in the captures, not --model {model}"
+            raise dialect.error(first.capture, message, no, line, tool=first.tool)
+        facts[index].name = named or model
 
 
 def build_device(
@@ -181,8 +197,11 @@ def build_device(
     )
 
 
-def parse_captures(captures: Sequence[Capture], dialect: Dialect, formats: Iterable[str]) -> list[Device]:
-    """Detect, parse and merge; a format outside `formats` is refused with its owner's name."""
+def parse_captures(
+    captures: Sequence[Capture], dialect: Dialect, formats: Iterable[str], model: str | None = None
+) -> list[Device]:
+    """Detect, parse and merge; a format outside `formats` is refused with its owner's name.
+    `model`: the admin's name for devices the captures name no model of (see `merge`)."""
     if not captures:
         raise ParseError(dialect.vendor, dialect.tool, "no captures given", "<none>")
     allowed = set(formats)
@@ -198,7 +217,7 @@ def parse_captures(captures: Sequence[Capture], dialect: Dialect, formats: Itera
                 tool="amd-smi",
             )
         parsed.append(PARSERS[kind](capture, dialect))
-    return merge(parsed, dialect)
+    return merge(parsed, dialect, model)
 
 
 def accelerator_pci_vendors(root: Path = PCI_ROOT) -> set[str] | None:

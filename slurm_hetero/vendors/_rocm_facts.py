@@ -50,6 +50,7 @@ class Dialect:
     hint_note: str = ""
     unit: str = "GPU"
     foreign_card_vendor: str = r"haiguang|hygon"
+    model_note: str = ""  # appended to the advice when a table names no model or memory
 
     def advice(self, hint: str) -> str:
         """`also capture ...` for an error message (the dialect's note only with its own hint)."""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from slurm_hetero import proc
-from slurm_hetero.errors import ParseError
+from slurm_hetero.errors import HeteroError, ParseError
 from slurm_hetero.model import Capture, Device, VendorTraits
 
 
@@ -65,6 +65,14 @@ class Vendor(ABC):
     @abstractmethod
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         """Normalize captured outputs into devices (index order). Raises ParseError, never KeyError."""
+
+    def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
+        """`parse` where the admin names the model (`discover --model`) because the captures do not.
+        Vendors whose default table names no model override this; the others name it themselves."""
+        raise HeteroError(
+            f"--model is for captures that name no model (hygon's hy-smi table); {self.name} captures "
+            "name their model: leave --model out"
+        )
 
     def probe(self) -> list[Device]:
         """Live discovery: run the vendor tools and parse what they print."""

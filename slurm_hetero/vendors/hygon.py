@@ -17,7 +17,9 @@ version), `--showtopo` matrices (GPUn, DCUn or HCUn headers accepted), the `--js
 and the default table `DCU Temp AvgPwr [SCLK MCLK] [Fan] Perf PwrCap VRAM% DCU% [Mode]` (the DTK
 23.10.1 fixture; the bracketed columns appear in other releases and only the index is read). That
 table names neither the model nor the memory, so on its own it is a ParseError asking for
-`hy-smi --showproductname --showmeminfo vram` (or the DTK rocm-smi with the same options).
+`hy-smi --showproductname --showmeminfo vram` (or the DTK rocm-smi with the same options), or for
+the model from the admin (`discover --vendor hygon --from-file T --model K100_AI`: `parse_with_model`
+names every device so, the catalog gives the memory; a capture naming another model is an error).
 ROCm-branded output and amd-smi captures are refused with a pointer to `--vendor amd`.
 
 Device fields: vendor "hygon", model as hy-smi reports it (e.g. "K100_AI"), file
@@ -62,6 +64,9 @@ HYGON = Dialect(
     hint_note=" (or the DTK's rocm-smi with the same options)",
     unit="DCU",
     foreign_card_vendor=r"advanced micro devices",
+    model_note=(
+        ", or name the model with --model (`discover --vendor hygon --from-file hy-smi.txt --model K100_AI`)"
+    ),
 )
 
 
@@ -102,6 +107,10 @@ class HygonVendor(Vendor):
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         return parse_captures(captures, self.dialect, self.formats)
+
+    def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
+        """The default table alone with the admin's model; memory comes from the catalog."""
+        return parse_captures(captures, self.dialect, self.formats, model=model)
 
     def probe(self) -> list[Device]:
         captures = [Capture(" ".join(argv), proc.run(argv)) for argv in self.commands()]

@@ -27,6 +27,7 @@ import pytest
 
 from scripts.devcluster import client, release
 from tests.conftest import FIXTURES, REPO
+from tests.hosttree import ATLAS, sysfs_tree
 
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -45,6 +46,17 @@ CAPTURED_NODES = {
         ],
     ),
     "npu910n1": ("ascend", ["npu-smi-info_ascend910-2chips-per-npu_phy-id_drv25.2.0.txt"]),
+}
+# node -> (vendor, captures, host) discovered with `--host-root`: the host's topology tree (built from
+# tests/fixtures/host/<host>.*, see tests/hosttree.py) gives CPUs/Sockets/Cores and Cores= indices.
+# atlasn1: the real npu-smi captures of an 8x 910B3 server on the Atlas 800T A2's topology (4 x 48
+# cores, 192 CPUs, ~1.5 TiB: slurmd takes them from slurm.conf, SlurmdParameters=config_overrides).
+HOST_NODES = {
+    "atlasn1": (
+        "ascend",
+        ["npu-smi-info_8x-910b3_drv24.1.rc1.txt", "npu-smi-info-t-topo_8x-910b3_hccs_cpu-affinity.txt"],
+        ATLAS,
+    ),
 }
 # (The published 310P3 and 310B4 npu-smi excerpts end before the process table npu-smi always
 # prints, so discover refuses them as cut captures; sickn1 below stands in for the alarmed 310B4.)
@@ -94,6 +106,11 @@ def generate_inventory(directory: Path) -> Path:
         if not all(Path(f).exists() for f in files):
             continue
         args = ["discover", "--vendor", vendor, "--node", node, "--json"]
+        lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
+    for node, (vendor, captures, host) in HOST_NODES.items():
+        root = sysfs_tree(directory / f"host-{node}", host)
+        args = ["discover", "--vendor", vendor, "--node", node, "--host-root", str(root), "--json"]
+        files = [str(FIXTURES / vendor / c) for c in captures]
         lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
     (directory / "captured.jsonl").write_text("\n".join(lines) + "\n")
     (directory / "split-socket.yaml").write_text(SPLIT_SOCKET_NODE)

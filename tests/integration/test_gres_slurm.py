@@ -174,6 +174,9 @@ def test_discover_under_srun_then_merge_is_the_admin_pipeline(dev_cluster: Clust
         "ascend",
         "--from-file",
         str(capture),
+        # the same facts on every node (else each asks scontrol, and ascendn1 has CPUs=16: no fold)
+        *("--cpus", "8", "--sockets", "8", "--cores-per-socket", "1", "--threads-per-core", "1"),
+        *("--real-memory", "16000"),
     ]
     out = slurm(
         "srun", "-w", ",".join(nodes), "-N3", "--ntasks-per-node=1", "--chdir", str(REPO), *discover, "--json"

@@ -102,6 +102,8 @@ def test_heterogeneous_job_components_form_one_world(dev_cluster: Cluster, measu
         *cmd,
         ":",
         "-n1",
+        "-w",
+        "ascendn1",  # three nodes of equal Weight have ascend910b3 (ascendn1, atlasn1, sickn1)
         "--gres=gpu:ascend910b3:1",
         *cmd,
     ]

@@ -160,3 +160,45 @@ def test_node_not_in_the_inventory_is_one_line(tmp_path: Path, monkeypatch: pyte
         cli, ["health", "--inventory", str(inv), "--node", "npu1", "--from-file", str(WHOLE)]
     )
     assert result.exit_code == 1 and "node npu1 is not in" in result.stderr
+
+
+def test_hygon_table_alone_is_checked_with_the_admins_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = FIXTURES / "hygon" / "hygon-dcu_rocm-smi-dtk_4x-dcu_paddle-docs.txt"
+    node = discover_node(load_catalog(), ["hygon"], [table], "dcun1", {"cpus": 16}, model="K100_AI")
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(inventory.dumps(ClusterInventory(nodes=(node,))))
+    fake = FakeSlurm(node_line("dcun1"))
+    monkeypatch.setattr(proc, "run", fake.run)
+    args = [
+        "health",
+        "--inventory",
+        str(inv),
+        "--node",
+        "dcun1",
+        "--vendor",
+        "hygon",
+        "--from-file",
+        str(table),
+    ]
+    result = CliRunner().invoke(cli, [*args, "--model", "K100_AI"])
+    assert result.exit_code == 0 and result.output == "" and fake.updates() == []
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and "--model" in result.output
+
+
+def test_a_resumed_node_that_still_shows_our_reason_is_not_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm 24.11 keeps the reason after `state=resume` (State=IDLE): healthy is quiet, and the
+    same fault again drains the node again."""
+    inv = write_inventory(tmp_path)
+    reason = "slurm-hetero: ascend 1 (/dev/davinci1): npu-smi Health:Warning"
+    fake = FakeSlurm(node_line("npu1", "IDLE", reason))
+    result = run_health(inv, WHOLE, fake, monkeypatch)
+    assert result.exit_code == 0 and fake.updates() == []
+    result = run_health(inv, capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert result.exit_code == 1
+    [update] = fake.updates()
+    assert update[3] == "state=drain" and update[4] == f"reason={reason}"

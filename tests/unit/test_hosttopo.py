@@ -21,29 +21,7 @@ from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.vendors import get_vendor
 from tests.conftest import FIXTURES
-
-HOSTS = FIXTURES / "host"
-DGX = "dgx-a100_2x-epyc7742_smt2"
-ATLAS = "atlas-800t-a2_4x-kunpeng920-48c_nosmt"
-
-
-def sysfs_tree(root: Path, host: str) -> Path:
-    """A /sys + /proc tree as the kernel shows it for `host` (lscpu -p rows -> cpuN/topology)."""
-    cpu_dir = root / "sys/devices/system/cpu"
-    rows = [
-        line.split(",")
-        for line in (HOSTS / f"{host}.lscpu-p.txt").read_text().splitlines()
-        if line and not line.startswith("#")
-    ]
-    for cpu, core, socket, _node in rows:
-        topo = cpu_dir / f"cpu{cpu}" / "topology"
-        topo.mkdir(parents=True)
-        (topo / "physical_package_id").write_text(f"{socket}\n")
-        (topo / "core_id").write_text(f"{core}\n")
-    (cpu_dir / "online").write_text(f"0-{len(rows) - 1}\n")
-    (root / "proc").mkdir()
-    shutil.copy(HOSTS / f"{host}.meminfo.txt", root / "proc/meminfo")
-    return root
+from tests.hosttree import ATLAS, DGX, HOSTS, sysfs_tree
 
 
 def expected_slurmd_c(host: str) -> dict[str, str]:
@@ -157,3 +135,51 @@ def test_from_file_without_facts_renders_with_a_warning() -> None:
     assert node.cpus is None
     context = build_context(ClusterInventory(nodes=(node,)), load_catalog(), RenderOptions())
     assert any("lonely1: no CPUs or RealMemory" in n and "CPUs=1" in n for n in context["notes"])
+
+
+ATLAS_NPU = [
+    FIXTURES / "ascend" / "npu-smi-info_8x-910b3_drv24.1.rc1.txt",
+    FIXTURES / "ascend" / "npu-smi-info-t-topo_8x-910b3_hccs_cpu-affinity.txt",
+]
+
+
+def test_from_file_with_host_root_takes_the_captured_hosts_facts_and_cores(tmp_path: Path) -> None:
+    """The Atlas 800T A2's real npu-smi captures with its topology tree: slurmd -C's facts, and the
+    tool's affinity (first NUMA node of each socket) as Slurm core indices."""
+    root = sysfs_tree(tmp_path, ATLAS)
+    args = ["discover", "--vendor", "ascend", "--node", "atlasn1", "--host-root", str(root)]
+    result = CliRunner().invoke(cli, [*args, *[a for f in ATLAS_NPU for a in ("--from-file", str(f))]])
+    assert result.exit_code == 0, result.output
+    node = yaml.safe_load(result.stdout)["nodes"][0]
+    want = expected_slurmd_c(ATLAS)
+    assert (node["cpus"], node["sockets"], node["cores_per_socket"], node["threads_per_core"]) == tuple(
+        int(want[k]) for k in ("CPUs", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
+    )
+    assert sorted({d["cores"] for d in node["devices"]}) == ["0-23", "144-167", "48-71", "96-119"]
+
+
+def test_host_root_maps_smt_siblings_of_a_captured_affinity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = sysfs_tree(tmp_path, DGX)
+    device = Device("nvidia", "NVIDIA A100-SXM4-40GB", 0, "/dev/nvidia0", 40960, cores="112-127,240-255")
+    monkeypatch.setattr(discover, "devices_from_files", lambda *a: [(get_vendor("nvidia"), [device])])
+    node = discover.discover_node(load_catalog(), ["nvidia"], [Path("x")], "dgx1", root=root)
+    assert (node.cpus, node.threads_per_core, node.devices[0].cores) == (256, 2, "112-127")
+
+
+def test_host_root_facts_on_the_command_line_win(tmp_path: Path) -> None:
+    root = sysfs_tree(tmp_path, ATLAS)
+    args = ["discover", "--vendor", "ascend", "--node", "a1", "--host-root", str(root), "--cpus", "96"]
+    result = CliRunner().invoke(cli, [*args, *[a for f in ATLAS_NPU for a in ("--from-file", str(f))]])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["nodes"][0]["cpus"] == 96
+
+
+def test_host_root_without_topology_or_captures_is_one_line(tmp_path: Path) -> None:
+    args = ["discover", "--vendor", "ascend", "--node", "a1", "--host-root", str(tmp_path)]
+    result = CliRunner().invoke(cli, [*args, *[a for f in ATLAS_NPU for a in ("--from-file", str(f))]])
+    assert result.exit_code == 1
+    assert "--host-root" in result.output and "sys/devices/system/cpu" in result.output
+    result = CliRunner().invoke(cli, ["discover", "--host-root", str(tmp_path)])
+    assert result.exit_code == 1 and "use it with --from-file" in result.output

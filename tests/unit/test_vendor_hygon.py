@@ -183,3 +183,64 @@ def test_affinity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert vendor().affinity() == 1
     monkeypatch.setattr(hygon.shutil, "which", lambda tool: None)
     assert vendor().affinity() == 0
+
+
+def discover_table(*extra: str) -> Any:
+    from click.testing import CliRunner
+
+    from slurm_hetero.cli import cli
+
+    args = ["discover", "--vendor", "hygon", "--from-file", str(TABLE), "--node", "dcun1", *extra]
+    return CliRunner().invoke(cli, args)
+
+
+def test_table_alone_error_names_the_model_option() -> None:
+    result = discover_table()
+    assert result.exit_code == 1
+    assert "--model" in result.output and "K100_AI" in result.output
+    assert result.output.startswith("slurm-hetero: ") and result.output.count("\n") == 1
+
+
+def test_table_alone_with_the_admins_model_takes_memory_from_the_catalog() -> None:
+    import yaml
+
+    from slurm_hetero.catalog import load_catalog
+
+    result = discover_table("--model", "K100_AI")
+    assert result.exit_code == 0, result.output
+    devices = yaml.safe_load(result.stdout)["nodes"][0]["devices"]
+    spec = load_catalog().by_type("k100_ai")
+    assert spec is not None
+    assert [d["index"] for d in devices] == [0, 1, 2, 3]
+    assert {(d["model"], d["type"], d["memory_mib"]) for d in devices} == {
+        ("K100_AI", "k100_ai", spec.memory_mib)
+    }
+    assert [d["file"] for d in devices] == [f"/dev/dri/renderD{128 + i}" for i in range(4)]
+
+
+def test_the_admins_model_must_agree_with_a_capture_that_names_one(tmp_path: Path) -> None:
+    capture = Capture("hy-smi.txt", hy_smi())
+    with pytest.raises(ParseError, match="K100_AI in the captures, not --model Z100"):
+        vendor().parse_with_model([capture, table()], "Z100")
+    devices = vendor().parse_with_model([Capture("hy-smi.txt", hy_smi())], "k100_ai")
+    assert {d.model for d in devices} == {"K100_AI"}
+
+
+def test_a_model_the_catalog_does_not_know_is_one_line() -> None:
+    result = discover_table("--model", "X999")
+    assert result.exit_code == 1 and "X999" in result.output and result.output.count("\n") == 1
+
+
+def test_model_is_refused_where_captures_name_their_model() -> None:
+    from click.testing import CliRunner
+
+    from slurm_hetero.cli import cli
+
+    info = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
+    args = ["discover", "--vendor", "ascend", "--from-file", str(info), "--node", "a1", "--model", "910B2C"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and "leave --model out" in result.output
+    result = CliRunner().invoke(cli, ["discover", "--from-file", str(TABLE), "--model", "K100_AI"])
+    assert result.exit_code == 1 and "--model needs --vendor" in result.output
+    result = CliRunner().invoke(cli, ["discover", "--vendor", "hygon", "--model", "K100_AI"])
+    assert result.exit_code == 1 and "use it with --from-file" in result.output

@@ -1,0 +1,168 @@
+"""Issue 12 under the real Slurm: an admin's day on real nodes.
+
+- A node discovered from captured tool output plus the captured host's topology tree
+  (`discover --from-file ... --host-root DIR`, atlasn1 in the session inventory: the real npu-smi
+  captures of an 8x 910B3 server on the Atlas 800T A2's 4 x 48 cores) starts slurmd with each
+  device's `Cores=` bound: slurmd's own GRES view (`slurmd -G`) and slurmctld's node record show
+  them, the node is not INVALID, and a job's CPUs come from its device's cores.
+- `slurm-hetero health --from-file` run as the cluster's client (the release's own scontrol) drains
+  the node when its capture reports one device unhealthy, naming that device, resumes it when the
+  capture is healthy again, and never resumes an admin's own drain.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_hetero import hostlist, inventory
+from slurm_hetero.hosttopo import parse_cpu_list
+from slurm_hetero.slurm.scontrol import parse_fields
+from tests.conftest import FIXTURES, REPO
+from tests.integration.conftest import HOST_NODES, Cluster, slurm
+
+NODE = "atlasn1"
+VENDOR, CAPTURES, _HOST = HOST_NODES[NODE]
+INFO, TOPO = (FIXTURES / VENDOR / c for c in CAPTURES)
+SICK_INDEX = 3
+
+
+def rendered_cores(cluster: Cluster) -> dict[str, str]:
+    """Device file name -> Cores= as gres.conf on the cluster says for NODE (widened on 24.11)."""
+    cores = {}
+    for line in (cluster.etc / "gres.conf").read_text().splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if line.startswith("NodeName=") and NODE in hostlist.expand(fields["NodeName"]) and "Cores" in fields:
+            cores[Path(fields["File"]).name] = fields["Cores"]
+    return cores
+
+
+def node_record(name: str = NODE) -> dict[str, str]:
+    return parse_fields(slurm("scontrol", "show", "node", "-d", "-o", name).strip())
+
+
+def test_the_captured_hosts_node_starts_with_its_devices_cores_bound(dev_cluster: Cluster) -> None:
+    record = inventory.load(dev_cluster.inventory)
+    node = next(n for n in record.nodes if n.name == NODE)
+    assert (node.cpus, node.sockets, node.cores_per_socket, node.threads_per_core) == (192, 4, 48, 1)
+    assert sorted({d.cores for d in node.devices}) == ["0-23", "144-167", "48-71", "96-119"]
+
+    want = rendered_cores(dev_cluster)
+    assert len(want) == 8, want
+    if dev_cluster.name == "22.05":
+        assert want == {f"davinci{d.index}": d.cores for d in node.devices}
+    else:  # widened to whole sockets: 24.11 refuses Cores= that split a socket
+        assert set(want.values()) == {"0-47", "48-95", "96-143", "144-191"}
+
+    # slurmd's own view of its GRES: every device with the Cores= rendered for it
+    result = dev_cluster.run(["slurmd", "-G", "-N", NODE], timeout=30)
+    text = result.stdout + result.stderr
+    seen = dict(re.findall(r"File=\S+/(davinci\d+) Cores=(\S+) CoreCnt=192\b", text))
+    assert seen == want, text
+
+    fields = node_record()
+    state = fields["State"]
+    assert "INVALID" not in state and state.split("+")[0] in {"IDLE", "MIXED", "ALLOCATED"}, fields
+    assert (fields["CPUTot"], fields["Sockets"], fields["CoresPerSocket"], fields["ThreadsPerCore"]) == (
+        "192",
+        "4",
+        "48",
+        "1",
+    )
+    assert fields["Gres"].startswith("gpu:ascend910b3:8(S:0-3)"), fields["Gres"]
+
+
+def test_a_jobs_cpus_come_from_its_devices_cores(dev_cluster: Cluster) -> None:
+    job = slurm(
+        "sbatch", "--parsable", "-w", NODE, "--gres=gpu:ascend910b3:1", "--gres-flags=enforce-binding",
+        "-c", "4", "--mem=500", "-o", "/dev/null", "--wrap", "sleep 30",
+    ).strip().split(";")[0]  # fmt: skip
+    try:
+        detail = ""
+        for _ in range(100):
+            detail = slurm("scontrol", "show", "job", "-d", job)
+            if "CPU_IDs=" in detail:
+                break
+            time.sleep(0.2)
+        match = re.search(r"CPU_IDs=(\S+) .*GRES=gpu:ascend910b3:1\(IDX:(\d+)\)", detail)
+        assert match, detail
+        cpus, index = parse_cpu_list(match.group(1)), int(match.group(2))
+        cores = parse_cpu_list(rendered_cores(dev_cluster)[f"davinci{index}"])
+        # every CPU from the device's cores (24.11 lists 48 CPU_IDs here, the device's whole socket)
+        assert set(cpus) <= set(cores), (cpus, index, cores)
+        assert len(cpus) == 4 or dev_cluster.name != "22.05", detail
+    finally:
+        slurm("scancel", job, check=False)
+
+
+def health(cluster: Cluster, info: Path) -> subprocess.CompletedProcess:
+    """`slurm-hetero health` as the cluster's client: the release's Python and scontrol."""
+    argv = [cluster.python, "-m", "slurm_hetero", "health", "--inventory", str(cluster.inventory)]
+    argv += ["--node", NODE, "--vendor", VENDOR, "--from-file", str(info), "--from-file", str(TOPO)]
+    return cluster.run(argv, timeout=120, cwd=str(REPO))
+
+
+@pytest.fixture
+def sick_capture(tmp_path: Path) -> Path:
+    """The real capture with NPU SICK_INDEX's Health `OK` turned to `Critical` (same column width)."""
+    lines = INFO.read_text().splitlines(keepends=True)
+    row = next(i for i, ln in enumerate(lines) if re.match(rf"\| {SICK_INDEX}\s+910B3\s+\| OK ", ln))
+    lines[row] = lines[row].replace("| OK            |", "| Critical      |", 1)
+    path = tmp_path / "npu-smi-info_one-critical.txt"
+    path.write_text("".join(lines))
+    path.chmod(0o644)
+    return path
+
+
+def wait_drained(drained: bool, timeout: float = 20) -> dict[str, str]:
+    """The node's record once DRAIN is (or is no longer) among its state words."""
+    deadline = time.monotonic() + timeout
+    fields = node_record()
+    while time.monotonic() < deadline and ("DRAIN" in fields["State"]) != drained:
+        time.sleep(0.2)
+        fields = node_record()
+    return fields
+
+
+def test_health_drains_on_an_unhealthy_device_and_resumes_only_its_own_drain(
+    dev_cluster: Cluster, sick_capture: Path
+) -> None:
+    try:
+        healthy = health(dev_cluster, INFO)
+        assert healthy.returncode == 0, healthy.stderr
+        assert "DRAIN" not in node_record()["State"]
+
+        sick = health(dev_cluster, sick_capture)
+        assert sick.returncode == 1, sick.stderr
+        fields = wait_drained(True)
+        assert "DRAIN" in fields["State"], fields
+        reason = fields["Reason"]
+        assert reason.startswith("slurm-hetero:"), reason
+        assert f"ascend {SICK_INDEX} (/dev/davinci{SICK_INDEX}): npu-smi Health:Critical" in reason, reason
+        assert "ascend 0 " not in reason, reason  # only the sick device is named
+
+        again = health(dev_cluster, INFO)
+        assert again.returncode == 0, again.stderr
+        fields = wait_drained(False)
+        assert "DRAIN" not in fields["State"], fields
+        # 24.11 keeps showing the old reason on the resumed node: still quiet, and a fault drains again
+        quiet = health(dev_cluster, INFO)
+        assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+        assert health(dev_cluster, sick_capture).returncode == 1
+        assert "DRAIN" in wait_drained(True)["State"]
+        assert health(dev_cluster, INFO).returncode == 0
+        assert "DRAIN" not in wait_drained(False)["State"]
+
+        slurm("scontrol", "update", f"nodename={NODE}", "state=drain", "reason=admin: swapping NPU 3")
+        for capture in (INFO, sick_capture):
+            result = health(dev_cluster, capture)
+            fields = node_record()
+            assert "DRAIN" in fields["State"], (capture, fields)
+            assert fields["Reason"].startswith("admin: swapping NPU 3"), (capture, fields)
+        assert "drained by an admin" in result.stderr, result.stderr
+    finally:
+        slurm("scontrol", "update", f"nodename={NODE}", "state=resume", check=False)
