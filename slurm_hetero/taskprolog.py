@@ -24,7 +24,6 @@ _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_,.\-]*$")
 EXPORT_LINE = re.compile(r"export [A-Za-z_][A-Za-z0-9_]{0,127}=[A-Za-z0-9_,.\-=/:+%@]{0,4096}")
 PRINT_PREFIX = "print slurm-hetero task-prolog: "
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
-MAX_INDEXES = 4096
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ from slurm_hetero.errors import HeteroError
 
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 _INDEX = re.compile(r"^[0-9]+$")
+_GPU_INDEX = re.compile(r"[0-9]{1,6}")  # bounded: int() of 5,000 digits raises
+MAX_INDEXES = 4096  # GPUs one task can be given
 
 # Where Slurm puts this task's GPU indices (positions in gres.conf order), most specific first.
 GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
@@ -217,11 +219,12 @@ def component_job_ids(env: Mapping[str, str], job_id: str) -> tuple[str, ...]:
 
 def _gpu_list(name: str, value: str) -> tuple[int, ...] | None:
     items = [v.strip() for v in value.split(",") if v.strip()]
-    if all(_INDEX.match(v) for v in items):
+    if len(items) <= MAX_INDEXES and all(_GPU_INDEX.fullmatch(v) for v in items):
         return tuple(int(v) for v in items) or None  # `,` names nothing: the next variable applies
     if name == "CUDA_VISIBLE_DEVICES":
         return None  # UUIDs, MIG names: not positions in gres.conf
-    raise JobEnvError(f"{name}={value!r} is not a list of GPU indices")
+    shown = value if len(value) <= 60 else value[:60] + "..."
+    raise JobEnvError(f"{name}={shown!r} is not a list of GPU indices")
 
 
 def _job_gpus_apply(env: Mapping[str, str]) -> bool:

@@ -284,3 +284,11 @@ def test_any_environment_gives_a_result_or_a_named_error(env: dict[str, str]) ->
                 reader(task)
             except HeteroError:
                 pass
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, ",".join(["1"] * 5000)])
+def test_absurd_gpu_lists_are_one_clear_error(value: str) -> None:
+    """Adversarial find: 5,000 digits raised Python's int-conversion limit; the bound on how many
+    indices a task takes was lost when the TaskProlog's own parser gave way to this reader."""
+    with pytest.raises(JobEnvError, match=r"SLURM_STEP_GPUS='.{60}\.\.\.' is not a list of GPU indices"):
+        read_task_env({"SLURM_STEP_GPUS": value})
