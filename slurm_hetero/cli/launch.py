@@ -51,8 +51,20 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
         master_port=opts["master_port"],
         network_gbs=opts["network_gbs"],
         tp_sizes=parse_tp_sizes(opts["tp_sizes"]),
-        kinds=tuple(LayoutKind(k) for k in opts["kinds"]) or LAUNCH_KINDS,
+        kinds=launch_kinds(opts["kinds"]),
     )
+
+
+def launch_kinds(names: tuple[str, ...]) -> tuple[LayoutKind, ...]:
+    """`--kind` values; `staged` is refused with what to do instead."""
+    if str(LayoutKind.STAGED) in names:
+        raise RequestError(
+            "--kind staged",
+            "launch cannot run the staged family (a data-parallel degree per stage needs activations "
+            "re-split between stages, which slurm_hetero.training does not do); plan it with "
+            "`slurm-hetero plan`, launch with --kind pipeline or --kind data (default: the better of both)",
+        )
+    return tuple(LayoutKind(k) for k in names) or LAUNCH_KINDS
 
 
 def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
@@ -98,8 +110,8 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
     "--kind",
     "kinds",
     multiple=True,
-    type=click.Choice([str(k) for k in LAUNCH_KINDS]),
-    help="Layout family to consider (repeatable) [default: pipeline and data].",
+    type=click.Choice([str(k) for k in LayoutKind]),
+    help="Layout family to consider (repeatable) [default: pipeline and data; staged is plan-only].",
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option(

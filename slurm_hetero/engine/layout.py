@@ -14,11 +14,14 @@ wins (`LayoutSpec.objective`: time, or cost by the catalog's prices):
 - ``pipeline``: one pipeline across the device groups (a group is all devices of one type), each
   group a contiguous run of stages with tensor parallel inside nodes, replicated `d` times (`d`
   divides every group's count). Layers are split unevenly, by speed, capped by memory.
-- ``data``: each group runs copies of one common pipeline shape (same stages, tensor parallel
-  degree and layer split, so gradients line up) and the global batch is split unevenly across
-  these heterogeneous replicas by speed; a group short of memory recomputes.
+- ``data``: each group runs copies of one common pipeline shape (same stages and layer split, so
+  gradients line up; each type its own tensor-parallel degree, the gradient of a stage then
+  reduced shard by shard at the finest degree, `LayoutSpec.mixed_tp`) and the global batch is
+  split unevenly across these heterogeneous replicas by speed; a group short of memory
+  recomputes or takes a higher tensor-parallel degree.
 - ``staged``: one pipeline whose stages each have their own data-parallel degree, each type its
-  own (Metis-style); `slurm-hetero plan` only (the training helpers run the other two).
+  own (Metis-style); `slurm-hetero plan` only (the training helpers run the other two, the
+  data family with one tensor-parallel degree for all types).
 
 Every family is tried at each searched micro-batch size (`micro_batch_sizes`: small micro-batches
 and high tensor-parallel degrees make GEMMs small and slow, `engine.stagecost.gemm_efficiency`).
@@ -103,6 +106,7 @@ class LayoutSpec:
     pair_gbs: Mapping[tuple[int, int], float] = field(default_factory=dict)  # between groups (i < j)
     objective: str = "time"  # or "cost": step seconds x the price of the devices used
     leave_out: bool = False  # may a whole device type stay idle when the step is better without it
+    mixed_tp: bool = True  # data family: may types differ in tensor-parallel degree
 
     def __post_init__(self) -> None:
         if not self.groups or self.global_batch < 1 or self.micro_batch_size < 1:

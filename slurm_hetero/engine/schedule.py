@@ -14,7 +14,8 @@ simulation and its closed form, the sample split and `StepModel`, and these rule
   shapes by water-filling the closed form (faster replicas take more samples), refined by
   simulation for short steps. A replica's gradient weight is its share of the global batch.
 - **Gradients** of each stage are all-reduced over its data-parallel replicas by a ring
-  (`2 (n - 1) / n` times the bytes over the slowest link), overlapped with the stage's last
+  (`2 (n - 1) / n` times the bytes over the slowest link; across a cpu-relay, plus one copy to
+  the host and one back), overlapped with the stage's last
   backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
 """
 
@@ -299,23 +300,29 @@ class StepModel:
         self._ar_gbs = [self._allreduce_gbs(k) for k in range(p)]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
 
-    def _allreduce_gbs(self, k: int) -> float:
-        """Bandwidth of stage `k`'s gradient ring: the device link when all its replicas share a
-        node, else the slowest network hop of the ring (across groups in the data family)."""
+    def _allreduce_gbs(self, k: int) -> tuple[float, float]:
+        """Bandwidth of stage `k`'s gradient ring, and the seconds per byte it pays once on top:
+        the device link when all its replicas share a node, else the slowest network hop of the
+        ring (across groups in the data family). A ring whose types talk through a cpu-relay
+        copies the gradient to the host and back once (`slurm_hetero.training` does: one copy
+        out, gloo's ring between hosts, one copy back), not at every hop: its hops run at the
+        NICs' speed and the copies are the pair's transfer time beyond it."""
         members = sorted({line[k][0] for line in self.shape.lines})
         if len(members) > 1:
-            return min(
-                network_between(self.groups, self.pair_gbs, self.network_gbs, a, b)
-                for a in members
-                for b in members
-            )
+            nic, copies = math.inf, 0.0
+            for a, b in itertools.combinations(members, 2):
+                pair = network_between(self.groups, self.pair_gbs, self.network_gbs, a, b)
+                hop = network_between(self.groups, {}, self.network_gbs, a, b)
+                nic, copies = min(nic, hop), max(copies, 1.0 / (pair * GB) - 1.0 / (hop * GB))
+            return nic, max(0.0, copies)
         g = members[0]
         if self.shape.stage_dp:  # staged: the stage's own devices
             spread = self.shape.replicas[0] * self.shape.lines[0][k][1] * self.shape.dp(k)
         else:
             spread = sum(r * self.shape.block(i, g) for i, r in enumerate(self.shape.replicas))
         inside = spread <= self.groups[g].node_size
-        return self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
+        gbs = self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
+        return gbs, 0.0
 
     def stage(self, line: int, k: int, a: int, e: int) -> tuple[float, float, float, int] | None:
         """(fwd, bwd, memory, recompute) of stage `k` of `line` over `[a, e)`; None if it cannot fit."""
@@ -338,13 +345,16 @@ class StepModel:
         return out
 
     def grad_bytes(self, bounds: Sequence[int]) -> FloatArray:
-        """Gradient bytes per rank of each stage position (what its all-reduce moves)."""
+        """Gradient bytes per rank of each stage position (what its all-reduce moves): with tensor
+        parallel degrees that differ by type (data family), a rank of the least degree holds the
+        most and takes part in the reduction of every finer shard it covers."""
         c, pre = self.costs, self.costs.prefix["params"]
         edges = np.asarray(bounds)
         params = pre[edges[1:]] - pre[edges[:-1]]
         params[0] += c.first_param_bytes
         params[-1] += c.last_param_bytes
-        tp = np.array([t for _, t in self.shape.lines[0]], dtype=np.float64)
+        least = [min(line[k][1] for line in self.shape.lines) for k in range(len(params))]
+        tp = np.array(least, dtype=np.float64)
         out: FloatArray = params * c.grad_factor / tp
         return out
 
@@ -352,12 +362,11 @@ class StepModel:
         """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
         stage's own data-parallel devices)."""
         ranks = sum(self.shape.replicas)
-        return np.array(
-            [
-                ring_allreduce_s(float(v), ranks * self.shape.dp(k), gbs)
-                for k, (v, gbs) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs))
-            ]
-        )
+        out = []
+        for k, (v, (gbs, copies)) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs)):
+            n = ranks * self.shape.dp(k)
+            out.append(ring_allreduce_s(float(v), n, gbs) + (copies * float(v) if n > 1 else 0.0))
+        return np.array(out)
 
     def split(self, stats: Sequence[LineStats]) -> tuple[int, ...]:
         """Samples per replica, by speed (identical replicas get equal shares, the first ones +1)."""

@@ -5,8 +5,9 @@ this module enumerates them for a `LayoutSpec` (`engine.layout`, which owns the 
 follows and searches them through `engine.partition`), in a fixed order:
 
 - ``pipeline``: one pipeline through the types, replicated `d` times (`d` divides every count);
-- ``data``: every type runs copies of one common pipeline shape (same stages and tensor-parallel
-  degree), the batch split unevenly over those replicas;
+- ``data``: every type runs copies of one common pipeline shape (same stages and layer split),
+  each type at its own tensor-parallel degree (allocations of up to `MIXED_TP_MAX_WORLD`
+  devices), the batch split unevenly over those replicas;
 - ``staged``: one pipeline, each type its own stages, tensor- and data-parallel degree (Metis's
   per-type data parallelism); the pipeline's micro-batch is split over a stage's data-parallel
   devices. Bounded to allocations of `STAGED_MAX_WORLD` devices and `STAGED_MAX_STAGES` stages
@@ -69,13 +70,25 @@ def _pipeline_shapes(spec: LayoutSpec) -> Iterator[Shape]:
                         yield Shape(LayoutKind.PIPELINE, (line,), (d,), b)
 
 
+# Degrees that differ by type multiply the data family's candidates by up to 4 ** types, and their
+# loose lower bounds (no all-reduce, no recomputation) would take the split budget of large
+# searches (`partition.MAX_SPLITS`): bounded as the staged family is.
+MIXED_TP_MAX_WORLD = 256
+
+
 def _data_shapes(spec: LayoutSpec) -> Iterator[Shape]:
+    """Every type runs replicas of `p` stages, each type at its own tensor-parallel degree
+    (uniform degrees first; mixed ones up to `MIXED_TP_MAX_WORLD` devices, unless
+    `LayoutSpec.mixed_tp` is False)."""
     counts, k = [g.count for g in spec.groups], len(spec.groups)
-    common = math.gcd(*counts)
-    for t in (t for t in spec.tp_sizes if all(t in _tp_options(spec, g, common) for g in range(k))):
-        for p in (p for p in _divisors(common // t) if p <= spec.costs.layers):
-            lines = tuple(tuple((g, t) for _ in range(p)) for g in range(k))
-            replicas = tuple(n // (p * t) for n in counts)
+    for p in (p for p in _divisors(math.gcd(*counts)) if p <= spec.costs.layers):
+        options = [_tp_options(spec, g, counts[g] // p) for g in range(k)]
+        combos = [c for c in itertools.product(*options) if len(set(c)) == 1]
+        if spec.mixed_tp and sum(counts) <= MIXED_TP_MAX_WORLD:
+            combos += [c for c in itertools.product(*options) if len(set(c)) > 1]
+        for combo in combos:
+            lines = tuple(tuple((g, combo[g]) for _ in range(p)) for g in range(k))
+            replicas = tuple(n // (p * t) for n, t in zip(counts, combo))
             for b in _micro_batches(spec, sum(replicas)):
                 yield Shape(LayoutKind.DATA, lines, replicas, b)
 

@@ -68,7 +68,9 @@ from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
 # What `slurm_hetero.training` runs: the staged family (a data-parallel degree per stage, which
-# needs activations re-split between stages) is planned by `slurm-hetero plan` only.
+# needs activations re-split between stages) and data-parallel replicas whose tensor-parallel
+# degree differs by type (gradients reduced shard by shard across degrees) are planned by
+# `slurm-hetero plan` only; launch plans the best layout among the rest.
 LAUNCH_KINDS = (LayoutKind.PIPELINE, LayoutKind.DATA)
 
 
@@ -292,6 +294,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
         pair_gbs=group_pair_gbs(nodes, options),
         kinds=tuple(k for k in options.kinds if k in LAUNCH_KINDS) or LAUNCH_KINDS,
+        mixed_tp=False,  # the data family's gradient groups pair tp ranks one to one
     )
 
 

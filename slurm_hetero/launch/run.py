@@ -51,7 +51,9 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    fixes it; small GEMMs (small micro-batches, high tensor-parallel degrees) run slower by the
    curve `calibrate` fits (`gemm_half_elements`); links between device types are priced at the
    communicator chosen for them. `--kind pipeline|data` restricts the families (the planner's
-   third, `staged`, is `slurm-hetero plan`'s only: the training helpers run these two).
+   third, `staged`, is `slurm-hetero plan`'s only: the training helpers run these two, and
+   `--kind staged` is refused with that reason; data-parallel replicas whose tensor-parallel
+   degree differs by type are plan-only too, so launch plans data replicas at one degree).
    `--even` forces equal layers and samples on the chosen shape, for comparisons. Tensor
    parallelism inside nodes only with `--tp-sizes 1,2,4,8` (default 1: `slurm_hetero.training`
    runs tp ranks as copies of the stage). Solver ranks are mapped to Slurm's: rank = first rank

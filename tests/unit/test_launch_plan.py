@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.engine.layout import LayoutKind
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import (
     LaunchOptions,
@@ -379,3 +380,15 @@ def test_cli_dry_run_json_and_one_line_errors(tmp_path: Path) -> None:
     assert len(bad.output.strip().splitlines()) == 1
     nodry = runner.invoke(cli, [*base[:-1], "--simulate", "a:l40s:1", "--", "true"])
     assert nodry.exit_code == 1 and "--dry-run" in nodry.output
+
+
+def test_launch_refuses_the_staged_family_and_plans_uniform_tensor_parallel_replicas() -> None:
+    runner = CliRunner()
+    args = ["launch", "--model", "gpt2", "--kind", "staged", "--dry-run", "--simulate", "a:l40s:2"]
+    staged = runner.invoke(cli, args)
+    assert staged.exit_code == 1 and "launch cannot run the staged family" in staged.output
+    assert len(staged.output.strip().splitlines()) == 1 and "slurm-hetero plan" in staged.output
+    job = parse_job_env(fixture_env(0))
+    nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
+    spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, tp_sizes=(1, 2)))
+    assert not spec.mixed_tp and spec.kinds == (LayoutKind.PIPELINE, LayoutKind.DATA)
