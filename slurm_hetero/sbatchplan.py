@@ -173,7 +173,9 @@ def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
     facts = types.get(gpu_type)
     if facts is None:
         known = ", ".join(types) or "none"
-        raise SbatchPlanError(f"{c.named()} asks for gpu type {gpu_type!r}, which the cluster lacks (types: {known})")
+        raise SbatchPlanError(
+            f"{c.named()} asks for gpu type {gpu_type!r}, which the cluster lacks (types: {known})"
+        )
     if not facts.holds(c.per_node, c.nodes, c.devices):
         raise SbatchPlanError(
             f"{c.named()} asks for {c.devices} x {gpu_type} on {c.nodes} node(s); the cluster has "
@@ -199,7 +201,11 @@ def check_gpumem(c: Component, types: Mapping[str, TypeFacts]) -> Decision:
             )
     elif mib is not None and not _fitting(c, types, mib):
         bigger = [f.type for f in types.values() if f.memory_mib >= mib]
-        why = f"types with that much have too few devices ({', '.join(bigger)})" if bigger else "no device has it"
+        why = (
+            f"types with that much have too few devices ({', '.join(bigger)})"
+            if bigger
+            else "no device has it"
+        )
         raise SbatchPlanError(
             f"{c.named()}: gpumem:{format_size(mib)} x {c.devices} device(s): {why} ({largest(types)})"
         )
@@ -218,12 +224,15 @@ def plan_model(
     for c in asking:
         if c.request.gpumem_mib is not None:
             raise SbatchPlanError(
-                f"{c.named()} already asks for gpumem:{format_size(c.request.gpumem_mib)}; drop it or drop --model"
+                f"{c.named()} already asks for gpumem:{format_size(c.request.gpumem_mib)}; "
+                "drop it or drop --model"
             )
     devices = sum(c.devices for c in asking)
     need = suggestions[0].estimate(devices)
     if need is None:
-        raise SbatchPlanError(f"{devices} device(s) are no layout for {model} with these options (tp x pp must divide them)")
+        raise SbatchPlanError(
+            f"{devices} device(s) are no layout for {model} with these options (tp x pp must divide them)"
+        )
     need_mib = math.ceil(need / MIB)
     hint = would_fit(types, suggestions)
     out = {c.index: Decision(c.index, 0) for c in components}

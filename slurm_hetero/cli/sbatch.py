@@ -85,13 +85,21 @@ def _estimates(model: str, options: dict[str, Any]) -> tuple[str, list[Suggestio
     return spec.name, out
 
 
-def plan(sbatch_args: tuple[str, ...], model: str | None, options: dict[str, Any], nodes: list[SlurmNode]) -> tuple[list[str], list[Decision]]:
+def plan(
+    sbatch_args: tuple[str, ...], model: str | None, options: dict[str, Any], nodes: list[SlurmNode]
+) -> tuple[list[str], list[Decision]]:
     """The sbatch argv and each component's decision (pure but for reading the script)."""
     line = split_command_line(sbatch_args)
     if line.script is None and not line.wraps:
-        raise HeteroError("give the job script as a file (the wrapper reads its #SBATCH lines), or use --wrap")
-    script = [] if line.script is None else script_options(
-        read_text(Path(line.script), MAX_CONFIG_BYTES, "job script", ConfigError), line.script
+        raise HeteroError(
+            "give the job script as a file (the wrapper reads its #SBATCH lines), or use --wrap"
+        )
+    script = (
+        []
+        if line.script is None
+        else script_options(
+            read_text(Path(line.script), MAX_CONFIG_BYTES, "job script", ConfigError), line.script
+        )
     )
     parts = component_options(script, os.environ, line)
     components = [component(k, opts) for k, opts in enumerate(parts)]
@@ -110,19 +118,34 @@ def plan(sbatch_args: tuple[str, ...], model: str | None, options: dict[str, Any
 )
 @click.option("--model", help="Bundled model name or a Hugging Face config.json: size the request.")
 @lambda f: fit_options(f, layout=False)
-@click.option("--inventory", "inventory_path", type=click.Path(path_type=Path), envvar="SLURM_HETERO_INVENTORY",
-              help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].")
+@click.option(
+    "--inventory",
+    "inventory_path",
+    type=click.Path(path_type=Path),
+    envvar="SLURM_HETERO_INVENTORY",
+    help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
+)
 @click.option("--dry-run", "--print", "dry_run", is_flag=True, help="Print the sbatch command; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the argv and decisions as JSON.")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
-def sbatch_cmd(model: str | None, inventory_path: Path | None, dry_run: bool, as_json: bool, sbatch_args: tuple[str, ...], **options: Any) -> None:
+def sbatch_cmd(
+    model: str | None,
+    inventory_path: Path | None,
+    dry_run: bool,
+    as_json: bool,
+    sbatch_args: tuple[str, ...],
+    **options: Any,
+) -> None:
     """Submit SBATCH_ARGS... SCRIPT [ARGS...] after checking (and with --model sizing) its request."""
     argv, decisions = plan(sbatch_args, model, options, cluster_nodes(inventory_path))
     for d in decisions:
         if d.note:
             click.echo(f"slurm-hetero: {d.note}", err=True)
     if as_json:
-        rows = [{"component": d.index, "devices": d.devices, "gres": d.gres, "per_device_bytes": d.need_bytes} for d in decisions]
+        rows = [
+            {"component": d.index, "devices": d.devices, "gres": d.gres, "per_device_bytes": d.need_bytes}
+            for d in decisions
+        ]
         click.echo(json.dumps({"argv": argv, "components": rows}))
     elif dry_run:
         click.echo(shlex.join(argv))

@@ -6,7 +6,8 @@ Measured on sbatch 22.05.8 (Debian 12) with `sbatch -vvvv` against a controller 
 
 - Only lines that start with `#SBATCH` in column 0 are directives. Blank lines and other comment
   lines (`#!/bin/bash`, `# note`, an indented `  #SBATCH`) are skipped; the first other line is
-  the first command, and no directive after it counts.
+  the first command, and no directive after it counts. A script with DOS line breaks (`\r\n`)
+  is refused.
 - A directive's words are split at whitespace. `"..."` and `'...'` group words (the quotes are
   dropped), a backslash keeps the next character (but an escaped space still ends the word), an
   unquoted `#` ends the line, an unmatched quote is an error, and an empty word (`""`) ends the
@@ -106,9 +107,7 @@ def _long(args: Sequence[str], i: int) -> tuple[Option, int]:
     if not name:
         if eq:  # an option of a later release: passed on as written
             return Option(word, value, (args[i],)), i + 1
-        raise SbatchArgsError(
-            f"unknown sbatch option --{word}; if it takes a value, write --{word}=VALUE"
-        )
+        raise SbatchArgsError(f"unknown sbatch option --{word}; if it takes a value, write --{word}=VALUE")
     if name in FLAGS and eq:
         raise SbatchArgsError(f"option '--{name}' doesn't allow an argument")
     if name in REQUIRED and not eq:
@@ -200,7 +199,8 @@ def _word_end(line: str, start: int) -> int:
 
 def _argument(line: str, start: int, where: str) -> tuple[str, int]:
     """One word of a directive from `start` (after whitespace): (text, end); text "" ends the line."""
-    out, quote, escaped, i = [], "", False, start
+    out: list[str] = []
+    quote, escaped, i = "", False, start
     while i < len(line) and (quote or line[i] not in _SPACE):
         ch = line[i]
         i += 1
@@ -234,7 +234,7 @@ def directive_words(body: str, where: str) -> tuple[list[str], bool]:
             i += 1
         if i >= len(body):
             return words, False
-        if body[i:_word_end(body, i)].lower() in HET_WORDS:
+        if body[i : _word_end(body, i)].lower() in HET_WORDS:
             return words, not words
         if body[i] == ":":
             raise SbatchArgsError(f"{where}: unexpected ':' in [{body}]")
@@ -251,6 +251,8 @@ def _is_command(line: str) -> bool:
 
 def script_words(text: str, name: str = "script") -> list[list[str]]:
     """The `#SBATCH` argv of each het component of a script (one list when it has no `hetjob`)."""
+    if "\r\n" in text:
+        raise SbatchArgsError(f"{name}: DOS line breaks (\\r\\n); sbatch refuses them: convert with dos2unix")
     components: list[list[str]] = [[]]
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.startswith(MAGIC):
@@ -292,8 +294,10 @@ def component_options(
     env = env_options(environ)
     out = []
     for k in range(count):
-        cmd = line.components[0] if len(line.components) == 1 else (
-            line.components[k] if k < len(line.components) else ()
+        cmd = (
+            line.components[0]
+            if len(line.components) == 1
+            else (line.components[k] if k < len(line.components) else ())
         )
         out.append([*(script[k] if k < len(script) else ()), *env, *cmd])
     return out
