@@ -112,7 +112,8 @@ def test_requests_no_device_holds_are_refused_before_sbatch(tmp_path: Path) -> N
     code, out, err = run("sbatch", "--inventory", INVENTORY, job)
     assert code == 1 and out == ""
     assert err.strip() == (
-        "slurm-hetero: the job: gpumem:1098G x 1 device(s): no device has it (largest device: 80G on a100_80g)"
+        "slurm-hetero: the job: gpumem:1098G x 1 device(s): no device has it "
+        "(largest device: 80G on a100_80g)"
     )
     code, _, err = run(
         "sbatch", "--inventory", INVENTORY, "--model", "llama-3-70b", "--mode", "train", script(tmp_path)
