@@ -126,7 +126,9 @@ def plan(
     help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
 )
 @click.option("--dry-run", "--print", "dry_run", is_flag=True, help="Print the sbatch command; run nothing.")
-@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the argv and decisions as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the sbatch argv and the decisions as JSON; run nothing."
+)
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 def sbatch_cmd(
     model: str | None,

@@ -161,3 +161,27 @@ def test_dry_run_prints_the_final_command_and_bad_input_is_one_line(tmp_path: Pa
     bad.write_text("#!/bin/bash\n#SBATCH -p q r\n")
     code, _, err = run("sbatch", "--inventory", INVENTORY, str(bad))
     assert code == 1 and err.count("\n") == 1 and "invalid directive" in err
+
+
+def test_without_an_inventory_slurms_own_view_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurm_hetero import proc
+    from slurm_hetero.cli import sbatch as wrapper_cli
+
+    calls: list[list[str]] = []
+
+    def scontrol(argv: list[str], timeout: float = 30.0) -> str:
+        calls.append(list(argv))
+        return "NodeName=g1 Arch=x86_64 Gres=gpu:a100_80g:4(S:0-1) State=IDLE\nNodeName=c1 Gres=(null)\n"
+
+    monkeypatch.setattr(wrapper_cli, "DEFAULT_INVENTORY", tmp_path / "absent.yaml")
+    monkeypatch.setattr(proc, "run", scontrol)
+    job = script(tmp_path, "--gres=gpumem:90G")
+    code, _, err = run("sbatch", "--dry-run", job)
+    assert calls == [["scontrol", "show", "node", "-d", "-o"]]
+    assert code == 1 and "largest device: 80G on a100_80g" in err
+    code, out, err = run(
+        "sbatch", "--dry-run", "--model", "llama-3-8b", "--gpus=a100_80g:4", job.replace("job", "job")
+    )
+    assert code == 1 and "already asks for gpumem:90G" in err
