@@ -39,10 +39,11 @@ def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) ->
         if devices is not None and spec.heads % tp:
             return None
         return engine.inference_memory(spec, o["dtype"], o["batch"], o["seq"], o["kv_dtype"], tp, overhead)
-    dp = o["dp"]
-    if devices is not None:
-        if devices % (o["tp"] * o["pp"]):
-            return None
+    if devices is None:
+        dp = o["dp"]
+    elif devices % (o["tp"] * o["pp"]):
+        return None
+    else:
         dp = devices // (o["tp"] * o["pp"])
     return engine.training_memory(
         spec,
@@ -172,8 +173,10 @@ def render_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """fit's own options; those it shares with plan and launch come from `cli.options`."""
+def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any]:
+    """fit's own options; those it shares with plan and launch come from `cli.options`. `layout`
+    False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
+    tp_option = click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
     choices: list[Decorator] = [
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
         click.option(
@@ -185,13 +188,15 @@ def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--batch", type=int, default=1, show_default=True, help="Inference: sequences at once."),
         click.option("--seq", type=int, default=2048, show_default=True, help="Tokens per sequence."),
         cost_options(solver=False),
-        click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
-        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+        tp_option,
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option(
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
         ),
     ]
+    if layout:
+        dp = click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree.")
+        choices.insert(choices.index(tp_option), dp)
     for decorate in reversed(choices):
         f = decorate(f)
     return f
@@ -199,7 +204,7 @@ def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @cli.command("fit")
 @click.option("--model", "model_ref", metavar="NAME|PATH", help="Bundled model name or a config.json path.")
-@_fit_options
+@fit_options
 @click.option(
     "--inventory",
     "inventory_path",

@@ -1,126 +1,155 @@
-"""`slurm-hetero sbatch`: size the request from the fit engine, then hand over to the real sbatch.
+"""`slurm-hetero sbatch`: sbatch with the job's request checked against the cluster, and sized by
+the fit engine when a model is given.
 
-    slurm-hetero sbatch --model llama-3-8b --mode train --seq 4096 --micro-batch 2 --gpus=4 train.sh
+    slurm-hetero sbatch [WRAPPER OPTIONS] [--] [SBATCH OPTIONS] [: SBATCH OPTIONS...] script.sh [ARGS]
+    slurm-hetero sbatch --model llama-3-8b --mode train --seq 4096 --gpus=4 train.sh
 
-adds `--gres=gpumem:<per-device GiB>G` (merged into an existing `--gres`), prints the decision,
-and execs `sbatch` with every other argument untouched; `--dry-run` prints the command only.
-The job_submit hook then turns gpumem into a concrete device type in slurmctld.
+The wrapper's own options (fit's: --model, --mode, --dtype, --zero, ...; --inventory, --dry-run)
+come first; `--` ends them (needed before an sbatch option the wrapper also has, such as --batch).
+It reads the script's `#SBATCH` header, `SBATCH_*` variables and the command line as sbatch does
+(`slurm.sbatchargs`), merges the model's per-device memory into that request (`sbatchplan`: a
+named device type is kept and checked, a bare count gets `gpumem`), checks the result against the
+cluster (the inventory, else what `scontrol show node` reports), and execs sbatch with an argv
+(never a shell). `--dry-run` (or `--print`) prints the sbatch command instead. The job_submit hook
+then turns gpumem into a concrete device type in slurmctld.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import os
-import re
 import shlex
-from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import click
 
+from slurm_hetero import inventory as inventory_io
+from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.cli.fit import load_model
-from slurm_hetero.engine import fit as engine
-from slurm_hetero.engine.modelspec import ModelSpec
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.cli.fit import breakdown, fit_options
+from slurm_hetero.errors import ConfigError, HeteroError, ToolError
+from slurm_hetero.launch.run import DEFAULT_INVENTORY
+from slurm_hetero.launch.slurmnodes import gres_records
+from slurm_hetero.model import SlurmNode
+from slurm_hetero.modelconfigs import load_model
+from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.sbatchplan import (
+    Decision,
+    Suggestion,
+    check_gpumem,
+    cluster_types,
+    component,
+    merged_argv,
+    plan_model,
+)
+from slurm_hetero.slurm import scontrol
+from slurm_hetero.slurm.sbatchargs import component_options, script_options, split_command_line
 
-GIB = 1024**3
-_COUNT_FLAGS = ("--gpus", "-G", "--gpus-per-node")
-
-
-def device_count(args: Sequence[str]) -> int:
-    """Devices the sbatch arguments ask for (`--gpus=N`, `-G N`, `--gpus-per-node=TYPE:N`); default 1."""
-    for i, arg in enumerate(args):
-        flag, sep, value = arg.partition("=")
-        if flag in _COUNT_FLAGS:
-            value = value if sep else (args[i + 1] if i + 1 < len(args) else "")
-            m = re.fullmatch(r"(?:[A-Za-z0-9_\-.]+:)?(\d+)", value)
-            if m is None or int(m.group(1)) < 1:
-                raise HeteroError(f"{flag} {value!r}: expected a device count such as 4 or a100_80g:4")
-            return int(m.group(1))
-    return 1
-
-
-def per_device_bytes(spec: ModelSpec, mode: str, devices: int, o: dict[str, int | str]) -> float:
-    """Memory per device for this model on `devices` devices (data parallel for training, tensor
-    parallel for inference unless --tp is given)."""
-    tp, pp = int(o["tp"]), int(o["pp"])
-    if mode == "infer":
-        return engine.inference_memory(
-            spec, str(o["dtype"]), int(o["batch"]), int(o["seq"]), tp=tp if tp > 1 else devices
-        ).total
-    if devices % (tp * pp):
-        raise HeteroError(f"{devices} devices are not a multiple of tp x pp = {tp * pp}")
-    return engine.training_memory(
-        spec,
-        str(o["dtype"]),
-        micro_batch=int(o["micro_batch"]),
-        seq=int(o["seq"]),
-        zero_stage=int(o["zero"]),
-        dp=devices // (tp * pp),
-        tp=tp,
-        pp=pp,
-        recompute=str(o["recompute"]),
-    ).total
+GIB = 2**30
 
 
-def with_gpumem(args: Sequence[str], gib: int) -> list[str]:
-    """The sbatch arguments with gpumem:<gib>G merged into --gres (added in front if absent)."""
-    out = list(args)
-    for i, arg in enumerate(out):
-        if arg.startswith("--gres="):
-            if "gpumem" in arg:
-                raise HeteroError("--gres already has gpumem: drop it or drop --model")
-            out[i] = f"{arg},gpumem:{gib}G"
-            return out
-    return [f"--gres=gpumem:{gib}G", *out]
+def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
+    """The cluster's nodes: --inventory (or SLURM_HETERO_INVENTORY), else the installed inventory,
+    else Slurm's own view (`scontrol show node`) with the catalog's device facts."""
+    path = inventory_path or (DEFAULT_INVENTORY if DEFAULT_INVENTORY.exists() else None)
+    catalog = load_catalog()
+    if path is not None:
+        return slurm_nodes(inventory_io.load(path, keep_identity=False), catalog)
+    try:
+        gres = scontrol.show_node_gres(())
+    except ToolError as e:
+        raise ConfigError(
+            f"no inventory installed ({DEFAULT_INVENTORY}) and asking Slurm for its nodes failed ({e}); "
+            "pass --inventory FILE"
+        ) from e
+    return list(gres_records(gres, list(gres), catalog, need_facts=True).values())
+
+
+def _estimates(model: str, options: dict[str, Any]) -> tuple[str, list[Suggestion]]:
+    """The model's per-device bytes on n devices, as `fit` computes them; for training without
+    ZeRO-3, the same with ZeRO-3 as a second suggestion."""
+    spec = load_model(model)
+
+    def bytes_at(o: dict[str, Any]) -> Any:
+        def estimate(devices: int) -> float | None:
+            b = breakdown(spec, o, devices)
+            return None if b is None else b.total
+
+        return estimate
+
+    out = [Suggestion("", bytes_at(options))]
+    if options["mode"] == "train" and options["zero"] < 3:
+        out.append(Suggestion("with --zero 3", bytes_at({**options, "zero": 3})))
+    return spec.name, out
+
+
+def plan(
+    sbatch_args: tuple[str, ...], model: str | None, options: dict[str, Any], nodes: list[SlurmNode]
+) -> tuple[list[str], list[Decision]]:
+    """The sbatch argv and each component's decision (pure but for reading the script)."""
+    line = split_command_line(sbatch_args)
+    if line.script is None and not line.wraps:
+        raise HeteroError(
+            "give the job script as a file (the wrapper reads its #SBATCH lines), or use --wrap"
+        )
+    script = (
+        []
+        if line.script is None
+        else script_options(
+            read_text(Path(line.script), MAX_CONFIG_BYTES, "job script", ConfigError), line.script
+        )
+    )
+    parts = component_options(script, os.environ, line)
+    components = [component(k, opts) for k, opts in enumerate(parts)]
+    types = cluster_types(nodes)
+    if model is None:
+        decisions = [check_gpumem(c, types) for c in components]
+    else:
+        name, suggestions = _estimates(model, options)
+        decisions = plan_model(components, types, name, suggestions)
+    tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
+    return merged_argv(line.components, decisions, [*tail, *line.script_args]), decisions
 
 
 @cli.command(
     name="sbatch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
-@click.option("--model", required=True, help="Bundled model name or a Hugging Face config.json.")
-@click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True)
-@click.option("--dtype", default="bf16", show_default=True)
-@click.option("--seq", type=int, default=2048, show_default=True)
+@click.option("--model", help="Bundled model name or a Hugging Face config.json: size the request.")
+@lambda f: fit_options(f, layout=False)
 @click.option(
-    "--micro-batch", type=int, default=1, show_default=True, help="Training micro-batch per device."
+    "--inventory",
+    "inventory_path",
+    type=click.Path(path_type=Path),
+    envvar="SLURM_HETERO_INVENTORY",
+    help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
 )
-@click.option("--batch", type=int, default=1, show_default=True, help="Inference batch (sequences).")
-@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
-@click.option("--tp", type=int, default=1, show_default=True)
-@click.option("--pp", type=int, default=1, show_default=True)
+@click.option("--dry-run", "--print", "dry_run", is_flag=True, help="Print the sbatch command; run nothing.")
 @click.option(
-    "--recompute",
-    type=click.Choice(["none", "selective", "full"]),
-    default="selective",
-    show_default=True,
-    help="Activation recomputation (selective ~ flash attention).",
+    "--json", "as_json", is_flag=True, help="Print the sbatch argv and the decisions as JSON; run nothing."
 )
-@click.option("--headroom-gib", type=float, default=0.0, show_default=True, help="Extra GiB per device.")
-@click.option("--dry-run", is_flag=True, help="Print the sbatch command; run nothing.")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 def sbatch_cmd(
-    model: str,
-    mode: str,
-    headroom_gib: float,
+    model: str | None,
+    inventory_path: Path | None,
     dry_run: bool,
+    as_json: bool,
     sbatch_args: tuple[str, ...],
-    **options: int | str,
+    **options: Any,
 ) -> None:
-    """Submit with gpumem computed by the fit engine: SBATCH_ARGS... SCRIPT [ARGS...]."""
-    if not sbatch_args:
-        raise HeteroError("nothing to submit: give sbatch options and a script")
-    spec = load_model(model)
-    devices = device_count(sbatch_args)
-    need = per_device_bytes(spec, mode, devices, options) + headroom_gib * GIB
-    gib = max(1, math.ceil(need / GIB))
-    argv = ["sbatch", *with_gpumem(sbatch_args, gib)]
-    click.echo(
-        f"slurm-hetero: {spec.name} {mode} needs {need / GIB:.1f} GiB per device on {devices} device(s)"
-        f" -> --gres=gpumem:{gib}G",
-        err=True,
-    )
-    if dry_run:
+    """Submit SBATCH_ARGS... SCRIPT [ARGS...] after checking (and with --model sizing) its request."""
+    argv, decisions = plan(sbatch_args, model, options, cluster_nodes(inventory_path))
+    for d in decisions:
+        if d.note:
+            click.echo(f"slurm-hetero: {d.note}", err=True)
+    if as_json:
+        rows = [
+            {"component": d.index, "devices": d.devices, "gres": d.gres, "per_device_bytes": d.need_bytes}
+            for d in decisions
+        ]
+        click.echo(json.dumps({"argv": argv, "components": rows}))
+    elif dry_run:
         click.echo(shlex.join(argv))
-        return
-    os.execvp("sbatch", argv)  # hand over; sbatch's exit code is ours
+    if not (dry_run or as_json):
+        os.execvp("sbatch", argv)  # hand over; sbatch's exit code is ours

@@ -224,6 +224,7 @@ def parse_show_node(text: str) -> list[NodeGres]:
 
 
 def show_node_gres(names: Sequence[str], timeout: float = 30.0) -> dict[str, NodeGres]:
-    """The GPUs of `names`, from one `scontrol show node LIST -d -o` call."""
-    text = proc.run(["scontrol", "show", "node", hostlist.fold(names), "-d", "-o"], timeout=timeout)
+    """The GPUs of `names` (every node when empty), from one `scontrol show node LIST -d -o` call."""
+    which = [hostlist.fold(names)] if names else []
+    text = proc.run(["scontrol", "show", "node", *which, "-d", "-o"], timeout=timeout)
     return {n.name: n for n in parse_show_node(text)}

@@ -1,0 +1,281 @@
+"""What `slurm-hetero sbatch` submits: the job's own request (script `#SBATCH` lines, `SBATCH_*`
+variables, command line, read by `slurm.sbatchargs` as sbatch reads them) merged with the memory the
+fit engine says a model needs, and checked against the cluster's devices before sbatch runs.
+
+Pure: options, node records (`nodes.slurm_nodes` or Slurm's own view) and a per-device estimate
+(`Breakdown` of `engine.fit`, the one `slurm-hetero fit` prints) in; the decision out.
+
+Merge rules, per het component:
+- a device type the job names (`--gres=gpu:TYPE:N`, `--gpus=TYPE:N`, `--gpus-per-node=TYPE:N`,
+  `--gpus-per-task=TYPE:N`) is kept; the cluster must have that type with enough devices, and with
+  a model, its memory must hold the model's per-device figure at the job's device count;
+- a count without a type (`--gpus=4`) gets `gpumem:SIZE` added to its `--gres`; so does a job that
+  asks for no device at all (one device per node, as Slurm counts it), only where a model is given;
+- a gpumem the user wrote is kept and checked (no model: at least one type must hold it; with a
+  model: an error, the two would disagree);
+- a request nothing in the cluster holds is refused, naming the largest device and what would fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.model import SlurmNode
+from slurm_hetero.slurm.sbatchargs import Option, min_count, values
+from slurm_hetero.units import Request, format_size, parse_fields
+
+MIB = 2**20
+GIB = 2**30
+Estimate = Callable[[int], "float | None"]  # devices -> bytes per device (None: no layout)
+
+
+class SbatchPlanError(HeteroError):
+    """The job cannot run on this cluster as asked."""
+
+
+# ------------------------------------------------------------------------------- the cluster
+@dataclass
+class TypeFacts:
+    """One device type of the cluster: the smallest memory of its devices and devices per host."""
+
+    type: str
+    vendor: str
+    memory_mib: int
+    per_host: list[int] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_host)
+
+    def holds(self, per_node: int, nodes: int, total: int) -> bool:
+        """Whether `nodes` hosts with `per_node` devices each, `total` in all, exist."""
+        return sum(1 for n in self.per_host if n >= per_node) >= nodes and self.total >= total
+
+
+def cluster_types(nodes: Sequence[SlurmNode]) -> dict[str, TypeFacts]:
+    """Healthy devices by type, largest memory first."""
+    out: dict[str, TypeFacts] = {}
+    for node in nodes:
+        counts: dict[str, int] = {}
+        for device in node.devices:
+            facts = out.setdefault(device.type, TypeFacts(device.type, device.vendor.name, device.memory_mib))
+            facts.memory_mib = min(facts.memory_mib, device.memory_mib)
+            counts[device.type] = counts.get(device.type, 0) + 1
+        for name, count in counts.items():
+            out[name].per_host += [count] * node.hosts
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1].memory_mib, kv[0])))
+
+
+def largest(types: Mapping[str, TypeFacts]) -> str:
+    if not types:
+        return "the cluster has no GPUs"
+    best = next(iter(types.values()))
+    return f"largest device: {format_size(best.memory_mib)} on {best.type}"
+
+
+# ---------------------------------------------------------------------------- the job's request
+@dataclass(frozen=True)
+class Component:
+    """One het component as sbatch will send it: its options' last values and our request."""
+
+    index: int
+    options: Mapping[str, str | None]
+    request: Request
+    nodes: int
+    tasks: int
+
+    @property
+    def asks_devices(self) -> bool:
+        return self.request.gpu_count is not None or self.request.asks
+
+    @property
+    def devices(self) -> int:
+        """Devices of the whole component (Slurm's default: one per node when none is counted)."""
+        count, scope = self.request.count, self.request.gpu_field
+        if scope == "tres_per_job":
+            return count
+        return count * (self.tasks if scope == "tres_per_task" else self.nodes)
+
+    @property
+    def per_node(self) -> int:
+        return math.ceil(self.devices / self.nodes)
+
+    def named(self) -> str:
+        return f"het component {self.index}" if self.index else "the job"
+
+
+def _gpu_item(value: str | None) -> str | None:
+    return f"gpu:{value}" if value else None
+
+
+def component(index: int, options: Sequence[Option]) -> Component:
+    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values)."""
+    v = values(options)
+    request = parse_fields(
+        [
+            ("tres_per_node", v.get("gres")),
+            ("tres_per_job", _gpu_item(v.get("gpus"))),
+            ("tres_per_node", _gpu_item(v.get("gpus-per-node"))),
+            ("tres_per_task", _gpu_item(v.get("gpus-per-task"))),
+        ]
+    )
+    nodes = min_count(v.get("nodes"), "--nodes")
+    per_node_tasks = v.get("ntasks-per-node")
+    tasks = min_count(v.get("ntasks"), "--ntasks", nodes * min_count(per_node_tasks, "--ntasks-per-node"))
+    return Component(index, v, request, nodes, tasks)
+
+
+# ---------------------------------------------------------------------------------- decisions
+@dataclass(frozen=True)
+class Decision:
+    """What one component gets: the gres to submit (None: unchanged) and the figures behind it."""
+
+    index: int
+    devices: int
+    gres: str | None = None
+    need_bytes: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """How to ask for what fits: label (e.g. "with --zero 3") and a per-device estimate."""
+
+    label: str
+    estimate: Estimate
+
+
+def would_fit(types: Mapping[str, TypeFacts], suggestions: Sequence[Suggestion], limit: int = 3) -> str:
+    """`would fit: --gpus=a100_80g:2 (...)`, the fewest devices per type first, or what is largest."""
+    for s in suggestions:
+        found = []
+        for facts in types.values():
+            for count in range(1, facts.total + 1):
+                need = s.estimate(count)
+                if need is not None and need <= facts.memory_mib * MIB:
+                    found.append((count, -facts.memory_mib, facts, need))
+                    break
+        if found:
+            found.sort(key=lambda f: (f[0], f[1], f[2].type))
+            text = "; ".join(
+                f"--gpus={f.type}:{n} ({need / GIB:.1f} GiB of {format_size(f.memory_mib)} each)"
+                for n, _, f, need in found[:limit]
+            )
+            return f"would fit{' ' + s.label if s.label else ''}: {text}"
+    return f"no device type of the cluster holds it at any count ({largest(types)})"
+
+
+def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
+    gpu_type = c.request.gpu_type or ""
+    facts = types.get(gpu_type)
+    if facts is None:
+        known = ", ".join(types) or "none"
+        raise SbatchPlanError(
+            f"{c.named()} asks for gpu type {gpu_type!r}, which the cluster lacks (types: {known})"
+        )
+    if not facts.holds(c.per_node, c.nodes, c.devices):
+        raise SbatchPlanError(
+            f"{c.named()} asks for {c.devices} x {gpu_type} on {c.nodes} node(s); the cluster has "
+            f"{facts.total} on {len(facts.per_host)} host(s), at most {max(facts.per_host)} per host"
+        )
+    return facts
+
+
+def _fitting(c: Component, types: Mapping[str, TypeFacts], need_mib: int) -> list[TypeFacts]:
+    return [f for f in types.values() if f.memory_mib >= need_mib and f.holds(c.per_node, c.nodes, c.devices)]
+
+
+def check_gpumem(c: Component, types: Mapping[str, TypeFacts]) -> Decision:
+    """A component without a model: a type it names must exist and hold its devices; a gpumem it
+    asks for must fit some type."""
+    mib = c.request.gpumem_mib
+    if c.request.gpu_type is not None:
+        facts = _check_type(c, types)
+        if mib is not None and mib > facts.memory_mib:
+            raise SbatchPlanError(
+                f"{c.named()}: gpumem:{format_size(mib)} on {c.request.gpu_type}, whose devices have "
+                f"{format_size(facts.memory_mib)}"
+            )
+    elif mib is not None and not _fitting(c, types, mib):
+        bigger = [f.type for f in types.values() if f.memory_mib >= mib]
+        why = (
+            f"types with that much have too few devices ({', '.join(bigger)})"
+            if bigger
+            else "no device has it"
+        )
+        raise SbatchPlanError(
+            f"{c.named()}: gpumem:{format_size(mib)} x {c.devices} device(s): {why} ({largest(types)})"
+        )
+    return Decision(c.index, c.devices if c.asks_devices else 0)
+
+
+def plan_model(
+    components: Sequence[Component],
+    types: Mapping[str, TypeFacts],
+    model: str,
+    suggestions: Sequence[Suggestion],
+) -> list[Decision]:
+    """Size every device-asking component for the model spread over all their devices (component 0
+    with one device per node when none asks), keep named types, add gpumem to the rest."""
+    asking = [c for c in components if c.asks_devices] or [components[0]]
+    for c in asking:
+        if c.request.gpumem_mib is not None:
+            raise SbatchPlanError(
+                f"{c.named()} already asks for gpumem:{format_size(c.request.gpumem_mib)}; "
+                "drop it or drop --model"
+            )
+    devices = sum(c.devices for c in asking)
+    need = suggestions[0].estimate(devices)
+    if need is None:
+        raise SbatchPlanError(
+            f"{devices} device(s) are no layout for {model} with these options (tp x pp must divide them)"
+        )
+    need_mib = math.ceil(need / MIB)
+    hint = would_fit(types, suggestions)
+    out = {c.index: Decision(c.index, 0) for c in components}
+    for c in asking:
+        what = f"{model} needs {need / GIB:.1f} GiB per device on {devices} device(s)"
+        if c.request.gpu_type is not None:
+            facts = _check_type(c, types)
+            if need_mib > facts.memory_mib:
+                raise SbatchPlanError(
+                    f"{c.named()}: {what}; {c.request.gpu_type} has {format_size(facts.memory_mib)}; {hint}"
+                )
+            out[c.index] = Decision(c.index, c.devices, None, need, f"{what}: {c.request.gpu_type} holds it")
+            continue
+        if not _fitting(c, types, need_mib):
+            raise SbatchPlanError(f"{c.named()}: {what}, {c.per_node} per node on {c.nodes} node(s); {hint}")
+        item = f"gpumem:{format_size(need_mib)}"
+        gres = ",".join(filter(None, [c.options.get("gres"), item]))
+        out[c.index] = Decision(c.index, c.devices, gres, need, f"{what} -> --gres={gres}")
+    return [out[c.index] for c in components]
+
+
+# ------------------------------------------------------------------------------ the command line
+def merged_argv(
+    groups: Sequence[Sequence[Option]],
+    decisions: Sequence[Decision],
+    script: Sequence[str],
+) -> list[str]:
+    """sbatch's argv: the user's command-line options, with each changed component's `--gres`
+    replaced by the merged one, then the script and its arguments. One command-line group serves
+    every component unless a component's gres changes on a het job: then one group per component."""
+    changed = {d.index: d.gres for d in decisions if d.gres is not None}
+    if not changed:
+        words = [w for g in groups for w in (*(x for o in g for x in o.written), ":")][:-1]
+        return ["sbatch", *words, *script]
+    per_component = len(decisions) > 1 or len(groups) > 1
+    out: list[str] = ["sbatch"]
+    for k, d in enumerate(decisions if per_component else decisions[:1]):
+        group = groups[0] if len(groups) == 1 else (groups[k] if k < len(groups) else ())
+        if k:
+            out.append(":")
+        if d.index in changed:
+            out += [w for o in group if o.name != "gres" for w in o.written]
+            out.append(f"--gres={changed[d.index]}")
+        else:
+            out += [w for o in group for w in o.written]
+    return [*out, *script]
