@@ -13,8 +13,10 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
 3. `engine.score.decide` picks the device type (or the adequate types, or shards).
 4. The new item replaces the request: `gres:gpu:TYPE:N`, `gres:gpu:N` (any-fit) or
    `gres:shard:S`, in the form the request came in (24.11: `gres/gpu:TYPE:N`; `gres/gpu:TYPE=N`
-   for a request written with `=`). It goes first into
-   `tres_per_node`, or into `tres_per_task`/`tres_per_socket` when the count came from there.
+   for a request written with `=`). It goes first into the field the count came from
+   (`tres_per_job` for `--gpus`, per task, per socket, per node), else into `tres_per_node`.
+   The type must hold the whole job: `min_nodes` (or `num_tasks` / `ntasks_per_node`) nodes, each
+   with the devices one node needs (see `devices_per_node`).
    The old gpu item and, unless sharing, the gpumem/gpucore items are removed from every field.
 5. any-fit and shards add their types to the job's constraint (`FEATURES&(a|b)`); the decision
    goes to the admin comment and the message to the user and slurmctld's log.
@@ -27,14 +29,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slurm_hetero.engine.reasons import FitReport, render
-from slurm_hetero.engine.score import Choice, ClusterModel, Need, decide
+from slurm_hetero.engine import constraint
+from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, render
+from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide
 from slurm_hetero.errors import RequestError
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
-IN_PLACE = ("tres_per_task", "tres_per_socket")  # counts from these stay there
+IN_PLACE = ("tres_per_job", "tres_per_task", "tres_per_socket")  # counts from these keep their scope
+UNSET = 65534  # Slurm's NO_VAL16; NO_VAL (32-bit) and INFINITE are larger: any count >= it is unset
 NOTE_PREFIX = "slurm_hetero: "
+# The Slurm error a rejection returns (the client prints its text on its last line), by what was
+# wrong: the request grammar, the --constraint grammar, or the furthest check that the best type
+# failed (reason codes in check order). The hook returns `slurm[NAME]` where the release exports
+# NAME (24.11 exports every ESLURM_*; 22.05 only a few, ESLURM_INVALID_NODE_COUNT among ours), else
+# slurm.ERROR ("Unspecified error").
+REQUEST_CODE = "ESLURM_INVALID_GRES"
+CONSTRAINT_CODE = "ESLURM_INVALID_FEATURE"
+REASON_CODES: dict[ReasonCode, str] = {
+    ReasonCode.TYPE_EXCLUDED: "ESLURM_INVALID_GRES",
+    ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
+    ReasonCode.INSUFFICIENT_MEMORY: "ESLURM_INVALID_GRES",
+    ReasonCode.TOO_FEW_DEVICES: "ESLURM_INVALID_GRES",
+    ReasonCode.TOO_FEW_NODES: "ESLURM_INVALID_NODE_COUNT",
+}
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
 _ITEM_FORMS = {  # (kind, form) -> new item; kinds as in engine.score.Choice
     ("gpu", COLON): "gres:gpu:%s:%s",
@@ -62,6 +80,9 @@ class Job:
     admin_comment: str | None = None
     submit_uid: int | None = None
     user_id: int | None = None
+    min_nodes: int | None = None  # -N
+    num_tasks: int | None = None  # -n
+    ntasks_per_node: int | None = None  # --ntasks-per-node
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(name, getattr(self, name)) for name in FIELDS]
@@ -83,9 +104,11 @@ class Outcome:
     job: Job
     choice: Choice | None = None
     report: FitReport | None = None
+    code: str | None = None  # a rejection's Slurm error name (ESLURM_...), see REASON_CODES
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": self.ok, "action": self.action, "message": self.message}
+        out["code"] = self.code
         # a rejected job is not written: no new field values to show
         out |= {
             name: getattr(self.job, name) if self.ok else None
@@ -117,7 +140,38 @@ def constraint_features(features: str | None) -> frozenset[str] | None:
     return frozenset(names) if all(_FEATURE.fullmatch(n) for n in names) else None
 
 
+def _count(value: int | None) -> int | None:
+    """A job_desc count, or None when Slurm's value means unset (nil, 0, NO_VAL16, NO_VAL)."""
+    return value if value is not None and 0 < value < UNSET else None
+
+
+def job_nodes(job: Job) -> int:
+    """Nodes the job spans: -N, or more when tasks over tasks per node need more."""
+    tasks, per_node = _count(job.num_tasks), _count(job.ntasks_per_node)
+    by_tasks = ceil_div(tasks, per_node) if tasks and per_node else 1
+    return max(_count(job.min_nodes) or 1, by_tasks)
+
+
+def tasks_per_node(job: Job, nodes: int) -> int:
+    """Tasks on each node: --ntasks-per-node, else the tasks spread over the nodes."""
+    tasks = _count(job.num_tasks)
+    return _count(job.ntasks_per_node) or (ceil_div(tasks, nodes) if tasks else 1)
+
+
+def devices_per_node(request: Request, job: Job, nodes: int) -> int:
+    """Devices each node needs: a job total spread over the nodes, per task times tasks per
+    node, else the per-node (or per-socket) count."""
+    if request.gpu_field == "tres_per_job":
+        return ceil_div(request.count, nodes)
+    if request.gpu_field == "tres_per_task":
+        return request.count * tasks_per_node(job, nodes)
+    return request.count
+
+
 def need_of(request: Request, job: Job) -> Need:
+    """The engine's view of the job; RequestError for a constraint the hook cannot read."""
+    nodes = job_nodes(job)
+    plain = constraint_features(job.features)
     return Need(
         request.text,
         request.gpumem_mib,
@@ -126,8 +180,11 @@ def need_of(request: Request, job: Job) -> Need:
         request.gpu_type,
         request.gpu_count is not None,
         job.partition,
-        constraint_features(job.features),
+        plain,
         request.memory_items,
+        nodes,
+        devices_per_node(request, job, nodes),
+        constraint.parse(job.features) if plain is None and job.features else None,
     )
 
 
@@ -187,6 +244,12 @@ def _rewritten(job: Job, request: Request, choice: Choice) -> Outcome:
     return Outcome(True, "rewrite", message, replace(job, **changes), choice=choice)
 
 
+def report_code(report: FitReport) -> str:
+    """The Slurm error of a request nothing fits: that of the furthest check any type failed."""
+    failed = [c for c in CODE_ORDER if report.counts.get(c, 0) > 0]
+    return REASON_CODES[failed[-1]] if failed else REQUEST_CODE
+
+
 def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
@@ -200,11 +263,76 @@ def explain(model: ClusterModel, options: HookOptions, job: Job) -> Outcome:
     try:
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:
-        return Outcome(False, "reject", str(e), job)
-    result = decide(model, need_of(request, job))
+        return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    try:
+        need = need_of(request, job)
+    except RequestError as e:
+        return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)
+    result = decide(model, need)
     if isinstance(result, FitReport):
-        return Outcome(False, "reject", result.message, job, report=result)
+        return Outcome(False, "reject", result.message, job, report=result, code=report_code(result))
     return _rewritten(job, request, result)
+
+
+# ------------------------------------------------------------------------------------ edits
+
+_VIEW_STRINGS = (*FIELDS, "features", "partition", "admin_comment")
+_VIEW_COUNTS = ("min_nodes", "num_tasks", "ntasks_per_node")
+
+
+_OUR_CONSTRAINT = re.compile(r" constraint ([^ ]+) \(")
+
+
+def our_constraint(comment: str | None) -> str | None:
+    """The constraint our last rewrite added (`l40s`, `a100_80g|h100`), from the last note in
+    the admin comment (`... -> gres:shard:5 constraint l40s (...)`); None when it added none."""
+    at = (comment or "").rfind(NOTE_PREFIX)
+    found = _OUR_CONSTRAINT.search(comment[at:]) if comment and at >= 0 else None
+    return found.group(1) if found else None
+
+
+def without(features: str | None, added: str | None) -> str | None:
+    """`features` without the part `with_constraint` appended (None when nothing is left)."""
+    if features is None or added is None:
+        return features
+    if features == added:
+        return None
+    for tail in (f"&{added}", f"&({added})"):
+        if len(features) > len(tail) and features.endswith(tail):
+            return features[: -len(tail)]
+    return features
+
+
+def edited_view(edit: Job, record: Job) -> Job:
+    """The job as edited: the edit's fields where set (non-empty), the record's elsewhere; the
+    owner from the record, the editor as submitter. Slurm's job record has no num_tasks or
+    ntasks_per_node for the hook: pass None there for what a real record gives."""
+    values: dict[str, Any] = {n: getattr(edit, n) or getattr(record, n) for n in _VIEW_STRINGS}
+    values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
+    if not edit.features:  # the record's constraint, less what our last rewrite added
+        values["features"] = without(record.features, our_constraint(record.admin_comment))
+    return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)
+
+
+def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
+    """What `slurm_job_modify` does with an edit (`scontrol update`) of a job: only an edit whose
+    own TRES fields carry gpumem/gpucore is looked at; the job as edited (`edited_view`) goes
+    through `explain`. The job in the outcome is what Slurm then stores: an update cannot clear a
+    field, so an emptied one keeps its value, and the admin comment is not changed (users may not)."""
+    if not has_ours(edit.fields()):
+        return Outcome(True, "untouched", "", edited_view(edit, record))
+    view = edited_view(edit, record)
+    outcome = explain(model, options, view)
+    if outcome.action != "rewrite":
+        return replace(outcome, job=view)
+    after, choice = outcome.job, outcome.choice
+    kept: dict[str, Any] = {n: getattr(after, n) or getattr(view, n) for n in FIELDS}
+    restore = not edit.features and view.features != record.features
+    if choice is not None and not choice.constraint and restore:
+        # drop the constraint we added before; an update cannot clear a field, so an empty one
+        # becomes the chosen type's own feature, which every node of the type has
+        kept["features"] = view.features or model.types[choice.types[0]].feature
+    return replace(outcome, job=replace(after, **kept, admin_comment=view.admin_comment))
 
 
 # ------------------------------------------------------------------------- command-line requests
@@ -228,6 +356,9 @@ def job_from_options(
     constraint: str | None = None,
     uid: int | None = None,
     slurm_release: str = "22.05",
+    nodes: int | None = None,
+    ntasks: int | None = None,
+    ntasks_per_node: int | None = None,
 ) -> Job:
     """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options."""
     if slurm_release not in RELEASE_PREFIX:
@@ -244,4 +375,7 @@ def job_from_options(
         features=constraint,
         submit_uid=uid,
         user_id=uid,
+        min_nodes=nodes,
+        num_tasks=ntasks,
+        ntasks_per_node=ntasks_per_node,
     )
