@@ -152,9 +152,17 @@ function slurm_cli_setup_defaults(options, early_pass)
   return real.SUCCESS
 end
 
+-- Whether the options show the counts the job_desc will hold. The client reports an unset -n as
+-- "1", so with -N above it the filter cannot tell `-N2` (num_tasks unset, min_nodes 2) from
+-- `-N2 -n1` (sbatch lowers min_nodes to 1): those are left to the hook, which sees the real ones.
+local function counts_known(job)
+  return not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
+end
+
 function slurm_cli_pre_submit(options, pack_offset)
   local ok, rc = pcall(function()
     local before = job_of(options)
+    if not counts_known(before) then return real.SUCCESS end
     local hook, why = load_hook()
     if hook == nil then
       debug_log("slurm_hetero cli_filter: %s", why)

@@ -295,6 +295,16 @@ local function constraint_features(features)
   return set
 end
 
+-- The first feature of the constraint that no node has (slurmctld refuses such a job after the
+-- hook: "Invalid feature specification"), or nil; no check with a table that lists no features.
+local function unknown_feature(features)
+  if features == nil or T.features == nil or next(T.features) == nil then return nil end
+  for name in string.gmatch(features, "[A-Za-z0-9_.%-]+") do
+    if not T.features[name] then return name end
+  end
+  return nil
+end
+
 ------------------------------------------------------------------ the --constraint grammar
 
 -- As slurm_hetero/engine/constraint.py: a list of alternatives (several only for one matching OR
@@ -646,7 +656,10 @@ local function new_fields(req, choice, item)
     local kept = (field == target) and { item } or {}
     for _, old in ipairs(req.fields[field]) do
       -- empty items (24.11 hands `--gres=gpumem:20G,,` over as `gres/` items) are dropped too
-      if not (old.name == "gpu" or (is_ours(old.name) and choice.kind ~= "shard") or old.body == "") then
+      -- and shard items: the new item replaces them (a request cli_filter.lua already rewrote to
+      -- shard:S,gpumem:M is decided again to the same, not to shard:S,shard:S,...)
+      if not (old.name == "gpu" or old.name == "shard" or (is_ours(old.name) and choice.kind ~= "shard")
+              or old.body == "") then
         kept[#kept + 1] = old.text
       end
     end
@@ -655,13 +668,15 @@ local function new_fields(req, choice, item)
   return out
 end
 
--- The job's constraint AND one of the choice's features.
+-- The job's constraint AND one of the choice's features (unchanged when already its last term).
 local function new_features(features, constraint)
   if #constraint == 0 then return nil end
   local either = table.concat(constraint, "|")
   if features == nil or features == "" then return either end
-  if #constraint == 1 then return features .. "&" .. either end
-  return features .. "&(" .. either .. ")"
+  local tail = (#constraint == 1) and ("&" .. either) or ("&(" .. either .. ")")
+  -- already there (cli_filter.lua made the same decision): unchanged
+  if features == either or string.sub(features, -#tail) == tail then return features end
+  return features .. tail
 end
 
 local function note(req, choice, item)
@@ -707,7 +722,9 @@ local function is_exempt(job_desc, submit_uid)
 end
 
 -- What to do with the job: { action = "untouched" | "reject" | "rewrite", ... }. Reads only.
-local function evaluate(job_desc, submit_uid)
+-- held: the devices an edited job already asks for (held_devices): whole devices stay whole
+-- (untyped ones untyped), shards shards.
+local function evaluate(job_desc, submit_uid, held)
   if not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
@@ -729,14 +746,26 @@ local function evaluate(job_desc, submit_uid)
     end
     match = value
   end
+  local unknown = unknown_feature(job_desc.features)
+  if unknown then
+    return { action = "reject", code = "constraint",
+             message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
+  end
   local nodes = job_nodes(job_desc)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
-                 gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil,
+                 gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped",
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match,
                  each = devices_per_node(req, job_desc, nodes) }
   local choice, why, code = decide(need)
   if choice == nil then return { action = "reject", message = why, code = code } end
+  if held == "untyped" and choice.kind == "gpu" then
+    choice = { kind = "any", types = choice.types, count = choice.count, policy = choice.policy,
+               constraint = { T.types[choice.types[1]].feature } }
+  end
+  if held == "shard" and choice.kind ~= "shard" then
+    return { action = "reject", message = req.text .. ": " .. T.messages.edit_shards, code = "request" }
+  end
   local item = new_item(choice, req.form)
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
            types = choice.types,
@@ -836,6 +865,31 @@ local function without(features, added)
   return features
 end
 
+-- How the job asks for devices: "shard" (a shard item), "typed" (a gpu item with a type),
+-- "untyped" (gpu:N only) or nil. Slurm 22.05 refuses an update between gpu and shard requests,
+-- either way, and from an untyped gpu request to a typed one ("Invalid generic resource (gres)
+-- specification", "... with and without type identification", even from root and without this
+-- hook): so an edit keeps a job on whole devices or on shards (else it is refused), and an
+-- untyped one untyped (the type goes into the constraint).
+local function held_devices(job_rec)
+  local held = nil
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_rec[field])) do
+      if item.name == "shard" then return "shard" end
+    end
+  end
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_rec[field])) do
+      if item.name == "gpu" then
+        local tokens = split(split(item.body, "=")[1], ":")
+        if #tokens > 1 and not is_digits(tokens[2]) then return "typed" end
+        held = "untyped"
+      end
+    end
+  end
+  return held
+end
+
 local function edited_view(job_desc, job_rec)
   local view = {}
   for _, name in ipairs(VIEW_STRINGS) do
@@ -888,7 +942,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     if T == nil then error(LOAD_ERROR, 0) end
     local view = edited_view(job_desc, job_rec)
     view.job_id = job_rec.job_id
-    return { view = view, result = evaluate(view, modify_uid) }
+    return { view = view, result = evaluate(view, modify_uid, held_devices(job_rec)) }
   end)
   if not ok then return failed(outcome) end
   if outcome.action == "untouched" then return slurm.SUCCESS end

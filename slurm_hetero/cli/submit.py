@@ -158,6 +158,13 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--ntasks", "-n", type=int, help="As sbatch --ntasks.")
 @click.option("--ntasks-per-node", type=int, help="As sbatch --ntasks-per-node.")
 @click.option("--uid", type=int, help="Submitting user id (exempt users are left alone).")
+@click.option(
+    "--slurm-release",
+    type=click.Choice(["22.05", "24.11"]),
+    default="22.05",
+    show_default=True,
+    help="The sbatch whose job_desc to model (TRES forms, counts it derives, options it refuses).",
+)
 @_config_opt
 @_models_opt
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok", "tres_per_node", "message", ...}.')
@@ -173,6 +180,7 @@ def explain_cmd(
     ntasks: int | None,
     ntasks_per_node: int | None,
     uid: int | None,
+    slurm_release: str,
     config_path: Path | None,
     models_dirs: tuple[Path, ...],
     as_json: bool,
@@ -188,6 +196,7 @@ def explain_cmd(
         partition,
         constraint,
         uid,
+        slurm_release,
         nodes=nodes,
         ntasks=ntasks,
         ntasks_per_node=ntasks_per_node,

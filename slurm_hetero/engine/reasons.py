@@ -55,6 +55,7 @@ MESSAGES: dict[str, str] = {
     "constraint_counts": "node counts (*N) cannot be checked against device types; "
     "drop the count or ask for a gpu TYPE",
     "constraint_bad": "cannot read it (this hook reads a&b, a|b, (..) and one [a|b])",
+    "constraint_unknown": "no node has feature %s",
     # job_submit rejections, `REQUEST: HEADLINE[; HINT]`; headlines say what is wrong ...
     "type_excluded": "%s is not allowed here",
     "type_features": "no %s node has the requested features",
@@ -72,6 +73,9 @@ MESSAGES: dict[str, str] = {
     "rewrite": "%s -> %s (%s)",
     "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",
     "rewrite_shard": "%s -> %s constraint %s (%s, shares of %s)",
+    # edits (slurm_job_modify)
+    "edit_shards": "this job holds shards and Slurm cannot update shards to whole devices; "
+    "cancel it and submit it again",
     "internal": "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin",
 }
 

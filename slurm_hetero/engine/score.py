@@ -119,6 +119,7 @@ class ClusterModel:
     orders: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]  # policy -> (single, multi)
     default: Rule
     partitions: Mapping[str, Rule]
+    features: frozenset[str] = frozenset()  # every node's features (Slurm refuses other names in -C)
 
     def rule(self, partition: str | None) -> Rule:
         """The rule of the first partition listed (`a,b` -> a), else the cluster default."""
@@ -280,7 +281,8 @@ def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> Cluste
     listed = list(facts.values())
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
     default, partitions = _rules(facts, options)
-    return ClusterModel(facts, orders, default, partitions)
+    features = frozenset(f for node in nodes for f in node.features)
+    return ClusterModel(facts, orders, default, partitions, features)
 
 
 # ------------------------------------------------------------------------------------ decisions

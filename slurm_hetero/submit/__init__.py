@@ -140,6 +140,14 @@ def constraint_features(features: str | None) -> frozenset[str] | None:
     return frozenset(names) if all(_FEATURE.fullmatch(n) for n in names) else None
 
 
+def check_features(features: str | None, known: frozenset[str]) -> None:
+    """RequestError naming the first feature of the constraint that no node has (slurmctld
+    refuses such a job after the hook: "Invalid feature specification"); no check without `known`."""
+    for name in _FEATURE.findall(features or "") if known else ():
+        if name not in known:
+            raise RequestError(f"--constraint={features}", render("constraint_unknown", name))
+
+
 def _count(value: int | None) -> int | None:
     """A job_desc count, or None when Slurm's value means unset (nil, 0, NO_VAL16, NO_VAL)."""
     return value if value is not None and 0 < value < UNSET else None
@@ -168,8 +176,9 @@ def devices_per_node(request: Request, job: Job, nodes: int) -> int:
     return request.count
 
 
-def need_of(request: Request, job: Job) -> Need:
-    """The engine's view of the job; RequestError for a constraint the hook cannot read."""
+def need_of(request: Request, job: Job, whole: bool = False) -> Need:
+    """The engine's view of the job (`whole`: whole devices only, never shards); RequestError for
+    a constraint the hook cannot read."""
     nodes = job_nodes(job)
     plain = constraint_features(job.features)
     return Need(
@@ -178,7 +187,7 @@ def need_of(request: Request, job: Job) -> Need:
         request.gpucore,
         request.count,
         request.gpu_type,
-        request.gpu_count is not None,
+        request.gpu_count is not None or whole,
         job.partition,
         plain,
         request.memory_items,
@@ -195,9 +204,11 @@ def new_item(choice: Choice, form: str) -> str:
 
 
 def _kept(text: str | None, keep_ours: bool) -> list[str]:
-    """A field's items without the gpu item, (unless `keep_ours`) the gpumem/gpucore items, and empty
-    items (24.11 hands `--gres=gpumem:20G,,` over as `gres/gpumem:20G,gres/,gres/`)."""
-    dropped = lambda i: i.name == "gpu" or (i.ours and not keep_ours) or i.body == ""  # noqa: E731
+    """A field's items without the gpu and shard items (the new item replaces them: a request that
+    cli_filter.lua already rewrote to `shard:S,gpumem:M` is decided again to the same, not to
+    `shard:S,shard:S,...`), (unless `keep_ours`) the gpumem/gpucore items, and empty items (24.11
+    hands `--gres=gpumem:20G,,` over as `gres/gpumem:20G,gres/,gres/`)."""
+    dropped = lambda i: i.name in ("gpu", "shard") or (i.ours and not keep_ours) or i.body == ""  # noqa: E731
     return [i.text for i in split_items(text) if not dropped(i)]
 
 
@@ -213,13 +224,15 @@ def rewrite_fields(job: Job, request: Request, choice: Choice, item: str) -> dic
 
 
 def with_constraint(features: str | None, constraint: Sequence[str]) -> str | None:
-    """The job's constraint AND one of `constraint` (unchanged when that is empty)."""
+    """The job's constraint AND one of `constraint` (unchanged when that is empty or already the
+    constraint's last term, as after cli_filter.lua made the same decision)."""
     if not constraint:
         return features
     either = "|".join(constraint)
     if not features:
         return either
-    return f"{features}&{either}" if len(constraint) == 1 else f"{features}&({either})"
+    tail = f"&{either}" if len(constraint) == 1 else f"&({either})"
+    return features if features == either or features.endswith(tail) else features + tail
 
 
 def note(request: Request, choice: Choice, item: str) -> str:
@@ -254,8 +267,9 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
 
-def explain(model: ClusterModel, options: HookOptions, job: Job) -> Outcome:
-    """What the hook does with one job (component)."""
+def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | None = None) -> Outcome:
+    """What the hook does with one job (component); `held`: the devices an edited job already
+    asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards."""
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
     if not has_ours(job.fields()):
@@ -265,10 +279,15 @@ def explain(model: ClusterModel, options: HookOptions, job: Job) -> Outcome:
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
     try:
-        need = need_of(request, job)
+        need = need_of(request, job, held in ("typed", "untyped"))
+        check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)
     result = decide(model, need)
+    if held == "untyped" and isinstance(result, Choice) and result.kind == "gpu":
+        result = replace(result, kind="any", constraint=(model.types[result.types[0]].feature,))
+    if held == "shard" and isinstance(result, Choice) and result.kind != "shard":
+        return Outcome(False, "reject", f"{request.text}: {render('edit_shards')}", job, code=REQUEST_CODE)
     if isinstance(result, FitReport):
         return Outcome(False, "reject", result.message, job, report=result, code=report_code(result))
     return _rewritten(job, request, result)
@@ -314,15 +333,33 @@ def edited_view(edit: Job, record: Job) -> Job:
     return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)
 
 
+def held_devices(record: Job) -> str | None:
+    """How a job asks for devices: "shard" (a shard item), "typed" (a gpu item with a type),
+    "untyped" (`gpu:N` only) or None. Slurm 22.05 refuses an update between gpu and shard
+    requests, either way, and from an untyped gpu request to a typed one ("Invalid generic
+    resource (gres) specification", "... with and without type identification", even from root
+    and without the hook): so an edit keeps a job on whole devices or on shards (else it is
+    refused), and an untyped one untyped (the type goes into the constraint)."""
+    items = [item for _, text in record.fields() for item in split_items(text)]
+    if any(item.name == "shard" for item in items):
+        return "shard"
+    gpu = [item for item in items if item.name == "gpu"]
+    if not gpu:
+        return None
+    tokens = [item.body.split("=")[0].split(":") for item in gpu]
+    return "typed" if any(len(t) > 1 and not t[1].isdigit() for t in tokens) else "untyped"
+
+
 def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
     """What `slurm_job_modify` does with an edit (`scontrol update`) of a job: only an edit whose
     own TRES fields carry gpumem/gpucore is looked at; the job as edited (`edited_view`) goes
-    through `explain`. The job in the outcome is what Slurm then stores: an update cannot clear a
-    field, so an emptied one keeps its value, and the admin comment is not changed (users may not)."""
+    through `explain`, on whole devices when the job holds some (`held_devices`). The job in the
+    outcome is what Slurm then stores: an update cannot clear a field, so an emptied one keeps its
+    value, and the admin comment is not changed (users may not)."""
     if not has_ours(edit.fields()):
         return Outcome(True, "untouched", "", edited_view(edit, record))
     view = edited_view(edit, record)
-    outcome = explain(model, options, view)
+    outcome = explain(model, options, view, held_devices(record))
     if outcome.action != "rewrite":
         return replace(outcome, job=view)
     after, choice = outcome.job, outcome.choice
@@ -335,47 +372,5 @@ def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: J
     return replace(outcome, job=replace(after, **kept, admin_comment=view.admin_comment))
 
 
-# ------------------------------------------------------------------------- command-line requests
-
-
-# The prefix each release's sbatch puts on TRES items (measured on 22.05 and 24.11).
-RELEASE_PREFIX = {"22.05": "gres:", "24.11": "gres/"}
-
-
-def _gres_items(spec: str, prefix: str) -> list[str]:
-    """`--gres=gpu:a100:1,gpumem:90G` as sbatch stores it: `gres:gpu:a100:1,gres:gpumem:90G`."""
-    return [s if s.startswith(("gres:", "gres/")) else f"{prefix}{s}" for s in spec.split(",")]
-
-
-def job_from_options(
-    gres: str | None = None,
-    gpus: str | None = None,
-    gpus_per_node: str | None = None,
-    gpus_per_task: str | None = None,
-    partition: str | None = None,
-    constraint: str | None = None,
-    uid: int | None = None,
-    slurm_release: str = "22.05",
-    nodes: int | None = None,
-    ntasks: int | None = None,
-    ntasks_per_node: int | None = None,
-) -> Job:
-    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options."""
-    if slurm_release not in RELEASE_PREFIX:
-        raise ValueError(f"unknown Slurm release {slurm_release}; known: {', '.join(RELEASE_PREFIX)}")
-    pre = RELEASE_PREFIX[slurm_release]
-    per_node = (_gres_items(gres, pre) if gres else []) + (
-        [f"{pre}gpu:{gpus_per_node}"] if gpus_per_node else []
-    )
-    return Job(
-        tres_per_node=",".join(per_node) or None,
-        tres_per_job=f"{pre}gpu:{gpus}" if gpus else None,
-        tres_per_task=f"{pre}gpu:{gpus_per_task}" if gpus_per_task else None,
-        partition=partition,
-        features=constraint,
-        submit_uid=uid,
-        user_id=uid,
-        min_nodes=nodes,
-        num_tasks=ntasks,
-        ntasks_per_node=ntasks_per_node,
-    )
+# what sbatch sends for command-line options (re-exported: `request explain` and the tests start there)
+from slurm_hetero.submit.sbatch import RELEASE_PREFIX, job_from_options, sbatch_counts  # noqa: E402,F401

@@ -15,6 +15,7 @@ types              per device type: name, rank (name order), vendor, mem (MiB pe
                    device, 0: none), shard_mib (memory of one shard), shapes = list of
                    { count = devices per node, nodes, features = { [feature] = true } }
 type_list          "a, b, c": the types, for messages
+features           { [feature] = true }: every node's features (a constraint naming another is refused)
 orders             [policy] = { single = {...}, multi = {...} }: type names in policy order for one
                    device and for several (fast links first)
 default            { policy, mode, allowed = { [type] = true } }: without a known partition
@@ -144,6 +145,7 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "units": dict(units.UNITS),
         "types": {n: _type_entry(model.types[n], i) for i, n in enumerate(names)},
         "type_list": ", ".join(names),
+        "features": _set(model.features),
         "orders": {
             p: {"single": list(model.orders[p][0]), "multi": list(model.orders[p][1])} for p in POLICIES
         },

@@ -24,9 +24,11 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.submit import script_template
 from slurm_hetero.config import Settings, exempt_uids
+from slurm_hetero.engine.reasons import MESSAGES
 from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.errors import RequestError
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options
+from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options, sbatch_counts
 from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
 from tests.unit.test_score import MIXED, second_inventory, second_settings
 from tests.unit.test_units import load_cases
@@ -507,11 +509,11 @@ def test_an_edit_drops_the_constraint_the_last_rewrite_added(
     rendered: dict[str, Config], hooks: dict[str, Hook]
 ) -> None:
     config = rendered["second"]
-    for features in (None, "ib"):
-        submitted = Job(tres_per_node="gres:gpumem:10G", features=features, user_id=1000, submit_uid=1000)
+    for features, size in ((None, "100G"), ("ib", "20G")):  # any-fit: gres:gpu:1 and a constraint
+        submitted = Job(tres_per_node="gres:gpumem:50G", features=features, user_id=1000, submit_uid=1000)
         first = explain(config.model, config.options, submitted)
         assert first.ok and first.job.features and first.job.features != features, first
-        edit = Job(tres_per_node="gres:gpumem:70G", submit_uid=1000)
+        edit = Job(tres_per_node=f"gres:gpumem:{size}", submit_uid=1000)
         ok, _, after = both_edit(config, hooks["second"], edit, first.job)
         assert ok and after.features != first.job.features
         assert str(after.features).startswith(features or "")
@@ -821,3 +823,129 @@ def test_cli_filter_without_a_hook_file_changes_nothing(rendered: dict[str, Conf
     lua.globals().set_uid(1000)
     lua.globals().dofile(str(path))
     assert run_cli(lua, {"gres": "gres:gpumem:20G"})[:2] == (0, {"gres": "gres:gpumem:20G"})
+
+
+# --------------------------------------------- what sbatch sends (found by the real-Slurm fuzz)
+
+# (options, release) -> (min_nodes, num_tasks, ntasks_per_node) that a probe job_submit.lua printed
+# on the dev cluster (docs/submit-protocol.md); None where the job_desc holds NO_VAL/NO_VAL16.
+SBATCH_SENDS = [
+    ({"ntasks": 4, "per_task": True}, "22.05", (None, 4, None)),
+    ({"nodes": 2, "per_task": True}, "22.05", (2, 2, None)),
+    ({"nodes": 2, "per_task": True}, "24.11", (2, 2, None)),
+    ({"nodes": 2, "ntasks_per_node": 2, "per_task": True}, "24.11", (2, 4, 2)),
+    ({"ntasks_per_node": 2, "per_task": True}, "22.05", (None, 2, 2)),
+    ({"nodes": 3, "ntasks": 2, "per_task": True}, "22.05", (2, 2, None)),
+    ({"nodes": 3, "ntasks": 1, "per_task": True}, "24.11", (1, 1, None)),
+    ({"nodes": 2, "ntasks": 1, "job_total": True}, "22.05", (1, 1, None)),
+    ({"nodes": 2, "ntasks_per_node": 2}, "22.05", (2, 4, 2)),
+    ({"nodes": 2, "ntasks_per_node": 2}, "24.11", (2, None, 2)),
+    ({"ntasks_per_node": 2}, "22.05", (None, 2, 2)),
+    ({"ntasks_per_node": 2}, "24.11", (None, None, 2)),
+    ({"ntasks": 4, "ntasks_per_node": 2, "per_task": True}, "22.05", (None, 4, 2)),
+    ({"ntasks": 4, "ntasks_per_node": 2, "per_task": True}, "24.11", (2, 4, 2)),
+    ({"ntasks": 3, "ntasks_per_node": 2}, "24.11", (2, 3, 2)),
+    ({"nodes": 2}, "24.11", (2, None, None)),
+]
+
+
+@pytest.mark.parametrize(("options", "release", "sent"), SBATCH_SENDS)
+def test_job_from_options_holds_what_sbatch_sends(options: dict[str, Any], release: str, sent: tuple) -> None:
+    args = {"nodes": None, "ntasks": None, "ntasks_per_node": None, "per_task": False, "job_total": False}
+    assert sbatch_counts(**(args | options), slurm_release=release) == sent
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_gpus_per_task_without_a_task_count_is_sbatchs_refusal(release: str) -> None:
+    """The fuzz read sbatch's own refusal of `--gres=gpumem:20g --gpus-per-task=2` as the hook's."""
+    with pytest.raises(RequestError, match="--gpus-per-task .*used without either --gpus or -n/--ntasks"):
+        job_from_options(gres="gpumem:20g", gpus_per_task="2", slurm_release=release)
+    extra = {"ntasks_per_node": 2} if release == "22.05" else {"nodes": 2}
+    assert job_from_options(gres="gpumem:20g", gpus_per_task="2", slurm_release=release, **extra).num_tasks
+
+
+def test_24_11_per_task_count_comes_in_the_equals_form(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    job = job_from_options(gres="gpumem:20G", gpus_per_task="1", ntasks=2, uid=1000, slurm_release="24.11")
+    assert job.tres_per_task == "gres/gpu=1"  # as 24.11's sbatch sends it
+    ok, _, after = both(rendered["mixed"], hooks["mixed"], job)
+    assert ok and after.tres_per_task and after.tres_per_task.startswith("gres/gpu:")
+
+
+def test_more_nodes_than_tasks_is_decided_on_the_lowered_node_count(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """`-N3 -n1 --gpus-per-node=2` reaches the hook as min_nodes 1 (the fuzz predicted 3 and a
+    rejection; the hook accepted)."""
+    job = job_from_options(gres="gpumem:10G", gpus_per_node="2", nodes=3, ntasks=1, uid=1000)
+    assert (job.min_nodes, job.num_tasks) == (1, 1)
+    assert both(rendered["mixed"], hooks["mixed"], job)[0]
+    # the client cannot tell -N3 from -N3 -n1 (it reports an unset -n as 1): the filter leaves it
+    options = {"gres": "gres:gpumem:10G", "gpus-per-node": "2", "nodes": "3", "ntasks": "1"}
+    assert run_cli(cli_filter(rendered["mixed"]), options)[:2] == (0, options)
+
+
+@pytest.mark.parametrize("gres", ["gpumem:10G", "gpucore:30", "gpumem:10G,gpucore:50", "gpumem:1G"])
+def test_a_shard_request_the_cli_filter_rewrote_is_decided_again_to_the_same(
+    rendered: dict[str, Config], hooks: dict[str, Hook], gres: str
+) -> None:
+    """The fuzz stored `gres:shard:3,gres:shard:3,gres:gpumem:10G`: cli_filter.lua wrote
+    `shard:3,gpumem:10G` and constraint t4 into the options, and the hook, seeing gpumem again,
+    added a second shard item (and `t4&t4`)."""
+    config, hook = rendered["second"], hooks["second"]
+    direct = explain(config.model, config.options, job_from_options(gres=gres, uid=1000))
+    assert direct.choice is not None and direct.choice.kind == "shard"
+    rc, options, _ = run_cli(cli_filter(config), {"gres": f"gres:{gres}"})
+    assert rc == 0 and options["gres"] == _bare(direct.job.tres_per_node)
+    filtered = job_from_options(gres=options["gres"], constraint=options.get("constraint"), uid=1000)
+    ok, _, after = both(config, hook, filtered)
+    assert ok and (after.tres_per_node, after.features) == (direct.job.tres_per_node, direct.job.features)
+
+
+def test_an_edit_of_a_job_with_devices_stays_on_whole_devices(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """Slurm 22.05 refuses `scontrol update gres=...` from a gpu request to shards (found by the
+    real-Slurm fuzz: the hook chose shard:8 for gpumem:30G and slurmctld answered "Invalid generic
+    resource"); a job that was shards may be edited to shards."""
+    config, hook = rendered["second"], hooks["second"]
+    edit = Job(tres_per_node="gres:gpumem:10G", submit_uid=1000)
+    # untyped stays untyped (22.05: "with and without type identification"), the type in -C
+    mixed = explain_edit(
+        rendered["mixed"].model, rendered["mixed"].options, edit, Job(tres_per_node="gres:gpu:1")
+    )
+    assert mixed.job.tres_per_node == "gres:gpu:1" and mixed.job.features == "l40s", mixed
+    assert both_edit(rendered["mixed"], hooks["mixed"], edit, Job(tres_per_node="gres:gpu:1", user_id=1000))[
+        0
+    ]
+    for record, kind in [
+        (Job(tres_per_node="gres:gpu:1", user_id=1000), False),
+        (Job(tres_per_node="gres:gpu:t4:1", user_id=1000, admin_comment="slurm_hetero: x"), False),
+        (Job(tres_per_node="gres:shard:5,gres:gpumem:20G", features="t4", user_id=1000), True),
+    ]:
+        python = explain_edit(config.model, config.options, edit, record)
+        assert python.choice is not None and (python.choice.kind == "shard") == kind, (record, python)
+        assert both_edit(config, hook, edit, record)[0]
+    # a job on shards stays on shards: an edit to whole devices is refused with the reason
+    shards = Job(tres_per_node="gres:shard:5,gres:gpumem:20G", features="t4", user_id=1000)
+    two = Job(tres_per_node="gres:gpumem:10G,gres:gpu:2", submit_uid=1000)
+    ok, message, _ = both_edit(config, hook, two, shards)
+    assert not ok and message == "gpumem:10G,gpu:2: " + MESSAGES["edit_shards"]
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"gres": "gpumem:1G,gpu:t4:2", "gpus_per_node": "1"}, "with and without type identification"),
+        ({"gres": "gpumem:1G,gpu:t4:2", "gpus": "4"}, "with and without type identification"),
+        ({"gres": "gpumem:1G,gpu:3", "gpus_per_task": "2", "ntasks": 1}, "not multiple of --gpus-per-task"),
+        ({"gres": "gpumem:1G,gpu:3", "gpus": "4"}, "--gpus is not multiple of"),
+        ({"gres": "gpumem:1G", "gpus": "1", "nodes": 3}, "--gpus < -N"),
+    ],
+)
+def test_sbatchs_own_gpu_refusals(options: dict[str, Any], refusal: str) -> None:
+    with pytest.raises(RequestError, match=re.escape(refusal)):
+        job_from_options(**options)
+    if "nodes" in options:  # -N is first lowered to the task count: then --gpus covers it
+        assert job_from_options(**options, ntasks=1).min_nodes == 1
