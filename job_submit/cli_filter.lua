@@ -2,18 +2,20 @@
 cli_filter.lua: slurm-hetero's client-side filter (Slurm cli_filter/lua plugin, Lua 5.1), in
 sbatch, salloc and srun (CliFilterPlugins=lua; the file sits beside slurm.conf).
 
-It makes the job_submit hook's decision before the request leaves the client, so the options
-themselves carry the device: `srun --gres=gpumem:20G hostname` without an allocation becomes
-`--gres=gpu:l40s:1` for the job AND its step (the hook alone rewrites only the job; the step would
-keep the gpumem request and see no GPU). The job_submit hook stays the authority: it sees a
-request that no longer carries gpumem and leaves it alone, and anything this filter passes
-unchanged it decides as before.
+In srun it makes the job_submit hook's decision before the request leaves the client, so the
+options themselves carry the device: `srun --gres=gpumem:20G hostname` without an allocation
+becomes `--gres=gpu:l40s:1` for the job AND its step (the hook alone rewrites only the job; the
+step would keep the gpumem request and see no GPU). The job_submit hook stays the authority: it
+sees a request that no longer carries gpumem and leaves it alone (or, for shards, which keep
+gpumem, decides it again to the same), and anything this filter passes unchanged it decides as
+before. In sbatch and salloc, whose options create no step, the filter changes nothing: the hook
+decides there and records why in the admin comment, which a client cannot write.
 
 The decision is job_submit.lua's own code over the same generated table: this script runs
 job_submit.lua (beside it, or the path baked in at render time) with `dofile`, once per command,
 and calls its slurm_job_submit on a job_desc built from the options. Once per command the client
-also reads /proc/self/status for its uid (exempt users, default root, are left alone as by the
-hook).
+also reads /proc/self/status for its name and uid (exempt users, default root, are left alone as
+by the hook).
 
 Options are written back only where one option holds the field: --gres (tres_per_node, unless
 --gpus-per-node is also given), --gpus (tres_per_job), --gpus-per-task, --gpus-per-socket,
@@ -46,12 +48,13 @@ local function script_dir()
   return string.match(string.sub(source, 2), "^(.*)/[^/]*$") or "."
 end
 
-local function client_uid()
+-- The client's name and uid, from /proc/self/status (read once per command).
+local function client()
   local file = io.open("/proc/self/status", "r")
-  if not file then return nil end
-  local text = file:read("*a")
+  if not file then return nil, nil end
+  local text = file:read("*a") or ""
   file:close()
-  return tonumber(string.match(text or "", "\nUid:%s*(%d+)"))
+  return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
 end
 
 -- Load job_submit.lua (and through it the table) with the quiet slurm table; once per command.
@@ -161,6 +164,10 @@ end
 
 function slurm_cli_pre_submit(options, pack_offset)
   local ok, rc = pcall(function()
+    local name, uid = client()
+    -- only srun creates a step from these very options; sbatch and salloc leave the decision to
+    -- the hook, which also records it in the admin comment (users cannot set that here)
+    if name ~= "srun" then return real.SUCCESS end
     local before = job_of(options)
     if not counts_known(before) then return real.SUCCESS end
     local hook, why = load_hook()
@@ -179,7 +186,7 @@ function slurm_cli_pre_submit(options, pack_offset)
     })
     said = {}
     slurm = quiet
-    local called, result = pcall(hook, job, {}, client_uid())
+    local called, result = pcall(hook, job, {}, uid)
     slurm = real
     if not called then
       debug_log("slurm_hetero cli_filter: %s", tostring(result))

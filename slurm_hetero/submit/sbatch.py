@@ -46,6 +46,33 @@ def _gpu_option(spec: str | None) -> tuple[bool, int | None]:
     return len(tokens) > (0 if count is None else 1), count
 
 
+def _gpu_counts(
+    gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
+) -> tuple[bool, int | None, int | None, int | None]:
+    """(typed and untyped counts mixed, per-node count, per-task count, job count)."""
+    in_gres = [item[4:] for item in (gres or "").split(",") if item.startswith("gpu:")]
+    options = [_gpu_option(g) for g in [*in_gres, gpus_per_node] if g]
+    others = [_gpu_option(spec) for spec in (gpus, gpus_per_task) if spec]
+    node_count = next((count for _, count in options if count), None)
+    mixed = len({typed for typed, _ in options + others}) > 1
+    return mixed, node_count, _gpu_option(gpus_per_task)[1], _gpu_option(gpus)[1]
+
+
+def gpu_ensure(
+    gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
+) -> str | None:
+    """sbatch's first GPU check, before the task count (`Failed to ensure ...`, only between
+    counts of the same kind, typed or not), else None."""
+    mixed, node_count, task_count, job_count = _gpu_counts(gres, gpus, gpus_per_node, gpus_per_task)
+    if mixed:
+        return None
+    if job_count and node_count and job_count < node_count:
+        return "Failed to ensure --gpus >= --gres=gpu/--gpus-per-node >= --gpus-per-socket"
+    if task_count and any(c and c < task_count for c in (node_count, job_count)):
+        return "Failed to ensure --gpus >= --gpus-per-task"
+    return None
+
+
 def gpu_refusal(
     gres: str | None,
     gpus: str | None,
@@ -55,31 +82,30 @@ def gpu_refusal(
     ntasks_per_node: int | None = None,
     slurm_release: str = "22.05",
 ) -> str | None:
-    """sbatch's own refusal of inconsistent GPU options (its words, 22.05 and 24.11), else None."""
-    in_gres = [item[4:] for item in (gres or "").split(",") if item.startswith("gpu:")]
-    per_node = [_gpu_option(g) for g in in_gres] + ([_gpu_option(gpus_per_node)] if gpus_per_node else [])
-    others = [_gpu_option(spec) for spec in (gpus, gpus_per_task) if spec]
-    node_count = next((count for _, count in per_node if count), None)
-    task_count = _gpu_option(gpus_per_task)[1]
-    job_count = _gpu_option(gpus)[1]
-    # in the order sbatch checks them (seen in the fuzz where several apply; 24.11 checks the
-    # type identification before the node count)
-    typed_mix = len({typed for typed, _ in per_node + others}) > 1
-    if job_count and node_count and job_count < node_count:
-        return "Failed to ensure --gpus >= --gres=gpu/--gpus-per-node >= --gpus-per-socket"
-    if typed_mix and slurm_release != "22.05":
-        return "Invalid GRES specification (with and without type identification)"
-    if slurm_release != "22.05" and job_count and node_count and nodes and job_count // node_count != nodes:
-        return (
-            f"Based on --gpu and --gres=gpu/--gpus-per-node required nodes ({job_count // node_count}) "
-            f"doesn't fall between min_nodes ({nodes}) and max_nodes ({nodes}) boundaries"
-        )
-    if job_count and nodes and job_count < nodes:
-        return "--gpus < -N"
-    if typed_mix:
-        return "Invalid GRES specification (with and without type identification)"
+    """sbatch's GPU checks after the task count (its words, 22.05 and 24.11), else None, in the
+    order each release checks them (seen in the fuzz where several apply)."""
+    mixed, node_count, task_count, job_count = _gpu_counts(gres, gpus, gpus_per_node, gpus_per_task)
+    mix = "Invalid GRES specification (with and without type identification)"
+    required = job_count // node_count if job_count and node_count and not mixed else None
+    span = (
+        f"Based on --gpu and --gres=gpu/--gpus-per-node required nodes ({required}) "
+        f"doesn't fall between min_nodes ({nodes}) and max_nodes ({nodes}) boundaries"
+    )
+    if slurm_release == "22.05":
+        if required is not None and nodes and required != nodes:
+            return span
+        if job_count and nodes and job_count < nodes:
+            return "--gpus < -N"
+        if mixed:
+            return mix
+    elif mixed:
+        return mix
     if job_count and node_count and job_count % node_count:
         return "--gpus is not multiple of --gres=gpu/--gpus-per-node"
+    if slurm_release != "22.05" and required is not None and nodes and required != nodes:
+        return span
+    if slurm_release != "22.05" and job_count and nodes and job_count < nodes:
+        return "--gpus < -N"
     if node_count and task_count and node_count % task_count:
         return "--gres=gpu/--gpus-per-node not multiple of --gpus-per-task"
     if node_count and task_count and ntasks_per_node and node_count // task_count != ntasks_per_node:
@@ -147,7 +173,10 @@ def job_from_options(
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
     pre = RELEASE_PREFIX[_release(slurm_release)]
-    min_nodes, num_tasks, per_node = sbatch_counts(
+    ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
+    if ensure:
+        raise RequestError("sbatch", ensure)
+    min_nodes, num_tasks, per_node = sbatch_counts(  # then sbatch's task-count check
         nodes, ntasks, ntasks_per_node, bool(gpus_per_task), bool(gpus), slurm_release
     )
     refusal = gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, per_node, slurm_release)

@@ -9,17 +9,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from scripts.devcluster.fuzz import COUNTS, Fuzz, Request, run_fuzz, sbatch_argv
+from scripts.devcluster.fuzz import COUNTS, Fuzz, Request, record_of, run_fuzz, sbatch_argv, stored_view
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.config import exempt_uids, load_settings
 from slurm_hetero.errors import RequestError
 from slurm_hetero.model import Device
 from slurm_hetero.nodes import gres_order
-from slurm_hetero.submit import HookOptions, Job, explain, job_from_options
+from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
 
@@ -199,6 +200,52 @@ def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_clu
         slurm("scancel", job_id)
 
 
+@pytest.mark.parametrize(
+    ("submitted", "edit"),
+    [
+        (["--gres=gpu:1"], "gpumem:30G"),  # untyped stays untyped (22.05: "with and without type ...")
+        (["--gres=gpu:l40s:1"], "gpumem:30G"),  # whole devices stay whole (22.05: gpu -> shard refused)
+        (["--gres=gpumem:10G"], "gpumem:20G,gpu:2"),  # shards stay shards: refused with the reason
+    ],
+    ids=["untyped", "typed", "shards"],
+)
+def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, submitted: list[str], edit: str
+) -> None:
+    from slurm_hetero.cli.submit import _model
+
+    settings = load_settings(suite_config)
+    model = _model(dev_cluster.inventory, (), settings)
+    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip()
+    try:
+        before = job_fields(job_id)
+        record = record_of(before, uid, None)
+        change = replace(job_from_options(gres=edit, slurm_release=dev_cluster.name), submit_uid=uid)
+        predicted = explain_edit(model, hook, change, record)
+        result = as_user("scontrol", "update", f"jobid={job_id}", f"gres={edit}")
+        assert (result.returncode == 0) == predicted.ok, (result.stderr, predicted.message)
+        if not predicted.ok and dev_cluster.name != "22.05":  # 22.05 drops log_user in job_modify
+            assert predicted.message in result.stderr
+        after = stored_view(job_fields(job_id))
+        assert after == (
+            {n: getattr(predicted.job, n) for n in after} if predicted.ok else stored_view(before)
+        )
+    finally:
+        slurm("scancel", job_id)
+
+
+def test_a_constraint_naming_an_unknown_feature_is_refused_by_the_hook(dev_cluster: Cluster) -> None:
+    """slurmctld refused it after the hook had accepted it (`-C 'nosuch|xgmi'`, found by the fuzz)."""
+    run = as_user(
+        "sbatch", "-H", "--gres=gpumem:20G", "-C", "nosuch|l40s", "-o", "/dev/null", "--wrap", "true"
+    )
+    assert run.returncode != 0 and "--constraint=nosuch|l40s: no node has feature nosuch" in run.stderr
+
+
 def test_srun_without_an_allocation_gets_its_device_through_the_cli_filter(dev_cluster: Cluster) -> None:
     """Issue 10 item 6: cli_filter.lua rewrites the options in srun itself, so the step (not only
     the job) asks for the device and sees CUDA_VISIBLE_DEVICES."""
@@ -376,7 +423,7 @@ def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluste
     assert "llama-3-8b infer needs" in run.stderr
     assert re.search(r"-> gres[:/]gpu:", run.stderr), run.stderr
     fields = job_fields(run.stdout.strip())
-    gpu_type = tres(fields["TresPerNode"]).split(":")[2]
+    gpu_type = tres(fields["TresPerJob"]).split(":")[2]  # --gpus is a job total: it stays in TresPerJob
     memory = {d.type: d.memory_mib for ds in node_devices(dev_cluster.inventory).values() for d in ds}[
         gpu_type
     ]

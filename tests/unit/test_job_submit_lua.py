@@ -728,10 +728,11 @@ slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_GRES = 2072,
           log_info = logger("info"), log_error = logger("error"), log_debug = logger("debug"),
           log_verbose = logger("verbose") }
 local real_open = io.open
-function set_uid(uid)
+function set_uid(uid, name)
   io.open = function(path, mode)
     if path ~= "/proc/self/status" then return real_open(path, mode) end
-    return { read = function() return "Name:\tsbatch\nUid:\t" .. uid .. "\t" .. uid .. "\n" end,
+    local status = "Name:\t" .. (name or "srun") .. "\nUid:\t" .. uid .. "\t" .. uid .. "\n"
+    return { read = function() return status end,
              close = function() end }
   end
 end
@@ -743,14 +744,14 @@ end
 """
 
 
-def cli_filter(config: Config, uid: int = 1000) -> Any:
+def cli_filter(config: Config, uid: int = 1000, client: str = "srun") -> Any:
     from slurm_hetero.submit.tables import CLI_FILTER_NAME, render_cli_filter
 
     path = config.directory / CLI_FILTER_NAME
     path.write_text(render_cli_filter(script_template(CLI_FILTER_NAME)))
     lua = lupa.LuaRuntime(unpack_returned_tuples=True)
     lua.execute(CLI_HARNESS)
-    lua.globals().set_uid(uid)
+    lua.globals().set_uid(uid, client)
     lua.globals().dofile(str(path))
     return lua
 
@@ -811,6 +812,15 @@ def test_cli_filter_leaves_refusals_and_what_it_cannot_say_to_the_hook(rendered:
         assert run_cli(lua, options)[:2] == (0, options)
     root = cli_filter(rendered["mixed"], uid=0)  # exempt, as in the hook
     assert run_cli(root, {"gres": "gres:gpumem:20G"})[:2] == (0, {"gres": "gres:gpumem:20G"})
+
+
+@pytest.mark.parametrize("client", ["sbatch", "salloc"])
+def test_cli_filter_leaves_sbatch_and_salloc_to_the_hook(rendered: dict[str, Config], client: str) -> None:
+    """The hook decides there and records why in the admin comment (the real-Slurm het job test
+    found components the filter had rewritten without one)."""
+    lua = cli_filter(rendered["mixed"], client=client)
+    assert run_cli(lua, {"gres": "gres:gpumem:70G"}) == (0, {"gres": "gres:gpumem:70G"}, [])
+    assert run_cli(cli_filter(rendered["mixed"]), {"gres": "gres:gpumem:70G"})[1]["gres"].startswith("gpu:")
 
 
 def test_cli_filter_without_a_hook_file_changes_nothing(rendered: dict[str, Config], tmp_path: Path) -> None:
@@ -942,6 +952,9 @@ def test_an_edit_of_a_job_with_devices_stays_on_whole_devices(
         ({"gres": "gpumem:1G,gpu:3", "gpus_per_task": "2", "ntasks": 1}, "not multiple of --gpus-per-task"),
         ({"gres": "gpumem:1G,gpu:3", "gpus": "4"}, "--gpus is not multiple of"),
         ({"gres": "gpumem:1G", "gpus": "1", "nodes": 3}, "--gpus < -N"),
+        # the order sbatch checks in (both releases): ensure, task count, the rest
+        ({"gres": "gpu:1", "gpus_per_task": "2"}, "Failed to ensure --gpus >= --gpus-per-task"),
+        ({"gres": "gpu:3", "gpus_per_task": "2"}, "used without either --gpus or -n/--ntasks"),
     ],
 )
 def test_sbatchs_own_gpu_refusals(options: dict[str, Any], refusal: str) -> None:
@@ -949,3 +962,48 @@ def test_sbatchs_own_gpu_refusals(options: dict[str, Any], refusal: str) -> None
         job_from_options(**options)
     if "nodes" in options:  # -N is first lowered to the task count: then --gpus covers it
         assert job_from_options(**options, ntasks=1).min_nodes == 1
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--gres", "gpumem:60G", "--gpus-per-node", "2"],  # the issue: worded differently from the hook
+        ["--gres", "gpumem:900G", "--gpus-per-node", "1"],
+        ["--gres", "gpumem:20G", "--gpus-per-task", "1", "-n", "4"],
+        ["--gres", "gpumem:20G", "-N", "3", "-n", "1", "--gpus-per-node", "2"],
+        ["--gres", "gpumem:20G", "-C", "ib|nosuch"],
+        ["--gres", "gpumem:20G", "-N", "9"],
+    ],
+    ids=lambda o: " ".join(o) if isinstance(o, list) else o,
+)
+def test_request_explain_prints_the_hooks_own_words(
+    rendered: dict[str, Config],
+    hooks: dict[str, Hook],
+    options: list[str],
+    release: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Item 8: the command's message is the hook's, byte for byte, on the job_desc that sbatch of
+    the release sends for the same options."""
+    import json
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    argv = ["request", "explain", "--inventory", str(MIXED), *options, "--slurm-release", release, "--json"]
+    answer = json.loads(CliRunner().invoke(cli, argv).stdout)
+    flags = dict(zip(options[::2], options[1::2]))
+    counts = {"-N": "nodes", "-n": "ntasks"}
+    names = {
+        "--gres": "gres",
+        "--gpus-per-node": "gpus_per_node",
+        "--gpus-per-task": "gpus_per_task",
+        "-C": "constraint",
+    }
+    job = job_from_options(
+        **{names[k]: v for k, v in flags.items() if k in names},
+        **{counts[k]: int(v) for k, v in flags.items() if k in counts},
+        slurm_release=release,
+    )
+    ok, message, _, _ = hooks["mixed"].run(job)
+    assert (ok, message) == (answer["ok"], answer["message"])
+    assert message and not message.startswith("slurm-hetero")
