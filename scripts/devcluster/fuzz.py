@@ -321,7 +321,7 @@ class Fuzz:
         if predicted.action == "rewrite" and after != want:
             self.report.miss("edited request differs", what, f"{after} != {want}")
 
-    def release_and_wait(self, job_ids: list[str], timeout: float = 120.0) -> None:
+    def release_and_wait(self, job_ids: list[str], timeout: float = 300.0) -> None:
         """Release held jobs; each must start (array tasks and het components included)."""
         if not job_ids:
             return

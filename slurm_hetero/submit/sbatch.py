@@ -37,39 +37,41 @@ GPUS_PER_TASK_REFUSAL = {
 }
 
 
-def _gpu_option(spec: str | None) -> tuple[bool, int | None]:
-    """(typed, count) of a gpu item or --gpus* value: `gpu:a100:2` (True, 2), `2` (False, 2)."""
-    if not spec:
-        return False, None
+def _gpu_option(spec: str) -> tuple[str | None, int]:
+    """(type or None, count) of a gpu item or --gpus* value: `a100:2` ("a100", 2), `2` (None, 2)."""
     tokens = spec.split(":")
-    count = int(tokens[-1]) if tokens[-1].isdigit() else None
-    return len(tokens) > (0 if count is None else 1), count
+    count = int(tokens[-1]) if tokens[-1].isdigit() else 1
+    named = tokens[:-1] if tokens[-1].isdigit() else tokens
+    return (":".join(named) or None), count
 
 
-def _gpu_counts(
+def _records(
     gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
-) -> tuple[bool, int | None, int | None, int | None]:
-    """(typed and untyped counts mixed, per-node count, per-task count, job count)."""
-    in_gres = [item[4:] for item in (gres or "").split(",") if item.startswith("gpu:")]
-    options = [_gpu_option(g) for g in [*in_gres, gpus_per_node] if g]
-    others = [_gpu_option(spec) for spec in (gpus, gpus_per_task) if spec]
-    node_count = next((count for _, count in options if count), None)
-    mixed = len({typed for typed, _ in options + others}) > 1
-    return mixed, node_count, _gpu_option(gpus_per_task)[1], _gpu_option(gpus)[1]
+) -> dict[str | None, dict[str, int]]:
+    """sbatch checks each gpu type's counts on its own (untyped first), then the mix."""
+    specs = [("node", item[4:]) for item in (gres or "").split(",") if item.startswith("gpu:")]
+    specs += [
+        (scope, spec)
+        for scope, spec in (("node", gpus_per_node), ("task", gpus_per_task), ("job", gpus))
+        if spec
+    ]
+    records: dict[str | None, dict[str, int]] = {}
+    for scope, spec in specs:
+        name, count = _gpu_option(spec)
+        records.setdefault(name, {}).setdefault(scope, count)
+    return dict(sorted(records.items(), key=lambda kv: kv[0] is not None))
 
 
 def gpu_ensure(
     gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
 ) -> str | None:
-    """sbatch's first GPU check, before the task count (`Failed to ensure ...`, only between
-    counts of the same kind, typed or not), else None."""
-    mixed, node_count, task_count, job_count = _gpu_counts(gres, gpus, gpus_per_node, gpus_per_task)
-    if mixed:
-        return None
-    if job_count and node_count and job_count < node_count:
-        return "Failed to ensure --gpus >= --gres=gpu/--gpus-per-node >= --gpus-per-socket"
-    if task_count and any(c and c < task_count for c in (node_count, job_count)):
-        return "Failed to ensure --gpus >= --gpus-per-task"
+    """sbatch's first GPU checks, before the task count (`Failed to ensure ...`), else None."""
+    for counts in _records(gres, gpus, gpus_per_node, gpus_per_task).values():
+        node, task, job = counts.get("node"), counts.get("task"), counts.get("job")
+        if job and node and job < node:
+            return "Failed to ensure --gpus >= --gres=gpu/--gpus-per-node >= --gpus-per-socket"
+        if task and node and task > node:
+            return "Failed to ensure --gpus >= --gpus-per-task"
     return None
 
 
@@ -78,41 +80,35 @@ def gpu_refusal(
     gpus: str | None,
     gpus_per_node: str | None,
     gpus_per_task: str | None,
-    nodes: int | None,
+    min_nodes: int | None,
+    max_nodes: int | None = None,
     ntasks_per_node: int | None = None,
-    slurm_release: str = "22.05",
 ) -> str | None:
-    """sbatch's GPU checks after the task count (its words, 22.05 and 24.11), else None, in the
-    order each release checks them (seen in the fuzz where several apply)."""
-    mixed, node_count, task_count, job_count = _gpu_counts(gres, gpus, gpus_per_node, gpus_per_task)
-    mix = "Invalid GRES specification (with and without type identification)"
-    required = job_count // node_count if job_count and node_count and not mixed else None
-    span = (
-        f"Based on --gpu and --gres=gpu/--gpus-per-node required nodes ({required}) "
-        f"doesn't fall between min_nodes ({nodes}) and max_nodes ({nodes}) boundaries"
-    )
-    if slurm_release == "22.05":
-        if required is not None and nodes and required != nodes:
-            return span
-        if job_count and nodes and job_count < nodes:
+    """sbatch's GPU checks after the task count (its words, 22.05 and 24.11), else None: each
+    type's counts in turn (the order seen in the fuzz where several apply), then typed and untyped
+    together. min_nodes as sent (-N lowered to the tasks; 24.11's derived), max_nodes -N's."""
+    records = _records(gres, gpus, gpus_per_node, gpus_per_task)
+    for counts in records.values():
+        node, task, job = counts.get("node"), counts.get("task"), counts.get("job")
+        if job and node and job % node:
+            return "--gpus is not multiple of --gres=gpu/--gpus-per-node"
+        required = job // node if job and node else None
+        if required and ((min_nodes and required < min_nodes) or (max_nodes and required > max_nodes)):
+            return (
+                f"Based on --gpu and --gres=gpu/--gpus-per-node required nodes ({required}) "
+                f"doesn't fall between min_nodes ({min_nodes}) and max_nodes ({max_nodes}) boundaries"
+            )
+        if job and min_nodes and job < min_nodes:
             return "--gpus < -N"
-        if mixed:
-            return mix
-    elif mixed:
-        return mix
-    if job_count and node_count and job_count % node_count:
-        return "--gpus is not multiple of --gres=gpu/--gpus-per-node"
-    if slurm_release != "22.05" and required is not None and nodes and required != nodes:
-        return span
-    if slurm_release != "22.05" and job_count and nodes and job_count < nodes:
-        return "--gpus < -N"
-    if node_count and task_count and node_count % task_count:
-        return "--gres=gpu/--gpus-per-node not multiple of --gpus-per-task"
-    if node_count and task_count and ntasks_per_node and node_count // task_count != ntasks_per_node:
-        return (
-            "Based on --gres=gpu/--gpus-per-node and --gpus-per-task requested number of tasks per node "
-            "differ from --ntasks-per-node"
-        )
+        if node and task and node % task:
+            return "--gres=gpu/--gpus-per-node not multiple of --gpus-per-task"
+        if node and task and ntasks_per_node and node // task != ntasks_per_node:
+            return (
+                "Based on --gres=gpu/--gpus-per-node and --gpus-per-task requested number of tasks per node "
+                "differ from --ntasks-per-node"
+            )
+    if None in records and len(records) > 1:
+        return "Invalid GRES specification (with and without type identification)"
     return None
 
 
@@ -179,7 +175,8 @@ def job_from_options(
     min_nodes, num_tasks, per_node = sbatch_counts(  # then sbatch's task-count check
         nodes, ntasks, ntasks_per_node, bool(gpus_per_task), bool(gpus), slurm_release
     )
-    refusal = gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, per_node, slurm_release)
+    max_nodes = min_nodes if nodes else None  # -N N is min and max; without it max is unset
+    refusal = gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, max_nodes, per_node)
     if refusal:
         raise RequestError("sbatch", refusal)
     # sbatch puts --gpus-per-node before the --gres items
