@@ -33,7 +33,8 @@ local TABLE_PATH = nil      -- @render table_path
 local FORMAT = 1            -- the table format this script reads
 local NO_VAL = 4294967294   -- Slurm's "unset" for 32-bit numbers (het_job_offset, ...)
 local FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }
-local IN_PLACE = { tres_per_task = true, tres_per_socket = true }  -- counts that stay where they are
+local IN_PLACE = { tres_per_job = true, tres_per_task = true, tres_per_socket = true }  -- counts keep their scope
+local UNSET = 65534         -- NO_VAL16; NO_VAL and INFINITE are larger: any count >= it is unset
 local INTERNAL = "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
 
 ------------------------------------------------------------------------ logging
@@ -134,9 +135,10 @@ local function size_up(mib, limit)
   return mib .. "M"
 end
 
--- A rejection travels as error({reject = message}) up to evaluate(); other errors are bugs.
-local function reject(message)
-  error({ reject = message }, 0)
+-- A rejection travels as error({reject = message, code = KEY}) up to evaluate(); other errors are
+-- bugs. KEY names the Slurm error in T.reject_codes: "request" (grammar) unless given.
+local function reject(message, code)
+  error({ reject = message, code = code or "request" }, 0)
 end
 
 ------------------------------------------------------------------------- the request grammar
@@ -293,17 +295,158 @@ local function constraint_features(features)
   return set
 end
 
+-- The first feature of the constraint that no node has (slurmctld refuses such a job after the
+-- hook: "Invalid feature specification"), or nil; no check with a table that lists no features.
+local function unknown_feature(features)
+  if features == nil or T.features == nil or next(T.features) == nil then return nil end
+  for name in string.gmatch(features, "[A-Za-z0-9_.%-]+") do
+    if not T.features[name] then return name end
+  end
+  return nil
+end
+
+------------------------------------------------------------------ the --constraint grammar
+
+-- As slurm_hetero/engine/constraint.py: a list of alternatives (several only for one matching OR
+-- [a|b]), each an OR (list) of AND-sets ({ [feature] = true }). Counts (*N) and anything
+-- unreadable reject the job.
+local MAX_TERMS = 64
+local BAD = {}
+
+local function union(a, b)
+  local out = {}
+  for k in pairs(a) do out[k] = true end
+  for k in pairs(b) do out[k] = true end
+  return out
+end
+
+local function c_and(left, right)
+  local out, terms = {}, 0
+  for _, x in ipairs(left) do
+    for _, y in ipairs(right) do
+      local dnf = {}
+      for _, a in ipairs(x) do
+        for _, b in ipairs(y) do dnf[#dnf + 1] = union(a, b) end
+      end
+      terms = terms + #dnf
+      out[#out + 1] = dnf
+    end
+  end
+  if terms > MAX_TERMS then error(BAD, 0) end
+  return out
+end
+
+local function constraint_parser(tokens)
+  local p = { at = 1, brackets = 0 }
+  local function peek() return tokens[p.at] end
+  local function take()
+    local token = tokens[p.at]
+    if token == nil then error(BAD, 0) end
+    p.at = p.at + 1
+    return token
+  end
+  local either
+  local function factor()
+    local token = take()
+    if token == "(" then
+      local value = either()
+      if take() ~= ")" then error(BAD, 0) end
+      return value
+    end
+    if token == "[" then
+      p.brackets = p.brackets + 1
+      if p.brackets > 1 then error(BAD, 0) end
+      local inner = either()
+      if take() ~= "]" or #inner ~= 1 then error(BAD, 0) end
+      local out = {}
+      for _, term in ipairs(inner[1]) do out[#out + 1] = { term } end
+      return out
+    end
+    if token == "&" or token == "|" or token == ")" or token == "]" then error(BAD, 0) end
+    return { { { [token] = true } } }
+  end
+  local function both()
+    local value = factor()
+    while peek() == "&" do
+      take()
+      value = c_and(value, factor())
+    end
+    return value
+  end
+  either = function()
+    local value = both()
+    while peek() == "|" do
+      take()
+      local other = both()
+      if #value ~= 1 or #other ~= 1 or #value[1] + #other[1] > MAX_TERMS then error(BAD, 0) end
+      local dnf = {}
+      for _, t in ipairs(value[1]) do dnf[#dnf + 1] = t end
+      for _, t in ipairs(other[1]) do dnf[#dnf + 1] = t end
+      value = { dnf }
+    end
+    return value
+  end
+  local value = either()
+  if peek() ~= nil then error(BAD, 0) end
+  return value
+end
+
+local function parse_constraint(text)
+  local where = "--constraint=" .. text .. ": "
+  if string.find(text, "*", 1, true) then reject(where .. T.messages.constraint_counts, "constraint") end
+  local tokens, rest = {}, text
+  while rest ~= "" do
+    local name = string.match(rest, "^[A-Za-z0-9_.%-]+")
+    local token = name or string.match(rest, "^[&|()%[%]]")
+    if token == nil then reject(where .. T.messages.constraint_bad, "constraint") end
+    tokens[#tokens + 1] = token
+    rest = string.sub(rest, #token + 1)
+  end
+  local ok, value = pcall(constraint_parser, tokens)
+  if not ok then
+    if value == BAD then reject(where .. T.messages.constraint_bad, "constraint") end
+    error(value, 0)
+  end
+  return value
+end
+
+-- Whether a node's features satisfy one alternative (an OR of AND-sets).
+local function satisfies(dnf, features)
+  for _, term in ipairs(dnf) do
+    local all = true
+    for name in pairs(term) do
+      if not features[name] then all = false break end
+    end
+    if all then return true end
+  end
+  return false
+end
+
 ---------------------------------------------------------------------------- fit and ranking
 
--- Most devices of a type on one node that has every required feature (nil: no filter).
-local function max_per_node(facts, features)
+-- Most devices of a type on one node satisfying the constraint (0: no such node).
+local function max_per_node(facts, match)
   local best = 0
   for _, shape in ipairs(facts.shapes) do
-    local fits = true
-    for name in pairs(features or {}) do
-      if not shape.features[name] then fits = false end
+    if shape.count > best then
+      for _, alt in ipairs(match) do
+        if satisfies(alt, shape.features) then best = shape.count break end
+      end
     end
-    if fits and shape.count > best then best = shape.count end
+  end
+  return best
+end
+
+-- Nodes with at least count devices of a type satisfying one alternative (the best one: a
+-- matching OR puts every node on the same alternative).
+local function nodes_with(facts, match, count)
+  local best = 0
+  for _, alt in ipairs(match) do
+    local total = 0
+    for _, shape in ipairs(facts.shapes) do
+      if shape.count >= count and satisfies(alt, shape.features) then total = total + shape.nodes end
+    end
+    if total > best then best = total end
   end
   return best
 end
@@ -311,10 +454,11 @@ end
 -- The first check a type fails (a reason code), or nil when it takes the request.
 local function reason(facts, need, allowed)
   if not allowed[facts.name] then return "TYPE_EXCLUDED" end
-  local per_node = max_per_node(facts, need.features)
+  local per_node = max_per_node(facts, need.match)
   if per_node == 0 then return "MISSING_FEATURE" end
   if need.gpumem and facts.mem < need.gpumem then return "INSUFFICIENT_MEMORY" end
-  if per_node < need.count then return "TOO_FEW_DEVICES" end
+  if per_node < need.each then return "TOO_FEW_DEVICES" end
+  if need.nodes > 1 and nodes_with(facts, need.match, need.each) < need.nodes then return "TOO_FEW_NODES" end
   return nil
 end
 
@@ -384,7 +528,10 @@ local function headline(need, rule, usable, counts)
     if code == "TYPE_EXCLUDED" then return fmt("type_excluded", facts.name) end
     if code == "MISSING_FEATURE" then return fmt("type_features", facts.name) end
     if code == "INSUFFICIENT_MEMORY" then return fmt("type_memory", facts.name, facts.size) end
-    return fmt("type_count", facts.name, max_per_node(facts, need.features))
+    if code == "TOO_FEW_NODES" then
+      return fmt("type_nodes", facts.name, nodes_with(facts, need.match, need.each), need.each, need.nodes)
+    end
+    return fmt("type_count", facts.name, max_per_node(facts, need.match))
   end
   local largest = nil
   for _, name in ipairs(usable) do
@@ -414,12 +561,12 @@ end
 
 -- The same memory spread over more devices (k), on the first type (multi order) that holds it.
 local function split_hint(need, usable_set, rule, most)
-  if not need.gpumem then return nil end
+  if not need.gpumem or need.each ~= need.count then return nil end
   for k = need.count + 1, most do
     local per = ceil_div(need.count * need.gpumem, k)
     for _, name in ipairs(order_for(rule.policy, 2)) do
       local facts = T.types[name]
-      if usable_set[name] and facts.mem >= per and max_per_node(facts, need.features) >= k then
+      if usable_set[name] and facts.mem >= per and nodes_with(facts, need.match, k) >= need.nodes then
         return fmt("split", k, k, size_up(per, facts.mem))
       end
     end
@@ -427,28 +574,46 @@ local function split_hint(need, usable_set, rule, most)
   return nil
 end
 
+-- The type (first in order) with the most nodes, for a job that fails only on its node count.
+local function nodes_hint(need, usable, usable_set)
+  local best, best_name = 0, nil
+  for _, name in ipairs(usable) do
+    local facts = T.types[name]
+    if reason(facts, need, usable_set) == "TOO_FEW_NODES" then
+      local found = nodes_with(facts, need.match, need.each)
+      if best_name == nil or found > best then best, best_name = found, name end
+    end
+  end
+  if best_name == nil then return nil end
+  return fmt("nodes", best, need.each, best_name, best)
+end
+
 local function hint(need, rule, usable, usable_set)
   if #usable == 0 then return nil end
   local most, most_name = 0, nil
   for _, name in ipairs(usable) do
-    local per_node = max_per_node(T.types[name], need.features)
+    local per_node = max_per_node(T.types[name], need.match)
     if per_node > most then most, most_name = per_node, name end
   end
   local text = (need.gpu_type and would_fit(need, usable, usable_set)) or split_hint(need, usable_set, rule, most)
-  if text == nil and need.count > most then text = fmt("per_node", most, most_name) end
+  if text == nil and need.each > most then text = fmt("per_node", most, most_name) end
+  if text == nil and need.nodes > 1 then text = nodes_hint(need, usable, usable_set) end
   return text
 end
 
--- "REQUEST: HEADLINE[; HINT]"
+-- "REQUEST: HEADLINE[; HINT]", and the key of its Slurm error: the furthest check any type failed.
 local function report(need, rule, candidates)
-  local counts = {}
+  local counts, furthest = {}, "request"
   for _, name in ipairs(candidates) do
     local code = reason(T.types[name], need, rule.allowed)
     counts[code] = (counts[code] or 0) + 1
   end
+  for _, code in ipairs(T.codes) do
+    if (counts[code] or 0) > 0 then furthest = code end
+  end
   local usable, usable_set = {}, {}
-  for _, name in ipairs(order_for(rule.policy, need.count)) do
-    if rule.allowed[name] and max_per_node(T.types[name], need.features) > 0 then
+  for _, name in ipairs(order_for(rule.policy, need.each)) do
+    if rule.allowed[name] and max_per_node(T.types[name], need.match) > 0 then
       usable[#usable + 1] = name
       usable_set[name] = true
     end
@@ -456,18 +621,21 @@ local function report(need, rule, candidates)
   local message = need.request .. ": " .. headline(need, rule, usable, counts)
   local extra = hint(need, rule, usable, usable_set)
   if extra then message = message .. "; " .. extra end
-  return message
+  return message, furthest
 end
 
--- The decision: a choice, or nil and the rejection message.
+-- The decision: a choice, or nil, the rejection message and its error key.
 local function decide(need)
   local rule = rule_for(need.partition)
-  local candidates = need.gpu_type and { need.gpu_type } or order_for(rule.policy, need.count)
+  local candidates = need.gpu_type and { need.gpu_type } or order_for(rule.policy, need.each)
   local adequate = {}
   for _, name in ipairs(candidates) do
     if reason(T.types[name], need, rule.allowed) == nil then adequate[#adequate + 1] = name end
   end
-  if #adequate == 0 then return nil, report(need, rule, candidates) end
+  if #adequate == 0 then
+    local message, code = report(need, rule, candidates)
+    return nil, message, code
+  end
   return shard_choice(need, adequate, rule) or whole_choice(need, adequate, rule)
 end
 
@@ -488,7 +656,10 @@ local function new_fields(req, choice, item)
     local kept = (field == target) and { item } or {}
     for _, old in ipairs(req.fields[field]) do
       -- empty items (24.11 hands `--gres=gpumem:20G,,` over as `gres/` items) are dropped too
-      if not (old.name == "gpu" or (is_ours(old.name) and choice.kind ~= "shard") or old.body == "") then
+      -- and shard items: the new item replaces them (a request cli_filter.lua already rewrote to
+      -- shard:S,gpumem:M is decided again to the same, not to shard:S,shard:S,...)
+      if not (old.name == "gpu" or old.name == "shard" or (is_ours(old.name) and choice.kind ~= "shard")
+              or old.body == "") then
         kept[#kept + 1] = old.text
       end
     end
@@ -497,13 +668,15 @@ local function new_fields(req, choice, item)
   return out
 end
 
--- The job's constraint AND one of the choice's features.
+-- The job's constraint AND one of the choice's features (unchanged when already its last term).
 local function new_features(features, constraint)
   if #constraint == 0 then return nil end
   local either = table.concat(constraint, "|")
   if features == nil or features == "" then return either end
-  if #constraint == 1 then return features .. "&" .. either end
-  return features .. "&(" .. either .. ")"
+  local tail = (#constraint == 1) and ("&" .. either) or ("&(" .. either .. ")")
+  -- already there (cli_filter.lua made the same decision): unchanged
+  if features == either or string.sub(features, -#tail) == tail then return features end
+  return features .. tail
 end
 
 local function note(req, choice, item)
@@ -518,30 +691,84 @@ end
 
 ------------------------------------------------------------------------------ one submission
 
+-- A job_desc count, or nil when Slurm's value means unset (nil, 0, NO_VAL16, NO_VAL).
+local function count_of(value)
+  value = tonumber(value)
+  if value == nil or value <= 0 or value >= UNSET then return nil end
+  return value
+end
+
+-- Nodes the job spans: -N, or more when tasks over tasks per node need more.
+local function job_nodes(job_desc)
+  local tasks, per_node = count_of(job_desc.num_tasks), count_of(job_desc.ntasks_per_node)
+  local by_tasks = (tasks and per_node) and ceil_div(tasks, per_node) or 1
+  return math.max(count_of(job_desc.min_nodes) or 1, by_tasks)
+end
+
+-- Devices each node needs: a job total spread over the nodes, per task times tasks per node,
+-- else the per-node (or per-socket) count.
+local function devices_per_node(req, job_desc, nodes)
+  if req.gpu_field == "tres_per_job" then return ceil_div(req.count, nodes) end
+  if req.gpu_field == "tres_per_task" then
+    local tasks = count_of(job_desc.num_tasks)
+    local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
+    return req.count * per_node
+  end
+  return req.count
+end
+
 local function is_exempt(job_desc, submit_uid)
   return (submit_uid ~= nil and T.exempt_uids[submit_uid]) or T.exempt_uids[job_desc.user_id or -1]
 end
 
 -- What to do with the job: { action = "untouched" | "reject" | "rewrite", ... }. Reads only.
-local function evaluate(job_desc, submit_uid)
+-- held: the devices an edited job already asks for (held_devices): whole devices stay whole
+-- (untyped ones untyped), shards shards.
+local function evaluate(job_desc, submit_uid, held)
   if not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
   local ok, req = pcall(gather, job_desc)
   if not ok then
-    if type(req) == "table" and req.reject then return { action = "reject", message = req.reject } end
+    if type(req) == "table" and req.reject then return { action = "reject", message = req.reject, code = req.code } end
     error(req, 0)
   end
   req.text = table.concat(req.shown, ",")
   local features = constraint_features(job_desc.features)
+  local match = features and { { features } } or nil
+  if match == nil then
+    local parsed, value = pcall(parse_constraint, job_desc.features)
+    if not parsed then
+      if type(value) == "table" and value.reject then
+        return { action = "reject", message = value.reject, code = value.code }
+      end
+      error(value, 0)
+    end
+    match = value
+  end
+  local unknown = unknown_feature(job_desc.features)
+  if unknown then
+    return { action = "reject", code = "constraint",
+             message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
+  end
+  local nodes = job_nodes(job_desc)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
-                 gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil,
+                 gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped",
                  partition = job_desc.partition, features = features, complex = features == nil,
-                 memory_items = req.memory_items }
-  local choice, why = decide(need)
-  if choice == nil then return { action = "reject", message = why } end
+                 memory_items = req.memory_items, nodes = nodes, match = match,
+                 each = devices_per_node(req, job_desc, nodes) }
+  local choice, why, code = decide(need)
+  if choice == nil then return { action = "reject", message = why, code = code } end
+  if held == "untyped" and choice.kind == "gpu" then
+    choice = { kind = "any", types = choice.types, count = choice.count, policy = choice.policy,
+               constraint = { T.types[choice.types[1]].feature } }
+  end
+  if held == "shard" and choice.kind ~= "shard" then
+    return { action = "reject", message = req.text .. ": " .. T.messages.edit_shards, code = "request" }
+  end
   local item = new_item(choice, req.form)
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
+           types = choice.types,
            features = new_features(job_desc.features, choice.constraint) }
 end
 
@@ -551,6 +778,15 @@ local function component(job_desc)
   return " component " .. offset
 end
 
+-- The most specific Slurm error this release exports for a rejection (its text ends the client's
+-- "submission failed: ..." line), else slurm.ERROR ("Unspecified error").
+local function error_code(key)
+  local name = T.reject_codes and T.reject_codes[key]
+  local code = name and slurm[name]
+  if type(code) == "number" then return code end
+  return slurm.ERROR
+end
+
 -- Write the outcome into the job (only fields that change) and tell the user.
 local function apply(job_desc, submit_uid, outcome)
   if outcome.action == "untouched" then return slurm.SUCCESS end
@@ -558,7 +794,7 @@ local function apply(job_desc, submit_uid, outcome)
   if outcome.action == "reject" then
     log(slurm.log_info, "slurm_hetero: %s: rejected: %s", where, outcome.message)
     slurm.log_user("%s", outcome.message)
-    return slurm.ERROR
+    return error_code(outcome.code)
   end
   for _, field in ipairs(FIELDS) do
     if outcome.fields[field] ~= (job_desc[field] or "") then job_desc[field] = outcome.fields[field] end
@@ -594,8 +830,125 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return rc
 end
 
-function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+-- An edit (scontrol update) of a job: the same rules on the job as edited. Only an edit whose own
+-- TRES fields carry gpumem/gpucore is looked at (a rewritten job keeps no gpumem, except shard
+-- requests, which must not be decided twice). Fields the edit leaves unset come from job_rec
+-- (Slurm exposes tres_per_*, features, partition, min_nodes, user_id there; not num_tasks or
+-- ntasks_per_node, so those count only when the edit sets them).
+local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
+                       "admin_comment" }
+local VIEW_COUNTS = { "min_nodes", "num_tasks", "ntasks_per_node" }
+
+-- The constraint our last rewrite of the job added ("l40s", "a100_80g|h100"), from the last note
+-- in its admin comment ("... -> gres:shard:5 constraint l40s (...)"); nil when it added none.
+local function our_constraint(comment)
+  if type(comment) ~= "string" then return nil end
+  local last, start = nil, 1
+  while true do
+    local at = string.find(comment, T.note_prefix, start, true)
+    if not at then break end
+    last, start = at, at + 1
+  end
+  if last == nil then return nil end
+  return string.match(string.sub(comment, last), " constraint ([^ ]+) %(")
+end
+
+-- features without the part `added` that new_features appended (nil when nothing is left).
+local function without(features, added)
+  if features == nil or added == nil then return features end
+  if features == added then return nil end
+  for _, tail in ipairs({ "&" .. added, "&(" .. added .. ")" }) do
+    if #features > #tail and string.sub(features, -#tail) == tail then
+      return string.sub(features, 1, #features - #tail)
+    end
+  end
+  return features
+end
+
+-- How the job asks for devices: "shard" (a shard item), "typed" (a gpu item with a type),
+-- "untyped" (gpu:N only) or nil. Slurm 22.05 refuses an update between gpu and shard requests,
+-- either way, and from an untyped gpu request to a typed one ("Invalid generic resource (gres)
+-- specification", "... with and without type identification", even from root and without this
+-- hook): so an edit keeps a job on whole devices or on shards (else it is refused), and an
+-- untyped one untyped (the type goes into the constraint).
+local function held_devices(job_rec)
+  local held = nil
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_rec[field])) do
+      if item.name == "shard" then return "shard" end
+    end
+  end
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_rec[field])) do
+      if item.name == "gpu" then
+        local tokens = split(split(item.body, "=")[1], ":")
+        if #tokens > 1 and not is_digits(tokens[2]) then return "typed" end
+        held = "untyped"
+      end
+    end
+  end
+  return held
+end
+
+local function edited_view(job_desc, job_rec)
+  local view = {}
+  for _, name in ipairs(VIEW_STRINGS) do
+    local value = job_desc[name]
+    if value == nil or value == "" then value = job_rec[name] end
+    view[name] = value
+  end
+  for _, name in ipairs(VIEW_COUNTS) do
+    view[name] = count_of(job_desc[name]) or count_of(job_rec[name])
+  end
+  if job_desc.features == nil or job_desc.features == "" then  -- not the constraint we added
+    view.features = without(job_rec.features, our_constraint(job_rec.admin_comment))
+    view.restore = view.features ~= job_rec.features
+  end
+  view.user_id = job_rec.user_id
+  view.het_job_offset = job_rec.het_job_offset
+  return view
+end
+
+-- Write an edit's outcome: Slurm's update cannot clear a field (an empty string means "no
+-- change"), so only non-empty new values are written; the admin comment is left alone (only
+-- an administrator may change it, and the edit is by the user).
+local function apply_edit(job_desc, view, modify_uid, outcome)
+  if outcome.action == "untouched" then return slurm.SUCCESS end
+  local where = "uid " .. tostring(modify_uid) .. " edit of job " .. tostring(view.job_id)
+  if outcome.action == "reject" then
+    log(slurm.log_info, "slurm_hetero: %s: rejected: %s", where, outcome.message)
+    slurm.log_user("%s", outcome.message)
+    return error_code(outcome.code)
+  end
+  for _, field in ipairs(FIELDS) do
+    local value = outcome.fields[field]
+    if value ~= "" and value ~= (view[field] or "") then job_desc[field] = value end
+  end
+  if outcome.features then
+    job_desc.features = outcome.features
+  elseif view.restore then  -- drop the constraint we added before; an update cannot clear a field,
+    -- so an empty one becomes the chosen type's own feature, which every node of the type has
+    job_desc.features = (view.features ~= nil and view.features ~= "") and view.features
+      or T.types[outcome.types[1]].feature
+  end
+  log(slurm.log_info, "slurm_hetero: %s: %s", where, outcome.message)
+  slurm.log_user("%s", outcome.message)
   return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  local ok, outcome = pcall(function()
+    if not asks_us(job_desc) then return { action = "untouched" } end
+    if T == nil then error(LOAD_ERROR, 0) end
+    local view = edited_view(job_desc, job_rec)
+    view.job_id = job_rec.job_id
+    return { view = view, result = evaluate(view, modify_uid, held_devices(job_rec)) }
+  end)
+  if not ok then return failed(outcome) end
+  if outcome.action == "untouched" then return slurm.SUCCESS end
+  local applied, rc = pcall(apply_edit, job_desc, outcome.view, modify_uid, outcome.result)
+  if not applied then return failed(rc) end
+  return rc
 end
 
 return slurm.SUCCESS

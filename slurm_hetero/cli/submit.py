@@ -18,20 +18,29 @@ from slurm_hetero.errors import ConfigError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.write import diff, ensure_output_dir, pending, write_atomic
 from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
-from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
+from slurm_hetero.submit.tables import (
+    CLI_FILTER_NAME,
+    SCRIPT_NAME,
+    TABLE_NAME,
+    render_cli_filter,
+    render_script,
+    render_table,
+)
 
 _REPO_SCRIPT = Path(__file__).resolve().parents[2] / "job_submit" / SCRIPT_NAME
 
 
-def script_template() -> str:
-    """The hand-written hook: packaged as slurm_hetero/data/job_submit.lua, or from a checkout."""
-    packaged = resources.files("slurm_hetero.data").joinpath(SCRIPT_NAME)
+def script_template(name: str = SCRIPT_NAME) -> str:
+    """A hand-written script (the hook, or the cli_filter): packaged as slurm_hetero/data/NAME, or
+    from a checkout's job_submit/ directory."""
+    packaged = resources.files("slurm_hetero.data").joinpath(name)
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
+    path = _REPO_SCRIPT.with_name(name)
     try:
-        return _REPO_SCRIPT.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError(f"cannot read the hook template: {e.strerror}", str(_REPO_SCRIPT)) from e
+        raise ConfigError(f"cannot read the hook template: {e.strerror}", str(path)) from e
 
 
 def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settings) -> ClusterModel:
@@ -71,10 +80,13 @@ def job_submit() -> None:
 
 @job_submit.command("render")
 @_inventory_opt
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the two files.")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the three files.")
 @_config_opt
 @_models_opt
 @click.option("--table-path", help="Absolute table path to bake in (default: beside job_submit.lua).")
+@click.option(
+    "--hook-path", help="Absolute job_submit.lua path for cli_filter.lua to bake in (default: beside it)."
+)
 @click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
@@ -83,17 +95,24 @@ def render(
     config_path: Path | None,
     models_dirs: tuple[Path, ...],
     table_path: str | None,
+    hook_path: str | None,
     check: bool,
     as_json: bool,
 ) -> None:
-    """Write job_submit.lua and slurm_hetero_tables.lua (install both in slurm.conf's directory)."""
+    """Write job_submit.lua, slurm_hetero_tables.lua and cli_filter.lua (install them in slurm.conf's
+    directory, on the controller and on submit hosts; CliFilterPlugins=lua enables the last)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
     uids = exempt_uids(settings.exempt_users)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name)
     script = render_script(script_template(), ident, settings.fail_policy, table_path)
     # one set; the table is renamed first: slurmctld reloads when job_submit.lua's mtime moves
-    files = {(out if check else ensure_output_dir(out)) / TABLE_NAME: table, out / SCRIPT_NAME: script}
+    cli_filter = render_cli_filter(script_template(CLI_FILTER_NAME), hook_path)
+    files = {
+        (out if check else ensure_output_dir(out)) / TABLE_NAME: table,
+        out / SCRIPT_NAME: script,
+        out / CLI_FILTER_NAME: cli_filter,
+    }
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)
@@ -135,7 +154,17 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--gpus-per-task", help="As sbatch --gpus-per-task.")
 @click.option("--partition", "-p", help="As sbatch --partition (its policy and types apply).")
 @click.option("--constraint", "-C", help="As sbatch --constraint.")
+@click.option("--nodes", "-N", type=int, help="As sbatch --nodes (the minimum node count).")
+@click.option("--ntasks", "-n", type=int, help="As sbatch --ntasks.")
+@click.option("--ntasks-per-node", type=int, help="As sbatch --ntasks-per-node.")
 @click.option("--uid", type=int, help="Submitting user id (exempt users are left alone).")
+@click.option(
+    "--slurm-release",
+    type=click.Choice(["22.05", "24.11"]),
+    default="22.05",
+    show_default=True,
+    help="The sbatch whose job_desc to model (TRES forms, counts it derives, options it refuses).",
+)
 @_config_opt
 @_models_opt
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok", "tres_per_node", "message", ...}.')
@@ -147,7 +176,11 @@ def explain_cmd(
     gpus_per_task: str | None,
     partition: str | None,
     constraint: str | None,
+    nodes: int | None,
+    ntasks: int | None,
+    ntasks_per_node: int | None,
     uid: int | None,
+    slurm_release: str,
     config_path: Path | None,
     models_dirs: tuple[Path, ...],
     as_json: bool,
@@ -155,6 +188,18 @@ def explain_cmd(
     """What the job_submit hook would do with a request (same rules, same messages)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
-    job = job_from_options(gres, gpus, gpus_per_node, gpus_per_task, partition, constraint, uid)
+    job = job_from_options(
+        gres,
+        gpus,
+        gpus_per_node,
+        gpus_per_task,
+        partition,
+        constraint,
+        uid,
+        slurm_release,
+        nodes=nodes,
+        ntasks=ntasks,
+        ntasks_per_node=ntasks_per_node,
+    )
     options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
     _print(explain(model, options, job), as_json)

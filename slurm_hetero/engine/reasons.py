@@ -23,6 +23,7 @@ class ReasonCode(StrEnum):
     MISSING_FEATURE = "MISSING_FEATURE"  # no node of the type has the job's --constraint features
     INSUFFICIENT_MEMORY = "INSUFFICIENT_MEMORY"  # memory per device below what is needed
     TOO_FEW_DEVICES = "TOO_FEW_DEVICES"  # fewer devices per node than requested
+    TOO_FEW_NODES = "TOO_FEW_NODES"  # fewer nodes with enough devices than the job spans
     NOT_ENOUGH_DEVICES = "NOT_ENOUGH_DEVICES"  # a model fits on N devices, the inventory has fewer
     UNHEALTHY = "UNHEALTHY"  # every device of the type is marked unhealthy
     UNKNOWN_TYPE = "UNKNOWN_TYPE"  # a requested gres type is not in the inventory
@@ -36,6 +37,7 @@ CODE_ORDER: tuple[ReasonCode, ...] = (
     ReasonCode.MISSING_FEATURE,
     ReasonCode.INSUFFICIENT_MEMORY,
     ReasonCode.TOO_FEW_DEVICES,
+    ReasonCode.TOO_FEW_NODES,
 )
 
 #: Short words for counts in the hook's messages ("2 too small, 1 excluded").
@@ -44,26 +46,36 @@ LABELS: Mapping[ReasonCode, str] = {
     ReasonCode.MISSING_FEATURE: "without the features",
     ReasonCode.INSUFFICIENT_MEMORY: "too small",
     ReasonCode.TOO_FEW_DEVICES: "too few per node",
+    ReasonCode.TOO_FEW_NODES: "too few nodes",
 }
 
 #: Message templates by key, `%s` arguments only (Lua's string.format reads the same strings).
 MESSAGES: dict[str, str] = {
     "unknown_type": "unknown device type %s; known types: %s",
+    "constraint_counts": "node counts (*N) cannot be checked against device types; "
+    "drop the count or ask for a gpu TYPE",
+    "constraint_bad": "cannot read it (this hook reads a&b, a|b, (..) and one [a|b])",
+    "constraint_unknown": "no node has feature %s",
     # job_submit rejections, `REQUEST: HEADLINE[; HINT]`; headlines say what is wrong ...
     "type_excluded": "%s is not allowed here",
     "type_features": "no %s node has the requested features",
     "type_memory": "%s has %s per device",
     "type_count": "%s has at most %s per node",
+    "type_nodes": "%s has %s node(s) with %s devices, the job needs %s",
     "largest": "largest device is %s with %s",
     "none_fit": "no device type fits (%s)",
     # ... hints say what would fit
     "would_fit": "would fit: --gres=gpu:%s:%s%s",
     "split": "request %s devices with --gres=gpu:%s,gpumem:%s",
     "per_node": "at most %s devices per node (%s)",
+    "nodes": "at most %s node(s) with %s devices each (%s): ask -N %s",
     # job_submit outcomes (admin comment, slurmctld log, user message)
     "rewrite": "%s -> %s (%s)",
     "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",
     "rewrite_shard": "%s -> %s constraint %s (%s, shares of %s)",
+    # edits (slurm_job_modify)
+    "edit_shards": "this job holds shards and Slurm cannot update shards to whole devices; "
+    "cancel it and submit it again",
     "internal": "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin",
 }
 

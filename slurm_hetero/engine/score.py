@@ -12,8 +12,9 @@ Lua table, and `job_submit.lua` repeats `decide` over it, so the rules live here
    `gres render` makes them, that vendor's types).
 2. Each type, in policy order, fails on the first of: not allowed (TYPE_EXCLUDED), no node with
    the job's `--constraint` features (MISSING_FEATURE; only a plain `a&b` list is read),
-   memory per device below gpumem (INSUFFICIENT_MEMORY), fewer devices per node than asked
-   (TOO_FEW_DEVICES). A gpu TYPE in the request limits the candidates to that type.
+   memory per device below gpumem (INSUFFICIENT_MEMORY), fewer devices per node than each node
+   of the job needs (TOO_FEW_DEVICES), fewer such nodes than the job spans (TOO_FEW_NODES; see
+   `Need.nodes` and `Need.each`). A gpu TYPE in the request limits the candidates to that type.
 3. Policies order types by a key, ties by memory then name: `best-fit` smallest memory then
    price; `fastest` highest throughput for the configured dtype; `cheapest` lowest price per
    throughput; `greenest` highest throughput per watt (unknown figures rank last). With more
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from slurm_hetero.devicespec import DeviceSpec
+from slurm_hetero.engine.constraint import NO_CONSTRAINT, Alternatives, satisfies
 from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, counts_text
 from slurm_hetero.model import SlurmDevice, SlurmNode
 from slurm_hetero.slurm.syntax import feature
@@ -117,6 +119,7 @@ class ClusterModel:
     orders: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]  # policy -> (single, multi)
     default: Rule
     partitions: Mapping[str, Rule]
+    features: frozenset[str] = frozenset()  # every node's features (Slurm refuses other names in -C)
 
     def rule(self, partition: str | None) -> Rule:
         """The rule of the first partition listed (`a,b` -> a), else the cluster default."""
@@ -278,7 +281,8 @@ def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> Cluste
     listed = list(facts.values())
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
     default, partitions = _rules(facts, options)
-    return ClusterModel(facts, orders, default, partitions)
+    features = frozenset(f for node in nodes for f in node.features)
+    return ClusterModel(facts, orders, default, partitions, features)
 
 
 # ------------------------------------------------------------------------------------ decisions
@@ -297,6 +301,21 @@ class Need:
     partition: str | None = None
     features: frozenset[str] | None = frozenset()  # None: a constraint too complex to read
     memory_items: tuple[str, ...] = ()  # gpumem/gpucore items as written, for hints
+    nodes: int = 1  # nodes the job spans (-N, or tasks over tasks per node)
+    per_node: int = 0  # devices each of those nodes needs (0: `count`)
+    constraint: Alternatives | None = None  # a parsed constraint beyond a plain list (features None)
+
+    @property
+    def match(self) -> Alternatives:
+        """What a node's features must satisfy (`engine.constraint`)."""
+        if self.constraint is not None:
+            return self.constraint
+        return ((self.features,),) if self.features is not None else NO_CONSTRAINT
+
+    @property
+    def each(self) -> int:
+        """Devices each node of the job needs."""
+        return self.per_node or self.count
 
 
 @dataclass(frozen=True)
@@ -309,22 +328,32 @@ class Choice:
     constraint: tuple[str, ...] = ()  # node features to require ("any" and "shard")
 
 
-def max_per_node(facts: TypeFacts, features: frozenset[str] | None) -> int:
-    """Most devices of the type on one node having all `features` (0: no such node)."""
-    return max((s.count for s in facts.shapes if features is None or features <= s.features), default=0)
+def max_per_node(facts: TypeFacts, match: Alternatives) -> int:
+    """Most devices of the type on one node satisfying the constraint (0: no such node)."""
+    return max((s.count for s in facts.shapes if any(satisfies(a, s.features) for a in match)), default=0)
+
+
+def nodes_with(facts: TypeFacts, match: Alternatives, count: int) -> int:
+    """Nodes with at least `count` devices of the type satisfying one alternative of the
+    constraint (the best one: a matching OR puts every node on the same alternative)."""
+    return max(
+        sum(s.nodes for s in facts.shapes if s.count >= count and satisfies(alt, s.features)) for alt in match
+    )
 
 
 def reason(facts: TypeFacts, need: Need, allowed: frozenset[str]) -> ReasonCode | None:
     """The first check the type fails, or None when it can take the request."""
     if facts.name not in allowed:
         return ReasonCode.TYPE_EXCLUDED
-    per_node = max_per_node(facts, need.features)
+    per_node = max_per_node(facts, need.match)
     if per_node == 0:
         return ReasonCode.MISSING_FEATURE
     if need.memory_mib is not None and facts.memory_mib < need.memory_mib:
         return ReasonCode.INSUFFICIENT_MEMORY
-    if per_node < need.count:
+    if per_node < need.each:
         return ReasonCode.TOO_FEW_DEVICES
+    if need.nodes > 1 and nodes_with(facts, need.match, need.each) < need.nodes:
+        return ReasonCode.TOO_FEW_NODES
     return None
 
 
@@ -364,7 +393,7 @@ def _whole_choice(model: ClusterModel, need: Need, adequate: Sequence[str], rule
 def decide(model: ClusterModel, need: Need) -> Choice | FitReport:
     """The hook's decision for one request (see the module docstring for the rules)."""
     rule = model.rule(need.partition)
-    order = model.order(rule.policy, need.count)
+    order = model.order(rule.policy, need.each)
     candidates = (need.gpu_type,) if need.gpu_type else order
     adequate = [t for t in candidates if reason(model.types[t], need, rule.allowed) is None]
     if not adequate:
@@ -387,11 +416,14 @@ def _headline(
     if need.gpu_type:
         facts = model.types[need.gpu_type]
         code = reason(facts, need, rule.allowed)
+        if code == ReasonCode.TOO_FEW_NODES:
+            found = nodes_with(facts, need.match, need.each)
+            return ("type_nodes", facts.name, str(found), str(need.each), str(need.nodes))
         return {
             ReasonCode.TYPE_EXCLUDED: ("type_excluded", facts.name),
             ReasonCode.MISSING_FEATURE: ("type_features", facts.name),
             ReasonCode.INSUFFICIENT_MEMORY: ("type_memory", facts.name, facts.size),
-        }.get(code, ("type_count", facts.name, str(max_per_node(facts, need.features))))  # type: ignore[arg-type]
+        }.get(code, ("type_count", facts.name, str(max_per_node(facts, need.match))))  # type: ignore[arg-type]
     largest = None
     for name in usable:
         facts = model.types[name]
@@ -414,14 +446,14 @@ def _would_fit(model: ClusterModel, need: Need, usable: Sequence[str]) -> tuple[
 
 
 def _split(model: ClusterModel, need: Need, usable: frozenset[str], rule: Rule, most: int) -> tuple[str, ...]:
-    if need.memory_mib is None:
+    if need.memory_mib is None or need.each != need.count:
         return ()
     multi = [t for t in model.order(rule.policy, 2) if t in usable]
     for k in range(need.count + 1, most + 1):
         per = ceil_div(need.count * need.memory_mib, k)
         for name in multi:
             facts = model.types[name]
-            if facts.memory_mib >= per and max_per_node(facts, need.features) >= k:
+            if facts.memory_mib >= per and nodes_with(facts, need.match, k) >= need.nodes:
                 return ("split", str(k), str(k), size_up(per, facts.memory_mib))
     return ()
 
@@ -429,22 +461,35 @@ def _split(model: ClusterModel, need: Need, usable: frozenset[str], rule: Rule, 
 def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) -> tuple[str, ...]:
     if not usable:
         return ()
-    per_node = [max_per_node(model.types[t], need.features) for t in usable]
+    per_node = [max_per_node(model.types[t], need.match) for t in usable]
     most = max(per_node)
     hint = (_would_fit(model, need, usable) if need.gpu_type else ()) or _split(
         model, need, frozenset(usable), rule, most
     )
-    if not hint and need.count > most:
+    if not hint and need.each > most:
         hint = ("per_node", str(most), usable[per_node.index(most)])
+    if not hint and need.nodes > 1:
+        hint = _nodes_hint(model, need, usable)
     return hint
+
+
+def _nodes_hint(model: ClusterModel, need: Need, usable: Sequence[str]) -> tuple[str, ...]:
+    """The type (first in order) with the most nodes for a job that fails only on its node count."""
+    allowed = frozenset(usable)
+    short = [t for t in usable if reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES]
+    spans = [nodes_with(model.types[t], need.match, need.each) for t in short]
+    if not spans:
+        return ()
+    best = max(spans)
+    return ("nodes", str(best), str(need.each), short[spans.index(best)], str(best))
 
 
 def report(model: ClusterModel, need: Need, rule: Rule, candidates: Sequence[str]) -> FitReport:
     """Why no candidate fits, and the best alternative."""
     counts = Counter(reason(model.types[t], need, rule.allowed) for t in candidates)
     ordered = {code: counts[code] for code in CODE_ORDER if counts[code]}
-    order = model.order(rule.policy, need.count)
-    usable = [t for t in order if t in rule.allowed and max_per_node(model.types[t], need.features) > 0]
+    order = model.order(rule.policy, need.each)
+    usable = [t for t in order if t in rule.allowed and max_per_node(model.types[t], need.match) > 0]
     return FitReport(
         need.request,
         ordered,

@@ -13,8 +13,10 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
 3. `engine.score.decide` picks the device type (or the adequate types, or shards).
 4. The new item replaces the request: `gres:gpu:TYPE:N`, `gres:gpu:N` (any-fit) or
    `gres:shard:S`, in the form the request came in (24.11: `gres/gpu:TYPE:N`; `gres/gpu:TYPE=N`
-   for a request written with `=`). It goes first into
-   `tres_per_node`, or into `tres_per_task`/`tres_per_socket` when the count came from there.
+   for a request written with `=`). It goes first into the field the count came from
+   (`tres_per_job` for `--gpus`, per task, per socket, per node), else into `tres_per_node`.
+   The type must hold the whole job: `min_nodes` (or `num_tasks` / `ntasks_per_node`) nodes, each
+   with the devices one node needs (see `devices_per_node`).
    The old gpu item and, unless sharing, the gpumem/gpucore items are removed from every field.
 5. any-fit and shards add their types to the job's constraint (`FEATURES&(a|b)`); the decision
    goes to the admin comment and the message to the user and slurmctld's log.
@@ -27,14 +29,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slurm_hetero.engine.reasons import FitReport, render
-from slurm_hetero.engine.score import Choice, ClusterModel, Need, decide
+from slurm_hetero.engine import constraint
+from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, render
+from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide
 from slurm_hetero.errors import RequestError
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
-IN_PLACE = ("tres_per_task", "tres_per_socket")  # counts from these stay there
+IN_PLACE = ("tres_per_job", "tres_per_task", "tres_per_socket")  # counts from these keep their scope
+UNSET = 65534  # Slurm's NO_VAL16; NO_VAL (32-bit) and INFINITE are larger: any count >= it is unset
 NOTE_PREFIX = "slurm_hetero: "
+# The Slurm error a rejection returns (the client prints its text on its last line), by what was
+# wrong: the request grammar, the --constraint grammar, or the furthest check that the best type
+# failed (reason codes in check order). The hook returns `slurm[NAME]` where the release exports
+# NAME (24.11 exports every ESLURM_*; 22.05 only a few, ESLURM_INVALID_NODE_COUNT among ours), else
+# slurm.ERROR ("Unspecified error").
+REQUEST_CODE = "ESLURM_INVALID_GRES"
+CONSTRAINT_CODE = "ESLURM_INVALID_FEATURE"
+REASON_CODES: dict[ReasonCode, str] = {
+    ReasonCode.TYPE_EXCLUDED: "ESLURM_INVALID_GRES",
+    ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
+    ReasonCode.INSUFFICIENT_MEMORY: "ESLURM_INVALID_GRES",
+    ReasonCode.TOO_FEW_DEVICES: "ESLURM_INVALID_GRES",
+    ReasonCode.TOO_FEW_NODES: "ESLURM_INVALID_NODE_COUNT",
+}
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
 _ITEM_FORMS = {  # (kind, form) -> new item; kinds as in engine.score.Choice
     ("gpu", COLON): "gres:gpu:%s:%s",
@@ -62,6 +80,9 @@ class Job:
     admin_comment: str | None = None
     submit_uid: int | None = None
     user_id: int | None = None
+    min_nodes: int | None = None  # -N
+    num_tasks: int | None = None  # -n
+    ntasks_per_node: int | None = None  # --ntasks-per-node
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(name, getattr(self, name)) for name in FIELDS]
@@ -83,9 +104,11 @@ class Outcome:
     job: Job
     choice: Choice | None = None
     report: FitReport | None = None
+    code: str | None = None  # a rejection's Slurm error name (ESLURM_...), see REASON_CODES
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": self.ok, "action": self.action, "message": self.message}
+        out["code"] = self.code
         # a rejected job is not written: no new field values to show
         out |= {
             name: getattr(self.job, name) if self.ok else None
@@ -117,17 +140,60 @@ def constraint_features(features: str | None) -> frozenset[str] | None:
     return frozenset(names) if all(_FEATURE.fullmatch(n) for n in names) else None
 
 
-def need_of(request: Request, job: Job) -> Need:
+def check_features(features: str | None, known: frozenset[str]) -> None:
+    """RequestError naming the first feature of the constraint that no node has (slurmctld
+    refuses such a job after the hook: "Invalid feature specification"); no check without `known`."""
+    for name in _FEATURE.findall(features or "") if known else ():
+        if name not in known:
+            raise RequestError(f"--constraint={features}", render("constraint_unknown", name))
+
+
+def _count(value: int | None) -> int | None:
+    """A job_desc count, or None when Slurm's value means unset (nil, 0, NO_VAL16, NO_VAL)."""
+    return value if value is not None and 0 < value < UNSET else None
+
+
+def job_nodes(job: Job) -> int:
+    """Nodes the job spans: -N, or more when tasks over tasks per node need more."""
+    tasks, per_node = _count(job.num_tasks), _count(job.ntasks_per_node)
+    by_tasks = ceil_div(tasks, per_node) if tasks and per_node else 1
+    return max(_count(job.min_nodes) or 1, by_tasks)
+
+
+def tasks_per_node(job: Job, nodes: int) -> int:
+    """Tasks on each node: --ntasks-per-node, else the tasks spread over the nodes."""
+    tasks = _count(job.num_tasks)
+    return _count(job.ntasks_per_node) or (ceil_div(tasks, nodes) if tasks else 1)
+
+
+def devices_per_node(request: Request, job: Job, nodes: int) -> int:
+    """Devices each node needs: a job total spread over the nodes, per task times tasks per
+    node, else the per-node (or per-socket) count."""
+    if request.gpu_field == "tres_per_job":
+        return ceil_div(request.count, nodes)
+    if request.gpu_field == "tres_per_task":
+        return request.count * tasks_per_node(job, nodes)
+    return request.count
+
+
+def need_of(request: Request, job: Job, whole: bool = False) -> Need:
+    """The engine's view of the job (`whole`: whole devices only, never shards); RequestError for
+    a constraint the hook cannot read."""
+    nodes = job_nodes(job)
+    plain = constraint_features(job.features)
     return Need(
         request.text,
         request.gpumem_mib,
         request.gpucore,
         request.count,
         request.gpu_type,
-        request.gpu_count is not None,
+        request.gpu_count is not None or whole,
         job.partition,
-        constraint_features(job.features),
+        plain,
         request.memory_items,
+        nodes,
+        devices_per_node(request, job, nodes),
+        constraint.parse(job.features) if plain is None and job.features else None,
     )
 
 
@@ -138,9 +204,11 @@ def new_item(choice: Choice, form: str) -> str:
 
 
 def _kept(text: str | None, keep_ours: bool) -> list[str]:
-    """A field's items without the gpu item, (unless `keep_ours`) the gpumem/gpucore items, and empty
-    items (24.11 hands `--gres=gpumem:20G,,` over as `gres/gpumem:20G,gres/,gres/`)."""
-    dropped = lambda i: i.name == "gpu" or (i.ours and not keep_ours) or i.body == ""  # noqa: E731
+    """A field's items without the gpu and shard items (the new item replaces them: a request that
+    cli_filter.lua already rewrote to `shard:S,gpumem:M` is decided again to the same, not to
+    `shard:S,shard:S,...`), (unless `keep_ours`) the gpumem/gpucore items, and empty items (24.11
+    hands `--gres=gpumem:20G,,` over as `gres/gpumem:20G,gres/,gres/`)."""
+    dropped = lambda i: i.name in ("gpu", "shard") or (i.ours and not keep_ours) or i.body == ""  # noqa: E731
     return [i.text for i in split_items(text) if not dropped(i)]
 
 
@@ -156,13 +224,15 @@ def rewrite_fields(job: Job, request: Request, choice: Choice, item: str) -> dic
 
 
 def with_constraint(features: str | None, constraint: Sequence[str]) -> str | None:
-    """The job's constraint AND one of `constraint` (unchanged when that is empty)."""
+    """The job's constraint AND one of `constraint` (unchanged when that is empty or already the
+    constraint's last term, as after cli_filter.lua made the same decision)."""
     if not constraint:
         return features
     either = "|".join(constraint)
     if not features:
         return either
-    return f"{features}&{either}" if len(constraint) == 1 else f"{features}&({either})"
+    tail = f"&{either}" if len(constraint) == 1 else f"&({either})"
+    return features if features == either or features.endswith(tail) else features + tail
 
 
 def note(request: Request, choice: Choice, item: str) -> str:
@@ -187,12 +257,19 @@ def _rewritten(job: Job, request: Request, choice: Choice) -> Outcome:
     return Outcome(True, "rewrite", message, replace(job, **changes), choice=choice)
 
 
+def report_code(report: FitReport) -> str:
+    """The Slurm error of a request nothing fits: that of the furthest check any type failed."""
+    failed = [c for c in CODE_ORDER if report.counts.get(c, 0) > 0]
+    return REASON_CODES[failed[-1]] if failed else REQUEST_CODE
+
+
 def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
 
-def explain(model: ClusterModel, options: HookOptions, job: Job) -> Outcome:
-    """What the hook does with one job (component)."""
+def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | None = None) -> Outcome:
+    """What the hook does with one job (component); `held`: the devices an edited job already
+    asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards."""
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
     if not has_ours(job.fields()):
@@ -200,48 +277,100 @@ def explain(model: ClusterModel, options: HookOptions, job: Job) -> Outcome:
     try:
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:
-        return Outcome(False, "reject", str(e), job)
-    result = decide(model, need_of(request, job))
+        return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    try:
+        need = need_of(request, job, held in ("typed", "untyped"))
+        check_features(job.features, model.features)
+    except RequestError as e:
+        return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)
+    result = decide(model, need)
+    if held == "untyped" and isinstance(result, Choice) and result.kind == "gpu":
+        result = replace(result, kind="any", constraint=(model.types[result.types[0]].feature,))
+    if held == "shard" and isinstance(result, Choice) and result.kind != "shard":
+        return Outcome(False, "reject", f"{request.text}: {render('edit_shards')}", job, code=REQUEST_CODE)
     if isinstance(result, FitReport):
-        return Outcome(False, "reject", result.message, job, report=result)
+        return Outcome(False, "reject", result.message, job, report=result, code=report_code(result))
     return _rewritten(job, request, result)
 
 
-# ------------------------------------------------------------------------- command-line requests
+# ------------------------------------------------------------------------------------ edits
+
+_VIEW_STRINGS = (*FIELDS, "features", "partition", "admin_comment")
+_VIEW_COUNTS = ("min_nodes", "num_tasks", "ntasks_per_node")
 
 
-# The prefix each release's sbatch puts on TRES items (measured on 22.05 and 24.11).
-RELEASE_PREFIX = {"22.05": "gres:", "24.11": "gres/"}
+_OUR_CONSTRAINT = re.compile(r" constraint ([^ ]+) \(")
 
 
-def _gres_items(spec: str, prefix: str) -> list[str]:
-    """`--gres=gpu:a100:1,gpumem:90G` as sbatch stores it: `gres:gpu:a100:1,gres:gpumem:90G`."""
-    return [s if s.startswith(("gres:", "gres/")) else f"{prefix}{s}" for s in spec.split(",")]
+def our_constraint(comment: str | None) -> str | None:
+    """The constraint our last rewrite added (`l40s`, `a100_80g|h100`), from the last note in
+    the admin comment (`... -> gres:shard:5 constraint l40s (...)`); None when it added none."""
+    at = (comment or "").rfind(NOTE_PREFIX)
+    found = _OUR_CONSTRAINT.search(comment[at:]) if comment and at >= 0 else None
+    return found.group(1) if found else None
 
 
-def job_from_options(
-    gres: str | None = None,
-    gpus: str | None = None,
-    gpus_per_node: str | None = None,
-    gpus_per_task: str | None = None,
-    partition: str | None = None,
-    constraint: str | None = None,
-    uid: int | None = None,
-    slurm_release: str = "22.05",
-) -> Job:
-    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options."""
-    if slurm_release not in RELEASE_PREFIX:
-        raise ValueError(f"unknown Slurm release {slurm_release}; known: {', '.join(RELEASE_PREFIX)}")
-    pre = RELEASE_PREFIX[slurm_release]
-    per_node = (_gres_items(gres, pre) if gres else []) + (
-        [f"{pre}gpu:{gpus_per_node}"] if gpus_per_node else []
-    )
-    return Job(
-        tres_per_node=",".join(per_node) or None,
-        tres_per_job=f"{pre}gpu:{gpus}" if gpus else None,
-        tres_per_task=f"{pre}gpu:{gpus_per_task}" if gpus_per_task else None,
-        partition=partition,
-        features=constraint,
-        submit_uid=uid,
-        user_id=uid,
-    )
+def without(features: str | None, added: str | None) -> str | None:
+    """`features` without the part `with_constraint` appended (None when nothing is left)."""
+    if features is None or added is None:
+        return features
+    if features == added:
+        return None
+    for tail in (f"&{added}", f"&({added})"):
+        if len(features) > len(tail) and features.endswith(tail):
+            return features[: -len(tail)]
+    return features
+
+
+def edited_view(edit: Job, record: Job) -> Job:
+    """The job as edited: the edit's fields where set (non-empty), the record's elsewhere; the
+    owner from the record, the editor as submitter. Slurm's job record has no num_tasks or
+    ntasks_per_node for the hook: pass None there for what a real record gives."""
+    values: dict[str, Any] = {n: getattr(edit, n) or getattr(record, n) for n in _VIEW_STRINGS}
+    values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
+    if not edit.features:  # the record's constraint, less what our last rewrite added
+        values["features"] = without(record.features, our_constraint(record.admin_comment))
+    return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)
+
+
+def held_devices(record: Job) -> str | None:
+    """How a job asks for devices: "shard" (a shard item), "typed" (a gpu item with a type),
+    "untyped" (`gpu:N` only) or None. Slurm 22.05 refuses an update between gpu and shard
+    requests, either way, and from an untyped gpu request to a typed one ("Invalid generic
+    resource (gres) specification", "... with and without type identification", even from root
+    and without the hook): so an edit keeps a job on whole devices or on shards (else it is
+    refused), and an untyped one untyped (the type goes into the constraint)."""
+    items = [item for _, text in record.fields() for item in split_items(text)]
+    if any(item.name == "shard" for item in items):
+        return "shard"
+    gpu = [item for item in items if item.name == "gpu"]
+    if not gpu:
+        return None
+    tokens = [item.body.split("=")[0].split(":") for item in gpu]
+    return "typed" if any(len(t) > 1 and not t[1].isdigit() for t in tokens) else "untyped"
+
+
+def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
+    """What `slurm_job_modify` does with an edit (`scontrol update`) of a job: only an edit whose
+    own TRES fields carry gpumem/gpucore is looked at; the job as edited (`edited_view`) goes
+    through `explain`, on whole devices when the job holds some (`held_devices`). The job in the
+    outcome is what Slurm then stores: an update cannot clear a field, so an emptied one keeps its
+    value, and the admin comment is not changed (users may not)."""
+    if not has_ours(edit.fields()):
+        return Outcome(True, "untouched", "", edited_view(edit, record))
+    view = edited_view(edit, record)
+    outcome = explain(model, options, view, held_devices(record))
+    if outcome.action != "rewrite":
+        return replace(outcome, job=view)
+    after, choice = outcome.job, outcome.choice
+    kept: dict[str, Any] = {n: getattr(after, n) or getattr(view, n) for n in FIELDS}
+    restore = not edit.features and view.features != record.features
+    if choice is not None and not choice.constraint and restore:
+        # drop the constraint we added before; an update cannot clear a field, so an empty one
+        # becomes the chosen type's own feature, which every node of the type has
+        kept["features"] = view.features or model.types[choice.types[0]].feature
+    return replace(outcome, job=replace(after, **kept, admin_comment=view.admin_comment))
+
+
+# what sbatch sends for command-line options (re-exported: `request explain` and the tests start there)
+from slurm_hetero.submit.sbatch import RELEASE_PREFIX, job_from_options, sbatch_counts  # noqa: E402,F401

@@ -15,6 +15,7 @@ types              per device type: name, rank (name order), vendor, mem (MiB pe
                    device, 0: none), shard_mib (memory of one shard), shapes = list of
                    { count = devices per node, nodes, features = { [feature] = true } }
 type_list          "a, b, c": the types, for messages
+features           { [feature] = true }: every node's features (a constraint naming another is refused)
 orders             [policy] = { single = {...}, multi = {...} }: type names in policy order for one
                    device and for several (fast links first)
 default            { policy, mode, allowed = { [type] = true } }: without a known partition
@@ -25,6 +26,8 @@ messages           `%s` templates from `engine.reasons.MESSAGES`
 request_messages   `%s` templates from `units.REQUEST_MESSAGES`
 item_forms         [kind][form]: the new TRES item, kind gpu/any/shard, form "22.05"/"24.11"/"slash"
 note_prefix        prefix of the admin comment and log lines
+reject_codes       Slurm error names a rejection returns: [request], [constraint] and [reason code]
+                   (the furthest check failed); the hook returns slurm[NAME] or slurm.ERROR
 =================  ===============================================================================
 
 Everything is sorted and every string is an escaped Lua literal, so the same inputs give the
@@ -44,11 +47,12 @@ from slurm_hetero import __version__, units
 from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES
 from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
 from slurm_hetero.slurm.syntax import comment
-from slurm_hetero.submit import _ITEM_FORMS, NOTE_PREFIX
+from slurm_hetero.submit import _ITEM_FORMS, CONSTRAINT_CODE, NOTE_PREFIX, REASON_CODES, REQUEST_CODE
 
 FORMAT = 1
 TABLE_NAME = "slurm_hetero_tables.lua"
 SCRIPT_NAME = "job_submit.lua"
+CLI_FILTER_NAME = "cli_filter.lua"
 _RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTILINE)
 
 # ------------------------------------------------------------------------------ Lua literals
@@ -141,6 +145,7 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "units": dict(units.UNITS),
         "types": {n: _type_entry(model.types[n], i) for i, n in enumerate(names)},
         "type_list": ", ".join(names),
+        "features": _set(model.features),
         "orders": {
             p: {"single": list(model.orders[p][0]), "multi": list(model.orders[p][1])} for p in POLICIES
         },
@@ -152,6 +157,11 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "request_messages": dict(units.REQUEST_MESSAGES),
         "item_forms": forms,
         "note_prefix": NOTE_PREFIX,
+        "reject_codes": {
+            "request": REQUEST_CODE,
+            "constraint": CONSTRAINT_CODE,
+            **{str(c): REASON_CODES[c] for c in CODE_ORDER},
+        },
     }
 
 
@@ -178,6 +188,16 @@ def render_table(
 def render_script(template: str, ident: str, fail_policy: str, table_path: str | None = None) -> str:
     """`job_submit.lua` with the table id, fail policy and table path baked in."""
     values = {"table_id": ident, "fail_policy": fail_policy, "table_path": table_path}
+    return _bake(template, SCRIPT_NAME, values)
+
+
+def render_cli_filter(template: str, hook_path: str | None = None) -> str:
+    """`cli_filter.lua` with the path of job_submit.lua baked in (default: beside it)."""
+    return _bake(template, CLI_FILTER_NAME, {"hook_path": hook_path})
+
+
+def _bake(template: str, name: str, values: Mapping[str, Any]) -> str:
+    """`template` with each `-- @render KEY` line's value replaced by values[KEY]."""
     found: list[str] = []
 
     def bake(m: re.Match[str]) -> str:
@@ -187,6 +207,6 @@ def render_script(template: str, ident: str, fail_policy: str, table_path: str |
     text = _RENDER_LINE.sub(bake, template)
     if sorted(found) != sorted(values):
         raise ValueError(
-            f"job_submit.lua template: expected one '@render' line each for {sorted(values)}, found {found}"
+            f"{name} template: expected one '@render' line each for {sorted(values)}, found {found}"
         )
     return text

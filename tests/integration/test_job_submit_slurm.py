@@ -4,21 +4,23 @@ fail policy, and a fuzz run checked against the Python twin (`request explain`).
 from __future__ import annotations
 
 import os
-import random
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from scripts.devcluster.fuzz import COUNTS, Fuzz, Request, record_of, run_fuzz, sbatch_argv, stored_view
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.config import exempt_uids, load_settings
+from slurm_hetero.errors import RequestError
 from slurm_hetero.model import Device
 from slurm_hetero.nodes import gres_order
-from slurm_hetero.submit import HookOptions, explain, job_from_options
+from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
 
@@ -113,7 +115,7 @@ def test_two_gpus_of_60g_land_on_one_node_of_an_adequate_type(dev_cluster: Clust
     chosen = [devices[int(g)] for g in env["SLURM_JOB_GPUS"].split(",")]
     assert len(chosen) == 2 and all(d.memory_mib >= 60 * 1024 for d in chosen)
     assert len({d.type for d in chosen}) == 1
-    assert tres(job_fields(job_id)["TresPerNode"]) == f"gres:gpu:{chosen[0].type}:2"
+    assert tres(job_fields(job_id).get("TresPerJob", "")) == f"gres:gpu:{chosen[0].type}:2"  # --gpus: per job
 
 
 @pytest.mark.parametrize(
@@ -131,6 +133,132 @@ def test_impossible_and_malformed_requests_are_rejected_with_a_message(
     run = as_user("sbatch", "-H", f"--gres={gres}", "-o", "/dev/null", "--wrap", "true")
     assert run.returncode != 0
     assert message in run.stderr, run.stderr
+
+
+# What the client's last line says for each kind of rejection (issue 10 item 4): 24.11 exports
+# every ESLURM_* to Lua, 22.05 only a few (ESLURM_INVALID_NODE_COUNT), so there the others end in
+# slurm.ERROR's "Unspecified error".
+_LAST_LINES = {
+    "ESLURM_INVALID_GRES": {
+        "22.05": "Unspecified error",
+        "24.11": "Invalid generic resource (gres) specification",
+    },
+    "ESLURM_INVALID_FEATURE": {"22.05": "Unspecified error", "24.11": "Invalid feature specification"},
+    "ESLURM_INVALID_NODE_COUNT": {
+        "22.05": "Node count specification invalid",
+        "24.11": "Node count specification invalid",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        (("--gres=gpumem:abc",), "ESLURM_INVALID_GRES"),
+        (("--gres=gpumem:2T",), "ESLURM_INVALID_GRES"),
+        (("--gres=gpumem:20G", "--constraint=a*2"), "ESLURM_INVALID_FEATURE"),
+        (("--gres=gpumem:20G", "--constraint=nosuchfeature"), "ESLURM_INVALID_FEATURE"),
+        (("--gres=gpumem:20G", "-N", "40"), "ESLURM_INVALID_NODE_COUNT"),
+    ],
+    ids=["malformed", "too-large", "constraint-count", "no-such-feature", "node-count"],
+)
+def test_rejections_end_with_the_most_specific_slurm_error(
+    dev_cluster: Cluster, options: tuple[str, ...], code: str
+) -> None:
+    run = as_user("sbatch", "-H", *options, "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.endswith(_LAST_LINES[code][dev_cluster.name]), run.stderr
+
+
+def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_cluster: Cluster) -> None:
+    """Issue 10 item 5: slurm_job_modify applies the rules to `scontrol update ... gres=`. The job
+    starts on a whole device (a count: no shards): 22.05 refuses any gres change of a job holding
+    shards with the constraint the hook added, even by root (`_update_job: invalid GRES`)."""
+    run = as_user(
+        "sbatch", "--parsable", "-H", "--gres=gpu:1,gpumem:20G", "-o", "/dev/null", "--wrap", "true"
+    )
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    try:
+        edit = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G")
+        assert edit.returncode == 0, edit.stderr
+        stored = tres(job_fields(job_id)["TresPerNode"])
+        match = re.fullmatch(r"gres:gpu:([\w.-]+):1", stored)
+        assert match, stored
+        memory = {
+            d.type: d.memory_mib for devices in node_devices(dev_cluster.inventory).values() for d in devices
+        }
+        assert memory[match.group(1)] >= 70 * 1024, stored
+        refused = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:900G")
+        assert refused.returncode != 0
+        # 22.05 drops log_user text from slurm_job_modify (SchedMD bug 14539, fixed in 23.02)
+        if dev_cluster.name != "22.05":
+            assert "gpumem:900G: largest device is" in refused.stderr, refused.stderr
+        assert tres(job_fields(job_id)["TresPerNode"]) == stored  # the refused edit changed nothing
+    finally:
+        slurm("scancel", job_id)
+
+
+@pytest.mark.parametrize(
+    ("submitted", "edit"),
+    [
+        (["--gres=gpu:1"], "gpumem:30G"),  # untyped stays untyped (22.05: "with and without type ...")
+        (["--gres=gpu:l40s:1"], "gpumem:30G"),  # whole devices stay whole (22.05: gpu -> shard refused)
+        (["--gres=gpumem:10G"], "gpumem:20G,gpu:2"),  # shards stay shards: refused with the reason
+    ],
+    ids=["untyped", "typed", "shards"],
+)
+def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, submitted: list[str], edit: str
+) -> None:
+    from slurm_hetero.cli.submit import _model
+
+    settings = load_settings(suite_config)
+    model = _model(dev_cluster.inventory, (), settings)
+    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip()
+    try:
+        before = job_fields(job_id)
+        record = record_of(before, uid, None)
+        change = replace(job_from_options(gres=edit, slurm_release=dev_cluster.name), submit_uid=uid)
+        predicted = explain_edit(model, hook, change, record)
+        result = as_user("scontrol", "update", f"jobid={job_id}", f"gres={edit}")
+        assert (result.returncode == 0) == predicted.ok, (result.stderr, predicted.message)
+        if not predicted.ok and dev_cluster.name != "22.05":  # 22.05 drops log_user in job_modify
+            assert predicted.message in result.stderr
+        after = stored_view(job_fields(job_id))
+        assert after == (
+            {n: getattr(predicted.job, n) for n in after} if predicted.ok else stored_view(before)
+        )
+    finally:
+        slurm("scancel", job_id)
+
+
+def test_a_constraint_naming_an_unknown_feature_is_refused_by_the_hook(dev_cluster: Cluster) -> None:
+    """slurmctld refused it after the hook had accepted it (`-C 'nosuch|xgmi'`, found by the fuzz)."""
+    run = as_user(
+        "sbatch", "-H", "--gres=gpumem:20G", "-C", "nosuch|l40s", "-o", "/dev/null", "--wrap", "true"
+    )
+    assert run.returncode != 0 and "--constraint=nosuch|l40s: no node has feature nosuch" in run.stderr
+
+
+def test_srun_without_an_allocation_gets_its_device_through_the_cli_filter(dev_cluster: Cluster) -> None:
+    """Issue 10 item 6: cli_filter.lua rewrites the options in srun itself, so the step (not only
+    the job) asks for the device and sees CUDA_VISIBLE_DEVICES."""
+    script = "env | grep -E '^(SLURMD_NODENAME|CUDA_VISIBLE_DEVICES)='"
+    run = as_user("srun", "--gres=gpumem:20G", "sh", "-c", script)
+    assert run.returncode == 0, run.stderr
+    env = dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
+    assert "CUDA_VISIBLE_DEVICES" in env, (run.stdout, run.stderr)
+    device = node_devices(dev_cluster.inventory)[env["SLURMD_NODENAME"]][
+        int(env["CUDA_VISIBLE_DEVICES"].split(",")[0])
+    ]
+    assert device.memory_mib >= 20 * 1024, device
+    assert "gpumem:20G ->" in run.stderr  # the decision, printed by the filter
 
 
 def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_path: Path) -> None:
@@ -182,108 +310,89 @@ def test_a_broken_data_table_follows_the_fail_policy(restore_hook: Path, tmp_pat
     slurm("scancel", untouched.stdout.strip())
 
 
-def _random_options(rng: random.Random, types: list[str]) -> dict[str, str]:
-    sizes = [
-        "1G",
-        "10G",
-        "20G",
-        "45G",
-        "60G",
-        "70G",
-        "80G",
-        "100G",
-        "192G",
-        "2T",
-        "512",
-        "0",
-        "-5",
-        "abc",
-        "9E",
-        "1.5G",
-        "20g",
-        "99999999999999999999G",
-    ]
-    items = []
-    if rng.random() < 0.85:
-        items.append(f"gpumem:{rng.choice(sizes)}")
-    if rng.random() < 0.25:
-        items.append(f"gpucore:{rng.choice(['10', '30', '50', '100', '0', '101', 'x'])}")
-    if rng.random() < 0.2:
-        items.append(
-            f"gpu:{rng.choice(types)}:{rng.choice(['1', '2', '4'])}"
-            if rng.random() < 0.5
-            else f"gpu:{rng.choice(['1', '2', '3'])}"
-        )
-    options = {"gres": ",".join(items)} if items else {}
-    if rng.random() < 0.2:
-        options["gpus"] = rng.choice(["1", "2", "4", "8"])
-    elif rng.random() < 0.1:
-        options["gpus_per_node"] = rng.choice(["1", "2"])
-    if rng.random() < 0.3:
-        options["partition"] = rng.choice(["gpu", "nvidia", "ascend", "amd"])
-    return options
+def _predict(options: dict[str, str], uid: int, release_name: str) -> Job:
+    counts = {k: int(v) for k, v in options.items() if k in COUNTS}
+    rest = {k: v for k, v in options.items() if k not in COUNTS}
+    return job_from_options(**rest, uid=uid, slurm_release=release_name, **counts)  # type: ignore[arg-type]
 
 
-def _sbatch_argv(options: dict[str, str]) -> list[str]:
-    flag = {
-        "gres": "--gres",
-        "gpus": "--gpus",
-        "gpus_per_node": "--gpus-per-node",
-        "partition": "--partition",
-    }
-    return [
-        "sbatch",
-        "-H",
-        "--parsable",
-        "-o",
-        "/dev/null",
-        *[f"{flag[k]}={v}" for k, v in options.items()],
-        "--wrap",
-        "true",
-    ]
+def test_fuzz_sample_agrees_with_request_explain(dev_cluster: Cluster, suite_config: Path) -> None:
+    """Issue 10 acceptance, sampled (scripts/fuzz_submit runs 2,000): random requests over -N, -n,
+    --ntasks-per-node, --gpus*, --gres mixes, constraints, partitions, arrays, het jobs and edits;
+    every decision, message and stored request as `request explain` says, slurmctld up, released
+    jobs start. SLURM_HETERO_FUZZ_JOBS sets the count."""
+    from slurm_hetero.cli.submit import _model
+
+    settings = load_settings(suite_config)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    fuzz = Fuzz(
+        lambda argv, user=None: dev_cluster.run(list(argv), user, timeout=120, cwd="/tmp"),
+        _model(dev_cluster.inventory, (), settings),
+        HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy),
+        dev_cluster.name,
+        USER,
+        uid,
+    )
+    report = run_fuzz(
+        fuzz, int(os.environ.get("SLURM_HETERO_FUZZ_JOBS", "150")), seed=20261122, release_sample=4
+    )
+    print(f"fuzz {dev_cluster.name}: {report.summary()}", file=sys.stderr)
+    assert not report.mismatches, report.mismatches[:10]
+    assert (
+        report.counts["accepted"] and report.counts["refused by the hook"] and report.counts["started"] == 4
+    )
 
 
-def test_fuzz_1000_random_submissions_agree_with_request_explain(
-    dev_cluster: Cluster, suite_config: Path
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"nodes": "2", "gres": "gpumem:20G"},
+        {"nodes": "2", "gres": "gpumem:20G", "gpus": "2"},
+        {"nodes": "2", "gres": "gpumem:10G", "gpus_per_node": "1"},
+        {"ntasks": "2", "ntasks_per_node": "1", "gres": "gpumem:20G", "gpus_per_task": "1"},
+        {"nodes": "9", "gres": "gpumem:20G"},
+        # found by the fuzz: sbatch lowers -N3 to the task count; cli_filter + hook on shards;
+        # 24.11's gres/gpu=N per-task form; sbatch's own refusal of --gpus-per-task without -n
+        {"nodes": "3", "ntasks": "1", "gres": "gpumem:10G", "gpus_per_node": "2"},
+        {"gres": "gpumem:10G"},
+        {"ntasks": "2", "gres": "gpumem:20G", "gpus_per_task": "1"},
+        {"gres": "gpumem:20g", "gpus_per_task": "2"},
+    ],
+    ids=lambda o: " ".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_multi_node_requests_run_or_are_rejected_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, options: dict[str, str]
 ) -> None:
+    """Issue 10: a rewritten multi-node job can start (it runs to the end); a rejection says
+    exactly what `request explain` says."""
     from slurm_hetero.cli.submit import _model
 
     settings = load_settings(suite_config)
     model = _model(dev_cluster.inventory, (), settings)
     hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
-    types = sorted({d.type for ds in node_devices(dev_cluster.inventory).values() for d in ds})
-    rng = random.Random(20261122)
-    accepted, rejected, mismatches = [], 0, []
-    for _ in range(int(os.environ.get("SLURM_HETERO_FUZZ_JOBS", "1000"))):
-        options = _random_options(rng, types)
-        predicted = explain(model, hook, job_from_options(**options, uid=uid, slurm_release=dev_cluster.name))
-        run = as_user(*_sbatch_argv(options))
-        if run.returncode == 0:
-            accepted.append((run.stdout.strip().split(";")[0], options, predicted))
-            if not predicted.ok:
-                mismatches.append(("accepted but predicted reject", options, predicted.message))
-        else:
-            rejected += 1
-            assert run.stderr.strip(), options  # every rejection says why
-            if predicted.ok and predicted.action != "untouched":
-                mismatches.append(("rejected but predicted accept", options, run.stderr.strip()))
-    assert "UP" in slurm("scontrol", "ping")
-    stored = {}
-    for line in slurm("scontrol", "show", "job", "-o").splitlines():
-        fields = parse_oneliner(line)
-        stored[fields["JobId"]] = fields.get("TresPerNode", "")
-    for job_id, options, predicted in accepted:  # written back in the form this release handed over
-        if predicted.ok and predicted.action == "rewrite":
-            want = predicted.job.tres_per_node or ""
-            if stored.get(job_id) != want:
-                mismatches.append(("stored request differs", options, f"{stored.get(job_id)} != {want}"))
-    if accepted:
-        slurm("scancel", *[a[0] for a in accepted])
-    print(
-        f"fuzz: {len(accepted)} accepted, {rejected} rejected, {len(mismatches)} mismatches", file=sys.stderr
+    argv = [a for a in sbatch_argv(Request([options])) if a != "-H"]
+    run = as_user(argv[0], "--wait", *argv[1:])
+    try:
+        predicted = explain(model, hook, _predict(options, uid, dev_cluster.name))
+    except RequestError as e:  # sbatch's own refusal
+        assert run.returncode != 0 and e.reason in run.stderr, (run.stderr, e.reason)
+        return
+    if not predicted.ok:
+        assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+        return
+    assert run.returncode == 0, (options, run.stderr)  # started, ran, ended
+    fields = job_fields(run.stdout.strip().split(";")[0])
+    for key, name in (
+        ("TresPerJob", "tres_per_job"),
+        ("TresPerNode", "tres_per_node"),
+        ("TresPerTask", "tres_per_task"),
+    ):
+        assert tres(fields.get(key, "")) == tres(getattr(predicted.job, name) or ""), key
+    assert (
+        fields.get("NumNodes", "").split("-")[0] == str(max(int(options.get("nodes", "1")), 1))
+        or "ntasks" in options
     )
-    assert not mismatches, mismatches[:10]
 
 
 def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluster: Cluster) -> None:
@@ -314,7 +423,7 @@ def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluste
     assert "llama-3-8b infer needs" in run.stderr
     assert re.search(r"-> gres[:/]gpu:", run.stderr), run.stderr
     fields = job_fields(run.stdout.strip())
-    gpu_type = tres(fields["TresPerNode"]).split(":")[2]
+    gpu_type = tres(fields["TresPerJob"]).split(":")[2]  # --gpus is a job total: it stays in TresPerJob
     memory = {d.type: d.memory_mib for ds in node_devices(dev_cluster.inventory).values() for d in ds}[
         gpu_type
     ]

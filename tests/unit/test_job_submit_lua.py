@@ -24,9 +24,11 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.submit import script_template
 from slurm_hetero.config import Settings, exempt_uids
+from slurm_hetero.engine.reasons import MESSAGES
 from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.errors import RequestError
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.submit import HookOptions, Job, explain
+from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options, sbatch_counts
 from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
 from tests.unit.test_score import MIXED, second_inventory, second_settings
 from tests.unit.test_units import load_cases
@@ -39,7 +41,9 @@ LOG = {}
 local function logger(kind)
   return function(fmt, ...) LOG[#LOG + 1] = { kind, string.format(fmt, ...) } end
 end
-slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002,
+-- Error numbers: placeholders, distinct; which names exist is what matters (24.11 exports all).
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, ESLURM_INVALID_NODE_COUNT = 2006,
+          ESLURM_INVALID_FEATURE = 2008, ESLURM_INVALID_GRES = 2072,
           log_info = logger("info"), log_user = logger("user"), log_error = logger("error"),
           log_debug = logger("debug"), log_verbose = logger("verbose"), error = logger("error") }
 
@@ -60,6 +64,14 @@ function make_job(fields)
   return job, store
 end
 
+function modify(fields, record, uid)
+  LOG = {}
+  local job, store = make_job(fields)
+  local rec = make_job(record)
+  local rc = slurm_job_modify(job, rec, {}, uid)
+  return rc, store, LOG
+end
+
 function submit(fields, uid)
   LOG = {}
   local job, store = make_job(fields)
@@ -67,6 +79,13 @@ function submit(fields, uid)
   return rc, store, LOG
 end
 """
+
+
+ERROR_NUMBERS = {
+    "ESLURM_INVALID_NODE_COUNT": 2006,
+    "ESLURM_INVALID_FEATURE": 2008,
+    "ESLURM_INVALID_GRES": 2072,
+}
 
 
 @dataclass(frozen=True)
@@ -97,13 +116,39 @@ class Hook:
 
     def run(self, job: Job, **extra: Any) -> tuple[bool, str, Job, list[tuple[str, str]]]:
         """(accepted, user message, job after the hook, log lines); `extra`: more job_desc fields."""
+        rc, user, after, lines = self.run_rc(job, **extra)
+        return rc == 0, user, after, lines
+
+    def run_rc(self, job: Job, **extra: Any) -> tuple[int, str, Job, list[tuple[str, str]]]:
+        """As `run`, with the hook's return code."""
         values = {f.name: getattr(job, f.name) for f in fields(Job) if f.name != "submit_uid"} | extra
         table = self.lua.table_from({k: v for k, v in values.items() if v is not None})
         rc, store, log = self.lua.globals().submit(table, job.submit_uid)
         lines = [(entry[1], entry[2]) for entry in log.values()]
         user = [text for kind, text in lines if kind == "user"]
         after = replace(job, **{name: store[name] for name in WRITTEN})
-        return rc == 0, "\n".join(user), after, lines
+        return int(rc), "\n".join(user), after, lines
+
+
+def _lua_fields(hook: Hook, job: Job, drop: tuple[str, ...] = ()) -> Any:
+    values = {f.name: getattr(job, f.name) for f in fields(Job) if f.name not in ("submit_uid", *drop)}
+    return hook.lua.table_from({k: v for k, v in values.items() if v is not None})
+
+
+def run_edit(hook: Hook, edit: Job, record: Job) -> tuple[int, str, Job, list[tuple[str, str]]]:
+    """slurm_job_modify on an edit of `record` by `edit.submit_uid`: (rc, user message, the job as
+    Slurm stores it after the edit (written fields over the record), log lines). A job record
+    gives the hook no num_tasks / ntasks_per_node."""
+    rc, store, log = hook.lua.globals().modify(
+        _lua_fields(hook, edit), _lua_fields(hook, record, RECORD_HIDDEN), edit.submit_uid
+    )
+    lines = [(entry[1], entry[2]) for entry in log.values()]
+    user = [text for kind, text in lines if kind == "user"]
+    stored = {name: store[name] if store[name] is not None else getattr(record, name) for name in WRITTEN}
+    return int(rc), "\n".join(user), replace(record, **stored), lines
+
+
+RECORD_HIDDEN = ("num_tasks", "ntasks_per_node")
 
 
 def configs(root: Path) -> dict[str, Config]:
@@ -131,7 +176,9 @@ def hooks(rendered: dict[str, Config]) -> dict[str, Hook]:
 def both(config: Config, hook: Hook, job: Job) -> tuple[bool, str, Job]:
     """Run Python and Lua on one job; they must agree. Returns the agreed answer."""
     python = explain(config.model, config.options, job)
-    ok, message, after, log = hook.run(job)
+    rc, message, after, log = hook.run_rc(job)
+    ok = rc == 0
+    assert rc == (0 if python.ok else ERROR_NUMBERS[str(python.code)]), (job, python.code)
     assert not [line for kind, line in log if kind == "error"], log
     assert (ok, message) == (python.ok, python.message), job
     assert after == python.job, job
@@ -345,12 +392,22 @@ def jobs(draw: st.DrawFn) -> Job:
                     "l40s",
                     "gpumem64g",
                     "xgmi",
+                    "(ib|hccs)&nvidia",
+                    "ascend|ib",
+                    "nvidia|amd",
+                    "[hccs|nvlink]",
+                    "ib&[l40s|a100_80g]",
+                    "a*2",
+                    "a||b",
                 ]
             )
         ),
         admin_comment=draw(st.sampled_from([None, None, "", "billing=3"])),
         submit_uid=draw(st.sampled_from([1000] * 12 + [0, 4242, None])),
         user_id=draw(st.sampled_from([1000] * 8 + [0, None])),
+        min_nodes=draw(st.sampled_from([None, None, None, 0, 1, 2, 3, 4, 8, 4294967294])),
+        num_tasks=draw(st.sampled_from([None, None, None, 1, 2, 4, 5, 8, 16, 4294967294])),
+        ntasks_per_node=draw(st.sampled_from([None, None, None, 1, 2, 3, 8, 65534])),
     )
 
 
@@ -377,6 +434,89 @@ def test_generated_requests_agree_on_second(
     rendered: dict[str, Config], hooks: dict[str, Hook], job: Job
 ) -> None:
     both(rendered["second"], hooks["second"], job)
+
+
+# ---------------------------------------------------------------------------------- edits
+
+
+def _nil_empty(job: Job) -> Job:
+    """Slurm hands the hook unset strings as nil, never ""."""
+    return replace(job, **{f.name: None for f in fields(Job) if getattr(job, f.name) == ""})
+
+
+def both_edit(config: Config, hook: Hook, edit: Job, record: Job) -> tuple[bool, str, Job]:
+    """slurm_job_modify and `explain_edit` on one edit; they must agree."""
+    record = replace(record, **dict.fromkeys(RECORD_HIDDEN))
+    record, edit = (_nil_empty(record), _nil_empty(edit))
+    python = explain_edit(config.model, config.options, edit, record)
+    rc, message, after, log = run_edit(hook, edit, record)
+    assert not [line for kind, line in log if kind == "error"], log
+    assert rc == (0 if python.ok else ERROR_NUMBERS[str(python.code)]), (edit, record, python.code)
+    assert message == python.message, (edit, record)
+    if python.ok:
+        expected = {n: getattr(python.job, n) or getattr(record, n) for n in WRITTEN}
+        assert {n: getattr(after, n) for n in WRITTEN} == expected, (edit, record)
+    return rc == 0, message, after
+
+
+RECORD = Job(tres_per_node="gres:gpu:l40s:1", user_id=1000, admin_comment="slurm_hetero: gpumem:20G -> ...")
+
+
+def test_an_edit_to_gpumem_70g_gets_a_70g_device(rendered: dict[str, Config], hooks: dict[str, Hook]) -> None:
+    edit = Job(tres_per_node="gres:gpumem:70G", submit_uid=1000)
+    ok, message, after = both_edit(rendered["mixed"], hooks["mixed"], edit, RECORD)
+    assert ok and after.tres_per_node == "gres:gpu:a100_80g:1" and "gpumem:70G" in message
+    assert after.admin_comment == RECORD.admin_comment  # users may not change it
+
+
+def test_an_impossible_edit_is_refused_with_the_message(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    edit = Job(tres_per_node="gres/gpumem:900G", submit_uid=1000)
+    ok, message, _ = both_edit(rendered["mixed"], hooks["mixed"], edit, RECORD)
+    assert not ok and message.startswith("gpumem:900G: largest device is")
+
+
+def test_edits_without_gpumem_and_exempt_editors_are_left_alone(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    shard_job = Job(tres_per_node="gres:shard:5,gres:gpumem:10G", user_id=1000)  # decided once
+    for edit, record in [(Job(features="ib", submit_uid=1000), shard_job), (Job(min_nodes=2), shard_job)]:
+        rc, message, after, _ = run_edit(hooks["mixed"], edit, record)
+        assert (rc, message, after.tres_per_node) == (0, "", shard_job.tres_per_node)
+    rc, _, after, _ = run_edit(hooks["mixed"], Job(tres_per_node="gres:gpumem:900G", submit_uid=0), RECORD)
+    assert (rc, after.tres_per_node) == (0, "gres:gpumem:900G")
+
+
+@settings(
+    max_examples=1500,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(edit=jobs(), submitted=jobs())
+def test_generated_edits_agree(
+    rendered: dict[str, Config], hooks: dict[str, Hook], edit: Job, submitted: Job
+) -> None:
+    """Edits of jobs as the hook stored them (rewritten ones carry its note and constraint)."""
+    config = rendered["mixed"]
+    first = explain(config.model, config.options, submitted)
+    both_edit(config, hooks["mixed"], edit, first.job if first.ok else submitted)
+
+
+def test_an_edit_drops_the_constraint_the_last_rewrite_added(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    config = rendered["second"]
+    for features, size in ((None, "100G"), ("ib", "20G")):  # any-fit: gres:gpu:1 and a constraint
+        submitted = Job(tres_per_node="gres:gpumem:50G", features=features, user_id=1000, submit_uid=1000)
+        first = explain(config.model, config.options, submitted)
+        assert first.ok and first.job.features and first.job.features != features, first
+        edit = Job(tres_per_node=f"gres:gpumem:{size}", submit_uid=1000)
+        ok, _, after = both_edit(config, hooks["second"], edit, first.job)
+        assert ok and after.features != first.job.features
+        assert str(after.features).startswith(features or "")
 
 
 # ------------------------------------------------------------------------ failure handling
@@ -476,6 +616,36 @@ def test_the_hook_never_shells_out_or_reads_per_job() -> None:
     assert len(re.findall(r"\bdofile\b", code)) == 1  # the table, once, at load
 
 
+# ------------------------------------------------------------------------- rejection codes
+
+REJECTIONS = [
+    (Job(tres_per_node="gres:gpumem:abc"), "ESLURM_INVALID_GRES"),
+    (Job(tres_per_node="gres:gpumem:900G"), "ESLURM_INVALID_GRES"),
+    (Job(tres_per_node="gres:gpumem:20G", features="a*2"), "ESLURM_INVALID_FEATURE"),
+    (Job(tres_per_node="gres:gpumem:20G", features="nosuchfeature"), "ESLURM_INVALID_FEATURE"),
+    (Job(tres_per_node="gres:gpumem:20G", min_nodes=500), "ESLURM_INVALID_NODE_COUNT"),
+]
+
+
+@pytest.mark.parametrize("job, code", REJECTIONS, ids=lambda v: v if isinstance(v, str) else None)
+def test_rejections_return_the_most_specific_slurm_error(
+    job: Job, code: str, rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    python = explain(rendered["mixed"].model, rendered["mixed"].options, job)
+    assert (python.ok, python.code) == (False, code)
+    rc, message, _, _ = hooks["mixed"].run_rc(job)
+    assert (rc, message) == (ERROR_NUMBERS[code], python.message)
+
+
+def test_a_release_without_the_constant_gets_slurm_error(rendered: dict[str, Config]) -> None:
+    """22.05 exports ESLURM_INVALID_NODE_COUNT but neither _GRES nor _FEATURE."""
+    hook = Hook(rendered["mixed"].directory / SCRIPT_NAME)
+    hook.lua.execute("slurm.ESLURM_INVALID_GRES = nil; slurm.ESLURM_INVALID_FEATURE = nil")
+    for job, code in REJECTIONS:
+        rc, _, _, _ = hook.run_rc(job)
+        assert rc == (2006 if code == "ESLURM_INVALID_NODE_COUNT" else -1), job
+
+
 # ------------------------------------------------------------------------------------ CLI
 
 
@@ -489,6 +659,7 @@ def test_cli_render_then_check_is_clean_and_explain_agrees(
     assert runner.invoke(cli, [*args, "--check"]).exit_code == 0
     table_id = re.search(r'\["id"\] = "(\w+)"', (tmp_path / TABLE_NAME).read_text()).group(1)  # type: ignore[union-attr]
     assert f'local TABLE_ID = "{table_id}"' in (tmp_path / SCRIPT_NAME).read_text()
+    assert "local HOOK_PATH = nil  -- @render hook_path" in (tmp_path / "cli_filter.lua").read_text()
     result = runner.invoke(
         cli,
         ["request", "explain", "--inventory", str(MIXED), "--gres", "gpumem:60G", "--gpus", "2", "--json"],
@@ -498,13 +669,13 @@ def test_cli_render_then_check_is_clean_and_explain_agrees(
     answer = json.loads(result.stdout)
     assert (
         answer["ok"]
-        and answer["tres_per_node"] == "gres:gpu:ascend910b3:2"
-        and answer["tres_per_job"] is None
+        and answer["tres_per_job"] == "gres:gpu:ascend910b3:2"
+        and answer["tres_per_node"] is None
     )
     ok, message, after, _ = Hook(tmp_path / SCRIPT_NAME).run(
         Job(tres_per_node="gres:gpumem:60G", tres_per_job="gres:gpu:2")
     )
-    assert (ok, message, after.tres_per_node) == (True, answer["message"], answer["tres_per_node"])
+    assert (ok, message, after.tres_per_job) == (True, answer["message"], answer["tres_per_job"])
     rejected = json.loads(
         runner.invoke(
             cli,
@@ -522,6 +693,7 @@ def test_cli_render_then_check_is_clean_and_explain_agrees(
     assert (
         not rejected["ok"] and rejected["tres_per_node"] is None and "a100_80g has 80G" in rejected["message"]
     )
+    assert rejected["code"] == "ESLURM_INVALID_GRES" and answer["code"] is None
 
 
 @pytest.mark.parametrize(
@@ -543,3 +715,295 @@ def test_user_text_never_forges_a_log_line(hooks: dict[str, Hook], gres: str) ->
         assert logged, lines
         for text in logged:
             assert text.isprintable() and len(text) < 600, text
+
+
+# ------------------------------------------------------------------------------ cli_filter
+
+CLI_HARNESS = r"""
+LOG = {}
+local function logger(kind)
+  return function(fmt, ...) LOG[#LOG + 1] = { kind, string.format(fmt, ...) } end
+end
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_GRES = 2072,
+          log_info = logger("info"), log_error = logger("error"), log_debug = logger("debug"),
+          log_verbose = logger("verbose") }
+local real_open = io.open
+function set_uid(uid, name)
+  io.open = function(path, mode)
+    if path ~= "/proc/self/status" then return real_open(path, mode) end
+    local status = "Name:\t" .. (name or "srun") .. "\nUid:\t" .. uid .. "\t" .. uid .. "\n"
+    return { read = function() return status end,
+             close = function() end }
+  end
+end
+function pre_submit(options)
+  LOG = {}
+  local rc = slurm_cli_pre_submit(options, 0)
+  return rc, options, LOG
+end
+"""
+
+
+def cli_filter(config: Config, uid: int = 1000, client: str = "srun") -> Any:
+    from slurm_hetero.submit.tables import CLI_FILTER_NAME, render_cli_filter
+
+    path = config.directory / CLI_FILTER_NAME
+    path.write_text(render_cli_filter(script_template(CLI_FILTER_NAME)))
+    lua = lupa.LuaRuntime(unpack_returned_tuples=True)
+    lua.execute(CLI_HARNESS)
+    lua.globals().set_uid(uid, client)
+    lua.globals().dofile(str(path))
+    return lua
+
+
+def run_cli(lua: Any, options: dict[str, str]) -> tuple[int, dict[str, str], list[tuple[str, str]]]:
+    rc, table, log = lua.globals().pre_submit(lua.table_from(options))
+    return int(rc), dict(table.items()), [(e[1], e[2]) for e in log.values()]
+
+
+def _bare(text: str | None) -> str:
+    return ",".join(re.sub(r"^gres[:/]", "", item) for item in (text or "").split(",") if item)
+
+
+@pytest.mark.parametrize(
+    ("config_name", "options"),
+    [
+        ("mixed", {"gres": "gres:gpumem:20G"}),
+        ("mixed", {"gres": "gres/gpumem:20G"}),
+        ("mixed", {"gres": "gpumem:70G", "nodes": "1"}),
+        ("mixed", {"gres": "gres:gpumem:60G", "gpus": "2"}),
+        ("mixed", {"gres": "gres:gpumem:20G", "gpus-per-task": "1", "ntasks": "2"}),
+        ("second", {"gres": "gres:gpumem:10G"}),
+        ("second", {"gres": "gres:gpumem:70G", "constraint": "ib"}),
+    ],
+)
+def test_cli_filter_writes_the_hooks_decision_into_the_options(
+    rendered: dict[str, Config], config_name: str, options: dict[str, str]
+) -> None:
+    config = rendered[config_name]
+    job = job_from_options(
+        gres=_bare(options["gres"]),
+        gpus=options.get("gpus"),
+        gpus_per_task=options.get("gpus-per-task"),
+        constraint=options.get("constraint"),
+        uid=1000,
+        nodes=int(options["nodes"]) if "nodes" in options else None,
+        ntasks=int(options["ntasks"]) if "ntasks" in options else None,
+        slurm_release="24.11" if options["gres"].startswith("gres/") else "22.05",
+    )
+    python = explain(config.model, config.options, job)
+    assert python.ok and python.action == "rewrite", python
+    rc, after, log = run_cli(cli_filter(config), options)
+    if python.job.tres_per_node is None:  # --gres would be emptied: the filter leaves it to the hook
+        assert (rc, after, log) == (0, options, [])
+        return
+    assert rc == 0 and ("info", python.message) in log
+    assert after["gres"] == _bare(python.job.tres_per_node)
+    if "gpus" in options:
+        assert after["gpus"] == _bare(python.job.tres_per_job).split("gpu:", 1)[1]
+    assert after.get("constraint") == python.job.features
+
+
+def test_cli_filter_leaves_refusals_and_what_it_cannot_say_to_the_hook(rendered: dict[str, Config]) -> None:
+    lua = cli_filter(rendered["mixed"])
+    # refusals are the hook's (its specific Slurm error is what the client prints last)
+    assert run_cli(lua, {"gres": "gres:gpumem:900G"}) == (0, {"gres": "gres:gpumem:900G"}, [])
+    for options in ({"gres": "gres:gpu:1"}, {"gres": "gres:gpumem:20G", "gpus-per-node": "1"}, {}):
+        assert run_cli(lua, options)[:2] == (0, options)
+    root = cli_filter(rendered["mixed"], uid=0)  # exempt, as in the hook
+    assert run_cli(root, {"gres": "gres:gpumem:20G"})[:2] == (0, {"gres": "gres:gpumem:20G"})
+
+
+@pytest.mark.parametrize("client", ["sbatch", "salloc"])
+def test_cli_filter_leaves_sbatch_and_salloc_to_the_hook(rendered: dict[str, Config], client: str) -> None:
+    """The hook decides there and records why in the admin comment (the real-Slurm het job test
+    found components the filter had rewritten without one)."""
+    lua = cli_filter(rendered["mixed"], client=client)
+    assert run_cli(lua, {"gres": "gres:gpumem:70G"}) == (0, {"gres": "gres:gpumem:70G"}, [])
+    assert run_cli(cli_filter(rendered["mixed"]), {"gres": "gres:gpumem:70G"})[1]["gres"].startswith("gpu:")
+
+
+def test_cli_filter_without_a_hook_file_changes_nothing(rendered: dict[str, Config], tmp_path: Path) -> None:
+    from slurm_hetero.submit.tables import CLI_FILTER_NAME, render_cli_filter
+
+    path = tmp_path / CLI_FILTER_NAME
+    path.write_text(render_cli_filter(script_template(CLI_FILTER_NAME)))
+    lua = lupa.LuaRuntime(unpack_returned_tuples=True)
+    lua.execute(CLI_HARNESS)
+    lua.globals().set_uid(1000)
+    lua.globals().dofile(str(path))
+    assert run_cli(lua, {"gres": "gres:gpumem:20G"})[:2] == (0, {"gres": "gres:gpumem:20G"})
+
+
+# --------------------------------------------- what sbatch sends (found by the real-Slurm fuzz)
+
+# (options, release) -> (min_nodes, num_tasks, ntasks_per_node) that a probe job_submit.lua printed
+# on the dev cluster (docs/submit-protocol.md); None where the job_desc holds NO_VAL/NO_VAL16.
+SBATCH_SENDS = [
+    ({"ntasks": 4, "per_task": True}, "22.05", (None, 4, None)),
+    ({"nodes": 2, "per_task": True}, "22.05", (2, 2, None)),
+    ({"nodes": 2, "per_task": True}, "24.11", (2, 2, None)),
+    ({"nodes": 2, "ntasks_per_node": 2, "per_task": True}, "24.11", (2, 4, 2)),
+    ({"ntasks_per_node": 2, "per_task": True}, "22.05", (None, 2, 2)),
+    ({"nodes": 3, "ntasks": 2, "per_task": True}, "22.05", (2, 2, None)),
+    ({"nodes": 3, "ntasks": 1, "per_task": True}, "24.11", (1, 1, None)),
+    ({"nodes": 2, "ntasks": 1, "job_total": True}, "22.05", (1, 1, None)),
+    ({"nodes": 2, "ntasks_per_node": 2}, "22.05", (2, 4, 2)),
+    ({"nodes": 2, "ntasks_per_node": 2}, "24.11", (2, None, 2)),
+    ({"ntasks_per_node": 2}, "22.05", (None, 2, 2)),
+    ({"ntasks_per_node": 2}, "24.11", (None, None, 2)),
+    ({"ntasks": 4, "ntasks_per_node": 2, "per_task": True}, "22.05", (None, 4, 2)),
+    ({"ntasks": 4, "ntasks_per_node": 2, "per_task": True}, "24.11", (2, 4, 2)),
+    ({"ntasks": 3, "ntasks_per_node": 2}, "24.11", (2, 3, 2)),
+    ({"nodes": 2}, "24.11", (2, None, None)),
+]
+
+
+@pytest.mark.parametrize(("options", "release", "sent"), SBATCH_SENDS)
+def test_job_from_options_holds_what_sbatch_sends(options: dict[str, Any], release: str, sent: tuple) -> None:
+    args = {"nodes": None, "ntasks": None, "ntasks_per_node": None, "per_task": False, "job_total": False}
+    assert sbatch_counts(**(args | options), slurm_release=release) == sent
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_gpus_per_task_without_a_task_count_is_sbatchs_refusal(release: str) -> None:
+    """The fuzz read sbatch's own refusal of `--gres=gpumem:20g --gpus-per-task=2` as the hook's."""
+    with pytest.raises(RequestError, match="--gpus-per-task .*used without either --gpus or -n/--ntasks"):
+        job_from_options(gres="gpumem:20g", gpus_per_task="2", slurm_release=release)
+    extra = {"ntasks_per_node": 2} if release == "22.05" else {"nodes": 2}
+    assert job_from_options(gres="gpumem:20g", gpus_per_task="2", slurm_release=release, **extra).num_tasks
+
+
+def test_24_11_per_task_count_comes_in_the_equals_form(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    job = job_from_options(gres="gpumem:20G", gpus_per_task="1", ntasks=2, uid=1000, slurm_release="24.11")
+    assert job.tres_per_task == "gres/gpu=1"  # as 24.11's sbatch sends it
+    ok, _, after = both(rendered["mixed"], hooks["mixed"], job)
+    assert ok and after.tres_per_task and after.tres_per_task.startswith("gres/gpu:")
+
+
+def test_more_nodes_than_tasks_is_decided_on_the_lowered_node_count(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """`-N3 -n1 --gpus-per-node=2` reaches the hook as min_nodes 1 (the fuzz predicted 3 and a
+    rejection; the hook accepted)."""
+    job = job_from_options(gres="gpumem:10G", gpus_per_node="2", nodes=3, ntasks=1, uid=1000)
+    assert (job.min_nodes, job.num_tasks) == (1, 1)
+    assert both(rendered["mixed"], hooks["mixed"], job)[0]
+    # the client cannot tell -N3 from -N3 -n1 (it reports an unset -n as 1): the filter leaves it
+    options = {"gres": "gres:gpumem:10G", "gpus-per-node": "2", "nodes": "3", "ntasks": "1"}
+    assert run_cli(cli_filter(rendered["mixed"]), options)[:2] == (0, options)
+
+
+@pytest.mark.parametrize("gres", ["gpumem:10G", "gpucore:30", "gpumem:10G,gpucore:50", "gpumem:1G"])
+def test_a_shard_request_the_cli_filter_rewrote_is_decided_again_to_the_same(
+    rendered: dict[str, Config], hooks: dict[str, Hook], gres: str
+) -> None:
+    """The fuzz stored `gres:shard:3,gres:shard:3,gres:gpumem:10G`: cli_filter.lua wrote
+    `shard:3,gpumem:10G` and constraint t4 into the options, and the hook, seeing gpumem again,
+    added a second shard item (and `t4&t4`)."""
+    config, hook = rendered["second"], hooks["second"]
+    direct = explain(config.model, config.options, job_from_options(gres=gres, uid=1000))
+    assert direct.choice is not None and direct.choice.kind == "shard"
+    rc, options, _ = run_cli(cli_filter(config), {"gres": f"gres:{gres}"})
+    assert rc == 0 and options["gres"] == _bare(direct.job.tres_per_node)
+    filtered = job_from_options(gres=options["gres"], constraint=options.get("constraint"), uid=1000)
+    ok, _, after = both(config, hook, filtered)
+    assert ok and (after.tres_per_node, after.features) == (direct.job.tres_per_node, direct.job.features)
+
+
+def test_an_edit_of_a_job_with_devices_stays_on_whole_devices(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """Slurm 22.05 refuses `scontrol update gres=...` from a gpu request to shards (found by the
+    real-Slurm fuzz: the hook chose shard:8 for gpumem:30G and slurmctld answered "Invalid generic
+    resource"); a job that was shards may be edited to shards."""
+    config, hook = rendered["second"], hooks["second"]
+    edit = Job(tres_per_node="gres:gpumem:10G", submit_uid=1000)
+    # untyped stays untyped (22.05: "with and without type identification"), the type in -C
+    mixed = explain_edit(
+        rendered["mixed"].model, rendered["mixed"].options, edit, Job(tres_per_node="gres:gpu:1")
+    )
+    assert mixed.job.tres_per_node == "gres:gpu:1" and mixed.job.features == "l40s", mixed
+    assert both_edit(rendered["mixed"], hooks["mixed"], edit, Job(tres_per_node="gres:gpu:1", user_id=1000))[
+        0
+    ]
+    for record, kind in [
+        (Job(tres_per_node="gres:gpu:1", user_id=1000), False),
+        (Job(tres_per_node="gres:gpu:t4:1", user_id=1000, admin_comment="slurm_hetero: x"), False),
+        (Job(tres_per_node="gres:shard:5,gres:gpumem:20G", features="t4", user_id=1000), True),
+    ]:
+        python = explain_edit(config.model, config.options, edit, record)
+        assert python.choice is not None and (python.choice.kind == "shard") == kind, (record, python)
+        assert both_edit(config, hook, edit, record)[0]
+    # a job on shards stays on shards: an edit to whole devices is refused with the reason
+    shards = Job(tres_per_node="gres:shard:5,gres:gpumem:20G", features="t4", user_id=1000)
+    two = Job(tres_per_node="gres:gpumem:10G,gres:gpu:2", submit_uid=1000)
+    ok, message, _ = both_edit(config, hook, two, shards)
+    assert not ok and message == "gpumem:10G,gpu:2: " + MESSAGES["edit_shards"]
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"gres": "gpumem:1G,gpu:t4:2", "gpus_per_node": "1"}, "with and without type identification"),
+        ({"gres": "gpumem:1G,gpu:t4:2", "gpus": "4"}, "with and without type identification"),
+        ({"gres": "gpumem:1G,gpu:3", "gpus_per_task": "2", "ntasks": 1}, "not multiple of --gpus-per-task"),
+        ({"gres": "gpumem:1G,gpu:3", "gpus": "4"}, "--gpus is not multiple of"),
+        ({"gres": "gpumem:1G", "gpus": "1", "nodes": 3}, "--gpus < -N"),
+        # the order sbatch checks in (both releases): ensure, task count, the rest
+        ({"gres": "gpu:1", "gpus_per_task": "2"}, "Failed to ensure --gpus >= --gpus-per-task"),
+        ({"gres": "gpu:3", "gpus_per_task": "2"}, "used without either --gpus or -n/--ntasks"),
+    ],
+)
+def test_sbatchs_own_gpu_refusals(options: dict[str, Any], refusal: str) -> None:
+    with pytest.raises(RequestError, match=re.escape(refusal)):
+        job_from_options(**options)
+    if "nodes" in options:  # -N is first lowered to the task count: then --gpus covers it
+        assert job_from_options(**options, ntasks=1).min_nodes == 1
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--gres", "gpumem:60G", "--gpus-per-node", "2"],  # the issue: worded differently from the hook
+        ["--gres", "gpumem:900G", "--gpus-per-node", "1"],
+        ["--gres", "gpumem:20G", "--gpus-per-task", "1", "-n", "4"],
+        ["--gres", "gpumem:20G", "-N", "3", "-n", "1", "--gpus-per-node", "2"],
+        ["--gres", "gpumem:20G", "-C", "ib|nosuch"],
+        ["--gres", "gpumem:20G", "-N", "9"],
+    ],
+    ids=lambda o: " ".join(o) if isinstance(o, list) else o,
+)
+def test_request_explain_prints_the_hooks_own_words(
+    rendered: dict[str, Config],
+    hooks: dict[str, Hook],
+    options: list[str],
+    release: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Item 8: the command's message is the hook's, byte for byte, on the job_desc that sbatch of
+    the release sends for the same options."""
+    import json
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    argv = ["request", "explain", "--inventory", str(MIXED), *options, "--slurm-release", release, "--json"]
+    answer = json.loads(CliRunner().invoke(cli, argv).stdout)
+    flags = dict(zip(options[::2], options[1::2]))
+    counts = {"-N": "nodes", "-n": "ntasks"}
+    names = {
+        "--gres": "gres",
+        "--gpus-per-node": "gpus_per_node",
+        "--gpus-per-task": "gpus_per_task",
+        "-C": "constraint",
+    }
+    job = job_from_options(
+        **{names[k]: v for k, v in flags.items() if k in names},
+        **{counts[k]: int(v) for k, v in flags.items() if k in counts},
+        slurm_release=release,
+    )
+    ok, message, _, _ = hooks["mixed"].run(job)
+    assert (ok, message) == (answer["ok"], answer["message"])
+    assert message and not message.startswith("slurm-hetero")

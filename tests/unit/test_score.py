@@ -145,9 +145,9 @@ def test_vendor_partitions_restrict_types(mixed: ClusterModel, second: ClusterMo
 
 
 def test_mixed_node_counts_each_type_separately(second: ClusterModel) -> None:
-    assert max_per_node(second.types["l4"], frozenset()) == 2
-    assert max_per_node(second.types["a100_40g"], frozenset({"ib"})) == 1
-    assert max_per_node(second.types["l40s"], frozenset({"ib"})) == 0
+    assert max_per_node(second.types["l4"], ((frozenset(),),)) == 2
+    assert max_per_node(second.types["a100_40g"], ((frozenset({"ib"}),),)) == 1
+    assert max_per_node(second.types["l40s"], ((frozenset({"ib"}),),)) == 0
     assert second.types["h100_sxm"].shapes[0].nodes == 2  # a hostlist is two nodes
 
 

@@ -1,0 +1,375 @@
+"""The submit fuzz: random requests through the real sbatch/scontrol of a running dev cluster (hook
+and cli_filter installed), each checked against `request explain` (slurm_hetero.submit).
+
+A request is one or more components (`sbatch A : B` makes a heterogeneous job), each a dict of
+sbatch options (-N, -n, --ntasks-per-node, --gpus*, --gres mixes, -C with &, | and [], -p), with an
+optional --array. Every one is submitted held (-H) by a plain user. Checked:
+
+- the decision: sbatch refuses it (the predicted refusal's text, sbatch's own or the hook's
+  message, is in its output), or accepts it where explain accepts every component;
+- the message: explain's message for each component that the hook rewrote or refused is in what
+  the client printed (item 8: one text);
+- the stored request: TresPerNode/Job/Task and Features of each component equal explain's job;
+- edits: `scontrol update jobid=J gres=...` of some accepted jobs is refused or rewritten as
+  `explain_edit` says on the job's record (24.11 also prints the message; 22.05 drops log_user
+  text from slurm_job_modify, SchedMD bug 14539);
+- slurmctld answers `scontrol ping` at the end;
+- a sample of accepted, rewritten jobs is released and must start (RUNNING, COMPLETING or
+  COMPLETED), not pend forever.
+
+Used by scripts/fuzz_submit (the full run) and tests/integration (a sample). Not pure: it runs
+the cluster's clients through a `Runner`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from slurm_hetero.engine.score import ClusterModel
+from slurm_hetero.errors import RequestError
+from slurm_hetero.submit import HookOptions, Job, Outcome, explain, explain_edit, job_from_options
+
+Runner = Callable[..., subprocess.CompletedProcess]  # (argv, user=None) -> completed, text
+Options = dict[str, str]
+COUNTS = ("nodes", "ntasks", "ntasks_per_node")
+FLAGS = {
+    "gres": "--gres",
+    "gpus": "--gpus",
+    "gpus_per_node": "--gpus-per-node",
+    "gpus_per_task": "--gpus-per-task",
+    "partition": "--partition",
+    "constraint": "--constraint",
+    "nodes": "--nodes",
+    "ntasks": "--ntasks",
+    "ntasks_per_node": "--ntasks-per-node",
+}
+SIZES = [
+    "512",
+    "1G",
+    "10G",
+    "20G",
+    "20g",
+    "30G",
+    "40G",
+    "45G",
+    "60G",
+    "70G",
+    "80G",
+    "200G",
+    "abc",
+    "1.5G",
+    "9E",
+]
+STARTED = ("RUNNING", "COMPLETING", "COMPLETED")
+
+
+@dataclass
+class Request:
+    components: list[Options]
+    array: str | None = None
+
+
+@dataclass
+class Report:
+    counts: Counter = field(default_factory=Counter)
+    mismatches: list[tuple[str, Any, str]] = field(default_factory=list)
+
+    def miss(self, kind: str, what: Any, detail: str) -> None:
+        self.mismatches.append((kind, what, detail))
+        self.counts["mismatches"] += 1
+
+    def summary(self) -> str:
+        order = (
+            "requests",
+            "accepted",
+            "refused",
+            "components",
+            "het",
+            "arrays",
+            "edits",
+            "released",
+            "started",
+        )
+        shown = [f"{k} {self.counts[k]}" for k in order]
+        shown += [f"{k} {v}" for k, v in sorted(self.counts.items()) if k not in order]
+        return ", ".join(shown)
+
+
+# ----------------------------------------------------------------------------- generation
+
+
+def _constraint(rng: random.Random, features: list[str]) -> str:
+    pick = lambda: rng.choice(features) if rng.random() < 0.95 else "nosuch"  # noqa: E731
+    forms = ["{a}", "{a}&{b}", "{a}|{b}", "[{a}|{b}]", "{a}&[{b}|{c}]", "({a}|{b})&{c}", "{a}*2"]
+    return rng.choice(forms).format(a=pick(), b=pick(), c=pick())
+
+
+def random_component(
+    rng: random.Random, types: list[str], features: list[str], partitions: list[str]
+) -> Options:
+    items = []
+    if rng.random() < 0.85:
+        items.append(f"gpumem:{rng.choice(SIZES)}")
+    if rng.random() < 0.2:
+        items.append(f"gpucore:{rng.choice(['10', '30', '50', '100', '0', '101', 'x'])}")
+    if rng.random() < 0.2:
+        items.append(
+            f"gpu:{rng.choice(types)}:{rng.choice('124')}"
+            if rng.random() < 0.5
+            else f"gpu:{rng.choice('123')}"
+        )
+    options = {"gres": ",".join(items)} if items else {}
+    roll = rng.random()
+    if roll < 0.15:
+        options["gpus"] = rng.choice(["1", "2", "4", "8"])
+    elif roll < 0.25:
+        options["gpus_per_node"] = rng.choice(["1", "2"])
+    elif roll < 0.4:
+        options["gpus_per_task"] = rng.choice(["1", "2"])
+    if rng.random() < 0.3:
+        options["partition"] = rng.choice(partitions)
+    if rng.random() < 0.3:
+        options["nodes"] = rng.choice(["1", "2", "3"])
+    if rng.random() < 0.35:
+        options["ntasks"] = rng.choice(["1", "2", "4"])
+    if rng.random() < 0.2:
+        options["ntasks_per_node"] = rng.choice(["1", "2"])
+    if rng.random() < 0.25:
+        options["constraint"] = _constraint(rng, features)
+    return options
+
+
+def random_request(
+    rng: random.Random, types: list[str], features: list[str], partitions: list[str]
+) -> Request:
+    count = 2 if rng.random() < 0.1 else 1
+    components = [random_component(rng, types, features, partitions) for _ in range(count)]
+    array = rng.choice(["0-1", "0-2", "1,3"]) if count == 1 and rng.random() < 0.08 else None
+    return Request(components, array)
+
+
+def sbatch_argv(request: Request) -> list[str]:
+    argv = ["sbatch", "-H", "--parsable", "-o", "/dev/null"] + (
+        [f"--array={request.array}"] if request.array else []
+    )
+    for i, options in enumerate(request.components):
+        argv += [":"] if i else []
+        argv += [f"{FLAGS[k]}={v}" for k, v in options.items()]
+    return argv + ["--wrap", "true"]
+
+
+# ----------------------------------------------------------------------------- prediction
+
+
+def predict(
+    model: ClusterModel, hook: HookOptions, options: Options, uid: int, release: str
+) -> Outcome | str:
+    """explain's outcome for one component, or the text of sbatch's own refusal."""
+    counts = {k: int(v) for k, v in options.items() if k in COUNTS}
+    rest = {k: v for k, v in options.items() if k not in COUNTS}
+    try:
+        job = job_from_options(**rest, uid=uid, slurm_release=release, **counts)  # type: ignore[arg-type]
+    except RequestError as e:
+        return e.reason
+    return explain(model, hook, job)
+
+
+_KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z:/]*)=")
+
+
+def parse_oneliner(line: str) -> dict[str, str]:
+    """`scontrol show -o` fields; values may hold spaces (Comment=..., AdminComment=...)."""
+    keys = list(_KEY.finditer(line))
+    return {
+        m.group(1): line[m.end() : (keys[i + 1].start() if i + 1 < len(keys) else len(line))].strip()
+        for i, m in enumerate(keys)
+    }
+
+
+def _value(fields: dict[str, str], key: str) -> str | None:
+    value = fields.get(key, "")
+    return None if value in ("", "(null)") else value
+
+
+STORED = (
+    ("tres_per_node", "TresPerNode"),
+    ("tres_per_job", "TresPerJob"),
+    ("tres_per_task", "TresPerTask"),
+    ("features", "Features"),
+)
+
+
+def stored_view(fields: dict[str, str]) -> dict[str, str | None]:
+    return {name: _value(fields, key) for name, key in STORED}
+
+
+def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
+    """The job record as slurm_job_modify's job_rec shows it: no num_tasks / ntasks_per_node, and
+    min_nodes as submitted (scontrol's NumNodes is slurmctld's estimate: `-n4 --ntasks-per-node=2`
+    shows 2 where 22.05's job_rec.min_nodes is 1)."""
+    view = stored_view(fields)
+    return Job(
+        tres_per_node=view["tres_per_node"],
+        tres_per_job=view["tres_per_job"],
+        tres_per_task=view["tres_per_task"],
+        features=view["features"],
+        partition=_value(fields, "Partition"),
+        admin_comment=_value(fields, "AdminComment"),
+        user_id=uid,
+        min_nodes=min_nodes or 1,
+    )
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Fuzz:
+    run: Runner  # run(argv, user=None) on the cluster
+    model: ClusterModel
+    hook: HookOptions
+    release: str
+    user: str
+    uid: int
+    report: Report = field(default_factory=Report)
+
+    def show(self, job_id: str) -> dict[str, dict[str, str]]:
+        """Every record of a job (het components and array tasks: one each), by JobId."""
+        out = self.run(["scontrol", "show", "job", "-o", job_id])
+        return {f["JobId"]: f for f in map(parse_oneliner, out.stdout.splitlines()) if "JobId" in f}
+
+    def submit(self, request: Request) -> tuple[str, list[Outcome]] | None:
+        """Submit one request and check it; the job id and explain's outcomes when accepted."""
+        counts, report = self.report.counts, self.report
+        counts["requests"] += 1
+        counts["components"] += len(request.components)
+        counts["het"] += len(request.components) > 1
+        counts["arrays"] += request.array is not None
+        predicted = [predict(self.model, self.hook, c, self.uid, self.release) for c in request.components]
+        run = self.run(sbatch_argv(request), self.user)
+        # sbatch checks every component before the hook sees any
+        refusals: list[Outcome | str] = [p for p in predicted if isinstance(p, str)]
+        refusals = refusals or [p for p in predicted if isinstance(p, Outcome) and not p.ok]
+        what = (request.components, request.array)
+        if refusals:
+            counts["refused"] += 1
+            text = refusals[0] if isinstance(refusals[0], str) else refusals[0].message
+            counts["refused by sbatch" if isinstance(refusals[0], str) else "refused by the hook"] += 1
+            if run.returncode == 0:
+                report.miss("accepted but predicted refusal", what, text)
+                self.run(["scancel", run.stdout.strip().split(";")[0]])
+            elif text not in run.stderr:
+                report.miss("refused, other message", what, f"{run.stderr.strip()!r} lacks {text!r}")
+            return None
+        outcomes = [p for p in predicted if isinstance(p, Outcome)]
+        if run.returncode != 0:
+            counts["refused"] += 1
+            if any(o.action == "rewrite" for o in outcomes):
+                report.miss("refused but predicted accept", what, run.stderr.strip())
+            else:
+                counts["refused by slurmctld (untouched)"] += 1
+            return None
+        counts["accepted"] += 1
+        job_id = run.stdout.strip().split(";")[0]
+        for outcome in outcomes:
+            if outcome.action == "rewrite" and outcome.message not in run.stderr:
+                report.miss("other message", what, f"{run.stderr.strip()!r} lacks {outcome.message!r}")
+        records = self.show(job_id)
+        for offset, outcome in enumerate(outcomes):
+            if len(outcomes) > 1:
+                key = next((k for k, f in records.items() if f.get("HetJobOffset") == str(offset)), None)
+            else:
+                key = next(iter(records), None)
+            if key is None:
+                report.miss("no record", what, job_id)
+                continue
+            want = {name: getattr(outcome.job, name) for name, _ in STORED}
+            if stored_view(records[key]) != want:
+                report.miss("stored request differs", what, f"{stored_view(records[key])} != {want}")
+        return job_id, outcomes
+
+    def edit(self, job_id: str, submitted: Job, gres: str) -> None:
+        """`scontrol update jobid=J gres=...` as the user, against explain_edit on the record."""
+        self.report.counts["edits"] += 1
+        fields = next(iter(self.show(job_id).values()))
+        record = record_of(fields, self.uid, submitted.min_nodes)
+        edit = replace(job_from_options(gres=gres, slurm_release=self.release), submit_uid=self.uid)
+        predicted = explain_edit(self.model, self.hook, edit, record)
+        run = self.run(["scontrol", "update", f"jobid={job_id}", f"gres={gres}"], self.user)
+        what = (job_id, gres, record)
+        after = stored_view(next(iter(self.show(job_id).values())))
+        if not predicted.ok:
+            self.report.counts["edits refused"] += 1
+            if run.returncode == 0:
+                self.report.miss("edit accepted but predicted refusal", what, predicted.message)
+            elif self.release != "22.05" and predicted.message not in run.stderr:
+                self.report.miss("edit refused, other message", what, run.stderr.strip())
+            if after != stored_view(fields):
+                self.report.miss("refused edit changed the job", what, str(after))
+            return
+        if run.returncode != 0:
+            self.report.miss("edit refused but predicted accept", what, run.stderr.strip())
+            return
+        want = {name: getattr(predicted.job, name) for name, _ in STORED}
+        if predicted.action == "rewrite" and after != want:
+            self.report.miss("edited request differs", what, f"{after} != {want}")
+
+    def release_and_wait(self, job_ids: list[str], timeout: float = 300.0) -> None:
+        """Release held jobs; each must start (array tasks and het components included)."""
+        if not job_ids:
+            return
+        self.report.counts["released"] += len(job_ids)
+        self.run(["scontrol", "release", *job_ids])
+        waiting, deadline, states = set(job_ids), time.monotonic() + timeout, {}
+        while waiting and time.monotonic() < deadline:
+            time.sleep(1.0)
+            for job_id in sorted(waiting):
+                records = self.show(job_id)
+                states[job_id] = {k: (f.get("JobState"), f.get("Reason")) for k, f in records.items()}
+                if records and all(state in STARTED for state, _ in states[job_id].values()):
+                    waiting.discard(job_id)
+                    self.report.counts["started"] += 1
+        for job_id in sorted(waiting):
+            self.report.miss("released job did not start", job_id, str(states.get(job_id)))
+
+
+def run_fuzz(
+    fuzz: Fuzz, requests: int, seed: int, release_sample: int = 20, edit_share: float = 0.1
+) -> Report:
+    """The whole fuzz on a running cluster; the features and partitions come from sinfo."""
+    sinfo = fuzz.run(["sinfo", "-h", "-o", "%R|%f"]).stdout.split()
+    partitions = sorted({line.split("|")[0] for line in sinfo})
+    features = sorted({f for line in sinfo for f in line.split("|")[1].split(",") if f != "(null)"})
+    types = sorted(fuzz.model.types)
+    rng = random.Random(seed)
+    rewritten: list[str] = []
+    held: list[str] = []
+    for _ in range(requests):
+        request = random_request(rng, types, features, partitions)
+        accepted = fuzz.submit(request)
+        if accepted is None:
+            continue
+        job_id, outcomes = accepted
+        held.append(job_id)
+        if len(request.components) == 1 and rng.random() < edit_share:
+            gres = f"gpumem:{rng.choice(SIZES[:12])}" + (",gpu:2" if rng.random() < 0.2 else "")
+            fuzz.edit(job_id, outcomes[0].job, gres)
+        elif any("gpumem" in c.get("gres", "") or "gpucore" in c.get("gres", "") for c in request.components):
+            rewritten.append(job_id)
+    if "UP" not in fuzz.run(["scontrol", "ping"]).stdout:
+        fuzz.report.miss("slurmctld down", None, "scontrol ping")
+    sample = sorted(rng.sample(rewritten, min(release_sample, len(rewritten))), key=int)
+    others = [j for j in held if j not in sample]
+    for start in range(0, len(others), 200):
+        fuzz.run(["scancel", *others[start : start + 200]])
+    fuzz.release_and_wait(sample)
+    if sample:
+        fuzz.run(["scancel", *sample])
+    return fuzz.report
