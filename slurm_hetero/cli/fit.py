@@ -23,10 +23,18 @@ from slurm_hetero.cli.options import Decorator, cost_options
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import ConfigError
-from slurm_hetero.modelconfigs import bundled_names, load_model
+from slurm_hetero.modelconfigs import BEYOND_CONTEXT, DEFAULT_SEQ, bundled_names, load_model, sequence_length
 from slurm_hetero.nodes import slurm_nodes
 
 GIB = engine.GIB
+POSITIVE = click.IntRange(min=1)
+BEYOND_CONTEXT_OPTION = click.option(
+    BEYOND_CONTEXT,
+    "beyond_context",
+    is_flag=True,
+    help="Allow --seq beyond the model's context length (models with relative positions such as "
+    "T5, or RoPE scaling).",
+)
 
 
 # ---------------------------------------------------------------------------------- estimates
@@ -182,12 +190,20 @@ def _fit_options(f: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="KV cache dtype (default: the weights' dtype, bf16 for int8/int4).",
         ),
-        click.option("--batch", type=int, default=1, show_default=True, help="Inference: sequences at once."),
-        click.option("--seq", type=int, default=2048, show_default=True, help="Tokens per sequence."),
+        click.option(
+            "--batch", type=POSITIVE, default=1, show_default=True, help="Inference: sequences at once."
+        ),
+        click.option(
+            "--seq",
+            type=POSITIVE,
+            help=f"Tokens per sequence, at most the model's context [default: {DEFAULT_SEQ}, or the "
+            "context if shorter].",
+        ),
+        BEYOND_CONTEXT_OPTION,
         cost_options(solver=False),
-        click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
-        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
-        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--dp", type=POSITIVE, default=1, show_default=True, help="Data-parallel degree."),
+        click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option(
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
         ),
@@ -217,5 +233,7 @@ def fit(
         return
     if not model_ref:
         raise ConfigError(f"--model is required (a config.json path or one of: {', '.join(bundled_names())})")
-    data = result(load_model(model_ref), kwargs, inventory_path)
+    spec = load_model(model_ref)
+    kwargs["seq"] = sequence_length(spec, kwargs["seq"], model_ref, kwargs.pop("beyond_context"))
+    data = result(spec, kwargs, inventory_path)
     click.echo(json.dumps(data, indent=2) if as_json else render_text(data))

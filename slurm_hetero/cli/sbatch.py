@@ -18,10 +18,12 @@ from collections.abc import Sequence
 import click
 
 from slurm_hetero.cli import cli
-from slurm_hetero.cli.fit import load_model
+from slurm_hetero.cli.fit import BEYOND_CONTEXT_OPTION, POSITIVE, load_model
+from slurm_hetero.cli.options import MAX_GIB, FiniteFloat
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import HeteroError
+from slurm_hetero.modelconfigs import DEFAULT_SEQ, sequence_length
 
 GIB = 1024**3
 _COUNT_FLAGS = ("--gpus", "-G", "--gpus-per-node")
@@ -81,14 +83,19 @@ def with_gpumem(args: Sequence[str], gib: int) -> list[str]:
 @click.option("--model", required=True, help="Bundled model name or a Hugging Face config.json.")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True)
 @click.option("--dtype", default="bf16", show_default=True)
-@click.option("--seq", type=int, default=2048, show_default=True)
 @click.option(
-    "--micro-batch", type=int, default=1, show_default=True, help="Training micro-batch per device."
+    "--seq",
+    type=POSITIVE,
+    help=f"Tokens per sequence [default: {DEFAULT_SEQ}, or the model's context if shorter].",
 )
-@click.option("--batch", type=int, default=1, show_default=True, help="Inference batch (sequences).")
+@BEYOND_CONTEXT_OPTION
+@click.option(
+    "--micro-batch", type=POSITIVE, default=1, show_default=True, help="Training micro-batch per device."
+)
+@click.option("--batch", type=POSITIVE, default=1, show_default=True, help="Inference batch (sequences).")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
-@click.option("--tp", type=int, default=1, show_default=True)
-@click.option("--pp", type=int, default=1, show_default=True)
+@click.option("--tp", type=POSITIVE, default=1, show_default=True)
+@click.option("--pp", type=POSITIVE, default=1, show_default=True)
 @click.option(
     "--recompute",
     type=click.Choice(["none", "selective", "full"]),
@@ -96,7 +103,13 @@ def with_gpumem(args: Sequence[str], gib: int) -> list[str]:
     show_default=True,
     help="Activation recomputation (selective ~ flash attention).",
 )
-@click.option("--headroom-gib", type=float, default=0.0, show_default=True, help="Extra GiB per device.")
+@click.option(
+    "--headroom-gib",
+    type=FiniteFloat(0, MAX_GIB),
+    default=0.0,
+    show_default=True,
+    help="Extra GiB per device.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the sbatch command; run nothing.")
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 def sbatch_cmd(
@@ -111,6 +124,8 @@ def sbatch_cmd(
     if not sbatch_args:
         raise HeteroError("nothing to submit: give sbatch options and a script")
     spec = load_model(model)
+    beyond = bool(options.pop("beyond_context"))
+    options["seq"] = sequence_length(spec, options["seq"], model, beyond)  # type: ignore[arg-type]
     devices = device_count(sbatch_args)
     need = per_device_bytes(spec, mode, devices, options) + headroom_gib * GIB
     gib = max(1, math.ceil(need / GIB))
