@@ -4,6 +4,7 @@ directories in `SLURM_HETERO_MODELS_DIR`, colon-separated). The only reader of t
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -52,8 +53,13 @@ def _check_keys(raw: Raw, required: tuple[str, ...], path: str, key: str) -> Non
 def _spec_from_mapping(raw: Raw, path: str, key: str) -> DeviceSpec:
     values = dict(raw)
     for name in _NUMERIC:
-        if values.get(name) is not None and not isinstance(values[name], (int, float)):
-            raise ConfigError(f"{name} must be a number, got {values[name]!r}", path, f"{key}.{name}")
+        value = values.get(name)
+        if value is None:
+            continue
+        number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        if not number or value < 0 or (name == "memory_gib" and value == 0):
+            least = "> 0" if name == "memory_gib" else ">= 0"
+            raise ConfigError(f"{name} must be a finite number {least}, got {value!r}", path, f"{key}.{name}")
     for name in ("match", "aliases", "capabilities"):
         values[name] = tuple(str(v) for v in (values.get(name) or ()))
     try:

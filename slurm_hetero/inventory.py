@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import gc
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, fields
 from functools import cache
@@ -28,14 +29,130 @@ from slurm_hetero.slurm import syntax
 
 try:  # the C loader is ~3x faster on big YAML inventories
     _BaseLoader: Any = yaml.CSafeLoader
-    _YamlDumper: Any = yaml.CSafeDumper
+    _BaseDumper: Any = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - PyYAML built without libyaml
-    _BaseLoader, _YamlDumper = yaml.SafeLoader, yaml.SafeDumper
+    _BaseLoader, _BaseDumper = yaml.SafeLoader, yaml.SafeDumper
+
+# -- plain scalars, read strictly ---------------------------------------------------------------
+# PyYAML reads YAML 1.1, where `010` is 8, `0x10` 16, `1_000` 1000, `1:30` 90 and `yes`/`on` true,
+# while YAML 1.2 (and most other tools) read `010` as 10 and `yes` as text. Inventories take the
+# forms both read alike (YAML 1.2's core schema: `true`/`false`, `null`, decimal integers, floats
+# with a dot); any other plain scalar that either version reads as something but text is refused,
+# naming the key, the line and both readings. The dumper quotes such strings, so `dumps` output
+# always loads back.
+_STR, _AMBIGUOUS = "tag:yaml.org,2002:str", "tag:slurm-hetero,2024:ambiguous"
+_CORE = (  # read alike by YAML 1.1 and 1.2
+    ("tag:yaml.org,2002:null", re.compile(r"(?:~|null|Null|NULL|)\Z")),
+    ("tag:yaml.org,2002:bool", re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z")),
+    ("tag:yaml.org,2002:int", re.compile(r"[-+]?(?:0|[1-9][0-9]*)\Z")),
+    (
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"(?:[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?|\.[0-9]+(?:[eE][-+][0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
+        ),
+    ),
+)
+_YAML12_ONLY = re.compile(  # not text in YAML 1.2's core schema (numbers 1.1 reads as text)
+    r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|0o[0-7]+|0x[0-9a-fA-F]+"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
+)
+_KEEP_11 = {"tag:yaml.org,2002:merge"}  # `<<`: a mapping merge, read alike
+_RESOLVED: dict[str, str] = {}  # plain scalar -> tag (a pure function of the text: cached)
 
 
-class _YamlLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+def _strict_tag(resolver: Any, value: str) -> str:
+    tag = _RESOLVED.get(value)
+    if tag is not None:
+        return tag
+    for core_tag, pattern in _CORE:
+        if pattern.match(value):
+            tag = core_tag
+            break
+    else:
+        yaml11 = yaml.resolver.Resolver.resolve(resolver, yaml.ScalarNode, value, (True, False))
+        if yaml11 in _KEEP_11:
+            tag = yaml11
+        else:
+            tag = _AMBIGUOUS if yaml11 != _STR or _YAML12_ONLY.match(value) else _STR
+    if len(value) <= 64 and len(_RESOLVED) < 100_000:
+        _RESOLVED[value] = tag
+    return tag
+
+
+class _StrictResolver:
+    """`resolve` of plain scalars by `_strict_tag` (the loader's and the dumper's)."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _strict_tag(self, value)
+        return super().resolve(kind, value, implicit)  # type: ignore[misc]
+
+
+def _yaml12(text: str) -> Any:
+    """What YAML 1.2's core schema reads a plain scalar as."""
+    for _tag, pattern in _CORE:
+        if pattern.match(text):
+            return yaml.load(text, Loader=yaml.SafeLoader)
+    if re.fullmatch(r"[-+]?[0-9]+", text):
+        return int(text, 10)
+    if re.fullmatch(r"0o[0-7]+|0x[0-9a-fA-F]+", text):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    if _YAML12_ONLY.match(text):
+        return float(text)
+    return text
+
+
+def _reading(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    return f"a {type(value).__name__}"
+
+
+def _plain(value: Any) -> str:
+    """How to write a reading so that both versions agree (1000.0 -> 1000)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return _reading(value)
+
+
+def ambiguity(text: str, key: str | None = None) -> str:
+    """Why a plain scalar is refused: `cpus: 010 is ambiguous (8 in YAML 1.1, 10 in YAML 1.2);
+    write 8 or 10`."""
+    try:
+        yaml11 = yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        yaml11 = text
+    yaml12 = _yaml12(text)
+    where = f"{key}: " if key is not None else ""
+    numbers = [_plain(v) for v in (yaml11, yaml12) if isinstance(v, (bool, int, float))]
+    numbers = list(dict.fromkeys(numbers))
+    quoted = f"'{text}'"
+    if len(numbers) == 2:
+        advice = f"write {numbers[0]} or {numbers[1]}"
+    elif numbers:
+        advice = f"write {numbers[0]}, or {quoted} for text"
+    else:
+        advice = f"write {quoted}"
+    if type(yaml11) is type(yaml12) and yaml11 == yaml12:  # 0x10: alike, but not plain decimal
+        return f"{where}{text} is {_reading(yaml11)} written in a form inventories do not take; {advice}"
+    return (
+        f"{where}{text} is ambiguous ({_reading(yaml11)} in YAML 1.1, {_reading(yaml12)} in YAML 1.2); "
+        f"{advice}"
+    )
+
+
+class AmbiguousScalar(yaml.constructor.ConstructorError):
+    """A plain scalar that YAML 1.1 and 1.2 read differently."""
+
+
+class _YamlLoader(_StrictResolver, _BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loading that refuses a key given twice in one mapping (YAML would keep the last one
-    silently: a second `nodes:` drops every node above it)."""
+    silently: a second `nodes:` drops every node above it) and ambiguous plain scalars."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
@@ -44,7 +161,26 @@ class _YamlLoader(_BaseLoader):  # type: ignore[misc, valid-type]
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {twice[0]!r} given twice in one mapping", node.start_mark
             )
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "<key>"
+            items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for i, item in enumerate(items):
+                if item.tag == _AMBIGUOUS:
+                    label = key if item is value_node else f"{key}[{i}]"
+                    raise AmbiguousScalar(None, None, ambiguity(item.value, label), item.start_mark)
+            if key_node.tag == _AMBIGUOUS:
+                raise AmbiguousScalar(None, None, ambiguity(key_node.value), key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_ambiguous(self, node: Any) -> Any:
+        raise AmbiguousScalar(None, None, ambiguity(node.value), node.start_mark)
+
+
+_YamlLoader.add_constructor(_AMBIGUOUS, _YamlLoader.construct_ambiguous)
+
+
+class _YamlDumper(_StrictResolver, _BaseDumper):  # type: ignore[misc, valid-type]
+    """Safe dumping that quotes every string the loader would not read back as text."""
 
 
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -279,6 +415,12 @@ def inventory_from_dict(
     return ClusterInventory(nodes=tuple(nodes), version=data["version"])
 
 
+def _yaml_error(source: str, error: yaml.YAMLError) -> InventoryError:
+    if isinstance(error, AmbiguousScalar) and error.problem_mark is not None:
+        return InventoryError(f"{source}: line {error.problem_mark.line + 1}: {error.problem}")
+    return InventoryError(f"{source}: malformed YAML{_yaml_where(error)}")
+
+
 def _yaml_where(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
@@ -319,7 +461,7 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
     except ValueError as e:  # a key given twice
         raise InventoryError(f"{source}: {e}") from e
     except yaml.YAMLError as e:
-        raise InventoryError(f"{source}: malformed YAML{_yaml_where(e)}") from e
+        raise _yaml_error(source, e) from e
     return inventory_from_dict(data, source, keep_identity)
 
 
@@ -366,7 +508,7 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
     except RecursionError:
         raise InventoryError(f"{path}: nested too deeply to be an inventory") from None
     except yaml.YAMLError as e:
-        raise InventoryError(f"{path}: malformed YAML{_yaml_where(e)}") from e
+        raise _yaml_error(str(path), e) from e
     if not docs:
         raise InventoryError(f"{path}: empty inventory")
     labels = [str(path)] if len(docs) == 1 else [f"{path}[doc {i}]" for i in range(1, len(docs) + 1)]

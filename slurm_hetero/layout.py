@@ -17,6 +17,7 @@ naming the file and the key.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -132,7 +133,7 @@ class RankLayout:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1) + "\n"
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "layout") -> RankLayout:
@@ -166,10 +167,16 @@ class RankLayout:
     @classmethod
     def from_json(cls, text: str, where: str = "layout") -> RankLayout:
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as e:
             raise LayoutError(f"{where}: not JSON ({e})") from e
+        except ValueError as e:  # NaN, Infinity: not JSON, though Python's json reads them
+            raise LayoutError(f"{where}: {e}") from e
         return cls.from_dict(data, where)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON has")
 
 
 def _is_int(value: Any) -> bool:
@@ -201,6 +208,8 @@ def _hint_name(hint: str) -> str:
 
 def _check_ranges(lay: RankLayout, where: str) -> None:
     """The few relations every document satisfies; a violation names the keys involved."""
+    if lay.global_batch < 1:
+        raise LayoutError(f"{where}: global_batch must be >= 1")
     checks = [
         (0 <= lay.rank < lay.world_size, "rank must be in [0, world_size)"),
         (0 <= lay.local_rank < lay.local_world_size, "local_rank must be in [0, local_world_size)"),
@@ -209,6 +218,21 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
         (0 <= lay.tp_rank < lay.tp_size, "tp_rank must be in [0, tp_size)"),
         (0 <= lay.layer_start <= lay.layer_end <= lay.num_layers, "layers must lie in [0, num_layers]"),
         (0 <= lay.samples <= lay.global_batch, "samples must be in [0, global_batch]"),
+        (
+            math.isclose(lay.grad_weight, lay.samples / lay.global_batch, rel_tol=1e-9, abs_tol=1e-12),
+            f"grad_weight must be samples / global_batch ({lay.samples} / {lay.global_batch}), "
+            f"got {lay.grad_weight!r}",
+        ),
+        (
+            all(
+                math.isfinite(v) and v >= 0 for v in (lay.predicted_step_s, lay.bound_step_s, lay.efficiency)
+            ),
+            "predicted_step_s, bound_step_s and efficiency must be finite and >= 0",
+        ),
+        (
+            lay.even_step_s is None or (math.isfinite(lay.even_step_s) and lay.even_step_s >= 0),
+            "even_step_s must be null or finite and >= 0",
+        ),
     ]
     for ok, message in checks:
         if not ok:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.engine.layout import even_bounds
-from slurm_hetero.layout import RankLayout, current
+from slurm_hetero.layout import LayoutError, RankLayout, current
 
 if TYPE_CHECKING:
     import torch
@@ -99,6 +99,15 @@ def as_dict(layout: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(layout) and not isinstance(layout, type):
         return dataclasses.asdict(layout)
     return dict(vars(layout))
+
+
+def grad_weight(layout: Any) -> float:
+    """The layout's gradient weight, checked: a finite number in [0, 1] (a NaN or negative weight
+    would silently poison or flip every replica's gradients)."""
+    value = as_dict(layout).get("grad_weight")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)  # (nan fails the comparison, as do infinities the range)
+    raise LayoutError(f"grad_weight must be a number in [0, 1] (samples / global_batch), got {value!r}")
 
 
 def _groups(layout: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -334,7 +343,7 @@ def weighted_allreduce_grads(module: torch.nn.Module, layout: Any, group: Proces
     grads = [_grad(p) for p in module.parameters() if p.requires_grad]
     if not grads:
         return
-    flat = torch.cat([g.reshape(-1) for g in grads]) * float(as_dict(layout)["grad_weight"])
+    flat = torch.cat([g.reshape(-1) for g in grads]) * grad_weight(layout)
     if group is not None and dist.get_world_size(group) > 1:
         comm = _on_comm_device(flat, group)
         dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=group)
@@ -359,8 +368,10 @@ def global_loss(layout: Any, replica_loss: float | None) -> float:
     import torch.distributed as dist
 
     lay = as_dict(layout)
-    mine = replica_loss is not None and lay["stage"] == lay["num_stages"] - 1 and lay["tp_rank"] == 0
-    value = torch.tensor([lay["grad_weight"] * replica_loss if mine else 0.0], dtype=torch.float64)
+    weight = grad_weight(lay)
+    mine = lay["stage"] == lay["num_stages"] - 1 and lay["tp_rank"] == 0
+    share = weight * replica_loss if mine and replica_loss is not None else 0.0
+    value = torch.tensor([share], dtype=torch.float64)
     dist.all_reduce(value)
     return float(value.item())
 

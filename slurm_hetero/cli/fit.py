@@ -23,10 +23,18 @@ from slurm_hetero.cli.options import Decorator, cost_options
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import ConfigError
-from slurm_hetero.modelconfigs import bundled_names, load_model
+from slurm_hetero.modelconfigs import BEYOND_CONTEXT, DEFAULT_SEQ, bundled_names, load_model, sequence_length
 from slurm_hetero.nodes import slurm_nodes
 
 GIB = engine.GIB
+POSITIVE = click.IntRange(min=1)
+BEYOND_CONTEXT_OPTION = click.option(
+    BEYOND_CONTEXT,
+    "beyond_context",
+    is_flag=True,
+    help="Allow --seq beyond the model's context length (models with relative positions such as "
+    "T5, or RoPE scaling).",
+)
 
 
 # ---------------------------------------------------------------------------------- estimates
@@ -176,7 +184,7 @@ def render_text(data: dict[str, Any]) -> str:
 def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any]:
     """fit's own options; those it shares with plan and launch come from `cli.options`. `layout`
     False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
-    tp_option = click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
+    tp_option = click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree.")
     choices: list[Decorator] = [
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
         click.option(
@@ -185,17 +193,25 @@ def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any
             default=None,
             help="KV cache dtype (default: the weights' dtype, bf16 for int8/int4).",
         ),
-        click.option("--batch", type=int, default=1, show_default=True, help="Inference: sequences at once."),
-        click.option("--seq", type=int, default=2048, show_default=True, help="Tokens per sequence."),
+        click.option(
+            "--batch", type=POSITIVE, default=1, show_default=True, help="Inference: sequences at once."
+        ),
+        click.option(
+            "--seq",
+            type=POSITIVE,
+            help=f"Tokens per sequence, at most the model's context [default: {DEFAULT_SEQ}, or the "
+            "context if shorter].",
+        ),
+        BEYOND_CONTEXT_OPTION,
         cost_options(solver=False),
         tp_option,
-        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option(
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
         ),
     ]
     if layout:
-        dp = click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree.")
+        dp = click.option("--dp", type=POSITIVE, default=1, show_default=True, help="Data-parallel degree.")
         choices.insert(choices.index(tp_option), dp)
     for decorate in reversed(choices):
         f = decorate(f)
@@ -222,5 +238,7 @@ def fit(
         return
     if not model_ref:
         raise ConfigError(f"--model is required (a config.json path or one of: {', '.join(bundled_names())})")
-    data = result(load_model(model_ref), kwargs, inventory_path)
+    spec = load_model(model_ref)
+    kwargs["seq"] = sequence_length(spec, kwargs["seq"], model_ref, kwargs.pop("beyond_context"))
+    data = result(spec, kwargs, inventory_path)
     click.echo(json.dumps(data, indent=2) if as_json else render_text(data))

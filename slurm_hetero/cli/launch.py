@@ -9,7 +9,14 @@ from typing import Any
 import click
 
 from slurm_hetero.cli import cli
-from slurm_hetero.cli.options import cost_options, cost_settings, optional_model_options
+from slurm_hetero.cli.options import (
+    MAX_GBS,
+    MIN_GBS,
+    FiniteFloat,
+    cost_options,
+    cost_settings,
+    optional_model_options,
+)
 from slurm_hetero.engine.layout import LayoutKind
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
@@ -103,9 +110,7 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
     show_default=True,
     help="Tensor-parallel degrees the solver may use, e.g. 1,2,4,8.",
 )
-@click.option(
-    "--network-gbs", type=click.FloatRange(min=0, min_open=True), help="Per-device GB/s between nodes."
-)
+@click.option("--network-gbs", type=FiniteFloat(MIN_GBS, MAX_GBS), help="Per-device GB/s between nodes.")
 @click.option(
     "--kind",
     "kinds",

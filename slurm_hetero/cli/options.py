@@ -4,6 +4,7 @@ costs all three take from one source (`engine.modelcost`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,26 @@ from slurm_hetero.engine.modelcost import (
 
 Command = Callable[..., Any]
 Decorator = Callable[[Command], Command]
+
+
+# Bounds of the float options: wide enough for any real cluster, narrow enough that no product or
+# quotient of them underflows to 0 or overflows (a subnormal --network-gbs divided by zero).
+MAX_GIB = 1e6  # --overhead-gib, --headroom-gib
+MIN_GBS, MAX_GBS = 1e-3, 1e6  # --network-gbs: 1 MB/s to 1 PB/s
+MIN_MFU = 1e-3  # --mfu
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option in a range, refusing nan and infinities (click's FloatRange lets nan through:
+    every comparison with nan is false). A bad value is click's usage error (exit 2), one line."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def _apply(command: Command, options: tuple[Decorator, ...]) -> Command:
@@ -94,7 +115,7 @@ def cost_options(solver: bool) -> Decorator:
         ),
         click.option(
             "--zero",
-            type=int,
+            type=click.IntRange(0, 3),
             default=defaults.zero_stage,
             show_default=True,
             help="ZeRO stage 0-3: shard optimizer states (1), gradients (2), weights (3) over dp.",
@@ -117,7 +138,7 @@ def cost_options(solver: bool) -> Decorator:
         ),
         click.option(
             "--overhead-gib",
-            type=float,
+            type=FiniteFloat(0, MAX_GIB),
             default=defaults.overhead_bytes / GIB,
             show_default=True,
             help="Fixed runtime overhead per device (context, workspaces).",

@@ -22,7 +22,16 @@ from slurm_hetero import inventory as inventory_io
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
-from slurm_hetero.cli.options import cost_options, cost_settings, describe, model_options
+from slurm_hetero.cli.options import (
+    MAX_GBS,
+    MIN_GBS,
+    MIN_MFU,
+    FiniteFloat,
+    cost_options,
+    cost_settings,
+    describe,
+    model_options,
+)
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
@@ -355,14 +364,14 @@ def cross_type_gbs(
 )
 @click.option(
     "--network-gbs",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(MIN_GBS, MAX_GBS),
     default=25.0,
     show_default=True,
     help="Per-device bandwidth between nodes, GB/s one way.",
 )
 @click.option(
     "--mfu",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloat(MIN_MFU, 1),
     default=MFU,
     show_default=True,
     help="Share of the catalog bf16/fp16 peak a device sustains.",

@@ -32,7 +32,7 @@ from slurm_hetero.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.launch.run import DEFAULT_INVENTORY
 from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.model import SlurmNode
-from slurm_hetero.modelconfigs import load_model
+from slurm_hetero.modelconfigs import load_model, sequence_length
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.sbatchplan import (
@@ -71,6 +71,8 @@ def _estimates(model: str, options: dict[str, Any]) -> tuple[str, list[Suggestio
     """The model's per-device bytes on n devices, as `fit` computes them; for training without
     ZeRO-3, the same with ZeRO-3 as a second suggestion."""
     spec = load_model(model)
+    options = dict(options)
+    options["seq"] = sequence_length(spec, options["seq"], model, options.pop("beyond_context"))
 
     def bytes_at(o: dict[str, Any]) -> Any:
         def estimate(devices: int) -> float | None:

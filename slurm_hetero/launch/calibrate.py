@@ -27,6 +27,7 @@ Default sizes keep a CPU run to a few seconds; accelerators get sizes that fill 
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -244,9 +245,14 @@ def _read(path: Path) -> Any:
 def _figure(value: Any, path: Path, key: str) -> float:
     if isinstance(value, Mapping):
         value = value.get("layer_tflops", value.get("tflops"))
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if not _finite(value) or value <= 0:
         raise ConfigError(f"TFLOPS must be a positive number, got {value!r}", str(path), key)
     return float(value)
+
+
+def _finite(value: Any) -> bool:
+    """A real number (not a bool, nan or an infinity)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def load_measured(path: Path) -> dict[str, float]:
@@ -267,7 +273,7 @@ def load_gemm_half(path: Path) -> dict[str, float]:
     for key, value in data.items():
         if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
             half = value["gemm_half_elements"]
-            if isinstance(half, bool) or not isinstance(half, int | float) or half < 0:
+            if not _finite(half) or half < 0:
                 raise ConfigError(f"gemm_half_elements must be >= 0, got {half!r}", str(path), str(key))
             out[str(key)] = float(half)
     return out

@@ -63,6 +63,7 @@ from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.modelconfigs import context_length, layer_costs_for
 from slurm_hetero.nodes import NodeBuilder, host_records
+from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
 
@@ -98,6 +99,31 @@ class LaunchOptions:
     tp_sizes: tuple[int, ...] = (1,)
     layout_dir: str = "/tmp/slurm-hetero"
     kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)  # families to search
+
+    def __post_init__(self) -> None:
+        """Every value checked once, for the CLI and library callers alike: counts >= 1, rates
+        finite and positive, MASTER_ADDR a host name or IP address (it reaches every rank's
+        environment and the command line of `--dry-run`)."""
+        counts = {"--global-batch": self.global_batch, "--seq": self.seq, "--micro-batch": self.micro_batch}
+        for flag, count in counts.items():
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+                raise LaunchPlanError(f"{flag}: must be a positive integer, got {count!r}")
+        if not self.tp_sizes or any(t < 1 for t in self.tp_sizes):
+            raise LaunchPlanError(f"--tp-sizes: must be positive integers, got {self.tp_sizes!r}")
+        rates = {
+            "--network-gbs": self.network_gbs,
+            **{f"--measured {k}": v for k, v in self.measured.items()},
+        }
+        for flag, rate in rates.items():
+            if rate is not None and not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
+                raise LaunchPlanError(f"{flag}: must be a finite number > 0, got {rate!r}")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise LaunchPlanError(f"--master-port: must be in 1-65535, got {self.master_port!r}")
+        if self.master_addr is not None:
+            try:
+                syntax.address(self.master_addr)
+            except ValueError as e:
+                raise LaunchPlanError(f"--master-addr: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero import inventory
+from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import ToolError
@@ -143,7 +143,7 @@ from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
-from slurm_hetero.slurm import scontrol
+from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
 from slurm_hetero.vendors import vendor_traits
 
@@ -170,14 +170,19 @@ class RunOptions:
 
 
 def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
-    """`NODE:TYPE:N[,...]` -> [(node, type, tasks)]."""
+    """`NODE:TYPE:N[,...]` -> [(node, type, tasks)]; NODE is a host name (it becomes MASTER_ADDR)."""
     out = []
     for item in spec.split(","):
         parts = item.strip().split(":")
         if len(parts) != 3 or not parts[0] or not parts[2].isdigit() or int(parts[2]) < 1:
             raise LaunchError(
-                f"--simulate {spec}: bad entry {item.strip()!r}; expected NODE:TYPE:N with N >= 1"
+                f"--simulate {syntax.text(spec)}: bad entry {syntax.text(item.strip())}; expected "
+                "NODE:TYPE:N with N >= 1"
             )
+        try:
+            syntax.host_name(parts[0])
+        except ValueError as e:
+            raise LaunchError(f"--simulate: node {e}") from None
         out.append((parts[0], parts[1].lower(), int(parts[2])))
     return out
 
@@ -210,13 +215,30 @@ def _canonical(catalog: Catalog, gres_type: str) -> str:
     return spec.type if spec else gres_type
 
 
-def simulated_inventory(spec: str, known: ClusterInventory, catalog: Catalog) -> ClusterInventory:
+def simulated_inventory(
+    spec: str, known: ClusterInventory, catalog: Catalog, source: str | None = None
+) -> ClusterInventory:
     """`known` plus a record for each simulated node it lacks (devices from the catalog); a node it
-    has must have the simulated type."""
-    have = {n.name: n for n in known.nodes}
+    has must have the simulated type. With `source` (an inventory the user named), every simulated
+    node must be in it: a name it lacks is a typo, not a node to invent."""
+    have = {host: n for n in known.nodes for host in hostlist.expand(n.name)}
     extra = []
     for name, gres_type, count in parse_simulate(spec):
+        if name not in have and source is not None:
+            hosts = sorted(have)
+            listed = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
+            raise LaunchError(
+                f"--simulate: node {name} is not in the inventory {source} (its nodes: {listed}); "
+                "simulate its nodes, or leave out --inventory to simulate catalog devices"
+            )
         if name not in have:
+            if known.nodes:
+                logger.warning(
+                    "--simulate: %s is not in %s; it gets catalog %s devices",
+                    name,
+                    DEFAULT_INVENTORY,
+                    gres_type,
+                )
             extra.append(_simulated_node(name, gres_type, count, catalog))
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
@@ -257,7 +279,10 @@ def load_step_inventory(
     """The step's node records: the inventory file, else Slurm's own view of the nodes."""
     path = inventory_path(options)
     if options.simulate is not None:
-        known = inventory.load(path) if path is not None and path.exists() else ClusterInventory()
+        named = options.inventory
+        if named is not None:  # named by the user: it must exist and hold the nodes
+            return simulated_inventory(options.simulate, inventory.load(named), catalog, str(named))
+        known = inventory.load(path) if path is not None else ClusterInventory()
         return simulated_inventory(options.simulate, known, catalog)
     if path is not None:
         return inventory.load(path)

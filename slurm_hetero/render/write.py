@@ -37,7 +37,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -91,14 +91,26 @@ def diff(files: Mapping[Path, str]) -> str:
     return "".join(chunks)
 
 
+def read_current(paths: Iterable[Path]) -> dict[Path, str | None]:
+    """The text of each file on disk (None where it does not exist)."""
+    return {path: _current(path) for path in paths}
+
+
 def pending(directory: Path) -> bool:
     """Whether an interrupted set write waits in `directory` for the next render to finish it."""
     return (directory / JOURNAL_NAME).exists()
 
 
-def write_atomic(files: Mapping[Path, str], backup: bool = True) -> list[Path]:
+def write_atomic(
+    files: Mapping[Path, str],
+    backup: bool = True,
+    guard: Callable[[Mapping[Path, str | None]], None] | None = None,
+) -> list[Path]:
     """Write `files` as one set (see the module docstring); returns the files written ([] when
-    none differs). Every file of a set must be in one directory."""
+    none differs). Every file of a set must be in one directory. `guard` is called with the files
+    on disk (None: absent) when they differ, under the lock and after an interrupted set is
+    finished, so no other render changes them between its check and this write; it refuses the
+    write by raising (an OutputError), and nothing changes."""
     if not files:
         return []
     directories = {p.parent for p in files}
@@ -109,11 +121,16 @@ def write_atomic(files: Mapping[Path, str], backup: bool = True) -> list[Path]:
         raise OutputError(f"{directory}: output directory does not exist; nothing changed")
     if len(files) == 1:
         [(path, text)] = files.items()
+        if guard is not None:
+            guard(read_current([path]))
         return _write_single(path, text, backup)
     with _locked(directory):
         recover(directory)
-        if all(_current(p) == t for p, t in files.items()):
+        current = read_current(files)
+        if all(current[p] == t for p, t in files.items()):
             return []
+        if guard is not None:
+            guard(current)
         return _commit(directory, [(p.name, t) for p, t in files.items()], backup)
 
 

@@ -7,11 +7,13 @@ spelling of `Cores=`; `AutoDetect=` lines and comments are kept aside.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 
 from slurm_hetero import hostlist
 from slurm_hetero.errors import HeteroError, InventoryError
+from slurm_hetero.slurm import syntax
 
 _KEYS = {
     "nodename",
@@ -94,3 +96,29 @@ def parse_gres_conf(text: str) -> list[GresEntry]:
                     )
                 )
     return entries
+
+
+_NODE_NAME_KEY = re.compile(r"^[ \t]*NodeName=([^\s#]*)", re.IGNORECASE | re.MULTILINE)
+_NOT_A_NODE = {"default", "all"}  # NodeName=DEFAULT sets defaults; gres.conf NodeName=ALL is every node
+
+
+def declared_nodes(text: str, limit: int = syntax.MAX_HOSTS) -> set[str]:
+    """The hosts that the `NodeName=` lines of a gres.conf or a slurm.conf (node lines) name,
+    hostlists expanded (each distinct value once: linear in the lines); GresConfError when a value
+    is malformed or the file names more than `limit` hosts."""
+    hosts: set[str] = set()
+    seen: set[str] = set()
+    for match in _NODE_NAME_KEY.finditer(text):
+        spec = match[1]
+        if spec in seen or spec.lower() in _NOT_A_NODE:
+            continue
+        seen.add(spec)
+        try:
+            syntax.hostlist_size(spec, limit)
+            hosts.update(hostlist.expand(spec, limit) if spec else ())
+        except (ValueError, InventoryError) as e:
+            line_no = text.count("\n", 0, match.start()) + 1
+            raise GresConfError(f"line {line_no}: NodeName={syntax.text(spec)}: {e}") from None
+        if len(hosts) > limit:
+            raise GresConfError(f"the NodeName= lines name more than {limit} hosts")
+    return hosts

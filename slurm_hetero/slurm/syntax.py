@@ -13,6 +13,7 @@ expansion, Links= rows, Slurm's own uint16 CPU counts) can take unbounded time o
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 
@@ -114,6 +115,25 @@ def host_name(name: str) -> str:
     if name.lower() in _RESERVED_NODE_NAMES:
         raise ValueError(f"{name!r} is reserved in slurm.conf (NodeName={name.upper()} means something else)")
     return name
+
+
+MAX_ADDRESS = 253  # a DNS name
+
+
+def address(value: str) -> str:
+    """A host to connect to (MASTER_ADDR): a DNS name of letters, digits, '-', '_', '.', or an
+    IPv4/IPv6 literal; nothing a shell, an env file or a log line would read as more (newline, NUL,
+    spaces, quotes, `;`, `$`, ...)."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if not value or len(value) > MAX_ADDRESS or not _HOST_NAME.match(value):
+        raise ValueError(
+            f"{text(value)} is not a host name or IP address (letters, digits, '-', '_', '.'; "
+            f"at most {MAX_ADDRESS} characters)"
+        )
+    return value
 
 
 def _range_count(body: str, where: str) -> int:

@@ -348,9 +348,12 @@ def test_dry_run_under_srun_prints_every_rank_on_rank_zero_only(
 
 
 @pytest.mark.usefixtures("nothing_starts")
-def test_dry_run_simulates_an_allocation_outside_slurm(capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_simulates_an_allocation_outside_slurm(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run, "DEFAULT_INVENTORY", Path("/nonexistent/inventory.yaml"))  # none installed
     spec = "a100n1:a100_80g:2,l40sn1:l40s:1,a100n2:a100_80g:2"
-    options = run.RunOptions((), inventory=Path("/nonexistent/inventory.yaml"), dry_run=True, simulate=spec)
+    options = run.RunOptions((), dry_run=True, simulate=spec)
     assert run.launch(GPT2, options, {}) == 0
     out = capsys.readouterr().out
     assert "pipeline layout on 5 ranks" in out or "data layout on 5 ranks" in out

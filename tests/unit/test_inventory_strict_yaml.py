@@ -1,0 +1,119 @@
+"""Inventories read YAML strictly (issue 9): plain scalars that YAML 1.1 (PyYAML) and YAML 1.2 read
+differently are refused with the key, the line and both readings; nothing is read as octal,
+base 60 or a `yes` boolean behind the admin's back."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import string
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_hetero import inventory
+from slurm_hetero.cli import cli
+from slurm_hetero.errors import InventoryError
+from slurm_hetero.slurm import syntax
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+BASE = EXAMPLE.read_text()
+CPUS_LINE = BASE[: BASE.index("cpus: 8")].count("\n") + 1
+
+AMBIGUOUS_CPUS = {  # value: (YAML 1.1 reading, YAML 1.2 reading, advice)
+    "010": ("8", "10", "write 8 or 10"),
+    "0o10": ("the text '0o10'", "8", "write 8, or '0o10' for text"),
+    "0b11": ("3", "the text '0b11'", "write 3, or '0b11' for text"),
+    "1_000": ("1000", "the text '1_000'", "write 1000, or '1_000' for text"),
+    "1e3": ("the text '1e3'", "1000.0", "write 1000, or '1e3' for text"),
+    "1:30": ("90", "the text '1:30'", "write 90, or '1:30' for text"),
+    "09": ("the text '09'", "9", "write 9, or '09' for text"),
+    "yes": ("true", "the text 'yes'", "write true, or 'yes' for text"),
+    "off": ("false", "the text 'off'", "write false, or 'off' for text"),
+}
+
+
+@pytest.mark.parametrize("value", AMBIGUOUS_CPUS)
+def test_ambiguous_integers_and_booleans_are_refused_naming_key_and_line(value: str) -> None:
+    yaml11, yaml12, advice = AMBIGUOUS_CPUS[value]
+    with pytest.raises(InventoryError) as e:
+        inventory.loads(BASE.replace("cpus: 8", f"cpus: {value}", 1), "inv.yaml")
+    message = f"cpus: {value} is ambiguous ({yaml11} in YAML 1.1, {yaml12} in YAML 1.2); {advice}"
+    assert str(e.value) == f"inv.yaml: line {CPUS_LINE}: {message}"
+
+
+def test_hex_reads_alike_but_is_not_taken() -> None:
+    with pytest.raises(InventoryError) as e:
+        inventory.loads(BASE.replace("cpus: 8", "cpus: 0x10", 1), "inv.yaml")
+    assert str(e.value).endswith(
+        "cpus: 0x10 is 16 written in a form inventories do not take; write 16, or '0x10' for text"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("features: [ib]", "features: [ib, on]", "features[1]: on is ambiguous (true in YAML 1.1"),
+        ("name: l40sn1", "name: no", "name: no is ambiguous (false in YAML 1.1"),
+        ("memory_mib: 46068", "memory_mib: 046068", "memory_mib: 046068 is ambiguous"),
+        ("index: 1\n", "index: 01\n", "index: 01 is 1 written in a form inventories do not take; write 1"),
+        (
+            "driver_version: 535.54.03",
+            "driver_version: 2024-01-01",
+            "driver_version: 2024-01-01 is ambiguous",
+        ),
+    ],
+)
+def test_every_key_reads_strictly(old: str, new: str, expected: str) -> None:
+    assert old in BASE
+    with pytest.raises(InventoryError, match="^inv.yaml: line [0-9]+: " + re.escape(expected)):
+        inventory.loads(BASE.replace(old, new, 1), "inv.yaml")
+
+
+def test_forms_both_versions_read_alike_still_load() -> None:
+    text = BASE.replace("cpus: 8", "cpus: +8", 1).replace(
+        "features: [ib]", "features: [ib, 'yes', \"010\"]", 1
+    )
+    node = inventory.loads(text, "inv.yaml").nodes[0]
+    assert node.cpus == 8 and node.features == ("ib", "yes", "010")
+    assert inventory.loads(BASE, "inv.yaml") == inventory.load(EXAMPLE)
+
+
+def test_the_cli_prints_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(BASE.replace("cpus: 8", "cpus: 010", 1))
+    result = CliRunner().invoke(cli, ["inventory", "check", str(path)])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"slurm-hetero: {path}: line {CPUS_LINE}: cpus: 010 is ambiguous (8 in YAML 1.1, 10 in YAML 1.2); "
+        "write 8 or 10"
+    ]
+
+
+def test_load_many_reads_strictly_too(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text(BASE + "---\n" + BASE.replace("cpus: 8", "cpus: 1:30", 1).replace("a100n1", "x1"))
+    with pytest.raises(InventoryError, match="line [0-9]+: cpus: 1:30 is ambiguous"):
+        inventory.load_many(path)
+
+
+TEXTS = st.text(alphabet=string.ascii_letters + string.digits + "._:-+", min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+def test_dumped_strings_load_back_as_the_same_text(value: str) -> None:
+    """Whatever a string looks like (`1e3`, `0o10`, `010`, `yes`, `1:30`), `dumps` quotes it when
+    it must, so its output always loads back to the same inventory."""
+    inv = inventory.load(EXAMPLE)
+    node = inv.nodes[0]
+    tool_id = value if re.fullmatch(syntax.WORD, value) else None
+    device = dataclasses.replace(node.devices[0], uuid=value, tool_id=tool_id)
+    changed = dataclasses.replace(
+        inv, nodes=(dataclasses.replace(node, devices=(device, *node.devices[1:])),)
+    )
+    assert inventory.loads(inventory.dumps(changed), "dumped.yaml") == changed

@@ -1,0 +1,134 @@
+"""A render never drops nodes silently (issue 9): an inventory cut short but still valid YAML would
+otherwise write a slurm.conf without the nodes it lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_hetero.cli import cli
+from slurm_hetero.errors import OutputError
+from slurm_hetero.render import removal
+from slurm_hetero.render.write import write_atomic
+from slurm_hetero.slurm.gresconf import GresConfError, declared_nodes
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+
+
+def render(inventory: Path, out: Path, *extra: str) -> tuple[int, str, str]:
+    args = ["gres", "render", "--inventory", str(inventory), "--out", str(out), "--slurm-release", "22.05"]
+    result = CliRunner().invoke(cli, [*args, *extra])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def cut_short(tmp_path: Path, keep: int) -> Path:
+    """The example inventory with only its first `keep` nodes: still valid YAML, still an inventory."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["nodes"] = data["nodes"][:keep]
+    path = tmp_path / "cut.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_declared_nodes_reads_node_lines_of_both_files() -> None:
+    text = (
+        "# NodeName=commented\nNodeName=DEFAULT CPUs=4\n  nodename=gpu-[1-3],login Name=gpu\n"
+        "NodeName=ALL Name=gpumem Count=1\nPartitionName=p Nodes=other\nNodeName=gpu-2 Weight=1\n"
+    )
+    assert declared_nodes(text) == {"gpu-1", "gpu-2", "gpu-3", "login"}
+    for name in ("mixed.gres.conf.example", "mixed.slurm-nodes.conf.example"):
+        text = (REPO / "gres_conf" / "examples" / name).read_text()
+        assert declared_nodes(text) == {"a100n1", "l40sn1", "ascendn1"}
+    with pytest.raises(GresConfError, match="line 2: NodeName='x\\[1-100000000\\]'"):
+        declared_nodes("GresTypes=gpu\nNodeName=x[1-100000000] CPUs=1\n")
+    with pytest.raises(GresConfError, match="reversed range"):
+        declared_nodes("NodeName=x[9-1]\n")
+
+
+def test_a_cut_short_inventory_is_refused_naming_the_nodes_and_the_flag(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    assert render(EXAMPLE, out)[0] == 0
+    before = snapshot(out)
+    code, _, err = render(cut_short(tmp_path, 1), out)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"slurm-hetero: {out}: this render would remove 2 nodes (ascendn1, l40sn1) that the files there "
+        "name; the inventory lacks them (cut short?). Pass --allow-removal if the removal is meant; "
+        "nothing changed"
+    ]
+    assert snapshot(out) == before  # byte-identical, no backup, no temporary
+
+
+def test_check_names_the_removal_and_allow_removal_writes_it(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    render(EXAMPLE, out)
+    before = snapshot(out)
+    cut = cut_short(tmp_path, 2)
+    code, diff, err = render(cut, out, "--check")
+    assert code == 1 and "-NodeName=ascendn1" in diff
+    assert "this render removes 1 node (ascendn1); writing it needs --allow-removal" in err
+    assert snapshot(out) == before
+    code, _, err = render(cut, out, "--allow-removal")
+    assert code == 0, err
+    assert declared_nodes((out / "slurm-nodes.conf").read_text()) == {"a100n1", "l40sn1"}
+    assert declared_nodes((out / "gres.conf").read_text()) == {"a100n1", "l40sn1"}
+    assert render(cut, out, "--check")[:2] == (0, "")  # done: nothing more to remove
+    assert render(EXAMPLE, out)[0] == 0  # adding nodes back needs no flag
+
+
+def test_a_long_removal_is_counted_and_the_first_few_named(tmp_path: Path) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["nodes"] = [data["nodes"][1]]
+    data["nodes"][0]["name"] = "gpu-[01-40]"
+    full = tmp_path / "full.yaml"
+    full.write_text(yaml.safe_dump(data))
+    out = tmp_path / "etc"
+    assert render(full, out)[0] == 0
+    data["nodes"][0]["name"] = "gpu-[01-03]"
+    full.write_text(yaml.safe_dump(data))
+    code, _, err = render(full, out)
+    assert code == 1 and "remove 37 nodes (gpu-04, gpu-05, gpu-06, gpu-07, gpu-08 and 32 more)" in err
+
+
+def test_renaming_a_node_is_a_removal(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    render(EXAMPLE, out)
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text(EXAMPLE.read_text().replace("name: l40sn1", "name: l40sn2"))
+    code, _, err = render(renamed, out)
+    assert code == 1 and "remove 1 node (l40sn1)" in err
+
+
+def test_files_whose_nodes_cannot_be_read_are_not_replaced_blindly(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    out.mkdir()
+    (out / "gres.conf").write_text("NodeName=a[1-2 Name=gpu\n")
+    code, _, err = render(EXAMPLE, out)
+    assert code == 1 and "cannot tell which nodes it names" in err and "--allow-removal" in err
+    assert render(EXAMPLE, out, "--allow-removal")[0] == 0
+
+
+def test_the_guard_runs_inside_the_set_writer_and_changes_nothing_when_it_refuses(tmp_path: Path) -> None:
+    old = {
+        tmp_path / "gres.conf": "NodeName=n[1-2] Name=gpu\n",
+        tmp_path / "slurm-nodes.conf": "NodeName=n[1-2]\n",
+    }
+    write_atomic(old, backup=False)
+    before = snapshot(tmp_path)
+    new = {tmp_path / "gres.conf": "NodeName=n1 Name=gpu\n", tmp_path / "slurm-nodes.conf": "NodeName=n1\n"}
+    with pytest.raises(OutputError, match=r"remove 1 node \(n2\)"):
+        write_atomic(new, guard=removal.guard(new, tmp_path))
+    assert snapshot(tmp_path) == before
+    seen: list[dict[Path, str | None]] = []
+    assert write_atomic(old, guard=lambda current: seen.append(dict(current))) == []  # unchanged: not asked
+    assert seen == []
+    assert write_atomic(new, guard=lambda current: seen.append(dict(current)))
+    assert seen == [{p: t for p, t in old.items()}]
