@@ -18,7 +18,7 @@ from pathlib import Path
 from slurm_hetero import inventory
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import HeteroError, InventoryError, ParseError
-from slurm_hetero.hosttopo import CPU_DIR, HostTopology, memtotal_mib, read_topology
+from slurm_hetero.hosttopo import HostTopology, memtotal_mib, read_topology
 from slurm_hetero.model import Capture, ClusterInventory, Device, NodeInventory
 from slurm_hetero.nodes import lookup_spec, unknown_device
 from slurm_hetero.readfile import MAX_CAPTURE_BYTES, read_text
@@ -106,9 +106,10 @@ def devices_live(vendor_names: Sequence[str]) -> list[tuple[Vendor, list[Device]
 FACT_KEYS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory_mib")
 
 
-def live_facts(root: Path = Path("/")) -> tuple[dict[str, int], HostTopology | None]:
-    """This host's NodeName facts as slurmd -C reports them, and its topology (for Cores=)."""
-    topology = read_topology(root)
+def live_facts(root: Path = Path("/"), strict: bool = False) -> tuple[dict[str, int], HostTopology | None]:
+    """This host's NodeName facts as slurmd -C reports them, and its topology (for Cores=);
+    `strict` (a captured --host-root) makes an unreadable or irregular tree an error."""
+    topology = read_topology(root, strict)
     if topology is None:
         memory = memtotal_mib(root)
         return {"cpus": os.cpu_count() or 1, **({"real_memory_mib": memory} if memory else {})}, None
@@ -174,7 +175,11 @@ def discover_node(
         raise HeteroError(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
-    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = (
+        node_name
+        if node_name is not None
+        else os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    )
     try:
         syntax.host_name(name)
     except ValueError as e:
@@ -184,12 +189,7 @@ def discover_node(
         missing = [k for k in FACT_KEYS if k not in (facts or {})]
         known = slurm_facts(name) if missing and shutil.which("scontrol") else {}
     else:
-        known, topology = live_facts(root or Path("/"))
-        if topology is None and root is not None:
-            raise HeteroError(
-                f"--host-root {root}: no CPU topology under {root / CPU_DIR} "
-                "(copy the node's /sys/devices/system/cpu and /proc/meminfo there)"
-            )
+        known, topology = live_facts(root or Path("/"), strict=root is not None)
         if topology is not None:
             devices = [with_core_indices(d, topology) for d in devices]
     known.update(facts or {})

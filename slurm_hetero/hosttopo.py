@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_hetero.errors import HeteroError
+from slurm_hetero.readfile import read_text
 
 logger = logging.getLogger(__name__)
 
 CPU_DIR = "sys/devices/system/cpu"
+MAX_CPU_ID = 65535  # Linux NR_CPUS tops out at 8192; anything larger is not a real host
+MAX_KERNEL_FILE = 1 << 20  # sysfs files are one page; /proc/meminfo a few KiB
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,14 @@ def parse_cpu_list(text: str) -> list[int]:
             continue
         first, _, last = part.partition("-")
         try:
-            ids.extend(range(int(first), int(last or first) + 1))
+            low, high = int(first), int(last or first)
         except ValueError:
-            raise HeteroError(f"bad CPU list {text!r}") from None
+            raise HeteroError(f"bad CPU list {text[:80]!r}") from None
+        if not 0 <= low <= high <= MAX_CPU_ID:
+            raise HeteroError(f"bad CPU list {text[:80]!r}: ranges go up, from 0 to at most {MAX_CPU_ID}")
+        ids.extend(range(low, high + 1))
+        if len(ids) > MAX_CPU_ID + 1:
+            raise HeteroError(f"bad CPU list {text[:80]!r}: more than {MAX_CPU_ID + 1} CPUs")
     return ids
 
 
@@ -73,7 +81,8 @@ def format_cpu_list(ids: object) -> str:
 
 
 def _read(path: Path) -> str:
-    return path.read_text(encoding="ascii").strip()
+    """A kernel file (regular, bounded: a FIFO or /dev/zero in a captured tree is an error)."""
+    return read_text(path, MAX_KERNEL_FILE, "kernel file").strip()
 
 
 def _online_cpus(cpu_dir: Path) -> list[int]:
@@ -83,14 +92,23 @@ def _online_cpus(cpu_dir: Path) -> list[int]:
     return sorted(int(p.name[3:]) for p in cpu_dir.glob("cpu[0-9]*") if p.name[3:].isdigit())
 
 
-def memtotal_mib(root: Path = Path("/")) -> int | None:
-    """MemTotal of /proc/meminfo in MiB (slurmd's RealMemory), None when unreadable."""
+def memtotal_mib(root: Path = Path("/"), strict: bool = False) -> int | None:
+    """MemTotal of /proc/meminfo in MiB (slurmd's RealMemory), None when unreadable (`strict`:
+    HeteroError instead)."""
+    path = root / "proc/meminfo"
     try:
-        for line in (root / "proc/meminfo").read_text().splitlines():
+        for line in _read(path).splitlines():
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        return None
+        reason = "no MemTotal line"
+    except (ValueError, IndexError):
+        reason = "MemTotal is not a number of kB"
+    except HeteroError as e:
+        if not strict:
+            return None
+        raise HeteroError(f"--host-root: {e}") from None
+    if strict:
+        raise HeteroError(f"--host-root: {path}: {reason}")
     return None
 
 
@@ -121,17 +139,32 @@ def topology_from_cpus(
     )
 
 
-def read_topology(root: Path = Path("/")) -> HostTopology | None:
-    """This host's topology from sysfs (None, logged, when the kernel does not expose it)."""
+def read_topology(root: Path = Path("/"), strict: bool = False) -> HostTopology | None:
+    """This host's topology from sysfs: None, logged, when the kernel does not expose it or it is
+    irregular (sockets x cores x threads is not the CPU count: no Cores= is better than a wrong
+    one); `strict` (a captured tree the admin named) makes either a HeteroError."""
     cpu_dir = root / CPU_DIR
     cpus: dict[int, tuple[int, int]] = {}
     try:
         for cpu in _online_cpus(cpu_dir):
             topo = cpu_dir / f"cpu{cpu}" / "topology"
             cpus[cpu] = (int(_read(topo / "physical_package_id")), int(_read(topo / "core_id")))
+        if not cpus:
+            raise HeteroError("no online CPU")
+        topology = topology_from_cpus(cpus, memtotal_mib(root, strict))
+        shape = topology.sockets * topology.cores_per_socket * topology.threads_per_core
+        if shape != topology.cpus:
+            raise HeteroError(
+                f"irregular topology: {topology.sockets} sockets x {topology.cores_per_socket} cores x "
+                f"{topology.threads_per_core} threads is not the {topology.cpus} online CPUs"
+            )
+        return topology
     except (OSError, ValueError, HeteroError) as e:
-        logger.warning("CPU topology not readable from %s (%s); NodeName gets CPUs only", cpu_dir, e)
+        reason = str(e).replace("--host-root: ", "")
+        if strict:
+            raise HeteroError(
+                f"--host-root {root}: CPU topology under {cpu_dir} not usable ({reason}); copy the "
+                "node's /sys/devices/system/cpu and /proc/meminfo there"
+            ) from None
+        logger.warning("CPU topology not readable from %s (%s); NodeName gets CPUs only", cpu_dir, reason)
         return None
-    if not cpus:
-        return None
-    return topology_from_cpus(cpus, memtotal_mib(root))

@@ -38,6 +38,22 @@ def check_node(node: NodeInventory, source: str) -> None:
         dup_files = sorted({f for f in files if files.count(f) > 1})
         raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
     _check_links(node, set(keys), source)
+    _check_cpus(node, source)
+
+
+def _check_cpus(node: NodeInventory, source: str) -> None:
+    """CPUs= must be one of the counts slurmctld accepts (Sockets, Sockets x CoresPerSocket, or
+    that x ThreadsPerCore); otherwise it logs "match no Sockets ... Resetting CPUs" and schedules
+    on a figure nobody wrote."""
+    s, c, t = node.sockets, node.cores_per_socket, node.threads_per_core
+    if node.cpus is None or s is None or c is None or t is None:
+        return
+    if node.cpus not in (s, s * c, s * c * t):
+        raise InventoryError(
+            f"{source}: node {node.name}: cpus {node.cpus} matches none of sockets ({s}), sockets x "
+            f"cores_per_socket ({s * c}) or that x threads_per_core ({s * c * t}); slurmctld would reset "
+            "it: fix the figures"
+        )
 
 
 def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -> None:

@@ -3,6 +3,7 @@ on trees built from the real-host descriptions in tests/fixtures/host/ (see thei
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from slurm_hetero import discover
 from slurm_hetero.catalog import load_catalog
@@ -170,10 +171,23 @@ def test_host_root_maps_smt_siblings_of_a_captured_affinity(
 
 def test_host_root_facts_on_the_command_line_win(tmp_path: Path) -> None:
     root = sysfs_tree(tmp_path, ATLAS)
-    args = ["discover", "--vendor", "ascend", "--node", "a1", "--host-root", str(root), "--cpus", "96"]
+    args = [
+        "discover",
+        "--vendor",
+        "ascend",
+        "--node",
+        "a1",
+        "--host-root",
+        str(root),
+        "--cpus",
+        "96",
+        "--sockets",
+        "2",
+    ]
     result = CliRunner().invoke(cli, [*args, *[a for f in ATLAS_NPU for a in ("--from-file", str(f))]])
     assert result.exit_code == 0, result.output
-    assert yaml.safe_load(result.stdout)["nodes"][0]["cpus"] == 96
+    node = yaml.safe_load(result.stdout)["nodes"][0]
+    assert (node["cpus"], node["sockets"], node["cores_per_socket"]) == (96, 2, 48)
 
 
 def test_host_root_without_topology_or_captures_is_one_line(tmp_path: Path) -> None:
@@ -183,3 +197,83 @@ def test_host_root_without_topology_or_captures_is_one_line(tmp_path: Path) -> N
     assert "--host-root" in result.output and "sys/devices/system/cpu" in result.output
     result = CliRunner().invoke(cli, ["discover", "--host-root", str(tmp_path)])
     assert result.exit_code == 1 and "use it with --from-file" in result.output
+
+
+# Adversarial pass of issue 12 (admin): each find kept.
+def _discover_with_root(root: Path, *extra: str) -> Result:
+    args = ["discover", "--vendor", "ascend", "--node", "a1", "--host-root", str(root), *extra]
+    return CliRunner().invoke(cli, [*args, *[a for f in ATLAS_NPU for a in ("--from-file", str(f))]])
+
+
+def _one_line_error(result: Result, *words: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("slurm-hetero: "), result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+
+
+def test_host_root_with_a_huge_online_range_is_refused_at_once(tmp_path: Path) -> None:
+    root = sysfs_tree(tmp_path, ATLAS)
+    (root / "sys/devices/system/cpu/online").write_text("0-2000000000\n")
+    _one_line_error(_discover_with_root(root), "at most 65535")
+
+
+def test_host_root_with_a_reversed_range_is_refused(tmp_path: Path) -> None:
+    root = sysfs_tree(tmp_path, ATLAS)
+    (root / "sys/devices/system/cpu/online").write_text("7-0\n")
+    _one_line_error(_discover_with_root(root), "ranges go up")
+
+
+def test_host_root_meminfo_fifo_or_dev_zero_does_not_block(tmp_path: Path) -> None:
+    root = sysfs_tree(tmp_path, ATLAS)
+    meminfo = root / "proc/meminfo"
+    meminfo.unlink()
+    os.mkfifo(meminfo)
+    _one_line_error(_discover_with_root(root), "FIFO")
+    meminfo.unlink()
+    meminfo.symlink_to("/dev/zero")
+    _one_line_error(_discover_with_root(root), "character device")
+
+
+def test_host_root_garbage_core_id_is_one_line_without_a_warning(tmp_path: Path) -> None:
+    root = sysfs_tree(tmp_path, ATLAS)
+    (root / "sys/devices/system/cpu/cpu5/topology/core_id").write_text("garbage\n")
+    _one_line_error(_discover_with_root(root), "not usable")
+
+
+def test_host_root_irregular_topology_is_refused(tmp_path: Path) -> None:
+    root = sysfs_tree(tmp_path, ATLAS)
+    (root / "sys/devices/system/cpu/cpu3/topology/physical_package_id").write_text("7\n")
+    _one_line_error(_discover_with_root(root), "irregular topology")
+
+
+def test_facts_slurmctld_would_reset_are_refused(tmp_path: Path) -> None:
+    args = ["--cpus", "8", "--sockets", "2", "--cores-per-socket", "8", "--threads-per-core", "2"]
+    result = CliRunner().invoke(
+        cli,
+        [
+            "discover",
+            "--vendor",
+            "ascend",
+            "--node",
+            "a1",
+            *args,
+            *[a for f in ATLAS_NPU for a in ("--from-file", str(f))],
+        ],
+    )
+    _one_line_error(result, "cpus 8 matches none of sockets (2)")
+
+
+def test_an_empty_node_name_is_refused_not_replaced_by_this_host(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "discover",
+            "--vendor",
+            "ascend",
+            "--node",
+            "",
+            *[a for f in ATLAS_NPU for a in ("--from-file", str(f))],
+        ],
+    )
+    _one_line_error(result, "node name")
