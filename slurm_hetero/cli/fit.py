@@ -184,7 +184,9 @@ def render_text(data: dict[str, Any]) -> str:
 def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any]:
     """fit's own options; those it shares with plan and launch come from `cli.options`. `layout`
     False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
-    tp_option = click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree.")
+    tp_option = click.option(
+        "--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."
+    )
     choices: list[Decorator] = [
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
         click.option(
