@@ -101,7 +101,10 @@ def test_zero_and_negative_counts_are_usage_errors(args: list[str], expected: st
 
 
 def test_a_sequence_beyond_the_context_is_refused_unless_asked_for() -> None:
-    for args in ([*FIT, "--seq", "1025"], [*SBATCH, "--inventory", str(EXAMPLE), "--seq", "4096", "--wrap=true"]):
+    for args in (
+        [*FIT, "--seq", "1025"],
+        [*SBATCH, "--inventory", str(EXAMPLE), "--seq", "4096", "--wrap=true"],
+    ):
         result = invoke(*args)
         assert_clean(result)
         assert result.exit_code == 1
