@@ -87,7 +87,7 @@ def _list_vendors() -> None:
 @click.option(
     "--model",
     help="With --vendor and --from-file: the device model where the captures name none (Hygon's "
-    "default hy-smi table); memory comes from the catalog.",
+    "default hy-smi table, NVIDIA's `nvidia-smi topo -m` alone); memory comes from the catalog.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON line (safe to collect from many srun tasks).")
 @click.option("--list-vendors", is_flag=True, help="List registered vendors and whether they can run here.")

@@ -29,7 +29,9 @@ Captures parsed (recognised by content, any order)
   legend are ignored. `CPU Affinity` -> `cores`, `NUMA Affinity` -> `numa_node`. Matrix GPU<k> is
   the k-th GPU of the device listing (nvidia-smi's order), so both must come from one node.
   A topology (or `nvidia-smi mig -lgip` profile table) without a device listing is a ParseError
-  asking for `nvidia-smi -q -x`; the profile table is otherwise ignored.
+  asking for `nvidia-smi -q -x`; the profile table is otherwise ignored. With `discover --model`
+  (`parse_with_model`) a topology alone is enough: GPU<k> becomes /dev/nvidia<k> of that model
+  (memory from the catalog), for a node whose device listing was not captured.
 - health: identity fields reading "Unknown Error"/"GPU is lost", pending page retirement or
   blacklist, pending or failed row remapping, reset required, drain-and-reset recommended, a GPU
   recovery action other than None, and an NVLink fabric not ready or not successful.
@@ -206,6 +208,29 @@ class NvidiaVendor(Vendor):
             else:
                 raise _refuse(capture, kind)
         return self._combine(captures, listings, topologies)
+
+    def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
+        """Topology matrices alone (`nvidia-smi topo -m`) with the admin's model: GPU<k> is
+        /dev/nvidia<k> (nvidia-smi's order is the minor number's on a node without MIG), memory
+        from the catalog. A device listing names its model itself: --model is refused with one."""
+        topologies: list[Topology] = []
+        for capture in captures:
+            kind = classify(capture)
+            if kind != "topo":
+                raise parse_error(
+                    capture,
+                    TOPO_TOOL,
+                    "--model is for `nvidia-smi topo -m` captures alone (a device listing names its model: "
+                    "leave --model out)",
+                )
+            topologies.append(parse_topology(capture))
+        source = topologies[0].source
+        devices = [
+            Device(VENDOR, model, gpu.position, f"/dev/nvidia{gpu.position}") for gpu in topologies[0].gpus
+        ]
+        for topo in topologies:
+            devices = apply_topology(devices, topo, source)
+        return devices
 
     def _combine(
         self,

@@ -21,13 +21,14 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Optional
 from pathlib import Path
 
 import pytest
 
 from scripts.devcluster import client, release
 from tests.conftest import FIXTURES, REPO
-from tests.hosttree import ATLAS, sysfs_tree
+from tests.hosttree import ATLAS, DGX, sysfs_tree
 
 DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -51,12 +52,17 @@ CAPTURED_NODES = {
 # tests/fixtures/host/<host>.*, see tests/hosttree.py) gives CPUs/Sockets/Cores and Cores= indices.
 # atlasn1: the real npu-smi captures of an 8x 910B3 server on the Atlas 800T A2's topology (4 x 48
 # cores, 192 CPUs, ~1.5 TiB: slurmd takes them from slurm.conf, SlurmdParameters=config_overrides).
-HOST_NODES = {
+# dgxn1: an SMT host, the real `nvidia-smi topo -m` of a DGX A100 (affinity in OS CPU ids such as
+# 48-63,176-191) on the DGX A100's topology (2 x 64 cores x 2 threads, 256 CPUs); no device listing
+# of that node was published, so the admin names the model (`discover --model`).
+HOST_NODES: dict[str, tuple[str, list[str], str, Optional[str]]] = {
     "atlasn1": (
         "ascend",
         ["npu-smi-info_8x-910b3_drv24.1.rc1.txt", "npu-smi-info-t-topo_8x-910b3_hccs_cpu-affinity.txt"],
         ATLAS,
+        None,
     ),
+    "dgxn1": ("nvidia", ["topo-m_dgx-a100_8gpu-nv12_12x-mlx5_tabs.txt"], DGX, "NVIDIA A100-SXM4-40GB"),
 }
 # (The published 310P3 and 310B4 npu-smi excerpts end before the process table npu-smi always
 # prints, so discover refuses them as cut captures; sickn1 below stands in for the alarmed 310B4.)
@@ -107,9 +113,10 @@ def generate_inventory(directory: Path) -> Path:
             continue
         args = ["discover", "--vendor", vendor, "--node", node, "--json"]
         lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
-    for node, (vendor, captures, host) in HOST_NODES.items():
+    for node, (vendor, captures, host, model) in HOST_NODES.items():
         root = sysfs_tree(directory / f"host-{node}", host)
         args = ["discover", "--vendor", vendor, "--node", node, "--host-root", str(root), "--json"]
+        args += ["--model", model] if model else []
         files = [str(FIXTURES / vendor / c) for c in captures]
         lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
     (directory / "captured.jsonl").write_text("\n".join(lines) + "\n")

@@ -26,17 +26,17 @@ from tests.conftest import FIXTURES, REPO
 from tests.integration.conftest import HOST_NODES, Cluster, slurm
 
 NODE = "atlasn1"
-VENDOR, CAPTURES, _HOST = HOST_NODES[NODE]
+VENDOR, CAPTURES, _HOST, _MODEL = HOST_NODES[NODE]
 INFO, TOPO = (FIXTURES / VENDOR / c for c in CAPTURES)
 SICK_INDEX = 3
 
 
-def rendered_cores(cluster: Cluster) -> dict[str, str]:
-    """Device file name -> Cores= as gres.conf on the cluster says for NODE (widened on 24.11)."""
+def rendered_cores(cluster: Cluster, node: str = NODE) -> dict[str, str]:
+    """Device file name -> Cores= as gres.conf on the cluster says for `node` (widened on 24.11)."""
     cores = {}
     for line in (cluster.etc / "gres.conf").read_text().splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if line.startswith("NodeName=") and NODE in hostlist.expand(fields["NodeName"]) and "Cores" in fields:
+        if line.startswith("NodeName=") and node in hostlist.expand(fields["NodeName"]) and "Cores" in fields:
             cores[Path(fields["File"]).name] = fields["Cores"]
     return cores
 
@@ -74,6 +74,44 @@ def test_the_captured_hosts_node_starts_with_its_devices_cores_bound(dev_cluster
         "1",
     )
     assert fields["Gres"].startswith("gpu:ascend910b3:8(S:0-3)"), fields["Gres"]
+
+
+def test_the_captured_smt_hosts_node_starts_with_its_devices_cores_bound(dev_cluster: Cluster) -> None:
+    """A DGX A100 (2 x 64 cores x 2 threads): topo -m prints OS CPU ids with the SMT siblings
+    (GPU0: 48-63,176-191); gres.conf gets Slurm core indices below 128 (48-63), slurmd accepts them."""
+    smt = "dgxn1"
+    record = inventory.load(dev_cluster.inventory)
+    node = next(n for n in record.nodes if n.name == smt)
+    assert (node.cpus, node.sockets, node.cores_per_socket, node.threads_per_core) == (256, 2, 64, 2)
+    by_file = {Path(d.file).name: d.cores for d in node.devices}
+    assert by_file["nvidia0"] == "48-63" and by_file["nvidia4"] == "112-127", by_file
+    assert all(d.cores and max(parse_cpu_list(d.cores)) < 128 for d in node.devices), by_file
+
+    want = rendered_cores(dev_cluster, smt)
+    assert len(want) == 8, want
+    if dev_cluster.name == "22.05":
+        assert want == by_file
+    else:  # widened to whole sockets on 24.11
+        assert set(want.values()) == {"0-63", "64-127"}, want
+
+    result = dev_cluster.run(["slurmd", "-G", "-N", smt], timeout=30)
+    text = result.stdout + result.stderr
+    assert "invalid GRES core specification" not in text, text
+    seen = dict(re.findall(r"File=\S+/(nvidia\d+) Cores=(\S+) CoreCnt=128\b", text))
+    assert seen == want, text
+
+    fields = node_record(smt)
+    state = fields["State"]
+    assert "INVALID" not in state and state.split("+")[0] in {"IDLE", "MIXED", "ALLOCATED"}, fields
+    assert (fields["CPUTot"], fields["Sockets"], fields["CoresPerSocket"], fields["ThreadsPerCore"]) == (
+        "256",
+        "2",
+        "64",
+        "2",
+    )
+    assert fields["Gres"].startswith("gpu:a100_40g:8(S:0-1)"), fields["Gres"]
+    job = slurm("srun", "-w", smt, "--gres=gpu:a100_40g:1", "-t", "1", "printenv", "CUDA_VISIBLE_DEVICES")
+    assert job.strip().isdigit(), job
 
 
 def test_a_jobs_cpus_come_from_its_devices_cores(dev_cluster: Cluster) -> None:

@@ -509,3 +509,21 @@ def test_affinity_is_cheap_and_needs_pynvml_and_driver(
 
 def test_commands_are_what_admins_capture() -> None:
     assert get_vendor("nvidia").commands() == [["nvidia-smi", "-q", "-x"], ["nvidia-smi", "topo", "-m"]]
+
+
+def test_a_topology_alone_with_the_admins_model_gives_the_devices() -> None:
+    """`discover --vendor nvidia --model M --from-file topo.txt`: a node whose device listing was
+    not captured (the DGX A100 SMT host of the real-Slurm group)."""
+    vendor = get_vendor("nvidia")
+    devices = vendor.parse_with_model([_capture(DGX_A100_TOPO)], "NVIDIA A100-SXM4-40GB")
+    assert [(d.index, d.file, d.model) for d in devices] == [
+        (k, f"/dev/nvidia{k}", "NVIDIA A100-SXM4-40GB") for k in range(8)
+    ]
+    assert devices[0].cores == "48-63,176-191" and devices[0].links[0] == Link(1, "nvlink", 12)
+    assert devices[0].memory_mib is None  # the catalog gives it (discover.complete_device)
+
+
+def test_the_model_option_with_a_device_listing_is_refused() -> None:
+    xml = next(p.name for p in DIR.glob("nvidia-smi-q-x_*.xml"))
+    with pytest.raises(ParseError, match="leave --model out"):
+        get_vendor("nvidia").parse_with_model([_capture(xml)], "NVIDIA A100-SXM4-40GB")
