@@ -21,8 +21,8 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Optional
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
