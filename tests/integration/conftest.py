@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -55,7 +54,7 @@ CAPTURED_NODES = {
 # dgxn1: an SMT host, the real `nvidia-smi topo -m` of a DGX A100 (affinity in OS CPU ids such as
 # 48-63,176-191) on the DGX A100's topology (2 x 64 cores x 2 threads, 256 CPUs); no device listing
 # of that node was published, so the admin names the model (`discover --model`).
-HOST_NODES: dict[str, tuple[str, list[str], str, Optional[str]]] = {
+HOST_NODES: dict[str, tuple[str, list[str], str, str | None]] = {
     "atlasn1": (
         "ascend",
         ["npu-smi-info_8x-910b3_drv24.1.rc1.txt", "npu-smi-info-t-topo_8x-910b3_hccs_cpu-affinity.txt"],
