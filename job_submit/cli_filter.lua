@@ -164,9 +164,12 @@ end
 
 function slurm_cli_pre_submit(options, pack_offset)
   local ok, rc = pcall(function()
-    local name, uid = client()
     -- only srun creates a step from these very options; sbatch and salloc leave the decision to
-    -- the hook, which also records it in the admin comment (users cannot set that here)
+    -- the hook, which also records it in the admin comment (users cannot set that here). The
+    -- plugin names its client in options.type (22.05, 24.11): those return before any file read.
+    local kind = options["type"]
+    if kind ~= nil and kind ~= "srun" then return real.SUCCESS end
+    local name, uid = client()
     if name ~= "srun" then return real.SUCCESS end
     local before = job_of(options)
     if not counts_known(before) then return real.SUCCESS end

@@ -823,6 +823,20 @@ def test_cli_filter_leaves_sbatch_and_salloc_to_the_hook(rendered: dict[str, Con
     assert run_cli(cli_filter(rendered["mixed"]), {"gres": "gres:gpumem:70G"})[1]["gres"].startswith("gpu:")
 
 
+@pytest.mark.parametrize("client", ["sbatch", "salloc"])
+def test_cli_filter_returns_on_the_plugins_client_type_before_reading_any_file(
+    rendered: dict[str, Config], client: str
+) -> None:
+    """Slurm's cli_filter/lua names the client in options.type (22.05, 24.11): sbatch and salloc
+    return before /proc/self/status or the hook is read (bench_submit: the per-command cost)."""
+    lua = cli_filter(rendered["mixed"], client="srun")  # /proc would say srun: type must win
+    lua.execute("io.open = function() error('no file may be read') end")
+    options = {"type": client, "gres": "gres:gpumem:70G"}
+    assert run_cli(lua, options) == (0, options, [])
+    srun = cli_filter(rendered["mixed"])
+    assert run_cli(srun, {"type": "srun", "gres": "gres:gpumem:70G"})[1]["gres"].startswith("gpu:")
+
+
 def test_cli_filter_without_a_hook_file_changes_nothing(rendered: dict[str, Config], tmp_path: Path) -> None:
     from slurm_hetero.submit.tables import CLI_FILTER_NAME, render_cli_filter
 
