@@ -103,12 +103,12 @@ def memtotal_mib(root: Path = Path("/"), strict: bool = False) -> int | None:
         reason = "no MemTotal line"
     except (ValueError, IndexError):
         reason = "MemTotal is not a number of kB"
-    except HeteroError as e:
-        if not strict:
-            return None
-        raise HeteroError(f"--host-root: {e}") from None
+    except HeteroError:
+        if strict:
+            raise
+        return None
     if strict:
-        raise HeteroError(f"--host-root: {path}: {reason}")
+        raise HeteroError(f"{path}: {reason}")
     return None
 
 
@@ -160,11 +160,10 @@ def read_topology(root: Path = Path("/"), strict: bool = False) -> HostTopology 
             )
         return topology
     except (OSError, ValueError, HeteroError) as e:
-        reason = str(e).replace("--host-root: ", "")
         if strict:
             raise HeteroError(
-                f"--host-root {root}: CPU topology under {cpu_dir} not usable ({reason}); copy the "
+                f"--host-root {root}: CPU topology under {cpu_dir} not usable ({e}); copy the "
                 "node's /sys/devices/system/cpu and /proc/meminfo there"
             ) from None
-        logger.warning("CPU topology not readable from %s (%s); NodeName gets CPUs only", cpu_dir, reason)
+        logger.warning("CPU topology not readable from %s (%s); NodeName gets CPUs only", cpu_dir, e)
         return None

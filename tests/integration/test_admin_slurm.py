@@ -45,6 +45,15 @@ def node_record(name: str = NODE) -> dict[str, str]:
     return parse_fields(slurm("scontrol", "show", "node", "-d", "-o", name).strip())
 
 
+def assert_node_started(name: str, shape: tuple[str, str, str, str], gres: str) -> None:
+    """slurmctld's record of `name`: usable, with the CPUs/Sockets/Cores/Threads and Gres rendered."""
+    fields = node_record(name)
+    state = fields["State"]
+    assert "INVALID" not in state and state.split("+")[0] in {"IDLE", "MIXED", "ALLOCATED"}, fields
+    assert (fields["CPUTot"], fields["Sockets"], fields["CoresPerSocket"], fields["ThreadsPerCore"]) == shape
+    assert fields["Gres"].startswith(gres), fields["Gres"]
+
+
 def test_the_captured_hosts_node_starts_with_its_devices_cores_bound(dev_cluster: Cluster) -> None:
     record = inventory.load(dev_cluster.inventory)
     node = next(n for n in record.nodes if n.name == NODE)
@@ -64,16 +73,7 @@ def test_the_captured_hosts_node_starts_with_its_devices_cores_bound(dev_cluster
     seen = dict(re.findall(r"File=\S+/(davinci\d+) Cores=(\S+) CoreCnt=192\b", text))
     assert seen == want, text
 
-    fields = node_record()
-    state = fields["State"]
-    assert "INVALID" not in state and state.split("+")[0] in {"IDLE", "MIXED", "ALLOCATED"}, fields
-    assert (fields["CPUTot"], fields["Sockets"], fields["CoresPerSocket"], fields["ThreadsPerCore"]) == (
-        "192",
-        "4",
-        "48",
-        "1",
-    )
-    assert fields["Gres"].startswith("gpu:ascend910b3:8(S:0-3)"), fields["Gres"]
+    assert_node_started(NODE, ("192", "4", "48", "1"), "gpu:ascend910b3:8(S:0-3)")
 
 
 def test_the_captured_smt_hosts_node_starts_with_its_devices_cores_bound(dev_cluster: Cluster) -> None:
@@ -102,16 +102,7 @@ def test_the_captured_smt_hosts_node_starts_with_its_devices_cores_bound(dev_clu
     seen = dict(re.findall(r"File=\S+/(nvidia\d+) Cores=(\S+) CoreCnt=\d+", text))
     assert seen == want, text
 
-    fields = node_record(smt)
-    state = fields["State"]
-    assert "INVALID" not in state and state.split("+")[0] in {"IDLE", "MIXED", "ALLOCATED"}, fields
-    assert (fields["CPUTot"], fields["Sockets"], fields["CoresPerSocket"], fields["ThreadsPerCore"]) == (
-        "256",
-        "2",
-        "64",
-        "2",
-    )
-    assert fields["Gres"].startswith("gpu:a100_40g:8(S:0-1)"), fields["Gres"]
+    assert_node_started(smt, ("256", "2", "64", "2"), "gpu:a100_40g:8(S:0-1)")
     job = slurm("srun", "-w", smt, "--gres=gpu:a100_40g:1", "-t", "1", "printenv", "CUDA_VISIBLE_DEVICES")
     assert job.strip().isdigit(), job
 
