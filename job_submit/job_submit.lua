@@ -468,6 +468,41 @@ local function rule_for(partition)
   return T.partitions[name] or T.default
 end
 
+-- The rule a request decides with: for a bare one (no gpu TYPE, no feature in -C that only one
+-- vendor's nodes carry) the allowed types of the rule's vendor scope; else the rule without one.
+local function scoped(rule, need)
+  local vendors = rule.vendors or {}
+  local applies = next(vendors) ~= nil and need.gpu_type == nil
+  if applies then
+    for name in pairs(need.named) do
+      if (T.vendor_features or {})[name] then applies = false break end
+    end
+  end
+  if not applies then return { policy = rule.policy, mode = rule.mode, allowed = rule.allowed, vendors = {} } end
+  local allowed = {}
+  for name in pairs(rule.allowed) do
+    if vendors[T.types[name].vendor] then allowed[name] = true end
+  end
+  return { policy = rule.policy, mode = rule.mode, allowed = allowed, vendors = vendors }
+end
+
+-- The "scope" note of a rewrite under a vendor scope (the scope, the vendors left out), or nil.
+local function scope_note(unscoped, rule)
+  if next(rule.vendors) == nil then return nil end
+  local scope, others, seen = {}, {}, {}
+  for vendor in pairs(rule.vendors) do scope[#scope + 1] = vendor end
+  for name in pairs(unscoped.allowed) do
+    local vendor = T.types[name].vendor
+    if not rule.vendors[vendor] and not seen[vendor] then
+      seen[vendor] = true
+      others[#others + 1] = vendor
+    end
+  end
+  table.sort(scope)
+  table.sort(others)
+  return fmt("scope", table.concat(scope, ","), table.concat(others, " or -C "))
+end
+
 local function order_for(policy, count)
   return T.orders[policy][count > 1 and "multi" or "single"]
 end
@@ -601,8 +636,21 @@ local function hint(need, rule, usable, usable_set)
   return text
 end
 
+-- For a request the vendor scope left without a fit: the first type of another vendor that would
+-- take it, as a hint; or nil.
+local function other_vendor(need, rule, unscoped)
+  if next(rule.vendors) == nil then return nil end
+  for _, name in ipairs(order_for(rule.policy, need.each)) do
+    local facts = T.types[name]
+    if not rule.vendors[facts.vendor] and reason(facts, need, unscoped.allowed) == nil then
+      return fmt("other_vendor", name, facts.vendor, facts.vendor)
+    end
+  end
+  return nil
+end
+
 -- "REQUEST: HEADLINE[; HINT]", and the key of its Slurm error: the furthest check any type failed.
-local function report(need, rule, candidates)
+local function report(need, rule, candidates, unscoped)
   local counts, furthest = {}, "request"
   for _, name in ipairs(candidates) do
     local code = reason(T.types[name], need, rule.allowed)
@@ -619,24 +667,27 @@ local function report(need, rule, candidates)
     end
   end
   local message = need.request .. ": " .. headline(need, rule, usable, counts)
-  local extra = hint(need, rule, usable, usable_set)
+  local extra = other_vendor(need, rule, unscoped) or hint(need, rule, usable, usable_set)
   if extra then message = message .. "; " .. extra end
   return message, furthest
 end
 
 -- The decision: a choice, or nil, the rejection message and its error key.
 local function decide(need)
-  local rule = rule_for(need.partition)
+  local unscoped = rule_for(need.partition)
+  local rule = scoped(unscoped, need)
   local candidates = need.gpu_type and { need.gpu_type } or order_for(rule.policy, need.each)
   local adequate = {}
   for _, name in ipairs(candidates) do
     if reason(T.types[name], need, rule.allowed) == nil then adequate[#adequate + 1] = name end
   end
   if #adequate == 0 then
-    local message, code = report(need, rule, candidates)
+    local message, code = report(need, rule, candidates, unscoped)
     return nil, message, code
   end
-  return shard_choice(need, adequate, rule) or whole_choice(need, adequate, rule)
+  local choice = shard_choice(need, adequate, rule) or whole_choice(need, adequate, rule)
+  choice.scope = scope_note(unscoped, rule)
+  return choice
 end
 
 ---------------------------------------------------------------------------------- rewriting
@@ -680,13 +731,15 @@ local function new_features(features, constraint)
 end
 
 local function note(req, choice, item)
+  local text
   if choice.kind == "any" then
-    return fmt("rewrite_any", req.text, item, table.concat(choice.constraint, "|"), choice.policy)
+    text = fmt("rewrite_any", req.text, item, table.concat(choice.constraint, "|"), choice.policy)
+  elseif choice.kind == "shard" then
+    text = fmt("rewrite_shard", req.text, item, choice.constraint[1], choice.policy, choice.types[1])
+  else
+    text = fmt("rewrite", req.text, item, choice.policy)
   end
-  if choice.kind == "shard" then
-    return fmt("rewrite_shard", req.text, item, choice.constraint[1], choice.policy, choice.types[1])
-  end
-  return fmt("rewrite", req.text, item, choice.policy)
+  return text .. (choice.scope or "")
 end
 
 ------------------------------------------------------------------------------ one submission
@@ -746,6 +799,8 @@ local function evaluate(job_desc, submit_uid, held)
     end
     match = value
   end
+  local named = {}
+  for name in string.gmatch(job_desc.features or "", "[A-Za-z0-9_.%-]+") do named[name] = true end
   local unknown = unknown_feature(job_desc.features)
   if unknown then
     return { action = "reject", code = "constraint",
@@ -755,13 +810,13 @@ local function evaluate(job_desc, submit_uid, held)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
                  gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped",
                  partition = job_desc.partition, features = features, complex = features == nil,
-                 memory_items = req.memory_items, nodes = nodes, match = match,
+                 memory_items = req.memory_items, nodes = nodes, match = match, named = named,
                  each = devices_per_node(req, job_desc, nodes) }
   local choice, why, code = decide(need)
   if choice == nil then return { action = "reject", message = why, code = code } end
   if held == "untyped" and choice.kind == "gpu" then
     choice = { kind = "any", types = choice.types, count = choice.count, policy = choice.policy,
-               constraint = { T.types[choice.types[1]].feature } }
+               constraint = { T.types[choice.types[1]].feature }, scope = choice.scope }
   end
   if held == "shard" and choice.kind ~= "shard" then
     return { action = "reject", message = req.text .. ": " .. T.messages.edit_shards, code = "request" }

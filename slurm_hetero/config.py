@@ -17,9 +17,10 @@ that name the file, the key path and the valid keys. Example (all keys, with the
       allow_types: []         # only these device types (empty: all)
       deny_types: []          # never these
     partitions:               # per-partition overrides, by Slurm partition name
-      inference: {policy: cheapest, mode: any-fit, allow_types: [], deny_types: []}
+      inference: {policy: cheapest, mode: any-fit, allow_types: [], deny_types: [], default_vendors: [amd]}
     job_submit:
       mode: exact             # exact: one gpu type | any-fit: gpu:N plus a constraint on adequate types
+      default_vendors: [nvidia]  # vendors a request without a gpu TYPE may land on; all: every vendor
       fail_policy: open       # on an internal hook error: open (accept unchanged) | closed (reject)
       exempt_users: [root]    # user names or uids the hook leaves alone
     sharing:
@@ -51,7 +52,12 @@ FAIL_POLICIES = ("open", "closed")
 DEFAULTS: dict[str, Any] = {
     "scoring": {"policy": "best-fit", "dtype": "bf16", "allow_types": [], "deny_types": []},
     "partitions": {},
-    "job_submit": {"mode": "exact", "fail_policy": "open", "exempt_users": ["root"]},
+    "job_submit": {
+        "mode": "exact",
+        "fail_policy": "open",
+        "exempt_users": ["root"],
+        "default_vendors": ["nvidia"],
+    },
     "sharing": {"shard_size": {}},
 }
 
@@ -70,6 +76,7 @@ class Settings:
     exempt_users: tuple[str | int, ...] = ("root",)
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     sources: tuple[str, ...] = ()  # files read, in order
+    vendor_scope: tuple[str, ...] = ()  # job_submit.default_vendors (): every vendor
 
     @property
     def scoring(self) -> ScoringOptions:
@@ -81,6 +88,7 @@ class Settings:
             self.deny_types,
             self.partitions,
             self.shares,
+            self.vendor_scope,
         )
 
 
@@ -102,6 +110,26 @@ def _names(value: Any, path: str, key: str) -> Any:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError("expected a list of names", path, key)
     return value
+
+
+def _vendors(value: Any, path: str, key: str) -> Any:
+    """A list of vendor names (`slurm-hetero discover --list-vendors`), or `all`."""
+    from slurm_hetero.vendors import vendor_traits  # the registry loads every vendor module
+
+    if value == "all":
+        return value
+    known = sorted(vendor_traits())
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"expected a list of vendor names or 'all'; vendors: {', '.join(known)}", path, key)
+    for name in value:
+        if name not in known:
+            raise ConfigError(f"unknown vendor {name!r}; vendors: {', '.join(known)}, or 'all'", path, key)
+    return value
+
+
+def _scope(value: Any) -> tuple[str, ...]:
+    """`default_vendors` as the engine's vendor scope: () for all."""
+    return () if value == "all" else tuple(value)
 
 
 def _users(value: Any, path: str, key: str) -> Any:
@@ -130,6 +158,7 @@ _PARTITION: dict[str, Check] = {
     "mode": _choice(MODES),
     "allow_types": _names,
     "deny_types": _names,
+    "default_vendors": _vendors,
 }
 SCHEMA: dict[str, Any] = {
     "scoring": {
@@ -139,7 +168,12 @@ SCHEMA: dict[str, Any] = {
         "deny_types": _names,
     },
     "partitions": ("*", _PARTITION),  # any partition name, each with these keys
-    "job_submit": {"mode": _choice(MODES), "fail_policy": _choice(FAIL_POLICIES), "exempt_users": _users},
+    "job_submit": {
+        "mode": _choice(MODES),
+        "fail_policy": _choice(FAIL_POLICIES),
+        "exempt_users": _users,
+        "default_vendors": _vendors,
+    },
     "sharing": {"shard_size": _shard_sizes},
 }
 
@@ -218,7 +252,11 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
     scoring, hook, sharing = data["scoring"], data["job_submit"], data["sharing"]
     partitions = {
         name: PartitionOptions(
-            p.get("policy"), p.get("mode"), tuple(p.get("allow_types", ())), tuple(p.get("deny_types", ()))
+            p.get("policy"),
+            p.get("mode"),
+            tuple(p.get("allow_types", ())),
+            tuple(p.get("deny_types", ())),
+            _scope(p["default_vendors"]) if "default_vendors" in p else None,
         )
         for name, p in data["partitions"].items()
     }
@@ -233,6 +271,7 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
         tuple(hook["exempt_users"]),
         {gres_type: parse_size(str(size)) for gres_type, size in sharing["shard_size"].items()},
         tuple(sources),
+        _scope(hook["default_vendors"]),
     )
 
 

@@ -69,10 +69,12 @@ MESSAGES: dict[str, str] = {
     "split": "request %s devices with --gres=gpu:%s,gpumem:%s",
     "per_node": "at most %s devices per node (%s)",
     "nodes": "at most %s node(s) with %s devices each (%s): ask -N %s",
+    "other_vendor": "%s of vendor %s would fit: add -C %s",
     # job_submit outcomes (admin comment, slurmctld log, user message)
     "rewrite": "%s -> %s (%s)",
     "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",
     "rewrite_shard": "%s -> %s constraint %s (%s, shares of %s)",
+    "scope": " [vendor %s: the default here for a request without a type; for another add -C %s]",
     # edits (slurm_job_modify)
     "edit_shards": "this job holds shards and Slurm cannot update shards to whole devices; "
     "cancel it and submit it again",

@@ -61,6 +61,7 @@ class PartitionOptions:
     mode: str | None = None
     allow_types: tuple[str, ...] = ()
     deny_types: tuple[str, ...] = ()
+    vendor_scope: tuple[str, ...] | None = None  # None: the cluster's (ScoringOptions.vendor_scope)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class ScoringOptions:
     deny_types: tuple[str, ...] = ()
     partitions: Mapping[str, PartitionOptions] = field(default_factory=dict)
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
+    # vendors a request without a type may land on (`job_submit.default_vendors`); (): every vendor
+    vendor_scope: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class Rule:
     policy: str
     mode: str
     allowed: frozenset[str]
+    vendors: frozenset[str] = frozenset()  # the vendor scope of a bare request (empty: none)
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ class ClusterModel:
     default: Rule
     partitions: Mapping[str, Rule]
     features: frozenset[str] = frozenset()  # every node's features (Slurm refuses other names in -C)
+    vendor_features: frozenset[str] = frozenset()  # features only one vendor's nodes carry
 
     def rule(self, partition: str | None) -> Rule:
         """The rule of the first partition listed (`a,b` -> a), else the cluster default."""
@@ -245,16 +250,47 @@ def _allowed(names: Iterable[str], allow: Sequence[str], deny: Sequence[str]) ->
 
 def _rules(facts: Mapping[str, TypeFacts], options: ScoringOptions) -> tuple[Rule, dict[str, Rule]]:
     """The cluster default rule and one per partition (configured ones, and one per vendor)."""
-    default = Rule(options.policy, options.mode, _allowed(facts, options.allow_types, options.deny_types))
+    allowed = _allowed(facts, options.allow_types, options.deny_types)
+    default = Rule(options.policy, options.mode, allowed, vendor_scope(facts, allowed, options.vendor_scope))
     vendors = {f.vendor for f in facts.values()}
     rules = {}
     for name in sorted(set(options.partitions) | vendors):
         part = options.partitions.get(name, PartitionOptions())
         allowed = _allowed(default.allowed, part.allow_types, part.deny_types)
-        if name in vendors:
+        if name in vendors:  # a vendor's partition: its vendor, whatever the scope
             allowed = frozenset(t for t in allowed if facts[t].vendor == name)
-        rules[name] = Rule(part.policy or default.policy, part.mode or default.mode, allowed)
+        scope = options.vendor_scope if part.vendor_scope is None else part.vendor_scope
+        rules[name] = Rule(
+            part.policy or default.policy,
+            part.mode or default.mode,
+            allowed,
+            vendor_scope(facts, allowed, scope),
+        )
     return default, rules
+
+
+def device_counts(facts: Iterable[TypeFacts]) -> Counter[str]:
+    """Devices per vendor."""
+    counts: Counter[str] = Counter()
+    for f in facts:
+        counts[f.vendor] += sum(s.count * s.nodes for s in f.shapes)
+    return counts
+
+
+def vendor_scope(
+    facts: Mapping[str, TypeFacts], allowed: Iterable[str], wanted: Sequence[str]
+) -> frozenset[str]:
+    """The vendors a bare request (no gpu TYPE, no vendor's feature in -C) may land on under a rule
+    with `allowed` types: the `wanted` ones that have allowed types, else the one with the most
+    allowed devices (ties: name order); empty (no scope) when `wanted` is empty or the scope
+    would hold every vendor of the allowed types anyway."""
+    present = device_counts(facts[t] for t in allowed)
+    if not wanted or len(present) < 2:
+        return frozenset()
+    scope = frozenset(v for v in wanted if v in present)
+    if not scope:
+        scope = frozenset({min(present, key=lambda v: (-present[v], v))})
+    return frozenset() if scope == set(present) else scope
 
 
 def check_options(options: ScoringOptions) -> None:
@@ -282,7 +318,20 @@ def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> Cluste
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
     default, partitions = _rules(facts, options)
     features = frozenset(f for node in nodes for f in node.features)
-    return ClusterModel(facts, orders, default, partitions, features)
+    return ClusterModel(facts, orders, default, partitions, features, _vendor_features(nodes))
+
+
+def _vendor_features(nodes: Sequence[SlurmNode]) -> frozenset[str]:
+    """Features that only nodes of one vendor carry: one of them in -C chooses the vendor."""
+    vendors: dict[str, set[str]] = {}
+    of_devices: dict[int, set[str]] = {}  # identical nodes share their device tuple
+    for node in nodes:
+        node_vendors = of_devices.get(id(node.devices))
+        if node_vendors is None:
+            node_vendors = of_devices[id(node.devices)] = {d.device.vendor for d in node.devices}
+        for name in node.features:
+            vendors.setdefault(name, set()).update(node_vendors or {""})
+    return frozenset(name for name, seen in vendors.items() if len(seen) == 1 and "" not in seen)
 
 
 # ------------------------------------------------------------------------------------ decisions
@@ -304,6 +353,7 @@ class Need:
     nodes: int = 1  # nodes the job spans (-N, or tasks over tasks per node)
     per_node: int = 0  # devices each of those nodes needs (0: `count`)
     constraint: Alternatives | None = None  # a parsed constraint beyond a plain list (features None)
+    named_features: frozenset[str] = frozenset()  # every feature name the constraint mentions
 
     @property
     def match(self) -> Alternatives:
@@ -326,6 +376,7 @@ class Choice:
     policy: str
     mode: str
     constraint: tuple[str, ...] = ()  # node features to require ("any" and "shard")
+    scope: tuple[str, ...] = ()  # the vendor scope applied and the vendors left out, for the note
 
 
 def max_per_node(facts: TypeFacts, match: Alternatives) -> int:
@@ -390,15 +441,34 @@ def _whole_choice(model: ClusterModel, need: Need, adequate: Sequence[str], rule
     return Choice("gpu", (adequate[0],), need.count, rule.policy, rule.mode)
 
 
+def scoped(model: ClusterModel, rule: Rule, need: Need) -> Rule:
+    """The rule a request decides with: for a bare one (no gpu TYPE, no feature in -C that only
+    one vendor's nodes carry) the allowed types of the rule's vendor scope; else the rule
+    without a scope."""
+    if not rule.vendors or need.gpu_type or need.named_features & model.vendor_features:
+        return replace(rule, vendors=frozenset())
+    return replace(rule, allowed=frozenset(t for t in rule.allowed if model.types[t].vendor in rule.vendors))
+
+
+def scope_note(model: ClusterModel, unscoped: Rule, rule: Rule) -> tuple[str, ...]:
+    """(scope, the other vendors as `a or -C b`) for the `scope` message; () without a scope."""
+    if not rule.vendors:
+        return ()
+    others = sorted({model.types[t].vendor for t in unscoped.allowed} - rule.vendors)
+    return (",".join(sorted(rule.vendors)), " or -C ".join(others))
+
+
 def decide(model: ClusterModel, need: Need) -> Choice | FitReport:
     """The hook's decision for one request (see the module docstring for the rules)."""
-    rule = model.rule(need.partition)
+    unscoped = model.rule(need.partition)
+    rule = scoped(model, unscoped, need)
     order = model.order(rule.policy, need.each)
     candidates = (need.gpu_type,) if need.gpu_type else order
     adequate = [t for t in candidates if reason(model.types[t], need, rule.allowed) is None]
     if not adequate:
-        return report(model, need, rule, candidates)
-    return _shard_choice(model, need, adequate, rule) or _whole_choice(model, need, adequate, rule)
+        return report(model, need, rule, candidates, unscoped)
+    choice = _shard_choice(model, need, adequate, rule) or _whole_choice(model, need, adequate, rule)
+    return replace(choice, scope=scope_note(model, unscoped, rule))
 
 
 # -------------------------------------------------------------------------------------- reports
@@ -484,8 +554,23 @@ def _nodes_hint(model: ClusterModel, need: Need, usable: Sequence[str]) -> tuple
     return ("nodes", str(best), str(need.each), short[spans.index(best)], str(best))
 
 
-def report(model: ClusterModel, need: Need, rule: Rule, candidates: Sequence[str]) -> FitReport:
-    """Why no candidate fits, and the best alternative."""
+def _other_vendor(model: ClusterModel, need: Need, rule: Rule, unscoped: Rule) -> tuple[str, ...]:
+    """For a request the vendor scope left without a fit: the first type of another vendor that
+    would take it."""
+    if not rule.vendors:
+        return ()
+    for name in model.order(rule.policy, need.each):
+        facts = model.types[name]
+        if facts.vendor not in rule.vendors and reason(facts, need, unscoped.allowed) is None:
+            return ("other_vendor", name, facts.vendor, facts.vendor)
+    return ()
+
+
+def report(
+    model: ClusterModel, need: Need, rule: Rule, candidates: Sequence[str], unscoped: Rule | None = None
+) -> FitReport:
+    """Why no candidate fits, and the best alternative (a type of another vendor first, when the
+    vendor scope of `unscoped`, the rule before it, left it out)."""
     counts = Counter(reason(model.types[t], need, rule.allowed) for t in candidates)
     ordered = {code: counts[code] for code in CODE_ORDER if counts[code]}
     order = model.order(rule.policy, need.each)
@@ -495,5 +580,5 @@ def report(model: ClusterModel, need: Need, rule: Rule, candidates: Sequence[str
         ordered,
         len(candidates),
         _headline(model, need, rule, usable, ordered),
-        _hint(model, need, rule, usable),
+        _other_vendor(model, need, rule, unscoped or rule) or _hint(model, need, rule, usable),
     )

@@ -194,6 +194,7 @@ def need_of(request: Request, job: Job, whole: bool = False) -> Need:
         nodes,
         devices_per_node(request, job, nodes),
         constraint.parse(job.features) if plain is None and job.features else None,
+        frozenset(_FEATURE.findall(job.features or "")),
     )
 
 
@@ -236,13 +237,16 @@ def with_constraint(features: str | None, constraint: Sequence[str]) -> str | No
 
 
 def note(request: Request, choice: Choice, item: str) -> str:
-    """The decision in one line, for the user, slurmctld's log and the admin comment."""
+    """The decision in one line, for the user, slurmctld's log and the admin comment (with the
+    vendor scope, when one was applied)."""
     if choice.kind == "any":
-        return render("rewrite_any", request.text, item, "|".join(choice.constraint), choice.policy)
-    if choice.kind == "shard":
+        text = render("rewrite_any", request.text, item, "|".join(choice.constraint), choice.policy)
+    elif choice.kind == "shard":
         feature, gpu_type = choice.constraint[0], choice.types[0]
-        return render("rewrite_shard", request.text, item, feature, choice.policy, gpu_type)
-    return render("rewrite", request.text, item, choice.policy)
+        text = render("rewrite_shard", request.text, item, feature, choice.policy, gpu_type)
+    else:
+        text = render("rewrite", request.text, item, choice.policy)
+    return text + (render("scope", *choice.scope) if choice.scope else "")
 
 
 def _rewritten(job: Job, request: Request, choice: Choice) -> Outcome:

@@ -18,9 +18,12 @@ type_list          "a, b, c": the types, for messages
 features           { [feature] = true }: every node's features (a constraint naming another is refused)
 orders             [policy] = { single = {...}, multi = {...} }: type names in policy order for one
                    device and for several (fast links first)
-default            { policy, mode, allowed = { [type] = true } }: without a known partition
-partitions         [name] = { policy, mode, allowed }: per partition (configured ones and one per
-                   vendor, as `gres render` names them)
+vendor_features    { [feature] = true }: features only one vendor's nodes carry (one in -C lifts the
+                   vendor scope)
+default            { policy, mode, allowed = { [type] = true }, vendors = { [vendor] = true } }:
+                   without a known partition; vendors: the scope of a bare request ({}: none)
+partitions         [name] = { policy, mode, allowed, vendors }: per partition (configured ones and
+                   one per vendor, as `gres render` names them)
 codes, labels      reason codes in check order, and the word for each in counts
 messages           `%s` templates from `engine.reasons.MESSAGES`
 request_messages   `%s` templates from `units.REQUEST_MESSAGES`
@@ -128,7 +131,12 @@ def _type_entry(facts: TypeFacts, rank: int) -> dict[str, Any]:
 
 
 def _rule_entry(rule: Rule) -> dict[str, Any]:
-    return {"policy": rule.policy, "mode": rule.mode, "allowed": _set(rule.allowed)}
+    return {
+        "policy": rule.policy,
+        "mode": rule.mode,
+        "allowed": _set(rule.allowed),
+        "vendors": _set(rule.vendors),
+    }
 
 
 def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str) -> dict[str, Any]:
@@ -146,6 +154,7 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "types": {n: _type_entry(model.types[n], i) for i, n in enumerate(names)},
         "type_list": ", ".join(names),
         "features": _set(model.features),
+        "vendor_features": _set(model.vendor_features),
         "orders": {
             p: {"single": list(model.orders[p][0]), "multi": list(model.orders[p][1])} for p in POLICIES
         },

@@ -274,6 +274,34 @@ def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_pat
     slurm("scancel", job_id)
 
 
+def test_a_bare_request_stays_on_the_default_vendor_and_its_feature_chooses_another(
+    dev_cluster: Cluster,
+) -> None:
+    """Issue 10 item 4 on the real cluster: gpumem:45G alone would best fit a Cambricon MLU370
+    (48G; the L40S has 45G less 12 MiB); the default scope (nvidia) keeps it on NVIDIA and says
+    so, `-C cambricon` (or the vendor's partition) chooses the MLU."""
+    vendor_of = {d.type: d.vendor for devices in node_devices(dev_cluster.inventory).values() for d in devices}
+    for extra, vendor, note in (
+        ((), "nvidia", "[vendor nvidia: the default here for a request without a type; for another add -C "),
+        (("-C", "cambricon"), "cambricon", None),
+        (("-p", "cambricon"), "cambricon", None),
+    ):
+        run = as_user(
+            "sbatch", "-H", "--parsable", "--gres=gpumem:45G", *extra, "-o", "/dev/null", "--wrap", "true"
+        )
+        assert run.returncode == 0, run.stderr
+        job_id = run.stdout.strip().split(";")[0]
+        try:
+            item = tres(job_fields(job_id)["TresPerNode"])
+            assert vendor_of[item.split(":")[2]] == vendor, (extra, item)
+            assert (note in run.stderr) if note else ("[vendor" not in run.stderr), run.stderr
+        finally:
+            slurm("scancel", job_id)
+    refused = as_user("sbatch", "-H", "--gres=gpumem:150G", "-o", "/dev/null", "--wrap", "true")
+    assert refused.returncode != 0
+    assert "mi300x of vendor amd would fit: add -C amd" in refused.stderr, refused.stderr
+
+
 def test_root_is_exempt(dev_cluster: Cluster) -> None:
     job_id = slurm(
         "sbatch", "-H", "--parsable", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true"

@@ -152,13 +152,17 @@ RECORD_HIDDEN = ("num_tasks", "ntasks_per_node")
 
 
 def configs(root: Path) -> dict[str, Config]:
-    from slurm_hetero.config import load_settings
+    from slurm_hetero.config import DEFAULTS, load_settings, merge, settings_from_dict
 
     default = load_settings(None, {"SLURM_HETERO_CONFIG": "/dev/null"})
-    mixed = compile_model(slurm_nodes(inventory.load(MIXED), load_catalog()), default.scoring)
+    unscoped = settings_from_dict(merge(DEFAULTS, {"job_submit": {"default_vendors": "all"}}))
+    nodes = slurm_nodes(inventory.load(MIXED), load_catalog())
+    mixed = compile_model(nodes, unscoped.scoring)
+    scoped = compile_model(nodes, default.scoring)
     second = compile_model(slurm_nodes(second_inventory(), load_catalog()), second_settings().scoring)
     return {
-        "mixed": render(root / "mixed", mixed, default, "mixed.yaml"),
+        "mixed": render(root / "mixed", mixed, unscoped, "mixed.yaml"),
+        "scoped": render(root / "scoped", scoped, default, "mixed.yaml"),
         "second": render(root / "second", second, second_settings(), "second"),
     }
 
@@ -667,10 +671,8 @@ def test_cli_render_then_check_is_clean_and_explain_agrees(
     import json
 
     answer = json.loads(result.stdout)
-    assert (
-        answer["ok"]
-        and answer["tres_per_job"] == "gres:gpu:ascend910b3:2"
-        and answer["tres_per_node"] is None
+    assert (  # the default vendor scope (nvidia) holds the request on a100_80g
+        answer["ok"] and answer["tres_per_job"] == "gres:gpu:a100_80g:2" and answer["tres_per_node"] is None
     )
     ok, message, after, _ = Hook(tmp_path / SCRIPT_NAME).run(
         Job(tres_per_node="gres:gpumem:60G", tres_per_job="gres:gpu:2")
@@ -1018,6 +1020,6 @@ def test_request_explain_prints_the_hooks_own_words(
         **{counts[k]: int(v) for k, v in flags.items() if k in counts},
         slurm_release=release,
     )
-    ok, message, _, _ = hooks["mixed"].run(job)
+    ok, message, _, _ = hooks["scoped"].run(job)  # the command reads the default settings
     assert (ok, message) == (answer["ok"], answer["message"])
     assert message and not message.startswith("slurm-hetero")

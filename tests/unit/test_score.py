@@ -93,15 +93,21 @@ def second_inventory() -> ClusterInventory:
 
 def second_settings() -> Settings:
     """any-fit, shards of 4G on L40S (11 per device) and of 2G on T4 (7), fail closed, per-partition
-    policies."""
+    policies; no vendor scope but in partition `amdfirst` (AMD)."""
     site = {
-        "job_submit": {"mode": "any-fit", "fail_policy": "closed", "exempt_users": ["root", 4242]},
+        "job_submit": {
+            "mode": "any-fit",
+            "fail_policy": "closed",
+            "exempt_users": ["root", 4242],
+            "default_vendors": "all",
+        },
         "sharing": {"shard_size": {"l40s": "4G", "t4": 2048}},
         "partitions": {
             "fast": {"policy": "fastest"},
             "cheap": {"policy": "cheapest", "mode": "exact"},
             "green": {"policy": "greenest", "deny_types": ["t4"]},
             "inference": {"allow_types": ["l40s", "t4", "l4"]},
+            "amdfirst": {"mode": "exact", "default_vendors": ["amd"]},
         },
     }
     return settings_from_dict(merge(DEFAULTS, site))
@@ -377,6 +383,13 @@ def test_env_points_elsewhere_and_must_exist(tmp_path: Path) -> None:
         ("sharing: {shard_size: {l40s: 0}}\n", "sharing.shard_size.l40s", "size must be positive"),
         ("sharing: {shard_size: {l40s: [1]}}\n", "sharing.shard_size.l40s", "is not a size"),
         ("job_submit: {exempt_users: root}\n", "job_submit.exempt_users", "list of user names or uids"),
+        ("job_submit: {default_vendors: [nvida]}\n", "job_submit.default_vendors", "unknown vendor 'nvida'"),
+        (
+            "job_submit: {default_vendors: nvidia}\n",
+            "job_submit.default_vendors",
+            "list of vendor names or 'all'",
+        ),
+        ("partitions: {p: {default_vendors: [1]}}\n", "partitions.p.default_vendors", "list of vendor names"),
         ("nonsense: 1\n", "nonsense", "valid keys: scoring, partitions, job_submit, sharing"),
         ("[1, 2]\n", None, "expected a mapping"),
         ("scoring: {policy: [\n", None, "malformed YAML"),
@@ -389,6 +402,32 @@ def test_bad_settings_name_file_key_and_choices(
     with pytest.raises(ConfigError) as err:
         load_settings(path, {"HOME": str(tmp_path)}, tmp_path / "etc")
     assert str(err.value).startswith(f"{path}:{where}:" if where else f"{path}:") and what in str(err.value)
+
+
+def test_the_vendor_scope_holds_present_vendors_else_the_one_with_most_devices(mixed: ClusterModel) -> None:
+    from slurm_hetero.engine.score import device_counts, vendor_scope
+
+    types = mixed.types
+    assert device_counts(types.values()) == {"nvidia": 6, "ascend": 8}
+    assert vendor_scope(types, types, ("nvidia",)) == {"nvidia"}
+    assert vendor_scope(types, types, ("amd", "nvidia")) == {"nvidia"}  # amd has no devices here
+    assert vendor_scope(types, types, ("cambricon",)) == {"ascend"}  # none present: most devices
+    assert vendor_scope(types, types, ("nvidia", "ascend")) == frozenset()  # every vendor: no scope
+    assert vendor_scope(types, types, ()) == frozenset()
+    assert vendor_scope(types, ["l40s", "a100_80g"], ("ascend",)) == frozenset()  # one vendor allowed
+
+
+def test_a_feature_two_vendors_carry_does_not_choose_a_vendor() -> None:
+    from dataclasses import replace as with_
+
+    nodes = slurm_nodes(inventory.load(MIXED), load_catalog())
+    shared = [with_(n, features=(*n.features, "ib")) if "ascend" in n.features else n for n in nodes]
+    model = compile_model(shared, ScoringOptions(vendor_scope=("nvidia",)))
+    assert "ib" not in model.vendor_features and {"hccs", "ascend", "nvlink"} <= model.vendor_features
+    kept = need(memory_gib=60, features=frozenset({"ib"}), named_features=frozenset({"ib"}))
+    assert decide(model, kept).types == ("a100_80g",)
+    lifted = need(memory_gib=60, features=frozenset({"hccs"}), named_features=frozenset({"hccs"}))
+    assert decide(model, lifted).types == ("ascend910b3",)
 
 
 def test_exempt_users_resolve_to_uids() -> None:
