@@ -895,6 +895,16 @@ def test_the_cli_filter_stays_small() -> None:
     assert len(render_cli_filter(script_template(CLI_FILTER_NAME)).encode()) <= 4096
 
 
+def test_the_wheel_ships_every_script_that_render_reads() -> None:
+    """script_template() reads slurm_hetero/data/NAME in an installed package."""
+    repo = Path(__file__).resolve().parents[2]
+    names = {SCRIPT_NAME, CLI_FILTER_NAME, CLI_SRUN_NAME}
+    assert {p.name for p in (repo / "job_submit").glob("*.lua")} == names
+    pyproject = (repo / "pyproject.toml").read_text()
+    for name in names:
+        assert f'"job_submit/{name}" = "slurm_hetero/data/{name}"' in pyproject, name
+
+
 def test_cli_filter_without_a_hook_file_changes_nothing(tmp_path: Path) -> None:
     lua = load_cli_filter(install_cli_filter(tmp_path))
     assert run_cli(lua, {"gres": "gres:gpumem:20G"})[:2] == (0, {"gres": "gres:gpumem:20G"})
