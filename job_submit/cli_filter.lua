@@ -2,212 +2,60 @@
 cli_filter.lua: slurm-hetero's client-side filter (Slurm cli_filter/lua plugin, Lua 5.1), in
 sbatch, salloc and srun (CliFilterPlugins=lua; the file sits beside slurm.conf).
 
-In srun it makes the job_submit hook's decision before the request leaves the client, so the
-options themselves carry the device: `srun --gres=gpumem:20G hostname` without an allocation
-becomes `--gres=gpu:l40s:1` for the job AND its step (the hook alone rewrites only the job; the
-step would keep the gpumem request and see no GPU). The job_submit hook stays the authority: it
-sees a request that no longer carries gpumem and leaves it alone (or, for shards, which keep
-gpumem, decides it again to the same), and anything this filter passes unchanged it decides as
-before. In sbatch and salloc, whose options create no step, the filter changes nothing: the hook
-decides there and records why in the admin comment, which a client cannot write.
-
-The decision is job_submit.lua's own code over the same generated table: this script runs
-job_submit.lua (beside it, or the path baked in at render time) with `dofile`, once per command,
-and calls its slurm_job_submit on a job_desc built from the options. Once per command the client
-also reads /proc/self/status for its name and uid (exempt users, default root, are left alone as
-by the hook).
-
-Options are written back only where one option holds the field: --gres (tres_per_node, unless
---gpus-per-node is also given), --gpus (tres_per_job), --gpus-per-task, --gpus-per-socket,
---constraint. A rewrite that would need an option cleared or two options merged is left to the
-hook (the filter changes nothing). Requests the hook would refuse pass unchanged too: slurmctld
-refuses them with the message and the most specific Slurm error. Anything unexpected (no hook
-file, an error) leaves the options alone.
+The plugin reads and compiles this file for every command, so it stays small. sbatch and salloc
+return at once: the job_submit hook decides there (and records why in the admin comment). srun,
+when its options name gpumem or gpucore, runs slurm_hetero_srun.lua (beside this file, or the path
+baked in at render time), which writes the hook's decision into the options so that the step
+gets the device too. Any error leaves the options alone.
 --]]
 
 -- Baked in by `slurm-hetero job-submit render` (the line ending in "@render"; keep it so).
-local HOOK_PATH = nil  -- @render hook_path
+local SRUN_PATH = nil  -- @render srun_path
 
 local real = slurm
-local debug_log = real.log_debug or function() end
+local DEVICE_OPTIONS = { "gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket" }
 
--- The hook's slurmctld log lines are not for the user; its user message is printed once, here.
-local said = {}
-local quiet = setmetatable({
-  log_info = function() end,
-  log_error = function() end,
-  log_debug = function() end,
-  log_verbose = function() end,
-  log_user = function(format, ...) said[#said + 1] = string.format(format, ...) end,
-}, { __index = real })
-
-local function script_dir()
-  local info = debug and debug.getinfo and debug.getinfo(1, "S")
-  local source = info and info.source or ""
-  if string.sub(source, 1, 1) ~= "@" then return "." end
-  return string.match(string.sub(source, 2), "^(.*)/[^/]*$") or "."
-end
-
--- The client's name and uid, from /proc/self/status (read once per command).
-local function client()
-  local file = io.open("/proc/self/status", "r")
-  if not file then return nil, nil end
-  local text = file:read("*a") or ""
-  file:close()
-  return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
-end
-
--- Load job_submit.lua (and through it the table) with the quiet slurm table; once per command.
-local loaded = nil
-local function load_hook()
-  if loaded then return loaded, nil end
-  slurm = quiet
-  local ok, err = pcall(dofile, HOOK_PATH or (script_dir() .. "/job_submit.lua"))
-  slurm = real
-  if not ok then return nil, tostring(err) end
-  if type(slurm_job_submit) ~= "function" then return nil, "job_submit.lua defines no slurm_job_submit" end
-  loaded = slurm_job_submit
-  return loaded, nil
-end
-
-local function text(options, name)
-  local value = options[name]
-  if value == nil then return nil end
-  value = tostring(value)
-  if value == "" or value == "(null)" then return nil end
-  return value
-end
-
--- A count option ("2", "2-4" for nodes): its first number, or nil.
-local function number(options, name)
-  local value = text(options, name)
-  return value and tonumber(string.match(value, "^(%d+)")) or nil
-end
-
--- A --gpus* value ("2", "a100:2", or already "gres:gpu:2") as a TRES item.
-local function gpu_item(value)
-  if value == nil then return nil end
-  if string.find(value, "^gres[:/]") then return value end
-  return "gpu:" .. value
-end
-
-local function joined(a, b)
-  if a and b then return a .. "," .. b end
-  return a or b
-end
-
--- The job_desc the hook would see from these options.
-local function job_of(options)
-  return {
-    tres_per_node = joined(text(options, "gres"), gpu_item(text(options, "gpus-per-node"))),
-    tres_per_job = gpu_item(text(options, "gpus")),
-    tres_per_task = gpu_item(text(options, "gpus-per-task")),
-    tres_per_socket = gpu_item(text(options, "gpus-per-socket")),
-    features = text(options, "constraint"),
-    partition = text(options, "partition"),
-    min_nodes = number(options, "nodes"),
-    num_tasks = number(options, "ntasks"),
-    ntasks_per_node = number(options, "ntasks-per-node"),
-  }
-end
-
--- "gres:gpu:l40s:1,gres/shard:5" -> "gpu:l40s:1,shard:5" (the client adds its own prefix).
-local function gres_option(value)
-  local out = {}
-  for item in string.gmatch(value, "[^,]+") do out[#out + 1] = (string.gsub(item, "^gres[:/]", "")) end
-  return table.concat(out, ",")
-end
-
--- "gres:gpu:a100:2" -> "a100:2"
-local function gpus_option(value)
-  return (string.gsub(value, "^gres[:/]gpu[:=]?", ""))
-end
-
-local OPTIONS = {  -- field -> option, how its value is written
-  { "tres_per_node", "gres", gres_option },
-  { "tres_per_job", "gpus", gpus_option },
-  { "tres_per_task", "gpus-per-task", gpus_option },
-  { "tres_per_socket", "gpus-per-socket", gpus_option },
-}
-
--- The option changes for a rewritten job, or nil when the options cannot say it.
-local function changes(options, before, after)
-  local out = {}
-  for _, entry in ipairs(OPTIONS) do
-    local field, option, write = entry[1], entry[2], entry[3]
-    local old, new = before[field] or "", after[field] or ""
-    if old ~= new then
-      if new == "" then return nil end
-      if field == "tres_per_node" and text(options, "gpus-per-node") then return nil end
-      if field ~= "tres_per_node" and string.find(new, ",", 1, true) then return nil end
-      out[option] = write(new)
+-- Whether a device option names gpumem or gpucore (the hook leaves every other request alone).
+local function asks_us(options)
+  for _, name in ipairs(DEVICE_OPTIONS) do
+    local value = options[name]
+    if value ~= nil then
+      value = tostring(value)
+      if string.find(value, "gpumem", 1, true) or string.find(value, "gpucore", 1, true) then return true end
     end
   end
-  local features = after.features or ""
-  if features ~= (before.features or "") then
-    if features == "" then return nil end
-    out["constraint"] = features
-  end
-  return out
+  return false
 end
+
+local function srun_path()
+  if SRUN_PATH then return SRUN_PATH end
+  local info = debug and debug.getinfo and debug.getinfo(1, "S")
+  local source = info and info.source or ""
+  local dir = string.sub(source, 1, 1) == "@" and string.match(string.sub(source, 2), "^(.*)/[^/]*$")
+  return (dir or ".") .. "/slurm_hetero_srun.lua"
+end
+
+local decide = nil  -- slurm_hetero_srun.lua's function, loaded once per command
 
 function slurm_cli_setup_defaults(options, early_pass)
   return real.SUCCESS
 end
 
--- Whether the options show the counts the job_desc will hold. The client reports an unset -n as
--- "1", so with -N above it the filter cannot tell `-N2` (num_tasks unset, min_nodes 2) from
--- `-N2 -n1` (sbatch lowers min_nodes to 1): those are left to the hook, which sees the real ones.
-local function counts_known(job)
-  return not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
+local function pre_submit(options)
+  -- the plugin names its client in options.type (22.05, 24.11); only srun creates a step from
+  -- these very options (without a type, slurm_hetero_srun.lua asks /proc/self/status)
+  local kind = options["type"]
+  if kind ~= nil and kind ~= "srun" then return real.SUCCESS end
+  if not asks_us(options) then return real.SUCCESS end
+  decide = decide or dofile(srun_path())
+  return decide(options)
 end
 
 function slurm_cli_pre_submit(options, pack_offset)
-  local ok, rc = pcall(function()
-    -- only srun creates a step from these very options; sbatch and salloc leave the decision to
-    -- the hook, which also records it in the admin comment (users cannot set that here). The
-    -- plugin names its client in options.type (22.05, 24.11): those return before any file read.
-    local kind = options["type"]
-    if kind ~= nil and kind ~= "srun" then return real.SUCCESS end
-    local name, uid = client()
-    if name ~= "srun" then return real.SUCCESS end
-    local before = job_of(options)
-    if not counts_known(before) then return real.SUCCESS end
-    local hook, why = load_hook()
-    if hook == nil then
-      debug_log("slurm_hetero cli_filter: %s", why)
-      return real.SUCCESS
-    end
-    local after = {}
-    for k, v in pairs(before) do after[k] = v end
-    local job = setmetatable({}, {
-      __index = function(_, key) return after[key] end,
-      __newindex = function(_, key, value)
-        if value == "" then value = nil end
-        after[key] = value
-      end,
-    })
-    said = {}
-    slurm = quiet
-    local called, result = pcall(hook, job, {}, uid)
-    slurm = real
-    if not called then
-      debug_log("slurm_hetero cli_filter: %s", tostring(result))
-      return real.SUCCESS
-    end
-    -- a refusal is the hook's: it returns the specific Slurm error the client prints (here
-    -- the client could only say "cli_filter plugin terminated with error")
-    if result ~= real.SUCCESS then return real.SUCCESS end
-    if #said == 0 then return real.SUCCESS end  -- untouched, exempt or failed open
-    local set = changes(options, before, after)
-    if set == nil then return real.SUCCESS end  -- the hook will do it
-    for option, value in pairs(set) do options[option] = value end
-    for _, line in ipairs(said) do real.log_info("%s", line) end
-    return real.SUCCESS
-  end)
+  local ok, rc = pcall(pre_submit, options)
   slurm = real
   if not ok then
-    debug_log("slurm_hetero cli_filter: %s", tostring(rc))
+    if real.log_debug then real.log_debug("slurm_hetero cli_filter: %s", tostring(rc)) end
     return real.SUCCESS
   end
   return rc

@@ -20,9 +20,11 @@ from slurm_hetero.render.write import diff, ensure_output_dir, pending, write_at
 from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
 from slurm_hetero.submit.tables import (
     CLI_FILTER_NAME,
+    CLI_SRUN_NAME,
     SCRIPT_NAME,
     TABLE_NAME,
     render_cli_filter,
+    render_cli_srun,
     render_script,
     render_table,
 )
@@ -31,8 +33,8 @@ _REPO_SCRIPT = Path(__file__).resolve().parents[2] / "job_submit" / SCRIPT_NAME
 
 
 def script_template(name: str = SCRIPT_NAME) -> str:
-    """A hand-written script (the hook, or the cli_filter): packaged as slurm_hetero/data/NAME, or
-    from a checkout's job_submit/ directory."""
+    """A hand-written script (the hook, the cli_filter or its srun half): packaged as
+    slurm_hetero/data/NAME, or from a checkout's job_submit/ directory."""
     packaged = resources.files("slurm_hetero.data").joinpath(name)
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
@@ -80,12 +82,17 @@ def job_submit() -> None:
 
 @job_submit.command("render")
 @_inventory_opt
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the three files.")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the four files.")
 @_config_opt
 @_models_opt
 @click.option("--table-path", help="Absolute table path to bake in (default: beside job_submit.lua).")
 @click.option(
-    "--hook-path", help="Absolute job_submit.lua path for cli_filter.lua to bake in (default: beside it)."
+    "--hook-path",
+    help=f"Absolute job_submit.lua path for {CLI_SRUN_NAME} to bake in (default: beside it).",
+)
+@click.option(
+    "--srun-path",
+    help=f"Absolute {CLI_SRUN_NAME} path for cli_filter.lua to bake in (default: beside it).",
 )
 @click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
@@ -96,22 +103,25 @@ def render(
     models_dirs: tuple[Path, ...],
     table_path: str | None,
     hook_path: str | None,
+    srun_path: str | None,
     check: bool,
     as_json: bool,
 ) -> None:
-    """Write job_submit.lua, slurm_hetero_tables.lua and cli_filter.lua (install them in slurm.conf's
-    directory, on the controller and on submit hosts; CliFilterPlugins=lua enables the last)."""
+    """Write job_submit.lua, slurm_hetero_tables.lua, cli_filter.lua and slurm_hetero_srun.lua
+    (install them in slurm.conf's directory, on the controller and on submit hosts;
+    CliFilterPlugins=lua enables the last two)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
     uids = exempt_uids(settings.exempt_users)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name)
     script = render_script(script_template(), ident, settings.fail_policy, table_path)
-    # one set; the table is renamed first: slurmctld reloads when job_submit.lua's mtime moves
-    cli_filter = render_cli_filter(script_template(CLI_FILTER_NAME), hook_path)
+    # one set, renamed in this order: slurmctld reloads when job_submit.lua's mtime moves (the
+    # table must be there first), and cli_filter.lua loads slurm_hetero_srun.lua
     files = {
         (out if check else ensure_output_dir(out)) / TABLE_NAME: table,
         out / SCRIPT_NAME: script,
-        out / CLI_FILTER_NAME: cli_filter,
+        out / CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
+        out / CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), srun_path),
     }
     if check:
         changes = diff(files)

@@ -56,6 +56,7 @@ FORMAT = 1
 TABLE_NAME = "slurm_hetero_tables.lua"
 SCRIPT_NAME = "job_submit.lua"
 CLI_FILTER_NAME = "cli_filter.lua"
+CLI_SRUN_NAME = "slurm_hetero_srun.lua"  # cli_filter.lua's srun half, loaded only when srun needs it
 _RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTILINE)
 
 # ------------------------------------------------------------------------------ Lua literals
@@ -200,9 +201,14 @@ def render_script(template: str, ident: str, fail_policy: str, table_path: str |
     return _bake(template, SCRIPT_NAME, values)
 
 
-def render_cli_filter(template: str, hook_path: str | None = None) -> str:
-    """`cli_filter.lua` with the path of job_submit.lua baked in (default: beside it)."""
-    return _bake(template, CLI_FILTER_NAME, {"hook_path": hook_path})
+def render_cli_filter(template: str, srun_path: str | None = None) -> str:
+    """`cli_filter.lua` with the path of slurm_hetero_srun.lua baked in (default: beside it)."""
+    return _bake(template, CLI_FILTER_NAME, {"srun_path": srun_path})
+
+
+def render_cli_srun(template: str, hook_path: str | None = None) -> str:
+    """`slurm_hetero_srun.lua` with the path of job_submit.lua baked in (default: beside it)."""
+    return _bake(template, CLI_SRUN_NAME, {"hook_path": hook_path})
 
 
 def _bake(template: str, name: str, values: Mapping[str, Any]) -> str:

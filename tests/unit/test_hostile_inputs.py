@@ -394,4 +394,5 @@ def test_the_hook_is_renamed_after_its_table(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(os, "replace", recording)
     assert run("job-submit", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path))[0] == 0
     names = [n for n in renamed if not n.startswith(".")]
-    assert names[:2] == ["slurm_hetero_tables.lua", "job_submit.lua"] and names[2:] == ["cli_filter.lua"]
+    assert names[:2] == ["slurm_hetero_tables.lua", "job_submit.lua"]
+    assert names[2:] == ["slurm_hetero_srun.lua", "cli_filter.lua"]  # the filter loads the srun half

@@ -29,7 +29,16 @@ from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import RequestError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options, sbatch_counts
-from slurm_hetero.submit.tables import SCRIPT_NAME, TABLE_NAME, render_script, render_table
+from slurm_hetero.submit.tables import (
+    CLI_FILTER_NAME,
+    CLI_SRUN_NAME,
+    SCRIPT_NAME,
+    TABLE_NAME,
+    render_cli_filter,
+    render_cli_srun,
+    render_script,
+    render_table,
+)
 from tests.unit.test_score import MIXED, second_inventory, second_settings
 from tests.unit.test_units import load_cases
 
@@ -663,7 +672,8 @@ def test_cli_render_then_check_is_clean_and_explain_agrees(
     assert runner.invoke(cli, [*args, "--check"]).exit_code == 0
     table_id = re.search(r'\["id"\] = "(\w+)"', (tmp_path / TABLE_NAME).read_text()).group(1)  # type: ignore[union-attr]
     assert f'local TABLE_ID = "{table_id}"' in (tmp_path / SCRIPT_NAME).read_text()
-    assert "local HOOK_PATH = nil  -- @render hook_path" in (tmp_path / "cli_filter.lua").read_text()
+    assert "local SRUN_PATH = nil  -- @render srun_path" in (tmp_path / CLI_FILTER_NAME).read_text()
+    assert "local HOOK_PATH = nil  -- @render hook_path" in (tmp_path / CLI_SRUN_NAME).read_text()
     result = runner.invoke(
         cli,
         ["request", "explain", "--inventory", str(MIXED), "--gres", "gpumem:60G", "--gpus", "2", "--json"],
@@ -746,16 +756,24 @@ end
 """
 
 
-def cli_filter(config: Config, uid: int = 1000, client: str = "srun") -> Any:
-    from slurm_hetero.submit.tables import CLI_FILTER_NAME, render_cli_filter
+def install_cli_filter(directory: Path, srun_path: str | None = None, hook_path: str | None = None) -> Path:
+    """cli_filter.lua and slurm_hetero_srun.lua rendered into `directory`; the filter's path."""
+    (directory / CLI_SRUN_NAME).write_text(render_cli_srun(script_template(CLI_SRUN_NAME), hook_path))
+    path = directory / CLI_FILTER_NAME
+    path.write_text(render_cli_filter(script_template(CLI_FILTER_NAME), srun_path))
+    return path
 
-    path = config.directory / CLI_FILTER_NAME
-    path.write_text(render_cli_filter(script_template(CLI_FILTER_NAME)))
+
+def load_cli_filter(path: Path, uid: int = 1000, client: str = "srun") -> Any:
     lua = lupa.LuaRuntime(unpack_returned_tuples=True)
     lua.execute(CLI_HARNESS)
     lua.globals().set_uid(uid, client)
     lua.globals().dofile(str(path))
     return lua
+
+
+def cli_filter(config: Config, uid: int = 1000, client: str = "srun") -> Any:
+    return load_cli_filter(install_cli_filter(config.directory), uid, client)
 
 
 def run_cli(lua: Any, options: dict[str, str]) -> tuple[int, dict[str, str], list[tuple[str, str]]]:
@@ -830,25 +848,94 @@ def test_cli_filter_returns_on_the_plugins_client_type_before_reading_any_file(
     rendered: dict[str, Config], client: str
 ) -> None:
     """Slurm's cli_filter/lua names the client in options.type (22.05, 24.11): sbatch and salloc
-    return before /proc/self/status or the hook is read (bench_submit: the per-command cost)."""
+    return before /proc/self/status, slurm_hetero_srun.lua or the hook is read (bench_submit: the
+    per-command cost)."""
     lua = cli_filter(rendered["mixed"], client="srun")  # /proc would say srun: type must win
-    lua.execute("io.open = function() error('no file may be read') end")
+    lua.execute("io.open = function() error('no file may be read') end; dofile = io.open")
     options = {"type": client, "gres": "gres:gpumem:70G"}
     assert run_cli(lua, options) == (0, options, [])
     srun = cli_filter(rendered["mixed"])
     assert run_cli(srun, {"type": "srun", "gres": "gres:gpumem:70G"})[1]["gres"].startswith("gpu:")
 
 
-def test_cli_filter_without_a_hook_file_changes_nothing(rendered: dict[str, Config], tmp_path: Path) -> None:
-    from slurm_hetero.submit.tables import CLI_FILTER_NAME, render_cli_filter
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"gres": "gpu:a100_80g:1"},
+        {"gpus": "2", "constraint": "ib"},
+        {"gres": "shard:2", "gpus-per-node": "1"},
+    ],
+)
+def test_srun_without_gpumem_or_gpucore_loads_nothing(
+    rendered: dict[str, Config], options: dict[str, str]
+) -> None:
+    """Requests the hook leaves alone are left alone without loading slurm_hetero_srun.lua."""
+    lua = cli_filter(rendered["mixed"])
+    lua.execute("io.open = function() error('no file may be read') end; dofile = io.open")
+    options = {"type": "srun", **options}
+    assert run_cli(lua, options) == (0, options, [])
 
-    path = tmp_path / CLI_FILTER_NAME
-    path.write_text(render_cli_filter(script_template(CLI_FILTER_NAME)))
-    lua = lupa.LuaRuntime(unpack_returned_tuples=True)
-    lua.execute(CLI_HARNESS)
-    lua.globals().set_uid(1000)
-    lua.globals().dofile(str(path))
+
+@pytest.mark.parametrize("option", ["gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket"])
+def test_srun_loads_its_half_for_gpumem_in_any_device_option(
+    rendered: dict[str, Config], option: str
+) -> None:
+    """What the hook reads as a TRES item (a --gpus* value too) makes the filter load the decision."""
+    lua = cli_filter(rendered["mixed"])
+    lua.execute(
+        "LOADED = {}; local real_dofile = dofile; "
+        "dofile = function(path) LOADED[#LOADED + 1] = path; return real_dofile(path) end"
+    )
+    run_cli(lua, {"type": "srun", option: "gpumem:20G"})
+    assert [Path(p).name for p in lua.globals().LOADED.values()][:2] == [CLI_SRUN_NAME, SCRIPT_NAME]
+
+
+def test_the_cli_filter_stays_small() -> None:
+    """Slurm's cli_filter/lua reads and compiles the whole file for every sbatch, salloc and srun:
+    at 9 KB it cost 24.11's sbatch 6% (bench_submit); the srun half is loaded only when needed."""
+    assert len(render_cli_filter(script_template(CLI_FILTER_NAME)).encode()) <= 4096
+
+
+def test_the_wheel_ships_every_script_that_render_reads() -> None:
+    """script_template() reads slurm_hetero/data/NAME in an installed package."""
+    repo = Path(__file__).resolve().parents[2]
+    names = {SCRIPT_NAME, CLI_FILTER_NAME, CLI_SRUN_NAME}
+    assert {p.name for p in (repo / "job_submit").glob("*.lua")} == names
+    pyproject = (repo / "pyproject.toml").read_text()
+    for name in names:
+        assert f'"job_submit/{name}" = "slurm_hetero/data/{name}"' in pyproject, name
+
+
+def test_cli_filter_without_a_hook_file_changes_nothing(tmp_path: Path) -> None:
+    lua = load_cli_filter(install_cli_filter(tmp_path))
     assert run_cli(lua, {"gres": "gres:gpumem:20G"})[:2] == (0, {"gres": "gres:gpumem:20G"})
+
+
+def test_cli_filter_without_its_srun_half_changes_nothing(
+    rendered: dict[str, Config], tmp_path: Path
+) -> None:
+    path = install_cli_filter(tmp_path, hook_path=str(rendered["mixed"].directory / SCRIPT_NAME))
+    assert run_cli(load_cli_filter(path), {"gres": "gres:gpumem:20G"})[1]["gres"].startswith("gpu:")
+    (tmp_path / CLI_SRUN_NAME).unlink()
+    rc, options, log = run_cli(load_cli_filter(path), {"gres": "gres:gpumem:20G"})
+    assert (rc, options) == (0, {"gres": "gres:gpumem:20G"}) and log and log[0][0] == "debug", log
+
+
+def test_render_bakes_the_srun_and_hook_paths(rendered: dict[str, Config], tmp_path: Path) -> None:
+    """--srun-path and --hook-path: the three client-side files need not sit side by side."""
+    elsewhere = tmp_path / "lib"
+    elsewhere.mkdir()
+    srun = elsewhere / "srun-half.lua"
+    hook = rendered["mixed"].directory / SCRIPT_NAME
+    out = tmp_path / "etc"
+    args = ["job-submit", "render", "--inventory", str(MIXED), "--out", str(out)]
+    result = CliRunner().invoke(cli, [*args, "--srun-path", str(srun), "--hook-path", str(hook)])
+    assert result.exit_code == 0, result.output
+    (out / CLI_SRUN_NAME).rename(srun)
+    (out / SCRIPT_NAME).unlink()
+    rc, options, _ = run_cli(load_cli_filter(out / CLI_FILTER_NAME), {"gres": "gres:gpumem:20G"})
+    assert rc == 0 and options["gres"].startswith("gpu:"), options
 
 
 # --------------------------------------------- what sbatch sends (found by the real-Slurm fuzz)
