@@ -2,7 +2,8 @@
 memory of a stage over any range of layers.
 
 Pure numpy, deterministic, no I/O; the step-time model built on it is `engine.schedule`. This
-module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s` and `StageModel`, and these rules:
+module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s`, `hierarchical_allreduce_s` and
+`StageModel`, and these rules:
 
 - **Compute.** A stage of `tp` devices at `tflops` sustained TFLOPS each runs its layers' forward
   FLOPs in `fwd` and twice that in `bwd`; recomputed layers add their forward FLOPs to `bwd`.
@@ -35,6 +36,7 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s` and `StageModel`, an
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -275,6 +277,26 @@ def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     return 2.0 * (ranks - 1) / ranks * nbytes / (gbs * GB)
+
+
+def hierarchical_allreduce_s(
+    nbytes: float,
+    sizes: Sequence[int],
+    local_gbs: Sequence[float],
+    cross_gbs: float,
+    cross_copy_s: float = 0.0,
+) -> float:
+    """Seconds for a hierarchical all-reduce of `nbytes` over groups of `sizes` ranks: a reduce-scatter
+    inside each group at its `local_gbs`, an all-reduce of each shard among its owners (one rank per
+    group) at `cross_gbs`, then an all-gather inside each group. Reduce-scatter plus all-gather cost
+    one ring all-reduce, the groups in parallel. A rank of the smallest group owns the largest share,
+    `nbytes / min(sizes)`, and pays `cross_copy_s` seconds per byte of it on top (a cpu-relay's copy
+    to the host and back); the flat ring over all ranks would pay that on every byte."""
+    if len(sizes) <= 1 or nbytes <= 0:
+        return ring_allreduce_s(nbytes, sum(sizes), min(local_gbs, default=cross_gbs))
+    local = max(ring_allreduce_s(nbytes, n, gbs) for n, gbs in zip(sizes, local_gbs))
+    shard = nbytes / min(sizes)
+    return local + ring_allreduce_s(shard, len(sizes), cross_gbs) + cross_copy_s * shard
 
 
 @dataclass(frozen=True)
