@@ -15,9 +15,9 @@ simulation and its closed form, the sample split and `StepModel`, and these rule
   simulation for short steps. A replica's gradient weight is its share of the global batch.
 - **Gradients** of each stage are all-reduced over its data-parallel replicas by a ring
   (`2 (n - 1) / n` times the bytes over the slowest link; across a cpu-relay, plus one copy to
-  the host and one back) or, where the replicas span device groups and it is faster,
-  hierarchically (reduce-scatter inside each group over its own link, the cross-group ring on
-  one shard, all-gather: what `slurm_hetero.training` does across vendors), overlapped with the
+  the host and one back) or, where the replicas span vendors and it is faster, hierarchically
+  (reduce-scatter inside each vendor over its own ring, the cross-vendor ring on one shard,
+  all-gather: what `slurm_hetero.training` does), overlapped with the
   stage's last backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
 """
 
@@ -335,14 +335,23 @@ class StepModel:
         return self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
 
     def _hierarchy(self, k: int) -> tuple[list[int], list[float]] | None:
-        """Stage `k`'s data-parallel ranks per device group and each group's ring bandwidth, when
-        its ring spans groups (the hierarchical all-reduce's groups); else None."""
-        members = self._members(k)
-        if len(members) < 2:
+        """Stage `k`'s data-parallel ranks per vendor and the ring bandwidth inside each, when its
+        ring spans vendors (the hierarchical all-reduce's parts, as `slurm_hetero.training` forms
+        them); else None. A vendor of several device groups rings over the network between them."""
+        parts: dict[str, list[int]] = {}
+        for g in self._members(k):
+            parts.setdefault(self.groups[g].vendor or self.groups[g].type, []).append(g)
+        if len(parts) < 2:
             return None
         lines = list(zip(self.shape.lines, self.shape.replicas))
-        sizes = [sum(r for line, r in lines if line[k][0] == g) * self.shape.dp(k) for g in members]
-        return sizes, [self._local_gbs(k, g) for g in members]
+        sizes, local = [], []
+        for part in parts.values():
+            sizes.append(sum(r for line, r in lines if line[k][0] in part) * self.shape.dp(k))
+            between = [
+                network_between(self.groups, {}, self.network_gbs, a, b) for a in part for b in part if a < b
+            ]
+            local.append(min([self._local_gbs(k, g) for g in part] + between))
+        return sizes, local
 
     def stage(self, line: int, k: int, a: int, e: int) -> tuple[float, float, float, int] | None:
         """(fwd, bwd, memory, recompute) of stage `k` of `line` over `[a, e)`; None if it cannot fit."""
@@ -380,8 +389,8 @@ class StepModel:
 
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
         """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
-        stage's own data-parallel devices): one flat ring, or where the ring spans device groups
-        the hierarchical all-reduce (`stagecost.hierarchical_allreduce_s`) when that is faster."""
+        stage's own data-parallel devices): one flat ring, or where the ring spans vendors the
+        hierarchical all-reduce (`stagecost.hierarchical_allreduce_s`) when that is faster."""
         ranks = sum(self.shape.replicas)
         out = []
         for k, (v, (gbs, copies)) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs)):

@@ -213,7 +213,8 @@ class LayerCosts:
 class DeviceGroup:
     """Devices of one type in the allocation: `per_node` counts them on each of their nodes, in
     Slurm's rank order. `tflops` is what one device sustains on this model, `memory_bytes` what a
-    job may use of its memory, `link_gbs` its device-to-device bandwidth inside a node (one way)."""
+    job may use of its memory, `link_gbs` its device-to-device bandwidth inside a node (one way);
+    `vendor` unset counts as a vendor of its own."""
 
     type: str
     per_node: tuple[int, ...]
@@ -223,6 +224,7 @@ class DeviceGroup:
     gemm_half: float = 0.0  # GEMM elements at half speed (`gemm_efficiency`); 0: size does not matter
     nic_gbs: float = 0.0  # this type's share of its node's network, GB/s one way; 0: the spec's figure
     price_per_hour: float = 0.0  # USD per device-hour (the cost objective); 0: unknown
+    vendor: str = ""  # whose collective library it runs (a gradient ring across vendors is hierarchical)
 
     def __post_init__(self) -> None:
         if not self.per_node or min(self.per_node) < 1:

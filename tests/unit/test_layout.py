@@ -539,6 +539,17 @@ def test_a_relayed_gradient_ring_copies_to_the_host_once() -> None:
     assert layout.kind == LayoutKind.DATA
 
 
+def test_a_gradient_ring_inside_one_vendor_stays_flat() -> None:
+    """h100 + a100: two types, one vendor (NCCL rings them itself, `training` adds no hierarchy)."""
+    spec = BENCH.mix_spec(BENCH.MIXES[0], kinds=(LayoutKind.DATA,))
+    model = _one_stage_data_model(spec)
+    bounds = [0, spec.costs.layers]
+    grads, ranks = float(model.grad_bytes(bounds)[0]), sum(model.shape.replicas)
+    assert {g.vendor for g in spec.groups} == {"nvidia"}
+    flat = 2 * (ranks - 1) / ranks * grads / (25 * GB)
+    assert float(model.allreduce(bounds)[0]) == pytest.approx(flat)
+
+
 def test_the_hierarchical_all_reduce_reduces_to_the_ring() -> None:
     """One rank per group and every link alike: the hierarchy is the flat ring; one group: its ring."""
     nbytes = 3e9
