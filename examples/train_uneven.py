@@ -221,7 +221,7 @@ def train(cfg: Config, dist: training.Distributed, layout: dict[str, Any], steps
             tp_group=dist.group("tp"),
             pace=pace,
         )
-        training.weighted_allreduce_grads(stage, layout, dist.group("dp"))
+        training.weighted_allreduce_grads(stage, layout, dist.gradient_group())
         opt.step()
         run.losses.append(training.global_loss(layout, loss))
         run.step_s.append(time.perf_counter() - begin)

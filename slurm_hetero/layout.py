@@ -36,7 +36,7 @@ class LayoutError(HeteroError):
 
 @dataclass(frozen=True)
 class GroupSpec:
-    """A process group this rank is in: tp, dp or pp; its ranks (sorted), torch backend, the
+    """A process group this rank is in: tp, dp, pp or dp_local; its ranks (sorted), torch backend, the
     communicator kind (vendor-ccl, rdma-direct, cpu-relay) and the network variables it needs."""
 
     name: str
@@ -117,7 +117,7 @@ class RankLayout:
     version: int = VERSION
 
     def group(self, name: str) -> GroupSpec:
-        """The group named `name` (tp, dp or pp)."""
+        """The group named `name` (tp, dp, pp or dp_local)."""
         for group in self.groups:
             if group.name == name:
                 return group

@@ -26,6 +26,16 @@ Conventions:
 and a mixed job has no device backend all ranks share) and creates one process group per layout
 group, with the backend the layout chose where every member has it and gloo where one does not.
 Such a fallback is logged with its reason and kept in `Distributed.fallbacks`.
+
+A data-parallel group that spans vendors comes with a `dp_local` group per vendor (its members of
+that vendor, on the vendor's own library). Its gradients are reduced hierarchically
+(`HierarchicalGroup`): a reduce-scatter inside each vendor over its fast device link, an all-reduce
+of each shard across vendors among the shard's owners (one rank per vendor, on the dp group's
+backend: the slow cross-vendor path carries one shard, not the whole gradient), and an
+all-gather inside each vendor. Vendors of uneven sizes own shards of uneven sizes: the tensor is
+padded to a multiple of the least common multiple of the sizes, so shard edges fall on fractions
+``i / size`` of it and the owners of every piece between two edges are known before the tensor
+is (`init` creates one group per owner set). `engine.schedule` prices the same scheme.
 """
 
 from __future__ import annotations
@@ -33,7 +43,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib
+import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +62,7 @@ __all__ = [
     "Batch",
     "Distributed",
     "GroupInfo",
+    "HierarchicalGroup",
     "Loss",
     "Pace",
     "as_dict",
@@ -186,6 +199,7 @@ class Distributed:
     default_backend: str
     groups: dict[str, ProcessGroup | None] = field(default_factory=dict)
     info: dict[str, GroupInfo] = field(default_factory=dict)
+    hierarchical: HierarchicalGroup | None = None  # the dp group's, when it spans vendors
 
     @property
     def fallbacks(self) -> dict[str, str]:
@@ -194,6 +208,37 @@ class Distributed:
 
     def group(self, name: str) -> ProcessGroup | None:
         return self.groups.get(name)
+
+    def gradient_group(self) -> ProcessGroup | HierarchicalGroup | None:
+        """What `weighted_allreduce_grads` reduces over: the hierarchical data-parallel group when
+        it spans vendors, else the dp group."""
+        return self.hierarchical or self.group("dp")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of the padded gradient between two shard edges, in units of ``1 / unit`` of it,
+    with the rank of each vendor that owns it; `group` joins those owners (None where this rank
+    is not one of them)."""
+
+    start: int
+    end: int
+    owners: tuple[int, ...]
+    group: ProcessGroup | None = None
+
+
+@dataclass(frozen=True)
+class HierarchicalGroup:
+    """This rank's side of a data-parallel group that spans vendors: `local` joins its vendor's
+    members (`local_ranks`, this rank at `index`), `pieces` cover the gradient in order, and
+    `unit` (the least common multiple of the vendors' sizes) is what the gradient is padded to a
+    multiple of."""
+
+    local: ProcessGroup | None
+    local_ranks: tuple[int, ...]
+    index: int
+    unit: int
+    pieces: tuple[Piece, ...]
 
 
 def _all_groups(gathered: Sequence[tuple[Any, ...]]) -> list[GroupKey]:
@@ -240,9 +285,61 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
         plans = {r: g[2] for r, g in enumerate(gathered)}
         raise ValueError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
     out = Distributed(lay, "gloo")
-    for key in _all_groups(gathered):
+    keys = _all_groups(gathered)
+    for key in keys:
         _make_group(out, key, _fallback_reason(key, gathered), lay["rank"], wait)
+    for dp, parts in _spanning_groups(keys):
+        _make_hierarchy(out, dp, parts, gathered, wait)
     return out
+
+
+def _spanning_groups(keys: Sequence[GroupKey]) -> list[tuple[GroupKey, list[tuple[int, ...]]]]:
+    """Each dp group that its vendors' `dp_local` groups split into two or more parts, with the
+    parts (ordered by first rank)."""
+    local = [ranks for name, ranks, _ in keys if name == "dp_local"]
+    out = []
+    for key in keys:
+        if key[0] == "dp":
+            parts = sorted(r for r in local if set(r) <= set(key[1]))
+            if len(parts) > 1 and sorted(itertools.chain(*parts)) == list(key[1]):
+                out.append((key, parts))
+    return out
+
+
+def shard_pieces(sizes: Sequence[int]) -> tuple[int, list[tuple[int, int, tuple[int, ...]]]]:
+    """The pieces of a gradient that groups of `sizes` ranks each reduce-scatter into equal
+    shards: (start, end, owner index in each group) in units of ``1 / unit`` of the (padded)
+    gradient, and `unit`, the least common multiple of the sizes."""
+    unit = 1
+    for n in sizes:
+        unit = unit * n // math.gcd(unit, n)
+    edges = sorted({i * unit // n for n in sizes for i in range(n + 1)})
+    return unit, [(a, b, tuple(a * n // unit for n in sizes)) for a, b in zip(edges, edges[1:])]
+
+
+def _make_hierarchy(
+    out: Distributed,
+    dp: GroupKey,
+    parts: Sequence[tuple[int, ...]],
+    gathered: Sequence[tuple[Any, ...]],
+    wait: datetime.timedelta,
+) -> None:
+    """Create the owners' groups of a dp group that spans vendors (every rank, in one order) and,
+    on its members, the `HierarchicalGroup`. The owners talk across vendors: the dp group's backend."""
+    import torch.distributed as dist
+
+    rank = out.layout["rank"]
+    unit, spans = shard_pieces([len(p) for p in parts])
+    pieces = []
+    for start, end, index in spans:
+        owners = tuple(p[i] for p, i in zip(parts, index))
+        backend = "gloo" if _fallback_reason(("dp", owners, dp[2]), gathered) else dp[2]
+        group = dist.new_group(list(owners), timeout=wait, backend=backend)
+        pieces.append(Piece(start, end, owners, group if rank in owners else None))
+    mine = next((p for p in parts if rank in p), None)
+    if mine is not None:
+        local = out.groups.get("dp_local")
+        out.hierarchical = HierarchicalGroup(local, mine, mine.index(rank), unit, tuple(pieces))
 
 
 def rank_layout(layout: Any = None) -> RankLayout:
@@ -333,23 +430,65 @@ def _on_comm_device(tensor: torch.Tensor, group: ProcessGroup | None) -> torch.T
     return tensor.cpu() if dist.get_backend(group) == "gloo" and tensor.device.type != "cpu" else tensor
 
 
-def weighted_allreduce_grads(module: torch.nn.Module, layout: Any, group: ProcessGroup | None) -> None:
-    """Replace each gradient by the sum over `group` (data parallel) of ``grad_weight * grad``: the
-    global batch's mean gradient when each replica's gradient is the mean over its own samples.
-    With `group` None (one replica) the gradients are only scaled."""
+def weighted_allreduce_grads(
+    module: torch.nn.Module, layout: Any, group: ProcessGroup | HierarchicalGroup | None
+) -> None:
+    """Replace each gradient by the sum over `group` (data parallel; `Distributed.gradient_group`)
+    of ``grad_weight * grad``: the global batch's mean gradient when each replica's gradient is the
+    mean over its own samples. With `group` None (one replica) the gradients are only scaled."""
     import torch
-    import torch.distributed as dist
 
     grads = [_grad(p) for p in module.parameters() if p.requires_grad]
     if not grads:
         return
-    flat = torch.cat([g.reshape(-1) for g in grads]) * grad_weight(layout)
-    if group is not None and dist.get_world_size(group) > 1:
-        comm = _on_comm_device(flat, group)
-        dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=group)
-        flat = comm.to(flat.device)
+    flat = sum_over(torch.cat([g.reshape(-1) for g in grads]) * grad_weight(layout), group)
     for g, reduced in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(reduced.view_as(g))
+
+
+def sum_over(flat: torch.Tensor, group: ProcessGroup | HierarchicalGroup | None) -> torch.Tensor:
+    """The sum of the 1-d tensor `flat` over `group`: one all-reduce, or hierarchically."""
+    import torch.distributed as dist
+
+    if isinstance(group, HierarchicalGroup):
+        return _hierarchical_sum(flat, group)
+    if group is None or dist.get_world_size(group) <= 1:
+        return flat
+    comm = _on_comm_device(flat, group)
+    dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=group)
+    return comm.to(flat.device)
+
+
+def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
+    """Reduce-scatter inside the vendor, all-reduce each piece among its owners, all-gather inside
+    the vendor (`HierarchicalGroup`). Pieces go in one order on every rank, so no two owner
+    groups wait on each other."""
+    import torch
+    import torch.distributed as dist
+
+    size, n = flat.numel(), len(h.local_ranks)
+    step = -(-max(size, 1) // h.unit)  # elements per unit
+    padded = torch.zeros(step * h.unit, dtype=flat.dtype, device=flat.device)
+    padded[:size] = flat
+    if h.local is not None:
+        padded = _on_comm_device(padded, h.local)
+    chunks = list(padded.chunk(n))
+    mine = torch.empty_like(chunks[h.index])
+    if h.local is None:
+        mine.copy_(chunks[h.index])
+    else:
+        dist.reduce_scatter(mine, chunks, op=dist.ReduceOp.SUM, group=h.local)
+    offset = h.index * mine.numel()
+    for piece in h.pieces:
+        if piece.group is not None:
+            part = mine[piece.start * step - offset : piece.end * step - offset]
+            comm = _on_comm_device(part.contiguous(), piece.group)
+            dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=piece.group)
+            part.copy_(comm)
+    if h.local is None:
+        return mine[:size].to(flat.device)
+    dist.all_gather(chunks, mine, group=h.local)
+    return torch.cat(chunks)[:size].to(flat.device)
 
 
 def _grad(param: torch.Tensor) -> torch.Tensor:

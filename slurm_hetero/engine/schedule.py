@@ -15,8 +15,10 @@ simulation and its closed form, the sample split and `StepModel`, and these rule
   simulation for short steps. A replica's gradient weight is its share of the global batch.
 - **Gradients** of each stage are all-reduced over its data-parallel replicas by a ring
   (`2 (n - 1) / n` times the bytes over the slowest link; across a cpu-relay, plus one copy to
-  the host and one back), overlapped with the stage's last
-  backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
+  the host and one back) or, where the replicas span vendors and it is faster, hierarchically
+  (reduce-scatter inside each vendor over its own ring, the cross-vendor ring on one shard,
+  all-gather: what `slurm_hetero.training` does), overlapped with the
+  stage's last backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from slurm_hetero.engine.stagecost import StageModel as StageModel
 from slurm_hetero.engine.stagecost import StageSite as StageSite
 
 # Re-exported (`X as X`): the stage-cost names were imported from here before engine.stagecost.
-from slurm_hetero.engine.stagecost import exposed_allreduce_s
+from slurm_hetero.engine.stagecost import exposed_allreduce_s, hierarchical_allreduce_s
 from slurm_hetero.engine.stagecost import ring_allreduce_s as ring_allreduce_s
 
 
@@ -298,6 +300,7 @@ class StepModel:
             for i in range(len(shape.lines))
         ]
         self._ar_gbs = [self._allreduce_gbs(k) for k in range(p)]
+        self._ar_groups = [self._hierarchy(k) for k in range(p)]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
 
     def _allreduce_gbs(self, k: int) -> tuple[float, float]:
@@ -307,7 +310,7 @@ class StepModel:
         copies the gradient to the host and back once (`slurm_hetero.training` does: one copy
         out, gloo's ring between hosts, one copy back), not at every hop: its hops run at the
         NICs' speed and the copies are the pair's transfer time beyond it."""
-        members = sorted({line[k][0] for line in self.shape.lines})
+        members = self._members(k)
         if len(members) > 1:
             nic, copies = math.inf, 0.0
             for a, b in itertools.combinations(members, 2):
@@ -315,14 +318,40 @@ class StepModel:
                 hop = network_between(self.groups, {}, self.network_gbs, a, b)
                 nic, copies = min(nic, hop), max(copies, 1.0 / (pair * GB) - 1.0 / (hop * GB))
             return nic, max(0.0, copies)
-        g = members[0]
+        return self._local_gbs(k, members[0]), 0.0
+
+    def _members(self, k: int) -> list[int]:
+        """The device groups whose replicas hold stage `k`."""
+        return sorted({line[k][0] for line in self.shape.lines})
+
+    def _local_gbs(self, k: int, g: int) -> float:
+        """Bandwidth of a gradient ring among group `g`'s ranks of stage `k`: its device link when
+        the group's devices of the shape share a node, else its network share."""
         if self.shape.stage_dp:  # staged: the stage's own devices
             spread = self.shape.replicas[0] * self.shape.lines[0][k][1] * self.shape.dp(k)
         else:
             spread = sum(r * self.shape.block(i, g) for i, r in enumerate(self.shape.replicas))
         inside = spread <= self.groups[g].node_size
-        gbs = self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
-        return gbs, 0.0
+        return self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
+
+    def _hierarchy(self, k: int) -> tuple[list[int], list[float]] | None:
+        """Stage `k`'s data-parallel ranks per vendor and the ring bandwidth inside each, when its
+        ring spans vendors (the hierarchical all-reduce's parts, as `slurm_hetero.training` forms
+        them); else None. A vendor of several device groups rings over the network between them."""
+        parts: dict[str, list[int]] = {}
+        for g in self._members(k):
+            parts.setdefault(self.groups[g].vendor or self.groups[g].type, []).append(g)
+        if len(parts) < 2:
+            return None
+        lines = list(zip(self.shape.lines, self.shape.replicas))
+        sizes, local = [], []
+        for part in parts.values():
+            sizes.append(sum(r for line, r in lines if line[k][0] in part) * self.shape.dp(k))
+            between = [
+                network_between(self.groups, {}, self.network_gbs, a, b) for a in part for b in part if a < b
+            ]
+            local.append(min([self._local_gbs(k, g) for g in part] + between))
+        return sizes, local
 
     def stage(self, line: int, k: int, a: int, e: int) -> tuple[float, float, float, int] | None:
         """(fwd, bwd, memory, recompute) of stage `k` of `line` over `[a, e)`; None if it cannot fit."""
@@ -360,12 +389,16 @@ class StepModel:
 
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
         """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
-        stage's own data-parallel devices)."""
+        stage's own data-parallel devices): one flat ring, or where the ring spans vendors the
+        hierarchical all-reduce (`stagecost.hierarchical_allreduce_s`) when that is faster."""
         ranks = sum(self.shape.replicas)
         out = []
         for k, (v, (gbs, copies)) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs)):
             n = ranks * self.shape.dp(k)
-            out.append(ring_allreduce_s(float(v), n, gbs) + (copies * float(v) if n > 1 else 0.0))
+            flat = ring_allreduce_s(float(v), n, gbs) + (copies * float(v) if n > 1 else 0.0)
+            if (groups := self._ar_groups[k]) is not None:
+                flat = min(flat, hierarchical_allreduce_s(float(v), *groups, gbs, copies))
+            out.append(flat)
         return np.array(out)
 
     def split(self, stats: Sequence[LineStats]) -> tuple[int, ...]:

@@ -2,7 +2,8 @@
 memory of a stage over any range of layers.
 
 Pure numpy, deterministic, no I/O; the step-time model built on it is `engine.schedule`. This
-module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s` and `StageModel`, and these rules:
+module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s`, `hierarchical_allreduce_s` and
+`StageModel`, and these rules:
 
 - **Compute.** A stage of `tp` devices at `tflops` sustained TFLOPS each runs its layers' forward
   FLOPs in `fwd` and twice that in `bwd`; recomputed layers add their forward FLOPs to `bwd`.
@@ -35,6 +36,7 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s` and `StageModel`, an
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -211,7 +213,8 @@ class LayerCosts:
 class DeviceGroup:
     """Devices of one type in the allocation: `per_node` counts them on each of their nodes, in
     Slurm's rank order. `tflops` is what one device sustains on this model, `memory_bytes` what a
-    job may use of its memory, `link_gbs` its device-to-device bandwidth inside a node (one way)."""
+    job may use of its memory, `link_gbs` its device-to-device bandwidth inside a node (one way);
+    `vendor` unset counts as a vendor of its own."""
 
     type: str
     per_node: tuple[int, ...]
@@ -221,6 +224,7 @@ class DeviceGroup:
     gemm_half: float = 0.0  # GEMM elements at half speed (`gemm_efficiency`); 0: size does not matter
     nic_gbs: float = 0.0  # this type's share of its node's network, GB/s one way; 0: the spec's figure
     price_per_hour: float = 0.0  # USD per device-hour (the cost objective); 0: unknown
+    vendor: str = ""  # whose collective library it runs (a gradient ring across vendors is hierarchical)
 
     def __post_init__(self) -> None:
         if not self.per_node or min(self.per_node) < 1:
@@ -275,6 +279,26 @@ def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     return 2.0 * (ranks - 1) / ranks * nbytes / (gbs * GB)
+
+
+def hierarchical_allreduce_s(
+    nbytes: float,
+    sizes: Sequence[int],
+    local_gbs: Sequence[float],
+    cross_gbs: float,
+    cross_copy_s: float = 0.0,
+) -> float:
+    """Seconds for a hierarchical all-reduce of `nbytes` over groups of `sizes` ranks: a reduce-scatter
+    inside each group at its `local_gbs`, an all-reduce of each shard among its owners (one rank per
+    group) at `cross_gbs`, then an all-gather inside each group. Reduce-scatter plus all-gather cost
+    one ring all-reduce, the groups in parallel. A rank of the smallest group owns the largest share,
+    `nbytes / min(sizes)`, and pays `cross_copy_s` seconds per byte of it on top (a cpu-relay's copy
+    to the host and back); the flat ring over all ranks would pay that on every byte."""
+    if len(sizes) <= 1 or nbytes <= 0:
+        return ring_allreduce_s(nbytes, sum(sizes), min(local_gbs, default=cross_gbs))
+    local = max(ring_allreduce_s(nbytes, n, gbs) for n, gbs in zip(sizes, local_gbs))
+    shard = nbytes / min(sizes)
+    return local + ring_allreduce_s(shard, len(sizes), cross_gbs) + cross_copy_s * shard
 
 
 @dataclass(frozen=True)

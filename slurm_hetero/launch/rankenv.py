@@ -3,7 +3,8 @@ SLURM_HETERO_LAYOUT holds) and environment, once the step is laid out. Pure: the
 assignments and the sites in, typed documents and plain environments out.
 
 This module owns the group membership (tp by replica and stage, dp by stage and tp_rank, pp by
-replica and tp_rank) with one communicator per group (`engine.comm.choose`), the filling of the
+replica and tp_rank; dp_local, a dp group's members of one vendor, where it spans vendors) with
+one communicator per group (`engine.comm.choose`), the filling of the
 version-1 layout document (its keys and their validation belong to `slurm_hetero.layout`), the
 rendezvous port, the torch.distributed and communicator variables, and the plan id (a digest of
 every rank's document). `slurm_hetero.launch.plan` builds the step and calls it; which
@@ -77,15 +78,24 @@ class Groups:
         return self._cache[key]
 
     def specs(self, a: RankAssignment) -> tuple[GroupSpec, ...]:
-        """The groups rank `a` is in (tp, dp, pp), each with its communicator and variables."""
+        """The groups rank `a` is in (tp, dp, pp), each with its communicator and variables; where
+        the dp group spans vendors, also `dp_local`: its members of `a`'s vendor, through which
+        `slurm_hetero.training` reduces gradients hierarchically."""
         nics = self.site_of[a.rank].record.nics
         out = []
         for name, key in group_keys(a).items():
-            ranks = self.members[name][key]
-            chosen = self.communicator(ranks)
-            env = comm.communicator_env(chosen, nics)
-            out.append(GroupSpec(name, tuple(sorted(ranks)), chosen.backend, str(chosen.kind), env))
+            out.append(self._spec(name, self.members[name][key], nics))
+        dp = self.members["dp"][group_keys(a)["dp"]]
+        vendor = self.site_of[a.rank].vendor.name
+        local = [r for r in dp if self.site_of[r].vendor.name == vendor]
+        if len(local) < len(dp):
+            out.append(self._spec("dp_local", local, nics))
         return tuple(out)
+
+    def _spec(self, name: str, ranks: Sequence[int], nics: Sequence[Nic]) -> GroupSpec:
+        chosen = self.communicator(ranks)
+        env = comm.communicator_env(chosen, nics)
+        return GroupSpec(name, tuple(sorted(ranks)), chosen.backend, str(chosen.kind), env)
 
 
 @dataclass(frozen=True)

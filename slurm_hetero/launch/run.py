@@ -95,8 +95,10 @@ stage keep only their input); dtype, zero_stage, attention, recompute_mode (what
 `selective` means every layer recomputes its attention core); prev_rank, next_rank (pipeline
 neighbours in this replica with the same tp_rank; null at the ends, and where the neighbouring
 stage has fewer tensor-parallel ranks: those ranks get activations through their tp group);
-groups: [{name: tp | dp | pp, ranks (sorted), backend, comm, env}] for every group the rank is in
-(tp: same replica and stage; dp: same stage and tp_rank; pp: same replica and tp_rank);
+groups: [{name: tp | dp | pp | dp_local, ranks (sorted), backend, comm, env}] for every group the
+rank is in (tp: same replica and stage; dp: same stage and tp_rank; pp: same replica and tp_rank;
+dp_local, only where the dp group spans vendors: its members of this rank's vendor, on which
+`training` reduce-scatters and all-gathers gradients, the dp backend carrying one shard across);
 predicted_step_s, even_step_s, bound_step_s, efficiency. A rank's file lists only its own groups:
 torch's new_group must be entered by every rank for every group, so all-gather them first.
 

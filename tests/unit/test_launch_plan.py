@@ -113,7 +113,7 @@ def assert_consistent(plans: Sequence[LaunchPlan], envs: Sequence[Mapping[str, s
 def assert_groups(docs: Sequence[Mapping[str, Any]]) -> None:
     listed: dict[tuple[str, tuple[int, ...]], Any] = {}
     for d in docs:
-        assert [g["name"] for g in d["groups"]] == ["tp", "dp", "pp"]
+        assert [g["name"] for g in d["groups"]] in (["tp", "dp", "pp"], ["tp", "dp", "pp", "dp_local"])
         for g in d["groups"]:
             key = (g["name"], tuple(g["ranks"]))
             assert d["rank"] in g["ranks"] and g["ranks"] == sorted(g["ranks"])
@@ -126,6 +126,10 @@ def assert_groups(docs: Sequence[Mapping[str, Any]]) -> None:
             assert len({m["node"] for m in members}) == 1 and len(ranks) == members[0]["tp_size"]
         if name == "dp":
             assert len({(m["layer_start"], m["layer_end"]) for m in members}) == 1
+        if name == "dp_local":  # a dp group's members of one vendor, where it spans vendors
+            dp = next(g["ranks"] for g in members[0]["groups"] if g["name"] == "dp")
+            assert set(ranks) < set(dp) and len({m["vendor"] for m in members}) == 1
+            assert {docs[r]["vendor"] for r in dp} - {members[0]["vendor"]}
     for d in docs:
         if d["next_rank"] is not None:
             nxt = docs[d["next_rank"]]
@@ -239,6 +243,26 @@ def test_rdma_nics_give_direct_cross_vendor_groups_and_their_variables() -> None
     same = [g for g in rank0.layout.groups if g.comm == "vendor-ccl"]
     assert all(g.env == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0"} for g in same)
     assert rank0.env.get("NCCL_IB_HCA", "mlx5_0") == "mlx5_0"
+
+
+def test_a_data_parallel_group_across_vendors_lists_each_vendors_part() -> None:
+    """Data parallel replicas on a100 and mi300x: the dp group crosses vendors through gloo, and each
+    rank also gets its vendor's part of it (`dp_local`, on the vendor's library) for the
+    hierarchical gradient all-reduce; ranks of a one-vendor dp group get none."""
+    inv = ClusterInventory((node("n1", "a100_80g", 4), node("n2", "mi300x", 4)))
+    options = dataclasses.replace(GPT2, tp_sizes=(1,), kinds=(LayoutKind.DATA,))
+    envs = [slurm_env([("n1", 4), ("n2", 4)], r) for r in range(8)]
+    plans = [plan_from(e, inv, options) for e in envs]
+    assert_consistent(plans, envs)
+    docs = [r.layout for r in plans[0].ranks]
+    assert docs[0].kind == "data" and docs[0].group("dp").comm == "cpu-relay", docs[0].num_stages
+    for d in docs:
+        local = d.group("dp_local")
+        assert local.comm == "vendor-ccl" and {docs[r].vendor for r in local.ranks} == {d.vendor}
+        assert local.backend != "gloo" and len(local.ranks) == 2
+    nvidia = ClusterInventory((node("n1", "a100_80g", 4), node("n2", "a100_80g", 4)))
+    one_vendor = plan_from(envs[0], nvidia, dataclasses.replace(GPT2, tp_sizes=(1,)))
+    assert all("dp_local" not in [g.name for g in r.layout.groups] for r in one_vendor.ranks)
 
 
 def test_the_solver_prices_cross_vendor_traffic_at_the_relay() -> None:

@@ -38,6 +38,7 @@ from slurm_hetero.engine.layout import (
     solve,
 )
 from slurm_hetero.engine.schedule import StepModel, estimate_1f1b, simulate_1f1b, split_samples
+from slurm_hetero.engine.stagecost import hierarchical_allreduce_s, ring_allreduce_s
 from slurm_hetero.errors import RequestError
 from tests.conftest import REPO
 
@@ -508,22 +509,56 @@ def test_data_family_gives_each_type_its_own_tensor_parallel_degree() -> None:
     check_layout(spec, layout)
 
 
+def _one_stage_data_model(spec: LayoutSpec) -> StepModel:
+    shape = next(s for s in candidate_shapes(spec) if s.kind == LayoutKind.DATA and s.stages == 1)
+    return StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
+
+
 def test_a_relayed_gradient_ring_copies_to_the_host_once() -> None:
-    """Across vendors the gradient goes to the host once, round gloo's ring between hosts, and
-    back once (as `training.weighted_allreduce_grads` does): not two PCIe copies per hop."""
+    """Across vendors the flat ring sends the gradient to the host once, round gloo's ring between
+    hosts, and back once: not two PCIe copies per hop. The hierarchical all-reduce (reduce-scatter
+    in each type over its device link, the relayed ring among shard owners on one shard, all-gather;
+    `training.weighted_allreduce_grads` across vendors) copies only the shard, and is chosen."""
     spec = BENCH.mix_spec(BENCH.MIXES[3], kinds=(LayoutKind.DATA,))
     layout = solve(spec)
-    model = StepModel(
-        spec.groups,
-        spec.costs,
-        next(s for s in candidate_shapes(spec) if s.kind == LayoutKind.DATA and s.stages == 1),
-        spec.global_batch,
-        spec.network_gbs,
-        spec.pair_gbs,
-    )
+    model = _one_stage_data_model(spec)
     bounds = [0, spec.costs.layers]
     grads = float(model.grad_bytes(bounds)[0])
     ranks = sum(model.shape.replicas)
-    ring = 2 * (ranks - 1) / ranks * grads / (25 * GB)
-    assert float(model.allreduce(bounds)[0]) == pytest.approx(ring + 2 * grads / (25 * GB))
+    flat = 2 * (ranks - 1) / ranks * grads / (25 * GB) + 2 * grads / (25 * GB)
+    sizes, local = [], []
+    for ((g, tp),), r in zip(model.shape.lines, model.shape.replicas):
+        group = spec.groups[g]
+        sizes.append(r)
+        local.append(group.link_gbs if r * tp <= group.node_size else 25.0)
+    shard = grads / min(sizes)
+    cross = 2 * 2 / 3 * shard / (25 * GB) + 2 * shard / (25 * GB)  # 3 owners, one per vendor
+    inside = max(2 * (n - 1) / n * grads / (gbs * GB) for n, gbs in zip(sizes, local))
+    assert inside + cross < flat
+    assert float(model.allreduce(bounds)[0]) == pytest.approx(inside + cross)
     assert layout.kind == LayoutKind.DATA
+
+
+def test_a_gradient_ring_inside_one_vendor_stays_flat() -> None:
+    """h100 + a100: two types, one vendor (NCCL rings them itself, `training` adds no hierarchy)."""
+    spec = BENCH.mix_spec(BENCH.MIXES[0], kinds=(LayoutKind.DATA,))
+    model = _one_stage_data_model(spec)
+    bounds = [0, spec.costs.layers]
+    grads, ranks = float(model.grad_bytes(bounds)[0]), sum(model.shape.replicas)
+    assert {g.vendor for g in spec.groups} == {"nvidia"}
+    flat = 2 * (ranks - 1) / ranks * grads / (25 * GB)
+    assert float(model.allreduce(bounds)[0]) == pytest.approx(flat)
+
+
+def test_the_hierarchical_all_reduce_reduces_to_the_ring() -> None:
+    """One rank per group and every link alike: the hierarchy is the flat ring; one group: its ring."""
+    nbytes = 3e9
+    assert hierarchical_allreduce_s(nbytes, [1, 1, 1], [25.0] * 3, 25.0) == pytest.approx(
+        ring_allreduce_s(nbytes, 3, 25.0)
+    )
+    assert hierarchical_allreduce_s(nbytes, [4], [450.0], 25.0) == ring_allreduce_s(nbytes, 4, 450.0)
+    # the smallest group's ranks own the largest shards, and pay the relay's copies on them
+    slow = hierarchical_allreduce_s(nbytes, [2, 4], [100.0, 100.0], 25.0, 2 / (25 * GB))
+    shard = nbytes / 2
+    expected = ring_allreduce_s(nbytes, 4, 100.0) + ring_allreduce_s(shard, 2, 25.0) + 2 * shard / (25 * GB)
+    assert slow == pytest.approx(expected)

@@ -147,6 +147,92 @@ def test_pipeline_by_data_parallel_matches_one_process(tmp_path: Path) -> None:
     assert result["losses"][-1] < result["losses"][0]
 
 
+# Each rank's gradients (22 elements: divisible by neither vendor's size nor their lcm, 6) are
+# seeded by its rank; it reduces them hierarchically and through the flat dp group.
+HIERARCHY_RANK = """
+import json, os, sys, torch
+from slurm_hetero import training
+dist = training.init()
+def module():
+    m = torch.nn.Module()
+    m.a = torch.nn.Parameter(torch.zeros(7, dtype=torch.float64))
+    m.b = torch.nn.Parameter(torch.zeros(3, 5, dtype=torch.float64))
+    for p in m.parameters():
+        p.grad = torch.randn(p.shape, dtype=torch.float64, generator=gen)
+    return m
+out = {}
+for name, group in (("hierarchical", dist.gradient_group()), ("flat", dist.group("dp"))):
+    gen = torch.Generator().manual_seed(dist.layout["rank"])
+    m = module()
+    training.weighted_allreduce_grads(m, dist.layout, group)
+    out[name] = [x for p in m.parameters() for x in p.grad.reshape(-1).tolist()]
+h = dist.hierarchical
+out["pieces"] = None if h is None else [list(p.owners) for p in h.pieces]
+out["fallbacks"] = dist.fallbacks
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("vendors", "pieces"),
+    [
+        ("aaabb", [[0, 3], [1, 3], [1, 4], [2, 4]]),  # edges at 0, 1/3, 1/2, 2/3, 1
+        ("abb", [[0, 1], [0, 2]]),  # a vendor of one rank: no group of its own
+    ],
+)
+def test_hierarchical_gradient_sum_across_vendors_equals_the_flat_one(
+    tmp_path: Path, vendors: str, pieces: list[list[int]]
+) -> None:
+    """Two vendors of uneven sizes (3 and 2 data-parallel ranks; 1 and 2) with uneven samples:
+    reduce-scatter inside each vendor, all-reduce of each piece among its owners, all-gather, on a
+    tensor whose length no size divides, gives the flat weighted sum (and the sum of the seeded
+    gradients)."""
+    samples = [5, 11, 3, 8, 6][: len(vendors)]
+    per_rank = layouts([0, 2], samples, micro_batch=4)
+    for lay, vendor in zip(per_rank, vendors):
+        local = [r for r, v in enumerate(vendors) if v == vendor]
+        backend = "hccl" if vendor == "b" else "gloo"  # no Ascend here: falls back to gloo, logged
+        lay["vendor"] = vendor
+        lay["groups"].append(
+            {"name": "dp_local", "ranks": local, "backend": backend, "comm": "vendor-ccl", "env": {}}
+        )
+    port, procs, world = _free_port(), [], str(len(vendors))
+    for lay in per_rank:
+        path = tmp_path / f"layout-{lay['rank']}.json"
+        path.write_text(json.dumps(lay))
+        env = os.environ | {
+            "RANK": str(lay["rank"]), "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), "SLURM_HETERO_LAYOUT": str(path),
+            "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
+        }  # fmt: skip
+        argv = [sys.executable, "-c", HIERARCHY_RANK, str(tmp_path / f"out-{lay['rank']}.json")]
+        procs.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
+    for p in procs:
+        text = p.communicate(timeout=120)[0]
+        assert p.returncode == 0, text
+    results = [json.loads((tmp_path / f"out-{r}.json").read_text()) for r in range(len(vendors))]
+    expected = torch.zeros(22, dtype=torch.float64)
+    for rank, n in enumerate(samples):
+        gen = torch.Generator().manual_seed(rank)
+        grads = [torch.randn(shape, dtype=torch.float64, generator=gen) for shape in ((7,), (3, 5))]
+        expected += torch.cat([g.reshape(-1) for g in grads]) * n / sum(samples)
+    for r in results:
+        assert r["pieces"] == pieces
+        assert r["hierarchical"] == pytest.approx(r["flat"], rel=1e-12, abs=1e-12)
+        assert r["hierarchical"] == pytest.approx(expected.tolist(), rel=1e-12, abs=1e-12)
+    assert all("dp_local" in r["fallbacks"] for r, v in zip(results, vendors) if v == "b")
+
+
+def test_shard_pieces_split_at_every_vendors_shard_edge() -> None:
+    assert training.shard_pieces([3, 2]) == (
+        6,
+        [(0, 2, (0, 0)), (2, 3, (1, 0)), (3, 4, (1, 1)), (4, 6, (2, 1))],
+    )
+    assert training.shard_pieces([4, 4]) == (4, [(i, i + 1, (i, i)) for i in range(4)])
+
+
 # -- in one process --------------------------------------------------------------------------
 
 
