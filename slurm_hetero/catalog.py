@@ -17,6 +17,7 @@ import yaml
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.errors import ConfigError
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 
 SITE_MODELS_DIR = Path("/etc/slurm-hetero/models.d")
 
@@ -127,7 +128,8 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.yaml")):
-            merge_site_text(by_type, path.read_text(encoding="utf-8"), str(path))
+            text = read_text(path, MAX_CONFIG_BYTES, "site catalog file", ConfigError)  # bounded, regular
+            merge_site_text(by_type, text, str(path))
     return Catalog(_spec_from_mapping(raw, name, raw["type"]) for raw in by_type.values())
 
 

@@ -18,6 +18,8 @@ def check_device_syntax(raw: Mapping[str, Any], where: str) -> None:
     """What the schema's patterns cannot say about one (schema-valid) device record."""
     try:
         syntax.device_file(raw["file"])
+        if raw.get("type") is not None:
+            syntax.gres_type(raw["type"])
         if raw.get("cores") is not None:
             syntax.cpu_ids(raw["cores"])
     except ValueError as e:
@@ -64,6 +66,13 @@ def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -
             f"gres.conf Links= rows would hold more than {syntax.MAX_LINK_CELLS} entries"
         )
     for device in linked:
+        peers = [link.peer for link in device.links]
+        if len(set(peers)) != len(peers):
+            twice = next(p for p in peers if peers.count(p) > 1)
+            raise InventoryError(
+                f"{source}: node {node.name}: {device.vendor} device {device.index} lists its link to "
+                f"device {twice} twice; keep one entry per peer"
+            )
         for link in device.links:
             if link.peer == device.index:
                 raise InventoryError(
@@ -87,6 +96,8 @@ def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
         try:
             count = syntax.hostlist_count(node.name, syntax.MAX_HOSTS - total)
         except ValueError as e:
+            if total and "names more than" in str(e):  # the earlier records used up the bound
+                e = ValueError(f"the inventory names more than {syntax.MAX_HOSTS} hosts in all")
             raise InventoryError(f"{source}: node {syntax.text(node.name)}: {e}") from None
         total += count
         hosts = hostlist.expand(node.name) if count > 1 or "[" in node.name else [node.name]

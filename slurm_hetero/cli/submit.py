@@ -110,6 +110,11 @@ def render(
     """Write job_submit.lua, slurm_hetero_tables.lua, cli_filter.lua and slurm_hetero_srun.lua
     (install them in slurm.conf's directory, on the controller and on submit hosts;
     CliFilterPlugins=lua enables the last two)."""
+    baked = (("--table-path", table_path), ("--hook-path", hook_path), ("--srun-path", srun_path))
+    for option, path in baked:
+        if path is not None and not (path.startswith("/") and path.isprintable()):
+            # slurmctld and the clients would resolve a relative path against their own directory
+            raise ConfigError(f"{option} {path!r}: give an absolute path of printable characters")
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
     uids = exempt_uids(settings.exempt_users)

@@ -15,7 +15,7 @@ simulation and its closed form, the sample split and `StepModel`, and these rule
   simulation for short steps. A replica's gradient weight is its share of the global batch.
 - **Gradients** of each stage are all-reduced over its data-parallel replicas by a ring
   (`2 (n - 1) / n` times the bytes over the slowest link; across a cpu-relay, plus one copy to
-  the host and one back) or, where the replicas span vendors and it is faster, hierarchically
+  the host and one back) or, where the replicas span vendors, hierarchically
   (reduce-scatter inside each vendor over its own ring, the cross-vendor ring on one shard,
   all-gather: what `slurm_hetero.training` does), overlapped with the
   stage's last backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
@@ -390,14 +390,15 @@ class StepModel:
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
         """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
         stage's own data-parallel devices): one flat ring, or where the ring spans vendors the
-        hierarchical all-reduce (`stagecost.hierarchical_allreduce_s`) when that is faster."""
+        hierarchical all-reduce (`stagecost.hierarchical_allreduce_s`), which is what
+        `slurm_hetero.training` then runs (it has no flag to run the flat ring instead)."""
         ranks = sum(self.shape.replicas)
         out = []
         for k, (v, (gbs, copies)) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs)):
             n = ranks * self.shape.dp(k)
             flat = ring_allreduce_s(float(v), n, gbs) + (copies * float(v) if n > 1 else 0.0)
             if (groups := self._ar_groups[k]) is not None:
-                flat = min(flat, hierarchical_allreduce_s(float(v), *groups, gbs, copies))
+                flat = hierarchical_allreduce_s(float(v), *groups, gbs, copies)
             out.append(flat)
         return np.array(out)
 

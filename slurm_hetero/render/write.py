@@ -49,6 +49,7 @@ LOCK_NAME = ".slurm-hetero.lock"
 JOURNAL_NAME = ".slurm-hetero.journal"
 STAGED_SUFFIX = ".slurm-hetero-new"  # `.NAME.slurm-hetero-new`: a staged member of a set
 OLD_SUFFIX = ".slurm-hetero-old"  # `.NAME.slurm-hetero-old`: the old file while a set commits
+_LEFTOVER_SUFFIXES = (STAGED_SUFFIX, OLD_SUFFIX, JOURNAL_NAME)
 SINGLE_SUFFIX = ".slurm-hetero-tmp"  # unique temporaries of single-file writes
 LOCK_TIMEOUT_S = 120.0
 
@@ -311,8 +312,14 @@ def _undo(directory: Path, names: Sequence[str], entries: Sequence[Entry] | None
             _quiet_unlink(directory / f".{name}{STAGED_SUFFIX}")
         _quiet_unlink(directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}")
     except (OSError, OutputError) as e:  # the journal stays: the next render finishes the job
-        logger.warning("could not undo the interrupted render in %s: %s", directory, e)
-        return "the set is incomplete; the next render in that directory finishes it"
+        left = sorted(p.name for p in directory.glob(".*") if p.name.endswith(_LEFTOVER_SUFFIXES))
+        why = f"could not clean up ({getattr(e, 'strerror', None) or e})"
+        if entries is None or all(_file_digest(directory / x.name) == x.old for x in entries):
+            return (
+                f"the files Slurm reads are unchanged; {why}: the next render in that directory "
+                f"removes {', '.join(left) or 'what is left'}"
+            )
+        return f"the set is incomplete and {why}; the next render in that directory finishes it"
     return "nothing changed"
 
 

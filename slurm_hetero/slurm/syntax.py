@@ -98,6 +98,21 @@ INVENTORY_RULES: dict[tuple[str, ...], dict[str, object]] = {
     ("device", "partition_mode"): {"pattern": TEXT, "maxLength": _SHORT},
 }
 _RESERVED_NODE_NAMES = {"default", "all"}  # NodeName=DEFAULT sets defaults; ALL names every node
+# GRES names on our nodes (gres render's count GRES and Slurm's sharing GRES): a device Type= of the
+# same name would render `Gres=gpu:gpumem:1` beside `gpumem:80G` and a clashing feature
+RESERVED_GRES_TYPES = ("gpu", "gpumem", "gpucore", "shard", "mps")
+
+
+def gres_type(name: str) -> str:
+    """A device type (Type= of Name=gpu); ValueError for one of Slurm's or our GRES names."""
+    if name.lower() in RESERVED_GRES_TYPES:
+        raise ValueError(
+            f"type {name!r} is a GRES name on these nodes ({', '.join(RESERVED_GRES_TYPES)}); "
+            "give the device type another name"
+        )
+    return name
+
+
 _FEATURE_BAD = re.compile(r"[^A-Za-z0-9_.]")
 _BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 

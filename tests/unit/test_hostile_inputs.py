@@ -274,6 +274,26 @@ FINDINGS = {
         "unknown vendor 'acme'",
     ),
     "reserved-node-name": (lambda d: d["nodes"][0].update(name="DEFAULT"), "reserved in slurm.conf"),
+    # adversarial pass of 2026-11-24
+    **{
+        f"reserved-type-{name}": (
+            lambda d, name=name: first_device(d).update(type=name),
+            f"type '{name}' is a GRES name on these nodes",
+        )
+        for name in ("gpu", "gpumem", "gpucore", "shard", "mps")
+    },
+    "duplicate-link": (
+        lambda d: first_device(d).update(
+            links=[{"peer": 1, "kind": "nvlink", "count": 12}, {"peer": 1, "kind": "nvlink", "count": 4}]
+        ),
+        "lists its link to device 1 twice",
+    ),
+    "hostlist-bound-after-other-records": (
+        lambda d: d["nodes"].extend(
+            [{**d["nodes"][1], "name": "hx[1-131072]"}, {**d["nodes"][1], "name": "hy1"}]
+        ),
+        "the inventory names more than 131072 hosts in all",
+    ),
 }
 
 
