@@ -477,7 +477,7 @@ def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
     if h.local is None:
         mine.copy_(chunks[h.index])
     else:
-        dist.reduce_scatter(mine, chunks, op=dist.ReduceOp.SUM, group=h.local)
+        _reduce_scatter(mine, padded, chunks, h.local, h.index)
     offset = h.index * mine.numel()
     for piece in h.pieces:
         if piece.group is not None:
@@ -489,6 +489,24 @@ def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
         return mine[:size].to(flat.device)
     dist.all_gather(chunks, mine, group=h.local)
     return torch.cat(chunks)[:size].to(flat.device)
+
+
+def _reduce_scatter(
+    mine: torch.Tensor, padded: torch.Tensor, chunks: list[torch.Tensor], group: ProcessGroup, index: int
+) -> None:
+    """`mine` = the sum over `group` of chunk `index` of `padded`: a reduce-scatter, or where the
+    backend has none (gloo in the torch of Debian 13's Slurm 24.11 root: "ProcessGroupGloo does
+    not support reduce_scatter", raised on every rank before anything is sent) an all-reduce of
+    the whole tensor, of which each rank keeps its chunk."""
+    import torch.distributed as dist
+
+    try:
+        dist.reduce_scatter(mine, chunks, op=dist.ReduceOp.SUM, group=group)
+    except RuntimeError as e:
+        if "does not support reduce_scatter" not in str(e):
+            raise
+        dist.all_reduce(padded, op=dist.ReduceOp.SUM, group=group)
+        mine.copy_(padded.chunk(len(chunks))[index])
 
 
 def _grad(param: torch.Tensor) -> torch.Tensor:
