@@ -295,11 +295,18 @@ local function constraint_features(features)
   return set
 end
 
--- The first feature of the constraint that no node has (slurmctld refuses such a job after the
--- hook: "Invalid feature specification"), or nil; no check with a table that lists no features.
-local function unknown_feature(features)
-  if features == nil or T.features == nil or next(T.features) == nil then return nil end
-  for name in string.gmatch(features, "[A-Za-z0-9_.%-]+") do
+-- The feature names of a constraint, in order of appearance.
+local function feature_names(features)
+  local names = {}
+  for name in string.gmatch(features or "", "[A-Za-z0-9_.%-]+") do names[#names + 1] = name end
+  return names
+end
+
+-- The first of the constraint's feature names that no node has (slurmctld refuses such a job after
+-- the hook: "Invalid feature specification"), or nil; no check with a table that lists no features.
+local function unknown_feature(names)
+  if T.features == nil or next(T.features) == nil then return nil end
+  for _, name in ipairs(names) do
     if not T.features[name] then return name end
   end
   return nil
@@ -799,9 +806,9 @@ local function evaluate(job_desc, submit_uid, held)
     end
     match = value
   end
-  local named = {}
-  for name in string.gmatch(job_desc.features or "", "[A-Za-z0-9_.%-]+") do named[name] = true end
-  local unknown = unknown_feature(job_desc.features)
+  local names, named = feature_names(job_desc.features), {}
+  for _, name in ipairs(names) do named[name] = true end
+  local unknown = unknown_feature(names)
   if unknown then
     return { action = "reject", code = "constraint",
              message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
