@@ -153,10 +153,9 @@ def render(
             click.echo(
                 f"slurm-hetero: {out} holds an interrupted render; render again to finish it", err=True
             )
-        if changes and (dropped := removal.dropped_nodes(read_current(files), files)):
+        if changes and (dropped := removal.removed(read_current(files), files)):
             click.echo(
-                f"slurm-hetero: this render removes {removal.describe(dropped)}; writing it needs "
-                f"{removal.ALLOW_FLAG}",
+                f"slurm-hetero: this render removes {dropped}; writing it needs {removal.ALLOW_FLAG}",
                 err=True,
             )
         raise SystemExit(1 if changes or pending(out) else 0)

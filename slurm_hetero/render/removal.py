@@ -1,19 +1,31 @@
-"""A render never drops nodes silently. A truncated inventory that is still valid YAML (a copy cut
-short, an editor's half save) renders a slurm.conf without the nodes it lost, and slurmctld then
-forgets them and their jobs; so the set writer refuses a render that drops `NodeName=` hosts named
-by the files on disk, unless the admin says the removal is meant (`gres render --allow-removal`)."""
+"""A render never drops nodes or devices silently. A truncated inventory that is still valid YAML (a
+copy cut short, an editor's half save) renders a slurm.conf without the nodes it lost, or a gres.conf
+without a node's last devices, and slurmctld then forgets them and their jobs; so the set writer
+refuses a render that drops `NodeName=` hosts named by the files on disk, or device files that the
+gres.conf on disk gives a host the new set keeps, unless the admin says the removal is meant
+(`gres render --allow-removal`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 
 from slurm_hetero.errors import OutputError
-from slurm_hetero.slurm.gresconf import GresConfError, declared_nodes
+from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declared_nodes
 
 ALLOW_FLAG = "--allow-removal"
-SHOWN = 5  # dropped hosts named in a message; the rest are counted
+SHOWN = 5  # dropped hosts or devices named in a message; the rest are counted
+GRES_CONF = "gres.conf"  # the file of the set that declares device files
+
+
+def _unreadable(path: Path, error: GresConfError) -> OutputError:
+    return OutputError(
+        f"{path}: cannot tell which nodes it names ({error}), so cannot tell whether this render "
+        f"drops any; check the file, or pass {ALLOW_FLAG} to replace it; nothing changed"
+    )
 
 
 def _declared(texts: Iterable[tuple[Path, str | None]]) -> set[str]:
@@ -24,11 +36,21 @@ def _declared(texts: Iterable[tuple[Path, str | None]]) -> set[str]:
         try:
             hosts |= declared_nodes(text)
         except GresConfError as e:
-            raise OutputError(
-                f"{path}: cannot tell which nodes it names ({e}), so cannot tell whether this render "
-                f"drops any; check the file, or pass {ALLOW_FLAG} to replace it; nothing changed"
-            ) from None
+            raise _unreadable(path, e) from None
     return hosts
+
+
+def _devices(texts: Iterable[tuple[Path, str | None]]) -> dict[str, list[tuple[str, ...]]]:
+    devices: dict[str, list[tuple[str, ...]]] = {}
+    for path, text in texts:
+        if text is None or path.name != GRES_CONF:
+            continue
+        try:
+            for host, files in declared_devices(text).items():
+                devices.setdefault(host, []).extend(files)
+        except GresConfError as e:
+            raise _unreadable(path, e) from None
+    return devices
 
 
 def _natural(name: str) -> list[object]:
@@ -42,20 +64,43 @@ def dropped_nodes(current: Mapping[Path, str | None], new: Mapping[Path, str]) -
     return sorted(_declared(current.items()) - kept, key=_natural)
 
 
-def describe(dropped: list[str]) -> str:
-    """`3 nodes (a1, a2, b7)`, at most SHOWN names and `and N more`."""
-    names = ", ".join(dropped[:SHOWN]) + (f" and {len(dropped) - SHOWN} more" if len(dropped) > SHOWN else "")
-    return f"{len(dropped)} node{'s' if len(dropped) != 1 else ''} ({names})"
+def dropped_devices(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
+    """The device files (`host:/dev/x`) that the gres.conf on disk gives a host and the new set
+    keeps the host without, in natural order (a host dropped whole is dropped_nodes' to name)."""
+    kept = _devices(new.items())
+    lost: list[str] = []
+    for host, files in _devices(current.items()).items():
+        if host in kept and files != kept[host]:  # the same lines: nothing lost, nothing to count
+            gone = Counter(chain.from_iterable(files)) - Counter(chain.from_iterable(kept[host]))
+            lost.extend(f"{host}:{file}" for file in gone.elements())
+    return sorted(lost, key=_natural)
+
+
+def _count(items: Sequence[str], noun: str) -> str:
+    names = ", ".join(items[:SHOWN]) + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+    return f"{len(items)} {noun}{'s' if len(items) != 1 else ''} ({names})"
+
+
+def describe(dropped: Sequence[str], devices: Sequence[str] = ()) -> str:
+    """`3 nodes (a1, a2, b7)`, `1 device (a3:/dev/nvidia3)` or both joined by `and`; at most
+    SHOWN names each and `and N more`."""
+    parts = ([_count(dropped, "node")] if dropped else []) + ([_count(devices, "device")] if devices else [])
+    return " and ".join(parts)
+
+
+def removed(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> str:
+    """What the new set drops from the files on disk, described; empty when nothing."""
+    return describe(dropped_nodes(current, new), dropped_devices(current, new))
 
 
 def guard(new: Mapping[Path, str], where: Path) -> Callable[[Mapping[Path, str | None]], None]:
-    """The set writer's guard (`write_atomic(..., guard=)`): refuses a set that drops nodes."""
+    """The set writer's guard (`write_atomic(..., guard=)`): refuses a set that drops nodes or devices."""
 
     def check(current: Mapping[Path, str | None]) -> None:
-        dropped = dropped_nodes(current, new)
-        if dropped:
+        what = removed(current, new)
+        if what:
             raise OutputError(
-                f"{where}: this render would remove {describe(dropped)} that the files there name; "
+                f"{where}: this render would remove {what} that the files there name; "
                 f"the inventory lacks them (cut short?). Pass {ALLOW_FLAG} if the removal is meant; "
                 "nothing changed"
             )

@@ -122,3 +122,37 @@ def declared_nodes(text: str, limit: int = syntax.MAX_HOSTS) -> set[str]:
         if len(hosts) > limit:
             raise GresConfError(f"the NodeName= lines name more than {limit} hosts")
     return hosts
+
+
+_FILE_KEY = re.compile(r"[ \t]File=([^\s#]+)", re.IGNORECASE)
+
+
+def declared_devices(text: str, limit: int = syntax.MAX_HOSTS) -> dict[str, list[tuple[str, ...]]]:
+    """The device files that the `NodeName=` lines of a gres.conf declare, per host: one tuple per
+    line naming the host, shared between the hosts of a line (lines without File=, such as gpumem,
+    gpucore, shard or mps counts, declare none). Linear in the lines; GresConfError as
+    declared_nodes."""
+    devices: dict[str, list[tuple[str, ...]]] = {}
+    hosts: dict[str, list[str]] = {}
+    files: dict[str, tuple[str, ...]] = {}
+    for match in _NODE_NAME_KEY.finditer(text):
+        spec = match[1]
+        end = text.find("\n", match.end())
+        line = text[match.end() : len(text) if end < 0 else end].partition("#")[0]
+        file = _FILE_KEY.search(line)
+        if file is None or spec.lower() in _NOT_A_NODE:
+            continue
+        try:
+            if spec not in hosts:
+                syntax.hostlist_size(spec, limit)
+                hosts[spec] = hostlist.expand(spec, limit)
+            if file[1] not in files:
+                files[file[1]] = tuple(hostlist.expand(file[1], syntax.MAX_DEVICES_PER_NODE))
+        except (ValueError, InventoryError) as e:
+            line_no = text.count("\n", 0, match.start()) + 1
+            raise GresConfError(f"line {line_no}: {e}") from None
+        for host in hosts[spec]:
+            devices.setdefault(host, []).append(files[file[1]])
+        if len(devices) > limit:
+            raise GresConfError(f"the NodeName= lines name more than {limit} hosts")
+    return devices

@@ -13,7 +13,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.errors import OutputError
 from slurm_hetero.render import removal
 from slurm_hetero.render.write import write_atomic
-from slurm_hetero.slurm.gresconf import GresConfError, declared_nodes
+from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declared_nodes
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -132,3 +132,64 @@ def test_the_guard_runs_inside_the_set_writer_and_changes_nothing_when_it_refuse
     assert seen == []
     assert write_atomic(new, guard=lambda current: seen.append(dict(current)))
     assert seen == [{p: t for p, t in old.items()}]
+
+
+def test_declared_devices_counts_device_files_per_host_and_skips_counts() -> None:
+    text = (
+        "NodeName=n[1-2] Name=gpu Type=x File=/dev/x[0-1] Cores=0-3\n"
+        "NodeName=n1 Name=gpumem Count=80G Flags=CountOnly\nNodeName=n1 Name=mps Count=100 # File=/dev/y\n"
+        "nodename=n2 name=gpu file=/dev/x2\nNodeName=DEFAULT Name=gpu File=/dev/z\n"
+    )
+    assert declared_devices(text) == {
+        "n1": [("/dev/x0", "/dev/x1")],
+        "n2": [("/dev/x0", "/dev/x1"), ("/dev/x2",)],
+    }
+    with pytest.raises(GresConfError, match="line 1: unbalanced brackets in hostlist ./dev/x"):
+        declared_devices("NodeName=n1 Name=gpu File=/dev/x[0-\n")
+
+
+def test_an_inventory_that_lost_devices_of_a_kept_node_is_refused(tmp_path: Path) -> None:
+    """Adversarial find (issue 9): a truncated inventory dropped a node's last devices unguarded."""
+    out = tmp_path / "etc"
+    assert render(EXAMPLE, out)[0] == 0
+    before = snapshot(out)
+    data = yaml.safe_load(EXAMPLE.read_text())
+    ascend = next(n for n in data["nodes"] if n["name"] == "ascendn1")
+    ascend["devices"] = ascend["devices"][:5]
+    for device in ascend["devices"]:
+        device.pop("links", None)
+    cut = tmp_path / "cut.yaml"
+    cut.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, _, err = render(cut, out)
+    assert code == 1, err
+    assert (
+        "would remove 3 devices (ascendn1:/dev/davinci5, ascendn1:/dev/davinci6, ascendn1:/dev/davinci7) "
+        "that the files there name" in err
+    )
+    assert snapshot(out) == before
+    data["nodes"] = [ascend]
+    cut.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, _, err = render(cut, out, "--check")
+    assert code == 1 and "removes 2 nodes (a100n1, l40sn1) and 3 devices (ascendn1:/dev/davinci5" in err
+    assert render(cut, out, "--allow-removal")[0] == 0
+    assert sum(map(len, declared_devices((out / "gres.conf").read_text())["ascendn1"])) == 5
+    assert render(EXAMPLE, out)[0] == 0  # devices back: no flag
+
+
+def test_a_device_moved_to_another_file_is_a_removal_and_a_new_type_is_not(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    render(EXAMPLE, out)
+    data = yaml.safe_load(EXAMPLE.read_text())
+    l40s = next(n for n in data["nodes"] if n["name"] == "l40sn1")
+    l40s["devices"][1]["file"] = "/dev/nvidia5"
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, _, err = render(changed, out)
+    assert code == 1 and "remove 1 device (l40sn1:/dev/nvidia1)" in err
+    l40s["devices"][1]["file"] = "/dev/nvidia1"
+    for device in l40s["devices"]:
+        device["type"] = "l40s_site"
+    changed.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, _, err = render(changed, out)
+    assert code == 0, err
+    assert "Type=l40s_site" in (out / "gres.conf").read_text()
