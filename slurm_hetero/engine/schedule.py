@@ -262,6 +262,7 @@ class StepModel:
 
     SIMULATE_OPS = 200_000
     REFINE_REPLICAS = 4
+    REFINE_SIMULATIONS = 1024  # trials of one `refine_split` (bounded planning time)
 
     def __init__(
         self,
@@ -428,15 +429,21 @@ class StepModel:
         return self.simulate(bounds, samples)
 
     def refine_split(self, bounds: Sequence[int], samples: tuple[int, ...]) -> tuple[int, ...]:
-        """For `short` steps, move single samples between replicas while the simulated step improves."""
+        """For `short` steps, move single samples between replicas while the simulated step improves
+        (at most `REFINE_SIMULATIONS` trials: many replicas would take their square per move)."""
         best = self.simulate(bounds, samples)
-        moved = self.short and len(samples) > 1
-        while moved:
+        moved, budget = self.short and len(samples) > 1, self.REFINE_SIMULATIONS
+        while moved and budget > 0:
             moved = False
             for i, j in itertools.permutations(range(len(samples)), 2):
+                if not samples[i]:
+                    continue
+                budget -= 1
                 trial = tuple(n - (k == i) + (k == j) for k, n in enumerate(samples))
-                if samples[i] and (value := self.simulate(bounds, trial)) < best * (1 - 1e-9):
+                if (value := self.simulate(bounds, trial)) < best * (1 - 1e-9):
                     samples, best, moved = trial, value, True
+                    break
+                if budget <= 0:
                     break
         return samples
 
