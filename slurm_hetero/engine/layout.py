@@ -291,9 +291,9 @@ def _solve_all(spec: LayoutSpec) -> Layout:
     fits = sorted(fits, key=lambda f: (f[0], f[1]))[:FINALISTS]
     if not fits:
         raise _no_fit(spec)
-    timed = []
+    timed, trials = [], max(16, StepModel.REFINE_SIMULATIONS * spec.max_candidates // MAX_CANDIDATES)
     for _, i, bounds, model in fits:
-        samples = model.refine_split(bounds, model.split(model.line_stats(bounds) or []))
+        samples = model.refine_split(bounds, model.split(model.line_stats(bounds) or []), trials)
         timed.append((model.simulate(bounds, samples), i, bounds, samples, model))
         even = _even_split(spec, model)
         if even is not None:

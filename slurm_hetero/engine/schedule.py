@@ -428,11 +428,15 @@ class StepModel:
             samples = self.refine_split(bounds, samples)
         return self.simulate(bounds, samples)
 
-    def refine_split(self, bounds: Sequence[int], samples: tuple[int, ...]) -> tuple[int, ...]:
+    def refine_split(
+        self, bounds: Sequence[int], samples: tuple[int, ...], budget: int | None = None
+    ) -> tuple[int, ...]:
         """For `short` steps, move single samples between replicas while the simulated step improves
-        (at most `REFINE_SIMULATIONS` trials: many replicas would take their square per move)."""
+        (at most `budget` trials, `REFINE_SIMULATIONS` by default: many replicas would take their
+        square per move)."""
         best = self.simulate(bounds, samples)
-        moved, budget = self.short and len(samples) > 1, self.REFINE_SIMULATIONS
+        moved = self.short and len(samples) > 1
+        budget = self.REFINE_SIMULATIONS if budget is None else budget
         while moved and budget > 0:
             moved = False
             for i, j in itertools.permutations(range(len(samples)), 2):
