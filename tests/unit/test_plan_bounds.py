@@ -115,6 +115,20 @@ def test_batch_options_are_checked_against_the_global_batch(args: tuple[str, ...
     assert needle in one_line_error(code, err)
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--global-batch", "1" + "0" * 30), "must be 1 to 16,777,216"),
+        (("--global-batch", "8", "--micro-batch", "9"), "--micro-batch 9: must be 1 to the global batch (8)"),
+    ],
+)
+def test_launch_checks_the_batch_options_too(args: tuple[str, ...], needle: str) -> None:
+    code, _, err = run(
+        "launch", "--model", "gpt2", *args, "--dry-run", "--simulate", "n1:a100:2", "--", "true"
+    )
+    assert needle in one_line_error(code, err)
+
+
 # -- 3. never worse than the even split; leave-out only when faster -----------------------------------
 
 
