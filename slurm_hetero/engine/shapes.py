@@ -14,7 +14,8 @@ follows and searches them through `engine.partition`), in a fixed order:
   per type, types in memory order (either way).
 
 Each shape is tried at every micro-batch size of `LayoutSpec.micro_batch_sizes` that an average
-replica can fill (or the one size given).
+replica can fill (or the one size given). The enumeration is bounded (`MAX_CANDIDATES`, below), and
+`shape_search` says when the bound left shapes out.
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ def _divisors(n: int) -> list[int]:
 
 # The search is bounded: each family enumerates at most its share of `LayoutSpec.max_candidates`
 # shapes (pipeline all of it, data and staged an eighth each), the combinations of per-type
-# options cheapest first (each type's first options: no tensor parallelism, fewest stages), and
+# options in order of preference first (each type's first options: the least tensor parallelism;
+# for the staged family then the fewest stages), and
 # `Search.notes` says when some were left out. Without the bound, 5 or more types multiplied
 # stage orders and per-type options into millions of candidates (minutes of planning).
 MAX_CANDIDATES = 8192
-MAX_TYPES = 64  # device types in one layout (`engine.layout.check_size` refuses more)
+MAX_TYPES = 64  # device types in one layout (`engine.limits.check_size` refuses more)
 ORDER_PERMUTATIONS = 5  # every stage order of up to this many types (if within the budget)
 
 
@@ -246,8 +248,8 @@ def shape_search(spec: LayoutSpec) -> Search:
             if cut:
                 notes.append(
                     f"search bounded: {len(found)} {kind} candidates of more "
-                    f"({len(spec.groups)} device types; the cheapest combinations of stages and "
-                    "tensor-parallel degrees were kept)"
+                    f"({len(spec.groups)} device types; those of the least tensor parallelism "
+                    "were kept)"
                 )
     return Search(shapes, tuple(notes))
 
