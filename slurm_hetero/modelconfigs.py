@@ -14,6 +14,7 @@ from slurm_hetero.engine.modelcost import CostSettings, layer_table
 from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
 from slurm_hetero.engine.stagecost import LayerCosts
 from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 
 CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"
 
@@ -27,8 +28,12 @@ def bundled_names() -> list[str]:
 def _parse_json(text: str, source: str) -> Any:
     try:
         return json.loads(text)
+    except RecursionError:
+        raise ConfigError("nested too deeply to be a model config", source) from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", source) from e
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise ConfigError(f"malformed JSON: {e}", source) from None
 
 
 def load_model(ref: str) -> ModelSpec:
@@ -43,10 +48,7 @@ def load_model(ref: str) -> ModelSpec:
             f"unknown model {ref!r}: not a bundled model nor a config.json file; "
             f"bundled: {', '.join(bundled_names())}"
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read: {e}", str(path)) from e
+    text = read_text(path, MAX_CONFIG_BYTES, "model config", ConfigError)
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     return from_hf_config(_parse_json(text, str(path)), name)
 

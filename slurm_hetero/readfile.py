@@ -20,6 +20,7 @@ MiB = 1 << 20
 MAX_INVENTORY_BYTES = 512 * MiB  # a 10,000-node unfolded JSON inventory is about 37 MB
 MAX_CAPTURE_BYTES = 64 * MiB  # one vendor tool's output
 MAX_CONFIG_BYTES = 4 * MiB
+MAX_MEASURED_BYTES = 256 << 10  # `calibrate`'s YAML: a few lines per device type (PyYAML reads ~1 MB/s)
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -28,6 +29,10 @@ _KINDS = {
     stat.S_IFDIR: "a directory",
     stat.S_IFSOCK: "a socket",
 }
+
+
+def _size(limit: int) -> str:
+    return f"{limit // MiB} MiB" if limit % MiB == 0 else f"{limit >> 10} KiB"
 
 
 def read_bytes(path: str | Path, limit: int, what: str, error: type[HeteroError] = HeteroError) -> bytes:
@@ -46,7 +51,7 @@ def read_bytes(path: str | Path, limit: int, what: str, error: type[HeteroError]
             kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
             raise error(f"{path}: {what} is {kind}; give a regular file")
         if info.st_size > limit:
-            raise error(f"{path}: {what} is {info.st_size} bytes, more than the {limit // MiB} MiB allowed")
+            raise error(f"{path}: {what} is {info.st_size} bytes, more than the {_size(limit)} allowed")
         chunks, size = [], 0
         while True:
             chunk = os.read(fd, min(1 * MiB, limit + 1 - size))
@@ -55,7 +60,7 @@ def read_bytes(path: str | Path, limit: int, what: str, error: type[HeteroError]
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise error(f"{path}: {what} is more than the {limit // MiB} MiB allowed")
+                raise error(f"{path}: {what} is more than the {_size(limit)} allowed")
         return b"".join(chunks)
     except OSError as e:
         if e.errno == errno.EISDIR:

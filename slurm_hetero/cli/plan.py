@@ -37,6 +37,7 @@ from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import MFU, device_groups, estimated_types
 from slurm_hetero.engine.layout import (
+    MAX_DEVICES,
     OBJECTIVES,
     SEARCHED_MICRO_BATCHES,
     DeviceGroup,
@@ -46,33 +47,42 @@ from slurm_hetero.engine.layout import (
     PipelinePlan,
     StagePlan,
     assign_ranks,
+    check_batch,
     solve,
     step_schedules,
 )
 from slurm_hetero.engine.modelcost import CostSettings
+from slurm_hetero.engine.shapes import MAX_TYPES
 from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.modelconfigs import context_length, layer_costs_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
+from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
-_DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]*):([0-9]+)")
+_DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]{0,63}):([0-9]+)")
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def parse_devices(text: str) -> list[tuple[str, int]]:
-    """`TYPE:N[,TYPE:N...]` as (type, count) pairs; types lower-cased."""
+    """`TYPE:N[,TYPE:N...]` as (type, count) pairs; types lower-cased. At most
+    `engine.layout.MAX_DEVICES` devices of `MAX_TYPES` types (the user's text quoted in errors)."""
     out = []
-    for item in text.split(","):
+    for item in text.split(",", MAX_TYPES + 1):
         match = _DEVICE.fullmatch(item.strip())
         if not match or int(match[2]) < 1:
             raise RequestError(
-                f"--devices {text}",
-                f"bad entry {item.strip()!r}; expected TYPE:N[,TYPE:N...] "
+                f"--devices {syntax.text(text)}",
+                f"bad entry {syntax.text(item.strip())}; expected TYPE:N[,TYPE:N...] "
                 "with N >= 1, e.g. a100:8,ascend910b3:8",
             )
-        out.append((match[1].lower(), int(match[2])))
+        out.append((match[1].lower(), int(match[2]) if len(match[2]) <= 12 else MAX_DEVICES + 1))
+    if len(out) > MAX_TYPES or sum(n for _, n in out) > MAX_DEVICES:
+        raise RequestError(
+            f"--devices {syntax.text(text)}",
+            f"at most {MAX_DEVICES:,} devices of at most {MAX_TYPES} types can be planned",
+        )
     return out
 
 
@@ -178,6 +188,7 @@ def layout_document(
         "even_over_predicted": None if even is None else even / layout.predicted_step_s,
         "cost_per_step_usd": layout.cost_per_step_usd,
         "left_out": list(layout.left_out),
+        "notes": list(layout.notes),
         "stages": [{k: v for k, v in row.items() if not k.startswith("_")} for row in stages],
     }
 
@@ -228,7 +239,10 @@ def render_layout(
         tail += f"; ${layout.cost_per_step_usd:.4f} per step"
     if layout.left_out:
         tail += f"; left idle: {', '.join(layout.left_out)} (--leave-out: better by the objective without it)"
-    notes = [f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()]
+    notes = [f"note: {n}" for n in layout.notes]
+    notes += [
+        f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()
+    ]
     return "\n".join([head, render_table(rows, COLUMNS), tail, *notes])
 
 
@@ -301,12 +315,13 @@ def build_spec(
     devices: str, model: str, seq: int | None, measured: Path | None, options: Mapping[str, Any]
 ) -> tuple[LayoutSpec, int, CostSettings]:
     """The solver's input from the command line, the sequence length and the cost settings used."""
+    check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
+    allocation = parse_devices(devices)
     length = seq if seq is not None else context_length(model)
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
     rates = load_measured(measured) if measured else {}
     catalog = plan_catalog(options)
-    allocation = parse_devices(devices)
     halves = load_gemm_half(measured) if measured else {}
     groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], halves)
     if note := estimated_types(allocation, catalog, rates):

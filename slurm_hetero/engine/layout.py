@@ -29,7 +29,8 @@ With `leave_out`, the allocation without each type in turn is solved too, and ke
 
 For each candidate shape (data-parallel degree, stages and tensor parallel per group, and stage
 order: every permutation of up to five groups, so the first stage's in-flight activations and
-embedding and the last stage's head land where memory allows) the least bottleneck is found by
+embedding and the last stage's head land where memory allows; `engine.shapes` bounds how many,
+and `Layout.notes` says when that bound cut the search) the least bottleneck is found by
 bisection over a feasibility test (the intervals of layers the first k stages can cover, each stage
 recomputing the fewest layers that make it fit: exact for contiguous min-max splits), then single
 layers are handed between stages while the step improves (closed form; simulated for steps of few
@@ -37,8 +38,12 @@ micro-batches). Shapes are visited by a lower bound on their step and skipped on
 win (above `partition.LARGE_SEARCH` candidates, at most `partition.MAX_SPLITS` are split); the
 best few are timed by simulating the 1F1B schedule.
 
-`bound_step_s` is the total work over the summed throughput of all devices; `even_step_s` is the
-chosen shape with equal layers per stage and equal samples per replica (None if that cannot fit).
+`bound_step_s` is the total work over the summed throughput of all devices (each at the GEMM speed
+of the whole global batch, so efficiency never exceeds 1); `even_step_s` is the chosen shape with
+equal layers per stage and equal samples per replica (None if that cannot fit), which competes
+with the uneven split, so the answer is never slower than it. Sizes are bounded (`engine.limits`:
+`MAX_DEVICES`, `MAX_GLOBAL_BATCH`) and `objective` cost needs every price
+(`check_prices`).
 """
 
 from __future__ import annotations
@@ -53,13 +58,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, check_batch, check_prices, check_size
 from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
-from slurm_hetero.engine.shapes import candidate_shapes
+from slurm_hetero.engine.shapes import (
+    MAX_CANDIDATES,
+    STAGED_MAX_WORLD,
+    candidate_shapes,
+    shape_search,
+    staged_applies,
+)
 from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, gemm_efficiency
 from slurm_hetero.errors import RequestError
 
 __all__ = [
+    "MAX_DEVICES",
+    "MAX_GLOBAL_BATCH",
     "DeviceGroup",
     "LayerCosts",
     "Layout",
@@ -72,6 +86,9 @@ __all__ = [
     "balanced_bounds",
     "bound_step_s",
     "candidate_shapes",
+    "check_batch",
+    "check_prices",
+    "check_size",
     "even_bounds",
     "layout_from_split",
     "polish",
@@ -107,6 +124,7 @@ class LayoutSpec:
     objective: str = "time"  # or "cost": step seconds x the price of the devices used
     leave_out: bool = False  # may a whole device type stay idle when the step is better without it
     mixed_tp: bool = True  # data family: may types differ in tensor-parallel degree
+    max_candidates: int = MAX_CANDIDATES  # shapes searched (`engine.shapes`: the search's bound)
 
     def __post_init__(self) -> None:
         if not self.groups or self.global_batch < 1 or self.micro_batch_size < 1:
@@ -164,6 +182,7 @@ class Layout:
     bound_step_s: float
     left_out: tuple[str, ...] = ()  # device types left idle (`LayoutSpec.leave_out`)
     cost_per_step_usd: float | None = None  # step x the hourly price of the devices used
+    notes: tuple[str, ...] = ()  # what the user should know: the search bounded, prices missing
 
     @property
     def efficiency(self) -> float:
@@ -209,22 +228,36 @@ class RankAssignment:
 
 def solve(spec: LayoutSpec) -> Layout:
     """The best layout by `spec.objective`: every device type used, or (`spec.leave_out`) also each
-    allocation with one type left idle, when that is better."""
+    allocation with one type left idle, when that is better (each searched within
+    an eighth of `spec.max_candidates` over the types, so the whole stays bounded)."""
+    check_size(spec.groups)
+    check_batch(spec.global_batch)
+    check_prices(spec.objective, spec.groups)
     best = _solve_all(spec)
     if not spec.leave_out or len(spec.groups) < 2:
         return best
+    share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
+    full_notes = best.notes
     for k in range(len(spec.groups)):
         subset = dataclasses.replace(
-            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=_drop(spec, k)
+            spec,
+            groups=spec.groups[:k] + spec.groups[k + 1 :],
+            pair_gbs=_drop(spec, k),
+            max_candidates=share,
         )
         try:
             trial = _solve_all(subset)
         except RequestError:
             continue
-        trial = dataclasses.replace(trial, bound_step_s=bound_step_s(spec), left_out=(spec.groups[k].type,))
+        bounded |= bool(trial.notes)
         if _objective(spec, trial) < _objective(spec, best) * (1 - 1e-9):
-            best = trial
-    return best
+            best = dataclasses.replace(
+                trial, bound_step_s=bound_step_s(spec), left_out=(spec.groups[k].type,)
+            )
+    trials = (
+        ["search bounded: each allocation with a type left out searched within its share"] if bounded else []
+    )
+    return dataclasses.replace(best, notes=(*full_notes, *trials))
 
 
 def _drop(spec: LayoutSpec, k: int) -> dict[tuple[int, int], float]:
@@ -250,33 +283,49 @@ def cost_per_step(groups: tuple[DeviceGroup, ...], step_s: float) -> float | Non
 
 
 def _solve_all(spec: LayoutSpec) -> Layout:
-    """The layout with the least simulated step time (or cost) among the best estimated candidates."""
-    fits = sorted(search(spec, candidate_shapes(spec)), key=lambda f: (f[0], f[1]))[:FINALISTS]
+    """The layout with the least simulated step time (or cost) among the best estimated candidates;
+    a finalist's even split (equal layers and samples) competes too, so the answer is never worse
+    than the even split it reports."""
+    found = shape_search(spec)
+    fits, stopped = search(spec, found.shapes)
+    fits = sorted(fits, key=lambda f: (f[0], f[1]))[:FINALISTS]
     if not fits:
         raise _no_fit(spec)
-    timed = []
+    timed, trials = [], max(16, StepModel.REFINE_SIMULATIONS * spec.max_candidates // MAX_CANDIDATES)
     for _, i, bounds, model in fits:
-        samples = model.refine_split(bounds, model.split(model.line_stats(bounds) or []))
+        samples = model.refine_split(bounds, model.split(model.line_stats(bounds) or []), trials)
         timed.append((model.simulate(bounds, samples), i, bounds, samples, model))
+        even = _even_split(spec, model)
+        if even is not None:
+            timed.append((model.simulate(*even), i, *even, model))
     predicted, _, bounds, samples, model = min(timed, key=lambda t: (t[0], t[1]))
-    return layout_from_split(spec, model, bounds, samples, predicted)
+    layout = layout_from_split(spec, model, bounds, samples, predicted)
+    stop = "search bounded: splitting stopped at its work bound, the most promising shapes first"
+    return dataclasses.replace(layout, notes=(*found.notes, *([stop] if stopped else [])))
 
 
 def bound_step_s(spec: LayoutSpec) -> float:
     """Total work of a step over the summed throughput of every device, each at what it sustains on
-    this model on its own (no tensor parallelism, its most efficient micro-batch size)."""
-    b = max(spec.micro_batch_sizes or (spec.micro_batch_size,))
-    elements = b * spec.costs.elements_per_sample
+    this model on its own: no tensor parallelism, and the largest micro-batch any layout could give
+    it (the whole global batch: GEMM speed only grows with size), so no layout beats it."""
+    elements = spec.global_batch * spec.costs.elements_per_sample
     rate = sum(g.count * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, elements) for g in spec.groups)
     return spec.global_batch * spec.costs.step_flops_per_sample / rate
 
 
-def _even_step_s(spec: LayoutSpec, model: StepModel) -> float | None:
+def _even_split(spec: LayoutSpec, model: StepModel) -> tuple[list[int], tuple[int, ...]] | None:
+    """Equal layers per stage and equal samples per replica of `model`'s shape (None: no stage
+    split can hold that many layers)."""
+    if model.shape.stages > spec.costs.layers:
+        return None
     replicas = sum(model.shape.replicas)
     q, r = divmod(spec.global_batch, replicas)
-    step = model.simulate(
-        even_bounds(spec.costs.layers, model.shape.stages), [q + (j < r) for j in range(replicas)]
-    )
+    return even_bounds(spec.costs.layers, model.shape.stages), tuple(q + (j < r) for j in range(replicas))
+
+
+def _even_step_s(spec: LayoutSpec, model: StepModel) -> float | None:
+    even = _even_split(spec, model)
+    step = math.inf if even is None else model.simulate(*even)
     return None if math.isinf(step) else step
 
 
@@ -315,9 +364,7 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
     c, groups = spec.costs, spec.groups
     what = f"{spec.label or f'{c.layers}-layer model'} on " + ",".join(f"{g.type}:{g.count}" for g in groups)
     if not candidate_shapes(spec):
-        return RequestError(
-            what, "no pipeline or data-parallel shape uses every device; use counts with a common divisor"
-        )
+        return RequestError(what, _no_shape_reason(spec))
     devices, have = sum(g.count for g in groups), sum(g.count * g.memory_bytes for g in groups)
     least = c.model_state_bytes(devices)
     if least > have:
@@ -330,6 +377,21 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
     else:
         how, fix = "even with recomputation", "add devices"
     return RequestError(what, f"no stage split fits memory {how} ({largest}); {fix}")
+
+
+def _no_shape_reason(spec: LayoutSpec) -> str:
+    """Why no candidate shape uses every device, for the families asked for."""
+    kinds, world = set(spec.kinds), sum(g.count for g in spec.groups)
+    if kinds == {LayoutKind.STAGED} and not staged_applies(spec):
+        if len(spec.groups) < 2:
+            return "the staged family needs two device types or more; use --kind pipeline or data"
+        return (
+            f"the staged family is searched on at most {STAGED_MAX_WORLD} devices (these are {world}); "
+            "use --kind pipeline or data, or leave --kind out"
+        )
+    if spec.costs.layers < len(spec.groups):
+        return f"{len(spec.groups)} device types need at least as many layers ({spec.costs.layers})"
+    return "no pipeline or data-parallel shape uses every device; use counts with a common divisor"
 
 
 # -- ranks ---------------------------------------------------------------------------------------

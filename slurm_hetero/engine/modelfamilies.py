@@ -42,9 +42,23 @@ from slurm_hetero.errors import ConfigError
 Reader = Callable[[Mapping[str, Any], str], ModelSpec]
 
 
-def _flag(config: Mapping[str, Any], key: str, default: bool) -> bool:
+def _flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
+    """A JSON true or false (absent or null: `default`); anything else is refused (the string
+    "false" is truthy to Python, so it would read as true)."""
     value = config.get(key)
-    return default if value is None else bool(value)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {value!r}", name, key)
+    return value
+
+
+def _either(config: Mapping[str, Any], key: str, old: str) -> Mapping[str, Any]:
+    """`config` with `key` taken from its older spelling `old` when only that is there (Falcon's
+    RefinedWeb configs: n_layer, n_head, n_head_kv)."""
+    if config.get(key) is None and config.get(old) is not None:
+        return {**config, key: config[old]}
+    return config
 
 
 def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
@@ -55,17 +69,17 @@ def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
 def _opt(config: Mapping[str, Any], name: str) -> ModelSpec:
     hidden, heads = _int(config, "hidden_size", name), _int(config, "num_attention_heads", name)
     positions = _int(config, "max_position_embeddings", name, 2048)
-    bias = _flag(config, "enable_bias", True)
-    pre_norm = _flag(config, "do_layer_norm_before", True)
+    bias = _flag(config, name, "enable_bias", True)
+    pre_norm = _flag(config, name, "do_layer_norm_before", True)
     return ModelSpec(
         name=name, family="opt", model_type="opt", hidden=hidden,
         layers=_int(config, "num_hidden_layers", name), heads=heads, kv_heads=heads,
         head_dim=_head_dim({}, name, hidden, heads), intermediate=_int(config, "ffn_dim", name),
         vocab=_int(config, "vocab_size", name), max_positions=positions,
-        tie_embeddings=_flag(config, "tie_word_embeddings", True), gated_mlp=False,
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", True), gated_mlp=False,
         qkv_bias=bias, o_bias=bias, mlp_bias=bias,
-        norm_bias=_flag(config, "layer_norm_elementwise_affine", True),
-        final_norm=pre_norm and not _flag(config, "_remove_final_layer_norm", False),
+        norm_bias=_flag(config, name, "layer_norm_elementwise_affine", True),
+        final_norm=pre_norm and not _flag(config, name, "_remove_final_layer_norm", False),
         learned_positions=positions + 2, embed_dim=_int(config, "word_embed_proj_dim", name, hidden),
     )  # fmt: skip
 
@@ -80,7 +94,7 @@ def _gpt_neo(config: Mapping[str, Any], name: str) -> ModelSpec:
         head_dim=_head_dim({}, name, hidden, heads),
         intermediate=_int(config, "intermediate_size", name) if inner is not None else 4 * hidden,
         vocab=_int(config, "vocab_size", name), max_positions=positions,
-        tie_embeddings=_flag(config, "tie_word_embeddings", True), gated_mlp=False,
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", True), gated_mlp=False,
         qkv_bias=False, o_bias=True, mlp_bias=True, norm_bias=True, learned_positions=positions,
     )  # fmt: skip
 
@@ -94,20 +108,27 @@ def _gptj(config: Mapping[str, Any], name: str) -> ModelSpec:
         head_dim=_head_dim({}, name, hidden, heads),
         intermediate=_int(config, "n_inner", name) if inner is not None else 4 * hidden,
         vocab=_int(config, "vocab_size", name), max_positions=_int(config, "n_positions", name, 2048),
-        tie_embeddings=_flag(config, "tie_word_embeddings", False), gated_mlp=False,
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", False), gated_mlp=False,
         mlp_bias=True, norm_bias=True, norms_per_layer=1, lm_head_bias=True,
     )  # fmt: skip
 
 
 def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
+    for key, old in (
+        ("num_hidden_layers", "n_layer"),
+        ("num_attention_heads", "n_head"),
+        ("num_kv_heads", "n_head_kv"),
+    ):
+        config = _either(config, key, old)
     hidden, heads = _int(config, "hidden_size", name), _int(config, "num_attention_heads", name)
-    new = _flag(config, "new_decoder_architecture", False)
+    # RefinedWeb (Falcon-40B's first release) is the new decoder architecture, RefinedWebModel (7B) not
+    new = _flag(config, name, "new_decoder_architecture", config.get("model_type") == "RefinedWeb")
     if new:
         kv_heads = _int(config, "num_kv_heads", name, heads)
     else:
-        kv_heads = 1 if _flag(config, "multi_query", True) else heads
-    parallel = _flag(config, "parallel_attn", True)
-    bias = _flag(config, "bias", False)
+        kv_heads = 1 if _flag(config, name, "multi_query", True) else heads
+    parallel = _flag(config, name, "parallel_attn", True)
+    bias = _flag(config, name, "bias", False)
     inner = config.get("ffn_hidden_size")
     return ModelSpec(
         name=name, family="falcon", model_type="falcon", hidden=hidden,
@@ -116,7 +137,7 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
         intermediate=_int(config, "ffn_hidden_size", name) if inner is not None else 4 * hidden,
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "max_position_embeddings", name, 2048),
-        tie_embeddings=_flag(config, "tie_word_embeddings", True), gated_mlp=False,
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", True), gated_mlp=False,
         qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
         norms_per_layer=2 if new or not parallel else 1, fused_qkv=True,
     )  # fmt: skip
@@ -124,7 +145,7 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
 
 def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
     model_type = str(config["model_type"])
-    tied = {**config, "tie_word_embeddings": _flag(config, "tie_word_embeddings", True)}
+    tied = {**config, "tie_word_embeddings": _flag(config, name, "tie_word_embeddings", True)}
     spec = _llama_spec(tied, name, model_type)
     return spec if model_type == "gemma" else _with(spec, norms_per_layer=4)
 
@@ -176,10 +197,11 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
         head_dim=_head_dim({}, name, hidden, heads), intermediate=expert,
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "max_position_embeddings", name, 4096),
-        tie_embeddings=_flag(config, "tie_word_embeddings", False), gated_mlp=True,
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", False), gated_mlp=True,
         num_experts=_int(config, "n_routed_experts", name),
         experts_per_token=_int(config, "num_experts_per_tok", name),
-        qkv_bias=_flag(config, "attention_bias", False), o_bias=_flag(config, "attention_bias", False),
+        qkv_bias=_flag(config, name, "attention_bias", False),
+        o_bias=_flag(config, name, "attention_bias", False),
         shared_intermediate=_optional(config, "n_shared_experts", name) * expert,
         router_bias=model_type == "deepseek_v3",
         dense_layers=min(_optional(config, "first_k_dense_replace", name), layers),

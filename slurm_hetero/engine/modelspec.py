@@ -260,11 +260,30 @@ def _t5_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
     )
 
 
+# Layers a model may have: 50 times the deepest published models (about 200), small enough that
+# per-layer tables and the layer split stay bounded (10**30 layers hung `plan`).
+MAX_LAYERS = 10_000
+
+
 def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     """The `ModelSpec` of a Hugging Face `config.json` (already parsed). `name` labels errors.
 
-    Raises `ConfigError` naming the key for missing or non-positive sizes, and listing the
-    supported `model_type`s for anything else."""
+    Raises `ConfigError` naming the key for missing or non-positive sizes, more than `MAX_LAYERS`
+    layers or more experts per token than experts, and listing the supported `model_type`s for
+    anything else."""
+    spec = _read_config(config, name)
+    if spec.total_layers > MAX_LAYERS:
+        raise ConfigError(f"{spec.total_layers} layers; at most {MAX_LAYERS:,} are supported", name, "layers")
+    if spec.experts_per_token > spec.num_experts:
+        raise ConfigError(
+            f"{spec.experts_per_token} experts per token but only {spec.num_experts} experts",
+            name,
+            "num_experts_per_tok",
+        )
+    return spec
+
+
+def _read_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     from slurm_hetero.engine.modelfamilies import READERS
 
     if not isinstance(config, Mapping):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short, network_between
+from slurm_hetero.engine.shapes import MAX_CANDIDATES
 from slurm_hetero.engine.stagecost import GB, TFLOPS, gemm_efficiency, ring_allreduce_s
 
 if TYPE_CHECKING:
@@ -29,6 +30,12 @@ Rates = dict[tuple[int, int, float], float]
 # bounded planning time there; smaller searches stay exact.
 LARGE_SEARCH = 1000
 MAX_SPLITS = 48
+# And in any search, splitting stops (after the first fit) once the splits' estimated work (stages
+# cubed, times the simulated operations of a short step: `_split_work`) passes MAX_SPLIT_WORK x the
+# spec's share of `shapes.MAX_CANDIDATES`: short steps are never skipped by their lower bound, and
+# polishing one simulates it for every move; 5 or more types made that minutes. The benchmark
+# mixes and the exhaustively checked small instances stay under it (at most 0.93 M).
+MAX_SPLIT_WORK = 1_000_000
 
 
 # -- bounds that let the search skip shapes -------------------------------------------------------
@@ -266,9 +273,19 @@ def even_bounds(layers: int, stages: int) -> list[int]:
 # -- the search ----------------------------------------------------------------------------------
 
 
-def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, list[int], StepModel]]:
+def _split_work(spec: LayoutSpec, shape: Shape) -> int:
+    """Rough work of splitting and polishing `shape` (the unit of MAX_SPLIT_WORK)."""
+    p = shape.stages
+    if not is_short(shape, spec.global_batch):
+        return p**3
+    return p**3 * 2 * p * math.ceil(spec.global_batch / sum(shape.replicas) / shape.micro_batch)
+
+
+def search(
+    spec: LayoutSpec, shapes: Sequence[Shape]
+) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
-    can win."""
+    can win; and whether the work bound stopped it early."""
     sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
     rate: Rates = {
         (g, t, b): _stage_rate(spec, g, t, b)
@@ -279,7 +296,8 @@ def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, 
     ranked = sorted((_lower_bound(spec, s, rate), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
     best = math.inf
-    split = 0
+    split, work = 0, 0
+    most = MAX_SPLIT_WORK * spec.max_candidates / MAX_CANDIDATES
     for bound, i, shape in ranked:
         short = is_short(shape, spec.global_batch)
         if (bound >= best and not short) or not _holds_state(spec, shape):
@@ -287,6 +305,9 @@ def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, 
         split += 1
         if split > MAX_SPLITS and fits and len(shapes) > LARGE_SEARCH:
             break  # the most promising MAX_SPLITS shapes were split: planning time stays bounded
+        if work > most and fits:
+            return fits, True
+        work += _split_work(spec, shape)
         model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
         start = balanced_bounds(model, _cap(spec, shape, best))
         if start is None or (_floor(spec, model, start, rate) >= best and not short):
@@ -294,4 +315,4 @@ def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> list[tuple[float, int, 
         bounds, score = polish(model, start)
         fits.append((score, i, bounds, model))
         best = min(best, score)
-    return fits
+    return fits, False

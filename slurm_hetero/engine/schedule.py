@@ -262,6 +262,7 @@ class StepModel:
 
     SIMULATE_OPS = 200_000
     REFINE_REPLICAS = 4
+    REFINE_SIMULATIONS = 1024  # trials of one `refine_split` (bounded planning time)
 
     def __init__(
         self,
@@ -427,16 +428,26 @@ class StepModel:
             samples = self.refine_split(bounds, samples)
         return self.simulate(bounds, samples)
 
-    def refine_split(self, bounds: Sequence[int], samples: tuple[int, ...]) -> tuple[int, ...]:
-        """For `short` steps, move single samples between replicas while the simulated step improves."""
+    def refine_split(
+        self, bounds: Sequence[int], samples: tuple[int, ...], budget: int | None = None
+    ) -> tuple[int, ...]:
+        """For `short` steps, move single samples between replicas while the simulated step improves
+        (at most `budget` trials, `REFINE_SIMULATIONS` by default: many replicas would take their
+        square per move)."""
         best = self.simulate(bounds, samples)
         moved = self.short and len(samples) > 1
-        while moved:
+        budget = self.REFINE_SIMULATIONS if budget is None else budget
+        while moved and budget > 0:
             moved = False
             for i, j in itertools.permutations(range(len(samples)), 2):
+                if not samples[i]:
+                    continue
+                budget -= 1
                 trial = tuple(n - (k == i) + (k == j) for k, n in enumerate(samples))
-                if samples[i] and (value := self.simulate(bounds, trial)) < best * (1 - 1e-9):
+                if (value := self.simulate(bounds, trial)) < best * (1 - 1e-9):
                     samples, best, moved = trial, value, True
+                    break
+                if budget <= 0:
                     break
         return samples
 

@@ -14,24 +14,87 @@ follows and searches them through `engine.partition`), in a fixed order:
   per type, types in memory order (either way).
 
 Each shape is tried at every micro-batch size of `LayoutSpec.micro_batch_sizes` that an average
-replica can fill (or the one size given).
+replica can fill (or the one size given). The enumeration is bounded (`MAX_CANDIDATES`, below), and
+`shape_search` says when the bound left shapes out.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from slurm_hetero.engine.schedule import LayoutKind, Shape
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
+T = TypeVar("T")
+U = TypeVar("U")
+
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+# The search is bounded: each family enumerates at most its share of `LayoutSpec.max_candidates`
+# shapes (pipeline all of it, data and staged an eighth each), the combinations of per-type
+# options in order of preference first (each type's first options: the least tensor parallelism;
+# for the staged family then the fewest stages), and
+# `Search.notes` says when some were left out. Without the bound, 5 or more types multiplied
+# stage orders and per-type options into millions of candidates (minutes of planning).
+MAX_CANDIDATES = 8192
+MAX_TYPES = 64  # device types in one layout (`engine.limits.check_size` refuses more)
+ORDER_PERMUTATIONS = 5  # every stage order of up to this many types (if within the budget)
+
+
+@dataclass(frozen=True)
+class Search:
+    """The candidate shapes of a spec, and notes on what the search bound left out."""
+
+    shapes: list[Shape]
+    notes: tuple[str, ...] = ()
+
+
+def _bounded_product(
+    options: Sequence[Sequence[T]], limit: int, weight: Callable[[T], int] = lambda _: 0, cap: int = 0
+) -> tuple[list[tuple[T, ...]], bool]:
+    """Up to `limit` combinations of one item of each option list whose weights sum to at most
+    `cap` (when `weight` is given), those of the earliest items first (by the sum of their
+    positions); and whether any were left out. The work is bounded too (`limit` x 64 steps)."""
+    sizes = [len(o) for o in options]
+    if not options or 0 in sizes:
+        return [], False
+    lightest = [min(weight(x) for x in o) for o in options]
+    light_rest = list(itertools.accumulate(reversed(lightest), initial=0))[::-1]
+    index_rest = list(itertools.accumulate(reversed([n - 1 for n in sizes]), initial=0))[::-1]
+    out: list[tuple[T, ...]] = []
+    steps = [limit * 64]
+
+    def compose(i: int, left: int, room: int, prefix: tuple[T, ...]) -> Iterator[tuple[T, ...]]:
+        if i == len(options):
+            yield prefix
+            return
+        for j in range(max(0, left - index_rest[i + 1]), min(sizes[i] - 1, left) + 1):
+            steps[0] -= 1
+            if steps[0] < 0:
+                return
+            w = weight(options[i][j])
+            if w + light_rest[i + 1] <= room:
+                yield from compose(i + 1, left - j, room - w, (*prefix, options[i][j]))
+
+    room = cap if cap else sum(max(weight(x) for x in o) for o in options)
+    for total in range(index_rest[0] + 1):
+        for combo in compose(0, total, room, ()):
+            out.append(combo)
+            if len(out) == limit:
+                return out, True
+        if steps[0] < 0:
+            return out, True
+    return out, False
 
 
 def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
@@ -50,24 +113,51 @@ def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
     return [b for b in spec.micro_batch_sizes if b <= most] or [min(spec.micro_batch_sizes)]
 
 
+def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
+    """Stage orders of many types: as given, by memory (largest first: the first stage holds the
+    most in-flight activations and the embedding) either way, by speed either way."""
+    k, groups = len(spec.groups), spec.groups
+    by_memory = tuple(sorted(range(k), key=lambda g: (-groups[g].memory_bytes, g)))
+    by_speed = tuple(sorted(range(k), key=lambda g: (-groups[g].tflops, g)))
+    orders = [tuple(range(k)), by_memory, by_memory[::-1], by_speed, by_speed[::-1]]
+    return list(dict.fromkeys(orders))
+
+
 def _orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
     k = len(spec.groups)
-    if k <= 5:
+    if k <= ORDER_PERMUTATIONS:
         return list(itertools.permutations(range(k)))
-    by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
-    return [tuple(range(k)), by_memory, by_memory[::-1]]
+    return _few_orders(spec)
 
 
-def _pipeline_shapes(spec: LayoutSpec) -> Iterator[Shape]:
-    counts, layers, orders = [g.count for g in spec.groups], spec.costs.layers, _orders(spec)
-    for d in _divisors(math.gcd(*counts)):
+def _round_robin(per_key: list[list[U]]) -> list[U]:
+    """Items of several lists interleaved: each list's first, then each one's second, ..."""
+    return [x for row in itertools.zip_longest(*per_key) for x in row if x is not None]
+
+
+def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
+    counts, layers = [g.count for g in spec.groups], spec.costs.layers
+    divisors = _divisors(math.gcd(*counts))
+    each, cut = max(16, budget // len(divisors)), False
+    per_d = []
+    for d in divisors:
         options = [[(n // d // t, t) for t in _tp_options(spec, i, n // d)] for i, n in enumerate(counts)]
-        for combo in itertools.product(*options):
-            if sum(s for s, _ in combo) <= layers:
-                for order in orders:
-                    line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
-                    for b in _micro_batches(spec, d):
-                        yield Shape(LayoutKind.PIPELINE, (line,), (d,), b)
+        combos, left = _bounded_product(options, each, lambda o: o[0], layers)
+        per_d.append([(d, c) for c in combos])
+        cut |= left
+    orders, sizes = _orders(spec), {d: _micro_batches(spec, d) for d in divisors}
+    structures = [x for row in per_d for x in row]
+    if sum(len(sizes[d]) for d, _ in structures) * len(orders) > budget:
+        orders, cut = (_few_orders(spec), True) if len(orders) > 5 else (orders, cut)
+        structures = _round_robin(per_d)  # every data-parallel degree keeps its cheapest first
+    shapes: list[Shape] = []
+    for d, combo in structures:
+        if len(shapes) + len(orders) * len(sizes[d]) > budget:
+            return shapes, True
+        for order in orders:
+            line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
+            shapes += [Shape(LayoutKind.PIPELINE, (line,), (d,), b) for b in sizes[d]]
+    return shapes, cut
 
 
 # Degrees that differ by type multiply the data family's candidates by up to 4 ** types, and their
@@ -76,21 +166,27 @@ def _pipeline_shapes(spec: LayoutSpec) -> Iterator[Shape]:
 MIXED_TP_MAX_WORLD = 256
 
 
-def _data_shapes(spec: LayoutSpec) -> Iterator[Shape]:
+def _data_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     """Every type runs replicas of `p` stages, each type at its own tensor-parallel degree
     (uniform degrees first; mixed ones up to `MIXED_TP_MAX_WORLD` devices, unless
     `LayoutSpec.mixed_tp` is False)."""
-    counts, k = [g.count for g in spec.groups], len(spec.groups)
+    counts, k, cut = [g.count for g in spec.groups], len(spec.groups), False
+    shapes: list[Shape] = []
     for p in (p for p in _divisors(math.gcd(*counts)) if p <= spec.costs.layers):
         options = [_tp_options(spec, g, counts[g] // p) for g in range(k)]
-        combos = [c for c in itertools.product(*options) if len(set(c)) == 1]
+        combos = [(t,) * k for t in spec.tp_sizes if all(t in o for o in options)]
         if spec.mixed_tp and sum(counts) <= MIXED_TP_MAX_WORLD:
-            combos += [c for c in itertools.product(*options) if len(set(c)) > 1]
+            mixed, left = _bounded_product(options, budget)
+            combos += [c for c in mixed if len(set(c)) > 1]
+            cut |= left
         for combo in combos:
             lines = tuple(tuple((g, combo[g]) for _ in range(p)) for g in range(k))
             replicas = tuple(n // (p * t) for n, t in zip(counts, combo))
             for b in _micro_batches(spec, sum(replicas)):
-                yield Shape(LayoutKind.DATA, lines, replicas, b)
+                if len(shapes) == budget:
+                    return shapes, True
+                shapes.append(Shape(LayoutKind.DATA, lines, replicas, b))
+    return shapes, cut
 
 
 STAGED_MAX_WORLD = 256  # the staged family's candidates grow as a product over types: bounded here
@@ -105,19 +201,19 @@ def _staged_options(spec: LayoutSpec, group: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _staged_shapes(spec: LayoutSpec) -> Iterator[Shape]:
+def _staged_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     """One pipeline through every type, each type its own stages, tensor-parallel and
     data-parallel degree (Metis's per-type data parallelism); the micro-batch of the pipeline is
     split over each stage's data-parallel devices. Types in memory order (either way); combinations
     whose types share one degree are the pipeline family's and left to it."""
-    k, world = len(spec.groups), sum(g.count for g in spec.groups)
-    if k < 2 or world > STAGED_MAX_WORLD:
-        return
+    k = len(spec.groups)
     options = [_staged_options(spec, g) for g in range(k)]
     by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
     orders = [by_memory, by_memory[::-1]]  # the largest memories first (embedding, activations) or last
-    for combo in itertools.product(*options):
-        if sum(s for s, _, _ in combo) > spec.costs.layers or len({d for _, _, d in combo}) == 1:
+    combos, cut = _bounded_product(options, budget, lambda o: o[0], spec.costs.layers)
+    shapes: list[Shape] = []
+    for combo in combos:
+        if len({d for _, _, d in combo}) == 1:
             continue  # one common degree: the pipeline family's shape
         widest = max(d for _, _, d in combo)
         for order in orders:
@@ -125,14 +221,39 @@ def _staged_shapes(spec: LayoutSpec) -> Iterator[Shape]:
             dps = tuple(combo[g][2] for g in order for _ in range(combo[g][0]))
             for b in _micro_batches(spec, widest):
                 if b * widest <= spec.global_batch:
-                    yield Shape(LayoutKind.STAGED, (line,), (1,), b * widest, dps)
+                    if len(shapes) == budget:
+                        return shapes, True
+                    shapes.append(Shape(LayoutKind.STAGED, (line,), (1,), b * widest, dps))
+    return shapes, cut
+
+
+def staged_applies(spec: LayoutSpec) -> bool:
+    """Whether the staged family has shapes to offer: two types or more, `STAGED_MAX_WORLD`
+    devices at most."""
+    return len(spec.groups) > 1 and sum(g.count for g in spec.groups) <= STAGED_MAX_WORLD
+
+
+def shape_search(spec: LayoutSpec) -> Search:
+    """Every shape the solver considers, in a fixed order, within `spec.max_candidates`."""
+    budget, shapes, notes = spec.max_candidates, [], []
+    families = (
+        (LayoutKind.PIPELINE, True, _pipeline_shapes, budget),
+        (LayoutKind.DATA, len(spec.groups) > 1, _data_shapes, max(1, budget // 8)),
+        (LayoutKind.STAGED, staged_applies(spec), _staged_shapes, max(1, budget // 8)),
+    )
+    for kind, applies, enumerate_family, share in families:
+        if kind in spec.kinds and applies:
+            found, cut = enumerate_family(spec, share)
+            shapes += found
+            if cut:
+                notes.append(
+                    f"search bounded: {len(found)} {kind} candidates of more "
+                    f"({len(spec.groups)} device types; those of the least tensor parallelism "
+                    "were kept)"
+                )
+    return Search(shapes, tuple(notes))
 
 
 def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
-    """Every shape the solver considers, in a fixed order."""
-    shapes = list(_pipeline_shapes(spec)) if LayoutKind.PIPELINE in spec.kinds else []
-    if LayoutKind.DATA in spec.kinds and len(spec.groups) > 1:
-        shapes += _data_shapes(spec)
-    if LayoutKind.STAGED in spec.kinds:
-        shapes += _staged_shapes(spec)
-    return shapes
+    """Every shape the solver considers, in a fixed order (`shape_search` without its notes)."""
+    return shape_search(spec).shapes

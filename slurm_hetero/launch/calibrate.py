@@ -40,6 +40,7 @@ import yaml
 
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import ConfigError, HeteroError
+from slurm_hetero.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.vendors import vendor_traits
 
 DEFAULT_OUT = Path("~/.config/slurm-hetero/measured.yaml")
@@ -236,9 +237,14 @@ def _digits(value: float) -> float:
 
 
 def _read(path: Path) -> Any:
+    """The measured-throughput YAML: a regular file of at most MAX_MEASURED_BYTES (a FIFO or a
+    device is refused without blocking, `readfile`)."""
+    text = read_text(path, MAX_MEASURED_BYTES, "measured-throughput file", ConfigError)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError("nested too deeply to be a measured-throughput file", str(path)) from None
+    except yaml.YAMLError as e:
         raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
 
 

@@ -42,6 +42,7 @@ from slurm_hetero.engine.layout import (
     LayoutSpec,
     RankAssignment,
     assign_ranks,
+    check_batch,
     even_bounds,
     layout_from_split,
     solve,
@@ -108,6 +109,7 @@ class LaunchOptions:
         for flag, count in counts.items():
             if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
                 raise LaunchPlanError(f"{flag}: must be a positive integer, got {count!r}")
+        check_batch(self.global_batch, self.micro_batch)
         if not self.tp_sizes or any(t < 1 for t in self.tp_sizes):
             raise LaunchPlanError(f"--tp-sizes: must be positive integers, got {self.tp_sizes!r}")
         rates = {

@@ -1,0 +1,56 @@
+"""The sizes a layout may have, and the inputs the solver refuses before it searches.
+
+Pure, no I/O. Far beyond any real job, small enough that the planner's arrays and loops stay
+bounded: a count of 10**9 devices hung `plan`, 10**30 overflowed. `engine.layout.solve` checks
+them all; `slurm-hetero plan` and `launch` check the batch options before loading anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurm_hetero.engine.shapes import MAX_TYPES
+from slurm_hetero.engine.stagecost import DeviceGroup
+from slurm_hetero.errors import RequestError
+
+MAX_DEVICES = 65_536
+MAX_GLOBAL_BATCH = 2**24  # sequences per step
+
+
+def check_size(groups: Sequence[DeviceGroup]) -> None:
+    """A RequestError when the allocation is beyond what the planner takes (`MAX_DEVICES` devices,
+    `engine.shapes.MAX_TYPES` device types)."""
+    devices = sum(g.count for g in groups)
+    if devices > MAX_DEVICES or len(groups) > MAX_TYPES:
+        raise RequestError(
+            f"{devices} devices of {len(groups)} types",
+            f"the planner takes at most {MAX_DEVICES:,} devices of at most {MAX_TYPES} types",
+        )
+
+
+def check_batch(global_batch: int, micro_batch: int | None = None, micro_batches: int | None = None) -> None:
+    """A RequestError (one, naming the flags) when the batch options cannot go together: the global
+    batch at most `MAX_GLOBAL_BATCH`, a micro-batch size or count at most the global batch, and not
+    both (each sets the micro-batch size)."""
+    if not 1 <= global_batch <= MAX_GLOBAL_BATCH:
+        raise RequestError(f"--global-batch {global_batch}", f"must be 1 to {MAX_GLOBAL_BATCH:,} sequences")
+    if micro_batch is not None and micro_batches is not None:
+        raise RequestError(
+            f"--micro-batch {micro_batch} --micro-batches {micro_batches}",
+            "each sets the micro-batch size; give one of them",
+        )
+    for flag, value in (("--micro-batch", micro_batch), ("--micro-batches", micro_batches)):
+        if value is not None and not 1 <= value <= global_batch:
+            raise RequestError(f"{flag} {value}", f"must be 1 to the global batch ({global_batch})")
+
+
+def check_prices(objective: str, groups: Sequence[DeviceGroup]) -> None:
+    """`objective` cost needs every type's price: a RequestError naming those without one (planning
+    by time instead, silently, would answer another question than the one asked)."""
+    unpriced = sorted({g.type for g in groups if g.price_per_hour <= 0})
+    if objective == "cost" and unpriced:
+        raise RequestError(
+            "--objective cost",
+            f"no price per hour for {', '.join(unpriced)}; give price_per_hour_usd in a site models "
+            "file (/etc/slurm-hetero/models.d/*.yaml) or plan with --objective time",
+        )

@@ -1,0 +1,259 @@
+"""`slurm-hetero plan` and the layout solver on adversarial inputs: a bounded search over many device
+types, efficiency never above 1, never worse than the even split, sizes bounded with one-line
+errors, strict model configs, and bounded reads of `--measured`."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.cli.plan import cross_type_gbs, parse_devices
+from slurm_hetero.engine.devicegroups import device_groups
+from slurm_hetero.engine.layout import SEARCHED_MICRO_BATCHES, LayoutSpec, solve
+from slurm_hetero.engine.modelcost import SOLVER_SETTINGS
+from slurm_hetero.engine.modelspec import MAX_LAYERS, from_hf_config
+from slurm_hetero.engine.shapes import MAX_CANDIDATES, _bounded_product, shape_search
+from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.modelconfigs import layer_costs_for
+from tests.unit.test_layout import random_spec
+
+FIVE_TYPES = "h100_sxm:8,a100_80g:8,l40s:8,v100_32g:8,mi300x:8"
+SIX_TYPES = FIVE_TYPES + ",t4:8"
+
+
+def spec_of(
+    devices: str, model: str = "llama-3-8b", seq: int = 4096, batch: int = 2048, **knobs: object
+) -> LayoutSpec:
+    catalog = load_catalog()
+    groups = device_groups(parse_devices(devices), catalog, {})
+    return LayoutSpec(
+        groups,
+        layer_costs_for(model, seq, SOLVER_SETTINGS),
+        batch,
+        label=model,
+        micro_batch_sizes=SEARCHED_MICRO_BATCHES,
+        pair_gbs=cross_type_gbs(groups, catalog, 25.0),
+        **knobs,  # type: ignore[arg-type]
+    )
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def one_line_error(code: int, err: str) -> str:
+    assert code == 1 and err.startswith("slurm-hetero: ") and err.count("\n") == 1, (code, err)
+    return err
+
+
+# -- 1. the search is bounded ------------------------------------------------------------------
+
+
+def test_five_types_search_a_bounded_number_of_shapes_and_say_so() -> None:
+    """5 types x 8 devices were 1.4 million candidates (20 s to list, minutes to plan)."""
+    found = shape_search(spec_of(FIVE_TYPES))
+    assert len(found.shapes) <= MAX_CANDIDATES * 5 // 4
+    assert found.notes and all(n.startswith("search bounded") for n in found.notes)
+
+
+def test_six_types_plan_in_seconds_with_leave_out() -> None:
+    """6 types x 8 devices of llama-3-8b took more than 120 s; with --leave-out 7 searches."""
+    start = time.process_time()
+    layout = solve(spec_of(SIX_TYPES, leave_out=True))
+    assert time.process_time() - start < 30
+    assert layout.notes and layout.predicted_step_s <= (layout.even_step_s or float("inf"))
+
+
+def test_the_bounded_product_stops_within_its_work_on_billions_of_combinations() -> None:
+    options = [list(range(16))] * 20  # 16 ** 20 combinations, almost none within the cap
+    start = time.process_time()
+    combos, cut = _bounded_product(options, 100, weight=lambda x: x, cap=3)
+    assert time.process_time() - start < 5
+    assert cut and 0 < len(combos) <= 100 and all(sum(c) <= 3 for c in combos)
+    assert combos[0] == (0,) * 20  # the cheapest first
+
+
+def test_small_searches_are_not_bounded() -> None:
+    for seed in range(40):
+        assert not shape_search(random_spec(random.Random(seed))).notes
+
+
+# -- 2. efficiency is at most 1; micro-batch options checked ---------------------------------------
+
+
+def test_efficiency_never_exceeds_one_at_large_micro_batches() -> None:
+    """gemma-2b on 2 V100 + 2 H100 chose micro-batch 16 (a staged stage of dp 1) and reported 1.057:
+    the bound took the GEMM speed of micro-batch 8."""
+    layout = solve(spec_of("v100_32g:2,h100_sxm:2", "gemma-2b", 512, 512))
+    assert layout.efficiency <= 1.0
+    implied = solve(spec_of("v100_32g:2,h100_sxm:2", "gemma-2b", 512, 512, micro_batches=4))
+    assert implied.pipelines[0].micro_batch > max(SEARCHED_MICRO_BATCHES) and implied.efficiency <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--micro-batches", "4", "--micro-batch", "2"), "give one of them"),
+        (("--micro-batch", "1000"), "--micro-batch 1000: must be 1 to the global batch (512)"),
+        (("--micro-batches", "513"), "--micro-batches 513: must be 1 to the global batch"),
+        (("--global-batch", "1" + "0" * 30), "must be 1 to 16,777,216"),
+    ],
+)
+def test_batch_options_are_checked_against_the_global_batch(args: tuple[str, ...], needle: str) -> None:
+    code, _, err = run(
+        "plan", "--model", "gemma-2b", "--devices", "v100_32g:2,h100_sxm:2", "--seq", "512", *args
+    )
+    assert needle in one_line_error(code, err)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--global-batch", "1" + "0" * 30), "must be 1 to 16,777,216"),
+        (("--global-batch", "8", "--micro-batch", "9"), "--micro-batch 9: must be 1 to the global batch (8)"),
+    ],
+)
+def test_launch_checks_the_batch_options_too(args: tuple[str, ...], needle: str) -> None:
+    code, _, err = run(
+        "launch", "--model", "gpt2", *args, "--dry-run", "--simulate", "n1:a100:2", "--", "true"
+    )
+    assert needle in one_line_error(code, err)
+
+
+# -- 3. never worse than the even split; leave-out only when faster -----------------------------------
+
+
+def test_leave_out_is_never_slower_than_its_even_split_nor_than_all_devices() -> None:
+    """t4:6,ascend910b3:3,gaudi2:1: --leave-out returned 0.15 s against its even split's 0.14 s."""
+    args = ("t4:6,ascend910b3:3,gaudi2:1", "gpt2", 1024, 64)
+    full = solve(spec_of(*args))
+    left = solve(spec_of(*args, leave_out=True))
+    assert left.even_step_s is not None and left.predicted_step_s <= left.even_step_s * (1 + 1e-9)
+    assert left.predicted_step_s <= full.predicted_step_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_no_layout_is_worse_than_its_even_split(seed: int) -> None:
+    spec = random_spec(random.Random(seed))
+    try:
+        layout = solve(spec)
+    except RequestError:
+        return
+    if layout.even_step_s is not None:
+        assert layout.predicted_step_s <= layout.even_step_s * (1 + 1e-9)
+
+
+# -- 4, 5, 6, 9, 10: sizes and text in errors ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("devices", "needle"),
+    [
+        ("h100_sxm:1" + "0" * 30, "at most 65,536 devices"),
+        ("h100_sxm:1" + "0" * 18, "at most 65,536 devices"),
+        ("h100_sxm:1000000000", "at most 65,536 devices"),
+        ("h100_sxm:40000,a100:40000", "at most 65,536 devices"),
+        ("h1\n00:3", "'h1\\n00:3'"),
+    ],
+)
+def test_device_lists_are_bounded_and_quoted(devices: str, needle: str) -> None:
+    code, _, err = run("plan", "--model", "gpt2", "--devices", devices)
+    assert needle in one_line_error(code, err)
+
+
+def test_staged_on_too_many_devices_says_the_real_reason() -> None:
+    code, _, err = run("plan", "--model", "gpt2", "--devices", "h100_sxm:512,a100:512", "--kind", "staged")
+    err = one_line_error(code, err)
+    assert "at most 256 devices" in err and "common divisor" not in err
+
+
+def test_cost_objective_refuses_unpriced_types() -> None:
+    code, _, err = run("plan", "--model", "gpt2", "--devices", "a100:4,ascend910b3:4", "--objective", "cost")
+    assert "no price per hour for ascend910b3" in one_line_error(code, err)
+
+
+def _config(tmp_path: Path, name: str, body: object) -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(body if isinstance(body, str) else json.dumps(body))
+    return str(path)
+
+
+LLAMA = {
+    "model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+    "intermediate_size": 4096, "vocab_size": 32000,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["plan", "launch"])
+def test_a_deeply_nested_model_config_is_one_line(tmp_path: Path, command: str) -> None:
+    model = _config(tmp_path, "deep", '{"model_type": "llama", "x": ' + "[" * 5000 + "]" * 5000 + "}")
+    extra = (
+        ("--devices", "a100:2")
+        if command == "plan"
+        else ("--dry-run", "--simulate", "n1:a100:2", "--", "true")
+    )
+    code, _, err = run(command, "--model", model, *extra)
+    assert "nested too deeply" in one_line_error(code, err)
+
+
+def test_a_model_of_too_many_layers_is_refused(tmp_path: Path) -> None:
+    model = _config(tmp_path, "deep", {**LLAMA, "num_hidden_layers": 10**30})
+    code, _, err = run("plan", "--model", model, "--devices", "a100:2")
+    assert f"at most {MAX_LAYERS:,}" in one_line_error(code, err)
+
+
+# -- 8. model configs ----------------------------------------------------------------------------
+
+
+def test_more_experts_per_token_than_experts_is_refused() -> None:
+    moe = {**LLAMA, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 9}
+    with pytest.raises(ConfigError, match="9 experts per token but only 8 experts"):
+        from_hf_config(moe, "moe")
+
+
+FALCON_7B = {
+    "model_type": "RefinedWebModel", "hidden_size": 4544, "n_layer": 32, "n_head": 71,
+    "vocab_size": 65024, "multi_query": True, "parallel_attn": True, "bias": False,
+}  # fmt: skip
+
+
+def test_falcon_flags_must_be_booleans() -> None:
+    with pytest.raises(ConfigError, match="multi_query must be true or false, got 'false'"):
+        from_hf_config({**FALCON_7B, "multi_query": "false"}, "falcon")
+    assert from_hf_config({**FALCON_7B, "multi_query": False}, "falcon").kv_heads == 71
+
+
+def test_refinedweb_key_spellings_are_read() -> None:
+    spec = from_hf_config(FALCON_7B, "falcon-7b")
+    assert (spec.layers, spec.heads, spec.kv_heads) == (32, 71, 1)
+    big = {"model_type": "RefinedWeb", "hidden_size": 8192, "n_layer": 60, "n_head": 128, "n_head_kv": 8,
+           "vocab_size": 65024, "parallel_attn": True, "bias": False}  # fmt: skip
+    spec = from_hf_config(big, "falcon-40b")
+    assert (spec.layers, spec.heads, spec.kv_heads) == (60, 128, 8)
+
+
+# -- 11. --measured is read bounded ---------------------------------------------------------------
+
+
+def test_measured_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "measured.yaml"
+    os.mkfifo(fifo)
+    code, _, err = run("plan", "--model", "gpt2", "--devices", "a100:2", "--measured", str(fifo))
+    assert "is a FIFO" in one_line_error(code, err)
+
+
+def test_a_huge_measured_file_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "measured.yaml"
+    big.write_text("".join(f"t{i}: 1.0\n" for i in range(2_000_000)))
+    start = time.monotonic()
+    code, _, err = run("plan", "--model", "gpt2", "--devices", "a100:2", "--measured", str(big))
+    assert "allowed" in one_line_error(code, err) and time.monotonic() - start < 10
