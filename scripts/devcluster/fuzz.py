@@ -210,6 +210,11 @@ def stored_view(fields: dict[str, str]) -> dict[str, str | None]:
     return {name: _value(fields, key) for name, key in STORED}
 
 
+def _pending_view(fields: dict[str, str]) -> tuple[str | None, ...]:
+    """What says why a record waits: its state and reason, nodes, tasks and partition."""
+    return tuple(fields.get(k) for k in ("JobState", "Reason", "NumNodes", "NumTasks", "Partition"))
+
+
 def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
     """The job record as slurm_job_modify's job_rec shows it: no num_tasks / ntasks_per_node, and
     min_nodes as submitted (scontrol's NumNodes is slurmctld's estimate: `-n4 --ntasks-per-node=2`
@@ -335,13 +340,14 @@ class Fuzz:
             return
         self.report.counts["released"] += len(job_ids)
         self.run(["scontrol", "release", *job_ids])
-        waiting, deadline, states = set(job_ids), time.monotonic() + timeout, {}
+        waiting, deadline = set(job_ids), time.monotonic() + timeout
+        states: dict[str, dict[str, Any]] = {}
         while waiting and time.monotonic() < deadline:
             time.sleep(1.0)
             for job_id in sorted(waiting):
                 records = self.show(job_id)
-                states[job_id] = {k: (f.get("JobState"), f.get("Reason")) for k, f in records.items()}
-                if records and all(state in STARTED for state, _ in states[job_id].values()):
+                states[job_id] = {k: (*_pending_view(f), stored_view(f)) for k, f in records.items()}
+                if records and all(view[0] in STARTED for view in states[job_id].values()):
                     waiting.discard(job_id)
                     self.report.counts["started"] += 1
         for job_id in sorted(waiting):
