@@ -469,10 +469,31 @@ local function reason(facts, need, allowed)
   return nil
 end
 
--- The rule of the job's first partition ("a,b" -> a), else the cluster default.
-local function rule_for(partition)
-  local name = string.match(partition or "", "^[^,]*")
-  return T.partitions[name] or T.default
+-- The rule of each partition the job lists ("a,b"; none: the default partition), in order; the
+-- cluster default for a partition without one.
+local function rules_for(partition)
+  local rules, seen = {}, {}
+  for name in string.gmatch(partition or T.default_partition or "", "[^,]+") do
+    if not seen[name] then
+      seen[name] = true
+      rules[#rules + 1] = T.partitions[name] or T.default
+    end
+  end
+  if #rules == 0 then rules[1] = T.default end
+  return rules
+end
+
+-- Rules of a partition list as one: the first one's policy and mode, the types any allows, the
+-- vendor scopes together (none when one of them has none).
+local function joined(rules)
+  if #rules == 1 then return rules[1] end
+  local allowed, vendors, every = {}, {}, true
+  for _, rule in ipairs(rules) do
+    for name in pairs(rule.allowed) do allowed[name] = true end
+    if next(rule.vendors or {}) == nil then every = false end
+    for vendor in pairs(rule.vendors or {}) do vendors[vendor] = true end
+  end
+  return { policy = rules[1].policy, mode = rules[1].mode, allowed = allowed, vendors = every and vendors or {} }
 end
 
 -- The rule a request decides with: for a bare one (no gpu TYPE, no feature in -C that only one
@@ -681,8 +702,9 @@ end
 
 -- The decision: a choice, or nil, the rejection message and its error key.
 local function decide(need)
-  local unscoped = rule_for(need.partition)
-  local rule = scoped(unscoped, need)
+  local rules, each = rules_for(need.partition), {}
+  for i, r in ipairs(rules) do each[i] = scoped(r, need) end
+  local unscoped, rule = joined(rules), joined(each)
   local candidates = need.gpu_type and { need.gpu_type } or order_for(rule.policy, need.each)
   local adequate = {}
   for _, name in ipairs(candidates) do
@@ -840,11 +862,14 @@ local function component(job_desc)
   return " component " .. offset
 end
 
--- The most specific Slurm error this release exports for a rejection (its text ends the client's
--- "submission failed: ..." line), else slurm.ERROR ("Unspecified error").
+-- The most specific Slurm error for a rejection (its text ends the client's "submission failed:
+-- ..." line): the release's exported name, else its number (22.05 exports few names), else
+-- slurm.ERROR ("Unspecified error").
 local function error_code(key)
   local name = T.reject_codes and T.reject_codes[key]
   local code = name and slurm[name]
+  if type(code) == "number" then return code end
+  code = name and T.error_numbers and T.error_numbers[name]
   if type(code) == "number" then return code end
   return slurm.ERROR
 end

@@ -21,6 +21,7 @@ that name the file, the key path and the valid keys. Example (all keys, with the
     job_submit:
       mode: exact             # exact: one gpu type | any-fit: gpu:N plus a constraint on adequate types
       default_vendors: [nvidia]  # vendors a request without a gpu TYPE may land on; all: every vendor
+      default_partition: gpu  # the partition of a job that names none (slurm.conf's Default=YES)
       fail_policy: open       # on an internal hook error: open (accept unchanged) | closed (reject)
       exempt_users: [root]    # user names or uids the hook leaves alone
     sharing:
@@ -40,7 +41,14 @@ from typing import Any
 
 import yaml
 
-from slurm_hetero.engine.score import DTYPES, MODES, POLICIES, PartitionOptions, ScoringOptions
+from slurm_hetero.engine.score import (
+    DEFAULT_PARTITION,
+    DTYPES,
+    MODES,
+    POLICIES,
+    PartitionOptions,
+    ScoringOptions,
+)
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.units import parse_size
@@ -57,6 +65,7 @@ DEFAULTS: dict[str, Any] = {
         "fail_policy": "open",
         "exempt_users": ["root"],
         "default_vendors": ["nvidia"],
+        "default_partition": DEFAULT_PARTITION,
     },
     "sharing": {"shard_size": {}},
 }
@@ -77,6 +86,7 @@ class Settings:
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     sources: tuple[str, ...] = ()  # files read, in order
     vendor_scope: tuple[str, ...] = ()  # job_submit.default_vendors (): every vendor
+    default_partition: str = DEFAULT_PARTITION  # job_submit.default_partition
 
     @property
     def scoring(self) -> ScoringOptions:
@@ -89,6 +99,7 @@ class Settings:
             self.partitions,
             self.shares,
             self.vendor_scope,
+            self.default_partition,
         )
 
 
@@ -110,6 +121,16 @@ def _names(value: Any, path: str, key: str) -> Any:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError("expected a list of names", path, key)
     return value
+
+
+def _partition_name(value: Any, path: str, key: str) -> Any:
+    """One Slurm partition name (the syntax of a host name)."""
+    from slurm_hetero.slurm.syntax import host_name
+
+    try:
+        return host_name(value if isinstance(value, str) else "")
+    except ValueError as e:
+        raise ConfigError(f"expected a partition name: {e}", path, key) from e
 
 
 def _vendors(value: Any, path: str, key: str) -> Any:
@@ -173,6 +194,7 @@ SCHEMA: dict[str, Any] = {
         "fail_policy": _choice(FAIL_POLICIES),
         "exempt_users": _users,
         "default_vendors": _vendors,
+        "default_partition": _partition_name,
     },
     "sharing": {"shard_size": _shard_sizes},
 }
@@ -272,6 +294,7 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
         {gres_type: parse_size(str(size)) for gres_type, size in sharing["shard_size"].items()},
         tuple(sources),
         _scope(hook["default_vendors"]),
+        hook["default_partition"],
     )
 
 

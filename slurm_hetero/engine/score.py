@@ -7,9 +7,11 @@ flag and shares, plus the ranked type order of every policy. `decide` takes a `N
 returns a `Choice` or a `FitReport`. `slurm_hetero.submit.tables` writes the same model into the
 Lua table, and `job_submit.lua` repeats `decide` over it, so the rules live here once:
 
-1. The job's partition (the first one listed) picks the policy, mode and allowed types
-   (cluster allow/deny lists, the partition's own, and for a partition named after a vendor, as
-   `gres render` makes them, that vendor's types).
+1. The job's partitions (none given: the default partition, `ScoringOptions.default_partition`)
+   pick the allowed types: the cluster allow/deny lists, each partition's own, and for a
+   partition named after a vendor, as `gres render` makes them, that vendor's types; a bare
+   request takes each partition's vendor scope first; a list (`-p a,b`) allows what any of them
+   allows, and the first listed picks the policy and mode.
 2. Each type, in policy order, fails on the first of: not allowed (TYPE_EXCLUDED), no node with
    the job's `--constraint` features (MISSING_FEATURE; only a plain `a&b` list is read),
    memory per device below gpumem (INSUFFICIENT_MEMORY), fewer devices per node than each node
@@ -53,6 +55,10 @@ DTYPES = {
 SLOW_INTERCONNECTS = ("pcie", "roce")
 
 
+# The partition `gres render` marks Default=YES (`job_submit.default_partition` when the site's is another).
+DEFAULT_PARTITION = "gpu"
+
+
 @dataclass(frozen=True)
 class PartitionOptions:
     """Per-partition overrides; None inherits the cluster-wide value."""
@@ -77,6 +83,7 @@ class ScoringOptions:
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     # vendors a request without a type may land on (`job_submit.default_vendors`); (): every vendor
     vendor_scope: tuple[str, ...] = ()
+    default_partition: str = DEFAULT_PARTITION  # the partition of a job that names none
 
 
 @dataclass(frozen=True)
@@ -125,14 +132,32 @@ class ClusterModel:
     partitions: Mapping[str, Rule]
     features: frozenset[str] = frozenset()  # every node's features (Slurm refuses other names in -C)
     vendor_features: frozenset[str] = frozenset()  # features only one vendor's nodes carry
+    default_partition: str = DEFAULT_PARTITION
+
+    def rules(self, partition: str | None) -> list[Rule]:
+        """The rule of each partition listed (`a,b`; none: the default partition), in order; the
+        cluster default for a partition without one."""
+        names = dict.fromkeys(n for n in (partition or self.default_partition).split(",") if n)
+        return [self.partitions.get(n, self.default) for n in names] or [self.default]
 
     def rule(self, partition: str | None) -> Rule:
-        """The rule of the first partition listed (`a,b` -> a), else the cluster default."""
-        name = (partition or "").split(",")[0]
-        return self.partitions.get(name, self.default)
+        """The partitions' rules as one (`joined`)."""
+        return joined(self.rules(partition))
 
     def order(self, policy: str, count: int) -> tuple[str, ...]:
         return self.orders[policy][1 if count > 1 else 0]
+
+
+def joined(rules: Sequence[Rule]) -> Rule:
+    """Rules of a partition list as one: the first one's policy and mode, the types any allows, the
+    vendor scopes together (none when one of them has none)."""
+    if len(rules) == 1:
+        return rules[0]
+    allowed = frozenset().union(*(r.allowed for r in rules))
+    vendors = (
+        frozenset() if not all(r.vendors for r in rules) else frozenset().union(*(r.vendors for r in rules))
+    )
+    return Rule(rules[0].policy, rules[0].mode, allowed, vendors)
 
 
 # ------------------------------------------------------------------------------ compile the model
@@ -318,7 +343,10 @@ def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> Cluste
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
     default, partitions = _rules(facts, options)
     features = frozenset(f for node in nodes for f in node.features)
-    return ClusterModel(facts, orders, default, partitions, features, _vendor_features(nodes))
+    vendor_features = _vendor_features(nodes)
+    return ClusterModel(
+        facts, orders, default, partitions, features, vendor_features, options.default_partition
+    )
 
 
 def _vendor_features(nodes: Sequence[SlurmNode]) -> frozenset[str]:
@@ -460,8 +488,8 @@ def scope_note(model: ClusterModel, unscoped: Rule, rule: Rule) -> tuple[str, ..
 
 def decide(model: ClusterModel, need: Need) -> Choice | FitReport:
     """The hook's decision for one request (see the module docstring for the rules)."""
-    unscoped = model.rule(need.partition)
-    rule = scoped(model, unscoped, need)
+    rules = model.rules(need.partition)
+    unscoped, rule = joined(rules), joined([scoped(model, r, need) for r in rules])
     order = model.order(rule.policy, need.each)
     candidates = (need.gpu_type,) if need.gpu_type else order
     adequate = [t for t in candidates if reason(model.types[t], need, rule.allowed) is None]

@@ -14,6 +14,7 @@ from typing import Any
 
 from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog
+from slurm_hetero.engine.score import DEFAULT_PARTITION
 from slurm_hetero.errors import InventoryError
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
 from slurm_hetero.nodes import slurm_nodes
@@ -39,7 +40,7 @@ class RenderOptions:
     include_unhealthy: bool = False
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     local: LocalSlurmd | None = None
-    default_partition: str = "gpu"
+    default_partition: str = DEFAULT_PARTITION
 
 
 def _device_file(device: Device, node_name: str, local: LocalSlurmd | None) -> str:

@@ -44,6 +44,10 @@ NOTE_PREFIX = "slurm_hetero: "
 # failed (reason codes in check order). The hook returns `slurm[NAME]` where the release exports
 # NAME (24.11 exports every ESLURM_*; 22.05 only a few, ESLURM_INVALID_NODE_COUNT among ours), else
 # slurm.ERROR ("Unspecified error").
+# The numbers of the errors a rejection returns (slurm/slurm_errno.h; the same in every release
+# since 2.x): where the release's Lua API does not export the name (22.05 has no
+# ESLURM_INVALID_GRES), the hook returns the number, which slurmctld hands to the client alike.
+SLURM_ERRNO = {"ESLURM_INVALID_NODE_COUNT": 2006, "ESLURM_INVALID_FEATURE": 2029, "ESLURM_INVALID_GRES": 2072}
 REQUEST_CODE = "ESLURM_INVALID_GRES"
 CONSTRAINT_CODE = "ESLURM_INVALID_FEATURE"
 REASON_CODES: dict[ReasonCode, str] = {

@@ -24,13 +24,15 @@ default            { policy, mode, allowed = { [type] = true }, vendors = { [ven
                    without a known partition; vendors: the scope of a bare request ({}: none)
 partitions         [name] = { policy, mode, allowed, vendors }: per partition (configured ones and
                    one per vendor, as `gres render` names them)
+default_partition  the partition of a job that names none (`job_submit.default_partition`)
 codes, labels      reason codes in check order, and the word for each in counts
 messages           `%s` templates from `engine.reasons.MESSAGES`
 request_messages   `%s` templates from `units.REQUEST_MESSAGES`
 item_forms         [kind][form]: the new TRES item, kind gpu/any/shard, form "22.05"/"24.11"/"slash"
 note_prefix        prefix of the admin comment and log lines
 reject_codes       Slurm error names a rejection returns: [request], [constraint] and [reason code]
-                   (the furthest check failed); the hook returns slurm[NAME] or slurm.ERROR
+                   (the furthest check failed); the hook returns slurm[NAME], else its number
+error_numbers      [NAME] = number in slurm_errno.h (22.05's Lua API exports only some names)
 =================  ===============================================================================
 
 Everything is sorted and every string is an escaped Lua literal, so the same inputs give the
@@ -50,7 +52,14 @@ from slurm_hetero import __version__, units
 from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES
 from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
 from slurm_hetero.slurm.syntax import comment
-from slurm_hetero.submit import _ITEM_FORMS, CONSTRAINT_CODE, NOTE_PREFIX, REASON_CODES, REQUEST_CODE
+from slurm_hetero.submit import (
+    _ITEM_FORMS,
+    CONSTRAINT_CODE,
+    NOTE_PREFIX,
+    REASON_CODES,
+    REQUEST_CODE,
+    SLURM_ERRNO,
+)
 
 FORMAT = 1
 TABLE_NAME = "slurm_hetero_tables.lua"
@@ -161,12 +170,14 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         },
         "default": _rule_entry(model.default),
         "partitions": {name: _rule_entry(rule) for name, rule in model.partitions.items()},
+        "default_partition": model.default_partition,
         "codes": [str(c) for c in CODE_ORDER],
         "labels": {str(c): LABELS[c] for c in CODE_ORDER},
         "messages": dict(MESSAGES),
         "request_messages": dict(units.REQUEST_MESSAGES),
         "item_forms": forms,
         "note_prefix": NOTE_PREFIX,
+        "error_numbers": dict(SLURM_ERRNO),
         "reject_codes": {
             "request": REQUEST_CODE,
             "constraint": CONSTRAINT_CODE,

@@ -138,12 +138,15 @@ def test_impossible_and_malformed_requests_are_rejected_with_a_message(
 # What the client's last line says for each kind of rejection (issue 10 item 4): 24.11 exports
 # every ESLURM_* to Lua, 22.05 only a few (ESLURM_INVALID_NODE_COUNT), so there the others end in
 # slurm.ERROR's "Unspecified error".
-_LAST_LINES = {
+_LAST_LINES = {  # 22.05 exports neither GRES nor FEATURE to Lua: the hook returns their numbers
     "ESLURM_INVALID_GRES": {
-        "22.05": "Unspecified error",
+        "22.05": "Invalid generic resource (gres) specification",
         "24.11": "Invalid generic resource (gres) specification",
     },
-    "ESLURM_INVALID_FEATURE": {"22.05": "Unspecified error", "24.11": "Invalid feature specification"},
+    "ESLURM_INVALID_FEATURE": {
+        "22.05": "Invalid feature specification",
+        "24.11": "Invalid feature specification",
+    },
     "ESLURM_INVALID_NODE_COUNT": {
         "22.05": "Node count specification invalid",
         "24.11": "Node count specification invalid",

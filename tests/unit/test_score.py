@@ -143,8 +143,13 @@ def test_model_facts_come_from_the_inventory_and_the_catalog(mixed: ClusterModel
 def test_vendor_partitions_restrict_types(mixed: ClusterModel, second: ClusterModel) -> None:
     assert mixed.partitions["ascend"].allowed == {"ascend910b3"}
     assert mixed.partitions["nvidia"].allowed == {"a100_80g", "l40s"}
-    assert mixed.rule("ascend,nvidia") is mixed.partitions["ascend"]  # the first listed
-    assert mixed.rule(None) is mixed.default and mixed.rule("nosuch") is mixed.default
+    both = mixed.rule("ascend,nvidia")  # what either allows, the first's policy
+    assert (
+        both.allowed == {"ascend910b3", "a100_80g", "l40s"}
+        and both.policy == mixed.partitions["ascend"].policy
+    )
+    assert mixed.rule("ascend,ascend") is mixed.partitions["ascend"]
+    assert mixed.rule(None) is mixed.default and mixed.rule("nosuch") is mixed.default  # gpu: not configured
     assert second.partitions["inference"].allowed == {"l40s", "t4", "l4"}
     assert "t4" not in second.partitions["green"].allowed
     assert second.partitions["cheap"].mode == "exact" and second.default.mode == "any-fit"
@@ -480,3 +485,22 @@ def test_a_catalog_type_that_is_not_the_device_is_refused(vendor: str, model: st
     device = Device(vendor, model, 0, "/dev/x0", 46068, gres_type)
     with pytest.raises(Exception, match=f"type '{gres_type}' is the catalog's .* not this '{model}'"):
         slurm_nodes(ClusterInventory((NodeInventory("n1", (device,)),)), load_catalog())
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x\ny", "default", 7])
+def test_the_default_partition_setting_is_one_partition_name(name: object) -> None:
+    """job_submit.default_partition reaches the hook's table: a name Slurm could have, nothing else."""
+    from slurm_hetero.config import SCHEMA, _validate
+
+    with pytest.raises(ConfigError, match="partition name"):
+        _validate({"job_submit": {"default_partition": name}}, SCHEMA, "site.yaml")
+
+
+def test_the_default_partition_setting_reaches_the_model() -> None:
+    settings = settings_from_dict(merge(DEFAULTS, {"job_submit": {"default_partition": "batch"}}))
+    model = compile_model(slurm_nodes(inventory.load(MIXED), load_catalog()), settings.scoring)
+    assert model.default_partition == "batch" and settings.default_partition == "batch"
+    assert (
+        compile_model(slurm_nodes(inventory.load(MIXED), load_catalog()), ScoringOptions()).default_partition
+        == "gpu"
+    )
