@@ -131,10 +131,11 @@ import json
 import logging
 import os
 import socket
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
@@ -146,12 +147,15 @@ from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm import scontrol, syntax
-from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
+from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
 from slurm_hetero.vendors import vendor_traits
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+# Variables only Slurm sets when it gives the step devices on the node (CUDA_VISIBLE_DEVICES can
+# come from the submitting shell).
+SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", GPUS_ON_NODE)
 COLUMNS = tuple("RANK NODE TYPE STAGE LAYERS TP REPLICA SAMPLES MB RECOMP PREV NEXT".split())
 
 
@@ -251,8 +255,34 @@ def simulated_inventory(
     return ClusterInventory((*known.nodes, *extra))
 
 
+LAYOUT_PLACEHOLDER = "XXXXXXXX"  # where the rank's private directory gets its unique part
+
+
+def layout_base(environ: Mapping[str, str]) -> Path:
+    """Where layout directories are made: $TMPDIR (absolute), else /tmp."""
+    tmpdir = environ.get("TMPDIR") or "/tmp"
+    if not os.path.isabs(tmpdir):
+        raise LaunchError(f"TMPDIR={tmpdir!r} is not an absolute path; set TMPDIR to a writable directory")
+    return Path(tmpdir)
+
+
 def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
-    return Path(environ.get("TMPDIR") or "/tmp") / f"slurm-hetero-{job_id}.{step}"
+    """The layout directory as the plan (and `--dry-run`) shows it; `make_layout_dir` gives each
+    rank its own in place of the placeholder."""
+    return layout_base(environ) / f"slurm-hetero-{job_id}.{step}-{LAYOUT_PLACEHOLDER}"
+
+
+def make_layout_dir(environ: Mapping[str, str], job_id: str, step: int, rank: int) -> Path:
+    """A fresh directory only this user can enter (mode 0700, made with a unique name, so a
+    directory or link someone else put at a predictable path is never used)."""
+    base = layout_base(environ)
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"slurm-hetero-{job_id}.{step}-r{rank}-", dir=base))
+    except OSError as e:
+        raise LaunchError(
+            f"cannot make a private layout directory in {base}: {e.strerror}; set TMPDIR to a "
+            "directory you can write"
+        ) from e
 
 
 def inventory_path(options: RunOptions) -> Path | None:
@@ -292,6 +322,20 @@ def load_step_inventory(
     return slurm_node_records(job, catalog, need_facts)
 
 
+def check_step_has_devices(job: JobEnv) -> None:
+    """A step Slurm gave no devices on this node (no SLURM_STEP_GPUS or SLURM_JOB_GPUS, and
+    SLURM_GPUS_ON_NODE unset or 0) is refused: the command would run on devices of other jobs.
+    A CUDA_VISIBLE_DEVICES alone (inherited from the submitting shell) is not an allocation."""
+    devices = job.devices
+    if devices.on_node or (devices.on_node is None and devices.source in SLURM_GPU_VARIABLES):
+        return
+    seen = f"{GPUS_ON_NODE}=0" if devices.on_node == 0 else f"none of {', '.join(SLURM_GPU_VARIABLES)} is set"
+    raise LaunchError(
+        f"no devices are allocated to this step on {job.node_name} ({seen}); ask for them with "
+        "srun --gpus-per-task=1, --gpus-per-node=N or --gres=gpu:N (or the same in sbatch/salloc)"
+    )
+
+
 def plan_step(
     plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str]
 ) -> tuple[JobEnv, LaunchPlan]:
@@ -301,6 +345,7 @@ def plan_step(
         job, bound = simulated_job(options.simulate), None
     else:
         job = parse_job_env(environ)
+        check_step_has_devices(job)
         bound = job.devices
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
@@ -388,17 +433,46 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
 # -- running --------------------------------------------------------------------------------------
 
 
-def write_layout(rank: RankPlan) -> Path:
-    """This rank's layout document at its SLURM_HETERO_LAYOUT path, atomically."""
-    from slurm_hetero.render.write import write_atomic
-
-    path = Path(rank.env["SLURM_HETERO_LAYOUT"])
+def write_layout(rank: RankPlan, directory: Path) -> Path:
+    """This rank's layout document, `DIRECTORY/rank-R.json`, readable by this user only (0600;
+    created exclusively, never through a link)."""
+    path = directory / f"rank-{rank.rank}.json"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(rank.layout.to_json())
     except OSError as e:
-        raise LaunchError(f"cannot create {path.parent}: {e.strerror}") from e
-    write_atomic({path: rank.layout.to_json()}, backup=False)
+        raise LaunchError(f"cannot write the layout file {path}: {e.strerror}") from e
     return path
+
+
+def remove_layout(directory: Path) -> None:
+    """Remove what `make_layout_dir` and `write_layout` made (the rank's file and directory)."""
+    for entry in directory.glob("rank-*.json"):
+        entry.unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError as e:
+        logger.warning("could not remove %s: %s", directory, e.strerror)
+
+
+def open_log_files(log_dir: Path, rank: int) -> dict[str, IO[bytes]]:
+    """DIR/rank-R.out and .err opened for appending (DIR made when missing): a directory that
+    cannot be written is a one-line error before the command starts."""
+    files: dict[str, IO[bytes]] = {}
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for kind in ("out", "err"):
+            files[kind] = open(log_dir / f"rank-{rank}.{kind}", "ab")  # noqa: SIM115
+    except OSError as e:
+        for f in files.values():
+            f.close()
+        raise LaunchError(
+            f"--log-dir {log_dir}: cannot write rank {rank}'s output there ({e.strerror}); "
+            "give a directory you can write"
+        ) from e
+    return files
 
 
 def check_master(addr: str) -> None:
@@ -446,12 +520,24 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     rank = plan.ranks[job.rank]
     check_master(rank.env["MASTER_ADDR"])
     note_missing_backends(rank)
-    write_layout(rank)
-    env = {**environ, **rank.env}
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if options.exec_command:
-        return exec_command(options.command, env)
-    return Supervisor(rank, options.command, env, job.component_steps, options.log_dir).run()
+    logs = (
+        open_log_files(options.log_dir, rank.rank) if options.log_dir and not options.exec_command else None
+    )
+    directory = make_layout_dir(environ, job.job_id, job.step_id, rank.rank)
+    done = True  # remove the directory when this function returns (not after a successful exec)
+    try:
+        env = {**environ, **rank.env, "SLURM_HETERO_LAYOUT": str(write_layout(rank, directory))}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if options.exec_command:
+            done = False  # the command replaces the launcher: nothing is left to remove the directory
+            return exec_command(options.command, env)
+        return Supervisor(rank, options.command, env, job.component_steps, logs).run()
+    except BaseException:
+        done = True
+        raise
+    finally:
+        if done:
+            remove_layout(directory)
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 from slurm_hetero import proc
@@ -65,9 +64,11 @@ class Supervisor:
         command: Sequence[str],
         env: Mapping[str, str],
         targets: Sequence[str],
-        log_dir: Path | None,
+        logs: Mapping[str, IO[bytes]] | None = None,
     ) -> None:
-        self.rank, self.command, self.env, self.targets, self.log_dir = rank, command, env, targets, log_dir
+        """`logs`: open files for the command's "out" and "err" (`--log-dir`); None: prefixed
+        lines on the launcher's own stdout and stderr."""
+        self.rank, self.command, self.env, self.targets, self.logs = rank, command, env, targets, logs
         self.forwarded: int | None = None
         self.last_error = ""
         self.child: subprocess.Popen[bytes] | None = None
@@ -104,13 +105,12 @@ class Supervisor:
         return thread
 
     def _sink(self, kind: str) -> tuple[IO[bytes], bytes]:
-        if self.log_dir is None:
+        if self.logs is None:
             r = self.rank
             return (
                 sys.stdout if kind == "out" else sys.stderr
             ).buffer, f"[rank {r.rank} {r.type} stage {r.stage}] ".encode()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        return open(self.log_dir / f"rank-{self.rank.rank}.{kind}", "ab"), b""  # noqa: SIM115
+        return self.logs[kind], b""
 
     def _relay(self, stream: IO[bytes] | None, kind: str) -> None:
         if stream is None:
@@ -123,7 +123,7 @@ class Supervisor:
                 if kind == "err" and line.strip():
                     self.last_error = line.decode(errors="replace").strip()
         finally:
-            if self.log_dir is not None:
+            if self.logs is not None:
                 sink.close()
 
     def finish(self, code: int) -> int:

@@ -68,7 +68,8 @@ def supervise(
     command: tuple[str, ...], log_dir: Path | None = None, targets: tuple[str, ...] = ("7.0",)
 ) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return run.Supervisor(RANK, command, env, list(targets), log_dir).run()
+    logs = run.open_log_files(log_dir, RANK.rank) if log_dir else None
+    return run.Supervisor(RANK, command, env, list(targets), logs).run()
 
 
 def test_a_failing_rank_is_named_first_then_the_step_is_cancelled(
@@ -212,9 +213,8 @@ def test_launch_writes_the_layout_and_runs_the_command_with_the_torch_env(
     assert run.launch(OPTIONS, options, task_env(tmp_path)) == 0
     out = capfd.readouterr().out
     assert out.rstrip().endswith("1 2 1 1 127.0.0.1 gloo"), out
-    written = layout.from_file(tmp_path / "slurm-hetero-42.3" / "rank-1.json")
-    assert (written.rank, written.node, written.type) == (1, "a100n1", "a100_80g")
     assert scancel == []
+    assert list(tmp_path.iterdir()) == []  # the rank's private layout directory is removed after it
 
 
 def test_exec_mode_replaces_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -227,7 +227,7 @@ def test_exec_mode_replaces_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_pa
     options = run.RunOptions(("train", "--lr", "1"), inventory=EXAMPLE, exec_command=True)
     run.launch(OPTIONS, options, task_env(tmp_path, rank=0))
     assert seen["file"] == "train" and seen["args"] == ["train", "--lr", "1"]
-    assert seen["env"]["RANK"] == "0" and seen["env"]["MASTER_PORT"] == str(20000 + 42 * 7 + 3)
+    assert seen["env"]["RANK"] == "0" and seen["env"]["MASTER_PORT"] == str(20000 + 42 * 64 + 3)
     assert Path(seen["env"]["SLURM_HETERO_LAYOUT"]).is_file()
 
 
