@@ -8,7 +8,8 @@ Usage
 -----
 Inside an allocation (sbatch, salloc, or a heterogeneous job over every component)::
 
-    srun --kill-on-bad-exit=1 [--het-group=0,1,2] slurm-hetero launch --model gpt2 \\
+    srun --kill-on-bad-exit=1 --wait=300 [--het-group=0,1,2] \\
+        slurm-hetero launch --model gpt2 \\
         --global-batch 64 --seq 512 [--measured FILE] [--backend-override gloo] -- python train.py ...
     srun slurm-hetero launch -- python train.py        # no model: like torchrun
 
@@ -23,9 +24,12 @@ How the model is trained, as `slurm-hetero plan` and `fit` take it (one cost mod
 `--attention` (flash; eager keeps the s^2 scores), `--overhead-gib` (1).
 
 One Slurm task per device: `--ntasks-per-node` = devices of the node (`--gpus-per-node` the same),
-or `--gpus-per-task=1`; tasks must be block-distributed (each node's ranks consecutive), which is
-srun's default. Outside Slurm, `--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a
-step of that shape would run.
+or `--gpus-per-task=1`. The step must have devices from Slurm on every node (SLURM_STEP_GPUS or
+SLURM_JOB_GPUS, or SLURM_GPUS_ON_NODE > 0): a step without (`srun -n2` in a job that asked for
+no GPUs; a CUDA_VISIBLE_DEVICES inherited from the shell does not count) is refused before
+anything runs, naming --gpus-per-task / --gpus-per-node / --gres. Tasks must be
+block-distributed (each node's ranks consecutive), which is srun's default. Outside Slurm,
+`--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a step of that shape would run.
 
 What every rank does (no rendezvous: every rank computes the same plan from the same inputs)
 -------------------------------------------------------------------------------------------
@@ -33,7 +37,9 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    order of every variable): nodes in task order, which in heterogeneous jobs is component order
    (not the sorted SLURM_JOB_NODELIST), tasks per node, job and step ids, and this task's GPUs
    (SLURM_STEP_GPUS first: SLURM_JOB_GPUS is wrong in het components). A missing essential variable
-   (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, SLURM_STEP_ID, ...) is an error naming it.
+   (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, SLURM_STEP_ID, ...) is an error naming it, and so
+   is a value Slurm never writes: ids, ranks and counts over 10 digits, a job id that is not a
+   number, tasks per node naming more nodes than the step has, more than 128 het components.
 2. Looks each node up in the inventory (`--inventory`, env SLURM_HETERO_INVENTORY, else
    /etc/slurm-hetero/inventory.yaml when installed; the same file on every node). With none
    installed it asks Slurm (one `scontrol show node NODES -d -o` per rank: each node's
@@ -62,14 +68,21 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    `ucc` (rdma-direct) across vendors with peer-memory RDMA on a shared fabric, else `gloo`
    (cpu-relay). `--backend-override B` forces B everywhere. A backend whose torch package is
    missing on the node is kept and logged as a warning: the training helpers decide.
-5. Writes its layout document to $TMPDIR/slurm-hetero-<jobid>.<stepid>/rank-<R>.json (atomic)
-   and runs the command with the environment below; rank 0 logs the whole plan at INFO (-v).
+5. Writes its layout document to a directory of its own, made fresh with a unique name under
+   $TMPDIR (else /tmp): $TMPDIR/slurm-hetero-<jobid>.<stepid>-r<R>-<random>/rank-<R>.json, the
+   directory mode 0700 and the file 0600, created exclusively (an existing file, directory or link
+   of anyone, at any name, is never used). Ranks share nothing there: each reads only its own
+   file. It is removed when the command ends (supervised mode; also when the launch fails); with
+   `--exec` nothing is left to remove it, so it stays until $TMPDIR is cleaned (Slurm's
+   job_container/tmpfs does at the job's end). `--dry-run` shows XXXXXXXX for the unique part.
+   Then it runs the command with the environment below; rank 0 logs the whole plan at INFO (-v).
 
 Environment of the command
 --------------------------
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first node in task
-order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 7 + stepid) % 20000, or
-`--master-port`): the torch.distributed env:// names. Each rank sees exactly one device: Slurm's
+order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 64 + stepid) % 20000, or
+`--master-port`: the first 64 steps of 312 consecutive jobs all differ): the torch.distributed
+env:// names. Each rank sees exactly one device: Slurm's
 CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / GPU_DEVICE_ORDINAL are narrowed to it and the
 vendor's own variable is set (ASCEND_RT_VISIBLE_DEVICES, MLU_VISIBLE_DEVICES, ...), so the
 device is index 0 of its runtime (LOCAL_RANK is the position on the node, not a device index).
@@ -105,16 +118,34 @@ torch's new_group must be entered by every rank for every group, so all-gather t
 Supervision and failure modes
 -----------------------------
 - Default: the launcher stays the parent, prefixes each output line `[rank R TYPE stage S]` (or
-  writes DIR/rank-R.out and .err with `--log-dir DIR`), and forwards SIGTERM, SIGINT, SIGHUP,
-  SIGUSR1 and SIGUSR2 to the command. `--exec` replaces the launcher with the command instead
-  (no prefixes, no supervision).
+  writes DIR/rank-R.out and .err with `--log-dir DIR`: made when missing and opened before the
+  command starts, so a directory that cannot be written is a one-line error and nothing runs),
+  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. `--exec` replaces the
+  launcher with the command instead (no prefixes, no supervision, no peer protocol below).
 - When the command exits non-zero on its own, its launcher first prints
   `slurm-hetero: rank R on NODE (TYPE, stage S) exited with code C` (with the signal's name when
-  killed, and its last line of stderr), then cancels the step (`scancel JOBID.STEPID`, every
-  component's in heterogeneous jobs) so ranks blocked in collectives end within Slurm's KillWait,
-  and exits with the command's code (128 + N for signal N). A command stopped by a signal the
-  launcher forwarded ends quietly: the step is ending anyway. If a launcher itself is killed the
-  command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends the step.
+  killed, and its last line of stderr), then tells every rank of the step to stop
+  (`scancel --signal=URG JOBID.STEPID`, every component's in heterogeneous jobs), leaves a
+  detached `scancel JOBID.STEPID` 20 s behind it for ranks that do not stop, and exits with the
+  command's code (128 + N for signal N). Every other launcher, on SIGURG (which commands ignore by
+  default), sends its command SIGTERM, SIGKILL 10 s later if it is still there, prints
+  `slurm-hetero: rank R on NODE stopped: another rank of the step failed ...` and exits 0. srun
+  reports the highest exit code of its tasks, and a task killed by a signal over any code, so
+  this is what makes srun's (and sbatch's) exit code the failing rank's: measured on 22.05 and
+  24.11, one rank's `exit 7` gives srun exit code 7 (a plain `scancel` of the step is SIGKILL at
+  once, also to the failing launcher: srun reported 137). A command stopped by a signal the
+  launcher forwarded ends quietly with 128 + N: the step is ending anyway. If a launcher itself
+  is killed the command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends
+  the step.
+- A rank that hangs after another finished (rank 0 exits 0, rank 1 never returns) is ended by
+  srun's own `--wait=SECONDS` (`-W`): SECONDS after the first task of the step exits, srun ends
+  the rest and names them (`srun: StepId=J.S task 1: running`); the exit code is then non-zero.
+  A launcher cannot see that another node's rank finished (no shared state between ranks), so
+  it cannot enforce this itself: put `--wait` on the srun line (e.g. 300; 0, Slurm's default,
+  waits forever) or export SLURM_WAIT in the batch script.
+- Exit codes of the launcher itself: the command's (above); 1 with one line
+  `slurm-hetero: ...` for anything refused before the command starts (bad environment, no
+  devices, layout directory or --log-dir not writable, plan errors); 2 for usage errors.
 - Before anything starts: an allocation that cannot hold the model fails on every rank with one
   line starting `root cause:` (the model, the memory it needs, the allocation); nodes missing from
   the inventory, nodes with several device types, more tasks than devices (than the node's

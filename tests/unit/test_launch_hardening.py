@@ -5,18 +5,25 @@ of adjacent jobs and steps, an unwritable --log-dir, and Slurm variables too big
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from slurm_hetero import proc
 from slurm_hetero.cli import cli
 from slurm_hetero.launch import run
+from slurm_hetero.launch import supervise as supervisor_module
 from slurm_hetero.launch.rankenv import master_port
 from slurm_hetero.slurm.jobenv import JobEnvError, expand_tasks_per_node, parse_job_env
-from tests.unit.test_launch_run import EXAMPLE, OPTIONS, python, task_env
+from tests.unit.test_launch_run import EXAMPLE, OPTIONS, Call, python, scancel, supervise, task_env
+
+__all__ = ["scancel"]  # the fixture, used here by name
 
 SHOW_LAYOUT = """
     import os, stat, sys
@@ -182,3 +189,56 @@ def test_cli_reports_a_huge_job_id_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["launch", "--", sys.executable, "-c", "pass"], env=env)
     assert result.exit_code == 1
     assert result.output.count("\n") == 1 and result.output.startswith("slurm-hetero: SLURM_JOB_ID=")
+
+
+# -- 5: the failing rank's exit code is the step's ----------------------------------------------
+
+
+def stop_when_ready(ready: Path, signum: int) -> None:
+    def wait_then_signal() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=wait_then_signal, daemon=True).start()
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True])
+def test_a_rank_told_a_peer_failed_stops_its_command_and_exits_0(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    ignores_sigterm: bool,
+) -> None:
+    """A failing rank's `scancel --signal=URG` reaches every launcher of the step: they end their
+    commands (SIGKILL after the grace when SIGTERM is ignored) and exit 0, so srun's exit code (the
+    highest, any signal above every code) is the failing rank's, not 137 or 143."""
+    monkeypatch.setattr(supervisor_module, "STOP_GRACE_S", 1.0)
+    ready = tmp_path / "ready"
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if ignores_sigterm else "pass"
+    command = python(
+        f"""
+        import pathlib, signal, sys, time
+        {ignore}
+        pathlib.Path(sys.argv[1]).write_text("ready")
+        time.sleep(60)
+        """,
+        str(ready),
+    )
+    stop_when_ready(ready, signal.SIGURG)
+    started = time.monotonic()
+    assert supervise(command) == 0
+    assert time.monotonic() - started < 15
+    assert scancel == []  # only the failing rank ends the step
+    err = capfd.readouterr().err
+    assert "slurm-hetero: rank 2 on l40sn1 stopped: another rank of the step failed" in err
+
+
+def test_the_failing_rank_ignores_the_stop_it_sent(
+    scancel: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own `scancel --signal=URG` reaches the failing launcher too: it keeps its code."""
+    monkeypatch.setattr(proc, "run", lambda argv, timeout=60.0: os.kill(os.getpid(), signal.SIGURG) or "")
+    assert supervise(python("import sys; sys.exit(7)")) == 7

@@ -60,7 +60,11 @@ def scancel(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) 
         calls.append(Call(list(argv), captured.err, captured.out))
         return ""
 
+    def later(argv: list[str], delay_s: float) -> None:
+        calls.append(Call(["later", f"{delay_s:g}s", *argv], "", ""))
+
     monkeypatch.setattr(proc, "run", fake)
+    monkeypatch.setattr(proc, "run_later", later)
     return calls
 
 
@@ -85,9 +89,10 @@ def test_a_failing_rank_is_named_first_then_the_step_is_cancelled(
         targets=("7.0", "8.0", "9.0"),
     )
     assert code == 3
-    assert len(scancel) == 1
+    assert len(scancel) == 2
     argv, err_before, out_before = scancel[0]
-    assert argv == ["scancel", "7.0", "8.0", "9.0"]
+    assert argv == ["scancel", "--signal=URG", "7.0", "8.0", "9.0"]  # every rank: stop, a peer failed
+    assert scancel[1].argv == ["later", "20s", "scancel", "7.0", "8.0", "9.0"]  # for ranks that do not
     ours = [line for line in err_before.splitlines() if line.startswith("slurm-hetero:")]
     assert ours == ["slurm-hetero: rank 2 on l40sn1 (l40s, stage 0) exited with code 3: Traceback: boom"]
     assert "[rank 2 l40s stage 0] Traceback: boom" in err_before
@@ -272,4 +277,7 @@ def test_a_failing_rank_of_a_het_srun_cancels_every_component(scancel: list[Call
     options = run.RunOptions(python("import sys; sys.exit(3)"), inventory=EXAMPLE)
     measured = dataclasses.replace(OPTIONS, measured={"ascend910b3": 120.0})
     assert run.launch(measured, options, env) == 3
-    assert [c.argv for c in scancel] == [["scancel", "6.0", "7.0", "8.0"]]
+    assert [c.argv for c in scancel] == [
+        ["scancel", "--signal=URG", "6.0", "7.0", "8.0"],
+        ["later", "20s", "scancel", "6.0", "7.0", "8.0"],
+    ]
