@@ -105,7 +105,9 @@ class Supervisor:
             code = child.wait()
             _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
             status = self.finish(code)
-            _join(pumps, 5.0)
+            # Stopped (a forwarded signal, a failed peer): exit within Slurm's KillWait even where an
+            # orphaned grandchild keeps the pipes open (proctrack/linuxproc does not signal orphans).
+            _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed else 5.0)
             return status
         finally:
             for s, handler in previous.items():
