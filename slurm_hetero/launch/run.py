@@ -73,8 +73,9 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    directory mode 0700 and the file 0600, created exclusively (an existing file, directory or link
    of anyone, at any name, is never used). Ranks share nothing there: each reads only its own
    file. It is removed when the command ends (supervised mode; also when the launch fails); with
-   `--exec` nothing is left to remove it, so it stays until $TMPDIR is cleaned (Slurm's
-   job_container/tmpfs does at the job's end). `--dry-run` shows XXXXXXXX for the unique part.
+   `--exec`, or when the launcher itself is SIGKILLed (Slurm's KillWait ran out), nothing is left
+   to remove it, so it stays until $TMPDIR is cleaned (Slurm's job_container/tmpfs does at the
+   job's end). `--dry-run` shows XXXXXXXX for the unique part.
    Then it runs the command with the environment below; rank 0 logs the whole plan at INFO (-v).
 
 Environment of the command
@@ -131,10 +132,11 @@ Supervision and failure modes
   default), sends its command SIGTERM, SIGKILL 10 s later if it is still there, prints
   `slurm-hetero: rank R on NODE stopped: another rank of the step failed ...` and exits 0. srun
   reports the highest exit code of its tasks, and a task killed by a signal over any code, so
-  this is what makes srun's (and sbatch's) exit code the failing rank's: measured on 22.05 and
-  24.11, one rank's `exit 7` gives srun exit code 7 (a plain `scancel` of the step is SIGKILL at
-  once, also to the failing launcher: srun reported 137). A command stopped by a signal the
-  launcher forwarded ends quietly with 128 + N: the step is ending anyway. If a launcher itself
+  this is what makes srun's (and sbatch's) exit code the failing rank's: on the dev cluster's
+  22.05 and 24.11, one rank's `exit 7` gives srun exit code 7, with `srun -K` too (a plain
+  `scancel` of the step is SIGKILL at once, also to the failing launcher: srun reported 137).
+  A command stopped by a signal the launcher forwarded ends quietly with 128 + N: the step is
+  ending anyway. If a launcher itself
   is killed the command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends
   the step.
 - A rank that hangs after another finished (rank 0 exits 0, rank 1 never returns) is ended by

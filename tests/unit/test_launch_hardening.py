@@ -242,3 +242,14 @@ def test_the_failing_rank_ignores_the_stop_it_sent(
     """Its own `scancel --signal=URG` reaches the failing launcher too: it keeps its code."""
     monkeypatch.setattr(proc, "run", lambda argv, timeout=60.0: os.kill(os.getpid(), signal.SIGURG) or "")
     assert supervise(python("import sys; sys.exit(7)")) == 7
+
+
+def test_run_later_starts_the_command_after_this_process_moves_on(tmp_path: Path) -> None:
+    marker = tmp_path / "done"
+    started = time.monotonic()
+    proc.run_later(["touch", str(marker)], 0.3)
+    assert time.monotonic() - started < 0.3 and not marker.exists()
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()

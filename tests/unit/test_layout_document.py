@@ -3,7 +3,6 @@ launcher writes and training code reads, with the version-1 JSON keys of the con
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
