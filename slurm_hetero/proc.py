@@ -33,3 +33,20 @@ def run(argv: Sequence[str], timeout: float = 60.0) -> str:
     if done.returncode != 0:
         raise ToolError(argv, done.returncode, done.stderr[-2000:])
     return done.stdout
+
+
+def run_later(argv: Sequence[str], delay_s: float) -> None:
+    """Start `argv` after `delay_s` seconds in a detached session (no shell runs `argv`: `sleep`
+    then `exec`), outliving this process; its output is discarded. Tests patch it with `run`."""
+    argv = [str(a) for a in argv]
+    logger.debug("LATER %.3gs %s", delay_s, argv)
+    try:
+        subprocess.Popen(
+            ["sh", "-c", 'sleep "$0" && exec "$@"', f"{delay_s:g}", *argv],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError as e:
+        raise ToolError(argv, None, str(e)) from e

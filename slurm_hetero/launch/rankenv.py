@@ -180,10 +180,16 @@ def rank_document(
     )
 
 
+PORT_BASE, PORT_SPAN = 20000, 20000  # MASTER_PORT range: 20000-39999
+STEPS_PER_JOB = 64  # steps of one job that get ports apart from every other job's first steps
+
+
 def master_port(job_id: str, step_id: int) -> int:
-    """A port every rank derives alike from the job and step ids (20000-39999)."""
-    job = int(job_id) if job_id.isdigit() else 0
-    return 20000 + (job * 7 + step_id) % 20000
+    """A port every rank derives alike from the job and step ids (20000-39999): job * 64 + step
+    modulo the range, so the first 64 steps of 312 consecutive jobs (312 * 64 <= 20000) all get
+    different ports (jobid * 7 + step put job 1 step 7 on job 2 step 0)."""
+    job = int(job_id) if job_id.isdigit() and len(job_id) <= 10 else 0
+    return PORT_BASE + (job * STEPS_PER_JOB + step_id) % PORT_SPAN
 
 
 def rank_env(doc: RankLayout, master: tuple[str, int], plan_id: str, layout_dir: str) -> dict[str, str]:

@@ -8,7 +8,8 @@ Usage
 -----
 Inside an allocation (sbatch, salloc, or a heterogeneous job over every component)::
 
-    srun --kill-on-bad-exit=1 [--het-group=0,1,2] slurm-hetero launch --model gpt2 \\
+    srun --kill-on-bad-exit=1 --wait=300 [--het-group=0,1,2] \\
+        slurm-hetero launch --model gpt2 \\
         --global-batch 64 --seq 512 [--measured FILE] [--backend-override gloo] -- python train.py ...
     srun slurm-hetero launch -- python train.py        # no model: like torchrun
 
@@ -23,9 +24,12 @@ How the model is trained, as `slurm-hetero plan` and `fit` take it (one cost mod
 `--attention` (flash; eager keeps the s^2 scores), `--overhead-gib` (1).
 
 One Slurm task per device: `--ntasks-per-node` = devices of the node (`--gpus-per-node` the same),
-or `--gpus-per-task=1`; tasks must be block-distributed (each node's ranks consecutive), which is
-srun's default. Outside Slurm, `--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a
-step of that shape would run.
+or `--gpus-per-task=1`. The step must have devices from Slurm on every node (SLURM_STEP_GPUS or
+SLURM_JOB_GPUS, or SLURM_GPUS_ON_NODE > 0): a step without (`srun -n2` in a job that asked for
+no GPUs; a CUDA_VISIBLE_DEVICES inherited from the shell does not count) is refused before
+anything runs, naming --gpus-per-task / --gpus-per-node / --gres. Tasks must be
+block-distributed (each node's ranks consecutive), which is srun's default. Outside Slurm,
+`--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a step of that shape would run.
 
 What every rank does (no rendezvous: every rank computes the same plan from the same inputs)
 -------------------------------------------------------------------------------------------
@@ -33,7 +37,9 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    order of every variable): nodes in task order, which in heterogeneous jobs is component order
    (not the sorted SLURM_JOB_NODELIST), tasks per node, job and step ids, and this task's GPUs
    (SLURM_STEP_GPUS first: SLURM_JOB_GPUS is wrong in het components). A missing essential variable
-   (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, SLURM_STEP_ID, ...) is an error naming it.
+   (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME, SLURM_STEP_ID, ...) is an error naming it, and so
+   is a value Slurm never writes: ids, ranks and counts over 10 digits, a job id that is not a
+   number, tasks per node naming more nodes than the step has, more than 128 het components.
 2. Looks each node up in the inventory (`--inventory`, env SLURM_HETERO_INVENTORY, else
    /etc/slurm-hetero/inventory.yaml when installed; the same file on every node). With none
    installed it asks Slurm (one `scontrol show node NODES -d -o` per rank: each node's
@@ -62,14 +68,22 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    `ucc` (rdma-direct) across vendors with peer-memory RDMA on a shared fabric, else `gloo`
    (cpu-relay). `--backend-override B` forces B everywhere. A backend whose torch package is
    missing on the node is kept and logged as a warning: the training helpers decide.
-5. Writes its layout document to $TMPDIR/slurm-hetero-<jobid>.<stepid>/rank-<R>.json (atomic)
-   and runs the command with the environment below; rank 0 logs the whole plan at INFO (-v).
+5. Writes its layout document to a directory of its own, made fresh with a unique name under
+   $TMPDIR (else /tmp): $TMPDIR/slurm-hetero-<jobid>.<stepid>-r<R>-<random>/rank-<R>.json, the
+   directory mode 0700 and the file 0600, created exclusively (an existing file, directory or link
+   of anyone, at any name, is never used). Ranks share nothing there: each reads only its own
+   file. It is removed when the command ends (supervised mode; also when the launch fails); with
+   `--exec`, or when the launcher itself is SIGKILLed (Slurm's KillWait ran out), nothing is left
+   to remove it, so it stays until $TMPDIR is cleaned (Slurm's job_container/tmpfs does at the
+   job's end). `--dry-run` shows XXXXXXXX for the unique part.
+   Then it runs the command with the environment below; rank 0 logs the whole plan at INFO (-v).
 
 Environment of the command
 --------------------------
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first node in task
-order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 7 + stepid) % 20000, or
-`--master-port`): the torch.distributed env:// names. Each rank sees exactly one device: Slurm's
+order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 64 + stepid) % 20000, or
+`--master-port`: the first 64 steps of 312 consecutive jobs all differ): the torch.distributed
+env:// names. Each rank sees exactly one device: Slurm's
 CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / GPU_DEVICE_ORDINAL are narrowed to it and the
 vendor's own variable is set (ASCEND_RT_VISIBLE_DEVICES, MLU_VISIBLE_DEVICES, ...), so the
 device is index 0 of its runtime (LOCAL_RANK is the position on the node, not a device index).
@@ -105,16 +119,35 @@ torch's new_group must be entered by every rank for every group, so all-gather t
 Supervision and failure modes
 -----------------------------
 - Default: the launcher stays the parent, prefixes each output line `[rank R TYPE stage S]` (or
-  writes DIR/rank-R.out and .err with `--log-dir DIR`), and forwards SIGTERM, SIGINT, SIGHUP,
-  SIGUSR1 and SIGUSR2 to the command. `--exec` replaces the launcher with the command instead
-  (no prefixes, no supervision).
+  writes DIR/rank-R.out and .err with `--log-dir DIR`: made when missing and opened before the
+  command starts, so a directory that cannot be written is a one-line error and nothing runs),
+  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. `--exec` replaces the
+  launcher with the command instead (no prefixes, no supervision, no peer protocol below).
 - When the command exits non-zero on its own, its launcher first prints
   `slurm-hetero: rank R on NODE (TYPE, stage S) exited with code C` (with the signal's name when
-  killed, and its last line of stderr), then cancels the step (`scancel JOBID.STEPID`, every
-  component's in heterogeneous jobs) so ranks blocked in collectives end within Slurm's KillWait,
-  and exits with the command's code (128 + N for signal N). A command stopped by a signal the
-  launcher forwarded ends quietly: the step is ending anyway. If a launcher itself is killed the
-  command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends the step.
+  killed, and its last line of stderr), then tells every rank of the step to stop
+  (`scancel --signal=URG JOBID.STEPID`, every component's in heterogeneous jobs), leaves a
+  detached `scancel JOBID.STEPID` 20 s behind it for ranks that do not stop, and exits with the
+  command's code (128 + N for signal N). Every other launcher, on SIGURG (which commands ignore by
+  default), sends its command SIGTERM, SIGKILL 10 s later if it is still there, prints
+  `slurm-hetero: rank R on NODE stopped: another rank of the step failed ...` and exits 0. srun
+  reports the highest exit code of its tasks, and a task killed by a signal over any code, so
+  this is what makes srun's (and sbatch's) exit code the failing rank's: on the dev cluster's
+  22.05 and 24.11, one rank's `exit 7` gives srun exit code 7, with `srun -K` too (a plain
+  `scancel` of the step is SIGKILL at once, also to the failing launcher: srun reported 137).
+  A command stopped by a signal the launcher forwarded ends quietly with 128 + N: the step is
+  ending anyway. If a launcher itself
+  is killed the command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends
+  the step.
+- A rank that hangs after another finished (rank 0 exits 0, rank 1 never returns) is ended by
+  srun's own `--wait=SECONDS` (`-W`): SECONDS after the first task of the step exits, srun ends
+  the rest and names them (`srun: StepId=J.S task 1: running`); the exit code is then non-zero.
+  A launcher cannot see that another node's rank finished (no shared state between ranks), so
+  it cannot enforce this itself: put `--wait` on the srun line (e.g. 300; 0, Slurm's default,
+  waits forever) or export SLURM_WAIT in the batch script.
+- Exit codes of the launcher itself: the command's (above); 1 with one line
+  `slurm-hetero: ...` for anything refused before the command starts (bad environment, no
+  devices, layout directory or --log-dir not writable, plan errors); 2 for usage errors.
 - Before anything starts: an allocation that cannot hold the model fails on every rank with one
   line starting `root cause:` (the model, the memory it needs, the allocation); nodes missing from
   the inventory, nodes with several device types, more tasks than devices (than the node's
@@ -131,10 +164,11 @@ import json
 import logging
 import os
 import socket
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
@@ -146,12 +180,15 @@ from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm import scontrol, syntax
-from slurm_hetero.slurm.jobenv import JobEnv, parse_job_env
+from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
 from slurm_hetero.vendors import vendor_traits
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
+# Variables only Slurm sets when it gives the step devices on the node (CUDA_VISIBLE_DEVICES can
+# come from the submitting shell).
+SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", GPUS_ON_NODE)
 COLUMNS = tuple("RANK NODE TYPE STAGE LAYERS TP REPLICA SAMPLES MB RECOMP PREV NEXT".split())
 
 
@@ -251,8 +288,34 @@ def simulated_inventory(
     return ClusterInventory((*known.nodes, *extra))
 
 
+LAYOUT_PLACEHOLDER = "XXXXXXXX"  # where the rank's private directory gets its unique part
+
+
+def layout_base(environ: Mapping[str, str]) -> Path:
+    """Where layout directories are made: $TMPDIR (absolute), else /tmp."""
+    tmpdir = environ.get("TMPDIR") or "/tmp"
+    if not os.path.isabs(tmpdir):
+        raise LaunchError(f"TMPDIR={tmpdir!r} is not an absolute path; set TMPDIR to a writable directory")
+    return Path(tmpdir)
+
+
 def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
-    return Path(environ.get("TMPDIR") or "/tmp") / f"slurm-hetero-{job_id}.{step}"
+    """The layout directory as the plan (and `--dry-run`) shows it; `make_layout_dir` gives each
+    rank its own in place of the placeholder."""
+    return layout_base(environ) / f"slurm-hetero-{job_id}.{step}-{LAYOUT_PLACEHOLDER}"
+
+
+def make_layout_dir(environ: Mapping[str, str], job_id: str, step: int, rank: int) -> Path:
+    """A fresh directory only this user can enter (mode 0700, made with a unique name, so a
+    directory or link someone else put at a predictable path is never used)."""
+    base = layout_base(environ)
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"slurm-hetero-{job_id}.{step}-r{rank}-", dir=base))
+    except OSError as e:
+        raise LaunchError(
+            f"cannot make a private layout directory in {base}: {e.strerror}; set TMPDIR to a "
+            "directory you can write"
+        ) from e
 
 
 def inventory_path(options: RunOptions) -> Path | None:
@@ -292,6 +355,20 @@ def load_step_inventory(
     return slurm_node_records(job, catalog, need_facts)
 
 
+def check_step_has_devices(job: JobEnv) -> None:
+    """A step Slurm gave no devices on this node (no SLURM_STEP_GPUS or SLURM_JOB_GPUS, and
+    SLURM_GPUS_ON_NODE unset or 0) is refused: the command would run on devices of other jobs.
+    A CUDA_VISIBLE_DEVICES alone (inherited from the submitting shell) is not an allocation."""
+    devices = job.devices
+    if devices.on_node or (devices.on_node is None and devices.source in SLURM_GPU_VARIABLES):
+        return
+    seen = f"{GPUS_ON_NODE}=0" if devices.on_node == 0 else f"none of {', '.join(SLURM_GPU_VARIABLES)} is set"
+    raise LaunchError(
+        f"no devices are allocated to this step on {job.node_name} ({seen}); ask for them with "
+        "srun --gpus-per-task=1, --gpus-per-node=N or --gres=gpu:N (or the same in sbatch/salloc)"
+    )
+
+
 def plan_step(
     plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str]
 ) -> tuple[JobEnv, LaunchPlan]:
@@ -301,6 +378,7 @@ def plan_step(
         job, bound = simulated_job(options.simulate), None
     else:
         job = parse_job_env(environ)
+        check_step_has_devices(job)
         bound = job.devices
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
@@ -388,17 +466,46 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
 # -- running --------------------------------------------------------------------------------------
 
 
-def write_layout(rank: RankPlan) -> Path:
-    """This rank's layout document at its SLURM_HETERO_LAYOUT path, atomically."""
-    from slurm_hetero.render.write import write_atomic
-
-    path = Path(rank.env["SLURM_HETERO_LAYOUT"])
+def write_layout(rank: RankPlan, directory: Path) -> Path:
+    """This rank's layout document, `DIRECTORY/rank-R.json`, readable by this user only (0600;
+    created exclusively, never through a link)."""
+    path = directory / f"rank-{rank.rank}.json"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(rank.layout.to_json())
     except OSError as e:
-        raise LaunchError(f"cannot create {path.parent}: {e.strerror}") from e
-    write_atomic({path: rank.layout.to_json()}, backup=False)
+        raise LaunchError(f"cannot write the layout file {path}: {e.strerror}") from e
     return path
+
+
+def remove_layout(directory: Path) -> None:
+    """Remove what `make_layout_dir` and `write_layout` made (the rank's file and directory)."""
+    for entry in directory.glob("rank-*.json"):
+        entry.unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError as e:
+        logger.warning("could not remove %s: %s", directory, e.strerror)
+
+
+def open_log_files(log_dir: Path, rank: int) -> dict[str, IO[bytes]]:
+    """DIR/rank-R.out and .err opened for appending (DIR made when missing): a directory that
+    cannot be written is a one-line error before the command starts."""
+    files: dict[str, IO[bytes]] = {}
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for kind in ("out", "err"):
+            files[kind] = open(log_dir / f"rank-{rank}.{kind}", "ab")  # noqa: SIM115
+    except OSError as e:
+        for f in files.values():
+            f.close()
+        raise LaunchError(
+            f"--log-dir {log_dir}: cannot write rank {rank}'s output there ({e.strerror}); "
+            "give a directory you can write"
+        ) from e
+    return files
 
 
 def check_master(addr: str) -> None:
@@ -446,12 +553,24 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     rank = plan.ranks[job.rank]
     check_master(rank.env["MASTER_ADDR"])
     note_missing_backends(rank)
-    write_layout(rank)
-    env = {**environ, **rank.env}
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if options.exec_command:
-        return exec_command(options.command, env)
-    return Supervisor(rank, options.command, env, job.component_steps, options.log_dir).run()
+    logs = (
+        open_log_files(options.log_dir, rank.rank) if options.log_dir and not options.exec_command else None
+    )
+    directory = make_layout_dir(environ, job.job_id, job.step_id, rank.rank)
+    done = True  # remove the directory when this function returns (not after a successful exec)
+    try:
+        env = {**environ, **rank.env, "SLURM_HETERO_LAYOUT": str(write_layout(rank, directory))}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if options.exec_command:
+            done = False  # the command replaces the launcher: nothing is left to remove the directory
+            return exec_command(options.command, env)
+        return Supervisor(rank, options.command, env, job.component_steps, logs).run()
+    except BaseException:
+        done = True
+        raise
+    finally:
+        if done:
+            remove_layout(directory)
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 from slurm_hetero import proc
@@ -30,6 +29,15 @@ logger = logging.getLogger("slurm_hetero.launch.run")
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
+# "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
+# Slurm delivers it to every process of the step; commands ignore it (SIGURG's default action), the
+# launchers end their commands and exit 0, so srun and sbatch report the failing rank's exit code
+# (srun reports the highest exit code, and any task killed by a signal over every exit code).
+PEER_FAILED = signal.SIGURG
+STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SIGKILL
+# After PEER_FAILED, the failing rank leaves a detached `scancel` (SIGKILL to the step) this long
+# behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
+CANCEL_AFTER_S = STOP_GRACE_S + 10.0
 
 
 class LaunchError(HeteroError):
@@ -49,6 +57,11 @@ def _join(threads: Sequence[threading.Thread], seconds: float) -> None:
         thread.join(timeout=seconds)
 
 
+def _kill_if_running(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.kill()
+
+
 def signal_name(code: int) -> str | None:
     try:
         return signal.Signals(-code).name if code < 0 else None
@@ -65,10 +78,14 @@ class Supervisor:
         command: Sequence[str],
         env: Mapping[str, str],
         targets: Sequence[str],
-        log_dir: Path | None,
+        logs: Mapping[str, IO[bytes]] | None = None,
     ) -> None:
-        self.rank, self.command, self.env, self.targets, self.log_dir = rank, command, env, targets, log_dir
+        """`logs`: open files for the command's "out" and "err" (`--log-dir`); None: prefixed
+        lines on the launcher's own stdout and stderr."""
+        self.rank, self.command, self.env, self.targets, self.logs = rank, command, env, targets, logs
         self.forwarded: int | None = None
+        self.peer_failed = False  # another rank failed: this one was told to stop (PEER_FAILED)
+        self.failed = False  # this rank's command failed: the step is being ended from here
         self.last_error = ""
         self.child: subprocess.Popen[bytes] | None = None
 
@@ -82,12 +99,15 @@ class Supervisor:
             raise LaunchError(f"cannot run {self.command[0]}: {e.strerror}") from e
         self.child = child
         previous = {s: signal.signal(s, self._forward) for s in FORWARDED}
+        previous[PEER_FAILED] = signal.signal(PEER_FAILED, self._peer_failed)
         try:  # handlers stay while the step is cancelled: its SIGTERM reaches this launcher too
             pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
             code = child.wait()
             _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
             status = self.finish(code)
-            _join(pumps, 5.0)
+            # Stopped (a forwarded signal, a failed peer): exit within Slurm's KillWait even where an
+            # orphaned grandchild keeps the pipes open (proctrack/linuxproc does not signal orphans).
+            _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed else 5.0)
             return status
         finally:
             for s, handler in previous.items():
@@ -98,19 +118,30 @@ class Supervisor:
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
 
+    def _peer_failed(self, _signum: int, _frame: Any) -> None:
+        """Another rank failed: stop the command (SIGTERM, SIGKILL after STOP_GRACE_S)."""
+        if self.failed or self.peer_failed or self.child is None:
+            return
+        self.peer_failed = True
+        child = self.child
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child,))
+            timer.daemon = True
+            timer.start()
+
     def _pump(self, stream: IO[bytes] | None, kind: str) -> threading.Thread:
         thread = threading.Thread(target=self._relay, args=(stream, kind), daemon=True)
         thread.start()
         return thread
 
     def _sink(self, kind: str) -> tuple[IO[bytes], bytes]:
-        if self.log_dir is None:
+        if self.logs is None:
             r = self.rank
             return (
                 sys.stdout if kind == "out" else sys.stderr
             ).buffer, f"[rank {r.rank} {r.type} stage {r.stage}] ".encode()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        return open(self.log_dir / f"rank-{self.rank.rank}.{kind}", "ab"), b""  # noqa: SIM115
+        return self.logs[kind], b""
 
     def _relay(self, stream: IO[bytes] | None, kind: str) -> None:
         if stream is None:
@@ -123,13 +154,21 @@ class Supervisor:
                 if kind == "err" and line.strip():
                     self.last_error = line.decode(errors="replace").strip()
         finally:
-            if self.log_dir is not None:
+            if self.logs is not None:
                 sink.close()
 
     def finish(self, code: int) -> int:
         """Report a failure (first), end the step, and return the launcher's exit code."""
         status = 128 - code if code < 0 else code
         if code == 0:
+            return 0
+        if self.peer_failed:
+            r = self.rank
+            print(
+                f"slurm-hetero: rank {r.rank} on {r.node} stopped: another rank of the step failed "
+                "(its launcher named it); exit 0, so srun reports that rank's exit code",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
             return 0
         if self.forwarded is not None:
             logger.info("rank %d stopped after %s", self.rank.rank, signal.Signals(self.forwarded).name)
@@ -141,14 +180,21 @@ class Supervisor:
         line += f" ({name})" if name else ""
         line += f": {self.last_error}" if self.last_error else ""
         print(line, file=sys.stderr, flush=True)
+        self.failed = True
         self.end_step()
         return status
 
     def end_step(self) -> None:
-        """Cancel the step: ranks blocked in collectives get SIGTERM, then SIGKILL after KillWait."""
+        """Tell every rank of the step to stop (PEER_FAILED), and leave a detached `scancel` of
+        the step CANCEL_AFTER_S behind, for ranks that do not stop. This launcher then exits with
+        its command's code before any cancel reaches it (`scancel STEP` is SIGKILL at once)."""
         if not self.targets:
             return
         try:
-            proc.run(["scancel", *self.targets], timeout=15)
+            proc.run(["scancel", f"--signal={PEER_FAILED.name[3:]}", *self.targets], timeout=15)
         except ToolError as e:
-            logger.warning("could not cancel step %s: %s", " ".join(self.targets), e)
+            logger.warning("could not signal step %s: %s", " ".join(self.targets), e)
+        try:
+            proc.run_later(["scancel", *self.targets], CANCEL_AFTER_S)
+        except ToolError as e:
+            logger.warning("could not leave a cancel of step %s behind: %s", " ".join(self.targets), e)

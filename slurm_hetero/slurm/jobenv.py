@@ -52,11 +52,16 @@ from dataclasses import dataclass, field
 
 from slurm_hetero import hostlist
 from slurm_hetero.errors import HeteroError
+from slurm_hetero.slurm.syntax import MAX_HOSTS
 
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
-_INDEX = re.compile(r"^[0-9]+$")
+# Slurm's ids, counts and ranks are 32-bit: at most 10 digits. Bounded, so a 10 KB value is an
+# error naming the variable, not int()'s digit-limit traceback.
+_INDEX = re.compile(r"^[0-9]{1,10}$")
+_NUMBER = "a number of at most 10 digits"
 _GPU_INDEX = re.compile(r"[0-9]{1,6}")  # bounded: int() of 5,000 digits raises
 MAX_INDEXES = 4096  # GPUs one task can be given
+MAX_HET_COMPONENTS = 128  # components of one heterogeneous job (Slurm's MAX_HET_JOB_COMPONENTS)
 
 # Where Slurm puts this task's GPU indices (positions in gres.conf order), most specific first.
 GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
@@ -155,7 +160,7 @@ def _required(env: Mapping[str, str], *names: str) -> tuple[str, str]:
 def _required_int(env: Mapping[str, str], *names: str) -> int:
     name, value = _required(env, *names)
     if not _INDEX.match(value):
-        raise JobEnvError(f"{name}={value!r} is not a number")
+        raise JobEnvError(f"{name}={shown(value)} is not {_NUMBER}")
     return int(value)
 
 
@@ -165,8 +170,21 @@ def _optional_int(env: Mapping[str, str], *names: str) -> int | None:
     if found is None:
         return None
     if not _INDEX.match(found[1]):
-        raise JobEnvError(f"{found[0]}={found[1]!r} is not a number")
+        raise JobEnvError(f"{found[0]}={shown(found[1])} is not {_NUMBER}")
     return int(found[1])
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """A variable's value for a message: quoted, cut after `limit` characters."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def _job_id(env: Mapping[str, str], *names: str) -> str:
+    """A job id as Slurm writes it (digits, 32-bit)."""
+    name, value = _required(env, *names)
+    if not _INDEX.match(value):
+        raise JobEnvError(f"{name}={shown(value)} is not a job id ({_NUMBER})")
+    return value
 
 
 def _nodes(name: str, value: str) -> list[str]:
@@ -176,14 +194,18 @@ def _nodes(name: str, value: str) -> list[str]:
         raise JobEnvError(f"{name}: {e}") from e
 
 
-def expand_tasks_per_node(spec: str) -> list[int]:
-    """`2,1(x2)` -> [2, 1, 1] (SLURM_TASKS_PER_NODE syntax)."""
+def expand_tasks_per_node(spec: str, limit: int = MAX_HOSTS) -> list[int]:
+    """`2,1(x2)` -> [2, 1, 1] (SLURM_TASKS_PER_NODE syntax), for at most `limit` nodes (the
+    step's): `1(x1000000000)` is an error at once, not a billion-item list."""
     counts: list[int] = []
     for part in spec.split(","):
         m = _REPEAT.match(part.strip())
-        if m is None:
-            raise JobEnvError(f"cannot read tasks per node {spec!r}")
-        counts += [int(m.group(1))] * int(m.group(2) or 1)
+        if m is None or len(m.group(1)) > 10 or len(m.group(2) or "") > 10:
+            raise JobEnvError(f"cannot read tasks per node {shown(spec)}")
+        repeat = int(m.group(2) or 1)
+        if len(counts) + repeat > limit:
+            raise JobEnvError(f"tasks per node {shown(spec)} names more nodes than the step's {limit}")
+        counts += [int(m.group(1))] * repeat
     return counts
 
 
@@ -191,8 +213,12 @@ def expand_tasks_per_node(spec: str) -> list[int]:
 
 
 def het_size(env: Mapping[str, str]) -> int:
-    """Components of a heterogeneous job; 1 outside one."""
-    return max(_optional_int(env, *_HET_SIZE) or 1, 1)
+    """Components of a heterogeneous job; 1 outside one (at most MAX_HET_COMPONENTS)."""
+    size = max(_optional_int(env, *_HET_SIZE) or 1, 1)
+    if size > MAX_HET_COMPONENTS:
+        name = first_set(env, *_HET_SIZE)[0]  # type: ignore[index]
+        raise JobEnvError(f"{name}={size} is more het components than the {MAX_HET_COMPONENTS} Slurm allows")
+    return size
 
 
 def _component(name: str, k: int) -> tuple[str, str]:
@@ -211,6 +237,9 @@ def component_job_ids(env: Mapping[str, str], job_id: str) -> tuple[str, ...]:
     size = het_size(env)
     found = [first_set(env, *_component("SLURM_JOB_ID", k)) for k in range(size)] if size > 1 else []
     ids = [f[1] for f in found if f is not None]
+    for name, value in (f for f in found if f is not None):
+        if not _INDEX.match(value):
+            raise JobEnvError(f"{name}={shown(value)} is not a job id ({_NUMBER})")
     return tuple(ids) if ids and len(ids) == size else (job_id,)
 
 
@@ -223,8 +252,7 @@ def _gpu_list(name: str, value: str) -> tuple[int, ...] | None:
         return tuple(int(v) for v in items) or None  # `,` names nothing: the next variable applies
     if name == "CUDA_VISIBLE_DEVICES":
         return None  # UUIDs, MIG names: not positions in gres.conf
-    shown = value if len(value) <= 60 else value[:60] + "..."
-    raise JobEnvError(f"{name}={shown!r} is not a list of GPU indices")
+    raise JobEnvError(f"{name}={shown(value)} is not a list of GPU indices")
 
 
 def _job_gpus_apply(env: Mapping[str, str]) -> bool:
@@ -269,7 +297,7 @@ def _tasks_by_node(env: Mapping[str, str]) -> dict[str, int]:
     """The step's tasks per node. SLURM_STEP_TASKS_PER_NODE follows the (name-sorted) step node
     list, in heterogeneous steps too (measured on 22.05: `1(x2),2` for a100n1,ascendn1,l40sn1)."""
     nodes = _nodes(*_required(env, *_NODELIST))
-    tasks = expand_tasks_per_node(_required(env, *_TASKS_PER_NODE)[1])
+    tasks = expand_tasks_per_node(_required(env, *_TASKS_PER_NODE)[1], len(nodes))
     if len(nodes) != len(tasks):
         raise JobEnvError(f"{len(nodes)} nodes {nodes} but tasks per node {tasks}")
     return dict(zip(nodes, tasks))
@@ -309,7 +337,7 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
     world = _required_int(env, *_TASKS)
     local_rank = _required_int(env, "SLURM_LOCALID")
     node_name = _required(env, "SLURMD_NODENAME")[1]
-    job_id = _required(env, *_JOB_ID)[1]
+    job_id = _job_id(env, *_JOB_ID)
     step_id = _required_int(env, *_STEP_ID)
     nodes, tasks, groups = _shape(env)
     if sum(tasks) != world:

@@ -3,7 +3,6 @@ launcher writes and training code reads, with the version-1 JSON keys of the con
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -53,10 +52,9 @@ def test_every_rank_round_trips_through_json(plan: LaunchPlan) -> None:
 
 
 def test_written_by_the_launcher_read_by_current(plan: LaunchPlan, tmp_path: Path) -> None:
-    rank = dataclasses.replace(
-        plan.ranks[2], env={"SLURM_HETERO_LAYOUT": str(tmp_path / "s" / "rank-2.json")}
-    )
-    path = run.write_layout(rank)
+    rank = plan.ranks[2]
+    path = run.write_layout(rank, tmp_path)
+    assert path == tmp_path / "rank-2.json"
     me = layout.current({"SLURM_HETERO_LAYOUT": str(path)})
     assert me == rank.layout and me.group("dp").ranks == rank.layout.group("dp").ranks
     assert training.as_dict(me) == json.loads(path.read_text())

@@ -1,0 +1,255 @@
+"""Launcher faults an adversarial pass found, each with the case that showed it: the layout
+directory (private, unique, removed after the rank), a step without devices, the rendezvous port
+of adjacent jobs and steps, an unwritable --log-dir, and Slurm variables too big to read."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero import proc
+from slurm_hetero.cli import cli
+from slurm_hetero.launch import run
+from slurm_hetero.launch import supervise as supervisor_module
+from slurm_hetero.launch.rankenv import master_port
+from slurm_hetero.slurm.jobenv import JobEnvError, expand_tasks_per_node, parse_job_env
+from tests.unit.test_launch_run import EXAMPLE, OPTIONS, Call, python, scancel, supervise, task_env
+
+__all__ = ["scancel"]  # the fixture, used here by name
+
+SHOW_LAYOUT = """
+    import os, stat, sys
+    path = os.environ["SLURM_HETERO_LAYOUT"]
+    print("LAYOUT", path, oct(stat.S_IMODE(os.stat(path).st_mode)),
+          oct(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)), flush=True)
+    """
+
+
+def layout_line(out: str) -> list[str]:
+    return next(line.split("LAYOUT ", 1)[1].split() for line in out.splitlines() if "LAYOUT " in line)
+
+
+# -- 1: the layout directory ----------------------------------------------------------------------
+
+
+def test_the_layout_is_private_and_removed_when_the_rank_ends(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    options = run.RunOptions(python(SHOW_LAYOUT), inventory=EXAMPLE)
+    assert run.launch(OPTIONS, options, task_env(tmp_path)) == 0
+    path, file_mode, dir_mode = layout_line(capfd.readouterr().out)
+    assert (file_mode, dir_mode) == ("0o600", "0o700")
+    assert Path(path).parent.parent == tmp_path and Path(path).name == "rank-1.json"
+    assert Path(path).parent.name.startswith("slurm-hetero-42.3-")
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_a_directory_or_link_at_the_old_predictable_path_is_never_used(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Another user's `$TMPDIR/slurm-hetero-42.3` (a directory, or a link to one) was used as is;
+    a stale one of another user gave "Permission denied"."""
+    planted = tmp_path / "slurm-hetero-42.3"
+    planted.mkdir(mode=0o777)
+    os.chmod(planted, 0o777)
+    (tmp_path / "slurm-hetero-42.3-XXXXXXXX").symlink_to(planted)
+    options = run.RunOptions(python(SHOW_LAYOUT), inventory=EXAMPLE)
+    assert run.launch(OPTIONS, options, task_env(tmp_path)) == 0
+    path = Path(layout_line(capfd.readouterr().out)[0])
+    assert path.parent not in (planted, tmp_path / "slurm-hetero-42.3-XXXXXXXX")
+    assert list(planted.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slurm-hetero-42.3", "slurm-hetero-42.3-XXXXXXXX"]
+
+
+def test_the_layout_is_removed_when_the_command_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run.Supervisor, "end_step", lambda self: None)
+    options = run.RunOptions(python("import sys; sys.exit(4)"), inventory=EXAMPLE)
+    assert run.launch(OPTIONS, options, task_env(tmp_path)) == 4
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_exec_mode_keeps_its_private_layout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen: dict[str, str] = {}
+    monkeypatch.setattr(os, "execvpe", lambda file, args, env: seen.update(env))
+    options = run.RunOptions(("train",), inventory=EXAMPLE, exec_command=True)
+    run.launch(OPTIONS, options, task_env(tmp_path, rank=0))
+    path = Path(seen["SLURM_HETERO_LAYOUT"])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_an_unusable_tmpdir_is_one_line(tmp_path: Path) -> None:
+    env = task_env(tmp_path) | {"TMPDIR": str(tmp_path / "missing")}
+    with pytest.raises(run.LaunchError, match=r"cannot make a private layout directory in .*missing"):
+        run.launch(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE), env)
+    with pytest.raises(run.LaunchError, match="TMPDIR='relative' is not an absolute path"):
+        run.launch(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE), env | {"TMPDIR": "relative"})
+
+
+# -- 2: a step without devices --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},  # no GPU variable at all (srun -n2 in a job without --gpus/--gres)
+        {"CUDA_VISIBLE_DEVICES": "0,1"},  # inherited from the submitting shell: not an allocation
+        {"SLURM_GPUS_ON_NODE": "0", "CUDA_VISIBLE_DEVICES": "0,1"},
+    ],
+)
+def test_a_step_without_devices_is_refused(tmp_path: Path, change: dict[str, str]) -> None:
+    env = {k: v for k, v in task_env(tmp_path).items() if "GPU" not in k and "VISIBLE" not in k} | change
+    started = tmp_path / "started"
+    options = run.RunOptions(("touch", str(started)), inventory=EXAMPLE)
+    with pytest.raises(
+        run.LaunchError, match=r"no devices are allocated to this step on a100n1 .*--gpus-per-task"
+    ):
+        run.launch(OPTIONS, options, env)
+    assert not started.exists()
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        {"SLURM_STEP_GPUS": "0,1"},
+        {"SLURM_JOB_GPUS": "0,1"},
+        {"SLURM_GPUS_ON_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"},  # het component > 0 (no JOB_GPUS)
+    ],
+)
+def test_a_step_with_slurm_devices_is_planned(tmp_path: Path, gpus: dict[str, str]) -> None:
+    env = {k: v for k, v in task_env(tmp_path).items() if "GPU" not in k and "VISIBLE" not in k} | gpus
+    job, plan = run.plan_step(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE), env)
+    assert job.devices.gpu_indexes == (0, 1) and len(plan.ranks) == 2
+
+
+# -- 6: the rendezvous port -----------------------------------------------------------------------
+
+
+def test_adjacent_jobs_and_steps_get_different_ports() -> None:
+    assert master_port("1", 7) != master_port("2", 0)  # jobid * 7 + step made these equal
+    for first in (0, 1, 4242, 99_999, 4_294_967_000):
+        ports = {master_port(str(job), step) for job in range(first, first + 312) for step in range(64)}
+        assert len(ports) == 312 * 64
+        assert min(ports) >= 20000 and max(ports) <= 39999
+
+
+# -- 7: --log-dir ---------------------------------------------------------------------------------
+
+
+def test_an_unwritable_log_dir_is_one_line_before_the_command_starts(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    argv = ["launch", "--master-addr", "127.0.0.1", "--log-dir", "/proc/slurm-hetero-logs", "--"]
+    result = CliRunner().invoke(cli, [*argv, "touch", str(started)], env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slurm-hetero: --log-dir /proc/slurm-hetero-logs: cannot")
+    assert "Traceback" not in result.output and not started.exists()
+    assert list(tmp_path.iterdir()) == [], "nothing is left when the launch is refused"
+
+
+# -- 8: Slurm values too big to read --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"SLURM_JOB_ID": "9" * 10_000}, r"SLURM_JOB_ID='9{60}\.\.\.' is not a job id"),
+        ({"SLURM_PROCID": "1" * 5000}, r"SLURM_PROCID='1{60}\.\.\.' is not a number of at most 10 digits"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "1(x1000000000)"}, r"names more nodes than the step's 1"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "1(x" + "9" * 5000 + ")"}, r"cannot read tasks per node"),
+        ({"SLURM_HET_SIZE": "4000000000"}, r"SLURM_HET_SIZE=4000000000 is more het components than the 128"),
+        ({"SLURM_JOB_ID": "12a"}, r"SLURM_JOB_ID='12a' is not a job id"),
+    ],
+)
+def test_huge_or_malformed_slurm_values_are_one_error(
+    tmp_path: Path, change: dict[str, str], message: str
+) -> None:
+    with pytest.raises(JobEnvError, match=message):
+        parse_job_env(task_env(tmp_path) | change)
+
+
+def test_tasks_per_node_expands_only_up_to_the_step_nodes() -> None:
+    assert expand_tasks_per_node("2,1(x2)", 3) == [2, 1, 1]
+    with pytest.raises(JobEnvError, match="more nodes than the step's 2"):
+        expand_tasks_per_node("2,1(x2)", 2)
+
+
+def test_cli_reports_a_huge_job_id_in_one_line(tmp_path: Path) -> None:
+    env = task_env(tmp_path) | {"SLURM_JOB_ID": "9" * 10_000, "SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    result = CliRunner().invoke(cli, ["launch", "--", sys.executable, "-c", "pass"], env=env)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and result.output.startswith("slurm-hetero: SLURM_JOB_ID=")
+
+
+# -- 5: the failing rank's exit code is the step's ----------------------------------------------
+
+
+def stop_when_ready(ready: Path, signum: int) -> None:
+    def wait_then_signal() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=wait_then_signal, daemon=True).start()
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True])
+def test_a_rank_told_a_peer_failed_stops_its_command_and_exits_0(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    ignores_sigterm: bool,
+) -> None:
+    """A failing rank's `scancel --signal=URG` reaches every launcher of the step: they end their
+    commands (SIGKILL after the grace when SIGTERM is ignored) and exit 0, so srun's exit code (the
+    highest, any signal above every code) is the failing rank's, not 137 or 143."""
+    monkeypatch.setattr(supervisor_module, "STOP_GRACE_S", 1.0)
+    ready = tmp_path / "ready"
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if ignores_sigterm else "pass"
+    command = python(
+        f"""
+        import pathlib, signal, sys, time
+        {ignore}
+        pathlib.Path(sys.argv[1]).write_text("ready")
+        time.sleep(60)
+        """,
+        str(ready),
+    )
+    stop_when_ready(ready, signal.SIGURG)
+    started = time.monotonic()
+    assert supervise(command) == 0
+    assert time.monotonic() - started < 15
+    assert scancel == []  # only the failing rank ends the step
+    err = capfd.readouterr().err
+    assert "slurm-hetero: rank 2 on l40sn1 stopped: another rank of the step failed" in err
+
+
+def test_the_failing_rank_ignores_the_stop_it_sent(
+    scancel: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own `scancel --signal=URG` reaches the failing launcher too: it keeps its code."""
+    monkeypatch.setattr(proc, "run", lambda argv, timeout=60.0: os.kill(os.getpid(), signal.SIGURG) or "")
+    assert supervise(python("import sys; sys.exit(7)")) == 7
+
+
+def test_run_later_starts_the_command_after_this_process_moves_on(tmp_path: Path) -> None:
+    marker = tmp_path / "done"
+    started = time.monotonic()
+    proc.run_later(["touch", str(marker)], 0.3)
+    assert time.monotonic() - started < 0.3 and not marker.exists()
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
