@@ -283,12 +283,12 @@ def hook_check(
     figure, when the wrapper computed the gpumem)."""
     for c, d in zip(components, decisions):
         gres = d.gres if d.gres is not None else c.options.get("gres")
+        if not has_ours([("tres_per_node", gres)]):
+            continue  # the hook leaves it alone (and sbatch speaks for itself)
         try:
             job = hook_job(c, gres, release)
-        except RequestError as e:
+        except RequestError as e:  # sbatch refuses these options before the hook sees them
             raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
-        if not has_ours(job.fields()):
-            continue
         outcome = explain(model, options, job)
         if outcome.ok:
             continue

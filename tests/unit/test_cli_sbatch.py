@@ -313,3 +313,20 @@ def test_a_refusal_is_the_lua_hooks_own_words(
     job_file = [] if directives is None else [script(tmp_path, *directives)]
     err = refusal("--slurm-release", release, *wrapper_args, *job_file)
     assert err == f"slurm-hetero: the job: {message}\n"
+
+
+def test_each_het_component_is_the_hooks_to_decide(tmp_path: Path) -> None:
+    """Slurm calls the hook once per component: the second one's refusal names it."""
+    job = script(tmp_path, "--gres=gpumem:20G", "hetjob", "--gres=gpumem:70G -C l40s")
+    message = explained("--gres", "gpumem:70G", "-C", "l40s")
+    assert refusal(job) == f"slurm-hetero: het component 1: {message}\n"
+
+
+def test_sbatchs_own_refusal_comes_first_and_only_for_what_the_hook_would_see() -> None:
+    err = refusal("--slurm-release", "22.05", "--gres=gpumem:20G", "--gpus=1", "-N", "2", "--wrap", "x")
+    assert err == "slurm-hetero: the job: sbatch: --gpus < -N\n"  # as request explain says it
+    code, _, err = run(
+        "request", "explain", "--inventory", INVENTORY, "--gres", "gpumem:20G", "--gpus", "1", "-N", "2"
+    )
+    assert code == 1 and err == "slurm-hetero: sbatch: --gpus < -N\n"
+    assert wrapper("--gpus=1", "-N", "2", "--wrap", "x")["argv"]  # no gpumem: sbatch's to refuse
