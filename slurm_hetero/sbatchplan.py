@@ -11,9 +11,12 @@ Merge rules, per het component:
   a model, its memory must hold the model's per-device figure at the job's device count;
 - a count without a type (`--gpus=4`) gets `gpumem:SIZE` added to its `--gres`; so does a job that
   asks for no device at all (one device per node, as Slurm counts it), only where a model is given;
-- a gpumem the user wrote is kept and checked (no model: at least one type must hold it; with a
-  model: an error, the two would disagree);
-- a request nothing in the cluster holds is refused, naming the largest device and what would fit.
+- a gpumem the user wrote is kept (with a model: an error, the two would disagree).
+
+The check of a component whose merged request carries gpumem/gpucore is the job_submit hook's own
+decision (`hook_check`: `submit.explain` on the job_desc `submit.job_from_options` models for the
+release's sbatch), refused with its message; the wrapper's own type checks only cover requests the
+hook leaves alone (a named type without gpumem: slurmctld's to refuse).
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.engine.score import ClusterModel
+from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.model import SlurmNode
+from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
-from slurm_hetero.units import Request, format_size, parse_fields
+from slurm_hetero.submit import HookOptions, Job, explain, job_from_options
+from slurm_hetero.units import Request, format_size, has_ours, parse_fields
 
 MIB = 2**20
 GIB = 2**30
@@ -114,14 +120,17 @@ def _gpu_item(value: str | None) -> str | None:
 def component(index: int, options: Sequence[Option]) -> Component:
     """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values)."""
     v = values(options)
-    request = parse_fields(
-        [
-            ("tres_per_node", v.get("gres")),
-            ("tres_per_job", _gpu_item(v.get("gpus"))),
-            ("tres_per_node", _gpu_item(v.get("gpus-per-node"))),
-            ("tres_per_task", _gpu_item(v.get("gpus-per-task"))),
-        ]
-    )
+    try:
+        request = parse_fields(
+            [
+                ("tres_per_node", v.get("gres")),
+                ("tres_per_job", _gpu_item(v.get("gpus"))),
+                ("tres_per_node", _gpu_item(v.get("gpus-per-node"))),
+                ("tres_per_task", _gpu_item(v.get("gpus-per-task"))),
+            ]
+        )
+    except RequestError as e:  # the user's text, quoted when it is not one printable line
+        raise RequestError(syntax.comment(e.text), e.reason) from None
     nodes = min_count(v.get("nodes"), "--nodes")
     per_node_tasks = v.get("ntasks-per-node")
     tasks = min_count(v.get("ntasks"), "--ntasks", nodes * min_count(per_node_tasks, "--ntasks-per-node"))
@@ -138,6 +147,7 @@ class Decision:
     gres: str | None = None
     need_bytes: float | None = None
     note: str = ""
+    hint: str = ""  # with a model: what would fit, for a refusal
 
 
 @dataclass(frozen=True)
@@ -184,31 +194,11 @@ def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
     return facts
 
 
-def _fitting(c: Component, types: Mapping[str, TypeFacts], need_mib: int) -> list[TypeFacts]:
-    return [f for f in types.values() if f.memory_mib >= need_mib and f.holds(c.per_node, c.nodes, c.devices)]
-
-
 def check_gpumem(c: Component, types: Mapping[str, TypeFacts]) -> Decision:
-    """A component without a model: a type it names must exist and hold its devices; a gpumem it
-    asks for must fit some type."""
-    mib = c.request.gpumem_mib
-    if c.request.gpu_type is not None:
-        facts = _check_type(c, types)
-        if mib is not None and mib > facts.memory_mib:
-            raise SbatchPlanError(
-                f"{c.named()}: gpumem:{format_size(mib)} on {c.request.gpu_type}, whose devices have "
-                f"{format_size(facts.memory_mib)}"
-            )
-    elif mib is not None and not _fitting(c, types, mib):
-        bigger = [f.type for f in types.values() if f.memory_mib >= mib]
-        why = (
-            f"types with that much have too few devices ({', '.join(bigger)})"
-            if bigger
-            else "no device has it"
-        )
-        raise SbatchPlanError(
-            f"{c.named()}: gpumem:{format_size(mib)} x {c.devices} device(s): {why} ({largest(types)})"
-        )
+    """A component without a model: a type it names without gpumem/gpucore must exist and hold
+    its devices (a request with gpumem/gpucore is the hook's to decide: `hook_check`)."""
+    if c.request.gpu_type is not None and not c.request.asks:
+        _check_type(c, types)
     return Decision(c.index, c.devices if c.asks_devices else 0)
 
 
@@ -217,9 +207,11 @@ def plan_model(
     types: Mapping[str, TypeFacts],
     model: str,
     suggestions: Sequence[Suggestion],
+    layout: str = "",
 ) -> list[Decision]:
     """Size every device-asking component for the model spread over all their devices (component 0
-    with one device per node when none asks), keep named types, add gpumem to the rest."""
+    with one device per node when none asks), keep named types, add gpumem to the rest (which
+    `hook_check` then checks). `layout`: the parallel degrees the user gave, for the error."""
     asking = [c for c in components if c.asks_devices] or [components[0]]
     for c in asking:
         if c.request.gpumem_mib is not None:
@@ -230,8 +222,9 @@ def plan_model(
     devices = sum(c.devices for c in asking)
     need = suggestions[0].estimate(devices)
     if need is None:
+        given = f" with {layout}" if layout else " with these options"
         raise SbatchPlanError(
-            f"{devices} device(s) are no layout for {model} with these options (tp x pp must divide them)"
+            f"{devices} device(s) are no layout for {model}{given} (tp x pp must divide the device count)"
         )
     need_mib = math.ceil(need / MIB)
     hint = would_fit(types, suggestions)
@@ -246,12 +239,63 @@ def plan_model(
                 )
             out[c.index] = Decision(c.index, c.devices, None, need, f"{what}: {c.request.gpu_type} holds it")
             continue
-        if not _fitting(c, types, need_mib):
-            raise SbatchPlanError(f"{c.named()}: {what}, {c.per_node} per node on {c.nodes} node(s); {hint}")
         item = f"gpumem:{format_size(need_mib)}"
         gres = ",".join(filter(None, [c.options.get("gres"), item]))
-        out[c.index] = Decision(c.index, c.devices, gres, need, f"{what} -> --gres={gres}")
+        out[c.index] = Decision(c.index, c.devices, gres, need, f"{what} -> --gres={gres}", hint)
     return [out[c.index] for c in components]
+
+
+# ------------------------------------------------------------------------------ the hook's check
+def _given(v: Mapping[str, str | None], name: str) -> int | None:
+    """A count option as sbatch sends it (the minimum of a range), None when not given."""
+    value = v.get(name)
+    return None if value is None else min_count(value, f"--{name}")
+
+
+def hook_job(c: Component, gres: str | None, release: str) -> Job:
+    """The job_desc the release's sbatch sends for the component with `--gres=gres` (the hook's
+    input, as `request explain` builds it); RequestError where sbatch refuses the options."""
+    v = c.options
+    return job_from_options(
+        gres,
+        v.get("gpus"),
+        v.get("gpus-per-node"),
+        v.get("gpus-per-task"),
+        v.get("partition"),
+        v.get("constraint"),
+        None,  # checked as for a submitter the hook does not exempt
+        release,
+        nodes=_given(v, "nodes"),
+        ntasks=_given(v, "ntasks"),
+        ntasks_per_node=_given(v, "ntasks-per-node"),
+    )
+
+
+def hook_check(
+    components: Sequence[Component],
+    decisions: Sequence[Decision],
+    model: ClusterModel,
+    options: HookOptions,
+    release: str,
+) -> None:
+    """Refuse what the job_submit hook would refuse: each component whose merged request carries
+    gpumem/gpucore goes through `explain`, and a rejection is its message (after the model's
+    figure, when the wrapper computed the gpumem)."""
+    for c, d in zip(components, decisions):
+        gres = d.gres if d.gres is not None else c.options.get("gres")
+        if not has_ours([("tres_per_node", gres)]):
+            continue  # the hook leaves it alone (and sbatch speaks for itself)
+        try:
+            job = hook_job(c, gres, release)
+        except RequestError as e:  # sbatch refuses these options before the hook sees them
+            raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
+        outcome = explain(model, options, job)
+        if outcome.ok:
+            continue
+        message = syntax.comment(outcome.message, 2000)
+        if d.gres is None:
+            raise SbatchPlanError(f"{c.named()}: {message}")
+        raise SbatchPlanError(f"{c.named()}: {d.note}: {message}; {d.hint}")
 
 
 # ------------------------------------------------------------------------------ the command line

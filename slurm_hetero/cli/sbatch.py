@@ -9,9 +9,12 @@ come first; `--` ends them (needed before an sbatch option the wrapper also has,
 It reads the script's `#SBATCH` header, `SBATCH_*` variables and the command line as sbatch does
 (`slurm.sbatchargs`), merges the model's per-device memory into that request (`sbatchplan`: a
 named device type is kept and checked, a bare count gets `gpumem`), checks the result against the
-cluster (the inventory, else what `scontrol show node` reports), and execs sbatch with an argv
-(never a shell). `--dry-run` (or `--print`) prints the sbatch command instead. The job_submit hook
-then turns gpumem into a concrete device type in slurmctld.
+cluster (the inventory, else what `scontrol show node` reports) with the job_submit hook's own
+decision (`request explain`'s, on the job_desc this release's sbatch sends: a refusal is its
+message), and execs sbatch with an argv (never a shell). `--dry-run` (or `--print`) prints the
+sbatch command instead. The job_submit hook then turns gpumem into a concrete device type in
+slurmctld. Inference is spread over all the job's devices (tp = devices) unless --tp/--pp are
+given: then tp x pp must divide the devices and the rest are replicas.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from slurm_hetero import inventory as inventory_io
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.fit import breakdown, fit_options
+from slurm_hetero.cli.gres import local_slurm_release
+from slurm_hetero.config import exempt_uids, load_settings
+from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.launch.run import DEFAULT_INVENTORY
 from slurm_hetero.launch.slurmnodes import gres_records
@@ -35,17 +41,20 @@ from slurm_hetero.model import SlurmNode
 from slurm_hetero.modelconfigs import load_model, sequence_length
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.render.templates import release_key
 from slurm_hetero.sbatchplan import (
     Decision,
     Suggestion,
     check_gpumem,
     cluster_types,
     component,
+    hook_check,
     merged_argv,
     plan_model,
 )
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.sbatchargs import component_options, script_options, split_command_line
+from slurm_hetero.submit import HookOptions
 
 GIB = 2**30
 
@@ -67,16 +76,42 @@ def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
     return list(gres_records(gres, list(gres), catalog, need_facts=True).values())
 
 
-def _estimates(model: str, options: dict[str, Any]) -> tuple[str, list[Suggestion]]:
+def hook_release(given: str | None) -> str:
+    """The sbatch whose job_desc the check models: --slurm-release, else the local Slurm's
+    (`scontrol --version`); releases before 24.11 as 22.05, later ones as 24.11 (the two measured)."""
+    release = given or local_slurm_release()
+    return "24.11" if release_key(release) >= (24, 11) else "22.05"
+
+
+def hook_model(nodes: list[SlurmNode]) -> tuple[ClusterModel, HookOptions]:
+    """The hook's view of the cluster and its settings, as `request explain` builds them."""
+    settings = load_settings(None)
+    try:
+        model = compile_model(nodes, settings.scoring)
+    except ValueError as e:
+        raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
+    return model, HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+
+
+def _estimates(
+    model: str, options: dict[str, Any], explicit: frozenset[str] = frozenset()
+) -> tuple[str, list[Suggestion]]:
     """The model's per-device bytes on n devices, as `fit` computes them; for training without
-    ZeRO-3, the same with ZeRO-3 as a second suggestion."""
+    ZeRO-3, the same with ZeRO-3 as a second suggestion. Inference spreads over all n devices
+    (tp = n) unless the user gave --tp/--pp (`explicit`): then tp x pp must divide n, and the
+    other devices hold replicas (fit's inference figure has no pipeline: --pp > 1 is refused)."""
     spec = load_model(model)
     options = dict(options)
     options["seq"] = sequence_length(spec, options["seq"], model, options.pop("beyond_context"))
+    fixed = options["mode"] == "infer" and bool(explicit & {"tp", "pp"})
+    if fixed and options["pp"] > 1:
+        raise HeteroError("--pp applies to training; inference is sized with --tp (tensor parallel) alone")
 
     def bytes_at(o: dict[str, Any]) -> Any:
         def estimate(devices: int) -> float | None:
-            b = breakdown(spec, o, devices)
+            if fixed and devices % (o["tp"] * o["pp"]):
+                return None
+            b = breakdown(spec, o, None if fixed else devices)
             return None if b is None else b.total
 
         return estimate
@@ -87,10 +122,21 @@ def _estimates(model: str, options: dict[str, Any]) -> tuple[str, list[Suggestio
     return spec.name, out
 
 
+def _layout(options: dict[str, Any], explicit: frozenset[str]) -> str:
+    """`--tp 3 --pp 1`: the parallel degrees the user gave (for a layout error), else ''."""
+    return " ".join(f"--{k} {options[k]}" for k in ("tp", "pp") if k in explicit)
+
+
 def plan(
-    sbatch_args: tuple[str, ...], model: str | None, options: dict[str, Any], nodes: list[SlurmNode]
+    sbatch_args: tuple[str, ...],
+    model: str | None,
+    options: dict[str, Any],
+    nodes: list[SlurmNode],
+    release: str = "22.05",
+    explicit: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[Decision]]:
-    """The sbatch argv and each component's decision (pure but for reading the script)."""
+    """The sbatch argv and each component's decision (pure but for reading the script and the
+    site settings); `explicit`: the fit options the user gave (not defaulted)."""
     line = split_command_line(sbatch_args)
     if line.script is None and not line.wraps:
         raise HeteroError(
@@ -109,8 +155,9 @@ def plan(
     if model is None:
         decisions = [check_gpumem(c, types) for c in components]
     else:
-        name, suggestions = _estimates(model, options)
-        decisions = plan_model(components, types, name, suggestions)
+        name, suggestions = _estimates(model, options, explicit)
+        decisions = plan_model(components, types, name, suggestions, _layout(options, explicit))
+    hook_check(components, decisions, *hook_model(nodes), release)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
     return merged_argv(line.components, decisions, [*tail, *line.script_args]), decisions
 
@@ -127,6 +174,10 @@ def plan(
     envvar="SLURM_HETERO_INVENTORY",
     help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
 )
+@click.option(
+    "--slurm-release",
+    help="The sbatch whose job_desc the hook check models (YY.MM) [default: scontrol --version's].",
+)
 @click.option("--dry-run", "--print", "dry_run", is_flag=True, help="Print the sbatch command; run nothing.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the sbatch argv and the decisions as JSON; run nothing."
@@ -135,13 +186,19 @@ def plan(
 def sbatch_cmd(
     model: str | None,
     inventory_path: Path | None,
+    slurm_release: str | None,
     dry_run: bool,
     as_json: bool,
     sbatch_args: tuple[str, ...],
     **options: Any,
 ) -> None:
     """Submit SBATCH_ARGS... SCRIPT [ARGS...] after checking (and with --model sizing) its request."""
-    argv, decisions = plan(sbatch_args, model, options, cluster_nodes(inventory_path))
+    context = click.get_current_context()
+    explicit = frozenset(
+        k for k in options if context.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT
+    )
+    release = hook_release(slurm_release)
+    argv, decisions = plan(sbatch_args, model, options, cluster_nodes(inventory_path), release, explicit)
     for d in decisions:
         if d.note:
             click.echo(f"slurm-hetero: {d.note}", err=True)

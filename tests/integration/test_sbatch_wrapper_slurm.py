@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from slurm_hetero.units import format_size
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
-from tests.integration.test_job_submit_slurm import USER, job_fields
+from tests.integration.test_job_submit_slurm import USER, as_user, job_fields
 
 SCRIPT = "#!/bin/bash\n#SBATCH --gres=gpu:a100_80g:2\n#SBATCH -J sbatch-wrapper\n#SBATCH --hold\nhostname\n"
 
@@ -31,11 +33,14 @@ def workdir(cluster: Cluster) -> Path:
     return directory
 
 
-def wrapper(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
-    """The wrapper (it execs this release's sbatch) as the plain user (root is exempt from the hook)."""
+def wrapper(cluster: Cluster, *args: str, config: Path | None = None) -> subprocess.CompletedProcess:
+    """The wrapper (it execs this release's sbatch) as the plain user (root is exempt from the
+    hook); `config`: the settings file it reads (SLURM_HETERO_CONFIG)."""
     python = VENV_PYTHON if Path(VENV_PYTHON).exists() or cluster.release.chrooted else cluster.python
     inventory = workdir(cluster) / "inventory.yaml"
     argv = [python, "-m", "slurm_hetero", "sbatch", "--inventory", str(inventory), *args]
+    if config is not None:
+        argv = ["env", f"SLURM_HETERO_CONFIG={config}", *argv]
     return active().run(argv, USER, timeout=60, cwd=str(REPO))
 
 
@@ -92,4 +97,35 @@ def test_script_request_reaches_slurmctld(dev_cluster: Cluster) -> None:
     finally:
         slurm("scancel", job)
     refused = wrapper(dev_cluster, "--gres=gpumem:1098G", str(bare))
-    assert refused.returncode == 1 and "no device has it (largest device:" in refused.stderr
+    assert refused.returncode == 1 and refused.stderr.startswith(
+        "slurm-hetero: the job: gpumem:1098G,gpu:2: "
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["-N2", "--gres=gpumem:70G"],  # W03
+        ["-N2", "--gres=gpumem:20G"],  # W31 / W44
+        ["--gres=gpumem:70G", "-C", "l40s"],  # W26 / W27
+        ["--gres=gpumem:20G", "-n", "5", "--gpus-per-task=1"],  # W30
+        ["--gres=gpumem:20G"],
+    ],
+    ids=" ".join,
+)
+def test_the_wrapper_refuses_what_the_hook_refuses_in_its_words(
+    dev_cluster: Cluster, suite_config: Path, options: list[str]
+) -> None:
+    """Issue 10 items 7 and 8: the wrapper's check is the hook's decision (the hook's settings
+    given to both); a refusal is the hook's message, an acceptance the hook's too."""
+    config = workdir(dev_cluster) / "config.yaml"
+    config.write_text(suite_config.read_text())
+    config.chmod(0o644)
+    checked = wrapper(dev_cluster, "--dry-run", *options, "--wrap", "true", config=config)
+    run = as_user("sbatch", "-H", "--parsable", "-o", "/dev/null", *options, "--wrap", "true")
+    if run.returncode == 0:
+        slurm("scancel", run.stdout.strip().split(";")[0])
+    assert (checked.returncode == 0) == (run.returncode == 0), (checked.stderr, run.stderr)
+    if run.returncode != 0:
+        message = checked.stderr.removeprefix("slurm-hetero: the job: ").strip()
+        assert message and "\n" not in message and message in run.stderr, (checked.stderr, run.stderr)

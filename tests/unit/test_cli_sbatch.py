@@ -4,6 +4,7 @@ cluster (gres_conf/examples/mixed.yaml: a100_80g 80G x 4 per node, l40s, ascend9
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,20 @@ def wrapper(*args: str) -> dict[str, Any]:
     code, out, err = run("sbatch", "--inventory", INVENTORY, "--json", *args)
     assert code == 0, err
     return json.loads(out)  # type: ignore[no-any-return]
+
+
+def explained(*options: str) -> str:
+    """`request explain`'s message for the options (the hook's decision, the same text)."""
+    code, out, err = run("request", "explain", "--inventory", INVENTORY, "--json", *options)
+    assert code == 0, err
+    return json.loads(out)["message"]  # type: ignore[no-any-return]
+
+
+def refusal(*args: str, env: dict[str, str] | None = None) -> str:
+    """The wrapper's stderr for a request it refuses (nothing on stdout, exit 1)."""
+    result = CliRunner().invoke(cli, ["sbatch", "--inventory", INVENTORY, "--dry-run", *args], env=env)
+    assert result.exit_code == 1 and result.stdout == "", (result.stdout, result.stderr)
+    return result.stderr
 
 
 def script(tmp_path: Path, *directives: str) -> str:
@@ -62,8 +77,10 @@ def test_gpumem_only_where_no_type_is_named_and_the_command_line_wins(tmp_path: 
     assert over["argv"] == ["sbatch", "--gpus=a100_80g:2", job] and over["components"][0]["devices"] == 2
     bare = wrapper("--model", "llama-3-8b", script(tmp_path, "-J bare"))
     assert bare["components"][0]["devices"] == 1 and "gpumem:" in bare["argv"][1]
-    code, _, err = run("sbatch", "--inventory", INVENTORY, "--model", "gpt2", script(tmp_path, "-N 2"))
-    assert code == 1 and "1 per node on 2 node(s)" in err  # every type sits on one host here
+    err = refusal("--model", "gpt2", script(tmp_path, "-N 2"))  # every type sits on one host here
+    gres = re.search(r"-> --gres=(\S+): ", err)
+    assert gres and f"--gres={gres[1]}: {explained('--gres', gres[1], '-N', '2')}; would fit" in err
+    assert "ask -N 1" in err
 
 
 def test_het_components_get_their_own_groups(tmp_path: Path) -> None:
@@ -109,12 +126,8 @@ def test_the_wrapper_figure_is_fits(
 
 def test_requests_no_device_holds_are_refused_before_sbatch(tmp_path: Path) -> None:
     job = script(tmp_path, "--gres=gpumem:1098G")
-    code, out, err = run("sbatch", "--inventory", INVENTORY, job)
-    assert code == 1 and out == ""
-    assert err.strip() == (
-        "slurm-hetero: the job: gpumem:1098G x 1 device(s): no device has it "
-        "(largest device: 80G on a100_80g)"
-    )
+    err = refusal(job)
+    assert err == f"slurm-hetero: the job: {explained('--gres', 'gpumem:1098G')}\n"
     code, _, err = run(
         "sbatch", "--inventory", INVENTORY, "--model", "llama-3-70b", "--mode", "train", script(tmp_path)
     )
@@ -178,10 +191,142 @@ def test_without_an_inventory_slurms_own_view_is_checked(
     monkeypatch.setattr(wrapper_cli, "DEFAULT_INVENTORY", tmp_path / "absent.yaml")
     monkeypatch.setattr(proc, "run", scontrol)
     job = script(tmp_path, "--gres=gpumem:90G")
-    code, _, err = run("sbatch", "--dry-run", job)
+    code, _, err = run("sbatch", "--slurm-release", "22.05", "--dry-run", job)
     assert calls == [["scontrol", "show", "node", "-d", "-o"]]
-    assert code == 1 and "largest device: 80G on a100_80g" in err
+    assert code == 1 and "largest device is a100_80g with 80G" in err
+    calls.clear()
+    run("sbatch", "--dry-run", job)  # the release of the Slurm here, for the job_desc sbatch sends
+    assert calls[0] == ["scontrol", "--version"]
     code, out, err = run(
         "sbatch", "--dry-run", "--model", "llama-3-8b", "--gpus=a100_80g:4", job.replace("job", "job")
     )
     assert code == 1 and "already asks for gpumem:90G" in err
+
+
+# ------------------------------------------------------------------ the check is the hook's decision
+# Adversarial finds (issue 10 items 7 and 8): the wrapper refused with its own words, or passed what
+# the hook rejects. Its refusal is now `request explain`'s message for the same request.
+HOOK_REFUSES = [
+    # W03: the command line's -N 2 wins over the script's -N 1: nodes, not devices
+    (["-N2"], ["-N 1", "--gres=gpumem:70G"], ["--gres", "gpumem:70G", "-N", "2"]),
+    # W31 / W44: the vendor scope leaves ascend out; too few nodes, ask -N 1
+    (["--gres=gpumem:20G", "-N2", "--wrap", "x"], None, ["--gres", "gpumem:20G", "-N", "2"]),
+    (["-N2"], ["--gres=gpumem:20G"], ["--gres", "gpumem:20G", "-N", "2"]),
+    # W26 / W27: the constraint's type is too small
+    (["--gres=gpumem:70G", "-C", "l40s", "--wrap", "x"], None, ["--gres", "gpumem:70G", "-C", "l40s"]),
+    ([], ["--gres=gpumem:70G", "-C l40s"], ["--gres", "gpumem:70G", "-C", "l40s"]),
+    # W30: only ascend holds 5 devices on a node, outside the default vendor scope
+    (
+        ["--gres=gpumem:20G", "-n", "5", "--gpus-per-task=1", "--wrap", "x"],
+        None,
+        ["--gres", "gpumem:20G", "-n", "5", "--gpus-per-task", "1"],
+    ),
+]
+
+
+@pytest.mark.parametrize("wrapper_args,directives,explain_args", HOOK_REFUSES)
+def test_a_refusal_is_the_hooks_message(
+    wrapper_args: list[str], directives: list[str] | None, explain_args: list[str], tmp_path: Path
+) -> None:
+    job = [] if directives is None else [script(tmp_path, *directives)]
+    message = explained(*explain_args)
+    assert message  # the hook rejects it
+    assert refusal(*wrapper_args, *job) == f"slurm-hetero: the job: {message}\n"
+
+
+def test_what_the_hook_accepts_the_wrapper_passes(tmp_path: Path) -> None:
+    data = wrapper("--gres=gpumem:20G", "-N", "1", "-C", "a100_80g", script(tmp_path, "-N 2"))
+    assert data["argv"][:4] == ["sbatch", "--gres=gpumem:20G", "-N", "1"]
+    assert wrapper("--gres=gpumem:20G", "-n", "5", "--gpus-per-task=1", "-C", "ascend", "--wrap", "x")
+
+
+def test_the_models_gpumem_is_checked_by_the_hook_with_the_jobs_constraint(tmp_path: Path) -> None:
+    """W17: 67.3 GiB per device on 2 devices does not fit ascend910b3's 64G; -C ascend."""
+    job = script(tmp_path, "--gpus=2", "-C ascend")
+    err = refusal("--model", "llama-3-70b", job)
+    gres = re.search(r"-> --gres=(gpumem:\d+M): ", err)
+    assert gres and "needs 67.3 GiB per device on 2 device(s)" in err
+    message = explained("--gres", gres[1], "--gpus", "2", "-C", "ascend")
+    assert f"--gres={gres[1]}: {message}; would fit" in err and err.count("\n") == 1
+    assert wrapper("--model", "llama-3-70b", "--gpus=4", job)["components"][0]["gres"]  # 34.2 GiB fits
+
+
+@pytest.mark.parametrize("tp,per_device", [(1, 133.4), (2, 67.3), (4, 34.2)])
+def test_inference_honours_the_tp_the_user_gives(tp: int, per_device: float, tmp_path: Path) -> None:
+    """W23 / W24: --tp 1 on 4 devices is 4 replicas of the whole model, --tp 2 two of half."""
+    code, out, err = run("fit", "--model", "llama-3-70b", "--tp", str(tp), "--json")
+    assert code == 0 and round(json.loads(out)["total_bytes"] / 2**30, 1) == per_device
+    args = ("--model", "llama-3-70b", "--tp", str(tp), "--pp", "1", "--gpus=4", "--wrap", "x")
+    code, out, err = run("sbatch", "--inventory", INVENTORY, "--json", *args)
+    assert f"needs {per_device} GiB per device on 4 device(s)" in err
+    assert (code == 0) == (per_device < 80)  # a100_80g holds 2 x 67.3, nothing holds 133.4
+
+
+def test_a_tp_that_does_not_divide_the_devices_is_one_clear_error() -> None:
+    err = refusal("--model", "llama-3-70b", "--tp", "3", "--gpus=4", "--wrap", "x")
+    assert err == (
+        "slurm-hetero: 4 device(s) are no layout for llama-3-70b with --tp 3 "
+        "(tp x pp must divide the device count)\n"
+    )
+    err = refusal(
+        "--model", "llama-3-70b", "--mode", "train", "--tp", "2", "--pp", "3", "--gpus=4", "--wrap", "x"
+    )
+    assert "with --tp 2 --pp 3 (tp x pp must divide the device count)" in err
+    assert "--pp applies to training" in refusal(
+        "--model", "llama-3-70b", "--pp", "2", "--gpus=4", "--wrap", "x"
+    )
+
+
+def test_hostile_text_from_the_environment_is_quoted_on_one_line() -> None:
+    """W38: a newline in SBATCH_GRES is shown escaped, not as a second line."""
+    err = refusal("--wrap", "x", env={"SBATCH_GRES": "gpumem:20G\nfoo"})
+    assert err.count("\n") == 1 and "'gpumem:20G\\nfoo': not a size" in err
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("wrapper_args,directives,explain_args", HOOK_REFUSES)
+def test_a_refusal_is_the_lua_hooks_own_words(
+    wrapper_args: list[str],
+    directives: list[str] | None,
+    explain_args: list[str],
+    release: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Item 8 through the wrapper: job_submit.lua (Lua 5.1), on the job_desc the release's sbatch
+    sends for the same options, rejects with the text the wrapper prints."""
+    lua = pytest.importorskip("tests.unit.test_job_submit_lua")
+    from slurm_hetero.submit import job_from_options
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")  # the settings the scoped hook has
+    hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
+    names = {"--gres": "gres", "--gpus-per-task": "gpus_per_task", "-C": "constraint"}
+    counts = {"-N": "nodes", "-n": "ntasks"}
+    flags = dict(zip(explain_args[::2], explain_args[1::2]))
+    job = job_from_options(
+        **{names[k]: v for k, v in flags.items() if k in names},
+        **{counts[k]: int(v) for k, v in flags.items() if k in counts},
+        slurm_release=release,
+    )
+    ok, message, _, _ = hook.run(job)
+    assert not ok and message
+    job_file = [] if directives is None else [script(tmp_path, *directives)]
+    err = refusal("--slurm-release", release, *wrapper_args, *job_file)
+    assert err == f"slurm-hetero: the job: {message}\n"
+
+
+def test_each_het_component_is_the_hooks_to_decide(tmp_path: Path) -> None:
+    """Slurm calls the hook once per component: the second one's refusal names it."""
+    job = script(tmp_path, "--gres=gpumem:20G", "hetjob", "--gres=gpumem:70G -C l40s")
+    message = explained("--gres", "gpumem:70G", "-C", "l40s")
+    assert refusal(job) == f"slurm-hetero: het component 1: {message}\n"
+
+
+def test_sbatchs_own_refusal_comes_first_and_only_for_what_the_hook_would_see() -> None:
+    err = refusal("--slurm-release", "22.05", "--gres=gpumem:20G", "--gpus=1", "-N", "2", "--wrap", "x")
+    assert err == "slurm-hetero: the job: sbatch: --gpus < -N\n"  # as request explain says it
+    code, _, err = run(
+        "request", "explain", "--inventory", INVENTORY, "--gres", "gpumem:20G", "--gpus", "1", "-N", "2"
+    )
+    assert code == 1 and err == "slurm-hetero: sbatch: --gpus < -N\n"
+    assert wrapper("--gpus=1", "-N", "2", "--wrap", "x")["argv"]  # no gpumem: sbatch's to refuse
