@@ -266,7 +266,8 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
         slurm("scontrol", "release", job_id)
         fields = _wait_started(job_id)
         assert fields["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), fields
-        size = int(str(change["gres"]).split(":")[1][:-1])
+        gpumem = re.findall(r"gpumem:(\d+)G", " ".join([*submitted, str(change.get("gres", ""))]))
+        size = int(gpumem[-1])  # the edit's, else the submitted one
         memory = {
             h: max(d.memory_mib for d in ds) for h, ds in node_devices(dev_cluster.inventory).items() if ds
         }
