@@ -806,8 +806,10 @@ end
 -- What to do with the job: { action = "untouched" | "reject" | "rewrite", ... }. Reads only.
 -- held: the devices an edited job already asks for (held_devices): whole devices stay whole
 -- (untyped ones untyped), shards shards.
-local function evaluate(job_desc, submit_uid, held)
-  if not asks_us(job_desc) then return { action = "untouched" } end
+-- check: only whether the devices the job holds still fit it (an edit of its node or task count):
+-- untouched when they do, else rejected (edit_counts).
+local function evaluate(job_desc, submit_uid, held, check)
+  if not check and not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
   local ok, req = pcall(gather, job_desc)
@@ -842,7 +844,9 @@ local function evaluate(job_desc, submit_uid, held)
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
                  each = devices_per_node(req, job_desc, nodes) }
   local choice, why, code = decide(need)
-  if choice == nil then return { action = "reject", message = why, code = code } end
+  if choice == nil then
+    return { action = "reject", message = check and fmt("edit_counts", why) or why, code = code }
+  end
   if held == "untyped" and choice.kind == "gpu" then
     choice = { kind = "any", types = choice.types, count = choice.count, policy = choice.policy,
                constraint = { T.types[choice.types[1]].feature }, scope = choice.scope }
@@ -850,9 +854,10 @@ local function evaluate(job_desc, submit_uid, held)
   if held == "shard" and choice.kind ~= "shard" then
     return { action = "reject", message = req.text .. ": " .. T.messages.edit_shards, code = "request" }
   end
+  if check then return { action = "untouched" } end
   local item = new_item(choice, req.form)
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
-           types = choice.types,
+           types = choice.types, request = req.text,
            features = new_features(job_desc.features, choice.constraint) }
 end
 
@@ -917,11 +922,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return rc
 end
 
--- An edit (scontrol update) of a job: the same rules on the job as edited. Only an edit whose own
--- TRES fields carry gpumem/gpucore is looked at (a rewritten job keeps no gpumem, except shard
--- requests, which must not be decided twice). Fields the edit leaves unset come from job_rec
--- (Slurm exposes tres_per_*, features, partition, min_nodes, user_id there; not num_tasks or
--- ntasks_per_node, so those count only when the edit sets them).
+-- An edit (scontrol update) of a job: the same rules on the job as edited. An edit whose own TRES
+-- fields carry gpumem/gpucore is decided as a submission with the job's device count and scope (a
+-- rewritten job keeps no gpumem, except shard requests, which must not be decided twice); an edit
+-- of the node or task count of a job this hook rewrote is checked against the devices the job
+-- holds. Fields the edit leaves unset come from job_rec (Slurm exposes tres_per_*, features,
+-- partition, min_nodes, user_id there; not num_tasks or ntasks_per_node, so those count only when
+-- the edit sets them).
 local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
                        "admin_comment" }
 local VIEW_COUNTS = { "min_nodes", "num_tasks", "ntasks_per_node" }
@@ -977,11 +984,39 @@ local function held_devices(job_rec)
   return held
 end
 
-local function edited_view(job_desc, job_rec)
+-- text with every gpu item's type dropped: gres:gpu:l40s:2 -> gres:gpu:2, gres/gpu:l40s=2 ->
+-- gres/gpu=2, gres:gpu:l40s -> gres:gpu (other items unchanged).
+local function untyped(text)
+  if text == nil or text == "" then return text end
+  local out = {}
+  for _, item in ipairs(items_of(text)) do
+    local piece = item.text
+    if item.name == "gpu" then
+      local at = string.find(item.body, "=", 1, true)
+      local tokens = split(at and string.sub(item.body, 1, at - 1) or item.body, ":")
+      if at and #tokens == 2 then
+        piece = item.prefix .. "gpu=" .. string.sub(item.body, at + 1)
+      elseif not at and #tokens == 3 then
+        piece = item.prefix .. "gpu:" .. tokens[3]
+      elseif not at and #tokens == 2 and not is_digits(tokens[2]) then
+        piece = item.prefix .. "gpu"
+      end
+    end
+    out[#out + 1] = piece
+  end
+  return table.concat(out, ",")
+end
+
+-- again: the edit asks for gpumem/gpucore, so the record's gpu items lose their type (untyped)
+-- and the type is chosen again for the job's device count and scope.
+local function edited_view(job_desc, job_rec, again)
   local view = {}
   for _, name in ipairs(VIEW_STRINGS) do
     local value = job_desc[name]
-    if value == nil or value == "" then value = job_rec[name] end
+    if value == nil or value == "" then
+      value = job_rec[name]
+      if again and (name == "tres_per_node" or IN_PLACE[name]) then value = untyped(value) end
+    end
     view[name] = value
   end
   for _, name in ipairs(VIEW_COUNTS) do
@@ -1009,7 +1044,10 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
   end
   for _, field in ipairs(FIELDS) do
     local value = outcome.fields[field]
-    if value ~= "" and value ~= (view[field] or "") then job_desc[field] = value end
+    -- a field the edit set is always written (its gpumem item must not stay beside the device; ""
+    -- means no change, the record's value stays), another one when its value changes
+    local set = (job_desc[field] or "") ~= ""
+    if set or (value ~= "" and value ~= (view.record[field] or "")) then job_desc[field] = value end
   end
   if outcome.features then
     job_desc.features = outcome.features
@@ -1018,19 +1056,57 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
     job_desc.features = (view.features ~= nil and view.features ~= "") and view.features
       or T.types[outcome.types[1]].feature
   end
+  -- slurmctld's log only: scontrol (24.11) prints every log_user line of an update as "error: "
   log(slurm.log_info, "slurm_hetero: %s: %s", where, outcome.message)
-  slurm.log_user("%s", outcome.message)
   return slurm.SUCCESS
 end
 
+-- The type of the job's first typed gpu item, when Slurm stored it in 22.05's "gres:" form (nil
+-- otherwise). Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts
+-- from a copy of the job's list and takes no count 0), so a new type goes beside the old one and
+-- the job asks for both; 24.11 builds the list again from the fields.
+local function held_type(job_rec)
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_rec[field])) do
+      if item.name == "gpu" then
+        local tokens = split(split(item.body, "=")[1], ":")
+        if #tokens > 1 and not is_digits(tokens[2]) then
+          return item.prefix == "gres:" and tokens[2] or nil
+        end
+      end
+    end
+  end
+  return nil
+end
+
+-- Whether an edit sets the node or task count (-N, -n, --ntasks-per-node).
+local function counts_edit(job_desc)
+  for _, name in ipairs(VIEW_COUNTS) do
+    if count_of(job_desc[name]) then return true end
+  end
+  return false
+end
+
+local function decide_edit(job_desc, job_rec, modify_uid)
+  local asks = asks_us(job_desc)
+  if not asks and not counts_edit(job_desc) then return { action = "untouched" } end
+  if T == nil then error(LOAD_ERROR, 0) end
+  local held = held_devices(job_rec)
+  local ours = type(job_rec.admin_comment) == "string" and string.find(job_rec.admin_comment, T.note_prefix, 1, true)
+  if not asks and not (held and ours) then return { action = "untouched" } end
+  local view = edited_view(job_desc, job_rec, asks)
+  view.job_id, view.record = job_rec.job_id, job_rec
+  local result = evaluate(view, modify_uid, held, not asks)
+  local old = held_type(job_rec)
+  if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
+    result = { action = "reject", code = "request",
+               message = result.request .. ": " .. fmt("edit_type", old, result.types[1]) }
+  end
+  return { view = view, result = result }
+end
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  local ok, outcome = pcall(function()
-    if not asks_us(job_desc) then return { action = "untouched" } end
-    if T == nil then error(LOAD_ERROR, 0) end
-    local view = edited_view(job_desc, job_rec)
-    view.job_id = job_rec.job_id
-    return { view = view, result = evaluate(view, modify_uid, held_devices(job_rec)) }
-  end)
+  local ok, outcome = pcall(decide_edit, job_desc, job_rec, modify_uid)
   if not ok then return failed(outcome) end
   if outcome.action == "untouched" then return slurm.SUCCESS end
   local applied, rc = pcall(apply_edit, job_desc, outcome.view, modify_uid, outcome.result)

@@ -78,6 +78,10 @@ MESSAGES: dict[str, str] = {
     # edits (slurm_job_modify)
     "edit_shards": "this job holds shards and Slurm cannot update shards to whole devices; "
     "cancel it and submit it again",
+    "edit_type": "Slurm 22.05 keeps the %s devices this job holds when an update names another type (%s), "
+    "so the job would ask for both; cancel it and submit it again",
+    "edit_counts": "the devices this job holds do not fit its edited node or task count: %s; "
+    "to choose devices for the new count, give the gpumem again in the same update (gres=gpumem:SIZE)",
     "internal": "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin",
 }
 

@@ -275,12 +275,16 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
 
-def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | None = None) -> Outcome:
+def explain(
+    model: ClusterModel, options: HookOptions, job: Job, held: str | None = None, check: bool = False
+) -> Outcome:
     """What the hook does with one job (component); `held`: the devices an edited job already
-    asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards."""
+    asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards.
+    `check`: only whether the devices the job holds still fit it (an edit of its node or task
+    count): untouched when they do, else refused (`edit_counts`)."""
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
-    if not has_ours(job.fields()):
+    if not has_ours(job.fields()) and not check:
         return Outcome(True, "untouched", "", job)
     try:
         request = parse_fields(job.fields(), model.types)
@@ -297,7 +301,10 @@ def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | Non
     if held == "shard" and isinstance(result, Choice) and result.kind != "shard":
         return Outcome(False, "reject", f"{request.text}: {render('edit_shards')}", job, code=REQUEST_CODE)
     if isinstance(result, FitReport):
-        return Outcome(False, "reject", result.message, job, report=result, code=report_code(result))
+        message = render("edit_counts", result.message) if check else result.message
+        return Outcome(False, "reject", message, job, report=result, code=report_code(result))
+    if check:
+        return Outcome(True, "untouched", "", job)
     return _rewritten(job, request, result)
 
 
@@ -330,11 +337,36 @@ def without(features: str | None, added: str | None) -> str | None:
     return features
 
 
-def edited_view(edit: Job, record: Job) -> Job:
+def untyped(text: str | None) -> str | None:
+    """`text` with every gpu item's type dropped: `gres:gpu:l40s:2` -> `gres:gpu:2`,
+    `gres/gpu:l40s=2` -> `gres/gpu=2`, `gres:gpu:l40s` -> `gres:gpu` (other items unchanged)."""
+    if not text:
+        return text
+    out = []
+    for item in split_items(text):
+        tokens, value = item.body.partition("=")[0].split(":"), item.body.partition("=")[2]
+        piece = item.text
+        if item.name == "gpu" and "=" in item.body and len(tokens) == 2:
+            piece = f"{item.prefix}gpu={value}"
+        elif item.name == "gpu" and "=" not in item.body and len(tokens) == 3:
+            piece = f"{item.prefix}gpu:{tokens[2]}"
+        elif item.name == "gpu" and "=" not in item.body and len(tokens) == 2 and not tokens[1].isdigit():
+            piece = f"{item.prefix}gpu"
+        out.append(piece)
+    return ",".join(out)
+
+
+def edited_view(edit: Job, record: Job, again: bool | None = None) -> Job:
     """The job as edited: the edit's fields where set (non-empty), the record's elsewhere; the
     owner from the record, the editor as submitter. Slurm's job record has no num_tasks or
-    ntasks_per_node for the hook: pass None there for what a real record gives."""
+    ntasks_per_node for the hook: pass None there for what a real record gives. An edit that
+    asks for gpumem/gpucore is decided as a submission with the job's device count and scope:
+    the record's gpu items lose their type (`untyped`), so the type is chosen again (`again`:
+    whether to, by default when the edit asks for gpumem/gpucore)."""
+    again = has_ours(edit.fields()) if again is None else again
     values: dict[str, Any] = {n: getattr(edit, n) or getattr(record, n) for n in _VIEW_STRINGS}
+    for name in FIELDS if again else ():
+        values[name] = getattr(edit, name) or untyped(getattr(record, name))
     values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
     if not edit.features:  # the record's constraint, less what our last rewrite added
         values["features"] = without(record.features, our_constraint(record.admin_comment))
@@ -358,20 +390,51 @@ def held_devices(record: Job) -> str | None:
     return "typed" if any(len(t) > 1 and not t[1].isdigit() for t in tokens) else "untyped"
 
 
+def held_type(record: Job) -> str | None:
+    """The type of the job's first typed gpu item, when Slurm stored it in 22.05's `gres:` form
+    (None otherwise). Slurm 22.05 merges an update's GRES into the job's (`gres_job_state_validate`
+    starts from a copy of the job's list and cannot set a count to 0), so a new type is added
+    beside the old one: the job then asks for both (ran on the old type's node, or never
+    started). 24.11 builds the list again from the fields."""
+    for _, text in record.fields():
+        for item in split_items(text):
+            tokens = item.body.partition("=")[0].split(":")
+            if item.name == "gpu" and len(tokens) > 1 and not tokens[1].isdigit():
+                return tokens[1] if item.prefix == "gres:" else None
+    return None
+
+
+def counts_edit(edit: Job) -> bool:
+    """Whether an edit sets the node or task count (-N, -n, --ntasks-per-node)."""
+    return any(_count(getattr(edit, n)) for n in _VIEW_COUNTS)
+
+
 def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
-    """What `slurm_job_modify` does with an edit (`scontrol update`) of a job: only an edit whose
-    own TRES fields carry gpumem/gpucore is looked at; the job as edited (`edited_view`) goes
-    through `explain`, on whole devices when the job holds some (`held_devices`). The job in the
-    outcome is what Slurm then stores: an update cannot clear a field, so an emptied one keeps its
-    value, and the admin comment is not changed (users may not)."""
-    if not has_ours(edit.fields()):
-        return Outcome(True, "untouched", "", edited_view(edit, record))
+    """What `slurm_job_modify` does with an edit (`scontrol update`) of a job. An edit whose own
+    TRES fields carry gpumem/gpucore: the job as edited (`edited_view`) goes through `explain`,
+    on whole devices when the job holds some (`held_devices`), and on 22.05 on the type it holds
+    (`held_type`). An edit of the node or task count of a job this hook rewrote: the devices it
+    holds are checked against the new count (`explain(check=True)`), and the edit refused when
+    they no longer fit. Other edits are untouched. The job in the outcome is what Slurm then
+    stores: an update cannot clear a field, so an emptied one keeps the record's value, and the
+    admin comment is not changed (users may not)."""
     view = edited_view(edit, record)
-    outcome = explain(model, options, view, held_devices(record))
-    if outcome.action != "rewrite":
-        return replace(outcome, job=view)
+    held = held_devices(record)
+    if not has_ours(edit.fields()):
+        ours = NOTE_PREFIX in (record.admin_comment or "")
+        if not (counts_edit(edit) and held and ours):
+            return Outcome(True, "untouched", "", view)
+        return replace(explain(model, options, view, held, check=True), job=view)
+    outcome = explain(model, options, view, held)
+    if outcome.action != "rewrite":  # nothing written: the edit over the record
+        return replace(outcome, job=edited_view(edit, record, again=False))
     after, choice = outcome.job, outcome.choice
-    kept: dict[str, Any] = {n: getattr(after, n) or getattr(view, n) for n in FIELDS}
+    old = held_type(record)
+    if choice is not None and old is not None and choice.types[0] != old:
+        text = parse_fields(view.fields(), model.types).text
+        message = f"{text}: {render('edit_type', old, choice.types[0])}"
+        return Outcome(False, "reject", message, view, code=REQUEST_CODE)
+    kept: dict[str, Any] = {n: getattr(after, n) or getattr(record, n) for n in FIELDS}
     restore = not edit.features and view.features != record.features
     if choice is not None and not choice.constraint and restore:
         # drop the constraint we added before; an update cannot clear a field, so an empty one
