@@ -355,6 +355,12 @@ def cross_type_gbs(
     for i, g in enumerate(groups):
         spec = catalog.by_type(g.type)
         assert spec is not None
+        if spec.vendor not in traits:  # in the catalog (for fit), but no vendor module: no communicator
+            raise RequestError(
+                f"--devices {g.type}",
+                f"vendor {spec.vendor} has no slurm-hetero vendor support (discovery, launch, "
+                f"communicators), so it cannot be planned; vendors: {', '.join(sorted(traits))}",
+            )
         members.append([Member(traits[spec.vendor], spec, f"node{i}")])
     return comm.pair_gbs(members, {}, network_gbs)
 

@@ -162,12 +162,19 @@ class ModelSpec:
         return param_counts(self)
 
 
+# Any one size in a model config (hidden, vocabulary, positions, heads...): the largest published
+# are about 10**7 (positions); 10**400 overflowed the float cost model with a traceback.
+MAX_CONFIG_INT = 2**40
+
+
 def _int(config: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
     value = config.get(key, default)
     if value is None:
         raise ConfigError(f"missing required key {key!r}", name, key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{key} must be a positive integer, got {value!r}", name, key)
+        raise ConfigError(f"{key} must be a positive integer, got {str(value)[:40]!r}", name, key)
+    if value > MAX_CONFIG_INT:
+        raise ConfigError(f"{key} is {str(value)[:20]}...; at most 2**40 is supported", name, key)
     return value
 
 

@@ -248,11 +248,19 @@ def _read(path: Path) -> Any:
         raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
 
 
+# Sustained TFLOPS of one device: a thousand times today's fastest (about 10**3.5) and a millionth
+# of one; 1e300 divided the step model by zero.
+TFLOPS_RANGE = (1e-6, 1e6)
+
+
 def _figure(value: Any, path: Path, key: str) -> float:
     if isinstance(value, Mapping):
         value = value.get("layer_tflops", value.get("tflops"))
     if not _finite(value) or value <= 0:
-        raise ConfigError(f"TFLOPS must be a positive number, got {value!r}", str(path), key)
+        raise ConfigError(f"TFLOPS must be a positive number, got {str(value)[:40]!r}", str(path), key)
+    low, high = TFLOPS_RANGE
+    if not low <= value <= high:
+        raise ConfigError(f"TFLOPS {value:g} is outside {low:g}-{high:g} for one device", str(path), key)
     return float(value)
 
 
@@ -279,8 +287,10 @@ def load_gemm_half(path: Path) -> dict[str, float]:
     for key, value in data.items():
         if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
             half = value["gemm_half_elements"]
-            if not _finite(half) or half < 0:
-                raise ConfigError(f"gemm_half_elements must be >= 0, got {half!r}", str(path), str(key))
+            if not _finite(half) or not 0 <= half <= 1e15:  # elements of one GEMM
+                raise ConfigError(
+                    f"gemm_half_elements must be 0-1e15, got {str(half)[:40]!r}", str(path), str(key)
+                )
             out[str(key)] = float(half)
     return out
 

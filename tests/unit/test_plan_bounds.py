@@ -257,3 +257,36 @@ def test_a_huge_measured_file_is_refused(tmp_path: Path) -> None:
     start = time.monotonic()
     code, _, err = run("plan", "--model", "gpt2", "--devices", "a100:2", "--measured", str(big))
     assert "allowed" in one_line_error(code, err) and time.monotonic() - start < 10
+
+
+# -- the adversarial re-pass (2026-11-25) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["vocab_size", "hidden_size", "intermediate_size", "max_position_embeddings", "num_attention_heads"],
+)
+def test_a_model_size_beyond_any_model_is_one_line(tmp_path: Path, key: str) -> None:
+    """10**401 in any size overflowed the float cost model (OverflowError traceback)."""
+    model = _config(tmp_path, "huge", {**LLAMA, key: 10**401})
+    code, _, err = run("plan", "--model", model, "--devices", "a100:2", "--global-batch", "8", "--seq", "512")
+    assert "at most 2**40" in one_line_error(code, err)
+
+
+@pytest.mark.parametrize("figure", ["1.0e+300", "1.0e-300"])
+def test_a_measured_figure_beyond_any_device_is_one_line(tmp_path: Path, figure: str) -> None:
+    """`a100_80g: 1.0e+300` divided the step model by zero (ZeroDivisionError traceback)."""
+    measured = tmp_path / "measured.yaml"
+    measured.write_text(f"a100_80g: {figure}\n")
+    code, _, err = run(
+        "plan", "--model", "llama-3-8b", "--devices", "a100_80g:4,l40s:2", "--global-batch", "64",
+        "--measured", str(measured),
+    )  # fmt: skip
+    assert "outside 1e-06-1e+06" in one_line_error(code, err)
+
+
+@pytest.mark.parametrize("devices", ["tpu_v4:8", "a100_80g:4,trainium:4"])
+def test_a_catalog_type_of_a_vendor_without_support_is_one_line(devices: str) -> None:
+    """The catalog holds Google and AWS devices for `fit`, without vendor modules: KeyError traceback."""
+    code, _, err = run("plan", "--model", "llama-3-8b", "--devices", devices, "--global-batch", "64")
+    assert "has no slurm-hetero vendor support" in one_line_error(code, err)
