@@ -318,7 +318,7 @@ end
 -- [a|b]), each an OR (list) of AND-sets ({ [feature] = true }). Counts (*N) and anything
 -- unreadable reject the job.
 local MAX_TERMS = 64
-local MAX_DEPTH = 32  -- parentheses and brackets, checked before the parser recurses
+local MAX_DEPTH = 1  -- of parentheses, slurmctld's; checked before the parser recurses
 local BAD = {}
 
 local function union(a, b)
@@ -412,7 +412,7 @@ local function parse_constraint(text)
   end
   local depth, deepest = 0, 0
   for _, token in ipairs(tokens) do
-    if token == "(" or token == "[" then depth = depth + 1 elseif token == ")" or token == "]" then depth = depth - 1 end
+    if token == "(" then depth = depth + 1 elseif token == ")" then depth = depth - 1 end
     if depth > deepest then deepest = depth end
   end
   if deepest > MAX_DEPTH then reject(where .. fmt("constraint_deep", MAX_DEPTH), "constraint") end
