@@ -278,7 +278,8 @@ def test_srun_with_the_count_in_another_option_runs_its_step(
     assert run.returncode == 0, run.stderr
     assert "gpumem:20G," in run.stderr and "not found in the job" not in run.stderr, run.stderr
     if "-n2" not in options:  # 22.05 exports no CUDA_VISIBLE_DEVICES to a --gpus-per-task step here
-        assert run.stdout.strip() == "CUDA_VISIBLE_DEVICES=0,1", (run.stdout, run.stderr)
+        devices = run.stdout.strip().removeprefix("CUDA_VISIBLE_DEVICES=")
+        assert len([d for d in devices.split(",") if d.isdigit()]) == 2, (run.stdout, run.stderr)
 
 
 def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_path: Path) -> None:
