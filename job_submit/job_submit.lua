@@ -318,6 +318,7 @@ end
 -- [a|b]), each an OR (list) of AND-sets ({ [feature] = true }). Counts (*N) and anything
 -- unreadable reject the job.
 local MAX_TERMS = 64
+local MAX_DEPTH = 1  -- of parentheses, slurmctld's; checked before the parser recurses
 local BAD = {}
 
 local function union(a, b)
@@ -409,6 +410,12 @@ local function parse_constraint(text)
     tokens[#tokens + 1] = token
     rest = string.sub(rest, #token + 1)
   end
+  local depth, deepest = 0, 0
+  for _, token in ipairs(tokens) do
+    if token == "(" then depth = depth + 1 elseif token == ")" then depth = depth - 1 end
+    if depth > deepest then deepest = depth end
+  end
+  if deepest > MAX_DEPTH then reject(where .. fmt("constraint_deep", MAX_DEPTH), "constraint") end
   local ok, value = pcall(constraint_parser, tokens)
   if not ok then
     if value == BAD then reject(where .. T.messages.constraint_bad, "constraint") end

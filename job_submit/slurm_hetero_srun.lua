@@ -18,10 +18,14 @@ and calls its slurm_job_submit on a job_desc built from the options. Once per co
 also reads /proc/self/status for its name and uid (exempt users, default root, are left alone as
 by the hook).
 
-Options are written back only where one option holds the field: --gres (tres_per_node, unless
---gpus-per-node is also given), --gpus (tres_per_job), --gpus-per-task, --gpus-per-socket,
---constraint. A rewrite that would need an option cleared or two options merged is left to the
-hook (the filter changes nothing). Requests the hook would refuse pass unchanged too: slurmctld
+Options are written back where they hold the field: --gres (tres_per_node), --gpus (tres_per_job),
+--gpus-per-task, --gpus-per-socket, --constraint; with --gpus-per-node, tres_per_node's gpu item
+goes there and the rest to --gres. An option cannot be unset from here: an emptied --gres (the
+count came from --gpus, --gpus-per-task or --gpus-per-node) is written as a gpu item of count 0,
+which Slurm skips (see `cleared`). What the options still cannot carry (a field emptied other than
+--gres, two items where one option holds one) srun refuses, with the hook's decision and the
+options to ask instead, rather than allocate a job whose step then fails ("Step requested GRES
+(gpumem:(null)) not found in the job"). Requests the hook would refuse pass unchanged too: slurmctld
 refuses them with the message and the most specific Slurm error. Anything unexpected (no hook
 file, an error: cli_filter.lua calls this under pcall) leaves the options alone.
 --]]
@@ -119,9 +123,11 @@ local function gres_option(value)
   return table.concat(out, ",")
 end
 
--- "gres:gpu:a100:2" -> "a100:2"
+-- "gres:gpu:a100:2" -> "a100:2" (each item)
 local function gpus_option(value)
-  return (string.gsub(value, "^gres[:/]gpu[:=]?", ""))
+  local out = {}
+  for item in string.gmatch(value, "[^,]+") do out[#out + 1] = (string.gsub(item, "^gres[:/]gpu[:=]?", "")) end
+  return table.concat(out, ",")
 end
 
 local OPTIONS = {  -- field -> option, how its value is written
@@ -131,17 +137,57 @@ local OPTIONS = {  -- field -> option, how its value is written
   { "tres_per_socket", "gpus-per-socket", gpus_option },
 }
 
--- The option changes for a rewritten job, or nil when the options cannot say it.
+-- --gres "emptied": a gpu item of count 0 in the decided type (`gpu:a100_80g:0`, or `gpu:0` for
+-- any-fit), which sbatch, srun and slurmctld all skip (Slurm's GRES parser drops a zero count).
+-- Measured on 22.05 and 24.11: `srun --gpus=l40s:2 --gres=gpu:l40s:0` and `--gpus-per-node=TYPE:2
+-- --gres=gpu:TYPE:0` allocate the job and the step gets both devices; "none" is no good (22.05's
+-- step then gets no device, or is refused with --gpus-per-node).
+local function cleared(after)
+  for _, field in ipairs({ "tres_per_job", "tres_per_task", "tres_per_socket", "tres_per_node" }) do
+    local item = string.match(after[field] or "", "^gres[:/]gpu[:=]([^,]*)")
+    if item then
+      local gpu_type = string.match(item, "^([^:=]+)[:=]%d+$")
+      return gpu_type and ("gpu:" .. gpu_type .. ":0") or "gpu:0"
+    end
+  end
+  return nil
+end
+
+-- tres_per_node as --gpus-per-node (its gpu item) and --gres (the rest, else cleared).
+local function per_node(new, after, out)
+  local gpu, rest = nil, {}
+  for item in string.gmatch(new, "[^,]+") do
+    if string.find(item, "^gres[:/]gpu[:=]") or string.find(item, "^gpu[:=]") then
+      if gpu then return false end
+      gpu = item
+    else
+      rest[#rest + 1] = item
+    end
+  end
+  local gres = #rest > 0 and gres_option(table.concat(rest, ",")) or cleared(after)
+  if gpu == nil or gres == nil then return false end
+  out["gpus-per-node"], out["gres"] = gpus_option(gpu), gres
+  return true
+end
+
+-- The option changes for a rewritten job, or nil when these options cannot carry it (srun then
+-- refuses: the hook would rewrite the job while the step kept the gpumem request, and fail).
 local function changes(options, before, after)
   local out = {}
   for _, entry in ipairs(OPTIONS) do
     local field, option, write = entry[1], entry[2], entry[3]
     local old, new = before[field] or "", after[field] or ""
     if old ~= new then
-      if new == "" then return nil end
-      if field == "tres_per_node" and text(options, "gpus-per-node") then return nil end
-      if field ~= "tres_per_node" and string.find(new, ",", 1, true) then return nil end
-      out[option] = write(new)
+      if field == "tres_per_node" and text(options, "gpus-per-node") then
+        if not per_node(new, after, out) then return nil end
+      elseif new == "" then
+        if field ~= "tres_per_node" or cleared(after) == nil then return nil end
+        out[option] = cleared(after)
+      elseif field ~= "tres_per_node" and string.find(new, ",", 1, true) then
+        return nil
+      else
+        out[option] = write(new)
+      end
     end
   end
   local features = after.features or ""
@@ -150,6 +196,18 @@ local function changes(options, before, after)
     out["constraint"] = features
   end
   return out
+end
+
+-- What to ask instead, when the options cannot carry the decision: the rewritten fields as options.
+local function instead(before, after)
+  local out = {}
+  for _, entry in ipairs(OPTIONS) do
+    local field, option, write = entry[1], entry[2], entry[3]
+    local new = after[field] or ""
+    if new ~= "" and new ~= (before[field] or "") then out[#out + 1] = "--" .. option .. "=" .. write(new) end
+  end
+  if after.features and after.features ~= before.features then out[#out + 1] = "-C " .. after.features end
+  return table.concat(out, " ")
 end
 
 -- Whether the options show the counts the job_desc will hold. The client reports an unset -n as
@@ -192,7 +250,11 @@ return function(options)
   if result ~= real.SUCCESS then return real.SUCCESS end
   if #said == 0 then return real.SUCCESS end  -- untouched, exempt or failed open
   local set = changes(options, before, after)
-  if set == nil then return real.SUCCESS end  -- the hook will do it
+  if set == nil then
+    real.log_error("%s; srun cannot give the job step these devices with these options: ask %s instead",
+                   said[1], instead(before, after))
+    return real.ERROR
+  end
   for option, value in pairs(set) do options[option] = value end
   for _, line in ipairs(said) do real.log_info("%s", line) end
   return real.SUCCESS

@@ -18,6 +18,7 @@ from slurm_hetero.errors import ConfigError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.write import diff, ensure_output_dir, pending, write_atomic
 from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
+from slurm_hetero.submit.sbatch import gres_names, node_range, task_count
 from slurm_hetero.submit.tables import (
     CLI_FILTER_NAME,
     CLI_SRUN_NAME,
@@ -169,9 +170,9 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--gpus-per-task", help="As sbatch --gpus-per-task.")
 @click.option("--partition", "-p", help="As sbatch --partition (its policy and types apply).")
 @click.option("--constraint", "-C", help="As sbatch --constraint.")
-@click.option("--nodes", "-N", type=int, help="As sbatch --nodes (the minimum node count).")
-@click.option("--ntasks", "-n", type=int, help="As sbatch --ntasks.")
-@click.option("--ntasks-per-node", type=int, help="As sbatch --ntasks-per-node.")
+@click.option("--nodes", "-N", help="As sbatch --nodes: N or MIN-MAX (read, and refused, as sbatch does).")
+@click.option("--ntasks", "-n", help="As sbatch --ntasks.")
+@click.option("--ntasks-per-node", help="As sbatch --ntasks-per-node.")
 @click.option("--uid", type=int, help="Submitting user id (exempt users are left alone).")
 @click.option(
     "--slurm-release",
@@ -191,9 +192,9 @@ def explain_cmd(
     gpus_per_task: str | None,
     partition: str | None,
     constraint: str | None,
-    nodes: int | None,
-    ntasks: int | None,
-    ntasks_per_node: int | None,
+    nodes: str | None,
+    ntasks: str | None,
+    ntasks_per_node: str | None,
     uid: int | None,
     slurm_release: str,
     config_path: Path | None,
@@ -203,6 +204,7 @@ def explain_cmd(
     """What the job_submit hook would do with a request (same rules, same messages)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
+    low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
     job = job_from_options(
         gres,
         gpus,
@@ -212,9 +214,13 @@ def explain_cmd(
         constraint,
         uid,
         slurm_release,
-        nodes=nodes,
-        ntasks=ntasks,
-        ntasks_per_node=ntasks_per_node,
+        nodes=low,
+        ntasks=task_count("--ntasks", ntasks, slurm_release) if ntasks is not None else None,
+        ntasks_per_node=None
+        if ntasks_per_node is None
+        else task_count("--ntasks-per-node", ntasks_per_node, slurm_release),
+        max_nodes=high,
+        names=gres_names(model),
     )
     options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
     _print(explain(model, options, job), as_json)

@@ -9,6 +9,10 @@ texts with the same message:
 - `&` (AND), `|` (OR), parentheses, and one `[..|..]` matching OR joined by AND are read;
 - node counts (`a*2`, `[a*2&b*4]`) are rejected: they spread a job over feature groups in ways a
   per-type check cannot mirror;
+- parentheses nested more than `MAX_DEPTH` (1) deep are rejected with their own message, before
+  parsing (the parser recurses once per level: 500 levels crashed it): slurmctld refuses a `(`
+  inside parentheses on 22.05 and 24.11 ("Invalid feature specification"; job_scheduler.c,
+  measured at 20 levels);
 - anything else (empty names, unbalanced or nested brackets, a matching OR under `|`, more than
   `MAX_TERMS` AND-sets) is rejected as unreadable.
 """
@@ -24,6 +28,7 @@ Dnf = tuple[frozenset[str], ...]  # an OR of AND-sets of feature names
 Alternatives = tuple[Dnf, ...]  # matching-OR alternatives, each a Dnf
 
 MAX_TERMS = 64
+MAX_DEPTH = 1  # slurmctld's: one level of parentheses
 NO_CONSTRAINT: Alternatives = ((frozenset(),),)
 _TOKEN = re.compile(r"[A-Za-z0-9_.\-]+|[&|()\[\]]")
 _COUNT = re.compile(r"\*[0-9]*")
@@ -91,6 +96,15 @@ class _Parser:
         return [(frozenset({token}),)]
 
 
+def _depth(tokens: list[str]) -> int:
+    """How deep the parentheses nest (unbalanced ones are the parser's to refuse)."""
+    depth = deepest = 0
+    for token in tokens:
+        depth += 1 if token == "(" else -1 if token == ")" else 0
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def parse(text: str) -> Alternatives:
     """The constraint's alternatives; RequestError with the hook's message when unreadable."""
     if _COUNT.search(text):
@@ -99,6 +113,8 @@ def parse(text: str) -> Alternatives:
     try:
         if "".join(tokens) != text:
             raise _Bad
+        if _depth(tokens) > MAX_DEPTH:
+            raise RequestError(f"--constraint={text}", render("constraint_deep", MAX_DEPTH))
         parser = _Parser(tokens)
         value = parser.either()
         if parser.peek() is not None:

@@ -12,6 +12,16 @@ fields, on 22.05 and 24.11 (docs/submit-protocol.md has the table):
 - 24.11 sets min_nodes to ceil(tasks / tasks per node) when `-N` is not given;
 - 24.11 writes `--gpus-per-task=N` as `gres/gpu=N` (the `=` form), `--gpus` as `gres/gpu:N`;
 - `--gpus-per-node` comes first in tres_per_node, before the `--gres` items;
+- each comma item of a `--gpus*` value becomes its own item (`--gpus=l40s:1,a100_80g:1` is
+  `gres:gpu:l40s:1,gres:gpu:a100_80g:1`, Slurm's xfmt_tres); 24.11 writes `--gpus-per-task` as
+  `gres/gpu[:TYPE]=N` (its first item only: TYPE before the first colon, N read by strtol);
+- sbatch reads the TRES fields itself before sending them (Slurm's gres_job_state_validate in the
+  client): a GRES name not in GresTypes (names are case-sensitive: `GPUMEM`), an empty or
+  malformed count (`gpumem:`, `gpumem:20G:foo`, `gpumem:20G(S:0)`) are refused with "Invalid
+  generic resource (gres) specification" on 22.05; 24.11 reads `NAME[:TYPE][=|:COUNT]` and refuses
+  grammar with "Invalid Trackable RESource (TRES) specification" (`gres_refusal`);
+- `-N MIN[-MAX]`, `-n` and `--ntasks-per-node` are read as sbatch reads them (`node_range`,
+  `task_count`), with its words where it refuses;
 - sbatch refuses typed and untyped gpu counts together (in any of --gres and --gpus*),
   per-node counts that are not a multiple of --gpus-per-task, --gpus not a multiple of the
   per-node count, and --gpus below -N
@@ -20,12 +30,14 @@ fields, on 22.05 and 24.11 (docs/submit-protocol.md has the table):
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.score import ceil_div
 from slurm_hetero.errors import RequestError
 
 if TYPE_CHECKING:
+    from slurm_hetero.engine.score import ClusterModel
     from slurm_hetero.submit import Job
 
 # The prefix each release's sbatch puts on TRES items (measured on 22.05 and 24.11).
@@ -35,6 +47,85 @@ GPUS_PER_TASK_REFUSAL = {
     "22.05": "--gpus-per-task used without either --gpus or -n/--ntasks is not allowed.",
     "24.11": "--gpus-per-task or --tres-per-task used without either --gpus or -n/--ntasks is not allowed.",
 }
+
+
+# sbatch's refusals of what it reads in the TRES fields (slurm_strerror of the code, per release)
+INVALID_GRES = "Invalid generic resource (gres) specification"
+INVALID_TRES = "Invalid Trackable RESource (TRES) specification"
+BASE_GRES = ("gpu", "gpumem", "gpucore")  # GresTypes as `gres render` writes it (+ shard when shared)
+_ULLONG_MAX = 2**64 - 1
+_SUFFIXES = {"", "k", "kib", "kb", "m", "mib", "mb", "g", "gib", "gb", "t", "tib", "tb", "p", "pib", "pb"}
+_STRTOULL = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]*)")
+
+
+def gres_names(model: ClusterModel) -> frozenset[str]:
+    """The GRES names the rendered slurm.conf declares (GresTypes) for this cluster."""
+    shared = any(facts.shares for facts in model.types.values())
+    return frozenset(BASE_GRES + (("shard",) if shared else ()))
+
+
+def _count(text: str, leading_digit: bool) -> int | None:
+    """A GRES count as Slurm's _is_valid_number reads it (strtoull, then a k/m/g/t/p suffix), or
+    None where it refuses it; 24.11 (`leading_digit`) wants a digit first."""
+    if leading_digit and not text[:1].isdigit():
+        return None
+    found = _STRTOULL.match(text)
+    sign, digits = found.groups() if found else ("", "")
+    rest = text[found.end() :] if found and digits else text
+    value = int(digits or "0")
+    value = (2**64 - value) % 2**64 if sign == "-" and value else value
+    if value > _ULLONG_MAX or value == _ULLONG_MAX or rest.lower() not in _SUFFIXES:
+        return None
+    return value
+
+
+def _item_22_05(body: str, names: frozenset[str] | None) -> str | None:
+    """22.05's reading of one item after `gres:`: NAME, NAME:COUNT|TYPE, NAME:TYPE:COUNT."""
+    name, *rest = body.split(":", 2)
+    if len(rest) == 2 and (not rest[0] or not rest[1] or _count(rest[1], False) is None):
+        return INVALID_GRES
+    if len(rest) == 1 and not rest[0]:
+        return INVALID_GRES
+    zero = len(rest) and _count(rest[-1], False) == 0
+    return None if zero or names is None or name in names else INVALID_GRES
+
+
+def _item_24_11(body: str, names: frozenset[str] | None) -> str | None:
+    """24.11's reading of one item after `gres/`: NAME[:TYPE][=COUNT|:COUNT] (the last = or :)."""
+    name, typed, value = body, False, 1
+    at = body.rfind("=") if "=" in body else body.rfind(":")
+    if at >= 0:
+        name, count = body[:at], body[at + 1 :]
+        number = _count(count, True) if count else None
+        if number is None and (not count or body[at] == "="):
+            return INVALID_TRES
+        typed, value = number is None, 1 if number is None else number
+    if ":" in name:
+        if typed:
+            return INVALID_TRES
+        name = name.split(":", 1)[0]
+    if not name:  # the client lets it through; slurmctld refuses it (measured: `--gres=:gpumem:20G`)
+        return INVALID_TRES
+    return None if value == 0 or names is None or name in names else INVALID_GRES
+
+
+def gres_refusal(field: str | None, slurm_release: str, names: frozenset[str] | None) -> str | None:
+    """sbatch's refusal of a TRES field as it sends it (`gres:gpu:2,gres:gpumem:20G`), else None;
+    `names`: GresTypes (None: any name)."""
+    marker, read = ("gres:", _item_22_05) if slurm_release == "22.05" else ("gres", _item_24_11)
+    rest = field or ""
+    while rest:
+        at = rest.find(marker)
+        if at < 0:
+            break
+        rest = rest[at + len(marker) :]
+        if marker == "gres" and rest.startswith("/"):
+            rest = rest[1:]
+        body, _, rest = rest.partition(",")
+        refusal = read(body, names) if body else None
+        if refusal:
+            return refusal
+    return None
 
 
 def _gpu_option(spec: str) -> tuple[str | None, int]:
@@ -50,10 +141,11 @@ def _records(
 ) -> dict[str | None, dict[str, int]]:
     """sbatch checks each gpu type's counts on its own (untyped first), then the mix."""
     specs = [("node", item[4:]) for item in (gres or "").split(",") if item.startswith("gpu:")]
-    specs += [
-        (scope, spec)
+    specs += [  # each comma item of a --gpus* value is an item of its own (xfmt_tres)
+        (scope, item)
         for scope, spec in (("node", gpus_per_node), ("task", gpus_per_task), ("job", gpus))
-        if spec
+        for item in (spec or "").split(",")
+        if item
     ]
     records: dict[str | None, dict[str, int]] = {}
     for scope, spec in specs:
@@ -112,9 +204,97 @@ def gpu_refusal(
     return None
 
 
+_STRTOL = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+")
+_LONG = 2**63
+
+
+def _strtol(text: str) -> tuple[int | None, str]:
+    """C's strtol(text, &end, 10): (value clamped to a long, or None without digits; the rest)."""
+    found = _STRTOL.match(text)
+    if not found:
+        return None, text
+    return max(-_LONG, min(_LONG - 1, int(found.group(0)))), text[found.end() :]
+
+
+def _int(value: int) -> int:
+    """C's (int) of a long: the low 32 bits, signed."""
+    return (value + 2**31) % 2**32 - 2**31
+
+
+def _nodes(text: str, slurm_release: str) -> tuple[int, str]:
+    """Slurm's str_to_nodes: a count with an optional k/m (x1024) suffix, as an int (22.05 casts,
+    24.11 gives -1 outside 0..INT_MAX); -1 without digits; and what follows."""
+    value, rest = _strtol(text)
+    if value is None:
+        return -1, text
+    for suffix, factor in (("kK", 1024), ("mM", 1024 * 1024)):
+        if rest[:1] and rest[0] in suffix:
+            value, rest = value * factor, rest[1:]
+    if slurm_release != "22.05":
+        return (value if 0 <= value < 2**31 else -1), rest
+    return _int(value), rest
+
+
+def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
+    """`-N TEXT` as sbatch reads it (verify_node_count): (min_nodes, max_nodes), a count N being
+    N-N; RequestError with sbatch's words where it refuses (`-N -1` is 1-1, `-N 0` is sent as 0)."""
+
+    def refuse(what: str) -> RequestError:
+        return RequestError("sbatch", f'"{what}" is not a valid node count')
+
+    if _release(slurm_release) != "22.05" and ("," in text or ":" in text):  # 24.11's job sizes
+        sizes = []
+        for token in filter(None, re.split(r"[,:-]", text)):
+            value, rest = _strtol(token)
+            if value is None or rest:
+                raise refuse(token)
+            sizes.append(value)
+        if not sizes:
+            raise refuse(text)
+        low, high = min(sizes), max(sizes)
+    elif "-" in text:
+        low_text, high_text = text.split("-", 1)
+        low, rest = _nodes(low_text, slurm_release)
+        if rest.strip():
+            raise refuse(low_text)
+        low = 1 if low < 0 else low
+        high, rest = _nodes(high_text, slurm_release)
+        if rest.strip():
+            raise refuse(high_text)
+    else:
+        low, rest = _nodes(text, slurm_release)
+        if rest.strip() or low < 0:
+            raise refuse(text)
+        high = low
+    if high and high < low:
+        raise RequestError("sbatch", f"Maximum node count {high} is less than minimum node count {low}")
+    if low < 0 or high < 0:
+        raise RequestError("sbatch", f"invalid number of nodes (-N {low}-{high})")
+    return low, high
+
+
+def task_count(option: str, text: str, slurm_release: str = "22.05") -> int:
+    """`-n`/`--ntasks-per-node` TEXT as sbatch reads it (parse_int, then its -n check); RequestError
+    with sbatch's words where it refuses."""
+    value, rest = _strtol(text)
+    if value is None or rest or value <= 0:
+        raise RequestError("sbatch", f'Invalid numeric value "{text}" for {option}.')
+    if _release(slurm_release) == "22.05" and value == _LONG - 1:
+        raise RequestError("sbatch", f"Numeric argument ({value}) to big for {option}.")
+    if slurm_release != "22.05" and value >= 2**31 - 1:
+        raise RequestError("sbatch", f"Numeric argument ({value}) too large for {option}.")
+    count = _int(value)
+    if option == "--ntasks" and count < 0:
+        raise RequestError("sbatch", f"invalid number of tasks (-n {count})")
+    return count
+
+
 def _gres_items(spec: str, prefix: str) -> list[str]:
-    """`--gres=gpu:a100:1,gpumem:90G` as sbatch stores it: `gres:gpu:a100:1,gres:gpumem:90G`."""
-    return [s if s.startswith(("gres:", "gres/")) else f"{prefix}{s}" for s in spec.split(",")]
+    """`--gres=gpu:a100:1,gpumem:90G` as sbatch stores it: `gres:gpu:a100:1,gres:gpumem:90G`
+    (Slurm's gres_prepend_tres_type: every item prefixed, then a doubled prefix made single, so
+    22.05 keeps `gres:gpumem:20G` but sends `gres:gres/gpumem:20G`, 24.11 the other way round)."""
+    text = prefix + spec.replace(",", "," + prefix)
+    return text.replace(prefix + prefix, prefix).split(",")
 
 
 def _release(slurm_release: str) -> str:
@@ -130,10 +310,12 @@ def sbatch_counts(
     per_task: bool,
     job_total: bool,
     slurm_release: str = "22.05",
+    ranged: bool = False,
 ) -> tuple[int | None, int | None, int | None]:
     """(min_nodes, num_tasks, ntasks_per_node) as sbatch of the release sends them (None: unset),
     for -N, -n, --ntasks-per-node, with or without --gpus-per-task (`per_task`) and --gpus
-    (`job_total`). RequestError with sbatch's own words where sbatch refuses the options."""
+    (`job_total`); `ranged`: -N MIN-MAX, from which 22.05 derives no task count. RequestError
+    with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
         if nodes:
@@ -142,13 +324,30 @@ def sbatch_counts(
             ntasks = ntasks_per_node
         else:
             raise RequestError("sbatch", GPUS_PER_TASK_REFUSAL[slurm_release])
-    if not ntasks and ntasks_per_node and not new_release:
+    if not ntasks and ntasks_per_node and not new_release and not ranged:
         ntasks = (nodes or 1) * ntasks_per_node
     if nodes and ntasks and ntasks < nodes:
         nodes = ntasks
     if new_release and not nodes and ntasks and ntasks_per_node:
         nodes = ceil_div(ntasks, ntasks_per_node)
     return nodes, ntasks, ntasks_per_node
+
+
+def _gpu_items(prefix: str, spec: str | None) -> list[str]:
+    """A --gpus* value as sbatch sends it: each comma item its own `PREFIXgpu:ITEM` (xfmt_tres)."""
+    return [f"{prefix}gpu:{item}" for item in (spec or "").split(",") if item]
+
+
+def _per_task_24_11(spec: str | None) -> str | None:
+    """24.11's --gpus-per-task: `gres/gpu[:TYPE]=N`, TYPE before the first `:` or `=`, N its strtol
+    (an item of count 0 is not sent)."""
+    if not spec:
+        return None
+    at = min((i for i in (spec.find(":"), spec.find("=")) if i >= 0), default=-1)
+    typed, rest = (f":{spec[:at]}", spec[at + 1 :]) if at >= 0 else ("", spec)
+    found = re.match(r"\s*[+-]?[0-9]+", rest)
+    count = int(found.group(0)) if found else 0
+    return f"gres/gpu{typed}={count}" if count else None
 
 
 def job_from_options(
@@ -163,31 +362,47 @@ def job_from_options(
     nodes: int | None = None,
     ntasks: int | None = None,
     ntasks_per_node: int | None = None,
+    max_nodes: int | None = None,
+    names: frozenset[str] | None = None,
 ) -> Job:
-    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options;
+    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
+    (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name);
     RequestError where sbatch itself refuses them."""
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
     pre = RELEASE_PREFIX[_release(slurm_release)]
+    # sbatch puts --gpus-per-node before the --gres items
+    per_node_items = _gpu_items(pre, gpus_per_node) + (_gres_items(gres, pre) if gres else [])
+    per_task = _per_task_24_11(gpus_per_task) if pre == "gres/" else ",".join(_gpu_items(pre, gpus_per_task))
+    fields = {
+        "tres_per_job": ",".join(_gpu_items(pre, gpus)) or None,
+        "tres_per_node": ",".join(per_node_items) or None,
+        "tres_per_task": per_task or None,
+    }
+    for text in fields.values():
+        refusal = gres_refusal(text, slurm_release, names)
+        if refusal:
+            raise RequestError("sbatch", refusal)
     ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
     if ensure:
         raise RequestError("sbatch", ensure)
     min_nodes, num_tasks, per_node = sbatch_counts(  # then sbatch's task-count check
-        nodes, ntasks, ntasks_per_node, bool(gpus_per_task), bool(gpus), slurm_release
+        nodes,
+        ntasks,
+        ntasks_per_node,
+        bool(gpus_per_task),
+        bool(gpus),
+        slurm_release,
+        bool(max_nodes and max_nodes != nodes),
     )
-    max_nodes = min_nodes if nodes else None  # -N N is min and max; without it max is unset
-    refusal = gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, max_nodes, per_node)
+    # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
+    top = max_nodes if max_nodes is not None else nodes
+    top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top
+    refusal = gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, top, per_node)
     if refusal:
         raise RequestError("sbatch", refusal)
-    # sbatch puts --gpus-per-node before the --gres items
-    per_node_items = ([f"{pre}gpu:{gpus_per_node}"] if gpus_per_node else []) + (
-        _gres_items(gres, pre) if gres else []
-    )
-    task_sep = "=" if pre == "gres/" and gpus_per_task and ":" not in gpus_per_task else ":"
     return Job(
-        tres_per_node=",".join(per_node_items) or None,
-        tres_per_job=f"{pre}gpu:{gpus}" if gpus else None,
-        tres_per_task=f"{pre}gpu{task_sep}{gpus_per_task}" if gpus_per_task else None,
+        **fields,
         partition=partition,
         features=constraint,
         submit_uid=uid,

@@ -340,6 +340,27 @@ def test_srun_without_an_allocation_gets_its_device_through_the_cli_filter(dev_c
     assert "gpumem:20G ->" in run.stderr  # the decision, printed by the filter
 
 
+@pytest.mark.parametrize(
+    "options",
+    [["--gpus=2"], ["--gpus-per-node=2"], ["-n2", "--gpus-per-task=1"]],
+    ids=lambda o: " ".join(o),
+)
+def test_srun_with_the_count_in_another_option_runs_its_step(
+    dev_cluster: Cluster, options: list[str]
+) -> None:
+    """Issue 10: `srun --gpus=2 --gres=gpumem:20G` (or --gpus-per-node, --gpus-per-task) allocated
+    the job and then failed the step on 22.05 ("Step requested GRES (gpumem:(null)) not found in
+    the job"); 24.11 refused --gpus-per-node ("... with and without type identification"). The
+    filter now writes the decision into the count's option and a zero-count gpu item into --gres."""
+    script = "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+    run = as_user("srun", "--gres=gpumem:20G", *options, "sh", "-c", script)
+    assert run.returncode == 0, run.stderr
+    assert "gpumem:20G," in run.stderr and "not found in the job" not in run.stderr, run.stderr
+    if "-n2" not in options:  # 22.05 exports no CUDA_VISIBLE_DEVICES to a --gpus-per-task step here
+        devices = run.stdout.strip().removeprefix("CUDA_VISIBLE_DEVICES=")
+        assert len([d for d in devices.split(",") if d.isdigit()]) == 2, (run.stdout, run.stderr)
+
+
 def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_path: Path) -> None:
     script = "#!/bin/bash\n#SBATCH --gres=gpumem:70G\n#SBATCH hetjob\n#SBATCH --gres=gpumem:30G\ntrue\n"
     run = as_user("sbatch", "-H", "--parsable", "-o", "/dev/null", stdin=script)

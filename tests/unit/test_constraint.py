@@ -23,7 +23,7 @@ def test_grammar(text: str, alternatives: list[list[set[str]]]) -> None:
     assert [[set(t) for t in alt] for alt in parse(text)] == alternatives
 
 
-@pytest.mark.parametrize("text", ["a||b", "[a|[b]]", "a|[b|c]", "((a", "a,b", "ib&", "", "a b", "[a]&[b]"])
+@pytest.mark.parametrize("text", ["a||b", "[a|[b]]", "a|[b|c]", "(a", "a,b", "ib&", "", "a b", "[a]&[b]"])
 def test_unreadable_is_rejected(text: str) -> None:
     with pytest.raises(RequestError, match="cannot read it"):
         parse(text)

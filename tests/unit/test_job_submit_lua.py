@@ -897,11 +897,11 @@ def test_cli_filter_writes_the_hooks_decision_into_the_options(
     python = explain(config.model, config.options, job)
     assert python.ok and python.action == "rewrite", python
     rc, after, log = run_cli(cli_filter(config), options)
-    if python.job.tres_per_node is None:  # --gres would be emptied: the filter leaves it to the hook
-        assert (rc, after, log) == (0, options, [])
-        return
     assert rc == 0 and ("info", python.message) in log
-    assert after["gres"] == _bare(python.job.tres_per_node)
+    if python.job.tres_per_node is None:  # --gres emptied: a zero-count item Slurm skips
+        assert re.fullmatch(r"gpu:(\w+:)?0", after["gres"]), after
+    else:
+        assert after["gres"] == _bare(python.job.tres_per_node)
     if "gpus" in options:
         assert after["gpus"] == _bare(python.job.tres_per_job).split("gpu:", 1)[1]
     assert after.get("constraint") == python.job.features
@@ -911,7 +911,7 @@ def test_cli_filter_leaves_refusals_and_what_it_cannot_say_to_the_hook(rendered:
     lua = cli_filter(rendered["mixed"])
     # refusals are the hook's (its specific Slurm error is what the client prints last)
     assert run_cli(lua, {"gres": "gres:gpumem:900G"}) == (0, {"gres": "gres:gpumem:900G"}, [])
-    for options in ({"gres": "gres:gpu:1"}, {"gres": "gres:gpumem:20G", "gpus-per-node": "1"}, {}):
+    for options in ({"gres": "gres:gpu:1"}, {}):
         assert run_cli(lua, options)[:2] == (0, options)
     root = cli_filter(rendered["mixed"], uid=0)  # exempt, as in the hook
     assert run_cli(root, {"gres": "gres:gpumem:20G"})[:2] == (0, {"gres": "gres:gpumem:20G"})
@@ -1193,3 +1193,90 @@ def test_request_explain_prints_the_hooks_own_words(
     ok, message, _, _ = hooks["scoped"].run(job)  # the command reads the default settings
     assert (ok, message) == (answer["ok"], answer["message"])
     assert message and not message.startswith("slurm-hetero")
+
+
+@pytest.mark.parametrize("depth", [2, 20, 500, 5000])
+def test_deeply_nested_constraint_is_one_refusal_in_both(
+    rendered: dict[str, Config], hooks: dict[str, Hook], depth: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10: 500 levels of parentheses crashed `request explain` (RecursionError) while the
+    hook passed them on to slurmctld, which refuses any `(` inside parentheses ("Invalid feature
+    specification", measured at 20 levels on 22.05)."""
+    import json
+
+    features = "(" * depth + "ib" + ")" * depth
+    job = Job(tres_per_node="gres:gpumem:20G", features=features, submit_uid=1000)
+    ok, message, _ = both(rendered["mixed"], hooks["mixed"], job)
+    assert not ok and message == f"--constraint={features}: " + MESSAGES["constraint_deep"] % 1
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    argv = ["request", "explain", "--inventory", str(MIXED), "--gres", "gpumem:20G", "-C", features, "--json"]
+    answer = json.loads(CliRunner().invoke(cli, argv).stdout)
+    assert (answer["ok"], answer["message"], answer["code"]) == (False, message, "ESLURM_INVALID_FEATURE")
+
+
+# Issue 10: srun without an allocation, the count in another option than the gpumem item. The
+# hook rewrote the job and the step kept gpumem: on 22.05 "Step requested GRES (gpumem:(null)) not
+# found in the job" after allocating; on 24.11 --gpus-per-node gave "Invalid GRES specification
+# (with and without type identification)". An option cannot be unset from the filter: --gres gets a
+# zero-count gpu item, which Slurm skips (measured on both: the step gets the job's devices).
+SRUN_SPLIT = [
+    ({"gpus": "2"}, {"gpus": "a100_80g:2"}),
+    ({"ntasks": "4", "gpus-per-task": "1"}, {"gpus-per-task": "a100_80g:1"}),
+    ({"gpus-per-node": "2"}, {"gpus-per-node": "a100_80g:2"}),
+]
+
+
+@pytest.mark.parametrize("prefix", ["gres:", "gres/"])
+@pytest.mark.parametrize(("options", "written"), SRUN_SPLIT)
+def test_srun_carries_the_decision_into_the_step_when_the_count_is_elsewhere(
+    rendered: dict[str, Config], options: dict[str, str], written: dict[str, str], prefix: str
+) -> None:
+    given = {"gres": f"{prefix}gpumem:20G", **options}
+    rc, after, log = run_cli(cli_filter(rendered["scoped"]), given)  # the dev cluster's settings
+    assert rc == 0 and after == {**given, **written, "gres": "gpu:a100_80g:0"}, log
+    assert [kind for kind, _ in log] == ["info"]
+    # what srun then sends: the hook leaves it alone (no gpumem), sbatch's reading skips the 0
+    release = "22.05" if prefix == "gres:" else "24.11"
+    job = job_from_options(
+        gres=after["gres"],
+        gpus=after.get("gpus"),
+        gpus_per_node=after.get("gpus-per-node"),
+        gpus_per_task=after.get("gpus-per-task"),
+        ntasks=int(after["ntasks"]) if "ntasks" in after else None,
+        uid=1000,
+        slurm_release=release,
+    )
+    assert explain(rendered["scoped"].model, rendered["scoped"].options, job).action == "untouched"
+
+
+def test_srun_refuses_what_its_options_cannot_carry(tmp_path: Path) -> None:
+    """Two gpu items where --gpus holds one (a hook that decides so): refused with the options to
+    ask instead, rather than a job whose step fails."""
+    hook = tmp_path / "job_submit.lua"
+    hook.write_text(
+        "function slurm_job_submit(job, part, uid)\n"
+        '  job.tres_per_node = ""\n'
+        '  job.tres_per_job = "gres:gpu:a100_80g:2,gres:gpu:l40s:1"\n'
+        '  slurm.log_user("%s", "gpumem:20G,gpu:2 -> two")\n'
+        "  return slurm.SUCCESS\n"
+        "end\n"
+    )
+    lua = load_cli_filter(install_cli_filter(tmp_path, hook_path=str(hook)))
+    given = {"gres": "gres:gpumem:20G", "gpus": "2"}
+    rc, after, log = run_cli(lua, given)
+    assert (rc, after) == (-1, given)
+    assert log == [
+        (
+            "error",
+            "gpumem:20G,gpu:2 -> two; srun cannot give the job step these devices with these options: "
+            "ask --gpus=a100_80g:2,l40s:1 instead",
+        )
+    ]
+
+
+def test_srun_per_node_count_with_other_gres_items_needs_no_clearing(rendered: dict[str, Config]) -> None:
+    """--gpus-per-node takes the gpu item and --gres keeps the other items, on either release."""
+    for pre in ("gres:", "gres/"):
+        given = {"gres": f"{pre}gpumem:20G,{pre}mps:10", "gpus-per-node": "2"}
+        rc, after, log = run_cli(cli_filter(rendered["scoped"]), given)
+        assert (rc, after) == (0, {"gres": "mps:10", "gpus-per-node": "a100_80g:2"}), log

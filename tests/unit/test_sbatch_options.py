@@ -1,0 +1,145 @@
+"""`request explain` says what the user of sbatch sees (issue 10 item 8): sbatch's own refusals of
+--gres, --gpus*, -N, -n and --ntasks-per-node, with its words, and else the hook's message on the
+job_desc that sbatch sends. Every row was measured with the real sbatch of the release on the dev
+cluster (mixed.yaml, the hook installed, default settings; `sbatch --hold --wrap=hostname OPTIONS`
+as nobody): its refusal ("sbatch: error: TEXT") or the hook's line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero.cli import cli
+from slurm_hetero.submit.sbatch import BASE_GRES, gres_refusal, job_from_options, node_range
+from tests.unit.test_score import MIXED
+
+NVIDIA = " [vendor nvidia: the default here for a request without a type; for another add -C ascend]"
+GRES = "Invalid generic resource (gres) specification"
+TRES = "Invalid Trackable RESource (TRES) specification"
+BOTH = ("22.05", "24.11")
+
+# (releases, options, what the user sees: `sbatch: TEXT` for sbatch's own refusal, else the hook's)
+MEASURED = [
+    (BOTH, ["--gres=GPUMEM:20G"], f"sbatch: {GRES}"),
+    (("22.05",), ["--gres=gpumem=20G"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=gpumem=20G"], "gpumem=20G -> gres/gpu:l40s=1 (best-fit)" + NVIDIA),
+    (("22.05",), ["--gres=gres:gpumem:20G"], "gpumem:20G -> gres:gpu:l40s:1 (best-fit)" + NVIDIA),
+    (("24.11",), ["--gres=gres:gpumem:20G"], f"sbatch: {GRES}"),
+    (("22.05",), ["--gres=gres/gpumem:20G"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=gres/gpumem:20G"], "gpumem:20G -> gres/gpu:l40s:1 (best-fit)" + NVIDIA),
+    (BOTH, ["--gres=shard:1,gpumem:20G"], f"sbatch: {GRES}"),
+    (("22.05",), ["--gres=gpumem:"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=gpumem:"], f"sbatch: {TRES}"),
+    (("22.05",), ["--gres=gpumem:20G:foo"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=gpumem:20G:foo"], f"sbatch: {TRES}"),
+    (("22.05",), ["--gres=gpumem:20G(S:0)"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=gpumem:20G(S:0)"], f"sbatch: {TRES}"),
+    (("22.05",), ["--gres=gpumem:(S:0)"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=gpumem:(S:0)"], f"sbatch: {TRES}"),
+    (("22.05",), ["--gres=:gpumem:20G"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=:gpumem:20G"], f"sbatch: {TRES}"),  # slurmctld's, the client passes it
+    (("22.05",), ["--gres=gpu:l40s:1:foo,gpumem:20G"], f"sbatch: {GRES}"),
+    (("24.11",), ["--gres=gpu:l40s:1:foo,gpumem:20G"], f"sbatch: {TRES}"),
+    (BOTH, ["--gres=GPU:1,gpumem:20G"], f"sbatch: {GRES}"),
+    (BOTH, ["--gres=gpumem:0"], "gpumem:0: size must be positive"),  # a zero item passes sbatch
+    (BOTH, ["--gres=gpumem:20G:1"], "gpumem:20G:1: malformed; use gpumem:SIZE"),
+    (BOTH, ["--gres=gpumem:l40s:20G"], "gpumem:l40s:20G: malformed; use gpumem:SIZE"),
+    (BOTH, ["--gres=gpumem"], "gpumem: missing size, e.g. gpumem:20G"),
+    (BOTH, ["--gres=gpu:1,gpumem:20G,gpu:2"], "gpu:2: device count given more than once"),
+    (BOTH, ["--gres=gpumem:20G,gpumem:30G"], "gpumem:30G: given more than once"),
+    (BOTH, ["--gres=gpumem:20G,"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
+    # item 3: each --gpus item is an item of its own
+    (BOTH, ["--gpus=l40s:1,a100_80g:1"], "gpu:a100_80g:1: device count given more than once"),
+    (BOTH, ["--gpus=1,l40s:1"], "sbatch: Invalid GRES specification (with and without type identification)"),
+    # item 4: 24.11 sends --gpus-per-task=TYPE:N as gres/gpu:TYPE=N
+    (("22.05",), ["-n1", "--gpus-per-task=l40s:1"], "gpumem:20G,gpu:l40s:1 -> gres:gpu:l40s:1 (best-fit)"),
+    (("24.11",), ["-n1", "--gpus-per-task=l40s:1"], "gpumem:20G,gpu:l40s=1 -> gres/gpu:l40s:1 (best-fit)"),
+    (("24.11",), ["-n1", "--gpus-per-task=1"], "gpumem:20G,gpu=1 -> gres/gpu:l40s:1 (best-fit)" + NVIDIA),
+    (BOTH, ["--gpus-per-node=l40s:1"], "gpu:l40s:1,gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)"),
+    # item 5: -N, -n, --ntasks-per-node as sbatch reads them
+    (BOTH, ["-N", "1-2"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
+    (BOTH, ["-N", "-1"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),  # 1-1
+    (BOTH, ["-N", "0"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
+    (BOTH, ["-N", "0-2"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
+    (BOTH, ["-N", "65534"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
+    (
+        BOTH,
+        ["-N", "2-3"],
+        "gpumem:20G: no device type fits (1 excluded, 2 too few nodes); "
+        "at most 1 node(s) with 1 devices each (l40s): ask -N 1",
+    ),
+    (BOTH, ["-N", "99999999999999999999"], 'sbatch: "99999999999999999999" is not a valid node count'),
+    (BOTH, ["-N", "4294967295"], 'sbatch: "4294967295" is not a valid node count'),
+    (BOTH, ["-N", "abc"], 'sbatch: "abc" is not a valid node count'),
+    (BOTH, ["-N", "2-1"], "sbatch: Maximum node count 1 is less than minimum node count 2"),
+    (BOTH, ["-N", "1-"], "sbatch: Maximum node count -1 is less than minimum node count 1"),
+    (("22.05",), ["-N", "1-99999999999"], "gpumem:20G -> gres:gpu:l40s:1 (best-fit)" + NVIDIA),
+    (("24.11",), ["-N", "1-99999999999"], "sbatch: Maximum node count -1 is less than minimum node count 1"),
+    (BOTH, ["-n", "0"], 'sbatch: Invalid numeric value "0" for --ntasks.'),
+    (BOTH, ["-n", "-1"], 'sbatch: Invalid numeric value "-1" for --ntasks.'),
+    (
+        ("22.05",),
+        ["-n", "99999999999999999999"],
+        "sbatch: Numeric argument (9223372036854775807) to big for --ntasks.",
+    ),
+    (
+        ("24.11",),
+        ["-n", "99999999999999999999"],
+        "sbatch: Numeric argument (9223372036854775807) too large for --ntasks.",
+    ),
+    (("22.05",), ["-n", "4294967294"], "sbatch: invalid number of tasks (-n -2)"),
+    (("24.11",), ["-n", "4294967294"], "sbatch: Numeric argument (4294967294) too large for --ntasks."),
+    (BOTH, ["--ntasks-per-node=0"], 'sbatch: Invalid numeric value "0" for --ntasks-per-node.'),
+    (BOTH, ["--ntasks-per-node=-1"], 'sbatch: Invalid numeric value "-1" for --ntasks-per-node.'),
+]
+CASES = [(release, options, seen) for releases, options, seen in MEASURED for release in releases]
+
+
+def explain(options: list[str], release: str) -> tuple[int, str]:
+    """(exit code, the user message or `sbatch: TEXT`) of `request explain --gres=gpumem:20G OPTIONS`
+    (OPTIONS' own --gres replaces it)."""
+    gres = [] if any(o.startswith("--gres") for o in options) else ["--gres=gpumem:20G"]
+    argv = ["request", "explain", "--inventory", str(MIXED), *gres, *options, "--slurm-release", release]
+    result = CliRunner().invoke(cli, [*argv, "--json"])
+    if result.exit_code:
+        return result.exit_code, result.output.strip().removeprefix("slurm-hetero: ")
+    return 0, json.loads(result.stdout)["message"]
+
+
+@pytest.mark.parametrize(
+    ("release", "options", "seen"), CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
+def test_explain_says_what_the_sbatch_user_sees(
+    release: str, options: list[str], seen: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    code, said = explain(options, release)
+    assert said == seen.format(sep=":" if release == "22.05" else "/")
+    assert code == (1 if seen.startswith("sbatch: ") else 0), said
+
+
+def test_a_deeply_nested_constraint_is_one_line_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    features = "(" * 500 + "ib" + ")" * 500
+    assert explain(["-C", features], "22.05") == (
+        0,
+        f"--constraint={features}: parentheses nest more than 1 deep (slurmctld refuses it)",
+    )
+
+
+def test_gres_names_are_checked_only_when_given() -> None:
+    """The fuzz and the tests model sbatch without a cluster's GresTypes; the grammar still holds."""
+    names = frozenset(BASE_GRES)
+    assert gres_refusal("gres:shard:1", "22.05", None) is None
+    assert gres_refusal("gres:shard:1", "22.05", names) == GRES
+    assert gres_refusal("gres:gpumem:", "22.05", None) == GRES
+    assert job_from_options(gres="shard:1,gpumem:20G").tres_per_node == "gres:shard:1,gres:gpumem:20G"
+
+
+def test_a_node_range_is_min_and_max() -> None:
+    assert node_range("1-2") == (1, 2) and node_range("-1") == (1, 1) and node_range("2k") == (2048, 2048)
+    assert node_range("1-3,5", "24.11") == (1, 5)
+    job = job_from_options(gres="gpumem:20G", nodes=1, max_nodes=2, ntasks_per_node=2)
+    assert (job.min_nodes, job.num_tasks) == (1, None)  # 22.05 derives no task count for a range
