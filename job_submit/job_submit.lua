@@ -444,18 +444,53 @@ local function max_per_node(facts, match)
   return best
 end
 
--- Nodes with at least count devices of a type satisfying one alternative (the best one: a
--- matching OR puts every node on the same alternative).
-local function nodes_with(facts, match, count)
+-- Whether a node of the shape has the CPUs and memory each node of the job needs (0: unknown,
+-- holds anything).
+local function holds(shape, need)
+  return (shape.cpus == 0 or shape.cpus >= need.cpus) and (shape.mem == 0 or shape.mem >= need.node_mem)
+end
+
+-- Nodes with at least count devices of a type and the CPUs and memory the job needs per node,
+-- satisfying one alternative (the best one: a matching OR puts every node on the same alternative).
+local function nodes_with(facts, need, count)
   local best = 0
-  for _, alt in ipairs(match) do
+  for _, alt in ipairs(need.match) do
     local total = 0
     for _, shape in ipairs(facts.shapes) do
-      if shape.count >= count and satisfies(alt, shape.features) then total = total + shape.nodes end
+      if shape.count >= count and holds(shape, need) and satisfies(alt, shape.features) then
+        total = total + shape.nodes
+      end
     end
     if total > best then best = total end
   end
   return best
+end
+
+local function matches(shape, match)
+  for _, alt in ipairs(match) do
+    if satisfies(alt, shape.features) then return true end
+  end
+  return false
+end
+
+-- The limit that nodes of the type with enough devices fall short of: their most CPUs, else their
+-- most memory (among those with the CPUs).
+local function node_limit(facts, need)
+  local cpus, mem = 0, 0
+  for _, shape in ipairs(facts.shapes) do
+    if shape.count >= need.each and matches(shape, need.match) then
+      local have = shape.cpus == 0 and math.huge or shape.cpus
+      if have > cpus then cpus = have end
+    end
+  end
+  if need.cpus > cpus then return fmt("node_cpus", facts.name, need.each, cpus, need.cpus) end
+  for _, shape in ipairs(facts.shapes) do
+    if shape.count >= need.each and matches(shape, need.match) and (shape.cpus == 0 or shape.cpus >= need.cpus) then
+      local have = shape.mem == 0 and math.huge or shape.mem
+      if have > mem then mem = have end
+    end
+  end
+  return fmt("node_memory", facts.name, need.each, size_text(mem), size_text(need.node_mem))
 end
 
 -- The first check a type fails (a reason code), or nil when it takes the request.
@@ -465,7 +500,8 @@ local function reason(facts, need, allowed)
   if per_node == 0 then return "MISSING_FEATURE" end
   if need.gpumem and facts.mem < need.gpumem then return "INSUFFICIENT_MEMORY" end
   if per_node < need.each then return "TOO_FEW_DEVICES" end
-  if need.nodes > 1 and nodes_with(facts, need.match, need.each) < need.nodes then return "TOO_FEW_NODES" end
+  if (need.cpus > 0 or need.node_mem > 0) and nodes_with(facts, need, need.each) == 0 then return "NODE_TOO_SMALL" end
+  if need.nodes > 1 and nodes_with(facts, need, need.each) < need.nodes then return "TOO_FEW_NODES" end
   return nil
 end
 
@@ -571,8 +607,9 @@ local function headline(need, rule, usable, counts)
     if code == "MISSING_FEATURE" then return fmt("type_features", facts.name) end
     if code == "INSUFFICIENT_MEMORY" then return fmt("type_memory", facts.name, facts.size) end
     if code == "TOO_FEW_NODES" then
-      return fmt("type_nodes", facts.name, nodes_with(facts, need.match, need.each), need.each, need.nodes)
+      return fmt("type_nodes", facts.name, nodes_with(facts, need, need.each), need.each, need.nodes)
     end
+    if code == "NODE_TOO_SMALL" then return node_limit(facts, need) end
     return fmt("type_count", facts.name, max_per_node(facts, need.match))
   end
   local largest = nil
@@ -608,7 +645,7 @@ local function split_hint(need, usable_set, rule, most)
     local per = ceil_div(need.count * need.gpumem, k)
     for _, name in ipairs(order_for(rule.policy, 2)) do
       local facts = T.types[name]
-      if usable_set[name] and facts.mem >= per and nodes_with(facts, need.match, k) >= need.nodes then
+      if usable_set[name] and facts.mem >= per and nodes_with(facts, need, k) >= need.nodes then
         return fmt("split", k, k, size_up(per, facts.mem))
       end
     end
@@ -622,7 +659,7 @@ local function nodes_hint(need, usable, usable_set)
   for _, name in ipairs(usable) do
     local facts = T.types[name]
     if reason(facts, need, usable_set) == "TOO_FEW_NODES" then
-      local found = nodes_with(facts, need.match, need.each)
+      local found = nodes_with(facts, need, need.each)
       if best_name == nil or found > best then best, best_name = found, name end
     end
   end
@@ -637,7 +674,19 @@ local function hint(need, rule, usable, usable_set)
     local per_node = max_per_node(T.types[name], need.match)
     if per_node > most then most, most_name = per_node, name end
   end
-  local text = (need.gpu_type and would_fit(need, usable, usable_set)) or split_hint(need, usable_set, rule, most)
+  local small = nil  -- the first type whose nodes are too small for the job's CPUs or memory
+  for _, name in ipairs(usable) do
+    if reason(T.types[name], need, usable_set) == "NODE_TOO_SMALL" then
+      small = name
+      break
+    end
+  end
+  local text = need.gpu_type and would_fit(need, usable, usable_set) or nil
+  if small then
+    if text == nil and not need.gpu_type then text = node_limit(T.types[small], need) end
+    return text
+  end
+  text = text or split_hint(need, usable_set, rule, most)
   if text == nil and need.each > most then text = fmt("per_node", most, most_name) end
   if text == nil and need.nodes > 1 then text = nodes_hint(need, usable, usable_set) end
   return text
@@ -777,6 +826,37 @@ local function devices_per_node(req, job_desc, nodes)
   return req.count
 end
 
+-- A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, NO_VAL, NO_VAL64...).
+local function amount_of(value)
+  value = tonumber(value)
+  if value == nil or value <= 0 or value >= NO_VAL then return 0 end
+  return value
+end
+
+-- N of a --cpus-per-gpu / --mem-per-gpu field ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"); 0 when
+-- unset or unreadable.
+local function per_gpu(text)
+  for _, item in ipairs(items_of(text)) do
+    if item.name == "gpu" then
+      local value = string.match((string.gsub(item.body, "=", ":")), "[^:]*$")
+      if is_digits(value) and #value <= 12 then return tonumber(value) end
+      return 0
+    end
+  end
+  return 0
+end
+
+-- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task, or CPUs per
+-- gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
+local function node_needs(job_desc, nodes, each)
+  local tasks = count_of(job_desc.num_tasks)
+  local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
+  local cpus = math.max(per_node * (count_of(job_desc.cpus_per_task) or 1), per_gpu(job_desc.cpus_per_tres) * each)
+  local mem = math.max(amount_of(job_desc.min_mem_per_node), per_gpu(job_desc.mem_per_tres) * each,
+                       amount_of(job_desc.min_mem_per_cpu) * cpus)
+  return cpus, mem
+end
+
 local function is_exempt(job_desc, submit_uid)
   return (submit_uid ~= nil and T.exempt_uids[submit_uid]) or T.exempt_uids[job_desc.user_id or -1]
 end
@@ -794,6 +874,9 @@ local function evaluate(job_desc, submit_uid, held)
     error(req, 0)
   end
   req.text = table.concat(req.shown, ",")
+  if (job_desc.req_nodes or "") ~= "" or (job_desc.exc_nodes or "") ~= "" then
+    return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
+  end
   local features = constraint_features(job_desc.features)
   local match = features and { { features } } or nil
   if match == nil then
@@ -814,11 +897,13 @@ local function evaluate(job_desc, submit_uid, held)
              message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
   end
   local nodes = job_nodes(job_desc)
+  local each = devices_per_node(req, job_desc, nodes)
+  local cpus, node_mem = node_needs(job_desc, nodes, each)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
                  gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped",
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
-                 each = devices_per_node(req, job_desc, nodes) }
+                 each = each, cpus = cpus, node_mem = node_mem }
   local choice, why, code = decide(need)
   if choice == nil then return { action = "reject", message = why, code = code } end
   if held == "untyped" and choice.kind == "gpu" then
@@ -829,8 +914,13 @@ local function evaluate(job_desc, submit_uid, held)
     return { action = "reject", message = req.text .. ": " .. T.messages.edit_shards, code = "request" }
   end
   local item = new_item(choice, req.form)
+  -- the node count the decision assumed, where the job leaves it open (see pin_nodes)
+  local pin = {}
+  for _, name in ipairs({ "min_nodes", "max_nodes" }) do
+    if count_of(job_desc[name]) == nil then pin[name] = nodes end
+  end
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
-           types = choice.types,
+           types = choice.types, pin = pin,
            features = new_features(job_desc.features, choice.constraint) }
 end
 
@@ -862,6 +952,12 @@ local function apply(job_desc, submit_uid, outcome)
     if outcome.fields[field] ~= (job_desc[field] or "") then job_desc[field] = outcome.fields[field] end
   end
   if outcome.features then job_desc.features = outcome.features end
+  -- Slurm may spread a job without -N over more nodes than the type was checked for (24.11:
+  -- `-n4 --gpus-per-task=1` typed ends in "Requested node configuration is not available"):
+  -- the node count the decision assumed goes where the job leaves it open
+  for _, name in ipairs({ "min_nodes", "max_nodes" }) do
+    if outcome.pin[name] then job_desc[name] = outcome.pin[name] end
+  end
   local comment = T.note_prefix .. outcome.message
   local existing = job_desc.admin_comment
   if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end

@@ -38,7 +38,7 @@ from slurm_hetero.submit import HookOptions, Job, Outcome, explain, explain_edit
 
 Runner = Callable[..., subprocess.CompletedProcess]  # (argv, user=None) -> completed, text
 Options = dict[str, str]
-COUNTS = ("nodes", "ntasks", "ntasks_per_node")
+COUNTS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task")
 FLAGS = {
     "gres": "--gres",
     "gpus": "--gpus",
@@ -49,6 +49,13 @@ FLAGS = {
     "nodes": "--nodes",
     "ntasks": "--ntasks",
     "ntasks_per_node": "--ntasks-per-node",
+    "cpus_per_task": "--cpus-per-task",
+    "cpus_per_gpu": "--cpus-per-gpu",
+    "mem_per_gpu": "--mem-per-gpu",
+    "mem": "--mem",
+    "mem_per_cpu": "--mem-per-cpu",
+    "nodelist": "--nodelist",
+    "exclude": "--exclude",
 }
 SIZES = [
     "512",

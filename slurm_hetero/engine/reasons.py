@@ -24,6 +24,9 @@ class ReasonCode(StrEnum):
     INSUFFICIENT_MEMORY = "INSUFFICIENT_MEMORY"  # memory per device below what is needed
     TOO_FEW_DEVICES = "TOO_FEW_DEVICES"  # fewer devices per node than requested
     TOO_FEW_NODES = "TOO_FEW_NODES"  # fewer nodes with enough devices than the job spans
+    NODE_TOO_SMALL = (
+        "NODE_TOO_SMALL"  # no node with enough devices has the CPUs or memory a node of the job needs
+    )
     NOT_ENOUGH_DEVICES = "NOT_ENOUGH_DEVICES"  # a model fits on N devices, the inventory has fewer
     UNHEALTHY = "UNHEALTHY"  # every device of the type is marked unhealthy
     UNKNOWN_TYPE = "UNKNOWN_TYPE"  # a requested gres type is not in the inventory
@@ -37,6 +40,7 @@ CODE_ORDER: tuple[ReasonCode, ...] = (
     ReasonCode.MISSING_FEATURE,
     ReasonCode.INSUFFICIENT_MEMORY,
     ReasonCode.TOO_FEW_DEVICES,
+    ReasonCode.NODE_TOO_SMALL,
     ReasonCode.TOO_FEW_NODES,
 )
 
@@ -46,6 +50,7 @@ LABELS: Mapping[ReasonCode, str] = {
     ReasonCode.MISSING_FEATURE: "without the features",
     ReasonCode.INSUFFICIENT_MEMORY: "too small",
     ReasonCode.TOO_FEW_DEVICES: "too few per node",
+    ReasonCode.NODE_TOO_SMALL: "nodes too small",
     ReasonCode.TOO_FEW_NODES: "too few nodes",
 }
 
@@ -62,6 +67,10 @@ MESSAGES: dict[str, str] = {
     "type_memory": "%s has %s per device",
     "type_count": "%s has at most %s per node",
     "type_nodes": "%s has %s node(s) with %s devices, the job needs %s",
+    "node_cpus": "%s nodes with %s devices have at most %s CPUs, the job needs %s per node",
+    "node_memory": "%s nodes with %s devices have at most %s memory, the job needs %s per node",
+    "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
+    "picks a device type, not nodes); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",
     "largest": "largest device is %s with %s",
     "none_fit": "no device type fits (%s)",
     # ... hints say what would fit

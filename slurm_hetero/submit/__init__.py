@@ -38,6 +38,7 @@ from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, par
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
 IN_PLACE = ("tres_per_job", "tres_per_task", "tres_per_socket")  # counts from these keep their scope
 UNSET = 65534  # Slurm's NO_VAL16; NO_VAL (32-bit) and INFINITE are larger: any count >= it is unset
+NO_VAL = 4294967294  # memory (MiB) at or above it is unset (NO_VAL, NO_VAL64, INFINITE64)
 NOTE_PREFIX = "slurm_hetero: "
 # The Slurm error a rejection returns (the client prints its text on its last line), by what was
 # wrong: the request grammar, the --constraint grammar, or the furthest check that the best type
@@ -51,6 +52,7 @@ REASON_CODES: dict[ReasonCode, str] = {
     ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
     ReasonCode.INSUFFICIENT_MEMORY: "ESLURM_INVALID_GRES",
     ReasonCode.TOO_FEW_DEVICES: "ESLURM_INVALID_GRES",
+    ReasonCode.NODE_TOO_SMALL: "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE",
     ReasonCode.TOO_FEW_NODES: "ESLURM_INVALID_NODE_COUNT",
 }
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -83,6 +85,14 @@ class Job:
     min_nodes: int | None = None  # -N
     num_tasks: int | None = None  # -n
     ntasks_per_node: int | None = None  # --ntasks-per-node
+    max_nodes: int | None = None  # -N's upper bound (-N N: N)
+    cpus_per_task: int | None = None  # -c
+    cpus_per_tres: str | None = None  # --cpus-per-gpu: `gres:gpu:N`
+    mem_per_tres: str | None = None  # --mem-per-gpu (MiB): `gres:gpu:N`
+    min_mem_per_node: int | None = None  # --mem (MiB)
+    min_mem_per_cpu: int | None = None  # --mem-per-cpu (MiB)
+    req_nodes: str | None = None  # -w / --nodelist
+    exc_nodes: str | None = None  # -x / --exclude
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(name, getattr(self, name)) for name in FIELDS]
@@ -112,7 +122,7 @@ class Outcome:
         # a rejected job is not written: no new field values to show
         out |= {
             name: getattr(self.job, name) if self.ok else None
-            for name in (*FIELDS, "features", "admin_comment")
+            for name in (*FIELDS, "features", "admin_comment", "min_nodes", "max_nodes")
         }
         choice = self.choice
         out["choice"] = (
@@ -166,6 +176,33 @@ def tasks_per_node(job: Job, nodes: int) -> int:
     return _count(job.ntasks_per_node) or (ceil_div(tasks, nodes) if tasks else 1)
 
 
+def _amount(value: int | None) -> int:
+    """A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, NO_VAL...)."""
+    return value if value is not None and 0 < value < NO_VAL else 0
+
+
+def per_gpu(text: str | None) -> int:
+    """N of a `--cpus-per-gpu` / `--mem-per-gpu` field (`gres:gpu:N`, `gres/gpu:N`, `gres/gpu=N`);
+    0 when unset or unreadable."""
+    for item in split_items(text):
+        if item.name == "gpu":
+            value = item.body.replace("=", ":").split(":")[-1]
+            return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
+    return 0
+
+
+def node_needs(job: Job, nodes: int, each: int) -> tuple[int, int]:
+    """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task, or CPUs
+    per gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
+    cpus = max(
+        tasks_per_node(job, nodes) * (_count(job.cpus_per_task) or 1), per_gpu(job.cpus_per_tres) * each
+    )
+    memory = max(
+        _amount(job.min_mem_per_node), per_gpu(job.mem_per_tres) * each, _amount(job.min_mem_per_cpu) * cpus
+    )
+    return cpus, memory
+
+
 def devices_per_node(request: Request, job: Job, nodes: int) -> int:
     """Devices each node needs: a job total spread over the nodes, per task times tasks per
     node, else the per-node (or per-socket) count."""
@@ -181,6 +218,8 @@ def need_of(request: Request, job: Job, whole: bool = False) -> Need:
     a constraint the hook cannot read."""
     nodes = job_nodes(job)
     plain = constraint_features(job.features)
+    each = devices_per_node(request, job, nodes)
+    cpus, memory = node_needs(job, nodes, each)
     return Need(
         request.text,
         request.gpumem_mib,
@@ -192,9 +231,11 @@ def need_of(request: Request, job: Job, whole: bool = False) -> Need:
         plain,
         request.memory_items,
         nodes,
-        devices_per_node(request, job, nodes),
+        each,
         constraint.parse(job.features) if plain is None and job.features else None,
         frozenset(_FEATURE.findall(job.features or "")),
+        cpus,
+        memory,
     )
 
 
@@ -249,11 +290,21 @@ def note(request: Request, choice: Choice, item: str) -> str:
     return text + (render("scope", *choice.scope) if choice.scope else "")
 
 
+def pinned_nodes(job: Job) -> dict[str, int]:
+    """The node count the decision assumed (`job_nodes`), written where the job leaves it open
+    (min_nodes, max_nodes unset), so Slurm cannot spread the job over more nodes than the type
+    was checked for. Measured on 24.11: `-n4 --gpus-per-task=1` typed to a100_80g without -N ends
+    in "Requested node configuration is not available"; with -N1 it runs."""
+    nodes = job_nodes(job)
+    return {name: nodes for name in ("min_nodes", "max_nodes") if _count(getattr(job, name)) is None}
+
+
 def _rewritten(job: Job, request: Request, choice: Choice) -> Outcome:
     item = new_item(choice, request.form)
     message = note(request, choice, item)
     comment = NOTE_PREFIX + message
     changes: dict[str, Any] = {
+        **pinned_nodes(job),
         **rewrite_fields(job, request, choice, item),
         "features": with_constraint(job.features, choice.constraint),
         "admin_comment": f"{job.admin_comment}; {comment}" if job.admin_comment else comment,
@@ -282,6 +333,9 @@ def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | Non
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    if job.req_nodes or job.exc_nodes:
+        message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
+        return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     try:
         need = need_of(request, job, held in ("typed", "untyped"))
         check_features(job.features, model.features)
@@ -301,6 +355,16 @@ def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | Non
 
 _VIEW_STRINGS = (*FIELDS, "features", "partition", "admin_comment")
 _VIEW_COUNTS = ("min_nodes", "num_tasks", "ntasks_per_node")
+_VIEW_UNREAD = (
+    "max_nodes",
+    "cpus_per_task",
+    "cpus_per_tres",
+    "mem_per_tres",
+    "min_mem_per_node",
+    "min_mem_per_cpu",
+    "req_nodes",
+    "exc_nodes",
+)
 
 
 _OUR_CONSTRAINT = re.compile(r" constraint ([^ ]+) \(")
@@ -332,6 +396,7 @@ def edited_view(edit: Job, record: Job) -> Job:
     ntasks_per_node for the hook: pass None there for what a real record gives."""
     values: dict[str, Any] = {n: getattr(edit, n) or getattr(record, n) for n in _VIEW_STRINGS}
     values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
+    values |= dict.fromkeys(_VIEW_UNREAD)  # the edit view (slurm_job_modify) does not read these
     if not edit.features:  # the record's constraint, less what our last rewrite added
         values["features"] = without(record.features, our_constraint(record.admin_comment))
     return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)
@@ -373,6 +438,7 @@ def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: J
         # drop the constraint we added before; an update cannot clear a field, so an empty one
         # becomes the chosen type's own feature, which every node of the type has
         kept["features"] = view.features or model.types[choice.types[0]].feature
+    kept |= {n: getattr(record, n) for n in ("min_nodes", "max_nodes")}  # an edit does not pin nodes
     return replace(outcome, job=replace(after, **kept, admin_comment=view.admin_comment))
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.score import ceil_div
 from slurm_hetero.errors import RequestError
+from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
     from slurm_hetero.submit import Job
@@ -151,6 +152,17 @@ def sbatch_counts(
     return nodes, ntasks, ntasks_per_node
 
 
+def mebibytes(text: str | None) -> int | None:
+    """sbatch's --mem* value in MiB (`16000`, `10G`; a bare number is MiB), None when not given."""
+    if not text:
+        return None
+    suffix = text[-1].upper() if text[-1].isalpha() else "M"
+    digits = text[:-1] if text[-1].isalpha() else text
+    if not digits.isdigit() or suffix not in UNITS:
+        raise RequestError("sbatch", f"invalid memory value {text}")
+    return int(digits) * UNITS[suffix]
+
+
 def job_from_options(
     gres: str | None = None,
     gpus: str | None = None,
@@ -163,9 +175,17 @@ def job_from_options(
     nodes: int | None = None,
     ntasks: int | None = None,
     ntasks_per_node: int | None = None,
+    cpus_per_task: int | None = None,
+    cpus_per_gpu: str | None = None,
+    mem_per_gpu: str | None = None,
+    mem: str | None = None,
+    mem_per_cpu: str | None = None,
+    nodelist: str | None = None,
+    exclude: str | None = None,
 ) -> Job:
-    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options;
-    RequestError where sbatch itself refuses them."""
+    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
+    (-c, --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x as well: read by the hook's
+    node checks); RequestError where sbatch itself refuses them."""
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
     pre = RELEASE_PREFIX[_release(slurm_release)]
@@ -195,4 +215,12 @@ def job_from_options(
         min_nodes=min_nodes,
         num_tasks=num_tasks,
         ntasks_per_node=per_node,
+        max_nodes=max_nodes,
+        cpus_per_task=cpus_per_task,
+        cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
+        mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu)}" if mem_per_gpu else None,
+        min_mem_per_node=mebibytes(mem),
+        min_mem_per_cpu=mebibytes(mem_per_cpu),
+        req_nodes=nodelist,
+        exc_nodes=exclude,
     )

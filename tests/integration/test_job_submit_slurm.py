@@ -396,6 +396,17 @@ def test_fuzz_sample_agrees_with_request_explain(dev_cluster: Cluster, suite_con
         {"gres": "gpumem:10G"},
         {"ntasks": "2", "gres": "gpumem:20G", "gpus_per_task": "1"},
         {"gres": "gpumem:20g", "gpus_per_task": "2"},
+        # the adversarial pass (accepted, then never started): node lists, node CPUs and memory,
+        # and 24.11's typed -n4 --gpus-per-task=1 without -N (the hook now pins the node count)
+        {"gres": "gpumem:20G", "nodelist": "a100n1"},
+        {"gres": "gpumem:70G", "exclude": "a100n1"},
+        {"gres": "gpumem:20G", "ntasks": "9"},
+        {"gres": "gpumem:20G", "nodes": "1", "cpus_per_task": "9"},
+        {"gres": "gpumem:70G", "gpus": "2", "cpus_per_gpu": "8"},
+        {"gres": "gpumem:70G", "gpus": "2", "mem_per_gpu": "10000"},
+        {"gres": "gpumem:20G", "mem": "20000"},
+        {"gres": "gpumem:20G", "ntasks": "9", "mem_per_cpu": "2000"},
+        {"gres": "gpumem:20G", "ntasks": "4", "gpus_per_task": "1"},
     ],
     ids=lambda o: " ".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -422,6 +433,8 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
         return
     assert run.returncode == 0, (options, run.stderr)  # started, ran, ended
     fields = job_fields(run.stdout.strip().split(";")[0])
+    if predicted.job.max_nodes:  # the node count the hook pinned is the one the job ran on
+        assert fields.get("NumNodes") == str(predicted.job.max_nodes), fields.get("NumNodes")
     for key, name in (
         ("TresPerJob", "tres_per_job"),
         ("TresPerNode", "tres_per_node"),

@@ -44,7 +44,17 @@ from tests.unit.test_units import load_cases
 
 lupa = pytest.importorskip("lupa.lua51")
 
-WRITTEN = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "admin_comment")
+WRITTEN = (
+    "tres_per_node",
+    "tres_per_job",
+    "tres_per_task",
+    "tres_per_socket",
+    "features",
+    "admin_comment",
+    "min_nodes",
+    "max_nodes",
+)
+EDIT_WRITTEN = WRITTEN[:6]  # an edit never pins the node count
 HARNESS = r"""
 LOG = {}
 local function logger(kind)
@@ -53,16 +63,24 @@ end
 -- Error numbers: placeholders, distinct; which names exist is what matters (24.11 exports all).
 slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, ESLURM_INVALID_NODE_COUNT = 2006,
           ESLURM_INVALID_FEATURE = 2008, ESLURM_INVALID_GRES = 2072,
+          ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE = 2014,
           log_info = logger("info"), log_user = logger("user"), log_error = logger("error"),
           log_debug = logger("debug"), log_verbose = logger("verbose"), error = logger("error") }
 
--- A job_desc like slurmctld's: reads give nil for unset fields; "" unsets; nil is refused.
+-- A job_desc like slurmctld's: reads give nil for unset fields; "" unsets; nil is refused;
+-- node counts take numbers.
+NUMBER_FIELDS = { min_nodes = true, max_nodes = true }
 function make_job(fields)
   local store = {}
   for k, v in pairs(fields) do store[k] = v end
   local job = setmetatable({}, {
     __index = function(_, key) return store[key] end,
     __newindex = function(_, key, value)
+      if NUMBER_FIELDS[key] then
+        if type(value) ~= "number" then error("bad argument #3 to '__newindex' (number expected)") end
+        store[key] = value
+        return
+      end
       if type(value) ~= "string" then
         error("bad argument #3 to '__newindex' (string expected, got " .. type(value) .. ")")
       end
@@ -94,6 +112,7 @@ ERROR_NUMBERS = {
     "ESLURM_INVALID_NODE_COUNT": 2006,
     "ESLURM_INVALID_FEATURE": 2008,
     "ESLURM_INVALID_GRES": 2072,
+    "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
 }
 
 
@@ -153,7 +172,9 @@ def run_edit(hook: Hook, edit: Job, record: Job) -> tuple[int, str, Job, list[tu
     )
     lines = [(entry[1], entry[2]) for entry in log.values()]
     user = [text for kind, text in lines if kind == "user"]
-    stored = {name: store[name] if store[name] is not None else getattr(record, name) for name in WRITTEN}
+    stored = {
+        name: store[name] if store[name] is not None else getattr(record, name) for name in EDIT_WRITTEN
+    }
     return int(rc), "\n".join(user), replace(record, **stored), lines
 
 
@@ -421,6 +442,18 @@ def jobs(draw: st.DrawFn) -> Job:
         min_nodes=draw(st.sampled_from([None, None, None, 0, 1, 2, 3, 4, 8, 4294967294])),
         num_tasks=draw(st.sampled_from([None, None, None, 1, 2, 4, 5, 8, 16, 4294967294])),
         ntasks_per_node=draw(st.sampled_from([None, None, None, 1, 2, 3, 8, 65534])),
+        max_nodes=draw(st.sampled_from([None, None, None, 1, 2, 8, 4294967294])),
+        cpus_per_task=draw(st.sampled_from([None, None, None, 1, 4, 9, 17, 65534])),
+        cpus_per_tres=draw(
+            st.sampled_from([None, None, None, "gres:gpu:4", "gres/gpu:8", "gres/gpu=2", "gres:gpu"])
+        ),
+        mem_per_tres=draw(
+            st.sampled_from([None, None, None, "gres:gpu:4000", "gres/gpu:10000", "gres:gpu:x"])
+        ),
+        min_mem_per_node=draw(st.sampled_from([None, None, None, 0, 1000, 16000, 16001, 2**53])),
+        min_mem_per_cpu=draw(st.sampled_from([None, None, None, 500, 2000, 4294967294])),
+        req_nodes=draw(st.sampled_from([None] * 12 + ["a100n1", ""])),
+        exc_nodes=draw(st.sampled_from([None] * 12 + ["l40sn1"])),
     )
 
 
@@ -467,8 +500,8 @@ def both_edit(config: Config, hook: Hook, edit: Job, record: Job) -> tuple[bool,
     assert rc == (0 if python.ok else ERROR_NUMBERS[str(python.code)]), (edit, record, python.code)
     assert message == python.message, (edit, record)
     if python.ok:
-        expected = {n: getattr(python.job, n) or getattr(record, n) for n in WRITTEN}
-        assert {n: getattr(after, n) for n in WRITTEN} == expected, (edit, record)
+        expected = {n: getattr(python.job, n) or getattr(record, n) for n in EDIT_WRITTEN}
+        assert {n: getattr(after, n) for n in EDIT_WRITTEN} == expected, (edit, record)
     return rc == 0, message, after
 
 
