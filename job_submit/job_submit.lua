@@ -473,6 +473,11 @@ local function matches(shape, match)
   return false
 end
 
+-- nodes_with, less the nodes earlier components of the heterogeneous job take (they never share one).
+local function free_nodes(facts, need, count)
+  return nodes_with(facts, need, count) - (need.taken[facts.name] or 0)
+end
+
 -- The limit that nodes of the type with enough devices fall short of: their most CPUs, else their
 -- most memory (among those with the CPUs).
 local function node_limit(facts, need)
@@ -501,7 +506,7 @@ local function reason(facts, need, allowed)
   if need.gpumem and facts.mem < need.gpumem then return "INSUFFICIENT_MEMORY" end
   if per_node < need.each then return "TOO_FEW_DEVICES" end
   if (need.cpus > 0 or need.node_mem > 0) and nodes_with(facts, need, need.each) == 0 then return "NODE_TOO_SMALL" end
-  if need.nodes > 1 and nodes_with(facts, need, need.each) < need.nodes then return "TOO_FEW_NODES" end
+  if (need.nodes > 1 or need.het) and free_nodes(facts, need, need.each) < need.nodes then return "TOO_FEW_NODES" end
   return nil
 end
 
@@ -607,7 +612,7 @@ local function headline(need, rule, usable, counts)
     if code == "MISSING_FEATURE" then return fmt("type_features", facts.name) end
     if code == "INSUFFICIENT_MEMORY" then return fmt("type_memory", facts.name, facts.size) end
     if code == "TOO_FEW_NODES" then
-      return fmt("type_nodes", facts.name, nodes_with(facts, need, need.each), need.each, need.nodes)
+      return fmt("type_nodes", facts.name, free_nodes(facts, need, need.each), need.each, need.nodes)
     end
     if code == "NODE_TOO_SMALL" then return node_limit(facts, need) end
     return fmt("type_count", facts.name, max_per_node(facts, need.match))
@@ -645,7 +650,7 @@ local function split_hint(need, usable_set, rule, most)
     local per = ceil_div(need.count * need.gpumem, k)
     for _, name in ipairs(order_for(rule.policy, 2)) do
       local facts = T.types[name]
-      if usable_set[name] and facts.mem >= per and nodes_with(facts, need, k) >= need.nodes then
+      if usable_set[name] and facts.mem >= per and free_nodes(facts, need, k) >= need.nodes then
         return fmt("split", k, k, size_up(per, facts.mem))
       end
     end
@@ -659,7 +664,7 @@ local function nodes_hint(need, usable, usable_set)
   for _, name in ipairs(usable) do
     local facts = T.types[name]
     if reason(facts, need, usable_set) == "TOO_FEW_NODES" then
-      local found = nodes_with(facts, need, need.each)
+      local found = free_nodes(facts, need, need.each)
       if best_name == nil or found > best then best, best_name = found, name end
     end
   end
@@ -682,6 +687,17 @@ local function hint(need, rule, usable, usable_set)
     end
   end
   local text = need.gpu_type and would_fit(need, usable, usable_set) or nil
+  if text == nil and need.het then
+    for _, name in ipairs(usable) do
+      if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
+        local names, parts = {}, {}
+        for taken in pairs(need.taken) do names[#names + 1] = taken end
+        table.sort(names)
+        for _, taken in ipairs(names) do parts[#parts + 1] = taken .. ":" .. need.taken[taken] end
+        return fmt("het_nodes", table.concat(parts, ", "))
+      end
+    end
+  end
   if small then
     if text == nil and not need.gpu_type then text = node_limit(T.types[small], need) end
     return text
@@ -864,7 +880,7 @@ end
 -- What to do with the job: { action = "untouched" | "reject" | "rewrite", ... }. Reads only.
 -- held: the devices an edited job already asks for (held_devices): whole devices stay whole
 -- (untyped ones untyped), shards shards.
-local function evaluate(job_desc, submit_uid, held)
+local function evaluate(job_desc, submit_uid, held, taken)
   if not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
@@ -903,7 +919,8 @@ local function evaluate(job_desc, submit_uid, held)
                  gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped",
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
-                 each = each, cpus = cpus, node_mem = node_mem }
+                 each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
+                 het = taken ~= nil and next(taken) ~= nil }
   local choice, why, code = decide(need)
   if choice == nil then return { action = "reject", message = why, code = code } end
   if held == "untyped" and choice.kind == "gpu" then
@@ -920,7 +937,7 @@ local function evaluate(job_desc, submit_uid, held)
     if count_of(job_desc[name]) == nil then pin[name] = nodes end
   end
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
-           types = choice.types, pin = pin,
+           types = choice.types, pin = pin, nodes = nodes,
            features = new_features(job_desc.features, choice.constraint) }
 end
 
@@ -980,11 +997,23 @@ end
 
 ------------------------------------------------------------------------------ entry points
 
+-- The nodes of each type that earlier components of the heterogeneous job being submitted take:
+-- Slurm calls this hook once per component, in order (het_job_offset 0, 1, ...), and never puts
+-- two components on one node. Reset by component 0 and by every job that is not heterogeneous.
+local HET_TAKEN = {}
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
-  local ok, outcome = pcall(evaluate, job_desc, submit_uid)
+  local offset = job_desc.het_job_offset
+  local het = offset ~= nil and offset ~= NO_VAL
+  if not het or offset == 0 then HET_TAKEN = {} end
+  local ok, outcome = pcall(evaluate, job_desc, submit_uid, nil, het and HET_TAKEN or nil)
   if not ok then return failed(outcome) end
   local applied, rc = pcall(apply, job_desc, submit_uid, outcome)
   if not applied then return failed(rc) end
+  if het and rc == slurm.SUCCESS and outcome.action == "rewrite" then
+    local name = outcome.types[1]
+    HET_TAKEN[name] = (HET_TAKEN[name] or 0) + outcome.nodes
+  end
   return rc
 end
 

@@ -79,6 +79,8 @@ MESSAGES: dict[str, str] = {
     "per_node": "at most %s devices per node (%s)",
     "nodes": "at most %s node(s) with %s devices each (%s): ask -N %s",
     "other_vendor": "%s of vendor %s would fit: add -C %s",
+    "het_nodes": "the components of a heterogeneous job never share a node, and this job's earlier "
+    "components take %s (type:nodes)",
     # job_submit outcomes (admin comment, slurmctld log, user message)
     "rewrite": "%s -> %s (%s)",
     "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",

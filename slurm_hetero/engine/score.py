@@ -13,8 +13,11 @@ Lua table, and `job_submit.lua` repeats `decide` over it, so the rules live here
 2. Each type, in policy order, fails on the first of: not allowed (TYPE_EXCLUDED), no node with
    the job's `--constraint` features (MISSING_FEATURE; only a plain `a&b` list is read),
    memory per device below gpumem (INSUFFICIENT_MEMORY), fewer devices per node than each node
-   of the job needs (TOO_FEW_DEVICES), fewer such nodes than the job spans (TOO_FEW_NODES; see
-   `Need.nodes` and `Need.each`). A gpu TYPE in the request limits the candidates to that type.
+   of the job needs (TOO_FEW_DEVICES), no such node with the CPUs and memory each node of the job
+   needs (NODE_TOO_SMALL; `Need.cpus`, `Need.node_memory_mib`), fewer such nodes than the job
+   spans, less those earlier components of a heterogeneous job take (TOO_FEW_NODES; see
+   `Need.nodes`, `Need.each`, `Need.taken`). A gpu TYPE in the request limits the candidates
+   to that type.
 3. Policies order types by a key, ties by memory then name: `best-fit` smallest memory then
    price; `fastest` highest throughput for the configured dtype; `cheapest` lowest price per
    throughput; `greenest` highest throughput per watt (unknown figures rank last). With more
@@ -369,6 +372,10 @@ class Need:
     named_features: frozenset[str] = frozenset()  # every feature name the constraint mentions
     cpus: int = 0  # CPUs each node of the job needs (0: none asked)
     node_memory_mib: int = 0  # memory each node of the job needs (0: none asked)
+    # nodes of each type that earlier components of the same heterogeneous job take: Slurm never
+    # puts two components on one node (22.05 and 24.11: `-w n : -w n` is "Invalid node name
+    # specified"; two components for a one-node type stay PENDING (Resources))
+    taken: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def match(self) -> Alternatives:
@@ -454,9 +461,14 @@ def reason(facts: TypeFacts, need: Need, allowed: frozenset[str]) -> ReasonCode 
         return ReasonCode.TOO_FEW_DEVICES
     if (need.cpus or need.node_memory_mib) and nodes_with(facts, need, need.each) == 0:
         return ReasonCode.NODE_TOO_SMALL
-    if need.nodes > 1 and nodes_with(facts, need, need.each) < need.nodes:
+    if (need.nodes > 1 or need.taken) and free_nodes(facts, need, need.each) < need.nodes:
         return ReasonCode.TOO_FEW_NODES
     return None
+
+
+def free_nodes(facts: TypeFacts, need: Need, count: int) -> int:
+    """`nodes_with`, less the nodes earlier components of the heterogeneous job take."""
+    return nodes_with(facts, need, count) - need.taken.get(facts.name, 0)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -538,7 +550,7 @@ def _headline(
         facts = model.types[need.gpu_type]
         code = reason(facts, need, rule.allowed)
         if code == ReasonCode.TOO_FEW_NODES:
-            found = nodes_with(facts, need, need.each)
+            found = free_nodes(facts, need, need.each)
             return ("type_nodes", facts.name, str(found), str(need.each), str(need.nodes))
         if code == ReasonCode.NODE_TOO_SMALL:
             return node_limit(facts, need)
@@ -576,7 +588,7 @@ def _split(model: ClusterModel, need: Need, usable: frozenset[str], rule: Rule, 
         per = ceil_div(need.count * need.memory_mib, k)
         for name in multi:
             facts = model.types[name]
-            if facts.memory_mib >= per and nodes_with(facts, need, k) >= need.nodes:
+            if facts.memory_mib >= per and free_nodes(facts, need, k) >= need.nodes:
                 return ("split", str(k), str(k), size_up(per, facts.memory_mib))
     return ()
 
@@ -592,6 +604,12 @@ def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) ->
     allowed = frozenset(usable)
     small = [t for t in usable if reason(model.types[t], need, allowed) == ReasonCode.NODE_TOO_SMALL]
     hint = _would_fit(model, need, usable) if need.gpu_type else ()
+    if (
+        not hint
+        and need.taken
+        and any(reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES for t in usable)
+    ):
+        return ("het_nodes", ", ".join(f"{t}:{n}" for t, n in sorted(need.taken.items())))
     if small:
         return hint or (node_limit(model.types[small[0]], need) if not need.gpu_type else ())
     hint = hint or _split(model, need, allowed, rule, most)
@@ -606,7 +624,7 @@ def _nodes_hint(model: ClusterModel, need: Need, usable: Sequence[str]) -> tuple
     """The type (first in order) with the most nodes for a job that fails only on its node count."""
     allowed = frozenset(usable)
     short = [t for t in usable if reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES]
-    spans = [nodes_with(model.types[t], need, need.each) for t in short]
+    spans = [free_nodes(model.types[t], need, need.each) for t in short]
     if not spans:
         return ()
     best = max(spans)

@@ -3,7 +3,8 @@
 `explain` is the reference that `job_submit/job_submit.lua` repeats over the generated table
 (`slurm_hetero.submit.tables`); `request explain` prints it, and the tests run both on the same
 jobs and require the same answer. One job component at a time: Slurm calls the hook once per
-heterogeneous job component.
+heterogeneous job component, in order; components never share a node, so a later component is
+decided on the nodes its earlier ones leave (`taken`, `het_taken`).
 
 The steps, for a job whose TRES fields carry a gpumem or gpucore item (others are untouched):
 
@@ -16,7 +17,9 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
    for a request written with `=`). It goes first into the field the count came from
    (`tres_per_job` for `--gpus`, per task, per socket, per node), else into `tres_per_node`.
    The type must hold the whole job: `min_nodes` (or `num_tasks` / `ntasks_per_node`) nodes, each
-   with the devices one node needs (see `devices_per_node`).
+   with the devices, CPUs and memory one node needs (see `devices_per_node`, `node_needs`); that
+   node count goes into an unset `min_nodes` / `max_nodes` (`pinned_nodes`). gpumem/gpucore with
+   a node list (-w, -x) is refused: the hook picks a type, not nodes.
    The old gpu item and, unless sharing, the gpumem/gpucore items are removed from every field.
 5. any-fit and shards add their types to the job's constraint (`FEATURES&(a|b)`); the decision
    goes to the admin comment and the message to the user and slurmctld's log.
@@ -25,7 +28,7 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -213,7 +216,7 @@ def devices_per_node(request: Request, job: Job, nodes: int) -> int:
     return request.count
 
 
-def need_of(request: Request, job: Job, whole: bool = False) -> Need:
+def need_of(request: Request, job: Job, whole: bool = False, taken: Mapping[str, int] | None = None) -> Need:
     """The engine's view of the job (`whole`: whole devices only, never shards); RequestError for
     a constraint the hook cannot read."""
     nodes = job_nodes(job)
@@ -236,6 +239,7 @@ def need_of(request: Request, job: Job, whole: bool = False) -> Need:
         frozenset(_FEATURE.findall(job.features or "")),
         cpus,
         memory,
+        dict(taken or {}),
     )
 
 
@@ -322,9 +326,27 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
 
-def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | None = None) -> Outcome:
+def het_taken(taken: Mapping[str, int], outcome: Outcome) -> dict[str, int]:
+    """`taken` after one more component of a heterogeneous job: a rewrite takes its node count of
+    the chosen type (any-fit: of the first adequate type, the one node weights favour)."""
+    out = dict(taken)
+    if outcome.action == "rewrite" and outcome.choice is not None:
+        name = outcome.choice.types[0]
+        out[name] = out.get(name, 0) + job_nodes(outcome.job)
+    return out
+
+
+def explain(
+    model: ClusterModel,
+    options: HookOptions,
+    job: Job,
+    held: str | None = None,
+    taken: Mapping[str, int] | None = None,
+) -> Outcome:
     """What the hook does with one job (component); `held`: the devices an edited job already
-    asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards."""
+    asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards;
+    `taken`: for a heterogeneous job's later component, the nodes of each type its earlier
+    components take (`het_taken`; the hook remembers them within one submission)."""
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
     if not has_ours(job.fields()):
@@ -337,7 +359,7 @@ def explain(model: ClusterModel, options: HookOptions, job: Job, held: str | Non
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     try:
-        need = need_of(request, job, held in ("typed", "untyped"))
+        need = need_of(request, job, held in ("typed", "untyped"), taken)
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)

@@ -28,7 +28,15 @@ from slurm_hetero.engine.reasons import MESSAGES
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import RequestError
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options, sbatch_counts
+from slurm_hetero.submit import (
+    HookOptions,
+    Job,
+    explain,
+    explain_edit,
+    het_taken,
+    job_from_options,
+    sbatch_counts,
+)
 from slurm_hetero.submit.tables import (
     CLI_FILTER_NAME,
     CLI_SRUN_NAME,
@@ -240,13 +248,20 @@ def test_shared_cases(case: dict[str, Any], rendered: dict[str, Config], hooks: 
     components = case.get("components", [case.get("job")])
     expected = case["expect"] if "components" in case else [case["expect"]]
     assert len(components) == len(expected)
+    taken: dict[str, int] = {}
     for offset, (raw, expect) in enumerate(zip(components, expected)):
         job = Job(**raw)
-        check(expect, both(rendered[name], hooks[name], job))
-        if "components" in case:  # Slurm calls the hook once per component, with its offset
-            ok, _, _, log = hooks[name].run(job, het_job_offset=offset)
-            assert ok == expect["ok"]
-            assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
+        if "components" not in case:
+            check(expect, both(rendered[name], hooks[name], job))
+            continue
+        # Slurm calls the hook once per component, with its offset; later components know the
+        # nodes the earlier ones take (components never share a node)
+        python = explain(rendered[name].model, rendered[name].options, job, taken=taken)
+        rc, message, after, log = hooks[name].run_rc(job, het_job_offset=offset)
+        assert (rc == 0, message, after) == (python.ok, python.message, python.job), job
+        check(expect, (python.ok, python.message, python.job))
+        assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
+        taken = het_taken(taken, python)
 
 
 # --------------------------------------------------------------------- generated requests
@@ -480,6 +495,27 @@ def test_generated_requests_agree_on_second(
     rendered: dict[str, Config], hooks: dict[str, Hook], job: Job
 ) -> None:
     both(rendered["second"], hooks["second"], job)
+
+
+@settings(
+    max_examples=1500,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(components=st.lists(jobs(), min_size=2, max_size=4))
+def test_generated_het_jobs_agree(
+    rendered: dict[str, Config], hooks: dict[str, Hook], components: list[Job]
+) -> None:
+    """Components of one heterogeneous job, in order: the hook's memory of the nodes earlier
+    components take (het_job_offset) and `explain(..., taken=...)` agree."""
+    config, hook, taken = rendered["mixed"], hooks["mixed"], {}
+    for offset, job in enumerate(components):
+        python = explain(config.model, config.options, job, taken=taken)
+        rc, message, after, _ = hook.run_rc(job, het_job_offset=offset)
+        assert (rc == 0, message, after) == (python.ok, python.message, python.job), (offset, job, taken)
+        taken = het_taken(taken, python)
 
 
 # ---------------------------------------------------------------------------------- edits
