@@ -163,6 +163,15 @@ def mebibytes(text: str | None) -> int | None:
     return int(digits) * UNITS[suffix]
 
 
+def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | None:
+    """tres_per_task: after 22.05 sbatch puts `-c N` there too, as `cpu=N` before the rest
+    (measured on 24.11: `-N1 -c 9` is stored as TresPerTask=cpu=9; slurm_opt.c
+    slurm_option_update_tres_per_task prepends it)."""
+    if prefix == "gres/" and cpus_per_task:
+        return f"cpu={cpus_per_task}" + (f",{gpu}" if gpu else "")
+    return gpu
+
+
 def job_from_options(
     gres: str | None = None,
     gpus: str | None = None,
@@ -207,7 +216,9 @@ def job_from_options(
     return Job(
         tres_per_node=",".join(per_node_items) or None,
         tres_per_job=f"{pre}gpu:{gpus}" if gpus else None,
-        tres_per_task=f"{pre}gpu{task_sep}{gpus_per_task}" if gpus_per_task else None,
+        tres_per_task=_per_task(
+            pre, cpus_per_task, f"{pre}gpu{task_sep}{gpus_per_task}" if gpus_per_task else None
+        ),
         partition=partition,
         features=constraint,
         submit_uid=uid,

@@ -444,6 +444,7 @@ def test_fuzz_sample_agrees_with_request_explain(dev_cluster: Cluster, suite_con
         {"gres": "gpumem:20G", "mem": "20000"},
         {"gres": "gpumem:20G", "ntasks": "9", "mem_per_cpu": "2000"},
         {"gres": "gpumem:20G", "ntasks": "4", "gpus_per_task": "1"},
+        {"gres": "gpumem:20G", "ntasks": "2", "gpus_per_task": "1", "cpus_per_task": "2"},
     ],
     ids=lambda o: " ".join(f"{k}={v}" for k, v in o.items()),
 )

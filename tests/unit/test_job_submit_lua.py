@@ -1037,6 +1037,42 @@ def test_job_from_options_holds_what_sbatch_sends(options: dict[str, Any], relea
     assert sbatch_counts(**(args | options), slurm_release=release) == sent
 
 
+@pytest.mark.parametrize(
+    ("options", "release", "fields"),
+    [
+        ({"nodes": 1, "cpus_per_task": 9}, "24.11", {"tres_per_task": "cpu=9", "cpus_per_task": 9}),
+        ({"nodes": 1, "cpus_per_task": 9}, "22.05", {"tres_per_task": None, "cpus_per_task": 9}),
+        (
+            {"ntasks": 2, "gpus_per_task": "1", "cpus_per_task": 2},
+            "24.11",
+            {"tres_per_task": "cpu=2,gres/gpu=1"},
+        ),
+        (
+            {"gpus": "2", "cpus_per_gpu": "8", "mem_per_gpu": "10G", "mem": "2000", "mem_per_cpu": "1G"},
+            "22.05",
+            {
+                "cpus_per_tres": "gres:gpu:8",
+                "mem_per_tres": "gres:gpu:10240",
+                "min_mem_per_node": 2000,
+                "min_mem_per_cpu": 1024,
+            },
+        ),
+        (
+            {"nodes": 2, "nodelist": "a100n1", "exclude": "l40sn1"},
+            "24.11",
+            {"req_nodes": "a100n1", "max_nodes": 2},
+        ),
+    ],
+)
+def test_job_from_options_holds_the_node_fields_sbatch_sends(
+    options: dict[str, Any], release: str, fields: dict[str, Any]
+) -> None:
+    """-c, --cpus-per-gpu, --mem*, -w, -N's max as the hook reads them (24.11 also writes -c into
+    tres_per_task: the stored TresPerTask=cpu=9 of `-N1 -c 9` on the real 24.11)."""
+    job = job_from_options(gres="gpumem:20G", slurm_release=release, **options)
+    assert {name: getattr(job, name) for name in fields} == fields
+
+
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
 def test_gpus_per_task_without_a_task_count_is_sbatchs_refusal(release: str) -> None:
     """The fuzz read sbatch's own refusal of `--gres=gpumem:20g --gpus-per-task=2` as the hook's."""
