@@ -451,18 +451,58 @@ local function max_per_node(facts, match)
   return best
 end
 
--- Nodes with at least count devices of a type satisfying one alternative (the best one: a
--- matching OR puts every node on the same alternative).
-local function nodes_with(facts, match, count)
+-- Whether a node of the shape has the CPUs and memory each node of the job needs (0: unknown,
+-- holds anything).
+local function holds(shape, need)
+  return (shape.cpus == 0 or shape.cpus >= need.cpus) and (shape.mem == 0 or shape.mem >= need.node_mem)
+end
+
+-- Nodes with at least count devices of a type and the CPUs and memory the job needs per node,
+-- satisfying one alternative (the best one: a matching OR puts every node on the same alternative).
+local function nodes_with(facts, need, count)
   local best = 0
-  for _, alt in ipairs(match) do
+  for _, alt in ipairs(need.match) do
     local total = 0
     for _, shape in ipairs(facts.shapes) do
-      if shape.count >= count and satisfies(alt, shape.features) then total = total + shape.nodes end
+      if shape.count >= count and holds(shape, need) and satisfies(alt, shape.features) then
+        total = total + shape.nodes
+      end
     end
     if total > best then best = total end
   end
   return best
+end
+
+local function matches(shape, match)
+  for _, alt in ipairs(match) do
+    if satisfies(alt, shape.features) then return true end
+  end
+  return false
+end
+
+-- nodes_with, less the nodes earlier components of the heterogeneous job take (they never share one).
+local function free_nodes(facts, need, count)
+  return nodes_with(facts, need, count) - (need.taken[facts.name] or 0)
+end
+
+-- The limit that nodes of the type with enough devices fall short of: their most CPUs, else their
+-- most memory (among those with the CPUs).
+local function node_limit(facts, need)
+  local cpus, mem = 0, 0
+  for _, shape in ipairs(facts.shapes) do
+    if shape.count >= need.each and matches(shape, need.match) then
+      local have = shape.cpus == 0 and math.huge or shape.cpus
+      if have > cpus then cpus = have end
+    end
+  end
+  if need.cpus > cpus then return fmt("node_cpus", facts.name, need.each, cpus, need.cpus) end
+  for _, shape in ipairs(facts.shapes) do
+    if shape.count >= need.each and matches(shape, need.match) and (shape.cpus == 0 or shape.cpus >= need.cpus) then
+      local have = shape.mem == 0 and math.huge or shape.mem
+      if have > mem then mem = have end
+    end
+  end
+  return fmt("node_memory", facts.name, need.each, size_text(mem), size_text(need.node_mem))
 end
 
 -- The first check a type fails (a reason code), or nil when it takes the request.
@@ -472,7 +512,8 @@ local function reason(facts, need, allowed)
   if per_node == 0 then return "MISSING_FEATURE" end
   if need.gpumem and facts.mem < need.gpumem then return "INSUFFICIENT_MEMORY" end
   if per_node < need.each then return "TOO_FEW_DEVICES" end
-  if need.nodes > 1 and nodes_with(facts, need.match, need.each) < need.nodes then return "TOO_FEW_NODES" end
+  if (need.cpus > 0 or need.node_mem > 0) and nodes_with(facts, need, need.each) == 0 then return "NODE_TOO_SMALL" end
+  if (need.nodes > 1 or need.het) and free_nodes(facts, need, need.each) < need.nodes then return "TOO_FEW_NODES" end
   return nil
 end
 
@@ -599,8 +640,9 @@ local function headline(need, rule, usable, counts)
     if code == "MISSING_FEATURE" then return fmt("type_features", facts.name) end
     if code == "INSUFFICIENT_MEMORY" then return fmt("type_memory", facts.name, facts.size) end
     if code == "TOO_FEW_NODES" then
-      return fmt("type_nodes", facts.name, nodes_with(facts, need.match, need.each), need.each, need.nodes)
+      return fmt("type_nodes", facts.name, free_nodes(facts, need, need.each), need.each, need.nodes)
     end
+    if code == "NODE_TOO_SMALL" then return node_limit(facts, need) end
     return fmt("type_count", facts.name, max_per_node(facts, need.match))
   end
   local largest = nil
@@ -636,7 +678,7 @@ local function split_hint(need, usable_set, rule, most)
     local per = ceil_div(need.count * need.gpumem, k)
     for _, name in ipairs(order_for(rule.policy, 2)) do
       local facts = T.types[name]
-      if usable_set[name] and facts.mem >= per and nodes_with(facts, need.match, k) >= need.nodes then
+      if usable_set[name] and facts.mem >= per and free_nodes(facts, need, k) >= need.nodes then
         return fmt("split", k, k, size_up(per, facts.mem))
       end
     end
@@ -650,7 +692,7 @@ local function nodes_hint(need, usable, usable_set)
   for _, name in ipairs(usable) do
     local facts = T.types[name]
     if reason(facts, need, usable_set) == "TOO_FEW_NODES" then
-      local found = nodes_with(facts, need.match, need.each)
+      local found = free_nodes(facts, need, need.each)
       if best_name == nil or found > best then best, best_name = found, name end
     end
   end
@@ -665,7 +707,30 @@ local function hint(need, rule, usable, usable_set)
     local per_node = max_per_node(T.types[name], need.match)
     if per_node > most then most, most_name = per_node, name end
   end
-  local text = (need.gpu_type and would_fit(need, usable, usable_set)) or split_hint(need, usable_set, rule, most)
+  local small = nil  -- the first type whose nodes are too small for the job's CPUs or memory
+  for _, name in ipairs(usable) do
+    if reason(T.types[name], need, usable_set) == "NODE_TOO_SMALL" then
+      small = name
+      break
+    end
+  end
+  local text = need.gpu_type and would_fit(need, usable, usable_set) or nil
+  if text == nil and need.het then
+    for _, name in ipairs(usable) do
+      if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
+        local names, parts = {}, {}
+        for taken in pairs(need.taken) do names[#names + 1] = taken end
+        table.sort(names)
+        for _, taken in ipairs(names) do parts[#parts + 1] = taken .. ":" .. need.taken[taken] end
+        return fmt("het_nodes", table.concat(parts, ", "))
+      end
+    end
+  end
+  if small then
+    if text == nil and not need.gpu_type then text = node_limit(T.types[small], need) end
+    return text
+  end
+  text = text or split_hint(need, usable_set, rule, most)
   if text == nil and need.each > most then text = fmt("per_node", most, most_name) end
   if text == nil and need.nodes > 1 then text = nodes_hint(need, usable, usable_set) end
   return text
@@ -806,6 +871,37 @@ local function devices_per_node(req, job_desc, nodes)
   return req.count
 end
 
+-- A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, NO_VAL, NO_VAL64...).
+local function amount_of(value)
+  value = tonumber(value)
+  if value == nil or value <= 0 or value >= NO_VAL then return 0 end
+  return value
+end
+
+-- N of a --cpus-per-gpu / --mem-per-gpu field ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"); 0 when
+-- unset or unreadable.
+local function per_gpu(text)
+  for _, item in ipairs(items_of(text)) do
+    if item.name == "gpu" then
+      local value = string.match((string.gsub(item.body, "=", ":")), "[^:]*$")
+      if is_digits(value) and #value <= 12 then return tonumber(value) end
+      return 0
+    end
+  end
+  return 0
+end
+
+-- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task, or CPUs per
+-- gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
+local function node_needs(job_desc, nodes, each)
+  local tasks = count_of(job_desc.num_tasks)
+  local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
+  local cpus = math.max(per_node * (count_of(job_desc.cpus_per_task) or 1), per_gpu(job_desc.cpus_per_tres) * each)
+  local mem = math.max(amount_of(job_desc.min_mem_per_node), per_gpu(job_desc.mem_per_tres) * each,
+                       amount_of(job_desc.min_mem_per_cpu) * cpus)
+  return cpus, mem
+end
+
 local function is_exempt(job_desc, submit_uid)
   return (submit_uid ~= nil and T.exempt_uids[submit_uid]) or T.exempt_uids[job_desc.user_id or -1]
 end
@@ -814,8 +910,9 @@ end
 -- held: the devices an edited job already asks for (held_devices): whole devices stay whole
 -- (untyped ones untyped), shards shards.
 -- check: only whether the devices the job holds still fit it (an edit of its node or task count):
--- untouched when they do, else rejected (edit_counts).
-local function evaluate(job_desc, submit_uid, held, check)
+-- untouched when they do, else rejected (edit_counts). taken: type -> nodes the earlier
+-- components of this het job took (their nodes are not this component's).
+local function evaluate(job_desc, submit_uid, held, check, taken)
   if not check and not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
@@ -825,6 +922,9 @@ local function evaluate(job_desc, submit_uid, held, check)
     error(req, 0)
   end
   req.text = table.concat(req.shown, ",")
+  if (job_desc.req_nodes or "") ~= "" or (job_desc.exc_nodes or "") ~= "" then
+    return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
+  end
   local features = constraint_features(job_desc.features)
   local match = features and { { features } } or nil
   if match == nil then
@@ -845,11 +945,14 @@ local function evaluate(job_desc, submit_uid, held, check)
              message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
   end
   local nodes = job_nodes(job_desc)
+  local each = devices_per_node(req, job_desc, nodes)
+  local cpus, node_mem = node_needs(job_desc, nodes, each)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
                  gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped",
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
-                 each = devices_per_node(req, job_desc, nodes) }
+                 each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
+                 het = taken ~= nil and next(taken) ~= nil }
   local choice, why, code = decide(need)
   if choice == nil then
     return { action = "reject", message = check and fmt("edit_counts", why) or why, code = code }
@@ -863,8 +966,13 @@ local function evaluate(job_desc, submit_uid, held, check)
   end
   if check then return { action = "untouched" } end
   local item = new_item(choice, req.form)
+  -- the node count the decision assumed, where the job leaves it open (see pin_nodes)
+  local pin = {}
+  for _, name in ipairs({ "min_nodes", "max_nodes" }) do
+    if count_of(job_desc[name]) == nil then pin[name] = nodes end
+  end
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
-           types = choice.types, request = req.text,
+           types = choice.types, request = req.text, pin = pin, nodes = nodes,
            features = new_features(job_desc.features, choice.constraint) }
 end
 
@@ -899,6 +1007,12 @@ local function apply(job_desc, submit_uid, outcome)
     if outcome.fields[field] ~= (job_desc[field] or "") then job_desc[field] = outcome.fields[field] end
   end
   if outcome.features then job_desc.features = outcome.features end
+  -- Slurm may spread a job without -N over more nodes than the type was checked for (24.11:
+  -- `-n4 --gpus-per-task=1` typed ends in "Requested node configuration is not available"):
+  -- the node count the decision assumed goes where the job leaves it open
+  for _, name in ipairs({ "min_nodes", "max_nodes" }) do
+    if outcome.pin[name] then job_desc[name] = outcome.pin[name] end
+  end
   local comment = T.note_prefix .. outcome.message
   local existing = job_desc.admin_comment
   if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end
@@ -921,11 +1035,23 @@ end
 
 ------------------------------------------------------------------------------ entry points
 
+-- The nodes of each type that earlier components of the heterogeneous job being submitted take:
+-- Slurm calls this hook once per component, in order (het_job_offset 0, 1, ...), and never puts
+-- two components on one node. Reset by component 0 and by every job that is not heterogeneous.
+local HET_TAKEN = {}
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
-  local ok, outcome = pcall(evaluate, job_desc, submit_uid)
+  local offset = job_desc.het_job_offset
+  local het = offset ~= nil and offset ~= NO_VAL
+  if not het or offset == 0 then HET_TAKEN = {} end
+  local ok, outcome = pcall(evaluate, job_desc, submit_uid, nil, nil, het and HET_TAKEN or nil)
   if not ok then return failed(outcome) end
   local applied, rc = pcall(apply, job_desc, submit_uid, outcome)
   if not applied then return failed(rc) end
+  if het and rc == slurm.SUCCESS and outcome.action == "rewrite" then
+    local name = outcome.types[1]
+    HET_TAKEN[name] = (HET_TAKEN[name] or 0) + outcome.nodes
+  end
   return rc
 end
 

@@ -28,17 +28,17 @@ import re
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.errors import RequestError
-from slurm_hetero.submit import HookOptions, Job, Outcome, explain, explain_edit, job_from_options
+from slurm_hetero.submit import HookOptions, Job, Outcome, explain, explain_edit, het_taken, job_from_options
 
 Runner = Callable[..., subprocess.CompletedProcess]  # (argv, user=None) -> completed, text
 Options = dict[str, str]
-COUNTS = ("nodes", "ntasks", "ntasks_per_node")
+COUNTS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task")
 FLAGS = {
     "gres": "--gres",
     "gpus": "--gpus",
@@ -49,6 +49,13 @@ FLAGS = {
     "nodes": "--nodes",
     "ntasks": "--ntasks",
     "ntasks_per_node": "--ntasks-per-node",
+    "cpus_per_task": "--cpus-per-task",
+    "cpus_per_gpu": "--cpus-per-gpu",
+    "mem_per_gpu": "--mem-per-gpu",
+    "mem": "--mem",
+    "mem_per_cpu": "--mem-per-cpu",
+    "nodelist": "--nodelist",
+    "exclude": "--exclude",
 }
 SIZES = [
     "512",
@@ -169,16 +176,22 @@ def sbatch_argv(request: Request) -> list[str]:
 
 
 def predict(
-    model: ClusterModel, hook: HookOptions, options: Options, uid: int, release: str
+    model: ClusterModel,
+    hook: HookOptions,
+    options: Options,
+    uid: int,
+    release: str,
+    taken: Mapping[str, int] | None = None,
 ) -> Outcome | str:
-    """explain's outcome for one component, or the text of sbatch's own refusal."""
+    """explain's outcome for one component (`taken`: the nodes earlier components of the het job
+    take, `het_taken`), or the text of sbatch's own refusal."""
     counts = {k: int(v) for k, v in options.items() if k in COUNTS}
     rest = {k: v for k, v in options.items() if k not in COUNTS}
     try:
         job = job_from_options(**rest, uid=uid, slurm_release=release, **counts)  # type: ignore[arg-type]
     except RequestError as e:
         return e.reason
-    return explain(model, hook, job)
+    return explain(model, hook, job, taken=taken)
 
 
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z:/]*)=")
@@ -257,7 +270,11 @@ class Fuzz:
         counts["components"] += len(request.components)
         counts["het"] += len(request.components) > 1
         counts["arrays"] += request.array is not None
-        predicted = [predict(self.model, self.hook, c, self.uid, self.release) for c in request.components]
+        predicted: list[Outcome | str] = []
+        taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
+        for component in request.components:
+            predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
+            taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
         run = self.run(sbatch_argv(request), self.user)
         # sbatch checks every component before the hook sees any
         refusals: list[Outcome | str] = [p for p in predicted if isinstance(p, str)]

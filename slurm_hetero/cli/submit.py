@@ -157,7 +157,16 @@ def _print(outcome: Outcome, as_json: bool) -> None:
         click.echo(json.dumps(outcome.as_dict(), sort_keys=True))
         return
     click.echo(f"{'accept' if outcome.ok else 'reject'} ({outcome.action}): {outcome.message or '-'}")
-    for name in ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features"):
+    shown = (
+        "tres_per_node",
+        "tres_per_job",
+        "tres_per_task",
+        "tres_per_socket",
+        "features",
+        "min_nodes",
+        "max_nodes",
+    )
+    for name in shown if outcome.ok else ():
         if getattr(outcome.job, name):
             click.echo(f"  {name} = {getattr(outcome.job, name)}")
 
@@ -173,6 +182,13 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--nodes", "-N", help="As sbatch --nodes: N or MIN-MAX (read, and refused, as sbatch does).")
 @click.option("--ntasks", "-n", help="As sbatch --ntasks.")
 @click.option("--ntasks-per-node", help="As sbatch --ntasks-per-node.")
+@click.option("--cpus-per-task", "-c", type=int, help="As sbatch --cpus-per-task.")
+@click.option("--cpus-per-gpu", help="As sbatch --cpus-per-gpu.")
+@click.option("--mem-per-gpu", help="As sbatch --mem-per-gpu (MiB, or with M/G/T).")
+@click.option("--mem", help="As sbatch --mem (per node).")
+@click.option("--mem-per-cpu", help="As sbatch --mem-per-cpu.")
+@click.option("--nodelist", "-w", help="As sbatch --nodelist (gpumem/gpucore with it is refused).")
+@click.option("--exclude", "-x", help="As sbatch --exclude (gpumem/gpucore with it is refused).")
 @click.option("--uid", type=int, help="Submitting user id (exempt users are left alone).")
 @click.option(
     "--slurm-release",
@@ -195,6 +211,13 @@ def explain_cmd(
     nodes: str | None,
     ntasks: str | None,
     ntasks_per_node: str | None,
+    cpus_per_task: int | None,
+    cpus_per_gpu: str | None,
+    mem_per_gpu: str | None,
+    mem: str | None,
+    mem_per_cpu: str | None,
+    nodelist: str | None,
+    exclude: str | None,
     uid: int | None,
     slurm_release: str,
     config_path: Path | None,
@@ -221,6 +244,13 @@ def explain_cmd(
         else task_count("--ntasks-per-node", ntasks_per_node, slurm_release),
         max_nodes=high,
         names=gres_names(model),
+        cpus_per_task=cpus_per_task,
+        cpus_per_gpu=cpus_per_gpu,
+        mem_per_gpu=mem_per_gpu,
+        mem=mem,
+        mem_per_cpu=mem_per_cpu,
+        nodelist=nodelist,
+        exclude=exclude,
     )
     options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
     _print(explain(model, options, job), as_json)

@@ -24,6 +24,9 @@ class ReasonCode(StrEnum):
     INSUFFICIENT_MEMORY = "INSUFFICIENT_MEMORY"  # memory per device below what is needed
     TOO_FEW_DEVICES = "TOO_FEW_DEVICES"  # fewer devices per node than requested
     TOO_FEW_NODES = "TOO_FEW_NODES"  # fewer nodes with enough devices than the job spans
+    NODE_TOO_SMALL = (
+        "NODE_TOO_SMALL"  # no node with enough devices has the CPUs or memory a node of the job needs
+    )
     NOT_ENOUGH_DEVICES = "NOT_ENOUGH_DEVICES"  # a model fits on N devices, the inventory has fewer
     UNHEALTHY = "UNHEALTHY"  # every device of the type is marked unhealthy
     UNKNOWN_TYPE = "UNKNOWN_TYPE"  # a requested gres type is not in the inventory
@@ -37,6 +40,7 @@ CODE_ORDER: tuple[ReasonCode, ...] = (
     ReasonCode.MISSING_FEATURE,
     ReasonCode.INSUFFICIENT_MEMORY,
     ReasonCode.TOO_FEW_DEVICES,
+    ReasonCode.NODE_TOO_SMALL,
     ReasonCode.TOO_FEW_NODES,
 )
 
@@ -46,6 +50,7 @@ LABELS: Mapping[ReasonCode, str] = {
     ReasonCode.MISSING_FEATURE: "without the features",
     ReasonCode.INSUFFICIENT_MEMORY: "too small",
     ReasonCode.TOO_FEW_DEVICES: "too few per node",
+    ReasonCode.NODE_TOO_SMALL: "nodes too small",
     ReasonCode.TOO_FEW_NODES: "too few nodes",
 }
 
@@ -63,6 +68,10 @@ MESSAGES: dict[str, str] = {
     "type_memory": "%s has %s per device",
     "type_count": "%s has at most %s per node",
     "type_nodes": "%s has %s node(s) with %s devices, the job needs %s",
+    "node_cpus": "%s nodes with %s devices have at most %s CPUs, the job needs %s per node",
+    "node_memory": "%s nodes with %s devices have at most %s memory, the job needs %s per node",
+    "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
+    "picks a device type, not nodes); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",
     "largest": "largest device is %s with %s",
     "none_fit": "no device type fits (%s)",
     # ... hints say what would fit
@@ -71,6 +80,8 @@ MESSAGES: dict[str, str] = {
     "per_node": "at most %s devices per node (%s)",
     "nodes": "at most %s node(s) with %s devices each (%s): ask -N %s",
     "other_vendor": "%s of vendor %s would fit: add -C %s",
+    "het_nodes": "the components of a heterogeneous job never share a node, and this job's earlier "
+    "components take %s (type:nodes)",
     # job_submit outcomes (admin comment, slurmctld log, user message)
     "rewrite": "%s -> %s (%s)",
     "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",

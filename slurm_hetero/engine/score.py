@@ -15,8 +15,11 @@ Lua table, and `job_submit.lua` repeats `decide` over it, so the rules live here
 2. Each type, in policy order, fails on the first of: not allowed (TYPE_EXCLUDED), no node with
    the job's `--constraint` features (MISSING_FEATURE; only a plain `a&b` list is read),
    memory per device below gpumem (INSUFFICIENT_MEMORY), fewer devices per node than each node
-   of the job needs (TOO_FEW_DEVICES), fewer such nodes than the job spans (TOO_FEW_NODES; see
-   `Need.nodes` and `Need.each`). A gpu TYPE in the request limits the candidates to that type.
+   of the job needs (TOO_FEW_DEVICES), no such node with the CPUs and memory each node of the job
+   needs (NODE_TOO_SMALL; `Need.cpus`, `Need.node_memory_mib`), fewer such nodes than the job
+   spans, less those earlier components of a heterogeneous job take (TOO_FEW_NODES; see
+   `Need.nodes`, `Need.each`, `Need.taken`). A gpu TYPE in the request limits the candidates
+   to that type.
 3. Policies order types by a key, ties by memory then name: `best-fit` smallest memory then
    price; `fastest` highest throughput for the configured dtype; `cheapest` lowest price per
    throughput; `greenest` highest throughput per watt (unknown figures rank last). With more
@@ -88,11 +91,14 @@ class ScoringOptions:
 
 @dataclass(frozen=True)
 class Shape:
-    """Nodes with `count` devices of a type and the same Slurm features."""
+    """Nodes with `count` devices of a type, the same Slurm features, CPUs and RealMemory (MiB;
+    0: unknown, never checked)."""
 
     count: int
     features: frozenset[str]
     nodes: int = 1
+    cpus: int = 0
+    memory_mib: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,19 +188,29 @@ class _Seen:
     vendor: str
     memory: int | None = None
     linked: bool = False
-    shapes: Counter[tuple[int, frozenset[str]]] = field(default_factory=Counter)
+    shapes: Counter[tuple[int, frozenset[str], int, int]] = field(default_factory=Counter)
 
-    def add(self, devices: Sequence[SlurmDevice], features: frozenset[str], nodes: int) -> None:
+    def add(self, devices: Sequence[SlurmDevice], features: frozenset[str], node: SlurmNode) -> None:
         sizes = [d.device.memory_mib for d in devices if d.device.memory_mib]
         if sizes:
             self.memory = min(sizes + ([self.memory] if self.memory else []))
         self.linked = self.linked or any(d.device.links for d in devices)
-        self.shapes[(len(devices), features)] += nodes
+        self.shapes[(len(devices), features, node_cpus(node), node.record.real_memory_mib or 0)] += node.hosts
+
+
+def node_cpus(node: SlurmNode) -> int:
+    """The node's CPUs as slurm.conf gets them (`CPUs=`, else sockets x cores x threads); 0: unknown."""
+    record = node.record
+    if record.cpus:
+        return record.cpus
+    if record.sockets and record.cores_per_socket:
+        return record.sockets * record.cores_per_socket * (record.threads_per_core or 1)
+    return 0
 
 
 def _facts(name: str, seen: _Seen, options: ScoringOptions) -> TypeFacts:
     spec = seen.spec
-    rows = sorted(seen.shapes.items(), key=lambda kv: (-kv[0][0], sorted(kv[0][1])))
+    rows = sorted(seen.shapes.items(), key=lambda kv: (-kv[0][0], sorted(kv[0][1]), -kv[0][2], -kv[0][3]))
     memory, unit = seen.memory or spec.memory_mib, int(options.shares.get(name, 0))
     return TypeFacts(
         name,
@@ -203,7 +219,7 @@ def _facts(name: str, seen: _Seen, options: ScoringOptions) -> TypeFacts:
         feature(name),
         _fast(spec, seen.linked),
         memory // unit if unit else 0,
-        tuple(Shape(n, f, c) for (n, f), c in rows),
+        tuple(Shape(n, f, c, cpus, mem) for (n, f, cpus, mem), c in rows),
         getattr(spec, DTYPES[options.dtype]),
         spec.price_per_hour_usd,
         spec.tdp_w,
@@ -222,7 +238,7 @@ def _all_facts(nodes: Sequence[SlurmNode], options: ScoringOptions) -> dict[str,
         features = frozenset(node.features)
         for name, devices in by_type.items():
             first = devices[0]
-            seen.setdefault(name, _Seen(first.spec, first.device.vendor)).add(devices, features, node.hosts)
+            seen.setdefault(name, _Seen(first.spec, first.device.vendor)).add(devices, features, node)
     return {name: _facts(name, seen[name], options) for name in sorted(seen)}
 
 
@@ -382,6 +398,12 @@ class Need:
     per_node: int = 0  # devices each of those nodes needs (0: `count`)
     constraint: Alternatives | None = None  # a parsed constraint beyond a plain list (features None)
     named_features: frozenset[str] = frozenset()  # every feature name the constraint mentions
+    cpus: int = 0  # CPUs each node of the job needs (0: none asked)
+    node_memory_mib: int = 0  # memory each node of the job needs (0: none asked)
+    # nodes of each type that earlier components of the same heterogeneous job take: Slurm never
+    # puts two components on one node (22.05 and 24.11: `-w n : -w n` is "Invalid node name
+    # specified"; two components for a one-node type stay PENDING (Resources))
+    taken: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def match(self) -> Alternatives:
@@ -412,11 +434,45 @@ def max_per_node(facts: TypeFacts, match: Alternatives) -> int:
     return max((s.count for s in facts.shapes if any(satisfies(a, s.features) for a in match)), default=0)
 
 
-def nodes_with(facts: TypeFacts, match: Alternatives, count: int) -> int:
-    """Nodes with at least `count` devices of the type satisfying one alternative of the
-    constraint (the best one: a matching OR puts every node on the same alternative)."""
+def holds(shape: Shape, need: Need) -> bool:
+    """Whether a node of the shape has the CPUs and memory each node of the job needs (unknown
+    figures hold anything)."""
+    return (not shape.cpus or shape.cpus >= need.cpus) and (
+        not shape.memory_mib or shape.memory_mib >= need.node_memory_mib
+    )
+
+
+def nodes_with(facts: TypeFacts, need: Need, count: int) -> int:
+    """Nodes with at least `count` devices of the type and the CPUs and memory the job needs per
+    node, satisfying one alternative of the constraint (the best one: a matching OR puts every
+    node on the same alternative)."""
     return max(
-        sum(s.nodes for s in facts.shapes if s.count >= count and satisfies(alt, s.features)) for alt in match
+        sum(
+            s.nodes
+            for s in facts.shapes
+            if s.count >= count and holds(s, need) and satisfies(alt, s.features)
+        )
+        for alt in need.match
+    )
+
+
+def node_limit(facts: TypeFacts, need: Need) -> tuple[str, ...]:
+    """The limit that nodes of the type with enough devices fall short of: their most CPUs, else
+    their most memory (among those with the CPUs), as a `node_cpus` / `node_memory` message."""
+    shapes = [
+        s for s in facts.shapes if s.count >= need.each and any(satisfies(a, s.features) for a in need.match)
+    ]
+    inf = float("inf")
+    cpus = max((s.cpus or inf for s in shapes), default=inf)
+    if need.cpus > cpus:
+        return ("node_cpus", facts.name, str(need.each), str(int(cpus)), str(need.cpus))
+    memory = max((s.memory_mib or inf for s in shapes if not s.cpus or s.cpus >= need.cpus), default=inf)
+    return (
+        "node_memory",
+        facts.name,
+        str(need.each),
+        format_size(int(memory)),
+        format_size(need.node_memory_mib),
     )
 
 
@@ -431,9 +487,16 @@ def reason(facts: TypeFacts, need: Need, allowed: frozenset[str]) -> ReasonCode 
         return ReasonCode.INSUFFICIENT_MEMORY
     if per_node < need.each:
         return ReasonCode.TOO_FEW_DEVICES
-    if need.nodes > 1 and nodes_with(facts, need.match, need.each) < need.nodes:
+    if (need.cpus or need.node_memory_mib) and nodes_with(facts, need, need.each) == 0:
+        return ReasonCode.NODE_TOO_SMALL
+    if (need.nodes > 1 or need.taken) and free_nodes(facts, need, need.each) < need.nodes:
         return ReasonCode.TOO_FEW_NODES
     return None
+
+
+def free_nodes(facts: TypeFacts, need: Need, count: int) -> int:
+    """`nodes_with`, less the nodes earlier components of the heterogeneous job take."""
+    return nodes_with(facts, need, count) - need.taken.get(facts.name, 0)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -515,8 +578,10 @@ def _headline(
         facts = model.types[need.gpu_type]
         code = reason(facts, need, rule.allowed)
         if code == ReasonCode.TOO_FEW_NODES:
-            found = nodes_with(facts, need.match, need.each)
+            found = free_nodes(facts, need, need.each)
             return ("type_nodes", facts.name, str(found), str(need.each), str(need.nodes))
+        if code == ReasonCode.NODE_TOO_SMALL:
+            return node_limit(facts, need)
         return {
             ReasonCode.TYPE_EXCLUDED: ("type_excluded", facts.name),
             ReasonCode.MISSING_FEATURE: ("type_features", facts.name),
@@ -551,19 +616,31 @@ def _split(model: ClusterModel, need: Need, usable: frozenset[str], rule: Rule, 
         per = ceil_div(need.count * need.memory_mib, k)
         for name in multi:
             facts = model.types[name]
-            if facts.memory_mib >= per and nodes_with(facts, need.match, k) >= need.nodes:
+            if facts.memory_mib >= per and free_nodes(facts, need, k) >= need.nodes:
                 return ("split", str(k), str(k), size_up(per, facts.memory_mib))
     return ()
 
 
 def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) -> tuple[str, ...]:
+    """What would fit: another type (for a typed request), else, where nodes are too small for the
+    job's CPUs or memory, that limit (untyped; a typed request's headline says it), else the
+    memory split over more devices, the most devices per node, or the most nodes."""
     if not usable:
         return ()
     per_node = [max_per_node(model.types[t], need.match) for t in usable]
     most = max(per_node)
-    hint = (_would_fit(model, need, usable) if need.gpu_type else ()) or _split(
-        model, need, frozenset(usable), rule, most
-    )
+    allowed = frozenset(usable)
+    small = [t for t in usable if reason(model.types[t], need, allowed) == ReasonCode.NODE_TOO_SMALL]
+    hint = _would_fit(model, need, usable) if need.gpu_type else ()
+    if (
+        not hint
+        and need.taken
+        and any(reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES for t in usable)
+    ):
+        return ("het_nodes", ", ".join(f"{t}:{n}" for t, n in sorted(need.taken.items())))
+    if small:
+        return hint or (node_limit(model.types[small[0]], need) if not need.gpu_type else ())
+    hint = hint or _split(model, need, allowed, rule, most)
     if not hint and need.each > most:
         hint = ("per_node", str(most), usable[per_node.index(most)])
     if not hint and need.nodes > 1:
@@ -575,7 +652,7 @@ def _nodes_hint(model: ClusterModel, need: Need, usable: Sequence[str]) -> tuple
     """The type (first in order) with the most nodes for a job that fails only on its node count."""
     allowed = frozenset(usable)
     short = [t for t in usable if reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES]
-    spans = [nodes_with(model.types[t], need.match, need.each) for t in short]
+    spans = [free_nodes(model.types[t], need, need.each) for t in short]
     if not spans:
         return ()
     best = max(spans)

@@ -3,7 +3,8 @@
 `explain` is the reference that `job_submit/job_submit.lua` repeats over the generated table
 (`slurm_hetero.submit.tables`); `request explain` prints it, and the tests run both on the same
 jobs and require the same answer. One job component at a time: Slurm calls the hook once per
-heterogeneous job component.
+heterogeneous job component, in order; components never share a node, so a later component is
+decided on the nodes its earlier ones leave (`taken`, `het_taken`).
 
 The steps, for a job whose TRES fields carry a gpumem or gpucore item (others are untouched):
 
@@ -16,7 +17,9 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
    for a request written with `=`). It goes first into the field the count came from
    (`tres_per_job` for `--gpus`, per task, per socket, per node), else into `tres_per_node`.
    The type must hold the whole job: `min_nodes` (or `num_tasks` / `ntasks_per_node`) nodes, each
-   with the devices one node needs (see `devices_per_node`).
+   with the devices, CPUs and memory one node needs (see `devices_per_node`, `node_needs`); that
+   node count goes into an unset `min_nodes` / `max_nodes` (`pinned_nodes`). gpumem/gpucore with
+   a node list (-w, -x) is refused: the hook picks a type, not nodes.
    The old gpu item and, unless sharing, the gpumem/gpucore items are removed from every field.
 5. any-fit and shards add their types to the job's constraint (`FEATURES&(a|b)`); the decision
    goes to the admin comment and the message to the user and slurmctld's log.
@@ -25,7 +28,7 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,6 +41,7 @@ from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, par
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
 IN_PLACE = ("tres_per_job", "tres_per_task", "tres_per_socket")  # counts from these keep their scope
 UNSET = 65534  # Slurm's NO_VAL16; NO_VAL (32-bit) and INFINITE are larger: any count >= it is unset
+NO_VAL = 4294967294  # memory (MiB) at or above it is unset (NO_VAL, NO_VAL64, INFINITE64)
 NOTE_PREFIX = "slurm_hetero: "
 # The Slurm error a rejection returns (the client prints its text on its last line), by what was
 # wrong: the request grammar, the --constraint grammar, or the furthest check that the best type
@@ -47,7 +51,12 @@ NOTE_PREFIX = "slurm_hetero: "
 # The numbers of the errors a rejection returns (slurm/slurm_errno.h; the same in every release
 # since 2.x): where the release's Lua API does not export the name (22.05 has no
 # ESLURM_INVALID_GRES), the hook returns the number, which slurmctld hands to the client alike.
-SLURM_ERRNO = {"ESLURM_INVALID_NODE_COUNT": 2006, "ESLURM_INVALID_FEATURE": 2029, "ESLURM_INVALID_GRES": 2072}
+SLURM_ERRNO = {
+    "ESLURM_INVALID_NODE_COUNT": 2006,
+    "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
+    "ESLURM_INVALID_FEATURE": 2029,
+    "ESLURM_INVALID_GRES": 2072,
+}
 REQUEST_CODE = "ESLURM_INVALID_GRES"
 CONSTRAINT_CODE = "ESLURM_INVALID_FEATURE"
 REASON_CODES: dict[ReasonCode, str] = {
@@ -55,6 +64,7 @@ REASON_CODES: dict[ReasonCode, str] = {
     ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
     ReasonCode.INSUFFICIENT_MEMORY: "ESLURM_INVALID_GRES",
     ReasonCode.TOO_FEW_DEVICES: "ESLURM_INVALID_GRES",
+    ReasonCode.NODE_TOO_SMALL: "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE",
     ReasonCode.TOO_FEW_NODES: "ESLURM_INVALID_NODE_COUNT",
 }
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -87,6 +97,14 @@ class Job:
     min_nodes: int | None = None  # -N
     num_tasks: int | None = None  # -n
     ntasks_per_node: int | None = None  # --ntasks-per-node
+    max_nodes: int | None = None  # -N's upper bound (-N N: N)
+    cpus_per_task: int | None = None  # -c
+    cpus_per_tres: str | None = None  # --cpus-per-gpu: `gres:gpu:N`
+    mem_per_tres: str | None = None  # --mem-per-gpu (MiB): `gres:gpu:N`
+    min_mem_per_node: int | None = None  # --mem (MiB)
+    min_mem_per_cpu: int | None = None  # --mem-per-cpu (MiB)
+    req_nodes: str | None = None  # -w / --nodelist
+    exc_nodes: str | None = None  # -x / --exclude
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(name, getattr(self, name)) for name in FIELDS]
@@ -116,7 +134,7 @@ class Outcome:
         # a rejected job is not written: no new field values to show
         out |= {
             name: getattr(self.job, name) if self.ok else None
-            for name in (*FIELDS, "features", "admin_comment")
+            for name in (*FIELDS, "features", "admin_comment", "min_nodes", "max_nodes")
         }
         choice = self.choice
         out["choice"] = (
@@ -170,6 +188,33 @@ def tasks_per_node(job: Job, nodes: int) -> int:
     return _count(job.ntasks_per_node) or (ceil_div(tasks, nodes) if tasks else 1)
 
 
+def _amount(value: int | None) -> int:
+    """A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, NO_VAL...)."""
+    return value if value is not None and 0 < value < NO_VAL else 0
+
+
+def per_gpu(text: str | None) -> int:
+    """N of a `--cpus-per-gpu` / `--mem-per-gpu` field (`gres:gpu:N`, `gres/gpu:N`, `gres/gpu=N`);
+    0 when unset or unreadable."""
+    for item in split_items(text):
+        if item.name == "gpu":
+            value = item.body.replace("=", ":").split(":")[-1]
+            return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
+    return 0
+
+
+def node_needs(job: Job, nodes: int, each: int) -> tuple[int, int]:
+    """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task, or CPUs
+    per gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
+    cpus = max(
+        tasks_per_node(job, nodes) * (_count(job.cpus_per_task) or 1), per_gpu(job.cpus_per_tres) * each
+    )
+    memory = max(
+        _amount(job.min_mem_per_node), per_gpu(job.mem_per_tres) * each, _amount(job.min_mem_per_cpu) * cpus
+    )
+    return cpus, memory
+
+
 def devices_per_node(request: Request, job: Job, nodes: int) -> int:
     """Devices each node needs: a job total spread over the nodes, per task times tasks per
     node, else the per-node (or per-socket) count."""
@@ -180,11 +225,13 @@ def devices_per_node(request: Request, job: Job, nodes: int) -> int:
     return request.count
 
 
-def need_of(request: Request, job: Job, whole: bool = False) -> Need:
+def need_of(request: Request, job: Job, whole: bool = False, taken: Mapping[str, int] | None = None) -> Need:
     """The engine's view of the job (`whole`: whole devices only, never shards); RequestError for
     a constraint the hook cannot read."""
     nodes = job_nodes(job)
     plain = constraint_features(job.features)
+    each = devices_per_node(request, job, nodes)
+    cpus, memory = node_needs(job, nodes, each)
     return Need(
         request.text,
         request.gpumem_mib,
@@ -196,9 +243,12 @@ def need_of(request: Request, job: Job, whole: bool = False) -> Need:
         plain,
         request.memory_items,
         nodes,
-        devices_per_node(request, job, nodes),
+        each,
         constraint.parse(job.features) if plain is None and job.features else None,
         frozenset(_FEATURE.findall(job.features or "")),
+        cpus,
+        memory,
+        dict(taken or {}),
     )
 
 
@@ -253,11 +303,21 @@ def note(request: Request, choice: Choice, item: str) -> str:
     return text + (render("scope", *choice.scope) if choice.scope else "")
 
 
+def pinned_nodes(job: Job) -> dict[str, int]:
+    """The node count the decision assumed (`job_nodes`), written where the job leaves it open
+    (min_nodes, max_nodes unset), so Slurm cannot spread the job over more nodes than the type
+    was checked for. Measured on 24.11: `-n4 --gpus-per-task=1` typed to a100_80g without -N ends
+    in "Requested node configuration is not available"; with -N1 it runs."""
+    nodes = job_nodes(job)
+    return {name: nodes for name in ("min_nodes", "max_nodes") if _count(getattr(job, name)) is None}
+
+
 def _rewritten(job: Job, request: Request, choice: Choice) -> Outcome:
     item = new_item(choice, request.form)
     message = note(request, choice, item)
     comment = NOTE_PREFIX + message
     changes: dict[str, Any] = {
+        **pinned_nodes(job),
         **rewrite_fields(job, request, choice, item),
         "features": with_constraint(job.features, choice.constraint),
         "admin_comment": f"{job.admin_comment}; {comment}" if job.admin_comment else comment,
@@ -275,13 +335,30 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
 
+def het_taken(taken: Mapping[str, int], outcome: Outcome) -> dict[str, int]:
+    """`taken` after one more component of a heterogeneous job: a rewrite takes its node count of
+    the chosen type (any-fit: of the first adequate type, the one node weights favour)."""
+    out = dict(taken)
+    if outcome.action == "rewrite" and outcome.choice is not None:
+        name = outcome.choice.types[0]
+        out[name] = out.get(name, 0) + job_nodes(outcome.job)
+    return out
+
+
 def explain(
-    model: ClusterModel, options: HookOptions, job: Job, held: str | None = None, check: bool = False
+    model: ClusterModel,
+    options: HookOptions,
+    job: Job,
+    held: str | None = None,
+    check: bool = False,
+    taken: Mapping[str, int] | None = None,
 ) -> Outcome:
     """What the hook does with one job (component); `held`: the devices an edited job already
     asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards.
     `check`: only whether the devices the job holds still fit it (an edit of its node or task
-    count): untouched when they do, else refused (`edit_counts`)."""
+    count): untouched when they do, else refused (`edit_counts`). `taken`: for a heterogeneous
+    job's later component, the nodes of each type its earlier components take (`het_taken`; the
+    hook remembers them within one submission)."""
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
     if not has_ours(job.fields()) and not check:
@@ -290,8 +367,11 @@ def explain(
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    if job.req_nodes or job.exc_nodes:
+        message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
+        return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     try:
-        need = need_of(request, job, held in ("typed", "untyped"))
+        need = need_of(request, job, held in ("typed", "untyped"), taken)
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)
@@ -312,6 +392,16 @@ def explain(
 
 _VIEW_STRINGS = (*FIELDS, "features", "partition", "admin_comment")
 _VIEW_COUNTS = ("min_nodes", "num_tasks", "ntasks_per_node")
+_VIEW_UNREAD = (
+    "max_nodes",
+    "cpus_per_task",
+    "cpus_per_tres",
+    "mem_per_tres",
+    "min_mem_per_node",
+    "min_mem_per_cpu",
+    "req_nodes",
+    "exc_nodes",
+)
 
 
 _OUR_CONSTRAINT = re.compile(r" constraint ([^ ]+) \(")
@@ -368,6 +458,7 @@ def edited_view(edit: Job, record: Job, again: bool | None = None) -> Job:
     for name in FIELDS if again else ():
         values[name] = getattr(edit, name) or untyped(getattr(record, name))
     values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
+    values |= dict.fromkeys(_VIEW_UNREAD)  # the edit view (slurm_job_modify) does not read these
     if not edit.features:  # the record's constraint, less what our last rewrite added
         values["features"] = without(record.features, our_constraint(record.admin_comment))
     return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)
@@ -440,6 +531,7 @@ def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: J
         # drop the constraint we added before; an update cannot clear a field, so an empty one
         # becomes the chosen type's own feature, which every node of the type has
         kept["features"] = view.features or model.types[choice.types[0]].feature
+    kept |= {n: getattr(record, n) for n in ("min_nodes", "max_nodes")}  # an edit does not pin nodes
     return replace(outcome, job=replace(after, **kept, admin_comment=view.admin_comment))
 
 

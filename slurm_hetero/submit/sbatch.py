@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.score import ceil_div
 from slurm_hetero.errors import RequestError
+from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.score import ClusterModel
@@ -350,6 +351,26 @@ def _per_task_24_11(spec: str | None) -> str | None:
     return f"gres/gpu{typed}={count}" if count else None
 
 
+def mebibytes(text: str | None) -> int | None:
+    """sbatch's --mem* value in MiB (`16000`, `10G`; a bare number is MiB), None when not given."""
+    if not text:
+        return None
+    suffix = text[-1].upper() if text[-1].isalpha() else "M"
+    digits = text[:-1] if text[-1].isalpha() else text
+    if not digits.isdigit() or suffix not in UNITS:
+        raise RequestError("sbatch", f"invalid memory value {text}")
+    return int(digits) * UNITS[suffix]
+
+
+def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | None:
+    """tres_per_task: after 22.05 sbatch puts `-c N` there too, as `cpu=N` before the rest
+    (measured on 24.11: `-N1 -c 9` is stored as TresPerTask=cpu=9; slurm_opt.c
+    slurm_option_update_tres_per_task prepends it)."""
+    if prefix == "gres/" and cpus_per_task:
+        return f"cpu={cpus_per_task}" + (f",{gpu}" if gpu else "")
+    return gpu
+
+
 def job_from_options(
     gres: str | None = None,
     gpus: str | None = None,
@@ -364,10 +385,18 @@ def job_from_options(
     ntasks_per_node: int | None = None,
     max_nodes: int | None = None,
     names: frozenset[str] | None = None,
+    cpus_per_task: int | None = None,
+    cpus_per_gpu: str | None = None,
+    mem_per_gpu: str | None = None,
+    mem: str | None = None,
+    mem_per_cpu: str | None = None,
+    nodelist: str | None = None,
+    exclude: str | None = None,
 ) -> Job:
     """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
-    (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name);
-    RequestError where sbatch itself refuses them."""
+    (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name; -c,
+    --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x as well: read by the hook's node
+    checks); RequestError where sbatch itself refuses them."""
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
     pre = RELEASE_PREFIX[_release(slurm_release)]
@@ -383,6 +412,7 @@ def job_from_options(
         refusal = gres_refusal(text, slurm_release, names)
         if refusal:
             raise RequestError("sbatch", refusal)
+    fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
     ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
     if ensure:
         raise RequestError("sbatch", ensure)
@@ -410,4 +440,12 @@ def job_from_options(
         min_nodes=min_nodes,
         num_tasks=num_tasks,
         ntasks_per_node=per_node,
+        max_nodes=top,
+        cpus_per_task=cpus_per_task,
+        cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
+        mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu)}" if mem_per_gpu else None,
+        min_mem_per_node=mebibytes(mem),
+        min_mem_per_cpu=mebibytes(mem_per_cpu),
+        req_nodes=nodelist,
+        exc_nodes=exclude,
     )

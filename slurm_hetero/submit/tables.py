@@ -13,7 +13,8 @@ limits, units      max_digits, max_mib, max_count of the request grammar; size s
 types              per device type: name, rank (name order), vendor, mem (MiB per device), size
                    ("80G"), feature (Slurm node feature), links (fast fabric), shares (shards per
                    device, 0: none), shard_mib (memory of one shard), shapes = list of
-                   { count = devices per node, nodes, features = { [feature] = true } }
+                   { count = devices per node, nodes, features = { [feature] = true }, cpus, mem =
+                   the node's CPUs and RealMemory in MiB (0: unknown, not checked) }
 type_list          "a, b, c": the types, for messages
 features           { [feature] = true }: every node's features (a constraint naming another is refused)
 orders             [policy] = { single = {...}, multi = {...} }: type names in policy order for one
@@ -125,7 +126,16 @@ def _set(names: Iterable[str]) -> dict[str, bool]:
 
 
 def _type_entry(facts: TypeFacts, rank: int) -> dict[str, Any]:
-    shapes = [{"count": s.count, "nodes": s.nodes, "features": _set(s.features)} for s in facts.shapes]
+    shapes = [
+        {
+            "count": s.count,
+            "nodes": s.nodes,
+            "features": _set(s.features),
+            "cpus": s.cpus,
+            "mem": s.memory_mib,
+        }
+        for s in facts.shapes
+    ]
     return {
         "name": facts.name,
         "rank": rank,

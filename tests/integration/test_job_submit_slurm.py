@@ -374,6 +374,43 @@ def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_pat
     slurm("scancel", job_id)
 
 
+@pytest.mark.parametrize("gres", [("gpumem:70G", "gpumem:70G"), ("gpumem:70G",) * 6])
+def test_heterogeneous_components_the_hook_accepts_start(
+    dev_cluster: Cluster, suite_config: Path, gres: tuple[str, ...]
+) -> None:
+    """The adversarial pass: `--gres=gpumem:70G : --gres=gpumem:70G` put both components on the
+    one-node type and they stayed PENDING (Resources) on an idle cluster: components never share
+    a node. Each later component now decides on the nodes the earlier ones leave (explain with
+    `taken`); what is accepted starts and ends, a refusal says what explain says."""
+    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.submit import het_taken
+
+    settings = load_settings(suite_config)
+    model = _model(dev_cluster.inventory, (), settings)
+    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    taken: dict[str, int] = {}
+    outcomes = []
+    for item in gres:
+        outcomes.append(
+            explain(
+                model, hook, job_from_options(gres=item, uid=uid, slurm_release=dev_cluster.name), taken=taken
+            )
+        )
+        taken = het_taken(taken, outcomes[-1])
+    argv = [a for i, item in enumerate(gres) for a in ([":"] if i else []) + [f"--gres={item}"]]
+    run = as_user("sbatch", "--parsable", "--wait", "-o", "/dev/null", *argv, "--wrap", "true")
+    refused = [o for o in outcomes if not o.ok]
+    if refused:
+        assert run.returncode != 0 and refused[0].message in run.stderr, (run.stderr, refused[0].message)
+        return
+    assert run.returncode == 0, run.stderr  # every component started and ended
+    job_id = run.stdout.strip().split(";")[0]
+    for offset, outcome in enumerate(outcomes):
+        fields = job_fields(f"{job_id}+{offset}")
+        assert tres(fields["TresPerNode"]) == tres(outcome.job.tres_per_node or ""), offset
+
+
 def test_a_bare_request_stays_on_the_default_vendor_and_its_feature_chooses_another(
     dev_cluster: Cluster,
 ) -> None:
@@ -496,6 +533,18 @@ def test_fuzz_sample_agrees_with_request_explain(dev_cluster: Cluster, suite_con
         {"gres": "gpumem:10G"},
         {"ntasks": "2", "gres": "gpumem:20G", "gpus_per_task": "1"},
         {"gres": "gpumem:20g", "gpus_per_task": "2"},
+        # the adversarial pass (accepted, then never started): node lists, node CPUs and memory,
+        # and 24.11's typed -n4 --gpus-per-task=1 without -N (the hook now pins the node count)
+        {"gres": "gpumem:20G", "nodelist": "a100n1"},
+        {"gres": "gpumem:70G", "exclude": "a100n1"},
+        {"gres": "gpumem:20G", "ntasks": "9"},
+        {"gres": "gpumem:20G", "nodes": "1", "cpus_per_task": "9"},
+        {"gres": "gpumem:70G", "gpus": "2", "cpus_per_gpu": "8"},
+        {"gres": "gpumem:70G", "gpus": "2", "mem_per_gpu": "10000"},
+        {"gres": "gpumem:20G", "mem": "20000"},
+        {"gres": "gpumem:20G", "ntasks": "9", "mem_per_cpu": "2000"},
+        {"gres": "gpumem:20G", "ntasks": "4", "gpus_per_task": "1"},
+        {"gres": "gpumem:20G", "ntasks": "2", "gpus_per_task": "1", "cpus_per_task": "2"},
     ],
     ids=lambda o: " ".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -522,6 +571,8 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
         return
     assert run.returncode == 0, (options, run.stderr)  # started, ran, ended
     fields = job_fields(run.stdout.strip().split(";")[0])
+    if predicted.job.max_nodes:  # the node count the hook pinned is the one the job ran on
+        assert fields.get("NumNodes") == str(predicted.job.max_nodes), fields.get("NumNodes")
     for key, name in (
         ("TresPerJob", "tres_per_job"),
         ("TresPerNode", "tres_per_node"),

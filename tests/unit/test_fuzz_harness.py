@@ -29,7 +29,9 @@ def _harness(monkeypatch: pytest.MonkeyPatch, refuses: Any) -> tuple[fuzz.Fuzz, 
             return subprocess.CompletedProcess(argv, 1, "", "sbatch: error: Invalid feature specification")
         return subprocess.CompletedProcess(argv, 0, "42\n", "rewritten")
 
-    monkeypatch.setattr(fuzz, "predict", lambda model, hook, options, uid, release: _outcome(options))
+    monkeypatch.setattr(
+        fuzz, "predict", lambda model, hook, options, uid, release, taken=None: _outcome(options)
+    )
     return fuzz.Fuzz(run, None, None, "22.05", "nobody", 65534), calls  # type: ignore[arg-type]
 
 

@@ -28,7 +28,15 @@ from slurm_hetero.engine.reasons import MESSAGES
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import RequestError
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options, sbatch_counts
+from slurm_hetero.submit import (
+    HookOptions,
+    Job,
+    explain,
+    explain_edit,
+    het_taken,
+    job_from_options,
+    sbatch_counts,
+)
 from slurm_hetero.submit.tables import (
     CLI_FILTER_NAME,
     CLI_SRUN_NAME,
@@ -44,7 +52,17 @@ from tests.unit.test_units import load_cases
 
 lupa = pytest.importorskip("lupa.lua51")
 
-WRITTEN = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "admin_comment")
+WRITTEN = (
+    "tres_per_node",
+    "tres_per_job",
+    "tres_per_task",
+    "tres_per_socket",
+    "features",
+    "admin_comment",
+    "min_nodes",
+    "max_nodes",
+)
+EDIT_WRITTEN = WRITTEN[:6]  # an edit never pins the node count
 HARNESS = r"""
 LOG = {}
 local function logger(kind)
@@ -53,16 +71,24 @@ end
 -- Error numbers: placeholders, distinct; which names exist is what matters (24.11 exports all).
 slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, ESLURM_INVALID_NODE_COUNT = 2006,
           ESLURM_INVALID_FEATURE = 2029, ESLURM_INVALID_GRES = 2072,
+          ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE = 2014,
           log_info = logger("info"), log_user = logger("user"), log_error = logger("error"),
           log_debug = logger("debug"), log_verbose = logger("verbose"), error = logger("error") }
 
--- A job_desc like slurmctld's: reads give nil for unset fields; "" unsets; nil is refused.
+-- A job_desc like slurmctld's: reads give nil for unset fields; "" unsets; nil is refused;
+-- node counts take numbers.
+NUMBER_FIELDS = { min_nodes = true, max_nodes = true }
 function make_job(fields)
   local store = {}
   for k, v in pairs(fields) do store[k] = v end
   local job = setmetatable({}, {
     __index = function(_, key) return store[key] end,
     __newindex = function(_, key, value)
+      if NUMBER_FIELDS[key] then
+        if type(value) ~= "number" then error("bad argument #3 to '__newindex' (number expected)") end
+        store[key] = value
+        return
+      end
       if type(value) ~= "string" then
         error("bad argument #3 to '__newindex' (string expected, got " .. type(value) .. ")")
       end
@@ -94,6 +120,7 @@ ERROR_NUMBERS = {
     "ESLURM_INVALID_NODE_COUNT": 2006,
     "ESLURM_INVALID_FEATURE": 2029,  # slurm/slurm_errno.h
     "ESLURM_INVALID_GRES": 2072,
+    "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
 }
 
 
@@ -153,7 +180,9 @@ def run_edit(hook: Hook, edit: Job, record: Job) -> tuple[int, str, Job, list[tu
     )
     lines = [(entry[1], entry[2]) for entry in log.values()]
     user = [text for kind, text in lines if kind == "user"]
-    stored = {name: store[name] if store[name] is not None else getattr(record, name) for name in WRITTEN}
+    stored = {
+        name: store[name] if store[name] is not None else getattr(record, name) for name in EDIT_WRITTEN
+    }
     return int(rc), "\n".join(user), replace(record, **stored), lines
 
 
@@ -223,13 +252,20 @@ def test_shared_cases(case: dict[str, Any], rendered: dict[str, Config], hooks: 
     components = case.get("components", [case.get("job")])
     expected = case["expect"] if "components" in case else [case["expect"]]
     assert len(components) == len(expected)
+    taken: dict[str, int] = {}
     for offset, (raw, expect) in enumerate(zip(components, expected)):
         job = Job(**raw)
-        check(expect, both(rendered[name], hooks[name], job))
-        if "components" in case:  # Slurm calls the hook once per component, with its offset
-            ok, _, _, log = hooks[name].run(job, het_job_offset=offset)
-            assert ok == expect["ok"]
-            assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
+        if "components" not in case:
+            check(expect, both(rendered[name], hooks[name], job))
+            continue
+        # Slurm calls the hook once per component, with its offset; later components know the
+        # nodes the earlier ones take (components never share a node)
+        python = explain(rendered[name].model, rendered[name].options, job, taken=taken)
+        rc, message, after, log = hooks[name].run_rc(job, het_job_offset=offset)
+        assert (rc == 0, message, after) == (python.ok, python.message, python.job), job
+        check(expect, (python.ok, python.message, python.job))
+        assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
+        taken = het_taken(taken, python)
 
 
 # --------------------------------------------------------------------- generated requests
@@ -425,6 +461,18 @@ def jobs(draw: st.DrawFn) -> Job:
         min_nodes=draw(st.sampled_from([None, None, None, 0, 1, 2, 3, 4, 8, 4294967294])),
         num_tasks=draw(st.sampled_from([None, None, None, 1, 2, 4, 5, 8, 16, 4294967294])),
         ntasks_per_node=draw(st.sampled_from([None, None, None, 1, 2, 3, 8, 65534])),
+        max_nodes=draw(st.sampled_from([None, None, None, 1, 2, 8, 4294967294])),
+        cpus_per_task=draw(st.sampled_from([None, None, None, 1, 4, 9, 17, 65534])),
+        cpus_per_tres=draw(
+            st.sampled_from([None, None, None, "gres:gpu:4", "gres/gpu:8", "gres/gpu=2", "gres:gpu"])
+        ),
+        mem_per_tres=draw(
+            st.sampled_from([None, None, None, "gres:gpu:4000", "gres/gpu:10000", "gres:gpu:x"])
+        ),
+        min_mem_per_node=draw(st.sampled_from([None, None, None, 0, 1000, 16000, 16001, 2**53])),
+        min_mem_per_cpu=draw(st.sampled_from([None, None, None, 500, 2000, 4294967294])),
+        req_nodes=draw(st.sampled_from([None] * 12 + ["a100n1", ""])),
+        exc_nodes=draw(st.sampled_from([None] * 12 + ["l40sn1"])),
     )
 
 
@@ -453,6 +501,27 @@ def test_generated_requests_agree_on_second(
     both(rendered["second"], hooks["second"], job)
 
 
+@settings(
+    max_examples=1500,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(components=st.lists(jobs(), min_size=2, max_size=4))
+def test_generated_het_jobs_agree(
+    rendered: dict[str, Config], hooks: dict[str, Hook], components: list[Job]
+) -> None:
+    """Components of one heterogeneous job, in order: the hook's memory of the nodes earlier
+    components take (het_job_offset) and `explain(..., taken=...)` agree."""
+    config, hook, taken = rendered["mixed"], hooks["mixed"], {}
+    for offset, job in enumerate(components):
+        python = explain(config.model, config.options, job, taken=taken)
+        rc, message, after, _ = hook.run_rc(job, het_job_offset=offset)
+        assert (rc == 0, message, after) == (python.ok, python.message, python.job), (offset, job, taken)
+        taken = het_taken(taken, python)
+
+
 # ---------------------------------------------------------------------------------- edits
 
 
@@ -474,8 +543,8 @@ def both_edit(config: Config, hook: Hook, edit: Job, record: Job) -> tuple[bool,
     if python.ok and python.message:
         assert [line for kind, line in log if kind == "info" and line.endswith(python.message)], log
     if python.ok:
-        expected = {n: getattr(python.job, n) or getattr(record, n) for n in WRITTEN}
-        assert {n: getattr(after, n) for n in WRITTEN} == expected, (edit, record)
+        expected = {n: getattr(python.job, n) or getattr(record, n) for n in EDIT_WRITTEN}
+        assert {n: getattr(after, n) for n in EDIT_WRITTEN} == expected, (edit, record)
     return rc == 0, message, after
 
 
@@ -1049,6 +1118,42 @@ SBATCH_SENDS = [
 def test_job_from_options_holds_what_sbatch_sends(options: dict[str, Any], release: str, sent: tuple) -> None:
     args = {"nodes": None, "ntasks": None, "ntasks_per_node": None, "per_task": False, "job_total": False}
     assert sbatch_counts(**(args | options), slurm_release=release) == sent
+
+
+@pytest.mark.parametrize(
+    ("options", "release", "fields"),
+    [
+        ({"nodes": 1, "cpus_per_task": 9}, "24.11", {"tres_per_task": "cpu=9", "cpus_per_task": 9}),
+        ({"nodes": 1, "cpus_per_task": 9}, "22.05", {"tres_per_task": None, "cpus_per_task": 9}),
+        (
+            {"ntasks": 2, "gpus_per_task": "1", "cpus_per_task": 2},
+            "24.11",
+            {"tres_per_task": "cpu=2,gres/gpu=1"},
+        ),
+        (
+            {"gpus": "2", "cpus_per_gpu": "8", "mem_per_gpu": "10G", "mem": "2000", "mem_per_cpu": "1G"},
+            "22.05",
+            {
+                "cpus_per_tres": "gres:gpu:8",
+                "mem_per_tres": "gres:gpu:10240",
+                "min_mem_per_node": 2000,
+                "min_mem_per_cpu": 1024,
+            },
+        ),
+        (
+            {"nodes": 2, "nodelist": "a100n1", "exclude": "l40sn1"},
+            "24.11",
+            {"req_nodes": "a100n1", "max_nodes": 2},
+        ),
+    ],
+)
+def test_job_from_options_holds_the_node_fields_sbatch_sends(
+    options: dict[str, Any], release: str, fields: dict[str, Any]
+) -> None:
+    """-c, --cpus-per-gpu, --mem*, -w, -N's max as the hook reads them (24.11 also writes -c into
+    tres_per_task: the stored TresPerTask=cpu=9 of `-N1 -c 9` on the real 24.11)."""
+    job = job_from_options(gres="gpumem:20G", slurm_release=release, **options)
+    assert {name: getattr(job, name) for name in fields} == fields
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
