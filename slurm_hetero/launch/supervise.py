@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -57,9 +58,51 @@ def _join(threads: Sequence[threading.Thread], seconds: float) -> None:
         thread.join(timeout=seconds)
 
 
-def _kill_if_running(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        child.kill()
+def descendants(pid: int, proc_root: str = "/proc") -> list[int]:
+    """Every live process below `pid` (children, their children, ...), from /proc's parent ids;
+    [] where /proc cannot be read (not Linux)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, entry, "stat"), "rb") as f:
+                stat = f.read(4096)
+        except OSError:  # ended meanwhile
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after the command name, which may hold spaces
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo.extend(children.get(child, ()))
+    return out
+
+
+def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int] = ()) -> list[int]:
+    """Send `signum` to the command, every process it started (a shell's `sleep`, a trainer's
+    data-loader workers) and the processes `also` (the tree an earlier signal found, whose parents
+    may have ended since); the processes signalled. Stopping only the command left its children
+    running, so the step did not end until the failing rank's SIGKILL, and srun reported 137."""
+    tree = [*descendants(child.pid), child.pid] if child.poll() is None else []
+    pids = list(dict.fromkeys([*tree, *also]))
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:  # ended meanwhile
+            pass
+    return pids
+
+
+def _kill_if_running(child: subprocess.Popen[bytes], stopped: Sequence[int] = ()) -> None:
+    """SIGKILL for what a SIGTERM `STOP_GRACE_S` ago did not end (`stopped`: that tree)."""
+    signal_tree(child, signal.SIGKILL, [pid for pid in stopped if os.path.exists(f"/proc/{pid}")])
 
 
 def signal_name(code: int) -> str | None:
@@ -125,8 +168,8 @@ class Supervisor:
         self.peer_failed = True
         child = self.child
         if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child,))
+            stopped = signal_tree(child, signal.SIGTERM)
+            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child, stopped))
             timer.daemon = True
             timer.start()
 

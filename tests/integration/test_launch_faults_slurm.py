@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active
 
@@ -45,6 +47,22 @@ def test_one_failing_rank_gives_srun_its_exit_code(dev_cluster: Cluster) -> None
     assert elapsed < 40, elapsed
     assert "rank 1 on l40sn1 (l40s, stage 0) exited with code 7" in result.stderr
     assert "rank 0 on a100n1 stopped: another rank of the step failed" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "nodes", [["-n2", "-w", "l40sn1", "--gpus-per-task=1"], TWO_NODES], ids=["one-node", "two-nodes"]
+)
+def test_a_failing_rank_stops_a_peer_whose_command_has_children(
+    dev_cluster: Cluster, nodes: list[str]
+) -> None:
+    """Adversarial re-pass: rank 0's shell waits on a `sleep`; rank 1 exits 3. Stopping only the
+    shell left the sleep in the step until the failing rank's SIGKILL 20 s later: srun said 137."""
+    script = 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60'
+    started = time.monotonic()
+    result = run(["srun", *nodes, *launch(), "--", "sh", "-c", script])
+    elapsed = time.monotonic() - started
+    assert result.returncode == 3, result.stderr
+    assert elapsed < 18, elapsed
 
 
 def test_every_rank_failing_alike_gives_its_code(dev_cluster: Cluster) -> None:

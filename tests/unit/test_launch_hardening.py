@@ -253,3 +253,52 @@ def test_run_later_starts_the_command_after_this_process_moves_on(tmp_path: Path
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists()
+
+
+# -- the adversarial re-pass: a stopped rank's command had children -----------------------------
+
+
+def test_descendants_reads_parent_ids_past_command_names_with_spaces(tmp_path: Path) -> None:
+    from slurm_hetero.launch.supervise import descendants
+
+    for pid, name, ppid in [(10, "sh", 1), (11, "py (worker) 1", 10), (12, "sleep", 11), (13, "other", 1)]:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) S {ppid} {pid} {pid} 0 -1\n")
+    (tmp_path / "self").mkdir()
+    assert sorted(descendants(10, str(tmp_path))) == [11, 12]
+    assert descendants(13, str(tmp_path)) == [] and descendants(10, str(tmp_path / "none")) == []
+
+
+def test_a_stopped_command_takes_its_children_with_it() -> None:
+    """`sh -c '...; sleep 60'` stopped by SIGTERM left its sleep running: the step did not end
+    until the failing rank's SIGKILL 20 s later, and srun reported 137 instead of its exit code."""
+    import subprocess
+    import time
+
+    from slurm_hetero.launch.supervise import descendants, signal_tree
+
+    child = subprocess.Popen(["sh", "-c", "sleep 60; echo done"])
+    try:
+        deadline = time.monotonic() + 10
+        while not descendants(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (sleeper,) = descendants(child.pid)
+        stopped = signal_tree(child, signal.SIGTERM)
+        assert set(stopped) == {child.pid, sleeper}
+        child.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
+            try:  # reap it if it became ours; else init does
+                os.waitpid(sleeper, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        state = (
+            Path(f"/proc/{sleeper}/stat").read_text().split(")")[-1].split()[0]
+            if Path(f"/proc/{sleeper}").exists()
+            else "gone"
+        )
+        assert state in ("gone", "Z"), state
+    finally:
+        if child.poll() is None:
+            child.kill()
