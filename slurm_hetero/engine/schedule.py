@@ -260,7 +260,7 @@ class StepModel:
     Stage figures are cached per layer range, so moving one boundary costs two stage evaluations.
     """
 
-    SIMULATE_OPS = 200_000
+    SIMULATE_OPS = 20_000
     REFINE_REPLICAS = 4
     REFINE_SIMULATIONS = 1024  # trials of one `refine_split` (bounded planning time)
 
@@ -495,7 +495,7 @@ class StepModel:
         p = len(s.fwd)
         if 2 * p * m <= self.SIMULATE_OPS:
             return simulate_1f1b(s.fwd, s.bwd, s.p2p, m).stage_end
-        m0 = max(1, self.SIMULATE_OPS // (4 * p))
+        m0 = max(4 * p, self.SIMULATE_OPS // (4 * p))  # past the warm-up: the steady state
         e0 = simulate_1f1b(s.fwd, s.bwd, s.p2p, m0).stage_end
         e1 = simulate_1f1b(s.fwd, s.bwd, s.p2p, 2 * m0).stage_end
         return e1 + (e1 - e0) * (m - 2 * m0) / m0  # steady state: equal time per extra micro-batch

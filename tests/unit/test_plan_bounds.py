@@ -290,3 +290,28 @@ def test_a_catalog_type_of_a_vendor_without_support_is_one_line(devices: str) ->
     """The catalog holds Google and AWS devices for `fit`, without vendor modules: KeyError traceback."""
     code, _, err = run("plan", "--model", "llama-3-8b", "--devices", devices, "--global-batch", "64")
     assert "has no slurm-hetero vendor support" in one_line_error(code, err)
+
+
+def test_a_huge_global_batch_simulates_a_bounded_number_of_micro_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--global-batch 2**24 (gpt2, a100 + l40s) took 14 s CPU: each 1F1B simulation played 200,000
+    operations before extrapolating. The steady state is reached after a few times the stages."""
+    from slurm_hetero.engine import schedule
+
+    played: list[int] = []
+    real = schedule.simulate_1f1b
+
+    def counting(fwd, bwd, p2p, micro_batches):  # type: ignore[no-untyped-def]
+        played.append(2 * len(fwd) * micro_batches)
+        return real(fwd, bwd, p2p, micro_batches)
+
+    monkeypatch.setattr(schedule, "simulate_1f1b", counting)
+    code, out, err = run(
+        "plan", "--model", "gpt2", "--devices", "a100_80g:4,l40s:2", "--global-batch", "16777216"
+    )
+    assert code == 0, err
+    assert max(played) <= 2 * schedule.StepModel.SIMULATE_OPS and sum(played) < 2_000_000, (
+        max(played),
+        sum(played),
+    )
