@@ -172,7 +172,7 @@ def _int(config: Mapping[str, Any], key: str, name: str, default: int | None = N
     if value is None:
         raise ConfigError(f"missing required key {key!r}", name, key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{key} must be a positive integer, got {str(value)[:40]!r}", name, key)
+        raise ConfigError(f"{key} must be a positive integer, got {repr(value)[:40]}", name, key)
     if value > MAX_CONFIG_INT:
         raise ConfigError(f"{key} is {str(value)[:20]}...; at most 2**40 is supported", name, key)
     return value

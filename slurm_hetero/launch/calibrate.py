@@ -257,7 +257,7 @@ def _figure(value: Any, path: Path, key: str) -> float:
     if isinstance(value, Mapping):
         value = value.get("layer_tflops", value.get("tflops"))
     if not _finite(value) or value <= 0:
-        raise ConfigError(f"TFLOPS must be a positive number, got {str(value)[:40]!r}", str(path), key)
+        raise ConfigError(f"TFLOPS must be a positive number, got {repr(value)[:40]}", str(path), key)
     low, high = TFLOPS_RANGE
     if not low <= value <= high:
         raise ConfigError(f"TFLOPS {value:g} is outside {low:g}-{high:g} for one device", str(path), key)
@@ -288,9 +288,8 @@ def load_gemm_half(path: Path) -> dict[str, float]:
         if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
             half = value["gemm_half_elements"]
             if not _finite(half) or not 0 <= half <= 1e15:  # elements of one GEMM
-                raise ConfigError(
-                    f"gemm_half_elements must be 0-1e15, got {str(half)[:40]!r}", str(path), str(key)
-                )
+                message = f"gemm_half_elements must be >= 0 (at most 1e15), got {repr(half)[:40]}"
+                raise ConfigError(message, str(path), str(key))
             out[str(key)] = float(half)
     return out
 

@@ -124,7 +124,10 @@ def test_a_sequence_beyond_the_context_is_refused_unless_asked_for() -> None:
         ("a100_80g: .nan\n", "TFLOPS must be a positive number, got nan"),
         ("a100_80g: .inf\n", "TFLOPS must be a positive number, got inf"),
         ("a100_80g: -3\n", "TFLOPS must be a positive number, got -3"),
-        ("a100_80g: {tflops: 100, gemm_half_elements: .nan}\n", "gemm_half_elements must be >= 0, got nan"),
+        (
+            "a100_80g: {tflops: 100, gemm_half_elements: .nan}\n",
+            "gemm_half_elements must be >= 0 (at most 1e15), got nan",
+        ),
     ],
 )
 def test_measured_values_must_be_finite_and_positive(tmp_path: Path, text: str, expected: str) -> None:
