@@ -140,5 +140,8 @@ def launch_command(
 ) -> None:
     """Run COMMAND on every task of the step with the torch.distributed environment and this rank's
     layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch [--model M ...] -- python train.py"""
+    from slurm_hetero.launch import supervise
+
+    supervise.KEEP_HANDLERS_WHEN_ENDING = True  # this process ends with the rank
     code = launch(launch_options(model, measured, opts), run_options(command, opts))
     ctx.exit(code)

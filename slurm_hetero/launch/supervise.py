@@ -39,6 +39,9 @@ STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SI
 # After PEER_FAILED, the failing rank leaves a detached `scancel` (SIGKILL to the step) this long
 # behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
 CANCEL_AFTER_S = STOP_GRACE_S + 10.0
+PEER_FAILED_AGAIN_S = (2.0, 5.0)  # PEER_FAILED repeated for ranks that were still starting
+# Set by the `launch` command (the process exits after the rank): see Supervisor.run.
+KEEP_HANDLERS_WHEN_ENDING = False
 
 
 class LaunchError(HeteroError):
@@ -153,8 +156,13 @@ class Supervisor:
             _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed else 5.0)
             return status
         finally:
+            # Ending (failed, or stopped by a failed peer) in the launcher's own process: srun -K's
+            # SIGTERM to the step must not turn this launcher's exit code into 143 as it exits, so
+            # its handlers stay (the command is gone: they only record the signal).
+            ending = KEEP_HANDLERS_WHEN_ENDING and (self.failed or self.peer_failed)
             for s, handler in previous.items():
-                signal.signal(s, handler)
+                if not (ending and s in FORWARDED):
+                    signal.signal(s, handler)
 
     def _forward(self, signum: int, _frame: Any) -> None:
         self.forwarded = signum
@@ -237,7 +245,9 @@ class Supervisor:
             proc.run(["scancel", f"--signal={PEER_FAILED.name[3:]}", *self.targets], timeout=15)
         except ToolError as e:
             logger.warning("could not signal step %s: %s", " ".join(self.targets), e)
-        try:
+        try:  # again for ranks still starting (their handler not yet set: SIGURG is ignored)
+            for delay in PEER_FAILED_AGAIN_S:
+                proc.run_later(["scancel", f"--signal={PEER_FAILED.name[3:]}", *self.targets], delay)
             proc.run_later(["scancel", *self.targets], CANCEL_AFTER_S)
         except ToolError as e:
             logger.warning("could not leave a cancel of step %s behind: %s", " ".join(self.targets), e)
