@@ -158,11 +158,11 @@ class Supervisor:
         finally:
             # Ending (failed, or stopped by a failed peer) in the launcher's own process: srun -K's
             # SIGTERM to the step must not turn this launcher's exit code into 143 as it exits, so
-            # its handlers stay (the command is gone: they only record the signal).
+            # the forwarded signals are ignored from here (the command is gone). SIG_IGN, not a
+            # Python handler: interpreter shutdown puts Python handlers back to SIG_DFL.
             ending = KEEP_HANDLERS_WHEN_ENDING and (self.failed or self.peer_failed)
             for s, handler in previous.items():
-                if not (ending and s in FORWARDED):
-                    signal.signal(s, handler)
+                signal.signal(s, signal.SIG_IGN if ending and s in FORWARDED else handler)
 
     def _forward(self, signum: int, _frame: Any) -> None:
         self.forwarded = signum

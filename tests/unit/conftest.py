@@ -3,7 +3,8 @@ as they would on a host without Slurm, unless a test replaces `proc.run` itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import signal
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -23,3 +24,17 @@ def _no_real_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(argv, timeout)
 
     monkeypatch.setattr(proc, "run", guarded)
+
+
+@pytest.fixture(autouse=True)
+def _launcher_signals_restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The `launch` command marks its process as ending with the rank, and an ending launcher
+    ignores SIGTERM and the other forwarded signals; children inherit SIG_IGN, so no test may
+    leave either behind."""
+    from slurm_hetero.launch import supervise
+
+    monkeypatch.setattr(supervise, "KEEP_HANDLERS_WHEN_ENDING", False)
+    before = {s: signal.getsignal(s) for s in (*supervise.FORWARDED, supervise.PEER_FAILED)}
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)

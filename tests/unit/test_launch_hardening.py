@@ -244,6 +244,22 @@ def test_the_failing_rank_ignores_the_stop_it_sent(
     assert supervise(python("import sys; sys.exit(7)")) == 7
 
 
+def test_an_ending_launcher_ignores_the_steps_sigterm_through_interpreter_shutdown(
+    scancel: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI: srun -K's SIGTERM reached a stopped rank's launcher during interpreter shutdown, which
+    puts Python handlers back to SIG_DFL, and srun reported 143. Ending, the launcher ignores it."""
+    monkeypatch.setattr(supervisor_module, "KEEP_HANDLERS_WHEN_ENDING", True)
+    assert supervise(python("import sys; sys.exit(7)")) == 7
+    assert all(signal.getsignal(s) == signal.SIG_IGN for s in supervisor_module.FORWARDED)
+
+
+def test_a_launcher_that_succeeds_gives_its_handlers_back(scancel: list[Call]) -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    assert supervise(python("pass")) == 0
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 def test_run_later_starts_the_command_after_this_process_moves_on(tmp_path: Path) -> None:
     marker = tmp_path / "done"
     started = time.monotonic()
