@@ -42,8 +42,10 @@ local INTERNAL = "internal error in the slurm_hetero job_submit hook; job reject
 -- slurmctld's log gets one line per call: user text (the request, error strings) has its control
 -- characters (newline, CR, tab, NUL, ...) and backslashes written as \ddd, and at most 400 bytes.
 local unpack_args = unpack or table.unpack
+local function escaped(c) return string.format("\\%03d", string.byte(c)) end
 local function loggable(value)
-  local text = string.gsub(tostring(value), "[%c\\]", function(c) return string.format("\\%03d", string.byte(c)) end)
+  local text = tostring(value)
+  if string.find(text, "[%c\\]") then text = string.gsub(text, "[%c\\]", escaped) end
   if #text > 400 then text = string.sub(text, 1, 400) .. "..." end
   return text
 end
@@ -276,8 +278,12 @@ end
 -- Cheap first look: does any field carry gpumem or gpucore? (Names only; needs no table.)
 local function asks_us(job_desc)
   for _, field in ipairs(FIELDS) do
-    for _, item in ipairs(items_of(job_desc[field])) do
-      if item.name == "gpumem" or item.name == "gpucore" then return true end
+    local text = job_desc[field]
+    -- most jobs name neither: no parsing for them
+    if text and (string.find(text, "gpumem", 1, true) or string.find(text, "gpucore", 1, true)) then
+      for _, item in ipairs(items_of(text)) do
+        if item.name == "gpumem" or item.name == "gpucore" then return true end
+      end
     end
   end
   return false
@@ -1040,11 +1046,50 @@ end
 -- two components on one node. Reset by component 0 and by every job that is not heterogeneous.
 local HET_TAKEN = {}
 
+-- Decisions of recent single-job submissions, by everything a decision reads (MEMO_FIELDS and
+-- the uid; a unit test checks that list against the fields evaluate reads): users resubmit the
+-- same request (loops, workflow managers), and slurmctld keeps this Lua state until
+-- job_submit.lua changes (a render touches it). Outcomes are only read. Emptied when full.
+local MEMO_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features",
+                      "partition", "req_nodes", "exc_nodes", "num_tasks", "ntasks_per_node", "min_nodes",
+                      "max_nodes", "cpus_per_task", "cpus_per_tres", "mem_per_tres", "min_mem_per_node",
+                      "min_mem_per_cpu", "user_id" }
+local MEMO_MAX = 1024
+local MEMO, MEMO_SIZE = {}, 0
+
+local function memo_key(job_desc, submit_uid)
+  local parts, n = { tostring(submit_uid) }, 1
+  for i = 1, #MEMO_FIELDS do  -- "\0" before each field, then "=VALUE" when set
+    local value = job_desc[MEMO_FIELDS[i]]
+    if value == nil then
+      parts[n + 1], n = "\0", n + 1
+    else
+      parts[n + 1], parts[n + 2], n = "\0=", value, n + 2
+    end
+  end
+  return table.concat(parts)  -- Slurm's strings hold no NUL
+end
+
+local function remember(key, outcome)
+  if MEMO_SIZE >= MEMO_MAX then MEMO, MEMO_SIZE = {}, 0 end
+  MEMO[key] = outcome
+  MEMO_SIZE = MEMO_SIZE + 1
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local offset = job_desc.het_job_offset
   local het = offset ~= nil and offset ~= NO_VAL
   if not het or offset == 0 then HET_TAKEN = {} end
-  local ok, outcome = pcall(evaluate, job_desc, submit_uid, nil, nil, het and HET_TAKEN or nil)
+  local ok, outcome, key
+  if not het and asks_us(job_desc) then
+    key = memo_key(job_desc, submit_uid)
+    outcome = MEMO[key]
+    ok = outcome ~= nil
+  end
+  if not ok then
+    ok, outcome = pcall(evaluate, job_desc, submit_uid, nil, nil, het and HET_TAKEN or nil)
+    if ok and key then remember(key, outcome) end
+  end
   if not ok then return failed(outcome) end
   local applied, rc = pcall(apply, job_desc, submit_uid, outcome)
   if not applied then return failed(rc) end

@@ -65,6 +65,7 @@ WRITTEN = (
 EDIT_WRITTEN = WRITTEN[:6]  # an edit never pins the node count
 HARNESS = r"""
 LOG = {}
+READ = {}  -- every job_desc field the hook read
 local function logger(kind)
   return function(fmt, ...) LOG[#LOG + 1] = { kind, string.format(fmt, ...) } end
 end
@@ -82,7 +83,7 @@ function make_job(fields)
   local store = {}
   for k, v in pairs(fields) do store[k] = v end
   local job = setmetatable({}, {
-    __index = function(_, key) return store[key] end,
+    __index = function(_, key) READ[key] = true; return store[key] end,
     __newindex = function(_, key, value)
       if NUMBER_FIELDS[key] then
         if type(value) ~= "number" then error("bad argument #3 to '__newindex' (number expected)") end
@@ -266,6 +267,32 @@ def test_shared_cases(case: dict[str, Any], rendered: dict[str, Config], hooks: 
         check(expect, (python.ok, python.message, python.job))
         assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
         taken = het_taken(taken, python)
+
+
+def test_the_decision_memo_covers_every_field_a_submission_reads(rendered: dict[str, Config]) -> None:
+    """slurm_job_submit remembers decisions by MEMO_FIELDS and the uid: a field a decision reads
+    that the key lacks would hand one job another's decision."""
+    script = (rendered["mixed"].directory / SCRIPT_NAME).read_text()
+    listed = re.search(r"local MEMO_FIELDS = \{([^}]*)\}", script)
+    assert listed
+    memo_fields = set(re.findall(r'"([a-z_]+)"', listed.group(1)))
+    hook = Hook(rendered["mixed"].directory / SCRIPT_NAME)
+    for case in load_cases():
+        for raw in case.get("components", [case.get("job")]):
+            hook.run(Job(**raw))
+    read = set(hook.lua.globals().READ.keys())
+    assert "tres_per_node" in read and "features" in read
+    # the outcome's own writes (apply) read these; they are not part of a decision
+    assert read - memo_fields <= {"het_job_offset", "admin_comment"}, read - memo_fields
+
+
+def test_a_remembered_decision_is_the_same_job_again(rendered: dict[str, Config]) -> None:
+    hook = Hook(rendered["mixed"].directory / SCRIPT_NAME)
+    job = job_from_options(gres="gpumem:20G", uid=1000)
+    first, second = hook.run(job), hook.run(job)
+    assert first == second and first[0]
+    other = hook.run(replace(job, features="nosuchfeature"))  # one field differs: decided anew
+    assert not other[0]
 
 
 # --------------------------------------------------------------------- generated requests
