@@ -157,6 +157,22 @@ def test_an_unwritable_log_dir_is_one_line_before_the_command_starts(tmp_path: P
     assert list(tmp_path.iterdir()) == [], "nothing is left when the launch is refused"
 
 
+def test_a_log_dir_that_is_a_file_is_one_line_before_the_command_starts(tmp_path: Path) -> None:
+    """click's `file_okay=False` made an existing file a usage error (exit 2, the usage text)."""
+    started, log_file = tmp_path / "started", tmp_path / "logs"
+    log_file.write_text("not a directory")
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    argv = ["launch", "--master-addr", "127.0.0.1", "--log-dir", str(log_file), "--"]
+    result = CliRunner().invoke(cli, [*argv, "touch", str(started)], env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines == [f"slurm-hetero: --log-dir {log_file}: not a directory; give a directory you can write"]
+    assert not started.exists() and log_file.read_text() == "not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"], (
+        "nothing is left when the launch is refused"
+    )
+
+
 # -- 8: Slurm values too big to read --------------------------------------------------------------
 
 
