@@ -276,15 +276,36 @@ def test_a_launcher_that_succeeds_gives_its_handlers_back(scancel: list[Call]) -
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_run_later_starts_the_command_after_this_process_moves_on(tmp_path: Path) -> None:
-    marker = tmp_path / "done"
+def test_run_later_runs_its_steps_in_order_from_one_process_after_this_one_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed rank left three detached `sh -c 'sleep N; ...'`; now one process does the three."""
+    started_processes: list[list[str]] = []
+    real_popen = proc.subprocess.Popen
+
+    def popen(argv: list[str], **kwargs: object) -> object:
+        started_processes.append(list(argv))
+        return real_popen(argv, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(proc.subprocess, "Popen", popen)
+    log, odd = tmp_path / "log", "a b; $(touch pwned) *"  # argv only: no shell reads it
+    append = f"import sys; open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + chr(10))"
     started = time.monotonic()
-    proc.run_later(["touch", str(marker)], 0.3)
-    assert time.monotonic() - started < 0.3 and not marker.exists()
+    proc.run_later(
+        [
+            (0.3, [sys.executable, "-c", append, "first", odd]),
+            (0.5, ["/nonexistent/command"]),  # a failing step does not stop the next
+            (0.6, [sys.executable, "-c", append, "second"]),
+        ]
+    )
+    assert time.monotonic() - started < 0.3 and not log.exists()
+    assert len(started_processes) == 1
     deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
         time.sleep(0.05)
-    assert marker.exists()
+    assert log.read_text().splitlines() == [f"first {odd}", "second"]
+    assert time.monotonic() - started >= 0.6
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
 # -- the adversarial re-pass: a stopped rank's command had children -----------------------------
