@@ -150,17 +150,27 @@ class AmbiguousScalar(yaml.constructor.ConstructorError):
     """A plain scalar that YAML 1.1 and 1.2 read differently."""
 
 
-class _YamlLoader(_StrictResolver, _BaseLoader):  # type: ignore[misc, valid-type]
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A key given twice in one YAML mapping; `problem_mark` is the mapping's start."""
+
+
+class UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loading that refuses a key given twice in one mapping (YAML would keep the last one
-    silently: a second `nodes:` drops every node above it) and ambiguous plain scalars."""
+    silently: a second `nodes:` drops every node above it). Used for every YAML file that is
+    read as a mapping of names: inventories and measured-throughput files."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
         twice = sorted({k for k in keys if keys.count(k) > 1}) if len(set(keys)) != len(keys) else []
         if twice:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {twice[0]!r} given twice in one mapping", node.start_mark
-            )
+            raise DuplicateKey(None, None, f"key {twice[0]!r} given twice in one mapping", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _YamlLoader(_StrictResolver, UniqueKeyLoader):
+    """Inventories: a key given twice in one mapping and ambiguous plain scalars are refused."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         for key_node, value_node in node.value:
             key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "<key>"
             items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]

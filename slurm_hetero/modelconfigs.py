@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.engine.modelcost import CostSettings, layer_table
+from slurm_hetero.engine.modelcost import CostSettings, layer_table, usable_tp_sizes
 from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
 from slurm_hetero.engine.stagecost import LayerCosts
 from slurm_hetero.errors import ConfigError, RequestError
@@ -84,6 +84,12 @@ def sequence_length(spec: ModelSpec, seq: int | None, ref: str | None = None, be
         return check_seq(spec, seq, ref)
     except RequestError as e:
         raise RequestError(e.text, f"{e.reason}; pass {BEYOND_CONTEXT} to estimate longer ones") from None
+
+
+def tp_sizes_for(ref: str, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The tensor-parallel degrees of `sizes` the model `ref` can be split by (heads and K/V heads
+    evenly); a ConfigError when none can."""
+    return usable_tp_sizes(load_model(ref), sizes)
 
 
 def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:

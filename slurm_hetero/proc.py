@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -35,18 +37,40 @@ def run(argv: Sequence[str], timeout: float = 60.0) -> str:
     return done.stdout
 
 
-def run_later(argv: Sequence[str], delay_s: float) -> None:
-    """Start `argv` after `delay_s` seconds in a detached session (no shell runs `argv`: `sleep`
-    then `exec`), outliving this process; its output is discarded. Tests patch it with `run`."""
-    argv = [str(a) for a in argv]
-    logger.debug("LATER %.3gs %s", delay_s, argv)
+# The detached process of `run_later`: fixed code, whose only input is its argv (DELAY N ARG*N
+# repeated); each command runs without a shell, in order, at its time from the start.
+_LATER = """
+import subprocess, sys, time
+start, args = time.monotonic(), sys.argv[1:]
+while args:
+    delay, count = float(args[0]), int(args[1])
+    argv, args = args[2 : 2 + count], args[2 + count :]
+    time.sleep(max(0.0, start + delay - time.monotonic()))
+    try:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
+"""
+
+
+def run_later(steps: Sequence[tuple[float, Sequence[str]]]) -> None:
+    """Run each `(delay_s, argv)` of `steps` `delay_s` seconds from now, in order, in one detached
+    process that outlives this one (a Python running fixed code; no shell sees `argv`); a command
+    that fails does not stop the next, and their output is discarded. Tests patch it."""
+    flat: list[str] = []
+    for delay_s, argv in steps:
+        if not 0 <= delay_s < math.inf:
+            raise ValueError(f"run_later: delay {delay_s!r} is not a number of seconds >= 0")
+        flat += [repr(float(delay_s)), str(len(argv)), *(str(a) for a in argv)]
+    logger.debug("LATER %s", [(f"{d:g}s", list(a)) for d, a in steps])
     try:
         subprocess.Popen(
-            ["sh", "-c", 'sleep "$0" && exec "$@"', f"{delay_s:g}", *argv],
+            [sys.executable, "-I", "-S", "-c", _LATER, *flat],
             start_new_session=True,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
     except OSError as e:
-        raise ToolError(argv, None, str(e)) from e
+        raise ToolError([sys.executable, *flat], None, str(e)) from e

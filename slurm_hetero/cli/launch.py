@@ -122,9 +122,7 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 @click.option(
     "--master-port", type=click.IntRange(1, 65535), help="MASTER_PORT [default: from job and step id]."
 )
-@click.option(
-    "--log-dir", type=click.Path(file_okay=False, path_type=Path), help="Write DIR/rank-R.out and .err."
-)
+@click.option("--log-dir", type=click.Path(path_type=Path), help="Write DIR/rank-R.out and .err.")
 @click.option(
     "--exec", "exec_command", is_flag=True, help="Replace the launcher with the command (no supervision)."
 )

@@ -37,6 +37,7 @@ from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import MFU, device_groups, estimated_types
 from slurm_hetero.engine.layout import (
+    DEFAULT_TP_SIZES,
     MAX_DEVICES,
     OBJECTIVES,
     SEARCHED_MICRO_BATCHES,
@@ -55,7 +56,7 @@ from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.engine.shapes import MAX_TYPES
 from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
-from slurm_hetero.modelconfigs import context_length, layer_costs_for
+from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
@@ -335,6 +336,7 @@ def build_spec(
         options["micro_batches"],
         options["network_gbs"],
         label=model,
+        tp_sizes=tp_sizes_for(model, DEFAULT_TP_SIZES),
         micro_batch_sizes=() if given else SEARCHED_MICRO_BATCHES,
         pair_gbs=cross_type_gbs(groups, catalog, options["network_gbs"]),
         objective=options["objective"],

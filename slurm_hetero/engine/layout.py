@@ -100,6 +100,7 @@ FINALISTS = 4
 GIB = 2**30
 OBJECTIVES = ("time", "cost")
 SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)
+DEFAULT_TP_SIZES = (1, 2, 4, 8)  # what `plan` searches (launch: --tp-sizes, default 1)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class LayoutSpec:
     micro_batch_size: int = 1
     micro_batches: int | None = None
     network_gbs: float = 25.0
-    tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    tp_sizes: tuple[int, ...] = DEFAULT_TP_SIZES
     kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA, LayoutKind.STAGED)
     label: str = ""
     micro_batch_sizes: tuple[int, ...] = ()  # searched when given (else `micro_batch_size` only)

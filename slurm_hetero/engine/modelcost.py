@@ -92,12 +92,33 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
 
 def check_layout(spec: ModelSpec, tp: int = 1, pp: int = 1) -> None:
     """Tensor parallelism splits attention heads, pipeline parallelism layers: `ConfigError` when
-    `tp` does not divide the heads or `pp` exceeds the layers."""
+    `tp` does not divide the heads, splits grouped-query K/V heads unevenly (each rank holds
+    kv_heads / tp of them, or one replicated when tp is a multiple of kv_heads, as Megatron and
+    vLLM do) or `pp` exceeds the layers."""
     if spec.heads % tp:
         message = f"tp={tp} does not divide the {spec.heads} attention heads of {spec.name}"
         raise ConfigError(message, key_path="tp")
+    if not spec.is_mla and spec.kv_heads % tp and tp % spec.kv_heads:
+        message = f"tp={tp} splits the {spec.kv_heads} kv heads of {spec.name} unevenly"
+        raise ConfigError(f"{message} (tp must divide them or be a multiple of them)", key_path="tp")
     if pp > spec.total_layers:
         raise ConfigError(f"pp={pp} exceeds the {spec.total_layers} layers of {spec.name}", key_path="pp")
+
+
+def usable_tp_sizes(spec: ModelSpec, sizes: Iterable[int]) -> tuple[int, ...]:
+    """The tensor-parallel degrees of `sizes` that `check_layout` accepts for `spec`; when none is,
+    its `ConfigError` for the smallest."""
+    sizes = sorted(set(sizes))
+    usable = []
+    for tp in sizes:
+        try:
+            check_layout(spec, tp)
+        except ConfigError:
+            continue
+        usable.append(tp)
+    if not usable and sizes:
+        check_layout(spec, sizes[0])
+    return tuple(usable)
 
 
 def check_zero_stage(stage: int) -> None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_hetero.engine.modelspec import ModelSpec, _head_dim, _int, _llama_spec
+from slurm_hetero.engine.modelspec import ModelSpec, _head_dim, _int, _kv_heads, _llama_spec
 from slurm_hetero.errors import ConfigError
 
 Reader = Callable[[Mapping[str, Any], str], ModelSpec]
@@ -124,7 +124,7 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
     # RefinedWeb (Falcon-40B's first release) is the new decoder architecture, RefinedWebModel (7B) not
     new = _flag(config, name, "new_decoder_architecture", config.get("model_type") == "RefinedWeb")
     if new:
-        kv_heads = _int(config, "num_kv_heads", name, heads)
+        kv_heads = _kv_heads(config, name, heads, "num_kv_heads")
     else:
         kv_heads = 1 if _flag(config, name, "multi_query", True) else heads
     parallel = _flag(config, name, "parallel_attn", True)
@@ -133,7 +133,7 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
     return ModelSpec(
         name=name, family="falcon", model_type="falcon", hidden=hidden,
         layers=_int(config, "num_hidden_layers", name), heads=heads, kv_heads=kv_heads,
-        head_dim=_head_dim(config, name, hidden, heads),
+        head_dim=_head_dim({}, name, hidden, heads),  # transformers derives it, always
         intermediate=_int(config, "ffn_hidden_size", name) if inner is not None else 4 * hidden,
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "max_position_embeddings", name, 2048),
@@ -193,7 +193,7 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
     expert, layers = _int(config, "moe_intermediate_size", name), _int(config, "num_hidden_layers", name)
     spec = ModelSpec(
         name=name, family="deepseek", model_type=model_type, hidden=hidden,
-        layers=layers, heads=heads, kv_heads=_int(config, "num_key_value_heads", name, heads),
+        layers=layers, heads=heads, kv_heads=_kv_heads(config, name, heads),
         head_dim=_head_dim({}, name, hidden, heads), intermediate=expert,
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "max_position_embeddings", name, 4096),

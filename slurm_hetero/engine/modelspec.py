@@ -187,14 +187,19 @@ def _head_dim(config: Mapping[str, Any], name: str, hidden: int, heads: int) -> 
     return hidden // heads
 
 
+def _kv_heads(config: Mapping[str, Any], name: str, heads: int, key: str = "num_key_value_heads") -> int:
+    """Grouped-query attention's K/V heads (`key`, default `heads`): each serves an equal group of
+    attention heads, so they must divide them."""
+    kv_heads = _int(config, key, name, heads)
+    if heads % kv_heads:
+        raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, key)
+    return kv_heads
+
+
 def _llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
     hidden = _int(config, "hidden_size", name)
     heads = _int(config, "num_attention_heads", name)
-    kv_heads = _int(config, "num_key_value_heads", name, heads)
-    if heads % kv_heads:
-        raise ConfigError(
-            f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, "num_key_value_heads"
-        )
+    kv_heads = _kv_heads(config, name, heads)
     bias = bool(config.get("attention_bias", False))
     return ModelSpec(
         name=name,

@@ -40,6 +40,7 @@ import yaml
 
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import ConfigError, HeteroError
+from slurm_hetero.inventory import DuplicateKey, UniqueKeyLoader
 from slurm_hetero.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.vendors import vendor_traits
 
@@ -241,9 +242,12 @@ def _read(path: Path) -> Any:
     device is refused without blocking, `readfile`)."""
     text = read_text(path, MAX_MEASURED_BYTES, "measured-throughput file", ConfigError)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeyLoader)
     except RecursionError:
         raise ConfigError("nested too deeply to be a measured-throughput file", str(path)) from None
+    except DuplicateKey as e:  # YAML would keep the last figure silently
+        line = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
+        raise ConfigError(f"{e.problem}{line}; give each device type once", str(path)) from e
     except yaml.YAMLError as e:
         raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
 

@@ -62,7 +62,7 @@ from slurm_hetero.launch.rankenv import (
 )
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
-from slurm_hetero.modelconfigs import context_length, layer_costs_for
+from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
@@ -317,7 +317,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         options.global_batch,
         options.micro_batch or 1,
         network_gbs=net,
-        tp_sizes=options.tp_sizes,
+        tp_sizes=tp_sizes_for(options.model, options.tp_sizes),
         label=options.model,
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
         pair_gbs=group_pair_gbs(nodes, options),

@@ -494,6 +494,8 @@ def open_log_files(log_dir: Path, rank: int) -> dict[str, IO[bytes]]:
     """DIR/rank-R.out and .err opened for appending (DIR made when missing): a directory that
     cannot be written is a one-line error before the command starts."""
     files: dict[str, IO[bytes]] = {}
+    if log_dir.exists() and not log_dir.is_dir():
+        raise LaunchError(f"--log-dir {log_dir}: not a directory; give a directory you can write")
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
         for kind in ("out", "err"):

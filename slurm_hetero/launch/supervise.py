@@ -236,18 +236,19 @@ class Supervisor:
         return status
 
     def end_step(self) -> None:
-        """Tell every rank of the step to stop (PEER_FAILED), and leave a detached `scancel` of
-        the step CANCEL_AFTER_S behind, for ranks that do not stop. This launcher then exits with
+        """Tell every rank of the step to stop (PEER_FAILED), and leave one detached process
+        behind that tells them again at PEER_FAILED_AGAIN_S and cancels the step at
+        CANCEL_AFTER_S, for ranks that do not stop. This launcher then exits with
         its command's code before any cancel reaches it (`scancel STEP` is SIGKILL at once)."""
         if not self.targets:
             return
+        again = ["scancel", f"--signal={PEER_FAILED.name[3:]}", *self.targets]
         try:
-            proc.run(["scancel", f"--signal={PEER_FAILED.name[3:]}", *self.targets], timeout=15)
+            proc.run(again, timeout=15)
         except ToolError as e:
             logger.warning("could not signal step %s: %s", " ".join(self.targets), e)
         try:  # again for ranks still starting (their handler not yet set: SIGURG is ignored)
-            for delay in PEER_FAILED_AGAIN_S:
-                proc.run_later(["scancel", f"--signal={PEER_FAILED.name[3:]}", *self.targets], delay)
-            proc.run_later(["scancel", *self.targets], CANCEL_AFTER_S)
+            steps = [(delay, again) for delay in PEER_FAILED_AGAIN_S]
+            proc.run_later([*steps, (CANCEL_AFTER_S, ["scancel", *self.targets])])
         except ToolError as e:
             logger.warning("could not leave a cancel of step %s behind: %s", " ".join(self.targets), e)

@@ -46,6 +46,30 @@ def test_the_loader_rejects_what_is_not_a_positive_figure(tmp_path: Path, text: 
         cal.load_measured(path)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a100: 100\nl40s: 60\na100: 300\n",
+        '{"a100": 100, "l40s": 60, "a100": 300}\n',
+        "a100: {tflops: 100, tflops: 300}\n",
+    ],
+)
+def test_a_device_type_given_twice_is_refused_naming_it_and_the_file(tmp_path: Path, text: str) -> None:
+    """YAML (and JSON read as YAML) kept the last figure silently."""
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"given twice") as error:
+        cal.load_measured(path)
+    assert str(error.value).startswith(f"{path}: key ")
+    runner = CliRunner()
+    plan = runner.invoke(cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path)])
+    assert plan.exit_code == 1
+    twice = "'tflops'" if "{tflops" in text else "'a100'"
+    assert (
+        f"{path}: key {twice} given twice in one mapping (line 1); give each device type once" in plan.output
+    )
+
+
 def test_cli_calibrate_writes_the_file_plan_reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(cal, "CPU_SIZES", TINY)
     out = tmp_path / "measured.yaml"

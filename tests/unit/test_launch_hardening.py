@@ -157,6 +157,22 @@ def test_an_unwritable_log_dir_is_one_line_before_the_command_starts(tmp_path: P
     assert list(tmp_path.iterdir()) == [], "nothing is left when the launch is refused"
 
 
+def test_a_log_dir_that_is_a_file_is_one_line_before_the_command_starts(tmp_path: Path) -> None:
+    """click's `file_okay=False` made an existing file a usage error (exit 2, the usage text)."""
+    started, log_file = tmp_path / "started", tmp_path / "logs"
+    log_file.write_text("not a directory")
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    argv = ["launch", "--master-addr", "127.0.0.1", "--log-dir", str(log_file), "--"]
+    result = CliRunner().invoke(cli, [*argv, "touch", str(started)], env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines == [f"slurm-hetero: --log-dir {log_file}: not a directory; give a directory you can write"]
+    assert not started.exists() and log_file.read_text() == "not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"], (
+        "nothing is left when the launch is refused"
+    )
+
+
 # -- 8: Slurm values too big to read --------------------------------------------------------------
 
 
@@ -260,15 +276,36 @@ def test_a_launcher_that_succeeds_gives_its_handlers_back(scancel: list[Call]) -
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_run_later_starts_the_command_after_this_process_moves_on(tmp_path: Path) -> None:
-    marker = tmp_path / "done"
+def test_run_later_runs_its_steps_in_order_from_one_process_after_this_one_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed rank left three detached `sh -c 'sleep N; ...'`; now one process does the three."""
+    started_processes: list[list[str]] = []
+    real_popen = proc.subprocess.Popen
+
+    def popen(argv: list[str], **kwargs: object) -> object:
+        started_processes.append(list(argv))
+        return real_popen(argv, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(proc.subprocess, "Popen", popen)
+    log, odd = tmp_path / "log", "a b; $(touch pwned) *"  # argv only: no shell reads it
+    append = f"import sys; open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + chr(10))"
     started = time.monotonic()
-    proc.run_later(["touch", str(marker)], 0.3)
-    assert time.monotonic() - started < 0.3 and not marker.exists()
+    proc.run_later(
+        [
+            (0.3, [sys.executable, "-c", append, "first", odd]),
+            (0.5, ["/nonexistent/command"]),  # a failing step does not stop the next
+            (0.6, [sys.executable, "-c", append, "second"]),
+        ]
+    )
+    assert time.monotonic() - started < 0.3 and not log.exists()
+    assert len(started_processes) == 1
     deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
         time.sleep(0.05)
-    assert marker.exists()
+    assert log.read_text().splitlines() == [f"first {odd}", "second"]
+    assert time.monotonic() - started >= 0.6
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
 # -- the adversarial re-pass: a stopped rank's command had children -----------------------------

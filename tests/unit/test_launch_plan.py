@@ -419,3 +419,38 @@ def test_launch_refuses_the_staged_family_and_plans_uniform_tensor_parallel_repl
     nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
     spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, tp_sizes=(1, 2)))
     assert not spec.mixed_tp and spec.kinds == (LayoutKind.PIPELINE, LayoutKind.DATA)
+
+
+GQA_40_10 = {"model_type": "llama", "hidden_size": 640, "num_attention_heads": 40, "num_key_value_heads": 10,
+             "intermediate_size": 1024, "num_hidden_layers": 2, "vocab_size": 100}  # fmt: skip
+
+
+def test_tensor_parallel_degrees_never_split_heads_or_kv_heads_unevenly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The solver took --tp-sizes (and plan's 1,2,4,8) as given: gpt2's 12 heads went to tp=8, and
+    40 heads with 10 kv heads to tp=4 (2.5 kv heads a rank)."""
+    from slurm_hetero.cli import plan as plan_cli
+    from slurm_hetero.engine.modelcost import usable_tp_sizes
+    from slurm_hetero.engine.modelspec import from_hf_config
+    from slurm_hetero.modelconfigs import load_model
+
+    assert usable_tp_sizes(load_model("gpt2"), (1, 2, 4, 8)) == (1, 2, 4)
+    gqa = from_hf_config(GQA_40_10, "gqa")
+    assert usable_tp_sizes(gqa, (1, 2, 4, 5, 8, 20, 40)) == (1, 2, 5, 20, 40)  # 20, 40: replicated
+    runner = CliRunner()
+    base = ["launch", "--model", "gpt2", "--global-batch", "8", "--seq", "64", "--dry-run", "--json"]
+    only8 = runner.invoke(cli, [*base, "--simulate", "a:a100_80g:8", "--tp-sizes", "8"])
+    assert only8.exit_code == 1, only8.output
+    assert only8.output == "slurm-hetero: tp: tp=8 does not divide the 12 attention heads of gpt2\n"
+    seen: list[tuple[int, ...]] = []
+    real = plan_cli.LayoutSpec
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["tp_sizes"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_cli, "LayoutSpec", spy)
+    result = runner.invoke(cli, ["plan", "--devices", "a100_80g:8", "--model", "gpt2", "--global-batch", "8"])
+    assert result.exit_code == 0, result.output
+    assert seen == [(1, 2, 4)]

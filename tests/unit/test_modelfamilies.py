@@ -67,6 +67,38 @@ def test_falcon_multi_query_and_new_architecture() -> None:
     assert (new.kv_heads, new.norms_per_layer) == (2, 2)
 
 
+TINY_FALCON = {"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 8, "num_kv_heads": 2,
+               "new_decoder_architecture": True, "num_hidden_layers": 2, "vocab_size": 100}  # fmt: skip
+TINY_DEEPSEEK = {"model_type": "deepseek", "hidden_size": 64, "num_attention_heads": 8,
+                 "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 100,
+                 "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 4,
+                 "num_experts_per_tok": 2}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "change", "message"),
+    [
+        (
+            TINY_FALCON,
+            {"num_kv_heads": 3},
+            "tiny:num_kv_heads: 8 attention heads are not a multiple of 3 kv heads",
+        ),
+        (TINY_FALCON, {"n_head_kv": 16, "num_kv_heads": None}, "not a multiple of 16 kv heads"),
+        (TINY_DEEPSEEK, {"num_key_value_heads": 3}, "tiny:num_key_value_heads: 8 attention heads are not"),
+        (TINY_FALCON, {"hidden_size": 60}, "tiny:num_attention_heads: hidden size 60 is not divisible by 8"),
+        (TINY_FALCON, {"hidden_size": 60, "head_dim": 8}, "hidden size 60 is not divisible by 8 heads"),
+    ],
+)
+def test_kv_heads_that_do_not_divide_the_heads_are_refused(
+    config: dict[str, object], change: dict[str, object], message: str
+) -> None:
+    """Falcon's num_kv_heads and DeepSeek's num_key_value_heads were taken as given (Llama's were
+    checked); Falcon's head_dim is always hidden / heads in transformers, whatever the config says."""
+    edited = {k: v for k, v in {**config, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config(edited, "tiny")
+
+
 def test_unknown_model_type_names_every_supported_one() -> None:
     with pytest.raises(ConfigError) as e:
         from_hf_config({"model_type": "mamba"}, "m")
