@@ -1,0 +1,125 @@
+"""The layout search's memos and cheap bounds change its speed, never its answer: each memoized or
+pruned path against the plain computation it replaces, on small instances (speed itself is measured
+by `scripts/bench_plan`, not asserted here)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from slurm_hetero.engine.layout import LayoutSpec, candidate_shapes
+from slurm_hetero.engine.partition import _lower_bound, _Memo, _stage_rate, balanced_bounds, polish
+from slurm_hetero.engine.schedule import StepModel
+from tests.unit.test_layout import random_spec
+
+
+def long_spec(seed: int) -> LayoutSpec:
+    """A small random instance with a batch large enough for the closed form (not `is_short`)."""
+    rng = random.Random(seed)
+    return dataclasses.replace(random_spec(rng), global_batch=rng.choice([512, 2048, 4096]))
+
+
+def models(spec: LayoutSpec) -> list[StepModel]:
+    return [
+        StepModel(spec.groups, spec.costs, s, spec.global_batch, spec.network_gbs, spec.pair_gbs)
+        for s in candidate_shapes(spec)
+    ]
+
+
+def fresh(model: StepModel) -> StepModel:
+    """The same model with empty caches."""
+    return StepModel(model.groups, model.costs, model.shape, model.batch, model.network_gbs, model.pair_gbs)
+
+
+def one_move(bounds: list[int], i: int, j: int) -> list[int]:
+    """Stage `i` hands one layer towards stage `j` (the boundaries between them shift by one)."""
+    lo, hi, step = (i + 1, j + 1, -1) if i < j else (j + 1, i + 1, 1)
+    return [b + step if lo <= k < hi else b for k, b in enumerate(bounds)]
+
+
+def plain_polish(model: StepModel, bounds: list[int], sweeps: int = 64) -> tuple[list[int], float]:
+    """`polish` as it was before its moves were cut by a lower bound: every move fully scored."""
+    best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
+    for _ in range(sweeps):
+        moves = (
+            one_move(bounds, i, j)
+            for i, j in itertools.permutations(range(len(bounds) - 1), 2)
+            if abs(i - j) <= reach and bounds[i + 1] - bounds[i] > 1
+        )
+        trial = next((t for t in moves if model.score(t) < best * (1 - 1e-9)), None)
+        if trial is None:
+            break
+        bounds, best = trial, model.score(trial)
+    return bounds, best
+
+
+def test_polish_with_a_bound_moves_as_the_plain_polish() -> None:
+    polished, moved = 0, 0
+    for seed in range(12):
+        for model in models(long_spec(seed)):
+            start = balanced_bounds(model)
+            if start is None:
+                continue
+            bounds, score = polish(model, start)
+            assert (bounds, score) == plain_polish(fresh(model), start)
+            polished, moved = polished + 1, moved + (bounds != start)
+    assert polished >= 50 and moved >= 10, (polished, moved)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_bounded_estimate_is_exact_below_the_bound_and_a_lower_bound_above(seed: int) -> None:
+    spec = long_spec(seed)
+    for model in models(spec):
+        start = balanced_bounds(model)
+        if start is None or model.short:
+            continue
+        exact = model.estimate(start)
+        for below in (exact * 0.5, exact * 0.999, exact * 1.001, math.inf):
+            value = model.estimate(start, below=below)
+            assert value == exact or below <= value <= exact
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_shared_memo_gives_each_shape_the_bound_of_a_fresh_one(seed: int) -> None:
+    spec = long_spec(seed)
+    shapes = candidate_shapes(spec)
+
+    def memo() -> _Memo:
+        sizes = {s.micro_batch for s in shapes if not s.stage_dp}
+        groups, tps = range(len(spec.groups)), spec.tp_sizes
+        return _Memo({(g, t, b): _stage_rate(spec, g, t, b) for g in groups for t in tps for b in sizes})
+
+    shared = memo()
+    assert [_lower_bound(spec, s, shared) for s in shapes] == [_lower_bound(spec, s, memo()) for s in shapes]
+
+
+def test_cached_gradients_match_a_fresh_model_whatever_the_order() -> None:
+    spec = long_spec(3)
+    for model in models(spec)[:20]:
+        layers, p = spec.costs.layers, model.shape.stages
+        splits = [[0, *c, layers] for c in itertools.combinations(range(1, layers), p - 1)][:30]
+        warm = [(model.grad_bytes(b).tolist(), model.allreduce(b).tolist()) for b in splits]
+        for bounds, seen in zip(reversed(splits), reversed(warm)):
+            cold = StepModel(
+                model.groups, model.costs, model.shape, model.batch, model.network_gbs, model.pair_gbs
+            )
+            assert (cold.allreduce(bounds).tolist(), cold.grad_bytes(bounds).tolist())[::-1] == seen
+            assert seen[0] == plain_grad_bytes(model, bounds).tolist()
+
+
+def plain_grad_bytes(model: StepModel, bounds: list[int]) -> np.ndarray:
+    """`StepModel.grad_bytes` as it was before its per-stage cache, over the whole split at once."""
+    c, pre, edges = model.costs, model.costs.prefix["params"], np.asarray(bounds)
+    params = pre[edges[1:]] - pre[edges[:-1]]
+    params[0] += c.first_param_bytes
+    params[-1] += c.last_param_bytes
+    tp = np.array(
+        [min(line[k][1] for line in model.shape.lines) for k in range(len(params))], dtype=np.float64
+    )
+    out: np.ndarray = params * c.grad_factor / tp
+    return out
