@@ -81,23 +81,35 @@ class _Memo:
     sum per micro-batch sample (the 1,024-device input has 7,168 shapes on 1,793 lines)."""
 
     rate: Rates
+    step_flops: float  # `LayerCosts.step_flops_per_sample` (a sum over the layers each time)
     lines: LineFacts = field(default_factory=dict)
 
     def facts(self, spec: LayoutSpec, shape: Shape) -> tuple[list[tuple[int, int, int, int]], float]:
         key = (shape.lines[0], shape.stage_dp)
-        if key not in self.lines:
+        found = self.lines.get(key)
+        if found is None:
             runs = _runs(shape.lines[0])
             starts = itertools.accumulate((n for _, _, n in runs), initial=0)
             with_dp = [(g, t, n, shape.dp(k)) for (g, t, n), k in zip(runs, starts)]
-            self.lines[key] = (with_dp, _p2p_total(spec, with_dp))
-        return self.lines[key]
+            found = self.lines[key] = (with_dp, _p2p_total(spec, with_dp))
+        return found
 
 
-def _run_rates(spec: LayoutSpec, shape: Shape, memo: _Memo) -> list[tuple[float, int]]:
+def _memo(spec: LayoutSpec, shapes: Sequence[Shape]) -> _Memo:
+    """A search's memo, the rates of every type, tensor-parallel degree and micro-batch size filled."""
+    sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
+    groups, tps = range(len(spec.groups)), spec.tp_sizes
+    rates: Rates = {(g, t, b): _stage_rate(spec, g, t, b) for g in groups for t in tps for b in sizes}
+    return _Memo(rates, spec.costs.step_flops_per_sample)
+
+
+def _run_rates(
+    spec: LayoutSpec, shape: Shape, memo: _Memo, runs: list[tuple[int, int, int, int]] | None = None
+) -> list[tuple[float, int]]:
     """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first; a staged
     shape's stage runs `dp` devices on micro_batch / dp samples each."""
     out, rate = [], memo.rate
-    for g, t, n, d in memo.facts(spec, shape)[0]:
+    for g, t, n, d in memo.facts(spec, shape)[0] if runs is None else runs:
         key = (g, t, shape.micro_batch / d)
         if key not in rate:
             rate[key] = _stage_rate(spec, *key)
@@ -107,7 +119,7 @@ def _run_rates(spec: LayoutSpec, shape: Shape, memo: _Memo) -> list[tuple[float,
 
 def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float:
     """Sum over the stage boundaries of a line's runs `(group, tp, stages, dp)` of 1 / (sending
-    width x GB/s): `_p2p_sum` without the bytes."""
+    width x GB/s), as `line_p2p` prices them, without the bytes."""
     total, groups = 0.0, spec.groups
 
     def net(a: int, b: int) -> float:
@@ -120,11 +132,6 @@ def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float
     linked = list(zip(runs, width))
     total += sum(1.0 / (min(wa, wb) * net(a[0], b[0])) for (a, wa), (b, wb) in zip(linked, linked[1:]))
     return total
-
-
-def _p2p_sum(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
-    """Sum of the transfer times between the stages of a one-line shape (as `line_p2p`)."""
-    return memo.facts(spec, shape)[1] * shape.micro_batch * spec.costs.boundary_bytes / GB
 
 
 def _spread(runs: list[tuple[float, int]], work: float, most: float) -> float:
@@ -159,10 +166,11 @@ def _line_micro_batches(spec: LayoutSpec, shape: Shape) -> int:
 def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
     """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on
     the fastest stages that balance it best, plus the transfers."""
-    work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
+    work, b = memo.step_flops * shape.micro_batch, shape.micro_batch
     if shape.kind in (LayoutKind.PIPELINE, LayoutKind.STAGED):
-        fill = _fill_bound(_run_rates(spec, shape, memo), _line_micro_batches(spec, shape), work, 0.0)
-        return fill + 2 * _p2p_sum(spec, shape, memo)
+        runs, p2p = memo.facts(spec, shape)
+        fill = _fill_bound(_run_rates(spec, shape, memo, runs), _line_micro_batches(spec, shape), work, 0.0)
+        return fill + 2 * (p2p * b * spec.costs.boundary_bytes / GB)
     speed = [
         r * memo.rate[(line[0][0], line[0][1], b)] * shape.stages / work
         for r, line in zip(shape.replicas, shape.lines)
@@ -183,7 +191,7 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -
         return 0.0
     runs = _run_rates(spec, shape, memo)
     least = float((stats[0].fwd + stats[0].bwd).max()) * (1 - 1e-4)
-    work = spec.costs.step_flops_per_sample * shape.micro_batch
+    work = memo.step_flops * shape.micro_batch
     return _fill_bound(runs, _line_micro_batches(spec, shape), work, least) + 2 * float(stats[0].p2p.sum())
 
 
@@ -209,6 +217,8 @@ def _cap(spec: LayoutSpec, shape: Shape, best: float) -> float:
 
 def _fits_all(model: StepModel, k: int, a: int, e: int, budget: float, theta: list[float]) -> bool:
     """Whether stage `k` of every line fits `[a, e)` within `budget * theta[line]` and memory."""
+    if len(theta) == 1:  # one line: most shapes, and the search's hottest call
+        return model.models[0][k].fits(a, e, budget * theta[0])
     return all(m[k].fits(a, e, budget * th) for m, th in zip(model.models, theta))
 
 
@@ -223,7 +233,7 @@ def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[in
         if first is None or first + 1 > limit:
             return None
         last = next(a for a in range(hi, first - 1, -1) if _fits_all(model, k, a, a + 1, budget, theta))
-        end = min(m[k].max_end(last, limit, budget * th) for m, th in zip(model.models, theta))
+        end = min([m[k].max_end(last, limit, budget * th) for m, th in zip(model.models, theta)])
         reach.append((first + 1, end))
     return reach if reach[-1][1] == layers else None
 
@@ -323,15 +333,7 @@ def search(
 ) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
     can win; and whether the work bound stopped it early."""
-    sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
-    memo = _Memo(
-        {
-            (g, t, b): _stage_rate(spec, g, t, b)
-            for g in range(len(spec.groups))
-            for t in spec.tp_sizes
-            for b in sizes
-        }
-    )
+    memo = _memo(spec, shapes)
     ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
     best = math.inf

@@ -4,6 +4,7 @@ by `scripts/bench_plan`, not asserted here)."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 from slurm_hetero.engine.layout import LayoutSpec, candidate_shapes
-from slurm_hetero.engine.partition import _lower_bound, _Memo, _stage_rate, balanced_bounds, polish
-from slurm_hetero.engine.schedule import StepModel
+from slurm_hetero.engine.partition import _lower_bound, _memo, balanced_bounds, polish
+from slurm_hetero.engine.schedule import StageModel, StepModel
 from tests.unit.test_layout import random_spec
 
 
@@ -89,13 +90,9 @@ def test_shared_memo_gives_each_shape_the_bound_of_a_fresh_one(seed: int) -> Non
     spec = long_spec(seed)
     shapes = candidate_shapes(spec)
 
-    def memo() -> _Memo:
-        sizes = {s.micro_batch for s in shapes if not s.stage_dp}
-        groups, tps = range(len(spec.groups)), spec.tp_sizes
-        return _Memo({(g, t, b): _stage_rate(spec, g, t, b) for g in groups for t in tps for b in sizes})
-
-    shared = memo()
-    assert [_lower_bound(spec, s, shared) for s in shapes] == [_lower_bound(spec, s, memo()) for s in shapes]
+    shared = _memo(spec, shapes)
+    fresh = [_lower_bound(spec, s, _memo(spec, shapes)) for s in shapes]
+    assert [_lower_bound(spec, s, shared) for s in shapes] == fresh
 
 
 def test_cached_gradients_match_a_fresh_model_whatever_the_order() -> None:
@@ -123,3 +120,33 @@ def plain_grad_bytes(model: StepModel, bounds: list[int]) -> np.ndarray:
     )
     out: np.ndarray = params * c.grad_factor / tp
     return out
+
+
+def plain_max_end(stage: StageModel, a: int, limit: int, budget: float) -> int:
+    """`StageModel.max_end` as it was before its per-start cache: every end priced afresh."""
+    goal = stage._time[a] + budget - 3 * stage.alpha * stage.extra_flops
+    e = bisect.bisect_right(stage._time, goal, a + 1, limit + 1) - 1
+    if e == a or (not stage.all and stage.base_mem + stage._mem[e] - stage._mem[a] <= stage.capacity):
+        return e
+    ends = np.arange(a + 1, e + 1)
+    r = stage._recompute_all(a, ends)
+    rr = np.minimum(r, ends - a)
+    f = stage.costs.prefix["flops"]
+    extra = stage.alpha * (3 * stage.extra_flops + f[a + rr] - f[a]) + 2 * stage.comm * rr
+    bad = np.flatnonzero((r > ends - a) | (stage._time_array[ends] - stage._time[a] + extra > budget))
+    return a + (int(bad[0]) if bad.size else int(ends.size))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_max_end_with_its_cache_ends_where_the_plain_search_does(seed: int) -> None:
+    rng, spec = random.Random(seed), long_spec(seed)
+    layers, recomputing = spec.costs.layers, 0
+    for model in models(spec)[:10]:
+        for stage in (m for line in model.models for m in line):
+            full = stage._time[-1] - stage._time[0]
+            for _ in range(60):  # starts, limits and budgets in random order: the cache is reused
+                a = rng.randrange(layers)
+                limit, budget = rng.randint(a + 1, layers), rng.choice([math.inf, rng.uniform(0, 1.2) * full])
+                assert stage.max_end(a, limit, budget) == plain_max_end(stage, a, limit, budget)
+            recomputing += bool(stage._need)
+    assert recomputing  # the recomputation path (and its cache) was taken
