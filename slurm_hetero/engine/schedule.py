@@ -82,7 +82,12 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
     transfer delay between stages `k` and `k + 1` (either way)."""
     p, m = len(fwd), micro_batches
     orders = [_op_order(p, k, m) for k in range(p)]
-    done: dict[tuple[bool, int, int], float] = {}
+    times = (np.asarray(fwd, dtype=np.float64).tolist(), np.asarray(bwd, dtype=np.float64).tolist())
+    delay = np.asarray(p2p, dtype=np.float64).tolist()  # Python floats: the same sums, faster
+    done: tuple[list[list[float | None]], list[list[float | None]]] = (
+        [[None] * m for _ in range(p)],
+        [[None] * m for _ in range(p)],
+    )
     ops: list[tuple[int, int, bool, float, float]] = []
     ptr, free, sweep = [0] * p, [0.0] * p, 0
     while len(ops) < 2 * p * m:
@@ -90,12 +95,12 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
         for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
             while ptr[k] < len(orders[k]):
                 back, i = orders[k][ptr[k]]
-                ready = _ready(done, back, k, i, p, p2p)
+                ready = _ready(done, back, k, i, p, delay)
                 if ready is None:
                     break
                 start = max(free[k], ready)
-                free[k] = start + (bwd[k] if back else fwd[k])
-                done[(back, k, i)] = free[k]
+                free[k] = start + times[back][k]
+                done[back][k][i] = free[k]
                 ops.append((k, i, back, start, free[k]))
                 ptr[k] += 1
         if len(ops) == before:
@@ -104,15 +109,22 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
 
 
 def _ready(
-    done: dict[tuple[bool, int, int], float], back: bool, k: int, i: int, p: int, p2p: FloatArray
+    done: tuple[list[list[float | None]], list[list[float | None]]],
+    back: bool,
+    k: int,
+    i: int,
+    p: int,
+    p2p: list[float],
 ) -> float | None:
     if not back:
-        prev = done.get((False, k - 1, i)) if k else 0.0
-        return None if prev is None else prev + (float(p2p[k - 1]) if k else 0.0)
+        if not k:
+            return 0.0
+        prev = done[False][k - 1][i]
+        return None if prev is None else prev + p2p[k - 1]
     if k == p - 1:
-        return done.get((False, k, i))
-    nxt = done.get((True, k + 1, i))
-    return None if nxt is None else nxt + float(p2p[k])
+        return done[False][k][i]
+    nxt = done[True][k + 1][i]
+    return None if nxt is None else nxt + p2p[k]
 
 
 def _schedule(ops: list[tuple[int, int, bool, float, float]], free: list[float]) -> Schedule:

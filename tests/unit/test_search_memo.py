@@ -15,7 +15,7 @@ import pytest
 
 from slurm_hetero.engine.layout import LayoutSpec, candidate_shapes
 from slurm_hetero.engine.partition import _lower_bound, _memo, balanced_bounds, polish
-from slurm_hetero.engine.schedule import StageModel, StepModel
+from slurm_hetero.engine.schedule import Schedule, StageModel, StepModel, _op_order, _schedule, simulate_1f1b
 from tests.unit.test_layout import random_spec
 
 
@@ -150,3 +150,43 @@ def test_max_end_with_its_cache_ends_where_the_plain_search_does(seed: int) -> N
                 assert stage.max_end(a, limit, budget) == plain_max_end(stage, a, limit, budget)
             recomputing += bool(stage._need)
     assert recomputing  # the recomputation path (and its cache) was taken
+
+
+def plain_simulate_1f1b(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray, m: int) -> Schedule:
+    """`simulate_1f1b` as it was before its tables of finished operations: a dict of them."""
+    p = len(fwd)
+    orders = [_op_order(p, k, m) for k in range(p)]
+    done: dict[tuple[bool, int, int], float] = {}
+    ops: list[tuple[int, int, bool, float, float]] = []
+    ptr, free, sweep = [0] * p, [0.0] * p, 0
+    while len(ops) < 2 * p * m:
+        sweep += 1
+        for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
+            while ptr[k] < len(orders[k]):
+                back, i = orders[k][ptr[k]]
+                if not back:
+                    prev = done.get((False, k - 1, i)) if k else 0.0
+                    ready = None if prev is None else prev + (float(p2p[k - 1]) if k else 0.0)
+                elif k == p - 1:
+                    ready = done.get((False, k, i))
+                else:
+                    nxt = done.get((True, k + 1, i))
+                    ready = None if nxt is None else nxt + float(p2p[k])
+                if ready is None:
+                    break
+                start = max(free[k], ready)
+                free[k] = start + (bwd[k] if back else fwd[k])
+                done[(back, k, i)] = free[k]
+                ops.append((k, i, back, start, free[k]))
+                ptr[k] += 1
+    return _schedule(ops, free)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_1f1b_simulation_plays_out_as_the_plain_one(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    p, m = int(rng.integers(1, 9)), int(rng.integers(1, 40))
+    fwd, bwd, p2p = rng.uniform(0.1, 2, p), rng.uniform(0.2, 4, p), rng.uniform(0, 0.5, max(p - 1, 0))
+    new, old = simulate_1f1b(fwd, bwd, p2p, m), plain_simulate_1f1b(fwd, bwd, p2p, m)
+    for field in dataclasses.fields(Schedule):
+        assert getattr(new, field.name).tolist() == getattr(old, field.name).tolist()
