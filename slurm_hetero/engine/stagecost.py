@@ -36,6 +36,7 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s`, `hierarchical_allre
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -319,6 +320,7 @@ class StageModel:
     `[a, e)` with the first `r` layers recomputed, from prefix sums of `costs`."""
 
     NEED_STARTS = 64  # starts whose `_needs` are kept
+    FIT_RANGES = 65_536  # ranges whose `fits` figure is kept (a search asks at many budgets)
 
     def __init__(self, costs: LayerCosts, site: StageSite) -> None:
         self.costs, self.site, g, pre = costs, site, site.group, costs.prefix
@@ -342,6 +344,7 @@ class StageModel:
         self._time, self._mem = self._time_array.tolist(), self._mem_array.tolist()
         self._savings = pre["savings"].tolist()
         self._need: dict[int, tuple[int, list[float]]] = {}
+        self._fit: dict[tuple[int, int], float] = {}
 
     def times(self, a: int, e: int, r: int) -> tuple[float, float]:
         """Forward and backward seconds per micro-batch."""
@@ -382,12 +385,21 @@ class StageModel:
 
     def fits(self, a: int, e: int, budget: float) -> bool:
         """Whether `[a, e)` fits in memory (recomputing as needed) with fwd + bwd <= `budget`."""
+        need = self._fit.get((a, e))
+        if need is None:
+            need = self._fit[(a, e)] = self._fit_need(a, e)
+            if len(self._fit) > self.FIT_RANGES:
+                self._fit.clear()
+        return need <= budget  # NaN (no fit) is under no budget
+
+    def _fit_need(self, a: int, e: int) -> float:
+        """fwd + bwd of `[a, e)` with the recomputation it needs; NaN when nothing makes it fit."""
         r = self.recompute(a, e)
         if r > e - a:
-            return False
+            return math.nan
         f = self.costs.prefix["flops"]
         extra = self.alpha * (3 * self.extra_flops + f[a + r] - f[a]) + 2 * self.comm * r
-        return bool(self._time[e] - self._time[a] + extra <= budget)
+        return float(self._time[e] - self._time[a] + extra)
 
     def max_end(self, a: int, limit: int, budget: float) -> int:
         """Largest `e <= limit` whose range `[a, e)` fits in memory with fwd + bwd <= `budget`

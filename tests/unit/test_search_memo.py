@@ -190,3 +190,28 @@ def test_the_1f1b_simulation_plays_out_as_the_plain_one(seed: int) -> None:
     new, old = simulate_1f1b(fwd, bwd, p2p, m), plain_simulate_1f1b(fwd, bwd, p2p, m)
     for field in dataclasses.fields(Schedule):
         assert getattr(new, field.name).tolist() == getattr(old, field.name).tolist()
+
+
+def plain_fits(stage: StageModel, a: int, e: int, budget: float) -> bool:
+    """`StageModel.fits` as it was before its per-range cache."""
+    r = stage.recompute(a, e)
+    if r > e - a:
+        return False
+    f = stage.costs.prefix["flops"]
+    extra = stage.alpha * (3 * stage.extra_flops + f[a + r] - f[a]) + 2 * stage.comm * r
+    return bool(stage._time[e] - stage._time[a] + extra <= budget)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fits_with_its_cache_answers_as_the_plain_test(seed: int) -> None:
+    rng, spec = random.Random(seed), long_spec(seed)
+    layers, refused = spec.costs.layers, 0
+    for model in models(spec)[:10]:
+        for stage in (m for line in model.models for m in line):
+            full = stage._time[-1] - stage._time[0]
+            for _ in range(60):  # ranges asked again at other budgets, infinite ones too
+                a = rng.randrange(layers)
+                e, budget = rng.randint(a + 1, layers), rng.choice([math.inf, rng.uniform(0, 1.2) * full])
+                assert stage.fits(a, e, budget) == plain_fits(stage, a, e, budget)
+                refused += not plain_fits(stage, a, e, math.inf)
+    assert refused  # some ranges fit no memory: the cached NaN must refuse them at any budget
