@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short, network_between
@@ -69,36 +70,68 @@ def _first_true(n: int, test: Callable[[int], bool]) -> int:
     return lo
 
 
-def _run_rates(spec: LayoutSpec, shape: Shape, rate: Rates) -> list[tuple[float, int]]:
+Line = tuple[tuple[int, int], ...]
+LineFacts = dict[tuple[Line, tuple[int, ...]], tuple[list[tuple[int, int, int, int]], float]]
+
+
+@dataclass
+class _Memo:
+    """What the search's bounds reuse across its shapes: stage rates by (group, tp, samples per
+    device), and by (line, stage_dp) the line's runs `(group, tp, stages, dp)` and its transfer
+    sum per micro-batch sample (the 1,024-device input has 7,168 shapes on 1,793 lines)."""
+
+    rate: Rates
+    step_flops: float  # `LayerCosts.step_flops_per_sample` (a sum over the layers each time)
+    lines: LineFacts = field(default_factory=dict)
+
+    def facts(self, spec: LayoutSpec, shape: Shape) -> tuple[list[tuple[int, int, int, int]], float]:
+        key = (shape.lines[0], shape.stage_dp)
+        found = self.lines.get(key)
+        if found is None:
+            runs = _runs(shape.lines[0])
+            starts = itertools.accumulate((n for _, _, n in runs), initial=0)
+            with_dp = [(g, t, n, shape.dp(k)) for (g, t, n), k in zip(runs, starts)]
+            found = self.lines[key] = (with_dp, _p2p_total(spec, with_dp))
+        return found
+
+
+def _memo(spec: LayoutSpec, shapes: Sequence[Shape]) -> _Memo:
+    """A search's memo, the rates of every type, tensor-parallel degree and micro-batch size filled."""
+    sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
+    groups, tps = range(len(spec.groups)), spec.tp_sizes
+    rates: Rates = {(g, t, b): _stage_rate(spec, g, t, b) for g in groups for t in tps for b in sizes}
+    return _Memo(rates, spec.costs.step_flops_per_sample)
+
+
+def _run_rates(
+    spec: LayoutSpec, shape: Shape, memo: _Memo, runs: list[tuple[int, int, int, int]] | None = None
+) -> list[tuple[float, int]]:
     """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first; a staged
     shape's stage runs `dp` devices on micro_batch / dp samples each."""
-    out, k = [], 0
-    for g, t, n in _runs(shape.lines[0]):
-        d = shape.dp(k)
-        local = shape.micro_batch / d
-        key = (g, t, local)
+    out, rate = [], memo.rate
+    for g, t, n, d in memo.facts(spec, shape)[0] if runs is None else runs:
+        key = (g, t, shape.micro_batch / d)
         if key not in rate:
-            rate[key] = _stage_rate(spec, g, t, local)
+            rate[key] = _stage_rate(spec, *key)
         out.append((d * rate[key], n))
-        k += n
     return sorted(out, reverse=True)
 
 
-def _p2p_sum(spec: LayoutSpec, shape: Shape) -> float:
-    """Sum of the transfer times between the stages of a one-line shape (as `line_p2p`)."""
-    runs, total, groups = _runs(shape.lines[0]), 0.0, spec.groups
+def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float:
+    """Sum over the stage boundaries of a line's runs `(group, tp, stages, dp)` of 1 / (sending
+    width x GB/s), as `line_p2p` prices them, without the bytes."""
+    total, groups = 0.0, spec.groups
 
     def net(a: int, b: int) -> float:
         return network_between(groups, spec.pair_gbs, spec.network_gbs, a, b)
 
-    starts = [0, *itertools.accumulate(n for _, _, n in runs)]
-    width = [t * shape.dp(k) for (_, t, _), k in zip(runs, starts)]
-    for (g, _, n), w in zip(runs, width):
+    width = [t * d for _, t, _, d in runs]
+    for (g, _, n, _), w in zip(runs, width):
         inside = w * n <= groups[g].node_size
         total += (n - 1) / (w * (groups[g].link_gbs if inside else net(g, g)))
     linked = list(zip(runs, width))
     total += sum(1.0 / (min(wa, wb) * net(a[0], b[0])) for (a, wa), (b, wb) in zip(linked, linked[1:]))
-    return total * shape.micro_batch * spec.costs.boundary_bytes / GB
+    return total
 
 
 def _spread(runs: list[tuple[float, int]], work: float, most: float) -> float:
@@ -130,15 +163,16 @@ def _line_micro_batches(spec: LayoutSpec, shape: Shape) -> int:
     return math.ceil(math.ceil(spec.global_batch / shape.replicas[0]) / shape.micro_batch)
 
 
-def _lower_bound(spec: LayoutSpec, shape: Shape, rate: Rates) -> float:
+def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
     """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on
     the fastest stages that balance it best, plus the transfers."""
-    work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
+    work, b = memo.step_flops * shape.micro_batch, shape.micro_batch
     if shape.kind in (LayoutKind.PIPELINE, LayoutKind.STAGED):
-        runs = _run_rates(spec, shape, rate)
-        return _fill_bound(runs, _line_micro_batches(spec, shape), work, 0.0) + 2 * _p2p_sum(spec, shape)
+        runs, p2p = memo.facts(spec, shape)
+        fill = _fill_bound(_run_rates(spec, shape, memo, runs), _line_micro_batches(spec, shape), work, 0.0)
+        return fill + 2 * (p2p * b * spec.costs.boundary_bytes / GB)
     speed = [
-        r * rate[(line[0][0], line[0][1], b)] * shape.stages / work
+        r * memo.rate[(line[0][0], line[0][1], b)] * shape.stages / work
         for r, line in zip(shape.replicas, shape.lines)
     ]
     lo, hi = 0.0, (spec.global_batch / b + sum(shape.replicas) * shape.stages) / min(speed)
@@ -149,15 +183,15 @@ def _lower_bound(spec: LayoutSpec, shape: Shape, rate: Rates) -> float:
     return hi
 
 
-def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], rate: Rates) -> float:
+def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -> float:
     """No split of a one-line shape estimates below this: its bottleneck is at least the balanced
     split's (the least there is), and the fill as in `_lower_bound`."""
     stats, shape = model.line_stats(bounds), model.shape
     if len(shape.lines) > 1 or not stats:
         return 0.0
-    runs = _run_rates(spec, shape, rate)
+    runs = _run_rates(spec, shape, memo)
     least = float((stats[0].fwd + stats[0].bwd).max()) * (1 - 1e-4)
-    work = spec.costs.step_flops_per_sample * shape.micro_batch
+    work = memo.step_flops * shape.micro_batch
     return _fill_bound(runs, _line_micro_batches(spec, shape), work, least) + 2 * float(stats[0].p2p.sum())
 
 
@@ -183,6 +217,8 @@ def _cap(spec: LayoutSpec, shape: Shape, best: float) -> float:
 
 def _fits_all(model: StepModel, k: int, a: int, e: int, budget: float, theta: list[float]) -> bool:
     """Whether stage `k` of every line fits `[a, e)` within `budget * theta[line]` and memory."""
+    if len(theta) == 1:  # one line: most shapes, and the search's hottest call
+        return model.models[0][k].fits(a, e, budget * theta[0])
     return all(m[k].fits(a, e, budget * th) for m, th in zip(model.models, theta))
 
 
@@ -197,7 +233,7 @@ def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[in
         if first is None or first + 1 > limit:
             return None
         last = next(a for a in range(hi, first - 1, -1) if _fits_all(model, k, a, a + 1, budget, theta))
-        end = min(m[k].max_end(last, limit, budget * th) for m, th in zip(model.models, theta))
+        end = min([m[k].max_end(last, limit, budget * th) for m, th in zip(model.models, theta)])
         reach.append((first + 1, end))
     return reach if reach[-1][1] == layers else None
 
@@ -252,15 +288,26 @@ def _moves(bounds: list[int], reach: int) -> Iterator[list[int]]:
             yield [b + step if lo <= k < hi else b for k, b in enumerate(bounds)]
 
 
+def _first_better(
+    model: StepModel, moves: Iterator[list[int]], goal: float
+) -> tuple[list[int], float] | None:
+    """The first split of `moves` that scores under `goal`, and its score."""
+    for trial in moves:
+        if (score := model.score(trial, goal)) < goal:
+            return trial, score
+    return None
+
+
 def polish(model: StepModel, bounds: list[int], sweeps: int = 64) -> tuple[list[int], float]:
     """Hand single layers between stages (any two stages in pipelines of up to 16, neighbours
     beyond) while the step improves (`StepModel.score`)."""
     best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
     for _ in range(sweeps):
-        trial = next((t for t in _moves(bounds, reach) if model.score(t) < best * (1 - 1e-9)), None)
-        if trial is None:
+        goal = best * (1 - 1e-9)
+        found = _first_better(model, _moves(bounds, reach), goal)
+        if found is None:
             break
-        bounds, best = trial, model.score(trial)
+        bounds, best = found
     return bounds, best
 
 
@@ -286,14 +333,8 @@ def search(
 ) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
     can win; and whether the work bound stopped it early."""
-    sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
-    rate: Rates = {
-        (g, t, b): _stage_rate(spec, g, t, b)
-        for g in range(len(spec.groups))
-        for t in spec.tp_sizes
-        for b in sizes
-    }
-    ranked = sorted((_lower_bound(spec, s, rate), i, s) for i, s in enumerate(shapes))
+    memo = _memo(spec, shapes)
+    ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
     best = math.inf
     split, work = 0, 0
@@ -310,7 +351,7 @@ def search(
         work += _split_work(spec, shape)
         model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
         start = balanced_bounds(model, _cap(spec, shape, best))
-        if start is None or (_floor(spec, model, start, rate) >= best and not short):
+        if start is None or (_floor(spec, model, start, memo) >= best and not short):
             continue
         bounds, score = polish(model, start)
         fits.append((score, i, bounds, model))

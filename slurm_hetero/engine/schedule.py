@@ -82,7 +82,12 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
     transfer delay between stages `k` and `k + 1` (either way)."""
     p, m = len(fwd), micro_batches
     orders = [_op_order(p, k, m) for k in range(p)]
-    done: dict[tuple[bool, int, int], float] = {}
+    times = (np.asarray(fwd, dtype=np.float64).tolist(), np.asarray(bwd, dtype=np.float64).tolist())
+    delay = np.asarray(p2p, dtype=np.float64).tolist()  # Python floats: the same sums, faster
+    done: tuple[list[list[float | None]], list[list[float | None]]] = (
+        [[None] * m for _ in range(p)],
+        [[None] * m for _ in range(p)],
+    )
     ops: list[tuple[int, int, bool, float, float]] = []
     ptr, free, sweep = [0] * p, [0.0] * p, 0
     while len(ops) < 2 * p * m:
@@ -90,12 +95,12 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
         for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
             while ptr[k] < len(orders[k]):
                 back, i = orders[k][ptr[k]]
-                ready = _ready(done, back, k, i, p, p2p)
+                ready = _ready(done, back, k, i, p, delay)
                 if ready is None:
                     break
                 start = max(free[k], ready)
-                free[k] = start + (bwd[k] if back else fwd[k])
-                done[(back, k, i)] = free[k]
+                free[k] = start + times[back][k]
+                done[back][k][i] = free[k]
                 ops.append((k, i, back, start, free[k]))
                 ptr[k] += 1
         if len(ops) == before:
@@ -104,15 +109,22 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
 
 
 def _ready(
-    done: dict[tuple[bool, int, int], float], back: bool, k: int, i: int, p: int, p2p: FloatArray
+    done: tuple[list[list[float | None]], list[list[float | None]]],
+    back: bool,
+    k: int,
+    i: int,
+    p: int,
+    p2p: list[float],
 ) -> float | None:
     if not back:
-        prev = done.get((False, k - 1, i)) if k else 0.0
-        return None if prev is None else prev + (float(p2p[k - 1]) if k else 0.0)
+        if not k:
+            return 0.0
+        prev = done[False][k - 1][i]
+        return None if prev is None else prev + p2p[k - 1]
     if k == p - 1:
-        return done.get((False, k, i))
-    nxt = done.get((True, k + 1, i))
-    return None if nxt is None else nxt + float(p2p[k])
+        return done[False][k][i]
+    nxt = done[True][k + 1][i]
+    return None if nxt is None else nxt + p2p[k]
 
 
 def _schedule(ops: list[tuple[int, int, bool, float, float]], free: list[float]) -> Schedule:
@@ -303,6 +315,7 @@ class StepModel:
         self._ar_gbs = [self._allreduce_gbs(k) for k in range(p)]
         self._ar_groups = [self._hierarchy(k) for k in range(p)]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
+        self._grad_cache: dict[tuple[int, int, int], tuple[float, float]] = {}
 
     def _allreduce_gbs(self, k: int) -> tuple[float, float]:
         """Bandwidth of stage `k`'s gradient ring, and the seconds per byte it pays once on top:
@@ -378,33 +391,36 @@ class StepModel:
         """Gradient bytes per rank of each stage position (what its all-reduce moves): with tensor
         parallel degrees that differ by type (data family), a rank of the least degree holds the
         most and takes part in the reduction of every finer shard it covers."""
-        c, pre = self.costs, self.costs.prefix["params"]
-        edges = np.asarray(bounds)
-        params = pre[edges[1:]] - pre[edges[:-1]]
-        params[0] += c.first_param_bytes
-        params[-1] += c.last_param_bytes
-        least = [min(line[k][1] for line in self.shape.lines) for k in range(len(params))]
-        tp = np.array(least, dtype=np.float64)
-        out: FloatArray = params * c.grad_factor / tp
-        return out
+        return np.array([self._gradient(k, a, e)[0] for k, (a, e) in enumerate(zip(bounds, bounds[1:]))])
 
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
         """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
         stage's own data-parallel devices): one flat ring, or where the ring spans vendors the
         hierarchical all-reduce (`stagecost.hierarchical_allreduce_s`), which is what
         `slurm_hetero.training` then runs (it has no flag to run the flat ring instead)."""
-        ranks = sum(self.shape.replicas)
-        out = []
-        for k, (v, (gbs, copies)) in enumerate(zip(self.grad_bytes(bounds), self._ar_gbs)):
-            n = ranks * self.shape.dp(k)
-            flat = ring_allreduce_s(float(v), n, gbs) + (copies * float(v) if n > 1 else 0.0)
+        return np.array([self._gradient(k, a, e)[1] for k, (a, e) in enumerate(zip(bounds, bounds[1:]))])
+
+    def _gradient(self, k: int, a: int, e: int) -> tuple[float, float]:
+        """(gradient bytes per rank, all-reduce seconds) of stage position `k` over `[a, e)`,
+        cached like the stage figures (polishing re-prices the same ranges many times)."""
+        key = (k, a, e)
+        if key not in self._grad_cache:
+            c, pre = self.costs, self.costs.prefix["params"]
+            params = pre[e] - pre[a]
+            params += c.first_param_bytes if k == 0 else 0.0
+            params += c.last_param_bytes if k == self.shape.stages - 1 else 0.0
+            v = float(params * c.grad_factor / float(min(line[k][1] for line in self.shape.lines)))
+            (gbs, copies), n = self._ar_gbs[k], sum(self.shape.replicas) * self.shape.dp(k)
+            flat = ring_allreduce_s(v, n, gbs) + (copies * v if n > 1 else 0.0)
             if (groups := self._ar_groups[k]) is not None:
-                flat = hierarchical_allreduce_s(float(v), *groups, gbs, copies)
-            out.append(flat)
-        return np.array(out)
+                flat = hierarchical_allreduce_s(v, *groups, gbs, copies)
+            self._grad_cache[key] = (v, flat)
+        return self._grad_cache[key]
 
     def split(self, stats: Sequence[LineStats]) -> tuple[int, ...]:
         """Samples per replica, by speed (identical replicas get equal shares, the first ones +1)."""
+        if len(self.shape.replicas) == 1:  # identical replicas: the speeds do not matter
+            return split_samples(self.batch, self.shape.replicas, (), (), self.shape.micro_batch)
         fill = [float((s.fwd + s.bwd).sum() + 2 * s.p2p.sum()) for s in stats]
         period = [float((s.fwd + s.bwd).max()) for s in stats]
         return split_samples(self.batch, self.shape.replicas, fill, period, self.shape.micro_batch)
@@ -415,11 +431,13 @@ class StepModel:
         simulates it instead (a few hundred operations at most)."""
         return is_short(self.shape, self.batch)
 
-    def score(self, bounds: Sequence[int]) -> float:
+    def score(self, bounds: Sequence[int], below: float = math.inf) -> float:
         """The search's objective: the closed form, or for `short` steps the simulated step (with
-        the sample split refined too when there are at most `REFINE_REPLICAS` replicas)."""
+        the sample split refined too when there are at most `REFINE_REPLICAS` replicas). With
+        `below`, the closed form may return a lower bound instead once that is at least `below`
+        (`estimate`): the caller only asks whether the step is under it."""
         if not self.short:
-            return self.estimate(bounds)
+            return self.estimate(bounds, below=below)
         stats = self.line_stats(bounds)
         if stats is None:
             return math.inf
@@ -458,15 +476,22 @@ class StepModel:
             start += r
         return out
 
-    def estimate(self, bounds: Sequence[int], samples: Sequence[int] | None = None) -> float:
-        """Closed-form step seconds (inf when a stage cannot fit)."""
+    def estimate(
+        self, bounds: Sequence[int], samples: Sequence[int] | None = None, below: float = math.inf
+    ) -> float:
+        """Closed-form step seconds (inf when a stage cannot fit). When the busiest line's 1F1B
+        alone (the first stage ends with the line; all-reduces only add) is at least `below`, that
+        lower bound is returned without pricing the all-reduces."""
         stats = self.line_stats(bounds)
         if stats is None:
             return math.inf
         samples = self.split(stats) if samples is None else samples
+        lines = list(zip(stats, self._per_line_max(samples)))
+        totals = [estimate_1f1b(s.fwd, s.bwd, s.p2p, math.ceil(n / self.shape.micro_batch)) for s, n in lines]
+        if max(totals) >= below:
+            return max(totals)
         ends = []
-        for s, n in zip(stats, self._per_line_max(samples)):
-            total = estimate_1f1b(s.fwd, s.bwd, s.p2p, math.ceil(n / self.shape.micro_batch))
+        for (s, n), total in zip(lines, totals):
             drain = np.concatenate(([0.0], np.cumsum(s.bwd + s.p2p)[:-1]))
             ends.append(np.where(n > 0, total - drain, 0.0))
         return self._step(stats, ends, bounds)

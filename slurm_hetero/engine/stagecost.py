@@ -36,6 +36,7 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s`, `hierarchical_allre
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -318,6 +319,9 @@ class StageModel:
     """Time (seconds per micro-batch) and memory (bytes per device) of one site over layer ranges
     `[a, e)` with the first `r` layers recomputed, from prefix sums of `costs`."""
 
+    NEED_STARTS = 64  # starts whose `_needs` are kept
+    FIT_RANGES = 65_536  # ranges whose `fits` figure is kept (a search asks at many budgets)
+
     def __init__(self, costs: LayerCosts, site: StageSite) -> None:
         self.costs, self.site, g, pre = costs, site, site.group, costs.prefix
         state = costs.state_factor(site.dp)
@@ -339,6 +343,8 @@ class StageModel:
         self._mem_array = state / tp * pre["params"] + self.mu_a * pre["acts"]
         self._time, self._mem = self._time_array.tolist(), self._mem_array.tolist()
         self._savings = pre["savings"].tolist()
+        self._need: dict[int, tuple[int, list[float]]] = {}
+        self._fit: dict[tuple[int, int], float] = {}
 
     def times(self, a: int, e: int, r: int) -> tuple[float, float]:
         """Forward and backward seconds per micro-batch."""
@@ -379,12 +385,21 @@ class StageModel:
 
     def fits(self, a: int, e: int, budget: float) -> bool:
         """Whether `[a, e)` fits in memory (recomputing as needed) with fwd + bwd <= `budget`."""
+        need = self._fit.get((a, e))
+        if need is None:
+            need = self._fit[(a, e)] = self._fit_need(a, e)
+            if len(self._fit) > self.FIT_RANGES:
+                self._fit.clear()
+        return need <= budget  # NaN (no fit) is under no budget
+
+    def _fit_need(self, a: int, e: int) -> float:
+        """fwd + bwd of `[a, e)` with the recomputation it needs; NaN when nothing makes it fit."""
         r = self.recompute(a, e)
         if r > e - a:
-            return False
+            return math.nan
         f = self.costs.prefix["flops"]
         extra = self.alpha * (3 * self.extra_flops + f[a + r] - f[a]) + 2 * self.comm * r
-        return bool(self._time[e] - self._time[a] + extra <= budget)
+        return float(self._time[e] - self._time[a] + extra)
 
     def max_end(self, a: int, limit: int, budget: float) -> int:
         """Largest `e <= limit` whose range `[a, e)` fits in memory with fwd + bwd <= `budget`
@@ -393,10 +408,25 @@ class StageModel:
         e = bisect.bisect_right(self._time, goal, a + 1, limit + 1) - 1
         if e == a or (not self.all and self.base_mem + self._mem[e] - self._mem[a] <= self.capacity):
             return e
-        ends = np.arange(a + 1, e + 1)
-        r = self._recompute_all(a, ends)
-        rr = np.minimum(r, ends - a)
-        f = self.costs.prefix["flops"]
-        extra = self.alpha * (3 * self.extra_flops + f[a + rr] - f[a]) + 2 * self.comm * rr
-        bad = np.flatnonzero((r > ends - a) | (self._time_array[ends] - self._time[a] + extra > budget))
-        return a + (int(bad[0]) if bad.size else int(ends.size))
+        fitting, need = self._needs(a, e)
+        return a + min(fitting, bisect.bisect_right(need, budget, 0, e - a))
+
+    def _needs(self, a: int, e: int) -> tuple[int, list[float]]:
+        """For the ranges `[a, a + 1)` ... `[a, e)` (or further, cached): how many leading ones fit
+        in memory, and the running maximum of their fwd + bwd with the recomputation each needs.
+        `max_end`'s search ends at the first range over its budget: a bisection of the latter. A
+        search for the balanced split asks for one start at many budgets, so the figures are
+        kept per start (a bounded number of starts)."""
+        found = self._need.get(a)
+        if found is None or len(found[1]) < e - a:
+            ends = np.arange(a + 1, e + 1)
+            r = self._recompute_all(a, ends)
+            rr = np.minimum(r, ends - a)
+            f = self.costs.prefix["flops"]
+            extra = self.alpha * (3 * self.extra_flops + f[a + rr] - f[a]) + 2 * self.comm * rr
+            over = np.flatnonzero(r > ends - a)
+            need = np.maximum.accumulate(self._time_array[ends] - self._time[a] + extra)
+            if len(self._need) >= self.NEED_STARTS:
+                self._need.clear()
+            found = self._need[a] = (int(over[0]) if over.size else int(ends.size), need.tolist())
+        return found

@@ -1,0 +1,217 @@
+"""The layout search's memos and cheap bounds change its speed, never its answer: each memoized or
+pruned path against the plain computation it replaces, on small instances (speed itself is measured
+by `scripts/bench_plan`, not asserted here)."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from slurm_hetero.engine.layout import LayoutSpec, candidate_shapes
+from slurm_hetero.engine.partition import _lower_bound, _memo, balanced_bounds, polish
+from slurm_hetero.engine.schedule import Schedule, StageModel, StepModel, _op_order, _schedule, simulate_1f1b
+from tests.unit.test_layout import random_spec
+
+
+def long_spec(seed: int) -> LayoutSpec:
+    """A small random instance with a batch large enough for the closed form (not `is_short`)."""
+    rng = random.Random(seed)
+    return dataclasses.replace(random_spec(rng), global_batch=rng.choice([512, 2048, 4096]))
+
+
+def models(spec: LayoutSpec) -> list[StepModel]:
+    return [
+        StepModel(spec.groups, spec.costs, s, spec.global_batch, spec.network_gbs, spec.pair_gbs)
+        for s in candidate_shapes(spec)
+    ]
+
+
+def fresh(model: StepModel) -> StepModel:
+    """The same model with empty caches."""
+    return StepModel(model.groups, model.costs, model.shape, model.batch, model.network_gbs, model.pair_gbs)
+
+
+def one_move(bounds: list[int], i: int, j: int) -> list[int]:
+    """Stage `i` hands one layer towards stage `j` (the boundaries between them shift by one)."""
+    lo, hi, step = (i + 1, j + 1, -1) if i < j else (j + 1, i + 1, 1)
+    return [b + step if lo <= k < hi else b for k, b in enumerate(bounds)]
+
+
+def plain_polish(model: StepModel, bounds: list[int], sweeps: int = 64) -> tuple[list[int], float]:
+    """`polish` as it was before its moves were cut by a lower bound: every move fully scored."""
+    best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
+    for _ in range(sweeps):
+        moves = (
+            one_move(bounds, i, j)
+            for i, j in itertools.permutations(range(len(bounds) - 1), 2)
+            if abs(i - j) <= reach and bounds[i + 1] - bounds[i] > 1
+        )
+        trial = next((t for t in moves if model.score(t) < best * (1 - 1e-9)), None)
+        if trial is None:
+            break
+        bounds, best = trial, model.score(trial)
+    return bounds, best
+
+
+def test_polish_with_a_bound_moves_as_the_plain_polish() -> None:
+    polished, moved = 0, 0
+    for seed in range(12):
+        for model in models(long_spec(seed)):
+            start = balanced_bounds(model)
+            if start is None:
+                continue
+            bounds, score = polish(model, start)
+            assert (bounds, score) == plain_polish(fresh(model), start)
+            polished, moved = polished + 1, moved + (bounds != start)
+    assert polished >= 50 and moved >= 10, (polished, moved)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_bounded_estimate_is_exact_below_the_bound_and_a_lower_bound_above(seed: int) -> None:
+    spec = long_spec(seed)
+    for model in models(spec):
+        start = balanced_bounds(model)
+        if start is None or model.short:
+            continue
+        exact = model.estimate(start)
+        for below in (exact * 0.5, exact * 0.999, exact * 1.001, math.inf):
+            value = model.estimate(start, below=below)
+            assert value == exact or below <= value <= exact
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_shared_memo_gives_each_shape_the_bound_of_a_fresh_one(seed: int) -> None:
+    spec = long_spec(seed)
+    shapes = candidate_shapes(spec)
+
+    shared = _memo(spec, shapes)
+    fresh = [_lower_bound(spec, s, _memo(spec, shapes)) for s in shapes]
+    assert [_lower_bound(spec, s, shared) for s in shapes] == fresh
+
+
+def test_cached_gradients_match_a_fresh_model_whatever_the_order() -> None:
+    spec = long_spec(3)
+    for model in models(spec)[:20]:
+        layers, p = spec.costs.layers, model.shape.stages
+        splits = [[0, *c, layers] for c in itertools.combinations(range(1, layers), p - 1)][:30]
+        warm = [(model.grad_bytes(b).tolist(), model.allreduce(b).tolist()) for b in splits]
+        for bounds, seen in zip(reversed(splits), reversed(warm)):
+            cold = StepModel(
+                model.groups, model.costs, model.shape, model.batch, model.network_gbs, model.pair_gbs
+            )
+            assert (cold.allreduce(bounds).tolist(), cold.grad_bytes(bounds).tolist())[::-1] == seen
+            assert seen[0] == plain_grad_bytes(model, bounds).tolist()
+
+
+def plain_grad_bytes(model: StepModel, bounds: list[int]) -> np.ndarray:
+    """`StepModel.grad_bytes` as it was before its per-stage cache, over the whole split at once."""
+    c, pre, edges = model.costs, model.costs.prefix["params"], np.asarray(bounds)
+    params = pre[edges[1:]] - pre[edges[:-1]]
+    params[0] += c.first_param_bytes
+    params[-1] += c.last_param_bytes
+    tp = np.array(
+        [min(line[k][1] for line in model.shape.lines) for k in range(len(params))], dtype=np.float64
+    )
+    out: np.ndarray = params * c.grad_factor / tp
+    return out
+
+
+def plain_max_end(stage: StageModel, a: int, limit: int, budget: float) -> int:
+    """`StageModel.max_end` as it was before its per-start cache: every end priced afresh."""
+    goal = stage._time[a] + budget - 3 * stage.alpha * stage.extra_flops
+    e = bisect.bisect_right(stage._time, goal, a + 1, limit + 1) - 1
+    if e == a or (not stage.all and stage.base_mem + stage._mem[e] - stage._mem[a] <= stage.capacity):
+        return e
+    ends = np.arange(a + 1, e + 1)
+    r = stage._recompute_all(a, ends)
+    rr = np.minimum(r, ends - a)
+    f = stage.costs.prefix["flops"]
+    extra = stage.alpha * (3 * stage.extra_flops + f[a + rr] - f[a]) + 2 * stage.comm * rr
+    bad = np.flatnonzero((r > ends - a) | (stage._time_array[ends] - stage._time[a] + extra > budget))
+    return a + (int(bad[0]) if bad.size else int(ends.size))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_max_end_with_its_cache_ends_where_the_plain_search_does(seed: int) -> None:
+    rng, spec = random.Random(seed), long_spec(seed)
+    layers, recomputing = spec.costs.layers, 0
+    for model in models(spec)[:10]:
+        for stage in (m for line in model.models for m in line):
+            full = stage._time[-1] - stage._time[0]
+            for _ in range(60):  # starts, limits and budgets in random order: the cache is reused
+                a = rng.randrange(layers)
+                limit, budget = rng.randint(a + 1, layers), rng.choice([math.inf, rng.uniform(0, 1.2) * full])
+                assert stage.max_end(a, limit, budget) == plain_max_end(stage, a, limit, budget)
+            recomputing += bool(stage._need)
+    assert recomputing  # the recomputation path (and its cache) was taken
+
+
+def plain_simulate_1f1b(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray, m: int) -> Schedule:
+    """`simulate_1f1b` as it was before its tables of finished operations: a dict of them."""
+    p = len(fwd)
+    orders = [_op_order(p, k, m) for k in range(p)]
+    done: dict[tuple[bool, int, int], float] = {}
+    ops: list[tuple[int, int, bool, float, float]] = []
+    ptr, free, sweep = [0] * p, [0.0] * p, 0
+    while len(ops) < 2 * p * m:
+        sweep += 1
+        for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
+            while ptr[k] < len(orders[k]):
+                back, i = orders[k][ptr[k]]
+                if not back:
+                    prev = done.get((False, k - 1, i)) if k else 0.0
+                    ready = None if prev is None else prev + (float(p2p[k - 1]) if k else 0.0)
+                elif k == p - 1:
+                    ready = done.get((False, k, i))
+                else:
+                    nxt = done.get((True, k + 1, i))
+                    ready = None if nxt is None else nxt + float(p2p[k])
+                if ready is None:
+                    break
+                start = max(free[k], ready)
+                free[k] = start + (bwd[k] if back else fwd[k])
+                done[(back, k, i)] = free[k]
+                ops.append((k, i, back, start, free[k]))
+                ptr[k] += 1
+    return _schedule(ops, free)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_1f1b_simulation_plays_out_as_the_plain_one(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    p, m = int(rng.integers(1, 9)), int(rng.integers(1, 40))
+    fwd, bwd, p2p = rng.uniform(0.1, 2, p), rng.uniform(0.2, 4, p), rng.uniform(0, 0.5, max(p - 1, 0))
+    new, old = simulate_1f1b(fwd, bwd, p2p, m), plain_simulate_1f1b(fwd, bwd, p2p, m)
+    for field in dataclasses.fields(Schedule):
+        assert getattr(new, field.name).tolist() == getattr(old, field.name).tolist()
+
+
+def plain_fits(stage: StageModel, a: int, e: int, budget: float) -> bool:
+    """`StageModel.fits` as it was before its per-range cache."""
+    r = stage.recompute(a, e)
+    if r > e - a:
+        return False
+    f = stage.costs.prefix["flops"]
+    extra = stage.alpha * (3 * stage.extra_flops + f[a + r] - f[a]) + 2 * stage.comm * r
+    return bool(stage._time[e] - stage._time[a] + extra <= budget)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fits_with_its_cache_answers_as_the_plain_test(seed: int) -> None:
+    rng, spec = random.Random(seed), long_spec(seed)
+    layers, refused = spec.costs.layers, 0
+    for model in models(spec)[:10]:
+        for stage in (m for line in model.models for m in line):
+            full = stage._time[-1] - stage._time[0]
+            for _ in range(60):  # ranges asked again at other budgets, infinite ones too
+                a = rng.randrange(layers)
+                e, budget = rng.randint(a + 1, layers), rng.choice([math.inf, rng.uniform(0, 1.2) * full])
+                assert stage.fits(a, e, budget) == plain_fits(stage, a, e, budget)
+                refused += not plain_fits(stage, a, e, math.inf)
+    assert refused  # some ranges fit no memory: the cached NaN must refuse them at any budget
