@@ -361,6 +361,71 @@ def test_srun_with_the_count_in_another_option_runs_its_step(
         assert len([d for d in devices.split(",") if d.isdigit()]) == 2, (run.stdout, run.stderr)
 
 
+def _cluster_model(dev_cluster: Cluster, suite_config: Path) -> tuple[Any, HookOptions, int]:
+    from slurm_hetero.cli.submit import _model
+
+    settings = load_settings(suite_config)
+    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    return _model(dev_cluster.inventory, (), settings), hook, uid
+
+
+@pytest.mark.parametrize("which", ["nodelist", "exclude", "cpus_per_task", "mem"])
+def test_srun_decides_with_its_node_options_as_the_hook_does(
+    dev_cluster: Cluster, suite_config: Path, which: str
+) -> None:
+    """srun's half of the cli_filter ignored -w/-x, -c and --mem: `srun -w NODE --gres=gpumem:20G`
+    was rewritten in srun and then accepted by the hook (no gpumem left), and -c/--mem beyond the
+    chosen type's nodes gave a job that could not start. Now srun's decision is the hook's on the
+    job srun sends: the same refusal and message, or a step on a device of the chosen type."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    plain = explain(model, hook, job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name))
+    assert plain.ok and plain.choice is not None
+    shapes = model.types[plain.choice.types[0]].shapes
+    options: dict[str, Any] = {
+        "nodelist": {"nodelist": "l40sn1"},
+        "exclude": {"exclude": "l40sn1"},
+        "cpus_per_task": {"cpus_per_task": max(s.cpus for s in shapes) + 1},
+        "mem": {"mem": f"{max(s.memory_mib for s in shapes) + 1}M"},
+    }[which]
+    job = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name, **options)
+    predicted = explain(model, hook, job)
+    assert (predicted.ok, predicted.message) != (plain.ok, plain.message)  # the option decides
+    flag = {"nodelist": "-w", "exclude": "-x", "cpus_per_task": "-c", "mem": "--mem"}[which]
+    script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+    run = as_user("srun", "-t", "1", "--gres=gpumem:20G", flag, str(options[which]), "sh", "-c", script)
+    if not predicted.ok:
+        assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+        assert "->" not in run.stderr  # no rewrite printed by srun first
+        return
+    assert run.returncode == 0 and predicted.message in run.stderr, run.stderr
+    fields = dict(part.split("=", 1) for part in run.stdout.split())
+    assert fields.get("CUDA_VISIBLE_DEVICES"), run.stdout
+    held = {d.type for d in node_devices(dev_cluster.inventory)[fields["NODE"]]}
+    assert predicted.choice is not None and predicted.choice.types[0] in held, (fields, predicted.message)
+
+
+def test_srun_on_two_nodes_without_n_gives_each_task_its_device(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """`srun -N2 --gres=gpumem:20G cmd` (no -n) left gpumem in the step: the filter could not tell
+    -N2 from -N2 -n1 and left the job to the hook, which rewrote only the job ("Step requested GRES
+    (gpumem:(null)) not found in the job" or no device). Now both tasks, one per node, see one."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    predicted = explain(
+        model, hook, job_from_options(gres="gpumem:20G", nodes=2, uid=uid, slurm_release=dev_cluster.name)
+    )
+    script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+    run = as_user("srun", "-t", "1", "-N2", "--gres=gpumem:20G", "sh", "-c", script)
+    if not predicted.ok:
+        assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+        return
+    assert run.returncode == 0 and predicted.message in run.stderr, run.stderr
+    lines = [dict(part.split("=", 1) for part in line.split()) for line in run.stdout.splitlines()]
+    assert len(lines) == 2 and len({line["NODE"] for line in lines}) == 2, run.stdout
+    assert all(line.get("CUDA_VISIBLE_DEVICES") for line in lines), run.stdout
+
+
 def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_path: Path) -> None:
     script = "#!/bin/bash\n#SBATCH --gres=gpumem:70G\n#SBATCH hetjob\n#SBATCH --gres=gpumem:30G\ntrue\n"
     run = as_user("sbatch", "-H", "--parsable", "-o", "/dev/null", stdin=script)
