@@ -231,8 +231,24 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
         ),
         (["--gres=gpu:1,gpumem:20G"], ["numnodes=2"], {"nodes": 2}),
         (["-n1", "--gpus-per-task=1", "--gres=gpumem:20G"], ["numtasks=8"], {"ntasks": 8}),
+        # not checked before: the job pended forever where its type is not
+        (["--gres=gpu:1,gpumem:20G"], ["partition=ascend"], {"partition": "ascend"}),
+        (["--gres=gpu:1,gpumem:20G"], ["partition=nvidia"], {"partition": "nvidia"}),
+        (["--gres=gpu:1,gpumem:20G"], ["features=ascend"], {"constraint": "ascend"}),
+        (["--gres=gpu:1,gpumem:20G"], ["features=nvidia"], {"constraint": "nvidia"}),
     ],
-    ids=["gpus", "per-task", "per-node", "matching-or", "numnodes", "numtasks"],
+    ids=[
+        "gpus",
+        "per-task",
+        "per-node",
+        "matching-or",
+        "numnodes",
+        "numtasks",
+        "partition-without",
+        "partition-with",
+        "features-without",
+        "features-with",
+    ],
 )
 def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
     dev_cluster: Cluster, suite_config: Path, submitted: list[str], update: list[str], change: dict[str, Any]
@@ -257,6 +273,11 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
         edit = replace(job_from_options(**change, slurm_release=dev_cluster.name), submit_uid=uid)
         predicted = explain_edit(model, hook, edit, record)
         result = as_user("scontrol", "update", f"jobid={job_id}", *update)
+        if predicted.ok and "partition" in change and dev_cluster.name == "24.11":
+            # 24.11 without accounting storage refuses every partition update after the hook:
+            # _update_job -> _retrieve_new_assoc finds no association and returns a stale errno
+            assert "Resource temporarily unavailable" in result.stderr, result.stderr
+            return
         assert (result.returncode == 0) == predicted.ok, (result.stderr, predicted.message)
         if not predicted.ok:
             if dev_cluster.name != "22.05":  # 22.05 drops log_user in job_modify
@@ -355,7 +376,9 @@ def test_srun_with_the_count_in_another_option_runs_its_step(
     script = "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
     run = as_user("srun", "--gres=gpumem:20G", *options, "sh", "-c", script)
     assert run.returncode == 0, run.stderr
-    assert "gpumem:20G," in run.stderr and "not found in the job" not in run.stderr, run.stderr
+    # the decision printed by the filter (the gpu item first, as srun sends --gpus-per-node)
+    assert "gpumem:20G" in run.stderr and " -> " in run.stderr, run.stderr
+    assert "not found in the job" not in run.stderr, run.stderr
     if "-n2" not in options:  # 22.05 exports no CUDA_VISIBLE_DEVICES to a --gpus-per-task step here
         devices = run.stdout.strip().removeprefix("CUDA_VISIBLE_DEVICES=")
         assert len([d for d in devices.split(",") if d.isdigit()]) == 2, (run.stdout, run.stderr)

@@ -633,6 +633,55 @@ def test_an_edit_of_the_node_or_task_count_is_checked_against_the_devices_held(
     assert rc == 0  # not ours
 
 
+@pytest.mark.parametrize(
+    ("record", "edit", "accepted"),
+    [
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(partition="ascend"), False),  # no l40s there
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(partition="nvidia"), True),
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(partition="nvidia,ascend"), True),
+        (Job(tres_per_task="gres/gpu:a100_80g=1"), Job(partition="ascend"), False),
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(features="ib"), False),  # the l40s node has no ib
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(features="nvidia"), True),
+        (Job(tres_per_node="gres/gpu:a100_80g:1"), Job(features="ib"), True),
+        (Job(tres_per_node="gres/gpu:a100_80g:1"), Job(features="ascend|hccs"), False),
+        (Job(tres_per_node="gres:shard:5,gres:gpumem:20G", features="l40s"), Job(partition="ascend"), False),
+    ],
+)
+def test_an_edit_of_the_partition_or_constraint_is_checked_against_the_devices_held(
+    rendered: dict[str, Config], hooks: dict[str, Hook], record: Job, edit: Job, accepted: bool
+) -> None:
+    """`scontrol update jobid=N partition=P` (or features=F) of a pending rewritten job was not
+    checked: the type it holds need not exist there, and the job pended forever. Checked as a
+    count edit is: refused naming what would fit, or accepted."""
+    config = rendered["mixed"]
+    record = replace(record, user_id=1000, admin_comment=NOTE)
+    edit = replace(edit, submit_uid=1000)
+    ok, message, _ = both_edit(config, hooks["mixed"], edit, record)
+    assert ok == accepted, message
+    if not ok:
+        assert message.startswith(MESSAGES["edit_counts"].split("%s")[0]) and "gres=gpumem:SIZE" in message
+    rc, _, _, _ = run_edit(hooks["mixed"], edit, replace(record, admin_comment=None))
+    assert rc == 0  # not ours
+
+
+def test_a_new_constraint_keeps_the_types_the_rewrite_chose(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """`features=ib` on an any-fit job (`gres:gpu:1`, constraint `TYPE|TYPE` chosen for its gpumem)
+    would drop that constraint and let the job start on a device too small: ANDed instead."""
+    config = rendered["second"]
+    first = explain(
+        config.model, config.options, Job(tres_per_node="gres:gpumem:50G", user_id=1000, submit_uid=1000)
+    )
+    assert first.ok and first.choice is not None and first.choice.kind == "any" and first.job.features, first
+    ours = first.job.features
+    ok, _, after = both_edit(config, hooks["second"], Job(features="ib", submit_uid=1000), first.job)
+    tail = ours if "|" not in ours else f"({ours})"
+    assert ok and after.features == f"ib&{tail}", after.features
+    ok, message, _ = both_edit(config, hooks["second"], Job(features="t4", submit_uid=1000), first.job)
+    assert not ok and message.startswith(MESSAGES["edit_counts"].split("%s")[0]), message
+
+
 def test_an_impossible_edit_is_refused_with_the_message(
     rendered: dict[str, Config], hooks: dict[str, Hook]
 ) -> None:
@@ -879,6 +928,36 @@ def test_user_text_never_forges_a_log_line(hooks: dict[str, Hook], gres: str) ->
         assert logged, lines
         for text in logged:
             assert text.isprintable() and len(text) < 600, text
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        Job(tres_per_node="gres:gpumem:20G", features="ib\nslurm_hetero: forged", submit_uid=1000),
+        Job(tres_per_node="gres:gpumem:abc\nforged", submit_uid=1000),
+        Job(tres_per_node="gres:gpumem:20G,gpu:x\\n\ty", submit_uid=1000),
+        Job(tres_per_node="gres:gpumem:900G", features="(ib)\r", submit_uid=1000),
+    ],
+    ids=["constraint-newline", "gres-newline", "backslash-tab", "cr"],
+)
+def test_user_text_in_a_message_is_escaped_the_same_in_the_hook_and_explain(
+    rendered: dict[str, Config], hooks: dict[str, Hook], job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`request explain -C $'ib\\nx'` printed the newline verbatim, its answer spanning lines, and
+    the hook told the user the same. Both write control characters and backslashes as \\ddd
+    (`reasons.one_line`, the hook's `escaped`); the text mode answer is one line."""
+    import json
+
+    ok, message, _ = both(rendered["mixed"], hooks["mixed"], job)
+    assert not ok and message.isprintable() and "\\0" in message, message
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    argv = ["request", "explain", "--inventory", str(MIXED), "--gres", str(job.tres_per_node)[5:]]
+    argv += ["-C", job.features] if job.features else []
+    text = CliRunner().invoke(cli, argv).stdout
+    assert text.count("\n") == 1 and text.isprintable() is False and text[:-1].isprintable(), text
+    answer = json.loads(CliRunner().invoke(cli, [*argv, "--json"]).stdout)
+    assert answer["message"].isprintable() and not answer["ok"]
+    assert answer["message"] == hooks["scoped"].run(replace(job, submit_uid=1000))[1]
 
 
 # ------------------------------------------------------------------------------ cli_filter
