@@ -39,15 +39,26 @@ local INTERNAL = "internal error in the slurm_hetero job_submit hook; job reject
 
 ------------------------------------------------------------------------ logging
 
--- slurmctld's log gets one line per call: user text (the request, error strings) has its control
--- characters (newline, CR, tab, NUL, ...) and backslashes written as \ddd, and at most 400 bytes.
+-- User text (the request, a constraint, error strings) as one line: control characters (newline,
+-- CR, tab, NUL, ...) and backslashes written as \ddd, as slurm_hetero.engine.reasons.one_line
+-- writes them for `request explain`. Every message to the user goes through it (say).
 local unpack_args = unpack or table.unpack
-local function escaped(c) return string.format("\\%03d", string.byte(c)) end
-local function loggable(value)
+local function escape_char(c) return string.format("\\%03d", string.byte(c)) end
+local function escaped(value)
   local text = tostring(value)
-  if string.find(text, "[%c\\]") then text = string.gsub(text, "[%c\\]", escaped) end
+  if not string.find(text, "[%c\\]") then return text end
+  return (string.gsub(text, "[%c\\]", escape_char))
+end
+
+-- slurmctld's log gets one line per call, escaped, at most 400 bytes of each argument.
+local function loggable(value)
+  local text = escaped(value)
   if #text > 400 then text = string.sub(text, 1, 400) .. "..." end
   return text
+end
+
+local function say(message)
+  slurm.log_user("%s", escaped(message))
 end
 
 local function log(writer, format, ...)
@@ -1006,7 +1017,7 @@ local function apply(job_desc, submit_uid, outcome)
   local where = "uid " .. tostring(submit_uid) .. component(job_desc)
   if outcome.action == "reject" then
     log(slurm.log_info, "slurm_hetero: %s: rejected: %s", where, outcome.message)
-    slurm.log_user("%s", outcome.message)
+    say(outcome.message)
     return error_code(outcome.code)
   end
   for _, field in ipairs(FIELDS) do
@@ -1024,7 +1035,7 @@ local function apply(job_desc, submit_uid, outcome)
   if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end
   job_desc.admin_comment = comment
   log(slurm.log_info, "slurm_hetero: %s: %s", where, outcome.message)
-  slurm.log_user("%s", outcome.message)
+  say(outcome.message)
   return slurm.SUCCESS
 end
 
@@ -1103,8 +1114,8 @@ end
 -- An edit (scontrol update) of a job: the same rules on the job as edited. An edit whose own TRES
 -- fields carry gpumem/gpucore is decided as a submission with the job's device count and scope (a
 -- rewritten job keeps no gpumem, except shard requests, which must not be decided twice); an edit
--- of the node or task count of a job this hook rewrote is checked against the devices the job
--- holds. Fields the edit leaves unset come from job_rec (Slurm exposes tres_per_*, features,
+-- of the node or task count, the partition or the constraint of a job this hook rewrote is checked
+-- against the devices the job holds (a new constraint keeps the one our rewrite added, ANDed). Fields the edit leaves unset come from job_rec (Slurm exposes tres_per_*, features,
 -- partition, min_nodes, user_id there; not num_tasks or ntasks_per_node, so those count only when
 -- the edit sets them).
 local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
@@ -1200,9 +1211,13 @@ local function edited_view(job_desc, job_rec, again)
   for _, name in ipairs(VIEW_COUNTS) do
     view[name] = count_of(job_desc[name]) or count_of(job_rec[name])
   end
+  local ours = our_constraint(job_rec.admin_comment)
   if job_desc.features == nil or job_desc.features == "" then  -- not the constraint we added
-    view.features = without(job_rec.features, our_constraint(job_rec.admin_comment))
+    view.features = without(job_rec.features, ours)
     view.restore = view.features ~= job_rec.features
+  elseif not again and ours then  -- a new constraint: still on the types our rewrite chose
+    view.features = new_features(job_desc.features, split(ours, "|"))
+    view.keep = view.features ~= job_desc.features
   end
   view.user_id = job_rec.user_id
   view.het_job_offset = job_rec.het_job_offset
@@ -1213,11 +1228,14 @@ end
 -- change"), so only non-empty new values are written; the admin comment is left alone (only
 -- an administrator may change it, and the edit is by the user).
 local function apply_edit(job_desc, view, modify_uid, outcome)
-  if outcome.action == "untouched" then return slurm.SUCCESS end
+  if outcome.action == "untouched" then
+    if view.keep then job_desc.features = view.features end
+    return slurm.SUCCESS
+  end
   local where = "uid " .. tostring(modify_uid) .. " edit of job " .. tostring(view.job_id)
   if outcome.action == "reject" then
     log(slurm.log_info, "slurm_hetero: %s: rejected: %s", where, outcome.message)
-    slurm.log_user("%s", outcome.message)
+    say(outcome.message)
     return error_code(outcome.code)
   end
   for _, field in ipairs(FIELDS) do
@@ -1257,17 +1275,18 @@ local function held_type(job_rec)
   return nil
 end
 
--- Whether an edit sets the node or task count (-N, -n, --ntasks-per-node).
-local function counts_edit(job_desc)
+-- Whether an edit changes what the devices a job holds must fit: the node or task count (-N, -n,
+-- --ntasks-per-node), the partition or the constraint.
+local function fit_edit(job_desc)
   for _, name in ipairs(VIEW_COUNTS) do
     if count_of(job_desc[name]) then return true end
   end
-  return false
+  return (job_desc.partition or "") ~= "" or (job_desc.features or "") ~= ""
 end
 
 local function decide_edit(job_desc, job_rec, modify_uid)
   local asks = asks_us(job_desc)
-  if not asks and not counts_edit(job_desc) then return { action = "untouched" } end
+  if not asks and not fit_edit(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   local held = held_devices(job_rec)
   local ours = type(job_rec.admin_comment) == "string" and string.find(job_rec.admin_comment, T.note_prefix, 1, true)

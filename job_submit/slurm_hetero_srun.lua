@@ -14,7 +14,11 @@ decides there and records why in the admin comment, which a client cannot write.
 
 The decision is job_submit.lua's own code over the same generated table: this file runs
 job_submit.lua (beside it, or the path baked in at render time) with `dofile`, once per command,
-and calls its slurm_job_submit on a job_desc built from the options. Once per command the client
+and calls its slurm_job_submit on a job_desc built from the options as srun builds its own
+(slurm_opt_create_job_desc after _opt_verify: -N/-n/--ntasks-per-node as srun settles them, the
+options the user set told by slurm.json_cli_options; -w, -x, -c, --cpus-per-gpu, --mem,
+--mem-per-cpu, --mem-per-gpu), so a request the hook refuses is refused the same (left to the hook,
+which says why), and the node count the hook would pin goes into --nodes. Once per command the client
 also reads /proc/self/status for its name and uid (exempt users, default root, are left alone as
 by the hook).
 
@@ -89,6 +93,30 @@ local function number(options, name)
   return value and tonumber(string.match(value, "^(%d+)")) or nil
 end
 
+-- A positive count option (srun reports unset -c, --cpus-per-gpu as "0"), or nil.
+local function positive(options, name)
+  local value = number(options, name)
+  return (value and value > 0) and value or nil
+end
+
+-- A memory option as srun reports it (mbytes_to_str: "20G", "1000", "3T"): MiB, or nil when unset.
+local UNITS = { [""] = 1, M = 1, G = 1024, T = 1024 * 1024, P = 1024 * 1024 * 1024 }
+local function mebibytes(options, name)
+  local digits, unit = string.match(text(options, name) or "", "^(%d+)([MGTP]?)$")
+  local mib = digits and tonumber(digits) * UNITS[unit]
+  return (mib and mib > 0) and mib or nil
+end
+
+-- Whether the user set an option, from slurm.json_cli_options (the set options as one JSON
+-- object, 22.05 and 24.11); nil where that call is missing. srun reports an unset -n as "1" and an
+-- unset -N as "1-0", so only this tells `-N2` from `-N2 -n1`.
+local function set_options(options)
+  if type(real.json_cli_options) ~= "function" then return nil end
+  local ok, json = pcall(real.json_cli_options, options)
+  if not ok or type(json) ~= "string" then return nil end
+  return function(name) return string.find(json, '"' .. name .. '":', 1, true) ~= nil end
+end
+
 -- A --gpus* value ("2", "a100:2", or already "gres:gpu:2") as a TRES item.
 local function gpu_item(value)
   if value == nil then return nil end
@@ -101,18 +129,51 @@ local function joined(a, b)
   return a or b
 end
 
+-- min_nodes, max_nodes, num_tasks, ntasks_per_node of the job srun will send, from the options
+-- as srun's _opt_verify (after this filter) settles them: without -n, one task per node and
+-- num_tasks unset (or -N x --ntasks-per-node); -n below -N lowers the node count to it; an
+-- --ntasks-per-node that does not divide -n is dropped. Without `isset`, the options as they read.
+local function counts(options, isset)
+  local low, high = string.match(text(options, "nodes") or "", "^(%d+)%-?(%d*)$")
+  low, high = tonumber(low), tonumber(high) or tonumber(low)
+  if high == 0 then high = nil end
+  local tasks, per_node = number(options, "ntasks"), number(options, "ntasks-per-node")
+  if isset == nil then return low, high, tasks, per_node end
+  if not isset("nodes") then low, high = nil, nil end
+  if not isset("ntasks") then tasks = nil end
+  if not isset("ntasks-per-node") then per_node = nil end
+  if low and tasks then
+    if high and tasks < high then high = tasks end
+    if tasks < low then low = tasks end
+    if per_node and per_node ~= math.floor(tasks / low) then per_node = nil end
+  end
+  if per_node and not tasks then tasks = (low or 1) * per_node end
+  return low, high, tasks, per_node
+end
+
 -- The job_desc the hook would see from these options.
-local function job_of(options)
+local function job_of(options, isset)
+  local low, high, tasks, per_node = counts(options, isset)
+  local mem_per_gpu, cpus_per_gpu = mebibytes(options, "mem-per-gpu"), positive(options, "cpus-per-gpu")
   return {
-    tres_per_node = joined(text(options, "gres"), gpu_item(text(options, "gpus-per-node"))),
+    -- as srun's slurm_opt_create_job_desc: the --gpus-per-node item first, then --gres
+    tres_per_node = joined(gpu_item(text(options, "gpus-per-node")), text(options, "gres")),
     tres_per_job = gpu_item(text(options, "gpus")),
     tres_per_task = gpu_item(text(options, "gpus-per-task")),
     tres_per_socket = gpu_item(text(options, "gpus-per-socket")),
     features = text(options, "constraint"),
     partition = text(options, "partition"),
-    min_nodes = number(options, "nodes"),
-    num_tasks = number(options, "ntasks"),
-    ntasks_per_node = number(options, "ntasks-per-node"),
+    min_nodes = low,
+    max_nodes = high,
+    num_tasks = tasks,
+    ntasks_per_node = per_node,
+    cpus_per_task = positive(options, "cpus-per-task"),
+    cpus_per_tres = cpus_per_gpu and ("gres:gpu:" .. cpus_per_gpu) or nil,
+    mem_per_tres = mem_per_gpu and ("gres:gpu:" .. mem_per_gpu) or nil,
+    min_mem_per_node = mebibytes(options, "mem"),
+    min_mem_per_cpu = mebibytes(options, "mem-per-cpu"),
+    req_nodes = text(options, "nodelist"),
+    exc_nodes = text(options, "exclude"),
   }
 end
 
@@ -195,6 +256,11 @@ local function changes(options, before, after)
     if features == "" then return nil end
     out["constraint"] = features
   end
+  -- the node count the hook pinned where the job left it open (-N unset): srun then sets it too
+  if after.min_nodes ~= before.min_nodes or after.max_nodes ~= before.max_nodes then
+    local low, high = after.min_nodes or 1, after.max_nodes or after.min_nodes or 1
+    out["nodes"] = (low == high) and tostring(low) or (low .. "-" .. high)
+  end
   return out
 end
 
@@ -210,19 +276,20 @@ local function instead(before, after)
   return table.concat(out, " ")
 end
 
--- Whether the options show the counts the job_desc will hold. The client reports an unset -n as
--- "1", so with -N above it the filter cannot tell `-N2` (num_tasks unset, min_nodes 2) from
--- `-N2 -n1` (sbatch lowers min_nodes to 1): those are left to the hook, which sees the real ones.
-local function counts_known(job)
-  return not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
+-- Whether the options show the counts the job_desc will hold. Without slurm.json_cli_options the
+-- client's unset -n reads "1", so with -N above it the filter cannot tell `-N2` (num_tasks unset,
+-- min_nodes 2) from `-N2 -n1` (srun lowers min_nodes to 1): those are left to the hook.
+local function counts_known(job, isset)
+  return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
 
 -- The srun options with the hook's decision written in (changed in place); a Slurm code.
 return function(options)
   local name, uid = client()
   if name ~= "srun" then return real.SUCCESS end
-  local before = job_of(options)
-  if not counts_known(before) then return real.SUCCESS end
+  local isset = set_options(options)
+  local before = job_of(options, isset)
+  if not counts_known(before, isset) then return real.SUCCESS end
   local hook, why = load_hook()
   if hook == nil then
     debug_log("slurm_hetero cli_filter: %s", why)

@@ -10,6 +10,7 @@ the generated Lua table and the hook fills them with `string.format`, so templat
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -92,10 +93,22 @@ MESSAGES: dict[str, str] = {
     "cancel it and submit it again",
     "edit_type": "Slurm 22.05 keeps the %s devices this job holds when an update names another type (%s), "
     "so the job would ask for both; cancel it and submit it again",
-    "edit_counts": "the devices this job holds do not fit its edited node or task count: %s; "
-    "to choose devices for the new count, give the gpumem again in the same update (gres=gpumem:SIZE)",
+    "edit_counts": "the devices this job holds do not fit its edited node or task count, partition or "
+    "constraint: %s; to choose devices for the edited job, give the gpumem again in the same update "
+    "(gres=gpumem:SIZE)",
     "internal": "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin",
 }
+
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def one_line(message: str) -> str:
+    """A message for the user as one line: its control characters (newline, CR, tab, NUL, ...)
+    and backslashes written as `\\ddd` (decimal), as `job_submit.lua`'s `escaped` writes them, so a
+    constraint or request with a newline in it cannot make the hook's or `request explain`'s
+    answer span lines."""
+    return _UNSAFE.sub(lambda m: f"\\{ord(m.group()):03d}", message)
 
 
 def render(key: str, *args: object) -> str:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slurm_hetero.engine import constraint
-from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, render
+from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, one_line, render
 from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide
 from slurm_hetero.errors import RequestError
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
@@ -345,7 +345,24 @@ def het_taken(taken: Mapping[str, int], outcome: Outcome) -> dict[str, int]:
     return out
 
 
+def told(outcome: Outcome) -> Outcome:
+    """The outcome with its message as the hook tells it: one line (`reasons.one_line`)."""
+    return replace(outcome, message=one_line(outcome.message))
+
+
 def explain(
+    model: ClusterModel,
+    options: HookOptions,
+    job: Job,
+    held: str | None = None,
+    check: bool = False,
+    taken: Mapping[str, int] | None = None,
+) -> Outcome:
+    """What the hook does with one job (component), its message as the user sees it (`told`)."""
+    return told(_explain(model, options, job, held, check, taken))
+
+
+def _explain(
     model: ClusterModel,
     options: HookOptions,
     job: Job,
@@ -459,8 +476,11 @@ def edited_view(edit: Job, record: Job, again: bool | None = None) -> Job:
         values[name] = getattr(edit, name) or untyped(getattr(record, name))
     values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
     values |= dict.fromkeys(_VIEW_UNREAD)  # the edit view (slurm_job_modify) does not read these
+    ours = our_constraint(record.admin_comment)
     if not edit.features:  # the record's constraint, less what our last rewrite added
-        values["features"] = without(record.features, our_constraint(record.admin_comment))
+        values["features"] = without(record.features, ours)
+    elif not again and ours:  # a new constraint: still on the types our rewrite chose
+        values["features"] = with_constraint(edit.features, ours.split("|"))
     return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)
 
 
@@ -495,28 +515,36 @@ def held_type(record: Job) -> str | None:
     return None
 
 
-def counts_edit(edit: Job) -> bool:
-    """Whether an edit sets the node or task count (-N, -n, --ntasks-per-node)."""
-    return any(_count(getattr(edit, n)) for n in _VIEW_COUNTS)
+def fit_edit(edit: Job) -> bool:
+    """Whether an edit changes what the devices a job holds must fit: the node or task count (-N,
+    -n, --ntasks-per-node), the partition or the constraint."""
+    return any(_count(getattr(edit, n)) for n in _VIEW_COUNTS) or bool(edit.partition or edit.features)
 
 
 def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
+    """What `slurm_job_modify` does with an edit, its message as the user sees it (`told`)."""
+    return told(_explain_edit(model, options, edit, record))
+
+
+def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
     """What `slurm_job_modify` does with an edit (`scontrol update`) of a job. An edit whose own
     TRES fields carry gpumem/gpucore: the job as edited (`edited_view`) goes through `explain`,
     on whole devices when the job holds some (`held_devices`), and on 22.05 on the type it holds
-    (`held_type`). An edit of the node or task count of a job this hook rewrote: the devices it
-    holds are checked against the new count (`explain(check=True)`), and the edit refused when
-    they no longer fit. Other edits are untouched. The job in the outcome is what Slurm then
-    stores: an update cannot clear a field, so an emptied one keeps the record's value, and the
-    admin comment is not changed (users may not)."""
+    (`held_type`). An edit of the node or task count, the partition or the constraint of a job
+    this hook rewrote (`fit_edit`): the devices it holds are checked against the job as edited
+    (`explain(check=True)`), and the edit refused when they no longer fit; a new constraint keeps
+    the one our rewrite added (ANDed), so the job stays on the types chosen for its gpumem.
+    Other edits are untouched. The job in the outcome is what Slurm then stores: an update cannot
+    clear a field, so an emptied one keeps the record's value, and the admin comment is not
+    changed (users may not)."""
     view = edited_view(edit, record)
     held = held_devices(record)
     if not has_ours(edit.fields()):
         ours = NOTE_PREFIX in (record.admin_comment or "")
-        if not (counts_edit(edit) and held and ours):
+        if not (fit_edit(edit) and held and ours):
             return Outcome(True, "untouched", "", view)
-        return replace(explain(model, options, view, held, check=True), job=view)
-    outcome = explain(model, options, view, held)
+        return replace(_explain(model, options, view, held, check=True), job=view)
+    outcome = _explain(model, options, view, held)
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))
     after, choice = outcome.job, outcome.choice

@@ -660,6 +660,55 @@ def test_an_edit_of_the_node_or_task_count_is_checked_against_the_devices_held(
     assert rc == 0  # not ours
 
 
+@pytest.mark.parametrize(
+    ("record", "edit", "accepted"),
+    [
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(partition="ascend"), False),  # no l40s there
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(partition="nvidia"), True),
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(partition="nvidia,ascend"), True),
+        (Job(tres_per_task="gres/gpu:a100_80g=1"), Job(partition="ascend"), False),
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(features="ib"), False),  # the l40s node has no ib
+        (Job(tres_per_node="gres/gpu:l40s:1"), Job(features="nvidia"), True),
+        (Job(tres_per_node="gres/gpu:a100_80g:1"), Job(features="ib"), True),
+        (Job(tres_per_node="gres/gpu:a100_80g:1"), Job(features="ascend|hccs"), False),
+        (Job(tres_per_node="gres:shard:5,gres:gpumem:20G", features="l40s"), Job(partition="ascend"), False),
+    ],
+)
+def test_an_edit_of_the_partition_or_constraint_is_checked_against_the_devices_held(
+    rendered: dict[str, Config], hooks: dict[str, Hook], record: Job, edit: Job, accepted: bool
+) -> None:
+    """`scontrol update jobid=N partition=P` (or features=F) of a pending rewritten job was not
+    checked: the type it holds need not exist there, and the job pended forever. Checked as a
+    count edit is: refused naming what would fit, or accepted."""
+    config = rendered["mixed"]
+    record = replace(record, user_id=1000, admin_comment=NOTE)
+    edit = replace(edit, submit_uid=1000)
+    ok, message, _ = both_edit(config, hooks["mixed"], edit, record)
+    assert ok == accepted, message
+    if not ok:
+        assert message.startswith(MESSAGES["edit_counts"].split("%s")[0]) and "gres=gpumem:SIZE" in message
+    rc, _, _, _ = run_edit(hooks["mixed"], edit, replace(record, admin_comment=None))
+    assert rc == 0  # not ours
+
+
+def test_a_new_constraint_keeps_the_types_the_rewrite_chose(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """`features=ib` on an any-fit job (`gres:gpu:1`, constraint `TYPE|TYPE` chosen for its gpumem)
+    would drop that constraint and let the job start on a device too small: ANDed instead."""
+    config = rendered["second"]
+    first = explain(
+        config.model, config.options, Job(tres_per_node="gres:gpumem:50G", user_id=1000, submit_uid=1000)
+    )
+    assert first.ok and first.choice is not None and first.choice.kind == "any" and first.job.features, first
+    ours = first.job.features
+    ok, _, after = both_edit(config, hooks["second"], Job(features="ib", submit_uid=1000), first.job)
+    tail = ours if "|" not in ours else f"({ours})"
+    assert ok and after.features == f"ib&{tail}", after.features
+    ok, message, _ = both_edit(config, hooks["second"], Job(features="t4", submit_uid=1000), first.job)
+    assert not ok and message.startswith(MESSAGES["edit_counts"].split("%s")[0]), message
+
+
 def test_an_impossible_edit_is_refused_with_the_message(
     rendered: dict[str, Config], hooks: dict[str, Hook]
 ) -> None:
@@ -908,6 +957,36 @@ def test_user_text_never_forges_a_log_line(hooks: dict[str, Hook], gres: str) ->
             assert text.isprintable() and len(text) < 600, text
 
 
+@pytest.mark.parametrize(
+    "job",
+    [
+        Job(tres_per_node="gres:gpumem:20G", features="ib\nslurm_hetero: forged", submit_uid=1000),
+        Job(tres_per_node="gres:gpumem:abc\nforged", submit_uid=1000),
+        Job(tres_per_node="gres:gpumem:20G,gpu:x\\n\ty", submit_uid=1000),
+        Job(tres_per_node="gres:gpumem:900G", features="(ib)\r", submit_uid=1000),
+    ],
+    ids=["constraint-newline", "gres-newline", "backslash-tab", "cr"],
+)
+def test_user_text_in_a_message_is_escaped_the_same_in_the_hook_and_explain(
+    rendered: dict[str, Config], hooks: dict[str, Hook], job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`request explain -C $'ib\\nx'` printed the newline verbatim, its answer spanning lines, and
+    the hook told the user the same. Both write control characters and backslashes as \\ddd
+    (`reasons.one_line`, the hook's `escaped`); the text mode answer is one line."""
+    import json
+
+    ok, message, _ = both(rendered["mixed"], hooks["mixed"], job)
+    assert not ok and message.isprintable() and "\\0" in message, message
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    argv = ["request", "explain", "--inventory", str(MIXED), "--gres", str(job.tres_per_node)[5:]]
+    argv += ["-C", job.features] if job.features else []
+    text = CliRunner().invoke(cli, argv).stdout
+    assert text.count("\n") == 1 and text.isprintable() is False and text[:-1].isprintable(), text
+    answer = json.loads(CliRunner().invoke(cli, [*argv, "--json"]).stdout)
+    assert answer["message"].isprintable() and not answer["ok"]
+    assert answer["message"] == hooks["scoped"].run(replace(job, submit_uid=1000))[1]
+
+
 # ------------------------------------------------------------------------------ cli_filter
 
 CLI_HARNESS = r"""
@@ -918,6 +997,16 @@ end
 slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_GRES = 2072,
           log_info = logger("info"), log_error = logger("error"), log_debug = logger("debug"),
           log_verbose = logger("verbose") }
+-- The options the user set, as the plugin's JSON: every option the test gives but those in
+-- NOT_SET (srun reports an unset -n as "1", an unset -N as "1-0").
+NOT_SET = {}
+function slurm.json_cli_options(options)
+  local parts = {}
+  for name, value in pairs(options) do
+    if not NOT_SET[name] then parts[#parts + 1] = string.format("%q:%q", name, value) end
+  end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
 local real_open = io.open
 function set_uid(uid, name)
   io.open = function(path, mode)
@@ -955,7 +1044,11 @@ def cli_filter(config: Config, uid: int = 1000, client: str = "srun") -> Any:
     return load_cli_filter(install_cli_filter(config.directory), uid, client)
 
 
-def run_cli(lua: Any, options: dict[str, str]) -> tuple[int, dict[str, str], list[tuple[str, str]]]:
+def run_cli(
+    lua: Any, options: dict[str, str], unset: tuple[str, ...] = ()
+) -> tuple[int, dict[str, str], list[tuple[str, str]]]:
+    """The filter on srun's options; `unset`: options srun reports that the user did not set."""
+    lua.globals().NOT_SET = lua.table_from(dict.fromkeys(unset, True))
     rc, table, log = lua.globals().pre_submit(lua.table_from(options))
     return int(rc), dict(table.items()), [(e[1], e[2]) for e in log.values()]
 
@@ -1209,9 +1302,16 @@ def test_more_nodes_than_tasks_is_decided_on_the_lowered_node_count(
     job = job_from_options(gres="gpumem:10G", gpus_per_node="2", nodes=3, ntasks=1, uid=1000)
     assert (job.min_nodes, job.num_tasks) == (1, 1)
     assert both(rendered["mixed"], hooks["mixed"], job)[0]
-    # the client cannot tell -N3 from -N3 -n1 (it reports an unset -n as 1): the filter leaves it
+    # srun lowers -N3 to -n1 too: the filter decides on one node (srun's own check keeps -N3 at 1)
     options = {"gres": "gres:gpumem:10G", "gpus-per-node": "2", "nodes": "3", "ntasks": "1"}
-    assert run_cli(cli_filter(rendered["mixed"]), options)[:2] == (0, options)
+    python = explain(rendered["mixed"].model, rendered["mixed"].options, job)
+    rc, after, log = run_cli(cli_filter(rendered["mixed"]), options)
+    assert (rc, after["nodes"], log) == (0, "3", [("info", python.message)])
+    # without slurm.json_cli_options the client cannot tell -N3 from -N3 -n1 (an unset -n reads
+    # "1"): the filter leaves it to the hook
+    lua = cli_filter(rendered["mixed"])
+    lua.execute("slurm.json_cli_options = nil")
+    assert run_cli(lua, options)[:2] == (0, options)
 
 
 @pytest.mark.parametrize("gres", ["gpumem:10G", "gpucore:30", "gpumem:10G,gpucore:50", "gpumem:1G"])
@@ -1365,7 +1465,8 @@ def test_srun_carries_the_decision_into_the_step_when_the_count_is_elsewhere(
 ) -> None:
     given = {"gres": f"{prefix}gpumem:20G", **options}
     rc, after, log = run_cli(cli_filter(rendered["scoped"]), given)  # the dev cluster's settings
-    assert rc == 0 and after == {**given, **written, "gres": "gpu:a100_80g:0"}, log
+    # -N unset: the node count the hook pins goes into the options too (it never sees the gpumem)
+    assert rc == 0 and after == {**given, **written, "gres": "gpu:a100_80g:0", "nodes": "1"}, log
     assert [kind for kind, _ in log] == ["info"]
     # what srun then sends: the hook leaves it alone (no gpumem), sbatch's reading skips the 0
     release = "22.05" if prefix == "gres:" else "24.11"
@@ -1411,4 +1512,83 @@ def test_srun_per_node_count_with_other_gres_items_needs_no_clearing(rendered: d
     for pre in ("gres:", "gres/"):
         given = {"gres": f"{pre}gpumem:20G,{pre}mps:10", "gpus-per-node": "2"}
         rc, after, log = run_cli(cli_filter(rendered["scoped"]), given)
-        assert (rc, after) == (0, {"gres": "mps:10", "gpus-per-node": "a100_80g:2"}), log
+        assert (rc, after) == (0, {"gres": "mps:10", "gpus-per-node": "a100_80g:2", "nodes": "1"}), log
+
+
+# Issue 10 follow-up: srun's half ignored -w/-x, -c and --mem*, so srun rewrote jobs the hook
+# refuses (-w with gpumem) or chose a type whose nodes cannot hold the job; the job then reached
+# the hook without gpumem and ran there. Each case: the srun options and the job_desc srun sends.
+SRUN_NODE_FIELDS = [
+    ({"nodelist": "a100n1"}, {"req_nodes": "a100n1"}),
+    ({"exclude": "l40sn1"}, {"exc_nodes": "l40sn1"}),
+    ({"cpus-per-task": "12"}, {"cpus_per_task": 12}),
+    ({"cpus-per-task": "20"}, {"cpus_per_task": 20}),
+    ({"mem": "16G"}, {"min_mem_per_node": 16384}),
+    ({"mem-per-cpu": "3000", "ntasks": "8"}, {"min_mem_per_cpu": 3000, "num_tasks": 8}),
+    ({"mem-per-gpu": "20G", "gpus": "1"}, {"mem_per_tres": "gres:gpu:20480", "tres_per_job": "gres:gpu:1"}),
+    ({"cpus-per-gpu": "12", "gpus": "1"}, {"cpus_per_tres": "gres:gpu:12", "tres_per_job": "gres:gpu:1"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "sent"), SRUN_NODE_FIELDS, ids=lambda o: ",".join(o) if isinstance(o, dict) else o
+)
+def test_srun_decides_with_the_node_options_as_the_hook_does(
+    rendered: dict[str, Config], hooks: dict[str, Hook], options: dict[str, str], sent: dict[str, Any]
+) -> None:
+    """The filter's decision is the hook's on the job srun sends: the same refusal (left to the
+    hook, which then refuses with the message and its Slurm error) or the same rewrite."""
+    config = rendered["mixed"]
+    given = {"gres": "gres:gpumem:20G", **options}
+    job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **sent)
+    python = explain(config.model, config.options, job)
+    plain = explain(
+        config.model, config.options, replace(job, **{k: None for k in sent if not k.startswith("tres_per")})
+    )
+    assert (python.ok, python.message) != (plain.ok, plain.message)  # the option decides
+    assert both(config, hooks["mixed"], job)[:2] == (python.ok, python.message)
+    rc, after, log = run_cli(cli_filter(config), given)
+    if not python.ok:
+        assert (rc, after, log) == (0, given, [])
+        return
+    assert rc == 0 and log == [("info", python.message)]
+    assert python.choice is not None and f"gpu:{python.choice.types[0]}:" in after["gres"] + after.get(
+        "gpus", ""
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "unset", "nodes"),
+    [
+        ({"nodes": "2", "ntasks": "1"}, ("ntasks",), 2),  # srun -N2: one task per node, num_tasks unset
+        ({"nodes": "2-2", "ntasks": "1"}, ("ntasks",), 2),
+        ({"nodes": "1-0", "ntasks": "1"}, ("nodes", "ntasks"), 1),  # neither: the hook pins one node
+        ({"nodes": "1-0", "ntasks": "4", "gpus-per-task": "1"}, ("nodes",), 1),
+    ],
+)
+def test_srun_without_n_is_decided_on_its_node_count_and_pins_it(
+    rendered: dict[str, Config],
+    hooks: dict[str, Hook],
+    options: dict[str, str],
+    unset: tuple[str, ...],
+    nodes: int,
+) -> None:
+    """`srun -N2 --gres=gpumem:20G cmd` (no -n) kept gpumem in the step: the filter could not tell
+    -N2 from -N2 -n1 and left the job to the hook, which rewrote only the job. The options the user
+    set (slurm.json_cli_options) tell; the node count the hook assumes goes into --nodes when -N was
+    not given (the hook never sees this gpumem, so it pins nothing)."""
+    config = rendered["second"]  # two h100 nodes, four l40s
+    given = {"gres": "gres:gpumem:20G", **options}
+    sent = {"min_nodes": nodes, "max_nodes": nodes} if "nodes" not in unset else {}
+    if "ntasks" not in unset:
+        sent["num_tasks"] = int(options["ntasks"])
+    if "gpus-per-task" in options:
+        sent["tres_per_task"] = "gres:gpu:" + options["gpus-per-task"]
+    job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **sent)
+    python = explain(config.model, config.options, job)
+    assert python.ok and python.action == "rewrite" and both(config, hooks["second"], job)[0], python
+    rc, after, log = run_cli(cli_filter(config), given, unset)
+    assert rc == 0 and log == [("info", python.message)], log
+    gres = re.escape(_bare(python.job.tres_per_node)) or r"gpu:(\w+:)?0"  # emptied: a zero-count item
+    assert re.fullmatch(gres, after["gres"]) and after["nodes"].split("-")[0] == str(python.job.min_nodes)
+    assert python.job.min_nodes == nodes
