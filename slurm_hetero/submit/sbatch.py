@@ -31,13 +31,15 @@ fields, on 22.05 and 24.11 (docs/submit-protocol.md has the table):
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.engine.score import ceil_div
 from slurm_hetero.errors import RequestError
 from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from slurm_hetero.engine.score import ClusterModel
     from slurm_hetero.submit import Job
 
@@ -369,6 +371,33 @@ def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | 
     if prefix == "gres/" and cpus_per_task:
         return f"cpu={cpus_per_task}" + (f",{gpu}" if gpu else "")
     return gpu
+
+
+def job_from_texts(
+    options: Mapping[str, str],
+    uid: int | None = None,
+    slurm_release: str = "22.05",
+    names: frozenset[str] | None = None,
+) -> Job:
+    """job_from_options over the options as typed (`{"nodes": "1-2", "gres": ...}`, the keys its
+    parameter names): -N, -n, --ntasks-per-node and -c read as sbatch reads them (`node_range`,
+    `task_count`, with its words where it refuses). `request explain` and the real-Slurm fuzz both
+    start here."""
+    texts: dict[str, Any] = dict(options)
+    nodes = texts.pop("nodes", None)
+    low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
+    counts: dict[str, Any] = {
+        key: task_count(flag, texts.pop(key), slurm_release)
+        for key, flag in (
+            ("ntasks", "--ntasks"),
+            ("ntasks_per_node", "--ntasks-per-node"),
+            ("cpus_per_task", "--cpus-per-task"),
+        )
+        if texts.get(key) is not None
+    }
+    return job_from_options(
+        **texts, uid=uid, slurm_release=slurm_release, nodes=low, max_nodes=high, names=names, **counts
+    )
 
 
 def job_from_options(
