@@ -353,14 +353,16 @@ def _per_task_24_11(spec: str | None) -> str | None:
     return f"gres/gpu{typed}={count}" if count else None
 
 
-def mebibytes(text: str | None) -> int | None:
-    """sbatch's --mem* value in MiB (`16000`, `10G`; a bare number is MiB), None when not given."""
+def mebibytes(text: str | None, option: str = "--mem") -> int | None:
+    """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB (`16000`, `10G`; a
+    bare number is MiB), None when not given; RequestError with sbatch's words where it refuses
+    it (`Invalid --mem specification`, measured on 22.05: `abc`, `1.5G`)."""
     if not text:
         return None
     suffix = text[-1].upper() if text[-1].isalpha() else "M"
     digits = text[:-1] if text[-1].isalpha() else text
     if not digits.isdigit() or suffix not in UNITS:
-        raise RequestError("sbatch", f"invalid memory value {text}")
+        raise RequestError("sbatch", f"Invalid {option} specification")
     return int(digits) * UNITS[suffix]
 
 
@@ -395,6 +397,8 @@ def job_from_texts(
         )
         if texts.get(key) is not None
     }
+    for key in ("mem", "mem_per_cpu", "mem_per_gpu"):  # read when sbatch reads its options, before the TRES
+        mebibytes(texts.get(key), "--" + key.replace("_", "-"))
     return job_from_options(
         **texts, uid=uid, slurm_release=slurm_release, nodes=low, max_nodes=high, names=names, **counts
     )
@@ -472,9 +476,9 @@ def job_from_options(
         max_nodes=top,
         cpus_per_task=cpus_per_task,
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
-        mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu)}" if mem_per_gpu else None,
+        mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}" if mem_per_gpu else None,
         min_mem_per_node=mebibytes(mem),
-        min_mem_per_cpu=mebibytes(mem_per_cpu),
+        min_mem_per_cpu=mebibytes(mem_per_cpu, "--mem-per-cpu"),
         req_nodes=nodelist,
         exc_nodes=exclude,
     )
