@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.engine.score import ceil_div
 from slurm_hetero.errors import RequestError
+from slurm_hetero.slurm.syntax import hostlist_size
 from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
@@ -300,6 +301,11 @@ def _gres_items(spec: str, prefix: str) -> list[str]:
     return text.replace(prefix + prefix, prefix).split(",")
 
 
+def _names_gpu(tres: str | None) -> bool:
+    """Whether a TRES field as sent asks for a gpu (`gres:gpu:l40s:1`, `gres/gpu=1`; gpumem is not one)."""
+    return any(re.match(r"gres[:/]gpu(?:$|[:=])", item) for item in (tres or "").split(","))
+
+
 def _release(slurm_release: str) -> str:
     if slurm_release not in RELEASE_PREFIX:
         raise ValueError(f"unknown Slurm release {slurm_release}; known: {', '.join(RELEASE_PREFIX)}")
@@ -399,9 +405,25 @@ def job_from_texts(
     }
     for key in ("mem", "mem_per_cpu", "mem_per_gpu"):  # read when sbatch reads its options, before the TRES
         mebibytes(texts.get(key), "--" + key.replace("_", "-"))
+    low = _with_nodelist(texts.get("nodelist"), low, high)
     return job_from_options(
         **texts, uid=uid, slurm_release=slurm_release, nodes=low, max_nodes=high, names=names, **counts
     )
+
+
+def _with_nodelist(nodelist: str | None, low: int | None, high: int | None) -> int | None:
+    """sbatch's -w: at least a node per host it names (min_nodes raised to the count, -N or not;
+    measured on 22.05: `--gpus=1 -w a,b` is `--gpus < -N`), refused with its words above -N's
+    maximum (`-w a,b -N1`: invalid number of nodes (-N 2-1), before the TRES are read)."""
+    try:
+        hosts = hostlist_size(nodelist) if nodelist else 0
+    except ValueError:
+        return low  # not a hostlist: slurmctld's to refuse
+    if not hosts or (low or 0) >= hosts:
+        return low
+    if high and hosts > high:
+        raise RequestError("sbatch", f"invalid number of nodes (-N {hosts}-{high})")
+    return hosts
 
 
 def job_from_options(
@@ -445,6 +467,9 @@ def job_from_options(
         refusal = gres_refusal(text, slurm_release, names)
         if refusal:
             raise RequestError("sbatch", refusal)
+    if mem_per_gpu and not any(_names_gpu(text) for text in fields.values()):  # gpumem is not a gpu
+        per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
+        raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
     fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
     ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
     if ensure:

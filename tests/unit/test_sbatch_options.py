@@ -100,6 +100,24 @@ MEASURED = [
     (("22.05",), ["--gres=GPUMEM:20G", "--mem-per-gpu=1.5G"], "sbatch: Invalid --mem-per-gpu specification"),
     (("22.05",), ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
     (("22.05",), ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
+    (
+        ("22.05",),
+        ["--mem-per-gpu=4G"],
+        "sbatch: Requested mem_per_tres=gres:gpu:4096 but did not request any GPU.",
+    ),
+    (("22.05",), ["--gres=GPUMEM:20G", "--mem-per-gpu=4G"], f"sbatch: {GRES}"),
+    (
+        ("22.05",),
+        ["--gres=gpumem:20G,gpu:1", "--mem-per-gpu=4G"],
+        "gpumem:20G,gpu:1 -> gres:gpu:l40s:1 (best-fit)" + NVIDIA,
+    ),
+    (("22.05",), ["-w", "a100n1,l40sn1", "-N", "1"], "sbatch: invalid number of nodes (-N 2-1)"),
+    (
+        ("22.05",),
+        ["--gres=GPUMEM:20G", "-w", "a100n1,l40sn1", "-N", "1"],
+        "sbatch: invalid number of nodes (-N 2-1)",
+    ),
+    (("22.05",), ["--gpus=1", "-w", "a100n1,l40sn1"], "sbatch: --gpus < -N"),
 ]
 CASES = [(release, options, seen) for releases, options, seen in MEASURED for release in releases]
 
