@@ -327,7 +327,7 @@ def sbatch_counts(
     with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
-        if nodes:
+        if nodes and not (ranged and not new_release):  # 22.05: not from -N MIN-MAX (measured)
             ntasks = nodes * (ntasks_per_node or 1)
         elif ntasks_per_node and not new_release:
             ntasks = ntasks_per_node

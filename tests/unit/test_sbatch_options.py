@@ -12,7 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
-from slurm_hetero.submit.sbatch import BASE_GRES, gres_refusal, job_from_options, node_range
+from slurm_hetero.submit.sbatch import (
+    BASE_GRES,
+    GPUS_PER_TASK_REFUSAL,
+    gres_refusal,
+    job_from_options,
+    node_range,
+)
 from tests.unit.test_score import MIXED
 
 NVIDIA = " [vendor nvidia: the default here for a request without a type; for another add -C ascend]"
@@ -118,6 +124,12 @@ MEASURED = [
         "sbatch: invalid number of nodes (-N 2-1)",
     ),
     (("22.05",), ["--gpus=1", "-w", "a100n1,l40sn1"], "sbatch: --gpus < -N"),
+    (("22.05",), ["--gpus-per-task=1", "-N", "1-2"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
+    (
+        ("22.05",),
+        ["--gres=gpumem:60G,gpu:l40s:1", "--gpus-per-task=1", "-N", "1-2"],
+        "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"],
+    ),
 ]
 CASES = [(release, options, seen) for releases, options, seen in MEASURED for release in releases]
 
