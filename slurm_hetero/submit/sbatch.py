@@ -320,14 +320,16 @@ def sbatch_counts(
     job_total: bool,
     slurm_release: str = "22.05",
     ranged: bool = False,
+    cpus: bool = False,
 ) -> tuple[int | None, int | None, int | None]:
     """(min_nodes, num_tasks, ntasks_per_node) as sbatch of the release sends them (None: unset),
     for -N, -n, --ntasks-per-node, with or without --gpus-per-task (`per_task`) and --gpus
-    (`job_total`); `ranged`: -N MIN-MAX, from which 22.05 derives no task count. RequestError
+    (`job_total`); `ranged`: -N MIN-MAX, `cpus`: -c given (22.05 derives no task count for
+    --gpus-per-task from -N then, measured: `--gpus-per-task=1 -N 1 -c 1` is refused). RequestError
     with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
-        if nodes and not (ranged and not new_release):  # 22.05: not from -N MIN-MAX (measured)
+        if nodes and (new_release or not (ranged or cpus)):  # 22.05: not from -N MIN-MAX or with -c
             ntasks = nodes * (ntasks_per_node or 1)
         elif ntasks_per_node and not new_release:
             ntasks = ntasks_per_node
@@ -405,25 +407,32 @@ def job_from_texts(
     }
     for key in ("mem", "mem_per_cpu", "mem_per_gpu"):  # read when sbatch reads its options, before the TRES
         mebibytes(texts.get(key), "--" + key.replace("_", "-"))
-    low = _with_nodelist(texts.get("nodelist"), low, high)
+    _check_nodelist(texts.get("nodelist"), low, high)
     return job_from_options(
         **texts, uid=uid, slurm_release=slurm_release, nodes=low, max_nodes=high, names=names, **counts
     )
 
 
-def _with_nodelist(nodelist: str | None, low: int | None, high: int | None) -> int | None:
-    """sbatch's -w: at least a node per host it names (min_nodes raised to the count, -N or not;
-    measured on 22.05: `--gpus=1 -w a,b` is `--gpus < -N`), refused with its words above -N's
-    maximum (`-w a,b -N1`: invalid number of nodes (-N 2-1), before the TRES are read)."""
+def _check_nodelist(nodelist: str | None, low: int | None, high: int | None) -> None:
+    """sbatch's -w against -N: more hosts than -N's maximum is refused with its words (`-w a,b
+    -N1`: invalid number of nodes (-N 2-1), measured on 22.05, before the TRES are read)."""
     try:
         hosts = hostlist_size(nodelist) if nodelist else 0
     except ValueError:
-        return low  # not a hostlist: slurmctld's to refuse
-    if not hosts or (low or 0) >= hosts:
-        return low
-    if high and hosts > high:
+        return  # not a hostlist: slurmctld's to refuse
+    if high and hosts > high and hosts > (low or 0):
         raise RequestError("sbatch", f"invalid number of nodes (-N {hosts}-{high})")
-    return hosts
+
+
+def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
+    """min_nodes after sbatch's -w: raised to the hosts named (after the task count: `-w a
+    --gpus-per-task=1` is still refused without -n), not above the tasks (`-n1 -w a,b`: 1)."""
+    try:
+        hosts = hostlist_size(nodelist) if nodelist else 0
+    except ValueError:
+        return min_nodes
+    hosts = min(hosts, num_tasks) if num_tasks else hosts
+    return max(hosts, min_nodes or 0) or min_nodes
 
 
 def job_from_options(
@@ -482,7 +491,9 @@ def job_from_options(
         bool(gpus),
         slurm_release,
         bool(max_nodes and max_nodes != nodes),
+        cpus_per_task is not None,
     )
+    min_nodes = _hosts_nodes(nodelist, min_nodes, num_tasks)
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
     top = max_nodes if max_nodes is not None else nodes
     top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top

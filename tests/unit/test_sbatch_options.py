@@ -125,6 +125,8 @@ MEASURED = [
     ),
     (("22.05",), ["--gpus=1", "-w", "a100n1,l40sn1"], "sbatch: --gpus < -N"),
     (("22.05",), ["--gpus-per-task=1", "-N", "1-2"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
+    (("22.05",), ["--gpus-per-task=1", "-N", "1", "-c", "1"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
+    (("22.05",), ["--gpus-per-task=1", "-w", "a100n1"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
     (
         ("22.05",),
         ["--gres=gpumem:60G,gpu:l40s:1", "--gpus-per-task=1", "-N", "1-2"],
