@@ -111,3 +111,12 @@ def test_predict_reads_a_node_range_as_min_and_max() -> None:
         model, HookOptions(frozenset(), "open"), {"gres": "gpumem:20G", "nodes": "1-2"}, 1000, "22.05"
     )
     assert isinstance(outcome, Outcome) and outcome.ok and outcome.job.max_nodes == 2
+
+
+def test_het_components_draw_no_node_lists() -> None:
+    rng = random.Random(3)
+    drawn = [fuzz.random_request(rng, ["l40s"], ["ib"], ["gpu"], ["n1", "n2"]) for _ in range(3000)]
+    het = [c for r in drawn if len(r.components) > 1 for c in r.components]
+    single = [r.components[0] for r in drawn if len(r.components) == 1]
+    assert het and not any({"nodelist", "exclude"} & set(c) for c in het)
+    assert any("nodelist" in c for c in single) and any("exclude" in c for c in single)
