@@ -202,12 +202,24 @@ def random_request(
     nodes: list[str] | None = None,
 ) -> Request:
     count = 2 if rng.random() < 0.1 else 1
-    # -w/-x in one het component reached the hook in the others too (22.05 fuzz seed 20261126,
-    # not yet explained or modelled by request explain): single-component requests only
-    listed = nodes if count == 1 else None
-    components = [random_component(rng, types, features, partitions, listed) for _ in range(count)]
+    components = [random_component(rng, types, features, partitions, nodes) for _ in range(count)]
     array = rng.choice(["0-1", "0-2", "1,3"]) if count == 1 and rng.random() < 0.08 else None
     return Request(components, array)
+
+
+def het_sent(components: list[Options]) -> list[Options]:
+    """Each het component's options as sbatch sends its job_desc (measured on 22.05): every -x
+    is every component's exc_nodes, and so are the other components' -w nodes (components never
+    share a node), so the hook sees a node list in each."""
+    if len(components) < 2:
+        return components
+    excluded = [c["exclude"] for c in components if c.get("exclude")]
+    sent = []
+    for i, options in enumerate(components):
+        others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
+        nodes = ",".join(excluded + others)
+        sent.append({**options, "exclude": nodes} if nodes else options)
+    return sent
 
 
 def sbatch_argv(request: Request) -> list[str]:
@@ -318,7 +330,7 @@ class Fuzz:
         counts["arrays"] += request.array is not None
         predicted: list[Outcome | str] = []
         taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
-        for component in request.components:
+        for component in het_sent(request.components):
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
             taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
         run = self.run(sbatch_argv(request), self.user)

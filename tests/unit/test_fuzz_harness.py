@@ -113,10 +113,12 @@ def test_predict_reads_a_node_range_as_min_and_max() -> None:
     assert isinstance(outcome, Outcome) and outcome.ok and outcome.job.max_nodes == 2
 
 
-def test_het_components_draw_no_node_lists() -> None:
-    rng = random.Random(3)
-    drawn = [fuzz.random_request(rng, ["l40s"], ["ib"], ["gpu"], ["n1", "n2"]) for _ in range(3000)]
-    het = [c for r in drawn if len(r.components) > 1 for c in r.components]
-    single = [r.components[0] for r in drawn if len(r.components) == 1]
-    assert het and not any({"nodelist", "exclude"} & set(c) for c in het)
-    assert any("nodelist" in c for c in single) and any("exclude" in c for c in single)
+def test_a_het_jobs_node_lists_reach_every_component() -> None:
+    """22.05 seed 20261126: `-p nvidia -w l40sn1 : -p nvidia` is stored with ExcNodeList=l40sn1 on
+    component 1 and `-x a100n1` on either component excludes it on both, so the hook refused
+    components without -w/-x of their own; the fuzz predicted each component as given."""
+    sent = fuzz.het_sent([{"nodelist": "l40sn1"}, {"gres": "gpumem:10G"}, {"exclude": "a100n1"}])
+    assert [c.get("exclude") for c in sent] == ["a100n1", "a100n1,l40sn1", "a100n1,l40sn1"]
+    assert sent[0]["nodelist"] == "l40sn1" and "nodelist" not in sent[1]
+    assert fuzz.het_sent([{"gres": "gpumem:10G"}]) == [{"gres": "gpumem:10G"}]
+    assert fuzz.het_sent([{}, {}]) == [{}, {}]
