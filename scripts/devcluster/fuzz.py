@@ -36,7 +36,7 @@ from typing import Any
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.errors import RequestError
 from slurm_hetero.submit import HookOptions, Job, Outcome, explain, explain_edit, het_taken, job_from_options
-from slurm_hetero.submit.sbatch import gres_names, job_from_texts
+from slurm_hetero.submit.sbatch import gres_names, job_from_texts, read_options
 
 Runner = Callable[..., subprocess.CompletedProcess]  # (argv, user=None) -> completed, text
 Options = dict[str, str]
@@ -252,6 +252,15 @@ def predict(
     return explain(model, hook, job, taken=taken)
 
 
+def read_refusal(options: Options, release: str) -> str | None:
+    """sbatch's refusal while it reads these options (`read_options`), or None."""
+    try:
+        read_options(options, release)
+    except RequestError as e:
+        return e.reason
+    return None
+
+
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z:/]*)=")
 
 
@@ -330,12 +339,14 @@ class Fuzz:
         counts["arrays"] += request.array is not None
         predicted: list[Outcome | str] = []
         taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
+        read = [read_refusal(c, self.release) for c in request.components]
+        read = [r for r in read if r]  # sbatch reads every component's options before checking any
         for component in het_sent(request.components):
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
             taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
         run = self.run(sbatch_argv(request), self.user)
         # sbatch checks every component before the hook sees any
-        refusals: list[Outcome | str] = [p for p in predicted if isinstance(p, str)]
+        refusals: list[Outcome | str] = [*read[:1], *(p for p in predicted if isinstance(p, str))]
         refusals = refusals or [p for p in predicted if isinstance(p, Outcome) and not p.ok]
         what = (request.components, request.array)
         if refusals:

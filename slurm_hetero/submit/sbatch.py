@@ -325,14 +325,15 @@ def sbatch_counts(
     """(min_nodes, num_tasks, ntasks_per_node) as sbatch of the release sends them (None: unset),
     for -N, -n, --ntasks-per-node, with or without --gpus-per-task (`per_task`) and --gpus
     (`job_total`); `ranged`: -N MIN-MAX, `cpus`: -c given (22.05 derives no task count for
-    --gpus-per-task from -N then, measured: `--gpus-per-task=1 -N 1 -c 1` is refused). RequestError
+    --gpus-per-task from a range, even with --ntasks-per-node, nor from -N alone with -c,
+    measured: `--gpus-per-task=1 -N 1 -c 1`, `-N 1-2 --ntasks-per-node=2` are refused). RequestError
     with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
-        if nodes and (new_release or not (ranged or cpus)):  # 22.05: not from -N MIN-MAX or with -c
+        if new_release and nodes:
             ntasks = nodes * (ntasks_per_node or 1)
-        elif ntasks_per_node and not new_release:
-            ntasks = ntasks_per_node
+        elif not new_release and not ranged and (ntasks_per_node or (nodes and not cpus)):
+            ntasks = (nodes or 1) * (ntasks_per_node or 1)  # 22.05: -N alone only without -c
         else:
             raise RequestError("sbatch", GPUS_PER_TASK_REFUSAL[slurm_release])
     if not ntasks and ntasks_per_node and not new_release and not ranged:
@@ -394,8 +395,8 @@ def job_from_texts(
     `task_count`, with its words where it refuses). `request explain` and the real-Slurm fuzz both
     start here."""
     texts: dict[str, Any] = dict(options)
-    nodes = texts.pop("nodes", None)
-    low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
+    low, high = read_options(options, slurm_release)
+    texts.pop("nodes", None)
     counts: dict[str, Any] = {
         key: task_count(flag, texts.pop(key), slurm_release)
         for key, flag in (
@@ -405,12 +406,28 @@ def job_from_texts(
         )
         if texts.get(key) is not None
     }
-    for key in ("mem", "mem_per_cpu", "mem_per_gpu"):  # read when sbatch reads its options, before the TRES
-        mebibytes(texts.get(key), "--" + key.replace("_", "-"))
-    _check_nodelist(texts.get("nodelist"), low, high)
     return job_from_options(
         **texts, uid=uid, slurm_release=slurm_release, nodes=low, max_nodes=high, names=names, **counts
     )
+
+
+def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tuple[int | None, int | None]:
+    """What sbatch refuses while it reads the options, before it checks any (a het job: every
+    component's, before the first component's checks): -N, -n, --ntasks-per-node, -c, --mem*
+    and -w against -N; RequestError with its words. (min_nodes, max_nodes) of -N."""
+    nodes = options.get("nodes")
+    low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
+    for key, flag in (
+        ("ntasks", "--ntasks"),
+        ("ntasks_per_node", "--ntasks-per-node"),
+        ("cpus_per_task", "--cpus-per-task"),
+    ):
+        if options.get(key) is not None:
+            task_count(flag, options[key], slurm_release)
+    for key in ("mem", "mem_per_cpu", "mem_per_gpu"):
+        mebibytes(options.get(key), "--" + key.replace("_", "-"))
+    _check_nodelist(options.get("nodelist"), low, high)
+    return low, high
 
 
 def _check_nodelist(nodelist: str | None, low: int | None, high: int | None) -> None:

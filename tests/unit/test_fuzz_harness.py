@@ -122,3 +122,14 @@ def test_a_het_jobs_node_lists_reach_every_component() -> None:
     assert sent[0]["nodelist"] == "l40sn1" and "nodelist" not in sent[1]
     assert fuzz.het_sent([{"gres": "gpumem:10G"}]) == [{"gres": "gpumem:10G"}]
     assert fuzz.het_sent([{}, {}]) == [{}, {}]
+
+
+def test_a_het_components_malformed_option_is_sbatchs_first_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """22.05 seed 20261126: component 1's `--mem=1.5G` (read with the options) was sbatch's answer,
+    not component 0's --gpus-per-task check, which the fuzz predicted first."""
+    harness, _ = _harness(monkeypatch, lambda argv: True)
+    first = {"gres": "gpumem:60G", "gpus_per_task": "1"}
+    assert harness.submit(fuzz.Request([first, {"mem": "1.5G"}])) is None
+    assert harness.report.counts["refused by sbatch"] == 1
+    assert fuzz.read_refusal({"mem": "1.5G"}, "22.05") == "Invalid --mem specification"
+    assert fuzz.read_refusal(first, "22.05") is None

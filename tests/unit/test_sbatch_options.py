@@ -129,6 +129,16 @@ MEASURED = [
     (("22.05",), ["--gpus-per-task=1", "-w", "a100n1"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
     (
         ("22.05",),
+        ["--gpus-per-task=1", "-N", "1-2", "--ntasks-per-node=2"],
+        "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"],
+    ),
+    (
+        ("22.05",),
+        ["--gpus-per-task=1", "-N", "1", "--ntasks-per-node=1", "-c", "4"],
+        "gpumem:20G,gpu:1 -> gres:gpu:l40s:1 (best-fit)" + NVIDIA,
+    ),
+    (
+        ("22.05",),
         ["--gres=gpumem:60G,gpu:l40s:1", "--gpus-per-task=1", "-N", "1-2"],
         "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"],
     ),
