@@ -330,7 +330,7 @@ def sbatch_counts(
     with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
-        if new_release and nodes:
+        if new_release and nodes and not (ranged or cpus):  # 24.11 fuzz: as 22.05 with -N
             ntasks = nodes * (ntasks_per_node or 1)
         elif not new_release and not ranged and (ntasks_per_node or (nodes and not cpus)):
             ntasks = (nodes or 1) * (ntasks_per_node or 1)  # 22.05: -N alone only without -c
@@ -426,7 +426,8 @@ def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tu
             task_count(flag, options[key], slurm_release)
     for key in ("mem", "mem_per_cpu", "mem_per_gpu"):
         mebibytes(options.get(key), "--" + key.replace("_", "-"))
-    _check_nodelist(options.get("nodelist"), low, high)
+    if _release(slurm_release) == "22.05":  # 24.11 passes `-w a,b -N1` on (24.11 fuzz)
+        _check_nodelist(options.get("nodelist"), low, high)
     return low, high
 
 
@@ -493,7 +494,12 @@ def job_from_options(
         refusal = gres_refusal(text, slurm_release, names)
         if refusal:
             raise RequestError("sbatch", refusal)
-    if mem_per_gpu and not any(_names_gpu(text) for text in fields.values()):  # gpumem is not a gpu
+    gpu_asked = any(_names_gpu(text) for text in fields.values())  # gpumem is not a gpu
+    if cpus_per_gpu and pre == "gres/" and not gpu_asked:  # 24.11 only (fuzz 2026-11-25)
+        raise RequestError(
+            "sbatch", f"Requested cpus_per_tres={pre}gpu:{cpus_per_gpu} but did not request any GPU."
+        )
+    if mem_per_gpu and not gpu_asked:
         per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
         raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
     fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first

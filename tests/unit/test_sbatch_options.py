@@ -127,6 +127,18 @@ MEASURED = [
     (("22.05",), ["--gpus-per-task=1", "-N", "1-2"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
     (("22.05",), ["--gpus-per-task=1", "-N", "1", "-c", "1"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
     (("22.05",), ["--gpus-per-task=1", "-w", "a100n1"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
+    # 24.11 fuzz seed 20261126 (2026-11-25)
+    (
+        ("24.11",),
+        ["--cpus-per-gpu=8"],
+        "sbatch: Requested cpus_per_tres=gres/gpu:8 but did not request any GPU.",
+    ),
+    (("24.11",), ["--gpus-per-task=1", "-N", "1-3"], "sbatch: " + GPUS_PER_TASK_REFUSAL["24.11"]),
+    (
+        ("24.11",),
+        ["--gpus-per-task=a100_80g:2", "-N", "1", "-c", "1"],
+        "sbatch: " + GPUS_PER_TASK_REFUSAL["24.11"],
+    ),
     (
         ("22.05",),
         ["--gpus-per-task=1", "-N", "1-2", "--ntasks-per-node=2"],
