@@ -965,7 +965,10 @@ local function evaluate(job_desc, submit_uid, held, check, taken)
   local each = devices_per_node(req, job_desc, nodes)
   local cpus, node_mem = node_needs(job_desc, nodes, each)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
-                 gpu_type = req.gpu_type, explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped",
+                 gpu_type = req.gpu_type,
+                 -- --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
+                 explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped"
+                   or (job_desc.cpus_per_tres or "") ~= "" or (job_desc.mem_per_tres or "") ~= "",
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
                  each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},

@@ -2,8 +2,9 @@
 and cli_filter installed), each checked against `request explain` (slurm_hetero.submit).
 
 A request is one or more components (`sbatch A : B` makes a heterogeneous job), each a dict of
-sbatch options (-N, -n, --ntasks-per-node, --gpus*, --gres mixes, -C with &, | and [], -p), with an
-optional --array. Every one is submitted held (-H) by a plain user. Checked:
+sbatch options (-N N or MIN-MAX, -n, --ntasks-per-node, --gpus* counts or TYPE:N, --gres mixes, -C
+with &, | and [], -p one partition or a list, or none, -c, --cpus-per-gpu, --mem*, -w, -x, some
+values malformed), with an optional --array. Every one is submitted held (-H) by a plain user. Checked:
 
 - the decision: sbatch refuses it (the predicted refusal's text, sbatch's own or the hook's
   message, is in its output), or accepts it where explain accepts every component;
@@ -35,10 +36,10 @@ from typing import Any
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.errors import RequestError
 from slurm_hetero.submit import HookOptions, Job, Outcome, explain, explain_edit, het_taken, job_from_options
+from slurm_hetero.submit.sbatch import gres_names, job_from_texts, read_options
 
 Runner = Callable[..., subprocess.CompletedProcess]  # (argv, user=None) -> completed, text
 Options = dict[str, str]
-COUNTS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task")
 FLAGS = {
     "gres": "--gres",
     "gpus": "--gpus",
@@ -118,8 +119,38 @@ def _constraint(rng: random.Random, features: list[str]) -> str:
     return rng.choice(forms).format(a=pick(), b=pick(), c=pick())
 
 
+def _nodes(rng: random.Random, names: list[str]) -> str:
+    """A -w/-x value: one or two of the cluster's nodes, sometimes one it does not have."""
+    picked = rng.sample(names, min(len(names), rng.choice([1, 1, 2])))
+    return ",".join(picked) if rng.random() < 0.9 else "nosuchn1"
+
+
+def _node_fields(rng: random.Random, options: Options, nodes: list[str]) -> None:
+    """-c, --cpus-per-gpu, one of --mem/--mem-per-cpu/--mem-per-gpu, -w/-x (some malformed)."""
+    if rng.random() < 0.12:
+        options["cpus_per_task"] = rng.choice(["1", "2", "4", "8", "16", "64", "0", "x"])
+    elif rng.random() < 0.05:
+        options["cpus_per_gpu"] = rng.choice(["1", "2", "8", "64"])
+    roll = rng.random()
+    if roll < 0.08:
+        options["mem"] = rng.choice(["1000", "8G", "15G", "16000", "100G", "3T", "abc", "1.5G"])
+    elif roll < 0.12:
+        options["mem_per_cpu"] = rng.choice(["500", "2G", "4G", "300G", "x"])
+    elif roll < 0.16:
+        options["mem_per_gpu"] = rng.choice(["1G", "4G", "16G", "600G", "1.5G"])
+    roll = rng.random()
+    if nodes and roll < 0.05:
+        options["nodelist"] = _nodes(rng, nodes)
+    elif nodes and roll < 0.08:
+        options["exclude"] = _nodes(rng, nodes)
+
+
 def random_component(
-    rng: random.Random, types: list[str], features: list[str], partitions: list[str]
+    rng: random.Random,
+    types: list[str],
+    features: list[str],
+    partitions: list[str],
+    nodes: list[str] | None = None,
 ) -> Options:
     items = []
     if rng.random() < 0.85:
@@ -134,32 +165,61 @@ def random_component(
         )
     options = {"gres": ",".join(items)} if items else {}
     roll = rng.random()
+    count = lambda choices: (  # noqa: E731
+        f"{rng.choice(types)}:{rng.choice(choices)}" if rng.random() < 0.3 else rng.choice(choices)
+    )
     if roll < 0.15:
-        options["gpus"] = rng.choice(["1", "2", "4", "8"])
+        options["gpus"] = count(["1", "2", "4", "8"])
     elif roll < 0.25:
-        options["gpus_per_node"] = rng.choice(["1", "2"])
+        options["gpus_per_node"] = count(["1", "2"])
     elif roll < 0.4:
-        options["gpus_per_task"] = rng.choice(["1", "2"])
-    if rng.random() < 0.3:
+        options["gpus_per_task"] = count(["1", "2"])
+    roll = rng.random()
+    if roll < 0.25:
         options["partition"] = rng.choice(partitions)
-    if rng.random() < 0.3:
+    elif roll < 0.32 and len(partitions) > 1:
+        options["partition"] = ",".join(rng.sample(partitions, 2))
+    roll = rng.random()
+    if roll < 0.25:
         options["nodes"] = rng.choice(["1", "2", "3"])
+    elif roll < 0.32:
+        options["nodes"] = rng.choice(["1-2", "2-3", "1-3", "2-2", "3-1", "0-2", "1-x"])
     if rng.random() < 0.35:
         options["ntasks"] = rng.choice(["1", "2", "4"])
     if rng.random() < 0.2:
         options["ntasks_per_node"] = rng.choice(["1", "2"])
     if rng.random() < 0.25:
         options["constraint"] = _constraint(rng, features)
+    _node_fields(rng, options, nodes or [])
     return options
 
 
 def random_request(
-    rng: random.Random, types: list[str], features: list[str], partitions: list[str]
+    rng: random.Random,
+    types: list[str],
+    features: list[str],
+    partitions: list[str],
+    nodes: list[str] | None = None,
 ) -> Request:
     count = 2 if rng.random() < 0.1 else 1
-    components = [random_component(rng, types, features, partitions) for _ in range(count)]
+    components = [random_component(rng, types, features, partitions, nodes) for _ in range(count)]
     array = rng.choice(["0-1", "0-2", "1,3"]) if count == 1 and rng.random() < 0.08 else None
     return Request(components, array)
+
+
+def het_sent(components: list[Options]) -> list[Options]:
+    """Each het component's options as sbatch sends its job_desc (measured on 22.05): every -x
+    is every component's exc_nodes, and so are the other components' -w nodes (components never
+    share a node), so the hook sees a node list in each."""
+    if len(components) < 2:
+        return components
+    excluded = [c["exclude"] for c in components if c.get("exclude")]
+    sent = []
+    for i, options in enumerate(components):
+        others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
+        nodes = ",".join(excluded + others)
+        sent.append({**options, "exclude": nodes} if nodes else options)
+    return sent
 
 
 def sbatch_argv(request: Request) -> list[str]:
@@ -185,13 +245,20 @@ def predict(
 ) -> Outcome | str:
     """explain's outcome for one component (`taken`: the nodes earlier components of the het job
     take, `het_taken`), or the text of sbatch's own refusal."""
-    counts = {k: int(v) for k, v in options.items() if k in COUNTS}
-    rest = {k: v for k, v in options.items() if k not in COUNTS}
-    try:
-        job = job_from_options(**rest, uid=uid, slurm_release=release, **counts)  # type: ignore[arg-type]
+    try:  # as `request explain` reads the options (sbatch's reading of -N, -n, -c and the rest)
+        job = job_from_texts(options, uid, release, gres_names(model))
     except RequestError as e:
         return e.reason
     return explain(model, hook, job, taken=taken)
+
+
+def read_refusal(options: Options, release: str) -> str | None:
+    """sbatch's refusal while it reads these options (`read_options`), or None."""
+    try:
+        read_options(options, release)
+    except RequestError as e:
+        return e.reason
+    return None
 
 
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z:/]*)=")
@@ -272,12 +339,14 @@ class Fuzz:
         counts["arrays"] += request.array is not None
         predicted: list[Outcome | str] = []
         taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
-        for component in request.components:
+        read = [read_refusal(c, self.release) for c in request.components]
+        read = [r for r in read if r]  # sbatch reads every component's options before checking any
+        for component in het_sent(request.components):
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
             taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
         run = self.run(sbatch_argv(request), self.user)
         # sbatch checks every component before the hook sees any
-        refusals: list[Outcome | str] = [p for p in predicted if isinstance(p, str)]
+        refusals: list[Outcome | str] = [*read[:1], *(p for p in predicted if isinstance(p, str))]
         refusals = refusals or [p for p in predicted if isinstance(p, Outcome) and not p.ok]
         what = (request.components, request.array)
         if refusals:
@@ -375,15 +444,16 @@ def run_fuzz(
     fuzz: Fuzz, requests: int, seed: int, release_sample: int = 20, edit_share: float = 0.1
 ) -> Report:
     """The whole fuzz on a running cluster; the features and partitions come from sinfo."""
-    sinfo = fuzz.run(["sinfo", "-h", "-o", "%R|%f"]).stdout.split()
+    sinfo = fuzz.run(["sinfo", "-h", "-N", "-o", "%R|%f|%N"]).stdout.split()
     partitions = sorted({line.split("|")[0] for line in sinfo})
     features = sorted({f for line in sinfo for f in line.split("|")[1].split(",") if f != "(null)"})
+    nodes = sorted({line.split("|")[2] for line in sinfo})
     types = sorted(fuzz.model.types)
     rng = random.Random(seed)
     rewritten: list[str] = []
     held: list[str] = []
     for _ in range(requests):
-        request = random_request(rng, types, features, partitions)
+        request = random_request(rng, types, features, partitions, nodes)
         accepted = fuzz.submit(request)
         if accepted is None:
             continue

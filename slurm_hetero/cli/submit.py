@@ -17,8 +17,8 @@ from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.write import diff, ensure_output_dir, pending, write_atomic
-from slurm_hetero.submit import HookOptions, Outcome, explain, job_from_options
-from slurm_hetero.submit.sbatch import gres_names, node_range, task_count
+from slurm_hetero.submit import HookOptions, Outcome, explain
+from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
     CLI_FILTER_NAME,
     CLI_SRUN_NAME,
@@ -182,7 +182,7 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--nodes", "-N", help="As sbatch --nodes: N or MIN-MAX (read, and refused, as sbatch does).")
 @click.option("--ntasks", "-n", help="As sbatch --ntasks.")
 @click.option("--ntasks-per-node", help="As sbatch --ntasks-per-node.")
-@click.option("--cpus-per-task", "-c", type=int, help="As sbatch --cpus-per-task.")
+@click.option("--cpus-per-task", "-c", help="As sbatch --cpus-per-task.")
 @click.option("--cpus-per-gpu", help="As sbatch --cpus-per-gpu.")
 @click.option("--mem-per-gpu", help="As sbatch --mem-per-gpu (MiB, or with M/G/T).")
 @click.option("--mem", help="As sbatch --mem (per node).")
@@ -211,7 +211,7 @@ def explain_cmd(
     nodes: str | None,
     ntasks: str | None,
     ntasks_per_node: str | None,
-    cpus_per_task: int | None,
+    cpus_per_task: str | None,
     cpus_per_gpu: str | None,
     mem_per_gpu: str | None,
     mem: str | None,
@@ -227,30 +227,25 @@ def explain_cmd(
     """What the job_submit hook would do with a request (same rules, same messages)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
-    low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
-    job = job_from_options(
-        gres,
-        gpus,
-        gpus_per_node,
-        gpus_per_task,
-        partition,
-        constraint,
-        uid,
-        slurm_release,
-        nodes=low,
-        ntasks=task_count("--ntasks", ntasks, slurm_release) if ntasks is not None else None,
-        ntasks_per_node=None
-        if ntasks_per_node is None
-        else task_count("--ntasks-per-node", ntasks_per_node, slurm_release),
-        max_nodes=high,
-        names=gres_names(model),
-        cpus_per_task=cpus_per_task,
-        cpus_per_gpu=cpus_per_gpu,
-        mem_per_gpu=mem_per_gpu,
-        mem=mem,
-        mem_per_cpu=mem_per_cpu,
-        nodelist=nodelist,
-        exclude=exclude,
-    )
+    given = {
+        "gres": gres,
+        "gpus": gpus,
+        "gpus_per_node": gpus_per_node,
+        "gpus_per_task": gpus_per_task,
+        "partition": partition,
+        "constraint": constraint,
+        "nodes": nodes,
+        "ntasks": ntasks,
+        "ntasks_per_node": ntasks_per_node,
+        "cpus_per_task": cpus_per_task,
+        "cpus_per_gpu": cpus_per_gpu,
+        "mem_per_gpu": mem_per_gpu,
+        "mem": mem,
+        "mem_per_cpu": mem_per_cpu,
+        "nodelist": nodelist,
+        "exclude": exclude,
+    }
+    texts = {k: v for k, v in given.items() if v is not None}
+    job = job_from_texts(texts, uid, slurm_release, gres_names(model))
     options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
     _print(explain(model, options, job), as_json)

@@ -388,7 +388,9 @@ def _explain(
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     try:
-        need = need_of(request, job, held in ("typed", "untyped"), taken)
+        # --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
+        whole = held in ("typed", "untyped") or bool(job.cpus_per_tres or job.mem_per_tres)
+        need = need_of(request, job, whole, taken)
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)

@@ -31,13 +31,16 @@ fields, on 22.05 and 24.11 (docs/submit-protocol.md has the table):
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.engine.score import ceil_div
 from slurm_hetero.errors import RequestError
+from slurm_hetero.slurm.syntax import hostlist_size
 from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from slurm_hetero.engine.score import ClusterModel
     from slurm_hetero.submit import Job
 
@@ -298,6 +301,11 @@ def _gres_items(spec: str, prefix: str) -> list[str]:
     return text.replace(prefix + prefix, prefix).split(",")
 
 
+def _names_gpu(tres: str | None) -> bool:
+    """Whether a TRES field as sent asks for a gpu (`gres:gpu:l40s:1`, `gres/gpu=1`; gpumem is not one)."""
+    return any(re.match(r"gres[:/]gpu(?:$|[:=])", item) for item in (tres or "").split(","))
+
+
 def _release(slurm_release: str) -> str:
     if slurm_release not in RELEASE_PREFIX:
         raise ValueError(f"unknown Slurm release {slurm_release}; known: {', '.join(RELEASE_PREFIX)}")
@@ -312,17 +320,20 @@ def sbatch_counts(
     job_total: bool,
     slurm_release: str = "22.05",
     ranged: bool = False,
+    cpus: bool = False,
 ) -> tuple[int | None, int | None, int | None]:
     """(min_nodes, num_tasks, ntasks_per_node) as sbatch of the release sends them (None: unset),
     for -N, -n, --ntasks-per-node, with or without --gpus-per-task (`per_task`) and --gpus
-    (`job_total`); `ranged`: -N MIN-MAX, from which 22.05 derives no task count. RequestError
+    (`job_total`); `ranged`: -N MIN-MAX, `cpus`: -c given (22.05 derives no task count for
+    --gpus-per-task from a range, even with --ntasks-per-node, nor from -N alone with -c,
+    measured: `--gpus-per-task=1 -N 1 -c 1`, `-N 1-2 --ntasks-per-node=2` are refused). RequestError
     with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
-        if nodes:
+        if new_release and nodes and not (ranged or cpus):  # 24.11 fuzz: as 22.05 with -N
             ntasks = nodes * (ntasks_per_node or 1)
-        elif ntasks_per_node and not new_release:
-            ntasks = ntasks_per_node
+        elif not new_release and not ranged and (ntasks_per_node or (nodes and not cpus)):
+            ntasks = (nodes or 1) * (ntasks_per_node or 1)  # 22.05: -N alone only without -c
         else:
             raise RequestError("sbatch", GPUS_PER_TASK_REFUSAL[slurm_release])
     if not ntasks and ntasks_per_node and not new_release and not ranged:
@@ -351,14 +362,16 @@ def _per_task_24_11(spec: str | None) -> str | None:
     return f"gres/gpu{typed}={count}" if count else None
 
 
-def mebibytes(text: str | None) -> int | None:
-    """sbatch's --mem* value in MiB (`16000`, `10G`; a bare number is MiB), None when not given."""
+def mebibytes(text: str | None, option: str = "--mem") -> int | None:
+    """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB (`16000`, `10G`; a
+    bare number is MiB), None when not given; RequestError with sbatch's words where it refuses
+    it (`Invalid --mem specification`, measured on 22.05: `abc`, `1.5G`)."""
     if not text:
         return None
     suffix = text[-1].upper() if text[-1].isalpha() else "M"
     digits = text[:-1] if text[-1].isalpha() else text
     if not digits.isdigit() or suffix not in UNITS:
-        raise RequestError("sbatch", f"invalid memory value {text}")
+        raise RequestError("sbatch", f"Invalid {option} specification")
     return int(digits) * UNITS[suffix]
 
 
@@ -369,6 +382,75 @@ def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | 
     if prefix == "gres/" and cpus_per_task:
         return f"cpu={cpus_per_task}" + (f",{gpu}" if gpu else "")
     return gpu
+
+
+def job_from_texts(
+    options: Mapping[str, str],
+    uid: int | None = None,
+    slurm_release: str = "22.05",
+    names: frozenset[str] | None = None,
+) -> Job:
+    """job_from_options over the options as typed (`{"nodes": "1-2", "gres": ...}`, the keys its
+    parameter names): -N, -n, --ntasks-per-node and -c read as sbatch reads them (`node_range`,
+    `task_count`, with its words where it refuses). `request explain` and the real-Slurm fuzz both
+    start here."""
+    texts: dict[str, Any] = dict(options)
+    low, high = read_options(options, slurm_release)
+    texts.pop("nodes", None)
+    counts: dict[str, Any] = {
+        key: task_count(flag, texts.pop(key), slurm_release)
+        for key, flag in (
+            ("ntasks", "--ntasks"),
+            ("ntasks_per_node", "--ntasks-per-node"),
+            ("cpus_per_task", "--cpus-per-task"),
+        )
+        if texts.get(key) is not None
+    }
+    return job_from_options(
+        **texts, uid=uid, slurm_release=slurm_release, nodes=low, max_nodes=high, names=names, **counts
+    )
+
+
+def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tuple[int | None, int | None]:
+    """What sbatch refuses while it reads the options, before it checks any (a het job: every
+    component's, before the first component's checks): -N, -n, --ntasks-per-node, -c, --mem*
+    and -w against -N; RequestError with its words. (min_nodes, max_nodes) of -N."""
+    nodes = options.get("nodes")
+    low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
+    for key, flag in (
+        ("ntasks", "--ntasks"),
+        ("ntasks_per_node", "--ntasks-per-node"),
+        ("cpus_per_task", "--cpus-per-task"),
+    ):
+        if options.get(key) is not None:
+            task_count(flag, options[key], slurm_release)
+    for key in ("mem", "mem_per_cpu", "mem_per_gpu"):
+        mebibytes(options.get(key), "--" + key.replace("_", "-"))
+    if _release(slurm_release) == "22.05":  # 24.11 passes `-w a,b -N1` on (24.11 fuzz)
+        _check_nodelist(options.get("nodelist"), low, high)
+    return low, high
+
+
+def _check_nodelist(nodelist: str | None, low: int | None, high: int | None) -> None:
+    """sbatch's -w against -N: more hosts than -N's maximum is refused with its words (`-w a,b
+    -N1`: invalid number of nodes (-N 2-1), measured on 22.05, before the TRES are read)."""
+    try:
+        hosts = hostlist_size(nodelist) if nodelist else 0
+    except ValueError:
+        return  # not a hostlist: slurmctld's to refuse
+    if high and hosts > high and hosts > (low or 0):
+        raise RequestError("sbatch", f"invalid number of nodes (-N {hosts}-{high})")
+
+
+def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
+    """min_nodes after sbatch's -w: raised to the hosts named (after the task count: `-w a
+    --gpus-per-task=1` is still refused without -n), not above the tasks (`-n1 -w a,b`: 1)."""
+    try:
+        hosts = hostlist_size(nodelist) if nodelist else 0
+    except ValueError:
+        return min_nodes
+    hosts = min(hosts, num_tasks) if num_tasks else hosts
+    return max(hosts, min_nodes or 0) or min_nodes
 
 
 def job_from_options(
@@ -412,6 +494,14 @@ def job_from_options(
         refusal = gres_refusal(text, slurm_release, names)
         if refusal:
             raise RequestError("sbatch", refusal)
+    gpu_asked = any(_names_gpu(text) for text in fields.values())  # gpumem is not a gpu
+    if cpus_per_gpu and pre == "gres/" and not gpu_asked:  # 24.11 only (fuzz 2026-11-25)
+        raise RequestError(
+            "sbatch", f"Requested cpus_per_tres={pre}gpu:{cpus_per_gpu} but did not request any GPU."
+        )
+    if mem_per_gpu and not gpu_asked:
+        per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
+        raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
     fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
     ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
     if ensure:
@@ -424,7 +514,9 @@ def job_from_options(
         bool(gpus),
         slurm_release,
         bool(max_nodes and max_nodes != nodes),
+        cpus_per_task is not None,
     )
+    min_nodes = _hosts_nodes(nodelist, min_nodes, num_tasks)
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
     top = max_nodes if max_nodes is not None else nodes
     top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top
@@ -443,9 +535,9 @@ def job_from_options(
         max_nodes=top,
         cpus_per_task=cpus_per_task,
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
-        mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu)}" if mem_per_gpu else None,
+        mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}" if mem_per_gpu else None,
         min_mem_per_node=mebibytes(mem),
-        min_mem_per_cpu=mebibytes(mem_per_cpu),
+        min_mem_per_cpu=mebibytes(mem_per_cpu, "--mem-per-cpu"),
         req_nodes=nodelist,
         exc_nodes=exclude,
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from scripts.devcluster import fuzz
-from slurm_hetero.submit import Job, Outcome
+from slurm_hetero.submit import HookOptions, Job, Outcome
 
 UNKNOWN_FEATURE = {"constraint": "(amd|nosuch)&lab_big"}
 REWRITTEN = {"gres": "gpumem:60G", "ntasks": "2"}
@@ -54,3 +56,80 @@ def test_a_het_job_refused_although_its_untouched_component_alone_is_accepted_is
     assert harness.submit(fuzz.Request([UNKNOWN_FEATURE, REWRITTEN])) is None
     assert [m[0] for m in harness.report.mismatches] == ["refused but predicted accept"]
     assert ["scancel", "42"] in calls  # the probe job does not stay queued
+
+
+def test_the_generator_draws_the_hooks_node_options() -> None:
+    """-c, --cpus-per-gpu, --mem*, -w/-x, -N MIN-MAX, --gpus*=TYPE:N and partition lists, every one
+    a flag sbatch_argv knows, and never two of --mem/--mem-per-cpu/--mem-per-gpu together."""
+    rng = random.Random(1)
+    drawn = [
+        fuzz.random_component(rng, ["a100", "l40s"], ["ib", "lab_big"], ["gpu", "lab"], ["n1", "n2"])
+        for _ in range(3000)
+    ]
+    keys = {k for options in drawn for k in options}
+    assert keys <= set(fuzz.FLAGS)
+    for key in ("cpus_per_task", "cpus_per_gpu", "mem", "mem_per_cpu", "mem_per_gpu", "nodelist", "exclude"):
+        assert key in keys
+    assert any("-" in o.get("nodes", "") for o in drawn)
+    assert any(":" in o.get(k, "") for o in drawn for k in ("gpus", "gpus_per_node", "gpus_per_task"))
+    assert any("," in o.get("partition", "") for o in drawn)
+    assert all(len({"mem", "mem_per_cpu", "mem_per_gpu"} & set(o)) <= 1 for o in drawn)
+    assert "--nodelist=n1" in fuzz.sbatch_argv(fuzz.Request([{"nodelist": "n1"}]))
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"gres": "gpumem:20G", "nodes": "1-x"}, '"x" is not a valid node count'),
+        ({"gres": "gpumem:20G", "cpus_per_task": "x"}, 'Invalid numeric value "x" for --cpus-per-task.'),
+        ({"gres": "gpumem:20G", "ntasks": "0"}, 'Invalid numeric value "0" for --ntasks.'),
+    ],
+)
+def test_predict_reads_the_option_texts_as_request_explain_does(options: dict[str, str], words: str) -> None:
+    """The fuzz drew only well-formed -N/-n/-c (int() of them); a range or a malformed value is
+    sbatch's refusal, in its words, as `request explain` prints it."""
+    from slurm_hetero.cli import cli
+    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.config import load_settings
+    from tests.conftest import REPO
+
+    inventory = REPO / "gres_conf" / "examples" / "mixed.yaml"
+    model = _model(inventory, (), load_settings(None))
+    assert fuzz.predict(model, HookOptions(frozenset(), "open"), options, 1000, "22.05") == words
+    flags = [a for k, v in options.items() for a in (fuzz.FLAGS[k], v)]
+    result = CliRunner().invoke(cli, ["request", "explain", "--inventory", str(inventory), *flags])
+    assert result.exit_code == 1 and words in result.stderr
+
+
+def test_predict_reads_a_node_range_as_min_and_max() -> None:
+    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.config import load_settings
+    from tests.conftest import REPO
+
+    model = _model(REPO / "gres_conf" / "examples" / "mixed.yaml", (), load_settings(None))
+    outcome = fuzz.predict(
+        model, HookOptions(frozenset(), "open"), {"gres": "gpumem:20G", "nodes": "1-2"}, 1000, "22.05"
+    )
+    assert isinstance(outcome, Outcome) and outcome.ok and outcome.job.max_nodes == 2
+
+
+def test_a_het_jobs_node_lists_reach_every_component() -> None:
+    """22.05 seed 20261126: `-p nvidia -w l40sn1 : -p nvidia` is stored with ExcNodeList=l40sn1 on
+    component 1 and `-x a100n1` on either component excludes it on both, so the hook refused
+    components without -w/-x of their own; the fuzz predicted each component as given."""
+    sent = fuzz.het_sent([{"nodelist": "l40sn1"}, {"gres": "gpumem:10G"}, {"exclude": "a100n1"}])
+    assert [c.get("exclude") for c in sent] == ["a100n1", "a100n1,l40sn1", "a100n1,l40sn1"]
+    assert sent[0]["nodelist"] == "l40sn1" and "nodelist" not in sent[1]
+    assert fuzz.het_sent([{"gres": "gpumem:10G"}]) == [{"gres": "gpumem:10G"}]
+    assert fuzz.het_sent([{}, {}]) == [{}, {}]
+
+
+def test_a_het_components_malformed_option_is_sbatchs_first_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """22.05 seed 20261126: component 1's `--mem=1.5G` (read with the options) was sbatch's answer,
+    not component 0's --gpus-per-task check, which the fuzz predicted first."""
+    harness, _ = _harness(monkeypatch, lambda argv: True)
+    first = {"gres": "gpumem:60G", "gpus_per_task": "1"}
+    assert harness.submit(fuzz.Request([first, {"mem": "1.5G"}])) is None
+    assert harness.report.counts["refused by sbatch"] == 1
+    assert fuzz.read_refusal({"mem": "1.5G"}, "22.05") == "Invalid --mem specification"
+    assert fuzz.read_refusal(first, "22.05") is None

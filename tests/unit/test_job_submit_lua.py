@@ -1331,6 +1331,22 @@ def test_a_shard_request_the_cli_filter_rewrote_is_decided_again_to_the_same(
     assert ok and (after.tres_per_node, after.features) == (direct.job.tres_per_node, direct.job.features)
 
 
+def test_cpus_per_gpu_keeps_a_request_below_a_device_on_whole_devices(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """22.05 fuzz seed 20261126: `--gres=gpumem:10G --cpus-per-gpu=8` was rewritten to shards and
+    slurmctld refused the job (Invalid generic resource: cpus_per_tres names gpu, the job has
+    none); a per-gpu CPU or memory field now keeps the hook and explain on whole devices (24.11's
+    sbatch refuses --cpus-per-gpu without a gpu item itself)."""
+    config, hook = rendered["second"], hooks["second"]
+    plain = explain(config.model, config.options, job_from_options(gres="gpumem:1G", uid=1000))
+    assert plain.choice is not None and plain.choice.kind == "shard"
+    job = job_from_options(gres="gpumem:1G", uid=1000, cpus_per_gpu="8")
+    for sent in (job, replace(job, cpus_per_tres=None, mem_per_tres="gres:gpu:1024")):
+        ok, message, after = both(config, hook, sent)
+        assert ok and "shard" not in (after.tres_per_node or ""), message
+
+
 def test_an_edit_of_a_job_with_devices_stays_on_whole_devices(
     rendered: dict[str, Config], hooks: dict[str, Hook]
 ) -> None:

@@ -12,7 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
-from slurm_hetero.submit.sbatch import BASE_GRES, gres_refusal, job_from_options, node_range
+from slurm_hetero.submit.sbatch import (
+    BASE_GRES,
+    GPUS_PER_TASK_REFUSAL,
+    gres_refusal,
+    job_from_options,
+    node_range,
+)
 from tests.unit.test_score import MIXED
 
 NVIDIA = " [vendor nvidia: the default here for a request without a type; for another add -C ascend]"
@@ -93,6 +99,61 @@ MEASURED = [
     (("24.11",), ["-n", "4294967294"], "sbatch: Numeric argument (4294967294) too large for --ntasks."),
     (BOTH, ["--ntasks-per-node=0"], 'sbatch: Invalid numeric value "0" for --ntasks-per-node.'),
     (BOTH, ["--ntasks-per-node=-1"], 'sbatch: Invalid numeric value "-1" for --ntasks-per-node.'),
+    # sbatch 22.05.8's words, read while it parses the options (before the TRES): fuzz 2026-11-25
+    (("22.05",), ["--mem=abc"], "sbatch: Invalid --mem specification"),
+    (("22.05",), ["--mem=1.5G"], "sbatch: Invalid --mem specification"),
+    (("22.05",), ["--mem-per-cpu=x"], "sbatch: Invalid --mem-per-cpu specification"),
+    (("22.05",), ["--gres=GPUMEM:20G", "--mem-per-gpu=1.5G"], "sbatch: Invalid --mem-per-gpu specification"),
+    (("22.05",), ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
+    (("22.05",), ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
+    (
+        ("22.05",),
+        ["--mem-per-gpu=4G"],
+        "sbatch: Requested mem_per_tres=gres:gpu:4096 but did not request any GPU.",
+    ),
+    (("22.05",), ["--gres=GPUMEM:20G", "--mem-per-gpu=4G"], f"sbatch: {GRES}"),
+    (
+        ("22.05",),
+        ["--gres=gpumem:20G,gpu:1", "--mem-per-gpu=4G"],
+        "gpumem:20G,gpu:1 -> gres:gpu:l40s:1 (best-fit)" + NVIDIA,
+    ),
+    (("22.05",), ["-w", "a100n1,l40sn1", "-N", "1"], "sbatch: invalid number of nodes (-N 2-1)"),
+    (
+        ("22.05",),
+        ["--gres=GPUMEM:20G", "-w", "a100n1,l40sn1", "-N", "1"],
+        "sbatch: invalid number of nodes (-N 2-1)",
+    ),
+    (("22.05",), ["--gpus=1", "-w", "a100n1,l40sn1"], "sbatch: --gpus < -N"),
+    (("22.05",), ["--gpus-per-task=1", "-N", "1-2"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
+    (("22.05",), ["--gpus-per-task=1", "-N", "1", "-c", "1"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
+    (("22.05",), ["--gpus-per-task=1", "-w", "a100n1"], "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"]),
+    # 24.11 fuzz seed 20261126 (2026-11-25)
+    (
+        ("24.11",),
+        ["--cpus-per-gpu=8"],
+        "sbatch: Requested cpus_per_tres=gres/gpu:8 but did not request any GPU.",
+    ),
+    (("24.11",), ["--gpus-per-task=1", "-N", "1-3"], "sbatch: " + GPUS_PER_TASK_REFUSAL["24.11"]),
+    (
+        ("24.11",),
+        ["--gpus-per-task=a100_80g:2", "-N", "1", "-c", "1"],
+        "sbatch: " + GPUS_PER_TASK_REFUSAL["24.11"],
+    ),
+    (
+        ("22.05",),
+        ["--gpus-per-task=1", "-N", "1-2", "--ntasks-per-node=2"],
+        "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"],
+    ),
+    (
+        ("22.05",),
+        ["--gpus-per-task=1", "-N", "1", "--ntasks-per-node=1", "-c", "4"],
+        "gpumem:20G,gpu:1 -> gres:gpu:l40s:1 (best-fit)" + NVIDIA,
+    ),
+    (
+        ("22.05",),
+        ["--gres=gpumem:60G,gpu:l40s:1", "--gpus-per-task=1", "-N", "1-2"],
+        "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"],
+    ),
 ]
 CASES = [(release, options, seen) for releases, options, seen in MEASURED for release in releases]
 
