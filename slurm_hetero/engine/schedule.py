@@ -287,6 +287,7 @@ class StepModel:
     ) -> None:
         self.groups, self.costs, self.shape, self.batch = tuple(groups), costs, shape, global_batch
         self.network_gbs, self.pair_gbs = network_gbs, dict(pair_gbs or {})
+        self.simulations = 0  # steps `simulate` priced (the search's work budget counts them)
         p, dp, b = shape.stages, sum(shape.replicas), shape.micro_batch
         busiest = global_batch if len(shape.replicas) > 1 else math.ceil(global_batch / shape.replicas[0])
         cap = math.ceil(busiest / b)  # most micro-batches a replica runs: bounds what a stage holds
@@ -498,6 +499,7 @@ class StepModel:
 
     def simulate(self, bounds: Sequence[int], samples: Sequence[int]) -> float:
         """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces."""
+        self.simulations += 1
         stats = self.line_stats(bounds)
         if stats is None:
             return math.inf
