@@ -350,3 +350,14 @@ def test_many_layers_on_few_devices_polish_within_the_work_bound(
     fits, bounded = partition.search(spec, shape_search(spec).shapes)
     assert fits and bounded
     assert len(simulated) <= 3 * partition.MAX_SCORES
+
+
+def test_no_shape_names_the_real_reason_not_a_common_divisor() -> None:
+    """One type with --kind data, and tp wider than a node, said 'use counts with a common divisor'."""
+    code, _, err = run(
+        "plan", "--devices", "b200:5", "--model", "gpt2", "--global-batch", "7", "--kind", "data"
+    )
+    assert "data family needs two device types" in one_line_error(code, err) and "divisor" not in err
+    with pytest.raises(RequestError) as raised:
+        solve(spec_of("a100:8", "gpt2", seq=1024, batch=64, tp_sizes=(16,)))
+    assert "a100_80g has 8 per node" in str(raised.value) and "divisor" not in str(raised.value)
