@@ -390,8 +390,21 @@ def _no_shape_reason(spec: LayoutSpec) -> str:
             f"the staged family is searched on at most {STAGED_MAX_WORLD} devices (these are {world}); "
             "use --kind pipeline or data, or leave --kind out"
         )
+    if kinds == {LayoutKind.DATA} and len(spec.groups) < 2:
+        return (
+            "the data family needs two device types or more (one type's data parallelism is the "
+            "pipeline family's); use --kind pipeline or leave --kind out"
+        )
     if spec.costs.layers < len(spec.groups):
         return f"{len(spec.groups)} device types need at least as many layers ({spec.costs.layers})"
+    split = [
+        f"{g.type} has {'/'.join(map(str, sorted(set(g.per_node))))} per node"
+        for g in spec.groups
+        if not any(all(c % t == 0 for c in g.per_node) for t in spec.tp_sizes)
+    ]
+    if split:
+        tps = ",".join(map(str, spec.tp_sizes))
+        return f"tensor parallelism {tps} stays within a node and {'; '.join(split)}; use a smaller tp size"
     return "no pipeline or data-parallel shape uses every device; use counts with a common divisor"
 
 

@@ -37,6 +37,31 @@ MAX_SPLITS = 48
 # polishing one simulates it for every move; 5 or more types made that minutes. The benchmark
 # mixes and the exhaustively checked small instances stay under it (at most 0.93 M).
 MAX_SPLIT_WORK = 1_000_000
+# And polishing stops once the search has scored MAX_SCORES splits (x the same share): each score
+# simulates or prices a whole step, and many layers on few devices made polishing tens of seconds
+# (16 devices x 128 layers: 17,781 scores, 10 s) while the work estimate above stayed small. The
+# benchmark mixes score at most 1,709.
+MAX_SCORES = 2_500
+
+
+class Budget:
+    """Work the search may still do (`MAX_SCORES`: a split scored by the closed form, or a step
+    simulated, is one); `take` hands moves out while any is left."""
+
+    def __init__(self, left: float) -> None:
+        self.left = left
+
+    def take(self, moves: Iterator[list[int]], model: StepModel) -> Iterator[list[int]]:
+        for trial in moves:
+            seen = model.simulations
+            if self.left <= 0:
+                return
+            yield trial
+            self.left -= max(1, model.simulations - seen)
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
 
 
 # -- bounds that let the search skip shapes -------------------------------------------------------
@@ -298,13 +323,16 @@ def _first_better(
     return None
 
 
-def polish(model: StepModel, bounds: list[int], sweeps: int = 64) -> tuple[list[int], float]:
+def polish(
+    model: StepModel, bounds: list[int], sweeps: int = 64, budget: Budget | None = None
+) -> tuple[list[int], float]:
     """Hand single layers between stages (any two stages in pipelines of up to 16, neighbours
-    beyond) while the step improves (`StepModel.score`)."""
+    beyond) while the step improves (`StepModel.score`), scoring at most what `budget` has left."""
     best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
     for _ in range(sweeps):
         goal = best * (1 - 1e-9)
-        found = _first_better(model, _moves(bounds, reach), goal)
+        moves = _moves(bounds, reach)
+        found = _first_better(model, budget.take(moves, model) if budget else moves, goal)
         if found is None:
             break
         bounds, best = found
@@ -339,6 +367,7 @@ def search(
     best = math.inf
     split, work = 0, 0
     most = MAX_SPLIT_WORK * spec.max_candidates / MAX_CANDIDATES
+    budget = Budget(MAX_SCORES * spec.max_candidates / MAX_CANDIDATES)
     for bound, i, shape in ranked:
         short = is_short(shape, spec.global_batch)
         if (bound >= best and not short) or not _holds_state(spec, shape):
@@ -346,14 +375,14 @@ def search(
         split += 1
         if split > MAX_SPLITS and fits and len(shapes) > LARGE_SEARCH:
             break  # the most promising MAX_SPLITS shapes were split: planning time stays bounded
-        if work > most and fits:
+        if (work > most or budget.spent) and fits:
             return fits, True
         work += _split_work(spec, shape)
         model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
         start = balanced_bounds(model, _cap(spec, shape, best))
         if start is None or (_floor(spec, model, start, memo) >= best and not short):
             continue
-        bounds, score = polish(model, start)
+        bounds, score = polish(model, start, budget=budget)
         fits.append((score, i, bounds, model))
         best = min(best, score)
-    return fits, False
+    return fits, budget.spent

@@ -273,6 +273,10 @@ class StepModel:
     """
 
     SIMULATE_OPS = 20_000
+    # A simulated operation costs about its pipeline's stages: beyond this many operations x stages
+    # one simulated step takes seconds (hundreds of stages: 16 s each), and the closed form
+    # (`estimate_1f1b`, each stage ending its drain earlier) prices it instead.
+    MOST_SIMULATED_WORK = 8_000_000
     REFINE_REPLICAS = 4
     REFINE_SIMULATIONS = 1024  # trials of one `refine_split` (bounded planning time)
 
@@ -287,6 +291,7 @@ class StepModel:
     ) -> None:
         self.groups, self.costs, self.shape, self.batch = tuple(groups), costs, shape, global_batch
         self.network_gbs, self.pair_gbs = network_gbs, dict(pair_gbs or {})
+        self.simulations = 0  # steps `simulate` priced (the search's work budget counts them)
         p, dp, b = shape.stages, sum(shape.replicas), shape.micro_batch
         busiest = global_batch if len(shape.replicas) > 1 else math.ceil(global_batch / shape.replicas[0])
         cap = math.ceil(busiest / b)  # most micro-batches a replica runs: bounds what a stage holds
@@ -498,6 +503,7 @@ class StepModel:
 
     def simulate(self, bounds: Sequence[int], samples: Sequence[int]) -> float:
         """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces."""
+        self.simulations += 1
         stats = self.line_stats(bounds)
         if stats is None:
             return math.inf
@@ -518,9 +524,13 @@ class StepModel:
 
     def _stage_ends(self, s: LineStats, m: int) -> FloatArray:
         p = len(s.fwd)
-        if 2 * p * m <= self.SIMULATE_OPS:
-            return simulate_1f1b(s.fwd, s.bwd, s.p2p, m).stage_end
         m0 = max(4 * p, self.SIMULATE_OPS // (4 * p))  # past the warm-up: the steady state
+        direct = 2 * p * m <= self.SIMULATE_OPS or m <= 2 * m0  # (never more micro-batches than the step's)
+        if 2 * p * p * (m if direct else 3 * m0) > self.MOST_SIMULATED_WORK:  # hundreds of stages
+            drain = np.concatenate(([0.0], np.cumsum(s.bwd + s.p2p)[:-1]))
+            return estimate_1f1b(s.fwd, s.bwd, s.p2p, m) - drain
+        if direct:
+            return simulate_1f1b(s.fwd, s.bwd, s.p2p, m).stage_end
         e0 = simulate_1f1b(s.fwd, s.bwd, s.p2p, m0).stage_end
         e1 = simulate_1f1b(s.fwd, s.bwd, s.p2p, 2 * m0).stage_end
         return e1 + (e1 - e0) * (m - 2 * m0) / m0  # steady state: equal time per extra micro-batch

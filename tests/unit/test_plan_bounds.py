@@ -315,3 +315,49 @@ def test_a_huge_global_batch_simulates_a_bounded_number_of_micro_batches(
         max(played),
         sum(played),
     )
+
+
+def test_many_layers_on_few_devices_polish_within_the_work_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 devices x a 128-layer small model polished 17,781 splits (35,426 simulated steps, 10 s):
+    the search now stops at `partition.MAX_SCORES` and says it was bounded."""
+    from slurm_hetero.engine import partition
+    from slurm_hetero.engine.schedule import StepModel
+
+    config = {
+        "model_type": "gpt2",
+        "n_embd": 64,
+        "n_head": 4,
+        "n_layer": 128,
+        "n_positions": 128,
+        "vocab_size": 64,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    catalog = load_catalog()
+    groups = device_groups(parse_devices("h100:8,a100:8"), catalog, {})
+    costs = layer_costs_for(str(tmp_path / "config.json"), 128, SOLVER_SETTINGS)
+    spec = LayoutSpec(
+        groups,
+        costs,
+        64,
+        micro_batch_sizes=SEARCHED_MICRO_BATCHES,
+        pair_gbs=cross_type_gbs(groups, catalog, 25.0),
+    )
+    simulated = []
+    plain = StepModel.simulate
+    monkeypatch.setattr(StepModel, "simulate", lambda self, *a: simulated.append(1) or plain(self, *a))
+    fits, bounded = partition.search(spec, shape_search(spec).shapes)
+    assert fits and bounded
+    assert len(simulated) <= 3 * partition.MAX_SCORES
+
+
+def test_no_shape_names_the_real_reason_not_a_common_divisor() -> None:
+    """One type with --kind data, and tp wider than a node, said 'use counts with a common divisor'."""
+    code, _, err = run(
+        "plan", "--devices", "b200:5", "--model", "gpt2", "--global-batch", "7", "--kind", "data"
+    )
+    assert "data family needs two device types" in one_line_error(code, err) and "divisor" not in err
+    with pytest.raises(RequestError) as raised:
+        solve(spec_of("a100:8", "gpt2", seq=1024, batch=64, tp_sizes=(16,)))
+    assert "a100_80g has 8 per node" in str(raised.value) and "divisor" not in str(raised.value)

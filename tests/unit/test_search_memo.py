@@ -15,7 +15,16 @@ import pytest
 
 from slurm_hetero.engine.layout import LayoutSpec, candidate_shapes
 from slurm_hetero.engine.partition import _lower_bound, _memo, balanced_bounds, polish
-from slurm_hetero.engine.schedule import Schedule, StageModel, StepModel, _op_order, _schedule, simulate_1f1b
+from slurm_hetero.engine.schedule import (
+    LineStats,
+    Schedule,
+    StageModel,
+    StepModel,
+    _op_order,
+    _schedule,
+    estimate_1f1b,
+    simulate_1f1b,
+)
 from tests.unit.test_layout import random_spec
 
 
@@ -215,3 +224,26 @@ def test_fits_with_its_cache_answers_as_the_plain_test(seed: int) -> None:
                 assert stage.fits(a, e, budget) == plain_fits(stage, a, e, budget)
                 refused += not plain_fits(stage, a, e, math.inf)
     assert refused  # some ranges fit no memory: the cached NaN must refuse them at any budget
+
+
+def _line(p: int) -> LineStats:
+    rng = np.random.default_rng(p)
+    fwd, bwd = rng.uniform(1, 2, p), rng.uniform(2, 4, p)
+    return LineStats(fwd, bwd, np.zeros(p), np.zeros(p, dtype=np.int64), np.full(p, 0.1))
+
+
+def test_stage_ends_never_simulate_more_micro_batches_than_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """64 stages x 200 micro-batches simulated 256 and 512 (the steady-state extrapolation); 512
+    stages (1,024 devices x 10,000 layers) simulated for 16 s a step: the closed form prices those."""
+    from slurm_hetero.engine import schedule
+
+    sizes: list[int] = []
+    plain = schedule.simulate_1f1b
+    monkeypatch.setattr(schedule, "simulate_1f1b", lambda f, b, c, m: sizes.append(m) or plain(f, b, c, m))
+    model = StepModel.__new__(StepModel)
+    s = _line(64)
+    assert np.allclose(model._stage_ends(s, 200), plain(s.fwd, s.bwd, s.p2p, 200).stage_end)
+    assert sizes == [200]
+    s = _line(512)
+    ends = model._stage_ends(s, 400)
+    assert sizes == [200] and ends[0] == pytest.approx(estimate_1f1b(s.fwd, s.bwd, s.p2p, 400))
