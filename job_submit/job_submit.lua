@@ -928,8 +928,9 @@ end
 -- (untyped ones untyped), shards shards.
 -- check: only whether the devices the job holds still fit it (an edit of its node or task count):
 -- untouched when they do, else rejected (edit_counts). taken: type -> nodes the earlier
--- components of this het job took (their nodes are not this component's).
-local function evaluate(job_desc, submit_uid, held, check, taken)
+-- components of this het job took (their nodes are not this component's). tasks_hidden: an edit
+-- that cannot see the job's task count: devices per task are refused (edit_tasks).
+local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
   if not check and not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
@@ -939,6 +940,10 @@ local function evaluate(job_desc, submit_uid, held, check, taken)
     error(req, 0)
   end
   req.text = table.concat(req.shown, ",")
+  if tasks_hidden and req.gpu_field == "tres_per_task" then
+    -- an edit of a job with devices per task: its task count is not in job_rec
+    return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
+  end
   if (job_desc.req_nodes or "") ~= "" or (job_desc.exc_nodes or "") ~= "" then
     return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
   end
@@ -1296,7 +1301,9 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   if not asks and not (held and ours) then return { action = "untouched" } end
   local view = edited_view(job_desc, job_rec, asks)
   view.job_id, view.record = job_rec.job_id, job_rec
-  local result = evaluate(view, modify_uid, held, not asks)
+  -- Slurm's job_rec has no num_tasks / ntasks_per_node (22.05, 24.11): unknown unless the edit sets one
+  local hidden = view.num_tasks == nil and view.ntasks_per_node == nil
+  local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden)
   local old = held_type(job_rec)
   if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
     result = { action = "reject", code = "request",

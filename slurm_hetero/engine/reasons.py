@@ -93,6 +93,9 @@ MESSAGES: dict[str, str] = {
     "cancel it and submit it again",
     "edit_type": "Slurm 22.05 keeps the %s devices this job holds when an update names another type (%s), "
     "so the job would ask for both; cancel it and submit it again",
+    "edit_tasks": "this job asks for devices per task, and Slurm does not show an update how many tasks "
+    "the job runs on each node; cancel it and submit it again with the gpumem, or give NumTasks in the "
+    "same update",
     "edit_counts": "the devices this job holds do not fit its edited node or task count, partition or "
     "constraint: %s; to choose devices for the edited job, give the gpumem again in the same update "
     "(gres=gpumem:SIZE)",

@@ -369,13 +369,15 @@ def _explain(
     held: str | None = None,
     check: bool = False,
     taken: Mapping[str, int] | None = None,
+    tasks_hidden: bool = False,
 ) -> Outcome:
     """What the hook does with one job (component); `held`: the devices an edited job already
     asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards.
     `check`: only whether the devices the job holds still fit it (an edit of its node or task
     count): untouched when they do, else refused (`edit_counts`). `taken`: for a heterogeneous
     job's later component, the nodes of each type its earlier components take (`het_taken`; the
-    hook remembers them within one submission)."""
+    hook remembers them within one submission). `tasks_hidden`: an edit that cannot see the job's
+    task count (Slurm's job record has none): devices per task are then refused (`edit_tasks`)."""
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
     if not has_ours(job.fields()) and not check:
@@ -384,6 +386,8 @@ def _explain(
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    if tasks_hidden and request.gpu_field == "tres_per_task":
+        return Outcome(False, "reject", f"{request.text}: {render('edit_tasks')}", job, code=REQUEST_CODE)
     if job.req_nodes or job.exc_nodes:
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
@@ -546,7 +550,9 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
         if not (fit_edit(edit) and held and ours):
             return Outcome(True, "untouched", "", view)
         return replace(_explain(model, options, view, held, check=True), job=view)
-    outcome = _explain(model, options, view, held)
+    # Slurm's job record has no num_tasks / ntasks_per_node: unknown unless the edit sets one
+    hidden = view.num_tasks is None and view.ntasks_per_node is None
+    outcome = _explain(model, options, view, held, tasks_hidden=hidden)
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))
     after, choice = outcome.job, outcome.choice

@@ -604,9 +604,31 @@ def test_an_edit_keeps_the_jobs_device_count_and_scope_and_chooses_the_type_agai
     the job never started. The edit is decided as a submission with the job's count and scope; its
     own tres_per_node item is written "" (no change), so Slurm keeps the record's."""
     record = replace(RECORD, tres_per_node=None, num_tasks=2, **{field: held})
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000)
+    # devices per task: the record hides the task count, so the edit gives it (test below)
+    tasks = 2 if field == "tres_per_task" else None
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, num_tasks=tasks)
     ok, _, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
     assert ok and getattr(after, field) == expected and after.tres_per_node is None, after
+
+
+@pytest.mark.parametrize("release_form", ["gres/gpu=2", "gres:gpu:2", "gres/gpu:l40s=1"])
+def test_a_gpumem_edit_of_a_job_with_devices_per_task_is_refused_without_its_task_count(
+    rendered: dict[str, Config], hooks: dict[str, Hook], release_form: str
+) -> None:
+    """Fuzz (22.05 and 24.11): `scontrol update gres=gpumem:1G` of a job with TresPerTask=gpu:2 and
+    tasks on one node was put on a type with too few devices per node (slurmctld: "Requested
+    partition configuration not available now"): Slurm's job_rec has no num_tasks or
+    ntasks_per_node (22.05, 24.11), so the devices each node needs are unknown. Refused, saying
+    what to do; with NumTasks in the same update it is decided."""
+    config, hook = rendered["mixed"], hooks["mixed"]
+    record = replace(RECORD, tres_per_node=None, tres_per_task=release_form, num_tasks=4, ntasks_per_node=4)
+    edit = Job(tres_per_node="gres/gpumem:1G", submit_uid=1000)
+    ok, message, after = both_edit(config, hook, edit, record)
+    assert not ok and message.startswith("gpumem:1G,"), message
+    assert message.endswith(f": {MESSAGES['edit_tasks']}"), message
+    assert after.tres_per_task == record.tres_per_task
+    ok, message, _ = both_edit(config, hook, replace(edit, num_tasks=1), record)
+    assert ok, message
 
 
 def test_a_22_05_edit_that_changes_the_type_is_refused(
