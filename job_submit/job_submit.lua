@@ -908,12 +908,27 @@ local function per_gpu(text)
   return 0
 end
 
--- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task, or CPUs per
--- gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
+-- N of a "cpu=N" item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one.
+local function task_cpus(text)
+  for _, item in ipairs(items_of(text)) do
+    if item.name == "cpu" then
+      local value = string.match(item.body, "=(.*)$") or ""
+      if is_digits(value) and #value <= 12 then return tonumber(value) end
+      return 0
+    end
+  end
+  return 0
+end
+
+-- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task (-c, or
+-- 24.11's cpu=N in tres_per_task, which an edit's job_rec still shows), or CPUs per gpu x its
+-- devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc.num_tasks)
   local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
-  local cpus = math.max(per_node * (count_of(job_desc.cpus_per_task) or 1), per_gpu(job_desc.cpus_per_tres) * each)
+  local per_task = count_of(job_desc.cpus_per_task) or task_cpus(job_desc.tres_per_task)
+  if per_task == 0 then per_task = 1 end
+  local cpus = math.max(per_node * per_task, per_gpu(job_desc.cpus_per_tres) * each)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), per_gpu(job_desc.mem_per_tres) * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
   return cpus, mem

@@ -203,12 +203,21 @@ def per_gpu(text: str | None) -> int:
     return 0
 
 
+def task_cpus(text: str | None) -> int:
+    """N of a `cpu=N` item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one."""
+    for item in split_items(text):
+        if item.name == "cpu":
+            value = item.body.partition("=")[2]
+            return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
+    return 0
+
+
 def node_needs(job: Job, nodes: int, each: int) -> tuple[int, int]:
-    """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task, or CPUs
-    per gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
-    cpus = max(
-        tasks_per_node(job, nodes) * (_count(job.cpus_per_task) or 1), per_gpu(job.cpus_per_tres) * each
-    )
+    """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task (-c, or
+    24.11's `cpu=N` in tres_per_task, which an edit's job record still shows), or CPUs per gpu x
+    its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
+    per_task = _count(job.cpus_per_task) or task_cpus(job.tres_per_task) or 1
+    cpus = max(tasks_per_node(job, nodes) * per_task, per_gpu(job.cpus_per_tres) * each)
     memory = max(
         _amount(job.min_mem_per_node), per_gpu(job.mem_per_tres) * each, _amount(job.min_mem_per_cpu) * cpus
     )

@@ -611,6 +611,21 @@ def test_an_edit_keeps_the_jobs_device_count_and_scope_and_chooses_the_type_agai
     assert ok and getattr(after, field) == expected and after.tres_per_node is None, after
 
 
+def test_a_gpumem_edit_counts_the_cpus_per_task_a_24_11_record_shows(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """24.11 fuzz seed 20261126: a job with -c 64 (TresPerTask=cpu=64 in its record) edited to
+    gpumem:20G was put on a type whose nodes have fewer CPUs ("Requested partition configuration
+    not available now"): the edit view has no cpus_per_task, but the record's tres_per_task does."""
+    config, hook = rendered["mixed"], hooks["mixed"]
+    most = max(shape.cpus for facts in config.model.types.values() for shape in facts.shapes)
+    record = replace(RECORD, tres_per_task=f"cpu={most + 1}")
+    ok, message, _ = both_edit(config, hook, Job(tres_per_node="gres/gpumem:20G", submit_uid=1000), record)
+    assert not ok, message  # no node has the CPUs
+    ok, message, _ = both_edit(config, hook, Job(tres_per_node="gres/gpumem:20G", submit_uid=1000), RECORD)
+    assert ok, message
+
+
 @pytest.mark.parametrize("release_form", ["gres/gpu=2", "gres:gpu:2", "gres/gpu:l40s=1"])
 def test_a_gpumem_edit_of_a_job_with_devices_per_task_is_refused_without_its_task_count(
     rendered: dict[str, Config], hooks: dict[str, Hook], release_form: str
