@@ -982,6 +982,11 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
              message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
   end
   local nodes = job_nodes(job_desc)
+  if req.gpu_field == "tres_per_job" and req.count < nodes then
+    -- slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
+    return { action = "reject", message = req.text .. ": " .. fmt("job_total", req.count, nodes, nodes),
+             code = "request" }
+  end
   local each = devices_per_node(req, job_desc, nodes)
   local cpus, node_mem = node_needs(job_desc, nodes, each)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,

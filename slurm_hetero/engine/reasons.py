@@ -83,6 +83,8 @@ MESSAGES: dict[str, str] = {
     "other_vendor": "%s of vendor %s would fit: add -C %s",
     "het_nodes": "the components of a heterogeneous job never share a node, and this job's earlier "
     "components take %s (type:nodes)",
+    "job_total": "--gpus=%s is fewer than the %s nodes this job spans (-N, or -n over --ntasks-per-node), "
+    "which Slurm refuses; ask --gpus=%s or more, or for fewer nodes",
     # job_submit outcomes (admin comment, slurmctld log, user message)
     "rewrite": "%s -> %s (%s)",
     "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",

@@ -407,6 +407,10 @@ def _explain(
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)
+    if request.gpu_field == "tres_per_job" and request.count < need.nodes:
+        # slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
+        message = f"{request.text}: {render('job_total', request.count, need.nodes, need.nodes)}"
+        return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     result = decide(model, need)
     if held == "untyped" and isinstance(result, Choice) and result.kind == "gpu":
         result = replace(result, kind="any", constraint=(model.types[result.types[0]].feature,))

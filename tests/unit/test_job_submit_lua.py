@@ -1645,3 +1645,19 @@ def test_srun_without_n_is_decided_on_its_node_count_and_pins_it(
     gres = re.escape(_bare(python.job.tres_per_node)) or r"gpu:(\w+:)?0"  # emptied: a zero-count item
     assert re.fullmatch(gres, after["gres"]) and after["nodes"].split("-")[0] == str(python.job.min_nodes)
     assert python.job.min_nodes == nodes
+
+
+@pytest.mark.parametrize(("ntasks", "accepted"), [(2, False), (3, False), (1, True)])
+def test_a_job_total_below_the_nodes_the_job_spans_is_refused(
+    rendered: dict[str, Config], hooks: dict[str, Hook], ntasks: int, accepted: bool
+) -> None:
+    """22.05 fuzz seed 7: `gpumem:1G --gpus=1 -n2 --ntasks-per-node=1 -p gaudi,nvidia` was rewritten
+    to `gpu:l40s:1` (tres_per_job) with min_nodes pinned to the 2 nodes the tasks span, and slurmctld
+    refused it (gres.c: gres_per_job < min_nodes, "Invalid generic resource"; 24.11's sbatch refuses
+    it itself, --gpus < -N). Refused with the reason, Python and Lua alike."""
+    config, hook = rendered["mixed"], hooks["mixed"]
+    job = job_from_options(gres="gpumem:1G", gpus="1", ntasks=ntasks, ntasks_per_node=1, uid=1000)
+    ok, message, _ = both(config, hook, replace(job, partition="gaudi,nvidia"))
+    assert ok == accepted, message
+    if not ok:
+        assert message == f"gpumem:1G,gpu:1: {MESSAGES['job_total'] % (1, ntasks, ntasks)}", message
