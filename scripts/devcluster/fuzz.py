@@ -210,16 +210,29 @@ def random_request(
 def het_sent(components: list[Options]) -> list[Options]:
     """Each het component's options as sbatch sends its job_desc (measured on 22.05): every -x
     is every component's exc_nodes, and so are the other components' -w nodes (components never
-    share a node), so the hook sees a node list in each."""
+    share a node), so the hook sees a node list in each; --mem reaches later components."""
     if len(components) < 2:
         return components
     excluded = [c["exclude"] for c in components if c.get("exclude")]
+    # --mem is not reset between components either (slurm_opt.c: no reset_each_pass, 22.05 and
+    # 24.11): a component without its own takes the one left by the components read before it,
+    # the last one given on the line for the components before the first (22.05 seed 7)
+    given = [c["mem"] for c in components if c.get("mem") is not None]
+    mem = given[-1] if given else None
     sent = []
     for i, options in enumerate(components):
         others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
         nodes = ",".join(excluded + others)
-        sent.append({**options, "exclude": nodes} if nodes else options)
+        mem = options.get("mem", mem)
+        carried = {"mem": mem} if mem is not None and not _other_mem(options) else {}
+        sent.append({**options, **carried, "exclude": nodes} if nodes else {**options, **carried})
     return sent
+
+
+def _other_mem(options: Options) -> bool:
+    """Whether a component gives --mem-per-cpu or --mem-per-gpu (what a carried --mem then does is
+    not measured: the component is predicted with its own)."""
+    return options.get("mem_per_cpu") is not None or options.get("mem_per_gpu") is not None
 
 
 def sbatch_argv(request: Request) -> list[str]:

@@ -124,6 +124,15 @@ def test_a_het_jobs_node_lists_reach_every_component() -> None:
     assert fuzz.het_sent([{}, {}]) == [{}, {}]
 
 
+def test_a_het_components_mem_reaches_the_components_without_their_own() -> None:
+    """22.05 seed 7: a component's --mem=100G reached another component (sbatch resets --mem
+    between components no more than -x: slurm_opt.c gives neither reset_each_pass)."""
+    sent = fuzz.het_sent([{"gres": "gpumem:10G"}, {"mem": "100G"}, {"gres": "gpumem:20G"}, {"mem": "1G"}])
+    assert [c.get("mem") for c in sent] == ["1G", "100G", "100G", "1G"]
+    sent = fuzz.het_sent([{"mem": "100G"}, {"mem_per_cpu": "1G"}])
+    assert "mem" not in sent[1]  # not measured: predicted as given
+
+
 def test_a_het_components_malformed_option_is_sbatchs_first_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
     """22.05 seed 20261126: component 1's `--mem=1.5G` (read with the options) was sbatch's answer,
     not component 0's --gpus-per-task check, which the fuzz predicted first."""
