@@ -99,13 +99,19 @@ MEASURED = [
     (("24.11",), ["-n", "4294967294"], "sbatch: Numeric argument (4294967294) too large for --ntasks."),
     (BOTH, ["--ntasks-per-node=0"], 'sbatch: Invalid numeric value "0" for --ntasks-per-node.'),
     (BOTH, ["--ntasks-per-node=-1"], 'sbatch: Invalid numeric value "-1" for --ntasks-per-node.'),
-    # sbatch 22.05.8's words, read while it parses the options (before the TRES): fuzz 2026-11-25
-    (("22.05",), ["--mem=abc"], "sbatch: Invalid --mem specification"),
-    (("22.05",), ["--mem=1.5G"], "sbatch: Invalid --mem specification"),
-    (("22.05",), ["--mem-per-cpu=x"], "sbatch: Invalid --mem-per-cpu specification"),
-    (("22.05",), ["--gres=GPUMEM:20G", "--mem-per-gpu=1.5G"], "sbatch: Invalid --mem-per-gpu specification"),
-    (("22.05",), ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
-    (("22.05",), ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
+    # sbatch 22.05.8's words, read while it parses the options (before the TRES): fuzz 2026-11-25;
+    # 24.11's the same (measured 2026-11-25 with its sbatch, `dev-cluster run --slurm-release 24.11`)
+    (BOTH, ["--mem=abc"], "sbatch: Invalid --mem specification"),
+    (BOTH, ["--mem=1.5G"], "sbatch: Invalid --mem specification"),
+    (BOTH, ["--mem-per-cpu=x"], "sbatch: Invalid --mem-per-cpu specification"),
+    (BOTH, ["--gres=GPUMEM:20G", "--mem-per-gpu=1.5G"], "sbatch: Invalid --mem-per-gpu specification"),
+    (BOTH, ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
+    (BOTH, ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
+    (
+        ("24.11",),
+        ["--mem-per-gpu=4G"],
+        "sbatch: Requested mem_per_tres=gres/gpu:4096 but did not request any GPU.",
+    ),
     (
         ("22.05",),
         ["--mem-per-gpu=4G"],
