@@ -214,11 +214,10 @@ def het_sent(components: list[Options]) -> list[Options]:
     if len(components) < 2:
         return components
     excluded = [c["exclude"] for c in components if c.get("exclude")]
-    # --mem is not reset between components either (slurm_opt.c: no reset_each_pass, 22.05 and
-    # 24.11): a component without its own takes the one left by the components read before it,
-    # the last one given on the line for the components before the first (22.05 seed 7)
-    given = [c["mem"] for c in components if c.get("mem") is not None]
-    mem = given[-1] if given else None
+    # --mem is not reset between components (slurm_opt.c: no reset_each_pass, 22.05 and 24.11): a
+    # component without its own takes the one the components before it left (22.05 seed 7); a
+    # later one never reaches an earlier one (measured: `--mem-per-cpu=1G : --mem=1G` passes)
+    mem = None
     sent = []
     for i, options in enumerate(components):
         others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
@@ -230,9 +229,23 @@ def het_sent(components: list[Options]) -> list[Options]:
 
 
 def _other_mem(options: Options) -> bool:
-    """Whether a component gives --mem-per-cpu or --mem-per-gpu (what a carried --mem then does is
-    not measured: the component is predicted with its own)."""
+    """Whether a component gives --mem-per-cpu or --mem-per-gpu."""
     return options.get("mem_per_cpu") is not None or options.get("mem_per_gpu") is not None
+
+
+HET_MEM_REFUSAL = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."
+
+
+def het_mem_refusal(components: list[Options]) -> str | None:
+    """sbatch's refusal of a het job where a component gives --mem-per-cpu or --mem-per-gpu after
+    an earlier one gave --mem: the --mem is still set there (measured on 22.05 and 24.11: `--mem=1G
+    : --mem-per-cpu=1G` is `sbatch: fatal: ` HET_MEM_REFUSAL), else None."""
+    seen = False
+    for options in components:
+        if seen and _other_mem(options) and options.get("mem") is None:
+            return HET_MEM_REFUSAL
+        seen = seen or options.get("mem") is not None
+    return None
 
 
 def sbatch_argv(request: Request) -> list[str]:
@@ -354,6 +367,8 @@ class Fuzz:
         taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
         read = [read_refusal(c, self.release) for c in request.components]
         read = [r for r in read if r]  # sbatch reads every component's options before checking any
+        carried = het_mem_refusal(request.components)  # a component's checks, after every read
+        read += [carried] if carried else []
         for component in het_sent(request.components):
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
             taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
