@@ -215,9 +215,12 @@ def het_sent(components: list[Options]) -> list[Options]:
         return components
     excluded = [c["exclude"] for c in components if c.get("exclude")]
     # --mem is not reset between components (slurm_opt.c: no reset_each_pass, 22.05 and 24.11): a
-    # component without its own takes the one the components before it left (22.05 seed 7); a
-    # later one never reaches an earlier one (measured: `--mem-per-cpu=1G : --mem=1G` passes)
-    mem = None
+    # component without its own takes the one the components before it left (22.05 seed 7), the
+    # last one given on the line before the first --mem (24.11 seed 7: `gpumem:70G -N1 :
+    # gpumem:20g --mem=100G` refused for component 0's memory); a component with --mem-per-cpu or
+    # --mem-per-gpu keeps its own (`--mem-per-cpu=1G : --mem=1G` passes, measured)
+    given = [c["mem"] for c in components if c.get("mem") is not None]
+    mem = given[-1] if given else None
     sent = []
     for i, options in enumerate(components):
         others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
