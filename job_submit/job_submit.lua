@@ -908,12 +908,27 @@ local function per_gpu(text)
   return 0
 end
 
--- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task, or CPUs per
--- gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
+-- N of a "cpu=N" item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one.
+local function task_cpus(text)
+  for _, item in ipairs(items_of(text)) do
+    if item.name == "cpu" then
+      local value = string.match(item.body, "=(.*)$") or ""
+      if is_digits(value) and #value <= 12 then return tonumber(value) end
+      return 0
+    end
+  end
+  return 0
+end
+
+-- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task (-c, or
+-- 24.11's cpu=N in tres_per_task, which an edit's job_rec still shows), or CPUs per gpu x its
+-- devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc.num_tasks)
   local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
-  local cpus = math.max(per_node * (count_of(job_desc.cpus_per_task) or 1), per_gpu(job_desc.cpus_per_tres) * each)
+  local per_task = count_of(job_desc.cpus_per_task) or task_cpus(job_desc.tres_per_task)
+  if per_task == 0 then per_task = 1 end
+  local cpus = math.max(per_node * per_task, per_gpu(job_desc.cpus_per_tres) * each)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), per_gpu(job_desc.mem_per_tres) * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
   return cpus, mem
@@ -928,8 +943,9 @@ end
 -- (untyped ones untyped), shards shards.
 -- check: only whether the devices the job holds still fit it (an edit of its node or task count):
 -- untouched when they do, else rejected (edit_counts). taken: type -> nodes the earlier
--- components of this het job took (their nodes are not this component's).
-local function evaluate(job_desc, submit_uid, held, check, taken)
+-- components of this het job took (their nodes are not this component's). tasks_hidden: an edit
+-- that cannot see the job's task count: devices per task are refused (edit_tasks).
+local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
   if not check and not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
@@ -939,6 +955,10 @@ local function evaluate(job_desc, submit_uid, held, check, taken)
     error(req, 0)
   end
   req.text = table.concat(req.shown, ",")
+  if tasks_hidden and req.gpu_field == "tres_per_task" then
+    -- an edit of a job with devices per task: its task count is not in job_rec
+    return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
+  end
   if (job_desc.req_nodes or "") ~= "" or (job_desc.exc_nodes or "") ~= "" then
     return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
   end
@@ -962,6 +982,11 @@ local function evaluate(job_desc, submit_uid, held, check, taken)
              message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
   end
   local nodes = job_nodes(job_desc)
+  if req.gpu_field == "tres_per_job" and req.count < nodes then
+    -- slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
+    return { action = "reject", message = req.text .. ": " .. fmt("job_total", req.count, nodes, nodes),
+             code = "request" }
+  end
   local each = devices_per_node(req, job_desc, nodes)
   local cpus, node_mem = node_needs(job_desc, nodes, each)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
@@ -1296,7 +1321,9 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   if not asks and not (held and ours) then return { action = "untouched" } end
   local view = edited_view(job_desc, job_rec, asks)
   view.job_id, view.record = job_rec.job_id, job_rec
-  local result = evaluate(view, modify_uid, held, not asks)
+  -- Slurm's job_rec has no num_tasks / ntasks_per_node (22.05, 24.11): unknown unless the edit sets one
+  local hidden = view.num_tasks == nil and view.ntasks_per_node == nil
+  local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden)
   local old = held_type(job_rec)
   if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
     result = { action = "reject", code = "request",

@@ -210,16 +210,45 @@ def random_request(
 def het_sent(components: list[Options]) -> list[Options]:
     """Each het component's options as sbatch sends its job_desc (measured on 22.05): every -x
     is every component's exc_nodes, and so are the other components' -w nodes (components never
-    share a node), so the hook sees a node list in each."""
+    share a node), so the hook sees a node list in each; --mem reaches later components."""
     if len(components) < 2:
         return components
     excluded = [c["exclude"] for c in components if c.get("exclude")]
+    # --mem is not reset between components (slurm_opt.c: no reset_each_pass, 22.05 and 24.11): a
+    # component without its own takes the one the components before it left (22.05 seed 7), the
+    # last one given on the line before the first --mem (24.11 seed 7: `gpumem:70G -N1 :
+    # gpumem:20g --mem=100G` refused for component 0's memory); a component with --mem-per-cpu or
+    # --mem-per-gpu keeps its own (`--mem-per-cpu=1G : --mem=1G` passes, measured)
+    given = [c["mem"] for c in components if c.get("mem") is not None]
+    mem = given[-1] if given else None
     sent = []
     for i, options in enumerate(components):
         others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
         nodes = ",".join(excluded + others)
-        sent.append({**options, "exclude": nodes} if nodes else options)
+        mem = options.get("mem", mem)
+        carried = {"mem": mem} if mem is not None and not _other_mem(options) else {}
+        sent.append({**options, **carried, "exclude": nodes} if nodes else {**options, **carried})
     return sent
+
+
+def _other_mem(options: Options) -> bool:
+    """Whether a component gives --mem-per-cpu or --mem-per-gpu."""
+    return options.get("mem_per_cpu") is not None or options.get("mem_per_gpu") is not None
+
+
+HET_MEM_REFUSAL = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."
+
+
+def het_mem_refusal(components: list[Options]) -> str | None:
+    """sbatch's refusal of a het job where a component gives --mem-per-cpu or --mem-per-gpu after
+    an earlier one gave --mem: the --mem is still set there (measured on 22.05 and 24.11: `--mem=1G
+    : --mem-per-cpu=1G` is `sbatch: fatal: ` HET_MEM_REFUSAL), else None."""
+    seen = False
+    for options in components:
+        if seen and _other_mem(options) and options.get("mem") is None:
+            return HET_MEM_REFUSAL
+        seen = seen or options.get("mem") is not None
+    return None
 
 
 def sbatch_argv(request: Request) -> list[str]:
@@ -341,6 +370,8 @@ class Fuzz:
         taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
         read = [read_refusal(c, self.release) for c in request.components]
         read = [r for r in read if r]  # sbatch reads every component's options before checking any
+        carried = het_mem_refusal(request.components)  # a component's checks, after every read
+        read += [carried] if carried else []
         for component in het_sent(request.components):
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
             taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken

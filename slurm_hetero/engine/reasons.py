@@ -83,6 +83,8 @@ MESSAGES: dict[str, str] = {
     "other_vendor": "%s of vendor %s would fit: add -C %s",
     "het_nodes": "the components of a heterogeneous job never share a node, and this job's earlier "
     "components take %s (type:nodes)",
+    "job_total": "--gpus=%s is fewer than the %s nodes this job spans (-N, or -n over --ntasks-per-node), "
+    "which Slurm refuses; ask --gpus=%s or more, or for fewer nodes",
     # job_submit outcomes (admin comment, slurmctld log, user message)
     "rewrite": "%s -> %s (%s)",
     "rewrite_any": "%s -> %s constraint %s (%s, any-fit)",
@@ -93,6 +95,9 @@ MESSAGES: dict[str, str] = {
     "cancel it and submit it again",
     "edit_type": "Slurm 22.05 keeps the %s devices this job holds when an update names another type (%s), "
     "so the job would ask for both; cancel it and submit it again",
+    "edit_tasks": "this job asks for devices per task, and Slurm does not show an update how many tasks "
+    "the job runs on each node; cancel it and submit it again with the gpumem, or give NumTasks in the "
+    "same update",
     "edit_counts": "the devices this job holds do not fit its edited node or task count, partition or "
     "constraint: %s; to choose devices for the edited job, give the gpumem again in the same update "
     "(gres=gpumem:SIZE)",

@@ -203,12 +203,21 @@ def per_gpu(text: str | None) -> int:
     return 0
 
 
+def task_cpus(text: str | None) -> int:
+    """N of a `cpu=N` item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one."""
+    for item in split_items(text):
+        if item.name == "cpu":
+            value = item.body.partition("=")[2]
+            return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
+    return 0
+
+
 def node_needs(job: Job, nodes: int, each: int) -> tuple[int, int]:
-    """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task, or CPUs
-    per gpu x its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
-    cpus = max(
-        tasks_per_node(job, nodes) * (_count(job.cpus_per_task) or 1), per_gpu(job.cpus_per_tres) * each
-    )
+    """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task (-c, or
+    24.11's `cpu=N` in tres_per_task, which an edit's job record still shows), or CPUs per gpu x
+    its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
+    per_task = _count(job.cpus_per_task) or task_cpus(job.tres_per_task) or 1
+    cpus = max(tasks_per_node(job, nodes) * per_task, per_gpu(job.cpus_per_tres) * each)
     memory = max(
         _amount(job.min_mem_per_node), per_gpu(job.mem_per_tres) * each, _amount(job.min_mem_per_cpu) * cpus
     )
@@ -369,13 +378,15 @@ def _explain(
     held: str | None = None,
     check: bool = False,
     taken: Mapping[str, int] | None = None,
+    tasks_hidden: bool = False,
 ) -> Outcome:
     """What the hook does with one job (component); `held`: the devices an edited job already
     asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards.
     `check`: only whether the devices the job holds still fit it (an edit of its node or task
     count): untouched when they do, else refused (`edit_counts`). `taken`: for a heterogeneous
     job's later component, the nodes of each type its earlier components take (`het_taken`; the
-    hook remembers them within one submission)."""
+    hook remembers them within one submission). `tasks_hidden`: an edit that cannot see the job's
+    task count (Slurm's job record has none): devices per task are then refused (`edit_tasks`)."""
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
     if not has_ours(job.fields()) and not check:
@@ -384,6 +395,8 @@ def _explain(
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    if tasks_hidden and request.gpu_field == "tres_per_task":
+        return Outcome(False, "reject", f"{request.text}: {render('edit_tasks')}", job, code=REQUEST_CODE)
     if job.req_nodes or job.exc_nodes:
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
@@ -394,6 +407,10 @@ def _explain(
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)
+    if request.gpu_field == "tres_per_job" and request.count < need.nodes:
+        # slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
+        message = f"{request.text}: {render('job_total', request.count, need.nodes, need.nodes)}"
+        return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     result = decide(model, need)
     if held == "untyped" and isinstance(result, Choice) and result.kind == "gpu":
         result = replace(result, kind="any", constraint=(model.types[result.types[0]].feature,))
@@ -546,7 +563,9 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
         if not (fit_edit(edit) and held and ours):
             return Outcome(True, "untouched", "", view)
         return replace(_explain(model, options, view, held, check=True), job=view)
-    outcome = _explain(model, options, view, held)
+    # Slurm's job record has no num_tasks / ntasks_per_node: unknown unless the edit sets one
+    hidden = view.num_tasks is None and view.ntasks_per_node is None
+    outcome = _explain(model, options, view, held, tasks_hidden=hidden)
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))
     after, choice = outcome.job, outcome.choice

@@ -325,12 +325,13 @@ def sbatch_counts(
     """(min_nodes, num_tasks, ntasks_per_node) as sbatch of the release sends them (None: unset),
     for -N, -n, --ntasks-per-node, with or without --gpus-per-task (`per_task`) and --gpus
     (`job_total`); `ranged`: -N MIN-MAX, `cpus`: -c given (22.05 derives no task count for
-    --gpus-per-task from a range, even with --ntasks-per-node, nor from -N alone with -c,
+    --gpus-per-task from a range, even with --ntasks-per-node, nor from -N alone with -c (24.11
+    does with --ntasks-per-node: `-N2 --ntasks-per-node=2 -c4` reached the hook, fuzz),
     measured: `--gpus-per-task=1 -N 1 -c 1`, `-N 1-2 --ntasks-per-node=2` are refused). RequestError
     with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
-        if new_release and nodes and not (ranged or cpus):  # 24.11 fuzz: as 22.05 with -N
+        if new_release and nodes and not ranged and (ntasks_per_node or not cpus):  # 24.11 fuzz
             ntasks = nodes * (ntasks_per_node or 1)
         elif not new_release and not ranged and (ntasks_per_node or (nodes and not cpus)):
             ntasks = (nodes or 1) * (ntasks_per_node or 1)  # 22.05: -N alone only without -c
@@ -495,13 +496,13 @@ def job_from_options(
         if refusal:
             raise RequestError("sbatch", refusal)
     gpu_asked = any(_names_gpu(text) for text in fields.values())  # gpumem is not a gpu
+    if mem_per_gpu and not gpu_asked:  # before --cpus-per-gpu's (24.11 fuzz seed 20261126)
+        per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
+        raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
     if cpus_per_gpu and pre == "gres/" and not gpu_asked:  # 24.11 only (fuzz 2026-11-25)
         raise RequestError(
             "sbatch", f"Requested cpus_per_tres={pre}gpu:{cpus_per_gpu} but did not request any GPU."
         )
-    if mem_per_gpu and not gpu_asked:
-        per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
-        raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
     fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
     ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
     if ensure:
@@ -516,7 +517,8 @@ def job_from_options(
         bool(max_nodes and max_nodes != nodes),
         cpus_per_task is not None,
     )
-    min_nodes = _hosts_nodes(nodelist, min_nodes, num_tasks)
+    if pre == "gres:" or nodes is None:  # 24.11 keeps -N's count beside -w (`-w a,b -N1 --gpus=1` passes)
+        min_nodes = _hosts_nodes(nodelist, min_nodes, num_tasks)
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
     top = max_nodes if max_nodes is not None else nodes
     top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from scripts.devcluster.fuzz import COUNTS, Fuzz, Request, record_of, run_fuzz, sbatch_argv, stored_view
+from scripts.devcluster.fuzz import Fuzz, Request, record_of, run_fuzz, sbatch_argv, stored_view
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.config import exempt_uids, load_settings
 from slurm_hetero.errors import RequestError
 from slurm_hetero.model import Device
 from slurm_hetero.nodes import gres_order
-from slurm_hetero.submit import HookOptions, Job, explain, explain_edit, job_from_options
+from slurm_hetero.submit import HookOptions, explain, explain_edit, job_from_options
+from slurm_hetero.submit.sbatch import job_from_texts
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
 
@@ -590,12 +591,6 @@ def test_a_broken_data_table_follows_the_fail_policy(restore_hook: Path, tmp_pat
     slurm("scancel", untouched.stdout.strip())
 
 
-def _predict(options: dict[str, str], uid: int, release_name: str) -> Job:
-    counts = {k: int(v) for k, v in options.items() if k in COUNTS}
-    rest = {k: v for k, v in options.items() if k not in COUNTS}
-    return job_from_options(**rest, uid=uid, slurm_release=release_name, **counts)  # type: ignore[arg-type]
-
-
 def test_fuzz_sample_agrees_with_request_explain(dev_cluster: Cluster, suite_config: Path) -> None:
     """Issue 10 acceptance, sampled (scripts/fuzz_submit runs 2,000): random requests over -N, -n,
     --ntasks-per-node, --gpus*, --gres mixes, constraints, partitions, arrays, het jobs and edits;
@@ -666,7 +661,7 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
     argv = [a for a in sbatch_argv(Request([options])) if a != "-H"]
     run = as_user(argv[0], "--wait", *argv[1:])
     try:
-        predicted = explain(model, hook, _predict(options, uid, dev_cluster.name))
+        predicted = explain(model, hook, job_from_texts(options, uid, dev_cluster.name))
     except RequestError as e:  # sbatch's own refusal
         assert run.returncode != 0 and e.reason in run.stderr, (run.stderr, e.reason)
         return

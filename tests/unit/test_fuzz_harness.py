@@ -124,6 +124,20 @@ def test_a_het_jobs_node_lists_reach_every_component() -> None:
     assert fuzz.het_sent([{}, {}]) == [{}, {}]
 
 
+def test_a_het_components_mem_reaches_the_components_without_their_own() -> None:
+    """22.05 seed 7 and 24.11 seed 7: a component's --mem=100G reached the other component, later
+    and earlier (sbatch does not reset --mem between components: slurm_opt.c gives it no
+    reset_each_pass; the earlier ones get the last given); a later --mem-per-cpu/--mem-per-gpu
+    beside a carried --mem is sbatch's refusal, an earlier one is not (measured, 22.05 and 24.11)."""
+    sent = fuzz.het_sent([{"gres": "gpumem:10G"}, {"mem": "100G"}, {"gres": "gpumem:20G"}, {"mem": "1G"}])
+    assert [c.get("mem") for c in sent] == ["1G", "100G", "100G", "1G"]
+    assert "mem" not in fuzz.het_sent([{"mem_per_cpu": "1G"}, {"mem": "1G"}])[0]
+    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"mem_per_cpu": "1G"}]) == fuzz.HET_MEM_REFUSAL
+    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"gres": "gpumem:1G"}, {"mem_per_gpu": "1G"}])
+    assert fuzz.het_mem_refusal([{"mem_per_cpu": "1G"}, {"mem": "1G"}]) is None
+    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"mem": "2G", "mem_per_cpu": "1G"}]) is None
+
+
 def test_a_het_components_malformed_option_is_sbatchs_first_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
     """22.05 seed 20261126: component 1's `--mem=1.5G` (read with the options) was sbatch's answer,
     not component 0's --gpus-per-task check, which the fuzz predicted first."""

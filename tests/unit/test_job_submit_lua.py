@@ -604,9 +604,46 @@ def test_an_edit_keeps_the_jobs_device_count_and_scope_and_chooses_the_type_agai
     the job never started. The edit is decided as a submission with the job's count and scope; its
     own tres_per_node item is written "" (no change), so Slurm keeps the record's."""
     record = replace(RECORD, tres_per_node=None, num_tasks=2, **{field: held})
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000)
+    # devices per task: the record hides the task count, so the edit gives it (test below)
+    tasks = 2 if field == "tres_per_task" else None
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, num_tasks=tasks)
     ok, _, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
     assert ok and getattr(after, field) == expected and after.tres_per_node is None, after
+
+
+def test_a_gpumem_edit_counts_the_cpus_per_task_a_24_11_record_shows(
+    rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """24.11 fuzz seed 20261126: a job with -c 64 (TresPerTask=cpu=64 in its record) edited to
+    gpumem:20G was put on a type whose nodes have fewer CPUs ("Requested partition configuration
+    not available now"): the edit view has no cpus_per_task, but the record's tres_per_task does."""
+    config, hook = rendered["mixed"], hooks["mixed"]
+    most = max(shape.cpus for facts in config.model.types.values() for shape in facts.shapes)
+    record = replace(RECORD, tres_per_task=f"cpu={most + 1}")
+    ok, message, _ = both_edit(config, hook, Job(tres_per_node="gres/gpumem:20G", submit_uid=1000), record)
+    assert not ok, message  # no node has the CPUs
+    ok, message, _ = both_edit(config, hook, Job(tres_per_node="gres/gpumem:20G", submit_uid=1000), RECORD)
+    assert ok, message
+
+
+@pytest.mark.parametrize("release_form", ["gres/gpu=2", "gres:gpu:2", "gres/gpu:l40s=1"])
+def test_a_gpumem_edit_of_a_job_with_devices_per_task_is_refused_without_its_task_count(
+    rendered: dict[str, Config], hooks: dict[str, Hook], release_form: str
+) -> None:
+    """Fuzz (22.05 and 24.11): `scontrol update gres=gpumem:1G` of a job with TresPerTask=gpu:2 and
+    tasks on one node was put on a type with too few devices per node (slurmctld: "Requested
+    partition configuration not available now"): Slurm's job_rec has no num_tasks or
+    ntasks_per_node (22.05, 24.11), so the devices each node needs are unknown. Refused, saying
+    what to do; with NumTasks in the same update it is decided."""
+    config, hook = rendered["mixed"], hooks["mixed"]
+    record = replace(RECORD, tres_per_node=None, tres_per_task=release_form, num_tasks=4, ntasks_per_node=4)
+    edit = Job(tres_per_node="gres/gpumem:1G", submit_uid=1000)
+    ok, message, after = both_edit(config, hook, edit, record)
+    assert not ok and message.startswith("gpumem:1G,"), message
+    assert message.endswith(f": {MESSAGES['edit_tasks']}"), message
+    assert after.tres_per_task == record.tres_per_task
+    ok, message, _ = both_edit(config, hook, replace(edit, num_tasks=1), record)
+    assert ok, message
 
 
 def test_a_22_05_edit_that_changes_the_type_is_refused(
@@ -1608,3 +1645,19 @@ def test_srun_without_n_is_decided_on_its_node_count_and_pins_it(
     gres = re.escape(_bare(python.job.tres_per_node)) or r"gpu:(\w+:)?0"  # emptied: a zero-count item
     assert re.fullmatch(gres, after["gres"]) and after["nodes"].split("-")[0] == str(python.job.min_nodes)
     assert python.job.min_nodes == nodes
+
+
+@pytest.mark.parametrize(("ntasks", "accepted"), [(2, False), (3, False), (1, True)])
+def test_a_job_total_below_the_nodes_the_job_spans_is_refused(
+    rendered: dict[str, Config], hooks: dict[str, Hook], ntasks: int, accepted: bool
+) -> None:
+    """22.05 fuzz seed 7: `gpumem:1G --gpus=1 -n2 --ntasks-per-node=1 -p gaudi,nvidia` was rewritten
+    to `gpu:l40s:1` (tres_per_job) with min_nodes pinned to the 2 nodes the tasks span, and slurmctld
+    refused it (gres.c: gres_per_job < min_nodes, "Invalid generic resource"; 24.11's sbatch refuses
+    it itself, --gpus < -N). Refused with the reason, Python and Lua alike."""
+    config, hook = rendered["mixed"], hooks["mixed"]
+    job = job_from_options(gres="gpumem:1G", gpus="1", ntasks=ntasks, ntasks_per_node=1, uid=1000)
+    ok, message, _ = both(config, hook, replace(job, partition="gaudi,nvidia"))
+    assert ok == accepted, message
+    if not ok:
+        assert message == f"gpumem:1G,gpu:1: {MESSAGES['job_total'] % (1, ntasks, ntasks)}", message

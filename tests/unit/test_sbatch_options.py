@@ -99,13 +99,19 @@ MEASURED = [
     (("24.11",), ["-n", "4294967294"], "sbatch: Numeric argument (4294967294) too large for --ntasks."),
     (BOTH, ["--ntasks-per-node=0"], 'sbatch: Invalid numeric value "0" for --ntasks-per-node.'),
     (BOTH, ["--ntasks-per-node=-1"], 'sbatch: Invalid numeric value "-1" for --ntasks-per-node.'),
-    # sbatch 22.05.8's words, read while it parses the options (before the TRES): fuzz 2026-11-25
-    (("22.05",), ["--mem=abc"], "sbatch: Invalid --mem specification"),
-    (("22.05",), ["--mem=1.5G"], "sbatch: Invalid --mem specification"),
-    (("22.05",), ["--mem-per-cpu=x"], "sbatch: Invalid --mem-per-cpu specification"),
-    (("22.05",), ["--gres=GPUMEM:20G", "--mem-per-gpu=1.5G"], "sbatch: Invalid --mem-per-gpu specification"),
-    (("22.05",), ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
-    (("22.05",), ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
+    # sbatch 22.05.8's words, read while it parses the options (before the TRES): fuzz 2026-11-25;
+    # 24.11's the same (measured 2026-11-25 with its sbatch, `dev-cluster run --slurm-release 24.11`)
+    (BOTH, ["--mem=abc"], "sbatch: Invalid --mem specification"),
+    (BOTH, ["--mem=1.5G"], "sbatch: Invalid --mem specification"),
+    (BOTH, ["--mem-per-cpu=x"], "sbatch: Invalid --mem-per-cpu specification"),
+    (BOTH, ["--gres=GPUMEM:20G", "--mem-per-gpu=1.5G"], "sbatch: Invalid --mem-per-gpu specification"),
+    (BOTH, ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
+    (BOTH, ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
+    (
+        ("24.11",),
+        ["--mem-per-gpu=4G"],
+        "sbatch: Requested mem_per_tres=gres/gpu:4096 but did not request any GPU.",
+    ),
     (
         ("22.05",),
         ["--mem-per-gpu=4G"],
@@ -134,6 +140,27 @@ MEASURED = [
         "sbatch: Requested cpus_per_tres=gres/gpu:8 but did not request any GPU.",
     ),
     (("24.11",), ["--gpus-per-task=1", "-N", "1-3"], "sbatch: " + GPUS_PER_TASK_REFUSAL["24.11"]),
+    # 24.11 fuzz seed 20261126 after those fixes: --mem-per-gpu's refusal comes before --cpus-per-gpu's;
+    # -N with --ntasks-per-node gives --gpus-per-task its tasks even with -c; -w a,b -N1 keeps -N's
+    # count for sbatch's --gpus check (the hook refuses the -w)
+    (
+        ("24.11",),
+        ["--cpus-per-gpu=2", "--mem-per-gpu=4G"],
+        "sbatch: Requested mem_per_tres=gres/gpu:4096 but did not request any GPU.",
+    ),
+    (
+        ("24.11",),
+        ["--gpus-per-task=2", "-N", "2", "--ntasks-per-node=2", "-c", "4"],
+        "gpumem:20G,gpu=2: no device type fits (1 excluded, 1 too few per node, 1 too few nodes); "
+        "at most 1 node(s) with 4 devices each (a100_80g): ask -N 1",
+    ),
+    (
+        ("24.11",),
+        ["--gpus=1", "-N", "1", "-w", "a100n1,l40sn1"],
+        "gpumem:20G,gpu:1: gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
+        "picks a device type, not nodes); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of "
+        "a100_80g, ascend910b3, l40s",
+    ),
     (
         ("24.11",),
         ["--gpus-per-task=a100_80g:2", "-N", "1", "-c", "1"],
