@@ -337,6 +337,7 @@ end
 local MAX_TERMS = 64
 local MAX_DEPTH = 1  -- of parentheses, slurmctld's; checked before the parser recurses
 local BAD = {}
+local TOO_MANY = {}  -- more than MAX_TERMS AND-sets: its own message (constraint_terms)
 
 local function union(a, b)
   local out = {}
@@ -357,7 +358,7 @@ local function c_and(left, right)
       out[#out + 1] = dnf
     end
   end
-  if terms > MAX_TERMS then error(BAD, 0) end
+  if terms > MAX_TERMS then error(TOO_MANY, 0) end
   return out
 end
 
@@ -403,7 +404,8 @@ local function constraint_parser(tokens)
     while peek() == "|" do
       take()
       local other = both()
-      if #value ~= 1 or #other ~= 1 or #value[1] + #other[1] > MAX_TERMS then error(BAD, 0) end
+      if #value ~= 1 or #other ~= 1 then error(BAD, 0) end
+      if #value[1] + #other[1] > MAX_TERMS then error(TOO_MANY, 0) end
       local dnf = {}
       for _, t in ipairs(value[1]) do dnf[#dnf + 1] = t end
       for _, t in ipairs(other[1]) do dnf[#dnf + 1] = t end
@@ -436,6 +438,7 @@ local function parse_constraint(text)
   local ok, value = pcall(constraint_parser, tokens)
   if not ok then
     if value == BAD then reject(where .. T.messages.constraint_bad, "constraint") end
+    if value == TOO_MANY then reject(where .. fmt("constraint_terms", MAX_TERMS), "constraint") end
     error(value, 0)
   end
   return value

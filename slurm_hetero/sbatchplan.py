@@ -30,7 +30,7 @@ from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
-from slurm_hetero.submit import HookOptions, Job, explain, job_from_options
+from slurm_hetero.submit import HookOptions, Job, explain, het_taken, job_from_options
 from slurm_hetero.units import Request, format_size, has_ours, parse_fields
 
 MIB = 2**20
@@ -280,7 +280,9 @@ def hook_check(
 ) -> None:
     """Refuse what the job_submit hook would refuse: each component whose merged request carries
     gpumem/gpucore goes through `explain`, and a rejection is its message (after the model's
-    figure, when the wrapper computed the gpumem)."""
+    figure, when the wrapper computed the gpumem). A het job's components go in order, each on
+    the nodes its earlier ones leave (`het_taken`), as the hook remembers them."""
+    taken: dict[str, int] = {}
     for c, d in zip(components, decisions):
         gres = d.gres if d.gres is not None else c.options.get("gres")
         if not has_ours([("tres_per_node", gres)]):
@@ -289,8 +291,9 @@ def hook_check(
             job = hook_job(c, gres, release)
         except RequestError as e:  # sbatch refuses these options before the hook sees them
             raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
-        outcome = explain(model, options, job)
+        outcome = explain(model, options, job, taken=taken)
         if outcome.ok:
+            taken = het_taken(taken, outcome)
             continue
         message = syntax.comment(outcome.message, 2000)
         if d.gres is None:

@@ -15,6 +15,8 @@ texts with the same message:
   measured at 20 levels);
 - anything else (empty names, unbalanced or nested brackets, a matching OR under `|`, more than
   `MAX_TERMS` AND-sets) is rejected as unreadable.
+- more than `MAX_TERMS` AND-sets once written out (`ib|ib|...`, `(a|b)&(c|d)&...`) are rejected
+  with their own message (`constraint_terms`), naming that limit.
 """
 
 from __future__ import annotations
@@ -38,10 +40,14 @@ class _Bad(Exception):
     """Unreadable: rejected with the `constraint_bad` message."""
 
 
+class _TooMany(Exception):
+    """More than `MAX_TERMS` AND-sets: rejected with the `constraint_terms` message."""
+
+
 def _and(left: list[Dnf], right: list[Dnf]) -> list[Dnf]:
     out = [tuple(a | b for a in x for b in y) for x in left for y in right]
     if sum(len(d) for d in out) > MAX_TERMS:
-        raise _Bad
+        raise _TooMany
     return out
 
 
@@ -64,8 +70,10 @@ class _Parser:
         while self.peek() == "|":
             self.take()
             other = self.both()
-            if len(value) != 1 or len(other) != 1 or len(value[0]) + len(other[0]) > MAX_TERMS:
+            if len(value) != 1 or len(other) != 1:
                 raise _Bad
+            if len(value[0]) + len(other[0]) > MAX_TERMS:
+                raise _TooMany
             value = [value[0] + other[0]]
         return value
 
@@ -121,6 +129,8 @@ def parse(text: str) -> Alternatives:
             raise _Bad
     except _Bad:
         raise RequestError(f"--constraint={text}", render("constraint_bad")) from None
+    except _TooMany:
+        raise RequestError(f"--constraint={text}", render("constraint_terms", MAX_TERMS)) from None
     return tuple(value)
 
 

@@ -62,6 +62,8 @@ MESSAGES: dict[str, str] = {
     "drop the count or ask for a gpu TYPE",
     "constraint_bad": "cannot read it (this hook reads a&b, a|b, (..) and one [a|b])",
     "constraint_unknown": "no node has feature %s",
+    "constraint_terms": "more than %s alternatives (a|b terms, once & is multiplied out): this hook "
+    "checks no more",
     "constraint_deep": "parentheses nest more than %s deep (slurmctld refuses it)",
     # job_submit rejections, `REQUEST: HEADLINE[; HINT]`; headlines say what is wrong ...
     "type_excluded": "%s is not allowed here",

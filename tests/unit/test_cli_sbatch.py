@@ -315,10 +315,18 @@ def test_a_refusal_is_the_lua_hooks_own_words(
     assert err == f"slurm-hetero: the job: {message}\n"
 
 
-def test_each_het_component_is_the_hooks_to_decide(tmp_path: Path) -> None:
-    """Slurm calls the hook once per component: the second one's refusal names it."""
+def test_each_het_component_is_the_hooks_to_decide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm calls the hook once per component: the second one's refusal names it, in the hook's
+    words for the nodes the first leaves (the l40s node taken: no "request 2 devices" hint)."""
+    lua = pytest.importorskip("tests.unit.test_job_submit_lua")
+    from slurm_hetero.submit import job_from_options
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
+    assert hook.run(job_from_options(gres="gpumem:20G"), het_job_offset=0)[0]
+    ok, message, _, _ = hook.run(job_from_options(gres="gpumem:70G", constraint="l40s"), het_job_offset=1)
+    assert not ok and message != explained("--gres", "gpumem:70G", "-C", "l40s")
     job = script(tmp_path, "--gres=gpumem:20G", "hetjob", "--gres=gpumem:70G -C l40s")
-    message = explained("--gres", "gpumem:70G", "-C", "l40s")
     assert refusal(job) == f"slurm-hetero: het component 1: {message}\n"
 
 
@@ -330,3 +338,24 @@ def test_sbatchs_own_refusal_comes_first_and_only_for_what_the_hook_would_see() 
     )
     assert code == 1 and err == "slurm-hetero: sbatch: --gpus < -N\n"
     assert wrapper("--gpus=1", "-N", "2", "--wrap", "x")["argv"]  # no gpumem: sbatch's to refuse
+
+
+@pytest.mark.parametrize("form", ["command line", "script"])
+def test_het_components_never_share_the_only_node_of_a_type(
+    form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W03/W04: two components that each fit only the one a100_80g node: the hook (remembering the
+    first component's node, het_job_offset) refuses the second, and so does the wrapper."""
+    lua = pytest.importorskip("tests.unit.test_job_submit_lua")
+    from slurm_hetero.submit import job_from_options
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
+    results = [hook.run(job_from_options(gres="gpumem:70G"), het_job_offset=k) for k in (0, 1)]
+    assert results[0][0] and not results[1][0]
+    assert "earlier components take a100_80g:1" in results[1][1]
+    if form == "command line":
+        args = ["--gres=gpumem:70G", ":", "--gres=gpumem:70G", script(tmp_path)]
+    else:
+        args = [script(tmp_path, "--gres=gpumem:70G", "hetjob", "--gres=gpumem:70G")]
+    assert refusal(*args) == f"slurm-hetero: het component 1: {results[1][1]}\n"
