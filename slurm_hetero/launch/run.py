@@ -121,7 +121,11 @@ Supervision and failure modes
 - Default: the launcher stays the parent, prefixes each output line `[rank R TYPE stage S]` (or
   writes DIR/rank-R.out and .err with `--log-dir DIR`: made when missing and opened before the
   command starts, so a directory that cannot be written is a one-line error and nothing runs),
-  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. `--exec` replaces the
+  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. Output is relayed in
+  pieces of at most 64 KiB (a long line keeps one prefix); when a log file cannot be written (a
+  full disk) the launcher prints `slurm-hetero: rank R: cannot write PATH: REASON; output dropped
+  from here` once and keeps draining the command's output, so the command never blocks and the
+  rank's exit code stays the command's. `--exec` replaces the
   launcher with the command instead (no prefixes, no supervision, no peer protocol below).
 - When the command exits non-zero on its own, its launcher first prints
   `slurm-hetero: rank R on NODE (TYPE, stage S) exited with code C` (with the signal's name when
