@@ -10,6 +10,7 @@ JSON (per stage: memory per device of its usable capacity), and draws one step a
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -58,6 +59,7 @@ from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
+from slurm_hetero.render.write import write_bytes_atomic
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
 
@@ -279,12 +281,12 @@ def plot_step(layout: Layout, path: Path) -> None:
         )
     _decorate(ax, layout, rows)
     fig.tight_layout()
+    image = io.BytesIO()
     try:
-        fig.savefig(path)
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write the plot: {e.strerror}") from e
+        fig.savefig(image, format=path.suffix.lstrip(".").lower())
     finally:
         plt.close(fig)
+    write_bytes_atomic(path, image.getvalue())  # a failed write leaves no partial file
 
 
 def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan, Any]]) -> None:

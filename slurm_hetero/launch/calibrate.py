@@ -20,7 +20,10 @@ The file (`DEFAULT_OUT`, YAML) maps a device type to its figures; `calibrate` me
 ``{a100_80g: {tflops: 231.0, layer_tflops: 148.2, tokens_per_s: ..., device: ..., dtype: bf16,
 measured_at: 2025-01-01T00:00:00Z}}``. `load_measured` also accepts the plain form
 ``{a100_80g: 148.2}``; from the full form the solver takes `layer_tflops` (closest to training
-throughput), else `tflops`. The file must be the same on every node of a launch.
+throughput), else `tflops`. The file must be the same on every node of a launch. A type is
+stored under its catalog name and only when `plan --measured` reads it (`stored_type`: the same
+`resolve_measured` check), since one unknown key makes plan refuse the whole file; the CPU has no
+catalog type, so a CPU run needs `--type`. A `--device` torch does not have is a one-line error.
 
 Default sizes keep a CPU run to a few seconds; accelerators get sizes that fill them.
 """
@@ -39,9 +42,11 @@ from typing import Any
 import yaml
 
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.errors import ConfigError, HeteroError
+from slurm_hetero.engine.devicegroups import resolve_measured
+from slurm_hetero.errors import ConfigError, HeteroError, RequestError
 from slurm_hetero.inventory import DuplicateKey, UniqueKeyLoader
 from slurm_hetero.readfile import MAX_MEASURED_BYTES, read_text
+from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
 
 DEFAULT_OUT = Path("~/.config/slurm-hetero/measured.yaml")
@@ -96,18 +101,51 @@ def _torch() -> Any:
 
 
 def pick_device(torch: Any, requested: str = "auto") -> str:
-    """`requested`, or with `auto` the current accelerator (CUDA and ROCm show as cuda), else cpu."""
+    """`requested`, or with `auto` the current accelerator (CUDA and ROCm show as cuda), else cpu.
+    CalibrationError for a device torch does not know or does not have (`cuda:99`)."""
     if requested != "auto":
-        kind = requested.split(":")[0]
-        for vendor in vendor_traits().values():
-            if vendor.torch_device == kind and vendor.torch_package:
-                __import__(vendor.torch_package)  # registers the device type with torch
-                break
+        kind, _, index = requested.partition(":")
+        if getattr(torch, kind, None) is None:  # a vendor's torch plugin registers its device type
+            for vendor in vendor_traits().values():
+                if vendor.torch_device == kind and vendor.torch_package:
+                    try:
+                        __import__(vendor.torch_package)
+                    except ImportError:
+                        continue
+                    break
+        module = getattr(torch, kind, None)
+        if module is None and kind != "cpu":
+            raise CalibrationError(
+                f"--device {requested}: torch has no device type {kind!r} here (is the vendor's torch "
+                "build or plugin installed?); e.g. --device cuda:0, --device cpu, or auto"
+            )
+        count = getattr(module, "device_count", None) if kind != "cpu" else None
+        if callable(count):
+            have = int(count())
+            if have == 0 or (index.isdigit() and int(index) >= have):
+                raise CalibrationError(
+                    f"--device {requested}: no such device ({have} {kind} devices visible)"
+                )
         return requested
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and accelerator.is_available():
         return str(accelerator.current_accelerator().type)
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def stored_type(name: str, catalog: Catalog) -> str:
+    """The catalog type `name` stands for, as `plan --measured` reads it (`resolve_measured`: one
+    check for both), so calibrate never stores a key that poisons the file; CalibrationError."""
+    try:
+        syntax.gres_type(name)
+        [canonical] = resolve_measured({name: 1.0}, catalog)
+    except (ValueError, RequestError) as e:
+        reason = e.reason if isinstance(e, RequestError) else str(e)
+        raise CalibrationError(
+            f"device type {name!r}: {reason}; plan --measured reads only these, so name the measured "
+            "device with --type TYPE"
+        ) from e
+    return canonical
 
 
 def _synchronize(torch: Any, device: str) -> None:
@@ -219,6 +257,8 @@ def calibrate(
         if catalog is None:
             raise CalibrationError("no catalog to name the device with; pass --type GRES_TYPE")
         gres_type = device_type(torch, device, catalog)
+    if catalog is not None:
+        gres_type = stored_type(gres_type, catalog)
     try:
         gemm = matmul_tflops(torch, device, torch_dtype, sizes)
         tokens, layer = layer_throughput(torch, device, torch_dtype, sizes)

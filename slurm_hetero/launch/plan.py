@@ -443,6 +443,25 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     return env
 
 
+def visible_env_names() -> frozenset[str]:
+    """Every registered vendor runtime's visible-device variables, except Slurm's own (SLURM_VISIBLE:
+    Slurm sets them on the rank's node itself)."""
+    names = set()
+    for traits in vendor_traits().values():
+        if traits.visible_devices_env:
+            names.add(traits.visible_devices_env)
+        names.update(traits.relative_visible_envs)
+    return frozenset(names - set(SLURM_VISIBLE))
+
+
+def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict[str, str]:
+    """The command's environment: the launcher's, less the visible-device variables of other
+    vendors (srun copies the submitting host's, e.g. ASCEND_RT_VISIBLE_DEVICES onto an NVIDIA rank),
+    then the rank's own (`rank_env`, which sets its vendor's)."""
+    foreign = visible_env_names() - set(rank_env)
+    return {**{k: v for k, v in environ.items() if k not in foreign}, **rank_env}
+
+
 def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
     """Without a model: every rank its own replica of the whole (unsplit) model, the global batch
     split evenly over ranks (the first `global_batch % world` ranks take one more sample)."""

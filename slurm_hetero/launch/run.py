@@ -90,6 +90,8 @@ device is index 0 of its runtime (LOCAL_RANK is the position on the node, not a 
 One level per runtime: where a runtime applies a variable inside another (ROCm and Hygon's DTK:
 HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL inside ROCR_VISIBLE_DEVICES),
 the outer one names the device and the inner ones are 0 (`VendorTraits.relative_visible_envs`).
+Other vendors' visible-device variables (srun copies the submitting host's environment, e.g.
+ASCEND_RT_VISIBLE_DEVICES onto an NVIDIA rank) are removed, so only the rank's vendor's are set.
 SLURM_HETERO_LAYOUT is the layout file (`slurm_hetero.layout.current()` reads it);
 SLURM_HETERO_PLAN_ID is a digest of every rank's layout, equal on all ranks when their inputs
 agree (the training side can all-gather it to check). The communicators' network variables
@@ -121,7 +123,11 @@ Supervision and failure modes
 - Default: the launcher stays the parent, prefixes each output line `[rank R TYPE stage S]` (or
   writes DIR/rank-R.out and .err with `--log-dir DIR`: made when missing and opened before the
   command starts, so a directory that cannot be written is a one-line error and nothing runs),
-  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. `--exec` replaces the
+  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. Output is relayed in
+  pieces of at most 64 KiB (a long line keeps one prefix); when a log file cannot be written (a
+  full disk) the launcher prints `slurm-hetero: rank R: cannot write PATH: REASON; output dropped
+  from here` once and keeps draining the command's output, so the command never blocks and the
+  rank's exit code stays the command's. `--exec` replaces the
   launcher with the command instead (no prefixes, no supervision, no peer protocol below).
 - When the command exits non-zero on its own, its launcher first prints
   `slurm-hetero: rank R on NODE (TYPE, stage S) exited with code C` (with the signal's name when
@@ -174,7 +180,14 @@ from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.errors import ToolError
-from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, RankPlan, StepNodes, build_plan
+from slurm_hetero.launch.plan import (
+    LaunchOptions,
+    LaunchPlan,
+    RankPlan,
+    StepNodes,
+    build_plan,
+    process_env,
+)
 from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import RankLayout
@@ -561,7 +574,8 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     directory = make_layout_dir(environ, job.job_id, job.step_id, rank.rank)
     done = True  # remove the directory when this function returns (not after a successful exec)
     try:
-        env = {**environ, **rank.env, "SLURM_HETERO_LAYOUT": str(write_layout(rank, directory))}
+        env = process_env(environ, rank.env)
+        env["SLURM_HETERO_LAYOUT"] = str(write_layout(rank, directory))
         env.setdefault("PYTHONUNBUFFERED", "1")
         if options.exec_command:
             done = False  # the command replaces the launcher: nothing is left to remove the directory

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from slurm_hetero import proc
@@ -42,6 +42,14 @@ CANCEL_AFTER_S = STOP_GRACE_S + 10.0
 PEER_FAILED_AGAIN_S = (2.0, 5.0)  # PEER_FAILED repeated for ranks that were still starting
 # Set by the `launch` command (the process exits after the rank): see Supervisor.run.
 KEEP_HANDLERS_WHEN_ENDING = False
+
+
+RELAY_CHUNK = 64 * 1024  # the most output the relay holds at once, per stream
+
+
+def relay_chunks(stream: IO[bytes], size: int = RELAY_CHUNK) -> Iterator[bytes]:
+    """The stream's bytes in order, each piece a line or at most `size` bytes of one."""
+    return iter(lambda: stream.readline(size), b"")
 
 
 class LaunchError(HeteroError):
@@ -195,18 +203,52 @@ class Supervisor:
         return self.logs[kind], b""
 
     def _relay(self, stream: IO[bytes] | None, kind: str) -> None:
+        """Copy the command's output to its sink in chunks of at most RELAY_CHUNK bytes (a line
+        without a newline, or carriage-return progress, holds no more than that), the prefix at line starts
+        only. A sink that fails (a full disk under `--log-dir`) is reported once and the output is
+        drained and dropped from there, so the command never blocks on a full pipe."""
         if stream is None:
             return
         sink, prefix = self._sink(kind)
+        broken = False
+        at_start = True
         try:
-            for line in iter(stream.readline, b""):
-                sink.write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
-                sink.flush()
-                if kind == "err" and line.strip():
-                    self.last_error = line.decode(errors="replace").strip()
+            for chunk in relay_chunks(stream):
+                if kind == "err" and chunk.strip():
+                    self.last_error = chunk.decode(errors="replace").strip()
+                if broken:
+                    continue
+                try:
+                    sink.write(prefix + chunk if at_start else chunk)
+                    sink.flush()
+                except OSError as e:
+                    broken = True
+                    self._report_sink_error(sink, kind, e)
+                at_start = chunk.endswith(b"\n")
+            if not at_start and not broken:
+                try:
+                    sink.write(b"\n")
+                    sink.flush()
+                except OSError as e:
+                    self._report_sink_error(sink, kind, e)
         finally:
             if self.logs is not None:
-                sink.close()
+                try:
+                    sink.close()
+                except OSError:
+                    pass  # already reported: the data it held is dropped
+
+    def _report_sink_error(self, sink: IO[bytes], kind: str, error: OSError) -> None:
+        name = getattr(sink, "name", None)
+        where = name if isinstance(name, str) else f"the rank's std{kind}"
+        try:
+            print(
+                f"slurm-hetero: rank {self.rank.rank}: cannot write {where}: "
+                f"{error.strerror or error}; output dropped from here",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+        except OSError:
+            pass  # the launcher's own stderr is the sink that failed
 
     def finish(self, code: int) -> int:
         """Report a failure (first), end the step, and return the launcher's exit code."""

@@ -144,11 +144,18 @@ def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
     backup or a hidden temporary)."""
     if _current(path) == text:
         return []
+    write_bytes_atomic(path, text.encode("utf-8"), backup)
+    return [path]
+
+
+def write_bytes_atomic(path: Path, data: bytes, backup: bool = False) -> None:
+    """One file of any content (a plot) through the single-file path of `write_atomic`: a failed
+    write (a full disk) leaves the old file, or none, never a partial one; OutputError."""
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SINGLE_SUFFIX, dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
+            f.write(data)
             f.flush()
             os.fchmod(f.fileno(), _mode(path))
             os.fsync(f.fileno())
@@ -162,7 +169,6 @@ def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
     finally:
         if tmp is not None:
             _quiet_unlink(Path(tmp))
-    return [path]
 
 
 # ------------------------------------------------------------------------------ the lock

@@ -100,3 +100,41 @@ def test_the_fitted_curve_reaches_plan_through_the_measured_file(tmp_path: Path)
         cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path), "--json"]
     )
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--device", "cpu", "--type", "cpu_test"], "device type 'cpu_test': names no device type"),  # K01b
+        (["--device", "cpu"], "device type 'cpu': names no device type"),  # the CPU: no catalog type
+        (["--device", "cpu", "--type", "a\nb"], "device type 'a\\nb': names no device type"),  # K05
+        (["--device", "cpu", "--type", "gpumem"], "is a GRES name"),
+        (["--device", "cuda:99"], "--device cuda:99: no such device"),  # K02 (no torch_xmlir import)
+        (["--device", "nosuchdev:0"], "torch has no device type 'nosuchdev'"),
+    ],
+)
+def test_calibrate_refuses_in_one_line_and_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    """What plan --measured would refuse is not stored (it refuses the whole file); a device torch
+    does not have is one line, not a traceback (adv11 K01b, K02, K05)."""
+    monkeypatch.setattr(cal, "CPU_SIZES", TINY)
+    out = tmp_path / "measured.yaml"
+    result = CliRunner().invoke(cli, ["calibrate", *args, "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slurm-hetero: ") and needle in lines[0], lines
+    if "names no device type" in needle:
+        assert "--type TYPE" in lines[0] and "l40s" in lines[0]  # how to name one, and the valid types
+    assert not out.exists()
+
+
+def test_calibrate_stores_a_type_under_its_catalog_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cal, "CPU_SIZES", TINY)
+    out = tmp_path / "measured.yaml"
+    result = CliRunner().invoke(cli, ["calibrate", "--device", "cpu", "--type", "L40S", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert list(yaml.safe_load(out.read_text())) == ["l40s"]

@@ -454,3 +454,20 @@ def test_tensor_parallel_degrees_never_split_heads_or_kv_heads_unevenly(
     result = runner.invoke(cli, ["plan", "--devices", "a100_80g:8", "--model", "gpt2", "--global-batch", "8"])
     assert result.exit_code == 0, result.output
     assert seen == [(1, 2, 4)]
+
+
+def test_a_rank_gets_only_its_own_vendors_visible_devices() -> None:
+    """srun copies the batch host's environment: an Ascend host's ASCEND_RT_VISIBLE_DEVICES (and a
+    ROCm HIP_VISIBLE_DEVICES) must not reach an NVIDIA rank's command (adv11 C15)."""
+    from slurm_hetero.launch.plan import process_env
+
+    inv = inventory.load(EXAMPLE)
+    envs = [fixture_env(t) for t in range(4)]
+    plans = [plan_from(env, inv) for env in envs]
+    copied = {"ASCEND_RT_VISIBLE_DEVICES": "4", "HIP_VISIBLE_DEVICES": "3", "MLU_VISIBLE_DEVICES": "1"}
+    nvidia = process_env({**envs[0], **copied}, own(plans[0], envs[0]))
+    assert not set(copied) & set(nvidia)
+    assert nvidia["CUDA_VISIBLE_DEVICES"] == "0" and nvidia["SLURM_PROCID"] == envs[0]["SLURM_PROCID"]
+    ascend = process_env({**envs[3], **copied}, own(plans[3], envs[3]))
+    assert ascend["ASCEND_RT_VISIBLE_DEVICES"] == "0"  # its own, not the copied 4
+    assert "HIP_VISIBLE_DEVICES" not in ascend and "MLU_VISIBLE_DEVICES" not in ascend

@@ -294,3 +294,78 @@ def test_a_failing_rank_of_a_het_srun_cancels_every_component(scancel: list[Call
             "20s: scancel 6.0 7.0 8.0",
         ],
     ]
+
+
+class FullDisk:
+    """A log file on a full filesystem: every write raises ENOSPC (what --log-dir met in H13)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.writes, self.closed = name, 0, False
+
+    def write(self, data: bytes) -> int:
+        self.writes += 1
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_full_log_disk_drops_the_output_and_the_rank_still_ends(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    logs: dict[str, Any] = {"out": FullDisk("/logs/rank-2.out"), "err": FullDisk("/logs/rank-2.err")}
+    # 8 MB: far more than a pipe holds, so a relay that stopped draining would hang the command
+    command = python("""
+        import sys
+        for _ in range(1000):
+            sys.stdout.write("x" * 8000 + "\\n")
+        sys.exit(5)
+        """)
+    supervisor = run.Supervisor(RANK, command, dict(os.environ), [], logs)
+    # a hung command (blocked on its full pipe) is killed after 60 s: its code is then 137, not 5
+    watchdog = threading.Timer(60, lambda: supervisor.child and supervisor.child.kill())
+    watchdog.start()
+    try:
+        code = supervisor.run()
+    finally:
+        watchdog.cancel()
+    assert code == 5  # the command's own exit code: it was not left hanging
+    assert logs["out"].writes == 1  # reported once, then dropped
+    err = capfd.readouterr().err
+    ours = [line for line in err.splitlines() if "cannot write" in line]
+    assert ours == [
+        "slurm-hetero: rank 2: cannot write /logs/rank-2.out: No space left on device; "
+        "output dropped from here"
+    ]
+    assert "Traceback" not in err
+
+
+def test_the_relay_holds_a_bounded_chunk_of_a_line_without_newline() -> None:
+    import io
+
+    from slurm_hetero.launch import supervise
+
+    stream = io.BufferedReader(io.BytesIO(b"a" * 10 + b"\n" + b"b" * 25 + b"\rc\n"), buffer_size=8)
+    chunks = list(supervise.relay_chunks(stream, 8))
+    assert max(len(c) for c in chunks) <= 8
+    assert b"".join(chunks) == b"a" * 10 + b"\n" + b"b" * 25 + b"\rc\n"
+
+
+def test_a_line_longer_than_the_chunk_is_relayed_intact_with_one_prefix(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from slurm_hetero.launch import supervise
+
+    monkeypatch.setattr(supervise, "RELAY_CHUNK", 1000)
+    monkeypatch.setattr(supervise.relay_chunks, "__defaults__", (1000,))
+    command = python("""
+        import sys
+        sys.stdout.write("y" * 5000 + "\\n" + "tail-without-newline")
+        """)
+    code = run.Supervisor(RANK, command, dict(os.environ), [], None).run()
+    assert code == 0
+    out = capfd.readouterr().out
+    assert out == "[rank 2 l40s stage 0] " + "y" * 5000 + "\n[rank 2 l40s stage 0] tail-without-newline\n"

@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import json
 import math
+import os
 import random
 import sys
 from collections import defaultdict
@@ -359,6 +360,31 @@ def test_plan_plots_one_step(tmp_path: Path, suffix: str) -> None:
     assert code == 0, err
     head = path.read_bytes()[:200]
     assert head.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in path.read_bytes()
+
+
+def test_a_plot_that_cannot_be_written_leaves_the_old_file(tmp_path: Path) -> None:
+    """A full disk (here: a file-size limit of 0, so every write fails) left a 0-byte plot (adv11
+    X27): the plot is written to a temporary and renamed, so the old file stays and no temporary."""
+    pytest.importorskip("matplotlib")
+    import subprocess
+
+    path = tmp_path / "step.png"
+    path.write_bytes(b"old plot")
+    limited = (
+        "import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)); sys.argv[0] = 'slurm-hetero'; "
+        "runpy.run_module('slurm_hetero', run_name='__main__')"
+    )
+    argv = ["plan", "--devices", "a100:2", "--model", "gpt2", "--global-batch", "8", "--plot", str(path)]
+    repo = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", limited, *argv], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": repo, "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and f"cannot write {path}" in done.stderr
+    assert path.read_bytes() == b"old plot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step.png"]
 
 
 def test_plot_without_matplotlib_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
