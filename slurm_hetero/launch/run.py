@@ -142,7 +142,9 @@ Supervision and failure modes
   22.05 and 24.11, one rank's `exit 7` gives srun exit code 7, with `srun -K` too (a plain
   `scancel` of the step is SIGKILL at once, also to the failing launcher: srun reported 137).
   A command stopped by a signal the launcher forwarded ends quietly with 128 + N: the step is
-  ending anyway. If a launcher itself
+  ending anyway; after a SIGTERM the launcher first waits up to 3 s for a SIGURG that may be
+  behind it (srun -K's SIGTERM can overtake the failing rank's scancel), and exits 0 if it
+  comes. If a launcher itself
   is killed the command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends
   the step.
 - A rank that hangs after another finished (rank 0 exits 0, rank 1 never returns) is ended by

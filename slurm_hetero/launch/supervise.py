@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any
 
@@ -40,6 +41,11 @@ STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SI
 # behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
 CANCEL_AFTER_S = STOP_GRACE_S + 10.0
 PEER_FAILED_AGAIN_S = (2.0, 5.0)  # PEER_FAILED repeated for ranks that were still starting
+# A command ended by a forwarded SIGTERM: how long the launcher waits for a PEER_FAILED that may be
+# behind it. srun -K's SIGTERM (srun to slurmstepd) can overtake the failing rank's PEER_FAILED
+# (scancel through slurmctld); exiting 143 then made srun report 143, not the failing rank's code.
+# Well inside Slurm's KillWait (30 s by default) and PEER_FAILED_AGAIN_S's first repeat.
+PEER_FAILED_LATE_S = 3.0
 # Set by the `launch` command (the process exits after the rank): see Supervisor.run.
 KEEP_HANDLERS_WHEN_ENDING = False
 
@@ -158,6 +164,8 @@ class Supervisor:
             pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
             code = child.wait()
             _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
+            if code != 0 and self.forwarded == signal.SIGTERM:
+                self._wait_for_peer_failed(PEER_FAILED_LATE_S)
             status = self.finish(code)
             # Stopped (a forwarded signal, a failed peer): exit within Slurm's KillWait even where an
             # orphaned grandchild keeps the pipes open (proctrack/linuxproc does not signal orphans).
@@ -171,6 +179,12 @@ class Supervisor:
             ending = KEEP_HANDLERS_WHEN_ENDING and (self.failed or self.peer_failed)
             for s, handler in previous.items():
                 signal.signal(s, signal.SIG_IGN if ending and s in FORWARDED else handler)
+
+    def _wait_for_peer_failed(self, seconds: float) -> None:
+        """Wait up to `seconds` for PEER_FAILED (its handler runs in this, the main, thread)."""
+        deadline = time.monotonic() + seconds
+        while not self.peer_failed and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _forward(self, signum: int, _frame: Any) -> None:
         self.forwarded = signum

@@ -252,6 +252,51 @@ def test_a_rank_told_a_peer_failed_stops_its_command_and_exits_0(
     assert "slurm-hetero: rank 2 on l40sn1 stopped: another rank of the step failed" in err
 
 
+@pytest.mark.parametrize("peer_failed_late", [True, False])
+def test_a_peer_failed_behind_the_steps_sigterm_still_gives_exit_0(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    peer_failed_late: bool,
+) -> None:
+    """CI (24.11): srun -K's SIGTERM (srun to slurmstepd) reached a peer before the failing rank's
+    PEER_FAILED (scancel through slurmctld); the peer exited 143 and srun reported 143, not 7. A
+    command ended by SIGTERM waits PEER_FAILED_LATE_S for it; a plain SIGTERM still gives 143."""
+    monkeypatch.setattr(supervisor_module, "PEER_FAILED_LATE_S", 2.0)
+    ready = tmp_path / "ready"
+    command = python(
+        """
+        import pathlib, sys, time
+        pathlib.Path(sys.argv[1]).write_text("ready")
+        time.sleep(60)
+        """,
+        str(ready),
+    )
+
+    def sigterm_then_peer_failed() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+        if peer_failed_late:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGURG)
+
+    threading.Thread(target=sigterm_then_peer_failed, daemon=True).start()
+    started = time.monotonic()
+    code = supervise(command)
+    elapsed = time.monotonic() - started
+    err = capfd.readouterr().err
+    if peer_failed_late:
+        assert code == 0, err
+        assert "stopped: another rank of the step failed" in err
+        assert elapsed < 1.9, elapsed  # it stops waiting when PEER_FAILED comes
+    else:
+        assert code == 128 + signal.SIGTERM
+        assert elapsed >= 2.0
+
+
 def test_the_failing_rank_ignores_the_stop_it_sent(
     scancel: list[Call], monkeypatch: pytest.MonkeyPatch
 ) -> None:
