@@ -487,7 +487,8 @@ def _modelled(
     """The solver's plan (with a model) or the even data-parallel one (without)."""
     if options.model is None:
         ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
-        samples = [(a.samples, sum(b.samples for b in ranked[: a.rank])) for a in ranked]
+        counts = [a.samples for a in ranked]
+        samples = list(zip(counts, itertools.accumulate([0, *counts[:-1]])))
         return None, ranked, samples, PlanSummary("data", "", options.global_batch, 0, len(ranked)), ()
     note = group_speeds(nodes, catalog, options)[1]
     spec = layout_spec(nodes, catalog, options)

@@ -17,7 +17,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from slurm_hetero.engine import comm
@@ -68,6 +68,10 @@ class Groups:
         self.nics: dict[str, Sequence[Nic]] = {s.name: s.record.nics for s in nodes}
         self.override = override
         self._cache: dict[tuple[int, ...], Communicator] = {}
+        # One GroupSpec per group and NIC set, shared by its members: a dp group of every rank would
+        # otherwise be copied into each rank's document (quadratic in the ranks).
+        self._specs: dict[tuple[str, tuple[int, int], str, tuple[Nic, ...]], GroupSpec] = {}
+        self._local: dict[tuple[tuple[int, int], str], list[int]] = {}
 
     def communicator(self, ranks: Sequence[int]) -> Communicator:
         key = tuple(ranks)
@@ -81,21 +85,36 @@ class Groups:
         """The groups rank `a` is in (tp, dp, pp), each with its communicator and variables; where
         the dp group spans vendors, also `dp_local`: its members of `a`'s vendor, through which
         `slurm_hetero.training` reduces gradients hierarchically."""
-        nics = self.site_of[a.rank].record.nics
-        out = []
-        for name, key in group_keys(a).items():
-            out.append(self._spec(name, self.members[name][key], nics))
-        dp = self.members["dp"][group_keys(a)["dp"]]
+        nics = tuple(self.site_of[a.rank].record.nics)
+        keys = group_keys(a)
+        out = [self._spec(name, key, "", self.members[name][key], nics) for name, key in keys.items()]
+        dp = self.members["dp"][keys["dp"]]
         vendor = self.site_of[a.rank].vendor.name
-        local = [r for r in dp if self.site_of[r].vendor.name == vendor]
+        local = self._vendor_members(keys["dp"], vendor)
         if len(local) < len(dp):
-            out.append(self._spec("dp_local", local, nics))
+            out.append(self._spec("dp_local", keys["dp"], vendor, local, nics))
         return tuple(out)
 
-    def _spec(self, name: str, ranks: Sequence[int], nics: Sequence[Nic]) -> GroupSpec:
-        chosen = self.communicator(ranks)
-        env = comm.communicator_env(chosen, nics)
-        return GroupSpec(name, tuple(sorted(ranks)), chosen.backend, str(chosen.kind), env)
+    def _vendor_members(self, dp_key: tuple[int, int], vendor: str) -> list[int]:
+        """The members of a dp group on `vendor`'s devices (computed once per group and vendor)."""
+        if (dp_key, vendor) not in self._local:
+            by_vendor: dict[str, list[int]] = {}
+            for r in self.members["dp"][dp_key]:
+                by_vendor.setdefault(self.site_of[r].vendor.name, []).append(r)
+            for name, ranks in by_vendor.items():
+                self._local[(dp_key, name)] = ranks
+        return self._local[(dp_key, vendor)]
+
+    def _spec(
+        self, name: str, key: tuple[int, int], vendor: str, ranks: Sequence[int], nics: tuple[Nic, ...]
+    ) -> GroupSpec:
+        cache_key = (name, key, vendor, nics)
+        if cache_key not in self._specs:
+            chosen = self.communicator(ranks)
+            env = comm.communicator_env(chosen, nics)
+            spec = GroupSpec(name, tuple(sorted(ranks)), chosen.backend, str(chosen.kind), env)
+            self._specs[cache_key] = spec
+        return self._specs[cache_key]
 
 
 @dataclass(frozen=True)
@@ -210,6 +229,25 @@ def rank_env(doc: RankLayout, master: tuple[str, int], plan_id: str, layout_dir:
 
 
 def plan_id(documents: Sequence[RankLayout]) -> str:
-    """A digest of every rank's document: equal on every rank exactly when the plans agree."""
-    text = json.dumps([d.to_dict() for d in documents], sort_keys=True, separators=(",", ":"))
+    """A digest of every rank's document: equal on every rank exactly when the plans agree. The
+    documents are digested as a table (field names once, one row of values per rank) that names
+    groups by place in a list of the distinct groups. Each group object is looked at once, so a dp
+    group of every rank (one object shared by its members, `Groups`) costs its size once, not once
+    per member."""
+    seen: dict[int, int] = {}  # id(GroupSpec) -> its place in `groups`
+    places: dict[tuple[object, ...], int] = {}  # a group's value -> its place in `groups`
+    groups: list[dict[str, object]] = []
+    names = [f.name for f in fields(RankLayout) if f.name != "groups"]
+    rows = []
+    for doc in documents:
+        for g in doc.groups:
+            if id(g) not in seen:
+                value = (g.name, g.ranks, g.backend, g.comm, tuple(sorted(g.env.items())))
+                if value not in places:
+                    places[value] = len(groups)
+                    groups.append(g.to_dict())
+                seen[id(g)] = places[value]
+        rows.append([getattr(doc, name) for name in names] + [[seen[id(g)] for g in doc.groups]])
+    table = {"fields": [*names, "groups"], "groups": groups, "ranks": rows}
+    text = json.dumps(table, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -286,13 +286,6 @@ def simulated_inventory(
                 "simulate its nodes, or leave out --inventory to simulate catalog devices"
             )
         if name not in have:
-            if known.nodes:
-                logger.warning(
-                    "--simulate: %s is not in %s; it gets catalog %s devices",
-                    name,
-                    DEFAULT_INVENTORY,
-                    gres_type,
-                )
             extra.append(_simulated_node(name, gres_type, count, catalog))
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
@@ -300,7 +293,26 @@ def simulated_inventory(
             raise LaunchError(
                 f"--simulate {name}:{gres_type}: the inventory has {name} with {', '.join(types)}"
             )
+    if known.nodes and extra:
+        logger.warning("%s", invented_nodes_note(extra))
     return ClusterInventory((*known.nodes, *extra))
+
+
+def invented_nodes_note(invented: Sequence[NodeInventory]) -> str:
+    """One line for every simulated node the installed inventory lacks, hostlists folded by type."""
+    by_type: dict[str, list[str]] = {}
+    for node in invented:
+        by_type.setdefault(node.devices[0].type, []).append(node.name)
+    folded = {gres_type: hostlist.fold(names) for gres_type, names in by_type.items()}
+    nodes = hostlist.fold(n.name for n in invented)
+    if len(folded) == 1:
+        (gres_type,) = folded
+        devices = f"catalog {gres_type} devices"
+    else:
+        devices = "catalog devices (" + "; ".join(f"{h}: {t}" for t, h in folded.items()) + ")"
+    if len(invented) == 1:
+        return f"--simulate: {nodes} is not in {DEFAULT_INVENTORY}; it gets {devices}"
+    return f"--simulate: {nodes} ({len(invented)} nodes) are not in {DEFAULT_INVENTORY}; they get {devices}"
 
 
 LAYOUT_PLACEHOLDER = "XXXXXXXX"  # where the rank's private directory gets its unique part
@@ -443,14 +455,15 @@ def describe(plan: LaunchPlan) -> str:
     )
     head += "".join(f"\nwarning: {note}" for note in plan.notes)
     rows = [_row(d) for d in docs]
-    groups = {(g.name, g.ranks): g for d in docs for g in d.groups}
-    group_rows = [(n, ",".join(map(str, r)), g.backend, g.comm) for (n, r), g in sorted(groups.items())]
+    shared = {id(g): g for d in docs for g in d.groups}  # members share one object (rankenv.Groups)
+    groups = {(g.name, g.ranks): g for g in shared.values()}
+    group_rows = [(n, g.backend, g.comm, syntax.ranges(list(r))) for (n, r), g in sorted(groups.items())]
     env = [f"rank {r.rank}: " + " ".join(f"{k}={v}" for k, v in r.env.items()) for r in plan.ranks]
     return "\n\n".join(
         [
             head,
             _table(COLUMNS, rows),
-            _table(("GROUP", "RANKS", "BACKEND", "COMM"), group_rows),
+            _table(("GROUP", "BACKEND", "COMM", "RANKS"), group_rows),  # ranks last: not padded
             "\n".join(env),
         ]
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from slurm_hetero.launch.plan import (
     master_port,
     sites,
 )
+from slurm_hetero.launch.rankenv import plan_id
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, Nic, NodeInventory
 from slurm_hetero.slurm.jobenv import parse_job_env
@@ -383,7 +385,57 @@ def test_dry_run_simulates_an_allocation_outside_slurm(
     assert "pipeline layout on 5 ranks" in out or "data layout on 5 ranks" in out
     for rank in range(5):
         assert f"rank {rank}: RANK={rank} WORLD_SIZE=5" in out
-    assert "GROUP  RANKS" in out
+    assert "GROUP  BACKEND  COMM" in out
+
+
+def test_simulated_nodes_missing_from_the_installed_inventory_are_one_folded_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    spec = ",".join([f"gn{i:03d}:a100_80g:8" for i in range(300)] + ["a100n1:a100_80g:2", "x1:l40s:1"])
+    with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
+        sim = run.simulated_inventory(spec, inventory.load(EXAMPLE), CATALOG)
+    assert len(sim.nodes) == 3 + 301
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--simulate: gn[000-299],x1 (301 nodes) are not in {run.DEFAULT_INVENTORY}; they get catalog "
+        "devices (gn[000-299]: a100_80g; x1: l40s)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
+        run.simulated_inventory("a100n1:a100_80g:2,gn7:a100_80g:1", inventory.load(EXAMPLE), CATALOG)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--simulate: gn7 is not in {run.DEFAULT_INVENTORY}; it gets catalog a100_80g devices"
+    ]
+
+
+def test_a_group_is_one_object_shared_by_its_members_and_its_ranks_print_folded(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dp group of every rank is not copied into each rank's document (quadratic in the ranks:
+    2,048 nodes x 8 took minutes), and the dry run prints its ranks as ranges."""
+    monkeypatch.setattr(run, "DEFAULT_INVENTORY", Path("/nonexistent/inventory.yaml"))
+    options = run.RunOptions((), dry_run=True, simulate="n1:a100_80g:4,n2:a100_80g:4,n3:mi300x:2")
+    job, plan = run.plan_step(LaunchOptions(None, global_batch=64), options, {})
+    dp = [r.layout.group("dp") for r in plan.ranks]
+    assert dp[0].ranks == tuple(range(10)) and all(g is dp[0] for g in dp)
+    assert plan.ranks[0].layout.group("dp_local") is plan.ranks[7].layout.group("dp_local")
+    assert plan.ranks[0].layout.group("dp_local").ranks == tuple(range(8))
+    out = run.describe(plan)
+    assert "\ndp        " in out and out.split("\ndp ")[1].split("\n")[0].endswith(" 0-9")
+    assert out.split("\ndp_local ")[1].split("\n")[0].endswith(" 0-7")
+
+
+def test_the_plan_id_tells_apart_plans_that_differ_in_one_group() -> None:
+    env = slurm_env([("a", 2), ("b", 2)], 0)
+    inv = ClusterInventory((node("a", "a100_80g", 2), node("b", "a100_80g", 2)))
+    plan = plan_from(env, inv, LaunchOptions(None, global_batch=8))
+    docs = [r.layout for r in plan.ranks]
+    changed = dataclasses.replace(docs[3].groups[1], backend="gloo")
+    groups = (docs[3].groups[0], changed, *docs[3].groups[2:])
+    other = [*docs[:3], dataclasses.replace(docs[3], groups=groups)]
+    assert docs[3].groups[1].name == "dp" and docs[3].groups[1].backend != "gloo"
+    assert plan_id(other) != plan.plan_id == plan_id(docs)
+    copies = [dataclasses.replace(d, groups=tuple(dataclasses.replace(g) for g in d.groups)) for d in docs]
+    assert plan_id(copies) == plan.plan_id  # by value, not by which objects are shared
 
 
 @pytest.mark.usefixtures("nothing_starts")
