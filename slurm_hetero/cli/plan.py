@@ -50,6 +50,7 @@ from slurm_hetero.engine.layout import (
     StagePlan,
     assign_ranks,
     check_batch,
+    kinds_for_micro_batch,
     solve,
     step_schedules,
 )
@@ -343,7 +344,9 @@ def build_spec(
         pair_gbs=cross_type_gbs(groups, catalog, options["network_gbs"]),
         objective=options["objective"],
         leave_out=options["leave_out"],
-        kinds=tuple(LayoutKind(k) for k in options["kinds"]) or tuple(LayoutKind),
+        kinds=kinds_for_micro_batch(
+            tuple(LayoutKind(k) for k in options["kinds"]) or tuple(LayoutKind), bool(options["kinds"]), given
+        ),
     )
     return spec, length, settings
 

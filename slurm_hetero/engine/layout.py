@@ -65,8 +65,10 @@ from slurm_hetero.engine.shapes import (
     MAX_CANDIDATES,
     STAGED_MAX_WORLD,
     candidate_shapes,
+    kinds_for_micro_batch,
     shape_search,
     staged_applies,
+    staged_micro_batch,
 )
 from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, gemm_efficiency
 from slurm_hetero.errors import RequestError
@@ -90,6 +92,7 @@ __all__ = [
     "check_prices",
     "check_size",
     "even_bounds",
+    "kinds_for_micro_batch",
     "layout_from_split",
     "polish",
     "solve",
@@ -389,6 +392,18 @@ def _no_shape_reason(spec: LayoutSpec) -> str:
         return (
             f"the staged family is searched on at most {STAGED_MAX_WORLD} devices (these are {world}); "
             "use --kind pipeline or data, or leave --kind out"
+        )
+    fixed = staged_micro_batch(spec)
+    if kinds == {LayoutKind.STAGED} and fixed is not None:
+        least = min(
+            (s.micro_batch for s in candidate_shapes(dataclasses.replace(spec, micro_batches=None))),
+            default=2,
+        )
+        return (
+            f"--micro-batches {spec.micro_batches} on global batch {spec.global_batch} makes the staged "
+            f"pipeline's micro-batch {fixed} sample{'s' if fixed > 1 else ''}, fewer than the "
+            f"{least} data-parallel devices of the widest stage of every staged shape (each needs a "
+            f"sample); give --micro-batches {max(1, spec.global_batch // least)} or fewer, or another --kind"
         )
     if kinds == {LayoutKind.DATA} and len(spec.groups) < 2:
         return (

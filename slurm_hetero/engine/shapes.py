@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from slurm_hetero.engine.schedule import LayoutKind, Shape
+from slurm_hetero.errors import RequestError
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
@@ -219,12 +220,49 @@ def _staged_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
         for order in orders:
             line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
             dps = tuple(combo[g][2] for g in order for _ in range(combo[g][0]))
-            for b in _micro_batches(spec, widest):
-                if b * widest <= spec.global_batch:
-                    if len(shapes) == budget:
-                        return shapes, True
-                    shapes.append(Shape(LayoutKind.STAGED, (line,), (1,), b * widest, dps))
+            for size in _staged_micro_batches(spec, widest):
+                if len(shapes) == budget:
+                    return shapes, True
+                shapes.append(Shape(LayoutKind.STAGED, (line,), (1,), size, dps))
     return shapes, cut
+
+
+def staged_micro_batch(spec: LayoutSpec) -> int | None:
+    """The staged family's one pipeline micro-batch when `micro_batches` sets it: the global batch
+    over that many micro-batches (its one replica is the average replica), as the other families
+    size theirs; None when the size is searched or given."""
+    if spec.micro_batches is None:
+        return None
+    return max(1, round(spec.global_batch / spec.micro_batches))
+
+
+def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
+    """Pipeline micro-batches of a staged shape whose widest stage has `widest` data-parallel
+    devices: the one `micro_batches` sets, when every device of that stage gets a sample of it;
+    else each per-device size of `_micro_batches` on the widest stage, within the global batch."""
+    fixed = staged_micro_batch(spec)
+    if fixed is not None:
+        return [fixed] if fixed >= widest else []
+    return [b * widest for b in _micro_batches(spec, widest) if b * widest <= spec.global_batch]
+
+
+def kinds_for_micro_batch(
+    kinds: Sequence[LayoutKind], explicit: bool, micro_batch: int | None
+) -> tuple[LayoutKind, ...]:
+    """The families to search when the micro-batch size per device is given (`--micro-batch`): the
+    staged family's stages differ in data-parallel degree and split one pipeline micro-batch over
+    their devices, so its devices cannot all take that size. Left out of the default families; a
+    RequestError when asked for by name (`explicit`)."""
+    if micro_batch is None or LayoutKind.STAGED not in kinds:
+        return tuple(kinds)
+    if explicit:
+        raise RequestError(
+            f"--kind staged --micro-batch {micro_batch}",
+            "the staged family splits each pipeline micro-batch over stages of different data-parallel "
+            "degrees, so its devices cannot all take the same micro-batch; give --micro-batches "
+            "(micro-batches per step) instead, or use --kind pipeline or data",
+        )
+    return tuple(k for k in kinds if k != LayoutKind.STAGED)
 
 
 def staged_applies(spec: LayoutSpec) -> bool:

@@ -4,6 +4,7 @@ errors, strict model configs, and bounded reads of `--measured`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -17,7 +18,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.plan import cross_type_gbs, parse_devices
 from slurm_hetero.engine.devicegroups import device_groups
-from slurm_hetero.engine.layout import SEARCHED_MICRO_BATCHES, LayoutSpec, solve
+from slurm_hetero.engine.layout import SEARCHED_MICRO_BATCHES, LayoutKind, LayoutSpec, solve
 from slurm_hetero.engine.modelcost import SOLVER_SETTINGS
 from slurm_hetero.engine.modelspec import MAX_LAYERS, from_hf_config
 from slurm_hetero.engine.shapes import MAX_CANDIDATES, _bounded_product, shape_search
@@ -174,6 +175,40 @@ def test_staged_on_too_many_devices_says_the_real_reason() -> None:
     code, _, err = run("plan", "--model", "gpt2", "--devices", "h100_sxm:512,a100:512", "--kind", "staged")
     err = one_line_error(code, err)
     assert "at most 256 devices" in err and "common divisor" not in err
+
+
+def test_micro_batch_per_device_is_what_every_device_takes_or_staged_is_refused() -> None:
+    """U4: --micro-batch 3 gave a staged layout of pipeline micro-batch 12 on DP-2 stages (6 per
+    device). The staged family cannot give every device one size: left out, refused by name."""
+    args = ["plan", "--model", "gpt2", "--devices", "h100:4,a100:4", "--global-batch", "64"]
+    code, out, err = run(*args, "--micro-batch", "3", "--json")
+    assert code == 0, err
+    stages = json.loads(out)["stages"]
+    assert json.loads(out)["kind"] != "staged" and {(s["micro_batch"], s["dp"]) for s in stages} == {(3, 1)}
+    code, _, err = run(*args, "--micro-batch", "3", "--kind", "staged", "--kind", "data")
+    assert "cannot all take the same micro-batch; give --micro-batches" in one_line_error(code, err)
+
+
+@pytest.mark.parametrize("count", [1, 4, 16, 32])
+def test_micro_batches_set_the_staged_pipeline_micro_batch(count: int) -> None:
+    """U5: --micro-batches 64 with the staged family's one replica gave 16 micro-batches per step."""
+    spec = spec_of("h100_sxm:4,a100_80g:4", "gpt2", 1024, 64, micro_batches=count, kinds=(LayoutKind.STAGED,))
+    shapes = shape_search(spec).shapes
+    assert shapes and {s.micro_batch for s in shapes} == {64 // count}
+    assert all(64 // count >= max(s.stage_dp) for s in shapes)  # every device gets a sample
+    layout = solve(spec)
+    assert layout.kind == LayoutKind.STAGED and layout.pipelines[0].micro_batches(0) == count
+
+
+def test_micro_batches_too_small_for_every_staged_stage_are_refused_naming_the_most() -> None:
+    spec = spec_of("h100_sxm:4,a100_80g:4", "gpt2", 1024, 64, micro_batches=64, kinds=(LayoutKind.STAGED,))
+    assert shape_search(spec).shapes == []
+    with pytest.raises(
+        RequestError, match="micro-batch 1 sample, fewer than the 2 data-parallel devices"
+    ) as e:
+        solve(spec)
+    assert "give --micro-batches 32 or fewer" in str(e.value)
+    assert shape_search(dataclasses.replace(spec, micro_batches=32)).shapes
 
 
 def test_cost_objective_refuses_unpriced_types() -> None:
