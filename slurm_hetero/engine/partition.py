@@ -201,10 +201,12 @@ def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
         for r, line in zip(shape.replicas, shape.lines)
     ]
     lo, hi = 0.0, (spec.global_batch / b + sum(shape.replicas) * shape.stages) / min(speed)
+    terms = [(c, r * (shape.stages - 1)) for c, r in zip(speed, shape.replicas)]
+    need = spec.global_batch / b
     while hi - lo > 1e-9 * hi:  # least x with sum_g r_g * max(0, x * c_g - (p - 1)) >= B / b
         mid = (lo + hi) / 2
-        reach = sum(max(0.0, mid * c - r * (shape.stages - 1)) for c, r in zip(speed, shape.replicas))
-        lo, hi = (lo, mid) if reach >= spec.global_batch / b else (mid, hi)
+        reach = sum(max(0.0, mid * c - fill) for c, fill in terms)
+        lo, hi = (lo, mid) if reach >= need else (mid, hi)
     return hi
 
 

@@ -150,12 +150,17 @@ def split_samples(
         q, r = divmod(total, replicas[0])
         return tuple(q + (j < r) for j in range(replicas[0]))
 
+    fills, periods, copies = np.array(fill, np.float64), np.array(period, np.float64), np.array(replicas)
+
+    def counts(x: float) -> npt.NDArray[np.int64]:  # elementwise the float operations of one line
+        steps = np.floor(np.maximum(x - fills, 0.0) / periods * (1 + 1e-12)).astype(np.int64) + 1
+        return np.where(x >= fills, b * steps, 0)
+
     def count(x: float) -> list[int]:
-        steps = [math.floor((x - f) / q * (1 + 1e-12)) + 1 for f, q in zip(fill, period)]
-        return [b * n if x >= f else 0 for n, f in zip(steps, fill)]
+        return [int(n) for n in counts(x)]
 
     def reach(x: float) -> int:
-        return sum(r * n for r, n in zip(replicas, count(x)))
+        return int((copies * counts(x)).sum())
 
     lo = 0.0
     hi = min(f + (math.ceil(total / (r * b)) - 1) * q for f, q, r in zip(fill, period, replicas))
@@ -317,10 +322,23 @@ class StepModel:
             line_p2p(self.groups, costs, shape, i, network_gbs, self.pair_gbs)
             for i in range(len(shape.lines))
         ]
-        self._ar_gbs = [self._allreduce_gbs(k) for k in range(p)]
-        self._ar_groups = [self._hierarchy(k) for k in range(p)]
+        # Stage positions with one column of (group, tp) and one degree share their ring (staged
+        # stages do not: their spread is their own); priced once per column (58 types: seconds).
+        columns = [
+            (tuple(line[k] for line in shape.lines), shape.dp(k), k if shape.stage_dp else -1)
+            for k in range(p)
+        ]
+        first = {column: k for k, column in reversed(list(enumerate(columns)))}
+        rings = {column: (self._allreduce_gbs(k), self._hierarchy(k)) for column, k in first.items()}
+        self._ar_gbs = [rings[column][0] for column in columns]
+        self._ar_groups = [rings[column][1] for column in columns]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
         self._grad_cache: dict[tuple[int, int, int], tuple[float, float]] = {}
+        # `simulate`'s memo: the layer split it last priced, its lines and exposed all-reduces, and
+        # each line's end by (line, micro-batches).
+        self._sim_bounds: tuple[int, ...] | None = None
+        self._sim_stats: tuple[list[LineStats], list[FloatArray]] | None = None
+        self._sim_lines: dict[tuple[int, int], float] = {}
 
     def _allreduce_gbs(self, k: int) -> tuple[float, float]:
         """Bandwidth of stage `k`'s gradient ring, and the seconds per byte it pays once on top:
@@ -502,13 +520,23 @@ class StepModel:
         return self._step(stats, ends, bounds)
 
     def simulate(self, bounds: Sequence[int], samples: Sequence[int]) -> float:
-        """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces."""
+        """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces
+        (`_step`). Each line's part is kept per micro-batch count for the last layer split, so the
+        trials of `refine_split`, which move one sample, simulate the two lines it touches, not all."""
         self.simulations += 1
-        stats = self.line_stats(bounds)
-        if stats is None:
+        key = tuple(bounds)
+        if key != self._sim_bounds:
+            stats = self.line_stats(bounds)
+            self._sim_bounds, self._sim_lines = key, {}
+            self._sim_stats = None if stats is None else (stats, self.exposed(bounds, stats))
+        if self._sim_stats is None:
             return math.inf
+        stats, exposed = self._sim_stats
         ms = [math.ceil(n / self.shape.micro_batch) for n in self._per_line_max(samples)]
-        return self._step(stats, [self._stage_ends(s, m) for s, m in zip(stats, ms)], bounds)
+        for i, m in enumerate(ms):
+            if (i, m) not in self._sim_lines:
+                self._sim_lines[(i, m)] = float((self._stage_ends(stats[i], m) + exposed[i]).max())
+        return max(self._sim_lines[(i, m)] for i, m in enumerate(ms))
 
     def exposed(self, bounds: Sequence[int], stats: Sequence[LineStats]) -> list[FloatArray]:
         """Per line, the part of each stage's all-reduce its last backward does not hide
