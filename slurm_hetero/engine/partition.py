@@ -42,6 +42,10 @@ MAX_SPLIT_WORK = 1_000_000
 # (16 devices x 128 layers: 17,781 scores, 10 s) while the work estimate above stayed small. The
 # benchmark mixes score at most 1,709.
 MAX_SCORES = 2_500
+# A score prices every line of its shape: beyond SCORE_LINES lines (data shapes of many device
+# types, one line each) it counts as lines / SCORE_LINES scores (58 types x 16 devices: 14 s of
+# 1,170 scores of 58 lines). The benchmark mixes have at most 5 lines.
+SCORE_LINES = 8
 
 
 class Budget:
@@ -52,12 +56,13 @@ class Budget:
         self.left = left
 
     def take(self, moves: Iterator[list[int]], model: StepModel) -> Iterator[list[int]]:
+        weight = max(1.0, len(model.shape.lines) / SCORE_LINES)
         for trial in moves:
             seen = model.simulations
             if self.left <= 0:
                 return
             yield trial
-            self.left -= max(1, model.simulations - seen)
+            self.left -= max(1, model.simulations - seen) * weight
 
     @property
     def spent(self) -> bool:
