@@ -67,6 +67,20 @@ local function log(writer, format, ...)
   writer(format, unpack_args(args, 1, select("#", ...)))
 end
 
+-- An outcome's message as told to the user (escaped) and as logged (loggable), worked out once
+-- per outcome: a remembered outcome is told again for every job that repeats its request, and
+-- scanning a 140-byte message for control characters twice cost slurmctld 22.05 ~55,000
+-- instructions per job, as much as the rest of the hook's Lua.
+local function texts(outcome)
+  local said = outcome.said
+  if said == nil then
+    said = escaped(outcome.message)
+    outcome.said = said
+    outcome.logged = #said > 400 and (string.sub(said, 1, 400) .. "...") or said
+  end
+  return said, outcome.logged
+end
+
 ------------------------------------------------------------------------ the table, loaded once
 
 -- The directory of this script (slurmctld loads it from the directory of slurm.conf).
@@ -1042,31 +1056,35 @@ local function error_code(key)
   return slurm.ERROR
 end
 
--- Write the outcome into the job (only fields that change) and tell the user.
-local function apply(job_desc, submit_uid, outcome)
+local PIN_FIELDS = { "min_nodes", "max_nodes" }
+
+-- Write the outcome into the job (only fields that change) and tell the user. view: the job's
+-- fields as slurm_job_submit read them (job_desc is only written, and its admin_comment read).
+local function apply(job_desc, view, submit_uid, outcome)
   if outcome.action == "untouched" then return slurm.SUCCESS end
-  local where = "uid " .. tostring(submit_uid) .. component(job_desc)
+  local where = loggable("uid " .. tostring(submit_uid) .. component(view))
+  local said, logged = texts(outcome)
   if outcome.action == "reject" then
-    log(slurm.log_info, "slurm_hetero: %s: rejected: %s", where, outcome.message)
-    say(outcome.message)
+    slurm.log_info("slurm_hetero: %s: rejected: %s", where, logged)
+    slurm.log_user("%s", said)
     return error_code(outcome.code)
   end
   for _, field in ipairs(FIELDS) do
-    if outcome.fields[field] ~= (job_desc[field] or "") then job_desc[field] = outcome.fields[field] end
+    if outcome.fields[field] ~= (view[field] or "") then job_desc[field] = outcome.fields[field] end
   end
   if outcome.features then job_desc.features = outcome.features end
   -- Slurm may spread a job without -N over more nodes than the type was checked for (24.11:
   -- `-n4 --gpus-per-task=1` typed ends in "Requested node configuration is not available"):
   -- the node count the decision assumed goes where the job leaves it open
-  for _, name in ipairs({ "min_nodes", "max_nodes" }) do
+  for _, name in ipairs(PIN_FIELDS) do
     if outcome.pin[name] then job_desc[name] = outcome.pin[name] end
   end
   local comment = T.note_prefix .. outcome.message
   local existing = job_desc.admin_comment
   if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end
   job_desc.admin_comment = comment
-  log(slurm.log_info, "slurm_hetero: %s: %s", where, outcome.message)
-  say(outcome.message)
+  slurm.log_info("slurm_hetero: %s: %s", where, logged)
+  slurm.log_user("%s", said)
   return slurm.SUCCESS
 end
 
@@ -1091,49 +1109,93 @@ local HET_TAKEN = {}
 -- Decisions of recent single-job submissions, by everything a decision reads (MEMO_FIELDS and
 -- the uid; a unit test checks that list against the fields evaluate reads): users resubmit the
 -- same request (loops, workflow managers), and slurmctld keeps this Lua state until
--- job_submit.lua changes (a render touches it). Outcomes are only read. Emptied when full.
+-- job_submit.lua changes (a render touches it). Outcomes are only read (and their escaped
+-- message kept, texts). Emptied when full.
 local MEMO_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features",
                       "partition", "req_nodes", "exc_nodes", "num_tasks", "ntasks_per_node", "min_nodes",
                       "max_nodes", "cpus_per_task", "cpus_per_tres", "mem_per_tres", "min_mem_per_node",
                       "min_mem_per_cpu", "user_id" }
 local MEMO_MAX = 1024
 local MEMO, MEMO_SIZE = {}, 0
+-- The memo is a tree: the uid, then each MEMO_FIELDS value from the last to the first (UNSET_KEY
+-- for an unset one; the TRES fields, which differ most between requests, last, so that a new
+-- request adds few tables), an outcome at the end. No key string is built: turning the numeric
+-- fields into text for one cost more than all the lookups.
+local UNSET_KEY = {}
 
-local function memo_key(job_desc, submit_uid)
-  local parts, n = { tostring(submit_uid) }, 1
-  for i = 1, #MEMO_FIELDS do  -- "\0" before each field, then "=VALUE" when set
-    local value = job_desc[MEMO_FIELDS[i]]
-    if value == nil then
-      parts[n + 1], n = "\0", n + 1
-    else
-      parts[n + 1], parts[n + 2], n = "\0=", value, n + 2
-    end
+local function recall(view, submit_uid)
+  local node = MEMO[submit_uid == nil and UNSET_KEY or submit_uid]
+  for i = #MEMO_FIELDS, 1, -1 do
+    if node == nil then return nil end
+    local value = view[MEMO_FIELDS[i]]
+    node = node[value == nil and UNSET_KEY or value]
   end
-  return table.concat(parts)  -- Slurm's strings hold no NUL
+  return node
 end
 
-local function remember(key, outcome)
+local function remember(view, submit_uid, outcome)
+  if submit_uid ~= submit_uid then return end  -- NaN: not a table key
   if MEMO_SIZE >= MEMO_MAX then MEMO, MEMO_SIZE = {}, 0 end
-  MEMO[key] = outcome
-  MEMO_SIZE = MEMO_SIZE + 1
+  local node, key = MEMO, submit_uid == nil and UNSET_KEY or submit_uid
+  for i = #MEMO_FIELDS, 1, -1 do
+    local value = view[MEMO_FIELDS[i]]
+    if value ~= value then return end
+    local next_node = node[key]
+    if next_node == nil then
+      next_node = {}
+      node[key] = next_node
+    end
+    node, key = next_node, value == nil and UNSET_KEY or value
+  end
+  if node[key] == nil then MEMO_SIZE = MEMO_SIZE + 1 end
+  node[key] = outcome
+end
+
+-- The job's fields as the hook reads them, each read from job_desc once (slurm_job_submit): on
+-- Slurm 22.05 every job_desc read is a C call that compares the name with the names of the job's
+-- fields one after another (~2,700 instructions for a tres_per_* field), and the hook read 26
+-- fields per job. The view holds het_job_offset and MEMO_FIELDS; any other field is read from
+-- job_desc when asked for (so a decision reading one still gets it, and the memo test sees it).
+local VIEW_JOB = {}  -- the view's key for its job_desc
+local VIEW_HOLDS = { het_job_offset = true }
+for _, name in ipairs(MEMO_FIELDS) do VIEW_HOLDS[name] = true end
+local VIEW_META = {
+  __index = function(view, name)
+    if VIEW_HOLDS[name] then return nil end
+    return rawget(view, VIEW_JOB)[name]
+  end,
+}
+
+-- Whether a TRES field names gpumem or gpucore at all (the text only: asks_us then parses).
+local function mentions_us(view)
+  for i = 1, #FIELDS do
+    local text = view[FIELDS[i]]
+    if text and (string.find(text, "gpumem", 1, true) or string.find(text, "gpucore", 1, true)) then return true end
+  end
+  return false
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local offset = job_desc.het_job_offset
   local het = offset ~= nil and offset ~= NO_VAL
   if not het or offset == 0 then HET_TAKEN = {} end
-  local ok, outcome, key
-  if not het and asks_us(job_desc) then
-    key = memo_key(job_desc, submit_uid)
-    outcome = MEMO[key]
+  local view = { het_job_offset = offset, [VIEW_JOB] = job_desc }
+  for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
+  -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
+  if not mentions_us(view) then return slurm.SUCCESS end
+  for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
+  local ok, outcome
+  if not het then
+    outcome = recall(view, submit_uid)  -- before the metatable: unset fields are plain misses
     ok = outcome ~= nil
   end
+  setmetatable(view, VIEW_META)
   if not ok then
-    ok, outcome = pcall(evaluate, job_desc, submit_uid, nil, nil, het and HET_TAKEN or nil)
-    if ok and key then remember(key, outcome) end
+    ok, outcome = pcall(evaluate, view, submit_uid, nil, nil, het and HET_TAKEN or nil)
+    if ok and not het then remember(view, submit_uid, outcome) end
   end
   if not ok then return failed(outcome) end
-  local applied, rc = pcall(apply, job_desc, submit_uid, outcome)
+  local applied, rc = pcall(apply, job_desc, view, submit_uid, outcome)
   if not applied then return failed(rc) end
   if het and rc == slurm.SUCCESS and outcome.action == "rewrite" then
     local name = outcome.types[1]
