@@ -537,6 +537,19 @@ local function reason(facts, need, allowed)
   return nil
 end
 
+-- The first name of the job's partition list ("a,b") that the table does not know, "" for a list
+-- that names none (",", ""), else nil (also for a job that names none). Empty names are skipped, as
+-- slurmctld skips them ("a,,b" is "a,b"); it refuses a list with an unknown name, or no name.
+local function unknown_partition(partition)
+  if partition == nil then return nil end
+  local any = false
+  for name in string.gmatch(partition, "[^,]+") do
+    if T.partitions[name] == nil and name ~= T.default_partition then return name end
+    any = true
+  end
+  return (not any) and "" or nil
+end
+
 -- The rule of each partition the job lists ("a,b"; none: the default partition), in order; the
 -- cluster default for a partition without one.
 local function rules_for(partition)
@@ -961,6 +974,12 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
   if tasks_hidden and req.gpu_field == "tres_per_task" then
     -- an edit of a job with devices per task: its task count is not in job_rec
     return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
+  end
+  local stray = unknown_partition(job_desc.partition)
+  if stray then  -- slurmctld refuses the job after the hook: not decided as the default partition's
+    local text = stray == "" and fmt("partition_none", T.partition_list)
+      or fmt("partition_unknown", stray, T.partition_list)
+    return { action = "reject", message = "--partition=" .. job_desc.partition .. ": " .. text, code = "partition" }
   end
   if (job_desc.req_nodes or "") ~= "" or (job_desc.exc_nodes or "") ~= "" then
     return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }

@@ -52,6 +52,7 @@ NOTE_PREFIX = "slurm_hetero: "
 # since 2.x): where the release's Lua API does not export the name (22.05 has no
 # ESLURM_INVALID_GRES), the hook returns the number, which slurmctld hands to the client alike.
 SLURM_ERRNO = {
+    "ESLURM_INVALID_PARTITION_NAME": 2000,
     "ESLURM_INVALID_NODE_COUNT": 2006,
     "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
     "ESLURM_INVALID_FEATURE": 2029,
@@ -59,6 +60,7 @@ SLURM_ERRNO = {
 }
 REQUEST_CODE = "ESLURM_INVALID_GRES"
 CONSTRAINT_CODE = "ESLURM_INVALID_FEATURE"
+PARTITION_CODE = "ESLURM_INVALID_PARTITION_NAME"  # slurmctld's own error for such a job
 REASON_CODES: dict[ReasonCode, str] = {
     ReasonCode.TYPE_EXCLUDED: "ESLURM_INVALID_GRES",
     ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
@@ -334,6 +336,18 @@ def _rewritten(job: Job, request: Request, choice: Choice) -> Outcome:
     return Outcome(True, "rewrite", message, replace(job, **changes), choice=choice)
 
 
+def partition_refusal(model: ClusterModel, partition: str | None) -> str | None:
+    """The message refusing a job whose partition list names a partition the model does not know
+    (or none: `-p ,`), else None. slurmctld refuses such a job after the hook ("Invalid partition
+    name specified"), and the hook must not decide it as if it were in the default partition."""
+    stray = model.unknown_partition(partition)
+    if stray is None:
+        return None
+    known = ", ".join(model.known_partitions())
+    text = render("partition_unknown", stray, known) if stray else render("partition_none", known)
+    return f"--partition={partition}: {text}"
+
+
 def report_code(report: FitReport) -> str:
     """The Slurm error of a request nothing fits: that of the furthest check any type failed."""
     failed = [c for c in CODE_ORDER if report.counts.get(c, 0) > 0]
@@ -397,6 +411,9 @@ def _explain(
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
     if tasks_hidden and request.gpu_field == "tres_per_task":
         return Outcome(False, "reject", f"{request.text}: {render('edit_tasks')}", job, code=REQUEST_CODE)
+    refusal = partition_refusal(model, job.partition)
+    if refusal is not None:
+        return Outcome(False, "reject", refusal, job, code=PARTITION_CODE)
     if job.req_nodes or job.exc_nodes:
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
