@@ -911,24 +911,13 @@ local function amount_of(value)
   return value
 end
 
--- N of a --cpus-per-gpu / --mem-per-gpu field ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"); 0 when
--- unset or unreadable.
-local function per_gpu(text)
+-- N of the first NAME item of a TRES field, after its last ':' or '=': --cpus-per-gpu / --mem-per-gpu
+-- ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"; name gpu), 24.11's -c in tres_per_task ("cpu=N"; name
+-- cpu); 0 when there is none or it is unreadable.
+local function item_count(text, name)
   for _, item in ipairs(items_of(text)) do
-    if item.name == "gpu" then
-      local value = string.match((string.gsub(item.body, "=", ":")), "[^:]*$")
-      if is_digits(value) and #value <= 12 then return tonumber(value) end
-      return 0
-    end
-  end
-  return 0
-end
-
--- N of a "cpu=N" item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one.
-local function task_cpus(text)
-  for _, item in ipairs(items_of(text)) do
-    if item.name == "cpu" then
-      local value = string.match(item.body, "=(.*)$") or ""
+    if item.name == name then
+      local value = string.match(item.body, "[^:=]*$")
       if is_digits(value) and #value <= 12 then return tonumber(value) end
       return 0
     end
@@ -942,10 +931,10 @@ end
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc.num_tasks)
   local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
-  local per_task = count_of(job_desc.cpus_per_task) or task_cpus(job_desc.tres_per_task)
+  local per_task = count_of(job_desc.cpus_per_task) or item_count(job_desc.tres_per_task, "cpu")
   if per_task == 0 then per_task = 1 end
-  local cpus = math.max(per_node * per_task, per_gpu(job_desc.cpus_per_tres) * each)
-  local mem = math.max(amount_of(job_desc.min_mem_per_node), per_gpu(job_desc.mem_per_tres) * each,
+  local cpus = math.max(per_node * per_task, item_count(job_desc.cpus_per_tres, "gpu") * each)
+  local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
   return cpus, mem
 end

@@ -195,21 +195,13 @@ def _amount(value: int | None) -> int:
     return value if value is not None and 0 < value < NO_VAL else 0
 
 
-def per_gpu(text: str | None) -> int:
-    """N of a `--cpus-per-gpu` / `--mem-per-gpu` field (`gres:gpu:N`, `gres/gpu:N`, `gres/gpu=N`);
-    0 when unset or unreadable."""
+def item_count(text: str | None, name: str) -> int:
+    """N of the first `name` item of a TRES field, after its last `:` or `=`: `--cpus-per-gpu` /
+    `--mem-per-gpu` (`gres:gpu:N`, `gres/gpu:N`, `gres/gpu=N`; name `gpu`), 24.11's -c in
+    tres_per_task (`cpu=N`; name `cpu`); 0 when there is none or it is unreadable."""
     for item in split_items(text):
-        if item.name == "gpu":
+        if item.name == name:
             value = item.body.replace("=", ":").split(":")[-1]
-            return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
-    return 0
-
-
-def task_cpus(text: str | None) -> int:
-    """N of a `cpu=N` item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one."""
-    for item in split_items(text):
-        if item.name == "cpu":
-            value = item.body.partition("=")[2]
             return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
     return 0
 
@@ -218,10 +210,12 @@ def node_needs(job: Job, nodes: int, each: int) -> tuple[int, int]:
     """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task (-c, or
     24.11's `cpu=N` in tres_per_task, which an edit's job record still shows), or CPUs per gpu x
     its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
-    per_task = _count(job.cpus_per_task) or task_cpus(job.tres_per_task) or 1
-    cpus = max(tasks_per_node(job, nodes) * per_task, per_gpu(job.cpus_per_tres) * each)
+    per_task = _count(job.cpus_per_task) or item_count(job.tres_per_task, "cpu") or 1
+    cpus = max(tasks_per_node(job, nodes) * per_task, item_count(job.cpus_per_tres, "gpu") * each)
     memory = max(
-        _amount(job.min_mem_per_node), per_gpu(job.mem_per_tres) * each, _amount(job.min_mem_per_cpu) * cpus
+        _amount(job.min_mem_per_node),
+        item_count(job.mem_per_tres, "gpu") * each,
+        _amount(job.min_mem_per_cpu) * cpus,
     )
     return cpus, memory
 

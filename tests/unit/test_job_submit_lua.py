@@ -1685,3 +1685,33 @@ def test_a_job_total_below_the_nodes_the_job_spans_is_refused(
     assert ok == accepted, message
     if not ok:
         assert message == f"gpumem:1G,gpu:1: {MESSAGES['job_total'] % (1, ntasks, ntasks)}", message
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "count"),
+    [
+        ("gres:gpu:4", "gpu", 4),
+        ("gres/gpu:8", "gpu", 8),
+        ("gres/gpu=2", "gpu", 2),
+        ("gres:gpu", "gpu", 0),
+        ("gres:gpu:x", "gpu", 0),
+        ("cpu=64", "cpu", 64),
+        ("cpu=64,gres/gpu=1", "cpu", 64),
+        ("gres/gpu=1,cpu=9", "cpu", 9),
+        ("gres/gpu=1", "cpu", 0),
+        (None, "cpu", 0),
+        ("cpu=1234567890123", "cpu", 0),
+    ],
+)
+def test_one_item_count_reads_cpus_per_gpu_mem_per_gpu_and_cpus_per_task(
+    rendered: dict[str, Config], hooks: dict[str, Hook], text: str | None, name: str, count: int
+) -> None:
+    """`per_gpu` and `task_cpus` (Lua and Python) read the N of an item in two places: one
+    `item_count` now, and the hook's node needs follow it (a job whose per-node CPUs it sets)."""
+    from slurm_hetero.submit import item_count, node_needs
+
+    assert item_count(text, name) == count
+    field = "tres_per_task" if name == "cpu" else "cpus_per_tres"
+    job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **{field: text})
+    assert node_needs(job, 1, 1)[0] == max(count, 1)
+    both(rendered["second"], hooks["second"], job)
