@@ -551,6 +551,19 @@ local function reason(facts, need, allowed)
   return nil
 end
 
+-- The first name of the job's partition list ("a,b") that the table does not know, "" for a list
+-- that names none (",", ""), else nil (also for a job that names none). Empty names are skipped, as
+-- slurmctld skips them ("a,,b" is "a,b"); it refuses a list with an unknown name, or no name.
+local function unknown_partition(partition)
+  if partition == nil then return nil end
+  local any = false
+  for name in string.gmatch(partition, "[^,]+") do
+    if T.partitions[name] == nil and name ~= T.default_partition then return name end
+    any = true
+  end
+  return (not any) and "" or nil
+end
+
 -- The rule of each partition the job lists ("a,b"; none: the default partition), in order; the
 -- cluster default for a partition without one.
 local function rules_for(partition)
@@ -912,24 +925,13 @@ local function amount_of(value)
   return value
 end
 
--- N of a --cpus-per-gpu / --mem-per-gpu field ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"); 0 when
--- unset or unreadable.
-local function per_gpu(text)
+-- N of the first NAME item of a TRES field, after its last ':' or '=': --cpus-per-gpu / --mem-per-gpu
+-- ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"; name gpu), 24.11's -c in tres_per_task ("cpu=N"; name
+-- cpu); 0 when there is none or it is unreadable.
+local function item_count(text, name)
   for _, item in ipairs(items_of(text)) do
-    if item.name == "gpu" then
-      local value = string.match((string.gsub(item.body, "=", ":")), "[^:]*$")
-      if is_digits(value) and #value <= 12 then return tonumber(value) end
-      return 0
-    end
-  end
-  return 0
-end
-
--- N of a "cpu=N" item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one.
-local function task_cpus(text)
-  for _, item in ipairs(items_of(text)) do
-    if item.name == "cpu" then
-      local value = string.match(item.body, "=(.*)$") or ""
+    if item.name == name then
+      local value = string.match(item.body, "[^:=]*$")
       if is_digits(value) and #value <= 12 then return tonumber(value) end
       return 0
     end
@@ -943,10 +945,10 @@ end
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc.num_tasks)
   local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
-  local per_task = count_of(job_desc.cpus_per_task) or task_cpus(job_desc.tres_per_task)
+  local per_task = count_of(job_desc.cpus_per_task) or item_count(job_desc.tres_per_task, "cpu")
   if per_task == 0 then per_task = 1 end
-  local cpus = math.max(per_node * per_task, per_gpu(job_desc.cpus_per_tres) * each)
-  local mem = math.max(amount_of(job_desc.min_mem_per_node), per_gpu(job_desc.mem_per_tres) * each,
+  local cpus = math.max(per_node * per_task, item_count(job_desc.cpus_per_tres, "gpu") * each)
+  local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
   return cpus, mem
 end
@@ -975,6 +977,12 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
   if tasks_hidden and req.gpu_field == "tres_per_task" then
     -- an edit of a job with devices per task: its task count is not in job_rec
     return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
+  end
+  local stray = unknown_partition(job_desc.partition)
+  if stray then  -- slurmctld refuses the job after the hook: not decided as the default partition's
+    local text = stray == "" and fmt("partition_none", T.partition_list)
+      or fmt("partition_unknown", stray, T.partition_list)
+    return { action = "reject", message = "--partition=" .. job_desc.partition .. ": " .. text, code = "partition" }
   end
   if (job_desc.req_nodes or "") ~= "" or (job_desc.exc_nodes or "") ~= "" then
     return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }

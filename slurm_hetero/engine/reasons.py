@@ -62,6 +62,8 @@ MESSAGES: dict[str, str] = {
     "drop the count or ask for a gpu TYPE",
     "constraint_bad": "cannot read it (this hook reads a&b, a|b, (..) and one [a|b])",
     "constraint_unknown": "no node has feature %s",
+    "partition_unknown": "unknown partition %s; known partitions: %s",
+    "partition_none": "names no partition; known partitions: %s",
     "constraint_terms": "more than %s alternatives (a|b terms, once & is multiplied out): this hook "
     "checks no more",
     "constraint_deep": "parentheses nest more than %s deep (slurmctld refuses it)",

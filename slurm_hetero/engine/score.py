@@ -146,6 +146,21 @@ class ClusterModel:
         names = dict.fromkeys(n for n in (partition or self.default_partition).split(",") if n)
         return [self.partitions.get(n, self.default) for n in names] or [self.default]
 
+    def known_partitions(self) -> list[str]:
+        """The partitions the model has a rule for, and the default one, sorted."""
+        return sorted({*self.partitions, self.default_partition})
+
+    def unknown_partition(self, partition: str | None) -> str | None:
+        """The first name of a job's partition list (`a,b`) that the model does not know, `''` for
+        a list that names none (`,`, `''`), else None (also for a job that names none: None).
+        Empty names in a list are skipped, as slurmctld skips them (`a,,b` is `a,b`); slurmctld
+        refuses a list with an unknown name, or with no name, as "Invalid partition name"."""
+        if partition is None:
+            return None
+        names = [n for n in partition.split(",") if n]
+        known = set(self.partitions) | {self.default_partition}
+        return next((n for n in names if n not in known), None) if names else ""
+
     def rule(self, partition: str | None) -> Rule:
         """The partitions' rules as one (`joined`)."""
         return joined(self.rules(partition))

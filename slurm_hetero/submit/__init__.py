@@ -52,6 +52,7 @@ NOTE_PREFIX = "slurm_hetero: "
 # since 2.x): where the release's Lua API does not export the name (22.05 has no
 # ESLURM_INVALID_GRES), the hook returns the number, which slurmctld hands to the client alike.
 SLURM_ERRNO = {
+    "ESLURM_INVALID_PARTITION_NAME": 2000,
     "ESLURM_INVALID_NODE_COUNT": 2006,
     "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
     "ESLURM_INVALID_FEATURE": 2029,
@@ -59,6 +60,7 @@ SLURM_ERRNO = {
 }
 REQUEST_CODE = "ESLURM_INVALID_GRES"
 CONSTRAINT_CODE = "ESLURM_INVALID_FEATURE"
+PARTITION_CODE = "ESLURM_INVALID_PARTITION_NAME"  # slurmctld's own error for such a job
 REASON_CODES: dict[ReasonCode, str] = {
     ReasonCode.TYPE_EXCLUDED: "ESLURM_INVALID_GRES",
     ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
@@ -193,21 +195,13 @@ def _amount(value: int | None) -> int:
     return value if value is not None and 0 < value < NO_VAL else 0
 
 
-def per_gpu(text: str | None) -> int:
-    """N of a `--cpus-per-gpu` / `--mem-per-gpu` field (`gres:gpu:N`, `gres/gpu:N`, `gres/gpu=N`);
-    0 when unset or unreadable."""
+def item_count(text: str | None, name: str) -> int:
+    """N of the first `name` item of a TRES field, after its last `:` or `=`: `--cpus-per-gpu` /
+    `--mem-per-gpu` (`gres:gpu:N`, `gres/gpu:N`, `gres/gpu=N`; name `gpu`), 24.11's -c in
+    tres_per_task (`cpu=N`; name `cpu`); 0 when there is none or it is unreadable."""
     for item in split_items(text):
-        if item.name == "gpu":
+        if item.name == name:
             value = item.body.replace("=", ":").split(":")[-1]
-            return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
-    return 0
-
-
-def task_cpus(text: str | None) -> int:
-    """N of a `cpu=N` item (24.11 stores -c in tres_per_task: TresPerTask=cpu=N); 0 without one."""
-    for item in split_items(text):
-        if item.name == "cpu":
-            value = item.body.partition("=")[2]
             return int(value) if value.isdigit() and value.isascii() and len(value) <= 12 else 0
     return 0
 
@@ -216,10 +210,12 @@ def node_needs(job: Job, nodes: int, each: int) -> tuple[int, int]:
     """(CPUs, MiB of memory) each node of the job needs: tasks per node x CPUs per task (-c, or
     24.11's `cpu=N` in tres_per_task, which an edit's job record still shows), or CPUs per gpu x
     its devices; --mem, or memory per gpu x devices, or per CPU x its CPUs."""
-    per_task = _count(job.cpus_per_task) or task_cpus(job.tres_per_task) or 1
-    cpus = max(tasks_per_node(job, nodes) * per_task, per_gpu(job.cpus_per_tres) * each)
+    per_task = _count(job.cpus_per_task) or item_count(job.tres_per_task, "cpu") or 1
+    cpus = max(tasks_per_node(job, nodes) * per_task, item_count(job.cpus_per_tres, "gpu") * each)
     memory = max(
-        _amount(job.min_mem_per_node), per_gpu(job.mem_per_tres) * each, _amount(job.min_mem_per_cpu) * cpus
+        _amount(job.min_mem_per_node),
+        item_count(job.mem_per_tres, "gpu") * each,
+        _amount(job.min_mem_per_cpu) * cpus,
     )
     return cpus, memory
 
@@ -334,6 +330,18 @@ def _rewritten(job: Job, request: Request, choice: Choice) -> Outcome:
     return Outcome(True, "rewrite", message, replace(job, **changes), choice=choice)
 
 
+def partition_refusal(model: ClusterModel, partition: str | None) -> str | None:
+    """The message refusing a job whose partition list names a partition the model does not know
+    (or none: `-p ,`), else None. slurmctld refuses such a job after the hook ("Invalid partition
+    name specified"), and the hook must not decide it as if it were in the default partition."""
+    stray = model.unknown_partition(partition)
+    if stray is None:
+        return None
+    known = ", ".join(model.known_partitions())
+    text = render("partition_unknown", stray, known) if stray else render("partition_none", known)
+    return f"--partition={partition}: {text}"
+
+
 def report_code(report: FitReport) -> str:
     """The Slurm error of a request nothing fits: that of the furthest check any type failed."""
     failed = [c for c in CODE_ORDER if report.counts.get(c, 0) > 0]
@@ -397,6 +405,9 @@ def _explain(
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
     if tasks_hidden and request.gpu_field == "tres_per_task":
         return Outcome(False, "reject", f"{request.text}: {render('edit_tasks')}", job, code=REQUEST_CODE)
+    refusal = partition_refusal(model, job.partition)
+    if refusal is not None:
+        return Outcome(False, "reject", refusal, job, code=PARTITION_CODE)
     if job.req_nodes or job.exc_nodes:
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)

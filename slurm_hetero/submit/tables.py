@@ -16,6 +16,7 @@ types              per device type: name, rank (name order), vendor, mem (MiB pe
                    { count = devices per node, nodes, features = { [feature] = true }, cpus, mem =
                    the node's CPUs and RealMemory in MiB (0: unknown, not checked) }
 type_list          "a, b, c": the types, for messages
+partition_list     "a, b, c": the partitions of `partitions` and `default_partition`, for messages
 features           { [feature] = true }: every node's features (a constraint naming another is refused)
 orders             [policy] = { single = {...}, multi = {...} }: type names in policy order for one
                    device and for several (fast links first)
@@ -31,8 +32,9 @@ messages           `%s` templates from `engine.reasons.MESSAGES`
 request_messages   `%s` templates from `units.REQUEST_MESSAGES`
 item_forms         [kind][form]: the new TRES item, kind gpu/any/shard, form "22.05"/"24.11"/"slash"
 note_prefix        prefix of the admin comment and log lines
-reject_codes       Slurm error names a rejection returns: [request], [constraint] and [reason code]
-                   (the furthest check failed); the hook returns slurm[NAME], else its number
+reject_codes       Slurm error names a rejection returns: [request], [constraint], [partition] and
+                   [reason code] (the furthest check failed); the hook returns slurm[NAME], else its
+                   number
 error_numbers      [NAME] = number in slurm_errno.h (22.05's Lua API exports only some names)
 =================  ===============================================================================
 
@@ -57,6 +59,7 @@ from slurm_hetero.submit import (
     _ITEM_FORMS,
     CONSTRAINT_CODE,
     NOTE_PREFIX,
+    PARTITION_CODE,
     REASON_CODES,
     REQUEST_CODE,
     SLURM_ERRNO,
@@ -173,6 +176,7 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "units": dict(units.UNITS),
         "types": {n: _type_entry(model.types[n], i) for i, n in enumerate(names)},
         "type_list": ", ".join(names),
+        "partition_list": ", ".join(model.known_partitions()),
         "features": _set(model.features),
         "vendor_features": _set(model.vendor_features),
         "orders": {
@@ -191,6 +195,7 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "reject_codes": {
             "request": REQUEST_CODE,
             "constraint": CONSTRAINT_CODE,
+            "partition": PARTITION_CODE,
             **{str(c): REASON_CODES[c] for c in CODE_ORDER},
         },
     }

@@ -33,7 +33,13 @@ DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
 SITE_NAMES = REPO / "gres_conf" / "examples" / "site-names.yaml"  # Type= names that are not catalog types
 
-# node name -> (vendor, captures under tests/fixtures/<vendor>/) for the generated inventory
+# node name -> (vendor, captures under tests/fixtures/<vendor>/) for the generated inventory. The
+# captures carry no host facts, so discover gets them as an admin passes them (CAPTURED_HOST):
+# without them slurm.conf has no CPUs=/RealMemory= and Slurm assumes 1 of each (gres render's note)
+# while the hook's model reads "unknown, holds anything": the 24.11 fuzz (seeds 20261126, 7) had a
+# `-c 64` gaudi2 job the hook accepted and slurmctld could not place, and a released ascend910c job
+# pending on BadConstraints.
+CAPTURED_HOST = ("--cpus", "64", "--real-memory", "256G")
 CAPTURED_NODES = {
     "gaudin1": ("gaudi", ["hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt"]),
     "mlun1": ("cambricon", ["cnmon_2x-mlu370-x8_v5.10.13_paddle-docs.txt"]),
@@ -110,7 +116,7 @@ def generate_inventory(directory: Path) -> Path:
         files = [str(FIXTURES / vendor / c) for c in captures]
         if not all(Path(f).exists() for f in files):
             continue
-        args = ["discover", "--vendor", vendor, "--node", node, "--json"]
+        args = ["discover", "--vendor", vendor, "--node", node, *CAPTURED_HOST, "--json"]
         lines.append(cli(*args, *[a for f in files for a in ("--from-file", f)]).stdout.strip())
     for node, (vendor, captures, host, model) in HOST_NODES.items():
         root = sysfs_tree(directory / f"host-{node}", host)

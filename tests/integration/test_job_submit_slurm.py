@@ -348,6 +348,46 @@ def test_a_constraint_naming_an_unknown_feature_is_refused_by_the_hook(dev_clust
     assert run.returncode != 0 and "--constraint=nosuch|l40s: no node has feature nosuch" in run.stderr
 
 
+@pytest.mark.parametrize("partition", ["nosuch", "nvidia,nosuch", ",", "nvidia,,ascend"])
+def test_an_unknown_partition_is_refused_by_the_hook_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, partition: str
+) -> None:
+    """`sbatch -p nosuch --gres=gpumem:20G` was decided as if in the default partition, and that
+    decision printed before slurmctld's own "Invalid partition name". Now the hook refuses it with
+    slurmctld's error, naming the known partitions; an empty name in a list is skipped, as
+    slurmctld skips it. A job without gpumem is slurmctld's to refuse, without a word from the hook."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    job = job_from_options(gres="gpumem:20G", partition=partition, uid=uid, slurm_release=dev_cluster.name)
+    predicted = explain(model, hook, job)
+    run = as_user(
+        "sbatch",
+        "-H",
+        "--parsable",
+        "-p",
+        partition,
+        "--gres=gpumem:20G",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    )
+    if predicted.ok:
+        assert run.returncode == 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+        slurm("scancel", run.stdout.strip().split(";")[0])
+    else:
+        assert run.returncode != 0 and predicted.code == "ESLURM_INVALID_PARTITION_NAME", run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert predicted.message in lines[0] and " -> " not in run.stderr, run.stderr
+        assert lines[-1].endswith("Invalid partition name specified"), run.stderr
+    plain = as_user(
+        "sbatch", "-H", "--parsable", "-p", partition, "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true"
+    )
+    assert (plain.returncode == 0) == predicted.ok and "slurm_hetero" not in plain.stderr, plain.stderr
+    assert "known partitions" not in plain.stderr, plain.stderr
+    if plain.returncode == 0:
+        slurm("scancel", plain.stdout.strip().split(";")[0])
+
+
 def test_user_text_with_a_newline_is_told_on_one_line_as_explain_says(
     dev_cluster: Cluster, suite_config: Path
 ) -> None:

@@ -84,7 +84,7 @@ def test_gpumem_only_where_no_type_is_named_and_the_command_line_wins(tmp_path: 
 
 
 def test_het_components_get_their_own_groups(tmp_path: Path) -> None:
-    job = script(tmp_path, "-p a --gres=gpu:a100_80g:1", "hetjob", "-p b --gpus=1")
+    job = script(tmp_path, "-p nvidia --gres=gpu:a100_80g:1", "hetjob", "-p gpu --gpus=1")
     data = wrapper("--model", "gpt2", "-t", "5", job)
     assert data["argv"][:2] == ["sbatch", "-t"] and ":" in data["argv"]
     second = data["argv"][data["argv"].index(":") + 1 :]

@@ -147,3 +147,18 @@ def test_a_het_components_malformed_option_is_sbatchs_first_refusal(monkeypatch:
     assert harness.report.counts["refused by sbatch"] == 1
     assert fuzz.read_refusal({"mem": "1.5G"}, "22.05") == "Invalid --mem specification"
     assert fuzz.read_refusal(first, "22.05") is None
+
+
+def test_the_dev_cluster_inventory_gives_slurm_every_nodes_cpus_and_memory(tmp_path: Any) -> None:
+    """The captured nodes (gaudin1, mlun1, mi300n1, npu910n1) were discovered without host facts:
+    slurm.conf then got no CPUs=/RealMemory= and Slurm assumed 1 of each, while the hook's model
+    reads that as "unknown, holds anything". 24.11 fuzz: a `-c 64` gaudi2 job the hook accepted and
+    slurmctld could not place (its edit refused), and a released ascend910c job pending on
+    BadConstraints. Every node of the dev cluster's inventory now names both."""
+    from slurm_hetero import inventory
+    from slurm_hetero.render.context import missing_facts_note
+    from tests.integration.conftest import generate_inventory
+
+    nodes = inventory.load(generate_inventory(tmp_path)).nodes
+    assert {"gaudin1", "npu910n1"} <= {n.name for n in nodes}
+    assert [(n.name, missing_facts_note(n)) for n in nodes if missing_facts_note(n)] == []

@@ -119,6 +119,7 @@ end
 
 
 ERROR_NUMBERS = {
+    "ESLURM_INVALID_PARTITION_NAME": 2000,
     "ESLURM_INVALID_NODE_COUNT": 2006,
     "ESLURM_INVALID_FEATURE": 2029,  # slurm/slurm_errno.h
     "ESLURM_INVALID_GRES": 2072,
@@ -771,6 +772,28 @@ def test_an_edit_of_the_partition_or_constraint_is_checked_against_the_devices_h
         assert message.startswith(MESSAGES["edit_counts"].split("%s")[0]) and "gres=gpumem:SIZE" in message
     rc, _, _, _ = run_edit(hooks["mixed"], edit, replace(record, admin_comment=None))
     assert rc == 0  # not ours
+
+
+@pytest.mark.parametrize("partition", ["nosuch", "nvidia,nosuch", ",", ",,", ""])
+def test_an_unknown_partition_is_slurmctlds_invalid_partition_name(
+    rendered: dict[str, Config], hooks: dict[str, Hook], partition: str
+) -> None:
+    """`sbatch -p nosuch --gres=gpumem:20G` was decided as if in the default partition, and that
+    decision printed before slurmctld's "Invalid partition name". Refused by the hook itself, with
+    slurmctld's error (2000 where the release's Lua API lacks the name), submission and edit alike."""
+    config, hook = rendered["scoped"], hooks["scoped"]
+    job = Job(tres_per_node="gres:gpumem:20G", partition=partition, submit_uid=1000, user_id=1000)
+    python = explain(config.model, config.options, job)
+    assert not python.ok and python.code == "ESLURM_INVALID_PARTITION_NAME", python
+    assert python.message.startswith(f"--partition={partition}: ") and "ascend, gpu, nvidia" in python.message
+    rc, message, _, _ = hook.run_rc(job)
+    assert (rc, message) == (2000, python.message)
+    if partition:  # an edit's "" is "no change" (the record's partition)
+        record = replace(RECORD, admin_comment=NOTE)
+        edit = Job(partition=partition, submit_uid=1000)
+        for change in (edit, replace(edit, tres_per_node="gres:gpumem:20G")):
+            ok, message, _ = both_edit(config, hook, change, record)
+            assert not ok and message == python.message, message
 
 
 def test_a_new_constraint_keeps_the_types_the_rewrite_chose(
@@ -1702,7 +1725,38 @@ def test_a_job_total_below_the_nodes_the_job_spans_is_refused(
     it itself, --gpus < -N). Refused with the reason, Python and Lua alike."""
     config, hook = rendered["mixed"], hooks["mixed"]
     job = job_from_options(gres="gpumem:1G", gpus="1", ntasks=ntasks, ntasks_per_node=1, uid=1000)
-    ok, message, _ = both(config, hook, replace(job, partition="gaudi,nvidia"))
+    # (mixed.yaml has no gaudi partition, which the hook now refuses: the same list of known ones)
+    ok, message, _ = both(config, hook, replace(job, partition="nvidia,ascend"))
     assert ok == accepted, message
     if not ok:
         assert message == f"gpumem:1G,gpu:1: {MESSAGES['job_total'] % (1, ntasks, ntasks)}", message
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "count"),
+    [
+        ("gres:gpu:4", "gpu", 4),
+        ("gres/gpu:8", "gpu", 8),
+        ("gres/gpu=2", "gpu", 2),
+        ("gres:gpu", "gpu", 0),
+        ("gres:gpu:x", "gpu", 0),
+        ("cpu=64", "cpu", 64),
+        ("cpu=64,gres/gpu=1", "cpu", 64),
+        ("gres/gpu=1,cpu=9", "cpu", 9),
+        ("gres/gpu=1", "cpu", 0),
+        (None, "cpu", 0),
+        ("cpu=1234567890123", "cpu", 0),
+    ],
+)
+def test_one_item_count_reads_cpus_per_gpu_mem_per_gpu_and_cpus_per_task(
+    rendered: dict[str, Config], hooks: dict[str, Hook], text: str | None, name: str, count: int
+) -> None:
+    """`per_gpu` and `task_cpus` (Lua and Python) read the N of an item in two places: one
+    `item_count` now, and the hook's node needs follow it (a job whose per-node CPUs it sets)."""
+    from slurm_hetero.submit import item_count, node_needs
+
+    assert item_count(text, name) == count
+    field = "tres_per_task" if name == "cpu" else "cpus_per_tres"
+    job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **{field: text})
+    assert node_needs(job, 1, 1)[0] == max(count, 1)
+    both(rendered["second"], hooks["second"], job)
