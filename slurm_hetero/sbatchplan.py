@@ -14,9 +14,10 @@ Merge rules, per het component:
 - a gpumem the user wrote is kept (with a model: an error, the two would disagree).
 
 The check of a component whose merged request carries gpumem/gpucore is the job_submit hook's own
-decision (`hook_check`: `submit.explain` on the job_desc `submit.job_from_options` models for the
-release's sbatch), refused with its message; the wrapper's own type checks only cover requests the
-hook leaves alone (a named type without gpumem: slurmctld's to refuse).
+decision (`hook_check`: `submit.explain` on the job_desc `submit.sbatch.job_from_texts` models for
+the release's sbatch from every option a decision reads, as `request explain` does), refused with
+its message; the wrapper's own type checks only cover requests the hook leaves alone (a named type
+without gpumem: slurmctld's to refuse).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
-from slurm_hetero.submit import HookOptions, Job, explain, het_taken, job_from_options
+from slurm_hetero.submit import HookOptions, Job, explain, het_taken
+from slurm_hetero.submit.sbatch import gres_names, job_from_texts, texts_of
 from slurm_hetero.units import Request, format_size, has_ours, parse_fields
 
 MIB = 2**20
@@ -246,29 +248,12 @@ def plan_model(
 
 
 # ------------------------------------------------------------------------------ the hook's check
-def _given(v: Mapping[str, str | None], name: str) -> int | None:
-    """A count option as sbatch sends it (the minimum of a range), None when not given."""
-    value = v.get(name)
-    return None if value is None else min_count(value, f"--{name}")
-
-
-def hook_job(c: Component, gres: str | None, release: str) -> Job:
+def hook_job(c: Component, gres: str | None, release: str, names: frozenset[str] | None = None) -> Job:
     """The job_desc the release's sbatch sends for the component with `--gres=gres` (the hook's
-    input, as `request explain` builds it); RequestError where sbatch refuses the options."""
-    v = c.options
-    return job_from_options(
-        gres,
-        v.get("gpus"),
-        v.get("gpus-per-node"),
-        v.get("gpus-per-task"),
-        v.get("partition"),
-        v.get("constraint"),
-        None,  # checked as for a submitter the hook does not exempt
-        release,
-        nodes=_given(v, "nodes"),
-        ntasks=_given(v, "ntasks"),
-        ntasks_per_node=_given(v, "ntasks-per-node"),
-    )
+    input, built as `request explain` builds it: `job_from_texts` over every option a decision
+    reads, `names`: the cluster's GresTypes); RequestError where sbatch refuses the options."""
+    texts = texts_of({**c.options, "gres": gres})
+    return job_from_texts(texts, None, release, names)  # uid None: a submitter the hook does not exempt
 
 
 def hook_check(
@@ -288,7 +273,7 @@ def hook_check(
         if not has_ours([("tres_per_node", gres)]):
             continue  # the hook leaves it alone (and sbatch speaks for itself)
         try:
-            job = hook_job(c, gres, release)
+            job = hook_job(c, gres, release, gres_names(model))
         except RequestError as e:  # sbatch refuses these options before the hook sees them
             raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
         outcome = explain(model, options, job, taken=taken)

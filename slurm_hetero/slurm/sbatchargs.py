@@ -67,7 +67,8 @@ SHORT_FLAGS = {
     "O": "overcommit", "Q": "quiet", "V": "version", "W": "wait",
 }  # fmt: skip
 # The environment variables sbatch reads for the options the wrapper looks at (measured: each sets
-# its option; SBATCH_NODES and SBATCH_NTASKS do not exist).
+# its option; SBATCH_NODES, SBATCH_NTASKS, SBATCH_CPUS_PER_TASK, SBATCH_NODELIST do not exist: `man
+# sbatch` INPUT ENVIRONMENT VARIABLES of 22.05 and 24.11; 24.11's SBATCH_TRES_PER_TASK is not read).
 ENV_OPTIONS = {
     "SBATCH_GRES": "gres",
     "SBATCH_GPUS": "gpus",
@@ -75,7 +76,17 @@ ENV_OPTIONS = {
     "SBATCH_GPUS_PER_TASK": "gpus-per-task",
     "SBATCH_PARTITION": "partition",
     "SBATCH_CONSTRAINT": "constraint",
+    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu",
+    "SBATCH_MEM_PER_NODE": "mem",
+    "SBATCH_MEM_PER_CPU": "mem-per-cpu",
+    "SBATCH_MEM_PER_GPU": "mem-per-gpu",
 }
+# --mem, --mem-per-cpu, --mem-per-gpu: one given in the script or on the command line drops the
+# others' variables; two variables together are refused (slurm_opt.c _validate_memory_options,
+# measured on 22.05 and 24.11: `SBATCH_MEM_PER_NODE=1000` beside `#SBATCH --mem-per-cpu=100` leaves
+# mem-per-cpu 100 alone). Two given in the script or on the command line: `submit.sbatch.read_options`.
+MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
+MEMORY_VARIABLES = "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive."
 MAGIC = "#SBATCH"
 HET_WORDS = ("hetjob", "packjob")
 _SPACE = " \t\n\r\f\v"  # C isspace()
@@ -299,8 +310,24 @@ def component_options(
             if len(line.components) == 1
             else (line.components[k] if k < len(line.components) else ())
         )
-        out.append([*(script[k] if k < len(script) else ()), *env, *cmd])
+        own = tuple(script[k]) if k < len(script) else ()
+        out.append(_memory(own, env, cmd))
     return out
+
+
+def _memory(own: Sequence[Option], env: Sequence[Option], cmd: Sequence[Option]) -> list[Option]:
+    """The component's options (script's `own`, variables', command line's) as sbatch keeps them:
+    where one of --mem* last came from the script or the command line, the --mem* that last came
+    from a variable is dropped (its earlier script value with it); two --mem* variables alone are
+    refused."""
+    layered = [*(("line", o) for o in own), *(("env", o) for o in env), *(("line", o) for o in cmd)]
+    source = {o.name: where for where, o in layered if o.name in MEMORY}
+    from_env = {name for name, where in source.items() if where == "env"}
+    if len(from_env) < len(source):
+        return [o for _, o in layered if o.name not in from_env]
+    if len(from_env) > 1:
+        raise SbatchArgsError(f"sbatch refuses the job: {MEMORY_VARIABLES}")
+    return [o for _, o in layered]
 
 
 def values(options: Sequence[Option]) -> dict[str, str | None]:

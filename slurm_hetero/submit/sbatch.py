@@ -385,6 +385,39 @@ def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | 
     return gpu
 
 
+# The sbatch options a decision reads (long names), each a `job_from_texts` key with `_` for `-`:
+# whoever models a job_desc from options (`request explain`, the wrapper, the fuzz) carries them all.
+OPTIONS = (
+    "gres",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-task",
+    "partition",
+    "constraint",
+    "nodes",
+    "ntasks",
+    "ntasks-per-node",
+    "cpus-per-task",
+    "cpus-per-gpu",
+    "mem-per-gpu",
+    "mem",
+    "mem-per-cpu",
+    "nodelist",
+    "exclude",
+)
+MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+# sbatch's refusal of two of them together (slurm_opt.c _validate_memory_options; the same on
+# 22.05 and 24.11, measured: `--mem=1000 --mem-per-cpu=100`, or `#SBATCH --mem` beside either)
+MEMORY_EXCLUSIVE = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."
+
+
+def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
+    """`job_from_texts`'s options from sbatch's (long name -> last value): the ones a decision
+    reads (`OPTIONS`), those given."""
+    given = {name: values.get(name) for name in OPTIONS}
+    return {name.replace("-", "_"): text for name, text in given.items() if text is not None}
+
+
 def job_from_texts(
     options: Mapping[str, str],
     uid: int | None = None,
@@ -415,7 +448,8 @@ def job_from_texts(
 def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tuple[int | None, int | None]:
     """What sbatch refuses while it reads the options, before it checks any (a het job: every
     component's, before the first component's checks): -N, -n, --ntasks-per-node, -c, --mem*
-    and -w against -N; RequestError with its words. (min_nodes, max_nodes) of -N."""
+    (and two of them together) and -w against -N; RequestError with its words. (min_nodes,
+    max_nodes) of -N."""
     nodes = options.get("nodes")
     low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
     for key, flag in (
@@ -427,6 +461,8 @@ def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tu
             task_count(flag, options[key], slurm_release)
     for key in ("mem", "mem_per_cpu", "mem_per_gpu"):
         mebibytes(options.get(key), "--" + key.replace("_", "-"))
+    if sum(options.get(name.replace("-", "_")) is not None for name in MEMORY_OPTIONS) > 1:
+        raise RequestError("sbatch", MEMORY_EXCLUSIVE)
     if _release(slurm_release) == "22.05":  # 24.11 passes `-w a,b -N1` on (24.11 fuzz)
         _check_nodelist(options.get("nodelist"), low, high)
     return low, high

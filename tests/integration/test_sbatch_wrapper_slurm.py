@@ -33,14 +33,17 @@ def workdir(cluster: Cluster) -> Path:
     return directory
 
 
-def wrapper(cluster: Cluster, *args: str, config: Path | None = None) -> subprocess.CompletedProcess:
+def wrapper(
+    cluster: Cluster, *args: str, config: Path | None = None, environ: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     """The wrapper (it execs this release's sbatch) as the plain user (root is exempt from the
-    hook); `config`: the settings file it reads (SLURM_HETERO_CONFIG)."""
+    hook); `config`: the settings file it reads (SLURM_HETERO_CONFIG); `environ`: more `NAME=VALUE`
+    variables (SBATCH_*)."""
     python = VENV_PYTHON if Path(VENV_PYTHON).exists() or cluster.release.chrooted else cluster.python
     inventory = workdir(cluster) / "inventory.yaml"
     argv = [python, "-m", "slurm_hetero", "sbatch", "--inventory", str(inventory), *args]
-    if config is not None:
-        argv = ["env", f"SLURM_HETERO_CONFIG={config}", *argv]
+    if config is not None or environ:
+        argv = ["env", *([f"SLURM_HETERO_CONFIG={config}"] if config else []), *environ, *argv]
     return active().run(argv, USER, timeout=60, cwd=str(REPO))
 
 
@@ -110,6 +113,15 @@ def test_script_request_reaches_slurmctld(dev_cluster: Cluster) -> None:
         ["--gres=gpumem:70G", "-C", "l40s"],  # W26 / W27
         ["--gres=gpumem:20G", "-n", "5", "--gpus-per-task=1"],  # W30
         ["--gres=gpumem:20G"],
+        # item 7, second pass: every option a decision reads (node memory 16000M, 8 CPUs)
+        ["--mem=16001", "--gres=gpumem:20G"],
+        ["--mem-per-gpu=9000", "--gpus=2", "--gres=gpumem:20G"],
+        ["-c", "9", "--gres=gpumem:20G"],
+        ["--mem-per-cpu=3000", "-c", "6", "--gres=gpumem:20G"],
+        ["--cpus-per-gpu=5", "--gpus=2", "--gres=gpumem:20G"],
+        ["-w", "a100n1", "--gres=gpumem:20G"],
+        ["SBATCH_MEM_PER_NODE=20000", "--gres=gpumem:20G"],
+        ["SBATCH_MEM_PER_NODE=20000", "--mem=100", "--gres=gpumem:20G"],  # the command line wins
     ],
     ids=" ".join,
 )
@@ -117,12 +129,17 @@ def test_the_wrapper_refuses_what_the_hook_refuses_in_its_words(
     dev_cluster: Cluster, suite_config: Path, options: list[str]
 ) -> None:
     """Issue 10 items 7 and 8: the wrapper's check is the hook's decision (the hook's settings
-    given to both); a refusal is the hook's message, an acceptance the hook's too."""
+    given to both); a refusal is the hook's message, an acceptance the hook's too. Leading
+    `NAME=VALUE` words are variables in both sbatch's and the wrapper's environment."""
+    environ = tuple(w for w in options if "=" in w and not w.startswith("-"))
+    options = options[len(environ) :]
     config = workdir(dev_cluster) / "config.yaml"
     config.write_text(suite_config.read_text())
     config.chmod(0o644)
-    checked = wrapper(dev_cluster, "--dry-run", *options, "--wrap", "true", config=config)
-    run = as_user("sbatch", "-H", "--parsable", "-o", "/dev/null", *options, "--wrap", "true")
+    checked = wrapper(dev_cluster, "--dry-run", *options, "--wrap", "true", config=config, environ=environ)
+    run = as_user(
+        "env", *environ, "sbatch", "-H", "--parsable", "-o", "/dev/null", *options, "--wrap", "true"
+    )
     if run.returncode == 0:
         slurm("scancel", run.stdout.strip().split(";")[0])
     assert (checked.returncode == 0) == (run.returncode == 0), (checked.stderr, run.stderr)

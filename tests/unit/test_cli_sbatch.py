@@ -359,3 +359,186 @@ def test_het_components_never_share_the_only_node_of_a_type(
     else:
         args = [script(tmp_path, "--gres=gpumem:70G", "hetjob", "--gres=gpumem:70G")]
     assert refusal(*args) == f"slurm-hetero: het component 1: {results[1][1]}\n"
+
+
+# ------------------------------------------------- every option a decision reads reaches the decision
+# Adversarial finds (issue 10 item 7): the wrapper built the hook's job_desc from the TRES and count
+# options alone, so -c, --cpus-per-gpu, --mem*, -w (and their SBATCH_* variables) never reached the
+# decision: it passed (rc 0) what the hook refuses. Each case: the wrapper's options, the script's
+# #SBATCH lines (None: --wrap), the environment, and the same request as `request explain` options.
+GPUMEM = {"gres": "gpumem:20G"}
+EVERY_OPTION = [
+    pytest.param(
+        [], ["--gres=gpumem:20G", "--array=1-3", "--mem=16001"], {}, {**GPUMEM, "mem": "16001"},
+        id="script-array-mem",
+    ),
+    pytest.param(
+        [], ["--gres=gpumem:20G", "--mem-per-gpu=9000", "--gpus=2"], {},
+        {**GPUMEM, "mem-per-gpu": "9000", "gpus": "2"}, id="script-mem-per-gpu",
+    ),
+    pytest.param(["--mem=16001", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "mem": "16001"}, id="mem"),
+    pytest.param(
+        ["--mem-per-gpu=9000", "--gpus=2", "--gres=gpumem:20G"], [], {},
+        {**GPUMEM, "mem-per-gpu": "9000", "gpus": "2"}, id="mem-per-gpu",
+    ),
+    pytest.param(["-c", "9", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "cpus-per-task": "9"}, id="c"),
+    pytest.param(["--gres=gpumem:20G"], ["-c 9"], {}, {**GPUMEM, "cpus-per-task": "9"}, id="script-c"),
+    pytest.param(["--gres=gpumem:20G"], ["--mem=16001"], {}, {**GPUMEM, "mem": "16001"}, id="script-mem"),
+    pytest.param(
+        ["--mem-per-cpu=3000", "-c", "6", "--gres=gpumem:20G"], [], {},
+        {**GPUMEM, "mem-per-cpu": "3000", "cpus-per-task": "6"}, id="mem-per-cpu",
+    ),
+    pytest.param(
+        ["--cpus-per-gpu=5", "--gpus=2", "--gres=gpumem:20G"], [], {},
+        {**GPUMEM, "cpus-per-gpu": "5", "gpus": "2"}, id="cpus-per-gpu",
+    ),
+    pytest.param(["-w", "a100n1", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "nodelist": "a100n1"}, id="w"),
+    pytest.param(["-x", "l40sn1", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "exclude": "l40sn1"}, id="x"),
+    pytest.param(
+        ["--gres=gpumem:20G"], [], {"SBATCH_MEM_PER_NODE": "20000"}, {**GPUMEM, "mem": "20000"}, id="env-mem"
+    ),
+    pytest.param(
+        ["--gpus=2", "--gres=gpumem:20G"], [], {"SBATCH_CPUS_PER_GPU": "5"},
+        {**GPUMEM, "gpus": "2", "cpus-per-gpu": "5"}, id="env-cpus-per-gpu",
+    ),
+    pytest.param(
+        ["--gpus=2", "--gres=gpumem:20G"], [], {"SBATCH_MEM_PER_GPU": "9000"},
+        {**GPUMEM, "gpus": "2", "mem-per-gpu": "9000"}, id="env-mem-per-gpu",
+    ),
+    pytest.param(
+        ["-c", "6", "--gres=gpumem:20G"], [], {"SBATCH_MEM_PER_CPU": "3000"},
+        {**GPUMEM, "cpus-per-task": "6", "mem-per-cpu": "3000"}, id="env-mem-per-cpu",
+    ),
+    # the variable wins over the script's --mem (sbatch -vvvv: mem 1000 over #SBATCH --mem=100)
+    pytest.param(
+        ["--gres=gpumem:20G"], ["--mem=100"], {"SBATCH_MEM_PER_NODE": "20000"}, {**GPUMEM, "mem": "20000"},
+        id="env-over-script",
+    ),
+    # ... and sbatch's own refusal of two --mem* together, in request explain's words
+    pytest.param(
+        ["--mem-per-cpu=10", "--gres=gpumem:20G"], ["--mem=100"], {},
+        {**GPUMEM, "mem": "100", "mem-per-cpu": "10"}, id="mem-twice",
+    ),
+]  # fmt: skip
+# accepted by both: the command line wins over the variable, and a --mem* in the script or on the
+# command line drops another --mem* variable (measured on 22.05: mem-per-cpu 100 stays alone)
+EVERY_OPTION_PASSES = [
+    pytest.param(
+        ["--mem=100", "--gres=gpumem:20G"], [], {"SBATCH_MEM_PER_NODE": "20000"}, {**GPUMEM, "mem": "100"},
+        id="line-over-env",
+    ),
+    pytest.param(
+        ["--gres=gpumem:20G"], ["--mem-per-cpu=10"], {"SBATCH_MEM_PER_NODE": "20000"},
+        {**GPUMEM, "mem-per-cpu": "10"}, id="script-drops-env-mem",
+    ),
+    pytest.param(
+        ["--gres=gpumem:20G", "-c", "8", "--mem=16000"], [], {},
+        {**GPUMEM, "cpus-per-task": "8", "mem": "16000"}, id="node-sized",
+    ),
+]  # fmt: skip
+
+
+def explain_outcome(release: str, options: dict[str, str]) -> dict[str, Any]:
+    """`request explain --json` for the options (long names), or its sbatch refusal as a message."""
+    args = [w for name, value in options.items() for w in (f"--{name}", value)]
+    code, out, err = run(
+        "request", "explain", "--inventory", INVENTORY, "--slurm-release", release, "--json", *args
+    )
+    if code:
+        assert err.startswith("slurm-hetero: sbatch: "), err
+        return {"ok": False, "message": err[len("slurm-hetero: ") :].rstrip("\n")}
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def wrapped(
+    tmp_path: Path, release: str, args: list[str], directives: list[str] | None, env: dict[str, str]
+) -> tuple[int, str, str]:
+    job = [script(tmp_path, *directives)] if directives else ["--wrap", "x"]
+    result = CliRunner().invoke(
+        cli, ["sbatch", "--inventory", INVENTORY, "--slurm-release", release, "--json", *args, *job], env=env
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("args,directives,env,options", EVERY_OPTION)
+def test_every_option_a_decision_reads_reaches_it(
+    args: list[str],
+    directives: list[str],
+    env: dict[str, str],
+    options: dict[str, str],
+    release: str,
+    tmp_path: Path,
+) -> None:
+    expected = explain_outcome(release, options)
+    assert not expected["ok"] and expected["message"]  # the hook (or sbatch) refuses the request
+    code, out, err = wrapped(tmp_path, release, args, directives, env)
+    assert (code, out) == (1, "") and err == f"slurm-hetero: the job: {expected['message']}\n"
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("args,directives,env,options", EVERY_OPTION_PASSES)
+def test_what_explain_accepts_with_those_options_the_wrapper_passes(
+    args: list[str],
+    directives: list[str],
+    env: dict[str, str],
+    options: dict[str, str],
+    release: str,
+    tmp_path: Path,
+) -> None:
+    assert explain_outcome(release, options)["ok"]
+    code, out, err = wrapped(tmp_path, release, args, directives, env)
+    assert code == 0, err
+    job = [script(tmp_path, *directives)] if directives else ["--wrap", "x"]
+    assert json.loads(out)["argv"] == ["sbatch", *args, *job]  # submitted as written
+
+
+def test_two_memory_variables_are_refused_as_sbatch_refuses_them(tmp_path: Path) -> None:
+    env = {"SBATCH_MEM_PER_NODE": "20000", "SBATCH_MEM_PER_CPU": "10"}
+    code, _, err = wrapped(tmp_path, "22.05", ["--gres=gpumem:20G"], None, env)
+    assert (
+        code == 1
+        and "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive" in err
+    )
+
+
+def test_the_wrapper_carries_every_option_job_from_options_reads() -> None:
+    """A new option the decision reads (a job_from_options parameter) must be one the wrapper and
+    request explain carry (`OPTIONS`), and request explain must take it."""
+    import inspect
+
+    from slurm_hetero.cli.submit import explain_cmd
+    from slurm_hetero.submit.sbatch import OPTIONS, job_from_options
+
+    read = set(inspect.signature(job_from_options).parameters) - {
+        "uid",
+        "slurm_release",
+        "max_nodes",
+        "names",
+    }
+    assert read == {name.replace("-", "_") for name in OPTIONS}
+    assert read <= {p.name for p in explain_cmd.params}
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("args,directives,env,options", [p for p in EVERY_OPTION if p.id != "mem-twice"])
+def test_every_option_refusal_is_the_lua_hooks_own_words(
+    args: list[str],
+    directives: list[str],
+    env: dict[str, str],
+    options: dict[str, str],
+    release: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same requests through job_submit.lua (Lua 5.1) on the job_desc the release's sbatch
+    sends: it rejects them with the text the wrapper prints."""
+    lua = pytest.importorskip("tests.unit.test_job_submit_lua")
+    from slurm_hetero.submit.sbatch import job_from_texts, texts_of
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")  # the settings the scoped hook has
+    hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
+    ok, message, _, _ = hook.run(job_from_texts(texts_of(options), None, release))
+    assert not ok and message
+    code, out, err = wrapped(tmp_path, release, args, directives, env)
+    assert (code, out, err) == (1, "", f"slurm-hetero: the job: {message}\n")

@@ -194,3 +194,62 @@ def test_words_equal_real_sbatch(name: str, text: str, words: list[list[str]], t
 @pytest.mark.parametrize("name,text,match", ERRORS[1:], ids=[e[0] for e in ERRORS[1:]])
 def test_real_sbatch_refuses_too(name: str, text: str, match: str, tmp_path: Path) -> None:
     assert isinstance(real_sbatch_words(text, tmp_path), str)
+
+
+# ------------------------------------------------------- --mem* and --cpus-per-gpu: script, variables, line
+# (#SBATCH lines, SBATCH_* variables, command line) -> the values sbatch keeps, or its refusal
+MEMORY_LAYERS = [
+    (["--mem=100"], {"SBATCH_MEM_PER_NODE": "2000"}, [], {"mem": "2000"}),  # the variable over the script
+    ([], {"SBATCH_MEM_PER_NODE": "2000"}, ["--mem=100"], {"mem": "100"}),  # the line over the variable
+    (["--mem-per-cpu=100"], {"SBATCH_MEM_PER_NODE": "2000"}, [], {"mem-per-cpu": "100"}),  # drops it
+    (
+        [], {"SBATCH_MEM_PER_GPU": "9", "SBATCH_CPUS_PER_GPU": "3"}, ["--gpus=1"],
+        {"mem-per-gpu": "9", "cpus-per-gpu": "3"},
+    ),
+    (["--mem=100"], {"SBATCH_MEM_PER_CPU": "7"}, ["--gpus=1"], {"mem": "100"}),
+    (["--mem=100"], {"SBATCH_MEM_PER_NODE": "3", "SBATCH_MEM_PER_CPU": "7"}, [], "SLURM_MEM_PER_CPU"),
+    ([], {"SBATCH_MEM_PER_GPU": "9", "SBATCH_MEM_PER_CPU": "7"}, [], "SLURM_MEM_PER_CPU"),
+    ([], {"SBATCH_MEM_PER_GPU": "9", "SBATCH_MEM_PER_CPU": "7"}, ["--mem=5"], {"mem": "5"}),
+]  # fmt: skip
+_SHOWN = re.compile(r"^sbatch: ([a-z-]+) +: (.*)$")
+SHOWN = ("mem", "mem-per-cpu", "mem-per-gpu", "cpus-per-gpu")
+
+
+def _layered(directives: list[str], env: dict[str, str], line: list[str]) -> dict[str, str | None] | str:
+    script = script_options("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + "hostname\n")
+    try:
+        (options,) = component_options(script, env, split_command_line([*line, "job.sh"]))
+    except SbatchArgsError as e:
+        return str(e)
+    return {k: v for k, v in values(options).items() if k in SHOWN}
+
+
+@pytest.mark.parametrize("directives,env,line,kept", MEMORY_LAYERS)
+def test_memory_variables_as_sbatch_layers_them(
+    directives: list[str], env: dict[str, str], line: list[str], kept: dict[str, str] | str
+) -> None:
+    got = _layered(directives, env, line)
+    assert got == kept if isinstance(kept, dict) else isinstance(got, str) and kept in got
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="Slurm's sbatch is not installed")
+@pytest.mark.parametrize("directives,env,line,kept", MEMORY_LAYERS)
+def test_memory_variables_as_the_real_sbatch_keeps_them(
+    directives: list[str], env: dict[str, str], line: list[str], kept: dict[str, str] | str, tmp_path: Path
+) -> None:
+    (tmp_path / "slurm.conf").write_text(ORACLE_CONF)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in directives) + "x\n")
+    environ = {"SLURM_CONF": str(tmp_path / "slurm.conf"), "PATH": "/usr/bin:/bin", **env}
+    result = subprocess.run(
+        ["sbatch", "-vvvv", *line, str(tmp_path / "job.sh")],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=30,
+    )
+    shown = {m[1]: m[2] for m in map(_SHOWN.match, result.stderr.splitlines()) if m and m[1] in SHOWN}
+    fatal = [text for text in result.stderr.splitlines() if "fatal:" in text]
+    if fatal:  # the same refusal as `_layered`'s (test_memory_variables_as_sbatch_layers_them)
+        assert isinstance(kept, str) and kept in fatal[0]
+    else:
+        assert shown == kept
