@@ -12,6 +12,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
+    Count,
     FiniteFloat,
     cost_options,
     cost_settings,
@@ -22,17 +23,16 @@ from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.launch.plan import LAUNCH_KINDS, LaunchOptions
 from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
+from slurm_hetero.slurm import syntax
 
 _BACKEND = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def parse_tp_sizes(text: str) -> tuple[int, ...]:
-    """`1,2,4` -> (1, 2, 4)."""
-    try:
-        sizes = tuple(sorted({int(v) for v in text.split(",")}))
-    except ValueError:
-        sizes = ()
-    if not sizes or sizes[0] < 1:
+    """`1,2,4` -> (1, 2, 4): ASCII digits only (`syntax.whole_number`)."""
+    numbers = [syntax.whole_number(v.strip()) for v in text.split(",")]
+    sizes = tuple(sorted({n for n in numbers if n is not None}))
+    if None in numbers or not sizes or sizes[0] < 1:
         raise RequestError(f"--tp-sizes {text}", "expected positive integers, e.g. 1,2,4,8")
     return sizes
 
@@ -119,9 +119,7 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
     help="Layout family to consider (repeatable) [default: pipeline and data; staged is plan-only].",
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
-@click.option(
-    "--master-port", type=click.IntRange(1, 65535), help="MASTER_PORT [default: from job and step id]."
-)
+@click.option("--master-port", type=Count(1, 65535), help="MASTER_PORT [default: from job and step id].")
 @click.option("--log-dir", type=click.Path(path_type=Path), help="Write DIR/rank-R.out and .err.")
 @click.option(
     "--exec", "exec_command", is_flag=True, help="Replace the launcher with the command (no supervision)."

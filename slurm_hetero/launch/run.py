@@ -228,7 +228,8 @@ def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
     out = []
     for item in spec.split(","):
         parts = item.strip().split(":")
-        if len(parts) != 3 or not parts[0] or not parts[2].isdigit() or int(parts[2]) < 1:
+        tasks = syntax.whole_number(parts[-1])
+        if len(parts) != 3 or not parts[0] or tasks is None or tasks < 1:
             raise LaunchError(
                 f"--simulate {syntax.text(spec)}: bad entry {syntax.text(item.strip())}; expected "
                 "NODE:TYPE:N with N >= 1"
@@ -237,7 +238,7 @@ def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
             syntax.host_name(parts[0])
         except ValueError as e:
             raise LaunchError(f"--simulate: node {e}") from None
-        out.append((parts[0], parts[1].lower(), int(parts[2])))
+        out.append((parts[0], parts[1].lower(), tasks))
     return out
 
 
