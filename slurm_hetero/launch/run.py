@@ -123,7 +123,13 @@ Supervision and failure modes
 - Default: the launcher stays the parent, prefixes each output line `[rank R TYPE stage S]` (or
   writes DIR/rank-R.out and .err with `--log-dir DIR`: made when missing and opened before the
   command starts, so a directory that cannot be written is a one-line error and nothing runs),
-  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. Output is relayed in
+  and forwards signals: SIGTERM, SIGINT and SIGHUP, which ask the command to stop, to the
+  command and every process it started (a shell's `sleep`, a trainer's data-loader workers: left
+  running, they held the step open after the launcher exited); SIGUSR1 and SIGUSR2 (a
+  checkpoint request, `sbatch --signal=USR1@60`) to the command alone, which decides what its
+  children hear. Under a terminal, Ctrl-C's SIGINT reaches the whole foreground process group
+  already, so a child may see it twice (Python's workers: a second KeyboardInterrupt while
+  unwinding the first). Output is relayed in
   pieces of at most 64 KiB (a long line keeps one prefix); when a log file cannot be written (a
   full disk) the launcher prints `slurm-hetero: rank R: cannot write PATH: REASON; output dropped
   from here` once and keeps draining the command's output, so the command never blocks and the
@@ -144,7 +150,10 @@ Supervision and failure modes
   A command stopped by a signal the launcher forwarded ends quietly with 128 + N: the step is
   ending anyway; after a SIGTERM the launcher first waits up to 3 s for a SIGURG that may be
   behind it (srun -K's SIGTERM can overtake the failing rank's scancel), and exits 0 if it
-  comes. If a launcher itself
+  comes. SIGTERM and SIGURG together, in either order, mean Slurm is ending the step (`srun -K`
+  after a failing rank): the launcher SIGKILLs its command's tree at once and exits 0, since
+  Slurm kills the launcher itself after its KillWait (30 s by default, 5 s on the dev cluster),
+  which can come before the 10 s grace, and srun would report 137. If a launcher itself
   is killed the command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends
   the step.
 - A rank that hangs after another finished (rank 0 exits 0, rank 1 never returns) is ended by

@@ -2,8 +2,9 @@
 
 This module owns what happens while the command runs (the launcher manual, `slurm_hetero.launch.run`,
 states the rules for users): the child is started with a parent-death signal, each output line is
-prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT, SIGHUP,
-SIGUSR1 and SIGUSR2 are forwarded to it, and when it fails on its own the failing rank is named
+prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT and
+SIGHUP are forwarded to it and every process it started (STOP_SIGNALS), SIGUSR1 and SIGUSR2 to the
+command alone, and when it fails on its own the failing rank is named
 first and the step is cancelled through `proc.run(["scancel", ...])`. `LaunchError` is the
 launcher's error for a command that cannot start; `launch.run` re-exports it.
 """
@@ -29,7 +30,12 @@ from slurm_hetero.launch.plan import RankPlan
 # from launch.run (the CLI's log lines show it).
 logger = logging.getLogger("slurm_hetero.launch.run")
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# Signals that ask the command to stop reach its whole tree (`signal_tree`): a shell's `sleep` or a
+# trainer's workers left running kept the step's output open after the launcher exited 143 (F17).
+# SIGUSR1 and SIGUSR2 (a checkpoint request, `sbatch --signal`) go to the command alone, which
+# decides what its children hear.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+FORWARDED = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
 # "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
 # Slurm delivers it to every process of the step; commands ignore it (SIGURG's default action), the
@@ -119,7 +125,7 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
 
 def _kill_if_running(child: subprocess.Popen[bytes], stopped: Sequence[int] = ()) -> None:
     """SIGKILL for what a SIGTERM `STOP_GRACE_S` ago did not end (`stopped`: that tree)."""
-    signal_tree(child, signal.SIGKILL, [pid for pid in stopped if os.path.exists(f"/proc/{pid}")])
+    signal_tree(child, signal.SIGKILL, Supervisor._alive(stopped))
 
 
 def signal_name(code: int) -> str | None:
@@ -146,6 +152,7 @@ class Supervisor:
         self.forwarded: int | None = None
         self.peer_failed = False  # another rank failed: this one was told to stop (PEER_FAILED)
         self.failed = False  # this rank's command failed: the step is being ended from here
+        self.stopped: list[int] = []  # the command's tree as a stop signal or PEER_FAILED found it
         self.last_error = ""
         self.child: subprocess.Popen[bytes] | None = None
 
@@ -187,21 +194,46 @@ class Supervisor:
             time.sleep(0.05)
 
     def _forward(self, signum: int, _frame: Any) -> None:
+        """A signal for the command: the stop signals to its tree, SIGUSR1/2 to it alone. SIGTERM
+        while stopping for a failed peer is Slurm ending the step (srun -K): `_kill_now`."""
+        first_term = signum == signal.SIGTERM and self.forwarded != signal.SIGTERM
         self.forwarded = signum
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
+        child = self.child
+        if child is None:
+            return
+        if first_term and self.peer_failed:
+            self._kill_now(child)
+        elif signum in STOP_SIGNALS:
+            self.stopped = signal_tree(child, signum, self._alive(self.stopped))
+        elif child.poll() is None:
+            child.send_signal(signum)
 
     def _peer_failed(self, _signum: int, _frame: Any) -> None:
-        """Another rank failed: stop the command (SIGTERM, SIGKILL after STOP_GRACE_S)."""
+        """Another rank failed: stop the command (SIGTERM, SIGKILL after STOP_GRACE_S). After a
+        SIGTERM (srun -K's, which can overtake PEER_FAILED) Slurm is ending the step already and
+        kills this launcher after its KillWait (5 s on the dev cluster, under STOP_GRACE_S): the
+        command is killed at once, so the launcher exits 0 and srun reports the failing rank's
+        code, not 137 (A-K7)."""
         if self.failed or self.peer_failed or self.child is None:
             return
         self.peer_failed = True
         child = self.child
-        if child.poll() is None:
-            stopped = signal_tree(child, signal.SIGTERM)
-            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child, stopped))
+        if self.forwarded == signal.SIGTERM:
+            self._kill_now(child)
+        elif child.poll() is None:
+            self.stopped = signal_tree(child, signal.SIGTERM)
+            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child, self.stopped))
             timer.daemon = True
             timer.start()
+
+    def _kill_now(self, child: subprocess.Popen[bytes]) -> None:
+        """SIGKILL to the command's tree and what an earlier stop found of it."""
+        logger.info("rank %d: the step is ending; killing the command", self.rank.rank)
+        self.stopped = signal_tree(child, signal.SIGKILL, self._alive(self.stopped))
+
+    @staticmethod
+    def _alive(pids: Sequence[int]) -> list[int]:
+        return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
 
     def _pump(self, stream: IO[bytes] | None, kind: str) -> threading.Thread:
         thread = threading.Thread(target=self._relay, args=(stream, kind), daemon=True)

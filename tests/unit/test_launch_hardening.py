@@ -297,6 +297,96 @@ def test_a_peer_failed_behind_the_steps_sigterm_still_gives_exit_0(
         assert elapsed >= 2.0
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie no reaper collected has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _gone_soon(pid: int, seconds: float = 3.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
+def tree(ready: Path, ignore_sigterm: bool = False) -> tuple[str, ...]:
+    """A command with a child (a shell's `sleep`, a trainer's worker) whose pid it writes to `ready`;
+    with `ignore_sigterm` both ignore SIGTERM (`trap '' TERM`, inherited)."""
+    return python(
+        f"""
+        import os, signal, subprocess, sys
+        if {ignore_sigterm}:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen(["sleep", "33.3"])
+        open(sys.argv[1] + ".tmp", "w").write(str(child.pid))
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        child.wait()
+        """,
+        str(ready),
+    )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1])
+def test_a_stop_signal_reaches_the_commands_whole_tree(
+    scancel: list[Call], tmp_path: Path, signum: int
+) -> None:
+    """F17: SIGTERM reached only the command (`bash -c 'sleep 33.3; ...'`): the launcher exited 143
+    and the `sleep` ran on, holding the step's output open. The stop signals reach the tree;
+    SIGUSR1 and SIGUSR2 the command alone."""
+    ready = tmp_path / "pid"
+    command = tree(ready)
+    stop_when_ready(ready, signum)
+    code = supervise(command)
+    sleeper = int(ready.read_text())
+    try:
+        if signum == signal.SIGUSR1:
+            assert code == 128 + signum and _running(sleeper)  # the command ended by it, its child not
+        else:
+            assert _gone_soon(sleeper), f"the command's child survived {signal.Signals(signum).name}"
+    finally:
+        if _running(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sigterm_first", [False, True])
+def test_sigterm_while_stopping_for_a_failed_peer_kills_at_once_and_exits_0(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str], sigterm_first: bool
+) -> None:
+    """A-K7 (22.05): rank 1 exited 7, ranks 0 and 2 ignored SIGTERM; srun -K's own termination
+    killed their launchers after KillWait (5 s), before STOP_GRACE_S (10 s), and srun reported 137.
+    SIGTERM and PEER_FAILED together (either order) mean Slurm is ending the step: SIGKILL at once."""
+    ready = tmp_path / "pid"
+    command = tree(ready, ignore_sigterm=True)
+    first, second = (signal.SIGTERM, signal.SIGURG) if sigterm_first else (signal.SIGURG, signal.SIGTERM)
+
+    def both() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), first)
+        time.sleep(0.5)
+        os.kill(os.getpid(), second)
+
+    threading.Thread(target=both, daemon=True).start()
+    started = time.monotonic()
+    code = supervise(command)
+    elapsed = time.monotonic() - started
+    sleeper = int(ready.read_text())
+    err = capfd.readouterr().err
+    try:
+        assert code == 0, err
+        assert elapsed < supervisor_module.STOP_GRACE_S / 2, elapsed  # not the grace, nor KillWait
+        assert "stopped: another rank of the step failed" in err
+        assert _gone_soon(sleeper)
+    finally:
+        if _running(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+
+
 def test_the_failing_rank_ignores_the_stop_it_sent(
     scancel: list[Call], monkeypatch: pytest.MonkeyPatch
 ) -> None:
