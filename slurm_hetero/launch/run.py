@@ -83,8 +83,12 @@ Environment of the command
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first node in task
 order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 64 + stepid) % 20000, or
 `--master-port`: the first 64 steps of 312 consecutive jobs all differ): the torch.distributed
-env:// names. Each rank sees exactly one device: Slurm's
-CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / GPU_DEVICE_ORDINAL are narrowed to it and the
+env:// names. torchrun's others are set alike, so none leaks in from the user's shell (srun
+copies it): GROUP_RANK and NODE_RANK (the node's index among the step's nodes), GROUP_WORLD_SIZE
+(their count), ROLE_NAME (`default`), ROLE_RANK and ROLE_WORLD_SIZE (RANK and WORLD_SIZE: one
+role); TORCHELASTIC_* (an elastic agent's run id, restarts, store) are removed.
+Each rank sees exactly one device: Slurm's CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES /
+GPU_DEVICE_ORDINAL are narrowed to it and the
 vendor's own variable is set (ASCEND_RT_VISIBLE_DEVICES, MLU_VISIBLE_DEVICES, ...), so the
 device is index 0 of its runtime (LOCAL_RANK is the position on the node, not a device index).
 One level per runtime: where a runtime applies a variable inside another (ROCm and Hygon's DTK:
