@@ -139,5 +139,7 @@ def launch_command(
     from slurm_hetero.launch import supervise
 
     supervise.KEEP_HANDLERS_WHEN_ENDING = True  # this process ends with the rank
+    if not opts["dry_run"] and not opts["exec_command"]:
+        supervise.catch_early()  # a peer's failure or srun's SIGTERM while this rank still plans
     code = launch(launch_options(model, measured, opts), run_options(command, opts))
     ctx.exit(code)

@@ -128,6 +128,28 @@ def _kill_if_running(child: subprocess.Popen[bytes], stopped: Sequence[int] = ()
     signal_tree(child, signal.SIGKILL, Supervisor._alive(stopped))
 
 
+# Signals that came while the launcher planned, before the command started (`catch_early`);
+# recorded only until a Supervisor starts (its handlers take over; the launcher exits after it).
+_EARLY: list[int] = []
+_CATCHING = [False]
+
+
+def _record_early(signum: int, _frame: Any) -> None:
+    if _CATCHING[0]:
+        _EARLY.append(signum)
+
+
+def catch_early() -> None:
+    """Keep PEER_FAILED and the stop signals that come before the command starts (the launch
+    command calls this first). A peer that fails at once sends PEER_FAILED while the others still
+    plan: SIGURG's default is to ignore it, so it was lost, srun -K's SIGTERM came next and those
+    ranks exited 143, which srun reported instead of the failing rank's code (B1-K5, 24.11)."""
+    _EARLY.clear()
+    _CATCHING[0] = True
+    for signum in (PEER_FAILED, *STOP_SIGNALS):
+        signal.signal(signum, _record_early)
+
+
 def signal_name(code: int) -> str | None:
     try:
         return signal.Signals(-code).name if code < 0 else None
@@ -157,6 +179,9 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
 
     def run(self) -> int:
+        if _CATCHING[0] and _EARLY:
+            return self._ended_before_start()
+        _CATCHING[0] = False
         try:
             child = subprocess.Popen(
                 list(self.command), env=dict(self.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -186,6 +211,24 @@ class Supervisor:
             ending = KEEP_HANDLERS_WHEN_ENDING and (self.failed or self.peer_failed)
             for s, handler in previous.items():
                 signal.signal(s, signal.SIG_IGN if ending and s in FORWARDED else handler)
+
+    def _ended_before_start(self) -> int:
+        """A stop signal or PEER_FAILED came while planning: the step is ending, so the command is
+        not started. After a SIGTERM, PEER_FAILED_LATE_S for a PEER_FAILED behind it, as with a
+        running command: exit 0 (the failing rank's code is srun's), else 128 + the signal."""
+        deadline = time.monotonic() + PEER_FAILED_LATE_S
+        while PEER_FAILED not in _EARLY and signal.SIGTERM in _EARLY and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if PEER_FAILED in _EARLY:
+            _CATCHING[0] = False
+            self.peer_failed = True
+            return self.finish(-signal.SIGTERM)
+        _CATCHING[0] = False
+        signum = next(s for s in _EARLY if s in STOP_SIGNALS)
+        logger.info(
+            "rank %d: %s before the command started; not started", self.rank.rank, signal.Signals(signum).name
+        )
+        return 128 + signum
 
     def _wait_for_peer_failed(self, seconds: float) -> None:
         """Wait up to `seconds` for PEER_FAILED (its handler runs in this, the main, thread)."""

@@ -490,3 +490,42 @@ def test_a_stopped_command_takes_its_children_with_it() -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+@pytest.mark.parametrize(
+    ("early", "expected"),
+    [
+        ((signal.SIGURG,), 0),
+        ((signal.SIGTERM,), 143),
+        ((signal.SIGTERM, signal.SIGURG), 0),
+        ((signal.SIGINT,), 130),
+    ],
+)
+def test_signals_while_the_launcher_plans_are_not_lost(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    early: tuple[int, ...],
+    expected: int,
+) -> None:
+    """B1-K5 (24.11): rank 0 exited 1 at once; its PEER_FAILED reached ranks still planning (SIGURG
+    ignored: lost), srun -K's SIGTERM came next, they exited 143 and srun said 143, not 1. Signals
+    from the launch command's start are kept; the command is then not started."""
+    monkeypatch.setattr(supervisor_module, "PEER_FAILED_LATE_S", 1.0)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
+    ran = tmp_path / "ran"
+    try:
+        supervisor_module.catch_early()
+        os.kill(os.getpid(), early[0])
+        if len(early) > 1:
+            threading.Timer(0.3, os.kill, (os.getpid(), early[1])).start()
+        code = supervise(python("import pathlib, sys; pathlib.Path(sys.argv[1]).touch()", str(ran)))
+    finally:
+        supervisor_module._EARLY.clear()
+        supervisor_module._CATCHING[0] = False
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert code == expected and not ran.exists()
+    assert ("stopped: another rank of the step failed" in capfd.readouterr().err) == (expected == 0)
+    assert scancel == []
