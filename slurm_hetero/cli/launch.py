@@ -74,11 +74,20 @@ def launch_kinds(names: tuple[str, ...]) -> tuple[LayoutKind, ...]:
     return tuple(LayoutKind(k) for k in names) or LAUNCH_KINDS
 
 
+def _log_dir(text: str | None) -> Path | None:
+    """--log-dir; empty (an unset "$LOGDIR") is refused, not read as the current directory."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise RequestError("--log-dir ''", "empty; give a directory you can write (. for this one)")
+    return Path(text)
+
+
 def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
     return RunOptions(
         command=command,
         inventory=opts["inventory_path"],
-        log_dir=opts["log_dir"],
+        log_dir=_log_dir(opts["log_dir"]),
         exec_command=opts["exec_command"],
         dry_run=opts["dry_run"],
         simulate=opts["simulate"],
@@ -120,7 +129,7 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option("--master-port", type=Count(1, 65535), help="MASTER_PORT [default: from job and step id].")
-@click.option("--log-dir", type=click.Path(path_type=Path), help="Write DIR/rank-R.out and .err.")
+@click.option("--log-dir", type=click.Path(), help="Write DIR/rank-R.out and .err.")
 @click.option(
     "--exec", "exec_command", is_flag=True, help="Replace the launcher with the command (no supervision)."
 )
@@ -141,5 +150,8 @@ def launch_command(
     supervise.KEEP_HANDLERS_WHEN_ENDING = True  # this process ends with the rank
     if not opts["dry_run"] and not opts["exec_command"]:
         supervise.catch_early()  # a peer's failure or srun's SIGTERM while this rank still plans
-    code = launch(launch_options(model, measured, opts), run_options(command, opts))
+    try:
+        code = launch(launch_options(model, measured, opts), run_options(command, opts))
+    finally:
+        supervise.stop_catching()
     ctx.exit(code)

@@ -150,6 +150,11 @@ def catch_early() -> None:
         signal.signal(signum, _record_early)
 
 
+def stop_catching() -> None:
+    """`catch_early`'s handlers keep nothing from here (the launch command has returned)."""
+    _CATCHING[0] = False
+
+
 def signal_name(code: int) -> str | None:
     try:
         return signal.Signals(-code).name if code < 0 else None

@@ -399,11 +399,12 @@ PLAN_ARGS = ["plan", "--devices", "h100:4", "--global-batch", "8"]
 LAUNCH_ARGS = ["launch", "--dry-run", "--simulate", "x1:a100_80g:2"]
 
 
-@pytest.mark.parametrize("length", [300, 5000])
-@pytest.mark.parametrize("command", [PLAN_ARGS, LAUNCH_ARGS])
-def test_a_model_name_too_long_for_a_path_is_one_line(command: list[str], length: int) -> None:
-    """P40/F18: a name past NAME_MAX was tried as a path and ended in OSError's traceback."""
-    result = CliRunner().invoke(cli, [*command, "--model", "m" * length])
+@pytest.mark.parametrize("name", ["m" * 300, "m" * 5000, "mmm/" + "x" * 300 + "/config.json"])
+@pytest.mark.parametrize("command", [PLAN_ARGS, LAUNCH_ARGS, ["fit"]])
+def test_a_model_name_too_long_for_a_path_is_one_line(command: list[str], name: str) -> None:
+    """P40/F18/P40b/P40c: a name (or one path component) past NAME_MAX was tried as a path and
+    ended in OSError's traceback."""
+    result = CliRunner().invoke(cli, [*command, "--model", name])
     assert result.exit_code == 1, result.output
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("slurm-hetero: unknown model 'mmm") and len(last) < 1000
