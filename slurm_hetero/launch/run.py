@@ -157,7 +157,11 @@ Supervision and failure modes
   comes. SIGTERM and SIGURG together, in either order, mean Slurm is ending the step (`srun -K`
   after a failing rank): the launcher SIGKILLs its command's tree at once and exits 0, since
   Slurm kills the launcher itself after its KillWait (30 s by default, 5 s on the dev cluster),
-  which can come before the 10 s grace, and srun would report 137. If a launcher itself
+  which can come before the 10 s grace, and srun would report 137. A SIGURG or stop signal
+  that comes while the launcher still plans (a peer failed at once) is kept, not lost: the
+  command is then not started, and the launcher exits as above (0 after SIGURG, else 128 + N).
+  `--log-dir ''` (an unset variable) is refused rather than read as the current directory.
+  If a launcher itself
   is killed the command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends
   the step.
 - A rank that hangs after another finished (rank 0 exits 0, rank 1 never returns) is ended by
