@@ -377,10 +377,11 @@ def test_no_shape_names_the_real_reason_not_a_common_divisor() -> None:
     ],
 )
 def test_boolean_config_fields_must_be_booleans(model: str, key: str) -> None:
-    """P07: "yes" was read as true (bool("no") is true too); every family's flags are JSON booleans."""
+    """P07/P07b: "yes" and "false" were read as true, NaN too; every family's flags are JSON booleans."""
     config = json.loads((BUNDLED / f"{model}.json").read_text())
-    with pytest.raises(ConfigError, match=f"{key} must be true or false, got 'yes'"):
-        from_hf_config({**config, key: "yes"}, model)
+    for value, shown in (("yes", "'yes'"), ("false", "'false'"), (float("nan"), "nan"), (1, "1")):
+        with pytest.raises(ConfigError, match=f"{key} must be true or false, got {shown}"):
+            from_hf_config({**config, key: value}, model)
     assert from_hf_config({**config, key: False}, model).name == model
 
 
