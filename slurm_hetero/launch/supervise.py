@@ -186,7 +186,6 @@ class Supervisor:
     def run(self) -> int:
         if _CATCHING[0] and _EARLY:
             return self._ended_before_start()
-        _CATCHING[0] = False
         try:
             child = subprocess.Popen(
                 list(self.command), env=dict(self.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -197,6 +196,10 @@ class Supervisor:
         self.child = child
         previous = {s: signal.signal(s, self._forward) for s in FORWARDED}
         previous[PEER_FAILED] = signal.signal(PEER_FAILED, self._peer_failed)
+        late = list(_EARLY) if _CATCHING[0] else []  # came while the command was being started
+        _CATCHING[0] = False
+        for signum in late:
+            (self._peer_failed if signum == PEER_FAILED else self._forward)(signum, None)
         try:  # handlers stay while the step is cancelled: its SIGTERM reaches this launcher too
             pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
             code = child.wait()

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -544,3 +545,28 @@ def test_signals_while_the_launcher_plans_are_not_lost(
     assert code == expected and not ran.exists()
     assert ("stopped: another rank of the step failed" in capfd.readouterr().err) == (expected == 0)
     assert scancel == []
+
+
+def test_a_peer_failed_while_the_command_starts_is_not_lost(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between planning and the supervisor's handlers (the command's fork and exec), PEER_FAILED
+    is kept too and acted on once the command runs: it is stopped, the rank exits 0."""
+    real = supervisor_module.subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGURG)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", popen)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
+    try:
+        supervisor_module.catch_early()
+        started = time.monotonic()
+        code = supervise(tree(tmp_path / "pid"))
+    finally:
+        supervisor_module.stop_catching()
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert code == 0 and time.monotonic() - started < 8
+    assert "stopped: another rank of the step failed" in capfd.readouterr().err
