@@ -59,7 +59,7 @@ def test_a_peer_ignoring_sigterm_still_gives_srun_the_failing_code(dev_cluster: 
     elapsed = time.monotonic() - started
     assert result.returncode == 7, result.stderr
     assert "rank 0 on a100n1 stopped: another rank of the step failed" in result.stderr
-    assert "Killed" not in result.stderr and elapsed < 30, (elapsed, result.stderr)
+    assert "task 0: Killed" not in result.stderr and elapsed < 30, (elapsed, result.stderr)
 
 
 @pytest.mark.parametrize(
