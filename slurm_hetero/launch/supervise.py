@@ -227,6 +227,9 @@ class Supervisor:
         deadline = time.monotonic() + PEER_FAILED_LATE_S
         while PEER_FAILED not in _EARLY and signal.SIGTERM in _EARLY and time.monotonic() < deadline:
             time.sleep(0.05)
+        if KEEP_HANDLERS_WHEN_ENDING:  # as `run` ends: srun -K's SIGTERM must not end the exit
+            for forwarded in FORWARDED:  # (interpreter shutdown puts Python handlers back to SIG_DFL)
+                signal.signal(forwarded, signal.SIG_IGN)
         if PEER_FAILED in _EARLY:
             _CATCHING[0] = False
             self.peer_failed = True

@@ -529,6 +529,7 @@ def test_signals_while_the_launcher_plans_are_not_lost(
     ignored: lost), srun -K's SIGTERM came next, they exited 143 and srun said 143, not 1. Signals
     from the launch command's start are kept; the command is then not started."""
     monkeypatch.setattr(supervisor_module, "PEER_FAILED_LATE_S", 1.0)
+    monkeypatch.setattr(supervisor_module, "KEEP_HANDLERS_WHEN_ENDING", True)  # as the launch command
     saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
     ran = tmp_path / "ran"
     try:
@@ -537,6 +538,9 @@ def test_signals_while_the_launcher_plans_are_not_lost(
         if len(early) > 1:
             threading.Timer(0.3, os.kill, (os.getpid(), early[1])).start()
         code = supervise(python("import pathlib, sys; pathlib.Path(sys.argv[1]).touch()", str(ran)))
+        # ending: SIG_IGN, which interpreter shutdown keeps (it puts Python handlers back to
+        # SIG_DFL: srun -K's SIGTERM then ended the exiting launcher, "task 0: Terminated", 24.11)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
     finally:
         supervisor_module._EARLY.clear()
         supervisor_module._CATCHING[0] = False
