@@ -145,13 +145,13 @@ def launch_command(
 ) -> None:
     """Run COMMAND on every task of the step with the torch.distributed environment and this rank's
     layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch [--model M ...] -- python train.py"""
-    from slurm_hetero.launch import supervise
+    from slurm_hetero.launch import early, supervise
 
     supervise.KEEP_HANDLERS_WHEN_ENDING = True  # this process ends with the rank
     if not opts["dry_run"] and not opts["exec_command"]:
-        supervise.catch_early()  # a peer's failure or srun's SIGTERM while this rank still plans
+        early.catch_early()  # a peer's failure or srun's SIGTERM while this rank still plans
     try:
         code = launch(launch_options(model, measured, opts), run_options(command, opts))
     finally:
-        supervise.stop_catching()
+        early.stop_catching()
     ctx.exit(code)

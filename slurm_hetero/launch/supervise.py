@@ -24,6 +24,9 @@ from typing import IO, Any
 
 from slurm_hetero import proc
 from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.launch.early import CATCHING as _CATCHING
+from slurm_hetero.launch.early import EARLY as _EARLY
+from slurm_hetero.launch.early import PEER_FAILED, STOP_SIGNALS
 from slurm_hetero.launch.plan import RankPlan
 
 # The launcher's logger: the supervisor's records keep the name they had before this module split
@@ -34,14 +37,14 @@ logger = logging.getLogger("slurm_hetero.launch.run")
 # trainer's workers left running kept the step's output open after the launcher exited 143 (F17).
 # SIGUSR1 and SIGUSR2 (a checkpoint request, `sbatch --signal`) go to the command alone, which
 # decides what its children hear.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FORWARDED = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
 # "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
 # Slurm delivers it to every process of the step; commands ignore it (SIGURG's default action), the
 # launchers end their commands and exit 0, so srun and sbatch report the failing rank's exit code
 # (srun reports the highest exit code, and any task killed by a signal over every exit code).
-PEER_FAILED = signal.SIGURG
+# PEER_FAILED (SIGURG) and STOP_SIGNALS are defined in launch.early, which keeps those that come
+# before the command starts (`catch_early`, re-exported here).
 STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SIGKILL
 # After PEER_FAILED, the failing rank leaves a detached `scancel` (SIGKILL to the step) this long
 # behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
@@ -126,33 +129,6 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
 def _kill_if_running(child: subprocess.Popen[bytes], stopped: Sequence[int] = ()) -> None:
     """SIGKILL for what a SIGTERM `STOP_GRACE_S` ago did not end (`stopped`: that tree)."""
     signal_tree(child, signal.SIGKILL, Supervisor._alive(stopped))
-
-
-# Signals that came while the launcher planned, before the command started (`catch_early`);
-# recorded only until a Supervisor starts (its handlers take over; the launcher exits after it).
-_EARLY: list[int] = []
-_CATCHING = [False]
-
-
-def _record_early(signum: int, _frame: Any) -> None:
-    if _CATCHING[0]:
-        _EARLY.append(signum)
-
-
-def catch_early() -> None:
-    """Keep PEER_FAILED and the stop signals that come before the command starts (the launch
-    command calls this first). A peer that fails at once sends PEER_FAILED while the others still
-    plan: SIGURG's default is to ignore it, so it was lost, srun -K's SIGTERM came next and those
-    ranks exited 143, which srun reported instead of the failing rank's code (B1-K5, 24.11)."""
-    _EARLY.clear()
-    _CATCHING[0] = True
-    for signum in (PEER_FAILED, *STOP_SIGNALS):
-        signal.signal(signum, _record_early)
-
-
-def stop_catching() -> None:
-    """`catch_early`'s handlers keep nothing from here (the launch command has returned)."""
-    _CATCHING[0] = False
 
 
 def signal_name(code: int) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -18,10 +19,11 @@ from click.testing import CliRunner
 
 from slurm_hetero import proc
 from slurm_hetero.cli import cli
-from slurm_hetero.launch import run
+from slurm_hetero.launch import early, run
 from slurm_hetero.launch import supervise as supervisor_module
 from slurm_hetero.launch.rankenv import master_port
 from slurm_hetero.slurm.jobenv import JobEnvError, expand_tasks_per_node, parse_job_env
+from tests.conftest import REPO
 from tests.unit.test_launch_run import EXAMPLE, OPTIONS, Call, python, scancel, supervise, task_env
 
 __all__ = ["scancel"]  # the fixture, used here by name
@@ -509,7 +511,7 @@ def test_a_stopped_command_takes_its_children_with_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("early", "expected"),
+    ("signals", "expected"),
     [
         ((signal.SIGURG,), 0),
         ((signal.SIGTERM,), 143),
@@ -522,7 +524,7 @@ def test_signals_while_the_launcher_plans_are_not_lost(
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-    early: tuple[int, ...],
+    signals: tuple[int, ...],
     expected: int,
 ) -> None:
     """B1-K5 (24.11): rank 0 exited 1 at once; its PEER_FAILED reached ranks still planning (SIGURG
@@ -533,10 +535,10 @@ def test_signals_while_the_launcher_plans_are_not_lost(
     saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
     ran = tmp_path / "ran"
     try:
-        supervisor_module.catch_early()
-        os.kill(os.getpid(), early[0])
-        if len(early) > 1:
-            threading.Timer(0.3, os.kill, (os.getpid(), early[1])).start()
+        early.catch_early()
+        os.kill(os.getpid(), signals[0])
+        if len(signals) > 1:
+            threading.Timer(0.3, os.kill, (os.getpid(), signals[1])).start()
         code = supervise(python("import pathlib, sys; pathlib.Path(sys.argv[1]).touch()", str(ran)))
         # ending: SIG_IGN, which interpreter shutdown keeps (it puts Python handlers back to
         # SIG_DFL: srun -K's SIGTERM then ended the exiting launcher, "task 0: Terminated", 24.11)
@@ -565,12 +567,50 @@ def test_a_peer_failed_while_the_command_starts_is_not_lost(
     monkeypatch.setattr(supervisor_module.subprocess, "Popen", popen)
     saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
     try:
-        supervisor_module.catch_early()
+        early.catch_early()
         started = time.monotonic()
         code = supervise(tree(tmp_path / "pid"))
     finally:
-        supervisor_module.stop_catching()
+        early.stop_catching()
         for s, handler in saved.items():
             signal.signal(s, handler)
     assert code == 0 and time.monotonic() - started < 8
     assert "stopped: another rank of the step failed" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "wanted"),
+    [
+        (["launch", "--model", "gpt2", "--", "python", "--dry-run"], True),
+        (["launch", "--dry-run", "--simulate", "n:a100:1"], False),
+        (["launch", "--exec", "--", "true"], False),
+        (["plan", "--devices", "a100:1"], False),
+        ([], False),
+    ],
+)
+def test_the_entry_point_keeps_early_signals_for_supervised_launches(argv: list[str], wanted: bool) -> None:
+    assert early.supervised_launch(argv) is wanted
+
+
+def test_early_signals_are_kept_before_the_clis_imports(tmp_path: Path) -> None:
+    """The CLI's imports take about half a second: a PEER_FAILED then was still lost (B1-K5)."""
+    code = """
+        import builtins, signal, sys
+        sys.argv = ["slurm-hetero", "launch", "--", "true"]
+        seen = []
+        real = builtins.__import__
+        def spy(name, *args, **kwargs):
+            if name == "slurm_hetero.cli" and not seen:
+                seen.append(signal.getsignal(signal.SIGURG))
+            return real(name, *args, **kwargs)
+        builtins.__import__ = spy
+        from slurm_hetero.entry import main
+        try:
+            main()
+        except SystemExit:
+            pass
+        print("HANDLER", getattr(seen[0], "__qualname__", seen[0]))
+        """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | {"PYTHONPATH": str(REPO)}
+    result = subprocess.run(python(code), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert "HANDLER _record" in result.stdout, result.stdout + result.stderr
