@@ -1,3 +1,3 @@
-from slurm_hetero.cli import main
+from slurm_hetero.entry import main
 
 main()

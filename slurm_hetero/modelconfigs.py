@@ -15,6 +15,7 @@ from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
 from slurm_hetero.engine.stagecost import LayerCosts
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.slurm import syntax
 
 CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"
 
@@ -42,10 +43,14 @@ def load_model(ref: str) -> ModelSpec:
         text = resources.files(CONFIG_PACKAGE).joinpath(f"{ref}.json").read_text(encoding="utf-8")
         return from_hf_config(_parse_json(text, ref), ref)
     path = Path(ref)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
+    try:  # a name longer than NAME_MAX or PATH_MAX is an OSError, not just "no such file"
+        path = path / "config.json" if path.is_dir() else path
+        found = path.is_file()
+    except OSError:
+        found = False
+    if not found:
         raise ConfigError(
-            f"unknown model {ref!r}: not a bundled model nor a config.json file; "
+            f"unknown model {syntax.text(ref)}: not a bundled model nor a config.json file; "
             f"bundled: {', '.join(bundled_names())}"
         )
     text = read_text(path, MAX_CONFIG_BYTES, "model config", ConfigError)

@@ -11,10 +11,12 @@ import click
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.options import Count
 from slurm_hetero.discover import discover_node
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.fanout import fan_out
 from slurm_hetero.model import ClusterInventory
+from slurm_hetero.slurm import syntax
 from slurm_hetero.units import parse_size
 from slurm_hetero.vendors import all_vendors
 
@@ -24,7 +26,8 @@ def node_facts(options: dict[str, Any]) -> dict[str, int]:
     memory = options.pop("real_memory", None)
     facts = {k: v for k, v in options.items() if v is not None}
     if memory is not None:
-        facts["real_memory_mib"] = int(memory) if memory.isdigit() else parse_size(memory, "--real-memory")
+        number = syntax.whole_number(memory)
+        facts["real_memory_mib"] = number if number is not None else parse_size(memory, "--real-memory")
     return facts
 
 
@@ -70,12 +73,10 @@ def _list_vendors() -> None:
     type=click.Path(path_type=Path),
     help="Extra catalog directory with site models (*.yaml).",
 )
-@click.option(
-    "--cpus", type=click.IntRange(min=1), help="NodeName CPUs= (with --from-file; live: read here)."
-)
-@click.option("--sockets", type=click.IntRange(min=1), help="NodeName Sockets=.")
-@click.option("--cores-per-socket", type=click.IntRange(min=1), help="NodeName CoresPerSocket=.")
-@click.option("--threads-per-core", type=click.IntRange(min=1), help="NodeName ThreadsPerCore=.")
+@click.option("--cpus", type=Count(min=1), help="NodeName CPUs= (with --from-file; live: read here).")
+@click.option("--sockets", type=Count(min=1), help="NodeName Sockets=.")
+@click.option("--cores-per-socket", type=Count(min=1), help="NodeName CoresPerSocket=.")
+@click.option("--threads-per-core", type=Count(min=1), help="NodeName ThreadsPerCore=.")
 @click.option("--real-memory", help="NodeName RealMemory= (MiB, or with a M/G/T suffix).")
 @click.option(
     "--host-root",

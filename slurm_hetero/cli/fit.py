@@ -19,7 +19,7 @@ from slurm_hetero import inventory as inventory_io
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
-from slurm_hetero.cli.options import Decorator, cost_options
+from slurm_hetero.cli.options import Count, Decorator, cost_options
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import ConfigError
@@ -27,7 +27,7 @@ from slurm_hetero.modelconfigs import BEYOND_CONTEXT, DEFAULT_SEQ, bundled_names
 from slurm_hetero.nodes import slurm_nodes
 
 GIB = engine.GIB
-POSITIVE = click.IntRange(min=1)
+POSITIVE = Count(min=1)
 BEYOND_CONTEXT_OPTION = click.option(
     BEYOND_CONTEXT,
     "beyond_context",

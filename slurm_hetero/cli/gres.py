@@ -10,6 +10,7 @@ import click
 from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.options import Count
 from slurm_hetero.config import load_settings
 from slurm_hetero.errors import RequestError, ToolError
 from slurm_hetero.render import removal
@@ -79,7 +80,11 @@ def gres() -> None:
 )
 @click.option("--local-slurmd", "local_host", help="Dev cluster: every node is a slurmd on this host name.")
 @click.option(
-    "--port-base", type=int, default=17001, show_default=True, help="Dev cluster: first slurmd port."
+    "--port-base",
+    type=Count(1, 65535),
+    default=17001,
+    show_default=True,
+    help="Dev cluster: first slurmd port.",
 )
 @click.option(
     "--file-root", default="/dev/fakegpu", show_default=True, help="Dev cluster: fake device directory."

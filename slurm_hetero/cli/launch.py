@@ -12,6 +12,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
+    Count,
     FiniteFloat,
     cost_options,
     cost_settings,
@@ -22,17 +23,16 @@ from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.launch.plan import LAUNCH_KINDS, LaunchOptions
 from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
+from slurm_hetero.slurm import syntax
 
 _BACKEND = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def parse_tp_sizes(text: str) -> tuple[int, ...]:
-    """`1,2,4` -> (1, 2, 4)."""
-    try:
-        sizes = tuple(sorted({int(v) for v in text.split(",")}))
-    except ValueError:
-        sizes = ()
-    if not sizes or sizes[0] < 1:
+    """`1,2,4` -> (1, 2, 4): ASCII digits only (`syntax.whole_number`)."""
+    numbers = [syntax.whole_number(v.strip()) for v in text.split(",")]
+    sizes = tuple(sorted({n for n in numbers if n is not None}))
+    if None in numbers or not sizes or sizes[0] < 1:
         raise RequestError(f"--tp-sizes {text}", "expected positive integers, e.g. 1,2,4,8")
     return sizes
 
@@ -74,11 +74,20 @@ def launch_kinds(names: tuple[str, ...]) -> tuple[LayoutKind, ...]:
     return tuple(LayoutKind(k) for k in names) or LAUNCH_KINDS
 
 
+def _log_dir(text: str | None) -> Path | None:
+    """--log-dir; empty (an unset "$LOGDIR") is refused, not read as the current directory."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise RequestError("--log-dir ''", "empty; give a directory you can write (. for this one)")
+    return Path(text)
+
+
 def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
     return RunOptions(
         command=command,
         inventory=opts["inventory_path"],
-        log_dir=opts["log_dir"],
+        log_dir=_log_dir(opts["log_dir"]),
         exec_command=opts["exec_command"],
         dry_run=opts["dry_run"],
         simulate=opts["simulate"],
@@ -119,10 +128,8 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
     help="Layout family to consider (repeatable) [default: pipeline and data; staged is plan-only].",
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
-@click.option(
-    "--master-port", type=click.IntRange(1, 65535), help="MASTER_PORT [default: from job and step id]."
-)
-@click.option("--log-dir", type=click.Path(path_type=Path), help="Write DIR/rank-R.out and .err.")
+@click.option("--master-port", type=Count(1, 65535), help="MASTER_PORT [default: from job and step id].")
+@click.option("--log-dir", type=click.Path(), help="Write DIR/rank-R.out and .err.")
 @click.option(
     "--exec", "exec_command", is_flag=True, help="Replace the launcher with the command (no supervision)."
 )
@@ -138,8 +145,13 @@ def launch_command(
 ) -> None:
     """Run COMMAND on every task of the step with the torch.distributed environment and this rank's
     layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch [--model M ...] -- python train.py"""
-    from slurm_hetero.launch import supervise
+    from slurm_hetero.launch import early, supervise
 
     supervise.KEEP_HANDLERS_WHEN_ENDING = True  # this process ends with the rank
-    code = launch(launch_options(model, measured, opts), run_options(command, opts))
+    if not opts["dry_run"] and not opts["exec_command"]:
+        early.catch_early()  # a peer's failure or srun's SIGTERM while this rank still plans
+    try:
+        code = launch(launch_options(model, measured, opts), run_options(command, opts))
+    finally:
+        early.stop_catching()
     ctx.exit(code)

@@ -20,6 +20,7 @@ from slurm_hetero.engine.modelcost import (
     Optimizer,
     Recompute,
 )
+from slurm_hetero.slurm import syntax
 
 Command = Callable[..., Any]
 Decorator = Callable[[Command], Command]
@@ -32,6 +33,25 @@ MIN_GBS, MAX_GBS = 1e-3, 1e6  # --network-gbs: 1 MB/s to 1 PB/s
 MIN_MFU = 1e-3  # --mfu
 
 
+def _ascii_number(value: Any) -> bool:
+    """Whether a command-line number is spelled in ASCII digits (click's int() and float() also
+    read other scripts' digits, '٢' and fullwidth '２', and underscores); numbers (defaults) pass."""
+    return not isinstance(value, str) or (value.isascii() and "_" not in value)
+
+
+class Count(click.IntRange):
+    """An integer option in a range, written in ASCII digits (an optional sign, so a negative
+    value gets the range's message). The one integer type of the command line."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        # the digits alone (any count: the range check names the bounds of a number too large)
+        if isinstance(value, str) and syntax.whole_number(value.strip().lstrip("+-"), 4000) is None:
+            self.fail(f"{syntax.text(value)} is not a whole number in ASCII digits.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class FiniteFloat(click.FloatRange):
     """A float option in a range, refusing nan and infinities (click's FloatRange lets nan through:
     every comparison with nan is false). A bad value is click's usage error (exit 2), one line."""
@@ -39,6 +59,8 @@ class FiniteFloat(click.FloatRange):
     name = "finite float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not _ascii_number(value):
+            self.fail(f"{syntax.text(value)} is not a number in ASCII digits.", param, ctx)
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
@@ -65,14 +87,12 @@ def model_options(command: Command, required: bool = True) -> Command:
             ),
             click.option(
                 "--global-batch",
-                type=click.IntRange(min=1),
+                type=Count(min=1),
                 default=512,
                 show_default=True,
                 help="Sequences per step.",
             ),
-            click.option(
-                "--seq", type=click.IntRange(min=1), help="Sequence length [default: the model's context]."
-            ),
+            click.option("--seq", type=Count(min=1), help="Sequence length [default: the model's context]."),
         ),
     )
 
@@ -94,7 +114,7 @@ def cost_options(solver: bool) -> Decorator:
             "--micro-batch",
             "--micro-batch-size",
             "micro_batch",
-            type=click.IntRange(min=1),
+            type=Count(min=1),
             default=None if solver else 1,
             show_default=not solver,
             help="Sequences per micro-batch on each device."
@@ -115,7 +135,7 @@ def cost_options(solver: bool) -> Decorator:
         ),
         click.option(
             "--zero",
-            type=click.IntRange(0, 3),
+            type=Count(0, 3),
             default=defaults.zero_stage,
             show_default=True,
             help="ZeRO stage 0-3: shard optimizer states (1), gradients (2), weights (3) over dp.",

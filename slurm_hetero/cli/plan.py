@@ -27,6 +27,7 @@ from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
     MIN_MFU,
+    Count,
     FiniteFloat,
     cost_options,
     cost_settings,
@@ -383,13 +384,11 @@ def cross_type_gbs(
 @model_options
 @click.option(
     "--micro-batches",
-    type=click.IntRange(min=1),
+    type=Count(min=1),
     help="Micro-batches per step of an average replica (sets the micro-batch size).",
 )
 @cost_options(solver=True)
-@click.option(
-    "--per-node", type=click.IntRange(min=1), default=8, show_default=True, help="Devices per node."
-)
+@click.option("--per-node", type=Count(min=1), default=8, show_default=True, help="Devices per node.")
 @click.option(
     "--network-gbs",
     type=FiniteFloat(MIN_GBS, MAX_GBS),

@@ -12,6 +12,7 @@ import click
 from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.options import Count
 from slurm_hetero.config import Settings, exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
@@ -189,7 +190,7 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--mem-per-cpu", help="As sbatch --mem-per-cpu.")
 @click.option("--nodelist", "-w", help="As sbatch --nodelist (gpumem/gpucore with it is refused).")
 @click.option("--exclude", "-x", help="As sbatch --exclude (gpumem/gpucore with it is refused).")
-@click.option("--uid", type=int, help="Submitting user id (exempt users are left alone).")
+@click.option("--uid", type=Count(min=0), help="Submitting user id (exempt users are left alone).")
 @click.option(
     "--slurm-release",
     type=click.Choice(["22.05", "24.11"]),

@@ -92,7 +92,9 @@ def resolve_measured(
     measured: Mapping[str, float], catalog: Catalog, site_types: Mapping[str, str] | None = None
 ) -> dict[str, float]:
     """`measured` keyed by catalog type; `site_types` maps the allocation's site Type= names to
-    catalog types. Exact names first, then a unique case-insensitive match; else an error."""
+    catalog types. Exact names first, then a unique case-insensitive match; else an error. Two
+    keys for one type (an alias and its canonical name, `h100` and `h100_sxm`) are refused as a
+    duplicate key is: which one a plan used would depend on their order."""
     site = dict(site_types or {})
     names: dict[str, str] = {t: t for t in catalog.types()}
     names.update({a: s.type for s in catalog.specs for a in s.aliases})
@@ -101,12 +103,18 @@ def resolve_measured(
     for name, canonical in names.items():
         folded.setdefault(_fold(name), set()).add(canonical)
     out: dict[str, float] = {}
+    keys: dict[str, str] = {}
     for key, value in measured.items():
         match = names.get(key)
         if match is None and len(folded.get(_fold(key), ())) == 1:
             match = next(iter(folded[_fold(key)]))
         if match is None:
             raise RequestError(f"--measured key {key!r}", _unknown_key(key, folded, site, catalog))
+        if match in keys:
+            raise RequestError(
+                f"--measured keys {keys[match]!r} and {key!r}", f"both name device type {match}; keep one"
+            )
+        keys[match] = key
         out[match] = float(value)
     return out
 

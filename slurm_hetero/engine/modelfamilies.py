@@ -36,21 +36,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_hetero.engine.modelspec import ModelSpec, _head_dim, _int, _kv_heads, _llama_spec
+from slurm_hetero.engine.modelspec import ModelSpec, _flag, _head_dim, _int, _kv_heads, _llama_spec
 from slurm_hetero.errors import ConfigError
 
 Reader = Callable[[Mapping[str, Any], str], ModelSpec]
-
-
-def _flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
-    """A JSON true or false (absent or null: `default`); anything else is refused (the string
-    "false" is truthy to Python, so it would read as true)."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {value!r}", name, key)
-    return value
 
 
 def _either(config: Mapping[str, Any], key: str, old: str) -> Mapping[str, Any]:

@@ -178,6 +178,17 @@ def _int(config: Mapping[str, Any], key: str, name: str, default: int | None = N
     return value
 
 
+def _flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
+    """A JSON true or false (absent or null: `default`); anything else is refused (the string
+    "false" is truthy to Python, so it would read as true)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {repr(value)[:40]}", name, key)
+    return value
+
+
 def _head_dim(config: Mapping[str, Any], name: str, hidden: int, heads: int) -> int:
     if config.get("head_dim") is not None:
         return _int(config, "head_dim", name)
@@ -200,7 +211,7 @@ def _llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelS
     hidden = _int(config, "hidden_size", name)
     heads = _int(config, "num_attention_heads", name)
     kv_heads = _kv_heads(config, name, heads)
-    bias = bool(config.get("attention_bias", False))
+    bias = _flag(config, name, "attention_bias", False)
     return ModelSpec(
         name=name,
         family="llama",
@@ -213,13 +224,13 @@ def _llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelS
         intermediate=_int(config, "intermediate_size", name),
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "max_position_embeddings", name, 4096),
-        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", False),
         gated_mlp=True,
         num_experts=_int(config, "num_local_experts", name, 1),
         experts_per_token=_int(config, "num_experts_per_tok", name, 1),
         qkv_bias=bias or model_type == "qwen2",
         o_bias=bias,
-        mlp_bias=bool(config.get("mlp_bias", False)),
+        mlp_bias=_flag(config, name, "mlp_bias", False),
     )
 
 
@@ -239,7 +250,7 @@ def _gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
         intermediate=_int(config, "n_inner", name) if inner is not None else 4 * hidden,
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "n_positions", name),
-        tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", True),
         gated_mlp=False,
         qkv_bias=True,
         o_bias=True,
@@ -266,7 +277,7 @@ def _t5_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
         intermediate=_int(config, "d_ff", name),
         vocab=_int(config, "vocab_size", name),
         max_positions=_int(config, "n_positions", name, 512),
-        tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        tie_embeddings=_flag(config, name, "tie_word_embeddings", True),
         gated_mlp=str(config.get("feed_forward_proj", "relu")).startswith("gated"),
         relative_buckets=_int(config, "relative_attention_num_buckets", name, 32),
     )

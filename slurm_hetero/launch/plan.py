@@ -51,6 +51,7 @@ from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.launch.rankenv import (
+    TORCHRUN_UNKNOWN_PREFIX,
     Groups,
     PlanSummary,
     master_port,
@@ -457,9 +458,13 @@ def visible_env_names() -> frozenset[str]:
 def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict[str, str]:
     """The command's environment: the launcher's, less the visible-device variables of other
     vendors (srun copies the submitting host's, e.g. ASCEND_RT_VISIBLE_DEVICES onto an NVIDIA rank),
-    then the rank's own (`rank_env`, which sets its vendor's)."""
+    then the rank's own (`rank_env`, which sets its vendor's). torchrun's variables the launcher
+    cannot know (TORCHELASTIC_*) are dropped too: a stale one would pass for an elastic agent's."""
     foreign = visible_env_names() - set(rank_env)
-    return {**{k: v for k, v in environ.items() if k not in foreign}, **rank_env}
+    kept = {
+        k: v for k, v in environ.items() if k not in foreign and not k.startswith(TORCHRUN_UNKNOWN_PREFIX)
+    }
+    return {**kept, **rank_env}
 
 
 def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
@@ -516,7 +521,7 @@ def build_plan(
     plans = []
     for a, doc in zip(ranked, docs):
         site = site_of[a.rank]
-        env = rank_env(doc, master, digest, options.layout_dir)
+        env = rank_env(doc, master, digest, options.layout_dir, job.nodes)
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
         plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))
     return LaunchPlan(job.job_id, step_id, layout, tuple(plans), digest, notes)

@@ -211,13 +211,34 @@ def master_port(job_id: str, step_id: int) -> int:
     return PORT_BASE + (job * STEPS_PER_JOB + step_id) % PORT_SPAN
 
 
-def rank_env(doc: RankLayout, master: tuple[str, int], plan_id: str, layout_dir: str) -> dict[str, str]:
-    """The torch.distributed variables, the layout file and the communicators' variables."""
+# What torchrun sets that a launcher without an elastic agent cannot know (its run id, restart
+# count, agent store, error file): dropped from the inherited environment, so a stale one from the
+# user's shell (srun copies it) never tells a framework it runs under torchelastic.
+TORCHRUN_UNKNOWN_PREFIX = "TORCHELASTIC_"
+TORCHRUN_ROLE = "default"  # torchrun's role name when none is given
+
+
+def rank_env(
+    doc: RankLayout, master: tuple[str, int], plan_id: str, layout_dir: str, step_nodes: Sequence[str] = ()
+) -> dict[str, str]:
+    """The torch.distributed variables, the layout file and the communicators' variables. Every
+    variable torchrun documents that the launcher knows is set, so none leaks in from the user's
+    environment (a stale GROUP_RANK=5): GROUP_RANK and NODE_RANK are the node's index among the
+    step's nodes `step_nodes` (in Slurm's order), GROUP_WORLD_SIZE their count, and the single
+    role's ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE."""
+    nodes = list(step_nodes) or [doc.node]
+    node_rank = nodes.index(doc.node) if doc.node in nodes else 0
     env = {
         "RANK": str(doc.rank),
         "WORLD_SIZE": str(doc.world_size),
         "LOCAL_RANK": str(doc.local_rank),
         "LOCAL_WORLD_SIZE": str(doc.local_world_size),
+        "GROUP_RANK": str(node_rank),
+        "NODE_RANK": str(node_rank),
+        "GROUP_WORLD_SIZE": str(len(nodes)),
+        "ROLE_NAME": TORCHRUN_ROLE,
+        "ROLE_RANK": str(doc.rank),
+        "ROLE_WORLD_SIZE": str(doc.world_size),
         "MASTER_ADDR": master[0],
         "MASTER_PORT": str(master[1]),
         "SLURM_HETERO_LAYOUT": f"{layout_dir}/rank-{doc.rank}.json",

@@ -83,8 +83,12 @@ Environment of the command
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first node in task
 order, or `--master-addr`), MASTER_PORT (20000 + (jobid * 64 + stepid) % 20000, or
 `--master-port`: the first 64 steps of 312 consecutive jobs all differ): the torch.distributed
-env:// names. Each rank sees exactly one device: Slurm's
-CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / GPU_DEVICE_ORDINAL are narrowed to it and the
+env:// names. torchrun's others are set alike, so none leaks in from the user's shell (srun
+copies it): GROUP_RANK and NODE_RANK (the node's index among the step's nodes), GROUP_WORLD_SIZE
+(their count), ROLE_NAME (`default`), ROLE_RANK and ROLE_WORLD_SIZE (RANK and WORLD_SIZE: one
+role); TORCHELASTIC_* (an elastic agent's run id, restarts, store) are removed.
+Each rank sees exactly one device: Slurm's CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES /
+GPU_DEVICE_ORDINAL are narrowed to it and the
 vendor's own variable is set (ASCEND_RT_VISIBLE_DEVICES, MLU_VISIBLE_DEVICES, ...), so the
 device is index 0 of its runtime (LOCAL_RANK is the position on the node, not a device index).
 One level per runtime: where a runtime applies a variable inside another (ROCm and Hygon's DTK:
@@ -123,7 +127,13 @@ Supervision and failure modes
 - Default: the launcher stays the parent, prefixes each output line `[rank R TYPE stage S]` (or
   writes DIR/rank-R.out and .err with `--log-dir DIR`: made when missing and opened before the
   command starts, so a directory that cannot be written is a one-line error and nothing runs),
-  and forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to the command. Output is relayed in
+  and forwards signals: SIGTERM, SIGINT and SIGHUP, which ask the command to stop, to the
+  command and every process it started (a shell's `sleep`, a trainer's data-loader workers: left
+  running, they held the step open after the launcher exited); SIGUSR1 and SIGUSR2 (a
+  checkpoint request, `sbatch --signal=USR1@60`) to the command alone, which decides what its
+  children hear. Under a terminal, Ctrl-C's SIGINT reaches the whole foreground process group
+  already, so a child may see it twice (Python's workers: a second KeyboardInterrupt while
+  unwinding the first). Output is relayed in
   pieces of at most 64 KiB (a long line keeps one prefix); when a log file cannot be written (a
   full disk) the launcher prints `slurm-hetero: rank R: cannot write PATH: REASON; output dropped
   from here` once and keeps draining the command's output, so the command never blocks and the
@@ -144,7 +154,14 @@ Supervision and failure modes
   A command stopped by a signal the launcher forwarded ends quietly with 128 + N: the step is
   ending anyway; after a SIGTERM the launcher first waits up to 3 s for a SIGURG that may be
   behind it (srun -K's SIGTERM can overtake the failing rank's scancel), and exits 0 if it
-  comes. If a launcher itself
+  comes. SIGTERM and SIGURG together, in either order, mean Slurm is ending the step (`srun -K`
+  after a failing rank): the launcher SIGKILLs its command's tree at once and exits 0, since
+  Slurm kills the launcher itself after its KillWait (30 s by default, 5 s on the dev cluster),
+  which can come before the 10 s grace, and srun would report 137. A SIGURG or stop signal
+  that comes while the launcher still plans (a peer failed at once) is kept, not lost: the
+  command is then not started, and the launcher exits as above (0 after SIGURG, else 128 + N).
+  `--log-dir ''` (an unset variable) is refused rather than read as the current directory.
+  If a launcher itself
   is killed the command follows it (parent-death signal); `srun --kill-on-bad-exit=1` then ends
   the step.
 - A rank that hangs after another finished (rank 0 exits 0, rank 1 never returns) is ended by
@@ -228,7 +245,8 @@ def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
     out = []
     for item in spec.split(","):
         parts = item.strip().split(":")
-        if len(parts) != 3 or not parts[0] or not parts[2].isdigit() or int(parts[2]) < 1:
+        tasks = syntax.whole_number(parts[-1])
+        if len(parts) != 3 or not parts[0] or tasks is None or tasks < 1:
             raise LaunchError(
                 f"--simulate {syntax.text(spec)}: bad entry {syntax.text(item.strip())}; expected "
                 "NODE:TYPE:N with N >= 1"
@@ -237,7 +255,7 @@ def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
             syntax.host_name(parts[0])
         except ValueError as e:
             raise LaunchError(f"--simulate: node {e}") from None
-        out.append((parts[0], parts[1].lower(), int(parts[2])))
+        out.append((parts[0], parts[1].lower(), tasks))
     return out
 
 

@@ -2,8 +2,9 @@
 
 This module owns what happens while the command runs (the launcher manual, `slurm_hetero.launch.run`,
 states the rules for users): the child is started with a parent-death signal, each output line is
-prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT, SIGHUP,
-SIGUSR1 and SIGUSR2 are forwarded to it, and when it fails on its own the failing rank is named
+prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT and
+SIGHUP are forwarded to it and every process it started (STOP_SIGNALS), SIGUSR1 and SIGUSR2 to the
+command alone, and when it fails on its own the failing rank is named
 first and the step is cancelled through `proc.run(["scancel", ...])`. `LaunchError` is the
 launcher's error for a command that cannot start; `launch.run` re-exports it.
 """
@@ -23,19 +24,27 @@ from typing import IO, Any
 
 from slurm_hetero import proc
 from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.launch.early import CATCHING as _CATCHING
+from slurm_hetero.launch.early import EARLY as _EARLY
+from slurm_hetero.launch.early import PEER_FAILED, STOP_SIGNALS
 from slurm_hetero.launch.plan import RankPlan
 
 # The launcher's logger: the supervisor's records keep the name they had before this module split
 # from launch.run (the CLI's log lines show it).
 logger = logging.getLogger("slurm_hetero.launch.run")
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# Signals that ask the command to stop reach its whole tree (`signal_tree`): a shell's `sleep` or a
+# trainer's workers left running kept the step's output open after the launcher exited 143 (F17).
+# SIGUSR1 and SIGUSR2 (a checkpoint request, `sbatch --signal`) go to the command alone, which
+# decides what its children hear.
+FORWARDED = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
 # "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
 # Slurm delivers it to every process of the step; commands ignore it (SIGURG's default action), the
 # launchers end their commands and exit 0, so srun and sbatch report the failing rank's exit code
 # (srun reports the highest exit code, and any task killed by a signal over every exit code).
-PEER_FAILED = signal.SIGURG
+# PEER_FAILED (SIGURG) and STOP_SIGNALS are defined in launch.early, which keeps those that come
+# before the command starts (`catch_early`, re-exported here).
 STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SIGKILL
 # After PEER_FAILED, the failing rank leaves a detached `scancel` (SIGKILL to the step) this long
 # behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
@@ -119,7 +128,7 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
 
 def _kill_if_running(child: subprocess.Popen[bytes], stopped: Sequence[int] = ()) -> None:
     """SIGKILL for what a SIGTERM `STOP_GRACE_S` ago did not end (`stopped`: that tree)."""
-    signal_tree(child, signal.SIGKILL, [pid for pid in stopped if os.path.exists(f"/proc/{pid}")])
+    signal_tree(child, signal.SIGKILL, Supervisor._alive(stopped))
 
 
 def signal_name(code: int) -> str | None:
@@ -146,10 +155,13 @@ class Supervisor:
         self.forwarded: int | None = None
         self.peer_failed = False  # another rank failed: this one was told to stop (PEER_FAILED)
         self.failed = False  # this rank's command failed: the step is being ended from here
+        self.stopped: list[int] = []  # the command's tree as a stop signal or PEER_FAILED found it
         self.last_error = ""
         self.child: subprocess.Popen[bytes] | None = None
 
     def run(self) -> int:
+        if _CATCHING[0] and _EARLY:
+            return self._ended_before_start()
         try:
             child = subprocess.Popen(
                 list(self.command), env=dict(self.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -160,6 +172,10 @@ class Supervisor:
         self.child = child
         previous = {s: signal.signal(s, self._forward) for s in FORWARDED}
         previous[PEER_FAILED] = signal.signal(PEER_FAILED, self._peer_failed)
+        late = list(_EARLY) if _CATCHING[0] else []  # came while the command was being started
+        _CATCHING[0] = False
+        for signum in late:
+            (self._peer_failed if signum == PEER_FAILED else self._forward)(signum, None)
         try:  # handlers stay while the step is cancelled: its SIGTERM reaches this launcher too
             pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
             code = child.wait()
@@ -180,6 +196,27 @@ class Supervisor:
             for s, handler in previous.items():
                 signal.signal(s, signal.SIG_IGN if ending and s in FORWARDED else handler)
 
+    def _ended_before_start(self) -> int:
+        """A stop signal or PEER_FAILED came while planning: the step is ending, so the command is
+        not started. After a SIGTERM, PEER_FAILED_LATE_S for a PEER_FAILED behind it, as with a
+        running command: exit 0 (the failing rank's code is srun's), else 128 + the signal."""
+        deadline = time.monotonic() + PEER_FAILED_LATE_S
+        while PEER_FAILED not in _EARLY and signal.SIGTERM in _EARLY and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if KEEP_HANDLERS_WHEN_ENDING:  # as `run` ends: srun -K's SIGTERM must not end the exit
+            for forwarded in FORWARDED:  # (interpreter shutdown puts Python handlers back to SIG_DFL)
+                signal.signal(forwarded, signal.SIG_IGN)
+        if PEER_FAILED in _EARLY:
+            _CATCHING[0] = False
+            self.peer_failed = True
+            return self.finish(-signal.SIGTERM)
+        _CATCHING[0] = False
+        signum = next(s for s in _EARLY if s in STOP_SIGNALS)
+        logger.info(
+            "rank %d: %s before the command started; not started", self.rank.rank, signal.Signals(signum).name
+        )
+        return 128 + signum
+
     def _wait_for_peer_failed(self, seconds: float) -> None:
         """Wait up to `seconds` for PEER_FAILED (its handler runs in this, the main, thread)."""
         deadline = time.monotonic() + seconds
@@ -187,21 +224,46 @@ class Supervisor:
             time.sleep(0.05)
 
     def _forward(self, signum: int, _frame: Any) -> None:
+        """A signal for the command: the stop signals to its tree, SIGUSR1/2 to it alone. SIGTERM
+        while stopping for a failed peer is Slurm ending the step (srun -K): `_kill_now`."""
+        first_term = signum == signal.SIGTERM and self.forwarded != signal.SIGTERM
         self.forwarded = signum
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
+        child = self.child
+        if child is None:
+            return
+        if first_term and self.peer_failed:
+            self._kill_now(child)
+        elif signum in STOP_SIGNALS:
+            self.stopped = signal_tree(child, signum, self._alive(self.stopped))
+        elif child.poll() is None:
+            child.send_signal(signum)
 
     def _peer_failed(self, _signum: int, _frame: Any) -> None:
-        """Another rank failed: stop the command (SIGTERM, SIGKILL after STOP_GRACE_S)."""
+        """Another rank failed: stop the command (SIGTERM, SIGKILL after STOP_GRACE_S). After a
+        SIGTERM (srun -K's, which can overtake PEER_FAILED) Slurm is ending the step already and
+        kills this launcher after its KillWait (5 s on the dev cluster, under STOP_GRACE_S): the
+        command is killed at once, so the launcher exits 0 and srun reports the failing rank's
+        code, not 137 (A-K7)."""
         if self.failed or self.peer_failed or self.child is None:
             return
         self.peer_failed = True
         child = self.child
-        if child.poll() is None:
-            stopped = signal_tree(child, signal.SIGTERM)
-            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child, stopped))
+        if self.forwarded == signal.SIGTERM:
+            self._kill_now(child)
+        elif child.poll() is None:
+            self.stopped = signal_tree(child, signal.SIGTERM)
+            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child, self.stopped))
             timer.daemon = True
             timer.start()
+
+    def _kill_now(self, child: subprocess.Popen[bytes]) -> None:
+        """SIGKILL to the command's tree and what an earlier stop found of it."""
+        logger.info("rank %d: the step is ending; killing the command", self.rank.rank)
+        self.stopped = signal_tree(child, signal.SIGKILL, self._alive(self.stopped))
+
+    @staticmethod
+    def _alive(pids: Sequence[int]) -> list[int]:
+        return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
 
     def _pump(self, stream: IO[bytes] | None, kind: str) -> threading.Thread:
         thread = threading.Thread(target=self._relay, args=(stream, kind), daemon=True)

@@ -22,7 +22,10 @@ temporary was fsynced before the journal) or, when that is impossible, back from
 Slurm never reads a temporary: they are hidden names it does not open.
 
 Single files (`write_atomic` of one path) use a unique temporary + fsync + (backup) + rename,
-without lock or journal.
+without lock or journal. A single file that is a symbolic link is written through it: the link
+stays and its target is replaced (temporary and backup beside the target), as an editor saves
+a linked file. Replacing the link left its target stale while `calibrate` merged the target's
+content into a new file in the link's place (C10).
 """
 
 from __future__ import annotations
@@ -150,7 +153,10 @@ def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
 
 def write_bytes_atomic(path: Path, data: bytes, backup: bool = False) -> None:
     """One file of any content (a plot) through the single-file path of `write_atomic`: a failed
-    write (a full disk) leaves the old file, or none, never a partial one; OutputError."""
+    write (a full disk) leaves the old file, or none, never a partial one; OutputError. A link is
+    written through (its target replaced, the link kept)."""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SINGLE_SUFFIX, dir=path.parent)

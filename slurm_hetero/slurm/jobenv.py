@@ -305,7 +305,9 @@ def _tasks_by_node(env: Mapping[str, str]) -> dict[str, int]:
 
 def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
     """Nodes in SLURM_NODEID order (component by component in het jobs), their task counts and
-    components."""
+    components. A step on some components of a het job (`srun --het-group=1`, which Slurm allows)
+    runs on theirs: a component none of whose nodes is in the step is not part of it; one only
+    partly in it is an error."""
     by_node = _tasks_by_node(env)
     size = het_size(env)
     if size <= 1:
@@ -316,6 +318,8 @@ def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
         component = component_nodelist(env, k)
         if not component:
             raise JobEnvError(f"no node list for het component {k} (SLURM_JOB_NODELIST_HET_GROUP_{k})")
+        if not any(node in by_node for node in component):
+            continue  # a component this step does not run on
         for node in component:
             if node in nodes:
                 raise JobEnvError(
@@ -324,11 +328,20 @@ def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
             nodes.append(node)
             groups.append(k)
     missing = [n for n in nodes if n not in by_node]
-    if missing:
+    if missing or not nodes:
         raise JobEnvError(
             f"het components name nodes {missing} that are not in the step; use --het-group=all"
+            if missing
+            else f"no het component holds the step's nodes {list(by_node)}"
         )
     return nodes, [by_node[n] for n in nodes], groups
+
+
+def _step_components(ids: tuple[str, ...], groups: list[int]) -> tuple[str, ...]:
+    """The job ids of the components the step runs on (`ids`: every component's, or one id)."""
+    if len(ids) <= 1:
+        return ids
+    return tuple(job for k, job in enumerate(ids) if k in groups)
 
 
 def parse_job_env(env: Mapping[str, str]) -> JobEnv:
@@ -356,7 +369,7 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
         het_groups=tuple(groups),
         job_id=job_id,
         step_id=step_id,
-        component_job_ids=component_job_ids(env, job_id),
+        component_job_ids=_step_components(component_job_ids(env, job_id), groups),
         devices=task_devices(env),
         launch_addr=launch_addr[1] if launch_addr else None,
     )

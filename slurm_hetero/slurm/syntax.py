@@ -151,12 +151,25 @@ def address(value: str) -> str:
     return value
 
 
+MAX_NUMBER_DIGITS = 18  # a whole number on the command line or in a spec: below 2**63
+
+
+def whole_number(value: str, max_digits: int = MAX_NUMBER_DIGITS) -> int | None:
+    """`value` as a whole number when it is ASCII digits only (at most `max_digits`), else None.
+    The one check of numbers users type: Python's int() and str.isdigit() also take other
+    scripts' digits ('٢', fullwidth '２'), and int() underscores and spaces; Slurm, Lua's `%d`
+    and the job_submit hook take none of them."""
+    if not value or not value.isascii() or not value.isdigit() or len(value) > max_digits:
+        return None
+    return int(value)
+
+
 def _range_count(body: str, where: str) -> int:
     total = 0
     for part in body.split(","):
         first, dash, last = part.partition("-")
         for number in (first, last) if dash else (first,):
-            if not number.isascii() or not number.isdigit() or len(number) > MAX_RANGE_DIGITS:
+            if whole_number(number, MAX_RANGE_DIGITS) is None:
                 raise ValueError(f"bad range {part!r} in {where} (want N or N-M, at most 9 digits)")
         low, high = int(first), int(last or first)
         if low > high:

@@ -49,6 +49,19 @@ def test_one_failing_rank_gives_srun_its_exit_code(dev_cluster: Cluster) -> None
     assert "rank 0 on a100n1 stopped: another rank of the step failed" in result.stderr
 
 
+def test_a_peer_ignoring_sigterm_still_gives_srun_the_failing_code(dev_cluster: Cluster) -> None:
+    """A-K7 (22.05): rank 1 exits 7, rank 0's command ignores SIGTERM (`trap '' TERM`). srun -K's
+    own termination killed rank 0's launcher after KillWait (5 s), inside the 10 s grace before
+    SIGKILL: srun said 137. SIGTERM while stopping for a failed peer now kills the command at once."""
+    script = "trap '' TERM; if [ \"$RANK\" = 1 ]; then exit 7; fi; sleep 60"
+    started = time.monotonic()
+    result = run(["srun", "-K", *TWO_NODES, *launch(), "--", "sh", "-c", script])
+    elapsed = time.monotonic() - started
+    assert result.returncode == 7, result.stderr
+    assert "rank 0 on a100n1 stopped: another rank of the step failed" in result.stderr
+    assert "task 0: Killed" not in result.stderr and elapsed < 30, (elapsed, result.stderr)
+
+
 @pytest.mark.parametrize(
     "nodes", [["-n2", "-w", "l40sn1", "--gpus-per-task=1"], TWO_NODES], ids=["one-node", "two-nodes"]
 )

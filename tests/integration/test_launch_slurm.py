@@ -116,6 +116,19 @@ def test_heterogeneous_job_components_form_one_world(dev_cluster: Cluster, measu
     assert {by_rank[0]["CUDA_VISIBLE_DEVICES"], by_rank[1]["CUDA_VISIBLE_DEVICES"]} == {"0", "1"}
 
 
+def test_a_step_on_one_component_of_a_het_job_runs_there(dev_cluster: Cluster, measured: Path) -> None:
+    """A2-H3: `srun --het-group=1 slurm-hetero launch` inside a het allocation (a step on one
+    component, which Slurm allows) was refused; it plans and runs the step it is in."""
+    cmd = launch_argv(measured, "--model", "gpt2", "--global-batch", "8")
+    cmd += ["--", dev_cluster.python, "-c", PRINT_ENV]
+    salloc = ["salloc", "-n2", "--gres=gpu:a100_80g:2", ":", "-n1", "--gres=gpu:l40s:1"]
+    result = run([*salloc, "srun", "--het-group=1", *cmd])
+    assert result.returncode == 0, result.stderr
+    envs = rank_envs(result.stdout)
+    check_consistent(envs, 1)
+    assert envs[0]["SLURMD_NODENAME"] == envs[0]["MASTER_ADDR"] and envs[0]["type"] == "l40s"
+
+
 def test_killing_one_rank_ends_the_step_promptly_naming_it(dev_cluster: Cluster, measured: Path) -> None:
     script = (
         "import os, time, signal\n"

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
@@ -237,3 +238,62 @@ def test_training_refuses_a_nan_gradient_weight(weight: object) -> None:
     with pytest.raises(LayoutError, match=r"grad_weight must be a number in \[0, 1\]"):
         training.grad_weight({"grad_weight": weight})
     assert training.grad_weight({"grad_weight": 0.25}) == 0.25
+
+
+def _commands(
+    group: click.Group, prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], click.Command]]:
+    out = []
+    for name, command in group.commands.items():
+        out.append(((*prefix, name), command))
+        if isinstance(command, click.Group):
+            out.extend(_commands(command, (*prefix, name)))
+    return out
+
+
+NUMERIC_PARAMS = [
+    ("/".join(path), param.name)
+    for path, command in _commands(cli)
+    for param in command.params
+    if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))
+]
+
+
+def test_the_walk_finds_the_numeric_options() -> None:
+    assert ("plan", "global_batch") in NUMERIC_PARAMS and ("launch", "master_port") in NUMERIC_PARAMS
+    assert ("plan", "network_gbs") in NUMERIC_PARAMS and ("fit", "tp") in NUMERIC_PARAMS
+
+
+@pytest.mark.parametrize(("path", "name"), NUMERIC_PARAMS)
+def test_every_numeric_option_takes_ascii_digits_only(path: str, name: str) -> None:
+    """N05/N09: click's int() and float() read '٢' and '２' as 2; every numeric option is a Count
+    or a FiniteFloat, which refuse them."""
+    command = dict(_commands(cli))[tuple(path.split("/"))]
+    [param] = [p for p in command.params if p.name == name]
+    for digit in ("٢", "２", "1_0"):
+        with pytest.raises(click.BadParameter, match="ASCII digits"):
+            param.type.convert(digit, param, None)
+    assert param.type.convert("1", param, None) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["launch", "--dry-run", "--simulate", "x1:a100_80g:٢"],
+        ["launch", "--dry-run", "--simulate", "x1:a100_80g:２"],
+        ["launch", "--dry-run", "--model", "gpt2", "--tp-sizes", "２", "--simulate", "x1:a100_80g:2"],
+        ["launch", "--dry-run", "--model", "gpt2", "--tp-sizes", "1,٤", "--simulate", "x1:a100_80g:2"],
+        ["plan", "--devices", "h100:4", "--global-batch", "８"],
+        ["discover", "--from-file", "x", "--real-memory", "٢"],
+    ],
+)
+def test_non_ascii_digits_are_refused_in_specs(args: list[str]) -> None:
+    result = invoke(*args)
+    assert_clean(result)
+    assert result.exit_code in (1, 2), result.output
+
+
+@pytest.mark.parametrize("text", ["٢", "２", "1_0", " 1", "+1", "-1", "", "1" * 19, "¹"])
+def test_whole_number_takes_ascii_digits_only(text: str) -> None:
+    assert syntax.whole_number(text) is None
+    assert syntax.whole_number("0012") == 12 and syntax.whole_number("9" * 18) == 10**18 - 1

@@ -90,6 +90,41 @@ def test_a_job_outside_het_jobs_cancels_its_one_step() -> None:
     assert (job.job_id, job.step_id, job.world_size, job.component_steps) == ("41", 2, 2, ["41.2"])
 
 
+def one_component_step(k: int = 1) -> dict[str, str]:
+    """Task 2's environment as a step on component 1 only (l40sn1: `srun --het-group=1`), or on
+    components 1 and 2 (`--het-group=1,2`): the step's node list and tasks shrink, the job's stay."""
+    env = load("hetjob3_srun_task2.env.txt")
+    nodes, tasks = ("l40sn1", "1") if k == 1 else ("ascendn1,l40sn1", "1(x2)")
+    env |= {"SLURM_STEP_NODELIST": nodes, "SLURM_STEP_TASKS_PER_NODE": tasks, "SLURM_STEP_NUM_NODES": str(k)}
+    return env | {
+        "SLURM_STEP_NUM_TASKS": str(k),
+        "SLURM_NTASKS": str(k),
+        "SLURM_PROCID": "0",
+        "SLURM_NODEID": "0",
+    }
+
+
+def test_a_step_on_one_het_component_runs_on_its_nodes() -> None:
+    """A2-H3: `srun --het-group=1 slurm-hetero launch` in a het job was refused ("het components
+    name nodes ['a100n1'] that are not in the step"); the step runs on that component's nodes and
+    ends only that component's step."""
+    job = parse_job_env(one_component_step())
+    assert (job.nodes, job.tasks_per_node, job.het_groups) == (("l40sn1",), (1,), (1,))
+    assert (job.rank, job.world_size, job.component_steps) == (0, 1, ["8.0"])
+    two = parse_job_env(one_component_step(2))
+    assert (two.nodes, two.het_groups, two.component_steps) == (
+        ("l40sn1", "ascendn1"),
+        (1, 2),
+        ["8.0", "9.0"],
+    )
+
+
+def test_a_het_component_partly_in_the_step_is_still_an_error() -> None:
+    env = load("hetjob3_srun_task0.env.txt") | {"SLURM_JOB_NODELIST_HET_GROUP_1": "l40sn1,x9"}
+    with pytest.raises(JobEnvError, match=r"name nodes \['x9'\] that are not in the step"):
+        parse_job_env(het_only(env))
+
+
 def test_a_missing_component_job_id_cancels_through_the_first_one() -> None:
     env = het_only(without(load("hetjob3_srun_task0.env.txt"), "SLURM_JOB_ID_HET_GROUP_2"))
     assert parse_job_env(env).component_steps == ["7.0"]

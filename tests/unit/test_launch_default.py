@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from slurm_hetero import proc
 from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
 from slurm_hetero.engine.devicegroups import resolve_measured
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch import run
@@ -261,6 +263,42 @@ def test_measured_keys_must_name_a_type() -> None:
         resolve_measured({"a100_80": 150.0}, CATALOG)
     site = resolve_measured({"LAB_BIG": 99.0}, CATALOG, {"lab_big": "a100_80g"})
     assert site == {"a100_80g": 99.0}
+
+
+@pytest.mark.parametrize(
+    "measured",
+    [
+        {"h100": 300.0, "h100_sxm": 100.0},
+        {"h100_sxm": 100.0, "H100": 300.0},
+        {"A100_80G": 1.0, "a100_80g": 2.0},
+    ],
+)
+def test_two_spellings_of_one_measured_type_are_refused(measured: dict[str, float]) -> None:
+    """Q13: an alias beside its canonical name was accepted and whichever came last won."""
+    first, second = measured
+    with pytest.raises(RequestError, match=f"keys '{first}' and '{second}': both name device type"):
+        resolve_measured(measured, CATALOG)
+
+
+def test_two_spellings_in_a_measured_file_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("h100: 300\nh100_sxm: 100\n")
+    args = [
+        "plan",
+        "--devices",
+        "h100:4,a100:4",
+        "--global-batch",
+        "64",
+        "--model",
+        "gpt2",
+        "--measured",
+        str(path),
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.output == (
+        "slurm-hetero: --measured keys 'h100' and 'h100_sxm': both name device type h100_sxm; keep one\n"
+    )
 
 
 def test_a_measured_typo_stops_the_launch_with_the_types_of_the_step() -> None:

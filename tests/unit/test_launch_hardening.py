@@ -7,20 +7,23 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from slurm_hetero import proc
 from slurm_hetero.cli import cli
-from slurm_hetero.launch import run
+from slurm_hetero.launch import early, run
 from slurm_hetero.launch import supervise as supervisor_module
 from slurm_hetero.launch.rankenv import master_port
 from slurm_hetero.slurm.jobenv import JobEnvError, expand_tasks_per_node, parse_job_env
+from tests.conftest import REPO
 from tests.unit.test_launch_run import EXAMPLE, OPTIONS, Call, python, scancel, supervise, task_env
 
 __all__ = ["scancel"]  # the fixture, used here by name
@@ -155,6 +158,21 @@ def test_an_unwritable_log_dir_is_one_line_before_the_command_starts(tmp_path: P
     assert len(lines) == 1 and lines[0].startswith("slurm-hetero: --log-dir /proc/slurm-hetero-logs: cannot")
     assert "Traceback" not in result.output and not started.exists()
     assert list(tmp_path.iterdir()) == [], "nothing is left when the launch is refused"
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_log_dir_is_refused_not_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty: str
+) -> None:
+    """F21: --log-dir '' (an unset "$LOGDIR") wrote rank-0.out and .err into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    result = CliRunner().invoke(
+        cli, ["launch", "--master-addr", "127.0.0.1", "--log-dir", empty, "--", "true"], env=env
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("slurm-hetero: --log-dir '': empty") and result.output.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_log_dir_that_is_a_file_is_one_line_before_the_command_starts(tmp_path: Path) -> None:
@@ -297,6 +315,96 @@ def test_a_peer_failed_behind_the_steps_sigterm_still_gives_exit_0(
         assert elapsed >= 2.0
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie no reaper collected has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _gone_soon(pid: int, seconds: float = 3.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
+def tree(ready: Path, ignore_sigterm: bool = False) -> tuple[str, ...]:
+    """A command with a child (a shell's `sleep`, a trainer's worker) whose pid it writes to `ready`;
+    with `ignore_sigterm` both ignore SIGTERM (`trap '' TERM`, inherited)."""
+    return python(
+        f"""
+        import os, signal, subprocess, sys
+        if {ignore_sigterm}:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen(["sleep", "33.3"])
+        open(sys.argv[1] + ".tmp", "w").write(str(child.pid))
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        child.wait()
+        """,
+        str(ready),
+    )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1])
+def test_a_stop_signal_reaches_the_commands_whole_tree(
+    scancel: list[Call], tmp_path: Path, signum: int
+) -> None:
+    """F17: SIGTERM reached only the command (`bash -c 'sleep 33.3; ...'`): the launcher exited 143
+    and the `sleep` ran on, holding the step's output open. The stop signals reach the tree;
+    SIGUSR1 and SIGUSR2 the command alone."""
+    ready = tmp_path / "pid"
+    command = tree(ready)
+    stop_when_ready(ready, signum)
+    code = supervise(command)
+    sleeper = int(ready.read_text())
+    try:
+        if signum == signal.SIGUSR1:
+            assert code == 128 + signum and _running(sleeper)  # the command ended by it, its child not
+        else:
+            assert _gone_soon(sleeper), f"the command's child survived {signal.Signals(signum).name}"
+    finally:
+        if _running(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sigterm_first", [False, True])
+def test_sigterm_while_stopping_for_a_failed_peer_kills_at_once_and_exits_0(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str], sigterm_first: bool
+) -> None:
+    """A-K7 (22.05): rank 1 exited 7, ranks 0 and 2 ignored SIGTERM; srun -K's own termination
+    killed their launchers after KillWait (5 s), before STOP_GRACE_S (10 s), and srun reported 137.
+    SIGTERM and PEER_FAILED together (either order) mean Slurm is ending the step: SIGKILL at once."""
+    ready = tmp_path / "pid"
+    command = tree(ready, ignore_sigterm=True)
+    first, second = (signal.SIGTERM, signal.SIGURG) if sigterm_first else (signal.SIGURG, signal.SIGTERM)
+
+    def both() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), first)
+        time.sleep(0.5)
+        os.kill(os.getpid(), second)
+
+    threading.Thread(target=both, daemon=True).start()
+    started = time.monotonic()
+    code = supervise(command)
+    elapsed = time.monotonic() - started
+    sleeper = int(ready.read_text())
+    err = capfd.readouterr().err
+    try:
+        assert code == 0, err
+        assert elapsed < supervisor_module.STOP_GRACE_S / 2, elapsed  # not the grace, nor KillWait
+        assert "stopped: another rank of the step failed" in err
+        assert _gone_soon(sleeper)
+    finally:
+        if _running(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+
+
 def test_the_failing_rank_ignores_the_stop_it_sent(
     scancel: list[Call], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -400,3 +508,109 @@ def test_a_stopped_command_takes_its_children_with_it() -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+@pytest.mark.parametrize(
+    ("signals", "expected"),
+    [
+        ((signal.SIGURG,), 0),
+        ((signal.SIGTERM,), 143),
+        ((signal.SIGTERM, signal.SIGURG), 0),
+        ((signal.SIGINT,), 130),
+    ],
+)
+def test_signals_while_the_launcher_plans_are_not_lost(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    signals: tuple[int, ...],
+    expected: int,
+) -> None:
+    """B1-K5 (24.11): rank 0 exited 1 at once; its PEER_FAILED reached ranks still planning (SIGURG
+    ignored: lost), srun -K's SIGTERM came next, they exited 143 and srun said 143, not 1. Signals
+    from the launch command's start are kept; the command is then not started."""
+    monkeypatch.setattr(supervisor_module, "PEER_FAILED_LATE_S", 1.0)
+    monkeypatch.setattr(supervisor_module, "KEEP_HANDLERS_WHEN_ENDING", True)  # as the launch command
+    saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
+    ran = tmp_path / "ran"
+    try:
+        early.catch_early()
+        os.kill(os.getpid(), signals[0])
+        if len(signals) > 1:
+            threading.Timer(0.3, os.kill, (os.getpid(), signals[1])).start()
+        code = supervise(python("import pathlib, sys; pathlib.Path(sys.argv[1]).touch()", str(ran)))
+        # ending: SIG_IGN, which interpreter shutdown keeps (it puts Python handlers back to
+        # SIG_DFL: srun -K's SIGTERM then ended the exiting launcher, "task 0: Terminated", 24.11)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        supervisor_module._EARLY.clear()
+        supervisor_module._CATCHING[0] = False
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert code == expected and not ran.exists()
+    assert ("stopped: another rank of the step failed" in capfd.readouterr().err) == (expected == 0)
+    assert scancel == []
+
+
+def test_a_peer_failed_while_the_command_starts_is_not_lost(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between planning and the supervisor's handlers (the command's fork and exec), PEER_FAILED
+    is kept too and acted on once the command runs: it is stopped, the rank exits 0."""
+    real = supervisor_module.subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGURG)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", popen)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
+    try:
+        early.catch_early()
+        started = time.monotonic()
+        code = supervise(tree(tmp_path / "pid"))
+    finally:
+        early.stop_catching()
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert code == 0 and time.monotonic() - started < 8
+    assert "stopped: another rank of the step failed" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "wanted"),
+    [
+        (["launch", "--model", "gpt2", "--", "python", "--dry-run"], True),
+        (["launch", "--dry-run", "--simulate", "n:a100:1"], False),
+        (["launch", "--exec", "--", "true"], False),
+        (["plan", "--devices", "a100:1"], False),
+        ([], False),
+    ],
+)
+def test_the_entry_point_keeps_early_signals_for_supervised_launches(argv: list[str], wanted: bool) -> None:
+    assert early.supervised_launch(argv) is wanted
+
+
+def test_early_signals_are_kept_before_the_clis_imports(tmp_path: Path) -> None:
+    """The CLI's imports take about half a second: a PEER_FAILED then was still lost (B1-K5)."""
+    code = """
+        import builtins, signal, sys
+        sys.argv = ["slurm-hetero", "launch", "--", "true"]
+        seen = []
+        real = builtins.__import__
+        def spy(name, *args, **kwargs):
+            if name == "slurm_hetero.cli" and not seen:
+                seen.append(signal.getsignal(signal.SIGURG))
+            return real(name, *args, **kwargs)
+        builtins.__import__ = spy
+        from slurm_hetero.entry import main
+        try:
+            main()
+        except SystemExit:
+            pass
+        print("HANDLER", getattr(seen[0], "__qualname__", seen[0]))
+        """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | {"PYTHONPATH": str(REPO)}
+    result = subprocess.run(python(code), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert "HANDLER _record" in result.stdout, result.stdout + result.stderr

@@ -523,3 +523,27 @@ def test_a_rank_gets_only_its_own_vendors_visible_devices() -> None:
     ascend = process_env({**envs[3], **copied}, own(plans[3], envs[3]))
     assert ascend["ASCEND_RT_VISIBLE_DEVICES"] == "0"  # its own, not the copied 4
     assert "HIP_VISIBLE_DEVICES" not in ascend and "MLU_VISIBLE_DEVICES" not in ascend
+
+
+def test_torchruns_variables_are_the_launchers_and_stale_ones_are_dropped() -> None:
+    """A2-E2: a user's GROUP_RANK=5 and NODE_RANK=5 reached every rank (srun copies the shell's
+    environment). Every torchrun variable the launcher knows is set; TORCHELASTIC_* dropped."""
+    from slurm_hetero.launch.plan import process_env
+
+    inv = ClusterInventory((node("n1", "a100_80g", 2), node("n2", "l40s", 1), node("n3", "a100_80g", 1)))
+    steps = [("n1", 2), ("n2", 1), ("n3", 1)]
+    stale = {
+        "GROUP_RANK": "5", "NODE_RANK": "5", "GROUP_WORLD_SIZE": "9", "ROLE_RANK": "7",
+        "ROLE_WORLD_SIZE": "99", "ROLE_NAME": "trainer", "TORCHELASTIC_RUN_ID": "old",
+        "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "3", "OMP_NUM_THREADS": "4",
+    }  # fmt: skip
+    seen = []
+    for rank in range(4):
+        env = slurm_env(steps, rank)
+        got = process_env({**env, **stale}, own(plan_from(env, inv), env))
+        assert not [k for k in got if k.startswith("TORCHELASTIC_")]
+        assert got["OMP_NUM_THREADS"] == "4"  # not torchrun's: the user's
+        assert (got["ROLE_RANK"], got["ROLE_WORLD_SIZE"], got["ROLE_NAME"]) == (str(rank), "4", "default")
+        assert got["GROUP_RANK"] == got["NODE_RANK"] and got["GROUP_WORLD_SIZE"] == "3"
+        seen.append(int(got["NODE_RANK"]))
+    assert seen == [0, 0, 1, 2]

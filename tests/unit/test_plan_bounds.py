@@ -24,7 +24,10 @@ from slurm_hetero.engine.modelspec import MAX_LAYERS, from_hf_config
 from slurm_hetero.engine.shapes import MAX_CANDIDATES, _bounded_product, shape_search
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.modelconfigs import layer_costs_for
+from tests.conftest import REPO
 from tests.unit.test_layout import random_spec
+
+BUNDLED = REPO / "slurm_hetero" / "data" / "hf_configs"
 
 FIVE_TYPES = "h100_sxm:8,a100_80g:8,l40s:8,v100_32g:8,mi300x:8"
 SIX_TYPES = FIVE_TYPES + ",t4:8"
@@ -396,3 +399,48 @@ def test_no_shape_names_the_real_reason_not_a_common_divisor() -> None:
     with pytest.raises(RequestError) as raised:
         solve(spec_of("a100:8", "gpt2", seq=1024, batch=64, tp_sizes=(16,)))
     assert "a100_80g has 8 per node" in str(raised.value) and "divisor" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("model", "key"),
+    [
+        ("llama-2-7b", "tie_word_embeddings"),
+        ("llama-2-7b", "attention_bias"),
+        ("llama-2-7b", "mlp_bias"),
+        ("gpt2", "tie_word_embeddings"),
+        ("t5-large", "tie_word_embeddings"),
+    ],
+)
+def test_boolean_config_fields_must_be_booleans(model: str, key: str) -> None:
+    """P07/P07b: "yes" and "false" were read as true, NaN too; every family's flags are JSON booleans."""
+    config = json.loads((BUNDLED / f"{model}.json").read_text())
+    for value, shown in (("yes", "'yes'"), ("false", "'false'"), (float("nan"), "nan"), (1, "1")):
+        with pytest.raises(ConfigError, match=f"{key} must be true or false, got {shown}"):
+            from_hf_config({**config, key: value}, model)
+    assert from_hf_config({**config, key: False}, model).name == model
+
+
+def test_a_string_flag_in_a_model_file_is_one_line(tmp_path: Path) -> None:
+    config = json.loads((BUNDLED / "gpt2.json").read_text())
+    path = tmp_path / "tie_str.json"
+    path.write_text(json.dumps({**config, "tie_word_embeddings": "yes"}))
+    result = CliRunner().invoke(
+        cli, ["plan", "--devices", "h100:4", "--global-batch", "8", "--model", str(path)]
+    )
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "tie_word_embeddings must be true or false" in result.output
+
+
+PLAN_ARGS = ["plan", "--devices", "h100:4", "--global-batch", "8"]
+LAUNCH_ARGS = ["launch", "--dry-run", "--simulate", "x1:a100_80g:2"]
+
+
+@pytest.mark.parametrize("name", ["m" * 300, "m" * 5000, "mmm/" + "x" * 300 + "/config.json"])
+@pytest.mark.parametrize("command", [PLAN_ARGS, LAUNCH_ARGS, ["fit"]])
+def test_a_model_name_too_long_for_a_path_is_one_line(command: list[str], name: str) -> None:
+    """P40/F18/P40b/P40c: a name (or one path component) past NAME_MAX was tried as a path and
+    ended in OSError's traceback."""
+    result = CliRunner().invoke(cli, [*command, "--model", name])
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("slurm-hetero: unknown model 'mmm") and len(last) < 1000

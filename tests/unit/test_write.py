@@ -323,3 +323,28 @@ def test_single_files_keep_backups_without_a_lock_file(tmp_path: Path) -> None:
         write_atomic({target: version})
     assert sorted(p.read_text() for p in tmp_path.glob("cluster.yaml.*.bak")) == ["a\n", "b\n"]
     assert not (tmp_path / LOCK_NAME).exists() and not list(tmp_path.glob(".*"))
+
+
+def test_a_single_file_behind_a_link_is_written_through_it(tmp_path: Path) -> None:
+    """C10: `calibrate --out LINK` merged the target's content into a new file in the link's place
+    and left the target stale. A single file is written through a link: the link stays, its
+    target is replaced atomically, the backup beside the target."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "target.yaml").write_text("old\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to("shared/target.yaml")
+    assert write_atomic({link: "new\n"}) == [link]
+    assert link.is_symlink() and (shared / "target.yaml").read_text() == "new\n"
+    assert [p.name for p in shared.glob("target.yaml.*.bak")] and list(tmp_path.glob("link.yaml*")) == [link]
+
+
+def test_calibrate_merges_into_a_linked_file(tmp_path: Path) -> None:
+    from slurm_hetero.launch import calibrate as cal
+
+    (tmp_path / "target.yaml").write_text("a100_80g: 111\n")
+    link = tmp_path / "callink.yaml"
+    link.symlink_to("target.yaml")
+    cal.store(link, cal.Calibration("l40s", 90.0, 60.0, 5e4, "cpu", "fp32", "2025-01-01T00:00:00Z"))
+    assert link.is_symlink()
+    assert set(cal.load_measured(tmp_path / "target.yaml")) == {"a100_80g", "l40s"}

@@ -1,0 +1,51 @@
+"""Signals a launcher receives before its command starts, kept rather than lost. Imports nothing
+heavy, so the entry point (`slurm_hetero.entry`) can set it up before the CLI's imports.
+
+A peer that fails at once sends PEER_FAILED while the other launchers still import and plan:
+SIGURG's default is to ignore it, so it was lost, srun -K's SIGTERM came next and those ranks
+exited 143 (or were Terminated), which srun reported instead of the failing rank's code (B1-K5,
+24.11). From `catch_early` on, PEER_FAILED and the stop signals are recorded; the supervisor
+(`launch.supervise`) acts on them when it starts, and from then on its own handlers do.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+# Signals that ask the command to stop; the supervisor forwards them to the command's whole tree.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
+PEER_FAILED = signal.SIGURG
+
+EARLY: list[int] = []  # the signals recorded, in order
+CATCHING = [False]  # recording (until a supervisor starts or the launch command returns)
+
+
+def _record(signum: int, _frame: Any) -> None:
+    if CATCHING[0]:
+        EARLY.append(signum)
+
+
+def catch_early() -> None:
+    """Record PEER_FAILED and the stop signals from here (what came since an earlier call is kept)."""
+    if not CATCHING[0]:
+        EARLY.clear()
+        CATCHING[0] = True
+    for signum in (PEER_FAILED, *STOP_SIGNALS):
+        signal.signal(signum, _record)
+
+
+def stop_catching() -> None:
+    """The handlers record nothing from here (the launch command has returned)."""
+    CATCHING[0] = False
+
+
+def supervised_launch(argv: Sequence[str]) -> bool:
+    """Whether `argv` (the command line after the program) is `launch` that will supervise a
+    command: not --dry-run (which must stay interruptible) nor --exec."""
+    if not argv or argv[0] != "launch":
+        return False
+    options = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    return not {"--dry-run", "--exec"} & set(options)
