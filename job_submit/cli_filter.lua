@@ -41,18 +41,18 @@ function slurm_cli_setup_defaults(options, early_pass)
   return real.SUCCESS
 end
 
-local function pre_submit(options)
+local function pre_submit(options, offset)
   -- the plugin names its client in options.type (22.05, 24.11); only srun creates a step from
   -- these very options (without a type, slurm_hetero_srun.lua asks /proc/self/status)
   local kind = options["type"]
   if kind ~= nil and kind ~= "srun" then return real.SUCCESS end
   if not asks_us(options) then return real.SUCCESS end
   decide = decide or dofile(srun_path())
-  return decide(options)
+  return decide(options, offset)
 end
 
 function slurm_cli_pre_submit(options, pack_offset)
-  local ok, rc = pcall(pre_submit, options)
+  local ok, rc = pcall(pre_submit, options, pack_offset)
   slurm = real
   if not ok then
     if real.log_debug then real.log_debug("slurm_hetero cli_filter: %s", tostring(rc)) end

@@ -283,18 +283,61 @@ local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
 
--- The srun options with the hook's decision written in (changed in place); a Slurm code.
-return function(options)
-  local name, uid = client()
-  if name ~= "srun" then return real.SUCCESS end
-  local isset = set_options(options)
-  local before = job_of(options, isset)
-  if not counts_known(before, isset) then return real.SUCCESS end
-  local hook, why = load_hook()
-  if hook == nil then
-    debug_log("slurm_hetero cli_filter: %s", why)
-    return real.SUCCESS
+-- The job this srun makes a step of: srun inside salloc or sbatch (SLURM_JOB_ID, which srun
+-- also reads as --jobid) or with --jobid; nil for a new job. Its digits only: the id goes into a
+-- command line.
+local function allocation(options)
+  local id = text(options, "jobid") or os.getenv("SLURM_JOB_ID")
+  return id and string.match(id, "^(%d+)") or nil
+end
+
+-- The gpu types the job holds, in the order scontrol shows them ({} when none), from the
+-- allocation's GRES in `scontrol show job -d -o` (JOB_GRES=gpu:l40s:1 and each node's
+-- GRES=gpu:l40s:1(IDX:0), 22.05 and 24.11); nil when scontrol cannot say.
+local function held_types(job_id)
+  local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>/dev/null")
+  if not ok or not pipe then return nil end
+  local shown = pipe:read("*a") or ""
+  pipe:close()
+  if not string.find(shown, "^JobId=" .. job_id .. "%s") then return nil end
+  local types, seen = {}, {}
+  for value in string.gmatch(shown, "[%s_]GRES=(%S+)") do
+    for gpu_type in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):%d") do
+      if not seen[gpu_type] then seen[gpu_type], types[#types + 1] = true, gpu_type end
+    end
   end
+  return types
+end
+
+-- The step's request with its device count given the type gpu_type (a gpu item with a count
+-- gets the type; without one, one device per node, as the hook's default): a copy of `job`, or
+-- nil and the type named when the request names one the job does not hold.
+local function typed_as(job, gpu_type, holds)
+  local out, counted, form = {}, false, nil
+  for k, v in pairs(job) do out[k] = v end
+  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }) do
+    if job[field] then
+      local items = {}
+      for item in string.gmatch(job[field], "[^,]+") do
+        local prefix, rest = string.match(item, "^(g?r?e?s?[:/]?)gpu[:=](.*)$")
+        if prefix and (prefix == "" or prefix == "gres:" or prefix == "gres/") then
+          local named = string.match(rest, "^([^:=]+)[:=]%d+$")
+          if named and not holds[named] then return nil, named end
+          if named == nil and string.find(rest, "^%d+$") then item = prefix .. "gpu:" .. gpu_type .. ":" .. rest end
+          counted = true
+        end
+        form = form or string.match(item, "^(gres[:/])")
+        items[#items + 1] = item
+      end
+      out[field] = table.concat(items, ",")
+    end
+  end
+  if not counted then out.tres_per_node = joined(out.tres_per_node, (form or "") .. "gpu:" .. gpu_type .. ":1") end
+  return out, nil
+end
+
+-- The hook on a job_desc: its return code, the job as it would store it, what it said.
+local function run_hook(hook, before, uid)
   local after = {}
   for k, v in pairs(before) do after[k] = v end
   local job = setmetatable({}, {
@@ -308,21 +351,103 @@ return function(options)
   slurm = quiet
   local called, result = pcall(hook, job, {}, uid)
   slurm = real
-  if not called then
-    debug_log("slurm_hetero cli_filter: %s", tostring(result))
+  if not called then error(result, 0) end
+  return result, after, said
+end
+
+-- A step is not a new job: its devices come from the job it runs in. The hook decides the
+-- request on each gpu type that job holds (the count as the request gives it); the first the
+-- hook accepts is the step's, else one line names the job's devices and why none fits.
+local function decide_step(hook, before, uid, job_id)
+  local request = string.gsub(table.concat({ before.tres_per_node or "", before.tres_per_job or "",
+                                             before.tres_per_task or "", before.tres_per_socket or "" }, ","),
+                              "gres[:/]", "")
+  request = string.gsub(string.gsub(request, ",,+", ","), "^,*(.-),*$", "%1")
+  local types = held_types(job_id)
+  if types == nil or #types == 0 then
+    local what = types == nil and "slurm-hetero cannot read which devices it holds"
+      or "it holds no gpu devices"
+    return nil, string.format("%s: this srun is a step of job %s and %s; ask for that job's devices "
+      .. "instead (--gres=gpu:N)", request, job_id, what)
+  end
+  local holds, reasons = {}, {}
+  for _, gpu_type in ipairs(types) do holds[gpu_type] = true end
+  for _, gpu_type in ipairs(types) do
+    local job, other = typed_as(before, gpu_type, holds)
+    if job == nil then
+      return nil, string.format("%s: this srun is a step of job %s, which holds %s devices, not %s",
+        request, job_id, table.concat(types, ", "), other)
+    end
+    local rc, after, lines = run_hook(hook, job, uid)
+    if rc == real.SUCCESS and #lines > 0 then
+      after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
+      lines[1] = lines[1] .. " (a step of job " .. job_id .. ")"
+      return after, lines
+    end
+    -- the hook's reason without its hint (which may name types this job does not hold)
+    reasons[#reasons + 1] = string.match(lines[1] or "", ": ([^;]*)") or (gpu_type .. " refused")
+  end
+  return nil, string.format("%s: this srun is a step of job %s, whose %s devices cannot hold it (%s)",
+    request, job_id, table.concat(types, ", "), table.concat(reasons, "; "))
+end
+
+-- Whether an earlier component of this heterogeneous srun was rewritten here: the hook then
+-- never sees its gpumem, so a later component the hook refuses for its nodes is refused here.
+local het_rewrote = false
+
+-- The srun options with the hook's decision written in (changed in place); a Slurm code.
+-- offset: the het component (cli_filter's pack_offset: 0, 1, ... in srun A : B).
+return function(options, offset)
+  local name, uid = client()
+  if name ~= "srun" then return real.SUCCESS end
+  local isset = set_options(options)
+  local before = job_of(options, isset)
+  local job_id = allocation(options)
+  if job_id == nil and not counts_known(before, isset) then return real.SUCCESS end
+  local hook, why = load_hook()
+  if hook == nil then
+    debug_log("slurm_hetero cli_filter: %s", why)
     return real.SUCCESS
   end
-  -- a refusal is the hook's: it returns the specific Slurm error the client prints (here
-  -- the client could only say "cli_filter plugin terminated with error")
-  if result ~= real.SUCCESS then return real.SUCCESS end
-  if #said == 0 then return real.SUCCESS end  -- untouched, exempt or failed open
+  local after, lines
+  if job_id then
+    -- exempt users are left alone, as by the hook
+    local rc, _, exempt = run_hook(hook, before, uid)
+    if rc == real.SUCCESS and #exempt == 0 then return real.SUCCESS end
+    after, lines = decide_step(hook, before, uid, job_id)
+    if after == nil then
+      real.log_error("%s", lines)
+      return real.ERROR
+    end
+  else
+    offset = tonumber(offset)
+    if offset == 0 then het_rewrote = false end
+    if offset then before.het_job_offset = offset end
+    local ok, rc, decided, told = pcall(run_hook, hook, before, uid)
+    if not ok then
+      debug_log("slurm_hetero cli_filter: %s", tostring(rc))
+      return real.SUCCESS
+    end
+    if rc ~= real.SUCCESS and offset and offset > 0 and het_rewrote then
+      real.log_error("%s", told[1] or "refused")
+      return real.ERROR
+    end
+    -- a refusal is the hook's: it returns the specific Slurm error the client prints (here
+    -- the client could only say "cli_filter plugin terminated with error")
+    if rc ~= real.SUCCESS then return real.SUCCESS end
+    if #told == 0 then return real.SUCCESS end  -- untouched, exempt or failed open
+    after, lines = decided, told
+    before.het_job_offset = nil
+    after.het_job_offset = nil
+  end
   local set = changes(options, before, after)
   if set == nil then
     real.log_error("%s; srun cannot give the job step these devices with these options: ask %s instead",
-                   said[1], instead(before, after))
+                   lines[1], instead(before, after))
     return real.ERROR
   end
   for option, value in pairs(set) do options[option] = value end
-  for _, line in ipairs(said) do real.log_info("%s", line) end
+  if offset and job_id == nil then het_rewrote = true end
+  for _, line in ipairs(lines) do real.log_info("%s", line) end
   return real.SUCCESS
 end

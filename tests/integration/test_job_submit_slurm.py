@@ -556,6 +556,58 @@ def test_heterogeneous_components_the_hook_accepts_start(
         assert tres(fields["TresPerNode"]) == tres(outcome.job.tres_per_node or ""), offset
 
 
+@pytest.mark.parametrize(
+    ("held", "step", "fits"),
+    [("l40s", "gpumem:20G", True), ("l40s", "gpumem:70G", False), ("a100_80g", "gpumem:10G", True)],
+)
+def test_srun_in_an_allocation_is_decided_among_its_devices(
+    dev_cluster: Cluster, held: str, step: str, fits: bool
+) -> None:
+    """Issue 10 item 5 (adversarial pass, 24.11): srun inside salloc was decided as a new job: in
+    an l40s allocation `srun --gres=gpumem:70G` printed `-> gres/gpu:a100_80g:1` and failed
+    "Invalid generic resource (gres) specification"; in an a100_80g one `gpumem:10G` became l40s
+    and failed. Now the step gets the allocation's type, or one line names its devices."""
+    inner = f"srun --gres={step} sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'"
+    run = as_user("salloc", "-t", "2", f"--gres=gpu:{held}:1", "sh", "-c", inner)
+    others = {"l40s", "a100_80g"} - {held}
+    assert not any(f"gpu:{other}" in run.stderr for other in others), run.stderr  # never another type
+    if fits:
+        assert run.returncode == 0, run.stderr
+        assert f"-> gres{'/' if dev_cluster.name != '22.05' else ':'}gpu:{held}:1" in run.stderr, run.stderr
+        assert "(a step of job " in run.stderr and "CUDA_VISIBLE_DEVICES=0" in run.stdout, (
+            run.stdout,
+            run.stderr,
+        )
+    else:
+        assert run.returncode != 0 and f"whose {held} devices cannot hold it" in run.stderr, run.stderr
+        assert "Invalid generic resource" not in run.stderr, run.stderr  # refused before the request left
+
+
+def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Issue 10 item 5: `srun --gres=gpumem:20G A : --gres=gpumem:20G B` (no allocation) rewrote
+    both components to l40s (components never share a node) and waited forever. Each component is
+    now decided as the hook decides het components (explain with `taken`)."""
+    from slurm_hetero.submit import het_taken
+
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    taken: dict[str, int] = {}
+    outcomes = []
+    for _ in range(2):
+        job = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
+        outcomes.append(explain(model, hook, job, taken=taken))
+        taken = het_taken(taken, outcomes[-1])
+    run = as_user("srun", "-t", "1", "--gres=gpumem:20G", "hostname", ":", "--gres=gpumem:20G", "hostname")
+    refused = [o for o in outcomes if not o.ok]
+    if refused:
+        assert run.returncode != 0 and refused[0].message in run.stderr, (run.stderr, refused[0].message)
+        return
+    assert run.returncode == 0, run.stderr  # both started (before: PENDING until the timeout)
+    for outcome in outcomes:
+        assert outcome.message in run.stderr, (outcome.message, run.stderr)
+
+
 def test_a_bare_request_stays_on_the_default_vendor_and_its_feature_chooses_another(
     dev_cluster: Cluster,
 ) -> None:

@@ -1121,9 +1121,22 @@ function set_uid(uid, name)
              close = function() end }
   end
 end
-function pre_submit(options)
+-- The environment srun runs in (SLURM_* only; nothing leaks in from the test's own) and what
+-- `scontrol show job` prints (SCONTROL: nil = scontrol fails); POPENED: the commands run.
+ENV, SCONTROL, POPENED = {}, nil, {}
+local real_getenv = os.getenv
+os.getenv = function(name)
+  if string.sub(name, 1, 6) == "SLURM_" then return ENV[name] end
+  return real_getenv(name)
+end
+io.popen = function(command)
+  POPENED[#POPENED + 1] = command
+  local shown = SCONTROL or ""
+  return { read = function() return shown end, close = function() end }
+end
+function pre_submit(options, offset)
   LOG = {}
-  local rc = slurm_cli_pre_submit(options, 0)
+  local rc = slurm_cli_pre_submit(options, offset or 0)
   return rc, options, LOG
 end
 """
@@ -1150,11 +1163,12 @@ def cli_filter(config: Config, uid: int = 1000, client: str = "srun") -> Any:
 
 
 def run_cli(
-    lua: Any, options: dict[str, str], unset: tuple[str, ...] = ()
+    lua: Any, options: dict[str, str], unset: tuple[str, ...] = (), offset: int = 0
 ) -> tuple[int, dict[str, str], list[tuple[str, str]]]:
-    """The filter on srun's options; `unset`: options srun reports that the user did not set."""
+    """The filter on srun's options; `unset`: options srun reports that the user did not set;
+    `offset`: the het component (cli_filter's pack_offset)."""
     lua.globals().NOT_SET = lua.table_from(dict.fromkeys(unset, True))
-    rc, table, log = lua.globals().pre_submit(lua.table_from(options))
+    rc, table, log = lua.globals().pre_submit(lua.table_from(options), offset)
     return int(rc), dict(table.items()), [(e[1], e[2]) for e in log.values()]
 
 
@@ -1760,3 +1774,152 @@ def test_one_item_count_reads_cpus_per_gpu_mem_per_gpu_and_cpus_per_task(
     job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **{field: text})
     assert node_needs(job, 1, 1)[0] == max(count, 1)
     both(rendered["second"], hooks["second"], job)
+
+
+# Issue 10 item 5: srun inside an allocation makes a step, not a job. The filter decided the step
+# as a new job: `salloc --gres=gpumem:20G` (an l40s) then `srun --gres=gpumem:70G` printed
+# `-> gres/gpu:a100_80g:1` and srun failed "Invalid generic resource (gres) specification"; in an
+# a100_80g allocation `srun --gres=gpumem:10G` became l40s (best fit for a new job) and failed.
+def _shown(job_id: str, gpu_type: str, count: int = 1) -> str:
+    """`scontrol show job -d -o` of a running job holding `count` devices of `gpu_type` (the
+    fields the filter reads, as 22.05 and 24.11 print them)."""
+    return (
+        f"JobId={job_id} JobName=sh UserId=nobody(65534) JobState=RUNNING NumNodes=1 "
+        f"JOB_GRES=gpu:{gpu_type}:{count}   Nodes=n1 CPU_IDs=0 Mem=500 "
+        f"GRES=gpu:{gpu_type}:{count}(IDX:0-{count - 1}) MinCPUsNode=1 TresPerNode=gres/gpumem:20G\n"
+    )
+
+
+def _in_allocation(lua: Any, shown: str | None, env: dict[str, str] | None = None) -> None:
+    lua.globals().ENV = lua.table_from(env if env is not None else {"SLURM_JOB_ID": "12"})
+    lua.globals().SCONTROL = shown
+
+
+@pytest.mark.parametrize("prefix", ["gres:", "gres/"])
+@pytest.mark.parametrize(
+    ("held", "options", "written"),
+    [
+        ("a100_80g", {"gres": "gpumem:10G"}, {"gres": "gpu:a100_80g:1"}),  # was l40s
+        ("l40s", {"gres": "gpumem:20G"}, {"gres": "gpu:l40s:1"}),
+        ("a100_80g", {"gres": "gpumem:10G", "gpus": "2"}, {"gres": "gpu:a100_80g:0", "gpus": "a100_80g:2"}),
+        ("l40s", {"gres": "gpumem:20G,gpu:2"}, {"gres": "gpu:l40s:2"}),
+    ],
+)
+def test_srun_in_an_allocation_gets_the_allocations_type(
+    rendered: dict[str, Config], held: str, options: dict[str, str], written: dict[str, str], prefix: str
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("12", held, 2))
+    given = {k: ",".join(prefix + i for i in v.split(",")) if k == "gres" else v for k, v in options.items()}
+    rc, after, log = run_cli(lua, given)
+    # the type the allocation holds, the count as asked, and no node count pinned (the step
+    # runs on the job's nodes)
+    assert rc == 0 and after == {**given, **written}, log
+    assert [kind for kind, _ in log] == ["info"] and log[0][1].endswith("(a step of job 12)"), log
+    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 12 2>/dev/null"]
+
+
+def test_srun_in_an_allocation_never_names_a_type_it_lacks(rendered: dict[str, Config]) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("12", "l40s"))
+    given = {"gres": "gres/gpumem:70G"}
+    rc, after, log = run_cli(lua, given)
+    l40s = rendered["scoped"].model.types["l40s"].memory_mib
+    assert (rc, after) == (-1, given)
+    assert log == [
+        (
+            "error",
+            f"gpumem:70G: this srun is a step of job 12, whose l40s devices cannot hold it "
+            f"(l40s has {l40s}M per device)",
+        )
+    ]
+    # a type the request names that the allocation does not hold
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:10G,gres/gpu:a100_80g:1"})
+    assert rc == -1 and log == [
+        (
+            "error",
+            "gpumem:10G,gpu:a100_80g:1: this srun is a step of job 12, "
+            "which holds l40s devices, not a100_80g",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("shown", "why"),
+    [
+        (None, "slurm-hetero cannot read which devices it holds"),  # scontrol failed
+        ("JobId=123 JobName=other\n", "slurm-hetero cannot read which devices it holds"),  # another job
+        ("JobId=12 JobName=sh JobState=RUNNING TresPerNode=gres/gpumem:20G\n", "it holds no gpu devices"),
+    ],
+)
+def test_srun_in_an_allocation_whose_devices_are_unknown_is_refused(
+    rendered: dict[str, Config], shown: str | None, why: str
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, shown)
+    given = {"gres": "gres:gpumem:10G"}
+    rc, after, log = run_cli(lua, given)
+    assert (rc, after) == (-1, given)
+    assert log == [
+        (
+            "error",
+            f"gpumem:10G: this srun is a step of job 12 and {why}; "
+            "ask for that job's devices instead (--gres=gpu:N)",
+        )
+    ]
+
+
+def test_srun_with_jobid_is_a_step_of_that_job_and_only_its_digits_reach_scontrol(
+    rendered: dict[str, Config],
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("77", "a100_80g"), env={})
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:10G", "jobid": "77; touch /tmp/x"})
+    assert rc == 0 and after["gres"] == "gpu:a100_80g:1", log
+    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 77 2>/dev/null"]
+
+
+def test_exempt_srun_in_an_allocation_is_left_alone(rendered: dict[str, Config]) -> None:
+    lua = load_cli_filter(install_cli_filter(rendered["scoped"].directory), uid=0)
+    _in_allocation(lua, None)
+    given = {"gres": "gres/gpumem:10G"}
+    assert run_cli(lua, given)[:2] == (0, given)
+
+
+# Issue 10 item 5: `srun --gres=gpumem:20G A : --gres=gpumem:20G B` (no allocation) rewrote both
+# components to l40s, the cluster's one l40s node, and the job waited forever (components never
+# share a node). srun calls the filter once per component (pack_offset 0, 1, ...) in one Lua
+# state: the hook's own het bookkeeping decides each on the nodes the earlier ones leave.
+@pytest.mark.parametrize("sizes", [("20G", "20G", "20G"), ("70G", "70G"), ("70G", "20G")])
+def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
+    rendered: dict[str, Config], sizes: tuple[str, ...]
+) -> None:
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    taken: dict[str, int] = {}
+    refused = False
+    for offset, size in enumerate(sizes):
+        job = job_from_options(gres=f"gpumem:{size}", uid=1000, slurm_release="24.11")
+        python = explain(config.model, config.options, job, taken=taken)
+        given = {"gres": f"gres/gpumem:{size}"}
+        rc, after, log = run_cli(lua, given, offset=offset)
+        if python.ok:
+            assert rc == 0 and after["gres"] == _bare(python.job.tres_per_node), (offset, log)
+            assert log == [("info", python.message)]
+        else:  # the hook's own words, from srun: slurmctld's hook never sees the earlier gpumem
+            assert (rc, after, log) == (-1, given, [("error", python.message)])
+            refused = True
+            break
+        taken = het_taken(taken, python)
+    assert refused == (sizes != ("70G", "20G"))
+    # a new srun starts again at component 0
+    rc, after, log = run_cli(lua, {"gres": f"gres/gpumem:{sizes[0]}"}, offset=0)
+    assert (
+        rc == 0
+        and log[0][1]
+        == explain(
+            config.model,
+            config.options,
+            job_from_options(gres=f"gpumem:{sizes[0]}", uid=1000, slurm_release="24.11"),
+        ).message
+    )
