@@ -37,7 +37,14 @@ from slurm_hetero.cli.options import (
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
-from slurm_hetero.engine.devicegroups import MFU, device_groups, estimated_types
+from slurm_hetero.engine.devicegroups import (
+    MFU,
+    device_groups,
+    estimate_note,
+    estimated_types,
+    resolve_measured,
+    sustained_tflops,
+)
 from slurm_hetero.engine.layout import (
     DEFAULT_TP_SIZES,
     MAX_DEVICES,
@@ -158,15 +165,23 @@ def _rows(layout: Layout) -> list[dict[str, Any]]:
 
 
 def catalog_estimates(
-    devices: str, catalog: Catalog, measured: Mapping[str, float] | None = None
+    devices: str, catalog: Catalog, measured: Mapping[str, float] | None = None, unrated: bool = False
 ) -> dict[str, str]:
     """The types of `--devices` whose throughput is an estimate (and not measured), with how it was
-    derived."""
+    derived; `unrated`: also the types with no TFLOPS at all, with the warning the plan printed
+    on stderr (so `--json` readers see that the plan used an estimated speed)."""
     out: dict[str, str] = {}
-    for name, _ in parse_devices(devices):
+    allocation = parse_devices(devices)
+    for name, _ in allocation:
         spec = catalog.by_type(name)
         if spec and spec.estimate and spec.type not in (measured or {}) and name not in (measured or {}):
             out[spec.type] = " ".join((spec.derivation or "").split())
+    if unrated:
+        specs = [s for s in (catalog.by_type(n) for n, _ in allocation) if s is not None]
+        rates = resolve_measured(measured or {}, catalog)
+        _, estimated = sustained_tflops(specs, rates)
+        note = estimate_note(estimated, specs, rates)
+        out.update({t: note for t in estimated})
     return out
 
 
@@ -441,7 +456,7 @@ def plan(
     spec, length, settings = build_spec(devices, model, seq, measured, options)
     layout = solve(spec)
     estimates = catalog_estimates(
-        devices, plan_catalog(options), load_measured(measured) if measured else None
+        devices, plan_catalog(options), load_measured(measured) if measured else None, unrated=as_json
     )
     if plot is not None:
         plot_step(layout, plot)

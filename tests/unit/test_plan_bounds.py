@@ -444,3 +444,15 @@ def test_a_model_name_too_long_for_a_path_is_one_line(command: list[str], name: 
     assert result.exit_code == 1, result.output
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("slurm-hetero: unknown model 'mmm") and len(last) < 1000
+
+
+def test_json_records_the_types_planned_at_an_estimated_speed() -> None:
+    """J01: `plan --json` said nothing of a type without any TFLOPS figure (only stderr warned),
+    so a script reading the plan could not tell it rests on a guessed speed."""
+    result = CliRunner().invoke(
+        cli, ["plan", "--devices", "mi308x:4,h100:4", "--model", "gpt2", "--global-batch", "64", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert list(document["estimates"]) == ["mi308x"]
+    assert "no TFLOPS for mi308x" in document["estimates"]["mi308x"]
