@@ -83,3 +83,18 @@ def read_text(
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
         raise error(f"{path}: {what} is not UTF-8 text (byte {e.start})") from None
+
+
+def unusable_path(path: Path) -> str | None:
+    """Why `path` (a file or directory the command will write) can never be used, or None: a
+    name longer than NAME_MAX or PATH_MAX (ENAMETOOLONG), a component that is a file (ENOTDIR), a
+    link loop (ELOOP). `Path.exists` raises on the first, which ended in a traceback; a missing
+    path is fine (it is made)."""
+    for probe in (path, path.parent):
+        try:
+            os.stat(probe)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return e.strerror or str(e)
+    return None

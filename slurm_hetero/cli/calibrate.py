@@ -10,7 +10,9 @@ import click
 
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.launch.calibrate import DEFAULT_OUT, Calibration, calibrate, store
+from slurm_hetero.launch.calibrate import DEFAULT_OUT, Calibration, CalibrationError, calibrate, store
+from slurm_hetero.readfile import unusable_path
+from slurm_hetero.slurm import syntax
 
 
 def summary(result: Calibration, path: Path) -> str:
@@ -42,6 +44,8 @@ def calibrate_command(
 ) -> None:
     """Measure matmul and transformer-layer throughput with torch and store them so plans use
     measured speed (`--measured FILE`) instead of datasheet numbers."""
+    if (problem := unusable_path(out.expanduser())) is not None:  # before minutes of measuring
+        raise CalibrationError(f"--out {syntax.text(out)}: {problem}")
     result = calibrate(device, gres_type, dtype, catalog=load_catalog())
     path = store(out, result)
     click.echo(json.dumps({**asdict(result), "file": str(path)}) if as_json else summary(result, path))

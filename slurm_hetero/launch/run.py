@@ -211,6 +211,7 @@ from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
+from slurm_hetero.readfile import unusable_path
 from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
 from slurm_hetero.vendors import vendor_traits
@@ -540,6 +541,8 @@ def open_log_files(log_dir: Path, rank: int) -> dict[str, IO[bytes]]:
     """DIR/rank-R.out and .err opened for appending (DIR made when missing): a directory that
     cannot be written is a one-line error before the command starts."""
     files: dict[str, IO[bytes]] = {}
+    if (problem := unusable_path(log_dir)) is not None:
+        raise LaunchError(f"--log-dir {syntax.text(log_dir)}: {problem}; give a directory you can write")
     if log_dir.exists() and not log_dir.is_dir():
         raise LaunchError(f"--log-dir {log_dir}: not a directory; give a directory you can write")
     try:

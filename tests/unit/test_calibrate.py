@@ -138,3 +138,19 @@ def test_calibrate_stores_a_type_under_its_catalog_name(
     result = CliRunner().invoke(cli, ["calibrate", "--device", "cpu", "--type", "L40S", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert list(yaml.safe_load(out.read_text())) == ["l40s"]
+
+
+def test_an_out_path_that_can_never_be_written_is_one_line_before_measuring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 5 (R-F18g): `--out` with a name over NAME_MAX was a traceback, after the measurement."""
+    import slurm_hetero.cli.calibrate as command
+
+    monkeypatch.setattr(command, "calibrate", lambda *a, **k: pytest.fail("measured before checking --out"))
+    for out in (tmp_path / ("c" * 300 + ".yaml"), tmp_path / ("c" * 300) / "m.yaml"):
+        result = CliRunner().invoke(
+            cli, ["calibrate", "--device", "cpu", "--type", "l40s", "--out", str(out)]
+        )
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith("slurm-hetero: --out ") and "File name too long" in result.output
+        assert result.output.count("\n") == 1

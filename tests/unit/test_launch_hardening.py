@@ -191,6 +191,27 @@ def test_a_log_dir_that_is_a_file_is_one_line_before_the_command_starts(tmp_path
     )
 
 
+@pytest.mark.parametrize("shape", ["long-name", "long-inner", "long-path", "under-a-file"])
+def test_a_log_dir_that_can_never_be_made_is_one_line(tmp_path: Path, shape: str) -> None:
+    """Round 5 (R-F18c/e/f): a --log-dir name over NAME_MAX or PATH_MAX ended in a traceback
+    (`Path.exists` raises ENAMETOOLONG); a component that is a file too."""
+    (tmp_path / "file").write_text("x")
+    log_dir = {
+        "long-name": tmp_path / ("l" * 300),
+        "long-inner": tmp_path / ("l" * 300) / "sub",
+        "long-path": tmp_path.joinpath(*["ab"] * 1700),
+        "under-a-file": tmp_path / "file" / "logs",
+    }[shape]
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    argv = ["launch", "--master-addr", "127.0.0.1", "--log-dir", str(log_dir), "--", "true"]
+    result = CliRunner().invoke(cli, argv, env=env)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("slurm-hetero: --log-dir ") and result.output.count("\n") == 1, (
+        result.output
+    )
+    assert "Traceback" not in result.output
+
+
 # -- 8: Slurm values too big to read --------------------------------------------------------------
 
 
