@@ -523,3 +523,22 @@ def test_a_rank_gets_only_its_own_vendors_visible_devices() -> None:
     ascend = process_env({**envs[3], **copied}, own(plans[3], envs[3]))
     assert ascend["ASCEND_RT_VISIBLE_DEVICES"] == "0"  # its own, not the copied 4
     assert "HIP_VISIBLE_DEVICES" not in ascend and "MLU_VISIBLE_DEVICES" not in ascend
+
+
+def test_simulate_takes_folded_hostlists_with_the_same_checks() -> None:
+    # 10,000 nodes in one short argument (spelled out they are ~190 KB, over Linux's 128 KiB limit)
+    nodes = run.parse_simulate("gn[00000-09999]:a100_80g:8,x1:L40S:2")
+    assert len(nodes) == 10_001
+    assert nodes[0] == ("gn00000", "a100_80g", 8) and nodes[9_999] == ("gn09999", "a100_80g", 8)
+    assert nodes[-1] == ("x1", "l40s", 2)
+    assert run.parse_simulate("a[1,3]:l40s:1") == [("a1", "l40s", 1), ("a3", "l40s", 1)]
+    job = run.simulated_job("gn[1-3]:l40s:2")
+    assert job.nodes == ("gn1", "gn2", "gn3") and sum(job.tasks_per_node) == 6
+    with pytest.raises(run.LaunchError, match="a node is listed twice"):
+        run.simulated_job("gn[1-3]:l40s:1,gn2:l40s:1")
+    with pytest.raises(run.LaunchError, match="bad entry"):
+        run.parse_simulate("gn[1-3]:l40s:0")
+    with pytest.raises(run.LaunchError, match="unbalanced brackets"):
+        run.parse_simulate("gn[1-3:l40s:1")
+    with pytest.raises(run.LaunchError, match=r"--simulate: bad range .3-x. in .gn\[3-x\]"):
+        run.parse_simulate("gn[3-x]:l40s:1")
