@@ -440,7 +440,7 @@ def _row(d: RankLayout) -> tuple[Any, ...]:
         d.node,
         d.type,
         f"{d.stage}/{d.num_stages}",
-        f"{d.layer_start}-{d.layer_end - 1}",
+        f"{d.layer_start}-{d.layer_end - 1}" if d.layer_end > d.layer_start else "all",  # all: no --model
         f"{d.tp_rank}/{d.tp_size}",
         d.replica,
         f"{d.samples}@{d.sample_offset}",
