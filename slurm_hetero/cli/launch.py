@@ -135,7 +135,9 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
 )
 @click.option("--dry-run", is_flag=True, help="Print every rank's layout and environment; start nothing.")
 @click.option(
-    "--simulate", metavar="NODE:TYPE:N[,...]", help="With --dry-run: the allocation, outside Slurm."
+    "--simulate",
+    metavar="NODE:TYPE:N[,...]",
+    help="With --dry-run: the allocation, outside Slurm; NODE may be a hostlist (gn[0001-1000]:a100_80g:8).",
 )
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

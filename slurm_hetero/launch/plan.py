@@ -471,6 +471,12 @@ def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int
     """Without a model: every rank its own replica of the whole (unsplit) model, the global batch
     split evenly over ranks (the first `global_batch % world` ranks take one more sample)."""
     world = sum(s.tasks for s in nodes)
+    if global_batch < world:
+        raise RequestError(
+            f"--global-batch {global_batch}",
+            f"without --model every one of the {world:,} ranks is a data-parallel replica and needs a "
+            f"sample; give --global-batch {world} or more",
+        )
     q, r = divmod(global_batch, world)
     out = []
     for site in nodes:

@@ -29,7 +29,8 @@ SLURM_JOB_GPUS, or SLURM_GPUS_ON_NODE > 0): a step without (`srun -n2` in a job 
 no GPUs; a CUDA_VISIBLE_DEVICES inherited from the shell does not count) is refused before
 anything runs, naming --gpus-per-task / --gpus-per-node / --gres. Tasks must be
 block-distributed (each node's ranks consecutive), which is srun's default. Outside Slurm,
-`--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a step of that shape would run.
+`--dry-run --simulate a100n1:a100_80g:4,l40sn1:l40s:2` shows what a step of that shape would run
+(NODE may be a folded hostlist: `gn[00000-09999]:a100_80g:8`).
 
 What every rank does (no rendezvous: every rank computes the same plan from the same inputs)
 -------------------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ from typing import IO, Any
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.errors import ToolError
+from slurm_hetero.errors import InventoryError, ToolError
 from slurm_hetero.launch.plan import (
     LaunchOptions,
     LaunchPlan,
@@ -242,21 +243,33 @@ class RunOptions:
 
 
 def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
-    """`NODE:TYPE:N[,...]` -> [(node, type, tasks)]; NODE is a host name (it becomes MASTER_ADDR)."""
+    """`NODES:TYPE:N[,...]` -> [(node, type, tasks)], one tuple per node; NODES is a host name or a
+    folded hostlist (`gn[00000-09999]:a100_80g:8`, so 10,000 nodes fit on a command line); the
+    first node becomes MASTER_ADDR."""
+    try:
+        items = syntax.split_top(spec)
+    except ValueError as e:
+        raise LaunchError(f"--simulate {syntax.text(spec)}: {e}") from None
     out = []
-    for item in spec.split(","):
+    for item in items:
         parts = item.strip().split(":")
         tasks = syntax.whole_number(parts[-1])
         if len(parts) != 3 or not parts[0] or tasks is None or tasks < 1:
             raise LaunchError(
                 f"--simulate {syntax.text(spec)}: bad entry {syntax.text(item.strip())}; expected "
-                "NODE:TYPE:N with N >= 1"
+                "NODE:TYPE:N with N >= 1 (NODE may be a hostlist such as gn[001-100])"
             )
         try:
-            syntax.host_name(parts[0])
-        except ValueError as e:
-            raise LaunchError(f"--simulate: node {e}") from None
-        out.append((parts[0], parts[1].lower(), tasks))
+            names = hostlist.expand(parts[0])
+        except InventoryError as e:
+            raise LaunchError(f"--simulate: {e}") from None
+        gres_type = parts[1].lower()
+        for name in names:
+            try:
+                syntax.host_name(name)
+            except ValueError as e:
+                raise LaunchError(f"--simulate: node {e}") from None
+            out.append((name, gres_type, tasks))
     return out
 
 
@@ -446,7 +459,7 @@ def _row(d: RankLayout) -> tuple[Any, ...]:
         d.node,
         d.type,
         f"{d.stage}/{d.num_stages}",
-        f"{d.layer_start}-{d.layer_end - 1}",
+        f"{d.layer_start}-{d.layer_end - 1}" if d.layer_end > d.layer_start else "all",  # all: no --model
         f"{d.tp_rank}/{d.tp_size}",
         d.replica,
         f"{d.samples}@{d.sample_offset}",

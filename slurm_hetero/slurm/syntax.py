@@ -186,7 +186,7 @@ def hostlist_count(spec: str, limit: int = MAX_HOSTS) -> int:
             f"{text(spec)} is not a node name or hostlist (letters, digits, '-', '_', '.', "
             f"ranges in [], at most {MAX_HOSTLIST} characters)"
         )
-    for item in _split_top(spec):
+    for item in split_top(spec):
         if not item or not item[0].isalnum():
             raise ValueError(f"empty or bracket-first name in hostlist {spec!r}")
         if "[" not in item:
@@ -199,7 +199,7 @@ def hostlist_size(spec: str, limit: int = MAX_HOSTS) -> int:
     for, counted without expanding it; ValueError when brackets or ranges are malformed or it
     names more than `limit`."""
     total = 0
-    for item in _split_top(spec):
+    for item in split_top(spec):
         names = 1
         for body in _BRACKETS.findall(item):
             names *= _range_count(body, repr(spec))
@@ -211,8 +211,8 @@ def hostlist_size(spec: str, limit: int = MAX_HOSTS) -> int:
     return total if spec else 0
 
 
-def _split_top(spec: str) -> list[str]:
-    """Split on commas outside brackets."""
+def split_top(spec: str) -> list[str]:
+    """Split on commas outside brackets (`a[1,3],b` -> `a[1,3]`, `b`)."""
     items, depth, start = [], 0, 0
     for i, char in enumerate(spec):
         if char == "[":

@@ -20,6 +20,7 @@ from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.engine.layout import LayoutKind
+from slurm_hetero.errors import RequestError
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import (
     LaunchOptions,
@@ -547,3 +548,46 @@ def test_torchruns_variables_are_the_launchers_and_stale_ones_are_dropped() -> N
         assert got["GROUP_RANK"] == got["NODE_RANK"] and got["GROUP_WORLD_SIZE"] == "3"
         seen.append(int(got["NODE_RANK"]))
     assert seen == [0, 0, 1, 2]
+
+
+def test_simulate_takes_folded_hostlists_with_the_same_checks() -> None:
+    # 10,000 nodes in one short argument (spelled out they are ~190 KB, over Linux's 128 KiB limit)
+    nodes = run.parse_simulate("gn[00000-09999]:a100_80g:8,x1:L40S:2")
+    assert len(nodes) == 10_001
+    assert nodes[0] == ("gn00000", "a100_80g", 8) and nodes[9_999] == ("gn09999", "a100_80g", 8)
+    assert nodes[-1] == ("x1", "l40s", 2)
+    assert run.parse_simulate("a[1,3]:l40s:1") == [("a1", "l40s", 1), ("a3", "l40s", 1)]
+    job = run.simulated_job("gn[1-3]:l40s:2")
+    assert job.nodes == ("gn1", "gn2", "gn3") and sum(job.tasks_per_node) == 6
+    with pytest.raises(run.LaunchError, match="a node is listed twice"):
+        run.simulated_job("gn[1-3]:l40s:1,gn2:l40s:1")
+    with pytest.raises(run.LaunchError, match="bad entry"):
+        run.parse_simulate("gn[1-3]:l40s:0")
+    with pytest.raises(run.LaunchError, match="unbalanced brackets"):
+        run.parse_simulate("gn[1-3:l40s:1")
+    with pytest.raises(run.LaunchError, match=r"--simulate: bad range .3-x. in .gn\[3-x\]"):
+        run.parse_simulate("gn[3-x]:l40s:1")
+
+
+@pytest.mark.usefixtures("nothing_starts")
+def test_no_model_refuses_a_global_batch_under_the_ranks_and_prints_layers_as_all(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run, "DEFAULT_INVENTORY", Path("/nonexistent/inventory.yaml"))
+    options = run.RunOptions((), dry_run=True, simulate="gn[1-2]:l40s:4")  # 8 ranks
+    with pytest.raises(RequestError, match=r"--global-batch 7: .* 8 ranks .*; give --global-batch 8 or more"):
+        run.plan_step(LaunchOptions(None, global_batch=7), options, {})
+    assert run.launch(LaunchOptions(None, global_batch=8), options, {}) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
+    header = run.COLUMNS.index("LAYERS")
+    assert len(rows) == 8 and {r[header] for r in rows} == {"all"}
+    assert {r[run.COLUMNS.index("SAMPLES")] for r in rows} == {
+        "1@0",
+        "1@1",
+        "1@2",
+        "1@3",
+        "1@4",
+        "1@5",
+        "1@6",
+        "1@7",
+    }
