@@ -978,6 +978,10 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
     -- an edit of a job with devices per task: its task count is not in job_rec
     return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
   end
+  if req.gpu_field == "tres_per_socket" then
+    -- devices per socket x sockets per node: the table knows no sockets, so no type can be checked
+    return { action = "reject", message = req.text .. ": " .. fmt("per_socket", T.type_list), code = "request" }
+  end
   local stray = unknown_partition(job_desc.partition)
   if stray then  -- slurmctld refuses the job after the hook: not decided as the default partition's
     local text = stray == "" and fmt("partition_none", T.partition_list)

@@ -77,6 +77,10 @@ MESSAGES: dict[str, str] = {
     "node_memory": "%s nodes with %s devices have at most %s memory, the job needs %s per node",
     "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
     "picks a device type, not nodes); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",
+    "per_socket": "gpumem/gpucore cannot be decided with --gpus-per-socket (the hook's table does not "
+    "know how many sockets a node has or which devices sit on each); ask for devices per node "
+    "(--gpus-per-node=N) with the gpumem, or for a gpu TYPE without it: "
+    "--gpus-per-socket=TYPE:N, TYPE one of %s",
     "largest": "largest device is %s with %s",
     "none_fit": "no device type fits (%s)",
     # ... hints say what would fit

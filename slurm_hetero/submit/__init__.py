@@ -405,6 +405,10 @@ def _explain(
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
     if tasks_hidden and request.gpu_field == "tres_per_task":
         return Outcome(False, "reject", f"{request.text}: {render('edit_tasks')}", job, code=REQUEST_CODE)
+    if request.gpu_field == "tres_per_socket":
+        # devices per socket x sockets per node: the table knows no sockets, so no type can be checked
+        message = f"{request.text}: {render('per_socket', ', '.join(sorted(model.types)))}"
+        return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     refusal = partition_refusal(model, job.partition)
     if refusal is not None:
         return Outcome(False, "reject", refusal, job, code=PARTITION_CODE)

@@ -403,6 +403,32 @@ def test_user_text_with_a_newline_is_told_on_one_line_as_explain_says(
     assert "\nslurm_hetero: forged" not in run.stderr
 
 
+def test_gpus_per_socket_with_gpumem_is_refused_by_the_hook_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """U14/Y05: `--gpus-per-socket=3 --sockets-per-node=1 --gres=gpumem:20G` was accepted as
+    TresPerSocket a100_80g:3 (22.05: pending forever on BadConstraints; 24.11: the accept line,
+    then "Requested node configuration is not available"). The table knows no sockets, so the
+    hook refuses it in one line, with explain's words; without gpumem it is slurmctld's job."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    job = job_from_options(gres="gpumem:20G", gpus_per_socket="3", uid=uid, slurm_release=dev_cluster.name)
+    predicted = explain(model, hook, job)
+    assert not predicted.ok and predicted.code == "ESLURM_INVALID_GRES", predicted
+    run = as_user(
+        "sbatch",
+        "-H",
+        "--gpus-per-socket=3",
+        "--sockets-per-node=1",
+        "--gres=gpumem:20G",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    )
+    assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    assert " -> " not in run.stderr, run.stderr
+
+
 def test_srun_without_an_allocation_gets_its_device_through_the_cli_filter(dev_cluster: Cluster) -> None:
     """Issue 10 item 6: cli_filter.lua rewrites the options in srun itself, so the step (not only
     the job) asks for the device and sees CUDA_VISIBLE_DEVICES."""
