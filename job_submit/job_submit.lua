@@ -1187,6 +1187,24 @@ local function mentions_us(view)
   return false
 end
 
+-- A het component the hook leaves as it is still takes its nodes of the type it names
+-- (--gres=gpu:l40s:1): later components must not be decided onto them. fields: where its TRES
+-- fields are read; job: its node counts. Two gpu items or a malformed one: slurmctld refuses it.
+local function het_take(fields, job)
+  local found
+  for i = 1, #FIELDS do
+    for _, item in ipairs(items_of(fields[FIELDS[i]])) do
+      if item.name == "gpu" then
+        if found ~= nil then return end
+        local ok, gpu_type = pcall(parse_gpu, item)
+        if not ok then return end
+        found = gpu_type or false
+      end
+    end
+  end
+  if found then HET_TAKEN[found] = (HET_TAKEN[found] or 0) + job_nodes(job) end
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local offset = job_desc.het_job_offset
   local het = offset ~= nil and offset ~= NO_VAL
@@ -1194,7 +1212,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local view = { het_job_offset = offset, [VIEW_JOB] = job_desc }
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
-  if not mentions_us(view) then return slurm.SUCCESS end
+  if not mentions_us(view) then
+    if het then het_take(view, job_desc) end
+    return slurm.SUCCESS
+  end
   for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
   local ok, outcome
   if not het then
@@ -1212,6 +1233,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if het and rc == slurm.SUCCESS and outcome.action == "rewrite" then
     local name = outcome.types[1]
     HET_TAKEN[name] = (HET_TAKEN[name] or 0) + outcome.nodes
+  elseif het and rc == slurm.SUCCESS then
+    het_take(view, view)
   end
   return rc
 end

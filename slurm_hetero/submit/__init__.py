@@ -354,11 +354,21 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
 
 def het_taken(taken: Mapping[str, int], outcome: Outcome) -> dict[str, int]:
     """`taken` after one more component of a heterogeneous job: a rewrite takes its node count of
-    the chosen type (any-fit: of the first adequate type, the one node weights favour)."""
+    the chosen type (any-fit: of the first adequate type, the one node weights favour), a
+    component left as it is its node count of the gpu type it names."""
     out = dict(taken)
     if outcome.action == "rewrite" and outcome.choice is not None:
         name = outcome.choice.types[0]
         out[name] = out.get(name, 0) + job_nodes(outcome.job)
+    elif outcome.ok:
+        # a component left as it is still takes its nodes of the type it names (gpu:l40s:1);
+        # two gpu items or a malformed one: slurmctld refuses it
+        try:
+            typed = parse_fields(outcome.job.fields()).gpu_type
+        except RequestError:
+            typed = None
+        if typed:
+            out[typed] = out.get(typed, 0) + job_nodes(outcome.job)
     return out
 
 

@@ -545,14 +545,24 @@ def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_pat
     slurm("scancel", job_id)
 
 
-@pytest.mark.parametrize("gres", [("gpumem:70G", "gpumem:70G"), ("gpumem:70G",) * 6])
+@pytest.mark.parametrize(
+    ("gres", "form"),
+    [
+        (("gpumem:70G", "gpumem:70G"), ":"),
+        (("gpumem:70G",) * 6, ":"),
+        (("gpu:l40s:1", "gpumem:20G"), ":"),
+        (("gpu:l40s:1", "gpumem:20G"), "hetjob"),
+    ],
+)
 def test_heterogeneous_components_the_hook_accepts_start(
-    dev_cluster: Cluster, suite_config: Path, gres: tuple[str, ...]
+    dev_cluster: Cluster, suite_config: Path, gres: tuple[str, ...], form: str
 ) -> None:
     """The adversarial pass: `--gres=gpumem:70G : --gres=gpumem:70G` put both components on the
     one-node type and they stayed PENDING (Resources) on an idle cluster: components never share
     a node. Each later component now decides on the nodes the earlier ones leave (explain with
-    `taken`); what is accepted starts and ends, a refusal says what explain says."""
+    `taken`); what is accepted starts and ends, a refusal says what explain says. Issue 10 r3:
+    `--gres=gpu:l40s:1 : --gres=gpumem:20G` (one l40s node) rewrote the second to l40s too: a
+    component left alone takes its typed nodes as well, in `:` jobs and `#SBATCH hetjob` scripts."""
     from slurm_hetero.cli.submit import _model
     from slurm_hetero.submit import het_taken
 
@@ -569,8 +579,14 @@ def test_heterogeneous_components_the_hook_accepts_start(
             )
         )
         taken = het_taken(taken, outcomes[-1])
-    argv = [a for i, item in enumerate(gres) for a in ([":"] if i else []) + [f"--gres={item}"]]
-    run = as_user("sbatch", "--parsable", "--wait", "-o", "/dev/null", *argv, "--wrap", "true")
+    if form == "hetjob":
+        lines = "#SBATCH hetjob\n".join(f"#SBATCH --gres={item}\n" for item in gres)
+        run = as_user(
+            "sbatch", "--parsable", "--wait", "-o", "/dev/null", stdin=f"#!/bin/bash\n{lines}true\n"
+        )
+    else:
+        argv = [a for i, item in enumerate(gres) for a in ([":"] if i else []) + [f"--gres={item}"]]
+        run = as_user("sbatch", "--parsable", "--wait", "-o", "/dev/null", *argv, "--wrap", "true")
     refused = [o for o in outcomes if not o.ok]
     if refused:
         assert run.returncode != 0 and refused[0].message in run.stderr, (run.stderr, refused[0].message)
