@@ -1424,6 +1424,12 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   -- Slurm's job_rec has no num_tasks / ntasks_per_node (22.05, 24.11): unknown unless the edit sets one
   local hidden = view.num_tasks == nil and view.ntasks_per_node == nil
   local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden)
+  local het_id = tonumber(job_rec.het_job_id)
+  if result.action == "rewrite" and het_id ~= nil and het_id > 0 and het_id < NO_VAL then
+    -- Slurm shows an edit no other component of the job: a new type could land beside theirs
+    return { view = view, result = { action = "reject", code = "request",
+                                     message = result.request .. ": " .. fmt("edit_het") } }
+  end
   local old = held_type(job_rec)
   if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
     result = { action = "reject", code = "request",

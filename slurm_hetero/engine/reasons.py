@@ -106,6 +106,9 @@ MESSAGES: dict[str, str] = {
     "edit_tasks": "this job asks for devices per task, and Slurm does not show an update how many tasks "
     "the job runs on each node; cancel it and submit it again with the gpumem, or give NumTasks in the "
     "same update",
+    "edit_het": "this job is one component of a heterogeneous job, and the hook cannot see the devices "
+    "its other components hold (components never share a node), so it cannot choose a type that "
+    "leaves the job able to start; cancel the job and submit it again with the gpumem",
     "edit_counts": "the devices this job holds do not fit its edited node or task count, partition or "
     "constraint: %s; to choose devices for the edited job, give the gpumem again in the same update "
     "(gres=gpumem:SIZE)",

@@ -107,6 +107,7 @@ class Job:
     min_mem_per_cpu: int | None = None  # --mem-per-cpu (MiB)
     req_nodes: str | None = None  # -w / --nodelist
     exc_nodes: str | None = None  # -x / --exclude
+    het_job_id: int | None = None  # an edit's job record: its het job's id (0 / None: not heterogeneous)
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(name, getattr(self, name)) for name in FIELDS]
@@ -594,6 +595,10 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))
     after, choice = outcome.job, outcome.choice
+    if record.het_job_id and record.het_job_id < NO_VAL:
+        # Slurm shows an edit no other component of the job: a new type could land beside theirs
+        text = parse_fields(view.fields(), model.types).text
+        return Outcome(False, "reject", f"{text}: {render('edit_het')}", view, code=REQUEST_CODE)
     old = held_type(record)
     if choice is not None and old is not None and choice.types[0] != old:
         text = parse_fields(view.fields(), model.types).text

@@ -487,7 +487,7 @@ def job_from_options(
     # sbatch puts --gpus-per-node before the --gres items
     per_node_items = _gpu_items(pre, gpus_per_node) + (_gres_items(gres, pre) if gres else [])
     per_task = _per_task_24_11(gpus_per_task) if pre == "gres/" else ",".join(_gpu_items(pre, gpus_per_task))
-    fields = {
+    fields: dict[str, Any] = {
         "tres_per_job": ",".join(_gpu_items(pre, gpus)) or None,
         "tres_per_node": ",".join(per_node_items) or None,
         "tres_per_task": per_task or None,
