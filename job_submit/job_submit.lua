@@ -733,10 +733,11 @@ local function split_hint(need, usable_set, rule, most)
   return nil
 end
 
--- The type (first in order) with the most nodes, for a job that fails only on its node count.
+-- The type (first in order) with the most nodes, for a job that fails only on its node count; a
+-- job that names a type (or holds one, an edit) hears of that type only.
 local function nodes_hint(need, usable, usable_set)
   local best, best_name = 0, nil
-  for _, name in ipairs(usable) do
+  for _, name in ipairs(need.gpu_type and { need.gpu_type } or usable) do
     local facts = T.types[name]
     if reason(facts, need, usable_set) == "TOO_FEW_NODES" then
       local found = free_nodes(facts, need, need.each)
