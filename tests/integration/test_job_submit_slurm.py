@@ -340,6 +340,37 @@ def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
         slurm("scancel", job_id)
 
 
+def test_a_gpumem_edit_of_a_het_component_is_refused_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Issue 10 r3 (24.11): `scontrol update jobid=J+0 gres=gpumem:70G` of an (l40s + a100) het
+    job was accepted: component 0 became a100_80g:1 beside component 1's a100 (one a100 node) and
+    both pended forever. The hook cannot see the other components: such an edit is refused."""
+    from slurm_hetero.cli.submit import _model
+
+    settings = load_settings(suite_config)
+    model = _model(dev_cluster.inventory, (), settings)
+    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    argv = ("--gres=gpu:l40s:1", ":", "--gres=gpu:a100_80g:1")
+    run = as_user("sbatch", "--parsable", "-H", "-o", "/dev/null", *argv, "--wrap", "true")
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    try:
+        before = job_fields(f"{job_id}+0")
+        record = replace(record_of(before, uid, None), het_job_id=int(job_id))
+        change = replace(job_from_options(gres="gpumem:70G", slurm_release=dev_cluster.name), submit_uid=uid)
+        predicted = explain_edit(model, hook, change, record)
+        assert not predicted.ok and "heterogeneous job" in predicted.message, predicted.message
+        result = as_user("scontrol", "update", f"jobid={job_id}+0", "gres=gpumem:70G")
+        assert result.returncode != 0, result.stderr
+        if dev_cluster.name != "22.05":  # 22.05 drops log_user in job_modify
+            assert predicted.message in result.stderr, result.stderr
+        assert stored_view(job_fields(f"{job_id}+0")) == stored_view(before)
+    finally:
+        slurm("scancel", job_id)
+
+
 def test_a_constraint_naming_an_unknown_feature_is_refused_by_the_hook(dev_cluster: Cluster) -> None:
     """slurmctld refused it after the hook had accepted it (`-C 'nosuch|xgmi'`, found by the fuzz)."""
     run = as_user(
