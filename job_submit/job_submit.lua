@@ -733,10 +733,11 @@ local function split_hint(need, usable_set, rule, most)
   return nil
 end
 
--- The type (first in order) with the most nodes, for a job that fails only on its node count.
+-- The type (first in order) with the most nodes, for a job that fails only on its node count; a
+-- job that names a type (or holds one, an edit) hears of that type only.
 local function nodes_hint(need, usable, usable_set)
   local best, best_name = 0, nil
-  for _, name in ipairs(usable) do
+  for _, name in ipairs(need.gpu_type and { need.gpu_type } or usable) do
     local facts = T.types[name]
     if reason(facts, need, usable_set) == "TOO_FEW_NODES" then
       local found = free_nodes(facts, need, need.each)
@@ -978,6 +979,10 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
     -- an edit of a job with devices per task: its task count is not in job_rec
     return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
   end
+  if req.gpu_field == "tres_per_socket" then
+    -- devices per socket x sockets per node: the table knows no sockets, so no type can be checked
+    return { action = "reject", message = req.text .. ": " .. fmt("per_socket", T.type_list), code = "request" }
+  end
   local stray = unknown_partition(job_desc.partition)
   if stray then  -- slurmctld refuses the job after the hook: not decided as the default partition's
     local text = stray == "" and fmt("partition_none", T.partition_list)
@@ -1183,6 +1188,24 @@ local function mentions_us(view)
   return false
 end
 
+-- A het component the hook leaves as it is still takes its nodes of the type it names
+-- (--gres=gpu:l40s:1): later components must not be decided onto them. fields: where its TRES
+-- fields are read; job: its node counts. Two gpu items or a malformed one: slurmctld refuses it.
+local function het_take(fields, job)
+  local found
+  for i = 1, #FIELDS do
+    for _, item in ipairs(items_of(fields[FIELDS[i]])) do
+      if item.name == "gpu" then
+        if found ~= nil then return end
+        local ok, gpu_type = pcall(parse_gpu, item)
+        if not ok then return end
+        found = gpu_type or false
+      end
+    end
+  end
+  if found then HET_TAKEN[found] = (HET_TAKEN[found] or 0) + job_nodes(job) end
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local offset = job_desc.het_job_offset
   local het = offset ~= nil and offset ~= NO_VAL
@@ -1190,7 +1213,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local view = { het_job_offset = offset, [VIEW_JOB] = job_desc }
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
-  if not mentions_us(view) then return slurm.SUCCESS end
+  if not mentions_us(view) then
+    if het then het_take(view, job_desc) end
+    return slurm.SUCCESS
+  end
   for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
   local ok, outcome
   if not het then
@@ -1208,6 +1234,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if het and rc == slurm.SUCCESS and outcome.action == "rewrite" then
     local name = outcome.types[1]
     HET_TAKEN[name] = (HET_TAKEN[name] or 0) + outcome.nodes
+  elseif het and rc == slurm.SUCCESS then
+    het_take(view, view)
   end
   return rc
 end
@@ -1397,6 +1425,12 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   -- Slurm's job_rec has no num_tasks / ntasks_per_node (22.05, 24.11): unknown unless the edit sets one
   local hidden = view.num_tasks == nil and view.ntasks_per_node == nil
   local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden)
+  local het_id = tonumber(job_rec.het_job_id)
+  if result.action == "rewrite" and het_id ~= nil and het_id > 0 and het_id < NO_VAL then
+    -- Slurm shows an edit no other component of the job: a new type could land beside theirs
+    return { view = view, result = { action = "reject", code = "request",
+                                     message = result.request .. ": " .. fmt("edit_het") } }
+  end
   local old = held_type(job_rec)
   if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
     result = { action = "reject", code = "request",

@@ -178,6 +178,7 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--gpus", help="As sbatch --gpus (a count for the job, optionally TYPE:N).")
 @click.option("--gpus-per-node", help="As sbatch --gpus-per-node.")
 @click.option("--gpus-per-task", help="As sbatch --gpus-per-task.")
+@click.option("--gpus-per-socket", help="As sbatch --gpus-per-socket (with gpumem/gpucore: refused).")
 @click.option("--partition", "-p", help="As sbatch --partition (its policy and types apply).")
 @click.option("--constraint", "-C", help="As sbatch --constraint.")
 @click.option("--nodes", "-N", help="As sbatch --nodes: N or MIN-MAX (read, and refused, as sbatch does).")
@@ -207,6 +208,7 @@ def explain_cmd(
     gpus: str | None,
     gpus_per_node: str | None,
     gpus_per_task: str | None,
+    gpus_per_socket: str | None,
     partition: str | None,
     constraint: str | None,
     nodes: str | None,
@@ -233,6 +235,7 @@ def explain_cmd(
         "gpus": gpus,
         "gpus_per_node": gpus_per_node,
         "gpus_per_task": gpus_per_task,
+        "gpus_per_socket": gpus_per_socket,
         "partition": partition,
         "constraint": constraint,
         "nodes": nodes,

@@ -77,6 +77,10 @@ MESSAGES: dict[str, str] = {
     "node_memory": "%s nodes with %s devices have at most %s memory, the job needs %s per node",
     "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
     "picks a device type, not nodes); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",
+    "per_socket": "gpumem/gpucore cannot be decided with --gpus-per-socket (the hook's table does not "
+    "know how many sockets a node has or which devices sit on each); ask for devices per node "
+    "(--gpus-per-node=N) with the gpumem, or for a gpu TYPE without it: "
+    "--gpus-per-socket=TYPE:N, TYPE one of %s",
     "largest": "largest device is %s with %s",
     "none_fit": "no device type fits (%s)",
     # ... hints say what would fit
@@ -102,6 +106,9 @@ MESSAGES: dict[str, str] = {
     "edit_tasks": "this job asks for devices per task, and Slurm does not show an update how many tasks "
     "the job runs on each node; cancel it and submit it again with the gpumem, or give NumTasks in the "
     "same update",
+    "edit_het": "this job is one component of a heterogeneous job, and the hook cannot see the devices "
+    "its other components hold (components never share a node), so it cannot choose a type that "
+    "leaves the job able to start; cancel the job and submit it again with the gpumem",
     "edit_counts": "the devices this job holds do not fit its edited node or task count, partition or "
     "constraint: %s; to choose devices for the edited job, give the gpumem again in the same update "
     "(gres=gpumem:SIZE)",

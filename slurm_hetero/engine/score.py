@@ -664,9 +664,11 @@ def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) ->
 
 
 def _nodes_hint(model: ClusterModel, need: Need, usable: Sequence[str]) -> tuple[str, ...]:
-    """The type (first in order) with the most nodes for a job that fails only on its node count."""
+    """The type (first in order) with the most nodes for a job that fails only on its node count;
+    a job that names a type (or holds one, an edit) hears of that type only."""
     allowed = frozenset(usable)
-    short = [t for t in usable if reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES]
+    candidates = (need.gpu_type,) if need.gpu_type else usable
+    short = [t for t in candidates if reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES]
     spans = [free_nodes(model.types[t], need, need.each) for t in short]
     if not spans:
         return ()

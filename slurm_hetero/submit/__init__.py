@@ -107,6 +107,7 @@ class Job:
     min_mem_per_cpu: int | None = None  # --mem-per-cpu (MiB)
     req_nodes: str | None = None  # -w / --nodelist
     exc_nodes: str | None = None  # -x / --exclude
+    het_job_id: int | None = None  # an edit's job record: its het job's id (0 / None: not heterogeneous)
 
     def fields(self) -> list[tuple[str, str | None]]:
         return [(name, getattr(self, name)) for name in FIELDS]
@@ -354,11 +355,21 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
 
 def het_taken(taken: Mapping[str, int], outcome: Outcome) -> dict[str, int]:
     """`taken` after one more component of a heterogeneous job: a rewrite takes its node count of
-    the chosen type (any-fit: of the first adequate type, the one node weights favour)."""
+    the chosen type (any-fit: of the first adequate type, the one node weights favour), a
+    component left as it is its node count of the gpu type it names."""
     out = dict(taken)
     if outcome.action == "rewrite" and outcome.choice is not None:
         name = outcome.choice.types[0]
         out[name] = out.get(name, 0) + job_nodes(outcome.job)
+    elif outcome.ok:
+        # a component left as it is still takes its nodes of the type it names (gpu:l40s:1);
+        # two gpu items or a malformed one: slurmctld refuses it
+        try:
+            typed = parse_fields(outcome.job.fields()).gpu_type
+        except RequestError:
+            typed = None
+        if typed:
+            out[typed] = out.get(typed, 0) + job_nodes(outcome.job)
     return out
 
 
@@ -405,6 +416,10 @@ def _explain(
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
     if tasks_hidden and request.gpu_field == "tres_per_task":
         return Outcome(False, "reject", f"{request.text}: {render('edit_tasks')}", job, code=REQUEST_CODE)
+    if request.gpu_field == "tres_per_socket":
+        # devices per socket x sockets per node: the table knows no sockets, so no type can be checked
+        message = f"{request.text}: {render('per_socket', ', '.join(sorted(model.types)))}"
+        return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     refusal = partition_refusal(model, job.partition)
     if refusal is not None:
         return Outcome(False, "reject", refusal, job, code=PARTITION_CODE)
@@ -580,6 +595,10 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))
     after, choice = outcome.job, outcome.choice
+    if record.het_job_id and record.het_job_id < NO_VAL:
+        # Slurm shows an edit no other component of the job: a new type could land beside theirs
+        text = parse_fields(view.fields(), model.types).text
+        return Outcome(False, "reject", f"{text}: {render('edit_het')}", view, code=REQUEST_CODE)
     old = held_type(record)
     if choice is not None and old is not None and choice.types[0] != old:
         text = parse_fields(view.fields(), model.types).text

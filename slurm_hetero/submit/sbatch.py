@@ -511,6 +511,7 @@ def job_from_options(
     mem_per_cpu: str | None = None,
     nodelist: str | None = None,
     exclude: str | None = None,
+    gpus_per_socket: str | None = None,
 ) -> Job:
     """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
     (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name; -c,
@@ -522,10 +523,11 @@ def job_from_options(
     # sbatch puts --gpus-per-node before the --gres items
     per_node_items = _gpu_items(pre, gpus_per_node) + (_gres_items(gres, pre) if gres else [])
     per_task = _per_task_24_11(gpus_per_task) if pre == "gres/" else ",".join(_gpu_items(pre, gpus_per_task))
-    fields = {
+    fields: dict[str, Any] = {
         "tres_per_job": ",".join(_gpu_items(pre, gpus)) or None,
         "tres_per_node": ",".join(per_node_items) or None,
         "tres_per_task": per_task or None,
+        "tres_per_socket": ",".join(_gpu_items(pre, gpus_per_socket)) or None,
     }
     for text in fields.values():
         refusal = gres_refusal(text, slurm_release, names)

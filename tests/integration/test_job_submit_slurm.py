@@ -340,6 +340,37 @@ def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
         slurm("scancel", job_id)
 
 
+def test_a_gpumem_edit_of_a_het_component_is_refused_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Issue 10 r3 (24.11): `scontrol update jobid=J+0 gres=gpumem:70G` of an (l40s + a100) het
+    job was accepted: component 0 became a100_80g:1 beside component 1's a100 (one a100 node) and
+    both pended forever. The hook cannot see the other components: such an edit is refused."""
+    from slurm_hetero.cli.submit import _model
+
+    settings = load_settings(suite_config)
+    model = _model(dev_cluster.inventory, (), settings)
+    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    argv = ("--gres=gpu:l40s:1", ":", "--gres=gpu:a100_80g:1")
+    run = as_user("sbatch", "--parsable", "-H", "-o", "/dev/null", *argv, "--wrap", "true")
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    try:
+        before = job_fields(f"{job_id}+0")
+        record = replace(record_of(before, uid, None), het_job_id=int(job_id))
+        change = replace(job_from_options(gres="gpumem:70G", slurm_release=dev_cluster.name), submit_uid=uid)
+        predicted = explain_edit(model, hook, change, record)
+        assert not predicted.ok and "heterogeneous job" in predicted.message, predicted.message
+        result = as_user("scontrol", "update", f"jobid={job_id}+0", "gres=gpumem:70G")
+        assert result.returncode != 0, result.stderr
+        if dev_cluster.name != "22.05":  # 22.05 drops log_user in job_modify
+            assert predicted.message in result.stderr, result.stderr
+        assert stored_view(job_fields(f"{job_id}+0")) == stored_view(before)
+    finally:
+        slurm("scancel", job_id)
+
+
 def test_a_constraint_naming_an_unknown_feature_is_refused_by_the_hook(dev_cluster: Cluster) -> None:
     """slurmctld refused it after the hook had accepted it (`-C 'nosuch|xgmi'`, found by the fuzz)."""
     run = as_user(
@@ -401,6 +432,32 @@ def test_user_text_with_a_newline_is_told_on_one_line_as_explain_says(
     run = as_user("sbatch", "-H", "--gres=gpumem:20G", "-C", features, "-o", "/dev/null", "--wrap", "true")
     assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
     assert "\nslurm_hetero: forged" not in run.stderr
+
+
+def test_gpus_per_socket_with_gpumem_is_refused_by_the_hook_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """U14/Y05: `--gpus-per-socket=3 --sockets-per-node=1 --gres=gpumem:20G` was accepted as
+    TresPerSocket a100_80g:3 (22.05: pending forever on BadConstraints; 24.11: the accept line,
+    then "Requested node configuration is not available"). The table knows no sockets, so the
+    hook refuses it in one line, with explain's words; without gpumem it is slurmctld's job."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    job = job_from_options(gres="gpumem:20G", gpus_per_socket="3", uid=uid, slurm_release=dev_cluster.name)
+    predicted = explain(model, hook, job)
+    assert not predicted.ok and predicted.code == "ESLURM_INVALID_GRES", predicted
+    run = as_user(
+        "sbatch",
+        "-H",
+        "--gpus-per-socket=3",
+        "--sockets-per-node=1",
+        "--gres=gpumem:20G",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+    )
+    assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    assert " -> " not in run.stderr, run.stderr
 
 
 def test_srun_without_an_allocation_gets_its_device_through_the_cli_filter(dev_cluster: Cluster) -> None:
@@ -519,14 +576,24 @@ def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_pat
     slurm("scancel", job_id)
 
 
-@pytest.mark.parametrize("gres", [("gpumem:70G", "gpumem:70G"), ("gpumem:70G",) * 6])
+@pytest.mark.parametrize(
+    ("gres", "form"),
+    [
+        (("gpumem:70G", "gpumem:70G"), ":"),
+        (("gpumem:70G",) * 6, ":"),
+        (("gpu:l40s:1", "gpumem:20G"), ":"),
+        (("gpu:l40s:1", "gpumem:20G"), "hetjob"),
+    ],
+)
 def test_heterogeneous_components_the_hook_accepts_start(
-    dev_cluster: Cluster, suite_config: Path, gres: tuple[str, ...]
+    dev_cluster: Cluster, suite_config: Path, gres: tuple[str, ...], form: str
 ) -> None:
     """The adversarial pass: `--gres=gpumem:70G : --gres=gpumem:70G` put both components on the
     one-node type and they stayed PENDING (Resources) on an idle cluster: components never share
     a node. Each later component now decides on the nodes the earlier ones leave (explain with
-    `taken`); what is accepted starts and ends, a refusal says what explain says."""
+    `taken`); what is accepted starts and ends, a refusal says what explain says. Issue 10 r3:
+    `--gres=gpu:l40s:1 : --gres=gpumem:20G` (one l40s node) rewrote the second to l40s too: a
+    component left alone takes its typed nodes as well, in `:` jobs and `#SBATCH hetjob` scripts."""
     from slurm_hetero.cli.submit import _model
     from slurm_hetero.submit import het_taken
 
@@ -543,8 +610,14 @@ def test_heterogeneous_components_the_hook_accepts_start(
             )
         )
         taken = het_taken(taken, outcomes[-1])
-    argv = [a for i, item in enumerate(gres) for a in ([":"] if i else []) + [f"--gres={item}"]]
-    run = as_user("sbatch", "--parsable", "--wait", "-o", "/dev/null", *argv, "--wrap", "true")
+    if form == "hetjob":
+        lines = "#SBATCH hetjob\n".join(f"#SBATCH --gres={item}\n" for item in gres)
+        run = as_user(
+            "sbatch", "--parsable", "--wait", "-o", "/dev/null", stdin=f"#!/bin/bash\n{lines}true\n"
+        )
+    else:
+        argv = [a for i, item in enumerate(gres) for a in ([":"] if i else []) + [f"--gres={item}"]]
+        run = as_user("sbatch", "--parsable", "--wait", "-o", "/dev/null", *argv, "--wrap", "true")
     refused = [o for o in outcomes if not o.ok]
     if refused:
         assert run.returncode != 0 and refused[0].message in run.stderr, (run.stderr, refused[0].message)

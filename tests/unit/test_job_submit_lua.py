@@ -1041,6 +1041,42 @@ def test_cli_render_then_check_is_clean_and_explain_agrees(
     assert rejected["code"] == "ESLURM_INVALID_GRES" and answer["code"] is None
 
 
+@pytest.mark.parametrize("het_job_id", [0, 4321])
+def test_a_gpumem_edit_of_a_het_component_is_refused(
+    rendered: dict[str, Config], hooks: dict[str, Hook], het_job_id: int
+) -> None:
+    """Issue 10 r3 (24.11): `scontrol update jobid=J+0 gres=gpumem:70G` of an (l40s + a100) het job
+    made component 0 a100_80g:1 beside component 1's a100 (one a100 node): both pended forever.
+    The Lua API shows an edit the job record only, not the other components: refused."""
+    record = Job(tres_per_node="gres/gpu:l40s:1", user_id=1000, het_job_id=het_job_id)
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000)
+    ok, message, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
+    if het_job_id:
+        assert not ok and message == f"gpumem:70G: {MESSAGES['edit_het']}", message
+    else:
+        assert ok and after.tres_per_node == "gres/gpu:a100_80g:1", (message, after)
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_explain_answers_gpus_per_socket_as_the_hook_does(
+    release: str, monkeypatch: pytest.MonkeyPatch, rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """U14/Y05: `--gpus-per-socket=3 --gres=gpumem:20G` was accepted by the hook as TresPerSocket
+    a100_80g:3 (22.05: pending on BadConstraints; 24.11: refused by slurmctld after the accept
+    line), and `request explain` had no --gpus-per-socket, so it answered another request."""
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    job = job_from_options(gres="gpumem:20G", gpus_per_socket="3", uid=1000, slurm_release=release)
+    assert job.tres_per_socket == ("gres:" if release == "22.05" else "gres/") + "gpu:3"
+    ok, message, _ = both(rendered["scoped"], hooks["scoped"], job)
+    assert not ok and "cannot be decided with --gpus-per-socket" in message
+    import json
+
+    flags = ["--gres", "gpumem:20G", "--gpus-per-socket", "3", "--uid", "1000", "--slurm-release", release]
+    result = CliRunner().invoke(cli, ["request", "explain", "--inventory", str(MIXED), "--json", *flags])
+    answer = json.loads(result.stdout)
+    assert (answer["ok"], answer["message"], answer["code"]) == (False, message, "ESLURM_INVALID_GRES")
+
+
 @pytest.mark.parametrize(
     "gres",
     [
