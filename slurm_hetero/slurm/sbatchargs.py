@@ -74,6 +74,7 @@ ENV_OPTIONS = {
     "SBATCH_GPUS": "gpus",
     "SBATCH_GPUS_PER_NODE": "gpus-per-node",
     "SBATCH_GPUS_PER_TASK": "gpus-per-task",
+    "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
     "SBATCH_PARTITION": "partition",
     "SBATCH_CONSTRAINT": "constraint",
     "SBATCH_CPUS_PER_GPU": "cpus-per-gpu",

@@ -392,6 +392,7 @@ OPTIONS = (
     "gpus",
     "gpus-per-node",
     "gpus-per-task",
+    "gpus-per-socket",
     "partition",
     "constraint",
     "nodes",

@@ -378,6 +378,10 @@ EVERY_OPTION = [
     ),
     pytest.param(["--mem=16001", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "mem": "16001"}, id="mem"),
     pytest.param(
+        ["--gpus-per-socket=3", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "gpus-per-socket": "3"},
+        id="gpus-per-socket",
+    ),
+    pytest.param(
         ["--mem-per-gpu=9000", "--gpus=2", "--gres=gpumem:20G"], [], {},
         {**GPUMEM, "mem-per-gpu": "9000", "gpus": "2"}, id="mem-per-gpu",
     ),
