@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from slurm_hetero import proc
@@ -82,6 +82,13 @@ def _die_with_parent() -> None:
 def _join(threads: Sequence[threading.Thread], seconds: float) -> None:
     for thread in threads:
         thread.join(timeout=seconds)
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
+    """Poll `condition` until it holds or `seconds` pass (signal handlers run between polls)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def descendants(pid: int, proc_root: str = "/proc") -> list[int]:
@@ -180,8 +187,8 @@ class Supervisor:
             pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
             code = child.wait()
             _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
-            if code != 0 and self.forwarded == signal.SIGTERM:
-                self._wait_for_peer_failed(PEER_FAILED_LATE_S)
+            if code != 0 and self.forwarded == signal.SIGTERM:  # PEER_FAILED's handler runs here
+                _wait_until(lambda: self.peer_failed, PEER_FAILED_LATE_S)
             status = self.finish(code)
             # Stopped (a forwarded signal, a failed peer): exit within Slurm's KillWait even where an
             # orphaned grandchild keeps the pipes open (proctrack/linuxproc does not signal orphans).
@@ -200,9 +207,7 @@ class Supervisor:
         """A stop signal or PEER_FAILED came while planning: the step is ending, so the command is
         not started. After a SIGTERM, PEER_FAILED_LATE_S for a PEER_FAILED behind it, as with a
         running command: exit 0 (the failing rank's code is srun's), else 128 + the signal."""
-        deadline = time.monotonic() + PEER_FAILED_LATE_S
-        while PEER_FAILED not in _EARLY and signal.SIGTERM in _EARLY and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until(lambda: PEER_FAILED in _EARLY or signal.SIGTERM not in _EARLY, PEER_FAILED_LATE_S)
         if KEEP_HANDLERS_WHEN_ENDING:  # as `run` ends: srun -K's SIGTERM must not end the exit
             for forwarded in FORWARDED:  # (interpreter shutdown puts Python handlers back to SIG_DFL)
                 signal.signal(forwarded, signal.SIG_IGN)
@@ -216,12 +221,6 @@ class Supervisor:
             "rank %d: %s before the command started; not started", self.rank.rank, signal.Signals(signum).name
         )
         return 128 + signum
-
-    def _wait_for_peer_failed(self, seconds: float) -> None:
-        """Wait up to `seconds` for PEER_FAILED (its handler runs in this, the main, thread)."""
-        deadline = time.monotonic() + seconds
-        while not self.peer_failed and time.monotonic() < deadline:
-            time.sleep(0.05)
 
     def _forward(self, signum: int, _frame: Any) -> None:
         """A signal for the command: the stop signals to its tree, SIGUSR1/2 to it alone. SIGTERM
