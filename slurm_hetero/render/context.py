@@ -296,15 +296,19 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         )
     built = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
     groups = _group(per_host(built) if options.local else built, options, CostModel.from_catalog(catalog))
-    shapes = list(groups)
-    folded = [hostlist.fold(names) for names in groups.values()]
+    shapes, names_of = list(groups), list(groups.values())
+    folded = [hostlist.fold(names) for names in names_of]
     nodes = [_node_entry(s, f, s.weight, i, options) for i, (s, f) in enumerate(zip(shapes, folded))]
     vendors = sorted({v for s in shapes for v in s.vendors})
     partitions = [
-        {"name": v, "nodes": hostlist.fold(f for s, f in zip(shapes, folded) if v in s.vendors)}
+        {
+            "name": v,
+            "nodes": hostlist.fold(n for s, names in zip(shapes, names_of) if v in s.vendors for n in names),
+        }
         for v in vendors
     ]
-    gpu_nodes = [f for s, f in zip(shapes, folded) if s.gpu_node]
+    # Folded from the names, not from the shapes' folded lists (NodeSet would re-parse those).
+    gpu_nodes = [n for s, names in zip(shapes, names_of) if s.gpu_node for n in names]
     warnings = [f"{f}: {n}" for s, f in zip(shapes, folded) for n in s.notes]
     gres_types = ["gpu", "gpumem", "gpucore"] + (["shard"] if any(s.shards for s in shapes) else [])
     return {

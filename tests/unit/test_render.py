@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -270,3 +272,28 @@ def test_dev_cluster_gives_each_host_of_a_hostlist_its_own_line_port_and_fake_de
         if entry.name == "gpu" and entry.node and entry.node.startswith("hx-"):
             assert entry.file is not None and entry.file.startswith(f"/dev/fakegpu/{entry.node}/")
     assert "/dev/fakegpu/hx-a800-[" not in files["gres.conf"]
+
+
+def test_partition_and_all_node_lists_are_folded_from_host_names_not_from_folded_lists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """10,000 nodes: re-folding the shapes' folded lists sent them through NodeSet's full parser
+    and its multivariate folding (0.4 s of a 3.3 s render); the names fold in milliseconds."""
+    seen: list[list[str]] = []
+    real_fold = hostlist.fold
+
+    def spy(names: Iterable[str]) -> str:
+        names = list(names)
+        seen.append(names)
+        return real_fold(names)
+
+    monkeypatch.setattr(hostlist, "fold", spy)
+    small = dataclasses.replace(
+        _h100_node("a30-1"), devices=(Device("nvidia", "NVIDIA A30", 0, "/dev/nvidia0", 24576, "a30"),)
+    )
+    files = render(ClusterInventory(nodes=(_h100_node("a100-40g-3"), _h100_node("a100-40g-4"), small)))
+    assert seen and not [names for names in seen if any("[" in n or "," in n for n in names)]
+    partition = next(
+        line for line in files["slurm-nodes.conf"].splitlines() if line.startswith("PartitionName=nvidia")
+    )
+    assert "Nodes=a100-40g-[3-4],a30-1 " in partition + " "
