@@ -41,6 +41,7 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
 # naming the key, the line and both readings. The dumper quotes such strings, so `dumps` output
 # always loads back.
 _STR, _AMBIGUOUS = "tag:yaml.org,2002:str", "tag:slurm-hetero,2024:ambiguous"
+_FLOAT = "tag:yaml.org,2002:float"  # no inventory field takes one: refused (`cpus: 8.0`)
 _CORE = (  # read alike by YAML 1.1 and 1.2
     ("tag:yaml.org,2002:null", re.compile(r"(?:~|null|Null|NULL|)\Z")),
     ("tag:yaml.org,2002:bool", re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z")),
@@ -175,9 +176,11 @@ class _YamlLoader(_StrictResolver, UniqueKeyLoader):
             key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "<key>"
             items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
             for i, item in enumerate(items):
+                label = key if item is value_node else f"{key}[{i}]"
                 if item.tag == _AMBIGUOUS:
-                    label = key if item is value_node else f"{key}[{i}]"
                     raise AmbiguousScalar(None, None, ambiguity(item.value, label), item.start_mark)
+                if item.tag == _FLOAT:
+                    raise AmbiguousScalar(None, None, not_whole(item.value, label), item.start_mark)
             if key_node.tag == _AMBIGUOUS:
                 raise AmbiguousScalar(None, None, ambiguity(key_node.value), key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
@@ -185,8 +188,30 @@ class _YamlLoader(_StrictResolver, UniqueKeyLoader):
     def construct_ambiguous(self, node: Any) -> Any:
         raise AmbiguousScalar(None, None, ambiguity(node.value), node.start_mark)
 
+    def construct_fraction(self, node: Any) -> Any:
+        raise AmbiguousScalar(None, None, not_whole(node.value), node.start_mark)
+
 
 _YamlLoader.add_constructor(_AMBIGUOUS, _YamlLoader.construct_ambiguous)
+_YamlLoader.add_constructor(_FLOAT, _YamlLoader.construct_fraction)
+
+
+def not_whole(text: str, key: str | None = None) -> str:
+    """Why a number with a point or an exponent is refused: every number in an inventory is a
+    count, an index or MiB, and Slurm's config lines take whole numbers only (`CPUs=8.0` is not
+    one)."""
+    where = f"{key}: " if key is not None else ""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    number = f"write {int(value)}" if value.is_integer() else "write a whole number"
+    whole = "is not a whole number, and inventory numbers are whole"
+    return f"{where}{text} {whole}: {number}, or '{text}' for text"
+
+
+def _json_float(text: str) -> Any:
+    raise ValueError(not_whole(text))
 
 
 class _YamlDumper(_StrictResolver, _BaseDumper):  # type: ignore[misc, valid-type]
@@ -460,7 +485,9 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
         check_yaml_depth(text, source)
     try:
         data = (
-            json.loads(text, object_pairs_hook=_json_object)
+            json.loads(
+                text, object_pairs_hook=_json_object, parse_float=_json_float, parse_constant=_json_float
+            )
             if as_json
             else yaml.load(text, Loader=_YamlLoader)
         )
@@ -468,7 +495,7 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
         raise InventoryError(f"{source}: nested too deeply to be an inventory") from None
     except json.JSONDecodeError as e:
         raise InventoryError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-    except ValueError as e:  # a key given twice
+    except ValueError as e:  # a key given twice, a number that is not whole
         raise InventoryError(f"{source}: {e}") from e
     except yaml.YAMLError as e:
         raise _yaml_error(source, e) from e

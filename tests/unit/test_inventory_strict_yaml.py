@@ -117,3 +117,59 @@ def test_dumped_strings_load_back_as_the_same_text(value: str) -> None:
         inv, nodes=(dataclasses.replace(node, devices=(device, *node.devices[1:])),)
     )
     assert inventory.loads(inventory.dumps(changed), "dumped.yaml") == changed
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [  # adversarial re-pass of issue 9 (V60, W1-W10, C27): `CPUs=8.0`, `Cores=0.0-3.0` were rendered
+        (
+            "cpus: 8",
+            "cpus: 8.0",
+            "cpus: 8.0 is not a whole number, and inventory numbers are whole: write 8, or '8.0' for text",
+        ),
+        ("cpus: 8", "cpus: 8.", "cpus: 8. is not a whole number, and inventory numbers are whole: write 8"),
+        (
+            "memory_mib: 46068",
+            "memory_mib: 46068.5",
+            "memory_mib: 46068.5 is not a whole number, and inventory numbers are whole: "
+            "write a whole number, or '46068.5' for text",
+        ),
+        (
+            "real_memory_mib: 16000",
+            "real_memory_mib: 16000.0",
+            "real_memory_mib: 16000.0 is not a whole number",
+        ),
+        ("index: 1\n", "index: 1.0\n", "index: 1.0 is not a whole number"),
+        ("cpus: 8", "cpus: .inf", "cpus: .inf is not a whole number"),
+        ("features: [ib]", "features: [ib, 2.5]", "features[1]: 2.5 is not a whole number"),
+    ],
+)
+def test_a_number_with_a_point_is_refused_naming_key_and_line(old: str, new: str, expected: str) -> None:
+    assert old in BASE
+    with pytest.raises(InventoryError, match="^inv.yaml: line [0-9]+: " + re.escape(expected)):
+        inventory.loads(BASE.replace(old, new, 1), "inv.yaml")
+
+
+@pytest.mark.parametrize("number", ["8.0", "8e0", "NaN", "Infinity", "-0.0"])
+def test_a_json_inventory_with_a_fraction_is_refused(number: str) -> None:
+    text = '{"version": 1, "nodes": [{"name": "n1", "cpus": NUMBER, "devices": []}]}'.replace(
+        "NUMBER", number
+    )
+    with pytest.raises(InventoryError, match=re.escape(f"inv.json: {number} is not a whole number")):
+        inventory.loads(text, "inv.json", as_json=True)
+
+
+@pytest.mark.parametrize(
+    "command", [["inventory", "check"], ["gres", "render", "--check"], ["job-submit", "render", "--check"]]
+)
+def test_every_command_refuses_a_fractional_cpu_count(tmp_path: Path, command: list[str]) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(BASE.replace("cpus: 8", "cpus: 8.0", 1))
+    args = (
+        [*command, str(path)]
+        if command[0] == "inventory"
+        else [*command, "--inventory", str(path), "--out", str(tmp_path / "out")]
+    )
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != 0
+    assert "cpus: 8.0 is not a whole number" in result.output
