@@ -207,8 +207,7 @@ def discover_node(
 
 def validated(node: NodeInventory) -> NodeInventory:
     """The node as every other command will read it: through the inventory schema and checks,
-    so discover never writes what `inventory check` refuses."""
-    cluster = inventory.inventory_from_dict(
-        inventory.inventory_to_dict(ClusterInventory(nodes=(node,))), f"discovered node {node.name}"
-    )
-    return cluster.nodes[0]
+    so discover never writes what `inventory check` refuses: as text, read back as check reads
+    it (a value of the wrong Python type, `8.0` for 8, is refused there, not in the dict)."""
+    text = inventory.dumps(ClusterInventory(nodes=(node,)), as_json=True)
+    return inventory.loads(text, f"discovered node {node.name}", as_json=True).nodes[0]

@@ -123,3 +123,16 @@ def test_live_discovery_without_accelerators_is_a_clear_error(monkeypatch: pytes
         monkeypatch.setattr(type(vendor), "affinity", lambda self: 0)
     code, _, err = run("discover")
     assert code == 1 and "no accelerators found" in err
+
+
+def test_discover_refuses_what_inventory_check_would_refuse_even_a_float_count() -> None:
+    """discover validates through the text `inventory check` reads: a parser that handed over 8.0
+    CPUs or 46068.0 MiB would have been written and then refused (issue 9 re-pass, V60)."""
+    from slurm_hetero import discover
+    from slurm_hetero.errors import InventoryError
+    from slurm_hetero.model import Device, NodeInventory
+
+    device = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s")
+    assert discover.validated(NodeInventory("n1", cpus=8, devices=(device,))).cpus == 8
+    with pytest.raises(InventoryError, match=r"8\.0 is not a whole number"):
+        discover.validated(NodeInventory("n1", cpus=8.0, devices=(device,)))  # type: ignore[arg-type]
