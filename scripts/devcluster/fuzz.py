@@ -239,16 +239,29 @@ def _other_mem(options: Options) -> bool:
 HET_MEM_REFUSAL = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."
 
 
-def het_mem_refusal(components: list[Options]) -> str | None:
-    """sbatch's refusal of a het job where a component gives --mem-per-cpu or --mem-per-gpu after
-    an earlier one gave --mem: the --mem is still set there (measured on 22.05 and 24.11: `--mem=1G
-    : --mem-per-cpu=1G` is `sbatch: fatal: ` HET_MEM_REFUSAL), else None."""
+def het_mem_refusal(components: list[Options]) -> int | None:
+    """The component sbatch refuses with HET_MEM_REFUSAL, or None: the first to give --mem-per-cpu
+    or --mem-per-gpu after an earlier one gave --mem, which is still set there (measured on 22.05
+    and 24.11: `--mem=1G : --mem-per-cpu=1G` is `sbatch: fatal: ` HET_MEM_REFUSAL). It is that
+    component's check, so an earlier component's own refusal comes first (fuzz seed 20261127:
+    `--gpus-per-task=1 --mem=100G : --mem-per-cpu=500`, both releases)."""
     seen = False
-    for options in components:
+    for index, options in enumerate(components):
         if seen and _other_mem(options) and options.get("mem") is None:
-            return HET_MEM_REFUSAL
+            return index
         seen = seen or options.get("mem") is not None
     return None
+
+
+def sbatch_refusals(read: list[str], predicted: list[Outcome | str], carried: int | None) -> list[str]:
+    """sbatch's own refusals of a request, the one it prints first first: those of reading the
+    options (every component's, before any check), then each component's checks in order, where
+    the carried --mem refusal is component `carried`'s (`het_mem_refusal`). The hook sees the job
+    only when this is empty."""
+    checked: list[Outcome | str] = list(predicted)
+    if carried is not None:
+        checked[carried:] = [HET_MEM_REFUSAL]
+    return [*read[:1], *(p for p in checked if isinstance(p, str))]
 
 
 def sbatch_argv(request: Request) -> list[str]:
@@ -370,14 +383,12 @@ class Fuzz:
         taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
         read = [read_refusal(c, self.release) for c in request.components]
         read = [r for r in read if r]  # sbatch reads every component's options before checking any
-        carried = het_mem_refusal(request.components)  # a component's checks, after every read
-        read += [carried] if carried else []
+        carried = het_mem_refusal(request.components)  # that component's check, after every read
         for component in het_sent(request.components):
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
             taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
         run = self.run(sbatch_argv(request), self.user)
-        # sbatch checks every component before the hook sees any
-        refusals: list[Outcome | str] = [*read[:1], *(p for p in predicted if isinstance(p, str))]
+        refusals: list[Outcome | str] = list(sbatch_refusals(read, predicted, carried))
         refusals = refusals or [p for p in predicted if isinstance(p, Outcome) and not p.ok]
         what = (request.components, request.array)
         if refusals:

@@ -183,6 +183,8 @@ def gpu_refusal(
     """sbatch's GPU checks after the task count (its words, 22.05 and 24.11), else None: each
     type's counts in turn (the order seen in the fuzz where several apply), then typed and untyped
     together. min_nodes as sent (-N lowered to the tasks; 24.11's derived), max_nodes -N's."""
+    from slurm_hetero.submit import NO_VAL  # late: slurm_hetero.submit imports this module
+
     records = _records(gres, gpus, gpus_per_node, gpus_per_task)
     for counts in records.values():
         node, task, job = counts.get("node"), counts.get("task"), counts.get("job")
@@ -192,7 +194,8 @@ def gpu_refusal(
         if required and ((min_nodes and required < min_nodes) or (max_nodes and required > max_nodes)):
             return (
                 f"Based on --gpu and --gres=gpu/--gpus-per-node required nodes ({required}) "
-                f"doesn't fall between min_nodes ({min_nodes}) and max_nodes ({max_nodes}) boundaries"
+                f"doesn't fall between min_nodes ({min_nodes}) and max_nodes "
+                f"({NO_VAL if max_nodes is None else max_nodes}) boundaries"  # unset: sbatch prints NO_VAL
             )
         if job and min_nodes and job < min_nodes:
             return "--gpus < -N"
@@ -557,7 +560,9 @@ def job_from_options(
         cpus_per_task is not None,
     )
     if pre == "gres:" or nodes is None:  # 24.11 keeps -N's count beside -w (`-w a,b -N1 --gpus=1` passes)
-        min_nodes = _hosts_nodes(nodelist, min_nodes, num_tasks)
+        # 22.05 lowers the hosts to an explicit -n only, not to the tasks --ntasks-per-node makes
+        # of them (seed 20261127: `-w a,b --ntasks-per-node=1 --gpus=T:1` is `--gpus < -N`)
+        min_nodes = _hosts_nodes(nodelist, min_nodes, ntasks if pre == "gres:" else num_tasks)
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
     top = max_nodes if max_nodes is not None else nodes
     top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top

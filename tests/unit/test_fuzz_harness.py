@@ -132,8 +132,8 @@ def test_a_het_components_mem_reaches_the_components_without_their_own() -> None
     sent = fuzz.het_sent([{"gres": "gpumem:10G"}, {"mem": "100G"}, {"gres": "gpumem:20G"}, {"mem": "1G"}])
     assert [c.get("mem") for c in sent] == ["1G", "100G", "100G", "1G"]
     assert "mem" not in fuzz.het_sent([{"mem_per_cpu": "1G"}, {"mem": "1G"}])[0]
-    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"mem_per_cpu": "1G"}]) == fuzz.HET_MEM_REFUSAL
-    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"gres": "gpumem:1G"}, {"mem_per_gpu": "1G"}])
+    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"mem_per_cpu": "1G"}]) == 1
+    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"gres": "gpumem:1G"}, {"mem_per_gpu": "1G"}]) == 2
     assert fuzz.het_mem_refusal([{"mem_per_cpu": "1G"}, {"mem": "1G"}]) is None
     assert fuzz.het_mem_refusal([{"mem": "1G"}, {"mem": "2G", "mem_per_cpu": "1G"}]) is None
 
@@ -162,3 +162,13 @@ def test_the_dev_cluster_inventory_gives_slurm_every_nodes_cpus_and_memory(tmp_p
     nodes = inventory.load(generate_inventory(tmp_path)).nodes
     assert {"gaudin1", "npu910n1"} <= {n.name for n in nodes}
     assert [(n.name, missing_facts_note(n)) for n in nodes if missing_facts_note(n)] == []
+
+
+def test_an_earlier_components_own_refusal_comes_before_the_carried_mem_refusal() -> None:
+    """Seed 20261127, both releases: `--gpus-per-task=1 --mem=100G : --mem-per-cpu=500` is refused
+    for component 0's --gpus-per-task (sbatch checks the components in order), not for the --mem
+    component 1 inherits."""
+    own = "--gpus-per-task used without either --gpus or -n/--ntasks is not allowed."
+    assert fuzz.sbatch_refusals([], [own, "later"], 1) == [own, fuzz.HET_MEM_REFUSAL]
+    assert fuzz.sbatch_refusals([], ["x"], None) == ["x"]
+    assert fuzz.sbatch_refusals(["read"], [own], 0) == ["read", fuzz.HET_MEM_REFUSAL]

@@ -181,6 +181,19 @@ MEASURED = [
         ["--gres=gpumem:60G,gpu:l40s:1", "--gpus-per-task=1", "-N", "1-2"],
         "sbatch: " + GPUS_PER_TASK_REFUSAL["22.05"],
     ),
+    # fuzz seed 20261127 (2026-11-26): an unset max_nodes is printed as NO_VAL; 22.05 raises min_nodes
+    # to the -w hosts and lowers it to an explicit -n only (not to --ntasks-per-node's tasks)
+    (
+        BOTH,
+        ["--gres=gpumem:200G,gpu:2", "--gpus=2", "-w", "a100n1,l40sn1"],
+        "sbatch: Based on --gpu and --gres=gpu/--gpus-per-node required nodes (1) doesn't fall between "
+        "min_nodes (2) and max_nodes (4294967294) boundaries",
+    ),
+    (
+        ("22.05",),
+        ["--gres=gpumem:10G", "--gpus=a100_80g:1", "--ntasks-per-node=1", "-w", "a100n1,l40sn1"],
+        "sbatch: --gpus < -N",
+    ),
 ]
 CASES = [(release, options, seen) for releases, options, seen in MEASURED for release in releases]
 
