@@ -460,6 +460,7 @@ def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tu
         ("ntasks", "--ntasks"),
         ("ntasks_per_node", "--ntasks-per-node"),
         ("cpus_per_task", "--cpus-per-task"),
+        ("cpus_per_gpu", "--cpus-per-gpu"),  # parse_int too (24.11 adversarial N08: `=0`)
     ):
         if options.get(key) is not None:
             task_count(flag, options[key], slurm_release)

@@ -107,6 +107,8 @@ MEASURED = [
     (BOTH, ["--gres=GPUMEM:20G", "--mem-per-gpu=1.5G"], "sbatch: Invalid --mem-per-gpu specification"),
     (BOTH, ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
     (BOTH, ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
+    (BOTH, ["--cpus-per-gpu=0"], 'sbatch: Invalid numeric value "0" for --cpus-per-gpu.'),  # N08 (24.11)
+    (BOTH, ["--cpus-per-gpu=2x"], 'sbatch: Invalid numeric value "2x" for --cpus-per-gpu.'),
     (
         ("24.11",),
         ["--mem-per-gpu=4G"],
