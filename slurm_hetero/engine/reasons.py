@@ -76,7 +76,9 @@ MESSAGES: dict[str, str] = {
     "node_cpus": "%s nodes with %s devices have at most %s CPUs, the job needs %s per node",
     "node_memory": "%s nodes with %s devices have at most %s memory, the job needs %s per node",
     "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
-    "picks a device type, not nodes); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",
+    "picks a device type, not nodes; in a heterogeneous job Slurm gives every component each -x and "
+    "the other components' -w nodes as exclusions); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, "
+    "TYPE one of %s",
     "per_socket": "gpumem/gpucore cannot be decided with --gpus-per-socket (the hook's table does not "
     "know how many sockets a node has or which devices sit on each); ask for devices per node "
     "(--gpus-per-node=N) with the gpumem, or for a gpu TYPE without it: "
