@@ -444,7 +444,7 @@ class Fuzz:
         edit = replace(job_from_options(gres=gres, slurm_release=self.release), submit_uid=self.uid)
         predicted = explain_edit(self.model, self.hook, edit, record)
         run = self.run(["scontrol", "update", f"jobid={job_id}", f"gres={gres}"], self.user)
-        what = (job_id, gres, record)
+        what = (job_id, gres, record, submitted)  # the job as submitted too: the record lacks its tasks
         after = stored_view(next(iter(self.show(job_id).values())))
         if not predicted.ok:
             self.report.counts["edits refused"] += 1
