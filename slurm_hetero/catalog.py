@@ -75,6 +75,8 @@ def _spec_from_mapping(raw: Raw, path: str, key: str) -> DeviceSpec:
 def _raw_models(text: str, path: str) -> list[Raw]:
     try:
         data = yaml.safe_load(text)
+    except RecursionError:  # PyYAML's parser recurses per level (issue 9 re-pass: a traceback)
+        raise ConfigError("nested too deeply to be a models file", path) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
     if not isinstance(data, Mapping) or not isinstance(data.get("models"), list):

@@ -343,8 +343,9 @@ def test_family_lists_its_skus() -> None:
         "version: 1\nmodels:\n  - type: x1\n    vendor: nvidia\n    match: ['X1']\n",  # missing keys
         "just a string\n",  # not a mapping
         "models:\n  - {type: x1, vendor: nvidia, name: X, match: ['('], memory_gib: 1, source: s}\n",
+        "models: " + "[" * 990 + "]" * 990 + "\n",  # issue 9 re-pass: a RecursionError traceback
     ],
-    ids=["yaml-syntax", "missing-keys", "not-a-mapping", "bad-regex"],
+    ids=["yaml-syntax", "missing-keys", "not-a-mapping", "bad-regex", "nested-990"],
 )
 def test_malformed_site_file_names_the_file(tmp_path: Path, text: str) -> None:
     directory = _site_dir(tmp_path / "bad", text, name="broken.yaml")
