@@ -361,6 +361,76 @@ def test_het_components_never_share_the_only_node_of_a_type(
     assert refusal(*args) == f"slurm-hetero: het component 1: {results[1][1]}\n"
 
 
+# Adversarial finds W15-W17 (22.05 and 24.11): the wrapper skipped components without gpumem, so a
+# typed one did not take its nodes (`--gres=gpu:a100_80g:1 : --gres=gpumem:70G` passed, the hook
+# refused it), and A24: a typed component after the hook's choice took its type's only node.
+HET_TYPED = [
+    pytest.param([{"gres": "gpu:a100_80g:1"}, {"gres": "gpumem:70G"}], 1, id="W15-typed-first"),
+    pytest.param([{"gpus": "l40s:1"}, {"gres": "gpumem:20G"}, {"gres": "gpumem:20G"}], 2, id="W16-gpus"),
+    pytest.param([{"gres": "gpumem:20G"}, {"gres": "gpu:l40s:1"}], 1, id="A24-typed-after"),
+    pytest.param([{"gres": "gpu:l40s:1"}, {"gres": "gpumem:20G"}], None, id="W18-accepted"),
+]
+
+
+@pytest.mark.parametrize("form", ["command line", "script"])
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("components,refused", HET_TYPED)
+def test_het_components_are_decided_as_the_hook_decides_them(
+    components: list[dict[str, str]],
+    refused: int | None,
+    release: str,
+    form: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every component goes through the hook's decision in order, typed ones included: the wrapper
+    refuses the component job_submit.lua (het_job_offset, one Lua state) refuses, with its words."""
+    lua = pytest.importorskip("tests.unit.test_job_submit_lua")
+    from slurm_hetero.submit.sbatch import job_from_texts
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
+    said = [
+        hook.run(job_from_texts(c, 1000, release), het_job_offset=k)[:2] for k, c in enumerate(components)
+    ]
+    rejected = [k for k, (ok, _) in enumerate(said) if not ok]
+    assert rejected[:1] == ([] if refused is None else [refused]), said
+    options = [[f"--{name.replace('_', '-')}={value}" for name, value in c.items()] for c in components]
+    if form == "script":
+        args = [script(tmp_path, *" hetjob ".join(" ".join(o) for o in options).split(" "))]
+    else:
+        args = [*[w for k, o in enumerate(options) for w in ([":"] if k else []) + o], script(tmp_path)]
+    code, out, err = run("sbatch", "--inventory", INVENTORY, "--slurm-release", release, "--json", *args)
+    data = json.loads(out)
+    if refused is None:
+        assert code == 0 and data["ok"], err
+        assert [c["decision"]["ok"] for c in data["components"]] == [True] * len(components)
+        return
+    assert code == 1 and err == f"slurm-hetero: het component {refused}: {said[refused][1]}\n"
+    decision = data["components"][refused]["decision"]
+    assert (data["ok"], decision["ok"], decision["message"]) == (False, False, said[refused][1])
+
+
+def test_json_shows_the_hooks_decision(tmp_path: Path) -> None:
+    """W19: `slurm-hetero sbatch --json --gres=gpumem:20G p.sh` printed gres null and no type: each
+    component now carries the hook's decision, as `request explain --json` prints it."""
+    data = wrapper("--slurm-release", "24.11", "--gres=gpumem:20G", script(tmp_path))
+    decision = data["components"][0]["decision"]
+    code, out, err = run(
+        "request",
+        "explain",
+        "--inventory",
+        INVENTORY,
+        "--slurm-release",
+        "24.11",
+        "--json",
+        "--gres",
+        "gpumem:20G",
+    )
+    assert code == 0 and decision == json.loads(out), err
+    assert decision["choice"]["types"] == ["l40s"] and decision["tres_per_node"] == "gres/gpu:l40s:1"
+
+
 # ------------------------------------------------- every option a decision reads reaches the decision
 # Adversarial finds (issue 10 item 7): the wrapper built the hook's job_desc from the TRES and count
 # options alone, so -c, --cpus-per-gpu, --mem*, -w (and their SBATCH_* variables) never reached the
@@ -464,6 +534,13 @@ def wrapped(
     return result.exit_code, result.stdout, result.stderr
 
 
+def refused_json(out: str) -> str:
+    """The message of `--json`'s refusal document (ok false, no argv; the error line as ever)."""
+    data = json.loads(out)
+    assert data["ok"] is False and data["argv"] is None, data
+    return data["message"]  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
 @pytest.mark.parametrize("args,directives,env,options", EVERY_OPTION)
 def test_every_option_a_decision_reads_reaches_it(
@@ -477,7 +554,8 @@ def test_every_option_a_decision_reads_reaches_it(
     expected = explain_outcome(release, options)
     assert not expected["ok"] and expected["message"]  # the hook (or sbatch) refuses the request
     code, out, err = wrapped(tmp_path, release, args, directives, env)
-    assert (code, out) == (1, "") and err == f"slurm-hetero: the job: {expected['message']}\n"
+    assert code == 1 and err == f"slurm-hetero: the job: {expected['message']}\n"
+    assert refused_json(out) == f"the job: {expected['message']}"
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
@@ -545,4 +623,6 @@ def test_every_option_refusal_is_the_lua_hooks_own_words(
     ok, message, _, _ = hook.run(job_from_texts(texts_of(options), None, release))
     assert not ok and message
     code, out, err = wrapped(tmp_path, release, args, directives, env)
-    assert (code, out, err) == (1, "", f"slurm-hetero: the job: {message}\n")
+    assert (code, err) == (1, f"slurm-hetero: the job: {message}\n") and refused_json(
+        out
+    ) == f"the job: {message}"
