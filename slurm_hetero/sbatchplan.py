@@ -277,18 +277,20 @@ def hook_check(
     names a gpu type takes its nodes too, and is refused where the hook's choices for earlier ones
     took them (`het_typed`). A refusal is the hook's message (after the model's figure, when the
     wrapper computed the gpumem). Options sbatch itself refuses: its words, for a component with
-    gpumem/gpucore; others are left to sbatch."""
-    taken: Mapping[str, int] = {}
-    out: list[Decision] = []
-    for c, d in zip(components, decisions):
+    gpumem/gpucore; where a component without them has such options, sbatch refuses the whole job
+    before any component reaches the hook: nothing is decided here."""
+    jobs: list[Job] = []
+    for c, d in zip(components, decisions):  # sbatch reads every component before it sends one
         gres = d.gres if d.gres is not None else c.options.get("gres")
         try:
-            job = hook_job(c, gres, release, gres_names(model))
-        except RequestError as e:  # sbatch refuses these options before the hook sees them
+            jobs.append(hook_job(c, gres, release, gres_names(model)))
+        except RequestError as e:
             if not has_ours([("tres_per_node", gres)]):
-                out.append(d)
-                continue  # sbatch speaks for itself
-            raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}", out) from None
+                return list(decisions)  # sbatch speaks for itself
+            raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
+    taken: Mapping[str, int] = {}
+    out: list[Decision] = []
+    for c, d, job in zip(components, decisions, jobs):
         outcome = explain(model, options, job, taken=taken)
         out.append(replace(d, hook=outcome))
         if outcome.ok:

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
+from slurm_hetero.submit.sbatch import GPUS_PER_SOCKET_REFUSAL
 from tests.conftest import REPO
 
 INVENTORY = str(REPO / "gres_conf" / "examples" / "mixed.yaml")
@@ -411,6 +412,17 @@ def test_het_components_are_decided_as_the_hook_decides_them(
     assert (data["ok"], decision["ok"], decision["message"]) == (False, False, said[refused][1])
 
 
+def test_sbatch_reads_every_het_component_before_the_hook_decides_one(tmp_path: Path) -> None:
+    """sbatch refuses a later component's options (--gpus-per-socket without --sockets-per-node,
+    measured in either component on 22.05 and 24.11) before any component reaches the hook: the
+    wrapper says so, not the hook's refusal of component 0."""
+    code, _, err = run(
+        "sbatch", "--inventory", INVENTORY, "--slurm-release", "24.11", "--dry-run", "--gres=gpumem:1098G",
+        ":", "--gpus-per-socket=1", "--gres=gpumem:20G", script(tmp_path),
+    )  # fmt: skip
+    assert (code, err) == (1, f"slurm-hetero: het component 1: sbatch: {GPUS_PER_SOCKET_REFUSAL}\n")
+
+
 def test_json_shows_the_hooks_decision(tmp_path: Path) -> None:
     """W19: `slurm-hetero sbatch --json --gres=gpumem:20G p.sh` printed gres null and no type: each
     component now carries the hook's decision, as `request explain --json` prints it."""
@@ -448,8 +460,12 @@ EVERY_OPTION = [
     ),
     pytest.param(["--mem=16001", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "mem": "16001"}, id="mem"),
     pytest.param(
-        ["--gpus-per-socket=3", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "gpus-per-socket": "3"},
-        id="gpus-per-socket",
+        ["--gpus-per-socket=3", "--sockets-per-node=2", "--gres=gpumem:20G"], [], {},
+        {**GPUMEM, "gpus-per-socket": "3", "sockets-per-node": "2"}, id="gpus-per-socket",
+    ),
+    pytest.param(
+        ["-B", "2:4", "--gpus-per-socket=3", "--gres=gpumem:20G"], [], {},
+        {**GPUMEM, "gpus-per-socket": "3", "sockets-per-node": "2"}, id="B-gpus-per-socket",
     ),
     pytest.param(
         ["--mem-per-gpu=9000", "--gpus=2", "--gres=gpumem:20G"], [], {},
@@ -492,6 +508,20 @@ EVERY_OPTION = [
     pytest.param(
         ["--mem-per-cpu=10", "--gres=gpumem:20G"], ["--mem=100"], {},
         {**GPUMEM, "mem": "100", "mem-per-cpu": "10"}, id="mem-twice",
+    ),
+    # ... and of --gpus-per-socket without --sockets-per-node (A17/A18/C12, 22.05 and 24.11: the
+    # wrapper and explain gave the hook's per-socket message, sbatch refuses before the hook)
+    pytest.param(
+        ["--gpus-per-socket=1", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "gpus-per-socket": "1"},
+        id="sbatch-gpus-per-socket",
+    ),
+    pytest.param(
+        [], ["--gpus-per-socket=1", "--gres=gpumem:20G"], {}, {**GPUMEM, "gpus-per-socket": "1"},
+        id="sbatch-script-gpus-per-socket",
+    ),
+    pytest.param(
+        ["--gres=gpumem:20G"], [], {"SBATCH_GPUS_PER_SOCKET": "1"}, {**GPUMEM, "gpus-per-socket": "1"},
+        id="sbatch-env-gpus-per-socket",
     ),
 ]  # fmt: skip
 # accepted by both: the command line wins over the variable, and a --mem* in the script or on the
@@ -603,7 +633,10 @@ def test_the_wrapper_carries_every_option_job_from_options_reads() -> None:
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
-@pytest.mark.parametrize("args,directives,env,options", [p for p in EVERY_OPTION if p.id != "mem-twice"])
+@pytest.mark.parametrize(
+    "args,directives,env,options",
+    [p for p in EVERY_OPTION if p.id != "mem-twice" and not p.id.startswith("sbatch-")],
+)
 def test_every_option_refusal_is_the_lua_hooks_own_words(
     args: list[str],
     directives: list[str],
