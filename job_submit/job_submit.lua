@@ -1118,6 +1118,9 @@ end
 -- Slurm calls this hook once per component, in order (het_job_offset 0, 1, ...), and never puts
 -- two components on one node. Reset by component 0 and by every job that is not heterogeneous.
 local HET_TAKEN = {}
+-- Of those, the nodes of the types the hook chose for earlier components (its rewrites): a later
+-- component left alone that names such a type may find too few of its nodes left (het_typed).
+local HET_CHOSEN = {}
 
 -- Decisions of recent single-job submissions, by everything a decision reads (MEMO_FIELDS and
 -- the uid; a unit test checks that list against the fields evaluate reads): users resubmit the
@@ -1206,15 +1209,43 @@ local function het_take(fields, job)
   if found then HET_TAKEN[found] = (HET_TAKEN[found] or 0) + job_nodes(job) end
 end
 
+-- A het component the hook leaves alone that names a gpu type is refused when the types the hook
+-- chose for earlier components (HET_CHOSEN) leave that type too few nodes for it: components never
+-- share a node, so the job could never start (`--gres=gpumem:20G : --gres=gpu:l40s:1`, one l40s
+-- node). Only the node count, and only where the hook's own choices make the difference; nil
+-- otherwise (left to Slurm). As slurm_hetero.submit.het_typed.
+local function het_typed(fields, job_desc, submit_uid)
+  if next(HET_CHOSEN) == nil or T == nil or is_exempt(job_desc, submit_uid) then return nil end
+  local ok, req = pcall(gather, fields)
+  if not ok then return nil end  -- two gpu items, a malformed or unknown one: slurmctld's to refuse
+  local name = req.gpu_type
+  if name == nil or not HET_CHOSEN[name] then return nil end
+  local nodes = job_nodes(job_desc)
+  local each = devices_per_node(req, job_desc, nodes)
+  local have = nodes_with(T.types[name], { match = { { {} } }, cpus = 0, node_mem = 0 }, each)
+  local left = have - (HET_TAKEN[name] or 0)
+  if left >= nodes or left + HET_CHOSEN[name] < nodes then return nil end
+  local text = fmt("het_typed", name, have, each, HET_TAKEN[name], HET_CHOSEN[name], nodes)
+  return { action = "reject", message = table.concat(req.shown, ",") .. ": " .. text, code = "TOO_FEW_NODES" }
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local offset = job_desc.het_job_offset
   local het = offset ~= nil and offset ~= NO_VAL
-  if not het or offset == 0 then HET_TAKEN = {} end
+  if not het or offset == 0 then HET_TAKEN, HET_CHOSEN = {}, {} end
   local view = { het_job_offset = offset, [VIEW_JOB] = job_desc }
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
   if not mentions_us(view) then
-    if het then het_take(view, job_desc) end
+    if not het then return slurm.SUCCESS end
+    local ok, refused = pcall(het_typed, view, job_desc, submit_uid)
+    if not ok then return failed(refused) end
+    if refused then
+      local applied, rc = pcall(apply, job_desc, view, submit_uid, refused)
+      if not applied then return failed(rc) end
+      return rc
+    end
+    het_take(view, job_desc)
     return slurm.SUCCESS
   end
   for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
@@ -1234,6 +1265,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if het and rc == slurm.SUCCESS and outcome.action == "rewrite" then
     local name = outcome.types[1]
     HET_TAKEN[name] = (HET_TAKEN[name] or 0) + outcome.nodes
+    HET_CHOSEN[name] = (HET_CHOSEN[name] or 0) + outcome.nodes
   elseif het and rc == slurm.SUCCESS then
     het_take(view, view)
   end

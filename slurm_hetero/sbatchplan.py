@@ -13,25 +13,27 @@ Merge rules, per het component:
   asks for no device at all (one device per node, as Slurm counts it), only where a model is given;
 - a gpumem the user wrote is kept (with a model: an error, the two would disagree).
 
-The check of a component whose merged request carries gpumem/gpucore is the job_submit hook's own
-decision (`hook_check`: `submit.explain` on the job_desc `submit.sbatch.job_from_texts` models for
-the release's sbatch from every option a decision reads, as `request explain` does), refused with
-its message; the wrapper's own type checks only cover requests the hook leaves alone (a named type
-without gpumem: slurmctld's to refuse).
+Every component then goes through the job_submit hook's own decision, in order (`hook_check`:
+`submit.explain` on the job_desc `submit.sbatch.job_from_texts` models for the release's sbatch
+from every option a decision reads, as `request explain` does, with the nodes earlier components
+take), refused with its message; a typed component without gpumem takes its nodes as in the hook
+(adversarial pass W15-W17: it was skipped, and `--gres=gpu:a100_80g:1 : --gres=gpumem:70G` passed
+here while the hook refused it). The wrapper's own type checks cover what the hook leaves alone
+(a named type without gpumem: slurmctld's to refuse).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
-from slurm_hetero.submit import HookOptions, Job, explain, het_taken
+from slurm_hetero.submit import HookOptions, Job, Outcome, explain, het_taken
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts, texts_of
 from slurm_hetero.units import Request, format_size, has_ours, parse_fields
 
@@ -41,7 +43,12 @@ Estimate = Callable[[int], "float | None"]  # devices -> bytes per device (None:
 
 
 class SbatchPlanError(HeteroError):
-    """The job cannot run on this cluster as asked."""
+    """The job cannot run on this cluster as asked; `decisions`: the components decided up to and
+    including the refused one, where the hook's check refused it (for `--json`)."""
+
+    def __init__(self, message: str, decisions: Sequence[Decision] = ()) -> None:
+        super().__init__(message)
+        self.decisions = list(decisions)
 
 
 # ------------------------------------------------------------------------------- the cluster
@@ -150,6 +157,7 @@ class Decision:
     need_bytes: float | None = None
     note: str = ""
     hint: str = ""  # with a model: what would fit, for a refusal
+    hook: Outcome | None = None  # the job_submit hook's decision (`hook_check`; None: not checked)
 
 
 @dataclass(frozen=True)
@@ -262,28 +270,37 @@ def hook_check(
     model: ClusterModel,
     options: HookOptions,
     release: str,
-) -> None:
-    """Refuse what the job_submit hook would refuse: each component whose merged request carries
-    gpumem/gpucore goes through `explain`, and a rejection is its message (after the model's
-    figure, when the wrapper computed the gpumem). A het job's components go in order, each on
-    the nodes its earlier ones leave (`het_taken`), as the hook remembers them."""
-    taken: dict[str, int] = {}
-    for c, d in zip(components, decisions):
+) -> list[Decision]:
+    """The decisions with the job_submit hook's own (`Decision.hook`), or SbatchPlanError where it
+    refuses a component: every component goes through `explain`, in order, each on the nodes its
+    earlier ones leave (`het_taken`), as the hook remembers them, so a component left alone that
+    names a gpu type takes its nodes too, and is refused where the hook's choices for earlier ones
+    took them (`het_typed`). A refusal is the hook's message (after the model's figure, when the
+    wrapper computed the gpumem). Options sbatch itself refuses: its words, for a component with
+    gpumem/gpucore; where a component without them has such options, sbatch refuses the whole job
+    before any component reaches the hook: nothing is decided here."""
+    jobs: list[Job] = []
+    for c, d in zip(components, decisions):  # sbatch reads every component before it sends one
         gres = d.gres if d.gres is not None else c.options.get("gres")
-        if not has_ours([("tres_per_node", gres)]):
-            continue  # the hook leaves it alone (and sbatch speaks for itself)
         try:
-            job = hook_job(c, gres, release, gres_names(model))
-        except RequestError as e:  # sbatch refuses these options before the hook sees them
+            jobs.append(hook_job(c, gres, release, gres_names(model)))
+        except RequestError as e:
+            if not has_ours([("tres_per_node", gres)]):
+                return list(decisions)  # sbatch speaks for itself
             raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
+    taken: Mapping[str, int] = {}
+    out: list[Decision] = []
+    for c, d, job in zip(components, decisions, jobs):
         outcome = explain(model, options, job, taken=taken)
+        out.append(replace(d, hook=outcome))
         if outcome.ok:
             taken = het_taken(taken, outcome)
             continue
         message = syntax.comment(outcome.message, 2000)
         if d.gres is None:
-            raise SbatchPlanError(f"{c.named()}: {message}")
-        raise SbatchPlanError(f"{c.named()}: {d.note}: {message}; {d.hint}")
+            raise SbatchPlanError(f"{c.named()}: {message}", out)
+        raise SbatchPlanError(f"{c.named()}: {d.note}: {message}; {d.hint}", out)
+    return out
 
 
 # ------------------------------------------------------------------------------ the command line

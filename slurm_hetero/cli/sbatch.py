@@ -44,6 +44,7 @@ from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.render.templates import release_key
 from slurm_hetero.sbatchplan import (
     Decision,
+    SbatchPlanError,
     Suggestion,
     check_gpumem,
     cluster_types,
@@ -157,9 +158,25 @@ def plan(
     else:
         name, suggestions = _estimates(model, options, explicit)
         decisions = plan_model(components, types, name, suggestions, _layout(options, explicit))
-    hook_check(components, decisions, *hook_model(nodes), release)
+    decisions = hook_check(components, decisions, *hook_model(nodes), release)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
     return merged_argv(line.components, decisions, [*tail, *line.script_args]), decisions
+
+
+def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
+    """`--json`'s components: the wrapper's figures and the hook's decision (`decision`: what `request
+    explain --json` prints for the component: ok, action, message, code, the TRES fields as the
+    hook writes them, choice with its types and count; null where sbatch refuses the options)."""
+    return [
+        {
+            "component": d.index,
+            "devices": d.devices,
+            "gres": d.gres,
+            "per_device_bytes": d.need_bytes,
+            "decision": None if d.hook is None else d.hook.as_dict(),
+        }
+        for d in decisions
+    ]
 
 
 @cli.command(
@@ -198,16 +215,19 @@ def sbatch_cmd(
         k for k in options if context.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT
     )
     release = hook_release(slurm_release)
-    argv, decisions = plan(sbatch_args, model, options, cluster_nodes(inventory_path), release, explicit)
+    try:
+        argv, decisions = plan(sbatch_args, model, options, cluster_nodes(inventory_path), release, explicit)
+    except SbatchPlanError as e:
+        if as_json:  # the refusal as a decision too; the error line and exit 1 as ever
+            click.echo(
+                json.dumps({"ok": False, "message": str(e), "argv": None, "components": _rows(e.decisions)})
+            )
+        raise
     for d in decisions:
         if d.note:
             click.echo(f"slurm-hetero: {d.note}", err=True)
     if as_json:
-        rows = [
-            {"component": d.index, "devices": d.devices, "gres": d.gres, "per_device_bytes": d.need_bytes}
-            for d in decisions
-        ]
-        click.echo(json.dumps({"argv": argv, "components": rows}))
+        click.echo(json.dumps({"ok": True, "message": "", "argv": argv, "components": _rows(decisions)}))
     elif dry_run:
         click.echo(shlex.join(argv))
     if not (dry_run or as_json):

@@ -179,6 +179,9 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--gpus-per-node", help="As sbatch --gpus-per-node.")
 @click.option("--gpus-per-task", help="As sbatch --gpus-per-task.")
 @click.option("--gpus-per-socket", help="As sbatch --gpus-per-socket (with gpumem/gpucore: refused).")
+@click.option(
+    "--sockets-per-node", help="As sbatch --sockets-per-node (sbatch wants it with --gpus-per-socket)."
+)
 @click.option("--partition", "-p", help="As sbatch --partition (its policy and types apply).")
 @click.option("--constraint", "-C", help="As sbatch --constraint.")
 @click.option("--nodes", "-N", help="As sbatch --nodes: N or MIN-MAX (read, and refused, as sbatch does).")
@@ -209,6 +212,7 @@ def explain_cmd(
     gpus_per_node: str | None,
     gpus_per_task: str | None,
     gpus_per_socket: str | None,
+    sockets_per_node: str | None,
     partition: str | None,
     constraint: str | None,
     nodes: str | None,
@@ -236,6 +240,7 @@ def explain_cmd(
         "gpus_per_node": gpus_per_node,
         "gpus_per_task": gpus_per_task,
         "gpus_per_socket": gpus_per_socket,
+        "sockets_per_node": sockets_per_node,
         "partition": partition,
         "constraint": constraint,
         "nodes": nodes,

@@ -93,6 +93,10 @@ MESSAGES: dict[str, str] = {
     "other_vendor": "%s of vendor %s would fit: add -C %s",
     "het_nodes": "the components of a heterogeneous job never share a node, and this job's earlier "
     "components take %s (type:nodes)",
+    "het_typed": "%s has %s node(s) with %s devices, this job's earlier components take %s of them "
+    "(%s chosen by the hook for their gpumem/gpucore), and the components of a heterogeneous job never "
+    "share a node; this component needs %s: put it before the gpumem/gpucore components (they are then "
+    "decided on the nodes it leaves), or ask those for a gpu TYPE (--gres=gpu:TYPE:N)",
     "job_total": "--gpus=%s is fewer than the %s nodes this job spans (-N, or -n over --ntasks-per-node), "
     "which Slurm refuses; ask --gpus=%s or more, or for fewer nodes",
     # job_submit outcomes (admin comment, slurmctld log, user message)

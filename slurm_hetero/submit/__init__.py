@@ -34,7 +34,7 @@ from typing import Any
 
 from slurm_hetero.engine import constraint
 from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, one_line, render
-from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide
+from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide, nodes_with
 from slurm_hetero.errors import RequestError
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
 
@@ -353,14 +353,27 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
 
-def het_taken(taken: Mapping[str, int], outcome: Outcome) -> dict[str, int]:
+class Taken(dict[str, int]):
+    """The nodes of each type a heterogeneous job's earlier components take (`het_taken`), and in
+    `chosen` those of them on a type the hook chose (its rewrites): a later component that names
+    that type may find too few of its nodes left (`het_typed`)."""
+
+    def __init__(
+        self, taken: Mapping[str, int] | None = None, chosen: Mapping[str, int] | None = None
+    ) -> None:
+        super().__init__(taken or {})
+        self.chosen = dict(chosen or {})
+
+
+def het_taken(taken: Mapping[str, int], outcome: Outcome) -> Taken:
     """`taken` after one more component of a heterogeneous job: a rewrite takes its node count of
     the chosen type (any-fit: of the first adequate type, the one node weights favour), a
     component left as it is its node count of the gpu type it names."""
-    out = dict(taken)
+    out = Taken(taken, getattr(taken, "chosen", {}))
     if outcome.action == "rewrite" and outcome.choice is not None:
         name = outcome.choice.types[0]
         out[name] = out.get(name, 0) + job_nodes(outcome.job)
+        out.chosen[name] = out.chosen.get(name, 0) + job_nodes(outcome.job)
     elif outcome.ok:
         # a component left as it is still takes its nodes of the type it names (gpu:l40s:1);
         # two gpu items or a malformed one: slurmctld refuses it
@@ -371,6 +384,36 @@ def het_taken(taken: Mapping[str, int], outcome: Outcome) -> dict[str, int]:
         if typed:
             out[typed] = out.get(typed, 0) + job_nodes(outcome.job)
     return out
+
+
+def het_typed(model: ClusterModel, job: Job, taken: Mapping[str, int] | None) -> Outcome | None:
+    """The refusal of a heterogeneous job's later component that the hook leaves alone but that
+    names a gpu type (`--gres=gpu:l40s:1`, `--gpus=l40s:1`, ...), where the types the hook chose
+    for earlier components (`Taken.chosen`) leave that type too few nodes for it: components never
+    share a node, so the job could never start (adversarial pass, 24.11: `--gres=gpumem:20G :
+    --gres=gpu:l40s:1` with one l40s node, both PENDING on Resources on an idle cluster). Only
+    the node count is checked, and only where the hook's own choices make the difference; else
+    None (the component is left to Slurm)."""
+    chosen: Mapping[str, int] = getattr(taken, "chosen", {})
+    if not chosen or taken is None:
+        return None
+    try:
+        request = parse_fields(job.fields(), model.types)
+    except RequestError:
+        return None  # two gpu items, a malformed or unknown one: slurmctld's to refuse
+    name = request.gpu_type
+    if name is None or not chosen.get(name):
+        return None
+    nodes = job_nodes(job)
+    each = devices_per_node(request, job, nodes)
+    have = nodes_with(model.types[name], Need(request.text, per_node=each), each)
+    left = have - taken.get(name, 0)
+    if left >= nodes or left + chosen[name] < nodes:
+        return None
+    text = render("het_typed", name, have, each, taken[name], chosen[name], nodes)
+    return Outcome(
+        False, "reject", f"{request.text}: {text}", job, code=REASON_CODES[ReasonCode.TOO_FEW_NODES]
+    )
 
 
 def told(outcome: Outcome) -> Outcome:
@@ -409,7 +452,7 @@ def _explain(
     if is_exempt(job, options):
         return Outcome(True, "exempt", "", job)
     if not has_ours(job.fields()) and not check:
-        return Outcome(True, "untouched", "", job)
+        return het_typed(model, job, taken) or Outcome(True, "untouched", "", job)
     try:
         request = parse_fields(job.fields(), model.types)
     except RequestError as e:

@@ -52,6 +52,10 @@ GPUS_PER_TASK_REFUSAL = {
     "24.11": "--gpus-per-task or --tres-per-task used without either --gpus or -n/--ntasks is not allowed.",
 }
 
+# sbatch's refusal of --gpus-per-socket (a non-zero count) without --sockets-per-node (or -B S):
+# measured on 24.11 (then "Invalid generic resource (gres) specification"), after the TRES grammar and
+# `gpu_ensure`, before the task count; the same words on 22.05
+GPUS_PER_SOCKET_REFUSAL = "--gpus-per-socket option requires --sockets-per-node specification"
 
 # sbatch's refusals of what it reads in the TRES fields (slurm_strerror of the code, per release)
 INVALID_GRES = "Invalid generic resource (gres) specification"
@@ -408,6 +412,7 @@ OPTIONS = (
     "mem-per-cpu",
     "nodelist",
     "exclude",
+    "sockets-per-node",
 )
 MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
 # sbatch's refusal of two of them together (slurm_opt.c _validate_memory_options; the same on
@@ -419,6 +424,9 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
     """`job_from_texts`'s options from sbatch's (long name -> last value): the ones a decision
     reads (`OPTIONS`), those given."""
     given = {name: values.get(name) for name in OPTIONS}
+    node_info = values.get("extra-node-info")  # -B S[:C[:T]] sets the sockets per node too
+    if given["sockets-per-node"] is None and node_info and node_info.split(":")[0]:
+        given["sockets-per-node"] = node_info.split(":")[0]
     return {name.replace("-", "_"): text for name, text in given.items() if text is not None}
 
 
@@ -517,11 +525,13 @@ def job_from_options(
     nodelist: str | None = None,
     exclude: str | None = None,
     gpus_per_socket: str | None = None,
+    sockets_per_node: str | None = None,
 ) -> Job:
     """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
     (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name; -c,
     --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x as well: read by the hook's node
-    checks); RequestError where sbatch itself refuses them."""
+    checks; --sockets-per-node: only whether it is given); RequestError where sbatch itself refuses
+    them."""
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
     pre = RELEASE_PREFIX[_release(slurm_release)]
@@ -550,6 +560,8 @@ def job_from_options(
     ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
     if ensure:
         raise RequestError("sbatch", ensure)
+    if sockets_per_node is None and any(_gpu_option(i)[1] for i in (gpus_per_socket or "").split(",") if i):
+        raise RequestError("sbatch", GPUS_PER_SOCKET_REFUSAL)
     min_nodes, num_tasks, per_node = sbatch_counts(  # then sbatch's task-count check
         nodes,
         ntasks,

@@ -442,7 +442,9 @@ def test_gpus_per_socket_with_gpumem_is_refused_by_the_hook_as_explain_says(
     then "Requested node configuration is not available"). The table knows no sockets, so the
     hook refuses it in one line, with explain's words; without gpumem it is slurmctld's job."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
-    job = job_from_options(gres="gpumem:20G", gpus_per_socket="3", uid=uid, slurm_release=dev_cluster.name)
+    job = job_from_options(
+        gres="gpumem:20G", gpus_per_socket="3", sockets_per_node="1", uid=uid, slurm_release=dev_cluster.name
+    )
     predicted = explain(model, hook, job)
     assert not predicted.ok and predicted.code == "ESLURM_INVALID_GRES", predicted
     run = as_user(
@@ -583,6 +585,11 @@ def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_pat
         (("gpumem:70G",) * 6, ":"),
         (("gpu:l40s:1", "gpumem:20G"), ":"),
         (("gpu:l40s:1", "gpumem:20G"), "hetjob"),
+        # A24: a typed component after the hook's choices took its type's nodes (two l40s nodes
+        # here: the first pair runs, the third component of the triple is refused)
+        (("gpumem:20G", "gpu:l40s:1"), ":"),
+        (("gpumem:20G", "gpumem:20G", "gpu:l40s:1"), ":"),
+        (("gpumem:20G", "gpumem:20G", "gpu:l40s:1"), "hetjob"),
     ],
 )
 def test_heterogeneous_components_the_hook_accepts_start(

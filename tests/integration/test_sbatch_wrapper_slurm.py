@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,13 @@ def test_script_request_reaches_slurmctld(dev_cluster: Cluster) -> None:
         ["-w", "a100n1", "--gres=gpumem:20G"],
         ["SBATCH_MEM_PER_NODE=20000", "--gres=gpumem:20G"],
         ["SBATCH_MEM_PER_NODE=20000", "--mem=100", "--gres=gpumem:20G"],  # the command line wins
+        # adversarial pass: sbatch's own refusal (A17/A18/C12), het components typed ones included
+        # (W15-W17, A24)
+        ["--gpus-per-socket=1", "--gres=gpumem:20G"],
+        ["SBATCH_GPUS_PER_SOCKET=1", "--gres=gpumem:20G"],
+        ["--gres=gpu:a100_80g:1", ":", "--gres=gpumem:70G"],
+        ["--gpus=l40s:1", ":", "--gres=gpumem:20G", ":", "--gres=gpumem:20G"],
+        ["--gres=gpumem:20G", ":", "--gres=gpumem:20G", ":", "--gres=gpu:l40s:1"],
     ],
     ids=" ".join,
 )
@@ -143,6 +151,8 @@ def test_the_wrapper_refuses_what_the_hook_refuses_in_its_words(
     if run.returncode == 0:
         slurm("scancel", run.stdout.strip().split(";")[0])
     assert (checked.returncode == 0) == (run.returncode == 0), (checked.stderr, run.stderr)
-    if run.returncode != 0:
-        message = checked.stderr.removeprefix("slurm-hetero: the job: ").strip()
+    if run.returncode != 0:  # the message after `the job: ` / `het component N: ` (and sbatch's `sbatch: `)
+        message = re.sub(
+            r"^slurm-hetero: (the job|het component \d+): (sbatch: )?", "", checked.stderr
+        ).strip()
         assert message and "\n" not in message and message in run.stderr, (checked.stderr, run.stderr)

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
+from slurm_hetero.submit.sbatch import GPUS_PER_SOCKET_REFUSAL
 from tests.conftest import REPO
 
 INVENTORY = str(REPO / "gres_conf" / "examples" / "mixed.yaml")
@@ -361,6 +362,87 @@ def test_het_components_never_share_the_only_node_of_a_type(
     assert refusal(*args) == f"slurm-hetero: het component 1: {results[1][1]}\n"
 
 
+# Adversarial finds W15-W17 (22.05 and 24.11): the wrapper skipped components without gpumem, so a
+# typed one did not take its nodes (`--gres=gpu:a100_80g:1 : --gres=gpumem:70G` passed, the hook
+# refused it), and A24: a typed component after the hook's choice took its type's only node.
+HET_TYPED = [
+    pytest.param([{"gres": "gpu:a100_80g:1"}, {"gres": "gpumem:70G"}], 1, id="W15-typed-first"),
+    pytest.param([{"gpus": "l40s:1"}, {"gres": "gpumem:20G"}, {"gres": "gpumem:20G"}], 2, id="W16-gpus"),
+    pytest.param([{"gres": "gpumem:20G"}, {"gres": "gpu:l40s:1"}], 1, id="A24-typed-after"),
+    pytest.param([{"gres": "gpu:l40s:1"}, {"gres": "gpumem:20G"}], None, id="W18-accepted"),
+]
+
+
+@pytest.mark.parametrize("form", ["command line", "script"])
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("components,refused", HET_TYPED)
+def test_het_components_are_decided_as_the_hook_decides_them(
+    components: list[dict[str, str]],
+    refused: int | None,
+    release: str,
+    form: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every component goes through the hook's decision in order, typed ones included: the wrapper
+    refuses the component job_submit.lua (het_job_offset, one Lua state) refuses, with its words."""
+    lua = pytest.importorskip("tests.unit.test_job_submit_lua")
+    from slurm_hetero.submit.sbatch import job_from_texts
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
+    said = [
+        hook.run(job_from_texts(c, 1000, release), het_job_offset=k)[:2] for k, c in enumerate(components)
+    ]
+    rejected = [k for k, (ok, _) in enumerate(said) if not ok]
+    assert rejected[:1] == ([] if refused is None else [refused]), said
+    options = [[f"--{name.replace('_', '-')}={value}" for name, value in c.items()] for c in components]
+    if form == "script":
+        args = [script(tmp_path, *" hetjob ".join(" ".join(o) for o in options).split(" "))]
+    else:
+        args = [*[w for k, o in enumerate(options) for w in ([":"] if k else []) + o], script(tmp_path)]
+    code, out, err = run("sbatch", "--inventory", INVENTORY, "--slurm-release", release, "--json", *args)
+    data = json.loads(out)
+    if refused is None:
+        assert code == 0 and data["ok"], err
+        assert [c["decision"]["ok"] for c in data["components"]] == [True] * len(components)
+        return
+    assert code == 1 and err == f"slurm-hetero: het component {refused}: {said[refused][1]}\n"
+    decision = data["components"][refused]["decision"]
+    assert (data["ok"], decision["ok"], decision["message"]) == (False, False, said[refused][1])
+
+
+def test_sbatch_reads_every_het_component_before_the_hook_decides_one(tmp_path: Path) -> None:
+    """sbatch refuses a later component's options (--gpus-per-socket without --sockets-per-node,
+    measured in either component on 22.05 and 24.11) before any component reaches the hook: the
+    wrapper says so, not the hook's refusal of component 0."""
+    code, _, err = run(
+        "sbatch", "--inventory", INVENTORY, "--slurm-release", "24.11", "--dry-run", "--gres=gpumem:1098G",
+        ":", "--gpus-per-socket=1", "--gres=gpumem:20G", script(tmp_path),
+    )  # fmt: skip
+    assert (code, err) == (1, f"slurm-hetero: het component 1: sbatch: {GPUS_PER_SOCKET_REFUSAL}\n")
+
+
+def test_json_shows_the_hooks_decision(tmp_path: Path) -> None:
+    """W19: `slurm-hetero sbatch --json --gres=gpumem:20G p.sh` printed gres null and no type: each
+    component now carries the hook's decision, as `request explain --json` prints it."""
+    data = wrapper("--slurm-release", "24.11", "--gres=gpumem:20G", script(tmp_path))
+    decision = data["components"][0]["decision"]
+    code, out, err = run(
+        "request",
+        "explain",
+        "--inventory",
+        INVENTORY,
+        "--slurm-release",
+        "24.11",
+        "--json",
+        "--gres",
+        "gpumem:20G",
+    )
+    assert code == 0 and decision == json.loads(out), err
+    assert decision["choice"]["types"] == ["l40s"] and decision["tres_per_node"] == "gres/gpu:l40s:1"
+
+
 # ------------------------------------------------- every option a decision reads reaches the decision
 # Adversarial finds (issue 10 item 7): the wrapper built the hook's job_desc from the TRES and count
 # options alone, so -c, --cpus-per-gpu, --mem*, -w (and their SBATCH_* variables) never reached the
@@ -378,8 +460,12 @@ EVERY_OPTION = [
     ),
     pytest.param(["--mem=16001", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "mem": "16001"}, id="mem"),
     pytest.param(
-        ["--gpus-per-socket=3", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "gpus-per-socket": "3"},
-        id="gpus-per-socket",
+        ["--gpus-per-socket=3", "--sockets-per-node=2", "--gres=gpumem:20G"], [], {},
+        {**GPUMEM, "gpus-per-socket": "3", "sockets-per-node": "2"}, id="gpus-per-socket",
+    ),
+    pytest.param(
+        ["-B", "2:4", "--gpus-per-socket=3", "--gres=gpumem:20G"], [], {},
+        {**GPUMEM, "gpus-per-socket": "3", "sockets-per-node": "2"}, id="B-gpus-per-socket",
     ),
     pytest.param(
         ["--mem-per-gpu=9000", "--gpus=2", "--gres=gpumem:20G"], [], {},
@@ -423,6 +509,20 @@ EVERY_OPTION = [
         ["--mem-per-cpu=10", "--gres=gpumem:20G"], ["--mem=100"], {},
         {**GPUMEM, "mem": "100", "mem-per-cpu": "10"}, id="mem-twice",
     ),
+    # ... and of --gpus-per-socket without --sockets-per-node (A17/A18/C12, 22.05 and 24.11: the
+    # wrapper and explain gave the hook's per-socket message, sbatch refuses before the hook)
+    pytest.param(
+        ["--gpus-per-socket=1", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "gpus-per-socket": "1"},
+        id="sbatch-gpus-per-socket",
+    ),
+    pytest.param(
+        [], ["--gpus-per-socket=1", "--gres=gpumem:20G"], {}, {**GPUMEM, "gpus-per-socket": "1"},
+        id="sbatch-script-gpus-per-socket",
+    ),
+    pytest.param(
+        ["--gres=gpumem:20G"], [], {"SBATCH_GPUS_PER_SOCKET": "1"}, {**GPUMEM, "gpus-per-socket": "1"},
+        id="sbatch-env-gpus-per-socket",
+    ),
 ]  # fmt: skip
 # accepted by both: the command line wins over the variable, and a --mem* in the script or on the
 # command line drops another --mem* variable (measured on 22.05: mem-per-cpu 100 stays alone)
@@ -464,6 +564,13 @@ def wrapped(
     return result.exit_code, result.stdout, result.stderr
 
 
+def refused_json(out: str) -> str:
+    """The message of `--json`'s refusal document (ok false, no argv; the error line as ever)."""
+    data = json.loads(out)
+    assert data["ok"] is False and data["argv"] is None, data
+    return data["message"]  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
 @pytest.mark.parametrize("args,directives,env,options", EVERY_OPTION)
 def test_every_option_a_decision_reads_reaches_it(
@@ -477,7 +584,8 @@ def test_every_option_a_decision_reads_reaches_it(
     expected = explain_outcome(release, options)
     assert not expected["ok"] and expected["message"]  # the hook (or sbatch) refuses the request
     code, out, err = wrapped(tmp_path, release, args, directives, env)
-    assert (code, out) == (1, "") and err == f"slurm-hetero: the job: {expected['message']}\n"
+    assert code == 1 and err == f"slurm-hetero: the job: {expected['message']}\n"
+    assert refused_json(out) == f"the job: {expected['message']}"
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
@@ -525,7 +633,10 @@ def test_the_wrapper_carries_every_option_job_from_options_reads() -> None:
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
-@pytest.mark.parametrize("args,directives,env,options", [p for p in EVERY_OPTION if p.id != "mem-twice"])
+@pytest.mark.parametrize(
+    "args,directives,env,options",
+    [p for p in EVERY_OPTION if p.id != "mem-twice" and not p.id.startswith("sbatch-")],
+)
 def test_every_option_refusal_is_the_lua_hooks_own_words(
     args: list[str],
     directives: list[str],
@@ -545,4 +656,6 @@ def test_every_option_refusal_is_the_lua_hooks_own_words(
     ok, message, _, _ = hook.run(job_from_texts(texts_of(options), None, release))
     assert not ok and message
     code, out, err = wrapped(tmp_path, release, args, directives, env)
-    assert (code, out, err) == (1, "", f"slurm-hetero: the job: {message}\n")
+    assert (code, err) == (1, f"slurm-hetero: the job: {message}\n") and refused_json(
+        out
+    ) == f"the job: {message}"

@@ -1065,13 +1065,16 @@ def test_explain_answers_gpus_per_socket_as_the_hook_does(
     a100_80g:3 (22.05: pending on BadConstraints; 24.11: refused by slurmctld after the accept
     line), and `request explain` had no --gpus-per-socket, so it answered another request."""
     monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
-    job = job_from_options(gres="gpumem:20G", gpus_per_socket="3", uid=1000, slurm_release=release)
+    job = job_from_options(
+        gres="gpumem:20G", gpus_per_socket="3", sockets_per_node="1", uid=1000, slurm_release=release
+    )
     assert job.tres_per_socket == ("gres:" if release == "22.05" else "gres/") + "gpu:3"
     ok, message, _ = both(rendered["scoped"], hooks["scoped"], job)
     assert not ok and "cannot be decided with --gpus-per-socket" in message
     import json
 
-    flags = ["--gres", "gpumem:20G", "--gpus-per-socket", "3", "--uid", "1000", "--slurm-release", release]
+    flags = ["--gres", "gpumem:20G", "--gpus-per-socket", "3", "--sockets-per-node", "1", "--uid", "1000"]
+    flags += ["--slurm-release", release]
     result = CliRunner().invoke(cli, ["request", "explain", "--inventory", str(MIXED), "--json", *flags])
     answer = json.loads(result.stdout)
     assert (answer["ok"], answer["message"], answer["code"]) == (False, message, "ESLURM_INVALID_GRES")

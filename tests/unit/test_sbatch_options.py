@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from slurm_hetero.cli import cli
 from slurm_hetero.submit.sbatch import (
     BASE_GRES,
+    GPUS_PER_SOCKET_REFUSAL,
     GPUS_PER_TASK_REFUSAL,
     gres_refusal,
     job_from_options,
@@ -29,6 +30,30 @@ BOTH = ("22.05", "24.11")
 # (releases, options, what the user sees: `sbatch: TEXT` for sbatch's own refusal, else the hook's)
 MEASURED = [
     (BOTH, ["--gres=GPUMEM:20G"], f"sbatch: {GRES}"),
+    # A17/A18/C12: --gpus-per-socket without --sockets-per-node (or -B S) is sbatch's to refuse (then
+    # "Invalid generic resource ..."), after the TRES grammar and its first gpu checks, before the
+    # task count; a zero count passes
+    (BOTH, ["--gpus-per-socket=1"], f"sbatch: {GPUS_PER_SOCKET_REFUSAL}"),
+    (BOTH, ["--gpus-per-socket=l40s:1"], f"sbatch: {GPUS_PER_SOCKET_REFUSAL}"),
+    (BOTH, ["--gpus-per-socket=1", "--gres=gpucore:50"], f"sbatch: {GPUS_PER_SOCKET_REFUSAL}"),
+    (BOTH, ["--gpus-per-socket=1", "--gpus-per-task=1"], f"sbatch: {GPUS_PER_SOCKET_REFUSAL}"),
+    (BOTH, ["--gpus-per-socket=1", "--gpus=1", "-N", "2"], f"sbatch: {GPUS_PER_SOCKET_REFUSAL}"),
+    (BOTH, ["--gpus-per-socket=1", "--gres=GPUMEM:20G"], f"sbatch: {GRES}"),
+    (
+        BOTH,
+        ["--gpus-per-socket=1", "--gres=gpu:2", "--gpus=1"],
+        "sbatch: Failed to ensure --gpus >= --gres=gpu/--gpus-per-node >= --gpus-per-socket",
+    ),
+    (BOTH, ["--gpus-per-socket=1", "-n", "0"], 'sbatch: Invalid numeric value "0" for --ntasks.'),
+    (BOTH, ["--gpus-per-socket=0"], "gpu:0: device count must be a whole number from 1 to 9999"),
+    (
+        BOTH,
+        ["--gpus-per-socket=1", "--sockets-per-node=1"],
+        "gpumem:20G,gpu:1: gpumem/gpucore cannot be decided with --gpus-per-socket (the hook's table does "
+        "not know how many sockets a node has or which devices sit on each); ask for devices per node "
+        "(--gpus-per-node=N) with the gpumem, or for a gpu TYPE without it: --gpus-per-socket=TYPE:N, "
+        "TYPE one of a100_80g, ascend910b3, l40s",
+    ),
     (("22.05",), ["--gres=gpumem=20G"], f"sbatch: {GRES}"),
     (("24.11",), ["--gres=gpumem=20G"], "gpumem=20G -> gres/gpu:l40s=1 (best-fit)" + NVIDIA),
     (("22.05",), ["--gres=gres:gpumem:20G"], "gpumem:20G -> gres:gpu:l40s:1 (best-fit)" + NVIDIA),
