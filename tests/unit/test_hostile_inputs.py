@@ -26,6 +26,7 @@ from slurm_hetero.config import load_settings
 from slurm_hetero.engine.score import compile_model
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.render import removal
 from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.submit.tables import render_table
@@ -183,9 +184,8 @@ def test_hostile_inventories_render_only_well_formed_lines_or_one_clear_error(
     try:
         inv = inventory.inventory_from_dict(data, "cluster.yaml", keep_identity=False)
         context = build_context(inv, load_catalog(), RenderOptions(include_unhealthy=True))
-        model = compile_model(
-            slurm_nodes(inv, load_catalog()), load_settings(None, {}, Path("/nonexistent")).scoring
-        )
+        nodes = slurm_nodes(inv, load_catalog())
+        model = compile_model(nodes, load_settings(None, {}, Path("/nonexistent")).scoring)
     except HeteroError as e:
         one_line(e)
         event("refused")
@@ -199,7 +199,7 @@ def test_hostile_inventories_render_only_well_formed_lines_or_one_clear_error(
         NODE_KEYS | PARTITION_KEYS | {"GresTypes"},
         ("NodeName=", "PartitionName=", "GresTypes="),
     )
-    table, ident = render_table(model, [], "open", source)
+    table, ident = render_table(model, [], "open", source, removal.declaration(nodes))
     assert_lua_table(table, ident)
 
 
