@@ -1,16 +1,16 @@
 """Inventory consistency that the JSON Schema cannot express: Slurm syntax of device values,
-one record per device index and file, links to devices that exist, one record per host across
+one record per device index and file, links to devices that exist and link back, one record per host across
 hostlists (bounded expansion), and YAML nesting that libyaml's C composer would crash on. Pure."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from slurm_hetero import hostlist
 from slurm_hetero.errors import InventoryError
-from slurm_hetero.model import NodeInventory
+from slurm_hetero.model import Device, NodeInventory
 from slurm_hetero.slurm import syntax
 
 
@@ -28,7 +28,7 @@ def check_device_syntax(raw: Mapping[str, Any], where: str) -> None:
 
 def check_node(node: NodeInventory, source: str) -> None:
     """Consistency the schema cannot express: one record per device index and per device file,
-    links to other devices of the node (same vendor), Links= rows of a bounded size."""
+    links to other devices of the node (same vendor) that link back, Links= rows of a bounded size."""
     if not node.devices:
         raise InventoryError(f"{source}: node {node.name} has no devices; remove it or rediscover it")
     keys = [(d.vendor, d.index) for d in node.devices]
@@ -82,6 +82,30 @@ def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -
                 raise InventoryError(
                     f"{source}: node {node.name}: {device.vendor} device {device.index} links to "
                     f"{device.vendor} device {link.peer}, which is not on the node"
+                )
+    _check_links_back(node, linked, source)
+
+
+def _check_links_back(node: NodeInventory, linked: Sequence[Device], source: str) -> None:
+    """A link is one cable seen from both ends: when device A lists a link to peer B, B lists one
+    back to A, of the same kind and count. A copy cut short leaves the last device without (some
+    of) its links while its peers still list theirs, and gres.conf's Links= rows would then
+    disagree; every real topology capture (nvidia-smi topo -m, rocm-smi/amd-smi, npu-smi, mx-smi,
+    xpu-smi) is symmetric."""
+    ends = {(d.vendor, d.index): {link.peer: link for link in d.links} for d in linked}
+    for device in linked:
+        for link in device.links:
+            back = ends.get((device.vendor, link.peer), {}).get(device.index)
+            if back is None or (back.kind, back.count) != (link.kind, link.count):
+                there = (
+                    f"lists {back.count} {back.kind} link(s) back"
+                    if back
+                    else f"lists no link back to device {device.index}"
+                )
+                raise InventoryError(
+                    f"{source}: node {node.name}: {device.vendor} device {device.index} lists "
+                    f"{link.count} {link.kind} link(s) to device {link.peer}, but device {link.peer} "
+                    f"{there}; links go both ways: fix both devices (cut short?) or rediscover the node"
                 )
 
 

@@ -11,12 +11,12 @@ from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
+from slurm_hetero.cli.outputset import allow_removal_option, check_or_write
 from slurm_hetero.config import load_settings
 from slurm_hetero.errors import RequestError, ToolError
-from slurm_hetero.render import removal
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
-from slurm_hetero.render.write import diff, ensure_output_dir, pending, read_current, write_atomic
+from slurm_hetero.render.write import ensure_output_dir
 from slurm_hetero.units import parse_size
 
 
@@ -108,12 +108,7 @@ def gres() -> None:
     help="Write for this Slurm release, e.g. 24.11 (default: `scontrol --version` here, else "
     f"{DEFAULT_SLURM_RELEASE}). After 22.05, gres.conf Cores= lists cover whole sockets.",
 )
-@click.option(
-    "--allow-removal",
-    is_flag=True,
-    help="Write even when the inventory lacks nodes that the files in --out name (removing them "
-    "from Slurm); without it such a render is refused, as a cut-short inventory would cause it.",
-)
+@allow_removal_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
     inventory_path: Path,
@@ -151,20 +146,7 @@ def render(
         (out if check else ensure_output_dir(out)) / name: text
         for name, text in render_configs(context, template_dir, release).items()
     }
-    if check:
-        changes = diff(files)
-        click.echo(changes, nl=False)
-        if pending(out):
-            click.echo(
-                f"slurm-hetero: {out} holds an interrupted render; render again to finish it", err=True
-            )
-        if changes and (dropped := removal.removed(read_current(files), files)):
-            click.echo(
-                f"slurm-hetero: this render removes {dropped}; writing it needs {removal.ALLOW_FLAG}",
-                err=True,
-            )
-        raise SystemExit(1 if changes or pending(out) else 0)
-    written = write_atomic(files, guard=None if allow_removal else removal.guard(files, out))
+    written = check_or_write(files, out, check, allow_removal)
     summary = {
         "nodes": context["node_count"],
         "shapes": context["shape_count"],

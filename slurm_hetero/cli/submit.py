@@ -13,11 +13,14 @@ from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
+from slurm_hetero.cli.outputset import allow_removal_option, check_or_write
 from slurm_hetero.config import Settings, exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
+from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.render.write import diff, ensure_output_dir, pending, write_atomic
+from slurm_hetero.render import removal
+from slurm_hetero.render.write import ensure_output_dir
 from slurm_hetero.submit import HookOptions, Outcome, explain
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
@@ -47,12 +50,19 @@ def script_template(name: str = SCRIPT_NAME) -> str:
         raise ConfigError(f"cannot read the hook template: {e.strerror}", str(path)) from e
 
 
-def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settings) -> ClusterModel:
-    cluster = inventory.load(inventory_path, keep_identity=False)
+def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNode]:
+    return slurm_nodes(inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs))
+
+
+def _compiled(nodes: list[SlurmNode], settings: Settings) -> ClusterModel:
     try:
-        return compile_model(slurm_nodes(cluster, load_catalog(models_dirs)), settings.scoring)
+        return compile_model(nodes, settings.scoring)
     except ValueError as e:
         raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
+
+
+def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settings) -> ClusterModel:
+    return _compiled(_nodes(inventory_path, models_dirs), settings)
 
 
 _inventory_opt = click.option(
@@ -97,6 +107,7 @@ def job_submit() -> None:
     help=f"Absolute {CLI_SRUN_NAME} path for cli_filter.lua to bake in (default: beside it).",
 )
 @click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change.")
+@allow_removal_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
     inventory_path: Path,
@@ -107,20 +118,25 @@ def render(
     hook_path: str | None,
     srun_path: str | None,
     check: bool,
+    allow_removal: bool,
     as_json: bool,
 ) -> None:
     """Write job_submit.lua, slurm_hetero_tables.lua, cli_filter.lua and slurm_hetero_srun.lua
     (install them in slurm.conf's directory, on the controller and on submit hosts;
-    CliFilterPlugins=lua enables the last two)."""
+    CliFilterPlugins=lua enables the last two). The table declares the nodes and device files it
+    was compiled from; a render that drops some of them (an inventory cut short) is refused unless
+    --allow-removal."""
     baked = (("--table-path", table_path), ("--hook-path", hook_path), ("--srun-path", srun_path))
     for option, path in baked:
         if path is not None and not (path.startswith("/") and path.isprintable()):
             # slurmctld and the clients would resolve a relative path against their own directory
             raise ConfigError(f"{option} {path!r}: give an absolute path of printable characters")
     settings = load_settings(config_path)
-    model = _model(inventory_path, models_dirs, settings)
+    nodes = _nodes(inventory_path, models_dirs)
+    model = _compiled(nodes, settings)
     uids = exempt_uids(settings.exempt_users)
-    table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name)
+    declared = removal.declaration(nodes)
+    table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name, declared)
     script = render_script(script_template(), ident, settings.fail_policy, table_path)
     # one set, renamed in this order: slurmctld reloads when job_submit.lua's mtime moves (the
     # table must be there first), and cli_filter.lua loads slurm_hetero_srun.lua
@@ -130,15 +146,7 @@ def render(
         out / CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
         out / CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), srun_path),
     }
-    if check:
-        changes = diff(files)
-        click.echo(changes, nl=False)
-        if pending(out):
-            click.echo(
-                f"slurm-hetero: {out} holds an interrupted render; render again to finish it", err=True
-            )
-        raise SystemExit(1 if changes or pending(out) else 0)
-    written = write_atomic(files)
+    written = check_or_write(files, out, check, allow_removal)
     summary = {"table_id": ident, "types": len(model.types), "written": [str(p) for p in written]}
     click.echo(
         json.dumps(summary)

@@ -1,9 +1,14 @@
 """A render never drops nodes or devices silently. A truncated inventory that is still valid YAML (a
-copy cut short, an editor's half save) renders a slurm.conf without the nodes it lost, or a gres.conf
-without a node's last devices, and slurmctld then forgets them and their jobs; so the set writer
-refuses a render that drops `NodeName=` hosts named by the files on disk, or device files that the
-gres.conf on disk gives a host the new set keeps, unless the admin says the removal is meant
-(`gres render --allow-removal`)."""
+copy cut short, an editor's half save) renders a slurm.conf without the nodes it lost, a gres.conf
+without a node's last devices, or a job_submit table that no longer routes jobs to them; slurmctld
+then forgets them and their jobs, or the hook stops choosing them. So the set writer refuses a render
+that drops `NodeName=` hosts named by the files on disk, or device files (`File=` on those lines)
+that the files on disk give a host the new set keeps, unless the admin says the removal is meant
+(`--allow-removal` of `gres render` and `job-submit render`).
+
+gres.conf and slurm-nodes.conf name their hosts and devices themselves. A file in another syntax
+(the hook's Lua table) carries `declaration(nodes)`: the same facts as gres.conf lines, which these
+readers read back from it."""
 
 from __future__ import annotations
 
@@ -13,12 +18,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
+from slurm_hetero import hostlist
 from slurm_hetero.errors import OutputError
+from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declared_nodes
 
 ALLOW_FLAG = "--allow-removal"
 SHOWN = 5  # dropped hosts or devices named in a message; the rest are counted
-GRES_CONF = "gres.conf"  # the file of the set that declares device files
 
 
 def _unreadable(path: Path, error: GresConfError) -> OutputError:
@@ -43,7 +49,7 @@ def _declared(texts: Iterable[tuple[Path, str | None]]) -> set[str]:
 def _devices(texts: Iterable[tuple[Path, str | None]]) -> dict[str, list[tuple[str, ...]]]:
     devices: dict[str, list[tuple[str, ...]]] = {}
     for path, text in texts:
-        if text is None or path.name != GRES_CONF:
+        if text is None:
             continue
         try:
             for host, files in declared_devices(text).items():
@@ -51,6 +57,29 @@ def _devices(texts: Iterable[tuple[Path, str | None]]) -> dict[str, list[tuple[s
         except GresConfError as e:
             raise _unreadable(path, e) from None
     return devices
+
+
+def declaration(nodes: Iterable[SlurmNode]) -> list[str]:
+    """The hosts and device files of `nodes` as gres.conf lines (`NodeName=a[1-4] Name=gpu
+    Type=a100 File=/dev/nvidia[0-7]`), for a file of a set that is not gres.conf to carry (the hook
+    table does, in a comment) so that the next render can tell what it would drop. Nodes with the
+    same devices share lines (their names folded); a node without devices has none."""
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for node in nodes:
+        if node.devices:
+            key = tuple((d.device.type, d.device.file) for d in node.devices)
+            groups.setdefault(key, []).append(node.name)
+    lines: list[str] = []
+    for devices, names in groups.items():
+        hosts = hostlist.fold(names)
+        files: dict[str, list[str]] = {}
+        for gres_type, file in devices:
+            files.setdefault(gres_type, []).append(file)
+        lines.extend(
+            f"NodeName={hosts} Name=gpu Type={gres_type} File={hostlist.fold(paths)}"
+            for gres_type, paths in files.items()
+        )
+    return lines
 
 
 def _natural(name: str) -> list[object]:
@@ -65,8 +94,9 @@ def dropped_nodes(current: Mapping[Path, str | None], new: Mapping[Path, str]) -
 
 
 def dropped_devices(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
-    """The device files (`host:/dev/x`) that the gres.conf on disk gives a host and the new set
-    keeps the host without, in natural order (a host dropped whole is dropped_nodes' to name)."""
+    """The device files (`host:/dev/x`) that the files on disk give a host (`File=` on its
+    `NodeName=` lines: gres.conf, or a declaration) and the new set keeps the host without, in
+    natural order (a host dropped whole is dropped_nodes' to name)."""
     kept = _devices(new.items())
     lost: list[str] = []
     for host, files in _devices(current.items()).items():

@@ -39,7 +39,9 @@ error_numbers      [NAME] = number in slurm_errno.h (22.05's Lua API exports onl
 =================  ===============================================================================
 
 Everything is sorted and every string is an escaped Lua literal, so the same inputs give the
-same bytes.
+same bytes. Before `return`, a Lua long comment (`--[==[ ... ]==]`) declares the hosts and device
+files the table was compiled from as gres.conf lines (`render.removal.declaration`); the hook never
+reads it, and the next `job-submit render` reads it back to refuse a table that drops them.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurm_hetero import __version__, units
@@ -70,6 +72,7 @@ TABLE_NAME = "slurm_hetero_tables.lua"
 SCRIPT_NAME = "job_submit.lua"
 CLI_FILTER_NAME = "cli_filter.lua"
 CLI_SRUN_NAME = "slurm_hetero_srun.lua"  # cli_filter.lua's srun half, loaded only when srun needs it
+DECLARATION_END = "]==]"  # closes the long comment of the table's declaration (`render_table`)
 _RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTILINE)
 
 # ------------------------------------------------------------------------------ Lua literals
@@ -207,9 +210,15 @@ def table_id(data: Mapping[str, Any]) -> str:
 
 
 def render_table(
-    model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str, source: str
+    model: ClusterModel,
+    exempt_uids: Iterable[int],
+    fail_policy: str,
+    source: str,
+    declaration: Sequence[str],
 ) -> tuple[str, str]:
-    """(Lua text, id) of `slurm_hetero_tables.lua`."""
+    """(Lua text, id) of `slurm_hetero_tables.lua`. `declaration`: the hosts and device files the
+    table was compiled from, as gres.conf lines (`render.removal.declaration`), kept in a Lua
+    comment for the next render to read back; not part of the id (the hook never reads it)."""
     data = table_data(model, exempt_uids, fail_policy)
     ident = table_id(data)
     header = (
@@ -218,7 +227,21 @@ def render_table(
         f"Read once by {SCRIPT_NAME} when slurmctld loads it;\n-- format {FORMAT}, keys "
         "documented in slurm_hetero/submit/tables.py.\n"
     )
-    return header + "return " + lua_value({**data, "id": ident}) + "\n", ident
+    return header + _declaration_comment(declaration) + "return " + lua_value(
+        {**data, "id": ident}
+    ) + "\n", ident
+
+
+def _declaration_comment(lines: Sequence[str]) -> str:
+    """A Lua long comment of gres.conf lines. Their values (host names, hostlists, device files,
+    types) never hold `=` after a key, so `]==]` cannot end it early."""
+    if any(DECLARATION_END in line or "\n" in line for line in lines):
+        raise ValueError(f"a declaration line holds {DECLARATION_END!r} or a line break: {lines}")
+    intro = (
+        "The hosts and device files this table was compiled from, in gres.conf's syntax: the next\n"
+        "`job-submit render` refuses to drop any of them unless --allow-removal.\n"
+    )
+    return f"--[==[ {intro}" + "".join(f"{line}\n" for line in lines) + DECLARATION_END + "\n"
 
 
 def render_script(template: str, ident: str, fail_policy: str, table_path: str | None = None) -> str:

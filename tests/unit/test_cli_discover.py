@@ -136,3 +136,22 @@ def test_discover_refuses_what_inventory_check_would_refuse_even_a_float_count()
     assert discover.validated(NodeInventory("n1", cpus=8, devices=(device,))).cpus == 8
     with pytest.raises(InventoryError, match=r"8\.0 is not a whole number"):
         discover.validated(NodeInventory("n1", cpus=8.0, devices=(device,)))  # type: ignore[arg-type]
+
+
+def test_discover_refuses_a_one_way_link() -> None:
+    """The link check is the one every command shares (issue 9 adversarial pass, T3): a parser or
+    capture that gave device 0 a link to device 1 and device 1 none back is refused at discover."""
+    from slurm_hetero import discover
+    from slurm_hetero.errors import InventoryError
+    from slurm_hetero.model import Device, Link, NodeInventory
+
+    def node(*back: Link) -> NodeInventory:
+        first = Device(
+            "nvidia", "NVIDIA A100-SXM4-80GB", 0, "/dev/nvidia0", 81920, links=(Link(1, "nvlink", 12),)
+        )
+        second = Device("nvidia", "NVIDIA A100-SXM4-80GB", 1, "/dev/nvidia1", 81920, links=back)
+        return NodeInventory("n1", devices=(first, second))
+
+    assert len(discover.validated(node(Link(0, "nvlink", 12))).devices) == 2
+    with pytest.raises(InventoryError, match="device 1 lists no link back to device 0"):
+        discover.validated(node())

@@ -26,6 +26,7 @@ from slurm_hetero.config import load_settings
 from slurm_hetero.engine.score import compile_model
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.render import removal
 from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.submit.tables import render_table
@@ -106,7 +107,10 @@ NUMBERS = [0, -1, 10**30, 10**20, 1.5, 1e3, 2**31, 65536, True, "7", None]
 def base_inventory() -> dict[str, Any]:
     data = json.loads(json.dumps(inventory.inventory_to_dict(inventory.load(EXAMPLE))))
     data["nodes"][0]["features"] = ["cuda12.4"]
-    data["nodes"][0]["devices"][0]["links"] = [{"peer": 1, "kind": "nvlink", "count": 4}]
+    a100 = data["nodes"][0]["devices"]
+    assert a100[0]["links"][0]["peer"] == 1 and a100[1]["links"][0]["peer"] == 0
+    for link in (a100[0]["links"][0], a100[1]["links"][0]):  # links go both ways, with one count
+        link["count"] = 4
     return data
 
 
@@ -180,9 +184,8 @@ def test_hostile_inventories_render_only_well_formed_lines_or_one_clear_error(
     try:
         inv = inventory.inventory_from_dict(data, "cluster.yaml", keep_identity=False)
         context = build_context(inv, load_catalog(), RenderOptions(include_unhealthy=True))
-        model = compile_model(
-            slurm_nodes(inv, load_catalog()), load_settings(None, {}, Path("/nonexistent")).scoring
-        )
+        nodes = slurm_nodes(inv, load_catalog())
+        model = compile_model(nodes, load_settings(None, {}, Path("/nonexistent")).scoring)
     except HeteroError as e:
         one_line(e)
         event("refused")
@@ -196,7 +199,7 @@ def test_hostile_inventories_render_only_well_formed_lines_or_one_clear_error(
         NODE_KEYS | PARTITION_KEYS | {"GresTypes"},
         ("NodeName=", "PartitionName=", "GresTypes="),
     )
-    table, ident = render_table(model, [], "open", source)
+    table, ident = render_table(model, [], "open", source, removal.declaration(nodes))
     assert_lua_table(table, ident)
 
 
@@ -288,6 +291,19 @@ FINDINGS = {
         ),
         "lists its link to device 1 twice",
     ),
+    # issue 9 adversarial pass, T3: a copy cut short left the last device without its links
+    "one-way-link": (
+        lambda d: d["nodes"][0]["devices"][3].pop("links"),
+        "nvidia device 0 lists 12 nvlink link(s) to device 3, but device 3 lists no link back to device 0",
+    ),
+    "link-counts-differ": (
+        lambda d: d["nodes"][0]["devices"][1]["links"][0].update(count=12),
+        "nvidia device 0 lists 4 nvlink link(s) to device 1, but device 1 lists 12 nvlink link(s) back",
+    ),
+    "link-kinds-differ": (
+        lambda d: d["nodes"][0]["devices"][1]["links"][0].update(kind="xgmi"),
+        "nvidia device 0 lists 4 nvlink link(s) to device 1, but device 1 lists 4 xgmi link(s) back",
+    ),
     "hostlist-bound-after-other-records": (
         lambda d: d["nodes"].extend(
             [{**d["nodes"][1], "name": "hx[1-131072]"}, {**d["nodes"][1], "name": "hy1"}]
@@ -301,6 +317,20 @@ FINDINGS = {
 def test_each_finding_is_refused_with_one_line_by_every_command(tmp_path: Path, finding: str) -> None:
     mutate, expected = FINDINGS[finding]
     refused_everywhere(write_inventory(tmp_path / "inv.json", mutate), expected, tmp_path)
+
+
+def test_a_copy_cut_after_the_last_devices_memory_is_refused(tmp_path: Path) -> None:
+    """Issue 9 adversarial pass, T3: `head -c` of the example cut after the last device's
+    `memory_mib:` is valid YAML; gres render wrote davinci7 without its Links= row while davinci0-6
+    still listed a link to it. Every command now refuses it, naming the device and the peer."""
+    text = EXAMPLE.read_text()
+    cut = text[: text.rindex("memory_mib:")]
+    cut += text[len(cut) :].split("\n", 1)[0]  # up to the end of that line, as `head -c` left it
+    assert "links" not in cut.rsplit("index:", 1)[1]  # the last device lost its links, nothing more
+    path = tmp_path / "cut.yaml"
+    path.write_text(cut)
+    expected = "ascend device 0 lists 1 hccs link(s) to device 7, but device 7 lists no link back to device 0"
+    refused_everywhere(path, expected, tmp_path)
 
 
 def test_the_refusals_are_fast(tmp_path: Path) -> None:

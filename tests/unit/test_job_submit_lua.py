@@ -138,7 +138,8 @@ class Config:
 
 def render(directory: Path, model: ClusterModel, settings: Settings, source: str = "test") -> Config:
     uids = exempt_uids(settings.exempt_users)
-    table, ident = render_table(model, uids, settings.fail_policy, source)
+    declared = ["NodeName=n[1-2] Name=gpu Type=a100 File=/dev/nvidia[0-7]"]  # a comment to Lua
+    table, ident = render_table(model, uids, settings.fail_policy, source, declared)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / TABLE_NAME).write_text(table)
     (directory / SCRIPT_NAME).write_text(render_script(script_template(), ident, settings.fail_policy))

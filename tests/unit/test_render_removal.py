@@ -3,14 +3,18 @@ otherwise write a slurm.conf without the nodes it lost."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from slurm_hetero import inventory
+from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.errors import OutputError
+from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render import removal
 from slurm_hetero.render.write import write_atomic
 from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declared_nodes
@@ -193,3 +197,94 @@ def test_a_device_moved_to_another_file_is_a_removal_and_a_new_type_is_not(tmp_p
     code, _, err = render(changed, out)
     assert code == 0, err
     assert "Type=l40s_site" in (out / "gres.conf").read_text()
+
+
+# -- job-submit render: the hook table declares its hosts and devices (issue 9 adversarial pass, T2)
+
+
+def render_hook(inventory: Path, out: Path, *extra: str) -> tuple[int, str, str]:
+    args = ["job-submit", "render", "--inventory", str(inventory), "--out", str(out)]
+    result = CliRunner().invoke(cli, [*args, *extra])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_the_hook_table_declares_its_hosts_and_devices_as_gres_conf_reads_them(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    assert render_hook(EXAMPLE, out)[0] == 0
+    table = (out / "slurm_hetero_tables.lua").read_text()
+    assert declared_nodes(table) == {"a100n1", "l40sn1", "ascendn1"}
+    assert declared_devices(table) == {
+        "a100n1": [tuple(f"/dev/nvidia{i}" for i in range(4))],
+        "l40sn1": [("/dev/nvidia0", "/dev/nvidia1")],
+        "ascendn1": [tuple(f"/dev/davinci{i}" for i in range(8))],
+    }
+    for name in ("job_submit.lua", "cli_filter.lua", "slurm_hetero_srun.lua"):
+        assert declared_nodes((out / name).read_text()) == set()  # only the table declares
+
+
+def test_a_declaration_folds_nodes_with_the_same_devices() -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    l40s = next(n for n in data["nodes"] if n["name"] == "l40sn1")
+    data["nodes"] = [{**l40s, "name": "l40s-[01-40]"}, {**l40s, "name": "l40s-41"}, data["nodes"][0]]
+    data["nodes"][1]["devices"] = l40s["devices"][:1]
+    nodes = slurm_nodes(inventory.inventory_from_dict(data, "x.yaml"), load_catalog())
+    assert removal.declaration(nodes) == [
+        "NodeName=l40s-[01-40] Name=gpu Type=l40s File=/dev/nvidia[0-1]",
+        "NodeName=l40s-41 Name=gpu Type=l40s File=/dev/nvidia0",
+        "NodeName=a100n1 Name=gpu Type=a100_80g File=/dev/nvidia[0-3]",
+    ]
+
+
+@pytest.mark.parametrize("command", [render, render_hook], ids=["gres", "job-submit"])
+def test_both_render_commands_refuse_a_cut_short_inventory_with_the_same_words(
+    tmp_path: Path, command: Callable[..., tuple[int, str, str]]
+) -> None:
+    """Before: job-submit render wrote a table with 1 device type where 3 were, dropping ascendn1
+    and l40sn1 silently, while gres render refused the same file."""
+    out = tmp_path / "etc"
+    assert command(EXAMPLE, out)[0] == 0
+    before = snapshot(out)
+    code, _, err = command(cut_short(tmp_path, 1), out)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"slurm-hetero: {out}: this render would remove 2 nodes (ascendn1, l40sn1) that the files there "
+        "name; the inventory lacks them (cut short?). Pass --allow-removal if the removal is meant; "
+        "nothing changed"
+    ]
+    assert snapshot(out) == before
+
+
+def test_job_submit_check_names_the_removal_and_allow_removal_writes_it(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    render_hook(EXAMPLE, out)
+    before = snapshot(out)
+    data = yaml.safe_load(EXAMPLE.read_text())
+    ascend = next(n for n in data["nodes"] if n["name"] == "ascendn1")
+    ascend["devices"] = [{k: v for k, v in d.items() if k != "links"} for d in ascend["devices"][:6]]
+    cut = tmp_path / "cut.yaml"
+    cut.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, diff, err = render_hook(cut, out, "--check")
+    assert code == 1 and "-NodeName=ascendn1 Name=gpu Type=ascend910b3 File=/dev/davinci[0-7]" in diff
+    assert (
+        "this render removes 2 devices (ascendn1:/dev/davinci6, ascendn1:/dev/davinci7); "
+        "writing it needs --allow-removal" in err
+    )
+    code, _, err = render_hook(cut, out)
+    assert code == 1 and "would remove 2 devices (ascendn1:/dev/davinci6, ascendn1:/dev/davinci7)" in err
+    assert snapshot(out) == before
+    assert render_hook(cut, out, "--allow-removal")[0] == 0
+    assert sum(map(len, declared_devices((out / "slurm_hetero_tables.lua").read_text())["ascendn1"])) == 6
+    assert render_hook(cut, out, "--check")[:2] == (0, "")  # done: nothing more to remove
+    assert render_hook(EXAMPLE, out)[0] == 0  # devices back: no flag
+
+
+def test_a_table_from_before_declarations_is_replaced_without_the_flag(tmp_path: Path) -> None:
+    """A table rendered by an earlier release declares nothing, so nothing can be found dropped:
+    the first render after an upgrade writes the declaration the next one checks against."""
+    out = tmp_path / "etc"
+    render_hook(EXAMPLE, out)
+    table = out / "slurm_hetero_tables.lua"
+    text = table.read_text()
+    table.write_text(text[: text.index("--[==[")] + text[text.index("return {") :])
+    assert render_hook(cut_short(tmp_path, 1), out)[0] == 0
+    assert declared_nodes(table.read_text()) == {"a100n1"}
