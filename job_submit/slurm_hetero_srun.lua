@@ -392,6 +392,17 @@ local function typed_as(job, gpu_type, holds)
   return out, nil
 end
 
+-- The step's gpu items without their type, for a job that holds one type (its devices are all
+-- that type): measured on 22.05, a typed step of a job that asked untyped (`salloc -w a100n1
+-- --gpus=2`, then `srun --gpus=a100_80g:2`) is refused "Step requested GRES (gpu:a100_80g) not
+-- found in the job"; untyped steps run on 22.05 and 24.11 whatever the job asked.
+local function untyped(after, gpu_type)
+  local name = string.gsub(gpu_type, "%W", "%%%0")
+  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }) do
+    if after[field] then after[field] = (string.gsub(after[field], "(gpu[:=])" .. name .. "[:=](%d)", "%1%2")) end
+  end
+end
+
 -- The hook on a job_desc: its return code, the job as it would store it, what it said.
 local function run_hook(hook, before, uid)
   local after = {}
@@ -438,6 +449,7 @@ local function decide_step(hook, before, uid, job_id, offset)
     local rc, after, lines = run_hook(hook, job, uid)
     if rc == real.SUCCESS and #lines > 0 then
       after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
+      if #types == 1 then untyped(after, gpu_type) end
       lines[1] = lines[1] .. " (a step of job " .. job_id .. ")"
       return after, lines
     end

@@ -1835,10 +1835,11 @@ def _in_allocation(lua: Any, shown: str | None, env: dict[str, str] | None = Non
 @pytest.mark.parametrize(
     ("held", "options", "written"),
     [
-        ("a100_80g", {"gres": "gpumem:10G"}, {"gres": "gpu:a100_80g:1"}),  # was l40s
-        ("l40s", {"gres": "gpumem:20G"}, {"gres": "gpu:l40s:1"}),
-        ("a100_80g", {"gres": "gpumem:10G", "gpus": "2"}, {"gres": "gpu:a100_80g:0", "gpus": "a100_80g:2"}),
-        ("l40s", {"gres": "gpumem:20G,gpu:2"}, {"gres": "gpu:l40s:2"}),
+        # one type held: the step asks untyped (22.05 refuses a typed step of a job asked untyped)
+        ("a100_80g", {"gres": "gpumem:10G"}, {"gres": "gpu:1"}),  # was l40s
+        ("l40s", {"gres": "gpumem:20G"}, {"gres": "gpu:1"}),
+        ("a100_80g", {"gres": "gpumem:10G", "gpus": "2"}, {"gres": "gpu:0", "gpus": "2"}),
+        ("l40s", {"gres": "gpumem:20G,gpu:2"}, {"gres": "gpu:2"}),
     ],
 )
 def test_srun_in_an_allocation_gets_the_allocations_type(
@@ -1848,9 +1849,10 @@ def test_srun_in_an_allocation_gets_the_allocations_type(
     _in_allocation(lua, _shown("12", held, 2))
     given = {k: ",".join(prefix + i for i in v.split(",")) if k == "gres" else v for k, v in options.items()}
     rc, after, log = run_cli(lua, given)
-    # the type the allocation holds, the count as asked, and no node count pinned (the step
-    # runs on the job's nodes)
+    # the count as asked, and no node count pinned (the step runs on the job's nodes); the decision
+    # printed names the type the allocation holds
     assert rc == 0 and after == {**given, **written}, log
+    assert f" -> {prefix}gpu:{held}:" in log[0][1], log
     assert [kind for kind, _ in log] == ["info"] and log[0][1].endswith("(a step of job 12)"), log
     assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 12 2>/dev/null"]
 
@@ -1911,7 +1913,7 @@ def test_srun_with_jobid_is_a_step_of_that_job_and_only_its_digits_reach_scontro
     lua = cli_filter(rendered["scoped"])
     _in_allocation(lua, _shown("77", "a100_80g"), env={})
     rc, after, log = run_cli(lua, {"gres": "gres/gpumem:10G", "jobid": "77; touch /tmp/x"})
-    assert rc == 0 and after["gres"] == "gpu:a100_80g:1", log
+    assert rc == 0 and after["gres"] == "gpu:1" and "-> gres/gpu:a100_80g:1" in log[0][1], log
     assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 77 2>/dev/null"]
 
 
@@ -2032,8 +2034,8 @@ def test_srun_in_a_het_allocation_is_decided_among_its_components_devices(
     job = job_from_options(gres=f"gpumem:{size},gpu:{held}:1", uid=1000, slurm_release="24.11")
     python = explain(config.model, config.options, job)
     assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 10 2>/dev/null"]
-    if python.ok:
-        assert rc == 0 and after == {"gres": _bare(python.job.tres_per_node)}, log
+    if python.ok:  # the component holds one type: the step asks untyped
+        assert rc == 0 and after == {"gres": _bare(python.job.tres_per_node).replace(f"{held}:", "")}, log
         assert log == [("info", f"{python.message} (a step of job 10+{offset})")]
     else:
         memory = config.model.types[held].memory_mib
@@ -2077,6 +2079,18 @@ def _typed_and_untyped(tres_per_task: str) -> bool:
     )
 
 
+def _shown_nodes(job_id: str, held: dict[str, int]) -> str:
+    """`scontrol show job -d -o` of a running job on one node per type, `held[type]` devices each."""
+    nodes = "".join(
+        f"Nodes={gpu_type}n1 CPU_IDs=0 Mem=500 GRES=gpu:{gpu_type}:{n}(IDX:0-{n - 1}) "
+        for gpu_type, n in held.items()
+    )
+    total = ",".join(f"gpu:{gpu_type}:{n}" for gpu_type, n in held.items())
+    head = f"JobId={job_id} JobName=sh JobState=RUNNING NumNodes={len(held)} JOB_GRES={total}   "
+    return f"{head}{nodes}MinCPUsNode=1\n"
+
+
+@pytest.mark.parametrize("held", [{"a100_80g": 2}, {"a100_80g": 2, "l40s": 2}], ids=["one type", "two types"])
 @pytest.mark.parametrize(
     ("exported", "again"),
     [
@@ -2090,11 +2104,14 @@ def _typed_and_untyped(tres_per_task: str) -> bool:
     ],
 )
 def test_srun_in_an_allocation_types_the_per_task_count_srun_also_holds(
-    rendered: dict[str, Config], exported: str | None, again: bool
+    rendered: dict[str, Config], exported: str | None, again: bool, held: dict[str, int]
 ) -> None:
+    """The per-task count, where srun 24.11 holds it twice, is written alike in both: typed where
+    the job holds several types, untyped where it holds one (`untyped` in slurm_hetero_srun.lua)."""
     config = rendered["scoped"]
     lua = cli_filter(config)
-    _in_allocation(lua, _shown("12", "a100_80g", 2))
+    _in_allocation(lua, _shown_nodes("12", held))
+    typed = len(held) > 1
     # srun's options in the allocation: tres-per-task as exported (24.11; 22.05 has no such option),
     # --gpus-per-task only when the step asks it again
     given = {"gres": "gres/gpumem:30G", "ntasks": "2", **({"gpus-per-task": "1"} if again else {})}
@@ -2104,15 +2121,15 @@ def test_srun_in_an_allocation_types_the_per_task_count_srun_also_holds(
     job = job_from_options(gres="gpumem:30G,gpu:a100_80g:1", uid=1000, slurm_release="24.11")
     python = explain(config.model, config.options, job)
     assert rc == 0 and log == [("info", f"{python.message} (a step of job 12)")], log
-    assert after["gres"] == "gpu:a100_80g:0"
-    assert after.get("gpus-per-task") == ("a100_80g:1" if again else None)
+    assert after["gres"] == ("gpu:a100_80g:0" if typed else "gpu:0")
+    assert after.get("gpus-per-task") == (("a100_80g:1" if typed else "1") if again else None)
     sent = (
         srun_tres_per_task(after.get("tres-per-task"), after["gpus-per-task"])
         if again
         else after["tres-per-task"]
     )
     assert not _typed_and_untyped(sent), sent
-    assert "gres/gpu:a100_80g=1" in sent.split(","), sent
+    assert ("gres/gpu:a100_80g=1" if typed else "gres/gpu=1") in sent.split(","), sent
     if exported is not None:  # the other items stay
         kept = [item for item in exported.split(",") if not item.startswith("gres/gpu")]
         assert [item for item in after["tres-per-task"].split(",") if not item.startswith("gres/gpu")] == kept
