@@ -15,16 +15,19 @@ local SRUN_PATH = nil  -- @render srun_path
 local real = slurm
 local DEVICE_OPTIONS = { "gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket" }
 
--- Whether a device option names gpumem or gpucore (the hook leaves every other request alone).
+-- Whether a device option names gpumem or gpucore (the hook leaves every other request alone),
+-- and whether one may name a gpu type (a value with a letter: gpu:l40s:1, l40s:2).
 local function asks_us(options)
+  local named = false
   for _, name in ipairs(DEVICE_OPTIONS) do
     local value = options[name]
     if value ~= nil then
       value = tostring(value)
       if string.find(value, "gpumem", 1, true) or string.find(value, "gpucore", 1, true) then return true end
+      named = named or string.find(value, "%a") ~= nil
     end
   end
-  return false
+  return false, named
 end
 
 local function srun_path()
@@ -37,6 +40,20 @@ end
 
 local decide = nil  -- slurm_hetero_srun.lua's function, loaded once per command
 
+-- This srun's het components that named a device without gpumem/gpucore (`srun --gres=gpu:l40s:1
+-- A : --gres=gpumem:20G B`), for the srun half to count their nodes as taken, as the hook does:
+-- srun calls the filter once per component, offset 0 first, and reuses neither options table.
+local COUNTS = { "nodes", "ntasks", "ntasks-per-node" }
+local earlier = {}
+
+local function remember(options, offset)
+  local seen = { offset = offset }
+  for _, name in ipairs(DEVICE_OPTIONS) do seen[name] = options[name] end
+  for _, name in ipairs(COUNTS) do seen[name] = options[name] end
+  if real.json_cli_options then seen.set = real.json_cli_options(options) end
+  earlier[#earlier + 1] = seen
+end
+
 function slurm_cli_setup_defaults(options, early_pass)
   return real.SUCCESS
 end
@@ -46,9 +63,14 @@ local function pre_submit(options, offset)
   -- these very options (without a type, slurm_hetero_srun.lua asks /proc/self/status)
   local kind = options["type"]
   if kind ~= nil and kind ~= "srun" then return real.SUCCESS end
-  if not asks_us(options) then return real.SUCCESS end
+  if offset == 0 then earlier = {} end
+  local asked, named = asks_us(options)
+  if not asked then
+    if named and offset then remember(options, offset) end
+    return real.SUCCESS
+  end
   decide = decide or dofile(srun_path())
-  return decide(options, offset)
+  return decide(options, offset, earlier)
 end
 
 function slurm_cli_pre_submit(options, pack_offset)

@@ -110,11 +110,15 @@ end
 -- Whether the user set an option, from slurm.json_cli_options (the set options as one JSON
 -- object, 22.05 and 24.11); nil where that call is missing. srun reports an unset -n as "1" and an
 -- unset -N as "1-0", so only this tells `-N2` from `-N2 -n1`.
+local function set_in(json)
+  if type(json) ~= "string" then return nil end
+  return function(name) return string.find(json, '"' .. name .. '":', 1, true) ~= nil end
+end
+
 local function set_options(options)
   if type(real.json_cli_options) ~= "function" then return nil end
   local ok, json = pcall(real.json_cli_options, options)
-  if not ok or type(json) ~= "string" then return nil end
-  return function(name) return string.find(json, '"' .. name .. '":', 1, true) ~= nil end
+  return ok and set_in(json) or nil
 end
 
 -- A --gpus* value ("2", "a100:2", or already "gres:gpu:2") as a TRES item.
@@ -151,6 +155,16 @@ local function counts(options, isset)
   return low, high, tasks, per_node
 end
 
+-- The gpu item of srun 24.11's --tres-per-task ("cpu=2,gres/gpu=1" -> "gres/gpu=1"), or nil (22.05
+-- has no such option). An allocation exports its per-task count there only (SLURM_TRES_PER_TASK),
+-- so a step that does not ask --gpus-per-task again carries it there.
+local function per_task_gpu(options)
+  for item in string.gmatch(text(options, "tres-per-task") or "", "[^,]+") do
+    if string.find(item, "^gres[:/]gpu[:=]") then return item end
+  end
+  return nil
+end
+
 -- The job_desc the hook would see from these options.
 local function job_of(options, isset)
   local low, high, tasks, per_node = counts(options, isset)
@@ -159,7 +173,7 @@ local function job_of(options, isset)
     -- as srun's slurm_opt_create_job_desc: the --gpus-per-node item first, then --gres
     tres_per_node = joined(gpu_item(text(options, "gpus-per-node")), text(options, "gres")),
     tres_per_job = gpu_item(text(options, "gpus")),
-    tres_per_task = gpu_item(text(options, "gpus-per-task")),
+    tres_per_task = gpu_item(text(options, "gpus-per-task")) or per_task_gpu(options),
     tres_per_socket = gpu_item(text(options, "gpus-per-socket")),
     features = text(options, "constraint"),
     partition = text(options, "partition"),
@@ -231,6 +245,27 @@ local function per_node(new, after, out)
   return true
 end
 
+-- srun 24.11 keeps --gpus-per-task in --tres-per-task too, and an allocation exports that untyped
+-- (salloc -n2 --gpus-per-task=1: SLURM_TRES_PER_TASK=gres/gpu=1, no SLURM_GPUS_PER_TASK): a typed
+-- --gpus-per-task, or a typed --gres, beside it is refused by srun ("Invalid GRES specification
+-- (with and without type identification)"). Its gpu item takes the written value (`a100_80g:1` ->
+-- gres/gpu:a100_80g=1, as srun writes it); the rest stays. nil: nothing to change (no such
+-- option, as in 22.05, or no gpu item).
+local function tres_per_task(options, gpus)
+  local current = text(options, "tres-per-task")
+  if current == nil then return nil end
+  local gpu_type, count = string.match(gpus, "^([^:=]+)[:=](%d+)$")
+  local item = gpu_type and ("gres/gpu:" .. gpu_type .. "=" .. count) or ("gres/gpu=" .. gpus)
+  local out, found = {}, false
+  for old in string.gmatch(current, "[^,]+") do
+    if string.find(old, "^gres[:/]gpu[:=]") or string.find(old, "^gpu[:=]") then
+      old, found = item, true
+    end
+    out[#out + 1] = old
+  end
+  return found and table.concat(out, ",") or nil
+end
+
 -- The option changes for a rewritten job, or nil when these options cannot carry it (srun then
 -- refuses: the hook would rewrite the job while the step kept the gpumem request, and fail).
 local function changes(options, before, after)
@@ -241,6 +276,11 @@ local function changes(options, before, after)
     if old ~= new then
       if field == "tres_per_node" and text(options, "gpus-per-node") then
         if not per_node(new, after, out) then return nil end
+      elseif field == "tres_per_task" and not text(options, "gpus-per-task") then
+        -- the count came from --tres-per-task: it goes back there (both would be refused by srun)
+        local one = new ~= "" and not string.find(new, ",", 1, true)
+        out["tres-per-task"] = one and tres_per_task(options, write(new)) or nil
+        if out["tres-per-task"] == nil then return nil end
       elseif new == "" then
         if field ~= "tres_per_node" or cleared(after) == nil then return nil end
         out[option] = cleared(after)
@@ -261,6 +301,7 @@ local function changes(options, before, after)
     local low, high = after.min_nodes or 1, after.max_nodes or after.min_nodes or 1
     out["nodes"] = (low == high) and tostring(low) or (low .. "-" .. high)
   end
+  if out["gpus-per-task"] then out["tres-per-task"] = tres_per_task(options, out["gpus-per-task"]) end
   return out
 end
 
@@ -291,22 +332,37 @@ local function allocation(options)
   return id and string.match(id, "^(%d+)") or nil
 end
 
--- The gpu types the job holds, in the order scontrol shows them ({} when none), from the
--- allocation's GRES in `scontrol show job -d -o` (JOB_GRES=gpu:l40s:1 and each node's
--- GRES=gpu:l40s:1(IDX:0), 22.05 and 24.11); nil when scontrol cannot say.
-local function held_types(job_id)
+-- The record of a het allocation's component `offset` in `scontrol show job -d -o` (one line per
+-- component, each with HetJobOffset=N and its own GRES); the whole text for a job that is not
+-- heterogeneous; nil when no component has that offset.
+local function component(shown, offset)
+  if not string.find(shown, "%sHetJobOffset=%d") then return shown end
+  for line in string.gmatch(shown, "[^\n]+") do
+    if string.match(line, "%sHetJobOffset=(%d+)") == tostring(offset) then return line end
+  end
+  return nil
+end
+
+-- The gpu types the job (of a het allocation: component `offset`, the one srun's --het-group
+-- names, default 0) holds, in the order scontrol shows them ({} when none), from its GRES in
+-- `scontrol show job -d -o` (JOB_GRES=gpu:l40s:1 and each node's GRES=gpu:l40s:1(IDX:0), 22.05
+-- and 24.11); nil when scontrol cannot say. Also the job as named to the user (10, or 10+0).
+local function held_types(job_id, offset)
   local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>/dev/null")
-  if not ok or not pipe then return nil end
+  if not ok or not pipe then return nil, job_id end
   local shown = pipe:read("*a") or ""
   pipe:close()
-  if not string.find(shown, "^JobId=" .. job_id .. "%s") then return nil end
+  if not string.find(shown, "^JobId=" .. job_id .. "%s") then return nil, job_id end
+  local record = component(shown, offset or 0)
+  local named = record == shown and job_id or (job_id .. "+" .. (offset or 0))
+  if record == nil then return nil, named end
   local types, seen = {}, {}
-  for value in string.gmatch(shown, "[%s_]GRES=(%S+)") do
+  for value in string.gmatch(record, "[%s_]GRES=(%S+)") do
     for gpu_type in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):%d") do
       if not seen[gpu_type] then seen[gpu_type], types[#types + 1] = true, gpu_type end
     end
   end
-  return types
+  return types, named
 end
 
 -- The step's request with its device count given the type gpu_type (a gpu item with a count
@@ -336,6 +392,17 @@ local function typed_as(job, gpu_type, holds)
   return out, nil
 end
 
+-- The step's gpu items without their type, for a job that holds one type (its devices are all
+-- that type): measured on 22.05, a typed step of a job that asked untyped (`salloc -w a100n1
+-- --gpus=2`, then `srun --gpus=a100_80g:2`) is refused "Step requested GRES (gpu:a100_80g) not
+-- found in the job"; untyped steps run on 22.05 and 24.11 whatever the job asked.
+local function untyped(after, gpu_type)
+  local name = string.gsub(gpu_type, "%W", "%%%0")
+  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }) do
+    if after[field] then after[field] = (string.gsub(after[field], "(gpu[:=])" .. name .. "[:=](%d)", "%1%2")) end
+  end
+end
+
 -- The hook on a job_desc: its return code, the job as it would store it, what it said.
 local function run_hook(hook, before, uid)
   local after = {}
@@ -355,15 +422,16 @@ local function run_hook(hook, before, uid)
   return result, after, said
 end
 
--- A step is not a new job: its devices come from the job it runs in. The hook decides the
--- request on each gpu type that job holds (the count as the request gives it); the first the
+-- A step is not a new job: its devices come from the job it runs in (of a het allocation, the
+-- component srun runs it on: offset). The hook decides the request on each gpu type that job holds (the count as the request gives it); the first the
 -- hook accepts is the step's, else one line names the job's devices and why none fits.
-local function decide_step(hook, before, uid, job_id)
+local function decide_step(hook, before, uid, job_id, offset)
   local request = string.gsub(table.concat({ before.tres_per_node or "", before.tres_per_job or "",
                                              before.tres_per_task or "", before.tres_per_socket or "" }, ","),
                               "gres[:/]", "")
   request = string.gsub(string.gsub(request, ",,+", ","), "^,*(.-),*$", "%1")
-  local types = held_types(job_id)
+  local types
+  types, job_id = held_types(job_id, offset)
   if types == nil or #types == 0 then
     local what = types == nil and "slurm-hetero cannot read which devices it holds"
       or "it holds no gpu devices"
@@ -381,6 +449,7 @@ local function decide_step(hook, before, uid, job_id)
     local rc, after, lines = run_hook(hook, job, uid)
     if rc == real.SUCCESS and #lines > 0 then
       after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
+      if #types == 1 then untyped(after, gpu_type) end
       lines[1] = lines[1] .. " (a step of job " .. job_id .. ")"
       return after, lines
     end
@@ -395,9 +464,22 @@ end
 -- never sees its gpumem, so a later component the hook refuses for its nodes is refused here.
 local het_rewrote = false
 
+-- The earlier components of this het srun that cli_filter.lua left alone (a device without
+-- gpumem/gpucore, `--gres=gpu:l40s:1`; their options as it saw them) go through the hook now, in
+-- order, so that its het bookkeeping counts their nodes as taken, as slurmctld's hook does.
+local function replay(hook, earlier, uid)
+  for _, seen in ipairs(earlier or {}) do
+    local job = job_of(seen, set_in(seen.set))
+    job.het_job_offset = seen.offset
+    pcall(run_hook, hook, job, uid)
+  end
+  for i = #(earlier or {}), 1, -1 do earlier[i] = nil end
+end
+
 -- The srun options with the hook's decision written in (changed in place); a Slurm code.
--- offset: the het component (cli_filter's pack_offset: 0, 1, ... in srun A : B).
-return function(options, offset)
+-- offset: the het component (cli_filter's pack_offset: 0, 1, ... in srun A : B; in an allocation
+-- the component --het-group names); earlier: the components before it that cli_filter.lua left.
+return function(options, offset, earlier)
   local name, uid = client()
   if name ~= "srun" then return real.SUCCESS end
   local isset = set_options(options)
@@ -414,7 +496,7 @@ return function(options, offset)
     -- exempt users are left alone, as by the hook
     local rc, _, exempt = run_hook(hook, before, uid)
     if rc == real.SUCCESS and #exempt == 0 then return real.SUCCESS end
-    after, lines = decide_step(hook, before, uid, job_id)
+    after, lines = decide_step(hook, before, uid, job_id, tonumber(offset))
     if after == nil then
       real.log_error("%s", lines)
       return real.ERROR
@@ -423,6 +505,7 @@ return function(options, offset)
     offset = tonumber(offset)
     if offset == 0 then het_rewrote = false end
     if offset then before.het_job_offset = offset end
+    if offset and offset > 0 then replay(hook, earlier, uid) end
     local ok, rc, decided, told = pcall(run_hook, hook, before, uid)
     if not ok then
       debug_log("slurm_hetero cli_filter: %s", tostring(rc))

@@ -688,6 +688,104 @@ def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
         assert outcome.message in run.stderr, (outcome.message, run.stderr)
 
 
+def _hosts_of(dev_cluster: Cluster, gpu_type: str) -> list[str]:
+    devices = node_devices(dev_cluster.inventory)
+    return sorted(host for host, held in devices.items() if any(d.type == gpu_type for d in held))
+
+
+def test_srun_het_component_left_alone_still_takes_its_nodes(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Issue 10 adversarial B33 (24.11): `srun --gres=gpu:l40s:1 A : --gres=gpumem:20G B` rewrote B
+    to l40s beside A on the one l40s node, and the job waited on an idle cluster: the filter never
+    counted a component without gpumem, unlike the hook for sbatch. A takes every l40s node here."""
+    from slurm_hetero.submit import het_taken
+
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    l40s = len(_hosts_of(dev_cluster, "l40s"))
+    first = job_from_options(gres="gpu:l40s:1", nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
+    taken = het_taken({}, explain(model, hook, first))
+    second = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
+    predicted = explain(model, hook, second, taken=taken)
+    script = "echo NODE=$SLURMD_NODENAME"
+    argv = ["srun", "-t", "1", f"-N{l40s}", "--gres=gpu:l40s:1", "sh", "-c", script, ":"]
+    run = as_user(*argv, "--gres=gpumem:20G", "sh", "-c", script)
+    if not predicted.ok:
+        assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+        return
+    assert run.returncode == 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    assert predicted.choice is not None and predicted.choice.types[0] != "l40s", predicted.message
+    nodes = [line.split("=", 1)[1] for line in run.stdout.split()]
+    assert len(set(nodes)) == l40s + 1, run.stdout  # components never share a node
+
+
+@pytest.mark.parametrize(
+    ("group", "step", "fits"),
+    [
+        ("0", "gpumem:70G", False),
+        ("1", "gpumem:70G", True),
+        (None, "gpumem:20G", True),
+        ("0,1", "gpumem:20G", True),
+    ],
+)
+def test_srun_in_a_het_allocation_is_decided_among_its_components_devices(
+    dev_cluster: Cluster, group: str | None, step: str, fits: bool
+) -> None:
+    """Issue 10 adversarial B26 (24.11): in an (l40s : a100_80g) het allocation, `srun --het-group=0
+    --gres=gpumem:70G` was decided among all the components' types and written as a100_80g, which
+    component 0 lacks ("Invalid generic resource (gres) specification"). Each component srun runs
+    on (--het-group; without it, component 0) is now decided among its own devices."""
+    components = ("l40s", "a100_80g")
+    script = "echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES"
+    inner = "srun" + (f" --het-group={group}" if group else "") + f" --gres={step} sh -c '{script}'"
+    run = as_user("salloc", "-t", "2", "--gres=gpu:l40s:1", ":", "--gres=gpu:a100_80g:1", "sh", "-c", inner)
+    if not fits:
+        assert run.returncode != 0, run.stderr
+        assert re.search(r"this srun is a step of job \d+\+0, whose l40s devices cannot hold it", run.stderr)
+        assert "Invalid generic resource" not in run.stderr and "a100_80g" not in run.stderr, run.stderr
+        return
+    assert run.returncode == 0, run.stderr
+    offsets = [int(g) for g in (group or "0").split(",")]
+    for offset in offsets:
+        assert re.search(rf"-> gres.gpu:{components[offset]}:1 .*\(a step of job \d+\+{offset}\)", run.stderr)
+    lines = [dict(part.split("=", 1) for part in line.split()) for line in run.stdout.splitlines()]
+    devices = node_devices(dev_cluster.inventory)
+    held = sorted(devices[line["NODE"]][int(line["CVD"])].type for line in lines)
+    assert held == sorted(components[offset] for offset in offsets), (run.stdout, run.stderr)
+
+
+@pytest.mark.parametrize("again", [True, False], ids=["count asked again", "count from the allocation"])
+@pytest.mark.parametrize(
+    "count", [["--gpus=2"], ["--gpus-per-node=2"], ["-n2", "--gpus-per-task=1"]], ids=lambda o: " ".join(o)
+)
+def test_srun_in_an_allocation_writes_its_count_as_srun_accepts_it(
+    dev_cluster: Cluster, count: list[str], again: bool
+) -> None:
+    """Issue 10 adversarial B30 (24.11): `salloc -n 2 --gpus-per-task=1 ...` then `srun -n 2
+    --gpus-per-task=1 --gres=gpumem:30G`: srun refused the step "Invalid GRES specification (with and
+    without type identification)": it added the typed count the filter wrote to the untyped one
+    salloc exported (SLURM_TRES_PER_TASK=gres/gpu=1). Every count option, asked again in the step
+    or taken from the allocation's environment, now reaches a step on the allocation's devices.
+    On 22.05 a typed step of this untyped job was refused "Step requested GRES (gpu:a100_80g) not
+    found in the job": a job holding one type gets an untyped step."""
+    a100 = _hosts_of(dev_cluster, "a100_80g")[0]
+    inner_count = " ".join(count) if again else " ".join(o for o in count if o == "-n2")
+    script = "echo CVD=$CUDA_VISIBLE_DEVICES"
+    inner = f"srun {inner_count} --gres=gpumem:30G sh -c '{script}'"
+    # -N1: 22.05 spreads `-n2 --gpus-per-task=1` over a second node of another type (then the step
+    # is refused, rightly: it cannot have both tasks on a100_80g)
+    run = as_user("salloc", "-t", "2", "-N1", "-w", a100, *count, "sh", "-c", inner)
+    assert run.returncode == 0, run.stderr
+    assert "(a step of job " in run.stderr and "-> gres" in run.stderr and "a100_80g:" in run.stderr, (
+        run.stderr
+    )
+    lines = run.stdout.split()
+    if "-n2" in count:
+        assert len(lines) == 2, run.stdout  # 22.05 exports no CUDA_VISIBLE_DEVICES to a per-task step
+    else:
+        assert len(lines) == 1 and len(lines[0].removeprefix("CVD=").split(",")) == 2, run.stdout
+
+
 def test_a_bare_request_stays_on_the_default_vendor_and_its_feature_chooses_another(
     dev_cluster: Cluster,
 ) -> None:

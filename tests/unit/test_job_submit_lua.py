@@ -1839,10 +1839,11 @@ def _in_allocation(lua: Any, shown: str | None, env: dict[str, str] | None = Non
 @pytest.mark.parametrize(
     ("held", "options", "written"),
     [
-        ("a100_80g", {"gres": "gpumem:10G"}, {"gres": "gpu:a100_80g:1"}),  # was l40s
-        ("l40s", {"gres": "gpumem:20G"}, {"gres": "gpu:l40s:1"}),
-        ("a100_80g", {"gres": "gpumem:10G", "gpus": "2"}, {"gres": "gpu:a100_80g:0", "gpus": "a100_80g:2"}),
-        ("l40s", {"gres": "gpumem:20G,gpu:2"}, {"gres": "gpu:l40s:2"}),
+        # one type held: the step asks untyped (22.05 refuses a typed step of a job asked untyped)
+        ("a100_80g", {"gres": "gpumem:10G"}, {"gres": "gpu:1"}),  # was l40s
+        ("l40s", {"gres": "gpumem:20G"}, {"gres": "gpu:1"}),
+        ("a100_80g", {"gres": "gpumem:10G", "gpus": "2"}, {"gres": "gpu:0", "gpus": "2"}),
+        ("l40s", {"gres": "gpumem:20G,gpu:2"}, {"gres": "gpu:2"}),
     ],
 )
 def test_srun_in_an_allocation_gets_the_allocations_type(
@@ -1852,9 +1853,10 @@ def test_srun_in_an_allocation_gets_the_allocations_type(
     _in_allocation(lua, _shown("12", held, 2))
     given = {k: ",".join(prefix + i for i in v.split(",")) if k == "gres" else v for k, v in options.items()}
     rc, after, log = run_cli(lua, given)
-    # the type the allocation holds, the count as asked, and no node count pinned (the step
-    # runs on the job's nodes)
+    # the count as asked, and no node count pinned (the step runs on the job's nodes); the decision
+    # printed names the type the allocation holds
     assert rc == 0 and after == {**given, **written}, log
+    assert f" -> {prefix}gpu:{held}:" in log[0][1], log
     assert [kind for kind, _ in log] == ["info"] and log[0][1].endswith("(a step of job 12)"), log
     assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 12 2>/dev/null"]
 
@@ -1915,7 +1917,7 @@ def test_srun_with_jobid_is_a_step_of_that_job_and_only_its_digits_reach_scontro
     lua = cli_filter(rendered["scoped"])
     _in_allocation(lua, _shown("77", "a100_80g"), env={})
     rc, after, log = run_cli(lua, {"gres": "gres/gpumem:10G", "jobid": "77; touch /tmp/x"})
-    assert rc == 0 and after["gres"] == "gpu:a100_80g:1", log
+    assert rc == 0 and after["gres"] == "gpu:1" and "-> gres/gpu:a100_80g:1" in log[0][1], log
     assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 77 2>/dev/null"]
 
 
@@ -1963,3 +1965,183 @@ def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
             job_from_options(gres=f"gpumem:{sizes[0]}", uid=1000, slurm_release="24.11"),
         ).message
     )
+
+
+# Issue 10 adversarial B33 (24.11): `srun --gres=gpu:l40s:1 A : --gres=gpumem:20G B` rewrote B to
+# gres/gpu:l40s:1 beside A's l40s node (the cluster's one), and the job waited on an idle cluster:
+# cli_filter.lua returned at once for A (no gpumem), so the hook in srun never counted its node,
+# unlike slurmctld's hook for sbatch. The filter now keeps such components for the srun half,
+# which passes them through the hook (its het bookkeeping) before the first one it decides.
+@pytest.mark.parametrize(
+    "components",
+    [
+        ("gpu:l40s:1", "gpumem:20G"),
+        ("gpumem:20G", "gpu:a100_80g:1", "gpumem:20G"),
+        ("gpu:a100_80g:1", "gpu:l40s:1", "gpumem:20G"),
+        ("gpu:l40s:1", "gpumem:20G", "gpumem:20G"),
+    ],
+)
+def test_srun_het_components_left_alone_still_take_their_nodes(
+    rendered: dict[str, Config], components: tuple[str, ...]
+) -> None:
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    taken: dict[str, int] = {}
+    for offset, gres in enumerate(components):
+        job = job_from_options(gres=gres, uid=1000, slurm_release="24.11")
+        python = explain(config.model, config.options, job, taken=taken)
+        given = {"gres": f"gres/{gres}"}
+        rc, after, log = run_cli(lua, given, offset=offset)
+        if "gpumem" not in gres:
+            assert python.action == "untouched" and (rc, after, log) == (0, given, [])
+        elif python.ok:
+            assert rc == 0 and after["gres"] == _bare(python.job.tres_per_node), (offset, log)
+            assert log == [("info", python.message)]
+        else:
+            assert "no device type fits" in python.message, python
+            if any("gpumem" in earlier for earlier in components[:offset]):
+                # slurmctld's hook never sees the gpumem of a component rewritten here: refused here
+                assert (rc, after, log) == (-1, given, [("error", python.message)])
+            else:  # left to slurmctld's hook, which sees every component and refuses it the same
+                assert (rc, after, log) == (0, given, [])
+            return
+        taken = het_taken(taken, python)
+    assert "l40s" not in after["gres"]  # the last component never lands on the typed l40s node
+
+
+# Issue 10 adversarial B26 (24.11): inside `salloc --gres=gpumem:20G : --gres=gpumem:70G` (an l40s
+# component, then an a100_80g one), `srun --het-group=0 --gres=gpumem:70G` was decided among the
+# types of all components and written as gpu:a100_80g:1, which component 0 lacks ("Invalid generic
+# resource (gres) specification"). srun calls the filter once per component it runs on (pack_offset:
+# the --het-group index, 0 by default); scontrol shows each component's GRES on its own line.
+def _het_shown(leader: int, types: tuple[str, ...]) -> str:
+    """`scontrol show job -d -o LEADER` of a running het job, one component per line."""
+    return "".join(
+        f"JobId={leader + offset} HetJobId={leader} HetJobOffset={offset} JobName=sh "
+        f"UserId=nobody(65534) JobState=RUNNING NumNodes=1 JOB_GRES=gpu:{gpu_type}:1   "
+        f"Nodes={gpu_type}n1 CPU_IDs=0 Mem=500 GRES=gpu:{gpu_type}:1(IDX:0) MinCPUsNode=1\n"
+        for offset, gpu_type in enumerate(types)
+    )
+
+
+@pytest.mark.parametrize(("size", "offset"), [("70G", 0), ("70G", 1), ("20G", 0), ("20G", 1)])
+def test_srun_in_a_het_allocation_is_decided_among_its_components_devices(
+    rendered: dict[str, Config], size: str, offset: int
+) -> None:
+    config = rendered["scoped"]
+    held = ("l40s", "a100_80g")[offset]
+    lua = cli_filter(config)
+    _in_allocation(lua, _het_shown(10, ("l40s", "a100_80g")), env={"SLURM_JOB_ID": "10"})
+    given = {"gres": f"gres/gpumem:{size}"}
+    rc, after, log = run_cli(lua, given, offset=offset)
+    # the Python twin: the hook's decision on the request typed as the component's type
+    job = job_from_options(gres=f"gpumem:{size},gpu:{held}:1", uid=1000, slurm_release="24.11")
+    python = explain(config.model, config.options, job)
+    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 10 2>/dev/null"]
+    if python.ok:  # the component holds one type: the step asks untyped
+        assert rc == 0 and after == {"gres": _bare(python.job.tres_per_node).replace(f"{held}:", "")}, log
+        assert log == [("info", f"{python.message} (a step of job 10+{offset})")]
+    else:
+        memory = config.model.types[held].memory_mib
+        assert (rc, after) == (-1, given)
+        assert log == [
+            (
+                "error",
+                f"gpumem:{size}: this srun is a step of job 10+{offset}, whose {held} devices cannot hold it "
+                f"({held} has {memory}M per device)",
+            )
+        ]
+
+
+def test_srun_on_a_het_component_scontrol_does_not_show_is_refused(rendered: dict[str, Config]) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _het_shown(10, ("l40s", "a100_80g")), env={"SLURM_JOB_ID": "10"})
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:20G"}, offset=2)
+    assert rc == -1 and log[0][1].startswith("gpumem:20G: this srun is a step of job 10+2 and "), log
+
+
+# Issue 10 adversarial B30 (24.11): `salloc -n 2 --gpus-per-task=1 --gres=gpumem:20G` (a100_80g)
+# then `srun -n 2 --gpus-per-task=1 --gres=gpumem:30G`: the filter wrote --gpus-per-task=a100_80g:1,
+# and srun failed "Invalid GRES specification (with and without type identification)". srun 24.11
+# keeps the per-task count in tres_per_task as well, which salloc exports untyped
+# (SLURM_TRES_PER_TASK=gres/gpu=1, measured), and srun adds the typed item beside it.
+def srun_tres_per_task(tres_per_task: str | None, gpus_per_task: str) -> str:
+    """srun 24.11's tres_per_task after _opt_verify, given --gpus-per-task (slurm_opt.c:
+    `_set_tres_per_task_from_sibling_opt`): `gres/gpu[:TYPE]` is looked up in tres_per_task
+    (xstrcasestr); found, its count becomes the option's, else `gres/gpu[:TYPE]=N` is added."""
+    gpu_type, _, count = gpus_per_task.rpartition(":")
+    name = "gres/gpu" + (f":{gpu_type}" if gpu_type else "")
+    if tres_per_task and name.lower() in tres_per_task.lower():
+        return re.sub(re.escape(name) + r"[:=]\d+", f"{name}={count}", tres_per_task, flags=re.I)
+    return ",".join(filter(None, [f"{name}={count}", tres_per_task]))
+
+
+def _typed_and_untyped(tres_per_task: str) -> bool:
+    gpu = [item for item in tres_per_task.split(",") if re.match(r"gres/gpu[:=]", item)]
+    return any(re.fullmatch(r"gres/gpu[:=]\d+", i) for i in gpu) and any(
+        not re.fullmatch(r"gres/gpu[:=]\d+", i) for i in gpu
+    )
+
+
+def _shown_nodes(job_id: str, held: dict[str, int]) -> str:
+    """`scontrol show job -d -o` of a running job on one node per type, `held[type]` devices each."""
+    nodes = "".join(
+        f"Nodes={gpu_type}n1 CPU_IDs=0 Mem=500 GRES=gpu:{gpu_type}:{n}(IDX:0-{n - 1}) "
+        for gpu_type, n in held.items()
+    )
+    total = ",".join(f"gpu:{gpu_type}:{n}" for gpu_type, n in held.items())
+    head = f"JobId={job_id} JobName=sh JobState=RUNNING NumNodes={len(held)} JOB_GRES={total}   "
+    return f"{head}{nodes}MinCPUsNode=1\n"
+
+
+@pytest.mark.parametrize("held", [{"a100_80g": 2}, {"a100_80g": 2, "l40s": 2}], ids=["one type", "two types"])
+@pytest.mark.parametrize(
+    ("exported", "again"),
+    [
+        ("gres/gpu=1", True),
+        ("cpu=2,gres/gpu=1", True),
+        ("gres/gpu:1", True),
+        ("cpu=2", True),
+        (None, True),
+        ("gres/gpu=1", False),  # `srun -n 2 --gres=gpumem:30G`: the count only in tres-per-task
+        ("cpu=2,gres/gpu=1", False),
+    ],
+)
+def test_srun_in_an_allocation_types_the_per_task_count_srun_also_holds(
+    rendered: dict[str, Config], exported: str | None, again: bool, held: dict[str, int]
+) -> None:
+    """The per-task count, where srun 24.11 holds it twice, is written alike in both: typed where
+    the job holds several types, untyped where it holds one (`untyped` in slurm_hetero_srun.lua)."""
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    _in_allocation(lua, _shown_nodes("12", held))
+    typed = len(held) > 1
+    # srun's options in the allocation: tres-per-task as exported (24.11; 22.05 has no such option),
+    # --gpus-per-task only when the step asks it again
+    given = {"gres": "gres/gpumem:30G", "ntasks": "2", **({"gpus-per-task": "1"} if again else {})}
+    if exported is not None:
+        given["tres-per-task"] = exported
+    rc, after, log = run_cli(lua, given)
+    job = job_from_options(gres="gpumem:30G,gpu:a100_80g:1", uid=1000, slurm_release="24.11")
+    python = explain(config.model, config.options, job)
+    assert rc == 0 and log == [("info", f"{python.message} (a step of job 12)")], log
+    assert after["gres"] == ("gpu:a100_80g:0" if typed else "gpu:0")
+    assert after.get("gpus-per-task") == (("a100_80g:1" if typed else "1") if again else None)
+    sent = (
+        srun_tres_per_task(after.get("tres-per-task"), after["gpus-per-task"])
+        if again
+        else after["tres-per-task"]
+    )
+    assert not _typed_and_untyped(sent), sent
+    assert ("gres/gpu:a100_80g=1" if typed else "gres/gpu=1") in sent.split(","), sent
+    if exported is not None:  # the other items stay
+        kept = [item for item in exported.split(",") if not item.startswith("gres/gpu")]
+        assert [item for item in after["tres-per-task"].split(",") if not item.startswith("gres/gpu")] == kept
+
+
+def test_srun_model_of_tres_per_task_shows_the_measured_refusal() -> None:
+    """The model above gives the mix srun refused (24.11, measured: SLURM_TRES_PER_TASK=gres/gpu=1
+    and --gpus-per-task=a100_80g:1), and what srun accepted (the env typed: step ran, rc 0)."""
+    assert _typed_and_untyped(srun_tres_per_task("gres/gpu=1", "a100_80g:1"))
+    assert srun_tres_per_task("gres/gpu:a100_80g=1", "a100_80g:1") == "gres/gpu:a100_80g=1"
+    assert srun_tres_per_task(None, "a100_80g:2") == "gres/gpu:a100_80g=2"
