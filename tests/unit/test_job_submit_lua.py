@@ -1965,8 +1965,10 @@ def test_a_step_with_a_node_list_is_decided_among_the_jobs_devices(
     _in_allocation(lua, _shown("12", "l40s", 2))
     given = {"gres": "gres/gpumem:10G", option: "l40sn1"}
     rc, after, log = run_cli(lua, given)
-    assert rc == 0 and after == {**given, "gres": "gpu:l40s:1"}, log
-    assert [kind for kind, _ in log] == ["info"] and log[0][1].endswith("(a step of job 12)"), log
+    # as the same step without the node list (gpu:l40s:1), and srun keeps the node list
+    assert (rc, after, log) == (0, {**run_cli(lua, {"gres": given["gres"]})[1], option: "l40sn1"}, log)
+    assert after["gres"] != given["gres"] and [kind for kind, _ in log] == ["info"], log
+    assert log[0][1].endswith("(a step of job 12)"), log
     # a device cause stays the step's, with the node list too
     rc, after, log = run_cli(lua, {"gres": "gres/gpumem:70G", option: "l40sn1"})
     assert rc == -1 and "this srun is a step of job 12, whose l40s devices cannot hold it" in log[0][1], log
