@@ -324,6 +324,69 @@ local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
 
+-- Beside the gpu types held_types lists, types[TYPE]: the fewest devices of TYPE any node of the
+-- job holds, from a node's GRES=gpu:TYPE:N(IDX:...) in `value` (JOB_GRES, the job's total, shows no
+-- IDX); unset when scontrol shows no such count.
+local function note_per_node(types, value, gpu_type)
+  for name, count in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):(%d+)%(IDX") do
+    count = tonumber(count)
+    if name == gpu_type and (types[name] == nil or count < types[name]) then types[name] = count end
+  end
+end
+
+-- A step's request as the hook decides it: -w/-x pick nodes among the job's, whose devices are
+-- known, so the hook (which refuses them for a new job: it picks a type, not nodes) goes without.
+local function as_step(job)
+  local out = {}
+  for k, v in pairs(job) do out[k] = v end
+  out.req_nodes, out.exc_nodes = nil, nil
+  return out
+end
+
+-- The request with the types its gpu items name taken out (gres/gpu:l40s:2 -> gres/gpu:2).
+local function types_out(job)
+  local out = {}
+  for k, v in pairs(job) do out[k] = v end
+  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }) do
+    if job[field] then
+      local items = {}
+      for item in string.gmatch(job[field], "[^,]+") do
+        local head, count = string.match(item, "^(.-gpu):[^:=]+([:=]%d+)$")
+        items[#items + 1] = head and (head .. count) or item
+      end
+      out[field] = table.concat(items, ",")
+    end
+  end
+  return out
+end
+
+-- A refusal's reason: "REQUEST: REASON[; HINT]" -> REASON (the hint may name types a job lacks).
+local function reason_of(line)
+  return string.match(line or "", ": ([^;]*)")
+end
+
+-- Whether every reason is this one.
+local function all_are(reasons, reason)
+  for _, each in ipairs(reasons) do
+    if each ~= reason then return false end
+  end
+  return reason ~= nil
+end
+
+-- Why a step the hook accepts on gpu_type asks more devices per node than each node of the job
+-- holds (held: the fewest of that type on one node, note_per_node), or nil.
+local function beyond(after, gpu_type, held)
+  if held == nil then return nil end
+  for item in string.gmatch(after.tres_per_node or "", "[^,]+") do
+    local rest = string.match(item, "^g?r?e?s?[:/]?gpu[:=](.*)$")
+    local asked = rest and tonumber(string.match(rest, "^(%d+)$") or string.match(rest, "[:=](%d+)$"))
+    if asked and asked > held then
+      return string.format("the job holds %d %s per node, the step asks %d", held, gpu_type, asked)
+    end
+  end
+  return nil
+end
+
 -- The job this srun makes a step of: srun inside salloc or sbatch (SLURM_JOB_ID, which srun
 -- also reads as --jobid) or with --jobid; nil for a new job. Its digits only: the id goes into a
 -- command line.
@@ -360,6 +423,7 @@ local function held_types(job_id, offset)
   for value in string.gmatch(record, "[%s_]GRES=(%S+)") do
     for gpu_type in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):%d") do
       if not seen[gpu_type] then seen[gpu_type], types[#types + 1] = true, gpu_type end
+      note_per_node(types, value, gpu_type)
     end
   end
   return types, named
@@ -446,15 +510,24 @@ local function decide_step(hook, before, uid, job_id, offset)
       return nil, string.format("%s: this srun is a step of job %s, which holds %s devices, not %s",
         request, job_id, table.concat(types, ", "), other)
     end
-    local rc, after, lines = run_hook(hook, job, uid)
-    if rc == real.SUCCESS and #lines > 0 then
+    local rc, after, lines = run_hook(hook, as_step(job), uid)
+    local over = rc == real.SUCCESS and beyond(after, gpu_type, types[gpu_type]) or nil
+    if rc == real.SUCCESS and #lines > 0 and over == nil then
       after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
       if #types == 1 then untyped(after, gpu_type) end
       lines[1] = lines[1] .. " (a step of job " .. job_id .. ")"
       return after, lines
     end
     -- the hook's reason without its hint (which may name types this job does not hold)
-    reasons[#reasons + 1] = string.match(lines[1] or "", ": ([^;]*)") or (gpu_type .. " refused")
+    reasons[#reasons + 1] = over or reason_of(lines[1]) or (gpu_type .. " refused")
+  end
+  -- a cause in the request itself (a malformed size, --gpus-per-socket) is refused alike on every
+  -- type, and on none (its types taken out): the hook's own line for it, which blames no device
+  local rc, _, own = run_hook(hook, as_step(before), uid)
+  local bare_rc, _, bare = run_hook(hook, as_step(types_out(before)), uid)
+  if rc ~= real.SUCCESS and bare_rc ~= real.SUCCESS and reason_of(bare[1]) == reason_of(own[1])
+      and all_are(reasons, reason_of(own[1])) then
+    return nil, own[1]
   end
   return nil, string.format("%s: this srun is a step of job %s, whose %s devices cannot hold it (%s)",
     request, job_id, table.concat(types, ", "), table.concat(reasons, "; "))

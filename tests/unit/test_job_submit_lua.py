@@ -1928,6 +1928,108 @@ def test_exempt_srun_in_an_allocation_is_left_alone(rendered: dict[str, Config])
     assert run_cli(lua, given)[:2] == (0, given)
 
 
+# Adversarial D09-D12 / L06-L09 (22.05 and 24.11): a step refused for a cause in the request
+# itself (a malformed size, --gpus-per-socket) was worded "whose l40s devices cannot hold it (not a
+# size)", blaming the allocation; -w/-x (a new job's refusal) were refused in a step, whose devices
+# are known; and a count above what the job holds per node was accepted, then failed by srun.
+@pytest.mark.parametrize(
+    ("options", "python"),
+    [
+        ({"gres": "gres/gpumem:abc"}, {"gres": "gpumem:abc"}),
+        ({"gres": "gres/gpumem:abc,gres/gpu:l40s:1"}, {"gres": "gpumem:abc,gpu:l40s:1"}),
+        ({"gres": "gres/gpucore:0"}, {"gres": "gpucore:0"}),
+        ({"gres": "gres/gpumem:10G", "gpus-per-socket": "1"}, {"gres": "gpumem:10G", "gpus_per_socket": "1"}),
+        (
+            {"gres": "gres/gpumem:10G", "gpus-per-socket": "l40s:1"},
+            {"gres": "gpumem:10G", "gpus_per_socket": "l40s:1"},
+        ),
+        ({"gres": "gres/gpumem:10X", "gpus": "2"}, {"gres": "gpumem:10X", "gpus": "2"}),
+    ],
+)
+def test_a_step_refused_for_its_request_says_what_the_hook_says_not_that_devices_cannot_hold_it(
+    rendered: dict[str, Config], options: dict[str, str], python: dict[str, Any]
+) -> None:
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    _in_allocation(lua, _shown("12", "l40s", 2))
+    outcome = explain(
+        config.model, config.options, job_from_options(**python, uid=1000, slurm_release="24.11")
+    )
+    rc, after, log = run_cli(lua, options)
+    assert not outcome.ok and (rc, after) == (-1, options), log
+    assert log == [("error", outcome.message)]
+    assert "devices cannot hold it" not in outcome.message
+
+
+@pytest.mark.parametrize("option", ["nodelist", "exclude"])
+def test_a_step_with_a_node_list_is_decided_among_the_jobs_devices(
+    rendered: dict[str, Config], option: str
+) -> None:
+    """-w/-x pick nodes among the job's: the step gets the job's type, and srun keeps the option
+    (a new job with -w/-x is still refused: the hook picks a type, not nodes)."""
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("12", "l40s", 2))
+    given = {"gres": "gres/gpumem:10G", option: "l40sn1"}
+    rc, after, log = run_cli(lua, given)
+    # as the same step without the node list (gpu:l40s:1), and srun keeps the node list
+    assert (rc, after, log) == (0, {**run_cli(lua, {"gres": given["gres"]})[1], option: "l40sn1"}, log)
+    assert after["gres"] != given["gres"] and [kind for kind, _ in log] == ["info"], log
+    assert log[0][1].endswith("(a step of job 12)"), log
+    # a device cause stays the step's, with the node list too
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:70G", option: "l40sn1"})
+    assert rc == -1 and "this srun is a step of job 12, whose l40s devices cannot hold it" in log[0][1], log
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, None, env={})
+    rc, after, log = run_cli(lua, given)
+    assert (rc, after, log) == (0, given, []), log  # a new job: left to the hook, which says why
+
+
+@pytest.mark.parametrize(
+    ("options", "asked"),
+    [
+        ({"gres": "gres/gpumem:20G", "gpus-per-node": "3"}, 3),
+        ({"gres": "gres/gpumem:20G,gres/gpu:4"}, 4),
+        ({"gres": "gres/gpumem:20G,gres/gpu:a100_80g:3"}, 3),
+        ({"gres": "gres/gpumem:20G", "gpus-per-node": "2"}, None),
+        ({"gres": "gres/gpumem:20G"}, None),
+    ],
+)
+def test_a_step_asking_more_devices_per_node_than_the_job_holds_is_refused(
+    rendered: dict[str, Config], options: dict[str, str], asked: int | None
+) -> None:
+    """D11/L08: in a job holding 2 a100_80g per node, `srun --gpus-per-node=3 --gres=gpumem:20G`
+    was accepted (gpu:a100_80g:3), then srun failed "Invalid generic resource"."""
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("12", "a100_80g", 2))
+    rc, after, log = run_cli(lua, options)
+    if asked is None:
+        assert rc == 0 and [kind for kind, _ in log] == ["info"], log
+        return
+    request = ",".join(
+        re.sub(r"^gres/", "", item)
+        for item in ([f"gpu:{options['gpus-per-node']}"] if "gpus-per-node" in options else [])
+        + options["gres"].split(",")
+    )
+    assert (rc, after) == (-1, options), log
+    assert log == [
+        (
+            "error",
+            f"{request}: this srun is a step of job 12, whose a100_80g devices cannot hold it "
+            f"(the job holds 2 a100_80g per node, the step asks {asked})",
+        )
+    ]
+
+
+def test_a_step_counts_the_fewest_devices_any_node_of_the_job_holds(rendered: dict[str, Config]) -> None:
+    lua = cli_filter(rendered["scoped"])
+    two_nodes = _shown("12", "a100_80g", 2).replace(
+        " MinCPUsNode=", "   Nodes=n2 CPU_IDs=0 Mem=500 GRES=gpu:a100_80g:1(IDX:3) MinCPUsNode="
+    )
+    _in_allocation(lua, two_nodes)
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:20G", "gpus-per-node": "2"})
+    assert rc == -1 and log[0][1].endswith("(the job holds 1 a100_80g per node, the step asks 2)"), log
+
+
 # Issue 10 item 5: `srun --gres=gpumem:20G A : --gres=gpumem:20G B` (no allocation) rewrote both
 # components to l40s, the cluster's one l40s node, and the job waited forever (components never
 # share a node). srun calls the filter once per component (pack_offset 0, 1, ...) in one Lua
