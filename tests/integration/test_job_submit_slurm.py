@@ -716,12 +716,6 @@ def test_a_step_asking_more_devices_per_node_than_the_job_holds_is_refused_in_on
     assert "gpu:a100_80g:3" not in run.stderr and "more than the job" not in run.stderr, run.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="K48: the filter writes a step's per-task count typed (--gpus-per-task=a100_80g:1), which "
-    "22.05 binds to no device (24.11 refuses it: B30); branch srunh writes steps untyped: drop this mark "
-    "with that fix",
-)
 def test_tasks_of_a_per_task_step_see_their_device(dev_cluster: Cluster) -> None:
     """Adversarial K48 (22.05): `salloc -n 2 --gpus-per-task=1 --gres=gpumem:20G` then `srun -n 2
     --gpus-per-task=1 --gres=gpumem:30G`: the step ran but both tasks saw CUDA_VISIBLE_DEVICES empty.
