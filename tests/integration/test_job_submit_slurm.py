@@ -674,7 +674,10 @@ def test_a_step_refused_for_its_request_gets_the_hooks_words_and_a_node_list_is_
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     expected = [
         explain(model, hook, job_from_options(**options, uid=uid, slurm_release=dev_cluster.name)).message
-        for options in ({"gres": "gpumem:abc"}, {"gres": "gpumem:10G", "gpus_per_socket": "1"})
+        for options in (
+            {"gres": "gpumem:abc"},
+            {"gres": "gpumem:10G", "gpus_per_socket": "1", "sockets_per_node": "1"},  # as srun is given
+        )
     ]
     inner = (
         "srun --gres=gpumem:abc hostname; echo rc=$?; "

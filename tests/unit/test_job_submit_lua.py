@@ -1938,10 +1938,13 @@ def test_exempt_srun_in_an_allocation_is_left_alone(rendered: dict[str, Config])
         ({"gres": "gres/gpumem:abc"}, {"gres": "gpumem:abc"}),
         ({"gres": "gres/gpumem:abc,gres/gpu:l40s:1"}, {"gres": "gpumem:abc,gpu:l40s:1"}),
         ({"gres": "gres/gpucore:0"}, {"gres": "gpucore:0"}),
-        ({"gres": "gres/gpumem:10G", "gpus-per-socket": "1"}, {"gres": "gpumem:10G", "gpus_per_socket": "1"}),
+        (  # the job as sbatch would send it needs --sockets-per-node (sbatch refuses it without)
+            {"gres": "gres/gpumem:10G", "gpus-per-socket": "1"},
+            {"gres": "gpumem:10G", "gpus_per_socket": "1", "sockets_per_node": "1"},
+        ),
         (
             {"gres": "gres/gpumem:10G", "gpus-per-socket": "l40s:1"},
-            {"gres": "gpumem:10G", "gpus_per_socket": "l40s:1"},
+            {"gres": "gpumem:10G", "gpus_per_socket": "l40s:1", "sockets_per_node": "1"},
         ),
         ({"gres": "gres/gpumem:10X", "gpus": "2"}, {"gres": "gpumem:10X", "gpus": "2"}),
     ],
