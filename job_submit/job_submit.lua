@@ -171,17 +171,17 @@ end
 ---------------------------------------------------------------------------- -x host lists
 
 -- One item of a hostlist ("n[1-3,05]x") as segments: literal text, or a list of ranges
--- { low, high, format }; and how many names it stands for. nil when malformed, as
+-- { low, high, format }; how many names it stands for, and the length of its shortest name. nil when malformed, as
 -- slurm_hetero.submit.excluded_hosts (ClusterShell) refuses it: a bracket holds N or N-M of 1 to 9
 -- digits, low <= high, a bound with a leading 0 only beside one as long, no bracket right after one.
 local function hostlist_item(item)
-  local segments, names, at = {}, 1, 1
+  local segments, names, at, shortest = {}, 1, 1, 0
   while true do
     local open, close, body = string.find(item, "%[([^%[%]]*)%]", at)
     if open == nil then break end
     if open == at and type(segments[#segments]) == "table" then return nil end  -- "][": ClusterShell refuses it
     if open > at then segments[#segments + 1] = string.sub(item, at, open - 1) end
-    local ranges, total = {}, 0
+    local ranges, total, narrowest = {}, 0, math.huge
     for _, part in ipairs(split(body, ",")) do
       local low, high = string.match(part, "^([0-9]+)%-([0-9]+)$")
       if low == nil then
@@ -197,20 +197,24 @@ local function hostlist_item(item)
       if a > b then return nil end
       ranges[#ranges + 1] = { a, b, padded and ("%0" .. #low .. "d") or "%d" }
       total = total + b - a + 1
+      narrowest = math.min(narrowest, padded and #low or #tostring(a))
     end
     segments[#segments + 1] = ranges
     names = names * total
+    shortest = shortest + narrowest + open - at
     at = close + 1
   end
   if at <= #item then segments[#segments + 1] = string.sub(item, at) end
-  return segments, names
+  return segments, names, shortest + #item - at + 1
 end
 
 -- The host names of a hostlist expression ("a1,b[1-3,5]"), or nil when it is malformed (see
 -- hostlist_item; an empty item, brackets nested or unbalanced, characters other than letters,
 -- digits, "_.-[],") or names more than limit hosts (counted before anything is expanded, so the
--- work is bounded by limit and the text's length).
-local function hostlist_names(spec, limit)
+-- work is bounded by limit and the text's length). Items whose names are all longer than longest
+-- are not expanded (they name no host the caller knows): a 4,000-character prefix times 16,384
+-- names built 65 MB of strings (2.8 s in Lua 5.1).
+local function hostlist_names(spec, limit, longest)
   if #spec > T.limits.max_hostlist or not string.find(spec, "^[A-Za-z0-9_.%-%[%],]*$") then return nil end
   local items, depth, start = {}, 0, 1
   for i = 1, #spec do
@@ -229,13 +233,13 @@ local function hostlist_names(spec, limit)
   if depth ~= 0 then return nil end
   items[#items + 1] = string.sub(spec, start)
   local parsed, total = {}, 0
-  for i, item in ipairs(items) do
+  for _, item in ipairs(items) do
     if item == "" then return nil end
-    local segments, names = hostlist_item(item)
+    local segments, names, shortest = hostlist_item(item)
     if segments == nil then return nil end
     total = total + names
     if total > limit then return nil end
-    parsed[i] = segments
+    if shortest <= longest then parsed[#parsed + 1] = segments end
   end
   local out = {}
   for _, segments in ipairs(parsed) do
@@ -259,22 +263,23 @@ local function hostlist_names(spec, limit)
 end
 
 -- Host name -> { {type, shape index}, ... } of the table's shapes, built on the first job with -x.
-local HOST_SHAPES = nil
+local HOST_SHAPES, LONGEST_HOST = nil, 0
 local function host_shapes()
   if HOST_SHAPES then return HOST_SHAPES end
-  local map = {}
+  local map, longest = {}, 0
   for name, facts in pairs(T.types) do
     for index, shape in ipairs(facts.shapes) do
-      local hosts = (shape.hosts or "") == "" and {} or hostlist_names(shape.hosts, math.huge)
+      local hosts = (shape.hosts or "") == "" and {} or hostlist_names(shape.hosts, math.huge, math.huge)
       if hosts == nil then error("bad hostlist in the table: " .. tostring(shape.hosts), 0) end
       for _, host in ipairs(hosts) do
         local at = map[host] or {}
         map[host] = at
         at[#at + 1] = { name, index }
+        longest = math.max(longest, #host)
       end
     end
   end
-  HOST_SHAPES = map
+  HOST_SHAPES, LONGEST_HOST = map, longest
   return map
 end
 
@@ -282,9 +287,10 @@ end
 -- only types with one), and whether it names any; nil for an -x the hook cannot read. Names no node
 -- has are left to slurmctld, which refuses them.
 local function excluded(spec)
-  local hosts = hostlist_names(spec, T.limits.max_excluded)
+  local by_host = host_shapes()
+  local hosts = hostlist_names(spec, T.limits.max_excluded, LONGEST_HOST)
   if hosts == nil then return nil end
-  local by_host, seen, out, any = host_shapes(), {}, {}, false
+  local seen, out, any = {}, {}, false
   for _, host in ipairs(hosts) do
     if not seen[host] then
       seen[host] = true
