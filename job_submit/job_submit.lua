@@ -168,6 +168,143 @@ local function reject(message, code)
   error({ reject = message, code = code or "request" }, 0)
 end
 
+---------------------------------------------------------------------------- -x host lists
+
+-- One item of a hostlist ("n[1-3,05]x") as segments: literal text, or a list of ranges
+-- { low, high, format }; how many names it stands for, and the length of its shortest name. nil when malformed, as
+-- slurm_hetero.submit.excluded_hosts (ClusterShell) refuses it: a bracket holds N or N-M of 1 to 9
+-- digits, low <= high, a bound with a leading 0 only beside one as long, no bracket right after one.
+local function hostlist_item(item)
+  local segments, names, at, shortest = {}, 1, 1, 0
+  while true do
+    local open, close, body = string.find(item, "%[([^%[%]]*)%]", at)
+    if open == nil then break end
+    if open == at and type(segments[#segments]) == "table" then return nil end  -- "][": ClusterShell refuses it
+    if open > at then segments[#segments + 1] = string.sub(item, at, open - 1) end
+    local ranges, total, narrowest = {}, 0, math.huge
+    for _, part in ipairs(split(body, ",")) do
+      local low, high = string.match(part, "^([0-9]+)%-([0-9]+)$")
+      if low == nil then
+        low = string.match(part, "^([0-9]+)$")
+        high = low
+      end
+      if low == nil or #low > 9 or #high > 9 then return nil end
+      local a, b = tonumber(low), tonumber(high)
+      -- as ClusterShell's RangeSet: a low bound pads with a leading 0 (also "00"), a high bound
+      -- only when it is not 0
+      local padded = #low > 1 and string.byte(low) == 48
+      if (padded or (b ~= 0 and string.byte(high) == 48)) and #low ~= #high then return nil end
+      if a > b then return nil end
+      ranges[#ranges + 1] = { a, b, padded and ("%0" .. #low .. "d") or "%d" }
+      total = total + b - a + 1
+      narrowest = math.min(narrowest, padded and #low or #tostring(a))
+    end
+    segments[#segments + 1] = ranges
+    names = names * total
+    shortest = shortest + narrowest + open - at
+    at = close + 1
+  end
+  if at <= #item then segments[#segments + 1] = string.sub(item, at) end
+  return segments, names, shortest + #item - at + 1
+end
+
+-- The host names of a hostlist expression ("a1,b[1-3,5]"), or nil when it is malformed (see
+-- hostlist_item; an empty item, brackets nested or unbalanced, characters other than letters,
+-- digits, "_.-[],") or names more than limit hosts (counted before anything is expanded, so the
+-- work is bounded by limit and the text's length). Items whose names are all longer than longest
+-- are not expanded (they name no host the caller knows): a 4,000-character prefix times 16,384
+-- names built 65 MB of strings (2.8 s in Lua 5.1).
+local function hostlist_names(spec, limit, longest)
+  if #spec > T.limits.max_hostlist or not string.find(spec, "^[A-Za-z0-9_.%-%[%],]*$") then return nil end
+  local items, depth, start = {}, 0, 1
+  for i = 1, #spec do
+    local c = string.sub(spec, i, i)
+    if c == "[" then
+      depth = depth + 1
+      if depth > 1 then return nil end
+    elseif c == "]" then
+      depth = depth - 1
+      if depth < 0 then return nil end
+    elseif c == "," and depth == 0 then
+      items[#items + 1] = string.sub(spec, start, i - 1)
+      start = i + 1
+    end
+  end
+  if depth ~= 0 then return nil end
+  items[#items + 1] = string.sub(spec, start)
+  local parsed, total = {}, 0
+  for _, item in ipairs(items) do
+    if item == "" then return nil end
+    local segments, names, shortest = hostlist_item(item)
+    if segments == nil then return nil end
+    total = total + names
+    if total > limit then return nil end
+    if shortest <= longest then parsed[#parsed + 1] = segments end
+  end
+  local out = {}
+  for _, segments in ipairs(parsed) do
+    local names = { "" }
+    for _, segment in ipairs(segments) do
+      local longer = {}
+      for _, name in ipairs(names) do
+        if type(segment) == "string" then
+          longer[#longer + 1] = name .. segment
+        else
+          for _, range in ipairs(segment) do
+            for n = range[1], range[2] do longer[#longer + 1] = name .. string.format(range[3], n) end
+          end
+        end
+      end
+      names = longer
+    end
+    for _, name in ipairs(names) do out[#out + 1] = name end
+  end
+  return out
+end
+
+-- Host name -> { {type, shape index}, ... } of the table's shapes, built on the first job with -x.
+local HOST_SHAPES, LONGEST_HOST = nil, 0
+local function host_shapes()
+  if HOST_SHAPES then return HOST_SHAPES end
+  local map, longest = {}, 0
+  for name, facts in pairs(T.types) do
+    for index, shape in ipairs(facts.shapes) do
+      local hosts = (shape.hosts or "") == "" and {} or hostlist_names(shape.hosts, math.huge, math.huge)
+      if hosts == nil then error("bad hostlist in the table: " .. tostring(shape.hosts), 0) end
+      for _, host in ipairs(hosts) do
+        local at = map[host] or {}
+        map[host] = at
+        at[#at + 1] = { name, index }
+        longest = math.max(longest, #host)
+      end
+    end
+  end
+  HOST_SHAPES, LONGEST_HOST = map, longest
+  return map
+end
+
+-- Per type, the nodes of each shape that the -x hostlist spec names ({ [type] = { [index] = n } },
+-- only types with one), and whether it names any; nil for an -x the hook cannot read. Names no node
+-- has are left to slurmctld, which refuses them.
+local function excluded(spec)
+  local by_host = host_shapes()
+  local hosts = hostlist_names(spec, T.limits.max_excluded, LONGEST_HOST)
+  if hosts == nil then return nil end
+  local seen, out, any = {}, {}, false
+  for _, host in ipairs(hosts) do
+    if not seen[host] then
+      seen[host] = true
+      for _, at in ipairs(by_host[host] or {}) do
+        local counts = out[at[1]] or {}
+        out[at[1]] = counts
+        counts[at[2]] = (counts[at[2]] or 0) + 1
+        any = true
+      end
+    end
+  end
+  return out, any
+end
+
 ------------------------------------------------------------------------- the request grammar
 
 -- One comma-separated TRES item: "gres:gpumem:20G" -> prefix "gres:", body "gpumem:20G",
@@ -492,14 +629,16 @@ local function holds(shape, need)
 end
 
 -- Nodes with at least count devices of a type and the CPUs and memory the job needs per node,
--- satisfying one alternative (the best one: a matching OR puts every node on the same alternative).
-local function nodes_with(facts, need, count)
+-- satisfying one alternative (the best one: a matching OR puts every node on the same alternative);
+-- less_excluded: without the nodes -x excludes.
+local function nodes_with(facts, need, count, less_excluded)
   local best = 0
+  local gone = less_excluded and need.excluded[facts.name] or nil
   for _, alt in ipairs(need.match) do
     local total = 0
-    for _, shape in ipairs(facts.shapes) do
+    for index, shape in ipairs(facts.shapes) do
       if shape.count >= count and holds(shape, need) and satisfies(alt, shape.features) then
-        total = total + shape.nodes
+        total = total + shape.nodes - (gone and gone[index] or 0)
       end
     end
     if total > best then best = total end
@@ -514,9 +653,10 @@ local function matches(shape, match)
   return false
 end
 
--- nodes_with, less the nodes earlier components of the heterogeneous job take (they never share one).
+-- nodes_with, less the nodes -x excludes and those earlier components of the heterogeneous job take
+-- (they never share one).
 local function free_nodes(facts, need, count)
-  return nodes_with(facts, need, count) - (need.taken[facts.name] or 0)
+  return nodes_with(facts, need, count, true) - (need.taken[facts.name] or 0)
 end
 
 -- The limit that nodes of the type with enough devices fall short of: their most CPUs, else their
@@ -547,7 +687,7 @@ local function reason(facts, need, allowed)
   if need.gpumem and facts.mem < need.gpumem then return "INSUFFICIENT_MEMORY" end
   if per_node < need.each then return "TOO_FEW_DEVICES" end
   if (need.cpus > 0 or need.node_mem > 0) and nodes_with(facts, need, need.each) == 0 then return "NODE_TOO_SMALL" end
-  if (need.nodes > 1 or need.het) and free_nodes(facts, need, need.each) < need.nodes then return "TOO_FEW_NODES" end
+  if (need.nodes > 1 or need.het or need.excl) and free_nodes(facts, need, need.each) < need.nodes then return "TOO_FEW_NODES" end
   return nil
 end
 
@@ -774,6 +914,21 @@ local function hint(need, rule, usable, usable_set)
       end
     end
   end
+  if text == nil and need.excl then
+    for _, name in ipairs(usable) do
+      if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
+        local names, parts = {}, {}
+        for gone in pairs(need.excluded) do names[#names + 1] = gone end
+        table.sort(names)
+        for _, gone in ipairs(names) do
+          local sum = 0
+          for _, n in pairs(need.excluded[gone]) do sum = sum + n end
+          parts[#parts + 1] = gone .. ":" .. sum
+        end
+        return fmt("excluded", table.concat(parts, ", "))
+      end
+    end
+  end
   if small then
     if text == nil and not need.gpu_type then text = node_limit(T.types[small], need) end
     return text
@@ -989,8 +1144,16 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
       or fmt("partition_unknown", stray, T.partition_list)
     return { action = "reject", message = "--partition=" .. job_desc.partition .. ": " .. text, code = "partition" }
   end
-  if (job_desc.req_nodes or "") ~= "" or (job_desc.exc_nodes or "") ~= "" then
+  if (job_desc.req_nodes or "") ~= "" then
     return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
+  end
+  local exc, gone, excl = job_desc.exc_nodes, {}, false
+  if (exc or "") ~= "" then
+    gone, excl = excluded(exc)
+    if gone == nil then
+      return { action = "reject", message = req.text .. ": " .. fmt("exclude_bad", exc, T.limits.max_excluded),
+               code = "request" }
+    end
   end
   local features = constraint_features(job_desc.features)
   local match = features and { { features } } or nil
@@ -1027,7 +1190,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
                  each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
-                 het = taken ~= nil and next(taken) ~= nil }
+                 het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl }
   local choice, why, code = decide(need)
   if choice == nil then
     return { action = "reject", message = check and fmt("edit_counts", why) or why, code = code }

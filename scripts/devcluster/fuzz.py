@@ -35,7 +35,17 @@ from typing import Any
 
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.errors import RequestError
-from slurm_hetero.submit import HookOptions, Job, Outcome, explain, explain_edit, het_taken, job_from_options
+from slurm_hetero.submit import (
+    HookOptions,
+    Job,
+    Outcome,
+    excluded_hosts,
+    explain,
+    explain_edit,
+    het_taken,
+    host_shapes,
+    job_from_options,
+)
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts, read_options
 
 Runner = Callable[..., subprocess.CompletedProcess]  # (argv, user=None) -> completed, text
@@ -231,6 +241,13 @@ def het_sent(components: list[Options]) -> list[Options]:
     return sent
 
 
+def unknown_exclusion(model: ClusterModel, options: Options) -> bool:
+    """Whether a component's -x (as sent, `het_sent`) names a host no device node has: the hook
+    does not count it and slurmctld refuses the job."""
+    hosts = excluded_hosts(options.get("exclude") or "") or []
+    return bool(hosts) and any(host not in host_shapes(model) for host in hosts)
+
+
 def _other_mem(options: Options) -> bool:
     """Whether a component gives --mem-per-cpu or --mem-per-gpu."""
     return options.get("mem_per_cpu") is not None or options.get("mem_per_gpu") is not None
@@ -384,7 +401,8 @@ class Fuzz:
         read = [read_refusal(c, self.release) for c in request.components]
         read = [r for r in read if r]  # sbatch reads every component's options before checking any
         carried = het_mem_refusal(request.components)  # that component's check, after every read
-        for component in het_sent(request.components):
+        sent = het_sent(request.components)
+        for component in sent:
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
             taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
         run = self.run(sbatch_argv(request), self.user)
@@ -405,7 +423,10 @@ class Fuzz:
         if run.returncode != 0:
             counts["refused"] += 1
             untouched = [c for c, o in zip(request.components, outcomes) if o.action != "rewrite"]
-            if len(untouched) < len(outcomes) and not any(map(self.refused_alone, untouched)):
+            if any(unknown_exclusion(self.model, c) for c in sent):
+                # the hook leaves -x names no node has to slurmctld ("Invalid node name specified")
+                counts["refused by slurmctld (unknown -x name)"] += 1
+            elif len(untouched) < len(outcomes) and not any(map(self.refused_alone, untouched)):
                 report.miss("refused but predicted accept", what, run.stderr.strip())
             else:  # slurmctld refuses a component the hook leaves alone (e.g. a feature no node has)
                 counts["refused by slurmctld (untouched)"] += 1

@@ -75,10 +75,10 @@ MESSAGES: dict[str, str] = {
     "type_nodes": "%s has %s node(s) with %s devices, the job needs %s",
     "node_cpus": "%s nodes with %s devices have at most %s CPUs, the job needs %s per node",
     "node_memory": "%s nodes with %s devices have at most %s memory, the job needs %s per node",
-    "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
-    "picks a device type, not nodes; in a heterogeneous job Slurm gives every component each -x and "
-    "the other components' -w nodes as exclusions); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, "
-    "TYPE one of %s",
+    "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist (the hook picks a device type, "
+    "not nodes; -x/--exclude is fine); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",
+    "exclude_bad": "-x/--exclude %s: this hook reads host names, name[1-3,5] ranges and commas, "
+    "naming at most %s hosts",
     "per_socket": "gpumem/gpucore cannot be decided with --gpus-per-socket (the hook's table does not "
     "know how many sockets a node has or which devices sit on each); ask for devices per node "
     "(--gpus-per-node=N) with the gpumem, or for a gpu TYPE without it: "
@@ -91,6 +91,8 @@ MESSAGES: dict[str, str] = {
     "per_node": "at most %s devices per node (%s)",
     "nodes": "at most %s node(s) with %s devices each (%s): ask -N %s",
     "other_vendor": "%s of vendor %s would fit: add -C %s",
+    "excluded": "-x/--exclude leaves too few nodes: it excludes %s (type:nodes; in a heterogeneous "
+    "job Slurm also excludes the other components' -w nodes)",
     "het_nodes": "the components of a heterogeneous job never share a node, and this job's earlier "
     "components take %s (type:nodes)",
     "het_typed": "%s has %s node(s) with %s devices, this job's earlier components take %s of them "

@@ -17,9 +17,9 @@ Lua table, and `job_submit.lua` repeats `decide` over it, so the rules live here
    memory per device below gpumem (INSUFFICIENT_MEMORY), fewer devices per node than each node
    of the job needs (TOO_FEW_DEVICES), no such node with the CPUs and memory each node of the job
    needs (NODE_TOO_SMALL; `Need.cpus`, `Need.node_memory_mib`), fewer such nodes than the job
-   spans, less those earlier components of a heterogeneous job take (TOO_FEW_NODES; see
-   `Need.nodes`, `Need.each`, `Need.taken`). A gpu TYPE in the request limits the candidates
-   to that type.
+   spans, less those -x excludes and those earlier components of a heterogeneous job take
+   (TOO_FEW_NODES; see `Need.nodes`, `Need.each`, `Need.excluded`, `Need.taken`). A gpu TYPE
+   in the request limits the candidates to that type.
 3. Policies order types by a key, ties by memory then name: `best-fit` smallest memory then
    price; `fastest` highest throughput for the configured dtype; `cheapest` lowest price per
    throughput; `greenest` highest throughput per watt (unknown figures rank last). With more
@@ -92,13 +92,15 @@ class ScoringOptions:
 @dataclass(frozen=True)
 class Shape:
     """Nodes with `count` devices of a type, the same Slurm features, CPUs and RealMemory (MiB;
-    0: unknown, never checked)."""
+    0: unknown, never checked); `hosts`: their inventory names (host names or hostlists), for
+    exclusions (-x)."""
 
     count: int
     features: frozenset[str]
     nodes: int = 1
     cpus: int = 0
     memory_mib: int = 0
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,13 +206,16 @@ class _Seen:
     memory: int | None = None
     linked: bool = False
     shapes: Counter[tuple[int, frozenset[str], int, int]] = field(default_factory=Counter)
+    hosts: dict[tuple[int, frozenset[str], int, int], list[str]] = field(default_factory=dict)
 
     def add(self, devices: Sequence[SlurmDevice], features: frozenset[str], node: SlurmNode) -> None:
         sizes = [d.device.memory_mib for d in devices if d.device.memory_mib]
         if sizes:
             self.memory = min(sizes + ([self.memory] if self.memory else []))
         self.linked = self.linked or any(d.device.links for d in devices)
-        self.shapes[(len(devices), features, node_cpus(node), node.record.real_memory_mib or 0)] += node.hosts
+        key = (len(devices), features, node_cpus(node), node.record.real_memory_mib or 0)
+        self.shapes[key] += node.hosts
+        self.hosts.setdefault(key, []).append(node.name)
 
 
 def node_cpus(node: SlurmNode) -> int:
@@ -234,7 +239,9 @@ def _facts(name: str, seen: _Seen, options: ScoringOptions) -> TypeFacts:
         feature(name),
         _fast(spec, seen.linked),
         memory // unit if unit else 0,
-        tuple(Shape(n, f, c, cpus, mem) for (n, f, cpus, mem), c in rows),
+        tuple(
+            Shape(n, f, c, cpus, mem, tuple(seen.hosts[(n, f, cpus, mem)])) for (n, f, cpus, mem), c in rows
+        ),
         getattr(spec, DTYPES[options.dtype]),
         spec.price_per_hour_usd,
         spec.tdp_w,
@@ -419,6 +426,10 @@ class Need:
     # puts two components on one node (22.05 and 24.11: `-w n : -w n` is "Invalid node name
     # specified"; two components for a one-node type stay PENDING (Resources))
     taken: Mapping[str, int] = field(default_factory=dict)
+    # nodes of each shape (by type, in `TypeFacts.shapes` order) that -x/--exclude names (in a
+    # heterogeneous job Slurm also gives every component the other components' -w nodes there);
+    # only types with an excluded node
+    excluded: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def match(self) -> Alternatives:
@@ -457,14 +468,15 @@ def holds(shape: Shape, need: Need) -> bool:
     )
 
 
-def nodes_with(facts: TypeFacts, need: Need, count: int) -> int:
+def nodes_with(facts: TypeFacts, need: Need, count: int, less_excluded: bool = False) -> int:
     """Nodes with at least `count` devices of the type and the CPUs and memory the job needs per
     node, satisfying one alternative of the constraint (the best one: a matching OR puts every
-    node on the same alternative)."""
+    node on the same alternative); `less_excluded`: without the nodes -x excludes."""
+    gone = need.excluded.get(facts.name, ()) if less_excluded else ()
     return max(
         sum(
-            s.nodes
-            for s in facts.shapes
+            s.nodes - (gone[i] if i < len(gone) else 0)
+            for i, s in enumerate(facts.shapes)
             if s.count >= count and holds(s, need) and satisfies(alt, s.features)
         )
         for alt in need.match
@@ -504,14 +516,15 @@ def reason(facts: TypeFacts, need: Need, allowed: frozenset[str]) -> ReasonCode 
         return ReasonCode.TOO_FEW_DEVICES
     if (need.cpus or need.node_memory_mib) and nodes_with(facts, need, need.each) == 0:
         return ReasonCode.NODE_TOO_SMALL
-    if (need.nodes > 1 or need.taken) and free_nodes(facts, need, need.each) < need.nodes:
+    if (need.nodes > 1 or need.taken or need.excluded) and free_nodes(facts, need, need.each) < need.nodes:
         return ReasonCode.TOO_FEW_NODES
     return None
 
 
 def free_nodes(facts: TypeFacts, need: Need, count: int) -> int:
-    """`nodes_with`, less the nodes earlier components of the heterogeneous job take."""
-    return nodes_with(facts, need, count) - need.taken.get(facts.name, 0)
+    """`nodes_with`, less the nodes -x excludes and those earlier components of the heterogeneous
+    job take."""
+    return nodes_with(facts, need, count, less_excluded=True) - need.taken.get(facts.name, 0)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -653,6 +666,12 @@ def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) ->
         and any(reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES for t in usable)
     ):
         return ("het_nodes", ", ".join(f"{t}:{n}" for t, n in sorted(need.taken.items())))
+    if (
+        not hint
+        and need.excluded
+        and any(reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES for t in usable)
+    ):
+        return ("excluded", ", ".join(f"{t}:{sum(n)}" for t, n in sorted(need.excluded.items())))
     if small:
         return hint or (node_limit(model.types[small[0]], need) if not need.gpu_type else ())
     hint = hint or _split(model, need, allowed, rule, most)

@@ -19,7 +19,8 @@ The steps, for a job whose TRES fields carry a gpumem or gpucore item (others ar
    The type must hold the whole job: `min_nodes` (or `num_tasks` / `ntasks_per_node`) nodes, each
    with the devices, CPUs and memory one node needs (see `devices_per_node`, `node_needs`); that
    node count goes into an unset `min_nodes` / `max_nodes` (`pinned_nodes`). gpumem/gpucore with
-   a node list (-w, -x) is refused: the hook picks a type, not nodes.
+   -w is refused: the hook picks a type, not nodes; the hosts -x names are not counted
+   (`excluded`).
    The old gpu item and, unless sharing, the gpumem/gpucore items are removed from every field.
 5. any-fit and shards add their types to the job's constraint (`FEATURES&(a|b)`); the decision
    goes to the admin comment and the message to the user and slurmctld's log.
@@ -32,10 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from slurm_hetero import hostlist
 from slurm_hetero.engine import constraint
 from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, one_line, render
 from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide, nodes_with
-from slurm_hetero.errors import RequestError
+from slurm_hetero.errors import InventoryError, RequestError
+from slurm_hetero.slurm.syntax import MAX_HOSTLIST
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
@@ -70,6 +73,9 @@ REASON_CODES: dict[ReasonCode, str] = {
     ReasonCode.TOO_FEW_NODES: "ESLURM_INVALID_NODE_COUNT",
 }
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
+# hosts one -x may name: the hook expands it for each job while slurmctld holds its job lock
+MAX_EXCLUDED = 4_096  # at most ~6 ms of Lua 5.1 (lupa) for 4,096 names; 16,384 took 23 ms
+_EXCLUDE = re.compile(r"[A-Za-z0-9_.\-\[\],]*")
 _ITEM_FORMS = {  # (kind, form) -> new item; kinds as in engine.score.Choice
     ("gpu", COLON): "gres:gpu:%s:%s",
     ("gpu", SLASH_COLON): "gres/gpu:%s:%s",
@@ -231,9 +237,62 @@ def devices_per_node(request: Request, job: Job, nodes: int) -> int:
     return request.count
 
 
-def need_of(request: Request, job: Job, whole: bool = False, taken: Mapping[str, int] | None = None) -> Need:
-    """The engine's view of the job (`whole`: whole devices only, never shards); RequestError for
-    a constraint the hook cannot read."""
+def excluded_hosts(spec: str) -> list[str] | None:
+    """The hosts of an -x hostlist (`a1,b[1-3,5]`), or None when the hook cannot read it or it
+    names more than MAX_EXCLUDED (as `job_submit.lua`'s `excluded_hosts`)."""
+    if len(spec) > MAX_HOSTLIST or not _EXCLUDE.fullmatch(spec):
+        return None
+    try:
+        hostlist.count(spec, MAX_EXCLUDED)  # expand takes a name without "[" or "," as it is: "n]"
+        return hostlist.expand(spec, MAX_EXCLUDED)
+    except InventoryError:
+        return None
+
+
+_HOST_SHAPES: dict[int, tuple[ClusterModel, dict[str, list[tuple[str, int]]]]] = {}
+
+
+def host_shapes(model: ClusterModel) -> dict[str, list[tuple[str, int]]]:
+    """Host name -> (type, shape index) of each type the host has (cached for the last few models)."""
+    cached = _HOST_SHAPES.get(id(model))
+    if cached is not None and cached[0] is model:
+        return cached[1]
+    out: dict[str, list[tuple[str, int]]] = {}
+    for name, facts in model.types.items():
+        for index, shape in enumerate(facts.shapes):
+            for record in shape.hosts:
+                for host in hostlist.expand(record):
+                    out.setdefault(host, []).append((name, index))
+    if len(_HOST_SHAPES) >= 8:
+        _HOST_SHAPES.clear()
+    _HOST_SHAPES[id(model)] = (model, out)
+    return out
+
+
+def excluded(model: ClusterModel, request: Request, spec: str | None) -> dict[str, tuple[int, ...]]:
+    """Per type, the nodes of each shape that -x names (`Need.excluded`; names no node has are
+    left to slurmctld, which refuses them); RequestError for an -x the hook cannot read."""
+    if not spec:
+        return {}
+    hosts = excluded_hosts(spec)
+    if hosts is None:
+        raise RequestError(request.text, render("exclude_bad", spec, MAX_EXCLUDED))
+    by_host, counts = host_shapes(model), dict[str, list[int]]()
+    for host in set(hosts):
+        for name, index in by_host.get(host, ()):
+            counts.setdefault(name, [0] * len(model.types[name].shapes))[index] += 1
+    return {name: tuple(counts[name]) for name in sorted(counts)}
+
+
+def need_of(
+    request: Request,
+    job: Job,
+    whole: bool = False,
+    taken: Mapping[str, int] | None = None,
+    gone: Mapping[str, tuple[int, ...]] | None = None,
+) -> Need:
+    """The engine's view of the job (`whole`: whole devices only, never shards; `gone`: the
+    nodes -x excludes, `excluded`); RequestError for a constraint the hook cannot read."""
     nodes = job_nodes(job)
     plain = constraint_features(job.features)
     each = devices_per_node(request, job, nodes)
@@ -255,6 +314,7 @@ def need_of(request: Request, job: Job, whole: bool = False, taken: Mapping[str,
         cpus,
         memory,
         dict(taken or {}),
+        dict(gone or {}),
     )
 
 
@@ -466,13 +526,17 @@ def _explain(
     refusal = partition_refusal(model, job.partition)
     if refusal is not None:
         return Outcome(False, "reject", refusal, job, code=PARTITION_CODE)
-    if job.req_nodes or job.exc_nodes:
+    if job.req_nodes:
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     try:
+        gone = excluded(model, request, job.exc_nodes)
+    except RequestError as e:
+        return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    try:
         # --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
         whole = held in ("typed", "untyped") or bool(job.cpus_per_tres or job.mem_per_tres)
-        need = need_of(request, job, whole, taken)
+        need = need_of(request, job, whole, taken, gone)
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)

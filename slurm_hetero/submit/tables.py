@@ -9,12 +9,14 @@ format, id         table format (1) and a digest of the content; the rendered `j
                    carries the same id and refuses a table with another one
 fail_policy        "open" or "closed": what the hook does on an internal error
 exempt_uids        { [uid] = true } of users the hook leaves alone
-limits, units      max_digits, max_mib, max_count of the request grammar; size suffix -> MiB
+limits, units      max_digits, max_mib, max_count of the request grammar, max_excluded hosts one -x
+                   may name, max_hostlist characters of it; size suffix -> MiB
 types              per device type: name, rank (name order), vendor, mem (MiB per device), size
                    ("80G"), feature (Slurm node feature), links (fast fabric), shares (shards per
                    device, 0: none), shard_mib (memory of one shard), shapes = list of
                    { count = devices per node, nodes, features = { [feature] = true }, cpus, mem =
-                   the node's CPUs and RealMemory in MiB (0: unknown, not checked) }
+                   the node's CPUs and RealMemory in MiB (0: unknown, not checked), hosts = the
+                   shape's hosts as one folded hostlist (what -x names is not counted) }
 type_list          "a, b, c": the types, for messages
 partition_list     "a, b, c": the partitions of `partitions` and `default_partition`, for messages
 features           { [feature] = true }: every node's features (a constraint naming another is refused)
@@ -53,13 +55,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from slurm_hetero import __version__, units
+from slurm_hetero import __version__, hostlist, units
 from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES
 from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
-from slurm_hetero.slurm.syntax import comment
+from slurm_hetero.slurm.syntax import MAX_HOSTLIST, comment
 from slurm_hetero.submit import (
     _ITEM_FORMS,
     CONSTRAINT_CODE,
+    MAX_EXCLUDED,
     NOTE_PREFIX,
     PARTITION_CODE,
     REASON_CODES,
@@ -139,6 +142,7 @@ def _type_entry(facts: TypeFacts, rank: int) -> dict[str, Any]:
             "features": _set(s.features),
             "cpus": s.cpus,
             "mem": s.memory_mib,
+            "hosts": hostlist.fold(h for record in s.hosts for h in hostlist.expand(record)),
         }
         for s in facts.shapes
     ]
@@ -175,7 +179,13 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "format": FORMAT,
         "fail_policy": fail_policy,
         "exempt_uids": dict.fromkeys(sorted(set(exempt_uids)), True),
-        "limits": {"max_digits": units.MAX_DIGITS, "max_mib": units.MAX_MIB, "max_count": units.MAX_COUNT},
+        "limits": {
+            "max_digits": units.MAX_DIGITS,
+            "max_mib": units.MAX_MIB,
+            "max_count": units.MAX_COUNT,
+            "max_excluded": MAX_EXCLUDED,
+            "max_hostlist": MAX_HOSTLIST,
+        },
         "units": dict(units.UNITS),
         "types": {n: _type_entry(model.types[n], i) for i, n in enumerate(names)},
         "type_list": ", ".join(names),

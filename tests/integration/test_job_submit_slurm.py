@@ -523,7 +523,8 @@ def test_srun_decides_with_its_node_options_as_the_hook_does(
     shapes = model.types[plain.choice.types[0]].shapes
     options: dict[str, Any] = {
         "nodelist": {"nodelist": "l40sn1"},
-        "exclude": {"exclude": "l40sn1"},
+        # every node of the type chosen without it: the next type, or a refusal
+        "exclude": {"exclude": hostlist.fold(h for s in shapes for r in s.hosts for h in hostlist.expand(r))},
         "cpus_per_task": {"cpus_per_task": max(s.cpus for s in shapes) + 1},
         "mem": {"mem": f"{max(s.memory_mib for s in shapes) + 1}M"},
     }[which]
@@ -576,6 +577,58 @@ def test_each_heterogeneous_component_is_rewritten(dev_cluster: Cluster, tmp_pat
         assert "gpumem" not in fields["TresPerNode"] or "shard" in fields["TresPerNode"]
         assert "slurm_hetero:" in fields["AdminComment"]
     slurm("scancel", job_id)
+
+
+@pytest.mark.parametrize(
+    "components",
+    [
+        ({"exclude": "a100n1"}, {"gres": "gpumem:70G"}),  # another type with 70G, or refused
+        ({"exclude": "a100n1"}, {"gres": "gpumem:70G,gpu:a100_80g:1"}),  # refused: a100n1 excluded
+        ({"nodelist": "l40sn1"}, {"gres": "gpumem:20G"}),  # decided around l40sn1, starts
+        ({"exclude": "a100n1"}, {"gres": "gpumem:20G"}),  # adversarial F02/G01
+        ({"gres": "gpumem:20G"}, {"nodelist": "a100n1", "gres": "gpu:a100_80g:1"}),  # F03/G02
+    ],
+)
+def test_het_components_decide_around_the_jobs_node_lists(
+    dev_cluster: Cluster, suite_config: Path, components: tuple[dict[str, str], ...]
+) -> None:
+    """Adversarial D18/F02/F03/G01/G02/L15: Slurm gives every component of a het job each -x and
+    the other components' -w nodes as exc_nodes, and the hook refused gpumem in components with
+    no node list of their own. Now -x is decided: each component as explain predicts it on what
+    Slurm hands it (`het_sent`), a refusal naming the excluded type, an accepted job starting
+    (every component) once released, the gpumem component on none of the excluded nodes."""
+    from scripts.devcluster.fuzz import het_sent, predict
+    from slurm_hetero.submit import het_taken
+
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    taken: dict[str, int] = {}
+    outcomes = []
+    for options in het_sent(list(components)):
+        outcome = predict(model, hook, options, uid, dev_cluster.name, taken)
+        assert not isinstance(outcome, str), outcome
+        outcomes.append(outcome)
+        taken = het_taken(taken, outcome)
+    run = as_user(*sbatch_argv(Request(list(components))))
+    refused = [o for o in outcomes if not o.ok]
+    if refused:
+        assert "excludes a100_80g:1" in refused[0].message or "a100_80g has 0 node(s)" in refused[0].message
+        assert run.returncode != 0 and refused[0].message in run.stderr, (run.stderr, refused[0].message)
+        return
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    try:
+        for offset, outcome in enumerate(outcomes):
+            assert tres(job_fields(f"{job_id}+{offset}").get("TresPerNode", "")) == tres(
+                outcome.job.tres_per_node or ""
+            )
+        slurm("scontrol", "release", job_id)
+        for offset, options in enumerate(het_sent(list(components))):
+            fields = _wait_started(f"{job_id}+{offset}", timeout=60)
+            assert fields["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), (offset, fields["JobState"])
+            excluded = hostlist.expand(options["exclude"]) if options.get("exclude") else []
+            assert fields["NodeList"] not in excluded, (offset, fields["NodeList"], excluded)
+    finally:
+        slurm("scancel", job_id)
 
 
 @pytest.mark.parametrize(

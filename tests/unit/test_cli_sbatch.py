@@ -483,7 +483,9 @@ EVERY_OPTION = [
         {**GPUMEM, "cpus-per-gpu": "5", "gpus": "2"}, id="cpus-per-gpu",
     ),
     pytest.param(["-w", "a100n1", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "nodelist": "a100n1"}, id="w"),
-    pytest.param(["-x", "l40sn1", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "exclude": "l40sn1"}, id="x"),
+    pytest.param(
+        ["-x", "a100n1", "--gres=gpumem:70G"], [], {}, {"gres": "gpumem:70G", "exclude": "a100n1"}, id="x",
+    ),
     pytest.param(
         ["--gres=gpumem:20G"], [], {"SBATCH_MEM_PER_NODE": "20000"}, {**GPUMEM, "mem": "20000"}, id="env-mem"
     ),
@@ -538,6 +540,9 @@ EVERY_OPTION_PASSES = [
     pytest.param(
         ["--gres=gpumem:20G", "-c", "8", "--mem=16000"], [], {},
         {**GPUMEM, "cpus-per-task": "8", "mem": "16000"}, id="node-sized",
+    ),
+    pytest.param(
+        ["-x", "l40sn1", "--gres=gpumem:20G"], [], {}, {**GPUMEM, "exclude": "l40sn1"}, id="x-decided",
     ),
 ]  # fmt: skip
 

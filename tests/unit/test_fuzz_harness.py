@@ -58,6 +58,32 @@ def test_a_het_job_refused_although_its_untouched_component_alone_is_accepted_is
     assert ["scancel", "42"] in calls  # the probe job does not stay queued
 
 
+def test_a_job_refused_for_an_unknown_excluded_name_is_slurmctlds_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hook decides gpumem around -x and leaves names no node has to slurmctld, which refuses
+    the job ("Invalid node name specified"): not the hook's mismatch; a known name is."""
+    from slurm_hetero import inventory
+    from slurm_hetero.catalog import load_catalog
+    from slurm_hetero.engine.score import compile_model
+    from slurm_hetero.nodes import slurm_nodes
+    from tests.conftest import REPO
+
+    nodes = slurm_nodes(inventory.load(REPO / "gres_conf/examples/mixed.yaml"), load_catalog())
+    model = compile_model(nodes, _scoring())
+    for exclude, missed in (("nosuchn1", []), ("a100n1", ["refused but predicted accept"])):
+        harness, _ = _harness(monkeypatch, lambda argv: True)
+        harness.model = model
+        assert harness.submit(fuzz.Request([{**REWRITTEN, "exclude": exclude}])) is None
+        assert [m[0] for m in harness.report.mismatches] == missed
+
+
+def _scoring() -> Any:
+    from slurm_hetero.engine.score import ScoringOptions
+
+    return ScoringOptions()
+
+
 def test_the_generator_draws_the_hooks_node_options() -> None:
     """-c, --cpus-per-gpu, --mem*, -w/-x, -N MIN-MAX, --gpus*=TYPE:N and partition lists, every one
     a flag sbatch_argv knows, and never two of --mem/--mem-per-cpu/--mem-per-gpu together."""

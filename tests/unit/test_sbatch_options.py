@@ -184,9 +184,8 @@ MEASURED = [
     (
         ("24.11",),
         ["--gpus=1", "-N", "1", "-w", "a100n1,l40sn1"],
-        "gpumem:20G,gpu:1: gpumem/gpucore cannot be decided with -w/--nodelist or -x/--exclude (the hook "
-        "picks a device type, not nodes; in a heterogeneous job Slurm gives every component each -x and "
-        "the other components' -w nodes as exclusions); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, "
+        "gpumem:20G,gpu:1: gpumem/gpucore cannot be decided with -w/--nodelist (the hook picks a device "
+        "type, not nodes; -x/--exclude is fine); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, "
         "TYPE one of a100_80g, ascend910b3, l40s",
     ),
     (
