@@ -2047,7 +2047,7 @@ def test_a_step_with_a_node_list_is_decided_among_the_jobs_devices(
     rendered: dict[str, Config], option: str
 ) -> None:
     """-w/-x pick nodes among the job's: the step gets the job's type, and srun keeps the option
-    (a new job with -w/-x is still refused: the hook picks a type, not nodes)."""
+    (a new job with -w is still refused, the hook picks a type, not nodes; a new job's -x is decided)."""
     lua = cli_filter(rendered["scoped"])
     _in_allocation(lua, _shown("12", "l40s", 2))
     given = {"gres": "gres/gpumem:10G", option: "l40sn1"}
@@ -2062,7 +2062,10 @@ def test_a_step_with_a_node_list_is_decided_among_the_jobs_devices(
     lua = cli_filter(rendered["scoped"])
     _in_allocation(lua, None, env={})
     rc, after, log = run_cli(lua, given)
-    assert (rc, after, log) == (0, given, []), log  # a new job: left to the hook, which says why
+    if option == "nodelist":
+        assert (rc, after, log) == (0, given, []), log  # a new job: left to the hook, which says why
+    else:  # a new job's -x is decided as the hook decides it (branch excl): away from the excluded node
+        assert rc == 0 and [kind for kind, _ in log] == ["info"] and "l40s" not in after["gres"], log
 
 
 @pytest.mark.parametrize(
