@@ -13,11 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.errors import ConfigError
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, config_yaml, read_text
 
 SITE_MODELS_DIR = Path("/etc/slurm-hetero/models.d")
 
@@ -73,12 +71,7 @@ def _spec_from_mapping(raw: Raw, path: str, key: str) -> DeviceSpec:
 
 
 def _raw_models(text: str, path: str) -> list[Raw]:
-    try:
-        data = yaml.safe_load(text)
-    except RecursionError:  # PyYAML's parser recurses per level (issue 9 re-pass: a traceback)
-        raise ConfigError("nested too deeply to be a models file", path) from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
+    data = config_yaml(text, path, "models file")
     if not isinstance(data, Mapping) or not isinstance(data.get("models"), list):
         raise ConfigError("expected a mapping with a 'models' list", path)
     for i, raw in enumerate(data["models"]):

@@ -39,8 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from slurm_hetero.engine.score import (
     DEFAULT_PARTITION,
     DTYPES,
@@ -50,7 +48,7 @@ from slurm_hetero.engine.score import (
     ScoringOptions,
 )
 from slurm_hetero.errors import ConfigError, RequestError
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, config_yaml, read_text
 from slurm_hetero.units import parse_size
 
 logger = logging.getLogger(__name__)
@@ -249,12 +247,7 @@ def _read(path: Path, required: bool) -> dict[str, Any] | None:
             raise ConfigError("config file not found", str(path))
         return None
     text = read_text(path, MAX_CONFIG_BYTES, "config file", ConfigError)
-    try:
-        data = yaml.safe_load(text)
-    except RecursionError:
-        raise ConfigError("nested too deeply to be a config file", str(path)) from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), str(path)) from e
+    data = config_yaml(text, str(path), "config file")
     data = {} if data is None else data
     _validate(data, SCHEMA, str(path))
     return data

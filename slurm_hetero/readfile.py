@@ -13,8 +13,11 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
-from slurm_hetero.errors import HeteroError
+import yaml
+
+from slurm_hetero.errors import ConfigError, HeteroError
 
 MiB = 1 << 20
 MAX_INVENTORY_BYTES = 512 * MiB  # a 10,000-node unfolded JSON inventory is about 37 MB
@@ -98,3 +101,14 @@ def unusable_path(path: Path) -> str | None:
         except OSError as e:
             return e.strerror or str(e)
     return None
+
+
+def config_yaml(text: str, path: str, what: str) -> Any:
+    """A YAML config the admin names (suite config, site models file), safely loaded; ConfigError
+    in one line where it is malformed or nested deeper than PyYAML's parser can recurse."""
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"nested too deeply to be a {what}", path) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
