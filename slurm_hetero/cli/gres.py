@@ -11,7 +11,7 @@ from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.outputset import allow_removal_option, check_or_write
+from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import load_settings
 from slurm_hetero.errors import RequestError, ToolError
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
@@ -109,6 +109,7 @@ def gres() -> None:
     f"{DEFAULT_SLURM_RELEASE}). After 22.05, gres.conf Cores= lists cover whole sockets.",
 )
 @allow_removal_option
+@keep_backups_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
     inventory_path: Path,
@@ -125,6 +126,7 @@ def render(
     config_path: Path | None,
     slurm_release: str | None,
     allow_removal: bool,
+    keep_backups: int | None,
     as_json: bool,
 ) -> None:
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
@@ -146,7 +148,7 @@ def render(
         (out if check else ensure_output_dir(out)) / name: text
         for name, text in render_configs(context, template_dir, release).items()
     }
-    written = check_or_write(files, out, check, allow_removal)
+    written = check_or_write(files, out, check, allow_removal, keep_backups)
     summary = {
         "nodes": context["node_count"],
         "shapes": context["shape_count"],

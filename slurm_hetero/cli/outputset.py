@@ -1,7 +1,8 @@
 """The last step both render commands share (`gres render`, `job-submit render`): `--check` prints
 the diff, an interrupted set and what the render would remove, and exits 1 when anything would
 change; otherwise the set goes through the one set writer, which refuses to drop nodes or devices
-that the files on disk name unless `--allow-removal` (`render.removal`)."""
+that the files on disk name unless `--allow-removal` (`render.removal`), and leaves the newest
+`--keep-backups` backups of each file."""
 
 from __future__ import annotations
 
@@ -22,9 +23,46 @@ allow_removal_option = click.option(
 )
 
 
-def check_or_write(files: Mapping[Path, str], out: Path, check: bool, allow_removal: bool) -> list[Path]:
+KEEP_BACKUPS = 10  # backups of each file a render leaves by default
+
+
+class _KeepBackups(click.ParamType):
+    name = "N|all"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):  # the default
+            return value
+        if value == "all":
+            return None
+        text = str(value)
+        if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1:
+            return int(text)
+        self.fail(
+            f"{text!r}: give a whole number from 1 to 999999999, or 'all' to keep every backup", param, ctx
+        )
+
+
+keep_backups_option = click.option(
+    "--keep-backups",
+    "keep_backups",
+    type=_KeepBackups(),
+    default=KEEP_BACKUPS,
+    show_default=True,
+    help="How many backups (NAME.<stamp>.bak) of each file to leave in --out; older ones are "
+    "removed after a write. 'all' keeps every one.",
+)
+
+
+def check_or_write(
+    files: Mapping[Path, str],
+    out: Path,
+    check: bool,
+    allow_removal: bool,
+    keep_backups: int | None = KEEP_BACKUPS,
+) -> list[Path]:
     """With `check`: print the diff (and what it removes) and exit 1 if anything would change.
-    Otherwise write the set, guarded unless `allow_removal`; returns the files written."""
+    Otherwise write the set, guarded unless `allow_removal`, leaving `keep_backups` backups of
+    each file (None: all); returns the files written."""
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)
@@ -38,4 +76,5 @@ def check_or_write(files: Mapping[Path, str], out: Path, check: bool, allow_remo
                 err=True,
             )
         raise SystemExit(1 if changes or pending(out) else 0)
-    return write_atomic(files, guard=None if allow_removal else removal.guard(files, out))
+    guard = None if allow_removal else removal.guard(files, out)
+    return write_atomic(files, guard=guard, keep_backups=keep_backups)

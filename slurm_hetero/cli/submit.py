@@ -13,7 +13,7 @@ from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.outputset import allow_removal_option, check_or_write
+from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import Settings, exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
@@ -108,6 +108,7 @@ def job_submit() -> None:
 )
 @click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change.")
 @allow_removal_option
+@keep_backups_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
     inventory_path: Path,
@@ -119,6 +120,7 @@ def render(
     srun_path: str | None,
     check: bool,
     allow_removal: bool,
+    keep_backups: int | None,
     as_json: bool,
 ) -> None:
     """Write job_submit.lua, slurm_hetero_tables.lua, cli_filter.lua and slurm_hetero_srun.lua
@@ -146,7 +148,7 @@ def render(
         out / CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
         out / CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), srun_path),
     }
-    written = check_or_write(files, out, check, allow_removal)
+    written = check_or_write(files, out, check, allow_removal, keep_backups)
     summary = {"table_id": ident, "types": len(model.types), "written": [str(p) for p in written]}
     click.echo(
         json.dumps(summary)

@@ -13,7 +13,9 @@ directory and under its lock file (`.slurm-hetero.lock`, flock; concurrent rende
 4. hard-link each existing file to its backup `NAME.<stamp>[-N].bak` (the old inode itself: a
    backup is complete or absent, never truncated, and never overwrites another);
 5. rename each temporary over its file (in the order given: put the file a reader keys on last),
-   fsync the directory, remove the journal.
+   fsync the directory, remove the journal;
+6. with `keep_backups`, remove the oldest backups of each file of the set beyond that many (only
+   names this writer makes, `NAME.<stamp>[-N].bak`; an admin's own copies are never touched).
 
 An error before step 5 removes what this run created and reports one line, `... nothing
 changed`. A crash at any point leaves either no journal (only hidden temporaries, removed by the
@@ -38,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -109,14 +112,18 @@ def write_atomic(
     files: Mapping[Path, str],
     backup: bool = True,
     guard: Callable[[Mapping[Path, str | None]], None] | None = None,
+    keep_backups: int | None = None,
 ) -> list[Path]:
     """Write `files` as one set (see the module docstring); returns the files written ([] when
     none differs). Every file of a set must be in one directory. `guard` is called with the files
     on disk (None: absent) when they differ, under the lock and after an interrupted set is
     finished, so no other render changes them between its check and this write; it refuses the
-    write by raising (an OutputError), and nothing changes."""
+    write by raising (an OutputError), and nothing changes. `keep_backups` (>= 1; None: all): how
+    many backups of each file a write leaves."""
     if not files:
         return []
+    if keep_backups is not None and keep_backups < 1:
+        raise ValueError(f"keep_backups is at least 1 (None keeps every backup), not {keep_backups}")
     directories = {p.parent for p in files}
     if len(directories) != 1:
         raise ValueError(f"one set of files lives in one directory, not {sorted(map(str, directories))}")
@@ -127,7 +134,10 @@ def write_atomic(
         [(path, text)] = files.items()
         if guard is not None:
             guard(read_current([path]))
-        return _write_single(path, text, backup)
+        written = _write_single(path, text, backup)
+        if written and keep_backups is not None:
+            prune_backups(path.parent, [path.name], keep_backups)
+        return written
     with _locked(directory):
         recover(directory)
         current = read_current(files)
@@ -135,7 +145,10 @@ def write_atomic(
             return []
         if guard is not None:
             guard(current)
-        return _commit(directory, [(p.name, t) for p, t in files.items()], backup)
+        written = _commit(directory, [(p.name, t) for p, t in files.items()], backup)
+        if keep_backups is not None:
+            prune_backups(directory, [p.name for p in files], keep_backups)
+        return written
 
 
 # ------------------------------------------------------------------------------ single files
@@ -376,6 +389,35 @@ def _backup_stamp(directory: Path, names: Sequence[str]) -> str:
         if not any(os.path.lexists(directory / f"{name}.{stamp}.bak") for name in names):
             return stamp
     raise OutputError(f"{directory}: 10,000 backups in one second; nothing changed")
+
+
+def _backup_order(stamp: str, n: str | None) -> tuple[str, int]:
+    return stamp, int(n or 1)
+
+
+def prune_backups(directory: Path, names: Iterable[str], keep: int) -> list[Path]:
+    """Remove all but the newest `keep` backups (`NAME.<stamp>[-N].bak`, by stamp) of each of
+    `names` in `directory`; returns what it removed. A backup that cannot be removed stays (the
+    write already succeeded; the next one tries again), with a warning."""
+    try:
+        present = os.listdir(directory)
+    except OSError as e:
+        logger.warning("%s: backups not pruned (%s)", directory, e.strerror or e)
+        return []
+    removed: list[Path] = []
+    for name in names:
+        pattern = re.compile(re.escape(name) + r"\.(\d{8}T\d{6})(?:-(\d{1,4}))?\.bak")
+        found = [(m, entry) for entry in present if (m := pattern.fullmatch(entry))]
+        found.sort(key=lambda pair: _backup_order(*pair[0].groups()))
+        for _, entry in found[: max(len(found) - keep, 0)]:
+            try:
+                os.unlink(directory / entry)
+                removed.append(directory / entry)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                logger.warning("%s: old backup kept (%s)", directory / entry, e.strerror or e)
+    return removed
 
 
 def _link_backup(path: Path, target: Path) -> None:

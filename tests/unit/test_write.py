@@ -348,3 +348,54 @@ def test_calibrate_merges_into_a_linked_file(tmp_path: Path) -> None:
     cal.store(link, cal.Calibration("l40s", 90.0, 60.0, 5e4, "cpu", "fp32", "2025-01-01T00:00:00Z"))
     assert link.is_symlink()
     assert set(cal.load_measured(tmp_path / "target.yaml")) == {"a100_80g", "l40s"}
+
+
+def test_keep_backups_leaves_the_newest_of_each_file_and_never_an_admins_copy(tmp_path: Path) -> None:
+    # backups piled up by the hundred in a dev machine's /etc/slurm: a write leaves the newest N
+    # of each file of the set (by stamp, -N after the bare stamp), and names it did not make stay
+    made = [
+        "gres.conf.20261101T000000.bak",
+        "gres.conf.20261101T000000-2.bak",
+        "gres.conf.20261101T000000-10.bak",
+        "gres.conf.20261102T000000.bak",
+        "slurm-nodes.conf.20261101T000000.bak",
+    ]
+    foreign = [
+        "gres.conf.bak",
+        "gres.conf.20261101T000000.bak.keep",
+        "gres.conf.mine.bak",
+        "other.20261101T000000.bak",
+    ]
+    write_atomic(files(tmp_path, OLD), backup=False)
+    for name in made + foreign:
+        (tmp_path / name).write_text(name)
+    write_atomic(files(tmp_path, NEW), keep_backups=2)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    today = [n for n in left if n.endswith(".bak") and n not in made + foreign]
+    assert len(today) == 2  # this write's backups of both files
+    assert sorted(set(left) - set(today)) == sorted(
+        [*foreign, "gres.conf", "slurm-nodes.conf", "gres.conf.20261102T000000.bak", made[4], LOCK_NAME]
+    )
+    with pytest.raises(ValueError):
+        write_atomic(files(tmp_path, OLD), keep_backups=0)
+
+
+def test_keep_backups_on_the_command_line(tmp_path: Path) -> None:
+    inventory = REPO / "gres_conf" / "examples" / "mixed.yaml"
+    for n in range(3):
+        (tmp_path / f"gres.conf.2026010{n + 1}T000000.bak").write_text("old\n")
+    render = ["gres", "render", "--inventory", str(inventory), "--out", str(tmp_path)]
+    assert CliRunner().invoke(cli, render).exit_code == 0
+    assert len(list(tmp_path.glob("gres.conf.*.bak"))) == 3  # the first render made none
+    gres = tmp_path / "gres.conf"
+    gres.write_text(gres.read_text() + "# edited\n")
+    assert CliRunner().invoke(cli, [*render, "--keep-backups", "all"]).exit_code == 0
+    assert len(list(tmp_path.glob("gres.conf.*.bak"))) == 4
+    gres.write_text(gres.read_text() + "# edited\n")
+    assert CliRunner().invoke(cli, [*render, "--keep-backups", "1"]).exit_code == 0
+    [kept] = tmp_path.glob("gres.conf.*.bak")
+    assert kept.read_text().endswith("# edited\n")
+    for bad in ("0", "-1", "x", "9" * 5000, "１"):
+        result = CliRunner().invoke(cli, [*render, "--keep-backups", bad])
+        assert result.exit_code == 2 and "--keep-backups" in result.output, (bad, result.output)
+        assert "Traceback" not in result.output
