@@ -1441,9 +1441,10 @@ end
 -- of the node or task count, the partition or the constraint of a job this hook rewrote is checked
 -- against the devices the job holds (a new constraint keeps the one our rewrite added, ANDed). Fields the edit leaves unset come from job_rec (Slurm exposes tres_per_*, features,
 -- partition, min_nodes, user_id there; not num_tasks or ntasks_per_node, so those count only when
--- the edit sets them).
+-- the edit sets them). cpus_per_tres / mem_per_tres are there too (22.05 and 24.11, dev cluster): with
+-- them a request gets whole devices, as at submission (slurmctld refuses shards beside them).
 local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
-                       "admin_comment" }
+                       "admin_comment", "cpus_per_tres", "mem_per_tres" }
 local VIEW_COUNTS = { "min_nodes", "num_tasks", "ntasks_per_node" }
 
 -- The constraint our last rewrite of the job added ("l40s", "a100_80g|h100"), from the last note

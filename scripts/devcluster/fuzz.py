@@ -357,7 +357,8 @@ def _pending_view(fields: dict[str, str]) -> tuple[str | None, ...]:
 def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
     """The job record as slurm_job_modify's job_rec shows it: no num_tasks / ntasks_per_node, and
     min_nodes as submitted (scontrol's NumNodes is slurmctld's estimate: `-n4 --ntasks-per-node=2`
-    shows 2 where 22.05's job_rec.min_nodes is 1)."""
+    shows 2 where 22.05's job_rec.min_nodes is 1). job_rec's cpus_per_tres / mem_per_tres are
+    scontrol's CpusPerTres / MemPerTres, same text (`gres:gpu:2`, 24.11 `gres/gpu:2`)."""
     view = stored_view(fields)
     return Job(
         tres_per_node=view["tres_per_node"],
@@ -366,6 +367,8 @@ def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
         features=view["features"],
         partition=_value(fields, "Partition"),
         admin_comment=_value(fields, "AdminComment"),
+        cpus_per_tres=_value(fields, "CpusPerTres"),
+        mem_per_tres=_value(fields, "MemPerTres"),
         user_id=uid,
         min_nodes=min_nodes or 1,
     )

@@ -559,13 +559,13 @@ def _explain(
 
 # ------------------------------------------------------------------------------------ edits
 
-_VIEW_STRINGS = (*FIELDS, "features", "partition", "admin_comment")
+# cpus_per_tres / mem_per_tres: job_rec carries them on 22.05 and 24.11 (slurm_lua.c; dev cluster),
+# and with them a request gets whole devices (slurmctld refuses shards beside them)
+_VIEW_STRINGS = (*FIELDS, "features", "partition", "admin_comment", "cpus_per_tres", "mem_per_tres")
 _VIEW_COUNTS = ("min_nodes", "num_tasks", "ntasks_per_node")
 _VIEW_UNREAD = (
     "max_nodes",
     "cpus_per_task",
-    "cpus_per_tres",
-    "mem_per_tres",
     "min_mem_per_node",
     "min_mem_per_cpu",
     "req_nodes",

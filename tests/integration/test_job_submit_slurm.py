@@ -340,6 +340,45 @@ def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
         slurm("scancel", job_id)
 
 
+@pytest.mark.parametrize(
+    "submitted",
+    [["--cpus-per-gpu=2"], ["--gres=gpu:1", "--cpus-per-gpu=2", "--mem-per-gpu=1G"]],
+    ids=["no-gpu", "gpu"],
+)
+def test_a_gpumem_edit_of_a_job_with_cpus_or_memory_per_gpu_gets_whole_devices_and_starts(
+    dev_cluster: Cluster, suite_config: Path, submitted: list[str]
+) -> None:
+    """22.05 fuzz (seed 20261127): `sbatch --cpus-per-gpu=2` without a gpu (22.05 accepts it)
+    edited as the user to `gres=gpumem:512` was rewritten to shards, and slurmctld refused the
+    update (shards beside cpus_per_tres). job_rec carries cpus_per_tres / mem_per_tres on both
+    releases: the edit gets whole devices, as explain_edit says, and the released job starts.
+    24.11's sbatch refuses --cpus-per-gpu without a gpu: there only the refusal is checked."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
+    if dev_cluster.name == "24.11" and "--gres=gpu:1" not in submitted:
+        assert run.returncode != 0 and "did not request any GPU" in run.stderr, run.stderr
+        return
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    try:
+        before = job_fields(job_id)
+        record = record_of(before, uid, None)
+        assert record.cpus_per_tres, before  # the twin sees what job_rec shows
+        edit = replace(job_from_options(gres="gpumem:512", slurm_release=dev_cluster.name), submit_uid=uid)
+        predicted = explain_edit(model, hook, edit, record)
+        assert predicted.ok and predicted.choice is not None and predicted.choice.kind != "shard", predicted
+        result = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:512")
+        assert result.returncode == 0 and "error" not in result.stderr, (result.stderr, predicted.message)
+        after = stored_view(job_fields(job_id))
+        assert after == {n: getattr(predicted.job, n) for n in after}, (after, predicted.message)
+        assert "shard" not in str(after) and "gpumem" not in str(after), after
+        slurm("scontrol", "release", job_id)
+        fields = _wait_started(job_id)
+        assert fields["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), fields
+    finally:
+        slurm("scancel", job_id)
+
+
 def test_a_gpumem_edit_of_a_het_component_is_refused_as_explain_says(
     dev_cluster: Cluster, suite_config: Path
 ) -> None:

@@ -198,3 +198,19 @@ def test_an_earlier_components_own_refusal_comes_before_the_carried_mem_refusal(
     assert fuzz.sbatch_refusals([], [own, "later"], 1) == [own, fuzz.HET_MEM_REFUSAL]
     assert fuzz.sbatch_refusals([], ["x"], None) == ["x"]
     assert fuzz.sbatch_refusals(["read"], [own], 0) == ["read", fuzz.HET_MEM_REFUSAL]
+
+
+@pytest.mark.parametrize("pre", ["gres:", "gres/"])  # 22.05, 24.11
+def test_record_of_reads_the_per_gpu_cpus_and_memory_as_job_rec_shows_them(pre: str) -> None:
+    """slurm_job_modify's job_rec carries cpus_per_tres / mem_per_tres (measured on both releases);
+    the fuzz's twin must see them too, or it decides an edit of such a job on shards."""
+    line = (
+        f"JobId=7 JobName=wrap UserId=nobody(65534) JobState=PENDING Reason=JobHeldUser Partition=nvidia "
+        f"NumNodes=1 NumCPUs=2 MinMemoryCPU=500M Features=(null) CpusPerTres={pre}gpu:2 "
+        f"MemPerTres={pre}gpu:1024 TresPerJob={pre}gpu:1"
+    )
+    record = fuzz.record_of(fuzz.parse_oneliner(line), 65534, None)
+    assert (record.cpus_per_tres, record.mem_per_tres) == (f"{pre}gpu:2", f"{pre}gpu:1024")
+    assert (record.tres_per_job, record.partition) == (f"{pre}gpu:1", "nvidia")
+    plain = fuzz.record_of(fuzz.parse_oneliner("JobId=8 Partition=nvidia Features=(null)"), 65534, None)
+    assert (plain.cpus_per_tres, plain.mem_per_tres) == (None, None)

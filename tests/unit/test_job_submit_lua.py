@@ -1584,6 +1584,33 @@ def test_cpus_per_gpu_keeps_a_request_below_a_device_on_whole_devices(
         assert ok and "shard" not in (after.tres_per_node or ""), message
 
 
+@pytest.mark.parametrize(
+    ("per_gpu", "edit"),
+    [
+        ({"cpus_per_tres": "gres:gpu:2"}, "gres:gpumem:512"),  # 22.05: --cpus-per-gpu without a gpu
+        ({"mem_per_tres": "gres:gpu:1024"}, "gres:gpumem:512"),
+        ({"cpus_per_tres": "gres/gpu:2", "mem_per_tres": "gres/gpu:1024"}, "gres/gpumem:512"),  # 24.11 form
+    ],
+)
+def test_a_gpumem_edit_of_a_job_with_cpus_or_memory_per_gpu_gets_whole_devices(
+    rendered: dict[str, Config], hooks: dict[str, Hook], per_gpu: dict[str, str], edit: str
+) -> None:
+    """22.05 fuzz (seed 20261127): a job submitted with --cpus-per-gpu and no gpu (22.05 accepts
+    it), edited as its user to `gres=gpumem:512`, was rewritten to shards by the hook and its twin,
+    and slurmctld refused the update (shards beside cpus_per_tres / mem_per_tres). slurm_job_modify's
+    job_rec carries both fields (both releases, dev cluster): the edit view reads them, so the edit
+    gets whole devices exactly as a submission does."""
+    config, hook = rendered["second"], hooks["second"]
+    change = Job(tres_per_node=edit, submit_uid=1000)
+    plain = explain_edit(config.model, config.options, change, Job(user_id=1000))
+    assert plain.choice is not None and plain.choice.kind == "shard"  # without per-gpu fields: shards
+    record = Job(user_id=1000, **per_gpu)
+    python = explain_edit(config.model, config.options, change, record)
+    assert python.choice is not None and python.choice.kind != "shard", python
+    ok, message, after = both_edit(config, hook, change, record)
+    assert ok and "shard" not in (after.tres_per_node or ""), (message, after)
+
+
 def test_an_edit_of_a_job_with_devices_stays_on_whole_devices(
     rendered: dict[str, Config], hooks: dict[str, Hook]
 ) -> None:
