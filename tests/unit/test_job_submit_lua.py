@@ -269,7 +269,7 @@ def test_shared_cases(case: dict[str, Any], rendered: dict[str, Config], hooks: 
         assert (rc == 0, message, after) == (python.ok, python.message, python.job), job
         check(expect, (python.ok, python.message, python.job))
         assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, rendered[name].model)
 
 
 def test_the_decision_memo_covers_every_field_a_submission_reads(rendered: dict[str, Config]) -> None:
@@ -595,7 +595,7 @@ def test_generated_het_jobs_agree(
         python = explain(config.model, config.options, job, taken=taken)
         rc, message, after, _ = hook.run_rc(job, het_job_offset=offset)
         assert (rc == 0, message, after) == (python.ok, python.message, python.job), (offset, job, taken)
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, config.model)
 
 
 _HOST_PARTS = st.sampled_from(["l40sn", "h100n", "t4n", "mixn", "a100n", "ascendn", "x", "n", "l40sn0", ""])
@@ -2138,7 +2138,7 @@ def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
             assert (rc, after, log) == (-1, given, [("error", python.message)])
             refused = True
             break
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, config.model)
     assert refused == (sizes != ("70G", "20G"))
     # a new srun starts again at component 0
     rc, after, log = run_cli(lua, {"gres": f"gres/gpumem:{sizes[0]}"}, offset=0)
@@ -2191,7 +2191,7 @@ def test_srun_het_components_left_alone_still_take_their_nodes(
             else:  # left to slurmctld's hook, which sees every component and refuses it the same
                 assert (rc, after, log) == (0, given, [])
             return
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, config.model)
     assert "l40s" not in after["gres"]  # the last component never lands on the typed l40s node
 
 
