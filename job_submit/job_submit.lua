@@ -1383,11 +1383,41 @@ local function mentions_us(view)
   return false
 end
 
+-- The one type whose nodes could hold a component asking for devices without a type (--gres=gpu:1
+-- -C l40s, --gpus=1): the only type with a node satisfying its constraint with its devices per node
+-- and the CPUs and memory it needs per node; nil where several (or none) could or the request or
+-- constraint cannot be read (Slurm picks, the hook cannot know which). As
+-- slurm_hetero.submit.sole_type.
+local function sole_type(fields, job)
+  local ok, req = pcall(gather, fields)
+  if not ok or req.gpu_field == nil or req.gpu_type ~= nil then return nil end
+  local match = constraint_features(job.features)
+  if match then
+    match = { { match } }
+  else
+    local parsed, value = pcall(parse_constraint, job.features)
+    if not parsed then return nil end
+    match = value
+  end
+  local nodes = job_nodes(job)
+  local each = devices_per_node(req, job, nodes)
+  local cpus, node_mem = node_needs(job, nodes, each)
+  local need, found = { match = match, cpus = cpus, node_mem = node_mem }, nil
+  for name, facts in pairs(T.types) do
+    if nodes_with(facts, need, each) > 0 then
+      if found then return nil end
+      found = name
+    end
+  end
+  return found
+end
+
 -- A het component the hook leaves as it is still takes its nodes of the type it names
--- (--gres=gpu:l40s:1), less the hosts of that type its -w names, and the hosts its -w names (all
--- of them, into HET_HOSTS): later components must not be decided onto them. fields: where its
--- TRES fields are read; job: its node counts and node list. Two gpu items or a malformed one:
--- slurmctld refuses it. As slurm_hetero.submit.het_taken.
+-- (--gres=gpu:l40s:1; without a type, of the one type that could hold it, sole_type), less the
+-- hosts of that type its -w names, and the hosts its -w names (all of them, into HET_HOSTS): later
+-- components must not be decided onto them. fields: where its TRES fields are read; job: its node
+-- counts, constraint and node list. Two gpu items or a malformed one: slurmctld refuses it. As
+-- slurm_hetero.submit.het_taken.
 local function het_take(fields, job)
   if T == nil then return end
   local found, readable = nil, true
@@ -1401,6 +1431,7 @@ local function het_take(fields, job)
     end
   end
   local nodelist = job.req_nodes
+  if found == false and readable then found = sole_type(fields, job) end
   if found and readable then
     local _, named = named_hosts(nodelist, found)
     local nodes = job_nodes(job) - named

@@ -452,11 +452,30 @@ def named_hosts(model: ClusterModel, spec: str | None, name: str | None = None) 
     )
 
 
+def sole_type(model: ClusterModel, job: Job) -> str | None:
+    """The one type whose nodes could hold a component that asks for devices without naming a type
+    (`--gres=gpu:1 -C l40s`, `--gpus=1`): the only type with a node that satisfies its constraint
+    and has its devices per node and the CPUs and memory it needs per node. None where several
+    (or none) could, or the request or constraint cannot be read: Slurm then picks among them and
+    the hook cannot know which. The partition and the vendor scope steer the hook's own choices,
+    not where Slurm places such a job, so they narrow nothing here."""
+    try:
+        request = parse_fields(job.fields(), model.types)
+        need = need_of(request, job)
+    except RequestError:
+        return None
+    if request.gpu_field is None or request.gpu_type is not None:
+        return None
+    fit = [name for name, facts in model.types.items() if nodes_with(facts, need, need.each) > 0]
+    return fit[0] if len(fit) == 1 else None
+
+
 def het_taken(taken: Taken | Mapping[str, int] | None, outcome: Outcome, model: ClusterModel) -> Taken:
     """`taken` after one more component of a heterogeneous job: a rewrite takes its node count of
     the chosen type (any-fit: of the first adequate type, the one node weights favour), a
-    component left as it is its node count of the gpu type it names, less the hosts of that type
-    its -w names: those go to `Taken.hosts` with the rest of its -w (each node counted once)."""
+    component left as it is its node count of the gpu type it names (or, without a type, of the
+    one type that could hold it, `sole_type`), less the hosts of that type its -w names: those go
+    to `Taken.hosts` with the rest of its -w (each node counted once)."""
     before = as_taken(taken)
     nodes, chosen, hosts = before.nodes, before.chosen, before.hosts
     if outcome.action == "rewrite" and outcome.choice is not None:
@@ -469,7 +488,8 @@ def het_taken(taken: Taken | Mapping[str, int] | None, outcome: Outcome, model: 
         try:
             typed = parse_fields(outcome.job.fields()).gpu_type
         except RequestError:
-            typed = None
+            typed = ""  # left to slurmctld
+        typed = sole_type(model, outcome.job) if typed is None else typed
         if typed:
             named = len(named_hosts(model, outcome.job.req_nodes, typed))
             nodes = _added(nodes, typed, job_nodes(outcome.job) - named)

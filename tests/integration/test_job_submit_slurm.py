@@ -671,6 +671,10 @@ def _het_submitted(
         # the reverse: a later typed component counted its type's nodes without the job's -x,
         # was accepted and waited forever (socketn1 taken by comp 0, l40sn1 excluded)
         (({"exclude": "l40sn1", "gres": "gpumem:20G", "constraint": "l40s"}, {"gres": "gpu:l40s:1"}), 1),
+        # an untyped component only one type can hold (-C h100: h100n1) takes that node: the
+        # gpumem component went to h100 beside it (best fit for 70G) and never started
+        (({"gres": "gpu:1", "constraint": "h100"}, {"gres": "gpumem:70G"}), None),
+        (({"gpus": "1", "constraint": "h100"}, {"gres": "gpumem:70G"}), None),
     ],
 )
 def test_het_nodes_named_by_node_lists_count_once(
@@ -679,8 +683,9 @@ def test_het_nodes_named_by_node_lists_count_once(
     components: tuple[dict[str, str], ...],
     refused_at: int | None,
 ) -> None:
-    """Issue 10 (double counting): each node a het job's components take or exclude counts once,
-    so the hook refuses exactly the components Slurm could not place, and what it accepts starts."""
+    """Issue 10: each node a het job's components take or exclude counts once (double counting),
+    and an untyped component that only one type can hold takes that type's nodes, so the hook
+    refuses exactly the components Slurm could not place, and what it accepts starts."""
     outcomes = _het_predicted(dev_cluster, suite_config, components)
     assert next((i for i, o in enumerate(outcomes) if not o.ok), None) == refused_at, outcomes
     _het_submitted(dev_cluster, components, outcomes)
