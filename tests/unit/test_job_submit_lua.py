@@ -585,12 +585,14 @@ def test_generated_requests_agree_on_second(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(components=st.lists(jobs(), min_size=2, max_size=4))
+@pytest.mark.parametrize("name", ["mixed", "second"])
 def test_generated_het_jobs_agree(
-    rendered: dict[str, Config], hooks: dict[str, Hook], components: list[Job]
+    rendered: dict[str, Config], hooks: dict[str, Hook], name: str, components: list[Job]
 ) -> None:
     """Components of one heterogeneous job, in order: the hook's memory of the nodes earlier
-    components take (het_job_offset) and `explain(..., taken=...)` agree."""
-    config, hook, taken = rendered["mixed"], hooks["mixed"], {}
+    components take (het_job_offset) and `explain(..., taken=...)` agree (second: types with
+    several nodes, where -w hosts and -x counted twice made a difference)."""
+    config, hook, taken = rendered[name], hooks[name], {}
     for offset, job in enumerate(components):
         python = explain(config.model, config.options, job, taken=taken)
         rc, message, after, _ = hook.run_rc(job, het_job_offset=offset)
