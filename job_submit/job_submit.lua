@@ -284,25 +284,49 @@ local function host_shapes()
 end
 
 -- Per type, the nodes of each shape that the -x hostlist spec names ({ [type] = { [index] = n } },
--- only types with one), and whether it names any; nil for an -x the hook cannot read. Names no node
--- has are left to slurmctld, which refuses them.
-local function excluded(spec)
+-- only types with one), with the hosts of the set also (a heterogeneous job's earlier components'
+-- -w hosts, HET_HOSTS), each host counted once, and whether it names any; nil for an -x the hook
+-- cannot read. Names no node has are left to slurmctld, which refuses them.
+local function excluded(spec, also)
   local by_host = host_shapes()
-  local hosts = hostlist_names(spec, T.limits.max_excluded, LONGEST_HOST)
-  if hosts == nil then return nil end
+  local hosts = {}
+  if (spec or "") ~= "" then
+    hosts = hostlist_names(spec, T.limits.max_excluded, LONGEST_HOST)
+    if hosts == nil then return nil end
+  end
   local seen, out, any = {}, {}, false
-  for _, host in ipairs(hosts) do
-    if not seen[host] then
-      seen[host] = true
-      for _, at in ipairs(by_host[host] or {}) do
-        local counts = out[at[1]] or {}
-        out[at[1]] = counts
-        counts[at[2]] = (counts[at[2]] or 0) + 1
-        any = true
-      end
+  local function count(host)
+    if seen[host] then return end
+    seen[host] = true
+    for _, at in ipairs(by_host[host] or {}) do
+      local counts = out[at[1]] or {}
+      out[at[1]] = counts
+      counts[at[2]] = (counts[at[2]] or 0) + 1
+      any = true
     end
   end
+  for _, host in ipairs(hosts) do count(host) end
+  for host in pairs(also or {}) do count(host) end
   return out, any
+end
+
+-- The hosts a -w hostlist names that the table knows (of type name, when given), as a set, and
+-- how many; none for a list the hook cannot read (slurmctld's to refuse).
+local function named_hosts(spec, name)
+  local set, count = {}, 0
+  if (spec or "") == "" then return set, count end
+  local by_host = host_shapes()
+  for _, host in ipairs(hostlist_names(spec, T.limits.max_excluded, LONGEST_HOST) or {}) do
+    local known = false
+    for _, at in ipairs(by_host[host] or {}) do
+      if name == nil or at[1] == name then known = true end
+    end
+    if known and not set[host] then
+      set[host] = true
+      count = count + 1
+    end
+  end
+  return set, count
 end
 
 ------------------------------------------------------------------------- the request grammar
@@ -1118,9 +1142,10 @@ end
 -- (untyped ones untyped), shards shards.
 -- check: only whether the devices the job holds still fit it (an edit of its node or task count):
 -- untouched when they do, else rejected (edit_counts). taken: type -> nodes the earlier
--- components of this het job took (their nodes are not this component's). tasks_hidden: an edit
--- that cannot see the job's task count: devices per task are refused (edit_tasks).
-local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
+-- components of this het job took (their nodes are not this component's), less their -w hosts,
+-- which taken_hosts holds (a set, counted once with the job's -x). tasks_hidden: an edit that
+-- cannot see the job's task count: devices per task are refused (edit_tasks).
+local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, taken_hosts)
   if not check and not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
@@ -1148,8 +1173,8 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden)
     return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
   end
   local exc, gone, excl = job_desc.exc_nodes, {}, false
-  if (exc or "") ~= "" then
-    gone, excl = excluded(exc)
+  if (exc or "") ~= "" or next(taken_hosts or {}) ~= nil then
+    gone, excl = excluded(exc, taken_hosts)
     if gone == nil then
       return { action = "reject", message = req.text .. ": " .. fmt("exclude_bad", exc, T.limits.max_excluded),
                code = "request" }
@@ -1284,6 +1309,10 @@ local HET_TAKEN = {}
 -- Of those, the nodes of the types the hook chose for earlier components (its rewrites): a later
 -- component left alone that names such a type may find too few of its nodes left (het_typed).
 local HET_CHOSEN = {}
+-- The hosts earlier components' -w name (a set): Slurm gives later components them in exc_nodes,
+-- so they are counted there, once, and not in HET_TAKEN (a typed component with -w takes its
+-- node count less its -w hosts of that type).
+local HET_HOSTS = {}
 
 -- Decisions of recent single-job submissions, by everything a decision reads (MEMO_FIELDS and
 -- the uid; a unit test checks that list against the fields evaluate reads): users resubmit the
@@ -1354,48 +1383,92 @@ local function mentions_us(view)
   return false
 end
 
+-- The one type whose nodes could hold a component asking for devices without a type (--gres=gpu:1
+-- -C l40s, --gpus=1): the only type with a node satisfying its constraint with its devices per node
+-- and the CPUs and memory it needs per node; nil where several (or none) could or the request or
+-- constraint cannot be read (Slurm picks, the hook cannot know which). As
+-- slurm_hetero.submit.sole_type.
+local function sole_type(fields, job)
+  local ok, req = pcall(gather, fields)
+  if not ok or req.gpu_field == nil or req.gpu_type ~= nil then return nil end
+  local match = constraint_features(job.features)
+  if match then
+    match = { { match } }
+  else
+    local parsed, value = pcall(parse_constraint, job.features)
+    if not parsed then return nil end
+    match = value
+  end
+  local nodes = job_nodes(job)
+  local each = devices_per_node(req, job, nodes)
+  local cpus, node_mem = node_needs(job, nodes, each)
+  local need, found = { match = match, cpus = cpus, node_mem = node_mem }, nil
+  for name, facts in pairs(T.types) do
+    if nodes_with(facts, need, each) > 0 then
+      if found then return nil end
+      found = name
+    end
+  end
+  return found
+end
+
 -- A het component the hook leaves as it is still takes its nodes of the type it names
--- (--gres=gpu:l40s:1): later components must not be decided onto them. fields: where its TRES
--- fields are read; job: its node counts. Two gpu items or a malformed one: slurmctld refuses it.
+-- (--gres=gpu:l40s:1; without a type, of the one type that could hold it, sole_type), less the
+-- hosts of that type its -w names, and the hosts its -w names (all of them, into HET_HOSTS): later
+-- components must not be decided onto them. fields: where its TRES fields are read; job: its node
+-- counts, constraint and node list. Two gpu items or a malformed one: slurmctld refuses it. As
+-- slurm_hetero.submit.het_taken.
 local function het_take(fields, job)
-  local found
+  if T == nil then return end
+  local found, readable = nil, true
   for i = 1, #FIELDS do
     for _, item in ipairs(items_of(fields[FIELDS[i]])) do
-      if item.name == "gpu" then
-        if found ~= nil then return end
+      if item.name == "gpu" and readable then
         local ok, gpu_type = pcall(parse_gpu, item)
-        if not ok then return end
+        if found ~= nil or not ok then readable = false end
         found = gpu_type or false
       end
     end
   end
-  if found then HET_TAKEN[found] = (HET_TAKEN[found] or 0) + job_nodes(job) end
+  local nodelist = job.req_nodes
+  if found == false and readable then found = sole_type(fields, job) end
+  if found and readable then
+    local _, named = named_hosts(nodelist, found)
+    local nodes = job_nodes(job) - named
+    if nodes > 0 then HET_TAKEN[found] = (HET_TAKEN[found] or 0) + nodes end
+  end
+  for host in pairs(named_hosts(nodelist)) do HET_HOSTS[host] = true end
 end
 
 -- A het component the hook leaves alone that names a gpu type is refused when the types the hook
 -- chose for earlier components (HET_CHOSEN) leave that type too few nodes for it: components never
 -- share a node, so the job could never start (`--gres=gpumem:20G : --gres=gpu:l40s:1`, one l40s
--- node). Only the node count, and only where the hook's own choices make the difference; nil
--- otherwise (left to Slurm). As slurm_hetero.submit.het_typed.
+-- node). The type's nodes less those its -x and HET_HOSTS name, each once; only the node count,
+-- only where the hook's own choices make the difference, and not with its own -w; nil otherwise
+-- (left to Slurm). As slurm_hetero.submit.het_typed.
 local function het_typed(fields, job_desc, submit_uid)
   if next(HET_CHOSEN) == nil or T == nil or is_exempt(job_desc, submit_uid) then return nil end
+  if (job_desc.req_nodes or "") ~= "" then return nil end
   local ok, req = pcall(gather, fields)
   if not ok then return nil end  -- two gpu items, a malformed or unknown one: slurmctld's to refuse
   local name = req.gpu_type
   if name == nil or not HET_CHOSEN[name] then return nil end
+  local gone = excluded(job_desc.exc_nodes, HET_HOSTS)
+  if gone == nil then return nil end  -- an -x the hook cannot read: slurmctld's
   local nodes = job_nodes(job_desc)
   local each = devices_per_node(req, job_desc, nodes)
-  local have = nodes_with(T.types[name], { match = { { {} } }, cpus = 0, node_mem = 0 }, each)
-  local left = have - (HET_TAKEN[name] or 0)
+  local have = nodes_with(T.types[name], { match = { { {} } }, cpus = 0, node_mem = 0, excluded = gone }, each, true)
+  local used = HET_TAKEN[name] or 0
+  local left = have - used
   if left >= nodes or left + HET_CHOSEN[name] < nodes then return nil end
-  local text = fmt("het_typed", name, have, each, HET_TAKEN[name], HET_CHOSEN[name], nodes)
+  local text = fmt("het_typed", name, have, each, used, HET_CHOSEN[name], nodes)
   return { action = "reject", message = table.concat(req.shown, ",") .. ": " .. text, code = "TOO_FEW_NODES" }
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local offset = job_desc.het_job_offset
   local het = offset ~= nil and offset ~= NO_VAL
-  if not het or offset == 0 then HET_TAKEN, HET_CHOSEN = {}, {} end
+  if not het or offset == 0 then HET_TAKEN, HET_CHOSEN, HET_HOSTS = {}, {}, {} end
   local view = { het_job_offset = offset, [VIEW_JOB] = job_desc }
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
@@ -1419,7 +1492,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   setmetatable(view, VIEW_META)
   if not ok then
-    ok, outcome = pcall(evaluate, view, submit_uid, nil, nil, het and HET_TAKEN or nil)
+    ok, outcome = pcall(evaluate, view, submit_uid, nil, nil, het and HET_TAKEN or nil, nil, het and HET_HOSTS or nil)
     if ok and not het then remember(view, submit_uid, outcome) end
   end
   if not ok then return failed(outcome) end

@@ -33,7 +33,7 @@ from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
-from slurm_hetero.submit import HookOptions, Job, Outcome, explain, het_taken
+from slurm_hetero.submit import HookOptions, Job, Outcome, Taken, explain, het_taken
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts, texts_of
 from slurm_hetero.units import Request, format_size, has_ours, parse_fields
 
@@ -288,13 +288,13 @@ def hook_check(
             if not has_ours([("tres_per_node", gres)]):
                 return list(decisions)  # sbatch speaks for itself
             raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
-    taken: Mapping[str, int] = {}
+    taken: Taken | None = None
     out: list[Decision] = []
     for c, d, job in zip(components, decisions, jobs):
         outcome = explain(model, options, job, taken=taken)
         out.append(replace(d, hook=outcome))
         if outcome.ok:
-            taken = het_taken(taken, outcome)
+            taken = het_taken(taken, outcome, model)
             continue
         message = syntax.comment(outcome.message, 2000)
         if d.gres is None:

@@ -39,6 +39,7 @@ from slurm_hetero.submit import (
     HookOptions,
     Job,
     Outcome,
+    Taken,
     excluded_hosts,
     explain,
     explain_edit,
@@ -400,14 +401,15 @@ class Fuzz:
         counts["het"] += len(request.components) > 1
         counts["arrays"] += request.array is not None
         predicted: list[Outcome | str] = []
-        taken: dict[str, int] = {}  # components never share a node: later ones decide on what is left
+        taken: Taken | dict[str, int] = {}  # components never share a node: later ones decide on what is left
         read = [read_refusal(c, self.release) for c in request.components]
         read = [r for r in read if r]  # sbatch reads every component's options before checking any
         carried = het_mem_refusal(request.components)  # that component's check, after every read
         sent = het_sent(request.components)
         for component in sent:
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
-            taken = het_taken(taken, predicted[-1]) if isinstance(predicted[-1], Outcome) else taken
+            if isinstance(predicted[-1], Outcome):
+                taken = het_taken(taken, predicted[-1], self.model)
         run = self.run(sbatch_argv(request), self.user)
         refusals: list[Outcome | str] = list(sbatch_refusals(read, predicted, carried))
         refusals = refusals or [p for p in predicted if isinstance(p, Outcome) and not p.ok]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurm_hetero import hostlist
@@ -269,16 +269,18 @@ def host_shapes(model: ClusterModel) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def excluded(model: ClusterModel, request: Request, spec: str | None) -> dict[str, tuple[int, ...]]:
+def excluded(
+    model: ClusterModel, request: Request, spec: str | None, also: frozenset[str] = frozenset()
+) -> dict[str, tuple[int, ...]]:
     """Per type, the nodes of each shape that -x names (`Need.excluded`; names no node has are
-    left to slurmctld, which refuses them); RequestError for an -x the hook cannot read."""
-    if not spec:
-        return {}
-    hosts = excluded_hosts(spec)
+    left to slurmctld, which refuses them), with the hosts `also` names (a heterogeneous job's
+    earlier components' -w hosts, `Taken.hosts`), each host counted once; RequestError for an -x
+    the hook cannot read."""
+    hosts = excluded_hosts(spec) if spec else []
     if hosts is None:
         raise RequestError(request.text, render("exclude_bad", spec, MAX_EXCLUDED))
     by_host, counts = host_shapes(model), dict[str, list[int]]()
-    for host in set(hosts):
+    for host in set(hosts) | also:
         for name, index in by_host.get(host, ()):
             counts.setdefault(name, [0] * len(model.types[name].shapes))[index] += 1
     return {name: tuple(counts[name]) for name in sorted(counts)}
@@ -413,64 +415,121 @@ def is_exempt(job: Job, options: HookOptions) -> bool:
     return any(uid is not None and uid in options.exempt_uids for uid in (job.submit_uid, job.user_id))
 
 
-class Taken(dict[str, int]):
-    """The nodes of each type a heterogeneous job's earlier components take (`het_taken`), and in
-    `chosen` those of them on a type the hook chose (its rewrites): a later component that names
-    that type may find too few of its nodes left (`het_typed`)."""
+@dataclass(frozen=True)
+class Taken:
+    """What a heterogeneous job's earlier components take (`het_taken`); components never share a
+    node. `nodes`: per type, the nodes they take that no -w names (a rewrite's node count of the
+    type it chose, a typed component's of its type, less its own -w hosts of that type);
+    `chosen`: of those, the ones on a type the hook chose (its rewrites), for `het_typed`;
+    `hosts`: the hosts their -w names. Slurm also gives every later component those hosts in its
+    exc_nodes, so they are counted with its -x, once (`excluded`), never again in `nodes`."""
 
-    def __init__(
-        self, taken: Mapping[str, int] | None = None, chosen: Mapping[str, int] | None = None
-    ) -> None:
-        super().__init__(taken or {})
-        self.chosen = dict(chosen or {})
+    nodes: Mapping[str, int] = field(default_factory=dict)
+    chosen: Mapping[str, int] = field(default_factory=dict)
+    hosts: frozenset[str] = frozenset()
 
 
-def het_taken(taken: Mapping[str, int], outcome: Outcome) -> Taken:
+def as_taken(taken: Taken | Mapping[str, int] | None) -> Taken:
+    """`taken` as a `Taken` (a plain mapping: nodes per type, none chosen, no -w hosts)."""
+    return taken if isinstance(taken, Taken) else Taken(dict(taken or {}))
+
+
+def _added(counts: Mapping[str, int], name: str, nodes: int) -> dict[str, int]:
+    out = dict(counts)
+    if nodes > 0:
+        out[name] = out.get(name, 0) + nodes
+    return out
+
+
+def named_hosts(model: ClusterModel, spec: str | None, name: str | None = None) -> frozenset[str]:
+    """The hosts a -w hostlist names that the model knows (of type `name`, when given); none for
+    a list the hook cannot read (slurmctld's to refuse)."""
+    if not spec:
+        return frozenset()
+    by_host, hosts = host_shapes(model), excluded_hosts(spec)
+    return frozenset(
+        h for h in hosts or () if h in by_host and (name is None or any(t == name for t, _ in by_host[h]))
+    )
+
+
+def sole_type(model: ClusterModel, job: Job) -> str | None:
+    """The one type whose nodes could hold a component that asks for devices without naming a type
+    (`--gres=gpu:1 -C l40s`, `--gpus=1`): the only type with a node that satisfies its constraint
+    and has its devices per node and the CPUs and memory it needs per node. None where several
+    (or none) could, or the request or constraint cannot be read: Slurm then picks among them and
+    the hook cannot know which. The partition and the vendor scope steer the hook's own choices,
+    not where Slurm places such a job, so they narrow nothing here."""
+    try:
+        request = parse_fields(job.fields(), model.types)
+        need = need_of(request, job)
+    except RequestError:
+        return None
+    if request.gpu_field is None or request.gpu_type is not None:
+        return None
+    fit = [name for name, facts in model.types.items() if nodes_with(facts, need, need.each) > 0]
+    return fit[0] if len(fit) == 1 else None
+
+
+def het_taken(taken: Taken | Mapping[str, int] | None, outcome: Outcome, model: ClusterModel) -> Taken:
     """`taken` after one more component of a heterogeneous job: a rewrite takes its node count of
     the chosen type (any-fit: of the first adequate type, the one node weights favour), a
-    component left as it is its node count of the gpu type it names."""
-    out = Taken(taken, getattr(taken, "chosen", {}))
+    component left as it is its node count of the gpu type it names (or, without a type, of the
+    one type that could hold it, `sole_type`), less the hosts of that type its -w names: those go
+    to `Taken.hosts` with the rest of its -w (each node counted once)."""
+    before = as_taken(taken)
+    nodes, chosen, hosts = before.nodes, before.chosen, before.hosts
     if outcome.action == "rewrite" and outcome.choice is not None:
         name = outcome.choice.types[0]
-        out[name] = out.get(name, 0) + job_nodes(outcome.job)
-        out.chosen[name] = out.chosen.get(name, 0) + job_nodes(outcome.job)
+        nodes = _added(nodes, name, job_nodes(outcome.job))
+        chosen = _added(chosen, name, job_nodes(outcome.job))
     elif outcome.ok:
         # a component left as it is still takes its nodes of the type it names (gpu:l40s:1);
         # two gpu items or a malformed one: slurmctld refuses it
         try:
             typed = parse_fields(outcome.job.fields()).gpu_type
         except RequestError:
-            typed = None
+            typed = ""  # left to slurmctld
+        typed = sole_type(model, outcome.job) if typed is None else typed
         if typed:
-            out[typed] = out.get(typed, 0) + job_nodes(outcome.job)
-    return out
+            named = len(named_hosts(model, outcome.job.req_nodes, typed))
+            nodes = _added(nodes, typed, job_nodes(outcome.job) - named)
+        hosts = hosts | named_hosts(model, outcome.job.req_nodes)
+    return Taken(nodes, chosen, hosts)
 
 
-def het_typed(model: ClusterModel, job: Job, taken: Mapping[str, int] | None) -> Outcome | None:
+def het_typed(model: ClusterModel, job: Job, taken: Taken | Mapping[str, int] | None) -> Outcome | None:
     """The refusal of a heterogeneous job's later component that the hook leaves alone but that
     names a gpu type (`--gres=gpu:l40s:1`, `--gpus=l40s:1`, ...), where the types the hook chose
     for earlier components (`Taken.chosen`) leave that type too few nodes for it: components never
     share a node, so the job could never start (adversarial pass, 24.11: `--gres=gpumem:20G :
-    --gres=gpu:l40s:1` with one l40s node, both PENDING on Resources on an idle cluster). Only
-    the node count is checked, and only where the hook's own choices make the difference; else
-    None (the component is left to Slurm)."""
-    chosen: Mapping[str, int] = getattr(taken, "chosen", {})
-    if not chosen or taken is None:
+    --gres=gpu:l40s:1` with one l40s node, both PENDING on Resources on an idle cluster). The
+    type's nodes are counted less those its -x (and the earlier components' -w, `Taken.hosts`)
+    name, each once. Only the node count is checked, only where the hook's own choices make the
+    difference, and not for a component with its own -w (Slurm excludes those hosts from the
+    other components); else None (the component is left to Slurm)."""
+    held = as_taken(taken)
+    if not held.chosen or job.req_nodes:
         return None
     try:
         request = parse_fields(job.fields(), model.types)
     except RequestError:
         return None  # two gpu items, a malformed or unknown one: slurmctld's to refuse
     name = request.gpu_type
-    if name is None or not chosen.get(name):
+    if name is None or not held.chosen.get(name):
         return None
+    try:
+        gone = excluded(model, request, job.exc_nodes, held.hosts)
+    except RequestError:
+        return None  # an -x the hook cannot read: slurmctld's
     nodes = job_nodes(job)
     each = devices_per_node(request, job, nodes)
-    have = nodes_with(model.types[name], Need(request.text, per_node=each), each)
-    left = have - taken.get(name, 0)
-    if left >= nodes or left + chosen[name] < nodes:
+    need = Need(request.text, per_node=each, excluded=gone)
+    have = nodes_with(model.types[name], need, each, less_excluded=True)
+    used, mine = held.nodes.get(name, 0), held.chosen[name]
+    left = have - used
+    if left >= nodes or left + mine < nodes:
         return None
-    text = render("het_typed", name, have, each, taken[name], chosen[name], nodes)
+    text = render("het_typed", name, have, each, used, mine, nodes)
     return Outcome(
         False, "reject", f"{request.text}: {text}", job, code=REASON_CODES[ReasonCode.TOO_FEW_NODES]
     )
@@ -487,7 +546,7 @@ def explain(
     job: Job,
     held: str | None = None,
     check: bool = False,
-    taken: Mapping[str, int] | None = None,
+    taken: Taken | Mapping[str, int] | None = None,
 ) -> Outcome:
     """What the hook does with one job (component), its message as the user sees it (`told`)."""
     return told(_explain(model, options, job, held, check, taken))
@@ -499,7 +558,7 @@ def _explain(
     job: Job,
     held: str | None = None,
     check: bool = False,
-    taken: Mapping[str, int] | None = None,
+    taken: Taken | Mapping[str, int] | None = None,
     tasks_hidden: bool = False,
 ) -> Outcome:
     """What the hook does with one job (component); `held`: the devices an edited job already
@@ -529,14 +588,15 @@ def _explain(
     if job.req_nodes:
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
+    held_nodes = as_taken(taken)
     try:
-        gone = excluded(model, request, job.exc_nodes)
+        gone = excluded(model, request, job.exc_nodes, held_nodes.hosts)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
     try:
         # --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
         whole = held in ("typed", "untyped") or bool(job.cpus_per_tres or job.mem_per_tres)
-        need = need_of(request, job, whole, taken, gone)
+        need = need_of(request, job, whole, held_nodes.nodes, gone)
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)

@@ -21,7 +21,7 @@ from slurm_hetero.config import exempt_uids, load_settings
 from slurm_hetero.errors import RequestError
 from slurm_hetero.model import Device
 from slurm_hetero.nodes import gres_order
-from slurm_hetero.submit import HookOptions, explain, explain_edit, job_from_options
+from slurm_hetero.submit import HookOptions, Outcome, explain, explain_edit, job_from_options
 from slurm_hetero.submit.sbatch import job_from_texts
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
@@ -636,21 +636,43 @@ def test_het_components_decide_around_the_jobs_node_lists(
     no node list of their own. Now -x is decided: each component as explain predicts it on what
     Slurm hands it (`het_sent`), a refusal naming the excluded type, an accepted job starting
     (every component) once released, the gpumem component on none of the excluded nodes."""
+    outcomes = _het_predicted(dev_cluster, suite_config, components)
+    refused = [o for o in outcomes if not o.ok]
+    if refused:
+        assert "excludes a100_80g:1" in refused[0].message or "a100_80g has 0 node(s)" in refused[0].message
+    _het_submitted(dev_cluster, components, outcomes)
+
+
+def _het_predicted(
+    dev_cluster: Cluster, suite_config: Path, components: tuple[dict[str, str], ...]
+) -> list[Outcome]:
+    """explain's outcome for each component of a het job, as sbatch sends it (`het_sent`), each on
+    what the earlier ones take (`het_taken`)."""
     from scripts.devcluster.fuzz import het_sent, predict
     from slurm_hetero.submit import het_taken
 
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
-    taken: dict[str, int] = {}
+    taken = None
     outcomes = []
     for options in het_sent(list(components)):
         outcome = predict(model, hook, options, uid, dev_cluster.name, taken)
         assert not isinstance(outcome, str), outcome
         outcomes.append(outcome)
-        taken = het_taken(taken, outcome)
+        taken = het_taken(taken, outcome, model)
+    return outcomes
+
+
+def _het_submitted(
+    dev_cluster: Cluster, components: tuple[dict[str, str], ...], outcomes: list[Outcome]
+) -> None:
+    """Submit the het job as a plain user: refused with the first refusal's words where explain
+    refuses a component, else every component stored as explain says, started once released, on
+    none of the nodes its exc_nodes names."""
+    from scripts.devcluster.fuzz import het_sent
+
     run = as_user(*sbatch_argv(Request(list(components))))
     refused = [o for o in outcomes if not o.ok]
     if refused:
-        assert "excludes a100_80g:1" in refused[0].message or "a100_80g has 0 node(s)" in refused[0].message
         assert run.returncode != 0 and refused[0].message in run.stderr, (run.stderr, refused[0].message)
         return
     assert run.returncode == 0, run.stderr
@@ -668,6 +690,44 @@ def test_het_components_decide_around_the_jobs_node_lists(
             assert fields["NodeList"] not in excluded, (offset, fields["NodeList"], excluded)
     finally:
         slurm("scancel", job_id)
+
+
+@pytest.mark.parametrize(
+    ("components", "refused_at"),
+    [
+        # two l40s nodes (l40sn1, socketn1): comp 0's -w host was counted as taken AND as comp 1's
+        # exc_nodes (Slurm adds it), so this job, which starts (comp 1 on socketn1), was refused
+        (({"nodelist": "l40sn1", "gres": "gpu:l40s:1"}, {"gres": "gpumem:20G", "constraint": "l40s"}), None),
+        # three components: the -w host once, the rewrite's node by count: the third finds none
+        (
+            (
+                {"nodelist": "l40sn1", "gres": "gpu:l40s:1"},
+                {"gres": "gpumem:20G", "constraint": "l40s"},
+                {"gres": "gpumem:20G", "constraint": "l40s"},
+            ),
+            2,
+        ),
+        # the reverse: a later typed component counted its type's nodes without the job's -x,
+        # was accepted and waited forever (socketn1 taken by comp 0, l40sn1 excluded)
+        (({"exclude": "l40sn1", "gres": "gpumem:20G", "constraint": "l40s"}, {"gres": "gpu:l40s:1"}), 1),
+        # an untyped component only one type can hold (-C h100: h100n1) takes that node: the
+        # gpumem component went to h100 beside it (best fit for 70G) and never started
+        (({"gres": "gpu:1", "constraint": "h100"}, {"gres": "gpumem:70G"}), None),
+        (({"gpus": "1", "constraint": "h100"}, {"gres": "gpumem:70G"}), None),
+    ],
+)
+def test_het_nodes_named_by_node_lists_count_once(
+    dev_cluster: Cluster,
+    suite_config: Path,
+    components: tuple[dict[str, str], ...],
+    refused_at: int | None,
+) -> None:
+    """Issue 10: each node a het job's components take or exclude counts once (double counting),
+    and an untyped component that only one type can hold takes that type's nodes, so the hook
+    refuses exactly the components Slurm could not place, and what it accepts starts."""
+    outcomes = _het_predicted(dev_cluster, suite_config, components)
+    assert next((i for i, o in enumerate(outcomes) if not o.ok), None) == refused_at, outcomes
+    _het_submitted(dev_cluster, components, outcomes)
 
 
 @pytest.mark.parametrize(
@@ -708,7 +768,7 @@ def test_heterogeneous_components_the_hook_accepts_start(
                 model, hook, job_from_options(gres=item, uid=uid, slurm_release=dev_cluster.name), taken=taken
             )
         )
-        taken = het_taken(taken, outcomes[-1])
+        taken = het_taken(taken, outcomes[-1], model)
     if form == "hetjob":
         lines = "#SBATCH hetjob\n".join(f"#SBATCH --gres={item}\n" for item in gres)
         run = as_user(
@@ -840,7 +900,7 @@ def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
     for _ in range(2):
         job = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
         outcomes.append(explain(model, hook, job, taken=taken))
-        taken = het_taken(taken, outcomes[-1])
+        taken = het_taken(taken, outcomes[-1], model)
     run = as_user("srun", "-t", "1", "--gres=gpumem:20G", "hostname", ":", "--gres=gpumem:20G", "hostname")
     refused = [o for o in outcomes if not o.ok]
     if refused:
@@ -867,7 +927,7 @@ def test_srun_het_component_left_alone_still_takes_its_nodes(
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     l40s = len(_hosts_of(dev_cluster, "l40s"))
     first = job_from_options(gres="gpu:l40s:1", nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
-    taken = het_taken({}, explain(model, hook, first))
+    taken = het_taken({}, explain(model, hook, first), model)
     second = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
     predicted = explain(model, hook, second, taken=taken)
     script = "echo NODE=$SLURMD_NODENAME"

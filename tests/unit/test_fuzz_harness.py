@@ -34,6 +34,7 @@ def _harness(monkeypatch: pytest.MonkeyPatch, refuses: Any) -> tuple[fuzz.Fuzz, 
     monkeypatch.setattr(
         fuzz, "predict", lambda model, hook, options, uid, release, taken=None: _outcome(options)
     )
+    monkeypatch.setattr(fuzz, "het_taken", lambda taken, outcome, model: taken)  # no model here
     return fuzz.Fuzz(run, None, None, "22.05", "nobody", 65534), calls  # type: ignore[arg-type]
 
 

@@ -269,7 +269,7 @@ def test_shared_cases(case: dict[str, Any], rendered: dict[str, Config], hooks: 
         assert (rc == 0, message, after) == (python.ok, python.message, python.job), job
         check(expect, (python.ok, python.message, python.job))
         assert all(f"component {offset}:" in text for kind, text in log if kind == "info")
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, rendered[name].model)
 
 
 def test_the_decision_memo_covers_every_field_a_submission_reads(rendered: dict[str, Config]) -> None:
@@ -585,17 +585,19 @@ def test_generated_requests_agree_on_second(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(components=st.lists(jobs(), min_size=2, max_size=4))
+@pytest.mark.parametrize("name", ["mixed", "second"])
 def test_generated_het_jobs_agree(
-    rendered: dict[str, Config], hooks: dict[str, Hook], components: list[Job]
+    rendered: dict[str, Config], hooks: dict[str, Hook], name: str, components: list[Job]
 ) -> None:
     """Components of one heterogeneous job, in order: the hook's memory of the nodes earlier
-    components take (het_job_offset) and `explain(..., taken=...)` agree."""
-    config, hook, taken = rendered["mixed"], hooks["mixed"], {}
+    components take (het_job_offset) and `explain(..., taken=...)` agree (second: types with
+    several nodes, where -w hosts and -x counted twice made a difference)."""
+    config, hook, taken = rendered[name], hooks[name], {}
     for offset, job in enumerate(components):
         python = explain(config.model, config.options, job, taken=taken)
         rc, message, after, _ = hook.run_rc(job, het_job_offset=offset)
         assert (rc == 0, message, after) == (python.ok, python.message, python.job), (offset, job, taken)
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, config.model)
 
 
 _HOST_PARTS = st.sampled_from(["l40sn", "h100n", "t4n", "mixn", "a100n", "ascendn", "x", "n", "l40sn0", ""])
@@ -2165,7 +2167,7 @@ def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
             assert (rc, after, log) == (-1, given, [("error", python.message)])
             refused = True
             break
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, config.model)
     assert refused == (sizes != ("70G", "20G"))
     # a new srun starts again at component 0
     rc, after, log = run_cli(lua, {"gres": f"gres/gpumem:{sizes[0]}"}, offset=0)
@@ -2218,7 +2220,7 @@ def test_srun_het_components_left_alone_still_take_their_nodes(
             else:  # left to slurmctld's hook, which sees every component and refuses it the same
                 assert (rc, after, log) == (0, given, [])
             return
-        taken = het_taken(taken, python)
+        taken = het_taken(taken, python, config.model)
     assert "l40s" not in after["gres"]  # the last component never lands on the typed l40s node
 
 
