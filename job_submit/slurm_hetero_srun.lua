@@ -429,13 +429,17 @@ end
 
 -- Why a step the hook accepts on gpu_type asks more devices than the job holds where the step runs,
 -- or nil. counts: the devices of gpu_type on each node of the job holding it (per_node_held);
--- job_nodes: the job's nodes; nodes, tasks: the step's. Measured on 22.05 and 24.11, srun refuses a
+-- job: the job's node count and, recorded in 22.05's form, its per-task count (held_types); nodes,
+-- tasks: the step's. Measured on 22.05 and 24.11, srun refuses a
 -- step asking more per node than each of its nodes holds, more in all (--gpus) than its nodes hold
 -- ("Invalid generic resource (gres) specification", 24.11 across nodes "Unspecified error"), and
--- more tasks than its nodes hold --gpus-per-task for ("More processors requested than permitted").
+-- more tasks than its nodes hold --gpus-per-task for ("More processors requested than permitted"),
+-- and 22.05 more per task than a job asked per task ("Step requested gres_per_task=gpu:2 is more
+-- than the job's gres_per_task=gpu:1"; 24.11 runs that step).
 -- The step's nodes are the job's best-held ones, so a step that could fit is never refused.
-local function beyond(after, gpu_type, counts, job_nodes, nodes, tasks)
+local function beyond(after, gpu_type, counts, job, nodes, tasks)
   if counts == nil or #counts == 0 then return nil end
+  local job_nodes = job.nodes
   local held = {}
   for i, count in ipairs(counts) do held[i] = count end
   table.sort(held, function(a, b) return a > b end)
@@ -461,6 +465,10 @@ local function beyond(after, gpu_type, counts, job_nodes, nodes, tasks)
     end
   end
   for _, each in ipairs(gpu_counts(after.tres_per_task)) do
+    if job.per_task and each > job.per_task then
+      return string.format("the job holds %d %s per task and Slurm 22.05 gives its steps no more, the step "
+        .. "asks %d per task: at most --gpus-per-task=%d", job.per_task, gpu_type, each, job.per_task)
+    end
     local room = 0
     for i = 1, nodes do room = room + math.floor(held[i] / math.max(each, 1)) end
     local wanted = tasks or nodes
@@ -509,7 +517,8 @@ end
 -- names, default 0) holds, in the order scontrol shows them ({} when none), from its GRES in
 -- `scontrol show job -d -o` (JOB_GRES=gpu:l40s:1 and each node's GRES=gpu:l40s:1(IDX:0), 22.05
 -- and 24.11); nil when scontrol cannot say. Also the job as named to the user (10, or 10+0), and
--- what each node holds and the job's node count (per_node_held).
+-- what each node holds (per_node_held) and { nodes = the job's node count, per_task = its
+-- per-task gpu count where the record is in 22.05's `gres:` form }.
 local function held_types(job_id, offset)
   local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>/dev/null")
   if not ok or not pipe then return nil, job_id end
@@ -526,7 +535,11 @@ local function held_types(job_id, offset)
     end
   end
   local held, nodes = per_node_held(record)
-  return types, named, held, nodes
+  local job = { nodes = nodes }
+  for item in string.gmatch(string.match(record, "%sTresPerTask=(%S+)") or "", "[^,]+") do
+    if string.find(item, "^gres:gpu:") then job.per_task = gpu_count(item) end  -- 22.05's form only
+  end
+  return types, named, held, job
 end
 
 -- The step's request with its device count given the type gpu_type (a gpu item with a count
@@ -594,8 +607,8 @@ local function decide_step(hook, before, uid, job_id, offset, isset)
                                              before.tres_per_task or "", before.tres_per_socket or "" }, ","),
                               "gres[:/]", "")
   request = string.gsub(string.gsub(request, ",,+", ","), "^,*(.-),*$", "%1")
-  local types, held, job_nodes
-  types, job_id, held, job_nodes = held_types(job_id, offset)
+  local types, held, shape
+  types, job_id, held, shape = held_types(job_id, offset)
   if types == nil or #types == 0 then
     local what = types == nil and "slurm-hetero cannot read which devices it holds"
       or "it holds no gpu devices"
@@ -611,8 +624,8 @@ local function decide_step(hook, before, uid, job_id, offset, isset)
         request, job_id, table.concat(types, ", "), other)
     end
     local rc, after, lines = run_hook(hook, as_step(job), uid)
-    local nodes, tasks = step_counts(before, isset, job_nodes)
-    local over = rc == real.SUCCESS and beyond(after, gpu_type, held[gpu_type], job_nodes, nodes, tasks) or nil
+    local nodes, tasks = step_counts(before, isset, shape.nodes)
+    local over = rc == real.SUCCESS and beyond(after, gpu_type, held[gpu_type], shape, nodes, tasks) or nil
     if rc == real.SUCCESS and #lines > 0 and over == nil then
       after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
       if #types == 1 then untyped(after, gpu_type) end

@@ -835,6 +835,28 @@ def test_a_step_on_fewer_nodes_than_the_job_is_checked_on_its_own_nodes(dev_clus
     assert "Invalid generic resource" not in refused and "Unable to create step" not in refused, run.stderr
 
 
+def test_a_step_of_a_per_task_job_asking_more_per_task_is_refused_on_22_05(dev_cluster: Cluster) -> None:
+    """Measured on 22.05: in `salloc -N1 -n4 --gpus-per-task=1` (four a100_80g), `srun -n2
+    --gpus-per-task=2` failed "Step requested gres_per_task=gpu:2 is more than the job's
+    gres_per_task=gpu:1", after the filter's decision; 24.11 runs it. Now 22.05 refuses it in one line."""
+    a100 = _hosts_of(dev_cluster, "a100_80g")[0]
+    inner = "srun -n2 --gpus-per-task=2 --gres=gpumem:10G sh -c 'echo CVD=$CUDA_VISIBLE_DEVICES'; echo rc=$?"
+    run = as_user("salloc", "-t", "2", "-N1", "-n4", "-w", a100, "--gpus-per-task=1", "sh", "-c", inner)
+    if dev_cluster.name != "22.05":
+        assert "rc=0" in run.stdout and "(a step of job " in run.stderr, (run.stdout, run.stderr)
+        return
+    assert "rc=1" in run.stdout, run.stdout
+    assert re.search(
+        r"this srun is a step of job \d+, whose a100_80g devices cannot hold it \(the job holds 1 a100_80g "
+        r"per task and Slurm 22.05 gives its steps no more, the step asks 2 per task: "
+        r"at most --gpus-per-task=1\)",
+        run.stderr,
+    ), run.stderr
+    assert "more than the job's" not in run.stderr and "Invalid generic resource" not in run.stderr, (
+        run.stderr
+    )
+
+
 def test_tasks_of_a_per_task_step_see_their_device(dev_cluster: Cluster) -> None:
     """Adversarial K48 (22.05): `salloc -n 2 --gpus-per-task=1 --gres=gpumem:20G` then `srun -n 2
     --gpus-per-task=1 --gres=gpumem:30G`: the step ran but both tasks saw CUDA_VISIBLE_DEVICES empty.

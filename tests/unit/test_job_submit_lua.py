@@ -2261,9 +2261,34 @@ def test_a_step_whose_node_count_the_client_cannot_tell_is_checked_on_all_the_jo
     rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "gpus": "3", "nodes": "1-0", "ntasks": "1"})
     assert rc == 0 and [kind for kind, _ in log] == ["info"], log
     rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "gpus": "4", "nodes": "1-0", "ntasks": "1"})
+    assert rc == -1, log
+    assert log[0][1].endswith("(the job holds 3 a100_80g, the step asks 4 in all: at most --gpus=3)"), log
+
+
+@pytest.mark.parametrize(
+    ("recorded", "refused"), [("gres:gpu:1", True), ("gres/gpu=1", False), (None, False)]
+)
+def test_a_step_of_a_per_task_job_asks_no_more_per_task_on_22_05(
+    rendered: dict[str, Config], recorded: str | None, refused: bool
+) -> None:
+    """Measured on 22.05: in `salloc -N1 -n4 --gpus-per-task=1` (four a100_80g), `srun -n2
+    --gpus-per-task=2` failed "Step requested gres_per_task=gpu:2 is more than the job's
+    gres_per_task=gpu:1"; 24.11 runs it. The job's record in 22.05's form (`gres:`) tells."""
+    lua = cli_filter(rendered["scoped"])
+    shown = _shown("12", "a100_80g", 4)
+    if recorded:
+        shown = shown.replace(" TresPerNode=gres/gpumem:20G", f" TresPerTask={recorded}")
+    _in_allocation(lua, shown)
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "ntasks": "2", "gpus-per-task": "2"})
+    if not refused:
+        assert rc == 0 and [kind for kind, _ in log] == ["info"], log
+        return
     assert rc == -1 and log[0][1].endswith(
-        "(the job holds 3 a100_80g, the step asks 4 in all: at most --gpus=3)"
-    )
+        "(the job holds 1 a100_80g per task and Slurm 22.05 gives its steps no more, the step asks 2 per "
+        "task: at most --gpus-per-task=1)"
+    ), log
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "ntasks": "4", "gpus-per-task": "1"})
+    assert rc == 0, log
 
 
 # Issue 10 item 5: `srun --gres=gpumem:20G A : --gres=gpumem:20G B` (no allocation) rewrote both
