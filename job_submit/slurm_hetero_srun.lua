@@ -324,14 +324,52 @@ local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
 
--- Beside the gpu types held_types lists, types[TYPE]: the fewest devices of TYPE any node of the
--- job holds, from a node's GRES=gpu:TYPE:N(IDX:...) in `value` (JOB_GRES, the job's total, shows no
--- IDX); unset when scontrol shows no such count.
-local function note_per_node(types, value, gpu_type)
-  for name, count in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):(%d+)%(IDX") do
-    count = tonumber(count)
-    if name == gpu_type and (types[name] == nil or count < types[name]) then types[name] = count end
+-- How many hosts a Slurm hostlist names ("a100n[1-2,4],l40sn1" -> 4).
+local function hosts_in(list)
+  local total, depth, start = 0, 0, 1
+  local entries = {}
+  for i = 1, #list do
+    local c = string.sub(list, i, i)
+    if c == "[" then depth = depth + 1 elseif c == "]" then depth = depth - 1
+    elseif c == "," and depth == 0 then entries[#entries + 1], start = string.sub(list, start, i - 1), i + 1 end
   end
+  entries[#entries + 1] = string.sub(list, start)
+  for _, entry in ipairs(entries) do
+    local hosts = 1
+    for inside in string.gmatch(entry, "%[([^%]]*)%]") do
+      local count = 0
+      for part in string.gmatch(inside, "[^,]+") do
+        local low, high = string.match(part, "^(%d+)%-(%d+)$")
+        count = count + (low and math.max(tonumber(high) - tonumber(low) + 1, 0) or 1)
+      end
+      hosts = hosts * count
+    end
+    if entry ~= "" then total = total + hosts end
+  end
+  return total
+end
+
+-- The job's node records in `scontrol show job -d -o` (`Nodes=HOSTLIST CPU_IDs=... GRES=gpu:l40s:1(IDX:0)`,
+-- one per group of nodes alike, 22.05 and 24.11): held[TYPE] = the devices of TYPE on each node
+-- holding it (a list, one entry per node), and the job's node count (NumNodes, or the records').
+local function per_node_held(record)
+  local held, nodes, starts = {}, 0, {}
+  local at = 1
+  while true do
+    local first = string.find(record, "%sNodes=", at)
+    if first == nil then break end
+    starts[#starts + 1], at = first, first + 1
+  end
+  for i, first in ipairs(starts) do
+    local slice = string.sub(record, first, (starts[i + 1] or (#record + 1)) - 1)
+    local hosts = hosts_in(string.match(slice, "^%sNodes=(%S*)") or "")
+    nodes = nodes + hosts
+    for gpu_type, count in string.gmatch(string.match(slice, "%sGRES=(%S+)") or "", "%f[%w]gpu:([%w_%.%-]+):(%d+)%(IDX") do
+      held[gpu_type] = held[gpu_type] or {}
+      for _ = 1, hosts do table.insert(held[gpu_type], tonumber(count)) end
+    end
+  end
+  return held, math.max(nodes, tonumber(string.match(record, "%sNumNodes=(%d+)") or "") or 0)
 end
 
 -- A step's request as the hook decides it: -w/-x pick nodes among the job's, whose devices are
@@ -373,18 +411,87 @@ local function all_are(reasons, reason)
   return reason ~= nil
 end
 
--- Why a step the hook accepts on gpu_type asks more devices per node than each node of the job
--- holds (held: the fewest of that type on one node, note_per_node), or nil.
-local function beyond(after, gpu_type, held)
-  if held == nil then return nil end
-  for item in string.gmatch(after.tres_per_node or "", "[^,]+") do
-    local rest = string.match(item, "^g?r?e?s?[:/]?gpu[:=](.*)$")
-    local asked = rest and tonumber(string.match(rest, "^(%d+)$") or string.match(rest, "[:=](%d+)$"))
-    if asked and asked > held then
-      return string.format("the job holds %d %s per node, the step asks %d", held, gpu_type, asked)
+-- The count of a step's gpu item ("gres/gpu:l40s:2", "gpu:2", "gres/gpu=1"), or nil.
+local function gpu_count(item)
+  local rest = string.match(item, "^g?r?e?s?[:/]?gpu[:=](.*)$")
+  return rest and tonumber(string.match(rest, "^(%d+)$") or string.match(rest, "[:=](%d+)$")) or nil
+end
+
+local function gpu_counts(field)
+  local out = {}
+  for item in string.gmatch(field or "", "[^,]+") do out[#out + 1] = gpu_count(item) end
+  return out
+end
+
+local function plural(count, word)
+  return count .. " " .. word .. (count == 1 and "" or "s")
+end
+
+-- Why a step the hook accepts on gpu_type asks more devices than the job holds where the step runs,
+-- or nil. counts: the devices of gpu_type on each node of the job holding it (per_node_held);
+-- job: the job's node count and, recorded in 22.05's form, its per-task count (held_types); nodes,
+-- tasks: the step's. Measured on 22.05 and 24.11, srun refuses a
+-- step asking more per node than each of its nodes holds, more in all (--gpus) than its nodes hold
+-- ("Invalid generic resource (gres) specification", 24.11 across nodes "Unspecified error"), and
+-- more tasks than its nodes hold --gpus-per-task for ("More processors requested than permitted"),
+-- and 22.05 more per task than a job asked per task ("Step requested gres_per_task=gpu:2 is more
+-- than the job's gres_per_task=gpu:1"; 24.11 runs that step).
+-- The step's nodes are the job's best-held ones, so a step that could fit is never refused.
+local function beyond(after, gpu_type, counts, job, nodes, tasks)
+  if counts == nil or #counts == 0 then return nil end
+  local job_nodes = job.nodes
+  local held = {}
+  for i, count in ipairs(counts) do held[i] = count end
+  table.sort(held, function(a, b) return a > b end)
+  for i = #held + 1, math.max(job_nodes, nodes) do held[i] = 0 end
+  local on = nodes < job_nodes and (" on the step's " .. plural(nodes, "node")) or ""
+  for _, asked in ipairs(gpu_counts(after.tres_per_node)) do
+    if asked > held[nodes] then
+      if on == "" and #counts >= job_nodes then
+        return string.format("the job holds %d %s per node, the step asks %d", held[nodes], gpu_type, asked)
+      end
+      local enough = 0
+      for _, count in ipairs(held) do enough = enough + ((count >= asked) and 1 or 0) end
+      return string.format("%d of the job's %s hold %d %s, the step asks %d per node on %s", enough,
+        plural(job_nodes, "node"), asked, gpu_type, asked, plural(nodes, "node"))
+    end
+  end
+  local total, biggest = 0, held[1]
+  for i = 1, nodes do total = total + held[i] end
+  for _, asked in ipairs(gpu_counts(after.tres_per_job)) do
+    if asked > total then
+      return string.format("the job holds %d %s%s, the step asks %d in all: at most --gpus=%d", total, gpu_type,
+        on, asked, total)
+    end
+  end
+  for _, each in ipairs(gpu_counts(after.tres_per_task)) do
+    if job.per_task and each > job.per_task then
+      return string.format("the job holds %d %s per task and Slurm 22.05 gives its steps no more, the step "
+        .. "asks %d per task: at most --gpus-per-task=%d", job.per_task, gpu_type, each, job.per_task)
+    end
+    local room = 0
+    for i = 1, nodes do room = room + math.floor(held[i] / math.max(each, 1)) end
+    local wanted = tasks or nodes
+    if wanted > room then
+      local most = room > 0 and ("-n " .. room) or ("--gpus-per-task=" .. biggest)
+      return string.format("the job holds %d %s%s, enough for %s of %d each, the step asks %s: at most %s",
+        total, gpu_type, on, plural(room, "task"), each, plural(wanted, "task"), most)
     end
   end
   return nil
+end
+
+-- The step's node and task counts in a job of job_nodes nodes: -N as set (the job's nodes
+-- without it), lowered to -n (srun: "can't run 1 processes on 2 nodes, setting nnodes to 1"); -n,
+-- or --ntasks-per-node on each of those nodes, or nil (one task per node). Without `isset` (no
+-- slurm.json_cli_options) the client's unset -N reads "1-0": the job's nodes, the tasks unknown.
+local function step_counts(before, isset, job_nodes)
+  if isset == nil then return job_nodes, nil end
+  local nodes = math.min(before.max_nodes or before.min_nodes or job_nodes, job_nodes)
+  local tasks = isset("ntasks") and before.num_tasks or nil
+  if tasks and tasks < nodes then nodes = tasks end
+  if tasks == nil and before.ntasks_per_node then tasks = nodes * before.ntasks_per_node end
+  return math.max(nodes, 1), tasks
 end
 
 -- The job this srun makes a step of: srun inside salloc or sbatch (SLURM_JOB_ID, which srun
@@ -409,7 +516,9 @@ end
 -- The gpu types the job (of a het allocation: component `offset`, the one srun's --het-group
 -- names, default 0) holds, in the order scontrol shows them ({} when none), from its GRES in
 -- `scontrol show job -d -o` (JOB_GRES=gpu:l40s:1 and each node's GRES=gpu:l40s:1(IDX:0), 22.05
--- and 24.11); nil when scontrol cannot say. Also the job as named to the user (10, or 10+0).
+-- and 24.11); nil when scontrol cannot say. Also the job as named to the user (10, or 10+0), and
+-- what each node holds (per_node_held) and { nodes = the job's node count, per_task = its
+-- per-task gpu count where the record is in 22.05's `gres:` form }.
 local function held_types(job_id, offset)
   local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>/dev/null")
   if not ok or not pipe then return nil, job_id end
@@ -423,10 +532,14 @@ local function held_types(job_id, offset)
   for value in string.gmatch(record, "[%s_]GRES=(%S+)") do
     for gpu_type in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):%d") do
       if not seen[gpu_type] then seen[gpu_type], types[#types + 1] = true, gpu_type end
-      note_per_node(types, value, gpu_type)
     end
   end
-  return types, named
+  local held, nodes = per_node_held(record)
+  local job = { nodes = nodes }
+  for item in string.gmatch(string.match(record, "%sTresPerTask=(%S+)") or "", "[^,]+") do
+    if string.find(item, "^gres:gpu:") then job.per_task = gpu_count(item) end  -- 22.05's form only
+  end
+  return types, named, held, job
 end
 
 -- The step's request with its device count given the type gpu_type (a gpu item with a count
@@ -489,13 +602,13 @@ end
 -- A step is not a new job: its devices come from the job it runs in (of a het allocation, the
 -- component srun runs it on: offset). The hook decides the request on each gpu type that job holds (the count as the request gives it); the first the
 -- hook accepts is the step's, else one line names the job's devices and why none fits.
-local function decide_step(hook, before, uid, job_id, offset)
+local function decide_step(hook, before, uid, job_id, offset, isset)
   local request = string.gsub(table.concat({ before.tres_per_node or "", before.tres_per_job or "",
                                              before.tres_per_task or "", before.tres_per_socket or "" }, ","),
                               "gres[:/]", "")
   request = string.gsub(string.gsub(request, ",,+", ","), "^,*(.-),*$", "%1")
-  local types
-  types, job_id = held_types(job_id, offset)
+  local types, held, shape
+  types, job_id, held, shape = held_types(job_id, offset)
   if types == nil or #types == 0 then
     local what = types == nil and "slurm-hetero cannot read which devices it holds"
       or "it holds no gpu devices"
@@ -511,7 +624,8 @@ local function decide_step(hook, before, uid, job_id, offset)
         request, job_id, table.concat(types, ", "), other)
     end
     local rc, after, lines = run_hook(hook, as_step(job), uid)
-    local over = rc == real.SUCCESS and beyond(after, gpu_type, types[gpu_type]) or nil
+    local nodes, tasks = step_counts(before, isset, shape.nodes)
+    local over = rc == real.SUCCESS and beyond(after, gpu_type, held[gpu_type], shape, nodes, tasks) or nil
     if rc == real.SUCCESS and #lines > 0 and over == nil then
       after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
       if #types == 1 then untyped(after, gpu_type) end
@@ -569,7 +683,7 @@ return function(options, offset, earlier)
     -- exempt users are left alone, as by the hook
     local rc, _, exempt = run_hook(hook, before, uid)
     if rc == real.SUCCESS and #exempt == 0 then return real.SUCCESS end
-    after, lines = decide_step(hook, before, uid, job_id, tonumber(offset))
+    after, lines = decide_step(hook, before, uid, job_id, tonumber(offset), isset)
     if after == nil then
       real.log_error("%s", lines)
       return real.ERROR

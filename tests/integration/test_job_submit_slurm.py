@@ -871,6 +871,91 @@ def test_a_step_asking_more_devices_per_node_than_the_job_holds_is_refused_in_on
     assert "gpu:a100_80g:3" not in run.stderr and "more than the job" not in run.stderr, run.stderr
 
 
+def test_a_step_asking_more_devices_in_all_than_the_job_holds_is_refused_in_one_line(
+    dev_cluster: Cluster,
+) -> None:
+    """Issue 10 (srun steps): in an allocation of one l40s, `srun --gpus=2 --gres=gpumem:10G` and
+    `srun -n2 --gpus-per-task=1 --gres=gpumem:10G` printed the decision (`-> gres/gpu:l40s:2`), then
+    srun failed "Invalid generic resource (gres) specification" / "More processors requested than
+    permitted" (measured on 22.05 and 24.11). Now the filter refuses them naming what the job holds
+    and what fits; steps within it (--exact, --overlap too) still run."""
+    inner = (
+        "srun --gpus=2 --gres=gpumem:10G hostname; echo rc=$?; "
+        "srun -n2 --gpus-per-task=1 --gres=gpumem:10G hostname; echo rc=$?; "
+        "srun --gpus=1 --gres=gpumem:10G sh -c 'echo CVD=$CUDA_VISIBLE_DEVICES'; echo rc=$?; "
+        "srun --exact -n1 --gpus-per-task=1 --gres=gpumem:10G sh -c 'echo CVD=$CUDA_VISIBLE_DEVICES'; "
+        "echo rc=$?; "
+        "srun --overlap -n1 --gpus=1 --gres=gpumem:10G hostname; echo rc=$?"
+    )
+    # whole l40s devices (this suite shares them: gpumem:20G would hold shards)
+    run = as_user("salloc", "-t", "2", "-N1", "-n2", "--gres=gpu:l40s:1", "sh", "-c", inner)
+    assert re.findall(r"rc=(\d+)", run.stdout) == ["1", "1", "0", "0", "0"], (run.stdout, run.stderr)
+    step = r"this srun is a step of job \d+, whose l40s devices cannot hold it"
+    assert re.search(
+        rf"{step} \(the job holds 1 l40s, the step asks 2 in all: at most --gpus=1\)", run.stderr
+    )
+    assert re.search(
+        rf"{step} \(the job holds 1 l40s, enough for 1 task of 1 each, the step asks 2 tasks: at most -n 1\)",
+        run.stderr,
+    ), run.stderr
+    assert "Invalid generic resource" not in run.stderr and "More processors" not in run.stderr, run.stderr
+    assert "gpu:l40s:2" not in run.stderr and "CVD=0" in run.stdout, (run.stdout, run.stderr)
+
+
+def test_a_step_on_fewer_nodes_than_the_job_is_checked_on_its_own_nodes(dev_cluster: Cluster) -> None:
+    """Issue 10 (srun steps): in a two-node allocation holding one a100_80g and one l40s, a step on
+    one node (-N1, or -n1, which srun runs on one node) asking one device is decided (and runs on
+    24.11), and one asking more than the step's node holds of a type is refused in one line, not by
+    srun after the decision ("Invalid generic resource (gres) specification")."""
+    nodes = f"{_hosts_of(dev_cluster, 'a100_80g')[0]},{_hosts_of(dev_cluster, 'l40s')[0]}"
+    script = "echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES"
+    inner = (
+        f"srun -N1 -n1 --gpus=1 --gres=gpumem:10G sh -c '{script}'; echo rc=$?; "
+        f"srun --exact -n1 --gpus-per-task=1 --gres=gpumem:10G sh -c '{script}'; echo rc=$?; "
+        "srun -N1 -n1 --gpus=2 --gres=gpumem:10G hostname; echo rc=$?"
+    )
+    run = as_user("salloc", "-t", "2", "-N2", "-n2", "-w", nodes, "--gres=gpu:1", "sh", "-c", inner)
+    # the steps on one node are not refused by the filter (each is decided, then the third refused)
+    assert len(re.findall(r"\(a step of job \d+\)", run.stderr)) == 2, run.stderr
+    assert len(re.findall(r"cannot hold it", run.stderr)) == 1, run.stderr
+    if dev_cluster.name != "22.05":
+        assert re.findall(r"rc=(\d+)", run.stdout) == ["0", "0", "1"], (run.stdout, run.stderr)
+        assert len(re.findall(r"CVD=0", run.stdout)) == 2, run.stdout
+    else:  # 22.05 refuses a typed step of a job asked untyped: the filter types steps of a job of two types
+        assert "Step requested GRES (gpu:a100_80g) not found in the job" in run.stderr, run.stderr
+        assert re.findall(r"rc=(\d+)", run.stdout)[2] == "1", run.stdout
+    assert re.search(
+        r"whose a100_80g, l40s devices cannot hold it \(the job holds 1 a100_80g on the step's 1 node, "
+        r"the step asks 2 in all: at most --gpus=1; the job holds 1 l40s on the step's 1 node, the step "
+        r"asks 2 in all: at most --gpus=1\)",
+        run.stderr,
+    ), run.stderr
+    refused = run.stderr[run.stderr.index("at most --gpus=1)") :]
+    assert "Invalid generic resource" not in refused and "Unable to create step" not in refused, run.stderr
+
+
+def test_a_step_of_a_per_task_job_asking_more_per_task_is_refused_on_22_05(dev_cluster: Cluster) -> None:
+    """Measured on 22.05: in `salloc -N1 -n4 --gpus-per-task=1` (four a100_80g), `srun -n2
+    --gpus-per-task=2` failed "Step requested gres_per_task=gpu:2 is more than the job's
+    gres_per_task=gpu:1", after the filter's decision; 24.11 runs it. Now 22.05 refuses it in one line."""
+    a100 = _hosts_of(dev_cluster, "a100_80g")[0]
+    inner = "srun -n2 --gpus-per-task=2 --gres=gpumem:10G sh -c 'echo CVD=$CUDA_VISIBLE_DEVICES'; echo rc=$?"
+    run = as_user("salloc", "-t", "2", "-N1", "-n4", "-w", a100, "--gpus-per-task=1", "sh", "-c", inner)
+    if dev_cluster.name != "22.05":
+        assert "rc=0" in run.stdout and "(a step of job " in run.stderr, (run.stdout, run.stderr)
+        return
+    assert "rc=1" in run.stdout, run.stdout
+    assert re.search(
+        r"this srun is a step of job \d+, whose a100_80g devices cannot hold it \(the job holds 1 a100_80g "
+        r"per task and Slurm 22.05 gives its steps no more, the step asks 2 per task: "
+        r"at most --gpus-per-task=1\)",
+        run.stderr,
+    ), run.stderr
+    assert "more than the job's" not in run.stderr and "Invalid generic resource" not in run.stderr, (
+        run.stderr
+    )
+
+
 def test_tasks_of_a_per_task_step_see_their_device(dev_cluster: Cluster) -> None:
     """Adversarial K48 (22.05): `salloc -n 2 --gpus-per-task=1 --gres=gpumem:20G` then `srun -n 2
     --gpus-per-task=1 --gres=gpumem:30G`: the step ran but both tasks saw CUDA_VISIBLE_DEVICES empty.

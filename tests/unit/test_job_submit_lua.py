@@ -2143,6 +2143,183 @@ def test_a_step_counts_the_fewest_devices_any_node_of_the_job_holds(rendered: di
     assert rc == -1 and log[0][1].endswith("(the job holds 1 a100_80g per node, the step asks 2)"), log
 
 
+# Issue 10 (srun steps): a step's job total (`srun --gpus=N`) and per-task count x tasks (`srun -n T
+# --gpus-per-task=P`) were not checked against what the allocation holds: in `salloc -N1
+# --gres=gpumem:20G` (one l40s) `srun --gpus=2 --gres=gpumem:10G` and `srun -n2 --gpus-per-task=1
+# --gres=gpumem:10G` printed the decision, then srun failed "Invalid generic resource (gres)
+# specification" / "More processors requested than permitted" (measured on 22.05 and 24.11).
+def _shown_records(job_id: str, records: list[tuple[str, str, int]], num_nodes: int) -> str:
+    """`scontrol show job -d -o` of a running job whose node records (one per group of nodes alike,
+    `Nodes=HOSTLIST ... GRES=gpu:TYPE:N(IDX:...)`) are `records`."""
+    nodes = "".join(
+        f"   Nodes={hosts} CPU_IDs=0-1 Mem=500 GRES=gpu:{gpu_type}:{count}(IDX:0-{count - 1})"
+        for hosts, gpu_type, count in records
+    )
+    return (
+        f"JobId={job_id} JobName=sh UserId=nobody(65534) JobState=RUNNING NumNodes={num_nodes} "
+        f"NodeList=x JOB_GRES=gpu:{records[0][1]}:9{nodes} MinCPUsNode=1 TresPerNode=gres/gpumem:20G\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"gpus": "1"}, None),
+        ({"gpus": "2"}, "the job holds 1 l40s, the step asks 2 in all: at most --gpus=1"),
+        ({"gpus": "l40s:2"}, "the job holds 1 l40s, the step asks 2 in all: at most --gpus=1"),
+        (
+            {"ntasks": "2", "gpus-per-task": "1"},
+            "the job holds 1 l40s, enough for 1 task of 1 each, the step asks 2 tasks: at most -n 1",
+        ),
+        (  # srun 24.11: the per-task count inherited from the allocation (SLURM_TRES_PER_TASK)
+            {"ntasks": "2", "tres-per-task": "gres/gpu=1"},
+            "the job holds 1 l40s, enough for 1 task of 1 each, the step asks 2 tasks: at most -n 1",
+        ),
+        (
+            {"ntasks": "1", "gpus-per-task": "2"},
+            "the job holds 1 l40s, enough for 0 tasks of 2 each, the step asks 1 task: "
+            "at most --gpus-per-task=1",
+        ),
+        ({"ntasks": "1", "gpus-per-task": "1", "exact": "set"}, None),
+    ],
+)
+def test_a_step_asking_more_devices_in_all_than_the_job_holds_is_refused(
+    rendered: dict[str, Config], options: dict[str, str], reason: str | None
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("12", "l40s", 1))
+    given = {"gres": "gres/gpumem:10G", **options}
+    rc, after, log = run_cli(lua, given)
+    if reason is None:
+        assert rc == 0 and [kind for kind, _ in log] == ["info"], log
+        return
+    assert (rc, after) == (-1, given), log
+    assert len(log) == 1 and log[0][0] == "error", log
+    assert re.fullmatch(
+        r"\S+: this srun is a step of job 12, whose l40s devices cannot hold it \("
+        + re.escape(reason)
+        + r"\)",
+        log[0][1],
+    ), log
+
+
+# A job of two a100_80g nodes holding 2 and 1 (three in all); and of two nodes alike shown as one
+# record (`Nodes=n[1-2]`), 2 each.
+UNEVEN = [("n1", "a100_80g", 2), ("n2", "a100_80g", 1)]
+ALIKE = [("n[1-2]", "a100_80g", 2)]
+
+
+@pytest.mark.parametrize(
+    ("records", "options", "reason"),
+    [
+        (UNEVEN, {"gpus": "3"}, None),
+        (UNEVEN, {"gpus": "4"}, "the job holds 3 a100_80g, the step asks 4 in all: at most --gpus=3"),
+        (UNEVEN, {"nodes": "1", "gpus": "2"}, None),  # -N smaller than the job: its best-held node
+        (
+            UNEVEN,
+            {"nodes": "1", "gpus": "3"},
+            "the job holds 2 a100_80g on the step's 1 node, the step asks 3 in all: at most --gpus=2",
+        ),
+        (  # -n1 lowers the step to one node, as srun does ("setting nnodes to 1")
+            UNEVEN,
+            {"ntasks": "1", "gpus": "3"},
+            "the job holds 2 a100_80g on the step's 1 node, the step asks 3 in all: at most --gpus=2",
+        ),
+        (UNEVEN, {"nodes": "1-2", "gpus": "3"}, None),
+        (UNEVEN, {"ntasks": "3", "gpus-per-task": "1"}, None),
+        (
+            UNEVEN,
+            {"ntasks": "4", "gpus-per-task": "1"},
+            "the job holds 3 a100_80g, enough for 3 tasks of 1 each, the step asks 4 tasks: at most -n 3",
+        ),
+        (UNEVEN, {"nodes": "1", "ntasks": "2", "gpus-per-task": "1", "overlap": "set"}, None),
+        (
+            UNEVEN,
+            {"nodes": "1", "ntasks": "3", "gpus-per-task": "1"},
+            "the job holds 2 a100_80g on the step's 1 node, enough for 2 tasks of 1 each, "
+            "the step asks 3 tasks: at most -n 2",
+        ),
+        (
+            UNEVEN,
+            {"ntasks-per-node": "2", "gpus-per-task": "1"},  # 2 tasks on each of the 2 nodes
+            "the job holds 3 a100_80g, enough for 3 tasks of 1 each, the step asks 4 tasks: at most -n 3",
+        ),
+        (UNEVEN, {"nodes": "1", "gpus-per-node": "2"}, None),  # was refused: the fewest per node was 1
+        (UNEVEN, {"gpus-per-node": "2"}, "the job holds 1 a100_80g per node, the step asks 2"),
+        (ALIKE, {"gpus": "4"}, None),
+        (
+            ALIKE,
+            {"nodes": "1", "gpus": "3"},
+            "the job holds 2 a100_80g on the step's 1 node, the step asks 3 in all: at most --gpus=2",
+        ),
+        (ALIKE, {"ntasks": "4", "gpus-per-task": "1", "exact": "set"}, None),
+        (ALIKE, {"ntasks": "2", "gpus-per-task": "2"}, None),
+        (
+            ALIKE,
+            {"nodes": "1", "ntasks": "2", "gpus-per-task": "2"},
+            "the job holds 2 a100_80g on the step's 1 node, enough for 1 task of 2 each, "
+            "the step asks 2 tasks: at most -n 1",
+        ),
+    ],
+)
+def test_a_step_is_checked_against_the_devices_of_the_nodes_it_runs_on(
+    rendered: dict[str, Config],
+    records: list[tuple[str, str, int]],
+    options: dict[str, str],
+    reason: str | None,
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown_records("12", records, 2))
+    given = {"gres": "gres/gpumem:10G", **options}
+    rc, after, log = run_cli(lua, given)
+    if reason is None:
+        assert rc == 0 and [kind for kind, _ in log] == ["info"], log
+        return
+    assert (rc, after) == (-1, given), log
+    assert log[0][1].endswith(f"whose a100_80g devices cannot hold it ({reason})"), log
+
+
+def test_a_step_whose_node_count_the_client_cannot_tell_is_checked_on_all_the_jobs_nodes(
+    rendered: dict[str, Config],
+) -> None:
+    """Without slurm.json_cli_options srun's unset -N reads "1-0" and -n "1": the step is taken to
+    span the job's nodes, so `--gpus=3` in a job holding 2 + 1 is not refused as if on one node."""
+    lua = cli_filter(rendered["scoped"])
+    lua.execute("slurm.json_cli_options = nil")
+    _in_allocation(lua, _shown_records("12", UNEVEN, 2))
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "gpus": "3", "nodes": "1-0", "ntasks": "1"})
+    assert rc == 0 and [kind for kind, _ in log] == ["info"], log
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "gpus": "4", "nodes": "1-0", "ntasks": "1"})
+    assert rc == -1, log
+    assert log[0][1].endswith("(the job holds 3 a100_80g, the step asks 4 in all: at most --gpus=3)"), log
+
+
+@pytest.mark.parametrize(
+    ("recorded", "refused"), [("gres:gpu:1", True), ("gres/gpu=1", False), (None, False)]
+)
+def test_a_step_of_a_per_task_job_asks_no_more_per_task_on_22_05(
+    rendered: dict[str, Config], recorded: str | None, refused: bool
+) -> None:
+    """Measured on 22.05: in `salloc -N1 -n4 --gpus-per-task=1` (four a100_80g), `srun -n2
+    --gpus-per-task=2` failed "Step requested gres_per_task=gpu:2 is more than the job's
+    gres_per_task=gpu:1"; 24.11 runs it. The job's record in 22.05's form (`gres:`) tells."""
+    lua = cli_filter(rendered["scoped"])
+    shown = _shown("12", "a100_80g", 4)
+    if recorded:
+        shown = shown.replace(" TresPerNode=gres/gpumem:20G", f" TresPerTask={recorded}")
+    _in_allocation(lua, shown)
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "ntasks": "2", "gpus-per-task": "2"})
+    if not refused:
+        assert rc == 0 and [kind for kind, _ in log] == ["info"], log
+        return
+    assert rc == -1 and log[0][1].endswith(
+        "(the job holds 1 a100_80g per task and Slurm 22.05 gives its steps no more, the step asks 2 per "
+        "task: at most --gpus-per-task=1)"
+    ), log
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:10G", "ntasks": "4", "gpus-per-task": "1"})
+    assert rc == 0, log
+
+
 # Issue 10 item 5: `srun --gres=gpumem:20G A : --gres=gpumem:20G B` (no allocation) rewrote both
 # components to l40s, the cluster's one l40s node, and the job waited forever (components never
 # share a node). srun calls the filter once per component (pack_offset 0, 1, ...) in one Lua
