@@ -301,3 +301,17 @@ def test_a_het_components_mem_reaches_the_components_without_their_own() -> None
     assert het_mem_refusal([{"mem_per_cpu": "1G"}, {"mem": "1G"}]) is None
     assert het_mem_refusal([{"mem": "1G"}, {"mem": "2G", "mem_per_cpu": "1G"}]) is None
 
+
+def test_explains_help_says_what_it_does_with_node_lists() -> None:
+    """X19: `request explain --help` said -x with gpumem/gpucore is refused; it is decided (only -w
+    is refused): the help of each says what explain does with it."""
+    result = CliRunner().invoke(cli, ["request", "explain", "--help"], terminal_width=200)
+    lines = {
+        line.split()[1].rstrip(","): line
+        for line in result.stdout.splitlines()
+        if line.strip()[:2] in ("-w", "-x")
+    }
+    assert "refused" in lines["--nodelist"] and "refused" not in lines["--exclude"], lines
+    args = ["request", "explain", "--inventory", str(MIXED), "--json", "--gres", "gpumem:20G"]
+    assert json.loads(CliRunner().invoke(cli, [*args, "-x", "l40sn1"]).stdout)["ok"]
+    assert not json.loads(CliRunner().invoke(cli, [*args, "-w", "l40sn1"]).stdout)["ok"]
