@@ -16,7 +16,10 @@ Merge rules, per het component:
 Every component then goes through the job_submit hook's own decision, in order (`hook_check`:
 `submit.explain` on the job_desc `submit.sbatch.job_from_texts` models for the release's sbatch
 from every option a decision reads, as `request explain` does, with the nodes earlier components
-take), refused with its message; a typed component without gpumem takes its nodes as in the hook
+take; in a het job on each component as sbatch sends it, `submit.sbatch.het_sent`: every -x and
+the other components' -w are its exclusions, a --mem reaches the components without one
+(adversarial X21-X27: comp 1 of `-x l40sn1 : --gres=gpumem:20G` was l40s here, a100_80g in the
+hook)), refused with its message; a typed component without gpumem takes its nodes as in the hook
 (adversarial pass W15-W17: it was skipped, and `--gres=gpu:a100_80g:1 : --gres=gpumem:70G` passed
 here while the hook refused it). The wrapper's own type checks cover what the hook leaves alone
 (a named type without gpumem: slurmctld's to refuse).
@@ -25,7 +28,7 @@ here while the hook refused it). The wrapper's own type checks cover what the ho
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_hetero.engine.score import ClusterModel
@@ -34,7 +37,14 @@ from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
 from slurm_hetero.submit import HookOptions, Job, Outcome, Taken, explain, het_taken
-from slurm_hetero.submit.sbatch import gres_names, job_from_texts, texts_of
+from slurm_hetero.submit.sbatch import (
+    MEMORY_EXCLUSIVE,
+    gres_names,
+    het_mem_refusal,
+    het_sent,
+    job_from_texts,
+    texts_of,
+)
 from slurm_hetero.units import Request, format_size, has_ours, parse_fields
 
 MIB = 2**20
@@ -256,12 +266,32 @@ def plan_model(
 
 
 # ------------------------------------------------------------------------------ the hook's check
-def hook_job(c: Component, gres: str | None, release: str, names: frozenset[str] | None = None) -> Job:
-    """The job_desc the release's sbatch sends for the component with `--gres=gres` (the hook's
-    input, built as `request explain` builds it: `job_from_texts` over every option a decision
-    reads, `names`: the cluster's GresTypes); RequestError where sbatch refuses the options."""
-    texts = texts_of({**c.options, "gres": gres})
-    return job_from_texts(texts, None, release, names)  # uid None: a submitter the hook does not exempt
+def hook_texts(c: Component, gres: str | None) -> dict[str, str]:
+    """The options a decision reads (`job_from_texts` keys) of the component with `--gres=gres`."""
+    return texts_of({**c.options, "gres": gres})
+
+
+def hook_jobs(
+    components: Sequence[Component],
+    gres: Sequence[str | None],
+    release: str,
+    names: frozenset[str] | None = None,
+) -> Iterator[tuple[Component, str | None, Job | RequestError]]:
+    """Each component's job_desc as the release's sbatch sends it (the hook's input, built as
+    `request explain` builds it: `job_from_texts` over every option a decision reads, `names`: the
+    cluster's GresTypes) from its options as sent in the het job (`het_sent`: every -x and the
+    other components' -w as its exclusions, a --mem carried), or the RequestError with which sbatch
+    refuses it (a carried --mem beside its own --mem-per-cpu/--mem-per-gpu: `het_mem_refusal`)."""
+    texts = [hook_texts(c, g) for c, g in zip(components, gres)]
+    carried = het_mem_refusal(texts)
+    for k, (c, g, sent) in enumerate(zip(components, gres, het_sent(texts))):
+        if k == carried:
+            yield c, g, RequestError("sbatch", MEMORY_EXCLUSIVE)
+            continue
+        try:  # uid None: a submitter the hook does not exempt
+            yield c, g, job_from_texts(sent, None, release, names)
+        except RequestError as e:
+            yield c, g, e
 
 
 def hook_check(
@@ -279,15 +309,14 @@ def hook_check(
     wrapper computed the gpumem). Options sbatch itself refuses: its words, for a component with
     gpumem/gpucore; where a component without them has such options, sbatch refuses the whole job
     before any component reaches the hook: nothing is decided here."""
+    gres = [d.gres if d.gres is not None else c.options.get("gres") for c, d in zip(components, decisions)]
     jobs: list[Job] = []
-    for c, d in zip(components, decisions):  # sbatch reads every component before it sends one
-        gres = d.gres if d.gres is not None else c.options.get("gres")
-        try:
-            jobs.append(hook_job(c, gres, release, gres_names(model)))
-        except RequestError as e:
-            if not has_ours([("tres_per_node", gres)]):
+    for c, g, job in hook_jobs(components, gres, release, gres_names(model)):  # sbatch reads them all first
+        if isinstance(job, RequestError):
+            if not has_ours([("tres_per_node", g)]):
                 return list(decisions)  # sbatch speaks for itself
-            raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
+            raise SbatchPlanError(f"{c.named()}: {syntax.comment(job)}") from None
+        jobs.append(job)
     taken: Taken | None = None
     out: list[Decision] = []
     for c, d, job in zip(components, decisions, jobs):

@@ -47,7 +47,14 @@ from slurm_hetero.submit import (
     host_shapes,
     job_from_options,
 )
-from slurm_hetero.submit.sbatch import gres_names, job_from_texts, read_options
+from slurm_hetero.submit.sbatch import (
+    MEMORY_EXCLUSIVE,
+    gres_names,
+    het_mem_refusal,
+    het_sent,
+    job_from_texts,
+    read_options,
+)
 
 Runner = Callable[..., subprocess.CompletedProcess]  # (argv, user=None) -> completed, text
 Options = dict[str, str]
@@ -218,57 +225,11 @@ def random_request(
     return Request(components, array)
 
 
-def het_sent(components: list[Options]) -> list[Options]:
-    """Each het component's options as sbatch sends its job_desc (measured on 22.05): every -x
-    is every component's exc_nodes, and so are the other components' -w nodes (components never
-    share a node), so the hook sees a node list in each; --mem reaches later components."""
-    if len(components) < 2:
-        return components
-    excluded = [c["exclude"] for c in components if c.get("exclude")]
-    # --mem is not reset between components (slurm_opt.c: no reset_each_pass, 22.05 and 24.11): a
-    # component without its own takes the one the components before it left (22.05 seed 7), the
-    # last one given on the line before the first --mem (24.11 seed 7: `gpumem:70G -N1 :
-    # gpumem:20g --mem=100G` refused for component 0's memory); a component with --mem-per-cpu or
-    # --mem-per-gpu keeps its own (`--mem-per-cpu=1G : --mem=1G` passes, measured)
-    given = [c["mem"] for c in components if c.get("mem") is not None]
-    mem = given[-1] if given else None
-    sent = []
-    for i, options in enumerate(components):
-        others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
-        nodes = ",".join(excluded + others)
-        mem = options.get("mem", mem)
-        carried = {"mem": mem} if mem is not None and not _other_mem(options) else {}
-        sent.append({**options, **carried, "exclude": nodes} if nodes else {**options, **carried})
-    return sent
-
-
 def unknown_exclusion(model: ClusterModel, options: Options) -> bool:
     """Whether a component's -x (as sent, `het_sent`) names a host no device node has: the hook
     does not count it and slurmctld refuses the job."""
     hosts = excluded_hosts(options.get("exclude") or "") or []
     return bool(hosts) and any(host not in host_shapes(model) for host in hosts)
-
-
-def _other_mem(options: Options) -> bool:
-    """Whether a component gives --mem-per-cpu or --mem-per-gpu."""
-    return options.get("mem_per_cpu") is not None or options.get("mem_per_gpu") is not None
-
-
-HET_MEM_REFUSAL = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."
-
-
-def het_mem_refusal(components: list[Options]) -> int | None:
-    """The component sbatch refuses with HET_MEM_REFUSAL, or None: the first to give --mem-per-cpu
-    or --mem-per-gpu after an earlier one gave --mem, which is still set there (measured on 22.05
-    and 24.11: `--mem=1G : --mem-per-cpu=1G` is `sbatch: fatal: ` HET_MEM_REFUSAL). It is that
-    component's check, so an earlier component's own refusal comes first (fuzz seed 20261127:
-    `--gpus-per-task=1 --mem=100G : --mem-per-cpu=500`, both releases)."""
-    seen = False
-    for index, options in enumerate(components):
-        if seen and _other_mem(options) and options.get("mem") is None:
-            return index
-        seen = seen or options.get("mem") is not None
-    return None
 
 
 def sbatch_refusals(read: list[str], predicted: list[Outcome | str], carried: int | None) -> list[str]:
@@ -278,7 +239,7 @@ def sbatch_refusals(read: list[str], predicted: list[Outcome | str], carried: in
     only when this is empty."""
     checked: list[Outcome | str] = list(predicted)
     if carried is not None:
-        checked[carried:] = [HET_MEM_REFUSAL]
+        checked[carried:] = [MEMORY_EXCLUSIVE]
     return [*read[:1], *(p for p in checked if isinstance(p, str))]
 
 

@@ -203,7 +203,7 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--mem", help="As sbatch --mem (per node).")
 @click.option("--mem-per-cpu", help="As sbatch --mem-per-cpu.")
 @click.option("--nodelist", "-w", help="As sbatch --nodelist (gpumem/gpucore with it is refused).")
-@click.option("--exclude", "-x", help="As sbatch --exclude (gpumem/gpucore with it is refused).")
+@click.option("--exclude", "-x", help="As sbatch --exclude (gpumem/gpucore decided without those hosts).")
 @click.option("--uid", type=Count(min=0), help="Submitting user id (exempt users are left alone).")
 @click.option(
     "--slurm-release",

@@ -39,7 +39,7 @@ from slurm_hetero.slurm.syntax import hostlist_size
 from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from slurm_hetero.engine.score import ClusterModel
     from slurm_hetero.submit import Job
@@ -428,6 +428,52 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
     if given["sockets-per-node"] is None and node_info and node_info.split(":")[0]:
         given["sockets-per-node"] = node_info.split(":")[0]
     return {name.replace("-", "_"): text for name, text in given.items() if text is not None}
+
+
+def het_sent(components: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """Each het component's options (`job_from_texts` keys) as sbatch sends its job_desc (measured
+    on 22.05, `scontrol show job`; the hook's answers on 22.05 and 24.11): every -x is every
+    component's exc_nodes, and so are the other components' -w nodes (components never share a
+    node), so the hook sees a node list in each; --mem reaches the components without their own.
+    One component: as given. The wrapper (`sbatchplan.hook_check`) and the fuzz start here."""
+    if len(components) < 2:
+        return [dict(c) for c in components]
+    excluded = [c["exclude"] for c in components if c.get("exclude")]
+    # --mem is not reset between components (slurm_opt.c: no reset_each_pass, 22.05 and 24.11): a
+    # component without its own takes the one the components before it left (22.05 seed 7), the
+    # last one given on the line before the first --mem (24.11 seed 7: `gpumem:70G -N1 :
+    # gpumem:20g --mem=100G` refused for component 0's memory); a component with --mem-per-cpu or
+    # --mem-per-gpu keeps its own (`--mem-per-cpu=1G : --mem=1G` passes, measured)
+    given = [c["mem"] for c in components if c.get("mem") is not None]
+    mem = given[-1] if given else None
+    sent = []
+    for i, options in enumerate(components):
+        others = [c["nodelist"] for j, c in enumerate(components) if j != i and c.get("nodelist")]
+        nodes = ",".join(excluded + others)
+        mem = options.get("mem", mem)
+        carried = {"mem": mem} if mem is not None and not _other_mem(options) else {}
+        sent.append({**options, **carried, "exclude": nodes} if nodes else {**options, **carried})
+    return sent
+
+
+def _other_mem(options: Mapping[str, str]) -> bool:
+    """Whether a component gives --mem-per-cpu or --mem-per-gpu."""
+    return options.get("mem_per_cpu") is not None or options.get("mem_per_gpu") is not None
+
+
+def het_mem_refusal(components: Sequence[Mapping[str, str]]) -> int | None:
+    """The het component sbatch refuses with MEMORY_EXCLUSIVE for a carried --mem (`het_sent`), or
+    None: the first to give --mem-per-cpu or --mem-per-gpu after an earlier one gave --mem, which
+    is still set there (measured on 22.05 and 24.11: `--mem=1G : --mem-per-cpu=1G` is `sbatch:
+    fatal: ` MEMORY_EXCLUSIVE). It is that component's check, so an earlier component's own
+    refusal comes first (fuzz seed 20261127: `--gpus-per-task=1 --mem=100G : --mem-per-cpu=500`,
+    both releases)."""
+    seen = False
+    for index, options in enumerate(components):
+        if seen and _other_mem(options) and options.get("mem") is None:
+            return index
+        seen = seen or options.get("mem") is not None
+    return None
 
 
 def job_from_texts(

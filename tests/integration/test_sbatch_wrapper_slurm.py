@@ -130,6 +130,9 @@ def test_script_request_reaches_slurmctld(dev_cluster: Cluster) -> None:
         ["--gres=gpu:a100_80g:1", ":", "--gres=gpumem:70G"],
         ["--gpus=l40s:1", ":", "--gres=gpumem:20G", ":", "--gres=gpumem:20G"],
         ["--gres=gpumem:20G", ":", "--gres=gpumem:20G", ":", "--gres=gpu:l40s:1"],
+        # X22: Slurm gives every component each -x (exc_nodes): comp 1 (both l40s hosts excluded)
+        # is refused, not passed
+        ["-x", "l40sn1,socketn1", ":", "--gres=gpumem:20G", "-C", "l40s"],
     ],
     ids=" ".join,
 )
@@ -156,3 +159,26 @@ def test_the_wrapper_refuses_what_the_hook_refuses_in_its_words(
             r"^slurm-hetero: (the job|het component \d+): (sbatch: )?", "", checked.stderr
         ).strip()
         assert message and "\n" not in message and message in run.stderr, (checked.stderr, run.stderr)
+
+
+def test_a_het_components_type_is_decided_around_every_components_exclusions(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """X21: `-x HOSTS : --gres=gpumem:20G`: slurmctld stores comp 1 as the wrapper's --json says (the
+    hook decides it without the excluded hosts); the wrapper said l40s shards before (comp 1 as if
+    without -x), here with both l40s hosts of this cluster excluded."""
+    options = ["-x", "l40sn1,socketn1", ":", "--gres=gpumem:20G"]
+    config = workdir(dev_cluster) / "config.yaml"
+    config.write_text(suite_config.read_text())
+    config.chmod(0o644)
+    checked = wrapper(dev_cluster, "--json", *options, "--wrap", "true", config=config)
+    assert checked.returncode == 0, checked.stderr
+    decided = json.loads(checked.stdout)["components"][1]["decision"]["tres_per_node"]
+    assert "gpu:" in decided and "l40s" not in decided and "shard" not in decided, decided
+    run = as_user("sbatch", "-H", "--parsable", "-o", "/dev/null", *options, "--wrap", "true")
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    try:
+        assert tres(job_fields(f"{job_id}+1").get("TresPerNode", "")) == tres(decided)
+    finally:
+        slurm("scancel", job_id)

@@ -423,6 +423,110 @@ def test_sbatch_reads_every_het_component_before_the_hook_decides_one(tmp_path: 
     assert (code, err) == (1, f"slurm-hetero: het component 1: sbatch: {GPUS_PER_SOCKET_REFUSAL}\n")
 
 
+# Adversarial finds X21-X27 (the hook's answers measured on real Slurm 22.05 and 24.11): the wrapper
+# built each het component's job_desc from its own options, but sbatch gives every component every
+# component's -x, and the other components' -w nodes, as exc_nodes (`scontrol show job`:
+# ExcNodeList=l40sn1 on comp 1 of `-w l40sn1 : ...`), and carries --mem to the components without
+# their own: it decided comp 1 of `-x l40sn1 : --gres=gpumem:20G` as l40s where the hook says a100_80g,
+# and passed what the hook refuses. Each case: the wrapper's arguments (or the script's #SBATCH lines),
+# each component as sbatch sends it (written out from those measurements: `-x`/`-w` keys of
+# job_from_texts), and the component the hook refuses (None: accepted).
+GPUMEM20 = {"gres": "gpumem:20G"}
+HET_SENT = [
+    pytest.param(
+        ["-x", "l40sn1", ":", "--gres=gpumem:20G"], None,
+        [{"exclude": "l40sn1"}, {**GPUMEM20, "exclude": "l40sn1"}], None, id="X21-x-reaches-comp-1",
+    ),
+    pytest.param(
+        ["-x", "l40sn1,a100n1", ":", "--gres=gpumem:20G"], None,
+        [{"exclude": "l40sn1,a100n1"}, {**GPUMEM20, "exclude": "l40sn1,a100n1"}], 1, id="X22-x-refused",
+    ),
+    pytest.param(
+        ["-w", "l40sn1", ":", "-w", "a100n1", ":", "--gres=gpumem:20G"], None,
+        [
+            {"nodelist": "l40sn1", "exclude": "a100n1"},
+            {"nodelist": "a100n1", "exclude": "l40sn1"},
+            {**GPUMEM20, "exclude": "l40sn1,a100n1"},
+        ],
+        2, id="X23-other-w-excluded",
+    ),
+    pytest.param(
+        [], ["-w l40sn1", "hetjob", "--gres=gpumem:20G"],
+        [{"nodelist": "l40sn1"}, {**GPUMEM20, "exclude": "l40sn1"}], None, id="X24-script",
+    ),
+    pytest.param(
+        ["-p", "nvidia", "-x", "l40sn1", "--gres=gpumem:20G", ":", "-p", "nvidia", "--gres=gpumem:20G"], None,
+        [{"partition": "nvidia", **GPUMEM20, "exclude": "l40sn1"}] * 2, 1, id="X27-taken-and-excluded",
+    ),
+    pytest.param(
+        ["--gres=gpumem:20G", ":", "--gres=gpumem:20G", "--mem=20000"], None,
+        [{**GPUMEM20, "mem": "20000"}] * 2, 0, id="mem-carried-to-earlier",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("args,directives,sent,refused", HET_SENT)
+def test_het_components_are_decided_as_sbatch_sends_them(
+    args: list[str],
+    directives: list[str] | None,
+    sent: list[dict[str, str]],
+    refused: int | None,
+    release: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each component's decision (--json) is job_submit.lua's on the component as sbatch sends it
+    (one Lua state, het_job_offset: the nodes earlier components take), and `request explain`'s of
+    that component where no earlier one takes nodes; a refusal is the hook's, on --dry-run too."""
+    lua = pytest.importorskip("tests.unit.test_job_submit_lua")
+    from slurm_hetero.submit.sbatch import job_from_texts
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
+    said = [hook.run(job_from_texts(c, 1000, release), het_job_offset=k)[:2] for k, c in enumerate(sent)]
+    last = len(sent) - 1 if refused is None else refused
+    assert [ok for ok, _ in said[: last + 1]] == [k != refused for k in range(last + 1)], said
+    job = script(tmp_path, *(directives or []))
+    code, out, err = run("sbatch", "--inventory", INVENTORY, "--slurm-release", release, "--json", *args, job)
+    data = json.loads(out)
+    decided = data["components"]
+    assert [(d["decision"]["ok"], d["decision"]["message"]) for d in decided] == [
+        tuple(x) for x in said[: last + 1]
+    ]
+    for k, d in enumerate(decided):
+        if not any(c.get("gres") for c in sent[:k]):  # no earlier component takes a node
+            long_names = {name.replace("_", "-"): value for name, value in sent[k].items()}
+            assert d["decision"] == explain_outcome(release, long_names), k
+    if refused is None:
+        assert (code, data["ok"]) == (0, True), err
+        return
+    named = f"het component {refused}" if refused else "the job"
+    assert (code, err) == (1, f"slurm-hetero: {named}: {said[refused][1]}\n")
+    code, out, err = run(
+        "sbatch", "--inventory", INVENTORY, "--slurm-release", release, "--dry-run", *args, job
+    )
+    assert (code, out, err) == (1, "", f"slurm-hetero: {named}: {said[refused][1]}\n")
+
+
+def test_a_carried_mem_beside_a_components_own_mem_per_cpu_is_sbatchs_refusal(tmp_path: Path) -> None:
+    """`--mem=1G : --mem-per-cpu=1G` is sbatch's `fatal: ` MEMORY_EXCLUSIVE for component 1 (measured
+    on 22.05 and 24.11: the --mem is still set there); with gpumem the wrapper says so, not ok."""
+    from slurm_hetero.submit.sbatch import MEMORY_EXCLUSIVE
+
+    args = ["--mem=1G", "--gres=gpumem:20G", ":", "--mem-per-cpu=1G", "--gres=gpumem:20G", script(tmp_path)]
+    for release in ("22.05", "24.11"):
+        code, _, err = run("sbatch", "--inventory", INVENTORY, "--slurm-release", release, "--dry-run", *args)
+        assert (code, err) == (1, f"slurm-hetero: het component 1: sbatch: {MEMORY_EXCLUSIVE}\n")
+
+
+def test_x21_comp_1_is_the_type_the_hook_picks_around_comp_0s_exclusion(tmp_path: Path) -> None:
+    """X21: `-x l40sn1 : --gres=gpumem:20G`: comp 1 is a100_80g (the hook, 22.05 and 24.11), not l40s."""
+    for release in ("22.05", "24.11"):
+        data = wrapper("--slurm-release", release, "-x", "l40sn1", ":", "--gres=gpumem:20G", script(tmp_path))
+        assert data["components"][1]["decision"]["choice"]["types"] == ["a100_80g"]
+
+
 def test_json_shows_the_hooks_decision(tmp_path: Path) -> None:
     """W19: `slurm-hetero sbatch --json --gres=gpumem:20G p.sh` printed gres null and no type: each
     component now carries the hook's decision, as `request explain --json` prints it."""

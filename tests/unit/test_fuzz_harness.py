@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from scripts.devcluster import fuzz
 from slurm_hetero.submit import HookOptions, Job, Outcome
+from slurm_hetero.submit.sbatch import MEMORY_EXCLUSIVE
 
 UNKNOWN_FEATURE = {"constraint": "(amd|nosuch)&lab_big"}
 REWRITTEN = {"gres": "gpumem:60G", "ntasks": "2"}
@@ -140,31 +141,6 @@ def test_predict_reads_a_node_range_as_min_and_max() -> None:
     assert isinstance(outcome, Outcome) and outcome.ok and outcome.job.max_nodes == 2
 
 
-def test_a_het_jobs_node_lists_reach_every_component() -> None:
-    """22.05 seed 20261126: `-p nvidia -w l40sn1 : -p nvidia` is stored with ExcNodeList=l40sn1 on
-    component 1 and `-x a100n1` on either component excludes it on both, so the hook refused
-    components without -w/-x of their own; the fuzz predicted each component as given."""
-    sent = fuzz.het_sent([{"nodelist": "l40sn1"}, {"gres": "gpumem:10G"}, {"exclude": "a100n1"}])
-    assert [c.get("exclude") for c in sent] == ["a100n1", "a100n1,l40sn1", "a100n1,l40sn1"]
-    assert sent[0]["nodelist"] == "l40sn1" and "nodelist" not in sent[1]
-    assert fuzz.het_sent([{"gres": "gpumem:10G"}]) == [{"gres": "gpumem:10G"}]
-    assert fuzz.het_sent([{}, {}]) == [{}, {}]
-
-
-def test_a_het_components_mem_reaches_the_components_without_their_own() -> None:
-    """22.05 seed 7 and 24.11 seed 7: a component's --mem=100G reached the other component, later
-    and earlier (sbatch does not reset --mem between components: slurm_opt.c gives it no
-    reset_each_pass; the earlier ones get the last given); a later --mem-per-cpu/--mem-per-gpu
-    beside a carried --mem is sbatch's refusal, an earlier one is not (measured, 22.05 and 24.11)."""
-    sent = fuzz.het_sent([{"gres": "gpumem:10G"}, {"mem": "100G"}, {"gres": "gpumem:20G"}, {"mem": "1G"}])
-    assert [c.get("mem") for c in sent] == ["1G", "100G", "100G", "1G"]
-    assert "mem" not in fuzz.het_sent([{"mem_per_cpu": "1G"}, {"mem": "1G"}])[0]
-    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"mem_per_cpu": "1G"}]) == 1
-    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"gres": "gpumem:1G"}, {"mem_per_gpu": "1G"}]) == 2
-    assert fuzz.het_mem_refusal([{"mem_per_cpu": "1G"}, {"mem": "1G"}]) is None
-    assert fuzz.het_mem_refusal([{"mem": "1G"}, {"mem": "2G", "mem_per_cpu": "1G"}]) is None
-
-
 def test_a_het_components_malformed_option_is_sbatchs_first_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
     """22.05 seed 20261126: component 1's `--mem=1.5G` (read with the options) was sbatch's answer,
     not component 0's --gpus-per-task check, which the fuzz predicted first."""
@@ -196,9 +172,9 @@ def test_an_earlier_components_own_refusal_comes_before_the_carried_mem_refusal(
     for component 0's --gpus-per-task (sbatch checks the components in order), not for the --mem
     component 1 inherits."""
     own = "--gpus-per-task used without either --gpus or -n/--ntasks is not allowed."
-    assert fuzz.sbatch_refusals([], [own, "later"], 1) == [own, fuzz.HET_MEM_REFUSAL]
+    assert fuzz.sbatch_refusals([], [own, "later"], 1) == [own, MEMORY_EXCLUSIVE]
     assert fuzz.sbatch_refusals([], ["x"], None) == ["x"]
-    assert fuzz.sbatch_refusals(["read"], [own], 0) == ["read", fuzz.HET_MEM_REFUSAL]
+    assert fuzz.sbatch_refusals(["read"], [own], 0) == ["read", MEMORY_EXCLUSIVE]
 
 
 @pytest.mark.parametrize("pre", ["gres:", "gres/"])  # 22.05, 24.11

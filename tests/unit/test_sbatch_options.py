@@ -17,6 +17,8 @@ from slurm_hetero.submit.sbatch import (
     GPUS_PER_SOCKET_REFUSAL,
     GPUS_PER_TASK_REFUSAL,
     gres_refusal,
+    het_mem_refusal,
+    het_sent,
     job_from_options,
     node_range,
 )
@@ -271,3 +273,45 @@ def test_a_node_range_is_min_and_max() -> None:
     assert node_range("1-3,5", "24.11") == (1, 5)
     job = job_from_options(gres="gpumem:20G", nodes=1, max_nodes=2, ntasks_per_node=2)
     assert (job.min_nodes, job.num_tasks) == (1, None)  # 22.05 derives no task count for a range
+
+
+# --------------------------------------------- what sbatch sends for each het component (`het_sent`)
+def test_a_het_jobs_node_lists_reach_every_component() -> None:
+    """22.05 seed 20261126: `-p nvidia -w l40sn1 : -p nvidia` is stored with ExcNodeList=l40sn1 on
+    component 1 and `-x a100n1` on either component excludes it on both, so the hook refused
+    components without -w/-x of their own; the fuzz predicted each component as given (and so did
+    the wrapper: X21-X27)."""
+    sent = het_sent([{"nodelist": "l40sn1"}, {"gres": "gpumem:10G"}, {"exclude": "a100n1"}])
+    assert [c.get("exclude") for c in sent] == ["a100n1", "a100n1,l40sn1", "a100n1,l40sn1"]
+    assert sent[0]["nodelist"] == "l40sn1" and "nodelist" not in sent[1]
+    assert het_sent([{"gres": "gpumem:10G"}]) == [{"gres": "gpumem:10G"}]
+    assert het_sent([{}, {}]) == [{}, {}]
+
+
+def test_a_het_components_mem_reaches_the_components_without_their_own() -> None:
+    """22.05 seed 7 and 24.11 seed 7: a component's --mem=100G reached the other component, later
+    and earlier (sbatch does not reset --mem between components: slurm_opt.c gives it no
+    reset_each_pass; the earlier ones get the last given); a later --mem-per-cpu/--mem-per-gpu
+    beside a carried --mem is sbatch's refusal, an earlier one is not (measured, 22.05 and 24.11)."""
+    sent = het_sent([{"gres": "gpumem:10G"}, {"mem": "100G"}, {"gres": "gpumem:20G"}, {"mem": "1G"}])
+    assert [c.get("mem") for c in sent] == ["1G", "100G", "100G", "1G"]
+    assert "mem" not in het_sent([{"mem_per_cpu": "1G"}, {"mem": "1G"}])[0]
+    assert het_mem_refusal([{"mem": "1G"}, {"mem_per_cpu": "1G"}]) == 1
+    assert het_mem_refusal([{"mem": "1G"}, {"gres": "gpumem:1G"}, {"mem_per_gpu": "1G"}]) == 2
+    assert het_mem_refusal([{"mem_per_cpu": "1G"}, {"mem": "1G"}]) is None
+    assert het_mem_refusal([{"mem": "1G"}, {"mem": "2G", "mem_per_cpu": "1G"}]) is None
+
+
+def test_explains_help_says_what_it_does_with_node_lists() -> None:
+    """X19: `request explain --help` said -x with gpumem/gpucore is refused; it is decided (only -w
+    is refused): the help of each says what explain does with it."""
+    result = CliRunner().invoke(cli, ["request", "explain", "--help"], terminal_width=200)
+    lines = {
+        line.split()[1].rstrip(","): line
+        for line in result.stdout.splitlines()
+        if line.strip()[:2] in ("-w", "-x")
+    }
+    assert "refused" in lines["--nodelist"] and "refused" not in lines["--exclude"], lines
+    args = ["request", "explain", "--inventory", str(MIXED), "--json", "--gres", "gpumem:20G"]
+    assert json.loads(CliRunner().invoke(cli, [*args, "-x", "l40sn1"]).stdout)["ok"]
+    assert not json.loads(CliRunner().invoke(cli, [*args, "-w", "l40sn1"]).stdout)["ok"]
