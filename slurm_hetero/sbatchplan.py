@@ -111,6 +111,7 @@ class Component:
     request: Request
     nodes: int
     tasks: int
+    het: bool = False  # one of several components (sbatch A : B, #SBATCH hetjob)
 
     @property
     def asks_devices(self) -> bool:
@@ -129,15 +130,16 @@ class Component:
         return math.ceil(self.devices / self.nodes)
 
     def named(self) -> str:
-        return f"het component {self.index}" if self.index else "the job"
+        return f"het component {self.index}" if self.het else "the job"
 
 
 def _gpu_item(value: str | None) -> str | None:
     return f"gpu:{value}" if value else None
 
 
-def component(index: int, options: Sequence[Option]) -> Component:
-    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values)."""
+def component(index: int, options: Sequence[Option], het: bool = False) -> Component:
+    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values); `het`:
+    one of several components."""
     v = values(options)
     try:
         request = parse_fields(
@@ -153,7 +155,7 @@ def component(index: int, options: Sequence[Option]) -> Component:
     nodes = min_count(v.get("nodes"), "--nodes")
     per_node_tasks = v.get("ntasks-per-node")
     tasks = min_count(v.get("ntasks"), "--ntasks", nodes * min_count(per_node_tasks, "--ntasks-per-node"))
-    return Component(index, v, request, nodes, tasks)
+    return Component(index, v, request, nodes, tasks, het)
 
 
 # ---------------------------------------------------------------------------------- decisions

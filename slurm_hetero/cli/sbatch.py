@@ -151,7 +151,7 @@ def plan(
         )
     )
     parts = component_options(script, os.environ, line)
-    components = [component(k, opts) for k, opts in enumerate(parts)]
+    components = [component(k, opts, het=len(parts) > 1) for k, opts in enumerate(parts)]
     types = cluster_types(nodes)
     if model is None:
         decisions = [check_gpumem(c, types) for c in components]

@@ -501,7 +501,7 @@ def test_het_components_are_decided_as_sbatch_sends_them(
     if refused is None:
         assert (code, data["ok"]) == (0, True), err
         return
-    named = f"het component {refused}" if refused else "the job"
+    named = f"het component {refused}" if len(sent) > 1 else "the job"  # component 0 of a het job too
     assert (code, err) == (1, f"slurm-hetero: {named}: {said[refused][1]}\n")
     code, out, err = run(
         "sbatch", "--inventory", INVENTORY, "--slurm-release", release, "--dry-run", *args, job
