@@ -208,14 +208,19 @@ local function hostlist_item(item)
   return segments, names, shortest + #item - at + 1
 end
 
+-- Slurm's separators between hostlist items: comma, space, tab, newline (measured on 22.05:
+-- `-x ',a100n1, l40sn1'` excludes a100n1,l40sn1; empty items are skipped)
+local HOST_SEPARATORS = { [","] = true, [" "] = true, ["\t"] = true, ["\n"] = true }
+
 -- The host names of a hostlist expression ("a1,b[1-3,5]"), or nil when it is malformed (see
--- hostlist_item; an empty item, brackets nested or unbalanced, characters other than letters,
--- digits, "_.-[],") or names more than limit hosts (counted before anything is expanded, so the
--- work is bounded by limit and the text's length). Items whose names are all longer than longest
--- are not expanded (they name no host the caller knows): a 4,000-character prefix times 16,384
--- names built 65 MB of strings (2.8 s in Lua 5.1).
+-- hostlist_item; brackets nested or unbalanced, a separator inside brackets other than a comma,
+-- characters other than letters, digits, "_.-[]," and the separators) or names more than limit
+-- hosts (counted before anything is expanded, so the work is bounded by limit and the text's
+-- length). Empty items are skipped, as Slurm skips them. Items whose names are all longer than
+-- longest are not expanded (they name no host the caller knows): a 4,000-character prefix times
+-- 16,384 names built 65 MB of strings (2.8 s in Lua 5.1). As slurm_hetero.submit.excluded_hosts.
 local function hostlist_names(spec, limit, longest)
-  if #spec > T.limits.max_hostlist or not string.find(spec, "^[A-Za-z0-9_.%-%[%],]*$") then return nil end
+  if #spec > T.limits.max_hostlist or not string.find(spec, "^[A-Za-z0-9_.%-%[%], \t\n]*$") then return nil end
   local items, depth, start = {}, 0, 1
   for i = 1, #spec do
     local c = string.sub(spec, i, i)
@@ -225,21 +230,26 @@ local function hostlist_names(spec, limit, longest)
     elseif c == "]" then
       depth = depth - 1
       if depth < 0 then return nil end
-    elseif c == "," and depth == 0 then
-      items[#items + 1] = string.sub(spec, start, i - 1)
-      start = i + 1
+    elseif HOST_SEPARATORS[c] then
+      if depth == 0 then
+        items[#items + 1] = string.sub(spec, start, i - 1)
+        start = i + 1
+      elseif c ~= "," then
+        return nil
+      end
     end
   end
   if depth ~= 0 then return nil end
   items[#items + 1] = string.sub(spec, start)
   local parsed, total = {}, 0
   for _, item in ipairs(items) do
-    if item == "" then return nil end
-    local segments, names, shortest = hostlist_item(item)
-    if segments == nil then return nil end
-    total = total + names
-    if total > limit then return nil end
-    if shortest <= longest then parsed[#parsed + 1] = segments end
+    if item ~= "" then
+      local segments, names, shortest = hostlist_item(item)
+      if segments == nil then return nil end
+      total = total + names
+      if total > limit then return nil end
+      if shortest <= longest then parsed[#parsed + 1] = segments end
+    end
   end
   local out = {}
   for _, segments in ipairs(parsed) do
@@ -308,6 +318,22 @@ local function excluded(spec, also)
   for _, host in ipairs(hosts) do count(host) end
   for host in pairs(also or {}) do count(host) end
   return out, any
+end
+
+-- A long user value shortened for a one-line message ("a1,a2,..."), cut before any byte of a
+-- multi-byte character, as slurm_hetero.engine.reasons.clipped.
+local function clipped(text)
+  if #text <= T.limits.shown then return text end
+  return (string.gsub(string.sub(text, 1, T.limits.shown), "[\128-\255]+$", "")) .. "..."
+end
+
+-- Why the hook cannot read this -x: longer than it reads, else malformed or naming too many
+-- hosts (as slurm_hetero.submit.exclude_refusal).
+local function exclude_refusal(spec)
+  if #spec > T.limits.max_hostlist then
+    return fmt("exclude_long", clipped(spec), #spec, T.limits.max_hostlist)
+  end
+  return fmt("exclude_bad", clipped(spec), T.limits.max_excluded)
 end
 
 -- The hosts a -w hostlist names that the table knows (of type name, when given), as a set, and
@@ -912,6 +938,19 @@ local function nodes_hint(need, usable, usable_set)
   return fmt("nodes", best, need.each, best_name, best)
 end
 
+-- The nodes -x excludes per type, for messages: "a100_80g:1, l40s:1" (as score._excluded_counts).
+local function excluded_counts(need)
+  local names, parts = {}, {}
+  for gone in pairs(need.excluded) do names[#names + 1] = gone end
+  table.sort(names)
+  for _, gone in ipairs(names) do
+    local sum = 0
+    for _, n in pairs(need.excluded[gone]) do sum = sum + n end
+    parts[#parts + 1] = gone .. ":" .. sum
+  end
+  return table.concat(parts, ", ")
+end
+
 local function hint(need, rule, usable, usable_set)
   if #usable == 0 then return nil end
   local most, most_name = 0, nil
@@ -934,6 +973,9 @@ local function hint(need, rule, usable, usable_set)
         for taken in pairs(need.taken) do names[#names + 1] = taken end
         table.sort(names)
         for _, taken in ipairs(names) do parts[#parts + 1] = taken .. ":" .. need.taken[taken] end
+        if need.excl then  -- both took nodes (adversarial A21): say both
+          return fmt("het_nodes_excluded", table.concat(parts, ", "), excluded_counts(need))
+        end
         return fmt("het_nodes", table.concat(parts, ", "))
       end
     end
@@ -941,15 +983,7 @@ local function hint(need, rule, usable, usable_set)
   if text == nil and need.excl then
     for _, name in ipairs(usable) do
       if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
-        local names, parts = {}, {}
-        for gone in pairs(need.excluded) do names[#names + 1] = gone end
-        table.sort(names)
-        for _, gone in ipairs(names) do
-          local sum = 0
-          for _, n in pairs(need.excluded[gone]) do sum = sum + n end
-          parts[#parts + 1] = gone .. ":" .. sum
-        end
-        return fmt("excluded", table.concat(parts, ", "))
+        return fmt("excluded", excluded_counts(need))
       end
     end
   end
@@ -1175,9 +1209,8 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   local exc, gone, excl = job_desc.exc_nodes, {}, false
   if (exc or "") ~= "" or next(taken_hosts or {}) ~= nil then
     gone, excl = excluded(exc, taken_hosts)
-    if gone == nil then
-      return { action = "reject", message = req.text .. ": " .. fmt("exclude_bad", exc, T.limits.max_excluded),
-               code = "request" }
+    if gone == nil then  -- slurmctld's own error for an -x it cannot read: Invalid node name specified
+      return { action = "reject", message = req.text .. ": " .. exclude_refusal(exc), code = "node_name" }
     end
   end
   local features = constraint_features(job_desc.features)

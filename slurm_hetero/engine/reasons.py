@@ -79,6 +79,8 @@ MESSAGES: dict[str, str] = {
     "not nodes; -x/--exclude is fine); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",
     "exclude_bad": "-x/--exclude %s: this hook reads host names, name[1-3,5] ranges and commas, "
     "naming at most %s hosts",
+    "exclude_long": "-x/--exclude %s: %s characters, more than the %s this hook reads (fold the "
+    "names into ranges: name[1-3,5])",
     "per_socket": "gpumem/gpucore cannot be decided with --gpus-per-socket (the hook's table does not "
     "know how many sockets a node has or which devices sit on each); ask for devices per node "
     "(--gpus-per-node=N) with the gpumem, or for a gpu TYPE without it: "
@@ -95,6 +97,9 @@ MESSAGES: dict[str, str] = {
     "job Slurm also excludes the other components' -w nodes)",
     "het_nodes": "the components of a heterogeneous job never share a node, and this job's earlier "
     "components take %s (type:nodes)",
+    "het_nodes_excluded": "the components of a heterogeneous job never share a node, this job's earlier "
+    "components take %s (type:nodes), and -x/--exclude excludes %s (type:nodes; Slurm also excludes the "
+    "other components' -w nodes)",
     "het_typed": "%s has %s node(s) with %s devices, this job's earlier components take %s of them "
     "(%s chosen by the hook for their gpumem/gpucore), and the components of a heterogeneous job never "
     "share a node; this component needs %s: put it before the gpumem/gpucore components (they are then "
@@ -133,6 +138,18 @@ def one_line(message: str) -> str:
     constraint or request with a newline in it cannot make the hook's or `request explain`'s
     answer span lines."""
     return _UNSAFE.sub(lambda m: f"\\{ord(m.group()):03d}", message)
+
+
+#: Bytes of a long user value (an -x hostlist) a message shows, then "...".
+SHOWN_CHARS = 80
+_HIGH_BYTES = bytes(range(128, 256))
+
+
+def clipped(value: str, limit: int = SHOWN_CHARS) -> str:
+    """A long user value shortened for a one-line message (`a1,a2,...`): its first `limit` bytes,
+    less any trailing non-ASCII bytes (never half a character), as `job_submit.lua`'s `clipped`."""
+    raw = value.encode()
+    return value if len(raw) <= limit else raw[:limit].rstrip(_HIGH_BYTES).decode() + "..."
 
 
 def render(key: str, *args: object) -> str:

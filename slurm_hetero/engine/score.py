@@ -649,6 +649,11 @@ def _split(model: ClusterModel, need: Need, usable: frozenset[str], rule: Rule, 
     return ()
 
 
+def _excluded_counts(need: Need) -> str:
+    """The nodes -x excludes per type, for messages: `a100_80g:1, l40s:1`."""
+    return ", ".join(f"{t}:{sum(n)}" for t, n in sorted(need.excluded.items()))
+
+
 def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) -> tuple[str, ...]:
     """What would fit: another type (for a typed request), else, where nodes are too small for the
     job's CPUs or memory, that limit (untyped; a typed request's headline says it), else the
@@ -665,13 +670,16 @@ def _hint(model: ClusterModel, need: Need, rule: Rule, usable: Sequence[str]) ->
         and need.taken
         and any(reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES for t in usable)
     ):
-        return ("het_nodes", ", ".join(f"{t}:{n}" for t, n in sorted(need.taken.items())))
+        taken = ", ".join(f"{t}:{n}" for t, n in sorted(need.taken.items()))
+        if need.excluded:  # both took nodes (adversarial A21): say both
+            return ("het_nodes_excluded", taken, _excluded_counts(need))
+        return ("het_nodes", taken)
     if (
         not hint
         and need.excluded
         and any(reason(model.types[t], need, allowed) == ReasonCode.TOO_FEW_NODES for t in usable)
     ):
-        return ("excluded", ", ".join(f"{t}:{sum(n)}" for t, n in sorted(need.excluded.items())))
+        return ("excluded", _excluded_counts(need))
     if small:
         return hint or (node_limit(model.types[small[0]], need) if not need.gpu_type else ())
     hint = hint or _split(model, need, allowed, rule, most)

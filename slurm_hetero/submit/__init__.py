@@ -35,10 +35,10 @@ from typing import Any
 
 from slurm_hetero import hostlist
 from slurm_hetero.engine import constraint
-from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, one_line, render
+from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, clipped, one_line, render
 from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide, nodes_with
 from slurm_hetero.errors import InventoryError, RequestError
-from slurm_hetero.slurm.syntax import MAX_HOSTLIST
+from slurm_hetero.slurm.syntax import MAX_HOSTLIST, split_top
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
@@ -57,6 +57,7 @@ NOTE_PREFIX = "slurm_hetero: "
 SLURM_ERRNO = {
     "ESLURM_INVALID_PARTITION_NAME": 2000,
     "ESLURM_INVALID_NODE_COUNT": 2006,
+    "ESLURM_INVALID_NODE_NAME": 2018,
     "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
     "ESLURM_INVALID_FEATURE": 2029,
     "ESLURM_INVALID_GRES": 2072,
@@ -64,6 +65,7 @@ SLURM_ERRNO = {
 REQUEST_CODE = "ESLURM_INVALID_GRES"
 CONSTRAINT_CODE = "ESLURM_INVALID_FEATURE"
 PARTITION_CODE = "ESLURM_INVALID_PARTITION_NAME"  # slurmctld's own error for such a job
+NODE_NAME_CODE = "ESLURM_INVALID_NODE_NAME"  # slurmctld's own error for an -x it cannot read
 REASON_CODES: dict[ReasonCode, str] = {
     ReasonCode.TYPE_EXCLUDED: "ESLURM_INVALID_GRES",
     ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
@@ -75,7 +77,10 @@ REASON_CODES: dict[ReasonCode, str] = {
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-]+")
 # hosts one -x may name: the hook expands it for each job while slurmctld holds its job lock
 MAX_EXCLUDED = 4_096  # at most ~6 ms of Lua 5.1 (lupa) for 4,096 names; 16,384 took 23 ms
-_EXCLUDE = re.compile(r"[A-Za-z0-9_.\-\[\],]*")
+# characters of an -x the hook reads: names, ranges, and Slurm's separators (comma, space, tab,
+# newline outside brackets; measured on 22.05: `-x ',a100n1, l40sn1'` excludes a100n1,l40sn1)
+_EXCLUDE = re.compile(r"[A-Za-z0-9_.\-\[\], \t\n]*")
+_SEPARATORS = re.compile(r"[ \t\n]+")
 _ITEM_FORMS = {  # (kind, form) -> new item; kinds as in engine.score.Choice
     ("gpu", COLON): "gres:gpu:%s:%s",
     ("gpu", SLASH_COLON): "gres/gpu:%s:%s",
@@ -239,14 +244,29 @@ def devices_per_node(request: Request, job: Job, nodes: int) -> int:
 
 def excluded_hosts(spec: str) -> list[str] | None:
     """The hosts of an -x hostlist (`a1,b[1-3,5]`), or None when the hook cannot read it or it
-    names more than MAX_EXCLUDED (as `job_submit.lua`'s `excluded_hosts`)."""
+    names more than MAX_EXCLUDED (as `job_submit.lua`'s `hostlist_names`). Empty items and
+    spaces, tabs or newlines between items are skipped, as Slurm reads them (`,a1,,b2 c3`)."""
     if len(spec) > MAX_HOSTLIST or not _EXCLUDE.fullmatch(spec):
         return None
     try:
-        hostlist.count(spec, MAX_EXCLUDED)  # expand takes a name without "[" or "," as it is: "n]"
-        return hostlist.expand(spec, MAX_EXCLUDED)
+        items = [part for item in split_top(spec) for part in _SEPARATORS.split(item) if part]
+    except ValueError:
+        return None
+    plain = ",".join(items)
+    try:
+        hostlist.count(plain, MAX_EXCLUDED)  # expand takes a name without "[" or "," as it is: "n]"
+        return hostlist.expand(plain, MAX_EXCLUDED)
     except InventoryError:
         return None
+
+
+def exclude_refusal(spec: str) -> str:
+    """Why the hook cannot read this -x: longer than it reads, or malformed / naming too many
+    hosts; the value shown shortened (`reasons.clipped`)."""
+    size = len(spec.encode())  # bytes, as Lua counts them
+    if size > MAX_HOSTLIST:
+        return render("exclude_long", clipped(spec), size, MAX_HOSTLIST)
+    return render("exclude_bad", clipped(spec), MAX_EXCLUDED)
 
 
 _HOST_SHAPES: dict[int, tuple[ClusterModel, dict[str, list[tuple[str, int]]]]] = {}
@@ -276,9 +296,9 @@ def excluded(
     left to slurmctld, which refuses them), with the hosts `also` names (a heterogeneous job's
     earlier components' -w hosts, `Taken.hosts`), each host counted once; RequestError for an -x
     the hook cannot read."""
-    hosts = excluded_hosts(spec) if spec else []
+    hosts = excluded_hosts(spec or "")
     if hosts is None:
-        raise RequestError(request.text, render("exclude_bad", spec, MAX_EXCLUDED))
+        raise RequestError(request.text, exclude_refusal(spec or ""))
     by_host, counts = host_shapes(model), dict[str, list[int]]()
     for host in set(hosts) | also:
         for name, index in by_host.get(host, ()):
@@ -591,8 +611,8 @@ def _explain(
     held_nodes = as_taken(taken)
     try:
         gone = excluded(model, request, job.exc_nodes, held_nodes.hosts)
-    except RequestError as e:
-        return Outcome(False, "reject", str(e), job, code=REQUEST_CODE)
+    except RequestError as e:  # an -x the hook cannot read: slurmctld's own error for it
+        return Outcome(False, "reject", str(e), job, code=NODE_NAME_CODE)
     try:
         # --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
         whole = held in ("typed", "untyped") or bool(job.cpus_per_tres or job.mem_per_tres)

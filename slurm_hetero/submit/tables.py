@@ -10,7 +10,8 @@ format, id         table format (1) and a digest of the content; the rendered `j
 fail_policy        "open" or "closed": what the hook does on an internal error
 exempt_uids        { [uid] = true } of users the hook leaves alone
 limits, units      max_digits, max_mib, max_count of the request grammar, max_excluded hosts one -x
-                   may name, max_hostlist characters of it; size suffix -> MiB
+                   may name, max_hostlist characters of it, shown: characters of a long user value
+                   a message shows; size suffix -> MiB
 types              per device type: name, rank (name order), vendor, mem (MiB per device), size
                    ("80G"), feature (Slurm node feature), links (fast fabric), shares (shards per
                    device, 0: none), shard_mib (memory of one shard), shapes = list of
@@ -56,13 +57,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurm_hetero import __version__, hostlist, units
-from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES
+from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES, SHOWN_CHARS
 from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
 from slurm_hetero.slurm.syntax import MAX_HOSTLIST, comment
 from slurm_hetero.submit import (
     _ITEM_FORMS,
     CONSTRAINT_CODE,
     MAX_EXCLUDED,
+    NODE_NAME_CODE,
     NOTE_PREFIX,
     PARTITION_CODE,
     REASON_CODES,
@@ -185,6 +187,7 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
             "max_count": units.MAX_COUNT,
             "max_excluded": MAX_EXCLUDED,
             "max_hostlist": MAX_HOSTLIST,
+            "shown": SHOWN_CHARS,
         },
         "units": dict(units.UNITS),
         "types": {n: _type_entry(model.types[n], i) for i, n in enumerate(names)},
@@ -209,6 +212,7 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
             "request": REQUEST_CODE,
             "constraint": CONSTRAINT_CODE,
             "partition": PARTITION_CODE,
+            "node_name": NODE_NAME_CODE,
             **{str(c): REASON_CODES[c] for c in CODE_ORDER},
         },
     }

@@ -643,6 +643,56 @@ def test_het_components_decide_around_the_jobs_node_lists(
     _het_submitted(dev_cluster, components, outcomes)
 
 
+def test_a_het_refusal_names_what_x_excludes_beside_what_components_take(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Adversarial A21: a het component refused for too few nodes named only what the earlier
+    components take, though -x (which Slurm gives every component) had removed the other types:
+    now it names both, as explain predicts, and sbatch prints it."""
+    other = {"partition": "nvidia", "gres": "gpumem:70G"}
+    components = ({**other, "exclude": "a800n1,h100n1,labn1"}, other)  # a100n1 left, comp 0 takes it
+    outcomes = _het_predicted(dev_cluster, suite_config, components)
+    assert outcomes[0].ok and not outcomes[1].ok, outcomes
+    assert "take a100_80g:1 (type:nodes), and -x/--exclude excludes a800:1, h100:1" in outcomes[1].message
+    _het_submitted(dev_cluster, components, outcomes)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [",a100n1,", "a100n1,,l40sn1", "a100n1 l40sn1", ",", "a100n[3-1]", "a100n[1-999999]", "a100n[1,,1]"],
+)
+def test_exclude_is_read_as_slurm_reads_it(dev_cluster: Cluster, suite_config: Path, spec: str) -> None:
+    """Adversarial A16/A14/A18: Slurm skips empty -x items and takes spaces as commas, and the hook
+    refused `-x ,a100n1,`; an -x neither can read was refused by the hook as a gres error while
+    Slurm answers "Invalid node name specified". Now the gpumem job is decided on the hosts
+    Slurm reads (as explain predicts), and where Slurm refuses the -x of a typed job the hook
+    refuses the gpumem job with Slurm's error (the client's last line is the same)."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    runs = {}
+    for gres in ("gpu:l40s:1", "gpumem:70G"):
+        runs[gres] = as_user(
+            "sbatch", "-H", "--parsable", "-o", "/dev/null", "-x", spec, f"--gres={gres}", "--wrap", "true"
+        )
+        if runs[gres].returncode == 0:
+            slurm("scancel", runs[gres].stdout.strip().split(";")[0])
+    typed, ours = runs["gpu:l40s:1"], runs["gpumem:70G"]
+    predicted = explain(
+        model,
+        hook,
+        job_from_options(gres="gpumem:70G", exclude=spec, uid=uid, slurm_release=dev_cluster.name),
+    )
+    if typed.returncode != 0:  # Slurm cannot read it: neither can the hook, with Slurm's error
+        assert not predicted.ok and predicted.code == "ESLURM_INVALID_NODE_NAME", predicted
+        assert ours.returncode != 0 and predicted.message in ours.stderr, (ours.stderr, predicted.message)
+        assert ours.stderr.strip().splitlines()[-1] == typed.stderr.strip().splitlines()[-1], ours.stderr
+        return
+    assert predicted.ok or "this hook reads" not in predicted.message, predicted.message
+    if predicted.ok:
+        assert ours.returncode == 0, ours.stderr
+    else:
+        assert ours.returncode != 0 and predicted.message in ours.stderr, (ours.stderr, predicted.message)
+
+
 def _het_predicted(
     dev_cluster: Cluster, suite_config: Path, components: tuple[dict[str, str], ...]
 ) -> list[Outcome]:

@@ -121,6 +121,7 @@ end
 ERROR_NUMBERS = {
     "ESLURM_INVALID_PARTITION_NAME": 2000,
     "ESLURM_INVALID_NODE_COUNT": 2006,
+    "ESLURM_INVALID_NODE_NAME": 2018,
     "ESLURM_INVALID_FEATURE": 2029,  # slurm/slurm_errno.h
     "ESLURM_INVALID_GRES": 2072,
     "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
@@ -1050,6 +1051,10 @@ REJECTIONS = [
     (Job(tres_per_node="gres:gpumem:20G", features="a*2"), "ESLURM_INVALID_FEATURE"),
     (Job(tres_per_node="gres:gpumem:20G", features="nosuchfeature"), "ESLURM_INVALID_FEATURE"),
     (Job(tres_per_node="gres:gpumem:20G", min_nodes=500), "ESLURM_INVALID_NODE_COUNT"),
+    # an -x the hook cannot read: slurmctld's own answer for it on a typed job (adversarial A14/A18)
+    (Job(tres_per_node="gres:gpumem:70G", exc_nodes="a100n[3-1]"), "ESLURM_INVALID_NODE_NAME"),
+    (Job(tres_per_node="gres:gpumem:70G", exc_nodes="a100n[1-999999]"), "ESLURM_INVALID_NODE_NAME"),
+    (Job(tres_per_node="gres:gpumem:70G", exc_nodes="a" * 5000), "ESLURM_INVALID_NODE_NAME"),
 ]
 
 
@@ -1061,6 +1066,39 @@ def test_rejections_return_the_most_specific_slurm_error(
     assert (python.ok, python.code) == (False, code)
     rc, message, _, _ = hooks["mixed"].run_rc(job)
     assert (rc, message) == (ERROR_NUMBERS[code], python.message)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        # adversarial T04: 4,096 names in 20 KB hit the 4,096-character limit, not the host limit
+        (
+            ",".join(f"a{i}" for i in range(1, 4097)),
+            "gpumem:20G: -x/--exclude a1,a2,a3,a4,a5,a6,a7,a8,a9,a10,a11,a12,a13,a14,a15,a16,a17,a18,a19,a20,"
+            "a21,a22,a...: 23468 characters, more than the 4096 this hook reads (fold the names into "
+            "ranges: name[1-3,5])",
+        ),
+        (
+            "a[1-4097]",
+            "gpumem:20G: -x/--exclude a[1-4097]: this hook reads host names, name[1-3,5] ranges and "
+            "commas, naming at most 4096 hosts",
+        ),
+        (  # a long malformed one is shortened too, before a multi-byte character
+            "a" * 79 + "\u00e9" * 10,
+            "gpumem:20G: -x/--exclude " + "a" * 79 + "...: this hook reads host names",
+        ),
+    ],
+    ids=["4096-names", "4097-hosts", "clipped"],
+)
+def test_an_unreadable_exclude_says_the_limit_it_hit_and_shows_it_shortened(
+    spec: str, message: str, rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    job = Job(tres_per_node="gres:gpumem:20G", exc_nodes=spec)
+    python = explain(rendered["mixed"].model, rendered["mixed"].options, job)
+    assert not python.ok and python.message.startswith(message), python.message
+    assert python.code == "ESLURM_INVALID_NODE_NAME"
+    rc, said, _, _ = hooks["mixed"].run_rc(job)
+    assert (rc, said) == (ERROR_NUMBERS["ESLURM_INVALID_NODE_NAME"], python.message)
 
 
 def test_a_release_without_the_constant_gets_its_number(rendered: dict[str, Config]) -> None:
