@@ -1476,9 +1476,12 @@ end
 -- fields carry gpumem/gpucore is decided as a submission with the job's device count and scope (a
 -- rewritten job keeps no gpumem, except shard requests, which must not be decided twice); an edit
 -- of the node or task count, the partition or the constraint of a job this hook rewrote is checked
--- against the devices the job holds (a new constraint keeps the one our rewrite added, ANDed). Fields the edit leaves unset come from job_rec (Slurm exposes tres_per_*, features,
--- partition, min_nodes, user_id there; not num_tasks or ntasks_per_node, so those count only when
--- the edit sets them). cpus_per_tres / mem_per_tres are there too (22.05 and 24.11, dev cluster): with
+-- against the devices the job holds (a new constraint keeps the one our rewrite added, ANDed); so
+-- is an edit of -x / -w (each -w host must hold them). Fields the edit leaves unset come from
+-- job_rec (Slurm exposes tres_per_*, features, partition, min_nodes, user_id, min_mem_per_node,
+-- min_mem_per_cpu there; not num_tasks or ntasks_per_node, so those count only when the edit sets
+-- them, and not exc_nodes / req_nodes: a gpumem edit without the edit's own -x keeps a typed job
+-- on its type, or is refused, edit_hidden). cpus_per_tres / mem_per_tres are there too (22.05 and 24.11, dev cluster): with
 -- them a request gets whole devices, as at submission (slurmctld refuses shards beside them).
 local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
                        "admin_comment", "cpus_per_tres", "mem_per_tres" }
@@ -1584,9 +1587,13 @@ local function edited_view(job_desc, job_rec, again)
     if (job_desc[name] or "") ~= "" then view[name] = job_desc[name] end
   end
   local ours = our_constraint(job_rec.admin_comment)
-  if job_desc.features == nil or job_desc.features == "" then  -- not the constraint we added
-    view.features = without(job_rec.features, ours)
-    view.restore = view.features ~= job_rec.features
+  if job_desc.features == nil or job_desc.features == "" then
+    -- decided again: not the constraint we added; checked: the job's whole constraint (an untyped
+    -- job's type is only there: l40s|a100_80g)
+    if again then
+      view.features = without(job_rec.features, ours)
+      view.restore = view.features ~= job_rec.features
+    end
   elseif not again and ours then  -- a new constraint: still on the types our rewrite chose
     view.features = new_features(job_desc.features, split(ours, "|"))
     view.keep = view.features ~= job_desc.features

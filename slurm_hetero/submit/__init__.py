@@ -655,8 +655,10 @@ def edited_view(edit: Job, record: Job, again: bool | None = None) -> Job:
     values |= {n: getattr(edit, n) or None for n in _VIEW_EDIT}
     values |= dict.fromkeys(_VIEW_UNREAD)  # the edit view (slurm_job_modify) does not read these
     ours = our_constraint(record.admin_comment)
-    if not edit.features:  # the record's constraint, less what our last rewrite added
-        values["features"] = without(record.features, ours)
+    if not edit.features:
+        # decided again: the record's constraint, less what our last rewrite added; checked: the
+        # job's whole constraint (an untyped job's type is only there: l40s|a100_80g)
+        values["features"] = without(record.features, ours) if again else record.features
     elif not again and ours:  # a new constraint: still on the types our rewrite chose
         values["features"] = with_constraint(edit.features, ours.split("|"))
     return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)

@@ -188,3 +188,34 @@ def test_a_gpumem_edit_reads_the_jobs_memory_from_its_record(tmp_path: Path, mem
 
 def test_messages_name_the_node_lists() -> None:
     assert "node list" in MESSAGES["edit_counts"] and "excnodelist=" in MESSAGES["edit_hidden"]
+
+
+ANY = Job(
+    tres_per_node="gres/gpu:1",
+    features="l40s|a100_80g",
+    user_id=1000,
+    admin_comment="slurm_hetero: gpumem:20G -> gres/gpu:1 constraint l40s|a100_80g (best-fit, any-fit)",
+)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fits"),
+    [
+        (Job(req_nodes="ascendn1", submit_uid=1000), False),
+        (Job(req_nodes="a100n1", submit_uid=1000), True),
+        (Job(exc_nodes="a100n1,l40sn1", submit_uid=1000), False),
+        (Job(exc_nodes="ascendn1", submit_uid=1000), True),
+        (Job(min_nodes=2, submit_uid=1000), False),  # one node of each type: never two of one
+    ],
+)
+def test_a_checked_edit_of_an_untyped_job_keeps_the_types_its_constraint_names(
+    rendered: dict[str, Config], hooks: dict[str, Hook], edit: Job, fits: bool
+) -> None:
+    """An any-fit job holds `gres/gpu:1` with the types in its constraint (`l40s|a100_80g`, which
+    the hook added): a checked edit (no gpumem) keeps that constraint, where it dropped it and
+    checked every type (reqnodelist=ascendn1 was accepted for a job that can only run on l40s or
+    a100 nodes)."""
+    ok, message, after = both_edit(rendered["mixed"], hooks["mixed"], edit, ANY)
+    assert ok == fits, message
+    if ok:
+        assert after.features == ANY.features and after.tres_per_node == ANY.tres_per_node, after
