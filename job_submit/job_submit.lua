@@ -1039,6 +1039,11 @@ local function decide(need)
   for i, r in ipairs(rules) do each[i] = scoped(r, need) end
   local unscoped, rule = joined(rules), joined(each)
   local candidates = need.gpu_type and { need.gpu_type } or order_for(rule.policy, need.each)
+  -- an edit of a job holding a type, whose -x Slurm does not show the hook: that type when it fits
+  if need.prefer and not need.gpu_type and T.types[need.prefer]
+      and reason(T.types[need.prefer], need, rule.allowed) == nil then
+    candidates = { need.prefer }
+  end
   local adequate = {}
   for _, name in ipairs(candidates) do
     if reason(T.types[name], need, rule.allowed) == nil then adequate[#adequate + 1] = name end
@@ -1167,6 +1172,32 @@ local function node_needs(job_desc, nodes, each)
   return cpus, mem
 end
 
+-- An edit's -w of a job the hook rewrote (checked, not decided): of the hosts it names that the
+-- table knows, one that no shape lets hold the job's devices (its type, the devices each node
+-- needs, the CPUs and memory, the constraint): the shortest name, then the first in byte order (as
+-- slurm_hetero.submit.misfit_host); false when each can. Hosts the table does not know, and a -w
+-- the hook cannot read, are left to slurmctld.
+local function misfit_host(need, spec)
+  local by_host = host_shapes()
+  local hosts = hostlist_names(spec, T.limits.max_excluded, LONGEST_HOST)
+  local worst = false
+  for _, host in ipairs(hosts or {}) do
+    local places, fits = by_host[host], false
+    for _, at in ipairs(places or {}) do
+      local shape = T.types[at[1]].shapes[at[2]]
+      if (need.gpu_type == nil or need.gpu_type == at[1]) and shape.count >= need.each and holds(shape, need)
+          and matches(shape, need.match) then
+        fits = true
+        break
+      end
+    end
+    if places and not fits and (not worst or #host < #worst or (#host == #worst and host < worst)) then
+      worst = host
+    end
+  end
+  return worst
+end
+
 local function is_exempt(job_desc, submit_uid)
   return (submit_uid ~= nil and T.exempt_uids[submit_uid]) or T.exempt_uids[job_desc.user_id or -1]
 end
@@ -1178,8 +1209,9 @@ end
 -- untouched when they do, else rejected (edit_counts). taken: type -> nodes the earlier
 -- components of this het job took (their nodes are not this component's), less their -w hosts,
 -- which taken_hosts holds (a set, counted once with the job's -x). tasks_hidden: an edit that
--- cannot see the job's task count: devices per task are refused (edit_tasks).
-local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, taken_hosts)
+-- cannot see the job's task count: devices per task are refused (edit_tasks). prefer: the type an
+-- edited job holds, chosen whenever it takes the request (Slurm hides the job's -x).
+local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, taken_hosts, prefer)
   if not check and not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
@@ -1203,7 +1235,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
       or fmt("partition_unknown", stray, T.partition_list)
     return { action = "reject", message = "--partition=" .. job_desc.partition .. ": " .. text, code = "partition" }
   end
-  if (job_desc.req_nodes or "") ~= "" then
+  if not check and (job_desc.req_nodes or "") ~= "" then
     return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
   end
   local exc, gone, excl = job_desc.exc_nodes, {}, false
@@ -1248,7 +1280,12 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
                  each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
-                 het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl }
+                 het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer }
+  local misfit = check and (job_desc.req_nodes or "") ~= "" and misfit_host(need, job_desc.req_nodes)
+  if misfit then
+    return { action = "reject", message = req.text .. ": " .. fmt("edit_hosts", misfit, need.each),
+             code = "NODE_TOO_SMALL" }
+  end
   local choice, why, code = decide(need)
   if choice == nil then
     return { action = "reject", message = check and fmt("edit_counts", why) or why, code = code }
@@ -1545,13 +1582,20 @@ end
 -- fields carry gpumem/gpucore is decided as a submission with the job's device count and scope (a
 -- rewritten job keeps no gpumem, except shard requests, which must not be decided twice); an edit
 -- of the node or task count, the partition or the constraint of a job this hook rewrote is checked
--- against the devices the job holds (a new constraint keeps the one our rewrite added, ANDed). Fields the edit leaves unset come from job_rec (Slurm exposes tres_per_*, features,
--- partition, min_nodes, user_id there; not num_tasks or ntasks_per_node, so those count only when
--- the edit sets them). cpus_per_tres / mem_per_tres are there too (22.05 and 24.11, dev cluster): with
+-- against the devices the job holds (a new constraint keeps the one our rewrite added, ANDed); so
+-- is an edit of -x / -w (each -w host must hold them). Fields the edit leaves unset come from
+-- job_rec (Slurm exposes tres_per_*, features, partition, min_nodes, user_id, min_mem_per_node,
+-- min_mem_per_cpu there; not num_tasks or ntasks_per_node, so those count only when the edit sets
+-- them, and not exc_nodes / req_nodes: a gpumem edit without the edit's own -x keeps a typed job
+-- on its type, or is refused, edit_hidden). cpus_per_tres / mem_per_tres are there too (22.05 and 24.11, dev cluster): with
 -- them a request gets whole devices, as at submission (slurmctld refuses shards beside them).
 local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
                        "admin_comment", "cpus_per_tres", "mem_per_tres" }
 local VIEW_COUNTS = { "min_nodes", "num_tasks", "ntasks_per_node" }
+-- --mem / --mem-per-cpu: job_rec carries them (min_mem_per_node, min_mem_per_cpu; 22.05 and 24.11)
+local VIEW_AMOUNTS = { "min_mem_per_node", "min_mem_per_cpu" }
+-- -w / -x: job_rec has neither (slurm_lua.c, 22.05 and 24.11), so only an edit's own count
+local VIEW_EDIT = { "req_nodes", "exc_nodes" }
 
 -- The constraint our last rewrite of the job added ("l40s", "a100_80g|h100"), from the last note
 -- in its admin comment ("... -> gres:shard:5 constraint l40s (...)"); nil when it added none.
@@ -1642,10 +1686,20 @@ local function edited_view(job_desc, job_rec, again)
   for _, name in ipairs(VIEW_COUNTS) do
     view[name] = count_of(job_desc[name]) or count_of(job_rec[name])
   end
+  for _, name in ipairs(VIEW_AMOUNTS) do
+    view[name] = amount_of(job_desc[name]) > 0 and job_desc[name] or job_rec[name]
+  end
+  for _, name in ipairs(VIEW_EDIT) do
+    if (job_desc[name] or "") ~= "" then view[name] = job_desc[name] end
+  end
   local ours = our_constraint(job_rec.admin_comment)
-  if job_desc.features == nil or job_desc.features == "" then  -- not the constraint we added
-    view.features = without(job_rec.features, ours)
-    view.restore = view.features ~= job_rec.features
+  if job_desc.features == nil or job_desc.features == "" then
+    -- decided again: not the constraint we added; checked: the job's whole constraint (an untyped
+    -- job's type is only there: l40s|a100_80g)
+    if again then
+      view.features = without(job_rec.features, ours)
+      view.restore = view.features ~= job_rec.features
+    end
   elseif not again and ours then  -- a new constraint: still on the types our rewrite chose
     view.features = new_features(job_desc.features, split(ours, "|"))
     view.keep = view.features ~= job_desc.features
@@ -1707,12 +1761,28 @@ local function held_type(job_rec)
 end
 
 -- Whether an edit changes what the devices a job holds must fit: the node or task count (-N, -n,
--- --ntasks-per-node), the partition or the constraint.
+-- --ntasks-per-node), the node lists (-w, -x), the partition or the constraint.
 local function fit_edit(job_desc)
   for _, name in ipairs(VIEW_COUNTS) do
     if count_of(job_desc[name]) then return true end
   end
+  for _, name in ipairs(VIEW_EDIT) do
+    if (job_desc[name] or "") ~= "" then return true end
+  end
   return (job_desc.partition or "") ~= "" or (job_desc.features or "") ~= ""
+end
+
+-- The type of the job's first typed gpu item, in any form (nil: none).
+local function typed_held(job_rec)
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_rec[field])) do
+      if item.name == "gpu" then
+        local tokens = split(split(item.body, "=")[1], ":")
+        if #tokens > 1 and not is_digits(tokens[2]) then return tokens[2] end
+      end
+    end
+  end
+  return nil
 end
 
 local function decide_edit(job_desc, job_rec, modify_uid)
@@ -1726,7 +1796,11 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   view.job_id, view.record = job_rec.job_id, job_rec
   -- Slurm's job_rec has no num_tasks / ntasks_per_node (22.05, 24.11): unknown unless the edit sets one
   local hidden = view.num_tasks == nil and view.ntasks_per_node == nil
-  local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden)
+  -- Slurm's job_rec has no exc_nodes: without the edit's own -x, a job holding a type keeps it
+  -- when it fits, and another type is refused (the job's -x may exclude it: it would never start)
+  local known = job_desc.exc_nodes ~= nil  -- "" (excnodelist=): the edit clears it, so none
+  local prefer = asks and not known and typed_held(job_rec) or nil
+  local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden, nil, prefer)
   local het_id = tonumber(job_rec.het_job_id)
   if result.action == "rewrite" and het_id ~= nil and het_id > 0 and het_id < NO_VAL then
     -- Slurm shows an edit no other component of the job: a new type could land beside theirs
@@ -1737,6 +1811,9 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
     result = { action = "reject", code = "request",
                message = result.request .. ": " .. fmt("edit_type", old, result.types[1]) }
+  elseif result.action == "rewrite" and prefer and result.types[1] ~= prefer then
+    result = { action = "reject", code = "request",
+               message = result.request .. ": " .. fmt("edit_hidden", prefer, result.types[1]) }
   end
   return { view = view, result = result }
 end

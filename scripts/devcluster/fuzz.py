@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slurm_hetero import units
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.errors import RequestError
 from slurm_hetero.submit import (
@@ -316,11 +317,23 @@ def _pending_view(fields: dict[str, str]) -> tuple[str | None, ...]:
     return tuple(fields.get(k) for k in ("JobState", "Reason", "NumNodes", "NumTasks", "Partition"))
 
 
+def _memory(fields: dict[str, str], key: str) -> int | None:
+    """scontrol's MinMemoryNode / MinMemoryCPU (`12000M`, `16G`) in MiB; None when 0 or absent."""
+    value = _value(fields, key)
+    try:
+        return units.parse_size(value) if value and value != "0" else None
+    except RequestError:
+        return None
+
+
 def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
     """The job record as slurm_job_modify's job_rec shows it: no num_tasks / ntasks_per_node, and
     min_nodes as submitted (scontrol's NumNodes is slurmctld's estimate: `-n4 --ntasks-per-node=2`
     shows 2 where 22.05's job_rec.min_nodes is 1). job_rec's cpus_per_tres / mem_per_tres are
-    scontrol's CpusPerTres / MemPerTres, same text (`gres:gpu:2`, 24.11 `gres/gpu:2`)."""
+    scontrol's CpusPerTres / MemPerTres, same text (`gres:gpu:2`, 24.11 `gres/gpu:2`), and its
+    min_mem_per_node / min_mem_per_cpu scontrol's MinMemoryNode / MinMemoryCPU. ReqNodeList /
+    ExcNodeList are read too, though job_rec has neither (explain_edit does not read them, as the
+    hook cannot)."""
     view = stored_view(fields)
     return Job(
         tres_per_node=view["tres_per_node"],
@@ -331,6 +344,10 @@ def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
         admin_comment=_value(fields, "AdminComment"),
         cpus_per_tres=_value(fields, "CpusPerTres"),
         mem_per_tres=_value(fields, "MemPerTres"),
+        min_mem_per_node=_memory(fields, "MinMemoryNode"),
+        min_mem_per_cpu=_memory(fields, "MinMemoryCPU"),
+        req_nodes=_value(fields, "ReqNodeList"),
+        exc_nodes=_value(fields, "ExcNodeList"),
         user_id=uid,
         min_nodes=min_nodes or 1,
     )
@@ -423,15 +440,22 @@ class Fuzz:
             self.run(["scancel", run.stdout.strip().split(";")[0]])
         return run.returncode != 0
 
-    def edit(self, job_id: str, submitted: Job, gres: str) -> None:
-        """`scontrol update jobid=J gres=...` as the user, against explain_edit on the record."""
+    def edit(
+        self, job_id: str, submitted: Job, gres: str | None, lists: Mapping[str, str] | None = None
+    ) -> None:
+        """`scontrol update jobid=J [gres=...] [excnodelist=...] [reqnodelist=...]` as the user,
+        against explain_edit on the record; `lists`: Job field (exc_nodes, req_nodes) -> hosts."""
         self.report.counts["edits"] += 1
+        lists = dict(lists or {})
         fields = next(iter(self.show(job_id).values()))
         record = record_of(fields, self.uid, submitted.min_nodes)
-        edit = replace(job_from_options(gres=gres, slurm_release=self.release), submit_uid=self.uid)
+        edit = job_from_options(gres=gres, slurm_release=self.release) if gres else Job()
+        edit = replace(edit, submit_uid=self.uid, **lists)
         predicted = explain_edit(self.model, self.hook, edit, record)
-        run = self.run(["scontrol", "update", f"jobid={job_id}", f"gres={gres}"], self.user)
-        what = (job_id, gres, record, submitted)  # the job as submitted too: the record lacks its tasks
+        argv = ["scontrol", "update", f"jobid={job_id}"] + ([f"gres={gres}"] if gres else [])
+        argv += [f"{_UPDATE_KEYS[name]}={hosts}" for name, hosts in sorted(lists.items())]
+        run = self.run(argv, self.user)
+        what = (job_id, gres, lists, record, submitted)  # as submitted too: the record lacks its tasks
         after = stored_view(next(iter(self.show(job_id).values())))
         if not predicted.ok:
             self.report.counts["edits refused"] += 1
@@ -469,6 +493,24 @@ class Fuzz:
             self.report.miss("released job did not start", job_id, str(states.get(job_id)))
 
 
+# scontrol update's keys for the edit's node lists
+_UPDATE_KEYS = {"exc_nodes": "excnodelist", "req_nodes": "reqnodelist"}
+
+
+def random_edit(rng: random.Random, nodes: list[str]) -> tuple[str | None, dict[str, str]]:
+    """An edit: gpumem (sometimes with a gpu count), -x or -w of one or two of the cluster's nodes
+    (-x sometimes empty: `excnodelist=` clears it), or both."""
+    gres = f"gpumem:{rng.choice(SIZES[:12])}" + (",gpu:2" if rng.random() < 0.2 else "")
+    lists: dict[str, str] = {}
+    kind = rng.random()
+    if kind < 0.5:
+        return gres, lists
+    name = "exc_nodes" if rng.random() < 0.6 else "req_nodes"
+    picked = rng.sample(nodes, min(len(nodes), rng.choice((1, 1, 2))))
+    lists[name] = "" if name == "exc_nodes" and rng.random() < 0.15 else ",".join(picked)
+    return (gres if kind < 0.75 else None), lists
+
+
 def run_fuzz(
     fuzz: Fuzz, requests: int, seed: int, release_sample: int = 20, edit_share: float = 0.1
 ) -> Report:
@@ -489,8 +531,8 @@ def run_fuzz(
         job_id, outcomes = accepted
         held.append(job_id)
         if len(request.components) == 1 and rng.random() < edit_share:
-            gres = f"gpumem:{rng.choice(SIZES[:12])}" + (",gpu:2" if rng.random() < 0.2 else "")
-            fuzz.edit(job_id, outcomes[0].job, gres)
+            gres, lists = random_edit(rng, nodes)
+            fuzz.edit(job_id, outcomes[0].job, gres, lists)
         elif any("gpumem" in c.get("gres", "") or "gpucore" in c.get("gres", "") for c in request.components):
             rewritten.append(job_id)
     if "UP" not in fuzz.run(["scontrol", "ping"]).stdout:

@@ -122,9 +122,15 @@ MESSAGES: dict[str, str] = {
     "edit_het": "this job is one component of a heterogeneous job, and the hook cannot see the devices "
     "its other components hold (components never share a node), so it cannot choose a type that "
     "leaves the job able to start; cancel the job and submit it again with the gpumem",
-    "edit_counts": "the devices this job holds do not fit its edited node or task count, partition or "
-    "constraint: %s; to choose devices for the edited job, give the gpumem again in the same update "
-    "(gres=gpumem:SIZE)",
+    "edit_counts": "the devices this job holds do not fit its edited node or task count, node list, "
+    "partition or constraint: %s; to choose devices for the edited job, give the gpumem again in the "
+    "same update (gres=gpumem:SIZE)",
+    "edit_hosts": "the devices this job holds do not fit its edited node list: -w/--nodelist names %s, "
+    "which cannot hold them (%s per node, with the job's CPUs, memory and constraint); name hosts that "
+    "can, or cancel the job and submit it again",
+    "edit_hidden": "the %s devices this job holds do not take it, and Slurm does not show the hook the "
+    "job's -x/--exclude, which may exclude %s (the job would never start); give the job's -x again in "
+    "the same update (excnodelist=HOSTS, or excnodelist= when it has none), or cancel it and submit it again",
     "internal": "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin",
 }
 

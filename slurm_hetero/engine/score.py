@@ -430,6 +430,9 @@ class Need:
     # heterogeneous job Slurm also gives every component the other components' -w nodes there);
     # only types with an excluded node
     excluded: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # an edit of a job holding this type, whose -x Slurm does not show the hook: the type it
+    # holds is chosen whenever it takes the request (the job's -x may exclude any other)
+    prefer: str | None = None
 
     @property
     def match(self) -> Alternatives:
@@ -583,6 +586,9 @@ def decide(model: ClusterModel, need: Need) -> Choice | FitReport:
     unscoped, rule = joined(rules), joined([scoped(model, r, need) for r in rules])
     order = model.order(rule.policy, need.each)
     candidates = (need.gpu_type,) if need.gpu_type else order
+    preferred = model.types.get(need.prefer or "")
+    if preferred is not None and not need.gpu_type and reason(preferred, need, rule.allowed) is None:
+        candidates = (preferred.name,)
     adequate = [t for t in candidates if reason(model.types[t], need, rule.allowed) is None]
     if not adequate:
         return report(model, need, rule, candidates, unscoped)

@@ -35,8 +35,9 @@ from typing import Any
 
 from slurm_hetero import hostlist
 from slurm_hetero.engine import constraint
+from slurm_hetero.engine.constraint import satisfies
 from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, clipped, one_line, render
-from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide, nodes_with
+from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide, holds, nodes_with
 from slurm_hetero.errors import InventoryError, RequestError
 from slurm_hetero.slurm.syntax import MAX_HOSTLIST, split_top
 from slurm_hetero.units import COLON, SLASH, SLASH_COLON, Request, has_ours, parse_fields, split_items
@@ -304,6 +305,26 @@ def excluded(
         for name, index in by_host.get(host, ()):
             counts.setdefault(name, [0] * len(model.types[name].shapes))[index] += 1
     return {name: tuple(counts[name]) for name in sorted(counts)}
+
+
+def misfit_host(model: ClusterModel, need: Need, spec: str) -> str | None:
+    """Of the hosts an edit's -w names that the table knows, one that no shape lets hold the job's
+    devices (its type, the devices each node needs, the CPUs and memory, the constraint): the
+    shortest name, then the first in byte order; None when each can. Hosts the table does not
+    know, and a -w the hook cannot read, are left to slurmctld (as `job_submit.lua`)."""
+    by_host, misfits = host_shapes(model), []
+    for host in excluded_hosts(spec) or ():
+        places = by_host.get(host)
+        shapes = [(name, model.types[name].shapes[i]) for name, i in places or ()]
+        if places and not any(
+            need.gpu_type in (None, name)
+            and shape.count >= need.each
+            and holds(shape, need)
+            and any(satisfies(alt, shape.features) for alt in need.match)
+            for name, shape in shapes
+        ):
+            misfits.append(host)
+    return min(misfits, key=lambda h: (len(h), h.encode()), default=None)
 
 
 def need_of(
@@ -580,6 +601,7 @@ def _explain(
     check: bool = False,
     taken: Taken | Mapping[str, int] | None = None,
     tasks_hidden: bool = False,
+    prefer: str | None = None,
 ) -> Outcome:
     """What the hook does with one job (component); `held`: the devices an edited job already
     asks for (`held_devices`): whole devices stay whole (untyped ones untyped), shards shards.
@@ -605,7 +627,7 @@ def _explain(
     refusal = partition_refusal(model, job.partition)
     if refusal is not None:
         return Outcome(False, "reject", refusal, job, code=PARTITION_CODE)
-    if job.req_nodes:
+    if job.req_nodes and not check:
         message = f"{request.text}: {render('node_list', ', '.join(sorted(model.types)))}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
     held_nodes = as_taken(taken)
@@ -616,7 +638,7 @@ def _explain(
     try:
         # --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
         whole = held in ("typed", "untyped") or bool(job.cpus_per_tres or job.mem_per_tres)
-        need = need_of(request, job, whole, held_nodes.nodes, gone)
+        need = replace(need_of(request, job, whole, held_nodes.nodes, gone), prefer=prefer)
         check_features(job.features, model.features)
     except RequestError as e:
         return Outcome(False, "reject", str(e), job, code=CONSTRAINT_CODE)
@@ -624,6 +646,10 @@ def _explain(
         # slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
         message = f"{request.text}: {render('job_total', request.count, need.nodes, need.nodes)}"
         return Outcome(False, "reject", message, job, code=REQUEST_CODE)
+    misfit = misfit_host(model, need, job.req_nodes) if check and job.req_nodes else None
+    if misfit is not None:
+        message = f"{request.text}: {render('edit_hosts', misfit, need.each)}"
+        return Outcome(False, "reject", message, job, code=REASON_CODES[ReasonCode.NODE_TOO_SMALL])
     result = decide(model, need)
     if held == "untyped" and isinstance(result, Choice) and result.kind == "gpu":
         result = replace(result, kind="any", constraint=(model.types[result.types[0]].feature,))
@@ -643,14 +669,12 @@ def _explain(
 # and with them a request gets whole devices (slurmctld refuses shards beside them)
 _VIEW_STRINGS = (*FIELDS, "features", "partition", "admin_comment", "cpus_per_tres", "mem_per_tres")
 _VIEW_COUNTS = ("min_nodes", "num_tasks", "ntasks_per_node")
-_VIEW_UNREAD = (
-    "max_nodes",
-    "cpus_per_task",
-    "min_mem_per_node",
-    "min_mem_per_cpu",
-    "req_nodes",
-    "exc_nodes",
-)
+# --mem / --mem-per-cpu: job_rec carries them (min_mem_per_node, min_mem_per_cpu; 22.05 and 24.11)
+_VIEW_AMOUNTS = ("min_mem_per_node", "min_mem_per_cpu")
+# -w / -x: job_rec has neither (slurm_lua.c, 22.05 and 24.11), so only an edit's own count
+_VIEW_EDIT = ("req_nodes", "exc_nodes")
+# not in job_rec either (cpus_per_task: only pn_min_cpus, which --mincpus also sets)
+_VIEW_UNREAD = ("max_nodes", "cpus_per_task")
 
 
 _OUR_CONSTRAINT = re.compile(r" constraint ([^ ]+) \(")
@@ -707,10 +731,14 @@ def edited_view(edit: Job, record: Job, again: bool | None = None) -> Job:
     for name in FIELDS if again else ():
         values[name] = getattr(edit, name) or untyped(getattr(record, name))
     values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
+    values |= {n: getattr(edit if _amount(getattr(edit, n)) else record, n) for n in _VIEW_AMOUNTS}
+    values |= {n: getattr(edit, n) or None for n in _VIEW_EDIT}
     values |= dict.fromkeys(_VIEW_UNREAD)  # the edit view (slurm_job_modify) does not read these
     ours = our_constraint(record.admin_comment)
-    if not edit.features:  # the record's constraint, less what our last rewrite added
-        values["features"] = without(record.features, ours)
+    if not edit.features:
+        # decided again: the record's constraint, less what our last rewrite added; checked: the
+        # job's whole constraint (an untyped job's type is only there: l40s|a100_80g)
+        values["features"] = without(record.features, ours) if again else record.features
     elif not again and ours:  # a new constraint: still on the types our rewrite chose
         values["features"] = with_constraint(edit.features, ours.split("|"))
     return replace(record, **values, submit_uid=edit.submit_uid, user_id=record.user_id)
@@ -749,8 +777,19 @@ def held_type(record: Job) -> str | None:
 
 def fit_edit(edit: Job) -> bool:
     """Whether an edit changes what the devices a job holds must fit: the node or task count (-N,
-    -n, --ntasks-per-node), the partition or the constraint."""
-    return any(_count(getattr(edit, n)) for n in _VIEW_COUNTS) or bool(edit.partition or edit.features)
+    -n, --ntasks-per-node), the node lists (-w, -x), the partition or the constraint."""
+    counts = any(_count(getattr(edit, n)) for n in _VIEW_COUNTS)
+    return counts or any(getattr(edit, n) for n in _VIEW_EDIT) or bool(edit.partition or edit.features)
+
+
+def typed_held(record: Job) -> str | None:
+    """The type of the job's first typed gpu item, in any form (None: none)."""
+    for _, text in record.fields():
+        for item in split_items(text):
+            tokens = item.body.partition("=")[0].split(":")
+            if item.name == "gpu" and len(tokens) > 1 and not tokens[1].isdigit():
+                return tokens[1]
+    return None
 
 
 def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
@@ -778,7 +817,10 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
         return replace(_explain(model, options, view, held, check=True), job=view)
     # Slurm's job record has no num_tasks / ntasks_per_node: unknown unless the edit sets one
     hidden = view.num_tasks is None and view.ntasks_per_node is None
-    outcome = _explain(model, options, view, held, tasks_hidden=hidden)
+    # Slurm's job_rec has no exc_nodes: without the edit's own -x, a job holding a type keeps it
+    # when it fits, and another type is refused (the job's -x may exclude it: it would never start)
+    prefer = None if edit.exc_nodes is not None else typed_held(record)  # "" (excnodelist=): none
+    outcome = _explain(model, options, view, held, tasks_hidden=hidden, prefer=prefer)
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))
     after, choice = outcome.job, outcome.choice
@@ -790,6 +832,10 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
     if choice is not None and old is not None and choice.types[0] != old:
         text = parse_fields(view.fields(), model.types).text
         message = f"{text}: {render('edit_type', old, choice.types[0])}"
+        return Outcome(False, "reject", message, view, code=REQUEST_CODE)
+    if choice is not None and prefer is not None and choice.types[0] != prefer:
+        text = parse_fields(view.fields(), model.types).text
+        message = f"{text}: {render('edit_hidden', prefer, choice.types[0])}"
         return Outcome(False, "reject", message, view, code=REQUEST_CODE)
     kept: dict[str, Any] = {n: getattr(after, n) or getattr(record, n) for n in FIELDS}
     restore = not edit.features and view.features != record.features

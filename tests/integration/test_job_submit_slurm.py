@@ -191,7 +191,11 @@ def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_clu
             edit = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G")
             assert edit.returncode != 0 and job_fields(job_id)["TresPerNode"] == held
             return
-        edit = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G")
+        # excnodelist= (none): Slurm does not show the hook the job's -x, so a move to another type
+        # needs it stated in the update
+        hidden = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G")
+        assert hidden.returncode != 0 and "excnodelist=HOSTS" in hidden.stderr, hidden.stderr
+        edit = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G", "excnodelist=")
         assert edit.returncode == 0 and "error" not in edit.stderr, edit.stderr  # told in the log only
         stored = tres(job_fields(job_id)["TresPerNode"])
         match = re.fullmatch(r"gres:gpu:([\w.-]+):1", stored)
@@ -210,6 +214,9 @@ def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_clu
         slurm("scancel", job_id)
 
 
+NO_X = {"exc_nodes": ""}  # `excnodelist=`: slurmctld clears the job's -x, the hook sees ""
+
+
 def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     while True:
@@ -222,14 +229,25 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("submitted", "update", "change"),
     [
-        (["--gpus=2", "--gres=gpumem:20G"], ["gres=gpumem:70G"], {"gres": "gpumem:70G"}),  # tres_per_job
-        (["-n2", "--gpus-per-task=1", "--gres=gpumem:20G"], ["gres=gpumem:70G"], {"gres": "gpumem:70G"}),
-        (["--gres=gpu:1,gpumem:20G"], ["gres=gpumem:70G"], {"gres": "gpumem:70G"}),  # 22.05 ran it on l40s
+        # excnodelist= (none) states the job's -x, which Slurm does not show the hook: another type
+        (
+            ["--gpus=2", "--gres=gpumem:20G"],
+            ["gres=gpumem:70G", "excnodelist="],
+            {"gres": "gpumem:70G", **NO_X},
+        ),
+        (
+            ["-n2", "--gpus-per-task=1", "--gres=gpumem:20G"],
+            ["gres=gpumem:70G", "excnodelist="],
+            {"gres": "gpumem:70G", **NO_X},
+        ),
+        (["--gres=gpu:1,gpumem:20G"], ["gres=gpumem:70G", "excnodelist="], {"gres": "gpumem:70G", **NO_X}),
         (
             ["--gres=gpu:1,gpumem:20G"],
-            ["gres=gpumem:60G", "features=[ascend|nvidia]"],
-            {"gres": "gpumem:60G", "constraint": "[ascend|nvidia]"},
+            ["gres=gpumem:60G", "features=[ascend|nvidia]", "excnodelist="],
+            {"gres": "gpumem:60G", "constraint": "[ascend|nvidia]", **NO_X},
         ),
+        # without it, a move to another type is refused (the job's -x may exclude it)
+        (["--gres=gpu:1,gpumem:20G"], ["gres=gpumem:70G"], {"gres": "gpumem:70G"}),
         (["--gres=gpu:1,gpumem:20G"], ["numnodes=2"], {"nodes": 2}),
         (["-n1", "--gpus-per-task=1", "--gres=gpumem:20G"], ["numtasks=8"], {"ntasks": 8}),
         # not checked before: the job pended forever where its type is not
@@ -237,18 +255,44 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
         (["--gres=gpu:1,gpumem:20G"], ["partition=nvidia"], {"partition": "nvidia"}),
         (["--gres=gpu:1,gpumem:20G"], ["features=ascend"], {"constraint": "ascend"}),
         (["--gres=gpu:1,gpumem:20G"], ["features=nvidia"], {"constraint": "nvidia"}),
+        # issue 10 adversarial pass: node lists (A22-A26, S20)
+        (["--gres=gpu:1,gpumem:20G"], ["excnodelist=l40sn1"], {"exclude": "l40sn1"}),
+        (
+            ["-p", "nvidia", "-x", "a100n1", "--gres=gpu:1,gpumem:20G"],
+            ["excnodelist=a100n1,l40sn1"],
+            {"exclude": "a100n1,l40sn1"},
+        ),
+        (["--gres=gpu:1,gpumem:20G"], ["excnodelist=a100n1"], {"exclude": "a100n1"}),
+        (["--gres=gpu:1,gpumem:20G"], ["reqnodelist=a100n1"], {"nodelist": "a100n1"}),
+        (["--gres=gpu:1,gpumem:20G"], ["reqnodelist=l40sn1"], {"nodelist": "l40sn1"}),
+        (
+            ["--gres=gpu:1,gpumem:20G"],
+            ["excnodelist=l40sn1", "gres=gpumem:20G"],
+            {"exclude": "l40sn1", "gres": "gpumem:20G"},
+        ),
+        (["-x", "l40sn1", "--gres=gpu:a100_80g:1"], ["gres=gpumem:20G"], {"gres": "gpumem:20G"}),
+        (["-x", "l40sn1", "--gres=gpu:1,gpumem:20G"], ["gres=gpumem:30G"], {"gres": "gpumem:30G"}),
     ],
     ids=[
         "gpus",
         "per-task",
         "per-node",
         "matching-or",
+        "per-node-hidden-x",
         "numnodes",
         "numtasks",
         "partition-without",
         "partition-with",
         "features-without",
         "features-with",
+        "x-held-type",
+        "x-partition-x",
+        "x-other-type",
+        "w-other-type",
+        "w-held-type",
+        "x-with-gpumem",
+        "typed-x-gpumem",
+        "x-gpumem-again",
     ],
 )
 def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
@@ -271,7 +315,9 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
     try:
         before = job_fields(job_id)
         record = record_of(before, uid, None)
-        edit = replace(job_from_options(**change, slurm_release=dev_cluster.name), submit_uid=uid)
+        options = {k: v for k, v in change.items() if k not in NO_X}
+        edit = replace(job_from_options(**options, slurm_release=dev_cluster.name), submit_uid=uid)
+        edit = replace(edit, **{k: v for k, v in change.items() if k in NO_X})
         predicted = explain_edit(model, hook, edit, record)
         result = as_user("scontrol", "update", f"jobid={job_id}", *update)
         if predicted.ok and result.returncode != 0 and "partition" in change and dev_cluster.name == "24.11":
@@ -293,7 +339,11 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
         fields = _wait_started(job_id)
         assert fields["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), fields
         gpumem = re.findall(r"gpumem:(\d+)G", " ".join([*submitted, str(change.get("gres", ""))]))
-        size = int(gpumem[-1])  # the edit's, else the submitted one
+        size = int(gpumem[-1]) if gpumem else 1  # the edit's, else the submitted one
+        listed = job_fields(job_id)
+        assert fields["NodeList"] not in hostlist.expand(change.get("exclude") or "") and (
+            "nodelist" not in change or fields["NodeList"] in hostlist.expand(change["nodelist"])
+        ), (fields, listed.get("ExcNodeList"), listed.get("ReqNodeList"))
         memory = {
             h: max(d.memory_mib for d in ds) for h, ds in node_devices(dev_cluster.inventory).items() if ds
         }

@@ -191,3 +191,28 @@ def test_record_of_reads_the_per_gpu_cpus_and_memory_as_job_rec_shows_them(pre: 
     assert (record.tres_per_job, record.partition) == (f"{pre}gpu:1", "nvidia")
     plain = fuzz.record_of(fuzz.parse_oneliner("JobId=8 Partition=nvidia Features=(null)"), 65534, None)
     assert (plain.cpus_per_tres, plain.mem_per_tres) == (None, None)
+
+
+def test_record_of_reads_the_memory_and_node_lists_scontrol_shows() -> None:
+    """job_rec carries min_mem_per_node / min_mem_per_cpu (scontrol's MinMemoryNode / MinMemoryCPU)
+    and the edit view reads them; ReqNodeList / ExcNodeList are read as the hook would (job_rec has
+    neither, so explain_edit leaves them out)."""
+    line = (
+        "JobId=9 Partition=nvidia Features=(null) MinMemoryNode=12000M ReqNodeList=(null) "
+        "ExcNodeList=l40sn1 TresPerNode=gres/gpu:a100_80g:1"
+    )
+    record = fuzz.record_of(fuzz.parse_oneliner(line), 65534, None)
+    assert (record.min_mem_per_node, record.min_mem_per_cpu) == (12000, None)
+    assert (record.req_nodes, record.exc_nodes) == (None, "l40sn1")
+    other = "JobId=10 MinMemoryCPU=2G MinMemoryNode=0 ReqNodeList=a100n1"
+    cpu = fuzz.record_of(fuzz.parse_oneliner(other), 1, None)
+    assert (cpu.min_mem_per_node, cpu.min_mem_per_cpu, cpu.req_nodes) == (None, 2048, "a100n1")
+
+
+def test_random_edits_cover_node_lists() -> None:
+    rng = fuzz.random.Random(5)
+    edits = [fuzz.random_edit(rng, ["a100n1", "l40sn1"]) for _ in range(200)]
+    assert any(gres is None and "exc_nodes" in lists for gres, lists in edits)
+    assert any(gres and "req_nodes" in lists for gres, lists in edits)
+    assert any(lists.get("exc_nodes") == "" for _, lists in edits)
+    assert any(gres and not lists for gres, lists in edits)

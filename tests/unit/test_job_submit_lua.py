@@ -191,7 +191,8 @@ def run_edit(hook: Hook, edit: Job, record: Job) -> tuple[int, str, Job, list[tu
     return int(rc), "\n".join(user), replace(record, **stored), lines
 
 
-RECORD_HIDDEN = ("num_tasks", "ntasks_per_node")
+# not in slurm_job_modify's job_rec (slurm_lua.c, 22.05 and 24.11)
+RECORD_HIDDEN = ("num_tasks", "ntasks_per_node", "req_nodes", "exc_nodes", "cpus_per_task")
 
 
 def configs(root: Path) -> dict[str, Config]:
@@ -681,8 +682,10 @@ def test_an_exclusion_counts_each_host_once_in_every_type_it_has(rendered: dict[
 
 
 def _nil_empty(job: Job) -> Job:
-    """Slurm hands the hook unset strings as nil, never ""."""
-    return replace(job, **{f.name: None for f in fields(Job) if getattr(job, f.name) == ""})
+    """Slurm hands the hook unset strings as nil, never "" (except an update's `ExcNodeList=`,
+    which arrives as "" and clears the job's -x: slurmctld's _update_job, 22.05 and 24.11)."""
+    unset = [f.name for f in fields(Job) if getattr(job, f.name) == "" and f.name != "exc_nodes"]
+    return replace(job, **dict.fromkeys(unset))
 
 
 def both_edit(config: Config, hook: Hook, edit: Job, record: Job) -> tuple[bool, str, Job]:
@@ -708,7 +711,8 @@ NOTE = "slurm_hetero: gpumem:20G -> ..."
 
 
 def test_an_edit_to_gpumem_70g_gets_a_70g_device(rendered: dict[str, Config], hooks: dict[str, Hook]) -> None:
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000)
+    # ExcNodeList= (""): the edit states the job's -x (none), which Slurm does not show the hook
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, exc_nodes="")
     config = rendered["mixed"]
     ok, message, after = both_edit(config, hooks["mixed"], edit, RECORD)
     assert ok and after.tres_per_node == "gres/gpu:a100_80g:1" and message == ""  # told in the log only
@@ -734,7 +738,7 @@ def test_an_edit_keeps_the_jobs_device_count_and_scope_and_chooses_the_type_agai
     record = replace(RECORD, tres_per_node=None, num_tasks=2, **{field: held})
     # devices per task: the record hides the task count, so the edit gives it (test below)
     tasks = 2 if field == "tres_per_task" else None
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, num_tasks=tasks)
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, num_tasks=tasks, exc_nodes="")
     ok, _, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
     assert ok and getattr(after, field) == expected and after.tres_per_node is None, after
 
@@ -1168,7 +1172,7 @@ def test_a_gpumem_edit_of_a_het_component_is_refused(
     made component 0 a100_80g:1 beside component 1's a100 (one a100 node): both pended forever.
     The Lua API shows an edit the job record only, not the other components: refused."""
     record = Job(tres_per_node="gres/gpu:l40s:1", user_id=1000, het_job_id=het_job_id)
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000)
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, exc_nodes="")
     ok, message, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
     if het_job_id:
         assert not ok and message == f"gpumem:70G: {MESSAGES['edit_het']}", message
