@@ -40,10 +40,12 @@ end
 
 local decide = nil  -- slurm_hetero_srun.lua's function, loaded once per command
 
--- This srun's het components that named a device without gpumem/gpucore (`srun --gres=gpu:l40s:1
--- A : --gres=gpumem:20G B`), for the srun half to count their nodes as taken, as the hook does:
--- srun calls the filter once per component, offset 0 first, and reuses neither options table.
-local COUNTS = { "nodes", "ntasks", "ntasks-per-node" }
+-- This srun's het components with a device but no gpumem/gpucore (`srun --gres=gpu:l40s:1 A :
+-- --gres=gpumem:20G B`) or a -w (slurmctld excludes its hosts from the other components), for the
+-- srun half to count their nodes as taken, as the hook does: srun calls the filter once per
+-- component, offset 0 first, and reuses neither options table.
+local COUNTS = { "nodes", "ntasks", "ntasks-per-node", "nodelist", "exclude", "constraint", "cpus-per-task",
+                 "cpus-per-gpu", "mem", "mem-per-cpu", "mem-per-gpu", "tres-per-task" }
 local earlier = {}
 
 local function remember(options, offset)
@@ -66,7 +68,9 @@ local function pre_submit(options, offset)
   if offset == 0 then earlier = {} end
   local asked, named = asks_us(options)
   if not asked then
-    if named and offset then remember(options, offset) end
+    -- after a component decided here, the srun half checks it as the hook would (het_typed)
+    if decide and offset and offset > 0 then return decide(options, offset, earlier) end
+    if offset and (named or options["nodelist"]) then remember(options, offset) end
     return real.SUCCESS
   end
   decide = decide or dofile(srun_path())

@@ -1127,6 +1127,65 @@ def test_srun_het_component_left_alone_still_takes_its_nodes(
     assert len(set(nodes)) == l40s + 1, run.stdout  # components never share a node
 
 
+@pytest.mark.parametrize("gres", ["gpu:1,gpumem:20G", "gpumem:20G"])
+def test_srun_het_typed_component_after_a_decided_one_is_refused_as_the_hook_does(
+    dev_cluster: Cluster, suite_config: Path, gres: str
+) -> None:
+    """Issue 10 adversarial C05 (24.11) / M24 (22.05): `srun --gres=gpumem:20G A : --gres=gpu:l40s:1
+    B` (one l40s node) put A on l40s, and B, typed l40s, waited for resources forever on an idle
+    cluster; sbatch's hook refuses that shape (het_typed). srun now refuses it with the hook's words,
+    before any job exists. Whole devices (`gpu:1,gpumem:20G`; without sharing, every gpumem) reach
+    slurmctld typed, so only srun can refuse them; shards keep their gpumem for slurmctld's hook."""
+    from slurm_hetero.submit import het_taken
+
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    l40s = len(_hosts_of(dev_cluster, "l40s"))
+    first = job_from_options(gres=gres, nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
+    decided = explain(model, hook, first)
+    assert decided.ok and decided.choice is not None and decided.choice.types[0] == "l40s", decided.message
+    second = job_from_options(gres="gpu:l40s:1", uid=uid, slurm_release=dev_cluster.name)
+    predicted = explain(model, hook, second, taken=het_taken({}, decided, model))
+    assert not predicted.ok and "put it before" in predicted.message, predicted.message
+    # srun waits for resources (before): `timeout` ends it, and srun then withdraws its job
+    argv = ["timeout", "40", "srun", "-t", "1", f"-N{l40s}", f"--gres={gres}", "hostname", ":"]
+    run = as_user(*argv, "--gres=gpu:l40s:1", "hostname")
+    assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    assert "Requested node configuration" not in run.stderr and "job_id" not in run.stderr.lower(), run.stderr
+    queue = dev_cluster.run(["squeue", "-h", "-u", USER, "-o", "%i %T"], timeout=30)
+    assert queue.stdout.strip() == "", queue.stdout  # nothing left waiting
+
+
+@pytest.mark.parametrize("option", ["-w", "-x"])
+def test_srun_het_component_is_decided_around_the_hosts_earlier_ones_name(
+    dev_cluster: Cluster, suite_config: Path, option: str
+) -> None:
+    """Issue 10 adversarial G02 (24.11) / G06 (22.05): `srun -w l40sn1 A : --gres=gpumem:20G B` wrote
+    B as l40s, the node A names, and srun failed "Requested node configuration is not available":
+    slurmctld gives B A's -w hosts as exc_nodes, but srun's filter sees B's own options only (srun
+    resets -w for each component; -x carries over, so `srun -x l40sn1 A : B` already worked). B is
+    now decided around them, as sbatch's hook decides (A08)."""
+    from slurm_hetero.submit import het_taken
+
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    hosts = _hosts_of(dev_cluster, "l40s")
+    named = ",".join(hosts)
+    key = "nodelist" if option == "-w" else "exclude"
+    first = explain(model, hook, job_from_options(**{key: named}, uid=uid, slurm_release=dev_cluster.name))
+    taken = het_taken({}, first, model)
+    inherited = {} if option == "-w" else {"exclude": named}  # srun keeps -x for later components
+    second = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name, **inherited)
+    predicted = explain(model, hook, second, taken=taken)
+    assert predicted.ok and predicted.choice is not None, predicted.message
+    assert predicted.choice.types[0] != "l40s", predicted.message
+    nodes = f"-N{len(hosts)}" if option == "-w" else "-N1"
+    argv = ["srun", "-t", "1", nodes, option, named, "sh", "-c", "echo A=$SLURMD_NODENAME"]
+    run = as_user(*argv, ":", "--gres=gpumem:20G", "sh", "-c", "echo B=$SLURMD_NODENAME")
+    assert run.returncode == 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    where = [line.split("=", 1) for line in run.stdout.split()]
+    assert {part for part, _ in where} == {"A", "B"}, run.stdout
+    assert not {node for part, node in where if part == "B"} & set(hosts), run.stdout  # B not on A's hosts
+
+
 @pytest.mark.parametrize(
     ("group", "step", "fits"),
     [

@@ -2443,6 +2443,86 @@ def test_srun_het_components_left_alone_still_take_their_nodes(
     assert "l40s" not in after["gres"]  # the last component never lands on the typed l40s node
 
 
+# Issue 10 adversarial C05 (24.11) / M24 (22.05): `srun --gres=gpumem:20G A : --gres=gpu:l40s:1 B`
+# put A on the one l40s node and B, typed l40s, waited for resources forever: cli_filter.lua left B
+# alone, and slurmctld's hook, which sees A already typed, never refuses it. sbatch's hook refuses
+# that shape (het_typed): the filter now passes such a component through the hook in srun too.
+@pytest.mark.parametrize(
+    ("components", "refused"),
+    [
+        (({"gres": "gpumem:20G"}, {"gres": "gpu:l40s:1"}), True),
+        (({"gres": "gpumem:20G"}, {"gpus": "l40s:1"}), True),
+        (({"gres": "gpumem:70G"}, {"gres": "gpu:l40s:1"}), False),
+        (({"gres": "gpumem:20G"}, {"gres": "gpu:a100_80g:1"}), False),
+        (({"gres": "gpu:l40s:1"}, {"gres": "gpumem:20G"}, {"gres": "gpu:a100_80g:1"}), True),
+        (({"gres": "gpumem:20G"}, {"gres": "gpu:a100_80g:1"}, {"gres": "gpu:l40s:1"}), True),
+    ],
+)
+def test_srun_het_typed_component_after_a_decided_one_is_refused_as_the_hook_does(
+    rendered: dict[str, Config], components: tuple[dict[str, str], ...], refused: bool
+) -> None:
+    from slurm_hetero.submit import Taken
+
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    taken = Taken()
+    for offset, options in enumerate(components):
+        job = job_from_options(**options, uid=1000, slurm_release="24.11")
+        python = explain(config.model, config.options, job, taken=taken)
+        given = {name: f"gres/{value}" if name == "gres" else value for name, value in options.items()}
+        rc, after, log = run_cli(lua, given, offset=offset)
+        if not python.ok:  # the hook's own words (het_typed), from srun
+            assert offset > 0 and "gpumem" not in str(options) and "put it before" in python.message, python
+            assert (rc, after, log) == (-1, given, [("error", python.message)])
+            assert refused
+            return
+        if python.action == "untouched":
+            assert (rc, after, log) == (0, given, [])
+        else:
+            assert rc == 0 and after["gres"] == _bare(python.job.tres_per_node), log
+            assert log == [("info", python.message)]
+        taken = het_taken(taken, python, config.model)
+    assert not refused
+
+
+# Issue 10 adversarial G02 (24.11) / G06 (22.05): `srun -w l40sn1 A : --gres=gpumem:20G B` wrote B as
+# l40s, and srun failed "Requested node configuration is not available": slurmctld gives every
+# component the other components' -w hosts as exc_nodes (proc_req.c, _exclude_het_job_nodes), which
+# the hook decides around for sbatch (A08), but srun's filter sees each component's own options only
+# (-w is reset for every component; -x is not, so `srun -x l40sn1 A : B` already worked). The filter
+# now keeps a component's -w for the srun half, as it keeps its devices.
+@pytest.mark.parametrize(
+    "first",
+    [
+        {"nodelist": "l40sn1"},
+        {"nodelist": "l40sn1", "gres": "gpu:l40s:1"},
+        {"nodelist": "a100n1"},
+        {"nodelist": "ascendn1"},
+    ],
+)
+@pytest.mark.parametrize("size", ["20G", "70G"])
+def test_srun_het_component_is_decided_around_the_hosts_earlier_ones_name(
+    rendered: dict[str, Config], first: dict[str, str], size: str
+) -> None:
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    python = explain(config.model, config.options, job_from_options(**first, uid=1000, slurm_release="24.11"))
+    taken = het_taken({}, python, config.model)
+    given = {name: f"gres/{value}" if name == "gres" else value for name, value in first.items()}
+    assert run_cli(lua, given, offset=0) == (0, given, [])
+    job = job_from_options(gres=f"gpumem:{size}", uid=1000, slurm_release="24.11")
+    python = explain(config.model, config.options, job, taken=taken)
+    # what slurmctld's hook decides for sbatch, where Slurm gives this component the -w hosts in exc_nodes
+    sbatch = explain(config.model, config.options, replace(job, exc_nodes=first["nodelist"]), taken=taken)
+    assert (python.ok, python.message) == (sbatch.ok, sbatch.message)
+    rc, after, log = run_cli(lua, {"gres": f"gres/gpumem:{size}"}, offset=1)
+    if not python.ok:  # left to slurmctld's hook, which sees the exc_nodes and refuses it the same
+        assert (rc, after, log) == (0, {"gres": f"gres/gpumem:{size}"}, [])
+        return
+    assert rc == 0 and after["gres"] == _bare(python.job.tres_per_node) and log == [("info", python.message)]
+    assert python.choice is not None and python.choice.types[0] not in first["nodelist"], python.message
+
+
 # Issue 10 adversarial B26 (24.11): inside `salloc --gres=gpumem:20G : --gres=gpumem:70G` (an l40s
 # component, then an a100_80g one), `srun --het-group=0 --gres=gpumem:70G` was decided among the
 # types of all components and written as gpu:a100_80g:1, which component 0 lacks ("Invalid generic
