@@ -66,6 +66,25 @@ local function client()
   return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
 end
 
+-- Whether the client's command line (/proc/self/cmdline, read once per command) has an argument
+-- matching `pattern` (a Lua pattern anchored by the caller), or nil when it cannot be read.
+local argv = nil
+local function typed(pattern)
+  if argv == nil then
+    local file = io.open("/proc/self/cmdline", "r")
+    if not file then return nil end
+    argv = file:read("*a") or ""
+    file:close()
+  end
+  local start = 1  -- NUL-separated; a plain find (Lua 5.1 patterns cannot hold "\0")
+  while start <= #argv do
+    local stop = string.find(argv, "\0", start, true) or (#argv + 1)
+    if string.find(string.sub(argv, start, stop - 1), pattern) then return true end
+    start = stop + 1
+  end
+  return false
+end
+
 -- Load job_submit.lua (and through it the table) with the quiet slurm table; once per command.
 local loaded = nil
 local function load_hook()
@@ -663,6 +682,30 @@ local function replay(hook, earlier, uid)
   for i = #(earlier or {}), 1, -1 do earlier[i] = nil end
 end
 
+-- The options of a step with the --gpus-per-node srun inherited from its allocation
+-- (SLURM_GPUS_PER_NODE, exported by `salloc --gpus-per-node=1`) left out where the command line
+-- gives the step's count in another option (--gpus, --gpus-per-task, a gpu count in --gres): an
+-- option on the command line wins over the environment, as srun 24.11 itself drops the inherited
+-- --gpus-per-node beside --gpus (_opt_verify: "Specifying --gpus should override
+-- SLURM_GPUS_PER_NODE env"). Before, the two counts reached the hook as one request and the step
+-- was refused "gpu:1: device count given more than once". The view reads through to the options;
+-- nil where nothing is left out. The inherited value is left on the options (an option cannot be
+-- unset from here), as srun sends it.
+local function without_inherited(options)
+  local inherited = os.getenv("SLURM_GPUS_PER_NODE")
+  if inherited == nil or text(options, "gpus-per-node") ~= inherited then return nil end
+  if typed("^%-%-gpus%-per%-n") ~= false then return nil end  -- typed again, or argv unknown
+  local counted = text(options, "gpus") or text(options, "gpus-per-task")
+  for item in string.gmatch(text(options, "gres") or "", "[^,]+") do
+    counted = counted or string.find(item, "^g?r?e?s?[:/]?gpu[:=]") ~= nil
+  end
+  if not counted then return nil end
+  return setmetatable({}, { __index = function(_, name)
+    if name == "gpus-per-node" then return nil end
+    return options[name]
+  end })
+end
+
 -- The srun options with the hook's decision written in (changed in place); a Slurm code.
 -- offset: the het component (cli_filter's pack_offset: 0, 1, ... in srun A : B; in an allocation
 -- the component --het-group names); earlier: the components before it that cli_filter.lua left.
@@ -670,8 +713,10 @@ return function(options, offset, earlier)
   local name, uid = client()
   if name ~= "srun" then return real.SUCCESS end
   local isset = set_options(options)
-  local before = job_of(options, isset)
   local job_id = allocation(options)
+  local written = options  -- where the decision is written; read through `options` below
+  if job_id then options = without_inherited(options) or options end
+  local before = job_of(options, isset)
   if job_id == nil and not counts_known(before, isset) then return real.SUCCESS end
   local hook, why = load_hook()
   if hook == nil then
@@ -716,7 +761,7 @@ return function(options, offset, earlier)
                    lines[1], instead(before, after))
     return real.ERROR
   end
-  for option, value in pairs(set) do options[option] = value end
+  for option, value in pairs(set) do written[option] = value end
   if offset and job_id == nil then het_rewrote = true end
   for _, line in ipairs(lines) do real.log_info("%s", line) end
   return real.SUCCESS

@@ -1275,8 +1275,13 @@ function slurm.json_cli_options(options)
   return "{" .. table.concat(parts, ",") .. "}"
 end
 local real_open = io.open
+-- The client's command line (/proc/self/cmdline: NUL-separated)
+CMDLINE = "srun\0hostname\0"
 function set_uid(uid, name)
   io.open = function(path, mode)
+    if path == "/proc/self/cmdline" then
+      return { read = function() return CMDLINE end, close = function() end }
+    end
     if path ~= "/proc/self/status" then return real_open(path, mode) end
     local status = "Name:\t" .. (name or "srun") .. "\nUid:\t" .. uid .. "\t" .. uid .. "\n"
     return { read = function() return status end,
@@ -2075,6 +2080,43 @@ def test_exempt_srun_in_an_allocation_is_left_alone(rendered: dict[str, Config])
     _in_allocation(lua, None)
     given = {"gres": "gres/gpumem:10G"}
     assert run_cli(lua, given)[:2] == (0, given)
+
+
+# Issue 10 (steps, item 1; 22.05 and 24.11): `salloc --gpus-per-node=1 --gres=gpumem:20G` exports
+# SLURM_GPUS_PER_NODE=1, which srun reads as --gpus-per-node; the step `srun --gpus=1
+# --gres=gpumem:20G` (or -n1 --gpus-per-task=1, or --gres=gpu:1,gpumem:20G) was refused "gpu:1:
+# device count given more than once", the inherited count taken as the user's. An option on the
+# command line wins over the environment (srun 24.11 drops the inherited --gpus-per-node beside
+# --gpus itself), so the step is decided on the count the command line gives.
+@pytest.mark.parametrize(
+    ("options", "written"),
+    [
+        ({"gpus": "1", "gres": "gres/gpumem:20G"}, {"gres": "gpu:0"}),
+        ({"ntasks": "1", "gpus-per-task": "1", "gres": "gres/gpumem:20G"}, {"gres": "gpu:0"}),
+        ({"gres": "gres/gpu:1,gres/gpumem:20G"}, {"gres": "gpu:1"}),
+    ],
+)
+def test_a_step_count_on_the_command_line_wins_over_the_per_node_count_srun_inherited(
+    rendered: dict[str, Config], options: dict[str, str], written: dict[str, str]
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("12", "a100_80g"), env={"SLURM_JOB_ID": "12", "SLURM_GPUS_PER_NODE": "1"})
+    given = {**options, "gpus-per-node": "1"}
+    rc, after, log = run_cli(lua, given)
+    # decided on the command line's count; the inherited option stays as srun sends it
+    assert rc == 0 and after == {**given, **written}, log
+    assert [kind for kind, _ in log] == ["info"] and " -> " in log[0][1], log
+    assert "a100_80g" in log[0][1] and log[0][1].endswith("(a step of job 12)"), log
+    # typed on the command line too (or not inherited at all): the user gave two counts, refused as
+    # before (a new client each: the command line is read once per command)
+    for cmdline, inherited in (("srun\0--gpus-per-node=1\0hostname\0", "1"), ("srun\0hostname\0", "2")):
+        lua = cli_filter(rendered["scoped"])
+        lua.globals().CMDLINE = cmdline
+        _in_allocation(
+            lua, _shown("12", "a100_80g"), env={"SLURM_JOB_ID": "12", "SLURM_GPUS_PER_NODE": inherited}
+        )
+        rc, after, log = run_cli(lua, given)
+        assert (rc, after) == (-1, given) and "device count given more than once" in log[0][1], log
 
 
 # Adversarial D09-D12 / L06-L09 (22.05 and 24.11): a step refused for a cause in the request
