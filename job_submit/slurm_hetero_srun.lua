@@ -343,9 +343,10 @@ local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
 
--- How many hosts a Slurm hostlist names ("a100n[1-2,4],l40sn1" -> 4).
-local function hosts_in(list)
-  local total, depth, start = 0, 0, 1
+-- The hosts a Slurm hostlist names ("a100n[1-2],l40sn1" -> a100n1, a100n2, l40sn1; ranges keep
+-- their zero padding: n[01-02] -> n01, n02), in order.
+local function hosts(list)
+  local out, depth, start = {}, 0, 1
   local entries = {}
   for i = 1, #list do
     local c = string.sub(list, i, i)
@@ -354,18 +355,35 @@ local function hosts_in(list)
   end
   entries[#entries + 1] = string.sub(list, start)
   for _, entry in ipairs(entries) do
-    local hosts = 1
-    for inside in string.gmatch(entry, "%[([^%]]*)%]") do
-      local count = 0
-      for part in string.gmatch(inside, "[^,]+") do
-        local low, high = string.match(part, "^(%d+)%-(%d+)$")
-        count = count + (low and math.max(tonumber(high) - tonumber(low) + 1, 0) or 1)
+    local names = { "" }
+    local at = 1
+    while entry ~= "" do
+      local first, last, inside = string.find(entry, "%[([^%]]*)%]", at)
+      local plain = string.sub(entry, at, (first or (#entry + 1)) - 1)
+      for i, name in ipairs(names) do names[i] = name .. plain end
+      if first == nil then break end
+      local grown = {}
+      for _, name in ipairs(names) do
+        for part in string.gmatch(inside, "[^,]+") do
+          local low, high = string.match(part, "^(%d+)%-(%d+)$")
+          if low then
+            for n = tonumber(low), tonumber(high) do grown[#grown + 1] = name .. string.format("%0" .. #low .. "d", n) end
+          else
+            grown[#grown + 1] = name .. part
+          end
+        end
       end
-      hosts = hosts * count
+      names, at = grown, last + 1
     end
-    if entry ~= "" then total = total + hosts end
+    if entry ~= "" then
+      for _, name in ipairs(names) do out[#out + 1] = name end
+    end
   end
-  return total
+  return out
+end
+
+local function hosts_in(list)
+  return #hosts(list)
 end
 
 -- The job's node records in `scontrol show job -d -o` (`Nodes=HOSTLIST CPU_IDs=... GRES=gpu:l40s:1(IDX:0)`,
@@ -389,6 +407,43 @@ local function per_node_held(record)
     end
   end
   return held, math.max(nodes, tonumber(string.match(record, "%sNumNodes=(%d+)") or "") or 0)
+end
+
+-- The job's record cut to the nodes a step's -w names and its -x leaves (the header, with its
+-- node count and no JOB_GRES, and the node records of those nodes only), so that the step is decided
+-- among their devices; the record itself without either; nil when no node of the job is left.
+-- Before (issue 10 item 2, 24.11), `srun -N1 -w l40sn1 --gres=gpumem:20G` in an (a100n1, l40sn1)
+-- job was decided as a100_80g, the first type the job holds.
+local function on_nodes(record, wanted, unwanted)
+  if wanted == nil and unwanted == nil then return record end
+  local named, left = {}, {}
+  for _, host in ipairs(hosts(wanted or "")) do named[host] = true end
+  for _, host in ipairs(hosts(unwanted or "")) do left[host] = true end
+  local first = string.find(record, "%sNodes=")
+  if first == nil then return nil end
+  local kept, count = {}, 0
+  local starts, at = {}, first
+  while true do
+    local found = string.find(record, "%sNodes=", at)
+    if found == nil then break end
+    starts[#starts + 1], at = found, found + 1
+  end
+  for i, start in ipairs(starts) do
+    local slice = string.sub(record, start, (starts[i + 1] or (#record + 1)) - 1)
+    local list, rest = string.match(slice, "^%sNodes=(%S*)(.*)$")
+    local on = {}
+    for _, host in ipairs(hosts(list or "")) do
+      if (wanted == nil or named[host]) and not left[host] then on[#on + 1] = host end
+    end
+    if #on > 0 then
+      kept[#kept + 1], count = " Nodes=" .. table.concat(on, ",") .. rest, count + #on
+    end
+  end
+  if count == 0 then return nil end
+  local header = string.gsub(string.sub(record, 1, first - 1), "%sJOB_GRES=%S+", "")
+  header = string.gsub(header, "(%sNumNodes=)%d+", "%1" .. count)
+  local per_task = string.match(record, "%sTresPerTask=%S+") or ""
+  return header .. table.concat(kept) .. per_task
 end
 
 -- A step's request as the hook decides it: -w/-x pick nodes among the job's, whose devices are
@@ -538,7 +593,7 @@ end
 -- and 24.11); nil when scontrol cannot say. Also the job as named to the user (10, or 10+0), and
 -- what each node holds (per_node_held) and { nodes = the job's node count, per_task = its
 -- per-task gpu count where the record is in 22.05's `gres:` form }.
-local function held_types(job_id, offset)
+local function held_types(job_id, offset, wanted, unwanted)
   local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>/dev/null")
   if not ok or not pipe then return nil, job_id end
   local shown = pipe:read("*a") or ""
@@ -547,6 +602,8 @@ local function held_types(job_id, offset)
   local record = component(shown, offset or 0)
   local named = record == shown and job_id or (job_id .. "+" .. (offset or 0))
   if record == nil then return nil, named end
+  record = on_nodes(record, wanted, unwanted)
+  if record == nil then return {}, named, {}, { nodes = 0 }, true end
   local types, seen = {}, {}
   for value in string.gmatch(record, "[%s_]GRES=(%S+)") do
     for gpu_type in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):%d") do
@@ -626,10 +683,12 @@ local function decide_step(hook, before, uid, job_id, offset, isset)
                                              before.tres_per_task or "", before.tres_per_socket or "" }, ","),
                               "gres[:/]", "")
   request = string.gsub(string.gsub(request, ",,+", ","), "^,*(.-),*$", "%1")
-  local types, held, shape
-  types, job_id, held, shape = held_types(job_id, offset)
+  local types, held, shape, none_left
+  types, job_id, held, shape, none_left = held_types(job_id, offset, before.req_nodes, before.exc_nodes)
   if types == nil or #types == 0 then
     local what = types == nil and "slurm-hetero cannot read which devices it holds"
+      or (none_left and "-w/-x leave none of its nodes")
+      or ((before.req_nodes or before.exc_nodes) and "the step's nodes hold no gpu devices")
       or "it holds no gpu devices"
     return nil, string.format("%s: this srun is a step of job %s and %s; ask for that job's devices "
       .. "instead (--gres=gpu:N)", request, job_id, what)

@@ -2162,23 +2162,69 @@ def test_a_step_with_a_node_list_is_decided_among_the_jobs_devices(
     """-w/-x pick nodes among the job's: the step gets the job's type, and srun keeps the option
     (a new job with -w is still refused, the hook picks a type, not nodes; a new job's -x is decided)."""
     lua = cli_filter(rendered["scoped"])
-    _in_allocation(lua, _shown("12", "l40s", 2))
-    given = {"gres": "gres/gpumem:10G", option: "l40sn1"}
-    rc, after, log = run_cli(lua, given)
+    _in_allocation(lua, _shown_nodes("12", {"l40s": 2}))
+    node = "l40sn1" if option == "nodelist" else "othern1"  # the job's node (l40sn1) stays the step's
+    step = {"gres": "gres/gpumem:10G", option: node}
+    rc, after, log = run_cli(lua, step)
     # as the same step without the node list (gpu:l40s:1), and srun keeps the node list
-    assert (rc, after, log) == (0, {**run_cli(lua, {"gres": given["gres"]})[1], option: "l40sn1"}, log)
-    assert after["gres"] != given["gres"] and [kind for kind, _ in log] == ["info"], log
+    assert (rc, after, log) == (0, {**run_cli(lua, {"gres": step["gres"]})[1], option: node}, log)
+    assert after["gres"] != step["gres"] and [kind for kind, _ in log] == ["info"], log
     assert log[0][1].endswith("(a step of job 12)"), log
     # a device cause stays the step's, with the node list too
-    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:70G", option: "l40sn1"})
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:70G", option: node})
     assert rc == -1 and "this srun is a step of job 12, whose l40s devices cannot hold it" in log[0][1], log
     lua = cli_filter(rendered["scoped"])
     _in_allocation(lua, None, env={})
+    given = {"gres": "gres/gpumem:10G", option: "l40sn1"}
     rc, after, log = run_cli(lua, given)
     if option == "nodelist":
         assert (rc, after, log) == (0, given, []), log  # a new job: left to the hook, which says why
     else:  # a new job's -x is decided as the hook decides it (branch excl): away from the excluded node
         assert rc == 0 and [kind for kind, _ in log] == ["info"] and "l40s" not in after["gres"], log
+
+
+# Issue 10 (steps, item 2; 24.11): in `salloc -N2 -w a100n1,l40sn1 --gpus-per-node=1`, `srun -N1 -w
+# l40sn1 --gres=gpumem:20G` was decided as a100_80g (the job's first type): the step's -w was not
+# matched to its node. A step's -w/-x now decide it among the devices of the nodes they leave.
+@pytest.mark.parametrize(
+    ("nodes", "gpu_type"),
+    [
+        ({"nodelist": "l40sn1"}, "l40s"),
+        ({"exclude": "a100_80gn1"}, "l40s"),
+        ({"nodelist": "a100_80gn1"}, "a100_80g"),
+        ({"nodelist": "l40sn[1-2]"}, "l40s"),
+    ],
+)
+def test_a_steps_node_list_decides_it_among_the_devices_of_those_nodes(
+    rendered: dict[str, Config], nodes: dict[str, str], gpu_type: str
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown_nodes("12", {"a100_80g": 1, "l40s": 1}))
+    given = {"gres": "gres/gpumem:20G", "nodes": "1", **nodes}
+    rc, after, log = run_cli(lua, given)
+    # one type on the step's nodes: written untyped, as for a job of one type; the decision names it
+    assert rc == 0 and after == {**given, "gres": "gpu:1"}, log
+    assert f"-> gres/gpu:{gpu_type}:1" in log[0][1] and log[0][1].endswith("(a step of job 12)"), log
+
+
+def test_a_steps_node_list_refuses_in_one_line_what_those_nodes_cannot_hold(
+    rendered: dict[str, Config],
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown_nodes("12", {"a100_80g": 1, "l40s": 1}))
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:70G", "nodes": "1", "nodelist": "l40sn1"})
+    assert rc == -1 and len(log) == 1, log
+    assert log[0][1].startswith(
+        "gpumem:70G: this srun is a step of job 12, whose l40s devices cannot hold it"
+    ), log
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:20G", "nodelist": "othern1"})
+    assert rc == -1 and log == [
+        (
+            "error",
+            "gpumem:20G: this srun is a step of job 12 and -w/-x leave none of its nodes; "
+            "ask for that job's devices instead (--gres=gpu:N)",
+        )
+    ], log
 
 
 @pytest.mark.parametrize(
