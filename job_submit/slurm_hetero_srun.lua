@@ -615,6 +615,13 @@ local function held_types(job_id, offset, wanted, unwanted)
   for item in string.gmatch(string.match(record, "%sTresPerTask=(%S+)") or "", "[^,]+") do
     if string.find(item, "^gres:gpu:") then job.per_task = gpu_count(item) end  -- 22.05's form only
   end
+  -- a job that asked its devices untyped, in 22.05's form (TresPerNode=gres:gpu:1): 22.05 refuses
+  -- its typed steps ("Step requested GRES (gpu:a100_80g) not found in the job")
+  for _, value in string.gmatch(record, "%sTresPer(%a+)=(%S+)") do
+    for item in string.gmatch(value, "[^,]+") do
+      if string.find(item, "^gres:gpu:%d+$") then job.untyped_22 = true end
+    end
+  end
   return types, named, held, job
 end
 
@@ -695,23 +702,46 @@ local function decide_step(hook, before, uid, job_id, offset, isset)
   end
   local holds, reasons = {}, {}
   for _, gpu_type in ipairs(types) do holds[gpu_type] = true end
+  -- the request on gpu_type: the step as the hook writes it and its lines, or nil and why not
+  local function on_type(gpu_type)
+    local job = typed_as(before, gpu_type, holds)
+    local rc, after, lines = run_hook(hook, as_step(job), uid)
+    local nodes, tasks = step_counts(before, isset, shape.nodes)
+    local over = rc == real.SUCCESS and beyond(after, gpu_type, held[gpu_type], shape, nodes, tasks) or nil
+    if rc == real.SUCCESS and #lines > 0 and over == nil then return after, lines end
+    -- the hook's reason without its hint (which may name types this job does not hold)
+    return nil, over or reason_of(lines[1]) or (gpu_type .. " refused")
+  end
+  -- whether the user named a gpu type (gpu:l40s:1, --gpus=l40s:1): the step keeps it
+  local named_type = string.find("," .. request, ",gpu[:=][^:=,]+[:=]%d") ~= nil
   for _, gpu_type in ipairs(types) do
     local job, other = typed_as(before, gpu_type, holds)
     if job == nil then
       return nil, string.format("%s: this srun is a step of job %s, which holds %s devices, not %s",
         request, job_id, table.concat(types, ", "), other)
     end
-    local rc, after, lines = run_hook(hook, as_step(job), uid)
-    local nodes, tasks = step_counts(before, isset, shape.nodes)
-    local over = rc == real.SUCCESS and beyond(after, gpu_type, held[gpu_type], shape, nodes, tasks) or nil
-    if rc == real.SUCCESS and #lines > 0 and over == nil then
+    local after, lines = on_type(gpu_type)
+    if after then
       after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
-      if #types == 1 then untyped(after, gpu_type) end
+      -- untyped where every type on the step's nodes takes the request (issue 10 item 3: 22.05
+      -- refuses a typed step of a job asked untyped, and srun a typed count beside the untyped
+      -- --gpus-per-node an allocation exports); else typed, which 22.05 refuses in such a job
+      local every = not named_type
+      for _, each in ipairs(types) do
+        if every and each ~= gpu_type then every = on_type(each) ~= nil end
+      end
+      if every then
+        untyped(after, gpu_type)
+      elseif shape.untyped_22 and not named_type then
+        return nil, string.format("%s: this srun is a step of job %s, which asked its devices without a "
+          .. "gpu type, and Slurm 22.05 gives such a job's steps no typed device; of its %s devices only "
+          .. "%s can hold it: name nodes of that type with -w", request, job_id, table.concat(types, ", "),
+          gpu_type)
+      end
       lines[1] = lines[1] .. " (a step of job " .. job_id .. ")"
       return after, lines
     end
-    -- the hook's reason without its hint (which may name types this job does not hold)
-    reasons[#reasons + 1] = over or reason_of(lines[1]) or (gpu_type .. " refused")
+    reasons[#reasons + 1] = lines
   end
   -- a cause in the request itself (a malformed size, --gpus-per-socket) is refused alike on every
   -- type, and on none (its types taken out): the hook's own line for it, which blames no device

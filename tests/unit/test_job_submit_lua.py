@@ -2207,6 +2207,43 @@ def test_a_steps_node_list_decides_it_among_the_devices_of_those_nodes(
     assert f"-> gres/gpu:{gpu_type}:1" in log[0][1] and log[0][1].endswith("(a step of job 12)"), log
 
 
+# Issue 10 (steps, item 3; measured on 22.05): in `salloc -N2 -w a100n1,l40sn1 --gpus-per-node=1`,
+# `srun -N1 --gres=gpumem:20G` was written gpu:a100_80g:1 and failed "Step requested GRES
+# (gpu:a100_80g) not found in the job" (22.05 refuses typed steps of a job asked untyped). A step
+# every type on its nodes holds is written untyped; one only some types hold stays typed, which
+# 22.05 refuses in such a job: refused in one line there (the job's record in 22.05's gres: form).
+@pytest.mark.parametrize("form", ["gres:", "gres/"])
+def test_a_step_every_type_of_its_nodes_holds_is_written_untyped(
+    rendered: dict[str, Config], form: str
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    shown = _shown_nodes("12", {"a100_80g": 1, "l40s": 1}).replace(
+        "MinCPUsNode=1", f"TresPerNode={form}gpu:1"
+    )
+    _in_allocation(lua, shown)
+    given = {"gres": "gres/gpumem:20G", "nodes": "1"}
+    rc, after, log = run_cli(lua, given)
+    assert rc == 0 and after == {**given, "gres": "gpu:1"} and "-> gres/gpu:a100_80g:1" in log[0][1], log
+    # a type the user names stays typed
+    named = {"gres": "gres/gpu:l40s:1,gres/gpumem:20G", "nodes": "1"}
+    rc, after, log = run_cli(lua, named)
+    assert rc == 0 and after == {**named, "gres": "gpu:l40s:1"}, log
+    # only the a100_80g holds 70G: typed, which 22.05 refuses in a job asked untyped
+    given = {"gres": "gres/gpumem:70G", "nodes": "1"}
+    rc, after, log = run_cli(lua, given)
+    if form == "gres/":
+        assert rc == 0 and after == {**given, "gres": "gpu:a100_80g:1"}, log
+    else:
+        assert (rc, after) == (-1, given) and log == [
+            (
+                "error",
+                "gpumem:70G: this srun is a step of job 12, which asked its devices without a gpu type, and "
+                "Slurm 22.05 gives such a job's steps no typed device; of its a100_80g, l40s devices only "
+                "a100_80g can hold it: name nodes of that type with -w",
+            )
+        ], log
+
+
 def test_a_steps_node_list_refuses_in_one_line_what_those_nodes_cannot_hold(
     rendered: dict[str, Config],
 ) -> None:
@@ -2718,13 +2755,15 @@ def test_srun_in_an_allocation_types_the_per_task_count_srun_also_holds(
     lua = cli_filter(config)
     _in_allocation(lua, _shown_nodes("12", held))
     typed = len(held) > 1
+    # typed: a size only the a100_80g holds (a step every type of the job holds is written untyped)
+    size = "50G" if typed else "30G"
     # srun's options in the allocation: tres-per-task as exported (24.11; 22.05 has no such option),
     # --gpus-per-task only when the step asks it again
-    given = {"gres": "gres/gpumem:30G", "ntasks": "2", **({"gpus-per-task": "1"} if again else {})}
+    given = {"gres": f"gres/gpumem:{size}", "ntasks": "2", **({"gpus-per-task": "1"} if again else {})}
     if exported is not None:
         given["tres-per-task"] = exported
     rc, after, log = run_cli(lua, given)
-    job = job_from_options(gres="gpumem:30G,gpu:a100_80g:1", uid=1000, slurm_release="24.11")
+    job = job_from_options(gres=f"gpumem:{size},gpu:a100_80g:1", uid=1000, slurm_release="24.11")
     python = explain(config.model, config.options, job)
     assert rc == 0 and log == [("info", f"{python.message} (a step of job 12)")], log
     assert after["gres"] == ("gpu:a100_80g:0" if typed else "gpu:0")
