@@ -822,6 +822,21 @@ return function(options, offset, earlier)
       real.log_error("%s", lines)
       return real.ERROR
     end
+    -- a typed --gres or --gpus-per-task beside the untyped --gpus-per-node srun inherited and still
+    -- sends: srun refuses it "Invalid GRES specification (with and without type identification)"
+    -- (measured on 22.05 and 24.11; a typed --gpus runs on 24.11, which drops the inherited count)
+    local inherited = written["gpus-per-node"]
+    if options ~= written and not string.find(tostring(inherited), "%a") then
+      for _, field in ipairs({ "tres_per_node", "tres_per_task" }) do
+        local gpu_type = string.match(after[field] or "", "gpu[:=]([^:=,]+)[:=]%d")
+        if gpu_type then
+          real.log_error("%s; srun refuses this typed count beside the untyped --gpus-per-node=%s the "
+            .. "allocation exported (SLURM_GPUS_PER_NODE): name nodes of %s with -w (a step on one gpu type "
+            .. "is written untyped)", lines[1], tostring(inherited), gpu_type)
+          return real.ERROR
+        end
+      end
+    end
   else
     offset = tonumber(offset)
     if offset == 0 then het_rewrote = false end

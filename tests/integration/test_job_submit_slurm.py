@@ -1068,7 +1068,8 @@ def test_a_steps_node_list_decides_it_among_those_nodes_devices(dev_cluster: Clu
     inner = (
         f"srun -N1 -w {l40s} --gres=gpumem:20G sh -c '{script}'; echo rc=$?; "
         f"srun -N1 --gres=gpumem:20G sh -c '{script}'; echo rc=$?; "
-        "srun -N1 --gres=gpumem:70G hostname; echo rc=$?"
+        "srun -N1 --gres=gpumem:70G hostname; echo rc=$?; "
+        "srun -N1 --gres=gpu:1,gpumem:70G hostname; echo rc=$?"
     )
     run = as_user("salloc", "-t", "2", "-N2", "-w", f"{a100},{l40s}", "--gpus-per-node=1", "sh", "-c", inner)
     rcs = re.findall(r"rc=(\d+)", run.stdout)
@@ -1083,6 +1084,9 @@ def test_a_steps_node_list_decides_it_among_those_nodes_devices(dev_cluster: Clu
             run.stderr
         )
         assert "Unable to create step" not in run.stderr, run.stderr
+    else:  # a typed --gres beside the inherited untyped --gpus-per-node: refused in one line, not by srun
+        assert "beside the untyped --gpus-per-node=1 the allocation exported" in run.stderr, run.stderr
+    assert rcs[3] == "1" and "with and without type identification" not in run.stderr, run.stderr
 
 
 def test_a_step_of_a_per_task_job_asking_more_per_task_is_refused_on_22_05(dev_cluster: Cluster) -> None:

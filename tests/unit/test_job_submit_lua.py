@@ -2119,6 +2119,25 @@ def test_a_step_count_on_the_command_line_wins_over_the_per_node_count_srun_inhe
         assert (rc, after) == (-1, given) and "device count given more than once" in log[0][1], log
 
 
+def test_a_typed_step_count_beside_the_inherited_untyped_per_node_count_is_refused_in_one_line(
+    rendered: dict[str, Config],
+) -> None:
+    """Measured on 22.05 and 24.11: srun refuses a typed --gres or --gpus-per-task beside the untyped
+    --gpus-per-node it inherited ("Invalid GRES specification (with and without type
+    identification)"): a step only one type of a two-type job holds is refused in one line instead."""
+    lua = cli_filter(rendered["scoped"])
+    shown = _shown_nodes("12", {"a100_80g": 1, "l40s": 1})
+    _in_allocation(lua, shown, env={"SLURM_JOB_ID": "12", "SLURM_GPUS_PER_NODE": "1"})
+    given = {"gres": "gres/gpu:1,gres/gpumem:70G", "nodes": "1", "gpus-per-node": "1"}
+    rc, after, log = run_cli(lua, given)
+    assert (rc, after) == (-1, given) and len(log) == 1 and log[0][0] == "error", log
+    assert "beside the untyped --gpus-per-node=1 the allocation exported" in log[0][1], log
+    assert "name nodes of a100_80g with -w" in log[0][1], log
+    # every type holds 20G: untyped, srun sends it
+    rc, after, log = run_cli(lua, {**given, "gres": "gres/gpu:1,gres/gpumem:20G"})
+    assert rc == 0 and after["gres"] == "gpu:1", log
+
+
 # Adversarial D09-D12 / L06-L09 (22.05 and 24.11): a step refused for a cause in the request
 # itself (a malformed size, --gpus-per-socket) was worded "whose l40s devices cannot hold it (not a
 # size)", blaming the allocation; -w/-x (a new job's refusal) were refused in a step, whose devices
