@@ -66,6 +66,25 @@ local function client()
   return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
 end
 
+-- Whether the client's command line (/proc/self/cmdline, read once per command) has an argument
+-- matching `pattern` (a Lua pattern anchored by the caller), or nil when it cannot be read.
+local argv = nil
+local function typed(pattern)
+  if argv == nil then
+    local file = io.open("/proc/self/cmdline", "r")
+    if not file then return nil end
+    argv = file:read("*a") or ""
+    file:close()
+  end
+  local start = 1  -- NUL-separated; a plain find (Lua 5.1 patterns cannot hold "\0")
+  while start <= #argv do
+    local stop = string.find(argv, "\0", start, true) or (#argv + 1)
+    if string.find(string.sub(argv, start, stop - 1), pattern) then return true end
+    start = stop + 1
+  end
+  return false
+end
+
 -- Load job_submit.lua (and through it the table) with the quiet slurm table; once per command.
 local loaded = nil
 local function load_hook()
@@ -324,9 +343,10 @@ local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
 
--- How many hosts a Slurm hostlist names ("a100n[1-2,4],l40sn1" -> 4).
-local function hosts_in(list)
-  local total, depth, start = 0, 0, 1
+-- The hosts a Slurm hostlist names ("a100n[1-2],l40sn1" -> a100n1, a100n2, l40sn1; ranges keep
+-- their zero padding: n[01-02] -> n01, n02), in order.
+local function hosts(list)
+  local out, depth, start = {}, 0, 1
   local entries = {}
   for i = 1, #list do
     local c = string.sub(list, i, i)
@@ -335,18 +355,35 @@ local function hosts_in(list)
   end
   entries[#entries + 1] = string.sub(list, start)
   for _, entry in ipairs(entries) do
-    local hosts = 1
-    for inside in string.gmatch(entry, "%[([^%]]*)%]") do
-      local count = 0
-      for part in string.gmatch(inside, "[^,]+") do
-        local low, high = string.match(part, "^(%d+)%-(%d+)$")
-        count = count + (low and math.max(tonumber(high) - tonumber(low) + 1, 0) or 1)
+    local names = { "" }
+    local at = 1
+    while entry ~= "" do
+      local first, last, inside = string.find(entry, "%[([^%]]*)%]", at)
+      local plain = string.sub(entry, at, (first or (#entry + 1)) - 1)
+      for i, name in ipairs(names) do names[i] = name .. plain end
+      if first == nil then break end
+      local grown = {}
+      for _, name in ipairs(names) do
+        for part in string.gmatch(inside, "[^,]+") do
+          local low, high = string.match(part, "^(%d+)%-(%d+)$")
+          if low then
+            for n = tonumber(low), tonumber(high) do grown[#grown + 1] = name .. string.format("%0" .. #low .. "d", n) end
+          else
+            grown[#grown + 1] = name .. part
+          end
+        end
       end
-      hosts = hosts * count
+      names, at = grown, last + 1
     end
-    if entry ~= "" then total = total + hosts end
+    if entry ~= "" then
+      for _, name in ipairs(names) do out[#out + 1] = name end
+    end
   end
-  return total
+  return out
+end
+
+local function hosts_in(list)
+  return #hosts(list)
 end
 
 -- The job's node records in `scontrol show job -d -o` (`Nodes=HOSTLIST CPU_IDs=... GRES=gpu:l40s:1(IDX:0)`,
@@ -370,6 +407,43 @@ local function per_node_held(record)
     end
   end
   return held, math.max(nodes, tonumber(string.match(record, "%sNumNodes=(%d+)") or "") or 0)
+end
+
+-- The job's record cut to the nodes a step's -w names and its -x leaves (the header, with its
+-- node count and no JOB_GRES, and the node records of those nodes only), so that the step is decided
+-- among their devices; the record itself without either; nil when no node of the job is left.
+-- Before (issue 10 item 2, 24.11), `srun -N1 -w l40sn1 --gres=gpumem:20G` in an (a100n1, l40sn1)
+-- job was decided as a100_80g, the first type the job holds.
+local function on_nodes(record, wanted, unwanted)
+  if wanted == nil and unwanted == nil then return record end
+  local named, left = {}, {}
+  for _, host in ipairs(hosts(wanted or "")) do named[host] = true end
+  for _, host in ipairs(hosts(unwanted or "")) do left[host] = true end
+  local first = string.find(record, "%sNodes=")
+  if first == nil then return nil end
+  local kept, count = {}, 0
+  local starts, at = {}, first
+  while true do
+    local found = string.find(record, "%sNodes=", at)
+    if found == nil then break end
+    starts[#starts + 1], at = found, found + 1
+  end
+  for i, start in ipairs(starts) do
+    local slice = string.sub(record, start, (starts[i + 1] or (#record + 1)) - 1)
+    local list, rest = string.match(slice, "^%sNodes=(%S*)(.*)$")
+    local on = {}
+    for _, host in ipairs(hosts(list or "")) do
+      if (wanted == nil or named[host]) and not left[host] then on[#on + 1] = host end
+    end
+    if #on > 0 then
+      kept[#kept + 1], count = " Nodes=" .. table.concat(on, ",") .. rest, count + #on
+    end
+  end
+  if count == 0 then return nil end
+  local header = string.gsub(string.sub(record, 1, first - 1), "%sJOB_GRES=%S+", "")
+  header = string.gsub(header, "(%sNumNodes=)%d+", "%1" .. count)
+  local per_task = string.match(record, "%sTresPerTask=%S+") or ""
+  return header .. table.concat(kept) .. per_task
 end
 
 -- A step's request as the hook decides it: -w/-x pick nodes among the job's, whose devices are
@@ -519,7 +593,7 @@ end
 -- and 24.11); nil when scontrol cannot say. Also the job as named to the user (10, or 10+0), and
 -- what each node holds (per_node_held) and { nodes = the job's node count, per_task = its
 -- per-task gpu count where the record is in 22.05's `gres:` form }.
-local function held_types(job_id, offset)
+local function held_types(job_id, offset, wanted, unwanted)
   local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>/dev/null")
   if not ok or not pipe then return nil, job_id end
   local shown = pipe:read("*a") or ""
@@ -528,6 +602,8 @@ local function held_types(job_id, offset)
   local record = component(shown, offset or 0)
   local named = record == shown and job_id or (job_id .. "+" .. (offset or 0))
   if record == nil then return nil, named end
+  record = on_nodes(record, wanted, unwanted)
+  if record == nil then return {}, named, {}, { nodes = 0 }, true end
   local types, seen = {}, {}
   for value in string.gmatch(record, "[%s_]GRES=(%S+)") do
     for gpu_type in string.gmatch(value, "%f[%w]gpu:([%w_%.%-]+):%d") do
@@ -538,6 +614,13 @@ local function held_types(job_id, offset)
   local job = { nodes = nodes }
   for item in string.gmatch(string.match(record, "%sTresPerTask=(%S+)") or "", "[^,]+") do
     if string.find(item, "^gres:gpu:") then job.per_task = gpu_count(item) end  -- 22.05's form only
+  end
+  -- a job that asked its devices untyped, in 22.05's form (TresPerNode=gres:gpu:1): 22.05 refuses
+  -- its typed steps ("Step requested GRES (gpu:a100_80g) not found in the job")
+  for _, value in string.gmatch(record, "%sTresPer(%a+)=(%S+)") do
+    for item in string.gmatch(value, "[^,]+") do
+      if string.find(item, "^gres:gpu:%d+$") then job.untyped_22 = true end
+    end
   end
   return types, named, held, job
 end
@@ -607,33 +690,58 @@ local function decide_step(hook, before, uid, job_id, offset, isset)
                                              before.tres_per_task or "", before.tres_per_socket or "" }, ","),
                               "gres[:/]", "")
   request = string.gsub(string.gsub(request, ",,+", ","), "^,*(.-),*$", "%1")
-  local types, held, shape
-  types, job_id, held, shape = held_types(job_id, offset)
+  local types, held, shape, none_left
+  types, job_id, held, shape, none_left = held_types(job_id, offset, before.req_nodes, before.exc_nodes)
   if types == nil or #types == 0 then
     local what = types == nil and "slurm-hetero cannot read which devices it holds"
+      or (none_left and "-w/-x leave none of its nodes")
+      or ((before.req_nodes or before.exc_nodes) and "the step's nodes hold no gpu devices")
       or "it holds no gpu devices"
     return nil, string.format("%s: this srun is a step of job %s and %s; ask for that job's devices "
       .. "instead (--gres=gpu:N)", request, job_id, what)
   end
   local holds, reasons = {}, {}
   for _, gpu_type in ipairs(types) do holds[gpu_type] = true end
+  -- the request on gpu_type: the step as the hook writes it and its lines, or nil and why not
+  local function on_type(gpu_type)
+    local job = typed_as(before, gpu_type, holds)
+    local rc, after, lines = run_hook(hook, as_step(job), uid)
+    local nodes, tasks = step_counts(before, isset, shape.nodes)
+    local over = rc == real.SUCCESS and beyond(after, gpu_type, held[gpu_type], shape, nodes, tasks) or nil
+    if rc == real.SUCCESS and #lines > 0 and over == nil then return after, lines end
+    -- the hook's reason without its hint (which may name types this job does not hold)
+    return nil, over or reason_of(lines[1]) or (gpu_type .. " refused")
+  end
+  -- whether the user named a gpu type (gpu:l40s:1, --gpus=l40s:1): the step keeps it
+  local named_type = string.find("," .. request, ",gpu[:=][^:=,]+[:=]%d") ~= nil
   for _, gpu_type in ipairs(types) do
     local job, other = typed_as(before, gpu_type, holds)
     if job == nil then
       return nil, string.format("%s: this srun is a step of job %s, which holds %s devices, not %s",
         request, job_id, table.concat(types, ", "), other)
     end
-    local rc, after, lines = run_hook(hook, as_step(job), uid)
-    local nodes, tasks = step_counts(before, isset, shape.nodes)
-    local over = rc == real.SUCCESS and beyond(after, gpu_type, held[gpu_type], shape, nodes, tasks) or nil
-    if rc == real.SUCCESS and #lines > 0 and over == nil then
+    local after, lines = on_type(gpu_type)
+    if after then
       after.min_nodes, after.max_nodes = before.min_nodes, before.max_nodes  -- the job's nodes, not pinned
-      if #types == 1 then untyped(after, gpu_type) end
+      -- untyped where every type on the step's nodes takes the request (issue 10 item 3: 22.05
+      -- refuses a typed step of a job asked untyped, and srun a typed count beside the untyped
+      -- --gpus-per-node an allocation exports); else typed, which 22.05 refuses in such a job
+      local every = not named_type
+      for _, each in ipairs(types) do
+        if every and each ~= gpu_type then every = on_type(each) ~= nil end
+      end
+      if every then
+        untyped(after, gpu_type)
+      elseif shape.untyped_22 and not named_type then
+        return nil, string.format("%s: this srun is a step of job %s, which asked its devices without a "
+          .. "gpu type, and Slurm 22.05 gives such a job's steps no typed device; of its %s devices only "
+          .. "%s can hold it: name nodes of that type with -w", request, job_id, table.concat(types, ", "),
+          gpu_type)
+      end
       lines[1] = lines[1] .. " (a step of job " .. job_id .. ")"
       return after, lines
     end
-    -- the hook's reason without its hint (which may name types this job does not hold)
-    reasons[#reasons + 1] = over or reason_of(lines[1]) or (gpu_type .. " refused")
+    reasons[#reasons + 1] = lines
   end
   -- a cause in the request itself (a malformed size, --gpus-per-socket) is refused alike on every
   -- type, and on none (its types taken out): the hook's own line for it, which blames no device
@@ -663,6 +771,30 @@ local function replay(hook, earlier, uid)
   for i = #(earlier or {}), 1, -1 do earlier[i] = nil end
 end
 
+-- The options of a step with the --gpus-per-node srun inherited from its allocation
+-- (SLURM_GPUS_PER_NODE, exported by `salloc --gpus-per-node=1`) left out where the command line
+-- gives the step's count in another option (--gpus, --gpus-per-task, a gpu count in --gres): an
+-- option on the command line wins over the environment, as srun 24.11 itself drops the inherited
+-- --gpus-per-node beside --gpus (_opt_verify: "Specifying --gpus should override
+-- SLURM_GPUS_PER_NODE env"). Before, the two counts reached the hook as one request and the step
+-- was refused "gpu:1: device count given more than once". The view reads through to the options;
+-- nil where nothing is left out. The inherited value is left on the options (an option cannot be
+-- unset from here), as srun sends it.
+local function without_inherited(options)
+  local inherited = os.getenv("SLURM_GPUS_PER_NODE")
+  if inherited == nil or text(options, "gpus-per-node") ~= inherited then return nil end
+  if typed("^%-%-gpus%-per%-n") ~= false then return nil end  -- typed again, or argv unknown
+  local counted = text(options, "gpus") or text(options, "gpus-per-task")
+  for item in string.gmatch(text(options, "gres") or "", "[^,]+") do
+    counted = counted or string.find(item, "^g?r?e?s?[:/]?gpu[:=]") ~= nil
+  end
+  if not counted then return nil end
+  return setmetatable({}, { __index = function(_, name)
+    if name == "gpus-per-node" then return nil end
+    return options[name]
+  end })
+end
+
 -- The srun options with the hook's decision written in (changed in place); a Slurm code.
 -- offset: the het component (cli_filter's pack_offset: 0, 1, ... in srun A : B; in an allocation
 -- the component --het-group names); earlier: the components before it that cli_filter.lua left.
@@ -670,8 +802,10 @@ return function(options, offset, earlier)
   local name, uid = client()
   if name ~= "srun" then return real.SUCCESS end
   local isset = set_options(options)
-  local before = job_of(options, isset)
   local job_id = allocation(options)
+  local written = options  -- where the decision is written; read through `options` below
+  if job_id then options = without_inherited(options) or options end
+  local before = job_of(options, isset)
   if job_id == nil and not counts_known(before, isset) then return real.SUCCESS end
   local hook, why = load_hook()
   if hook == nil then
@@ -687,6 +821,21 @@ return function(options, offset, earlier)
     if after == nil then
       real.log_error("%s", lines)
       return real.ERROR
+    end
+    -- a typed --gres or --gpus-per-task beside the untyped --gpus-per-node srun inherited and still
+    -- sends: srun refuses it "Invalid GRES specification (with and without type identification)"
+    -- (measured on 22.05 and 24.11; a typed --gpus runs on 24.11, which drops the inherited count)
+    local inherited = written["gpus-per-node"]
+    if options ~= written and not string.find(tostring(inherited), "%a") then
+      for _, field in ipairs({ "tres_per_node", "tres_per_task" }) do
+        local gpu_type = string.match(after[field] or "", "gpu[:=]([^:=,]+)[:=]%d")
+        if gpu_type then
+          real.log_error("%s; srun refuses this typed count beside the untyped --gpus-per-node=%s the "
+            .. "allocation exported (SLURM_GPUS_PER_NODE): name nodes of %s with -w (a step on one gpu type "
+            .. "is written untyped)", lines[1], tostring(inherited), gpu_type)
+          return real.ERROR
+        end
+      end
     end
   else
     offset = tonumber(offset)
@@ -716,7 +865,7 @@ return function(options, offset, earlier)
                    lines[1], instead(before, after))
     return real.ERROR
   end
-  for option, value in pairs(set) do options[option] = value end
+  for option, value in pairs(set) do written[option] = value end
   if offset and job_id == nil then het_rewrote = true end
   for _, line in ipairs(lines) do real.log_info("%s", line) end
   return real.SUCCESS

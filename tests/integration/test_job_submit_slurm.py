@@ -1018,12 +1018,12 @@ def test_a_step_on_fewer_nodes_than_the_job_is_checked_on_its_own_nodes(dev_clus
     # the steps on one node are not refused by the filter (each is decided, then the third refused)
     assert len(re.findall(r"\(a step of job \d+\)", run.stderr)) == 2, run.stderr
     assert len(re.findall(r"cannot hold it", run.stderr)) == 1, run.stderr
+    # a step both types hold is written untyped (issue 10 item 3: 22.05 refused it typed, "Step
+    # requested GRES (gpu:a100_80g) not found in the job"), so it runs on both releases
+    assert re.findall(r"rc=(\d+)", run.stdout) == ["0", "0", "1"], (run.stdout, run.stderr)
+    assert "not found in the job" not in run.stderr, run.stderr
     if dev_cluster.name != "22.05":
-        assert re.findall(r"rc=(\d+)", run.stdout) == ["0", "0", "1"], (run.stdout, run.stderr)
         assert len(re.findall(r"CVD=0", run.stdout)) == 2, run.stdout
-    else:  # 22.05 refuses a typed step of a job asked untyped: the filter types steps of a job of two types
-        assert "Step requested GRES (gpu:a100_80g) not found in the job" in run.stderr, run.stderr
-        assert re.findall(r"rc=(\d+)", run.stdout)[2] == "1", run.stdout
     assert re.search(
         r"whose a100_80g, l40s devices cannot hold it \(the job holds 1 a100_80g on the step's 1 node, "
         r"the step asks 2 in all: at most --gpus=1; the job holds 1 l40s on the step's 1 node, the step "
@@ -1032,6 +1032,61 @@ def test_a_step_on_fewer_nodes_than_the_job_is_checked_on_its_own_nodes(dev_clus
     ), run.stderr
     refused = run.stderr[run.stderr.index("at most --gpus=1)") :]
     assert "Invalid generic resource" not in refused and "Unable to create step" not in refused, run.stderr
+
+
+def test_a_step_count_on_the_command_line_wins_over_the_per_node_count_salloc_exported(
+    dev_cluster: Cluster,
+) -> None:
+    """Issue 10 (steps, item 1): `salloc --gpus-per-node=1 --gres=gpumem:20G` exports
+    SLURM_GPUS_PER_NODE=1; `srun --gpus=1 --gres=gpumem:20G` (and -n1 --gpus-per-task=1,
+    --gres=gpu:1,gpumem:20G) was refused "gpu:1: device count given more than once". Measured on
+    22.05: the same plain steps (no gpumem) run, one device each; srun 24.11 drops the inherited
+    count beside --gpus itself."""
+    script = "echo CVD=$CUDA_VISIBLE_DEVICES"
+    inner = "".join(
+        f"srun {count} sh -c '{script}'; echo rc=$?; "
+        for count in (
+            "--gpus=1 --gres=gpumem:20G",
+            "-n1 --gpus-per-task=1 --gres=gpumem:20G",
+            "--gres=gpu:1,gpumem:20G",
+        )
+    )
+    run = as_user("salloc", "-t", "2", "-N1", "--gpus-per-node=1", "--gres=gpumem:20G", "sh", "-c", inner)
+    assert "more than once" not in run.stderr, run.stderr
+    assert re.findall(r"rc=(\d+)", run.stdout) == ["0", "0", "0"], (run.stdout, run.stderr)
+    assert len(re.findall(r"\(a step of job \d+\)", run.stderr)) == 3, run.stderr
+    assert re.findall(r"CVD=(\S*)", run.stdout) == ["0", "0", "0"], run.stdout
+
+
+def test_a_steps_node_list_decides_it_among_those_nodes_devices(dev_cluster: Cluster) -> None:
+    """Issue 10 (steps, items 2 and 3): in `salloc -N2 -w A100,L40S --gpus-per-node=1`, `srun -N1 -w L40S
+    --gres=gpumem:20G` was decided as a100_80g (24.11); `srun -N1 --gres=gpumem:20G` was written
+    typed and refused on 22.05 "Step requested GRES (gpu:a100_80g) not found in the job"; a step only
+    one type holds is refused in one line on 22.05."""
+    a100, l40s = _hosts_of(dev_cluster, "a100_80g")[0], _hosts_of(dev_cluster, "l40s")[0]
+    script = "echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES"
+    inner = (
+        f"srun -N1 -w {l40s} --gres=gpumem:20G sh -c '{script}'; echo rc=$?; "
+        f"srun -N1 --gres=gpumem:20G sh -c '{script}'; echo rc=$?; "
+        "srun -N1 --gres=gpumem:70G hostname; echo rc=$?; "
+        "srun -N1 --gres=gpu:1,gpumem:70G hostname; echo rc=$?"
+    )
+    run = as_user("salloc", "-t", "2", "-N2", "-w", f"{a100},{l40s}", "--gpus-per-node=1", "sh", "-c", inner)
+    rcs = re.findall(r"rc=(\d+)", run.stdout)
+    assert rcs[:2] == ["0", "0"], (run.stdout, run.stderr)
+    assert re.search(r"-> gres[:/]gpu:l40s:1 \(best-fit\) \(a step of job \d+\)", run.stderr), run.stderr
+    assert f"NODE={l40s} CVD=0" in run.stdout.splitlines()[0], run.stdout
+    assert (
+        "not found in the job" not in run.stderr and "revoked" not in run.stderr.split("Relinquishing")[0]
+    ), run.stderr
+    if dev_cluster.name == "22.05":
+        assert rcs[2] == "1" and "Slurm 22.05 gives such a job's steps no typed device" in run.stderr, (
+            run.stderr
+        )
+        assert "Unable to create step" not in run.stderr, run.stderr
+    else:  # a typed --gres beside the inherited untyped --gpus-per-node: refused in one line, not by srun
+        assert "beside the untyped --gpus-per-node=1 the allocation exported" in run.stderr, run.stderr
+    assert rcs[3] == "1" and "with and without type identification" not in run.stderr, run.stderr
 
 
 def test_a_step_of_a_per_task_job_asking_more_per_task_is_refused_on_22_05(dev_cluster: Cluster) -> None:

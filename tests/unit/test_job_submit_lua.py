@@ -1275,8 +1275,13 @@ function slurm.json_cli_options(options)
   return "{" .. table.concat(parts, ",") .. "}"
 end
 local real_open = io.open
+-- The client's command line (/proc/self/cmdline: NUL-separated)
+CMDLINE = "srun\0hostname\0"
 function set_uid(uid, name)
   io.open = function(path, mode)
+    if path == "/proc/self/cmdline" then
+      return { read = function() return CMDLINE end, close = function() end }
+    end
     if path ~= "/proc/self/status" then return real_open(path, mode) end
     local status = "Name:\t" .. (name or "srun") .. "\nUid:\t" .. uid .. "\t" .. uid .. "\n"
     return { read = function() return status end,
@@ -2077,6 +2082,62 @@ def test_exempt_srun_in_an_allocation_is_left_alone(rendered: dict[str, Config])
     assert run_cli(lua, given)[:2] == (0, given)
 
 
+# Issue 10 (steps, item 1; 22.05 and 24.11): `salloc --gpus-per-node=1 --gres=gpumem:20G` exports
+# SLURM_GPUS_PER_NODE=1, which srun reads as --gpus-per-node; the step `srun --gpus=1
+# --gres=gpumem:20G` (or -n1 --gpus-per-task=1, or --gres=gpu:1,gpumem:20G) was refused "gpu:1:
+# device count given more than once", the inherited count taken as the user's. An option on the
+# command line wins over the environment (srun 24.11 drops the inherited --gpus-per-node beside
+# --gpus itself), so the step is decided on the count the command line gives.
+@pytest.mark.parametrize(
+    ("options", "written"),
+    [
+        ({"gpus": "1", "gres": "gres/gpumem:20G"}, {"gres": "gpu:0"}),
+        ({"ntasks": "1", "gpus-per-task": "1", "gres": "gres/gpumem:20G"}, {"gres": "gpu:0"}),
+        ({"gres": "gres/gpu:1,gres/gpumem:20G"}, {"gres": "gpu:1"}),
+    ],
+)
+def test_a_step_count_on_the_command_line_wins_over_the_per_node_count_srun_inherited(
+    rendered: dict[str, Config], options: dict[str, str], written: dict[str, str]
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown("12", "a100_80g"), env={"SLURM_JOB_ID": "12", "SLURM_GPUS_PER_NODE": "1"})
+    given = {**options, "gpus-per-node": "1"}
+    rc, after, log = run_cli(lua, given)
+    # decided on the command line's count; the inherited option stays as srun sends it
+    assert rc == 0 and after == {**given, **written}, log
+    assert [kind for kind, _ in log] == ["info"] and " -> " in log[0][1], log
+    assert "a100_80g" in log[0][1] and log[0][1].endswith("(a step of job 12)"), log
+    # typed on the command line too (or not inherited at all): the user gave two counts, refused as
+    # before (a new client each: the command line is read once per command)
+    for cmdline, inherited in (("srun\0--gpus-per-node=1\0hostname\0", "1"), ("srun\0hostname\0", "2")):
+        lua = cli_filter(rendered["scoped"])
+        lua.globals().CMDLINE = cmdline
+        _in_allocation(
+            lua, _shown("12", "a100_80g"), env={"SLURM_JOB_ID": "12", "SLURM_GPUS_PER_NODE": inherited}
+        )
+        rc, after, log = run_cli(lua, given)
+        assert (rc, after) == (-1, given) and "device count given more than once" in log[0][1], log
+
+
+def test_a_typed_step_count_beside_the_inherited_untyped_per_node_count_is_refused_in_one_line(
+    rendered: dict[str, Config],
+) -> None:
+    """Measured on 22.05 and 24.11: srun refuses a typed --gres or --gpus-per-task beside the untyped
+    --gpus-per-node it inherited ("Invalid GRES specification (with and without type
+    identification)"): a step only one type of a two-type job holds is refused in one line instead."""
+    lua = cli_filter(rendered["scoped"])
+    shown = _shown_nodes("12", {"a100_80g": 1, "l40s": 1})
+    _in_allocation(lua, shown, env={"SLURM_JOB_ID": "12", "SLURM_GPUS_PER_NODE": "1"})
+    given = {"gres": "gres/gpu:1,gres/gpumem:70G", "nodes": "1", "gpus-per-node": "1"}
+    rc, after, log = run_cli(lua, given)
+    assert (rc, after) == (-1, given) and len(log) == 1 and log[0][0] == "error", log
+    assert "beside the untyped --gpus-per-node=1 the allocation exported" in log[0][1], log
+    assert "name nodes of a100_80g with -w" in log[0][1], log
+    # every type holds 20G: untyped, srun sends it
+    rc, after, log = run_cli(lua, {**given, "gres": "gres/gpu:1,gres/gpumem:20G"})
+    assert rc == 0 and after["gres"] == "gpu:1", log
+
+
 # Adversarial D09-D12 / L06-L09 (22.05 and 24.11): a step refused for a cause in the request
 # itself (a malformed size, --gpus-per-socket) was worded "whose l40s devices cannot hold it (not a
 # size)", blaming the allocation; -w/-x (a new job's refusal) were refused in a step, whose devices
@@ -2120,23 +2181,106 @@ def test_a_step_with_a_node_list_is_decided_among_the_jobs_devices(
     """-w/-x pick nodes among the job's: the step gets the job's type, and srun keeps the option
     (a new job with -w is still refused, the hook picks a type, not nodes; a new job's -x is decided)."""
     lua = cli_filter(rendered["scoped"])
-    _in_allocation(lua, _shown("12", "l40s", 2))
-    given = {"gres": "gres/gpumem:10G", option: "l40sn1"}
-    rc, after, log = run_cli(lua, given)
+    _in_allocation(lua, _shown_nodes("12", {"l40s": 2}))
+    node = "l40sn1" if option == "nodelist" else "othern1"  # the job's node (l40sn1) stays the step's
+    step = {"gres": "gres/gpumem:10G", option: node}
+    rc, after, log = run_cli(lua, step)
     # as the same step without the node list (gpu:l40s:1), and srun keeps the node list
-    assert (rc, after, log) == (0, {**run_cli(lua, {"gres": given["gres"]})[1], option: "l40sn1"}, log)
-    assert after["gres"] != given["gres"] and [kind for kind, _ in log] == ["info"], log
+    assert (rc, after, log) == (0, {**run_cli(lua, {"gres": step["gres"]})[1], option: node}, log)
+    assert after["gres"] != step["gres"] and [kind for kind, _ in log] == ["info"], log
     assert log[0][1].endswith("(a step of job 12)"), log
     # a device cause stays the step's, with the node list too
-    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:70G", option: "l40sn1"})
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:70G", option: node})
     assert rc == -1 and "this srun is a step of job 12, whose l40s devices cannot hold it" in log[0][1], log
     lua = cli_filter(rendered["scoped"])
     _in_allocation(lua, None, env={})
+    given = {"gres": "gres/gpumem:10G", option: "l40sn1"}
     rc, after, log = run_cli(lua, given)
     if option == "nodelist":
         assert (rc, after, log) == (0, given, []), log  # a new job: left to the hook, which says why
     else:  # a new job's -x is decided as the hook decides it (branch excl): away from the excluded node
         assert rc == 0 and [kind for kind, _ in log] == ["info"] and "l40s" not in after["gres"], log
+
+
+# Issue 10 (steps, item 2; 24.11): in `salloc -N2 -w a100n1,l40sn1 --gpus-per-node=1`, `srun -N1 -w
+# l40sn1 --gres=gpumem:20G` was decided as a100_80g (the job's first type): the step's -w was not
+# matched to its node. A step's -w/-x now decide it among the devices of the nodes they leave.
+@pytest.mark.parametrize(
+    ("nodes", "gpu_type"),
+    [
+        ({"nodelist": "l40sn1"}, "l40s"),
+        ({"exclude": "a100_80gn1"}, "l40s"),
+        ({"nodelist": "a100_80gn1"}, "a100_80g"),
+        ({"nodelist": "l40sn[1-2]"}, "l40s"),
+    ],
+)
+def test_a_steps_node_list_decides_it_among_the_devices_of_those_nodes(
+    rendered: dict[str, Config], nodes: dict[str, str], gpu_type: str
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown_nodes("12", {"a100_80g": 1, "l40s": 1}))
+    given = {"gres": "gres/gpumem:20G", "nodes": "1", **nodes}
+    rc, after, log = run_cli(lua, given)
+    # one type on the step's nodes: written untyped, as for a job of one type; the decision names it
+    assert rc == 0 and after == {**given, "gres": "gpu:1"}, log
+    assert f"-> gres/gpu:{gpu_type}:1" in log[0][1] and log[0][1].endswith("(a step of job 12)"), log
+
+
+# Issue 10 (steps, item 3; measured on 22.05): in `salloc -N2 -w a100n1,l40sn1 --gpus-per-node=1`,
+# `srun -N1 --gres=gpumem:20G` was written gpu:a100_80g:1 and failed "Step requested GRES
+# (gpu:a100_80g) not found in the job" (22.05 refuses typed steps of a job asked untyped). A step
+# every type on its nodes holds is written untyped; one only some types hold stays typed, which
+# 22.05 refuses in such a job: refused in one line there (the job's record in 22.05's gres: form).
+@pytest.mark.parametrize("form", ["gres:", "gres/"])
+def test_a_step_every_type_of_its_nodes_holds_is_written_untyped(
+    rendered: dict[str, Config], form: str
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    shown = _shown_nodes("12", {"a100_80g": 1, "l40s": 1}).replace(
+        "MinCPUsNode=1", f"TresPerNode={form}gpu:1"
+    )
+    _in_allocation(lua, shown)
+    given = {"gres": "gres/gpumem:20G", "nodes": "1"}
+    rc, after, log = run_cli(lua, given)
+    assert rc == 0 and after == {**given, "gres": "gpu:1"} and "-> gres/gpu:a100_80g:1" in log[0][1], log
+    # a type the user names stays typed
+    named = {"gres": "gres/gpu:l40s:1,gres/gpumem:20G", "nodes": "1"}
+    rc, after, log = run_cli(lua, named)
+    assert rc == 0 and after == {**named, "gres": "gpu:l40s:1"}, log
+    # only the a100_80g holds 70G: typed, which 22.05 refuses in a job asked untyped
+    given = {"gres": "gres/gpumem:70G", "nodes": "1"}
+    rc, after, log = run_cli(lua, given)
+    if form == "gres/":
+        assert rc == 0 and after == {**given, "gres": "gpu:a100_80g:1"}, log
+    else:
+        assert (rc, after) == (-1, given) and log == [
+            (
+                "error",
+                "gpumem:70G: this srun is a step of job 12, which asked its devices without a gpu type, and "
+                "Slurm 22.05 gives such a job's steps no typed device; of its a100_80g, l40s devices only "
+                "a100_80g can hold it: name nodes of that type with -w",
+            )
+        ], log
+
+
+def test_a_steps_node_list_refuses_in_one_line_what_those_nodes_cannot_hold(
+    rendered: dict[str, Config],
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown_nodes("12", {"a100_80g": 1, "l40s": 1}))
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:70G", "nodes": "1", "nodelist": "l40sn1"})
+    assert rc == -1 and len(log) == 1, log
+    assert log[0][1].startswith(
+        "gpumem:70G: this srun is a step of job 12, whose l40s devices cannot hold it"
+    ), log
+    rc, _, log = run_cli(lua, {"gres": "gres/gpumem:20G", "nodelist": "othern1"})
+    assert rc == -1 and log == [
+        (
+            "error",
+            "gpumem:20G: this srun is a step of job 12 and -w/-x leave none of its nodes; "
+            "ask for that job's devices instead (--gres=gpu:N)",
+        )
+    ], log
 
 
 @pytest.mark.parametrize(
@@ -2630,13 +2774,15 @@ def test_srun_in_an_allocation_types_the_per_task_count_srun_also_holds(
     lua = cli_filter(config)
     _in_allocation(lua, _shown_nodes("12", held))
     typed = len(held) > 1
+    # typed: a size only the a100_80g holds (a step every type of the job holds is written untyped)
+    size = "50G" if typed else "30G"
     # srun's options in the allocation: tres-per-task as exported (24.11; 22.05 has no such option),
     # --gpus-per-task only when the step asks it again
-    given = {"gres": "gres/gpumem:30G", "ntasks": "2", **({"gpus-per-task": "1"} if again else {})}
+    given = {"gres": f"gres/gpumem:{size}", "ntasks": "2", **({"gpus-per-task": "1"} if again else {})}
     if exported is not None:
         given["tres-per-task"] = exported
     rc, after, log = run_cli(lua, given)
-    job = job_from_options(gres="gpumem:30G,gpu:a100_80g:1", uid=1000, slurm_release="24.11")
+    job = job_from_options(gres=f"gpumem:{size},gpu:a100_80g:1", uid=1000, slurm_release="24.11")
     python = explain(config.model, config.options, job)
     assert rc == 0 and log == [("info", f"{python.message} (a step of job 12)")], log
     assert after["gres"] == ("gpu:a100_80g:0" if typed else "gpu:0")
