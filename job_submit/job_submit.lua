@@ -1742,22 +1742,26 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
   return slurm.SUCCESS
 end
 
+-- The type of the job's first typed gpu item, in any form, and the prefix of its field (nil: none).
+local function typed_held(job_rec)
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_rec[field])) do
+      if item.name == "gpu" then
+        local tokens = split(split(item.body, "=")[1], ":")
+        if #tokens > 1 and not is_digits(tokens[2]) then return tokens[2], item.prefix end
+      end
+    end
+  end
+  return nil
+end
+
 -- The type of the job's first typed gpu item, when Slurm stored it in 22.05's "gres:" form (nil
 -- otherwise). Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts
 -- from a copy of the job's list and takes no count 0), so a new type goes beside the old one and
 -- the job asks for both; 24.11 builds the list again from the fields.
 local function held_type(job_rec)
-  for _, field in ipairs(FIELDS) do
-    for _, item in ipairs(items_of(job_rec[field])) do
-      if item.name == "gpu" then
-        local tokens = split(split(item.body, "=")[1], ":")
-        if #tokens > 1 and not is_digits(tokens[2]) then
-          return item.prefix == "gres:" and tokens[2] or nil
-        end
-      end
-    end
-  end
-  return nil
+  local name, prefix = typed_held(job_rec)
+  return prefix == "gres:" and name or nil
 end
 
 -- Whether an edit changes what the devices a job holds must fit: the node or task count (-N, -n,
@@ -1770,19 +1774,6 @@ local function fit_edit(job_desc)
     if (job_desc[name] or "") ~= "" then return true end
   end
   return (job_desc.partition or "") ~= "" or (job_desc.features or "") ~= ""
-end
-
--- The type of the job's first typed gpu item, in any form (nil: none).
-local function typed_held(job_rec)
-  for _, field in ipairs(FIELDS) do
-    for _, item in ipairs(items_of(job_rec[field])) do
-      if item.name == "gpu" then
-        local tokens = split(split(item.body, "=")[1], ":")
-        if #tokens > 1 and not is_digits(tokens[2]) then return tokens[2] end
-      end
-    end
-  end
-  return nil
 end
 
 local function decide_edit(job_desc, job_rec, modify_uid)

@@ -761,18 +761,25 @@ def held_devices(record: Job) -> str | None:
     return "typed" if any(len(t) > 1 and not t[1].isdigit() for t in tokens) else "untyped"
 
 
+def typed_held(record: Job) -> tuple[str, str] | tuple[None, None]:
+    """The type of the job's first typed gpu item, in any form, and the prefix of its field
+    (`gres:`, `gres/`); (None, None): none."""
+    for _, text in record.fields():
+        for item in split_items(text):
+            tokens = item.body.partition("=")[0].split(":")
+            if item.name == "gpu" and len(tokens) > 1 and not tokens[1].isdigit():
+                return tokens[1], item.prefix
+    return None, None
+
+
 def held_type(record: Job) -> str | None:
     """The type of the job's first typed gpu item, when Slurm stored it in 22.05's `gres:` form
     (None otherwise). Slurm 22.05 merges an update's GRES into the job's (`gres_job_state_validate`
     starts from a copy of the job's list and cannot set a count to 0), so a new type is added
     beside the old one: the job then asks for both (ran on the old type's node, or never
     started). 24.11 builds the list again from the fields."""
-    for _, text in record.fields():
-        for item in split_items(text):
-            tokens = item.body.partition("=")[0].split(":")
-            if item.name == "gpu" and len(tokens) > 1 and not tokens[1].isdigit():
-                return tokens[1] if item.prefix == "gres:" else None
-    return None
+    name, prefix = typed_held(record)
+    return name if prefix == "gres:" else None
 
 
 def fit_edit(edit: Job) -> bool:
@@ -780,16 +787,6 @@ def fit_edit(edit: Job) -> bool:
     -n, --ntasks-per-node), the node lists (-w, -x), the partition or the constraint."""
     counts = any(_count(getattr(edit, n)) for n in _VIEW_COUNTS)
     return counts or any(getattr(edit, n) for n in _VIEW_EDIT) or bool(edit.partition or edit.features)
-
-
-def typed_held(record: Job) -> str | None:
-    """The type of the job's first typed gpu item, in any form (None: none)."""
-    for _, text in record.fields():
-        for item in split_items(text):
-            tokens = item.body.partition("=")[0].split(":")
-            if item.name == "gpu" and len(tokens) > 1 and not tokens[1].isdigit():
-                return tokens[1]
-    return None
 
 
 def explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: Job) -> Outcome:
@@ -819,7 +816,7 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
     hidden = view.num_tasks is None and view.ntasks_per_node is None
     # Slurm's job_rec has no exc_nodes: without the edit's own -x, a job holding a type keeps it
     # when it fits, and another type is refused (the job's -x may exclude it: it would never start)
-    prefer = None if edit.exc_nodes is not None else typed_held(record)  # "" (excnodelist=): none
+    prefer = None if edit.exc_nodes is not None else typed_held(record)[0]  # "" (excnodelist=): none
     outcome = _explain(model, options, view, held, tasks_hidden=hidden, prefer=prefer)
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))
