@@ -35,7 +35,6 @@ from typing import Any
 
 from slurm_hetero import hostlist
 from slurm_hetero.engine import constraint
-from slurm_hetero.engine.constraint import satisfies
 from slurm_hetero.engine.reasons import CODE_ORDER, FitReport, ReasonCode, clipped, one_line, render
 from slurm_hetero.engine.score import Choice, ClusterModel, Need, ceil_div, decide, holds, nodes_with
 from slurm_hetero.errors import InventoryError, RequestError
@@ -320,7 +319,7 @@ def misfit_host(model: ClusterModel, need: Need, spec: str) -> str | None:
             need.gpu_type in (None, name)
             and shape.count >= need.each
             and holds(shape, need)
-            and any(satisfies(alt, shape.features) for alt in need.match)
+            and any(constraint.satisfies(alt, shape.features) for alt in need.match)
             for name, shape in shapes
         ):
             misfits.append(host)
