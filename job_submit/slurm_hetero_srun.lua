@@ -1,7 +1,8 @@
 --[[
 slurm_hetero_srun.lua: the srun half of slurm-hetero's client filter (cli_filter.lua, Slurm's
 cli_filter/lua plugin, Lua 5.1). cli_filter.lua runs this file with `dofile` only in srun, and only
-when the options name gpumem or gpucore; it returns the function that decides them.
+when a device option names something (gpumem, gpucore, a gpu type) or -w names hosts; it returns
+the function cli_filter.lua calls per het component (offset 0 alone without ":").
 
 In srun it makes the job_submit hook's decision before the request leaves the client, so the
 options themselves carry the device: `srun --gres=gpumem:20G hostname` without an allocation
@@ -797,8 +798,8 @@ end
 
 -- The srun options with the hook's decision written in (changed in place); a Slurm code.
 -- offset: the het component (cli_filter's pack_offset: 0, 1, ... in srun A : B; in an allocation
--- the component --het-group names); earlier: the components before it that cli_filter.lua left.
-return function(options, offset, earlier)
+-- the component --het-group names); earlier: the components before it left alone (`remember`).
+local function decide(options, offset, earlier)
   local name, uid = client()
   if name ~= "srun" then return real.SUCCESS end
   local isset = set_options(options)
@@ -869,4 +870,51 @@ return function(options, offset, earlier)
   if offset and job_id == nil then het_rewrote = true end
   for _, line in ipairs(lines) do real.log_info("%s", line) end
   return real.SUCCESS
+end
+
+local DEVICE_OPTIONS = { "gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket" }
+
+-- Whether a device option names gpumem or gpucore (the hook leaves every other request alone),
+-- and whether one may name a gpu type (a value with a letter: gpu:l40s:1, l40s:2).
+local function asks_us(options)
+  local named = false
+  for _, name in ipairs(DEVICE_OPTIONS) do
+    local value = text(options, name)
+    if value ~= nil then
+      if string.find(value, "gpumem", 1, true) or string.find(value, "gpucore", 1, true) then return true end
+      named = named or string.find(value, "%a") ~= nil
+    end
+  end
+  return false, named
+end
+
+-- This srun's het components with a device but no gpumem/gpucore (`srun --gres=gpu:l40s:1 A :
+-- --gres=gpumem:20G B`) or a -w (slurmctld excludes its hosts from the other components), for
+-- `replay` to count their nodes as taken, as the hook does: srun calls the filter once per
+-- component, offset 0 first, and reuses neither options table.
+local COUNTS = { "nodes", "ntasks", "ntasks-per-node", "nodelist", "exclude", "constraint", "cpus-per-task",
+                 "cpus-per-gpu", "mem", "mem-per-cpu", "mem-per-gpu", "tres-per-task" }
+local earlier = {}
+local decided_before = false  -- a component of this command asked gpumem/gpucore
+
+local function remember(options, offset)
+  local seen = { offset = offset }
+  for _, name in ipairs(DEVICE_OPTIONS) do seen[name] = options[name] end
+  for _, name in ipairs(COUNTS) do seen[name] = options[name] end
+  if real.json_cli_options then seen.set = real.json_cli_options(options) end
+  earlier[#earlier + 1] = seen
+end
+
+-- cli_filter.lua's srun call, per component: gpumem/gpucore decided; a component after one decided
+-- here checked as the hook would (het_typed); one that names a type or hosts remembered.
+return function(options, offset)
+  if offset == 0 then earlier, decided_before = {}, false end
+  local asked, named = asks_us(options)
+  if not asked then
+    if decided_before and offset and offset > 0 then return decide(options, offset, earlier) end
+    if offset and (named or text(options, "nodelist")) then remember(options, offset) end
+    return real.SUCCESS
+  end
+  decided_before = true
+  return decide(options, offset, earlier)
 end

@@ -1416,23 +1416,55 @@ def test_cli_filter_returns_on_the_plugins_client_type_before_reading_any_file(
     assert run_cli(srun, {"type": "srun", "gres": "gres:gpumem:70G"})[1]["gres"].startswith("gpu:")
 
 
+LOG_LOADS = (
+    "LOADED = {}; local real_dofile = dofile; "
+    "dofile = function(path) LOADED[#LOADED + 1] = path; return real_dofile(path) end"
+)
+
+
 @pytest.mark.parametrize(
-    "options",
+    ("options", "env"),
     [
-        {},
-        {"gres": "gpu:a100_80g:1"},
-        {"gpus": "2", "constraint": "ib"},
-        {"gres": "shard:2", "gpus-per-node": "1"},
+        ({}, {}),
+        ({"gpus": "2", "constraint": "ib"}, {}),  # a new job, nothing named
+        ({"gres": "gpu:a100_80g:1"}, {"SLURM_JOB_ID": "12"}),  # steps: only gpumem/gpucore matter
+        ({"gpus": "2", "constraint": "ib"}, {"SLURM_JOB_ID": "12"}),
+        ({"gres": "shard:2", "gpus-per-node": "1"}, {"SLURM_JOB_ID": "12"}),
+        ({"nodelist": "a100n1", "gres": "gpu:1", "jobid": "12"}, {}),
+        ({"gres": "(null)", "nodelist": "(null)", "jobid": "unset"}, {}),  # unset, as srun reads them
     ],
 )
 def test_srun_without_gpumem_or_gpucore_loads_nothing(
-    rendered: dict[str, Config], options: dict[str, str]
+    rendered: dict[str, Config], options: dict[str, str], env: dict[str, str]
 ) -> None:
-    """Requests the hook leaves alone are left alone without loading slurm_hetero_srun.lua."""
+    """Requests the hook leaves alone are left alone without loading slurm_hetero_srun.lua: steps of
+    an allocation without gpumem/gpucore, and new jobs that name neither a device nor hosts."""
     lua = cli_filter(rendered["mixed"])
+    lua.globals().ENV = lua.table_from(env)
     lua.execute("io.open = function() error('no file may be read') end; dofile = io.open")
     options = {"type": "srun", **options}
     assert run_cli(lua, options) == (0, options, [])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"gres": "gpu:a100_80g:1"},
+        {"gres": "gpu:1", "jobid": "unset"},  # srun reads an unset --jobid "unset": a new job
+        {"nodelist": "a100n1"},
+        {"gpus": "l40s:1", "nodes": "1"},
+    ],
+)
+def test_a_new_job_srun_naming_a_device_or_hosts_loads_only_its_half(
+    rendered: dict[str, Config], options: dict[str, str]
+) -> None:
+    """Without an allocation a het component that names a device or hosts is remembered for the
+    next one (its nodes are taken): that needs the srun half, not the hook, and changes nothing."""
+    lua = cli_filter(rendered["mixed"])
+    lua.execute(LOG_LOADS)
+    options = {"type": "srun", **options}
+    assert run_cli(lua, options) == (0, options, [])
+    assert [Path(p).name for p in lua.globals().LOADED.values()] == [CLI_SRUN_NAME]
 
 
 @pytest.mark.parametrize("option", ["gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket"])
@@ -1441,18 +1473,16 @@ def test_srun_loads_its_half_for_gpumem_in_any_device_option(
 ) -> None:
     """What the hook reads as a TRES item (a --gpus* value too) makes the filter load the decision."""
     lua = cli_filter(rendered["mixed"])
-    lua.execute(
-        "LOADED = {}; local real_dofile = dofile; "
-        "dofile = function(path) LOADED[#LOADED + 1] = path; return real_dofile(path) end"
-    )
+    lua.execute(LOG_LOADS)
     run_cli(lua, {"type": "srun", option: "gpumem:20G"})
     assert [Path(p).name for p in lua.globals().LOADED.values()][:2] == [CLI_SRUN_NAME, SCRIPT_NAME]
 
 
 def test_the_cli_filter_stays_small() -> None:
     """Slurm's cli_filter/lua reads and compiles the whole file for every sbatch, salloc and srun:
-    at 9 KB it cost 24.11's sbatch 6% (bench_submit); the srun half is loaded only when needed."""
-    assert len(render_cli_filter(script_template(CLI_FILTER_NAME)).encode()) <= 4096
+    at 9 KB it cost 24.11's sbatch 6%, at 4 KB 3% (bench_submit); the srun half is loaded only when
+    needed, so the filter holds the dispatch alone."""
+    assert len(render_cli_filter(script_template(CLI_FILTER_NAME)).encode()) <= 3500
 
 
 def test_the_wheel_ships_every_script_that_render_reads() -> None:
