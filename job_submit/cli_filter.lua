@@ -7,8 +7,7 @@ and salloc return at once (the job_submit hook decides there and records why in 
 comment). srun runs slurm_hetero_srun.lua (beside this file, or the path baked in at render time)
 when a device option names gpumem or gpucore, and for a new job also when -w or a device option
 names something (het components' nodes): it writes the hook's decision into the options so that
-the step gets the device too.
-Any error leaves the options alone.
+the step gets the device too. Any error leaves the options alone.
 --]]
 
 -- Baked in by `slurm-hetero job-submit render` (the line ending in "@render"; keep it so).
@@ -17,39 +16,25 @@ local SRUN_PATH = nil  -- @render srun_path
 local real = slurm
 local srun_half = nil  -- slurm_hetero_srun.lua's function, loaded once per command
 
--- An option's value, nil where unset (read as nil, or "(null)" where a release prints its empty string)
-local function set(options, name)
-  local value = tostring(options[name] or "(null)")
-  if value ~= "(null)" and value ~= "" then return value end
-end
-
--- Whether srun needs its half: gpumem or gpucore in a device option; for a new job (no allocation),
--- whose het components the hook counts, also a -w or a device option that names something.
+-- Whether srun needs its half: gpumem or gpucore in a device option; for a new job (srun reads an
+-- unset --jobid as "unset"), whose het components the hook counts, also -w or a named device.
+-- An unset option reads nil, or "(null)" where a release prints its empty string.
 local function needs_srun_half(options)
-  if srun_half then return true end
-  local job_id = set(options, "jobid") or os.getenv("SLURM_JOB_ID")  -- srun reads an unset --jobid "unset"
-  local new_job = not (job_id and string.find(job_id, "^%d"))
+  local new_job = not string.find(options["jobid"] or os.getenv("SLURM_JOB_ID") or "", "^%d")
   for _, name in ipairs({ "nodelist", "gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket" }) do
-    local value = set(options, name)
-    if value and (new_job and (name == "nodelist" or string.find(value, "%a"))
-                  or string.find(value, "gpumem", 1, true) or string.find(value, "gpucore", 1, true)) then
+    local value = string.gsub(options[name] or "", "^%(null%)$", "")
+    if string.find(value, "gpumem", 1, true) or string.find(value, "gpucore", 1, true)
+        or new_job and string.find(value, name == "nodelist" and "." or "%a") then
       return true
     end
   end
   return false
 end
 
-local function srun_path()
-  if SRUN_PATH then return SRUN_PATH end
-  local info = debug and debug.getinfo and debug.getinfo(1, "S")
-  local source = info and info.source or ""
-  local dir = string.sub(source, 1, 1) == "@" and string.match(string.sub(source, 2), "^(.*)/[^/]*$")
-  return (dir or ".") .. "/slurm_hetero_srun.lua"
-end
-
 local function pre_submit(options, offset)
-  if not needs_srun_half(options) then return real.SUCCESS end
-  srun_half = srun_half or dofile(srun_path())
+  if not (srun_half or needs_srun_half(options)) then return real.SUCCESS end
+  local beside = string.match(debug.getinfo(1, "S").source, "^@(.*/)") or "./"
+  srun_half = srun_half or dofile(SRUN_PATH or beside .. "slurm_hetero_srun.lua")
   return srun_half(options, offset)
 end
 
