@@ -328,13 +328,16 @@ def sbatch_counts(
     slurm_release: str = "22.05",
     ranged: bool = False,
     cpus: bool = False,
+    hosts_named: bool = False,
 ) -> tuple[int | None, int | None, int | None]:
     """(min_nodes, num_tasks, ntasks_per_node) as sbatch of the release sends them (None: unset),
     for -N, -n, --ntasks-per-node, with or without --gpus-per-task (`per_task`) and --gpus
     (`job_total`); `ranged`: -N MIN-MAX, `cpus`: -c given (22.05 derives no task count for
     --gpus-per-task from a range, even with --ntasks-per-node, nor from -N alone with -c (24.11
     does with --ntasks-per-node: `-N2 --ntasks-per-node=2 -c4` reached the hook, fuzz),
-    measured: `--gpus-per-task=1 -N 1 -c 1`, `-N 1-2 --ntasks-per-node=2` are refused). RequestError
+    measured: `--gpus-per-task=1 -N 1 -c 1`, `-N 1-2 --ntasks-per-node=2` are refused);
+    `hosts_named`: -w given (24.11 derives no node count from -n and --ntasks-per-node beside it:
+    the hosts set the count first, sbatch/opt.c and slurm_opt_create_job_desc). RequestError
     with sbatch's own words where sbatch refuses the options."""
     new_release = _release(slurm_release) != "22.05"
     if per_task and not ntasks and not job_total:
@@ -348,7 +351,7 @@ def sbatch_counts(
         ntasks = (nodes or 1) * ntasks_per_node
     if nodes and ntasks and ntasks < nodes:
         nodes = ntasks
-    if new_release and not nodes and ntasks and ntasks_per_node:
+    if new_release and not nodes and ntasks and ntasks_per_node and not hosts_named:
         nodes = ceil_div(ntasks, ntasks_per_node)
     return nodes, ntasks, ntasks_per_node
 
@@ -617,6 +620,7 @@ def job_from_options(
         slurm_release,
         bool(max_nodes and max_nodes != nodes),
         cpus_per_task is not None,
+        bool(nodelist) and "{" not in nodelist,
     )
     if pre == "gres:" or nodes is None:  # 24.11 keeps -N's count beside -w (`-w a,b -N1 --gpus=1` passes)
         # 22.05 lowers the hosts to an explicit -n only, not to the tasks --ntasks-per-node makes

@@ -1547,6 +1547,7 @@ SBATCH_SENDS = [
     ({"ntasks": 4, "ntasks_per_node": 2, "per_task": True}, "24.11", (2, 4, 2)),
     ({"ntasks": 3, "ntasks_per_node": 2}, "24.11", (2, 3, 2)),
     ({"nodes": 2}, "24.11", (2, None, None)),
+    ({"ntasks": 2, "ntasks_per_node": 1, "hosts_named": True}, "24.11", (None, 2, 1)),  # -w counts first
 ]
 
 

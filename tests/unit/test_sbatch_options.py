@@ -223,6 +223,15 @@ MEASURED = [
         ["--gres=gpumem:10G", "--gpus=a100_80g:1", "--ntasks-per-node=1", "-w", "a100n1,l40sn1"],
         "sbatch: --gpus < -N",
     ),
+    # fuzz seed 20261128 (24.11): -w sets the node count before -n/--ntasks-per-node could (sbatch/opt.c),
+    # so 24.11 derives no -N 2 from them and sends the job to the hook
+    (
+        ("24.11",),
+        ["--gres=gpumem:20G,gpucore:50", "--gpus=1", "-n2", "--ntasks-per-node=1", "-w", "a100n1"],
+        "gpumem:20G,gpucore:50,gpu:1: gpumem/gpucore cannot be decided with -w/--nodelist (the hook picks a "
+        "device type, not nodes; -x/--exclude is fine); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, "
+        "TYPE one of a100_80g, ascend910b3, l40s",
+    ),
 ]
 CASES = [(release, options, seen) for releases, options, seen in MEASURED for release in releases]
 
