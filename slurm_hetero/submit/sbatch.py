@@ -620,7 +620,7 @@ def job_from_options(
         slurm_release,
         bool(max_nodes and max_nodes != nodes),
         cpus_per_task is not None,
-        bool(nodelist) and "{" not in nodelist,
+        bool(nodelist and "{" not in nodelist),
     )
     if pre == "gres:" or nodes is None:  # 24.11 keeps -N's count beside -w (`-w a,b -N1 --gpus=1` passes)
         # 22.05 lowers the hosts to an explicit -n only, not to the tasks --ntasks-per-node makes
