@@ -67,23 +67,85 @@ local function client()
   return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
 end
 
--- Whether the client's command line (/proc/self/cmdline, read once per command) has an argument
--- matching `pattern` (a Lua pattern anchored by the caller), or nil when it cannot be read.
+-- The client's command line (/proc/self/cmdline, read once per command) as a list of arguments,
+-- argv[0] first; nil when it cannot be read.
 local argv = nil
-local function typed(pattern)
+local function arguments()
   if argv == nil then
     local file = io.open("/proc/self/cmdline", "r")
     if not file then return nil end
-    argv = file:read("*a") or ""
+    local line = file:read("*a") or ""
     file:close()
+    argv = {}
+    local start = 1  -- NUL-separated; a plain find (Lua 5.1 patterns cannot hold "\0")
+    while start <= #line do
+      local stop = string.find(line, "\0", start, true) or (#line + 1)
+      argv[#argv + 1] = string.sub(line, start, stop - 1)
+      start = stop + 1
+    end
   end
-  local start = 1  -- NUL-separated; a plain find (Lua 5.1 patterns cannot hold "\0")
-  while start <= #argv do
-    local stop = string.find(argv, "\0", start, true) or (#argv + 1)
-    if string.find(string.sub(argv, start, stop - 1), pattern) then return true end
-    start = stop + 1
+  return argv
+end
+
+-- Whether an argument matches `pattern` (a Lua pattern anchored by the caller), or nil when the
+-- command line cannot be read.
+local function typed(pattern)
+  local args = arguments()
+  if args == nil then return nil end
+  for _, arg in ipairs(args) do
+    if string.find(arg, pattern) then return true end
   end
   return false
+end
+
+-- Short options of Slurm's clients that take a value (slurm_opt.c, 22.05 and 24.11: required_argument).
+local SHORT_VALUED = "ABCDFGJLMNSTWabcdeimnopqrtwx"
+
+-- The hosts the het components after `offset` name with -w, read from the command line (srun A :
+-- B: srun calls this filter per component in order, so B's options are not parsed yet when A is
+-- decided, and slurmctld keeps A off B's -w hosts, _exclude_het_job_nodes). Each component's options
+-- are read up to its command: short options (a value attached or next, SHORT_VALUED), --name=value;
+-- a long option without "=" before a word ends the reading (the word may be its value or the
+-- command), so a -w after it is missed rather than one read from the command's own arguments.
+local function later_hosts(offset)
+  local args = arguments()
+  if args == nil or offset == nil then return nil end
+  local hosts, component, reading, i = {}, 0, true, 2
+  local function add(value)
+    if component > offset and value then hosts[#hosts + 1] = value end
+  end
+  while i <= #args do
+    local arg, after = args[i], args[i + 1]
+    if arg == ":" then
+      component, reading = component + 1, true
+    elseif reading and arg == "--" then
+      reading = false
+    elseif reading and string.sub(arg, 1, 2) == "--" then
+      local name, value = string.match(arg, "^%-%-([%w-]+)=(.*)$")
+      name = name or string.sub(arg, 3)
+      if #name >= 5 and string.sub("nodelist", 1, #name) == name then  -- getopt takes a unique prefix
+        if value == nil then value, i = after, i + 1 end
+        add(value)
+      elseif value == nil and after and after ~= ":" and string.sub(after, 1, 1) ~= "-" then
+        reading = false  -- a flag before the command, or an option with its value: unknown here
+      end
+    elseif reading and string.sub(arg, 1, 1) == "-" and #arg > 1 then
+      for at = 2, #arg do
+        local letter = string.sub(arg, at, at)
+        if string.find(SHORT_VALUED, letter, 1, true) then
+          local value = string.sub(arg, at + 1)
+          if value == "" then value, i = after, i + 1 end
+          if letter == "w" then add(value) end
+          break
+        end
+      end
+    elseif reading then
+      reading = false  -- the component's command
+    end
+    i = i + 1
+  end
+  if #hosts == 0 then return nil end
+  return table.concat(hosts, ",")
 end
 
 -- Load job_submit.lua (and through it the table) with the quiet slurm table; once per command.
@@ -842,6 +904,8 @@ local function decide(options, offset, earlier)
     offset = tonumber(offset)
     if offset == 0 then het_rewrote = false end
     if offset then before.het_job_offset = offset end
+    -- the hosts later components name with -w, which slurmctld keeps this one off
+    before.exc_nodes = joined(before.exc_nodes, later_hosts(offset))
     if offset and offset > 0 then replay(hook, earlier, uid) end
     local ok, rc, decided, told = pcall(run_hook, hook, before, uid)
     if not ok then

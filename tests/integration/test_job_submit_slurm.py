@@ -1241,6 +1241,29 @@ def test_srun_het_component_is_decided_around_the_hosts_earlier_ones_name(
     assert not {node for part, node in where if part == "B"} & set(hosts), run.stdout  # B not on A's hosts
 
 
+@pytest.mark.parametrize("form", [["-w"], ["--nodelist"], ["-p", "nvidia", "-w"]])
+def test_srun_het_component_is_decided_around_the_hosts_later_ones_name(
+    dev_cluster: Cluster, suite_config: Path, form: list[str]
+) -> None:
+    """Issue 10 adversarial round 6, S06 (22.05 and 24.11): `srun --gres=gpumem:20G A : -w l40sn1 B` wrote
+    A as l40s (srun calls the filter for A before it parses B) and failed "Requested node configuration is
+    not available": slurmctld keeps A off B's -w hosts. A is now decided around them (read from srun's
+    command line), as sbatch's hook decides the same job (B06)."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    hosts = _hosts_of(dev_cluster, "l40s")
+    named = ",".join(hosts)
+    first = job_from_options(gres="gpumem:20G", exclude=named, uid=uid, slurm_release=dev_cluster.name)
+    predicted = explain(model, hook, first)
+    assert predicted.ok and predicted.choice is not None, predicted.message
+    assert predicted.choice.types[0] != "l40s", predicted.message
+    argv = ["srun", "-t", "1", "--gres=gpumem:20G", "sh", "-c", "echo A=$SLURMD_NODENAME", ":"]
+    run = as_user(*argv, f"-N{len(hosts)}", *form, named, "sh", "-c", "echo B=$SLURMD_NODENAME")
+    assert run.returncode == 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    where = [line.split("=", 1) for line in run.stdout.split()]
+    assert {part for part, _ in where} == {"A", "B"}, run.stdout
+    assert not {node for part, node in where if part == "A"} & set(hosts), run.stdout  # A not on B's hosts
+
+
 @pytest.mark.parametrize(
     ("group", "step", "fits"),
     [

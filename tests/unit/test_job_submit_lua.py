@@ -2698,6 +2698,45 @@ def test_srun_het_component_is_decided_around_the_hosts_earlier_ones_name(
     assert python.choice is not None and python.choice.types[0] not in first["nodelist"], python.message
 
 
+# Issue 10 adversarial round 6, S06 (22.05 and 24.11): `srun --gres=gpumem:20G A : -w l40sn1 B` wrote A
+# as l40s (B's -w is parsed after A's filter call) and srun failed "Requested node configuration is not
+# available": slurmctld keeps A off B's -w hosts too. The srun half reads later components' -w from
+# /proc/self/cmdline (srun's options up to each component's command) and decides A around them, as
+# slurmctld's hook decides the sbatch form (B06).
+@pytest.mark.parametrize(
+    ("later", "excluded"),
+    [
+        (["-w", "l40sn1", "hostname"], "l40sn1"),
+        (["-wl40sn1", "hostname"], "l40sn1"),
+        (["--nodelist=l40sn1", "hostname"], "l40sn1"),
+        (["--nodelist", "l40sn1", "hostname"], "l40sn1"),
+        (["--nodel=l40sn1", "hostname"], "l40sn1"),  # getopt takes a unique prefix
+        (["-N1", "-lw", "l40sn1", "hostname"], "l40sn1"),  # -l is a flag, -w takes the next word
+        (["-p", "nvidia", "--exclusive", "-w", "l40sn1", "hostname"], "l40sn1"),
+        (["-w", "l40sn1", "hostname", ":", "-w", "a100n1", "true"], "l40sn1,a100n1"),
+        (["hostname", "-w", "l40sn1"], None),  # the command's own arguments
+        (["--exclusive", "hostname", "-w", "l40sn1"], None),  # a flag or a value: not read past
+        (["--", "-w", "l40sn1"], None),
+    ],
+)
+def test_srun_het_component_is_decided_around_later_components_hosts(
+    rendered: dict[str, Config], later: list[str], excluded: str | None
+) -> None:
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    command = ["srun", "--gres=gpumem:20G", "-N1", "sh", "-c", "..", ":", *later]
+    lua.globals().CMDLINE = "\0".join(command) + "\0"
+    job = job_from_options(gres="gpumem:20G", uid=1000, slurm_release="24.11", exclude=excluded)
+    python = explain(config.model, config.options, job)
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:20G"}, offset=0)
+    if not python.ok:  # left to slurmctld's hook, which sees the exc_nodes and refuses it the same
+        assert (rc, after, log) == (0, {"gres": "gres/gpumem:20G"}, []), python.message
+        return
+    assert rc == 0 and after["gres"] == _bare(python.job.tres_per_node) and log == [("info", python.message)]
+    if excluded:
+        assert python.choice is not None and python.choice.types[0] != "l40s", python.message
+
+
 # Issue 10 adversarial B26 (24.11): inside `salloc --gres=gpumem:20G : --gres=gpumem:70G` (an l40s
 # component, then an a100_80g one), `srun --het-group=0 --gres=gpumem:70G` was decided among the
 # types of all components and written as gpu:a100_80g:1, which component 0 lacks ("Invalid generic
