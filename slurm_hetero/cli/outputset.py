@@ -29,10 +29,13 @@ KEEP_BACKUPS = 10  # backups of each file a render leaves by default
 class _KeepBackups(click.ParamType):
     name = "N|all"
 
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N|all"  # click would print the name upper-cased, a spelling convert refused
+
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
         if value is None or isinstance(value, int):  # the default
             return value
-        if value == "all":
+        if str(value).lower() == "all":
             return None
         text = str(value)
         if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1:

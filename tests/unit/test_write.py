@@ -390,6 +390,9 @@ def test_keep_backups_on_the_command_line(tmp_path: Path) -> None:
     gres = tmp_path / "gres.conf"
     gres.write_text(gres.read_text() + "# edited\n")
     assert CliRunner().invoke(cli, [*render, "--keep-backups", "all"]).exit_code == 0
+    # adversarial r6 K03: --help printed the metavar N|ALL, and ALL was refused
+    assert CliRunner().invoke(cli, [*render, "--keep-backups", "ALL"]).exit_code == 0
+    assert "--keep-backups N|all" in CliRunner().invoke(cli, [render[0], render[1], "--help"]).output
     assert len(list(tmp_path.glob("gres.conf.*.bak"))) == 4
     gres.write_text(gres.read_text() + "# edited\n")
     assert CliRunner().invoke(cli, [*render, "--keep-backups", "1"]).exit_code == 0
