@@ -1264,6 +1264,29 @@ def test_srun_het_component_is_decided_around_the_hosts_later_ones_name(
     assert not {node for part, node in where if part == "A"} & set(hosts), run.stdout  # A not on B's hosts
 
 
+def test_srun_het_component_the_hosts_later_ones_name_leave_nothing_is_refused_in_one_line(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Adversarial round 6, B06c: `srun --gres=gpumem:70G A : -w <the a100_80g hosts> B` wrote A as
+    a100_80g and failed "Requested node configuration is not available"; now it is left to slurmctld's
+    hook, which sees B's hosts in A's exc_nodes and refuses it in one line, as for sbatch."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    devices = node_devices(dev_cluster.inventory)
+    big = [
+        h
+        for h, held in devices.items()
+        if any(d.vendor == "nvidia" and (d.memory_mib or 0) >= 70 << 10 for d in held)
+    ]
+    hosts = sorted(big)  # every host of the default vendor with a device of 70G or more
+    named = ",".join(hosts)
+    first = job_from_options(gres="gpumem:70G", exclude=named, uid=uid, slurm_release=dev_cluster.name)
+    predicted = explain(model, hook, first)
+    assert not predicted.ok, predicted.message
+    run = as_user("srun", "-t", "1", "--gres=gpumem:70G", "true", ":", f"-N{len(hosts)}", "-w", named, "true")
+    assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    assert "Requested node configuration" not in run.stderr, run.stderr
+
+
 @pytest.mark.parametrize(
     ("group", "step", "fits"),
     [
