@@ -111,8 +111,8 @@ local function later_hosts(offset)
   local args = arguments()
   if args == nil or offset == nil then return nil end
   local hosts, component, reading, i = {}, 0, true, 2
-  local function add(value)
-    if component > offset and value then hosts[#hosts + 1] = value end
+  local function add(value)  -- a value with "/" names a host file (srun reads it later): not read here
+    if component > offset and value and not string.find(value, "/", 1, true) then hosts[#hosts + 1] = value end
   end
   while i <= #args do
     local arg, after = args[i], args[i + 1]

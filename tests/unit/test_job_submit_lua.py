@@ -2717,6 +2717,7 @@ def test_srun_het_component_is_decided_around_the_hosts_earlier_ones_name(
         (["hostname", "-w", "l40sn1"], None),  # the command's own arguments
         (["--exclusive", "hostname", "-w", "l40sn1"], None),  # a flag or a value: not read past
         (["--", "-w", "l40sn1"], None),
+        (["-w", "./hosts", "hostname"], None),  # a host file: srun reads it, not this filter
     ],
 )
 def test_srun_het_component_is_decided_around_later_components_hosts(
