@@ -110,9 +110,9 @@ local SHORT_VALUED = "ABCDFGJLMNSTWabcdeimnopqrtwx"
 local function later_hosts(offset)
   local args = arguments()
   if args == nil or offset == nil then return nil end
-  local hosts, component, reading, i = {}, 0, true, 2
-  local function add(value)  -- a value with "/" names a host file (srun reads it later): not read here
-    if component > offset and value and not string.find(value, "/", 1, true) then hosts[#hosts + 1] = value end
+  local named, component, reading, i = {}, 0, true, 2
+  local function add(value)  -- the last -w of a component counts; "/" names a host file srun reads later
+    if component > offset and value then named[component] = not string.find(value, "/", 1, true) and value end
   end
   while i <= #args do
     local arg, after = args[i], args[i + 1]
@@ -143,6 +143,10 @@ local function later_hosts(offset)
       reading = false  -- the component's command
     end
     i = i + 1
+  end
+  local hosts = {}
+  for later = offset + 1, component do
+    if named[later] then hosts[#hosts + 1] = named[later] end
   end
   if #hosts == 0 then return nil end
   return table.concat(hosts, ",")

@@ -2718,6 +2718,7 @@ def test_srun_het_component_is_decided_around_the_hosts_earlier_ones_name(
         (["--exclusive", "hostname", "-w", "l40sn1"], None),  # a flag or a value: not read past
         (["--", "-w", "l40sn1"], None),
         (["-w", "./hosts", "hostname"], None),  # a host file: srun reads it, not this filter
+        (["-w", "a100n1", "-w", "l40sn1", "hostname"], "l40sn1"),  # the last one counts, as in srun
     ],
 )
 def test_srun_het_component_is_decided_around_later_components_hosts(
