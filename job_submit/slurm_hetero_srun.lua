@@ -457,7 +457,7 @@ end
 -- one per group of nodes alike, 22.05 and 24.11): held[TYPE] = the devices of TYPE on each node
 -- holding it (a list, one entry per node), and the job's node count (NumNodes, or the records').
 local function per_node_held(record)
-  local held, nodes, starts = {}, 0, {}
+  local held, nodes, starts, slices = {}, 0, {}, {}
   local at = 1
   while true do
     local first = string.find(record, "%sNodes=", at)
@@ -468,12 +468,15 @@ local function per_node_held(record)
     local slice = string.sub(record, first, (starts[i + 1] or (#record + 1)) - 1)
     local hosts = hosts_in(string.match(slice, "^%sNodes=(%S*)") or "")
     nodes = nodes + hosts
+    local on_node = {}
     for gpu_type, count in string.gmatch(string.match(slice, "%sGRES=(%S+)") or "", "%f[%w]gpu:([%w_%.%-]+):(%d+)%(IDX") do
       held[gpu_type] = held[gpu_type] or {}
       for _ = 1, hosts do table.insert(held[gpu_type], tonumber(count)) end
+      on_node[gpu_type] = tonumber(count)
     end
+    slices[#slices + 1] = { hosts = hosts, held = on_node }
   end
-  return held, math.max(nodes, tonumber(string.match(record, "%sNumNodes=(%d+)") or "") or 0)
+  return held, math.max(nodes, tonumber(string.match(record, "%sNumNodes=(%d+)") or "") or 0), slices
 end
 
 -- The job's record cut to the nodes a step's -w names and its -x leaves (the header, with its
@@ -677,8 +680,8 @@ local function held_types(job_id, offset, wanted, unwanted)
       if not seen[gpu_type] then seen[gpu_type], types[#types + 1] = true, gpu_type end
     end
   end
-  local held, nodes = per_node_held(record)
-  local job = { nodes = nodes }
+  local held, nodes, slices = per_node_held(record)
+  local job = { nodes = nodes, slices = slices }
   for item in string.gmatch(string.match(record, "%sTresPerTask=(%S+)") or "", "[^,]+") do
     if string.find(item, "^gres:gpu:") then job.per_task = gpu_count(item) end  -- 22.05's form only
   end
@@ -809,6 +812,43 @@ local function decide_step(hook, before, uid, job_id, offset, isset)
       return after, lines
     end
     reasons[#reasons + 1] = lines
+  end
+  -- a step over nodes of several types that each hold it (`srun -N2 --gres=gpumem:20G` in an a100_80g +
+  -- l40s job, adversarial r6 O04): a per-node request decided for one node of each type; untyped where
+  -- every type takes the same count, then its nodes checked against the devices of all of them
+  local per_node_only = not (before.tres_per_job or before.tres_per_task or before.tres_per_socket)
+  local mixed, counted = not named_type and per_node_only and #types > 1 and #reasons == #types and {}, nil
+  local nodes, tasks = step_counts(before, isset, shape.nodes)
+  for _, gpu_type in ipairs(mixed and types or {}) do
+    local job = as_step(typed_as(before, gpu_type, holds))
+    job.min_nodes, job.max_nodes = 1, 1
+    job.num_tasks = tasks and math.ceil(tasks / math.max(nodes, 1)) or nil
+    local rc, after, lines = run_hook(hook, job, uid)
+    if rc ~= real.SUCCESS or #lines == 0 then mixed = nil break end
+    untyped(after, gpu_type)
+    local request_as = table.concat({ after.tres_per_node or "", after.tres_per_job or "", after.tres_per_task or "",
+                                      after.tres_per_socket or "" }, ";")
+    if counted and counted ~= request_as then mixed = nil break end  -- gpumem:60G: 1 a100, 2 l40s
+    counted, mixed[gpu_type] = request_as, { after = after, lines = lines }
+  end
+  if mixed then
+    local counts = {}  -- per node, the most devices of a type that holds the step
+    for _, slice in ipairs(shape.slices) do
+      local most = 0
+      for gpu_type, count in pairs(slice.held) do
+        if mixed[gpu_type] and count > most then most = count end
+      end
+      for _ = 1, slice.hosts do counts[#counts + 1] = most end
+    end
+    local first = mixed[types[1]]
+    if beyond(first.after, "gpu", counts, shape, nodes, tasks) == nil then
+      local after, lines = first.after, first.lines
+      after.min_nodes, after.max_nodes, after.num_tasks = before.min_nodes, before.max_nodes, before.num_tasks
+      local rest = string.match(lines[1], "^.- %-> %S+(.*)$") or ""
+      lines[1] = string.format("%s -> %s%s (a step of job %s, on its %s nodes)", request, after.tres_per_node or "",
+                               rest, job_id, table.concat(types, ", "))
+      return after, lines
+    end
   end
   -- a cause in the request itself (a malformed size, --gpus-per-socket) is refused alike on every
   -- type, and on none (its types taken out): the hook's own line for it, which blames no device

@@ -1089,6 +1089,25 @@ def test_a_steps_node_list_decides_it_among_those_nodes_devices(dev_cluster: Clu
     assert rcs[3] == "1" and "with and without type identification" not in run.stderr, run.stderr
 
 
+@pytest.mark.parametrize("count", [["--gpus-per-node=1"], ["--gres=gpu:1"]])
+def test_a_step_over_nodes_of_two_types_that_each_hold_it_runs(
+    dev_cluster: Cluster, count: list[str]
+) -> None:
+    """Adversarial round 6, O04 (22.05 and 24.11): in `salloc -N2 -w A100,L40S`, `srun -N2 --gres=gpumem:20G`
+    was refused "whose a100_80g, l40s devices cannot hold it" though each node's device holds 20G: the
+    step is now written untyped and runs on both nodes; 70G (only the a100_80g) stays refused."""
+    a100, l40s = _hosts_of(dev_cluster, "a100_80g")[0], _hosts_of(dev_cluster, "l40s")[0]
+    script = "echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES"
+    inner = f"srun -N2 --gres=gpumem:20G sh -c '{script}'; echo rc=$?; "
+    inner += "srun -N2 --gres=gpumem:70G hostname; echo rc=$?"
+    run = as_user("salloc", "-t", "2", "-N2", "-w", f"{a100},{l40s}", *count, "sh", "-c", inner)
+    rcs = re.findall(r"rc=(\d+)", run.stdout)
+    assert rcs == ["0", "1"], (run.stdout, run.stderr)
+    assert re.search(r"gpumem:20G -> gres[:/]gpu:1 .*on its a100_80g, l40s nodes\)", run.stderr), run.stderr
+    assert {f"NODE={a100} CVD=0", f"NODE={l40s} CVD=0"} <= set(run.stdout.splitlines()), run.stdout
+    assert "cannot hold it" in run.stderr, run.stderr  # the 70G step
+
+
 def test_a_step_of_a_per_task_job_asking_more_per_task_is_refused_on_22_05(dev_cluster: Cluster) -> None:
     """Measured on 22.05: in `salloc -N1 -n4 --gpus-per-task=1` (four a100_80g), `srun -n2
     --gpus-per-task=2` failed "Step requested gres_per_task=gpu:2 is more than the job's

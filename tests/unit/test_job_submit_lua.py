@@ -2294,6 +2294,29 @@ def test_a_step_every_type_of_its_nodes_holds_is_written_untyped(
         ], log
 
 
+# Adversarial round 6, O04 (22.05 and 24.11): in an (a100n1, l40sn1) allocation `srun -N 2
+# --gres=gpumem:20G` was refused "whose a100_80g, l40s devices cannot hold it", though the device on
+# each node holds 20G: the step was tried on one type at a time. A step over nodes of several types that
+# each hold it with the same count is written untyped; a count that differs by type stays refused.
+@pytest.mark.parametrize(
+    ("size", "written"),
+    [("20G", {"gres": "gpu:1"}), ("70G", None), ("10G", {"gres": "gpu:1"})],
+)
+def test_a_step_over_nodes_of_several_types_that_each_hold_it_is_written_untyped(
+    rendered: dict[str, Config], size: str, written: dict[str, str] | None
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown_nodes("12", {"a100_80g": 1, "l40s": 1}))
+    given = {"gres": f"gres/gpumem:{size}", "nodes": "2"}
+    rc, after, log = run_cli(lua, given)
+    if written is None:  # only the a100_80g node holds 70G
+        assert rc == -1 and "cannot hold it" in log[0][1], log
+        return
+    assert rc == 0 and after == {**given, **written}, log
+    line = log[0][1]
+    assert line.startswith(f"gpumem:{size} -> gres/gpu:1 ") and "on its a100_80g, l40s nodes" in line, log
+
+
 def test_a_steps_node_list_refuses_in_one_line_what_those_nodes_cannot_hold(
     rendered: dict[str, Config],
 ) -> None:
