@@ -664,10 +664,12 @@ end
 -- what each node holds (per_node_held) and { nodes = the job's node count, per_task = its
 -- per-task gpu count where the record is in 22.05's `gres:` form }.
 local function held_types(job_id, offset, wanted, unwanted)
-  local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>/dev/null")
+  local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>&1")
   if not ok or not pipe then return nil, job_id end
   local shown = pipe:read("*a") or ""
   pipe:close()
+  -- no such job (`srun --jobid=99999`): false, for srun to say so itself
+  if string.find(shown, "Invalid job id specified", 1, true) then return false, job_id end
   if not string.find(shown, "^JobId=" .. job_id .. "%s") then return nil, job_id end
   local record = component(shown, offset or 0)
   local named = record == shown and job_id or (job_id .. "+" .. (offset or 0))
@@ -762,6 +764,7 @@ local function decide_step(hook, before, uid, job_id, offset, isset)
   request = string.gsub(string.gsub(request, ",,+", ","), "^,*(.-),*$", "%1")
   local types, held, shape, none_left
   types, job_id, held, shape, none_left = held_types(job_id, offset, before.req_nodes, before.exc_nodes)
+  if types == false then return before, {} end  -- left alone: srun refuses the job id in its own words
   if types == nil or #types == 0 then
     local what = types == nil and "slurm-hetero cannot read which devices it holds"
       or (none_left and "-w/-x leave none of its nodes")

@@ -1089,6 +1089,14 @@ def test_a_steps_node_list_decides_it_among_those_nodes_devices(dev_cluster: Clu
     assert rcs[3] == "1" and "with and without type identification" not in run.stderr, run.stderr
 
 
+def test_srun_in_a_job_that_does_not_exist_gets_sruns_own_answer(dev_cluster: Cluster) -> None:
+    """Adversarial round 6, D07b: `srun --jobid=99999 --gres=gpumem:20G` was refused by the filter ("cannot
+    read which devices it holds; ask --gres=gpu:N"), hiding srun's "Invalid job id specified"."""
+    run = as_user("srun", "--jobid=99999", "--gres=gpumem:20G", "hostname")
+    assert run.returncode != 0 and "Invalid job id specified" in run.stderr, run.stderr
+    assert "slurm-hetero" not in run.stderr and "cannot read" not in run.stderr, run.stderr
+
+
 @pytest.mark.parametrize("count", [["--gpus-per-node=1"], ["--gres=gpu:1"]])
 def test_a_step_over_nodes_of_two_types_that_each_hold_it_runs(
     dev_cluster: Cluster, count: list[str]

@@ -2043,7 +2043,7 @@ def test_srun_in_an_allocation_gets_the_allocations_type(
     assert rc == 0 and after == {**given, **written}, log
     assert f" -> {prefix}gpu:{held}:" in log[0][1], log
     assert [kind for kind, _ in log] == ["info"] and log[0][1].endswith("(a step of job 12)"), log
-    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 12 2>/dev/null"]
+    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 12 2>&1"]
 
 
 def test_srun_in_an_allocation_never_names_a_type_it_lacks(rendered: dict[str, Config]) -> None:
@@ -2096,6 +2096,15 @@ def test_srun_in_an_allocation_whose_devices_are_unknown_is_refused(
     ]
 
 
+def test_srun_in_a_job_that_does_not_exist_is_left_to_srun(rendered: dict[str, Config]) -> None:
+    """Adversarial round 6, D07b: `srun --jobid=99999 --gres=gpumem:20G` was refused "slurm-hetero cannot
+    read which devices it holds; ask --gres=gpu:N", hiding srun's own "Invalid job id specified"."""
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, "slurm_load_jobs error: Invalid job id specified\n", env={})
+    given = {"gres": "gres/gpumem:20G", "jobid": "99999"}
+    assert run_cli(lua, given) == (0, given, [])
+
+
 def test_srun_with_jobid_is_a_step_of_that_job_and_only_its_digits_reach_scontrol(
     rendered: dict[str, Config],
 ) -> None:
@@ -2103,7 +2112,7 @@ def test_srun_with_jobid_is_a_step_of_that_job_and_only_its_digits_reach_scontro
     _in_allocation(lua, _shown("77", "a100_80g"), env={})
     rc, after, log = run_cli(lua, {"gres": "gres/gpumem:10G", "jobid": "77; touch /tmp/x"})
     assert rc == 0 and after["gres"] == "gpu:1" and "-> gres/gpu:a100_80g:1" in log[0][1], log
-    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 77 2>/dev/null"]
+    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 77 2>&1"]
 
 
 def test_exempt_srun_in_an_allocation_is_left_alone(rendered: dict[str, Config]) -> None:
@@ -2790,7 +2799,7 @@ def test_srun_in_a_het_allocation_is_decided_among_its_components_devices(
     # the Python twin: the hook's decision on the request typed as the component's type
     job = job_from_options(gres=f"gpumem:{size},gpu:{held}:1", uid=1000, slurm_release="24.11")
     python = explain(config.model, config.options, job)
-    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 10 2>/dev/null"]
+    assert list(lua.globals().POPENED.values()) == ["scontrol show job -d -o 10 2>&1"]
     if python.ok:  # the component holds one type: the step asks untyped
         assert rc == 0 and after == {"gres": _bare(python.job.tres_per_node).replace(f"{held}:", "")}, log
         assert log == [("info", f"{python.message} (a step of job 10+{offset})")]
