@@ -1671,6 +1671,16 @@ local function untyped(text)
   return table.concat(out, ",")
 end
 
+-- Whether any TRES field of job_desc holds a gpu item.
+local function gpu_asked(job_desc)
+  for _, field in ipairs(FIELDS) do
+    for _, item in ipairs(items_of(job_desc[field])) do
+      if item.name == "gpu" then return true end
+    end
+  end
+  return false
+end
+
 -- again: the edit asks for gpumem/gpucore, so the record's gpu items lose their type (untyped)
 -- and the type is chosen again for the job's device count and scope.
 local function edited_view(job_desc, job_rec, again)
@@ -1682,6 +1692,15 @@ local function edited_view(job_desc, job_rec, again)
       if again and (name == "tres_per_node" or IN_PLACE[name]) then value = untyped(value) end
     end
     view[name] = value
+  end
+  if again and (job_desc.tres_per_node or "") ~= "" and not gpu_asked(job_desc) then
+    -- `scontrol update gres=gpumem:30G` replaces the whole field: the job's per-node device count
+    -- (--gres=gpu:2, --gpus-per-node=2; the hook never picks a count itself) stays, as 22.05 merges it
+    -- (a count of 1 is the default: not written again)
+    for _, item in ipairs(items_of(untyped(job_rec.tres_per_node))) do
+      local count = tonumber(string.match(item.text, "[:=](%d+)$") or "")
+      if item.name == "gpu" and count and count > 1 then view.tres_per_node = view.tres_per_node .. "," .. item.text end
+    end
   end
   for _, name in ipairs(VIEW_COUNTS) do
     view[name] = count_of(job_desc[name]) or count_of(job_rec[name])

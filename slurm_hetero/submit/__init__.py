@@ -729,6 +729,15 @@ def edited_view(edit: Job, record: Job, again: bool | None = None) -> Job:
     values: dict[str, Any] = {n: getattr(edit, n) or getattr(record, n) for n in _VIEW_STRINGS}
     for name in FIELDS if again else ():
         values[name] = getattr(edit, name) or untyped(getattr(record, name))
+    counted = any(item.name == "gpu" for _, text in edit.fields() for item in split_items(text))
+    if again and edit.tres_per_node and not counted:
+        # `scontrol update gres=gpumem:30G` replaces the whole field: the job's per-node device count
+        # (--gres=gpu:2, --gpus-per-node=2; the hook never picks a count itself) stays, as 22.05 merges it
+        # (a count of 1 is the default: not written again)
+        items = split_items(untyped(record.tres_per_node) or "")
+        counts = [(i.text, re.search(r"[:=](\d+)$", i.text)) for i in items if i.name == "gpu"]
+        held = [text for text, count in counts if count and int(count.group(1)) > 1]
+        values["tres_per_node"] = ",".join([edit.tres_per_node, *held])
     values |= {n: _count(getattr(edit, n)) or _count(getattr(record, n)) for n in _VIEW_COUNTS}
     values |= {n: getattr(edit if _amount(getattr(edit, n)) else record, n) for n in _VIEW_AMOUNTS}
     values |= {n: getattr(edit, n) or None for n in _VIEW_EDIT}

@@ -352,6 +352,28 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
         slurm("scancel", job_id)
 
 
+@pytest.mark.parametrize("submitted", [["--gpus-per-node=2", "--gres=gpumem:20G"], ["--gres=gpu:a100_80g:2"]])
+def test_a_gpumem_edit_keeps_the_jobs_per_node_device_count(
+    dev_cluster: Cluster, submitted: list[str]
+) -> None:
+    """Adversarial round 6, R01/R05 (22.05 and 24.11): `scontrol update gres=gpumem:30G` of a job holding
+    two devices per node left it one (the update replaces TresPerNode whole); the count stays."""
+    run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip()
+    try:
+        result = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:30G")
+        assert result.returncode == 0 and "error" not in result.stderr, result.stderr
+        fields = job_fields(job_id)
+        assert re.search(r"gpu:[\w.-]+:2(\D|$)", fields.get("TresPerNode", "")), fields.get("TresPerNode")
+        assert "gpumem" not in fields.get("TresPerNode", ""), fields.get("TresPerNode")
+        slurm("scontrol", "release", job_id)
+        started = _wait_started(job_id)
+        assert started["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), started
+    finally:
+        slurm("scancel", job_id)
+
+
 @pytest.mark.parametrize(
     ("submitted", "edit"),
     [

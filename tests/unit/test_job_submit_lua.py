@@ -31,6 +31,7 @@ from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.submit import (
     HookOptions,
     Job,
+    edited_view,
     explain,
     explain_edit,
     het_taken,
@@ -741,6 +742,39 @@ def test_an_edit_keeps_the_jobs_device_count_and_scope_and_chooses_the_type_agai
     edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, num_tasks=tasks, exc_nodes="")
     ok, _, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
     assert ok and getattr(after, field) == expected and after.tres_per_node is None, after
+
+
+@pytest.mark.parametrize(
+    ("held", "edit_gres", "expected"),
+    [
+        ("gres/gpu:a100_80g:2", "gres/gpumem:30G", "gres/gpumem:30G,gres/gpu:2"),  # --gpus-per-node=2 (R01)
+        ("gres/gpu:l40s:2", "gres/gpumem:70G", "gres/gpumem:70G,gres/gpu:2"),  # a type move keeps it too
+        ("gres:gpu:a100_80g:2", "gres:gpumem:30G", "gres:gpumem:30G,gres:gpu:2"),  # 22.05's form
+        (
+            "gres/gpu:a100_80g:2",
+            "gres/gpumem:30G,gres/gpu:1",
+            "gres/gpumem:30G,gres/gpu:1",
+        ),  # restated: theirs
+    ],
+)
+def test_a_gpumem_edit_keeps_the_jobs_per_node_device_count(
+    rendered: dict[str, Config], hooks: dict[str, Hook], held: str, edit_gres: str, expected: str
+) -> None:
+    """Adversarial round 6, R01-R05 (22.05 and 24.11): a job of `--gpus-per-node=2 --gres=gpumem:20G`
+    (a100_80g:2), or a typed `--gres=gpu:a100_80g:2`, edited `scontrol update gres=gpumem:30G` ran on ONE
+    device: the update replaces tres_per_node whole, and the count went with it. The hook never picks a
+    count itself, so the job's per-node count stays unless the edit gives one."""
+    config, hook = rendered["mixed"], hooks["mixed"]
+    record = replace(RECORD, tres_per_node=held)
+    moves = "70G" in edit_gres  # a type move states the job's -x (none): excnodelist=
+    edit = Job(tres_per_node=edit_gres, submit_uid=1000, exc_nodes="" if moves else None)
+    assert edited_view(edit, record).tres_per_node == expected
+    ok, message, after = both_edit(config, hook, edit, record)
+    count = expected.rsplit(":", 1)[1]
+    assert ok and after.tres_per_node is not None and after.tres_per_node.endswith(f":{count}"), (
+        message,
+        after,
+    )
 
 
 def test_a_gpumem_edit_counts_the_cpus_per_task_a_24_11_record_shows(
