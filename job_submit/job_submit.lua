@@ -1806,9 +1806,10 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   view.job_id, view.record = job_rec.job_id, job_rec
   -- Slurm's job_rec has no num_tasks / ntasks_per_node (22.05, 24.11): unknown unless the edit sets one
   local hidden = view.num_tasks == nil and view.ntasks_per_node == nil
-  -- Slurm's job_rec has no exc_nodes: without the edit's own -x, a job holding a type keeps it
-  -- when it fits, and another type is refused (the job's -x may exclude it: it would never start)
-  local known = job_desc.exc_nodes ~= nil  -- "" (excnodelist=): the edit clears it, so none
+  -- Slurm's job_rec has no exc_nodes or req_nodes: without the edit's own -x and -w, a job holding a
+  -- type keeps it when it fits, and another type is refused (the job's -x may exclude it, or its -w
+  -- name none of its hosts, given at submission or by an earlier edit: it would never start)
+  local known = job_desc.exc_nodes ~= nil and job_desc.req_nodes ~= nil  -- "" (excnodelist=): none
   local prefer = asks and not known and typed_held(job_rec) or nil
   local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden, nil, prefer)
   local het_id = tonumber(job_rec.het_job_id)

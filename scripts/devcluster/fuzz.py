@@ -499,7 +499,7 @@ _UPDATE_KEYS = {"exc_nodes": "excnodelist", "req_nodes": "reqnodelist"}
 
 def random_edit(rng: random.Random, nodes: list[str]) -> tuple[str | None, dict[str, str]]:
     """An edit: gpumem (sometimes with a gpu count), -x or -w of one or two of the cluster's nodes
-    (-x sometimes empty: `excnodelist=` clears it), or both."""
+    (-x sometimes empty: `excnodelist=` clears it, sometimes with `reqnodelist=`), or both."""
     gres = f"gpumem:{rng.choice(SIZES[:12])}" + (",gpu:2" if rng.random() < 0.2 else "")
     lists: dict[str, str] = {}
     kind = rng.random()
@@ -508,6 +508,8 @@ def random_edit(rng: random.Random, nodes: list[str]) -> tuple[str | None, dict[
     name = "exc_nodes" if rng.random() < 0.6 else "req_nodes"
     picked = rng.sample(nodes, min(len(nodes), rng.choice((1, 1, 2))))
     lists[name] = "" if name == "exc_nodes" and rng.random() < 0.15 else ",".join(picked)
+    if lists[name] == "" and rng.random() < 0.5:  # both lists stated (none): a type move may be decided
+        lists["req_nodes"] = ""
     return (gres if kind < 0.75 else None), lists
 
 

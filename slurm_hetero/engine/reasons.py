@@ -129,8 +129,9 @@ MESSAGES: dict[str, str] = {
     "which cannot hold them (%s per node, with the job's CPUs, memory and constraint); name hosts that "
     "can, or cancel the job and submit it again",
     "edit_hidden": "the %s devices this job holds do not take it, and Slurm does not show the hook the "
-    "job's -x/--exclude, which may exclude %s (the job would never start); give the job's -x again in "
-    "the same update (excnodelist=HOSTS, or excnodelist= when it has none), or cancel it and submit it again",
+    "job's -x/--exclude and -w/--nodelist, which may leave %s no node (the job would never start); give "
+    "them again in the same update (excnodelist=HOSTS, or excnodelist= when it has none, and reqnodelist=), "
+    "or cancel it and submit it again",
     "internal": "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin",
 }
 

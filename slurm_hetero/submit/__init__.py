@@ -822,9 +822,11 @@ def _explain_edit(model: ClusterModel, options: HookOptions, edit: Job, record: 
         return replace(_explain(model, options, view, held, check=True), job=view)
     # Slurm's job record has no num_tasks / ntasks_per_node: unknown unless the edit sets one
     hidden = view.num_tasks is None and view.ntasks_per_node is None
-    # Slurm's job_rec has no exc_nodes: without the edit's own -x, a job holding a type keeps it
-    # when it fits, and another type is refused (the job's -x may exclude it: it would never start)
-    prefer = None if edit.exc_nodes is not None else typed_held(record)[0]  # "" (excnodelist=): none
+    # Slurm's job_rec has no exc_nodes or req_nodes: without the edit's own -x and -w, a job holding a
+    # type keeps it when it fits, and another type is refused (the job's -x may exclude it, or its -w
+    # name none of its hosts, given at submission or by an earlier edit: it would never start)
+    known = edit.exc_nodes is not None and edit.req_nodes is not None  # "" (excnodelist=): none
+    prefer = None if known else typed_held(record)[0]
     outcome = _explain(model, options, view, held, tasks_hidden=hidden, prefer=prefer)
     if outcome.action != "rewrite":  # nothing written: the edit over the record
         return replace(outcome, job=edited_view(edit, record, again=False))

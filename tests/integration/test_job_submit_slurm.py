@@ -191,11 +191,15 @@ def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_clu
             edit = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G")
             assert edit.returncode != 0 and job_fields(job_id)["TresPerNode"] == held
             return
-        # excnodelist= (none): Slurm does not show the hook the job's -x, so a move to another type
-        # needs it stated in the update
+        # excnodelist= reqnodelist= (none): Slurm does not show the hook the job's -x or -w, so a move
+        # to another type needs them stated in the update
         hidden = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G")
         assert hidden.returncode != 0 and "excnodelist=HOSTS" in hidden.stderr, hidden.stderr
-        edit = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G", "excnodelist=")
+        half = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G", "excnodelist=")
+        assert half.returncode != 0 and "reqnodelist=" in half.stderr, half.stderr  # adversarial r6 N01
+        edit = as_user(
+            "scontrol", "update", f"jobid={job_id}", "gres=gpumem:70G", "excnodelist=", "reqnodelist="
+        )
         assert edit.returncode == 0 and "error" not in edit.stderr, edit.stderr  # told in the log only
         stored = tres(job_fields(job_id)["TresPerNode"])
         match = re.fullmatch(r"gres:gpu:([\w.-]+):1", stored)
@@ -214,7 +218,8 @@ def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_clu
         slurm("scancel", job_id)
 
 
-NO_X = {"exc_nodes": ""}  # `excnodelist=`: slurmctld clears the job's -x, the hook sees ""
+# `excnodelist= reqnodelist=`: slurmctld clears the job's -x and -w, the hook sees ""
+NO_X = {"exc_nodes": "", "req_nodes": ""}
 
 
 def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
@@ -232,18 +237,22 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
         # excnodelist= (none) states the job's -x, which Slurm does not show the hook: another type
         (
             ["--gpus=2", "--gres=gpumem:20G"],
-            ["gres=gpumem:70G", "excnodelist="],
+            ["gres=gpumem:70G", "excnodelist=", "reqnodelist="],
             {"gres": "gpumem:70G", **NO_X},
         ),
         (
             ["-n2", "--gpus-per-task=1", "--gres=gpumem:20G"],
-            ["gres=gpumem:70G", "excnodelist="],
+            ["gres=gpumem:70G", "excnodelist=", "reqnodelist="],
             {"gres": "gpumem:70G", **NO_X},
         ),
-        (["--gres=gpu:1,gpumem:20G"], ["gres=gpumem:70G", "excnodelist="], {"gres": "gpumem:70G", **NO_X}),
         (
             ["--gres=gpu:1,gpumem:20G"],
-            ["gres=gpumem:60G", "features=[ascend|nvidia]", "excnodelist="],
+            ["gres=gpumem:70G", "excnodelist=", "reqnodelist="],
+            {"gres": "gpumem:70G", **NO_X},
+        ),
+        (
+            ["--gres=gpu:1,gpumem:20G"],
+            ["gres=gpumem:60G", "features=[ascend|nvidia]", "excnodelist=", "reqnodelist="],
             {"gres": "gpumem:60G", "constraint": "[ascend|nvidia]", **NO_X},
         ),
         # without it, a move to another type is refused (the job's -x may exclude it)

@@ -108,10 +108,10 @@ def test_a_gpumem_edit_with_an_exclusion_is_decided_around_it(
     on 24.11 (the nvidia scope, as the dev cluster); 22.05 cannot change the type of a job it holds
     (edit_type) and says so."""
     config, hook = rendered["scoped"], hooks["scoped"]
-    edit = Job(tres_per_node="gres/gpumem:20G", exc_nodes="l40sn1", submit_uid=1000)
+    edit = Job(tres_per_node="gres/gpumem:20G", exc_nodes="l40sn1", req_nodes="", submit_uid=1000)
     ok, _, after = both_edit(config, hook, edit, held("gres/"))
     assert ok and "a100_80g" in (after.tres_per_node or "") + (after.features or ""), after
-    edit = Job(tres_per_node="gres:gpumem:20G", exc_nodes="l40sn1", submit_uid=1000)
+    edit = Job(tres_per_node="gres:gpumem:20G", exc_nodes="l40sn1", req_nodes="", submit_uid=1000)
     ok, message, _ = both_edit(config, hook, edit, held("gres:"))
     assert not ok and message == f"gpumem:20G: {render_message('edit_type', 'l40s', 'a100_80g')}", message
 
@@ -130,7 +130,7 @@ def test_a_gpumem_edit_keeps_the_type_the_job_holds_when_it_fits(
     assert python.choice is not None and python.choice.types == ("a100_80g",), python
     assert both_edit(config, hook, edit, record)[0]
     # stating the exclusions (none: `excnodelist=`) lets the hook choose by its policy again
-    stated = Job(tres_per_node=f"gres/gpumem:{size}", exc_nodes="", submit_uid=1000)
+    stated = Job(tres_per_node=f"gres/gpumem:{size}", exc_nodes="", req_nodes="", submit_uid=1000)
     free = explain_edit(config.model, config.options, stated, record)
     assert free.choice is not None and free.choice.types[0] == "l40s", free
     assert both_edit(config, hook, stated, record)[0]
@@ -146,10 +146,17 @@ def test_a_gpumem_edit_to_another_type_without_the_jobs_exclusions_is_refused(
     ok, message, _ = both_edit(config, hook, unstated, held("gres/"))
     assert not ok and message == f"gpumem:70G: {render_message('edit_hidden', 'l40s', 'a100_80g')}", message
     for hosts in ("", "ascendn1"):
-        edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes=hosts, submit_uid=1000)
+        edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes=hosts, req_nodes="", submit_uid=1000)
         ok, message, after = both_edit(config, hook, edit, held("gres/"))
         assert ok and after.tres_per_node == "gres/gpu:a100_80g:1", (hosts, message, after)
-    edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes="a100n1", submit_uid=1000)
+    # adversarial round 6, N01 (24.11): `update reqnodelist=l40sn1` (checked, accepted), then `update
+    # gres=gpumem:70G excnodelist=` moved the job to a100_80g beside ReqNodeList=l40sn1: it never started.
+    # The job's -w is as hidden as its -x: a type move needs both stated.
+    edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes="", submit_uid=1000)
+    ok, message, _ = both_edit(config, hook, edit, held("gres/"))
+    assert not ok and message == f"gpumem:70G: {render_message('edit_hidden', 'l40s', 'a100_80g')}", message
+    assert "reqnodelist=" in message
+    edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes="a100n1", req_nodes="", submit_uid=1000)
     ok, message, _ = both_edit(config, hook, edit, held("gres/"))
     assert not ok and "-x/--exclude" in message, message
 

@@ -683,9 +683,12 @@ def test_an_exclusion_counts_each_host_once_in_every_type_it_has(rendered: dict[
 
 
 def _nil_empty(job: Job) -> Job:
-    """Slurm hands the hook unset strings as nil, never "" (except an update's `ExcNodeList=`,
-    which arrives as "" and clears the job's -x: slurmctld's _update_job, 22.05 and 24.11)."""
-    unset = [f.name for f in fields(Job) if getattr(job, f.name) == "" and f.name != "exc_nodes"]
+    """Slurm hands the hook unset strings as nil, never "" (except an update's `ExcNodeList=` and
+    `ReqNodeList=`, which arrive as "" and clear the job's -x / -w: slurmctld's _update_job, 22.05 and
+    24.11)."""
+    unset = [
+        f.name for f in fields(Job) if getattr(job, f.name) == "" and f.name not in ("exc_nodes", "req_nodes")
+    ]
     return replace(job, **dict.fromkeys(unset))
 
 
@@ -713,7 +716,7 @@ NOTE = "slurm_hetero: gpumem:20G -> ..."
 
 def test_an_edit_to_gpumem_70g_gets_a_70g_device(rendered: dict[str, Config], hooks: dict[str, Hook]) -> None:
     # ExcNodeList= (""): the edit states the job's -x (none), which Slurm does not show the hook
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, exc_nodes="")
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, exc_nodes="", req_nodes="")
     config = rendered["mixed"]
     ok, message, after = both_edit(config, hooks["mixed"], edit, RECORD)
     assert ok and after.tres_per_node == "gres/gpu:a100_80g:1" and message == ""  # told in the log only
@@ -739,7 +742,7 @@ def test_an_edit_keeps_the_jobs_device_count_and_scope_and_chooses_the_type_agai
     record = replace(RECORD, tres_per_node=None, num_tasks=2, **{field: held})
     # devices per task: the record hides the task count, so the edit gives it (test below)
     tasks = 2 if field == "tres_per_task" else None
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, num_tasks=tasks, exc_nodes="")
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, num_tasks=tasks, exc_nodes="", req_nodes="")
     ok, _, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
     assert ok and getattr(after, field) == expected and after.tres_per_node is None, after
 
@@ -766,8 +769,9 @@ def test_a_gpumem_edit_keeps_the_jobs_per_node_device_count(
     count itself, so the job's per-node count stays unless the edit gives one."""
     config, hook = rendered["mixed"], hooks["mixed"]
     record = replace(RECORD, tres_per_node=held)
-    moves = "70G" in edit_gres  # a type move states the job's -x (none): excnodelist=
-    edit = Job(tres_per_node=edit_gres, submit_uid=1000, exc_nodes="" if moves else None)
+    moves = "70G" in edit_gres  # a type move states the job's node lists (none): excnodelist= reqnodelist=
+    stated = "" if moves else None
+    edit = Job(tres_per_node=edit_gres, submit_uid=1000, exc_nodes=stated, req_nodes=stated)
     assert edited_view(edit, record).tres_per_node == expected
     ok, message, after = both_edit(config, hook, edit, record)
     count = expected.rsplit(":", 1)[1]
@@ -1206,7 +1210,7 @@ def test_a_gpumem_edit_of_a_het_component_is_refused(
     made component 0 a100_80g:1 beside component 1's a100 (one a100 node): both pended forever.
     The Lua API shows an edit the job record only, not the other components: refused."""
     record = Job(tres_per_node="gres/gpu:l40s:1", user_id=1000, het_job_id=het_job_id)
-    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, exc_nodes="")
+    edit = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000, exc_nodes="", req_nodes="")
     ok, message, after = both_edit(rendered["mixed"], hooks["mixed"], edit, record)
     if het_job_id:
         assert not ok and message == f"gpumem:70G: {MESSAGES['edit_het']}", message
