@@ -15,7 +15,8 @@ MAX_HOSTFILE_BYTES = 1 << 20  # Slurm reads any size; the hook reads far fewer h
 def hostfile_hosts(text: str, path: str) -> str:
     """The hosts of a host file's text, comma-joined, as `slurm_read_hostfile` reads them: one or
     more comma-separated names (or hostlist expressions) a line, "#" to the line's end a comment
-    ("\\#" a literal "#"), blank lines skipped, `name*N` the host N times (once here: a set); a
+    ("\\#" a literal "#"), blank lines skipped, `name*N` the host N times (once here: a set), names
+    split at blanks too (as slurmctld's hostlist reads "a # comment", sent as "a "); a
     line that starts with neither a letter nor a digit, or no host at all, is sbatch's error."""
     hosts: list[str] = []
     for number, raw in enumerate(text.split("\n"), 1):
@@ -24,7 +25,7 @@ def hostfile_hosts(text: str, path: str) -> str:
             continue
         if not (line[0].isascii() and line[0].isalnum()):
             raise HeteroError(f"Invalid hostfile {path} contents on line {number}")
-        for name in filter(None, line.split(",")):
+        for name in line.replace(",", " ").split():  # slurmctld's hostlist splits at blanks too
             base, star, times = name.partition("*")
             hosts.append(base if star and times[:1].isdigit() and int(_digits(times)) else name)
     if not hosts:
