@@ -101,6 +101,54 @@ end
 -- Short options of Slurm's clients that take a value (slurm_opt.c, 22.05 and 24.11: required_argument).
 local SHORT_VALUED = "ABCDFGJLMNSTWabcdeimnopqrtwx"
 
+-- A -w/-x value with a "/" names a host file, which srun reads itself and sends its hosts, so the
+-- hook sees host names (proc_args.c verify_node_list -> slurm_read_hostfile, 22.05 and 24.11):
+-- comma-separated names or hostlist expressions, one or more a line, "#" to the line's end a comment
+-- ("\#" a literal "#"), blank lines skipped, `name*N` the host N times (once here: a set); blanks
+-- split names as slurmctld's hostlist does (srun sends "a " for "a # comment"). Read the
+-- same here (at most MAX_HOSTFILE bytes); the hosts comma-joined, or nil where the file cannot be
+-- read or srun would refuse it (a line that starts with neither a letter nor a digit, no host):
+-- srun says so itself. Any other value: as given.
+local MAX_HOSTFILE = 1048576
+local function read_hostfile(path)
+  local file = io.open(path, "r")
+  if not file then return nil end
+  local data = file:read(MAX_HOSTFILE + 1)
+  file:close()
+  if type(data) ~= "string" or #data > MAX_HOSTFILE then return nil end
+  local hosts = {}
+  for raw in string.gmatch(data .. "\n", "([^\n]*)\n") do
+    local line, at = {}, 1
+    while at <= #raw do
+      local char = string.sub(raw, at, at)
+      if char == "#" then
+        if line[#line] ~= "\\" then break end
+        line[#line] = "#"
+      else
+        line[#line + 1] = char
+      end
+      at = at + 1
+    end
+    line = table.concat(line)
+    if line ~= "" then
+      if not string.find(line, "^[%w]") then return nil end
+      for name in string.gmatch(line, "[^,%s]+") do  -- slurmctld's hostlist splits at blanks too
+        local base, times = string.match(name, "^([^*]*)%*(%d+)")
+        hosts[#hosts + 1] = (base and tonumber(times) > 0) and base or name
+      end
+    end
+  end
+  if #hosts == 0 then return nil end
+  return table.concat(hosts, ",")
+end
+
+local function hostfile(value)
+  if value == nil or not string.find(value, "/", 1, true) then return value end
+  local ok, hosts = pcall(read_hostfile, value)
+  if ok then return hosts end
+  return nil
+end
+
 -- The hosts the het components after `offset` name with -w, read from the command line (srun A :
 -- B: srun calls this filter per component in order, so B's options are not parsed yet when A is
 -- decided, and slurmctld keeps A off B's -w hosts, _exclude_het_job_nodes). Each component's options
@@ -111,8 +159,8 @@ local function later_hosts(offset)
   local args = arguments()
   if args == nil or offset == nil then return nil end
   local named, component, reading, i = {}, 0, true, 2
-  local function add(value)  -- the last -w of a component counts; "/" names a host file srun reads later
-    if component > offset and value then named[component] = not string.find(value, "/", 1, true) and value end
+  local function add(value)  -- the last -w of a component counts; "/": a host file, its hosts (or none)
+    if component > offset and value then named[component] = hostfile(value) or false end
   end
   while i <= #args do
     local arg, after = args[i], args[i + 1]
@@ -272,8 +320,9 @@ local function job_of(options, isset)
     mem_per_tres = mem_per_gpu and ("gres:gpu:" .. mem_per_gpu) or nil,
     min_mem_per_node = mebibytes(options, "mem"),
     min_mem_per_cpu = mebibytes(options, "mem-per-cpu"),
-    req_nodes = text(options, "nodelist"),
-    exc_nodes = text(options, "exclude"),
+    -- a host file: its hosts, as srun sends them; one it cannot read is left as given (srun refuses it)
+    req_nodes = hostfile(text(options, "nodelist")) or text(options, "nodelist"),
+    exc_nodes = hostfile(text(options, "exclude")) or text(options, "exclude"),
   }
 end
 

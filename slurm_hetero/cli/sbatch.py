@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.fit import breakdown, fit_options
 from slurm_hetero.cli.gres import local_slurm_release
+from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.config import exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError, HeteroError, ToolError
@@ -54,7 +56,7 @@ from slurm_hetero.sbatchplan import (
     plan_model,
 )
 from slurm_hetero.slurm import scontrol
-from slurm_hetero.slurm.sbatchargs import component_options, script_options, split_command_line
+from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
 from slurm_hetero.submit import HookOptions
 
 GIB = 2**30
@@ -128,6 +130,18 @@ def _layout(options: dict[str, Any], explicit: frozenset[str]) -> str:
     return " ".join(f"--{k} {options[k]}" for k in ("tp", "pp") if k in explicit)
 
 
+HOST_OPTIONS = {"nodelist": "-w/--nodelist", "exclude": "-x/--exclude"}
+
+
+def _hosts_read(options: list[Option]) -> list[Option]:
+    """The component's options with a -w/-x host file read as sbatch reads it (`read_hosts`): the
+    hook sees its hosts (the argv keeps the file name: sbatch reads it itself)."""
+    return [
+        replace(o, value=read_hosts(HOST_OPTIONS[o.name], o.value)) if o.name in HOST_OPTIONS else o
+        for o in options
+    ]
+
+
 def plan(
     sbatch_args: tuple[str, ...],
     model: str | None,
@@ -150,7 +164,7 @@ def plan(
             read_text(Path(line.script), MAX_CONFIG_BYTES, "job script", ConfigError), line.script
         )
     )
-    parts = component_options(script, os.environ, line)
+    parts = [_hosts_read(options) for options in component_options(script, os.environ, line)]
     components = [component(k, opts, het=len(parts) > 1) for k, opts in enumerate(parts)]
     types = cluster_types(nodes)
     if model is None:

@@ -12,6 +12,7 @@ import click
 from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import Settings, exempt_uids, load_settings
@@ -261,8 +262,8 @@ def explain_cmd(
         "mem_per_gpu": mem_per_gpu,
         "mem": mem,
         "mem_per_cpu": mem_per_cpu,
-        "nodelist": nodelist,
-        "exclude": exclude,
+        "nodelist": read_hosts("-w/--nodelist", nodelist),  # a host file: its hosts, as sbatch sends them
+        "exclude": read_hosts("-x/--exclude", exclude),
     }
     texts = {k: v for k, v in given.items() if v is not None}
     job = job_from_texts(texts, uid, slurm_release, gres_names(model))

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -1320,6 +1321,52 @@ def test_srun_het_component_is_decided_around_the_hosts_later_ones_name(
     where = [line.split("=", 1) for line in run.stdout.split()]
     assert {part for part, _ in where} == {"A", "B"}, run.stdout
     assert not {node for part, node in where if part == "A"} & set(hosts), run.stdout  # A not on B's hosts
+
+
+@pytest.fixture()
+def l40s_hostfile(dev_cluster: Cluster) -> Iterator[tuple[str, list[str]]]:
+    """A host file naming the l40s hosts (a comment, one a line), readable by the job user (mode
+    0644 under /tmp, which the clients see at the same path): its path and the hosts."""
+    hosts = _hosts_of(dev_cluster, "l40s")
+    fd, path = tempfile.mkstemp(prefix="slurm-hetero-hosts.", dir="/tmp")
+    try:
+        os.write(fd, ("# the l40s hosts\n" + "".join(f"{h} # l40s\n" for h in hosts)).encode())
+        os.close(fd)
+        os.chmod(path, 0o644)
+        yield path, hosts
+    finally:
+        os.unlink(path)
+
+
+@pytest.mark.parametrize("het", [False, True], ids=["own-x", "later-w"])
+def test_srun_host_file_is_read_as_srun_reads_it(
+    dev_cluster: Cluster, suite_config: Path, l40s_hostfile: tuple[str, list[str]], het: bool
+) -> None:
+    """Adversarial round 6, L01/P02b (22.05 and 24.11): a -w/-x value with a "/" is a host file srun
+    reads itself, sending its hosts to slurmctld's hook; the filter did not read it: `srun
+    --gres=gpumem:20G A : -w FILE B` wrote A as l40s, and on 22.05 `srun -x FILE --gres=gpumem:20G`
+    was left unrewritten, the hook rewrote the job and the step failed "Step requested GRES
+    (gpumem:(null)) not found in the job". The filter now reads the file: A, and the -x job, run
+    off those hosts with the device visible, decided as sbatch's hook decides them."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    path, hosts = l40s_hostfile
+    job = job_from_options(
+        gres="gpumem:20G", exclude=",".join(hosts), uid=uid, slurm_release=dev_cluster.name
+    )
+    predicted = explain(model, hook, job)
+    assert predicted.ok and predicted.choice is not None, predicted.message
+    assert predicted.choice.types[0] != "l40s", predicted.message
+    script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+    if het:
+        later = [":", f"-N{len(hosts)}", "-w", path, "true"]
+        run = as_user("srun", "-t", "1", "--gres=gpumem:20G", "sh", "-c", script, *later)
+    else:
+        run = as_user("srun", "-t", "1", "-x", path, "--gres=gpumem:20G", "sh", "-c", script)
+    assert run.returncode == 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    fields = dict(part.split("=", 1) for part in run.stdout.split())
+    assert fields.get("CUDA_VISIBLE_DEVICES") and fields["NODE"] not in hosts, run.stdout
+    held = {d.type for d in node_devices(dev_cluster.inventory)[fields["NODE"]]}
+    assert predicted.choice.types[0] in held, (fields, predicted.message)
 
 
 def test_srun_het_component_the_hosts_later_ones_name_leave_nothing_is_refused_in_one_line(

@@ -768,3 +768,42 @@ def test_every_option_refusal_is_the_lua_hooks_own_words(
     assert (code, err) == (1, f"slurm-hetero: the job: {message}\n") and refused_json(
         out
     ) == f"the job: {message}"
+
+
+def test_a_host_file_is_read_as_sbatch_reads_it(tmp_path: Path) -> None:
+    """Adversarial r6 P09/M03: -w/-x with a "/" names a host file sbatch reads itself (proc_args.c
+    verify_node_list -> slurm_read_hostfile), so the hook sees its hosts; the wrapper refused
+    `-x FILE` as a host name the hook cannot read, and decided a later component without the
+    other's `-w FILE` hosts. Now the file's hosts are the ones decided around; the argv keeps the
+    file (sbatch reads it)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# the l40s node\nl40sn1  # comment\n\n")
+    job = script(tmp_path)
+    for release in ("22.05", "24.11"):
+        data = wrapper("--slurm-release", release, "-x", str(hosts), "--gres=gpumem:20G", job)
+        assert data["components"][0]["decision"]["choice"]["types"] == ["a100_80g"]
+        assert data["argv"][1:3] == ["-x", str(hosts)]
+        data = wrapper("--slurm-release", release, "--gres=gpumem:20G", ":", "-w", str(hosts), job)
+        assert data["components"][0]["decision"]["choice"]["types"] == ["a100_80g"]
+    code, out, err = run(
+        "sbatch", "--inventory", INVENTORY, "--dry-run", "-x", str(hosts), "--gres=gpumem:20G", job
+    )
+    assert (code, out) == (0, f"sbatch -x {hosts} --gres=gpumem:20G {job}\n"), err
+
+
+def test_an_unreadable_host_file_ends_the_submission_naming_it(tmp_path: Path) -> None:
+    """sbatch ends where it cannot read a -w/-x host file ("slurm_allocate_resources error opening
+    file FILE"); the wrapper and explain say so in one line naming the file, not "this hook reads
+    host names"."""
+    missing = str(tmp_path / "missing")
+    job = script(tmp_path)
+    code, out, err = run(
+        "sbatch", "--inventory", INVENTORY, "--dry-run", "-x", missing, "--gres=gpumem:20G", job
+    )
+    assert (code, out) == (1, "") and err.count("\n") == 1 and f"-x/--exclude: {missing}:" in err, err
+    code, out, err = run("request", "explain", "--inventory", INVENTORY, "-w", missing, "--gres=gpumem:20G")
+    assert (code, out) == (1, "") and err.count("\n") == 1 and f"-w/--nodelist: {missing}:" in err, err
+    bad = tmp_path / "bad"
+    bad.write_text("l40sn1\n  a100n1\n")
+    code, _, err = run("request", "explain", "--inventory", INVENTORY, "-x", str(bad), "--gres=gpumem:20G")
+    assert code == 1 and f"Invalid hostfile {bad} contents on line 2" in err, err

@@ -2947,3 +2947,85 @@ def test_srun_model_of_tres_per_task_shows_the_measured_refusal() -> None:
     assert _typed_and_untyped(srun_tres_per_task("gres/gpu=1", "a100_80g:1"))
     assert srun_tres_per_task("gres/gpu:a100_80g=1", "a100_80g:1") == "gres/gpu:a100_80g=1"
     assert srun_tres_per_task(None, "a100_80g:2") == "gres/gpu:a100_80g=2"
+
+
+# Issue 10 adversarial round 6, L01/P02b (22.05 and 24.11): a -w/-x value with a "/" names a host
+# file, which srun reads itself and sends its hosts (proc_args.c verify_node_list ->
+# slurm_read_hostfile), so slurmctld's hook sees host names; the srun half did not read it:
+# `srun --gres=gpumem:20G A : -w FILE B` wrote A as l40s (FILE naming l40sn1; the sbatch form is
+# a100_80g), and 22.05 `srun -x FILE --gres=gpumem:20G cmd` was left unrewritten (the hook in the
+# client refused the unreadable -x), slurmctld's hook rewrote the job and the step failed "Step
+# requested GRES (gpumem:(null)) not found in the job". Both now read the file as srun does.
+def _hostfile(tmp_path: Path, text: str = "# the l40s node\nl40sn1 # its only host\n\n") -> str:
+    path = tmp_path / "hosts"
+    path.write_text(text)
+    return str(path)
+
+
+def test_srun_het_component_is_decided_around_a_later_components_host_file(
+    rendered: dict[str, Config], tmp_path: Path
+) -> None:
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    command = ["srun", "--gres=gpumem:20G", "sh", "-c", "..", ":", "-w", _hostfile(tmp_path), "hostname"]
+    lua.globals().CMDLINE = "\0".join(command) + "\0"
+    job = job_from_options(gres="gpumem:20G", uid=1000, slurm_release="24.11", exclude="l40sn1")
+    python = explain(config.model, config.options, job)
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:20G"}, offset=0)
+    assert rc == 0 and after["gres"] == _bare(python.job.tres_per_node) and log == [("info", python.message)]
+    assert python.choice is not None and python.choice.types[0] != "l40s", python.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# the l40s node\nl40sn1 # its only host\n\n",
+        "l40sn1*2\n",  # name*N: the host N times
+        "l40sn1,\n",
+        "a100n9 l40sn1 # two names a line\n",
+    ],
+)
+def test_srun_jobs_own_exclude_host_file_is_read_as_srun_reads_it(
+    rendered: dict[str, Config], tmp_path: Path, text: str
+) -> None:
+    config = rendered["scoped"]
+    lua = cli_filter(config)
+    _in_allocation(lua, None, env={})
+    given = {"gres": "gres/gpumem:20G", "exclude": _hostfile(tmp_path, text)}
+    hosts = "a100n9,l40sn1" if "a100n9" in text else "l40sn1"
+    job = job_from_options(gres="gpumem:20G", uid=1000, slurm_release="24.11", exclude=hosts)
+    python = explain(config.model, config.options, job)
+    rc, after, log = run_cli(lua, given)
+    assert python.ok and rc == 0 and log == [("info", python.message)], log
+    # srun keeps the file (it reads it itself)
+    assert (after["gres"], after["exclude"]) == (_bare(python.job.tres_per_node), given["exclude"])
+    assert python.choice is not None and python.choice.types[0] != "l40s", python.message
+
+
+@pytest.mark.parametrize("text", [None, " l40sn1\n", "# nothing\n"])
+def test_srun_host_file_it_cannot_read_is_left_to_srun(
+    rendered: dict[str, Config], tmp_path: Path, text: str | None
+) -> None:
+    """A missing file, a line srun refuses (not a letter or digit first), no host: left as given
+    for srun to refuse (22.05 and 24.11: "Invalid hostfile ... contents" / "Hostlist is empty!")."""
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, None, env={})
+    path = str(tmp_path / "missing") if text is None else _hostfile(tmp_path, text)
+    given = {"gres": "gres/gpumem:20G", "exclude": path}
+    rc, after, _ = run_cli(lua, given)
+    assert (rc, after) == (0, given)
+    command = ["srun", "--gres=gpumem:20G", "sh", ":", "-w", path, "hostname"]
+    lua.globals().CMDLINE = "\0".join(command) + "\0"
+    rc, after, log = run_cli(lua, {"gres": "gres/gpumem:20G"}, offset=0)
+    assert rc == 0 and after["gres"] != "gres/gpumem:20G", log  # decided without B's hosts
+
+
+def test_a_steps_host_file_decides_it_among_the_devices_of_its_nodes(
+    rendered: dict[str, Config], tmp_path: Path
+) -> None:
+    lua = cli_filter(rendered["scoped"])
+    _in_allocation(lua, _shown_nodes("12", {"a100_80g": 1, "l40s": 1}))
+    given = {"gres": "gres/gpumem:20G", "nodes": "1", "nodelist": _hostfile(tmp_path)}
+    rc, after, log = run_cli(lua, given)
+    assert rc == 0 and after == {**given, "gres": "gpu:1"}, log
+    assert "-> gres/gpu:l40s:1" in log[0][1], log

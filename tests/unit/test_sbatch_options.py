@@ -7,6 +7,7 @@ as nobody): its refusal ("sbatch: error: TEXT") or the hook's line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -324,3 +325,17 @@ def test_explains_help_says_what_it_does_with_node_lists() -> None:
     args = ["request", "explain", "--inventory", str(MIXED), "--json", "--gres", "gpumem:20G"]
     assert json.loads(CliRunner().invoke(cli, [*args, "-x", "l40sn1"]).stdout)["ok"]
     assert not json.loads(CliRunner().invoke(cli, [*args, "-w", "l40sn1"]).stdout)["ok"]
+
+
+def test_explain_reads_a_host_file_as_sbatch_sends_its_hosts(tmp_path: Path) -> None:
+    """Adversarial r6 P09: `request explain -x /tmp/FILE --gres=gpumem:20G` was refused "this hook
+    reads host names"; sbatch reads the file (slurm_read_hostfile: names or comma lists a line, "#"
+    comments, `name*N`) and the hook sees its hosts, so explain decides around them too."""
+    from slurm_hetero.cli.hostfile import hostfile_hosts
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("l40sn1 # the l40s node\n")
+    args = ["request", "explain", "--inventory", str(MIXED), "--json", "--gres", "gpumem:20G"]
+    result = CliRunner().invoke(cli, [*args, "-x", str(hosts)])
+    assert json.loads(result.stdout)["choice"]["types"] == ["a100_80g"], result.output
+    assert hostfile_hosts("a1,a2\n# x\n\nb[1-3]*2,c\\#1\nd,,e,\n", "f") == "a1,a2,b[1-3],c#1,d,e"
