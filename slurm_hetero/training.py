@@ -40,6 +40,7 @@ is (`init` creates one group per owner set). `engine.schedule` prices the same s
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import importlib
@@ -277,6 +278,10 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     _check_layout(lay)
     wait = datetime.timedelta(seconds=timeout)
     dist.init_process_group("gloo", rank=lay["rank"], world_size=lay["world_size"], timeout=wait)
+    # torch asks for the group to be destroyed before exit: left to the interpreter's teardown,
+    # gloo's threads may abort the finished rank ("terminate called without an active exception",
+    # SIGABRT: CI 2026-11-26), and Slurm would mark the step failed
+    atexit.register(_destroy_groups)
     mine = [(g["name"], tuple(sorted(g["ranks"])), g["backend"]) for g in _groups(lay)]
     available = {b: backend_unavailable_reason(b) for b in {k[2] for k in mine}}
     gathered: list[Any] = [None] * lay["world_size"]
@@ -291,6 +296,14 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     for dp, parts in _spanning_groups(keys):
         _make_hierarchy(out, dp, parts, gathered, wait)
     return out
+
+
+def _destroy_groups() -> None:
+    """Destroy torch.distributed's groups if they still exist (atexit, after `init`)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _spanning_groups(keys: Sequence[GroupKey]) -> list[tuple[GroupKey, list[tuple[int, ...]]]]:
