@@ -502,19 +502,28 @@ local function hosts_in(list)
   return #hosts(list)
 end
 
--- The job's node records in `scontrol show job -d -o` (`Nodes=HOSTLIST CPU_IDs=... GRES=gpu:l40s:1(IDX:0)`,
--- one per group of nodes alike, 22.05 and 24.11): held[TYPE] = the devices of TYPE on each node
--- holding it (a list, one entry per node), and the job's node count (NumNodes, or the records').
-local function per_node_held(record)
-  local held, nodes, starts, slices = {}, 0, {}, {}
-  local at = 1
+-- The node records of a job record in `scontrol show job -d -o` (`Nodes=HOSTLIST CPU_IDs=...
+-- GRES=gpu:l40s:1(IDX:0)`, one per group of nodes alike, 22.05 and 24.11): each from its " Nodes="
+-- to the next (the last to the end), and where the first begins (nil: none).
+local function node_records(record)
+  local starts, at = {}, 1
   while true do
-    local first = string.find(record, "%sNodes=", at)
-    if first == nil then break end
-    starts[#starts + 1], at = first, first + 1
+    local found = string.find(record, "%sNodes=", at)
+    if found == nil then break end
+    starts[#starts + 1], at = found, found + 1
   end
-  for i, first in ipairs(starts) do
-    local slice = string.sub(record, first, (starts[i + 1] or (#record + 1)) - 1)
+  local slices = {}
+  for i, start in ipairs(starts) do
+    slices[i] = string.sub(record, start, (starts[i + 1] or (#record + 1)) - 1)
+  end
+  return slices, starts[1]
+end
+
+-- held[TYPE] = the devices of TYPE on each node holding it (a list, one entry per node), the job's
+-- node count (NumNodes, or the records'), and per node record its hosts and devices by type.
+local function per_node_held(record)
+  local held, nodes, slices = {}, 0, {}
+  for _, slice in ipairs((node_records(record))) do
     local hosts = hosts_in(string.match(slice, "^%sNodes=(%S*)") or "")
     nodes = nodes + hosts
     local on_node = {}
@@ -538,17 +547,10 @@ local function on_nodes(record, wanted, unwanted)
   local named, left = {}, {}
   for _, host in ipairs(hosts(wanted or "")) do named[host] = true end
   for _, host in ipairs(hosts(unwanted or "")) do left[host] = true end
-  local first = string.find(record, "%sNodes=")
+  local slices, first = node_records(record)
   if first == nil then return nil end
   local kept, count = {}, 0
-  local starts, at = {}, first
-  while true do
-    local found = string.find(record, "%sNodes=", at)
-    if found == nil then break end
-    starts[#starts + 1], at = found, found + 1
-  end
-  for i, start in ipairs(starts) do
-    local slice = string.sub(record, start, (starts[i + 1] or (#record + 1)) - 1)
+  for _, slice in ipairs(slices) do
     local list, rest = string.match(slice, "^%sNodes=(%S*)(.*)$")
     local on = {}
     for _, host in ipairs(hosts(list or "")) do
