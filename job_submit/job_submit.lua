@@ -1699,7 +1699,9 @@ local function edited_view(job_desc, job_rec, again)
     -- (a count of 1 is the default: not written again)
     for _, item in ipairs(items_of(untyped(job_rec.tres_per_node))) do
       local count = tonumber(string.match(item.text, "[:=](%d+)$") or "")
-      if item.name == "gpu" and count and count > 1 then view.tres_per_node = view.tres_per_node .. "," .. item.text end
+      if item.name == "gpu" and count and count > 1 then
+        view.tres_per_node = view.tres_per_node .. "," .. item.text
+      end
     end
   end
   for _, name in ipairs(VIEW_COUNTS) do

@@ -729,8 +729,11 @@ def edited_view(edit: Job, record: Job, again: bool | None = None) -> Job:
     values: dict[str, Any] = {n: getattr(edit, n) or getattr(record, n) for n in _VIEW_STRINGS}
     for name in FIELDS if again else ():
         values[name] = getattr(edit, name) or untyped(getattr(record, name))
-    counted = any(item.name == "gpu" for _, text in edit.fields() for item in split_items(text))
-    if again and edit.tres_per_node and not counted:
+    if (
+        again
+        and edit.tres_per_node
+        and not any(i.name == "gpu" for _, t in edit.fields() for i in split_items(t))
+    ):
         # `scontrol update gres=gpumem:30G` replaces the whole field: the job's per-node device count
         # (--gres=gpu:2, --gpus-per-node=2; the hook never picks a count itself) stays, as 22.05 merges it
         # (a count of 1 is the default: not written again)
