@@ -1,6 +1,8 @@
 """The `slurm-hetero` command: a click group, logging set-up and the one error boundary (R6).
 
-Each command lives in its own module of this package and registers itself on `cli` when imported.
+Each command lives in its own module of this package and registers itself on `cli` when imported;
+a module is imported only when its command runs (or `--help` lists them), so one command's imports
+(torch, numpy, the planner) cannot break another on a compute node.
 Exit codes: 0 ok, 1 user/config/input errors (and `--check` drift), 2 usage, 3 tool failures, 130 SIGINT.
 """
 
@@ -8,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import pkgutil
 import sys
 import traceback
 from typing import Any
@@ -21,8 +22,35 @@ from slurm_hetero.errors import HeteroError
 logger = logging.getLogger("slurm_hetero")
 
 
+# command name -> the module of this package that defines it
+COMMAND_MODULES = {
+    "calibrate": "calibrate",
+    "catalog": "catalog",
+    "discover": "discover",
+    "fit": "fit",
+    "gres": "gres",
+    "health": "health",
+    "inventory": "inventory",
+    "job-submit": "submit",
+    "launch": "launch",
+    "plan": "plan",
+    "request": "submit",
+    "sbatch": "sbatch",
+    "task-prolog": "taskprolog",
+}
+
+
 class _Group(click.Group):
-    """Click group whose `main` maps HeteroError to one line and an exit code."""
+    """Click group that imports a command's module when the command is asked for, and maps
+    HeteroError to one line and an exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            importlib.import_module(f"{__name__}.{COMMAND_MODULES[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -61,14 +89,6 @@ def cli(ctx: click.Context, verbose: int) -> None:
     logging.basicConfig(
         level=level, format="slurm-hetero %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-
-
-def _load_commands() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
-
-
-_load_commands()
 
 
 def main() -> None:

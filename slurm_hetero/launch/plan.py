@@ -22,6 +22,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Union
 
 from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog, DeviceSpec
@@ -214,7 +215,7 @@ def _site(job: JobEnv, index: int, node: SlurmNode) -> Site:
     return Site(name, index, job.first_rank_of_node(index), tasks, node)
 
 
-StepNodes = ClusterInventory | Mapping[str, SlurmNode]
+StepNodes = Union[ClusterInventory, Mapping[str, SlurmNode]]  # a runtime alias: no `|` on 3.9
 
 
 def sites(job: JobEnv, inventory: StepNodes, catalog: Catalog) -> list[Site]:
