@@ -70,7 +70,7 @@ from slurm_hetero.engine.shapes import (
     staged_applies,
     staged_micro_batch,
 )
-from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, gemm_efficiency
+from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, peak_rate
 from slurm_hetero.errors import RequestError
 
 __all__ = [
@@ -313,7 +313,7 @@ def bound_step_s(spec: LayoutSpec) -> float:
     this model on its own: no tensor parallelism, and the largest micro-batch any layout could give
     it (the whole global batch: GEMM speed only grows with size), so no layout beats it."""
     elements = spec.global_batch * spec.costs.elements_per_sample
-    rate = sum(g.count * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, elements) for g in spec.groups)
+    rate = sum(g.count * peak_rate(g, elements) * TFLOPS for g in spec.groups)
     return spec.global_batch * spec.costs.step_flops_per_sample / rate
 
 

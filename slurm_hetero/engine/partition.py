@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short, network_between
 from slurm_hetero.engine.shapes import MAX_CANDIDATES
-from slurm_hetero.engine.stagecost import GB, TFLOPS, gemm_efficiency, ring_allreduce_s
+from slurm_hetero.engine.stagecost import GB, TFLOPS, device_rate, ring_allreduce_s
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
@@ -77,8 +77,10 @@ def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
     share of the work."""
     c, g = spec.costs, spec.groups[group]
     layer_share = float(c.flops.sum()) * 3 / c.step_flops_per_sample
-    per_flop = 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs) / (3 * float(c.flops.max()))
-    speed = tp * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, b * c.elements_per_sample / tp)
+    rate, measured = device_rate(g, tp, b, c.elements_per_sample)
+    comm = 0.0 if measured else 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs)
+    per_flop = comm / (3 * float(c.flops.max()))
+    speed = tp * rate * TFLOPS
     return 1.0 / (1.0 / speed + per_flop * layer_share)
 
 
