@@ -26,6 +26,7 @@ logger = logging.getLogger("slurm_hetero")
 COMMAND_MODULES = {
     "calibrate": "calibrate",
     "catalog": "catalog",
+    "convert-profile": "calibrate",
     "discover": "discover",
     "fit": "fit",
     "gres": "gres",

@@ -10,9 +10,22 @@ import click
 
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.launch.calibrate import DEFAULT_OUT, Calibration, CalibrationError, calibrate, store
-from slurm_hetero.readfile import unusable_path
+from slurm_hetero.cli.options import Count
+from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.launch.calibrate import (
+    DEFAULT_OUT,
+    Calibration,
+    CalibrationError,
+    calibrate,
+    from_sailor,
+    store,
+    store_entries,
+)
+from slurm_hetero.modelconfigs import layer_costs_for
+from slurm_hetero.readfile import read_text, unusable_path
 from slurm_hetero.slurm import syntax
+
+MAX_PROFILE_BYTES = 16 * 2**20  # SAILOR's profiles_tmp.json is 0.6 MB
 
 
 def summary(result: Calibration, path: Path) -> str:
@@ -49,3 +62,38 @@ def calibrate_command(
     result = calibrate(device, gres_type, dtype, catalog=load_catalog())
     path = store(out, result)
     click.echo(json.dumps({**asdict(result), "file": str(path)}) if as_json else summary(result, path))
+
+
+def _sailor_types(text: str) -> dict[str, str]:
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if not pairs or any(len(p) != 2 or not p[0] or not p[1] for p in pairs):
+        raise RequestError(
+            f"--types {syntax.text(text)}", "expected SAILOR_GPU=TYPE[,...], e.g. A100-40=a100_40g"
+        )
+    return {a: b for a, b in pairs}
+
+
+@cli.command("convert-profile")
+@click.argument("profiles", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--sailor-model", required=True, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...).")
+@click.option("--model", required=True, help="Our model (bundled name or config.json) the profiles measured.")
+@click.option("--seq", type=Count(min=1), required=True, help="Sequence length the profiles measured.")
+@click.option(
+    "--types", "types", required=True, help="SAILOR_GPU=TYPE[,...]: which of our types each GPU is."
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_OUT, show_default=True
+)
+def convert_profile(profiles: Path, sailor_model: str, model: str, seq: int, types: str, out: Path) -> None:
+    """Convert SAILOR's per-GPU profiles (its profiles_tmp.json) into measured shapes that
+    `plan --measured` reads: per type, tensor-parallel degree and micro-batch size, the seconds of
+    one decoder layer (docs/plan.md, "Measured speeds")."""
+    costs = layer_costs_for(model, seq)
+    layer = float(costs.flops.mean()) / 1e9
+    info = (model, seq, int(costs.elements_per_sample) // seq, layer)
+    data = json.loads(read_text(profiles, MAX_PROFILE_BYTES, "SAILOR profile file", ConfigError))
+    entries = from_sailor(data, sailor_model, _sailor_types(types), info, costs.layers)
+    path = store_entries(out, entries)
+    click.echo(
+        f"{', '.join(entries)}: {sum(len(e['shapes']) for e in entries.values())} shapes stored in {path}"
+    )

@@ -44,6 +44,7 @@ from slurm_hetero.engine.devicegroups import (
     estimated_types,
     resolve_measured,
     sustained_tflops,
+    with_shapes,
 )
 from slurm_hetero.engine.layout import (
     DEFAULT_TP_SIZES,
@@ -64,8 +65,9 @@ from slurm_hetero.engine.layout import (
 )
 from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.engine.shapes import MAX_TYPES
+from slurm_hetero.engine.stagecost import measured_shape
 from slurm_hetero.errors import OutputError, RequestError
-from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
+from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_shapes
 from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
 from slurm_hetero.render.write import write_bytes_atomic
@@ -323,6 +325,30 @@ def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan,
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
+def measured_notes(layout: Layout) -> tuple[str, ...]:
+    """What the plan's stages take from beyond a `--measured` profile's points: a tensor-parallel
+    degree it has no point of, or a micro-batch size outside the measured ones."""
+    out: dict[str, None] = {}
+    for p in layout.pipelines:
+        for s in p.stages:
+            g, b = layout.groups[s.group], p.micro_batch / s.dp
+            if not g.speeds:
+                continue
+            found = measured_shape(g.speeds, s.tp, b)
+            if found is None:
+                out[
+                    f"measured: {g.type} has no tp {s.tp} point: the speed of its next lower measured "
+                    "degree on the GEMM-size curve, tensor-parallel all-reduces priced by the model"
+                ] = None
+            elif found[1] == "extrapolated":
+                sizes = sorted(m for t, m, _ in g.speeds if t == s.tp)
+                out[
+                    f"measured: {g.type} tp {s.tp} micro-batch {b:g} is outside the measured sizes "
+                    f"({sizes[0]:g}-{sizes[-1]:g}): extrapolated at the nearest one's speed"
+                ] = None
+    return tuple(out)
+
+
 def plan_catalog(options: Mapping[str, Any]) -> Catalog:
     """The catalog, plus the site's Type= names with their models' facts when --inventory is given."""
     catalog = load_catalog()
@@ -344,6 +370,8 @@ def build_spec(
     catalog = plan_catalog(options)
     halves = load_gemm_half(measured) if measured else {}
     groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], halves)
+    if measured:
+        groups = with_shapes(groups, load_shapes(measured), catalog, costs)
     if note := estimated_types(allocation, catalog, rates):
         click.echo(f"slurm-hetero: warning: {note}", err=True)
     given = options["micro_batch"]
@@ -455,6 +483,7 @@ def plan(
     parallel inside them, layers and batch split unevenly by speed and memory."""
     spec, length, settings = build_spec(devices, model, seq, measured, options)
     layout = solve(spec)
+    layout = dataclasses.replace(layout, notes=(*layout.notes, *measured_notes(layout)))
     estimates = catalog_estimates(
         devices, plan_catalog(options), load_measured(measured) if measured else None, unrated=as_json
     )

@@ -21,10 +21,12 @@ types share `NOMINAL_TFLOPS` each, which is the even split by speed (memory stil
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.engine.stagecost import DeviceGroup, default_gemm_half
+from slurm_hetero.engine.stagecost import DeviceGroup, LayerCosts, default_gemm_half
 from slurm_hetero.errors import RequestError
 
 NOMINAL_TFLOPS = 100.0  # placeholder when no device of the allocation has a figure (even split)
@@ -176,6 +178,59 @@ def estimated_types(
     rates = resolve_measured(measured or {}, catalog)
     _, estimated = sustained_tflops(specs, rates)
     return estimate_note(estimated, specs, rates)
+
+
+# How far a profile's layer may be from the plan's and still count as the same model's: FLOPs of
+# one layer per sample (our count) differ by attention kernel and by counting convention.
+SAME_LAYER = 0.05
+
+
+@dataclass(frozen=True)
+class MeasuredShapes:
+    """One type's measured shapes (`--measured` profile, `launch.calibrate.load_shapes`): points of
+    (tp, micro_batch, seconds of one layer's forward plus backward or None, TFLOPS or None), and
+    the model the seconds were measured on: (name, seq, hidden, forward GFLOPs of one layer per
+    sample)."""
+
+    key: str
+    points: tuple[tuple[int, float, float | None, float | None], ...]
+    model: tuple[str, int, int, float] | None = None
+
+
+def shape_speeds(shapes: MeasuredShapes, costs: LayerCosts) -> tuple[tuple[int, float, float], ...]:
+    """(tp, micro_batch, TFLOPS per device) of each point on this model's layers: a timed point is
+    micro_batch x 3 x (forward FLOPs of one of this model's layers, averaged) / (tp x seconds).
+    Seconds of another model's layer (other sequence or width, or FLOPs more than `SAME_LAYER` off)
+    are refused, naming the entry."""
+    layer = float(costs.flops.mean())
+    if shapes.model is not None:
+        name, seq, hidden, gflops = shapes.model
+        off = abs(gflops * 1e9 - layer) / layer
+        if seq * hidden != costs.elements_per_sample or off > SAME_LAYER:
+            raise RequestError(
+                f"--measured {shapes.key}.model",
+                f"measured on {name} (seq {seq}, hidden {hidden}, {gflops:.4g} GFLOP a layer); this "
+                f"plan's layers are {layer / 1e9:.4g} GFLOP of {costs.elements_per_sample:.0f} "
+                "seq x hidden: measure this model's layer or give tflops points",
+            )
+    out = []
+    for tp, mb, seconds, tflops in shapes.points:
+        out.append(
+            (tp, mb, mb * 3 * layer / (tp * seconds) / 1e12 if seconds is not None else float(tflops or 0))
+        )
+    return tuple(out)
+
+
+def with_shapes(
+    groups: Sequence[DeviceGroup], shapes: Mapping[str, MeasuredShapes], catalog: Catalog, costs: LayerCosts
+) -> tuple[DeviceGroup, ...]:
+    """`groups` with the measured shapes of their types (keys resolved as `resolve_measured` does)."""
+    index = resolve_measured({k: float(i) for i, k in enumerate(shapes)}, catalog)
+    keyed = {t: shapes[list(shapes)[int(i)]] for t, i in index.items()}
+    return tuple(
+        dataclasses.replace(g, speeds=shape_speeds(keyed[g.type], costs)) if g.type in keyed else g
+        for g in groups
+    )
 
 
 def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int, half: float) -> DeviceGroup:

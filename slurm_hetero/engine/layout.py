@@ -34,9 +34,11 @@ and `Layout.notes` says when that bound cut the search) the least bottleneck is 
 bisection over a feasibility test (the intervals of layers the first k stages can cover, each stage
 recomputing the fewest layers that make it fit: exact for contiguous min-max splits), then single
 layers are handed between stages while the step improves (closed form; simulated for steps of few
-micro-batches). Shapes are visited by a lower bound on their step and skipped once none left can
-win (above `partition.LARGE_SEARCH` candidates, at most `partition.MAX_SPLITS` are split); the
-best few are timed by simulating the 1F1B schedule.
+micro-batches). Shapes are visited by a lower bound on their step and skipped once none left of
+their class (one family, one micro-batch size per device: `partition.shape_class`) can win; each
+class has its own split bounds (on problems above `partition.LARGE_SEARCH` devices x layers, at
+most `partition.MAX_SPLITS` shapes are split in all); the best few of each class are timed by
+simulating the 1F1B schedule, so no `--kind`/`--micro-batch` restriction beats the default.
 
 `bound_step_s` is the total work over the summed throughput of all devices (each at the GEMM speed
 of the whole global batch, so efficiency never exceeds 1); `even_step_s` is the chosen shape with
@@ -59,7 +61,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, check_batch, check_prices, check_size
-from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search
+from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search, shape_class
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
 from slurm_hetero.engine.shapes import (
     MAX_CANDIDATES,
@@ -70,7 +72,7 @@ from slurm_hetero.engine.shapes import (
     staged_applies,
     staged_micro_batch,
 )
-from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, gemm_efficiency
+from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, peak_rate
 from slurm_hetero.errors import RequestError
 
 __all__ = [
@@ -292,7 +294,7 @@ def _solve_all(spec: LayoutSpec) -> Layout:
     than the even split it reports."""
     found = shape_search(spec)
     fits, stopped = search(spec, found.shapes)
-    fits = sorted(fits, key=lambda f: (f[0], f[1]))[:FINALISTS]
+    fits = _finalists(fits)
     if not fits:
         raise _no_fit(spec)
     timed, trials = [], max(16, StepModel.REFINE_SIMULATIONS * spec.max_candidates // MAX_CANDIDATES)
@@ -304,8 +306,22 @@ def _solve_all(spec: LayoutSpec) -> Layout:
             timed.append((model.simulate(*even), i, *even, model))
     predicted, _, bounds, samples, model = min(timed, key=lambda t: (t[0], t[1]))
     layout = layout_from_split(spec, model, bounds, samples, predicted)
-    stop = "search bounded: splitting stopped at its work bound, the most promising shapes first"
+    stop = "search bounded: splitting stopped at its bound, the most promising shapes first"
     return dataclasses.replace(layout, notes=(*found.notes, *([stop] if stopped else [])))
+
+
+Fit = tuple[float, int, list[int], StepModel]
+
+
+def _finalists(fits: list[Fit]) -> list[Fit]:
+    """The best `FINALISTS` fits by score of each class (`partition.shape_class`): a search
+    restricted to some classes (`--kind`, `--micro-batch`) times a subset of them, so the default
+    search is never worse by its own prediction than a restricted one searching within the same
+    bounds."""
+    by_class: dict[tuple[str, int], list[Fit]] = {}
+    for fit in sorted(fits, key=lambda f: (f[0], f[1])):
+        by_class.setdefault(shape_class(fit[3].shape), []).append(fit)
+    return [f for group in by_class.values() for f in group[:FINALISTS]]
 
 
 def bound_step_s(spec: LayoutSpec) -> float:
@@ -313,7 +329,7 @@ def bound_step_s(spec: LayoutSpec) -> float:
     this model on its own: no tensor parallelism, and the largest micro-batch any layout could give
     it (the whole global batch: GEMM speed only grows with size), so no layout beats it."""
     elements = spec.global_batch * spec.costs.elements_per_sample
-    rate = sum(g.count * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, elements) for g in spec.groups)
+    rate = sum(g.count * peak_rate(g, elements) * TFLOPS for g in spec.groups)
     return spec.global_batch * spec.costs.step_flops_per_sample / rate
 
 

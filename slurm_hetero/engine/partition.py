@@ -20,16 +20,17 @@ from typing import TYPE_CHECKING
 
 from slurm_hetero.engine.schedule import LayoutKind, Shape, StepModel, is_short, network_between
 from slurm_hetero.engine.shapes import MAX_CANDIDATES
-from slurm_hetero.engine.stagecost import GB, TFLOPS, gemm_efficiency, ring_allreduce_s
+from slurm_hetero.engine.stagecost import GB, TFLOPS, device_rate, ring_allreduce_s
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
 Rates = dict[tuple[int, int, float], float]
-# In searches over more than LARGE_SEARCH candidates (1,024 devices x 128 layers: 7,168), the
-# layer split is computed for at most MAX_SPLITS shapes, in lower-bound order after the first fit:
-# bounded planning time there; smaller searches stay exact.
-LARGE_SEARCH = 1000
+# For more than LARGE_SEARCH devices x layers (1,024 devices x 128 layers: 131,072), the layer
+# split is computed for at most MAX_SPLITS shapes, in lower-bound order after the first fit:
+# bounded planning time there; smaller searches stay exact. The size of the problem, not the
+# number of candidates, so that `--kind` and `--micro-batch` do not change the bound.
+LARGE_SEARCH = 32_768
 MAX_SPLITS = 48
 # And in any search, splitting stops (after the first fit) once the splits' estimated work (stages
 # cubed, times the simulated operations of a short step: `_split_work`) passes MAX_SPLIT_WORK x the
@@ -46,27 +47,36 @@ MAX_SCORES = 2_500
 # types, one line each) it counts as lines / SCORE_LINES scores (58 types x 16 devices: 14 s of
 # 1,170 scores of 58 lines). The benchmark mixes have at most 5 lines.
 SCORE_LINES = 8
+# Each class of shapes (`shape_class`) may take 1 / CLASS_SHARE of the split work and score bounds,
+# and all classes together the whole of them: a class is searched as far as a search restricted to
+# it would be unless the whole is spent (the plan then says it was bounded).
+CLASS_SHARE = 2
 
 
 class Budget:
     """Work the search may still do (`MAX_SCORES`: a split scored by the closed form, or a step
     simulated, is one); `take` hands moves out while any is left."""
 
-    def __init__(self, left: float) -> None:
-        self.left = left
+    def __init__(self, left: float, whole: Budget | None = None) -> None:
+        self.left, self.whole = left, whole  # `whole`: a budget this one's spending counts against too
 
     def take(self, moves: Iterator[list[int]], model: StepModel) -> Iterator[list[int]]:
         weight = max(1.0, len(model.shape.lines) / SCORE_LINES)
         for trial in moves:
             seen = model.simulations
-            if self.left <= 0:
+            if self.spent:
                 return
             yield trial
-            self.left -= max(1, model.simulations - seen) * weight
+            self.charge(max(1, model.simulations - seen) * weight)
+
+    def charge(self, amount: float) -> None:
+        self.left -= amount
+        if self.whole is not None:
+            self.whole.charge(amount)
 
     @property
     def spent(self) -> bool:
-        return self.left <= 0
+        return self.left <= 0 or (self.whole is not None and self.whole.spent)
 
 
 # -- bounds that let the search skip shapes -------------------------------------------------------
@@ -77,8 +87,10 @@ def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
     share of the work."""
     c, g = spec.costs, spec.groups[group]
     layer_share = float(c.flops.sum()) * 3 / c.step_flops_per_sample
-    per_flop = 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs) / (3 * float(c.flops.max()))
-    speed = tp * g.tflops * TFLOPS * gemm_efficiency(g.gemm_half, b * c.elements_per_sample / tp)
+    rate, measured = device_rate(g, tp, b, c.elements_per_sample)
+    comm = 0.0 if measured else 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs)
+    per_flop = comm / (3 * float(c.flops.max()))
+    speed = tp * rate * TFLOPS
     return 1.0 / (1.0 / speed + per_flop * layer_share)
 
 
@@ -363,33 +375,53 @@ def _split_work(spec: LayoutSpec, shape: Shape) -> int:
     return p**3 * 2 * p * math.ceil(spec.global_batch / sum(shape.replicas) / shape.micro_batch)
 
 
+def shape_class(shape: Shape) -> tuple[str, int]:
+    """A shape's family and micro-batch size per device: what `--kind` and `--micro-batch` restrict."""
+    per_device = shape.micro_batch // max(shape.stage_dp) if shape.stage_dp else shape.micro_batch
+    return str(shape.kind), per_device
+
+
 def search(
     spec: LayoutSpec, shapes: Sequence[Shape]
 ) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
-    can win; and whether the work bound stopped it early."""
+    can win in its class (`shape_class`: a shape is skipped only for a better one of its own family
+    and micro-batch size, as a search restricted to that class would); and whether a bound stopped
+    it early. Each class has its own share (`CLASS_SHARE`) of the split work and score bounds
+    (`MAX_SPLIT_WORK`, `MAX_SCORES`) within their whole, so a class is searched as far as a search
+    restricted to it would be unless the whole is spent; on large problems (`LARGE_SEARCH`) the
+    classes share them, and `MAX_SPLITS`."""
     memo = _memo(spec, shapes)
     ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
-    best = math.inf
-    split, work = 0, 0
-    most = MAX_SPLIT_WORK * spec.max_candidates / MAX_CANDIDATES
-    budget = Budget(MAX_SCORES * spec.max_candidates / MAX_CANDIDATES)
+    best: dict[tuple[str, int], float] = {}
+    stopped, split = False, 0
+    large = sum(g.count for g in spec.groups) * spec.costs.layers > LARGE_SEARCH
+    share = spec.max_candidates / MAX_CANDIDATES
+    whole = Budget(MAX_SCORES * share)
+    part = share / (1 if large else CLASS_SHARE)
+    work: dict[tuple[str, int], int] = {}
+    budgets: dict[tuple[str, int], Budget] = {}
     for bound, i, shape in ranked:
-        short = is_short(shape, spec.global_batch)
-        if (bound >= best and not short) or not _holds_state(spec, shape):
+        short, key = is_short(shape, spec.global_batch), shape_class(shape)
+        least = best.get(key, math.inf)
+        if (bound >= least and not short) or not _holds_state(spec, shape):
+            continue
+        pool = ("", 0) if large else key  # large problems: one pool, as MAX_SPLITS is
+        budget = budgets.setdefault(pool, Budget(MAX_SCORES * part, whole))
+        spent = work.get(pool, 0) > MAX_SPLIT_WORK * part or sum(work.values()) > MAX_SPLIT_WORK * share
+        if (spent or budget.spent) and key in best:
+            stopped = True
             continue
         split += 1
-        if split > MAX_SPLITS and fits and len(shapes) > LARGE_SEARCH:
-            break  # the most promising MAX_SPLITS shapes were split: planning time stays bounded
-        if (work > most or budget.spent) and fits:
-            return fits, True
-        work += _split_work(spec, shape)
+        if split > MAX_SPLITS and fits and large:
+            return fits, True  # the most promising MAX_SPLITS shapes were split: planning time stays bounded
+        work[pool] = work.get(pool, 0) + _split_work(spec, shape)
         model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
-        start = balanced_bounds(model, _cap(spec, shape, best))
-        if start is None or (_floor(spec, model, start, memo) >= best and not short):
+        start = balanced_bounds(model, _cap(spec, shape, least))
+        if start is None or (_floor(spec, model, start, memo) >= least and not short):
             continue
         bounds, score = polish(model, start, budget=budget)
         fits.append((score, i, bounds, model))
-        best = min(best, score)
-    return fits, budget.spent
+        best[key] = min(least, score)
+    return fits, stopped or any(b.spent for b in budgets.values())

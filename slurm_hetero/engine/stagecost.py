@@ -226,6 +226,9 @@ class DeviceGroup:
     nic_gbs: float = 0.0  # this type's share of its node's network, GB/s one way; 0: the spec's figure
     price_per_hour: float = 0.0  # USD per device-hour (the cost objective); 0: unknown
     vendor: str = ""  # whose collective library it runs (a gradient ring across vendors is hierarchical)
+    # measured per-shape speeds (`--measured` profile): (tp, micro_batch, TFLOPS one device sustains
+    # on this model's layers at that shape, its tensor-parallel all-reduces included); () when none
+    speeds: tuple[tuple[int, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.per_node or min(self.per_node) < 1:
@@ -250,6 +253,54 @@ def gemm_efficiency(half: float, elements: float) -> float:
     if half <= 0:
         return 1.0
     return min(1.0, (elements / (elements + half)) / (REFERENCE_ELEMENTS / (REFERENCE_ELEMENTS + half)))
+
+
+def measured_shape(speeds: Sequence[tuple[int, float, float]], tp: int, b: float) -> tuple[float, str] | None:
+    """TFLOPS per device at tensor-parallel degree `tp` and micro-batch `b` from measured points at
+    that degree, and how it was found: `measured`, `interpolated` (the seconds of a micro-batch
+    linear between the neighbouring measured sizes) or `extrapolated` (beyond them: the speed of
+    the nearest measured size); None when no point has that degree."""
+    points = sorted((m, r) for t, m, r in speeds if t == tp)
+    if not points:
+        return None
+    for m, r in points:
+        if abs(m - b) <= 1e-9 * m:
+            return r, "measured"
+    i = bisect.bisect_left([m for m, _ in points], b)
+    if i == 0 or i == len(points):
+        return points[min(i, len(points) - 1)][1], "extrapolated"
+    (m0, r0), (m1, r1) = points[i - 1], points[i]
+    t0, t1 = m0 / r0, m1 / r1  # seconds per micro-batch, per FLOP unit
+    return b / (t0 + (t1 - t0) * (b - m0) / (m1 - m0)), "interpolated"
+
+
+def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: float) -> tuple[float, bool]:
+    """TFLOPS one device of `group` sustains in a stage of `tp` devices at micro-batch `b`, and
+    whether that figure includes the tensor-parallel all-reduces (a measured shape does; the
+    caller prices them otherwise). Without measured shapes: `tflops` on the GEMM-size curve. With
+    them but none at this degree: the measured speed at the nearest lower degree (else the
+    least), on the GEMM-size curve from that degree's GEMMs to these, all-reduces priced apart."""
+    if not group.speeds:
+        return group.tflops * gemm_efficiency(group.gemm_half, b * elements_per_sample / tp), False
+    found = measured_shape(group.speeds, tp, b)
+    if found is not None:
+        return found[0], True
+    degrees = sorted({t for t, _, _ in group.speeds})
+    base = max((t for t in degrees if t < tp), default=degrees[0])
+    found = measured_shape(group.speeds, base, b)
+    assert found is not None
+    ratio = gemm_efficiency(group.gemm_half, b * elements_per_sample / tp) / gemm_efficiency(
+        group.gemm_half, b * elements_per_sample / base
+    )
+    return found[0] * ratio, False
+
+
+def peak_rate(group: DeviceGroup, elements: float) -> float:
+    """The most TFLOPS one device of `group` sustains on its own at any shape up to `elements`
+    (the bound: measured shapes' best, or `tflops` on the GEMM-size curve)."""
+    if group.speeds:
+        return max(r for _, _, r in group.speeds)
+    return group.tflops * gemm_efficiency(group.gemm_half, elements)
 
 
 def default_gemm_half(peak_tflops: float | None, bandwidth_gbs: float | None) -> float:
@@ -329,9 +380,9 @@ class StageModel:
         extra_params = costs.first_param_bytes * site.first + costs.last_param_bytes * site.last - tied
         b, tp = site.micro_batch, site.tp
         self.all = costs.checkpointing == Checkpointing.ALL
-        self.efficiency = gemm_efficiency(g.gemm_half, b * costs.elements_per_sample / tp)
-        self.alpha = b / (tp * g.tflops * TFLOPS * self.efficiency)
-        self.comm = b * ring_allreduce_s(costs.boundary_bytes, tp, g.link_gbs)
+        rate, measured = device_rate(g, tp, b, costs.elements_per_sample)
+        self.alpha = b / (tp * rate * TFLOPS)
+        self.comm = 0.0 if measured else b * ring_allreduce_s(costs.boundary_bytes, tp, g.link_gbs)
         self.extra_flops = costs.first_flops * site.first + costs.last_flops * site.last
         self.mu_a = site.in_flight * b / tp
         fixed = costs.gather_bytes / tp + costs.overhead_bytes

@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.engine.devicegroups import resolve_measured
+from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
 from slurm_hetero.errors import ConfigError, HeteroError, RequestError
 from slurm_hetero.inventory import DuplicateKey, UniqueKeyLoader
 from slurm_hetero.readfile import MAX_MEASURED_BYTES, read_text
@@ -338,21 +338,149 @@ def load_gemm_half(path: Path) -> dict[str, float]:
     return out
 
 
-def merge_measured(path: Path, result: Calibration) -> dict[str, Any]:
-    """The file's content with `result` stored under its type (other types kept)."""
-    data = _read(path) if path.exists() else {}
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to measurements", str(path))
-    entry = {k: v for k, v in asdict(result).items() if k != "type"}
-    return {**data, result.type: entry}
-
-
 def store(path: Path, result: Calibration) -> Path:
     """Merge `result` into the YAML file at `path` (atomic write; directories created)."""
+    return store_entries(path, {result.type: {k: v for k, v in asdict(result).items() if k != "type"}})
+
+
+# -- measured shapes (the per-shape profile; `engine.devicegroups.MeasuredShapes`) ----------------
+
+SHAPE_KEYS = {"tp", "micro_batch", "fwd_s", "bwd_s", "tflops"}
+MODEL_KEYS = {"name", "seq", "hidden", "layer_gflops"}
+MAX_SHAPES = 1024  # points per type
+MAX_TP = 64
+
+
+def _positive(value: Any, what: str, path: Path, key: str, high: float = 1e9) -> float:
+    if not _finite(value) or not 0 < value <= high:
+        raise ConfigError(
+            f"{what} must be a positive number up to {high:g}, got {repr(value)[:40]}", str(path), key
+        )
+    return float(value)
+
+
+def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | None, float | None]:
+    if not isinstance(item, Mapping) or set(item) - SHAPE_KEYS:
+        extra = sorted(map(str, set(item) - SHAPE_KEYS)) if isinstance(item, Mapping) else []
+        what = f"unknown keys {', '.join(extra)}" if extra else f"got {repr(item)[:40]}"
+        raise ConfigError(
+            f"expected {{tp, micro_batch, fwd_s, bwd_s}} or {{tp, micro_batch, tflops}}; {what}",
+            str(path),
+            key,
+        )
+    tp = item.get("tp")
+    if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP or tp & (tp - 1):
+        raise ConfigError(
+            f"tp {repr(tp)[:20]} is no tensor-parallel degree (a power of two, 1 to {MAX_TP})", str(path), key
+        )
+    micro_batch = _positive(item.get("micro_batch"), "micro_batch", path, key)
+    timed = "fwd_s" in item or "bwd_s" in item
+    if timed == ("tflops" in item):
+        raise ConfigError("give either fwd_s and bwd_s (seconds of one layer) or tflops", str(path), key)
+    if not timed:
+        low, high = TFLOPS_RANGE
+        tflops = _positive(item["tflops"], "tflops", path, key, high)
+        if tflops < low:
+            raise ConfigError(f"tflops {tflops:g} is below {low:g}", str(path), key)
+        return tp, micro_batch, None, tflops
+    seconds = _positive(item.get("fwd_s"), "fwd_s", path, key, 1e6) + _positive(
+        item.get("bwd_s"), "bwd_s", path, key, 1e6
+    )
+    return tp, micro_batch, seconds, None
+
+
+def _shape_model(value: Any, path: Path, key: str) -> tuple[str, int, int, float]:
+    if not isinstance(value, Mapping) or set(value) != MODEL_KEYS:
+        raise ConfigError(
+            f"model must be {{{', '.join(sorted(MODEL_KEYS))}}}: what the seconds were measured on",
+            str(path),
+            key,
+        )
+    seq, hidden = value["seq"], value["hidden"]
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (seq, hidden)):
+        raise ConfigError("model seq and hidden must be positive integers", str(path), key)
+    return str(value["name"]), seq, hidden, _positive(value["layer_gflops"], "layer_gflops", path, key, 1e9)
+
+
+def load_shapes(path: Path) -> dict[str, MeasuredShapes]:
+    """Device type (the file's key) -> its measured shapes, for the types whose entry has `shapes`:
+    per tensor-parallel degree and micro-batch size, the seconds of one layer's forward and
+    backward (of the entry's `model`) or the TFLOPS sustained. A bad entry is a ConfigError naming
+    it (`type.shapes[i]`)."""
+    data = _read(path)
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
+    out = {}
+    for key, value in data.items():
+        if not isinstance(value, Mapping) or "shapes" not in value:
+            continue
+        shapes = value["shapes"]
+        if not isinstance(shapes, list) or not 1 <= len(shapes) <= MAX_SHAPES:
+            raise ConfigError(
+                f"shapes must be a list of 1 to {MAX_SHAPES} points", str(path), f"{key}.shapes"
+            )
+        points = [_shape_point(item, path, f"{key}.shapes[{i}]") for i, item in enumerate(shapes)]
+        seen: set[tuple[int, float]] = set()
+        for i, (tp, mb, _, _) in enumerate(points):
+            if (tp, mb) in seen:
+                raise ConfigError(
+                    f"tp {tp} micro_batch {mb:g} is given twice", str(path), f"{key}.shapes[{i}]"
+                )
+            seen.add((tp, mb))
+        model = None
+        if "model" in value or any(s is not None for _, _, s, _ in points):
+            model = _shape_model(value.get("model"), path, f"{key}.model")
+        out[str(key)] = MeasuredShapes(str(key), tuple(points), model)
+    return out
+
+
+def from_sailor(
+    profiles: Any,
+    sailor_model: str,
+    types: Mapping[str, str],
+    model: tuple[str, int, int, float],
+    blocks: int,
+) -> dict[str, Any]:
+    """SAILOR's per-GPU profiles (`profiles_tmp.json`: model -> GPU -> micro-batch -> tp -> layer ->
+    [fwd, bwd, update] seconds; layer 0 the embedding, 1..`blocks` the decoder layers) as measured
+    entries: per (SAILOR GPU -> our type) of `types`, a point per profiled (tp, micro-batch) with the
+    median forward and backward seconds of a decoder layer, `model` (name, seq, hidden, forward
+    GFLOPs of one layer) what they were measured on, and `tflops` the best tensor-parallel-1 speed.
+    The embedding, head and optimizer-step times are not carried."""
+    source = profiles.get(sailor_model) if isinstance(profiles, Mapping) else None
+    if not isinstance(source, Mapping):
+        raise ConfigError(f"no profiles of {sailor_model!r}; it has {', '.join(map(str, profiles))[:200]}")
+    name, seq, hidden, gflops = model
+    out: dict[str, Any] = {}
+    for theirs, ours in types.items():
+        if theirs not in source:
+            raise ConfigError(f"no profile of {theirs!r} for {sailor_model}; it has {', '.join(source)}")
+        shapes, best = [], 0.0
+        for mb, by_tp in sorted(source[theirs].items(), key=lambda kv: int(kv[0])):
+            for tp, layers in sorted(by_tp.items(), key=lambda kv: int(kv[0])):
+                times = [layers[str(i)] for i in range(1, blocks + 1)]
+                fwd = statistics.median(float(t[0]) for t in times)
+                bwd = statistics.median(float(t[1]) for t in times)
+                shapes.append(
+                    {"tp": int(tp), "micro_batch": int(mb), "fwd_s": _digits(fwd), "bwd_s": _digits(bwd)}
+                )
+                if int(tp) == 1:
+                    best = max(best, int(mb) * 3 * gflops / 1e3 / (fwd + bwd))
+        model_entry = {"name": name, "seq": seq, "hidden": hidden, "layer_gflops": _digits(gflops)}
+        out[ours] = {"tflops": _digits(best), "source": f"SAILOR profiles, {sailor_model} on {theirs}"}
+        out[ours].update(model=model_entry, shapes=shapes)
+    return out
+
+
+def store_entries(path: Path, entries: Mapping[str, Any]) -> Path:
+    """Merge `entries` (type -> entry) into the YAML file at `path` (atomic write)."""
     from slurm_hetero.render.write import write_atomic
 
     path = path.expanduser()
-    text = yaml.safe_dump(merge_measured(path, result), sort_keys=False)
+    data = _read(path) if path.exists() else {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("expected a mapping of device type to measurements", str(path))
+    text = yaml.safe_dump({**data, **entries}, sort_keys=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic({path: text}, backup=False)
     return path

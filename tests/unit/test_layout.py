@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from slurm_hetero.cli import cli
 from slurm_hetero.engine.layout import (
+    SEARCHED_MICRO_BATCHES,
     DeviceGroup,
     LayerCosts,
     Layout,
@@ -174,6 +175,35 @@ def specs(draw: st.DrawFn) -> LayoutSpec:
     batch = draw(st.integers(1, 256))
     micro = draw(st.one_of(st.none(), st.integers(1, 16)))
     return LayoutSpec(tuple(groups), costs, batch, micro_batches=micro)
+
+
+def _predicted(spec: LayoutSpec) -> float:
+    try:
+        layout = solve(spec)
+    except RequestError:
+        return math.inf
+    assume(not any("search bounded" in n for n in layout.notes))  # bounded: the same bounds, noted
+    return layout.predicted_step_s
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+@given(specs())
+def test_the_default_search_never_loses_to_a_restricted_one(spec: LayoutSpec) -> None:
+    """By its own prediction, the default search is at least as good as any `--kind` or
+    `--micro-batch` restriction of the same input (issue 24)."""
+    spec = dataclasses.replace(spec, micro_batches=None, micro_batch_sizes=SEARCHED_MICRO_BATCHES)
+    default = _predicted(spec)
+    restricted = [dataclasses.replace(spec, kinds=(k,)) for k in LayoutKind]
+    restricted += [
+        dataclasses.replace(
+            spec, micro_batch_size=b, micro_batch_sizes=(), kinds=(LayoutKind.PIPELINE, LayoutKind.DATA)
+        )
+        for b in SEARCHED_MICRO_BATCHES
+    ]
+    for other in restricted:
+        assert default <= _predicted(other) * (1 + 1e-6), (other.kinds, other.micro_batch_size)  # float noise
 
 
 def check_layout(spec: LayoutSpec, layout: Layout) -> None:

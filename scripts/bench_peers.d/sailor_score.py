@@ -1,0 +1,206 @@
+"""Score slurm-hetero plans with SAILOR's Simulator (eth-easl/sailor, MIT), unchanged.
+
+Run by `scripts/bench_peers` with the Python of SAILOR's venv and SAILOR's checkout on PYTHONPATH
+(never imported by the project). Reads {"sailor_root": DIR, "plans": [{"name", "model", "gbs",
+"doc"}]} on stdin (doc: a `plan --json` document), writes [{"name", "score", "fits", "how"}] on
+stdout. SAILOR numbers the embedding 0, the blocks 1..L and the head L+1: a stage of our layers
+[a, e) holds SAILOR's [a+1, e+1), the first also 0 and the last also L+1. One replica of tensor
+degree t is one 4-GPU node of its type (t GPUs of it), in one zone.
+
+- pipeline plans (equal data parallel on every stage): the stock `simulate_iteration_time`.
+- data plans (an uneven share of samples per replica): SAILOR's `get_time_per_pipeline` per line
+  of identical replicas at that line's own micro-batch count, the slowest line, plus SAILOR's
+  `estimate_sync_time` of all replicas as one pipeline (the stock simulator would give every
+  replica the same count).
+- staged plans (a data-parallel degree per stage, the pipeline micro-batch M split over a stage's
+  replicas): each stage at its own per-replica micro-batch ceil(M / dp) (layer times of an
+  unprofiled size interpolated between the neighbouring profiled sizes, or scaled from the largest
+  below), p2p at that size, the same 1F1B formula as `get_time_per_pipeline`, SAILOR's sync.
+Memory: SAILOR's `check_config_fits` (fp32 Adam, 24 B per parameter), per stage at its own
+micro-batch for staged plans.
+"""
+
+import contextlib
+import io
+import json
+import math
+import os
+import sys
+
+ROOT = json.loads(sys.stdin.read())
+os.environ["SAILOR_PATH"] = ROOT["sailor_root"]
+from sailor.Planner.simulations.constants import GPU_MEMORY_GB  # noqa: E402
+from sailor.Planner.simulations.runtime_simulator import (  # noqa: E402
+    Simulator,
+    convert_homogeneous,
+    estimate_p2p_pipeline_times,
+)
+
+S = f"{ROOT['sailor_root']}/sailor/sailor/Planner"
+ZONE = "us-central1-a"
+PER_NODE = 4
+TYPES = {"a100_40g": "A100-40", "v100_16g": "V100-16", "gh200": "GH-96", "a100_80g": "A100-80"}
+CONFIGS = {"OPT-350": "opt_350", "GPT-Neo-2.7": "gpt_neo27"}
+with open(f"{S}/llm_info.json") as f:
+    LLM = json.load(f)
+with open(f"{S}/simulations/profiles_tmp.json") as f:
+    PROFILES = json.load(f)
+
+
+def simulator(model, gbs):
+    with open(f"{S}/simulations/configs/training_config_{CONFIGS[model]}.json") as f:
+        config = json.load(f)
+    config["global_batch_size"] = gbs
+    return Simulator(ROOT["sailor_root"], config, LLM, False, PROFILES, zone=ZONE)
+
+
+def replica(gpu, tp):
+    return [[(gpu, PER_NODE, ZONE)], tp]
+
+
+def stage_layers(stages, blocks):
+    """SAILOR's layer ids per stage of one line (sorted by index)."""
+    last = len(stages) - 1
+    return [
+        list(range(0 if k == 0 else s["layer_start"] + 1, blocks + 2 if k == last else s["layer_end"] + 1))
+        for k, s in enumerate(stages)
+    ]
+
+
+def quiet(call, *args):
+    with contextlib.redirect_stdout(io.StringIO()):
+        return call(*args)
+
+
+def lines_of(doc):
+    by = {}
+    for s in doc["stages"]:
+        by.setdefault(s["pipeline"], []).append(s)
+    return [sorted(v, key=lambda s: s["index"]) for _, v in sorted(by.items())]
+
+
+def pipeline_dict(lps, per_stage):
+    """One SAILOR pipeline: per_stage[k] lists the (gpu, tp) of each replica of stage k."""
+    return {
+        "num_stages": len(lps),
+        "layers_per_stage": lps,
+        "dp": [len(r) for r in per_stage],
+        "tmp_per_stage": [[replica(g, t) for g, t in r] for r in per_stage],
+    }
+
+
+def tables(sim, mbs):
+    fwd, bwd, upd = {}, {}, {}
+    for g, prof in sim.profiles.items():
+        if str(mbs) not in prof:
+            continue
+        fwd[g], bwd[g], upd[g] = {}, {}, {}
+        for tp, layers in prof[str(mbs)].items():
+            vals = [layers[str(x)] for x in range(sim.num_layers)]
+            fwd[g][int(tp)], bwd[g][int(tp)], upd[g][int(tp)] = ([v[i] for v in vals] for i in range(3))
+    return fwd, bwd, upd
+
+
+def score_lines(sim, doc, blocks):
+    """pipeline and data plans: (seconds, fits, how)."""
+    lines = lines_of(doc)
+    lps = stage_layers(lines[0], blocks)
+    mbs = lines[0][0]["micro_batch"]
+    every = [
+        [(TYPES[line[k]["type"]], line[k]["tp"]) for line in lines for _ in line[k]["samples"]]
+        for k in range(len(lps))
+    ]
+    combined = {"mbs": mbs, "pipeline_list": [pipeline_dict(lps, every)]}
+    fits = quiet(sim.check_config_fits, combined)
+    if doc["kind"] == "pipeline":
+        return quiet(sim.simulate_iteration_time, combined)[0], fits, "stock simulator"
+    fwd, bwd, upd = tables(sim, mbs)
+    times = []
+    for line in lines:
+        per = [[(TYPES[s["type"]], s["tp"])] * len(s["samples"]) for s in line]
+        plan = convert_homogeneous(
+            {"mbs": mbs, "pipeline_list": [pipeline_dict(lps, per)]}, sim.training_config
+        )
+        count = max(math.ceil(n / mbs) for n in line[0]["samples"])
+        args = (plan.pipeline_list[0], mbs, fwd, bwd, upd, sim.activation_sizes_per_layer, count)
+        times.append(quiet(sim.get_time_per_pipeline, *args))
+    sync = quiet(sim.estimate_sync_time, convert_homogeneous(combined, sim.training_config))
+    return max(times) + sync, fits, "per line at its own micro-batch count + sync"
+
+
+def layer_times(sim, gpu, tp, m):
+    """Per-layer (fwd, bwd, update) of (gpu, tp) at micro-batch m, and whether it was profiled."""
+    prof = sim.profiles[gpu]
+    have = sorted(int(k) for k in prof if str(tp) in prof[k])
+
+    def get(k):
+        return [prof[str(k)][str(tp)][str(x)] for x in range(sim.num_layers)]
+
+    if m in have:
+        return get(m), "profiled"
+    lo = max((k for k in have if k < m), default=None)
+    hi = min((k for k in have if k > m), default=None)
+    if lo is not None and hi is not None:
+        w = (m - lo) / (hi - lo)
+        return [
+            [x[i] + w * (y[i] - x[i]) for i in range(3)] for x, y in zip(get(lo), get(hi))
+        ], f"interpolated {lo}-{hi}"
+    if lo is None:
+        raise KeyError(f"{gpu} tp {tp} micro-batch {m}: no profiled size below")
+    return [[x[0] * m / lo, x[1] * m / lo, x[2]] for x in get(lo)], f"scaled from {lo}"
+
+
+def score_staged(sim, doc, blocks, gbs):
+    st = lines_of(doc)[0]
+    lps = stage_layers(st, blocks)
+    big = st[0]["micro_batch"]  # the pipeline micro-batch, split over each stage's replicas
+    stages = [(TYPES[s["type"]], s["tp"], s["dp"] * s["replicas"]) for s in st]
+    ms = [math.ceil(big / dp) for _, _, dp in stages]
+    per = [[(g, tp)] * dp for g, tp, dp in stages]
+    plan = convert_homogeneous(
+        {"mbs": ms[0], "pipeline_list": [pipeline_dict(lps, per)]}, sim.training_config
+    )
+    pipe, n = plan.pipeline_list[0], len(lps)
+    comp, upd, p2p, fits, hows = [], [], [], True, set()
+    p2p_by = {
+        m: quiet(
+            estimate_p2p_pipeline_times,
+            sim.activation_sizes_per_layer,
+            pipe,
+            m,
+            sim.inter_network_coeffs,
+            sim.intra_network_coeffs,
+        )
+        for m in set(ms)
+    }
+    for k, ((g, tp, _), m) in enumerate(zip(stages, ms)):
+        times, how = layer_times(sim, g, tp, m)
+        hows.add(how)
+        comp.append(sum(times[x][0] + times[x][1] for x in lps[k]))
+        upd.append(times[lps[k][0]][2])
+        p2p.append(p2p_by[m][k])
+        info = sim.model_mem_info[str(tp)]
+        params = sum(info[str(x)]["params_floats"] for x in lps[k])
+        acts = sum(info[str(x)]["act_mem_floats"] for x in lps[k])
+        used = params * 24 + acts * m * sim.float_size * (n - k) + (2e9 if tp == 1 else 3e9)
+        fits &= used <= GPU_MEMORY_GB[g] * 2**30
+    count = math.ceil(gbs / big)
+    t_pp = (count - 1) * max(c + p for c, p in zip(comp, p2p)) + sum(comp) + sum(p2p) + max(upd)
+    sync = quiet(sim.estimate_sync_time, plan)
+    return t_pp + sync, fits, "per stage at ceil(M/dp) (" + ", ".join(sorted(hows)) + ") + sync"
+
+
+def main():
+    out = []
+    for item in ROOT["plans"]:
+        sim = simulator(item["model"], item["gbs"])
+        doc, blocks = item["doc"], sim.num_layers - 2
+        if doc["kind"] == "staged":
+            t, fits, how = score_staged(sim, doc, blocks, item["gbs"])
+        else:
+            t, fits, how = score_lines(sim, doc, blocks)
+        out.append({"name": item["name"], "score": t, "fits": bool(fits), "how": how})
+    json.dump(out, sys.stdout)
+
+
+main()

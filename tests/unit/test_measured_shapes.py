@@ -1,0 +1,145 @@
+"""Measured per-shape speeds (`--measured` profile): reading (`launch.calibrate.load_shapes`),
+interpolation (`engine.stagecost.measured_shape`, `device_rate`), the model check
+(`engine.devicegroups.shape_speeds`), SAILOR's profiles (`convert-profile`) and `plan`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from slurm_hetero.cli import cli
+from slurm_hetero.engine.devicegroups import MeasuredShapes, shape_speeds
+from slurm_hetero.engine.stagecost import DeviceGroup, device_rate, measured_shape
+from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.launch.calibrate import load_shapes
+from slurm_hetero.modelconfigs import layer_costs_for
+
+OPT = layer_costs_for("opt-350m", 2048)
+LAYER_GFLOPS = float(OPT.flops.mean()) / 1e9
+MODEL = {"name": "opt-350m", "seq": 2048, "hidden": 1024, "layer_gflops": LAYER_GFLOPS}
+PLAN = ["plan", "--devices", "a100_40g:8,v100_16g:8", "--model", "opt-350m", "--seq", "2048"]
+PLAN += ["--global-batch", "64", "--per-node", "4", "--json"]
+
+
+def write(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "measured.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_interpolation_is_linear_in_seconds_and_says_when_it_extrapolates() -> None:
+    speeds = ((1, 1.0, 50.0), (1, 4.0, 100.0), (2, 2.0, 60.0))
+    assert measured_shape(speeds, 1, 4.0) == (100.0, "measured")
+    rate, how = measured_shape(speeds, 1, 2.0)  # type: ignore[misc]
+    t1, t4 = 1 / 50, 4 / 100
+    assert how == "interpolated" and rate == pytest.approx(2 / (t1 + (t4 - t1) / 3))
+    assert measured_shape(speeds, 1, 16.0) == (100.0, "extrapolated")
+    assert measured_shape(speeds, 1, 0.5) == (50.0, "extrapolated")
+    assert measured_shape(speeds, 4, 1.0) is None
+
+
+def test_a_measured_tp_degree_includes_its_all_reduces_an_unmeasured_one_is_priced_apart() -> None:
+    group = DeviceGroup("a100_40g", (4,), 100.0, 40e9, 150.0, 2**20, speeds=((1, 1.0, 80.0), (2, 1.0, 55.0)))
+    assert device_rate(group, 2, 1.0, OPT.elements_per_sample) == (55.0, True)
+    rate, measured = device_rate(group, 4, 1.0, OPT.elements_per_sample)
+    assert not measured and rate < 55.0  # tp 2's speed on smaller GEMMs: never free
+    plain = DeviceGroup("a100_40g", (4,), 100.0, 40e9, 150.0, 0.0)
+    assert device_rate(plain, 4, 1.0, OPT.elements_per_sample) == (100.0, False)
+
+
+def test_seconds_become_tflops_of_this_models_layers_and_another_models_are_refused() -> None:
+    shapes = MeasuredShapes(
+        "a100_40g", ((2, 4.0, 0.05, None), (1, 1.0, None, 70.0)), ("opt-350m", 2048, 1024, LAYER_GFLOPS)
+    )
+    (tp, mb, rate), tflops = shape_speeds(shapes, OPT)
+    assert (tp, mb) == (2, 4.0) and rate == pytest.approx(4 * 3 * LAYER_GFLOPS / (2 * 0.05) / 1e3)
+    assert tflops == (1, 1.0, 70.0)
+    neo = MeasuredShapes("a100_40g", ((1, 1.0, 0.05, None),), ("gpt-neo-2.7b", 2048, 2560, 365.0))
+    with pytest.raises(RequestError, match=r"a100_40g\.model: measured on gpt-neo-2.7b"):
+        shape_speeds(neo, OPT)
+
+
+POINT = {"tp": 1, "micro_batch": 1}
+
+
+@pytest.mark.parametrize(
+    ("entry", "where", "what"),
+    [
+        ({"tflops": 90, "shapes": [{"tp": 3, "micro_batch": 1, "tflops": 50}]}, "shapes[0]", "tp 3 is no"),
+        ({"tflops": 90, "shapes": [{**POINT, "fwd_s": -1, "bwd_s": 1}], "model": MODEL}, "[0]", "fwd_s"),
+        ({"tflops": 90, "shapes": [{**POINT, "tflops": math.nan}]}, "shapes[0]", "tflops"),
+        ({"tflops": 90, "shapes": [{**POINT, "fwd_s": 0.1, "bwd_s": 0.2}]}, ".model", "model must be"),
+        ({"tflops": 90, "shapes": [{**POINT, "tflops": 5, "x": 1}]}, "shapes[0]", "unknown keys x"),
+        ({"tflops": 90, "shapes": [{**POINT, "tflops": 5}] * 2}, "shapes[1]", "given twice"),
+    ],
+)  # fmt: skip
+def test_a_bad_point_is_one_error_naming_the_entry(
+    tmp_path: Path, entry: dict, where: str, what: str
+) -> None:
+    path = write(tmp_path, {"a100_40g": entry})
+    with pytest.raises(ConfigError, match=what) as e:
+        load_shapes(path)
+    assert where in str(e.value) and str(path) in str(e.value)
+
+
+def test_plan_reads_a_profile_and_refuses_an_unknown_type_or_another_model_in_one_line(
+    tmp_path: Path,
+) -> None:
+    shapes = [
+        {"tp": t, "micro_batch": m, "fwd_s": 0.003 * m * t**-0.7, "bwd_s": 0.006 * m * t**-0.7}
+        for t in (1, 2)
+        for m in (1, 4)
+    ]
+    good = {"a100_40g": {"tflops": 70, "model": MODEL, "shapes": shapes}, "v100_16g": 40}
+    run = CliRunner().invoke(cli, [*PLAN, "--measured", str(write(tmp_path, good))])
+    assert run.exit_code == 0, run.output
+    doc = json.loads(run.output)
+    assert doc["predicted_step_s"] > 0
+    for bad, needle in (
+        (
+            {**good, "a100_99g": {"tflops": 1, "shapes": [{"tp": 1, "micro_batch": 1, "tflops": 1}]}},
+            "a100_99g",
+        ),
+        ({**good, "a100_40g": {**good["a100_40g"], "model": {**MODEL, "seq": 1024}}}, "a100_40g.model"),
+    ):
+        run = CliRunner().invoke(cli, [*PLAN, "--measured", str(write(tmp_path, bad))])
+        assert run.exit_code == 1 and needle in run.output and len(run.output.strip().splitlines()) == 1, (
+            run.output
+        )
+
+
+def test_the_plan_says_when_a_stage_is_beyond_the_measured_points(tmp_path: Path) -> None:
+    one = {"tflops": 70, "shapes": [{"tp": 1, "micro_batch": 64, "tflops": 70}]}
+    run = CliRunner().invoke(
+        cli, [*PLAN, "--measured", str(write(tmp_path, {"a100_40g": one, "v100_16g": one}))]
+    )
+    assert run.exit_code == 0, run.output
+    assert any("outside the measured sizes" in n or "has no tp" in n for n in json.loads(run.output)["notes"])
+
+
+def test_sailor_profiles_convert_to_shapes_plan_reads(tmp_path: Path) -> None:
+    def layers(f: float) -> dict[str, list[float]]:
+        return {str(i): [f, 2 * f, 0.001] for i in range(26)}
+
+    profiles = {
+        "OPT-350": {"A100-40": {"1": {"1": layers(0.003), "2": layers(0.002)}, "4": {"1": layers(0.01)}}}
+    }
+    src = tmp_path / "profiles_tmp.json"
+    src.write_text(json.dumps(profiles))
+    out = tmp_path / "m.yaml"
+    args = ["convert-profile", str(src), "--sailor-model", "OPT-350", "--model", "opt-350m", "--seq", "2048"]
+    run = CliRunner().invoke(cli, [*args, "--types", "A100-40=a100_40g", "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    entry = load_shapes(out)["a100_40g"]
+    got = [(tp, mb, round(seconds or 0, 9)) for tp, mb, seconds, _ in sorted(entry.points)]
+    assert got == [(1, 1.0, 0.009), (1, 4.0, 0.03), (2, 1.0, 0.006)]
+    assert yaml.safe_load(out.read_text())["a100_40g"]["tflops"] == pytest.approx(
+        4 * 3 * LAYER_GFLOPS / 1e3 / 0.03, rel=1e-3
+    )
+    run = CliRunner().invoke(cli, [*args, "--types", "H100=h100_sxm", "--out", str(out)])
+    assert run.exit_code == 1 and "no profile of 'H100'" in run.output
