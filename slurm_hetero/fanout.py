@@ -35,6 +35,7 @@ class FanoutResult:
     lines: dict[str, str] = field(default_factory=dict)  # node -> its discover JSON line
     failed: dict[str, str] = field(default_factory=dict)  # node -> why it gave none
     via: dict[str, str] = field(default_factory=dict)  # node -> "srun" | "ssh"
+    srun_notes: dict[str, str] = field(default_factory=dict)  # node -> why srun gave none (then ssh)
 
 
 def split_targets(records: Sequence[SlurmNodeRecord]) -> tuple[dict[str, list[str]], list[str]]:
@@ -86,13 +87,18 @@ def run_srun(
     """Discover through srun; the nodes it did not answer for (to try over ssh)."""
     left: list[str] = []
     for partition, nodes in sorted(by_partition.items()):
+        why = "srun gave no inventory line"
         try:
             output = proc.run(srun_argv(partition, nodes, command, immediate), timeout=600.0)
         except ToolError as e:
             logger.info("srun on %s failed, trying ssh: %s", hostlist.fold(nodes), e)
-            output = ""
+            output, tail = "", e.stderr_tail.strip().splitlines()
+            why = f"srun failed: {tail[-1][:160] if tail else e}"
         collect_lines(output, result, "srun")
-        left += [n for n in nodes if n not in result.lines]
+        for node in nodes:
+            if node not in result.lines:
+                left.append(node)
+                result.srun_notes[node] = why
     return left
 
 
@@ -155,4 +161,7 @@ def fan_out(
     progress(len(result.lines), total)
     run_ssh(ssh, [*remote, "discover", "--json", "--node", "%h"], result, ssh_timeout)
     progress(len(result.lines), total)
+    for node, why in result.srun_notes.items():  # each cause, without -v
+        if node in result.failed:
+            result.failed[node] = f"{why}; then {result.failed[node]}"
     return result

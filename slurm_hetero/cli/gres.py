@@ -14,6 +14,7 @@ from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import load_settings
 from slurm_hetero.errors import RequestError, ToolError
+from slurm_hetero.journal import audit
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
 from slurm_hetero.render.write import ensure_output_dir
@@ -142,8 +143,11 @@ def render(
         inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options
     )
     context["source"] = inventory_path.name
+    journal = audit("slurm-hetero-render")
     for note in context["notes"]:
         click.echo(f"slurm-hetero: warning: {note}", err=True)
+        if not check:
+            journal.warning("%s: %s", inventory_path, note)
     files = {
         (out if check else ensure_output_dir(out)) / name: text
         for name, text in render_configs(context, template_dir, release).items()
