@@ -12,12 +12,16 @@ SOCKET = "/dev/log"
 
 
 def syslog_handler(ident: str, socket: str | None = None) -> logging.Handler | None:
-    """A handler for syslog's socket, lines tagged `ident:`; None where there is no syslog."""
+    """A handler for syslog's socket, lines tagged `ident:`, that never fails the command; None
+    where the socket cannot be opened (Python 3.9 knows at once)."""
     try:
         handler = logging.handlers.SysLogHandler(address=socket or SOCKET)
     except OSError:
         return None
     handler.setFormatter(logging.Formatter(f"{ident}: %(message)s"))
+    # Python 3.11 creates the handler without a socket and retries on each line: a node without
+    # syslog, or a syslog that went away, must cost no traceback on the command's stderr
+    handler.handleError = lambda record: None  # type: ignore[method-assign]
     return handler
 
 
