@@ -75,6 +75,12 @@ def gres() -> None:
 @click.option(
     "--include-unhealthy", is_flag=True, help="Also render devices the vendor tool reported unhealthy."
 )
+@click.option(
+    "--autodetect",
+    is_flag=True,
+    help="AutoDetect=nvml on NVIDIA nodes, rsmi on AMD ones: slurmd checks the rendered lines against "
+    "what it detects (needs a slurmd built with NVML / ROCm SMI).",
+)
 @click.option("--template-dir", type=click.Path(path_type=Path), help="Override templates (same file names).")
 @click.option(
     "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
@@ -118,6 +124,7 @@ def render(
     check: bool,
     policy: str,
     include_unhealthy: bool,
+    autodetect: bool,
     template_dir: Path | None,
     models_dirs: tuple[Path, ...],
     local_host: str | None,
@@ -137,7 +144,11 @@ def render(
     local = LocalSlurmd(local_host, port_base, file_root=file_root) if local_host else None
     shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
     options = RenderOptions(
-        policy=policy, include_unhealthy=include_unhealthy, local=local, shares=shard_sizes
+        policy=policy,
+        include_unhealthy=include_unhealthy,
+        local=local,
+        shares=shard_sizes,
+        autodetect=autodetect,
     )
     context = build_context(
         inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options
