@@ -21,13 +21,15 @@ names a script or venv it would remove, and names the line (no dangling TaskProl
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +104,18 @@ def read_manifest(layout: Layout) -> dict | None:
         raise HeteroError(f"cannot read {layout.manifest}: {e}; fix or remove it") from e
 
 
+@contextlib.contextmanager
+def _locked(layout: Layout) -> Iterator[None]:
+    """One install, upgrade or uninstall at a time in PREFIX (another is refused, not queued)."""
+    layout.prefix.mkdir(parents=True, exist_ok=True)
+    with open(layout.prefix / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HeteroError(f"another install runs in {layout.prefix}; wait for it to end") from None
+        yield
+
+
 def install(
     layout: Layout,
     python: Path,
@@ -112,6 +126,19 @@ def install(
     upgrade: bool = False,
 ) -> dict:
     """Install (or, with `upgrade`, replace) the venv and scripts; returns the new manifest."""
+    with _locked(layout):
+        return _install(layout, python, source, inventory_file, config, pip_options, upgrade)
+
+
+def _install(
+    layout: Layout,
+    python: Path,
+    source: Path,
+    inventory_file: Path | None,
+    config: str | None,
+    pip_options: Sequence[str],
+    upgrade: bool,
+) -> dict:
     old = read_manifest(layout)
     if old and not upgrade:
         raise HeteroError(f"already installed in {layout.prefix} ({old['version']}); pass --upgrade")
@@ -307,6 +334,17 @@ def _conf_files(conf: Path, depth: int = 0) -> list[Path]:
 
 def uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
     """Remove what install wrote, once no slurm.conf line names it; returns what it did."""
+    if read_manifest(layout) is None:
+        raise HeteroError(f"nothing installed in {layout.prefix} (no {layout.manifest.name})")
+    with _locked(layout):
+        done = _uninstall(layout, slurm_confs)
+    (layout.prefix / ".lock").unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        layout.prefix.rmdir()
+    return done
+
+
+def _uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
     manifest = read_manifest(layout)
     if manifest is None:
         raise HeteroError(f"nothing installed in {layout.prefix} (no {layout.manifest.name})")
@@ -343,8 +381,4 @@ def uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
     with_inventory = manifest.get("inventory")
     if with_inventory:
         done.append(f"left {with_inventory} (site data)")
-    try:
-        layout.prefix.rmdir()
-    except OSError:
-        pass
     return done

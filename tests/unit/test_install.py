@@ -210,3 +210,14 @@ def test_a_venv_directory_install_did_not_make_is_left_alone(build: FakeBuild, l
     with pytest.raises(HeteroError, match="venv is a directory install did not make"):
         inst.install(layout, PYTHON, ROOT)
     assert build.calls == []
+
+
+def test_a_second_install_at_once_is_refused(build: FakeBuild, layout: inst.Layout) -> None:
+    import fcntl
+
+    layout.prefix.mkdir(parents=True)
+    with open(layout.prefix / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(HeteroError, match="another install runs in .*wait for it to end"):
+            inst.install(layout, PYTHON, ROOT)
+    assert build.calls == []
