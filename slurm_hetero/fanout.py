@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -87,19 +88,26 @@ def run_srun(
     """Discover through srun; the nodes it did not answer for (to try over ssh)."""
     left: list[str] = []
     for partition, nodes in sorted(by_partition.items()):
-        why = "srun gave no inventory line"
+        errors: list[str] = []
         try:
             output = proc.run(srun_argv(partition, nodes, command, immediate), timeout=600.0)
         except ToolError as e:
             logger.info("srun on %s failed, trying ssh: %s", hostlist.fold(nodes), e)
-            output, tail = "", e.stderr_tail.strip().splitlines()
-            why = f"srun failed: {tail[-1][:160] if tail else e}"
+            output, errors = "", e.stderr_tail.strip().splitlines() or [str(e)]
         collect_lines(output, result, "srun")
         for node in nodes:
             if node not in result.lines:
                 left.append(node)
-                result.srun_notes[node] = why
+                result.srun_notes[node] = _srun_cause(node, errors)
     return left
+
+
+def _srun_cause(node: str, errors: list[str]) -> str:
+    """Why srun gave `node` nothing: srun's line about that node, else its last line."""
+    if not errors:
+        return "srun gave no inventory line"
+    mine = [line for line in errors if re.search(rf"(?:^|\s){re.escape(node)}:", line)]
+    return f"srun failed: {(mine or errors)[-1][:160]}"
 
 
 def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, timeout: float) -> None:
@@ -113,23 +121,21 @@ def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, 
         " ".join(shlex.quote(a) if a != "%h" else a for a in command), nodes=",".join(nodes), timeout=timeout
     )
     task.run()
+    why: dict[str, str] = {}  # the first answer wins: output, else exit code, else timeout
     for buffer, keys in task.iter_buffers():
         text = bytes(buffer).decode("utf-8", "replace")
         for key in keys:
             collect_lines(text, result, "ssh")
-            if key not in result.lines:
-                result.failed[str(key)] = (
-                    f"ssh: {text.strip().splitlines()[-1][:160] if text.strip() else 'no output'}"
-                )
+            last = text.strip().splitlines()[-1][:160] if text.strip() else "no output"
+            why[str(key)] = last if last.startswith("ssh:") else f"ssh: {last}"
     for rc, keys in task.iter_retcodes():
         for key in keys:
-            if str(key) not in result.lines:
-                result.failed.setdefault(str(key), f"ssh: exit {rc}")
+            why.setdefault(str(key), f"ssh: exit {rc}")
     for key in task.iter_keys_timeout():
-        result.failed[str(key)] = f"ssh: no answer within {timeout:g}s"
+        why[str(key)] = f"ssh: no answer within {timeout:g}s"
     for node in nodes:
         if node not in result.lines:
-            result.failed.setdefault(node, "ssh: no output")
+            result.failed[node] = why.get(node, "ssh: no output")
 
 
 def terminal_progress(done: int, total: int) -> None:

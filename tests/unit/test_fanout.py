@@ -123,14 +123,17 @@ def test_a_node_neither_srun_nor_ssh_reached_names_both_causes_without_verbose(
 ) -> None:
     def run(argv: Sequence[str], timeout: float = 60.0) -> str:
         if argv[0] == "srun":
-            raise ToolError(argv, 1, "srun: error: Unable to allocate resources: Invalid account")
+            raise ToolError(
+                argv, 1, "srun: error: g1: task 0: Exited with exit code 1\nsrun: error: g2: task 1: Killed"
+            )
         return fake_slurm([])(argv, timeout)
 
     monkeypatch.setattr(proc, "run", run)
     remote = " ".join(fake_remote(tmp_path, dead="g1"))
     result = CliRunner().invoke(cli, ["discover", "--nodes", "g1", "--remote-command", remote])
     assert result.exit_code == 1
+    # srun's line about g1 (not the last line, about g2), then what ssh said
     assert (
-        "slurm-hetero: g1: srun failed: srun: error: Unable to allocate resources: Invalid account; "
-        "then ssh: " in result.stderr
+        "slurm-hetero: g1: srun failed: srun: error: g1: task 0: Exited with exit code 1; "
+        "then ssh: connect to host g1: No route to host" in result.stderr
     ), result.stderr
