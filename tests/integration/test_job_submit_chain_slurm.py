@@ -53,9 +53,12 @@ def test_a_chained_site_hook_and_ours_both_decide(chained: Cluster, suite_config
     assert run.returncode == 0, run.stderr
     fields = job_fields(run.stdout.strip().split(";")[0])
     slurm("scancel", fields["JobId"])
-    assert "gpu:" in fields["TresPerNode"] and "gpumem" not in fields["TresPerNode"], fields
-    seen = fields["Comment"].removeprefix("site saw ")
-    assert ("gpumem:20G" in seen) == (order == "site-first") and ("gpu:" in seen) == (order == "ours-first")
+    assert fields["AdminComment"].startswith("slurm_hetero: gpumem:20G -> "), fields  # ours decided
+    seen = fields["Comment"].removeprefix("site saw ")  # what the site's hook was shown
+    if order == "site-first":
+        assert seen in ("gres:gpumem:20G", "gres/gpumem:20G"), fields
+    else:
+        assert seen == fields["TresPerNode"] and seen not in ("gres:gpumem:20G", "gres/gpumem:20G"), fields
     refused = held("-J", "refused-by-site", "--gres=gpumem:20G")
     assert refused.returncode != 0 and "site policy: this job name is not allowed" in refused.stderr
     refused = held("--gres=gpumem:9000G")

@@ -47,3 +47,16 @@ def test_launch_help_names_the_manual_and_manual_prints_it() -> None:
     assert "docs/launch.md" in CliRunner().invoke(cli, ["launch", "--help"]).output
     result = CliRunner().invoke(cli, ["launch", "--manual"])
     assert result.exit_code == 0 and result.output == (ROOT / "docs" / "launch.md").read_text()
+
+
+def test_the_bash_completion_script_completes_commands() -> None:
+    import os
+
+    env = {**os.environ, "_SLURM_HETERO_COMPLETE": "bash_source", "PYTHONPATH": str(ROOT)}
+    script = subprocess.run([sys.executable, "-m", "slurm_hetero"], env=env, capture_output=True, text=True)
+    assert script.returncode == 0
+    assert "complete -o nosort -F _slurm_hetero_completion slurm-hetero" in script.stdout
+    env = {**env, "_SLURM_HETERO_COMPLETE": "bash_complete", "COMP_WORDS": "slurm-hetero ins"}
+    env["COMP_CWORD"] = "1"
+    words = subprocess.run([sys.executable, "-m", "slurm_hetero"], env=env, capture_output=True, text=True)
+    assert "plain,install" in words.stdout.splitlines()
