@@ -109,3 +109,13 @@ def test_every_command_runs_somewhere_or_says_why_not() -> None:
         assert len(command.marked or "") >= 10, f"{command.where}: say why it cannot run here"
     assert len(LOCAL) + len(slurm) + len(marked) == len(COMMANDS)
     assert len(LOCAL) >= 15 and len(slurm) >= 10  # the extraction finds the docs' commands
+
+
+def test_the_nhc_recipe_keeps_its_timeout_within_nhcs_own() -> None:
+    """NHC's check_cmd_status refuses `-t` above NHC's TIMEOUT (30 s unless raised): "Command
+    timeout 60 exceeds NHC timeout 30" (lbnl_cmd.nhc). Debian ships no NHC package to run it."""
+    import re
+
+    text = (REPO / "docs" / "admin-guide.md").read_text()
+    timeouts = [int(t) for t in re.findall(r"check_cmd_status -t (\d+)", text)]
+    assert timeouts and all(t <= 30 for t in timeouts), timeouts
