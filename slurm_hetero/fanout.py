@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ class FanoutResult:
     lines: dict[str, str] = field(default_factory=dict)  # node -> its discover JSON line
     failed: dict[str, str] = field(default_factory=dict)  # node -> why it gave none
     via: dict[str, str] = field(default_factory=dict)  # node -> "srun" | "ssh"
+    srun_notes: dict[str, str] = field(default_factory=dict)  # node -> why srun gave none (then ssh)
 
 
 def split_targets(records: Sequence[SlurmNodeRecord]) -> tuple[dict[str, list[str]], list[str]]:
@@ -86,14 +88,26 @@ def run_srun(
     """Discover through srun; the nodes it did not answer for (to try over ssh)."""
     left: list[str] = []
     for partition, nodes in sorted(by_partition.items()):
+        errors: list[str] = []
         try:
             output = proc.run(srun_argv(partition, nodes, command, immediate), timeout=600.0)
         except ToolError as e:
             logger.info("srun on %s failed, trying ssh: %s", hostlist.fold(nodes), e)
-            output = ""
+            output, errors = "", e.stderr_tail.strip().splitlines() or [str(e)]
         collect_lines(output, result, "srun")
-        left += [n for n in nodes if n not in result.lines]
+        for node in nodes:
+            if node not in result.lines:
+                left.append(node)
+                result.srun_notes[node] = _srun_cause(node, errors)
     return left
+
+
+def _srun_cause(node: str, errors: list[str]) -> str:
+    """Why srun gave `node` nothing: srun's line about that node, else its last line."""
+    if not errors:
+        return "srun gave no inventory line"
+    mine = [line for line in errors if re.search(rf"(?:^|\s){re.escape(node)}:", line)]
+    return f"srun failed: {(mine or errors)[-1][:160]}"
 
 
 def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, timeout: float) -> None:
@@ -107,23 +121,21 @@ def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, 
         " ".join(shlex.quote(a) if a != "%h" else a for a in command), nodes=",".join(nodes), timeout=timeout
     )
     task.run()
+    why: dict[str, str] = {}  # the first answer wins: output, else exit code, else timeout
     for buffer, keys in task.iter_buffers():
         text = bytes(buffer).decode("utf-8", "replace")
         for key in keys:
             collect_lines(text, result, "ssh")
-            if key not in result.lines:
-                result.failed[str(key)] = (
-                    f"ssh: {text.strip().splitlines()[-1][:160] if text.strip() else 'no output'}"
-                )
+            last = text.strip().splitlines()[-1][:160] if text.strip() else "no output"
+            why[str(key)] = last if last.startswith("ssh:") else f"ssh: {last}"
     for rc, keys in task.iter_retcodes():
         for key in keys:
-            if str(key) not in result.lines:
-                result.failed.setdefault(str(key), f"ssh: exit {rc}")
+            why.setdefault(str(key), f"ssh: exit {rc}")
     for key in task.iter_keys_timeout():
-        result.failed[str(key)] = f"ssh: no answer within {timeout:g}s"
+        why[str(key)] = f"ssh: no answer within {timeout:g}s"
     for node in nodes:
         if node not in result.lines:
-            result.failed.setdefault(node, "ssh: no output")
+            result.failed[node] = why.get(node, "ssh: no output")
 
 
 def terminal_progress(done: int, total: int) -> None:
@@ -155,4 +167,7 @@ def fan_out(
     progress(len(result.lines), total)
     run_ssh(ssh, [*remote, "discover", "--json", "--node", "%h"], result, ssh_timeout)
     progress(len(result.lines), total)
+    for node, why in result.srun_notes.items():  # each cause, without -v
+        if node in result.failed:
+            result.failed[node] = f"{why}; then {result.failed[node]}"
     return result

@@ -115,6 +115,8 @@ class VendorTraits:
     device_glob: str = ""  # device files of the driver (/dev/davinci[0-9]*)
     ucc_memory: bool = False  # UCC has a memory component for this vendor (cuda, rocm)
     ccl_env_prefix: str | None = None  # the CCL's NCCL-style network variables: NCCL_IB_HCA, MCCL_...
+    slurm_gpu_env: str = "no_gpu_env"  # gres.conf Flags=: the variable Slurm itself sets (no_gpu_env: none)
+    slurm_autodetect: str | None = None  # gres.conf AutoDetect= mechanism for the vendor (nvml, rsmi)
 
     def visible_id(self, device: Device) -> str:
         """The id this device has in `visible_devices_env`."""

@@ -129,6 +129,7 @@ def run(
         check=check,
         env=child_env,
         preexec_fn=setup,
+        cwd=cwd if setup is None else None,  # else setup changes directory (inside a root, as the user)
         **kw,
     )
 

@@ -163,11 +163,14 @@ def install_checkout(root: Path) -> None:
     src = root / "opt" / "slurm-hetero" / "src"
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    # what the wheel takes from outside the package (the Lua hooks, docs/launch.md)
+    forced = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    for name in ("pyproject.toml", "README.md", *forced):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(REPO / "slurm_hetero", src / "slurm_hetero", ignore=ignore)
-    shutil.copytree(REPO / "job_submit", src / "job_submit", ignore=ignore)
     _pip(root, "--no-deps", "--no-build-isolation", "--force-reinstall", "/opt/slurm-hetero/src")
 
 

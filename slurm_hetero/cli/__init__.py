@@ -31,6 +31,7 @@ COMMAND_MODULES = {
     "fit": "fit",
     "gres": "gres",
     "health": "health",
+    "install": "install",
     "inventory": "inventory",
     "job-submit": "submit",
     "launch": "launch",

@@ -14,6 +14,7 @@ from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import load_settings
 from slurm_hetero.errors import RequestError, ToolError
+from slurm_hetero.journal import audit
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
 from slurm_hetero.render.write import ensure_output_dir
@@ -74,6 +75,12 @@ def gres() -> None:
 @click.option(
     "--include-unhealthy", is_flag=True, help="Also render devices the vendor tool reported unhealthy."
 )
+@click.option(
+    "--autodetect",
+    is_flag=True,
+    help="AutoDetect=nvml on NVIDIA nodes, rsmi on AMD ones: slurmd checks the rendered lines against "
+    "what it detects (needs a slurmd built with NVML / ROCm SMI).",
+)
 @click.option("--template-dir", type=click.Path(path_type=Path), help="Override templates (same file names).")
 @click.option(
     "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
@@ -117,6 +124,7 @@ def render(
     check: bool,
     policy: str,
     include_unhealthy: bool,
+    autodetect: bool,
     template_dir: Path | None,
     models_dirs: tuple[Path, ...],
     local_host: str | None,
@@ -136,14 +144,21 @@ def render(
     local = LocalSlurmd(local_host, port_base, file_root=file_root) if local_host else None
     shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
     options = RenderOptions(
-        policy=policy, include_unhealthy=include_unhealthy, local=local, shares=shard_sizes
+        policy=policy,
+        include_unhealthy=include_unhealthy,
+        local=local,
+        shares=shard_sizes,
+        autodetect=autodetect,
     )
     context = build_context(
         inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options
     )
     context["source"] = inventory_path.name
+    journal = audit("slurm-hetero-render")
     for note in context["notes"]:
         click.echo(f"slurm-hetero: warning: {note}", err=True)
+        if not check:
+            journal.warning("%s: %s", inventory_path, note)
     files = {
         (out if check else ensure_output_dir(out)) / name: text
         for name, text in render_configs(context, template_dir, release).items()

@@ -19,13 +19,23 @@ from slurm_hetero.cli import cli
 from slurm_hetero.discover import devices_from_files, devices_live
 from slurm_hetero.errors import InventoryError
 from slurm_hetero.health import HealthReport, check
+from slurm_hetero.journal import audit
 from slurm_hetero.nodes import host_records
 from slurm_hetero.slurm.scontrol import show_node
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
 
 
+def _journal(report: HealthReport, dry_run: bool) -> None:
+    journal = audit("slurm-hetero-health")
+    for fault in report.faults:
+        journal.warning("node %s: %s", report.node, fault)
+    for action in report.actions:
+        journal.info("node %s: %s %s", report.node, "would run" if dry_run else "ran", " ".join(action))
+
+
 def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
+    _journal(report, dry_run)
     if as_json:
         doc = {
             "node": report.node,

@@ -18,6 +18,7 @@ from slurm_hetero.cli.options import (
     cost_settings,
     optional_model_options,
 )
+from slurm_hetero.data import bundled
 from slurm_hetero.engine.layout import LayoutKind
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
@@ -95,7 +96,23 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
     )
 
 
+def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """The launcher manual, docs/launch.md (packaged in the wheel as slurm_hetero/data/launch.md)."""
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(bundled("launch.md", "docs/launch.md"), nl=False)
+    ctx.exit(0)
+
+
 @cli.command("launch", context_settings={"allow_interspersed_args": False})
+@click.option(
+    "--manual",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_manual,
+    help="Print the launcher manual (docs/launch.md) and exit.",
+)
 @optional_model_options
 @cost_options(solver=True)
 @click.option(
@@ -146,7 +163,10 @@ def launch_command(
     ctx: click.Context, /, model: str | None, measured: Path | None, command: tuple[str, ...], **opts: Any
 ) -> None:
     """Run COMMAND on every task of the step with the torch.distributed environment and this rank's
-    layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch [--model M ...] -- python train.py"""
+    layout (SLURM_HETERO_LAYOUT): srun slurm-hetero launch [--model M ...] -- python train.py
+
+    The manual (environment, layout document, supervision, failure modes, exit codes) is
+    docs/launch.md; --manual prints it."""
     from slurm_hetero.launch import early, supervise
 
     supervise.KEEP_HANDLERS_WHEN_ENDING = True  # this process ends with the rank

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from slurm_hetero.journal import audit
 from slurm_hetero.render import removal
 from slurm_hetero.render.write import diff, pending, read_current, write_atomic
 
@@ -80,4 +81,7 @@ def check_or_write(
             )
         raise SystemExit(1 if changes or pending(out) else 0)
     guard = None if allow_removal else removal.guard(files, out)
-    return write_atomic(files, guard=guard, keep_backups=keep_backups)
+    written = write_atomic(files, guard=guard, keep_backups=keep_backups)
+    if written:
+        audit("slurm-hetero-render").info("wrote %s", ", ".join(map(str, written)))
+    return written

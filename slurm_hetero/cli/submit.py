@@ -4,7 +4,6 @@ explain` (what the hook would do with a request, from the same engine)."""
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import click
@@ -16,6 +15,7 @@ from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import Settings, exempt_uids, load_settings
+from slurm_hetero.data import bundled
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import SlurmNode
@@ -25,30 +25,27 @@ from slurm_hetero.render.write import ensure_output_dir
 from slurm_hetero.submit import HookOptions, Outcome, explain
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
+    CHAIN_TEMPLATE,
+    CHAINED_NAME,
     CLI_FILTER_NAME,
     CLI_SRUN_NAME,
     SCRIPT_NAME,
     TABLE_NAME,
+    render_chain,
     render_cli_filter,
     render_cli_srun,
     render_script,
     render_table,
 )
 
-_REPO_SCRIPT = Path(__file__).resolve().parents[2] / "job_submit" / SCRIPT_NAME
-
 
 def script_template(name: str = SCRIPT_NAME) -> str:
     """A hand-written script (the hook, the cli_filter or its srun half): packaged as
     slurm_hetero/data/NAME, or from a checkout's job_submit/ directory."""
-    packaged = resources.files("slurm_hetero.data").joinpath(name)
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    path = _REPO_SCRIPT.with_name(name)
     try:
-        return path.read_text(encoding="utf-8")
+        return bundled(name, f"job_submit/{name}")
     except OSError as e:
-        raise ConfigError(f"cannot read the hook template: {e.strerror}", str(path)) from e
+        raise ConfigError(f"cannot read the hook template: {e.strerror}", f"job_submit/{name}") from e
 
 
 def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNode]:
@@ -107,6 +104,19 @@ def job_submit() -> None:
     "--srun-path",
     help=f"Absolute {CLI_SRUN_NAME} path for cli_filter.lua to bake in (default: beside it).",
 )
+@click.option(
+    "--chain",
+    "site_hook",
+    help=f"The site's own job_submit.lua (absolute path, moved out of the way): job_submit.lua runs it and "
+    f"ours ({CHAINED_NAME}); see docs/admin-guide.md.",
+)
+@click.option(
+    "--chain-order",
+    type=click.Choice(["site-first", "ours-first"]),
+    default="site-first",
+    show_default=True,
+    help="With --chain: which hook sees the request first.",
+)
 @click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change.")
 @allow_removal_option
 @keep_backups_option
@@ -119,6 +129,8 @@ def render(
     table_path: str | None,
     hook_path: str | None,
     srun_path: str | None,
+    site_hook: str | None,
+    chain_order: str,
     check: bool,
     allow_removal: bool,
     keep_backups: int | None,
@@ -129,7 +141,8 @@ def render(
     CliFilterPlugins=lua enables the last two). The table declares the nodes and device files it
     was compiled from; a render that drops some of them (an inventory cut short) is refused unless
     --allow-removal."""
-    baked = (("--table-path", table_path), ("--hook-path", hook_path), ("--srun-path", srun_path))
+    baked = [("--table-path", table_path), ("--hook-path", hook_path), ("--srun-path", srun_path)]
+    baked.append(("--chain", site_hook))
     for option, path in baked:
         if path is not None and not (path.startswith("/") and path.isprintable()):
             # slurmctld and the clients would resolve a relative path against their own directory
@@ -141,11 +154,23 @@ def render(
     declared = removal.declaration(nodes)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name, declared)
     script = render_script(script_template(), ident, settings.fail_policy, table_path)
+    hooks = {SCRIPT_NAME: script}
+    if site_hook is not None:
+        _check_site_hook(Path(site_hook), out)
+        hooks = {
+            CHAINED_NAME: script,
+            SCRIPT_NAME: render_chain(
+                script_template(CHAIN_TEMPLATE), site_hook, chain_order == "site-first"
+            ),
+        }
+        hook_path = hook_path or str((out / CHAINED_NAME).absolute())  # srun's half runs ours alone
+    else:
+        _check_not_a_site_hook(out / SCRIPT_NAME)
     # one set, renamed in this order: slurmctld reloads when job_submit.lua's mtime moves (the
     # table must be there first), and cli_filter.lua loads slurm_hetero_srun.lua
     files = {
         (out if check else ensure_output_dir(out)) / TABLE_NAME: table,
-        out / SCRIPT_NAME: script,
+        **{out / name: text for name, text in hooks.items()},
         out / CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
         out / CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), srun_path),
     }
@@ -157,6 +182,39 @@ def render(
         else f"{out}: table {ident} ({len(model.types)} device types), {len(written)} file(s) changed",
         err=not as_json,
     )
+
+
+_OURS = "slurm_hetero"  # every hook file render writes names it; a site's own hook does not
+
+
+def _check_site_hook(site_hook: Path, out: Path) -> None:
+    if not site_hook.is_file():
+        raise ConfigError(
+            f"--chain {site_hook}: no such file; give the site's job_submit.lua where you moved it"
+        )
+    if site_hook.resolve() == (out / SCRIPT_NAME).resolve():
+        raise ConfigError(
+            f"--chain {site_hook}: render writes {SCRIPT_NAME} there; move the site's hook first "
+            f"(e.g. to {out / 'site_job_submit.lua'}); nothing changed"
+        )
+    if _OURS in site_hook.read_text(errors="replace"):
+        raise ConfigError(
+            f"--chain {site_hook}: that is slurm-hetero's own hook, not the site's; nothing changed"
+        )
+
+
+def _check_not_a_site_hook(path: Path) -> None:
+    """render would replace a site's own job_submit.lua: say how to keep it."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    if _OURS not in text:
+        raise ConfigError(
+            f"{path} is not slurm-hetero's (the site's own hook?); to run both, move it "
+            f"(mv {path} {path.with_name('site_job_submit.lua')}) and pass --chain "
+            f"{path.with_name('site_job_submit.lua')}, or remove it; nothing changed"
+        )
 
 
 @cli.group()

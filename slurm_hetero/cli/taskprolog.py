@@ -12,7 +12,6 @@ TaskProlog's stderr together with its stdout.
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import sys
 import warnings
@@ -26,6 +25,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.config import load_settings
 from slurm_hetero.errors import HeteroError
+from slurm_hetero.journal import syslog_handler
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.slurm import syntax
@@ -71,12 +71,7 @@ def _quiet_logging() -> None:
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    try:
-        handler: logging.Handler = logging.handlers.SysLogHandler(address=SYSLOG_SOCKET)
-        handler.setFormatter(logging.Formatter("slurm-hetero-task-prolog: %(message)s"))
-    except OSError:
-        handler = logging.NullHandler()
-    root.addHandler(handler)
+    root.addHandler(syslog_handler("slurm-hetero-task-prolog", SYSLOG_SOCKET) or logging.NullHandler())
     root.setLevel(logging.WARNING)
     logging.raiseExceptions = False  # a handler that fails must not print a traceback
 

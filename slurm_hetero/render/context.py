@@ -41,6 +41,7 @@ class RenderOptions:
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     local: LocalSlurmd | None = None
     default_partition: str = DEFAULT_PARTITION
+    autodetect: bool = False  # AutoDetect= lines for nodes of one vendor Slurm can detect (nvml, rsmi)
 
 
 def _device_file(device: Device, node_name: str, local: LocalSlurmd | None) -> str:
@@ -121,6 +122,7 @@ def _gres_device_lines(
             last["files"].append(file)
         else:
             last = {"type": device.type, "files": [file], "cores": cores, "links": links}
+            last["flags"] = slurm_device.vendor.slurm_gpu_env
             lines.append(last)
     for entry in lines:
         entry["file"] = hostlist.fold(entry.pop("files"))
@@ -163,6 +165,7 @@ class GresLine:
     file: str
     cores: str | None
     links: str | None
+    flags: str  # the vendor's environment flag (VendorTraits.slurm_gpu_env)
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ class NodeShape:
     shard_lines: tuple[tuple[str, int], ...] = ()  # (device file, shards) per shared device
     weight: int = 1  # Weight= (render.weights: from the node's own devices)
     gpu_node: bool = True  # has a device Slurm will see: member of the GPU partitions
+    autodetect: str | None = None  # gres.conf AutoDetect= of the node (RenderOptions.autodetect)
 
     @property
     def gres(self) -> str:
@@ -210,13 +214,14 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel |
     notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
     lines = _gres_device_lines(slurm_node.devices, node, options.local, notes)
     counts = _gres_counts(devices, options.shares)
+    autodetect = _autodetect(slurm_node, notes) if options.autodetect else None
     return NodeShape(
         node.cpus,
         node.sockets,
         node.cores_per_socket,
         node.threads_per_core,
         node.real_memory_mib,
-        tuple(GresLine(g["type"], g["file"], g["cores"], g["links"]) for g in lines),
+        tuple(GresLine(g["type"], g["file"], g["cores"], g["links"], g["flags"]) for g in lines),
         tuple(counts["per_type"].items()),
         counts["gpumem"],
         counts["gpucore"],
@@ -228,7 +233,27 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel |
         _shard_lines(devices, node.name, options),
         node_weight(slurm_node.devices, options.policy, costs or CostModel(0.005, 0.03)),
         bool(devices),
+        autodetect,
     )
+
+
+def _autodetect(slurm_node: SlurmNode, notes: list[str]) -> str | None:
+    """The node's AutoDetect= mechanism: its devices' one, where slurmd can match what it detects
+    to the rendered Type= (Slurm: the Type must be part of the detected name, spaces as
+    underscores); a node mixing vendors, or a vendor Slurm cannot detect, gets none."""
+    found = {d.vendor.slurm_autodetect for d in slurm_node.devices}
+    mechanism = found.pop() if len(found) == 1 else None
+    if mechanism is None:
+        return None
+    for d in slurm_node.devices:
+        detected = d.device.model.lower().replace(" ", "_")
+        if d.type.lower() not in detected:
+            notes.append(
+                f"AutoDetect left out: Type={d.type} is not part of the name {mechanism} reports "
+                f"({detected}), so slurmd could not match them"
+            )
+            return None
+    return mechanism
 
 
 NODE_FACTS = {
@@ -317,6 +342,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "gres_groups": [
             {
                 "nodes": f,
+                "autodetect": s.autodetect,
                 "lines": s.gres_lines,
                 "gpumem": s.gpumem,
                 "gpucore": s.gpucore,

@@ -164,10 +164,11 @@ def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
     return [path]
 
 
-def write_bytes_atomic(path: Path, data: bytes, backup: bool = False) -> None:
+def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int | None = None) -> None:
     """One file of any content (a plot) through the single-file path of `write_atomic`: a failed
     write (a full disk) leaves the old file, or none, never a partial one; OutputError. A link is
-    written through (its target replaced, the link kept)."""
+    written through (its target replaced, the link kept). The new file keeps the old one's mode,
+    or takes `mode` when given (readers never see the file with another)."""
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     tmp: str | None = None
@@ -176,7 +177,7 @@ def write_bytes_atomic(path: Path, data: bytes, backup: bool = False) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fchmod(f.fileno(), _mode(path))
+            os.fchmod(f.fileno(), _mode(path) if mode is None else mode)
             os.fsync(f.fileno())
         if backup and path.exists():
             _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))

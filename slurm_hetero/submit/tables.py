@@ -77,6 +77,8 @@ TABLE_NAME = "slurm_hetero_tables.lua"
 SCRIPT_NAME = "job_submit.lua"
 CLI_FILTER_NAME = "cli_filter.lua"
 CLI_SRUN_NAME = "slurm_hetero_srun.lua"  # cli_filter.lua's srun half, loaded only when srun needs it
+CHAIN_TEMPLATE = "job_submit_chain.lua"  # job_submit.lua that runs a site's hook and ours (--chain)
+CHAINED_NAME = "slurm_hetero_job_submit.lua"  # our hook's name beside that job_submit.lua
 DECLARATION_END = "]==]"  # closes the long comment of the table's declaration (`render_table`)
 _RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTILINE)
 
@@ -272,6 +274,12 @@ def render_cli_filter(template: str, srun_path: str | None = None) -> str:
 def render_cli_srun(template: str, hook_path: str | None = None) -> str:
     """`slurm_hetero_srun.lua` with the path of job_submit.lua baked in (default: beside it)."""
     return _bake(template, CLI_SRUN_NAME, {"hook_path": hook_path})
+
+
+def render_chain(template: str, site_path: str, site_first: bool) -> str:
+    """`job_submit.lua` that runs the site's hook at `site_path` and ours (beside it, as
+    CHAINED_NAME) in the given order."""
+    return _bake(template, SCRIPT_NAME, {"site_path": site_path, "ours_path": None, "site_first": site_first})
 
 
 def _bake(template: str, name: str, values: Mapping[str, Any]) -> str:

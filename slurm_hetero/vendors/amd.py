@@ -120,6 +120,8 @@ class AmdVendor(Vendor):
     # index inside that set (ROCm's GPU isolation
     # docs; Slurm's gres.conf Flags=amd_gpu_env).
     visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
+    slurm_gpu_env: ClassVar[str] = "amd_gpu_env"  # ROCR only: Slurm's CUDA_ would index inside it
+    slurm_autodetect: ClassVar[str | None] = "rsmi"
     relative_visible_envs: ClassVar[tuple[str, ...]] = (
         "HIP_VISIBLE_DEVICES",
         "CUDA_VISIBLE_DEVICES",

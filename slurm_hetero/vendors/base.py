@@ -42,6 +42,13 @@ class Vendor(ABC):
     ucc_memory: ClassVar[bool] = False
     #: Prefix of the vendor CCL's NCCL-style network variables (NCCL_IB_HCA, ...); None: it has none.
     ccl_env_prefix: ClassVar[str | None] = None
+    #: gres.conf `Flags=` for this vendor's devices: which visible-device variable Slurm sets
+    #: (nvidia_gpu_env: CUDA_, amd_gpu_env: ROCR_, intel_gpu_env: ZE_AFFINITY_MASK). Default
+    #: no_gpu_env: the runtime reads only its own variable, which the TaskProlog exports; without a
+    #: flag Slurm sets all three, and CUDA_VISIBLE_DEVICES misleads code that reads it there.
+    slurm_gpu_env: ClassVar[str] = "no_gpu_env"
+    #: gres.conf `AutoDetect=` for `gres render --autodetect` (None: Slurm cannot detect this vendor).
+    slurm_autodetect: ClassVar[str | None] = None
     #: How to capture what a default table lacks (memory, model), named in parse errors.
     memory_capture_hint: ClassVar[str] = ""
     #: Device nodes whose presence shows the driver is loaded (then a missing tool is reported).
@@ -101,6 +108,8 @@ class Vendor(ABC):
             device_glob=cls.device_glob,
             ucc_memory=cls.ucc_memory,
             ccl_env_prefix=cls.ccl_env_prefix,
+            slurm_gpu_env=cls.slurm_gpu_env,
+            slurm_autodetect=cls.slurm_autodetect,
         )
 
     # helpers for parsers -------------------------------------------------------------

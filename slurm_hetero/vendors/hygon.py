@@ -77,6 +77,7 @@ class HygonVendor(Vendor):
     tools: ClassVar[tuple[str, ...]] = ("hy-smi", "rocm-smi")
     # The DTK is a ROCm fork: the same two levels as AMD (ROCR picks, HIP indexes inside).
     visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
+    slurm_gpu_env: ClassVar[str] = "amd_gpu_env"
     relative_visible_envs: ClassVar[tuple[str, ...]] = (
         "HIP_VISIBLE_DEVICES",
         "CUDA_VISIBLE_DEVICES",

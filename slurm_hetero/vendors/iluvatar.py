@@ -103,6 +103,7 @@ class IluvatarVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/iluvatar[0-9]*"
     visible_devices_env = None
+    slurm_gpu_env = "nvidia_gpu_env"  # CoreX reads CUDA_VISIBLE_DEVICES
     torch_backend = "nccl"  # CoreX's CUDA-compatible collectives
     ccl_env_prefix = "NCCL"
 

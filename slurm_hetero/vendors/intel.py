@@ -273,6 +273,7 @@ def _with_topology(device: Device, topo: _Topology) -> Device:
 class IntelVendor(Vendor):
     tools = (TOOL,)
     visible_devices_env = "ZE_AFFINITY_MASK"
+    slurm_gpu_env = "intel_gpu_env"
     torch_backend = "xccl"  # built into torch >= 2.8 for XPU (older IPEX: oneCCL's `ccl`)
     torch_device = "xpu"
     stack_label = "oneapi"

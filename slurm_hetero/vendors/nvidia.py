@@ -163,6 +163,8 @@ class NvidiaVendor(Vendor):
     stack_label = "cuda"
     ucc_memory = True
     ccl_env_prefix = "NCCL"
+    slurm_gpu_env = "nvidia_gpu_env"  # CUDA_VISIBLE_DEVICES only
+    slurm_autodetect = "nvml"
 
     def affinity(self) -> int:
         """2 with pynvml importable and the NVIDIA driver present (nvmlInit can work), else 0."""

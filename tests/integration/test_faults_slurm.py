@@ -67,7 +67,7 @@ def test_the_jobs_environment_cannot_fail_or_steer_the_taskprolog(dev_cluster: C
 
 @pytest.fixture
 def inventory_moved_away(dev_cluster: Cluster) -> Iterator[Path]:
-    installed = next(dev_cluster.etc.glob("slurm-hetero-inventory.*"))
+    installed = dev_cluster.release.path("/etc/slurm-hetero/inventory.yaml")  # the TaskProlog's
     moved = installed.with_name(installed.name + ".moved")
     installed.rename(moved)
     try:

@@ -82,7 +82,8 @@ def test_unhealthy_devices_are_not_given_to_slurm(dev_cluster: Cluster) -> None:
 def _submit(gres: str, out: Path) -> str:
     script = (
         "#!/bin/bash\necho NODE=$SLURMD_NODENAME\necho CUDA=$CUDA_VISIBLE_DEVICES\n"
-        "echo STEP=$SLURM_STEP_GPUS\necho JOB=$SLURM_JOB_GPUS\nenv | grep _VISIBLE_ | sort\n"
+        "echo STEP=$SLURM_STEP_GPUS\necho JOB=$SLURM_JOB_GPUS\n"
+        "env | grep -E '_VISIBLE_|^ZE_AFFINITY_MASK=' | sort\n"
     )
     return slurm("sbatch", "--parsable", f"--gres={gres}", "-o", str(out), "--wrap", script).strip()
 
@@ -116,12 +117,16 @@ def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
         device = devices[int(env["JOB"])]
         assert device.type == t
         vendor = device.vendor
-        # ROCm runtimes index CUDA_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES: the TaskProlog sets positions
-        assert env["CUDA"] == ("0" if vendor.relative_visible_envs else env["JOB"]), (t, env)
+        # ROCm runtimes index CUDA_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES: the TaskProlog sets
+        # positions; gres.conf Flags= has Slurm set CUDA_ only for the runtimes that read it
+        cuda = env["JOB"] if vendor.slurm_gpu_env == "nvidia_gpu_env" else ""
+        assert env["CUDA"] == ("0" if vendor.relative_visible_envs else cuda), (t, env)
+        for variable in {"ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"} - {vendor.visible_devices_env}:
+            assert variable not in env, (t, env)  # another vendor's variable
         if vendor.visible_devices_env:
             assert env[vendor.visible_devices_env] == vendor.visible_id(device.device), (t, env)
     pair = _read_env(tmp_path / "pair.out")
-    assert len(pair["CUDA"].split(",")) == 2
+    assert len(pair["JOB"].split(",")) == 2
 
 
 def test_ascend_job_sees_ascend_rt_visible_devices_of_its_allocation(dev_cluster: Cluster) -> None:

@@ -62,7 +62,7 @@ def reload_hook() -> None:
     os.utime(active().etc / "job_submit.lua", (_reload_clock[0], _reload_clock[0]))
 
 
-def render_hook(inventory_path: Path, config: Path) -> None:
+def render_hook(inventory_path: Path, config: Path, *extra: str) -> None:
     subprocess.run(
         [
             sys.executable,
@@ -76,6 +76,7 @@ def render_hook(inventory_path: Path, config: Path) -> None:
             str(active().etc),
             "--config",
             str(config),
+            *extra,
         ],
         check=True,
         cwd=REPO,

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from slurm_hetero import fanout, proc
 from slurm_hetero.cli import cli
+from slurm_hetero.errors import ToolError
 from slurm_hetero.slurm.scontrol import parse_node_records
 
 LINE = (
@@ -115,3 +116,24 @@ def test_cli_prints_one_line_per_node_and_fails_naming_the_rest(
     assert result.exit_code == 1
     assert [json.loads(x)["nodes"][0]["name"] for x in result.stdout.splitlines()] == ["g1", "g2", "g3"]
     assert result.stderr.strip().splitlines()[-1] == "slurm-hetero: 1 of 4 nodes gave no inventory: g4"
+
+
+def test_a_node_neither_srun_nor_ssh_reached_names_both_causes_without_verbose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local_ssh: None
+) -> None:
+    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
+        if argv[0] == "srun":
+            raise ToolError(
+                argv, 1, "srun: error: g1: task 0: Exited with exit code 1\nsrun: error: g2: task 1: Killed"
+            )
+        return fake_slurm([])(argv, timeout)
+
+    monkeypatch.setattr(proc, "run", run)
+    remote = " ".join(fake_remote(tmp_path, dead="g1"))
+    result = CliRunner().invoke(cli, ["discover", "--nodes", "g1", "--remote-command", remote])
+    assert result.exit_code == 1
+    # srun's line about g1 (not the last line, about g2), then what ssh said
+    assert (
+        "slurm-hetero: g1: srun failed: srun: error: g1: task 0: Exited with exit code 1; "
+        "then ssh: connect to host g1: No route to host" in result.stderr
+    ), result.stderr

@@ -197,7 +197,7 @@ def test_cores_are_slurm_core_indices_and_out_of_range_affinity_is_dropped_with_
         devices=(Device("ascend", "910B3", 0, "/dev/davinci0", 65536, "ascend910b3", cores="144-167"),),
     )
     files = render(ClusterInventory(nodes=(small,)))
-    assert "File=/dev/davinci0\n" in files["gres.conf"]
+    assert "File=/dev/davinci0 Flags=no_gpu_env\n" in files["gres.conf"]
     assert (
         "# note: small: ascend device 0: CPU affinity 144-167 is beyond the node's 16 CPUs"
         in files["gres.conf"]
@@ -297,3 +297,42 @@ def test_partition_and_all_node_lists_are_folded_from_host_names_not_from_folded
         line for line in files["slurm-nodes.conf"].splitlines() if line.startswith("PartitionName=nvidia")
     )
     assert "Nodes=a100-40g-[3-4],a30-1 " in partition + " "
+
+
+def _gpu_lines(text: str) -> dict[str, str]:
+    """Type= -> the Flags= value of its gres.conf lines."""
+    found = {}
+    for line in text.splitlines():
+        if " Name=gpu " in line:
+            fields = dict(item.split("=", 1) for item in line.split())
+            found[fields["Type"]] = fields["Flags"]
+    return found
+
+
+def test_each_vendor_gets_its_own_environment_flag() -> None:
+    def node(name: str, vendor: str, model: str, type_: str, file: str) -> NodeInventory:
+        return NodeInventory(name, cpus=8, devices=(Device(vendor, model, 0, file, 65536, type_),))
+
+    inv = ClusterInventory(
+        nodes=(
+            node("nv1", "nvidia", "NVIDIA L40S", "l40s", "/dev/nvidia0"),
+            node("amd1", "amd", "AMD Instinct MI300X", "mi300x", "/dev/dri/renderD128"),
+            node("npu1", "ascend", "Ascend910B3", "ascend910b3", "/dev/davinci0"),
+            node("mlu1", "cambricon", "MLU370-X8", "mlu370", "/dev/cambricon_dev0"),
+        )
+    )
+    assert _gpu_lines(render(inv)["gres.conf"]) == {
+        "l40s": "nvidia_gpu_env",  # CUDA_VISIBLE_DEVICES only
+        "mi300x": "amd_gpu_env",  # ROCR only: ROCm reads CUDA_VISIBLE_DEVICES inside ROCR's set
+        "ascend910b3": "no_gpu_env",  # the TaskProlog exports ASCEND_RT_VISIBLE_DEVICES
+        "mlu370": "no_gpu_env",
+    }
+
+
+def test_autodetect_only_where_slurmd_can_match_the_type() -> None:
+    files = render(inventory.load(EXAMPLES / "mixed.yaml"), autodetect=True)
+    gres = files["gres.conf"]
+    assert "NodeName=l40sn1 AutoDetect=nvml\n" in gres  # l40s is part of NVML's nvidia_l40s
+    assert "a100n1 AutoDetect" not in gres and "ascendn1 AutoDetect" not in gres
+    assert "a100n1: AutoDetect left out: Type=a100_80g is not part of the name nvml reports" in gres
+    assert "AutoDetect" not in render(inventory.load(EXAMPLES / "mixed.yaml"))["gres.conf"]

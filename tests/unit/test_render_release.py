@@ -65,11 +65,12 @@ def test_24_11_widens_split_sockets_with_a_note(tmp_path: Path) -> None:
     path = tmp_path / "split.yaml"
     path.write_text(SPLIT)
     old, new = rendered(path, "22.05")["gres.conf"], rendered(path, "24.11")["gres.conf"]
-    assert "NodeName=n[1-2] Name=gpu Type=l40s File=/dev/nvidia0 Cores=0-3\n" in old
-    assert "NodeName=n[1-2] Name=gpu Type=l40s File=/dev/nvidia0 Cores=0-7\n" in new
-    assert "File=/dev/nvidia1 Cores=8-15\n" in old and "File=/dev/nvidia1 Cores=8-15\n" in new
+    assert "NodeName=n[1-2] Name=gpu Type=l40s File=/dev/nvidia0 Cores=0-3 Flags=nvidia_gpu_env\n" in old
+    assert "NodeName=n[1-2] Name=gpu Type=l40s File=/dev/nvidia0 Cores=0-7 Flags=nvidia_gpu_env\n" in new
+    assert "File=/dev/nvidia1 Cores=8-15 Flags" in old and "File=/dev/nvidia1 Cores=8-15 Flags" in new
     assert "# note: n[1-2]: gpu l40s /dev/nvidia0: Cores=0-3 widened to whole sockets, Cores=0-7" in new
-    assert "NodeName=flat1 Name=gpu Type=l40s File=/dev/nvidia0 Cores=0-3\n" in new  # one core per socket
+    # one core per socket
+    assert "NodeName=flat1 Name=gpu Type=l40s File=/dev/nvidia0 Cores=0-3 Flags=nvidia_gpu_env\n" in new
     assert rendered(path, "23.11") == rendered(path, "24.11")
 
 

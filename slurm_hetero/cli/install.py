@@ -1,0 +1,94 @@
+"""`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command).
+
+Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`;
+see docs/admin-guide.md section "Node install" and slurm_hetero/install.py for the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from slurm_hetero.cli import cli
+from slurm_hetero.errors import HeteroError
+from slurm_hetero.install import Layout, default_source, install, uninstall
+
+PATH = click.Path(path_type=Path)
+
+
+def _slurm_confs(layout: Layout, given: tuple[Path, ...]) -> list[Path]:
+    if given:
+        return list(given)
+    return [Path(os.environ.get("SLURM_CONF") or layout.etc / "slurm.conf")]
+
+
+@cli.command("install")
+@click.option(
+    "--python", type=PATH, default=sys.executable, show_default="this Python", help="Interpreter of the venv."
+)
+@click.option(
+    "--source", type=PATH, help="Checkout or wheel to install (default: the checkout this runs from)."
+)
+@click.option(
+    "--inventory", "inventory_file", type=PATH, help="Install this inventory as SITE/inventory.yaml (0644)."
+)
+@click.option("--config", "config", help="Suite config the TaskProlog reads (a path on the node).")
+@click.option("--pip-option", "pip_options", multiple=True, help="Pass to pip (repeatable): --no-index, ...")
+@click.option("--upgrade", is_flag=True, help="Replace an install: a new venv, the scripts then name it.")
+@click.option(
+    "--uninstall",
+    "remove",
+    is_flag=True,
+    help="Remove what install wrote (once slurm.conf names none of it).",
+)
+@click.option(
+    "--slurm-conf", "slurm_confs", type=PATH, multiple=True, help="slurm.conf(s) --uninstall checks."
+)
+@click.option("--prefix", type=PATH, default=Layout.prefix, show_default=True)
+@click.option("--slurm-etc", type=PATH, default=Layout.etc, show_default=True, help="Where the scripts go.")
+@click.option("--bin-dir", type=PATH, default=Layout.bin_dir, show_default=True)
+@click.option(
+    "--site-dir", type=PATH, default=Layout.site, show_default=True, help="Where the inventory goes."
+)
+@click.option("--json", "as_json", is_flag=True)
+def install_command(
+    python: Path,
+    source: Path | None,
+    inventory_file: Path | None,
+    config: str | None,
+    pip_options: tuple[str, ...],
+    upgrade: bool,
+    remove: bool,
+    slurm_confs: tuple[Path, ...],
+    prefix: Path,
+    slurm_etc: Path,
+    bin_dir: Path,
+    site_dir: Path,
+    as_json: bool,
+) -> None:
+    """Install slurm-hetero for Slurm on this node: a venv under PREFIX/venvs, the TaskProlog and
+    HealthCheckProgram scripts in SLURM_ETC and the command in BIN_DIR, all naming that venv."""
+    layout = Layout(prefix.absolute(), slurm_etc.absolute(), bin_dir.absolute(), site_dir.absolute())
+    if remove:
+        lines = uninstall(layout, _slurm_confs(layout, slurm_confs))
+        click.echo(json.dumps({"uninstalled": lines}) if as_json else "\n".join(lines))
+        return
+    source = source or default_source()
+    if source is None:
+        raise HeteroError("this slurm-hetero does not run from a checkout; pass --source WHEEL_OR_CHECKOUT")
+    manifest = install(
+        layout, python.absolute(), source.absolute(), inventory_file, config, pip_options, upgrade
+    )
+    if as_json:
+        click.echo(json.dumps(manifest))
+        return
+    click.echo(
+        f"{'upgraded' if upgrade else 'installed'} slurm-hetero {manifest['version']} in {manifest['venv']}"
+    )
+    scripts = manifest["scripts"]
+    click.echo(f"slurm.conf: TaskProlog={scripts['taskprolog']}")
+    click.echo(f"slurm.conf: HealthCheckProgram={scripts['health']}")

@@ -1,0 +1,35 @@
+"""Lines for the node's journal/syslog, where an admin looks: what `health` found and did, what
+`gres render` and `job-submit render` wrote, the TaskProlog's problems. Each goes through its own
+logger (`audit(ident)`), which writes only to syslog's socket (/dev/log) when there is one and
+never to the terminal, so a command's output stays as documented."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+
+SOCKET = "/dev/log"
+
+
+def syslog_handler(ident: str, socket: str | None = None) -> logging.Handler | None:
+    """A handler for syslog's socket, lines tagged `ident:`, that never fails the command; None
+    where the socket cannot be opened (Python 3.9 knows at once)."""
+    try:
+        handler = logging.handlers.SysLogHandler(address=socket or SOCKET)
+    except OSError:
+        return None
+    handler.setFormatter(logging.Formatter(f"{ident}: %(message)s"))
+    # Python 3.11 creates the handler without a socket and retries on each line: a node without
+    # syslog, or a syslog that went away, must cost no traceback on the command's stderr
+    handler.handleError = lambda record: None  # type: ignore[method-assign]
+    return handler
+
+
+def audit(ident: str, socket: str | None = None) -> logging.Logger:
+    """The logger of `ident` (e.g. `slurm-hetero-health`): INFO and up to syslog, nothing else."""
+    logger = logging.getLogger(f"slurm_hetero.journal.{ident}")
+    if not logger.handlers:
+        logger.addHandler(syslog_handler(ident, socket) or logging.NullHandler())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger

@@ -1,0 +1,122 @@
+"""`job-submit render --chain`: the generated job_submit.lua runs a site's own hook and ours, in
+the order asked, under Lua 5.1 (Debian's slurmctld) and 5.4 (lupa), with the shim of
+test_job_submit_lua; tests/integration/test_job_submit_chain_slurm.py runs it in slurmctld."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hetero.cli import cli
+from slurm_hetero.submit import Job
+from slurm_hetero.submit.tables import CHAINED_NAME, SCRIPT_NAME
+from tests.unit.test_job_submit_lua import HARNESS, Hook
+from tests.unit.test_score import MIXED
+
+pytest.importorskip("lupa.lua51")
+import lupa.lua54  # noqa: E402
+
+# A site hook: records what it saw, refuses one job name, fails on another, tags the comment.
+SITE_HOOK = """
+T = "the site's T"  -- a global of the site's own: stays in the site's environment
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  _G.SITE_SAW = job_desc.tres_per_node  -- for the test to read
+  if job_desc.name == "refused-by-site" then
+    slurm.log_user("site policy: no")
+    return slurm.ERROR
+  end
+  if job_desc.name == "site-bug" then error("site hook bug") end
+  job_desc.comment = "site"
+end
+"""
+OURS_RAN = "slurm_hetero: uid"  # our hook's log line on a rewrite
+
+
+def render(tmp_path: Path, order: str, site: str = SITE_HOOK) -> Path:
+    site_hook = tmp_path / "site_job_submit.lua"
+    site_hook.write_text(site)
+    out = tmp_path / "etc"
+    args = ["job-submit", "render", "--inventory", str(MIXED), "--out", str(out), "--chain", str(site_hook)]
+    result = CliRunner().invoke(cli, [*args, "--chain-order", order])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+class ChainHook(Hook):
+    """The chained job_submit.lua in a fresh Lua state of the given version."""
+
+    def __init__(self, script: Path, lua_module: object) -> None:
+        self.lua = lua_module.LuaRuntime(unpack_returned_tuples=True)  # type: ignore[attr-defined]
+        self.lua.execute(HARNESS)
+        self.lua.execute("SITE_SAW = nil")
+        self.loaded = self.lua.globals().dofile(str(script))
+
+    def site_saw(self) -> str | None:
+        return self.lua.globals().SITE_SAW
+
+
+def job(gres: str = "gpumem:20G") -> Job:
+    return Job(tres_per_node=f"gres:{gres}", submit_uid=1000)
+
+
+LUAS = [pytest.param(__import__("lupa.lua51").lua51, id="lua5.1"), pytest.param(lupa.lua54, id="lua5.4")]
+
+
+@pytest.mark.parametrize("lua", LUAS)
+def test_site_first_sees_the_users_request_then_ours_rewrites_it(tmp_path: Path, lua: object) -> None:
+    hook = ChainHook(render(tmp_path, "site-first") / SCRIPT_NAME, lua)
+    rc, _, after, log = hook.run_rc(job())
+    assert rc == 0 and hook.site_saw() == "gres:gpumem:20G"
+    assert hook.lua.globals().T is None  # the site's globals stay its own
+    assert after.tres_per_node.startswith("gres:gpu:") and any(OURS_RAN in line for _, line in log)
+    rc, user, after, log = hook.run_rc(job(), name="refused-by-site")
+    assert rc == -1 and user == "site policy: no" and not any(OURS_RAN in line for _, line in log)
+
+
+@pytest.mark.parametrize("lua", LUAS)
+def test_ours_first_shows_the_site_the_concrete_request_and_our_refusal_ends_it(
+    tmp_path: Path, lua: object
+) -> None:
+    hook = ChainHook(render(tmp_path, "ours-first") / SCRIPT_NAME, lua)
+    rc, _, after, _ = hook.run_rc(job())
+    assert rc == 0 and hook.site_saw() == after.tres_per_node and after.tres_per_node.startswith("gres:gpu:")
+    hook.lua.execute("SITE_SAW = nil")
+    rc, user, _, _ = hook.run_rc(job(gres="gpumem:9000G"))
+    assert rc != 0 and "gpumem" in user and hook.site_saw() is None  # the site never ran
+
+
+def test_a_site_hook_that_fails_is_logged_and_ours_still_decides(tmp_path: Path) -> None:
+    hook = ChainHook(render(tmp_path, "site-first") / SCRIPT_NAME, lupa.lua54)
+    rc, _, after, log = hook.run_rc(job(), name="site-bug")
+    assert rc == 0 and after.tres_per_node.startswith("gres:gpu:")
+    assert any(kind == "error" and "site hook bug" in line for kind, line in log), log
+
+
+def test_a_site_hook_without_job_modify_leaves_edits_to_ours(tmp_path: Path) -> None:
+    hook = ChainHook(render(tmp_path, "site-first") / SCRIPT_NAME, lupa.lua54)
+    rc, _, _ = hook.lua.globals().modify(hook.lua.table_from({}), hook.lua.table_from({}), 1000)
+    assert rc == 0  # no recursion into the chain's own global slurm_job_modify
+
+
+def test_render_refuses_to_overwrite_a_site_hook_and_says_how_to_chain_it(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    out.mkdir()
+    (out / SCRIPT_NAME).write_text(SITE_HOOK)
+    args = ["job-submit", "render", "--inventory", str(MIXED), "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and "pass --chain" in result.output and "nothing changed" in result.output
+    assert (out / SCRIPT_NAME).read_text() == SITE_HOOK
+    result = CliRunner().invoke(cli, [*args, "--chain", str(out / SCRIPT_NAME)])
+    assert result.exit_code == 1 and "move the site's hook first" in result.output
+    assert not (out / CHAINED_NAME).exists()
+
+
+def test_chaining_writes_our_hook_beside_and_the_srun_half_runs_ours_alone(tmp_path: Path) -> None:
+    out = render(tmp_path, "site-first")
+    assert "slurm_job_submit" in (out / CHAINED_NAME).read_text()
+    assert f'local HOOK_PATH = "{out / CHAINED_NAME}"' in (out / "slurm_hetero_srun.lua").read_text()
+    text = (out / SCRIPT_NAME).read_text()
+    assert f'local SITE_PATH = "{tmp_path / "site_job_submit.lua"}"' in text
+    assert "local SITE_FIRST = true" in text
