@@ -933,11 +933,13 @@ def test_gpumem_in_a_step_is_refused_naming_what_the_job_holds_and_its_count_run
         f"srun sh -c '{script}'; echo rc=$?; "
         f"srun --gres=gpu:1 sh -c '{script}'; echo rc=$?"
     )
-    # whole devices: the hook chooses a100_80g for 70G (this suite shares l40s: 20G would hold shards)
+    # whole devices of the type the hook chooses for 70G (this suite shares l40s: 20G would hold shards)
     run = as_user("salloc", "-t", "2", "--gres=gpumem:70G", "sh", "-c", inner)
     assert re.findall(r"rc=(\d+)", run.stdout) == ["1", "0", "0"], (run.stdout, run.stderr)
+    chosen = re.search(r"gpumem:70G -> gres[:/]gpu:([\w.-]+):1 ", run.stderr)
+    assert chosen, run.stderr
     assert re.search(
-        r"gpumem:20G: this srun is a step of job \d+, which holds gpu:a100_80g:1 on \S+; gpumem/gpucore "
+        rf"gpumem:20G: this srun is a step of job \d+, which holds gpu:{chosen[1]}:1 on \S+; gpumem/gpucore "
         r"choose a new job's devices and a step gets its job's: ask --gres=gpu:N \(N up to 1 per node\), or "
         r"leave the device options out for all of them",
         run.stderr,
