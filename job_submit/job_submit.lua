@@ -1840,4 +1840,11 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   return rc
 end
 
+------------------------------------------------------------------------------ the module
+
+-- What the srun half (slurm_hetero_srun.lua, which runs this file with dofile in srun) uses of the
+-- hook, so that it has no reader of its own: the decision, and the TRES item reader. A global, as
+-- Slurm finds slurm_job_submit; the file returns slurm.SUCCESS, which the plugin checks on load.
+slurm_hetero_hook = { submit = slurm_job_submit, items_of = items_of }
+
 return slurm.SUCCESS
