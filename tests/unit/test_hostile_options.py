@@ -243,8 +243,12 @@ def test_training_refuses_a_nan_gradient_weight(weight: object) -> None:
 def _commands(
     group: click.Group, prefix: tuple[str, ...] = ()
 ) -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every command, as click finds them (the group imports a command's module when asked)."""
     out = []
-    for name, command in group.commands.items():
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None, name
         out.append(((*prefix, name), command))
         if isinstance(command, click.Group):
             out.extend(_commands(command, (*prefix, name)))

@@ -39,6 +39,7 @@ from slurm_hetero.submit import (
     sbatch_counts,
 )
 from slurm_hetero.submit.tables import (
+    CHAIN_TEMPLATE,
     CLI_FILTER_NAME,
     CLI_SRUN_NAME,
     SCRIPT_NAME,
@@ -1526,7 +1527,7 @@ def test_the_cli_filter_stays_small() -> None:
 def test_the_wheel_ships_every_script_that_render_reads() -> None:
     """script_template() reads slurm_hetero/data/NAME in an installed package."""
     repo = Path(__file__).resolve().parents[2]
-    names = {SCRIPT_NAME, CLI_FILTER_NAME, CLI_SRUN_NAME}
+    names = {SCRIPT_NAME, CLI_FILTER_NAME, CLI_SRUN_NAME, CHAIN_TEMPLATE}
     assert {p.name for p in (repo / "job_submit").glob("*.lua")} == names
     pyproject = (repo / "pyproject.toml").read_text()
     for name in names:
