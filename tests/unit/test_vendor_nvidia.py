@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero.errors import HeteroError, ParseError
+from slurm_hetero.errors import HeteroError, ParseError, ToolError
 from slurm_hetero.model import Capture, Health, Link
 from slurm_hetero.vendors import _nvidia_smi, _nvidia_topo, _nvml, get_vendor
 from slurm_hetero.vendors import nvidia as nv
@@ -483,8 +483,9 @@ def test_probe_skips_a_lost_gpu(
 
 
 def test_probe_without_driver_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    with pytest.raises(HeteroError, match=r"NVML cannot start \(Driver Not Loaded\).*--from-file"):
+    with pytest.raises(ToolError, match=r"NVML cannot start\): Driver Not Loaded.*--from-file") as e:
         _probe(monkeypatch, FakeNvml([], init_error=9), tmp_path)
+    assert e.value.exit_code == 3  # a vendor tool or library that fails, as the exit code table says
 
 
 def test_probe_without_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
