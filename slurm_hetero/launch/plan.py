@@ -44,6 +44,7 @@ from slurm_hetero.engine.layout import (
     RankAssignment,
     assign_ranks,
     check_batch,
+    check_limits,
     even_bounds,
     layout_from_split,
     solve,
@@ -364,7 +365,9 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
 
 
 def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) -> Layout:
-    """The layout, or one `root cause:` error when the allocation cannot hold the model."""
+    """The layout, or one `root cause:` error when the allocation cannot hold the model (an input
+    beyond the planner's limits is refused as itself first)."""
+    check_limits(spec)
     try:
         chosen = solve(spec)
     except RequestError as e:
