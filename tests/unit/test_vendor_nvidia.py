@@ -528,3 +528,20 @@ def test_the_model_option_with_a_device_listing_is_refused() -> None:
     xml = next(p.name for p in DIR.glob("nvidia-smi-q-x_*.xml"))
     with pytest.raises(ParseError, match="leave --model out"):
         get_vendor("nvidia").parse_with_model([_capture(xml)], "NVIDIA A100-SXM4-40GB")
+
+
+def test_query_csv_without_an_index_column_takes_rows_in_index_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 26 repro 7: `--query-gpu=name,uuid,...` without `index` was refused, though nvidia-smi
+    prints one row per GPU in index order; now the rows are GPUs 0, 1, ..., and a warning says so."""
+    path = DIR / "nvidia-smi-query-gpu-csv_4x-a100-sxm4-80gb_drv580.txt"
+    indexed = get_vendor("nvidia").parse([Capture(path.name, path.read_text())])
+    unindexed = "\n".join(line.split(", ", 1)[1] for line in path.read_text().splitlines()) + "\n"
+    assert unindexed.startswith("name, memory.total [MiB]")  # the index column cut off (a derived copy)
+    with caplog.at_level(logging.WARNING):
+        devices = get_vendor("nvidia").parse([Capture("no-index.csv", unindexed)])
+    assert devices == indexed and [d.index for d in devices] == [0, 1, 2, 3]
+    assert "no index or minor_number column: the rows are taken as GPUs 0, 1, ... in order" in caplog.text
+    with pytest.raises(ParseError, match="needs the name column"):
+        get_vendor("nvidia").parse([Capture("no-name.csv", "index, uuid\n0, GPU-1\n")])
