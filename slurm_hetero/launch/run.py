@@ -207,6 +207,7 @@ from slurm_hetero.launch.plan import (
     RankPlan,
     StepNodes,
     build_plan,
+    check_plain_batch,
     process_env,
 )
 from slurm_hetero.launch.slurmnodes import gres_records
@@ -462,6 +463,8 @@ def plan_step(
         job = parse_job_env(environ)
         check_step_has_devices(job)
         bound = job.devices
+    if plan_options.model is None:
+        check_plain_batch(job.world_size, plan_options.global_batch)
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
     return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound)

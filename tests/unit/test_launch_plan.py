@@ -612,6 +612,19 @@ def test_the_cli_refuses_a_simulated_node_too_big_in_one_line(monkeypatch: pytes
     )
 
 
+def test_a_global_batch_under_the_ranks_is_refused_before_any_node_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without --model each rank needs a sample: `--simulate gn[1-65536]:a100_80g:1` with the
+    default batch (512) built all 65,536 nodes (minutes) before saying so; now from the count."""
+    monkeypatch.setattr(run, "DEFAULT_INVENTORY", Path("/nonexistent/inventory.yaml"))
+    options = run.RunOptions((), dry_run=True, simulate="gn[1-65536]:a100_80g:1")
+    started = time.monotonic()
+    with pytest.raises(RequestError, match=r"every one of the 65,536 ranks .* give --global-batch 65536"):
+        run.plan_step(LaunchOptions(None), options, {})
+    assert time.monotonic() - started < 2.0
+
+
 def test_a_step_beyond_the_planners_limits_is_not_a_memory_root_cause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
