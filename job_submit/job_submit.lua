@@ -31,10 +31,14 @@ local FAIL_POLICY = "open"  -- @render fail_policy
 local TABLE_PATH = nil      -- @render table_path
 
 local FORMAT = 1            -- the table format this script reads
-local NO_VAL = 4294967294   -- Slurm's "unset" for 32-bit numbers (het_job_offset, ...)
 local FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }
 local IN_PLACE = { tres_per_job = true, tres_per_task = true, tres_per_socket = true }  -- counts keep their scope
-local UNSET = 65534         -- NO_VAL16; NO_VAL and INFINITE are larger: any count >= it is unset
+-- Slurm's sentinels (slurm.h), read as slurmctld reads a job_desc number: NO_VAL16 in a 16-bit
+-- field and NO_VAL in a 32-bit one mean unset; INFINITE16 (65535) and INFINITE are numbers like any
+-- other (--ntasks-per-node=65535 is a count slurmctld holds the job to, not an unset one), and a
+-- 32-bit field's 65534 is 65534. Only count_of and the het offset read them.
+local NO_VAL16, NO_VAL = 65534, 4294967294
+local FIELDS16 = { ntasks_per_node = true, cpus_per_task = true }  -- uint16_t in job_desc_msg_t
 local INTERNAL = "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
 
 ------------------------------------------------------------------------ logging
@@ -1111,18 +1115,19 @@ end
 
 ------------------------------------------------------------------------------ one submission
 
--- A job_desc count, or nil when Slurm's value means unset (nil, 0, NO_VAL16, NO_VAL).
-local function count_of(value)
-  value = tonumber(value)
-  if value == nil or value <= 0 or value >= UNSET then return nil end
+-- The count field `name` of a job_desc (or job_rec, or view), or nil when Slurm's value means
+-- unset: nil, 0, or its width's NO_VAL (NO_VAL16 for FIELDS16, else NO_VAL).
+local function count_of(record, name)
+  local value = tonumber(record[name])
+  if value == nil or value <= 0 or value == (FIELDS16[name] and NO_VAL16 or NO_VAL) then return nil end
   return value
 end
 
 -- Nodes the job spans: -N, or more when tasks over tasks per node need more.
 local function job_nodes(job_desc)
-  local tasks, per_node = count_of(job_desc.num_tasks), count_of(job_desc.ntasks_per_node)
+  local tasks, per_node = count_of(job_desc, "num_tasks"), count_of(job_desc, "ntasks_per_node")
   local by_tasks = (tasks and per_node) and ceil_div(tasks, per_node) or 1
-  return math.max(count_of(job_desc.min_nodes) or 1, by_tasks)
+  return math.max(count_of(job_desc, "min_nodes") or 1, by_tasks)
 end
 
 -- Devices each node needs: a job total spread over the nodes, per task times tasks per node,
@@ -1130,8 +1135,8 @@ end
 local function devices_per_node(req, job_desc, nodes)
   if req.gpu_field == "tres_per_job" then return ceil_div(req.count, nodes) end
   if req.gpu_field == "tres_per_task" then
-    local tasks = count_of(job_desc.num_tasks)
-    local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
+    local tasks = count_of(job_desc, "num_tasks")
+    local per_node = count_of(job_desc, "ntasks_per_node") or (tasks and ceil_div(tasks, nodes)) or 1
     return req.count * per_node
   end
   return req.count
@@ -1162,9 +1167,9 @@ end
 -- 24.11's cpu=N in tres_per_task, which an edit's job_rec still shows), or CPUs per gpu x its
 -- devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
 local function node_needs(job_desc, nodes, each)
-  local tasks = count_of(job_desc.num_tasks)
-  local per_node = count_of(job_desc.ntasks_per_node) or (tasks and ceil_div(tasks, nodes)) or 1
-  local per_task = count_of(job_desc.cpus_per_task) or item_count(job_desc.tres_per_task, "cpu")
+  local tasks = count_of(job_desc, "num_tasks")
+  local per_node = count_of(job_desc, "ntasks_per_node") or (tasks and ceil_div(tasks, nodes)) or 1
+  local per_task = count_of(job_desc, "cpus_per_task") or item_count(job_desc.tres_per_task, "cpu")
   if per_task == 0 then per_task = 1 end
   local cpus = math.max(per_node * per_task, item_count(job_desc.cpus_per_tres, "gpu") * each)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
@@ -1302,7 +1307,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   -- the node count the decision assumed, where the job leaves it open (see pin_nodes)
   local pin = {}
   for _, name in ipairs({ "min_nodes", "max_nodes" }) do
-    if count_of(job_desc[name]) == nil then pin[name] = nodes end
+    if count_of(job_desc, name) == nil then pin[name] = nodes end
   end
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
            types = choice.types, request = req.text, pin = pin, nodes = nodes,
@@ -1705,7 +1710,7 @@ local function edited_view(job_desc, job_rec, again)
     end
   end
   for _, name in ipairs(VIEW_COUNTS) do
-    view[name] = count_of(job_desc[name]) or count_of(job_rec[name])
+    view[name] = count_of(job_desc, name) or count_of(job_rec, name)
   end
   for _, name in ipairs(VIEW_AMOUNTS) do
     view[name] = amount_of(job_desc[name]) > 0 and job_desc[name] or job_rec[name]
@@ -1789,7 +1794,7 @@ end
 -- --ntasks-per-node), the node lists (-w, -x), the partition or the constraint.
 local function fit_edit(job_desc)
   for _, name in ipairs(VIEW_COUNTS) do
-    if count_of(job_desc[name]) then return true end
+    if count_of(job_desc, name) then return true end
   end
   for _, name in ipairs(VIEW_EDIT) do
     if (job_desc[name] or "") ~= "" then return true end

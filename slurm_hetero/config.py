@@ -34,7 +34,7 @@ import copy
 import logging
 import os
 import pwd
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,9 @@ from slurm_hetero.engine.score import (
     ScoringOptions,
 )
 from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.model import SlurmNode
 from slurm_hetero.readfile import MAX_CONFIG_BYTES, config_yaml, read_text
+from slurm_hetero.render.context import check_shares
 from slurm_hetero.units import parse_size
 
 logger = logging.getLogger(__name__)
@@ -289,6 +291,35 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
         _scope(hook["default_vendors"]),
         hook["default_partition"],
     )
+
+
+def check_for_cluster(settings: Settings, nodes: Sequence[SlurmNode], partitions: Iterable[str]) -> None:
+    """Every setting that names a device type, a partition or a shard size, against the cluster
+    the hook is rendered for (`nodes`; `partitions`: those it has rules for, with the rendered
+    default one): a name it lacks is a typo that would render a hook refusing every job
+    (`allow_types: [nosuch]`), deciding jobs by rules nobody wrote (`default_partition: nosuch`)
+    or sharing nothing (`shard_size: {l4: 100G}` on a 22 GiB L4). ConfigError naming the key."""
+    types = sorted({d.type for n in nodes for d in n.devices})
+    where = ", ".join(settings.sources) or None
+    named = [("scoring.allow_types", settings.allow_types), ("scoring.deny_types", settings.deny_types)]
+    for name, part in sorted(settings.partitions.items()):
+        named += [(f"partitions.{name}.allow_types", part.allow_types)]
+        named += [(f"partitions.{name}.deny_types", part.deny_types)]
+    for key, listed in named:
+        for gres_type in listed:
+            if gres_type not in types:
+                raise ConfigError(
+                    f"no device type {gres_type!r} in this cluster; types: {', '.join(types)}", where, key
+                )
+    known = sorted({*partitions, DEFAULT_PARTITION})
+    if settings.default_partition not in known:
+        raise ConfigError(
+            f"{settings.default_partition!r} is not a partition the hook knows ({', '.join(known)}); name "
+            "one, or add it under partitions: (even as {})",
+            where,
+            "job_submit.default_partition",
+        )
+    check_shares(settings.shares, nodes)
 
 
 def load_settings(

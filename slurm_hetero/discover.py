@@ -84,22 +84,30 @@ def devices_from_files(
     return [_parse_with_any_vendor(captures)]
 
 
-def devices_live(vendor_names: Sequence[str]) -> list[tuple[Vendor, list[Device]]]:
-    """Probe forced vendors (errors are fatal) or every vendor whose affinity is positive."""
-    forced = [get_vendor(n) for n in vendor_names]
-    for vendor in forced:
-        if vendor.unavailable_reason:
-            raise HeteroError(f"vendor {vendor.name} unavailable: {vendor.unavailable_reason}")
-    if forced:
-        return [(v, v.probe()) for v in forced]
-    found = []
-    for vendor in all_vendors():
-        if vendor.affinity() <= 0:
-            continue
+def probe_each(vendors: Sequence[Vendor]) -> tuple[list[tuple[Vendor, list[Device]]], dict[str, HeteroError]]:
+    """Probe every vendor; one that cannot be asked (unavailable, its tool missing, failing or past
+    its timeout, NVML that cannot start) is returned by name with its error, not raised."""
+    found, failed = [], {}
+    for vendor in vendors:
         try:
+            if vendor.unavailable_reason:
+                raise HeteroError(f"vendor {vendor.name} unavailable: {vendor.unavailable_reason}")
             found.append((vendor, vendor.probe()))
         except HeteroError as e:
-            logger.warning("%s discovery failed, skipped: %s", vendor.name, e)
+            failed[vendor.name] = e
+    return found, failed
+
+
+def devices_live(vendor_names: Sequence[str]) -> list[tuple[Vendor, list[Device]]]:
+    """Probe forced vendors (errors are fatal) or every vendor whose affinity is positive."""
+    if vendor_names:
+        found, failed = probe_each([get_vendor(n) for n in vendor_names])
+        for error in failed.values():
+            raise error
+        return found
+    found, failed = probe_each([v for v in all_vendors() if v.affinity() > 0])
+    for name, error in failed.items():
+        logger.warning("%s discovery failed, skipped: %s", name, error)
     return found
 
 

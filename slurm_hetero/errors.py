@@ -52,13 +52,16 @@ class ParseError(HeteroError):
 
 
 class ToolError(HeteroError):
-    """A vendor tool or Slurm command failed or could not be run."""
+    """A vendor tool, library or Slurm command failed or could not be run. `status` says how
+    (default: `exit code RC`, or `not found` without one): `timed out after 60s`, ..."""
 
     exit_code = 3
 
-    def __init__(self, argv: Sequence[str], rc: int | None, stderr_tail: str = "") -> None:
+    def __init__(
+        self, argv: Sequence[str], rc: int | None, stderr_tail: str = "", status: str | None = None
+    ) -> None:
         cmd = " ".join(argv)
-        status = "not found" if rc is None else f"exit code {rc}"
+        status = status or ("not found" if rc is None else f"exit code {rc}")
         tail = f": {stderr_tail.strip().splitlines()[-1]}" if stderr_tail.strip() else ""
         super().__init__(f"`{cmd}` failed ({status}){tail}")
         self.argv, self.rc, self.stderr_tail = list(argv), rc, stderr_tail

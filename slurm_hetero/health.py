@@ -7,7 +7,9 @@ names each device (`scontrol update nodename=N state=drain reason=...`). A node 
 (reason starting `slurm-hetero:`) is resumed once the devices are healthy again; an admin's drain
 (any other reason) is never touched. Healthy and nothing to undo: no output, exit 0.
 
-Faults, per inventory device that was healthy when discovered:
+Faults, per vendor of the node's inventory devices: its devices cannot be asked (the tool is missing,
+exits non-zero or hangs past its timeout; NVML cannot start): the node drains with the tool and what
+it said, as a node whose devices are gone would. Per inventory device that was healthy when discovered:
 - missing: no device of that vendor and index now;
 - unhealthy: the vendor tool reports it so (NVIDIA retired/remapped rows, reset required, Xid
   recovery action, NVLink fabric; Ascend Health not OK; the others' health fields);
@@ -20,7 +22,7 @@ Python 3.9 compatible (runs on compute nodes).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_hetero.model import Device, Health, NodeInventory
@@ -35,11 +37,11 @@ REASON_LIMIT = 240  # Slurm keeps reasons short; the full list goes to the log
 
 @dataclass(frozen=True)
 class Fault:
-    device: Device
+    subject: str  # `nvidia 1 (/dev/nvidia1)`, or the vendor whose devices cannot be asked
     what: str
 
     def __str__(self) -> str:
-        return f"{self.device.vendor} {self.device.index} ({self.device.file}): {self.what}"
+        return f"{self.subject}: {self.what}"
 
 
 @dataclass(frozen=True)
@@ -81,15 +83,19 @@ def device_faults(expected: Device, found: Device | None) -> list[str]:
     return faults
 
 
-def compare(expected: NodeInventory, found: Sequence[Device]) -> list[Fault]:
-    """Faults of the node's devices (those healthy in the inventory) against what is seen now."""
+def compare(
+    expected: NodeInventory, found: Sequence[Device], unasked: Mapping[str, str] | None = None
+) -> list[Fault]:
+    """Faults of the node's devices (those healthy in the inventory) against what is seen now;
+    `unasked`: vendor -> why its devices could not be asked (one fault each, for all its devices)."""
+    unasked = unasked or {}
     by_key = {(d.vendor, d.index): d for d in found}
-    faults = []
+    faults = [Fault(vendor, why) for vendor, why in sorted(unasked.items())]
     for device in expected.devices:
-        if device.health != Health.OK:
-            continue  # known bad when discovered; render left it out already
+        if device.health != Health.OK or device.vendor in unasked:
+            continue  # known bad when discovered (render left it out already), or not asked
         for what in device_faults(device, by_key.get((device.vendor, device.index))):
-            faults.append(Fault(device, what))
+            faults.append(Fault(f"{device.vendor} {device.index} ({device.file})", what))
     return faults
 
 
@@ -128,9 +134,10 @@ def check(
     found: Sequence[Device],
     record: SlurmNodeRecord | None,
     dry_run: bool = False,
+    unasked: Mapping[str, str] | None = None,
 ) -> HealthReport:
     """Compare, then drain or resume as needed."""
-    faults = compare(expected, found)
+    faults = compare(expected, found, unasked)
     for fault in faults:
         logger.warning("%s: %s", node, fault)
     actions, notes = act(node, faults, record, dry_run)

@@ -23,8 +23,10 @@ def run(argv: Sequence[str], timeout: float = 60.0) -> str:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError as e:
         raise ToolError(argv, None, str(e)) from e
+    except OSError as e:  # not executable, ...
+        raise ToolError(argv, None, str(e), status="cannot run") from e
     except subprocess.TimeoutExpired as e:
-        raise ToolError(argv, None, f"timed out after {timeout:g}s") from e
+        raise ToolError(argv, None, status=f"timed out after {timeout:g}s") from e
     logger.debug(
         "READ %s rc=%d bytes=%d in %.3fs",
         argv[0],

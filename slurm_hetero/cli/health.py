@@ -1,8 +1,9 @@
 """`slurm-hetero health`: compare this node's devices with the inventory; drain on a fault.
 
 For slurm.conf `HealthCheckProgram` (or NHC); see docs/admin-guide.md. Quiet and exit 0 when
-healthy; one line and exit 1 when a device is at fault (the node drained, or with --dry-run the
-scontrol command that would drain it).
+healthy; one line and exit 1 when a device is at fault or its vendor's tool cannot be asked (the
+node drained, or with --dry-run the scontrol command that would drain it). Exit codes:
+docs/admin-guide.md.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import click
 
 from slurm_hetero import inventory
 from slurm_hetero.cli import cli
-from slurm_hetero.discover import devices_from_files, devices_live
-from slurm_hetero.errors import InventoryError
+from slurm_hetero.discover import devices_from_files, probe_each
+from slurm_hetero.errors import HeteroError, InventoryError
 from slurm_hetero.health import HealthReport, check
 from slurm_hetero.journal import audit
 from slurm_hetero.nodes import host_records
 from slurm_hetero.slurm.scontrol import show_node
+from slurm_hetero.vendors import get_vendor
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
 
@@ -91,7 +93,8 @@ def health(
     as_json: bool,
 ) -> None:
     """Compare the node's devices with the inventory; drain it (reason `slurm-hetero: ...`) on a
-    missing or unhealthy device, resume it when it is healthy again (only its own drains)."""
+    missing or unhealthy device or a vendor tool that cannot ask them, resume it when it is
+    healthy again (only its own drains)."""
     name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     expected = host_records(inventory.load(inventory_path), [name]).get(name)
     if expected is None:
@@ -99,6 +102,17 @@ def health(
     wanted = vendors or tuple(sorted({d.vendor for d in expected.devices}))
     if model is not None and not from_files:
         raise InventoryError("--model names the model of captured devices; use it with --from-file")
-    found = devices_from_files(vendors, from_files, model) if from_files else devices_live(wanted)
+    failed: dict[str, HeteroError] = {}
+    if from_files:
+        found = devices_from_files(vendors, from_files, model)
+    else:
+        found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]
-    _report(check(name, expected, devices, show_node(name), dry_run), dry_run, as_json)
+    unasked = {vendor: _said(vendor, error) for vendor, error in failed.items()}
+    _report(check(name, expected, devices, show_node(name), dry_run, unasked), dry_run, as_json)
+
+
+def _said(vendor: str, error: HeteroError) -> str:
+    """What the vendor's tool said, without a leading `vendor:` the fault names already."""
+    text = str(error)
+    return text[len(vendor) + 2 :] if text.startswith(f"{vendor}: ") else text

@@ -14,7 +14,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
-from slurm_hetero.config import Settings, exempt_uids, load_settings
+from slurm_hetero.config import Settings, check_for_cluster, exempt_uids, load_settings
 from slurm_hetero.data import bundled
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
@@ -150,6 +150,7 @@ def render(
     settings = load_settings(config_path)
     nodes = _nodes(inventory_path, models_dirs)
     model = _compiled(nodes, settings)
+    check_for_cluster(settings, nodes, model.partitions)
     uids = exempt_uids(settings.exempt_users)
     declared = removal.declaration(nodes)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name, declared)

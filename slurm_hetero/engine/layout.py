@@ -90,6 +90,7 @@ __all__ = [
     "balanced_bounds",
     "bound_step_s",
     "candidate_shapes",
+    "check_limits",
     "check_batch",
     "check_prices",
     "check_size",
@@ -232,13 +233,19 @@ class RankAssignment:
 # -- the answer ----------------------------------------------------------------------------------
 
 
+def check_limits(spec: LayoutSpec) -> None:
+    """A RequestError when `spec` is beyond the limits `solve` takes (`engine.limits`): a refusal of
+    the input, checked before any search, never a layout that does not fit."""
+    check_size(spec.groups)
+    check_batch(spec.global_batch)
+    check_prices(spec.objective, spec.groups)
+
+
 def solve(spec: LayoutSpec) -> Layout:
     """The best layout by `spec.objective`: every device type used, or (`spec.leave_out`) also each
     allocation with one type left idle, when that is better (each searched within
     an eighth of `spec.max_candidates` over the types, so the whole stays bounded)."""
-    check_size(spec.groups)
-    check_batch(spec.global_batch)
-    check_prices(spec.objective, spec.groups)
+    check_limits(spec)
     best = _solve_all(spec)
     if not spec.leave_out or len(spec.groups) < 2:
         return best

@@ -44,6 +44,7 @@ from slurm_hetero.engine.layout import (
     RankAssignment,
     assign_ranks,
     check_batch,
+    check_limits,
     even_bounds,
     layout_from_split,
     solve,
@@ -364,7 +365,9 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
 
 
 def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) -> Layout:
-    """The layout, or one `root cause:` error when the allocation cannot hold the model."""
+    """The layout, or one `root cause:` error when the allocation cannot hold the model (an input
+    beyond the planner's limits is refused as itself first)."""
+    check_limits(spec)
     try:
         chosen = solve(spec)
     except RequestError as e:
@@ -468,16 +471,23 @@ def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict
     return {**kept, **rank_env}
 
 
-def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
-    """Without a model: every rank its own replica of the whole (unsplit) model, the global batch
-    split evenly over ranks (the first `global_batch % world` ranks take one more sample)."""
-    world = sum(s.tasks for s in nodes)
+def check_plain_batch(world: int, global_batch: int) -> None:
+    """Without a model every rank is a data-parallel replica and needs a sample: a RequestError
+    when the global batch has fewer samples than the `world` ranks (`launch` checks it as soon as
+    it knows the step's size, before building any node)."""
     if global_batch < world:
         raise RequestError(
             f"--global-batch {global_batch}",
             f"without --model every one of the {world:,} ranks is a data-parallel replica and needs a "
             f"sample; give --global-batch {world} or more",
         )
+
+
+def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
+    """Without a model: every rank its own replica of the whole (unsplit) model, the global batch
+    split evenly over ranks (the first `global_batch % world` ranks take one more sample)."""
+    world = sum(s.tasks for s in nodes)
+    check_plain_batch(world, global_batch)
     q, r = divmod(global_batch, world)
     out = []
     for site in nodes:

@@ -22,6 +22,7 @@ from typing import IO, Any
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
+from slurm_hetero.engine.limits import MAX_DEVICES
 from slurm_hetero.errors import InventoryError, ToolError
 from slurm_hetero.launch.plan import (
     LaunchOptions,
@@ -29,6 +30,7 @@ from slurm_hetero.launch.plan import (
     RankPlan,
     StepNodes,
     build_plan,
+    check_plain_batch,
     process_env,
 )
 from slurm_hetero.launch.slurmnodes import gres_records
@@ -64,16 +66,21 @@ class RunOptions:
 
 # -- the step -------------------------------------------------------------------------------------
 
+# Ranks one `--simulate` step may have: twice the planner's MAX_DEVICES (a step without --model is
+# not planned); 10,000 nodes x 8 is laid out in about 20 s CPU and 580 MB (BENCHMARKS.md).
+MAX_SIMULATED_RANKS = 2 * MAX_DEVICES
+
 
 def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
     """`NODES:TYPE:N[,...]` -> [(node, type, tasks)], one tuple per node; NODES is a host name or a
     folded hostlist (`gn[00000-09999]:a100_80g:8`, so 10,000 nodes fit on a command line); the
-    first node becomes MASTER_ADDR."""
+    first node becomes MASTER_ADDR. Its numbers are bounded before any host or device is built:
+    N by `MAX_DEVICES_PER_NODE` (what a node record holds), hosts x N by `MAX_SIMULATED_RANKS`."""
     try:
         items = syntax.split_top(spec)
     except ValueError as e:
         raise LaunchError(f"--simulate {syntax.text(spec)}: {e}") from None
-    out = []
+    entries, ranks = [], 0
     for item in items:
         parts = item.strip().split(":")
         tasks = syntax.whole_number(parts[-1])
@@ -82,6 +89,23 @@ def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
                 f"--simulate {syntax.text(spec)}: bad entry {syntax.text(item.strip())}; expected "
                 "NODE:TYPE:N with N >= 1 (NODE may be a hostlist such as gn[001-100])"
             )
+        if tasks > syntax.MAX_DEVICES_PER_NODE:
+            raise LaunchError(
+                f"--simulate {syntax.text(spec)}: {tasks:,} devices a node; a node has at most "
+                f"{syntax.MAX_DEVICES_PER_NODE:,}"
+            )
+        try:
+            ranks += hostlist.count(parts[0]) * tasks
+        except InventoryError as e:
+            raise LaunchError(f"--simulate: {e}") from None
+        if ranks > MAX_SIMULATED_RANKS:
+            raise LaunchError(
+                f"--simulate {syntax.text(spec)}: more than {MAX_SIMULATED_RANKS:,} ranks; a "
+                f"simulated step has at most {MAX_SIMULATED_RANKS:,} (a plan with --model {MAX_DEVICES:,})"
+            )
+        entries.append((parts, tasks))
+    out = []
+    for parts, tasks in entries:
         try:
             names = hostlist.expand(parts[0])
         except InventoryError as e:
@@ -262,6 +286,8 @@ def plan_step(
         job = parse_job_env(environ)
         check_step_has_devices(job)
         bound = job.devices
+    if plan_options.model is None:
+        check_plain_batch(job.world_size, plan_options.global_batch)
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
     return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound)

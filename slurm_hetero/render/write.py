@@ -58,6 +58,7 @@ OLD_SUFFIX = ".slurm-hetero-old"  # `.NAME.slurm-hetero-old`: the old file while
 _LEFTOVER_SUFFIXES = (STAGED_SUFFIX, OLD_SUFFIX, JOURNAL_NAME)
 SINGLE_SUFFIX = ".slurm-hetero-tmp"  # unique temporaries of single-file writes
 LOCK_TIMEOUT_S = 120.0
+READABLE = 0o444  # every file written is read by other users (see `_mode`)
 
 
 def _current(path: Path) -> str | None:
@@ -142,6 +143,7 @@ def write_atomic(
         recover(directory)
         current = read_current(files)
         if all(current[p] == t for p, t in files.items()):
+            _make_readable(files)
             return []
         if guard is not None:
             guard(current)
@@ -159,6 +161,7 @@ def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
     backup of the old file, rename. A crash leaves the old file or the new one (at worst an extra
     backup or a hidden temporary)."""
     if _current(path) == text:
+        _make_readable([path])
         return []
     write_bytes_atomic(path, text.encode("utf-8"), backup)
     return [path]
@@ -363,9 +366,23 @@ def _write_synced(path: Path, data: bytes, mode: int, mtime_ns: int | None = Non
         os.close(fd)
 
 
+def _make_readable(paths: Iterable[Path]) -> None:
+    """Files left as they are (same text) still get the mode their readers need (`_mode`)."""
+    for path in paths:
+        try:
+            mode = path.stat().st_mode & 0o777
+            if mode & READABLE != READABLE:
+                os.chmod(path, mode | READABLE)
+        except OSError as e:
+            raise OutputError(f"{path}: cannot make it readable by its readers ({e.strerror})") from None
+
+
 def _mode(path: Path) -> int:
+    """The mode of a file written for its readers: the old file's, readable by everyone (slurmd,
+    slurmctld's SlurmUser, sbatch and the TaskProlog as the job's user read what this writes;
+    a kept 0600 hid it from them, issue 26), else 0644."""
     try:
-        return path.stat().st_mode & 0o777
+        return path.stat().st_mode & 0o777 | READABLE
     except FileNotFoundError:
         return 0o644
 

@@ -47,8 +47,13 @@ def _amdsmi_tree(capture: Capture, dialect: Dialect) -> list[tuple[str, int, int
     """`GPU: N` / `CPU: N` blocks of indented `KEY: value` lines as (kind, id, line, tree)."""
     blocks: list[tuple[str, int, int, dict[str, Any]]] = []
     stack: list[dict[str, Any]] = []
-    for no, line in enumerate(capture.text.splitlines(), 1):
+    lines = capture.text.splitlines()
+    for no, line in enumerate(lines, 1):
         if not line.strip():
+            if line and no == len(lines) and not capture.text.endswith("\n"):  # an indent, cut
+                raise dialect.error(
+                    capture, "output ends inside an entry: truncated?", no, line, tool="amd-smi"
+                )
             continue
         if head := AMDSMI_BLOCK.match(line):
             blocks.append((head.group(1), int(head.group(2)), no, {}))
@@ -77,7 +82,10 @@ def _shape(tree: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _uneven_entry(tree: Mapping[str, Any], path: str = "") -> str | None:
     """The path of an entry whose numbered siblings (CACHE_0, CACHE_1, ...) have more keys than it
-    (a cut inside the last one), else None."""
+    (a cut inside the last one), or of a section with no entries (cut after its name), else None."""
+    empty = next((k for k, v in tree.items() if v == {}), None)
+    if empty is not None:
+        return f"{path}{empty}"
     numbered = {k: v for k, v in tree.items() if isinstance(v, dict) and re.fullmatch(r"[A-Z]+_\d+", k)}
     if len(numbered) > 1:
         widest = max(len(v) for v in numbered.values())

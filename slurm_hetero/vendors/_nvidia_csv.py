@@ -1,9 +1,10 @@
 """`nvidia-smi --query-gpu=... --format=csv` output, with the columns in any order or subset.
 
 The header names the columns (`index, name, memory.total [MiB], pci.bus_id`); the units in
-brackets are dropped and `nounits` values are read the same. Needed: `name`, and `minor_number`
-or `index` (the device file is /dev/nvidia<minor_number>; with `index` only, nvidia-smi's index is
-taken as the minor number, which it is unless GPUs were renumbered). Read when present:
+brackets are dropped and `nounits` values are read the same. Needed: `name`. The device file is
+/dev/nvidia<minor_number>; with `index` only, nvidia-smi's index is taken as the minor number,
+which it is unless GPUs were renumbered; with neither, the rows are taken as indices 0, 1, ... in
+order (nvidia-smi prints one row per GPU in index order), said in a warning. Read when present:
 memory.total, uuid, pci.bus_id, driver_version, mig.mode.current, retired_pages.pending,
 remapped_rows.pending, remapped_rows.failure. `noheader` output cannot be read (the columns are
 unknown) and is refused with what to capture instead.
@@ -17,11 +18,14 @@ matters. Python 3.9 compatible.
 from __future__ import annotations
 
 import csv
+import logging
 import re
 from collections.abc import Mapping
 
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors._nvidia_smi import device_from_fields, parse_error
+
+logger = logging.getLogger(__name__)
 
 CSV_TOOL = "nvidia-smi --query-gpu --format=csv"
 _COLUMN = re.compile(r"[a-z_]+(\.[a-z_]+)*( \[[^\]]*\])?")
@@ -71,11 +75,17 @@ def parse_query_csv(capture: Capture) -> list[Device]:
     lines = capture.text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip())
     columns = header_columns(lines[start]) or []
-    if "name" not in columns or not {"index", "minor_number"} & set(columns):
-        raise parse_error(
-            capture, CSV_TOOL, "needs the name and index (or minor_number) columns", start + 1, lines[start]
+    if "name" not in columns:
+        raise parse_error(capture, CSV_TOOL, "needs the name column", start + 1, lines[start])
+    numbered = bool({"index", "minor_number"} & set(columns))
+    if not numbered:
+        logger.warning(
+            "%s: no index or minor_number column: the rows are taken as GPUs 0, 1, ... in order, as "
+            "nvidia-smi prints them (add index to --query-gpu to be sure)",
+            capture.source,
         )
     devices: list[Device] = []
+    rows = 0
     for offset, cells in enumerate(csv.reader(lines[start + 1 :], skipinitialspace=True)):
         line_no = start + 2 + offset
         if not cells:
@@ -89,6 +99,9 @@ def parse_query_csv(capture: Capture) -> list[Device]:
                 lines[line_no - 1],
             )
         row = dict(zip(columns, (c.strip() for c in cells)))
+        if not numbered:
+            row["index"] = str(rows)
+        rows += 1
         try:
             device = device_from_fields(_canonical(row), row.get("driver_version"), None)
         except ValueError as e:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.errors import ToolError
 from slurm_hetero.model import Device, Health, Link
 from slurm_hetero.vendors._nvidia_smi import VENDOR, XML_TOOL, cpu_list
 
@@ -227,10 +227,8 @@ def read_nvml(nvml: Any) -> tuple[list[NvmlGpu], str | None, str | None]:
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as e:
-        raise HeteroError(
-            f"nvidia: NVML cannot start ({e}); is the NVIDIA driver loaded? Or capture "
-            f"`{XML_TOOL}` and use --from-file"
-        ) from e
+        hint = f"{e}; is the NVIDIA driver loaded? Or capture `{XML_TOOL}` and use --from-file"
+        raise ToolError(["nvmlInit"], None, hint, status="NVML cannot start") from e
     try:
         reader = _NvmlReader(nvml)
         driver = _text(reader.call("nvmlSystemGetDriverVersion"))

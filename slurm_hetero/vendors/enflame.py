@@ -16,12 +16,12 @@ The fixture shows 49120MiB on the S60 with ECC disabled and 42976MiB on the one 
 `visible_devices_env` is TOPS_VISIBLE_DEVICES.
 
 Strictness: every line of the box must be as wide as its top border, each device block must be
-two complete rows closed by `+---+`, and the box must end on such a border, so output cut inside a
-line or a block is a ParseError.
+two complete rows closed by `+---+`, and the box must end on such a border (not on the `|---|` that
+opens the next device), so output cut inside a line or a block, or between blocks, is a ParseError.
 
 Fixtures (tests/fixtures/enflame/): `efsmi_2x-enflame-s60_paddle-docs.txt` (PaddlePaddle docs).
 
-Known gaps: efsmi prints no device count, so output cut exactly after a complete device block
+Known gaps: efsmi prints no device count, so output cut exactly after a device's closing border
 cannot be told from a node with fewer cards; no health (Dpm Sleep/Active is a power state, not a
 fault), no UUID (SN is kept nowhere: Device has no serial field), no NUMA/CPU affinity or links;
 `efsmi -q` (the detailed query) is not parsed for lack of a documented capture.
@@ -116,6 +116,8 @@ def _blocks(box: Lines, start: int) -> list[Lines]:
             blocks[-1].append((n, line))
     if blocks[-1]:
         raise _Bad("the last device block has no closing '+---+' border (output cut short?)", *blocks[-1][-1])
+    if len(box) > start and not _CLOSE.match(box[-1][1]):  # a `|---|` opening a block never printed
+        raise _Bad("the box does not end on a '+---+' border (output cut short?)", *box[-1])
     return blocks[:-1]
 
 

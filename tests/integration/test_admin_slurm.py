@@ -8,6 +8,8 @@
 - `slurm-hetero health --from-file` run as the cluster's client (the release's own scontrol) drains
   the node when its capture reports one device unhealthy, naming that device, resumes it when the
   capture is healthy again, and never resumes an admin's own drain.
+- `slurm-hetero health` on the live path with the vendor tool failing or gone (a dead driver, issue
+  26) drains the node naming the tool and what it said, and resumes it once the tool answers.
 """
 
 from __future__ import annotations
@@ -195,5 +197,48 @@ def test_health_drains_on_an_unhealthy_device_and_resumes_only_its_own_drain(
             assert "DRAIN" in fields["State"], (capture, fields)
             assert fields["Reason"].startswith("admin: swapping NPU 3"), (capture, fields)
         assert "drained by an admin" in result.stderr, result.stderr
+    finally:
+        slurm("scontrol", "update", f"nodename={NODE}", "state=resume", check=False)
+
+
+def live_health(cluster: Cluster, bin_dir: Path, npu_smi: str | None) -> subprocess.CompletedProcess:
+    """`slurm-hetero health` with no capture: `npu-smi` is the script `npu_smi` first on PATH (None:
+    none there, and none on the node either)."""
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "npu-smi"
+    script.unlink(missing_ok=True)
+    if npu_smi is not None:
+        script.write_text(f"#!/bin/sh\n{npu_smi}\n")
+        script.chmod(0o755)
+    bin_dir.chmod(0o755)
+    argv = [cluster.python, "-m", "slurm_hetero", "health", "--inventory", str(cluster.inventory)]
+    path_first = ["sh", "-c", 'PATH="$0:$PATH" exec "$@"', str(bin_dir)]
+    return cluster.run([*path_first, *argv, "--node", NODE], timeout=120, cwd=str(REPO))
+
+
+def test_health_drains_when_the_vendor_tool_cannot_ask_the_devices(
+    dev_cluster: Cluster, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    answers = f'if [ "$2" = -t ]; then exec cat {TOPO}; else exec cat {INFO}; fi'
+    try:
+        healthy = live_health(dev_cluster, bin_dir, answers)
+        assert healthy.returncode == 0 and healthy.stderr == "", healthy.stderr
+        dead = live_health(
+            dev_cluster, bin_dir, "echo 'dcmi module initialize failed. ret is -8005' >&2; exit 1"
+        )
+        assert dead.returncode == 1, dead.stderr
+        reason = wait_drained(True)["Reason"]
+        assert reason.startswith("slurm-hetero: ascend: `npu-smi info` failed (exit code 1): dcmi module"), (
+            reason
+        )
+        assert live_health(dev_cluster, bin_dir, answers).returncode == 0
+        assert "DRAIN" not in wait_drained(False)["State"]
+        gone = live_health(dev_cluster, bin_dir, None)
+        assert gone.returncode == 1, gone.stderr
+        reason = wait_drained(True)["Reason"]
+        assert reason.startswith("slurm-hetero: ascend: `npu-smi info` failed (not found)"), reason
+        assert live_health(dev_cluster, bin_dir, answers).returncode == 0
+        assert "DRAIN" not in wait_drained(False)["State"]
     finally:
         slurm("scontrol", "update", f"nodename={NODE}", "state=resume", check=False)

@@ -1,6 +1,7 @@
 """Issue 9 under the real Slurm: the TaskProlog in real jobs whatever the job's environment and
 the inventory's state, slurmctld reloading the hook after a re-render that repairs a damaged table,
-and an inventory that would make slurmctld refuse to start (a node named twice) never reaching it."""
+and an inventory that would make slurmctld refuse to start (a node named twice) never reaching it.
+Issue 26: files jobs read, kept 0600 from before, are installed readable by every user."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.nodes import gres_order
 from tests.conftest import REPO
-from tests.integration.conftest import DEV_CLUSTER, Cluster, slurm, tres
+from tests.integration.conftest import DEV_CLUSTER, Cluster, dev_cluster_argv, slurm, tres
 from tests.integration.test_job_submit_slurm import as_user, job_fields, reload_hook, render_hook
 
 HOSTILE_ENV = {
@@ -63,6 +64,31 @@ def test_the_jobs_environment_cannot_fail_or_steer_the_taskprolog(dev_cluster: C
     line = next(ln for ln in output.splitlines() if ln.startswith("VISIBLE="))
     visible, gpus = line.split()[0].removeprefix("VISIBLE="), line.split()[1].removeprefix("GPUS=")
     assert visible != "unset" and len(visible.split(",")) == len(gpus.split(",")) == 2, output
+
+
+def test_files_jobs_read_kept_0600_are_installed_readable(dev_cluster: Cluster, suite_config: Path) -> None:
+    """Issue 26 repro 2: on 22.05 `up` kept an installed inventory's 0600, so every non-root task
+    lost its vendor's visible-device variable; `up` again over 0600 files makes them 0644."""
+    readers = [
+        next(dev_cluster.etc.glob("slurm-hetero-inventory.*")),
+        dev_cluster.release.path("/etc/slurm-hetero/inventory.yaml"),
+        dev_cluster.etc / "slurm-hetero-config.yaml",
+        dev_cluster.etc / "slurm.conf",
+        dev_cluster.etc / "slurm-nodes.conf",
+    ]
+    for path in readers:
+        path.chmod(0o600)
+    argv = dev_cluster_argv(
+        "up", "--slurm-release", dev_cluster.name, "--inventory", str(dev_cluster.inventory)
+    )
+    result = subprocess.run(
+        [*argv, "--job-submit", "--config", str(suite_config)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in readers} == {str(p): "0o644" for p in readers}
+    node, gres_type = ascend_node(dev_cluster.inventory)
+    rc, output = run_ascend_job(node, gres_type, {})
+    assert rc == 0 and "VISIBLE=unset" not in output and "VISIBLE=" in output, output
 
 
 @pytest.fixture

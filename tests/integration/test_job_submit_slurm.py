@@ -178,6 +178,21 @@ def test_rejections_end_with_the_most_specific_slurm_error(
     assert last.endswith(_LAST_LINES[code][dev_cluster.name]), run.stderr
 
 
+def test_ntasks_per_node_65535_is_a_count_as_slurmctld_reads_it(dev_cluster: Cluster) -> None:
+    """Issue 26 repro 3: the hook read INFINITE16 as unset and rewrote the job, which then pended
+    forever on 22.05 (PartitionConfig) and was refused by 24.11 after the rewrite was printed."""
+    run = as_user(
+        "sbatch", "-H", "--ntasks-per-node=65535", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true"
+    )
+    assert run.returncode != 0, run.stdout
+    assert "the job needs 65535 per node" in run.stderr and "-> gres" not in run.stderr, run.stderr
+    unset = as_user(
+        "sbatch", "-H", "--ntasks-per-node=1", "--gres=gpumem:20G", "-o", "/dev/null", "--wrap", "true"
+    )
+    assert unset.returncode == 0, unset.stderr
+    slurm("scancel", unset.stdout.split()[-1], check=False)
+
+
 def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_cluster: Cluster) -> None:
     """Issue 10 item 5: slurm_job_modify applies the rules to `scontrol update ... gres=`. The job
     starts on a whole device (a count: no shards): 22.05 refuses any gres change of a job holding

@@ -152,3 +152,29 @@ def test_template_dir_overrides_one_template_and_bad_templates_fail_cleanly(tmp_
         "gres", "render", "--inventory", str(EXAMPLE), "--out", str(out), "--template-dir", str(templates)
     )
     assert code == 1 and "undefined" in err
+
+
+@pytest.mark.parametrize(
+    ("share", "said"),
+    [
+        (
+            "l40s=100G",
+            "shard size l40s=100G (sharing.shard_size or --share): larger than a l40s device (46068M)",
+        ),
+        ("l4=4G", "shard size l4=4G (sharing.shard_size or --share): no device of type l4; types: a100_80g,"),
+    ],
+)
+def test_a_shard_size_no_device_can_hold_is_refused_and_nothing_written(
+    tmp_path: Path, share: str, said: str
+) -> None:
+    """Issue 26 repro 5: `--share l4=100G` on a 22G L4 rendered no shard lines and said nothing (a
+    gpumem:1G job then took a whole L4); a type the cluster lacks was ignored the same way."""
+    code, _, err = run(
+        "gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path), "--share", share
+    )
+    assert code == 1 and err.startswith(f"slurm-hetero: {said}") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+    code, _, err = run(
+        "gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path), "--share", "l40s=40G"
+    )
+    assert code == 0 and "Name=shard" in (tmp_path / "gres.conf").read_text(), err

@@ -202,3 +202,80 @@ def test_a_resumed_node_that_still_shows_our_reason_is_not_ours(
     assert result.exit_code == 1
     [update] = fake.updates()
     assert update[3] == "state=drain" and update[4] == f"reason={reason}"
+
+
+def live_health(inv: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch, tool: str | None, *extra: str):
+    """health on the live path (no --from-file): `npu-smi` is the shell script `tool` (None: not on
+    PATH at all), run for real through proc.run with a 1 s timeout; scontrol is `fake`."""
+    bin_dir = inv.parent / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if tool is not None:
+        script = bin_dir / "npu-smi"
+        script.write_text(f"#!/bin/sh\n{tool}\n")
+        script.chmod(0o755)
+    real_run = proc.run
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
+        return fake.run(argv) if argv[0] == "scontrol" else real_run(argv, timeout=1.0)
+
+    monkeypatch.setattr(proc, "run", run)
+    args = ["health", "--inventory", str(inv), "--node", "npu1", *extra]
+    return CliRunner().invoke(cli, args)
+
+
+@pytest.mark.parametrize(
+    ("tool", "said"),
+    [
+        (
+            "echo 'dcmi module initialize failed. ret is -8005' >&2; exit 1",
+            "failed (exit code 1): dcmi module",
+        ),
+        ("exec /bin/sleep 30", "`npu-smi info` failed (timed out after 1s)"),
+        (None, "`npu-smi info` failed (not found)"),
+    ],
+    ids=["exits-non-zero", "hangs", "missing"],
+)
+def test_a_tool_that_cannot_ask_the_devices_drains_the_node_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str | None, said: str
+) -> None:
+    """Issue 26 repro 1: a dead driver (the tool fails, hangs or is gone) is a fault of the node, as
+    the same devices missing from a capture are: drained, the reason naming the tool and what it said."""
+    fake = FakeSlurm(node_line("npu1"))
+    result = live_health(write_inventory(tmp_path), fake, monkeypatch, tool)
+    assert result.exit_code == 1, result.output
+    [update] = fake.updates()
+    assert update[:4] == ["scontrol", "update", "nodename=npu1", "state=drain"]
+    assert update[4].startswith("reason=slurm-hetero: ascend: "), update
+    assert said in update[4] and "davinci" not in update[4], update  # one fault, not one per device
+    assert "not found" not in update[4] or tool is None, update
+
+
+def test_a_tool_that_answers_again_resumes_only_its_own_drain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inv = write_inventory(tmp_path)
+    answers = f'[ "$2" = -t ] && exit 1; exec /bin/cat {WHOLE}'  # `info` answers, `info -t topo` not
+    ours = FakeSlurm(
+        node_line("npu1", "IDLE+DRAIN", "slurm-hetero: ascend: `npu-smi info` failed (not found)")
+    )
+    assert live_health(inv, ours, monkeypatch, answers).exit_code == 0
+    assert ours.updates() == [["scontrol", "update", "nodename=npu1", "state=resume"]]
+    admins = FakeSlurm(node_line("npu1", "IDLE+DRAIN", "driver upgrade"))
+    result = live_health(inv, admins, monkeypatch, "exit 9")
+    assert result.exit_code == 1 and "already drained by an admin" in result.output
+    assert admins.updates() == []
+
+
+def test_a_tool_that_cannot_ask_with_dry_run_says_the_drain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(node_line("npu1"))
+    result = live_health(write_inventory(tmp_path), fake, monkeypatch, "exit 2", "--dry-run", "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1 and fake.updates() == []
+    assert doc["faults"] == ["ascend: `npu-smi info` failed (exit code 2)"]
+    assert doc["actions"][0][3:] == [
+        "state=drain",
+        "reason=slurm-hetero: ascend: `npu-smi info` failed (exit code 2)",
+    ]

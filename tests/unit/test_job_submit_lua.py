@@ -2571,3 +2571,29 @@ def test_srun_host_file_it_cannot_read_is_left_to_srun(
     lua.globals().CMDLINE = "\0".join(command) + "\0"
     rc, after, log = run_cli(lua, {"gres": "gres/gpumem:20G"}, offset=0)
     assert rc == 0 and after["gres"] != "gres/gpumem:20G", log  # decided without B's hosts
+
+
+@pytest.mark.parametrize(
+    ("fields", "needs"),
+    [
+        ({"ntasks_per_node": 65535}, 65535),  # INFINITE16: a count, as slurmctld holds the job to it
+        ({"cpus_per_task": 65535}, 65535),
+        ({"num_tasks": 65534}, 65534),  # a 32-bit field's 65534 is 65534 tasks, not NO_VAL16
+        ({"ntasks_per_node": 65534}, None),  # NO_VAL16: unset
+        ({"cpus_per_task": 65534}, None),
+        ({"num_tasks": 4294967294, "min_nodes": 4294967294}, None),  # NO_VAL: unset
+    ],
+)
+def test_slurms_sentinels_are_read_per_field_width_as_slurmctld_reads_them(
+    hooks: dict[str, Hook], fields: dict[str, int], needs: int | None
+) -> None:
+    """Issue 26 repro 3: `--ntasks-per-node=65535` was read as unset (any count >= 65534 was), so
+    the hook rewrote a job that then pended forever on 22.05 (PartitionConfig) and was refused by
+    24.11 after the rewrite was printed. The Lua alone (the Python twin is being removed)."""
+    job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **fields)
+    ok, message, after, _ = hooks["mixed"].run(job)
+    if needs is None:
+        assert ok and after.tres_per_node == "gres:gpu:l40s:1", message
+    else:
+        assert not ok and after.tres_per_node == "gres:gpumem:20G", message
+        assert message.endswith(f"the job needs {needs} per node"), message

@@ -9,6 +9,8 @@ import json
 import logging
 import os
 import subprocess
+import time
+import tracemalloc
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from click.testing import CliRunner
 from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.engine import limits
 from slurm_hetero.engine.layout import LayoutKind
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch import run
@@ -567,6 +570,71 @@ def test_simulate_takes_folded_hostlists_with_the_same_checks() -> None:
         run.parse_simulate("gn[1-3:l40s:1")
     with pytest.raises(run.LaunchError, match=r"--simulate: bad range .3-x. in .gn\[3-x\]"):
         run.parse_simulate("gn[3-x]:l40s:1")
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("a1:a100_80g:2000000", "2,000,000 devices a node; a node has at most 65,536"),
+        ("a1:a100_80g:99999999999", "99,999,999,999 devices a node; a node has at most 65,536"),
+        ("gn[1-20000]:l40s:8", "more than 131,072 ranks"),
+        ("gn[1-131072]:a100_80g:65536", "more than 131,072 ranks"),
+        ("a1:l40s:65536,gn[1-65536]:l40s:2", "more than 131,072 ranks"),
+        ("gn[1-99999999]:l40s:1", "names more than 131072 hosts"),
+    ],
+)
+def test_simulate_counts_are_bounded_before_any_host_or_device_is_built(spec: str, said: str) -> None:
+    """Issue 26 repro 4: `--simulate a1:a100_80g:2000000` built every device before a limit refused
+    it (14 s, 1.3 GB; `:99999999999` no answer in 180 s): now refused from the numbers alone."""
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(run.LaunchError) as e:
+            run.parse_simulate(spec)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.monotonic() - started < 0.5 and peak < 1 << 20, (time.monotonic() - started, peak)
+    assert said in str(e.value) and "\n" not in str(e.value) and "root cause" not in str(e.value)
+
+
+def test_simulate_takes_its_limits_themselves() -> None:
+    assert len(run.parse_simulate("a1:l40s:65536,gn[1-65536]:l40s:1")) == 65_537
+
+
+def test_the_cli_refuses_a_simulated_node_too_big_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run, "DEFAULT_INVENTORY", Path("/nonexistent/inventory.yaml"))
+    argv = ["launch", "--dry-run", "--simulate", "a1:a100_80g:2000000", "--", "true"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(
+        "slurm-hetero: --simulate 'a1:a100_80g:2000000': 2,000,000 devices a node"
+    )
+
+
+def test_a_global_batch_under_the_ranks_is_refused_before_any_node_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without --model each rank needs a sample: `--simulate gn[1-65536]:a100_80g:1` with the
+    default batch (512) built all 65,536 nodes (minutes) before saying so; now from the count."""
+    monkeypatch.setattr(run, "DEFAULT_INVENTORY", Path("/nonexistent/inventory.yaml"))
+    options = run.RunOptions((), dry_run=True, simulate="gn[1-65536]:a100_80g:1")
+    started = time.monotonic()
+    with pytest.raises(RequestError, match=r"every one of the 65,536 ranks .* give --global-batch 65536"):
+        run.plan_step(LaunchOptions(None), options, {})
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_step_beyond_the_planners_limits_is_not_a_memory_root_cause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner's limits refuse the input as itself; `root cause:` is for models that do not fit."""
+    monkeypatch.setattr(limits, "MAX_DEVICES", 2)
+    env = slurm_env([("n2", 4)], 0)
+    with pytest.raises(RequestError) as e:
+        plan_from(env, ClusterInventory((node("n2", "l40s", 4),)), LaunchOptions("gpt2", global_batch=8))
+    assert not isinstance(e.value, LaunchPlanError) and "root cause" not in str(e.value)
+    assert "the planner takes at most 2 devices" in str(e.value)
 
 
 @pytest.mark.usefixtures("nothing_starts")

@@ -227,6 +227,17 @@ def test_static_block_missing_sections_is_truncation() -> None:
         vendor().parse([Capture("static.txt", cut)])
 
 
+def test_static_cut_inside_a_section_of_the_only_block_is_truncation() -> None:
+    """Issue 26 repro 7: a cut inside GPU 0's CACHE_INFO (after the section's name, or into the
+    indent of its next entry) parsed to 1 of 4 devices: no later block to compare GPU 0 with."""
+    text = cap(STATIC).text
+    section = text.index("    CACHE_INFO:\n", text.index("GPU: 0")) + len("    CACHE_INFO:\n")
+    entry = text.index("        CACHE_1:\n", section)
+    for cut in (text[:section], text[: section + 8], text[: entry + 8]):
+        with pytest.raises(ParseError, match="truncated"):
+            vendor().parse([Capture("static.txt", cut)])
+
+
 # robustness ------------------------------------------------------------------------------------
 ALL_CAPTURES = sorted(p.name for p in AMD_DIR.iterdir() if not p.name.endswith((".source", ".yaml")))
 

@@ -108,3 +108,14 @@ def test_every_prefix_fails_or_is_a_whole_block_count() -> None:
             assert "\n" not in str(e)
         else:  # efsmi prints no device count: a cut right after a block reads as fewer cards (known gap)
             assert devices == whole[: len(devices)], f"cut at {i} parsed as {devices}"
+
+
+def test_a_table_cut_before_its_closing_border_is_refused() -> None:
+    """Issue 26 repro 7: cut after the `|---|` that opens device 1 (its rows and border never
+    printed), the table parsed to 1 of 2 devices."""
+    text = _text()
+    cut = text[: text.index(DEVICE_1.splitlines()[1])]
+    assert cut.endswith("|\n") and cut.rstrip("\n").splitlines()[-1].startswith("|---")
+    with pytest.raises(ParseError, match=r"does not end on a '\+---\+' border"):
+        _parse(cut)
+    assert len(_parse(text)) == 2

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero.errors import HeteroError, ParseError
+from slurm_hetero.errors import HeteroError, ParseError, ToolError
 from slurm_hetero.model import Capture, Health, Link
 from slurm_hetero.vendors import _nvidia_smi, _nvidia_topo, _nvml, get_vendor
 from slurm_hetero.vendors import nvidia as nv
@@ -483,8 +483,9 @@ def test_probe_skips_a_lost_gpu(
 
 
 def test_probe_without_driver_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    with pytest.raises(HeteroError, match=r"NVML cannot start \(Driver Not Loaded\).*--from-file"):
+    with pytest.raises(ToolError, match=r"NVML cannot start\): Driver Not Loaded.*--from-file") as e:
         _probe(monkeypatch, FakeNvml([], init_error=9), tmp_path)
+    assert e.value.exit_code == 3  # a vendor tool or library that fails, as the exit code table says
 
 
 def test_probe_without_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -527,3 +528,20 @@ def test_the_model_option_with_a_device_listing_is_refused() -> None:
     xml = next(p.name for p in DIR.glob("nvidia-smi-q-x_*.xml"))
     with pytest.raises(ParseError, match="leave --model out"):
         get_vendor("nvidia").parse_with_model([_capture(xml)], "NVIDIA A100-SXM4-40GB")
+
+
+def test_query_csv_without_an_index_column_takes_rows_in_index_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 26 repro 7: `--query-gpu=name,uuid,...` without `index` was refused, though nvidia-smi
+    prints one row per GPU in index order; now the rows are GPUs 0, 1, ..., and a warning says so."""
+    path = DIR / "nvidia-smi-query-gpu-csv_4x-a100-sxm4-80gb_drv580.txt"
+    indexed = get_vendor("nvidia").parse([Capture(path.name, path.read_text())])
+    unindexed = "\n".join(line.split(", ", 1)[1] for line in path.read_text().splitlines()) + "\n"
+    assert unindexed.startswith("name, memory.total [MiB]")  # the index column cut off (a derived copy)
+    with caplog.at_level(logging.WARNING):
+        devices = get_vendor("nvidia").parse([Capture("no-index.csv", unindexed)])
+    assert devices == indexed and [d.index for d in devices] == [0, 1, 2, 3]
+    assert "no index or minor_number column: the rows are taken as GPUs 0, 1, ... in order" in caplog.text
+    with pytest.raises(ParseError, match="needs the name column"):
+        get_vendor("nvidia").parse([Capture("no-name.csv", "index, uuid\n0, GPU-1\n")])

@@ -66,6 +66,33 @@ def test_a_set_is_written_whole_once_and_unchanged_renders_write_nothing(tmp_pat
     assert sorted(listing(tmp_path)) == sorted([LOCK_NAME, *OLD, *backups])
 
 
+@pytest.mark.parametrize(
+    "names", [("gres.conf", "slurm-nodes.conf"), ("inventory.yaml",)], ids=["set", "single"]
+)
+def test_files_for_other_readers_are_readable_whatever_their_mode_was(
+    tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    """Issue 26 repro 2: a file kept 0600 hid it from its readers (sbatch, the TaskProlog as the
+    job's user); written or left unchanged, every file ends readable by all, other bits kept."""
+    contents = {n: f"{n}\n" for n in names}
+    for name in names:
+        (tmp_path / name).write_text("old\n")
+        (tmp_path / name).chmod(0o600)
+    old_umask = os.umask(0o077)
+    try:
+        write_atomic(files(tmp_path, contents))
+        assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in names} == {"0o644"}
+        for name in names:
+            (tmp_path / name).chmod(0o620)
+        assert write_atomic(files(tmp_path, contents)) == []  # same text: only the mode changes
+        assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in names} == {"0o664"}
+        (tmp_path / "new.conf").unlink(missing_ok=True)
+        write_atomic({tmp_path / "new.conf": "new\n"})
+        assert (tmp_path / "new.conf").stat().st_mode & 0o777 == 0o644  # not the umask's 0600
+    finally:
+        os.umask(old_umask)
+
+
 def _stamp(directory: Path, name: str) -> str:
     return next(p.name for p in directory.glob(f"{name}.*.bak")).removeprefix(name + ".")
 
