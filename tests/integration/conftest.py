@@ -207,13 +207,14 @@ def dev_cluster_argv(*args: str) -> list[str]:
 def dev_cluster(
     request: pytest.FixtureRequest, cluster_inventory: Path, suite_config: Path
 ) -> Iterator[Cluster]:
-    """Start the dev cluster of one release for the session (with the job_submit hook and l40s
-    sharing); the next release's starts after this one is down."""
+    """Start the dev cluster of one release for the session (with the job_submit hook, l40s
+    sharing and accounting); the next release's starts after this one is down."""
     _need_root()
     name = request.param
     started = time.monotonic()
     argv = dev_cluster_argv("up", "--slurm-release", name, "--inventory", str(cluster_inventory))
-    argv += ["--job-submit", "--config", str(suite_config)]
+    # --accounting: slurmdbd and MariaDB, so sacct/sreport and `slurm-hetero report` see the jobs
+    argv += ["--job-submit", "--accounting", "--config", str(suite_config)]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         pytest.fail(f"dev-cluster up --slurm-release {name} failed:\n{result.stdout}\n{result.stderr}")
