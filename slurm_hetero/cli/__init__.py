@@ -34,6 +34,7 @@ COMMAND_MODULES = {
     "job-submit": "submit",
     "launch": "launch",
     "plan": "plan",
+    "report": "report",
     "request": "submit",
     "sbatch": "sbatch",
     "task-prolog": "taskprolog",

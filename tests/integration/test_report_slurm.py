@@ -1,0 +1,94 @@
+"""Accounting on the dev cluster (slurmdbd + MariaDB, `dev-cluster up --accounting`), both releases."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+from slurm_hetero import inventory
+from tests.integration.conftest import Cluster, slurm
+
+
+def wait_done(job_ids: list[str], timeout: float = 60) -> None:
+    """Until sacct has every job finished (slurmctld sends job ends to slurmdbd as they happen)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = slurm("sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids))
+        states = dict(line.split("|", 1) for line in out.splitlines() if line)
+        if len(states) == len(job_ids) and all(
+            s in ("COMPLETED", "FAILED", "CANCELLED") for s in states.values()
+        ):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"jobs {job_ids} not finished in sacct: {out}")
+
+
+def test_accounting_records_each_gpu_type_as_its_own_tres(dev_cluster: Cluster) -> None:
+    """AccountingStorageTRES from `gres render`: slurmdbd knows every rendered type, and a job's
+    AllocTRES names the type it ran on."""
+    known = {line.split("|")[1] for line in slurm("sacctmgr", "-n", "-P", "show", "tres").splitlines()}
+    assert {"gpu", "gpu:a100_80g", "gpu:l40s", "gpu:ascend910b3", "gpumem", "gpucore"} <= known
+    job = slurm("sbatch", "--parsable", "--gres=gpu:l40s:1", "-o", "/dev/null", "--wrap=true").strip()
+    wait_done([job])
+    alloc = slurm("sacct", "-X", "-n", "-P", "-o", "AllocTRES", "-j", job).strip()
+    assert "gres/gpu:l40s=1" in alloc.split(","), alloc
+
+
+def _when(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+
+
+def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Cluster) -> None:
+    """A scripted mix on three types (typed, gpumem rounded up to a larger device, one refused), then
+    `report --json` against device-hours, stranded memory and refusals worked out here from `sacct -P`."""
+    since = datetime.now().replace(microsecond=0) - timedelta(seconds=1)
+    submit = ["sbatch", "--parsable", "-o", "/dev/null", "--wrap=sleep 2"]
+    jobs = [
+        slurm(*submit, "--gres=gpumem:50G").strip(),  # no l40s holds 50G: rounded up to an 80G a100_80g
+        slurm(*submit, "--gres=gpu:l40s:1").strip(),
+        slurm(*submit, "--gres=gpu:ascend910b3:2").strip(),
+    ]
+    refused = dev_cluster.run([*submit, "--gres=gpumem:2T"])
+    assert refused.returncode != 0
+    wait_done(jobs)
+    until = datetime.now().replace(microsecond=0) + timedelta(seconds=2)
+    time.sleep(2)
+    window = ["--since", since.isoformat(), "--until", until.isoformat()]
+    inv = ["--inventory", str(dev_cluster.inventory)]
+    doc = json.loads(slurm("slurm-hetero", "report", *inv, *window, "--json", timeout=120))
+
+    # by hand: every allocation sacct lists in the window, clipped to it
+    fields = "JobID,AllocTRES,Start,End,AdminComment"
+    lines = slurm("sacct", "-a", "-X", "-P", "-n", "-S", window[1], "-E", window[3], "-o", fields)
+    hours: dict[str, float] = {}
+    stranded: dict[str, float] = {}
+    memory = {}
+    for node in inventory.load(dev_cluster.inventory).nodes:
+        for d in node.devices:
+            memory[d.type] = min(memory.get(d.type, 1 << 40), d.memory_mib or 1 << 40)
+    for line in lines.splitlines():
+        job_id, alloc, start, end, comment = line.split("|", 4)
+        if start in ("Unknown", "None") or end in ("Unknown", "None"):
+            continue
+        ran = (min(_when(end), until) - max(_when(start), since)).total_seconds() / 3600
+        for item in alloc.split(","):
+            if item.startswith("gres/gpu:"):
+                gpu_type, count = item[len("gres/gpu:") :].split("=")
+                hours[gpu_type] = hours.get(gpu_type, 0) + int(count) * ran
+                if "gpumem:50G ->" in comment:
+                    spare = (memory[gpu_type] - 50 * 1024) / 1024
+                    stranded[gpu_type] = stranded.get(gpu_type, 0) + spare * int(count) * ran
+    assert {"a100_80g", "l40s", "ascend910b3"} <= set(hours), lines
+    assert stranded and set(stranded) == {"a100_80g"}, lines
+    rows = {r["type"]: r for r in doc["rows"]}
+    assert set(rows) == set(hours)
+    for gpu_type, value in hours.items():
+        assert rows[gpu_type]["device_hours"] == pytest.approx(value, abs=1e-5)
+        assert rows[gpu_type]["stranded_gib_hours"] == pytest.approx(stranded.get(gpu_type, 0), abs=1e-5)
+        devices = doc["capacity"][gpu_type]["devices"]
+        assert rows[gpu_type]["share"] == pytest.approx(value / (devices * doc["hours"]), abs=1e-5)
+    assert sum(doc["refusals"].values()) == 1, doc["refusals"]  # the gpumem:2T job
+    assert sum(doc["rewrites"].values()) == 1
