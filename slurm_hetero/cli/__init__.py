@@ -33,6 +33,7 @@ COMMAND_MODULES = {
     "inventory": "inventory",
     "job-submit": "submit",
     "launch": "launch",
+    "metrics": "metrics",
     "plan": "plan",
     "report": "report",
     "request": "submit",

@@ -6,8 +6,10 @@ import json
 import os
 import pwd
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -85,15 +87,20 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
         return None, f"refusals not counted: {e}"
 
 
+def inventory_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--inventory FILE` of the commands that read the site's inventory (report, metrics)."""
+    return click.option(
+        "--inventory",
+        "inventory_path",
+        type=click.Path(path_type=Path),
+        default=DEFAULT_INVENTORY,
+        show_default=True,
+        help=f"The cluster inventory ({what}).",
+    )
+
+
 @cli.command("report")
-@click.option(
-    "--inventory",
-    "inventory_path",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_INVENTORY,
-    show_default=True,
-    help="The cluster inventory (device types, vendors, memory).",
-)
+@inventory_option("device types, vendors, memory")
 @click.option("--since", default="now-7d", show_default=True, help="Start: 2026-11-01[T08:00] or now-7d.")
 @click.option("--until", default="now", show_default=True, help="End (exclusive), same forms.")
 @click.option("--by", type=click.Choice(report.GROUPINGS), default="type", show_default=True)
