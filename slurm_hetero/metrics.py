@@ -59,21 +59,32 @@ class Snapshot:
     decisions: Counter[tuple[str, str]] | None = None
 
 
+def _word(line: str, key: str) -> str:
+    """The value of a one-word field of an `scontrol -o` line ("" when absent)."""
+    at = line.find(f" {key}=")
+    if at < 0:
+        return ""
+    start = at + len(key) + 2
+    end = line.find(" ", start)
+    return line[start:] if end < 0 else line[start:end]
+
+
 def read_nodes(text: str, snap: Snapshot) -> None:
-    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type."""
+    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type. Only the
+    few one-word fields are sliced out (10,000 nodes: 9 MB); a drained node's line is read whole."""
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue
-        fields = parse_fields(line)
-        gres = gpu_entries((fields.get("Gres") or "").split(" ")[0])
+        gres = gpu_entries(_word(line, "Gres"))
         if not gres:
             continue
         for gpu_type, n in gres:
             snap.total[gpu_type] += n
-        for gpu_type, n in gpu_entries((fields.get("GresUsed") or "").split(" ")[0]):
+        for gpu_type, n in gpu_entries(_word(line, "GresUsed")):
             snap.alloc[gpu_type] += n
-        words = set(fields.get("State", "").rstrip("*").upper().split("+"))
+        words = set(_word(line, "State").rstrip("*").upper().split("+"))
         if words & _UNAVAILABLE:
+            fields = parse_fields(line)
             reason = fields.get("Reason", "")
             ours = reason.startswith(DRAIN_PREFIX)
             for gpu_type, n in gres:
