@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -98,3 +99,12 @@ def test_textfile_is_written_whole_and_promtool_accepts_it(
     if promtool:
         checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
         assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_grafana_dashboard_queries_only_metrics_we_export(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dashboard = (REPO / "docs" / "grafana" / "slurm-hetero.json").read_text()
+    queried = set(re.findall(r"slurm_hetero_[a-z_]+", dashboard))
+    exported = {name for name, _ in samples(scrape(monkeypatch, tmp_path))}
+    assert queried and queried <= exported, queried - exported
