@@ -200,6 +200,8 @@ def disagreements(nodes: Iterable[SlurmNode], slurm: Mapping[str, Any], expand: 
     ours: dict[str, Counter[str]] = {}
     for node in nodes:
         per_type = Counter(d.type for d in node.devices)
+        if not per_type:  # no healthy device: Slurm has the node without gpus (gres render)
+            continue
         for host in expand(node.name) if node.hosts > 1 else [node.name]:
             ours[host] = per_type
     theirs = {name: Counter({t: n for t, n in g.gpus}) for name, g in slurm.items() if g.gpus}

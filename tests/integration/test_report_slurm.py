@@ -58,7 +58,10 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Clu
     time.sleep(2)
     window = ["--since", since.isoformat(), "--until", until.isoformat()]
     inv = ["--inventory", str(dev_cluster.inventory)]
-    doc = json.loads(slurm("slurm-hetero", "report", *inv, *window, "--json", timeout=120))
+    argv = [dev_cluster.python, "-m", "slurm_hetero", "report", *inv, *window, "--json"]
+    ran = dev_cluster.run(argv, timeout=120)  # from the checkout (the working directory)
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
 
     # by hand: every allocation sacct lists in the window, clipped to it
     fields = "JobID,AllocTRES,Start,End,AdminComment"
