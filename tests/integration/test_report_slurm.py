@@ -95,3 +95,42 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Clu
         assert rows[gpu_type]["share"] == pytest.approx(value / (devices * doc["hours"]), abs=1e-5)
     assert sum(doc["refusals"].values()) == 1, doc["refusals"]  # the gpumem:2T job
     assert sum(doc["rewrites"].values()) == 1
+
+
+def test_metrics_parse_back_and_count_the_devices_slurm_has(dev_cluster: Cluster) -> None:
+    """`metrics` on the real cluster: prometheus_client's parser reads it, devices per type are
+    Slurm's, and a pending job's gpumem (held, so it stays pending) is counted under its type."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    held = slurm("sbatch", "--parsable", "-H", "-o", "/dev/null", "--gres=gpumem:50G", "--wrap=true").strip()
+    try:
+        argv = [
+            dev_cluster.python,
+            "-m",
+            "slurm_hetero",
+            "metrics",
+            "--inventory",
+            str(dev_cluster.inventory),
+        ]
+        ran = dev_cluster.run(argv, timeout=120)
+        assert ran.returncode == 0, ran.stderr
+    finally:
+        slurm("scancel", held)
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(ran.stdout)
+        for s in family.samples
+    }
+    total: dict[str, int] = {}
+    for line in slurm("scontrol", "show", "node", "-o").splitlines():
+        gres = next((f[5:] for f in line.split() if f.startswith("Gres=")), "")
+        for item in gres.split(","):
+            parts = item.split("(")[0].split(":")
+            if parts[0] == "gpu" and len(parts) == 3:
+                total[parts[1]] = total.get(parts[1], 0) + int(parts[2])
+    exported = {
+        dict(labels)["type"]: v for (name, labels), v in got.items() if name == "slurm_hetero_gpus_total"
+    }
+    assert {t: v for t, v in exported.items() if v} == total
+    pending = [v for (name, labels), v in got.items() if name == "slurm_hetero_jobs_pending_gpumem_bytes"]
+    assert 50 * (1 << 30) in pending, got
