@@ -18,6 +18,7 @@ from slurm_hetero import inventory, metrics, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.report import inventory_option
+from slurm_hetero.errors import OutputError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render.write import write_atomic
 from slurm_hetero.report import capacity
@@ -56,9 +57,16 @@ def metrics_command(
     inventory_path: Path, log_path: str | None, textfile: Path | None, port: int | None, address: str
 ) -> None:
     """Devices total, allocated and drained, pending jobs and their gpumem, per type and vendor."""
+    if textfile is not None and not textfile.parent.is_dir():
+        raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
+    if log_path:
+        sacct.read_log(log_path)  # unreadable: one line now, not an error on every scrape
     found = registry(inventory_path, log_path)
     if port is not None:
-        start_http_server(port, addr=address, registry=found)
+        try:
+            start_http_server(port, addr=address, registry=found)
+        except OSError as e:
+            raise OutputError(f"cannot serve on {address}:{port}: {e.strerror or e}") from None
         while True:
             time.sleep(3600)
     text = generate_latest(found).decode()

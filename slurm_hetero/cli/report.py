@@ -32,7 +32,11 @@ def parse_when(value: str, now: datetime) -> datetime:
         return now
     m = _RELATIVE.fullmatch(value)
     if m:
-        return now - timedelta(**{{"d": "days", "h": "hours", "m": "minutes"}[m.group(2)]: int(m.group(1))})
+        unit = {"d": "days", "h": "hours", "m": "minutes"}[m.group(2)]
+        try:
+            return now - timedelta(**{unit: int(m.group(1))})
+        except OverflowError:
+            raise HeteroError(f"{value}: too far back; give a date after year 1") from None
     for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
         try:
             return datetime.strptime(value, fmt)

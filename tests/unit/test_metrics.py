@@ -108,3 +108,27 @@ def test_the_grafana_dashboard_queries_only_metrics_we_export(
     queried = set(re.findall(r"slurm_hetero_[a-z_]+", dashboard))
     exported = {name for name, _ in samples(scrape(monkeypatch, tmp_path))}
     assert queried and queried <= exported, queried - exported
+
+
+def test_bad_input_is_one_line_before_any_scrape(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = str(busy.getsockname()[1])
+    inv = ["metrics", "--inventory", str(EXAMPLE)]
+    cases = {
+        ("--textfile", str(tmp_path / "none" / "x.prom")): "no directory",
+        ("--log", str(tmp_path / "absent.log")): "no such slurmctld log",
+        ("--serve", port, "--address", "127.0.0.1"): "cannot serve on 127.0.0.1:" + port,
+    }
+    try:
+        for args, said in cases.items():
+            result = CliRunner().invoke(cli, [*inv, *args])
+            assert result.exit_code == 1 and result.stdout == "", result.output
+            (line,) = result.stderr.splitlines()
+            assert line.startswith("slurm-hetero: ") and said in line, line
+    finally:
+        busy.close()

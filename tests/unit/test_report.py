@@ -195,3 +195,14 @@ def test_a_user_whom_private_data_hides_other_jobs_is_told_so(
     assert "PrivateData=jobs shows you only your own jobs" in result.stderr
     open_data = FakeSlurm(tmp_path, **{"sacctmgr show config": "PrivateData             = none\n"})
     assert "PrivateData" not in run_report(monkeypatch, open_data, "--json").stderr
+
+
+def test_times_are_read_or_refused_in_one_line() -> None:
+    from slurm_hetero.cli.report import parse_when
+    from slurm_hetero.errors import HeteroError
+
+    assert parse_when("now-2h", NOW) == datetime(2026, 11, 2, 9, 40)
+    assert parse_when("2026-11-01", NOW) == datetime(2026, 11, 1)
+    for bad in ("yesterday", "now-99999999d", "now-1w"):
+        with pytest.raises(HeteroError):
+            parse_when(bad, NOW)
