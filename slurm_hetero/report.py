@@ -158,6 +158,8 @@ def build(
         raise HeteroError(f"--by {by}: choose one of {', '.join(GROUPINGS)}")
     hours = (until - since).total_seconds() / 3600
     rows: dict[tuple[str, ...], _Row] = {}
+    if by in ("type", "vendor"):  # idle types and vendors get their (empty) row too
+        rows.update({(t if by == "type" else c.vendor,): _Row() for t, c in caps.items()})
     inside = [j for j in jobs if j.submit < until and (j.end is None or j.end >= since)]
     for job in inside:
         asked = gpumem_asked(job.decision)

@@ -87,7 +87,9 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Clu
     assert {"a100_80g", "l40s", "ascend910b3"} <= set(hours), lines
     assert stranded and set(stranded) == {"a100_80g"}, lines
     rows = {r["type"]: r for r in doc["rows"]}
-    assert set(rows) == set(hours)
+    assert set(rows) == set(doc["capacity"]) and set(hours) <= set(rows)  # idle types too
+    for gpu_type in set(rows) - set(hours):
+        assert rows[gpu_type]["device_hours"] == 0
     for gpu_type, value in hours.items():
         assert rows[gpu_type]["device_hours"] == pytest.approx(value, abs=1e-5)
         assert rows[gpu_type]["stranded_gib_hours"] == pytest.approx(stranded.get(gpu_type, 0), abs=1e-5)

@@ -62,7 +62,8 @@ def caps() -> dict[str, report.TypeCapacity]:
 def test_figures_equal_those_computed_by_hand() -> None:
     doc = report.build(sacct.parse(SACCT), sacct.parse_refusals(LOG), caps(), SINCE, UNTIL, NOW, "type")
     rows = {r["type"]: r for r in doc["rows"]}
-    assert set(rows) == {"a100_80g", "l40s"}
+    assert set(rows) == {"a100_80g", "l40s", "ascend910b3"}
+    assert (rows["ascend910b3"]["device_hours"], rows["ascend910b3"]["share"]) == (0, 0)  # idle
     assert rows["l40s"]["device_hours"] == pytest.approx(1.5)
     assert rows["l40s"]["share"] == pytest.approx(1.5 / (2 * 2))
     assert rows["a100_80g"]["device_hours"] == pytest.approx(2 + 0.5)
@@ -80,7 +81,8 @@ def test_figures_equal_those_computed_by_hand() -> None:
 def test_vendor_rows_add_their_types_and_user_rows_split_by_type() -> None:
     jobs = sacct.parse(SACCT)
     by_vendor = report.build(jobs, None, caps(), SINCE, UNTIL, NOW, "vendor")
-    (nvidia,) = by_vendor["rows"]
+    ascend, nvidia = by_vendor["rows"]
+    assert ascend["vendor"] == "ascend" and ascend["devices"] == 8 and ascend["jobs"] == 0
     assert nvidia["vendor"] == "nvidia" and nvidia["devices"] == 6
     assert nvidia["share"] == pytest.approx(4.0 / (6 * 2), abs=1e-6) and by_vendor["refusals"] is None
     by_user = report.build(jobs, None, caps(), SINCE, UNTIL, NOW, "user")
