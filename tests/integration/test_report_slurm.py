@@ -81,14 +81,14 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Clu
             rewrites[policy] = rewrites.get(policy, 0) + 1
         if start in ("Unknown", "None") or end in ("Unknown", "None"):
             continue
-        ran = (min(_when(end), until) - max(_when(start), since)).total_seconds() / 3600
+        inside = (min(_when(end), until) - max(_when(start), since)).total_seconds() / 3600
         for item in alloc.split(","):
             if item.startswith("gres/gpu:"):
                 gpu_type, count = item[len("gres/gpu:") :].split("=")
-                hours[gpu_type] = hours.get(gpu_type, 0) + int(count) * ran
+                hours[gpu_type] = hours.get(gpu_type, 0) + int(count) * inside
                 if "gpumem:50G ->" in comment:
                     spare = (memory[gpu_type] - 50 * 1024) / 1024
-                    stranded[gpu_type] = stranded.get(gpu_type, 0) + spare * int(count) * ran
+                    stranded[gpu_type] = stranded.get(gpu_type, 0) + spare * int(count) * inside
     assert {"a100_80g", "l40s", "ascend910b3"} <= set(hours), lines
     assert stranded and set(stranded) == {"a100_80g"}, lines
     rows = {r["type"]: r for r in doc["rows"]}
