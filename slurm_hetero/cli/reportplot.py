@@ -26,14 +26,22 @@ def draw(doc: Mapping[str, Any], path: Path) -> None:
         ("mean queue wait (min)", [(r["wait_mean_s"] or 0) / 60 for r in rows]),
         ("stranded gpumem (GiB-h)", [r["stranded_gib_hours"] for r in rows]),
     ]
+    vendors = [
+        r["vendor"] if by == "vendor" else doc["capacity"].get(r.get("type"), {}).get("vendor", "")
+        for r in rows
+    ]
+    palette = {v: plt.get_cmap("tab10")(i % 10) for i, v in enumerate(sorted(set(vendors)))}
     figure, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(rows) + 2.2), sharey=True)
     for ax, (title, values) in zip(axes, panels):
-        ax.barh(labels, values, color="#4c72b0")
+        ax.barh(labels, values, color=[palette[v] for v in vendors])
         ax.set_title(title, fontsize=10)
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
+    axes[0].set_xlim(0, 100)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in palette.values()]
+    figure.legend(handles, list(palette), loc="lower center", ncol=len(palette), frameon=False, fontsize=9)
     figure.suptitle(f"slurm-hetero report by {by}: {doc['since']} .. {doc['until']}", fontsize=11)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
     try:
         figure.savefig(path)
     except (OSError, ValueError) as e:
