@@ -9,7 +9,9 @@ from datetime import datetime, timedelta
 import pytest
 
 from slurm_hetero import inventory
-from tests.integration.conftest import Cluster, slurm
+from tests.integration.conftest import Cluster, slurm, slurm_as
+
+USER = "nobody"  # root is exempt from the hook
 
 
 def wait_done(job_ids: list[str], timeout: float = 60) -> None:
@@ -47,11 +49,13 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Clu
     since = datetime.now().replace(microsecond=0) - timedelta(seconds=1)
     submit = ["sbatch", "--parsable", "-o", "/dev/null", "--wrap=sleep 2"]
     jobs = [
-        slurm(*submit, "--gres=gpumem:50G").strip(),  # no l40s holds 50G: rounded up to an 80G a100_80g
-        slurm(*submit, "--gres=gpu:l40s:1").strip(),
-        slurm(*submit, "--gres=gpu:ascend910b3:2").strip(),
+        slurm_as(
+            USER, *submit, "--gres=gpumem:50G"
+        ).strip(),  # no l40s holds 50G: rounded up to an 80G device
+        slurm_as(USER, *submit, "--gres=gpu:l40s:1").strip(),
+        slurm_as(USER, *submit, "--gres=gpu:ascend910b3:2").strip(),
     ]
-    refused = dev_cluster.run([*submit, "--gres=gpumem:2T"])
+    refused = dev_cluster.run([*submit, "--gres=gpumem:2T"], USER, cwd="/tmp")
     assert refused.returncode != 0
     wait_done(jobs)
     until = datetime.now().replace(microsecond=0) + timedelta(seconds=2)
@@ -109,7 +113,8 @@ def test_metrics_parse_back_and_count_the_devices_slurm_has(dev_cluster: Cluster
     Slurm's, and a pending job's gpumem (held, so it stays pending) is counted under its type."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    held = slurm("sbatch", "--parsable", "-H", "-o", "/dev/null", "--gres=gpumem:50G", "--wrap=true").strip()
+    held = slurm_as(USER, "sbatch", "--parsable", "-H", "-o", "/dev/null", "--gres=gpumem:50G", "--wrap=true")
+    held = held.strip()
     try:
         argv = [
             dev_cluster.python,
