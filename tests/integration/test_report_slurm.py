@@ -51,7 +51,7 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Clu
     jobs = [
         slurm_as(
             USER, *submit, "--gres=gpumem:50G"
-        ).strip(),  # no l40s holds 50G: rounded up to an 80G device
+        ).strip(),  # no l40s holds 50G: rounded up to a larger device
         slurm_as(USER, *submit, "--gres=gpu:l40s:1").strip(),
         slurm_as(USER, *submit, "--gres=gpu:ascend910b3:2").strip(),
     ]
@@ -93,8 +93,9 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Clu
                 if "gpumem:50G ->" in comment:
                     spare = (memory[gpu_type] - 50 * 1024) / 1024
                     stranded[gpu_type] = stranded.get(gpu_type, 0) + spare * int(count) * inside
-    assert {"a100_80g", "l40s", "ascend910b3"} <= set(hours), lines
-    assert stranded and set(stranded) == {"a100_80g"}, lines
+    assert {"l40s", "ascend910b3"} <= set(hours) and len(hours) >= 3, lines  # three types
+    (rounded_up,) = stranded  # the gpumem:50G job, on one device of a larger type
+    assert memory[rounded_up] > 50 * 1024 and stranded[rounded_up] > 0, lines
     rows = {r["type"]: r for r in doc["rows"]}
     assert set(rows) == set(doc["capacity"]) and set(hours) <= set(rows)  # idle types too
     for gpu_type in set(rows) - set(hours):
