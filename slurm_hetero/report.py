@@ -180,7 +180,7 @@ def build(
     return {
         "since": since.isoformat(timespec="seconds"),
         "until": until.isoformat(timespec="seconds"),
-        "hours": round(hours, 4),
+        "hours": hours,
         "by": by,
         "jobs": len(inside),
         "gpu_jobs": sum(1 for j in inside if j.gpus),

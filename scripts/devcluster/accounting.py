@@ -6,6 +6,12 @@ alone) and its own slurmdbd (port 6819 for 22.05, 6919 for 24.11: slurmctld's po
 `up` starts from an empty accounting database, as it starts slurmctld from empty state (job ids
 restart at 1). slurmdbd keeps `PrivateData=jobs,usage`, as sites do: a user's sacct shows their own
 jobs only, root and SlurmUser see all. Daemons stop by PID file (`stop`).
+
+Known gap, 24.11: Debian 13's slurmdbd 24.11.5 stops at start against Debian 13's MariaDB 11.8:
+`_check_mysql_concat_is_sane: mysql_query failed: 5027 Number of columns in result (=1) set
+execeeds maxmimum allowed number of columns (=0)` on `select @var := concat('')`, then fatal. Its
+client library (libmariadb 3.4) also insists on TLS, which the host's MariaDB 10.11 does not
+offer, so pointing it there is no way round either. `up --accounting` on 24.11 ends with that log.
 """
 
 from __future__ import annotations
