@@ -28,7 +28,9 @@ from slurm_hetero.slurm.sacct import JobRecord, Refusal
 from slurm_hetero.units import parse_size
 
 GROUPINGS = ("type", "vendor", "partition", "user")
-_POLICY = re.compile(r"\(([^()]*)\)\s*$")
+# `gpumem:20G -> gres:gpu:l40s:1 (best-fit) [vendor nvidia: ...]`, `... -> gres:shard:5 constraint l40s
+# (best-fit, shares of l40s)`: the policy opens the first parentheses after the arrow
+_POLICY = re.compile(r" -> [^(]*\(([^,()]*)")
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def rewrite_reason(decision: str | None) -> str | None:
     if not decision or " -> " not in decision:
         return None
     m = _POLICY.search(decision)
-    return m.group(1) if m else "rewritten"
+    return m.group(1).strip() if m else "rewritten"
 
 
 @dataclass

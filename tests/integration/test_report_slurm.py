@@ -88,7 +88,8 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(accounted: Clust
         job_id, alloc, submitted, start, end, comment = line.split("|", 5)
         note = comment[comment.rfind("slurm_hetero: ") :] if "slurm_hetero: " in comment else ""
         if " -> " in note and since <= _when(submitted) < until:
-            policy = note[note.rfind("(") + 1 : note.rfind(")")]
+            after = note[note.index(" -> ") :]
+            policy = after[after.index("(") + 1 :].split(")")[0].split(",")[0]
             rewrites[policy] = rewrites.get(policy, 0) + 1
         if start in ("Unknown", "None") or end in ("Unknown", "None"):
             continue

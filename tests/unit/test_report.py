@@ -39,7 +39,7 @@ SACCT = "\n".join(
         + "|",
         "4|alice|gpu|CANCELLED by 0|2026-11-02T11:00:00|2026-11-02T11:05:00|2026-11-02T11:35:00|"
         + TRES.format(n=1, t="l40s")
-        + "|a site note; slurm_hetero: gpumem:40G,gpucore:50 -> gres:gpu:l40s:1 (fastest)",
+        + "|a site note; slurm_hetero: gpumem:40G,gpucore:50 -> gres:gpu:l40s:1 (fastest) [vendor nvidia: n]",
         "5|carol|gpu|PENDING|2026-11-02T11:50:00|Unknown|Unknown||",
     ]
 )
@@ -197,6 +197,13 @@ def test_a_user_whom_private_data_hides_other_jobs_is_told_so(
     assert "PrivateData=jobs shows you only your own jobs" in result.stderr
     open_data = FakeSlurm(tmp_path, **{"sacctmgr show config": "PrivateData             = none\n"})
     assert "PrivateData" not in run_report(monkeypatch, open_data, "--json").stderr
+
+
+def test_the_rewrite_reason_is_the_policy_the_hook_names() -> None:
+    shard = "gpumem:20G -> gres:shard:5 constraint l40s (best-fit, shares of l40s) [vendor nvidia: x (y)]"
+    assert report.rewrite_reason(shard) == "best-fit"
+    assert report.rewrite_reason("gpumem:20G -> gres:gpu:l40s:1") == "rewritten"
+    assert report.rewrite_reason("something else") is None
 
 
 def test_times_are_read_or_refused_in_one_line() -> None:
