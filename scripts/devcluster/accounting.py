@@ -42,12 +42,14 @@ def dbd_port(rel: Release) -> int:
     return rel.ctld_port + 2
 
 
-def slurm_conf_lines(rel: Release) -> str:
-    """slurm.conf lines that send accounting to this release's slurmdbd."""
+def slurm_conf_lines(rel: Release, nodes_conf: str) -> str:
+    """slurm.conf lines that send accounting to this release's slurmdbd, with the per-type
+    AccountingStorageTRES line that `gres render` writes (commented) into slurm-nodes.conf."""
+    tres = [ln[2:] for ln in nodes_conf.splitlines() if ln.startswith("# AccountingStorageTRES=")]
     return (
         "AccountingStorageType=accounting_storage/slurmdbd\n"
         "AccountingStorageHost=localhost\n"
-        f"AccountingStoragePort={dbd_port(rel)}\n"
+        f"AccountingStoragePort={dbd_port(rel)}\n" + "".join(line + "\n" for line in tres)
     )
 
 

@@ -53,7 +53,7 @@ def accounting_config() -> dict[str, str]:
         raise ConfigError(
             "Slurm keeps no job accounting (AccountingStorageType="
             f"{storage or 'unset'}); set AccountingStorageType=accounting_storage/slurmdbd with a running "
-            "slurmdbd and include the rendered slurm-nodes.conf (docs/admin-guide.md section 7)"
+            "slurmdbd and the AccountingStorageTRES line of slurm-nodes.conf (docs/admin-guide.md section 7)"
         )
     return config
 
@@ -65,8 +65,8 @@ def check_tres(config: dict[str, str], types: list[str]) -> None:
         raise ConfigError(
             f"AccountingStorageTRES does not name gres/gpu:{missing[0]}"
             + (f" (and {len(missing) - 1} more types)" if len(missing) > 1 else "")
-            + ", so Slurm records no usage by type; include the rendered slurm-nodes.conf (or merge its "
-            "AccountingStorageTRES line into yours) and run scontrol reconfigure"
+            + ", so Slurm records no usage by type; set in slurm.conf the AccountingStorageTRES line that "
+            "gres render writes (commented) into slurm-nodes.conf, merged with yours; scontrol reconfigure"
         )
 
 

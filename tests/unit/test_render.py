@@ -136,7 +136,9 @@ def test_render_then_parse_gives_the_same_devices(inv: ClusterInventory, include
         ]
     # accounting names exactly the gpu types some node declares, plus gpumem and gpucore
     (tres,) = [
-        ln.split("=", 1)[1] for ln in files["slurm-nodes.conf"].splitlines() if ln.startswith("Accounting")
+        ln.split("=", 1)[1]
+        for ln in files["slurm-nodes.conf"].splitlines()
+        if ln.startswith("# AccountingStorageTRES=")
     ]
     declared_types = {
         g.split(":")[1] for f in declared.values() for g in f.get("Gres", "").split(",") if g[:4] == "gpu:"
