@@ -1341,7 +1341,7 @@ local function apply(job_desc, view, submit_uid, outcome)
   local where = loggable("uid " .. tostring(submit_uid) .. component(view))
   local said, logged = texts(outcome)
   if outcome.action == "reject" then
-    slurm.log_info("slurm_hetero: %s: rejected: %s", where, logged)
+    slurm.log_info("slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), logged)
     slurm.log_user("%s", said)
     return error_code(outcome.code)
   end
@@ -1745,7 +1745,7 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
   end
   local where = "uid " .. tostring(modify_uid) .. " edit of job " .. tostring(view.job_id)
   if outcome.action == "reject" then
-    log(slurm.log_info, "slurm_hetero: %s: rejected: %s", where, outcome.message)
+    log(slurm.log_info, "slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), outcome.message)
     say(outcome.message)
     return error_code(outcome.code)
   end

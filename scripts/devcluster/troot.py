@@ -158,6 +158,21 @@ def sync_deps(root: Path) -> None:
     marker.write_text(recipe() + line)
 
 
+def install_packages(root: Path, packages: list[str]) -> None:
+    """Debian packages a feature needs (`--accounting`: mariadb-server, slurmdbd) into a built root,
+    on first use, without starting their daemons (policy-rc.d)."""
+    log(f"apt-get install {' '.join(packages)} in {root}")
+    shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    policy = root / "usr" / "sbin" / "policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    try:
+        in_root(root, "apt-get", "update", "-q")
+        in_root(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages)
+    finally:
+        policy.unlink()
+
+
 def install_checkout(root: Path) -> None:
     """pip install the checkout this script runs from into the root's venv (no deps, no build isolation)."""
     src = root / "opt" / "slurm-hetero" / "src"

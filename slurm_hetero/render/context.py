@@ -358,6 +358,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
     gres_types = ["gpu", "gpumem", "gpucore"] + (["shard"] if any(s.shards for s in shapes) else [])
     return {
         "gres_types": ",".join(gres_types),
+        "accounting_tres": accounting_tres(shapes, gres_types),
         "notes": warnings,
         "gres_groups": [
             {
@@ -379,6 +380,12 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "node_count": sum(n.hosts for n in built),
         "shape_count": len(shapes),
     }
+
+
+def accounting_tres(shapes: Iterable[NodeShape], gres_types: Sequence[str]) -> str:
+    """The `AccountingStorageTRES` value: Slurm accounts a GRES (and each gpu type) only when named there."""
+    types = sorted({t for s in shapes for t, _ in s.per_type})
+    return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types), *(f"gres/{g}" for g in gres_types[1:])])
 
 
 def _node_entry(

@@ -134,6 +134,18 @@ def test_render_then_parse_gives_the_same_devices(inv: ClusterInventory, include
         assert [g for g in gres.split(",") if g.startswith("gpu:")] == [
             f"gpu:{t}:{n}" for t, n in per_type.items()
         ]
+    # accounting names exactly the gpu types some node declares, plus gpumem and gpucore
+    (tres,) = [
+        ln.split("=", 1)[1]
+        for ln in files["slurm-nodes.conf"].splitlines()
+        if ln.startswith("# AccountingStorageTRES=")
+    ]
+    declared_types = {
+        g.split(":")[1] for f in declared.values() for g in f.get("Gres", "").split(",") if g[:4] == "gpu:"
+    }
+    named = tres.split(",")
+    assert {t.split(":", 1)[1] for t in named if t.startswith("gres/gpu:")} == declared_types
+    assert {"gres/gpu", "gres/gpumem", "gres/gpucore"} <= set(named) and len(named) == len(set(named))
 
 
 def test_identical_nodes_fold_into_one_line() -> None:

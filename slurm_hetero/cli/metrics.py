@@ -1,0 +1,76 @@
+"""`slurm-hetero metrics`: Prometheus metrics by device type and vendor (slurm_hetero.metrics).
+
+Prints the metrics once, writes them for node_exporter's textfile collector (`--textfile`, atomic),
+or serves them (`--serve PORT`), collecting on every scrape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import Metric
+
+from slurm_hetero import inventory, metrics, proc
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.cli.report import inventory_option
+from slurm_hetero.errors import OutputError
+from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.render.write import write_atomic
+from slurm_hetero.report import capacity
+from slurm_hetero.slurm import sacct
+
+
+class ClusterCollector:
+    """Collects one snapshot from scontrol, squeue (and the log) on every scrape."""
+
+    def __init__(self, vendors: dict[str, str], log: str | None) -> None:
+        self.vendors, self.log = vendors, log
+
+    def collect(self) -> Iterator[Metric]:
+        snap = metrics.Snapshot()
+        metrics.read_nodes(proc.run(["scontrol", "show", "node", "-d", "-o"]), snap)
+        metrics.read_pending(proc.run(metrics.SQUEUE), snap)
+        if self.log:
+            snap.decisions = metrics.read_decisions(sacct.read_log(self.log))
+        yield from metrics.families(snap, self.vendors)
+
+
+def registry(inventory_path: Path, log: str | None) -> CollectorRegistry:
+    caps = capacity(slurm_nodes(inventory.load(inventory_path), load_catalog()))
+    found = CollectorRegistry()
+    found.register(ClusterCollector({t: c.vendor for t, c in caps.items()}, log))  # type: ignore[arg-type]
+    return found
+
+
+@cli.command("metrics")
+@inventory_option("vendor of each type")
+@click.option("--log", "log_path", help="slurmctld's log: also count the hook's rewrites and refusals.")
+@click.option("--textfile", type=click.Path(path_type=Path), help="Write FILE (*.prom) for node_exporter.")
+@click.option("--serve", "port", type=click.IntRange(1, 65535), help="Serve /metrics on PORT.")
+@click.option("--address", default="0.0.0.0", show_default=True, help="Address --serve listens on.")
+def metrics_command(
+    inventory_path: Path, log_path: str | None, textfile: Path | None, port: int | None, address: str
+) -> None:
+    """Devices total, allocated and drained, pending jobs and their gpumem, per type and vendor."""
+    if textfile is not None and not textfile.parent.is_dir():
+        raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
+    if log_path:
+        sacct.read_log(log_path)  # unreadable: one line now, not an error on every scrape
+    found = registry(inventory_path, log_path)
+    if port is not None:
+        try:
+            start_http_server(port, addr=address, registry=found)
+        except OSError as e:
+            raise OutputError(f"cannot serve on {address}:{port}: {e.strerror or e}") from None
+        while True:
+            time.sleep(3600)
+    text = generate_latest(found).decode()
+    if textfile is not None:
+        write_atomic({textfile: text}, backup=False)
+    else:
+        click.echo(text, nl=False)

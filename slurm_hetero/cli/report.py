@@ -1,0 +1,164 @@
+"""`slurm-hetero report`: what the cluster did in a time window, by device type (slurm_hetero.report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_hetero import hostlist, inventory, report
+from slurm_hetero.catalog import load_catalog
+from slurm_hetero.cli import cli
+from slurm_hetero.cli.catalog import render_table
+from slurm_hetero.cli.health import DEFAULT_INVENTORY
+from slurm_hetero.errors import ConfigError, HeteroError, InventoryError
+from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.slurm import sacct
+from slurm_hetero.slurm.scontrol import show_node_gres
+
+_RELATIVE = re.compile(r"now-(\d+)([dhm])")
+
+
+def parse_when(value: str, now: datetime) -> datetime:
+    """`2026-11-01`, `2026-11-01T08:00[:00]` or `now-7d` / `now-12h` / `now-30m` / `now`."""
+    if value == "now":
+        return now
+    m = _RELATIVE.fullmatch(value)
+    if m:
+        unit = {"d": "days", "h": "hours", "m": "minutes"}[m.group(2)]
+        try:
+            return now - timedelta(**{unit: int(m.group(1))})
+        except OverflowError:
+            raise HeteroError(f"{value}: too far back; give a date after year 1") from None
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(value, fmt)
+        except ValueError:
+            continue
+    raise HeteroError(f"cannot read time {value!r}; give 2026-11-01, 2026-11-01T08:00 or now-7d")
+
+
+def accounting_config() -> dict[str, str]:
+    """slurmctld's settings, refused in one line when Slurm keeps no accounting."""
+    config = sacct.config()
+    storage = config.get("AccountingStorageType", "")
+    if not storage or storage.endswith("/none"):
+        raise ConfigError(
+            "Slurm keeps no job accounting (AccountingStorageType="
+            f"{storage or 'unset'}); set AccountingStorageType=accounting_storage/slurmdbd with a running "
+            "slurmdbd and the AccountingStorageTRES line of slurm-nodes.conf (docs/admin-guide.md section 7)"
+        )
+    return config
+
+
+def check_tres(config: dict[str, str], types: list[str]) -> None:
+    tracked = set(config.get("AccountingStorageTRES", "").split(","))
+    missing = [t for t in types if f"gres/gpu:{t}" not in tracked]
+    if missing:
+        raise ConfigError(
+            f"AccountingStorageTRES does not name gres/gpu:{missing[0]}"
+            + (f" (and {len(missing) - 1} more types)" if len(missing) > 1 else "")
+            + ", so Slurm records no usage by type; set in slurm.conf the AccountingStorageTRES line that "
+            "gres render writes (commented) into slurm-nodes.conf, merged with yours; scontrol reconfigure"
+        )
+
+
+def sees_every_job(config: dict[str, str]) -> bool:
+    """Whether PrivateData lets this user see other users' jobs (root and SlurmUser always do)."""
+    if os.geteuid() == 0:
+        return True
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if config.get("SlurmUser", "").split("(")[0] == me:
+        return True
+    private = sacct.dbd_config().get("PrivateData", "") + "," + config.get("PrivateData", "")
+    return "jobs" not in private.replace(" ", "").split(",")
+
+
+def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusal] | None, str | None]:
+    path = log or config.get("SlurmctldLogFile", "")
+    if not path or path == "(null)":
+        return None, "slurmctld logs to syslog here; pass --log FILE to count the hook's refusals"
+    try:
+        return sacct.parse_refusals(sacct.read_log(path)), None
+    except HeteroError as e:
+        return None, f"refusals not counted: {e}"
+
+
+def inventory_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--inventory FILE` of the commands that read the site's inventory (report, metrics)."""
+    return click.option(
+        "--inventory",
+        "inventory_path",
+        type=click.Path(path_type=Path),
+        default=DEFAULT_INVENTORY,
+        show_default=True,
+        help=f"The cluster inventory ({what}).",
+    )
+
+
+@cli.command("report")
+@inventory_option("device types, vendors, memory")
+@click.option("--since", default="now-7d", show_default=True, help="Start: 2026-11-01[T08:00] or now-7d.")
+@click.option("--until", default="now", show_default=True, help="End (exclusive), same forms.")
+@click.option("--by", type=click.Choice(report.GROUPINGS), default="type", show_default=True)
+@click.option(
+    "--log", "log_path", help="slurmctld's log for the hook's refusals (default: SlurmctldLogFile)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--plot", type=click.Path(path_type=Path), help="Also draw the report into FILE (png, svg, pdf)."
+)
+def report_command(
+    inventory_path: Path,
+    since: str,
+    until: str,
+    by: str,
+    log_path: str | None,
+    as_json: bool,
+    plot: Path | None,
+) -> None:
+    """Device-hours and share of capacity per type, queue wait, stranded gpumem, the hook's rewrites
+    and refusals, and jobs off their user's usual type, from sacct and the inventory."""
+    now = datetime.now().replace(microsecond=0)
+    start, end = parse_when(since, now), parse_when(until, now)
+    if start >= end:
+        raise HeteroError(f"--since {since} is not before --until {until}")
+    doc, notes = gather(inventory_path, start, end, now, by, log_path)
+    for note in notes:
+        click.echo(f"slurm-hetero: {note}", err=True)
+    if plot is not None:
+        from slurm_hetero.cli.reportplot import draw
+
+        draw(doc, plot)
+    click.echo(json.dumps(doc, indent=1) if as_json else report.render_text(doc, render_table))
+
+
+def gather(
+    inventory_path: Path, start: datetime, end: datetime, now: datetime, by: str, log_path: str | None
+) -> tuple[dict, list[str]]:
+    nodes = slurm_nodes(inventory.load(inventory_path), load_catalog())
+    caps = report.capacity(nodes)
+    config = accounting_config()
+    check_tres(config, list(caps))
+    differ = report.disagreements(nodes, show_node_gres([]), hostlist.expand)
+    if differ:
+        more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
+        raise InventoryError(
+            f"{inventory_path} disagrees with Slurm's nodes: {differ[0]}{more}; pass the inventory the "
+            "cluster was rendered from, or re-render (gres render) and reconfigure"
+        )
+    found, note = refusals(log_path, config)
+    notes = [note] if note else []
+    if not sees_every_job(config):
+        notes.append("Slurm's PrivateData=jobs shows you only your own jobs: the figures cover those")
+    doc = report.build(sacct.jobs(start, end), found, caps, start, end, now, by)
+    if not doc["jobs"] and not (doc["refusals"] or {}):
+        raise HeteroError(f"no jobs between {doc['since']} and {doc['until']}; widen --since/--until")
+    return doc, notes

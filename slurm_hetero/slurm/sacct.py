@@ -1,0 +1,162 @@
+"""Slurm's accounting through its CLIs: `sacct -P` job records, `scontrol show config`, and the
+hook's refusal lines in slurmctld's log.
+
+Where slurm-hetero's own records live: a rewritten job carries the decision in its AdminComment
+(`slurm_hetero: gpumem:20G -> gres:gpu:l40s:1 (best-fit)`), which slurmdbd stores and `sacct -o
+AdminComment` prints; a refused job never reaches slurmdbd, so its only record is the hook's
+`slurm.log_info` line in slurmctld's log (`slurm_hetero: uid 1000: rejected [NODE_TOO_SMALL]:
+...`). The parsers are pure; `jobs`, `config` and `read_log` are the callers (R1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from slurm_hetero import proc, readfile
+from slurm_hetero.errors import ParseError, ToolError
+
+FIELDS = ("JobID", "User", "Partition", "State", "Submit", "Start", "End", "AllocTRES", "AdminComment")
+NOTE_PREFIX = "slurm_hetero: "  # the hook's admin comment and log prefix (submit.NOTE_PREFIX)
+_UNSET = ("", "Unknown", "None")
+MAX_LOG_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One allocation (`sacct -X`) as the report needs it."""
+
+    job_id: str
+    user: str
+    partition: str
+    state: str
+    submit: datetime
+    start: datetime | None  # None: never started
+    end: datetime | None  # None: still running
+    gpus: Mapping[str, int]  # gpu type -> devices allocated (from AllocTRES gres/gpu:TYPE=N)
+    admin_comment: str = ""
+
+    @property
+    def decision(self) -> str | None:
+        """The hook's decision recorded in the admin comment (the last one), else None."""
+        at = self.admin_comment.rfind(NOTE_PREFIX)
+        return self.admin_comment[at + len(NOTE_PREFIX) :] if at >= 0 else None
+
+
+def command(since: datetime, until: datetime) -> list[str]:
+    """Every user's allocations that were eligible or running in [since, until)."""
+    window = ["-S", since.strftime("%Y-%m-%dT%H:%M:%S"), "-E", until.strftime("%Y-%m-%dT%H:%M:%S")]
+    return ["sacct", "-a", "-X", "-P", "-n", *window, "-o", ",".join(FIELDS)]
+
+
+def _time(value: str, field: str, job: str) -> datetime | None:
+    if value in _UNSET:
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        raise ParseError(
+            "slurm",
+            "sacct",
+            f"sacct printed {field}={value!r} for job {job}; unset SLURM_TIME_FORMAT (or set it to standard)",
+        ) from None
+
+
+def alloc_gpus(tres: str) -> dict[str, int]:
+    """`billing=1,cpu=1,gres/gpu:l40s=1,gres/gpu=1,mem=500M` -> {"l40s": 1} (typed gpu items only)."""
+    out: dict[str, int] = {}
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if name.startswith("gres/gpu:") and count.isdigit():
+            out[name[len("gres/gpu:") :]] = int(count)
+    return out
+
+
+def parse(text: str) -> list[JobRecord]:
+    """`sacct -P -n -o FIELDS` lines -> records. AdminComment is last, so a `|` inside it stays in it."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", len(FIELDS) - 1)
+        if len(parts) != len(FIELDS):
+            raise ParseError(
+                "slurm", "sacct", f"line has {len(parts)} fields, expected {len(FIELDS)}: {line[:200]!r}"
+            )
+        job_id, user, partition, state, submit, start, end, alloc, comment = parts
+        submitted = _time(submit, "Submit", job_id)
+        if submitted is None:
+            raise ParseError("slurm", "sacct", f"no Submit time for job {job_id}")
+        started = _time(start, "Start", job_id)
+        jobs.append(
+            JobRecord(
+                job_id=job_id,
+                user=user,
+                partition=partition,
+                state=state.split()[0] if state else state,  # `CANCELLED by 0`
+                submit=submitted,
+                start=started,
+                end=_time(end, "End", job_id) if started else None,
+                gpus=alloc_gpus(alloc),
+                admin_comment=comment,
+            )
+        )
+    return jobs
+
+
+def jobs(since: datetime, until: datetime, timeout: float = 120.0) -> list[JobRecord]:
+    return parse(proc.run(command(since, until), timeout=timeout))
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config` / `sacctmgr show config` lines `Key   = value` -> {Key: value}."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def config() -> dict[str, str]:
+    return parse_config(proc.run(["scontrol", "show", "config"]))
+
+
+def dbd_config() -> dict[str, str]:
+    """slurmdbd's settings as sacctmgr reports them ({} when it cannot say)."""
+    try:
+        return parse_config(proc.run(["sacctmgr", "show", "config"]))
+    except ToolError:
+        return {}
+
+
+# `[2026-11-29T02:44:15.123] slurm_hetero: uid 1000: rejected [NODE_TOO_SMALL]: gpumem:2T: ...`
+_REFUSAL = re.compile(
+    r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?\] (?:\w+: )?"
+    r"slurm_hetero: (.*?): rejected \[([^\]]*)\]: (.*)$"
+)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    when: datetime
+    where: str  # `uid 1000`, `uid 1000 edit of job 7`, with a het component
+    reason: str  # the hook's reason code: request, constraint, partition, NODE_TOO_SMALL, ...
+    message: str
+
+
+def parse_refusals(text: str) -> list[Refusal]:
+    """The hook's refusal lines of a slurmctld log (other lines are skipped)."""
+    out = []
+    for line in text.splitlines():
+        m = _REFUSAL.match(line)
+        if m:
+            when = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")
+            out.append(Refusal(when, m.group(2), m.group(3), m.group(4)))
+    return out
+
+
+def read_log(path: str) -> str:
+    return readfile.read_text(path, MAX_LOG_BYTES, "slurmctld log", errors="replace")

@@ -1,0 +1,134 @@
+"""`slurm-hetero metrics`: values per type and vendor, read back with prometheus_client's parser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from slurm_hetero import proc
+from slurm_hetero.cli import cli
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
+NODES = "\n".join(
+    [
+        "NodeName=a100n1 Arch=x86_64 Gres=gpu:a100_80g:4(S:0-7),gpumem:320G,gpucore:400 "
+        "GresUsed=gpu:a100_80g:3(IDX:0-2),gpumem:0,gpucore:0 State=MIXED Reason=(null)",
+        "NodeName=ascendn1 Gres=gpu:ascend910b3:8(S:0-15),gpumem:512G "
+        "GresUsed=gpu:ascend910b3:0(IDX:N/A),gpumem:0 "
+        "State=IDLE+DRAIN Reason=slurm-hetero: ascend device 3 missing [root@2026-11-02T10:00:00]",
+        "NodeName=l40sn1 Gres=gpu:l40s:2(S:0-7),gpumem:92136M GresUsed=gpu:l40s:2(IDX:0-1),gpumem:0 "
+        "State=ALLOCATED+DRAIN Reason=kernel update [admin@2026-11-02T10:00:00]",
+        "NodeName=cpun1 Gres=(null) GresUsed= State=IDLE",
+    ]
+)
+PENDING = (
+    "12                      gres:gpu:a100_80g:2      N/A     "
+    "slurm_hetero: gpumem:50G -> gres:gpu:a100_80g:2 (best-fit)\n"
+    "13                      gres/gpu:l40s:1          N/A     \n"
+    "14                      N/A                      gres/gpu:4  a note\n"
+)
+LOG = """[2026-11-02T10:00:00.000] slurm_hetero: uid 1000: gpumem:50G -> gres:gpu:a100_80g:2 (best-fit)
+[2026-11-02T10:00:01.000] slurm_hetero: uid 1000 edit of job 9: gpumem:70G -> gres/gpu:a100_80g:1 (fastest)
+[2026-11-02T10:00:02.000] slurm_hetero: uid 1000: rejected [NODE_TOO_SMALL]: gpumem:2T: largest is a100_80g
+"""
+
+
+def fake_run(argv: Sequence[str], timeout: float = 60.0) -> str:
+    if list(argv[:3]) == ["scontrol", "show", "node"]:
+        return NODES
+    if argv[0] == "squeue":
+        return PENDING
+    raise AssertionError(argv)
+
+
+def scrape(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> str:
+    monkeypatch.setattr(proc, "run", fake_run)
+    log = tmp_path / "slurmctld.log"
+    log.write_text(LOG)
+    result = CliRunner().invoke(cli, ["metrics", "--inventory", str(EXAMPLE), "--log", str(log), *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_per_type_and_vendor_parse_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    got = samples(scrape(monkeypatch, tmp_path))
+    nv, asc = (("type", "a100_80g"), ("vendor", "nvidia")), (("type", "ascend910b3"), ("vendor", "ascend"))
+    assert got[("slurm_hetero_gpus_total", nv)] == 4 and got[("slurm_hetero_gpus_total", asc)] == 8
+    assert got[("slurm_hetero_gpus_alloc", nv)] == 3
+    drained = ("slurm_hetero_gpus_drained", (("by", "slurm-hetero"), *asc))
+    assert got[drained] == 8
+    assert got[("slurm_hetero_gpus_drained", (("by", "other"), ("type", "l40s"), ("vendor", "nvidia")))] == 2
+    info = (
+        "slurm_hetero_node_drained_info",
+        (("node", "ascendn1"), ("reason", "slurm-hetero: ascend device 3 missing")),
+    )
+    assert got[info] == 1
+    assert got[("slurm_hetero_jobs_pending", nv)] == 1
+    assert got[("slurm_hetero_jobs_pending", (("type", ""), ("vendor", "")))] == 1
+    assert got[("slurm_hetero_jobs_pending_gpumem_bytes", nv)] == 2 * 50 * (1 << 30)
+    hook = "slurm_hetero_hook_decisions_total"
+    assert got[(hook, (("action", "rewrite"), ("reason", "best-fit")))] == 1
+    assert got[(hook, (("action", "rewrite"), ("reason", "fastest")))] == 1
+    assert got[(hook, (("action", "refusal"), ("reason", "NODE_TOO_SMALL")))] == 1
+
+
+def test_textfile_is_written_whole_and_promtool_accepts_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    out = tmp_path / "slurm_hetero.prom"
+    assert scrape(monkeypatch, tmp_path, "--textfile", str(out)) == ""
+    text = out.read_text()
+    assert samples(text) == samples(scrape(monkeypatch, tmp_path))
+    promtool = shutil.which("promtool")
+    if promtool:
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_grafana_dashboard_queries_only_metrics_we_export(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dashboard = (REPO / "docs" / "grafana" / "slurm-hetero.json").read_text()
+    queried = set(re.findall(r"slurm_hetero_[a-z_]+", dashboard))
+    exported = {name for name, _ in samples(scrape(monkeypatch, tmp_path))}
+    assert queried and queried <= exported, queried - exported
+
+
+def test_bad_input_is_one_line_before_any_scrape(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = str(busy.getsockname()[1])
+    inv = ["metrics", "--inventory", str(EXAMPLE)]
+    cases = {
+        ("--textfile", str(tmp_path / "none" / "x.prom")): "no directory",
+        ("--log", str(tmp_path / "absent.log")): "no such slurmctld log",
+        ("--serve", port, "--address", "127.0.0.1"): "cannot serve on 127.0.0.1:" + port,
+    }
+    try:
+        for args, said in cases.items():
+            result = CliRunner().invoke(cli, [*inv, *args])
+            assert result.exit_code == 1 and result.stdout == "", result.output
+            (line,) = result.stderr.splitlines()
+            assert line.startswith("slurm-hetero: ") and said in line, line
+    finally:
+        busy.close()
