@@ -57,13 +57,13 @@ What every rank does (no rendezvous: every rank computes the same plan from the 
    `calibrate` measures it. The micro-batch size is searched (1, 2, 4, 8) unless `--micro-batch`
    fixes it; small GEMMs (small micro-batches, high tensor-parallel degrees) run slower by the
    curve `calibrate` fits (`gemm_half_elements`); links between device types are priced at the
-   communicator chosen for them. `--kind pipeline|data` restricts the families (the planner's
-   third, `staged`, is `slurm-hetero plan`'s only: the training helpers run these two, and
-   `--kind staged` is refused with that reason; data-parallel replicas whose tensor-parallel
-   degree differs by type are plan-only too, so launch plans data replicas at one degree).
+   communicator chosen for them. The search is `slurm-hetero plan`'s, with the same options
+   (`launch.runnable`): for the same allocation `--dry-run` prints plan's table first, and the
+   layout is the one plan prints. `--kind` restricts the families; a layout the training runtime
+   cannot run (`--kind staged`) is refused in one line naming why.
    `--even` forces equal layers and samples on the chosen shape, for comparisons. Tensor
-   parallelism inside nodes only with `--tp-sizes 1,2,4,8` (default 1: `slurm_hetero.training`
-   runs tp ranks as copies of the stage). Solver ranks are mapped to Slurm's: rank = first rank
+   parallelism inside nodes, at the degrees `--tp-sizes` allows (default 1,2,4,8, as plan).
+   Solver ranks are mapped to Slurm's: rank = first rank
    of its node + local rank.
 4. Picks a communicator per group (`engine.comm`): the vendor's library inside one vendor,
    `ucc` (rdma-direct) across vendors with peer-memory RDMA on a shared fabric, else `gloo`
@@ -191,7 +191,7 @@ import logging
 import os
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -199,6 +199,7 @@ from typing import IO, Any
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
+from slurm_hetero.engine.layout import Layout
 from slurm_hetero.errors import InventoryError, ToolError
 from slurm_hetero.launch.plan import (
     LaunchOptions,
@@ -237,6 +238,8 @@ class RunOptions:
     dry_run: bool = False
     simulate: str | None = None
     as_json: bool = False
+    # The solver's layout as `plan` shows it: (table, JSON document); `--dry-run` prints it first
+    layout_view: Callable[[Layout], tuple[str, dict[str, Any]]] | None = None
 
 
 # -- the step -------------------------------------------------------------------------------------
@@ -523,6 +526,14 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
+def dry_run_text(plan: LaunchPlan, options: RunOptions) -> str:
+    """`--dry-run`: the layout as `plan` prints it (table, or its JSON under "plan"), then every rank."""
+    view = None if plan.layout is None or options.layout_view is None else options.layout_view(plan.layout)
+    if options.as_json:
+        return json.dumps({**({"plan": view[1]} if view else {}), **plan_document(plan)}, indent=2)
+    return "\n\n".join([*([view[0]] if view else []), describe(plan)])
+
+
 # -- running --------------------------------------------------------------------------------------
 
 
@@ -604,9 +615,7 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
             logger.warning("%s", note)
     if options.dry_run:
         if job.rank == 0:
-            print(
-                json.dumps(plan_document(plan), indent=2) if options.as_json else describe(plan), flush=True
-            )
+            print(dry_run_text(plan, options), flush=True)
         return 0
     if not options.command:
         raise LaunchError(

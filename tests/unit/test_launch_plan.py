@@ -464,10 +464,19 @@ def test_cli_dry_run_json_and_one_line_errors(tmp_path: Path) -> None:
 
 def test_launch_refuses_the_staged_family_and_plans_uniform_tensor_parallel_replicas() -> None:
     runner = CliRunner()
-    args = ["launch", "--model", "gpt2", "--kind", "staged", "--dry-run", "--simulate", "a:l40s:2"]
+    args = [
+        "launch",
+        "--model",
+        "gpt2",
+        "--kind",
+        "staged",
+        "--dry-run",
+        "--simulate",
+        "a:l40s:2,b:a100_80g:2",
+    ]
     staged = runner.invoke(cli, args)
-    assert staged.exit_code == 1 and "launch cannot run the staged family" in staged.output
-    assert len(staged.output.strip().splitlines()) == 1 and "slurm-hetero plan" in staged.output
+    assert staged.exit_code == 1 and "cannot run the staged layout" in staged.output
+    assert len(staged.output.strip().splitlines()) == 1 and "PipelineStage" in staged.output
     job = parse_job_env(fixture_env(0))
     nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
     spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, tp_sizes=(1, 2)))
