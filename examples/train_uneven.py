@@ -343,7 +343,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--losses-out", help="write the losses (and step times) here as JSON")
     p.add_argument(
         "--checkpoint-dir",
-        help="resume from the last checkpoint here (any layout's) and save one after every step",
+        default=os.environ.get(checkpoint.ENV),
+        help="resume from the last checkpoint here (any layout's) and save one after every step "
+        "[default: what `launch --resume DIR` exported]",
     )
     return p.parse_args(argv)
 

@@ -97,6 +97,7 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any], view: Any = None
         command=command,
         inventory=opts["inventory_path"],
         log_dir=_log_dir(opts["log_dir"]),
+        resume=Path(opts["resume"]) if opts["resume"] else None,
         exec_command=opts["exec_command"],
         dry_run=opts["dry_run"],
         simulate=opts["simulate"],
@@ -140,6 +141,12 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any], view: Any = None
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option("--master-port", type=Count(1, 65535), help="MASTER_PORT [default: from job and step id].")
 @click.option("--log-dir", type=click.Path(), help="Write DIR/rank-R.out and .err.")
+@click.option(
+    "--resume",
+    metavar="DIR",
+    help="Checkpoint directory: checked (writable, this model's), exported as SLURM_HETERO_CHECKPOINT; "
+    "training resumes from its last checkpoint on whatever layout this step plans.",
+)
 @click.option(
     "--exec", "exec_command", is_flag=True, help="Replace the launcher with the command (no supervision)."
 )

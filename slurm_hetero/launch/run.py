@@ -179,6 +179,12 @@ Supervision and failure modes
   the inventory, nodes with several device types, more tasks than devices (than the node's
   devices in the inventory, or than the step's devices there: SLURM_GPUS_ON_NODE), non-block
   task placement and an unresolvable MASTER_ADDR are one-line errors as well.
+- `--resume DIR` (a checkpoint directory, the same path on every node): before the command
+  starts each rank checks DIR is writable (made when missing) and that a checkpoint there is
+  complete and of `--model` (one line, exit 1, otherwise), and exports SLURM_HETERO_CHECKPOINT=DIR;
+  `slurm_hetero.training.checkpoint` loads any layout's checkpoint into this step's layout, so a
+  step on fewer nodes or a requeued job on another mix re-plans and continues (docs/user-guide.md
+  has the batch script).
 - `--dry-run` prints every rank's layout and environment (rank 0 only under srun; `--json` for
   JSON) and starts nothing, writes nothing.
 """
@@ -216,6 +222,7 @@ from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.readfile import unusable_path
 from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
+from slurm_hetero.training import checkpoint
 from slurm_hetero.vendors import vendor_traits
 
 logger = logging.getLogger(__name__)
@@ -238,6 +245,7 @@ class RunOptions:
     dry_run: bool = False
     simulate: str | None = None
     as_json: bool = False
+    resume: Path | None = None  # checkpoint directory: checked, then exported (training.checkpoint.ENV)
     # The solver's layout as `plan` shows it: (table, JSON document); `--dry-run` prints it first
     layout_view: Callable[[Layout], tuple[str, dict[str, Any]]] | None = None
 
@@ -625,6 +633,8 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
         logger.info("resolved plan:\n%s", describe(plan))
     rank = plan.ranks[job.rank]
     check_master(rank.env["MASTER_ADDR"])
+    if options.resume is not None:
+        check_resume_dir(options.resume, rank.layout.model or None)
     note_missing_backends(rank)
     logs = (
         open_log_files(options.log_dir, rank.rank) if options.log_dir and not options.exec_command else None
@@ -634,6 +644,8 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     try:
         env = process_env(environ, rank.env)
         env["SLURM_HETERO_LAYOUT"] = str(write_layout(rank, directory))
+        if options.resume is not None:
+            env[checkpoint.ENV] = str(options.resume.absolute())
         env.setdefault("PYTHONUNBUFFERED", "1")
         if options.exec_command:
             done = False  # the command replaces the launcher: nothing is left to remove the directory
@@ -645,6 +657,14 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     finally:
         if done:
             remove_layout(directory)
+
+
+def check_resume_dir(directory: Path, model: str | None) -> None:
+    """`--resume DIR`: writable, and any checkpoint there is complete and of this model."""
+    try:
+        checkpoint.check_resume(directory, model)
+    except checkpoint.CheckpointError as e:
+        raise LaunchError(f"--resume: {e}") from None
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:

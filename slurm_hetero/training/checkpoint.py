@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,9 @@ from slurm_hetero.errors import HeteroError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CheckpointError", "global_name", "load", "save"]
+__all__ = ["ENV", "CheckpointError", "check_resume", "global_name", "load", "save"]
+
+ENV = "SLURM_HETERO_CHECKPOINT"  # `launch --resume DIR` exports DIR to every rank
 
 LATEST = "latest"
 META = "meta.json"
@@ -127,13 +130,14 @@ def save(
     return final
 
 
-def _prepare(root: Path, partial: Path) -> None:
+def _prepare(root: Path, partial: Path | None = None) -> None:
+    """`root` made when missing and proved writable; a `partial` left by a crashed save removed."""
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".probe-{os.getpid()}"
+        probe = root / f".probe-{socket.gethostname()}-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
-        if partial.exists():
+        if partial is not None and partial.exists():
             shutil.rmtree(partial)  # a save that crashed before
     except OSError as e:
         raise CheckpointError(
@@ -164,6 +168,21 @@ def _barrier() -> None:
 
     if dist.is_initialized():
         dist.barrier()
+
+
+def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
+    """What `launch --resume DIR` checks before any rank starts (no torch needed): DIR can be
+    written (made when missing), and a checkpoint already there is complete and of `model`."""
+    root = Path(directory)
+    _prepare(root)
+    if not (root / LATEST).exists():
+        return  # a first run: training starts afresh and saves here
+    meta = _meta(latest(root))
+    if model is not None and meta.get("model") != model:
+        raise CheckpointError(
+            f"{root} holds a checkpoint of {meta.get('model')!r}; this job trains {model!r}: "
+            "give this model's checkpoint directory"
+        )
 
 
 def latest(directory: str | os.PathLike[str]) -> Path:

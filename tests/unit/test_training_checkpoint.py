@@ -86,3 +86,20 @@ def test_a_crash_mid_save_leaves_the_previous_checkpoint(
     monkeypatch.undo()
     assert checkpoint.load(tmp_path, stage, None, lay)["step"] == 0
     assert all(torch.equal(before[k], v) for k, v in stage.state_dict().items())
+
+
+def test_launch_resume_checks_the_directory_in_one_line(tmp_path: Path) -> None:
+    from slurm_hetero.launch.run import LaunchError, check_resume_dir
+
+    stage, lay = _stage()
+    checkpoint.save(tmp_path / "ckpt", stage, None, lay, 0)
+    check_resume_dir(tmp_path / "ckpt", "tiny")
+    check_resume_dir(tmp_path / "new", "tiny")  # a first run: made, nothing to resume yet
+    assert (tmp_path / "new").is_dir()
+    with pytest.raises(
+        LaunchError, match="^--resume: .* holds a checkpoint of 'tiny'; this job trains 'gpt2'"
+    ):
+        check_resume_dir(tmp_path / "ckpt", "gpt2")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(LaunchError, match="^--resume: cannot write checkpoints in"):
+        check_resume_dir(tmp_path / "file" / "ckpt", "tiny")
