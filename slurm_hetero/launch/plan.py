@@ -520,18 +520,21 @@ def build_plan(
     catalog: Catalog,
     options: LaunchOptions,
     bound: TaskDevices | None = None,
+    only: int | None = None,
 ) -> LaunchPlan:
-    """Every rank's document and environment; `bound` is what Slurm bound on this task's node."""
+    """Every rank's document and environment, or with `only` that rank's alone (what a rank needs
+    to start: linear in the ranks, where every document is quadratic through the groups that name
+    every rank); `bound` is what Slurm bound on this task's node."""
     nodes = sites(job, inventory, catalog)
     layout, ranked, samples, summary, notes = _modelled(nodes, catalog, options)
     groups = Groups(ranked, nodes, options.backend_override, samples)
     site_of = groups.site_of
-    docs = [rank_document(a, site_of[a.rank], summary, groups, options, job.world_size) for a in ranked]
-    digest = plan_id(docs)
     master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
+    digest = plan_id(summary, ranked, nodes, options, master)
     plans = []
-    for a, doc in zip(ranked, docs):
+    for a in ranked if only is None else [ranked[only]]:
         site = site_of[a.rank]
+        doc = rank_document(a, site, summary, groups, options, job.world_size)
         env = rank_env(doc, master, digest, options.layout_dir, job.nodes)
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
         plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))

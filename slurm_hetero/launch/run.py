@@ -98,8 +98,10 @@ the outer one names the device and the inner ones are 0 (`VendorTraits.relative_
 Other vendors' visible-device variables (srun copies the submitting host's environment, e.g.
 ASCEND_RT_VISIBLE_DEVICES onto an NVIDIA rank) are removed, so only the rank's vendor's are set.
 SLURM_HETERO_LAYOUT is the layout file (`slurm_hetero.layout.current()` reads it);
-SLURM_HETERO_PLAN_ID is a digest of every rank's layout, equal on all ranks when their inputs
-agree (the training side can all-gather it to check). The communicators' network variables
+SLURM_HETERO_PLAN_ID is a digest of what decides every rank's layout (the plan, every rank's
+assignment, the step's nodes and the options), equal on all ranks when their inputs agree (the
+training side all-gathers it to check). A rank builds only its own layout document (rank 0 all
+of them for -v's log): start-up is linear in the ranks. The communicators' network variables
 (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, ...) come from the inventory's NICs.
 PYTHONUNBUFFERED=1 unless set, so output lines arrive as they are printed.
 
@@ -185,8 +187,10 @@ Supervision and failure modes
   `slurm_hetero.training.checkpoint` loads any layout's checkpoint into this step's layout, so a
   step on fewer nodes or a requeued job on another mix re-plans and continues (docs/user-guide.md
   has the batch script).
-- `--dry-run` prints every rank's layout and environment (rank 0 only under srun; `--json` for
-  JSON) and starts nothing, writes nothing.
+- `--dry-run` prints plan's table, then every rank's layout and environment (rank 0 only under
+  srun; `--json` for JSON: plan's document under "plan", every group once under "groups", and
+  each rank's layout naming its groups by place in that list, so the output is linear in the
+  ranks) and starts nothing, writes nothing.
 """
 
 from __future__ import annotations
@@ -217,7 +221,7 @@ from slurm_hetero.launch.plan import (
 )
 from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
-from slurm_hetero.layout import RankLayout
+from slurm_hetero.layout import GroupSpec, RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.readfile import unusable_path
 from slurm_hetero.slurm import scontrol, syntax
@@ -294,17 +298,16 @@ def simulated_job(spec: str) -> JobEnv:
     return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), job_id="0")
 
 
-def _simulated_node(name: str, gres_type: str, count: int, catalog: Catalog) -> NodeInventory:
+def _simulated_devices(gres_type: str, count: int, catalog: Catalog) -> tuple[Device, ...]:
     spec = catalog.by_type(gres_type)
     if spec is None:
         raise LaunchError(
             f"--simulate: unknown device type {gres_type!r}; known: {', '.join(catalog.types())}"
         )
-    devices = tuple(
+    return tuple(
         Device(spec.vendor, spec.name, i, f"/dev/simulated{i}", spec.memory_mib, spec.type)
         for i in range(count)
     )
-    return NodeInventory(name, devices)
 
 
 def _canonical(catalog: Catalog, gres_type: str) -> str:
@@ -320,6 +323,7 @@ def simulated_inventory(
     node must be in it: a name it lacks is a typo, not a node to invent."""
     have = {host: n for n in known.nodes for host in hostlist.expand(n.name)}
     extra = []
+    shared: dict[tuple[str, int], tuple[Device, ...]] = {}  # one record per shape: built once
     for name, gres_type, count in parse_simulate(spec):
         if name not in have and source is not None:
             hosts = sorted(have)
@@ -329,7 +333,9 @@ def simulated_inventory(
                 "simulate its nodes, or leave out --inventory to simulate catalog devices"
             )
         if name not in have:
-            extra.append(_simulated_node(name, gres_type, count, catalog))
+            if (gres_type, count) not in shared:
+                shared[gres_type, count] = _simulated_devices(gres_type, count, catalog)
+            extra.append(NodeInventory(name, shared[gres_type, count]))
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
         if types != [_canonical(catalog, gres_type)]:
@@ -440,9 +446,10 @@ def check_step_has_devices(job: JobEnv) -> None:
 
 
 def plan_step(
-    plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str]
+    plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str], own: bool = False
 ) -> tuple[JobEnv, LaunchPlan]:
-    """Every rank's plan, from this task's environment (or the `--simulate` shape)."""
+    """Every rank's plan (with `own`, this task's rank's alone), from this task's environment (or
+    the `--simulate` shape)."""
     catalog = load_catalog()
     if options.simulate is not None:
         job, bound = simulated_job(options.simulate), None
@@ -452,7 +459,7 @@ def plan_step(
         bound = job.devices
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
-    return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound)
+    return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound, job.rank if own else None)
 
 
 # -- describing a plan ----------------------------------------------------------------------------
@@ -512,9 +519,31 @@ def describe(plan: LaunchPlan) -> str:
     )
 
 
+def distinct_groups(plan: LaunchPlan) -> tuple[list[GroupSpec], dict[int, list[int]]]:
+    """The plan's groups once each (members share one object, `rankenv.Groups`; equal values are
+    one group too), and each rank's groups as places in that list."""
+    by_id: dict[int, int] = {}
+    by_value: dict[tuple[Any, ...], int] = {}
+    groups: list[GroupSpec] = []
+    places: dict[int, list[int]] = {}
+    for r in plan.ranks:
+        for g in r.layout.groups:
+            if id(g) not in by_id:
+                value = (g.name, g.ranks, g.backend, g.comm, tuple(sorted(g.env.items())))
+                if value not in by_value:
+                    by_value[value] = len(groups)
+                    groups.append(g)
+                by_id[id(g)] = by_value[value]
+        places[r.rank] = [by_id[id(g)] for g in r.layout.groups]
+    return groups, places
+
+
 def plan_document(plan: LaunchPlan) -> dict[str, Any]:
-    """`--dry-run --json`: summary keys plus every rank's layout document and environment."""
+    """`--dry-run --json`: summary keys, every group once (`groups`), and every rank's layout
+    document (its `groups` as places in that list, so the output is linear in the ranks) and
+    environment."""
     first = plan.ranks[0].layout.to_dict()
+    groups, places = distinct_groups(plan)
     keys = (
         "kind",
         "model",
@@ -530,7 +559,15 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
         "job_id": plan.job_id,
         "step_id": plan.step_id,
         **{k: first[k] for k in keys},
-        "ranks": [{"rank": r.rank, "layout": r.layout.to_dict(), "env": r.env} for r in plan.ranks],
+        "groups": [g.to_dict() for g in groups],
+        "ranks": [
+            {
+                "rank": r.rank,
+                "layout": {**r.layout.to_dict(groups=False), "groups": places[r.rank]},
+                "env": r.env,
+            }
+            for r in plan.ranks
+        ],
     }
 
 
@@ -617,7 +654,9 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     environ = os.environ if environ is None else environ
     if options.simulate is not None and not options.dry_run:
         raise LaunchError("--simulate describes an allocation for --dry-run only; add --dry-run")
-    job, plan = plan_step(plan_options, options, environ)
+    # a rank that starts its command builds its own document only, unless rank 0 logs them all (-v)
+    whole = options.dry_run or (logger.isEnabledFor(logging.INFO) and environ.get("SLURM_PROCID", "0") == "0")
+    job, plan = plan_step(plan_options, options, environ, own=not whole)
     if job.rank == 0:
         for note in plan.notes:
             logger.warning("%s", note)
@@ -631,7 +670,7 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
         )
     if job.rank == 0:
         logger.info("resolved plan:\n%s", describe(plan))
-    rank = plan.ranks[job.rank]
+    rank = next(r for r in plan.ranks if r.rank == job.rank)
     check_master(rank.env["MASTER_ADDR"])
     if options.resume is not None:
         check_resume_dir(options.resume, rank.layout.model or None)
