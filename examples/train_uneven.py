@@ -3,7 +3,11 @@
 Under the launcher each rank reads its layout (env SLURM_HETERO_LAYOUT): its stage's blocks, its
 replica's slice of every global batch, micro-batches and gradient weight. `--reference` trains the
 same model (seed, init, data) in one process on the whole global batch; the losses must agree.
-The model has the layout's `num_layers` blocks (d_model 32, vocab 64 unless told), float64.
+The model has the layout's `num_layers` blocks (d_model 32, vocab 64 unless told), float64, with
+Llama's projection names, so `training.parallelize` shards it over tensor-parallel ranks; stages
+run on torch.distributed.pipelining (`--schedule 1f1b|gpipe`). `--checkpoint-dir DIR` (default:
+what `launch --resume DIR` exported) resumes from the last checkpoint there, whatever layout
+wrote it, and saves one after every step.
 
     srun ... slurm-hetero launch --model gpt2 --global-batch 16 --seq 16 --micro-batch 2 \
         --measured measured.yaml --backend-override gloo -- python examples/train_uneven.py \

@@ -22,6 +22,7 @@ a split backward; the plan gives each rank one contiguous run of layers.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -138,10 +139,12 @@ class Pipeline:
                 module, self.lay["stage"], self.lay["num_stages"], _device(self.stage), group=self.pp
             )
             stage.stage_index_to_group_rank = _group_ranks(self.lay)
-            # every stage gets the loss: a schedule without one runs forward only
-            self.made = getattr(pipelining, SCHEDULES[self.schedule])(
-                stage, n_microbatches=count, loss_fn=self._loss_of_rows, scale_grads=False
-            )
+            # every stage gets the loss: a schedule without one runs forward only. Gradients are
+            # summed over micro-batches (their losses are weighted already): torch 2.7 and later
+            # divide them by the count unless told not to, earlier ones have no such option
+            kind = getattr(pipelining, SCHEDULES[self.schedule])
+            unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(kind).parameters else {}
+            self.made = kind(stage, n_microbatches=count, loss_fn=self._loss_of_rows, **unscaled)
         return self.made
 
     def _loss_of_rows(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
