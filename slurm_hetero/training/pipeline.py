@@ -69,6 +69,8 @@ class Pipeline:
                 "zero-bubble schedules need several stages per rank, the plan gives each one"
             )
         lay = dist.layout
+        if lay["num_stages"] > 1:
+            _need("torch.distributed.pipelining", "pipeline stages")
         self.lay, self.stage, self.loss_fn, self.schedule = lay, stage, loss_fn, schedule
         self.tp: ProcessGroup | None = dist.group("tp")
         self.tp_root = min(next(g["ranks"] for g in lay["groups"] if g["name"] == "tp"))
@@ -150,6 +152,18 @@ class Pipeline:
     def _loss_of_rows(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         assert self.targets is not None
         return self._loss(self.targets)(output, rows)
+
+
+def _need(module: str, what: str) -> None:
+    """One line naming the torch in this environment when it lacks what the layout needs."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec(module) is None:
+        raise RuntimeError(
+            f"{what} need {module}, which torch {torch.__version__} here lacks; install torch >= 2.6"
+        )
 
 
 def _checked(tensor: torch.Tensor | None, name: str) -> torch.Tensor:

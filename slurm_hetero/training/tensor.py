@@ -43,6 +43,9 @@ def parallelize(
     planner priced the stage tp-fold faster."""
     if tp_group is None:
         return stage
+    from slurm_hetero.training.pipeline import _need
+
+    _need("torch.distributed.tensor.parallel", "tensor-parallel stages")
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
