@@ -4,7 +4,9 @@ Under the launcher each rank reads its layout (env SLURM_HETERO_LAYOUT): its sta
 replica's slice of every global batch, micro-batches and gradient weight. `--reference` trains the
 same model (seed, init, data) in one process on the whole global batch; the losses must agree.
 The model has the layout's `num_layers` blocks (d_model 32, vocab 64 unless told), float64, with
-Llama's projection names, so `training.parallelize` shards it over tensor-parallel ranks; stages
+Llama's projection names, so `training.parallelize` shards it over tensor-parallel ranks
+(`--arch llama`: transformers' own Llama decoder layers, grouped-query attention and SwiGLU, from
+a tiny config built in code, no weights downloaded; `pip install transformers`); stages
 run on torch.distributed.pipelining (`--schedule 1f1b|gpipe`). `--checkpoint-dir DIR` (default:
 what `launch --resume DIR` exported) resumes from the last checkpoint there, whatever layout
 wrote it, and saves one after every step.
@@ -68,6 +70,7 @@ class Config:
     lr: float = 3e-3
     optimizer: str = "adam"
     dtype: str = "float64"
+    arch: str = "own"  # or "llama": transformers' Llama decoder layers, from a tiny config
 
 
 # -- the model: Sequential(embed, *blocks, head) -----------------------------------------------
@@ -140,8 +143,51 @@ class Head(nn.Module):
 def build_model(cfg: Config) -> nn.Sequential:
     """The whole model, seeded: every rank builds all of it, then keeps its stage."""
     torch.manual_seed(cfg.seed)
+    if cfg.arch == "llama":
+        return build_llama(cfg).to(getattr(torch, cfg.dtype))
     blocks = [Block(cfg) for _ in range(cfg.layers)]
     return nn.Sequential(Embed(cfg), *blocks, Head(cfg)).to(getattr(torch, cfg.dtype))
+
+
+class LlamaBlock(nn.Module):
+    """One of transformers' `LlamaDecoderLayer`s with the rotary embedding its model would pass it
+    (causal: no attention mask, sdpa)."""
+
+    def __init__(self, layer: nn.Module, rotary: nn.Module) -> None:
+        super().__init__()
+        self.layer, self.rotary = layer, rotary
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1], device=x.device)[None]
+        out = self.layer(x, position_ids=positions, position_embeddings=self.rotary(x, positions))
+        return out[0] if isinstance(out, tuple) else out
+
+
+class LlamaHead(nn.Module):
+    def __init__(self, norm: nn.Module, out: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.out = norm, out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(x))
+
+
+def build_llama(cfg: Config) -> nn.Sequential:
+    """A small Llama (`transformers`, a tiny config built here, no weights downloaded) as
+    ``Sequential(embed, *decoder layers, head)``: grouped-query attention with half as many kv
+    heads, SwiGLU MLP, RMSNorm, rotary positions."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=cfg.vocab, hidden_size=cfg.d_model, intermediate_size=2 * cfg.d_model,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+        num_key_value_heads=max(1, cfg.heads // 2), max_position_embeddings=cfg.seq,
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    whole = LlamaForCausalLM(config)
+    inner = whole.model
+    blocks = [LlamaBlock(layer, inner.rotary_emb) for layer in inner.layers]
+    return nn.Sequential(inner.embed_tokens, *blocks, LlamaHead(inner.norm, whole.lm_head))
 
 
 def make_optimizer(params: Any, cfg: Config) -> torch.optim.Optimizer:
@@ -321,6 +367,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=Config.lr)
     p.add_argument("--optimizer", choices=("adam", "sgd"), default=Config.optimizer)
     p.add_argument("--dtype", choices=("float64", "float32"), default=Config.dtype)
+    p.add_argument(
+        "--arch",
+        choices=("own", "llama"),
+        default=Config.arch,
+        help="this file's blocks, or transformers' Llama decoder layers (pip install transformers)",
+    )
     p.add_argument("--split", choices=("layout", "even", "both"), default="layout")
     p.add_argument(
         "--schedule", choices=tuple(training.pipeline.SCHEDULES), default="1f1b", help="pipeline schedule"
@@ -366,7 +418,7 @@ def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Conf
             sys.exit(f"train_uneven: {flag} {mine} but the layout has {theirs}")
     return Config(
         args.vocab, args.d_model, args.heads, layers or 4, args.seq, batch or 16,
-        args.seed, args.lr, args.optimizer, args.dtype,
+        args.seed, args.lr, args.optimizer, args.dtype, args.arch,
     )  # fmt: skip
 
 

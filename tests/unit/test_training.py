@@ -156,6 +156,14 @@ def test_tensor_parallel_replicas_of_uneven_shares_match_one_process(tmp_path: P
     assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
 
 
+def test_a_transformers_llama_in_pipeline_and_tensor_parallel_matches_one_process(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    per_rank = layouts([0, 1, 4], [16], micro_batch=6, tp=[1, 2])
+    result, _ = run_ranks(tmp_path, per_rank, "--arch", "llama")
+    cfg = example.Config(layers=4, global_batch=16, arch="llama")
+    assert result["losses"] == pytest.approx(example.reference(cfg, STEPS), abs=1e-9)
+
+
 def test_a_stage_the_tensor_parallel_plan_does_not_name_is_refused_not_run_whole() -> None:
     with pytest.raises(ValueError, match="no submodule matches the tensor-parallel plan"):
         training.parallelize(torch.nn.Sequential(torch.nn.Linear(2, 2)), object())  # type: ignore[arg-type]
