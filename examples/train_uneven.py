@@ -3,7 +3,13 @@
 Under the launcher each rank reads its layout (env SLURM_HETERO_LAYOUT): its stage's blocks, its
 replica's slice of every global batch, micro-batches and gradient weight. `--reference` trains the
 same model (seed, init, data) in one process on the whole global batch; the losses must agree.
-The model has the layout's `num_layers` blocks (d_model 32, vocab 64 unless told), float64.
+The model has the layout's `num_layers` blocks (d_model 32, vocab 64 unless told), float64, with
+Llama's projection names, so `training.parallelize` shards it over tensor-parallel ranks
+(`--arch llama`: transformers' own Llama decoder layers, grouped-query attention and SwiGLU, from
+a tiny config built in code, no weights downloaded; `pip install transformers`); stages
+run on torch.distributed.pipelining (`--schedule 1f1b|gpipe`). `--checkpoint-dir DIR` (default:
+what `launch --resume DIR` exported) resumes from the last checkpoint there, whatever layout
+wrote it, and saves one after every step.
 
     srun ... slurm-hetero launch --model gpt2 --global-batch 16 --seq 16 --micro-batch 2 \
         --measured measured.yaml --backend-override gloo -- python examples/train_uneven.py \
@@ -31,12 +37,14 @@ measured.yaml = ``{a100_80g: 0.4, l40s: 0.1333}`` (TFLOPS) for G = 400 and F = 3
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,6 +53,7 @@ from torch import nn
 
 from slurm_hetero import training
 from slurm_hetero.modelconfigs import bundled_names, layer_costs_for
+from slurm_hetero.training import checkpoint
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class Config:
     lr: float = 3e-3
     optimizer: str = "adam"
     dtype: str = "float64"
+    arch: str = "own"  # or "llama": transformers' Llama decoder layers, from a tiny config
 
 
 # -- the model: Sequential(embed, *blocks, head) -----------------------------------------------
@@ -76,25 +86,48 @@ class Embed(nn.Module):
         return self.tokens(ids) + self.positions[: ids.shape[1]]
 
 
+class Attention(nn.Module):
+    """Causal self-attention, projections named as Llama's (`training.tensor.LLAMA_PLAN` shards
+    them by heads: the views take the head count from the shard)."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        d, self.head_dim = cfg.d_model, cfg.d_model // cfg.heads
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d, d) for _ in range(3))
+        self.o_proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = (
+            p(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(att.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.up_proj, self.down_proj = (
+            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.Linear(4 * cfg.d_model, cfg.d_model),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.gelu(self.up_proj(x)))
+
+
 class Block(nn.Module):
     """Pre-norm causal self-attention and MLP."""
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
-        self.heads = cfg.heads
         self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
-        self.qkv, self.proj = nn.Linear(cfg.d_model, 3 * cfg.d_model), nn.Linear(cfg.d_model, cfg.d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
-        )
+        self.self_attn, self.mlp = Attention(cfg), MLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
-        att = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
-        x = x + self.proj(att.transpose(1, 2).reshape(b, s, d))
+        x = x + self.self_attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
 
@@ -110,8 +143,51 @@ class Head(nn.Module):
 def build_model(cfg: Config) -> nn.Sequential:
     """The whole model, seeded: every rank builds all of it, then keeps its stage."""
     torch.manual_seed(cfg.seed)
+    if cfg.arch == "llama":
+        return build_llama(cfg).to(getattr(torch, cfg.dtype))
     blocks = [Block(cfg) for _ in range(cfg.layers)]
     return nn.Sequential(Embed(cfg), *blocks, Head(cfg)).to(getattr(torch, cfg.dtype))
+
+
+class LlamaBlock(nn.Module):
+    """One of transformers' `LlamaDecoderLayer`s with the rotary embedding its model would pass it
+    (causal: no attention mask, sdpa)."""
+
+    def __init__(self, layer: nn.Module, rotary: nn.Module) -> None:
+        super().__init__()
+        self.layer, self.rotary = layer, rotary
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1], device=x.device)[None]
+        out = self.layer(x, position_ids=positions, position_embeddings=self.rotary(x, positions))
+        return out[0] if isinstance(out, tuple) else out
+
+
+class LlamaHead(nn.Module):
+    def __init__(self, norm: nn.Module, out: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.out = norm, out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(x))
+
+
+def build_llama(cfg: Config) -> nn.Sequential:
+    """A small Llama (`transformers`, a tiny config built here, no weights downloaded) as
+    ``Sequential(embed, *decoder layers, head)``: grouped-query attention with half as many kv
+    heads, SwiGLU MLP, RMSNorm, rotary positions."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=cfg.vocab, hidden_size=cfg.d_model, intermediate_size=2 * cfg.d_model,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+        num_key_value_heads=max(1, cfg.heads // 2), max_position_embeddings=cfg.seq,
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    whole = LlamaForCausalLM(config)
+    inner = whole.model
+    blocks = [LlamaBlock(layer, inner.rotary_emb) for layer in inner.layers]
+    return nn.Sequential(inner.embed_tokens, *blocks, LlamaHead(inner.norm, whole.lm_head))
 
 
 def make_optimizer(params: Any, cfg: Config) -> torch.optim.Optimizer:
@@ -128,11 +204,6 @@ def tokens(cfg: Config, step: int) -> torch.Tensor:
     runs = (start + stride * torch.arange(n)) % cfg.vocab
     noise = torch.rand(b, n, generator=g) < 0.1
     return torch.where(noise, torch.randint(cfg.vocab, (b, n), generator=g), runs)
-
-
-def samples_of(ids: torch.Tensor) -> training.Batch:
-    """`batch(start, n)` for `pipeline_step`: inputs and next-token targets of samples [start, start + n)."""
-    return lambda start, n: (ids[start : start + n, :-1], ids[start : start + n, 1:])
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -185,6 +256,13 @@ class Pace:
     ) -> None:
         self.factor, self.flops, self.gflops = factor, flops or {}, gflops
         self.busy, self.overruns = 0.0, 0
+        self.pending: list[tuple[float, int]] = []  # backwards begun: (start, samples)
+
+    def backward_done(self) -> None:
+        """A backward of the stage ended (its parameters' gradients are all there): pace it."""
+        if self.pending:
+            start, samples = self.pending.pop(0)
+            self(time.perf_counter() - start, "backward", samples)
 
     def __call__(self, seconds: float, phase: str, samples: int) -> None:
         if self.gflops:
@@ -196,37 +274,78 @@ class Pace:
         self.busy += max(target, seconds)
 
 
+class Paced(nn.Module):
+    """The stage, each forward timed and paced (`Pace`); backwards are paced from the output's
+    gradient to the last parameter gradient of the stage."""
+
+    def __init__(self, inner: nn.Module, pace: Pace) -> None:
+        super().__init__()
+        self.inner, self.pace = inner, pace
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
+        y = self.inner(x)
+        self.pace(time.perf_counter() - start, "forward", x.shape[0])
+        return _BackwardClock.apply(y, self.pace, x.shape[0])
+
+
+class _BackwardClock(torch.autograd.Function):
+    """Identity; its backward starts the clock the stage's backward is paced by (`Pace.backward_done`)."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, pace: Pace, samples: int) -> torch.Tensor:
+        ctx.pace, ctx.samples = pace, samples
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        ctx.pace.pending.append((time.perf_counter(), ctx.samples))
+        return grad, None, None
+
+
 @dataclass
 class Run:
     losses: list[float]
     step_s: list[float]
     busy_s: list[float]
     overruns: list[int]
+    first_step: int = 0
 
 
-def train(cfg: Config, dist: training.Distributed, layout: dict[str, Any], steps: int, pace: Pace) -> Run:
-    """Train `steps` steps of this rank's stage; every rank returns the global losses."""
-    stage = training.stage_modules(build_model(cfg), layout)
-    opt, run = make_optimizer(stage.parameters(), cfg), Run([], [], [], [])
-    for step in range(steps):
+def train(
+    cfg: Config,
+    dist: training.Distributed,
+    layout: dict[str, Any],
+    steps: int,
+    pace: Pace,
+    schedule: str,
+    checkpoints: str | None = None,
+) -> Run:
+    """Train up to step `steps` of this rank's stage; every rank returns the global losses. With
+    `checkpoints`, first resume from the last checkpoint there (whatever layout wrote it), and
+    save one after every step."""
+    stage = training.parallelize(training.stage_modules(build_model(cfg), layout), dist.group("tp"))
+    pipe = training.Pipeline(Paced(stage, pace), dataclasses.replace(dist, layout=layout), lm_loss, schedule)
+    params = [p for p in stage.parameters() if p.requires_grad]
+    torch.autograd.graph.register_multi_grad_hook(params, lambda _: pace.backward_done(), mode="all")
+    opt, run = make_optimizer(params, cfg), Run([], [], [], [])
+    first, start = layout["sample_offset"], 0
+    if checkpoints and (Path(checkpoints) / checkpoint.LATEST).exists():
+        start = checkpoint.load(checkpoints, stage, opt, layout)["extra"]["next_step"]
+        run.first_step = start
+    for step in range(start, steps):
         ids, begin, busy, overruns = tokens(cfg, step), time.perf_counter(), pace.busy, pace.overruns
+        mine = ids[first : first + layout["samples"]]
         opt.zero_grad()
-        loss = training.pipeline_step(
-            stage,
-            layout,
-            samples_of(ids),
-            lm_loss,
-            lambda n: (n, cfg.seq, cfg.d_model),
-            pp_group=dist.group("pp"),
-            tp_group=dist.group("tp"),
-            pace=pace,
-        )
+        loss = pipe.step(mine[:, :-1], mine[:, 1:])
         training.weighted_allreduce_grads(stage, layout, dist.gradient_group())
         opt.step()
         run.losses.append(training.global_loss(layout, loss))
         run.step_s.append(time.perf_counter() - begin)
         run.busy_s.append(pace.busy - busy)
         run.overruns.append(pace.overruns - overruns)
+        if checkpoints:
+            checkpoint.save(checkpoints, stage, opt, layout, step, {"next_step": step + 1})
     return run
 
 
@@ -248,7 +367,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=Config.lr)
     p.add_argument("--optimizer", choices=("adam", "sgd"), default=Config.optimizer)
     p.add_argument("--dtype", choices=("float64", "float32"), default=Config.dtype)
+    p.add_argument(
+        "--arch",
+        choices=("own", "llama"),
+        default=Config.arch,
+        help="this file's blocks, or transformers' Llama decoder layers (pip install transformers)",
+    )
     p.add_argument("--split", choices=("layout", "even", "both"), default="layout")
+    p.add_argument(
+        "--schedule", choices=tuple(training.pipeline.SCHEDULES), default="1f1b", help="pipeline schedule"
+    )
     p.add_argument("--slow-rank", type=int, action="append", default=[], help="a rank to slow down")
     p.add_argument("--slow-type", action="append", default=[], help="slow down the ranks of this device type")
     p.add_argument("--slow-factor", type=float, default=1.0, help="how many times slower they compute")
@@ -269,6 +397,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--threads", type=int, default=1, help="torch threads per rank (more only pay on big --d-model)"
     )
     p.add_argument("--losses-out", help="write the losses (and step times) here as JSON")
+    p.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get(checkpoint.ENV),
+        help="resume from the last checkpoint here (any layout's) and save one after every step "
+        "[default: what `launch --resume DIR` exported]",
+    )
     return p.parse_args(argv)
 
 
@@ -284,7 +418,7 @@ def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Conf
             sys.exit(f"train_uneven: {flag} {mine} but the layout has {theirs}")
     return Config(
         args.vocab, args.d_model, args.heads, layers or 4, args.seq, batch or 16,
-        args.seed, args.lr, args.optimizer, args.dtype,
+        args.seed, args.lr, args.optimizer, args.dtype, args.arch,
     )  # fmt: skip
 
 
@@ -297,7 +431,7 @@ def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distri
     prefix = "" if name == "layout" else f"{name} "
     step_s = _median(run.step_s, args.warmup)
     if dist.layout["rank"] == 0:
-        for i, loss in enumerate(run.losses):
+        for i, loss in enumerate(run.losses, run.first_step):
             print(f"{prefix}step {i} loss {loss:.10f}", flush=True)
         ranks = " ".join(f"{r}:{b:.4f}" for r, (b, _) in enumerate(gathered))
         print(f"{prefix}step_time_s {step_s:.6f} split={name} busy_s {ranks}", flush=True)
@@ -342,9 +476,15 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("layout", "even") if args.split == "both" else (args.split,):
         layout = me if name == "layout" else training.even_split(me)
         flops = stage_flops(cfg, layout, model, args.flops_seq)
-        run = train(cfg, dist, layout, args.steps, Pace(factor, flops, args.device_gflops))
-        result["runs"][name] = {"losses": run.losses, "step_time_s": _report(name, run, args, dist)}
+        pace = Pace(factor, flops, args.device_gflops)
+        run = train(cfg, dist, layout, args.steps, pace, args.schedule, args.checkpoint_dir)
+        result["runs"][name] = {
+            "losses": run.losses,
+            "first_step": run.first_step,
+            "step_time_s": _report(name, run, args, dist),
+        }
     result["losses"] = next(iter(result["runs"].values()))["losses"]
+    result["first_step"] = next(iter(result["runs"].values()))["first_step"]
     result.update(_summary(dist, {k: v["step_time_s"] for k, v in result["runs"].items()}))
     torch.distributed.destroy_process_group()
     return result

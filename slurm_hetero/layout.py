@@ -123,13 +123,15 @@ class RankLayout:
                 return group
         raise LayoutError(f"rank {self.rank} is in no {name!r} group (has {[g.name for g in self.groups]})")
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON document: `version` first, then every field by name (groups as objects)."""
+    def to_dict(self, groups: bool = True) -> dict[str, Any]:
+        """The JSON document: `version` first, then every field by name (groups as objects; left
+        out with `groups` False, for a caller that lists them once for many ranks)."""
         out: dict[str, Any] = {"version": self.version}
         for f in fields(self):
-            if f.name != "version":
+            if f.name == "groups" and groups:
+                out["groups"] = [g.to_dict() for g in self.groups]
+            elif f.name not in ("version", "groups"):
                 out[f.name] = getattr(self, f.name)
-        out["groups"] = [g.to_dict() for g in self.groups]
         return out
 
     def to_json(self) -> str:

@@ -19,10 +19,10 @@ from slurm_hetero.cli.options import (
     optional_model_options,
 )
 from slurm_hetero.data import bundled
-from slurm_hetero.engine.layout import LayoutKind
+from slurm_hetero.engine.layout import DEFAULT_TP_SIZES, Layout, LayoutKind
 from slurm_hetero.errors import RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
-from slurm_hetero.launch.plan import LAUNCH_KINDS, LaunchOptions
+from slurm_hetero.launch.plan import LaunchOptions
 from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
 from slurm_hetero.slurm import syntax
 
@@ -59,20 +59,8 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
         master_port=opts["master_port"],
         network_gbs=opts["network_gbs"],
         tp_sizes=parse_tp_sizes(opts["tp_sizes"]),
-        kinds=launch_kinds(opts["kinds"]),
+        kinds=tuple(LayoutKind(k) for k in opts["kinds"]),
     )
-
-
-def launch_kinds(names: tuple[str, ...]) -> tuple[LayoutKind, ...]:
-    """`--kind` values; `staged` is refused with what to do instead."""
-    if str(LayoutKind.STAGED) in names:
-        raise RequestError(
-            "--kind staged",
-            "launch cannot run the staged family (a data-parallel degree per stage needs activations "
-            "re-split between stages, which slurm_hetero.training does not do); plan it with "
-            "`slurm-hetero plan`, launch with --kind pipeline or --kind data (default: the better of both)",
-        )
-    return tuple(LayoutKind(k) for k in names) or LAUNCH_KINDS
 
 
 def _log_dir(text: str | None) -> Path | None:
@@ -84,15 +72,38 @@ def _log_dir(text: str | None) -> Path | None:
     return Path(text)
 
 
-def run_options(command: tuple[str, ...], opts: dict[str, Any]) -> RunOptions:
+def layout_view(model: str | None, plan_options: LaunchOptions) -> Any:
+    """How `plan` shows a layout (table, JSON document), for `--dry-run`."""
+    from slurm_hetero.catalog import load_catalog
+    from slurm_hetero.cli.plan import catalog_estimates, layout_document, render_layout
+    from slurm_hetero.launch.plan import sequence_length
+
+    if model is None:
+        return None
+    seq, costs, measured = sequence_length(plan_options), plan_options.costs, plan_options.measured
+
+    def view(layout: Layout) -> tuple[str, dict[str, Any]]:
+        devices = ",".join(f"{g.type}:{g.count}" for g in layout.groups)
+        notes = [catalog_estimates(devices, load_catalog(), measured, unrated=u) for u in (False, True)]
+        return (
+            render_layout(layout, model, seq, costs, notes[0]),
+            layout_document(layout, model, seq, costs, notes[1]),
+        )
+
+    return view
+
+
+def run_options(command: tuple[str, ...], opts: dict[str, Any], view: Any = None) -> RunOptions:
     return RunOptions(
         command=command,
         inventory=opts["inventory_path"],
         log_dir=_log_dir(opts["log_dir"]),
+        resume=Path(opts["resume"]) if opts["resume"] else None,
         exec_command=opts["exec_command"],
         dry_run=opts["dry_run"],
         simulate=opts["simulate"],
         as_json=opts["as_json"],
+        layout_view=view,
     )
 
 
@@ -132,9 +143,9 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 @click.option("--backend-override", help="Use this torch backend for every group (gloo on CPUs).")
 @click.option(
     "--tp-sizes",
-    default="1",
+    default=",".join(map(str, DEFAULT_TP_SIZES)),
     show_default=True,
-    help="Tensor-parallel degrees the solver may use, e.g. 1,2,4,8.",
+    help="Tensor-parallel degrees the solver may use inside nodes (as `plan` searches).",
 )
 @click.option("--network-gbs", type=FiniteFloat(MIN_GBS, MAX_GBS), help="Per-device GB/s between nodes.")
 @click.option(
@@ -142,11 +153,17 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     "kinds",
     multiple=True,
     type=click.Choice([str(k) for k in LayoutKind]),
-    help="Layout family to consider (repeatable) [default: pipeline and data; staged is plan-only].",
+    help="Layout family to consider (repeatable) [default: what `plan` searches: pipeline, data].",
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option("--master-port", type=Count(1, 65535), help="MASTER_PORT [default: from job and step id].")
 @click.option("--log-dir", type=click.Path(), help="Write DIR/rank-R.out and .err.")
+@click.option(
+    "--resume",
+    metavar="DIR",
+    help="Checkpoint directory: checked (writable, this model's), exported as SLURM_HETERO_CHECKPOINT; "
+    "training resumes from its last checkpoint on whatever layout this step plans.",
+)
 @click.option(
     "--exec", "exec_command", is_flag=True, help="Replace the launcher with the command (no supervision)."
 )
@@ -173,7 +190,8 @@ def launch_command(
     if not opts["dry_run"] and not opts["exec_command"]:
         early.catch_early()  # a peer's failure or srun's SIGTERM while this rank still plans
     try:
-        code = launch(launch_options(model, measured, opts), run_options(command, opts))
+        plan_options = launch_options(model, measured, opts)
+        code = launch(plan_options, run_options(command, opts, layout_view(model, plan_options)))
     finally:
         early.stop_catching()
     ctx.exit(code)

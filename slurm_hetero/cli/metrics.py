@@ -17,6 +17,7 @@ from prometheus_client.core import Metric
 from slurm_hetero import inventory, metrics, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.report import inventory_option
 from slurm_hetero.errors import OutputError
 from slurm_hetero.nodes import slurm_nodes
@@ -51,7 +52,7 @@ def registry(inventory_path: Path, log: str | None) -> CollectorRegistry:
 @inventory_option("vendor of each type")
 @click.option("--log", "log_path", help="slurmctld's log: also count the hook's rewrites and refusals.")
 @click.option("--textfile", type=click.Path(path_type=Path), help="Write FILE (*.prom) for node_exporter.")
-@click.option("--serve", "port", type=click.IntRange(1, 65535), help="Serve /metrics on PORT.")
+@click.option("--serve", "port", type=Count(1, 65535), help="Serve /metrics on PORT.")
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address --serve listens on.")
 def metrics_command(
     inventory_path: Path, log_path: str | None, textfile: Path | None, port: int | None, address: str

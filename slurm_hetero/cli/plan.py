@@ -59,7 +59,6 @@ from slurm_hetero.engine.layout import (
     StagePlan,
     assign_ranks,
     check_batch,
-    kinds_for_micro_batch,
     solve,
     step_schedules,
 )
@@ -68,6 +67,7 @@ from slurm_hetero.engine.shapes import MAX_TYPES
 from slurm_hetero.engine.stagecost import measured_shape
 from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_shapes
+from slurm_hetero.launch.runnable import MIXED_TP, plan_note, search_kinds
 from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
 from slurm_hetero.render.write import write_bytes_atomic
@@ -187,6 +187,12 @@ def catalog_estimates(
     return out
 
 
+def layout_notes(layout: Layout) -> list[str]:
+    """The solver's notes, and why launch would refuse the layout (`launch.runnable`)."""
+    refused = plan_note(layout)
+    return [*layout.notes, *([refused] if refused else [])]
+
+
 def layout_document(
     layout: Layout, model: str, seq: int, settings: CostSettings, estimates: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -210,7 +216,7 @@ def layout_document(
         "even_over_predicted": None if even is None else even / layout.predicted_step_s,
         "cost_per_step_usd": layout.cost_per_step_usd,
         "left_out": list(layout.left_out),
-        "notes": list(layout.notes),
+        "notes": layout_notes(layout),
         "stages": [{k: v for k, v in row.items() if not k.startswith("_")} for row in stages],
     }
 
@@ -261,7 +267,7 @@ def render_layout(
         tail += f"; ${layout.cost_per_step_usd:.4f} per step"
     if layout.left_out:
         tail += f"; left idle: {', '.join(layout.left_out)} (--leave-out: better by the objective without it)"
-    notes = [f"note: {n}" for n in layout.notes]
+    notes = [f"note: {n}" for n in layout_notes(layout)]
     notes += [
         f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()
     ]
@@ -388,9 +394,8 @@ def build_spec(
         pair_gbs=cross_type_gbs(groups, catalog, options["network_gbs"]),
         objective=options["objective"],
         leave_out=options["leave_out"],
-        kinds=kinds_for_micro_batch(
-            tuple(LayoutKind(k) for k in options["kinds"]) or tuple(LayoutKind), bool(options["kinds"]), given
-        ),
+        kinds=search_kinds(tuple(LayoutKind(k) for k in options["kinds"]), given),
+        mixed_tp=MIXED_TP,
     )
     return spec, length, settings
 
@@ -461,7 +466,7 @@ def cross_type_gbs(
     "kinds",
     multiple=True,
     type=click.Choice([k.value for k in LayoutKind]),
-    help="Layout family to consider (repeatable) [default: all: pipeline, data, staged].",
+    help="Layout family to consider (repeatable) [default: the ones launch runs: pipeline, data].",
 )
 @click.option(
     "--leave-out", is_flag=True, help="Leave a device type idle when the step is better without it."

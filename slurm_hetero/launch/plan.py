@@ -37,6 +37,7 @@ from slurm_hetero.engine.devicegroups import (
     sustained_tflops,
 )
 from slurm_hetero.engine.layout import (
+    DEFAULT_TP_SIZES,
     SEARCHED_MICRO_BATCHES,
     Layout,
     LayoutKind,
@@ -63,6 +64,7 @@ from slurm_hetero.launch.rankenv import (
     replica_samples,
     summary_of,
 )
+from slurm_hetero.launch.runnable import MIXED_TP, search_kinds, unrunnable_reason
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
@@ -72,11 +74,6 @@ from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
-# What `slurm_hetero.training` runs: the staged family (a data-parallel degree per stage, which
-# needs activations re-split between stages) and data-parallel replicas whose tensor-parallel
-# degree differs by type (gradients reduced shard by shard across degrees) are planned by
-# `slurm-hetero plan` only; launch plans the best layout among the rest.
-LAUNCH_KINDS = (LayoutKind.PIPELINE, LayoutKind.DATA)
 
 
 class LaunchPlanError(HeteroError):
@@ -100,9 +97,9 @@ class LaunchOptions:
     master_addr: str | None = None
     master_port: int | None = None
     network_gbs: float | None = None
-    tp_sizes: tuple[int, ...] = (1,)
+    tp_sizes: tuple[int, ...] = DEFAULT_TP_SIZES  # as `plan` searches (inside nodes only)
     layout_dir: str = "/tmp/slurm-hetero"
-    kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA)  # families to search
+    kinds: tuple[LayoutKind, ...] = ()  # families asked for; () what `plan` searches (`runnable`)
 
     def __post_init__(self) -> None:
         """Every value checked once, for the CLI and library callers alike: counts >= 1, rates
@@ -324,8 +321,8 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         label=options.model,
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
         pair_gbs=group_pair_gbs(nodes, options),
-        kinds=tuple(k for k in options.kinds if k in LAUNCH_KINDS) or LAUNCH_KINDS,
-        mixed_tp=False,  # the data family's gradient groups pair tp ranks one to one
+        kinds=search_kinds(options.kinds, options.micro_batch),
+        mixed_tp=MIXED_TP,
     )
 
 
@@ -365,13 +362,20 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
 
 
 def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) -> Layout:
-    """The layout, or one `root cause:` error when the allocation cannot hold the model (an input
-    beyond the planner's limits is refused as itself first)."""
+    """The layout `plan` prints for this allocation and options, or one line: an input beyond the
+    planner's limits is refused as itself first, then `root cause:` when the allocation cannot hold
+    the model, or what the training runtime cannot run (`runnable`)."""
     check_limits(spec)
     try:
         chosen = solve(spec)
     except RequestError as e:
         raise LaunchPlanError(_root_cause(spec, nodes, options, e)) from e
+    reason = unrunnable_reason(chosen)
+    if reason is not None:
+        raise LaunchPlanError(
+            f"cannot run the {chosen.kind} layout planned for {spec.label}: {reason}; "
+            "leave out --kind to search what slurm_hetero.training runs"
+        )
     return even_layout(spec, chosen) if options.even else chosen
 
 
@@ -526,18 +530,21 @@ def build_plan(
     catalog: Catalog,
     options: LaunchOptions,
     bound: TaskDevices | None = None,
+    only: int | None = None,
 ) -> LaunchPlan:
-    """Every rank's document and environment; `bound` is what Slurm bound on this task's node."""
+    """Every rank's document and environment, or with `only` that rank's alone (what a rank needs
+    to start: linear in the ranks, where every document is quadratic through the groups that name
+    every rank); `bound` is what Slurm bound on this task's node."""
     nodes = sites(job, inventory, catalog)
     layout, ranked, samples, summary, notes = _modelled(nodes, catalog, options)
     groups = Groups(ranked, nodes, options.backend_override, samples)
     site_of = groups.site_of
-    docs = [rank_document(a, site_of[a.rank], summary, groups, options, job.world_size) for a in ranked]
-    digest = plan_id(docs)
     master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
+    digest = plan_id(summary, ranked, nodes, options, master)
     plans = []
-    for a, doc in zip(ranked, docs):
+    for a in ranked if only is None else [ranked[only]]:
         site = site_of[a.rank]
+        doc = rank_document(a, site, summary, groups, options, job.world_size)
         env = rank_env(doc, master, digest, options.layout_dir, job.nodes)
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
         plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))

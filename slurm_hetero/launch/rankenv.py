@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from slurm_hetero.engine import comm
@@ -249,26 +250,24 @@ def rank_env(
     return env
 
 
-def plan_id(documents: Sequence[RankLayout]) -> str:
-    """A digest of every rank's document: equal on every rank exactly when the plans agree. The
-    documents are digested as a table (field names once, one row of values per rank) that names
-    groups by place in a list of the distinct groups. Each group object is looked at once, so a dp
-    group of every rank (one object shared by its members, `Groups`) costs its size once, not once
-    per member."""
-    seen: dict[int, int] = {}  # id(GroupSpec) -> its place in `groups`
-    places: dict[tuple[object, ...], int] = {}  # a group's value -> its place in `groups`
-    groups: list[dict[str, object]] = []
-    names = [f.name for f in fields(RankLayout) if f.name != "groups"]
-    rows = []
-    for doc in documents:
-        for g in doc.groups:
-            if id(g) not in seen:
-                value = (g.name, g.ranks, g.backend, g.comm, tuple(sorted(g.env.items())))
-                if value not in places:
-                    places[value] = len(groups)
-                    groups.append(g.to_dict())
-                seen[id(g)] = places[value]
-        rows.append([getattr(doc, name) for name in names] + [[seen[id(g)] for g in doc.groups]])
-    table = {"fields": [*names, "groups"], "groups": groups, "ranks": rows}
-    text = json.dumps(table, sort_keys=True, separators=(",", ":"))
+def plan_id(
+    summary: PlanSummary,
+    ranked: Sequence[RankAssignment],
+    nodes: Sequence[Site],
+    options: LaunchOptions,
+    master: tuple[str, int],
+) -> str:
+    """A digest of what decides every rank's document and environment: the plan's summary, every
+    rank's assignment, the step's nodes (type, vendor, tasks, NICs) and the options. Equal on every
+    rank exactly when their inputs agree, and linear in the ranks: no rank builds another's
+    document to compute it. `layout_dir` is left out (it holds the node's own $TMPDIR)."""
+    row = operator.attrgetter(*(f.name for f in fields(RankAssignment)))
+    table = {
+        "summary": [getattr(summary, f.name) for f in fields(summary)],
+        "ranks": [row(a) for a in ranked],
+        "nodes": [[s.name, s.type, s.vendor.name, s.tasks, [repr(n) for n in s.record.nics]] for s in nodes],
+        "options": repr(replace(options, layout_dir="")),
+        "master": list(master),
+    }
+    text = json.dumps(table, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

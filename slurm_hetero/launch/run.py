@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +23,7 @@ from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.limits import MAX_DEVICES
+from slurm_hetero.engine.layout import Layout
 from slurm_hetero.errors import InventoryError, ToolError
 from slurm_hetero.launch.plan import (
     LaunchOptions,
@@ -35,11 +36,12 @@ from slurm_hetero.launch.plan import (
 )
 from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
-from slurm_hetero.layout import RankLayout
+from slurm_hetero.layout import GroupSpec, RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.readfile import unusable_path
 from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
+from slurm_hetero.training import checkpoint
 from slurm_hetero.vendors import vendor_traits
 
 logger = logging.getLogger(__name__)
@@ -62,6 +64,9 @@ class RunOptions:
     dry_run: bool = False
     simulate: str | None = None
     as_json: bool = False
+    resume: Path | None = None  # checkpoint directory: checked, then exported (training.checkpoint.ENV)
+    # The solver's layout as `plan` shows it: (table, JSON document); `--dry-run` prints it first
+    layout_view: Callable[[Layout], tuple[str, dict[str, Any]]] | None = None
 
 
 # -- the step -------------------------------------------------------------------------------------
@@ -130,17 +135,16 @@ def simulated_job(spec: str) -> JobEnv:
     return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), job_id="0")
 
 
-def _simulated_node(name: str, gres_type: str, count: int, catalog: Catalog) -> NodeInventory:
+def _simulated_devices(gres_type: str, count: int, catalog: Catalog) -> tuple[Device, ...]:
     spec = catalog.by_type(gres_type)
     if spec is None:
         raise LaunchError(
             f"--simulate: unknown device type {gres_type!r}; known: {', '.join(catalog.types())}"
         )
-    devices = tuple(
+    return tuple(
         Device(spec.vendor, spec.name, i, f"/dev/simulated{i}", spec.memory_mib, spec.type)
         for i in range(count)
     )
-    return NodeInventory(name, devices)
 
 
 def _canonical(catalog: Catalog, gres_type: str) -> str:
@@ -156,6 +160,7 @@ def simulated_inventory(
     node must be in it: a name it lacks is a typo, not a node to invent."""
     have = {host: n for n in known.nodes for host in hostlist.expand(n.name)}
     extra = []
+    shared: dict[tuple[str, int], tuple[Device, ...]] = {}  # one record per shape: built once
     for name, gres_type, count in parse_simulate(spec):
         if name not in have and source is not None:
             hosts = sorted(have)
@@ -165,7 +170,9 @@ def simulated_inventory(
                 "simulate its nodes, or leave out --inventory to simulate catalog devices"
             )
         if name not in have:
-            extra.append(_simulated_node(name, gres_type, count, catalog))
+            if (gres_type, count) not in shared:
+                shared[gres_type, count] = _simulated_devices(gres_type, count, catalog)
+            extra.append(NodeInventory(name, shared[gres_type, count]))
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
         if types != [_canonical(catalog, gres_type)]:
@@ -276,9 +283,10 @@ def check_step_has_devices(job: JobEnv) -> None:
 
 
 def plan_step(
-    plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str]
+    plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str], own: bool = False
 ) -> tuple[JobEnv, LaunchPlan]:
-    """Every rank's plan, from this task's environment (or the `--simulate` shape)."""
+    """Every rank's plan (with `own`, this task's rank's alone), from this task's environment (or
+    the `--simulate` shape)."""
     catalog = load_catalog()
     if options.simulate is not None:
         job, bound = simulated_job(options.simulate), None
@@ -290,7 +298,7 @@ def plan_step(
         check_plain_batch(job.world_size, plan_options.global_batch)
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
-    return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound)
+    return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound, job.rank if own else None)
 
 
 # -- describing a plan ----------------------------------------------------------------------------
@@ -350,9 +358,31 @@ def describe(plan: LaunchPlan) -> str:
     )
 
 
+def distinct_groups(plan: LaunchPlan) -> tuple[list[GroupSpec], dict[int, list[int]]]:
+    """The plan's groups once each (members share one object, `rankenv.Groups`; equal values are
+    one group too), and each rank's groups as places in that list."""
+    by_id: dict[int, int] = {}
+    by_value: dict[tuple[Any, ...], int] = {}
+    groups: list[GroupSpec] = []
+    places: dict[int, list[int]] = {}
+    for r in plan.ranks:
+        for g in r.layout.groups:
+            if id(g) not in by_id:
+                value = (g.name, g.ranks, g.backend, g.comm, tuple(sorted(g.env.items())))
+                if value not in by_value:
+                    by_value[value] = len(groups)
+                    groups.append(g)
+                by_id[id(g)] = by_value[value]
+        places[r.rank] = [by_id[id(g)] for g in r.layout.groups]
+    return groups, places
+
+
 def plan_document(plan: LaunchPlan) -> dict[str, Any]:
-    """`--dry-run --json`: summary keys plus every rank's layout document and environment."""
+    """`--dry-run --json`: summary keys, every group once (`groups`), and every rank's layout
+    document (its `groups` as places in that list, so the output is linear in the ranks) and
+    environment."""
     first = plan.ranks[0].layout.to_dict()
+    groups, places = distinct_groups(plan)
     keys = (
         "kind",
         "model",
@@ -368,8 +398,24 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
         "job_id": plan.job_id,
         "step_id": plan.step_id,
         **{k: first[k] for k in keys},
-        "ranks": [{"rank": r.rank, "layout": r.layout.to_dict(), "env": r.env} for r in plan.ranks],
+        "groups": [g.to_dict() for g in groups],
+        "ranks": [
+            {
+                "rank": r.rank,
+                "layout": {**r.layout.to_dict(groups=False), "groups": places[r.rank]},
+                "env": r.env,
+            }
+            for r in plan.ranks
+        ],
     }
+
+
+def dry_run_text(plan: LaunchPlan, options: RunOptions) -> str:
+    """`--dry-run`: the layout as `plan` prints it (table, or its JSON under "plan"), then every rank."""
+    view = None if plan.layout is None or options.layout_view is None else options.layout_view(plan.layout)
+    if options.as_json:
+        return json.dumps({**({"plan": view[1]} if view else {}), **plan_document(plan)}, indent=2)
+    return "\n\n".join([*([view[0]] if view else []), describe(plan)])
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -447,15 +493,15 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     environ = os.environ if environ is None else environ
     if options.simulate is not None and not options.dry_run:
         raise LaunchError("--simulate describes an allocation for --dry-run only; add --dry-run")
-    job, plan = plan_step(plan_options, options, environ)
+    # a rank that starts its command builds its own document only, unless rank 0 logs them all (-v)
+    whole = options.dry_run or (logger.isEnabledFor(logging.INFO) and environ.get("SLURM_PROCID", "0") == "0")
+    job, plan = plan_step(plan_options, options, environ, own=not whole)
     if job.rank == 0:
         for note in plan.notes:
             logger.warning("%s", note)
     if options.dry_run:
         if job.rank == 0:
-            print(
-                json.dumps(plan_document(plan), indent=2) if options.as_json else describe(plan), flush=True
-            )
+            print(dry_run_text(plan, options), flush=True)
         return 0
     if not options.command:
         raise LaunchError(
@@ -463,8 +509,10 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
         )
     if job.rank == 0:
         logger.info("resolved plan:\n%s", describe(plan))
-    rank = plan.ranks[job.rank]
+    rank = next(r for r in plan.ranks if r.rank == job.rank)
     check_master(rank.env["MASTER_ADDR"])
+    if options.resume is not None:
+        check_resume_dir(options.resume, rank.layout.model or None)
     note_missing_backends(rank)
     logs = (
         open_log_files(options.log_dir, rank.rank) if options.log_dir and not options.exec_command else None
@@ -474,6 +522,8 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     try:
         env = process_env(environ, rank.env)
         env["SLURM_HETERO_LAYOUT"] = str(write_layout(rank, directory))
+        if options.resume is not None:
+            env[checkpoint.ENV] = str(options.resume.absolute())
         env.setdefault("PYTHONUNBUFFERED", "1")
         if options.exec_command:
             done = False  # the command replaces the launcher: nothing is left to remove the directory
@@ -485,6 +535,14 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     finally:
         if done:
             remove_layout(directory)
+
+
+def check_resume_dir(directory: Path, model: str | None) -> None:
+    """`--resume DIR`: writable, and any checkpoint there is complete and of this model."""
+    try:
+        checkpoint.check_resume(directory, model)
+    except checkpoint.CheckpointError as e:
+        raise LaunchError(f"--resume: {e}") from None
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:

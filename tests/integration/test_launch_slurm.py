@@ -234,3 +234,42 @@ def test_uneven_training_matches_one_process_and_beats_the_even_split(
     assert max(abs(a - b) for a, b in zip(uneven["losses"], expected)) < 1e-5
     assert uneven["even_step_s"] > uneven["predicted_step_s"]
     assert uneven["achieved"] >= 0.7, uneven  # measured saving / predicted saving
+
+
+def test_a_job_resumes_on_fewer_node_types_from_the_last_checkpoint(
+    dev_cluster: Cluster, tmp_path: Path
+) -> None:
+    """`launch --resume DIR` on three node types for 3 steps, then a new job on two of them (as a
+    step without the lost node, or a requeue onto another mix): it re-plans, loads the
+    checkpoint the first layout wrote, and its losses continue a single process's (float64)."""
+    measured = tmp_path / "speeds.yaml"
+    measured.write_text("a100_80g: 0.2\nl40s: 0.0666667\nascend910b3: 0.2\n")
+    ckpt = tmp_path / "ckpt"
+    libuv = {} if not dev_cluster.release.chrooted else {"USE_LIBUV": "0"}
+    plan = ["--model", "gpt2", "--global-batch", "18", "--seq", "16", "--micro-batch", "1"]
+    example = [dev_cluster.python, str(REPO / "examples" / "train_uneven.py"), "--seq", "16"]
+    losses = {}
+    for nodes, steps in (("a100n1,l40sn1,ascendn1", 3), ("a100n1,l40sn1", 6)):
+        out = tmp_path / f"losses-{steps}.json"
+        srun = ["srun", "-w", nodes, f"-N{nodes.count(',') + 1}", "--ntasks-per-node=1", "--gres=gpu:1", "-K"]
+        launch = launch_argv(measured, *plan, "--resume", str(ckpt))
+        argv = [*srun, *launch, "--", *example, "--steps", str(steps), "--losses-out", str(out)]
+        result = run(argv, timeout=400, env=libuv)
+        assert result.returncode == 0, result.stderr[-3000:]
+        losses[steps] = json.loads(out.read_text())
+    assert losses[3]["first_step"] == 0 and losses[6]["first_step"] == 3
+    reference = [
+        sys.executable, str(REPO / "examples" / "train_uneven.py"), "--reference", "--steps", "6",
+        "--layers", "12", "--global-batch", "18", "--seq", "16", "--losses-out", str(tmp_path / "ref.json"),
+    ]  # fmt: skip
+    local = subprocess.run(reference, capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert local.returncode == 0, local.stderr[-3000:]
+    expected = json.loads((tmp_path / "ref.json").read_text())["losses"]
+    assert max(abs(a - b) for a, b in zip(losses[3]["losses"] + losses[6]["losses"], expected)) < 1e-9
+    refused = run(
+        [*srun, *launch_argv(measured, "--model", "opt-350m", *plan[2:], "--resume", str(ckpt)), "--", "true"]
+    )
+    assert (
+        refused.returncode == 1
+        and "holds a checkpoint of 'gpt2'; this job trains 'opt-350m'" in refused.stderr
+    )

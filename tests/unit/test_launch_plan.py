@@ -34,7 +34,6 @@ from slurm_hetero.launch.plan import (
     master_port,
     sites,
 )
-from slurm_hetero.launch.rankenv import plan_id
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.model import ClusterInventory, Device, Nic, NodeInventory
 from slurm_hetero.slurm.jobenv import parse_job_env
@@ -371,7 +370,12 @@ def test_dry_run_under_srun_prints_every_rank_on_rank_zero_only(
     assert [r["rank"] for r in document["ranks"]] == [0, 1, 2, 3]
     assert document["ranks"][3]["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0"
     plan = plan_from(fixture_env(0), inventory.load(EXAMPLE))
-    assert [RankLayout.from_dict(r["layout"]) for r in document["ranks"]] == [r.layout for r in plan.ranks]
+    groups = document["groups"]  # every group once; a rank's layout names them by place
+    docs = [
+        RankLayout.from_dict({**r["layout"], "groups": [groups[i] for i in r["layout"]["groups"]]})
+        for r in document["ranks"]
+    ]
+    assert docs == [r.layout for r in plan.ranks]
     assert not any(tmp_path.iterdir())  # wrote nothing
     assert run.launch(GPT2, options, fixture_env(2)) == 0
     assert capsys.readouterr().out == ""
@@ -428,18 +432,19 @@ def test_a_group_is_one_object_shared_by_its_members_and_its_ranks_print_folded(
     assert out.split("\ndp_local ")[1].split("\n")[0].endswith(" 0-7")
 
 
-def test_the_plan_id_tells_apart_plans_that_differ_in_one_group() -> None:
+def test_the_plan_id_tells_apart_inputs_that_change_a_group_and_a_rank_builds_only_its_own() -> None:
     env = slurm_env([("a", 2), ("b", 2)], 0)
     inv = ClusterInventory((node("a", "a100_80g", 2), node("b", "a100_80g", 2)))
-    plan = plan_from(env, inv, LaunchOptions(None, global_batch=8))
-    docs = [r.layout for r in plan.ranks]
-    changed = dataclasses.replace(docs[3].groups[1], backend="gloo")
-    groups = (docs[3].groups[0], changed, *docs[3].groups[2:])
-    other = [*docs[:3], dataclasses.replace(docs[3], groups=groups)]
-    assert docs[3].groups[1].name == "dp" and docs[3].groups[1].backend != "gloo"
-    assert plan_id(other) != plan.plan_id == plan_id(docs)
-    copies = [dataclasses.replace(d, groups=tuple(dataclasses.replace(g) for g in d.groups)) for d in docs]
-    assert plan_id(copies) == plan.plan_id  # by value, not by which objects are shared
+    options = LaunchOptions(None, global_batch=8)
+    plan = plan_from(env, inv, options)
+    gloo = plan_from(env, inv, dataclasses.replace(options, backend_override="gloo"))
+    assert plan.ranks[3].layout.groups[1].backend != "gloo" == gloo.ranks[3].layout.groups[1].backend
+    assert gloo.plan_id != plan.plan_id == plan_from(env, inv, options).plan_id
+    nic = ClusterInventory((node("a", "a100_80g", 2, (Nic("ib0", "infiniband"),)), inv.nodes[1]))
+    assert plan_from(env, nic, options).plan_id != plan.plan_id
+    job = parse_job_env(env)
+    own = build_plan(job, job.step_id, inv, CATALOG, options, only=3)
+    assert own.ranks == (plan.ranks[3],) and own.plan_id == plan.plan_id
 
 
 @pytest.mark.usefixtures("nothing_starts")
@@ -467,10 +472,19 @@ def test_cli_dry_run_json_and_one_line_errors(tmp_path: Path) -> None:
 
 def test_launch_refuses_the_staged_family_and_plans_uniform_tensor_parallel_replicas() -> None:
     runner = CliRunner()
-    args = ["launch", "--model", "gpt2", "--kind", "staged", "--dry-run", "--simulate", "a:l40s:2"]
+    args = [
+        "launch",
+        "--model",
+        "gpt2",
+        "--kind",
+        "staged",
+        "--dry-run",
+        "--simulate",
+        "a:l40s:2,b:a100_80g:2",
+    ]
     staged = runner.invoke(cli, args)
-    assert staged.exit_code == 1 and "launch cannot run the staged family" in staged.output
-    assert len(staged.output.strip().splitlines()) == 1 and "slurm-hetero plan" in staged.output
+    assert staged.exit_code == 1 and "cannot run the staged layout" in staged.output
+    assert len(staged.output.strip().splitlines()) == 1 and "PipelineStage" in staged.output
     job = parse_job_env(fixture_env(0))
     nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
     spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, tp_sizes=(1, 2)))

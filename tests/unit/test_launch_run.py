@@ -4,6 +4,7 @@ forwarding, the failing rank's line first and the step cancelled, the layout fil
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -369,3 +370,22 @@ def test_a_line_longer_than_the_chunk_is_relayed_intact_with_one_prefix(
     assert code == 0
     out = capfd.readouterr().out
     assert out == "[rank 2 l40s stage 0] " + "y" * 5000 + "\n[rank 2 l40s stage 0] tail-without-newline\n"
+
+
+def test_dry_run_json_grows_linearly_with_the_ranks() -> None:
+    """Every rank's document named every member of its dp group: quadratic output (466 MB at
+    600 nodes x 8). Groups are listed once and named by place: 4x the ranks, about 4x the bytes."""
+    from click.testing import CliRunner
+
+    from slurm_hetero.cli import cli
+
+    def size(nodes: int) -> int:
+        argv = ["launch", "--dry-run", "--json", "--global-batch", str(nodes * 8)]
+        result = CliRunner().invoke(cli, [*argv, "--simulate", f"lin[001-{nodes:03d}]:a100_80g:8"])
+        assert result.exit_code == 0, result.output
+        document = json.loads(result.stdout)
+        dp = document["groups"][document["ranks"][-1]["layout"]["groups"][1]]
+        assert dp["name"] == "dp" and len(dp["ranks"]) == nodes * 8
+        return len(result.stdout)
+
+    assert size(32) < 4.6 * size(8)

@@ -126,25 +126,48 @@ def reference(per_rank: list[dict[str, Any]]) -> list[float]:
 def test_uneven_data_parallel_matches_one_process(tmp_path: Path) -> None:
     per_rank = layouts([0, 2], [5, 11], micro_batch=4, dp_backend="hccl")
     result, stdout = run_ranks(tmp_path, per_rank)
-    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
+    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
     assert "group dp falls back to gloo" in stdout  # no Ascend here: logged, not silent
 
 
 def test_uneven_pipeline_matches_one_process(tmp_path: Path) -> None:
-    # stage 1 runs as two tp copies: rank 2 has no neighbour and gets activations through tp
+    # stage 1 is sharded over two tp ranks (DTensor): rank 2 has no neighbour and follows rank 1
     per_rank = layouts([0, 1, 4], [16], micro_batch=6, tp=[1, 2])
     assert per_rank[2]["prev_rank"] is None
     result, stdout = run_ranks(tmp_path, per_rank, "--split", "both")
-    assert result["runs"]["layout"]["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
-    assert result["runs"]["even"]["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
+    assert result["runs"]["layout"]["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
+    assert result["runs"]["even"]["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
     assert "saved_fraction measured=" in stdout
 
 
-def test_pipeline_by_data_parallel_matches_one_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pipeline_by_data_parallel_matches_one_process(tmp_path: Path, schedule: str) -> None:
     per_rank = layouts([0, 1, 3], [7, 9], micro_batch=3, recompute=1)
-    result, _ = run_ranks(tmp_path, per_rank, "--slow-rank", "1", "--slow-factor", "2")
-    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-5)
+    result, _ = run_ranks(
+        tmp_path, per_rank, "--slow-rank", "1", "--slow-factor", "2", "--schedule", schedule
+    )
+    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
     assert result["losses"][-1] < result["losses"][0]
+
+
+def test_tensor_parallel_replicas_of_uneven_shares_match_one_process(tmp_path: Path) -> None:
+    per_rank = layouts([0, 4], [5, 11], micro_batch=4, tp=[2])
+    result, _ = run_ranks(tmp_path, per_rank)
+    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
+
+
+def test_a_transformers_llama_in_pipeline_and_tensor_parallel_matches_one_process(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    per_rank = layouts([0, 1, 4], [16], micro_batch=6, tp=[1, 2])
+    result, _ = run_ranks(tmp_path, per_rank, "--arch", "llama")
+    cfg = example.Config(layers=4, global_batch=16, arch="llama")
+    assert result["losses"] == pytest.approx(example.reference(cfg, STEPS), abs=1e-9)
+
+
+def test_a_stage_the_tensor_parallel_plan_does_not_name_is_refused_not_run_whole() -> None:
+    with pytest.raises(ValueError, match="no submodule matches the tensor-parallel plan"):
+        training.parallelize(torch.nn.Sequential(torch.nn.Linear(2, 2)), object())  # type: ignore[arg-type]
+    assert training.parallelize(example.Block(example.Config()), None) is not None  # tp 1: left whole
 
 
 # Each rank's gradients (22 elements: divisible by neither vendor's size nor their lcm, 6) are

@@ -1,6 +1,21 @@
-"""Training-side helpers for a layout that `slurm-hetero launch` wrote: process groups, the weighted
-gradient all-reduce, a model's stage, and a GPipe pipeline step. torch is imported inside functions,
-so the package imports without it.
+"""The training runtime for a layout that `slurm-hetero launch` wrote, on torch's own libraries:
+process groups (`init`), a model's stage (`stage_modules`), tensor parallel with DTensor
+(`parallelize`, `training.tensor`), the replica's step on `torch.distributed.pipelining`
+(`Pipeline`, `training.pipeline`: 1F1B as the plan prices it, GPipe selectable) and the weighted,
+hierarchical gradient all-reduce. torch is imported inside functions, so the package imports
+without it. A training script::
+
+    dist = training.init()
+    stage = training.parallelize(training.stage_modules(model, dist.layout), dist.group("tp"))
+    pipe = training.Pipeline(stage, dist, loss_fn)          # loss_fn(output, targets): mean loss
+    opt = torch.optim.AdamW(stage.parameters())
+    for step ...:
+        mine = batch[lay["sample_offset"] : lay["sample_offset"] + lay["samples"]]
+        loss = pipe.step(inputs_of(mine), targets_of(mine))  # None off the last stage
+        training.weighted_allreduce_grads(stage, dist.layout, dist.gradient_group())
+        opt.step(); opt.zero_grad()
+
+`examples/train_uneven.py` is one, tested against a single process in float64.
 
 The layout is this rank's JSON file (env `SLURM_HETERO_LAYOUT`, contract in `../shared/DESIGN.md`),
 read by `slurm_hetero.layout.current()` into a `RankLayout`; every helper takes that, a mapping of
@@ -17,10 +32,14 @@ Conventions:
   `weighted_allreduce_grads` sums ``grad_weight * grad`` (``grad_weight = samples / global_batch``)
   over the data-parallel group, which is the gradient of the global batch's mean loss whatever the
   split. An unweighted average is not: with 5 and 11 samples it weighs each of the 5 samples 1.6x.
-- Tensor parallel ranks (same replica and stage) run the stage whole, on the same samples: their
-  gradients agree, and no tensor is sharded. Only tp rank 0 talks to the neighbour stages (whose
-  tp rank 0 its `prev_rank`/`next_rank` name); it hands what it receives to the copies by a
-  broadcast on the tp group, which also serves stages whose neighbours have fewer tp ranks.
+- Tensor parallel ranks (same replica and stage) shard the stage's attention and MLP projections
+  (`parallelize`); activations between blocks stay replicated. Only tp rank 0 talks to the
+  neighbour stages (whose tp rank 0 its `prev_rank`/`next_rank` name) through torch's schedule;
+  the others follow it over the tp group (`training.pipeline`), which also serves stages whose
+  neighbours have another tensor-parallel degree.
+- What torch cannot express is not planned (`launch.runnable`): the staged family's re-split of
+  activations between stages of different data-parallel degrees, and data-parallel replicas of
+  different tensor-parallel degrees.
 
 `init` starts torch.distributed with a gloo default group (it must be one backend on every rank,
 and a mixed job has no device backend all ranks share) and creates one process group per layout
@@ -47,8 +66,7 @@ import importlib
 import itertools
 import logging
 import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,19 +78,18 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 __all__ = [
-    "Batch",
     "Distributed",
     "GroupInfo",
     "HierarchicalGroup",
     "Loss",
-    "Pace",
+    "Pipeline",
     "as_dict",
     "backend_unavailable_reason",
     "even_split",
     "global_loss",
     "init",
     "micro_batch_sizes",
-    "pipeline_step",
+    "parallelize",
     "rank_layout",
     "stage_modules",
     "weighted_allreduce_grads",
@@ -523,12 +540,14 @@ def _reduce_scatter(
 
 
 def _grad(param: torch.Tensor) -> torch.Tensor:
-    """`param`'s gradient, zeros if it has none (a replica without samples still takes part)."""
+    """`param`'s gradient (this rank's shard of a DTensor's), zeros if it has none (a replica
+    without samples still takes part)."""
     import torch
 
     if param.grad is None:
         param.grad = torch.zeros_like(param)
-    return param.grad
+    grad = param.grad
+    return grad.to_local() if hasattr(grad, "to_local") else grad
 
 
 def global_loss(layout: Any, replica_loss: float | None) -> float:
@@ -546,122 +565,5 @@ def global_loss(layout: Any, replica_loss: float | None) -> float:
     return float(value.item())
 
 
-# -- the pipeline ------------------------------------------------------------------------------
-
-
-def micro_batch_sizes(layout: Any) -> list[int]:
-    """This replica's micro-batch sizes: `micro_batches` of `micro_batch`, the last one the rest."""
-    lay = as_dict(layout)
-    samples, size, count = lay["samples"], lay["micro_batch"], lay["micro_batches"]
-    if samples == 0:
-        return []
-    last = samples - size * (count - 1)
-    if count < 1 or not 0 < last <= size:
-        raise ValueError(f"{samples} samples do not make {count} micro-batches of at most {size}")
-    return [size] * (count - 1) + [last]
-
-
-class _Links:
-    """This rank's transfers to its neighbour stages. Tensor parallel rank 0 sends and receives on
-    the pipeline group (its neighbours are the other stages' tp rank 0); the other tp ranks, copies
-    of the stage, take what it received by a broadcast on the tp group and send nothing. Sends are
-    asynchronous, so a stage goes on computing; `wait` ends them."""
-
-    def __init__(
-        self, lay: dict[str, Any], like: torch.Tensor, pp: ProcessGroup | None, tp: ProcessGroup | None
-    ):
-        self.lay, self.like, self.pp, self.tp = lay, like, pp, tp
-        self.tp_root = min(next((g["ranks"] for g in _groups(lay) if g["name"] == "tp"), [lay["rank"]]))
-        self.pending: list[tuple[Any, torch.Tensor]] = []
-
-    def send(self, tensor: torch.Tensor, dst: int | None, tag: int) -> None:
-        import torch.distributed as dist
-
-        if self.lay["tp_rank"] == 0:
-            out = _on_comm_device(tensor.detach().contiguous(), self.pp)
-            self.pending.append((dist.isend(out, dst=_neighbour(dst), group=self.pp, tag=tag), out))
-
-    def recv(self, shape: Sequence[int], src: int | None, tag: int) -> torch.Tensor:
-        import torch
-        import torch.distributed as dist
-
-        buffer = torch.empty(tuple(shape), dtype=self.like.dtype, device=self.like.device)
-        if self.lay["tp_rank"] == 0:
-            buffer = _on_comm_device(buffer, self.pp)
-            dist.recv(buffer, src=_neighbour(src), group=self.pp, tag=tag)
-        if self.tp is not None:
-            buffer = _on_comm_device(buffer, self.tp)
-            dist.broadcast(buffer, src=self.tp_root, group=self.tp)
-        return buffer.to(self.like.device)
-
-    def wait(self) -> None:
-        for work, _ in self.pending:
-            work.wait()
-        self.pending.clear()
-
-
-def _neighbour(rank: int | None) -> int:
-    if rank is None:
-        raise ValueError("the layout names no neighbour stage for tp rank 0 of an inner stage")
-    return rank
-
-
-Pace = Callable[[float, str, int], None]
-
-
-def _timed(pace: Pace | None, phase: str, samples: int, work: Callable[..., Any], *args: Any) -> Any:
-    start = time.perf_counter()
-    out = work(*args)
-    if pace is not None:
-        pace(time.perf_counter() - start, phase, samples)
-    return out
-
-
-Batch = Callable[[int, int], tuple["torch.Tensor", "torch.Tensor"]]
-Loss = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
-
-
-def pipeline_step(
-    stage: torch.nn.Module,
-    layout: Any,
-    batch: Batch,
-    loss_fn: Loss,
-    boundary: Callable[[int], Sequence[int]],
-    pp_group: ProcessGroup | None = None,
-    tp_group: ProcessGroup | None = None,
-    pace: Pace | None = None,
-) -> float | None:
-    """One step's forward and backward of this replica (GPipe: every micro-batch forward, then every
-    one backward), accumulating into `stage`'s gradients the gradient of the replica's mean loss.
-
-    `batch(start, size)` gives (inputs, targets) of global samples ``[start, start + size)``;
-    `loss_fn(output, targets)` a micro-batch's mean loss; `boundary(size)` the activation shape
-    between stages (`pp_group` carries them, `tp_group` hands them to tp copies; see `_Links`).
-    `pace(seconds, phase, samples)` is called after each micro-batch's "forward" and "backward"
-    compute with its duration (e.g. to emulate a slower device). Returns the replica's mean loss on
-    the last stage, None on the others.
-    """
-    lay = as_dict(layout)
-    sizes, links = micro_batch_sizes(lay), _Links(lay, next(stage.parameters()), pp_group, tp_group)
-    first, last = lay["stage"] == 0, lay["stage"] == lay["num_stages"] - 1
-    inputs, outputs, total, start = [], [], 0.0, lay["sample_offset"]
-    for i, size in enumerate(sizes):
-        x, targets = batch(start, size)
-        if not first:
-            x = links.recv(boundary(size), lay["prev_rank"], 2 * i).requires_grad_()
-        y = _timed(pace, "forward", size, stage, x)
-        if last:
-            y = loss_fn(y, targets) * (size / lay["samples"])
-            total += float(y.detach())
-        else:
-            links.send(y, lay["next_rank"], 2 * i)
-        inputs.append(x)
-        outputs.append(y)
-        start += size
-    for i in reversed(range(len(sizes))):
-        grad = None if last else links.recv(outputs[i].shape, lay["next_rank"], 2 * i + 1)
-        _timed(pace, "backward", sizes[i], outputs[i].backward, grad)
-        if not first:
-            links.send(_grad(inputs[i]), lay["prev_rank"], 2 * i + 1)
-    links.wait()
-    return total if last else None
+from slurm_hetero.training.pipeline import Loss, Pipeline, micro_batch_sizes  # noqa: E402
+from slurm_hetero.training.tensor import parallelize  # noqa: E402

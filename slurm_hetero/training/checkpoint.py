@@ -1,0 +1,263 @@
+"""Checkpoints that outlive the layout: `save` and `load` through `torch.distributed.checkpoint`
+(DCP), keyed by global layer index, so a checkpoint one layout wrote loads into any other (other
+stages, data- or tensor-parallel degrees, device types).
+
+Keys: a stage's modules (`training.stage_modules`: embedding on stage 0, blocks, head on the last
+stage) are named ``embed``, ``layers.<global index>`` and ``head``, their parameters below as in the
+model (a recomputed block's wrapper left out). Model and optimizer state (`get_state_dict`, keyed
+by the same names) are saved by every rank for its stage; DCP writes each key once (data-parallel
+replicas hold the same values) and DTensor shards as pieces of one tensor, and on load each rank
+reads the keys of its own stage, resharded to its tensor-parallel degree.
+
+Layout on disk, in DIR (the same directory on every node)::
+
+    DIR/step-00000120/   DCP files, and meta.json (model, layers, step, the caller's `extra`)
+    DIR/latest           the name of the last complete step directory
+
+A save writes ``step-N.partial`` and renames it to ``step-N`` once every rank is done and rank 0
+has written meta.json, then replaces ``latest`` (write and rename): a crash at any point leaves
+``latest`` naming the previous complete checkpoint. Bad input is one `CheckpointError` line: a
+directory that cannot be written, no checkpoint, a checkpoint of another model, a truncated or
+half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurm_hetero.errors import HeteroError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ENV", "CheckpointError", "check_resume", "global_name", "load", "save"]
+
+ENV = "SLURM_HETERO_CHECKPOINT"  # `launch --resume DIR` exports DIR to every rank
+
+LATEST = "latest"
+META = "meta.json"
+_STEP = re.compile(r"step-[0-9]{8}")
+
+
+class CheckpointError(HeteroError):
+    """A checkpoint that cannot be written or read: names the directory and what to do."""
+
+
+def global_name(local: str, layout: Mapping[str, Any]) -> str:
+    """A stage's parameter name (``2.self_attn.q_proj.weight``, index into `stage_modules`) as its
+    layout-free key (``layers.5.self_attn.q_proj.weight``)."""
+    head, _, rest = local.partition(".")
+    index = int(head)
+    if layout["stage"] == 0:
+        if index == 0:
+            return f"embed.{rest}"
+        index -= 1
+    blocks = layout["layer_end"] - layout["layer_start"]
+    if index == blocks:
+        return f"head.{rest}"
+    rest = rest[len("inner.") :] if rest.startswith("inner.") else rest  # a recomputed block
+    return f"layers.{layout['layer_start'] + index}.{rest}"
+
+
+def _renamed(state: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    return {names.get(k, k): v for k, v in state.items()}
+
+
+def _names(stage: torch.nn.Module, layout: Mapping[str, Any]) -> dict[str, str]:
+    """Each local parameter and buffer name -> its global key."""
+    local = [n for n, _ in stage.named_parameters()] + [n for n, _ in stage.named_buffers()]
+    return {n: global_name(n, layout) for n in local}
+
+
+def _state(
+    stage: torch.nn.Module, optimizer: torch.optim.Optimizer | None, layout: Mapping[str, Any]
+) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    names = _names(stage, layout)
+    model, optim = get_state_dict(stage, [optimizer] if optimizer is not None else [])
+    out: dict[str, Any] = {"model": _renamed(model, names)}
+    if optimizer is not None:
+        state: Any = optim["state"]
+        out["optim"] = {"state": _renamed(state, names), "param_groups": optim["param_groups"]}
+        for group in out["optim"]["param_groups"]:
+            group["params"] = [names.get(p, p) for p in group["params"]]
+    return out
+
+
+def save(
+    directory: str | os.PathLike[str],
+    stage: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    layout: Mapping[str, Any],
+    step: int,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Save this rank's stage (and optimizer) as step `step`; every rank calls it. `extra` (the
+    data position, ...) is stored as JSON in meta.json. Returns the step directory."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    root = Path(directory)
+    final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
+    first = not dist.is_initialized() or dist.get_rank() == 0
+    if first:
+        _prepare(root, partial)
+    _barrier()
+    dcp.save(_state(stage, optimizer, layout), storage_writer=dcp.FileSystemWriter(str(partial)))
+    _barrier()
+    if first:
+        meta = {
+            "model": layout["model"],
+            "num_layers": layout["num_layers"],
+            "step": step,
+            "extra": extra or {},
+        }
+        (partial / META).write_text(json.dumps(meta), encoding="utf-8")
+        _fsync_dir(partial)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(partial, final)
+        _write_latest(root, final.name)
+    _barrier()
+    return final
+
+
+def _prepare(root: Path, partial: Path | None = None) -> None:
+    """`root` made when missing and proved writable; a `partial` left by a crashed save removed."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".probe-{socket.gethostname()}-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        if partial is not None and partial.exists():
+            shutil.rmtree(partial)  # a save that crashed before
+    except OSError as e:
+        raise CheckpointError(
+            f"cannot write checkpoints in {root}: {e.strerror}; give a directory this job's user can write"
+        ) from None
+
+
+def _write_latest(root: Path, name: str) -> None:
+    tmp = root / f".{LATEST}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, root / LATEST)
+    _fsync_dir(root)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
+    """What `launch --resume DIR` checks before any rank starts (no torch needed): DIR can be
+    written (made when missing), and a checkpoint already there is complete and of `model`."""
+    root = Path(directory)
+    _prepare(root)
+    if not (root / LATEST).exists():
+        return  # a first run: training starts afresh and saves here
+    meta = _meta(latest(root))
+    if model is not None and meta.get("model") != model:
+        raise CheckpointError(
+            f"{root} holds a checkpoint of {meta.get('model')!r}; this job trains {model!r}: "
+            "give this model's checkpoint directory"
+        )
+
+
+def latest(directory: str | os.PathLike[str]) -> Path:
+    """The last complete checkpoint in `directory`, or a `CheckpointError` saying why there is none."""
+    root = Path(directory)
+    try:
+        name = (root / LATEST).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{root}: no checkpoint ({LATEST} is missing); resume from a directory `save` wrote"
+        ) from None
+    except OSError as e:
+        raise CheckpointError(f"{root}: cannot read {LATEST}: {e.strerror}") from None
+    if not _STEP.fullmatch(name) or not (root / name / META).is_file():
+        raise CheckpointError(
+            f"{root}: {LATEST} names {name!r}, which is not a complete checkpoint; remove it to start afresh"
+        )
+    return root / name
+
+
+def load(
+    directory: str | os.PathLike[str],
+    stage: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    layout: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Load the last complete checkpoint of `directory` into this rank's stage (and optimizer),
+    whatever layout wrote it; every rank calls it. Returns meta.json (step, extra)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    path = latest(directory)
+    meta = _meta(path)
+    if meta.get("model") != layout["model"] or meta.get("num_layers") != layout["num_layers"]:
+        raise CheckpointError(
+            f"{path} holds {meta.get('model')!r} of {meta.get('num_layers')} layers; this job trains "
+            f"{layout['model']!r} of {layout['num_layers']}: give the checkpoint directory of this model"
+        )
+    state = _state(stage, optimizer, layout)
+    try:
+        dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)))
+    except (
+        Exception,
+        CheckpointException,
+    ) as e:  # many kinds on missing or short files (DCP's: a BaseException)
+        raise CheckpointError(
+            f"{path}: unreadable checkpoint ({_first_line(e)}); resume from an earlier one"
+        ) from None
+    back = {v: k for k, v in _names(stage, layout).items()}
+    model = _renamed(state["model"], back)
+    optim: dict[str, Any] = {}
+    if optimizer is not None:
+        optim = {
+            "state": _renamed(state["optim"]["state"], back),
+            "param_groups": state["optim"]["param_groups"],
+        }
+        for group in optim["param_groups"]:
+            group["params"] = [back.get(p, p) for p in group["params"]]
+    set_state_dict(
+        stage, [optimizer] if optimizer is not None else [], model_state_dict=model, optim_state_dict=optim
+    )
+    return meta
+
+
+def _meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: unreadable {META} ({e}); resume from an earlier checkpoint") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: {META} is not an object; resume from an earlier checkpoint")
+    return meta
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"

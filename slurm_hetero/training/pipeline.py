@@ -1,0 +1,298 @@
+"""One replica's step on `torch.distributed.pipelining`: this rank's stage as a `PipelineStage`
+driven by torch's schedule (1F1B by default, as the planner prices the step; GPipe selectable),
+data parallel by the layout's uneven sample split.
+
+Micro-batches: the replica's `samples` in `micro_batches` of `micro_batch`. torch's schedules split
+a batch into equal chunks, so the last micro-batch is padded with copies of the replica's first
+sample; the schedule's target is each row's index, and the loss counts the real rows only (a
+padded row adds nothing to the loss or the gradients). Each micro-batch's loss is weighted by its
+share of the replica's samples, so the gradients are those of the replica's mean loss, whatever
+the split (`training.weighted_allreduce_grads` then weighs replicas).
+
+Tensor parallel ranks of a stage (`training.tensor`): tp rank 0 of each stage is the stage the
+schedule sees (the layout's pp group of tp rank 0 joins them); the others follow it. Its module
+hands each forward's input (and each backward's output gradient) to the tp group by a broadcast,
+and the followers run that forward (or backward) on their shard, so the collectives inside the
+sharded layers meet. Stages of different tensor-parallel degrees thus chain, whatever the
+schedule's order. With one stage there is no schedule: every tp rank runs the micro-batches.
+
+Schedules the layout cannot use: interleaved and zero-bubble ones need several stages per rank or
+a split backward; the plan gives each rank one contiguous run of layers.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
+    from slurm_hetero.training import Distributed
+
+__all__ = ["SCHEDULES", "Loss", "Pipeline", "micro_batch_sizes"]
+
+Loss = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # (output, targets) -> mean loss
+SCHEDULES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
+_FORWARD, _BACKWARD, _DONE, _RESET = 1, 2, 3, 4
+_HEADER = 8  # op, id, dtype code, ndim, up to 4 dims
+
+
+def micro_batch_sizes(layout: Any) -> list[int]:
+    """This replica's micro-batch sizes: `micro_batches` of `micro_batch`, the last one the rest."""
+    from slurm_hetero.training import as_dict
+
+    lay = as_dict(layout)
+    samples, size, count = lay["samples"], lay["micro_batch"], lay["micro_batches"]
+    if samples == 0:
+        return []
+    last = samples - size * (count - 1)
+    if count < 1 or not 0 < last <= size:
+        raise ValueError(f"{samples} samples do not make {count} micro-batches of at most {size}")
+    return [size] * (count - 1) + [last]
+
+
+class Pipeline:
+    """This rank's stage of its replica: `step(inputs, targets)` runs the replica's samples
+    (inputs on the first stage, targets on the last; the others may pass None) and returns the
+    replica's mean loss on the last stage's tp rank 0, None elsewhere. Gradients accumulate into
+    `stage`'s parameters; reduce them with `weighted_allreduce_grads`."""
+
+    def __init__(
+        self, stage: torch.nn.Module, dist: Distributed, loss_fn: Loss, schedule: str = "1f1b"
+    ) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(
+                f"schedule {schedule!r}: the layout runs {', '.join(SCHEDULES)}; interleaved and "
+                "zero-bubble schedules need several stages per rank, the plan gives each one"
+            )
+        lay = dist.layout
+        if lay["num_stages"] > 1:
+            _need("torch.distributed.pipelining", "pipeline stages")
+        self.lay, self.stage, self.loss_fn, self.schedule = lay, stage, loss_fn, schedule
+        self.tp: ProcessGroup | None = dist.group("tp")
+        self.tp_root = min(next(g["ranks"] for g in lay["groups"] if g["name"] == "tp"))
+        self.first, self.last = lay["stage"] == 0, lay["stage"] == lay["num_stages"] - 1
+        self.lead = lay["tp_rank"] == 0
+        self.pp = dist.group("pp")
+        self.made: Any = None  # the schedule, made on the first step
+        self.targets: torch.Tensor | None = None  # this step's, for the schedule's loss
+
+    def step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> float | None:
+        sizes = micro_batch_sizes(self.lay)
+        if not sizes:
+            return None
+        if self.lay["num_stages"] == 1:
+            return self._local_step(_checked(inputs, "inputs"), _checked(targets, "targets"), sizes)
+        if not self.lead:
+            _follow(self.stage, self.tp, self.tp_root)
+            return None
+        return self._scheduled_step(inputs, targets, sizes)
+
+    def _loss(self, targets: torch.Tensor) -> Loss:
+        samples = self.lay["samples"]
+
+        def loss(output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            real = rows < samples
+            count = int(real.sum())
+            return self.loss_fn(output[real], targets[rows[real]]) * (count / samples)
+
+        return loss
+
+    def _local_step(self, inputs: torch.Tensor, targets: torch.Tensor, sizes: list[int]) -> float | None:
+        loss_fn, total, start = self._loss(targets), 0.0, 0
+        import torch
+
+        for size in sizes:
+            rows = torch.arange(start, start + size)
+            loss = loss_fn(self.stage(inputs[start : start + size]), rows)
+            loss.backward()
+            total += float(loss.detach())
+            start += size
+        return total if self.lead else None
+
+    def _scheduled_step(
+        self, inputs: torch.Tensor | None, targets: torch.Tensor | None, sizes: list[int]
+    ) -> float | None:
+        import torch
+
+        padded = sizes[0] * len(sizes)
+        self.targets = _checked(targets, "targets") if self.last else None
+        args = (_pad(_checked(inputs, "inputs"), padded),) if self.first else ()
+        losses: list[torch.Tensor] = []
+        kwargs: dict[str, Any] = {"target": torch.arange(padded), "losses": losses} if self.last else {}
+        self._schedule(len(sizes)).step(*args, **kwargs)
+        if self.tp is not None:
+            _command(self.tp, self.tp_root, _DONE)
+        return float(sum(float(x.detach()) for x in losses)) if self.last else None
+
+    def _schedule(self, count: int) -> Any:
+        """torch's schedule over this rank's `PipelineStage`, made once (its first step infers the
+        shapes between stages)."""
+        if self.made is None:
+            from torch.distributed import pipelining
+
+            kind, module = pipelining.PipelineStage, self.stage
+            if self.tp is not None:
+                kind, module = _LeadStage(self.tp, self.tp_root), _Lead(self.stage, self.tp, self.tp_root)
+            stage = kind(
+                module, self.lay["stage"], self.lay["num_stages"], _device(self.stage), group=self.pp
+            )
+            stage.stage_index_to_group_rank = _group_ranks(self.lay)
+            # every stage gets the loss: a schedule without one runs forward only. Gradients are
+            # summed over micro-batches (their losses are weighted already): torch 2.7 and later
+            # divide them by the count unless told not to, earlier ones have no such option
+            kind = getattr(pipelining, SCHEDULES[self.schedule])
+            unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(kind).parameters else {}
+            self.made = kind(stage, n_microbatches=count, loss_fn=self._loss_of_rows, **unscaled)
+        return self.made
+
+    def _loss_of_rows(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        assert self.targets is not None
+        return self._loss(self.targets)(output, rows)
+
+
+def _need(module: str, what: str) -> None:
+    """One line naming the torch in this environment when it lacks what the layout needs."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec(module) is None:
+        raise RuntimeError(
+            f"{what} need {module}, which torch {torch.__version__} here lacks; install torch >= 2.6"
+        )
+
+
+def _checked(tensor: torch.Tensor | None, name: str) -> torch.Tensor:
+    if tensor is None:
+        raise ValueError(f"this stage needs the replica's {name}")
+    return tensor
+
+
+def _device(module: torch.nn.Module) -> torch.device:
+    import torch
+
+    param = next(module.parameters(), None)
+    return torch.device("cpu") if param is None else param.device
+
+
+def _pad(batch: torch.Tensor, rows: int) -> torch.Tensor:
+    """`batch` with copies of its first row up to `rows` rows."""
+    import torch
+
+    extra = rows - batch.shape[0]
+    return torch.cat([batch, batch[:1].expand(extra, *batch.shape[1:])]) if extra else batch
+
+
+def _group_ranks(lay: dict[str, Any]) -> dict[int, int]:
+    """This stage and its neighbours -> their ranks in the pp group (sorted by global rank, while
+    stages need not follow rank order: a stage order that puts a later device type first)."""
+    pp = sorted(next(g["ranks"] for g in lay["groups"] if g["name"] == "pp"))
+    stage, out = lay["stage"], {lay["stage"]: pp.index(lay["rank"])}
+    for neighbour, rank in ((stage - 1, lay["prev_rank"]), (stage + 1, lay["next_rank"])):
+        if rank is not None:
+            out[neighbour] = pp.index(rank)
+    return out
+
+
+# -- tensor-parallel followers -----------------------------------------------------------------
+
+_DTYPES = ("float64", "float32", "bfloat16", "float16", "int64", "int32")
+
+
+def _command(group: ProcessGroup, root: int, op: int, ident: int = 0, tensor: Any = None) -> None:
+    import torch
+    import torch.distributed as dist
+
+    header = torch.zeros(_HEADER, dtype=torch.int64)
+    header[0], header[1] = op, ident
+    if tensor is not None:
+        header[2], header[3] = _DTYPES.index(str(tensor.dtype).split(".")[-1]), tensor.dim()
+        header[4 : 4 + tensor.dim()] = torch.tensor(tensor.shape)
+    dist.broadcast(header, src=root, group=group)
+    if tensor is not None:
+        dist.broadcast(tensor.detach().contiguous(), src=root, group=group)
+
+
+def _receive(group: ProcessGroup, root: int) -> tuple[int, int, Any]:
+    import torch
+    import torch.distributed as dist
+
+    header = torch.empty(_HEADER, dtype=torch.int64)
+    dist.broadcast(header, src=root, group=group)
+    op, ident, code, ndim = (int(v) for v in header[:4])
+    if op in (_DONE, _RESET):
+        return op, ident, None
+    tensor = torch.empty(tuple(int(v) for v in header[4 : 4 + ndim]), dtype=getattr(torch, _DTYPES[code]))
+    dist.broadcast(tensor, src=root, group=group)
+    return op, ident, tensor
+
+
+def _follow(stage: torch.nn.Module, group: ProcessGroup | None, root: int) -> None:
+    """A tp rank other than 0 of a pipeline stage: run the forwards and backwards its tp rank 0
+    announces, until it says the step is done."""
+    assert group is not None
+    outputs: dict[int, torch.Tensor] = {}
+    while True:
+        op, ident, tensor = _receive(group, root)
+        if op == _DONE:
+            return
+        if op == _RESET:  # the shape inference is over: forget its forwards and gradients
+            outputs.clear()
+            for param in stage.parameters():
+                param.grad = None
+        elif op == _FORWARD:
+            x = tensor.requires_grad_() if tensor.is_floating_point() else tensor
+            outputs[ident] = stage(x)
+        else:
+            outputs.pop(ident).backward(tensor)
+
+
+def _LeadStage(group: ProcessGroup, root: int) -> Any:  # noqa: N802 - a class factory
+    """tp rank 0's `PipelineStage`: torch's first step infers the shapes between stages by a
+    forward and backward of made-up tensors, which the followers run too (the sharded layers'
+    collectives must meet); before the first real micro-batch they drop what it left."""
+    from torch.distributed.pipelining import PipelineStage
+
+    class LeadStage(PipelineStage):
+        started = False
+
+        def forward_one_chunk(self, *args: Any, **kwargs: Any) -> Any:
+            if not self.started:
+                self.started = True
+                _command(group, root, _RESET)
+            return super().forward_one_chunk(*args, **kwargs)
+
+    return LeadStage
+
+
+def _Lead(stage: torch.nn.Module, group: ProcessGroup, root: int) -> torch.nn.Module:  # noqa: N802
+    """tp rank 0's stage for the schedule: each forward first hands its input to the tp group's
+    followers, each backward its output gradient."""
+    import torch
+
+    class Announce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, output: torch.Tensor, ident: int) -> torch.Tensor:
+            ctx.ident = ident
+            return output.view_as(output)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+            _command(group, root, _BACKWARD, ctx.ident, grad)
+            return grad, None
+
+    class Lead(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner, self.count = inner, 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            ident, self.count = self.count, self.count + 1
+            _command(group, root, _FORWARD, ident, x)
+            return Announce.apply(self.inner(x), ident)
+
+    return Lead(stage)

@@ -1,0 +1,71 @@
+"""Tensor parallelism with DTensor: a stage's attention and MLP sharded over the layout's tp group
+by `torch.distributed.tensor.parallel.parallelize_module`.
+
+The plan is Megatron's, by submodule name (`LLAMA_PLAN`, the names of Llama-style decoders in
+`transformers` and of the example's model): query, key, value, gate and up projections split by
+output columns (`ColwiseParallel`), output and down projections by input rows (`RowwiseParallel`,
+whose forward ends in the tp group's all-reduce). Each block's input stays replicated, so every
+tp rank of a stage holds the same activations between blocks (what `training.Pipeline` relies
+on) and the same gradients of the unsharded weights (norms, embeddings). Attention must reshape
+its projections by head size (``view(b, s, -1, head_dim)``), so that a rank's shard holds its
+heads. The planner never splits heads unevenly (`modelcost.usable_tp_sizes`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+
+__all__ = ["LLAMA_PLAN", "parallelize"]
+
+# submodule name pattern (fnmatch, under each block) -> "colwise" | "rowwise"
+LLAMA_PLAN: Mapping[str, str] = {
+    "*self_attn.q_proj": "colwise",
+    "*self_attn.k_proj": "colwise",
+    "*self_attn.v_proj": "colwise",
+    "*self_attn.o_proj": "rowwise",
+    "*mlp.gate_proj": "colwise",
+    "*mlp.up_proj": "colwise",
+    "*mlp.down_proj": "rowwise",
+}
+
+
+def parallelize(
+    stage: torch.nn.Module, tp_group: ProcessGroup | None, plan: Mapping[str, str] = LLAMA_PLAN
+) -> torch.nn.Module:
+    """Shard `stage`'s linear layers named by `plan` over `tp_group` (in place; returned). A stage
+    without a tp group (tp 1) is left whole; a plan that matches nothing is an error, since the
+    planner priced the stage tp-fold faster."""
+    if tp_group is None:
+        return stage
+    from slurm_hetero.training.pipeline import _need
+
+    _need("torch.distributed.tensor.parallel", "tensor-parallel stages")
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    styles: dict[str, Any] = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    names = [name for name, _ in stage.named_modules() if name]
+    chosen = {
+        name: styles[style]()
+        for name in names
+        for pattern, style in plan.items()
+        if fnmatch.fnmatchcase(name, pattern)
+    }
+    if not chosen:
+        raise ValueError(
+            f"no submodule matches the tensor-parallel plan ({', '.join(plan)}); name the model's "
+            "projections in `plan`"
+        )
+    mesh = DeviceMesh.from_group(tp_group, device_type=_device_type(stage))
+    return parallelize_module(stage, mesh, chosen)
+
+
+def _device_type(module: torch.nn.Module) -> str:
+    param = next(module.parameters(), None)
+    return "cpu" if param is None else param.device.type
