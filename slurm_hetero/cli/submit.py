@@ -1,10 +1,9 @@
 """`slurm-hetero job-submit render` (the hook and its data table) and `slurm-hetero request
-explain` (what the hook would do with a request, from the same engine)."""
+explain` (what the hook does with a request: job_submit.lua itself, run through lupa)."""
 
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import click
@@ -22,7 +21,7 @@ from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render import removal
 from slurm_hetero.render.write import ensure_output_dir
-from slurm_hetero.submit import HookOptions, Outcome, explain
+from slurm_hetero.submit.hook import Outcome, cluster_hook, script_template
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
     CLI_FILTER_NAME,
@@ -34,21 +33,6 @@ from slurm_hetero.submit.tables import (
     render_script,
     render_table,
 )
-
-_REPO_SCRIPT = Path(__file__).resolve().parents[2] / "job_submit" / SCRIPT_NAME
-
-
-def script_template(name: str = SCRIPT_NAME) -> str:
-    """A hand-written script (the hook, the cli_filter or its srun half): packaged as
-    slurm_hetero/data/NAME, or from a checkout's job_submit/ directory."""
-    packaged = resources.files("slurm_hetero.data").joinpath(name)
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    path = _REPO_SCRIPT.with_name(name)
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read the hook template: {e.strerror}", str(path)) from e
 
 
 def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNode]:
@@ -242,7 +226,7 @@ def explain_cmd(
     models_dirs: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """What the job_submit hook would do with a request (same rules, same messages)."""
+    """What the job_submit hook does with a request (job_submit.lua itself, through lupa)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
     given = {
@@ -267,5 +251,5 @@ def explain_cmd(
     }
     texts = {k: v for k, v in given.items() if v is not None}
     job = job_from_texts(texts, uid, slurm_release, gres_names(model))
-    options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
-    _print(explain(model, options, job), as_json)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, slurm_release)
+    _print(hook.submit(job), as_json)
