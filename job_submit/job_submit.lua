@@ -16,9 +16,8 @@ Every decision comes from slurm_hetero_tables.lua, generated next to this file b
 `slurm-hetero job-submit render` and read ONCE, when slurmctld loads this script. Per job the hook
 only parses strings and scans short lists: no require, no shell, no file reads.
 
-The same rules in Python: slurm_hetero/units.py (grammar), slurm_hetero/engine/score.py (fit and
-ranking), slurm_hetero/submit/__init__.py (rewrite). tests/unit/test_job_submit_lua.py runs this
-file and the Python side on the same requests and requires the same answers.
+The decision lives here only: `request explain`, `slurm-hetero sbatch` and the tests run this very
+file through lupa with a shim of Slurm's Lua API (slurm_hetero/submit/hook.py).
 
 Failure handling: a request error or an impossible request is rejected with slurm.log_user and
 slurm.ERROR. Anything else going wrong (a missing or damaged table, a bug) is caught by pcall and
