@@ -38,7 +38,7 @@ from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
 from slurm_hetero.submit import Job
-from slurm_hetero.submit.hook import Hook, Outcome
+from slurm_hetero.submit.hook import Hook, Outcome, Request
 from slurm_hetero.submit.sbatch import (
     MEMORY_EXCLUSIVE,
     gres_names,
@@ -47,7 +47,7 @@ from slurm_hetero.submit.sbatch import (
     job_from_texts,
     texts_of,
 )
-from slurm_hetero.units import Request, format_size, has_ours, parse_fields
+from slurm_hetero.units import format_size
 
 MIB = 2**20
 GIB = 2**30
@@ -139,12 +139,12 @@ def _gpu_item(value: str | None) -> str | None:
     return f"gpu:{value}" if value else None
 
 
-def component(index: int, options: Sequence[Option], het: bool = False) -> Component:
-    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values); `het`:
-    one of several components."""
+def component(index: int, options: Sequence[Option], hook: Hook, het: bool = False) -> Component:
+    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values), read by the
+    hook itself (`Hook.request`); `het`: one of several components."""
     v = values(options)
     try:
-        request = parse_fields(
+        request = hook.request(
             [
                 ("tres_per_node", v.get("gres")),
                 ("tres_per_job", _gpu_item(v.get("gpus"))),
@@ -316,7 +316,7 @@ def hook_check(
     jobs: list[Job] = []
     for c, g, job in hook_jobs(components, gres, release, gres_names(model)):  # sbatch reads them all first
         if isinstance(job, RequestError):
-            if not has_ours([("tres_per_node", g)]):
+            if not hook.asks_us(g):
                 return list(decisions)  # sbatch speaks for itself
             raise SbatchPlanError(f"{c.named()}: {syntax.comment(job)}") from None
         jobs.append(job)

@@ -166,14 +166,15 @@ def plan(
         )
     )
     parts = [_hosts_read(options) for options in component_options(script, os.environ, line)]
-    components = [component(k, opts, het=len(parts) > 1) for k, opts in enumerate(parts)]
+    cluster, hook = hook_model(nodes, release)
+    components = [component(k, opts, hook, het=len(parts) > 1) for k, opts in enumerate(parts)]
     types = cluster_types(nodes)
     if model is None:
         decisions = [check_gpumem(c, types) for c in components]
     else:
         name, suggestions = _estimates(model, options, explicit)
         decisions = plan_model(components, types, name, suggestions, _layout(options, explicit))
-    decisions = hook_check(components, decisions, *hook_model(nodes, release), release)
+    decisions = hook_check(components, decisions, cluster, hook, release)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
     return merged_argv(line.components, decisions, [*tail, *line.script_args]), decisions
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.engine.score import ClusterModel
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.submit import Job
 from slurm_hetero.submit.tables import (
     SCRIPT_NAME,
@@ -97,6 +97,21 @@ function submit(fields, uid)
   return rc, store, LOG
 end
 
+-- The hook's reading of a job's TRES fields (gather): true and the request, or false and the
+-- refusal ("ITEM: REASON").
+function request(fields)
+  local ok, req = pcall(slurm_hetero_hook.gather, fields)
+  if ok then return true, req end
+  if type(req) == "table" and req.reject then return false, req.reject end
+  error(req, 0)
+end
+
+function item_names(text)
+  local names = {}
+  for i, item in ipairs(slurm_hetero_hook.items_of(text)) do names[i] = item.name end
+  return names
+end
+
 function modify(fields, record, uid)
   LOG = {}
   local job, store = make_job(fields)
@@ -118,6 +133,28 @@ def script_template(name: str = SCRIPT_NAME) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read the hook template: {e.strerror}", str(path)) from e
+
+
+@dataclass(frozen=True)
+class Request:
+    """The device request the hook reads from a job's TRES fields (its `gather`)."""
+
+    text: str  # our items as written, for messages (`gpu:2,gpumem:20G`)
+    gpu_field: str | None  # the field of the gpu item (its scope), None: no gpu item
+    gpu_type: str | None
+    count: int  # devices (1 without a gpu item)
+    gpumem_mib: int | None
+    gpucore: int | None
+    form: str  # how the hook writes back: "22.05" (gres:), "24.11" (gres/ with :), "slash" (=)
+
+    @property
+    def asks(self) -> bool:
+        """Whether it names gpumem or gpucore (the hook's to decide)."""
+        return self.gpumem_mib is not None or self.gpucore is not None
+
+    @property
+    def gpu_count(self) -> int | None:
+        return self.count if self.gpu_field is not None else None
 
 
 @dataclass(frozen=True)
@@ -197,17 +234,31 @@ class Hook:
         # a successful edit is told to slurmctld's log only (24.11's scontrol prints log_user as "error:")
         return _outcome(rc, message, after, lines, rewritten=any(" edit of job " in t for _, t in lines))
 
-    def submit_all(self, jobs: Iterable[Job]) -> list[Outcome]:
-        """slurm_job_submit on one job (one component) or, for several, on each component of one
-        heterogeneous job in order, as slurmctld calls it; stops after the first refusal (Slurm
-        refuses the whole job there)."""
-        parts = list(jobs)
-        out: list[Outcome] = []
-        for offset, job in enumerate(parts):
-            out.append(self.submit(job, offset if len(parts) > 1 else None))
-            if not out[-1].ok:
-                break
-        return out
+    def request(self, fields: Iterable[tuple[str, str | None]]) -> Request:
+        """The hook's reading of TRES fields (several texts for one field are joined), or the
+        RequestError with which it refuses them (`ITEM: REASON`)."""
+        joined: dict[str, str] = {}
+        for name, text in fields:
+            if text:
+                joined[name] = f"{joined[name]},{text}" if name in joined else text
+        ok, req = self.lua.globals().request(self.lua.table_from(joined))
+        if not ok:
+            text, _, reason = str(req).partition(": ")
+            raise RequestError(text, reason)
+        return Request(
+            ",".join(req.shown.values()),
+            req.gpu_field,
+            req.gpu_type,
+            int(req.count),
+            None if req.gpumem is None else int(req.gpumem),
+            None if req.gpucore is None else int(req.gpucore),
+            str(req.form),
+        )
+
+    def asks_us(self, text: str | None) -> bool:
+        """Whether a TRES text names gpumem or gpucore (as an item, however malformed)."""
+        names = self.lua.globals().item_names(text or "")
+        return any(name in ("gpumem", "gpucore") for name in names.values())
 
 
 def _outcome(rc: int, message: str, job: Job, lines: tuple[tuple[str, str], ...], rewritten: bool) -> Outcome:

@@ -310,7 +310,7 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
 def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
     dev_cluster: Cluster, suite_config: Path, submitted: list[str], update: list[str], change: dict[str, Any]
 ) -> None:
-    """Issue 10 item 2 (edits): accepted and refused as `explain_edit` says; after an accepted
+    """Issue 10 item 2 (edits): accepted and refused as the hook (through lupa) says; after an accepted
     edit no raw gpumem is left and the job starts on a node whose devices hold the request (22.05
     kept the old type beside the new one: it ran on l40sn1 for 70G, or ended in BadConstraints);
     a refused edit changes nothing; a successful one prints no "error:" line (24.11's scontrol
@@ -435,7 +435,7 @@ def test_a_gpumem_edit_of_a_job_with_cpus_or_memory_per_gpu_gets_whole_devices_a
     """22.05 fuzz (seed 20261127): `sbatch --cpus-per-gpu=2` without a gpu (22.05 accepts it)
     edited as the user to `gres=gpumem:512` was rewritten to shards, and slurmctld refused the
     update (shards beside cpus_per_tres). job_rec carries cpus_per_tres / mem_per_tres on both
-    releases: the edit gets whole devices, as explain_edit says, and the released job starts.
+    releases: the edit gets whole devices, as the hook (through lupa) says, and the released job starts.
     24.11's sbatch refuses --cpus-per-gpu without a gpu: there only the refusal is checked."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
