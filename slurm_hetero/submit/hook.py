@@ -7,7 +7,7 @@ shim of Slurm's Lua API that makes that possible:
 
 - the `slurm` table: `SUCCESS`, `ERROR`, `log_info` / `log_user` / `log_error` / `log_debug` /
   `log_verbose` (each formats its arguments, `string.format`), and the `ESLURM_*` names the release
-  exports (22.05 only a few, `SLURM_ERRNO` names among them: ESLURM_INVALID_NODE_COUNT; 24.11 all);
+  exports (22.05 a short list, of ours only ESLURM_INVALID_NODE_COUNT; 24.11 every one);
 - a job_desc like slurmctld's: a read of an unset field gives nil, setting a string field to ""
   unsets it, setting nil is refused, the node counts (`min_nodes`, `max_nodes`) take numbers;
 - `slurm_job_submit(job_desc, part_list, submit_uid)` once per job (het components in order, with
@@ -21,7 +21,7 @@ A `Hook` is one Lua state, as slurmctld keeps one: its memo and het bookkeeping 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -291,9 +291,3 @@ def cluster_hook(
     (the Lua state reads the table once, at load, as slurmctld does)."""
     with tempfile.TemporaryDirectory(prefix="slurm-hetero-hook-") as scratch:
         return Hook(render_hook(Path(scratch), model, exempt_uids, fail_policy), release)
-
-
-def job_of(values: Mapping[str, Any]) -> Job:
-    """A Job from job_desc field values (unknown names ignored)."""
-    names = {f.name for f in fields(Job)}
-    return Job(**{k: v for k, v in values.items() if k in names})

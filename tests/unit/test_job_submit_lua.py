@@ -34,8 +34,6 @@ from slurm_hetero.submit.tables import (
     TABLE_NAME,
     render_cli_filter,
     render_cli_srun,
-    render_script,
-    render_table,
 )
 from tests.unit.test_score import MIXED, second_inventory, second_settings
 from tests.unit.test_units import load_cases
@@ -53,12 +51,11 @@ class Config:
 
 
 def render(directory: Path, model: ClusterModel, settings: Settings, source: str = "test") -> Config:
-    uids = exempt_uids(settings.exempt_users)
     declared = ["NodeName=n[1-2] Name=gpu Type=a100 File=/dev/nvidia[0-7]"]  # a comment to Lua
-    table, ident = render_table(model, uids, settings.fail_policy, source, declared)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / TABLE_NAME).write_text(table)
-    (directory / SCRIPT_NAME).write_text(render_script(script_template(), ident, settings.fail_policy))
+    shim.render_hook(
+        directory, model, exempt_uids(settings.exempt_users), settings.fail_policy, source, declared
+    )
     return Config(model, directory)
 
 
