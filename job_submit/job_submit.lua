@@ -16,9 +16,8 @@ Every decision comes from slurm_hetero_tables.lua, generated next to this file b
 `slurm-hetero job-submit render` and read ONCE, when slurmctld loads this script. Per job the hook
 only parses strings and scans short lists: no require, no shell, no file reads.
 
-The same rules in Python: slurm_hetero/units.py (grammar), slurm_hetero/engine/score.py (fit and
-ranking), slurm_hetero/submit/__init__.py (rewrite). tests/unit/test_job_submit_lua.py runs this
-file and the Python side on the same requests and requires the same answers.
+The decision lives here only: `request explain`, `slurm-hetero sbatch` and the tests run this very
+file through lupa with a shim of Slurm's Lua API (slurm_hetero/submit/hook.py).
 
 Failure handling: a request error or an impossible request is rejected with slurm.log_user and
 slurm.ERROR. Anything else going wrong (a missing or damaged table, a bug) is caught by pcall and
@@ -44,8 +43,8 @@ local INTERNAL = "internal error in the slurm_hetero job_submit hook; job reject
 ------------------------------------------------------------------------ logging
 
 -- User text (the request, a constraint, error strings) as one line: control characters (newline,
--- CR, tab, NUL, ...) and backslashes written as \ddd, as slurm_hetero.engine.reasons.one_line
--- writes them for `request explain`. Every message to the user goes through it (say).
+-- CR, tab, NUL, ...) and backslashes written as \ddd (`request explain` prints the same, since it
+-- runs this file). Every message to the user goes through it (say).
 local unpack_args = unpack or table.unpack
 local function escape_char(c) return string.format("\\%03d", string.byte(c)) end
 local function escaped(value)
@@ -176,7 +175,7 @@ end
 
 -- One item of a hostlist ("n[1-3,05]x") as segments: literal text, or a list of ranges
 -- { low, high, format }; how many names it stands for, and the length of its shortest name. nil when malformed, as
--- slurm_hetero.submit.excluded_hosts (ClusterShell) refuses it: a bracket holds N or N-M of 1 to 9
+-- ClusterShell refuses it: a bracket holds N or N-M of 1 to 9
 -- digits, low <= high, a bound with a leading 0 only beside one as long, no bracket right after one.
 local function hostlist_item(item)
   local segments, names, at, shortest = {}, 1, 1, 0
@@ -222,7 +221,7 @@ local HOST_SEPARATORS = { [","] = true, [" "] = true, ["\t"] = true, ["\n"] = tr
 -- hosts (counted before anything is expanded, so the work is bounded by limit and the text's
 -- length). Empty items are skipped, as Slurm skips them. Items whose names are all longer than
 -- longest are not expanded (they name no host the caller knows): a 4,000-character prefix times
--- 16,384 names built 65 MB of strings (2.8 s in Lua 5.1). As slurm_hetero.submit.excluded_hosts.
+-- 16,384 names built 65 MB of strings (2.8 s in Lua 5.1).
 local function hostlist_names(spec, limit, longest)
   if #spec > T.limits.max_hostlist or not string.find(spec, "^[A-Za-z0-9_.%-%[%], \t\n]*$") then return nil end
   local items, depth, start = {}, 0, 1
@@ -325,14 +324,14 @@ local function excluded(spec, also)
 end
 
 -- A long user value shortened for a one-line message ("a1,a2,..."), cut before any byte of a
--- multi-byte character, as slurm_hetero.engine.reasons.clipped.
+-- multi-byte character.
 local function clipped(text)
   if #text <= T.limits.shown then return text end
   return (string.gsub(string.sub(text, 1, T.limits.shown), "[\128-\255]+$", "")) .. "..."
 end
 
 -- Why the hook cannot read this -x: longer than it reads, else malformed or naming too many
--- hosts (as slurm_hetero.submit.exclude_refusal).
+-- hosts.
 local function exclude_refusal(spec)
   if #spec > T.limits.max_hostlist then
     return fmt("exclude_long", clipped(spec), #spec, T.limits.max_hostlist)
@@ -536,7 +535,7 @@ end
 
 ------------------------------------------------------------------ the --constraint grammar
 
--- As slurm_hetero/engine/constraint.py: a list of alternatives (several only for one matching OR
+-- Slurm's --constraint grammar, read into a list of alternatives (several only for one matching OR
 -- [a|b]), each an OR (list) of AND-sets ({ [feature] = true }). Counts (*N) and anything
 -- unreadable reject the job.
 local MAX_TERMS = 64
@@ -1179,8 +1178,8 @@ end
 
 -- An edit's -w of a job the hook rewrote (checked, not decided): of the hosts it names that the
 -- table knows, one that no shape lets hold the job's devices (its type, the devices each node
--- needs, the CPUs and memory, the constraint): the shortest name, then the first in byte order (as
--- slurm_hetero.submit.misfit_host); false when each can. Hosts the table does not know, and a -w
+-- needs, the CPUs and memory, the constraint): the shortest name, then the first in byte order;
+-- false when each can. Hosts the table does not know, and a -w
 -- the hook cannot read, are left to slurmctld.
 local function misfit_host(need, spec)
   local by_host = host_shapes()
@@ -1461,8 +1460,7 @@ end
 -- The one type whose nodes could hold a component asking for devices without a type (--gres=gpu:1
 -- -C l40s, --gpus=1): the only type with a node satisfying its constraint with its devices per node
 -- and the CPUs and memory it needs per node; nil where several (or none) could or the request or
--- constraint cannot be read (Slurm picks, the hook cannot know which). As
--- slurm_hetero.submit.sole_type.
+-- constraint cannot be read (Slurm picks, the hook cannot know which).
 local function sole_type(fields, job)
   local ok, req = pcall(gather, fields)
   if not ok or req.gpu_field == nil or req.gpu_type ~= nil then return nil end
@@ -1491,8 +1489,7 @@ end
 -- (--gres=gpu:l40s:1; without a type, of the one type that could hold it, sole_type), less the
 -- hosts of that type its -w names, and the hosts its -w names (all of them, into HET_HOSTS): later
 -- components must not be decided onto them. fields: where its TRES fields are read; job: its node
--- counts, constraint and node list. Two gpu items or a malformed one: slurmctld refuses it. As
--- slurm_hetero.submit.het_taken.
+-- counts, constraint and node list. Two gpu items or a malformed one: slurmctld refuses it.
 local function het_take(fields, job)
   if T == nil then return end
   local found, readable = nil, true
@@ -1520,7 +1517,7 @@ end
 -- share a node, so the job could never start (`--gres=gpumem:20G : --gres=gpu:l40s:1`, one l40s
 -- node). The type's nodes less those its -x and HET_HOSTS name, each once; only the node count,
 -- only where the hook's own choices make the difference, and not with its own -w; nil otherwise
--- (left to Slurm). As slurm_hetero.submit.het_typed.
+-- (left to Slurm).
 local function het_typed(fields, job_desc, submit_uid)
   if next(HET_CHOSEN) == nil or T == nil or is_exempt(job_desc, submit_uid) then return nil end
   if (job_desc.req_nodes or "") ~= "" then return nil end
@@ -1847,9 +1844,10 @@ end
 
 ------------------------------------------------------------------------------ the module
 
--- What the srun half (slurm_hetero_srun.lua, which runs this file with dofile in srun) uses of the
--- hook, so that it has no reader of its own: the decision, and the TRES item reader. A global, as
--- Slurm finds slurm_job_submit; the file returns slurm.SUCCESS, which the plugin checks on load.
-slurm_hetero_hook = { submit = slurm_job_submit, items_of = items_of }
+-- What the srun half (slurm_hetero_srun.lua, which runs this file with dofile in srun) and Python
+-- (slurm_hetero/submit/hook.py, through lupa) use of the hook, so that neither has a reader of its
+-- own: the decision, the TRES item reader and the request grammar (gather). A global, as Slurm finds
+-- slurm_job_submit; the file returns slurm.SUCCESS, which the plugin checks on load.
+slurm_hetero_hook = { submit = slurm_job_submit, items_of = items_of, gather = gather }
 
 return slurm.SUCCESS

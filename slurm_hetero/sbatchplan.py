@@ -13,8 +13,9 @@ Merge rules, per het component:
   asks for no device at all (one device per node, as Slurm counts it), only where a model is given;
 - a gpumem the user wrote is kept (with a model: an error, the two would disagree).
 
-Every component then goes through the job_submit hook's own decision, in order (`hook_check`:
-`submit.explain` on the job_desc `submit.sbatch.job_from_texts` models for the release's sbatch
+Every component then goes through the job_submit hook itself, in order (`hook_check`:
+job_submit.lua through lupa, `submit.hook`, on the job_desc `submit.sbatch.job_from_texts` models
+for the release's sbatch
 from every option a decision reads, as `request explain` does, with the nodes earlier components
 take; in a het job on each component as sbatch sends it, `submit.sbatch.het_sent`: every -x and
 the other components' -w are its exclusions, a --mem reaches the components without one
@@ -36,7 +37,8 @@ from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
-from slurm_hetero.submit import HookOptions, Job, Outcome, Taken, explain, het_taken
+from slurm_hetero.submit import Job
+from slurm_hetero.submit.hook import Hook, Outcome, Request
 from slurm_hetero.submit.sbatch import (
     MEMORY_EXCLUSIVE,
     gres_names,
@@ -45,7 +47,7 @@ from slurm_hetero.submit.sbatch import (
     job_from_texts,
     texts_of,
 )
-from slurm_hetero.units import Request, format_size, has_ours, parse_fields
+from slurm_hetero.units import format_size
 
 MIB = 2**20
 GIB = 2**30
@@ -137,12 +139,12 @@ def _gpu_item(value: str | None) -> str | None:
     return f"gpu:{value}" if value else None
 
 
-def component(index: int, options: Sequence[Option], het: bool = False) -> Component:
-    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values); `het`:
-    one of several components."""
+def component(index: int, options: Sequence[Option], hook: Hook, het: bool = False) -> Component:
+    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values), read by the
+    hook itself (`Hook.request`); `het`: one of several components."""
     v = values(options)
     try:
-        request = parse_fields(
+        request = hook.request(
             [
                 ("tres_per_node", v.get("gres")),
                 ("tres_per_job", _gpu_item(v.get("gpus"))),
@@ -300,14 +302,13 @@ def hook_check(
     components: Sequence[Component],
     decisions: Sequence[Decision],
     model: ClusterModel,
-    options: HookOptions,
+    hook: Hook,
     release: str,
 ) -> list[Decision]:
     """The decisions with the job_submit hook's own (`Decision.hook`), or SbatchPlanError where it
-    refuses a component: every component goes through `explain`, in order, each on the nodes its
-    earlier ones leave (`het_taken`), as the hook remembers them, so a component left alone that
-    names a gpu type takes its nodes too, and is refused where the hook's choices for earlier ones
-    took them (`het_typed`). A refusal is the hook's message (after the model's figure, when the
+    refuses a component: every component goes through the hook itself (`submit.hook`), in order,
+    as one heterogeneous job (its het_job_offset), so the hook decides each on the nodes its earlier
+    ones leave, as slurmctld's does. A refusal is the hook's message (after the model's figure, when the
     wrapper computed the gpumem). Options sbatch itself refuses: its words, for a component with
     gpumem/gpucore; where a component without them has such options, sbatch refuses the whole job
     before any component reaches the hook: nothing is decided here."""
@@ -315,17 +316,15 @@ def hook_check(
     jobs: list[Job] = []
     for c, g, job in hook_jobs(components, gres, release, gres_names(model)):  # sbatch reads them all first
         if isinstance(job, RequestError):
-            if not has_ours([("tres_per_node", g)]):
+            if not hook.asks_us(g):
                 return list(decisions)  # sbatch speaks for itself
             raise SbatchPlanError(f"{c.named()}: {syntax.comment(job)}") from None
         jobs.append(job)
-    taken: Taken | None = None
     out: list[Decision] = []
-    for c, d, job in zip(components, decisions, jobs):
-        outcome = explain(model, options, job, taken=taken)
+    for k, (c, d, job) in enumerate(zip(components, decisions, jobs)):
+        outcome = hook.submit(job, k if len(jobs) > 1 else None)
         out.append(replace(d, hook=outcome))
         if outcome.ok:
-            taken = het_taken(taken, outcome, model)
             continue
         message = syntax.comment(outcome.message, 2000)
         if d.gres is None:

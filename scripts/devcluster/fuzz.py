@@ -1,5 +1,6 @@
 """The submit fuzz: random requests through the real sbatch/scontrol of a running dev cluster (hook
-and cli_filter installed), each checked against `request explain` (slurm_hetero.submit).
+and cli_filter installed), each checked against `request explain`: the same job_submit.lua run
+through lupa (slurm_hetero.submit.hook), on the job_desc the release's sbatch sends.
 
 A request is one or more components (`sbatch A : B` makes a heterogeneous job), each a dict of
 sbatch options (-N N or MIN-MAX, -n, --ntasks-per-node, --gpus* counts or TYPE:N, --gres mixes, -C
@@ -12,7 +13,7 @@ values malformed), with an optional --array. Every one is submitted held (-H) by
   the client printed (item 8: one text);
 - the stored request: TresPerNode/Job/Task and Features of each component equal explain's job;
 - edits: `scontrol update jobid=J gres=...` of some accepted jobs is refused or rewritten as
-  `explain_edit` says on the job's record (24.11 also prints the message; 22.05 drops log_user
+  the hook's slurm_job_modify says on the job's record (24.11 also prints the message; 22.05 drops log_user
   text from slurm_job_modify, SchedMD bug 14539);
 - slurmctld answers `scontrol ping` at the end;
 - a sample of accepted, rewritten jobs is released and must start (RUNNING, COMPLETING or
@@ -33,21 +34,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurm_hetero import units
+from slurm_hetero import hostlist, units
 from slurm_hetero.engine.score import ClusterModel
-from slurm_hetero.errors import RequestError
-from slurm_hetero.submit import (
-    HookOptions,
-    Job,
-    Outcome,
-    Taken,
-    excluded_hosts,
-    explain,
-    explain_edit,
-    het_taken,
-    host_shapes,
-    job_from_options,
-)
+from slurm_hetero.errors import HeteroError, RequestError
+from slurm_hetero.submit import Job, job_from_options
+from slurm_hetero.submit.hook import Hook, Outcome
 from slurm_hetero.submit.sbatch import (
     MEMORY_EXCLUSIVE,
     gres_names,
@@ -229,8 +220,14 @@ def random_request(
 def unknown_exclusion(model: ClusterModel, options: Options) -> bool:
     """Whether a component's -x (as sent, `het_sent`) names a host no device node has: the hook
     does not count it and slurmctld refuses the job."""
-    hosts = excluded_hosts(options.get("exclude") or "") or []
-    return bool(hosts) and any(host not in host_shapes(model) for host in hosts)
+    try:
+        hosts = hostlist.expand(options.get("exclude") or "")
+    except HeteroError:
+        return False  # one the hook cannot read: its own refusal
+    if not hosts:
+        return False
+    known = {h for f in model.types.values() for s in f.shapes for r in s.hosts for h in hostlist.expand(r)}
+    return any(host not in known for host in hosts)
 
 
 def sbatch_refusals(read: list[str], predicted: list[Outcome | str], carried: int | None) -> list[str]:
@@ -259,19 +256,19 @@ def sbatch_argv(request: Request) -> list[str]:
 
 def predict(
     model: ClusterModel,
-    hook: HookOptions,
+    hook: Hook,
     options: Options,
     uid: int,
     release: str,
-    taken: Mapping[str, int] | None = None,
+    offset: int | None = None,
 ) -> Outcome | str:
-    """explain's outcome for one component (`taken`: the nodes earlier components of the het job
-    take, `het_taken`), or the text of sbatch's own refusal."""
+    """The hook's outcome for one component (`offset`: its het_job_offset in a het job, components
+    in order), or the text of sbatch's own refusal."""
     try:  # as `request explain` reads the options (sbatch's reading of -N, -n, -c and the rest)
         job = job_from_texts(options, uid, release, gres_names(model))
     except RequestError as e:
         return e.reason
-    return explain(model, hook, job, taken=taken)
+    return hook.submit(job, offset)
 
 
 def read_refusal(options: Options, release: str) -> str | None:
@@ -332,8 +329,8 @@ def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
     shows 2 where 22.05's job_rec.min_nodes is 1). job_rec's cpus_per_tres / mem_per_tres are
     scontrol's CpusPerTres / MemPerTres, same text (`gres:gpu:2`, 24.11 `gres/gpu:2`), and its
     min_mem_per_node / min_mem_per_cpu scontrol's MinMemoryNode / MinMemoryCPU. ReqNodeList /
-    ExcNodeList are read too, though job_rec has neither (explain_edit does not read them, as the
-    hook cannot)."""
+    ExcNodeList are read too, though job_rec has neither (`Hook.modify` leaves them out, as Slurm
+    does)."""
     view = stored_view(fields)
     return Job(
         tres_per_node=view["tres_per_node"],
@@ -360,7 +357,7 @@ def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
 class Fuzz:
     run: Runner  # run(argv, user=None) on the cluster
     model: ClusterModel
-    hook: HookOptions
+    hook: Hook  # job_submit.lua for the cluster (`submit.hook.cluster_hook`)
     release: str
     user: str
     uid: int
@@ -379,15 +376,13 @@ class Fuzz:
         counts["het"] += len(request.components) > 1
         counts["arrays"] += request.array is not None
         predicted: list[Outcome | str] = []
-        taken: Taken | dict[str, int] = {}  # components never share a node: later ones decide on what is left
         read = [read_refusal(c, self.release) for c in request.components]
         read = [r for r in read if r]  # sbatch reads every component's options before checking any
         carried = het_mem_refusal(request.components)  # that component's check, after every read
         sent = het_sent(request.components)
-        for component in sent:
-            predicted.append(predict(self.model, self.hook, component, self.uid, self.release, taken))
-            if isinstance(predicted[-1], Outcome):
-                taken = het_taken(taken, predicted[-1], self.model)
+        for offset, component in enumerate(sent):  # the hook keeps what earlier components take
+            het_offset = offset if len(sent) > 1 else None
+            predicted.append(predict(self.model, self.hook, component, self.uid, self.release, het_offset))
         run = self.run(sbatch_argv(request), self.user)
         refusals: list[Outcome | str] = list(sbatch_refusals(read, predicted, carried))
         refusals = refusals or [p for p in predicted if isinstance(p, Outcome) and not p.ok]
@@ -444,14 +439,15 @@ class Fuzz:
         self, job_id: str, submitted: Job, gres: str | None, lists: Mapping[str, str] | None = None
     ) -> None:
         """`scontrol update jobid=J [gres=...] [excnodelist=...] [reqnodelist=...]` as the user,
-        against explain_edit on the record; `lists`: Job field (exc_nodes, req_nodes) -> hosts."""
+        against the hook's slurm_job_modify on the record; `lists`: Job field (exc_nodes,
+        req_nodes) -> hosts."""
         self.report.counts["edits"] += 1
         lists = dict(lists or {})
         fields = next(iter(self.show(job_id).values()))
         record = record_of(fields, self.uid, submitted.min_nodes)
         edit = job_from_options(gres=gres, slurm_release=self.release) if gres else Job()
         edit = replace(edit, submit_uid=self.uid, **lists)
-        predicted = explain_edit(self.model, self.hook, edit, record)
+        predicted = self.hook.modify(edit, record)
         argv = ["scontrol", "update", f"jobid={job_id}"] + ([f"gres={gres}"] if gres else [])
         argv += [f"{_UPDATE_KEYS[name]}={hosts}" for name, hosts in sorted(lists.items())]
         run = self.run(argv, self.user)

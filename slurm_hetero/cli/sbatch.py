@@ -57,7 +57,7 @@ from slurm_hetero.sbatchplan import (
 )
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
-from slurm_hetero.submit import HookOptions
+from slurm_hetero.submit.hook import Hook, cluster_hook
 
 GIB = 2**30
 
@@ -86,14 +86,15 @@ def hook_release(given: str | None) -> str:
     return "24.11" if release_key(release) >= (24, 11) else "22.05"
 
 
-def hook_model(nodes: list[SlurmNode]) -> tuple[ClusterModel, HookOptions]:
-    """The hook's view of the cluster and its settings, as `request explain` builds them."""
+def hook_model(nodes: list[SlurmNode], release: str) -> tuple[ClusterModel, Hook]:
+    """The cluster's model and the job_submit hook slurmctld runs for it (through lupa), as
+    `request explain` builds them."""
     settings = load_settings(None)
     try:
         model = compile_model(nodes, settings.scoring)
     except ValueError as e:
         raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
-    return model, HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    return model, cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, release)
 
 
 def _estimates(
@@ -165,14 +166,15 @@ def plan(
         )
     )
     parts = [_hosts_read(options) for options in component_options(script, os.environ, line)]
-    components = [component(k, opts, het=len(parts) > 1) for k, opts in enumerate(parts)]
+    cluster, hook = hook_model(nodes, release)
+    components = [component(k, opts, hook, het=len(parts) > 1) for k, opts in enumerate(parts)]
     types = cluster_types(nodes)
     if model is None:
         decisions = [check_gpumem(c, types) for c in components]
     else:
         name, suggestions = _estimates(model, options, explicit)
         decisions = plan_model(components, types, name, suggestions, _layout(options, explicit))
-    decisions = hook_check(components, decisions, *hook_model(nodes), release)
+    decisions = hook_check(components, decisions, cluster, hook, release)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
     return merged_argv(line.components, decisions, [*tail, *line.script_args]), decisions
 
@@ -180,7 +182,7 @@ def plan(
 def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
     """`--json`'s components: the wrapper's figures and the hook's decision (`decision`: what `request
     explain --json` prints for the component: ok, action, message, code, the TRES fields as the
-    hook writes them, choice with its types and count; null where sbatch refuses the options)."""
+    hook writes them; null where sbatch refuses the options)."""
     return [
         {
             "component": d.index,

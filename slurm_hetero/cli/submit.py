@@ -1,5 +1,5 @@
 """`slurm-hetero job-submit render` (the hook and its data table) and `slurm-hetero request
-explain` (what the hook would do with a request, from the same engine)."""
+explain` (what the hook does with a request: job_submit.lua itself, run through lupa)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import Settings, check_for_cluster, exempt_uids, load_settings
-from slurm_hetero.data import bundled
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render import removal
 from slurm_hetero.render.write import ensure_output_dir
-from slurm_hetero.submit import HookOptions, Outcome, explain
+from slurm_hetero.submit.hook import Outcome, cluster_hook, script_template
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
     CHAIN_TEMPLATE,
@@ -37,15 +36,6 @@ from slurm_hetero.submit.tables import (
     render_script,
     render_table,
 )
-
-
-def script_template(name: str = SCRIPT_NAME) -> str:
-    """A hand-written script (the hook, the cli_filter or its srun half): packaged as
-    slurm_hetero/data/NAME, or from a checkout's job_submit/ directory."""
-    try:
-        return bundled(name, f"job_submit/{name}")
-    except OSError as e:
-        raise ConfigError(f"cannot read the hook template: {e.strerror}", f"job_submit/{name}") from e
 
 
 def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNode]:
@@ -301,7 +291,7 @@ def explain_cmd(
     models_dirs: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """What the job_submit hook would do with a request (same rules, same messages)."""
+    """What the job_submit hook does with a request (job_submit.lua itself, through lupa)."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
     given = {
@@ -326,5 +316,5 @@ def explain_cmd(
     }
     texts = {k: v for k, v in given.items() if v is not None}
     job = job_from_texts(texts, uid, slurm_release, gres_names(model))
-    options = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
-    _print(explain(model, options, job), as_json)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, slurm_release)
+    _print(hook.submit(job), as_json)

@@ -1,18 +1,16 @@
-"""Reason codes for "no" answers (R5): one StrEnum, the report they add up to, and one renderer
-whose wording the CLI and the job_submit hook's data table share.
+"""Reason codes for "no" answers (R5): one StrEnum, and the wording of the job_submit hook's
+answers.
 
-Users: the fit engine (`engine/fit.py`: memory per model) and the request scorer
-(`engine/score.py`, whose rules `job_submit.lua` repeats). The hook's wording lives here once, as
-`%s` templates: `slurm_hetero.submit.tables` copies `MESSAGES`, `CODE_ORDER` and `LABELS` into
-the generated Lua table and the hook fills them with `string.format`, so templates take only
-`%s` arguments and Python's `%` gives the same text. Never rename or reuse a code or a key.
+Users: the fit engine (`engine/fit.py`: memory per model) and the hook's table. The hook's
+wording lives here once, as `%s` templates: `slurm_hetero.submit.tables` copies `MESSAGES`,
+`CODE_ORDER` and `LABELS` into the generated Lua table and the hook fills them with
+`string.format`, so templates take only `%s` arguments and Python's `%` gives the same text.
+Never rename or reuse a code or a key.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 from slurm_hetero.compat import StrEnum
 
@@ -136,69 +134,10 @@ MESSAGES: dict[str, str] = {
 }
 
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f\\]")
-
-
-def one_line(message: str) -> str:
-    """A message for the user as one line: its control characters (newline, CR, tab, NUL, ...)
-    and backslashes written as `\\ddd` (decimal), as `job_submit.lua`'s `escaped` writes them, so a
-    constraint or request with a newline in it cannot make the hook's or `request explain`'s
-    answer span lines."""
-    return _UNSAFE.sub(lambda m: f"\\{ord(m.group()):03d}", message)
-
-
 #: Bytes of a long user value (an -x hostlist) a message shows, then "...".
 SHOWN_CHARS = 80
-_HIGH_BYTES = bytes(range(128, 256))
-
-
-def clipped(value: str, limit: int = SHOWN_CHARS) -> str:
-    """A long user value shortened for a one-line message (`a1,a2,...`): its first `limit` bytes,
-    less any trailing non-ASCII bytes (never half a character), as `job_submit.lua`'s `clipped`."""
-    raw = value.encode()
-    return value if len(raw) <= limit else raw[:limit].rstrip(_HIGH_BYTES).decode() + "..."
 
 
 def render(key: str, *args: object) -> str:
-    """The message for `key` with its arguments filled in."""
+    """The message for `key` with its arguments filled in, as the hook's `fmt` fills it."""
     return MESSAGES[key] % tuple(str(a) for a in args)
-
-
-def counts_text(counts: Mapping[ReasonCode, int]) -> str:
-    """`1 excluded, 2 too small`: non-zero counts of the hook's checks, in check order."""
-    return ", ".join(f"{counts[c]} {LABELS[c]}" for c in CODE_ORDER if counts.get(c, 0) > 0)
-
-
-def render_report(request: str, headline: Sequence[str], hint: Sequence[str]) -> str:
-    """`REQUEST: HEADLINE[; HINT]`, the shape of every job_submit rejection (Lua does the same)."""
-    text = f"{request}: {render(headline[0], *headline[1:])}" if headline else request
-    return f"{text}; {render(hint[0], *hint[1:])}" if hint else text
-
-
-@dataclass(frozen=True)
-class FitReport:
-    """Why nothing fits a request: per-code counts over the types considered, a headline and a
-    hint (each a `MESSAGES` key followed by its arguments, or empty)."""
-
-    request: str
-    counts: Mapping[ReasonCode, int] = field(default_factory=dict)
-    considered: int = 0
-    headline: tuple[str, ...] = ()
-    hint: tuple[str, ...] = ()
-
-    @property
-    def message(self) -> str:
-        """One line: `REQUEST: HEADLINE[; HINT]`."""
-        return render_report(self.request, self.headline, self.hint)
-
-    def text(self) -> str:
-        return self.message
-
-    def as_dict(self) -> dict[str, object]:
-        counts = {str(c): n for c, n in self.counts.items() if n}
-        return {
-            "request": self.request,
-            "considered": self.considered,
-            "counts": counts,
-            "message": self.message,
-        }

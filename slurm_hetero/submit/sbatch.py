@@ -33,7 +33,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from slurm_hetero.engine.score import ceil_div
 from slurm_hetero.errors import RequestError
 from slurm_hetero.slurm.syntax import hostlist_size
 from slurm_hetero.units import UNITS
@@ -352,7 +351,7 @@ def sbatch_counts(
     if nodes and ntasks and ntasks < nodes:
         nodes = ntasks
     if new_release and not nodes and ntasks and ntasks_per_node and not hosts_named:
-        nodes = ceil_div(ntasks, ntasks_per_node)
+        nodes = -(-ntasks // ntasks_per_node)
     return nodes, ntasks, ntasks_per_node
 
 

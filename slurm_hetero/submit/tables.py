@@ -57,20 +57,43 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurm_hetero import __version__, hostlist, units
-from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES, SHOWN_CHARS
+from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES, SHOWN_CHARS, ReasonCode
 from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
 from slurm_hetero.slurm.syntax import MAX_HOSTLIST, comment
-from slurm_hetero.submit import (
-    _ITEM_FORMS,
-    CONSTRAINT_CODE,
-    MAX_EXCLUDED,
-    NODE_NAME_CODE,
-    NOTE_PREFIX,
-    PARTITION_CODE,
-    REASON_CODES,
-    REQUEST_CODE,
-    SLURM_ERRNO,
-)
+
+# The Slurm error a rejection returns (the client prints its text on its last line), by what was
+# wrong: the request grammar, the --constraint grammar, the partition, an -x, or the furthest check
+# that the best type failed (reason codes in check order). The hook returns `slurm[NAME]` where the
+# release exports NAME (24.11 exports every ESLURM_*; 22.05 only a few), else the number below
+# (slurm/slurm_errno.h; the same in every release since 2.x), which slurmctld hands the client alike.
+SLURM_ERRNO = {
+    "ESLURM_INVALID_PARTITION_NAME": 2000,
+    "ESLURM_INVALID_NODE_COUNT": 2006,
+    "ESLURM_INVALID_NODE_NAME": 2018,
+    "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE": 2014,
+    "ESLURM_INVALID_FEATURE": 2029,
+    "ESLURM_INVALID_GRES": 2072,
+}
+REJECT_CODES = {
+    "request": "ESLURM_INVALID_GRES",
+    "constraint": "ESLURM_INVALID_FEATURE",
+    "partition": "ESLURM_INVALID_PARTITION_NAME",  # slurmctld's own error for such a job
+    "node_name": "ESLURM_INVALID_NODE_NAME",  # slurmctld's own error for an -x it cannot read
+    ReasonCode.TYPE_EXCLUDED: "ESLURM_INVALID_GRES",
+    ReasonCode.MISSING_FEATURE: "ESLURM_INVALID_FEATURE",
+    ReasonCode.INSUFFICIENT_MEMORY: "ESLURM_INVALID_GRES",
+    ReasonCode.TOO_FEW_DEVICES: "ESLURM_INVALID_GRES",
+    ReasonCode.NODE_TOO_SMALL: "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE",
+    ReasonCode.TOO_FEW_NODES: "ESLURM_INVALID_NODE_COUNT",
+}
+NOTE_PREFIX = "slurm_hetero: "  # of the admin comment and log lines
+# hosts one -x may name: the hook expands it for each job while slurmctld holds its job lock
+MAX_EXCLUDED = 4_096  # at most ~6 ms of Lua 5.1 (lupa) for 4,096 names; 16,384 took 23 ms
+ITEM_FORMS = {  # kind -> form -> the item that replaces the request (22.05 `gres:`, 24.11 `gres/`)
+    "gpu": {"22.05": "gres:gpu:%s:%s", "24.11": "gres/gpu:%s:%s", "slash": "gres/gpu:%s=%s"},
+    "any": {"22.05": "gres:gpu:%s", "24.11": "gres/gpu:%s", "slash": "gres/gpu=%s"},
+    "shard": {"22.05": "gres:shard:%s", "24.11": "gres/shard:%s", "slash": "gres/shard=%s"},
+}
 
 FORMAT = 1
 TABLE_NAME = "slurm_hetero_tables.lua"
@@ -176,9 +199,6 @@ def _rule_entry(rule: Rule) -> dict[str, Any]:
 def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str) -> dict[str, Any]:
     """The table's content as plain data (without `id`)."""
     names = sorted(model.types)
-    forms: dict[str, dict[str, str]] = {}
-    for (kind, form), template in _ITEM_FORMS.items():
-        forms.setdefault(kind, {})[form] = template
     return {
         "format": FORMAT,
         "fail_policy": fail_policy,
@@ -207,16 +227,10 @@ def table_data(model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str
         "labels": {str(c): LABELS[c] for c in CODE_ORDER},
         "messages": dict(MESSAGES),
         "request_messages": dict(units.REQUEST_MESSAGES),
-        "item_forms": forms,
+        "item_forms": ITEM_FORMS,
         "note_prefix": NOTE_PREFIX,
         "error_numbers": dict(SLURM_ERRNO),
-        "reject_codes": {
-            "request": REQUEST_CODE,
-            "constraint": CONSTRAINT_CODE,
-            "partition": PARTITION_CODE,
-            "node_name": NODE_NAME_CODE,
-            **{str(c): REASON_CODES[c] for c in CODE_ORDER},
-        },
+        "reject_codes": {str(k): v for k, v in REJECT_CODES.items()},
     }
 
 

@@ -1,5 +1,5 @@
 """The job_submit hook inside the real slurmctld: rewrites, rejections, het jobs, exemptions,
-fail policy, and a fuzz run checked against the Python twin (`request explain`)."""
+fail policy, and a fuzz run checked against the same hook run through lupa (`request explain`)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ from slurm_hetero.config import exempt_uids, load_settings
 from slurm_hetero.errors import RequestError
 from slurm_hetero.model import Device
 from slurm_hetero.nodes import gres_order
-from slurm_hetero.submit import HookOptions, Outcome, explain, explain_edit, job_from_options
+from slurm_hetero.submit import job_from_options
+from slurm_hetero.submit.hook import Hook, Outcome, cluster_hook
 from slurm_hetero.submit.sbatch import job_from_texts
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
+from tests.unit.test_job_submit_lua import kind_of, type_of
 
 USER = "nobody"
 _reload_clock = [time.time()]
@@ -324,7 +326,7 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
 def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
     dev_cluster: Cluster, suite_config: Path, submitted: list[str], update: list[str], change: dict[str, Any]
 ) -> None:
-    """Issue 10 item 2 (edits): accepted and refused as `explain_edit` says; after an accepted
+    """Issue 10 item 2 (edits): accepted and refused as the hook (through lupa) says; after an accepted
     edit no raw gpumem is left and the job starts on a node whose devices hold the request (22.05
     kept the old type beside the new one: it ran on l40sn1 for 70G, or ended in BadConstraints);
     a refused edit changes nothing; a successful one prints no "error:" line (24.11's scontrol
@@ -333,7 +335,7 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
 
     settings = load_settings(suite_config)
     model = _model(dev_cluster.inventory, (), settings)
-    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
     assert run.returncode == 0, run.stderr
@@ -344,7 +346,7 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
         options = {k: v for k, v in change.items() if k not in NO_X}
         edit = replace(job_from_options(**options, slurm_release=dev_cluster.name), submit_uid=uid)
         edit = replace(edit, **{k: v for k, v in change.items() if k in NO_X})
-        predicted = explain_edit(model, hook, edit, record)
+        predicted = hook.modify(edit, record)
         result = as_user("scontrol", "update", f"jobid={job_id}", *update)
         if predicted.ok and result.returncode != 0 and "partition" in change and dev_cluster.name == "24.11":
             # 24.11 without accounting storage may refuse a partition update after the hook
@@ -416,7 +418,7 @@ def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
 
     settings = load_settings(suite_config)
     model = _model(dev_cluster.inventory, (), settings)
-    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
     assert run.returncode == 0, run.stderr
@@ -425,7 +427,7 @@ def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
         before = job_fields(job_id)
         record = record_of(before, uid, None)
         change = replace(job_from_options(gres=edit, slurm_release=dev_cluster.name), submit_uid=uid)
-        predicted = explain_edit(model, hook, change, record)
+        predicted = hook.modify(change, record)
         result = as_user("scontrol", "update", f"jobid={job_id}", f"gres={edit}")
         assert (result.returncode == 0) == predicted.ok, (result.stderr, predicted.message)
         if not predicted.ok and dev_cluster.name != "22.05":  # 22.05 drops log_user in job_modify
@@ -449,7 +451,7 @@ def test_a_gpumem_edit_of_a_job_with_cpus_or_memory_per_gpu_gets_whole_devices_a
     """22.05 fuzz (seed 20261127): `sbatch --cpus-per-gpu=2` without a gpu (22.05 accepts it)
     edited as the user to `gres=gpumem:512` was rewritten to shards, and slurmctld refused the
     update (shards beside cpus_per_tres). job_rec carries cpus_per_tres / mem_per_tres on both
-    releases: the edit gets whole devices, as explain_edit says, and the released job starts.
+    releases: the edit gets whole devices, as the hook (through lupa) says, and the released job starts.
     24.11's sbatch refuses --cpus-per-gpu without a gpu: there only the refusal is checked."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
@@ -463,8 +465,8 @@ def test_a_gpumem_edit_of_a_job_with_cpus_or_memory_per_gpu_gets_whole_devices_a
         record = record_of(before, uid, None)
         assert record.cpus_per_tres, before  # the twin sees what job_rec shows
         edit = replace(job_from_options(gres="gpumem:512", slurm_release=dev_cluster.name), submit_uid=uid)
-        predicted = explain_edit(model, hook, edit, record)
-        assert predicted.ok and predicted.choice is not None and predicted.choice.kind != "shard", predicted
+        predicted = hook.modify(edit, record)
+        assert predicted.ok and kind_of(predicted) != "shard", predicted
         result = as_user("scontrol", "update", f"jobid={job_id}", "gres=gpumem:512")
         assert result.returncode == 0 and "error" not in result.stderr, (result.stderr, predicted.message)
         after = stored_view(job_fields(job_id))
@@ -487,7 +489,7 @@ def test_a_gpumem_edit_of_a_het_component_is_refused_as_explain_says(
 
     settings = load_settings(suite_config)
     model = _model(dev_cluster.inventory, (), settings)
-    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     argv = ("--gres=gpu:l40s:1", ":", "--gres=gpu:a100_80g:1")
     run = as_user("sbatch", "--parsable", "-H", "-o", "/dev/null", *argv, "--wrap", "true")
@@ -497,7 +499,7 @@ def test_a_gpumem_edit_of_a_het_component_is_refused_as_explain_says(
         before = job_fields(f"{job_id}+0")
         record = replace(record_of(before, uid, None), het_job_id=int(job_id))
         change = replace(job_from_options(gres="gpumem:70G", slurm_release=dev_cluster.name), submit_uid=uid)
-        predicted = explain_edit(model, hook, change, record)
+        predicted = hook.modify(change, record)
         assert not predicted.ok and "heterogeneous job" in predicted.message, predicted.message
         result = as_user("scontrol", "update", f"jobid={job_id}+0", "gres=gpumem:70G")
         assert result.returncode != 0, result.stderr
@@ -526,7 +528,7 @@ def test_an_unknown_partition_is_refused_by_the_hook_as_explain_says(
     slurmctld skips it. A job without gpumem is slurmctld's to refuse, without a word from the hook."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     job = job_from_options(gres="gpumem:20G", partition=partition, uid=uid, slurm_release=dev_cluster.name)
-    predicted = explain(model, hook, job)
+    predicted = hook.submit(job)
     run = as_user(
         "sbatch",
         "-H",
@@ -564,7 +566,7 @@ def test_user_text_with_a_newline_is_told_on_one_line_as_explain_says(
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     features = "ib\nslurm_hetero: forged"
     job = job_from_options(gres="gpumem:20G", constraint=features, uid=uid, slurm_release=dev_cluster.name)
-    predicted = explain(model, hook, job)
+    predicted = hook.submit(job)
     assert not predicted.ok and "\\010" in predicted.message and predicted.message.isprintable()
     run = as_user("sbatch", "-H", "--gres=gpumem:20G", "-C", features, "-o", "/dev/null", "--wrap", "true")
     assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
@@ -582,7 +584,7 @@ def test_gpus_per_socket_with_gpumem_is_refused_by_the_hook_as_explain_says(
     job = job_from_options(
         gres="gpumem:20G", gpus_per_socket="3", sockets_per_node="1", uid=uid, slurm_release=dev_cluster.name
     )
-    predicted = explain(model, hook, job)
+    predicted = hook.submit(job)
     assert not predicted.ok and predicted.code == "ESLURM_INVALID_GRES", predicted
     run = as_user(
         "sbatch",
@@ -637,13 +639,15 @@ def test_srun_with_the_count_in_another_option_runs_its_step(
         assert len([d for d in devices.split(",") if d.isdigit()]) == 2, (run.stdout, run.stderr)
 
 
-def _cluster_model(dev_cluster: Cluster, suite_config: Path) -> tuple[Any, HookOptions, int]:
+def _cluster_model(dev_cluster: Cluster, suite_config: Path) -> tuple[Any, Hook, int]:
+    """The cluster's model, the hook slurmctld runs (through lupa) and the test user's uid."""
     from slurm_hetero.cli.submit import _model
 
     settings = load_settings(suite_config)
-    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    model = _model(dev_cluster.inventory, (), settings)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
-    return _model(dev_cluster.inventory, (), settings), hook, uid
+    return model, hook, uid
 
 
 @pytest.mark.parametrize("which", ["nodelist", "exclude", "cpus_per_task", "mem"])
@@ -655,9 +659,9 @@ def test_srun_decides_with_its_node_options_as_the_hook_does(
     chosen type's nodes gave a job that could not start. Now srun's decision is the hook's on the
     job srun sends: the same refusal and message, or a step on a device of the chosen type."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
-    plain = explain(model, hook, job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name))
-    assert plain.ok and plain.choice is not None
-    shapes = model.types[plain.choice.types[0]].shapes
+    plain = hook.submit(job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name))
+    assert plain.ok and type_of(plain) is not None
+    shapes = model.types[str(type_of(plain))].shapes
     options: dict[str, Any] = {
         "nodelist": {"nodelist": "l40sn1"},
         # every node of the type chosen without it: the next type, or a refusal
@@ -666,7 +670,7 @@ def test_srun_decides_with_its_node_options_as_the_hook_does(
         "mem": {"mem": f"{max(s.memory_mib for s in shapes) + 1}M"},
     }[which]
     job = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name, **options)
-    predicted = explain(model, hook, job)
+    predicted = hook.submit(job)
     assert (predicted.ok, predicted.message) != (plain.ok, plain.message)  # the option decides
     flag = {"nodelist": "-w", "exclude": "-x", "cpus_per_task": "-c", "mem": "--mem"}[which]
     script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
@@ -679,7 +683,7 @@ def test_srun_decides_with_its_node_options_as_the_hook_does(
     fields = dict(part.split("=", 1) for part in run.stdout.split())
     assert fields.get("CUDA_VISIBLE_DEVICES"), run.stdout
     held = {d.type for d in node_devices(dev_cluster.inventory)[fields["NODE"]]}
-    assert predicted.choice is not None and predicted.choice.types[0] in held, (fields, predicted.message)
+    assert type_of(predicted) in held, (fields, predicted.message)
 
 
 def test_srun_on_two_nodes_without_n_gives_each_task_its_device(
@@ -689,8 +693,8 @@ def test_srun_on_two_nodes_without_n_gives_each_task_its_device(
     -N2 from -N2 -n1 and left the job to the hook, which rewrote only the job ("Step requested GRES
     (gpumem:(null)) not found in the job" or no device). Now both tasks, one per node, see one."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
-    predicted = explain(
-        model, hook, job_from_options(gres="gpumem:20G", nodes=2, uid=uid, slurm_release=dev_cluster.name)
+    predicted = hook.submit(
+        job_from_options(gres="gpumem:20G", nodes=2, uid=uid, slurm_release=dev_cluster.name)
     )
     script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
     run = as_user("srun", "-t", "1", "-N2", "--gres=gpumem:20G", "sh", "-c", script)
@@ -774,9 +778,7 @@ def test_exclude_is_read_as_slurm_reads_it(dev_cluster: Cluster, suite_config: P
         if runs[gres].returncode == 0:
             slurm("scancel", runs[gres].stdout.strip().split(";")[0])
     typed, ours = runs["gpu:l40s:1"], runs["gpumem:70G"]
-    predicted = explain(
-        model,
-        hook,
+    predicted = hook.submit(
         job_from_options(gres="gpumem:70G", exclude=spec, uid=uid, slurm_release=dev_cluster.name),
     )
     if typed.returncode != 0:  # Slurm cannot read it: neither can the hook, with Slurm's error
@@ -794,19 +796,16 @@ def test_exclude_is_read_as_slurm_reads_it(dev_cluster: Cluster, suite_config: P
 def _het_predicted(
     dev_cluster: Cluster, suite_config: Path, components: tuple[dict[str, str], ...]
 ) -> list[Outcome]:
-    """explain's outcome for each component of a het job, as sbatch sends it (`het_sent`), each on
-    what the earlier ones take (`het_taken`)."""
+    """The hook's outcome for each component of a het job, as sbatch sends it (`het_sent`), in order
+    (the hook decides each on what the earlier ones take)."""
     from scripts.devcluster.fuzz import het_sent, predict
-    from slurm_hetero.submit import het_taken
 
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
-    taken = None
     outcomes = []
-    for options in het_sent(list(components)):
-        outcome = predict(model, hook, options, uid, dev_cluster.name, taken)
+    for offset, options in enumerate(het_sent(list(components))):
+        outcome = predict(model, hook, options, uid, dev_cluster.name, offset)
         assert not isinstance(outcome, str), outcome
         outcomes.append(outcome)
-        taken = het_taken(taken, outcome, model)
     return outcomes
 
 
@@ -902,21 +901,16 @@ def test_heterogeneous_components_the_hook_accepts_start(
     `--gres=gpu:l40s:1 : --gres=gpumem:20G` (one l40s node) rewrote the second to l40s too: a
     component left alone takes its typed nodes as well, in `:` jobs and `#SBATCH hetjob` scripts."""
     from slurm_hetero.cli.submit import _model
-    from slurm_hetero.submit import het_taken
 
     settings = load_settings(suite_config)
     model = _model(dev_cluster.inventory, (), settings)
-    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
-    taken: dict[str, int] = {}
     outcomes = []
-    for item in gres:
+    for offset, item in enumerate(gres):
         outcomes.append(
-            explain(
-                model, hook, job_from_options(gres=item, uid=uid, slurm_release=dev_cluster.name), taken=taken
-            )
+            hook.submit(job_from_options(gres=item, uid=uid, slurm_release=dev_cluster.name), offset)
         )
-        taken = het_taken(taken, outcomes[-1], model)
     if form == "hetjob":
         lines = "#SBATCH hetjob\n".join(f"#SBATCH --gres={item}\n" for item in gres)
         run = as_user(
@@ -980,15 +974,11 @@ def test_srun_het_components_are_decided_on_the_nodes_earlier_ones_leave(
     """Issue 10 item 5: `srun --gres=gpumem:20G A : --gres=gpumem:20G B` (no allocation) rewrote
     both components to l40s (components never share a node) and waited forever. Each component is
     now decided as the hook decides het components (explain with `taken`)."""
-    from slurm_hetero.submit import het_taken
-
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
-    taken: dict[str, int] = {}
     outcomes = []
-    for _ in range(2):
+    for offset in range(2):
         job = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
-        outcomes.append(explain(model, hook, job, taken=taken))
-        taken = het_taken(taken, outcomes[-1], model)
+        outcomes.append(hook.submit(job, offset))
     run = as_user("srun", "-t", "1", "--gres=gpumem:20G", "hostname", ":", "--gres=gpumem:20G", "hostname")
     refused = [o for o in outcomes if not o.ok]
     if refused:
@@ -1010,14 +1000,12 @@ def test_srun_het_component_left_alone_still_takes_its_nodes(
     """Issue 10 adversarial B33 (24.11): `srun --gres=gpu:l40s:1 A : --gres=gpumem:20G B` rewrote B
     to l40s beside A on the one l40s node, and the job waited on an idle cluster: the filter never
     counted a component without gpumem, unlike the hook for sbatch. A takes every l40s node here."""
-    from slurm_hetero.submit import het_taken
-
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     l40s = len(_hosts_of(dev_cluster, "l40s"))
     first = job_from_options(gres="gpu:l40s:1", nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
-    taken = het_taken({}, explain(model, hook, first), model)
+    hook.submit(first, 0)
     second = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
-    predicted = explain(model, hook, second, taken=taken)
+    predicted = hook.submit(second, 1)
     script = "echo NODE=$SLURMD_NODENAME"
     argv = ["srun", "-t", "1", f"-N{l40s}", "--gres=gpu:l40s:1", "sh", "-c", script, ":"]
     run = as_user(*argv, "--gres=gpumem:20G", "sh", "-c", script)
@@ -1025,7 +1013,7 @@ def test_srun_het_component_left_alone_still_takes_its_nodes(
         assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
         return
     assert run.returncode == 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
-    assert predicted.choice is not None and predicted.choice.types[0] != "l40s", predicted.message
+    assert type_of(predicted) != "l40s", predicted.message
     nodes = [line.split("=", 1)[1] for line in run.stdout.split()]
     assert len(set(nodes)) == l40s + 1, run.stdout  # components never share a node
 
@@ -1039,15 +1027,13 @@ def test_srun_het_typed_component_after_a_decided_one_is_refused_as_the_hook_doe
     cluster; sbatch's hook refuses that shape (het_typed). srun now refuses it with the hook's words,
     before any job exists. Whole devices (`gpu:1,gpumem:20G`; without sharing, every gpumem) reach
     slurmctld typed, so only srun can refuse them; shards keep their gpumem for slurmctld's hook."""
-    from slurm_hetero.submit import het_taken
-
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     l40s = len(_hosts_of(dev_cluster, "l40s"))
     first = job_from_options(gres=gres, nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
-    decided = explain(model, hook, first)
-    assert decided.ok and decided.choice is not None and decided.choice.types[0] == "l40s", decided.message
+    decided = hook.submit(first, 0)
+    assert decided.ok and type_of(decided) == "l40s", decided.message
     second = job_from_options(gres="gpu:l40s:1", uid=uid, slurm_release=dev_cluster.name)
-    predicted = explain(model, hook, second, taken=het_taken({}, decided, model))
+    predicted = hook.submit(second, 1)
     assert not predicted.ok and "put it before" in predicted.message, predicted.message
     # srun waits for resources (before): `timeout` ends it, and srun then withdraws its job
     argv = ["timeout", "40", "srun", "-t", "1", f"-N{l40s}", f"--gres={gres}", "hostname", ":"]
@@ -1067,19 +1053,15 @@ def test_srun_het_component_is_decided_around_the_hosts_earlier_ones_name(
     slurmctld gives B A's -w hosts as exc_nodes, but srun's filter sees B's own options only (srun
     resets -w for each component; -x carries over, so `srun -x l40sn1 A : B` already worked). B is
     now decided around them, as sbatch's hook decides (A08)."""
-    from slurm_hetero.submit import het_taken
-
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     hosts = _hosts_of(dev_cluster, "l40s")
     named = ",".join(hosts)
     key = "nodelist" if option == "-w" else "exclude"
-    first = explain(model, hook, job_from_options(**{key: named}, uid=uid, slurm_release=dev_cluster.name))
-    taken = het_taken({}, first, model)
+    hook.submit(job_from_options(**{key: named}, uid=uid, slurm_release=dev_cluster.name), 0)
     inherited = {} if option == "-w" else {"exclude": named}  # srun keeps -x for later components
     second = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name, **inherited)
-    predicted = explain(model, hook, second, taken=taken)
-    assert predicted.ok and predicted.choice is not None, predicted.message
-    assert predicted.choice.types[0] != "l40s", predicted.message
+    predicted = hook.submit(second, 1)
+    assert predicted.ok and type_of(predicted) not in (None, "l40s"), predicted.message
     nodes = f"-N{len(hosts)}" if option == "-w" else "-N1"
     argv = ["srun", "-t", "1", nodes, option, named, "sh", "-c", "echo A=$SLURMD_NODENAME"]
     run = as_user(*argv, ":", "--gres=gpumem:20G", "sh", "-c", "echo B=$SLURMD_NODENAME")
@@ -1101,9 +1083,8 @@ def test_srun_het_component_is_decided_around_the_hosts_later_ones_name(
     hosts = _hosts_of(dev_cluster, "l40s")
     named = ",".join(hosts)
     first = job_from_options(gres="gpumem:20G", exclude=named, uid=uid, slurm_release=dev_cluster.name)
-    predicted = explain(model, hook, first)
-    assert predicted.ok and predicted.choice is not None, predicted.message
-    assert predicted.choice.types[0] != "l40s", predicted.message
+    predicted = hook.submit(first)
+    assert predicted.ok and type_of(predicted) not in (None, "l40s"), predicted.message
     argv = ["srun", "-t", "1", "--gres=gpumem:20G", "sh", "-c", "echo A=$SLURMD_NODENAME", ":"]
     run = as_user(*argv, f"-N{len(hosts)}", *form, named, "sh", "-c", "echo B=$SLURMD_NODENAME")
     assert run.returncode == 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
@@ -1142,9 +1123,8 @@ def test_srun_host_file_is_read_as_srun_reads_it(
     job = job_from_options(
         gres="gpumem:20G", exclude=",".join(hosts), uid=uid, slurm_release=dev_cluster.name
     )
-    predicted = explain(model, hook, job)
-    assert predicted.ok and predicted.choice is not None, predicted.message
-    assert predicted.choice.types[0] != "l40s", predicted.message
+    predicted = hook.submit(job)
+    assert predicted.ok and type_of(predicted) not in (None, "l40s"), predicted.message
     script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
     if het:
         later = [":", f"-N{len(hosts)}", "-w", path, "true"]
@@ -1155,7 +1135,7 @@ def test_srun_host_file_is_read_as_srun_reads_it(
     fields = dict(part.split("=", 1) for part in run.stdout.split())
     assert fields.get("CUDA_VISIBLE_DEVICES") and fields["NODE"] not in hosts, run.stdout
     held = {d.type for d in node_devices(dev_cluster.inventory)[fields["NODE"]]}
-    assert predicted.choice.types[0] in held, (fields, predicted.message)
+    assert type_of(predicted) in held, (fields, predicted.message)
 
 
 def test_srun_het_component_the_hosts_later_ones_name_leave_nothing_is_refused_in_one_line(
@@ -1174,7 +1154,7 @@ def test_srun_het_component_the_hosts_later_ones_name_leave_nothing_is_refused_i
     hosts = sorted(big)  # every host of the default vendor with a device of 70G or more
     named = ",".join(hosts)
     first = job_from_options(gres="gpumem:70G", exclude=named, uid=uid, slurm_release=dev_cluster.name)
-    predicted = explain(model, hook, first)
+    predicted = hook.submit(first)
     assert not predicted.ok, predicted.message
     run = as_user("srun", "-t", "1", "--gres=gpumem:70G", "true", ":", f"-N{len(hosts)}", "-w", named, "true")
     assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
@@ -1278,14 +1258,11 @@ def test_fuzz_sample_agrees_with_request_explain(dev_cluster: Cluster, suite_con
     --ntasks-per-node, --gpus*, --gres mixes, constraints, partitions, arrays, het jobs and edits;
     every decision, message and stored request as `request explain` says, slurmctld up, released
     jobs start. SLURM_HETERO_FUZZ_JOBS sets the count."""
-    from slurm_hetero.cli.submit import _model
-
-    settings = load_settings(suite_config)
-    uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
     fuzz = Fuzz(
         lambda argv, user=None: dev_cluster.run(list(argv), user, timeout=120, cwd="/tmp"),
-        _model(dev_cluster.inventory, (), settings),
-        HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy),
+        model,
+        hook,
         dev_cluster.name,
         USER,
         uid,
@@ -1338,12 +1315,12 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
 
     settings = load_settings(suite_config)
     model = _model(dev_cluster.inventory, (), settings)
-    hook = HookOptions(frozenset(exempt_uids(settings.exempt_users)), settings.fail_policy)
+    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     argv = [a for a in sbatch_argv(Request([options])) if a != "-H"]
     run = as_user(argv[0], "--wait", *argv[1:])
     try:
-        predicted = explain(model, hook, job_from_texts(options, uid, dev_cluster.name))
+        predicted = hook.submit(job_from_texts(options, uid, dev_cluster.name))
     except RequestError as e:  # sbatch's own refusal
         assert run.returncode != 0 and e.reason in run.stderr, (run.stderr, e.reason)
         return

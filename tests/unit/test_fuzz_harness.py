@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from scripts.devcluster import fuzz
-from slurm_hetero.submit import HookOptions, Job, Outcome
+from slurm_hetero.submit import Job
+from slurm_hetero.submit.hook import Outcome, cluster_hook
 from slurm_hetero.submit.sbatch import MEMORY_EXCLUSIVE
 
 UNKNOWN_FEATURE = {"constraint": "(amd|nosuch)&lab_big"}
@@ -33,9 +34,8 @@ def _harness(monkeypatch: pytest.MonkeyPatch, refuses: Any) -> tuple[fuzz.Fuzz, 
         return subprocess.CompletedProcess(argv, 0, "42\n", "rewritten")
 
     monkeypatch.setattr(
-        fuzz, "predict", lambda model, hook, options, uid, release, taken=None: _outcome(options)
+        fuzz, "predict", lambda model, hook, options, uid, release, offset=None: _outcome(options)
     )
-    monkeypatch.setattr(fuzz, "het_taken", lambda taken, outcome, model: taken)  # no model here
     return fuzz.Fuzz(run, None, None, "22.05", "nobody", 65534), calls  # type: ignore[arg-type]
 
 
@@ -75,7 +75,7 @@ def test_a_job_refused_for_an_unknown_excluded_name_is_slurmctlds_refusal(
     model = compile_model(nodes, _scoring())
     for exclude, missed in (("nosuchn1", []), ("a100n1", ["refused but predicted accept"])):
         harness, _ = _harness(monkeypatch, lambda argv: True)
-        harness.model = model
+        harness.model, harness.hook = model, cluster_hook(model, (), "open")
         assert harness.submit(fuzz.Request([{**REWRITTEN, "exclude": exclude}])) is None
         assert [m[0] for m in harness.report.mismatches] == missed
 
@@ -123,7 +123,7 @@ def test_predict_reads_the_option_texts_as_request_explain_does(options: dict[st
 
     inventory = REPO / "gres_conf" / "examples" / "mixed.yaml"
     model = _model(inventory, (), load_settings(None))
-    assert fuzz.predict(model, HookOptions(frozenset(), "open"), options, 1000, "22.05") == words
+    assert fuzz.predict(model, cluster_hook(model, (), "open"), options, 1000, "22.05") == words
     flags = [a for k, v in options.items() for a in (fuzz.FLAGS[k], v)]
     result = CliRunner().invoke(cli, ["request", "explain", "--inventory", str(inventory), *flags])
     assert result.exit_code == 1 and words in result.stderr
@@ -135,9 +135,8 @@ def test_predict_reads_a_node_range_as_min_and_max() -> None:
     from tests.conftest import REPO
 
     model = _model(REPO / "gres_conf" / "examples" / "mixed.yaml", (), load_settings(None))
-    outcome = fuzz.predict(
-        model, HookOptions(frozenset(), "open"), {"gres": "gpumem:20G", "nodes": "1-2"}, 1000, "22.05"
-    )
+    hook = cluster_hook(model, (), "open", "22.05")
+    outcome = fuzz.predict(model, hook, {"gres": "gpumem:20G", "nodes": "1-2"}, 1000, "22.05")
     assert isinstance(outcome, Outcome) and outcome.ok and outcome.job.max_nodes == 2
 
 
@@ -196,7 +195,7 @@ def test_record_of_reads_the_per_gpu_cpus_and_memory_as_job_rec_shows_them(pre: 
 def test_record_of_reads_the_memory_and_node_lists_scontrol_shows() -> None:
     """job_rec carries min_mem_per_node / min_mem_per_cpu (scontrol's MinMemoryNode / MinMemoryCPU)
     and the edit view reads them; ReqNodeList / ExcNodeList are read as the hook would (job_rec has
-    neither, so explain_edit leaves them out)."""
+    neither, so `Hook.modify` leaves them out)."""
     line = (
         "JobId=9 Partition=nvidia Features=(null) MinMemoryNode=12000M ReqNodeList=(null) "
         "ExcNodeList=l40sn1 TresPerNode=gres/gpu:a100_80g:1"

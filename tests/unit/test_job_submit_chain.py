@@ -1,9 +1,11 @@
 """`job-submit render --chain`: the generated job_submit.lua runs a site's own hook and ours, in
-the order asked, under Lua 5.1 (Debian's slurmctld) and 5.4 (lupa), with the shim of
-test_job_submit_lua; tests/integration/test_job_submit_chain_slurm.py runs it in slurmctld."""
+the order asked, under Lua 5.1 (Debian's slurmctld) and 5.4 (lupa), through the shim every Python
+caller uses (slurm_hetero.submit.hook); tests/integration/test_job_submit_chain_slurm.py runs it in
+slurmctld."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,9 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
 from slurm_hetero.submit import Job
+from slurm_hetero.submit.hook import WRITTEN
 from slurm_hetero.submit.tables import CHAINED_NAME, SCRIPT_NAME
-from tests.unit.test_job_submit_lua import HARNESS, Hook
+from tests.unit.test_job_submit_lua import Hook
 from tests.unit.test_score import MIXED
 
 pytest.importorskip("lupa.lua51")
@@ -45,13 +48,17 @@ def render(tmp_path: Path, order: str, site: str = SITE_HOOK) -> Path:
 
 
 class ChainHook(Hook):
-    """The chained job_submit.lua in a fresh Lua state of the given version."""
+    """The chained job_submit.lua in a fresh Lua state of the given version, through the shim."""
 
     def __init__(self, script: Path, lua_module: object) -> None:
-        self.lua = lua_module.LuaRuntime(unpack_returned_tuples=True)  # type: ignore[attr-defined]
-        self.lua.execute(HARNESS)
-        self.lua.execute("SITE_SAW = nil")
-        self.loaded = self.lua.globals().dofile(str(script))
+        runtime = lua_module.LuaRuntime(unpack_returned_tuples=True)  # type: ignore[attr-defined]
+        super().__init__(script, runtime=runtime)
+
+    def run_named(self, job: Job, name: str) -> tuple[int, str, Job, list[tuple[str, str]]]:
+        """As `run_rc`, for a job named `name` (a job_desc field the site hook reads, not a Job's)."""
+        rc, store, log = self.lua.globals().submit(self._table(job, name=name), job.submit_uid)
+        rc, message, lines = self._answer(rc, log)
+        return rc, message, replace(job, **{field: store[field] for field in WRITTEN}), list(lines)
 
     def site_saw(self) -> str | None:
         return self.lua.globals().SITE_SAW
@@ -71,7 +78,7 @@ def test_site_first_sees_the_users_request_then_ours_rewrites_it(tmp_path: Path,
     assert rc == 0 and hook.site_saw() == "gres:gpumem:20G"
     assert hook.lua.globals().T is None  # the site's globals stay its own
     assert after.tres_per_node.startswith("gres:gpu:") and any(OURS_RAN in line for _, line in log)
-    rc, user, after, log = hook.run_rc(job(), name="refused-by-site")
+    rc, user, after, log = hook.run_named(job(), "refused-by-site")
     assert rc == -1 and user == "site policy: no" and not any(OURS_RAN in line for _, line in log)
 
 
@@ -89,7 +96,7 @@ def test_ours_first_shows_the_site_the_concrete_request_and_our_refusal_ends_it(
 
 def test_a_site_hook_that_fails_is_logged_and_ours_still_decides(tmp_path: Path) -> None:
     hook = ChainHook(render(tmp_path, "site-first") / SCRIPT_NAME, lupa.lua54)
-    rc, _, after, log = hook.run_rc(job(), name="site-bug")
+    rc, _, after, log = hook.run_named(job(), "site-bug")
     assert rc == 0 and after.tres_per_node.startswith("gres:gpu:")
     assert any(kind == "error" and "site hook bug" in line for kind, line in log), log
 

@@ -97,7 +97,12 @@ MEASURED = [
     (BOTH, ["-N", "-1"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),  # 1-1
     (BOTH, ["-N", "0"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
     (BOTH, ["-N", "0-2"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
-    (BOTH, ["-N", "65534"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
+    (  # issue 26: min_nodes is 32 bits wide, so 65534 is a count, not NO_VAL16 (once read as unset)
+        BOTH,
+        ["-N", "65534"],
+        "gpumem:20G: no device type fits (1 excluded, 2 too few nodes); "
+        "at most 1 node(s) with 1 devices each (l40s): ask -N 1",
+    ),
     (
         BOTH,
         ["-N", "2-3"],
@@ -337,5 +342,5 @@ def test_explain_reads_a_host_file_as_sbatch_sends_its_hosts(tmp_path: Path) -> 
     hosts.write_text("l40sn1 # the l40s node\n")
     args = ["request", "explain", "--inventory", str(MIXED), "--json", "--gres", "gpumem:20G"]
     result = CliRunner().invoke(cli, [*args, "-x", str(hosts)])
-    assert json.loads(result.stdout)["choice"]["types"] == ["a100_80g"], result.output
+    assert json.loads(result.stdout)["tres_per_node"].split(":")[-2] == "a100_80g", result.output
     assert hostfile_hosts("a1,a2\n# x\n\nb[1-3]*2,c\\#1\nd,,e,\n", "f") == "a1,a2,b[1-3],c#1,d,e"

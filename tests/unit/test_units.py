@@ -1,4 +1,5 @@
-"""The request grammar (slurm_hetero.units): sizes, items, fields, and the shared case table."""
+"""Sizes (slurm_hetero.units) and the hook's reading of a request (its `gather`, through
+`submit.hook.Hook.request`) on the shared case table."""
 
 from __future__ import annotations
 
@@ -11,18 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurm_hetero.errors import RequestError
-from slurm_hetero.units import (
-    MAX_MIB,
-    SLASH,
-    SLASH_COLON,
-    format_size,
-    has_ours,
-    parse_fields,
-    parse_gpu,
-    parse_request,
-    parse_size,
-    split_items,
-)
+from slurm_hetero.submit.hook import Hook, Request, cluster_hook
+from slurm_hetero.units import MAX_MIB, format_size, parse_size
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "cases" / "requests.yaml"
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
@@ -86,18 +77,21 @@ def test_format_then_parse_is_identity(mib: int) -> None:
     assert parse_size(format_size(mib)) == mib
 
 
-def test_items_keep_prefix_form_and_verbatim_text() -> None:
-    items = split_items("gres:gpumem:20G,gres/gpu:a100=2,shard:1,,gres:x=y,gres/gpumem:20G")
-    assert [(i.prefix, i.body, i.name) for i in items] == [
-        ("gres:", "gpumem:20G", "gpumem"),
-        ("gres/", "gpu:a100=2", "gpu"),
-        ("", "shard:1", "shard"),
-        ("", "", ""),
-        ("gres:", "x=y", "x"),
-        ("gres/", "gpumem:20G", "gpumem"),
-    ]
-    assert [i.form for i in items] == ["22.05", SLASH, "22.05", "22.05", "22.05", SLASH_COLON]
-    assert split_items(None) == [] and split_items("") == []
+@pytest.fixture(scope="module")
+def hook() -> Hook:
+    """The hook for gres_conf/examples/mixed.yaml (its types: a100_80g, ascend910b3, l40s)."""
+    from slurm_hetero import inventory
+    from slurm_hetero.catalog import load_catalog
+    from slurm_hetero.engine.score import ScoringOptions, compile_model
+    from slurm_hetero.nodes import slurm_nodes
+    from tests.conftest import REPO
+
+    nodes = slurm_nodes(inventory.load(REPO / "gres_conf" / "examples" / "mixed.yaml"), load_catalog())
+    return cluster_hook(compile_model(nodes, ScoringOptions()), (), "open")
+
+
+def _request(hook: Hook, text: str) -> Request:
+    return hook.request([("tres_per_node", text)])
 
 
 @pytest.mark.parametrize(
@@ -105,15 +99,15 @@ def test_items_keep_prefix_form_and_verbatim_text() -> None:
     [
         ("gpu", (None, 1)),
         ("gpu:2", (None, 2)),
-        ("gpu:a100", ("a100", 1)),
-        ("gpu:a100:2", ("a100", 2)),
+        ("gpu:l40s", ("l40s", 1)),
+        ("gpu:l40s:2", ("l40s", 2)),
         ("gpu=2", (None, 2)),
-        ("gpu:a100=3", ("a100", 3)),
-        ("gpu:7x", ("7x", 1)),
+        ("gpu:l40s=3", ("l40s", 3)),
     ],
 )
-def test_gpu_items(body: str, expected: tuple[str | None, int]) -> None:
-    assert parse_gpu(split_items(body)[0]) == expected
+def test_gpu_items(hook: Hook, body: str, expected: tuple[str | None, int]) -> None:
+    request = _request(hook, body)
+    assert (request.gpu_type, request.count) == expected
 
 
 @pytest.mark.parametrize(
@@ -128,56 +122,53 @@ def test_gpu_items(body: str, expected: tuple[str | None, int]) -> None:
         ("gpu:0", "device count"),
         ("gpu:a:10000", "device count"),
         ("gpu=x", "device count"),
+        ("gpu:7x", "unknown device type 7x; known types: a100_80g, ascend910b3, l40s"),
     ],
 )
-def test_bad_gpu_items(body: str, reason: str) -> None:
+def test_bad_gpu_items(hook: Hook, body: str, reason: str) -> None:
     with pytest.raises(RequestError, match=f"^{body}: {reason}"):
-        parse_gpu(split_items(body)[0])
+        _request(hook, body)
 
 
-def test_parse_request_plain_and_tres_forms() -> None:
-    plain = parse_request("gpu:a100_80g:2,gpumem:20G,shard:1")
-    assert (plain.gpumem_mib, plain.gpu_type, plain.gpu_count, plain.other) == (
+def test_the_request_reads_plain_and_tres_forms(hook: Hook) -> None:
+    plain = _request(hook, "gpu:a100_80g:2,gpumem:20G,shard:1")
+    assert (plain.gpumem_mib, plain.gpu_type, plain.gpu_count, plain.text) == (
         20480,
         "a100_80g",
         2,
-        ("shard:1",),
+        "gpu:a100_80g:2,gpumem:20G",
     )
-    assert plain.text == "gpu:a100_80g:2,gpumem:20G" and plain.memory_items == ("gpumem:20G",)
-    slash = parse_request("gres/gpucore=40,gres/gpu=3")
-    assert (slash.gpucore, slash.gpu_count, slash.form, slash.count) == (40, 3, SLASH, 3)
-    assert parse_request("gres:gpumem:1G").count == 1 and parse_request("gres:gpumem:1G").asks
+    slash = _request(hook, "gres/gpucore=40,gres/gpu=3")
+    assert (slash.gpucore, slash.gpu_count, slash.form, slash.count) == (40, 3, "slash", 3)
+    assert _request(hook, "gres:gpumem:1G").count == 1 and _request(hook, "gres:gpumem:1G").asks
+    assert not hook.asks_us("gres:gpu:a:b:c") and hook.asks_us("gres:gpumem:abc")
 
 
-def test_fields_check_in_order_and_types_when_known() -> None:
+def test_fields_check_in_order(hook: Hook) -> None:
     fields = [("tres_per_node", "gres:gpumem:abc"), ("tres_per_job", "gres:gpucore:500")]
     with pytest.raises(RequestError, match="^gpumem:abc: not a size"):
-        parse_fields(fields)
-    with pytest.raises(RequestError, match="^gpu:h100:1: unknown device type h100; known types: a, b$"):
-        parse_fields([("tres_per_node", "gres:gpu:h100:1,gres:gpumem:1G")], {"b", "a"})
-    assert not has_ours([("tres_per_node", "gres:gpu:a:b:c"), ("tres_per_job", None)])
+        hook.request(fields)
 
 
 @pytest.mark.parametrize("case", [c for c in load_cases() if "units" in c], ids=lambda c: c["name"])
-def test_shared_cases(case: dict[str, Any]) -> None:
-    """The `units:` expectations of tests/cases/requests.yaml."""
+def test_shared_cases(hook: Hook, case: dict[str, Any]) -> None:
+    """The `units:` expectations of tests/cases/requests.yaml, read by the hook (`gather`)."""
     fields = [(name, case["job"].get(name)) for name in FIELDS]
     expected = dict(case["units"])
     if "error" in expected:
         with pytest.raises(RequestError) as err:
-            parse_fields(fields)
+            hook.request(fields)
         assert expected["error"] in str(err.value)
         return
-    request = parse_fields(fields)
+    request = hook.request(fields)
     for key, value in expected.items():
-        got = getattr(request, key)
-        assert (list(got) if isinstance(got, tuple) else got) == value, key
+        assert getattr(request, key) == value, key
 
 
 @given(st.text(max_size=40))
-def test_garbage_never_escapes_as_another_exception(text: str) -> None:
+def test_garbage_never_escapes_as_another_exception(hook: Hook, text: str) -> None:
     try:
-        request = parse_request(text)
+        request = _request(hook, text)
     except RequestError as e:
         assert str(e).startswith(e.text + ": ")
         return

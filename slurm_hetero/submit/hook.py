@@ -1,0 +1,289 @@
+"""job_submit.lua run from Python, through lupa, as slurmctld runs it: the one request decision.
+
+`request explain`, `slurm-hetero sbatch`, the fuzz and the tests do not decide a request; they hand
+the job_desc to the very hook that slurmctld loads (`job_submit/job_submit.lua` and the table
+`tables.render_table` compiles for the cluster) and read what it did. This module is the small
+shim of Slurm's Lua API that makes that possible:
+
+- the `slurm` table: `SUCCESS`, `ERROR`, `log_info` / `log_user` / `log_error` / `log_debug` /
+  `log_verbose` (each formats its arguments, `string.format`), and the `ESLURM_*` names the release
+  exports (22.05 a short list, of ours only ESLURM_INVALID_NODE_COUNT; 24.11 every one);
+- a job_desc like slurmctld's: a read of an unset field gives nil, setting a string field to ""
+  unsets it, setting nil is refused, the node counts (`min_nodes`, `max_nodes`) take numbers;
+- `slurm_job_submit(job_desc, part_list, submit_uid)` once per job (het components in order, with
+  `het_job_offset`: the hook remembers the nodes earlier components take) and
+  `slurm_job_modify(job_desc, job_rec, part_list, modify_uid)` for an edit, whose job_rec lacks
+  what Slurm's lacks (`RECORD_HIDDEN`).
+
+A `Hook` is one Lua state, as slurmctld keeps one: its memo and het bookkeeping live in it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from slurm_hetero.data import bundled
+from slurm_hetero.engine.score import ClusterModel
+from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.submit import Job
+from slurm_hetero.submit.tables import (
+    SCRIPT_NAME,
+    SLURM_ERRNO,
+    TABLE_NAME,
+    render_script,
+    render_table,
+)
+
+WRITTEN = (
+    "tres_per_node",
+    "tres_per_job",
+    "tres_per_task",
+    "tres_per_socket",
+    "features",
+    "admin_comment",
+    "min_nodes",
+    "max_nodes",
+)
+EDIT_WRITTEN = WRITTEN[:6]  # an edit never pins the node count
+# not in slurm_job_modify's job_rec (slurm_lua.c, 22.05 and 24.11)
+RECORD_HIDDEN = ("num_tasks", "ntasks_per_node", "req_nodes", "exc_nodes", "cpus_per_task")
+# the ESLURM_* names job_submit/lua exports (22.05: slurm_lua.c's short list; 24.11: every one)
+EXPORTED_22_05 = {"ESLURM_ACCESS_DENIED": 2002, "ESLURM_INVALID_NODE_COUNT": 2006}
+RELEASES = ("22.05", "24.11")
+_CODE_NAMES = {number: name for name, number in SLURM_ERRNO.items()}
+
+SHIM = r"""
+LOG = {}
+READ = {}   -- every job_desc field the hook read
+READS = {}  -- how many times it read each
+local function logger(kind)
+  return function(fmt, ...) LOG[#LOG + 1] = { kind, string.format(fmt, ...) } end
+end
+slurm = { SUCCESS = 0, ERROR = -1,
+          log_info = logger("info"), log_user = logger("user"), log_error = logger("error"),
+          log_debug = logger("debug"), log_verbose = logger("verbose"), error = logger("error") }
+
+local NUMBER_FIELDS = { min_nodes = true, max_nodes = true }
+function make_job(fields)
+  local store = {}
+  for k, v in pairs(fields) do store[k] = v end
+  local job = setmetatable({}, {
+    __index = function(_, key) READ[key] = true; READS[key] = (READS[key] or 0) + 1; return store[key] end,
+    __newindex = function(_, key, value)
+      if NUMBER_FIELDS[key] then
+        if type(value) ~= "number" then error("bad argument #3 to '__newindex' (number expected)") end
+        store[key] = value
+        return
+      end
+      if type(value) ~= "string" then
+        error("bad argument #3 to '__newindex' (string expected, got " .. type(value) .. ")")
+      end
+      if value == "" then value = nil end
+      store[key] = value
+    end,
+  })
+  return job, store
+end
+
+function submit(fields, uid)
+  LOG = {}
+  local job, store = make_job(fields)
+  local rc = slurm_job_submit(job, {}, uid)
+  return rc, store, LOG
+end
+
+-- The hook's reading of a job's TRES fields (gather): true and the request, or false and the
+-- refusal ("ITEM: REASON").
+function request(fields)
+  local ok, req = pcall(slurm_hetero_hook.gather, fields)
+  if ok then return true, req end
+  if type(req) == "table" and req.reject then return false, req.reject end
+  error(req, 0)
+end
+
+function item_names(text)
+  local names = {}
+  for i, item in ipairs(slurm_hetero_hook.items_of(text)) do names[i] = item.name end
+  return names
+end
+
+function modify(fields, record, uid)
+  LOG = {}
+  local job, store = make_job(fields)
+  local rec = make_job(record)
+  local rc = slurm_job_modify(job, rec, {}, uid)
+  return rc, store, LOG
+end
+"""
+
+
+def script_template(name: str = SCRIPT_NAME) -> str:
+    """A hand-written script (the hook, the cli_filter or its srun half): packaged as
+    slurm_hetero/data/NAME, or from a checkout's job_submit/ directory."""
+    try:
+        return bundled(name, f"job_submit/{name}")
+    except OSError as e:
+        raise ConfigError(f"cannot read the hook template: {e.strerror}", f"job_submit/{name}") from e
+
+
+@dataclass(frozen=True)
+class Request:
+    """The device request the hook reads from a job's TRES fields (its `gather`)."""
+
+    text: str  # our items as written, for messages (`gpu:2,gpumem:20G`)
+    gpu_field: str | None  # the field of the gpu item (its scope), None: no gpu item
+    gpu_type: str | None
+    count: int  # devices (1 without a gpu item)
+    gpumem_mib: int | None
+    gpucore: int | None
+    form: str  # how the hook writes back: "22.05" (gres:), "24.11" (gres/ with :), "slash" (=)
+
+    @property
+    def asks(self) -> bool:
+        """Whether it names gpumem or gpucore (the hook's to decide)."""
+        return self.gpumem_mib is not None or self.gpucore is not None
+
+    @property
+    def gpu_count(self) -> int | None:
+        return self.count if self.gpu_field is not None else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the hook did with one job (component) or edit: accepted or not (`rc`), its user
+    message (log_user, one line), the job as Slurm then holds it, its log lines."""
+
+    ok: bool
+    action: str  # untouched | rewrite | reject
+    message: str
+    job: Job
+    code: str | None = None  # a rejection's Slurm error name (ESLURM_...), None: slurm.ERROR
+    rc: int = 0
+    log: tuple[tuple[str, str], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "action": self.action, "message": self.message}
+        out["code"] = self.code
+        # a rejected job is not written: no new field values to show
+        for name in WRITTEN:
+            out[name] = getattr(self.job, name) if self.ok else None
+        return out
+
+
+def _lua_runtime() -> Any:
+    try:
+        import lupa.lua51 as lua51  # Lua 5.1: what Debian's slurmctld links
+    except ImportError as e:  # pragma: no cover - a runtime dependency
+        raise ConfigError(f"the job_submit hook needs lupa (pip install lupa): {e}") from e
+    return lua51.LuaRuntime(unpack_returned_tuples=True)
+
+
+class Hook:
+    """job_submit.lua loaded in a fresh Lua 5.1 state with the shim, as slurmctld loads it (the
+    table from beside the script, or from the path baked into it). `runtime`: a fresh lupa
+    LuaRuntime of another Lua version to load it in instead (the chain's tests run Lua 5.4 too)."""
+
+    def __init__(self, script: Path, release: str = "24.11", runtime: Any = None) -> None:
+        if release not in RELEASES:
+            raise ValueError(f"release {release!r}: one of {', '.join(RELEASES)}")
+        self.release = release
+        self.lua = _lua_runtime() if runtime is None else runtime
+        self.lua.execute(SHIM)
+        exported = EXPORTED_22_05 if release == "22.05" else {**EXPORTED_22_05, **SLURM_ERRNO}
+        slurm = self.lua.globals().slurm
+        for name, number in exported.items():
+            slurm[name] = number
+        self.loaded = self.lua.globals().dofile(str(script))
+
+    def _table(self, job: Job, drop: Iterable[str] = (), **extra: Any) -> Any:
+        values = {f.name: getattr(job, f.name) for f in fields(Job) if f.name not in ("submit_uid", *drop)}
+        values.update(extra)
+        return self.lua.table_from({k: v for k, v in values.items() if v is not None})
+
+    def _answer(self, rc: Any, log: Any) -> tuple[int, str, tuple[tuple[str, str], ...]]:
+        lines = tuple((str(entry[1]), str(entry[2])) for entry in log.values())
+        return int(rc), "\n".join(text for kind, text in lines if kind == "user"), lines
+
+    def submit(self, job: Job, offset: int | None = None) -> Outcome:
+        """slurm_job_submit on `job` by `job.submit_uid`; `offset`: its het_job_offset (0, 1, ...
+        in order: the hook keeps what earlier components take until the next offset 0)."""
+        table = self._table(job) if offset is None else self._table(job, het_job_offset=offset)
+        rc, store, log = self.lua.globals().submit(table, job.submit_uid)
+        rc, message, lines = self._answer(rc, log)
+        after = replace(job, **{name: store[name] for name in WRITTEN})
+        return _outcome(rc, message, after, lines, rewritten=bool(message))
+
+    def modify(self, edit: Job, record: Job) -> Outcome:
+        """slurm_job_modify on an edit of `record` by `edit.submit_uid`; the outcome's job is the
+        job as Slurm stores it after the edit (written fields over the record; an update cannot
+        clear a field). A job record gives the hook no `RECORD_HIDDEN` field."""
+        rc, store, log = self.lua.globals().modify(
+            self._table(edit), self._table(record, RECORD_HIDDEN), edit.submit_uid
+        )
+        rc, message, lines = self._answer(rc, log)
+        stored = {n: store[n] if store[n] is not None else getattr(record, n) for n in EDIT_WRITTEN}
+        after = replace(record, **stored)
+        # a successful edit is told to slurmctld's log only (24.11's scontrol prints log_user as "error:")
+        return _outcome(rc, message, after, lines, rewritten=any(" edit of job " in t for _, t in lines))
+
+    def request(self, fields: Iterable[tuple[str, str | None]]) -> Request:
+        """The hook's reading of TRES fields (several texts for one field are joined), or the
+        RequestError with which it refuses them (`ITEM: REASON`)."""
+        joined: dict[str, str] = {}
+        for name, text in fields:
+            if text:
+                joined[name] = f"{joined[name]},{text}" if name in joined else text
+        ok, req = self.lua.globals().request(self.lua.table_from(joined))
+        if not ok:
+            text, _, reason = str(req).partition(": ")
+            raise RequestError(text, reason)
+        return Request(
+            ",".join(req.shown.values()),
+            req.gpu_field,
+            req.gpu_type,
+            int(req.count),
+            None if req.gpumem is None else int(req.gpumem),
+            None if req.gpucore is None else int(req.gpucore),
+            str(req.form),
+        )
+
+    def asks_us(self, text: str | None) -> bool:
+        """Whether a TRES text names gpumem or gpucore (as an item, however malformed)."""
+        names = self.lua.globals().item_names(text or "")
+        return any(name in ("gpumem", "gpucore") for name in names.values())
+
+
+def _outcome(rc: int, message: str, job: Job, lines: tuple[tuple[str, str], ...], rewritten: bool) -> Outcome:
+    if rc != 0:
+        return Outcome(False, "reject", message, job, _CODE_NAMES.get(rc), rc, lines)
+    return Outcome(True, "rewrite" if rewritten else "untouched", message, job, None, rc, lines)
+
+
+def render_hook(
+    directory: Path,
+    model: ClusterModel,
+    exempt_uids: Iterable[int],
+    fail_policy: str,
+    source: str = "slurm-hetero",
+    declared: Iterable[str] = (),
+) -> Path:
+    """Write the table and job_submit.lua for `model` into `directory`, as `job-submit render`
+    does; the script's path."""
+    table, ident = render_table(model, exempt_uids, fail_policy, source, list(declared))
+    (directory / TABLE_NAME).write_text(table, encoding="utf-8")
+    script = directory / SCRIPT_NAME
+    script.write_text(render_script(script_template(), ident, fail_policy), encoding="utf-8")
+    return script
+
+
+def cluster_hook(
+    model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str, release: str = "24.11"
+) -> Hook:
+    """The hook slurmctld would run for this cluster and settings, loaded from a scratch directory
+    (the Lua state reads the table once, at load, as slurmctld does)."""
+    with tempfile.TemporaryDirectory(prefix="slurm-hetero-hook-") as scratch:
+        return Hook(render_hook(Path(scratch), model, exempt_uids, fail_policy), release)
