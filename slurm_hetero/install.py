@@ -35,7 +35,7 @@ from pathlib import Path
 
 from slurm_hetero import __version__, proc
 from slurm_hetero.errors import HeteroError, ToolError
-from slurm_hetero.render.write import write_bytes_atomic
+from slurm_hetero.writefile import write_bytes_atomic
 
 MARK = "# written by `slurm-hetero install`"
 PIP_TIMEOUT_S = 1800.0

@@ -17,8 +17,8 @@ from slurm_hetero.errors import RequestError, ToolError
 from slurm_hetero.journal import audit
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
-from slurm_hetero.render.write import ensure_output_dir
 from slurm_hetero.units import parse_size
+from slurm_hetero.writefile import ensure_output_dir
 
 
 def parse_shares(specs: tuple[str, ...]) -> dict[str, int]:

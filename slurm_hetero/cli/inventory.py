@@ -11,7 +11,7 @@ from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.render.write import write_atomic
+from slurm_hetero.writefile import write_atomic
 
 
 @cli.group(name="inventory")

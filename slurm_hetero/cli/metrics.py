@@ -21,9 +21,9 @@ from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.report import inventory_option
 from slurm_hetero.errors import OutputError
 from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.render.write import write_atomic
 from slurm_hetero.report import capacity
 from slurm_hetero.slurm import sacct
+from slurm_hetero.writefile import write_atomic
 
 
 class ClusterCollector:

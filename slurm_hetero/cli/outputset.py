@@ -13,7 +13,7 @@ import click
 
 from slurm_hetero.journal import audit
 from slurm_hetero.render import removal
-from slurm_hetero.render.write import diff, pending, read_current, write_atomic
+from slurm_hetero.writefile import diff, pending, read_current, write_atomic
 
 allow_removal_option = click.option(
     removal.ALLOW_FLAG,

@@ -70,9 +70,9 @@ from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_sh
 from slurm_hetero.launch.runnable import MIXED_TP, plan_note, search_kinds
 from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.nodes import slurm_nodes, with_site_types
-from slurm_hetero.render.write import write_bytes_atomic
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
+from slurm_hetero.writefile import write_bytes_atomic
 
 GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]{0,63}):([0-9]+)")

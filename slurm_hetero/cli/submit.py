@@ -20,7 +20,6 @@ from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render import removal
-from slurm_hetero.render.write import ensure_output_dir
 from slurm_hetero.submit.hook import Outcome, cluster_hook, script_template
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
@@ -36,6 +35,7 @@ from slurm_hetero.submit.tables import (
     render_script,
     render_table,
 )
+from slurm_hetero.writefile import ensure_output_dir
 
 
 def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNode]:

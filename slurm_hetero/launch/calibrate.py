@@ -474,7 +474,7 @@ def from_sailor(
 
 def store_entries(path: Path, entries: Mapping[str, Any]) -> Path:
     """Merge `entries` (type -> entry) into the YAML file at `path` (atomic write)."""
-    from slurm_hetero.render.write import write_atomic
+    from slurm_hetero.writefile import write_atomic
 
     path = path.expanduser()
     data = _read(path) if path.exists() else {}

@@ -22,8 +22,8 @@ from typing import IO, Any
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.engine.limits import MAX_DEVICES
 from slurm_hetero.engine.layout import Layout
+from slurm_hetero.engine.limits import MAX_DEVICES
 from slurm_hetero.errors import InventoryError, ToolError
 from slurm_hetero.launch.plan import (
     LaunchOptions,

@@ -16,8 +16,8 @@ from slurm_hetero.cli import cli
 from slurm_hetero.errors import OutputError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render import removal
-from slurm_hetero.render.write import write_atomic
 from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declared_nodes
+from slurm_hetero.writefile import write_atomic
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
