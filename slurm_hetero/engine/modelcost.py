@@ -30,6 +30,9 @@ Per layer (`layer_table`: ``embedding``, the transformer layers, ``head``), per 
   tensor and sequence parallelism everything is split over `tp` (without sequence parallelism the
   replicated ``10 sbh`` is not). The head keeps fp32 logits, ``4 sbV``.
 - pipeline boundary: the hidden state one stage sends the next, ``2 sbh``.
+- the byte counts above are for 16-bit activations (mixed precision); fp32 training keeps and
+  sends 4-byte values (`activation_value_bytes`): every value term doubles, the one-byte dropout
+  masks and the fp32 softmax statistics and logits do not.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ GIB = 2**30
 DEFAULT_OVERHEAD = 1 * GIB
 BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 TRAIN_DTYPES = ("bf16", "fp16", "fp32")
-ACT_BYTES = 2  # 16-bit activations
+ACT_BYTES = 2  # 16-bit activations (mixed precision and inference)
 AUTO = "auto"  # recompute mode of the layout solver only: whole layers, where memory is short
 
 FloatArray = npt.NDArray[np.float64]
@@ -164,6 +167,12 @@ def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[floa
     return weight, weight, master + per_optimizer[Optimizer(optimizer)]
 
 
+def activation_value_bytes(dtype: str) -> float:
+    """Bytes of one activation value when training in `dtype`: mixed precision computes in 16
+    bits, fp32 training in 32 (what the stage boundary sends and the layers keep)."""
+    return BYTES_PER_VALUE[dtype]
+
+
 def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
     """What (weights, gradients, optimizer states) are divided by on each of `dp` data-parallel
     ranks: ZeRO-1 shards the optimizer states (with the master weights), ZeRO-2 also the
@@ -177,10 +186,12 @@ def gather_buffer_bytes(spec: ModelSpec, dtype: str, zero_stage: int, tp: int = 
     return 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
 
 
-def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str) -> float:
+def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str, wide: float) -> float:
+    """Eager: the softmax output and the dropout output (16-bit values, times `wide`) and the
+    dropout mask (a byte); flash: an fp32 log-sum-exp per head and token."""
     if attention == Attention.EAGER:
-        return 5.0 * spec.heads * seq * seq * micro_batch
-    return 4.0 * spec.heads * seq * micro_batch  # fp32 log-sum-exp per head and token
+        return (4.0 * wide + 1.0) * spec.heads * seq * seq * micro_batch
+    return 4.0 * spec.heads * seq * micro_batch
 
 
 def layer_activation_bytes(
@@ -192,23 +203,28 @@ def layer_activation_bytes(
     sequence_parallel: bool = True,
     cross_attention: bool = False,
     attention: str = DEFAULT_ATTENTION,
+    value_bytes: float = ACT_BYTES,
 ) -> float:
     """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank (the
-    module doc; ``attention="eager"`` is Korthikanti et al.'s formula)."""
+    module doc; ``attention="eager"`` is Korthikanti et al.'s formula). Values are
+    `value_bytes` wide (`activation_value_bytes`), dropout masks one byte."""
     check_choice("recompute", recompute, [r.value for r in Recompute])
     check_choice("attention", attention, [a.value for a in Attention])
-    sbh = float(seq * micro_batch * spec.hidden)
+    sbh, wide = float(seq * micro_batch * spec.hidden), value_bytes / ACT_BYTES
     unsplit = tp if sequence_parallel else 1
     if recompute == Recompute.FULL:
-        return 2 * sbh / unsplit
+        return 2 * sbh * wide / unsplit
     attentions = 2 if cross_attention else 1  # a decoder layer of T5 also attends to the encoder
-    replicated = (10 + 5 * (attentions - 1)) * sbh  # norm inputs, matmul inputs, dropout masks
+    masks = (1 + attentions) * sbh  # the dropout masks after attention(s) and MLP, a byte each
+    replicated = (10 + 5 * (attentions - 1)) * sbh - masks  # norm and matmul inputs
     sb = float(seq * micro_batch)
     projections = 2 * sb * (2 * spec.q_dim + 2 * spec.kv_dim)  # Q, K, V, attention output
     mlp = sb * spec.mlp_width * (6 if spec.gated_mlp else 4)
     keep_core = recompute != Recompute.SELECTIVE
-    core = _attention_core_bytes(spec, seq, micro_batch, attention) if keep_core else 0.0
-    return replicated / unsplit + (attentions * (projections + core) + mlp) / tp
+    core = _attention_core_bytes(spec, seq, micro_batch, attention, wide) if keep_core else 0.0
+    return (replicated * wide + masks) / unsplit + (
+        attentions * (projections * wide + core) + mlp * wide
+    ) / tp
 
 
 def attention_core_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
@@ -313,9 +329,11 @@ def layer_table(
     rows, tokens = _layer_rows(spec), float(seq * micro_batch)
     mode = Recompute.NONE if s.recompute in (AUTO, Recompute.FULL) else s.recompute
 
+    value = activation_value_bytes(s.dtype)
+
     def acts(cross: bool, layer: ModelSpec, recompute: str = mode) -> float:
         sp, att = s.sequence_parallel, s.attention
-        return layer_activation_bytes(layer, seq, micro_batch, tp, recompute, sp, cross, att)
+        return layer_activation_bytes(layer, seq, micro_batch, tp, recompute, sp, cross, att, value)
 
     logits = 4.0 * tokens * spec.vocab / tp
     selective = s.recompute == Recompute.SELECTIVE
@@ -331,7 +349,7 @@ def layer_table(
             [0.0, *(acts(cross, layer, Recompute.FULL) for _, cross, _, layer in rows), logits]
         ),
         recompute_flops=_array([0.0, *extra, 0.0]),
-        boundary_bytes=ACT_BYTES * tokens * spec.hidden,
+        boundary_bytes=value * tokens * spec.hidden,
         gather_bytes=gather_buffer_bytes(spec, s.dtype, s.zero_stage, tp),
         tied_params=tied,
         state_per_param=state_bytes_per_param(s.dtype, s.optimizer, spec.hidden),

@@ -45,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.compat import StrEnum
-from slurm_hetero.engine.modelcost import AUTO, LayerTable, Recompute, zero_divisors
+from slurm_hetero.engine.modelcost import AUTO, LayerTable, Recompute, activation_value_bytes, zero_divisors
 
 FloatArray = npt.NDArray[np.float64]
 GB = 1e9
@@ -117,6 +117,7 @@ class LayerCosts:
     tied_param_bytes: float = 0.0
     gather_bytes: float = 0.0
     overhead_bytes: float = 0.0
+    value_bytes: float = 2.0  # bytes of one activation value (`boundary_bytes` is seq x hidden of them)
 
     def __post_init__(self) -> None:
         if self.extra_bwd_flops is None:
@@ -159,6 +160,7 @@ class LayerCosts:
             tied_param_bytes=table.tied_params * w,
             gather_bytes=table.gather_bytes,
             overhead_bytes=s.overhead_bytes,
+            value_bytes=activation_value_bytes(s.dtype),
         )
 
     @property
@@ -173,8 +175,8 @@ class LayerCosts:
 
     @property
     def elements_per_sample(self) -> float:
-        """seq x hidden: the activation matrix of one sample (from the boundary's 16-bit bytes)."""
-        return self.boundary_bytes / 2.0
+        """seq x hidden: the activation matrix of one sample (from the boundary's bytes)."""
+        return self.boundary_bytes / self.value_bytes
 
     @property
     def step_flops_per_sample(self) -> float:

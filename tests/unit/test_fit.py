@@ -42,6 +42,7 @@ from slurm_hetero.cli.fit import bundled_names, load_model
 from slurm_hetero.engine import fit
 from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
 from slurm_hetero.engine.reasons import ReasonCode
+from slurm_hetero.engine.stagecost import LayerCosts
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import ClusterInventory, Device, Health, NodeInventory
 from slurm_hetero.nodes import slurm_nodes
@@ -455,6 +456,19 @@ def test_layer_table_covers_the_model() -> None:
     tp = fit.layer_table(m, seq=4096, micro_batch=2, tp=4)
     assert np.allclose(tp.flops, c.flops / 4) and np.allclose(tp.param_bytes, c.param_bytes / 4)
     assert np.allclose(tp.activation_bytes, c.activation_bytes / 4)
+
+
+def test_fp32_training_keeps_and_sends_four_byte_activations() -> None:
+    m, sbh = spec("llama-3-8b"), 4096 * 2 * spec("llama-3-8b").hidden
+    half = fit.layer_table(m, seq=4096, micro_batch=2, settings=fit.CostSettings(attention="eager"))
+    full = fit.layer_table(m, seq=4096, micro_batch=2, settings=fit.CostSettings("fp32", attention="eager"))
+    assert full.boundary_bytes == 2 * half.boundary_bytes == 4 * sbh
+    masks = 2 * sbh + m.heads * 4096**2 * 2  # two dropout masks and the attention one, a byte each
+    assert full.activation_bytes[1] == pytest.approx(2 * half.activation_bytes[1] - masks)
+    assert full.activation_bytes[-1] == half.activation_bytes[-1]  # fp32 logits either way
+    assert np.allclose(full.checkpoint_bytes[1:-1], 2 * half.checkpoint_bytes[1:-1])
+    costs = LayerCosts.from_table(fit.layer_table(m, 4096, fit.CostSettings("fp32")))
+    assert costs.elements_per_sample == 4096 * m.hidden
 
 
 def test_layer_table_shards_states_by_zero_stage() -> None:
