@@ -161,16 +161,17 @@ def _run_rates(
 
 def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float:
     """Sum over the stage boundaries of a line's runs `(group, tp, stages, dp)` of 1 / (sending
-    width x GB/s), as `line_p2p` prices them, without the bytes."""
+    ranks x GB/s), without the bytes: at most what `line_p2p` prices (a run that fits a node
+    counted at the faster of its link and the network, the micro-batch split evenly)."""
     total, groups = 0.0, spec.groups
 
     def net(a: int, b: int) -> float:
         return network_between(groups, spec.pair_gbs, spec.network_gbs, a, b)
 
-    width = [t * d for _, t, _, d in runs]
-    for (g, _, n, _), w in zip(runs, width):
-        inside = w * n <= groups[g].node_size
-        total += (n - 1) / (w * (groups[g].link_gbs if inside else net(g, g)))
+    width = [d for _, _, _, d in runs]
+    for (g, t, n, _), w in zip(runs, width):
+        inside = t * w * n <= groups[g].node_size  # may share a node: the faster of the two
+        total += (n - 1) / (w * (max(groups[g].link_gbs, net(g, g)) if inside else net(g, g)))
     linked = list(zip(runs, width))
     total += sum(1.0 / (min(wa, wb) * net(a[0], b[0])) for (a, wa), (b, wb) in zip(linked, linked[1:]))
     return total

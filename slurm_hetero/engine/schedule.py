@@ -198,7 +198,7 @@ class Shape:
     replicas: tuple[int, ...]
     micro_batch: int
     stage_dp: tuple[int, ...] = ()  # `staged`: data-parallel degree of each stage (the micro-batch is
-    # split over its devices: each takes micro_batch / stage_dp[k] samples); else all 1
+    # split over its ranks: the busiest takes ceil(micro_batch / stage_dp[k]) samples); else all 1
 
     @property
     def stages(self) -> int:
@@ -228,6 +228,26 @@ def network_between(
     return min(nics)
 
 
+def sender_nodes(groups: Sequence[DeviceGroup], shape: Shape, line: int) -> list[npt.NDArray[np.int64]]:
+    """Per stage of `line`, the node (index among its group's nodes) of each replica's
+    data-parallel ranks' tensor-parallel rank 0, the one that sends and receives the boundary:
+    an array (replicas x stage degree). Ranks follow `engine.layout.assign_ranks`: a group's
+    lines in order, replica by replica, a line's stages of the group in order, each
+    `dp x tp` ranks (dp-major)."""
+    stages, out = shape.lines[line], []
+    ends: dict[int, npt.NDArray[np.int64]] = {}
+    for k, (g, t) in enumerate(stages):
+        if g not in ends:
+            ends[g] = np.cumsum(groups[g].per_node)
+        before = sum(r * shape.block(i, g) for i, r in enumerate(shape.replicas[:line]))
+        within = sum(tk * shape.dp(j) for j, (gj, tk) in enumerate(stages[:k]) if gj == g)
+        block = sum(tk * shape.dp(j) for j, (gj, tk) in enumerate(stages) if gj == g)
+        first = before + within + block * np.arange(shape.replicas[line])[:, None]
+        ranks = first + t * np.arange(shape.dp(k))[None, :]
+        out.append(np.searchsorted(ends[g], ranks, side="right"))
+    return out
+
+
 def line_p2p(
     groups: Sequence[DeviceGroup],
     costs: LayerCosts,
@@ -236,19 +256,21 @@ def line_p2p(
     network_gbs: float,
     pair_gbs: PairGbs | None = None,
 ) -> FloatArray:
-    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next: over
-    the device link when both stages are in one group whose replica fits a node, else the network
-    between the two groups (`network_between`); each of the `tp` ranks sends its share."""
+    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next, as
+    the runtime sends it (`slurm_hetero.training`): tensor-parallel rank 0 of each replica sends
+    its whole share, ``ceil(M / dp)`` samples of a staged stage of degree `dp` (the boundary's
+    side of fewer ranks is the busiest); over the device link when every replica's senders and
+    receivers share a node (`sender_nodes`), else over the network between the two groups
+    (`network_between`)."""
     stages, out = shape.lines[line], np.zeros(shape.stages)
-    blocks: dict[int, int] = {}
-    for k, (g, t) in enumerate(stages):
-        blocks[g] = blocks.get(g, 0) + t * shape.dp(k)
+    nodes = sender_nodes(groups, shape, line)
     for k in range(len(stages) - 1):
-        (g1, t1), (g2, t2) = stages[k], stages[k + 1]
-        inside = g1 == g2 and blocks[g1] <= groups[g1].node_size
+        g1, g2 = stages[k][0], stages[k + 1][0]
+        both = np.concatenate((nodes[k], nodes[k + 1]), axis=1)
+        inside = g1 == g2 and bool((both == both[:, :1]).all())
         gbs = groups[g1].link_gbs if inside else network_between(groups, pair_gbs or {}, network_gbs, g1, g2)
-        senders = min(t1 * shape.dp(k), t2 * shape.dp(k + 1))
-        out[k] = shape.micro_batch * costs.boundary_bytes / (senders * gbs * GB)
+        samples = math.ceil(shape.micro_batch / min(shape.dp(k), shape.dp(k + 1)))
+        out[k] = samples * costs.boundary_bytes / (gbs * GB)
     return out
 
 
@@ -309,7 +331,7 @@ class StepModel:
                         t,
                         dp * shape.dp(k),
                         min(p - k, cap),
-                        b / shape.dp(k),
+                        math.ceil(b / shape.dp(k)),
                         k == 0,
                         k == p - 1,
                     ),

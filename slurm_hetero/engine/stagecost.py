@@ -363,7 +363,7 @@ class StageSite:
     tp: int
     dp: int
     in_flight: int
-    micro_batch: float  # samples per device and micro-batch (a share of it in the staged family)
+    micro_batch: float  # samples per device and micro-batch (staged: the busiest rank's ceil(M / dp))
     first: bool
     last: bool
 

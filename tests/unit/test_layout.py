@@ -39,7 +39,14 @@ from slurm_hetero.engine.layout import (
     candidate_shapes,
     solve,
 )
-from slurm_hetero.engine.schedule import StepModel, estimate_1f1b, simulate_1f1b, split_samples
+from slurm_hetero.engine.schedule import (
+    Shape,
+    StepModel,
+    estimate_1f1b,
+    line_p2p,
+    simulate_1f1b,
+    split_samples,
+)
 from slurm_hetero.engine.stagecost import hierarchical_allreduce_s, ring_allreduce_s
 from slurm_hetero.errors import RequestError
 from tests.conftest import REPO
@@ -618,3 +625,22 @@ def test_the_hierarchical_all_reduce_reduces_to_the_ring() -> None:
     shard = nbytes / 2
     expected = ring_allreduce_s(nbytes, 4, 100.0) + ring_allreduce_s(shard, 2, 25.0) + 2 * shard / (25 * GB)
     assert slow == pytest.approx(expected)
+
+
+def test_p2p_is_priced_where_the_stages_are_at_the_busiest_ranks_share() -> None:
+    """Tensor-parallel rank 0 sends a replica's whole micro-batch; a boundary whose stages sit on
+    two nodes goes over the network even when the group's replica would fit one node; a staged
+    boundary sends ceil(M / dp) samples from its side of fewer ranks."""
+    costs = LayerCosts(np.full(4, 1e12), np.full(4, 1e9), np.full(4, 1e9), np.full(4, 1e8), 1e9)
+    split = DeviceGroup("a", (2, 4), 100.0, 80e9, 100.0)  # 2 replicas x 3 stages: ranks 0-1 | 2-5
+    pipe = Shape("pipeline", (((0, 1), (0, 1), (0, 1)),), (2,), 2)
+    assert np.allclose(line_p2p([split], costs, pipe, 0, 10.0), [0.02, 0.2, 0.0])  # replica 0 crosses
+    whole = dataclasses.replace(split, per_node=(6,))
+    assert np.allclose(line_p2p([whole], costs, pipe, 0, 10.0), [0.02, 0.02, 0.0])
+    nodes = DeviceGroup("a", (4, 4), 100.0, 80e9, 100.0)
+    tp = Shape("pipeline", (((0, 2), (0, 2), (0, 2), (0, 2)),), (1,), 2)
+    assert np.allclose(line_p2p([nodes], costs, tp, 0, 10.0), [0.02, 0.2, 0.02, 0.0])  # not / tp
+    staged = Shape("staged", (((0, 1), (0, 1)),), (1,), 5, (2, 2))
+    assert np.allclose(line_p2p([nodes], costs, staged, 0, 10.0), [0.03, 0.0])  # ceil(5 / 2) inside
+    spread = Shape("staged", (((0, 1), (0, 1)),), (1,), 5, (2, 3))
+    assert np.allclose(line_p2p([nodes], costs, spread, 0, 10.0), [0.3, 0.0])  # 5 ranks cross
