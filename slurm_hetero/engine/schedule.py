@@ -5,7 +5,8 @@ Pure numpy, deterministic, no I/O. What one stage costs (compute, tensor paralle
 simulation and its closed form, the sample split and `StepModel`, and these rules:
 
 - **Pipeline.** One step is a 1F1B schedule (warm-up forwards, one-forward-one-backward, drain)
-  that `simulate_1f1b` plays out with per-stage times and the transfer delay between stages
+  that `simulate_1f1b` plays out with per-stage times and the transfers between stages, each
+  on its receiver's time (a blocking receive, `stage_periods`)
   (schedules over 200,000 operations are extrapolated from two shorter ones: the steady state adds
   the same time per micro-batch). `estimate_1f1b` is its closed form (every stage once plus `m - 1`
   bottleneck periods), which the search uses except for steps of few micro-batches (`is_short`),
@@ -45,12 +46,21 @@ from slurm_hetero.engine.stagecost import exposed_allreduce_s, hierarchical_allr
 from slurm_hetero.engine.stagecost import ring_allreduce_s as ring_allreduce_s
 
 
+def stage_periods(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray) -> FloatArray:
+    """Seconds each stage is busy per micro-batch in the steady state: its forward and backward,
+    and receiving its input and its output's gradient (a blocking receive: the transfer runs
+    when the receiver asks for it, as NCCL's and gloo's matched send/receive do)."""
+    received = np.asarray(p2p, dtype=np.float64)
+    return np.asarray(fwd + bwd + received + np.concatenate(([0.0], received[:-1])), dtype=np.float64)
+
+
 def estimate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> float:
-    """Closed-form 1F1B step: every stage once (fill and drain) plus `m - 1` bottleneck periods."""
+    """Closed-form 1F1B step: every stage once (fill and drain, each transfer once each way) plus
+    `m - 1` bottleneck periods (`stage_periods`)."""
     if micro_batches <= 0:
         return 0.0
     per = fwd + bwd
-    return float(per.sum() + 2 * p2p.sum() + (micro_batches - 1) * per.max())
+    return float(per.sum() + 2 * p2p.sum() + (micro_batches - 1) * stage_periods(fwd, bwd, p2p).max())
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,9 @@ def _op_order(stages: int, index: int, micro_batches: int) -> list[tuple[bool, i
 
 def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> Schedule:
     """Play out a 1F1B schedule: `fwd[k]`, `bwd[k]` per micro-batch on stage `k`, `p2p[k]` the
-    transfer delay between stages `k` and `k + 1` (either way)."""
+    transfer between stages `k` and `k + 1` (either way). A stage receives when its operation
+    is next and its neighbour has finished (blocking receive, `stage_periods`): the transfer is
+    part of the operation."""
     p, m = len(fwd), micro_batches
     orders = [_op_order(p, k, m) for k in range(p)]
     times = (np.asarray(fwd, dtype=np.float64).tolist(), np.asarray(bwd, dtype=np.float64).tolist())
@@ -95,11 +107,12 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
         for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
             while ptr[k] < len(orders[k]):
                 back, i = orders[k][ptr[k]]
-                ready = _ready(done, back, k, i, p, delay)
+                ready = _ready(done, back, k, i, p)
                 if ready is None:
                     break
                 start = max(free[k], ready)
-                free[k] = start + times[back][k]
+                receive = (delay[k] if k < p - 1 else 0.0) if back else (delay[k - 1] if k else 0.0)
+                free[k] = start + receive + times[back][k]
                 done[back][k][i] = free[k]
                 ops.append((k, i, back, start, free[k]))
                 ptr[k] += 1
@@ -114,17 +127,11 @@ def _ready(
     k: int,
     i: int,
     p: int,
-    p2p: list[float],
 ) -> float | None:
+    """When the neighbour has produced what operation (`back`, `i`) of stage `k` receives."""
     if not back:
-        if not k:
-            return 0.0
-        prev = done[False][k - 1][i]
-        return None if prev is None else prev + p2p[k - 1]
-    if k == p - 1:
-        return done[False][k][i]
-    nxt = done[True][k + 1][i]
-    return None if nxt is None else nxt + p2p[k]
+        return 0.0 if not k else done[False][k - 1][i]
+    return done[False][k][i] if k == p - 1 else done[True][k + 1][i]
 
 
 def _schedule(ops: list[tuple[int, int, bool, float, float]], free: list[float]) -> Schedule:
@@ -467,7 +474,7 @@ class StepModel:
         if len(self.shape.replicas) == 1:  # identical replicas: the speeds do not matter
             return split_samples(self.batch, self.shape.replicas, (), (), self.shape.micro_batch)
         fill = [float((s.fwd + s.bwd).sum() + 2 * s.p2p.sum()) for s in stats]
-        period = [float((s.fwd + s.bwd).max()) for s in stats]
+        period = [float(stage_periods(s.fwd, s.bwd, s.p2p).max()) for s in stats]
         return split_samples(self.batch, self.shape.replicas, fill, period, self.shape.micro_batch)
 
     @property

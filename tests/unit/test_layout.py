@@ -644,3 +644,15 @@ def test_p2p_is_priced_where_the_stages_are_at_the_busiest_ranks_share() -> None
     assert np.allclose(line_p2p([nodes], costs, staged, 0, 10.0), [0.03, 0.0])  # ceil(5 / 2) inside
     spread = Shape("staged", (((0, 1), (0, 1)),), (1,), 5, (2, 3))
     assert np.allclose(line_p2p([nodes], costs, spread, 0, 10.0), [0.3, 0.0])  # 5 ranks cross
+
+
+def test_a_transfer_is_on_its_receivers_time() -> None:
+    """A blocking receive runs when the receiver asks for it: in the steady state each stage's
+    period holds its compute and both receives, and the closed form agrees with the simulation."""
+    fwd, bwd, p2p = np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0, 2.0]), np.array([0.5, 0.5, 0.0])
+    m = 40
+    simulated = simulate_1f1b(fwd, bwd, p2p, m).makespan
+    assert estimate_1f1b(fwd, bwd, p2p, m) == pytest.approx(9.0 + 2.0 + (m - 1) * 4.0)
+    assert simulated == pytest.approx(estimate_1f1b(fwd, bwd, p2p, m), rel=0.02)
+    free = simulate_1f1b(fwd, bwd, np.zeros(3), m).makespan
+    assert simulated - free > (m - 1) * 0.9  # the middle stage's two receives, every micro-batch
