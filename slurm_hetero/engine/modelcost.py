@@ -173,6 +173,22 @@ def activation_value_bytes(dtype: str) -> float:
     return BYTES_PER_VALUE[dtype]
 
 
+# Bytes the optimizer step reads and writes per parameter, fp32 states: torch's default
+# (multi-tensor, `foreach`) Adam makes 18 passes over 4-byte tensors (lerp of the first moment 3,
+# scaling and addcmul of the second 5, its square root, bias correction and epsilon into a
+# temporary 6, addcdiv into the weights 4), SGD with momentum 8; mixed precision also reads the
+# 16-bit gradient into fp32 and writes the 16-bit weight copy (2 + 4 + 4 + 2).
+OPTIMIZER_PASSES = {Optimizer.ADAM: 18, Optimizer.SGD: 8, Optimizer.ADAFACTOR: 18}
+MIXED_PRECISION_STEP_BYTES = 12.0
+
+
+def optimizer_step_bytes(dtype: str, optimizer: str) -> float:
+    """Memory traffic of one optimizer step per parameter (`OPTIMIZER_PASSES`): the step is
+    bandwidth-bound, so its time is this over the device's memory bandwidth."""
+    mixed = MIXED_PRECISION_STEP_BYTES if BYTES_PER_VALUE[dtype] < 4 else 0.0
+    return 4.0 * OPTIMIZER_PASSES[Optimizer(optimizer)] + mixed
+
+
 def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
     """What (weights, gradients, optimizer states) are divided by on each of `dp` data-parallel
     ranks: ZeRO-1 shards the optimizer states (with the master weights), ZeRO-2 also the

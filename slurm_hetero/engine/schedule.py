@@ -20,6 +20,8 @@ simulation and its closed form, the sample split and `StepModel`, and these rule
   (reduce-scatter inside each vendor over its own ring, the cross-vendor ring on one shard,
   all-gather: what `slurm_hetero.training` does), overlapped with the
   stage's last backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
+- **Optimizer step** of each stage follows its all-reduce: bandwidth-bound, its parameters'
+  memory traffic (`modelcost.optimizer_step_bytes`) over the device's memory bandwidth.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.compat import StrEnum
+from slurm_hetero.engine.modelcost import zero_divisors
 from slurm_hetero.engine.stagecost import GB as GB
 from slurm_hetero.engine.stagecost import TFLOPS as TFLOPS
 from slurm_hetero.engine.stagecost import DeviceGroup as DeviceGroup
@@ -361,6 +364,22 @@ class StepModel:
         rings = {column: (self._allreduce_gbs(k), self._hierarchy(k)) for column, k in first.items()}
         self._ar_gbs = [rings[column][0] for column in columns]
         self._ar_groups = [rings[column][1] for column in columns]
+        # seconds of the optimizer step per weight byte of each stage of each line (`optimizer_s`)
+        self._step_s = [
+            np.array(
+                [
+                    costs.step_factor
+                    / (
+                        t
+                        * zero_divisors(costs.zero_stage, dp * shape.dp(k))[2]
+                        * self.groups[g].bandwidth_gbs
+                        * GB
+                    )
+                    for k, (g, t) in enumerate(line)
+                ]
+            )
+            for line in shape.lines
+        ]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
         self._grad_cache: dict[tuple[int, int, int], tuple[float, float]] = {}
         # `simulate`'s memo: the layer split it last priced, its lines and exposed all-reduces, and
@@ -571,7 +590,23 @@ class StepModel:
         """Per line, the part of each stage's all-reduce its last backward does not hide
         (`stagecost.exposed_allreduce_s`: the last bucket, and contention)."""
         allreduce, grads = self.allreduce(bounds), self.grad_bytes(bounds)
-        return [exposed_allreduce_s(allreduce, grads, s.bwd) for s in stats]
+        return [
+            exposed_allreduce_s(allreduce, grads, s.bwd) + self.optimizer_s(i, bounds)
+            for i, s in enumerate(stats)
+        ]
+
+    def optimizer_s(self, line: int, bounds: Sequence[int]) -> FloatArray:
+        """Seconds of each stage's optimizer step on a device of `line`, after its all-reduce:
+        the memory traffic of its parameters (per tensor-parallel rank, and per data-parallel
+        rank where ZeRO shards the optimizer states) over the device's memory bandwidth
+        (`LayerCosts.step_factor`)."""
+        c, pre = self.costs, self.costs.prefix["params"]
+        edges = np.asarray(bounds)
+        weights = pre[edges[1:]] - pre[edges[:-1]]
+        weights[0] += c.first_param_bytes
+        weights[-1] += c.last_param_bytes
+        out: FloatArray = weights * self._step_s[line]
+        return out
 
     def _step(self, stats: Sequence[LineStats], ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
         """Latest end of a stage's all-reduce, which overlaps its last backward (bucketed, as DDP

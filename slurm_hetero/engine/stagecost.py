@@ -45,7 +45,14 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.compat import StrEnum
-from slurm_hetero.engine.modelcost import AUTO, LayerTable, Recompute, activation_value_bytes, zero_divisors
+from slurm_hetero.engine.modelcost import (
+    AUTO,
+    LayerTable,
+    Recompute,
+    activation_value_bytes,
+    optimizer_step_bytes,
+    zero_divisors,
+)
 
 FloatArray = npt.NDArray[np.float64]
 GB = 1e9
@@ -57,6 +64,7 @@ REFERENCE_ELEMENTS = 4096.0 * 4096.0  # b x s x h/tp of the shape sustained TFLO
 # ridge point (peak FLOPS over memory bandwidth) relative to the A100's 312 TFLOPS / 2,039 GB/s.
 DEFAULT_GEMM_HALF = 2.0 * 2**20
 A100_RIDGE = 312e12 / 2039e9
+DEFAULT_MEMORY_GBS = 2039.0  # an A100's, where the catalog has no figure (as DEFAULT_GEMM_HALF)
 
 
 def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
@@ -118,6 +126,7 @@ class LayerCosts:
     gather_bytes: float = 0.0
     overhead_bytes: float = 0.0
     value_bytes: float = 2.0  # bytes of one activation value (`boundary_bytes` is seq x hidden of them)
+    step_factor: float = 0.0  # memory traffic of the optimizer step per weight byte (0: not priced)
 
     def __post_init__(self) -> None:
         if self.extra_bwd_flops is None:
@@ -161,6 +170,7 @@ class LayerCosts:
             gather_bytes=table.gather_bytes,
             overhead_bytes=s.overhead_bytes,
             value_bytes=activation_value_bytes(s.dtype),
+            step_factor=optimizer_step_bytes(s.dtype, s.optimizer) / w,
         )
 
     @property
@@ -231,6 +241,7 @@ class DeviceGroup:
     # measured per-shape speeds (`--measured` profile): (tp, micro_batch, TFLOPS one device sustains
     # on this model's layers at that shape, its tensor-parallel all-reduces included); () when none
     speeds: tuple[tuple[int, float, float], ...] = ()
+    memory_gbs: float = 0.0  # device memory bandwidth, GB/s (the optimizer step); 0: DEFAULT_MEMORY_GBS
 
     def __post_init__(self) -> None:
         if not self.per_node or min(self.per_node) < 1:
@@ -247,6 +258,11 @@ class DeviceGroup:
     @property
     def node_size(self) -> int:
         return max(self.per_node)
+
+    @property
+    def bandwidth_gbs(self) -> float:
+        """Device memory bandwidth, GB/s: `memory_gbs`, else `DEFAULT_MEMORY_GBS`."""
+        return self.memory_gbs or DEFAULT_MEMORY_GBS
 
 
 def gemm_efficiency(half: float, elements: float) -> float:
