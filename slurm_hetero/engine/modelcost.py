@@ -243,18 +243,23 @@ def layer_activation_bytes(
     ) / tp
 
 
-def attention_core_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
-    """Forward FLOPs of the attention scores and their product with the values."""
-    return 4.0 * micro_batch * seq * seq * spec.q_dim * (2 if cross else 1)
+def attention_core_flops(
+    spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False, window: int = 0
+) -> float:
+    """Forward FLOPs of the attention scores and their product with the values; a local layer's
+    queries each attend to `window` keys (0: all `seq`)."""
+    span = min(seq, window) if window else seq
+    return 4.0 * micro_batch * seq * (span + (seq if cross else 0)) * spec.q_dim
 
 
-def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
-    """Forward FLOPs of one transformer layer for one micro-batch (no tensor parallelism)."""
+def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False, window: int = 0) -> float:
+    """Forward FLOPs of one transformer layer for one micro-batch (no tensor parallelism); `window`
+    as `attention_core_flops`."""
     expert = 3 if spec.gated_mlp else 2
     attn = attention_weights(spec)
     matmul = attn * (2 if cross else 1) + expert * spec.hidden * spec.mlp_width
     matmul += spec.hidden * spec.num_experts if spec.is_moe else 0
-    return 2.0 * seq * micro_batch * matmul + attention_core_flops(spec, seq, micro_batch, cross)
+    return 2.0 * seq * micro_batch * matmul + attention_core_flops(spec, seq, micro_batch, cross, window)
 
 
 # ------------------------------------------------------------------------------- the table
@@ -325,6 +330,11 @@ def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int, ModelSpec]]:
     ]
 
 
+def _decoder_indices(spec: ModelSpec) -> list[int]:
+    """Per row of `_layer_rows`, its decoder layer index (-1 for encoder layers: never local)."""
+    return [-1] * spec.encoder_layers + list(range(spec.layers))
+
+
 def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int, ModelSpec]]) -> list[float]:
     """Parameters of each row: the embedding (with learned positions), the layers, and the head
     (lm_head, or a copy of the tied table, plus the final norms and OPT's projections)."""
@@ -353,9 +363,17 @@ def layer_table(
 
     logits = 4.0 * tokens * spec.vocab / tp
     selective = s.recompute == Recompute.SELECTIVE
-    extra = [attention_core_flops(spec, seq, micro_batch, row[1]) / tp * selective for row in rows]
+    # local layers skip what they do not attend to only where attention is fused (FlashAttention's
+    # sliding window); eager attention computes the whole score matrix and masks it
+    windows = [
+        spec.attention_window(i) if s.attention == Attention.FLASH else 0 for i in _decoder_indices(spec)
+    ]
+    extra = [
+        attention_core_flops(row[3], seq, micro_batch, row[1], w) / tp * selective
+        for row, w in zip(rows, windows)
+    ]
     tied = spec.vocab * spec.embed_width / tp if spec.params.lm_head == 0 else 0.0
-    flops = [0.0, *(layer_flops(layer, seq, micro_batch, cross) / tp for _, cross, _, layer in rows)]
+    flops = [0.0, *(layer_flops(r[3], seq, micro_batch, r[1], w) / tp for r, w in zip(rows, windows))]
     return LayerTable(
         names=("embedding", *(row[0] for row in rows), "head"),
         flops=_array([*flops, 2.0 * tokens * spec.embed_width * spec.vocab / tp]),
