@@ -15,7 +15,8 @@ Per layer (`layer_table`: ``embedding``, the transformer layers, ``head``), per 
 - FLOPs, forward (backward is twice that): matmuls ``2 x tokens x weights`` (MoE: the active
   experts, plus the router), attention ``4 b s^2 q`` (scores and values, full, not causal-halved,
   as Korthikanti et al. count); the head ``2 x tokens x hidden x vocab``.
-- weights at `dtype`, gradients and optimizer states (16-bit mixed precision with Adam: 2 + 2 + 12
+- weights at `dtype`, gradients (twice without ZeRO: DDP's all-reduce buckets,
+  `gradient_copies`) and optimizer states (16-bit mixed precision with Adam: 2 + 2 + 12
   bytes per parameter, ZeRO paper; see `state_bytes_per_param`), sharded over data parallel ranks
   by the ZeRO stage (`zero_divisors`); ZeRO-3 adds a gather buffer of the largest module.
 - activations kept for backward (Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -189,6 +190,15 @@ def optimizer_step_bytes(dtype: str, optimizer: str) -> float:
     return 4.0 * OPTIMIZER_PASSES[Optimizer(optimizer)] + mixed
 
 
+def gradient_copies(zero_stage: int) -> int:
+    """Gradient-sized buffers a rank holds: without ZeRO the gradients and the flat buffer they
+    are all-reduced through (torch DDP's buckets, `gradient_as_bucket_view` off as by default;
+    `slurm_hetero.training` flattens them too); with ZeRO the gradients alone (DeepSpeed reduces
+    through fixed-size buckets, Megatron's distributed optimizer keeps the gradients as views
+    of its one buffer)."""
+    return 2 if zero_stage == 0 else 1
+
+
 def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
     """What (weights, gradients, optimizer states) are divided by on each of `dp` data-parallel
     ranks: ZeRO-1 shards the optimizer states (with the master weights), ZeRO-2 also the
@@ -307,8 +317,9 @@ class LayerTable:
 
     def state_bytes(self, dp: int = 1) -> FloatArray:
         """Weights, gradients and optimizer states per layer on one of `dp` data-parallel ranks."""
-        shards = zero_divisors(self.settings.zero_stage, dp)
-        return self.params * sum(b / n for b, n in zip(self.state_per_param, shards))
+        shards, (w, g, o) = zero_divisors(self.settings.zero_stage, dp), self.state_per_param
+        copies = gradient_copies(self.settings.zero_stage)
+        return self.params * sum(b / n for b, n in zip((w, g * copies, o), shards))
 
     @property
     def kept_bytes(self) -> FloatArray:

@@ -50,6 +50,7 @@ from slurm_hetero.engine.modelcost import (
     LayerTable,
     Recompute,
     activation_value_bytes,
+    gradient_copies,
     optimizer_step_bytes,
     zero_divisors,
 )
@@ -200,7 +201,7 @@ class LayerCosts:
         """Bytes of weights, gradients and optimizer state per weight byte on one of `dp`
         data-parallel replicas (`engine.modelcost.zero_divisors`)."""
         w, g, o = zero_divisors(self.zero_stage, dp)
-        return 1.0 / w + self.grad_factor / g + self.optimizer_factor / o
+        return 1.0 / w + self.grad_factor * gradient_copies(self.zero_stage) / g + self.optimizer_factor / o
 
     def model_state_bytes(self, dp: int) -> float:
         """Weights, gradients and optimizer state of the whole model over `dp` replicas, per replica."""

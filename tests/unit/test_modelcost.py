@@ -120,7 +120,7 @@ def test_zero_stage_shards_the_solver_state() -> None:
     zero = [layer_costs_for("llama-2-7b", 4096, CostSettings(zero_stage=z)) for z in range(4)]
     states = [c.model_state_bytes(8) for c in zero]
     assert states[0] > states[1] > states[2] > states[3]
-    assert states[0] == pytest.approx(16 * load_model("llama-2-7b").params.total)
+    assert states[0] == pytest.approx(18 * load_model("llama-2-7b").params.total)  # DDP's buckets too
     assert zero[3].gather_bytes > 0 == zero[2].gather_bytes
 
 
