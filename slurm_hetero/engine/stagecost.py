@@ -20,7 +20,9 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s`, `hierarchical_allre
   shapes plans use: tokens x hidden/tp); `DEFAULT_GEMM_HALF` (scaled by each device's ratio of
   peak FLOPS to memory bandwidth, the roofline's ridge point) stands in until it has.
 - **Tensor parallel** (inside a node only) costs 4 ring all-reduces of the hidden state per layer and
-  micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`.
+  micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`,
+  each step of the ring a fixed latency on top (`RING_STEP_S`): small micro-batches at high
+  degrees pay it most.
 - **Memory per device** of a stage: weights, gradients and optimizer state of its layers (split over
   `tp`, and over the stage's data-parallel replicas as the costs' ZeRO stage says), the ZeRO-3
   gather buffer, activations of `in_flight` micro-batches (1F1B: stage `k` of `p` holds `p - k`),
@@ -345,11 +347,18 @@ def exposed_allreduce_s(allreduce_s: FloatArray, grad_bytes: FloatArray, window_
     return out
 
 
+# Seconds each of a ring all-reduce's 2 (n - 1) steps costs beyond its bytes (the alpha of the
+# alpha-beta model): a kernel's hand-off to the next rank through device memory flags, a few
+# microseconds on NVLink or PCIe (NCCL's small-message all-reduce over 8 GPUs: about 30 us).
+RING_STEP_S = 2e-6
+
+
 def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
-    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s per rank."""
+    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s per rank: its
+    2 (n - 1) steps each move `nbytes / n` and pay `RING_STEP_S`."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
-    return 2.0 * (ranks - 1) / ranks * nbytes / (gbs * GB)
+    return 2.0 * (ranks - 1) * (nbytes / ranks / (gbs * GB) + RING_STEP_S)
 
 
 def hierarchical_allreduce_s(

@@ -588,15 +588,15 @@ def test_a_relayed_gradient_ring_copies_to_the_host_once() -> None:
     bounds = [0, spec.costs.layers]
     grads = float(model.grad_bytes(bounds)[0])
     ranks = sum(model.shape.replicas)
-    flat = 2 * (ranks - 1) / ranks * grads / (25 * GB) + 2 * grads / (25 * GB)
+    flat = ring_allreduce_s(grads, ranks, 25.0) + 2 * grads / (25 * GB)
     sizes, local = [], []
     for ((g, tp),), r in zip(model.shape.lines, model.shape.replicas):
         group = spec.groups[g]
         sizes.append(r)
         local.append(group.link_gbs if r * tp <= group.node_size else 25.0)
     shard = grads / min(sizes)
-    cross = 2 * 2 / 3 * shard / (25 * GB) + 2 * shard / (25 * GB)  # 3 owners, one per vendor
-    inside = max(2 * (n - 1) / n * grads / (gbs * GB) for n, gbs in zip(sizes, local))
+    cross = ring_allreduce_s(shard, 3, 25.0) + 2 * shard / (25 * GB)  # 3 owners, one per vendor
+    inside = max(ring_allreduce_s(grads, n, gbs) for n, gbs in zip(sizes, local))
     assert inside + cross < flat
     assert float(model.allreduce(bounds)[0]) == pytest.approx(inside + cross)
     assert layout.kind == LayoutKind.DATA
@@ -609,7 +609,7 @@ def test_a_gradient_ring_inside_one_vendor_stays_flat() -> None:
     bounds = [0, spec.costs.layers]
     grads, ranks = float(model.grad_bytes(bounds)[0]), sum(model.shape.replicas)
     assert {g.vendor for g in spec.groups} == {"nvidia"}
-    flat = 2 * (ranks - 1) / ranks * grads / (25 * GB)
+    flat = ring_allreduce_s(grads, ranks, 25.0)
     assert float(model.allreduce(bounds)[0]) == pytest.approx(flat)
 
 
@@ -678,3 +678,13 @@ def test_the_optimizer_step_costs_its_memory_traffic() -> None:
     assert StepModel([unknown], costs, shape, 8, 10.0).optimizer_s(0, [0, 1, 4])[1] == pytest.approx(
         6e9 * 18 / 2039e9
     )
+
+
+def test_a_ring_step_costs_a_latency_beyond_its_bytes() -> None:
+    """alpha-beta: 2 (n - 1) steps of nbytes / n each, and `RING_STEP_S` per step, so a small
+    tensor-parallel all-reduce (micro-batch 1) is never free however fast the link."""
+    from slurm_hetero.engine.stagecost import RING_STEP_S
+
+    assert ring_allreduce_s(8e6, 4, 100.0) == pytest.approx(6 * (2e6 / 100e9 + RING_STEP_S))
+    assert ring_allreduce_s(1.0, 8, 1e6) == pytest.approx(14 * RING_STEP_S, rel=1e-6)
+    assert ring_allreduce_s(8e6, 1, 100.0) == 0.0
