@@ -53,8 +53,9 @@ def stage_periods(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray) -> FloatArr
     """Seconds each stage is busy per micro-batch in the steady state: its forward and backward,
     and receiving its input and its output's gradient (a blocking receive: the transfer runs
     when the receiver asks for it, as NCCL's and gloo's matched send/receive do)."""
-    received = np.asarray(p2p, dtype=np.float64)
-    return np.asarray(fwd + bwd + received + np.concatenate(([0.0], received[:-1])), dtype=np.float64)
+    out: FloatArray = fwd + bwd + p2p
+    out[1:] += p2p[:-1]
+    return out
 
 
 def estimate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> float:
@@ -160,17 +161,13 @@ def split_samples(
         q, r = divmod(total, replicas[0])
         return tuple(q + (j < r) for j in range(replicas[0]))
 
-    fills, periods, copies = np.array(fill, np.float64), np.array(period, np.float64), np.array(replicas)
+    lines = [(float(f), float(q)) for f, q in zip(fill, period)]
 
-    def counts(x: float) -> npt.NDArray[np.int64]:  # elementwise the float operations of one line
-        steps = np.floor(np.maximum(x - fills, 0.0) / periods * (1 + 1e-12)).astype(np.int64) + 1
-        return np.where(x >= fills, b * steps, 0)
-
-    def count(x: float) -> list[int]:
-        return [int(n) for n in counts(x)]
+    def count(x: float) -> list[int]:  # samples per replica of each line done by time x
+        return [b * (int(max(x - f, 0.0) / q * (1 + 1e-12)) + 1) if x >= f else 0 for f, q in lines]
 
     def reach(x: float) -> int:
-        return int((copies * counts(x)).sum())
+        return sum(r * n for r, n in zip(replicas, count(x)))
 
     lo = 0.0
     hi = min(f + (math.ceil(total / (r * b)) - 1) * q for f, q, r in zip(fill, period, replicas))
