@@ -14,8 +14,9 @@ follows and searches them through `engine.partition`), in a fixed order:
   per type, types in memory order (either way).
 
 Each shape is tried at every micro-batch size of `LayoutSpec.micro_batch_sizes` up to the global
-batch (an uneven split may give one replica most of it), or at the one size given. The enumeration is bounded (`MAX_CANDIDATES`, below), and
-`shape_search` says when the bound left shapes out.
+batch (an uneven split may give one replica most of it), or at the one size given. The
+enumeration is bounded (`MAX_CANDIDATES`, below), and `shape_search` says when the bound left
+shapes out.
 """
 
 from __future__ import annotations
