@@ -11,6 +11,7 @@ import click
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
+from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION, Attention, CostSettings
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.launch.calibrate import (
     DEFAULT_OUT,
@@ -82,13 +83,22 @@ def _sailor_types(text: str) -> dict[str, str]:
     "--types", "types", required=True, help="SAILOR_GPU=TYPE[,...]: which of our types each GPU is."
 )
 @click.option(
+    "--attention",
+    type=click.Choice([a.value for a in Attention]),
+    default=DEFAULT_ATTENTION.value,
+    show_default=True,
+    help="The attention the plans use (local layers cost their window only with flash).",
+)
+@click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_OUT, show_default=True
 )
-def convert_profile(profiles: Path, sailor_model: str, model: str, seq: int, types: str, out: Path) -> None:
+def convert_profile(
+    profiles: Path, sailor_model: str, model: str, seq: int, types: str, attention: str, out: Path
+) -> None:
     """Convert SAILOR's per-GPU profiles (its profiles_tmp.json) into measured shapes that
     `plan --measured` reads: per type, tensor-parallel degree and micro-batch size, the seconds of
     one decoder layer (docs/plan.md, "Measured speeds")."""
-    costs = layer_costs_for(model, seq)
+    costs = layer_costs_for(model, seq, CostSettings(attention=attention))
     layer = float(costs.flops.mean()) / 1e9
     info = (model, seq, int(costs.elements_per_sample) // seq, layer)
     data = json.loads(read_text(profiles, MAX_PROFILE_BYTES, "SAILOR profile file", ConfigError))

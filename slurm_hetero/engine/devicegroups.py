@@ -239,4 +239,15 @@ def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int, half: flo
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
     memory = spec.memory_gib * 2**30 * MEMORY_USABLE
     price = spec.price_per_hour_usd or 0.0
-    return DeviceGroup(spec.type, nodes, tflops, memory, link, half, price_per_hour=price, vendor=spec.vendor)
+    bandwidth = spec.memory_bandwidth_gbs or 0.0
+    return DeviceGroup(
+        spec.type,
+        nodes,
+        tflops,
+        memory,
+        link,
+        half,
+        price_per_hour=price,
+        vendor=spec.vendor,
+        memory_gbs=bandwidth,
+    )

@@ -63,6 +63,7 @@ from slurm_hetero.engine.modelcost import (
     ACT_BYTES,
     check_choice,
     check_positive,
+    gradient_copies,
     zero_divisors,
 )
 from slurm_hetero.engine.modelcost import BYTES_PER_VALUE as BYTES_PER_VALUE
@@ -225,6 +226,7 @@ def training_memory(
     table = layer_table(spec, seq, settings, micro_batch, tp)
     params, shards = _stage_params(table, pp), zero_divisors(zero_stage, dp)
     w, g, o = (params * b / n for b, n in zip(table.state_per_param, shards))
+    g *= gradient_copies(zero_stage)
     return Breakdown(
         mode="train",
         weights=w,

@@ -15,7 +15,8 @@ Per layer (`layer_table`: ``embedding``, the transformer layers, ``head``), per 
 - FLOPs, forward (backward is twice that): matmuls ``2 x tokens x weights`` (MoE: the active
   experts, plus the router), attention ``4 b s^2 q`` (scores and values, full, not causal-halved,
   as Korthikanti et al. count); the head ``2 x tokens x hidden x vocab``.
-- weights at `dtype`, gradients and optimizer states (16-bit mixed precision with Adam: 2 + 2 + 12
+- weights at `dtype`, gradients (twice without ZeRO: DDP's all-reduce buckets,
+  `gradient_copies`) and optimizer states (16-bit mixed precision with Adam: 2 + 2 + 12
   bytes per parameter, ZeRO paper; see `state_bytes_per_param`), sharded over data parallel ranks
   by the ZeRO stage (`zero_divisors`); ZeRO-3 adds a gather buffer of the largest module.
 - activations kept for backward (Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -30,6 +31,9 @@ Per layer (`layer_table`: ``embedding``, the transformer layers, ``head``), per 
   tensor and sequence parallelism everything is split over `tp` (without sequence parallelism the
   replicated ``10 sbh`` is not). The head keeps fp32 logits, ``4 sbV``.
 - pipeline boundary: the hidden state one stage sends the next, ``2 sbh``.
+- the byte counts above are for 16-bit activations (mixed precision); fp32 training keeps and
+  sends 4-byte values (`activation_value_bytes`): every value term doubles, the one-byte dropout
+  masks and the fp32 softmax statistics and logits do not.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ GIB = 2**30
 DEFAULT_OVERHEAD = 1 * GIB
 BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 TRAIN_DTYPES = ("bf16", "fp16", "fp32")
-ACT_BYTES = 2  # 16-bit activations
+ACT_BYTES = 2  # 16-bit activations (mixed precision and inference)
 AUTO = "auto"  # recompute mode of the layout solver only: whole layers, where memory is short
 
 FloatArray = npt.NDArray[np.float64]
@@ -164,6 +168,37 @@ def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[floa
     return weight, weight, master + per_optimizer[Optimizer(optimizer)]
 
 
+def activation_value_bytes(dtype: str) -> float:
+    """Bytes of one activation value when training in `dtype`: mixed precision computes in 16
+    bits, fp32 training in 32 (what the stage boundary sends and the layers keep)."""
+    return BYTES_PER_VALUE[dtype]
+
+
+# Bytes the optimizer step reads and writes per parameter, fp32 states: torch's default
+# (multi-tensor, `foreach`) Adam makes 18 passes over 4-byte tensors (lerp of the first moment 3,
+# scaling and addcmul of the second 5, its square root, bias correction and epsilon into a
+# temporary 6, addcdiv into the weights 4), SGD with momentum 8; mixed precision also reads the
+# 16-bit gradient into fp32 and writes the 16-bit weight copy (2 + 4 + 4 + 2).
+OPTIMIZER_PASSES = {Optimizer.ADAM: 18, Optimizer.SGD: 8, Optimizer.ADAFACTOR: 18}
+MIXED_PRECISION_STEP_BYTES = 12.0
+
+
+def optimizer_step_bytes(dtype: str, optimizer: str) -> float:
+    """Memory traffic of one optimizer step per parameter (`OPTIMIZER_PASSES`): the step is
+    bandwidth-bound, so its time is this over the device's memory bandwidth."""
+    mixed = MIXED_PRECISION_STEP_BYTES if BYTES_PER_VALUE[dtype] < 4 else 0.0
+    return 4.0 * OPTIMIZER_PASSES[Optimizer(optimizer)] + mixed
+
+
+def gradient_copies(zero_stage: int) -> int:
+    """Gradient-sized buffers a rank holds: without ZeRO the gradients and the flat buffer they
+    are all-reduced through (torch DDP's buckets, `gradient_as_bucket_view` off as by default;
+    `slurm_hetero.training` flattens them too); with ZeRO the gradients alone (DeepSpeed reduces
+    through fixed-size buckets, Megatron's distributed optimizer keeps the gradients as views
+    of its one buffer)."""
+    return 2 if zero_stage == 0 else 1
+
+
 def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
     """What (weights, gradients, optimizer states) are divided by on each of `dp` data-parallel
     ranks: ZeRO-1 shards the optimizer states (with the master weights), ZeRO-2 also the
@@ -177,10 +212,12 @@ def gather_buffer_bytes(spec: ModelSpec, dtype: str, zero_stage: int, tp: int = 
     return 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
 
 
-def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str) -> float:
+def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str, wide: float) -> float:
+    """Eager: the softmax output and the dropout output (16-bit values, times `wide`) and the
+    dropout mask (a byte); flash: an fp32 log-sum-exp per head and token."""
     if attention == Attention.EAGER:
-        return 5.0 * spec.heads * seq * seq * micro_batch
-    return 4.0 * spec.heads * seq * micro_batch  # fp32 log-sum-exp per head and token
+        return (4.0 * wide + 1.0) * spec.heads * seq * seq * micro_batch
+    return 4.0 * spec.heads * seq * micro_batch
 
 
 def layer_activation_bytes(
@@ -192,37 +229,47 @@ def layer_activation_bytes(
     sequence_parallel: bool = True,
     cross_attention: bool = False,
     attention: str = DEFAULT_ATTENTION,
+    value_bytes: float = ACT_BYTES,
 ) -> float:
     """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank (the
-    module doc; ``attention="eager"`` is Korthikanti et al.'s formula)."""
+    module doc; ``attention="eager"`` is Korthikanti et al.'s formula). Values are
+    `value_bytes` wide (`activation_value_bytes`), dropout masks one byte."""
     check_choice("recompute", recompute, [r.value for r in Recompute])
     check_choice("attention", attention, [a.value for a in Attention])
-    sbh = float(seq * micro_batch * spec.hidden)
+    sbh, wide = float(seq * micro_batch * spec.hidden), value_bytes / ACT_BYTES
     unsplit = tp if sequence_parallel else 1
     if recompute == Recompute.FULL:
-        return 2 * sbh / unsplit
+        return 2 * sbh * wide / unsplit
     attentions = 2 if cross_attention else 1  # a decoder layer of T5 also attends to the encoder
-    replicated = (10 + 5 * (attentions - 1)) * sbh  # norm inputs, matmul inputs, dropout masks
+    masks = (1 + attentions) * sbh  # the dropout masks after attention(s) and MLP, a byte each
+    replicated = (10 + 5 * (attentions - 1)) * sbh - masks  # norm and matmul inputs
     sb = float(seq * micro_batch)
     projections = 2 * sb * (2 * spec.q_dim + 2 * spec.kv_dim)  # Q, K, V, attention output
     mlp = sb * spec.mlp_width * (6 if spec.gated_mlp else 4)
     keep_core = recompute != Recompute.SELECTIVE
-    core = _attention_core_bytes(spec, seq, micro_batch, attention) if keep_core else 0.0
-    return replicated / unsplit + (attentions * (projections + core) + mlp) / tp
+    core = _attention_core_bytes(spec, seq, micro_batch, attention, wide) if keep_core else 0.0
+    return (replicated * wide + masks) / unsplit + (
+        attentions * (projections * wide + core) + mlp * wide
+    ) / tp
 
 
-def attention_core_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
-    """Forward FLOPs of the attention scores and their product with the values."""
-    return 4.0 * micro_batch * seq * seq * spec.q_dim * (2 if cross else 1)
+def attention_core_flops(
+    spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False, window: int = 0
+) -> float:
+    """Forward FLOPs of the attention scores and their product with the values; a local layer's
+    queries each attend to `window` keys (0: all `seq`)."""
+    span = min(seq, window) if window else seq
+    return 4.0 * micro_batch * seq * (span + (seq if cross else 0)) * spec.q_dim
 
 
-def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False) -> float:
-    """Forward FLOPs of one transformer layer for one micro-batch (no tensor parallelism)."""
+def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False, window: int = 0) -> float:
+    """Forward FLOPs of one transformer layer for one micro-batch (no tensor parallelism); `window`
+    as `attention_core_flops`."""
     expert = 3 if spec.gated_mlp else 2
     attn = attention_weights(spec)
     matmul = attn * (2 if cross else 1) + expert * spec.hidden * spec.mlp_width
     matmul += spec.hidden * spec.num_experts if spec.is_moe else 0
-    return 2.0 * seq * micro_batch * matmul + attention_core_flops(spec, seq, micro_batch, cross)
+    return 2.0 * seq * micro_batch * matmul + attention_core_flops(spec, seq, micro_batch, cross, window)
 
 
 # ------------------------------------------------------------------------------- the table
@@ -270,8 +317,9 @@ class LayerTable:
 
     def state_bytes(self, dp: int = 1) -> FloatArray:
         """Weights, gradients and optimizer states per layer on one of `dp` data-parallel ranks."""
-        shards = zero_divisors(self.settings.zero_stage, dp)
-        return self.params * sum(b / n for b, n in zip(self.state_per_param, shards))
+        shards, (w, g, o) = zero_divisors(self.settings.zero_stage, dp), self.state_per_param
+        copies = gradient_copies(self.settings.zero_stage)
+        return self.params * sum(b / n for b, n in zip((w, g * copies, o), shards))
 
     @property
     def kept_bytes(self) -> FloatArray:
@@ -291,6 +339,11 @@ def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int, ModelSpec]]:
         (f"{kind}.{i}", spec.encoder_layers > 0, count, spec.decoder_layer_spec(i))
         for i, count in enumerate(counts)
     ]
+
+
+def _decoder_indices(spec: ModelSpec) -> list[int]:
+    """Per row of `_layer_rows`, its decoder layer index (-1 for encoder layers: never local)."""
+    return [-1] * spec.encoder_layers + list(range(spec.layers))
 
 
 def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int, ModelSpec]]) -> list[float]:
@@ -313,15 +366,25 @@ def layer_table(
     rows, tokens = _layer_rows(spec), float(seq * micro_batch)
     mode = Recompute.NONE if s.recompute in (AUTO, Recompute.FULL) else s.recompute
 
+    value = activation_value_bytes(s.dtype)
+
     def acts(cross: bool, layer: ModelSpec, recompute: str = mode) -> float:
         sp, att = s.sequence_parallel, s.attention
-        return layer_activation_bytes(layer, seq, micro_batch, tp, recompute, sp, cross, att)
+        return layer_activation_bytes(layer, seq, micro_batch, tp, recompute, sp, cross, att, value)
 
     logits = 4.0 * tokens * spec.vocab / tp
     selective = s.recompute == Recompute.SELECTIVE
-    extra = [attention_core_flops(spec, seq, micro_batch, row[1]) / tp * selective for row in rows]
+    # local layers skip what they do not attend to only where attention is fused (FlashAttention's
+    # sliding window); eager attention computes the whole score matrix and masks it
+    windows = [
+        spec.attention_window(i) if s.attention == Attention.FLASH else 0 for i in _decoder_indices(spec)
+    ]
+    extra = [
+        attention_core_flops(row[3], seq, micro_batch, row[1], w) / tp * selective
+        for row, w in zip(rows, windows)
+    ]
     tied = spec.vocab * spec.embed_width / tp if spec.params.lm_head == 0 else 0.0
-    flops = [0.0, *(layer_flops(layer, seq, micro_batch, cross) / tp for _, cross, _, layer in rows)]
+    flops = [0.0, *(layer_flops(r[3], seq, micro_batch, r[1], w) / tp for r, w in zip(rows, windows))]
     return LayerTable(
         names=("embedding", *(row[0] for row in rows), "head"),
         flops=_array([*flops, 2.0 * tokens * spec.embed_width * spec.vocab / tp]),
@@ -331,7 +394,7 @@ def layer_table(
             [0.0, *(acts(cross, layer, Recompute.FULL) for _, cross, _, layer in rows), logits]
         ),
         recompute_flops=_array([0.0, *extra, 0.0]),
-        boundary_bytes=ACT_BYTES * tokens * spec.hidden,
+        boundary_bytes=value * tokens * spec.hidden,
         gather_bytes=gather_buffer_bytes(spec, s.dtype, s.zero_stage, tp),
         tied_params=tied,
         state_per_param=state_bytes_per_param(s.dtype, s.optimizer, spec.hidden),

@@ -12,7 +12,8 @@ opt         Learned positions with 2 extra rows; q/k/v/out and fc1/fc2 with bias
             `_remove_final_layer_norm`); a token table of `word_embed_proj_dim` with
             project_in/project_out matrices when that differs from hidden (OPT-350m); tied head.
 gpt_neo     GPT-2's layout with unbiased q, k, v (out_proj biased); learned positions; tied head.
-            Local-attention layers (`window_size`) are costed as full causal attention.
+            Its local-attention layers (`attention_layers`, else `attention_types` expanded)
+            attend to `window_size` tokens (`ModelSpec.window`).
 gptj        Rotary; unbiased q/k/v/out, biased fc_in/fc_out; one LayerNorm per layer (attention
             and MLP in parallel); an untied lm_head with a bias.
 falcon      Fused qkv (multi-query: one kv head; `new_decoder_architecture`: `num_kv_heads`),
@@ -85,7 +86,26 @@ def _gpt_neo(config: Mapping[str, Any], name: str) -> ModelSpec:
         vocab=_int(config, "vocab_size", name), max_positions=positions,
         tie_embeddings=_flag(config, name, "tie_word_embeddings", True), gated_mlp=False,
         qkv_bias=False, o_bias=True, mlp_bias=True, norm_bias=True, learned_positions=positions,
+        window=_int(config, "window_size", name, 256), local_layers=_neo_local_layers(config, name),
     )  # fmt: skip
+
+
+def _neo_local_layers(config: Mapping[str, Any], name: str) -> tuple[int, ...]:
+    """GPT-Neo's local layers: `attention_layers`, else `attention_types` ([[kinds], repeat] pairs)."""
+    kinds = config.get("attention_layers")
+    if kinds is None:
+        try:
+            kinds = [
+                k
+                for pattern, repeat in config.get("attention_types", [])
+                for _ in range(repeat)
+                for k in pattern
+            ]
+        except (TypeError, ValueError):
+            raise ConfigError("must list [[kinds], repeat] pairs", name, "attention_types") from None
+    if not isinstance(kinds, list) or any(k not in ("global", "local") for k in kinds):
+        raise ConfigError("must list 'global' or 'local' per layer", name, "attention_layers")
+    return tuple(i for i, kind in enumerate(kinds) if kind == "local")
 
 
 def _gptj(config: Mapping[str, Any], name: str) -> ModelSpec:
@@ -135,7 +155,7 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
 def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
     model_type = str(config["model_type"])
     tied = {**config, "tie_word_embeddings": _flag(config, name, "tie_word_embeddings", True)}
-    spec = _llama_spec(tied, name, model_type)
+    spec = _llama_spec(tied, name, model_type)  # Gemma 2's sliding window too (`sliding_window`)
     return spec if model_type == "gemma" else _with(spec, norms_per_layer=4)
 
 

@@ -115,6 +115,8 @@ class ModelSpec:
     q_lora_rank: int = 0
     qk_rope_dim: int = 0
     v_head_dim: int = 0
+    window: int = 0  # tokens a local (sliding-window) attention layer attends to; 0: none
+    local_layers: tuple[int, ...] = ()  # decoder layers with local attention (of `window`)
 
     @property
     def is_moe(self) -> bool:
@@ -152,6 +154,10 @@ class ModelSpec:
             self, num_experts=1, experts_per_token=1, intermediate=self.dense_intermediate,
             shared_intermediate=0, shared_gate=False, router_bias=False, dense_layers=0,
         )  # fmt: skip
+
+    def attention_window(self, index: int) -> int:
+        """Tokens decoder layer `index` attends to when its attention is local; 0 when global."""
+        return self.window if index in self.local_layers else 0
 
     def decoder_layer_spec(self, index: int) -> ModelSpec:
         """The spec that describes decoder layer `index` (dense layers first)."""
@@ -231,7 +237,22 @@ def _llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelS
         qkv_bias=bias or model_type == "qwen2",
         o_bias=bias,
         mlp_bias=_flag(config, name, "mlp_bias", False),
+        **sliding_window(config, name, model_type),
     )
+
+
+def sliding_window(config: Mapping[str, Any], name: str, model_type: str) -> dict[str, Any]:
+    """`window` and `local_layers` of a Llama-style config, as Transformers applies
+    `sliding_window`: every layer (Mistral, Mixtral, Phi-3), Qwen2's layers from
+    `max_window_layers` on when `use_sliding_window`, Gemma 2's even layers; none when unset."""
+    if config.get("sliding_window") is None or (
+        model_type == "qwen2" and not config.get("use_sliding_window")
+    ):
+        return {}
+    window, layers = _int(config, "sliding_window", name), _int(config, "num_hidden_layers", name)
+    first = _int(config, "max_window_layers", name, 0) if model_type == "qwen2" else 0
+    step = 2 if model_type == "gemma2" else 1
+    return {"window": window, "local_layers": tuple(range(first, layers, step))}
 
 
 def _gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:

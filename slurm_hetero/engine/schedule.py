@@ -5,7 +5,8 @@ Pure numpy, deterministic, no I/O. What one stage costs (compute, tensor paralle
 simulation and its closed form, the sample split and `StepModel`, and these rules:
 
 - **Pipeline.** One step is a 1F1B schedule (warm-up forwards, one-forward-one-backward, drain)
-  that `simulate_1f1b` plays out with per-stage times and the transfer delay between stages
+  that `simulate_1f1b` plays out with per-stage times and the transfers between stages, each
+  on its receiver's time (a blocking receive, `stage_periods`)
   (schedules over 200,000 operations are extrapolated from two shorter ones: the steady state adds
   the same time per micro-batch). `estimate_1f1b` is its closed form (every stage once plus `m - 1`
   bottleneck periods), which the search uses except for steps of few micro-batches (`is_short`),
@@ -19,6 +20,8 @@ simulation and its closed form, the sample split and `StepModel`, and these rule
   (reduce-scatter inside each vendor over its own ring, the cross-vendor ring on one shard,
   all-gather: what `slurm_hetero.training` does), overlapped with the
   stage's last backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
+- **Optimizer step** of each stage follows its all-reduce: bandwidth-bound, its parameters'
+  memory traffic (`modelcost.optimizer_step_bytes`) over the device's memory bandwidth.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.compat import StrEnum
+from slurm_hetero.engine.modelcost import zero_divisors
 from slurm_hetero.engine.stagecost import GB as GB
 from slurm_hetero.engine.stagecost import TFLOPS as TFLOPS
 from slurm_hetero.engine.stagecost import DeviceGroup as DeviceGroup
@@ -45,12 +49,22 @@ from slurm_hetero.engine.stagecost import exposed_allreduce_s, hierarchical_allr
 from slurm_hetero.engine.stagecost import ring_allreduce_s as ring_allreduce_s
 
 
+def stage_periods(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray) -> FloatArray:
+    """Seconds each stage is busy per micro-batch in the steady state: its forward and backward,
+    and receiving its input and its output's gradient (a blocking receive: the transfer runs
+    when the receiver asks for it, as NCCL's and gloo's matched send/receive do)."""
+    out: FloatArray = fwd + bwd + p2p
+    out[1:] += p2p[:-1]
+    return out
+
+
 def estimate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> float:
-    """Closed-form 1F1B step: every stage once (fill and drain) plus `m - 1` bottleneck periods."""
+    """Closed-form 1F1B step: every stage once (fill and drain, each transfer once each way) plus
+    `m - 1` bottleneck periods (`stage_periods`)."""
     if micro_batches <= 0:
         return 0.0
     per = fwd + bwd
-    return float(per.sum() + 2 * p2p.sum() + (micro_batches - 1) * per.max())
+    return float(per.sum() + 2 * p2p.sum() + (micro_batches - 1) * stage_periods(fwd, bwd, p2p).max())
 
 
 @dataclass(frozen=True)
@@ -79,7 +93,9 @@ def _op_order(stages: int, index: int, micro_batches: int) -> list[tuple[bool, i
 
 def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> Schedule:
     """Play out a 1F1B schedule: `fwd[k]`, `bwd[k]` per micro-batch on stage `k`, `p2p[k]` the
-    transfer delay between stages `k` and `k + 1` (either way)."""
+    transfer between stages `k` and `k + 1` (either way). A stage receives when its operation
+    is next and its neighbour has finished (blocking receive, `stage_periods`): the transfer is
+    part of the operation."""
     p, m = len(fwd), micro_batches
     orders = [_op_order(p, k, m) for k in range(p)]
     times = (np.asarray(fwd, dtype=np.float64).tolist(), np.asarray(bwd, dtype=np.float64).tolist())
@@ -95,11 +111,12 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
         for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
             while ptr[k] < len(orders[k]):
                 back, i = orders[k][ptr[k]]
-                ready = _ready(done, back, k, i, p, delay)
+                ready = _ready(done, back, k, i, p)
                 if ready is None:
                     break
                 start = max(free[k], ready)
-                free[k] = start + times[back][k]
+                receive = (delay[k] if k < p - 1 else 0.0) if back else (delay[k - 1] if k else 0.0)
+                free[k] = start + receive + times[back][k]
                 done[back][k][i] = free[k]
                 ops.append((k, i, back, start, free[k]))
                 ptr[k] += 1
@@ -114,17 +131,11 @@ def _ready(
     k: int,
     i: int,
     p: int,
-    p2p: list[float],
 ) -> float | None:
+    """When the neighbour has produced what operation (`back`, `i`) of stage `k` receives."""
     if not back:
-        if not k:
-            return 0.0
-        prev = done[False][k - 1][i]
-        return None if prev is None else prev + p2p[k - 1]
-    if k == p - 1:
-        return done[False][k][i]
-    nxt = done[True][k + 1][i]
-    return None if nxt is None else nxt + p2p[k]
+        return 0.0 if not k else done[False][k - 1][i]
+    return done[False][k][i] if k == p - 1 else done[True][k + 1][i]
 
 
 def _schedule(ops: list[tuple[int, int, bool, float, float]], free: list[float]) -> Schedule:
@@ -150,17 +161,13 @@ def split_samples(
         q, r = divmod(total, replicas[0])
         return tuple(q + (j < r) for j in range(replicas[0]))
 
-    fills, periods, copies = np.array(fill, np.float64), np.array(period, np.float64), np.array(replicas)
+    lines = [(float(f), float(q)) for f, q in zip(fill, period)]
 
-    def counts(x: float) -> npt.NDArray[np.int64]:  # elementwise the float operations of one line
-        steps = np.floor(np.maximum(x - fills, 0.0) / periods * (1 + 1e-12)).astype(np.int64) + 1
-        return np.where(x >= fills, b * steps, 0)
-
-    def count(x: float) -> list[int]:
-        return [int(n) for n in counts(x)]
+    def count(x: float) -> list[int]:  # samples per replica of each line done by time x
+        return [b * (int(max(x - f, 0.0) / q * (1 + 1e-12)) + 1) if x >= f else 0 for f, q in lines]
 
     def reach(x: float) -> int:
-        return int((copies * counts(x)).sum())
+        return sum(r * n for r, n in zip(replicas, count(x)))
 
     lo = 0.0
     hi = min(f + (math.ceil(total / (r * b)) - 1) * q for f, q, r in zip(fill, period, replicas))
@@ -198,7 +205,7 @@ class Shape:
     replicas: tuple[int, ...]
     micro_batch: int
     stage_dp: tuple[int, ...] = ()  # `staged`: data-parallel degree of each stage (the micro-batch is
-    # split over its devices: each takes micro_batch / stage_dp[k] samples); else all 1
+    # split over its ranks: the busiest takes ceil(micro_batch / stage_dp[k]) samples); else all 1
 
     @property
     def stages(self) -> int:
@@ -228,6 +235,26 @@ def network_between(
     return min(nics)
 
 
+def sender_nodes(groups: Sequence[DeviceGroup], shape: Shape, line: int) -> list[npt.NDArray[np.int64]]:
+    """Per stage of `line`, the node (index among its group's nodes) of each replica's
+    data-parallel ranks' tensor-parallel rank 0, the one that sends and receives the boundary:
+    an array (replicas x stage degree). Ranks follow `engine.layout.assign_ranks`: a group's
+    lines in order, replica by replica, a line's stages of the group in order, each
+    `dp x tp` ranks (dp-major)."""
+    stages, out = shape.lines[line], []
+    ends: dict[int, npt.NDArray[np.int64]] = {}
+    for k, (g, t) in enumerate(stages):
+        if g not in ends:
+            ends[g] = np.cumsum(groups[g].per_node)
+        before = sum(r * shape.block(i, g) for i, r in enumerate(shape.replicas[:line]))
+        within = sum(tk * shape.dp(j) for j, (gj, tk) in enumerate(stages[:k]) if gj == g)
+        block = sum(tk * shape.dp(j) for j, (gj, tk) in enumerate(stages) if gj == g)
+        first = before + within + block * np.arange(shape.replicas[line])[:, None]
+        ranks = first + t * np.arange(shape.dp(k))[None, :]
+        out.append(np.searchsorted(ends[g], ranks, side="right"))
+    return out
+
+
 def line_p2p(
     groups: Sequence[DeviceGroup],
     costs: LayerCosts,
@@ -236,19 +263,21 @@ def line_p2p(
     network_gbs: float,
     pair_gbs: PairGbs | None = None,
 ) -> FloatArray:
-    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next: over
-    the device link when both stages are in one group whose replica fits a node, else the network
-    between the two groups (`network_between`); each of the `tp` ranks sends its share."""
+    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next, as
+    the runtime sends it (`slurm_hetero.training`): tensor-parallel rank 0 of each replica sends
+    its whole share, ``ceil(M / dp)`` samples of a staged stage of degree `dp` (the boundary's
+    side of fewer ranks is the busiest); over the device link when every replica's senders and
+    receivers share a node (`sender_nodes`), else over the network between the two groups
+    (`network_between`)."""
     stages, out = shape.lines[line], np.zeros(shape.stages)
-    blocks: dict[int, int] = {}
-    for k, (g, t) in enumerate(stages):
-        blocks[g] = blocks.get(g, 0) + t * shape.dp(k)
+    nodes = sender_nodes(groups, shape, line)
     for k in range(len(stages) - 1):
-        (g1, t1), (g2, t2) = stages[k], stages[k + 1]
-        inside = g1 == g2 and blocks[g1] <= groups[g1].node_size
+        g1, g2 = stages[k][0], stages[k + 1][0]
+        both = np.concatenate((nodes[k], nodes[k + 1]), axis=1)
+        inside = g1 == g2 and bool((both == both[:, :1]).all())
         gbs = groups[g1].link_gbs if inside else network_between(groups, pair_gbs or {}, network_gbs, g1, g2)
-        senders = min(t1 * shape.dp(k), t2 * shape.dp(k + 1))
-        out[k] = shape.micro_batch * costs.boundary_bytes / (senders * gbs * GB)
+        samples = math.ceil(shape.micro_batch / min(shape.dp(k), shape.dp(k + 1)))
+        out[k] = samples * costs.boundary_bytes / (gbs * GB)
     return out
 
 
@@ -309,7 +338,7 @@ class StepModel:
                         t,
                         dp * shape.dp(k),
                         min(p - k, cap),
-                        b / shape.dp(k),
+                        math.ceil(b / shape.dp(k)),
                         k == 0,
                         k == p - 1,
                     ),
@@ -332,6 +361,22 @@ class StepModel:
         rings = {column: (self._allreduce_gbs(k), self._hierarchy(k)) for column, k in first.items()}
         self._ar_gbs = [rings[column][0] for column in columns]
         self._ar_groups = [rings[column][1] for column in columns]
+        # seconds of the optimizer step per weight byte of each stage of each line (`optimizer_s`)
+        self._step_s = [
+            np.array(
+                [
+                    costs.step_factor
+                    / (
+                        t
+                        * zero_divisors(costs.zero_stage, dp * shape.dp(k))[2]
+                        * self.groups[g].bandwidth_gbs
+                        * GB
+                    )
+                    for k, (g, t) in enumerate(line)
+                ]
+            )
+            for line in shape.lines
+        ]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
         self._grad_cache: dict[tuple[int, int, int], tuple[float, float]] = {}
         # `simulate`'s memo: the layer split it last priced, its lines and exposed all-reduces, and
@@ -445,7 +490,7 @@ class StepModel:
         if len(self.shape.replicas) == 1:  # identical replicas: the speeds do not matter
             return split_samples(self.batch, self.shape.replicas, (), (), self.shape.micro_batch)
         fill = [float((s.fwd + s.bwd).sum() + 2 * s.p2p.sum()) for s in stats]
-        period = [float((s.fwd + s.bwd).max()) for s in stats]
+        period = [float(stage_periods(s.fwd, s.bwd, s.p2p).max()) for s in stats]
         return split_samples(self.batch, self.shape.replicas, fill, period, self.shape.micro_batch)
 
     @property
@@ -542,7 +587,23 @@ class StepModel:
         """Per line, the part of each stage's all-reduce its last backward does not hide
         (`stagecost.exposed_allreduce_s`: the last bucket, and contention)."""
         allreduce, grads = self.allreduce(bounds), self.grad_bytes(bounds)
-        return [exposed_allreduce_s(allreduce, grads, s.bwd) for s in stats]
+        return [
+            exposed_allreduce_s(allreduce, grads, s.bwd) + self.optimizer_s(i, bounds)
+            for i, s in enumerate(stats)
+        ]
+
+    def optimizer_s(self, line: int, bounds: Sequence[int]) -> FloatArray:
+        """Seconds of each stage's optimizer step on a device of `line`, after its all-reduce:
+        the memory traffic of its parameters (per tensor-parallel rank, and per data-parallel
+        rank where ZeRO shards the optimizer states) over the device's memory bandwidth
+        (`LayerCosts.step_factor`)."""
+        c, pre = self.costs, self.costs.prefix["params"]
+        edges = np.asarray(bounds)
+        weights = pre[edges[1:]] - pre[edges[:-1]]
+        weights[0] += c.first_param_bytes
+        weights[-1] += c.last_param_bytes
+        out: FloatArray = weights * self._step_s[line]
+        return out
 
     def _step(self, stats: Sequence[LineStats], ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
         """Latest end of a stage's all-reduce, which overlaps its last backward (bucketed, as DDP

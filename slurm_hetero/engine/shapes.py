@@ -13,9 +13,10 @@ follows and searches them through `engine.partition`), in a fixed order:
   devices. Bounded to allocations of `STAGED_MAX_WORLD` devices and `STAGED_MAX_STAGES` stages
   per type, types in memory order (either way).
 
-Each shape is tried at every micro-batch size of `LayoutSpec.micro_batch_sizes` that an average
-replica can fill (or the one size given). The enumeration is bounded (`MAX_CANDIDATES`, below), and
-`shape_search` says when the bound left shapes out.
+Each shape is tried at every micro-batch size of `LayoutSpec.micro_batch_sizes` up to the global
+batch (an uneven split may give one replica most of it), or at the one size given. The
+enumeration is bounded (`MAX_CANDIDATES`, below), and `shape_search` says when the bound left
+shapes out.
 """
 
 from __future__ import annotations
@@ -105,13 +106,13 @@ def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
 
 def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
     """Micro-batch sizes to try for a shape of `replicas` replicas: the one `micro_batches` implies,
-    else the searched sizes an average replica can fill (at least one), else the one given."""
+    else the searched sizes up to the global batch (at least one), else the one given."""
     if spec.micro_batches is not None:
         return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
     if not spec.micro_batch_sizes:
         return [spec.micro_batch_size]
-    most = math.ceil(spec.global_batch / replicas)
-    return [b for b in spec.micro_batch_sizes if b <= most] or [min(spec.micro_batch_sizes)]
+    # an uneven split gives a fast replica more than the average: any size a replica could fill
+    return [b for b in spec.micro_batch_sizes if b <= spec.global_batch] or [min(spec.micro_batch_sizes)]
 
 
 def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:

@@ -20,7 +20,9 @@ module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s`, `hierarchical_allre
   shapes plans use: tokens x hidden/tp); `DEFAULT_GEMM_HALF` (scaled by each device's ratio of
   peak FLOPS to memory bandwidth, the roofline's ridge point) stands in until it has.
 - **Tensor parallel** (inside a node only) costs 4 ring all-reduces of the hidden state per layer and
-  micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`.
+  micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`,
+  each step of the ring a fixed latency on top (`RING_STEP_S`): small micro-batches at high
+  degrees pay it most.
 - **Memory per device** of a stage: weights, gradients and optimizer state of its layers (split over
   `tp`, and over the stage's data-parallel replicas as the costs' ZeRO stage says), the ZeRO-3
   gather buffer, activations of `in_flight` micro-batches (1F1B: stage `k` of `p` holds `p - k`),
@@ -45,7 +47,15 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.compat import StrEnum
-from slurm_hetero.engine.modelcost import AUTO, LayerTable, Recompute, zero_divisors
+from slurm_hetero.engine.modelcost import (
+    AUTO,
+    LayerTable,
+    Recompute,
+    activation_value_bytes,
+    gradient_copies,
+    optimizer_step_bytes,
+    zero_divisors,
+)
 
 FloatArray = npt.NDArray[np.float64]
 GB = 1e9
@@ -57,6 +67,7 @@ REFERENCE_ELEMENTS = 4096.0 * 4096.0  # b x s x h/tp of the shape sustained TFLO
 # ridge point (peak FLOPS over memory bandwidth) relative to the A100's 312 TFLOPS / 2,039 GB/s.
 DEFAULT_GEMM_HALF = 2.0 * 2**20
 A100_RIDGE = 312e12 / 2039e9
+DEFAULT_MEMORY_GBS = 2039.0  # an A100's, where the catalog has no figure (as DEFAULT_GEMM_HALF)
 
 
 def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
@@ -117,6 +128,8 @@ class LayerCosts:
     tied_param_bytes: float = 0.0
     gather_bytes: float = 0.0
     overhead_bytes: float = 0.0
+    value_bytes: float = 2.0  # bytes of one activation value (`boundary_bytes` is seq x hidden of them)
+    step_factor: float = 0.0  # memory traffic of the optimizer step per weight byte (0: not priced)
 
     def __post_init__(self) -> None:
         if self.extra_bwd_flops is None:
@@ -159,6 +172,8 @@ class LayerCosts:
             tied_param_bytes=table.tied_params * w,
             gather_bytes=table.gather_bytes,
             overhead_bytes=s.overhead_bytes,
+            value_bytes=activation_value_bytes(s.dtype),
+            step_factor=optimizer_step_bytes(s.dtype, s.optimizer) / w,
         )
 
     @property
@@ -173,8 +188,8 @@ class LayerCosts:
 
     @property
     def elements_per_sample(self) -> float:
-        """seq x hidden: the activation matrix of one sample (from the boundary's 16-bit bytes)."""
-        return self.boundary_bytes / 2.0
+        """seq x hidden: the activation matrix of one sample (from the boundary's bytes)."""
+        return self.boundary_bytes / self.value_bytes
 
     @property
     def step_flops_per_sample(self) -> float:
@@ -188,7 +203,7 @@ class LayerCosts:
         """Bytes of weights, gradients and optimizer state per weight byte on one of `dp`
         data-parallel replicas (`engine.modelcost.zero_divisors`)."""
         w, g, o = zero_divisors(self.zero_stage, dp)
-        return 1.0 / w + self.grad_factor / g + self.optimizer_factor / o
+        return 1.0 / w + self.grad_factor * gradient_copies(self.zero_stage) / g + self.optimizer_factor / o
 
     def model_state_bytes(self, dp: int) -> float:
         """Weights, gradients and optimizer state of the whole model over `dp` replicas, per replica."""
@@ -229,6 +244,7 @@ class DeviceGroup:
     # measured per-shape speeds (`--measured` profile): (tp, micro_batch, TFLOPS one device sustains
     # on this model's layers at that shape, its tensor-parallel all-reduces included); () when none
     speeds: tuple[tuple[int, float, float], ...] = ()
+    memory_gbs: float = 0.0  # device memory bandwidth, GB/s (the optimizer step); 0: DEFAULT_MEMORY_GBS
 
     def __post_init__(self) -> None:
         if not self.per_node or min(self.per_node) < 1:
@@ -245,6 +261,11 @@ class DeviceGroup:
     @property
     def node_size(self) -> int:
         return max(self.per_node)
+
+    @property
+    def bandwidth_gbs(self) -> float:
+        """Device memory bandwidth, GB/s: `memory_gbs`, else `DEFAULT_MEMORY_GBS`."""
+        return self.memory_gbs or DEFAULT_MEMORY_GBS
 
 
 def gemm_efficiency(half: float, elements: float) -> float:
@@ -326,11 +347,18 @@ def exposed_allreduce_s(allreduce_s: FloatArray, grad_bytes: FloatArray, window_
     return out
 
 
+# Seconds each of a ring all-reduce's 2 (n - 1) steps costs beyond its bytes (the alpha of the
+# alpha-beta model): a kernel's hand-off to the next rank through device memory flags, a few
+# microseconds on NVLink or PCIe (NCCL's small-message all-reduce over 8 GPUs: about 30 us).
+RING_STEP_S = 2e-6
+
+
 def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
-    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s per rank."""
+    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s per rank: its
+    2 (n - 1) steps each move `nbytes / n` and pay `RING_STEP_S`."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
-    return 2.0 * (ranks - 1) / ranks * nbytes / (gbs * GB)
+    return 2.0 * (ranks - 1) * (nbytes / ranks / (gbs * GB) + RING_STEP_S)
 
 
 def hierarchical_allreduce_s(
@@ -361,7 +389,7 @@ class StageSite:
     tp: int
     dp: int
     in_flight: int
-    micro_batch: float  # samples per device and micro-batch (a share of it in the staged family)
+    micro_batch: float  # samples per device and micro-batch (staged: the busiest rank's ceil(M / dp))
     first: bool
     last: bool
 

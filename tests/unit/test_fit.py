@@ -42,6 +42,7 @@ from slurm_hetero.cli.fit import bundled_names, load_model
 from slurm_hetero.engine import fit
 from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
 from slurm_hetero.engine.reasons import ReasonCode
+from slurm_hetero.engine.stagecost import LayerCosts
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import ClusterInventory, Device, Health, NodeInventory
 from slurm_hetero.nodes import slurm_nodes
@@ -253,17 +254,20 @@ def test_t5_3b_numbers_side_by_side() -> None:
 
 
 # ------------------------------------------------------------------------------- model states
-def test_mixed_precision_adam_is_16_bytes_per_param() -> None:
+def test_mixed_precision_adam_is_16_bytes_per_param_and_the_all_reduce_buckets() -> None:
+    """The ZeRO paper's 2 + 2 + 12 bytes, and without ZeRO a second gradient-sized buffer: the
+    flat buckets DDP all-reduces the gradients through."""
     m = spec("llama-2-7b")
     b = fit.training_memory(m, dtype="bf16", optimizer="adam")
-    assert b.model_states == 16 * m.params.total
+    assert b.model_states == 18 * m.params.total
     assert (b.weights, b.gradients, b.optimizer_states) == (
         2 * m.params.total,
-        2 * m.params.total,
+        2 * 2 * m.params.total,
         12 * m.params.total,
     )
-    assert fit.training_memory(m, dtype="fp32").model_states == 16 * m.params.total  # 4 + 4 + 8
-    assert fit.training_memory(m, optimizer="sgd").model_states == 12 * m.params.total  # 2 + 2 + 4 + 4
+    assert fit.training_memory(m, dtype="fp32").model_states == 20 * m.params.total  # 4 + 2 x 4 + 8
+    assert fit.training_memory(m, optimizer="sgd").model_states == 14 * m.params.total  # 2 + 2 x 2 + 4 + 4
+    assert fit.training_memory(m, zero_stage=1).model_states == 16 * m.params.total  # dp 1, no buckets
 
 
 @pytest.mark.parametrize("dp", [2, 8, 64])
@@ -457,9 +461,22 @@ def test_layer_table_covers_the_model() -> None:
     assert np.allclose(tp.activation_bytes, c.activation_bytes / 4)
 
 
+def test_fp32_training_keeps_and_sends_four_byte_activations() -> None:
+    m, sbh = spec("llama-3-8b"), 4096 * 2 * spec("llama-3-8b").hidden
+    half = fit.layer_table(m, seq=4096, micro_batch=2, settings=fit.CostSettings(attention="eager"))
+    full = fit.layer_table(m, seq=4096, micro_batch=2, settings=fit.CostSettings("fp32", attention="eager"))
+    assert full.boundary_bytes == 2 * half.boundary_bytes == 4 * sbh
+    masks = 2 * sbh + m.heads * 4096**2 * 2  # two dropout masks and the attention one, a byte each
+    assert full.activation_bytes[1] == pytest.approx(2 * half.activation_bytes[1] - masks)
+    assert full.activation_bytes[-1] == half.activation_bytes[-1]  # fp32 logits either way
+    assert np.allclose(full.checkpoint_bytes[1:-1], 2 * half.checkpoint_bytes[1:-1])
+    costs = LayerCosts.from_table(fit.layer_table(m, 4096, fit.CostSettings("fp32")))
+    assert costs.elements_per_sample == 4096 * m.hidden
+
+
 def test_layer_table_shards_states_by_zero_stage() -> None:
     m = spec("llama-2-7b")
-    for stage, per_param in ((0, 16), (1, 2 + 2 + 12 / 8), (2, 2 + 14 / 8), (3, 16 / 8)):
+    for stage, per_param in ((0, 18), (1, 2 + 2 + 12 / 8), (2, 2 + 14 / 8), (3, 16 / 8)):
         c = fit.layer_table(m, 4096, fit.CostSettings(zero_stage=stage))
         assert c.state_bytes(8).sum() == pytest.approx(per_param * m.params.total)
     assert (

@@ -39,7 +39,14 @@ from slurm_hetero.engine.layout import (
     candidate_shapes,
     solve,
 )
-from slurm_hetero.engine.schedule import StepModel, estimate_1f1b, simulate_1f1b, split_samples
+from slurm_hetero.engine.schedule import (
+    Shape,
+    StepModel,
+    estimate_1f1b,
+    line_p2p,
+    simulate_1f1b,
+    split_samples,
+)
 from slurm_hetero.engine.stagecost import hierarchical_allreduce_s, ring_allreduce_s
 from slurm_hetero.errors import RequestError
 from tests.conftest import REPO
@@ -581,15 +588,15 @@ def test_a_relayed_gradient_ring_copies_to_the_host_once() -> None:
     bounds = [0, spec.costs.layers]
     grads = float(model.grad_bytes(bounds)[0])
     ranks = sum(model.shape.replicas)
-    flat = 2 * (ranks - 1) / ranks * grads / (25 * GB) + 2 * grads / (25 * GB)
+    flat = ring_allreduce_s(grads, ranks, 25.0) + 2 * grads / (25 * GB)
     sizes, local = [], []
     for ((g, tp),), r in zip(model.shape.lines, model.shape.replicas):
         group = spec.groups[g]
         sizes.append(r)
         local.append(group.link_gbs if r * tp <= group.node_size else 25.0)
     shard = grads / min(sizes)
-    cross = 2 * 2 / 3 * shard / (25 * GB) + 2 * shard / (25 * GB)  # 3 owners, one per vendor
-    inside = max(2 * (n - 1) / n * grads / (gbs * GB) for n, gbs in zip(sizes, local))
+    cross = ring_allreduce_s(shard, 3, 25.0) + 2 * shard / (25 * GB)  # 3 owners, one per vendor
+    inside = max(ring_allreduce_s(grads, n, gbs) for n, gbs in zip(sizes, local))
     assert inside + cross < flat
     assert float(model.allreduce(bounds)[0]) == pytest.approx(inside + cross)
     assert layout.kind == LayoutKind.DATA
@@ -602,7 +609,7 @@ def test_a_gradient_ring_inside_one_vendor_stays_flat() -> None:
     bounds = [0, spec.costs.layers]
     grads, ranks = float(model.grad_bytes(bounds)[0]), sum(model.shape.replicas)
     assert {g.vendor for g in spec.groups} == {"nvidia"}
-    flat = 2 * (ranks - 1) / ranks * grads / (25 * GB)
+    flat = ring_allreduce_s(grads, ranks, 25.0)
     assert float(model.allreduce(bounds)[0]) == pytest.approx(flat)
 
 
@@ -618,3 +625,66 @@ def test_the_hierarchical_all_reduce_reduces_to_the_ring() -> None:
     shard = nbytes / 2
     expected = ring_allreduce_s(nbytes, 4, 100.0) + ring_allreduce_s(shard, 2, 25.0) + 2 * shard / (25 * GB)
     assert slow == pytest.approx(expected)
+
+
+def test_p2p_is_priced_where_the_stages_are_at_the_busiest_ranks_share() -> None:
+    """Tensor-parallel rank 0 sends a replica's whole micro-batch; a boundary whose stages sit on
+    two nodes goes over the network even when the group's replica would fit one node; a staged
+    boundary sends ceil(M / dp) samples from its side of fewer ranks."""
+    costs = LayerCosts(np.full(4, 1e12), np.full(4, 1e9), np.full(4, 1e9), np.full(4, 1e8), 1e9)
+    split = DeviceGroup("a", (2, 4), 100.0, 80e9, 100.0)  # 2 replicas x 3 stages: ranks 0-1 | 2-5
+    pipe = Shape("pipeline", (((0, 1), (0, 1), (0, 1)),), (2,), 2)
+    assert np.allclose(line_p2p([split], costs, pipe, 0, 10.0), [0.02, 0.2, 0.0])  # replica 0 crosses
+    whole = dataclasses.replace(split, per_node=(6,))
+    assert np.allclose(line_p2p([whole], costs, pipe, 0, 10.0), [0.02, 0.02, 0.0])
+    nodes = DeviceGroup("a", (4, 4), 100.0, 80e9, 100.0)
+    tp = Shape("pipeline", (((0, 2), (0, 2), (0, 2), (0, 2)),), (1,), 2)
+    assert np.allclose(line_p2p([nodes], costs, tp, 0, 10.0), [0.02, 0.2, 0.02, 0.0])  # not / tp
+    staged = Shape("staged", (((0, 1), (0, 1)),), (1,), 5, (2, 2))
+    assert np.allclose(line_p2p([nodes], costs, staged, 0, 10.0), [0.03, 0.0])  # ceil(5 / 2) inside
+    spread = Shape("staged", (((0, 1), (0, 1)),), (1,), 5, (2, 3))
+    assert np.allclose(line_p2p([nodes], costs, spread, 0, 10.0), [0.3, 0.0])  # 5 ranks cross
+
+
+def test_a_transfer_is_on_its_receivers_time() -> None:
+    """A blocking receive runs when the receiver asks for it: in the steady state each stage's
+    period holds its compute and both receives, and the closed form agrees with the simulation."""
+    fwd, bwd, p2p = np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0, 2.0]), np.array([0.5, 0.5, 0.0])
+    m = 40
+    simulated = simulate_1f1b(fwd, bwd, p2p, m).makespan
+    assert estimate_1f1b(fwd, bwd, p2p, m) == pytest.approx(9.0 + 2.0 + (m - 1) * 4.0)
+    assert simulated == pytest.approx(estimate_1f1b(fwd, bwd, p2p, m), rel=0.02)
+    free = simulate_1f1b(fwd, bwd, np.zeros(3), m).makespan
+    assert simulated - free > (m - 1) * 0.9  # the middle stage's two receives, every micro-batch
+
+
+def test_the_optimizer_step_costs_its_memory_traffic() -> None:
+    """After its all-reduce each stage steps its optimizer: torch's multi-tensor Adam moves 72
+    bytes per fp32 parameter (84 in mixed precision) through the device's memory, per
+    tensor-parallel rank and ZeRO shard."""
+    from slurm_hetero.engine.modelcost import optimizer_step_bytes
+
+    assert optimizer_step_bytes("fp32", "adam") == 72.0 and optimizer_step_bytes("bf16", "adam") == 84.0
+    costs = LayerCosts(
+        np.full(4, 1e12), np.full(4, 4e9), np.full(4, 1e9), np.full(4, 1e8), 1e7, step_factor=18.0
+    )
+    group = DeviceGroup("a", (8,), 100.0, 80e9, 100.0, memory_gbs=1000.0)
+    shape = Shape("pipeline", (((0, 2), (0, 1)),), (2,), 1)
+    model = StepModel([group], dataclasses.replace(costs, zero_stage=0), shape, 8, 10.0)
+    assert np.allclose(model.optimizer_s(0, [0, 1, 4]), [4e9 * 18 / 2 / 1e12, 12e9 * 18 / 1e12])
+    sharded = StepModel([group], costs, shape, 8, 10.0)  # ZeRO-1 over the 2 replicas
+    assert np.allclose(sharded.optimizer_s(0, [0, 1, 4]), model.optimizer_s(0, [0, 1, 4]) / 2)
+    unknown = dataclasses.replace(group, memory_gbs=0.0)  # the A100's 2,039 GB/s
+    assert StepModel([unknown], costs, shape, 8, 10.0).optimizer_s(0, [0, 1, 4])[1] == pytest.approx(
+        6e9 * 18 / 2039e9
+    )
+
+
+def test_a_ring_step_costs_a_latency_beyond_its_bytes() -> None:
+    """alpha-beta: 2 (n - 1) steps of nbytes / n each, and `RING_STEP_S` per step, so a small
+    tensor-parallel all-reduce (micro-batch 1) is never free however fast the link."""
+    from slurm_hetero.engine.stagecost import RING_STEP_S
+
+    assert ring_allreduce_s(8e6, 4, 100.0) == pytest.approx(6 * (2e6 / 100e9 + RING_STEP_S))
+    assert ring_allreduce_s(1.0, 8, 1e6) == pytest.approx(14 * RING_STEP_S, rel=1e-6)
+    assert ring_allreduce_s(8e6, 1, 100.0) == 0.0

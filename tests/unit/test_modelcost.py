@@ -16,6 +16,7 @@ from slurm_hetero.engine.modelcost import AUTO, CostSettings, layer_table
 from slurm_hetero.engine.stagecost import Checkpointing, DeviceGroup, LayerCosts, StageModel, StageSite
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.modelconfigs import layer_costs_for, load_model
+from tests.conftest import REPO
 
 GIB = 2**30
 
@@ -119,7 +120,7 @@ def test_zero_stage_shards_the_solver_state() -> None:
     zero = [layer_costs_for("llama-2-7b", 4096, CostSettings(zero_stage=z)) for z in range(4)]
     states = [c.model_state_bytes(8) for c in zero]
     assert states[0] > states[1] > states[2] > states[3]
-    assert states[0] == pytest.approx(16 * load_model("llama-2-7b").params.total)
+    assert states[0] == pytest.approx(18 * load_model("llama-2-7b").params.total)  # DDP's buckets too
     assert zero[3].gather_bytes > 0 == zero[2].gather_bytes
 
 
@@ -161,3 +162,33 @@ def test_launch_tells_each_rank_what_the_plan_assumed() -> None:
     layout = doc["ranks"][0]["layout"]  # type: ignore[index]
     assert layout["attention"] == "eager" and layout["recompute_mode"] == "selective"
     assert layout["zero_stage"] == 1 and layout["dtype"] == "bf16"
+
+
+def test_local_attention_layers_attend_to_their_window_where_attention_is_fused() -> None:
+    """GPT-Neo's alternating local layers (window_size 256), Mistral's sliding window on every
+    layer and Gemma 2's on its even layers are read from the HF config; with flash attention a
+    local layer's score FLOPs cover its window, eager attention computes (and masks) them all."""
+    from slurm_hetero.engine.modelspec import from_hf_config
+
+    def load_hf_config(name: str) -> dict[str, object]:
+        return json.loads((REPO / "slurm_hetero" / "data" / "hf_configs" / f"{name}.json").read_text())
+
+    neo = load_model("gpt-neo-2.7b")
+    assert neo.window == 256 and neo.local_layers == tuple(range(1, 32, 2))
+    flash = layer_table(neo, 2048, CostSettings())
+    eager = layer_table(neo, 2048, CostSettings(attention="eager"))
+    full = 4.0 * 2048 * 2048 * neo.q_dim
+    assert flash.flops[1] == eager.flops[1] == eager.flops[2]  # layer.0 global; eager: all alike
+    assert flash.flops[1] - flash.flops[2] == pytest.approx(full - 4.0 * 2048 * 256 * neo.q_dim)
+    mistral = load_model("mistral-7b")
+    assert mistral.window == 4096 and mistral.local_layers == tuple(range(mistral.layers))
+    short, long = layer_table(mistral, 4096), layer_table(mistral, 8192)
+    assert long.flops[1] == pytest.approx(2 * short.flops[1])  # linear in seq beyond the window
+    gemma2 = from_hf_config(
+        {**load_hf_config("gemma-2b"), "model_type": "gemma2", "sliding_window": 4096}, "g2"
+    )
+    assert gemma2.local_layers == tuple(range(0, gemma2.layers, 2))
+    assert not load_model("qwen2-7b").local_layers  # use_sliding_window false
+    bad = {**load_hf_config("gpt-neo-2.7b"), "attention_layers": ["global", "nearby"]}
+    with pytest.raises(ConfigError, match="attention_layers"):
+        from_hf_config(bad, "bad")

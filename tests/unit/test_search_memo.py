@@ -185,17 +185,15 @@ def plain_simulate_1f1b(fwd: np.ndarray, bwd: np.ndarray, p2p: np.ndarray, m: in
             while ptr[k] < len(orders[k]):
                 back, i = orders[k][ptr[k]]
                 if not back:
-                    prev = done.get((False, k - 1, i)) if k else 0.0
-                    ready = None if prev is None else prev + (float(p2p[k - 1]) if k else 0.0)
+                    ready, receive = (done.get((False, k - 1, i)), float(p2p[k - 1])) if k else (0.0, 0.0)
                 elif k == p - 1:
-                    ready = done.get((False, k, i))
+                    ready, receive = done.get((False, k, i)), 0.0
                 else:
-                    nxt = done.get((True, k + 1, i))
-                    ready = None if nxt is None else nxt + float(p2p[k])
+                    ready, receive = done.get((True, k + 1, i)), float(p2p[k])
                 if ready is None:
                     break
-                start = max(free[k], ready)
-                free[k] = start + (bwd[k] if back else fwd[k])
+                start = max(free[k], ready)  # a blocking receive: the transfer on this stage's time
+                free[k] = start + receive + (bwd[k] if back else fwd[k])
                 done[(back, k, i)] = free[k]
                 ops.append((k, i, back, start, free[k]))
                 ptr[k] += 1
