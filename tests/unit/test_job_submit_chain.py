@@ -149,7 +149,10 @@ def test_a_site_hook_returning_a_non_number_is_logged_and_ours_still_decides(
 
 @pytest.mark.parametrize(
     "text, said",
-    [("function slurm_job_submit(\n", "expected near '<eof>'"), ("\x00\xd2\x1b garbage", "unexpected symbol")],
+    [
+        ("function slurm_job_submit(\n", "expected near '<eof>'"),
+        ("\x00\xd2\x1b garbage", "unexpected symbol"),
+    ],
 )
 def test_render_refuses_a_site_hook_lua_cannot_load_naming_the_file(
     tmp_path: Path, text: str, said: str
