@@ -168,7 +168,9 @@ def install(
     try:
         with _locked(layout):
             return _install(layout, python, source, inventory_file, config, pip_options, upgrade)
-    except OSError as e:  # a prefix that is a file, a read-only file system, ...
+    except FileExistsError as e:  # mkdir of a path that is a file
+        raise HeteroError(f"{e.filename} is a file, not a directory; move it or pass another path") from e
+    except OSError as e:  # a read-only file system, ...
         raise HeteroError(
             f"cannot write {e.filename or layout.prefix}: {e.strerror or e}; nothing changed"
         ) from e
