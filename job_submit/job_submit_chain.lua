@@ -12,9 +12,13 @@ through to the real globals, `slurm` among them), in the order baked in:
               change it before slurm-hetero decides;
   ours-first: the site's hook sees the concrete request (gres:gpu:l40s:1) and may refuse or
               account by device type.
-The first hook that refuses (returns neither nil nor slurm.SUCCESS) ends the chain with its code
-and its log_user message. A hook that raises an error is logged and the chain goes on, as slurmctld
-treats a lone hook that fails (the job goes on). A hook without slurm_job_modify is skipped there.
+The first hook that refuses (returns a number other than slurm.SUCCESS) ends the chain with its
+code and its log_user message. A hook that raises an error, or returns something that is not a
+number (true, "ok"; a numeric string counts as its number, as in slurmctld), is logged and the
+chain goes on: slurmctld accepts the job of a lone hook that does either, so the next hook
+(slurm-hetero's among them) still decides. A hook without slurm_job_modify is skipped there.
+Slurm gives the hooks no time limit: a hook that loops forever holds slurmctld's job_submit lock
+and every submission waits (docs/admin-guide.md).
 slurmctld reloads this file when its mtime grows: after editing the site's hook, `touch` this file.
 ]]
 
@@ -49,8 +53,14 @@ local function chain(name, ...)
       local ok, rc = pcall(fn, ...)
       if not ok then
         slurm.log_error("slurm_hetero chain: %s in %s failed: %s", name, hook.path, tostring(rc))
-      elseif rc ~= nil and rc ~= slurm.SUCCESS then
-        return rc
+      elseif rc ~= nil then
+        local code = tonumber(rc)
+        if code == nil then
+          slurm.log_error("slurm_hetero chain: %s in %s returned %s, not a number; going on",
+                          name, hook.path, tostring(rc))
+        elseif code ~= slurm.SUCCESS then
+          return code
+        end
       end
     end
   end

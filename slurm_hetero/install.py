@@ -13,7 +13,11 @@ so node-side commands run from a venv of their own. The layout (every directory 
 
 Upgrades never change a venv a process runs from: the new venv is built beside the current one
 (from a hard-linked copy of it when the interpreter is the same, so only the new package is
-fetched), checked to start, and only then do the scripts name it (each replaced by a rename).
+fetched), checked to start, then every script, the inventory and install.json are written under
+temporary names and only then renamed in place (a failure before leaves the old install whole).
+Each script names the install.json that owns it (another install's scripts are refused) and
+install.json records its hash (uninstall leaves a script someone edited, and says so).
+Paths are written shell-quoted, and a path with a control character (newline) is refused.
 A task that read the old script runs the old venv to its end; old venvs are removed once no
 process runs from them, keeping the previous one. Uninstall refuses while any slurm.conf line
 names a script or venv it would remove, and names the line (no dangling TaskProlog).
@@ -23,11 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,7 +42,6 @@ from pathlib import Path
 
 from slurm_hetero import __version__, proc
 from slurm_hetero.errors import HeteroError, ToolError
-from slurm_hetero.writefile import write_bytes_atomic
 
 MARK = "# written by `slurm-hetero install`"
 PIP_TIMEOUT_S = 1800.0
@@ -78,15 +84,38 @@ class Layout:
 
 def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> str:
     """The shell script of `kind`. -I: the job's PYTHONPATH, PYTHONHOME, user site-packages and
-    working directory must not change which code runs (nor fail its start, so the task)."""
-    config_arg = f" --config {config}" if config else ""
-    run = f"exec {python} -I -m slurm_hetero"
+    working directory must not change which code runs (nor fail its start, so the task). Every
+    path is shell-quoted (a prefix with a space, `;` or `$(...)` stays one word)."""
+    q = shlex.quote
+    config_arg = f" --config {q(config)}" if config else ""
+    run = f"exec {q(str(python))} -I -m slurm_hetero"
     body = {
-        "taskprolog": f"{run} task-prolog --inventory {layout.inventory}{config_arg}",
-        "health": f"{run} health --inventory {layout.inventory}",
+        "taskprolog": f"{run} task-prolog --inventory {q(str(layout.inventory))}{config_arg}",
+        "health": f"{run} health --inventory {q(str(layout.inventory))}",
         "command": f'{run} "$@"',
     }[kind]
-    return f"#!/bin/sh\n{MARK}; run it, do not edit it (an upgrade rewrites it)\n{body}\n"
+    return (
+        f"#!/bin/sh\n{MARK}; run it, do not edit it (an upgrade rewrites it)\n{owner_line(layout)}\n{body}\n"
+    )
+
+
+OWNER = "# owner: "
+
+
+def owner_line(layout: Layout) -> str:
+    """The comment naming the install.json a script belongs to."""
+    return f"{OWNER}{layout.manifest}"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_printable(what: str, value: str) -> None:
+    """Refuse a path with a control character: it would split a script or slurm.conf line."""
+    bad = [c for c in value if ord(c) < 32 or ord(c) == 127]
+    if bad:
+        raise HeteroError(f"{what} {value!r} holds the control character {bad[0]!r}; give a path without one")
 
 
 def default_source() -> Path | None:
@@ -126,8 +155,27 @@ def install(
     upgrade: bool = False,
 ) -> dict:
     """Install (or, with `upgrade`, replace) the venv and scripts; returns the new manifest."""
-    with _locked(layout):
-        return _install(layout, python, source, inventory_file, config, pip_options, upgrade)
+    named: dict[str, object] = {
+        "--prefix": layout.prefix,
+        "--slurm-etc": layout.etc,
+        "--bin-dir": layout.bin_dir,
+    }
+    named.update({"--site-dir": layout.site, "--python": python, "--source": source})
+    named.update({"--inventory": inventory_file or "", "--config": config or ""})
+    for what, value in named.items():
+        check_printable(what, str(value))
+    saved = os.umask(0o022)  # every job user reads the venv, the scripts and the directories made
+    try:
+        with _locked(layout):
+            return _install(layout, python, source, inventory_file, config, pip_options, upgrade)
+    except FileExistsError as e:  # mkdir of a path that is a file
+        raise HeteroError(f"{e.filename} is a file, not a directory; move it or pass another path") from e
+    except OSError as e:  # a read-only file system, ...
+        raise HeteroError(
+            f"cannot write {e.filename or layout.prefix}: {e.strerror or e}; nothing changed"
+        ) from e
+    finally:
+        os.umask(saved)
 
 
 def _install(
@@ -152,38 +200,87 @@ def _install(
     if not source.exists():
         raise HeteroError(f"--source {source} does not exist; give a checkout or a wheel")
     inventory_text = _read_inventory(inventory_file) if inventory_file else None
-    saved = os.umask(0o022)  # every job user reads the venv and the scripts
+    scripts = layout.scripts()
+    _check_owners(layout, old, scripts.values())
+    for directory in {layout.etc, layout.bin_dir, *([layout.site] if inventory_text is not None else [])}:
+        _open_dir(directory)
+    venv = _new_venv_dir(layout)
+    base = Path(old["venv"]) if old and old.get("python") == str(python) else None
+    version = _build(venv, python, source, pip_options, base)
+    texts = {
+        path: script_text(kind, venv / "bin" / "python", layout, config).encode()
+        for kind, path in scripts.items()
+    }
+    manifest = {
+        "version": version,
+        "python": str(python),
+        "source": str(source),
+        "venv": str(venv),
+        "scripts": {kind: str(path) for kind, path in scripts.items()},
+        "hashes": {str(path): _digest(text) for path, text in texts.items()},
+        "inventory": str(layout.inventory) if inventory_text is not None else (old or {}).get("inventory"),
+        "config": config,
+        "installed_by": __version__,
+    }
+    files = {path: (text, 0o755) for path, text in texts.items()}
+    if inventory_text is not None:
+        files[layout.inventory] = (inventory_text, 0o644)
+    files[layout.manifest] = ((json.dumps(manifest, indent=2) + "\n").encode(), 0o644)  # renamed last
+    _replace_all(files, venv)
+    _link(layout.current, venv.relative_to(layout.prefix))
+    manifest["removed_venvs"] = [str(p) for p in prune(layout, keep=[venv, *([base] if base else [])])]
+    return manifest
+
+
+def _check_owners(layout: Layout, old: dict | None, scripts: Iterable[Path]) -> None:
+    """Refuse to rewrite a script another install (another prefix) wrote."""
+    for path in scripts:
+        try:
+            text = path.read_text(errors="replace")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue
+        if MARK not in text or owner_line(layout) + "\n" in text:
+            continue
+        owner = next((line[len(OWNER) :] for line in text.splitlines() if line.startswith(OWNER)), None)
+        if owner is None and old and str(path) in old.get("scripts", {}).values():
+            continue  # written by this install before scripts named their owner
+        raise HeteroError(
+            f"{path} belongs to the install of {owner or 'another prefix'}; uninstall that one or pass "
+            "other --slurm-etc/--bin-dir; nothing changed"
+        )
+
+
+def _open_dir(directory: Path) -> None:
+    """Make `directory` (parents 0755 under the caller's umask) and open it to every user: the
+    TaskProlog and the command run as the job's user."""
+    directory.mkdir(parents=True, exist_ok=True)
+    mode = directory.stat().st_mode
+    if mode & 0o755 != 0o755:
+        directory.chmod(stat.S_IMODE(mode) | 0o755)
+
+
+def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
+    """Write every file under a temporary name beside it, then rename them all in order; a failed
+    write removes the temporary files and `venv` and changes nothing."""
+    staged: list[tuple[str, Path]] = []
     try:
-        venv = _new_venv_dir(layout)
-        base = Path(old["venv"]) if old and old.get("python") == str(python) else None
-        version = _build(venv, python, source, pip_options, base)
-        if inventory_text is not None:
-            layout.inventory.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(layout.inventory, inventory_text, mode=0o644)
-        scripts = layout.scripts()
-        for kind, path in scripts.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(
-                path, script_text(kind, venv / "bin" / "python", layout, config).encode(), mode=0o755
-            )
-        manifest = {
-            "version": version,
-            "python": str(python),
-            "source": str(source),
-            "venv": str(venv),
-            "scripts": {kind: str(path) for kind, path in scripts.items()},
-            "inventory": str(layout.inventory)
-            if inventory_text is not None
-            else (old or {}).get("inventory"),
-            "config": config,
-            "installed_by": __version__,
-        }
-        write_bytes_atomic(layout.manifest, (json.dumps(manifest, indent=2) + "\n").encode(), mode=0o644)
-        _link(layout.current, venv.relative_to(layout.prefix))
-        manifest["removed_venvs"] = [str(p) for p in prune(layout, keep=[venv, *([base] if base else [])])]
-        return manifest
-    finally:
-        os.umask(saved)
+        for path, (data, mode) in files.items():
+            target = Path(os.path.realpath(path)) if path.is_symlink() else path
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent)
+            staged.append((tmp, target))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fchmod(f.fileno(), mode)
+                os.fsync(f.fileno())
+    except OSError as e:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        shutil.rmtree(venv, ignore_errors=True)
+        raise HeteroError(f"cannot write {e.filename or venv}: {e.strerror or e}; nothing changed") from e
+    for tmp, target in staged:
+        os.replace(tmp, target)
 
 
 def _link(link: Path, target: Path) -> None:
@@ -204,6 +301,17 @@ def _check_python(python: Path) -> None:
             f"({stat.filemode(closed.stat().st_mode)}), and the TaskProlog runs as the job's user; "
             "pass a system Python such as /usr/bin/python3"
         )
+    if os.geteuid() == 0 and shutil.which("runuser"):
+        # what the path's modes cannot tell: a wrapper that execs a closed Python, a libpython
+        # under /root
+        try:
+            proc.run(["runuser", "-u", "nobody", "--", str(python), "-I", "-c", "import sys"], 60.0)
+        except ToolError as e:
+            said = (e.stderr_tail.strip().splitlines() or [str(e)])[-1]
+            raise HeteroError(
+                f"--python {python}: the user nobody cannot run it ({said}), and the TaskProlog runs "
+                "as the job's user; pass a system Python such as /usr/bin/python3"
+            ) from e
 
 
 def unreachable(path: Path) -> Path | None:
@@ -305,28 +413,62 @@ def busy_venvs(venvs: Path, but: int | None = None) -> dict[Path, int]:
 # ------------------------------------------------------------------------------ uninstall
 
 _INCLUDE = re.compile(r"^\s*include\s+(\S+)", re.IGNORECASE)
+_PATH = re.compile(r"/[^\s=,\"']*")
+
+
+def _spellings(path: str) -> set[str]:
+    """The ways one path is named: as written (normalised), fully resolved, and with its
+    directories resolved (a link to a Python in a venv still names the venv)."""
+    norm = os.path.normpath(path)
+    return {
+        norm,
+        os.path.realpath(norm),
+        os.path.join(os.path.realpath(os.path.dirname(norm)), os.path.basename(norm)),
+    }
 
 
 def slurm_conf_references(conf: Path, names: Sequence[str]) -> list[str]:
     """`FILE:LINE: text` for each line of slurm.conf (and the files it Includes) naming any of
-    `names` (script or directory paths), comments aside."""
+    `names` (script or directory paths) or a path under one, comments aside; paths compare
+    resolved (`/etc//x`, a link to the directory). HeteroError when a file cannot be read."""
     found: list[str] = []
-    pattern = re.compile("|".join(re.escape(n) + r"(?![\w.-])" for n in names))
+    wanted = {spelling for name in names for spelling in _spellings(name)}
     for path in _conf_files(conf):
-        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        for number, line in enumerate(_conf_text(path).splitlines(), 1):
             text = line.split("#", 1)[0]
-            if pattern.search(text):
-                found.append(f"{path}:{number}: {line.strip()}")
+            for word in _PATH.findall(text):
+                if any(s == w or s.startswith(w.rstrip("/") + "/") for s in _spellings(word) for w in wanted):
+                    found.append(f"{path}:{number}: {line.strip()}")
+                    break
     return found
+
+
+def _conf_text(path: Path) -> str:
+    """A slurm.conf file's text; HeteroError when it cannot be read or is not text."""
+    try:
+        data = path.read_bytes()
+        if b"\0" in data:
+            raise ValueError("it holds NUL bytes")
+        return data.decode()
+    except (OSError, ValueError) as e:
+        raise HeteroError(
+            f"cannot check {path} for the scripts ({e}); fix it or pass --slurm-conf FILE; nothing removed"
+        ) from e
 
 
 def _conf_files(conf: Path, depth: int = 0) -> list[Path]:
     files = [conf]
-    for line in conf.read_text(errors="replace").splitlines() if depth < 8 else []:
+    for line in _conf_text(conf).splitlines() if depth < 8 else []:
         m = _INCLUDE.match(line)
         if m:
             pattern = m.group(1) if m.group(1).startswith("/") else str(conf.parent / m.group(1))
-            for included in sorted(Path("/").glob(pattern.lstrip("/"))):
+            matched = sorted(Path("/").glob(pattern.lstrip("/")))
+            if not matched and not any(c in pattern for c in "*?["):
+                raise HeteroError(
+                    f"{conf}: Include {m.group(1)}: no such file, so it cannot be checked for the "
+                    "scripts; fix the line or pass --slurm-conf FILE; nothing removed"
+                )
+            for included in matched:
                 if included.is_file():
                     files += _conf_files(included, depth + 1)
     return files
@@ -367,12 +509,19 @@ def _uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
         venv, pid = next(iter(busy.items()))
         raise HeteroError(f"process {pid} runs from {venv}; wait for it to end; nothing removed")
     done = []
+    hashes = manifest.get("hashes", {})
     for path in scripts:
-        if path.is_file() and MARK in path.read_text(errors="replace"):
+        data = path.read_bytes() if path.is_file() else None
+        if data is None:
+            if path.exists():
+                done.append(f"left {path} (not written by install)")
+            continue
+        written = hashes.get(str(path))
+        if _digest(data) == written if written else MARK.encode() in data:
             path.unlink()
             done.append(f"removed {path}")
-        elif path.exists():
-            done.append(f"left {path} (not written by install)")
+        else:
+            done.append(f"left {path} (not as install wrote it: edited or replaced; remove it yourself)")
     if layout.current.is_symlink():
         layout.current.unlink()
     shutil.rmtree(layout.venvs, ignore_errors=True)

@@ -73,6 +73,8 @@ def install_command(
     """Install slurm-hetero for Slurm on this node: a venv under PREFIX/venvs, the TaskProlog and
     HealthCheckProgram scripts in SLURM_ETC and the command in BIN_DIR, all naming that venv."""
     layout = Layout(prefix.absolute(), slurm_etc.absolute(), bin_dir.absolute(), site_dir.absolute())
+    if remove and upgrade:
+        raise click.UsageError("--upgrade and --uninstall exclude each other; pass one")
     if remove:
         lines = uninstall(layout, _slurm_confs(layout, slurm_confs))
         click.echo(json.dumps({"uninstalled": lines}) if as_json else "\n".join(lines))

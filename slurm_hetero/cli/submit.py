@@ -20,7 +20,7 @@ from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.render import removal
-from slurm_hetero.submit.hook import Outcome, cluster_hook, script_template
+from slurm_hetero.submit.hook import Outcome, cluster_hook, lua_compile_error, script_template
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
     CHAIN_TEMPLATE,
@@ -103,9 +103,7 @@ def job_submit() -> None:
 @click.option(
     "--chain-order",
     type=click.Choice(["site-first", "ours-first"]),
-    default="site-first",
-    show_default=True,
-    help="With --chain: which hook sees the request first.",
+    help="With --chain: which hook sees the request first (default: site-first).",
 )
 @click.option("--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change.")
 @allow_removal_option
@@ -120,7 +118,7 @@ def render(
     hook_path: str | None,
     srun_path: str | None,
     site_hook: str | None,
-    chain_order: str,
+    chain_order: str | None,
     check: bool,
     allow_removal: bool,
     keep_backups: int | None,
@@ -131,6 +129,8 @@ def render(
     CliFilterPlugins=lua enables the last two). The table declares the nodes and device files it
     was compiled from; a render that drops some of them (an inventory cut short) is refused unless
     --allow-removal."""
+    if chain_order is not None and site_hook is None:
+        raise click.UsageError("--chain-order needs --chain SITE_HOOK")
     baked = [("--table-path", table_path), ("--hook-path", hook_path), ("--srun-path", srun_path)]
     baked.append(("--chain", site_hook))
     for option, path in baked:
@@ -151,7 +151,7 @@ def render(
         hooks = {
             CHAINED_NAME: script,
             SCRIPT_NAME: render_chain(
-                script_template(CHAIN_TEMPLATE), site_hook, chain_order == "site-first"
+                script_template(CHAIN_TEMPLATE), site_hook, chain_order != "ours-first"
             ),
         }
         hook_path = hook_path or str((out / CHAINED_NAME).absolute())  # srun's half runs ours alone
@@ -183,15 +183,20 @@ def _check_site_hook(site_hook: Path, out: Path) -> None:
         raise ConfigError(
             f"--chain {site_hook}: no such file; give the site's job_submit.lua where you moved it"
         )
-    if site_hook.resolve() == (out / SCRIPT_NAME).resolve():
-        raise ConfigError(
-            f"--chain {site_hook}: render writes {SCRIPT_NAME} there; move the site's hook first "
-            f"(e.g. to {out / 'site_job_submit.lua'}); nothing changed"
-        )
+    for name in (SCRIPT_NAME, CHAINED_NAME, TABLE_NAME, CLI_SRUN_NAME, CLI_FILTER_NAME):
+        if site_hook.resolve() == (out / name).resolve():
+            raise ConfigError(
+                f"--chain {site_hook}: render writes {name} there; move the site's hook first "
+                f"(e.g. to {out / 'site_job_submit.lua'}); nothing changed"
+            )
     if _OURS in site_hook.read_text(errors="replace"):
         raise ConfigError(
             f"--chain {site_hook}: that is slurm-hetero's own hook, not the site's; nothing changed"
         )
+    error = lua_compile_error(site_hook)
+    if error is not None:
+        # slurmctld would keep its previous job_submit.lua: neither hook would see the new table
+        raise ConfigError(f"--chain {site_hook}: Lua 5.1 cannot load it: {error}; nothing changed")
 
 
 def _check_not_a_site_hook(path: Path) -> None:

@@ -182,6 +182,20 @@ def _lua_runtime() -> Any:
     return lua51.LuaRuntime(unpack_returned_tuples=True)
 
 
+def lua_compile_error(script: Path) -> str | None:
+    """Lua 5.1's message when `script` does not compile (a syntax error, not Lua at all), as
+    slurmctld's loadfile would say it; None when it compiles. The chunk is not run."""
+    _lua_runtime()  # lupa is there, or ConfigError
+    import lupa.lua51 as lua51
+
+    lua = lua51.LuaRuntime(encoding=None)  # bytes: the message may quote the file's own bytes
+    loaded = lua.globals().loadfile(bytes(script))
+    if not isinstance(loaded, tuple) or loaded[0] is not None:
+        return None
+    said = bytes(loaded[1]).decode(errors="replace")
+    return "".join(c if c.isprintable() else "?" for c in said)
+
+
 class Hook:
     """job_submit.lua loaded in a fresh Lua 5.1 state with the shim, as slurmctld loads it (the
     table from beside the script, or from the path baked into it). `runtime`: a fresh lupa

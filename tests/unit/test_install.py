@@ -29,6 +29,8 @@ class FakeBuild:
 
     def __call__(self, argv: Sequence[str], timeout: float = 60.0) -> str:
         argv = [str(a) for a in argv]
+        if argv[0] == "runuser":  # the check that job users can run --python: see its own test
+            return ""
         self.calls.append(argv)
         if argv[1:3] == ["-m", "venv"]:
             python = Path(argv[3]) / "bin" / "python"
@@ -176,7 +178,7 @@ def test_uninstall_removes_what_install_wrote_and_leaves_the_rest(
     # a longer name that merely starts like ours is another file
     path = conf(layout, f"TaskProlog={layout.scripts()['taskprolog']}.site\n")
     done = inst.uninstall(layout, [path])
-    assert f"left {health} (not written by install)" in done
+    assert f"left {health} (not as install wrote it: edited or replaced; remove it yourself)" in done
     assert f"left {layout.inventory} (site data)" in done
     assert not layout.scripts()["taskprolog"].exists() and not layout.scripts()["command"].exists()
     assert not layout.prefix.exists() and health.exists() and layout.inventory.exists()
@@ -221,3 +223,173 @@ def test_a_second_install_at_once_is_refused(build: FakeBuild, layout: inst.Layo
         with pytest.raises(HeteroError, match="another install runs in .*wait for it to end"):
             inst.install(layout, PYTHON, ROOT)
     assert build.calls == []
+
+
+@pytest.mark.parametrize("name", ["with space", "d$(id>&2)", "s;touch x;y", "q'uote"])
+def test_paths_are_shell_quoted_in_every_script(build: FakeBuild, tmp_path: Path, name: str) -> None:
+    import shlex
+
+    layout = inst.Layout(tmp_path / name / "opt", tmp_path / name / "etc", tmp_path / "bin", tmp_path / name)
+    manifest = inst.install(layout, PYTHON, ROOT, config=f"/etc/{name}.yaml")
+    prolog = layout.scripts()["taskprolog"].read_text().splitlines()[-1]
+    python = f"{manifest['venv']}/bin/python"
+    assert shlex.split(prolog) == [
+        "exec", python, "-I", "-m", "slurm_hetero", "task-prolog", "--inventory", str(layout.inventory),
+        "--config", f"/etc/{name}.yaml",
+    ]  # fmt: skip
+    assert shlex.split(layout.scripts()["command"].read_text().splitlines()[-1])[1] == python
+
+
+@pytest.mark.parametrize("bad", ["\n", "\r", "\x1b"])
+def test_a_path_with_a_control_character_is_refused_before_anything(
+    build: FakeBuild, layout: inst.Layout, bad: str
+) -> None:
+    with pytest.raises(HeteroError, match="--config .* holds the control character"):
+        inst.install(layout, PYTHON, ROOT, config=f"/etc/x.yaml{bad}touch /tmp/pwn")
+    broken = inst.Layout(layout.prefix / f"a{bad}b", layout.etc, layout.bin_dir, layout.site)
+    with pytest.raises(HeteroError, match="--prefix .* holds the control character"):
+        inst.install(broken, PYTHON, ROOT)
+    assert build.calls == [] and not layout.prefix.exists()
+
+
+@pytest.mark.parametrize("which", ["prefix", "etc", "bin_dir"])
+def test_a_path_that_is_a_file_is_one_line_and_nothing_is_written(
+    build: FakeBuild, layout: inst.Layout, which: str
+) -> None:
+    target = getattr(layout, which)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("a file")
+    with pytest.raises(HeteroError, match=f"{target} is a file, not a directory; move it"):
+        inst.install(layout, PYTHON, ROOT)
+    assert not layout.manifest.exists() and not any(
+        p.exists() for p in layout.scripts().values() if p.parent != target
+    )
+    assert not layout.venvs.exists() or list(layout.venvs.iterdir()) == []
+
+
+def test_an_upgrade_that_fails_writing_leaves_the_old_install_whole(
+    build: FakeBuild, layout: inst.Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = inst.install(layout, PYTHON, ROOT)
+    before = {p: p.read_bytes() for p in [*layout.scripts().values(), layout.manifest]}
+    real = inst.tempfile.mkstemp
+
+    def full_in_bin(*args: object, dir: Path, **kw: object) -> tuple[int, str]:
+        if Path(dir) == layout.bin_dir:  # the last script: etc's are already staged
+            raise OSError(28, "No space left on device", str(dir))
+        return real(*args, dir=dir, **kw)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(inst.tempfile, "mkstemp", full_in_bin)
+    with pytest.raises(HeteroError, match="No space left on device; nothing changed"):
+        inst.install(layout, PYTHON, ROOT, upgrade=True)
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(layout.venvs.iterdir()) == [Path(first["venv"])]
+    assert [p.name for p in layout.etc.iterdir()] == [
+        p.name for p in layout.etc.iterdir() if not p.name.startswith(".")
+    ]
+
+
+def test_a_read_only_file_system_is_one_line(
+    build: FakeBuild, layout: inst.Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read_only(self: Path, *args: object, **kw: object) -> None:
+        raise OSError(30, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    result = CliRunner().invoke(cli, ["install", "--prefix", str(layout.prefix), "--python", str(PYTHON)])
+    assert result.exit_code == 1 and result.output == (
+        f"slurm-hetero: cannot write {layout.prefix}: Read-only file system; nothing changed\n"
+    )
+
+
+def test_directories_made_and_the_site_dir_open_to_every_user_whatever_the_umask(
+    build: FakeBuild, tmp_path: Path
+) -> None:
+    layout = inst.Layout(
+        tmp_path / "o" / "opt", tmp_path / "e" / "etc", tmp_path / "b" / "bin", tmp_path / "site"
+    )
+    layout.site.mkdir(mode=0o700)
+    layout.site.chmod(0o700)  # a site dir made by hand under umask 077
+    saved = os.umask(0o077)
+    try:
+        inst.install(layout, PYTHON, ROOT, EXAMPLE)
+    finally:
+        os.umask(saved)
+    for directory in [layout.prefix, layout.prefix.parent, layout.etc, layout.etc.parent, layout.bin_dir]:
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o755, directory
+    assert stat.S_IMODE(layout.site.stat().st_mode) == 0o755
+    assert stat.S_IMODE(layout.inventory.stat().st_mode) == 0o644
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/sbin/runuser").exists(), reason="runs as nobody")
+def test_a_python_that_nobody_can_run_is_refused_even_behind_an_open_wrapper(tmp_path: Path) -> None:
+    import tempfile
+
+    closed = Path(tempfile.mkdtemp(dir="/tmp"))  # 0700, as /root
+    opened = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        (closed / "python3").symlink_to(PYTHON)
+        wrapper = opened / "python3"
+        wrapper.write_text(f'#!/bin/sh\nexec {closed}/python3 "$@"\n')
+        wrapper.chmod(0o755)
+        opened.chmod(0o755)
+        with pytest.raises(HeteroError, match=r"the user nobody cannot run it \(.*Permission denied.*\)"):
+            inst._check_python(wrapper)
+        inst._check_python(PYTHON)  # a system Python passes
+    finally:
+        for d in (closed, opened):
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+
+
+def test_another_installs_scripts_are_refused_and_uninstall_keeps_what_it_did_not_write(
+    build: FakeBuild, tmp_path: Path
+) -> None:
+    a = inst.Layout(tmp_path / "a", tmp_path / "etc", tmp_path / "bin", tmp_path / "site")
+    b = inst.Layout(tmp_path / "b", a.etc, a.bin_dir, a.site)
+    inst.install(a, PYTHON, ROOT)
+    with pytest.raises(HeteroError, match=f"belongs to the install of {a.manifest}; uninstall that one"):
+        inst.install(b, PYTHON, ROOT)
+    assert not b.manifest.exists()
+    inst.install(a, PYTHON, ROOT, upgrade=True)  # its own scripts: fine
+    health = a.scripts()["health"]
+    health.write_text(health.read_text() + "echo extra check\n")  # MARK kept, content edited
+    done = inst.uninstall(a, [conf(a, "# nothing\n")])
+    assert f"left {health} (not as install wrote it: edited or replaced; remove it yourself)" in done
+    assert health.exists() and not a.scripts()["taskprolog"].exists()
+
+
+@pytest.mark.parametrize("spell", ["link", "double_slash", "dot"])
+def test_uninstall_sees_the_scripts_however_slurm_conf_spells_the_path(
+    build: FakeBuild, layout: inst.Layout, tmp_path: Path, spell: str
+) -> None:
+    inst.install(layout, PYTHON, ROOT)
+    (tmp_path / "etclink").symlink_to(layout.etc)
+    named = {
+        "link": tmp_path / "etclink" / "slurm-hetero-health",
+        "double_slash": f"{layout.etc.parent}//{layout.etc.name}/slurm-hetero-health",
+        "dot": f"{layout.etc}/./slurm-hetero-health",
+    }[spell]
+    with pytest.raises(HeteroError, match="Slurm still runs what uninstall would remove"):
+        inst.uninstall(layout, [conf(layout, f'HealthCheckProgram="{named}"\n')])
+    assert layout.manifest.exists()
+
+
+@pytest.mark.parametrize("text", [b"\x00\xff\xfe garbage", b"Include /nonexistent/nodes.conf\n"])
+def test_uninstall_refuses_when_it_cannot_read_slurm_conf_or_an_include(
+    build: FakeBuild, layout: inst.Layout, text: bytes
+) -> None:
+    inst.install(layout, PYTHON, ROOT)
+    path = conf(layout, "")
+    path.write_bytes(text)
+    with pytest.raises(HeteroError, match="nothing removed"):
+        inst.uninstall(layout, [path])
+    assert layout.manifest.exists() and all(p.exists() for p in layout.scripts().values())
+
+
+def test_upgrade_and_uninstall_together_is_a_usage_error(build: FakeBuild, layout: inst.Layout) -> None:
+    inst.install(layout, PYTHON, ROOT)
+    result = CliRunner().invoke(cli, ["install", "--prefix", str(layout.prefix), "--upgrade", "--uninstall"])
+    assert result.exit_code == 2 and "exclude each other" in result.output
+    assert layout.manifest.exists()

@@ -127,3 +127,54 @@ def test_chaining_writes_our_hook_beside_and_the_srun_half_runs_ours_alone(tmp_p
     text = (out / SCRIPT_NAME).read_text()
     assert f'local SITE_PATH = "{tmp_path / "site_job_submit.lua"}"' in text
     assert "local SITE_FIRST = true" in text
+
+
+@pytest.mark.parametrize("returned", ["true", '"ok"', "{}"])
+def test_a_site_hook_returning_a_non_number_is_logged_and_ours_still_decides(
+    tmp_path: Path, returned: str
+) -> None:
+    # slurmctld accepts the job of a lone hook that returns a non-number; the chain used to hand
+    # that value back at once and our hook never ran (a raw gpumem request was accepted)
+    site = f"function slurm_job_submit(job_desc, part_list, submit_uid) return {returned} end\n"
+    hook = ChainHook(render(tmp_path, "site-first", site) / SCRIPT_NAME, __import__("lupa.lua51").lua51)
+    rc, _, after, log = hook.run_rc(job())
+    assert (
+        rc == 0 and after.tres_per_node.startswith("gres:gpu:") and any(OURS_RAN in line for _, line in log)
+    )
+    assert any(kind == "error" and "not a number; going on" in line for kind, line in log), log
+    numeric = "function slurm_job_submit(job_desc, part_list, submit_uid) return '2051' end\n"
+    hook = ChainHook(render(tmp_path, "site-first", numeric) / SCRIPT_NAME, lupa.lua54)
+    assert hook.run_rc(job())[0] == 2051  # a numeric string is its number, as lua_isnumber says
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("function slurm_job_submit(\n", "expected near '<eof>'"),
+        ("\x00\xd2\x1b garbage", "unexpected symbol"),
+    ],
+)
+def test_render_refuses_a_site_hook_lua_cannot_load_naming_the_file(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    # slurmctld keeps its previous job_submit.lua when the chain fails to load: our new table too
+    site_hook = tmp_path / "site_job_submit.lua"
+    site_hook.write_bytes(text.encode("latin-1"))
+    out = tmp_path / "etc"
+    args = ["job-submit", "render", "--inventory", str(MIXED), "--out", str(out), "--chain", str(site_hook)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert f"--chain {site_hook}: Lua 5.1 cannot load it: " in result.output and said in result.output
+    assert not (out / SCRIPT_NAME).exists()
+
+
+def test_render_refuses_a_site_hook_where_it_writes_our_hook_and_chain_order_alone(tmp_path: Path) -> None:
+    out = tmp_path / "etc"
+    out.mkdir()
+    (out / CHAINED_NAME).write_text(SITE_HOOK)  # would be overwritten by ours, then run ours twice
+    args = ["job-submit", "render", "--inventory", str(MIXED), "--out", str(out)]
+    result = CliRunner().invoke(cli, [*args, "--chain", str(out / CHAINED_NAME)])
+    assert result.exit_code == 1 and f"render writes {CHAINED_NAME} there" in result.output
+    assert (out / CHAINED_NAME).read_text() == SITE_HOOK
+    result = CliRunner().invoke(cli, [*args, "--chain-order", "ours-first"])
+    assert result.exit_code == 2 and "--chain-order needs --chain" in result.output
