@@ -49,8 +49,8 @@ from slurm_hetero.engine.score import (
 )
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.model import SlurmNode
+from slurm_hetero.nodes import check_shares
 from slurm_hetero.readfile import MAX_CONFIG_BYTES, config_yaml, read_text
-from slurm_hetero.render.context import check_shares
 from slurm_hetero.units import parse_size
 
 logger = logging.getLogger(__name__)

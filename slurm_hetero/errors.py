@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class HeteroError(Exception):
@@ -77,3 +78,48 @@ class RequestError(HeteroError):
 
 class OutputError(HeteroError):
     """An output file or directory cannot be written. Nothing on disk was changed."""
+
+
+class JobEnvError(HeteroError):
+    """The task environment is not a Slurm step we can lay out."""
+
+
+class ScontrolError(HeteroError):
+    """`scontrol show node` said something we cannot read."""
+
+
+class SbatchArgsError(HeteroError):
+    """sbatch itself would refuse these options or this script header."""
+
+
+class GresConfError(HeteroError):
+    """gres.conf text that Slurm would refuse."""
+
+
+class LayoutError(HeteroError):
+    """No layout for this process, or a layout document that is not version 1 of the contract."""
+
+
+class CalibrationError(HeteroError):
+    """The device cannot be measured (torch missing, unknown device, failed run)."""
+
+
+class SlurmNodesError(HeteroError):
+    """Slurm's view of the nodes cannot stand in for the inventory."""
+
+
+class LaunchError(HeteroError):
+    """The launcher cannot start the command."""
+
+
+class LaunchPlanError(HeteroError):
+    """The step cannot be laid out: names the node, device or model at fault."""
+
+
+class SbatchPlanError(HeteroError):
+    """The job cannot run on this cluster as asked; `decisions`: the components decided up to and
+    including the refused one, where the hook's check refused it (for `--json`)."""
+
+    def __init__(self, message: str, decisions: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.decisions = list(decisions)  # sbatchplan.Decision records

@@ -24,14 +24,10 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.errors import LayoutError
 
 ENV = "SLURM_HETERO_LAYOUT"
 VERSION = 1
-
-
-class LayoutError(HeteroError):
-    """No layout for this process, or a layout document that is not version 1 of the contract."""
 
 
 @dataclass(frozen=True)

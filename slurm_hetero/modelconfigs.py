@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.engine.modelcost import CostSettings, layer_table, usable_tp_sizes
-from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
+from slurm_hetero.engine.modelfamilies import from_hf_config
+from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.stagecost import LayerCosts
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text

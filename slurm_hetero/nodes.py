@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from slurm_hetero import hostlist
 from slurm_hetero.catalog import SITE_MODELS_DIR
 from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.errors import InventoryError
+from slurm_hetero.errors import ConfigError, InventoryError
 from slurm_hetero.model import (
     ClusterInventory,
     Device,
@@ -30,7 +30,7 @@ from slurm_hetero.model import (
     SlurmNode,
     VendorTraits,
 )
-from slurm_hetero.slurm.syntax import feature
+from slurm_hetero.slurm.syntax import feature, gres_size
 from slurm_hetero.vendors import vendor_traits
 
 
@@ -199,3 +199,22 @@ def host_records(inventory: ClusterInventory, hosts: Sequence[str]) -> dict[str,
             if name in wanted:
                 found.setdefault(name, node)
     return found
+
+
+def check_shares(shares: Mapping[str, int], nodes: Sequence[SlurmNode]) -> None:
+    """Each shard size (`sharing.shard_size`, `--share TYPE=SIZE`) against the devices it shares:
+    a type the nodes have, at most the memory of its smallest device (a larger one rendered no
+    shard and said nothing: `l4=100G` on a 22 GiB L4, then `gpumem:1G` took a whole L4)."""
+    smallest: dict[str, int] = {}
+    for device in (d.device for n in nodes for d in n.devices):
+        memory = device.memory_mib or 0
+        smallest[device.type] = min(memory, smallest.get(device.type, memory))
+    for gres_type, unit in sorted(shares.items()):
+        where = f"shard size {gres_type}={gres_size(unit)} (sharing.shard_size or --share)"
+        if gres_type not in smallest:
+            raise ConfigError(f"{where}: no device of type {gres_type}; types: {', '.join(sorted(smallest))}")
+        if unit > smallest[gres_type]:
+            raise ConfigError(
+                f"{where}: larger than a {gres_type} device ({gres_size(smallest[gres_type])}), so no "
+                f"shard would be rendered; give at most {gres_size(smallest[gres_type])}"
+            )

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_hetero.engine.score import ClusterModel
-from slurm_hetero.errors import HeteroError, RequestError
+from slurm_hetero.errors import RequestError, SbatchPlanError
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
@@ -52,15 +52,6 @@ from slurm_hetero.units import format_size
 MIB = 2**20
 GIB = 2**30
 Estimate = Callable[[int], "float | None"]  # devices -> bytes per device (None: no layout)
-
-
-class SbatchPlanError(HeteroError):
-    """The job cannot run on this cluster as asked; `decisions`: the components decided up to and
-    including the refused one, where the hook's check refused it (for `--json`)."""
-
-    def __init__(self, message: str, decisions: Sequence[Decision] = ()) -> None:
-        super().__init__(message)
-        self.decisions = list(decisions)
 
 
 # ------------------------------------------------------------------------------- the cluster

@@ -173,7 +173,7 @@ class ModelSpec:
 MAX_CONFIG_INT = 2**40
 
 
-def _int(config: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
+def read_int(config: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
     value = config.get(key, default)
     if value is None:
         raise ConfigError(f"missing required key {key!r}", name, key)
@@ -184,7 +184,7 @@ def _int(config: Mapping[str, Any], key: str, name: str, default: int | None = N
     return value
 
 
-def _flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
+def read_flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
     """A JSON true or false (absent or null: `default`); anything else is refused (the string
     "false" is truthy to Python, so it would read as true)."""
     value = config.get(key)
@@ -195,48 +195,48 @@ def _flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool
     return value
 
 
-def _head_dim(config: Mapping[str, Any], name: str, hidden: int, heads: int) -> int:
+def read_head_dim(config: Mapping[str, Any], name: str, hidden: int, heads: int) -> int:
     if config.get("head_dim") is not None:
-        return _int(config, "head_dim", name)
+        return read_int(config, "head_dim", name)
     if hidden % heads:
         message = f"hidden size {hidden} is not divisible by {heads} heads"
         raise ConfigError(message, name, "num_attention_heads")
     return hidden // heads
 
 
-def _kv_heads(config: Mapping[str, Any], name: str, heads: int, key: str = "num_key_value_heads") -> int:
+def read_kv_heads(config: Mapping[str, Any], name: str, heads: int, key: str = "num_key_value_heads") -> int:
     """Grouped-query attention's K/V heads (`key`, default `heads`): each serves an equal group of
     attention heads, so they must divide them."""
-    kv_heads = _int(config, key, name, heads)
+    kv_heads = read_int(config, key, name, heads)
     if heads % kv_heads:
         raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, key)
     return kv_heads
 
 
-def _llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
-    hidden = _int(config, "hidden_size", name)
-    heads = _int(config, "num_attention_heads", name)
-    kv_heads = _kv_heads(config, name, heads)
-    bias = _flag(config, name, "attention_bias", False)
+def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
+    hidden = read_int(config, "hidden_size", name)
+    heads = read_int(config, "num_attention_heads", name)
+    kv_heads = read_kv_heads(config, name, heads)
+    bias = read_flag(config, name, "attention_bias", False)
     return ModelSpec(
         name=name,
         family="llama",
         model_type=model_type,
         hidden=hidden,
-        layers=_int(config, "num_hidden_layers", name),
+        layers=read_int(config, "num_hidden_layers", name),
         heads=heads,
         kv_heads=kv_heads,
-        head_dim=_head_dim(config, name, hidden, heads),
-        intermediate=_int(config, "intermediate_size", name),
-        vocab=_int(config, "vocab_size", name),
-        max_positions=_int(config, "max_position_embeddings", name, 4096),
-        tie_embeddings=_flag(config, name, "tie_word_embeddings", False),
+        head_dim=read_head_dim(config, name, hidden, heads),
+        intermediate=read_int(config, "intermediate_size", name),
+        vocab=read_int(config, "vocab_size", name),
+        max_positions=read_int(config, "max_position_embeddings", name, 4096),
+        tie_embeddings=read_flag(config, name, "tie_word_embeddings", False),
         gated_mlp=True,
-        num_experts=_int(config, "num_local_experts", name, 1),
-        experts_per_token=_int(config, "num_experts_per_tok", name, 1),
+        num_experts=read_int(config, "num_local_experts", name, 1),
+        experts_per_token=read_int(config, "num_experts_per_tok", name, 1),
         qkv_bias=bias or model_type == "qwen2",
         o_bias=bias,
-        mlp_bias=_flag(config, name, "mlp_bias", False),
+        mlp_bias=read_flag(config, name, "mlp_bias", False),
         **sliding_window(config, name, model_type),
     )
 
@@ -249,106 +249,59 @@ def sliding_window(config: Mapping[str, Any], name: str, model_type: str) -> dic
         model_type == "qwen2" and not config.get("use_sliding_window")
     ):
         return {}
-    window, layers = _int(config, "sliding_window", name), _int(config, "num_hidden_layers", name)
-    first = _int(config, "max_window_layers", name, 0) if model_type == "qwen2" else 0
+    window, layers = read_int(config, "sliding_window", name), read_int(config, "num_hidden_layers", name)
+    first = read_int(config, "max_window_layers", name, 0) if model_type == "qwen2" else 0
     step = 2 if model_type == "gemma2" else 1
     return {"window": window, "local_layers": tuple(range(first, layers, step))}
 
 
-def _gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
-    hidden = _int(config, "n_embd", name)
-    heads = _int(config, "n_head", name)
+def gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
+    hidden = read_int(config, "n_embd", name)
+    heads = read_int(config, "n_head", name)
     inner = config.get("n_inner")
     return ModelSpec(
         name=name,
         family="gpt2",
         model_type="gpt2",
         hidden=hidden,
-        layers=_int(config, "n_layer", name),
+        layers=read_int(config, "n_layer", name),
         heads=heads,
         kv_heads=heads,
-        head_dim=_head_dim({}, name, hidden, heads),
-        intermediate=_int(config, "n_inner", name) if inner is not None else 4 * hidden,
-        vocab=_int(config, "vocab_size", name),
-        max_positions=_int(config, "n_positions", name),
-        tie_embeddings=_flag(config, name, "tie_word_embeddings", True),
+        head_dim=read_head_dim({}, name, hidden, heads),
+        intermediate=read_int(config, "n_inner", name) if inner is not None else 4 * hidden,
+        vocab=read_int(config, "vocab_size", name),
+        max_positions=read_int(config, "n_positions", name),
+        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True),
         gated_mlp=False,
         qkv_bias=True,
         o_bias=True,
         mlp_bias=True,
         norm_bias=True,
-        learned_positions=_int(config, "n_positions", name),
+        learned_positions=read_int(config, "n_positions", name),
         fused_qkv=True,
     )
 
 
-def _t5_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
-    layers = _int(config, "num_layers", name)
-    heads = _int(config, "num_heads", name)
+def t5_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
+    layers = read_int(config, "num_layers", name)
+    heads = read_int(config, "num_heads", name)
     return ModelSpec(
         name=name,
         family="t5",
         model_type="t5",
-        hidden=_int(config, "d_model", name),
-        layers=_int(config, "num_decoder_layers", name, layers),
+        hidden=read_int(config, "d_model", name),
+        layers=read_int(config, "num_decoder_layers", name, layers),
         encoder_layers=layers,
         heads=heads,
         kv_heads=heads,
-        head_dim=_int(config, "d_kv", name),
-        intermediate=_int(config, "d_ff", name),
-        vocab=_int(config, "vocab_size", name),
-        max_positions=_int(config, "n_positions", name, 512),
-        tie_embeddings=_flag(config, name, "tie_word_embeddings", True),
+        head_dim=read_int(config, "d_kv", name),
+        intermediate=read_int(config, "d_ff", name),
+        vocab=read_int(config, "vocab_size", name),
+        max_positions=read_int(config, "n_positions", name, 512),
+        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True),
         gated_mlp=str(config.get("feed_forward_proj", "relu")).startswith("gated"),
-        relative_buckets=_int(config, "relative_attention_num_buckets", name, 32),
+        relative_buckets=read_int(config, "relative_attention_num_buckets", name, 32),
     )
-
-
-# Layers a model may have: 50 times the deepest published models (about 200), small enough that
-# per-layer tables and the layer split stay bounded (10**30 layers hung `plan`).
-MAX_LAYERS = 10_000
-
-
-def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    """The `ModelSpec` of a Hugging Face `config.json` (already parsed). `name` labels errors.
-
-    Raises `ConfigError` naming the key for missing or non-positive sizes, more than `MAX_LAYERS`
-    layers or more experts per token than experts, and listing the supported `model_type`s for
-    anything else."""
-    spec = _read_config(config, name)
-    if spec.total_layers > MAX_LAYERS:
-        raise ConfigError(f"{spec.total_layers} layers; at most {MAX_LAYERS:,} are supported", name, "layers")
-    if spec.experts_per_token > spec.num_experts:
-        raise ConfigError(
-            f"{spec.experts_per_token} experts per token but only {spec.num_experts} experts",
-            name,
-            "num_experts_per_tok",
-        )
-    return spec
-
-
-def _read_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    from slurm_hetero.engine.modelfamilies import READERS
-
-    if not isinstance(config, Mapping):
-        raise ConfigError("a config.json must hold a JSON object", name)
-    model_type = str(config.get("model_type", "gpt2" if "n_embd" in config else ""))
-    if model_type in LLAMA_TYPES:
-        if config.get("moe_intermediate_size") or config.get("shared_expert_intermediate_size"):
-            raise ConfigError(
-                "shared/fine-grained experts: use model_type qwen2_moe or deepseek_v2",
-                name,
-                "moe_intermediate_size",
-            )
-        return _llama_spec(config, name, model_type)
-    if model_type == "gpt2":
-        return _gpt2_spec(config, name)
-    if model_type == "t5":
-        return _t5_spec(config, name)
-    if model_type in READERS:
-        return READERS[model_type](config, name)
-    supported = ", ".join(sorted({*SUPPORTED_TYPES, *READERS}))
-    raise ConfigError(f"unsupported model_type {model_type!r}; supported: {supported}", name, "model_type")
 
 
 def attention_weights(spec: ModelSpec) -> int:

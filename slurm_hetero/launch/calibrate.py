@@ -43,17 +43,13 @@ import yaml
 
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
-from slurm_hetero.errors import ConfigError, HeteroError, RequestError
+from slurm_hetero.errors import CalibrationError, ConfigError, RequestError
 from slurm_hetero.inventory import DuplicateKey, UniqueKeyLoader
 from slurm_hetero.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
 
 DEFAULT_OUT = Path("~/.config/slurm-hetero/measured.yaml")
-
-
-class CalibrationError(HeteroError):
-    """The device cannot be measured (torch missing, unknown device, failed run)."""
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from slurm_hetero.engine.layout import (
 )
 from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
-from slurm_hetero.errors import HeteroError, RequestError
+from slurm_hetero.errors import LaunchPlanError, RequestError
 from slurm_hetero.launch.rankenv import (
     TORCHRUN_UNKNOWN_PREFIX,
     Groups,
@@ -74,10 +74,6 @@ from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
-
-
-class LaunchPlanError(HeteroError):
-    """The step cannot be laid out: names the node, device or model at fault."""
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.errors import SlurmNodesError
 from slurm_hetero.model import Device, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.slurm.scontrol import NodeGres
 from slurm_hetero.vendors import vendor_traits
-
-
-class SlurmNodesError(HeteroError):
-    """Slurm's view of the nodes cannot stand in for the inventory."""
-
 
 UNKNOWN_VENDOR = VendorTraits(name="unknown")
 

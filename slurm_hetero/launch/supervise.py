@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from slurm_hetero import proc
-from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.errors import LaunchError, ToolError
 from slurm_hetero.launch.early import CATCHING as _CATCHING
 from slurm_hetero.launch.early import EARLY as _EARLY
 from slurm_hetero.launch.early import PEER_FAILED, STOP_SIGNALS
@@ -65,10 +65,6 @@ RELAY_CHUNK = 64 * 1024  # the most output the relay holds at once, per stream
 def relay_chunks(stream: IO[bytes], size: int = RELAY_CHUNK) -> Iterator[bytes]:
     """The stream's bytes in order, each piece a line or at most `size` bytes of one."""
     return iter(lambda: stream.readline(size), b"")
-
-
-class LaunchError(HeteroError):
-    """The launcher cannot start the command."""
 
 
 def _die_with_parent() -> None:

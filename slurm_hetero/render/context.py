@@ -15,9 +15,9 @@ from typing import Any
 from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.score import DEFAULT_PARTITION
-from slurm_hetero.errors import ConfigError, InventoryError
+from slurm_hetero.errors import InventoryError
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.nodes import check_shares, slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
 from slurm_hetero.slurm.syntax import cpu_ids, gres_size, ranges
 
@@ -127,25 +127,6 @@ def _gres_device_lines(
     for entry in lines:
         entry["file"] = hostlist.fold(entry.pop("files"))
     return lines
-
-
-def check_shares(shares: Mapping[str, int], nodes: Sequence[SlurmNode]) -> None:
-    """Each shard size (`sharing.shard_size`, `--share TYPE=SIZE`) against the devices it shares:
-    a type the nodes have, at most the memory of its smallest device (a larger one rendered no
-    shard and said nothing: `l4=100G` on a 22 GiB L4, then `gpumem:1G` took a whole L4)."""
-    smallest: dict[str, int] = {}
-    for device in (d.device for n in nodes for d in n.devices):
-        memory = device.memory_mib or 0
-        smallest[device.type] = min(memory, smallest.get(device.type, memory))
-    for gres_type, unit in sorted(shares.items()):
-        where = f"shard size {gres_type}={gres_size(unit)} (sharing.shard_size or --share)"
-        if gres_type not in smallest:
-            raise ConfigError(f"{where}: no device of type {gres_type}; types: {', '.join(sorted(smallest))}")
-        if unit > smallest[gres_type]:
-            raise ConfigError(
-                f"{where}: larger than a {gres_type} device ({gres_size(smallest[gres_type])}), so no "
-                f"shard would be rendered; give at most {gres_size(smallest[gres_type])}"
-            )
 
 
 def shards_per_device(device: Device, shares: Mapping[str, int]) -> int:

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from slurm_hetero import hostlist
-from slurm_hetero.errors import HeteroError, InventoryError
+from slurm_hetero.errors import GresConfError, InventoryError
 from slurm_hetero.slurm import syntax
 
 _KEYS = {
@@ -43,10 +43,6 @@ class GresEntry:
     links: str | None
     count: str | None
     flags: str | None
-
-
-class GresConfError(HeteroError):
-    """gres.conf text that Slurm would refuse."""
 
 
 def _fields(line: str, line_no: int) -> dict[str, str]:

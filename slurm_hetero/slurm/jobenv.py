@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurm_hetero import hostlist
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.errors import HeteroError, JobEnvError
 from slurm_hetero.slurm.syntax import MAX_HOSTS
 
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -77,10 +77,6 @@ _NODELIST = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 _TASKS_PER_NODE = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 _HET_SIZE = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
 _SRUN = "run under srun (one task per device)"
-
-
-class JobEnvError(HeteroError):
-    """The task environment is not a Slurm step we can lay out."""
 
 
 @dataclass(frozen=True)

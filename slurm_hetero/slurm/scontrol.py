@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from slurm_hetero import hostlist, proc
-from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.errors import ScontrolError, ToolError
 
 # a field starts at a run of key characters followed by `=`, after a space or at the line start
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
@@ -151,10 +151,6 @@ def names_of(records: Iterable[SlurmNodeRecord]) -> list[str]:
 
 
 # -- GPUs as Slurm configured them (the launcher's source of device types without an inventory) ---
-
-
-class ScontrolError(HeteroError):
-    """`scontrol show node` said something we cannot read."""
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class Pipeline:
             )
         lay = dist.layout
         if lay["num_stages"] > 1:
-            _need("torch.distributed.pipelining", "pipeline stages")
+            require_torch_module("torch.distributed.pipelining", "pipeline stages")
         self.lay, self.stage, self.loss_fn, self.schedule = lay, stage, loss_fn, schedule
         self.tp: ProcessGroup | None = dist.group("tp")
         self.tp_root = min(next(g["ranks"] for g in lay["groups"] if g["name"] == "tp"))
@@ -154,7 +154,7 @@ class Pipeline:
         return self._loss(self.targets)(output, rows)
 
 
-def _need(module: str, what: str) -> None:
+def require_torch_module(module: str, what: str) -> None:
     """One line naming the torch in this environment when it lacks what the layout needs."""
     import importlib.util
 

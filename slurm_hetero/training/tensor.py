@@ -43,9 +43,9 @@ def parallelize(
     planner priced the stage tp-fold faster."""
     if tp_group is None:
         return stage
-    from slurm_hetero.training.pipeline import _need
+    from slurm_hetero.training.pipeline import require_torch_module
 
-    _need("torch.distributed.tensor.parallel", "tensor-parallel stages")
+    require_torch_module("torch.distributed.tensor.parallel", "tensor-parallel stages")
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 

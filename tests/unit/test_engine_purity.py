@@ -91,3 +91,95 @@ def test_the_checker_catches_io(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("import os\nfrom pathlib import Path\nx = open('f')\ny = Path('a').read_text()\n")
     assert len(_violations(sample)) == 4
+
+
+# The rooms of ARCHITECTURE.md, by layer: a module imports from its own room, from a lower layer,
+# or, on the rooms floor, from a room ROOM_USES names. Keep the two in step.
+CORE = {
+    "__init__", "compat", "data", "devicespec", "errors", "hostlist", "journal", "layout", "model",
+    "proc", "readfile", "schemas", "slurm", "units", "writefile",
+}  # fmt: skip
+ROOMS = {
+    "inventory": {
+        "catalog", "config", "discover", "fanout", "health", "hosttopo", "install", "inventory",
+        "inventorycheck", "modelconfigs", "nodes", "taskprolog", "vendors",
+    },
+    "render": {"render"},
+    "request": {"submit", "sbatchplan"},
+    "training": {"launch", "training"},
+    "accounting": {"report", "metrics"},
+}  # fmt: skip
+ROOM_USES = {
+    "render": {"inventory"},
+    "request": {"inventory"},
+    "training": {"inventory"},
+    "accounting": {"inventory"},
+}
+TOP = {"cli", "entry", "__main__"}
+
+
+def _room_of(module: str) -> str:
+    """`slurm_hetero.launch.plan` -> `training`; core modules are `core`, the engine `engine`."""
+    top = module.split(".")[1] if "." in module else "__init__"
+    if top in CORE:
+        return "core"
+    if top == "engine" or top in TOP:
+        return "engine" if top == "engine" else "top"
+    return next(room for room, members in ROOMS.items() if top in members)
+
+
+def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names) of every absolute slurm_hetero import in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("slurm_hetero")
+        ):
+            module = node.module or ""
+            names = [a.name for a in node.names]
+            if module == "slurm_hetero":  # `from slurm_hetero import inventory`: the modules named
+                found += [(node.lineno, f"slurm_hetero.{n}", []) for n in names if n != "__version__"]
+            else:
+                found.append((node.lineno, module, names))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, []) for a in node.names if a.name.startswith("slurm_hetero.")]
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_every_module_has_a_room() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        _room_of(_module_name(path))  # StopIteration names a module ARCHITECTURE.md does not place
+
+
+def test_imports_follow_the_rooms_of_architecture_md() -> None:
+    """Core imports only core; the engine core and engine; a room core, the engine, itself and the
+    rooms it may use; nothing imports the CLI. No import passes another module's private name."""
+    allowed = {"core": {"core"}, "engine": {"core", "engine"}, "top": {"core", "engine", "top", *ROOMS}}
+    allowed.update({room: {"core", "engine", room, *ROOM_USES.get(room, ())} for room in ROOMS})
+    broken = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        here = _module_name(path)
+        for line, module, names in _imports(path):
+            if _room_of(module) not in allowed[_room_of(here)]:
+                broken.append(f"{path.relative_to(REPO)}:{line}: {_room_of(here)} imports {module}")
+            broken += [
+                f"{path.relative_to(REPO)}:{line}: private {n} of {module}"
+                for n in names
+                if n.startswith("_")
+            ]
+    assert broken == []
+
+
+def test_the_rooms_are_those_architecture_md_names() -> None:
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    for room, members in ROOMS.items():
+        assert f"**{room}**" in text, room
+        for member in members:
+            assert f"`{member}" in text, member

@@ -40,7 +40,8 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.fit import bundled_names, load_model
 from slurm_hetero.engine import fit
-from slurm_hetero.engine.modelspec import ModelSpec, from_hf_config
+from slurm_hetero.engine.modelfamilies import from_hf_config
+from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.reasons import ReasonCode
 from slurm_hetero.engine.stagecost import LayerCosts
 from slurm_hetero.errors import ConfigError

@@ -503,7 +503,7 @@ def test_tensor_parallel_degrees_never_split_heads_or_kv_heads_unevenly(
     40 heads with 10 kv heads to tp=4 (2.5 kv heads a rank)."""
     from slurm_hetero.cli import plan as plan_cli
     from slurm_hetero.engine.modelcost import usable_tp_sizes
-    from slurm_hetero.engine.modelspec import from_hf_config
+    from slurm_hetero.engine.modelfamilies import from_hf_config
     from slurm_hetero.modelconfigs import load_model
 
     assert usable_tp_sizes(load_model("gpt2"), (1, 2, 4, 8)) == (1, 2, 4)

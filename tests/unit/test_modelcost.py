@@ -168,7 +168,7 @@ def test_local_attention_layers_attend_to_their_window_where_attention_is_fused(
     """GPT-Neo's alternating local layers (window_size 256), Mistral's sliding window on every
     layer and Gemma 2's on its even layers are read from the HF config; with flash attention a
     local layer's score FLOPs cover its window, eager attention computes (and masks) them all."""
-    from slurm_hetero.engine.modelspec import from_hf_config
+    from slurm_hetero.engine.modelfamilies import from_hf_config
 
     def load_hf_config(name: str) -> dict[str, object]:
         return json.loads((REPO / "slurm_hetero" / "data" / "hf_configs" / f"{name}.json").read_text())

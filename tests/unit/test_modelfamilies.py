@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero.engine.modelspec import from_hf_config
+from slurm_hetero.engine.modelfamilies import from_hf_config
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.modelconfigs import layer_costs_for, load_model
 

@@ -20,7 +20,7 @@ from slurm_hetero.cli.plan import cross_type_gbs, parse_devices
 from slurm_hetero.engine.devicegroups import device_groups
 from slurm_hetero.engine.layout import SEARCHED_MICRO_BATCHES, LayoutKind, LayoutSpec, solve
 from slurm_hetero.engine.modelcost import SOLVER_SETTINGS
-from slurm_hetero.engine.modelspec import MAX_LAYERS, from_hf_config
+from slurm_hetero.engine.modelfamilies import MAX_LAYERS, from_hf_config
 from slurm_hetero.engine.shapes import MAX_CANDIDATES, _bounded_product, shape_search
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.modelconfigs import layer_costs_for
