@@ -2,7 +2,8 @@
 
 A command is a logical line of a fenced `bash`/`sh`/`shell` block (backslash continuations and
 here-documents included) or a `$ ` line of a `console` block (with its `> ` continuations); other
-fences (slurm.conf, YAML, output) are not commands. A command the docs tests cannot run here
+fences (slurm.conf, YAML, output) are not commands; a block that starts with `#!` is one script,
+run whole. A command the docs tests cannot run here
 carries a visible marker, in its trailing comment or in a comment line of its own right above it:
 
     # not run here: <why>
@@ -68,12 +69,21 @@ def commands(path: Path) -> list[DocCommand]:
             i += 1
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```")), len(lines))
-        if fence.group(1) in SHELLS:
+        if fence.group(1) in SHELLS and lines[i + 1 : i + 2] and lines[i + 1].startswith("#!"):
+            found.append(_script(path, i + 2, lines[i + 1 : end]))
+        elif fence.group(1) in SHELLS:
             body = list(enumerate(lines[i + 1 : end], start=i + 2))
             parse = _console if fence.group(1) == "console" else _shell
             found += [DocCommand(path, n, text, marked) for n, text, marked in parse(body)]
         i = end + 1
     return found
+
+
+def _script(path: Path, line: int, text: list[str]) -> DocCommand:
+    """A block that starts with `#!` is one script (a batch script sbatch runs), run as a whole;
+    its marker, if any, is a comment line among its first five."""
+    marked = next((m for m in map(_marker, text[:5]) if m), None)
+    return DocCommand(path, line, "\n".join(text), marked)
 
 
 def _shell(body: list[tuple[int, str]]) -> list[tuple[int, str, str | None]]:

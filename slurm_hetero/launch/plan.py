@@ -240,7 +240,19 @@ def _device_group(group: Sequence[Site], tflops: float, half: float, options: La
     per_node = tuple(s.tasks for s in group)
     nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
     price = spec.price_per_hour_usd or 0.0
-    return DeviceGroup(group[0].type, per_node, tflops, memory, link, half, nic, price, group[0].vendor.name)
+    bandwidth = spec.memory_bandwidth_gbs or 0.0  # the optimizer step's memory traffic, as plan prices it
+    return DeviceGroup(
+        group[0].type,
+        per_node,
+        tflops,
+        memory,
+        link,
+        half,
+        nic,
+        price,
+        group[0].vendor.name,
+        memory_gbs=bandwidth,
+    )
 
 
 def group_pair_gbs(nodes: Sequence[Site], options: LaunchOptions) -> dict[tuple[int, int], float]:

@@ -135,7 +135,7 @@ def test_requests_no_device_holds_are_refused_before_sbatch(tmp_path: Path) -> N
     )
     assert (
         code == 1
-        and "needs 1097.7 GiB per device on 1 device(s)" in err
+        and "needs 1229.1 GiB per device on 1 device(s)" in err
         and "largest device: 80G on a100_80g" in err
     )
     code, _, err = run(
