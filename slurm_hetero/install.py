@@ -192,6 +192,8 @@ def _install(
         raise HeteroError(f"already installed in {layout.prefix} ({old['version']}); pass --upgrade")
     if upgrade and not old:
         raise HeteroError(f"nothing installed in {layout.prefix} to upgrade; run install without --upgrade")
+    if old and upgrade and config is None:
+        config = old.get("config")  # an upgrade keeps the TaskProlog's settings unless given new ones
     _check_python(python)
     if layout.current.exists() and not layout.current.is_symlink():
         raise HeteroError(

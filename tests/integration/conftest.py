@@ -204,6 +204,17 @@ def dev_cluster_argv(*args: str) -> list[str]:
     return [sys.executable, str(DEV_CLUSTER), *args]
 
 
+def suite_up_argv(name: str, inventory: Path, suite_config: Path) -> list[str]:
+    """`dev-cluster up` as the suite runs it (a test that brings the cluster up again uses it too,
+    so the tests after it find the same cluster): the hook, l40s sharing and, where it runs,
+    slurmdbd and MariaDB, so sacct and `slurm-hetero report` see the jobs. Not on 24.11 yet: its
+    slurmdbd (24.11.5) stops at start against Debian 13's MariaDB 11.8 (client error 5027 on
+    `select @var := concat('')`, see scripts/devcluster/accounting.py)."""
+    argv = dev_cluster_argv("up", "--slurm-release", name, "--inventory", str(inventory))
+    argv += ["--job-submit", "--config", str(suite_config)]
+    return argv + (["--accounting"] if name in ACCOUNTING_RELEASES else [])
+
+
 @pytest.fixture(scope="session", params=selected_releases())
 def dev_cluster(
     request: pytest.FixtureRequest, cluster_inventory: Path, suite_config: Path
@@ -213,13 +224,9 @@ def dev_cluster(
     _need_root()
     name = request.param
     started = time.monotonic()
-    argv = dev_cluster_argv("up", "--slurm-release", name, "--inventory", str(cluster_inventory))
-    argv += ["--job-submit", "--config", str(suite_config)]
-    # slurmdbd and MariaDB, so sacct/sreport and `slurm-hetero report` see the jobs; not on 24.11 yet:
-    # its slurmdbd (24.11.5) stops at start against Debian 13's MariaDB 11.8 (client error 5027 on
-    # `select @var := concat('')`, see scripts/devcluster/accounting.py)
-    argv += ["--accounting"] if name in ACCOUNTING_RELEASES else []
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        suite_up_argv(name, cluster_inventory, suite_config), capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.fail(f"dev-cluster up --slurm-release {name} failed:\n{result.stdout}\n{result.stderr}")
     print(f"dev cluster {name} up in {time.monotonic() - started:.1f}s", file=sys.stderr)

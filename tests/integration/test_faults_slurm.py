@@ -18,7 +18,7 @@ import pytest
 from slurm_hetero import hostlist, inventory
 from slurm_hetero.nodes import gres_order
 from tests.conftest import REPO
-from tests.integration.conftest import DEV_CLUSTER, Cluster, dev_cluster_argv, slurm, tres
+from tests.integration.conftest import DEV_CLUSTER, Cluster, slurm, suite_up_argv, tres
 from tests.integration.test_job_submit_slurm import as_user, job_fields, reload_hook, render_hook
 
 HOSTILE_ENV = {
@@ -78,12 +78,8 @@ def test_files_jobs_read_kept_0600_are_installed_readable(dev_cluster: Cluster, 
     ]
     for path in readers:
         path.chmod(0o600)
-    argv = dev_cluster_argv(
-        "up", "--slurm-release", dev_cluster.name, "--inventory", str(dev_cluster.inventory)
-    )
-    result = subprocess.run(
-        [*argv, "--job-submit", "--config", str(suite_config)], capture_output=True, text=True
-    )
+    argv = suite_up_argv(dev_cluster.name, dev_cluster.inventory, suite_config)
+    result = subprocess.run(argv, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert {str(p): oct(p.stat().st_mode & 0o777) for p in readers} == {str(p): "0o644" for p in readers}
     node, gres_type = ascend_node(dev_cluster.inventory)

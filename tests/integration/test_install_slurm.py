@@ -29,6 +29,9 @@ LOOP = (
 )
 
 
+CONFIG = "slurm-hetero-config.yaml"  # the suite's settings, as dev-cluster up installs them
+
+
 def install(*args: str) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "slurm_hetero", "install", "--python", "/usr/bin/python3", *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=900, check=False)
@@ -119,7 +122,7 @@ def test_uninstall_waits_for_slurm_conf_then_leaves_jobs_running(dev_cluster: Cl
         run = as_user("srun", "-w", node, f"--gres=gpu:{gres_type}:1", "sh", "-c", "echo $SLURM_STEP_GPUS")
         assert run.returncode == 0 and run.stdout.strip().isdigit(), run.stderr  # no dangling TaskProlog
     finally:
-        again = install("--inventory", str(dev_cluster.inventory))
+        again = install("--inventory", str(dev_cluster.inventory), "--config", str(dev_cluster.etc / CONFIG))
         conf.write_text(text)
         slurm("scontrol", "reconfigure")
         time.sleep(2)

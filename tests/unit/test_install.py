@@ -112,6 +112,20 @@ def test_upgrade_builds_beside_the_current_venv_from_hard_links_and_keeps_the_pr
     assert third["removed_venvs"] == [str(first)] and second.exists()
 
 
+def test_an_upgrade_keeps_the_taskprologs_config_unless_given_another(
+    build: FakeBuild, layout: inst.Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admin's `install --upgrade` without --config dropped the shard sizes the TaskProlog reads
+    (the dev cluster's shared l40s then got no MPS memory limit)."""
+    stamps = iter(["20260101T000000", "20260101T000001", "20260101T000002"])
+    monkeypatch.setattr(inst.time, "strftime", lambda fmt: next(stamps))
+    inst.install(layout, PYTHON, ROOT, config="/etc/slurm/site.yaml")
+    inst.install(layout, PYTHON, ROOT, upgrade=True)
+    assert "--config /etc/slurm/site.yaml" in layout.scripts()["taskprolog"].read_text()
+    inst.install(layout, PYTHON, ROOT, config="/etc/slurm/other.yaml", upgrade=True)
+    assert "--config /etc/slurm/other.yaml" in layout.scripts()["taskprolog"].read_text()
+
+
 def test_a_failed_build_changes_nothing(build: FakeBuild, layout: inst.Layout) -> None:
     first = inst.install(layout, PYTHON, ROOT)
     before = {p: p.read_text() for p in layout.scripts().values()}
