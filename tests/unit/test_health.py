@@ -233,14 +233,17 @@ def live_health(inv: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch, too
         ),
         ("exec /bin/sleep 30", "`npu-smi info` failed (timed out after 1s)"),
         (None, "`npu-smi info` failed (not found)"),
+        ("/usr/bin/head -c 3000 /dev/urandom", "npu-smi info"),
+        (r"printf 'NPU \\351\\377 Health\\n'", "npu-smi info"),
     ],
-    ids=["exits-non-zero", "hangs", "missing"],
+    ids=["exits-non-zero", "hangs", "missing", "random-bytes", "latin1"],
 )
 def test_a_tool_that_cannot_ask_the_devices_drains_the_node_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str | None, said: str
 ) -> None:
     """Issue 26 repro 1: a dead driver (the tool fails, hangs or is gone) is a fault of the node, as
-    the same devices missing from a capture are: drained, the reason naming the tool and what it said."""
+    the same devices missing from a capture are: drained, the reason naming the tool and what it said.
+    adv26 h-*-garbage/latin1: output that is not UTF-8 drains too (it was a traceback)."""
     fake = FakeSlurm(node_line("npu1"))
     result = live_health(write_inventory(tmp_path), fake, monkeypatch, tool)
     assert result.exit_code == 1, result.output
