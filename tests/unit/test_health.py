@@ -14,6 +14,7 @@ from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.discover import discover_node
+from slurm_hetero.errors import ToolError
 from slurm_hetero.model import ClusterInventory
 from tests.conftest import FIXTURES
 
@@ -282,3 +283,35 @@ def test_a_tool_that_cannot_ask_with_dry_run_says_the_drain(
         "state=drain",
         "reason=slurm-hetero: ascend: `npu-smi info` failed (exit code 2)",
     ]
+
+
+class SlurmSays(FakeSlurm):
+    """scontrol show node fails with `said` (exit 1), as scontrol does."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__("")
+        self.said = said
+
+    def run(self, argv: Sequence[str], timeout: float = 60.0) -> str:
+        if list(argv[:3]) == ["scontrol", "show", "node"]:
+            self.calls.append(list(argv))
+            raise ToolError(list(argv), 1, self.said)
+        return super().run(argv, timeout)
+
+
+def test_a_controller_that_cannot_be_asked_is_scontrols_failure_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26 h-ctld-down: slurmctld down read as "node is not known to Slurm", exit 1."""
+    fake = SlurmSays("slurm_load_node error: Unable to contact slurm controller (connect failure)")
+    result = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert result.exit_code == 3, result.output
+    assert "`scontrol show node -o npu1` failed (exit code 1): slurm_load_node error: Unable" in result.output
+    assert "not known" not in result.output and fake.updates() == []
+
+
+def test_a_node_slurm_does_not_know_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = SlurmSays("Node npu1 not found")
+    result = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert result.exit_code == 1 and "node npu1 is not known to Slurm" in result.output
+    assert fake.updates() == []
