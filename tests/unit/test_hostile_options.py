@@ -114,10 +114,24 @@ def test_zero_and_negative_counts_are_usage_errors(args: list[str], expected: st
         ([*PLAN, "--per-node", "70000"], "'--per-node': 70000 is not in the range 1<=x<=65536"),
         ([*PLAN, "--per-node", "1" + "0" * 30], "'--per-node': 1" + "0" * 30 + " is not in the range"),
         ([*PLAN, "--seq", "16777217"], "'--seq': 16777217 is not in the range 1<=x<=16777216"),
+        (
+            [
+                "request",
+                "explain",
+                "--inventory",
+                str(EXAMPLE),
+                "--uid",
+                "1" + "0" * 20,
+                "--gres",
+                "gpumem:20G",
+            ],
+            "'--uid': 1" + "0" * 20 + " is not in the range 0<=x<=4294967294",
+        ),
     ],
 )
 def test_counts_past_their_documented_maximum_are_usage_errors(args: list[str], expected: str) -> None:
-    """adv26 fitbig, fitpp, fitbatch, fitseq, fitdp65537, pnbig, pnm: accepted (and ignored) before."""
+    """adv26 fitbig, fitpp, fitbatch, fitseq, fitdp65537, pnbig, pnm, rquid: accepted (and ignored)
+    before."""
     result = invoke(*args)
     assert_clean(result)
     assert result.exit_code == 2 and expected in result.stderr, result.output
