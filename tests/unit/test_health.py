@@ -308,7 +308,7 @@ def test_a_controller_that_cannot_be_asked_is_scontrols_failure_exit_3(
     assert result.exit_code == 3, result.output
     assert "`scontrol show node -o npu1` failed (exit code 1): slurm_load_node error: Unable" in result.output
     assert "not known" not in result.output and fake.updates() == []
-    assert "npu1: ascend 1 (/dev/davinci1): npu-smi Health:Warning" in caplog.text  # the fault, said first
+    assert "npu1: ascend 1 (/dev/davinci1): npu-smi Health=Warning" in caplog.text  # the fault, said first
 
 
 def test_a_node_slurm_does_not_know_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
