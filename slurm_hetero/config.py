@@ -34,6 +34,7 @@ import copy
 import logging
 import os
 import pwd
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,11 +125,13 @@ def _names(value: Any, path: str, key: str) -> Any:
 
 
 def _partition_name(value: Any, path: str, key: str) -> Any:
-    """One Slurm partition name (the syntax of a host name)."""
+    """One Slurm partition name (the syntax of a host name: no comma, space or '=')."""
     from slurm_hetero.slurm.syntax import host_name
 
+    if not isinstance(value, str):
+        raise ConfigError(f"expected a partition name (text), got {value!r}", path, key)
     try:
-        return host_name(value if isinstance(value, str) else "")
+        return host_name(value)
     except ValueError as e:
         raise ConfigError(f"expected a partition name: {e}", path, key) from e
 
@@ -153,11 +156,17 @@ def _scope(value: Any) -> tuple[str, ...]:
     return () if value == "all" else tuple(value)
 
 
+MAX_UID = 4_294_967_294  # uid_t, less (uid_t)-1 (Slurm's and POSIX's "no uid")
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?\Z")  # useradd's NAME_REGEX, 32 at most
+
+
 def _users(value: Any, path: str, key: str) -> Any:
-    if not isinstance(value, list) or not all(
-        isinstance(v, (str, int)) and not isinstance(v, bool) for v in value
-    ):
+    if not isinstance(value, list):
         raise ConfigError("expected a list of user names or uids", path, key)
+    for i, user in enumerate(value):
+        uid = isinstance(user, int) and not isinstance(user, bool) and 0 <= user <= MAX_UID
+        if not uid and not (isinstance(user, str) and _USER_NAME.match(user)):
+            raise ConfigError(f"{user!r} is not a user name or a uid (0 to {MAX_UID:,})", path, f"{key}[{i}]")
     return value
 
 
@@ -188,7 +197,7 @@ SCHEMA: dict[str, Any] = {
         "allow_types": _names,
         "deny_types": _names,
     },
-    "partitions": ("*", _PARTITION),  # any partition name, each with these keys
+    "partitions": (_partition_name, _PARTITION),  # any partition name, each with these keys
     "job_submit": {
         "mode": _choice(MODES),
         "fail_policy": _choice(FAIL_POLICIES),
@@ -207,8 +216,9 @@ def _validate(data: Any, schema: Any, path: str, key: str = "") -> None:
         return
     if not isinstance(data, Mapping):
         raise ConfigError("expected a mapping", path, key or None)
-    if isinstance(schema, tuple):
+    if isinstance(schema, tuple):  # (check of each key, schema of each value)
         for name, value in data.items():
+            schema[0](name, path, f"{key}.{name}")
             _validate(value, schema[1], path, f"{key}.{name}")
         return
     for name, value in data.items():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from slurm_hetero import inventory
 from slurm_hetero.devicespec import Catalog
-from slurm_hetero.errors import HeteroError, InventoryError, ParseError
+from slurm_hetero.errors import HeteroError, InventoryError, ParseError, ToolError
 from slurm_hetero.hosttopo import HostTopology, memtotal_mib, read_topology
 from slurm_hetero.model import Capture, ClusterInventory, Device, NodeInventory
 from slurm_hetero.nodes import lookup_spec, unknown_device
@@ -133,8 +133,13 @@ def live_facts(root: Path = Path("/"), strict: bool = False) -> tuple[dict[str, 
 
 
 def slurm_facts(name: str) -> dict[str, int]:
-    """The node's facts as slurmctld knows them (`scontrol show node`), {} when it does not."""
-    record = show_node(name)
+    """The node's facts as slurmctld knows them (`scontrol show node`), {} when it does not or
+    cannot be asked (discover runs before the node joins Slurm, and on hosts without it)."""
+    try:
+        record = show_node(name)
+    except ToolError as e:
+        logger.info("node %s: no facts from Slurm: %s", name, e)
+        return {}
     if record is None:
         return {}
     found = {k: getattr(record, k) for k in FACT_KEYS if getattr(record, k) is not None}

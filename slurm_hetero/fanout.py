@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from slurm_hetero import hostlist, proc
-from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.errors import HeteroError, InventoryError, ToolError
 from slurm_hetero.slurm.scontrol import SlurmNodeRecord, show_nodes
 
 logger = logging.getLogger(__name__)
@@ -152,7 +152,13 @@ def fan_out(
     immediate: int = 60,
     progress: Progress = terminal_progress,
 ) -> FanoutResult:
-    """Discover on the nodes of `spec` (a hostlist; None: every node Slurm knows)."""
+    """Discover on the nodes of `spec` (a hostlist of at most `hostlist.MAX_HOSTS`, counted before
+    Slurm is asked; None: every node Slurm knows)."""
+    if spec:
+        try:
+            hostlist.count(spec)
+        except InventoryError as e:
+            raise InventoryError(f"--nodes: {e}") from None
     try:
         records = show_nodes([spec] if spec else [])
     except ToolError as e:

@@ -22,7 +22,7 @@ Python 3.9 compatible (runs on compute nodes).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_hetero.model import Device, Health, NodeInventory
@@ -132,13 +132,14 @@ def check(
     node: str,
     expected: NodeInventory,
     found: Sequence[Device],
-    record: SlurmNodeRecord | None,
+    record: Callable[[str], SlurmNodeRecord | None],
     dry_run: bool = False,
     unasked: Mapping[str, str] | None = None,
 ) -> HealthReport:
-    """Compare, then drain or resume as needed."""
+    """Compare, then drain or resume as needed; `record` reads the node's record from Slurm once
+    the faults are logged (a Slurm that cannot be asked then fails with them said)."""
     faults = compare(expected, found, unasked)
     for fault in faults:
         logger.warning("%s: %s", node, fault)
-    actions, notes = act(node, faults, record, dry_run)
+    actions, notes = act(node, faults, record(node), dry_run)
     return HealthReport(node, tuple(faults), actions, notes)

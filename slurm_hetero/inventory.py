@@ -140,7 +140,7 @@ def ambiguity(text: str, key: str | None = None) -> str:
     else:
         advice = f"write {quoted}"
     if type(yaml11) is type(yaml12) and yaml11 == yaml12:  # 0x10: alike, but not plain decimal
-        return f"{where}{text} is {_reading(yaml11)} written in a form inventories do not take; {advice}"
+        return f"{where}{text} is {_reading(yaml11)} written in a form slurm-hetero does not read; {advice}"
     return (
         f"{where}{text} is ambiguous ({_reading(yaml11)} in YAML 1.1, {_reading(yaml12)} in YAML 1.2); "
         f"{advice}"
@@ -168,19 +168,25 @@ class UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
         return super().construct_mapping(node, deep=deep)
 
 
-class _YamlLoader(_StrictResolver, UniqueKeyLoader):
-    """Inventories: a key given twice in one mapping and ambiguous plain scalars are refused."""
+def _labelled(node: Any) -> Iterator[tuple[str, Any]]:
+    """(`key` or `key[i]`, value node) of every value of a mapping node, sequences' items one by one."""
+    for key_node, value_node in node.value:
+        key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "<key>"
+        items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        for i, item in enumerate(items):
+            yield (key if item is value_node else f"{key}[{i}]"), item
+
+
+class StrictLoader(_StrictResolver, UniqueKeyLoader):
+    """Every YAML file slurm-hetero reads as settings (inventories, the suite config, site models
+    files): a key given twice in one mapping and plain scalars YAML 1.1 and 1.2 read differently
+    (`0x10`, `010`, `yes`) are refused, naming the key."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        for key_node, value_node in node.value:
-            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "<key>"
-            items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-            for i, item in enumerate(items):
-                label = key if item is value_node else f"{key}[{i}]"
-                if item.tag == _AMBIGUOUS:
-                    raise AmbiguousScalar(None, None, ambiguity(item.value, label), item.start_mark)
-                if item.tag == _FLOAT:
-                    raise AmbiguousScalar(None, None, not_whole(item.value, label), item.start_mark)
+        for label, item in _labelled(node):
+            if item.tag == _AMBIGUOUS:
+                raise AmbiguousScalar(None, None, ambiguity(item.value, label), item.start_mark)
+        for key_node, _ in node.value:
             if key_node.tag == _AMBIGUOUS:
                 raise AmbiguousScalar(None, None, ambiguity(key_node.value), key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
@@ -188,11 +194,23 @@ class _YamlLoader(_StrictResolver, UniqueKeyLoader):
     def construct_ambiguous(self, node: Any) -> Any:
         raise AmbiguousScalar(None, None, ambiguity(node.value), node.start_mark)
 
+
+StrictLoader.add_constructor(_AMBIGUOUS, StrictLoader.construct_ambiguous)
+
+
+class _YamlLoader(StrictLoader):
+    """Inventories: strict, and no number with a point or an exponent (no field takes one)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        for label, item in _labelled(node):
+            if item.tag == _FLOAT:
+                raise AmbiguousScalar(None, None, not_whole(item.value, label), item.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
     def construct_fraction(self, node: Any) -> Any:
         raise AmbiguousScalar(None, None, not_whole(node.value), node.start_mark)
 
 
-_YamlLoader.add_constructor(_AMBIGUOUS, _YamlLoader.construct_ambiguous)
 _YamlLoader.add_constructor(_FLOAT, _YamlLoader.construct_fraction)
 
 

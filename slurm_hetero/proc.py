@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
+import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -14,29 +18,85 @@ from slurm_hetero.errors import ToolError
 logger = logging.getLogger(__name__)
 
 
-def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-    """Run `argv` (never through a shell) and return its stdout; ToolError on failure or timeout."""
+MAX_OUTPUT = 64 * 1024 * 1024
+"""The most bytes `run` reads from a command (stdout and stderr together) before it kills it: a
+tool that floods its output must not grow this process's memory without bound."""
+
+
+def run(argv: Sequence[str], timeout: float = 60.0, max_output: int = MAX_OUTPUT) -> str:
+    """Run `argv` (never through a shell, stdin closed) and return its stdout, decoded as UTF-8 with
+    undecodable bytes replaced (the parsers then refuse a garbled capture, naming the tool);
+    ToolError on failure, on timeout or when it prints more than `max_output` bytes. The command
+    runs in its own process group, killed whole on timeout or overflow, so a hung script's
+    children (its `sleep`) do not outlive it."""
     argv = [str(a) for a in argv]
     logger.debug("EXEC %s", argv)
     started = time.monotonic()
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
     except FileNotFoundError as e:
         raise ToolError(argv, None, str(e)) from e
     except OSError as e:  # not executable, ...
         raise ToolError(argv, None, str(e), status="cannot run") from e
+    try:
+        out, err = _read(child, argv, started + timeout, max_output, timeout)
+    except BaseException:
+        with contextlib.suppress(OSError):  # not yet reaped: the group is still this child's
+            os.killpg(child.pid, signal.SIGKILL)
+        raise
+    finally:
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                pipe.close()
+        child.wait()
+    rc = child.returncode
+    logger.debug("READ %s rc=%d bytes=%d in %.3fs", argv[0], rc, len(out), time.monotonic() - started)
+    if rc != 0:
+        raise ToolError(argv, rc, _decode(err)[-2000:])
+    return _decode(out)
+
+
+def _decode(data: bytes) -> str:
+    # Universal newlines, as `text=True` gave: a CRLF capture parses like an LF one.
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read(
+    child: subprocess.Popen[bytes], argv: list[str], deadline: float, max_output: int, timeout: float
+) -> tuple[bytes, bytes]:
+    """Both pipes of `child` until it closes them and exits, in chunks, bounded in time and size."""
+    assert child.stdout is not None and child.stderr is not None
+    chunks: dict[int, list[bytes]] = {child.stdout.fileno(): [], child.stderr.fileno(): []}
+    total = 0
+    with selectors.DefaultSelector() as sel:
+        for pipe in (child.stdout, child.stderr):
+            sel.register(pipe, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ToolError(argv, None, status=f"timed out after {timeout:g}s")
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                total += len(data)
+                if total > max_output:
+                    raise ToolError(
+                        argv, None, status=f"printed more than {max_output / 2**20:g} MiB; killed"
+                    )
+                chunks[key.fd].append(data)
+    try:
+        child.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired as e:
         raise ToolError(argv, None, status=f"timed out after {timeout:g}s") from e
-    logger.debug(
-        "READ %s rc=%d bytes=%d in %.3fs",
-        argv[0],
-        done.returncode,
-        len(done.stdout),
-        time.monotonic() - started,
-    )
-    if done.returncode != 0:
-        raise ToolError(argv, done.returncode, done.stderr[-2000:])
-    return done.stdout
+    return b"".join(chunks[child.stdout.fileno()]), b"".join(chunks[child.stderr.fileno()])
 
 
 # The detached process of `run_later`: fixed code, whose only input is its argv (DELAY N ARG*N

@@ -104,11 +104,17 @@ def unusable_path(path: Path) -> str | None:
 
 
 def config_yaml(text: str, path: str, what: str) -> Any:
-    """A YAML config the admin names (suite config, site models file), safely loaded; ConfigError
+    """A YAML config the admin names (suite config, site models file), safely and strictly loaded
+    (`inventory.StrictLoader`: `0x10`, `010`, `yes` and a key given twice refused); ConfigError
     in one line where it is malformed or nested deeper than PyYAML's parser can recurse."""
+    from slurm_hetero.inventory import AmbiguousScalar, StrictLoader  # inventory reads files here
+
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=StrictLoader)
     except RecursionError:
         raise ConfigError(f"nested too deeply to be a {what}", path) from None
+    except AmbiguousScalar as e:
+        line = f"line {e.problem_mark.line + 1}: " if e.problem_mark else ""
+        raise ConfigError(f"{line}{e.problem}", path) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e

@@ -14,12 +14,14 @@ still has anything mounted).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import tomllib
@@ -57,11 +59,25 @@ def _run(*argv: str, **kw) -> subprocess.CompletedProcess:
     return result
 
 
+@contextlib.contextmanager
+def shared_umask() -> Iterator[None]:
+    """Umask 022 while files are made for every user of the root (slurmd's tasks run as them):
+    under the caller's 077 pip installed the package 0600 in dirs 0700, and every non-root task's
+    TaskProlog failed on 24.11."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def in_root(root: Path, *argv: str, **kw) -> subprocess.CompletedProcess:
-    """Run argv inside `root` as root (needs /proc and /dev mounted for most tools)."""
+    """Run argv inside `root` as root (needs /proc and /dev mounted for most tools), under umask
+    022 (`shared_umask`)."""
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
     env["DEBIAN_FRONTEND"] = "noninteractive"
-    return _run("chroot", str(root), *argv, env=env, **kw)
+    with shared_umask():
+        return _run("chroot", str(root), *argv, env=env, **kw)
 
 
 def runtime_deps() -> list[str]:
@@ -174,7 +190,13 @@ def install_packages(root: Path, packages: list[str]) -> None:
 
 
 def install_checkout(root: Path) -> None:
-    """pip install the checkout this script runs from into the root's venv (no deps, no build isolation)."""
+    """pip install the checkout this script runs from into the root's venv (no deps, no build
+    isolation), readable by every user whatever the caller's umask."""
+    with shared_umask():
+        _install_checkout(root)
+
+
+def _install_checkout(root: Path) -> None:
     src = root / "opt" / "slurm-hetero" / "src"
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)

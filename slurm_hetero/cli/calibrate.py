@@ -10,7 +10,7 @@ import click
 
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.cli.options import Count
+from slurm_hetero.cli.options import SEQ
 from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION, Attention, CostSettings
 from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.launch.calibrate import (
@@ -78,7 +78,7 @@ def _sailor_types(text: str) -> dict[str, str]:
 @click.argument("profiles", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--sailor-model", required=True, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...).")
 @click.option("--model", required=True, help="Our model (bundled name or config.json) the profiles measured.")
-@click.option("--seq", type=Count(min=1), required=True, help="Sequence length the profiles measured.")
+@click.option("--seq", type=SEQ, required=True, help="Sequence length the profiles measured.")
 @click.option(
     "--types", "types", required=True, help="SAILOR_GPU=TYPE[,...]: which of our types each GPU is."
 )

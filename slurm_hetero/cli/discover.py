@@ -13,7 +13,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
 from slurm_hetero.discover import discover_node
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.errors import HeteroError, InventoryError
 from slurm_hetero.fanout import fan_out
 from slurm_hetero.model import ClusterInventory
 from slurm_hetero.slurm import syntax
@@ -22,12 +22,20 @@ from slurm_hetero.vendors import all_vendors
 
 
 def node_facts(options: dict[str, Any]) -> dict[str, int]:
-    """The NodeName facts given on the command line."""
+    """The NodeName facts given on the command line, each within what a node record holds (the
+    inventory schema's bounds), checked before Slurm or any tool is asked."""
     memory = options.pop("real_memory", None)
     facts = {k: v for k, v in options.items() if v is not None}
     if memory is not None:
         number = syntax.whole_number(memory)
         facts["real_memory_mib"] = number if number is not None else parse_size(memory, "--real-memory")
+    bounds = inventory.shipped_schema()["definitions"]["node"]["properties"]
+    for key, value in facts.items():
+        low, high = bounds[key]["minimum"], bounds[key]["maximum"]
+        if not low <= value <= high:
+            flag = "--" + key.removesuffix("_mib").replace("_", "-")
+            unit = " MiB" if key.endswith("_mib") else ""
+            raise InventoryError(f"{flag} {value:,}{unit}: a node record holds {low:,} to {high:,}{unit}")
     return facts
 
 

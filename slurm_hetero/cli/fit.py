@@ -19,15 +19,15 @@ from slurm_hetero import inventory as inventory_io
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
-from slurm_hetero.cli.options import Count, Decorator, cost_options
+from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, Decorator, cost_options
 from slurm_hetero.engine import fit as engine
+from slurm_hetero.engine.limits import MAX_DEVICES
 from slurm_hetero.engine.modelspec import ModelSpec
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.modelconfigs import BEYOND_CONTEXT, DEFAULT_SEQ, bundled_names, load_model, sequence_length
 from slurm_hetero.nodes import slurm_nodes
 
 GIB = engine.GIB
-POSITIVE = Count(min=1)
 BEYOND_CONTEXT_OPTION = click.option(
     BEYOND_CONTEXT,
     "beyond_context",
@@ -185,7 +185,7 @@ def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any
     """fit's own options; those it shares with plan and launch come from `cli.options`. `layout`
     False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
     tp_option = click.option(
-        "--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree."
+        "--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree."
     )
     choices: list[Decorator] = [
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
@@ -196,24 +196,24 @@ def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any
             help="KV cache dtype (default: the weights' dtype, bf16 for int8/int4).",
         ),
         click.option(
-            "--batch", type=POSITIVE, default=1, show_default=True, help="Inference: sequences at once."
+            "--batch", type=BATCH, default=1, show_default=True, help="Inference: sequences at once."
         ),
         click.option(
             "--seq",
-            type=POSITIVE,
+            type=SEQ,
             help=f"Tokens per sequence, at most the model's context [default: {DEFAULT_SEQ}, or the "
             "context if shorter].",
         ),
         BEYOND_CONTEXT_OPTION,
         cost_options(solver=False),
         tp_option,
-        click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option(
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
         ),
     ]
     if layout:
-        dp = click.option("--dp", type=POSITIVE, default=1, show_default=True, help="Data-parallel degree.")
+        dp = click.option("--dp", type=DEGREE, default=1, show_default=True, help="Data-parallel degree.")
         choices.insert(choices.index(tp_option), dp)
     for decorate in reversed(choices):
         f = decorate(f)
@@ -240,6 +240,12 @@ def fit(
         return
     if not model_ref:
         raise ConfigError(f"--model is required (a config.json path or one of: {', '.join(bundled_names())})")
+    devices = kwargs.get("dp", 1) * kwargs["tp"] * kwargs["pp"]
+    if devices > MAX_DEVICES:
+        raise RequestError(
+            f"--dp {kwargs.get('dp', 1)} --tp {kwargs['tp']} --pp {kwargs['pp']}",
+            f"a layout of {devices:,} devices; at most {MAX_DEVICES:,}, as plan takes",
+        )
     spec = load_model(model_ref)
     kwargs["seq"] = sequence_length(spec, kwargs["seq"], model_ref, kwargs.pop("beyond_context"))
     data = result(spec, kwargs, inventory_path)

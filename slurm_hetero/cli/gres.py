@@ -28,6 +28,8 @@ def parse_shares(specs: tuple[str, ...]) -> dict[str, int]:
         gres_type, sep, size = spec.partition("=")
         if not sep or not gres_type:
             raise RequestError(spec, "--share wants TYPE=SIZE, e.g. l40s=4G")
+        if gres_type in out:
+            raise RequestError(f"--share {gres_type}", "given twice; give each type's shard size once")
         out[gres_type] = parse_size(size, f"--share {gres_type}")
     return out
 

@@ -109,7 +109,7 @@ def health(
         found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]
     unasked = {vendor: _said(vendor, error) for vendor, error in failed.items()}
-    _report(check(name, expected, devices, show_node(name), dry_run, unasked), dry_run, as_json)
+    _report(check(name, expected, devices, show_node, dry_run, unasked), dry_run, as_json)
 
 
 def _said(vendor: str, error: HeteroError) -> str:

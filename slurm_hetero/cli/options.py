@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ
 from slurm_hetero.engine.modelcost import (
     AUTO,
     BYTES_PER_VALUE,
@@ -67,6 +68,12 @@ class FiniteFloat(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
+# Bounded counts (docs/plan.md, "Sizes"): a value past them is click's usage error, before any work.
+SEQ = Count(1, MAX_SEQ)  # --seq, even with --beyond-context
+BATCH = Count(1, MAX_GLOBAL_BATCH)  # fit's --batch, --micro-batch
+DEGREE = Count(1, MAX_DEVICES)  # fit's --dp, --tp, --pp; plan's --per-node
+
+
 def _apply(command: Command, options: tuple[Decorator, ...]) -> Command:
     for option in reversed(options):
         command = option(command)
@@ -92,7 +99,7 @@ def model_options(command: Command, required: bool = True) -> Command:
                 show_default=True,
                 help="Sequences per step.",
             ),
-            click.option("--seq", type=Count(min=1), help="Sequence length [default: the model's context]."),
+            click.option("--seq", type=SEQ, help="Sequence length [default: the model's context]."),
         ),
     )
 
@@ -114,7 +121,7 @@ def cost_options(solver: bool) -> Decorator:
             "--micro-batch",
             "--micro-batch-size",
             "micro_batch",
-            type=Count(min=1),
+            type=BATCH,
             default=None if solver else 1,
             show_default=not solver,
             help="Sequences per micro-batch on each device."

@@ -24,6 +24,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import (
+    DEGREE,
     MAX_GBS,
     MIN_GBS,
     MIN_MFU,
@@ -436,7 +437,7 @@ def cross_type_gbs(
     help="Micro-batches per step of an average replica (sets the micro-batch size).",
 )
 @cost_options(solver=True)
-@click.option("--per-node", type=Count(min=1), default=8, show_default=True, help="Devices per node.")
+@click.option("--per-node", type=DEGREE, default=8, show_default=True, help="Devices per node.")
 @click.option(
     "--network-gbs",
     type=FiniteFloat(MIN_GBS, MAX_GBS),

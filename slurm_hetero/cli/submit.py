@@ -14,7 +14,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
-from slurm_hetero.config import Settings, check_for_cluster, exempt_uids, load_settings
+from slurm_hetero.config import MAX_UID, Settings, check_for_cluster, exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import SlurmNode
@@ -259,7 +259,7 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--mem-per-cpu", help="As sbatch --mem-per-cpu.")
 @click.option("--nodelist", "-w", help="As sbatch --nodelist (gpumem/gpucore with it is refused).")
 @click.option("--exclude", "-x", help="As sbatch --exclude (gpumem/gpucore decided without those hosts).")
-@click.option("--uid", type=Count(min=0), help="Submitting user id (exempt users are left alone).")
+@click.option("--uid", type=Count(0, MAX_UID), help="Submitting user id (exempt users are left alone).")
 @click.option(
     "--slurm-release",
     type=click.Choice(["22.05", "24.11"]),

@@ -15,6 +15,7 @@ from slurm_hetero.errors import RequestError
 
 MAX_DEVICES = 65_536
 MAX_GLOBAL_BATCH = 2**24  # sequences per step
+MAX_SEQ = 2**24  # tokens per sequence, even --beyond-context (the longest published contexts: ~10M)
 
 
 def check_size(groups: Sequence[DeviceGroup]) -> None:

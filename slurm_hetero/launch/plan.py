@@ -441,17 +441,19 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     if bound is not None:
         check_devices_on_node(site, bound.on_node)
     if bound is None or not bound.gpu_indexes:
-        indexes: Sequence[int] = range(site.tasks)
-        visible: Mapping[str, str] = {name: ",".join(map(str, indexes)) for name in SLURM_VISIBLE}
+        # Slurm's lists would be 0..tasks-1, narrowed to the rank's own: built per rank, they made
+        # a simulated step quadratic in its ranks per node
+        index = _gpu_index(site, range(site.tasks), local_rank)
+        env = {name: str(index) for name in SLURM_VISIBLE}
     else:
-        indexes, visible = bound.gpu_indexes, bound.visible
-    index = _gpu_index(site, indexes, local_rank)
-    position = list(indexes).index(index)
-    env = {}
-    for name, value in visible.items():
-        items = value.split(",")
-        if len(items) == len(indexes):
-            env[name] = items[position]
+        indexes = bound.gpu_indexes
+        index = _gpu_index(site, indexes, local_rank)
+        position = list(indexes).index(index)
+        env = {}
+        for name, value in bound.visible.items():
+            items = value.split(",")
+            if len(items) == len(indexes):
+                env[name] = items[position]
     device = site.devices[index]
     vendor = device.vendor
     if vendor.visible_devices_env:

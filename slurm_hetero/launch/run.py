@@ -76,11 +76,12 @@ class RunOptions:
 MAX_SIMULATED_RANKS = 2 * MAX_DEVICES
 
 
-def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
+def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str, str, int]]:
     """`NODES:TYPE:N[,...]` -> [(node, type, tasks)], one tuple per node; NODES is a host name or a
     folded hostlist (`gn[00000-09999]:a100_80g:8`, so 10,000 nodes fit on a command line); the
     first node becomes MASTER_ADDR. Its numbers are bounded before any host or device is built:
-    N by `MAX_DEVICES_PER_NODE` (what a node record holds), hosts x N by `MAX_SIMULATED_RANKS`."""
+    N by `MAX_DEVICES_PER_NODE` (what a node record holds), hosts x N by `most` (MAX_DEVICES for
+    a step planned with --model, else `MAX_SIMULATED_RANKS`)."""
     try:
         items = syntax.split_top(spec)
     except ValueError as e:
@@ -103,10 +104,10 @@ def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
             ranks += hostlist.count(parts[0]) * tasks
         except InventoryError as e:
             raise LaunchError(f"--simulate: {e}") from None
-        if ranks > MAX_SIMULATED_RANKS:
+        if ranks > most:
             raise LaunchError(
-                f"--simulate {syntax.text(spec)}: more than {MAX_SIMULATED_RANKS:,} ranks; a "
-                f"simulated step has at most {MAX_SIMULATED_RANKS:,} (a plan with --model {MAX_DEVICES:,})"
+                f"--simulate {syntax.text(spec)}: more than {most:,} ranks; a simulated step has at "
+                f"most {MAX_SIMULATED_RANKS:,}, one planned with --model {MAX_DEVICES:,}"
             )
         entries.append((parts, tasks))
     out = []
@@ -125,9 +126,9 @@ def parse_simulate(spec: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def simulated_job(spec: str) -> JobEnv:
-    """The shape of a step on the `--simulate` nodes, seen from rank 0."""
-    nodes = parse_simulate(spec)
+def simulated_job(spec: str, most: int = MAX_SIMULATED_RANKS) -> JobEnv:
+    """The shape of a step on the `--simulate` nodes, seen from rank 0 (at most `most` ranks)."""
+    nodes = parse_simulate(spec, most)
     names = tuple(n for n, _, _ in nodes)
     if len(set(names)) != len(names):
         raise LaunchError(f"--simulate {spec}: a node is listed twice")
@@ -289,7 +290,8 @@ def plan_step(
     the `--simulate` shape)."""
     catalog = load_catalog()
     if options.simulate is not None:
-        job, bound = simulated_job(options.simulate), None
+        most = MAX_SIMULATED_RANKS if plan_options.model is None else MAX_DEVICES
+        job, bound = simulated_job(options.simulate, most), None
     else:
         job = parse_job_env(environ)
         check_step_has_devices(job)

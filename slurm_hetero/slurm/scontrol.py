@@ -121,11 +121,15 @@ def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNo
 
 
 def show_node(name: str) -> SlurmNodeRecord | None:
-    """The record of one node; None when Slurm is not reachable or does not know it."""
+    """The record of one node; None when slurmctld answers that it does not know it (`Node NAME
+    not found`); ToolError when Slurm cannot be asked (no scontrol, slurmctld down), which is
+    scontrol's failure, not the node's."""
     try:
         records = show_nodes([name], timeout=10.0)
-    except ToolError:
-        return None
+    except ToolError as e:
+        if e.rc is not None and f"Node {name} not found" in e.stderr_tail:
+            return None
+        raise
     return next((r for r in records if r.name == name), None)
 
 

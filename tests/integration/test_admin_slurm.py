@@ -240,5 +240,11 @@ def test_health_drains_when_the_vendor_tool_cannot_ask_the_devices(
         assert reason.startswith("slurm-hetero: ascend: `npu-smi info` failed (not found)"), reason
         assert live_health(dev_cluster, bin_dir, answers).returncode == 0
         assert "DRAIN" not in wait_drained(False)["State"]
+        garbled = live_health(dev_cluster, bin_dir, "exec head -c 3000 /dev/urandom")  # adv26: a traceback
+        assert garbled.returncode == 1 and "Traceback" not in garbled.stderr, garbled.stderr
+        reason = wait_drained(True)["Reason"]
+        assert reason.startswith("slurm-hetero: ascend: ") and "npu-smi info" in reason, reason
+        assert live_health(dev_cluster, bin_dir, answers).returncode == 0
+        assert "DRAIN" not in wait_drained(False)["State"]
     finally:
         slurm("scontrol", "update", f"nodename={NODE}", "state=resume", check=False)

@@ -18,10 +18,10 @@ SLURM_CLIENTS = {"scontrol", "sinfo", "squeue", "srun", "sbatch", "sacctmgr", "s
 def _no_real_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     real = proc.run
 
-    def guarded(argv: Sequence[str], timeout: float = 60.0) -> str:
+    def guarded(argv: Sequence[str], timeout: float = 60.0, max_output: int = proc.MAX_OUTPUT) -> str:
         if argv and str(argv[0]).rsplit("/", 1)[-1] in SLURM_CLIENTS:
             raise ToolError([str(a) for a in argv], None, "unit tests do not reach a real Slurm")
-        return real(argv, timeout)
+        return real(argv, timeout, max_output)
 
     monkeypatch.setattr(proc, "run", guarded)
 

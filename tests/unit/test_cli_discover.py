@@ -9,6 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from slurm_hetero import proc
 from slurm_hetero.cli import cli
 from tests.conftest import FIXTURES
 
@@ -155,3 +156,50 @@ def test_discover_refuses_a_one_way_link() -> None:
     assert len(discover.validated(node(Link(0, "nvlink", 12))).devices) == 2
     with pytest.raises(InventoryError, match="device 1 lists no link back to device 0"):
         discover.validated(node())
+
+
+def no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if anything (scontrol above all) is run."""
+
+    def run(argv: object, *args: object, **kwargs: object) -> str:
+        raise AssertionError(f"ran {argv} before checking the command line")
+
+    monkeypatch.setattr(proc, "run", run)
+
+
+@pytest.mark.parametrize(
+    ("facts", "said"),
+    [
+        (["--cpus", "70000"], "--cpus 70,000: a node record holds 1 to 65,535\n"),
+        (["--sockets", "65536"], "--sockets 65,536: a node record holds 1 to 65,535\n"),
+        (["--threads-per-core", "65536"], "--threads-per-core 65,536: a node record holds 1 to 65,535\n"),
+        (["--real-memory", "0"], "--real-memory 0 MiB: a node record holds 1 to 4,294,967,296 MiB\n"),
+    ],
+)
+def test_node_facts_are_bounded_before_slurm_is_asked(
+    monkeypatch: pytest.MonkeyPatch, facts: list[str], said: str
+) -> None:
+    """adv26 dccpubig, dcsock, dcmem0: refused only after `scontrol show node` (10 s without Slurm)."""
+    no_process(monkeypatch)
+    code, _, err = run("discover", "--vendor", "ascend", "--from-file", ASCEND_WHOLE, "--node", "n1", *facts)
+    assert code == 1 and err == f"slurm-hetero: {said}", err
+
+
+@pytest.mark.parametrize(
+    ("nodes", "said"),
+    [
+        ("gpu[1-100000000]", "hostlist 'gpu[1-100000000]' names more than 131072 hosts"),
+        ("g[1-1000][1-1000]", "hostlist 'g[1-1000][1-1000]' names more than 131072 hosts"),
+        (
+            "gpu[0-99999999999999999999]",
+            "bad range '0-99999999999999999999' in 'gpu[0-99999999999999999999]'",
+        ),
+    ],
+)
+def test_a_fan_out_hostlist_is_counted_before_slurm_is_asked(
+    monkeypatch: pytest.MonkeyPatch, nodes: str, said: str
+) -> None:
+    """adv26 dcnodes*: a 10^8-host list went to scontrol unchecked (10 s without Slurm)."""
+    no_process(monkeypatch)
+    code, _, err = run("discover", "--nodes", nodes)
+    assert code == 1 and err.startswith(f"slurm-hetero: --nodes: {said}") and err.count("\n") == 1, err

@@ -178,3 +178,11 @@ def test_a_shard_size_no_device_can_hold_is_refused_and_nothing_written(
         "gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path), "--share", "l40s=40G"
     )
     assert code == 0 and "Name=shard" in (tmp_path / "gres.conf").read_text(), err
+
+
+def test_a_type_shared_twice_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    """adv26 shdup: `--share l40s=4G --share l40s=8G` kept the last silently."""
+    argv = ["gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path)]
+    code, _, err = run(*argv, "--share", "l40s=4G", "--share", "l40s=8G")
+    assert code == 1 and err == "slurm-hetero: --share l40s: given twice; give each type's shard size once\n"
+    assert list(tmp_path.iterdir()) == []

@@ -54,6 +54,43 @@ def test_a_setting_naming_what_the_cluster_lacks_is_refused(tmp_path: Path, sett
 
 
 @pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        (
+            "sharing: {shard_size: {l40s: 0x10}}",
+            "config.yaml: line 1: l40s: 0x10 is 16 written in a form slurm-hetero does not read; write 16",
+        ),
+        (
+            "sharing: {shard_size: {l40s: 010}}",
+            "line 1: l40s: 010 is ambiguous (8 in YAML 1.1, 10 in YAML 1.2)",
+        ),
+        ("partitions: {'bad name,x': {}}", "partitions.bad name,x: expected a partition name:"),
+        ("partitions: {'a,b': {}}", "partitions.a,b: expected a partition name:"),
+        (
+            "job_submit: {exempt_users: [root, -1]}",
+            "job_submit.exempt_users[1]: -1 is not a user name or a uid",
+        ),
+        (
+            "job_submit: {exempt_users: [4294967295]}",
+            "4294967295 is not a user name or a uid (0 to 4,294,967,294)",
+        ),
+        ("job_submit: {exempt_users: ['a b']}", "job_submit.exempt_users[0]: 'a b' is not a user name"),
+        ("job_submit: {exempt_users: [1e20]}", "1e20 is ambiguous"),
+        (
+            "job_submit: {default_partition: 5}",
+            "job_submit.default_partition: expected a partition name (text), got 5",
+        ),
+    ],
+)
+def test_a_setting_of_the_wrong_form_is_refused(tmp_path: Path, settings: str, said: str) -> None:
+    """adv26 js-share_hex, gr-share_hex (0x10 read as 16 MiB: 2,879 shards), js-part_badname,
+    js-exempt_int (uids -1 and 1e20 accepted), and a non-text default_partition's wording."""
+    code, err, out = render(tmp_path, settings)
+    assert code == 1 and said in err and err.count("\n") == 1, err
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
     "settings",
     [
         "job_submit: {default_partition: ascend}",

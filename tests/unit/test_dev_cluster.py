@@ -62,3 +62,32 @@ def test_install_readable_sets_0644(tmp_path: Path, text: str | None) -> None:
     path.chmod(0o600)
     dev_cluster().install_readable(path, text, None if text else source)
     assert path.stat().st_mode & 0o777 == 0o644 and path.read_text() == (text or "b\n")
+
+
+def test_the_checkout_is_installed_into_the_root_readable_under_umask_077(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26 m-venv-24.11: under umask 077 the chroot's venv got slurm_hetero/ 0700 and its files
+    0600 (and /opt/slurm-hetero/src 0700): every non-root task's TaskProlog failed."""
+    from scripts.devcluster import troot
+
+    seen: list[tuple[list[str], int]] = []
+
+    def run(*argv: str, **kw: object) -> None:
+        umask = os.umask(0o077)
+        os.umask(umask)
+        seen.append((list(argv), umask))
+
+    monkeypatch.setattr(troot, "_run", run)
+    (tmp_path / "etc").mkdir()
+    old = os.umask(0o077)
+    try:
+        troot.install_checkout(tmp_path)
+        assert os.umask(0o077) == 0o077  # the caller's umask is back
+    finally:
+        os.umask(old)
+    src = tmp_path / "opt" / "slurm-hetero" / "src"
+    for path in [src, src / "pyproject.toml", src / "slurm_hetero", src / "slurm_hetero" / "proc.py"]:
+        assert path.stat().st_mode & 0o044 == 0o044, (path, oct(path.stat().st_mode))
+    [(argv, umask)] = seen
+    assert argv[:2] == ["chroot", str(tmp_path)] and "pip" in argv and umask == 0o022

@@ -14,6 +14,7 @@ from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.discover import discover_node
+from slurm_hetero.errors import ToolError
 from slurm_hetero.model import ClusterInventory
 from tests.conftest import FIXTURES
 
@@ -233,14 +234,17 @@ def live_health(inv: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch, too
         ),
         ("exec /bin/sleep 30", "`npu-smi info` failed (timed out after 1s)"),
         (None, "`npu-smi info` failed (not found)"),
+        ("/usr/bin/head -c 3000 /dev/urandom", "npu-smi info"),
+        (r"printf 'NPU \\351\\377 Health\\n'", "npu-smi info"),
     ],
-    ids=["exits-non-zero", "hangs", "missing"],
+    ids=["exits-non-zero", "hangs", "missing", "random-bytes", "latin1"],
 )
 def test_a_tool_that_cannot_ask_the_devices_drains_the_node_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str | None, said: str
 ) -> None:
     """Issue 26 repro 1: a dead driver (the tool fails, hangs or is gone) is a fault of the node, as
-    the same devices missing from a capture are: drained, the reason naming the tool and what it said."""
+    the same devices missing from a capture are: drained, the reason naming the tool and what it said.
+    adv26 h-*-garbage/latin1: output that is not UTF-8 drains too (it was a traceback)."""
     fake = FakeSlurm(node_line("npu1"))
     result = live_health(write_inventory(tmp_path), fake, monkeypatch, tool)
     assert result.exit_code == 1, result.output
@@ -279,3 +283,36 @@ def test_a_tool_that_cannot_ask_with_dry_run_says_the_drain(
         "state=drain",
         "reason=slurm-hetero: ascend: `npu-smi info` failed (exit code 2)",
     ]
+
+
+class SlurmSays(FakeSlurm):
+    """scontrol show node fails with `said` (exit 1), as scontrol does."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__("")
+        self.said = said
+
+    def run(self, argv: Sequence[str], timeout: float = 60.0) -> str:
+        if list(argv[:3]) == ["scontrol", "show", "node"]:
+            self.calls.append(list(argv))
+            raise ToolError(list(argv), 1, self.said)
+        return super().run(argv, timeout)
+
+
+def test_a_controller_that_cannot_be_asked_is_scontrols_failure_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """adv26 h-ctld-down: slurmctld down read as "node is not known to Slurm", exit 1."""
+    fake = SlurmSays("slurm_load_node error: Unable to contact slurm controller (connect failure)")
+    result = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert result.exit_code == 3, result.output
+    assert "`scontrol show node -o npu1` failed (exit code 1): slurm_load_node error: Unable" in result.output
+    assert "not known" not in result.output and fake.updates() == []
+    assert "npu1: ascend 1 (/dev/davinci1): npu-smi Health=Warning" in caplog.text  # the fault, said first
+
+
+def test_a_node_slurm_does_not_know_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = SlurmSays("Node npu1 not found")
+    result = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert result.exit_code == 1 and "node npu1 is not known to Slurm" in result.output
+    assert fake.updates() == []

@@ -86,7 +86,7 @@ def test_no_float_option_value_gives_a_traceback(option: tuple[list[str], str], 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([*FIT, "--dp", "0"], "Invalid value for '--dp': 0 is not in the range x>=1"),
+        ([*FIT, "--dp", "0"], "Invalid value for '--dp': 0 is not in the range 1<=x<=65536"),
         ([*FIT, "--pp", "-2"], "Invalid value for '--pp'"),
         (["fit", "--model", "gpt2", "--batch", "0"], "Invalid value for '--batch'"),
         ([*FIT, "--zero", "7"], "Invalid value for '--zero'"),
@@ -99,6 +99,50 @@ def test_zero_and_negative_counts_are_usage_errors(args: list[str], expected: st
     result = invoke(*args)
     assert_clean(result)
     assert result.exit_code == 2 and expected in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([*FIT, "--dp", "10" * 15], "'--dp': " + "10" * 15 + " is not in the range 1<=x<=65536"),
+        ([*FIT, "--mode", "train", "--dp", "65537"], "'--dp': 65537 is not in the range 1<=x<=65536"),
+        ([*FIT, "--pp", "1000000000000"], "'--pp': 1000000000000 is not in the range 1<=x<=65536"),
+        ([*FIT, "--tp", "65537"], "'--tp': 65537 is not in the range"),
+        ([*FIT, "--batch", "100000000"], "'--batch': 100000000 is not in the range 1<=x<=16777216"),
+        ([*FIT, "--seq", "1000000000000", "--beyond-context"], "'--seq': 1000000000000 is not in the range"),
+        ([*FIT, "--micro-batch-size", "16777217"], "'--micro-batch-size': 16777217 is not in the range"),
+        ([*PLAN, "--per-node", "70000"], "'--per-node': 70000 is not in the range 1<=x<=65536"),
+        ([*PLAN, "--per-node", "1" + "0" * 30], "'--per-node': 1" + "0" * 30 + " is not in the range"),
+        ([*PLAN, "--seq", "16777217"], "'--seq': 16777217 is not in the range 1<=x<=16777216"),
+        (
+            [
+                "request",
+                "explain",
+                "--inventory",
+                str(EXAMPLE),
+                "--uid",
+                "1" + "0" * 20,
+                "--gres",
+                "gpumem:20G",
+            ],
+            "'--uid': 1" + "0" * 20 + " is not in the range 0<=x<=4294967294",
+        ),
+    ],
+)
+def test_counts_past_their_documented_maximum_are_usage_errors(args: list[str], expected: str) -> None:
+    """adv26 fitbig, fitpp, fitbatch, fitseq, fitdp65537, pnbig, pnm, rquid: accepted (and ignored)
+    before."""
+    result = invoke(*args)
+    assert_clean(result)
+    assert result.exit_code == 2 and expected in result.stderr, result.output
+
+
+def test_a_fit_layout_past_the_planners_devices_is_refused() -> None:
+    result = invoke(*FIT, "--mode", "train", "--dp", "256", "--tp", "16", "--pp", "32")
+    assert_clean(result)
+    assert result.exit_code == 1 and result.stderr == (
+        "slurm-hetero: --dp 256 --tp 16 --pp 32: a layout of 131,072 devices; at most 65,536, as plan takes\n"
+    )
 
 
 def test_a_sequence_beyond_the_context_is_refused_unless_asked_for() -> None:

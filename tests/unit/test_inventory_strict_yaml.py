@@ -50,7 +50,7 @@ def test_hex_reads_alike_but_is_not_taken() -> None:
     with pytest.raises(InventoryError) as e:
         inventory.loads(BASE.replace("cpus: 8", "cpus: 0x10", 1), "inv.yaml")
     assert str(e.value).endswith(
-        "cpus: 0x10 is 16 written in a form inventories do not take; write 16, or '0x10' for text"
+        "cpus: 0x10 is 16 written in a form slurm-hetero does not read; write 16, or '0x10' for text"
     )
 
 
@@ -60,7 +60,7 @@ def test_hex_reads_alike_but_is_not_taken() -> None:
         ("features: [ib]", "features: [ib, on]", "features[1]: on is ambiguous (true in YAML 1.1"),
         ("name: l40sn1", "name: no", "name: no is ambiguous (false in YAML 1.1"),
         ("memory_mib: 46068", "memory_mib: 046068", "memory_mib: 046068 is ambiguous"),
-        ("index: 1\n", "index: 01\n", "index: 01 is 1 written in a form inventories do not take; write 1"),
+        ("index: 1\n", "index: 01\n", "index: 01 is 1 written in a form slurm-hetero does not read; write 1"),
         (
             "driver_version: 535.54.03",
             "driver_version: 2024-01-01",

@@ -627,6 +627,22 @@ def test_the_cli_refuses_a_simulated_node_too_big_in_one_line(monkeypatch: pytes
     )
 
 
+@pytest.mark.parametrize(
+    "spec", ["a[1-70000]:a100_80g:1", "a1:a100_80g:40000,a2:a100_80g:40000", "a[1-1000]:a100_80g:100"]
+)
+def test_a_planned_simulation_is_bounded_by_the_planners_devices_before_any_is_built(
+    spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26 simhl2/simsum/simhl3: with --model, 70,000-100,000 simulated devices were built (up to
+    54 s, 153 MB) before the planner refused them; now refused from the numbers, as `plan` does."""
+    monkeypatch.setattr(run, "DEFAULT_INVENTORY", Path("/nonexistent/inventory.yaml"))
+    options = run.RunOptions((), dry_run=True, simulate=spec)
+    started = time.monotonic()
+    with pytest.raises(run.LaunchError, match=r"more than 65,536 ranks; .* one planned with --model 65,536"):
+        run.plan_step(LaunchOptions("gpt2"), options, {})
+    assert time.monotonic() - started < 1.0
+
+
 def test_a_global_batch_under_the_ranks_is_refused_before_any_node_is_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
