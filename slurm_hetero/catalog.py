@@ -15,7 +15,8 @@ from typing import Any
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.errors import ConfigError
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, config_yaml, read_text
+from slurm_hetero.inventory import config_yaml
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 
 SITE_MODELS_DIR = Path("/etc/slurm-hetero/models.d")
 

@@ -49,9 +49,10 @@ from slurm_hetero.engine.score import (
     ScoringOptions,
 )
 from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.inventory import config_yaml
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import check_shares
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, config_yaml, read_text
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.units import parse_size
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import orjson
 import yaml
 
 from slurm_hetero import hostlist
-from slurm_hetero.errors import InventoryError
+from slurm_hetero.errors import ConfigError, InventoryError
 from slurm_hetero.inventorycheck import check_device_syntax, check_hosts, check_node, check_yaml_depth
 from slurm_hetero.model import ClusterInventory, Device, Health, Link, Nic, NodeInventory
 from slurm_hetero.readfile import MAX_INVENTORY_BYTES, read_text
@@ -196,6 +196,21 @@ class StrictLoader(_StrictResolver, UniqueKeyLoader):
 
 
 StrictLoader.add_constructor(_AMBIGUOUS, StrictLoader.construct_ambiguous)
+
+
+def config_yaml(text: str, path: str, what: str) -> Any:
+    """A YAML config the admin names (suite config, site models file), safely and strictly loaded
+    (`StrictLoader`: `0x10`, `010`, `yes` and a key given twice refused); ConfigError
+    in one line where it is malformed or nested deeper than PyYAML's parser can recurse."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)
+    except RecursionError:
+        raise ConfigError(f"nested too deeply to be a {what}", path) from None
+    except AmbiguousScalar as e:
+        line = f"line {e.problem_mark.line + 1}: " if e.problem_mark else ""
+        raise ConfigError(f"{line}{e.problem}", path) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
 
 
 class _YamlLoader(StrictLoader):

@@ -13,11 +13,8 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from slurm_hetero.errors import ConfigError, HeteroError
+from slurm_hetero.errors import HeteroError
 
 MiB = 1 << 20
 MAX_INVENTORY_BYTES = 512 * MiB  # a 10,000-node unfolded JSON inventory is about 37 MB
@@ -101,20 +98,3 @@ def unusable_path(path: Path) -> str | None:
         except OSError as e:
             return e.strerror or str(e)
     return None
-
-
-def config_yaml(text: str, path: str, what: str) -> Any:
-    """A YAML config the admin names (suite config, site models file), safely and strictly loaded
-    (`inventory.StrictLoader`: `0x10`, `010`, `yes` and a key given twice refused); ConfigError
-    in one line where it is malformed or nested deeper than PyYAML's parser can recurse."""
-    from slurm_hetero.inventory import AmbiguousScalar, StrictLoader  # inventory reads files here
-
-    try:
-        return yaml.load(text, Loader=StrictLoader)
-    except RecursionError:
-        raise ConfigError(f"nested too deeply to be a {what}", path) from None
-    except AmbiguousScalar as e:
-        line = f"line {e.problem_mark.line + 1}: " if e.problem_mark else ""
-        raise ConfigError(f"{line}{e.problem}", path) from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
