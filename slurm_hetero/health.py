@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from slurm_hetero.journal import audit
 from slurm_hetero.model import Device, Health, NodeInventory
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.scontrol import DRAIN_PREFIX, SlurmNodeRecord
@@ -139,7 +140,9 @@ def check(
     """Compare, then drain or resume as needed; `record` reads the node's record from Slurm once
     the faults are logged (a Slurm that cannot be asked then fails with them said)."""
     faults = compare(expected, found, unasked)
+    journal = audit("slurm-hetero-health")
     for fault in faults:
         logger.warning("%s: %s", node, fault)
+        journal.warning("node %s: %s", node, fault)
     actions, notes = act(node, faults, record(node), dry_run)
     return HealthReport(node, tuple(faults), actions, notes)

@@ -29,9 +29,7 @@ DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
 
 
 def _journal(report: HealthReport, dry_run: bool) -> None:
-    journal = audit("slurm-hetero-health")
-    for fault in report.faults:
-        journal.warning("node %s: %s", report.node, fault)
+    journal = audit("slurm-hetero-health")  # the faults were told as they were found (health.check)
     for action in report.actions:
         journal.info("node %s: %s %s", report.node, "would run" if dry_run else "ran", " ".join(action))
 

@@ -269,7 +269,6 @@ def test_a_job_resumes_on_fewer_node_types_from_the_last_checkpoint(
     refused = run(
         [*srun, *launch_argv(measured, "--model", "opt-350m", *plan[2:], "--resume", str(ckpt)), "--", "true"]
     )
-    assert (
-        refused.returncode == 1
-        and "holds a checkpoint of 'gpt2'; this job trains 'opt-350m'" in refused.stderr
-    )
+    # each rank refuses in one line (exit 1); srun -K ends the others, which may be stopped first (143)
+    assert refused.returncode != 0, refused.stderr
+    assert "holds a checkpoint of 'gpt2'; this job trains 'opt-350m'" in refused.stderr

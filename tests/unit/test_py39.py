@@ -23,7 +23,8 @@ NODE_COMMANDS = {
     "version": (["--version"], 0),
     "discover": (["discover", "--vendor", "nvidia", "--from-file", str(NVIDIA_XML), "--node", "n1"], 0),
     "task-prolog": (["task-prolog", "--inventory", str(EXAMPLE)], 0),
-    # the capture lists 1 of a100n1's 4 devices: a fault, reported without draining (--dry-run)
+    # the capture lists 1 of a100n1's 4 devices: a fault, reported without draining (--dry-run); the
+    # node's record then comes from a Slurm that cannot answer (FAKE_BIN's scontrol): exit 3
     "health": (
         [
             "health",
@@ -37,7 +38,7 @@ NODE_COMMANDS = {
             str(NVIDIA_XML),
             "--dry-run",
         ],
-        1,
+        3,
     ),
     "launch": (
         [
@@ -57,6 +58,16 @@ NODE_COMMANDS = {
 }
 
 
+def unreachable_slurm(tmp_path: Path) -> Path:
+    """A directory whose `scontrol` answers as when slurmctld is down, whatever runs on this host."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    scontrol = fake_bin / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'Unable to contact slurm controller' >&2\nexit 1\n")
+    scontrol.chmod(0o755)
+    return fake_bin
+
+
 def node_venv(version: str) -> Path:
     """The venv scripts/setup makes from pyenv's interpreter; CI must have it, elsewhere a skip."""
     venv = ROOT / ".venv-node" / f"py{version}"
@@ -69,11 +80,12 @@ def node_venv(version: str) -> Path:
 
 @pytest.mark.parametrize("version", ["3.9", "3.13"])
 @pytest.mark.parametrize("name", sorted(NODE_COMMANDS))
-def test_node_commands_run_on_a_real_interpreter(version: str, name: str) -> None:
+def test_node_commands_run_on_a_real_interpreter(version: str, name: str, tmp_path: Path) -> None:
     venv = node_venv(version)
     args, code = NODE_COMMANDS[name]
+    fake_bin = unreachable_slurm(tmp_path)
     env = {
-        "PATH": os.environ["PATH"],
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
         "HOME": os.environ.get("HOME", "/root"),
         "SLURMD_NODENAME": "a100n1",
         "SLURM_JOB_GPUS": "0",
