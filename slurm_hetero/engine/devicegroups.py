@@ -236,18 +236,32 @@ def with_shapes(
 def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int, half: float) -> DeviceGroup:
     full, rest = divmod(count, per_node)
     nodes = (per_node,) * full + ((rest,) if rest else ())
+    return spec_group(spec, spec.type, spec.vendor, nodes, tflops, half, spec.memory_gib * 2**30)
+
+
+def spec_group(
+    spec: DeviceSpec,
+    gres_type: str,
+    vendor: str,
+    nodes: tuple[int, ...],
+    tflops: float,
+    half: float,
+    memory_bytes: float,
+    nic_gbs: float = 0.0,
+) -> DeviceGroup:
+    """The solver's group of `gres_type` devices on nodes holding `nodes` of them, with `spec`'s
+    link, price and memory bandwidth; `memory_bytes` per device before the usable share (plan: the
+    catalog's; launch: the smallest the inventory records)."""
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
-    memory = spec.memory_gib * 2**30 * MEMORY_USABLE
-    price = spec.price_per_hour_usd or 0.0
-    bandwidth = spec.memory_bandwidth_gbs or 0.0
     return DeviceGroup(
-        spec.type,
+        gres_type,
         nodes,
         tflops,
-        memory,
+        memory_bytes * MEMORY_USABLE,
         link,
         half,
-        price_per_hour=price,
-        vendor=spec.vendor,
-        memory_gbs=bandwidth,
+        nic_gbs,
+        price_per_hour=spec.price_per_hour_usd or 0.0,
+        vendor=vendor,
+        memory_gbs=spec.memory_bandwidth_gbs or 0.0,
     )

@@ -29,11 +29,10 @@ from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
-    MEMORY_USABLE,
-    PCIE_GBS,
     estimate_note,
     gemm_half,
     resolve_measured,
+    spec_group,
     sustained_tflops,
 )
 from slurm_hetero.engine.layout import (
@@ -235,24 +234,10 @@ def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
 def _device_group(group: Sequence[Site], tflops: float, half: float, options: LaunchOptions) -> DeviceGroup:
     spec = group[0].spec
     known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
-    memory = (min(known) * 2**20 if known else spec.memory_gib * GIB) * MEMORY_USABLE
-    link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
+    memory = min(known) * 2**20 if known else spec.memory_gib * GIB
     per_node = tuple(s.tasks for s in group)
     nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
-    price = spec.price_per_hour_usd or 0.0
-    bandwidth = spec.memory_bandwidth_gbs or 0.0  # the optimizer step's memory traffic, as plan prices it
-    return DeviceGroup(
-        group[0].type,
-        per_node,
-        tflops,
-        memory,
-        link,
-        half,
-        nic,
-        price,
-        group[0].vendor.name,
-        memory_gbs=bandwidth,
-    )
+    return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
 def group_pair_gbs(nodes: Sequence[Site], options: LaunchOptions) -> dict[tuple[int, int], float]:
