@@ -27,6 +27,8 @@ from slurm_hetero.model import ClusterInventory, Device, Health, Link, Nic, Node
 from slurm_hetero.readfile import MAX_INVENTORY_BYTES, read_text
 from slurm_hetero.slurm import syntax
 
+DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")  # where install puts it; every node reads it
+
 try:  # the C loader is ~3x faster on big YAML inventories
     _BaseLoader: Any = yaml.CSafeLoader
     _BaseDumper: Any = yaml.CSafeDumper

@@ -25,8 +25,6 @@ from slurm_hetero.nodes import host_records
 from slurm_hetero.slurm.scontrol import show_node
 from slurm_hetero.vendors import get_vendor
 
-DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
-
 
 def _journal(report: HealthReport, dry_run: bool) -> None:
     journal = audit("slurm-hetero-health")  # the faults were told as they were found (health.check)
@@ -63,7 +61,7 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
     "--inventory",
     "inventory_path",
     type=click.Path(path_type=Path),
-    default=DEFAULT_INVENTORY,
+    default=inventory.DEFAULT_INVENTORY,
     show_default=True,
     help="Cluster inventory (the one gres.conf was rendered from).",
 )

@@ -21,9 +21,10 @@ from slurm_hetero.cli.options import (
 from slurm_hetero.data import bundled
 from slurm_hetero.engine.layout import DEFAULT_TP_SIZES, Layout, LayoutKind
 from slurm_hetero.errors import RequestError
+from slurm_hetero.inventory import DEFAULT_INVENTORY
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
 from slurm_hetero.launch.plan import LaunchOptions
-from slurm_hetero.launch.run import DEFAULT_INVENTORY, RunOptions, launch
+from slurm_hetero.launch.run import RunOptions, launch
 from slurm_hetero.slurm import syntax
 
 _BACKEND = re.compile(r"^[a-z][a-z0-9_]*$")

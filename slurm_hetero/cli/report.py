@@ -17,7 +17,6 @@ from slurm_hetero import hostlist, inventory, report
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import render_table
-from slurm_hetero.cli.health import DEFAULT_INVENTORY
 from slurm_hetero.errors import ConfigError, HeteroError, InventoryError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.slurm import sacct
@@ -97,7 +96,7 @@ def inventory_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., 
         "--inventory",
         "inventory_path",
         type=click.Path(path_type=Path),
-        default=DEFAULT_INVENTORY,
+        default=inventory.DEFAULT_INVENTORY,
         show_default=True,
         help=f"The cluster inventory ({what}).",
     )

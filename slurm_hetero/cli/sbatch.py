@@ -37,7 +37,7 @@ from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.config import exempt_uids, load_settings
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.errors import ConfigError, HeteroError, ToolError
-from slurm_hetero.launch.run import DEFAULT_INVENTORY
+from slurm_hetero.inventory import DEFAULT_INVENTORY
 from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.model import SlurmNode
 from slurm_hetero.modelconfigs import load_model, sequence_length

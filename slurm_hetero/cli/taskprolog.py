@@ -33,7 +33,6 @@ from slurm_hetero.slurm.jobenv import read_task_env
 from slurm_hetero.taskprolog import SharingLimits, export_lines, protocol_lines
 from slurm_hetero.vendors import vendor_traits
 
-DEFAULT_INVENTORY = "/etc/slurm-hetero/inventory.yaml"
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
 SYSLOG_SOCKET = "/dev/log"
 logger = logging.getLogger(__name__)
@@ -88,7 +87,7 @@ def _emit(lines: list[str]) -> None:
 @click.option(
     "--inventory",
     "inventory_path",
-    default=DEFAULT_INVENTORY,
+    default=str(inventory.DEFAULT_INVENTORY),
     show_default=True,
     allow_from_autoenv=False,
     help="Cluster inventory used to render gres.conf.",

@@ -25,6 +25,7 @@ from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.layout import Layout
 from slurm_hetero.engine.limits import MAX_DEVICES
 from slurm_hetero.errors import InventoryError, ToolError
+from slurm_hetero.inventory import DEFAULT_INVENTORY
 from slurm_hetero.launch.plan import (
     LaunchOptions,
     LaunchPlan,
@@ -46,7 +47,6 @@ from slurm_hetero.vendors import vendor_traits
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")
 # Variables only Slurm sets when it gives the step devices on the node (CUDA_VISIBLE_DEVICES can
 # come from the submitting shell).
 SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", GPUS_ON_NODE)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.errors import SlurmNodesError
+from slurm_hetero.inventory import DEFAULT_INVENTORY
 from slurm_hetero.model import Device, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.slurm.scontrol import NodeGres
 from slurm_hetero.vendors import vendor_traits
@@ -42,7 +43,7 @@ def gres_records(
             if spec is None and need_facts:
                 raise SlurmNodesError(
                     f"{name}: Slurm's GPU type {gres_type or '(none)'!r} is not in the catalog and no "
-                    "inventory is installed; install one at /etc/slurm-hetero/inventory.yaml "
+                    f"inventory is installed; install one at {DEFAULT_INVENTORY} "
                     "(slurm-hetero discover, inventory merge), pass --inventory, or add the model "
                     "to /etc/slurm-hetero/models.d/"
                 )
