@@ -69,7 +69,7 @@ from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, Slu
 from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.slurm import syntax
-from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices
+from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices, slurm_visible
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
@@ -420,27 +420,29 @@ def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
 
 
 def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[str, str]:
-    """The visible-device variables of one rank: Slurm's own narrowed to the rank's device, and the
-    vendor's (ASCEND_RT_VISIBLE_DEVICES, ...). Without `bound` (other nodes, --simulate), Slurm is
-    taken to have bound the node's first devices in order."""
+    """The visible-device variables of one rank: those of Slurm's that the vendor's gres.conf flag
+    lets Slurm set, narrowed to the rank's device, and the vendor's (ASCEND_RT_VISIBLE_DEVICES,
+    ...). Without `bound` (other nodes, --simulate), Slurm is taken to have bound the node's first
+    devices in order."""
     if bound is not None:
         check_devices_on_node(site, bound.on_node)
     if bound is None or not bound.gpu_indexes:
         # Slurm's lists would be 0..tasks-1, narrowed to the rank's own: built per rank, they made
         # a simulated step quadratic in its ranks per node
         index = _gpu_index(site, range(site.tasks), local_rank)
-        env = {name: str(index) for name in SLURM_VISIBLE}
+        vendor = site.devices[index].vendor
+        env = {name: str(index) for name in slurm_visible(vendor.slurm_gpu_env)}
     else:
         indexes = bound.gpu_indexes
         index = _gpu_index(site, indexes, local_rank)
+        vendor = site.devices[index].vendor
         position = list(indexes).index(index)
         env = {}
-        for name, value in bound.visible.items():
-            items = value.split(",")
+        for name in slurm_visible(vendor.slurm_gpu_env):
+            items = bound.visible.get(name, "").split(",")
             if len(items) == len(indexes):
                 env[name] = items[position]
     device = site.devices[index]
-    vendor = device.vendor
     if vendor.visible_devices_env:
         env[vendor.visible_devices_env] = vendor.visible_id(device.device)
         env.update({name: "0" for name in vendor.relative_visible_envs})  # inside the one device above
@@ -448,14 +450,13 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
 
 
 def visible_env_names() -> frozenset[str]:
-    """Every registered vendor runtime's visible-device variables, except Slurm's own (SLURM_VISIBLE:
-    Slurm sets them on the rank's node itself)."""
-    names = set()
+    """Every visible-device variable of Slurm and of the registered vendor runtimes."""
+    names = set(SLURM_VISIBLE)
     for traits in vendor_traits().values():
         if traits.visible_devices_env:
             names.add(traits.visible_devices_env)
         names.update(traits.relative_visible_envs)
-    return frozenset(names - set(SLURM_VISIBLE))
+    return frozenset(names)
 
 
 def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict[str, str]:

@@ -81,7 +81,7 @@ def test_three_node_types_get_unique_ranks_and_one_layout(dev_cluster: Cluster, 
     check_consistent(envs, 3)
     assert {e["type"] for e in envs} == {"a100_80g", "l40s", "ascend910b3"}
     ascend = next(e for e in envs if e["type"] == "ascend910b3")
-    assert ascend["ASCEND_RT_VISIBLE_DEVICES"] is not None
+    assert ascend["ASCEND_RT_VISIBLE_DEVICES"] is not None and ascend["CUDA_VISIBLE_DEVICES"] is None
 
 
 def test_heterogeneous_job_components_form_one_world(dev_cluster: Cluster, measured: Path) -> None:
