@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -17,12 +18,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from click.testing import CliRunner
 
 from slurm_hetero import layout, proc
-from slurm_hetero.launch import run
+from slurm_hetero.cli import cli
+from slurm_hetero.launch import early, run
+from slurm_hetero.launch import supervise as supervisor_module
 from slurm_hetero.launch.plan import LaunchOptions, RankPlan
+from slurm_hetero.launch.rankenv import master_port
 from slurm_hetero.layout import GroupSpec, RankLayout
-from slurm_hetero.slurm.jobenv import JobEnvError
+from slurm_hetero.slurm.jobenv import JobEnvError, expand_tasks_per_node, parse_job_env
 from tests.conftest import FIXTURES, REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -389,3 +394,617 @@ def test_dry_run_json_grows_linearly_with_the_ranks() -> None:
         return len(result.stdout)
 
     assert size(32) < 4.6 * size(8)
+
+
+# -- hostile conditions: the layout directory (private, unique, removed after the rank), a step
+# without devices, the rendezvous port of adjacent jobs and steps, an unwritable --log-dir, Slurm
+# variables too big to read, signals at every moment.
+
+
+SHOW_LAYOUT = """
+    import os, stat, sys
+    path = os.environ["SLURM_HETERO_LAYOUT"]
+    print("LAYOUT", path, oct(stat.S_IMODE(os.stat(path).st_mode)),
+          oct(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)), flush=True)
+    """
+
+
+def layout_line(out: str) -> list[str]:
+    return next(line.split("LAYOUT ", 1)[1].split() for line in out.splitlines() if "LAYOUT " in line)
+
+
+# -- the layout directory --------------------------------------------------------------------------
+
+
+def test_the_layout_is_private_and_removed_when_the_rank_ends(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    options = run.RunOptions(python(SHOW_LAYOUT), inventory=EXAMPLE)
+    assert run.launch(OPTIONS, options, task_env(tmp_path)) == 0
+    path, file_mode, dir_mode = layout_line(capfd.readouterr().out)
+    assert (file_mode, dir_mode) == ("0o600", "0o700")
+    assert Path(path).parent.parent == tmp_path and Path(path).name == "rank-1.json"
+    assert Path(path).parent.name.startswith("slurm-hetero-42.3-")
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_a_directory_or_link_at_the_old_predictable_path_is_never_used(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Another user's `$TMPDIR/slurm-hetero-42.3` (a directory, or a link to one) was used as is;
+    a stale one of another user gave "Permission denied"."""
+    planted = tmp_path / "slurm-hetero-42.3"
+    planted.mkdir(mode=0o777)
+    os.chmod(planted, 0o777)
+    (tmp_path / "slurm-hetero-42.3-XXXXXXXX").symlink_to(planted)
+    options = run.RunOptions(python(SHOW_LAYOUT), inventory=EXAMPLE)
+    assert run.launch(OPTIONS, options, task_env(tmp_path)) == 0
+    path = Path(layout_line(capfd.readouterr().out)[0])
+    assert path.parent not in (planted, tmp_path / "slurm-hetero-42.3-XXXXXXXX")
+    assert list(planted.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slurm-hetero-42.3", "slurm-hetero-42.3-XXXXXXXX"]
+
+
+def test_the_layout_is_removed_when_the_command_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run.Supervisor, "end_step", lambda self: None)
+    options = run.RunOptions(python("import sys; sys.exit(4)"), inventory=EXAMPLE)
+    assert run.launch(OPTIONS, options, task_env(tmp_path)) == 4
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_exec_mode_keeps_its_private_layout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen: dict[str, str] = {}
+    monkeypatch.setattr(os, "execvpe", lambda file, args, env: seen.update(env))
+    options = run.RunOptions(("train",), inventory=EXAMPLE, exec_command=True)
+    run.launch(OPTIONS, options, task_env(tmp_path, rank=0))
+    path = Path(seen["SLURM_HETERO_LAYOUT"])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_an_unusable_tmpdir_is_one_line(tmp_path: Path) -> None:
+    env = task_env(tmp_path) | {"TMPDIR": str(tmp_path / "missing")}
+    with pytest.raises(run.LaunchError, match=r"cannot make a private layout directory in .*missing"):
+        run.launch(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE), env)
+    with pytest.raises(run.LaunchError, match="TMPDIR='relative' is not an absolute path"):
+        run.launch(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE), env | {"TMPDIR": "relative"})
+
+
+# -- a step without devices ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},  # no GPU variable at all (srun -n2 in a job without --gpus/--gres)
+        {"CUDA_VISIBLE_DEVICES": "0,1"},  # inherited from the submitting shell: not an allocation
+        {"SLURM_GPUS_ON_NODE": "0", "CUDA_VISIBLE_DEVICES": "0,1"},
+    ],
+)
+def test_a_step_without_devices_is_refused(tmp_path: Path, change: dict[str, str]) -> None:
+    env = {k: v for k, v in task_env(tmp_path).items() if "GPU" not in k and "VISIBLE" not in k} | change
+    started = tmp_path / "started"
+    options = run.RunOptions(("touch", str(started)), inventory=EXAMPLE)
+    with pytest.raises(
+        run.LaunchError, match=r"no devices are allocated to this step on a100n1 .*--gpus-per-task"
+    ):
+        run.launch(OPTIONS, options, env)
+    assert not started.exists()
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        {"SLURM_STEP_GPUS": "0,1"},
+        {"SLURM_JOB_GPUS": "0,1"},
+        {"SLURM_GPUS_ON_NODE": "2", "CUDA_VISIBLE_DEVICES": "0,1"},  # het component > 0 (no JOB_GPUS)
+    ],
+)
+def test_a_step_with_slurm_devices_is_planned(tmp_path: Path, gpus: dict[str, str]) -> None:
+    env = {k: v for k, v in task_env(tmp_path).items() if "GPU" not in k and "VISIBLE" not in k} | gpus
+    job, plan = run.plan_step(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE), env)
+    assert job.devices.gpu_indexes == (0, 1) and len(plan.ranks) == 2
+
+
+# -- the rendezvous port ---------------------------------------------------------------------------
+
+
+def test_adjacent_jobs_and_steps_get_different_ports() -> None:
+    assert master_port("1", 7) != master_port("2", 0)  # jobid * 7 + step made these equal
+    for first in (0, 1, 4242, 99_999, 4_294_967_000):
+        ports = {master_port(str(job), step) for job in range(first, first + 312) for step in range(64)}
+        assert len(ports) == 312 * 64
+        assert min(ports) >= 20000 and max(ports) <= 39999
+
+
+# -- --log-dir ----------------------------------------------------------------------------------------
+
+
+def test_an_unwritable_log_dir_is_one_line_before_the_command_starts(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    argv = ["launch", "--master-addr", "127.0.0.1", "--log-dir", "/proc/slurm-hetero-logs", "--"]
+    result = CliRunner().invoke(cli, [*argv, "touch", str(started)], env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slurm-hetero: --log-dir /proc/slurm-hetero-logs: cannot")
+    assert "Traceback" not in result.output and not started.exists()
+    assert list(tmp_path.iterdir()) == [], "nothing is left when the launch is refused"
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_log_dir_is_refused_not_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty: str
+) -> None:
+    """F21: --log-dir '' (an unset "$LOGDIR") wrote rank-0.out and .err into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    result = CliRunner().invoke(
+        cli, ["launch", "--master-addr", "127.0.0.1", "--log-dir", empty, "--", "true"], env=env
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("slurm-hetero: --log-dir '': empty") and result.output.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_log_dir_that_is_a_file_is_one_line_before_the_command_starts(tmp_path: Path) -> None:
+    """click's `file_okay=False` made an existing file a usage error (exit 2, the usage text)."""
+    started, log_file = tmp_path / "started", tmp_path / "logs"
+    log_file.write_text("not a directory")
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    argv = ["launch", "--master-addr", "127.0.0.1", "--log-dir", str(log_file), "--"]
+    result = CliRunner().invoke(cli, [*argv, "touch", str(started)], env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines == [f"slurm-hetero: --log-dir {log_file}: not a directory; give a directory you can write"]
+    assert not started.exists() and log_file.read_text() == "not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"], (
+        "nothing is left when the launch is refused"
+    )
+
+
+@pytest.mark.parametrize("shape", ["long-name", "long-inner", "long-path", "under-a-file"])
+def test_a_log_dir_that_can_never_be_made_is_one_line(tmp_path: Path, shape: str) -> None:
+    """Round 5 (R-F18c/e/f): a --log-dir name over NAME_MAX or PATH_MAX ended in a traceback
+    (`Path.exists` raises ENAMETOOLONG); a component that is a file too."""
+    (tmp_path / "file").write_text("x")
+    log_dir = {
+        "long-name": tmp_path / ("l" * 300),
+        "long-inner": tmp_path / ("l" * 300) / "sub",
+        "long-path": tmp_path.joinpath(*["ab"] * 1700),
+        "under-a-file": tmp_path / "file" / "logs",
+    }[shape]
+    env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    argv = ["launch", "--master-addr", "127.0.0.1", "--log-dir", str(log_dir), "--", "true"]
+    result = CliRunner().invoke(cli, argv, env=env)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("slurm-hetero: --log-dir ") and result.output.count("\n") == 1, (
+        result.output
+    )
+    assert "Traceback" not in result.output
+
+
+# -- Slurm values too big to read ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"SLURM_JOB_ID": "9" * 10_000}, r"SLURM_JOB_ID='9{60}\.\.\.' is not a job id"),
+        ({"SLURM_PROCID": "1" * 5000}, r"SLURM_PROCID='1{60}\.\.\.' is not a number of at most 10 digits"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "1(x1000000000)"}, r"names more nodes than the step's 1"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "1(x" + "9" * 5000 + ")"}, r"cannot read tasks per node"),
+        ({"SLURM_HET_SIZE": "4000000000"}, r"SLURM_HET_SIZE=4000000000 is more het components than the 128"),
+        ({"SLURM_JOB_ID": "12a"}, r"SLURM_JOB_ID='12a' is not a job id"),
+    ],
+)
+def test_huge_or_malformed_slurm_values_are_one_error(
+    tmp_path: Path, change: dict[str, str], message: str
+) -> None:
+    with pytest.raises(JobEnvError, match=message):
+        parse_job_env(task_env(tmp_path) | change)
+
+
+def test_tasks_per_node_expands_only_up_to_the_step_nodes() -> None:
+    assert expand_tasks_per_node("2,1(x2)", 3) == [2, 1, 1]
+    with pytest.raises(JobEnvError, match="more nodes than the step's 2"):
+        expand_tasks_per_node("2,1(x2)", 2)
+
+
+def test_cli_reports_a_huge_job_id_in_one_line(tmp_path: Path) -> None:
+    env = task_env(tmp_path) | {"SLURM_JOB_ID": "9" * 10_000, "SLURM_HETERO_INVENTORY": str(EXAMPLE)}
+    result = CliRunner().invoke(cli, ["launch", "--", sys.executable, "-c", "pass"], env=env)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and result.output.startswith("slurm-hetero: SLURM_JOB_ID=")
+
+
+# -- the failing rank's exit code is the step's ----------------------------------------------------
+
+
+def stop_when_ready(ready: Path, signum: int) -> None:
+    def wait_then_signal() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=wait_then_signal, daemon=True).start()
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True])
+def test_a_rank_told_a_peer_failed_stops_its_command_and_exits_0(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    ignores_sigterm: bool,
+) -> None:
+    """A failing rank's `scancel --signal=URG` reaches every launcher of the step: they end their
+    commands (SIGKILL after the grace when SIGTERM is ignored) and exit 0, so srun's exit code (the
+    highest, any signal above every code) is the failing rank's, not 137 or 143."""
+    monkeypatch.setattr(supervisor_module, "STOP_GRACE_S", 1.0)
+    ready = tmp_path / "ready"
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if ignores_sigterm else "pass"
+    command = python(
+        f"""
+        import pathlib, signal, sys, time
+        {ignore}
+        pathlib.Path(sys.argv[1]).write_text("ready")
+        time.sleep(60)
+        """,
+        str(ready),
+    )
+    stop_when_ready(ready, signal.SIGURG)
+    started = time.monotonic()
+    assert supervise(command) == 0
+    assert time.monotonic() - started < 15
+    assert scancel == []  # only the failing rank ends the step
+    err = capfd.readouterr().err
+    assert "slurm-hetero: rank 2 on l40sn1 stopped: another rank of the step failed" in err
+
+
+@pytest.mark.parametrize("peer_failed_late", [True, False])
+def test_a_peer_failed_behind_the_steps_sigterm_still_gives_exit_0(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    peer_failed_late: bool,
+) -> None:
+    """CI (24.11): srun -K's SIGTERM (srun to slurmstepd) reached a peer before the failing rank's
+    PEER_FAILED (scancel through slurmctld); the peer exited 143 and srun reported 143, not 7. A
+    command ended by SIGTERM waits PEER_FAILED_LATE_S for it; a plain SIGTERM still gives 143."""
+    monkeypatch.setattr(supervisor_module, "PEER_FAILED_LATE_S", 2.0)
+    ready = tmp_path / "ready"
+    command = python(
+        """
+        import pathlib, sys, time
+        pathlib.Path(sys.argv[1]).write_text("ready")
+        time.sleep(60)
+        """,
+        str(ready),
+    )
+
+    def sigterm_then_peer_failed() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+        if peer_failed_late:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGURG)
+
+    threading.Thread(target=sigterm_then_peer_failed, daemon=True).start()
+    started = time.monotonic()
+    code = supervise(command)
+    elapsed = time.monotonic() - started
+    err = capfd.readouterr().err
+    if peer_failed_late:
+        assert code == 0, err
+        assert "stopped: another rank of the step failed" in err
+        assert elapsed < 1.9, elapsed  # it stops waiting when PEER_FAILED comes
+    else:
+        assert code == 128 + signal.SIGTERM
+        assert elapsed >= 2.0
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie no reaper collected has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _gone_soon(pid: int, seconds: float = 3.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
+def tree(ready: Path, ignore_sigterm: bool = False) -> tuple[str, ...]:
+    """A command with a child (a shell's `sleep`, a trainer's worker) whose pid it writes to `ready`;
+    with `ignore_sigterm` both ignore SIGTERM (`trap '' TERM`, inherited)."""
+    return python(
+        f"""
+        import os, signal, subprocess, sys
+        if {ignore_sigterm}:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen(["sleep", "33.3"])
+        open(sys.argv[1] + ".tmp", "w").write(str(child.pid))
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        child.wait()
+        """,
+        str(ready),
+    )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1])
+def test_a_stop_signal_reaches_the_commands_whole_tree(
+    scancel: list[Call], tmp_path: Path, signum: int
+) -> None:
+    """F17: SIGTERM reached only the command (`bash -c 'sleep 33.3; ...'`): the launcher exited 143
+    and the `sleep` ran on, holding the step's output open. The stop signals reach the tree;
+    SIGUSR1 and SIGUSR2 the command alone."""
+    ready = tmp_path / "pid"
+    command = tree(ready)
+    stop_when_ready(ready, signum)
+    code = supervise(command)
+    sleeper = int(ready.read_text())
+    try:
+        if signum == signal.SIGUSR1:
+            assert code == 128 + signum and _running(sleeper)  # the command ended by it, its child not
+        else:
+            assert _gone_soon(sleeper), f"the command's child survived {signal.Signals(signum).name}"
+    finally:
+        if _running(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sigterm_first", [False, True])
+def test_sigterm_while_stopping_for_a_failed_peer_kills_at_once_and_exits_0(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str], sigterm_first: bool
+) -> None:
+    """A-K7 (22.05): rank 1 exited 7, ranks 0 and 2 ignored SIGTERM; srun -K's own termination
+    killed their launchers after KillWait (5 s), before STOP_GRACE_S (10 s), and srun reported 137.
+    SIGTERM and PEER_FAILED together (either order) mean Slurm is ending the step: SIGKILL at once."""
+    ready = tmp_path / "pid"
+    command = tree(ready, ignore_sigterm=True)
+    first, second = (signal.SIGTERM, signal.SIGURG) if sigterm_first else (signal.SIGURG, signal.SIGTERM)
+
+    def both() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), first)
+        time.sleep(0.5)
+        os.kill(os.getpid(), second)
+
+    threading.Thread(target=both, daemon=True).start()
+    started = time.monotonic()
+    code = supervise(command)
+    elapsed = time.monotonic() - started
+    sleeper = int(ready.read_text())
+    err = capfd.readouterr().err
+    try:
+        assert code == 0, err
+        assert elapsed < supervisor_module.STOP_GRACE_S / 2, elapsed  # not the grace, nor KillWait
+        assert "stopped: another rank of the step failed" in err
+        assert _gone_soon(sleeper)
+    finally:
+        if _running(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
+
+
+def test_the_failing_rank_ignores_the_stop_it_sent(
+    scancel: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own `scancel --signal=URG` reaches the failing launcher too: it keeps its code."""
+    monkeypatch.setattr(proc, "run", lambda argv, timeout=60.0: os.kill(os.getpid(), signal.SIGURG) or "")
+    assert supervise(python("import sys; sys.exit(7)")) == 7
+
+
+def test_an_ending_launcher_ignores_the_steps_sigterm_through_interpreter_shutdown(
+    scancel: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI: srun -K's SIGTERM reached a stopped rank's launcher during interpreter shutdown, which
+    puts Python handlers back to SIG_DFL, and srun reported 143. Ending, the launcher ignores it."""
+    monkeypatch.setattr(supervisor_module, "KEEP_HANDLERS_WHEN_ENDING", True)
+    assert supervise(python("import sys; sys.exit(7)")) == 7
+    assert all(signal.getsignal(s) == signal.SIG_IGN for s in supervisor_module.FORWARDED)
+
+
+def test_a_launcher_that_succeeds_gives_its_handlers_back(scancel: list[Call]) -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    assert supervise(python("pass")) == 0
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_run_later_runs_its_steps_in_order_from_one_process_after_this_one_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed rank left three detached `sh -c 'sleep N; ...'`; now one process does the three."""
+    started_processes: list[list[str]] = []
+    real_popen = proc.subprocess.Popen
+
+    def popen(argv: list[str], **kwargs: object) -> object:
+        started_processes.append(list(argv))
+        return real_popen(argv, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(proc.subprocess, "Popen", popen)
+    log, odd = tmp_path / "log", "a b; $(touch pwned) *"  # argv only: no shell reads it
+    append = f"import sys; open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + chr(10))"
+    started = time.monotonic()
+    proc.run_later(
+        [
+            (0.3, [sys.executable, "-c", append, "first", odd]),
+            (0.5, ["/nonexistent/command"]),  # a failing step does not stop the next
+            (0.6, [sys.executable, "-c", append, "second"]),
+        ]
+    )
+    assert time.monotonic() - started < 0.3 and not log.exists()
+    assert len(started_processes) == 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
+        time.sleep(0.05)
+    assert log.read_text().splitlines() == [f"first {odd}", "second"]
+    assert time.monotonic() - started >= 0.6
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+# -- a stopped rank's command had children ---------------------------------------------------------
+
+
+def test_descendants_reads_parent_ids_past_command_names_with_spaces(tmp_path: Path) -> None:
+    from slurm_hetero.launch.supervise import descendants
+
+    for pid, name, ppid in [(10, "sh", 1), (11, "py (worker) 1", 10), (12, "sleep", 11), (13, "other", 1)]:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) S {ppid} {pid} {pid} 0 -1\n")
+    (tmp_path / "self").mkdir()
+    assert sorted(descendants(10, str(tmp_path))) == [11, 12]
+    assert descendants(13, str(tmp_path)) == [] and descendants(10, str(tmp_path / "none")) == []
+
+
+def test_a_stopped_command_takes_its_children_with_it() -> None:
+    """`sh -c '...; sleep 60'` stopped by SIGTERM left its sleep running: the step did not end
+    until the failing rank's SIGKILL 20 s later, and srun reported 137 instead of its exit code."""
+    import subprocess
+    import time
+
+    from slurm_hetero.launch.supervise import descendants, signal_tree
+
+    child = subprocess.Popen(["sh", "-c", "sleep 60; echo done"])
+    try:
+        deadline = time.monotonic() + 10
+        while not descendants(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (sleeper,) = descendants(child.pid)
+        stopped = signal_tree(child, signal.SIGTERM)
+        assert set(stopped) == {child.pid, sleeper}
+        child.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
+            try:  # reap it if it became ours; else init does
+                os.waitpid(sleeper, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        state = (
+            Path(f"/proc/{sleeper}/stat").read_text().split(")")[-1].split()[0]
+            if Path(f"/proc/{sleeper}").exists()
+            else "gone"
+        )
+        assert state in ("gone", "Z"), state
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+@pytest.mark.parametrize(
+    ("signals", "expected"),
+    [
+        ((signal.SIGURG,), 0),
+        ((signal.SIGTERM,), 143),
+        ((signal.SIGTERM, signal.SIGURG), 0),
+        ((signal.SIGINT,), 130),
+    ],
+)
+def test_signals_while_the_launcher_plans_are_not_lost(
+    scancel: list[Call],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    signals: tuple[int, ...],
+    expected: int,
+) -> None:
+    """B1-K5 (24.11): rank 0 exited 1 at once; its PEER_FAILED reached ranks still planning (SIGURG
+    ignored: lost), srun -K's SIGTERM came next, they exited 143 and srun said 143, not 1. Signals
+    from the launch command's start are kept; the command is then not started."""
+    monkeypatch.setattr(supervisor_module, "PEER_FAILED_LATE_S", 1.0)
+    monkeypatch.setattr(supervisor_module, "KEEP_HANDLERS_WHEN_ENDING", True)  # as the launch command
+    saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
+    ran = tmp_path / "ran"
+    try:
+        early.catch_early()
+        os.kill(os.getpid(), signals[0])
+        if len(signals) > 1:
+            threading.Timer(0.3, os.kill, (os.getpid(), signals[1])).start()
+        code = supervise(python("import pathlib, sys; pathlib.Path(sys.argv[1]).touch()", str(ran)))
+        # ending: SIG_IGN, which interpreter shutdown keeps (it puts Python handlers back to
+        # SIG_DFL: srun -K's SIGTERM then ended the exiting launcher, "task 0: Terminated", 24.11)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        supervisor_module._EARLY.clear()
+        supervisor_module._CATCHING[0] = False
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert code == expected and not ran.exists()
+    assert ("stopped: another rank of the step failed" in capfd.readouterr().err) == (expected == 0)
+    assert scancel == []
+
+
+def test_a_peer_failed_while_the_command_starts_is_not_lost(
+    scancel: list[Call], tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between planning and the supervisor's handlers (the command's fork and exec), PEER_FAILED
+    is kept too and acted on once the command runs: it is stopped, the rank exits 0."""
+    real = supervisor_module.subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGURG)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", popen)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
+    try:
+        early.catch_early()
+        started = time.monotonic()
+        code = supervise(tree(tmp_path / "pid"))
+    finally:
+        early.stop_catching()
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert code == 0 and time.monotonic() - started < 8
+    assert "stopped: another rank of the step failed" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "wanted"),
+    [
+        (["launch", "--model", "gpt2", "--", "python", "--dry-run"], True),
+        (["launch", "--dry-run", "--simulate", "n:a100:1"], False),
+        (["launch", "--exec", "--", "true"], False),
+        (["plan", "--devices", "a100:1"], False),
+        ([], False),
+    ],
+)
+def test_the_entry_point_keeps_early_signals_for_supervised_launches(argv: list[str], wanted: bool) -> None:
+    assert early.supervised_launch(argv) is wanted
+
+
+def test_early_signals_are_kept_before_the_clis_imports(tmp_path: Path) -> None:
+    """The CLI's imports take about half a second: a PEER_FAILED then was still lost (B1-K5)."""
+    code = """
+        import builtins, signal, sys
+        sys.argv = ["slurm-hetero", "launch", "--", "true"]
+        seen = []
+        real = builtins.__import__
+        def spy(name, *args, **kwargs):
+            if name == "slurm_hetero.cli" and not seen:
+                seen.append(signal.getsignal(signal.SIGURG))
+            return real(name, *args, **kwargs)
+        builtins.__import__ = spy
+        from slurm_hetero.entry import main
+        try:
+            main()
+        except SystemExit:
+            pass
+        print("HANDLER", getattr(seen[0], "__qualname__", seen[0]))
+        """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | {"PYTHONPATH": str(REPO)}
+    result = subprocess.run(python(code), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert "HANDLER _record" in result.stdout, result.stdout + result.stderr

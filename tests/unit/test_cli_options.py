@@ -1,6 +1,6 @@
-"""Values given to fit, plan, sbatch and launch (issue 9): nan, infinities, negatives, zero counts,
-sequences beyond the model's context, unknown --simulate nodes, a MASTER_ADDR carrying a newline
-or shell syntax, a NaN gradient weight. Each is one clear line; none is a traceback."""
+"""cli/options.py, the values given to fit, plan, sbatch and launch: nan, infinities, negatives,
+zero counts, sequences beyond the model's context, unknown --simulate nodes, a MASTER_ADDR carrying
+a newline or shell syntax, a NaN gradient weight. Each is one clear line; none is a traceback."""
 
 from __future__ import annotations
 
