@@ -56,6 +56,13 @@ def python(code: str, *args: str) -> tuple[str, ...]:
     return (sys.executable, "-c", textwrap.dedent(code), *args)
 
 
+def wait_for(path: Path, timeout_s: float = 20) -> None:
+    """Until the child process wrote `path` (it is ready for the signal the test sends)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @pytest.fixture
 def scancel(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> list[Call]:
     """proc.run replaced: records each argv with what was printed before it ran."""
@@ -148,9 +155,7 @@ def test_signals_are_forwarded_and_end_the_rank_quietly(scancel: list[Call], tmp
     )
 
     def terminate_when_ready() -> None:
-        deadline = time.monotonic() + 20
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(ready)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=terminate_when_ready, daemon=True).start()
@@ -624,9 +629,7 @@ def test_cli_reports_a_huge_job_id_in_one_line(tmp_path: Path) -> None:
 
 def stop_when_ready(ready: Path, signum: int) -> None:
     def wait_then_signal() -> None:
-        deadline = time.monotonic() + 20
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(ready)
         os.kill(os.getpid(), signum)
 
     threading.Thread(target=wait_then_signal, daemon=True).start()
@@ -687,9 +690,7 @@ def test_a_peer_failed_behind_the_steps_sigterm_still_gives_exit_0(
     )
 
     def sigterm_then_peer_failed() -> None:
-        deadline = time.monotonic() + 20
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(ready)
         os.kill(os.getpid(), signal.SIGTERM)
         if peer_failed_late:
             time.sleep(0.5)
@@ -776,9 +777,7 @@ def test_sigterm_while_stopping_for_a_failed_peer_kills_at_once_and_exits_0(
     first, second = (signal.SIGTERM, signal.SIGURG) if sigterm_first else (signal.SIGURG, signal.SIGTERM)
 
     def both() -> None:
-        deadline = time.monotonic() + 20
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(ready)
         os.kill(os.getpid(), first)
         time.sleep(0.5)
         os.kill(os.getpid(), second)
