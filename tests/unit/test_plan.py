@@ -1,4 +1,4 @@
-"""`slurm-hetero plan` and the layout solver on adversarial inputs: a bounded search over many device
+"""`slurm-hetero plan` and the layout solver's limits: a bounded search over many device
 types, efficiency never above 1, never worse than the even split, sizes bounded with one-line
 errors, strict model configs, and bounded reads of `--measured`."""
 

@@ -1,7 +1,7 @@
-"""Nothing injected (issue 9): hostile strings and numbers in every inventory field go through the
-one validation (schema + slurm.syntax) and render; every output line is one Slurm config line of
-the expected keys, the generated Lua table loads as Lua with the same id, or the input is refused
-with one clear line. Plus a regression test per adversarial finding."""
+"""inventorycheck.py, the one validation of an inventory (schema + slurm.syntax): hostile strings
+and numbers in every field either render, every output line one Slurm config line of the expected
+keys and the generated Lua table loading as Lua with the same id, or are refused with one clear
+line. Plus a regression test per adversarial finding."""
 
 from __future__ import annotations
 
