@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,18 +84,6 @@ def test_device_without_topology_support_gives_no_links(monkeypatch: pytest.Monk
     monkeypatch.setattr(proc, "run", _fake_run(outputs))
     devices = get_vendor("ascend").probe()
     assert devices and all(d.links == () and d.cores is None for d in devices)
-
-
-def test_affinity_needs_npu_smi_or_a_davinci_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    vendor = get_vendor("ascend")
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    assert vendor.affinity() == 0
-    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/davinci0"])
-    assert vendor.affinity() == 1
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(shutil, "which", lambda tool: "/usr/local/sbin/npu-smi")
-    assert vendor.affinity() == 1
 
 
 # numbering ----------------------------------------------------------------------------------------------

@@ -6,8 +6,6 @@ capture is invented.
 
 from __future__ import annotations
 
-import glob
-import shutil
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -131,12 +129,3 @@ def test_exactly_one_capture_is_expected() -> None:
         vendor.parse([Capture("a", _text(V5)), Capture("b", _text(V4))])
     with pytest.raises(ParseError):
         vendor.parse([])
-
-
-def test_affinity_from_tool_or_device_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    vendor = get_vendor("cambricon")
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    assert vendor.affinity() == 0
-    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/cambricon_dev0"])
-    assert vendor.affinity() == 1

@@ -15,6 +15,9 @@ never another exception; garbage must raise ParseError.
 
 from __future__ import annotations
 
+import fnmatch
+import glob
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from slurm_hetero.errors import ParseError
 from slurm_hetero.inventory import device_to_dict, inventory_from_dict
 from slurm_hetero.model import Capture
 from slurm_hetero.vendors import all_vendors, get_vendor
+from slurm_hetero.vendors.base import Vendor
 from tests.conftest import FIXTURES
 
 MAX_CUTS = 160  # per capture: line ends and mid-line points, spread evenly over the file
@@ -180,3 +184,41 @@ def test_other_vendors_captures_are_rejected() -> None:
 
 # Vendors whose tools legitimately share an output format (Hygon's DTK ships rocm-smi).
 _SHARED_FORMATS = {"amd": ("hygon",), "hygon": ("amd",)}
+
+
+# -- affinity: a tool on PATH or a device node the driver made ----------------------------------
+
+# A node each vendor's driver really creates (the vendor's docs); None: only its tool shows it.
+DRIVER_NODE = {
+    "ascend": "/dev/davinci0",
+    "cambricon": "/dev/cambricon_dev0",
+    "enflame": "/dev/gcu0",
+    "iluvatar": "/dev/iluvatar0",
+    "intel": None,
+    "kunlunxin": "/dev/xpu0",
+    "metax": "/dev/mxcd",
+    "mthreads": "/dev/mtgpu.0",
+}
+
+
+def test_every_vendor_on_the_shared_affinity_has_a_driver_node_case() -> None:
+    shared = {v.name for v in all_vendors() if type(v).affinity is Vendor.affinity}
+    assert shared == set(DRIVER_NODE)
+
+
+@pytest.mark.parametrize("name", sorted(DRIVER_NODE))
+def test_affinity_is_a_tool_on_path_or_the_drivers_device_node(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vendor = get_vendor(name)
+    node = DRIVER_NODE[name]
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
+    assert vendor.affinity() == 0
+    if node is not None:
+        monkeypatch.setattr(glob, "glob", lambda pattern: [node] if fnmatch.fnmatch(node, pattern) else [])
+        assert vendor.affinity() == 1
+        monkeypatch.setattr(glob, "glob", lambda pattern: [])
+    for tool in vendor.tools:
+        monkeypatch.setattr(shutil, "which", lambda t, tool=tool: f"/usr/bin/{tool}" if t == tool else None)
+        assert vendor.affinity() == 1

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import shutil
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -44,15 +42,6 @@ def test_probe_runs_efsmi(monkeypatch: pytest.MonkeyPatch) -> None:
     assert devices == _parse(_text())
     assert [d.file for d in devices] == ["/dev/gcu0", "/dev/gcu1"]
     assert get_vendor("enflame").visible_devices_env == "TOPS_VISIBLE_DEVICES"
-
-
-def test_affinity_from_tool_or_device_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    vendor = get_vendor("enflame")
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    assert vendor.affinity() == 0
-    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/gcu0"] if pattern.startswith("/dev/gcu") else [])
-    assert vendor.affinity() == 1
 
 
 def test_mem_column_is_capacity_after_ecc() -> None:

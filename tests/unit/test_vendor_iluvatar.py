@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import shutil
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -96,12 +94,3 @@ def test_nvidia_smi_table_is_not_ixsmi() -> None:
     )
     with pytest.raises(ParseError, match="not an ixsmi table"):
         _parse(text)
-
-
-def test_affinity_from_tool_or_device_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    vendor = get_vendor("iluvatar")
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    assert vendor.affinity() == 0
-    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/iluvatar0"])
-    assert vendor.affinity() == 1

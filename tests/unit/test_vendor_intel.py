@@ -87,15 +87,6 @@ def test_probe_with_a_matrix_of_other_cards_fails_naming_it(monkeypatch: pytest.
         get_vendor("intel").probe()
 
 
-def test_affinity_follows_the_tool(monkeypatch: pytest.MonkeyPatch) -> None:
-    import shutil
-
-    monkeypatch.setattr(shutil, "which", lambda tool: "/usr/bin/xpu-smi" if tool == "xpu-smi" else None)
-    assert get_vendor("intel").affinity() == 1
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    assert get_vendor("intel").affinity() == 0
-
-
 # captures and how they combine ---------------------------------------------------------------------
 def test_table_alone_has_no_memory_and_keeps_the_model_as_reported() -> None:
     (device,) = _parse(_text(TABLE))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import shutil
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -75,18 +73,6 @@ def test_probe_runs_xpu_smi(monkeypatch: pytest.MonkeyPatch) -> None:
     assert devices == _parse(_text())
     assert [d.file for d in devices] == ["/dev/xpu0", "/dev/xpu1"]
     assert get_vendor("kunlunxin").visible_devices_env == "XPU_VISIBLE_DEVICES"
-
-
-def test_affinity_from_tool_or_device_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    vendor = get_vendor("kunlunxin")
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    assert vendor.affinity() == 0
-    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/xpu0"] if pattern.startswith("/dev/xpu") else [])
-    assert vendor.affinity() == 1
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(shutil, "which", lambda tool: "/usr/bin/xpu_smi" if tool == "xpu_smi" else None)
-    assert vendor.affinity() == 1
 
 
 def test_versions_and_memory_total() -> None:

@@ -5,8 +5,6 @@ Variants below marked "derived" are edits of the real captures made in the test,
 
 from __future__ import annotations
 
-import glob
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -166,15 +164,6 @@ def test_other_tools_tables_are_not_mx_smi() -> None:
     text = _text(SWIFT).replace("MetaX System Management Interface Log", "NVIDIA System Management Interface")
     with pytest.raises(ParseError, match="not mx-smi output"):
         _parse(text)
-
-
-def test_affinity_from_tool_or_control_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    vendor = get_vendor("metax")
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    assert vendor.affinity() == 0
-    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/mxcd"] if pattern == "/dev/mxcd" else [])
-    assert vendor.affinity() == 1
 
 
 def test_captured_node_flows_through_discover_render_taskprolog_and_launch(tmp_path: Path) -> None:

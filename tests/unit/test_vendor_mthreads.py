@@ -6,8 +6,6 @@ a corrected memory cell, and a second GPU block appended after a `+---+` separat
 
 from __future__ import annotations
 
-import glob
-import shutil
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -121,12 +119,3 @@ def test_unclosed_processes_section_is_rejected() -> None:
 def test_other_tools_banner_is_rejected() -> None:
     with pytest.raises(ParseError, match="not mthreads-gmi output"):
         _parse(_text().replace("mthreads-gmi:1.12.2", "xpu-smi:1.12.2"))
-
-
-def test_affinity_from_tool_or_device_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    vendor = get_vendor("mthreads")
-    monkeypatch.setattr(shutil, "which", lambda tool: None)
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])
-    assert vendor.affinity() == 0
-    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/mtgpu.0"])
-    assert vendor.affinity() == 1
