@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+def fake_tool_run(outputs: Mapping[tuple[str, ...], str | Exception]) -> Callable[..., str]:
+    """A strict stand-in for proc.run: each argv prints its capture or raises its error; an argv
+    not in `outputs` fails the test."""
+
+    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
+        assert tuple(argv) in outputs, f"unexpected command {argv}"
+        result = outputs[tuple(argv)]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    return run

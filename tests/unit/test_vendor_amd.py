@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import types
-from collections.abc import Mapping
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from slurm_hetero import proc
 from slurm_hetero.errors import HeteroError, ParseError
 from slurm_hetero.model import Capture, Link
 from slurm_hetero.vendors import _amd_smi, _rocm, amd, get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 AMD_DIR = FIXTURES / "amd"
 CONCISE = "rocm-smi-concise_8gpu-mi300-series_partitions.txt"
@@ -376,21 +375,13 @@ def test_probe_prefers_the_library_and_reads_local_cpus(
     assert [d.cores for d in devices] == ["0-23,48-71", None, None]
 
 
-def fake_run(outputs: Mapping[tuple[str, ...], str]) -> Any:
-    def run(argv: list[str], timeout: float = 60.0) -> str:
-        assert tuple(argv) in outputs, f"unexpected command {argv}"
-        return outputs[tuple(argv)]
-
-    return run
-
-
 def test_probe_without_library_runs_rocm_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(amd, "load_amdsmi", lambda: None)
     monkeypatch.setattr(amd.shutil, "which", lambda tool: None)
     monkeypatch.setattr(
         amd.AmdVendor, "pci_root", sysfs(tmp_path, {"0000:83:00.0": ("0x1002", "0x038000", "24-47")})
     )
-    monkeypatch.setattr(proc, "run", fake_run({tuple(amd.ROCM_SMI_ARGV): cap(JSON_MI100).text}))
+    monkeypatch.setattr(proc, "run", fake_tool_run({tuple(amd.ROCM_SMI_ARGV): cap(JSON_MI100).text}))
     devices = vendor().probe()
     assert [d.model for d in devices] == ["Arcturus GL-XL [Instinct MI100]"] * 4
     assert [d.cores for d in devices] == ["24-47", None, None, None]
@@ -406,7 +397,7 @@ def test_probe_without_library_runs_amd_smi(monkeypatch: pytest.MonkeyPatch, tmp
         ("amd-smi", "list"): amdsmi_list(MI300A_BDFS),  # constructed
         ("amd-smi", "version"): cap(VERSION).text,
     }
-    monkeypatch.setattr(proc, "run", fake_run(outputs))
+    monkeypatch.setattr(proc, "run", fake_tool_run(outputs))
     devices = vendor().probe()
     assert len(devices) == 4 and all(len(d.links) == 3 for d in devices)
     assert {d.runtime_version for d in devices} == {"6.1.0"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from slurm_hetero.errors import ParseError, ToolError
 from slurm_hetero.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import get_vendor
 from slurm_hetero.vendors.ascend import devices_from_info
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 HERE = FIXTURES / "ascend"
 INFO_8X = "npu-smi-info_8x-910b3_drv24.1.rc1.txt"
@@ -40,18 +39,6 @@ def _table(name: str, text: str | None = None) -> list[Device]:
     return devices_from_info(Capture(name, _text(name) if text is None else text))
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str | Exception]):
-    """A strict stand-in for proc.run: unknown argv fails the test."""
-
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        result = outputs[tuple(argv)]
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    return run
-
-
 # the live path ---------------------------------------------------------------------------------------
 
 
@@ -61,7 +48,7 @@ def test_commands_are_info_and_topo() -> None:
 
 def test_probe_runs_npu_smi_and_parses_both_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
     outputs = {("npu-smi", "info"): _text(INFO_8X), ("npu-smi", "info", "-t", "topo"): _text(TOPO_8X)}
-    monkeypatch.setattr(proc, "run", _fake_run(outputs))
+    monkeypatch.setattr(proc, "run", fake_tool_run(outputs))
     devices = get_vendor("ascend").probe()
     assert devices == _parse_files(INFO_8X, TOPO_8X)
     assert [d.file for d in devices] == [f"/dev/davinci{i}" for i in range(8)]
@@ -72,7 +59,7 @@ def test_probe_survives_a_failing_topology_query(monkeypatch: pytest.MonkeyPatch
     topo_argv = ("npu-smi", "info", "-t", "topo")
     info = _text(TWO_CHIPS)
     outputs = {("npu-smi", "info"): info, topo_argv: ToolError(list(topo_argv), 1, "not supported")}
-    monkeypatch.setattr(proc, "run", _fake_run(outputs))
+    monkeypatch.setattr(proc, "run", fake_tool_run(outputs))
     devices = get_vendor("ascend").probe()
     assert len(devices) == len(_table(TWO_CHIPS))
     assert all(not d.links and d.cores is None for d in devices)
@@ -81,7 +68,7 @@ def test_probe_survives_a_failing_topology_query(monkeypatch: pytest.MonkeyPatch
 def test_device_without_topology_support_gives_no_links(monkeypatch: pytest.MonkeyPatch) -> None:
     unsupported = "This device does not support querying topo.\n"
     outputs = {("npu-smi", "info"): _text(TWO_CHIPS), ("npu-smi", "info", "-t", "topo"): unsupported}
-    monkeypatch.setattr(proc, "run", _fake_run(outputs))
+    monkeypatch.setattr(proc, "run", fake_tool_run(outputs))
     devices = get_vendor("ascend").probe()
     assert devices and all(d.links == () and d.cores is None for d in devices)
 

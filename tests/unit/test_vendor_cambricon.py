@@ -6,15 +6,13 @@ capture is invented.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import pytest
 
 from slurm_hetero import proc
 from slurm_hetero.errors import ParseError, ToolError
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 HERE = FIXTURES / "cambricon"
 V5 = "cnmon_2x-mlu370-x8_v5.10.13_paddle-docs.txt"
@@ -29,18 +27,6 @@ def _parse(text: str, source: str = "cnmon.txt") -> list[Device]:
     return get_vendor("cambricon").parse([Capture(source, text)])
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str | Exception]) -> Callable[..., str]:
-    """A strict stand-in for proc.run: unknown argv fails the test."""
-
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        result = outputs[tuple(argv)]
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    return run
-
-
 def test_commands_and_visible_devices_env() -> None:
     vendor = get_vendor("cambricon")
     assert vendor.commands() == [["cnmon"]]
@@ -48,7 +34,7 @@ def test_commands_and_visible_devices_env() -> None:
 
 
 def test_probe_runs_cnmon_and_parses_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", _fake_run({("cnmon",): _text(V5)}))
+    monkeypatch.setattr(proc, "run", fake_tool_run({("cnmon",): _text(V5)}))
     devices = get_vendor("cambricon").probe()
     assert devices == _parse(_text(V5))
     assert [(d.index, d.file, d.pci_bus_id) for d in devices] == [
@@ -58,7 +44,7 @@ def test_probe_runs_cnmon_and_parses_its_table(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_probe_surfaces_tool_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", _fake_run({("cnmon",): ToolError(["cnmon"], 1, "no MLU found")}))
+    monkeypatch.setattr(proc, "run", fake_tool_run({("cnmon",): ToolError(["cnmon"], 1, "no MLU found")}))
     with pytest.raises(ToolError):
         get_vendor("cambricon").probe()
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import pytest
 
 from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 HERE = FIXTURES / "enflame"
 S60 = "efsmi_2x-enflame-s60_paddle-docs.txt"
@@ -29,15 +27,8 @@ def _parse(*texts: str) -> list[Device]:
     return get_vendor("enflame").parse([Capture(f"capture{i}", text) for i, text in enumerate(texts)])
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str]) -> Callable[..., str]:
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        return outputs[tuple(argv)]
-
-    return run
-
-
 def test_probe_runs_efsmi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", _fake_run({("efsmi",): _text()}))
+    monkeypatch.setattr(proc, "run", fake_tool_run({("efsmi",): _text()}))
     devices = get_vendor("enflame").probe()
     assert devices == _parse(_text())
     assert [d.file for d in devices] == ["/dev/gcu0", "/dev/gcu1"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -18,7 +17,7 @@ from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 TABLE = "hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt"
 QUERY_ARGV = (
@@ -50,15 +49,6 @@ def _parse(*texts: str) -> list[Device]:
     return get_vendor("gaudi").parse([Capture(f"capture{i}", text) for i, text in enumerate(texts)])
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str]) -> Callable[..., str]:
-    """A strict stand-in for proc.run: unknown argv fails the test."""
-
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        return outputs[tuple(argv)]
-
-    return run
-
-
 def test_commands_ask_for_module_ids_and_env_takes_them() -> None:
     vendor = get_vendor("gaudi")
     assert vendor.commands() == [["hl-smi"], list(QUERY_ARGV)]
@@ -67,7 +57,7 @@ def test_commands_ask_for_module_ids_and_env_takes_them() -> None:
 
 def test_probe_joins_table_and_query(monkeypatch: pytest.MonkeyPatch) -> None:
     query = _synthetic_query(_parse(_table()))
-    monkeypatch.setattr(proc, "run", _fake_run({("hl-smi",): _table(), QUERY_ARGV: query}))
+    monkeypatch.setattr(proc, "run", fake_tool_run({("hl-smi",): _table(), QUERY_ARGV: query}))
     devices = get_vendor("gaudi").probe()
     assert [d.tool_id for d in devices] == [str(m) for m in MODULE_IDS]
     assert [d.file for d in devices] == [f"/dev/accel/accel{i}" for i in range(8)]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import pytest
 
 from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 HERE = FIXTURES / "iluvatar"
 PADDLE = "ixsmi_2x-bi-v150_drv4.3.0_paddle-docs.txt"
@@ -26,15 +24,6 @@ def _parse(text: str) -> list[Device]:
     return get_vendor("iluvatar").parse([Capture("ixsmi.txt", text)])
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str]) -> Callable[..., str]:
-    """A strict stand-in for proc.run: unknown argv fails the test."""
-
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        return outputs[tuple(argv)]
-
-    return run
-
-
 def test_commands_and_cuda_visible_devices() -> None:
     vendor = get_vendor("iluvatar")
     assert vendor.commands() == [["ixsmi"]]
@@ -42,7 +31,7 @@ def test_commands_and_cuda_visible_devices() -> None:
 
 
 def test_probe_runs_ixsmi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", _fake_run({("ixsmi",): _text(PADDLE)}))
+    monkeypatch.setattr(proc, "run", fake_tool_run({("ixsmi",): _text(PADDLE)}))
     devices = get_vendor("iluvatar").probe()
     assert devices == _parse(_text(PADDLE))
     assert [(d.file, d.pci_bus_id) for d in devices] == [

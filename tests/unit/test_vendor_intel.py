@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import pytest
 
 from slurm_hetero import proc
 from slurm_hetero.errors import ParseError, ToolError
 from slurm_hetero.model import Capture, Device, Link
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 HERE = FIXTURES / "intel"
 TABLE = "xpu-smi-discovery_intel-0x020a.txt"
@@ -47,18 +45,6 @@ def _two_card_table() -> str:
     return _box({0: [card[0], card[1].format("4d")], 1: [card[0], card[1].format("9a")]})
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str | Exception]) -> Callable[..., str]:
-    """A strict stand-in for proc.run: an unknown argv fails the test."""
-
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        result = outputs[tuple(argv)]
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    return run
-
-
 # the live path -------------------------------------------------------------------------------------
 def test_commands_are_argv_lists_of_xpu_smi() -> None:
     assert get_vendor("intel").commands() == [["xpu-smi", "discovery"], ["xpu-smi", "topology", "-m"]]
@@ -70,7 +56,7 @@ def test_probe_runs_table_then_detail_per_device_then_matrix(monkeypatch: pytest
         ("xpu-smi", "discovery", "-d", "0"): _text(DETAIL),
         ("xpu-smi", "topology", "-m"): ToolError(["xpu-smi", "topology", "-m"], 1, "not supported"),
     }
-    monkeypatch.setattr(proc, "run", _fake_run(outputs))
+    monkeypatch.setattr(proc, "run", fake_tool_run(outputs))
     devices = get_vendor("intel").probe()
     assert devices == _parse(_text(TABLE), _text(DETAIL))
     assert devices[0].memory_mib == 32768 and devices[0].driver_version == "16929133"
@@ -82,7 +68,7 @@ def test_probe_with_a_matrix_of_other_cards_fails_naming_it(monkeypatch: pytest.
         ("xpu-smi", "discovery", "-d", "0"): _text(DETAIL),
         ("xpu-smi", "topology", "-m"): _text(MATRIX),
     }
-    monkeypatch.setattr(proc, "run", _fake_run(outputs))
+    monkeypatch.setattr(proc, "run", fake_tool_run(outputs))
     with pytest.raises(ParseError, match=r"xpu-smi topology -m: the topology matrix shows cards \[0, 1\]"):
         get_vendor("intel").probe()
 

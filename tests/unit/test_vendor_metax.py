@@ -5,7 +5,6 @@ Variants below marked "derived" are edits of the real captures made in the test,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from slurm_hetero.devicespec import DeviceSpec
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 HERE = FIXTURES / "metax"
 SWIFT = "mx-smi_table_8x-c500_drv3.4.4_ms-swift-docs.txt"
@@ -34,15 +33,6 @@ def _parse(*texts: str) -> list[Device]:
     return get_vendor("metax").parse([Capture(f"capture{i}.txt", t) for i, t in enumerate(texts)])
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str]) -> Callable[..., str]:
-    """A strict stand-in for proc.run: unknown argv fails the test."""
-
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        return outputs[tuple(argv)]
-
-    return run
-
-
 def test_commands_files_and_runtime_facts() -> None:
     vendor = get_vendor("metax")
     assert vendor.commands() == [["mx-smi"], ["mx-smi", "topo", "-m"]]
@@ -59,7 +49,7 @@ def test_commands_files_and_runtime_facts() -> None:
 
 def test_probe_runs_the_table_and_the_topology(monkeypatch: pytest.MonkeyPatch) -> None:
     outputs = {("mx-smi",): _text(SWIFT), ("mx-smi", "topo", "-m"): _text(TOPO_M)}
-    monkeypatch.setattr(proc, "run", _fake_run(outputs))
+    monkeypatch.setattr(proc, "run", fake_tool_run(outputs))
     devices = get_vendor("metax").probe()
     assert devices == _parse(_text(SWIFT), _text(TOPO_M))
     assert [d.file for d in devices] == [f"/dev/dri/card{i}" for i in range(8)]

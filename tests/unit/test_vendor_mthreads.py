@@ -6,15 +6,13 @@ a corrected memory cell, and a second GPU block appended after a `+---+` separat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import pytest
 
 from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 FAQ = "mthreads-gmi_mtt-s4000_drv1.2.0_wrong-mem-total_faq.txt"
 RULE = "+-------------------------------------------------------------+\n"
@@ -40,15 +38,6 @@ def _two_gpus() -> str:
     return head + RULE + block + RULE + second
 
 
-def _fake_run(outputs: dict[tuple[str, ...], str]) -> Callable[..., str]:
-    """A strict stand-in for proc.run: unknown argv fails the test."""
-
-    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
-        return outputs[tuple(argv)]
-
-    return run
-
-
 def test_commands_and_visible_devices_env() -> None:
     vendor = get_vendor("mthreads")
     assert vendor.commands() == [["mthreads-gmi"]]
@@ -56,7 +45,7 @@ def test_commands_and_visible_devices_env() -> None:
 
 
 def test_probe_runs_mthreads_gmi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", _fake_run({("mthreads-gmi",): _text()}))
+    monkeypatch.setattr(proc, "run", fake_tool_run({("mthreads-gmi",): _text()}))
     assert get_vendor("mthreads").probe() == _parse(_text())
 
 
