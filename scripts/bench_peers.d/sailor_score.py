@@ -18,6 +18,12 @@ degree t is one 4-GPU node of its type (t GPUs of it), in one zone.
   below), p2p at that size, the same 1F1B formula as `get_time_per_pipeline`, SAILOR's sync.
 Memory: SAILOR's `check_config_fits` (fp32 Adam, 24 B per parameter), per stage at its own
 micro-batch for staged plans.
+
+A diagnostic beside the score, for pipeline plans: SAILOR's same formula with the stage
+boundaries our plan keeps inside a node (every replica's sender and receiver on one node, as the
+plan's ranks place them: a type's devices node by node) sent for free. SAILOR's simulator sends
+every boundary over the network (`estimate_p2p_pipeline_times` never reads the intra-node
+figures it is given); the gap between the two is that difference of worlds, not of cost models.
 """
 
 import contextlib
@@ -35,6 +41,7 @@ from sailor.Planner.simulations.runtime_simulator import (  # noqa: E402
     convert_homogeneous,
     estimate_p2p_pipeline_times,
 )
+from sailor.profiling.profile_utils import estimate_send_time  # noqa: E402
 
 S = f"{ROOT['sailor_root']}/sailor/sailor/Planner"
 ZONE = "us-central1-a"
@@ -128,6 +135,48 @@ def score_lines(sim, doc, blocks):
     return max(times) + sync, fits, "per line at its own micro-batch count + sync"
 
 
+def in_node_free(sim, doc, blocks, gbs):
+    """A pipeline plan's step by `get_time_per_pipeline`'s formula, with the boundaries the plan
+    keeps inside a node costing nothing (the module docstring)."""
+    st = lines_of(doc)[0]
+    lps, mbs, n = stage_layers(st, blocks), st[0]["micro_batch"], len(st)
+    first = {}
+    for s in doc["stages"]:
+        first[s["type"]] = min(first.get(s["type"], math.inf), *s["ranks"])
+
+    def node(k, j):  # node of replica j's tp rank 0 in stage k
+        s = st[k]
+        return (s["type"], (s["ranks"][j * s["tp"]] - first[s["type"]]) // PER_NODE)
+
+    inside = [all(node(k, j) == node(k + 1, j) for j in range(st[k]["replicas"])) for k in range(n - 1)]
+
+    def send(k, layer):  # one way across boundary k -> k + 1, SAILOR's coefficients
+        a, b = st[k], st[k + 1]
+        coef = sim.inter_network_coeffs.get_zone_coeffs(
+            ZONE, TYPES[a["type"]], min(a["tp"], PER_NODE), ZONE, TYPES[b["type"]], min(b["tp"], PER_NODE)
+        )[0]
+        return 0.0 if inside[k] else estimate_send_time(sim.activation_sizes_per_layer[layer] * mbs, coef)
+
+    p2p = []
+    for k in range(n):  # estimate_p2p_pipeline_times's per-stage rule
+        out = send(k, lps[k][-1]) if k < n - 1 else 0.0
+        back = send(k - 1, lps[k][0]) if k > 0 else 0.0
+        p2p.append(out + back if 0 < k < n - 1 else 2 * back if k == n - 1 else out * (1 if n <= 3 else 2))
+    fwd, bwd, upd = tables(sim, mbs)
+    comp = [
+        sum(fwd[TYPES[s["type"]]][s["tp"]][x] + bwd[TYPES[s["type"]]][s["tp"]][x] for x in lps[k])
+        for k, s in enumerate(st)
+    ]
+    update = max(upd[TYPES[s["type"]]][s["tp"]][lps[k][0]] for k, s in enumerate(st))
+    count = math.ceil(gbs / (mbs * st[0]["replicas"]))
+    every = [[(TYPES[s["type"]], s["tp"])] * s["replicas"] for s in st]
+    plan = convert_homogeneous(
+        {"mbs": mbs, "pipeline_list": [pipeline_dict(lps, every)]}, sim.training_config
+    )
+    t_pp = (count - 1) * max(c + p for c, p in zip(comp, p2p)) + sum(comp) + sum(p2p) + update
+    return t_pp + quiet(sim.estimate_sync_time, plan)
+
+
 def layer_times(sim, gpu, tp, m):
     """Per-layer (fwd, bwd, update) of (gpu, tp) at micro-batch m, and whether it was profiled."""
     prof = sim.profiles[gpu]
@@ -199,7 +248,8 @@ def main():
             t, fits, how = score_staged(sim, doc, blocks, item["gbs"])
         else:
             t, fits, how = score_lines(sim, doc, blocks)
-        out.append({"name": item["name"], "score": t, "fits": bool(fits), "how": how})
+        free = in_node_free(sim, doc, blocks, item["gbs"]) if doc["kind"] == "pipeline" else None
+        out.append({"name": item["name"], "score": t, "fits": bool(fits), "how": how, "in_node_free": free})
     json.dump(out, sys.stdout)
 
 

@@ -30,10 +30,14 @@ MAX_PROFILE_BYTES = 16 * 2**20  # SAILOR's profiles_tmp.json is 0.6 MB
 
 
 def summary(result: Calibration, path: Path) -> str:
+    shapes = ""
+    if result.model is not None and result.shapes is not None:
+        sizes = ",".join(str(s["micro_batch"]) for s in result.shapes)
+        shapes = f"; {result.model['name']} layer at micro-batch {sizes} (tp 1)"
     return (
         f"{result.type} on {result.device} ({result.dtype}): matmul {result.tflops:.3f} TFLOPS, "
-        f"transformer layer {result.layer_tflops:.3f} TFLOPS ({result.tokens_per_s:,.0f} tokens/s); "
-        f"stored in {path}"
+        f"transformer layer {result.layer_tflops:.3f} TFLOPS ({result.tokens_per_s:,.0f} tokens/s)"
+        f"{shapes}; stored in {path}"
     )
 
 
@@ -52,17 +56,50 @@ def summary(result: Calibration, path: Path) -> str:
     show_default=True,
     help="YAML file to merge the result into.",
 )
+@click.option(
+    "--model", help="Also time one layer of this model (bundled name or config.json) per micro-batch size."
+)
+@click.option("--seq", type=SEQ, help="With --model: tokens per sequence [default: the model's context].")
+@click.option(
+    "--micro-batches",
+    "micro_batches",
+    default="1,2,4",
+    show_default=True,
+    help="With --model: the micro-batch sizes to time.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def calibrate_command(
-    device: str, gres_type: str | None, dtype: str | None, out: Path, as_json: bool
+    device: str,
+    gres_type: str | None,
+    dtype: str | None,
+    out: Path,
+    model: str | None,
+    seq: int | None,
+    micro_batches: str,
+    as_json: bool,
 ) -> None:
     """Measure matmul and transformer-layer throughput with torch and store them so plans use
-    measured speed (`--measured FILE`) instead of datasheet numbers."""
+    measured speed (`--measured FILE`) instead of datasheet numbers; with --model also the
+    per-shape profile (seconds of one of its layers per micro-batch size) plan and launch read."""
     if (problem := unusable_path(out.expanduser())) is not None:  # before minutes of measuring
         raise CalibrationError(f"--out {syntax.text(out)}: {problem}")
-    result = calibrate(device, gres_type, dtype, catalog=load_catalog())
+    sizes = _micro_batches(micro_batches)
+    shapes = (model, seq) if model is not None else None
+    result = calibrate(device, gres_type, dtype, catalog=load_catalog(), model=shapes, micro_batches=sizes)
     path = store(out, result)
     click.echo(json.dumps({**asdict(result), "file": str(path)}) if as_json else summary(result, path))
+
+
+def _micro_batches(text: str) -> tuple[int, ...]:
+    items = [item.strip() for item in text.split(",")]
+    if not all(item.isdigit() and 1 <= int(item) <= MAX_MICRO_BATCH for item in items):
+        raise RequestError(
+            f"--micro-batches {syntax.text(text)}", f"expected sizes 1 to {MAX_MICRO_BATCH}, e.g. 1,2,4"
+        )
+    return tuple(sorted({int(item) for item in items}))
+
+
+MAX_MICRO_BATCH = 1024
 
 
 def _sailor_types(text: str) -> dict[str, str]:

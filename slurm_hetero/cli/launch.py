@@ -22,7 +22,7 @@ from slurm_hetero.data import bundled
 from slurm_hetero.engine.layout import DEFAULT_TP_SIZES, Layout, LayoutKind
 from slurm_hetero.errors import RequestError
 from slurm_hetero.inventory import DEFAULT_INVENTORY
-from slurm_hetero.launch.calibrate import load_gemm_half, load_measured
+from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_shapes
 from slurm_hetero.launch.plan import LaunchOptions
 from slurm_hetero.launch.run import RunOptions, launch
 from slurm_hetero.slurm import syntax
@@ -54,6 +54,7 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
         costs=cost_settings(opts),
         measured=load_measured(measured) if measured else {},
         gemm_half=load_gemm_half(measured) if measured else {},
+        shapes=load_shapes(measured) if measured else {},
         even=opts["even"],
         backend_override=backend,
         master_addr=opts["master_addr"],

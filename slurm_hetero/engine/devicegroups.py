@@ -222,13 +222,21 @@ def shape_speeds(shapes: MeasuredShapes, costs: LayerCosts) -> tuple[tuple[int, 
 
 
 def with_shapes(
-    groups: Sequence[DeviceGroup], shapes: Mapping[str, MeasuredShapes], catalog: Catalog, costs: LayerCosts
+    groups: Sequence[DeviceGroup],
+    shapes: Mapping[str, MeasuredShapes],
+    catalog: Catalog,
+    costs: LayerCosts,
+    site_types: Mapping[str, str] | None = None,
 ) -> tuple[DeviceGroup, ...]:
-    """`groups` with the measured shapes of their types (keys resolved as `resolve_measured` does)."""
-    index = resolve_measured({k: float(i) for i, k in enumerate(shapes)}, catalog)
+    """`groups` with the measured shapes of their types (keys resolved as `resolve_measured` does;
+    `site_types` maps a launch's site Type= names, which its groups carry, to catalog types)."""
+    index = resolve_measured({k: float(i) for i, k in enumerate(shapes)}, catalog, site_types)
     keyed = {t: shapes[list(shapes)[int(i)]] for t, i in index.items()}
+    site = dict(site_types or {})
     return tuple(
-        dataclasses.replace(g, speeds=shape_speeds(keyed[g.type], costs)) if g.type in keyed else g
+        dataclasses.replace(g, speeds=shape_speeds(keyed[t], costs))
+        if (t := site.get(g.type, g.type)) in keyed
+        else g
         for g in groups
     )
 

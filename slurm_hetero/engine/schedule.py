@@ -18,8 +18,9 @@ simulation and its closed form, the sample split and `StepModel`, and these rule
   (`2 (n - 1) / n` times the bytes over the slowest link; across a cpu-relay, plus one copy to
   the host and one back) or, where the replicas span vendors, hierarchically
   (reduce-scatter inside each vendor over its own ring, the cross-vendor ring on one shard,
-  all-gather: what `slurm_hetero.training` does), overlapped with the
-  stage's last backward (bucketed reduction, as DDP and Megatron do); only the rest adds to the step.
+  all-gather: what `slurm_hetero.training` does), once the stage's last backward is done: the
+  runtime reduces after the replica's step, as Megatron's and DeepSpeed's pipeline engines do
+  (and as SAILOR's simulator, validated against them, adds each stage's sync after the pipeline).
 - **Optimizer step** of each stage follows its all-reduce: bandwidth-bound, its parameters'
   memory traffic (`modelcost.optimizer_step_bytes`) over the device's memory bandwidth.
 """
@@ -45,7 +46,7 @@ from slurm_hetero.engine.stagecost import StageModel as StageModel
 from slurm_hetero.engine.stagecost import StageSite as StageSite
 
 # Re-exported (`X as X`): the stage-cost names were imported from here before engine.stagecost.
-from slurm_hetero.engine.stagecost import exposed_allreduce_s, hierarchical_allreduce_s
+from slurm_hetero.engine.stagecost import hierarchical_allreduce_s
 from slurm_hetero.engine.stagecost import ring_allreduce_s as ring_allreduce_s
 
 
@@ -379,7 +380,7 @@ class StepModel:
         ]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
         self._grad_cache: dict[tuple[int, int, int], tuple[float, float]] = {}
-        # `simulate`'s memo: the layer split it last priced, its lines and exposed all-reduces, and
+        # `simulate`'s memo: the layer split it last priced, its lines and their tails (`tail`), and
         # each line's end by (line, micro-batches).
         self._sim_bounds: tuple[int, ...] | None = None
         self._sim_stats: tuple[list[LineStats], list[FloatArray]] | None = None
@@ -562,7 +563,7 @@ class StepModel:
         for (s, n), total in zip(lines, totals):
             drain = np.concatenate(([0.0], np.cumsum(s.bwd + s.p2p)[:-1]))
             ends.append(np.where(n > 0, total - drain, 0.0))
-        return self._step(stats, ends, bounds)
+        return self._step(ends, bounds)
 
     def simulate(self, bounds: Sequence[int], samples: Sequence[int]) -> float:
         """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces
@@ -573,24 +574,22 @@ class StepModel:
         if key != self._sim_bounds:
             stats = self.line_stats(bounds)
             self._sim_bounds, self._sim_lines = key, {}
-            self._sim_stats = None if stats is None else (stats, self.exposed(bounds, stats))
+            self._sim_stats = None if stats is None else (stats, self.tail(bounds))
         if self._sim_stats is None:
             return math.inf
-        stats, exposed = self._sim_stats
+        stats, tail = self._sim_stats
         ms = [math.ceil(n / self.shape.micro_batch) for n in self._per_line_max(samples)]
         for i, m in enumerate(ms):
             if (i, m) not in self._sim_lines:
-                self._sim_lines[(i, m)] = float((self._stage_ends(stats[i], m) + exposed[i]).max())
+                self._sim_lines[(i, m)] = float((self._stage_ends(stats[i], m) + tail[i]).max())
         return max(self._sim_lines[(i, m)] for i, m in enumerate(ms))
 
-    def exposed(self, bounds: Sequence[int], stats: Sequence[LineStats]) -> list[FloatArray]:
-        """Per line, the part of each stage's all-reduce its last backward does not hide
-        (`stagecost.exposed_allreduce_s`: the last bucket, and contention)."""
-        allreduce, grads = self.allreduce(bounds), self.grad_bytes(bounds)
-        return [
-            exposed_allreduce_s(allreduce, grads, s.bwd) + self.optimizer_s(i, bounds)
-            for i, s in enumerate(stats)
-        ]
+    def tail(self, bounds: Sequence[int]) -> list[FloatArray]:
+        """Per line, the seconds each stage spends after its last backward: its whole gradient
+        all-reduce (`slurm_hetero.training` reduces once the replica's step is done, as
+        Megatron's and DeepSpeed's pipeline engines do) and then its optimizer step."""
+        allreduce = self.allreduce(bounds)
+        return [allreduce + self.optimizer_s(i, bounds) for i in range(len(self.shape.lines))]
 
     def optimizer_s(self, line: int, bounds: Sequence[int]) -> FloatArray:
         """Seconds of each stage's optimizer step on a device of `line`, after its all-reduce:
@@ -605,11 +604,10 @@ class StepModel:
         out: FloatArray = weights * self._step_s[line]
         return out
 
-    def _step(self, stats: Sequence[LineStats], ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
-        """Latest end of a stage's all-reduce, which overlaps its last backward (bucketed, as DDP
-        and Megatron do) and shows only for the rest."""
-        exposed = self.exposed(bounds, stats)
-        return max(float((e + x).max()) for e, x in zip(ends, exposed))
+    def _step(self, ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
+        """Latest end of a stage's optimizer step: its all-reduce and step follow its last
+        backward (`tail`)."""
+        return max(float((e + x).max()) for e, x in zip(ends, self.tail(bounds)))
 
     def _stage_ends(self, s: LineStats, m: int) -> FloatArray:
         p = len(s.fwd)

@@ -331,22 +331,6 @@ def default_gemm_half(peak_tflops: float | None, bandwidth_gbs: float | None) ->
     return DEFAULT_GEMM_HALF * (peak_tflops * 1e12 / (bandwidth_gbs * 1e9)) / A100_RIDGE
 
 
-# Gradient all-reduce overlap with backward (`exposed_allreduce_s`): DDP's 25 MB buckets
-# (Li et al., "PyTorch Distributed", VLDB 2020): the last bucket starts only after backward ends;
-# and the overlapped part slows both streams: 30% of the overlap window is lost to contention
-# (same paper, figure 8: overlap recovers about 70% of the communication time at best).
-BUCKET_BYTES = 25e6
-OVERLAP_EFFICIENCY = 0.7
-
-
-def exposed_allreduce_s(allreduce_s: FloatArray, grad_bytes: FloatArray, window_s: FloatArray) -> FloatArray:
-    """The part of each stage's gradient all-reduce not hidden behind its last backward pass: at
-    least the last bucket's share, and whatever the (contended) window cannot hold."""
-    share = np.minimum(1.0, BUCKET_BYTES / np.maximum(grad_bytes, 1.0))
-    out: FloatArray = np.maximum(allreduce_s * share, allreduce_s - OVERLAP_EFFICIENCY * window_s)
-    return out
-
-
 # Seconds each of a ring all-reduce's 2 (n - 1) steps costs beyond its bytes (the alpha of the
 # alpha-beta model): a kernel's hand-off to the next rank through device memory flags, a few
 # microseconds on NVLink or PCIe (NCCL's small-message all-reduce over 8 GPUs: about 30 us).

@@ -16,6 +16,13 @@ Two measurements on whatever device torch reaches (CUDA, ROCm, XPU, NPU, MLU, ..
   solver uses for the efficiency of each micro-batch size and tensor-parallel degree
   (`engine.stagecost.gemm_efficiency`).
 
+- **model shapes** (with a model): forward and backward seconds of one decoder layer of that model
+  (its widths, heads and K/V heads, gated or plain MLP; attention by torch's
+  `scaled_dot_product_attention`) at each of `micro_batches` sequences of `seq` tokens, at
+  tensor-parallel degree 1 (one device has no tensor-parallel all-reduces to time): the
+  per-shape profile `plan --measured` and `launch --measured` read (`load_shapes`), with the
+  model it was measured on. Mixture-of-experts and latent-attention layers are not built.
+
 The file (`DEFAULT_OUT`, YAML) maps a device type to its figures; `calibrate` merges into it:
 ``{a100_80g: {tflops: 231.0, layer_tflops: 148.2, tokens_per_s: ..., device: ..., dtype: bf16,
 measured_at: 2025-01-01T00:00:00Z}}``. `load_measured` also accepts the plain form
@@ -33,7 +40,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,8 +50,10 @@ import yaml
 
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
+from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.errors import CalibrationError, ConfigError, RequestError
 from slurm_hetero.inventory import DuplicateKey, UniqueKeyLoader
+from slurm_hetero.modelconfigs import layer_costs_for, load_model, sequence_length
 from slurm_hetero.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
@@ -86,6 +95,8 @@ class Calibration:
     dtype: str
     measured_at: str
     gemm_half_elements: float | None = None
+    model: dict[str, Any] | None = None  # what `shapes` measured: {name, seq, hidden, layer_gflops}
+    shapes: list[dict[str, Any]] | None = None  # [{tp, micro_batch, fwd_s, bwd_s}]
 
 
 def _torch() -> Any:
@@ -221,6 +232,71 @@ def layer_throughput(torch: Any, device: str, dtype: Any, sizes: Sizes) -> tuple
     return tokens, tokens * 3.0 * (24.0 * h * h + 4.0 * s * h) / 1e12
 
 
+def decoder_layer(torch: Any, spec: ModelSpec) -> Any:
+    """One decoder layer of `spec` as a torch module: pre-norm attention (queries of `heads`,
+    keys and values of `kv_heads`, `head_dim` wide, causal) and MLP (gated with SiLU, else GELU),
+    with the biases the model has. CalibrationError for layers it does not build."""
+    if spec.is_moe or spec.kv_lora_rank or spec.encoder_layers:
+        raise CalibrationError(
+            f"--model {spec.name}: calibrate times dense decoder layers only (this one has experts, "
+            "latent attention or an encoder); give its shapes measured another way"
+        )
+    nn, functional = torch.nn, torch.nn.functional
+    h, heads, kv, d, f = spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.intermediate
+
+    class Layer(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.norms = nn.ModuleList(nn.LayerNorm(h, bias=spec.norm_bias) for _ in range(2))
+            self.q = nn.Linear(h, heads * d, bias=spec.qkv_bias)
+            self.kv = nn.Linear(h, 2 * kv * d, bias=spec.qkv_bias)
+            self.o = nn.Linear(heads * d, h, bias=spec.o_bias)
+            self.up = nn.Linear(h, (2 if spec.gated_mlp else 1) * f, bias=spec.mlp_bias)
+            self.down = nn.Linear(f, h, bias=spec.mlp_bias)
+
+        def forward(self, x: Any) -> Any:
+            b, s, _ = x.shape
+            y = self.norms[0](x)
+            q = self.q(y).view(b, s, heads, d).transpose(1, 2)
+            k, v = (t.view(b, s, kv, d).transpose(1, 2) for t in self.kv(y).chunk(2, dim=-1))
+            if kv != heads:
+                k, v = (t.repeat_interleave(heads // kv, dim=1) for t in (k, v))
+            a = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.o(a.transpose(1, 2).reshape(b, s, heads * d))
+            u = self.up(self.norms[1](x))
+            if spec.gated_mlp:
+                gate, u = u.chunk(2, dim=-1)
+                u = functional.silu(gate) * u
+            else:
+                u = functional.gelu(u)
+            return x + self.down(u)
+
+    return Layer()
+
+
+def _run(layer: Any, x: Any, backward: bool) -> Callable[[], object]:
+    if backward:
+        return lambda: layer(x).sum().backward()
+    return lambda: layer(x)
+
+
+def layer_shapes(
+    torch: Any, device: str, dtype: Any, spec: ModelSpec, seq: int, micro_batches: Sequence[int], sizes: Sizes
+) -> list[dict[str, Any]]:
+    """[{tp: 1, micro_batch, fwd_s, bwd_s}] of one decoder layer of `spec` at `seq` tokens: the
+    median forward (building the graph backward needs) and forward plus backward, backward the
+    difference."""
+    layer = decoder_layer(torch, spec).to(device=device, dtype=dtype)
+    out = []
+    for b in micro_batches:
+        x = torch.randn(b, seq, spec.hidden, device=device, dtype=dtype, requires_grad=True)
+        forward = median_seconds(torch, device, _run(layer, x, backward=False), sizes)
+        both = median_seconds(torch, device, _run(layer, x, backward=True), sizes)
+        fwd, bwd = _digits(forward), _digits(max(both - forward, forward * 1e-3))
+        out.append({"tp": 1, "micro_batch": b, "fwd_s": fwd, "bwd_s": bwd})
+    return out
+
+
 def device_type(torch: Any, device: str, catalog: Catalog) -> str:
     """The Slurm GRES type of `device` from its reported name and the catalog ("cpu" for the CPU)."""
     kind = device.split(":")[0]
@@ -241,8 +317,12 @@ def calibrate(
     dtype: str | None = None,
     sizes: Sizes | None = None,
     catalog: Catalog | None = None,
+    model: tuple[str, int | None] | None = None,
+    micro_batches: Sequence[int] = (1, 2, 4),
 ) -> Calibration:
-    """Measure one device (default dtype: bf16 on accelerators, fp32 on the CPU)."""
+    """Measure one device (default dtype: bf16 on accelerators, fp32 on the CPU); with `model`
+    (a model reference and its sequence length, None for its context) also one of its layers per
+    micro-batch size."""
     torch = _torch()
     device = pick_device(torch, device)
     on_cpu = device.startswith("cpu")
@@ -259,11 +339,37 @@ def calibrate(
         gemm = matmul_tflops(torch, device, torch_dtype, sizes)
         tokens, layer = layer_throughput(torch, device, torch_dtype, sizes)
         _, half = fit_gemm_half(gemm_points(torch, device, torch_dtype, sizes))
+        entry, shapes = None, None
+        if model is not None:
+            entry, shapes = _model_shapes(torch, device, torch_dtype, model, micro_batches, sizes)
     except RuntimeError as e:
         raise CalibrationError(f"measuring {device} failed: {str(e).splitlines()[0]}") from e
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     figures = (_digits(gemm), _digits(layer), _digits(tokens))
-    return Calibration(gres_type, *figures, device, dtype, stamp, _digits(half))
+    return Calibration(gres_type, *figures, device, dtype, stamp, _digits(half), entry, shapes)
+
+
+def _model_shapes(
+    torch: Any,
+    device: str,
+    dtype: Any,
+    model: tuple[str, int | None],
+    micro_batches: Sequence[int],
+    sizes: Sizes,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `model` entry (what `load_shapes` checks a plan's model against: our FLOPs of one of
+    its layers) and the measured shapes."""
+    ref, seq = model
+    spec = load_model(ref)
+    seq = sequence_length(spec, seq, ref)
+    costs = layer_costs_for(ref, seq)
+    entry = {
+        "name": spec.name,
+        "seq": seq,
+        "hidden": spec.hidden,
+        "layer_gflops": _digits(float(costs.flops.mean()) / 1e9),
+    }
+    return entry, layer_shapes(torch, device, dtype, spec, seq, micro_batches, sizes)
 
 
 def _digits(value: float) -> float:
@@ -335,8 +441,13 @@ def load_gemm_half(path: Path) -> dict[str, float]:
 
 
 def store(path: Path, result: Calibration) -> Path:
-    """Merge `result` into the YAML file at `path` (atomic write; directories created)."""
-    return store_entries(path, {result.type: {k: v for k, v in asdict(result).items() if k != "type"}})
+    """Merge `result` into the YAML file at `path` (atomic write; directories created); no
+    `model` or `shapes` keys when it measured no model."""
+    entry = {k: v for k, v in asdict(result).items() if k != "type" and not (k in SHAPE_ENTRY and v is None)}
+    return store_entries(path, {result.type: entry})
+
+
+SHAPE_ENTRY = ("model", "shapes")
 
 
 # -- measured shapes (the per-shape profile; `engine.devicegroups.MeasuredShapes`) ----------------

@@ -29,11 +29,13 @@ from slurm_hetero.devicespec import Catalog, DeviceSpec
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
+    MeasuredShapes,
     estimate_note,
     gemm_half,
     resolve_measured,
     spec_group,
     sustained_tflops,
+    with_shapes,
 )
 from slurm_hetero.engine.layout import (
     DEFAULT_TP_SIZES,
@@ -87,6 +89,7 @@ class LaunchOptions:
     costs: CostSettings = SOLVER_SETTINGS
     measured: Mapping[str, float] = field(default_factory=dict)
     gemm_half: Mapping[str, float] = field(default_factory=dict)  # calibrate's GEMM size curve by type
+    shapes: Mapping[str, MeasuredShapes] = field(default_factory=dict)  # the per-shape profile by type
     even: bool = False
     backend_override: str | None = None
     master_addr: str | None = None
@@ -298,11 +301,17 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     site_types = {s.type: s.spec.type for s in nodes}
     halves = resolve_measured(options.gemm_half, catalog, site_types)
     measured = resolve_measured(options.measured, catalog, site_types)
-    groups = tuple(
-        _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
-        for g, v in zip(_by_type(nodes).values(), speeds)
-    )
     costs = layer_costs_for(options.model, seq, options.costs)
+    groups = with_shapes(
+        [
+            _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
+            for g, v in zip(_by_type(nodes).values(), speeds)
+        ],
+        options.shapes,
+        catalog,
+        costs,
+        site_types,
+    )
     net = network_gbs(nodes, options)
     return LayoutSpec(
         groups,

@@ -154,3 +154,73 @@ def test_an_out_path_that_can_never_be_written_is_one_line_before_measuring(
         assert result.exit_code == 1, result.output
         assert result.output.startswith("slurm-hetero: --out ") and "File name too long" in result.output
         assert result.output.count("\n") == 1
+
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 100,
+              "max_position_embeddings": 32}  # fmt: skip
+
+
+def test_the_timed_layer_is_one_layer_of_the_model(tmp_path: Path) -> None:
+    """The module calibrate times holds exactly the weights our costs count for one decoder layer
+    (grouped K/V heads, gated MLP, no biases), so its seconds are those of the plan's layer."""
+    import torch
+
+    from slurm_hetero.engine.modelcost import CostSettings
+    from slurm_hetero.modelconfigs import layer_costs_for, load_model
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    layer = cal.decoder_layer(torch, load_model(str(config)))
+    weights = sum(p.numel() for n, p in layer.named_parameters() if "norms" not in n)
+    costs = layer_costs_for(str(config), 32, CostSettings(dtype="fp32"))
+    norms = 2 * 64  # two RMSNorm gains
+    assert weights + norms == pytest.approx(float(costs.param_bytes[0]) / 4)
+
+
+def test_calibrate_times_a_models_layer_that_plan_and_launch_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`calibrate --model` writes the per-shape profile (tp 1, one point per micro-batch size, the
+    model it measured), and `plan --measured` prices its stages from it, not from the one number
+    beside it (launch reads it alike: tests/unit/test_launch_plan.py)."""
+    monkeypatch.setattr(cal, "CPU_SIZES", TINY)
+    config, out = tmp_path / "config.json", tmp_path / "measured.yaml"
+    config.write_text(json.dumps(TINY_LLAMA))
+    args = ["calibrate", "--device", "cpu", "--type", "a100_80g", "--out", str(out), "--model", str(config)]
+    result = CliRunner().invoke(cli, [*args, "--seq", "32", "--micro-batches", "2,1"])
+    assert result.exit_code == 0, result.output
+    entry = yaml.safe_load(out.read_text())["a100_80g"]
+    assert {k: entry["model"][k] for k in ("name", "seq", "hidden")} == {
+        "name": config.parent.name, "seq": 32, "hidden": 64,
+    }  # fmt: skip
+    assert [(s["tp"], s["micro_batch"]) for s in entry["shapes"]] == [(1, 1), (1, 2)]
+    assert all(s["fwd_s"] > 0 and s["bwd_s"] > 0 for s in entry["shapes"])
+    shapes = cal.load_shapes(out)
+    assert [p[:2] for p in shapes["a100_80g"].points] == [(1, 1.0), (1, 2.0)]
+    args = ["plan", "--devices", "a100_80g:2", "--model", str(config), "--seq", "32", "--global-batch", "8"]
+    plan = CliRunner().invoke(cli, [*args, "--micro-batch", "1", "--measured", str(out), "--json"])
+    assert plan.exit_code == 0, plan.output
+    one_number = tmp_path / "one-number.yaml"
+    one_number.write_text(yaml.safe_dump({"a100_80g": {k: v for k, v in entry.items() if k != "shapes"}}))
+    plain = CliRunner().invoke(cli, [*args, "--micro-batch", "1", "--measured", str(one_number), "--json"])
+    assert plain.exit_code == 0, plain.output
+    assert json.loads(plan.stdout)["predicted_step_s"] != json.loads(plain.stdout)["predicted_step_s"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--micro-batches", "0,2"], "--micro-batches '0,2': expected sizes 1 to 1024"),
+        (["--model", "mixtral-8x7b"], "calibrate times dense decoder layers only"),
+    ],
+)
+def test_calibrate_refuses_a_model_it_cannot_time_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra: list[str], message: str
+) -> None:
+    monkeypatch.setattr(cal, "CPU_SIZES", TINY)
+    out = tmp_path / "measured.yaml"
+    args = ["calibrate", "--device", "cpu", "--type", "a100_80g", "--out", str(out), *extra]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()

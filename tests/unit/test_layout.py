@@ -602,6 +602,28 @@ def test_a_relayed_gradient_ring_copies_to_the_host_once() -> None:
     assert layout.kind == LayoutKind.DATA
 
 
+def test_a_gradient_all_reduce_follows_the_last_backward_whole() -> None:
+    """`training.weighted_allreduce_grads` runs once the replica's step is done (as Megatron's and
+    DeepSpeed's pipeline engines reduce, and SAILOR's simulator adds each stage's sync after the
+    pipeline): no part of the all-reduce hides behind a backward pass, so each line's step is its
+    1F1B step, then the whole all-reduce, then the optimizer step."""
+    spec = BENCH.mix_spec(BENCH.MIXES[0], kinds=(LayoutKind.DATA,))
+    model = _one_stage_data_model(spec)
+    bounds = [0, spec.costs.layers]
+    stats = model.line_stats(bounds)
+    assert stats is not None and sum(model.shape.replicas) > 1
+    samples = model.split(stats)
+    allreduce = float(model.allreduce(bounds)[0])
+    assert allreduce > float(stats[0].bwd[0])  # more than one backward could have hidden
+    ends = [
+        estimate_1f1b(s.fwd, s.bwd, s.p2p, math.ceil(n / model.shape.micro_batch)) + allreduce
+        + float(model.optimizer_s(i, bounds)[0])
+        for i, (s, n) in enumerate(zip(stats, model._per_line_max(samples)))
+    ]  # fmt: skip
+    assert model.estimate(bounds, samples) == pytest.approx(max(ends))
+    assert model.simulate(bounds, samples) == pytest.approx(max(ends))
+
+
 def test_a_gradient_ring_inside_one_vendor_stays_flat() -> None:
     """h100 + a100: two types, one vendor (NCCL rings them itself, `training` adds no hierarchy)."""
     spec = BENCH.mix_spec(BENCH.MIXES[0], kinds=(LayoutKind.DATA,))

@@ -264,7 +264,7 @@ def _plain_simulate(model: StepModel, bounds: list[int], samples: tuple[int, ...
     if stats is None:
         return math.inf
     ms = [math.ceil(n / model.shape.micro_batch) for n in model._per_line_max(samples)]
-    return model._step(stats, [model._stage_ends(s, m) for s, m in zip(stats, ms)], bounds)
+    return model._step([model._stage_ends(s, m) for s, m in zip(stats, ms)], bounds)
 
 
 @pytest.mark.parametrize("seed", range(12))
