@@ -7,11 +7,13 @@ alone) and its own slurmdbd (port 6819 for 22.05, 6919 for 24.11: slurmctld's po
 restart at 1). slurmdbd keeps `PrivateData=jobs,usage`, as sites do: a user's sacct shows their own
 jobs only, root and SlurmUser see all. Daemons stop by PID file (`stop`).
 
-Known gap, 24.11: Debian 13's slurmdbd 24.11.5 stops at start against Debian 13's MariaDB 11.8:
-`_check_mysql_concat_is_sane: mysql_query failed: 5027 Number of columns in result (=1) set
-execeeds maxmimum allowed number of columns (=0)` on `select @var := concat('')`, then fatal. Its
-client library (libmariadb 3.4) also insists on TLS, which the host's MariaDB 10.11 does not
-offer, so pointing it there is no way round either. `up --accounting` on 24.11 ends with that log.
+The database is created here, before slurmdbd starts, as Slurm's accounting guide has a site do
+(`create database slurm_acct_db`). Left to slurmdbd, it fails on Debian 13 (24.11.5 with
+libmariadb 3.4.10, MariaDB 11.8): after `Unknown database` (1049) it creates the database and
+connects again on the same MYSQL handle, and that handle then fails every query that returns rows
+with client error 5027 (`Number of columns in result (=1) set execeeds maxmimum allowed number of
+columns (=0)`), first `select @var := concat('')`, then fatal. A fresh handle, as slurmdbd opens
+when the database exists, works; TLS plays no part (neither side uses it here).
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def start_mariadb(rel: Release, logs: Path, log) -> None:
         time.sleep(0.1)
     else:
         raise SystemExit(f"dev-cluster: MariaDB did not start; see {rel.path(logs / 'mariadb.log')}")
-    grants = [f"DROP DATABASE IF EXISTS {DATABASE}"]
+    grants = [f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}"]
     for host in ("localhost", "127.0.0.1"):
         grants += [
             f"CREATE USER IF NOT EXISTS '{DB_USER}'@'{host}' IDENTIFIED BY '{DB_PASSWORD}'",

@@ -189,7 +189,6 @@ def cluster_inventory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate_inventory(tmp_path_factory.mktemp("inventory"))
 
 
-ACCOUNTING_RELEASES = ("22.05",)
 SUITE_CONFIG = "sharing:\n  shard_size: {l40s: 4G}\njob_submit:\n  fail_policy: open\n"
 
 
@@ -206,13 +205,10 @@ def dev_cluster_argv(*args: str) -> list[str]:
 
 def suite_up_argv(name: str, inventory: Path, suite_config: Path) -> list[str]:
     """`dev-cluster up` as the suite runs it (a test that brings the cluster up again uses it too,
-    so the tests after it find the same cluster): the hook, l40s sharing and, where it runs,
-    slurmdbd and MariaDB, so sacct and `slurm-hetero report` see the jobs. Not on 24.11 yet: its
-    slurmdbd (24.11.5) stops at start against Debian 13's MariaDB 11.8 (client error 5027 on
-    `select @var := concat('')`, see scripts/devcluster/accounting.py)."""
+    so the tests after it find the same cluster): the hook, l40s sharing, and slurmdbd with MariaDB,
+    so sacct and `slurm-hetero report` see the jobs."""
     argv = dev_cluster_argv("up", "--slurm-release", name, "--inventory", str(inventory))
-    argv += ["--job-submit", "--config", str(suite_config)]
-    return argv + (["--accounting"] if name in ACCOUNTING_RELEASES else [])
+    return argv + ["--job-submit", "--config", str(suite_config), "--accounting"]
 
 
 @pytest.fixture(scope="session", params=selected_releases())
@@ -220,7 +216,7 @@ def dev_cluster(
     request: pytest.FixtureRequest, cluster_inventory: Path, suite_config: Path
 ) -> Iterator[Cluster]:
     """Start the dev cluster of one release for the session (with the job_submit hook, l40s
-    sharing and, where it runs, accounting); the next release's starts after this one is down."""
+    sharing and accounting); the next release's starts after this one is down."""
     _need_root()
     name = request.param
     started = time.monotonic()

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from slurm_hetero import inventory
-from tests.integration.conftest import ACCOUNTING_RELEASES, Cluster, slurm, slurm_as
+from tests.integration.conftest import Cluster, slurm, slurm_as
 
 USER = "nobody"  # root is exempt from the hook
 
@@ -28,14 +28,7 @@ def wait_done(job_ids: list[str], timeout: float = 60) -> None:
     raise AssertionError(f"jobs {job_ids} not finished in sacct: {out}")
 
 
-@pytest.fixture
-def accounted(dev_cluster: Cluster) -> Cluster:
-    if dev_cluster.name not in ACCOUNTING_RELEASES:
-        pytest.skip(f"the dev cluster runs no slurmdbd on {dev_cluster.name} (conftest.ACCOUNTING_RELEASES)")
-    return dev_cluster
-
-
-def test_accounting_records_each_gpu_type_as_its_own_tres(accounted: Cluster) -> None:
+def test_accounting_records_each_gpu_type_as_its_own_tres(dev_cluster: Cluster) -> None:
     """AccountingStorageTRES from `gres render`: slurmdbd knows every rendered type, and a job's
     AllocTRES names the type it ran on."""
     known = {line.split("|")[1] for line in slurm("sacctmgr", "-n", "-P", "show", "tres").splitlines()}
@@ -50,7 +43,7 @@ def _when(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
 
 
-def test_report_figures_equal_those_computed_by_hand_from_sacct(accounted: Cluster) -> None:
+def test_report_figures_equal_those_computed_by_hand_from_sacct(dev_cluster: Cluster) -> None:
     """A scripted mix on three types (typed, gpumem rounded up to a larger device, one refused), then
     `report --json` against device-hours, stranded memory and refusals worked out here from `sacct -P`."""
     since = datetime.now().replace(microsecond=0) - timedelta(seconds=1)
@@ -62,15 +55,15 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(accounted: Clust
         slurm_as(USER, *submit, "--gres=gpu:l40s:1").strip(),
         slurm_as(USER, *submit, "--gres=gpu:ascend910b3:2").strip(),
     ]
-    refused = accounted.run([*submit, "--gres=gpumem:2T"], USER, cwd="/tmp")
+    refused = dev_cluster.run([*submit, "--gres=gpumem:2T"], USER, cwd="/tmp")
     assert refused.returncode != 0
     wait_done(jobs)
     until = datetime.now().replace(microsecond=0) + timedelta(seconds=2)
     time.sleep(2)
     window = ["--since", since.isoformat(), "--until", until.isoformat()]
-    inv = ["--inventory", str(accounted.inventory)]
-    argv = [accounted.python, "-m", "slurm_hetero", "report", *inv, *window, "--json"]
-    ran = accounted.run(argv, timeout=120)  # from the checkout (the working directory)
+    inv = ["--inventory", str(dev_cluster.inventory)]
+    argv = [dev_cluster.python, "-m", "slurm_hetero", "report", *inv, *window, "--json"]
+    ran = dev_cluster.run(argv, timeout=120)  # from the checkout (the working directory)
     assert ran.returncode == 0, ran.stderr
     doc = json.loads(ran.stdout)
 
@@ -81,7 +74,7 @@ def test_report_figures_equal_those_computed_by_hand_from_sacct(accounted: Clust
     stranded: dict[str, float] = {}
     rewrites: dict[str, int] = {}
     memory = {}
-    for node in inventory.load(accounted.inventory).nodes:
+    for node in inventory.load(dev_cluster.inventory).nodes:
         for d in node.devices:
             memory[d.type] = min(memory.get(d.type, 1 << 40), d.memory_mib or 1 << 40)
     for line in lines.splitlines():
