@@ -4,7 +4,8 @@ Names sit beside Slurm's own OpenMetrics (25.11: `slurm_nodes_*`, `slurm_jobs_*`
 Slurm exporters (`slurm_gpus_total`, `slurm_gpus_alloc`), under the `slurm_hetero_` prefix, with
 `type` (gres Type=) and `vendor` labels:
 
-  slurm_hetero_gpus_total{type,vendor}            devices Slurm has configured
+  slurm_hetero_gpus{type,vendor}                  devices Slurm has configured (a gauge: no _total,
+                                                  which promtool keeps for counters)
   slurm_hetero_gpus_alloc{type,vendor}            devices allocated to jobs (GresUsed)
   slurm_hetero_gpus_drained{type,vendor,by}       devices on drained or down nodes; by="slurm-hetero"
                                                   when our health check drained the node, else "other"
@@ -137,9 +138,7 @@ def families(snap: Snapshot, vendors: Mapping[str, str]) -> Iterator[Metric]:
         return family
 
     types = sorted(set(snap.total) | set(vendors))
-    yield by_type(
-        "slurm_hetero_gpus_total", "Devices Slurm has configured", {t: snap.total[t] for t in types}
-    )
+    yield by_type("slurm_hetero_gpus", "Devices Slurm has configured", {t: snap.total[t] for t in types})
     yield by_type("slurm_hetero_gpus_alloc", "Devices allocated to jobs", {t: snap.alloc[t] for t in types})
     drained = GaugeMetricFamily(
         "slurm_hetero_gpus_drained", "Devices on drained or down nodes", labels=["type", "vendor", "by"]

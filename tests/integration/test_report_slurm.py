@@ -143,9 +143,7 @@ def test_metrics_parse_back_and_count_the_devices_slurm_has(dev_cluster: Cluster
             parts = item.split("(")[0].split(":")
             if parts[0] == "gpu" and len(parts) == 3:
                 total[parts[1]] = total.get(parts[1], 0) + int(parts[2])
-    exported = {
-        dict(labels)["type"]: v for (name, labels), v in got.items() if name == "slurm_hetero_gpus_total"
-    }
+    exported = {dict(labels)["type"]: v for (name, labels), v in got.items() if name == "slurm_hetero_gpus"}
     assert {t: v for t, v in exported.items() if v} == total
     pending = [v for (name, labels), v in got.items() if name == "slurm_hetero_jobs_pending_gpumem_bytes"]
     assert 50 * (1 << 30) in pending, got
