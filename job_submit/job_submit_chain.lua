@@ -17,41 +17,137 @@ code and its log_user message. A hook that raises an error, or returns something
 number (true, "ok"; a numeric string counts as its number, as in slurmctld), is logged and the
 chain goes on: slurmctld accepts the job of a lone hook that does either, so the next hook
 (slurm-hetero's among them) still decides. A hook without slurm_job_modify is skipped there.
-Slurm gives the hooks no time limit: a hook that loops forever holds slurmctld's job_submit lock
-and every submission waits (docs/admin-guide.md).
-slurmctld reloads this file when its mtime grows: after editing the site's hook, `touch` this file.
+
+The site's hook is loaded here, not by slurmctld, so that ours always loads. It is read again
+whenever its text changes (slurmctld re-reads job_submit.lua when its mtime moves; Lua cannot
+stat, so the text is compared, once per job). As in slurmctld: a hook that does not load (a
+syntax error, an error or a non-zero return at load, an unreadable file) keeps the one loaded
+before, logged; with none loaded before, every job and edit is refused, naming the file and
+Lua's error, until it loads (the site's hook may enforce policy: fail closed).
+The site's hook runs under an instruction budget (a debug.sethook count hook): one that
+runs past it (an endless loop) is stopped and that job refused, naming the file, instead of
+holding slurmctld's job_submit lock forever. A blocking call (a read, os.execute) is not counted.
 ]]
 
 local SITE_PATH = nil -- @render site_path
 local OURS_PATH = nil -- @render ours_path
 local SITE_FIRST = true -- @render site_first
+local BUDGET = 100000000 -- VM instructions a site hook may run per call (about 1 s of Lua 5.1)
 
--- Run the file at `path` in a fresh environment over the globals; returns that environment.
-local function load_hook(path)
-  local env = setmetatable({}, { __index = _G })
-  local chunk, err
+local OVER = "ran past " .. BUDGET .. " Lua instructions (an endless loop?) and was stopped"
+
+local function one_line(value)
+  return (string.gsub(tostring(value), "%c+", " "))
+end
+
+-- `text` compiled as the file at `path`, with its globals in `env`; nil and Lua's error if not.
+-- A first line starting with # is skipped, its newline kept, as loadfile does.
+local function compile(text, path, env)
+  text = string.gsub(text, "^#[^\n]*", "")
   if setfenv then
-    chunk, err = loadfile(path)
+    local chunk, err = loadstring(text, "@" .. path)
     if chunk then setfenv(chunk, env) end
-  else
-    chunk, err = loadfile(path, "t", env)
+    return chunk, err
   end
+  return load(text, "@" .. path, "t", env)
+end
+
+local CHAIN = debug.getinfo(1, "S").source -- this file, as Lua names it ("@/etc/slurm/job_submit.lua")
+
+-- pcall(fn, ...) that may run BUDGET instructions: true and fn's result, or false and the error, and
+-- whether it ran past the budget (it is then stopped at each next instruction, however often it
+-- catches the error itself, until it is back in this file). A count hook on the running thread:
+-- slurmctld's job_desc and job record read into its main Lua thread, so no coroutine.
+local function guarded(fn, ...)
+  local over = false
+  local function stop()
+    if debug.getinfo(2, "S").source == CHAIN then
+      debug.sethook() -- back here: the call is over
+      return
+    end
+    if not over then
+      over = true
+      debug.sethook(stop, "", 1)
+    end
+    error(OVER, 0)
+  end
+  debug.sethook(stop, "", BUDGET)
+  local ok, rc = pcall(fn, ...)
+  debug.sethook()
+  return ok, rc, over
+end
+
+local site = { path = SITE_PATH } -- env: the loaded hook's globals; text: the file as last read; err
+local function read(path)
+  local file, err = io.open(path, "rb")
+  if not file then return nil, err end
+  local text = file:read("*a")
+  file:close()
+  return text
+end
+
+-- Load the site's hook again when its text changed since the last read.
+local function refresh()
+  local text, err = read(site.path)
+  if text == site.text and (text ~= nil or site.env) then return end
+  site.text = text
+  local env = setmetatable({}, { __index = _G })
+  local chunk, ok, rc = nil, false, err
+  if text then chunk, rc = compile(text, site.path, env) end
+  if chunk then
+    ok, rc = guarded(chunk)
+    if ok and (tonumber(rc) or 0) ~= slurm.SUCCESS then ok, rc = false, "returned " .. tostring(rc) .. " on load" end
+  end
+  if ok then
+    site.env, site.err = env, nil
+  elseif site.env then
+    slurm.log_error("slurm_hetero chain: %s: %s; using the hook loaded before", site.path, one_line(rc))
+  else
+    site.err = one_line(rc)
+  end
+end
+
+-- The job refused: the site's hook did not load or ran past its budget (`why`).
+local function refuse(why)
+  local line = string.format("slurm_hetero chain: the site's hook %s %s", site.path, why)
+  slurm.log_error("%s", line)
+  slurm.log_user("%s", line)
+  return slurm.ERROR
+end
+
+-- slurm-hetero's hook, in an environment of its own.
+local function load_ours(path)
+  local env = setmetatable({}, { __index = _G })
+  local text, err = read(path)
+  local chunk
+  if text then chunk, err = compile(text, path, env) end
   if not chunk then error("slurm_hetero chain: cannot load " .. path .. ": " .. tostring(err)) end
   chunk()
   return { path = path, env = env }
 end
 
-local beside = string.match(debug.getinfo(1, "S").source, "^@(.*/)") or "./"
-local ours = load_hook(OURS_PATH or (beside .. "slurm_hetero_job_submit.lua"))
-local site = load_hook(SITE_PATH)
+local beside = string.match(CHAIN, "^@(.*/)") or "./"
+local ours = load_ours(OURS_PATH or (beside .. "slurm_hetero_job_submit.lua"))
+refresh()
+if site.err then
+  slurm.log_error("slurm_hetero chain: the site's hook %s did not load (%s); every job is refused until it does",
+                  site.path, site.err)
+end
 local HOOKS = SITE_FIRST and { site, ours } or { ours, site }
 
 local function chain(name, ...)
+  refresh()
+  if site.err then
+    return refuse("did not load (" .. site.err .. "); every job is refused until it does")
+  end
   for _, hook in ipairs(HOOKS) do
     local fn = rawget(hook.env, name)
     if type(fn) == "function" then
-      local ok, rc = pcall(fn, ...)
-      if not ok then
+      local ok, rc, over
+      if hook == site then ok, rc, over = guarded(fn, ...) else ok, rc = pcall(fn, ...) end
+      if over then
+        return refuse(OVER)
+      elseif not ok then
         slurm.log_error("slurm_hetero chain: %s in %s failed: %s", name, hook.path, tostring(rc))
       elseif rc ~= nil then
         local code = tonumber(rc)

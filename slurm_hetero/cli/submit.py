@@ -195,7 +195,7 @@ def _check_site_hook(site_hook: Path, out: Path) -> None:
         )
     error = lua_compile_error(site_hook)
     if error is not None:
-        # slurmctld would keep its previous job_submit.lua: neither hook would see the new table
+        # the chain would refuse every job until the site's hook loads: say so now
         raise ConfigError(f"--chain {site_hook}: Lua 5.1 cannot load it: {error}; nothing changed")
 
 

@@ -26,8 +26,8 @@ end
 """
 
 
-def render_chain(cluster: Cluster, config: Path, order: str) -> None:
-    SITE.write_text(SITE_HOOK)  # /tmp: the same path for a chrooted slurmctld (its root mounts it)
+def render_chain(cluster: Cluster, config: Path, order: str, site: str = SITE_HOOK) -> None:
+    SITE.write_text(site)  # /tmp: the same path for a chrooted slurmctld (its root mounts it)
     render_hook(cluster.inventory, config, "--chain", str(SITE), "--chain-order", order)
     time.sleep(2)
 
@@ -63,3 +63,29 @@ def test_a_chained_site_hook_and_ours_both_decide(chained: Cluster, suite_config
     assert refused.returncode != 0 and "site policy: this job name is not allowed" in refused.stderr
     refused = held("--gres=gpumem:9000G")
     assert refused.returncode != 0 and "gpumem" in refused.stderr
+
+
+def test_a_site_hook_that_fails_to_load_or_never_returns_refuses_jobs_naming_it(
+    chained: Cluster, suite_config: Path
+) -> None:
+    # an error at load used to make slurmctld keep its previous job_submit.lua (our old table with
+    # it, "using previous script"); an endless loop held slurmctld's job_submit lock for good
+    render_chain(chained, suite_config, "site-first", "local policy = nil\npolicy.check()\n" + SITE_HOOK)
+    refused = held("--gres=gpumem:20G")
+    assert refused.returncode != 0, refused.stdout
+    assert f"slurm_hetero chain: the site's hook {SITE} did not load (" in refused.stderr, refused.stderr
+    assert "attempt to index" in refused.stderr, refused.stderr
+    loops = "if job_desc.name == 'loops' then while true do end end\n"
+    SITE.write_text(SITE_HOOK.replace("  if job_desc.name", "  " + loops + "  if job_desc.name", 1))
+    run = held("--gres=gpumem:20G")  # read again when its text changed: no touch, no reconfigure
+    assert run.returncode == 0, run.stderr
+    fields = job_fields(run.stdout.strip().split(";")[0])
+    slurm("scancel", fields["JobId"])
+    assert fields["AdminComment"].startswith("slurm_hetero: gpumem:20G -> "), fields
+    assert fields["Comment"] in ("site saw gres:gpumem:20G", "site saw gres/gpumem:20G"), fields
+    refused = held("-J", "loops", "--gres=gpumem:20G")
+    assert refused.returncode != 0, refused.stdout
+    assert f"the site's hook {SITE} ran past " in refused.stderr and "was stopped" in refused.stderr
+    run = held("--gres=gpumem:20G")  # slurmctld goes on
+    assert run.returncode == 0, run.stderr
+    slurm("scancel", run.stdout.strip().split(";")[0])

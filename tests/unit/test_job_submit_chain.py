@@ -178,3 +178,96 @@ def test_render_refuses_a_site_hook_where_it_writes_our_hook_and_chain_order_alo
     assert (out / CHAINED_NAME).read_text() == SITE_HOOK
     result = CliRunner().invoke(cli, [*args, "--chain-order", "ours-first"])
     assert result.exit_code == 2 and "--chain-order needs --chain" in result.output
+
+
+REFUSED_LOADING = "did not load ("  # the chain's refusal while the site's hook does not load
+
+
+@pytest.mark.parametrize("lua", LUAS)
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("local policy = nil\npolicy.check()\n", "attempt to index"),
+        ("function slurm_job_submit(\n", "expected near"),
+        ("\x00\xd2\x1b\n garbage", "unexpected symbol"),
+        ("function slurm_job_submit() end\nreturn slurm.ERROR\n", "returned -1 on load"),
+    ],
+)
+@pytest.mark.parametrize("order", ["site-first", "ours-first"])
+def test_a_site_hook_that_does_not_load_refuses_every_job_naming_it_and_ours_still_loads(
+    tmp_path: Path, lua: object, text: str, said: str, order: str
+) -> None:
+    # slurmctld used to keep its previous job_submit.lua (our old table too) when the site's hook
+    # failed at load; the chain now loads it itself: ours always loads, and the site's policy
+    # holds by refusing every job (what slurmctld does when no job_submit.lua loads at start)
+    out = render(tmp_path, order)
+    (tmp_path / "site_job_submit.lua").write_bytes(text.encode("latin-1"))  # render compiles it: edit after
+    hook = ChainHook(out / SCRIPT_NAME, lua)
+    for _ in range(2):
+        rc, user, _, log = hook.run_rc(job())
+        assert rc == -1 and user.count("\n") == 0, user
+        assert (
+            f"the site's hook {tmp_path / 'site_job_submit.lua'} {REFUSED_LOADING}" in user and said in user
+        )
+        assert ("error", user) in log and not any(OURS_RAN in line for _, line in log)
+    rc, user, _ = hook.lua.globals().modify(hook.lua.table_from({}), hook.lua.table_from({}), 1000)
+    assert rc == -1  # edits too
+    (tmp_path / "site_job_submit.lua").write_text(SITE_HOOK)  # fixed: the same Lua state goes on
+    rc, _, after, log = hook.run_rc(job())
+    assert (
+        rc == 0 and after.tres_per_node.startswith("gres:gpu:") and any(OURS_RAN in line for _, line in log)
+    )
+
+
+def test_an_edited_site_hook_is_read_again_and_a_broken_edit_keeps_the_one_before(tmp_path: Path) -> None:
+    site_hook = tmp_path / "site_job_submit.lua"
+    hook = ChainHook(render(tmp_path, "site-first") / SCRIPT_NAME, lupa.lua54)
+    assert hook.run_rc(job())[0] == 0 and hook.site_saw() == "gres:gpumem:20G"
+    site_hook.write_text(SITE_HOOK.replace("_G.SITE_SAW = job_desc.tres_per_node", "_G.SITE_SAW = 'edited'"))
+    assert hook.run_rc(job())[0] == 0 and hook.site_saw() == "edited"  # no touch, no reconfigure
+    edited = site_hook.read_text()
+    for broken in ("function slurm_job_submit(\n", None):  # a syntax error, then no file at all
+        site_hook.unlink()
+        if broken is not None:
+            site_hook.write_text(broken)
+        hook.lua.execute("SITE_SAW = nil")
+        rc, _, after, log = hook.run_rc(job())
+        assert rc == 0 and hook.site_saw() == "edited" and after.tres_per_node.startswith("gres:gpu:")
+        assert [kind for kind, line in log if "using the hook loaded before" in line] == ["error"], log
+        assert not any("using the hook loaded before" in line for _, line in hook.run_rc(job())[3])  # once
+    site_hook.write_text("#!/usr/bin/lua\n" + edited.replace("'edited'", "'fixed'"))  # as loadfile: # skipped
+    assert hook.run_rc(job())[0] == 0 and hook.site_saw() == "fixed"
+
+
+STOPPED = "Lua instructions (an endless loop?) and was stopped"
+
+
+@pytest.mark.parametrize("lua", LUAS)
+def test_a_site_hook_that_never_returns_is_stopped_and_that_job_refused(tmp_path: Path, lua: object) -> None:
+    site = """
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if job_desc.name == "loops" then while true do end end
+  if job_desc.name == "catches" then  -- catches the stop and loops again
+    while true do pcall(function() while true do end end) end
+  end
+  if job_desc.name == "wraps" then  -- a site that wraps its own work in pcall and says yes
+    pcall(function() while true do end end)
+  end
+  return slurm.SUCCESS
+end
+"""
+    hook = ChainHook(render(tmp_path, "site-first", site) / SCRIPT_NAME, lua)
+    for name in ("loops", "catches", "wraps"):
+        rc, user, _, log = hook.run_named(job(), name)
+        said = f"the site's hook {tmp_path / 'site_job_submit.lua'} ran past 100000000 {STOPPED}"
+        assert rc == -1 and user == f"slurm_hetero chain: {said}"
+        assert ("error", user) in log and not any(OURS_RAN in line for _, line in log)
+    rc, _, after, _ = hook.run_named(job(), "next")  # the next job goes through both hooks
+    assert rc == 0 and after.tres_per_node.startswith("gres:gpu:")
+
+
+def test_a_site_hook_that_never_returns_at_load_refuses_every_job(tmp_path: Path) -> None:
+    out = render(tmp_path, "ours-first")
+    (tmp_path / "site_job_submit.lua").write_text("while true do end\n")
+    rc, user, _, _ = ChainHook(out / SCRIPT_NAME, lupa.lua54).run_rc(job())
+    assert rc == -1 and REFUSED_LOADING in user and STOPPED in user
