@@ -310,6 +310,7 @@ class Run:
     busy_s: list[float]
     overruns: list[int]
     first_step: int = 0
+    ended: list[float] = dataclasses.field(default_factory=list)  # each step's end, Unix time
 
 
 def train(
@@ -344,6 +345,7 @@ def train(
         run.step_s.append(time.perf_counter() - begin)
         run.busy_s.append(pace.busy - busy)
         run.overruns.append(pace.overruns - overruns)
+        run.ended.append(time.time())
         if checkpoints:
             checkpoint.save(checkpoints, stage, opt, layout, step, {"next_step": step + 1})
     return run
@@ -481,6 +483,7 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
         result["runs"][name] = {
             "losses": run.losses,
             "first_step": run.first_step,
+            "step_end_unix": run.ended,
             "step_time_s": _report(name, run, args, dist),
         }
     result["losses"] = next(iter(result["runs"].values()))["losses"]

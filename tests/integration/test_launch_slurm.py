@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -272,3 +273,110 @@ def test_a_job_resumes_on_fewer_node_types_from_the_last_checkpoint(
     # each rank refuses in one line (exit 1); srun -K ends the others, which may be stopped first (143)
     assert refused.returncode != 0, refused.stderr
     assert "holds a checkpoint of 'gpt2'; this job trains 'opt-350m'" in refused.stderr
+
+
+def recipe(**lines: str) -> str:
+    """docs/user-guide.md's batch script for resuming, with its `NAME=` lines replaced."""
+    text = (REPO / "docs" / "user-guide.md").read_text()
+    script = text.split("```bash\n#!/bin/bash\n#SBATCH", 1)[1].split("```", 1)[0]
+    out = []
+    for line in ("#!/bin/bash\n#SBATCH" + script).splitlines():
+        name = line.split("=", 1)[0]
+        out.append(f"{name}={lines.pop(name)}" if name in lines else line)
+    assert not lines, f"the recipe has no lines {sorted(lines)}"
+    return "\n".join(out) + "\n"
+
+
+def fail_node(cluster: Cluster, node: str, job: str) -> None:
+    """The node dies as a power loss would end it: SIGKILL to its slurmd, the job's slurmstepd
+    and every task process there (the dev cluster runs each node's slurmd on this host, `slurmd -N`)."""
+    slurmd = int(cluster.release.path(f"/run/slurmd-{node}.pid").read_text())
+    tasks, stepds = [], set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent_cmd = Path(f"/proc/{parent}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if {f"SLURMD_NODENAME={node}".encode(), f"SLURM_JOB_ID={job}".encode()} <= set(environ):
+            tasks.append(int(pid))
+            stepds.update([parent] if parent_cmd.startswith(b"slurmstepd") else [])
+    assert tasks and stepds, f"no task of a step runs on {node}"
+    for pid in (slurmd, *stepds, *tasks):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def node_state(node: str) -> str:
+    return run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"]).stdout.split()[0]
+
+
+def test_a_job_whose_node_dies_resumes_on_the_types_left(dev_cluster: Cluster, tmp_path: Path) -> None:
+    """docs/user-guide.md's batch script on a100n1, l40sn1 and ascendn1: l40sn1 dies (slurmd,
+    slurmstepd and tasks killed) after the third checkpoint; srun names it, the script's next step
+    runs without it, re-plans on the two types left and resumes from the last checkpoint. Its
+    losses equal a run restarted from that checkpoint on the same two nodes (float64)."""
+    measured = tmp_path / "speeds.yaml"
+    measured.write_text("a100_80g: 0.2\nl40s: 0.0666667\nascend910b3: 0.2\n")
+    ckpt, out, log = tmp_path / "ckpt", tmp_path / "losses.json", tmp_path / "job.out"
+    plan = launch_argv(
+        measured, "--model", "gpt2", "--global-batch", "18", "--seq", "16", "--micro-batch", "1"
+    )
+    train = [dev_cluster.python, str(REPO / "examples" / "train_uneven.py"), "--seq", "16", "--steps", "10"]
+    train += ["--device-gflops", "100", "--losses-out", str(out)]
+    script = tmp_path / "job.sh"
+    script.write_text(recipe(CKPT=str(ckpt), PLAN=f"({' '.join(plan[4:])})", TRAIN=f"({' '.join(train)})"))
+    libuv = {} if not dev_cluster.release.chrooted else {"USE_LIBUV": "0"}
+    nodes = "a100n1,l40sn1,ascendn1"
+    submitted = run(["sbatch", "--parsable", "-w", nodes, "-o", str(log), str(script)], env=libuv)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 240
+        while not (ckpt / "latest").exists() or (ckpt / "latest").read_text() < "step-00000002":
+            assert time.monotonic() < deadline, log.read_text() if log.exists() else "no output"
+            time.sleep(0.2)
+        fail_node(dev_cluster, "l40sn1", job)
+        failed = time.time()
+        while not run(["sinfo", "-h", "-n", "l40sn1", "-t", "no_respond,down", "-o", "%N"]).stdout.strip():
+            assert time.monotonic() < deadline + 120, node_state("l40sn1")
+            time.sleep(0.5)
+        down = time.time()
+        while run(["squeue", "-h", "-j", job]).stdout.strip():
+            assert time.monotonic() < deadline + 400, log.read_text()
+            time.sleep(1)
+        output = log.read_text()
+        assert out.exists(), output[-4000:]
+        resumed = json.loads(out.read_text())
+        first = resumed["runs"]["layout"]["step_end_unix"][0]
+        print(
+            f"failure -> node not responding {down - failed:.1f} s, -> first step after resume "
+            f"{first - failed:.1f} s (from down: {first - down:.1f} s)"
+        )
+        assert "resuming without l40sn1" in output, output
+        assert resumed["first_step"] >= 3 and len(resumed["losses"]) == 10 - resumed["first_step"], resumed
+        # the reference: the same two nodes restarted from a copy of that checkpoint
+        start = f"step-{resumed['first_step'] - 1:08d}"
+        reference_dir = tmp_path / "reference-ckpt"
+        reference_dir.mkdir()
+        (reference_dir / start).symlink_to(ckpt / start)
+        (reference_dir / "latest").write_text(start + "\n")
+        reference_out = tmp_path / "reference.json"
+        srun = ["srun", "-w", "a100n1,ascendn1", "-N2", "--ntasks-per-node=1", "--gres=gpu:1", "-K"]
+        reference = [*train[:-1], str(reference_out)]
+        result = run([*srun, *plan, "--resume", str(reference_dir), "--", *reference], timeout=400, env=libuv)
+        assert result.returncode == 0, result.stderr[-3000:]
+        expected = json.loads(reference_out.read_text())
+        assert expected["first_step"] == resumed["first_step"]
+        assert max(abs(a - b) for a, b in zip(resumed["losses"], expected["losses"])) < 1e-12
+    finally:
+        run(["scancel", job])
+        if node_state("l40sn1").startswith("down"):
+            dev_cluster.run(["slurmd", "-N", "l40sn1"])
+            for _ in range(120):
+                if node_state("l40sn1") == "idle":
+                    break
+                time.sleep(0.5)
