@@ -911,15 +911,17 @@ local function would_fit(need, usable, usable_set)
   return nil
 end
 
--- The same memory spread over more devices (k), on the first type (multi order) that holds it.
+-- The same memory spread over more devices (k), on the first type (multi order) that holds it; a
+-- request that names a type hears of that type only, and keeps it.
 local function split_hint(need, usable_set, rule, most)
   if not need.gpumem or need.each ~= need.count then return nil end
+  local names = need.gpu_type and { need.gpu_type } or order_for(rule.policy, 2)
   for k = need.count + 1, most do
     local per = ceil_div(need.count * need.gpumem, k)
-    for _, name in ipairs(order_for(rule.policy, 2)) do
+    for _, name in ipairs(names) do
       local facts = T.types[name]
       if usable_set[name] and facts.mem >= per and free_nodes(facts, need, k) >= need.nodes then
-        return fmt("split", k, k, size_up(per, facts.mem))
+        return fmt("split", k, need.gpu_type and (name .. ":" .. k) or k, size_up(per, facts.mem))
       end
     end
   end
@@ -954,10 +956,12 @@ local function excluded_counts(need)
   return table.concat(parts, ", ")
 end
 
+-- What would fit (or why not, beyond the headline). A request that names a type hears of other
+-- types only as one that takes the very same request (would_fit): its device counts are its type's.
 local function hint(need, rule, usable, usable_set)
   if #usable == 0 then return nil end
   local most, most_name = 0, nil
-  for _, name in ipairs(usable) do
+  for _, name in ipairs(need.gpu_type and { need.gpu_type } or usable) do
     local per_node = max_per_node(T.types[name], need.match)
     if per_node > most then most, most_name = per_node, name end
   end
@@ -995,7 +999,8 @@ local function hint(need, rule, usable, usable_set)
     return text
   end
   text = text or split_hint(need, usable_set, rule, most)
-  if text == nil and need.each > most then text = fmt("per_node", most, most_name) end
+  local said = need.gpu_type and reason(T.types[need.gpu_type], need, usable_set) == "TOO_FEW_DEVICES"
+  if text == nil and need.each > most and not said then text = fmt("per_node", most, most_name) end
   if text == nil and need.nodes > 1 then text = nodes_hint(need, usable, usable_set) end
   return text
 end

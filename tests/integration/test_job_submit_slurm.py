@@ -601,6 +601,22 @@ def test_gpus_per_socket_with_gpumem_is_refused_by_the_hook_as_explain_says(
     assert " -> " not in run.stderr, run.stderr
 
 
+def test_a_typed_refusal_names_only_the_type_asked_for_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Issue 26 repro 8: `gpu:a100_80g:2,gpumem:1G` on a cluster of one device per node was told
+    "a100_80g has at most 1 per node; at most 1 devices per node (h100_sxm)". Here a100_80g has 4
+    per node and no type 9: the refusal names a100_80g alone, in explain's words."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    gres = "gpu:a100_80g:9,gpumem:1G"
+    predicted = hook.submit(job_from_options(gres=gres, uid=uid, slurm_release=dev_cluster.name))
+    assert not predicted.ok and predicted.message == f"{gres}: a100_80g has at most 4 per node", predicted
+    run = as_user("sbatch", "-H", f"--gres={gres}", "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    others = set(model.types) - {"a100_80g"}
+    assert not [name for name in others if re.search(rf"\b{name}\b", run.stderr)], run.stderr
+
+
 def test_srun_without_an_allocation_gets_its_device_through_the_cli_filter(dev_cluster: Cluster) -> None:
     """Issue 10 item 6: cli_filter.lua rewrites the options in srun itself, so the step (not only
     the job) asks for the device and sees CUDA_VISIBLE_DEVICES."""
