@@ -35,8 +35,12 @@ local IN_PLACE = { tres_per_job = true, tres_per_task = true, tres_per_socket = 
 -- Slurm's sentinels (slurm.h), read as slurmctld reads a job_desc number: NO_VAL16 in a 16-bit
 -- field and NO_VAL in a 32-bit one mean unset; INFINITE16 (65535) and INFINITE are numbers like any
 -- other (--ntasks-per-node=65535 is a count slurmctld holds the job to, not an unset one), and a
--- 32-bit field's 65534 is 65534. Only count_of and the het offset read them.
+-- 32-bit field's 65534 is 65534. A memory figure (MiB, 64 bits) is unset only as NO_VAL64 or
+-- INFINITE64 without the per-CPU bit (how an unset --mem reaches min_mem_per_cpu), 2^63 as a Lua
+-- number: --mem=5000000000 is a request (once read as unset, and the job rewritten for slurmctld to
+-- refuse). Only count_of, amount_of and the het offset read them.
 local NO_VAL16, NO_VAL = 65534, 4294967294
+local MEM_UNSET = 9223372036854775806  -- NO_VAL64 & ~MEM_PER_CPU
 local FIELDS16 = { ntasks_per_node = true, cpus_per_task = true }  -- uint16_t in job_desc_msg_t
 local INTERNAL = "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
 
@@ -154,8 +158,8 @@ end
 
 -- A size as Slurm writes it: "80G" when whole GiB, else "46068M".
 local function size_text(mib)
-  if math.fmod(mib, 1024) == 0 then return (mib / 1024) .. "G" end
-  return mib .. "M"
+  if math.fmod(mib, 1024) == 0 then return string.format("%.0fG", mib / 1024) end
+  return string.format("%.0fM", mib)
 end
 
 -- mib rounded up to whole GiB when that still fits in limit, else exact in MiB.
@@ -1146,21 +1150,22 @@ local function devices_per_node(req, job_desc, nodes)
   return req.count
 end
 
--- A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, NO_VAL, NO_VAL64...).
+-- A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, MEM_UNSET and above).
 local function amount_of(value)
   value = tonumber(value)
-  if value == nil or value <= 0 or value >= NO_VAL then return 0 end
+  if value == nil or value <= 0 or value >= MEM_UNSET then return 0 end
   return value
 end
 
 -- N of the first NAME item of a TRES field, after its last ':' or '=': --cpus-per-gpu / --mem-per-gpu
 -- ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"; name gpu), 24.11's -c in tres_per_task ("cpu=N"; name
--- cpu); 0 when there is none or it is unreadable.
+-- cpu); 0 when there is none or it is unreadable (past the 20 digits of a uint64, which slurmctld
+-- refuses itself). --mem-per-gpu=99999999999999G is a figure, 15 digits (once read as none).
 local function item_count(text, name)
   for _, item in ipairs(items_of(text)) do
     if item.name == name then
       local value = string.match(item.body, "[^:=]*$")
-      if is_digits(value) and #value <= 12 then return tonumber(value) end
+      if is_digits(value) and #value <= 20 then return tonumber(value) end
       return 0
     end
   end

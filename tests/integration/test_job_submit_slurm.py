@@ -195,6 +195,35 @@ def test_ntasks_per_node_65535_is_a_count_as_slurmctld_reads_it(dev_cluster: Clu
     slurm("scancel", unset.stdout.split()[-1], check=False)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--mem=5000000000"],
+        ["--mem-per-cpu=5000000000"],
+        ["--gpus=1", "--mem-per-gpu=99999999999999G"],
+        ["--mem=1000000000000000000000T"],
+        ["--mem=-5"],
+    ],
+    ids=" ".join,
+)
+def test_an_absurd_memory_figure_is_refused_in_one_line_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, options: list[str]
+) -> None:
+    """Issue 26: memory at or above NO_VAL MiB was read as unset (and a --mem-per-gpu of more than
+    12 digits as none), so the hook rewrote a job no node can hold; a figure past strtoll is
+    sbatch's to refuse. Either way one refusal, explain's words."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
+    try:
+        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        said = predicted.message
+        assert not predicted.ok, said
+    except RequestError as e:
+        said = e.reason
+    run = as_user("sbatch", "-H", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode != 0 and said in run.stderr and " -> " not in run.stderr, (run.stderr, said)
+
+
 def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_cluster: Cluster) -> None:
     """Issue 10 item 5: slurm_job_modify applies the rules to `scontrol update ... gres=`. The job
     starts on a whole device (a count: no shards): 22.05 refuses any gres change of a job holding

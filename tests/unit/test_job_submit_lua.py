@@ -2170,14 +2170,21 @@ def test_srun_host_file_it_cannot_read_is_left_to_srun(
         ({"ntasks_per_node": 65534}, None),  # NO_VAL16: unset
         ({"cpus_per_task": 65534}, None),
         ({"num_tasks": 4294967294, "min_nodes": 4294967294}, None),  # NO_VAL: unset
+        # memory is 64 bits: unset only as NO_VAL64 without the per-CPU bit (an unset --mem)
+        ({"min_mem_per_cpu": 2**63 - 2}, None),
+        ({"min_mem_per_node": 4294967294}, "4294967294M"),
+        ({"min_mem_per_node": 5000000000}, "5000000000M"),
+        ({"min_mem_per_cpu": 5000000000}, "5000000000M"),
+        ({"mem_per_tres": "gres:gpu:102399999999998976", "tres_per_job": "gres:gpu:1"}, "99999999999999G"),
     ],
 )
 def test_slurms_sentinels_are_read_per_field_width_as_slurmctld_reads_them(
-    hooks: dict[str, Hook], fields: dict[str, int], needs: int | None
+    hooks: dict[str, Hook], fields: dict[str, Any], needs: int | str | None
 ) -> None:
     """Issue 26 repro 3: `--ntasks-per-node=65535` was read as unset (any count >= 65534 was), so
     the hook rewrote a job that then pended forever on 22.05 (PartitionConfig) and was refused by
-    24.11 after the rewrite was printed."""
+    24.11 after the rewrite was printed. Memory the same: `--mem=5000000000` was read as unset (at
+    or above NO_VAL), and a 15-digit --mem-per-gpu as none."""
     job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **fields)
     ok, message, after, _ = hooks["mixed"].run(job)
     if needs is None:
