@@ -224,6 +224,38 @@ def test_an_absurd_memory_figure_is_refused_in_one_line_as_explain_says(
     assert run.returncode != 0 and said in run.stderr and " -> " not in run.stderr, (run.stderr, said)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--cpus-per-task=65537"],
+        ["--cpus-per-task=65536"],
+        ["--ntasks-per-node=65537"],
+        ["--ntasks-per-node=65536"],
+        ["--ntasks=65537", "--ntasks-per-node=65537"],
+        ["--cpus-per-gpu=65537", "--gpus=1"],
+    ],
+    ids=" ".join,
+)
+def test_a_count_past_its_job_desc_field_is_decided_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, options: list[str]
+) -> None:
+    """Issue 26: -c and --ntasks-per-node are 16-bit job_desc fields; a count past them is
+    decided by the hook as explain says (sbatch's refusal, or the hook's words)."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
+    try:
+        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        said, ok = predicted.message, predicted.ok
+    except RequestError as e:
+        said, ok = e.reason, False
+    run = as_user(
+        "sbatch", "-H", "--parsable", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true"
+    )
+    if run.returncode == 0:
+        slurm("scancel", run.stdout.strip().split(";")[0])
+    assert (run.returncode == 0) == ok and said in run.stderr, (run.stderr, said)
+
+
 def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_cluster: Cluster) -> None:
     """Issue 10 item 5: slurm_job_modify applies the rules to `scontrol update ... gres=`. The job
     starts on a whole device (a count: no shards): 22.05 refuses any gres change of a job holding

@@ -156,6 +156,23 @@ MEASURED = [
         "gpumem:20G,gpu:1: no device type fits (1 excluded, 2 nodes too small); l40s nodes with 1 devices "
         "have at most 16000M memory, the job needs 99999999999999G per node",
     ),
+    # issue 26: -c and --ntasks-per-node reach the job_desc in 16 bits (the outcomes measured on the
+    # suite's dev cluster, tests/integration/test_job_submit_slurm.py; the words here mixed.yaml's)
+    (BOTH, ["-c", "65537"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),  # 1 CPU
+    (("22.05",), ["-c", "65536"], "gpumem:20G -> gres:gpu:l40s:1 (best-fit)" + NVIDIA),  # 0: unset
+    (  # 24.11 reads cpu=65536 in tres_per_task where cpus_per_task is 0
+        ("24.11",),
+        ["-c", "65536"],
+        "gpumem:20G: no device type fits (1 excluded, 2 nodes too small); l40s nodes with 1 devices have "
+        "at most 8 CPUs, the job needs 65536 per node",
+    ),
+    (("24.11",), ["--ntasks-per-node=65537"], "gpumem:20G -> gres/gpu:l40s:1 (best-fit)" + NVIDIA),
+    (  # 22.05: 65,537 tasks (32 bits) at 1 per node (16 bits)
+        ("22.05",),
+        ["--ntasks-per-node=65537"],
+        "gpumem:20G: no device type fits (1 excluded, 2 too few nodes); at most 1 node(s) with 1 devices "
+        "each (l40s): ask -N 1",
+    ),
     (BOTH, ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
     (BOTH, ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
     (BOTH, ["--cpus-per-gpu=0"], 'sbatch: Invalid numeric value "0" for --cpus-per-gpu.'),  # N08 (24.11)
