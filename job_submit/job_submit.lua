@@ -35,8 +35,12 @@ local IN_PLACE = { tres_per_job = true, tres_per_task = true, tres_per_socket = 
 -- Slurm's sentinels (slurm.h), read as slurmctld reads a job_desc number: NO_VAL16 in a 16-bit
 -- field and NO_VAL in a 32-bit one mean unset; INFINITE16 (65535) and INFINITE are numbers like any
 -- other (--ntasks-per-node=65535 is a count slurmctld holds the job to, not an unset one), and a
--- 32-bit field's 65534 is 65534. Only count_of and the het offset read them.
+-- 32-bit field's 65534 is 65534. A memory figure (MiB, 64 bits) is unset only as NO_VAL64 or
+-- INFINITE64 without the per-CPU bit (how an unset --mem reaches min_mem_per_cpu), 2^63 as a Lua
+-- number: --mem=5000000000 is a request (once read as unset, and the job rewritten for slurmctld to
+-- refuse). Only count_of, amount_of and the het offset read them.
 local NO_VAL16, NO_VAL = 65534, 4294967294
+local MEM_UNSET = 9223372036854775806  -- NO_VAL64 & ~MEM_PER_CPU
 local FIELDS16 = { ntasks_per_node = true, cpus_per_task = true }  -- uint16_t in job_desc_msg_t
 local INTERNAL = "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
 
@@ -154,8 +158,8 @@ end
 
 -- A size as Slurm writes it: "80G" when whole GiB, else "46068M".
 local function size_text(mib)
-  if math.fmod(mib, 1024) == 0 then return (mib / 1024) .. "G" end
-  return mib .. "M"
+  if math.fmod(mib, 1024) == 0 then return string.format("%.0fG", mib / 1024) end
+  return string.format("%.0fM", mib)
 end
 
 -- mib rounded up to whole GiB when that still fits in limit, else exact in MiB.
@@ -911,15 +915,17 @@ local function would_fit(need, usable, usable_set)
   return nil
 end
 
--- The same memory spread over more devices (k), on the first type (multi order) that holds it.
+-- The same memory spread over more devices (k), on the first type (multi order) that holds it; a
+-- request that names a type hears of that type only, and keeps it.
 local function split_hint(need, usable_set, rule, most)
   if not need.gpumem or need.each ~= need.count then return nil end
+  local names = need.gpu_type and { need.gpu_type } or order_for(rule.policy, 2)
   for k = need.count + 1, most do
     local per = ceil_div(need.count * need.gpumem, k)
-    for _, name in ipairs(order_for(rule.policy, 2)) do
+    for _, name in ipairs(names) do
       local facts = T.types[name]
       if usable_set[name] and facts.mem >= per and free_nodes(facts, need, k) >= need.nodes then
-        return fmt("split", k, k, size_up(per, facts.mem))
+        return fmt("split", k, need.gpu_type and (name .. ":" .. k) or k, size_up(per, facts.mem))
       end
     end
   end
@@ -954,10 +960,12 @@ local function excluded_counts(need)
   return table.concat(parts, ", ")
 end
 
+-- What would fit (or why not, beyond the headline). A request that names a type hears of other
+-- types only as one that takes the very same request (would_fit): its device counts are its type's.
 local function hint(need, rule, usable, usable_set)
   if #usable == 0 then return nil end
   local most, most_name = 0, nil
-  for _, name in ipairs(usable) do
+  for _, name in ipairs(need.gpu_type and { need.gpu_type } or usable) do
     local per_node = max_per_node(T.types[name], need.match)
     if per_node > most then most, most_name = per_node, name end
   end
@@ -995,7 +1003,8 @@ local function hint(need, rule, usable, usable_set)
     return text
   end
   text = text or split_hint(need, usable_set, rule, most)
-  if text == nil and need.each > most then text = fmt("per_node", most, most_name) end
+  local said = need.gpu_type and reason(T.types[need.gpu_type], need, usable_set) == "TOO_FEW_DEVICES"
+  if text == nil and need.each > most and not said then text = fmt("per_node", most, most_name) end
   if text == nil and need.nodes > 1 then text = nodes_hint(need, usable, usable_set) end
   return text
 end
@@ -1141,21 +1150,22 @@ local function devices_per_node(req, job_desc, nodes)
   return req.count
 end
 
--- A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, NO_VAL, NO_VAL64...).
+-- A job_desc memory figure (MiB), 0 when Slurm's value means unset (nil, 0, MEM_UNSET and above).
 local function amount_of(value)
   value = tonumber(value)
-  if value == nil or value <= 0 or value >= NO_VAL then return 0 end
+  if value == nil or value <= 0 or value >= MEM_UNSET then return 0 end
   return value
 end
 
 -- N of the first NAME item of a TRES field, after its last ':' or '=': --cpus-per-gpu / --mem-per-gpu
 -- ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"; name gpu), 24.11's -c in tres_per_task ("cpu=N"; name
--- cpu); 0 when there is none or it is unreadable.
+-- cpu); 0 when there is none or it is unreadable (past the 20 digits of a uint64, which slurmctld
+-- refuses itself). --mem-per-gpu=99999999999999G is a figure, 15 digits (once read as none).
 local function item_count(text, name)
   for _, item in ipairs(items_of(text)) do
     if item.name == name then
       local value = string.match(item.body, "[^:=]*$")
-      if is_digits(value) and #value <= 12 then return tonumber(value) end
+      if is_digits(value) and #value <= 20 then return tonumber(value) end
       return 0
     end
   end

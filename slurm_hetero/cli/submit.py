@@ -296,7 +296,8 @@ def explain_cmd(
     models_dirs: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """What the job_submit hook does with a request (job_submit.lua itself, through lupa)."""
+    """What the job_submit hook does with a request (job_submit.lua itself, through lupa); exit 1
+    when it refuses it, as when sbatch itself would."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
     given = {
@@ -322,4 +323,7 @@ def explain_cmd(
     texts = {k: v for k, v in given.items() if v is not None}
     job = job_from_texts(texts, uid, slurm_release, gres_names(model))
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, slurm_release)
-    _print(hook.submit(job), as_json)
+    outcome = hook.submit(job)
+    _print(outcome, as_json)
+    if not outcome.ok:
+        raise SystemExit(1)  # a refused request (docs/admin-guide.md, exit codes)

@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
-NO_VAL = 4294967294  # memory (MiB) at or above it is unset (NO_VAL, NO_VAL64, INFINITE64)
+# Slurm's sentinels as job_submit.lua reads them (its header says how): NO_VAL in a 32-bit count;
+# a memory figure (MiB) is unset from NO_VAL64 & ~MEM_PER_CPU on (how an unset --mem reaches Lua)
+NO_VAL = 4294967294
+MEM_UNSET = 2**63 - 2
 
 
 @dataclass(frozen=True)

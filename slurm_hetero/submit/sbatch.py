@@ -34,7 +34,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.errors import RequestError
-from slurm_hetero.slurm.syntax import hostlist_size
+from slurm_hetero.slurm.syntax import hostlist_size, whole_number
 from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
@@ -138,9 +138,9 @@ def gres_refusal(field: str | None, slurm_release: str, names: frozenset[str] | 
 def _gpu_option(spec: str) -> tuple[str | None, int]:
     """(type or None, count) of a gpu item or --gpus* value: `a100:2` ("a100", 2), `2` (None, 2)."""
     tokens = spec.split(":")
-    count = int(tokens[-1]) if tokens[-1].isdigit() else 1
-    named = tokens[:-1] if tokens[-1].isdigit() else tokens
-    return (":".join(named) or None), count
+    number = whole_number(tokens[-1], 4000)  # ASCII digits: `²` names a type, as the hook reads it
+    named = tokens[:-1] if number is not None else tokens
+    return (":".join(named) or None), 1 if number is None else number
 
 
 def _records(
@@ -375,14 +375,20 @@ def _per_task_24_11(spec: str | None) -> str | None:
 def mebibytes(text: str | None, option: str = "--mem") -> int | None:
     """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB (`16000`, `10G`; a
     bare number is MiB), None when not given; RequestError with sbatch's words where it refuses
-    it (`Invalid --mem specification`, measured on 22.05: `abc`, `1.5G`)."""
+    it (`Invalid --mem specification`, measured on 22.05: `abc`, `1.5G`, a number past strtoll's
+    LLONG_MAX such as `1000000000000000000000T`, `-5`). A figure that reaches 2^63 - 2 MiB once
+    scaled is refused the same way: sbatch sends it wrapped around 64 bits (or as the job_desc's
+    unset memory), not as asked."""
+    from slurm_hetero.submit import MEM_UNSET  # late: slurm_hetero.submit imports this module
+
     if not text:
         return None
     suffix = text[-1].upper() if text[-1].isalpha() else "M"
     digits = text[:-1] if text[-1].isalpha() else text
-    if not digits.isdigit() or suffix not in UNITS:
+    number = whole_number(digits, 19)
+    if number is None or number >= _LONG or suffix not in UNITS or number * UNITS[suffix] >= MEM_UNSET:
         raise RequestError("sbatch", f"Invalid {option} specification")
-    return int(digits) * UNITS[suffix]
+    return number * UNITS[suffix]
 
 
 def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | None:
@@ -540,6 +546,14 @@ def _check_nodelist(nodelist: str | None, low: int | None, high: int | None) -> 
         raise RequestError("sbatch", f"invalid number of nodes (-N {hosts}-{high})")
 
 
+def _uint16(count: int | None) -> int | None:
+    """A count as sbatch stores it in a 16-bit job_desc field (ntasks_per_node, cpus_per_task): its
+    low 16 bits. Measured on 22.05 and 24.11: `-c 65537` reaches the hook (and slurmctld) as 1,
+    `--ntasks-per-node=65536` as 0 (unset), while sbatch's own checks and 24.11's `cpu=N` in
+    tres_per_task keep the count as typed."""
+    return None if count is None else count % 2**16
+
+
 def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
     """min_nodes after sbatch's -w: raised to the hosts named (after the task count: `-w a
     --gpus-per-task=1` is still refused without -n), not above the tasks (`-n1 -w a,b`: 1)."""
@@ -639,9 +653,9 @@ def job_from_options(
         user_id=uid,
         min_nodes=min_nodes,
         num_tasks=num_tasks,
-        ntasks_per_node=per_node,
+        ntasks_per_node=_uint16(per_node),
         max_nodes=top,
-        cpus_per_task=cpus_per_task,
+        cpus_per_task=_uint16(cpus_per_task),
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
         mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}" if mem_per_gpu else None,
         min_mem_per_node=mebibytes(mem),

@@ -195,6 +195,67 @@ def test_ntasks_per_node_65535_is_a_count_as_slurmctld_reads_it(dev_cluster: Clu
     slurm("scancel", unset.stdout.split()[-1], check=False)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--mem=5000000000"],
+        ["--mem-per-cpu=5000000000"],
+        ["--gpus=1", "--mem-per-gpu=99999999999999G"],
+        ["--mem=1000000000000000000000T"],
+        ["--mem=-5"],
+    ],
+    ids=" ".join,
+)
+def test_an_absurd_memory_figure_is_refused_in_one_line_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, options: list[str]
+) -> None:
+    """Issue 26: memory at or above NO_VAL MiB was read as unset (and a --mem-per-gpu of more than
+    12 digits as none), so the hook rewrote a job no node can hold; a figure past strtoll is
+    sbatch's to refuse. Either way one refusal, explain's words."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
+    try:
+        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        said = predicted.message
+        assert not predicted.ok, said
+    except RequestError as e:
+        said = e.reason
+    run = as_user("sbatch", "-H", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode != 0 and said in run.stderr and " -> " not in run.stderr, (run.stderr, said)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--cpus-per-task=65537"],
+        ["--cpus-per-task=65536"],
+        ["--ntasks-per-node=65537"],
+        ["--ntasks-per-node=65536"],
+        ["--ntasks=65537", "--ntasks-per-node=65537"],
+        ["--cpus-per-gpu=65537", "--gpus=1"],
+    ],
+    ids=" ".join,
+)
+def test_a_count_past_its_job_desc_field_is_decided_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path, options: list[str]
+) -> None:
+    """Issue 26: -c and --ntasks-per-node are 16-bit job_desc fields; a count past them is
+    decided by the hook as explain says (sbatch's refusal, or the hook's words)."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
+    try:
+        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        said, ok = predicted.message, predicted.ok
+    except RequestError as e:
+        said, ok = e.reason, False
+    run = as_user(
+        "sbatch", "-H", "--parsable", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true"
+    )
+    if run.returncode == 0:
+        slurm("scancel", run.stdout.strip().split(";")[0])
+    assert (run.returncode == 0) == ok and said in run.stderr, (run.stderr, said)
+
+
 def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_cluster: Cluster) -> None:
     """Issue 10 item 5: slurm_job_modify applies the rules to `scontrol update ... gres=`. The job
     starts on a whole device (a count: no shards): 22.05 refuses any gres change of a job holding
@@ -599,6 +660,22 @@ def test_gpus_per_socket_with_gpumem_is_refused_by_the_hook_as_explain_says(
     )
     assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
     assert " -> " not in run.stderr, run.stderr
+
+
+def test_a_typed_refusal_names_only_the_type_asked_for_as_explain_says(
+    dev_cluster: Cluster, suite_config: Path
+) -> None:
+    """Issue 26 repro 8: `gpu:a100_80g:2,gpumem:1G` on a cluster of one device per node was told
+    "a100_80g has at most 1 per node; at most 1 devices per node (h100_sxm)". Here a100_80g has 4
+    per node and no type 9: the refusal names a100_80g alone, in explain's words."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    gres = "gpu:a100_80g:9,gpumem:1G"
+    predicted = hook.submit(job_from_options(gres=gres, uid=uid, slurm_release=dev_cluster.name))
+    assert not predicted.ok and predicted.message == f"{gres}: a100_80g has at most 4 per node", predicted
+    run = as_user("sbatch", "-H", f"--gres={gres}", "-o", "/dev/null", "--wrap", "true")
+    assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+    others = set(model.types) - {"a100_80g"}
+    assert not [name for name in others if re.search(rf"\b{name}\b", run.stderr)], run.stderr
 
 
 def test_srun_without_an_allocation_gets_its_device_through_the_cli_filter(dev_cluster: Cluster) -> None:

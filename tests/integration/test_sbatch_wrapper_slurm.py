@@ -133,6 +133,8 @@ def test_script_request_reaches_slurmctld(dev_cluster: Cluster) -> None:
         # X22: Slurm gives every component each -x (exc_nodes): comp 1 (both l40s hosts excluded)
         # is refused, not passed
         ["-x", "l40sn1,socketn1", ":", "--gres=gpumem:20G", "-C", "l40s"],
+        # issue 26 repro 8: a typed refusal names the type asked for, no other
+        ["--gres=gpu:a100_80g:9,gpumem:1G"],
     ],
     ids=" ".join,
 )

@@ -32,8 +32,9 @@ def wrapper(*args: str) -> dict[str, Any]:
 def explained(*options: str) -> str:
     """`request explain`'s message for the options (the hook's decision, the same text)."""
     code, out, err = run("request", "explain", "--inventory", INVENTORY, "--json", *options)
-    assert code == 0, err
-    return json.loads(out)["message"]  # type: ignore[no-any-return]
+    answer = json.loads(out)
+    assert code == (0 if answer["ok"] else 1), err  # a refusal exits 1
+    return answer["message"]  # type: ignore[no-any-return]
 
 
 def refusal(*args: str, env: dict[str, str] | None = None) -> str:
@@ -662,10 +663,12 @@ def explain_outcome(release: str, options: dict[str, str]) -> dict[str, Any]:
     code, out, err = run(
         "request", "explain", "--inventory", INVENTORY, "--slurm-release", release, "--json", *args
     )
-    if code:
-        assert err.startswith("slurm-hetero: sbatch: "), err
+    if not out:
+        assert code == 1 and err.startswith("slurm-hetero: sbatch: "), err
         return {"ok": False, "message": err[len("slurm-hetero: ") :].rstrip("\n")}
-    return json.loads(out)  # type: ignore[no-any-return]
+    answer = json.loads(out)
+    assert code == (0 if answer["ok"] else 1), err  # the hook's refusal exits 1 too
+    return answer  # type: ignore[no-any-return]
 
 
 def wrapped(

@@ -724,6 +724,56 @@ def test_an_unreadable_exclude_says_the_limit_it_hit_and_shows_it_shortened(
     assert (rc, said) == (ERROR_NUMBERS["ESLURM_INVALID_NODE_NAME"], python.message)
 
 
+@pytest.mark.parametrize(
+    "config, gres, message",
+    [
+        # issue 26 repro 8: each type with at most 1 per node; the hint named h100_sxm
+        (
+            "second",
+            "gres:gpu:a100_40g:9,gres:gpumem:1G",
+            "gpu:a100_40g:9,gpumem:1G: a100_40g has at most 1 per node",
+        ),
+        ("second", "gres:gpu:t4:3", None),  # no gpumem: not ours
+        (
+            "second",
+            "gres:gpu:t4:3,gres:gpucore:10",
+            "gpu:t4:3,gpucore:10: t4 has at most 2 per node; would fit: ",
+        ),
+        # a split keeps the type it was asked for
+        (
+            "mixed",
+            "gres:gpu:l40s:1,gres:gpumem:60G",
+            "gpu:l40s:1,gpumem:60G: l40s has 46068M per device; "
+            "would fit: --gres=gpu:ascend910b3:1,gpumem:60G",
+        ),
+        (
+            "mixed",
+            "gres:gpu:a100_80g:2,gres:gpumem:100G",
+            "gpu:a100_80g:2,gpumem:100G: a100_80g has 80G per device; "
+            "request 3 devices with --gres=gpu:a100_80g:3,gpumem:67G",
+        ),
+    ],
+)
+def test_a_typed_refusal_names_no_other_type_but_one_that_would_fit(
+    config: str, gres: str, message: str | None, rendered: dict[str, Config], hooks: dict[str, Hook]
+) -> None:
+    """A request naming a type hears of that type (issue 26, 8: `a100_80g has at most 1 per node;
+    at most 1 devices per node (h100_sxm)`), and of another only as one that takes the very same
+    request; the same words from the hook and from explain's shim."""
+    job = Job(tres_per_node=gres, submit_uid=1000, user_id=1000)
+    rc, said, _, _ = hooks[config].run_rc(job)
+    if message is None:
+        assert (rc, said) == (0, "")
+        return
+    assert rc != 0 and said.startswith(message), said
+    asked = re.search(r"gpu:([a-z0-9_]+):", gres)
+    assert asked
+    why = said.split("; would fit: ")[0]
+    others = set(rendered[config].model.types) - {asked.group(1)}
+    assert not [name for name in others if re.search(rf"\b{name}\b", why)], said
+    assert decided(rendered[config], job).message == said
+
+
 def test_a_release_without_the_constant_gets_its_number(rendered: dict[str, Config]) -> None:
     """22.05 exports ESLURM_INVALID_NODE_COUNT but neither _GRES nor _FEATURE: the hook returns
     their numbers (slurm_errno.h), so the client's last line still names the problem."""
@@ -2120,14 +2170,21 @@ def test_srun_host_file_it_cannot_read_is_left_to_srun(
         ({"ntasks_per_node": 65534}, None),  # NO_VAL16: unset
         ({"cpus_per_task": 65534}, None),
         ({"num_tasks": 4294967294, "min_nodes": 4294967294}, None),  # NO_VAL: unset
+        # memory is 64 bits: unset only as NO_VAL64 without the per-CPU bit (an unset --mem)
+        ({"min_mem_per_cpu": 2**63 - 2}, None),
+        ({"min_mem_per_node": 4294967294}, "4294967294M"),
+        ({"min_mem_per_node": 5000000000}, "5000000000M"),
+        ({"min_mem_per_cpu": 5000000000}, "5000000000M"),
+        ({"mem_per_tres": "gres:gpu:102399999999998976", "tres_per_job": "gres:gpu:1"}, "99999999999999G"),
     ],
 )
 def test_slurms_sentinels_are_read_per_field_width_as_slurmctld_reads_them(
-    hooks: dict[str, Hook], fields: dict[str, int], needs: int | None
+    hooks: dict[str, Hook], fields: dict[str, Any], needs: int | str | None
 ) -> None:
     """Issue 26 repro 3: `--ntasks-per-node=65535` was read as unset (any count >= 65534 was), so
     the hook rewrote a job that then pended forever on 22.05 (PartitionConfig) and was refused by
-    24.11 after the rewrite was printed."""
+    24.11 after the rewrite was printed. Memory the same: `--mem=5000000000` was read as unset (at
+    or above NO_VAL), and a 15-digit --mem-per-gpu as none."""
     job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **fields)
     ok, message, after, _ = hooks["mixed"].run(job)
     if needs is None:
