@@ -20,13 +20,20 @@ _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
 DRAIN_PREFIX = "slurm-hetero:"
 
 
+def is_our_reason(reason: str) -> bool:
+    """A drain reason `health` wrote: exactly `slurm-hetero: ...` (`drain` writes no other), so an
+    admin's ` slurm-hetero: ...` (a leading blank, kept by Slurm and by `parse_fields`) is not ours."""
+    return reason.startswith(f"{DRAIN_PREFIX} ")
+
+
 def parse_fields(line: str) -> dict[str, str]:
-    """`NodeName=n1 OS=Linux 5.15 #1 SMP Reason=bad gpu [root@t]` -> fields (values keep spaces)."""
+    """`NodeName=n1 OS=Linux 5.15 #1 SMP Reason=bad gpu [root@t]` -> fields (values keep spaces,
+    a leading one included: `Reason= slurm-hetero: x` is an admin's reason, not health's own)."""
     marks = list(_FIELD.finditer(line))
     fields: dict[str, str] = {}
     for mark, following in zip(marks, [*marks[1:], None]):
         end = following.start() if following else len(line)
-        fields[mark.group(1)] = line[mark.end() : end].strip()
+        fields[mark.group(1)] = line[mark.end() : end].rstrip()
     return fields
 
 
@@ -69,7 +76,7 @@ class SlurmNodeRecord:
     def drained_by_us(self) -> bool:
         """Drained now, with our reason. Slurm 24.11 keeps showing the reason of a resumed node
         (State=IDLE, Reason=slurm-hetero: ...): that node is ours no longer, and a new fault drains it."""
-        return self.reason.startswith(DRAIN_PREFIX) and "DRAIN" in self.states
+        return is_our_reason(self.reason) and "DRAIN" in self.states
 
 
 def _int(value: str | None) -> int | None:
@@ -135,7 +142,7 @@ def show_node(name: str) -> SlurmNodeRecord | None:
 
 def drain(node: str, reason: str, dry_run: bool = False) -> list[str]:
     """Drain `node` with `reason` (prefixed `slurm-hetero:`); the argv, run unless `dry_run`."""
-    text = reason if reason.startswith(DRAIN_PREFIX) else f"{DRAIN_PREFIX} {reason}"
+    text = reason if is_our_reason(reason) else f"{DRAIN_PREFIX} {reason}"
     argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"]
     if not dry_run:
         proc.run(argv, timeout=30.0)

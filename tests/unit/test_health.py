@@ -117,6 +117,18 @@ def test_admin_drain_is_never_resumed_or_overwritten(tmp_path: Path, monkeypatch
     assert fake.updates() == []
 
 
+def test_an_admin_reason_that_only_looks_like_ours_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26b F8: Slurm keeps `Reason= slurm-hetero: ...` with its leading blank; health wrote no
+    such reason, so it neither resumes nor overwrites it."""
+    fake = FakeSlurm(node_line("npu1", "IDLE+DRAIN", " slurm-hetero: admin leading space"))
+    assert run_health(write_inventory(tmp_path), WHOLE, fake, monkeypatch).exit_code == 0
+    sick = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert sick.exit_code == 1 and "already drained by an admin" in sick.output
+    assert fake.updates() == []
+
+
 def test_dry_run_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeSlurm(node_line("npu1"))
     now = capture(tmp_path, sick_text())
