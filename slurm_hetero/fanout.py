@@ -161,8 +161,10 @@ def fan_out(
             raise InventoryError(f"--nodes: {e}") from None
     try:
         records = show_nodes([spec] if spec else [])
-    except ToolError as e:
-        raise HeteroError(f"cannot read node states from Slurm ({e}); is slurmctld reachable?") from e
+    except ToolError as e:  # Slurm cannot be asked: exit 3, unless it said it knows no such node
+        if spec and e.rc is not None and " not found" in e.stderr_tail:
+            raise InventoryError(f"--nodes: {e.stderr_tail.strip().splitlines()[-1]}") from e
+        raise
     if not records:
         raise HeteroError(f"Slurm knows no node in {spec!r}" if spec else "Slurm lists no nodes")
     by_partition, ssh = split_targets(records)
