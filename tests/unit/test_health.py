@@ -328,3 +328,20 @@ def test_a_node_slurm_does_not_know_is_said_so(tmp_path: Path, monkeypatch: pyte
     result = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
     assert result.exit_code == 1 and "node npu1 is not known to Slurm" in result.output
     assert fake.updates() == []
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+@pytest.mark.parametrize("name", ["n1\nx", "n1\rX"])
+def test_a_node_name_with_a_control_character_is_one_escaped_line(
+    name: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26b F9: the name is checked as discover checks it, and said escaped, before any work."""
+    monkeypatch.setattr(proc, "run", FakeSlurm(node_line("npu1")).run)
+    args = ["health", "--inventory", str(write_inventory(tmp_path)), "--dry-run"]
+    if how == "option":
+        args += ["--node", name]
+    else:
+        monkeypatch.setenv("SLURMD_NODENAME", name)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert f"node name: {name!r} is not a host name" in result.stderr and "\r" not in result.stderr
