@@ -159,12 +159,7 @@ def fan_out(
             hostlist.count(spec)
         except InventoryError as e:
             raise InventoryError(f"--nodes: {e}") from None
-    try:
-        records = show_nodes([spec] if spec else [])
-    except ToolError as e:  # Slurm cannot be asked: exit 3, unless it said it knows no such node
-        if spec and e.rc is not None and " not found" in e.stderr_tail:
-            raise InventoryError(f"--nodes: {e.stderr_tail.strip().splitlines()[-1]}") from e
-        raise
+    records = show_nodes([spec] if spec else [])  # Slurm cannot be asked: its ToolError, exit 3
     if not records:
         raise HeteroError(f"Slurm knows no node in {spec!r}" if spec else "Slurm lists no nodes")
     by_partition, ssh = split_targets(records)

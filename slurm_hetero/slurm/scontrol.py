@@ -122,22 +122,22 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
 
 
 def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNodeRecord]:
-    """slurmctld's records of `names` (a hostlist each is fine), or of every node."""
+    """slurmctld's records of `names` (a hostlist each is fine), or of every node; none when it
+    knows none of `names`: scontrol then exits 1 with nothing on stderr (the dev cluster's 22.05
+    and 24.11), where a Slurm it cannot ask always says why there. ToolError when
+    Slurm cannot be asked (no scontrol, slurmctld down), which is scontrol's failure, not the nodes'."""
     argv = ["scontrol", "show", "node", "-o", *([",".join(names)] if names else [])]
-    return parse_node_records(proc.run(argv, timeout=timeout))
+    try:
+        return parse_node_records(proc.run(argv, timeout=timeout))
+    except ToolError as e:
+        if names and e.rc == 1 and (not e.stderr_tail.strip() or " not found" in e.stderr_tail):
+            return []
+        raise
 
 
 def show_node(name: str) -> SlurmNodeRecord | None:
-    """The record of one node; None when slurmctld answers that it does not know it (`Node NAME
-    not found`); ToolError when Slurm cannot be asked (no scontrol, slurmctld down), which is
-    scontrol's failure, not the node's."""
-    try:
-        records = show_nodes([name], timeout=10.0)
-    except ToolError as e:
-        if e.rc is not None and f"Node {name} not found" in e.stderr_tail:
-            return None
-        raise
-    return next((r for r in records if r.name == name), None)
+    """The record of one node; None when slurmctld does not know it (`show_nodes`)."""
+    return next((r for r in show_nodes([name], timeout=10.0) if r.name == name), None)
 
 
 def drain(node: str, reason: str, dry_run: bool = False) -> list[str]:

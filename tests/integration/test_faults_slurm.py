@@ -182,6 +182,7 @@ def test_discover_exits_3_when_slurmctld_cannot_be_asked(dev_cluster: Cluster, t
         result = discover_fanned(dev_cluster, *args, conf=away)
         assert result.returncode == 3, (args, result.returncode, result.stderr)
         assert result.stderr.count("\n") == 1 and "scontrol show node -o" in result.stderr, result.stderr
-    unknown = discover_fanned(dev_cluster, "--nodes", "nosuchn1")
-    assert unknown.returncode == 1, unknown.stderr
-    assert unknown.stderr == "slurm-hetero: --nodes: Node nosuchn1 not found\n", unknown.stderr
+    for nodes in ("nosuchn1", "nosuchn1,nosuchn2", "nosuchn[1-3]"):
+        unknown = discover_fanned(dev_cluster, "--nodes", nodes)
+        assert unknown.returncode == 1, (nodes, unknown.stderr)
+        assert unknown.stderr == f"slurm-hetero: Slurm knows no node in {nodes!r}\n", unknown.stderr

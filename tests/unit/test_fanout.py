@@ -158,9 +158,10 @@ def test_a_controller_that_cannot_be_asked_exits_3(
     assert result.stderr.count("\n") == 1 and said in result.stderr, result.stderr
 
 
-def test_nodes_slurm_does_not_know_are_bad_input_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", scontrol_failing("Node n1 not found"))
+@pytest.mark.parametrize("said", ["", "Node n1 not found"])
+def test_nodes_slurm_does_not_know_are_bad_input_exit_1(said: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scontrol exits 1 with nothing on stderr for names slurmctld does not know (real 22.05)."""
+    monkeypatch.setattr(proc, "run", scontrol_failing(said))
     result = CliRunner().invoke(cli, ["discover", "--nodes", "n1", "--remote-command", "true"])
-    assert result.exit_code == 1 and result.stderr == "slurm-hetero: --nodes: Node n1 not found\n", (
-        result.stderr
-    )
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr == "slurm-hetero: Slurm knows no node in 'n1'\n", result.stderr
