@@ -188,15 +188,7 @@ def discover_node(
         raise HeteroError(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
-    name = (
-        node_name
-        if node_name is not None
-        else os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    )
-    try:
-        syntax.host_name(name)
-    except ValueError as e:
-        raise InventoryError(f"node name: {e}; pass --node NAME as slurm.conf names the node") from None
+    name = this_node(node_name)
     known: dict[str, int] = {}
     if from_files and root is None:
         missing = [k for k in FACT_KEYS if k not in (facts or {})]
@@ -216,6 +208,20 @@ def discover_node(
         real_memory_mib=known.get("real_memory_mib"),
     )
     return validated(node)
+
+
+def this_node(node_name: str | None = None) -> str:
+    """The NodeName of the node this runs on: `node_name` (--node), else $SLURMD_NODENAME, else
+    the short host name; a host name Slurm can read, else one line naming it escaped."""
+    name = (
+        node_name
+        if node_name is not None
+        else os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    )
+    try:
+        return syntax.host_name(name)
+    except ValueError as e:
+        raise InventoryError(f"node name: {e}; pass --node NAME as slurm.conf names the node") from None
 
 
 def validated(node: NodeInventory) -> NodeInventory:

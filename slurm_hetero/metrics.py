@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from slurm_hetero.report import gpumem_asked, rewrite_reason
 from slurm_hetero.slurm.sacct import NOTE_PREFIX, parse_refusals
-from slurm_hetero.slurm.scontrol import DRAIN_PREFIX, gpu_entries, parse_fields
+from slurm_hetero.slurm.scontrol import gpu_entries, is_our_reason, parse_fields
 
 # squeue: one line per pending job, fixed-width fields; the admin comment (free text) is last
 SQUEUE = [
@@ -87,7 +87,7 @@ def read_nodes(text: str, snap: Snapshot) -> None:
         if words & _UNAVAILABLE:
             fields = parse_fields(line)
             reason = fields.get("Reason", "")
-            ours = reason.startswith(DRAIN_PREFIX)
+            ours = is_our_reason(reason)
             for gpu_type, n in gres:
                 snap.drained[(gpu_type, "slurm-hetero" if ours else "other")] += n
             if ours:

@@ -42,18 +42,26 @@ def _fail(item: str, key: str, *args: object) -> RequestError:
     return RequestError(item, REQUEST_MESSAGES[key] % args)
 
 
-def parse_size(value: str, item: str = "gpumem") -> int:
-    """`20G` -> 20480 (MiB). `item` names the request in the error message."""
+def _too_large(item: str, limit: int) -> RequestError:
+    if limit == MAX_MIB:
+        return _fail(item, "size_too_large")  # the hook's words for a device's memory
+    suffix = next(s for s, unit in sorted(UNITS.items(), key=lambda x: -x[1]) if limit % unit == 0)
+    return RequestError(item, f"size is too large (at most {limit // UNITS[suffix]}{suffix or ' MiB'})")
+
+
+def parse_size(value: str, item: str = "gpumem", limit: int = MAX_MIB) -> int:
+    """`20G` -> 20480 (MiB). `item` names the request in the error message; `limit`: the most
+    MiB it may be (default: a device's, as the hook bounds a gpumem), said when it is more."""
     m = _SIZE.fullmatch(value)
     if m:
         digits, suffix = m.groups()
         if len(digits) > MAX_DIGITS:
-            raise _fail(item, "size_too_large")
+            raise _too_large(item, limit)
         mib = int(digits) * UNITS[suffix.upper()]
         if mib == 0:
             raise _fail(item, "size_not_positive")
-        if mib > MAX_MIB:
-            raise _fail(item, "size_too_large")
+        if mib > limit:
+            raise _too_large(item, limit)
         return mib
     if value == "":
         raise _fail(item, "size_missing")

@@ -16,7 +16,6 @@ from slurm_hetero.discover import discover_node
 from slurm_hetero.errors import HeteroError, InventoryError
 from slurm_hetero.fanout import fan_out
 from slurm_hetero.model import ClusterInventory
-from slurm_hetero.slurm import syntax
 from slurm_hetero.units import parse_size
 from slurm_hetero.vendors import all_vendors
 
@@ -26,10 +25,9 @@ def node_facts(options: dict[str, Any]) -> dict[str, int]:
     inventory schema's bounds), checked before Slurm or any tool is asked."""
     memory = options.pop("real_memory", None)
     facts = {k: v for k, v in options.items() if v is not None}
-    if memory is not None:
-        number = syntax.whole_number(memory)
-        facts["real_memory_mib"] = number if number is not None else parse_size(memory, "--real-memory")
     bounds = inventory.shipped_schema()["definitions"]["node"]["properties"]
+    if memory is not None:  # the one bound, a node record's, whatever the suffix
+        facts["real_memory_mib"] = parse_size(memory, "--real-memory", bounds["real_memory_mib"]["maximum"])
     for key, value in facts.items():
         low, high = bounds[key]["minimum"], bounds[key]["maximum"]
         if not low <= value <= high:

@@ -9,15 +9,13 @@ docs/admin-guide.md.
 from __future__ import annotations
 
 import json
-import os
-import socket
 from pathlib import Path
 
 import click
 
 from slurm_hetero import inventory
 from slurm_hetero.cli import cli
-from slurm_hetero.discover import devices_from_files, probe_each
+from slurm_hetero.discover import devices_from_files, probe_each, this_node
 from slurm_hetero.errors import HeteroError, InventoryError
 from slurm_hetero.health import HealthReport, check
 from slurm_hetero.journal import audit
@@ -91,7 +89,7 @@ def health(
     """Compare the node's devices with the inventory; drain it (reason `slurm-hetero: ...`) on a
     missing or unhealthy device or a vendor tool that cannot ask them, resume it when it is
     healthy again (only its own drains)."""
-    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = this_node(node_name)
     expected = host_records(inventory.load(inventory_path), [name]).get(name)
     if expected is None:
         raise InventoryError(f"node {name} is not in {inventory_path}; pass --node NAME or re-render")

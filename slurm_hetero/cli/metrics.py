@@ -22,7 +22,7 @@ from slurm_hetero.cli.report import inventory_option
 from slurm_hetero.errors import OutputError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.report import capacity
-from slurm_hetero.slurm import sacct
+from slurm_hetero.slurm import sacct, syntax
 from slurm_hetero.writefile import write_atomic
 
 
@@ -58,6 +58,10 @@ def metrics_command(
     inventory_path: Path, log_path: str | None, textfile: Path | None, port: int | None, address: str
 ) -> None:
     """Devices total, allocated and drained, pending jobs and their gpumem, per type and vendor."""
+    try:
+        syntax.address(address)
+    except ValueError as e:
+        raise OutputError(f"--address: {e}") from None
     if textfile is not None and not textfile.parent.is_dir():
         raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
     if log_path:

@@ -301,6 +301,36 @@ class LineStats:
     p2p: FloatArray
 
 
+class _Maxima:
+    """A sample split (`samples`, one entry per replica, lines' replicas in order) with each line's
+    largest entry (`maxima`) kept up to date as single samples move: per line, how many replicas
+    hold each count, so a move is O(1), not a pass over the line."""
+
+    def __init__(self, replicas: Sequence[int], samples: Sequence[int]) -> None:
+        self.samples = list(samples)
+        self.line_of = [line for line, r in enumerate(replicas) for _ in range(r)]
+        self.held: list[dict[int, int]] = [{} for _ in replicas]
+        for line, n in zip(self.line_of, self.samples):
+            self.held[line][n] = self.held[line].get(n, 0) + 1
+        self.maxima = [max(held, default=0) for held in self.held]
+
+    def move(self, source: int, target: int) -> None:
+        """One sample from replica `source` to replica `target`."""
+        self._shift(source, -1)
+        self._shift(target, 1)
+
+    def _shift(self, replica: int, by: int) -> None:
+        line, was = self.line_of[replica], self.samples[replica]
+        held = self.held[line]
+        held[was] -= 1
+        held[was + by] = held.get(was + by, 0) + 1
+        self.samples[replica] = was + by
+        if by > 0:
+            self.maxima[line] = max(self.maxima[line], was + by)
+        elif was == self.maxima[line] and not held[was]:
+            self.maxima[line] = was + by
+
+
 class StepModel:
     """Step time of one `Shape` for any layer split (`bounds`, length stages + 1) and sample split.
 
@@ -520,25 +550,28 @@ class StepModel:
     ) -> tuple[int, ...]:
         """For `short` steps, move single samples between replicas while the simulated step improves
         (at most `budget` trials, `REFINE_SIMULATIONS` by default: many replicas would take their
-        square per move)."""
+        square per move). A step depends on each line's busiest replica only, so a trial updates
+        the two lines' maxima (`_Maxima`) and simulates from them: linear in the replicas, where
+        copying the split per trial made 65,536 replicas take minutes."""
         best = self.simulate(bounds, samples)
         moved = self.short and len(samples) > 1
         budget = self.REFINE_SIMULATIONS if budget is None else budget
+        split = _Maxima(self.shape.replicas, samples)
         while moved and budget > 0:
             moved = False
-            # the moves of itertools.permutations' order, from replicas holding a sample only, each
-            # trial a copy with two entries changed (65,536 one-device replicas: 10 s, issue 26)
-            for i, j in ((i, j) for i, n in enumerate(samples) if n for j in range(len(samples)) if j != i):
+            # permutations' order, from replicas holding a sample only (skipping an empty one
+            # pair by pair made many empty replicas quadratic)
+            count = len(samples)
+            for i, j in ((i, j) for i in range(count) if split.samples[i] for j in range(count) if j != i):
                 budget -= 1
-                moving = list(samples)
-                moving[i], moving[j] = moving[i] - 1, moving[j] + 1
-                trial = tuple(moving)
-                if (value := self.simulate(bounds, trial)) < best * (1 - 1e-9):
-                    samples, best, moved = trial, value, True
+                split.move(i, j)
+                if (value := self._simulate_maxima(bounds, split.maxima)) < best * (1 - 1e-9):
+                    best, moved = value, True
                     break
+                split.move(j, i)
                 if budget <= 0:
                     break
-        return samples
+        return tuple(split.samples)
 
     def _per_line_max(self, samples: Sequence[int]) -> list[int]:
         out, start = [], 0
@@ -571,6 +604,10 @@ class StepModel:
         """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces
         (`_step`). Each line's part is kept per micro-batch count for the last layer split, so the
         trials of `refine_split`, which move one sample, simulate the two lines it touches, not all."""
+        return self._simulate_maxima(bounds, self._per_line_max(samples))
+
+    def _simulate_maxima(self, bounds: Sequence[int], maxima: Sequence[int]) -> float:
+        """`simulate` from each line's busiest replica's samples."""
         self.simulations += 1
         key = tuple(bounds)
         if key != self._sim_bounds:
@@ -580,7 +617,7 @@ class StepModel:
         if self._sim_stats is None:
             return math.inf
         stats, tail = self._sim_stats
-        ms = [math.ceil(n / self.shape.micro_batch) for n in self._per_line_max(samples)]
+        ms = [math.ceil(n / self.shape.micro_batch) for n in maxima]
         for i, m in enumerate(ms):
             if (i, m) not in self._sim_lines:
                 self._sim_lines[(i, m)] = float((self._stage_ends(stats[i], m) + tail[i]).max())

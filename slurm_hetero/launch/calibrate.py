@@ -38,6 +38,7 @@ Default sizes keep a CPU run to a few seconds; accelerators get sizes that fill 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -107,11 +108,27 @@ def _torch() -> Any:
     return torch
 
 
+_DEVICE_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def device_spec(requested: str) -> tuple[str, int | None]:
+    """`--device` as (kind, index or None), read before torch is imported (seconds, 200 MB): `auto`,
+    `cpu`, or a torch device type with an optional index in ASCII digits, 0 to syntax.MAX_INDEX."""
+    kind, colon, index = requested.partition(":")
+    number = syntax.whole_number(index, 5)
+    if not _DEVICE_KIND.fullmatch(kind) or (colon and (number is None or number > syntax.MAX_INDEX)):
+        raise CalibrationError(
+            f"--device {syntax.text(requested)}: not a torch device; use auto, cpu or TYPE[:INDEX] "
+            f"(INDEX 0 to {syntax.MAX_INDEX}), e.g. cuda:0"
+        )
+    return kind, number if colon else None
+
+
 def pick_device(torch: Any, requested: str = "auto") -> str:
     """`requested`, or with `auto` the current accelerator (CUDA and ROCm show as cuda), else cpu.
     CalibrationError for a device torch does not know or does not have (`cuda:99`)."""
     if requested != "auto":
-        kind, _, index = requested.partition(":")
+        kind, index = device_spec(requested)
         if getattr(torch, kind, None) is None:  # a vendor's torch plugin registers its device type
             for vendor in vendor_traits().values():
                 if vendor.torch_device == kind and vendor.torch_package:
@@ -129,7 +146,7 @@ def pick_device(torch: Any, requested: str = "auto") -> str:
         count = getattr(module, "device_count", None) if kind != "cpu" else None
         if callable(count):
             have = int(count())
-            if have == 0 or (index.isdigit() and int(index) >= have):
+            if have == 0 or (index is not None and index >= have):
                 raise CalibrationError(
                     f"--device {requested}: no such device ({have} {kind} devices visible)"
                 )
@@ -323,6 +340,7 @@ def calibrate(
     """Measure one device (default dtype: bf16 on accelerators, fp32 on the CPU); with `model`
     (a model reference and its sequence length, None for its context) also one of its layers per
     micro-batch size."""
+    device_spec(device)  # a malformed --device is refused before torch is imported
     torch = _torch()
     device = pick_device(torch, device)
     on_cpu = device.startswith("cpu")

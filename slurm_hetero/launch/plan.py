@@ -59,6 +59,7 @@ from slurm_hetero.launch.rankenv import (
     Groups,
     PlanSummary,
     master_port,
+    node_ranks,
     plan_id,
     rank_document,
     rank_env,
@@ -546,11 +547,11 @@ def build_plan(
     site_of = groups.site_of
     master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
     digest = plan_id(summary, ranked, nodes, options, master)
-    plans = []
+    plans, step_ranks = [], node_ranks(job.nodes)
     for a in ranked if only is None else [ranked[only]]:
         site = site_of[a.rank]
         doc = rank_document(a, site, summary, groups, options, job.world_size)
-        env = rank_env(doc, master, digest, options.layout_dir, job.nodes)
+        env = rank_env(doc, master, digest, options.layout_dir, step_ranks)
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
         plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))
     return LaunchPlan(job.job_id, step_id, layout, tuple(plans), digest, notes)

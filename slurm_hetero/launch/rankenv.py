@@ -17,7 +17,7 @@ import hashlib
 import itertools
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -219,16 +219,29 @@ TORCHRUN_UNKNOWN_PREFIX = "TORCHELASTIC_"
 TORCHRUN_ROLE = "default"  # torchrun's role name when none is given
 
 
+def node_ranks(step_nodes: Sequence[str]) -> dict[str, int]:
+    """Each of the step's nodes (in Slurm's order) -> its index, built once per step: looked up
+    per rank, a list's index() made a 65,536-node plan quadratic."""
+    ranks: dict[str, int] = {}
+    for i, node in enumerate(step_nodes):
+        ranks.setdefault(node, i)
+    return ranks
+
+
 def rank_env(
-    doc: RankLayout, master: tuple[str, int], plan_id: str, layout_dir: str, step_nodes: Sequence[str] = ()
+    doc: RankLayout,
+    master: tuple[str, int],
+    plan_id: str,
+    layout_dir: str,
+    step_ranks: Mapping[str, int] | None = None,
 ) -> dict[str, str]:
     """The torch.distributed variables, the layout file and the communicators' variables. Every
     variable torchrun documents that the launcher knows is set, so none leaks in from the user's
     environment (a stale GROUP_RANK=5): GROUP_RANK and NODE_RANK are the node's index among the
-    step's nodes `step_nodes` (in Slurm's order), GROUP_WORLD_SIZE their count, and the single
+    step's nodes (`step_ranks`, from `node_ranks`), GROUP_WORLD_SIZE their count, and the single
     role's ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE."""
-    nodes = list(step_nodes) or [doc.node]
-    node_rank = nodes.index(doc.node) if doc.node in nodes else 0
+    nodes = step_ranks or {doc.node: 0}
+    node_rank = nodes.get(doc.node, 0)
     env = {
         "RANK": str(doc.rank),
         "WORLD_SIZE": str(doc.world_size),

@@ -15,7 +15,7 @@ from typing import Any
 from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.score import DEFAULT_PARTITION
-from slurm_hetero.errors import InventoryError
+from slurm_hetero.errors import ConfigError, InventoryError
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
 from slurm_hetero.nodes import check_shares, slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
@@ -313,6 +313,20 @@ def per_host(nodes: Iterable[SlurmNode]) -> list[SlurmNode]:
     return out
 
 
+MAX_PORT = 65_535
+
+
+def check_ports(port_base: int, hosts: int) -> None:
+    """The dev cluster's slurmd ports, one per host from `port_base`, are TCP ports (at most 65535)."""
+    if port_base + hosts - 1 > MAX_PORT:
+        raise ConfigError(
+            f"--port-base {port_base}: {hosts} slurmd need ports up to {port_base + hosts - 1}, past "
+            f"{MAX_PORT}; use --port-base {max(1, MAX_PORT - hosts + 1)} or lower"
+            if hosts <= MAX_PORT
+            else f"--port-base {port_base}: {hosts} slurmd on one host need more than {MAX_PORT} ports"
+        )
+
+
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
     """Everything the templates need, as plain data."""
     if options.policy not in POLICIES:
@@ -321,6 +335,8 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         )
     built = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
     check_shares(options.shares, built)
+    if options.local:
+        check_ports(options.local.port_base, sum(n.hosts for n in built))
     groups = _group(per_host(built) if options.local else built, options, CostModel.from_catalog(catalog))
     shapes, names_of = list(groups), list(groups.values())
     folded = [hostlist.fold(names) for names in names_of]

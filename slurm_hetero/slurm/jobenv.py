@@ -46,9 +46,11 @@ node's tasks have consecutive ranks), which every rank checks against its own SL
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from slurm_hetero import hostlist
 from slurm_hetero.errors import HeteroError, JobEnvError
@@ -144,7 +146,12 @@ class JobEnv:
         return [f"{job}.{self.step_id}" for job in self.component_job_ids if job]
 
     def first_rank_of_node(self, index: int) -> int:
-        return sum(self.tasks_per_node[:index])
+        return self._first_ranks[index]
+
+    @cached_property
+    def _first_ranks(self) -> tuple[int, ...]:
+        """Each node's first rank, summed once: a sum per node made a 65,536-node step quadratic."""
+        return (0, *itertools.accumulate(self.tasks_per_node))
 
 
 # -- single variables -----------------------------------------------------------------------------

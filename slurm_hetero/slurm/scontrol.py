@@ -20,13 +20,20 @@ _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
 DRAIN_PREFIX = "slurm-hetero:"
 
 
+def is_our_reason(reason: str) -> bool:
+    """A drain reason `health` wrote: exactly `slurm-hetero: ...` (`drain` writes no other), so an
+    admin's ` slurm-hetero: ...` (a leading blank, kept by Slurm and by `parse_fields`) is not ours."""
+    return reason.startswith(f"{DRAIN_PREFIX} ")
+
+
 def parse_fields(line: str) -> dict[str, str]:
-    """`NodeName=n1 OS=Linux 5.15 #1 SMP Reason=bad gpu [root@t]` -> fields (values keep spaces)."""
+    """`NodeName=n1 OS=Linux 5.15 #1 SMP Reason=bad gpu [root@t]` -> fields (values keep spaces,
+    a leading one included: `Reason= slurm-hetero: x` is an admin's reason, not health's own)."""
     marks = list(_FIELD.finditer(line))
     fields: dict[str, str] = {}
     for mark, following in zip(marks, [*marks[1:], None]):
         end = following.start() if following else len(line)
-        fields[mark.group(1)] = line[mark.end() : end].strip()
+        fields[mark.group(1)] = line[mark.end() : end].rstrip()
     return fields
 
 
@@ -69,7 +76,7 @@ class SlurmNodeRecord:
     def drained_by_us(self) -> bool:
         """Drained now, with our reason. Slurm 24.11 keeps showing the reason of a resumed node
         (State=IDLE, Reason=slurm-hetero: ...): that node is ours no longer, and a new fault drains it."""
-        return self.reason.startswith(DRAIN_PREFIX) and "DRAIN" in self.states
+        return is_our_reason(self.reason) and "DRAIN" in self.states
 
 
 def _int(value: str | None) -> int | None:
@@ -115,27 +122,27 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
 
 
 def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNodeRecord]:
-    """slurmctld's records of `names` (a hostlist each is fine), or of every node."""
+    """slurmctld's records of `names` (a hostlist each is fine), or of every node; none when it
+    knows none of `names`: scontrol then exits 1 with nothing on stderr (the dev cluster's 22.05
+    and 24.11), where a Slurm it cannot ask always says why there. ToolError when
+    Slurm cannot be asked (no scontrol, slurmctld down), which is scontrol's failure, not the nodes'."""
     argv = ["scontrol", "show", "node", "-o", *([",".join(names)] if names else [])]
-    return parse_node_records(proc.run(argv, timeout=timeout))
+    try:
+        return parse_node_records(proc.run(argv, timeout=timeout))
+    except ToolError as e:
+        if names and e.rc == 1 and (not e.stderr_tail.strip() or " not found" in e.stderr_tail):
+            return []
+        raise
 
 
 def show_node(name: str) -> SlurmNodeRecord | None:
-    """The record of one node; None when slurmctld answers that it does not know it (`Node NAME
-    not found`); ToolError when Slurm cannot be asked (no scontrol, slurmctld down), which is
-    scontrol's failure, not the node's."""
-    try:
-        records = show_nodes([name], timeout=10.0)
-    except ToolError as e:
-        if e.rc is not None and f"Node {name} not found" in e.stderr_tail:
-            return None
-        raise
-    return next((r for r in records if r.name == name), None)
+    """The record of one node; None when slurmctld does not know it (`show_nodes`)."""
+    return next((r for r in show_nodes([name], timeout=10.0) if r.name == name), None)
 
 
 def drain(node: str, reason: str, dry_run: bool = False) -> list[str]:
     """Drain `node` with `reason` (prefixed `slurm-hetero:`); the argv, run unless `dry_run`."""
-    text = reason if reason.startswith(DRAIN_PREFIX) else f"{DRAIN_PREFIX} {reason}"
+    text = reason if is_our_reason(reason) else f"{DRAIN_PREFIX} {reason}"
     argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"]
     if not dry_run:
         proc.run(argv, timeout=30.0)

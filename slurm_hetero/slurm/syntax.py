@@ -133,6 +133,7 @@ def host_name(name: str) -> str:
 
 
 MAX_ADDRESS = 253  # a DNS name
+MAX_DNS_LABEL = 63  # one name between dots (the resolver's IDNA codec refuses longer or empty ones)
 
 
 def address(value: str) -> str:
@@ -143,10 +144,16 @@ def address(value: str) -> str:
         return str(ipaddress.ip_address(value))
     except ValueError:
         pass
-    if not value or len(value) > MAX_ADDRESS or not _HOST_NAME.match(value):
+    labels = value[:-1].split(".") if value.endswith(".") else value.split(".")
+    if (
+        not value
+        or len(value) > MAX_ADDRESS
+        or not _HOST_NAME.match(value)
+        or not all(1 <= len(label) <= MAX_DNS_LABEL for label in labels)
+    ):
         raise ValueError(
             f"{text(value)} is not a host name or IP address (letters, digits, '-', '_', '.'; "
-            f"at most {MAX_ADDRESS} characters)"
+            f"at most {MAX_ADDRESS} characters, {MAX_DNS_LABEL} between dots)"
         )
     return value
 

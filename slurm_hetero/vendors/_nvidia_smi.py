@@ -13,6 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from xml.parsers import expat
 
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health
@@ -219,13 +220,41 @@ def _check_attached(capture: Capture, attached: str | None, blocks: int, tool: s
 
 
 # -- nvidia-smi -q -x ---------------------------------------------------------------------------
+class _EntityDeclared(Exception):
+    """An `<!ENTITY>` declaration: nvidia-smi writes none (its DOCTYPE names an external DTD that
+    is never read), and expanding them is how 1 KB of XML takes hundreds of MB (billion laughs)."""
+
+
+def _refuse_entity(*_: object) -> None:
+    raise _EntityDeclared
+
+
+def _xml_root(text: str) -> ET.Element:
+    """The parsed document, refusing entity declarations as expat reads them, before any is used
+    (ElementTree's own parser does not let a handler be set)."""
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate()
+    parser.buffer_text = True
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    parser.EntityDeclHandler = _refuse_entity
+    parser.UnparsedEntityDeclHandler = _refuse_entity
+    parser.Parse(text, True)
+    return builder.close()
+
+
 def parse_smi_xml(capture: Capture) -> list[Device]:
     """`nvidia-smi -q -x` output -> devices in nvidia-smi's order (DTD v12/v13)."""
     try:
-        root = ET.fromstring(capture.text.lstrip("\ufeff \t\r\n"))
-    except ET.ParseError as e:
+        root = _xml_root(capture.text.lstrip("\ufeff \t\r\n"))
+    except expat.ExpatError as e:
         raise parse_error(
-            capture, XML_TOOL, f"malformed XML, truncated? ({str(e).split(':')[0]})", e.position[0]
+            capture, XML_TOOL, f"malformed XML, truncated? ({str(e).split(':')[0]})", e.lineno
+        ) from None
+    except _EntityDeclared:
+        raise parse_error(
+            capture, XML_TOOL, "declares XML entities (<!ENTITY>), which nvidia-smi never writes"
         ) from None
     if root.tag != "nvidia_smi_log":
         raise parse_error(capture, XML_TOOL, f"XML root is <{root.tag}>, not <nvidia_smi_log>")

@@ -197,6 +197,13 @@ def test_health_drains_on_an_unhealthy_device_and_resumes_only_its_own_drain(
             assert "DRAIN" in fields["State"], (capture, fields)
             assert fields["Reason"].startswith("admin: swapping NPU 3"), (capture, fields)
         assert "drained by an admin" in result.stderr, result.stderr
+        # adv26b F8: Slurm keeps an admin's leading blank (`Reason= slurm-hetero: ...`); not ours
+        slurm("scontrol", "update", f"nodename={NODE}", "state=drain", "reason= slurm-hetero: admin")
+        for capture in (INFO, sick_capture):
+            result = health(dev_cluster, capture)
+            fields = node_record()
+            assert "DRAIN" in fields["State"], (capture, fields, result.stderr)
+            assert fields["Reason"].startswith(" slurm-hetero: admin"), (capture, fields)
     finally:
         slurm("scontrol", "update", f"nodename={NODE}", "state=resume", check=False)
 

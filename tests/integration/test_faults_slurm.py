@@ -159,3 +159,30 @@ def test_a_node_named_twice_never_reaches_slurmctld(dev_cluster: Cluster, tmp_pa
     assert result.returncode != 0 and "named" in result.stderr and "duplicated NodeName" in result.stderr
     assert (dev_cluster.etc / "slurm-nodes.conf").read_bytes() == before
     assert "UP" in slurm("scontrol", "ping")
+
+
+def discover_fanned(cluster: Cluster, *args: str, conf: Path | None = None) -> subprocess.CompletedProcess:
+    """`slurm-hetero discover ARGS` as the cluster's client; `conf`: SLURM_CONF for its scontrol."""
+    argv = [cluster.python, "-m", "slurm_hetero", "discover", *args, "--json"]
+    env_first = ["env", f"SLURM_CONF={conf}"] if conf else []
+    return cluster.run([*env_first, *argv], timeout=60, cwd=str(REPO))
+
+
+def test_discover_exits_3_when_slurmctld_cannot_be_asked(dev_cluster: Cluster, tmp_path: Path) -> None:
+    """adv26b F3: `discover --all/--nodes` with slurmctld unreachable (a slurm.conf naming a port
+    nothing listens on) is scontrol's failure, exit 3 as the table says; a node Slurm does not
+    know is the user's, exit 1."""
+    conf = (dev_cluster.etc / "slurm.conf").read_text()
+    assert "SlurmctldPort=" in conf
+    lines = ["SlurmctldPort=9" if ln.startswith("SlurmctldPort=") else ln for ln in conf.splitlines()]
+    away = tmp_path / "slurm.conf"
+    away.write_text("\n".join(lines) + "\n")
+    tmp_path.chmod(0o755)
+    for args in (["--all"], ["--nodes", "a100n1,l40sn1"]):
+        result = discover_fanned(dev_cluster, *args, conf=away)
+        assert result.returncode == 3, (args, result.returncode, result.stderr)
+        assert result.stderr.count("\n") == 1 and "scontrol show node -o" in result.stderr, result.stderr
+    for nodes in ("nosuchn1", "nosuchn1,nosuchn2", "nosuchn[1-3]"):
+        unknown = discover_fanned(dev_cluster, "--nodes", nodes)
+        assert unknown.returncode == 1, (nodes, unknown.stderr)
+        assert unknown.stderr == f"slurm-hetero: Slurm knows no node in {nodes!r}\n", unknown.stderr

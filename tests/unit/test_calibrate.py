@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from click.testing import CliRunner
 from slurm_hetero.cli import cli
 from slurm_hetero.errors import ConfigError
 from slurm_hetero.launch import calibrate as cal
+from tests.conftest import REPO
 
 pytest.importorskip("torch")
 
@@ -224,3 +227,39 @@ def test_calibrate_refuses_a_model_it_cannot_time_in_one_line(
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1 and message in result.output
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+MALFORMED_DEVICES = [
+    "cuda:-1",
+    "cuda:1e30",
+    "cuda:4294967296",
+    "npu:0x1",
+    "cuda:",
+    "cuda:65536",
+    "cuda\n0",
+    "Cuda",
+]
+
+
+def test_a_malformed_device_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    """adv26b F10: `--device cuda:-1` (1e30, 0x1, ...) was refused only after torch loaded (3.5 s,
+    226 MB); read in a fresh interpreter, so torch imported by other tests cannot hide it."""
+    probe = (
+        "import sys\nfrom click.testing import CliRunner\nfrom slurm_hetero.cli import cli\n"
+        f"for device in {MALFORMED_DEVICES!r}:\n"
+        "    r = CliRunner().invoke(cli, ['calibrate', '--device', device, '--out', sys.argv[1]])\n"
+        "    print(r.exit_code, r.stderr.count(chr(10)), r.stderr.strip())\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "m.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    *lines, torch_loaded = out.stdout.splitlines()
+    assert torch_loaded == "False", out.stdout
+    assert len(lines) == len(MALFORMED_DEVICES), out.stdout
+    for line in lines:
+        assert line.startswith("1 1 slurm-hetero: --device ") and "not a torch device" in line, line

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from slurm_hetero import proc
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.discover import node_facts
 from tests.conftest import FIXTURES
 
 ASCEND_INFO = FIXTURES / "ascend" / "npu-smi-info_8x-910b3_drv24.1.rc1.txt"
@@ -173,7 +174,11 @@ def no_process(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--cpus", "70000"], "--cpus 70,000: a node record holds 1 to 65,535\n"),
         (["--sockets", "65536"], "--sockets 65,536: a node record holds 1 to 65,535\n"),
         (["--threads-per-core", "65536"], "--threads-per-core 65,536: a node record holds 1 to 65,535\n"),
-        (["--real-memory", "0"], "--real-memory 0 MiB: a node record holds 1 to 4,294,967,296 MiB\n"),
+        (["--real-memory", "0"], "--real-memory: size must be positive\n"),
+        # adv26b F11: RealMemory's bound (2^32 MiB) in any spelling, not a device's 1024T
+        (["--real-memory", "4097T"], "--real-memory: size is too large (at most 4096T)\n"),
+        (["--real-memory", "4294967297"], "--real-memory: size is too large (at most 4096T)\n"),
+        (["--real-memory", "9" * 20], "--real-memory: size is too large (at most 4096T)\n"),
     ],
 )
 def test_node_facts_are_bounded_before_slurm_is_asked(
@@ -203,3 +208,10 @@ def test_a_fan_out_hostlist_is_counted_before_slurm_is_asked(
     no_process(monkeypatch)
     code, _, err = run("discover", "--nodes", nodes)
     assert code == 1 and err.startswith(f"slurm-hetero: --nodes: {said}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("memory", ["4096T", "4194304G", "4294967296M", "4294967296"])
+def test_real_memory_at_its_bound_is_taken_in_any_spelling(memory: str) -> None:
+    """adv26b F11: `4096T` was refused (a device's limit) while `4294967296` was taken."""
+    facts = node_facts({"real_memory": memory})
+    assert facts == {"real_memory_mib": 1 << 32}

@@ -186,3 +186,22 @@ def test_a_type_shared_twice_is_refused_and_nothing_written(tmp_path: Path) -> N
     code, _, err = run(*argv, "--share", "l40s=4G", "--share", "l40s=8G")
     assert code == 1 and err == "slurm-hetero: --share l40s: given twice; give each type's shard size once\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("port_base", ["65535", "65534"])
+def test_dev_cluster_ports_past_65535_are_refused_and_nothing_written(tmp_path: Path, port_base: str) -> None:
+    """adv26b F12: --port-base 65535 on the 3-node example wrote Port=65536 and 65537."""
+    local = ("--local-slurmd", "127.0.0.1", "--slurm-release", "22.05")
+    out = tmp_path / "out"
+    code, _, err = run(
+        "gres", "render", "--inventory", str(EXAMPLE), "--out", str(out), *local, "--port-base", port_base
+    )
+    said = (
+        f"slurm-hetero: --port-base {port_base}: 3 slurmd need ports up to {int(port_base) + 2}, past 65535; "
+    )
+    assert code == 1 and err == said + "use --port-base 65533 or lower\n", err
+    assert not out.exists()
+    code, _, err = run(
+        "gres", "render", "--inventory", str(EXAMPLE), "--out", str(out), *local, "--port-base", "65533"
+    )
+    assert code == 0 and "Port=65535 " in (out / "slurm-nodes.conf").read_text(), err

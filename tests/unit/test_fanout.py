@@ -137,3 +137,31 @@ def test_a_node_neither_srun_nor_ssh_reached_names_both_causes_without_verbose(
         "slurm-hetero: g1: srun failed: srun: error: g1: task 0: Exited with exit code 1; "
         "then ssh: connect to host g1: No route to host" in result.stderr
     ), result.stderr
+
+
+def scontrol_failing(said: str):  # type: ignore[no-untyped-def]
+    def run(argv: Sequence[str], timeout: float = 60.0) -> str:
+        raise ToolError(argv, 1, said)
+
+    return run
+
+
+@pytest.mark.parametrize("args", [["--all"], ["--nodes", "g[1-2]"]])
+def test_a_controller_that_cannot_be_asked_exits_3(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26b F3: the exit-code table says 3 when a tool the command needed (scontrol) failed."""
+    said = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+    monkeypatch.setattr(proc, "run", scontrol_failing(said))
+    result = CliRunner().invoke(cli, ["discover", *args, "--remote-command", "true"])
+    assert result.exit_code == 3, result.output
+    assert result.stderr.count("\n") == 1 and said in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("said", ["", "Node n1 not found"])
+def test_nodes_slurm_does_not_know_are_bad_input_exit_1(said: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scontrol exits 1 with nothing on stderr for names slurmctld does not know (real 22.05)."""
+    monkeypatch.setattr(proc, "run", scontrol_failing(said))
+    result = CliRunner().invoke(cli, ["discover", "--nodes", "n1", "--remote-command", "true"])
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr == "slurm-hetero: Slurm knows no node in 'n1'\n", result.stderr

@@ -117,6 +117,18 @@ def test_admin_drain_is_never_resumed_or_overwritten(tmp_path: Path, monkeypatch
     assert fake.updates() == []
 
 
+def test_an_admin_reason_that_only_looks_like_ours_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26b F8: Slurm keeps `Reason= slurm-hetero: ...` with its leading blank; health wrote no
+    such reason, so it neither resumes nor overwrites it."""
+    fake = FakeSlurm(node_line("npu1", "IDLE+DRAIN", " slurm-hetero: admin leading space"))
+    assert run_health(write_inventory(tmp_path), WHOLE, fake, monkeypatch).exit_code == 0
+    sick = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
+    assert sick.exit_code == 1 and "already drained by an admin" in sick.output
+    assert fake.updates() == []
+
+
 def test_dry_run_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeSlurm(node_line("npu1"))
     now = capture(tmp_path, sick_text())
@@ -316,3 +328,20 @@ def test_a_node_slurm_does_not_know_is_said_so(tmp_path: Path, monkeypatch: pyte
     result = run_health(write_inventory(tmp_path), capture(tmp_path, sick_text()), fake, monkeypatch)
     assert result.exit_code == 1 and "node npu1 is not known to Slurm" in result.output
     assert fake.updates() == []
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+@pytest.mark.parametrize("name", ["n1\nx", "n1\rX"])
+def test_a_node_name_with_a_control_character_is_one_escaped_line(
+    name: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv26b F9: the name is checked as discover checks it, and said escaped, before any work."""
+    monkeypatch.setattr(proc, "run", FakeSlurm(node_line("npu1")).run)
+    args = ["health", "--inventory", str(write_inventory(tmp_path)), "--dry-run"]
+    if how == "option":
+        args += ["--node", name]
+    else:
+        monkeypatch.setenv("SLURMD_NODENAME", name)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert f"node name: {name!r} is not a host name" in result.stderr and "\r" not in result.stderr

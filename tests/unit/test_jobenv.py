@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.slurm.jobenv import (
+    JobEnv,
     JobEnvError,
     expand_tasks_per_node,
     parse_job_env,
@@ -327,3 +328,16 @@ def test_absurd_gpu_lists_are_one_clear_error(value: str) -> None:
     indices a task takes was lost when the TaskProlog's own parser gave way to this reader."""
     with pytest.raises(JobEnvError, match=r"SLURM_STEP_GPUS='.{60}\.\.\.' is not a list of GPU indices"):
         read_task_env({"SLURM_STEP_GPUS": value})
+
+
+def test_first_ranks_of_a_131072_node_step_are_summed_once() -> None:
+    """adv26b F4: a sum of the task counts per node made a 65,536-node plan quadratic (minutes)."""
+    import time
+
+    counts = tuple(1 + i % 3 for i in range(131_072))
+    nodes = tuple(f"n{i}" for i in range(len(counts)))
+    job = JobEnv(0, sum(counts), 0, "n0", nodes, counts, (0,) * len(counts), "1")
+    started = time.process_time()
+    firsts = [job.first_rank_of_node(i) for i in range(len(counts))]
+    assert time.process_time() - started < 2.0  # summed per node: 8.6e9 additions
+    assert firsts[:4] == [0, 1, 3, 6] and firsts[-1] == sum(counts[:-1])

@@ -710,3 +710,47 @@ def test_a_ring_step_costs_a_latency_beyond_its_bytes() -> None:
     assert ring_allreduce_s(8e6, 4, 100.0) == pytest.approx(6 * (2e6 / 100e9 + RING_STEP_S))
     assert ring_allreduce_s(1.0, 8, 1e6) == pytest.approx(14 * RING_STEP_S, rel=1e-6)
     assert ring_allreduce_s(8e6, 1, 100.0) == 0.0
+
+
+def _refine_by_copies(
+    model: StepModel, bounds: list[int], samples: tuple[int, ...], budget: int
+) -> tuple[int, ...]:
+    """`refine_split` as it was before adv26b F4: a copied split and a pass over it per trial
+    (quadratic-ish in the replicas); the reference the incremental one must equal."""
+    best = model.simulate(bounds, samples)
+    moved = model.short and len(samples) > 1
+    while moved and budget > 0:
+        moved = False
+        for i, j in itertools.permutations(range(len(samples)), 2):
+            if not samples[i]:
+                continue
+            budget -= 1
+            trial = tuple(n - (k == i) + (k == j) for k, n in enumerate(samples))
+            if (value := model.simulate(bounds, trial)) < best * (1 - 1e-9):
+                samples, best, moved = trial, value, True
+                break
+            if budget <= 0:
+                break
+    return samples
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_refining_a_split_incrementally_moves_as_copying_it_did(seed: int) -> None:
+    """`refine_split` keeps each line's busiest replica up to date per move instead of
+    copying the split per trial (65,536 replicas took minutes); every move and result as before."""
+    rng = random.Random(seed)
+    spec = random_spec(rng)
+    for shape in candidate_shapes(spec):
+        if sum(shape.replicas) < 2:
+            continue
+        model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs)
+        bounds = next(iter(_compositions(spec.costs.layers, shape.stages)))
+        stats = model.line_stats(bounds)
+        if stats is None:
+            continue
+        start = tuple(rng.randint(0, 3) for _ in range(sum(shape.replicas)))  # uneven, zeros too
+        for samples in (model.split(stats), start):
+            budget = rng.choice([1, 7, 1024])
+            assert model.refine_split(bounds, samples, budget) == _refine_by_copies(
+                model, bounds, samples, budget
+            )

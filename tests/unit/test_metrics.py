@@ -124,6 +124,10 @@ def test_bad_input_is_one_line_before_any_scrape(monkeypatch: pytest.MonkeyPatch
         ("--textfile", str(tmp_path / "none" / "x.prom")): "no directory",
         ("--log", str(tmp_path / "absent.log")): "no such slurmctld log",
         ("--serve", port, "--address", "127.0.0.1"): "cannot serve on 127.0.0.1:" + port,
+        # adv26b F13: names the resolver's IDNA codec refused with a traceback
+        ("--serve", port, "--address", "a" * 64): "--address: 'aaaa",
+        ("--serve", port, "--address", "a..b"): "--address: 'a..b' is not a host name",
+        ("--serve", port, "--address", "."): "--address: '.' is not a host name",
     }
     try:
         for args, said in cases.items():

@@ -499,26 +499,3 @@ def test_gpt_neo_default_is_no_worse_than_its_restrictions(tmp_path: Path) -> No
     default, best = predicted.pop(()), min(predicted.values())
     assert default <= best * 1.01, (default, predicted)
     assert default <= best * (1 + 1e-9) or any(n.startswith("search bounded") for n in notes[()])
-
-
-def test_refining_the_split_over_many_replicas_is_bounded_by_its_trials() -> None:
-    """`plan --devices a100:65536` took 10 s: each trial move of `refine_split` rebuilt the split
-    element by element, and replicas without a sample were walked against every other. Now a trial
-    is a copy with two entries changed, and only replicas holding a sample give one up."""
-    from types import SimpleNamespace
-
-    from slurm_hetero.engine.schedule import StepModel
-
-    trials: list[tuple[int, ...]] = []
-
-    def simulate(bounds: object, samples: tuple[int, ...]) -> float:
-        trials.append(samples)
-        return 1.0  # never better: the refinement spends its whole budget
-
-    model = SimpleNamespace(simulate=simulate, short=True, REFINE_SIMULATIONS=1024)
-    samples = (0,) * 200_000 + (1,) * 8  # the replicas holding a sample come last
-    started = time.process_time()
-    assert StepModel.refine_split(model, [], samples) == samples  # type: ignore[arg-type]
-    assert time.process_time() - started < 3.0
-    assert len(trials) == 1 + 1024
-    assert trials[1][200_000] == 0 and trials[1][0] == 1 and sum(trials[1]) == 8

@@ -173,3 +173,13 @@ def test_garbage_never_escapes_as_another_exception(hook: Hook, text: str) -> No
         assert str(e).startswith(e.text + ": ")
         return
     assert request.gpumem_mib is None or 1 <= request.gpumem_mib <= MAX_MIB
+
+
+def test_a_size_past_its_own_limit_names_that_limit() -> None:
+    """adv26b F11: a size bounded otherwise than a device's (RealMemory) says its own bound."""
+    assert parse_size("4096T", "--real-memory", 1 << 32) == 1 << 32
+    for text in ("4097T", "4294967297", "9" * 20):
+        with pytest.raises(RequestError, match=r"^--real-memory: size is too large \(at most 4096T\)$"):
+            parse_size(text, "--real-memory", 1 << 32)
+    with pytest.raises(RequestError, match=r"at most 1024T per device"):
+        parse_size("1025T")

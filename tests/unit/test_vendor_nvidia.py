@@ -545,3 +545,31 @@ def test_query_csv_without_an_index_column_takes_rows_in_index_order(
     assert "no index or minor_number column: the rows are taken as GPUs 0, 1, ... in order" in caplog.text
     with pytest.raises(ParseError, match="needs the name column"):
         get_vendor("nvidia").parse([Capture("no-name.csv", "index, uuid\n0, GPU-1\n")])
+
+
+def billion_laughs(levels: int = 9) -> str:
+    entities = ['<!ENTITY l0 "lol">'] + [
+        f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, levels + 1)
+    ]
+    return with_dtd("".join(entities), f"&l{levels};")
+
+
+def with_dtd(subset: str, body: str) -> str:
+    return f'<?xml version="1.0"?><!DOCTYPE nvidia_smi_log [{subset}]><nvidia_smi_log>{body}</nvidia_smi_log>'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        billion_laughs(),  # adv26b F2: 1 KB that peaked at 106 MB before expat's amplification limit
+        with_dtd('<!ENTITY a "x">', "<gpu/>"),  # declared, never used
+        with_dtd('<!ENTITY e SYSTEM "/etc/passwd">', "&e;"),
+    ],
+)
+def test_xml_declaring_entities_is_refused_before_any_is_expanded(text: str) -> None:
+    """nvidia-smi's DOCTYPE names an external DTD (never read) and declares no entity, so any
+    declaration is refused as expat reads it: before the document uses one."""
+    with pytest.raises(
+        ParseError, match=r"declares XML entities \(<!ENTITY>\), which nvidia-smi never writes$"
+    ):
+        _nvidia_smi.parse_smi_xml(Capture("bomb.xml", text))
