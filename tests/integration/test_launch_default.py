@@ -1,8 +1,8 @@
 """`srun slurm-hetero launch` out of the box on the real dev cluster (marker `slurm`): the README's
 command with the inventory `dev-cluster up` installs, the launcher without `--model` and without
 any inventory (device types from `scontrol show node`), more tasks than devices refused, and the
-predicted step time against a measured one (scripts/bench_launch; BENCHMARKS.md has all four
-layouts)."""
+predicted step time against a measured one (scripts/bench_launch; BENCHMARKS.md has every
+family)."""
 
 from __future__ import annotations
 
