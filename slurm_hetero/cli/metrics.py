@@ -6,6 +6,7 @@ or serves them (`--serve PORT`), collecting on every scrape.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.report import inventory_option
-from slurm_hetero.errors import OutputError
+from slurm_hetero.errors import HeteroError, OutputError
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.report import capacity
 from slurm_hetero.slurm import sacct
@@ -27,24 +28,36 @@ from slurm_hetero.writefile import write_atomic
 
 
 class ClusterCollector:
-    """Collects one snapshot from scontrol, squeue (and the log) on every scrape."""
+    """Collects one snapshot from scontrol, squeue (and the log) on every scrape. `serving`: a
+    failed collection is one line on stderr and `slurm_hetero_up 0` (what Prometheus exporters do,
+    so the scrape succeeds and an alert can fire), not an HTTP 500 with a traceback; a one-shot
+    run raises it (one line, the tool's exit code)."""
 
-    def __init__(self, vendors: dict[str, str], log: str | None) -> None:
-        self.vendors, self.log = vendors, log
+    def __init__(self, vendors: dict[str, str], log: str | None, serving: bool = False) -> None:
+        self.vendors, self.log, self.serving = vendors, log, serving
 
     def collect(self) -> Iterator[Metric]:
-        snap = metrics.Snapshot()
-        metrics.read_nodes(proc.run(["scontrol", "show", "node", "-d", "-o"]), snap)
-        metrics.read_pending(proc.run(metrics.SQUEUE), snap)
-        if self.log:
-            snap.decisions = metrics.read_decisions(sacct.read_log(self.log))
+        try:
+            snap = metrics.Snapshot()
+            metrics.read_nodes(proc.run(metrics.SCONTROL, timeout=metrics.SLURM_TIMEOUT_S), snap)
+            metrics.read_pending(proc.run(metrics.SQUEUE, timeout=metrics.SLURM_TIMEOUT_S), snap)
+            if self.log:
+                snap.decisions = metrics.read_decisions(sacct.read_log(self.log))
+        except HeteroError as e:
+            if not self.serving:
+                raise
+            print(f"slurm-hetero: metrics not collected: {e}", file=sys.stderr, flush=True)
+            yield metrics.up(False)
+            return
+        yield metrics.up(True)
         yield from metrics.families(snap, self.vendors)
 
 
-def registry(inventory_path: Path, log: str | None) -> CollectorRegistry:
+def registry(inventory_path: Path, log: str | None, serving: bool = False) -> CollectorRegistry:
     caps = capacity(slurm_nodes(inventory.load(inventory_path), load_catalog()))
     found = CollectorRegistry()
-    found.register(ClusterCollector({t: c.vendor for t, c in caps.items()}, log))  # type: ignore[arg-type]
+    collector = ClusterCollector({t: c.vendor for t, c in caps.items()}, log, serving)
+    found.register(collector)  # type: ignore[arg-type]
     return found
 
 
@@ -62,7 +75,7 @@ def metrics_command(
         raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
     if log_path:
         sacct.read_log(log_path)  # unreadable: one line now, not an error on every scrape
-    found = registry(inventory_path, log_path)
+    found = registry(inventory_path, log_path, serving=port is not None)
     if port is not None:
         try:
             start_http_server(port, addr=address, registry=found)

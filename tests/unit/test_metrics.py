@@ -133,3 +133,34 @@ def test_bad_input_is_one_line_before_any_scrape(monkeypatch: pytest.MonkeyPatch
             assert line.startswith("slurm-hetero: ") and said in line, line
     finally:
         busy.close()
+
+
+def test_a_failed_scrape_is_one_line_and_up_zero_not_a_server_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prometheus_client import generate_latest
+
+    from slurm_hetero.cli.metrics import registry
+    from slurm_hetero.errors import ToolError
+
+    timeouts = []
+
+    def down(argv: Sequence[str], timeout: float = 60.0) -> str:
+        timeouts.append(timeout)
+        raise ToolError(argv, 1, "slurm_load_node error: Unable to contact slurm controller")
+
+    monkeypatch.setattr(proc, "run", down)
+    text = generate_latest(registry(EXAMPLE, None, serving=True)).decode()
+    assert samples(text) == {("slurm_hetero_up", ()): 0.0}
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("slurm-hetero: metrics not collected: `scontrol show node") and "contact" in line
+    assert timeouts == [4.0]  # bounded inside Prometheus' 10 s scrape timeout
+    monkeypatch.setattr(proc, "run", fake_run)
+    assert (
+        samples(generate_latest(registry(EXAMPLE, None, serving=True)).decode())[("slurm_hetero_up", ())] == 1
+    )
+    once = CliRunner().invoke(cli, ["metrics", "--inventory", str(EXAMPLE)])
+    assert once.exit_code == 0
+    monkeypatch.setattr(proc, "run", down)
+    once = CliRunner().invoke(cli, ["metrics", "--inventory", str(EXAMPLE)])
+    assert once.exit_code == 3 and len(once.stderr.splitlines()) == 1, once.output
