@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -120,15 +120,17 @@ def read_pending(text: str, snap: Snapshot) -> None:
             snap.pending_gpumem_mib[gpu_type] += asked * max(devices, 1)
 
 
-def read_decisions(log: str) -> Counter[tuple[str, str]]:
-    """The hook's rewrites (by policy) and refusals (by code) in slurmctld's log."""
-    found: Counter[tuple[str, str]] = Counter(("refusal", r.reason) for r in parse_refusals(log))
-    for line in log.splitlines():
-        if "slurm_hetero: " in line and " -> " in line and "rejected [" not in line:
+def count_decisions(lines: Iterable[str], found: Counter[tuple[str, str]]) -> None:
+    """Add the hook's rewrites (by policy) and refusals (by code) of these log lines to `found`."""
+    for line in lines:
+        if "slurm_hetero: " not in line:
+            continue
+        for refusal in parse_refusals([line]):
+            found[("refusal", refusal.reason)] += 1
+        if " -> " in line and "rejected [" not in line:
             m = _REWRITE.search(line)
             if m:
                 found[("rewrite", rewrite_reason(m.group(1)) or "rewritten")] += 1
-    return found
 
 
 def up(ok: bool) -> GaugeMetricFamily:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,9 @@ class ClusterCollector:
     run raises it (one line, the tool's exit code)."""
 
     def __init__(self, vendors: dict[str, str], log: str | None, serving: bool = False) -> None:
-        self.vendors, self.log, self.serving = vendors, log, serving
+        self.vendors, self.serving = vendors, serving
+        self.log = sacct.LogTail(log) if log else None
+        self.decisions: Counter[tuple[str, str]] = Counter()  # kept between scrapes: a counter
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -42,7 +45,8 @@ class ClusterCollector:
             metrics.read_nodes(proc.run(metrics.SCONTROL, timeout=metrics.SLURM_TIMEOUT_S), snap)
             metrics.read_pending(proc.run(metrics.SQUEUE, timeout=metrics.SLURM_TIMEOUT_S), snap)
             if self.log:
-                snap.decisions = metrics.read_decisions(sacct.read_log(self.log))
+                metrics.count_decisions(self.log.lines(), self.decisions)
+                snap.decisions = self.decisions
         except HeteroError as e:
             if not self.serving:
                 raise
@@ -74,7 +78,7 @@ def metrics_command(
     if textfile is not None and not textfile.parent.is_dir():
         raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
     if log_path:
-        sacct.read_log(log_path)  # unreadable: one line now, not an error on every scrape
+        sacct.LogTail(log_path).check()  # unreadable: one line now, not an error on every scrape
     found = registry(inventory_path, log_path, serving=port is not None)
     if port is not None:
         try:

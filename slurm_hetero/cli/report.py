@@ -85,8 +85,10 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
     if not path or path == "(null)":
         return None, "slurmctld logs to syslog here; pass --log FILE to count the hook's refusals"
     try:
-        return sacct.parse_refusals(sacct.read_log(path)), None
+        return sacct.parse_refusals(sacct.LogTail(path).lines()), None
     except HeteroError as e:
+        if log:  # the file the user named: refused, as metrics does
+            raise
         return None, f"refusals not counted: {e}"
 
 

@@ -164,3 +164,37 @@ def test_a_failed_scrape_is_one_line_and_up_zero_not_a_server_error(
     monkeypatch.setattr(proc, "run", down)
     once = CliRunner().invoke(cli, ["metrics", "--inventory", str(EXAMPLE)])
     assert once.exit_code == 3 and len(once.stderr.splitlines()) == 1, once.output
+
+
+def test_served_decisions_read_only_what_the_log_appended_and_survive_rotation(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from prometheus_client import generate_latest
+
+    from slurm_hetero.cli.metrics import registry
+    from slurm_hetero.slurm import sacct
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    log = tmp_path / "slurmctld.log"
+    log.write_text(LOG + "[2026-11-02T10:00:03.000] slurm_hetero: uid 1000: rejected [request]: gpu")  # no \n
+    served = registry(EXAMPLE, str(log), serving=True)
+    (collector,) = served._collector_to_names  # type: ignore[attr-defined]
+
+    def decisions() -> dict[tuple[tuple[str, str], ...], float]:
+        got = samples(generate_latest(served).decode())
+        return {labels: v for (name, labels), v in got.items() if name == "slurm_hetero_hook_decisions_total"}
+
+    first = decisions()
+    assert sum(first.values()) == 3 and collector.log.offset == len(LOG)  # the unfinished line waits
+    with log.open("a") as f:
+        f.write("\n" + "x" * (sacct.MAX_LOG_LINE + 5) + " slurm_hetero: uid 1: rejected [request]: y\n")
+    assert sum(decisions().values()) == 4  # the finished line; the overlong one is skipped whole
+    assert collector.log.offset == log.stat().st_size  # the next scrape starts here
+    rotated = tmp_path / "new.log"
+    rotated.write_text(LOG.splitlines()[2] + "\n")
+    rotated.replace(log)  # logrotate: a new file under the name
+    assert sum(decisions().values()) == 5  # the counter keeps rising across the rotation
+    log.write_text("")  # truncated in place (copytruncate): read from the start again
+    with log.open("a") as f:
+        f.write(LOG.splitlines()[0] + "\n")
+    assert sum(decisions().values()) == 6

@@ -60,7 +60,9 @@ def caps() -> dict[str, report.TypeCapacity]:
 
 
 def test_figures_equal_those_computed_by_hand() -> None:
-    doc = report.build(sacct.parse(SACCT), sacct.parse_refusals(LOG), caps(), SINCE, UNTIL, NOW, "type")
+    doc = report.build(
+        sacct.parse(SACCT), sacct.parse_refusals(LOG.splitlines()), caps(), SINCE, UNTIL, NOW, "type"
+    )
     rows = {r["type"]: r for r in doc["rows"]}
     assert set(rows) == {"a100_80g", "l40s", "ascend910b3"}
     assert (rows["ascend910b3"]["device_hours"], rows["ascend910b3"]["share"]) == (0, 0)  # idle
@@ -215,3 +217,16 @@ def test_times_are_read_or_refused_in_one_line() -> None:
     for bad in ("yesterday", "now-99999999d", "now-1w"):
         with pytest.raises(HeteroError):
             parse_when(bad, NOW)
+
+
+def test_a_log_the_user_names_must_be_readable_as_metrics_requires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run_report(monkeypatch, FakeSlurm(tmp_path), "--log", str(tmp_path / "absent.log"))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == f"slurm-hetero: {tmp_path / 'absent.log'}: no such slurmctld log\n"
+    fake = FakeSlurm(tmp_path)
+    (tmp_path / "slurmctld.log").unlink()  # SlurmctldLogFile not on this host: a note, refusals unknown
+    result = run_report(monkeypatch, fake, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["refusals"] is None
+    assert "refusals not counted" in result.stderr
