@@ -123,14 +123,14 @@ def parse_config(text: str) -> dict[str, str]:
     return out
 
 
-def config() -> dict[str, str]:
-    return parse_config(proc.run(["scontrol", "show", "config"]))
+def config(timeout: float = 30.0) -> dict[str, str]:
+    return parse_config(proc.run(["scontrol", "show", "config"], timeout=timeout))
 
 
-def dbd_config() -> dict[str, str]:
+def dbd_config(timeout: float = 30.0) -> dict[str, str]:
     """slurmdbd's settings as sacctmgr reports them ({} when it cannot say)."""
     try:
-        return parse_config(proc.run(["sacctmgr", "show", "config"]))
+        return parse_config(proc.run(["sacctmgr", "show", "config"], timeout=timeout))
     except ToolError:
         return {}
 

@@ -230,3 +230,16 @@ def test_a_log_the_user_names_must_be_readable_as_metrics_requires(
     result = run_report(monkeypatch, fake, "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["refusals"] is None
     assert "refusals not counted" in result.stderr
+
+
+def test_a_hung_sacct_ends_in_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_hetero.errors import ToolError
+
+    hung = tmp_path / "sacct"
+    hung.write_text("#!/bin/sh\nsleep 30\n")
+    hung.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with pytest.raises(ToolError) as raised:
+        sacct.jobs(SINCE, UNTIL, timeout=0.5)
+    assert str(raised.value).startswith("`sacct -a -X -P -n -S 2026-11-02T10:00:00")
+    assert str(raised.value).endswith("failed (timed out after 0.5s)") and raised.value.exit_code == 3
