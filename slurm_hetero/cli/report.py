@@ -114,7 +114,7 @@ def inventory_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., 
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
-    "--plot", type=click.Path(path_type=Path), help="Also draw the report into FILE (png, svg, pdf)."
+    "--plot", type=click.Path(path_type=Path), help="Also draw the report into FILE (*.png, *.svg or *.pdf)."
 )
 def report_command(
     inventory_path: Path,
@@ -131,6 +131,10 @@ def report_command(
     start, end = parse_when(since, now), parse_when(until, now)
     if start >= end:
         raise HeteroError(f"--since {since} is not before --until {until}")
+    if plot is not None:
+        from slurm_hetero.cli.reportplot import check_path
+
+        check_path(plot)  # before sacct runs
     doc, notes = gather(inventory_path, start, end, now, by, log_path)
     for note in notes:
         click.echo(f"slurm-hetero: {note}", err=True)

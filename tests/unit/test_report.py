@@ -243,3 +243,33 @@ def test_a_hung_sacct_ends_in_one_line_naming_it(tmp_path: Path, monkeypatch: py
         sacct.jobs(SINCE, UNTIL, timeout=0.5)
     assert str(raised.value).startswith("`sacct -a -X -P -n -S 2026-11-02T10:00:00")
     assert str(raised.value).endswith("failed (timed out after 0.5s)") and raised.value.exit_code == 3
+
+
+def test_plot_names_a_file_of_a_known_format_and_is_written_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    for bad in (tmp_path, tmp_path / "chart", tmp_path / "chart.txt"):
+        result = run_report(monkeypatch, FakeSlurm(tmp_path, sacct="never run"), "--plot", str(bad))
+        assert result.exit_code == 1 and result.stdout == "", result.output
+        assert (
+            result.stderr
+            == f"slurm-hetero: --plot {bad}: "
+            + ("a directory; " if bad == tmp_path else "")
+            + "name a file ending in .png, .svg, .pdf"
+            + ("" if bad == tmp_path else " (the chart's format)")
+            + "\n"
+        )
+    assert not (tmp_path / "chart.png").exists() and not tmp_path.with_suffix(".png").exists()
+    pytest.importorskip("matplotlib")
+    old = tmp_path / "r.svg"
+    old.write_text("old chart")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("slurm_hetero.writefile.os.fsync", full)
+    result = run_report(monkeypatch, FakeSlurm(tmp_path), "--plot", str(old))
+    assert result.exit_code == 1 and "No space left on device; nothing changed" in result.stderr
+    assert old.read_text() == "old chart" and [p.name for p in tmp_path.glob(".r.svg*")] == []
