@@ -69,12 +69,15 @@ def registry(inventory_path: Path, log: str | None, serving: bool = False) -> Co
 @inventory_option("vendor of each type")
 @click.option("--log", "log_path", help="slurmctld's log: also count the hook's rewrites and refusals.")
 @click.option("--textfile", type=click.Path(path_type=Path), help="Write FILE (*.prom) for node_exporter.")
-@click.option("--serve", "port", type=Count(1, 65535), help="Serve /metrics on PORT.")
+@click.option("--serve", "port", type=Count(1, 65535), help="Serve /metrics on PORT (not with --textfile).")
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address --serve listens on.")
 def metrics_command(
     inventory_path: Path, log_path: str | None, textfile: Path | None, port: int | None, address: str
 ) -> None:
-    """Devices total, allocated and drained, pending jobs and their gpumem, per type and vendor."""
+    """Devices total, allocated and drained, pending jobs and their gpumem, per type and vendor.
+    Prints them once, writes --textfile, or serves them (--serve; not with --textfile)."""
+    if textfile is not None and port is not None:
+        raise click.UsageError("--serve and --textfile exclude each other; pass one")
     if textfile is not None and not textfile.parent.is_dir():
         raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
     if log_path:

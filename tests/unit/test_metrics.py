@@ -133,6 +133,10 @@ def test_bad_input_is_one_line_before_any_scrape(monkeypatch: pytest.MonkeyPatch
             assert line.startswith("slurm-hetero: ") and said in line, line
     finally:
         busy.close()
+    both = ["--serve", "9", "--textfile", str(tmp_path / "x.prom")]
+    result = CliRunner().invoke(cli, [*inv, *both])
+    assert result.exit_code == 2 and "--serve and --textfile exclude each other" in result.stderr
+    assert not (tmp_path / "x.prom").exists()
 
 
 def test_a_failed_scrape_is_one_line_and_up_zero_not_a_server_error(
