@@ -44,6 +44,20 @@ def parse_when(value: str, now: datetime) -> datetime:
     raise HeteroError(f"cannot read time {value!r}; give 2026-11-01, 2026-11-01T08:00 or now-7d")
 
 
+EPOCH = datetime(1970, 1, 1)  # Slurm keeps times as Unix time: sacct refuses anything before
+
+
+def window(since: str, until: str, now: datetime) -> tuple[datetime, datetime]:
+    """[start, end) of --since/--until; an end past now is clamped to now (capacity after now would
+    dilute every share), a start before 1970 or not before the end is refused."""
+    start, end = parse_when(since, now), min(parse_when(until, now), now)
+    if start < EPOCH:
+        raise HeteroError(f"--since {since}: before 1970-01-01, where Slurm's accounting starts")
+    if start >= end:
+        raise HeteroError(f"--since {since} is not before --until {until} (nor before now)")
+    return start, end
+
+
 def accounting_config() -> dict[str, str]:
     """slurmctld's settings, refused in one line when Slurm keeps no accounting."""
     config = sacct.config()
@@ -128,14 +142,14 @@ def report_command(
     """Device-hours and share of capacity per type, queue wait, stranded gpumem, the hook's rewrites
     and refusals, and jobs off their user's usual type, from sacct and the inventory."""
     now = datetime.now().replace(microsecond=0)
-    start, end = parse_when(since, now), parse_when(until, now)
-    if start >= end:
-        raise HeteroError(f"--since {since} is not before --until {until}")
+    start, end = window(since, until, now)
     if plot is not None:
         from slurm_hetero.cli.reportplot import check_path
 
         check_path(plot)  # before sacct runs
     doc, notes = gather(inventory_path, start, end, now, by, log_path)
+    if end == now and until != "now":
+        notes.insert(0, f"--until {until} is past now: the report ends now ({doc['until']})")
     for note in notes:
         click.echo(f"slurm-hetero: {note}", err=True)
     if plot is not None:

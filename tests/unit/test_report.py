@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -273,3 +274,27 @@ def test_plot_names_a_file_of_a_known_format_and_is_written_whole(
     result = run_report(monkeypatch, FakeSlurm(tmp_path), "--plot", str(old))
     assert result.exit_code == 1 and "No space left on device; nothing changed" in result.stderr
     assert old.read_text() == "old chart" and [p.name for p in tmp_path.glob(".r.svg*")] == []
+
+
+def test_the_window_ends_now_at_the_latest_and_starts_where_slurm_keeps_time() -> None:
+    from slurm_hetero.cli.report import window
+    from slurm_hetero.errors import HeteroError
+
+    assert window("2026-11-02T10:00", "2030-01-01", NOW) == (datetime(2026, 11, 2, 10), NOW)
+    assert window("now-1h", "now", NOW) == (datetime(2026, 11, 2, 10, 40), NOW)
+    for since, said in [
+        ("0001-01-01", "--since 0001-01-01: before 1970-01-01"),
+        ("2026-11-02T12:00", "--since 2026-11-02T12:00 is not before --until 2030-01-01 (nor before now)"),
+    ]:
+        with pytest.raises(HeteroError, match=re.escape(said)) as raised:
+            window(since, "2030-01-01", NOW)
+        assert raised.value.exit_code == 1
+
+
+def test_a_future_until_is_clamped_to_now_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proc, "run", FakeSlurm(tmp_path).run)
+    args = ["report", "--inventory", str(EXAMPLE), "--since", "2026-11-02T10:00", "--until", "2999-01-01"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["until"] < "2999"
+    assert "--until 2999-01-01 is past now: the report ends now" in result.stderr
