@@ -44,6 +44,8 @@ def parse_when(value: str, now: datetime) -> datetime:
     raise HeteroError(f"cannot read time {value!r}; give 2026-11-01, 2026-11-01T08:00 or now-7d")
 
 
+# the admin guide's section on accounting, named by its title (a number moves when sections do)
+ACCOUNTING_SECTION = "Accounting by device type, the usage report and metrics"
 EPOCH = datetime(1970, 1, 1)  # Slurm keeps times as Unix time: sacct refuses anything before
 
 
@@ -66,7 +68,8 @@ def accounting_config() -> dict[str, str]:
         raise ConfigError(
             "Slurm keeps no job accounting (AccountingStorageType="
             f"{storage or 'unset'}); set AccountingStorageType=accounting_storage/slurmdbd with a running "
-            "slurmdbd and the AccountingStorageTRES line of slurm-nodes.conf (docs/admin-guide.md section 7)"
+            "slurmdbd and the AccountingStorageTRES line of slurm-nodes.conf (docs/admin-guide.md, "
+            f'"{ACCOUNTING_SECTION}")'
         )
     return config
 

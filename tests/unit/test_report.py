@@ -163,6 +163,10 @@ def test_report_json_and_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             "AccountingStorageType=accounting_storage/slurmdbd",
         ),
         (
+            {"scontrol show config": "AccountingStorageType   = accounting_storage/none\n"},
+            '(docs/admin-guide.md, "Accounting by device type, the usage report and metrics")',
+        ),
+        (
             {
                 "scontrol show config": "AccountingStorageType   = accounting_storage/slurmdbd\n"
                 "AccountingStorageTRES   = cpu,mem,gres/gpu\n"
@@ -298,3 +302,10 @@ def test_a_future_until_is_clamped_to_now_and_said(tmp_path: Path, monkeypatch: 
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["until"] < "2999"
     assert "--until 2999-01-01 is past now: the report ends now" in result.stderr
+
+
+def test_the_accounting_section_the_messages_name_is_in_the_admin_guide() -> None:
+    from slurm_hetero.cli.report import ACCOUNTING_SECTION
+
+    titles = re.findall(r"^## (?:\d+\. )?(.+)$", (REPO / "docs" / "admin-guide.md").read_text(), re.M)
+    assert ACCOUNTING_SECTION in titles
