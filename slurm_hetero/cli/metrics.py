@@ -20,11 +20,13 @@ from slurm_hetero import inventory, metrics, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.report import inventory_option
+from slurm_hetero.cli.report import inventory_differs, inventory_option
 from slurm_hetero.errors import HeteroError, OutputError
+from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.report import capacity
 from slurm_hetero.slurm import sacct
+from slurm_hetero.slurm.scontrol import parse_show_node
 from slurm_hetero.writefile import write_atomic
 
 
@@ -34,15 +36,26 @@ class ClusterCollector:
     so the scrape succeeds and an alert can fire), not an HTTP 500 with a traceback; a one-shot
     run raises it (one line, the tool's exit code)."""
 
-    def __init__(self, vendors: dict[str, str], log: str | None, serving: bool = False) -> None:
-        self.vendors, self.serving = vendors, serving
+    def __init__(
+        self, inventory_path: Path, nodes: list[SlurmNode], log: str | None, serving: bool = False
+    ) -> None:
+        self.inventory_path, self.nodes, self.serving = inventory_path, nodes, serving
+        self.vendors = {t: c.vendor for t, c in capacity(nodes).items()}
+        self.checked = False  # whether the inventory was compared with Slurm's nodes (once)
         self.log = sacct.LogTail(log) if log else None
         self.decisions: Counter[tuple[str, str]] = Counter()  # kept between scrapes: a counter
 
     def collect(self) -> Iterator[Metric]:
         try:
             snap = metrics.Snapshot()
-            metrics.read_nodes(proc.run(metrics.SCONTROL, timeout=metrics.SLURM_TIMEOUT_S), snap)
+            text = proc.run(metrics.SCONTROL, timeout=metrics.SLURM_TIMEOUT_S)
+            metrics.read_nodes(text, snap)
+            if not self.checked:  # a type the inventory lacks is vendor="unknown": say why, once
+                self.checked = True
+                slurm = {n.name: n for n in parse_show_node(text)}
+                differ = inventory_differs(self.inventory_path, self.nodes, slurm)
+                if differ:
+                    print(f"slurm-hetero: warning: {differ}", file=sys.stderr, flush=True)
             metrics.read_pending(proc.run(metrics.SQUEUE, timeout=metrics.SLURM_TIMEOUT_S), snap)
             if self.log:
                 metrics.count_decisions(self.log.lines(), self.decisions)
@@ -58,9 +71,9 @@ class ClusterCollector:
 
 
 def registry(inventory_path: Path, log: str | None, serving: bool = False) -> CollectorRegistry:
-    caps = capacity(slurm_nodes(inventory.load(inventory_path), load_catalog()))
+    nodes = slurm_nodes(inventory.load(inventory_path), load_catalog())
     found = CollectorRegistry()
-    collector = ClusterCollector({t: c.vendor for t, c in caps.items()}, log, serving)
+    collector = ClusterCollector(inventory_path, nodes, log, serving)
     found.register(collector)  # type: ignore[arg-type]
     return found
 

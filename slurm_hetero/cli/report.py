@@ -18,9 +18,10 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import render_table
 from slurm_hetero.errors import ConfigError, HeteroError, InventoryError
+from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.slurm import sacct
-from slurm_hetero.slurm.scontrol import show_node_gres
+from slurm_hetero.slurm.scontrol import NodeGres, show_node_gres
 
 _RELATIVE = re.compile(r"now-(\d+)([dhm])")
 
@@ -162,6 +163,19 @@ def report_command(
     click.echo(json.dumps(doc, indent=1) if as_json else report.render_text(doc, render_table))
 
 
+def inventory_differs(inventory_path: Path, nodes: list[SlurmNode], slurm: dict[str, NodeGres]) -> str | None:
+    """Where the inventory and Slurm's node list differ, in one line (None when they agree): the
+    rule report refuses by and metrics warns by."""
+    differ = report.disagreements(nodes, slurm, hostlist.expand)
+    if not differ:
+        return None
+    more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
+    return (
+        f"{inventory_path} disagrees with Slurm's nodes: {differ[0]}{more}; pass the inventory the "
+        "cluster was rendered from, or re-render (gres render) and reconfigure"
+    )
+
+
 def gather(
     inventory_path: Path, start: datetime, end: datetime, now: datetime, by: str, log_path: str | None
 ) -> tuple[dict, list[str]]:
@@ -169,13 +183,9 @@ def gather(
     caps = report.capacity(nodes)
     config = accounting_config()
     check_tres(config, list(caps))
-    differ = report.disagreements(nodes, show_node_gres([]), hostlist.expand)
+    differ = inventory_differs(inventory_path, nodes, show_node_gres([]))
     if differ:
-        more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
-        raise InventoryError(
-            f"{inventory_path} disagrees with Slurm's nodes: {differ[0]}{more}; pass the inventory the "
-            "cluster was rendered from, or re-render (gres render) and reconfigure"
-        )
+        raise InventoryError(differ)
     found, note = refusals(log_path, config)
     notes = [note] if note else []
     if not sees_every_job(config):

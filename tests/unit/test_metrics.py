@@ -202,3 +202,26 @@ def test_served_decisions_read_only_what_the_log_appended_and_survive_rotation(
     with log.open("a") as f:
         f.write(LOG.splitlines()[0] + "\n")
     assert sum(decisions().values()) == 6
+
+
+def test_an_inventory_that_disagrees_with_slurm_is_named_once_as_report_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prometheus_client import generate_latest
+
+    from slurm_hetero.cli.metrics import registry
+
+    retyped = NODES.replace("gpu:l40s:2(S:0-7)", "gpu:l40:2(S:0-7)").replace(
+        "gpu:l40s:2(IDX", "gpu:l40:2(IDX"
+    )
+    monkeypatch.setattr(proc, "run", lambda argv, timeout=60.0: retyped if argv[0] == "scontrol" else PENDING)
+    served = registry(EXAMPLE, None, serving=True)
+    first = generate_latest(served).decode()
+    generate_latest(served)
+    (line,) = capsys.readouterr().err.splitlines()  # the second scrape says nothing more
+    assert line == (
+        f"slurm-hetero: warning: {EXAMPLE} disagrees with Slurm's nodes: l40sn1: inventory gpu:l40s:2, "
+        "Slurm gpu:l40:2; pass the inventory the cluster was rendered from, or re-render (gres render) "
+        "and reconfigure"
+    )
+    assert samples(first)[("slurm_hetero_gpus", (("type", "l40"), ("vendor", "unknown")))] == 2
