@@ -190,7 +190,8 @@ def gather(
     notes = [note] if note else []
     if not sees_every_job(config):
         notes.append("Slurm's PrivateData=jobs shows you only your own jobs: the figures cover those")
-    doc = report.build(sacct.jobs(start, end), found, caps, start, end, now, by)
+    jobs = sacct.with_queued_comments(sacct.jobs(start, end))
+    doc = report.build(jobs, found, caps, start, end, now, by)
     if not doc["jobs"] and not (doc["refusals"] or {}):
         raise HeteroError(f"no jobs between {doc['since']} and {doc['until']}; widen --since/--until")
     return doc, notes

@@ -14,7 +14,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import BinaryIO
 
@@ -111,6 +111,31 @@ def parse(text: str) -> list[JobRecord]:
 
 def jobs(since: datetime, until: datetime, timeout: float = 120.0) -> list[JobRecord]:
     return parse(proc.run(command(since, until), timeout=timeout))
+
+
+# squeue: a queued (pending or running) job's id and admin comment, fixed width, the comment last
+QUEUED = ["squeue", "-h", "-a", "-O", "JobID:32,admin_comment:4000"]
+
+
+def with_queued_comments(jobs: list[JobRecord], timeout: float = 30.0) -> list[JobRecord]:
+    """`jobs` with the admin comment of those still queued or running read from squeue: slurmdbd
+    gets AdminComment only when a job ends, so sacct prints it empty until then (22.05, 24.11),
+    and the hook's rewrite and gpumem of a running job would be missed. One squeue call, and
+    only when some job has not ended."""
+    if all(j.end is not None or j.admin_comment for j in jobs):
+        return jobs
+    queued = {}
+    for line in proc.run(QUEUED, timeout=timeout).splitlines():
+        job_id, _, comment = line.strip().partition(" ")
+        comment = comment.strip()
+        if job_id and comment and comment != "(null)":
+            queued[job_id] = comment
+    return [
+        replace(j, admin_comment=queued[j.job_id])
+        if j.end is None and not j.admin_comment and j.job_id in queued
+        else j
+        for j in jobs
+    ]
 
 
 def parse_config(text: str) -> dict[str, str]:

@@ -127,6 +127,7 @@ class FakeSlurm:
             "scontrol show node": NODES,
             "sacct": SACCT,
             "sacctmgr show config": "PrivateData             = jobs,usage\n",
+            "squeue": "2                               (null)\n",
         }
         self.answers.update(overrides)
 
@@ -309,3 +310,17 @@ def test_the_accounting_section_the_messages_name_is_in_the_admin_guide() -> Non
 
     titles = re.findall(r"^## (?:\d+\. )?(.+)$", (REPO / "docs" / "admin-guide.md").read_text(), re.M)
     assert ACCOUNTING_SECTION in titles
+
+
+def test_running_jobs_count_the_comment_squeue_shows_until_sacct_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # slurmdbd gets AdminComment when a job ends: sacct prints it empty for running job 2
+    queued = "2                               slurm_hetero: gpumem:60G -> gres:gpu:a100_80g:2 (best-fit)\n"
+    result = run_report(monkeypatch, FakeSlurm(tmp_path, squeue=queued), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["rewrites"] == {"best-fit": 1, "fastest": 1}  # job 2 was submitted inside the window
+    a100 = next(r for r in doc["rows"] if r["type"] == "a100_80g")
+    # the window ends at 12:00, before the real now: job 2 ran 10:40 .. 12:00 inside it
+    assert a100["stranded_gib_hours"] == pytest.approx((81920 - 61440) / 1024 * 2 * 80 / 60, abs=1e-4)
