@@ -188,10 +188,16 @@ def gather(
         raise InventoryError(differ)
     found, note = refusals(log_path, config)
     notes = [note] if note else []
-    if not sees_every_job(config):
+    private = not sees_every_job(config)
+    if private:
         notes.append("Slurm's PrivateData=jobs shows you only your own jobs: the figures cover those")
     jobs = sacct.with_queued_comments(sacct.jobs(start, end))
     doc = report.build(jobs, found, caps, start, end, now, by)
     if not doc["jobs"] and not (doc["refusals"] or {}):
+        if private:
+            raise HeteroError(
+                f"none of your jobs between {doc['since']} and {doc['until']}, and Slurm's PrivateData=jobs "
+                "shows you only your own; run as root or SlurmUser to see every job, or widen --since/--until"
+            )
         raise HeteroError(f"no jobs between {doc['since']} and {doc['until']}; widen --since/--until")
     return doc, notes

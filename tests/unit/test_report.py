@@ -205,6 +205,12 @@ def test_a_user_whom_private_data_hides_other_jobs_is_told_so(
     assert "PrivateData=jobs shows you only your own jobs" in result.stderr
     open_data = FakeSlurm(tmp_path, **{"sacctmgr show config": "PrivateData             = none\n"})
     assert "PrivateData" not in run_report(monkeypatch, open_data, "--json").stderr
+    empty = run_report(monkeypatch, FakeSlurm(tmp_path, sacct="", log=""))
+    assert empty.exit_code == 1 and empty.stderr == (
+        "slurm-hetero: none of your jobs between 2026-11-02T10:00:00 and 2026-11-02T12:00:00, and Slurm's "
+        "PrivateData=jobs shows you only your own; run as root or SlurmUser to see every job, or widen "
+        "--since/--until\n"
+    )
 
 
 def test_the_rewrite_reason_is_the_policy_the_hook_names() -> None:
