@@ -14,6 +14,8 @@ Slurm exporters (`slurm_gpus_total`, `slurm_gpus_alloc`), under the `slurm_heter
   slurm_hetero_jobs_pending_gpumem_bytes{type,vendor}  the gpumem those jobs ask (per device x devices)
   slurm_hetero_hook_decisions_total{action,reason}     the hook's rewrites (reason: policy) and
                                                   refusals (reason: code), counted in slurmctld's log
+  slurm_hetero_up                                 1 when this scrape read Slurm, 0 when a command
+                                                  failed or timed out (then no other family)
 
 Pure: text of `scontrol show node -d -o`, `squeue` and the log in, metric families out.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -31,6 +33,10 @@ from slurm_hetero.report import gpumem_asked, rewrite_reason
 from slurm_hetero.slurm.sacct import NOTE_PREFIX, parse_refusals
 from slurm_hetero.slurm.scontrol import gpu_entries, is_our_reason, parse_fields
 
+# Each Slurm command of a scrape gets this long, so that a scrape ends inside Prometheus' default
+# scrape timeout (10 s) even when slurmctld hangs
+SLURM_TIMEOUT_S = 4.0
+SCONTROL = ["scontrol", "show", "node", "-d", "-o"]
 # squeue: one line per pending job, fixed-width fields; the admin comment (free text) is last
 SQUEUE = [
     "squeue",
@@ -114,15 +120,22 @@ def read_pending(text: str, snap: Snapshot) -> None:
             snap.pending_gpumem_mib[gpu_type] += asked * max(devices, 1)
 
 
-def read_decisions(log: str) -> Counter[tuple[str, str]]:
-    """The hook's rewrites (by policy) and refusals (by code) in slurmctld's log."""
-    found: Counter[tuple[str, str]] = Counter(("refusal", r.reason) for r in parse_refusals(log))
-    for line in log.splitlines():
-        if "slurm_hetero: " in line and " -> " in line and "rejected [" not in line:
+def count_decisions(lines: Iterable[str], found: Counter[tuple[str, str]]) -> None:
+    """Add the hook's rewrites (by policy) and refusals (by code) of these log lines to `found`."""
+    for line in lines:
+        if "slurm_hetero: " not in line:
+            continue
+        for refusal in parse_refusals([line]):
+            found[("refusal", refusal.reason)] += 1
+        if " -> " in line and "rejected [" not in line:
             m = _REWRITE.search(line)
             if m:
                 found[("rewrite", rewrite_reason(m.group(1)) or "rewritten")] += 1
-    return found
+
+
+def up(ok: bool) -> GaugeMetricFamily:
+    """`slurm_hetero_up`: whether the scrape could read Slurm (the exporters' `up`-style gauge)."""
+    return GaugeMetricFamily("slurm_hetero_up", "Whether this scrape could read Slurm", value=1 if ok else 0)
 
 
 def families(snap: Snapshot, vendors: Mapping[str, str]) -> Iterator[Metric]:

@@ -1,7 +1,8 @@
 """What the mixed cluster did in a time window, by device type: the figures of `slurm-hetero report`.
 
 Pure: sacct records (`slurm.sacct.JobRecord`), the hook's refusal lines and the capacity the
-inventory gives in, a JSON-ready document out. Definitions (docs/admin-guide.md section 7):
+inventory gives in, a JSON-ready document out. Definitions (docs/admin-guide.md, "Accounting by device
+type, the usage report and metrics"):
 
 - device-hours: per job and type, devices allocated (AllocTRES `gres/gpu:TYPE=N`) times the hours
   the job ran inside the window; share = device-hours / (devices of the type x window hours).

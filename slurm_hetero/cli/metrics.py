@@ -6,7 +6,9 @@ or serves them (`--serve PORT`), collecting on every scrape.
 
 from __future__ import annotations
 
+import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,33 +20,61 @@ from slurm_hetero import inventory, metrics, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.report import inventory_option
-from slurm_hetero.errors import OutputError
+from slurm_hetero.cli.report import inventory_differs, inventory_option
+from slurm_hetero.errors import HeteroError, OutputError
+from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.report import capacity
 from slurm_hetero.slurm import sacct, syntax
+from slurm_hetero.slurm.scontrol import parse_show_node
 from slurm_hetero.writefile import write_atomic
 
 
 class ClusterCollector:
-    """Collects one snapshot from scontrol, squeue (and the log) on every scrape."""
+    """Collects one snapshot from scontrol, squeue (and the log) on every scrape. `serving`: a
+    failed collection is one line on stderr and `slurm_hetero_up 0` (what Prometheus exporters do,
+    so the scrape succeeds and an alert can fire), not an HTTP 500 with a traceback; a one-shot
+    run raises it (one line, the tool's exit code)."""
 
-    def __init__(self, vendors: dict[str, str], log: str | None) -> None:
-        self.vendors, self.log = vendors, log
+    def __init__(
+        self, inventory_path: Path, nodes: list[SlurmNode], log: str | None, serving: bool = False
+    ) -> None:
+        self.inventory_path, self.nodes, self.serving = inventory_path, nodes, serving
+        self.vendors = {t: c.vendor for t, c in capacity(nodes).items()}
+        self.checked = False  # whether the inventory was compared with Slurm's nodes (once)
+        self.log = sacct.LogTail(log) if log else None
+        self.decisions: Counter[tuple[str, str]] = Counter()  # kept between scrapes: a counter
 
     def collect(self) -> Iterator[Metric]:
-        snap = metrics.Snapshot()
-        metrics.read_nodes(proc.run(["scontrol", "show", "node", "-d", "-o"]), snap)
-        metrics.read_pending(proc.run(metrics.SQUEUE), snap)
-        if self.log:
-            snap.decisions = metrics.read_decisions(sacct.read_log(self.log))
+        try:
+            snap = metrics.Snapshot()
+            text = proc.run(metrics.SCONTROL, timeout=metrics.SLURM_TIMEOUT_S)
+            metrics.read_nodes(text, snap)
+            if not self.checked:  # a type the inventory lacks is vendor="unknown": say why, once
+                self.checked = True
+                slurm = {n.name: n for n in parse_show_node(text)}
+                differ = inventory_differs(self.inventory_path, self.nodes, slurm)
+                if differ:
+                    print(f"slurm-hetero: warning: {differ}", file=sys.stderr, flush=True)
+            metrics.read_pending(proc.run(metrics.SQUEUE, timeout=metrics.SLURM_TIMEOUT_S), snap)
+            if self.log:
+                metrics.count_decisions(self.log.lines(), self.decisions)
+                snap.decisions = self.decisions
+        except HeteroError as e:
+            if not self.serving:
+                raise
+            print(f"slurm-hetero: metrics not collected: {e}", file=sys.stderr, flush=True)
+            yield metrics.up(False)
+            return
+        yield metrics.up(True)
         yield from metrics.families(snap, self.vendors)
 
 
-def registry(inventory_path: Path, log: str | None) -> CollectorRegistry:
-    caps = capacity(slurm_nodes(inventory.load(inventory_path), load_catalog()))
+def registry(inventory_path: Path, log: str | None, serving: bool = False) -> CollectorRegistry:
+    nodes = slurm_nodes(inventory.load(inventory_path), load_catalog())
     found = CollectorRegistry()
-    found.register(ClusterCollector({t: c.vendor for t, c in caps.items()}, log))  # type: ignore[arg-type]
+    collector = ClusterCollector(inventory_path, nodes, log, serving)
+    found.register(collector)  # type: ignore[arg-type]
     return found
 
 
@@ -52,12 +82,15 @@ def registry(inventory_path: Path, log: str | None) -> CollectorRegistry:
 @inventory_option("vendor of each type")
 @click.option("--log", "log_path", help="slurmctld's log: also count the hook's rewrites and refusals.")
 @click.option("--textfile", type=click.Path(path_type=Path), help="Write FILE (*.prom) for node_exporter.")
-@click.option("--serve", "port", type=Count(1, 65535), help="Serve /metrics on PORT.")
+@click.option("--serve", "port", type=Count(1, 65535), help="Serve /metrics on PORT (not with --textfile).")
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address --serve listens on.")
 def metrics_command(
     inventory_path: Path, log_path: str | None, textfile: Path | None, port: int | None, address: str
 ) -> None:
-    """Devices total, allocated and drained, pending jobs and their gpumem, per type and vendor."""
+    """Devices total, allocated and drained, pending jobs and their gpumem, per type and vendor.
+    Prints them once, writes --textfile, or serves them (--serve; not with --textfile)."""
+    if textfile is not None and port is not None:
+        raise click.UsageError("--serve and --textfile exclude each other; pass one")
     try:
         syntax.address(address)
     except ValueError as e:
@@ -65,8 +98,8 @@ def metrics_command(
     if textfile is not None and not textfile.parent.is_dir():
         raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
     if log_path:
-        sacct.read_log(log_path)  # unreadable: one line now, not an error on every scrape
-    found = registry(inventory_path, log_path)
+        sacct.LogTail(log_path).check()  # unreadable: one line now, not an error on every scrape
+    found = registry(inventory_path, log_path, serving=port is not None)
     if port is not None:
         try:
             start_http_server(port, addr=address, registry=found)

@@ -18,9 +18,10 @@ from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import render_table
 from slurm_hetero.errors import ConfigError, HeteroError, InventoryError
+from slurm_hetero.model import SlurmNode
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.slurm import sacct
-from slurm_hetero.slurm.scontrol import show_node_gres
+from slurm_hetero.slurm.scontrol import NodeGres, show_node_gres
 
 _RELATIVE = re.compile(r"now-(\d+)([dhm])")
 
@@ -44,6 +45,22 @@ def parse_when(value: str, now: datetime) -> datetime:
     raise HeteroError(f"cannot read time {value!r}; give 2026-11-01, 2026-11-01T08:00 or now-7d")
 
 
+# the admin guide's section on accounting, named by its title (a number moves when sections do)
+ACCOUNTING_SECTION = "Accounting by device type, the usage report and metrics"
+EPOCH = datetime(1970, 1, 1)  # Slurm keeps times as Unix time: sacct refuses anything before
+
+
+def window(since: str, until: str, now: datetime) -> tuple[datetime, datetime]:
+    """[start, end) of --since/--until; an end past now is clamped to now (capacity after now would
+    dilute every share), a start before 1970 or not before the end is refused."""
+    start, end = parse_when(since, now), min(parse_when(until, now), now)
+    if start < EPOCH:
+        raise HeteroError(f"--since {since}: before 1970-01-01, where Slurm's accounting starts")
+    if start >= end:
+        raise HeteroError(f"--since {since} is not before --until {until} (nor before now)")
+    return start, end
+
+
 def accounting_config() -> dict[str, str]:
     """slurmctld's settings, refused in one line when Slurm keeps no accounting."""
     config = sacct.config()
@@ -52,7 +69,8 @@ def accounting_config() -> dict[str, str]:
         raise ConfigError(
             "Slurm keeps no job accounting (AccountingStorageType="
             f"{storage or 'unset'}); set AccountingStorageType=accounting_storage/slurmdbd with a running "
-            "slurmdbd and the AccountingStorageTRES line of slurm-nodes.conf (docs/admin-guide.md section 7)"
+            "slurmdbd and the AccountingStorageTRES line of slurm-nodes.conf (docs/admin-guide.md, "
+            f'"{ACCOUNTING_SECTION}")'
         )
     return config
 
@@ -85,8 +103,10 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
     if not path or path == "(null)":
         return None, "slurmctld logs to syslog here; pass --log FILE to count the hook's refusals"
     try:
-        return sacct.parse_refusals(sacct.read_log(path)), None
+        return sacct.parse_refusals(sacct.LogTail(path).lines()), None
     except HeteroError as e:
+        if log:  # the file the user named: refused, as metrics does
+            raise
         return None, f"refusals not counted: {e}"
 
 
@@ -112,7 +132,7 @@ def inventory_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., 
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
-    "--plot", type=click.Path(path_type=Path), help="Also draw the report into FILE (png, svg, pdf)."
+    "--plot", type=click.Path(path_type=Path), help="Also draw the report into FILE (*.png, *.svg or *.pdf)."
 )
 def report_command(
     inventory_path: Path,
@@ -126,10 +146,14 @@ def report_command(
     """Device-hours and share of capacity per type, queue wait, stranded gpumem, the hook's rewrites
     and refusals, and jobs off their user's usual type, from sacct and the inventory."""
     now = datetime.now().replace(microsecond=0)
-    start, end = parse_when(since, now), parse_when(until, now)
-    if start >= end:
-        raise HeteroError(f"--since {since} is not before --until {until}")
+    start, end = window(since, until, now)
+    if plot is not None:
+        from slurm_hetero.cli.reportplot import check_path
+
+        check_path(plot)  # before sacct runs
     doc, notes = gather(inventory_path, start, end, now, by, log_path)
+    if end == now and until != "now":
+        notes.insert(0, f"--until {until} is past now: the report ends now ({doc['until']})")
     for note in notes:
         click.echo(f"slurm-hetero: {note}", err=True)
     if plot is not None:
@@ -139,6 +163,19 @@ def report_command(
     click.echo(json.dumps(doc, indent=1) if as_json else report.render_text(doc, render_table))
 
 
+def inventory_differs(inventory_path: Path, nodes: list[SlurmNode], slurm: dict[str, NodeGres]) -> str | None:
+    """Where the inventory and Slurm's node list differ, in one line (None when they agree): the
+    rule report refuses by and metrics warns by."""
+    differ = report.disagreements(nodes, slurm, hostlist.expand)
+    if not differ:
+        return None
+    more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
+    return (
+        f"{inventory_path} disagrees with Slurm's nodes: {differ[0]}{more}; pass the inventory the "
+        "cluster was rendered from, or re-render (gres render) and reconfigure"
+    )
+
+
 def gather(
     inventory_path: Path, start: datetime, end: datetime, now: datetime, by: str, log_path: str | None
 ) -> tuple[dict, list[str]]:
@@ -146,18 +183,21 @@ def gather(
     caps = report.capacity(nodes)
     config = accounting_config()
     check_tres(config, list(caps))
-    differ = report.disagreements(nodes, show_node_gres([]), hostlist.expand)
+    differ = inventory_differs(inventory_path, nodes, show_node_gres([]))
     if differ:
-        more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
-        raise InventoryError(
-            f"{inventory_path} disagrees with Slurm's nodes: {differ[0]}{more}; pass the inventory the "
-            "cluster was rendered from, or re-render (gres render) and reconfigure"
-        )
+        raise InventoryError(differ)
     found, note = refusals(log_path, config)
     notes = [note] if note else []
-    if not sees_every_job(config):
+    private = not sees_every_job(config)
+    if private:
         notes.append("Slurm's PrivateData=jobs shows you only your own jobs: the figures cover those")
-    doc = report.build(sacct.jobs(start, end), found, caps, start, end, now, by)
+    jobs = sacct.with_queued_comments(sacct.jobs(start, end))
+    doc = report.build(jobs, found, caps, start, end, now, by)
     if not doc["jobs"] and not (doc["refusals"] or {}):
+        if private:
+            raise HeteroError(
+                f"none of your jobs between {doc['since']} and {doc['until']}, and Slurm's PrivateData=jobs "
+                "shows you only your own; run as root or SlurmUser to see every job, or widen --since/--until"
+            )
         raise HeteroError(f"no jobs between {doc['since']} and {doc['until']}; widen --since/--until")
     return doc, notes

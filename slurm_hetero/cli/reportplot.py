@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from slurm_hetero.errors import ConfigError, OutputError
+from slurm_hetero.writefile import write_bytes_atomic
+
+FORMATS = ("png", "svg", "pdf")
+
+
+def check_path(path: Path) -> str:
+    """The format `path` names by its suffix; a directory or another suffix is refused (matplotlib
+    would append `.png` and write elsewhere, silently)."""
+    if path.is_dir():
+        raise OutputError(f"--plot {path}: a directory; name a file ending in .{', .'.join(FORMATS)}")
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise OutputError(f"--plot {path}: name a file ending in .{', .'.join(FORMATS)} (the chart's format)")
+    return suffix
 
 
 def draw(doc: Mapping[str, Any], path: Path) -> None:
-    """Three panels per row of the report: share of capacity, mean queue wait, stranded GiB-hours."""
+    """Three panels per row of the report: share of capacity, mean queue wait, stranded GiB-hours,
+    drawn in memory and written atomically (a full disk leaves the old file, never a partial one)."""
+    fmt = check_path(path)
     try:
         import matplotlib
 
@@ -42,9 +59,9 @@ def draw(doc: Mapping[str, Any], path: Path) -> None:
     figure.legend(handles, list(palette), loc="lower center", ncol=len(palette), frameon=False, fontsize=9)
     figure.suptitle(f"slurm-hetero report by {by}: {doc['since']} .. {doc['until']}", fontsize=11)
     figure.tight_layout(rect=(0, 0.06, 1, 1))
+    data = io.BytesIO()
     try:
-        figure.savefig(path)
-    except (OSError, ValueError) as e:
-        raise OutputError(f"cannot write the plot to {path}: {e}") from None
+        figure.savefig(data, format=fmt)
     finally:
         plt.close(figure)
+    write_bytes_atomic(path, data.getvalue())

@@ -137,3 +137,95 @@ def test_bad_input_is_one_line_before_any_scrape(monkeypatch: pytest.MonkeyPatch
             assert line.startswith("slurm-hetero: ") and said in line, line
     finally:
         busy.close()
+    both = ["--serve", "9", "--textfile", str(tmp_path / "x.prom")]
+    result = CliRunner().invoke(cli, [*inv, *both])
+    assert result.exit_code == 2 and "--serve and --textfile exclude each other" in result.stderr
+    assert not (tmp_path / "x.prom").exists()
+
+
+def test_a_failed_scrape_is_one_line_and_up_zero_not_a_server_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prometheus_client import generate_latest
+
+    from slurm_hetero.cli.metrics import registry
+    from slurm_hetero.errors import ToolError
+
+    timeouts = []
+
+    def down(argv: Sequence[str], timeout: float = 60.0) -> str:
+        timeouts.append(timeout)
+        raise ToolError(argv, 1, "slurm_load_node error: Unable to contact slurm controller")
+
+    monkeypatch.setattr(proc, "run", down)
+    text = generate_latest(registry(EXAMPLE, None, serving=True)).decode()
+    assert samples(text) == {("slurm_hetero_up", ()): 0.0}
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("slurm-hetero: metrics not collected: `scontrol show node") and "contact" in line
+    assert timeouts == [4.0]  # bounded inside Prometheus' 10 s scrape timeout
+    monkeypatch.setattr(proc, "run", fake_run)
+    assert (
+        samples(generate_latest(registry(EXAMPLE, None, serving=True)).decode())[("slurm_hetero_up", ())] == 1
+    )
+    once = CliRunner().invoke(cli, ["metrics", "--inventory", str(EXAMPLE)])
+    assert once.exit_code == 0
+    monkeypatch.setattr(proc, "run", down)
+    once = CliRunner().invoke(cli, ["metrics", "--inventory", str(EXAMPLE)])
+    assert once.exit_code == 3 and len(once.stderr.splitlines()) == 1, once.output
+
+
+def test_served_decisions_read_only_what_the_log_appended_and_survive_rotation(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from prometheus_client import generate_latest
+
+    from slurm_hetero.cli.metrics import registry
+    from slurm_hetero.slurm import sacct
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    log = tmp_path / "slurmctld.log"
+    log.write_text(LOG + "[2026-11-02T10:00:03.000] slurm_hetero: uid 1000: rejected [request]: gpu")  # no \n
+    served = registry(EXAMPLE, str(log), serving=True)
+    (collector,) = served._collector_to_names  # type: ignore[attr-defined]
+
+    def decisions() -> dict[tuple[tuple[str, str], ...], float]:
+        got = samples(generate_latest(served).decode())
+        return {labels: v for (name, labels), v in got.items() if name == "slurm_hetero_hook_decisions_total"}
+
+    first = decisions()
+    assert sum(first.values()) == 3 and collector.log.offset == len(LOG)  # the unfinished line waits
+    with log.open("a") as f:
+        f.write("\n" + "x" * (sacct.MAX_LOG_LINE + 5) + " slurm_hetero: uid 1: rejected [request]: y\n")
+    assert sum(decisions().values()) == 4  # the finished line; the overlong one is skipped whole
+    assert collector.log.offset == log.stat().st_size  # the next scrape starts here
+    rotated = tmp_path / "new.log"
+    rotated.write_text(LOG.splitlines()[2] + "\n")
+    rotated.replace(log)  # logrotate: a new file under the name
+    assert sum(decisions().values()) == 5  # the counter keeps rising across the rotation
+    log.write_text("")  # truncated in place (copytruncate): read from the start again
+    with log.open("a") as f:
+        f.write(LOG.splitlines()[0] + "\n")
+    assert sum(decisions().values()) == 6
+
+
+def test_an_inventory_that_disagrees_with_slurm_is_named_once_as_report_names_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prometheus_client import generate_latest
+
+    from slurm_hetero.cli.metrics import registry
+
+    retyped = NODES.replace("gpu:l40s:2(S:0-7)", "gpu:l40:2(S:0-7)").replace(
+        "gpu:l40s:2(IDX", "gpu:l40:2(IDX"
+    )
+    monkeypatch.setattr(proc, "run", lambda argv, timeout=60.0: retyped if argv[0] == "scontrol" else PENDING)
+    served = registry(EXAMPLE, None, serving=True)
+    first = generate_latest(served).decode()
+    generate_latest(served)
+    (line,) = capsys.readouterr().err.splitlines()  # the second scrape says nothing more
+    assert line == (
+        f"slurm-hetero: warning: {EXAMPLE} disagrees with Slurm's nodes: l40sn1: inventory gpu:l40s:2, "
+        "Slurm gpu:l40:2; pass the inventory the cluster was rendered from, or re-render (gres render) "
+        "and reconfigure"
+    )
+    assert samples(first)[("slurm_hetero_gpus", (("type", "l40"), ("vendor", "unknown")))] == 2

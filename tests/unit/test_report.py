@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -60,7 +61,9 @@ def caps() -> dict[str, report.TypeCapacity]:
 
 
 def test_figures_equal_those_computed_by_hand() -> None:
-    doc = report.build(sacct.parse(SACCT), sacct.parse_refusals(LOG), caps(), SINCE, UNTIL, NOW, "type")
+    doc = report.build(
+        sacct.parse(SACCT), sacct.parse_refusals(LOG.splitlines()), caps(), SINCE, UNTIL, NOW, "type"
+    )
     rows = {r["type"]: r for r in doc["rows"]}
     assert set(rows) == {"a100_80g", "l40s", "ascend910b3"}
     assert (rows["ascend910b3"]["device_hours"], rows["ascend910b3"]["share"]) == (0, 0)  # idle
@@ -124,6 +127,7 @@ class FakeSlurm:
             "scontrol show node": NODES,
             "sacct": SACCT,
             "sacctmgr show config": "PrivateData             = jobs,usage\n",
+            "squeue": "2                               (null)\n",
         }
         self.answers.update(overrides)
 
@@ -158,6 +162,10 @@ def test_report_json_and_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             {"scontrol show config": "AccountingStorageType   = accounting_storage/none\n"},
             "Slurm keeps no job accounting (AccountingStorageType=accounting_storage/none); set "
             "AccountingStorageType=accounting_storage/slurmdbd",
+        ),
+        (
+            {"scontrol show config": "AccountingStorageType   = accounting_storage/none\n"},
+            '(docs/admin-guide.md, "Accounting by device type, the usage report and metrics")',
         ),
         (
             {
@@ -197,6 +205,12 @@ def test_a_user_whom_private_data_hides_other_jobs_is_told_so(
     assert "PrivateData=jobs shows you only your own jobs" in result.stderr
     open_data = FakeSlurm(tmp_path, **{"sacctmgr show config": "PrivateData             = none\n"})
     assert "PrivateData" not in run_report(monkeypatch, open_data, "--json").stderr
+    empty = run_report(monkeypatch, FakeSlurm(tmp_path, sacct="", log=""))
+    assert empty.exit_code == 1 and empty.stderr == (
+        "slurm-hetero: none of your jobs between 2026-11-02T10:00:00 and 2026-11-02T12:00:00, and Slurm's "
+        "PrivateData=jobs shows you only your own; run as root or SlurmUser to see every job, or widen "
+        "--since/--until\n"
+    )
 
 
 def test_the_rewrite_reason_is_the_policy_the_hook_names() -> None:
@@ -215,3 +229,104 @@ def test_times_are_read_or_refused_in_one_line() -> None:
     for bad in ("yesterday", "now-99999999d", "now-1w"):
         with pytest.raises(HeteroError):
             parse_when(bad, NOW)
+
+
+def test_a_log_the_user_names_must_be_readable_as_metrics_requires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run_report(monkeypatch, FakeSlurm(tmp_path), "--log", str(tmp_path / "absent.log"))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == f"slurm-hetero: {tmp_path / 'absent.log'}: no such slurmctld log\n"
+    fake = FakeSlurm(tmp_path)
+    (tmp_path / "slurmctld.log").unlink()  # SlurmctldLogFile not on this host: a note, refusals unknown
+    result = run_report(monkeypatch, fake, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["refusals"] is None
+    assert "refusals not counted" in result.stderr
+
+
+def test_a_hung_sacct_ends_in_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_hetero.errors import ToolError
+
+    hung = tmp_path / "sacct"
+    hung.write_text("#!/bin/sh\nsleep 30\n")
+    hung.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with pytest.raises(ToolError) as raised:
+        sacct.jobs(SINCE, UNTIL, timeout=0.5)
+    assert str(raised.value).startswith("`sacct -a -X -P -n -S 2026-11-02T10:00:00")
+    assert str(raised.value).endswith("failed (timed out after 0.5s)") and raised.value.exit_code == 3
+
+
+def test_plot_names_a_file_of_a_known_format_and_is_written_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    for bad in (tmp_path, tmp_path / "chart", tmp_path / "chart.txt"):
+        result = run_report(monkeypatch, FakeSlurm(tmp_path, sacct="never run"), "--plot", str(bad))
+        assert result.exit_code == 1 and result.stdout == "", result.output
+        assert (
+            result.stderr
+            == f"slurm-hetero: --plot {bad}: "
+            + ("a directory; " if bad == tmp_path else "")
+            + "name a file ending in .png, .svg, .pdf"
+            + ("" if bad == tmp_path else " (the chart's format)")
+            + "\n"
+        )
+    assert not (tmp_path / "chart.png").exists() and not tmp_path.with_suffix(".png").exists()
+    pytest.importorskip("matplotlib")
+    old = tmp_path / "r.svg"
+    old.write_text("old chart")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("slurm_hetero.writefile.os.fsync", full)
+    result = run_report(monkeypatch, FakeSlurm(tmp_path), "--plot", str(old))
+    assert result.exit_code == 1 and "No space left on device; nothing changed" in result.stderr
+    assert old.read_text() == "old chart" and [p.name for p in tmp_path.glob(".r.svg*")] == []
+
+
+def test_the_window_ends_now_at_the_latest_and_starts_where_slurm_keeps_time() -> None:
+    from slurm_hetero.cli.report import window
+    from slurm_hetero.errors import HeteroError
+
+    assert window("2026-11-02T10:00", "2030-01-01", NOW) == (datetime(2026, 11, 2, 10), NOW)
+    assert window("now-1h", "now", NOW) == (datetime(2026, 11, 2, 10, 40), NOW)
+    for since, said in [
+        ("0001-01-01", "--since 0001-01-01: before 1970-01-01"),
+        ("2026-11-02T12:00", "--since 2026-11-02T12:00 is not before --until 2030-01-01 (nor before now)"),
+    ]:
+        with pytest.raises(HeteroError, match=re.escape(said)) as raised:
+            window(since, "2030-01-01", NOW)
+        assert raised.value.exit_code == 1
+
+
+def test_a_future_until_is_clamped_to_now_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proc, "run", FakeSlurm(tmp_path).run)
+    args = ["report", "--inventory", str(EXAMPLE), "--since", "2026-11-02T10:00", "--until", "2999-01-01"]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["until"] < "2999"
+    assert "--until 2999-01-01 is past now: the report ends now" in result.stderr
+
+
+def test_the_accounting_section_the_messages_name_is_in_the_admin_guide() -> None:
+    from slurm_hetero.cli.report import ACCOUNTING_SECTION
+
+    titles = re.findall(r"^## (?:\d+\. )?(.+)$", (REPO / "docs" / "admin-guide.md").read_text(), re.M)
+    assert ACCOUNTING_SECTION in titles
+
+
+def test_running_jobs_count_the_comment_squeue_shows_until_sacct_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # slurmdbd gets AdminComment when a job ends: sacct prints it empty for running job 2
+    queued = "2                               slurm_hetero: gpumem:60G -> gres:gpu:a100_80g:2 (best-fit)\n"
+    result = run_report(monkeypatch, FakeSlurm(tmp_path, squeue=queued), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["rewrites"] == {"best-fit": 1, "fastest": 1}  # job 2 was submitted inside the window
+    a100 = next(r for r in doc["rows"] if r["type"] == "a100_80g")
+    # the window ends at 12:00, before the real now: job 2 ran 10:40 .. 12:00 inside it
+    assert a100["stranded_gib_hours"] == pytest.approx((81920 - 61440) / 1024 * 2 * 80 / 60, abs=1e-4)
