@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.errors import HeteroError
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 
 if TYPE_CHECKING:
     import torch
@@ -43,6 +44,7 @@ ENV = "SLURM_HETERO_CHECKPOINT"  # `launch --resume DIR` exports DIR to every ra
 
 LATEST = "latest"
 META = "meta.json"
+MAX_LATEST_BYTES = 4 << 10  # one step name; a symlink to /dev/zero or a FIFO is refused, not read
 _STEP = re.compile(r"step-[0-9]{8}")
 
 
@@ -175,7 +177,7 @@ def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
     written (made when missing), and a checkpoint already there is complete and of `model`."""
     root = Path(directory)
     _prepare(root)
-    if not (root / LATEST).exists():
+    if not os.path.lexists(root / LATEST):
         return  # a first run: training starts afresh and saves here
     meta = _meta(latest(root))
     if model is not None and meta.get("model") != model:
@@ -188,14 +190,11 @@ def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
 def latest(directory: str | os.PathLike[str]) -> Path:
     """The last complete checkpoint in `directory`, or a `CheckpointError` saying why there is none."""
     root = Path(directory)
-    try:
-        name = (root / LATEST).read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
+    if not os.path.lexists(root / LATEST):
         raise CheckpointError(
             f"{root}: no checkpoint ({LATEST} is missing); resume from a directory `save` wrote"
-        ) from None
-    except OSError as e:
-        raise CheckpointError(f"{root}: cannot read {LATEST}: {e.strerror}") from None
+        )
+    name = read_text(root / LATEST, MAX_LATEST_BYTES, "checkpoint pointer", CheckpointError).strip()
     if not _STEP.fullmatch(name) or not (root / name / META).is_file():
         raise CheckpointError(
             f"{root}: {LATEST} names {name!r}, which is not a complete checkpoint; remove it to start afresh"
@@ -249,9 +248,10 @@ def load(
 
 
 def _meta(path: Path) -> dict[str, Any]:
+    text = read_text(path / META, MAX_CONFIG_BYTES, f"checkpoint {META}", CheckpointError)
     try:
-        meta = json.loads((path / META).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        meta = json.loads(text)
+    except ValueError as e:
         raise CheckpointError(f"{path}: unreadable {META} ({e}); resume from an earlier checkpoint") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: {META} is not an object; resume from an earlier checkpoint")

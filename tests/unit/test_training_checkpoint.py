@@ -3,6 +3,7 @@ uninterrupted process, float64), and bad checkpoints are one line each."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,34 @@ def test_launch_resume_checks_the_directory_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(LaunchError, match="^--resume: cannot write checkpoints in"):
         check_resume_dir(tmp_path / "file" / "ckpt", "tiny")
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "garbage", "huge"])
+def test_latest_is_read_only_as_a_small_regular_file(tmp_path: Path, kind: str) -> None:
+    """A `latest` linked to /dev/zero was read without limit (23 GB, OOM); a FIFO hung the launcher;
+    binary garbage was a UnicodeDecodeError traceback. Each is one line now, at once."""
+    from slurm_hetero.launch.run import LaunchError, check_resume_dir
+
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+    pointer = tmp_path / "latest"
+    pointer.unlink()
+    if kind == "dev-zero":
+        pointer.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(pointer)
+    elif kind == "garbage":
+        pointer.write_bytes(bytes(range(128, 256)) * 3)
+    else:
+        pointer.write_bytes(b"step-00000000\n" + b" " * checkpoint.MAX_LATEST_BYTES)
+    reason = {
+        "dev-zero": "a character device",
+        "fifo": "a FIFO",
+        "garbage": "not UTF-8",
+        "huge": "[0-9]+ bytes, more than",
+    }
+    with pytest.raises(LaunchError, match=f"^--resume: .*checkpoint pointer (is )?{reason[kind]}") as e:
+        check_resume_dir(tmp_path, "tiny")
+    assert "\n" not in str(e.value)
+    with pytest.raises(CheckpointError, match=reason[kind]):
+        checkpoint.load(tmp_path, stage, None, lay)
