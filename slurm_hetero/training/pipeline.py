@@ -144,7 +144,11 @@ class Pipeline:
             # every stage gets the loss: a schedule without one runs forward only. Gradients are
             # summed over micro-batches (their losses are weighted already): torch 2.7 and later
             # divide them by the count unless told not to, earlier ones have no such option
-            kind = getattr(pipelining, SCHEDULES[self.schedule])
+            # 1F1B with fewer micro-batches than stages has no steady state: its order is GPipe's
+            # (all forwards, then all backwards), which is what the planner prices for it, but
+            # torch's Schedule1F1B refuses it (a replica the plan gives 1 micro-batch on 2 stages)
+            name = "gpipe" if count < self.lay["num_stages"] else self.schedule
+            kind = getattr(pipelining, SCHEDULES[name])
             unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(kind).parameters else {}
             self.made = kind(stage, n_microbatches=count, loss_fn=self._loss_of_rows, **unscaled)
         return self.made

@@ -150,6 +150,15 @@ def test_pipeline_by_data_parallel_matches_one_process(tmp_path: Path, schedule:
     assert result["losses"][-1] < result["losses"][0]
 
 
+def test_fewer_micro_batches_than_stages_run_under_the_default_schedule(tmp_path: Path) -> None:
+    # the planner gives a replica 1 micro-batch on 2 stages (tiny-lm, gb 8, a100 + l40s): torch's
+    # Schedule1F1B refused it at the first step; its order then is GPipe's, which runs it
+    per_rank = layouts([0, 1, 3], [8], micro_batch=8)
+    assert per_rank[0]["micro_batches"] == 1 < per_rank[0]["num_stages"]
+    result, _ = run_ranks(tmp_path, per_rank, "--schedule", "1f1b")
+    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
+
+
 def test_tensor_parallel_replicas_of_uneven_shares_match_one_process(tmp_path: Path) -> None:
     per_rank = layouts([0, 4], [5, 11], micro_batch=4, tp=[2])
     result, _ = run_ranks(tmp_path, per_rank)
