@@ -480,15 +480,20 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
         flops = stage_flops(cfg, layout, model, args.flops_seq)
         pace = Pace(factor, flops, args.device_gflops)
         run = train(cfg, dist, layout, args.steps, pace, args.schedule, args.checkpoint_dir)
+        if not run.losses and me["rank"] == 0:  # a requeue after the last save: a clean finish
+            print(
+                f"nothing left to train: resumed at step {run.first_step} of --steps {args.steps}", flush=True
+            )
         result["runs"][name] = {
             "losses": run.losses,
             "first_step": run.first_step,
             "step_end_unix": run.ended,
-            "step_time_s": _report(name, run, args, dist),
+            "step_time_s": _report(name, run, args, dist) if run.losses else None,
         }
     result["losses"] = next(iter(result["runs"].values()))["losses"]
     result["first_step"] = next(iter(result["runs"].values()))["first_step"]
-    result.update(_summary(dist, {k: v["step_time_s"] for k, v in result["runs"].items()}))
+    measured = {k: v["step_time_s"] for k, v in result["runs"].items() if v["step_time_s"] is not None}
+    result.update(_summary(dist, measured))
     torch.distributed.destroy_process_group()
     return result
 

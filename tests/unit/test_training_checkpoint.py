@@ -135,3 +135,14 @@ def test_latest_is_read_only_as_a_small_regular_file(tmp_path: Path, kind: str) 
     assert "\n" not in str(e.value)
     with pytest.raises(CheckpointError, match=reason[kind]):
         checkpoint.load(tmp_path, stage, None, lay)
+
+
+def test_resuming_a_finished_run_is_a_clean_finish(tmp_path: Path) -> None:
+    """A requeue after the last save resumed with no steps left: the example died on
+    `statistics.median([])`, and so did every retry; it now says so in one line, exit 0."""
+    saved, per_rank = tmp_path / "ckpt", layouts([0, 2], [16], micro_batch=4)
+    run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved))
+    again, stdout = run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved))
+    assert again["losses"] == [] and again["first_step"] == 2
+    assert "nothing left to train: resumed at step 2 of --steps 2" in stdout
+    assert "Traceback" not in stdout
