@@ -146,3 +146,51 @@ def test_resuming_a_finished_run_is_a_clean_finish(tmp_path: Path) -> None:
     assert again["losses"] == [] and again["first_step"] == 2
     assert "nothing left to train: resumed at step 2 of --steps 2" in stdout
     assert "Traceback" not in stdout
+
+
+def _cut(path: Path, size: int | None) -> None:
+    if size is None:
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:size])
+
+
+@pytest.mark.parametrize(
+    "file, size, reason",
+    [
+        (".metadata", 0, r"\.metadata is empty"),
+        (".metadata", 40, r"\.metadata is unreadable \("),
+        (".metadata", None, r"\.metadata: no such file"),
+        ("__0_0.distcp", 100, r"shard __0_0\.distcp is 100 bytes, less than the [0-9]+ \.metadata names"),
+        ("__0_0.distcp", 0, r"shard __0_0\.distcp is 0 bytes"),
+        ("__0_0.distcp", None, r"shard __0_0\.distcp: No such file"),
+    ],
+)
+def test_launch_resume_checks_the_latest_steps_files_and_names_an_earlier_one(
+    tmp_path: Path, file: str, size: int | None, reason: str
+) -> None:
+    """launch --resume passed a latest step whose .metadata or shard was empty, truncated or
+    gone, and every rank then died in load; the advice was to throw all progress away."""
+    from slurm_hetero.launch.run import LaunchError, check_resume_dir
+
+    stage, lay = _stage()
+    for step in (0, 1, 2):
+        checkpoint.save(tmp_path, stage, None, lay, step)
+    _cut(tmp_path / "step-00000001" / file, size)  # an earlier step broken too: not the advice
+    _cut(tmp_path / "step-00000002" / file, size)
+    advice = "step-00000000 is complete: write its name into .*latest to resume from it$"
+    with pytest.raises(LaunchError, match=f"^--resume: .*step-00000002: {reason}.*; {advice}"):
+        check_resume_dir(tmp_path, "tiny")
+
+
+def test_a_latest_naming_no_checkpoint_names_the_newest_complete_one(tmp_path: Path) -> None:
+    stage, lay = _stage()
+    for step in (0, 1):
+        checkpoint.save(tmp_path, stage, None, lay, step)
+    (tmp_path / "latest").write_text("step-00000099\n")
+    with pytest.raises(CheckpointError, match="'step-00000099', .*; step-00000001 is complete: write"):
+        checkpoint.load(tmp_path, stage, None, lay)
+    for step in (0, 1):
+        (tmp_path / f"step-0000000{step}" / ".metadata").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no complete checkpoint is left: remove .*latest to start"):
+        checkpoint.load(tmp_path, stage, None, lay)
