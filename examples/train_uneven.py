@@ -506,7 +506,10 @@ def main(argv: list[str] | None = None) -> None:
         for i, loss in enumerate(result["losses"]):
             print(f"step {i} loss {loss:.10f}", flush=True)
     else:
-        result = distributed(args)
+        try:
+            result = distributed(args)
+        except checkpoint.CheckpointError as e:  # one line per rank, not a traceback
+            sys.exit(f"train_uneven: rank {os.environ.get('RANK', '0')}: {e}")
     if args.losses_out and int(os.environ.get("RANK", "0")) == 0:
         with open(args.losses_out, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

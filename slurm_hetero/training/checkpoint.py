@@ -108,6 +108,7 @@ def save(
     data position, ...) is stored as JSON in meta.json. Returns the step directory."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     root = Path(directory)
     final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
@@ -115,21 +116,29 @@ def save(
     if first:
         _prepare(root, partial)
     _barrier()
-    dcp.save(_state(stage, optimizer, layout), storage_writer=dcp.FileSystemWriter(str(partial)))
-    _barrier()
-    if first:
-        meta = {
-            "model": layout["model"],
-            "num_layers": layout["num_layers"],
-            "step": step,
-            "extra": extra or {},
-        }
-        (partial / META).write_text(json.dumps(meta), encoding="utf-8")
-        _fsync_dir(partial)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(partial, final)
-        _write_latest(root, final.name)
+    try:
+        dcp.save(_state(stage, optimizer, layout), storage_writer=dcp.FileSystemWriter(str(partial)))
+        _barrier()
+        if first:
+            meta = {
+                "model": layout["model"],
+                "num_layers": layout["num_layers"],
+                "step": step,
+                "extra": extra or {},
+            }
+            (partial / META).write_text(json.dumps(meta), encoding="utf-8")
+            _fsync_dir(partial)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(partial, final)
+            _write_latest(root, final.name)
+    except (Exception, CheckpointException) as e:  # a full disk: OSError, torch's RuntimeError
+        if first:  # the half-written step would only fill the disk further
+            shutil.rmtree(partial, ignore_errors=True)
+        raise CheckpointError(
+            f"cannot save step {step} in {root} ({_first_line(e)}); the last complete checkpoint is "
+            "kept: free space there or give another directory"
+        ) from None
     _barrier()
     return final
 
@@ -318,5 +327,11 @@ def _meta(path: Path) -> dict[str, Any]:
 
 
 def _first_line(error: BaseException) -> str:
+    """`error`'s type and first line; for DCP's CheckpointException (whose text is the ranks'
+    tracebacks), the first failing rank's exception."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        cause = next(iter(failures.values()))
+        return _first_line(cause[0] if isinstance(cause, tuple) else cause)
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"

@@ -96,8 +96,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(tmp_path: Path, per_rank: list[dict[str, Any]], *args: str) -> tuple[dict[str, Any], str]:
-    """Run the example on one local process per layout; rank 0's --losses-out JSON and stdout."""
+def run_ranks(
+    tmp_path: Path, per_rank: list[dict[str, Any]], *args: str, code: int = 0
+) -> tuple[dict[str, Any], str]:
+    """Run the example on one local process per layout; rank 0's --losses-out JSON and stdout
+    (every rank exiting with `code`; no JSON unless 0)."""
     port, world, procs = _free_port(), len(per_rank), []
     for lay in per_rank:
         path = tmp_path / f"layout-{lay['rank']}.json"
@@ -114,7 +117,9 @@ def run_ranks(tmp_path: Path, per_rank: list[dict[str, Any]], *args: str) -> tup
         )
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     for p, text in zip(procs, outputs):
-        assert p.returncode == 0, text
+        assert p.returncode == code, text
+    if code:
+        return {}, outputs[0]
     return json.loads((tmp_path / "out.json").read_text()), outputs[0]
 
 

@@ -194,3 +194,44 @@ def test_a_latest_naming_no_checkpoint_names_the_newest_complete_one(tmp_path: P
         (tmp_path / f"step-0000000{step}" / ".metadata").write_bytes(b"")
     with pytest.raises(CheckpointError, match="no complete checkpoint is left: remove .*latest to start"):
         checkpoint.load(tmp_path, stage, None, lay)
+
+
+def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(tmp_path: Path) -> None:
+    """examples/train_uneven.py, which users copy, let CheckpointError out as a traceback per rank."""
+    saved, per_rank = tmp_path / "ckpt", layouts([0, 1, 2], [8], micro_batch=4)
+    run_ranks(tmp_path, per_rank, "--steps", "1", "--checkpoint-dir", str(saved))
+    for shard in (saved / "step-00000000").glob("*.distcp"):
+        shard.write_bytes(b"")
+    _, stdout = run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved), code=1)
+    assert "Traceback" not in stdout
+    assert stdout.strip().splitlines()[-1].startswith("train_uneven: rank 0: ")
+    assert "unreadable checkpoint" in stdout
+
+
+def test_a_full_disk_mid_save_removes_the_partial_step_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk mid-save left step-N.partial filling the disk and a raw torch traceback."""
+    import errno
+
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+
+    def full(state: object, storage_writer: object) -> None:
+        (tmp_path / "step-00000001.partial").mkdir()
+        (tmp_path / "step-00000001.partial" / "__0_0.distcp").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("torch.distributed.checkpoint.save", full)
+    with pytest.raises(CheckpointError, match=r"cannot save step 1 in .*\(OSError: .*No space left") as e:
+        checkpoint.save(tmp_path, stage, None, lay, 1)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "step-00000001.partial").exists()
+    assert (tmp_path / "latest").read_text().strip() == "step-00000000"
+
+
+def test_a_checkpoint_exception_is_named_by_its_cause() -> None:
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    error = CheckpointException("x", {0: (OSError(28, "No space left on device"), None)})
+    assert checkpoint._first_line(error) == "OSError: [Errno 28] No space left on device"
