@@ -184,11 +184,13 @@ def _device(module: torch.nn.Module) -> torch.device:
 
 
 def _pad(batch: torch.Tensor, rows: int) -> torch.Tensor:
-    """`batch` with copies of its first row up to `rows` rows."""
+    """`batch` with copies of its first row up to `rows` rows, contiguous: a caller's slice
+    (``ids[:, :-1]``, stride seq+1) reached torch 2.6's PipelineStage, whose check of each
+    micro-batch's strides against the shapes it inferred refused it (PipeliningShapeError)."""
     import torch
 
     extra = rows - batch.shape[0]
-    return torch.cat([batch, batch[:1].expand(extra, *batch.shape[1:])]) if extra else batch
+    return torch.cat([batch, batch[:1].expand(extra, *batch.shape[1:])]) if extra else batch.contiguous()
 
 
 def _group_ranks(lay: dict[str, Any]) -> dict[int, int]:

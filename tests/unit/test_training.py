@@ -164,6 +164,18 @@ def test_fewer_micro_batches_than_stages_run_under_the_default_schedule(tmp_path
     assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
 
 
+@pytest.mark.parametrize("rows", [4, 6])
+def test_pipeline_inputs_are_contiguous_whatever_the_callers_slice(rows: int) -> None:
+    # the example feeds ids[:, :-1] (stride 17 on 16 columns): torch 2.6's PipelineStage refused it
+    # with a stride mismatch (expected (16, 1), actual (17, 1)) when no row was padded
+    from slurm_hetero.training.pipeline import _pad
+
+    ids = torch.arange(4 * 17).reshape(4, 17)
+    padded = _pad(ids[:, :-1], rows)
+    assert padded.shape == (rows, 16) and padded.stride() == (16, 1) and padded.is_contiguous()
+    assert torch.equal(padded[:4], ids[:, :-1])
+
+
 def test_tensor_parallel_replicas_of_uneven_shares_match_one_process(tmp_path: Path) -> None:
     per_rank = layouts([0, 4], [5, 11], micro_batch=4, tp=[2])
     result, _ = run_ranks(tmp_path, per_rank)
