@@ -334,6 +334,27 @@ def test_even_split_has_equal_layers_and_samples() -> None:
     ]
 
 
+@pytest.mark.parametrize("built", [True, False])
+def test_a_torch_without_libuv_gets_use_libuv_0(monkeypatch: pytest.MonkeyPatch, built: bool) -> None:
+    # the 24.11 dev cluster's torch 2.6 lacks libuv: every rank failed at init without USE_LIBUV=0
+    import torch.distributed as dist
+
+    real = dist.TCPStore
+
+    def store(*args: Any, **kwargs: Any) -> Any:
+        if not built and kwargs.get("use_libuv"):
+            raise RuntimeError("use_libuv was requested but PyTorch was build without libuv support")
+        return real(*args, **kwargs)
+
+    monkeypatch.delenv("USE_LIBUV", raising=False)
+    monkeypatch.setattr(dist, "TCPStore", store)
+    training._use_libuv_if_built()
+    assert os.environ.get("USE_LIBUV") == (None if built else "0")
+    monkeypatch.setenv("USE_LIBUV", "1")  # the user's own choice is kept
+    training._use_libuv_if_built()
+    assert os.environ["USE_LIBUV"] == "1"
+
+
 def test_backend_availability_names_what_is_missing() -> None:
     assert training.backend_unavailable_reason("gloo") is None
     assert "no 'nosuchccl' backend" in (training.backend_unavailable_reason("nosuchccl") or "")
