@@ -137,6 +137,8 @@ class Pipeline:
             kind, module = pipelining.PipelineStage, self.stage
             if self.tp is not None:
                 kind, module = _LeadStage(self.tp, self.tp_root), _Lead(self.stage, self.tp, self.tp_root)
+            if self.last and not self.first:
+                module = _Owned(module)
             stage = kind(
                 module, self.lay["stage"], self.lay["num_stages"], _device(self.stage), group=self.pp
             )
@@ -273,6 +275,25 @@ def _LeadStage(group: ProcessGroup, root: int) -> Any:  # noqa: N802 - a class f
             return super().forward_one_chunk(*args, **kwargs)
 
     return LeadStage
+
+
+def _Owned(stage: torch.nn.Module) -> torch.nn.Module:  # noqa: N802 - a class factory
+    """The last stage for the schedule, its output never a view: torch 2.6's PipelineStage
+    detaches the last stage's output in place after its backward, which raises for a view ("Can't
+    detach views in-place"; nn.Linear on 3-d input returns one, and so does `_Lead`); later torch
+    skips views. A view is cloned, one micro-batch's output."""
+    import torch
+
+    class Owned(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.inner(x)
+            return out.clone() if out._is_view() else out
+
+    return Owned(stage)
 
 
 def _Lead(stage: torch.nn.Module, group: ProcessGroup, root: int) -> torch.nn.Module:  # noqa: N802

@@ -176,6 +176,23 @@ def test_pipeline_inputs_are_contiguous_whatever_the_callers_slice(rows: int) ->
     assert torch.equal(padded[:4], ids[:, :-1])
 
 
+def test_the_last_stages_output_is_detachable_in_place() -> None:
+    # torch 2.6's PipelineStage detaches the last stage's output in place: a view (nn.Linear on
+    # 3-d input) raised "Can't detach views in-place" at the first backward
+    from slurm_hetero.training.pipeline import _Owned
+
+    head = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 5, 4)
+    assert head(x)._is_view()
+    out = _Owned(head)(x)
+    assert not out._is_view()
+    out.sum().backward()
+    assert head.weight.grad is not None and torch.equal(
+        head.weight.grad, x.reshape(-1, 4).sum(0).expand(3, 4)
+    )
+    out.detach_()
+
+
 def test_tensor_parallel_replicas_of_uneven_shares_match_one_process(tmp_path: Path) -> None:
     per_rank = layouts([0, 4], [5, 11], micro_batch=4, tp=[2])
     result, _ = run_ranks(tmp_path, per_rank)
