@@ -46,6 +46,7 @@ ENV = "SLURM_HETERO_CHECKPOINT"  # `launch --resume DIR` exports DIR to every ra
 
 LATEST = "latest"
 META = "meta.json"
+_OTHER_ARCHITECTURE = ("Missing key in checkpoint state_dict", "Size mismatch between saved")  # DCP's words
 MAX_LATEST_BYTES = 4 << 10  # one step name; a symlink to /dev/zero or a FIFO is refused, not read
 _STEP = re.compile(r"step-[0-9]{8}")
 
@@ -296,8 +297,14 @@ def load(
         Exception,
         CheckpointException,
     ) as e:  # many kinds on missing or short files (DCP's: a BaseException)
+        cause = _first_line(e)
+        if any(m in cause for m in _OTHER_ARCHITECTURE):  # the files are fine: earlier ones match no better
+            raise CheckpointError(
+                f"{path}: holds another architecture of {layout['model']!r} ({cause}); give the "
+                "checkpoint directory of this model and architecture"
+            ) from None
         raise CheckpointError(
-            f"{path}: unreadable checkpoint ({_first_line(e)}); {_earlier(path.parent, path)}"
+            f"{path}: unreadable checkpoint ({cause}); {_earlier(path.parent, path)}"
         ) from None
     back = {v: k for k, v in _names(stage, layout).items()}
     model = _renamed(state["model"], back)

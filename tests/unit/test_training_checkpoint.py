@@ -235,3 +235,13 @@ def test_a_checkpoint_exception_is_named_by_its_cause() -> None:
 
     error = CheckpointException("x", {0: (OSError(28, "No space left on device"), None)})
     assert checkpoint._first_line(error) == "OSError: [Errno 28] No space left on device"
+
+
+def test_a_checkpoint_of_another_architecture_is_named_so(tmp_path: Path) -> None:
+    """A checkpoint of the same --model and layers but another architecture was "unreadable ...
+    resume from an earlier one": the advice had the user discard good checkpoints."""
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+    wider = example.build_model(example.Config(layers=2, d_model=64))
+    with pytest.raises(CheckpointError, match=r"holds another architecture of 'tiny' \(ValueError: Size mis"):
+        checkpoint.load(tmp_path, wider, None, lay)
