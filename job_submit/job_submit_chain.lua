@@ -24,9 +24,12 @@ stat, so the text is compared, once per job). As in slurmctld: a hook that does 
 syntax error, an error or a non-zero return at load, an unreadable file) keeps the one loaded
 before, logged; with none loaded before, every job and edit is refused, naming the file and
 Lua's error, until it loads (the site's hook may enforce policy: fail closed).
-The site's hook runs under an instruction budget (a debug.sethook count hook): one that
-runs past it (an endless loop) is stopped and that job refused, naming the file, instead of
-holding slurmctld's job_submit lock forever. A blocking call (a read, os.execute) is not counted.
+The site's hook runs under an instruction budget (a debug.sethook count hook), shared by the
+coroutines it starts: one that runs past it (an endless loop, in a coroutine or an xpcall
+handler too) is stopped and that job refused, naming the file, instead of holding slurmctld's
+job_submit lock forever. It may not call debug.sethook (an error, logged). A blocking call (a
+read, os.execute) is not counted. The budget stops mistakes, not a hostile hook (which runs
+as slurmctld's user anyway).
 ]]
 
 local SITE_PATH = nil -- @render site_path
@@ -54,27 +57,61 @@ end
 
 local CHAIN = debug.getinfo(1, "S").source -- this file, as Lua names it ("@/etc/slurm/job_submit.lua")
 
--- pcall(fn, ...) that may run BUDGET instructions: true and fn's result, or false and the error, and
--- whether it ran past the budget (it is then stopped at each next instruction, however often it
--- catches the error itself, until it is back in this file). A count hook on the running thread:
--- slurmctld's job_desc and job record read into its main Lua thread, so no coroutine.
-local function guarded(fn, ...)
-  local over = false
-  local function stop()
-    if debug.getinfo(2, "S").source == CHAIN then
-      debug.sethook() -- back here: the call is over
-      return
-    end
-    if not over then
-      over = true
-      debug.sethook(stop, "", 1)
-    end
-    error(OVER, 0)
+-- The budget. Lua hooks are per thread, so the site's coroutines get the count hook too, and the
+-- instructions left are shared by all of them; a stopped thread is stopped at each next
+-- instruction (however often it catches the error) until it is back in `guarded`.
+local TICK = 10000 -- instructions between two looks at the budget, on each thread
+local sethook, left, stopped = debug.sethook, nil, false -- left: nil unless the site's hook runs
+local guarded
+local function tick()
+  if not left then return end
+  left = left - TICK
+  if left > 0 then return end
+  if debug.getinfo(2, "f").func == guarded then return sethook() end -- back here: the call is over
+  stopped = true
+  sethook(tick, "", 1)
+  error(OVER, 0)
+end
+
+-- While the site's hook runs (these are the Lua state's own tables, so _G.coroutine and
+-- require"debug" are these too): its coroutines start with the count hook; it cannot set
+-- hooks (that would lift the budget); an xpcall handler is not called for the stop, which
+-- Lua runs inside the hook with hooks off (a handler that looped there would never end).
+for _, name in ipairs({ "create", "wrap" }) do
+  local make = coroutine[name]
+  coroutine[name] = function(fn)
+    if not left or type(fn) ~= "function" then return make(fn) end
+    return make(function(...)
+      sethook(tick, "", TICK)
+      return fn(...)
+    end)
   end
-  debug.sethook(stop, "", BUDGET)
+end
+function debug.sethook(...)
+  if left then
+    error("slurm_hetero chain: debug.sethook is not for the site's hook (it would lift the budget)", 2)
+  end
+  return sethook(...)
+end
+local lua_xpcall = xpcall
+function xpcall(fn, handler, ...)
+  if not left then return lua_xpcall(fn, handler, ...) end
+  return lua_xpcall(fn, function(e)
+    if stopped then return e end
+    return handler(e)
+  end, ...)
+end
+
+-- pcall(fn, ...) that may run BUDGET instructions: true and fn's result, or false and the error, and
+-- whether it ran past the budget. slurmctld's job_desc and job record read into its main Lua thread,
+-- so the call runs there.
+function guarded(fn, ...)
+  left, stopped = BUDGET, false
+  sethook(tick, "", TICK)
   local ok, rc = pcall(fn, ...)
-  debug.sethook()
-  return ok, rc, over
+  sethook()
+  left = nil
+  return ok, rc, stopped
 end
 
 local site = { path = SITE_PATH } -- env: the loaded hook's globals; text: the file as last read; err

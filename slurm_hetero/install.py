@@ -17,7 +17,8 @@ fetched), checked to start, then every script, the inventory and install.json ar
 temporary names and only then renamed in place (a failure before leaves the old install whole).
 Each script names the install.json that owns it (another install's scripts are refused) and
 install.json records its hash (uninstall leaves a script someone edited, and says so).
-Paths are written shell-quoted, and a path with a control character (newline) is refused.
+Paths are written shell-quoted (double-quoted in the slurm.conf lines printed, as slurm.conf
+quotes a value with whitespace), and a path with a control character (newline) is refused.
 A task that read the old script runs the old venv to its end; old venvs are removed once no
 process runs from them, keeping the previous one. Uninstall refuses while any slurm.conf line
 names a script or venv it would remove, and names the line (no dangling TaskProlog).
@@ -118,6 +119,13 @@ def check_printable(what: str, value: str) -> None:
         raise HeteroError(f"{what} {value!r} holds the control character {bad[0]!r}; give a path without one")
 
 
+def slurm_conf_value(path: Path) -> str:
+    """`path` as a slurm.conf value: double-quoted when it holds whitespace, where Slurm ends a bare
+    value (a path with whitespace and a double quote too is refused by `install`)."""
+    text = str(path)
+    return f'"{text}"' if any(c.isspace() for c in text) else text
+
+
 def default_source() -> Path | None:
     """The checkout this package runs from, when it runs from one."""
     root = Path(__file__).resolve().parents[1]
@@ -164,6 +172,11 @@ def install(
     named.update({"--inventory": inventory_file or "", "--config": config or ""})
     for what, value in named.items():
         check_printable(what, str(value))
+    if slurm_conf_value(layout.etc).count('"') > 2:
+        raise HeteroError(
+            f"--slurm-etc {layout.etc}: slurm.conf cannot name a path with a double quote and whitespace; "
+            "give another"
+        )
     saved = os.umask(0o022)  # every job user reads the venv, the scripts and the directories made
     try:
         with _locked(layout):

@@ -15,7 +15,7 @@ import click
 
 from slurm_hetero.cli import cli
 from slurm_hetero.errors import HeteroError
-from slurm_hetero.install import Layout, default_source, install, uninstall
+from slurm_hetero.install import Layout, default_source, install, slurm_conf_value, uninstall
 
 PATH = click.Path(path_type=Path)
 
@@ -92,5 +92,5 @@ def install_command(
         f"{'upgraded' if upgrade else 'installed'} slurm-hetero {manifest['version']} in {manifest['venv']}"
     )
     scripts = manifest["scripts"]
-    click.echo(f"slurm.conf: TaskProlog={scripts['taskprolog']}")
-    click.echo(f"slurm.conf: HealthCheckProgram={scripts['health']}")
+    click.echo(f"slurm.conf: TaskProlog={slurm_conf_value(Path(scripts['taskprolog']))}")
+    click.echo(f"slurm.conf: HealthCheckProgram={slurm_conf_value(Path(scripts['health']))}")

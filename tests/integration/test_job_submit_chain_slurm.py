@@ -75,7 +75,10 @@ def test_a_site_hook_that_fails_to_load_or_never_returns_refuses_jobs_naming_it(
     assert refused.returncode != 0, refused.stdout
     assert f"slurm_hetero chain: the site's hook {SITE} did not load (" in refused.stderr, refused.stderr
     assert "attempt to index" in refused.stderr, refused.stderr
+    forever = "function() while true do end end"
     loops = "if job_desc.name == 'loops' then while true do end end\n"
+    loops += f"if job_desc.name == 'in-coroutine' then coroutine.wrap({forever})() end\n"
+    loops += f"if job_desc.name == 'in-handler' then xpcall({forever}, {forever}) end\n"
     SITE.write_text(SITE_HOOK.replace("  if job_desc.name", "  " + loops + "  if job_desc.name", 1))
     run = held("--gres=gpumem:20G")  # read again when its text changed: no touch, no reconfigure
     assert run.returncode == 0, run.stderr
@@ -83,9 +86,10 @@ def test_a_site_hook_that_fails_to_load_or_never_returns_refuses_jobs_naming_it(
     slurm("scancel", fields["JobId"])
     assert fields["AdminComment"].startswith("slurm_hetero: gpumem:20G -> "), fields
     assert fields["Comment"] in ("site saw gres:gpumem:20G", "site saw gres/gpumem:20G"), fields
-    refused = held("-J", "loops", "--gres=gpumem:20G")
-    assert refused.returncode != 0, refused.stdout
-    assert f"the site's hook {SITE} ran past " in refused.stderr and "was stopped" in refused.stderr
+    for name in ("loops", "in-coroutine", "in-handler"):  # the last two wedged slurmctld (adv22b)
+        refused = held("-J", name, "--gres=gpumem:20G")
+        assert refused.returncode != 0, refused.stdout
+        assert f"the site's hook {SITE} ran past " in refused.stderr and "was stopped" in refused.stderr
     run = held("--gres=gpumem:20G")  # slurmctld goes on
     assert run.returncode == 0, run.stderr
     slurm("scancel", run.stdout.strip().split(";")[0])

@@ -221,6 +221,25 @@ def test_the_command_prints_the_slurm_conf_lines_and_errors_in_one_line(
     assert result.output.startswith("slurm-hetero: already installed") and result.output.count("\n") == 1
 
 
+def test_a_slurm_etc_with_whitespace_is_printed_double_quoted_as_slurm_conf_reads_it(
+    build: FakeBuild, tmp_path: Path
+) -> None:
+    # Slurm ends a bare value at whitespace: `TaskProlog=/x/with space/...` named `/x/with`
+    spaced = tmp_path / "with space"
+    layout = inst.Layout(spaced / "pre", spaced / "etc", tmp_path / "bin", tmp_path / "site")
+    where = ["--prefix", str(layout.prefix), "--slurm-etc", str(layout.etc), "--bin-dir", str(layout.bin_dir)]
+    where += ["--site-dir", str(layout.site), "--python", str(PYTHON)]
+    result = CliRunner().invoke(cli, ["install", *where])
+    assert result.exit_code == 0, result.output
+    assert f'slurm.conf: TaskProlog="{layout.etc}/slurm-hetero-taskprolog"\n' in result.output
+    assert f'slurm.conf: HealthCheckProgram="{layout.etc}/slurm-hetero-health"\n' in result.output
+    where[1], where[3] = str(tmp_path / "p2"), str(tmp_path / 'a "quoted" etc')
+    result = CliRunner().invoke(cli, ["install", *where])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "cannot name a path with a double quote and whitespace" in result.output
+    assert not (tmp_path / "p2").exists() and not Path(where[3]).exists()
+
+
 def test_a_venv_directory_install_did_not_make_is_left_alone(build: FakeBuild, layout: inst.Layout) -> None:
     (layout.prefix / "venv" / "bin").mkdir(parents=True)
     with pytest.raises(HeteroError, match="venv is a directory install did not make"):

@@ -5,8 +5,10 @@ slurmctld."""
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from click.testing import CliRunner
@@ -271,3 +273,69 @@ def test_a_site_hook_that_never_returns_at_load_refuses_every_job(tmp_path: Path
     (tmp_path / "site_job_submit.lua").write_text("while true do end\n")
     rc, user, _, _ = ChainHook(out / SCRIPT_NAME, lupa.lua54).run_rc(job())
     assert rc == -1 and REFUSED_LOADING in user and STOPPED in user
+
+
+def in_child(call: Callable[[], Any], timeout: float = 60) -> Any:
+    """`call()` in a forked child: a hook that never returns fails its test instead of hanging the suite."""
+    fork = multiprocessing.get_context("fork")
+    reader, writer = fork.Pipe(duplex=False)
+    child = fork.Process(target=lambda: writer.send(call()))
+    child.start()
+    try:
+        if not reader.poll(timeout):
+            pytest.fail(f"the chain still ran after {timeout:.0f} s: the site's hook was not stopped")
+        return reader.recv()
+    finally:
+        child.kill()
+        child.join()
+
+
+# Each escaped the budget of a chain that hooked the main thread alone (slurmctld wedged, issue 22).
+ESCAPES = """
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if job_desc.name == "coroutine" then coroutine.wrap(function() while true do end end)() end
+  if job_desc.name == "finite" then  -- past the budget in a coroutine, then resumed from another
+    local n = 0
+    local co = coroutine.create(function() for i = 1, 3e8 do n = n + 1 end end)
+    coroutine.wrap(function() coroutine.resume(co) end)()
+    _G.SITE_SAW = n
+  end
+  if job_desc.name == "handler" then
+    xpcall(function() while true do end end, function(e) while true do end end)
+  end
+  if job_desc.name == "unhook" then debug.sethook(); while true do end end
+  return slurm.SUCCESS
+end
+"""
+
+
+@pytest.mark.parametrize("lua", LUAS)
+@pytest.mark.parametrize("name", ["coroutine", "finite", "handler"])
+def test_a_site_hook_that_loops_in_a_coroutine_or_an_xpcall_handler_is_stopped(
+    tmp_path: Path, lua: object, name: str
+) -> None:
+    hook = ChainHook(render(tmp_path, "site-first", ESCAPES) / SCRIPT_NAME, lua)
+    rc, user, _, log = in_child(lambda: hook.run_named(job(), name))
+    assert rc == -1 and user.endswith(f"ran past 100000000 {STOPPED}"), user
+    assert not any(OURS_RAN in line for _, line in log)
+    rc, _, after, _ = hook.run_named(job(), "next")  # and the state goes on: the next job goes through
+    assert rc == 0 and after.tres_per_node.startswith("gres:gpu:")
+
+
+@pytest.mark.parametrize("lua", LUAS)
+def test_a_site_hook_cannot_lift_the_budget_and_its_own_coroutines_and_handlers_still_work(
+    tmp_path: Path, lua: object
+) -> None:
+    hook = ChainHook(render(tmp_path, "site-first", ESCAPES) / SCRIPT_NAME, lua)
+    rc, _, after, log = in_child(lambda: hook.run_named(job(), "unhook"))
+    assert rc == 0 and after.tres_per_node.startswith("gres:gpu:")  # an error, logged: ours decides
+    assert any(kind == "error" and "debug.sethook is not for the site's hook" in line for kind, line in log)
+    site = """
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local gen = coroutine.wrap(function(a) local b = coroutine.yield(a + 1); return b * 2 end)
+  local ok, e = xpcall(function() error({ code = 7 }) end, function(e) return e.code end)
+  _G.SITE_SAW = table.concat({ gen(1), gen(5), tostring(ok), e }, " ")
+end
+"""
+    hook = ChainHook(render(tmp_path, "site-first", site) / SCRIPT_NAME, lua)
+    assert hook.run_rc(job())[0] == 0 and hook.site_saw() == "2 10 false 7"
