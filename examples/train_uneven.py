@@ -256,12 +256,14 @@ class Pace:
     ) -> None:
         self.factor, self.flops, self.gflops = factor, flops or {}, gflops
         self.busy, self.overruns = 0.0, 0
-        self.pending: list[tuple[float, int]] = []  # backwards begun: (start, samples)
+        # the backward begun (start, samples); the next one replaces it: torch's shape inference
+        # runs a backward that computes no parameter gradient, so it never ends in backward_done
+        self.begun: tuple[float, int] | None = None
 
     def backward_done(self) -> None:
         """A backward of the stage ended (its parameters' gradients are all there): pace it."""
-        if self.pending:
-            start, samples = self.pending.pop(0)
+        if self.begun is not None:
+            (start, samples), self.begun = self.begun, None
             self(time.perf_counter() - start, "backward", samples)
 
     def __call__(self, seconds: float, phase: str, samples: int) -> None:
@@ -299,7 +301,7 @@ class _BackwardClock(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        ctx.pace.pending.append((time.perf_counter(), ctx.samples))
+        ctx.pace.begun = (time.perf_counter(), ctx.samples)
         return grad, None, None
 
 

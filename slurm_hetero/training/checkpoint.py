@@ -223,6 +223,10 @@ def load(
             f"{layout['model']!r} of {layout['num_layers']}: give the checkpoint directory of this model"
         )
     state = _state(stage, optimizer, layout)
+    # The file holds one rank's param_groups (its names, its stage): take the hyperparameters from
+    # it and keep this rank's own parameter names, or a re-split stage matches none of them.
+    groups = state["optim"]["param_groups"] if optimizer is not None else []
+    own_params = [group.pop("params") for group in groups]
     try:
         dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)))
     except (
@@ -236,12 +240,9 @@ def load(
     model = _renamed(state["model"], back)
     optim: dict[str, Any] = {}
     if optimizer is not None:
-        optim = {
-            "state": _renamed(state["optim"]["state"], back),
-            "param_groups": state["optim"]["param_groups"],
-        }
-        for group in optim["param_groups"]:
-            group["params"] = [back.get(p, p) for p in group["params"]]
+        for group, params in zip(groups, own_params):
+            group["params"] = [back.get(p, p) for p in params]
+        optim = {"state": _renamed(state["optim"]["state"], back), "param_groups": groups}
     set_state_dict(
         stage, [optimizer] if optimizer is not None else [], model_state_dict=model, optim_state_dict=optim
     )

@@ -40,7 +40,8 @@ example = _example()
 @dataclass(frozen=True)
 class Grid:
     """A hand-written layout: layer `bounds` per stage, `samples` per replica, `tp` copies per stage.
-    Ranks go replica by replica, stage by stage, tp rank by tp rank."""
+    Ranks go replica by replica, stage by stage (from the last if `last_stage_first`, as a launcher
+    may number them), tp rank by tp rank."""
 
     bounds: list[int]
     samples: list[int]
@@ -48,11 +49,13 @@ class Grid:
     dp_backend: str = "gloo"
     recompute: int = 0
     tp: list[int] | None = None
+    last_stage_first: bool = False
 
     @property
     def places(self) -> dict[tuple[int, int, int], int]:
         tp = self.tp or [1] * (len(self.bounds) - 1)
-        where = [(r, s, t) for r in range(len(self.samples)) for s in range(len(tp)) for t in range(tp[s])]
+        stages = range(len(tp))[:: -1 if self.last_stage_first else 1]
+        where = [(r, s, t) for r in range(len(self.samples)) for s in stages for t in range(tp[s])]
         return {w: rank for rank, w in enumerate(where)}
 
     def group(self, name: str, keys: list[tuple[int, int, int]], backend: str = "gloo") -> dict[str, Any]:

@@ -26,6 +26,19 @@ def test_a_pipeline_checkpoint_resumes_as_tensor_parallel_data_replicas(tmp_path
     assert (saved / "latest").read_text().strip() == "step-00000003"
 
 
+def test_a_stage_resumes_on_layers_no_saving_rank_held_with_the_saved_hyperparameters(
+    tmp_path: Path,
+) -> None:
+    """The file keeps one rank's optimizer param_groups: a re-split stage whose layers that rank did
+    not hold still gets the hyperparameters (Adam's betas) and its own parameters."""
+    saved = tmp_path / "ckpt"
+    first = layouts([0, 1, 2, 4], [12], micro_batch=3)
+    run_ranks(tmp_path, first, "--steps", "2", "--checkpoint-dir", str(saved))
+    then = layouts([0, 1, 4], [12], micro_batch=3, last_stage_first=True)
+    after, _ = run_ranks(tmp_path, then, "--steps", "4", "--checkpoint-dir", str(saved))
+    assert after["first_step"] == 2 and after["losses"] == pytest.approx(reference(first)[2:], abs=1e-9)
+
+
 def _stage(layers: int = 2) -> tuple[torch.nn.Module, dict[str, object]]:
     cfg = example.Config(layers=layers)
     lay = layouts([0, layers], [16], micro_batch=4)[0]
