@@ -482,15 +482,20 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
         flops = stage_flops(cfg, layout, model, args.flops_seq)
         pace = Pace(factor, flops, args.device_gflops)
         run = train(cfg, dist, layout, args.steps, pace, args.schedule, args.checkpoint_dir)
+        if not run.losses and me["rank"] == 0:  # a requeue after the last save: a clean finish
+            print(
+                f"nothing left to train: resumed at step {run.first_step} of --steps {args.steps}", flush=True
+            )
         result["runs"][name] = {
             "losses": run.losses,
             "first_step": run.first_step,
             "step_end_unix": run.ended,
-            "step_time_s": _report(name, run, args, dist),
+            "step_time_s": _report(name, run, args, dist) if run.losses else None,
         }
     result["losses"] = next(iter(result["runs"].values()))["losses"]
     result["first_step"] = next(iter(result["runs"].values()))["first_step"]
-    result.update(_summary(dist, {k: v["step_time_s"] for k, v in result["runs"].items()}))
+    measured = {k: v["step_time_s"] for k, v in result["runs"].items() if v["step_time_s"] is not None}
+    result.update(_summary(dist, measured))
     torch.distributed.destroy_process_group()
     return result
 
@@ -503,7 +508,10 @@ def main(argv: list[str] | None = None) -> None:
         for i, loss in enumerate(result["losses"]):
             print(f"step {i} loss {loss:.10f}", flush=True)
     else:
-        result = distributed(args)
+        try:
+            result = distributed(args)
+        except checkpoint.CheckpointError as e:  # one line per rank, not a traceback
+            sys.exit(f"train_uneven: rank {os.environ.get('RANK', '0')}: {e}")
     if args.losses_out and int(os.environ.get("RANK", "0")) == 0:
         with open(args.losses_out, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

@@ -65,12 +65,13 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
     )
 
 
-def _log_dir(text: str | None) -> Path | None:
-    """--log-dir; empty (an unset "$LOGDIR") is refused, not read as the current directory."""
+def _directory(option: str, text: str | None) -> Path | None:
+    """--log-dir, --resume; empty (an unset "$LOGDIR" or "$CKPT") is refused, not read as the
+    current directory or as no checkpointing."""
     if text is None:
         return None
     if not text.strip():
-        raise RequestError("--log-dir ''", "empty; give a directory you can write (. for this one)")
+        raise RequestError(f"{option} ''", "empty; give a directory you can write (. for this one)")
     return Path(text)
 
 
@@ -99,8 +100,8 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any], view: Any = None
     return RunOptions(
         command=command,
         inventory=opts["inventory_path"],
-        log_dir=_log_dir(opts["log_dir"]),
-        resume=Path(opts["resume"]) if opts["resume"] else None,
+        log_dir=_directory("--log-dir", opts["log_dir"]),
+        resume=_directory("--resume", opts["resume"]),
         exec_command=opts["exec_command"],
         dry_run=opts["dry_run"],
         simulate=opts["simulate"],

@@ -294,6 +294,7 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     lay = rank_layout(layout).to_dict()
     _check_layout(lay)
     wait = datetime.timedelta(seconds=timeout)
+    _use_libuv_if_built()
     dist.init_process_group("gloo", rank=lay["rank"], world_size=lay["world_size"], timeout=wait)
     # torch asks for the group to be destroyed before exit: left to the interpreter's teardown,
     # gloo's threads may abort the finished rank ("terminate called without an active exception",
@@ -313,6 +314,28 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     for dp, parts in _spanning_groups(keys):
         _make_hierarchy(out, dp, parts, gathered, wait)
     return out
+
+
+def _use_libuv_if_built() -> None:
+    """Set USE_LIBUV=0 (unless set) when this torch was built without libuv: torch 2.4 and later
+    ask TCPStore for libuv by default, and a torch without it (Debian's python3-torch, the 24.11
+    dev cluster's) failed every rank at init ("use_libuv was requested but PyTorch was build
+    without libuv support"). Probed with a store on a free local port, closed at once."""
+    import os
+
+    import torch.distributed as dist
+
+    if "USE_LIBUV" in os.environ:
+        return
+    try:
+        probe = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True)
+    except TypeError:
+        return  # a torch before use_libuv: no libuv to ask for
+    except RuntimeError as e:
+        if "libuv" in str(e):
+            os.environ["USE_LIBUV"] = "0"
+        return
+    del probe
 
 
 def _destroy_groups() -> None:

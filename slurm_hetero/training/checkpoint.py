@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import socket
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.errors import HeteroError
+from slurm_hetero.readfile import MAX_CONFIG_BYTES, MAX_INVENTORY_BYTES, read_bytes, read_text
 
 if TYPE_CHECKING:
     import torch
@@ -43,6 +46,8 @@ ENV = "SLURM_HETERO_CHECKPOINT"  # `launch --resume DIR` exports DIR to every ra
 
 LATEST = "latest"
 META = "meta.json"
+_OTHER_ARCHITECTURE = ("Missing key in checkpoint state_dict", "Size mismatch between saved")  # DCP's words
+MAX_LATEST_BYTES = 4 << 10  # one step name; a symlink to /dev/zero or a FIFO is refused, not read
 _STEP = re.compile(r"step-[0-9]{8}")
 
 
@@ -104,6 +109,7 @@ def save(
     data position, ...) is stored as JSON in meta.json. Returns the step directory."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     root = Path(directory)
     final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
@@ -111,21 +117,29 @@ def save(
     if first:
         _prepare(root, partial)
     _barrier()
-    dcp.save(_state(stage, optimizer, layout), storage_writer=dcp.FileSystemWriter(str(partial)))
-    _barrier()
-    if first:
-        meta = {
-            "model": layout["model"],
-            "num_layers": layout["num_layers"],
-            "step": step,
-            "extra": extra or {},
-        }
-        (partial / META).write_text(json.dumps(meta), encoding="utf-8")
-        _fsync_dir(partial)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(partial, final)
-        _write_latest(root, final.name)
+    try:
+        dcp.save(_state(stage, optimizer, layout), storage_writer=dcp.FileSystemWriter(str(partial)))
+        _barrier()
+        if first:
+            meta = {
+                "model": layout["model"],
+                "num_layers": layout["num_layers"],
+                "step": step,
+                "extra": extra or {},
+            }
+            (partial / META).write_text(json.dumps(meta), encoding="utf-8")
+            _fsync_dir(partial)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(partial, final)
+            _write_latest(root, final.name)
+    except (Exception, CheckpointException) as e:  # a full disk: OSError, torch's RuntimeError
+        if first:  # the half-written step would only fill the disk further
+            shutil.rmtree(partial, ignore_errors=True)
+        raise CheckpointError(
+            f"cannot save step {step} in {root} ({_first_line(e)}); the last complete checkpoint is "
+            "kept: free space there or give another directory"
+        ) from None
     _barrier()
     return final
 
@@ -172,12 +186,16 @@ def _barrier() -> None:
 
 def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
     """What `launch --resume DIR` checks before any rank starts (no torch needed): DIR can be
-    written (made when missing), and a checkpoint already there is complete and of `model`."""
+    written (made when missing), and a checkpoint already there is complete (its shards there,
+    as long as its .metadata says, and readable) and of `model`."""
     root = Path(directory)
     _prepare(root)
-    if not (root / LATEST).exists():
+    if not os.path.lexists(root / LATEST):
         return  # a first run: training starts afresh and saves here
-    meta = _meta(latest(root))
+    path = latest(root)
+    meta = _meta(path)
+    if (problem := _files_problem(path)) is not None:
+        raise CheckpointError(f"{path}: {problem}; {_earlier(root, path)}")
     if model is not None and meta.get("model") != model:
         raise CheckpointError(
             f"{root} holds a checkpoint of {meta.get('model')!r}; this job trains {model!r}: "
@@ -188,19 +206,69 @@ def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
 def latest(directory: str | os.PathLike[str]) -> Path:
     """The last complete checkpoint in `directory`, or a `CheckpointError` saying why there is none."""
     root = Path(directory)
-    try:
-        name = (root / LATEST).read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
+    if not os.path.lexists(root / LATEST):
         raise CheckpointError(
             f"{root}: no checkpoint ({LATEST} is missing); resume from a directory `save` wrote"
-        ) from None
-    except OSError as e:
-        raise CheckpointError(f"{root}: cannot read {LATEST}: {e.strerror}") from None
+        )
+    name = read_text(root / LATEST, MAX_LATEST_BYTES, "checkpoint pointer", CheckpointError).strip()
     if not _STEP.fullmatch(name) or not (root / name / META).is_file():
         raise CheckpointError(
-            f"{root}: {LATEST} names {name!r}, which is not a complete checkpoint; remove it to start afresh"
+            f"{root}: {LATEST} names {name!r}, which is not a complete checkpoint; {_earlier(root, None)}"
         )
     return root / name
+
+
+def _earlier(root: Path, bad: Path | None) -> str:
+    """What to do when `latest` (or the step `bad` it names) cannot be loaded: resume from the
+    newest complete step left in `root`, or start afresh when there is none."""
+    steps = sorted((p for p in root.glob("step-*") if _STEP.fullmatch(p.name) and p != bad), reverse=True)
+    for step in steps:
+        if stat.S_ISREG(_mode(step / META)) and _files_problem(step) is None:
+            return f"{step.name} is complete: write its name into {root / LATEST} to resume from it"
+    return f"no complete checkpoint is left: remove {root / LATEST} to start afresh"
+
+
+def _mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _files_problem(path: Path) -> str | None:
+    """Why the DCP files of step directory `path` cannot be loaded (a missing, empty or truncated
+    .metadata, a shard missing, shorter than .metadata says or unreadable), or None. Without torch
+    (a launcher's environment may lack it) only .metadata's presence is checked."""
+    try:
+        data = read_bytes(path / ".metadata", MAX_INVENTORY_BYTES, "file", CheckpointError)
+    except CheckpointError as e:
+        return str(e).replace(f"{path}/", "", 1)
+    if not data:
+        return ".metadata is empty"
+    try:
+        metadata = pickle.loads(data)  # what DCP's FileSystemReader reads; torch's classes inside
+    except ImportError:
+        return None  # no torch here: the ranks' load checks the shards
+    except Exception as e:  # a truncated pickle raises many kinds
+        return f".metadata is unreadable ({_first_line(e)})"
+    need: dict[str, int] = {}
+    for info in getattr(metadata, "storage_data", {}).values():
+        end = int(info.offset) + int(info.length)
+        need[info.relative_path] = max(need.get(info.relative_path, 0), end)
+    for name, size in sorted(need.items()):
+        try:
+            fd = os.open(path / name, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as e:
+            return f"shard {name}: {e.strerror}"
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return f"shard {name} is not a regular file"
+        if info.st_size < size:
+            return f"shard {name} is {info.st_size} bytes, less than the {size} .metadata names"
+    return None
 
 
 def load(
@@ -233,8 +301,14 @@ def load(
         Exception,
         CheckpointException,
     ) as e:  # many kinds on missing or short files (DCP's: a BaseException)
+        cause = _first_line(e)
+        if any(m in cause for m in _OTHER_ARCHITECTURE):  # the files are fine: earlier ones match no better
+            raise CheckpointError(
+                f"{path}: holds another architecture of {layout['model']!r} ({cause}); give the "
+                "checkpoint directory of this model and architecture"
+            ) from None
         raise CheckpointError(
-            f"{path}: unreadable checkpoint ({_first_line(e)}); resume from an earlier one"
+            f"{path}: unreadable checkpoint ({cause}); {_earlier(path.parent, path)}"
         ) from None
     back = {v: k for k, v in _names(stage, layout).items()}
     model = _renamed(state["model"], back)
@@ -250,15 +324,22 @@ def load(
 
 
 def _meta(path: Path) -> dict[str, Any]:
+    text = read_text(path / META, MAX_CONFIG_BYTES, f"checkpoint {META}", CheckpointError)
     try:
-        meta = json.loads((path / META).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: unreadable {META} ({e}); resume from an earlier checkpoint") from None
+        meta = json.loads(text)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: unreadable {META} ({e}); {_earlier(path.parent, path)}") from None
     if not isinstance(meta, dict):
-        raise CheckpointError(f"{path}: {META} is not an object; resume from an earlier checkpoint")
+        raise CheckpointError(f"{path}: {META} is not an object; {_earlier(path.parent, path)}")
     return meta
 
 
 def _first_line(error: BaseException) -> str:
+    """`error`'s type and first line; for DCP's CheckpointException (whose text is the ranks'
+    tracebacks), the first failing rank's exception."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        cause = next(iter(failures.values()))
+        return _first_line(cause[0] if isinstance(cause, tuple) else cause)
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"

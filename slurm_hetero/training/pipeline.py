@@ -137,6 +137,8 @@ class Pipeline:
             kind, module = pipelining.PipelineStage, self.stage
             if self.tp is not None:
                 kind, module = _LeadStage(self.tp, self.tp_root), _Lead(self.stage, self.tp, self.tp_root)
+            if self.last and not self.first:
+                module = _Owned(module)
             stage = kind(
                 module, self.lay["stage"], self.lay["num_stages"], _device(self.stage), group=self.pp
             )
@@ -144,7 +146,11 @@ class Pipeline:
             # every stage gets the loss: a schedule without one runs forward only. Gradients are
             # summed over micro-batches (their losses are weighted already): torch 2.7 and later
             # divide them by the count unless told not to, earlier ones have no such option
-            kind = getattr(pipelining, SCHEDULES[self.schedule])
+            # 1F1B with fewer micro-batches than stages has no steady state: its order is GPipe's
+            # (all forwards, then all backwards), which is what the planner prices for it, but
+            # torch's Schedule1F1B refuses it (a replica the plan gives 1 micro-batch on 2 stages)
+            name = "gpipe" if count < self.lay["num_stages"] else self.schedule
+            kind = getattr(pipelining, SCHEDULES[name])
             unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(kind).parameters else {}
             self.made = kind(stage, n_microbatches=count, loss_fn=self._loss_of_rows, **unscaled)
         return self.made
@@ -180,11 +186,13 @@ def _device(module: torch.nn.Module) -> torch.device:
 
 
 def _pad(batch: torch.Tensor, rows: int) -> torch.Tensor:
-    """`batch` with copies of its first row up to `rows` rows."""
+    """`batch` with copies of its first row up to `rows` rows, contiguous: a caller's slice
+    (``ids[:, :-1]``, stride seq+1) reached torch 2.6's PipelineStage, whose check of each
+    micro-batch's strides against the shapes it inferred refused it (PipeliningShapeError)."""
     import torch
 
     extra = rows - batch.shape[0]
-    return torch.cat([batch, batch[:1].expand(extra, *batch.shape[1:])]) if extra else batch
+    return torch.cat([batch, batch[:1].expand(extra, *batch.shape[1:])]) if extra else batch.contiguous()
 
 
 def _group_ranks(lay: dict[str, Any]) -> dict[int, int]:
@@ -267,6 +275,25 @@ def _LeadStage(group: ProcessGroup, root: int) -> Any:  # noqa: N802 - a class f
             return super().forward_one_chunk(*args, **kwargs)
 
     return LeadStage
+
+
+def _Owned(stage: torch.nn.Module) -> torch.nn.Module:  # noqa: N802 - a class factory
+    """The last stage for the schedule, its output never a view: torch 2.6's PipelineStage
+    detaches the last stage's output in place after its backward, which raises for a view ("Can't
+    detach views in-place"; nn.Linear on 3-d input returns one, and so does `_Lead`); later torch
+    skips views. A view is cloned, one micro-batch's output."""
+    import torch
+
+    class Owned(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.inner(x)
+            return out.clone() if out._is_view() else out
+
+    return Owned(stage)
 
 
 def _Lead(stage: torch.nn.Module, group: ProcessGroup, root: int) -> torch.nn.Module:  # noqa: N802

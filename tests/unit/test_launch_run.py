@@ -538,18 +538,20 @@ def test_an_unwritable_log_dir_is_one_line_before_the_command_starts(tmp_path: P
     assert list(tmp_path.iterdir()) == [], "nothing is left when the launch is refused"
 
 
+@pytest.mark.parametrize("option", ["--log-dir", "--resume"])
 @pytest.mark.parametrize("empty", ["", "  "])
-def test_an_empty_log_dir_is_refused_not_the_current_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty: str
+def test_an_empty_log_dir_or_resume_is_refused_not_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty: str, option: str
 ) -> None:
-    """F21: --log-dir '' (an unset "$LOGDIR") wrote rank-0.out and .err into the current directory."""
+    """F21: --log-dir '' (an unset "$LOGDIR") wrote rank-0.out and .err into the current directory;
+    issue 23 F8: --resume '' (an unset "$CKPT") trained with no checkpoints at all, exit 0."""
     monkeypatch.chdir(tmp_path)
     env = task_env(tmp_path, rank=0) | {"SLURM_HETERO_INVENTORY": str(EXAMPLE)}
     result = CliRunner().invoke(
-        cli, ["launch", "--master-addr", "127.0.0.1", "--log-dir", empty, "--", "true"], env=env
+        cli, ["launch", "--master-addr", "127.0.0.1", option, empty, "--", "true"], env=env
     )
     assert result.exit_code == 1, result.output
-    assert result.output.startswith("slurm-hetero: --log-dir '': empty") and result.output.count("\n") == 1
+    assert result.output.startswith(f"slurm-hetero: {option} '': empty") and result.output.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
 
 

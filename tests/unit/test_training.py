@@ -99,8 +99,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(tmp_path: Path, per_rank: list[dict[str, Any]], *args: str) -> tuple[dict[str, Any], str]:
-    """Run the example on one local process per layout; rank 0's --losses-out JSON and stdout."""
+def run_ranks(
+    tmp_path: Path, per_rank: list[dict[str, Any]], *args: str, code: int = 0
+) -> tuple[dict[str, Any], str]:
+    """Run the example on one local process per layout; rank 0's --losses-out JSON and stdout
+    (every rank exiting with `code`; no JSON unless 0)."""
     port, world, procs = _free_port(), len(per_rank), []
     for lay in per_rank:
         path = tmp_path / f"layout-{lay['rank']}.json"
@@ -117,7 +120,9 @@ def run_ranks(tmp_path: Path, per_rank: list[dict[str, Any]], *args: str) -> tup
         )
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     for p, text in zip(procs, outputs):
-        assert p.returncode == 0, text
+        assert p.returncode == code, text
+    if code:
+        return {}, outputs[0]
     return json.loads((tmp_path / "out.json").read_text()), outputs[0]
 
 
@@ -151,6 +156,44 @@ def test_pipeline_by_data_parallel_matches_one_process(tmp_path: Path, schedule:
     )
     assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
     assert result["losses"][-1] < result["losses"][0]
+
+
+def test_fewer_micro_batches_than_stages_run_under_the_default_schedule(tmp_path: Path) -> None:
+    # the planner gives a replica 1 micro-batch on 2 stages (tiny-lm, gb 8, a100 + l40s): torch's
+    # Schedule1F1B refused it at the first step; its order then is GPipe's, which runs it
+    per_rank = layouts([0, 1, 3], [8], micro_batch=8)
+    assert per_rank[0]["micro_batches"] == 1 < per_rank[0]["num_stages"]
+    result, _ = run_ranks(tmp_path, per_rank, "--schedule", "1f1b")
+    assert result["losses"] == pytest.approx(reference(per_rank), abs=1e-9)
+
+
+@pytest.mark.parametrize("rows", [4, 6])
+def test_pipeline_inputs_are_contiguous_whatever_the_callers_slice(rows: int) -> None:
+    # the example feeds ids[:, :-1] (stride 17 on 16 columns): torch 2.6's PipelineStage refused it
+    # with a stride mismatch (expected (16, 1), actual (17, 1)) when no row was padded
+    from slurm_hetero.training.pipeline import _pad
+
+    ids = torch.arange(4 * 17).reshape(4, 17)
+    padded = _pad(ids[:, :-1], rows)
+    assert padded.shape == (rows, 16) and padded.stride() == (16, 1) and padded.is_contiguous()
+    assert torch.equal(padded[:4], ids[:, :-1])
+
+
+def test_the_last_stages_output_is_detachable_in_place() -> None:
+    # torch 2.6's PipelineStage detaches the last stage's output in place: a view (nn.Linear on
+    # 3-d input) raised "Can't detach views in-place" at the first backward
+    from slurm_hetero.training.pipeline import _Owned
+
+    head = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 5, 4)
+    assert head(x)._is_view()
+    out = _Owned(head)(x)
+    assert not out._is_view()
+    out.sum().backward()
+    assert head.weight.grad is not None and torch.equal(
+        head.weight.grad, x.reshape(-1, 4).sum(0).expand(3, 4)
+    )
+    out.detach_()
 
 
 def test_tensor_parallel_replicas_of_uneven_shares_match_one_process(tmp_path: Path) -> None:
@@ -309,6 +352,27 @@ def test_even_split_has_equal_layers_and_samples() -> None:
         (8, 0, 0.5),
         (8, 8, 0.5),
     ]
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_a_torch_without_libuv_gets_use_libuv_0(monkeypatch: pytest.MonkeyPatch, built: bool) -> None:
+    # the 24.11 dev cluster's torch 2.6 lacks libuv: every rank failed at init without USE_LIBUV=0
+    import torch.distributed as dist
+
+    real = dist.TCPStore
+
+    def store(*args: Any, **kwargs: Any) -> Any:
+        if not built and kwargs.get("use_libuv"):
+            raise RuntimeError("use_libuv was requested but PyTorch was build without libuv support")
+        return real(*args, **kwargs)
+
+    monkeypatch.delenv("USE_LIBUV", raising=False)
+    monkeypatch.setattr(dist, "TCPStore", store)
+    training._use_libuv_if_built()
+    assert os.environ.get("USE_LIBUV") == (None if built else "0")
+    monkeypatch.setenv("USE_LIBUV", "1")  # the user's own choice is kept
+    training._use_libuv_if_built()
+    assert os.environ["USE_LIBUV"] == "1"
 
 
 def test_backend_availability_names_what_is_missing() -> None:

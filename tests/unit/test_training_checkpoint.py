@@ -3,6 +3,7 @@ uninterrupted process, float64), and bad checkpoints are one line each."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,144 @@ def test_launch_resume_checks_the_directory_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(LaunchError, match="^--resume: cannot write checkpoints in"):
         check_resume_dir(tmp_path / "file" / "ckpt", "tiny")
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "garbage", "huge"])
+def test_latest_is_read_only_as_a_small_regular_file(tmp_path: Path, kind: str) -> None:
+    """A `latest` linked to /dev/zero was read without limit (23 GB, OOM); a FIFO hung the launcher;
+    binary garbage was a UnicodeDecodeError traceback. Each is one line now, at once."""
+    from slurm_hetero.launch.run import LaunchError, check_resume_dir
+
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+    pointer = tmp_path / "latest"
+    pointer.unlink()
+    if kind == "dev-zero":
+        pointer.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(pointer)
+    elif kind == "garbage":
+        pointer.write_bytes(bytes(range(128, 256)) * 3)
+    else:
+        pointer.write_bytes(b"step-00000000\n" + b" " * checkpoint.MAX_LATEST_BYTES)
+    reason = {
+        "dev-zero": "a character device",
+        "fifo": "a FIFO",
+        "garbage": "not UTF-8",
+        "huge": "[0-9]+ bytes, more than",
+    }
+    with pytest.raises(LaunchError, match=f"^--resume: .*checkpoint pointer (is )?{reason[kind]}") as e:
+        check_resume_dir(tmp_path, "tiny")
+    assert "\n" not in str(e.value)
+    with pytest.raises(CheckpointError, match=reason[kind]):
+        checkpoint.load(tmp_path, stage, None, lay)
+
+
+def test_resuming_a_finished_run_is_a_clean_finish(tmp_path: Path) -> None:
+    """A requeue after the last save resumed with no steps left: the example died on
+    `statistics.median([])`, and so did every retry; it now says so in one line, exit 0."""
+    saved, per_rank = tmp_path / "ckpt", layouts([0, 2], [16], micro_batch=4)
+    run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved))
+    again, stdout = run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved))
+    assert again["losses"] == [] and again["first_step"] == 2
+    assert "nothing left to train: resumed at step 2 of --steps 2" in stdout
+    assert "Traceback" not in stdout
+
+
+def _cut(path: Path, size: int | None) -> None:
+    if size is None:
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:size])
+
+
+@pytest.mark.parametrize(
+    "file, size, reason",
+    [
+        (".metadata", 0, r"\.metadata is empty"),
+        (".metadata", 40, r"\.metadata is unreadable \("),
+        (".metadata", None, r"\.metadata: no such file"),
+        ("__0_0.distcp", 100, r"shard __0_0\.distcp is 100 bytes, less than the [0-9]+ \.metadata names"),
+        ("__0_0.distcp", 0, r"shard __0_0\.distcp is 0 bytes"),
+        ("__0_0.distcp", None, r"shard __0_0\.distcp: No such file"),
+    ],
+)
+def test_launch_resume_checks_the_latest_steps_files_and_names_an_earlier_one(
+    tmp_path: Path, file: str, size: int | None, reason: str
+) -> None:
+    """launch --resume passed a latest step whose .metadata or shard was empty, truncated or
+    gone, and every rank then died in load; the advice was to throw all progress away."""
+    from slurm_hetero.launch.run import LaunchError, check_resume_dir
+
+    stage, lay = _stage()
+    for step in (0, 1, 2):
+        checkpoint.save(tmp_path, stage, None, lay, step)
+    _cut(tmp_path / "step-00000001" / file, size)  # an earlier step broken too: not the advice
+    _cut(tmp_path / "step-00000002" / file, size)
+    advice = "step-00000000 is complete: write its name into .*latest to resume from it$"
+    with pytest.raises(LaunchError, match=f"^--resume: .*step-00000002: {reason}.*; {advice}"):
+        check_resume_dir(tmp_path, "tiny")
+
+
+def test_a_latest_naming_no_checkpoint_names_the_newest_complete_one(tmp_path: Path) -> None:
+    stage, lay = _stage()
+    for step in (0, 1):
+        checkpoint.save(tmp_path, stage, None, lay, step)
+    (tmp_path / "latest").write_text("step-00000099\n")
+    with pytest.raises(CheckpointError, match="'step-00000099', .*; step-00000001 is complete: write"):
+        checkpoint.load(tmp_path, stage, None, lay)
+    for step in (0, 1):
+        (tmp_path / f"step-0000000{step}" / ".metadata").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no complete checkpoint is left: remove .*latest to start"):
+        checkpoint.load(tmp_path, stage, None, lay)
+
+
+def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(tmp_path: Path) -> None:
+    """examples/train_uneven.py, which users copy, let CheckpointError out as a traceback per rank."""
+    saved, per_rank = tmp_path / "ckpt", layouts([0, 1, 2], [8], micro_batch=4)
+    run_ranks(tmp_path, per_rank, "--steps", "1", "--checkpoint-dir", str(saved))
+    for shard in (saved / "step-00000000").glob("*.distcp"):
+        shard.write_bytes(b"")
+    _, stdout = run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved), code=1)
+    assert "Traceback" not in stdout
+    assert stdout.strip().splitlines()[-1].startswith("train_uneven: rank 0: ")
+    assert "unreadable checkpoint" in stdout
+
+
+def test_a_full_disk_mid_save_removes_the_partial_step_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk mid-save left step-N.partial filling the disk and a raw torch traceback."""
+    import errno
+
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+
+    def full(state: object, storage_writer: object) -> None:
+        (tmp_path / "step-00000001.partial").mkdir()
+        (tmp_path / "step-00000001.partial" / "__0_0.distcp").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("torch.distributed.checkpoint.save", full)
+    with pytest.raises(CheckpointError, match=r"cannot save step 1 in .*\(OSError: .*No space left") as e:
+        checkpoint.save(tmp_path, stage, None, lay, 1)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "step-00000001.partial").exists()
+    assert (tmp_path / "latest").read_text().strip() == "step-00000000"
+
+
+def test_a_checkpoint_exception_is_named_by_its_cause() -> None:
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    error = CheckpointException("x", {0: (OSError(28, "No space left on device"), None)})
+    assert checkpoint._first_line(error) == "OSError: [Errno 28] No space left on device"
+
+
+def test_a_checkpoint_of_another_architecture_is_named_so(tmp_path: Path) -> None:
+    """A checkpoint of the same --model and layers but another architecture was "unreadable ...
+    resume from an earlier one": the advice had the user discard good checkpoints."""
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+    wider = example.build_model(example.Config(layers=2, d_model=64))
+    with pytest.raises(CheckpointError, match=r"holds another architecture of 'tiny' \(ValueError: Size mis"):
+        checkpoint.load(tmp_path, wider, None, lay)
