@@ -339,11 +339,17 @@ def _use_libuv_if_built() -> None:
 
 
 def _destroy_groups() -> None:
-    """Destroy torch.distributed's groups if they still exist (atexit, after `init`)."""
+    """Destroy torch.distributed's groups if they still exist (atexit, after `init`), then collect
+    the objects that still hold them: a group freed by the interpreter's teardown has gloo threads
+    that may still drop a finished collective's Python tensors, which needs the GIL the teardown
+    no longer gives (pytorch#190489). Freed here, its destructor joins them first."""
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    gc.collect()
 
 
 def _spanning_groups(keys: Sequence[GroupKey]) -> list[tuple[GroupKey, list[tuple[int, ...]]]]:

@@ -143,6 +143,11 @@ class Pipeline:
                 module, self.lay["stage"], self.lay["num_stages"], _device(self.stage), group=self.pp
             )
             stage.stage_index_to_group_rank = _group_ranks(self.lay)
+            # torch before 2.7 sends its first step's shapes to the next rank of the group, not
+            # of the stage order: point it at the layout's neighbours (global ranks, as it keeps)
+            for side in ("prev_rank", "next_rank"):
+                if hasattr(stage, side) and self.lay[side] is not None:
+                    setattr(stage, side, self.lay[side])
             # every stage gets the loss: a schedule without one runs forward only. Gradients are
             # summed over micro-batches (their losses are weighted already): torch 2.7 and later
             # divide them by the count unless told not to, earlier ones have no such option
@@ -151,6 +156,7 @@ class Pipeline:
             # torch's Schedule1F1B refuses it (a replica the plan gives 1 micro-batch on 2 stages)
             name = "gpipe" if count < self.lay["num_stages"] else self.schedule
             kind = getattr(pipelining, SCHEDULES[name])
+            _wait_every_p2p_op()
             unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(kind).parameters else {}
             self.made = kind(stage, n_microbatches=count, loss_fn=self._loss_of_rows, **unscaled)
         return self.made
@@ -193,6 +199,29 @@ def _pad(batch: torch.Tensor, rows: int) -> torch.Tensor:
 
     extra = rows - batch.shape[0]
     return torch.cat([batch, batch[:1].expand(extra, *batch.shape[1:])]) if extra else batch.contiguous()
+
+
+def _wait_every_p2p_op() -> None:
+    """torch before 2.8 waits only the last op of each batch of sends and receives it posts, which
+    deadlocks 1F1B on gloo, where each op is its own work (pytorch#132644): wait them all."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import schedules
+
+    if hasattr(schedules, "_wait_batch_p2p"):  # the fixed torch
+        return
+
+    class Every:
+        def __init__(self, works: list[Any]) -> None:
+            self.works = works
+
+        def wait(self) -> None:
+            for work in self.works:
+                work.wait()
+
+    def batch_p2p(ops: list[Any], desc: str | None = None) -> Every | None:
+        return Every(dist.batch_isend_irecv(ops)) if ops else None
+
+    schedules._batch_p2p = batch_p2p
 
 
 def _group_ranks(lay: dict[str, Any]) -> dict[int, int]:
