@@ -107,14 +107,6 @@ _BACKEND_DEVICES: dict[str, tuple[str, ...]] = {
     "eccl": ("gcu",),
     "xccl": ("xpu",),
 }
-_BACKEND_PLUGINS: dict[str, tuple[str, ...]] = {
-    "nccl": ("torch_xmlir",),  # Kunlunxin: the XPU as torch.cuda, nccl routed to BKCL
-    "hccl": ("torch_npu", "habana_frameworks.torch.distributed.hccl"),
-    "cncl": ("torch_mlu",),
-    "mccl": ("torch_musa",),
-    "eccl": ("torch_gcu",),
-    "ccl": ("oneccl_bindings_for_pytorch",),
-}
 GroupKey = tuple[str, tuple[int, ...], str]
 
 
@@ -168,15 +160,19 @@ def even_split(layout: Any) -> dict[str, Any]:
 # -- backends and process groups ---------------------------------------------------------------
 
 
-def backend_unavailable_reason(backend: str) -> str | None:
-    """Why `backend` cannot run on this machine (its torch plugin or its device is missing), or None."""
+def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str | None:
+    """Why `backend` cannot run on this machine for a rank of `vendor` (the vendor's torch plugin,
+    which registers its backend and device, or its device is missing), or None."""
     import torch
     import torch.distributed as dist
 
-    failures = [f for m in _BACKEND_PLUGINS.get(backend, ()) if (f := _import_failure(m))]
+    from slurm_hetero.vendors import vendor_traits
+
+    traits = vendor_traits().get(vendor or "")
+    plugin = traits.torch_package if traits else None
+    failure = _import_failure(plugin) if plugin else None
     if not dist.is_backend_available(backend):
-        tried = f" ({'; '.join(failures)})" if failures else ""
-        return f"this torch has no {backend!r} backend{tried}"
+        return f"this torch has no {backend!r} backend{f' ({failure})' if failure else ''}"
     devices = _BACKEND_DEVICES.get(backend, ())
     if devices and not any(_device_available(torch, d) for d in devices):
         return f"no {'/'.join(devices)} device is available to torch"
@@ -301,7 +297,7 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     # SIGABRT: CI 2026-11-26), and Slurm would mark the step failed
     atexit.register(_destroy_groups)
     mine = [(g["name"], tuple(sorted(g["ranks"])), g["backend"]) for g in _groups(lay)]
-    available = {b: backend_unavailable_reason(b) for b in {k[2] for k in mine}}
+    available = {b: backend_unavailable_reason(b, lay.get("vendor")) for b in {k[2] for k in mine}}
     gathered: list[Any] = [None] * lay["world_size"]
     dist.all_gather_object(gathered, (mine, available, os.environ.get("SLURM_HETERO_PLAN_ID")))
     if len({g[2] for g in gathered}) > 1:

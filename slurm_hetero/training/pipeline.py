@@ -221,7 +221,7 @@ def _wait_every_p2p_op() -> None:
     def batch_p2p(ops: list[Any], desc: str | None = None) -> Every | None:
         return Every(dist.batch_isend_irecv(ops)) if ops else None
 
-    schedules._batch_p2p = batch_p2p
+    schedules._batch_p2p = batch_p2p  # type: ignore[assignment]  # the old torch's signature
 
 
 def _group_ranks(lay: dict[str, Any]) -> dict[int, int]:

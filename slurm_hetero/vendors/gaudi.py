@@ -205,8 +205,8 @@ class GaudiVendor(Vendor):
     tools = (TOOL,)
     visible_devices_env = "HABANA_VISIBLE_MODULES"
     visible_by_tool_id = True  # module ids; the AIP index only when no -Q capture gave them
-    torch_backend = "hccl"  # habana_frameworks.torch.distributed.hccl
-    torch_package = "habana_frameworks.torch"
+    torch_backend = "hccl"
+    torch_package = "habana_frameworks.torch.distributed.hccl"  # registers hccl (and, by its parent, hpu)
     torch_device = "hpu"
 
     def affinity(self) -> int:

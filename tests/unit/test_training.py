@@ -378,6 +378,12 @@ def test_a_torch_without_libuv_gets_use_libuv_0(monkeypatch: pytest.MonkeyPatch,
 def test_backend_availability_names_what_is_missing() -> None:
     assert training.backend_unavailable_reason("gloo") is None
     assert "no 'nosuchccl' backend" in (training.backend_unavailable_reason("nosuchccl") or "")
+    # the plugin named is the rank's vendor's: an NVIDIA rank on a CPU torch is not told of
+    # Kunlunxin's torch_xmlir, a Kunlunxin rank is
+    if not torch.distributed.is_backend_available("nccl"):
+        assert training.backend_unavailable_reason("nccl", "nvidia") == "this torch has no 'nccl' backend"
+        assert "import torch_xmlir" in (training.backend_unavailable_reason("nccl", "kunlunxin") or "")
+    assert "import torch_npu" in (training.backend_unavailable_reason("hccl", "ascend") or "")
 
 
 def test_package_imports_without_torch() -> None:
