@@ -1174,13 +1174,17 @@ end
 
 -- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task (-c, or
 -- 24.11's cpu=N in tres_per_task, which an edit's job_rec still shows), or CPUs per gpu x its
--- devices; --mem, or memory per gpu x devices, or per CPU x its CPUs.
+-- devices, or the job's min_cpus over its nodes (sbatch's tasks x -c in 32 bits, which slurmctld
+-- holds the job to: `-c 65537` reaches cpus_per_task as 1); --mem, or memory per gpu x devices,
+-- or per CPU x its CPUs.
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc, "num_tasks")
   local per_node = count_of(job_desc, "ntasks_per_node") or (tasks and ceil_div(tasks, nodes)) or 1
   local per_task = count_of(job_desc, "cpus_per_task") or item_count(job_desc.tres_per_task, "cpu")
   if per_task == 0 then per_task = 1 end
-  local cpus = math.max(per_node * per_task, item_count(job_desc.cpus_per_tres, "gpu") * each)
+  local total = count_of(job_desc, "min_cpus")
+  local cpus = math.max(per_node * per_task, item_count(job_desc.cpus_per_tres, "gpu") * each,
+                        total and ceil_div(total, nodes) or 0)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
   return cpus, mem
@@ -1405,7 +1409,7 @@ local HET_HOSTS = {}
 -- message kept, texts). Emptied when full.
 local MEMO_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features",
                       "partition", "req_nodes", "exc_nodes", "num_tasks", "ntasks_per_node", "min_nodes",
-                      "max_nodes", "cpus_per_task", "cpus_per_tres", "mem_per_tres", "min_mem_per_node",
+                      "max_nodes", "cpus_per_task", "min_cpus", "cpus_per_tres", "mem_per_tres", "min_mem_per_node",
                       "min_mem_per_cpu", "user_id" }
 local MEMO_MAX = 1024
 local MEMO, MEMO_SIZE = {}, 0

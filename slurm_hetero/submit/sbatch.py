@@ -554,6 +554,13 @@ def _uint16(count: int | None) -> int | None:
     return None if count is None else count % 2**16
 
 
+def _min_cpus(tasks: int, cpus_per_task: int | None) -> int:
+    """The job's min_cpus as sbatch sets it, tasks x -c in 32 bits (tasks: -n, else -N x
+    --ntasks-per-node): slurmctld holds the job to it whatever the 16-bit fields kept, so
+    `-c 65537` or 24.11's `--ntasks-per-node=65537` is a job no node holds, not one of 1."""
+    return min(tasks * (cpus_per_task or 1), 2**32 - 3)
+
+
 def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
     """min_nodes after sbatch's -w: raised to the hosts named (after the task count: `-w a
     --gpus-per-task=1` is still refused without -n), not above the tasks (`-n1 -w a,b`: 1)."""
@@ -656,6 +663,7 @@ def job_from_options(
         ntasks_per_node=_uint16(per_node),
         max_nodes=top,
         cpus_per_task=_uint16(cpus_per_task),
+        min_cpus=_min_cpus(num_tasks or (ntasks_per_node or 1) * (nodes or 1), cpus_per_task),
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
         mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}" if mem_per_gpu else None,
         min_mem_per_node=mebibytes(mem),

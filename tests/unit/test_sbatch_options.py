@@ -158,15 +158,26 @@ MEASURED = [
     ),
     # issue 26: -c and --ntasks-per-node reach the job_desc in 16 bits (the outcomes measured on the
     # suite's dev cluster, tests/integration/test_job_submit_slurm.py; the words here mixed.yaml's)
-    (BOTH, ["-c", "65537"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),  # 1 CPU
-    (("22.05",), ["-c", "65536"], "gpumem:20G -> gres:gpu:l40s:1 (best-fit)" + NVIDIA),  # 0: unset
-    (  # 24.11 reads cpu=65536 in tres_per_task where cpus_per_task is 0
-        ("24.11",),
+    # -c 65537 is 1 in cpus_per_task, -c 65536 0 (unset); min_cpus keeps 32 bits and slurmctld
+    # holds the job to it: refused, not rewritten to pend forever (adversarial F5)
+    (
+        BOTH,
+        ["-c", "65537"],
+        "gpumem:20G: no device type fits (1 excluded, 2 nodes too small); l40s nodes with 1 devices have "
+        "at most 8 CPUs, the job needs 65537 per node",
+    ),
+    (
+        BOTH,
         ["-c", "65536"],
         "gpumem:20G: no device type fits (1 excluded, 2 nodes too small); l40s nodes with 1 devices have "
         "at most 8 CPUs, the job needs 65536 per node",
     ),
-    (("24.11",), ["--ntasks-per-node=65537"], "gpumem:20G -> gres/gpu:l40s:1 (best-fit)" + NVIDIA),
+    (  # 24.11: 1 task per node in 16 bits, 65,537 CPUs in min_cpus
+        ("24.11",),
+        ["--ntasks-per-node=65537"],
+        "gpumem:20G: no device type fits (1 excluded, 2 nodes too small); l40s nodes with 1 devices have "
+        "at most 8 CPUs, the job needs 65537 per node",
+    ),
     (  # 22.05: 65,537 tasks (32 bits) at 1 per node (16 bits)
         ("22.05",),
         ["--ntasks-per-node=65537"],
