@@ -554,6 +554,12 @@ def _uint16(count: int | None) -> int | None:
     return None if count is None else count % 2**16
 
 
+CPUS_EXCLUSIVE = {
+    "gres:": "--cpus-per-gpu is mutually exclusive with --cpus-per-task",
+    "gres/": "--cpus-per-task, --tres-per-task=cpu:#, and --cpus-per-gpu are mutually exclusive",
+}
+
+
 def _min_cpus(tasks: int, cpus_per_task: int | None) -> int:
     """The job's min_cpus as sbatch sets it, tasks x -c in 32 bits (tasks: -n, else -N x
     --ntasks-per-node): slurmctld holds the job to it whatever the 16-bit fields kept, so
@@ -604,6 +610,8 @@ def job_from_options(
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
     pre = RELEASE_PREFIX[_release(slurm_release)]
+    if cpus_per_task is not None and cpus_per_gpu:  # sbatch's first words, measured on each release
+        raise RequestError("sbatch", CPUS_EXCLUSIVE[pre])
     # sbatch puts --gpus-per-node before the --gres items
     per_node_items = _gpu_items(pre, gpus_per_node) + (_gres_items(gres, pre) if gres else [])
     per_task = _per_task_24_11(gpus_per_task) if pre == "gres/" else ",".join(_gpu_items(pre, gpus_per_task))

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from slurm_hetero.cli import cli
 from slurm_hetero.submit.sbatch import (
     BASE_GRES,
+    CPUS_EXCLUSIVE,
     GPUS_PER_SOCKET_REFUSAL,
     GPUS_PER_TASK_REFUSAL,
     gres_refusal,
@@ -184,6 +185,9 @@ MEASURED = [
         "gpumem:20G: no device type fits (1 excluded, 2 too few nodes); at most 1 node(s) with 1 devices "
         "each (l40s): ask -N 1",
     ),
+    # adversarial (stop 29): -c beside --cpus-per-gpu is sbatch's refusal, in its words per release
+    (("22.05",), ["-N1", "-n", "2", "-c", "4", "--cpus-per-gpu=1"], "sbatch: " + CPUS_EXCLUSIVE["gres:"]),
+    (("24.11",), ["-N1", "-n", "2", "-c", "4", "--cpus-per-gpu=1"], "sbatch: " + CPUS_EXCLUSIVE["gres/"]),
     (BOTH, ["-c", "0"], 'sbatch: Invalid numeric value "0" for --cpus-per-task.'),
     (BOTH, ["-c", "x"], 'sbatch: Invalid numeric value "x" for --cpus-per-task.'),
     (BOTH, ["--cpus-per-gpu=0"], 'sbatch: Invalid numeric value "0" for --cpus-per-gpu.'),  # N08 (24.11)
