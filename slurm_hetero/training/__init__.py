@@ -97,7 +97,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# The device each collective backend drives, and the torch plugins that register it.
+# The device each collective backend drives (the plugin that registers a backend is the rank's
+# vendor's torch_package).
 _BACKEND_DEVICES: dict[str, tuple[str, ...]] = {
     "gloo": (),
     "nccl": ("cuda",),

@@ -143,8 +143,9 @@ class Pipeline:
                 module, self.lay["stage"], self.lay["num_stages"], _device(self.stage), group=self.pp
             )
             stage.stage_index_to_group_rank = _group_ranks(self.lay)
-            # torch before 2.7 sends its first step's shapes to the next rank of the group, not
-            # of the stage order: point it at the layout's neighbours (global ranks, as it keeps)
+            # torch 2.6 (a stage with prev_rank/next_rank) sends its first step's shapes to the
+            # next rank of the group, not of the stage order: point it at the layout's neighbours
+            # (global ranks, as it keeps them); later torch reads stage_index_to_group_rank
             for side in ("prev_rank", "next_rank"):
                 if hasattr(stage, side) and self.lay[side] is not None:
                     setattr(stage, side, self.lay[side])
