@@ -200,13 +200,15 @@ def rank_document(
     )
 
 
-PORT_BASE, PORT_SPAN = 20000, 20000  # MASTER_PORT range: 20000-39999
+# MASTER_PORT range 10000-32767: below Linux's ephemeral ports (32768-60999 by default), which any
+# outgoing connection on the node (gloo's, slurmd's) may hold when rank 0 comes to listen.
+PORT_BASE, PORT_SPAN = 10000, 22768
 STEPS_PER_JOB = 64  # steps of one job that get ports apart from every other job's first steps
 
 
 def master_port(job_id: str, step_id: int) -> int:
-    """A port every rank derives alike from the job and step ids (20000-39999): job * 64 + step
-    modulo the range, so the first 64 steps of 312 consecutive jobs (312 * 64 <= 20000) all get
+    """A port every rank derives alike from the job and step ids (10000-32767): job * 64 + step
+    modulo the range, so the first 64 steps of 355 consecutive jobs (355 * 64 <= 22768) all get
     different ports (jobid * 7 + step put job 1 step 7 on job 2 step 0)."""
     job = int(job_id) if job_id.isdigit() and len(job_id) <= 10 else 0
     return PORT_BASE + (job * STEPS_PER_JOB + step_id) % PORT_SPAN

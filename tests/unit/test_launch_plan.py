@@ -173,7 +173,7 @@ def test_every_task_of_the_real_het_job_derives_the_same_plan() -> None:
 
 
 def test_layout_file_path_and_master_port_come_from_job_and_step() -> None:
-    assert master_port("7", 0) == 20000 + 7 * 64 and master_port("42", 3) == 20000 + 42 * 64 + 3
+    assert master_port("7", 0) == 10000 + 7 * 64 and master_port("42", 3) == 10000 + 42 * 64 + 3
     env = fixture_env(0)
     options = dataclasses.replace(GPT2, layout_dir="/scratch/slurm-hetero-7.0", master_addr="10.0.0.1")
     mine = own(plan_from(env, inventory.load(EXAMPLE), options), env)
