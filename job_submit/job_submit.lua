@@ -41,7 +41,7 @@ local IN_PLACE = { tres_per_job = true, tres_per_task = true, tres_per_socket = 
 -- refuse). Only count_of, amount_of and the het offset read them.
 local NO_VAL16, NO_VAL = 65534, 4294967294
 local MEM_UNSET = 9223372036854775806  -- NO_VAL64 & ~MEM_PER_CPU
-local FIELDS16 = { ntasks_per_node = true, cpus_per_task = true }  -- uint16_t in job_desc_msg_t
+local FIELDS16 = { ntasks_per_node = true, cpus_per_task = true, pn_min_cpus = true }  -- uint16_t in job_desc_msg_t
 local INTERNAL = "internal error in the slurm_hetero job_submit hook; job rejected, tell your admin"
 
 ------------------------------------------------------------------------ logging
@@ -1004,7 +1004,8 @@ local function hint(need, rule, usable, usable_set)
   end
   text = text or split_hint(need, usable_set, rule, most)
   local said = need.gpu_type and reason(T.types[need.gpu_type], need, usable_set) == "TOO_FEW_DEVICES"
-  if text == nil and need.each > most and not said then text = fmt("per_node", most, most_name) end
+  -- most_name nil: no node of the named type has the features (that is the headline)
+  if text == nil and most_name and need.each > most and not said then text = fmt("per_node", most, most_name) end
   if text == nil and need.nodes > 1 then text = nodes_hint(need, usable, usable_set) end
   return text
 end
@@ -1172,19 +1173,33 @@ local function item_count(text, name)
   return 0
 end
 
+-- Whether the job overcommits (-O): job_desc shows Lua no overcommit field, but sbatch, salloc
+-- and srun send min_cpus = nodes for -O and at least the tasks (x -c) otherwise (slurm_opt.c,
+-- 22.05 and 24.11; 24.11 counts --ntasks-per-node x -N N as the tasks without setting num_tasks).
+local function overcommits(job_desc)
+  local total = count_of(job_desc, "min_cpus")
+  if total == nil then return false end
+  local low, high = count_of(job_desc, "min_nodes") or 1, count_of(job_desc, "max_nodes")
+  local tasks, per_node = count_of(job_desc, "num_tasks"), count_of(job_desc, "ntasks_per_node")
+  if tasks == nil and per_node and (high == nil or high == low) then tasks = per_node * low end
+  return tasks ~= nil and total < tasks
+end
+
 -- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task (-c, or
--- 24.11's cpu=N in tres_per_task, which an edit's job_rec still shows), or CPUs per gpu x its
--- devices, or the job's min_cpus over its nodes (sbatch's tasks x -c in 32 bits, which slurmctld
--- holds the job to: `-c 65537` reaches cpus_per_task as 1); --mem, or memory per gpu x devices,
--- or per CPU x its CPUs.
+-- 24.11's cpu=N in tres_per_task, which an edit's job_rec still shows; one task a node when the
+-- job overcommits, as Slurm allocates it), at least --mincpus, or CPUs per gpu x its devices, or
+-- the job's min_cpus over its nodes (sbatch's tasks x -c in 32 bits, which slurmctld holds the
+-- job to: `-c 65537` reaches cpus_per_task as 1); --mem, or memory per gpu x devices, or per
+-- CPU x its CPUs.
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc, "num_tasks")
   local per_node = count_of(job_desc, "ntasks_per_node") or (tasks and ceil_div(tasks, nodes)) or 1
+  if overcommits(job_desc) then per_node = 1 end
   local per_task = count_of(job_desc, "cpus_per_task") or item_count(job_desc.tres_per_task, "cpu")
   if per_task == 0 then per_task = 1 end
   local total = count_of(job_desc, "min_cpus")
   local cpus = math.max(per_node * per_task, item_count(job_desc.cpus_per_tres, "gpu") * each,
-                        total and ceil_div(total, nodes) or 0)
+                        total and ceil_div(total, nodes) or 0, count_of(job_desc, "pn_min_cpus") or 0)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
   return cpus, mem
@@ -1317,10 +1332,12 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   end
   if check then return { action = "untouched" } end
   local item = new_item(choice, req.form)
-  -- the node count the decision assumed, where the job leaves it open (see pin_nodes)
-  local pin = {}
+  -- the node count the decision assumed, where the job leaves it open and its devices per node
+  -- follow it (per task or per job); a per-node count holds on any node count, and a pinned one
+  -- node makes Slurm want all tasks' cores there (`-O -n 32 -N1` with gres is refused on 8 CPUs)
+  local pin, follows = {}, req.gpu_field == "tres_per_task" or req.gpu_field == "tres_per_job"
   for _, name in ipairs({ "min_nodes", "max_nodes" }) do
-    if count_of(job_desc, name) == nil then pin[name] = nodes end
+    if follows and count_of(job_desc, name) == nil then pin[name] = nodes end
   end
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
            types = choice.types, request = req.text, pin = pin, nodes = nodes,
@@ -1409,8 +1426,8 @@ local HET_HOSTS = {}
 -- message kept, texts). Emptied when full.
 local MEMO_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features",
                       "partition", "req_nodes", "exc_nodes", "num_tasks", "ntasks_per_node", "min_nodes",
-                      "max_nodes", "cpus_per_task", "min_cpus", "cpus_per_tres", "mem_per_tres", "min_mem_per_node",
-                      "min_mem_per_cpu", "user_id" }
+                      "max_nodes", "cpus_per_task", "min_cpus", "pn_min_cpus", "cpus_per_tres", "mem_per_tres",
+                      "min_mem_per_node", "min_mem_per_cpu", "user_id" }
 local MEMO_MAX = 1024
 local MEMO, MEMO_SIZE = {}, 0
 -- The memo is a tree: the uid, then each MEMO_FIELDS value from the last to the first (UNSET_KEY
@@ -1607,7 +1624,8 @@ end
 -- them a request gets whole devices, as at submission (slurmctld refuses shards beside them).
 local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
                        "admin_comment", "cpus_per_tres", "mem_per_tres" }
-local VIEW_COUNTS = { "min_nodes", "num_tasks", "ntasks_per_node" }
+-- pn_min_cpus: the CPUs slurmctld holds each node to (--mincpus, -c; scontrol's MinCPUsNode)
+local VIEW_COUNTS = { "min_nodes", "num_tasks", "ntasks_per_node", "pn_min_cpus" }
 -- --mem / --mem-per-cpu: job_rec carries them (min_mem_per_node, min_mem_per_cpu; 22.05 and 24.11)
 local VIEW_AMOUNTS = { "min_mem_per_node", "min_mem_per_cpu" }
 -- -w / -x: job_rec has neither (slurm_lua.c, 22.05 and 24.11), so only an edit's own count

@@ -261,6 +261,8 @@ local function job_of(options, isset)
     num_tasks = tasks,
     ntasks_per_node = per_node,
     cpus_per_task = positive(options, "cpus-per-task"),
+    pn_min_cpus = positive(options, "mincpus"),
+    min_cpus = text(options, "overcommit") == "set" and math.max(low or 1, 1) or nil,  -- -O: the nodes
     cpus_per_tres = cpus_per_gpu and ("gres:gpu:" .. cpus_per_gpu) or nil,
     mem_per_tres = mem_per_gpu and ("gres:gpu:" .. mem_per_gpu) or nil,
     min_mem_per_node = mebibytes(options, "mem"),
@@ -295,8 +297,7 @@ local OPTIONS = {  -- field -> option, how its value is written
 }
 
 -- --gres "emptied": a gpu item of count 0 in the decided type (`gpu:a100_80g:0`, `gpu:0` for any-fit),
--- which Slurm's GRES parser skips (measured on 22.05 and 24.11: the step gets the devices; "none"
--- gave 22.05's step no device, or was refused beside --gpus-per-node).
+-- which Slurm's GRES parser skips (22.05, 24.11; "none" lost the step its device, or was refused).
 local function cleared(after)
   for _, field in ipairs({ "tres_per_job", "tres_per_task", "tres_per_socket", "tres_per_node" }) do
     local item = hook.items_of(after[field])[1]
@@ -325,10 +326,9 @@ local function per_node(new, after, out)
   return true
 end
 
--- srun 24.11 keeps --gpus-per-task in --tres-per-task too, untyped (SLURM_TRES_PER_TASK=gres/gpu=1):
--- a typed --gpus-per-task beside it srun refuses ("Invalid GRES specification (with and without type
--- identification)"). Its gpu item takes the written value (`a100_80g:1` -> gres/gpu:a100_80g=1, as
--- srun writes it); the rest stays. nil: nothing to change (no such option, as in 22.05, or no gpu item).
+-- srun 24.11 keeps --gpus-per-task in --tres-per-task too, untyped (gres/gpu=1), and refuses a typed
+-- --gpus-per-task beside it: its gpu item takes the written value (`a100_80g:1` ->
+-- gres/gpu:a100_80g=1); the rest stays. nil: nothing to change (no such option, as 22.05, no gpu item).
 local function tres_per_task(options, gpus)
   local current = text(options, "tres-per-task")
   if current == nil then return nil end

@@ -65,6 +65,8 @@ FLAGS = {
     "mem_per_gpu": "--mem-per-gpu",
     "mem": "--mem",
     "mem_per_cpu": "--mem-per-cpu",
+    "mincpus": "--mincpus",
+    "overcommit": "--overcommit",  # a flag: given without its value
     "nodelist": "--nodelist",
     "exclude": "--exclude",
 }
@@ -136,16 +138,24 @@ def _nodes(rng: random.Random, names: list[str]) -> str:
 
 
 def _node_fields(rng: random.Random, options: Options, nodes: list[str]) -> None:
-    """-c, --cpus-per-gpu, one of --mem/--mem-per-cpu/--mem-per-gpu, -w/-x (some malformed)."""
+    """-c, --cpus-per-gpu, --mincpus, -O, one of --mem/--mem-per-cpu/--mem-per-gpu, -w/-x (some
+    malformed)."""
     if rng.random() < 0.12:
         options["cpus_per_task"] = rng.choice(["1", "2", "4", "8", "16", "64", "0", "x"])
     elif rng.random() < 0.05:
         options["cpus_per_gpu"] = rng.choice(["1", "2", "8", "64"])
+    # above 4, 24.11 pends a gres job's --mincpus itself (Resources, typed too): not drawn
+    if rng.random() < 0.04:
+        options["mincpus"] = rng.choice(["2", "4", "0", "x"])
+    if rng.random() < 0.04:
+        options["overcommit"] = "yes"
     roll = rng.random()
     if roll < 0.08:
-        options["mem"] = rng.choice(["1000", "8G", "15G", "16000", "100G", "3T", "abc", "1.5G"])
+        options["mem"] = rng.choice(
+            ["1000", "8G", "15G", "16000", "100G", "3T", "abc", "1.5G", "10GB", "8796093022208T"]
+        )
     elif roll < 0.12:
-        options["mem_per_cpu"] = rng.choice(["500", "2G", "4G", "300G", "x"])
+        options["mem_per_cpu"] = rng.choice(["500", "2G", "4G", "300G", "x", "2048K"])
     elif roll < 0.16:
         options["mem_per_gpu"] = rng.choice(["1G", "4G", "16G", "600G", "1.5G"])
     roll = rng.random()
@@ -247,7 +257,7 @@ def sbatch_argv(request: Request) -> list[str]:
     )
     for i, options in enumerate(request.components):
         argv += [":"] if i else []
-        argv += [f"{FLAGS[k]}={v}" for k, v in options.items()]
+        argv += [FLAGS[k] if k == "overcommit" else f"{FLAGS[k]}={v}" for k, v in options.items()]
     return argv + ["--wrap", "true"]
 
 
@@ -328,7 +338,8 @@ def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
     min_nodes as submitted (scontrol's NumNodes is slurmctld's estimate: `-n4 --ntasks-per-node=2`
     shows 2 where 22.05's job_rec.min_nodes is 1). job_rec's cpus_per_tres / mem_per_tres are
     scontrol's CpusPerTres / MemPerTres, same text (`gres:gpu:2`, 24.11 `gres/gpu:2`), and its
-    min_mem_per_node / min_mem_per_cpu scontrol's MinMemoryNode / MinMemoryCPU. ReqNodeList /
+    min_mem_per_node / min_mem_per_cpu scontrol's MinMemoryNode / MinMemoryCPU, its pn_min_cpus
+    MinCPUsNode. ReqNodeList /
     ExcNodeList are read too, though job_rec has neither (`Hook.modify` leaves them out, as Slurm
     does)."""
     view = stored_view(fields)
@@ -343,6 +354,7 @@ def record_of(fields: dict[str, str], uid: int, min_nodes: int | None) -> Job:
         mem_per_tres=_value(fields, "MemPerTres"),
         min_mem_per_node=_memory(fields, "MinMemoryNode"),
         min_mem_per_cpu=_memory(fields, "MinMemoryCPU"),
+        pn_min_cpus=int(fields["MinCPUsNode"]) if fields.get("MinCPUsNode", "").isdigit() else None,
         req_nodes=_value(fields, "ReqNodeList"),
         exc_nodes=_value(fields, "ExcNodeList"),
         user_id=uid,

@@ -219,6 +219,9 @@ def request() -> None:
 
 
 def _print(outcome: Outcome, as_json: bool) -> None:
+    for kind, line in outcome.log:  # the hook's own failure, which its fail policy then hides
+        if kind == "error":
+            click.echo(f"slurm-hetero: {line}; report it with this command", err=True)
     if as_json:
         click.echo(json.dumps(outcome.as_dict(), sort_keys=True))
         return
@@ -254,6 +257,8 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--ntasks-per-node", help="As sbatch --ntasks-per-node.")
 @click.option("--cpus-per-task", "-c", help="As sbatch --cpus-per-task.")
 @click.option("--cpus-per-gpu", help="As sbatch --cpus-per-gpu.")
+@click.option("--mincpus", help="As sbatch --mincpus (CPUs per node).")
+@click.option("--overcommit", "-O", is_flag=True, help="As sbatch --overcommit (CPUs for one task a node).")
 @click.option("--mem-per-gpu", help="As sbatch --mem-per-gpu (MiB, or with M/G/T).")
 @click.option("--mem", help="As sbatch --mem (per node).")
 @click.option("--mem-per-cpu", help="As sbatch --mem-per-cpu.")
@@ -285,6 +290,8 @@ def explain_cmd(
     ntasks_per_node: str | None,
     cpus_per_task: str | None,
     cpus_per_gpu: str | None,
+    mincpus: str | None,
+    overcommit: bool,
     mem_per_gpu: str | None,
     mem: str | None,
     mem_per_cpu: str | None,
@@ -314,6 +321,8 @@ def explain_cmd(
         "ntasks_per_node": ntasks_per_node,
         "cpus_per_task": cpus_per_task,
         "cpus_per_gpu": cpus_per_gpu,
+        "mincpus": mincpus,
+        "overcommit": "yes" if overcommit else None,
         "mem_per_gpu": mem_per_gpu,
         "mem": mem,
         "mem_per_cpu": mem_per_cpu,

@@ -32,7 +32,8 @@ class Job:
     ntasks_per_node: int | None = None  # --ntasks-per-node
     max_nodes: int | None = None  # -N's upper bound (-N N: N)
     cpus_per_task: int | None = None  # -c
-    min_cpus: int | None = None  # sbatch's tasks x -c, 32 bits: what -c's 16 bits lose
+    min_cpus: int | None = None  # sbatch's tasks x -c, 32 bits: what -c's 16 bits lose (-O: the nodes)
+    pn_min_cpus: int | None = None  # --mincpus, raised to -c
     cpus_per_tres: str | None = None  # --cpus-per-gpu: `gres:gpu:N`
     mem_per_tres: str | None = None  # --mem-per-gpu (MiB): `gres:gpu:N`
     min_mem_per_node: int | None = None  # --mem (MiB)

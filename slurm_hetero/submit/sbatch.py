@@ -293,9 +293,11 @@ def task_count(option: str, text: str, slurm_release: str = "22.05") -> int:
         raise RequestError("sbatch", f"Numeric argument ({value}) to big for {option}.")
     if slurm_release != "22.05" and value >= 2**31 - 1:
         raise RequestError("sbatch", f"Numeric argument ({value}) too large for {option}.")
-    count = _int(value)
+    count = _int(value)  # 22.05 keeps parse_int's int: past 2^31 it wraps, and its checks see that
     if option == "--ntasks" and count < 0:
         raise RequestError("sbatch", f"invalid number of tasks (-n {count})")
+    if option == "--cpus-per-task" and count <= 0:
+        raise RequestError("sbatch", f"invalid number of cpus per task (-c {count})")
     return count
 
 
@@ -372,23 +374,52 @@ def _per_task_24_11(spec: str | None) -> str | None:
     return f"gres/gpu{typed}={count}" if count else None
 
 
-def mebibytes(text: str | None, option: str = "--mem") -> int | None:
-    """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB (`16000`, `10G`; a
-    bare number is MiB), None when not given; RequestError with sbatch's words where it refuses
-    it (`Invalid --mem specification`, measured on 22.05: `abc`, `1.5G`, a number past strtoll's
-    LLONG_MAX such as `1000000000000000000000T`, `-5`). A figure that reaches 2^63 - 2 MiB once
-    scaled is refused the same way: sbatch sends it wrapped around 64 bits (or as the job_desc's
-    unset memory), not as asked."""
-    from slurm_hetero.submit import MEM_UNSET  # late: slurm_hetero.submit imports this module
+NO_VAL64 = 2**64 - 2
+MEM_PER_CPU = 2**63  # the flag bit of job_desc's pn_min_memory
 
+
+def _wrap64(value: int) -> int:
+    """C's signed 64-bit arithmetic as it wraps: the low 64 bits, signed."""
+    return (value + _LONG) % 2**64 - _LONG
+
+
+def mebibytes(text: str | None, option: str = "--mem") -> int | None:
+    """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB as str_to_mbytes makes
+    it (proc_args.c, the same in 22.05 and 24.11): strtoll, then K (rounded up), M, G or T, each
+    optionally followed by B, scaled in a signed 64 bits that wraps, cast to 64 unsigned bits
+    (`8796093022208T` is 2^63, which the job_desc reads as per-CPU memory of 0, and runs); None
+    when not given. RequestError with sbatch's words where it refuses it, NO_VAL64: no digits,
+    a negative figure, strtoll out of range (`1000000000000000000000T`), another suffix."""
     if not text:
         return None
-    suffix = text[-1].upper() if text[-1].isalpha() else "M"
-    digits = text[:-1] if text[-1].isalpha() else text
-    number = whole_number(digits, 19)
-    if number is None or number >= _LONG or suffix not in UNITS or number * UNITS[suffix] >= MEM_UNSET:
-        raise RequestError("sbatch", f"Invalid {option} specification")
-    return number * UNITS[suffix]
+    refused = RequestError("sbatch", f"Invalid {option} specification")
+    found = _STRTOL.match(text)
+    number = int(found.group(0)) if found else -1
+    if not 0 <= number < _LONG:  # none, negative, or strtoll's ERANGE
+        raise refused
+    rest = text[found.end() :] if found else ""
+    suffix = rest[:1].upper()
+    if rest[1:] not in ("", "B", "b") or suffix not in ("", "K", "M", "G", "T"):
+        raise refused
+    if suffix == "K":
+        value = int(_wrap64(number + 1023) / 1024)  # C division truncates toward zero
+    else:
+        value = _wrap64(number * UNITS[suffix])
+    value %= 2**64
+    if value == NO_VAL64:
+        raise refused
+    return value
+
+
+def _memory_fields(mem: str | None, mem_per_cpu: str | None) -> tuple[int | None, int | None]:
+    """(min_mem_per_node, min_mem_per_cpu) as the hook reads them (job_submit_lua.c): sbatch sends
+    --mem as pn_min_memory, --mem-per-cpu with the MEM_PER_CPU bit set; the hook sees per-node
+    memory without the bit and per-CPU memory (the bit cleared) with it."""
+    per_node, per_cpu = mebibytes(mem), mebibytes(mem_per_cpu, "--mem-per-cpu")
+    memory = per_node if per_node is not None else (None if per_cpu is None else per_cpu | MEM_PER_CPU)
+    if memory is None or memory == NO_VAL64:
+        return None, None
+    return (None, memory - MEM_PER_CPU) if memory & MEM_PER_CPU else (memory, None)
 
 
 def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | None:
@@ -421,6 +452,8 @@ OPTIONS = (
     "nodelist",
     "exclude",
     "sockets-per-node",
+    "mincpus",
+    "overcommit",
 )
 MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
 # sbatch's refusal of two of them together (slurm_opt.c _validate_memory_options; the same on
@@ -432,6 +465,8 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
     """`job_from_texts`'s options from sbatch's (long name -> last value): the ones a decision
     reads (`OPTIONS`), those given."""
     given = {name: values.get(name) for name in OPTIONS}
+    if "overcommit" in values:  # a flag: given is all it says
+        given["overcommit"] = "yes"
     node_info = values.get("extra-node-info")  # -B S[:C[:T]] sets the sockets per node too
     if given["sockets-per-node"] is None and node_info and node_info.split(":")[0]:
         given["sockets-per-node"] = node_info.split(":")[0]
@@ -503,11 +538,20 @@ def job_from_texts(
             ("ntasks", "--ntasks"),
             ("ntasks_per_node", "--ntasks-per-node"),
             ("cpus_per_task", "--cpus-per-task"),
+            ("mincpus", "--mincpus"),
         )
         if texts.get(key) is not None
     }
+    overcommit = texts.pop("overcommit", None) is not None
     return job_from_options(
-        **texts, uid=uid, slurm_release=slurm_release, nodes=low, max_nodes=high, names=names, **counts
+        **texts,
+        overcommit=overcommit,
+        uid=uid,
+        slurm_release=slurm_release,
+        nodes=low,
+        max_nodes=high,
+        names=names,
+        **counts,
     )
 
 
@@ -523,6 +567,7 @@ def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tu
         ("ntasks_per_node", "--ntasks-per-node"),
         ("cpus_per_task", "--cpus-per-task"),
         ("cpus_per_gpu", "--cpus-per-gpu"),  # parse_int too (24.11 adversarial N08: `=0`)
+        ("mincpus", "--mincpus"),
     ):
         if options.get(key) is not None:
             task_count(flag, options[key], slurm_release)
@@ -560,10 +605,13 @@ CPUS_EXCLUSIVE = {
 }
 
 
-def _min_cpus(tasks: int, cpus_per_task: int | None) -> int:
+def _min_cpus(tasks: int, cpus_per_task: int | None, overcommit: bool, min_nodes: int | None) -> int:
     """The job's min_cpus as sbatch sets it, tasks x -c in 32 bits (tasks: -n, else -N x
     --ntasks-per-node): slurmctld holds the job to it whatever the 16-bit fields kept, so
-    `-c 65537` or 24.11's `--ntasks-per-node=65537` is a job no node holds, not one of 1."""
+    `-c 65537` or 24.11's `--ntasks-per-node=65537` is a job no node holds, not one of 1. With
+    -O the nodes, at least 1 (slurm_opt.c, 22.05 and 24.11): the hook reads -O from it."""
+    if overcommit:
+        return max(min_nodes or 1, 1)
     return min(tasks * (cpus_per_task or 1), 2**32 - 3)
 
 
@@ -601,12 +649,14 @@ def job_from_options(
     exclude: str | None = None,
     gpus_per_socket: str | None = None,
     sockets_per_node: str | None = None,
+    mincpus: int | None = None,
+    overcommit: bool = False,
 ) -> Job:
     """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
     (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name; -c,
-    --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x as well: read by the hook's node
-    checks; --sockets-per-node: only whether it is given); RequestError where sbatch itself refuses
-    them."""
+    --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x, --mincpus, -O as well: read by
+    the hook's node checks; --sockets-per-node: only whether it is given); RequestError where
+    sbatch itself refuses them."""
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
     pre = RELEASE_PREFIX[_release(slurm_release)]
@@ -660,6 +710,7 @@ def job_from_options(
     refusal = gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, top, per_node)
     if refusal:
         raise RequestError("sbatch", refusal)
+    memory = _memory_fields(mem, mem_per_cpu)
     return Job(
         **fields,
         partition=partition,
@@ -671,11 +722,14 @@ def job_from_options(
         ntasks_per_node=_uint16(per_node),
         max_nodes=top,
         cpus_per_task=_uint16(cpus_per_task),
-        min_cpus=_min_cpus(num_tasks or (ntasks_per_node or 1) * (nodes or 1), cpus_per_task),
+        min_cpus=_min_cpus(
+            num_tasks or (ntasks_per_node or 1) * (nodes or 1), cpus_per_task, overcommit, min_nodes
+        ),
+        pn_min_cpus=_uint16(max(mincpus or 0, cpus_per_task or 0)) or None,  # sbatch raises it to -c
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
         mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}" if mem_per_gpu else None,
-        min_mem_per_node=mebibytes(mem),
-        min_mem_per_cpu=mebibytes(mem_per_cpu, "--mem-per-cpu"),
+        min_mem_per_node=memory[0],
+        min_mem_per_cpu=memory[1],
         req_nodes=nodelist,
         exc_nodes=exclude,
     )

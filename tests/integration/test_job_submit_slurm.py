@@ -22,9 +22,10 @@ from slurm_hetero.config import exempt_uids, load_settings
 from slurm_hetero.errors import RequestError
 from slurm_hetero.model import Device
 from slurm_hetero.nodes import gres_order
+from slurm_hetero.slurm.sbatchargs import parse_options, values
 from slurm_hetero.submit import job_from_options
 from slurm_hetero.submit.hook import Hook, Outcome, cluster_hook
-from slurm_hetero.submit.sbatch import job_from_texts
+from slurm_hetero.submit.sbatch import job_from_texts, texts_of
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
 from tests.unit.test_job_submit_lua import kind_of, type_of
@@ -233,6 +234,10 @@ def test_an_absurd_memory_figure_is_refused_in_one_line_as_explain_says(
         ["--ntasks-per-node=65536"],
         ["--ntasks=65537", "--ntasks-per-node=65537"],
         ["--cpus-per-gpu=65537", "--gpus=1"],
+        ["--cpus-per-task=4294967294"],  # 22.05: an int of -2 (adversarial F6)
+        ["--mem=8796093022208T"],  # 2^63 MiB: per-CPU memory of 0 once wrapped, and runs
+        ["--mem=10GB"],
+        ["--mem-per-cpu=2048K"],
     ],
     ids=" ".join,
 )
@@ -254,6 +259,40 @@ def test_a_count_past_its_job_desc_field_is_decided_as_explain_says(
     if run.returncode == 0:
         slurm("scancel", run.stdout.strip().split(";")[0])
     assert (run.returncode == 0) == ok and said in run.stderr, (run.stderr, said)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["-O", "-n", "32"],
+        ["-O", "-c", "12"],
+        ["--mincpus=12"],  # 24.11 pends `gpu:l40s:1 --mincpus=5` itself (Resources, typed too)
+        ["-n", "2", "-c", "3", "--mincpus=12"],
+    ],
+    ids=" ".join,
+)
+def test_overcommit_and_mincpus_are_decided_as_slurm_allocates_them(
+    dev_cluster: Cluster, suite_config: Path, options: list[str]
+) -> None:
+    """Issue 26 (adversarial, stop 29): -O allocates the CPUs of one task a node (the hook read
+    -n 32 as 32 CPUs a node and refused), --mincpus holds each node to its count (the hook
+    ignored it and the rewritten job pended on BadConstraints). A job the hook rewrites starts;
+    one it refuses is refused in explain's words."""
+    model, hook, uid = _cluster_model(dev_cluster, suite_config)
+    texts = texts_of(values(parse_options(options)[0]))  # read as the wrapper reads them
+    predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+    run = as_user("sbatch", "--parsable", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true")
+    if not predicted.ok:
+        assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
+        return
+    assert run.returncode == 0, run.stderr
+    job_id = run.stdout.strip().split(";")[0]
+    try:
+        fields = _wait_started(job_id, 60)
+        assert fields["JobState"] != "PENDING", fields.get("Reason")
+        assert tres(fields["TresPerNode"]) == tres(predicted.job.tres_per_node or "")
+    finally:
+        slurm("scancel", job_id)
 
 
 def test_an_edited_pending_job_is_rewritten_or_refused_like_a_submission(dev_cluster: Cluster) -> None:

@@ -1237,15 +1237,23 @@ def test_job_from_options_holds_what_sbatch_sends(options: dict[str, Any], relea
             {"tres_per_task": "cpu=2,gres/gpu=1"},
         ),
         (
+            # job_desc has one pn_min_memory: --mem where given (sbatch refuses both from options)
             {"gpus": "2", "cpus_per_gpu": "8", "mem_per_gpu": "10G", "mem": "2000", "mem_per_cpu": "1G"},
             "22.05",
             {
                 "cpus_per_tres": "gres:gpu:8",
                 "mem_per_tres": "gres:gpu:10240",
                 "min_mem_per_node": 2000,
-                "min_mem_per_cpu": 1024,
+                "min_mem_per_cpu": None,
             },
         ),
+        ({"mem_per_cpu": "1G"}, "22.05", {"min_mem_per_node": None, "min_mem_per_cpu": 1024}),
+        ({"mem": "8796093022208T"}, "24.11", {"min_mem_per_node": None, "min_mem_per_cpu": 0}),  # 2^63
+        ({"mem": "10GB"}, "24.11", {"min_mem_per_node": 10240, "min_mem_per_cpu": None}),
+        ({"mem": "2049K"}, "24.11", {"min_mem_per_node": 3, "min_mem_per_cpu": None}),  # rounded up
+        ({"overcommit": True, "ntasks": 32, "nodes": 2}, "22.05", {"min_cpus": 2, "pn_min_cpus": None}),
+        ({"mincpus": 6, "cpus_per_task": 8}, "22.05", {"pn_min_cpus": 8}),  # sbatch raises it to -c
+        ({"mincpus": 65537}, "24.11", {"pn_min_cpus": 1}),  # 16 bits
         (
             {"nodes": 2, "nodelist": "a100n1", "exclude": "l40sn1"},
             "24.11",
@@ -1490,8 +1498,10 @@ def test_srun_carries_the_decision_into_the_step_when_the_count_is_elsewhere(
 ) -> None:
     given = {"gres": f"{prefix}gpumem:20G", **options}
     rc, after, log = run_cli(cli_filter(rendered["scoped"]), given)  # the dev cluster's settings
-    # -N unset: the node count the hook pins goes into the options too (it never sees the gpumem)
-    assert rc == 0 and after == {**given, **written, "gres": "gpu:a100_80g:0", "nodes": "1"}, log
+    # -N unset: the node count the hook pins (devices per task or job) goes into the options too
+    # (it never sees the gpumem); a per-node count is not pinned
+    pinned = {} if "gpus-per-node" in options else {"nodes": "1"}
+    assert rc == 0 and after == {**given, **written, "gres": "gpu:a100_80g:0", **pinned}, log
     assert [kind for kind, _ in log] == ["info"]
     # what srun then sends: the hook leaves it alone (no gpumem), sbatch's reading skips the 0
     release = "22.05" if prefix == "gres:" else "24.11"
@@ -1540,7 +1550,7 @@ def test_srun_per_node_count_with_other_gres_items_needs_no_clearing(rendered: d
     for pre in ("gres:", "gres/"):
         given = {"gres": f"{pre}gpumem:20G,{pre}mps:10", "gpus-per-node": "2"}
         rc, after, log = run_cli(cli_filter(rendered["scoped"]), given)
-        assert (rc, after) == (0, {"gres": "mps:10", "gpus-per-node": "a100_80g:2", "nodes": "1"}), log
+        assert (rc, after) == (0, {"gres": "mps:10", "gpus-per-node": "a100_80g:2"}), log
 
 
 # Issue 10 follow-up: srun's half ignored -w/-x, -c and --mem*, so srun rewrote jobs the hook
@@ -1555,6 +1565,7 @@ SRUN_NODE_FIELDS = [
     ({"mem-per-cpu": "3000", "ntasks": "8"}, {"min_mem_per_cpu": 3000, "num_tasks": 8}),
     ({"mem-per-gpu": "20G", "gpus": "1"}, {"mem_per_tres": "gres:gpu:20480", "tres_per_job": "gres:gpu:1"}),
     ({"cpus-per-gpu": "12", "gpus": "1"}, {"cpus_per_tres": "gres:gpu:12", "tres_per_job": "gres:gpu:1"}),
+    ({"mincpus": "12"}, {"pn_min_cpus": 12}),  # adversarial (stop 29): ignored, pended BadConstraints
 ]
 
 
@@ -1581,13 +1592,23 @@ def test_srun_decides_with_the_node_options_as_the_hook_does(
     assert f"gpu:{type_of(python)}:" in after["gres"] + after.get("gpus", "")
 
 
+def test_srun_overcommit_takes_one_tasks_cpus_a_node_as_the_hook_does(rendered: dict[str, Config]) -> None:
+    """Adversarial (stop 29): `srun -O -n 32 --gres=gpumem:20G` was refused for 32 CPUs a node;
+    Slurm allocates one task's CPUs a node for -O (srun sends min_cpus = the nodes)."""
+    config = rendered["mixed"]
+    given = {"gres": "gres:gpumem:20G", "ntasks": "32"}
+    rc, after, log = run_cli(cli_filter(config), given)
+    assert (rc, after, log) == (0, given, [])  # 32 CPUs a node: no type, left to the hook
+    rc, after, log = run_cli(cli_filter(config), {**given, "overcommit": "set"})
+    assert rc == 0 and after["gres"].startswith("gpu:l40s:") and log[0][0] == "info", (after, log)
+
+
 @pytest.mark.parametrize(
     ("options", "unset", "nodes"),
     [
         ({"nodes": "2", "ntasks": "1"}, ("ntasks",), 2),  # srun -N2: one task per node, num_tasks unset
         ({"nodes": "2-2", "ntasks": "1"}, ("ntasks",), 2),
-        ({"nodes": "1-0", "ntasks": "1"}, ("nodes", "ntasks"), 1),  # neither: the hook pins one node
-        ({"nodes": "1-0", "ntasks": "4", "gpus-per-task": "1"}, ("nodes",), 1),
+        ({"nodes": "1-0", "ntasks": "4", "gpus-per-task": "1"}, ("nodes",), 1),  # the hook pins one node
     ],
 )
 def test_srun_without_n_is_decided_on_its_node_count_and_pins_it(
@@ -1616,6 +1637,14 @@ def test_srun_without_n_is_decided_on_its_node_count_and_pins_it(
     gres = re.escape(_bare(python.job.tres_per_node)) or r"gpu:(\w+:)?0"  # emptied: a zero-count item
     assert re.fullmatch(gres, after["gres"]) and after["nodes"].split("-")[0] == str(python.job.min_nodes)
     assert python.job.min_nodes == nodes
+
+
+def test_srun_without_n_or_N_and_a_per_node_count_pins_no_node_count(rendered: dict[str, Config]) -> None:
+    """Devices per node hold on any node count: srun leaves -N to Slurm (one node pinned makes
+    Slurm want every task's cores there, refusing `-O -n 32` with gres on 8 CPUs)."""
+    given = {"gres": "gres:gpumem:20G", "nodes": "1-0", "ntasks": "1"}
+    rc, after, log = run_cli(cli_filter(rendered["second"]), given, ("nodes", "ntasks"))
+    assert rc == 0 and after["nodes"] == "1-0" and log[0][0] == "info", (after, log)
 
 
 @pytest.mark.parametrize(("ntasks", "accepted"), [(2, False), (3, False), (1, True)])
@@ -2164,11 +2193,44 @@ def test_srun_host_file_it_cannot_read_is_left_to_srun(
 @pytest.mark.parametrize(
     ("fields", "needs"),
     [
+        # -O: sbatch sends min_cpus = the nodes; Slurm allocates one task's CPUs a node
+        ({"num_tasks": 32, "min_cpus": 1}, None),
+        ({"ntasks_per_node": 32, "min_nodes": 1, "max_nodes": 1, "min_cpus": 1}, None),  # 24.11: no num_tasks
+        ({"num_tasks": 32, "min_cpus": 1, "cpus_per_task": 12}, 12),
+        ({"num_tasks": 32, "min_cpus": 32}, 32),  # no -O: the tasks' CPUs
+        ({"ntasks_per_node": 32, "min_nodes": 1, "max_nodes": 2, "min_cpus": 1}, 32),  # -N 1-2: tasks unknown
+        ({"pn_min_cpus": 12}, 12),  # --mincpus
+        ({"pn_min_cpus": 6}, None),
+        ({"num_tasks": 32, "min_cpus": 1, "pn_min_cpus": 9}, 9),
+    ],
+)
+def test_overcommit_and_mincpus_count_as_slurm_allocates_the_cpus(
+    hooks: dict[str, Hook], fields: dict[str, Any], needs: int | None
+) -> None:
+    """Issue 26 (adversarial, stop 29): `-O -n 32` was refused for 32 CPUs a node, though Slurm
+    runs it with one task's CPUs a node; `--mincpus=12` was rewritten onto 8-CPU nodes, where the
+    job pended (BadConstraints)."""
+    job = Job(tres_per_node="gres:gpumem:20G", submit_uid=1000, user_id=1000, **fields)
+    ok, message, after, _ = hooks["mixed"].run(job)
+    if needs is None:
+        assert ok and after.tres_per_node == "gres:gpu:l40s:1", message
+        if fields.get("min_cpus") == 1:  # -O: Slurm refuses `-O -n 32 -N1` with gres on 8 CPUs
+            assert after.max_nodes == fields.get("max_nodes"), after
+    else:
+        assert after.tres_per_node != "gres:gpu:l40s:1", message  # never onto the 8-CPU l40s nodes
+        assert ok or message.endswith(f"the job needs {needs} per node"), message
+
+
+@pytest.mark.parametrize(
+    ("fields", "needs"),
+    [
         ({"ntasks_per_node": 65535}, 65535),  # INFINITE16: a count, as slurmctld holds the job to it
         ({"cpus_per_task": 65535}, 65535),
         ({"num_tasks": 65534}, 65534),  # a 32-bit field's 65534 is 65534 tasks, not NO_VAL16
         ({"ntasks_per_node": 65534}, None),  # NO_VAL16: unset
         ({"cpus_per_task": 65534}, None),
+        ({"pn_min_cpus": 65535}, 65535),  # --mincpus: 16 bits too
+        ({"pn_min_cpus": 65534}, None),
         ({"num_tasks": 4294967294, "min_nodes": 4294967294}, None),  # NO_VAL: unset
         # memory is 64 bits: unset only as NO_VAL64 without the per-CPU bit (an unset --mem)
         ({"min_mem_per_cpu": 2**63 - 2}, None),

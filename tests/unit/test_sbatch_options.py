@@ -185,6 +185,28 @@ MEASURED = [
         "gpumem:20G: no device type fits (1 excluded, 2 too few nodes); at most 1 node(s) with 1 devices "
         "each (l40s): ask -N 1",
     ),
+    # adversarial (stop 29): -O allocates one task's CPUs a node (typed `--gres=gpu:l40s:1 -O -n 16`
+    # ran, NumCPUs=1); --mincpus holds each node to its CPUs (`gpu:l40s:1 --mincpus=9` pends forever)
+    (BOTH, ["-O", "-n", "16"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
+    (
+        BOTH,
+        ["--overcommit", "-N1", "--ntasks-per-node=9"],
+        "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA,
+    ),
+    (
+        BOTH,
+        ["--mincpus=9"],
+        "gpumem:20G: no device type fits (1 excluded, 2 nodes too small); ascend910b3 of vendor ascend "
+        "would fit: add -C ascend",
+    ),
+    (("22.05",), ["-c", "4294967294"], "sbatch: invalid number of cpus per task (-c -2)"),  # F6
+    (
+        ("24.11",),
+        ["-c", "4294967294"],
+        "sbatch: Numeric argument (4294967294) too large for --cpus-per-task.",
+    ),
+    (BOTH, ["--mem=8796093022208T"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),  # 2^63: wraps
+    (BOTH, ["--mem=10GB"], "gpumem:20G -> gres{sep}gpu:l40s:1 (best-fit)" + NVIDIA),
     # adversarial (stop 29): -c beside --cpus-per-gpu is sbatch's refusal, in its words per release
     (("22.05",), ["-N1", "-n", "2", "-c", "4", "--cpus-per-gpu=1"], "sbatch: " + CPUS_EXCLUSIVE["gres:"]),
     (("24.11",), ["-N1", "-n", "2", "-c", "4", "--cpus-per-gpu=1"], "sbatch: " + CPUS_EXCLUSIVE["gres/"]),
@@ -394,3 +416,28 @@ def test_explain_reads_a_host_file_as_sbatch_sends_its_hosts(tmp_path: Path) -> 
     result = CliRunner().invoke(cli, [*args, "-x", str(hosts)])
     assert json.loads(result.stdout)["tres_per_node"].split(":")[-2] == "a100_80g", result.output
     assert hostfile_hosts("a1,a2\n# x\n\nb[1-3]*2,c\\#1\nd,,e,\n", "f") == "a1,a2,b[1-3],c#1,d,e"
+
+
+def test_explain_shows_the_hooks_own_failure_its_fail_policy_hides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fuzz (24.11): a typed count above its type's nodes under features none of them has crashed
+    the hook (a nil in its hint); failing open, explain printed `accept (untouched)` and nothing
+    else. The hook's error line goes to stderr."""
+    from slurm_hetero.cli import submit as submit_cli
+    from slurm_hetero.submit import Job
+    from slurm_hetero.submit.hook import Outcome
+
+    class Failing:
+        def submit(self, job: Job) -> Outcome:
+            return Outcome(
+                True, "untouched", "", job, log=(("error", "slurm_hetero: internal error, failing open: x"),)
+            )
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    monkeypatch.setattr(submit_cli, "cluster_hook", lambda *a, **k: Failing())
+    argv = ["request", "explain", "--inventory", str(MIXED), "--gres=gpumem:20G"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0 and result.stdout.startswith("accept (untouched)")
+    assert (
+        result.stderr
+        == "slurm-hetero: slurm_hetero: internal error, failing open: x; report it with this command\n"
+    )
