@@ -2,10 +2,11 @@
 
 Run by `scripts/bench_peers` with the Python of SAILOR's venv and SAILOR's checkout on PYTHONPATH
 (never imported by the project). Reads {"sailor_root": DIR, "plans": [{"name", "model", "gbs",
-"doc"}]} on stdin (doc: a `plan --json` document), writes [{"name", "score", "fits", "how"}] on
-stdout. SAILOR numbers the embedding 0, the blocks 1..L and the head L+1: a stage of our layers
-[a, e) holds SAILOR's [a+1, e+1), the first also 0 and the last also L+1. One replica of tensor
-degree t is one 4-GPU node of its type (t GPUs of it), in one zone.
+"doc", "devices"}]} on stdin (doc: a `plan --json` document, devices: {our type: count}), writes
+[{"name", "score", "fits", "how", "in_node_free", "best_pipeline"}] on stdout. SAILOR numbers the
+embedding 0, the blocks 1..L and the head L+1: a stage of our layers [a, e) holds SAILOR's
+[a+1, e+1), the first also 0 and the last also L+1. One replica of tensor degree t is one 4-GPU
+node of its type (t GPUs of it), in one zone.
 
 - pipeline plans (equal data parallel on every stage): the stock `simulate_iteration_time`.
 - data plans (an uneven share of samples per replica): SAILOR's `get_time_per_pipeline` per line
@@ -19,6 +20,11 @@ degree t is one 4-GPU node of its type (t GPUs of it), in one zone.
 Memory: SAILOR's `check_config_fits` (fp32 Adam, 24 B per parameter), per stage at its own
 micro-batch for staged plans.
 
+Beside each plan, `best_pipeline`: the best plan of our `pipeline` family (each device type one
+run of stages at one tensor-parallel degree, replicated) that this simulator finds, searching the
+family's shapes itself, each at its least-bottleneck layer split: about the best the family can
+score here, whatever our planner picks.
+
 A diagnostic beside the score, for pipeline plans: SAILOR's same formula with the stage
 boundaries our plan keeps inside a node (every replica's sender and receiver on one node, as the
 plan's ranks place them: a type's devices node by node) sent for free. SAILOR's simulator sends
@@ -28,6 +34,7 @@ figures it is given); the gap between the two is that difference of worlds, not 
 
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -239,6 +246,75 @@ def score_staged(sim, doc, blocks, gbs):
     return t_pp + sync, fits, "per stage at ceil(M/dp) (" + ", ".join(sorted(hows)) + ") + sync"
 
 
+def min_max_split(costs, offsets, cap_hi):
+    """The contiguous split of per-stage layer costs (costs[k][x]: layer x on stage k) with the
+    least max over stages of cost + offsets[k] (bisection over a greedy feasibility test), or None."""
+    n, layers = len(costs), len(costs[0])
+
+    def within(cap):
+        out, x = [], 0
+        for k in range(n):
+            take, acc = [], offsets[k]
+            while x < layers - (n - 1 - k) and (not take or acc + costs[k][x] <= cap):
+                acc += costs[k][x]
+                take.append(x)
+                x += 1
+            if not take or acc > cap:
+                return None
+            out.append(take)
+        return out if x == layers else None
+
+    lo, hi = 0.0, cap_hi
+    if within(hi) is None:
+        return None
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if within(mid) is not None else (mid, hi)
+    return within(hi)
+
+
+def best_pipeline(sim, model, devices):
+    """The best pipeline of our `pipeline` family that SAILOR's stock simulator finds: every device
+    type one contiguous run of stages at one tensor-parallel degree (within a node), `r` replicas
+    of the whole (r x tp dividing each type's count), every order of the types, every micro-batch
+    size SAILOR profiled for them; per shape the layer split with the least bottleneck of compute
+    and p2p (`min_max_split`), kept when it fits SAILOR's memory model. (seconds, description)."""
+    prof, best = PROFILES[model], (math.inf, "none fits")
+    types = [(TYPES[t], n) for t, n in devices.items()]
+    sizes = sorted({int(m) for g, _ in types for m in prof[g]})
+    for mbs in sizes:
+        for tps in itertools.product(*[[1, 2, 4]] * len(types)):
+            if any(n % t for (_, n), t in zip(types, tps)):
+                continue
+            counts = [n // t for (_, n), t in zip(types, tps)]
+            for r in (r for r in range(1, min(counts) + 1) if all(c % r == 0 for c in counts)):
+                for order in itertools.permutations(range(len(types))):
+                    stages = [(types[i][0], tps[i]) for i in order for _ in range(counts[i] // r)]
+                    profiled = all(str(t) in prof[g].get(str(mbs), {}) for g, t in stages)
+                    if profiled and len(stages) <= sim.num_layers:
+                        best = min(best, _score_shape(sim, prof, mbs, r, stages))
+    return best
+
+
+def _score_shape(sim, prof, mbs, r, stages):
+    costs = [[sum(prof[g][str(mbs)][str(t)][str(x)][:2]) for x in range(sim.num_layers)] for g, t in stages]
+    per = [[(g, t)] * r for g, t in stages]
+
+    def plan(lps):
+        return {"mbs": mbs, "pipeline_list": [pipeline_dict(lps, per)]}
+
+    n = len(stages)
+    even = [list(range(k * sim.num_layers // n, (k + 1) * sim.num_layers // n)) for k in range(n)]
+    p2p = quiet(estimate_p2p_pipeline_times, sim.activation_sizes_per_layer,
+                convert_homogeneous(plan(even), sim.training_config).pipeline_list[0], mbs,
+                sim.inter_network_coeffs, sim.intra_network_coeffs)  # fmt: skip
+    lps = min_max_split(costs, p2p, sum(map(sum, costs)) + sum(p2p))
+    if lps is None or not quiet(sim.check_config_fits, plan(lps)):
+        return math.inf, ""
+    shape = " | ".join(f"{g} tp{t} x{len(x)}" for (g, t), x in zip(stages, lps))
+    return quiet(sim.simulate_iteration_time, plan(lps))[0], f"mb{mbs} r{r}: {shape}"
+
+
 def main():
     out = []
     for item in ROOT["plans"]:
@@ -249,7 +325,17 @@ def main():
         else:
             t, fits, how = score_lines(sim, doc, blocks)
         free = in_node_free(sim, doc, blocks, item["gbs"]) if doc["kind"] == "pipeline" else None
-        out.append({"name": item["name"], "score": t, "fits": bool(fits), "how": how, "in_node_free": free})
+        best = best_pipeline(sim, item["model"], item["devices"])
+        out.append(
+            {
+                "name": item["name"],
+                "score": t,
+                "fits": bool(fits),
+                "how": how,
+                "in_node_free": free,
+                "best_pipeline": best,
+            }
+        )
     json.dump(out, sys.stdout)
 
 
