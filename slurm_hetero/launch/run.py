@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from slurm_hetero import hostlist, inventory
+from slurm_hetero import hostlist, inventory, proc
 from slurm_hetero.catalog import load_catalog
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.layout import Layout
@@ -44,6 +44,7 @@ from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
 from slurm_hetero.training import checkpoint
 from slurm_hetero.vendors import vendor_traits
+from slurm_hetero.writefile import write_bytes_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -514,7 +515,8 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
     rank = next(r for r in plan.ranks if r.rank == job.rank)
     check_master(rank.env["MASTER_ADDR"])
     if options.resume is not None:
-        check_resume_dir(options.resume, rank.layout.model or None)
+        check_resume_dir(options.resume, rank.layout.num_layers or None)
+        claim_resume_dir(options.resume, job)
     note_missing_backends(rank)
     logs = (
         open_log_files(options.log_dir, rank.rank) if options.log_dir and not options.exec_command else None
@@ -539,12 +541,40 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
             remove_layout(directory)
 
 
-def check_resume_dir(directory: Path, model: str | None) -> None:
-    """`--resume DIR`: writable, and any checkpoint there is complete and of this model."""
+def check_resume_dir(directory: Path, num_layers: int | None) -> None:
+    """`--resume DIR`: writable, and any checkpoint there is complete and of this many layers."""
     try:
-        checkpoint.check_resume(directory, model)
+        checkpoint.check_resume(directory, num_layers)
     except checkpoint.CheckpointError as e:
         raise LaunchError(f"--resume: {e}") from None
+
+
+RESUME_OWNER = ".slurm-hetero-job"  # in a --resume DIR: the id of the job resuming and saving there
+
+
+def claim_resume_dir(directory: Path, job: JobEnv) -> None:
+    """Two jobs saving into one `--resume` DIR overwrite each other's steps: DIR names the job
+    using it, and another job Slurm still lists (squeue: pending or running) is refused. A job
+    that ended, or whose state Slurm cannot tell, leaves the directory to this one; rank 0 then
+    writes this job's id (a requeued job keeps its id)."""
+    path = directory / RESUME_OWNER
+    other = path.read_text(encoding="ascii", errors="replace")[:32].strip() if path.is_file() else ""
+    ours = {job.job_id, *job.component_job_ids}
+    if other and other not in ours and other.isdigit() and _listed(other):
+        raise LaunchError(
+            f"--resume: {directory} is used by job {other}, which Slurm still lists: give each job its "
+            "own checkpoint directory, or cancel that job"
+        )
+    if job.rank == 0 and other != job.job_id:
+        write_bytes_atomic(path, f"{job.job_id}\n".encode(), mode=0o644)
+
+
+def _listed(job_id: str) -> bool:
+    """Whether squeue lists job `job_id` (digits only); False when it cannot say."""
+    try:
+        return bool(proc.run(["squeue", "-h", "-j", job_id, "-o", "%i"], timeout=30).strip())
+    except ToolError:  # an ended job's id is "Invalid job id specified"; a hung squeue: unknown
+        return False
 
 
 def exec_command(command: Sequence[str], env: Mapping[str, str]) -> int:

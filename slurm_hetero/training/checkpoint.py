@@ -184,10 +184,12 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
+def check_resume(directory: str | os.PathLike[str], num_layers: int | None) -> None:
     """What `launch --resume DIR` checks before any rank starts (no torch needed): DIR can be
     written (made when missing), and a checkpoint already there is complete (its shards there,
-    as long as its .metadata says, and readable) and of `model`."""
+    as long as its .metadata says, and readable) and of a model of `num_layers` layers. The
+    model's name is not compared: `--model gpt2` and a path to the same config plan alike, and the
+    tensors' shapes, which `load` checks, are what must match."""
     root = Path(directory)
     _prepare(root)
     if not os.path.lexists(root / LATEST):
@@ -196,11 +198,8 @@ def check_resume(directory: str | os.PathLike[str], model: str | None) -> None:
     meta = _meta(path)
     if (problem := _files_problem(path)) is not None:
         raise CheckpointError(f"{path}: {problem}; {_earlier(root, path)}")
-    if model is not None and meta.get("model") != model:
-        raise CheckpointError(
-            f"{root} holds a checkpoint of {meta.get('model')!r}; this job trains {model!r}: "
-            "give this model's checkpoint directory"
-        )
+    if num_layers is not None and meta.get("num_layers") != num_layers:
+        raise CheckpointError(_other_layers(root, meta, num_layers))
 
 
 def latest(directory: str | os.PathLike[str]) -> Path:
@@ -285,11 +284,8 @@ def load(
 
     path = latest(directory)
     meta = _meta(path)
-    if meta.get("model") != layout["model"] or meta.get("num_layers") != layout["num_layers"]:
-        raise CheckpointError(
-            f"{path} holds {meta.get('model')!r} of {meta.get('num_layers')} layers; this job trains "
-            f"{layout['model']!r} of {layout['num_layers']}: give the checkpoint directory of this model"
-        )
+    if meta.get("num_layers") != layout["num_layers"]:
+        raise CheckpointError(_other_layers(path, meta, layout["num_layers"]))
     state = _state(stage, optimizer, layout)
     # The file holds one rank's param_groups (its names, its stage): take the hyperparameters from
     # it and keep this rank's own parameter names, or a re-split stage matches none of them.
@@ -321,6 +317,13 @@ def load(
         stage, [optimizer] if optimizer is not None else [], model_state_dict=model, optim_state_dict=optim
     )
     return meta
+
+
+def _other_layers(path: Path, meta: Mapping[str, Any], num_layers: int) -> str:
+    return (
+        f"{path} holds {meta.get('model')!r} of {meta.get('num_layers')} layers; this job's model has "
+        f"{num_layers}: give the checkpoint directory of this model"
+    )
 
 
 def _meta(path: Path) -> dict[str, Any]:

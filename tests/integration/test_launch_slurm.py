@@ -272,7 +272,7 @@ def test_a_job_resumes_on_fewer_node_types_from_the_last_checkpoint(
     )
     # each rank refuses in one line (exit 1); srun -K ends the others, which may be stopped first (143)
     assert refused.returncode != 0, refused.stderr
-    assert "holds a checkpoint of 'gpt2'; this job trains 'opt-350m'" in refused.stderr
+    assert "holds 'gpt2' of 12 layers; this job's model has 24" in refused.stderr
 
 
 def recipe(**lines: str) -> str:

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from slurm_hetero import layout, proc
 from slurm_hetero.cli import cli
+from slurm_hetero.errors import ToolError
 from slurm_hetero.launch import early, run
 from slurm_hetero.launch import supervise as supervisor_module
 from slurm_hetero.launch.plan import LaunchOptions, RankPlan
@@ -1011,3 +1012,47 @@ def test_early_signals_are_kept_before_the_clis_imports(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | {"PYTHONPATH": str(REPO)}
     result = subprocess.run(python(code), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert "HANDLER _record" in result.stdout, result.stdout + result.stderr
+
+
+# -- two jobs, one --resume directory ------------------------------------------------------------
+
+
+def test_a_resume_directory_another_listed_job_uses_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adversarial F14 (issue 23): two jobs resuming into one directory overwrote each other's
+    steps. The directory names its job; another job squeue still lists is refused in one line."""
+    replace = dataclasses.replace
+    listed: list[str] = []
+    monkeypatch.setattr(run, "_listed", lambda job_id: job_id in listed)
+    job = replace(run.simulated_job("a1:a100_80g:1"), job_id="41")
+    run.claim_resume_dir(tmp_path, replace(job, rank=1))
+    assert not (tmp_path / run.RESUME_OWNER).exists()  # rank 0 writes it
+    run.claim_resume_dir(tmp_path, job)
+    assert (tmp_path / run.RESUME_OWNER).read_text() == "41\n"
+    run.claim_resume_dir(tmp_path, job)  # its own next step
+    other = replace(job, job_id="42")
+    run.claim_resume_dir(tmp_path, other)  # 41 ended: the directory is 42's now
+    assert (tmp_path / run.RESUME_OWNER).read_text() == "42\n"
+    listed.append("42")
+    with pytest.raises(
+        supervisor_module.LaunchError, match=r"^--resume: .* is used by job 42, which Slurm still lists: "
+    ):
+        run.claim_resume_dir(tmp_path, job)
+    assert (tmp_path / run.RESUME_OWNER).read_text() == "42\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "listed"), [("42\n", True), ("", False), (ToolError(["squeue"], 1, "Invalid job id"), False)]
+)
+def test_a_job_is_listed_when_squeue_prints_it(
+    monkeypatch: pytest.MonkeyPatch, answer: str | ToolError, listed: bool
+) -> None:
+    def squeue(argv: list[str], timeout: float = 60.0) -> str:
+        assert argv == ["squeue", "-h", "-j", "42", "-o", "%i"] and timeout <= 30
+        if isinstance(answer, ToolError):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(proc, "run", squeue)
+    assert run._listed("42") is listed

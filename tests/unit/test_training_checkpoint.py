@@ -62,8 +62,10 @@ def test_bad_checkpoints_are_one_line_each(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="no checkpoint"):
         checkpoint.load(tmp_path, stage, None, lay)
     checkpoint.save(tmp_path, stage, None, lay, 0)
-    with pytest.raises(CheckpointError, match="holds 'tiny' of 2 layers; this job trains 'other'"):
-        checkpoint.load(tmp_path, stage, None, {**lay, "model": "other"})
+    with pytest.raises(CheckpointError, match="holds 'tiny' of 2 layers; this job's model has 3: "):
+        checkpoint.load(tmp_path, stage, None, {**lay, "num_layers": 3})
+    # adversarial F1: the name is not the model (`gpt2`, a path to its config): the shapes are
+    assert checkpoint.load(tmp_path, stage, None, {**lay, "model": "./configs/tiny.json"})["step"] == 0
     for data in (tmp_path / "step-00000000").glob("*.distcp"):
         data.write_bytes(data.read_bytes()[:100])  # truncated
     with pytest.raises(CheckpointError, match="unreadable checkpoint"):
@@ -107,16 +109,14 @@ def test_launch_resume_checks_the_directory_in_one_line(tmp_path: Path) -> None:
 
     stage, lay = _stage()
     checkpoint.save(tmp_path / "ckpt", stage, None, lay, 0)
-    check_resume_dir(tmp_path / "ckpt", "tiny")
-    check_resume_dir(tmp_path / "new", "tiny")  # a first run: made, nothing to resume yet
+    check_resume_dir(tmp_path / "ckpt", lay["num_layers"])
+    check_resume_dir(tmp_path / "new", lay["num_layers"])  # a first run: made, nothing to resume yet
     assert (tmp_path / "new").is_dir()
-    with pytest.raises(
-        LaunchError, match="^--resume: .* holds a checkpoint of 'tiny'; this job trains 'gpt2'"
-    ):
-        check_resume_dir(tmp_path / "ckpt", "gpt2")
+    with pytest.raises(LaunchError, match="^--resume: .* holds 'tiny' of 2 layers; this job's model has 12"):
+        check_resume_dir(tmp_path / "ckpt", 12)
     (tmp_path / "file").write_text("")
     with pytest.raises(LaunchError, match="^--resume: cannot write checkpoints in"):
-        check_resume_dir(tmp_path / "file" / "ckpt", "tiny")
+        check_resume_dir(tmp_path / "file" / "ckpt", lay["num_layers"])
 
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "garbage", "huge"])
@@ -144,7 +144,7 @@ def test_latest_is_read_only_as_a_small_regular_file(tmp_path: Path, kind: str) 
         "huge": "[0-9]+ bytes, more than",
     }
     with pytest.raises(LaunchError, match=f"^--resume: .*checkpoint pointer (is )?{reason[kind]}") as e:
-        check_resume_dir(tmp_path, "tiny")
+        check_resume_dir(tmp_path, 2)
     assert "\n" not in str(e.value)
     with pytest.raises(CheckpointError, match=reason[kind]):
         checkpoint.load(tmp_path, stage, None, lay)
@@ -193,7 +193,7 @@ def test_launch_resume_checks_the_latest_steps_files_and_names_an_earlier_one(
     _cut(tmp_path / "step-00000002" / file, size)
     advice = "step-00000000 is complete: write its name into .*latest to resume from it$"
     with pytest.raises(LaunchError, match=f"^--resume: .*step-00000002: {reason}.*; {advice}"):
-        check_resume_dir(tmp_path, "tiny")
+        check_resume_dir(tmp_path, 2)
 
 
 def test_a_latest_naming_no_checkpoint_names_the_newest_complete_one(tmp_path: Path) -> None:
