@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -94,9 +95,17 @@ def layouts(bounds: list[int], samples: list[int], micro_batch: int, **options: 
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below Linux's ephemeral range (32768 up): one the kernel hands out there can be
+    taken by another test's gloo connections before this test's store listens on it."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def run_ranks(
