@@ -944,6 +944,8 @@ local function nodes_hint(need, usable, usable_set)
     end
   end
   if best_name == nil then return nil end
+  local per_node = need.tasks_per_node
+  if per_node then return fmt("nodes_tasks", best, need.each, best_name, best, best * per_node, per_node) end
   return fmt("nodes", best, need.each, best_name, best)
 end
 
@@ -1298,6 +1300,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
              message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
   end
   local nodes = job_nodes(job_desc)
+  local tasks, per_node = count_of(job_desc, "num_tasks"), count_of(job_desc, "ntasks_per_node")
   if req.gpu_field == "tres_per_job" and req.count < nodes then
     -- slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
     return { action = "reject", message = req.text .. ": " .. fmt("job_total", req.count, nodes, nodes),
@@ -1313,7 +1316,9 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
                  partition = job_desc.partition, features = features, complex = features == nil,
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
                  each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
-                 het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer }
+                 het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer,
+                 -- the node count is -n over --ntasks-per-node: the hint asks fewer tasks too
+                 tasks_per_node = (tasks and per_node and ceil_div(tasks, per_node) == nodes) and per_node or nil }
   local misfit = check and (job_desc.req_nodes or "") ~= "" and misfit_host(need, job_desc.req_nodes)
   if misfit then
     return { action = "reject", message = req.text .. ": " .. fmt("edit_hosts", misfit, need.each),

@@ -90,6 +90,8 @@ MESSAGES: dict[str, str] = {
     "split": "request %s devices with --gres=gpu:%s,gpumem:%s",
     "per_node": "at most %s devices per node (%s)",
     "nodes": "at most %s node(s) with %s devices each (%s): ask -N %s",
+    # the node count is -n over --ntasks-per-node: -N alone would contradict them
+    "nodes_tasks": "at most %s node(s) with %s devices each (%s): ask -N %s -n %s (--ntasks-per-node=%s)",
     "other_vendor": "%s of vendor %s would fit: add -C %s",
     "excluded": "-x/--exclude leaves too few nodes: it excludes %s (type:nodes; in a heterogeneous "
     "job Slurm also excludes the other components' -w nodes)",

@@ -183,7 +183,13 @@ MEASURED = [
         ("22.05",),
         ["--ntasks-per-node=65537"],
         "gpumem:20G: no device type fits (1 excluded, 2 too few nodes); at most 1 node(s) with 1 devices "
-        "each (l40s): ask -N 1",
+        "each (l40s): ask -N 1 -n 1 (--ntasks-per-node=1)",
+    ),
+    (  # the nodes come from -n over --ntasks-per-node: `-N 1` would contradict them
+        BOTH,
+        ["-n", "2", "--ntasks-per-node=1"],
+        "gpumem:20G: no device type fits (1 excluded, 2 too few nodes); at most 1 node(s) with 1 devices "
+        "each (l40s): ask -N 1 -n 1 (--ntasks-per-node=1)",
     ),
     # adversarial (stop 29): -O allocates one task's CPUs a node (typed `--gres=gpu:l40s:1 -O -n 16`
     # ran, NumCPUs=1); --mincpus holds each node to its CPUs (`gpu:l40s:1 --mincpus=9` pends forever)
@@ -259,7 +265,7 @@ MEASURED = [
         ("24.11",),
         ["--gpus-per-task=2", "-N", "2", "--ntasks-per-node=2", "-c", "4"],
         "gpumem:20G,gpu=2: no device type fits (1 excluded, 1 too few per node, 1 too few nodes); "
-        "at most 1 node(s) with 4 devices each (a100_80g): ask -N 1",
+        "at most 1 node(s) with 4 devices each (a100_80g): ask -N 1 -n 2 (--ntasks-per-node=2)",
     ),
     (
         ("24.11",),
