@@ -273,6 +273,16 @@ def test_a_job_resumes_on_fewer_node_types_from_the_last_checkpoint(
     # each rank refuses in one line (exit 1); srun -K ends the others, which may be stopped first (143)
     assert refused.returncode != 0, refused.stderr
     assert "holds 'gpt2' of 12 layers; this job's model has 24" in refused.stderr
+    # adversarial F14: another job Slurm still lists (here a held one) keeps the directory
+    held = run(["sbatch", "-H", "--parsable", "-o", "/dev/null", "--wrap", "true"])
+    assert held.returncode == 0, held.stderr
+    other = held.stdout.strip().split(";")[0]
+    (ckpt / ".slurm-hetero-job").write_text(f"{other}\n")
+    try:
+        busy = run([*srun, *launch_argv(measured, *plan, "--resume", str(ckpt)), "--", "true"])
+        assert busy.returncode != 0 and f"is used by job {other}, which Slurm still lists" in busy.stderr
+    finally:
+        run(["scancel", other])
 
 
 def recipe(**lines: str) -> str:
