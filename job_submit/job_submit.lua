@@ -719,14 +719,23 @@ end
 -- The limit that nodes of the type with enough devices fall short of: their most CPUs, else their
 -- most memory (among those with the CPUs).
 local function node_limit(facts, need)
-  local cpus, mem = 0, 0
+  local cpus, mem, count = 0, 0, 0
   for _, shape in ipairs(facts.shapes) do
     if shape.count >= need.each and matches(shape, need.match) then
       local have = shape.cpus == 0 and math.huge or shape.cpus
       if have > cpus then cpus = have end
+      count = count + shape.nodes
     end
   end
-  if need.cpus > cpus then return fmt("node_cpus", facts.name, need.each, cpus, need.cpus) end
+  if need.cpus > cpus then
+    local text, spread = fmt("node_cpus", facts.name, need.each, cpus, need.cpus), need.spread
+    local each = spread and math.floor(cpus / spread.per_task) or 0
+    local nodes = each >= 1 and ceil_div(spread.tasks, each)
+    if nodes and nodes <= count and (spread.most == nil or nodes <= spread.most) then
+      text = text .. fmt("spread", nodes)
+    end
+    return text
+  end
   for _, shape in ipairs(facts.shapes) do
     if shape.count >= need.each and matches(shape, need.match) and (shape.cpus == 0 or shape.cpus >= need.cpus) then
       local have = shape.mem == 0 and math.huge or shape.mem
@@ -1204,7 +1213,12 @@ local function node_needs(job_desc, nodes, each)
                         total and ceil_div(total, nodes) or 0, count_of(job_desc, "pn_min_cpus") or 0)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
-  return cpus, mem
+  -- the tasks' CPUs decide and -N leaves room: Slurm may spread the tasks over more nodes, which
+  -- the fit does not count (it takes the fewest), so a refusal says how many would do
+  local high = count_of(job_desc, "max_nodes")
+  local spread = tasks and per_node > 1 and count_of(job_desc, "ntasks_per_node") == nil
+    and per_node * per_task == cpus and (high == nil or high > nodes)
+  return cpus, mem, spread and { tasks = tasks, per_task = per_task, most = high } or nil
 end
 
 -- An edit's -w of a job the hook rewrote (checked, not decided): of the hosts it names that the
@@ -1307,7 +1321,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
              code = "request" }
   end
   local each = devices_per_node(req, job_desc, nodes)
-  local cpus, node_mem = node_needs(job_desc, nodes, each)
+  local cpus, node_mem, spread = node_needs(job_desc, nodes, each)
   local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
                  gpu_type = req.gpu_type,
                  -- --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
@@ -1317,6 +1331,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
                  memory_items = req.memory_items, nodes = nodes, match = match, named = named,
                  each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
                  het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer,
+                 spread = spread,
                  -- the node count is -n over --ntasks-per-node: the hint asks fewer tasks too
                  tasks_per_node = (tasks and per_node and ceil_div(tasks, per_node) == nodes) and per_node or nil }
   local misfit = check and (job_desc.req_nodes or "") ~= "" and misfit_host(need, job_desc.req_nodes)

@@ -7,6 +7,7 @@ runs through it and is checked against the case's `expect`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -2188,6 +2189,28 @@ def test_srun_host_file_it_cannot_read_is_left_to_srun(
     lua.globals().CMDLINE = "\0".join(command) + "\0"
     rc, after, log = run_cli(lua, {"gres": "gres/gpumem:20G"}, offset=0)
     assert rc == 0 and after["gres"] != "gres/gpumem:20G", log  # decided without B's hosts
+
+
+def test_a_cpu_refusal_says_how_many_nodes_would_spread_the_tasks(tmp_path: Path) -> None:
+    """Adversarial (stop 30): `-n 9 --gres=gpumem:20G -C l40s` is refused for 9 CPUs a node (the
+    fit takes the fewest nodes) though Slurm spreads the typed job over two 8-CPU l40s nodes. The
+    refusal names the -N that spreads them, where the type has the nodes and -N leaves room."""
+    from slurm_hetero.config import DEFAULTS, merge, settings_from_dict
+
+    settings = settings_from_dict(merge(DEFAULTS, {"job_submit": {"default_vendors": "all"}}))
+    mixed = inventory.load(MIXED)
+    l40s = next(node for node in mixed.nodes if node.name == "l40sn1")
+    two = dataclasses.replace(mixed, nodes=(*mixed.nodes, dataclasses.replace(l40s, name="l40sn2")))
+    config = render(tmp_path, compile_model(slurm_nodes(two, load_catalog()), settings.scoring), settings)
+    hook = Hook(config.directory / SCRIPT_NAME)
+    job = Job(tres_per_node="gres:gpumem:20G", features="l40s", num_tasks=9, submit_uid=1000, user_id=1000)
+    ok, message, _, _ = hook.run(job)
+    assert not ok and message.endswith("the job needs 9 per node (ask -N 2 to spread the tasks)"), message
+    ok, message, _, _ = hook.run(dataclasses.replace(job, min_nodes=2))
+    assert ok, message
+    for pinned in ({"max_nodes": 1}, {"ntasks_per_node": 9}, {"num_tasks": 17}):  # no room, or no nodes
+        ok, message, _, _ = hook.run(dataclasses.replace(job, **pinned))
+        assert not ok and "spread" not in message, message
 
 
 @pytest.mark.parametrize(
