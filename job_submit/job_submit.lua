@@ -719,23 +719,14 @@ end
 -- The limit that nodes of the type with enough devices fall short of: their most CPUs, else their
 -- most memory (among those with the CPUs).
 local function node_limit(facts, need)
-  local cpus, mem, count = 0, 0, 0
+  local cpus, mem = 0, 0
   for _, shape in ipairs(facts.shapes) do
     if shape.count >= need.each and matches(shape, need.match) then
       local have = shape.cpus == 0 and math.huge or shape.cpus
       if have > cpus then cpus = have end
-      count = count + shape.nodes
     end
   end
-  if need.cpus > cpus then
-    local text, spread = fmt("node_cpus", facts.name, need.each, cpus, need.cpus), need.spread
-    local each = spread and math.floor(cpus / spread.per_task) or 0
-    local nodes = each >= 1 and ceil_div(spread.tasks, each)
-    if nodes and nodes <= count and (spread.most == nil or nodes <= spread.most) then
-      text = text .. fmt("spread", nodes)
-    end
-    return text
-  end
+  if need.cpus > cpus then return fmt("node_cpus", facts.name, need.each, cpus, need.cpus) end
   for _, shape in ipairs(facts.shapes) do
     if shape.count >= need.each and matches(shape, need.match) and (shape.cpus == 0 or shape.cpus >= need.cpus) then
       local have = shape.mem == 0 and math.huge or shape.mem
@@ -1213,12 +1204,12 @@ local function node_needs(job_desc, nodes, each)
                         total and ceil_div(total, nodes) or 0, count_of(job_desc, "pn_min_cpus") or 0)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
-  -- the tasks' CPUs decide and -N leaves room: Slurm may spread the tasks over more nodes, which
-  -- the fit does not count (it takes the fewest), so a refusal says how many would do
+  -- whether Slurm may spread the tasks over more nodes: -n without --ntasks-per-node or -O, and
+  -- -N leaving room (the most nodes it allows: -N's maximum, the tasks)
   local high = count_of(job_desc, "max_nodes")
-  local spread = tasks and per_node > 1 and count_of(job_desc, "ntasks_per_node") == nil
-    and per_node * per_task == cpus and (high == nil or high > nodes)
-  return cpus, mem, spread and { tasks = tasks, per_task = per_task, most = high } or nil
+  local spread = tasks and tasks > nodes and count_of(job_desc, "ntasks_per_node") == nil
+    and not overcommits(job_desc) and (high == nil or high > nodes)
+  return cpus, mem, spread and math.min(tasks, high or tasks) or nil
 end
 
 -- An edit's -w of a job the hook rewrote (checked, not decided): of the hosts it names that the
@@ -1250,6 +1241,8 @@ end
 local function is_exempt(job_desc, submit_uid)
   return (submit_uid ~= nil and T.exempt_uids[submit_uid]) or T.exempt_uids[job_desc.user_id or -1]
 end
+
+local MAX_SPREAD = 64  -- more nodes than -N's minimum a job's tasks are tried on (each a decision)
 
 -- What to do with the job: { action = "untouched" | "reject" | "rewrite", ... }. Reads only.
 -- held: the devices an edited job already asks for (held_devices): whole devices stay whole
@@ -1320,26 +1313,43 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
     return { action = "reject", message = req.text .. ": " .. fmt("job_total", req.count, nodes, nodes),
              code = "request" }
   end
-  local each = devices_per_node(req, job_desc, nodes)
-  local cpus, node_mem, spread = node_needs(job_desc, nodes, each)
-  local need = { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
-                 gpu_type = req.gpu_type,
-                 -- --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
-                 explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped"
-                   or (job_desc.cpus_per_tres or "") ~= "" or (job_desc.mem_per_tres or "") ~= "",
-                 partition = job_desc.partition, features = features, complex = features == nil,
-                 memory_items = req.memory_items, nodes = nodes, match = match, named = named,
-                 each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
-                 het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer,
-                 spread = spread,
-                 -- the node count is -n over --ntasks-per-node: the hint asks fewer tasks too
-                 tasks_per_node = (tasks and per_node and ceil_div(tasks, per_node) == nodes) and per_node or nil }
+  local function need_at(n)  -- what each of n nodes must hold
+    local each = devices_per_node(req, job_desc, n)
+    local cpus, node_mem, spread = node_needs(job_desc, n, each)
+    return { request = req.text, gpumem = req.gpumem, gpucore = req.gpucore, count = req.count,
+             gpu_type = req.gpu_type,
+             -- --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
+             explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped"
+               or (job_desc.cpus_per_tres or "") ~= "" or (job_desc.mem_per_tres or "") ~= "",
+             partition = job_desc.partition, features = features, complex = features == nil,
+             memory_items = req.memory_items, nodes = n, match = match, named = named,
+             each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
+             het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer,
+             spread = spread,
+             -- the node count is -n over --ntasks-per-node: the hint asks fewer tasks too
+             tasks_per_node = (tasks and per_node and ceil_div(tasks, per_node) == n) and per_node or nil }
+  end
+  local need = need_at(nodes)
   local misfit = check and (job_desc.req_nodes or "") ~= "" and misfit_host(need, job_desc.req_nodes)
   if misfit then
     return { action = "reject", message = req.text .. ": " .. fmt("edit_hosts", misfit, need.each),
              code = "NODE_TOO_SMALL" }
   end
   local choice, why, code = decide(need)
+  if choice == nil and not check and need.spread then
+    -- Slurm spreads -n over more nodes where -N leaves room (typed `-n 9 --gres=gpu:l40s:1` runs
+    -- on two 8-CPU nodes): the fewest that take the job, within MAX_SPREAD more (bounded work)
+    local most = math.min(need.spread, nodes + MAX_SPREAD)
+    if req.gpu_field == "tres_per_job" then most = math.min(most, req.count) end
+    for n = nodes + 1, most do
+      local wider = need_at(n)
+      local found = decide(wider)
+      if found then
+        choice, need, nodes = found, wider, n
+        break
+      end
+    end
+  end
   if choice == nil then
     return { action = "reject", message = check and fmt("edit_counts", why) or why, code = code }
   end

@@ -13,10 +13,11 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import load_settings
-from slurm_hetero.errors import RequestError, ToolError
+from slurm_hetero.errors import OutputError, RequestError, ToolError
 from slurm_hetero.journal import audit
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
+from slurm_hetero.slurm import syntax
 from slurm_hetero.units import parse_size
 from slurm_hetero.writefile import ensure_output_dir
 
@@ -143,7 +144,7 @@ def render(
     if slurm_release:
         release_key(slurm_release)  # a bad value stops here, before any work
     release = slurm_release or local_slurm_release()
-    local = LocalSlurmd(local_host, port_base, file_root=file_root) if local_host else None
+    local = _local_slurmd(local_host, port_base, file_root) if local_host else None
     shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
     options = RenderOptions(
         policy=policy,
@@ -179,3 +180,18 @@ def render(
         else f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, {len(written)} file(s) changed",
         err=not as_json,
     )
+
+
+def _local_slurmd(host: str, port_base: int, file_root: str) -> LocalSlurmd:
+    """The dev cluster's slurmd host and fake device directory, as slurm.conf and gres.conf may
+    hold them: a host name, an absolute path of plain characters (a newline or a blank would
+    start another key or line there)."""
+    for option, check, value in (
+        ("--local-slurmd", syntax.host_name, host),
+        ("--file-root", syntax.device_file, file_root),
+    ):
+        try:
+            check(value)
+        except ValueError as e:
+            raise OutputError(f"{option}: {e}") from None
+    return LocalSlurmd(host, port_base, file_root=file_root)

@@ -84,7 +84,12 @@ def parse_devices(text: str) -> list[tuple[str, int]]:
     """`TYPE:N[,TYPE:N...]` as (type, count) pairs; types lower-cased. At most
     `engine.layout.MAX_DEVICES` devices of `MAX_TYPES` types (the user's text quoted in errors)."""
     out = []
-    for item in text.split(",", MAX_TYPES + 1):
+    items = text.split(",", MAX_TYPES)  # the rest of a longer list stays one item: counted, not read
+    if len(items) > MAX_TYPES:
+        raise RequestError(
+            f"--devices {syntax.text(text)}", f"at most {MAX_TYPES} TYPE:N entries can be planned"
+        )
+    for item in items:
         match = _DEVICE.fullmatch(item.strip())
         if not match or int(match[2]) < 1:
             raise RequestError(
@@ -93,10 +98,9 @@ def parse_devices(text: str) -> list[tuple[str, int]]:
                 "with N >= 1, e.g. a100:8,ascend910b3:8",
             )
         out.append((match[1].lower(), int(match[2]) if len(match[2]) <= 12 else MAX_DEVICES + 1))
-    if len(out) > MAX_TYPES or sum(n for _, n in out) > MAX_DEVICES:
+    if sum(n for _, n in out) > MAX_DEVICES:
         raise RequestError(
-            f"--devices {syntax.text(text)}",
-            f"at most {MAX_DEVICES:,} devices of at most {MAX_TYPES} types can be planned",
+            f"--devices {syntax.text(text)}", f"at most {MAX_DEVICES:,} devices can be planned"
         )
     return out
 

@@ -72,7 +72,6 @@ MESSAGES: dict[str, str] = {
     "type_count": "%s has at most %s per node",
     "type_nodes": "%s has %s node(s) with %s devices, the job needs %s",
     "node_cpus": "%s nodes with %s devices have at most %s CPUs, the job needs %s per node",
-    "spread": " (ask -N %s to spread the tasks)",
     "node_memory": "%s nodes with %s devices have at most %s memory, the job needs %s per node",
     "node_list": "gpumem/gpucore cannot be decided with -w/--nodelist (the hook picks a device type, "
     "not nodes; -x/--exclude is fine); ask for a gpu TYPE instead: --gres=gpu:TYPE:N, TYPE one of %s",

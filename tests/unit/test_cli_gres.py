@@ -205,3 +205,20 @@ def test_dev_cluster_ports_past_65535_are_refused_and_nothing_written(tmp_path: 
         "gres", "render", "--inventory", str(EXAMPLE), "--out", str(out), *local, "--port-base", "65533"
     )
     assert code == 0 and "Port=65535 " in (out / "slurm-nodes.conf").read_text(), err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--local-slurmd", "vm\nPartitionName=evil Nodes=ALL"),  # adversarial B84: a second line
+        ("--local-slurmd", "vm State=DRAIN"),  # B85: a second key
+        ("--file-root", "/dev/x y"),
+        ("--file-root", "dev/fake"),
+    ],
+)
+def test_dev_cluster_values_reach_no_config_line_unchecked(tmp_path: Path, option: str, value: str) -> None:
+    argv = ["gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path / "out")]
+    argv += ["--local-slurmd", "vm", "--slurm-release", "22.05", option, value]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 1 and result.output.startswith(f"slurm-hetero: {option}: "), result.output
+    assert len(result.output.splitlines()) == 1 and not (tmp_path / "out").exists()

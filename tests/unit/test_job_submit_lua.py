@@ -2191,10 +2191,29 @@ def test_srun_host_file_it_cannot_read_is_left_to_srun(
     assert rc == 0 and after["gres"] != "gres/gpumem:20G", log  # decided without B's hosts
 
 
-def test_a_cpu_refusal_says_how_many_nodes_would_spread_the_tasks(tmp_path: Path) -> None:
-    """Adversarial (stop 30): `-n 9 --gres=gpumem:20G -C l40s` is refused for 9 CPUs a node (the
-    fit takes the fewest nodes) though Slurm spreads the typed job over two 8-CPU l40s nodes. The
-    refusal names the -N that spreads them, where the type has the nodes and -N leaves room."""
+@pytest.mark.parametrize(
+    ("fields", "fits"),
+    [
+        ({}, True),  # 9 tasks: 5 + 4 on two 8-CPU nodes
+        ({"max_nodes": 2}, True),  # -N 1-2
+        ({"num_tasks": 2, "cpus_per_task": 5}, True),
+        ({"min_mem_per_cpu": 2001, "num_tasks": 8}, True),  # 16008M on one 16000M node, half on two
+        ({"num_tasks": 16, "pn_min_cpus": 8}, True),
+        ({"tres_per_job": "gres:gpu:2", "num_tasks": 16}, True),  # one device on each node
+        ({"num_tasks": 17}, False),  # three nodes' worth: the type has two
+        ({"num_tasks": 9, "cpus_per_task": 3}, False),
+        ({"max_nodes": 1}, False),  # -N 1: no room
+        ({"ntasks_per_node": 9}, False),  # the tasks a node set
+        ({"num_tasks": 16, "min_cpus": 2, "min_nodes": 2, "max_nodes": 2}, True),  # -O
+    ],
+)
+def test_a_jobs_tasks_spread_over_more_nodes_where_n_leaves_room(
+    tmp_path: Path, fields: dict[str, Any], fits: bool
+) -> None:
+    """Adversarial (stop 30): `-n 9 --gres=gpumem:20G -C l40s` was refused for 9 CPUs a node (the
+    fit took the fewest nodes) though Slurm runs the typed job on two 8-CPU l40s nodes; so were
+    -N 1-2, --gpus with -n, --mem-per-cpu and --mincpus jobs of the same shape. The fewest nodes
+    that take the job, where -N leaves room."""
     from slurm_hetero.config import DEFAULTS, merge, settings_from_dict
 
     settings = settings_from_dict(merge(DEFAULTS, {"job_submit": {"default_vendors": "all"}}))
@@ -2202,15 +2221,11 @@ def test_a_cpu_refusal_says_how_many_nodes_would_spread_the_tasks(tmp_path: Path
     l40s = next(node for node in mixed.nodes if node.name == "l40sn1")
     two = dataclasses.replace(mixed, nodes=(*mixed.nodes, dataclasses.replace(l40s, name="l40sn2")))
     config = render(tmp_path, compile_model(slurm_nodes(two, load_catalog()), settings.scoring), settings)
-    hook = Hook(config.directory / SCRIPT_NAME)
     job = Job(tres_per_node="gres:gpumem:20G", features="l40s", num_tasks=9, submit_uid=1000, user_id=1000)
-    ok, message, _, _ = hook.run(job)
-    assert not ok and message.endswith("the job needs 9 per node (ask -N 2 to spread the tasks)"), message
-    ok, message, _, _ = hook.run(dataclasses.replace(job, min_nodes=2))
-    assert ok, message
-    for pinned in ({"max_nodes": 1}, {"ntasks_per_node": 9}, {"num_tasks": 17}):  # no room, or no nodes
-        ok, message, _, _ = hook.run(dataclasses.replace(job, **pinned))
-        assert not ok and "spread" not in message, message
+    ok, message, after, _ = Hook(config.directory / SCRIPT_NAME).run(dataclasses.replace(job, **fields))
+    assert ok is fits, message
+    if fits and "tres_per_job" in fields:  # per-job devices follow the node count: pinned
+        assert (after.min_nodes, after.max_nodes, after.tres_per_job) == (2, 2, "gres:gpu:l40s:2"), after
 
 
 @pytest.mark.parametrize(

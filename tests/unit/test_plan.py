@@ -167,6 +167,9 @@ def test_no_layout_is_worse_than_its_even_split(seed: int) -> None:
         ("h100_sxm:1000000000", "at most 65,536 devices"),
         ("h100_sxm:40000,a100:40000", "at most 65,536 devices"),
         ("h1\n00:3", "'h1\\n00:3'"),
+        # adversarial B61: 66 valid entries were "bad entry" (the rest of the list as one)
+        (",".join(["a100_80g:1"] * 66), "at most 64 TYPE:N entries"),
+        (",".join(["a100_80g:1"] * 65), "at most 64 TYPE:N entries"),
     ],
 )
 def test_device_lists_are_bounded_and_quoted(devices: str, needle: str) -> None:
