@@ -1362,13 +1362,13 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   end
   if check then return { action = "untouched" } end
   local item = new_item(choice, req.form)
-  -- the node count the decision assumed, where the job leaves it open and its devices per node
-  -- follow it (per task or per job); a per-node count holds on any node count, and a pinned one
-  -- node makes Slurm want all tasks' cores there (`-O -n 32 -N1` with gres is refused on 8 CPUs)
+  -- the node count the decision assumed, where the job leaves it open: its minimum always (a
+  -- `-N 0-2` job with devices needs one); its maximum where devices per node follow it (per task
+  -- or per job): a per-node count holds on any node count, and a job held to one node makes
+  -- Slurm want all its tasks' cores there (`-O -n 32 -N1` with gres is refused on 8 CPUs)
   local pin, follows = {}, req.gpu_field == "tres_per_task" or req.gpu_field == "tres_per_job"
-  for _, name in ipairs({ "min_nodes", "max_nodes" }) do
-    if follows and count_of(job_desc, name) == nil then pin[name] = nodes end
-  end
+  if count_of(job_desc, "min_nodes") == nil then pin.min_nodes = nodes end
+  if follows and count_of(job_desc, "max_nodes") == nil then pin.max_nodes = nodes end
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
            types = choice.types, request = req.text, pin = pin, nodes = nodes,
            features = new_features(job_desc.features, choice.constraint) }

@@ -373,7 +373,7 @@ local function changes(options, before, after)
     out["constraint"] = features
   end
   -- the node count the hook pinned where the job left it open (-N unset): srun then sets it too
-  if after.min_nodes ~= before.min_nodes or after.max_nodes ~= before.max_nodes then
+  if after.max_nodes ~= before.max_nodes then
     local low, high = after.min_nodes or 1, after.max_nodes or after.min_nodes or 1
     out["nodes"] = (low == high) and tostring(low) or (low .. "-" .. high)
   end

@@ -268,29 +268,33 @@ def test_a_count_past_its_job_desc_field_is_decided_as_explain_says(
         ["-O", "-c", "12"],
         ["--mincpus=12"],  # 24.11 pends `gpu:l40s:1 --mincpus=5` itself (Resources, typed too)
         ["-n", "2", "-c", "3", "--mincpus=12"],
+        # stop 30: the tasks spread over the two 8-CPU l40s nodes, as Slurm spreads them typed
+        ["-C", "l40s", "-n", "9"],
+        ["-C", "l40s", "-N", "1-2", "-n", "16"],
+        ["-C", "l40s", "--gpus=2", "-n", "16"],
     ],
     ids=" ".join,
 )
 def test_overcommit_and_mincpus_are_decided_as_slurm_allocates_them(
     dev_cluster: Cluster, suite_config: Path, options: list[str]
 ) -> None:
-    """Issue 26 (adversarial, stop 29): -O allocates the CPUs of one task a node (the hook read
-    -n 32 as 32 CPUs a node and refused), --mincpus holds each node to its count (the hook
-    ignored it and the rewritten job pended on BadConstraints). A job the hook rewrites starts;
-    one it refuses is refused in explain's words."""
+    """Issue 26 (adversarial, stops 29 and 30): -O allocates the CPUs of one task a node (the hook
+    read -n 32 as 32 CPUs a node and refused), --mincpus holds each node to its count (the hook
+    ignored it and the rewritten job pended on BadConstraints), and Slurm spreads -n over more
+    nodes where -N leaves room (the hook took the fewest and refused). Each is a job Slurm runs
+    typed: the hook rewrites it, as explain says, and it starts."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     texts = texts_of(values(parse_options(options)[0]))  # read as the wrapper reads them
     predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+    assert predicted.ok and predicted.action == "rewrite", predicted.message
     run = as_user("sbatch", "--parsable", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true")
-    if not predicted.ok:
-        assert run.returncode != 0 and predicted.message in run.stderr, (run.stderr, predicted.message)
-        return
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 0 and predicted.message in run.stderr, run.stderr
     job_id = run.stdout.strip().split(";")[0]
     try:
         fields = _wait_started(job_id, 60)
         assert fields["JobState"] != "PENDING", fields.get("Reason")
-        assert tres(fields["TresPerNode"]) == tres(predicted.job.tres_per_node or "")
+        for key, name in (("TresPerNode", "tres_per_node"), ("TresPerJob", "tres_per_job")):
+            assert tres(fields.get(key, "")) == tres(getattr(predicted.job, name) or ""), key
     finally:
         slurm("scancel", job_id)
 
