@@ -144,7 +144,7 @@ def render(
     if slurm_release:
         release_key(slurm_release)  # a bad value stops here, before any work
     release = slurm_release or local_slurm_release()
-    local = _local_slurmd(local_host, port_base, file_root) if local_host else None
+    local = _local_slurmd(local_host, port_base, file_root) if local_host is not None else None
     shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
     options = RenderOptions(
         policy=policy,

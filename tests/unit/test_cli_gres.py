@@ -212,6 +212,7 @@ def test_dev_cluster_ports_past_65535_are_refused_and_nothing_written(tmp_path: 
     [
         ("--local-slurmd", "vm\nPartitionName=evil Nodes=ALL"),  # adversarial B84: a second line
         ("--local-slurmd", "vm State=DRAIN"),  # B85: a second key
+        ("--local-slurmd", ""),  # an unset "$HOST": not a plain render
         ("--file-root", "/dev/x y"),
         ("--file-root", "dev/fake"),
     ],
