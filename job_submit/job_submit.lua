@@ -1196,7 +1196,8 @@ end
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc, "num_tasks")
   local per_node = count_of(job_desc, "ntasks_per_node") or (tasks and ceil_div(tasks, nodes)) or 1
-  if overcommits(job_desc) then per_node = 1 end
+  local over = overcommits(job_desc)
+  if over then per_node = 1 end
   local per_task = count_of(job_desc, "cpus_per_task") or item_count(job_desc.tres_per_task, "cpu")
   if per_task == 0 then per_task = 1 end
   local total = count_of(job_desc, "min_cpus")
@@ -1208,7 +1209,7 @@ local function node_needs(job_desc, nodes, each)
   -- -N leaving room (the most nodes it allows: -N's maximum, the tasks)
   local high = count_of(job_desc, "max_nodes")
   local spread = tasks and tasks > nodes and count_of(job_desc, "ntasks_per_node") == nil
-    and not overcommits(job_desc) and (high == nil or high > nodes)
+    and not over and (high == nil or high > nodes)
   return cpus, mem, spread and math.min(tasks, high or tasks) or nil
 end
 

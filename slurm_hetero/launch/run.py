@@ -39,7 +39,7 @@ from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import GroupSpec, RankLayout
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory
-from slurm_hetero.readfile import unusable_path
+from slurm_hetero.readfile import read_text, unusable_path
 from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
 from slurm_hetero.training import checkpoint
@@ -550,6 +550,7 @@ def check_resume_dir(directory: Path, num_layers: int | None) -> None:
 
 
 RESUME_OWNER = ".slurm-hetero-job"  # in a --resume DIR: the id of the job resuming and saving there
+MAX_OWNER_BYTES = 1024  # a job id and its newline, with room
 
 
 def claim_resume_dir(directory: Path, job: JobEnv) -> None:
@@ -558,7 +559,11 @@ def claim_resume_dir(directory: Path, job: JobEnv) -> None:
     that ended, or whose state Slurm cannot tell, leaves the directory to this one; rank 0 then
     writes this job's id (a requeued job keeps its id)."""
     path = directory / RESUME_OWNER
-    other = path.read_text(encoding="ascii", errors="replace")[:32].strip() if path.is_file() else ""
+    other = (
+        read_text(path, MAX_OWNER_BYTES, "--resume owner", LaunchError, "replace").strip()
+        if path.is_file()
+        else ""
+    )
     ours = {job.job_id, *job.component_job_ids}
     if other and other not in ours and other.isdigit() and _listed(other):
         raise LaunchError(

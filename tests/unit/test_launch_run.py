@@ -1040,6 +1040,9 @@ def test_a_resume_directory_another_listed_job_uses_is_refused(
     ):
         run.claim_resume_dir(tmp_path, job)
     assert (tmp_path / run.RESUME_OWNER).read_text() == "42\n"
+    (tmp_path / run.RESUME_OWNER).write_bytes(b"4" * 10**7)  # not ours: read within its bound
+    with pytest.raises(supervisor_module.LaunchError, match=r"--resume owner"):
+        run.claim_resume_dir(tmp_path, job)
 
 
 @pytest.mark.parametrize(
