@@ -4,6 +4,7 @@ directories in `SLURM_HETERO_MODELS_DIR`, colon-separated). The only reader of t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -22,18 +23,7 @@ SITE_MODELS_DIR = Path("/etc/slurm-hetero/models.d")
 
 _REQUIRED = ("type", "vendor", "name", "match", "memory_gib", "source")
 _REQUIRED_SITE = ("type", "vendor", "name", "match", "memory_gib")  # a new type in a site file
-_NUMERIC = (
-    "memory_gib",
-    "memory_bandwidth_gbs",
-    "fp16_tflops",
-    "bf16_tflops",
-    "fp32_tflops",
-    "int8_tops",
-    "fp8_tflops",
-    "interconnect_gbs",
-    "tdp_w",
-    "price_per_hour_usd",
-)
+_NUMERIC = tuple(f.name for f in dataclasses.fields(DeviceSpec) if f.type in ("float", "float | None"))
 Raw = Mapping[str, Any]
 
 

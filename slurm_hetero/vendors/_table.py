@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from slurm_hetero.model import Capture
+    from slurm_hetero.model import Capture, Device
     from slurm_hetero.vendors.base import Vendor
 
 _T = TypeVar("_T")
@@ -29,24 +29,22 @@ _DEVICE_START = re.compile(r"^\|\s*\d")
 
 
 class TableError(Exception):
-    """A frame problem at one line (`line` None: the capture as a whole)."""
+    """A problem at one line (`line` None: at line `line_no`, or the capture as a whole)."""
 
-    def __init__(self, message: str, line: Line | None = None) -> None:
+    def __init__(self, message: str, line: Line | None = None, line_no: int | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.line = line
+        self.line_no = line.no if line else line_no
+        self.text = line.text if line else None
 
 
-def guarded(vendor: Vendor, capture: Capture, step: Callable[[str], _T]) -> _T:
+def guarded(vendor: Vendor, capture: Capture, step: Callable[[str], _T], tool: str | None = None) -> _T:
     """Run one parsing step on the text of `capture`; a TableError becomes the vendor's
     one-line ParseError naming the capture and the line."""
     try:
         return step(capture.text)
     except TableError as e:
-        line = e.line
-        raise vendor.parse_error(
-            capture, e.message, line.no if line else None, line.text if line else None
-        ) from None
+        raise vendor.parse_error(capture, e.message, e.line_no, e.text, tool) from None
 
 
 @dataclass(frozen=True)
@@ -79,6 +77,11 @@ class BoxTable:
 def numbered_lines(text: str) -> list[Line]:
     """Split a capture into numbered lines; CRLF and trailing blanks are dropped."""
     return [Line(n, raw.rstrip()) for n, raw in enumerate(text.split("\n"), 1)]
+
+
+def nonblank_lines(text: str) -> list[Line]:
+    """The lines of a capture that are not blank, numbered as an editor shows them."""
+    return [Line(n, raw.rstrip()) for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
 
 
 def check_row(line: Line, columns: int) -> list[str]:
@@ -194,3 +197,10 @@ def sysfs_bus_id(text: str) -> str | None:
     if m is None or int(m.group(1), 16) > 0xFFFF:
         return None
     return f"{int(m.group(1), 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+
+
+def in_index_order(devices: list[Device], number: str) -> list[Device]:
+    """The devices sorted by index; TableError when two share one (`number`: what the tool calls it)."""
+    if len({d.index for d in devices}) != len(devices):
+        raise TableError(f"the same {number} appears twice")
+    return sorted(devices, key=lambda d: d.index)

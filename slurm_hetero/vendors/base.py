@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import shutil
 from abc import ABC, abstractmethod
@@ -65,9 +66,10 @@ class Vendor(ABC):
             return 1
         return 1 if self.device_glob and glob.glob(self.device_glob) else 0
 
-    @abstractmethod
     def commands(self) -> list[list[str]]:
-        """The argv lists whose outputs `parse` needs for a full live discovery."""
+        """The argv lists whose outputs `parse` needs for a full live discovery (default: the
+        first tool with no arguments, which prints the default table)."""
+        return [[tool] for tool in self.tools[:1]]
 
     @abstractmethod
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
@@ -96,21 +98,7 @@ class Vendor(ABC):
     @classmethod
     def traits(cls) -> VendorTraits:
         """What the rest of the suite needs to know of this vendor, as plain data."""
-        return VendorTraits(
-            name=cls.name,
-            visible_devices_env=cls.visible_devices_env,
-            relative_visible_envs=cls.relative_visible_envs,
-            visible_by_tool_id=cls.visible_by_tool_id,
-            torch_backend=cls.torch_backend,
-            torch_package=cls.torch_package,
-            torch_device=cls.torch_device,
-            stack_label=cls.stack_label,
-            device_glob=cls.device_glob,
-            ucc_memory=cls.ucc_memory,
-            ccl_env_prefix=cls.ccl_env_prefix,
-            slurm_gpu_env=cls.slurm_gpu_env,
-            slurm_autodetect=cls.slurm_autodetect,
-        )
+        return VendorTraits(**{f.name: getattr(cls, f.name) for f in dataclasses.fields(VendorTraits)})
 
     # helpers for parsers -------------------------------------------------------------
     def parse_error(

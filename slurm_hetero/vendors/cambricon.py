@@ -40,6 +40,7 @@ from slurm_hetero.vendors._table import (
     Line,
     TableError,
     guarded,
+    in_index_order,
     mib_pair,
     numbered_lines,
     read_box_table,
@@ -125,9 +126,7 @@ def _parse_table(text: str) -> list[Device]:
         raise TableError("cnmon table lists no cards", table.last_separator)
     read_trailing_processes(lines, table.end)
     devices = [_device(table, block, banner.group(2)) for block in table.blocks]
-    if len({d.index for d in devices}) != len(devices):
-        raise TableError("the same card number appears twice")
-    return sorted(devices, key=lambda d: d.index)
+    return in_index_order(devices, "card number")
 
 
 @register_vendor("cambricon")
@@ -140,9 +139,6 @@ class CambriconVendor(Vendor):
     torch_backend = "cncl"
     torch_package = "torch_mlu"
     torch_device = "mlu"
-
-    def commands(self) -> list[list[str]]:
-        return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         return guarded(self, self.one_capture(captures, "`cnmon` table"), _parse_table)

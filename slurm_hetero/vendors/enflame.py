@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "efsmi"
@@ -47,98 +48,90 @@ _ROW1 = re.compile(r"^(\d+)\s+(\S.*)$")
 _BUS = re.compile(r"^(?:([0-9a-fA-F]{2,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _MEM = re.compile(r"^(\d+)\s*MiB\b")
 
-Lines = list[tuple[int, str]]
 
-
-class _Bad(Exception):
-    """A parse failure at one line; `EnflameVendor.parse` turns it into a ParseError."""
-
-    def __init__(self, message: str, line_no: int | None = None, line: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.line_no, self.line = message, line_no, line
-
-
-def _numbered(text: str) -> Lines:
-    return [(n, line.rstrip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-
-
-def _cells(n: int, line: str, count: int) -> list[str]:
-    cells = [cell.strip() for cell in line[1:-1].split("|")]
-    if not (line.startswith("|") and line.endswith("|")) or len(cells) != count:
-        raise _Bad(f"expected a row of {count} cells", n, line)
+def _cells(line: Line, count: int) -> list[str]:
+    cells = [cell.strip() for cell in line.text[1:-1].split("|")]
+    if not (line.text.startswith("|") and line.text.endswith("|")) or len(cells) != count:
+        raise TableError(f"expected a row of {count} cells", line)
     return cells
 
 
-def _box(lines: Lines) -> Lines:
+def _box(lines: list[Line]) -> list[Line]:
     """The lines of the box after the banner, each checked to be as wide as its top border."""
-    start = next((i for i, (_, line) in enumerate(lines) if line.startswith("+")), None)
+    start = next((i for i, line in enumerate(lines) if line.text.startswith("+")), None)
     if start is None:
-        raise _Bad("no box after the efsmi banner (output cut short?)", *lines[-1])
-    for n, line in lines[:start]:
-        if not _BANNER.match(line):
-            raise _Bad("unexpected line before the efsmi box", n, line)
+        raise TableError("no box after the efsmi banner (output cut short?)", lines[-1])
+    for line in lines[:start]:
+        if not _BANNER.match(line.text):
+            raise TableError("unexpected line before the efsmi box", line)
     box = lines[start:]
-    width = len(box[0][1])
-    if not _TOP.match(box[0][1]):
-        raise _Bad("expected the box's top border", *box[0])
-    for n, line in box:
-        if len(line) != width:
-            raise _Bad(f"line is {len(line)} characters wide, the box {width} (output cut short?)", n, line)
+    width = len(box[0].text)
+    if not _TOP.match(box[0].text):
+        raise TableError("expected the box's top border", box[0])
+    for line in box:
+        if len(line.text) != width:
+            raise TableError(
+                f"line is {len(line.text)} characters wide, the box {width} (output cut short?)", line
+            )
     return box
 
 
-def _header(box: Lines) -> tuple[str, int]:
+def _header(box: list[Line]) -> tuple[str, int]:
     """The driver version, and where the device blocks start (after the header and its separator)."""
-    version = _VERSION.match(box[1][1]) if len(box) > 1 else None
+    version = _VERSION.match(box[1].text) if len(box) > 1 else None
     if not version:
         where = box[min(1, len(box) - 1)]
-        raise _Bad("expected '|EFSMI V<version>  Driver Ver: <version>|' under the top border", *where)
+        raise TableError("expected '|EFSMI V<version>  Driver Ver: <version>|' under the top border", where)
     for i in range(2, len(box) - 1):
-        if "BUS-ID" in box[i][1] and "Mem" in box[i + 1][1]:
-            if i + 2 >= len(box) or not _SEPARATOR.match(box[i + 2][1]):
-                raise _Bad("expected a separator under the column header", *box[min(i + 2, len(box) - 1)])
+        if "BUS-ID" in box[i].text and "Mem" in box[i + 1].text:
+            if i + 2 >= len(box) or not _SEPARATOR.match(box[i + 2].text):
+                raise TableError(
+                    "expected a separator under the column header", box[min(i + 2, len(box) - 1)]
+                )
             return version.group(2), i + 3
-    raise _Bad("no 'DEV NAME | FW VER | BUS-ID' header in the box", *box[-1])
+    raise TableError("no 'DEV NAME | FW VER | BUS-ID' header in the box", box[-1])
 
 
-def _blocks(box: Lines, start: int) -> list[Lines]:
+def _blocks(box: list[Line], start: int) -> list[list[Line]]:
     """Two rows per device, each block closed by `+---+`; `|---|` lines only between blocks."""
-    blocks: list[Lines] = [[]]
-    for n, line in box[start:]:
-        if _CLOSE.match(line):
+    blocks: list[list[Line]] = [[]]
+    for line in box[start:]:
+        if _CLOSE.match(line.text):
             if len(blocks[-1]) != 2:
-                raise _Bad(f"a device block of {len(blocks[-1])} rows, expected 2", n, line)
+                raise TableError(f"a device block of {len(blocks[-1])} rows, expected 2", line)
             blocks.append([])
-        elif _SEPARATOR.match(line):
+        elif _SEPARATOR.match(line.text):
             if blocks[-1]:
-                raise _Bad("a separator inside a device block", n, line)
+                raise TableError("a separator inside a device block", line)
         else:
-            blocks[-1].append((n, line))
+            blocks[-1].append(line)
     if blocks[-1]:
-        raise _Bad("the last device block has no closing '+---+' border (output cut short?)", *blocks[-1][-1])
-    if len(box) > start and not _CLOSE.match(box[-1][1]):  # a `|---|` opening a block never printed
-        raise _Bad("the box does not end on a '+---+' border (output cut short?)", *box[-1])
+        raise TableError(
+            "the last device block has no closing '+---+' border (output cut short?)", blocks[-1][-1]
+        )
+    if len(box) > start and not _CLOSE.match(box[-1].text):  # a `|---|` opening a block never printed
+        raise TableError("the box does not end on a '+---+' border (output cut short?)", box[-1])
     return blocks[:-1]
 
 
-def _bus_id(text: str, n: int, line: str) -> str:
+def _bus_id(text: str, line: Line) -> str:
     m = _BUS.match(text)
     if not m:
-        raise _Bad(f"BUS-ID {text!r} is not a PCI address", n, line)
+        raise TableError(f"BUS-ID {text!r} is not a PCI address", line)
     domain, bus, dev, fn = m.groups()
     return f"{int(domain or '0', 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
 
 
-def _device(block: Lines, driver: str) -> Device:
-    (n1, row1), (n2, row2) = block
-    ident, _firmware, bus = _cells(n1, row1, 3)
-    _power, memory, _usage = _cells(n2, row2, 3)
+def _device(block: list[Line], driver: str) -> Device:
+    row1, row2 = block
+    ident, _firmware, bus = _cells(row1, 3)
+    _power, memory, _usage = _cells(row2, 3)
     m = _ROW1.match(ident)
     if not m:
-        raise _Bad("expected '<DEV> <NAME>' in the first cell", n1, row1)
+        raise TableError("expected '<DEV> <NAME>' in the first cell", row1)
     mem = _MEM.match(memory)
     if not mem or int(mem.group(1)) <= 0:
-        raise _Bad(f"Mem {memory!r} is not '<n>MiB'", n2, row2)
+        raise TableError(f"Mem {memory!r} is not '<n>MiB'", row2)
     index = int(m.group(1))
     return Device(
         vendor="enflame",
@@ -146,21 +139,27 @@ def _device(block: Lines, driver: str) -> Device:
         index=index,
         file=f"/dev/gcu{index}",
         memory_mib=int(mem.group(1)),
-        pci_bus_id=_bus_id(bus.split()[0] if bus else "", n1, row1),
+        pci_bus_id=_bus_id(bus.split()[0] if bus else "", row1),
         driver_version=driver,
     )
 
 
 def _parse_text(text: str) -> list[Device]:
-    box = _box(_numbered(text))
+    lines = nonblank_lines(text)
+    if not any("EFSMI" in line.text or "Enflame System Management Interface" in line.text for line in lines):
+        raise TableError(
+            "not efsmi output (no 'Enflame System Management Interface' banner or 'EFSMI' version line)",
+            lines[0] if lines else None,
+        )
+    box = _box(lines)
     driver, start = _header(box)
     blocks = _blocks(box, start)
     if not blocks:
-        raise _Bad("the efsmi box lists no device", *box[-1])
+        raise TableError("the efsmi box lists no device", box[-1])
     devices = [_device(block, driver) for block in blocks]
     indexes = [d.index for d in devices]
     if len(set(indexes)) != len(indexes):
-        raise _Bad(f"DEV numbers {indexes} repeat", *box[start])
+        raise TableError(f"DEV numbers {indexes} repeat", box[start])
     return sorted(devices, key=lambda d: d.index)
 
 
@@ -173,20 +172,5 @@ class EnflameVendor(Vendor):
     torch_package = "torch_gcu"
     torch_device = "gcu"
 
-    def commands(self) -> list[list[str]]:
-        return [[TOOL]]
-
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        capture = self.one_capture(captures, "efsmi output")
-        lines = _numbered(capture.text)
-        if not any("EFSMI" in line or "Enflame System Management Interface" in line for _, line in lines):
-            first = lines[0] if lines else (None, None)
-            raise self.parse_error(
-                capture,
-                "not efsmi output (no 'Enflame System Management Interface' banner or 'EFSMI' version line)",
-                *first,
-            )
-        try:
-            return _parse_text(capture.text)
-        except _Bad as e:
-            raise self.parse_error(capture, e.message, e.line_no, e.line) from None
+        return guarded(self, self.one_capture(captures, "efsmi output"), _parse_text)

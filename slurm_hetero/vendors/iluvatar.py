@@ -41,6 +41,7 @@ from slurm_hetero.vendors._table import (
     Line,
     TableError,
     guarded,
+    in_index_order,
     mib_pair,
     numbered_lines,
     read_box_table,
@@ -91,9 +92,7 @@ def _parse(text: str) -> list[Device]:
     read_trailing_processes(lines, table.end)
     cuda = banner.group(3) if banner.group(3) != "N/A" else None
     devices = [_device(block, banner.group(2), cuda) for block in table.blocks]
-    if len({d.index for d in devices}) != len(devices):
-        raise TableError("the same GPU number appears twice")
-    return sorted(devices, key=lambda d: d.index)
+    return in_index_order(devices, "GPU number")
 
 
 @register_vendor("iluvatar")
@@ -106,9 +105,6 @@ class IluvatarVendor(Vendor):
     slurm_gpu_env = "nvidia_gpu_env"  # CoreX reads CUDA_VISIBLE_DEVICES
     torch_backend = "nccl"  # CoreX's CUDA-compatible collectives
     ccl_env_prefix = "NCCL"
-
-    def commands(self) -> list[list[str]]:
-        return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         return guarded(self, self.one_capture(captures, "ixsmi table"), _parse)

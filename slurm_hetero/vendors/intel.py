@@ -50,14 +50,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from slurm_hetero import proc
 from slurm_hetero.errors import ToolError
 from slurm_hetero.model import Capture, Device, Link
 from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,6 @@ logger = logging.getLogger(__name__)
 TOOL = "xpu-smi"
 RENDER_MINOR_BASE = 128
 
-_A = TypeVar("_A")
-_T = TypeVar("_T")
 _BORDER = re.compile(r"^\+-+\+-+\+$")
 _ROW = re.compile(r"^\|([^|]*)\|(.*)\|$")
 _TOPO_LABEL = re.compile(r"^GPU (\d+)(?:/(\d+))?$")
@@ -74,16 +72,6 @@ _TOPO_TOKEN = re.compile(r"^(S|MDF|XL\*|XL(\d+)|PIX|PXB|PHB|NODE|SYS|N/A)$")
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*(MiB|GiB)$")
 _UNITS_MIB = {"MiB": 1, "GiB": 1024}
-
-Lines = list[tuple[int, str]]
-
-
-class _Bad(Exception):
-    """A parse failure inside one capture; `IntelVendor` turns it into a ParseError naming the capture."""
-
-    def __init__(self, message: str, line_no: int | None = None, line: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.line_no, self.line = message, line_no, line
 
 
 @dataclass
@@ -104,52 +92,49 @@ class _Topology:
     lanes: dict[int, dict[int, int]]
 
 
-def _numbered(text: str) -> Lines:
-    """Non-blank lines with their 1-based numbers, trailing whitespace removed."""
-    return [(n, line.rstrip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-
-
 # -- discovery box ---------------------------------------------------------------------------
 def _parse_discovery(text: str) -> list[_Record]:
     """The boxed `xpu-smi discovery [-d N]` table: one record per group between borders."""
-    lines = _numbered(text)
-    width = len(lines[0][1])
-    for n, line in lines:
-        if len(line) != width:
-            raise _Bad(f"line is {len(line)} characters wide, the table {width} (output cut short?)", n, line)
-    head = _ROW.match(lines[1][1]) if len(lines) > 2 else None
-    if not head or head.group(1).strip().lower() != "device id" or not _BORDER.match(lines[2][1]):
-        n, line = lines[min(1, len(lines) - 1)]
-        raise _Bad("expected the 'Device ID | Device Information' header between borders", n, line)
-    if not _BORDER.match(lines[-1][1]):
-        raise _Bad("the table has no closing border (output cut short?)", *lines[-1])
-    groups: list[Lines] = [[]]
-    for n, line in lines[3:]:
-        if _BORDER.match(line):
+    lines = nonblank_lines(text)
+    width = len(lines[0].text)
+    for line in lines:
+        if len(line.text) != width:
+            raise TableError(
+                f"line is {len(line.text)} characters wide, the table {width} (output cut short?)", line
+            )
+    head = _ROW.match(lines[1].text) if len(lines) > 2 else None
+    if not head or head.group(1).strip().lower() != "device id" or not _BORDER.match(lines[2].text):
+        where = lines[min(1, len(lines) - 1)]
+        raise TableError("expected the 'Device ID | Device Information' header between borders", where)
+    if not _BORDER.match(lines[-1].text):
+        raise TableError("the table has no closing border (output cut short?)", lines[-1])
+    groups: list[list[Line]] = [[]]
+    for line in lines[3:]:
+        if _BORDER.match(line.text):
             groups.append([])
         else:
-            groups[-1].append((n, line))
+            groups[-1].append(line)
     records = [_parse_group(group) for group in groups if group]
     if not records:
-        raise _Bad("the discovery table lists no device", *lines[-1])
+        raise TableError("the discovery table lists no device", lines[-1])
     return records
 
 
-def _parse_group(group: Lines) -> _Record:
+def _parse_group(group: list[Line]) -> _Record:
     """Rows of one device: the first names its id, the rest carry `Key: Value` (or wrap one)."""
     record: _Record | None = None
     key = ""
-    for n, line in group:
-        row = _ROW.match(line)
+    for line in group:
+        row = _ROW.match(line.text)
         if not row:
-            raise _Bad("expected a table row", n, line)
+            raise TableError("expected a table row", line)
         id_cell, info = row.group(1).strip(), row.group(2).strip()
         if record is None:
             if not id_cell.isdigit():
-                raise _Bad(f"expected a device id, found {id_cell!r}", n, line)
-            record = _Record(int(id_cell), n)
+                raise TableError(f"expected a device id, found {id_cell!r}", line)
+            record = _Record(int(id_cell), line.no)
         elif id_cell:
-            raise _Bad("a second device id without a border before it", n, line)
+            raise TableError("a second device id without a border before it", line)
         name, sep, value = info.partition(": ")
         if sep and name.strip():
             key = name.strip()
@@ -157,7 +142,7 @@ def _parse_group(group: Lines) -> _Record:
         elif info and key:  # xpu-smi wraps a long value onto the next row
             record.props[key] += info
         elif info:
-            raise _Bad("expected 'Key: Value'", n, line)
+            raise TableError("expected 'Key: Value'", line)
     assert record is not None  # groups are never empty
     return record
 
@@ -167,45 +152,44 @@ def _split(line: str) -> list[str]:
     return [cell.strip() for cell in line.split("|")]
 
 
-def _parse_labels(n: int, line: str) -> tuple[list[tuple[int, int]], bool]:
+def _parse_labels(line: Line) -> tuple[list[tuple[int, int]], bool]:
     """Column labels `GPU c/t` (or `GPU c`) as (card, tile), and whether a CPU Affinity column follows."""
-    cells = _split(line)
+    cells = _split(line.text)
     with_affinity = cells[-1] == "CPU Affinity"
     out = []
     for label in cells[:-1] if with_affinity else cells:
         m = _TOPO_LABEL.match(label)
         if not m:
-            raise _Bad(f"unexpected column label {label!r}", n, line)
+            raise TableError(f"unexpected column label {label!r}", line)
         out.append((int(m.group(1)), int(m.group(2) or 0)))
     return out, with_affinity
 
 
 def _parse_topology(text: str) -> _Topology:
     """`xpu-smi topology -m`: one row per column, in the header's order, S on the diagonal."""
-    lines = _numbered(text)
-    labels, with_affinity = _parse_labels(*lines[0])
+    lines = nonblank_lines(text)
+    labels, with_affinity = _parse_labels(lines[0])
     if len(lines) - 1 != len(labels):
-        raise _Bad(
+        raise TableError(
             f"header names {len(labels)} GPUs but {len(lines) - 1} rows follow (output cut short?)",
-            *lines[-1],
+            lines[-1],
         )
     cores: dict[int, str] = {}
     lanes: dict[int, dict[int, int]] = {}
-    for row, (n, line) in enumerate(lines[1:]):
-        cells = _split(line)
+    for row, line in enumerate(lines[1:]):
+        cells = _split(line.text)
         if len(cells) != 1 + len(labels) + with_affinity:
-            raise _Bad(f"row has {len(cells)} cells, expected {1 + len(labels) + with_affinity}", n, line)
+            raise TableError(f"row has {len(cells)} cells, expected {1 + len(labels) + with_affinity}", line)
         card, tile = labels[row]
         if cells[0] not in (f"GPU {card}/{tile}", f"GPU {card}"):
-            raise _Bad(f"row label {cells[0]!r} does not match column {row}", n, line)
-        _add_lanes(lanes.setdefault(card, {}), cells[1 : 1 + len(labels)], labels, row, (n, line))
+            raise TableError(f"row label {cells[0]!r} does not match column {row}", line)
+        _add_lanes(lanes.setdefault(card, {}), cells[1 : 1 + len(labels)], labels, row, line)
         if with_affinity:
-            _check_cpu_list(cells[-1], n, line)
+            _check_cpu_list(cells[-1], line)
             if cores.setdefault(card, cells[-1]) != cells[-1]:
-                raise _Bad(
+                raise TableError(
                     f"tiles of card {card} show CPU affinity {cores[card]!r} and {cells[-1]!r}; one "
                     "card has one (output cut short?)",
-                    n,
                     line,
                 )
     cards = tuple(sorted({card for card, _ in labels}))
@@ -213,27 +197,29 @@ def _parse_topology(text: str) -> _Topology:
 
 
 def _add_lanes(
-    peers: dict[int, int], tokens: list[str], labels: list[tuple[int, int]], row: int, where: tuple[int, str]
+    peers: dict[int, int], tokens: list[str], labels: list[tuple[int, int]], row: int, where: Line
 ) -> None:
     """Add this tile row's direct Xe Link lanes (`XL<n>`) to its card's per-peer-card totals."""
     for col, token in enumerate(tokens):
         m = _TOPO_TOKEN.match(token)
         if not m:
-            raise _Bad(f"unknown relationship {token!r}", *where)
+            raise TableError(f"unknown relationship {token!r}", where)
         if (col == row) != (token == "S"):
-            raise _Bad(f"'S' (self) belongs on the diagonal only, found {token!r} in column {col}", *where)
+            raise TableError(
+                f"'S' (self) belongs on the diagonal only, found {token!r} in column {col}", where
+            )
         peer = labels[col][0]
         if m.group(2) and peer != labels[row][0]:
             peers[peer] = peers.get(peer, 0) + int(m.group(2))
 
 
-def _check_cpu_list(text: str, n: int, line: str) -> None:
+def _check_cpu_list(text: str, line: Line) -> None:
     """A CPU list as gres.conf Cores= takes it ('0-23,48-71'), or N/A."""
     if text != "N/A" and not _CPU_LIST.match(text):
-        raise _Bad(f"CPU affinity {text!r} is not a CPU list", n, line)
+        raise TableError(f"CPU affinity {text!r} is not a CPU list", line)
     bounds = [part.partition("-")[::2] for part in text.split(",")] if text != "N/A" else []
     if any(high and int(high) < int(low) for low, high in bounds):
-        raise _Bad(f"CPU affinity {text!r} has a descending range", n, line)
+        raise TableError(f"CPU affinity {text!r} has a descending range", line)
 
 
 # -- devices ---------------------------------------------------------------------------------
@@ -241,14 +227,14 @@ def _memory_mib(text: str, where: int) -> int:
     m = _MEMORY.match(text)
     mib = round(float(m.group(1)) * _UNITS_MIB[m.group(2)]) if m else 0
     if mib <= 0:
-        raise _Bad(f"Memory Physical Size {text!r} is not a positive '<number> MiB'", where)
+        raise TableError(f"Memory Physical Size {text!r} is not a positive '<number> MiB'", line_no=where)
     return mib
 
 
 def _device(record: _Record) -> Device:
     props, index = record.props, record.device_id
     if not props.get("Device Name"):
-        raise _Bad(f"device {index} has no 'Device Name'", record.line_no)
+        raise TableError(f"device {index} has no 'Device Name'", line_no=record.line_no)
     memory = props.get("Memory Physical Size")
     return Device(
         vendor="intel",
@@ -307,7 +293,7 @@ class IntelVendor(Vendor):
         topologies: list[tuple[Capture, _Topology]] = []
         for capture in captures:
             if self._kind(capture) == "topology":
-                topologies.append((capture, self._guard(capture, _parse_topology, capture.text)))
+                topologies.append((capture, guarded(self, capture, _parse_topology)))
             else:
                 self._merge(records, capture)
         if not records:
@@ -316,7 +302,13 @@ class IntelVendor(Vendor):
                 "a topology matrix alone lists no devices; also give "
                 "`xpu-smi discovery` (and `xpu-smi discovery -d N` for memory)",
             )
-        devices = [self._guard(records[i][0], _device, records[i][1]) for i in sorted(records)]
+        devices = []
+        for index in sorted(records):
+            capture, record = records[index]
+            try:
+                devices.append(_device(record))
+            except TableError as e:
+                raise self.parse_error(capture, e.message, e.line_no) from None
         for capture, topo in topologies:
             if topo.cards != tuple(sorted(records)):
                 raise self.parse_error(
@@ -330,25 +322,25 @@ class IntelVendor(Vendor):
     # helpers ---------------------------------------------------------------------------
     def _kind(self, capture: Capture) -> str:
         """'discovery' or 'topology', judged from the first non-blank line; ParseError otherwise."""
-        lines = _numbered(capture.text)
+        lines = nonblank_lines(capture.text)
         if not lines:
             raise self.parse_error(capture, "empty capture")
-        first_no, first = lines[0]
-        if _BORDER.match(first):
+        first = lines[0]
+        if _BORDER.match(first.text):
             return "discovery"
-        if first.lstrip().startswith("GPU ") or "CPU Affinity" in first:
+        if first.text.lstrip().startswith("GPU ") or "CPU Affinity" in first.text:
             return "topology"
         raise self.parse_error(
             capture,
             "not xpu-smi output (expected the `xpu-smi discovery` table or the `xpu-smi topology -m` matrix)",
-            first_no,
-            first,
+            first.no,
+            first.text,
         )
 
     def _discovery(self, capture: Capture) -> list[_Record]:
         if self._kind(capture) != "discovery":
             raise self.parse_error(capture, "expected the `xpu-smi discovery` table")
-        return self._guard(capture, _parse_discovery, capture.text)
+        return guarded(self, capture, _parse_discovery)
 
     def _merge(self, records: dict[int, tuple[Capture, _Record]], capture: Capture) -> None:
         """Fold one discovery capture into `records`; a property shown twice must agree."""
@@ -362,10 +354,3 @@ class IntelVendor(Vendor):
                         f"{merged.props[key]!r} in another capture",
                         record.line_no,
                     )
-
-    def _guard(self, capture: Capture, parse: Callable[[_A], _T], arg: _A) -> _T:
-        """Run a module-level parser step, naming `capture` (source and line) in any failure."""
-        try:
-            return parse(arg)
-        except _Bad as e:
-            raise self.parse_error(capture, e.message, e.line_no, e.line) from None

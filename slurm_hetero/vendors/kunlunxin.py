@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "xpu_smi"
@@ -48,25 +49,11 @@ _INODE = re.compile(r"^/dev/\S+$")
 _RECOGNISE = re.compile(r"^\s*DEVICES\s*\n-+\n\|\s*DevID\s*\|", re.MULTILINE)
 _PCI = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
-Lines = list[tuple[int, str]]
-
-
-class _Bad(Exception):
-    """A parse failure at one line; `KunlunxinVendor.parse` turns it into a ParseError."""
-
-    def __init__(self, message: str, line_no: int | None = None, line: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.line_no, self.line = message, line_no, line
-
 
 @dataclass(frozen=True)
 class _Table:
     header: list[str]
-    rows: list[tuple[int, str, list[str]]]  # line number, raw line, cells
-
-
-def _numbered(text: str) -> Lines:
-    return [(n, line.rstrip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    rows: list[tuple[Line, list[str]]]
 
 
 def _cells(line: str) -> list[str] | None:
@@ -76,45 +63,47 @@ def _cells(line: str) -> list[str] | None:
     return [cell.strip() for cell in line[1:-1].split("|")]
 
 
-def _split_sections(lines: Lines) -> tuple[dict[str, str], dict[str, Lines], int]:
+def _split_sections(lines: list[Line]) -> tuple[dict[str, str], dict[str, list[Line]], int]:
     """Preamble `Key: Value` pairs, the lines under each section title, and the last line number."""
     preamble: dict[str, str] = {}
-    sections: dict[str, Lines] = {}
+    sections: dict[str, list[Line]] = {}
     current: str | None = None
-    for n, line in lines:
-        title = line.strip()
+    for line in lines:
+        title = line.text.strip()
         if title in SECTIONS:
             if title in sections:
-                raise _Bad(f"a second {title} section", n, line)
+                raise TableError(f"a second {title} section", line)
             current = title
             sections[title] = []
         elif current is not None:
-            sections[current].append((n, line))
-        elif m := _PREAMBLE.match(line.strip()):
+            sections[current].append(line)
+        elif m := _PREAMBLE.match(line.text.strip()):
             preamble[m.group(1)] = m.group(2).strip()
         else:
-            raise _Bad("expected 'Key: Value' or a section title before DEVICES", n, line)
-    return preamble, sections, lines[-1][0] if lines else 1
+            raise TableError("expected 'Key: Value' or a section title before DEVICES", line)
+    return preamble, sections, lines[-1].no if lines else 1
 
 
-def _parse_table(name: str, lines: Lines, after: int) -> _Table:
+def _parse_table(name: str, lines: list[Line], after: int) -> _Table:
     """Border, header row, border, rows, closing border (same length as the opening one)."""
     if len(lines) < 4:
-        where = lines[-1] if lines else (after, "")
-        raise _Bad(f"the {name} table is incomplete (output cut short?)", *where)
-    (_, top), (n1, head), (_, mid) = lines[:3]
+        raise TableError(
+            f"the {name} table is incomplete (output cut short?)", lines[-1] if lines else Line(after, "")
+        )
+    top, head, mid = (line.text for line in lines[:3])
     header = _cells(head)
     if not _BORDER.match(top) or header is None or mid != top:
-        raise _Bad(f"expected a border, a header row and a border under {name}", n1, head)
-    n_last, last = lines[-1]
-    if last != top:
-        raise _Bad(f"the {name} table has no closing border like its top (output cut short?)", n_last, last)
+        raise TableError(f"expected a border, a header row and a border under {name}", lines[1])
+    if lines[-1].text != top:
+        raise TableError(
+            f"the {name} table has no closing border like its top (output cut short?)", lines[-1]
+        )
     rows = []
-    for n, line in lines[3:-1]:
-        cells = _cells(line)
+    for line in lines[3:-1]:
+        cells = _cells(line.text)
         if cells is None or len(cells) != len(header):
-            raise _Bad(f"expected a {name} row of {len(header)} cells", n, line)
-        rows.append((n, line, cells))
+            raise TableError(f"expected a {name} row of {len(header)} cells", line)
+        rows.append((line, cells))
     return _Table(header, rows)
 
 
@@ -122,14 +111,14 @@ def _column(table: _Table, cells: list[str], name: str) -> str:
     return cells[table.header.index(name)] if name in table.header else ""
 
 
-def _device(table: _Table, row: tuple[int, str, list[str]], versions: dict[str, str]) -> Device:
-    n, line, cells = row
+def _device(table: _Table, row: tuple[Line, list[str]], versions: dict[str, str]) -> Device:
+    line, cells = row
     col = {name: _column(table, cells, name) for name in (*REQUIRED, "State")}
     memory, inode, pci = _MEMORY.match(col["Memory"]), col["INODE"], col["PCI Addr"]
     if not col["DevID"].isdigit() or not col["Model"] or not _INODE.match(inode) or not _PCI.match(pci):
-        raise _Bad("expected DevID, PCI Addr, Model and INODE (/dev/...)", n, line)
+        raise TableError("expected DevID, PCI Addr, Model and INODE (/dev/...)", line)
     if not memory or int(memory.group(2)) <= 0:
-        raise _Bad(f"Memory {col['Memory']!r} is not 'used / total MB'", n, line)
+        raise TableError(f"Memory {col['Memory']!r} is not 'used / total MB'", line)
     model = col["Model"]
     health, reason, mode = _health(model, col["State"])
     return Device(
@@ -161,32 +150,38 @@ def _health(model: str, state: str) -> tuple[Health, str | None, str | None]:
 def _check_devids(name: str, table: _Table, devids: list[int], exact: bool) -> None:
     """VIDEO must list exactly the DEVICES' DevIDs; PROCESSES only DevIDs among them."""
     seen = []
-    for n, line, cells in table.rows:
+    for line, cells in table.rows:
         value = _column(table, cells, "DevID")
         if not value.isdigit() or int(value) not in devids:
-            raise _Bad(f"{name} row names DevID {value!r}, not one of DEVICES {devids}", n, line)
+            raise TableError(f"{name} row names DevID {value!r}, not one of DEVICES {devids}", line)
         seen.append(int(value))
     if exact and seen != devids:
-        where = table.rows[-1][:2] if table.rows else (None, None)
-        raise _Bad(f"{name} lists DevIDs {seen} but DEVICES lists {devids} (output cut short?)", *where)
+        where = table.rows[-1][0] if table.rows else None
+        raise TableError(f"{name} lists DevIDs {seen} but DEVICES lists {devids} (output cut short?)", where)
 
 
 def _parse_text(text: str) -> list[Device]:
-    preamble, sections, last = _split_sections(_numbered(text))
+    lines = nonblank_lines(text)
+    if not _RECOGNISE.search(text):
+        raise TableError(
+            "not xpu_smi output (expected a DEVICES title over a table whose header starts with DevID)",
+            lines[0] if lines else None,
+        )
+    preamble, sections, last = _split_sections(lines)
     if "DEVICES" not in sections or "PROCESSES" not in sections:
         missing = "DEVICES" if "DEVICES" not in sections else "PROCESSES"
-        raise _Bad(f"no {missing} section (output cut short?)", last)
+        raise TableError(f"no {missing} section (output cut short?)", line_no=last)
     tables = {name: _parse_table(name, lines, last) for name, lines in sections.items()}
     devices_table = tables["DEVICES"]
     absent = [c for c in REQUIRED if c not in devices_table.header]
     if absent:
-        raise _Bad(f"the DEVICES header lacks {absent}", sections["DEVICES"][1][0])
+        raise TableError(f"the DEVICES header lacks {absent}", line_no=sections["DEVICES"][1].no)
     devices = [_device(devices_table, row, preamble) for row in devices_table.rows]
     if not devices:
-        raise _Bad("the DEVICES table lists no device", last)
+        raise TableError("the DEVICES table lists no device", line_no=last)
     devids = sorted(d.index for d in devices)
     if len(set(devids)) != len(devids):
-        raise _Bad(f"DevIDs {devids} repeat", devices_table.rows[0][0])
+        raise TableError(f"DevIDs {devids} repeat", line_no=devices_table.rows[0][0].no)
     if "VIDEO" in tables:
         _check_devids("VIDEO", tables["VIDEO"], devids, exact=True)
     _check_devids("PROCESSES", tables["PROCESSES"], devids, exact=False)
@@ -204,30 +199,13 @@ class KunlunxinVendor(Vendor):
     torch_package = "torch_xmlir"
     ccl_env_prefix = "NCCL"
 
-    def commands(self) -> list[list[str]]:
-        return [[TOOL]]
-
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         if not captures:
             raise self.parse_error(Capture("<none>", ""), "no captures given")
         devices: list[Device] = []
         for capture in captures:
-            devices.extend(self._parse_one(capture))
+            devices.extend(guarded(self, capture, _parse_text))
         indexes = [d.index for d in devices]
         if len(set(indexes)) != len(indexes):
             raise self.parse_error(captures[-1], f"DevIDs {indexes} repeat across captures; give one output")
         return sorted(devices, key=lambda d: d.index)
-
-    def _parse_one(self, capture: Capture) -> list[Device]:
-        lines = _numbered(capture.text)
-        if not _RECOGNISE.search(capture.text):
-            first = lines[0] if lines else (None, None)
-            raise self.parse_error(
-                capture,
-                "not xpu_smi output (expected a DEVICES title over a table whose header starts with DevID)",
-                *first,
-            )
-        try:
-            return _parse_text(capture.text)
-        except _Bad as e:
-            raise self.parse_error(capture, e.message, e.line_no, e.line) from None

@@ -70,6 +70,7 @@ from slurm_hetero.vendors._table import (
     Line,
     TableError,
     guarded,
+    in_index_order,
     numbered_lines,
     read_box_table,
     read_closed_box,
@@ -232,9 +233,7 @@ def _parse_table(text: str) -> list[Device]:
         )
     _read_trailer(lines, table.end)
     devices = [_device(block, layout, driver, maca) for block in table.blocks]
-    if len({d.index for d in devices}) != len(devices):
-        raise TableError("the same GPU number appears twice")
-    return sorted(devices, key=lambda d: d.index)
+    return in_index_order(devices, "GPU number")
 
 
 # -- mx-smi topo -m / -n ---------------------------------------------------------------------------------
@@ -379,9 +378,6 @@ class MetaxVendor(Vendor):
         devices = guarded(self, tables[0], _parse_table)
         if not topologies:
             return devices
-        try:
-            return _apply_topology(devices, _parse_topology(topologies[0].text))
-        except TableError as e:
-            line = e.line
-            no, text = (line.no, line.text) if line else (None, None)
-            raise self.parse_error(topologies[0], e.message, no, text, tool=TOPO_TOOL) from None
+        return guarded(
+            self, topologies[0], lambda text: _apply_topology(devices, _parse_topology(text)), TOPO_TOOL
+        )

@@ -38,7 +38,14 @@ from collections.abc import Sequence
 
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, TableError, guarded, numbered_lines, sysfs_bus_id
+from slurm_hetero.vendors._table import (
+    Line,
+    TableError,
+    guarded,
+    in_index_order,
+    numbered_lines,
+    sysfs_bus_id,
+)
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "mthreads-gmi"
@@ -163,9 +170,7 @@ def _parse(text: str) -> list[Device]:
             i += 1
         break
     _processes(lines, i)
-    if len({d.index for d in devices}) != len(devices):
-        raise TableError("the same GPU ID appears twice")
-    return sorted(devices, key=lambda d: d.index)
+    return in_index_order(devices, "GPU ID")
 
 
 @register_vendor("mthreads")
@@ -179,9 +184,6 @@ class MthreadsVendor(Vendor):
     ccl_env_prefix = "MCCL"
     torch_package = "torch_musa"
     torch_device = "musa"
-
-    def commands(self) -> list[list[str]]:
-        return [[TOOL]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         return guarded(self, self.one_capture(captures, "mthreads-gmi capture"), _parse)

@@ -24,12 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from slurm_hetero.errors import ParseError
+from slurm_hetero import proc
+from slurm_hetero.errors import ParseError, ToolError
 from slurm_hetero.inventory import device_to_dict, inventory_from_dict
 from slurm_hetero.model import Capture
 from slurm_hetero.vendors import all_vendors, get_vendor
 from slurm_hetero.vendors.base import Vendor
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fake_tool_run
 
 MAX_CUTS = 160  # per capture: line ends and mid-line points, spread evenly over the file
 
@@ -166,6 +167,34 @@ def test_commands_are_argv_lists(vendor: Any) -> None:
     assert isinstance(commands, list)
     for argv in commands:
         assert isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+
+
+# Vendors whose live discovery is their one tool, bare: (tool, a capture of it, visible-devices variable)
+ONE_TOOL = {
+    "cambricon": ("cnmon", "cnmon_2x-mlu370-x8_v5.10.13_paddle-docs.txt", "MLU_VISIBLE_DEVICES"),
+    "enflame": ("efsmi", "efsmi_2x-enflame-s60_paddle-docs.txt", "TOPS_VISIBLE_DEVICES"),
+    "iluvatar": ("ixsmi", "ixsmi_2x-bi-v150_drv4.3.0_paddle-docs.txt", None),  # CoreX reads Slurm's CUDA_
+    "kunlunxin": ("xpu_smi", "xpu_smi_2x-kunlunxin-r300_paddle-docs.txt", "XPU_VISIBLE_DEVICES"),
+    "mthreads": (
+        "mthreads-gmi",
+        "mthreads-gmi_mtt-s4000_drv1.2.0_wrong-mem-total_faq.txt",
+        "MUSA_VISIBLE_DEVICES",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_TOOL))
+def test_probe_runs_the_one_tool_and_parses_as_from_file(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    vendor = get_vendor(name)
+    tool, capture, env = ONE_TOOL[name]
+    assert vendor.commands() == [[tool]]
+    assert vendor.visible_devices_env == env
+    text = (FIXTURES / name / capture).read_text(encoding="utf-8")
+    monkeypatch.setattr(proc, "run", fake_tool_run({(tool,): text}))
+    assert vendor.probe() == vendor.parse([Capture(capture, text)])
+    monkeypatch.setattr(proc, "run", fake_tool_run({(tool,): ToolError([tool], 1, "no device found")}))
+    with pytest.raises(ToolError):
+        vendor.probe()
 
 
 def test_other_vendors_captures_are_rejected() -> None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES, fake_tool_run
+from tests.conftest import FIXTURES
 
 HERE = FIXTURES / "enflame"
 S60 = "efsmi_2x-enflame-s60_paddle-docs.txt"
@@ -25,14 +24,6 @@ def _text() -> str:
 
 def _parse(*texts: str) -> list[Device]:
     return get_vendor("enflame").parse([Capture(f"capture{i}", text) for i, text in enumerate(texts)])
-
-
-def test_probe_runs_efsmi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", fake_tool_run({("efsmi",): _text()}))
-    devices = get_vendor("enflame").probe()
-    assert devices == _parse(_text())
-    assert [d.file for d in devices] == ["/dev/gcu0", "/dev/gcu1"]
-    assert get_vendor("enflame").visible_devices_env == "TOPS_VISIBLE_DEVICES"
 
 
 def test_mem_column_is_capacity_after_ecc() -> None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES, fake_tool_run
+from tests.conftest import FIXTURES
 
 HERE = FIXTURES / "iluvatar"
 PADDLE = "ixsmi_2x-bi-v150_drv4.3.0_paddle-docs.txt"
@@ -22,22 +21,6 @@ def _text(name: str) -> str:
 
 def _parse(text: str) -> list[Device]:
     return get_vendor("iluvatar").parse([Capture("ixsmi.txt", text)])
-
-
-def test_commands_and_cuda_visible_devices() -> None:
-    vendor = get_vendor("iluvatar")
-    assert vendor.commands() == [["ixsmi"]]
-    assert vendor.visible_devices_env is None  # Slurm's CUDA_VISIBLE_DEVICES is what CoreX reads
-
-
-def test_probe_runs_ixsmi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", fake_tool_run({("ixsmi",): _text(PADDLE)}))
-    devices = get_vendor("iluvatar").probe()
-    assert devices == _parse(_text(PADDLE))
-    assert [(d.file, d.pci_bus_id) for d in devices] == [
-        ("/dev/iluvatar0", "0000:10:00.0"),
-        ("/dev/iluvatar1", "0000:13:00.0"),
-    ]
 
 
 def test_banner_versions() -> None:

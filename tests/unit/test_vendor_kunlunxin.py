@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES, fake_tool_run
+from tests.conftest import FIXTURES
 
 HERE = FIXTURES / "kunlunxin"
 R300 = "xpu_smi_2x-kunlunxin-r300_paddle-docs.txt"
@@ -56,14 +55,6 @@ def _text(name: str = R300) -> str:
 
 def _parse(*texts: str) -> list[Device]:
     return get_vendor("kunlunxin").parse([Capture(f"capture{i}", text) for i, text in enumerate(texts)])
-
-
-def test_probe_runs_xpu_smi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", fake_tool_run({("xpu_smi",): _text()}))
-    devices = get_vendor("kunlunxin").probe()
-    assert devices == _parse(_text())
-    assert [d.file for d in devices] == ["/dev/xpu0", "/dev/xpu1"]
-    assert get_vendor("kunlunxin").visible_devices_env == "XPU_VISIBLE_DEVICES"
 
 
 def test_versions_and_memory_total() -> None:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero import proc
 from slurm_hetero.errors import ParseError
 from slurm_hetero.model import Capture, Device, Health
 from slurm_hetero.vendors import get_vendor
-from tests.conftest import FIXTURES, fake_tool_run
+from tests.conftest import FIXTURES
 
 FAQ = "mthreads-gmi_mtt-s4000_drv1.2.0_wrong-mem-total_faq.txt"
 RULE = "+-------------------------------------------------------------+\n"
@@ -36,17 +35,6 @@ def _two_gpus() -> str:
     head, block = _sane_memory(_text()).split(RULE)
     second = block.replace("0    MTT S4000      |00000000:08:00.0", "1    MTT S4000      |00000000:09:00.0")
     return head + RULE + block + RULE + second
-
-
-def test_commands_and_visible_devices_env() -> None:
-    vendor = get_vendor("mthreads")
-    assert vendor.commands() == [["mthreads-gmi"]]
-    assert vendor.visible_devices_env == "MUSA_VISIBLE_DEVICES"
-
-
-def test_probe_runs_mthreads_gmi(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proc, "run", fake_tool_run({("mthreads-gmi",): _text()}))
-    assert get_vendor("mthreads").probe() == _parse(_text())
 
 
 def test_used_above_total_keeps_the_gpu_unhealthy_without_memory() -> None:
