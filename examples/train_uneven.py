@@ -52,7 +52,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from slurm_hetero import training
-from slurm_hetero.modelconfigs import bundled_names, layer_costs_for
+from slurm_hetero.inventory.modelconfigs import bundled_names, layer_costs_for
 from slurm_hetero.training import checkpoint
 
 

@@ -24,7 +24,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.errors import LayoutError
+from slurm_hetero.core.errors import LayoutError
 
 ENV = "SLURM_HETERO_LAYOUT"
 VERSION = 1

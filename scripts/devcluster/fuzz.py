@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurm_hetero import hostlist, units
+from slurm_hetero.core import hostlist, units
+from slurm_hetero.core.errors import HeteroError, RequestError
 from slurm_hetero.engine.score import ClusterModel
-from slurm_hetero.errors import HeteroError, RequestError
 from slurm_hetero.submit import Job, job_from_options
 from slurm_hetero.submit.hook import Hook, Outcome
 from slurm_hetero.submit.sbatch import (

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from slurm_hetero import __version__
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.core.errors import HeteroError
 
 logger = logging.getLogger("slurm_hetero")
 

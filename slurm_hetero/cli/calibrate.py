@@ -8,11 +8,13 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import SEQ
+from slurm_hetero.core.errors import ConfigError, RequestError
+from slurm_hetero.core.readfile import read_text, unusable_path
 from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION, Attention, CostSettings
-from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.modelconfigs import layer_costs_for
 from slurm_hetero.launch.calibrate import (
     DEFAULT_OUT,
     Calibration,
@@ -22,8 +24,6 @@ from slurm_hetero.launch.calibrate import (
     store,
     store_entries,
 )
-from slurm_hetero.modelconfigs import layer_costs_for
-from slurm_hetero.readfile import read_text, unusable_path
 from slurm_hetero.slurm import syntax
 
 MAX_PROFILE_BYTES = 16 * 2**20  # SAILOR's profiles_tmp.json is 0.6 MB

@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.compare import compare, spec_row
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.inventory.catalog import load_catalog
 
 Formatter = Callable[[Any], str]
 

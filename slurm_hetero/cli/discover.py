@@ -8,15 +8,16 @@ from typing import Any
 
 import click
 
-from slurm_hetero import hostlist, inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
-from slurm_hetero.discover import discover_node
-from slurm_hetero.errors import HeteroError, InventoryError
-from slurm_hetero.fanout import fan_out
-from slurm_hetero.model import ClusterInventory
-from slurm_hetero.units import parse_size
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import HeteroError, InventoryError
+from slurm_hetero.core.model import ClusterInventory
+from slurm_hetero.core.units import parse_size
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.discover import discover_node
+from slurm_hetero.inventory.fanout import fan_out
 from slurm_hetero.vendors import all_vendors
 
 

@@ -15,17 +15,23 @@ from typing import Any
 
 import click
 
-from slurm_hetero import inventory as inventory_io
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, Decorator, cost_options
+from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.limits import MAX_DEVICES
 from slurm_hetero.engine.modelspec import ModelSpec
-from slurm_hetero.errors import ConfigError, RequestError
-from slurm_hetero.modelconfigs import BEYOND_CONTEXT, DEFAULT_SEQ, bundled_names, load_model, sequence_length
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.inventory import document as inventory_io
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.modelconfigs import (
+    BEYOND_CONTEXT,
+    DEFAULT_SEQ,
+    bundled_names,
+    load_model,
+    sequence_length,
+)
+from slurm_hetero.inventory.nodes import slurm_nodes
 
 GIB = engine.GIB
 BEYOND_CONTEXT_OPTION = click.option(

@@ -7,19 +7,20 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero import inventory, proc
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
-from slurm_hetero.config import load_settings
-from slurm_hetero.errors import OutputError, RequestError, ToolError
-from slurm_hetero.journal import audit
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import OutputError, RequestError, ToolError
+from slurm_hetero.core.journal import audit
+from slurm_hetero.core.units import parse_size
+from slurm_hetero.core.writefile import ensure_output_dir
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import load_settings
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
 from slurm_hetero.slurm import syntax
-from slurm_hetero.units import parse_size
-from slurm_hetero.writefile import ensure_output_dir
 
 
 def parse_shares(specs: tuple[str, ...]) -> dict[str, int]:

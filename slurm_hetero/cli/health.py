@@ -13,13 +13,13 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero import inventory
 from slurm_hetero.cli import cli
-from slurm_hetero.discover import devices_from_files, probe_each, this_node
-from slurm_hetero.errors import HeteroError, InventoryError
-from slurm_hetero.health import HealthReport, check
-from slurm_hetero.journal import audit
-from slurm_hetero.nodes import host_records
+from slurm_hetero.core.errors import HeteroError, InventoryError
+from slurm_hetero.core.journal import audit
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.discover import devices_from_files, probe_each, this_node
+from slurm_hetero.inventory.nodes import host_records
+from slurm_hetero.node.health import HealthReport, check
 from slurm_hetero.slurm.scontrol import show_node
 from slurm_hetero.vendors import get_vendor
 

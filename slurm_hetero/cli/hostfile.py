@@ -6,8 +6,8 @@ name the hook cannot read, where the hook took the job)."""
 
 from __future__ import annotations
 
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.readfile import read_text
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.readfile import read_text
 
 MAX_HOSTFILE_BYTES = 1 << 20  # Slurm reads any size; the hook reads far fewer host names
 

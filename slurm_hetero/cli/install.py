@@ -1,7 +1,7 @@
 """`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command).
 
 Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`;
-see docs/admin-guide.md section "Node install" and slurm_hetero/install.py for the layout.
+see docs/admin-guide.md section "Node install" and slurm_hetero/node/install.py for the layout.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.install import Layout, default_source, install, slurm_conf_value, uninstall
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.node.install import Layout, default_source, install, slurm_conf_value, uninstall
 
 PATH = click.Path(path_type=Path)
 

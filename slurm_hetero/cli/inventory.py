@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.writefile import write_atomic
+from slurm_hetero.core.writefile import write_atomic
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import slurm_nodes
 
 
 @cli.group(name="inventory")

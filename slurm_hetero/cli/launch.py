@@ -18,10 +18,10 @@ from slurm_hetero.cli.options import (
     cost_settings,
     optional_model_options,
 )
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.data import bundled
 from slurm_hetero.engine.layout import DEFAULT_TP_SIZES, Layout, LayoutKind
-from slurm_hetero.errors import RequestError
-from slurm_hetero.inventory import DEFAULT_INVENTORY
+from slurm_hetero.inventory.document import DEFAULT_INVENTORY
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_shapes
 from slurm_hetero.launch.plan import LaunchOptions
 from slurm_hetero.launch.run import RunOptions, launch
@@ -77,8 +77,8 @@ def _directory(option: str, text: str | None) -> Path | None:
 
 def layout_view(model: str | None, plan_options: LaunchOptions) -> Any:
     """How `plan` shows a layout (table, JSON document), for `--dry-run`."""
-    from slurm_hetero.catalog import load_catalog
     from slurm_hetero.cli.plan import catalog_estimates, layout_document, render_layout
+    from slurm_hetero.inventory.catalog import load_catalog
     from slurm_hetero.launch.plan import sequence_length
 
     if model is None:

@@ -1,4 +1,4 @@
-"""`slurm-hetero metrics`: Prometheus metrics by device type and vendor (slurm_hetero.metrics).
+"""`slurm-hetero metrics`: Prometheus metrics by device type and vendor (slurm_hetero.accounting.metrics).
 
 Prints the metrics once, writes them for node_exporter's textfile collector (`--textfile`, atomic),
 or serves them (`--serve PORT`), collecting on every scrape.
@@ -16,18 +16,20 @@ import click
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import Metric
 
-from slurm_hetero import inventory, metrics, proc
-from slurm_hetero.catalog import load_catalog
+from slurm_hetero.accounting import metrics
+from slurm_hetero.accounting.report import capacity
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.report import inventory_differs, inventory_option
-from slurm_hetero.errors import HeteroError, OutputError
-from slurm_hetero.model import SlurmNode
-from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.report import capacity
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import HeteroError, OutputError
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.core.writefile import write_atomic
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.slurm import sacct, syntax
 from slurm_hetero.slurm.scontrol import parse_show_node
-from slurm_hetero.writefile import write_atomic
 
 
 class ClusterCollector:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.journal import audit
+from slurm_hetero.core.journal import audit
+from slurm_hetero.core.writefile import diff, pending, read_current, write_atomic
 from slurm_hetero.render import removal
-from slurm_hetero.writefile import diff, pending, read_current, write_atomic
 
 allow_removal_option = click.option(
     removal.ALLOW_FLAG,

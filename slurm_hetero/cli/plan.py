@@ -19,8 +19,6 @@ from typing import Any
 
 import click
 
-from slurm_hetero import inventory as inventory_io
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import (
@@ -35,7 +33,9 @@ from slurm_hetero.cli.options import (
     describe,
     model_options,
 )
-from slurm_hetero.devicespec import Catalog
+from slurm_hetero.core.devicespec import Catalog
+from slurm_hetero.core.errors import OutputError, RequestError
+from slurm_hetero.core.writefile import write_bytes_atomic
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
@@ -66,14 +66,14 @@ from slurm_hetero.engine.layout import (
 from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.engine.shapes import MAX_TYPES
 from slurm_hetero.engine.stagecost import measured_shape
-from slurm_hetero.errors import OutputError, RequestError
+from slurm_hetero.inventory import document as inventory_io
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.modelconfigs import context_length, layer_costs_for, tp_sizes_for
+from slurm_hetero.inventory.nodes import slurm_nodes, with_site_types
 from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_shapes
 from slurm_hetero.launch.runnable import MIXED_TP, plan_note, search_kinds
-from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
-from slurm_hetero.nodes import slurm_nodes, with_site_types
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
-from slurm_hetero.writefile import write_bytes_atomic
 
 GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]{0,63}):([0-9]+)")

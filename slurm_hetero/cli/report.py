@@ -1,4 +1,4 @@
-"""`slurm-hetero report`: what the cluster did in a time window, by device type (slurm_hetero.report)."""
+"""`slurm-hetero report`: what the cluster did in a time window, by device type (slurm_hetero.accounting.report)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from typing import Any
 
 import click
 
-from slurm_hetero import hostlist, inventory, report
-from slurm_hetero.catalog import load_catalog
+from slurm_hetero.accounting import report
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.catalog import render_table
-from slurm_hetero.errors import ConfigError, HeteroError, InventoryError
-from slurm_hetero.model import SlurmNode
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import ConfigError, HeteroError, InventoryError
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.slurm import sacct
 from slurm_hetero.slurm.scontrol import NodeGres, show_node_gres
 

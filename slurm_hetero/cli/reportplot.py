@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.errors import ConfigError, OutputError
-from slurm_hetero.writefile import write_bytes_atomic
+from slurm_hetero.core.errors import ConfigError, OutputError
+from slurm_hetero.core.writefile import write_bytes_atomic
 
 FORMATS = ("png", "svg", "pdf")
 

@@ -28,23 +28,26 @@ from typing import Any
 
 import click
 
-from slurm_hetero import inventory as inventory_io
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.fit import breakdown, fit_options
 from slurm_hetero.cli.gres import local_slurm_release
 from slurm_hetero.cli.hostfile import read_hosts
-from slurm_hetero.config import exempt_uids, load_settings
+from slurm_hetero.core.errors import ConfigError, HeteroError, ToolError
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.engine.score import ClusterModel, compile_model
-from slurm_hetero.errors import ConfigError, HeteroError, ToolError
-from slurm_hetero.inventory import DEFAULT_INVENTORY
+from slurm_hetero.inventory import document as inventory_io
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import exempt_uids, load_settings
+from slurm_hetero.inventory.document import DEFAULT_INVENTORY
+from slurm_hetero.inventory.modelconfigs import load_model, sequence_length
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.launch.slurmnodes import gres_records
-from slurm_hetero.model import SlurmNode
-from slurm_hetero.modelconfigs import load_model, sequence_length
-from slurm_hetero.nodes import slurm_nodes
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.render.templates import release_key
-from slurm_hetero.sbatchplan import (
+from slurm_hetero.slurm import scontrol
+from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
+from slurm_hetero.submit.hook import Hook, cluster_hook
+from slurm_hetero.submit.sbatchplan import (
     Decision,
     SbatchPlanError,
     Suggestion,
@@ -55,9 +58,6 @@ from slurm_hetero.sbatchplan import (
     merged_argv,
     plan_model,
 )
-from slurm_hetero.slurm import scontrol
-from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
-from slurm_hetero.submit.hook import Hook, cluster_hook
 
 GIB = 2**30
 

@@ -8,17 +8,18 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
-from slurm_hetero.config import MAX_UID, Settings, check_for_cluster, exempt_uids, load_settings
+from slurm_hetero.core.errors import ConfigError
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.core.writefile import ensure_output_dir
 from slurm_hetero.engine.score import ClusterModel, compile_model
-from slurm_hetero.errors import ConfigError
-from slurm_hetero.model import SlurmNode
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import MAX_UID, Settings, check_for_cluster, exempt_uids, load_settings
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render import removal
 from slurm_hetero.submit.hook import Outcome, cluster_hook, lua_compile_error, script_template
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
@@ -35,7 +36,6 @@ from slurm_hetero.submit.tables import (
     render_script,
     render_table,
 )
-from slurm_hetero.writefile import ensure_output_dir
 
 
 def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNode]:
@@ -64,7 +64,7 @@ _config_opt = click.option(
     "--config",
     "config_path",
     type=click.Path(path_type=Path),
-    help="Settings file on top of the usual layers (see slurm_hetero.config).",
+    help="Settings file on top of the usual layers (see slurm_hetero.inventory.config).",
 )
 _models_opt = click.option(
     "--models-dir",

@@ -20,17 +20,17 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.config import load_settings
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.journal import syslog_handler
-from slurm_hetero.model import SlurmNode
-from slurm_hetero.nodes import NodeBuilder, host_records
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.journal import syslog_handler
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import load_settings
+from slurm_hetero.inventory.nodes import NodeBuilder, host_records
+from slurm_hetero.node.taskprolog import SharingLimits, export_lines, protocol_lines
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.jobenv import read_task_env
-from slurm_hetero.taskprolog import SharingLimits, export_lines, protocol_lines
 from slurm_hetero.vendors import vendor_traits
 
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"

@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_hetero.compat import StrEnum
-from slurm_hetero.devicespec import DeviceSpec
-from slurm_hetero.model import Nic, VendorTraits
+from slurm_hetero.core.compat import StrEnum
+from slurm_hetero.core.devicespec import DeviceSpec
+from slurm_hetero.core.model import Nic, VendorTraits
 
 GB = 1e9
 PCIE_GBS = 25.0  # PCIe 4.0 x16, one way

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from slurm_hetero.devicespec import DeviceSpec
+from slurm_hetero.core.devicespec import DeviceSpec
 
 WORKLOADS: dict[str, str] = {
     "training": "large-model training",

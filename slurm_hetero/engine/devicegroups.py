@@ -25,9 +25,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_hetero.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.stagecost import DeviceGroup, LayerCosts, default_gemm_half
-from slurm_hetero.errors import RequestError
 
 NOMINAL_TFLOPS = 100.0  # placeholder when no device of the allocation has a figure (even split)
 MFU = 0.45  # sustained share of the dense bf16/fp16 peak in transformer training (Megatron: 0.4-0.55)

@@ -53,6 +53,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from slurm_hetero.core.errors import ConfigError
+
 # Re-exported (`X as X`): the device options live in engine.fit_options, the per-layer formulas
 # and settings in engine.modelcost.
 from slurm_hetero.engine.fit_options import DeviceOption as DeviceOption
@@ -80,7 +82,6 @@ from slurm_hetero.engine.modelcost import check_layout as check_layout
 from slurm_hetero.engine.modelcost import layer_activation_bytes as layer_activation_bytes
 from slurm_hetero.engine.modelcost import layer_table as layer_table
 from slurm_hetero.engine.modelspec import ModelSpec, ParamCounts
-from slurm_hetero.errors import ConfigError
 
 MIB = 2**20
 INT4_GROUP = 128

@@ -1,6 +1,6 @@
 """Which device types of an inventory can hold a job, and with how few devices.
 
-Pure: node records (`slurm_hetero.nodes`) and a per-device memory estimate in, `DeviceOption`s out. This
+Pure: node records (`slurm_hetero.inventory.nodes`) and a per-device memory estimate in, `DeviceOption`s out. This
 module owns `device_options` (healthy devices grouped by type, the smallest memory of a type, the
 fewest devices whose estimate fits, and the reason code when none does), `DeviceOption` and
 `fits`. The estimate itself (a `Breakdown`) comes from `engine.fit`, which re-exports these names.
@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from slurm_hetero.core.errors import ConfigError
+from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.engine.reasons import ReasonCode
-from slurm_hetero.errors import ConfigError
-from slurm_hetero.model import SlurmNode
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.fit import Breakdown
@@ -105,7 +105,7 @@ def device_options(
     headroom: float = 0.0,
 ) -> list[DeviceOption]:
     """For each device type in `inventory`: its memory per device, how many healthy devices it
-    has (nodes as `slurm_hetero.nodes` builds them, unhealthy devices left out), and the fewest
+    has (nodes as `slurm_hetero.inventory.nodes` builds them, unhealthy devices left out), and the fewest
     devices `n` whose estimate fits, trying ``n = 1 .. max(limit, available)``.
 
     `estimate(n)` returns the per-device breakdown when the job is spread over `n` devices, or

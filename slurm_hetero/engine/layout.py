@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, check_batch, check_prices, check_size
 from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search, shape_class
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
@@ -73,7 +74,6 @@ from slurm_hetero.engine.shapes import (
     staged_micro_batch,
 )
 from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, peak_rate
-from slurm_hetero.errors import RequestError
 
 __all__ = [
     "MAX_DEVICES",

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.shapes import MAX_TYPES
 from slurm_hetero.engine.stagecost import DeviceGroup
-from slurm_hetero.errors import RequestError
 
 MAX_DEVICES = 65_536
 MAX_GLOBAL_BATCH = 2**24  # sequences per step

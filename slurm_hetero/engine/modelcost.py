@@ -45,9 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from slurm_hetero.compat import StrEnum
+from slurm_hetero.core.compat import StrEnum
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.modelspec import ModelSpec, attention_weights, decoder_layer_params
-from slurm_hetero.errors import ConfigError
 
 GIB = 2**30
 DEFAULT_OVERHEAD = 1 * GIB

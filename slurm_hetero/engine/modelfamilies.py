@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.modelspec import (
     LLAMA_TYPES,
     SUPPORTED_TYPES,
@@ -50,7 +51,6 @@ from slurm_hetero.engine.modelspec import (
     read_kv_heads,
     t5_spec,
 )
-from slurm_hetero.errors import ConfigError
 
 Reader = Callable[[Mapping[str, Any], str], ModelSpec]
 

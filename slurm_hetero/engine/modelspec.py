@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.core.errors import ConfigError
 
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "phi3", "mixtral")
 SUPPORTED_TYPES = (*LLAMA_TYPES, "gpt2", "t5")

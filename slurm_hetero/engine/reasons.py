@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slurm_hetero.compat import StrEnum
+from slurm_hetero.core.compat import StrEnum
 
 
 class ReasonCode(StrEnum):

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from slurm_hetero.compat import StrEnum
+from slurm_hetero.core.compat import StrEnum
 from slurm_hetero.engine.modelcost import zero_divisors
 from slurm_hetero.engine.stagecost import GB as GB
 from slurm_hetero.engine.stagecost import TFLOPS as TFLOPS

@@ -1,5 +1,5 @@
 """The cluster as the job_submit hook decides on it: `compile_model` turns the cluster's node records
-(`model.SlurmNode`, built once per inventory load by `slurm_hetero.nodes`) and the scoring options
+(`model.SlurmNode`, built once per inventory load by `slurm_hetero.inventory.nodes`) and the scoring options
 into a `ClusterModel`: per device type its memory, node shapes (devices per node with the node's
 features, CPUs and memory), fast-link flag and shares, the rules of each partition, and the ranked
 type order of every policy. Pure. `slurm_hetero.submit.tables` writes it into the Lua table that
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from slurm_hetero.devicespec import DeviceSpec
-from slurm_hetero.model import SlurmDevice, SlurmNode
+from slurm_hetero.core.devicespec import DeviceSpec
+from slurm_hetero.core.model import SlurmDevice, SlurmNode
+from slurm_hetero.core.units import format_size
 from slurm_hetero.slurm.syntax import feature
-from slurm_hetero.units import format_size
 
 POLICIES = ("best-fit", "fastest", "cheapest", "greenest")
 MODES = ("exact", "any-fit")
@@ -53,7 +53,7 @@ class PartitionOptions:
 
 @dataclass(frozen=True)
 class ScoringOptions:
-    """Cluster-wide scoring settings (from `slurm_hetero.config`)."""
+    """Cluster-wide scoring settings (from `slurm_hetero.inventory.config`)."""
 
     policy: str = "best-fit"
     mode: str = "exact"

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.schedule import LayoutKind, Shape
-from slurm_hetero.errors import RequestError
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec

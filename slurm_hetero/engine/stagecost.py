@@ -46,7 +46,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from slurm_hetero.compat import StrEnum
+from slurm_hetero.core.compat import StrEnum
 from slurm_hetero.engine.modelcost import (
     AUTO,
     LayerTable,

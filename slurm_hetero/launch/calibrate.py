@@ -49,13 +49,13 @@ from typing import Any
 
 import yaml
 
-from slurm_hetero.devicespec import Catalog
+from slurm_hetero.core.devicespec import Catalog
+from slurm_hetero.core.errors import CalibrationError, ConfigError, RequestError
+from slurm_hetero.core.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
 from slurm_hetero.engine.modelspec import ModelSpec
-from slurm_hetero.errors import CalibrationError, ConfigError, RequestError
-from slurm_hetero.inventory import DuplicateKey, UniqueKeyLoader
-from slurm_hetero.modelconfigs import layer_costs_for, load_model, sequence_length
-from slurm_hetero.readfile import MAX_MEASURED_BYTES, read_text
+from slurm_hetero.inventory.document import DuplicateKey, UniqueKeyLoader
+from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model, sequence_length
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
 
@@ -599,7 +599,7 @@ def from_sailor(
 
 def store_entries(path: Path, entries: Mapping[str, Any]) -> Path:
     """Merge `entries` (type -> entry) into the YAML file at `path` (atomic write)."""
-    from slurm_hetero.writefile import write_atomic
+    from slurm_hetero.core.writefile import write_atomic
 
     path = path.expanduser()
     data = _read(path) if path.exists() else {}

@@ -24,8 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Union
 
-from slurm_hetero import hostlist
-from slurm_hetero.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.errors import LaunchPlanError, RequestError
+from slurm_hetero.core.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
@@ -53,7 +55,8 @@ from slurm_hetero.engine.layout import (
 )
 from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
-from slurm_hetero.errors import LaunchPlanError, RequestError
+from slurm_hetero.inventory.modelconfigs import context_length, layer_costs_for, tp_sizes_for
+from slurm_hetero.inventory.nodes import NodeBuilder, host_records
 from slurm_hetero.launch.rankenv import (
     TORCHRUN_UNKNOWN_PREFIX,
     Groups,
@@ -68,9 +71,6 @@ from slurm_hetero.launch.rankenv import (
 )
 from slurm_hetero.launch.runnable import MIXED_TP, search_kinds, unrunnable_reason
 from slurm_hetero.layout import RankLayout
-from slurm_hetero.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
-from slurm_hetero.modelconfigs import context_length, layer_costs_for, tp_sizes_for
-from slurm_hetero.nodes import NodeBuilder, host_records
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices, slurm_visible
 from slurm_hetero.vendors import vendor_traits

@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
+from slurm_hetero.core.model import Nic
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Communicator, Member
 from slurm_hetero.engine.layout import Layout, RankAssignment
 from slurm_hetero.layout import GroupSpec, RankLayout
-from slurm_hetero.model import Nic
 
 if TYPE_CHECKING:
     from slurm_hetero.launch.plan import LaunchOptions, Site

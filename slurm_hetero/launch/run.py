@@ -19,13 +19,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from slurm_hetero import hostlist, inventory, proc
-from slurm_hetero.catalog import load_catalog
-from slurm_hetero.devicespec import Catalog
+from slurm_hetero.core import hostlist, proc
+from slurm_hetero.core.devicespec import Catalog
+from slurm_hetero.core.errors import InventoryError, ToolError
+from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory
+from slurm_hetero.core.readfile import read_text, unusable_path
+from slurm_hetero.core.writefile import write_bytes_atomic
 from slurm_hetero.engine.layout import Layout
 from slurm_hetero.engine.limits import MAX_DEVICES
-from slurm_hetero.errors import InventoryError, ToolError
-from slurm_hetero.inventory import DEFAULT_INVENTORY
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.document import DEFAULT_INVENTORY
 from slurm_hetero.launch.plan import (
     LaunchOptions,
     LaunchPlan,
@@ -38,13 +42,10 @@ from slurm_hetero.launch.plan import (
 from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.launch.supervise import LaunchError, Supervisor
 from slurm_hetero.layout import GroupSpec, RankLayout
-from slurm_hetero.model import ClusterInventory, Device, NodeInventory
-from slurm_hetero.readfile import read_text, unusable_path
 from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
 from slurm_hetero.training import checkpoint
 from slurm_hetero.vendors import vendor_traits
-from slurm_hetero.writefile import write_bytes_atomic
 
 logger = logging.getLogger(__name__)
 

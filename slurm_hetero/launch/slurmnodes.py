@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.errors import SlurmNodesError
-from slurm_hetero.inventory import DEFAULT_INVENTORY
-from slurm_hetero.model import Device, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.core.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.errors import SlurmNodesError
+from slurm_hetero.core.model import Device, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.inventory.document import DEFAULT_INVENTORY
 from slurm_hetero.slurm.scontrol import NodeGres
 from slurm_hetero.vendors import vendor_traits
 

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
-from slurm_hetero import proc
-from slurm_hetero.errors import LaunchError, ToolError
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import LaunchError, ToolError
 from slurm_hetero.launch.early import CATCHING as _CATCHING
 from slurm_hetero.launch.early import EARLY as _EARLY
 from slurm_hetero.launch.early import PEER_FAILED, STOP_SIGNALS

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_hetero import hostlist
-from slurm_hetero.devicespec import Catalog
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.devicespec import Catalog
+from slurm_hetero.core.errors import ConfigError, InventoryError
+from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
 from slurm_hetero.engine.score import DEFAULT_PARTITION
-from slurm_hetero.errors import ConfigError, InventoryError
-from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
-from slurm_hetero.nodes import check_shares, slurm_nodes
+from slurm_hetero.inventory.nodes import check_shares, slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
 from slurm_hetero.slurm.syntax import cpu_ids, gres_size, ranges
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
 
-from slurm_hetero import hostlist
-from slurm_hetero.errors import OutputError
-from slurm_hetero.model import SlurmNode
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import OutputError
+from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declared_nodes
 
 ALLOW_FLAG = "--allow-removal"

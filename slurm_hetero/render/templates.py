@@ -24,7 +24,7 @@ from typing import Any
 import jinja2
 
 from slurm_hetero import __version__
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.slurm.syntax import comment
 
 GRES_TEMPLATE = "gres.conf.j2"

@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.model import SlurmDevice
+from slurm_hetero.core.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.model import SlurmDevice
 
 
 def headline_tflops(spec: DeviceSpec) -> float | None:

@@ -11,8 +11,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from slurm_hetero import hostlist
-from slurm_hetero.errors import GresConfError, InventoryError
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import GresConfError, InventoryError
 from slurm_hetero.slurm import syntax
 
 _KEYS = {

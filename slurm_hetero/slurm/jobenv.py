@@ -52,8 +52,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from slurm_hetero import hostlist
-from slurm_hetero.errors import HeteroError, JobEnvError
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import HeteroError, JobEnvError
 from slurm_hetero.slurm.syntax import MAX_HOSTS
 
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")

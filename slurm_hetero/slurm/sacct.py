@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import BinaryIO
 
-from slurm_hetero import proc
-from slurm_hetero.errors import HeteroError, ParseError, ToolError
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import HeteroError, ParseError, ToolError
 
 FIELDS = ("JobID", "User", "Partition", "State", "Submit", "Start", "End", "AllocTRES", "AdminComment")
 NOTE_PREFIX = "slurm_hetero: "  # the hook's admin comment and log prefix (submit.NOTE_PREFIX)

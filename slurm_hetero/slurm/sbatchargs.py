@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_hetero.errors import SbatchArgsError
+from slurm_hetero.core.errors import SbatchArgsError
 
 # Long options of sbatch 22.05.8 by argument (measured: `sbatch --NAME` and `--NAME=x` for each name),
 # plus those 24.11 added (container-id, segment, tres-bind, tres-per-task).

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slurm_hetero import hostlist, proc
-from slurm_hetero.errors import ScontrolError, ToolError
+from slurm_hetero.core import hostlist, proc
+from slurm_hetero.core.errors import ScontrolError, ToolError
 
 # a field starts at a run of key characters followed by `=`, after a space or at the line start
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")

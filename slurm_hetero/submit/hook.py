@@ -26,9 +26,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.data import bundled
 from slurm_hetero.engine.score import ClusterModel
-from slurm_hetero.errors import ConfigError, RequestError
 from slurm_hetero.submit import Job
 from slurm_hetero.submit.tables import (
     SCRIPT_NAME,

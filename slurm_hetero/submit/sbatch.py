@@ -33,9 +33,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from slurm_hetero.errors import RequestError
+from slurm_hetero.core.errors import RequestError
+from slurm_hetero.core.units import UNITS
 from slurm_hetero.slurm.syntax import hostlist_size, whole_number
-from slurm_hetero.units import UNITS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

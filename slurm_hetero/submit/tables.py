@@ -56,7 +56,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from slurm_hetero import __version__, hostlist, units
+from slurm_hetero import __version__
+from slurm_hetero.core import hostlist, units
 from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES, SHOWN_CHARS, ReasonCode
 from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
 from slurm_hetero.slurm.syntax import MAX_HOSTLIST, comment

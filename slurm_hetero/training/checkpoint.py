@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, MAX_INVENTORY_BYTES, read_bytes, read_text
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, MAX_INVENTORY_BYTES, read_bytes, read_text
 
 if TYPE_CHECKING:
     import torch

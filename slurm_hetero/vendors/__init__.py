@@ -9,8 +9,8 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.model import VendorTraits
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.model import VendorTraits
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)

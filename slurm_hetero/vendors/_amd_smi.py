@@ -10,8 +10,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture
 from slurm_hetero.vendors._rocm_facts import (
     BDF,
     CPULIST,

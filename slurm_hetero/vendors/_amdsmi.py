@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.model import Device
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.model import Device
 from slurm_hetero.vendors._rocm import build_device, missing_facts
 from slurm_hetero.vendors._rocm_facts import BDF, HEX_ID, Facts, clean
 

@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Mapping
 
-from slurm_hetero.model import Capture, Device
+from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors._nvidia_smi import device_from_fields, parse_error
 
 logger = logging.getLogger(__name__)

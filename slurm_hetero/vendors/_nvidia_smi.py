@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from xml.parsers import expat
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture, Device, Health
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device, Link
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture, Device, Link
 from slurm_hetero.vendors._nvidia_smi import TOPO_TOOL, VENDOR, normalize_cpu_list, parse_error
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split

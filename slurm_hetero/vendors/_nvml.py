@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.errors import ToolError
-from slurm_hetero.model import Device, Health, Link
+from slurm_hetero.core.errors import ToolError
+from slurm_hetero.core.model import Device, Health, Link
 from slurm_hetero.vendors._nvidia_smi import VENDOR, XML_TOOL, cpu_list
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device, Link
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture, Device, Link
 from slurm_hetero.vendors._amd_smi import (
     AMD_SMI_HINT,
     AMDSMI_BLOCK,

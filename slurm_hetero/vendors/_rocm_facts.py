@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture
 
 _NA = {"", "n/a", "na", "none", "unknown", "not supported", "unsupported", "<redacted>"}
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture
 from slurm_hetero.vendors._rocm_facts import Dialect, Facts, Parsed, apply_kv, clean, set_fact
 
 BANNER = re.compile(r"^=+\s*(ROCm\s+)?System Management Interface\s*=+\s*$")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from slurm_hetero.model import Capture, Device
+    from slurm_hetero.core.model import Capture, Device
     from slurm_hetero.vendors.base import Vendor
 
 _T = TypeVar("_T")

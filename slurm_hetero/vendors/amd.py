@@ -78,8 +78,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from slurm_hetero import proc
-from slurm_hetero.model import Capture, Device
+from slurm_hetero.core import proc
+from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._amdsmi import devices_from_amdsmi, load_amdsmi
 from slurm_hetero.vendors._rocm import (

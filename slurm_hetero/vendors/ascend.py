@@ -61,9 +61,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ParseError, ToolError
-from slurm_hetero.model import Capture, Device, Health, Link
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ParseError, ToolError
+from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors.base import Vendor
 

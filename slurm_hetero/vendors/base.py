@@ -9,9 +9,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
 
-from slurm_hetero import proc
-from slurm_hetero.errors import HeteroError, ParseError
-from slurm_hetero.model import Capture, Device, VendorTraits
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import HeteroError, ParseError
+from slurm_hetero.core.model import Capture, Device, VendorTraits
 
 
 class Vendor(ABC):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from slurm_hetero.model import Capture, Device
+from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor

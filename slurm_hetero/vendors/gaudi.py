@@ -42,8 +42,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     BoxTable,

@@ -43,8 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from slurm_hetero import proc
-from slurm_hetero.model import Capture, Device
+from slurm_hetero.core import proc
+from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._rocm import PCI_ROOT, accelerator_pci_vendors, parse_captures, with_local_cpus
 from slurm_hetero.vendors._rocm_facts import Dialect

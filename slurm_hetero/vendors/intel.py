@@ -53,9 +53,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ToolError
-from slurm_hetero.model import Capture, Device, Link
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ToolError
+from slurm_hetero.core.model import Capture, Device, Link
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor

@@ -33,7 +33,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor

@@ -61,7 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from slurm_hetero.model import Capture, Device, Health, Link
+from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
 from slurm_hetero.vendors._table import (

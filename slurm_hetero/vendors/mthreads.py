@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     Line,

@@ -64,8 +64,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurm_hetero.errors import HeteroError, ParseError
-from slurm_hetero.model import Capture, Device
+from slurm_hetero.core.errors import HeteroError, ParseError
+from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._nvidia_csv import is_query_csv, parse_query_csv
 from slurm_hetero.vendors._nvidia_smi import (

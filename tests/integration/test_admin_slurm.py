@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero import hostlist, inventory
-from slurm_hetero.hosttopo import parse_cpu_list
+from slurm_hetero.core import hostlist
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.hosttopo import parse_cpu_list
 from slurm_hetero.slurm.scontrol import parse_fields
 from tests.conftest import FIXTURES, REPO
 from tests.integration.conftest import HOST_NODES, Cluster, slurm

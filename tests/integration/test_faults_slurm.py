@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero import hostlist, inventory
-from slurm_hetero.nodes import gres_order
+from slurm_hetero.core import hostlist
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.nodes import gres_order
 from tests.conftest import REPO
 from tests.integration.conftest import DEV_CLUSTER, Cluster, slurm, suite_up_argv, tres
 from tests.integration.test_job_submit_slurm import as_user, job_fields, reload_hook, render_hook

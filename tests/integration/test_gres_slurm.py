@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero import hostlist, inventory
-from slurm_hetero.catalog import load_catalog
-from slurm_hetero.config import load_settings
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.core import hostlist
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import load_settings
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render.context import shards_per_device
 from slurm_hetero.slurm.syntax import gres_size
 from tests.integration.conftest import Cluster, slurm

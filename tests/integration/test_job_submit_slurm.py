@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from scripts.devcluster.fuzz import Fuzz, Request, record_of, run_fuzz, sbatch_argv, stored_view
-from slurm_hetero import hostlist, inventory
-from slurm_hetero.config import exempt_uids, load_settings
-from slurm_hetero.errors import RequestError
-from slurm_hetero.model import Device
-from slurm_hetero.nodes import gres_order
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import RequestError
+from slurm_hetero.core.model import Device
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.config import exempt_uids, load_settings
+from slurm_hetero.inventory.nodes import gres_order
 from slurm_hetero.slurm.sbatchargs import parse_options, values
 from slurm_hetero.submit import job_from_options
 from slurm_hetero.submit.hook import Hook, Outcome, cluster_hook

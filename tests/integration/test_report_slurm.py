@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from slurm_hetero import inventory
+from slurm_hetero.inventory import document as inventory
 from tests.integration.conftest import Cluster, slurm, slurm_as
 
 USER = "nobody"  # root is exempt from the hook

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero.units import format_size
+from slurm_hetero.core.units import format_size
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
 from tests.integration.test_job_submit_slurm import USER, as_user, job_fields

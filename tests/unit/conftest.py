@@ -8,8 +8,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ToolError
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ToolError
 
 SLURM_CLIENTS = {"scontrol", "sinfo", "squeue", "srun", "sbatch", "sacctmgr", "slurmd"}
 

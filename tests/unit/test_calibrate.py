@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.launch import calibrate as cal
 from tests.conftest import REPO
 
@@ -170,7 +170,7 @@ def test_the_timed_layer_is_one_layer_of_the_model(tmp_path: Path) -> None:
     import torch
 
     from slurm_hetero.engine.modelcost import CostSettings
-    from slurm_hetero.modelconfigs import layer_costs_for, load_model
+    from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_LLAMA))

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.devicespec import DeviceSpec
+from slurm_hetero.core.devicespec import DeviceSpec
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.compare import WORKLOADS, compare, headline_tflops, top_third
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.inventory.catalog import load_catalog
 
 VENDORS = {
     "nvidia",

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slurm_hetero import proc
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.discover import node_facts
+from slurm_hetero.core import proc
 from tests.conftest import FIXTURES
 
 ASCEND_INFO = FIXTURES / "ascend" / "npu-smi-info_8x-910b3_drv24.1.rc1.txt"
@@ -130,9 +130,9 @@ def test_live_discovery_without_accelerators_is_a_clear_error(monkeypatch: pytes
 def test_discover_refuses_what_inventory_check_would_refuse_even_a_float_count() -> None:
     """discover validates through the text `inventory check` reads: a parser that handed over 8.0
     CPUs or 46068.0 MiB would have been written and then refused (issue 9 re-pass, V60)."""
-    from slurm_hetero import discover
-    from slurm_hetero.errors import InventoryError
-    from slurm_hetero.model import Device, NodeInventory
+    from slurm_hetero.core.errors import InventoryError
+    from slurm_hetero.core.model import Device, NodeInventory
+    from slurm_hetero.inventory import discover
 
     device = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s")
     assert discover.validated(NodeInventory("n1", cpus=8, devices=(device,))).cpus == 8
@@ -143,9 +143,9 @@ def test_discover_refuses_what_inventory_check_would_refuse_even_a_float_count()
 def test_discover_refuses_a_one_way_link() -> None:
     """The link check is the one every command shares (issue 9 adversarial pass, T3): a parser or
     capture that gave device 0 a link to device 1 and device 1 none back is refused at discover."""
-    from slurm_hetero import discover
-    from slurm_hetero.errors import InventoryError
-    from slurm_hetero.model import Device, Link, NodeInventory
+    from slurm_hetero.core.errors import InventoryError
+    from slurm_hetero.core.model import Device, Link, NodeInventory
+    from slurm_hetero.inventory import discover
 
     def node(*back: Link) -> NodeInventory:
         first = Device(

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_hetero import training
-from slurm_hetero.catalog import merge_site_text, parse_catalog_text
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import ConfigError
+from slurm_hetero.core.errors import ConfigError
+from slurm_hetero.inventory.catalog import merge_site_text, parse_catalog_text
 from slurm_hetero.launch.plan import LaunchOptions, LaunchPlanError
 from slurm_hetero.layout import LayoutError, RankLayout
 from slurm_hetero.slurm import syntax

@@ -184,8 +184,8 @@ def test_dry_run_prints_the_final_command_and_bad_input_is_one_line(tmp_path: Pa
 def test_without_an_inventory_slurms_own_view_is_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from slurm_hetero import proc
     from slurm_hetero.cli import sbatch as wrapper_cli
+    from slurm_hetero.core import proc
 
     calls: list[list[str]] = []
 

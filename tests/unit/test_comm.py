@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero.catalog import load_catalog
+from slurm_hetero.core.model import Nic
 from slurm_hetero.engine.comm import (
     CommKind,
     Communicator,
@@ -15,7 +15,7 @@ from slurm_hetero.engine.comm import (
     nic_gbs,
     transfer_s,
 )
-from slurm_hetero.model import Nic
+from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.vendors import vendor_traits
 
 CATALOG = load_catalog()

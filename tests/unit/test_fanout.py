@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import fanout, proc
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import ToolError
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ToolError
+from slurm_hetero.inventory import fanout
 from slurm_hetero.slurm.scontrol import parse_node_records
 
 LINE = (

@@ -36,17 +36,17 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.fit import bundled_names, load_model
+from slurm_hetero.core.errors import ConfigError
+from slurm_hetero.core.model import ClusterInventory, Device, Health, NodeInventory
 from slurm_hetero.engine import fit
 from slurm_hetero.engine.modelfamilies import from_hf_config
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.reasons import ReasonCode
 from slurm_hetero.engine.stagecost import LayerCosts
-from slurm_hetero.errors import ConfigError
-from slurm_hetero.model import ClusterInventory, Device, Health, NodeInventory
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import slurm_nodes
 
 GIB = 2**30
 

@@ -65,10 +65,10 @@ def test_a_job_refused_for_an_unknown_excluded_name_is_slurmctlds_refusal(
 ) -> None:
     """The hook decides gpumem around -x and leaves names no node has to slurmctld, which refuses
     the job ("Invalid node name specified"): not the hook's mismatch; a known name is."""
-    from slurm_hetero import inventory
-    from slurm_hetero.catalog import load_catalog
     from slurm_hetero.engine.score import compile_model
-    from slurm_hetero.nodes import slurm_nodes
+    from slurm_hetero.inventory import document as inventory
+    from slurm_hetero.inventory.catalog import load_catalog
+    from slurm_hetero.inventory.nodes import slurm_nodes
     from tests.conftest import REPO
 
     nodes = slurm_nodes(inventory.load(REPO / "gres_conf/examples/mixed.yaml"), load_catalog())
@@ -118,7 +118,7 @@ def test_predict_reads_the_option_texts_as_request_explain_does(options: dict[st
     sbatch's refusal, in its words, as `request explain` prints it."""
     from slurm_hetero.cli import cli
     from slurm_hetero.cli.submit import _model
-    from slurm_hetero.config import load_settings
+    from slurm_hetero.inventory.config import load_settings
     from tests.conftest import REPO
 
     inventory = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -131,7 +131,7 @@ def test_predict_reads_the_option_texts_as_request_explain_does(options: dict[st
 
 def test_predict_reads_a_node_range_as_min_and_max() -> None:
     from slurm_hetero.cli.submit import _model
-    from slurm_hetero.config import load_settings
+    from slurm_hetero.inventory.config import load_settings
     from tests.conftest import REPO
 
     model = _model(REPO / "gres_conf" / "examples" / "mixed.yaml", (), load_settings(None))
@@ -157,7 +157,7 @@ def test_the_dev_cluster_inventory_gives_slurm_every_nodes_cpus_and_memory(tmp_p
     reads that as "unknown, holds anything". 24.11 fuzz: a `-c 64` gaudi2 job the hook accepted and
     slurmctld could not place (its edit refused), and a released ascend910c job pending on
     BadConstraints. Every node of the dev cluster's inventory now names both."""
-    from slurm_hetero import inventory
+    from slurm_hetero.inventory import document as inventory
     from slurm_hetero.render.context import missing_facts_note
     from tests.integration.conftest import generate_inventory
 

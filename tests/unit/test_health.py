@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import inventory, proc
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.discover import discover_node
-from slurm_hetero.errors import ToolError
-from slurm_hetero.model import ClusterInventory
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ToolError
+from slurm_hetero.core.model import ClusterInventory
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.discover import discover_node
 from tests.conftest import FIXTURES
 
 WHOLE = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
@@ -154,8 +155,8 @@ def test_missing_device_and_shrunk_memory_are_faults(tmp_path: Path, monkeypatch
 
 
 def test_links_down_are_faults(tmp_path: Path) -> None:
-    from slurm_hetero.health import compare
-    from slurm_hetero.model import Device, Link, NodeInventory
+    from slurm_hetero.core.model import Device, Link, NodeInventory
+    from slurm_hetero.node.health import compare
 
     linked = Device(
         "nvidia", "NVIDIA A100-SXM4-80GB", 0, "/dev/nvidia0", 81920, links=(Link(1, "nvlink", 12),)

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from slurm_hetero import discover
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.hosttopo import parse_cpu_list, read_topology, topology_from_cpus
-from slurm_hetero.model import ClusterInventory, Device
+from slurm_hetero.core.model import ClusterInventory, Device
+from slurm_hetero.inventory import discover
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.hosttopo import parse_cpu_list, read_topology, topology_from_cpus
 from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.vendors import get_vendor
@@ -124,7 +124,7 @@ def test_from_file_reads_node_facts_from_scontrol_when_slurm_knows_the_node(
     if sample is None:
         pytest.skip("shared scontrol sample not present")
     monkeypatch.setattr(discover.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr("slurm_hetero.proc.run", lambda argv, timeout=60.0: sample + "\n")
+    monkeypatch.setattr("slurm_hetero.core.proc.run", lambda argv, timeout=60.0: sample + "\n")
     info = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
     node = discover.discover_node(load_catalog(), ["ascend"], [info], "ascendn1")
     assert (node.cpus, node.sockets, node.real_memory_mib) == (16, 16, 16000)

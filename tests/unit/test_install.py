@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import install as inst
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero.core.errors import HeteroError, ToolError
+from slurm_hetero.node import install as inst
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "gres_conf" / "examples" / "mixed.yaml"

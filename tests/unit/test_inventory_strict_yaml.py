@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_hetero import inventory
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import InventoryError
+from slurm_hetero.core.errors import InventoryError
+from slurm_hetero.inventory import document as inventory
 from slurm_hetero.slurm import syntax
 from tests.conftest import REPO
 

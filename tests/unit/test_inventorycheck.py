@@ -19,13 +19,13 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.config import load_settings
+from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.engine.score import compile_model
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import load_settings
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render import removal
 from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
-from slurm_hetero.config import DEFAULTS, merge, settings_from_dict
 from slurm_hetero.engine.reasons import MESSAGES
 from slurm_hetero.engine.reasons import render as render_message
 from slurm_hetero.engine.score import compile_model
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import DEFAULTS, merge, settings_from_dict
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.submit import Job
 from tests.unit.test_job_submit_lua import (
     SCRIPT_NAME,

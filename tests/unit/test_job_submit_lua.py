@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.config import Settings, exempt_uids
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.reasons import MESSAGES
 from slurm_hetero.engine.score import ClusterModel, compile_model
-from slurm_hetero.errors import RequestError
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import Settings, exempt_uids
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.submit import Job, job_from_options, sbatch_counts
 from slurm_hetero.submit import hook as shim
 from slurm_hetero.submit.hook import RECORD_HIDDEN, WRITTEN, Outcome, script_template
@@ -99,7 +99,7 @@ def decided_edit(config: Config, edit: Job, record: Job) -> Outcome:
 
 
 def configs(root: Path) -> dict[str, Config]:
-    from slurm_hetero.config import DEFAULTS, load_settings, merge, settings_from_dict
+    from slurm_hetero.inventory.config import DEFAULTS, load_settings, merge, settings_from_dict
 
     default = load_settings(None, {"SLURM_HETERO_CONFIG": "/dev/null"})
     unscoped = settings_from_dict(merge(DEFAULTS, {"job_submit": {"default_vendors": "all"}}))
@@ -2214,7 +2214,7 @@ def test_a_jobs_tasks_spread_over_more_nodes_where_n_leaves_room(
     fit took the fewest nodes) though Slurm runs the typed job on two 8-CPU l40s nodes; so were
     -N 1-2, --gpus with -n, --mem-per-cpu and --mincpus jobs of the same shape. The fewest nodes
     that take the job, where -N leaves room."""
-    from slurm_hetero.config import DEFAULTS, merge, settings_from_dict
+    from slurm_hetero.inventory.config import DEFAULTS, merge, settings_from_dict
 
     settings = settings_from_dict(merge(DEFAULTS, {"job_submit": {"default_vendors": "all"}}))
     mixed = inventory.load(MIXED)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.slurm.jobenv import (
     JobEnv,
     JobEnvError,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import journal
 from slurm_hetero.cli import cli
+from slurm_hetero.core import journal
 from tests.unit.test_py39 import unreachable_slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,11 +30,11 @@ def syslog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.s
     server.settimeout(5)
     monkeypatch.setattr(journal, "SOCKET", path)
     for ident in ("slurm-hetero-health", "slurm-hetero-render"):
-        logging.getLogger(f"slurm_hetero.journal.{ident}").handlers.clear()
+        logging.getLogger(f"slurm_hetero.core.journal.{ident}").handlers.clear()
     yield server
     server.close()
     for ident in ("slurm-hetero-health", "slurm-hetero-render"):
-        logging.getLogger(f"slurm_hetero.journal.{ident}").handlers.clear()
+        logging.getLogger(f"slurm_hetero.core.journal.{ident}").handlers.clear()
 
 
 def received(server: socket.socket) -> list[str]:

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import proc
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import RequestError
+from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.engine.devicegroups import resolve_measured
-from slurm_hetero.errors import RequestError
+from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import LaunchOptions, LaunchPlanError, process_env
 from slurm_hetero.launch.slurmnodes import SlurmNodesError, gres_records
-from slurm_hetero.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.slurm.scontrol import gpu_entries, parse_show_node, split_gres
 from slurm_hetero.vendors import vendor_traits
 from tests.conftest import FIXTURES

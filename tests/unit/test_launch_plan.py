@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import inventory, proc
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import RequestError
+from slurm_hetero.core.model import ClusterInventory, Device, Nic, NodeInventory
 from slurm_hetero.engine import limits
 from slurm_hetero.engine.layout import LayoutKind
-from slurm_hetero.errors import RequestError
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import (
     LaunchOptions,
@@ -35,7 +37,6 @@ from slurm_hetero.launch.plan import (
     sites,
 )
 from slurm_hetero.layout import RankLayout
-from slurm_hetero.model import ClusterInventory, Device, Nic, NodeInventory
 from slurm_hetero.slurm.jobenv import parse_job_env
 from tests.conftest import FIXTURES, REPO
 
@@ -506,7 +507,7 @@ def test_tensor_parallel_degrees_never_split_heads_or_kv_heads_unevenly(
     from slurm_hetero.cli import plan as plan_cli
     from slurm_hetero.engine.modelcost import usable_tp_sizes
     from slurm_hetero.engine.modelfamilies import from_hf_config
-    from slurm_hetero.modelconfigs import load_model
+    from slurm_hetero.inventory.modelconfigs import load_model
 
     assert usable_tp_sizes(load_model("gpt2"), (1, 2, 4, 8)) == (1, 2, 4)
     gqa = from_hf_config(GQA_40_10, "gqa")

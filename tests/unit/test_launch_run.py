@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import layout, proc
+from slurm_hetero import layout
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import ToolError
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ToolError
 from slurm_hetero.launch import early, run
 from slurm_hetero.launch import supervise as supervisor_module
 from slurm_hetero.launch.plan import LaunchOptions, RankPlan

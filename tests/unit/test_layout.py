@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from slurm_hetero.cli import cli
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.layout import (
     SEARCHED_MICRO_BATCHES,
     DeviceGroup,
@@ -48,7 +49,6 @@ from slurm_hetero.engine.schedule import (
     split_samples,
 )
 from slurm_hetero.engine.stagecost import hierarchical_allreduce_s, ring_allreduce_s
-from slurm_hetero.errors import RequestError
 from tests.conftest import REPO
 
 GB = 1e9

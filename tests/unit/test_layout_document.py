@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero import inventory, layout, training
-from slurm_hetero.catalog import load_catalog
+from slurm_hetero import layout, training
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import LaunchOptions, LaunchPlan, build_plan
 from slurm_hetero.layout import GroupSpec, LayoutError, RankLayout

@@ -13,11 +13,11 @@ import yaml
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
+from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine.devicegroups import MeasuredShapes, shape_speeds
 from slurm_hetero.engine.stagecost import DeviceGroup, device_rate, measured_shape
-from slurm_hetero.errors import ConfigError, RequestError
+from slurm_hetero.inventory.modelconfigs import layer_costs_for
 from slurm_hetero.launch.calibrate import load_shapes
-from slurm_hetero.modelconfigs import layer_costs_for
 
 OPT = layer_costs_for("opt-350m", 2048)
 LAYER_GFLOPS = float(OPT.flops.mean()) / 1e9

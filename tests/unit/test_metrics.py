@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurm_hetero import proc
 from slurm_hetero.cli import cli
+from slurm_hetero.core import proc
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -149,7 +149,7 @@ def test_a_failed_scrape_is_one_line_and_up_zero_not_a_server_error(
     from prometheus_client import generate_latest
 
     from slurm_hetero.cli.metrics import registry
-    from slurm_hetero.errors import ToolError
+    from slurm_hetero.core.errors import ToolError
 
     timeouts = []
 

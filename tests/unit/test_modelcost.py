@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
+from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine import fit
 from slurm_hetero.engine.layout import LayoutSpec, solve
 from slurm_hetero.engine.modelcost import AUTO, CostSettings, layer_table
 from slurm_hetero.engine.stagecost import Checkpointing, DeviceGroup, LayerCosts, StageModel, StageSite
-from slurm_hetero.errors import ConfigError, RequestError
-from slurm_hetero.modelconfigs import layer_costs_for, load_model
+from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model
 from tests.conftest import REPO
 
 GIB = 2**30

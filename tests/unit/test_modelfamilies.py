@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.modelfamilies import from_hf_config
-from slurm_hetero.errors import ConfigError
-from slurm_hetero.modelconfigs import layer_costs_for, load_model
+from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model
 
 # (bundled name, exact total, published total, its rounding unit, active per token in billions)
 FAMILIES = [

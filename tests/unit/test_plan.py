@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.plan import cross_type_gbs, parse_devices
+from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine.devicegroups import device_groups
 from slurm_hetero.engine.layout import SEARCHED_MICRO_BATCHES, LayoutKind, LayoutSpec, solve
 from slurm_hetero.engine.modelcost import SOLVER_SETTINGS
 from slurm_hetero.engine.modelfamilies import MAX_LAYERS, from_hf_config
 from slurm_hetero.engine.shapes import MAX_CANDIDATES, _bounded_product, shape_search
-from slurm_hetero.errors import ConfigError, RequestError
-from slurm_hetero.modelconfigs import layer_costs_for
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.modelconfigs import layer_costs_for
 from tests.conftest import REPO
 from tests.unit.test_layout import random_spec
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ToolError
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ToolError
 
 
 def sh(tmp_path: Path, body: str) -> list[str]:

@@ -1,7 +1,7 @@
 """What runs on compute nodes (discover, health, task-prolog, launch) must run on Python 3.9, the
 system Python of openEuler 22.03 and RHEL 9. The console script imports every command, so the
 whole package is checked with vermin (`enum.StrEnum`, `match`, `datetime.UTC`, `zip(strict=)`,
-runtime `X | Y`... are 3.10+); slurm_hetero.compat holds the 3.11 StrEnum behind a version check."""
+runtime `X | Y`... are 3.10+); slurm_hetero.core.compat holds the 3.11 StrEnum behind a version check."""
 
 from __future__ import annotations
 

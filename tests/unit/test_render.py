@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_hetero import hostlist, inventory
-from slurm_hetero.catalog import load_catalog
-from slurm_hetero.model import ClusterInventory, Device, Health, Link, NodeInventory
-from slurm_hetero.nodes import gres_order
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.model import ClusterInventory, Device, Health, Link, NodeInventory
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import gres_order
 from slurm_hetero.render.context import RenderOptions, build_context, slurm_cores
 from slurm_hetero.render.templates import render_configs
 from slurm_hetero.slurm.gresconf import parse_gres_conf

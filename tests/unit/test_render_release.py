@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli import gres as gres_cli
-from slurm_hetero.errors import ConfigError, ToolError
+from slurm_hetero.core.errors import ConfigError, ToolError
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import _whole_sockets, release_key, render_configs
 from tests.conftest import REPO

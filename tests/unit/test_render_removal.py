@@ -10,14 +10,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import OutputError
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.core.errors import OutputError
+from slurm_hetero.core.writefile import write_atomic
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render import removal
 from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declared_nodes
-from slurm_hetero.writefile import write_atomic
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"

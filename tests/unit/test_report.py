@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hetero import hostlist, inventory, proc, report
-from slurm_hetero.catalog import load_catalog
+from slurm_hetero.accounting import report
 from slurm_hetero.cli import cli
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.core import hostlist, proc
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.slurm import sacct
 from slurm_hetero.slurm.scontrol import parse_show_node
 from tests.conftest import REPO
@@ -222,7 +224,7 @@ def test_the_rewrite_reason_is_the_policy_the_hook_names() -> None:
 
 def test_times_are_read_or_refused_in_one_line() -> None:
     from slurm_hetero.cli.report import parse_when
-    from slurm_hetero.errors import HeteroError
+    from slurm_hetero.core.errors import HeteroError
 
     assert parse_when("now-2h", NOW) == datetime(2026, 11, 2, 9, 40)
     assert parse_when("2026-11-01", NOW) == datetime(2026, 11, 1)
@@ -245,7 +247,7 @@ def test_a_log_the_user_names_must_be_readable_as_metrics_requires(
 
 
 def test_a_hung_sacct_ends_in_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from slurm_hetero.errors import ToolError
+    from slurm_hetero.core.errors import ToolError
 
     hung = tmp_path / "sacct"
     hung.write_text("#!/bin/sh\nsleep 30\n")
@@ -281,7 +283,7 @@ def test_plot_names_a_file_of_a_known_format_and_is_written_whole(
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("slurm_hetero.writefile.os.fsync", full)
+    monkeypatch.setattr("slurm_hetero.core.writefile.os.fsync", full)
     result = run_report(monkeypatch, FakeSlurm(tmp_path), "--plot", str(old))
     assert result.exit_code == 1 and "No space left on device; nothing changed" in result.stderr
     assert old.read_text() == "old chart" and [p.name for p in tmp_path.glob(".r.svg*")] == []
@@ -289,7 +291,7 @@ def test_plot_names_a_file_of_a_known_format_and_is_written_whole(
 
 def test_the_window_ends_now_at_the_latest_and_starts_where_slurm_keeps_time() -> None:
     from slurm_hetero.cli.report import window
-    from slurm_hetero.errors import HeteroError
+    from slurm_hetero.core.errors import HeteroError
 
     assert window("2026-11-02T10:00", "2030-01-01", NOW) == (datetime(2026, 11, 2, 10), NOW)
     assert window("now-1h", "now", NOW) == (datetime(2026, 11, 2, 10, 40), NOW)

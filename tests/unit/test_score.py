@@ -13,17 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slurm_hetero import inventory
-from slurm_hetero.catalog import load_catalog
-from slurm_hetero.config import (
-    DEFAULTS,
-    Settings,
-    config_paths,
-    exempt_uids,
-    load_settings,
-    merge,
-    settings_from_dict,
-)
+from slurm_hetero.core.errors import ConfigError
+from slurm_hetero.core.model import ClusterInventory
 from slurm_hetero.engine.score import (
     ClusterModel,
     PartitionOptions,
@@ -32,9 +23,18 @@ from slurm_hetero.engine.score import (
     policy_key,
     rank,
 )
-from slurm_hetero.errors import ConfigError
-from slurm_hetero.model import ClusterInventory
-from slurm_hetero.nodes import slurm_nodes
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.config import (
+    DEFAULTS,
+    Settings,
+    config_paths,
+    exempt_uids,
+    load_settings,
+    merge,
+    settings_from_dict,
+)
+from slurm_hetero.inventory.nodes import slurm_nodes
 from tests.conftest import REPO
 
 MIXED = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -310,7 +310,7 @@ def test_site_type_names_take_their_facts_from_the_model_string() -> None:
 
 
 def test_a_device_neither_type_nor_model_identifies_is_one_error_naming_both() -> None:
-    from slurm_hetero.model import Device, NodeInventory
+    from slurm_hetero.core.model import Device, NodeInventory
 
     odd = Device("nvidia", "Mystery 9000", 0, "/dev/nvidia0", 1024, "lab_tiny")
     with pytest.raises(
@@ -322,7 +322,7 @@ def test_a_device_neither_type_nor_model_identifies_is_one_error_naming_both() -
 def test_one_type_name_for_two_models_is_one_error() -> None:
     """Adversarial find (issue 7): `type: big` on an L40S and on an H100 was accepted; plan then read
     whichever node came last. Slurm cannot tell the two apart."""
-    from slurm_hetero.model import Device, NodeInventory
+    from slurm_hetero.core.model import Device, NodeInventory
 
     l40s = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "big")
     h100 = Device("nvidia", "NVIDIA H100 80GB HBM3", 0, "/dev/nvidia0", 81559, "big")
@@ -339,7 +339,7 @@ def test_one_type_name_for_two_models_is_one_error() -> None:
     ],
 )
 def test_a_catalog_type_that_is_not_the_device_is_refused(vendor: str, model: str, gres_type: str) -> None:
-    from slurm_hetero.model import Device, NodeInventory
+    from slurm_hetero.core.model import Device, NodeInventory
 
     device = Device(vendor, model, 0, "/dev/x0", 46068, gres_type)
     with pytest.raises(Exception, match=f"type '{gres_type}' is the catalog's .* not this '{model}'"):
@@ -349,7 +349,7 @@ def test_a_catalog_type_that_is_not_the_device_is_refused(vendor: str, model: st
 @pytest.mark.parametrize("name", ["", "a b", "x\ny", "default", 7])
 def test_the_default_partition_setting_is_one_partition_name(name: object) -> None:
     """job_submit.default_partition reaches the hook's table: a name Slurm could have, nothing else."""
-    from slurm_hetero.config import SCHEMA, _validate
+    from slurm_hetero.inventory.config import SCHEMA, _validate
 
     with pytest.raises(ConfigError, match="partition name"):
         _validate({"job_submit": {"default_partition": name}}, SCHEMA, "site.yaml")

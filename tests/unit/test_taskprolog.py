@@ -16,14 +16,15 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_hetero import inventory, readfile
-from slurm_hetero.catalog import load_catalog
 from slurm_hetero.cli import cli
 from slurm_hetero.cli import taskprolog as cli_taskprolog
-from slurm_hetero.model import Device, Health, NodeInventory, SlurmNode
-from slurm_hetero.nodes import NodeBuilder
+from slurm_hetero.core import readfile
+from slurm_hetero.core.model import Device, Health, NodeInventory, SlurmNode
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
+from slurm_hetero.inventory.nodes import NodeBuilder
+from slurm_hetero.node.taskprolog import EXPORT_LINE, PRINT_PREFIX, export_lines, print_line, protocol_lines
 from slurm_hetero.slurm.jobenv import read_task_env
-from slurm_hetero.taskprolog import EXPORT_LINE, PRINT_PREFIX, export_lines, print_line, protocol_lines
 from slurm_hetero.vendors import vendor_traits
 from tests.conftest import FIXTURES, REPO
 
@@ -103,7 +104,7 @@ def test_cli_never_fails_the_task(tmp_path: Path) -> None:
 
 
 def test_shard_allocations_export_mps_limits_and_hami_core_where_installed() -> None:
-    from slurm_hetero.taskprolog import SharingLimits
+    from slurm_hetero.node.taskprolog import SharingLimits
 
     l40s = node("l40sn1")  # 46068 MiB devices; 4G shards -> 11 per device
     env = {"SLURM_JOB_GPUS": "1", "SLURM_SHARDS_ON_NODE": "3"}

@@ -1,4 +1,4 @@
-"""Sizes (slurm_hetero.units) and the hook's reading of a request (its `gather`, through
+"""Sizes (slurm_hetero.core.units) and the hook's reading of a request (its `gather`, through
 `submit.hook.Hook.request`) on the shared case table."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_hetero.errors import RequestError
+from slurm_hetero.core.errors import RequestError
+from slurm_hetero.core.units import MAX_MIB, format_size, parse_size
 from slurm_hetero.submit.hook import Hook, Request, cluster_hook
-from slurm_hetero.units import MAX_MIB, format_size, parse_size
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "cases" / "requests.yaml"
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
@@ -80,10 +80,10 @@ def test_format_then_parse_is_identity(mib: int) -> None:
 @pytest.fixture(scope="module")
 def hook() -> Hook:
     """The hook for gres_conf/examples/mixed.yaml (its types: a100_80g, ascend910b3, l40s)."""
-    from slurm_hetero import inventory
-    from slurm_hetero.catalog import load_catalog
     from slurm_hetero.engine.score import ScoringOptions, compile_model
-    from slurm_hetero.nodes import slurm_nodes
+    from slurm_hetero.inventory import document as inventory
+    from slurm_hetero.inventory.catalog import load_catalog
+    from slurm_hetero.inventory.nodes import slurm_nodes
     from tests.conftest import REPO
 
     nodes = slurm_nodes(inventory.load(REPO / "gres_conf" / "examples" / "mixed.yaml"), load_catalog())

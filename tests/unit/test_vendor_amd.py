@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.errors import HeteroError, ParseError
-from slurm_hetero.model import Capture, Link
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import HeteroError, ParseError
+from slurm_hetero.core.model import Capture, Link
 from slurm_hetero.vendors import _amd_smi, _rocm, amd, get_vendor
 from tests.conftest import FIXTURES, fake_tool_run
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ParseError, ToolError
-from slurm_hetero.model import Capture, Device, Health, Link
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ParseError, ToolError
+from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import get_vendor
 from slurm_hetero.vendors.ascend import devices_from_info
 from tests.conftest import FIXTURES, fake_tool_run

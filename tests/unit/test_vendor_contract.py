@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 import yaml
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ParseError, ToolError
-from slurm_hetero.inventory import device_to_dict, inventory_from_dict
-from slurm_hetero.model import Capture
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ParseError, ToolError
+from slurm_hetero.core.model import Capture
+from slurm_hetero.inventory.document import device_to_dict, inventory_from_dict
 from slurm_hetero.vendors import all_vendors, get_vendor
 from slurm_hetero.vendors.base import Vendor
 from tests.conftest import FIXTURES, fake_tool_run

@@ -13,9 +13,9 @@ import shutil
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.vendors import get_vendor
 from tests.conftest import FIXTURES, fake_tool_run
 

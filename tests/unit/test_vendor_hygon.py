@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture
 from slurm_hetero.vendors import get_vendor, hygon
 from tests.conftest import FIXTURES
 
@@ -204,7 +204,7 @@ def test_table_alone_error_names_the_model_option() -> None:
 def test_table_alone_with_the_admins_model_takes_memory_from_the_catalog() -> None:
     import yaml
 
-    from slurm_hetero.catalog import load_catalog
+    from slurm_hetero.inventory.catalog import load_catalog
 
     result = discover_table("--model", "K100_AI")
     assert result.exit_code == 0, result.output

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.errors import ParseError, ToolError
-from slurm_hetero.model import Capture, Device, Link
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import ParseError, ToolError
+from slurm_hetero.core.model import Capture, Device, Link
 from slurm_hetero.vendors import get_vendor
 from tests.conftest import FIXTURES, fake_tool_run
 

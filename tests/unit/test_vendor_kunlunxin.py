@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device, Health
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.vendors import get_vendor
 from tests.conftest import FIXTURES
 

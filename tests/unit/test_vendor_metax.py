@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetero import proc
-from slurm_hetero.devicespec import DeviceSpec
-from slurm_hetero.errors import ParseError
-from slurm_hetero.model import Capture, Device, Health, Link
+from slurm_hetero.core import proc
+from slurm_hetero.core.devicespec import DeviceSpec
+from slurm_hetero.core.errors import ParseError
+from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import get_vendor
 from tests.conftest import FIXTURES, fake_tool_run
 
@@ -185,7 +185,7 @@ def test_captured_node_flows_through_discover_render_taskprolog_and_launch(tmp_p
 
 
 def _c500() -> DeviceSpec:
-    from slurm_hetero.catalog import load_catalog
+    from slurm_hetero.inventory.catalog import load_catalog
 
     spec = load_catalog().by_type("c500")
     assert spec is not None

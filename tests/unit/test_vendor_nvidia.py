@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from slurm_hetero.errors import HeteroError, ParseError, ToolError
-from slurm_hetero.model import Capture, Health, Link
+from slurm_hetero.core.errors import HeteroError, ParseError, ToolError
+from slurm_hetero.core.model import Capture, Health, Link
 from slurm_hetero.vendors import _nvidia_smi, _nvidia_topo, _nvml, get_vendor
 from slurm_hetero.vendors import nvidia as nv
 from tests.conftest import FIXTURES

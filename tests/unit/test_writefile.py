@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from slurm_hetero import writefile as write
 from slurm_hetero.cli import cli
-from slurm_hetero.errors import OutputError
-from slurm_hetero.writefile import LOCK_NAME, recover, write_atomic
+from slurm_hetero.core import writefile as write
+from slurm_hetero.core.errors import OutputError
+from slurm_hetero.core.writefile import LOCK_NAME, recover, write_atomic
 from tests.conftest import REPO
 
 OLD = {"gres.conf": "NodeName=n1 Name=gpu Type=a100 File=/dev/nvidia0\n" * 50, "slurm-nodes.conf": "o\n"}
@@ -176,7 +176,7 @@ _CRASH = textwrap.dedent(
     import os, sys
     from pathlib import Path
     sys.path.insert(0, {repo!r})
-    from slurm_hetero.writefile import write_atomic
+    from slurm_hetero.core.writefile import write_atomic
     directory, k = Path(sys.argv[1]), int(sys.argv[2])
     calls = [0]
     def wrap(fn):
@@ -231,7 +231,7 @@ def test_concurrent_renders_serialize_on_the_lock(tmp_path: Path) -> None:
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(REPO)!r})
-        from slurm_hetero.writefile import write_atomic
+        from slurm_hetero.core.writefile import write_atomic
         d, tag = Path(sys.argv[1]), sys.argv[2]
         for i in range(30):
             line = f"{{tag}} {{i}}\\n"

@@ -41,8 +41,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_hetero import __version__, proc
-from slurm_hetero.errors import HeteroError, ToolError
+from slurm_hetero import __version__
+from slurm_hetero.core import proc
+from slurm_hetero.core.errors import HeteroError, ToolError
 
 MARK = "# written by `slurm-hetero install`"
 PIP_TIMEOUT_S = 1800.0
@@ -340,7 +341,7 @@ def unreachable(path: Path) -> Path | None:
 
 
 def _read_inventory(path: Path) -> bytes:
-    from slurm_hetero import inventory
+    from slurm_hetero.inventory import document as inventory
 
     inventory.load(path)  # a bad inventory stops here, before anything is built
     return path.read_bytes()

@@ -27,7 +27,7 @@ def syslog_handler(ident: str, socket: str | None = None) -> logging.Handler | N
 
 def audit(ident: str, socket: str | None = None) -> logging.Logger:
     """The logger of `ident` (e.g. `slurm-hetero-health`): INFO and up to syslog, nothing else."""
-    logger = logging.getLogger(f"slurm_hetero.journal.{ident}")
+    logger = logging.getLogger(f"slurm_hetero.core.journal.{ident}")
     if not logger.handlers:
         logger.addHandler(syslog_handler(ident, socket) or logging.NullHandler())
         logger.setLevel(logging.INFO)

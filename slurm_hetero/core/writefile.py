@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurm_hetero.errors import OutputError
+from slurm_hetero.core.errors import OutputError
 
 logger = logging.getLogger(__name__)
 

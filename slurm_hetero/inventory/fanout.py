@@ -9,7 +9,7 @@ admin's keys reach. Node states come from `scontrol show node -o` through `proc.
 
 The result is the lines of every node that answered (merge them with `inventory merge`), and the
 nodes that did not, with why. ClusterShell's Task is used here and nowhere else (hostlists go
-through `slurm_hetero.hostlist`).
+through `slurm_hetero.core.hostlist`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from slurm_hetero import hostlist, proc
-from slurm_hetero.errors import HeteroError, InventoryError, ToolError
+from slurm_hetero.core import hostlist, proc
+from slurm_hetero.core.errors import HeteroError, InventoryError, ToolError
 from slurm_hetero.slurm.scontrol import SlurmNodeRecord, show_nodes
 
 logger = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
-from slurm_hetero import hostlist
-from slurm_hetero.errors import InventoryError
-from slurm_hetero.model import Device, NodeInventory
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import InventoryError
+from slurm_hetero.core.model import Device, NodeInventory
 from slurm_hetero.slurm import syntax
 
 

@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from slurm_hetero.errors import HeteroError
+from slurm_hetero.core.errors import HeteroError
 
 MiB = 1 << 20
 MAX_INVENTORY_BYTES = 512 * MiB  # a 10,000-node unfolded JSON inventory is about 37 MB

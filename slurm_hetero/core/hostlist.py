@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from ClusterShell.NodeSet import NodeSet, NodeSetBase, NodeSetParseError
 from ClusterShell.RangeSet import RangeSet
 
-from slurm_hetero.errors import InventoryError
+from slurm_hetero.core.errors import InventoryError
 from slurm_hetero.slurm.syntax import MAX_HOSTS, hostlist_size
 
 _SIMPLE = re.compile(r"([A-Za-z0-9_.\-/]*[A-Za-z_.\-/])?([0-9]+)")  # fullmatch

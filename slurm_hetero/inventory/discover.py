@@ -15,13 +15,13 @@ import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from slurm_hetero import inventory
-from slurm_hetero.devicespec import Catalog
-from slurm_hetero.errors import HeteroError, InventoryError, ParseError, ToolError
-from slurm_hetero.hosttopo import HostTopology, memtotal_mib, read_topology
-from slurm_hetero.model import Capture, ClusterInventory, Device, NodeInventory
-from slurm_hetero.nodes import lookup_spec, unknown_device
-from slurm_hetero.readfile import MAX_CAPTURE_BYTES, read_text
+from slurm_hetero.core.devicespec import Catalog
+from slurm_hetero.core.errors import HeteroError, InventoryError, ParseError, ToolError
+from slurm_hetero.core.model import Capture, ClusterInventory, Device, NodeInventory
+from slurm_hetero.core.readfile import MAX_CAPTURE_BYTES, read_text
+from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.hosttopo import HostTopology, memtotal_mib, read_topology
+from slurm_hetero.inventory.nodes import lookup_spec, unknown_device
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.scontrol import show_node
 from slurm_hetero.vendors import Vendor, all_vendors, get_vendor

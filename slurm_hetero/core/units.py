@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from slurm_hetero.errors import RequestError
+from slurm_hetero.core.errors import RequestError
 
 UNITS = {"": 1, "M": 1, "G": 1024, "T": 1024 * 1024}  # size suffix -> MiB
 MAX_DIGITS = 15  # longer numbers are "too large" before any arithmetic (exact in Lua doubles)

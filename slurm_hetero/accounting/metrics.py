@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from slurm_hetero.report import gpumem_asked, rewrite_reason
+from slurm_hetero.accounting.report import gpumem_asked, rewrite_reason
 from slurm_hetero.slurm.sacct import NOTE_PREFIX, parse_refusals
 from slurm_hetero.slurm.scontrol import gpu_entries, is_our_reason, parse_fields
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from slurm_hetero.errors import HeteroError, RequestError
-from slurm_hetero.model import SlurmNode
+from slurm_hetero.core.errors import HeteroError, RequestError
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.core.units import parse_size
 from slurm_hetero.slurm.sacct import JobRecord, Refusal
-from slurm_hetero.units import parse_size
 
 GROUPINGS = ("type", "vendor", "partition", "user")
 # `gpumem:20G -> gres:gpu:l40s:1 (best-fit) [vendor nvidia: ...]`, `... -> gres:shard:5 constraint l40s

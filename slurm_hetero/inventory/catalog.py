@@ -14,10 +14,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.errors import ConfigError
-from slurm_hetero.inventory import config_yaml
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.core.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.errors import ConfigError
+from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.inventory.document import config_yaml
 
 SITE_MODELS_DIR = Path("/etc/slurm-hetero/models.d")
 

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.readfile import read_text
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.readfile import read_text
 
 logger = logging.getLogger(__name__)
 

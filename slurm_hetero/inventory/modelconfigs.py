@@ -10,12 +10,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from slurm_hetero.core.errors import ConfigError, RequestError
+from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.engine.modelcost import CostSettings, layer_table, usable_tp_sizes
 from slurm_hetero.engine.modelfamilies import from_hf_config
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.stagecost import LayerCosts
-from slurm_hetero.errors import ConfigError, RequestError
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.slurm import syntax
 
 CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"

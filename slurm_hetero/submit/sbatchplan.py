@@ -32,9 +32,10 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from slurm_hetero.core.errors import RequestError, SbatchPlanError
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.core.units import format_size
 from slurm_hetero.engine.score import ClusterModel
-from slurm_hetero.errors import RequestError, SbatchPlanError
-from slurm_hetero.model import SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, min_count, values
 from slurm_hetero.submit import Job
@@ -47,7 +48,6 @@ from slurm_hetero.submit.sbatch import (
     job_from_texts,
     texts_of,
 )
-from slurm_hetero.units import format_size
 
 MIB = 2**20
 GIB = 2**30

@@ -1,5 +1,5 @@
 """Device facts (one `DeviceSpec` per model) and their lookup by reported model or Slurm type. Pure:
-`slurm_hetero.catalog` reads them from the bundled and site models files."""
+`slurm_hetero.inventory.catalog` reads them from the bundled and site models files."""
 
 from __future__ import annotations
 

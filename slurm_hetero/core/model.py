@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from slurm_hetero.compat import StrEnum
-from slurm_hetero.devicespec import DeviceSpec
+from slurm_hetero.core.compat import StrEnum
+from slurm_hetero.core.devicespec import DeviceSpec
 
 
 class Health(StrEnum):
@@ -130,7 +130,7 @@ class VendorTraits:
 @dataclass(frozen=True)
 class SlurmDevice:
     """One device as Slurm schedules it: the inventory record (its `type` the Slurm Type= name),
-    its vendor's traits and the catalog facts resolved for it once (`slurm_hetero.nodes`)."""
+    its vendor's traits and the catalog facts resolved for it once (`slurm_hetero.inventory.nodes`)."""
 
     device: Device
     vendor: VendorTraits
@@ -153,7 +153,7 @@ class SlurmDevice:
 @dataclass(frozen=True)
 class SlurmNode:
     """One inventory node (or hostlist of identical nodes) as Slurm sees it, built once per load
-    (`slurm_hetero.nodes.slurm_nodes`): devices in gres.conf order with their facts, the devices
+    (`slurm_hetero.inventory.nodes.slurm_nodes`): devices in gres.conf order with their facts, the devices
     left out (unhealthy), the node's Slurm features and how many hosts the name stands for."""
 
     record: NodeInventory

@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_hetero.errors import HeteroError
-from slurm_hetero.model import Device, SlurmDevice, SlurmNode
+from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.model import Device, SlurmDevice, SlurmNode
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.jobenv import TaskEnv
 

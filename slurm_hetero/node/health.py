@@ -25,8 +25,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_hetero.journal import audit
-from slurm_hetero.model import Device, Health, NodeInventory
+from slurm_hetero.core.journal import audit
+from slurm_hetero.core.model import Device, Health, NodeInventory
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.scontrol import DRAIN_PREFIX, SlurmNodeRecord
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from slurm_hetero import hostlist
-from slurm_hetero.catalog import SITE_MODELS_DIR
-from slurm_hetero.devicespec import Catalog, DeviceSpec
-from slurm_hetero.errors import ConfigError, InventoryError
-from slurm_hetero.model import (
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.devicespec import Catalog, DeviceSpec
+from slurm_hetero.core.errors import ConfigError, InventoryError
+from slurm_hetero.core.model import (
     ClusterInventory,
     Device,
     Health,
@@ -30,6 +29,7 @@ from slurm_hetero.model import (
     SlurmNode,
     VendorTraits,
 )
+from slurm_hetero.inventory.catalog import SITE_MODELS_DIR
 from slurm_hetero.slurm.syntax import feature, gres_size
 from slurm_hetero.vendors import vendor_traits
 

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from slurm_hetero.errors import ToolError
+from slurm_hetero.core.errors import ToolError
 
 logger = logging.getLogger(__name__)
 

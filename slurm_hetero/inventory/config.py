@@ -40,6 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurm_hetero.core.errors import ConfigError, RequestError
+from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
+from slurm_hetero.core.units import parse_size
 from slurm_hetero.engine.score import (
     DEFAULT_PARTITION,
     DTYPES,
@@ -48,12 +52,8 @@ from slurm_hetero.engine.score import (
     PartitionOptions,
     ScoringOptions,
 )
-from slurm_hetero.errors import ConfigError, RequestError
-from slurm_hetero.inventory import config_yaml
-from slurm_hetero.model import SlurmNode
-from slurm_hetero.nodes import check_shares
-from slurm_hetero.readfile import MAX_CONFIG_BYTES, read_text
-from slurm_hetero.units import parse_size
+from slurm_hetero.inventory.document import config_yaml
+from slurm_hetero.inventory.nodes import check_shares
 
 logger = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ import fastjsonschema
 import orjson
 import yaml
 
-from slurm_hetero import hostlist
-from slurm_hetero.errors import ConfigError, InventoryError
-from slurm_hetero.inventorycheck import check_device_syntax, check_hosts, check_node, check_yaml_depth
-from slurm_hetero.model import ClusterInventory, Device, Health, Link, Nic, NodeInventory
-from slurm_hetero.readfile import MAX_INVENTORY_BYTES, read_text
+from slurm_hetero.core import hostlist
+from slurm_hetero.core.errors import ConfigError, InventoryError
+from slurm_hetero.core.model import ClusterInventory, Device, Health, Link, Nic, NodeInventory
+from slurm_hetero.core.readfile import MAX_INVENTORY_BYTES, read_text
+from slurm_hetero.inventory.check import check_device_syntax, check_hosts, check_node, check_yaml_depth
 from slurm_hetero.slurm import syntax
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")  # where install puts it; every node reads it

@@ -1,0 +1,1 @@
+"""The accounting room: sacct by device type and Prometheus metrics."""

@@ -1,0 +1,1 @@
+"""The inventory room: the cluster as it is (devices, nodes, site settings, bundled facts)."""
