@@ -1,4 +1,4 @@
-"""`slurm-hetero report`: what the cluster did in a time window, by device type (slurm_hetero.accounting.report)."""
+"""`slurm-hetero report`: what the cluster did in a time window, by device type."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Which device types of an inventory can hold a job, and with how few devices.
 
-Pure: node records (`slurm_hetero.inventory.nodes`) and a per-device memory estimate in, `DeviceOption`s out. This
-module owns `device_options` (healthy devices grouped by type, the smallest memory of a type, the
+Pure: node records (`inventory.nodes`) and a per-device memory estimate in, `DeviceOption`s
+out. This module owns `device_options` (healthy devices grouped by type, the smallest memory of a type, the
 fewest devices whose estimate fits, and the reason code when none does), `DeviceOption` and
 `fits`. The estimate itself (a `Breakdown`) comes from `engine.fit`, which re-exports these names.
 """

@@ -129,7 +129,7 @@ def slurm_conf_value(path: Path) -> str:
 
 def default_source() -> Path | None:
     """The checkout this package runs from, when it runs from one."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() and (root / "job_submit").is_dir() else None
 
 
