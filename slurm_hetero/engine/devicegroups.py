@@ -44,18 +44,6 @@ def known_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = M
     return None if peak is None else peak * mfu
 
 
-def device_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = MFU) -> float:
-    """`known_tflops`, or an error asking for a measured figure."""
-    value = known_tflops(spec, measured, mfu)
-    if value is None:
-        raise RequestError(
-            spec.type,
-            f"the catalog has no bf16/fp16 TFLOPS for it; pass --measured FILE "
-            f"with a line '{spec.type}: TFLOPS'",
-        )
-    return value
-
-
 def sustained_tflops(
     specs: Sequence[DeviceSpec], measured: Mapping[str, float], mfu: float = MFU
 ) -> tuple[list[float], tuple[str, ...]]:

@@ -58,7 +58,6 @@ from dataclasses import dataclass, fields
 from slurm_hetero.engine.fit_options import DeviceOption as DeviceOption
 from slurm_hetero.engine.fit_options import Estimate as Estimate
 from slurm_hetero.engine.fit_options import device_options as device_options
-from slurm_hetero.engine.fit_options import fits as fits
 from slurm_hetero.engine.modelcost import (
     ACT_BYTES,
     check_choice,
@@ -70,11 +69,8 @@ from slurm_hetero.engine.modelcost import BYTES_PER_VALUE as BYTES_PER_VALUE
 from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION as DEFAULT_ATTENTION
 from slurm_hetero.engine.modelcost import DEFAULT_OVERHEAD as DEFAULT_OVERHEAD
 from slurm_hetero.engine.modelcost import GIB as GIB
-from slurm_hetero.engine.modelcost import TRAIN_DTYPES as TRAIN_DTYPES
-from slurm_hetero.engine.modelcost import Attention as Attention
 from slurm_hetero.engine.modelcost import CostSettings as CostSettings
 from slurm_hetero.engine.modelcost import LayerTable as LayerTable
-from slurm_hetero.engine.modelcost import Optimizer as Optimizer
 from slurm_hetero.engine.modelcost import Recompute as Recompute
 from slurm_hetero.engine.modelcost import check_layout as check_layout
 from slurm_hetero.engine.modelcost import layer_activation_bytes as layer_activation_bytes

@@ -557,11 +557,13 @@ def test_device_options_without_a_fitting_count() -> None:
     assert {o.reason for o in never if o.type in ("a100_80g", "l4")} == {ReasonCode.INSUFFICIENT_MEMORY}
 
 
-def test_fits_keeps_headroom() -> None:
-    b = fit.Breakdown(mode="infer", weights=70 * GIB, overhead=GIB)
-    assert fit.fits(b, 80 * GIB) and not fit.fits(b, 80 * GIB, headroom=0.2)
-    with pytest.raises(ConfigError):
-        fit.fits(b, 80 * GIB, headroom=1.5)
+@pytest.mark.parametrize(("weights", "fits"), [(80 * GIB, True), (80 * GIB + 1, False)])
+def test_device_options_fit_up_to_the_device_memory(weights: float, fits: bool) -> None:
+    estimate = lambda n: fit.Breakdown("infer", weights)  # noqa: E731
+    options = {
+        o.type: o for o in fit.device_options(slurm_nodes(INVENTORY, load_catalog()), estimate, limit=1)
+    }
+    assert options["a100_80g"].fits is fits
 
 
 # ------------------------------------------------------------------------------------------ CLI
