@@ -258,7 +258,7 @@ READERS: dict[str, Reader] = {
 
 
 # Layers a model may have: 50 times the deepest published models (about 200), small enough that
-# per-layer tables and the layer split stay bounded (10**30 layers hung `plan`).
+# per-layer tables and the layer split stay bounded.
 MAX_LAYERS = 10_000
 
 

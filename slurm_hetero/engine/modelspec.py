@@ -168,7 +168,7 @@ class ModelSpec:
 
 
 # Any one size in a model config (hidden, vocabulary, positions, heads...): the largest published
-# are about 10**7 (positions); 10**400 overflowed the float cost model with a traceback.
+# are about 10**7 (positions); far larger ones overflow the float cost model.
 MAX_CONFIG_INT = 2**40
 
 

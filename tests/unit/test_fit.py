@@ -449,8 +449,7 @@ def test_layer_table_covers_the_model() -> None:
     assert c.names[0] == "embedding" and c.names[-1] == "head" and c.names[1] == "layer.0"
     assert len(c.names) == m.layers + 2 == c.flops.shape[0] == c.param_bytes.shape[0]
     assert c.params.sum() == m.params.total and c.param_bytes.sum() == pytest.approx(2 * m.params.total)
-    assert c.grad_bytes.sum() == pytest.approx(2 * m.params.total)
-    assert c.optimizer_bytes.sum() == pytest.approx(12 * m.params.total)
+    assert c.state_per_param == (2.0, 2.0, 12.0)
     layer = fit.layer_activation_bytes(m, 4096, 2)
     assert np.allclose(c.activation_bytes[1:-1], layer)
     assert np.allclose(c.checkpoint_bytes[1:-1], 2 * 2 * 4096 * m.hidden)
