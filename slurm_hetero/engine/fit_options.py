@@ -89,15 +89,9 @@ def device_options(
     estimate: Estimate,
     limit: int = 1024,
 ) -> list[DeviceOption]:
-    """For each device type in `inventory`: its memory per device, how many healthy devices it
-    has (nodes as `slurm_hetero.nodes` builds them, unhealthy devices left out), and the fewest
-    devices `n` whose estimate fits, trying ``n = 1 .. max(limit, available)``.
-
-    `estimate(n)` returns the per-device breakdown when the job is spread over `n` devices, or
-    None when `n` is not a valid layout. The CLI passes tensor-parallel inference
-    (``tp = n``, for n dividing the attention heads) or training with the given tp and pp and
-    ``dp = n / (tp * pp)``, which lowers per-device memory only under ZeRO. Memory per device is
-    the inventory's `memory_mib` (else the catalog's); the smallest of a type counts. Fitting
-    types come first, fewest devices first."""
+    """For each device type of `nodes`: its smallest memory per device, how many healthy devices
+    it has, and the fewest devices `n` whose estimate fits, trying ``n = 1 .. max(limit,
+    available)``; `estimate(n)` is None when `n` is not a valid layout. Fitting types come first,
+    fewest devices first."""
     options = [_option(g, estimate, limit) for g in _group_devices(nodes)]
     return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

@@ -1,8 +1,7 @@
 """Readers for the model families beyond Llama, GPT-2 and T5 (`engine.modelspec`): OPT, GPT-Neo,
 GPT-J, Falcon, Gemma, Gemma 2, Qwen-MoE (qwen2_moe) and DeepSeek (deepseek, deepseek_v2,
-deepseek_v3), and `from_hf_config`, which reads any supported config: Llama, GPT-2 and T5 through
-`engine.modelspec`, the others through `READERS` by `model_type`. Pure: a config dict in, a
-`ModelSpec` out.
+deepseek_v3), and `from_hf_config`, which reads any supported config through `READERS` by
+`model_type`. Pure: a config dict in, a `ModelSpec` out.
 
 How each is built, as the Transformers modules allocate it (parameter counts checked against the
 model cards in tests/unit/test_modelfamilies.py):
@@ -263,11 +262,8 @@ MAX_LAYERS = 10_000
 
 
 def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    """The `ModelSpec` of a Hugging Face `config.json` (already parsed). `name` labels errors.
-
-    Raises `ConfigError` naming the key for missing or non-positive sizes, more than `MAX_LAYERS`
-    layers or more experts per token than experts, and listing the supported `model_type`s for
-    anything else."""
+    """The `ModelSpec` of a Hugging Face `config.json` (already parsed); a `ConfigError` naming
+    the key (and `name`) for anything it cannot take."""
     spec = _read_config(config, name)
     if spec.total_layers > MAX_LAYERS:
         raise ConfigError(f"{spec.total_layers} layers; at most {MAX_LAYERS:,} are supported", name, "layers")
