@@ -1,7 +1,7 @@
 """`slurm-hetero fit`: memory a model needs per device, for training or inference, and which
 device types of an inventory hold it.
 
-The numbers come from `slurm_hetero.engine.fit` (formulas and sources in its docstring and in
+The numbers come from `slurm_hetero.engine.fit` (formulas and sources in
 docs/fit.md). This module reads the model (`load_model`: a bundled name or a `config.json`),
 checks the command line, and prints.
 """

@@ -145,13 +145,12 @@ def transfer_s(
     same_node: bool,
     link_gbs: float,
     network_gbs: float,
-    pcie_gbs: float = PCIE_GBS,
 ) -> float:
     """Seconds to move `nbytes` one way between two ranks through a communicator of `kind`."""
     if nbytes <= 0:
         return 0.0
     if kind == CommKind.CPU_RELAY:
-        return 2 * nbytes / (pcie_gbs * GB) + (0.0 if same_node else nbytes / (network_gbs * GB))
+        return 2 * nbytes / (PCIE_GBS * GB) + (0.0 if same_node else nbytes / (network_gbs * GB))
     if kind == CommKind.VENDOR_CCL and same_node:
         return nbytes / (link_gbs * GB)
     return nbytes / (network_gbs * GB)  # between nodes, or rdma-direct through the NIC
@@ -163,13 +162,9 @@ def effective_gbs(
     same_node: bool,
     link_gbs: float,
     network_gbs: float,
-    pcie_gbs: float = PCIE_GBS,
 ) -> float:
     """The bandwidth (GB/s, one way) a communicator of `kind` delivers: bytes over `transfer_s`."""
-    seconds = transfer_s(
-        kind, GB, same_node=same_node, link_gbs=link_gbs, network_gbs=network_gbs, pcie_gbs=pcie_gbs
-    )
-    return 1.0 / seconds
+    return 1.0 / transfer_s(kind, GB, same_node=same_node, link_gbs=link_gbs, network_gbs=network_gbs)
 
 
 def pair_gbs(

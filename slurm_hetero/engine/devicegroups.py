@@ -5,12 +5,8 @@ Pure: `DeviceSpec`s and numbers in, `DeviceGroup`s out. `device_groups` turns ``
 measured figure is given for the type (what `slurm-hetero calibrate` writes); usable memory =
 capacity x `MEMORY_USABLE`; link = the catalog's bidirectional interconnect figure halved (one
 way), `PCIE_GBS` when the catalog has none. The model's side (per-layer costs) is
-`engine.modelcost`.
-
-`--measured` keys name device types: a catalog type or alias, or a site type of the allocation;
-an exact match first, else a case-insensitive one when it names a single type; anything else is
-an error listing the known types (`resolve_measured`), so a typo never falls back to datasheet
-speeds silently.
+`engine.modelcost`. A `--measured` key that names no type is an error (`resolve_measured`), so a
+typo never falls back to datasheet speeds silently.
 
 A type with neither a measured figure nor a catalog bf16/fp16 peak (Huawei publishes none per
 910B SKU) is not refused: `sustained_tflops` gives it the slowest known type's figure of the
@@ -42,18 +38,6 @@ def known_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = M
         return float(measured[spec.type])
     peak = spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
     return None if peak is None else peak * mfu
-
-
-def device_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = MFU) -> float:
-    """`known_tflops`, or an error asking for a measured figure."""
-    value = known_tflops(spec, measured, mfu)
-    if value is None:
-        raise RequestError(
-            spec.type,
-            f"the catalog has no bf16/fp16 TFLOPS for it; pass --measured FILE "
-            f"with a line '{spec.type}: TFLOPS'",
-        )
-    return value
 
 
 def sustained_tflops(

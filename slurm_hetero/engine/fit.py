@@ -1,51 +1,9 @@
 """Memory a transformer needs per device, for inference or training, and which devices hold it.
 
-Pure: `ModelSpec` and numbers in, frozen dataclasses and NumPy arrays out. All sizes are bytes
-(GiB = 2**30 bytes in the CLI); FLOPs are floating-point operations (a multiply-add is 2).
-
-Inference (`inference_memory`), per device over `tp` tensor-parallel ranks:
-
-- weights: every parameter at `dtype`; for int8/int4 only the transformer blocks' linear
-  weights are quantized (embeddings, norms, biases and the lm_head stay 16-bit, as GPTQ/AWQ and
-  bitsandbytes do) and the scales are counted: int8 one fp16 scale per output row, int4 one fp16
-  scale and one fp16 zero point per group of 128 weights. Divided by `tp`.
-- kv_cache: ``2 (K and V) x layers x kv_heads x head_dim x batch x seq x bytes(kv_dtype)`` with
-  ``ceil(kv_heads / tp)`` heads per rank (K/V heads are replicated when tp exceeds them).
-  Grouped-query attention enters through `kv_heads`. Encoder-decoder models also cache the
-  cross-attention K/V (assumed as long as `seq`).
-- workspace: the prefill peak of one layer with fused (flash) attention, no s^2 scores:
-  ``batch x seq x (4 h + (q + 2 kv + mlp_out) / tp) x 2`` bytes plus fp32 logits of the last
-  position, ``batch x vocab x 4 / tp``.
-- overhead: a fixed `overhead_bytes` (default 1 GiB) for the CUDA/ROCm context, library
-  workspaces and allocator slack.
-
-Training (`training_memory`), per device with data (`dp`), tensor (`tp`) and pipeline (`pp`)
-parallelism; the device holding the largest pipeline stage is reported:
-
-- model states (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-  Parameter Models"): with 16-bit mixed precision and Adam, 2 (weights) + 2 (gradients) + 12
-  (fp32 master weights, momentum, variance) = 16 bytes per parameter; fp32 training keeps no
-  master copy (4 + 4 + 8). SGD keeps a momentum (4 bytes), Adafactor factored second moments
-  (about ``4 x (rows + cols)`` per matrix, counted as ``8 / hidden`` bytes per parameter).
-  ZeRO-1 divides the optimizer states (with the master weights) by `dp`, ZeRO-2 also the
-  gradients, ZeRO-3 also the weights and adds a gather buffer of the largest module's 16-bit
-  weights and gradients (``4 x largest_module`` bytes, as DeepSpeed's estimator does).
-- activations: per layer and micro-batch from `engine.modelcost` (Korthikanti et al. 2022,
-  "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, Section 4,
-  generalized to GQA, gated and MoE MLPs): with eager attention ``s b h (34 + 5 a s / h)`` bytes
-  for a GPT layer without recomputation; flash attention keeps fp32 softmax statistics
-  (``4 a s b``) instead of the ``5 a s^2 b`` core. Selective recomputation drops the core; full
-  recomputation keeps only each layer's input ``2 s b h`` plus one layer's activations while it
-  recomputes. With 1F1B pipelining the first stage holds `pp` micro-batches of its
-  ``ceil(L / pp)`` layers, i.e. about all ``L`` layers' worth; the last stage adds fp32 logits
-  ``4 s b V / tp``.
-- overhead as for inference.
-
-Every per-layer figure (parameters, states, activations) comes from `engine.modelcost.layer_table`,
-the same table the layout solver (`slurm-hetero plan`, `launch`) reads, so the two agree on what a
-layout holds. `device_options` (`engine.fit_options`, re-exported here) turns a breakdown into the
-device types of an inventory that can hold it.
-`deepspeed_model_states` reproduces DeepSpeed's own estimator, for comparison (docs/fit.md).
+Pure: `ModelSpec` and numbers in, frozen dataclasses out; sizes in bytes. Every per-layer figure
+comes from `engine.modelcost.layer_table`, which the layout solver reads too, so `fit` and `plan`
+agree on what a layout holds. docs/fit.md gives every formula with its source and compares
+`deepspeed_model_states` (DeepSpeed's own estimator) with ours.
 """
 
 from __future__ import annotations
@@ -55,12 +13,10 @@ from dataclasses import dataclass, fields
 
 from slurm_hetero.core.errors import ConfigError
 
-# Re-exported (`X as X`): the device options live in engine.fit_options, the per-layer formulas
-# and settings in engine.modelcost.
+# Re-exported (`X as X`) for the CLI.
 from slurm_hetero.engine.fit_options import DeviceOption as DeviceOption
 from slurm_hetero.engine.fit_options import Estimate as Estimate
 from slurm_hetero.engine.fit_options import device_options as device_options
-from slurm_hetero.engine.fit_options import fits as fits
 from slurm_hetero.engine.modelcost import (
     ACT_BYTES,
     check_choice,
@@ -72,11 +28,8 @@ from slurm_hetero.engine.modelcost import BYTES_PER_VALUE as BYTES_PER_VALUE
 from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION as DEFAULT_ATTENTION
 from slurm_hetero.engine.modelcost import DEFAULT_OVERHEAD as DEFAULT_OVERHEAD
 from slurm_hetero.engine.modelcost import GIB as GIB
-from slurm_hetero.engine.modelcost import TRAIN_DTYPES as TRAIN_DTYPES
-from slurm_hetero.engine.modelcost import Attention as Attention
 from slurm_hetero.engine.modelcost import CostSettings as CostSettings
 from slurm_hetero.engine.modelcost import LayerTable as LayerTable
-from slurm_hetero.engine.modelcost import Optimizer as Optimizer
 from slurm_hetero.engine.modelcost import Recompute as Recompute
 from slurm_hetero.engine.modelcost import check_layout as check_layout
 from slurm_hetero.engine.modelcost import layer_activation_bytes as layer_activation_bytes
@@ -217,7 +170,7 @@ def training_memory(
     overhead_bytes: float = DEFAULT_OVERHEAD,
     attention: str = DEFAULT_ATTENTION,
 ) -> Breakdown:
-    """Bytes per device to train `spec` (see the module doc for every term and its source)."""
+    """Bytes per device to train `spec` (docs/fit.md: every term and its source)."""
     check_positive(micro_batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp)
     check_layout(spec, tp, pp)
     check_choice("recompute", recompute, [r.value for r in Recompute])

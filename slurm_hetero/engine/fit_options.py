@@ -1,9 +1,7 @@
 """Which device types of an inventory can hold a job, and with how few devices.
 
-Pure: node records (`inventory.nodes`) and a per-device memory estimate in, `DeviceOption`s
-out. This module owns `device_options` (healthy devices grouped by type, the smallest memory of a type, the
-fewest devices whose estimate fits, and the reason code when none does), `DeviceOption` and
-`fits`. The estimate itself (a `Breakdown`) comes from `engine.fit`, which re-exports these names.
+Pure: node records (`slurm_hetero.inventory.nodes`) and a per-device memory estimate (`engine.fit`'s
+`Breakdown`) in, `DeviceOption`s out.
 """
 
 from __future__ import annotations
@@ -13,22 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.engine.reasons import ReasonCode
 
 if TYPE_CHECKING:
     from slurm_hetero.engine.fit import Breakdown
 
-GIB = 2**30
 MIB = 2**20
-
-
-def fits(breakdown: Breakdown, memory_bytes: float, headroom: float = 0.0) -> bool:
-    """Whether `breakdown` fits a device of `memory_bytes`, keeping a `headroom` fraction free."""
-    if not 0.0 <= headroom < 1.0:
-        raise ConfigError(f"must be in [0, 1), got {headroom!r}", key_path="headroom")
-    return breakdown.total <= memory_bytes * (1.0 - headroom)
 
 
 @dataclass(frozen=True)
@@ -56,7 +45,6 @@ class _TypeGroup:
     vendor: str
     memory_bytes: float | None = None
     available: int = 0
-    unhealthy: int = 0
 
 
 def _group_devices(nodes: Sequence[SlurmNode]) -> list[_TypeGroup]:
@@ -69,7 +57,7 @@ def _group_devices(nodes: Sequence[SlurmNode]) -> list[_TypeGroup]:
             group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
         for left_out in node.left_out:
             name = left_out.type or left_out.model
-            groups.setdefault(name, _TypeGroup(type=name, vendor=left_out.vendor)).unhealthy += node.hosts
+            groups.setdefault(name, _TypeGroup(type=name, vendor=left_out.vendor))
     return list(groups.values())
 
 
@@ -85,14 +73,12 @@ def _result(
     )
 
 
-def _option(group: _TypeGroup, estimate: Estimate, limit: int, headroom: float) -> DeviceOption:
-    if group.available == 0:
-        return _result(group, None, None, ReasonCode.UNHEALTHY)
+def _option(group: _TypeGroup, estimate: Estimate, limit: int) -> DeviceOption:
     if group.memory_bytes is None:  # every device of the type is left out: none to count on
         return _result(group, None, None, ReasonCode.UNHEALTHY)
     for count in range(1, max(limit, group.available) + 1):
         breakdown = estimate(count)
-        if breakdown is not None and fits(breakdown, group.memory_bytes, headroom):
+        if breakdown is not None and breakdown.total <= group.memory_bytes:
             reason = ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
             return _result(group, count, breakdown, reason)
     return _result(group, None, None, ReasonCode.INSUFFICIENT_MEMORY)
@@ -102,17 +88,10 @@ def device_options(
     nodes: Sequence[SlurmNode],
     estimate: Estimate,
     limit: int = 1024,
-    headroom: float = 0.0,
 ) -> list[DeviceOption]:
-    """For each device type in `inventory`: its memory per device, how many healthy devices it
-    has (nodes as `slurm_hetero.inventory.nodes` builds them, unhealthy devices left out), and the fewest
-    devices `n` whose estimate fits, trying ``n = 1 .. max(limit, available)``.
-
-    `estimate(n)` returns the per-device breakdown when the job is spread over `n` devices, or
-    None when `n` is not a valid layout. The CLI passes tensor-parallel inference
-    (``tp = n``, for n dividing the attention heads) or training with the given tp and pp and
-    ``dp = n / (tp * pp)``, which lowers per-device memory only under ZeRO. Memory per device is
-    the inventory's `memory_mib` (else the catalog's); the smallest of a type counts. Fitting
-    types come first, fewest devices first."""
-    options = [_option(g, estimate, limit, headroom) for g in _group_devices(nodes)]
+    """For each device type of `nodes`: its smallest memory per device, how many healthy devices
+    it has, and the fewest devices `n` whose estimate fits, trying ``n = 1 .. max(limit,
+    available)``; `estimate(n)` is None when `n` is not a valid layout. Fitting types come first,
+    fewest devices first."""
+    options = [_option(g, estimate, limit) for g in _group_devices(nodes)]
     return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

@@ -1,15 +1,10 @@
 """The uneven layout solver for training on a heterogeneous allocation, and rank assignment.
 
-Pure numpy, deterministic, no I/O. This module owns what is laid out and the answer: `LayoutSpec`,
-`Layout` (with its `StagePlan`s and `PipelinePlan`s), `RankAssignment`, the candidate shapes,
-`solve`, `layout_from_split` and `assign_ranks`. Per-stage costs are `engine.stagecost`, the
-step-time model `engine.schedule`, the layer split and the search over shapes `engine.partition`;
-the names other modules import from here (`DeviceGroup`, `LayerCosts`, `LayoutKind`,
-`even_bounds`, ...) are re-exported. `solve(LayoutSpec) -> Layout`, then
-`assign_ranks(Layout) -> tuple[RankAssignment, ...]`.
-
-Three layout families are searched (`engine.shapes` enumerates them) and the best predicted step
-wins (`LayoutSpec.objective`: time, or cost by the catalog's prices):
+Pure numpy, deterministic, no I/O: `solve(LayoutSpec) -> Layout`, then `assign_ranks(Layout)`.
+Per-stage costs are `engine.stagecost`, the step-time model `engine.schedule`, the candidate
+shapes `engine.shapes`, the layer split and the search over shapes `engine.partition`. Three
+layout families are searched at each micro-batch size and the best predicted step wins
+(`LayoutSpec.objective`: time, or cost by the catalog's prices):
 
 - ``pipeline``: one pipeline across the device groups (a group is all devices of one type), each
   group a contiguous run of stages with tensor parallel inside nodes, replicated `d` times (`d`
@@ -17,35 +12,15 @@ wins (`LayoutSpec.objective`: time, or cost by the catalog's prices):
 - ``data``: each group runs copies of one common pipeline shape (same stages and layer split, so
   gradients line up; each type its own tensor-parallel degree, the gradient of a stage then
   reduced shard by shard at the finest degree, `LayoutSpec.mixed_tp`) and the global batch is
-  split unevenly across these heterogeneous replicas by speed; a group short of memory
-  recomputes or takes a higher tensor-parallel degree.
+  split unevenly across these heterogeneous replicas by speed.
 - ``staged``: one pipeline whose stages each have their own data-parallel degree, each type its
-  own (Metis-style); `slurm-hetero plan` only (the training helpers run the other two, the
-  data family with one tensor-parallel degree for all types).
+  own (Metis-style); `slurm-hetero plan` only (the training helpers run the other two).
 
-Every family is tried at each searched micro-batch size (`micro_batch_sizes`: small micro-batches
-and high tensor-parallel degrees make GEMMs small and slow, `engine.stagecost.gemm_efficiency`).
 With `leave_out`, the allocation without each type in turn is solved too, and kept when better.
-
-For each candidate shape (data-parallel degree, stages and tensor parallel per group, and stage
-order: every permutation of up to five groups, so the first stage's in-flight activations and
-embedding and the last stage's head land where memory allows; `engine.shapes` bounds how many,
-and `Layout.notes` says when that bound cut the search) the least bottleneck is found by
-bisection over a feasibility test (the intervals of layers the first k stages can cover, each stage
-recomputing the fewest layers that make it fit: exact for contiguous min-max splits), then single
-layers are handed between stages while the step improves (closed form; simulated for steps of few
-micro-batches). Shapes are visited by a lower bound on their step and skipped once none left of
-their class (one family, one micro-batch size per device: `partition.shape_class`) can win; each
-class has its own split bounds (on problems above `partition.LARGE_SEARCH` devices x layers, at
-most `partition.MAX_SPLITS` shapes are split in all); the best few of each class are timed by
-simulating the 1F1B schedule, so no `--kind`/`--micro-batch` restriction beats the default.
-
 `bound_step_s` is the total work over the summed throughput of all devices (each at the GEMM speed
 of the whole global batch, so efficiency never exceeds 1); `even_step_s` is the chosen shape with
-equal layers per stage and equal samples per replica (None if that cannot fit), which competes
-with the uneven split, so the answer is never slower than it. Sizes are bounded (`engine.limits`:
-`MAX_DEVICES`, `MAX_GLOBAL_BATCH`) and `objective` cost needs every price
-(`check_prices`).
+equal layers per stage and equal samples per replica, which competes with the uneven split, so
+the answer is never slower than it.
 """
 
 from __future__ import annotations
@@ -61,46 +36,20 @@ import numpy as np
 import numpy.typing as npt
 
 from slurm_hetero.core.errors import RequestError
-from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, check_batch, check_prices, check_size
-from slurm_hetero.engine.partition import balanced_bounds, even_bounds, polish, search, shape_class
+from slurm_hetero.engine.limits import MAX_DEVICES as MAX_DEVICES
+from slurm_hetero.engine.limits import check_batch, check_prices, check_size
+from slurm_hetero.engine.partition import even_bounds, search, shape_class
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
 from slurm_hetero.engine.shapes import (
     MAX_CANDIDATES,
     STAGED_MAX_WORLD,
     candidate_shapes,
-    kinds_for_micro_batch,
     shape_search,
     staged_applies,
     staged_micro_batch,
 )
+from slurm_hetero.engine.shapes import kinds_for_micro_batch as kinds_for_micro_batch
 from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, peak_rate
-
-__all__ = [
-    "MAX_DEVICES",
-    "MAX_GLOBAL_BATCH",
-    "DeviceGroup",
-    "LayerCosts",
-    "Layout",
-    "LayoutKind",
-    "LayoutSpec",
-    "PipelinePlan",
-    "RankAssignment",
-    "StagePlan",
-    "assign_ranks",
-    "balanced_bounds",
-    "bound_step_s",
-    "candidate_shapes",
-    "check_limits",
-    "check_batch",
-    "check_prices",
-    "check_size",
-    "even_bounds",
-    "kinds_for_micro_batch",
-    "layout_from_split",
-    "polish",
-    "solve",
-    "step_schedules",
-]
 
 FINALISTS = 4
 GIB = 2**30

@@ -1,8 +1,7 @@
 """The sizes a layout may have, and the inputs the solver refuses before it searches.
 
 Pure, no I/O. Far beyond any real job, small enough that the planner's arrays and loops stay
-bounded: a count of 10**9 devices hung `plan`, 10**30 overflowed. `engine.layout.solve` checks
-them all; `slurm-hetero plan` and `launch` check the batch options before loading anything.
+bounded. `engine.layout.solve` checks them all; `plan` and `launch` check the batch options first.
 """
 
 from __future__ import annotations

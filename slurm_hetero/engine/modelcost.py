@@ -1,39 +1,12 @@
 """The one model-cost source: what each layer of a transformer costs to train.
 
-Pure: a `ModelSpec` and `CostSettings` in, NumPy arrays out; no file I/O. `engine.fit` sums these
-figures into the memory per device (`slurm-hetero fit`), and the layout solver takes them as its
-`LayerCosts` (`slurm-hetero plan` and `launch`), so both count every byte and FLOP the same way.
-Sizes are bytes, FLOPs floating-point operations (a multiply-add is 2).
-
-Settings (`CostSettings`): the training `dtype` (bf16/fp16 mixed precision or fp32), `optimizer`,
-ZeRO stage, `recompute` (none | selective | full; the layout solver also takes `auto`), attention
-implementation (`flash` | `eager`), sequence parallelism and a fixed per-device overhead.
-
-Per layer (`layer_table`: ``embedding``, the transformer layers, ``head``), per micro-batch of
-`micro_batch` sequences of `seq` tokens, per tensor-parallel rank:
-
-- FLOPs, forward (backward is twice that): matmuls ``2 x tokens x weights`` (MoE: the active
-  experts, plus the router), attention ``4 b s^2 q`` (scores and values, full, not causal-halved,
-  as Korthikanti et al. count); the head ``2 x tokens x hidden x vocab``.
-- weights at `dtype`, gradients (twice without ZeRO: DDP's all-reduce buckets,
-  `gradient_copies`) and optimizer states (16-bit mixed precision with Adam: 2 + 2 + 12
-  bytes per parameter, ZeRO paper; see `state_bytes_per_param`), sharded over data parallel ranks
-  by the ZeRO stage (`zero_divisors`); ZeRO-3 adds a gather buffer of the largest module.
-- activations kept for backward (Korthikanti et al. 2022, "Reducing Activation Recomputation in
-  Large Transformer Models", Section 4, generalized term by term to GQA, gated and MoE MLPs): per
-  layer ``10 sbh`` replicated (norm inputs, matmul inputs, dropout masks), Q, K, V and the
-  attention output ``2 sb (2q + 2kv)``, the MLP ``6 sbI`` gated or ``4 sbI`` plain (times the
-  experts per token), and the attention core. Eager attention keeps the core as the paper does,
-  ``5 a s^2 b`` (softmax output, dropout mask and output); flash attention never materializes the
-  ``s x s`` scores and keeps only fp32 softmax statistics, ``4 a s b``. Selective recomputation
-  drops the core (and recomputes it: its FLOPs are added to backward); full recomputation keeps
-  only each layer's input ``2 sbh`` and rematerializes one layer at a time in backward. With
-  tensor and sequence parallelism everything is split over `tp` (without sequence parallelism the
-  replicated ``10 sbh`` is not). The head keeps fp32 logits, ``4 sbV``.
-- pipeline boundary: the hidden state one stage sends the next, ``2 sbh``.
-- the byte counts above are for 16-bit activations (mixed precision); fp32 training keeps and
-  sends 4-byte values (`activation_value_bytes`): every value term doubles, the one-byte dropout
-  masks and the fp32 softmax statistics and logits do not.
+Pure: a `ModelSpec` and `CostSettings` in, NumPy arrays out. `engine.fit` sums these figures
+into the memory per device (`slurm-hetero fit`), and the layout solver takes them as its
+`LayerCosts` (`plan`, `launch`), so both count every byte and FLOP the same way. The formulas and
+their sources are in docs/fit.md. Two choices it does not spell out: attention FLOPs are
+``4 b s^2 q``, full rather than causal-halved, as Korthikanti et al. count; and fp32 training
+keeps and sends 4-byte values (`activation_value_bytes`), so every value term doubles but the
+one-byte dropout masks and the fp32 softmax statistics and logits do not.
 """
 
 from __future__ import annotations
@@ -231,8 +204,8 @@ def layer_activation_bytes(
     attention: str = DEFAULT_ATTENTION,
     value_bytes: float = ACT_BYTES,
 ) -> float:
-    """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank (the
-    module doc; ``attention="eager"`` is Korthikanti et al.'s formula). Values are
+    """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank
+    (docs/fit.md; ``attention="eager"`` is Korthikanti et al.'s formula). Values are
     `value_bytes` wide (`activation_value_bytes`), dropout masks one byte."""
     check_choice("recompute", recompute, [r.value for r in Recompute])
     check_choice("attention", attention, [a.value for a in Attention])
@@ -277,16 +250,15 @@ def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False
 class LayerTable:
     """Per-layer costs in model order: ``embedding``, the transformer layers (``layer.N``, or
     ``encoder.N`` then ``decoder.N``), ``head`` (final norm, lm_head, loss). Arrays have one entry
-    per name, per tensor-parallel rank and micro-batch (units and formulas: the module doc).
+    per name, per tensor-parallel rank and micro-batch (units and formulas: docs/fit.md).
 
-    `params` counts parameters; `param_bytes`, `grad_bytes` and `optimizer_bytes` are those times
-    `state_per_param`, unsharded (`state_bytes` applies ZeRO). A tied lm_head is counted again in
-    ``head`` (pipelines keep a copy there); `tied_params` is that copy, which a stage holding both
-    ends keeps once. `activation_bytes` is what a layer keeps
-    without full recomputation (selective recomputation already applied); `checkpoint_bytes` what
-    a fully recomputed layer keeps; `recompute_flops` the forward FLOPs selective recomputation
-    redoes in backward. `boundary_bytes` is the hidden state between stages (whole, not per rank),
-    `gather_bytes` ZeRO-3's buffer per rank."""
+    `params` counts parameters, `state_per_param` the (weight, gradient, optimizer) bytes of one
+    (`state_bytes` applies ZeRO). A tied lm_head is counted again in ``head`` (pipelines keep a
+    copy there); `tied_params` is that copy, which a stage holding both ends keeps once.
+    `activation_bytes` is what a layer keeps without full recomputation (selective already
+    applied); `checkpoint_bytes` what a fully recomputed layer keeps; `recompute_flops` the forward
+    FLOPs selective recomputation redoes in backward. `boundary_bytes` is the hidden state between
+    stages (whole, not per rank), `gather_bytes` ZeRO-3's buffer per rank."""
 
     names: tuple[str, ...]
     flops: FloatArray
@@ -306,14 +278,6 @@ class LayerTable:
     @property
     def param_bytes(self) -> FloatArray:
         return self.params * self.state_per_param[0]
-
-    @property
-    def grad_bytes(self) -> FloatArray:
-        return self.params * self.state_per_param[1]
-
-    @property
-    def optimizer_bytes(self) -> FloatArray:
-        return self.params * self.state_per_param[2]
 
     def state_bytes(self, dp: int = 1) -> FloatArray:
         """Weights, gradients and optimizer states per layer on one of `dp` data-parallel ranks."""

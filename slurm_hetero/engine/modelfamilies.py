@@ -1,8 +1,7 @@
 """Readers for the model families beyond Llama, GPT-2 and T5 (`engine.modelspec`): OPT, GPT-Neo,
 GPT-J, Falcon, Gemma, Gemma 2, Qwen-MoE (qwen2_moe) and DeepSeek (deepseek, deepseek_v2,
-deepseek_v3), and `from_hf_config`, which reads any supported config: Llama, GPT-2 and T5 through
-`engine.modelspec`, the others through `READERS` by `model_type`. Pure: a config dict in, a
-`ModelSpec` out.
+deepseek_v3), and `from_hf_config`, which reads any supported config through `READERS` by
+`model_type`. Pure: a config dict in, a `ModelSpec` out.
 
 How each is built, as the Transformers modules allocate it (parameter counts checked against the
 model cards in tests/unit/test_modelfamilies.py):
@@ -35,13 +34,13 @@ deepseek*   `n_routed_experts` experts of `moe_intermediate_size` plus `n_shared
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.modelspec import (
     LLAMA_TYPES,
-    SUPPORTED_TYPES,
     ModelSpec,
     gpt2_spec,
     llama_spec,
@@ -168,13 +167,7 @@ def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
     model_type = str(config["model_type"])
     tied = {**config, "tie_word_embeddings": read_flag(config, name, "tie_word_embeddings", True)}
     spec = llama_spec(tied, name, model_type)  # Gemma 2's sliding window too (`sliding_window`)
-    return spec if model_type == "gemma" else _with(spec, norms_per_layer=4)
-
-
-def _with(spec: ModelSpec, **changes: Any) -> ModelSpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)
+    return spec if model_type == "gemma" else dataclasses.replace(spec, norms_per_layer=4)
 
 
 def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
@@ -184,7 +177,7 @@ def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
         )
     dense = {k: v for k, v in config.items() if k not in ("moe_intermediate_size", "num_experts")}
     base = llama_spec({**dense, "model_type": "qwen2"}, name, "qwen2")
-    return _with(
+    return dataclasses.replace(
         base, family="qwen2_moe", model_type="qwen2_moe",
         intermediate=read_int(config, "moe_intermediate_size", name),
         num_experts=read_int(config, "num_experts", name),
@@ -231,10 +224,23 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
         dense_layers=min(_optional(config, "first_k_dense_replace", name), layers),
         dense_intermediate=read_int(config, "intermediate_size", name),
     )  # fmt: skip
-    return _with(spec, **_mla(config, name)) if model_type != "deepseek" else spec
+    return dataclasses.replace(spec, **_mla(config, name)) if model_type != "deepseek" else spec
+
+
+def _llama(config: Mapping[str, Any], name: str) -> ModelSpec:
+    if config.get("moe_intermediate_size") or config.get("shared_expert_intermediate_size"):
+        raise ConfigError(
+            "shared/fine-grained experts: use model_type qwen2_moe or deepseek_v2",
+            name,
+            "moe_intermediate_size",
+        )
+    return llama_spec(config, name, str(config["model_type"]))
 
 
 READERS: dict[str, Reader] = {
+    **dict.fromkeys(LLAMA_TYPES, _llama),
+    "gpt2": gpt2_spec,
+    "t5": t5_spec,
     "opt": _opt,
     "gpt_neo": _gpt_neo,
     "gptj": _gptj,
@@ -251,16 +257,13 @@ READERS: dict[str, Reader] = {
 
 
 # Layers a model may have: 50 times the deepest published models (about 200), small enough that
-# per-layer tables and the layer split stay bounded (10**30 layers hung `plan`).
+# per-layer tables and the layer split stay bounded.
 MAX_LAYERS = 10_000
 
 
 def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    """The `ModelSpec` of a Hugging Face `config.json` (already parsed). `name` labels errors.
-
-    Raises `ConfigError` naming the key for missing or non-positive sizes, more than `MAX_LAYERS`
-    layers or more experts per token than experts, and listing the supported `model_type`s for
-    anything else."""
+    """The `ModelSpec` of a Hugging Face `config.json` (already parsed); a `ConfigError` naming
+    the key (and `name`) for anything it cannot take."""
     spec = _read_config(config, name)
     if spec.total_layers > MAX_LAYERS:
         raise ConfigError(f"{spec.total_layers} layers; at most {MAX_LAYERS:,} are supported", name, "layers")
@@ -277,19 +280,9 @@ def _read_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     if not isinstance(config, Mapping):
         raise ConfigError("a config.json must hold a JSON object", name)
     model_type = str(config.get("model_type", "gpt2" if "n_embd" in config else ""))
-    if model_type in LLAMA_TYPES:
-        if config.get("moe_intermediate_size") or config.get("shared_expert_intermediate_size"):
-            raise ConfigError(
-                "shared/fine-grained experts: use model_type qwen2_moe or deepseek_v2",
-                name,
-                "moe_intermediate_size",
-            )
-        return llama_spec(config, name, model_type)
-    if model_type == "gpt2":
-        return gpt2_spec(config, name)
-    if model_type == "t5":
-        return t5_spec(config, name)
-    if model_type in READERS:
-        return READERS[model_type](config, name)
-    supported = ", ".join(sorted({*SUPPORTED_TYPES, *READERS}))
-    raise ConfigError(f"unsupported model_type {model_type!r}; supported: {supported}", name, "model_type")
+    if model_type not in READERS:
+        supported = ", ".join(sorted(READERS))
+        raise ConfigError(
+            f"unsupported model_type {model_type!r}; supported: {supported}", name, "model_type"
+        )
+    return READERS[model_type](config, name)

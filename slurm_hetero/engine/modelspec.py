@@ -39,7 +39,6 @@ from typing import Any
 from slurm_hetero.core.errors import ConfigError
 
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "phi3", "mixtral")
-SUPPORTED_TYPES = (*LLAMA_TYPES, "gpt2", "t5")
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,7 @@ class ModelSpec:
 
 
 # Any one size in a model config (hidden, vocabulary, positions, heads...): the largest published
-# are about 10**7 (positions); 10**400 overflowed the float cost model with a traceback.
+# are about 10**7 (positions); far larger ones overflow the float cost model.
 MAX_CONFIG_INT = 2**40
 
 
@@ -379,7 +378,7 @@ def _t5_counts(spec: ModelSpec) -> ParamCounts:
         largest_module=_largest_module(spec),
         active=0,
     )
-    return _with_active(counts, counts.total)
+    return dataclasses.replace(counts, active=counts.total)
 
 
 def _router_params(spec: ModelSpec) -> int:
@@ -421,10 +420,4 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
         active=0,
         projection=2 * width * spec.hidden if width != spec.hidden else 0,
     )
-    return _with_active(counts, counts.total - inactive)
-
-
-def _with_active(counts: ParamCounts, active: int) -> ParamCounts:
-    values = {name: getattr(counts, name) for name in ParamCounts.__dataclass_fields__}
-    values["active"] = active
-    return ParamCounts(**values)
+    return dataclasses.replace(counts, active=counts.total - inactive)

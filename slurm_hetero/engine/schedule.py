@@ -1,8 +1,7 @@
 """The step-time model behind the layout solver: how one step of a candidate shape plays out.
 
 Pure numpy, deterministic, no I/O. What one stage costs (compute, tensor parallel, memory) is
-`engine.stagecost`, whose names are re-exported here. This module owns `Shape`, the 1F1B
-simulation and its closed form, the sample split and `StepModel`, and these rules:
+`engine.stagecost`. The rules:
 
 - **Pipeline.** One step is a 1F1B schedule (warm-up forwards, one-forward-one-backward, drain)
   that `simulate_1f1b` plays out with per-stage times and the transfers between stages, each
@@ -37,17 +36,16 @@ import numpy.typing as npt
 
 from slurm_hetero.core.compat import StrEnum
 from slurm_hetero.engine.modelcost import zero_divisors
-from slurm_hetero.engine.stagecost import GB as GB
-from slurm_hetero.engine.stagecost import TFLOPS as TFLOPS
-from slurm_hetero.engine.stagecost import DeviceGroup as DeviceGroup
-from slurm_hetero.engine.stagecost import FloatArray as FloatArray
-from slurm_hetero.engine.stagecost import LayerCosts as LayerCosts
-from slurm_hetero.engine.stagecost import StageModel as StageModel
-from slurm_hetero.engine.stagecost import StageSite as StageSite
-
-# Re-exported (`X as X`): the stage-cost names were imported from here before engine.stagecost.
-from slurm_hetero.engine.stagecost import hierarchical_allreduce_s
-from slurm_hetero.engine.stagecost import ring_allreduce_s as ring_allreduce_s
+from slurm_hetero.engine.stagecost import (
+    GB,
+    DeviceGroup,
+    FloatArray,
+    LayerCosts,
+    StageModel,
+    StageSite,
+    hierarchical_allreduce_s,
+    ring_allreduce_s,
+)
 
 
 def stage_periods(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray) -> FloatArray:
@@ -551,16 +549,14 @@ class StepModel:
         """For `short` steps, move single samples between replicas while the simulated step improves
         (at most `budget` trials, `REFINE_SIMULATIONS` by default: many replicas would take their
         square per move). A step depends on each line's busiest replica only, so a trial updates
-        the two lines' maxima (`_Maxima`) and simulates from them: linear in the replicas, where
-        copying the split per trial made 65,536 replicas take minutes."""
+        the two lines' maxima (`_Maxima`) and simulates from them: linear in the replicas."""
         best = self.simulate(bounds, samples)
         moved = self.short and len(samples) > 1
         budget = self.REFINE_SIMULATIONS if budget is None else budget
         split = _Maxima(self.shape.replicas, samples)
         while moved and budget > 0:
             moved = False
-            # permutations' order, from replicas holding a sample only (skipping an empty one
-            # pair by pair made many empty replicas quadratic)
+            # permutations' order, from replicas holding a sample only (many empty ones: not quadratic)
             count = len(samples)
             for i, j in ((i, j) for i in range(count) if split.samples[i] for j in range(count) if j != i):
                 budget -= 1

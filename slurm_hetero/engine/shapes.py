@@ -1,22 +1,13 @@
 """The candidate shapes the layout solver searches: the pipeline, data and staged families.
 
 Pure, deterministic, no I/O. A `Shape` (`engine.schedule`) is a layout without its layer split;
-this module enumerates them for a `LayoutSpec` (`engine.layout`, which owns the rules each family
-follows and searches them through `engine.partition`), in a fixed order:
-
-- ``pipeline``: one pipeline through the types, replicated `d` times (`d` divides every count);
-- ``data``: every type runs copies of one common pipeline shape (same stages and layer split),
-  each type at its own tensor-parallel degree (allocations of up to `MIXED_TP_MAX_WORLD`
-  devices), the batch split unevenly over those replicas;
-- ``staged``: one pipeline, each type its own stages, tensor- and data-parallel degree (Metis's
-  per-type data parallelism); the pipeline's micro-batch is split over a stage's data-parallel
-  devices. Bounded to allocations of `STAGED_MAX_WORLD` devices and `STAGED_MAX_STAGES` stages
-  per type, types in memory order (either way).
-
-Each shape is tried at every micro-batch size of `LayoutSpec.micro_batch_sizes` up to the global
-batch (an uneven split may give one replica most of it), or at the one size given. The
-enumeration is bounded (`MAX_CANDIDATES`, below), and `shape_search` says when the bound left
-shapes out.
+this module enumerates them for a `LayoutSpec` in a fixed order (the families' rules are
+`engine.layout`'s). The data family lets types differ in tensor-parallel degree on allocations of
+up to `MIXED_TP_MAX_WORLD` devices; the staged family is bounded to `STAGED_MAX_WORLD` devices and
+`STAGED_MAX_STAGES` stages per type, types in memory order (either way). Each shape is tried at
+every micro-batch size of `LayoutSpec.micro_batch_sizes` up to the global batch (an uneven split
+may give one replica most of it), or at the one size given; `shape_search` says when
+`MAX_CANDIDATES` left shapes out.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def test_network_variables_follow_the_nodes_nics() -> None:
 
 def test_relay_costs_two_pcie_copies_plus_the_network() -> None:
     gb = 1e9
-    relay = transfer_s(CommKind.CPU_RELAY, gb, same_node=False, link_gbs=300, network_gbs=25, pcie_gbs=25)
+    relay = transfer_s(CommKind.CPU_RELAY, gb, same_node=False, link_gbs=300, network_gbs=25)
     assert relay == pytest.approx(2 / 25 + 1 / 25)
     assert transfer_s(CommKind.CPU_RELAY, gb, same_node=True, link_gbs=300, network_gbs=25) == pytest.approx(
         2 / 25

@@ -87,7 +87,12 @@ def test_the_checkout_is_installed_into_the_root_readable_under_umask_077(
     finally:
         os.umask(old)
     src = tmp_path / "opt" / "slurm-hetero" / "src"
-    for path in [src, src / "pyproject.toml", src / "slurm_hetero", src / "slurm_hetero" / "core" / "proc.py"]:
+    for path in [
+        src,
+        src / "pyproject.toml",
+        src / "slurm_hetero",
+        src / "slurm_hetero" / "core" / "proc.py",
+    ]:
         assert path.stat().st_mode & 0o044 == 0o044, (path, oct(path.stat().st_mode))
     [(argv, umask)] = seen
     assert argv[:2] == ["chroot", str(tmp_path)] and "pip" in argv and umask == 0o022

@@ -449,8 +449,7 @@ def test_layer_table_covers_the_model() -> None:
     assert c.names[0] == "embedding" and c.names[-1] == "head" and c.names[1] == "layer.0"
     assert len(c.names) == m.layers + 2 == c.flops.shape[0] == c.param_bytes.shape[0]
     assert c.params.sum() == m.params.total and c.param_bytes.sum() == pytest.approx(2 * m.params.total)
-    assert c.grad_bytes.sum() == pytest.approx(2 * m.params.total)
-    assert c.optimizer_bytes.sum() == pytest.approx(12 * m.params.total)
+    assert c.state_per_param == (2.0, 2.0, 12.0)
     layer = fit.layer_activation_bytes(m, 4096, 2)
     assert np.allclose(c.activation_bytes[1:-1], layer)
     assert np.allclose(c.checkpoint_bytes[1:-1], 2 * 2 * 4096 * m.hidden)
@@ -557,11 +556,13 @@ def test_device_options_without_a_fitting_count() -> None:
     assert {o.reason for o in never if o.type in ("a100_80g", "l4")} == {ReasonCode.INSUFFICIENT_MEMORY}
 
 
-def test_fits_keeps_headroom() -> None:
-    b = fit.Breakdown(mode="infer", weights=70 * GIB, overhead=GIB)
-    assert fit.fits(b, 80 * GIB) and not fit.fits(b, 80 * GIB, headroom=0.2)
-    with pytest.raises(ConfigError):
-        fit.fits(b, 80 * GIB, headroom=1.5)
+@pytest.mark.parametrize(("weights", "fits"), [(80 * GIB, True), (80 * GIB + 1, False)])
+def test_device_options_fit_up_to_the_device_memory(weights: float, fits: bool) -> None:
+    estimate = lambda n: fit.Breakdown("infer", weights)  # noqa: E731
+    options = {
+        o.type: o for o in fit.device_options(slurm_nodes(INVENTORY, load_catalog()), estimate, limit=1)
+    }
+    assert options["a100_80g"].fits is fits
 
 
 # ------------------------------------------------------------------------------------------ CLI
