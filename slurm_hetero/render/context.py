@@ -19,7 +19,8 @@ from slurm_hetero.errors import ConfigError, InventoryError
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
 from slurm_hetero.nodes import check_shares, slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
-from slurm_hetero.slurm.syntax import cpu_ids, gres_size, ranges
+from slurm_hetero.slurm.syntax import cpu_ids, ranges
+from slurm_hetero.units import format_size
 
 POLICIES = ("binpack", "spread")
 
@@ -153,7 +154,7 @@ def _gres_counts(devices: Sequence[Device], shares: Mapping[str, int]) -> dict[s
     shards = sum(shards_per_device(d, shares) for d in devices)
     return {
         "per_type": per_type,
-        "gpumem": gres_size(memory) if memory else None,
+        "gpumem": format_size(memory) if memory else None,
         "gpucore": 100 * len(devices) if devices else None,
         "shards": shards or None,
     }
@@ -184,7 +185,6 @@ class NodeShape:
     shards: int | None
     features: tuple[str, ...]
     vendors: tuple[str, ...]
-    biggest_device_mib: int
     notes: tuple[str, ...] = ()
     shard_lines: tuple[tuple[str, int], ...] = ()  # (device file, shards) per shared device
     weight: int = 1  # Weight= (render.weights: from the node's own devices)
@@ -228,7 +228,6 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel |
         counts["shards"],
         slurm_node.features,
         tuple(sorted({d.vendor for d in devices})),
-        max((d.memory_mib or 0 for d in devices), default=0),
         tuple(notes),
         _shard_lines(devices, node.name, options),
         node_weight(slurm_node.devices, options.policy, costs or CostModel(0.005, 0.03)),

@@ -8,10 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
-# Slurm's sentinels as job_submit.lua reads them (its header says how): NO_VAL in a 32-bit count;
-# a memory figure (MiB) is unset from NO_VAL64 & ~MEM_PER_CPU on (how an unset --mem reaches Lua)
-NO_VAL = 4294967294
-MEM_UNSET = 2**63 - 2
+NO_VAL = 4294967294  # Slurm's unset 32-bit count, as job_submit.lua reads it
 
 
 @dataclass(frozen=True)
