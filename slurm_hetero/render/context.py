@@ -15,7 +15,7 @@ from typing import Any
 from slurm_hetero import hostlist
 from slurm_hetero.devicespec import Catalog
 from slurm_hetero.engine.score import DEFAULT_PARTITION
-from slurm_hetero.errors import ConfigError, InventoryError
+from slurm_hetero.errors import ConfigError
 from slurm_hetero.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
 from slurm_hetero.nodes import check_shares, slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
@@ -208,7 +208,7 @@ def _left_out_note(slurm_node: SlurmNode) -> list[str]:
     return [f"no healthy device ({named}): left out of the GPU partitions"]
 
 
-def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel | None = None) -> NodeShape:
+def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) -> NodeShape:
     """The rendered shape of one node."""
     node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
     notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
@@ -230,7 +230,7 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel |
         tuple(sorted({d.vendor for d in devices})),
         tuple(notes),
         _shard_lines(devices, node.name, options),
-        node_weight(slurm_node.devices, options.policy, costs or CostModel(0.005, 0.03)),
+        node_weight(slurm_node.devices, options.policy, costs),
         bool(devices),
         autodetect,
     )
@@ -328,10 +328,6 @@ def check_ports(port_base: int, hosts: int) -> None:
 
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
     """Everything the templates need, as plain data."""
-    if options.policy not in POLICIES:
-        raise InventoryError(
-            f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}"
-        )
     built = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
     check_shares(options.shares, built)
     if options.local:

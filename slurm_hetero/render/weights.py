@@ -15,11 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_hetero.devicespec import Catalog, DeviceSpec
+from slurm_hetero.engine.compare import headline_tflops
 from slurm_hetero.model import SlurmDevice
-
-
-def headline_tflops(spec: DeviceSpec) -> float | None:
-    return spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
 
 
 @dataclass(frozen=True)
