@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
 NO_VAL = 4294967294  # Slurm's unset 32-bit count, as job_submit.lua reads it
 
 
@@ -39,9 +38,6 @@ class Job:
     exc_nodes: str | None = None  # -x / --exclude
     het_job_id: int | None = None  # an edit's job record: its het job's id (0 / None: not heterogeneous)
 
-    def fields(self) -> list[tuple[str, str | None]]:
-        return [(name, getattr(self, name)) for name in FIELDS]
-
 
 # what sbatch sends for command-line options (re-exported: `request explain` and the tests start there)
-from slurm_hetero.submit.sbatch import RELEASE_PREFIX, job_from_options, sbatch_counts  # noqa: E402,F401
+from slurm_hetero.submit.sbatch import job_from_options, sbatch_counts  # noqa: E402,F401
