@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,7 +113,7 @@ def _gres_device_lines(
         if note:
             notes.append(f"{device.vendor} device {device.index}: {note}")
         links = _links_row(position, device, positions, len(devices)) if device.links else None
-        file = device.file if local is None else _device_file(device, node.name, local)
+        file = _device_file(device, node.name, local)
         if (
             last is not None
             and links is None
@@ -144,20 +145,6 @@ def _shard_lines(
         for d in devices
         if shards_per_device(d, options.shares)
     )
-
-
-def _gres_counts(devices: Sequence[Device], shares: Mapping[str, int]) -> dict[str, Any]:
-    per_type: dict[str, int] = {}
-    for device in devices:
-        per_type[device.type] = per_type.get(device.type, 0) + 1
-    memory = sum(d.memory_mib or 0 for d in devices)
-    shards = sum(shards_per_device(d, shares) for d in devices)
-    return {
-        "per_type": per_type,
-        "gpumem": format_size(memory) if memory else None,
-        "gpucore": 100 * len(devices) if devices else None,
-        "shards": shards or None,
-    }
 
 
 @dataclass(frozen=True)
@@ -213,7 +200,8 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) 
     node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
     notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
     lines = _gres_device_lines(slurm_node.devices, node, options.local, notes)
-    counts = _gres_counts(devices, options.shares)
+    memory = sum(d.memory_mib or 0 for d in devices)
+    shards = sum(shards_per_device(d, options.shares) for d in devices)
     autodetect = _autodetect(slurm_node, notes) if options.autodetect else None
     return NodeShape(
         node.cpus,
@@ -222,10 +210,10 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) 
         node.threads_per_core,
         node.real_memory_mib,
         tuple(GresLine(g["type"], g["file"], g["cores"], g["links"], g["flags"]) for g in lines),
-        tuple(counts["per_type"].items()),
-        counts["gpumem"],
-        counts["gpucore"],
-        counts["shards"],
+        tuple(Counter(d.type for d in devices).items()),
+        format_size(memory) if memory else None,
+        100 * len(devices) if devices else None,
+        shards or None,
         slurm_node.features,
         tuple(sorted({d.vendor for d in devices})),
         tuple(notes),
@@ -335,7 +323,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
     groups = _group(per_host(built) if options.local else built, options, CostModel.from_catalog(catalog))
     shapes, names_of = list(groups), list(groups.values())
     folded = [hostlist.fold(names) for names in names_of]
-    nodes = [_node_entry(s, f, s.weight, i, options) for i, (s, f) in enumerate(zip(shapes, folded))]
+    nodes = [_node_entry(s, f, i, options) for i, (s, f) in enumerate(zip(shapes, folded))]
     vendors = sorted({v for s in shapes for v in s.vendors})
     partitions = [
         {
@@ -380,9 +368,7 @@ def accounting_tres(shapes: Iterable[NodeShape], gres_types: Sequence[str]) -> s
     return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types), *(f"gres/{g}" for g in gres_types[1:])])
 
 
-def _node_entry(
-    shape: NodeShape, names: str, weight: int, position: int, options: RenderOptions
-) -> dict[str, Any]:
+def _node_entry(shape: NodeShape, names: str, position: int, options: RenderOptions) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": names,
         "cpus": shape.cpus,
@@ -392,7 +378,7 @@ def _node_entry(
         "real_memory": shape.real_memory_mib,
         "gres": shape.gres,
         "features": ",".join(shape.features),
-        "weight": weight,
+        "weight": shape.weight,
         "local": None,
     }
     if options.local:
