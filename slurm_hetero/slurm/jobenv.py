@@ -131,7 +131,6 @@ class JobEnv:
     step_id: int = 0
     component_job_ids: tuple[str, ...] = ()  # each het component's job id; (job_id,) outside
     devices: TaskDevices = TaskDevices()
-    launch_addr: str | None = None
 
     @property
     def node_index(self) -> int:
@@ -366,7 +365,6 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
             f"step shape does not add up: nodes {nodes}, tasks per node {tasks}, {world} tasks "
             "(in heterogeneous jobs run srun over every component: --het-group=all)"
         )
-    launch_addr = first_set(env, "SLURM_LAUNCH_NODE_IPADDR")
     job_env = JobEnv(
         rank=rank,
         world_size=world,
@@ -379,7 +377,6 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
         step_id=step_id,
         component_job_ids=_step_components(component_job_ids(env, job_id), groups),
         devices=task_devices(env),
-        launch_addr=launch_addr[1] if launch_addr else None,
     )
     _check_block_distribution(job_env)
     return job_env

@@ -169,10 +169,6 @@ class NodeGres:
     name: str
     gpus: tuple[tuple[str, int], ...]
 
-    @property
-    def count(self) -> int:
-        return sum(n for _, n in self.gpus)
-
 
 def split_gres(value: str) -> list[str]:
     """`gpu:a100:2(S:0,1),gpumem:80G` -> ['gpu:a100:2(S:0,1)', 'gpumem:80G'] (commas inside
