@@ -29,8 +29,9 @@ from slurm_hetero.core.model import (
     SlurmNode,
     VendorTraits,
 )
+from slurm_hetero.core.units import format_size
 from slurm_hetero.inventory.catalog import SITE_MODELS_DIR
-from slurm_hetero.slurm.syntax import feature, gres_size
+from slurm_hetero.slurm.syntax import feature
 from slurm_hetero.vendors import vendor_traits
 
 
@@ -210,11 +211,11 @@ def check_shares(shares: Mapping[str, int], nodes: Sequence[SlurmNode]) -> None:
         memory = device.memory_mib or 0
         smallest[device.type] = min(memory, smallest.get(device.type, memory))
     for gres_type, unit in sorted(shares.items()):
-        where = f"shard size {gres_type}={gres_size(unit)} (sharing.shard_size or --share)"
+        where = f"shard size {gres_type}={format_size(unit)} (sharing.shard_size or --share)"
         if gres_type not in smallest:
             raise ConfigError(f"{where}: no device of type {gres_type}; types: {', '.join(sorted(smallest))}")
         if unit > smallest[gres_type]:
             raise ConfigError(
-                f"{where}: larger than a {gres_type} device ({gres_size(smallest[gres_type])}), so no "
-                f"shard would be rendered; give at most {gres_size(smallest[gres_type])}"
+                f"{where}: larger than a {gres_type} device ({format_size(smallest[gres_type])}), so no "
+                f"shard would be rendered; give at most {format_size(smallest[gres_type])}"
             )

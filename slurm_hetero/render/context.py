@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.devicespec import Catalog
-from slurm_hetero.core.errors import ConfigError, InventoryError
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
+from slurm_hetero.core.units import format_size
 from slurm_hetero.engine.score import DEFAULT_PARTITION
 from slurm_hetero.inventory.nodes import check_shares, slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
-from slurm_hetero.slurm.syntax import cpu_ids, gres_size, ranges
+from slurm_hetero.slurm.syntax import cpu_ids, ranges
 
 POLICIES = ("binpack", "spread")
 
@@ -111,7 +113,7 @@ def _gres_device_lines(
         if note:
             notes.append(f"{device.vendor} device {device.index}: {note}")
         links = _links_row(position, device, positions, len(devices)) if device.links else None
-        file = device.file if local is None else _device_file(device, node.name, local)
+        file = _device_file(device, node.name, local)
         if (
             last is not None
             and links is None
@@ -145,20 +147,6 @@ def _shard_lines(
     )
 
 
-def _gres_counts(devices: Sequence[Device], shares: Mapping[str, int]) -> dict[str, Any]:
-    per_type: dict[str, int] = {}
-    for device in devices:
-        per_type[device.type] = per_type.get(device.type, 0) + 1
-    memory = sum(d.memory_mib or 0 for d in devices)
-    shards = sum(shards_per_device(d, shares) for d in devices)
-    return {
-        "per_type": per_type,
-        "gpumem": gres_size(memory) if memory else None,
-        "gpucore": 100 * len(devices) if devices else None,
-        "shards": shards or None,
-    }
-
-
 @dataclass(frozen=True)
 class GresLine:
     type: str
@@ -184,7 +172,6 @@ class NodeShape:
     shards: int | None
     features: tuple[str, ...]
     vendors: tuple[str, ...]
-    biggest_device_mib: int
     notes: tuple[str, ...] = ()
     shard_lines: tuple[tuple[str, int], ...] = ()  # (device file, shards) per shared device
     weight: int = 1  # Weight= (render.weights: from the node's own devices)
@@ -208,12 +195,13 @@ def _left_out_note(slurm_node: SlurmNode) -> list[str]:
     return [f"no healthy device ({named}): left out of the GPU partitions"]
 
 
-def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel | None = None) -> NodeShape:
+def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) -> NodeShape:
     """The rendered shape of one node."""
     node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
     notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
     lines = _gres_device_lines(slurm_node.devices, node, options.local, notes)
-    counts = _gres_counts(devices, options.shares)
+    memory = sum(d.memory_mib or 0 for d in devices)
+    shards = sum(shards_per_device(d, options.shares) for d in devices)
     autodetect = _autodetect(slurm_node, notes) if options.autodetect else None
     return NodeShape(
         node.cpus,
@@ -222,16 +210,15 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel |
         node.threads_per_core,
         node.real_memory_mib,
         tuple(GresLine(g["type"], g["file"], g["cores"], g["links"], g["flags"]) for g in lines),
-        tuple(counts["per_type"].items()),
-        counts["gpumem"],
-        counts["gpucore"],
-        counts["shards"],
+        tuple(Counter(d.type for d in devices).items()),
+        format_size(memory) if memory else None,
+        100 * len(devices) if devices else None,
+        shards or None,
         slurm_node.features,
         tuple(sorted({d.vendor for d in devices})),
-        max((d.memory_mib or 0 for d in devices), default=0),
         tuple(notes),
         _shard_lines(devices, node.name, options),
-        node_weight(slurm_node.devices, options.policy, costs or CostModel(0.005, 0.03)),
+        node_weight(slurm_node.devices, options.policy, costs),
         bool(devices),
         autodetect,
     )
@@ -329,10 +316,6 @@ def check_ports(port_base: int, hosts: int) -> None:
 
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
     """Everything the templates need, as plain data."""
-    if options.policy not in POLICIES:
-        raise InventoryError(
-            f"unknown placement policy {options.policy!r}; choose one of {', '.join(POLICIES)}"
-        )
     built = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
     check_shares(options.shares, built)
     if options.local:
@@ -340,7 +323,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
     groups = _group(per_host(built) if options.local else built, options, CostModel.from_catalog(catalog))
     shapes, names_of = list(groups), list(groups.values())
     folded = [hostlist.fold(names) for names in names_of]
-    nodes = [_node_entry(s, f, s.weight, i, options) for i, (s, f) in enumerate(zip(shapes, folded))]
+    nodes = [_node_entry(s, f, i, options) for i, (s, f) in enumerate(zip(shapes, folded))]
     vendors = sorted({v for s in shapes for v in s.vendors})
     partitions = [
         {
@@ -385,9 +368,7 @@ def accounting_tres(shapes: Iterable[NodeShape], gres_types: Sequence[str]) -> s
     return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types), *(f"gres/{g}" for g in gres_types[1:])])
 
 
-def _node_entry(
-    shape: NodeShape, names: str, weight: int, position: int, options: RenderOptions
-) -> dict[str, Any]:
+def _node_entry(shape: NodeShape, names: str, position: int, options: RenderOptions) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": names,
         "cpus": shape.cpus,
@@ -397,7 +378,7 @@ def _node_entry(
         "real_memory": shape.real_memory_mib,
         "gres": shape.gres,
         "features": ",".join(shape.features),
-        "weight": weight,
+        "weight": shape.weight,
         "local": None,
     }
     if options.local:

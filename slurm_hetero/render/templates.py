@@ -25,12 +25,11 @@ import jinja2
 
 from slurm_hetero import __version__
 from slurm_hetero.core.errors import ConfigError
-from slurm_hetero.slurm.syntax import comment
+from slurm_hetero.slurm.syntax import comment, cpu_ids, ranges
 
 GRES_TEMPLATE = "gres.conf.j2"
 NODES_TEMPLATE = "slurm_nodes.conf.j2"
 DEFAULT_SLURM_RELEASE = "22.05"  # Debian 12's, when neither --slurm-release nor scontrol says
-TESTED_RELEASES = ("22.05", "24.11")
 _RELEASE = re.compile(r"(\d{2})\.(\d{2})(?:\.\d+)?")
 
 
@@ -44,18 +43,8 @@ def release_key(release: str) -> tuple[int, int]:
 
 def _whole_sockets(cores: str, cores_per_socket: int) -> str:
     """`0-1,9` with 4 cores per socket -> `0-3,8-11`."""
-    sockets: set[int] = set()
-    for part in cores.split(","):
-        first, _, last = part.partition("-")
-        sockets.update(range(int(first) // cores_per_socket, int(last or first) // cores_per_socket + 1))
-    ranges = [(s * cores_per_socket, (s + 1) * cores_per_socket - 1) for s in sorted(sockets)]
-    merged: list[list[int]] = []
-    for low, high in ranges:
-        if merged and low == merged[-1][1] + 1:
-            merged[-1][1] = high
-        else:
-            merged.append([low, high])
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in merged)
+    sockets = sorted({i // cores_per_socket for i in cpu_ids(cores)})
+    return ranges([i for s in sockets for i in range(s * cores_per_socket, (s + 1) * cores_per_socket)])
 
 
 def for_release(context: Mapping[str, Any], release: str) -> dict[str, Any]:

@@ -16,10 +16,7 @@ from dataclasses import dataclass
 
 from slurm_hetero.core.devicespec import Catalog, DeviceSpec
 from slurm_hetero.core.model import SlurmDevice
-
-
-def headline_tflops(spec: DeviceSpec) -> float | None:
-    return spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
+from slurm_hetero.engine.compare import headline_tflops
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 # error naming the variable, not int()'s digit-limit traceback.
 _INDEX = re.compile(r"^[0-9]{1,10}$")
 _NUMBER = "a number of at most 10 digits"
+_JOB_ID_WORDS = f"a job id ({_NUMBER})"
 _GPU_INDEX = re.compile(r"[0-9]{1,6}")  # bounded: int() of 5,000 digits raises
 MAX_INDEXES = 4096  # GPUs one task can be given
 MAX_HET_COMPONENTS = 128  # components of one heterogeneous job (Slurm's MAX_HET_JOB_COMPONENTS)
@@ -130,7 +131,6 @@ class JobEnv:
     step_id: int = 0
     component_job_ids: tuple[str, ...] = ()  # each het component's job id; (job_id,) outside
     devices: TaskDevices = TaskDevices()
-    launch_addr: str | None = None
 
     @property
     def node_index(self) -> int:
@@ -174,34 +174,27 @@ def _required(env: Mapping[str, str], *names: str) -> tuple[str, str]:
     return found
 
 
-def _required_int(env: Mapping[str, str], *names: str) -> int:
-    name, value = _required(env, *names)
+def _checked(found: tuple[str, str], what: str = _NUMBER) -> str:
+    """The value of a (name, value) found, when it is a 32-bit id or count."""
+    name, value = found
     if not _INDEX.match(value):
-        raise JobEnvError(f"{name}={shown(value)} is not {_NUMBER}")
-    return int(value)
+        raise JobEnvError(f"{name}={shown(value)} is not {what}")
+    return value
+
+
+def _required_int(env: Mapping[str, str], *names: str) -> int:
+    return int(_checked(_required(env, *names)))
 
 
 def _optional_int(env: Mapping[str, str], *names: str) -> int | None:
     """The first of `names` as a number; None when none is set; an error when it is not a number."""
     found = first_set(env, *names)
-    if found is None:
-        return None
-    if not _INDEX.match(found[1]):
-        raise JobEnvError(f"{found[0]}={shown(found[1])} is not {_NUMBER}")
-    return int(found[1])
+    return None if found is None else int(_checked(found))
 
 
 def shown(value: str, limit: int = 60) -> str:
     """A variable's value for a message: quoted, cut after `limit` characters."""
     return repr(value if len(value) <= limit else value[:limit] + "...")
-
-
-def _job_id(env: Mapping[str, str], *names: str) -> str:
-    """A job id as Slurm writes it (digits, 32-bit)."""
-    name, value = _required(env, *names)
-    if not _INDEX.match(value):
-        raise JobEnvError(f"{name}={shown(value)} is not a job id ({_NUMBER})")
-    return value
 
 
 def _nodes(name: str, value: str) -> list[str]:
@@ -253,10 +246,7 @@ def component_job_ids(env: Mapping[str, str], job_id: str) -> tuple[str, ...]:
     outside heterogeneous jobs or when a component's id is missing."""
     size = het_size(env)
     found = [first_set(env, *_component("SLURM_JOB_ID", k)) for k in range(size)] if size > 1 else []
-    ids = [f[1] for f in found if f is not None]
-    for name, value in (f for f in found if f is not None):
-        if not _INDEX.match(value):
-            raise JobEnvError(f"{name}={shown(value)} is not a job id ({_NUMBER})")
+    ids = [_checked(f, _JOB_ID_WORDS) for f in found if f is not None]
     return tuple(ids) if ids and len(ids) == size else (job_id,)
 
 
@@ -367,7 +357,7 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
     world = _required_int(env, *_TASKS)
     local_rank = _required_int(env, "SLURM_LOCALID")
     node_name = _required(env, "SLURMD_NODENAME")[1]
-    job_id = _job_id(env, *_JOB_ID)
+    job_id = _checked(_required(env, *_JOB_ID), _JOB_ID_WORDS)
     step_id = _required_int(env, *_STEP_ID)
     nodes, tasks, groups = _shape(env)
     if sum(tasks) != world:
@@ -375,7 +365,6 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
             f"step shape does not add up: nodes {nodes}, tasks per node {tasks}, {world} tasks "
             "(in heterogeneous jobs run srun over every component: --het-group=all)"
         )
-    launch_addr = first_set(env, "SLURM_LAUNCH_NODE_IPADDR")
     job_env = JobEnv(
         rank=rank,
         world_size=world,
@@ -388,7 +377,6 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
         step_id=step_id,
         component_job_ids=_step_components(component_job_ids(env, job_id), groups),
         devices=task_devices(env),
-        launch_addr=launch_addr[1] if launch_addr else None,
     )
     _check_block_distribution(job_env)
     return job_env

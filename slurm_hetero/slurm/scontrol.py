@@ -9,7 +9,7 @@ and `discover --nodes` use it on compute nodes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_hetero.core import hostlist, proc
@@ -86,24 +86,21 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _record_texts(text: str) -> list[str]:
-    """One string per node: `-o` lines, or the multi-line form joined (a record starts at NodeName=)."""
+def _records(text: str) -> list[dict[str, str]]:
+    """The fields of each node: `-o` lines, or the multi-line form joined (a record starts at NodeName=)."""
     records: list[str] = []
     for line in text.splitlines():
         if line.strip().startswith("NodeName="):
             records.append(line.strip())
         elif records and line.strip():
             records[-1] += " " + line.strip()
-    return records
+    return [fields for fields in map(parse_fields, records) if "NodeName" in fields]
 
 
 def parse_node_records(text: str) -> list[SlurmNodeRecord]:
     """`scontrol show node [-o]` output -> records."""
     records = []
-    for line in _record_texts(text):
-        fields = parse_fields(line)
-        if "NodeName" not in fields:
-            continue
+    for fields in _records(text):
         cores = _int(fields.get("CoresPerSocket"))
         records.append(
             SlurmNodeRecord(
@@ -157,10 +154,6 @@ def resume(node: str, dry_run: bool = False) -> list[str]:
     return argv
 
 
-def names_of(records: Iterable[SlurmNodeRecord]) -> list[str]:
-    return [r.name for r in records]
-
-
 # -- GPUs as Slurm configured them (the launcher's source of device types without an inventory) ---
 
 
@@ -175,10 +168,6 @@ class NodeGres:
 
     name: str
     gpus: tuple[tuple[str, int], ...]
-
-    @property
-    def count(self) -> int:
-        return sum(n for _, n in self.gpus)
 
 
 def split_gres(value: str) -> list[str]:
@@ -217,17 +206,13 @@ def gpu_entries(value: str) -> tuple[tuple[str, int], ...]:
 
 def parse_show_node(text: str) -> list[NodeGres]:
     """Every node of `scontrol show node [-d] [-o]` output with its GPUs."""
-    out = []
-    for record in _record_texts(text):
-        fields = parse_fields(record)
-        if "NodeName" in fields:
-            out.append(
-                NodeGres(
-                    fields["NodeName"].split()[0],
-                    gpu_entries(fields.get("Gres", "").split()[0] if fields.get("Gres") else ""),
-                )
-            )
-    return out
+    return [
+        NodeGres(
+            fields["NodeName"].split()[0],
+            gpu_entries(fields.get("Gres", "").split()[0] if fields.get("Gres") else ""),
+        )
+        for fields in _records(text)
+    ]
 
 
 def show_node_gres(names: Sequence[str], timeout: float = 30.0) -> dict[str, NodeGres]:

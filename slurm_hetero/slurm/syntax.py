@@ -304,11 +304,6 @@ def feature(label: str) -> str:
     return _FEATURE_BAD.sub("_", label)
 
 
-def gres_size(mib: int) -> str:
-    """A memory size as Slurm counts it (`320G`, `23374M`)."""
-    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
-
-
 def comment(value: object, limit: int = 200) -> str:
     """A value for a config comment line (`# ... from NAME`): as is when it is one short line of
     printable text, else `text(value)`. A newline there would start a config line of its own."""

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
-# Slurm's sentinels as job_submit.lua reads them (its header says how): NO_VAL in a 32-bit count;
-# a memory figure (MiB) is unset from NO_VAL64 & ~MEM_PER_CPU on (how an unset --mem reaches Lua)
-NO_VAL = 4294967294
-MEM_UNSET = 2**63 - 2
+NO_VAL = 4294967294  # Slurm's unset 32-bit count, as job_submit.lua reads it
 
 
 @dataclass(frozen=True)
@@ -42,9 +38,6 @@ class Job:
     exc_nodes: str | None = None  # -x / --exclude
     het_job_id: int | None = None  # an edit's job record: its het job's id (0 / None: not heterogeneous)
 
-    def fields(self) -> list[tuple[str, str | None]]:
-        return [(name, getattr(self, name)) for name in FIELDS]
-
 
 # what sbatch sends for command-line options (re-exported: `request explain` and the tests start there)
-from slurm_hetero.submit.sbatch import RELEASE_PREFIX, job_from_options, sbatch_counts  # noqa: E402,F401
+from slurm_hetero.submit.sbatch import job_from_options, sbatch_counts  # noqa: E402,F401

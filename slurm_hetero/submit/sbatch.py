@@ -1,32 +1,7 @@
-"""The job_desc that sbatch sends for command-line options, per Slurm release. Pure.
-
-`request explain` and the real-Slurm fuzz start from options, the hook from the job_desc; the two
-agree only if this is what sbatch really sends. Measured with a probe job_submit.lua printing the
-fields, on 22.05 and 24.11 (docs/submit-protocol.md has the table):
-
-- sbatch refuses `--gpus-per-task` without `--gpus` or `-n`, unless `-N` is given (then
-  num_tasks = nodes x tasks per node) or, on 22.05 only, `--ntasks-per-node`;
-- 22.05 turns `--ntasks-per-node` without `-n` into num_tasks = (nodes or 1) x tasks per node;
-  24.11 does so only for `--gpus-per-task`;
-- more nodes than tasks: both lower min_nodes to the task count (`-N3 -n2` has min_nodes 2);
-- 24.11 sets min_nodes to ceil(tasks / tasks per node) when `-N` is not given;
-- 24.11 writes `--gpus-per-task=N` as `gres/gpu=N` (the `=` form), `--gpus` as `gres/gpu:N`;
-- `--gpus-per-node` comes first in tres_per_node, before the `--gres` items;
-- each comma item of a `--gpus*` value becomes its own item (`--gpus=l40s:1,a100_80g:1` is
-  `gres:gpu:l40s:1,gres:gpu:a100_80g:1`, Slurm's xfmt_tres); 24.11 writes `--gpus-per-task` as
-  `gres/gpu[:TYPE]=N` (its first item only: TYPE before the first colon, N read by strtol);
-- sbatch reads the TRES fields itself before sending them (Slurm's gres_job_state_validate in the
-  client): a GRES name not in GresTypes (names are case-sensitive: `GPUMEM`), an empty or
-  malformed count (`gpumem:`, `gpumem:20G:foo`, `gpumem:20G(S:0)`) are refused with "Invalid
-  generic resource (gres) specification" on 22.05; 24.11 reads `NAME[:TYPE][=|:COUNT]` and refuses
-  grammar with "Invalid Trackable RESource (TRES) specification" (`gres_refusal`);
-- `-N MIN[-MAX]`, `-n` and `--ntasks-per-node` are read as sbatch reads them (`node_range`,
-  `task_count`), with its words where it refuses;
-- sbatch refuses typed and untyped gpu counts together (in any of --gres and --gpus*),
-  per-node counts that are not a multiple of --gpus-per-task, --gpus not a multiple of the
-  per-node count, and --gpus below -N
-  (`gpu_refusal`, seen in the fuzz).
-"""
+"""The job_desc that sbatch sends for command-line options, per Slurm release, and its own
+refusals with its words. Pure. `request explain` and the real-Slurm fuzz start from options, the
+hook from the job_desc: they agree only if this is what sbatch really sends (measured with a probe
+job_submit.lua on 22.05 and 24.11; docs/submit-protocol.md "What sbatch sends" has the table)."""
 
 from __future__ import annotations
 
@@ -51,9 +26,8 @@ GPUS_PER_TASK_REFUSAL = {
     "24.11": "--gpus-per-task or --tres-per-task used without either --gpus or -n/--ntasks is not allowed.",
 }
 
-# sbatch's refusal of --gpus-per-socket (a non-zero count) without --sockets-per-node (or -B S):
-# measured on 24.11 (then "Invalid generic resource (gres) specification"), after the TRES grammar and
-# `gpu_ensure`, before the task count; the same words on 22.05
+# sbatch's refusal of --gpus-per-socket (a non-zero count) without --sockets-per-node (or -B S),
+# after the TRES grammar and `gpu_ensure`, before the task count (22.05 and 24.11)
 GPUS_PER_SOCKET_REFUSAL = "--gpus-per-socket option requires --sockets-per-node specification"
 
 # sbatch's refusals of what it reads in the TRES fields (slurm_strerror of the code, per release)
@@ -183,9 +157,8 @@ def gpu_refusal(
     max_nodes: int | None = None,
     ntasks_per_node: int | None = None,
 ) -> str | None:
-    """sbatch's GPU checks after the task count (its words, 22.05 and 24.11), else None: each
-    type's counts in turn (the order seen in the fuzz where several apply), then typed and untyped
-    together. min_nodes as sent (-N lowered to the tasks; 24.11's derived), max_nodes -N's."""
+    """sbatch's GPU checks after the task count (its words), else None: each type's counts in
+    turn, then typed and untyped together. min_nodes as sent, max_nodes -N's."""
     from slurm_hetero.submit import NO_VAL  # late: slurm_hetero.submit imports this module
 
     records = _records(gres, gpus, gpus_per_node, gpus_per_task)
@@ -252,7 +225,7 @@ def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
     def refuse(what: str) -> RequestError:
         return RequestError("sbatch", f'"{what}" is not a valid node count')
 
-    if _release(slurm_release) != "22.05" and ("," in text or ":" in text):  # 24.11's job sizes
+    if slurm_release != "22.05" and ("," in text or ":" in text):  # 24.11's job sizes
         sizes = []
         for token in filter(None, re.split(r"[,:-]", text)):
             value, rest = _strtol(token)
@@ -289,7 +262,7 @@ def task_count(option: str, text: str, slurm_release: str = "22.05") -> int:
     value, rest = _strtol(text)
     if value is None or rest or value <= 0:
         raise RequestError("sbatch", f'Invalid numeric value "{text}" for {option}.')
-    if _release(slurm_release) == "22.05" and value == _LONG - 1:
+    if slurm_release == "22.05" and value == _LONG - 1:
         raise RequestError("sbatch", f"Numeric argument ({value}) to big for {option}.")
     if slurm_release != "22.05" and value >= 2**31 - 1:
         raise RequestError("sbatch", f"Numeric argument ({value}) too large for {option}.")
@@ -314,12 +287,6 @@ def _names_gpu(tres: str | None) -> bool:
     return any(re.match(r"gres[:/]gpu(?:$|[:=])", item) for item in (tres or "").split(","))
 
 
-def _release(slurm_release: str) -> str:
-    if slurm_release not in RELEASE_PREFIX:
-        raise ValueError(f"unknown Slurm release {slurm_release}; known: {', '.join(RELEASE_PREFIX)}")
-    return slurm_release
-
-
 def sbatch_counts(
     nodes: int | None,
     ntasks: int | None,
@@ -334,13 +301,10 @@ def sbatch_counts(
     """(min_nodes, num_tasks, ntasks_per_node) as sbatch of the release sends them (None: unset),
     for -N, -n, --ntasks-per-node, with or without --gpus-per-task (`per_task`) and --gpus
     (`job_total`); `ranged`: -N MIN-MAX, `cpus`: -c given (22.05 derives no task count for
-    --gpus-per-task from a range, even with --ntasks-per-node, nor from -N alone with -c (24.11
-    does with --ntasks-per-node: `-N2 --ntasks-per-node=2 -c4` reached the hook, fuzz),
-    measured: `--gpus-per-task=1 -N 1 -c 1`, `-N 1-2 --ntasks-per-node=2` are refused);
-    `hosts_named`: -w given (24.11 derives no node count from -n and --ntasks-per-node beside it:
-    the hosts set the count first, sbatch/opt.c and slurm_opt_create_job_desc). RequestError
-    with sbatch's own words where sbatch refuses the options."""
-    new_release = _release(slurm_release) != "22.05"
+    --gpus-per-task from a range, nor from -N alone with -c); `hosts_named`: -w given (24.11 then
+    derives no node count from -n and --ntasks-per-node). RequestError with sbatch's own words
+    where it refuses the options."""
+    new_release = slurm_release != "22.05"
     if per_task and not ntasks and not job_total:
         if new_release and nodes and not ranged and (ntasks_per_node or not cpus):  # 24.11 fuzz
             ntasks = nodes * (ntasks_per_node or 1)
@@ -385,11 +349,9 @@ def _wrap64(value: int) -> int:
 
 def mebibytes(text: str | None, option: str = "--mem") -> int | None:
     """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB as str_to_mbytes makes
-    it (proc_args.c, the same in 22.05 and 24.11): strtoll, then K (rounded up), M, G or T, each
-    optionally followed by B, scaled in a signed 64 bits that wraps, cast to 64 unsigned bits
-    (`8796093022208T` is 2^63, which the job_desc reads as per-CPU memory of 0, and runs); None
-    when not given. RequestError with sbatch's words where it refuses it, NO_VAL64: no digits,
-    a negative figure, strtoll out of range (`1000000000000000000000T`), another suffix."""
+    it (proc_args.c): strtoll, then K (rounded up), M, G or T, each optionally followed by B,
+    scaled in a signed 64 bits that wraps (`8796093022208T` is 2^63: per-CPU memory of 0); None
+    when not given. RequestError with sbatch's words where it refuses it."""
     if not text:
         return None
     refused = RequestError("sbatch", f"Invalid {option} specification")
@@ -423,9 +385,7 @@ def _memory_fields(mem: str | None, mem_per_cpu: str | None) -> tuple[int | None
 
 
 def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | None:
-    """tres_per_task: after 22.05 sbatch puts `-c N` there too, as `cpu=N` before the rest
-    (measured on 24.11: `-N1 -c 9` is stored as TresPerTask=cpu=9; slurm_opt.c
-    slurm_option_update_tres_per_task prepends it)."""
+    """tres_per_task: after 22.05 sbatch puts `-c N` there too, as `cpu=N` before the rest."""
     if prefix == "gres/" and cpus_per_task:
         return f"cpu={cpus_per_task}" + (f",{gpu}" if gpu else "")
     return gpu
@@ -456,8 +416,7 @@ OPTIONS = (
     "overcommit",
 )
 MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
-# sbatch's refusal of two of them together (slurm_opt.c _validate_memory_options; the same on
-# 22.05 and 24.11, measured: `--mem=1000 --mem-per-cpu=100`, or `#SBATCH --mem` beside either)
+# sbatch's refusal of two of them together (slurm_opt.c _validate_memory_options)
 MEMORY_EXCLUSIVE = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."
 
 
@@ -474,19 +433,15 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def het_sent(components: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
-    """Each het component's options (`job_from_texts` keys) as sbatch sends its job_desc (measured
-    on 22.05, `scontrol show job`; the hook's answers on 22.05 and 24.11): every -x is every
-    component's exc_nodes, and so are the other components' -w nodes (components never share a
-    node), so the hook sees a node list in each; --mem reaches the components without their own.
-    One component: as given. The wrapper (`sbatchplan.hook_check`) and the fuzz start here."""
+    """Each het component's options (`job_from_texts` keys) as sbatch sends its job_desc: every
+    -x is every component's exc_nodes, and so are the other components' -w nodes (components never
+    share a node); --mem reaches the components without their own. One component: as given."""
     if len(components) < 2:
         return [dict(c) for c in components]
     excluded = [c["exclude"] for c in components if c.get("exclude")]
-    # --mem is not reset between components (slurm_opt.c: no reset_each_pass, 22.05 and 24.11): a
-    # component without its own takes the one the components before it left (22.05 seed 7), the
-    # last one given on the line before the first --mem (24.11 seed 7: `gpumem:70G -N1 :
-    # gpumem:20g --mem=100G` refused for component 0's memory); a component with --mem-per-cpu or
-    # --mem-per-gpu keeps its own (`--mem-per-cpu=1G : --mem=1G` passes, measured)
+    # --mem is not reset between components (slurm_opt.c: no reset_each_pass): a component
+    # without its own takes the last one given on the line; one with --mem-per-cpu or
+    # --mem-per-gpu keeps its own
     given = [c["mem"] for c in components if c.get("mem") is not None]
     mem = given[-1] if given else None
     sent = []
@@ -506,11 +461,8 @@ def _other_mem(options: Mapping[str, str]) -> bool:
 
 def het_mem_refusal(components: Sequence[Mapping[str, str]]) -> int | None:
     """The het component sbatch refuses with MEMORY_EXCLUSIVE for a carried --mem (`het_sent`), or
-    None: the first to give --mem-per-cpu or --mem-per-gpu after an earlier one gave --mem, which
-    is still set there (measured on 22.05 and 24.11: `--mem=1G : --mem-per-cpu=1G` is `sbatch:
-    fatal: ` MEMORY_EXCLUSIVE). It is that component's check, so an earlier component's own
-    refusal comes first (fuzz seed 20261127: `--gpus-per-task=1 --mem=100G : --mem-per-cpu=500`,
-    both releases)."""
+    None: the first to give --mem-per-cpu or --mem-per-gpu after an earlier one gave --mem. It is
+    that component's check, so an earlier component's own refusal comes first."""
     seen = False
     for index, options in enumerate(components):
         if seen and _other_mem(options) and options.get("mem") is None:
@@ -526,26 +478,14 @@ def job_from_texts(
     names: frozenset[str] | None = None,
 ) -> Job:
     """job_from_options over the options as typed (`{"nodes": "1-2", "gres": ...}`, the keys its
-    parameter names): -N, -n, --ntasks-per-node and -c read as sbatch reads them (`node_range`,
-    `task_count`, with its words where it refuses). `request explain` and the real-Slurm fuzz both
-    start here."""
-    texts: dict[str, Any] = dict(options)
-    low, high = read_options(options, slurm_release)
-    texts.pop("nodes", None)
-    counts: dict[str, Any] = {
-        key: task_count(flag, texts.pop(key), slurm_release)
-        for key, flag in (
-            ("ntasks", "--ntasks"),
-            ("ntasks_per_node", "--ntasks-per-node"),
-            ("cpus_per_task", "--cpus-per-task"),
-            ("mincpus", "--mincpus"),
-        )
-        if texts.get(key) is not None
-    }
-    overcommit = texts.pop("overcommit", None) is not None
+    parameter names), the counts read as sbatch reads them."""
+    low, high, read = read_options(options, slurm_release)
+    # --cpus-per-gpu is read as a count but sent as written (cpus_per_tres)
+    counts: dict[str, Any] = {key: count for key, count in read.items() if key != "cpus_per_gpu"}
+    texts: dict[str, Any] = {k: v for k, v in options.items() if k not in ("nodes", "overcommit", *counts)}
     return job_from_options(
         **texts,
-        overcommit=overcommit,
+        overcommit=options.get("overcommit") is not None,
         uid=uid,
         slurm_release=slurm_release,
         nodes=low,
@@ -555,34 +495,41 @@ def job_from_texts(
     )
 
 
-def read_options(options: Mapping[str, str], slurm_release: str = "22.05") -> tuple[int | None, int | None]:
+# the counts sbatch reads with parse_int, in its order
+COUNT_OPTIONS = (
+    ("ntasks", "--ntasks"),
+    ("ntasks_per_node", "--ntasks-per-node"),
+    ("cpus_per_task", "--cpus-per-task"),
+    ("cpus_per_gpu", "--cpus-per-gpu"),
+    ("mincpus", "--mincpus"),
+)
+
+
+def read_options(
+    options: Mapping[str, str], slurm_release: str = "22.05"
+) -> tuple[int | None, int | None, dict[str, int]]:
     """What sbatch refuses while it reads the options, before it checks any (a het job: every
-    component's, before the first component's checks): -N, -n, --ntasks-per-node, -c, --mem*
-    (and two of them together) and -w against -N; RequestError with its words. (min_nodes,
-    max_nodes) of -N."""
+    component's, before the first component's checks): -N, the counts, --mem* (and two of them
+    together) and -w against -N; RequestError with its words. (min_nodes, max_nodes) of -N and
+    the counts given (`COUNT_OPTIONS`)."""
     nodes = options.get("nodes")
     low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
-    for key, flag in (
-        ("ntasks", "--ntasks"),
-        ("ntasks_per_node", "--ntasks-per-node"),
-        ("cpus_per_task", "--cpus-per-task"),
-        ("cpus_per_gpu", "--cpus-per-gpu"),  # parse_int too (24.11 adversarial N08: `=0`)
-        ("mincpus", "--mincpus"),
-    ):
-        if options.get(key) is not None:
-            task_count(flag, options[key], slurm_release)
+    counts = {
+        key: task_count(flag, options[key], slurm_release)
+        for key, flag in COUNT_OPTIONS
+        if options.get(key) is not None
+    }
     for key in ("mem", "mem_per_cpu", "mem_per_gpu"):
         mebibytes(options.get(key), "--" + key.replace("_", "-"))
     if sum(options.get(name.replace("-", "_")) is not None for name in MEMORY_OPTIONS) > 1:
         raise RequestError("sbatch", MEMORY_EXCLUSIVE)
-    if _release(slurm_release) == "22.05":  # 24.11 passes `-w a,b -N1` on (24.11 fuzz)
+    if slurm_release == "22.05":  # 24.11 passes `-w a,b -N1` on
         _check_nodelist(options.get("nodelist"), low, high)
-    return low, high
+    return low, high, counts
 
 
 def _check_nodelist(nodelist: str | None, low: int | None, high: int | None) -> None:
-    """sbatch's -w against -N: more hosts than -N's maximum is refused with its words (`-w a,b
-    -N1`: invalid number of nodes (-N 2-1), measured on 22.05, before the TRES are read)."""
+    """sbatch's -w against -N: more hosts than -N's maximum is refused, before the TRES are read."""
     try:
         hosts = hostlist_size(nodelist) if nodelist else 0
     except ValueError:
@@ -593,9 +540,7 @@ def _check_nodelist(nodelist: str | None, low: int | None, high: int | None) -> 
 
 def _uint16(count: int | None) -> int | None:
     """A count as sbatch stores it in a 16-bit job_desc field (ntasks_per_node, cpus_per_task): its
-    low 16 bits. Measured on 22.05 and 24.11: `-c 65537` reaches the hook (and slurmctld) as 1,
-    `--ntasks-per-node=65536` as 0 (unset), while sbatch's own checks and 24.11's `cpu=N` in
-    tres_per_task keep the count as typed."""
+    low 16 bits (`-c 65537` reaches the hook as 1), while its own checks keep the count as typed."""
     return None if count is None else count % 2**16
 
 
@@ -607,17 +552,15 @@ CPUS_EXCLUSIVE = {
 
 def _min_cpus(tasks: int, cpus_per_task: int | None, overcommit: bool, min_nodes: int | None) -> int:
     """The job's min_cpus as sbatch sets it, tasks x -c in 32 bits (tasks: -n, else -N x
-    --ntasks-per-node): slurmctld holds the job to it whatever the 16-bit fields kept, so
-    `-c 65537` or 24.11's `--ntasks-per-node=65537` is a job no node holds, not one of 1. With
-    -O the nodes, at least 1 (slurm_opt.c, 22.05 and 24.11): the hook reads -O from it."""
+    --ntasks-per-node), which slurmctld holds the job to whatever the 16-bit fields kept; with -O
+    the nodes, at least 1 (the hook reads -O from it)."""
     if overcommit:
         return max(min_nodes or 1, 1)
     return min(tasks * (cpus_per_task or 1), 2**32 - 3)
 
 
 def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
-    """min_nodes after sbatch's -w: raised to the hosts named (after the task count: `-w a
-    --gpus-per-task=1` is still refused without -n), not above the tasks (`-n1 -w a,b`: 1)."""
+    """min_nodes after sbatch's -w: raised to the hosts named, not above the tasks (`-n1 -w a,b`: 1)."""
     try:
         hosts = hostlist_size(nodelist) if nodelist else 0
     except ValueError:
@@ -659,7 +602,7 @@ def job_from_options(
     sbatch itself refuses them."""
     from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
 
-    pre = RELEASE_PREFIX[_release(slurm_release)]
+    pre = RELEASE_PREFIX[slurm_release]
     if cpus_per_task is not None and cpus_per_gpu:  # sbatch's first words, measured on each release
         raise RequestError("sbatch", CPUS_EXCLUSIVE[pre])
     # sbatch puts --gpus-per-node before the --gres items
@@ -676,10 +619,10 @@ def job_from_options(
         if refusal:
             raise RequestError("sbatch", refusal)
     gpu_asked = any(_names_gpu(text) for text in fields.values())  # gpumem is not a gpu
-    if mem_per_gpu and not gpu_asked:  # before --cpus-per-gpu's (24.11 fuzz seed 20261126)
+    if mem_per_gpu and not gpu_asked:  # before --cpus-per-gpu's
         per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
         raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
-    if cpus_per_gpu and pre == "gres/" and not gpu_asked:  # 24.11 only (fuzz 2026-11-25)
+    if cpus_per_gpu and pre == "gres/" and not gpu_asked:  # 24.11 only
         raise RequestError(
             "sbatch", f"Requested cpus_per_tres={pre}gpu:{cpus_per_gpu} but did not request any GPU."
         )
@@ -700,9 +643,8 @@ def job_from_options(
         cpus_per_task is not None,
         bool(nodelist and "{" not in nodelist),
     )
-    if pre == "gres:" or nodes is None:  # 24.11 keeps -N's count beside -w (`-w a,b -N1 --gpus=1` passes)
+    if pre == "gres:" or nodes is None:  # 24.11 keeps -N's count beside -w
         # 22.05 lowers the hosts to an explicit -n only, not to the tasks --ntasks-per-node makes
-        # of them (seed 20261127: `-w a,b --ntasks-per-node=1 --gpus=T:1` is `--gpus < -N`)
         min_nodes = _hosts_nodes(nodelist, min_nodes, ntasks if pre == "gres:" else num_tasks)
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
     top = max_nodes if max_nodes is not None else nodes

@@ -13,17 +13,10 @@ Merge rules, per het component:
   asks for no device at all (one device per node, as Slurm counts it), only where a model is given;
 - a gpumem the user wrote is kept (with a model: an error, the two would disagree).
 
-Every component then goes through the job_submit hook itself, in order (`hook_check`:
-job_submit.lua through lupa, `submit.hook`, on the job_desc `submit.sbatch.job_from_texts` models
-for the release's sbatch
-from every option a decision reads, as `request explain` does, with the nodes earlier components
-take; in a het job on each component as sbatch sends it, `submit.sbatch.het_sent`: every -x and
-the other components' -w are its exclusions, a --mem reaches the components without one
-(adversarial X21-X27: comp 1 of `-x l40sn1 : --gres=gpumem:20G` was l40s here, a100_80g in the
-hook)), refused with its message; a typed component without gpumem takes its nodes as in the hook
-(adversarial pass W15-W17: it was skipped, and `--gres=gpu:a100_80g:1 : --gres=gpumem:70G` passed
-here while the hook refused it). The wrapper's own type checks cover what the hook leaves alone
-(a named type without gpumem: slurmctld's to refuse).
+Every component then goes through the job_submit hook itself, in order (`hook_check`), on the
+job_desc the release's sbatch sends, as `request explain` builds it; a refusal is the hook's
+message. The wrapper's own type checks cover what the hook leaves alone (a named type without
+gpumem: slurmctld's to refuse).
 """
 
 from __future__ import annotations
@@ -261,23 +254,15 @@ def plan_model(
 
 
 # ------------------------------------------------------------------------------ the hook's check
-def hook_texts(c: Component, gres: str | None) -> dict[str, str]:
-    """The options a decision reads (`job_from_texts` keys) of the component with `--gres=gres`."""
-    return texts_of({**c.options, "gres": gres})
-
-
 def hook_jobs(
     components: Sequence[Component],
     gres: Sequence[str | None],
     release: str,
     names: frozenset[str] | None = None,
 ) -> Iterator[tuple[Component, str | None, Job | RequestError]]:
-    """Each component's job_desc as the release's sbatch sends it (the hook's input, built as
-    `request explain` builds it: `job_from_texts` over every option a decision reads, `names`: the
-    cluster's GresTypes) from its options as sent in the het job (`het_sent`: every -x and the
-    other components' -w as its exclusions, a --mem carried), or the RequestError with which sbatch
-    refuses it (a carried --mem beside its own --mem-per-cpu/--mem-per-gpu: `het_mem_refusal`)."""
-    texts = [hook_texts(c, g) for c, g in zip(components, gres)]
+    """Each component's job_desc as the release's sbatch sends it in the het job (`het_sent`;
+    `names`: the cluster's GresTypes), or the RequestError with which sbatch refuses it."""
+    texts = [texts_of({**c.options, "gres": g}) for c, g in zip(components, gres)]
     carried = het_mem_refusal(texts)
     for k, (c, g, sent) in enumerate(zip(components, gres, het_sent(texts))):
         if k == carried:
@@ -297,12 +282,9 @@ def hook_check(
     release: str,
 ) -> list[Decision]:
     """The decisions with the job_submit hook's own (`Decision.hook`), or SbatchPlanError where it
-    refuses a component: every component goes through the hook itself (`submit.hook`), in order,
-    as one heterogeneous job (its het_job_offset), so the hook decides each on the nodes its earlier
-    ones leave, as slurmctld's does. A refusal is the hook's message (after the model's figure, when the
-    wrapper computed the gpumem). Options sbatch itself refuses: its words, for a component with
-    gpumem/gpucore; where a component without them has such options, sbatch refuses the whole job
-    before any component reaches the hook: nothing is decided here."""
+    refuses a component: the components go through the hook in order as one heterogeneous job
+    (its het_job_offset), as slurmctld's does. Options sbatch itself refuses: its words for a
+    component with gpumem/gpucore; otherwise sbatch speaks for itself and nothing is decided."""
     gres = [d.gres if d.gres is not None else c.options.get("gres") for c, d in zip(components, decisions)]
     jobs: list[Job] = []
     for c, g, job in hook_jobs(components, gres, release, gres_names(model)):  # sbatch reads them all first

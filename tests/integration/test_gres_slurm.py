@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from slurm_hetero.core import hostlist
+from slurm_hetero.core.units import format_size
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import load_settings
 from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render.context import shards_per_device
-from slurm_hetero.slurm.syntax import gres_size
 from tests.integration.conftest import Cluster, slurm
 
 
@@ -55,7 +55,7 @@ def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Cluster
         want = [f"gpu:{t}:{n}" for t, n in per_type.items()]
         if devices:
             want += [
-                f"gpumem:{gres_size(sum(d.device.memory_mib or 0 for d in devices))}",
+                f"gpumem:{format_size(sum(d.device.memory_mib or 0 for d in devices))}",
                 f"gpucore:{100 * len(devices)}",
             ]
         shards = sum(shards_per_device(d.device, shares) for d in devices)

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
-from slurm_hetero.slurm.gresconf import parse_gres_conf
 from tests.conftest import REPO
+from tests.gresreader import parse_gres_conf
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
 

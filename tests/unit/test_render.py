@@ -17,8 +17,8 @@ from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.nodes import gres_order
 from slurm_hetero.render.context import RenderOptions, build_context, slurm_cores
 from slurm_hetero.render.templates import render_configs
-from slurm_hetero.slurm.gresconf import parse_gres_conf
 from tests.conftest import REPO
+from tests.gresreader import parse_gres_conf
 
 EXAMPLES = REPO / "gres_conf" / "examples"
 
