@@ -145,7 +145,7 @@ def render(
         release_key(slurm_release)  # a bad value stops here, before any work
     release = slurm_release or local_slurm_release()
     local = _local_slurmd(local_host, port_base, file_root) if local_host is not None else None
-    shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
+    shard_sizes = {**load_settings(config_path).scoring.shares, **parse_shares(shares)}
     options = RenderOptions(
         policy=policy,
         include_unhealthy=include_unhealthy,

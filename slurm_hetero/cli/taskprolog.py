@@ -60,7 +60,7 @@ def exports(
         raise HeteroError("SLURMD_NODENAME is not set (slurmd sets it for a TaskProlog)")
     node = _find_node(inventory_path, task.node_name, include_unhealthy)
     library = hami_core_library if os.path.isfile(hami_core_library) else None
-    sharing = SharingLimits(load_settings(config_path, user_layers=False).shares, library)
+    sharing = SharingLimits(load_settings(config_path, user_layers=False).scoring.shares, library)
     return export_lines(task, node, sharing)
 
 
