@@ -9,11 +9,11 @@ import click
 
 from slurm_hetero import inventory, proc
 from slurm_hetero.catalog import load_catalog
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.config import load_settings
-from slurm_hetero.errors import OutputError, RequestError, ToolError
+from slurm_hetero.errors import OutputError, RequestError
 from slurm_hetero.journal import audit
 from slurm_hetero.render.context import POLICIES, LocalSlurmd, RenderOptions, build_context
 from slurm_hetero.render.templates import DEFAULT_SLURM_RELEASE, release_key, render_configs
@@ -40,11 +40,8 @@ def local_slurm_release() -> str:
     DEFAULT_SLURM_RELEASE (22.05, Debian 12's)."""
     try:
         words = proc.run(["scontrol", "--version"], timeout=10).split()
-    except ToolError:
-        return DEFAULT_SLURM_RELEASE
-    try:
         major, minor = release_key(words[-1]) if words else (0, 0)
-    except Exception:  # an unexpected answer: fall back like a missing scontrol
+    except Exception:  # no scontrol (ToolError), or an answer it cannot read
         return DEFAULT_SLURM_RELEASE
     return f"{major:02d}.{minor:02d}"
 
@@ -55,13 +52,7 @@ def gres() -> None:
 
 
 @gres.command()
-@click.option(
-    "--inventory",
-    "inventory_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Cluster inventory (YAML, or JSON by extension).",
-)
+@inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
 @click.option(
     "--out", required=True, type=click.Path(path_type=Path), help="Directory for gres.conf, slurm-nodes.conf."
 )
@@ -85,9 +76,7 @@ def gres() -> None:
     "what it detects (needs a slurmd built with NVML / ROCm SMI).",
 )
 @click.option("--template-dir", type=click.Path(path_type=Path), help="Override templates (same file names).")
-@click.option(
-    "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
-)
+@models_dir_option("Site catalog dir.")
 @click.option("--local-slurmd", "local_host", help="Dev cluster: every node is a slurmd on this host name.")
 @click.option(
     "--port-base",
@@ -106,12 +95,7 @@ def gres() -> None:
     metavar="TYPE=SIZE",
     help="Render shard GRES for TYPE, one shard per SIZE of device memory (e.g. l40s=4G); repeatable.",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="Suite config file (its sharing.shard_size applies; --share wins).",
-)
+@config_option("Suite config file (its sharing.shard_size applies; --share wins).")
 @click.option(
     "--slurm-release",
     metavar="YY.MM",

@@ -13,11 +13,9 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import PATH, cli
 from slurm_hetero.errors import HeteroError
 from slurm_hetero.install import Layout, default_source, install, slurm_conf_value, uninstall
-
-PATH = click.Path(path_type=Path)
 
 
 def _slurm_confs(layout: Layout, given: tuple[Path, ...]) -> list[Path]:

@@ -9,7 +9,7 @@ import click
 
 from slurm_hetero import inventory
 from slurm_hetero.catalog import load_catalog
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, models_dir_option
 from slurm_hetero.nodes import slurm_nodes
 from slurm_hetero.writefile import write_atomic
 
@@ -40,9 +40,7 @@ def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: 
 
 @inventory_group.command()
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option(
-    "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
-)
+@models_dir_option("Site catalog dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def check(file: Path, models_dirs: tuple[Path, ...], as_json: bool) -> None:
     """Validate an inventory as every command reads it (schema, Slurm syntax, one record per

@@ -30,12 +30,13 @@ import click
 
 from slurm_hetero import inventory as inventory_io
 from slurm_hetero.catalog import load_catalog
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, inventory_option
 from slurm_hetero.cli.fit import breakdown, fit_options
 from slurm_hetero.cli.gres import local_slurm_release
 from slurm_hetero.cli.hostfile import read_hosts
-from slurm_hetero.config import exempt_uids, load_settings
-from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.cli.submit import compiled, settings_hook
+from slurm_hetero.config import load_settings
+from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.inventory import DEFAULT_INVENTORY
 from slurm_hetero.launch.slurmnodes import gres_records
@@ -57,7 +58,7 @@ from slurm_hetero.sbatchplan import (
 )
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
-from slurm_hetero.submit.hook import Hook, cluster_hook
+from slurm_hetero.submit.hook import Hook
 
 GIB = 2**30
 
@@ -90,11 +91,8 @@ def hook_model(nodes: list[SlurmNode], release: str) -> tuple[ClusterModel, Hook
     """The cluster's model and the job_submit hook slurmctld runs for it (through lupa), as
     `request explain` builds them."""
     settings = load_settings(None)
-    try:
-        model = compile_model(nodes, settings.scoring)
-    except ValueError as e:
-        raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
-    return model, cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, release)
+    model = compiled(nodes, settings)
+    return model, settings_hook(model, settings, release)
 
 
 def _estimates(
@@ -200,12 +198,9 @@ def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
 )
 @click.option("--model", help="Bundled model name or a Hugging Face config.json: size the request.")
 @lambda f: fit_options(f, layout=False)
-@click.option(
-    "--inventory",
-    "inventory_path",
-    type=click.Path(path_type=Path),
+@inventory_option(
+    f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
     envvar="SLURM_HETERO_INVENTORY",
-    help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
 )
 @click.option(
     "--slurm-release",
