@@ -26,8 +26,7 @@ Slurm never reads a temporary: they are hidden names it does not open.
 Single files (`write_atomic` of one path) use a unique temporary + fsync + (backup) + rename,
 without lock or journal. A single file that is a symbolic link is written through it: the link
 stays and its target is replaced (temporary and backup beside the target), as an editor saves
-a linked file. Replacing the link left its target stale while `calibrate` merged the target's
-content into a new file in the link's place (C10).
+a linked file.
 """
 
 from __future__ import annotations
@@ -379,8 +378,8 @@ def _make_readable(paths: Iterable[Path]) -> None:
 
 def _mode(path: Path) -> int:
     """The mode of a file written for its readers: the old file's, readable by everyone (slurmd,
-    slurmctld's SlurmUser, sbatch and the TaskProlog as the job's user read what this writes;
-    a kept 0600 hid it from them, issue 26), else 0644."""
+    slurmctld's SlurmUser, sbatch and the TaskProlog as the job's user read what this writes),
+    else 0644."""
     try:
         return path.stat().st_mode & 0o777 | READABLE
     except FileNotFoundError:

@@ -1,7 +1,7 @@
 """`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command).
 
-Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`;
-see docs/admin-guide.md section "Node install" and slurm_hetero/install.py for the layout.
+Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`; see
+docs/admin-guide.md, "Install on every node, with the inventory", and slurm_hetero/install.py.
 """
 
 from __future__ import annotations

@@ -2,19 +2,12 @@
 the fit engine when a model is given.
 
     slurm-hetero sbatch [WRAPPER OPTIONS] [--] [SBATCH OPTIONS] [: SBATCH OPTIONS...] script.sh [ARGS]
-    slurm-hetero sbatch --model llama-3-8b --mode train --seq 4096 --gpus=4 train.sh
 
-The wrapper's own options (fit's: --model, --mode, --dtype, --zero, ...; --inventory, --dry-run)
-come first; `--` ends them (needed before an sbatch option the wrapper also has, such as --batch).
-It reads the script's `#SBATCH` header, `SBATCH_*` variables and the command line as sbatch does
-(`slurm.sbatchargs`), merges the model's per-device memory into that request (`sbatchplan`: a
-named device type is kept and checked, a bare count gets `gpumem`), checks the result against the
-cluster (the inventory, else what `scontrol show node` reports) with the job_submit hook's own
-decision (`request explain`'s, on the job_desc this release's sbatch sends: a refusal is its
-message), and execs sbatch with an argv (never a shell). `--dry-run` (or `--print`) prints the
-sbatch command instead. The job_submit hook then turns gpumem into a concrete device type in
-slurmctld. Inference is spread over all the job's devices (tp = devices) unless --tp/--pp are
-given: then tp x pp must divide the devices and the rest are replicas.
+The wrapper's own options come first; `--` ends them (needed before an sbatch option the wrapper
+also has, such as --batch). The request is read as sbatch reads it (`slurm.sbatchargs`), merged
+with the model's per-device memory (`sbatchplan`), checked with the job_submit hook's own decision,
+and sbatch is exec'd with an argv (never a shell). What it keeps, sizes and refuses:
+docs/user-guide.md.
 """
 
 from __future__ import annotations
