@@ -250,7 +250,8 @@ SBATCH_OPTIONS = (
 def _sbatch_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for name, short, text in reversed(SBATCH_OPTIONS):
         flags = (f"--{name}", short) if short else (f"--{name}",)
-        command = click.option(*flags, is_flag=name == "overcommit", help=text)(command)
+        flag = True if name == "overcommit" else None  # not False: click then reads "-1" as an option
+        command = click.option(*flags, is_flag=flag, help=text)(command)
     return command
 
 
