@@ -34,7 +34,6 @@ from slurm_hetero.taskprolog import SharingLimits, export_lines, protocol_lines
 from slurm_hetero.vendors import vendor_traits
 
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
-SYSLOG_SOCKET = "/dev/log"
 logger = logging.getLogger(__name__)
 
 
@@ -70,7 +69,7 @@ def _quiet_logging() -> None:
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(syslog_handler("slurm-hetero-task-prolog", SYSLOG_SOCKET) or logging.NullHandler())
+    root.addHandler(syslog_handler("slurm-hetero-task-prolog") or logging.NullHandler())
     root.setLevel(logging.WARNING)
     logging.raiseExceptions = False  # a handler that fails must not print a traceback
 
