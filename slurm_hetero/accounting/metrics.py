@@ -1,22 +1,7 @@
 """Prometheus metrics of the mixed cluster by device type and vendor (`slurm-hetero metrics`).
 
-Names sit beside Slurm's own OpenMetrics (25.11: `slurm_nodes_*`, `slurm_jobs_*`) and the common
-Slurm exporters (`slurm_gpus_total`, `slurm_gpus_alloc`), under the `slurm_hetero_` prefix, with
-`type` (gres Type=) and `vendor` labels:
-
-  slurm_hetero_gpus{type,vendor}                  devices Slurm has configured (a gauge: no _total,
-                                                  which promtool keeps for counters)
-  slurm_hetero_gpus_alloc{type,vendor}            devices allocated to jobs (GresUsed)
-  slurm_hetero_gpus_drained{type,vendor,by}       devices on drained or down nodes; by="slurm-hetero"
-                                                  when our health check drained the node, else "other"
-  slurm_hetero_node_drained_info{node,reason}     1 per node our health check drained, with its reason
-  slurm_hetero_jobs_pending{type,vendor}          pending jobs by the type they ask ("" : any type)
-  slurm_hetero_jobs_pending_gpumem_bytes{type,vendor}  the gpumem those jobs ask (per device x devices)
-  slurm_hetero_hook_decisions_total{action,reason}     the hook's rewrites (reason: policy) and
-                                                  refusals (reason: code), counted in slurmctld's log
-  slurm_hetero_up                                 1 when this scrape read Slurm, 0 when a command
-                                                  failed or timed out (then no other family)
-
+The families, under `slurm_hetero_` beside Slurm's own OpenMetrics and the common Slurm exporters,
+with `type` (gres Type=) and `vendor` labels, are listed in docs/admin-guide.md ("Metrics").
 Pure: text of `scontrol show node -d -o`, `squeue` and the log in, metric families out.
 """
 

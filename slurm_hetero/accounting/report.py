@@ -1,17 +1,8 @@
 """What the mixed cluster did in a time window, by device type: the figures of `slurm-hetero report`.
 
 Pure: sacct records (`slurm.sacct.JobRecord`), the hook's refusal lines and the capacity the
-inventory gives in, a JSON-ready document out. Definitions (docs/admin-guide.md, "Accounting by device
-type, the usage report and metrics"):
-
-- device-hours: per job and type, devices allocated (AllocTRES `gres/gpu:TYPE=N`) times the hours
-  the job ran inside the window; share = device-hours / (devices of the type x window hours).
-- queue wait: start - submit of the jobs that started inside the window (mean and max, seconds).
-- stranded GiB-hours: a job whose admin comment records a gpumem request (`gpumem:20G -> ...`)
-  holds whole devices: (device memory - gpumem asked) x devices x hours, per type.
-- rewrites by reason: the policy the hook names in the admin comment (`(best-fit)`) of jobs
-  submitted inside the window; refusals by the hook's reason code, from slurmctld's log.
-- off-type jobs: jobs on one type other than the one most of their user's jobs ran on.
+inventory gives in, a JSON-ready document out. What each figure counts: docs/admin-guide.md,
+"Accounting by device type, the usage report and metrics".
 """
 
 from __future__ import annotations
@@ -19,8 +10,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from slurm_hetero.core.errors import HeteroError, RequestError
@@ -88,11 +80,8 @@ def rewrite_reason(decision: str | None) -> str | None:
 class _Row:
     device_hours: float = 0.0
     jobs: int = 0
-    waits: list[float] | None = None
+    waits: list[float] = field(default_factory=list)
     stranded_gib_hours: float = 0.0
-
-    def add_wait(self, seconds: float) -> None:
-        self.waits = [*(self.waits or []), seconds]
 
 
 def _key(job: JobRecord, gpu_type: str, by: str, caps: Mapping[str, TypeCapacity]) -> tuple[str, ...]:
@@ -112,7 +101,7 @@ def _row_doc(
     hours: float,
 ) -> dict[str, Any]:
     devices = sum(caps[t].devices for t in types if t in caps)
-    waits = row.waits or []
+    waits = row.waits
     doc: dict[str, Any] = {by: key[0]} if len(key) == 1 else {by: key[0], "type": key[1]}
     doc.update(
         devices=devices,
@@ -173,7 +162,7 @@ def build(
             row.jobs += 1
             row.device_hours += count * ran
             if started_inside and job.start is not None:
-                row.add_wait((job.start - job.submit).total_seconds())
+                row.waits.append((job.start - job.submit).total_seconds())
             if asked is not None and gpu_type in caps:
                 spare = max(0, caps[gpu_type].memory_mib - asked)
                 row.stranded_gib_hours += spare / 1024 * count * ran
@@ -237,7 +226,7 @@ def render_text(doc: Mapping[str, Any], table: Any) -> str:
         ("STRANDED_GIB_H", "stranded_gib_hours", 2),
     ]
     columns = [(h, get, str, False) for h, get in key_cols] + [
-        (h, _field(k), _fmt(digits), True) for h, k, digits in num
+        (h, itemgetter(k), _fmt(digits), True) for h, k, digits in num
     ]
     parts = [
         f"{doc['since']} .. {doc['until']} ({doc['hours']:g} h): "
@@ -255,10 +244,6 @@ def render_text(doc: Mapping[str, Any], table: Any) -> str:
             f"{row['jobs']} job(s) on {row['ran_on']}"
         )
     return "\n".join(parts)
-
-
-def _field(key: str) -> Any:
-    return lambda row: row[key]
 
 
 def _fmt(digits: int) -> Any:

@@ -12,6 +12,8 @@ import importlib
 import logging
 import sys
 import traceback
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -42,6 +44,30 @@ COMMAND_MODULES = {
     "sbatch": "sbatch",
     "task-prolog": "taskprolog",
 }
+
+
+PATH = click.Path(path_type=Path)
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def inventory_option(text: str, **extra: Any) -> Decorator:
+    """`--inventory FILE` (the `inventory_path` parameter) of the commands that read one."""
+    return click.option("--inventory", "inventory_path", **{"type": PATH, "help": text, **extra})
+
+
+def models_dir_option(text: str) -> Decorator:
+    """`--models-dir DIR` (repeatable): a directory of site model files for the catalog."""
+    return click.option("--models-dir", "models_dirs", multiple=True, type=PATH, help=text)
+
+
+def from_file_option(text: str) -> Decorator:
+    """`--from-file FILE` (repeatable): captured tool output instead of running the tool."""
+    return click.option("--from-file", "from_files", multiple=True, type=PATH, help=text)
+
+
+def config_option(text: str) -> Decorator:
+    """`--config FILE`: the suite config on top of the usual layers (`slurm_hetero.inventory.config`)."""
+    return click.option("--config", "config_path", type=PATH, help=text)
 
 
 class _Group(click.Group):

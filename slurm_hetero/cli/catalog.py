@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, models_dir_option
 from slurm_hetero.core.devicespec import Catalog, DeviceSpec
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.compare import compare, spec_row
@@ -131,13 +131,7 @@ def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceS
     help="Add TFLOPS per dollar-hour and per watt, and what each device is best for.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-@click.option(
-    "--models-dir",
-    "models_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Extra directory of site model files (*.yaml), read after the site dirs (repeatable).",
-)
+@models_dir_option("Extra directory of site model files (*.yaml), read after the site dirs (repeatable).")
 def catalog(
     names: tuple[str, ...],
     vendors: tuple[str, ...],

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, from_file_option, models_dir_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import HeteroError, InventoryError
@@ -61,25 +61,13 @@ def _list_vendors() -> None:
 @click.option(
     "--vendor", "vendors", multiple=True, help="Only this vendor (repeatable); fails if it cannot run."
 )
-@click.option(
-    "--from-file",
-    "from_files",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Parse captured tool output instead of running the tool (repeatable).",
-)
+@from_file_option("Parse captured tool output instead of running the tool (repeatable).")
 @click.option(
     "--node",
     "node_name",
     help="NodeName to record (default: $SLURMD_NODENAME under srun, else the short host name).",
 )
-@click.option(
-    "--models-dir",
-    "models_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Extra catalog directory with site models (*.yaml).",
-)
+@models_dir_option("Extra catalog directory with site models (*.yaml).")
 @click.option("--cpus", type=Count(min=1), help="NodeName CPUs= (with --from-file; live: read here).")
 @click.option("--sockets", type=Count(min=1), help="NodeName Sockets=.")
 @click.option("--cores-per-socket", type=Count(min=1), help="NodeName CoresPerSocket=.")

@@ -1,7 +1,7 @@
 """`slurm-hetero fit`: memory a model needs per device, for training or inference, and which
 device types of an inventory hold it.
 
-The numbers come from `slurm_hetero.engine.fit` (formulas and sources in
+The numbers come from `slurm_hetero.engine.fit` (formulas and sources in its docstring and in
 docs/fit.md). This module reads the model (`load_model`: a bundled name or a `config.json`),
 checks the command line, and prints.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, inventory_option
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, Decorator, cost_options
 from slurm_hetero.core.errors import ConfigError, RequestError
@@ -190,9 +190,7 @@ def render_text(data: dict[str, Any]) -> str:
 def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any]:
     """fit's own options; those it shares with plan and launch come from `cli.options`. `layout`
     False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
-    tp_option = click.option(
-        "--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree."
-    )
+    dp = click.option("--dp", type=DEGREE, default=1, show_default=True, help="Data-parallel degree.")
     choices: list[Decorator] = [
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
         click.option(
@@ -212,15 +210,13 @@ def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any
         ),
         BEYOND_CONTEXT_OPTION,
         cost_options(solver=False),
-        tp_option,
+        *([dp] if layout else []),
+        click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=DEGREE, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option(
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
         ),
     ]
-    if layout:
-        dp = click.option("--dp", type=DEGREE, default=1, show_default=True, help="Data-parallel degree.")
-        choices.insert(choices.index(tp_option), dp)
     for decorate in reversed(choices):
         f = decorate(f)
     return f
@@ -229,12 +225,7 @@ def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any
 @cli.command("fit")
 @click.option("--model", "model_ref", metavar="NAME|PATH", help="Bundled model name or a config.json path.")
 @fit_options
-@click.option(
-    "--inventory",
-    "inventory_path",
-    type=click.Path(path_type=Path),
-    help="Inventory (YAML or JSON): list its device types that hold the job.",
-)
+@inventory_option("Inventory (YAML or JSON): list its device types that hold the job.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (bytes).")
 @click.option("--list-models", is_flag=True, help="List the bundled model names.")
 def fit(

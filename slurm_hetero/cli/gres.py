@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.core import proc
-from slurm_hetero.core.errors import OutputError, RequestError, ToolError
+from slurm_hetero.core.errors import OutputError, RequestError
 from slurm_hetero.core.journal import audit
 from slurm_hetero.core.units import parse_size
 from slurm_hetero.core.writefile import ensure_output_dir
@@ -41,11 +41,8 @@ def local_slurm_release() -> str:
     DEFAULT_SLURM_RELEASE (22.05, Debian 12's)."""
     try:
         words = proc.run(["scontrol", "--version"], timeout=10).split()
-    except ToolError:
-        return DEFAULT_SLURM_RELEASE
-    try:
         major, minor = release_key(words[-1]) if words else (0, 0)
-    except Exception:  # an unexpected answer: fall back like a missing scontrol
+    except Exception:  # no scontrol (ToolError), or an answer it cannot read
         return DEFAULT_SLURM_RELEASE
     return f"{major:02d}.{minor:02d}"
 
@@ -56,13 +53,7 @@ def gres() -> None:
 
 
 @gres.command()
-@click.option(
-    "--inventory",
-    "inventory_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Cluster inventory (YAML, or JSON by extension).",
-)
+@inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
 @click.option(
     "--out", required=True, type=click.Path(path_type=Path), help="Directory for gres.conf, slurm-nodes.conf."
 )
@@ -86,9 +77,7 @@ def gres() -> None:
     "what it detects (needs a slurmd built with NVML / ROCm SMI).",
 )
 @click.option("--template-dir", type=click.Path(path_type=Path), help="Override templates (same file names).")
-@click.option(
-    "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
-)
+@models_dir_option("Site catalog dir.")
 @click.option("--local-slurmd", "local_host", help="Dev cluster: every node is a slurmd on this host name.")
 @click.option(
     "--port-base",
@@ -107,12 +96,7 @@ def gres() -> None:
     metavar="TYPE=SIZE",
     help="Render shard GRES for TYPE, one shard per SIZE of device memory (e.g. l40s=4G); repeatable.",
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="Suite config file (its sharing.shard_size applies; --share wins).",
-)
+@config_option("Suite config file (its sharing.shard_size applies; --share wins).")
 @click.option(
     "--slurm-release",
     metavar="YY.MM",
@@ -146,7 +130,7 @@ def render(
         release_key(slurm_release)  # a bad value stops here, before any work
     release = slurm_release or local_slurm_release()
     local = _local_slurmd(local_host, port_base, file_root) if local_host is not None else None
-    shard_sizes = {**load_settings(config_path).shares, **parse_shares(shares)}
+    shard_sizes = {**load_settings(config_path).scoring.shares, **parse_shares(shares)}
     options = RenderOptions(
         policy=policy,
         include_unhealthy=include_unhealthy,

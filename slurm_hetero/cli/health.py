@@ -13,31 +13,28 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, from_file_option, inventory_option
 from slurm_hetero.core.errors import HeteroError, InventoryError
 from slurm_hetero.core.journal import audit
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.discover import devices_from_files, probe_each, this_node
 from slurm_hetero.inventory.nodes import host_records
-from slurm_hetero.node.health import HealthReport, check
+from slurm_hetero.node.health import HealthReport, check, drain_reason
 from slurm_hetero.slurm.scontrol import show_node
 from slurm_hetero.vendors import get_vendor
 
 
-def _journal(report: HealthReport, dry_run: bool) -> None:
+def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
     journal = audit("slurm-hetero-health")  # the faults were told as they were found (health.check)
     for action in report.actions:
         journal.info("node %s: %s %s", report.node, "would run" if dry_run else "ran", " ".join(action))
-
-
-def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
-    _journal(report, dry_run)
+    reason = drain_reason(report.faults)
     if as_json:
         doc = {
             "node": report.node,
-            "healthy": report.healthy,
+            "healthy": not report.faults,
             "faults": [str(f) for f in report.faults],
-            "reason": report.reason if report.faults else None,
+            "reason": reason if report.faults else None,
             "actions": [list(a) for a in report.actions],
             "dry_run": dry_run,
             "notes": list(report.notes),
@@ -49,29 +46,20 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
         for action in report.actions:
             click.echo(("would run: " if dry_run else "ran: ") + " ".join(action), err=True)
         if report.faults:
-            click.echo(report.reason, err=True)
+            click.echo(reason, err=True)
     if report.faults:
         raise SystemExit(1)
 
 
 @cli.command("health")
-@click.option(
-    "--inventory",
-    "inventory_path",
-    type=click.Path(path_type=Path),
+@inventory_option(
+    "Cluster inventory (the one gres.conf was rendered from).",
     default=inventory.DEFAULT_INVENTORY,
     show_default=True,
-    help="Cluster inventory (the one gres.conf was rendered from).",
 )
 @click.option("--node", "node_name", help="NodeName (default: $SLURMD_NODENAME, else the short host name).")
 @click.option("--vendor", "vendors", multiple=True, help="Only this vendor (repeatable), as discover.")
-@click.option(
-    "--from-file",
-    "from_files",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Check captured tool output instead of running the tool (repeatable).",
-)
+@from_file_option("Check captured tool output instead of running the tool (repeatable).")
 @click.option(
     "--model", help="With --vendor and --from-file: the model where the captures name none, as discover."
 )

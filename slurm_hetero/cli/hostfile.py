@@ -1,8 +1,7 @@
 """Host files given to -w/--nodelist and -x/--exclude: a value with a "/" names a file that sbatch,
 salloc and srun read themselves (proc_args.c `verify_node_list` -> `slurm_read_hostfile`, the same
 in 22.05 and 24.11) and send its hosts, so the job_submit hook sees host names; the CLI adapters
-read it likewise before a decision (adversarial r6 P09/M03: `-x /tmp/FILE` was refused as a host
-name the hook cannot read, where the hook took the job)."""
+read it likewise before a decision."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command).
 
-Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`;
-see docs/admin-guide.md section "Node install" and slurm_hetero/node/install.py for the layout.
+Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`; see
+docs/admin-guide.md, "Install on every node, with the inventory", and slurm_hetero/node/install.py.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import PATH, cli
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.node.install import Layout, default_source, install, slurm_conf_value, uninstall
-
-PATH = click.Path(path_type=Path)
 
 
 def _slurm_confs(layout: Layout, given: tuple[Path, ...]) -> list[Path]:

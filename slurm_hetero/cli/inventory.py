@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, models_dir_option
 from slurm_hetero.core.writefile import write_atomic
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
@@ -40,9 +40,7 @@ def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: 
 
 @inventory_group.command()
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option(
-    "--models-dir", "models_dirs", multiple=True, type=click.Path(path_type=Path), help="Site catalog dir."
-)
+@models_dir_option("Site catalog dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def check(file: Path, models_dirs: tuple[Path, ...], as_json: bool) -> None:
     """Validate an inventory as every command reads it (schema, Slurm syntax, one record per

@@ -18,9 +18,9 @@ from prometheus_client.core import Metric
 
 from slurm_hetero.accounting import metrics
 from slurm_hetero.accounting.report import capacity
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, inventory_option
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.report import inventory_differs, inventory_option
+from slurm_hetero.cli.report import inventory_differs
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import HeteroError, OutputError
 from slurm_hetero.core.model import SlurmNode
@@ -81,7 +81,9 @@ def registry(inventory_path: Path, log: str | None, serving: bool = False) -> Co
 
 
 @cli.command("metrics")
-@inventory_option("vendor of each type")
+@inventory_option(
+    "The cluster inventory (vendor of each type).", default=inventory.DEFAULT_INVENTORY, show_default=True
+)
 @click.option("--log", "log_path", help="slurmctld's log: also count the hook's rewrites and refusals.")
 @click.option("--textfile", type=click.Path(path_type=Path), help="Write FILE (*.prom) for node_exporter.")
 @click.option("--serve", "port", type=Count(1, 65535), help="Serve /metrics on PORT (not with --textfile).")

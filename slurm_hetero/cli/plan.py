@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, inventory_option
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import (
     DEGREE,
@@ -103,17 +103,6 @@ def parse_devices(text: str) -> list[tuple[str, int]]:
             f"--devices {syntax.text(text)}", f"at most {MAX_DEVICES:,} devices can be planned"
         )
     return out
-
-
-def _ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    spans: list[list[int]] = []
-    for r in sorted(ranks):
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def _stage_ranks(layout: Layout) -> dict[tuple[int, int], list[int]]:
@@ -238,7 +227,7 @@ COLUMNS: list[Column] = [
     ("PIPE", lambda r: r["pipeline"], str, True),
     ("STAGE", lambda r: r["index"], str, True),
     ("TYPE", lambda r: r["type"], str, False),
-    ("RANKS", lambda r: _ranges(r["ranks"]), str, False),
+    ("RANKS", lambda r: syntax.ranges(r["ranks"]), str, False),
     ("TP", lambda r: r["tp"], str, True),
     ("DP", lambda r: r["dp"], str, True),
     ("LAYERS", lambda r: f"{r['layer_start']}-{r['layer_end'] - 1}", str, False),
@@ -428,11 +417,9 @@ def cross_type_gbs(
 
 @cli.command("plan")
 @click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
-@click.option(
-    "--inventory",
-    "inventory_path",
+@inventory_option(
+    "Cluster inventory: TYPE may then be any Type= name it uses (facts from the device model).",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Cluster inventory: TYPE may then be any Type= name it uses (facts from the device model).",
 )
 @model_options
 @click.option(

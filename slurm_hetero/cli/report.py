@@ -6,15 +6,13 @@ import json
 import os
 import pwd
 import re
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import click
 
 from slurm_hetero.accounting import report
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, inventory_option, reportplot
 from slurm_hetero.cli.catalog import render_table
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import ConfigError, HeteroError, InventoryError
@@ -112,20 +110,12 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
         return None, f"refusals not counted: {e}"
 
 
-def inventory_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """`--inventory FILE` of the commands that read the site's inventory (report, metrics)."""
-    return click.option(
-        "--inventory",
-        "inventory_path",
-        type=click.Path(path_type=Path),
-        default=inventory.DEFAULT_INVENTORY,
-        show_default=True,
-        help=f"The cluster inventory ({what}).",
-    )
-
-
 @cli.command("report")
-@inventory_option("device types, vendors, memory")
+@inventory_option(
+    "The cluster inventory (device types, vendors, memory).",
+    default=inventory.DEFAULT_INVENTORY,
+    show_default=True,
+)
 @click.option("--since", default="now-7d", show_default=True, help="Start: 2026-11-01[T08:00] or now-7d.")
 @click.option("--until", default="now", show_default=True, help="End (exclusive), same forms.")
 @click.option("--by", type=click.Choice(report.GROUPINGS), default="type", show_default=True)
@@ -150,18 +140,14 @@ def report_command(
     now = datetime.now().replace(microsecond=0)
     start, end = window(since, until, now)
     if plot is not None:
-        from slurm_hetero.cli.reportplot import check_path
-
-        check_path(plot)  # before sacct runs
+        reportplot.check_path(plot)  # before sacct runs
     doc, notes = gather(inventory_path, start, end, now, by, log_path)
     if end == now and until != "now":
         notes.insert(0, f"--until {until} is past now: the report ends now ({doc['until']})")
     for note in notes:
         click.echo(f"slurm-hetero: {note}", err=True)
     if plot is not None:
-        from slurm_hetero.cli.reportplot import draw
-
-        draw(doc, plot)
+        reportplot.draw(doc, plot)
     click.echo(json.dumps(doc, indent=1) if as_json else report.render_text(doc, render_table))
 
 

@@ -2,19 +2,12 @@
 the fit engine when a model is given.
 
     slurm-hetero sbatch [WRAPPER OPTIONS] [--] [SBATCH OPTIONS] [: SBATCH OPTIONS...] script.sh [ARGS]
-    slurm-hetero sbatch --model llama-3-8b --mode train --seq 4096 --gpus=4 train.sh
 
-The wrapper's own options (fit's: --model, --mode, --dtype, --zero, ...; --inventory, --dry-run)
-come first; `--` ends them (needed before an sbatch option the wrapper also has, such as --batch).
-It reads the script's `#SBATCH` header, `SBATCH_*` variables and the command line as sbatch does
-(`slurm.sbatchargs`), merges the model's per-device memory into that request (`sbatchplan`: a
-named device type is kept and checked, a bare count gets `gpumem`), checks the result against the
-cluster (the inventory, else what `scontrol show node` reports) with the job_submit hook's own
-decision (`request explain`'s, on the job_desc this release's sbatch sends: a refusal is its
-message), and execs sbatch with an argv (never a shell). `--dry-run` (or `--print`) prints the
-sbatch command instead. The job_submit hook then turns gpumem into a concrete device type in
-slurmctld. Inference is spread over all the job's devices (tp = devices) unless --tp/--pp are
-given: then tp x pp must divide the devices and the rest are replicas.
+The wrapper's own options come first; `--` ends them (needed before an sbatch option the wrapper
+also has, such as --batch). The request is read as sbatch reads it (`slurm.sbatchargs`), merged
+with the model's per-device memory (`sbatchplan`), checked with the job_submit hook's own decision,
+and sbatch is exec'd with an argv (never a shell). What it keeps, sizes and refuses:
+docs/user-guide.md.
 """
 
 from __future__ import annotations
@@ -28,17 +21,18 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, inventory_option
 from slurm_hetero.cli.fit import breakdown, fit_options
 from slurm_hetero.cli.gres import local_slurm_release
 from slurm_hetero.cli.hostfile import read_hosts
+from slurm_hetero.cli.submit import compiled, settings_hook
 from slurm_hetero.core.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
-from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
-from slurm_hetero.inventory.config import exempt_uids, load_settings
+from slurm_hetero.inventory.config import load_settings
 from slurm_hetero.inventory.document import DEFAULT_INVENTORY
 from slurm_hetero.inventory.modelconfigs import load_model, sequence_length
 from slurm_hetero.inventory.nodes import slurm_nodes
@@ -46,7 +40,7 @@ from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.render.templates import release_key
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
-from slurm_hetero.submit.hook import Hook, cluster_hook
+from slurm_hetero.submit.hook import Hook
 from slurm_hetero.submit.sbatchplan import (
     Decision,
     SbatchPlanError,
@@ -90,11 +84,8 @@ def hook_model(nodes: list[SlurmNode], release: str) -> tuple[ClusterModel, Hook
     """The cluster's model and the job_submit hook slurmctld runs for it (through lupa), as
     `request explain` builds them."""
     settings = load_settings(None)
-    try:
-        model = compile_model(nodes, settings.scoring)
-    except ValueError as e:
-        raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
-    return model, cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, release)
+    model = compiled(nodes, settings)
+    return model, settings_hook(model, settings, release)
 
 
 def _estimates(
@@ -200,12 +191,9 @@ def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
 )
 @click.option("--model", help="Bundled model name or a Hugging Face config.json: size the request.")
 @lambda f: fit_options(f, layout=False)
-@click.option(
-    "--inventory",
-    "inventory_path",
-    type=click.Path(path_type=Path),
+@inventory_option(
+    f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
     envvar="SLURM_HETERO_INVENTORY",
-    help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
 )
 @click.option(
     "--slurm-release",

@@ -4,11 +4,13 @@ explain` (what the hook does with a request: job_submit.lua itself, run through 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
@@ -21,7 +23,7 @@ from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import MAX_UID, Settings, check_for_cluster, exempt_uids, load_settings
 from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render import removal
-from slurm_hetero.submit.hook import Outcome, cluster_hook, lua_compile_error, script_template
+from slurm_hetero.submit.hook import WRITTEN, Hook, Outcome, cluster_hook, lua_compile_error, script_template
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
     CHAIN_TEMPLATE,
@@ -42,7 +44,7 @@ def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNod
     return slurm_nodes(inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs))
 
 
-def _compiled(nodes: list[SlurmNode], settings: Settings) -> ClusterModel:
+def compiled(nodes: list[SlurmNode], settings: Settings) -> ClusterModel:
     try:
         return compile_model(nodes, settings.scoring)
     except ValueError as e:
@@ -50,29 +52,17 @@ def _compiled(nodes: list[SlurmNode], settings: Settings) -> ClusterModel:
 
 
 def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settings) -> ClusterModel:
-    return _compiled(_nodes(inventory_path, models_dirs), settings)
+    return compiled(_nodes(inventory_path, models_dirs), settings)
 
 
-_inventory_opt = click.option(
-    "--inventory",
-    "inventory_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Cluster inventory (YAML, or JSON by extension).",
-)
-_config_opt = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="Settings file on top of the usual layers (see slurm_hetero.inventory.config).",
-)
-_models_opt = click.option(
-    "--models-dir",
-    "models_dirs",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="Site catalog directory.",
-)
+def settings_hook(model: ClusterModel, settings: Settings, release: str) -> Hook:
+    """The job_submit hook slurmctld runs for `model` under these settings (through lupa)."""
+    return cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, release)
+
+
+_inventory_opt = inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
+_config_opt = config_option("Settings file on top of the usual layers (see slurm_hetero.inventory.config).")
+_models_opt = models_dir_option("Site catalog directory.")
 
 
 @cli.group("job-submit")
@@ -139,7 +129,7 @@ def render(
             raise ConfigError(f"{option} {path!r}: give an absolute path of printable characters")
     settings = load_settings(config_path)
     nodes = _nodes(inventory_path, models_dirs)
-    model = _compiled(nodes, settings)
+    model = compiled(nodes, settings)
     check_for_cluster(settings, nodes, model.partitions)
     uids = exempt_uids(settings.exempt_users)
     declared = removal.declaration(nodes)
@@ -226,44 +216,48 @@ def _print(outcome: Outcome, as_json: bool) -> None:
         click.echo(json.dumps(outcome.as_dict(), sort_keys=True))
         return
     click.echo(f"{'accept' if outcome.ok else 'reject'} ({outcome.action}): {outcome.message or '-'}")
-    shown = (
-        "tres_per_node",
-        "tres_per_job",
-        "tres_per_task",
-        "tres_per_socket",
-        "features",
-        "min_nodes",
-        "max_nodes",
-    )
+    shown = [name for name in WRITTEN if name != "admin_comment"]  # the hook's note is not the job's
     for name in shown if outcome.ok else ():
         if getattr(outcome.job, name):
             click.echo(f"  {name} = {getattr(outcome.job, name)}")
 
 
+# request explain's sbatch options, in --help order: (long name, short flag, help)
+SBATCH_OPTIONS = (
+    ("gres", None, "As sbatch --gres, e.g. gpumem:20G or gpu:a100_80g:1,gpumem:70G."),
+    ("gpus", None, "As sbatch --gpus (a count for the job, optionally TYPE:N)."),
+    ("gpus-per-node", None, "As sbatch --gpus-per-node."),
+    ("gpus-per-task", None, "As sbatch --gpus-per-task."),
+    ("gpus-per-socket", None, "As sbatch --gpus-per-socket (with gpumem/gpucore: refused)."),
+    ("sockets-per-node", None, "As sbatch --sockets-per-node (sbatch wants it with --gpus-per-socket)."),
+    ("partition", "-p", "As sbatch --partition (its policy and types apply)."),
+    ("constraint", "-C", "As sbatch --constraint."),
+    ("nodes", "-N", "As sbatch --nodes: N or MIN-MAX (read, and refused, as sbatch does)."),
+    ("ntasks", "-n", "As sbatch --ntasks."),
+    ("ntasks-per-node", None, "As sbatch --ntasks-per-node."),
+    ("cpus-per-task", "-c", "As sbatch --cpus-per-task."),
+    ("cpus-per-gpu", None, "As sbatch --cpus-per-gpu."),
+    ("mincpus", None, "As sbatch --mincpus (CPUs per node)."),
+    ("overcommit", "-O", "As sbatch --overcommit (CPUs for one task a node)."),
+    ("mem-per-gpu", None, "As sbatch --mem-per-gpu (MiB, or with M/G/T)."),
+    ("mem", None, "As sbatch --mem (per node)."),
+    ("mem-per-cpu", None, "As sbatch --mem-per-cpu."),
+    ("nodelist", "-w", "As sbatch --nodelist (gpumem/gpucore with it is refused)."),
+    ("exclude", "-x", "As sbatch --exclude (gpumem/gpucore decided without those hosts)."),
+)
+
+
+def _sbatch_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for name, short, text in reversed(SBATCH_OPTIONS):
+        flags = (f"--{name}", short) if short else (f"--{name}",)
+        flag = True if name == "overcommit" else None  # not False: click then reads "-1" as an option
+        command = click.option(*flags, is_flag=flag, help=text)(command)
+    return command
+
+
 @request.command("explain")
 @_inventory_opt
-@click.option("--gres", help="As sbatch --gres, e.g. gpumem:20G or gpu:a100_80g:1,gpumem:70G.")
-@click.option("--gpus", help="As sbatch --gpus (a count for the job, optionally TYPE:N).")
-@click.option("--gpus-per-node", help="As sbatch --gpus-per-node.")
-@click.option("--gpus-per-task", help="As sbatch --gpus-per-task.")
-@click.option("--gpus-per-socket", help="As sbatch --gpus-per-socket (with gpumem/gpucore: refused).")
-@click.option(
-    "--sockets-per-node", help="As sbatch --sockets-per-node (sbatch wants it with --gpus-per-socket)."
-)
-@click.option("--partition", "-p", help="As sbatch --partition (its policy and types apply).")
-@click.option("--constraint", "-C", help="As sbatch --constraint.")
-@click.option("--nodes", "-N", help="As sbatch --nodes: N or MIN-MAX (read, and refused, as sbatch does).")
-@click.option("--ntasks", "-n", help="As sbatch --ntasks.")
-@click.option("--ntasks-per-node", help="As sbatch --ntasks-per-node.")
-@click.option("--cpus-per-task", "-c", help="As sbatch --cpus-per-task.")
-@click.option("--cpus-per-gpu", help="As sbatch --cpus-per-gpu.")
-@click.option("--mincpus", help="As sbatch --mincpus (CPUs per node).")
-@click.option("--overcommit", "-O", is_flag=True, help="As sbatch --overcommit (CPUs for one task a node).")
-@click.option("--mem-per-gpu", help="As sbatch --mem-per-gpu (MiB, or with M/G/T).")
-@click.option("--mem", help="As sbatch --mem (per node).")
-@click.option("--mem-per-cpu", help="As sbatch --mem-per-cpu.")
-@click.option("--nodelist", "-w", help="As sbatch --nodelist (gpumem/gpucore with it is refused).")
-@click.option("--exclude", "-x", help="As sbatch --exclude (gpumem/gpucore decided without those hosts).")
+@_sbatch_options
 @click.option("--uid", type=Count(0, MAX_UID), help="Submitting user id (exempt users are left alone).")
 @click.option(
     "--slurm-release",
@@ -277,62 +271,25 @@ def _print(outcome: Outcome, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok", "tres_per_node", "message", ...}.')
 def explain_cmd(
     inventory_path: Path,
-    gres: str | None,
-    gpus: str | None,
-    gpus_per_node: str | None,
-    gpus_per_task: str | None,
-    gpus_per_socket: str | None,
-    sockets_per_node: str | None,
-    partition: str | None,
-    constraint: str | None,
-    nodes: str | None,
-    ntasks: str | None,
-    ntasks_per_node: str | None,
-    cpus_per_task: str | None,
-    cpus_per_gpu: str | None,
-    mincpus: str | None,
-    overcommit: bool,
-    mem_per_gpu: str | None,
-    mem: str | None,
-    mem_per_cpu: str | None,
-    nodelist: str | None,
-    exclude: str | None,
     uid: int | None,
     slurm_release: str,
     config_path: Path | None,
     models_dirs: tuple[Path, ...],
     as_json: bool,
+    **given: Any,
 ) -> None:
     """What the job_submit hook does with a request (job_submit.lua itself, through lupa); exit 1
     when it refuses it, as when sbatch itself would."""
     settings = load_settings(config_path)
     model = _model(inventory_path, models_dirs, settings)
-    given = {
-        "gres": gres,
-        "gpus": gpus,
-        "gpus_per_node": gpus_per_node,
-        "gpus_per_task": gpus_per_task,
-        "gpus_per_socket": gpus_per_socket,
-        "sockets_per_node": sockets_per_node,
-        "partition": partition,
-        "constraint": constraint,
-        "nodes": nodes,
-        "ntasks": ntasks,
-        "ntasks_per_node": ntasks_per_node,
-        "cpus_per_task": cpus_per_task,
-        "cpus_per_gpu": cpus_per_gpu,
-        "mincpus": mincpus,
-        "overcommit": "yes" if overcommit else None,
-        "mem_per_gpu": mem_per_gpu,
-        "mem": mem,
-        "mem_per_cpu": mem_per_cpu,
-        "nodelist": read_hosts("-w/--nodelist", nodelist),  # a host file: its hosts, as sbatch sends them
-        "exclude": read_hosts("-x/--exclude", exclude),
-    }
-    texts = {k: v for k, v in given.items() if v is not None}
+    given["overcommit"] = "yes" if given["overcommit"] else None
+    # a host file: its hosts, as sbatch sends them
+    given["nodelist"] = read_hosts("-w/--nodelist", given["nodelist"])
+    given["exclude"] = read_hosts("-x/--exclude", given["exclude"])
+    keys = [name.replace("-", "_") for name, _, _ in SBATCH_OPTIONS]
+    texts = {k: given[k] for k in keys if given[k] is not None}
     job = job_from_texts(texts, uid, slurm_release, gres_names(model))
-    hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, slurm_release)
-    outcome = hook.submit(job)
+    outcome = settings_hook(model, settings, slurm_release).submit(job)
     _print(outcome, as_json)
     if not outcome.ok:
         raise SystemExit(1)  # a refused request (docs/admin-guide.md, exit codes)

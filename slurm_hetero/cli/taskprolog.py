@@ -34,7 +34,6 @@ from slurm_hetero.slurm.jobenv import read_task_env
 from slurm_hetero.vendors import vendor_traits
 
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
-SYSLOG_SOCKET = "/dev/log"
 logger = logging.getLogger(__name__)
 
 
@@ -60,7 +59,7 @@ def exports(
         raise HeteroError("SLURMD_NODENAME is not set (slurmd sets it for a TaskProlog)")
     node = _find_node(inventory_path, task.node_name, include_unhealthy)
     library = hami_core_library if os.path.isfile(hami_core_library) else None
-    sharing = SharingLimits(load_settings(config_path, user_layers=False).shares, library)
+    sharing = SharingLimits(load_settings(config_path, user_layers=False).scoring.shares, library)
     return export_lines(task, node, sharing)
 
 
@@ -70,7 +69,7 @@ def _quiet_logging() -> None:
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(syslog_handler("slurm-hetero-task-prolog", SYSLOG_SOCKET) or logging.NullHandler())
+    root.addHandler(syslog_handler("slurm-hetero-task-prolog") or logging.NullHandler())
     root.setLevel(logging.WARNING)
     logging.raiseExceptions = False  # a handler that fails must not print a traceback
 

@@ -18,8 +18,6 @@ class ConfigError(HeteroError):
     def __init__(self, message: str, path: str | None = None, key_path: str | None = None) -> None:
         where = ":".join(p for p in (path, key_path) if p)
         super().__init__(f"{where}: {message}" if where else message)
-        self.path = path
-        self.key_path = key_path
 
 
 class InventoryError(HeteroError):
@@ -43,13 +41,6 @@ class ParseError(HeteroError):
         if fragment is not None:
             text += f" [{fragment.strip()[:60]!r}]"
         super().__init__(text)
-        self.vendor, self.tool, self.source, self.line_no, self.fragment = (
-            vendor,
-            tool,
-            source,
-            line_no,
-            fragment,
-        )
 
 
 class ToolError(HeteroError):
@@ -65,7 +56,7 @@ class ToolError(HeteroError):
         status = status or ("not found" if rc is None else f"exit code {rc}")
         tail = f": {stderr_tail.strip().splitlines()[-1]}" if stderr_tail.strip() else ""
         super().__init__(f"`{cmd}` failed ({status}){tail}")
-        self.argv, self.rc, self.stderr_tail = list(argv), rc, stderr_tail
+        self.rc, self.stderr_tail = rc, stderr_tail
 
 
 class RequestError(HeteroError):

@@ -11,11 +11,11 @@ import logging.handlers
 SOCKET = "/dev/log"
 
 
-def syslog_handler(ident: str, socket: str | None = None) -> logging.Handler | None:
+def syslog_handler(ident: str) -> logging.Handler | None:
     """A handler for syslog's socket, lines tagged `ident:`, that never fails the command; None
     where the socket cannot be opened (Python 3.9 knows at once)."""
     try:
-        handler = logging.handlers.SysLogHandler(address=socket or SOCKET)
+        handler = logging.handlers.SysLogHandler(address=SOCKET)
     except OSError:
         return None
     handler.setFormatter(logging.Formatter(f"{ident}: %(message)s"))
@@ -25,11 +25,11 @@ def syslog_handler(ident: str, socket: str | None = None) -> logging.Handler | N
     return handler
 
 
-def audit(ident: str, socket: str | None = None) -> logging.Logger:
+def audit(ident: str) -> logging.Logger:
     """The logger of `ident` (e.g. `slurm-hetero-health`): INFO and up to syslog, nothing else."""
     logger = logging.getLogger(f"slurm_hetero.core.journal.{ident}")
     if not logger.handlers:
-        logger.addHandler(syslog_handler(ident, socket) or logging.NullHandler())
+        logger.addHandler(syslog_handler(ident) or logging.NullHandler())
         logger.setLevel(logging.INFO)
         logger.propagate = False
     return logger

@@ -26,8 +26,7 @@ Slurm never reads a temporary: they are hidden names it does not open.
 Single files (`write_atomic` of one path) use a unique temporary + fsync + (backup) + rename,
 without lock or journal. A single file that is a symbolic link is written through it: the link
 stays and its target is replaced (temporary and backup beside the target), as an editor saves
-a linked file. Replacing the link left its target stale while `calibrate` merged the target's
-content into a new file in the link's place (C10).
+a linked file.
 """
 
 from __future__ import annotations
@@ -379,8 +378,8 @@ def _make_readable(paths: Iterable[Path]) -> None:
 
 def _mode(path: Path) -> int:
     """The mode of a file written for its readers: the old file's, readable by everyone (slurmd,
-    slurmctld's SlurmUser, sbatch and the TaskProlog as the job's user read what this writes;
-    a kept 0600 hid it from them, issue 26), else 0644."""
+    slurmctld's SlurmUser, sbatch and the TaskProlog as the job's user read what this writes),
+    else 0644."""
     try:
         return path.stat().st_mode & 0o777 | READABLE
     except FileNotFoundError:
@@ -409,33 +408,26 @@ def _backup_stamp(directory: Path, names: Sequence[str]) -> str:
     raise OutputError(f"{directory}: 10,000 backups in one second; nothing changed")
 
 
-def _backup_order(stamp: str, n: str | None) -> tuple[str, int]:
-    return stamp, int(n or 1)
-
-
-def prune_backups(directory: Path, names: Iterable[str], keep: int) -> list[Path]:
+def prune_backups(directory: Path, names: Iterable[str], keep: int) -> None:
     """Remove all but the newest `keep` backups (`NAME.<stamp>[-N].bak`, by stamp) of each of
-    `names` in `directory`; returns what it removed. A backup that cannot be removed stays (the
-    write already succeeded; the next one tries again), with a warning."""
+    `names` in `directory`. A backup that cannot be removed stays (the write already succeeded;
+    the next one tries again), with a warning."""
     try:
         present = os.listdir(directory)
     except OSError as e:
         logger.warning("%s: backups not pruned (%s)", directory, e.strerror or e)
-        return []
-    removed: list[Path] = []
+        return
     for name in names:
         pattern = re.compile(re.escape(name) + r"\.(\d{8}T\d{6})(?:-(\d{1,4}))?\.bak")
         found = [(m, entry) for entry in present if (m := pattern.fullmatch(entry))]
-        found.sort(key=lambda pair: _backup_order(*pair[0].groups()))
+        found.sort(key=lambda pair: (pair[0][1], int(pair[0][2] or 1)))  # by stamp, then -N
         for _, entry in found[: max(len(found) - keep, 0)]:
             try:
                 os.unlink(directory / entry)
-                removed.append(directory / entry)
             except FileNotFoundError:
                 pass
             except OSError as e:
                 logger.warning("%s: old backup kept (%s)", directory / entry, e.strerror or e)
-    return removed
 
 
 def _link_backup(path: Path, target: Path) -> None:

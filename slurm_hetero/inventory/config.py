@@ -75,34 +75,12 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolved settings. Engine code receives its fields (or `scoring`), never raw mappings."""
+    """Resolved settings. Engine code receives `scoring`, never raw mappings."""
 
-    policy: str = "best-fit"
-    dtype: str = "bf16"
-    mode: str = "exact"
-    allow_types: tuple[str, ...] = ()
-    deny_types: tuple[str, ...] = ()
-    partitions: Mapping[str, PartitionOptions] = field(default_factory=dict)
+    scoring: ScoringOptions = field(default_factory=ScoringOptions)
     fail_policy: str = "open"
     exempt_users: tuple[str | int, ...] = ("root",)
-    shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     sources: tuple[str, ...] = ()  # files read, in order
-    vendor_scope: tuple[str, ...] = ()  # job_submit.default_vendors (): every vendor
-    default_partition: str = DEFAULT_PARTITION  # job_submit.default_partition
-
-    @property
-    def scoring(self) -> ScoringOptions:
-        return ScoringOptions(
-            self.policy,
-            self.mode,
-            self.dtype,
-            self.allow_types,
-            self.deny_types,
-            self.partitions,
-            self.shares,
-            self.vendor_scope,
-            self.default_partition,
-        )
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -277,7 +255,7 @@ def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> Settings:
     """Settings from one merged, validated mapping."""
-    scoring, hook, sharing = data["scoring"], data["job_submit"], data["sharing"]
+    rules, hook, sharing = data["scoring"], data["job_submit"], data["sharing"]
     partitions = {
         name: PartitionOptions(
             p.get("policy"),
@@ -288,20 +266,18 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
         )
         for name, p in data["partitions"].items()
     }
-    return Settings(
-        scoring["policy"],
-        scoring["dtype"],
+    scoring = ScoringOptions(
+        rules["policy"],
         hook["mode"],
-        tuple(scoring["allow_types"]),
-        tuple(scoring["deny_types"]),
+        rules["dtype"],
+        tuple(rules["allow_types"]),
+        tuple(rules["deny_types"]),
         partitions,
-        hook["fail_policy"],
-        tuple(hook["exempt_users"]),
         {gres_type: parse_size(str(size)) for gres_type, size in sharing["shard_size"].items()},
-        tuple(sources),
         _scope(hook["default_vendors"]),
         hook["default_partition"],
     )
+    return Settings(scoring, hook["fail_policy"], tuple(hook["exempt_users"]), tuple(sources))
 
 
 def check_for_cluster(settings: Settings, nodes: Sequence[SlurmNode], partitions: Iterable[str]) -> None:
@@ -312,8 +288,9 @@ def check_for_cluster(settings: Settings, nodes: Sequence[SlurmNode], partitions
     or sharing nothing (`shard_size: {l4: 100G}` on a 22 GiB L4). ConfigError naming the key."""
     types = sorted({d.type for n in nodes for d in n.devices})
     where = ", ".join(settings.sources) or None
-    named = [("scoring.allow_types", settings.allow_types), ("scoring.deny_types", settings.deny_types)]
-    for name, part in sorted(settings.partitions.items()):
+    scoring = settings.scoring
+    named = [("scoring.allow_types", scoring.allow_types), ("scoring.deny_types", scoring.deny_types)]
+    for name, part in sorted(scoring.partitions.items()):
         named += [(f"partitions.{name}.allow_types", part.allow_types)]
         named += [(f"partitions.{name}.deny_types", part.deny_types)]
     for key, listed in named:
@@ -323,14 +300,14 @@ def check_for_cluster(settings: Settings, nodes: Sequence[SlurmNode], partitions
                     f"no device type {gres_type!r} in this cluster; types: {', '.join(types)}", where, key
                 )
     known = sorted({*partitions, DEFAULT_PARTITION})
-    if settings.default_partition not in known:
+    if scoring.default_partition not in known:
         raise ConfigError(
-            f"{settings.default_partition!r} is not a partition the hook knows ({', '.join(known)}); name "
+            f"{scoring.default_partition!r} is not a partition the hook knows ({', '.join(known)}); name "
             "one, or add it under partitions: (even as {})",
             where,
             "job_submit.default_partition",
         )
-    check_shares(settings.shares, nodes)
+    check_shares(scoring.shares, nodes)
 
 
 def load_settings(
@@ -354,11 +331,7 @@ def load_settings(
 def exempt_uids(users: Sequence[str | int], lookup: Callable[[str], int] | None = None) -> tuple[int, ...]:
     """User names and uids -> uids (sorted). `root` is 0 even without a passwd entry; other
     unknown names are logged and skipped, since the hook sees only numeric uids."""
-
-    def by_name(name: str) -> int:
-        return pwd.getpwnam(name).pw_uid
-
-    find = lookup or by_name
+    find = lookup or (lambda name: pwd.getpwnam(name).pw_uid)
     uids = set()
     for user in users:
         if isinstance(user, int) or (user.isascii() and user.isdigit()):

@@ -292,9 +292,12 @@ def device_from_dict(raw: Mapping[str, Any]) -> Device:
     return Device(**values)
 
 
+NODE_FACTS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory_mib")  # as slurmd -C
+
+
 def node_to_dict(node: NodeInventory) -> dict[str, Any]:
     out: dict[str, Any] = {"name": node.name}
-    for key in ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory_mib"):
+    for key in NODE_FACTS:
         if getattr(node, key) is not None:
             out[key] = getattr(node, key)
     if node.features:
@@ -303,14 +306,6 @@ def node_to_dict(node: NodeInventory) -> dict[str, Any]:
         out["nics"] = [{k: v for k, v in asdict(n).items() if v is not None} for n in node.nics]
     out["devices"] = [device_to_dict(d) for d in node.devices]
     return out
-
-
-def node_from_dict(raw: Mapping[str, Any]) -> NodeInventory:
-    values = dict(raw)
-    values["devices"] = tuple(device_from_dict(d) for d in values.get("devices", ()))
-    values["features"] = tuple(values.get("features", ()))
-    values["nics"] = tuple(Nic(**n) for n in values.get("nics", ()))
-    return NodeInventory(**values)
 
 
 def inventory_to_dict(inventory: ClusterInventory) -> dict[str, Any]:
@@ -342,8 +337,8 @@ _PER_DEVICE = ("index", "file", "uuid", "pci_bus_id", "tool_id")
 
 @cache
 def _validators() -> tuple[Callable[[Any], Any], ...]:
-    """Compiled validators for the shipped schema: whole file, file without devices, one device,
-    and the per-device keys of a device whose other keys were validated with another device."""
+    """Compiled validators for the shipped schema: the file without devices, one device, and the
+    per-device keys of a device whose other keys were validated with another device."""
     schema = with_syntax(shipped_schema())
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
@@ -359,7 +354,7 @@ def _validators() -> tuple[Callable[[Any], Any], ...]:
         "required": ["index", "file"],
         "properties": {k: properties[k] for k in _PER_DEVICE},
     }
-    return tuple(fastjsonschema.compile(s) for s in (schema, outer, device, per_device))
+    return tuple(fastjsonschema.compile(s) for s in (outer, device, per_device))
 
 
 def _schema_error(
@@ -369,14 +364,6 @@ def _schema_error(
     path = prefix + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
     message = error.message.removeprefix(error.name or "").strip()
     return InventoryError(f"{source}: invalid inventory at {path.lstrip('.') or '<top>'}: {message}")
-
-
-def validate(data: Any, source: str) -> None:
-    """Check raw inventory data against the shipped JSON Schema; InventoryError names the path."""
-    try:
-        _validators()[0](data)
-    except fastjsonschema.JsonSchemaValueException as e:
-        raise _schema_error(source, e) from None
 
 
 _IDENTITY_KEYS = ("uuid",)
@@ -426,7 +413,7 @@ class _DeviceInterner:
 
     def _validated(self, raw: Any, where: str, shape: bytes | None) -> Device:
         try:
-            _validators()[2](raw)
+            _validators()[1](raw)
         except fastjsonschema.JsonSchemaValueException as e:
             raise _schema_error(self.source, e, where) from None
         check_device_syntax(raw, f"{self.source}: {where}")
@@ -441,7 +428,7 @@ class _DeviceInterner:
         checked (with the schema's own rules for them)."""
         per_device = {k: raw[k] for k in _PER_DEVICE if k in raw}
         try:
-            _validators()[3](per_device)
+            _validators()[2](per_device)
             syntax.device_file(raw["file"])
         except fastjsonschema.JsonSchemaValueException as e:
             raise _schema_error(self.source, e, where) from None
@@ -461,7 +448,7 @@ def inventory_from_dict(
     """Validate and convert raw data. Without `keep_identity`, device UUIDs are dropped, which
     lets identical devices share one record (what rendering needs, and much faster)."""
     try:
-        _validators()[1](data)
+        _validators()[0](data)
     except fastjsonschema.JsonSchemaValueException as e:
         raise _schema_error(source, e) from None
     interner = _DeviceInterner(source, keep_identity)
@@ -471,13 +458,9 @@ def inventory_from_dict(
         node = NodeInventory(
             name=raw["name"],
             devices=devices,
-            cpus=raw.get("cpus"),
-            sockets=raw.get("sockets"),
-            cores_per_socket=raw.get("cores_per_socket"),
-            threads_per_core=raw.get("threads_per_core"),
-            real_memory_mib=raw.get("real_memory_mib"),
             features=tuple(raw.get("features", ())),
             nics=tuple(Nic(**n) for n in raw.get("nics", ())),
+            **{key: raw.get(key) for key in NODE_FACTS},
         )
         check_node(node, source)
         nodes.append(node)
@@ -488,13 +471,10 @@ def inventory_from_dict(
 def _yaml_error(source: str, error: yaml.YAMLError) -> InventoryError:
     if isinstance(error, AmbiguousScalar) and error.problem_mark is not None:
         return InventoryError(f"{source}: line {error.problem_mark.line + 1}: {error.problem}")
-    return InventoryError(f"{source}: malformed YAML{_yaml_where(error)}")
-
-
-def _yaml_where(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    return f" at line {mark.line + 1} column {mark.column + 1}: {problem}" if mark else f": {problem}"
+    where = f" at line {mark.line + 1} column {mark.column + 1}: {problem}" if mark else f": {problem}"
+    return InventoryError(f"{source}: malformed YAML{where}")
 
 
 @contextlib.contextmanager
@@ -509,23 +489,19 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def loads(text: str, source: str, as_json: bool = False, keep_identity: bool = True) -> ClusterInventory:
-    """Parse inventory text (YAML, or JSON when `as_json`)."""
-    with _gc_paused():
-        return _loads(text, source, as_json, keep_identity)
-
-
-def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> ClusterInventory:
+def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> Any:
+    """The data of inventory text: JSON, one YAML document, or (`documents`) a list of every YAML
+    document; InventoryError in one line, naming `source`, where it is malformed."""
     if not as_json:
         check_yaml_depth(text, source)
     try:
-        data = (
-            json.loads(
+        if as_json:
+            return json.loads(
                 text, object_pairs_hook=_json_object, parse_float=_json_float, parse_constant=_json_float
             )
-            if as_json
-            else yaml.load(text, Loader=_YamlLoader)
-        )
+        if documents:
+            return list(yaml.load_all(text, Loader=_YamlLoader))
+        return yaml.load(text, Loader=_YamlLoader)
     except RecursionError:
         raise InventoryError(f"{source}: nested too deeply to be an inventory") from None
     except json.JSONDecodeError as e:
@@ -534,7 +510,12 @@ def _loads(text: str, source: str, as_json: bool, keep_identity: bool) -> Cluste
         raise InventoryError(f"{source}: {e}") from e
     except yaml.YAMLError as e:
         raise _yaml_error(source, e) from e
-    return inventory_from_dict(data, source, keep_identity)
+
+
+@_gc_paused()
+def loads(text: str, source: str, as_json: bool = False, keep_identity: bool = True) -> ClusterInventory:
+    """Parse inventory text (YAML, or JSON when `as_json`)."""
+    return inventory_from_dict(_parsed(text, source, as_json), source, keep_identity)
 
 
 def _read(path: Path) -> str:
@@ -558,11 +539,6 @@ def dumps(inventory: ClusterInventory, as_json: bool = False) -> str:
     return str(yaml.dump(data, Dumper=_YamlDumper, sort_keys=False, default_flow_style=False))
 
 
-def dump_devices(devices: Iterable[Device]) -> str:
-    """Devices as a YAML list (golden files of parser tests)."""
-    return str(yaml.dump([device_to_dict(d) for d in devices], Dumper=_YamlDumper, sort_keys=False))
-
-
 def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
     """Read a file holding one inventory, several YAML documents, or JSON lines (one per node,
     as `srun ... slurm-hetero discover --json > nodes.jsonl` writes them)."""
@@ -574,13 +550,7 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
         return [(f"{path}:{i}", loads(ln, f"{path}:{i}", as_json=True)) for i, ln in enumerate(lines, 1)]
     if path.suffix.lower() == ".json" or stripped.startswith("{"):
         return [(str(path), loads(text, str(path), as_json=True))]
-    check_yaml_depth(text, str(path))
-    try:
-        docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
-    except RecursionError:
-        raise InventoryError(f"{path}: nested too deeply to be an inventory") from None
-    except yaml.YAMLError as e:
-        raise _yaml_error(str(path), e) from e
+    docs = [d for d in _parsed(text, str(path), as_json=False, documents=True) if d is not None]
     if not docs:
         raise InventoryError(f"{path}: empty inventory")
     labels = [str(path)] if len(docs) == 1 else [f"{path}[doc {i}]" for i in range(1, len(docs) + 1)]

@@ -121,6 +121,10 @@ def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[
     return tuple(dict.fromkeys(feature(x) for x in labels))
 
 
+# the devices Slurm sees, those left out, and the features of one node shape
+Shape = tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]
+
+
 class NodeBuilder:
     """Builds `SlurmNode`s; identical device records (shared by `inventory.load(keep_identity=False)`)
     are resolved once, so a 10,000-node inventory costs one resolution per node shape."""
@@ -129,10 +133,7 @@ class NodeBuilder:
         self, catalog: Catalog, traits: Mapping[str, VendorTraits], include_unhealthy: bool = False
     ) -> None:
         self.catalog, self.traits, self.include_unhealthy = catalog, traits, include_unhealthy
-        self._shapes: dict[
-            tuple[object, ...], tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]
-        ]
-        self._shapes = {}
+        self._shapes: dict[tuple[object, ...], Shape] = {}
         self._specs: dict[tuple[str, str, str], DeviceSpec] = {}
         self._type_of: dict[str, tuple[DeviceSpec, str]] = {}  # Type= -> (its facts, first node)
 
@@ -154,9 +155,7 @@ class NodeBuilder:
             )
         return SlurmDevice(typed, vendor, spec)
 
-    def _shape(
-        self, node: NodeInventory
-    ) -> tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]:
+    def _shape(self, node: NodeInventory) -> Shape:
         key = (tuple(map(id, node.devices)), node.features)
         shape = self._shapes.get(key)
         if shape is None:

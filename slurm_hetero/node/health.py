@@ -1,20 +1,9 @@
 """`slurm-hetero health`: this node's live devices against the inventory; drain on a fault.
 
-Run by Slurm's HealthCheckProgram (or from NHC) on every compute node. It reads the devices as
-`discover` does (vendor tools / NVML, or `--from-file` captures), compares them with the node's
-inventory record and, on a fault, drains the node with a reason that starts `slurm-hetero:` and
-names each device (`scontrol update nodename=N state=drain reason=...`). A node it drained itself
-(reason starting `slurm-hetero:`) is resumed once the devices are healthy again; an admin's drain
-(any other reason) is never touched. Healthy and nothing to undo: no output, exit 0.
-
-Faults, per vendor of the node's inventory devices: its devices cannot be asked (the tool is missing,
-exits non-zero or hangs past its timeout; NVML cannot start): the node drains with the tool and what
-it said, as a node whose devices are gone would. Per inventory device that was healthy when discovered:
-- missing: no device of that vendor and index now;
-- unhealthy: the vendor tool reports it so (NVIDIA retired/remapped rows, reset required, Xid
-  recovery action, NVLink fabric; Ascend Health not OK; the others' health fields);
-- memory shrunk: less than `MEMORY_TOLERANCE` of the inventory's memory;
-- links down: fewer links to a peer than the inventory recorded (NVLink, xGMI, HCCS).
+Run by Slurm's HealthCheckProgram (or from NHC) on every compute node. The faults (a device
+missing, unhealthy, with less memory or fewer links than its inventory record; a vendor whose
+devices cannot be asked) and the drain/resume rule (only our own `slurm-hetero:` drains are
+resumed): docs/admin-guide.md, "Health checks that drain".
 
 Python 3.9 compatible (runs on compute nodes).
 """
@@ -51,14 +40,6 @@ class HealthReport:
     faults: tuple[Fault, ...]
     actions: tuple[tuple[str, ...], ...] = ()  # scontrol argv run (or, with --dry-run, to run)
     notes: tuple[str, ...] = field(default=())
-
-    @property
-    def healthy(self) -> bool:
-        return not self.faults
-
-    @property
-    def reason(self) -> str:
-        return drain_reason(self.faults)
 
 
 def _links_down(expected: Device, found: Device) -> list[str]:

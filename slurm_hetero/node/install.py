@@ -11,17 +11,9 @@ so node-side commands run from a venv of their own. The layout (every directory 
   BIN/slurm-hetero                 the command, for users and admins
   SITE/inventory.yaml              --inventory, always mode 0644 (the TaskProlog runs as the job's user)
 
-Upgrades never change a venv a process runs from: the new venv is built beside the current one
-(from a hard-linked copy of it when the interpreter is the same, so only the new package is
-fetched), checked to start, then every script, the inventory and install.json are written under
-temporary names and only then renamed in place (a failure before leaves the old install whole).
-Each script names the install.json that owns it (another install's scripts are refused) and
-install.json records its hash (uninstall leaves a script someone edited, and says so).
-Paths are written shell-quoted (double-quoted in the slurm.conf lines printed, as slurm.conf
-quotes a value with whitespace), and a path with a control character (newline) is refused.
-A task that read the old script runs the old venv to its end; old venvs are removed once no
-process runs from them, keeping the previous one. Uninstall refuses while any slurm.conf line
-names a script or venv it would remove, and names the line (no dangling TaskProlog).
+Upgrades build the new venv beside the running one and rename every file into place only once
+all are written; uninstall refuses while slurm.conf names what it would remove. The rules in full:
+docs/admin-guide.md, "Install on every node, with the inventory".
 """
 
 from __future__ import annotations

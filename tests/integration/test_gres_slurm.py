@@ -41,7 +41,7 @@ def test_sinfo_reports_the_release_under_test(dev_cluster: Cluster) -> None:
 
 
 def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Cluster, suite_config: Path) -> None:
-    shares = load_settings(suite_config).shares
+    shares = load_settings(suite_config).scoring.shares
     reported = scontrol_nodes()
     expected = expected_nodes(dev_cluster.inventory)
     assert set(reported) == set(expected)

@@ -215,9 +215,13 @@ def test_layers_merge_in_order(tmp_path: Path) -> None:
     _write(tmp_path / "xdg" / "slurm-hetero" / "config.yaml", "scoring: {policy: greenest}\n")
     extra = _write(tmp_path / "cli.yaml", "sharing: {shard_size: {l40s: 4G}}\n")
     settings = load_settings(extra, {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}, etc)
-    assert (settings.policy, settings.dtype, settings.fail_policy) == ("greenest", "fp16", "closed")
-    assert settings.partitions["inference"] == PartitionOptions("cheapest", "any-fit")
-    assert settings.shares == {"l40s": 4096} and settings.exempt_users == ("root",)
+    assert (settings.scoring.policy, settings.scoring.dtype, settings.fail_policy) == (
+        "greenest",
+        "fp16",
+        "closed",
+    )
+    assert settings.scoring.partitions["inference"] == PartitionOptions("cheapest", "any-fit")
+    assert settings.scoring.shares == {"l40s": 4096} and settings.exempt_users == ("root",)
     assert len(settings.sources) == 5 and settings.scoring.policy == "greenest"
 
 
@@ -225,7 +229,11 @@ def test_env_points_elsewhere_and_must_exist(tmp_path: Path) -> None:
     etc = _write(tmp_path / "etc" / "config.yaml", "scoring: {policy: fastest}\n").parent
     only = _write(tmp_path / "only.yaml", "job_submit: {mode: any-fit}\n")
     settings = load_settings(None, {"SLURM_HETERO_CONFIG": str(only)}, etc)
-    assert (settings.policy, settings.mode, settings.sources) == ("best-fit", "any-fit", (str(only),))
+    assert (settings.scoring.policy, settings.scoring.mode, settings.sources) == (
+        "best-fit",
+        "any-fit",
+        (str(only),),
+    )
     assert config_paths({"SLURM_HETERO_CONFIG": str(only)}, etc) == [(only, True)]
     with pytest.raises(ConfigError, match="not found"):
         load_settings(None, {"SLURM_HETERO_CONFIG": str(tmp_path / "missing.yaml")}, etc)
@@ -358,7 +366,7 @@ def test_the_default_partition_setting_is_one_partition_name(name: object) -> No
 def test_the_default_partition_setting_reaches_the_model() -> None:
     settings = settings_from_dict(merge(DEFAULTS, {"job_submit": {"default_partition": "batch"}}))
     model = compile_model(slurm_nodes(inventory.load(MIXED), load_catalog()), settings.scoring)
-    assert model.default_partition == "batch" and settings.default_partition == "batch"
+    assert model.default_partition == "batch" and settings.scoring.default_partition == "batch"
     assert (
         compile_model(slurm_nodes(inventory.load(MIXED), load_catalog()), ScoringOptions()).default_partition
         == "gpu"
