@@ -426,8 +426,10 @@ def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Conf
     )  # fmt: skip
 
 
-def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distributed) -> float:
-    """Rank 0 prints the losses and the median step time; every rank's busy time is gathered."""
+def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distributed) -> tuple[float, int]:
+    """Rank 0 prints the losses and the median step time; every rank's busy time is gathered.
+    The median step and the computations of all ranks after warm-up that outlasted their emulated
+    device (where there are any, the step time is the CPU's, not the emulated devices')."""
     gathered: list[Any] = [None] * dist.layout["world_size"]
     torch.distributed.all_gather_object(
         gathered, (_median(run.busy_s, args.warmup), sum(run.overruns[args.warmup :]))
@@ -439,9 +441,10 @@ def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distri
             print(f"{prefix}step {i} loss {loss:.10f}", flush=True)
         ranks = " ".join(f"{r}:{b:.4f}" for r, (b, _) in enumerate(gathered))
         print(f"{prefix}step_time_s {step_s:.6f} split={name} busy_s {ranks}", flush=True)
-        if over := sum(o for _, o in gathered):
-            print(f"warning: {over} computations outlasted the emulated device; lower --device-gflops")
-    return step_s
+    over = sum(o for _, o in gathered)
+    if over and dist.layout["rank"] == 0:
+        print(f"warning: {over} computations outlasted the emulated device; lower --device-gflops")
+    return step_s, over
 
 
 def _summary(dist: training.Distributed, measured: dict[str, float]) -> dict[str, Any]:
@@ -486,11 +489,13 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"nothing left to train: resumed at step {run.first_step} of --steps {args.steps}", flush=True
             )
+        step_s, overruns = _report(name, run, args, dist) if run.losses else (None, 0)
         result["runs"][name] = {
             "losses": run.losses,
             "first_step": run.first_step,
             "step_end_unix": run.ended,
-            "step_time_s": _report(name, run, args, dist) if run.losses else None,
+            "step_time_s": step_s,
+            "overruns": overruns,
         }
     result["losses"] = next(iter(result["runs"].values()))["losses"]
     result["first_step"] = next(iter(result["runs"].values()))["first_step"]
