@@ -312,6 +312,7 @@ class Run:
     busy_s: list[float]
     overruns: list[int]
     first_step: int = 0
+    loaded: float = 0.0  # when the checkpoint it resumed from was loaded, Unix time
     ended: list[float] = dataclasses.field(default_factory=list)  # each step's end, Unix time
 
 
@@ -335,7 +336,7 @@ def train(
     first, start = layout["sample_offset"], 0
     if checkpoints and (Path(checkpoints) / checkpoint.LATEST).exists():
         start = checkpoint.load(checkpoints, stage, opt, layout)["extra"]["next_step"]
-        run.first_step = start
+        run.first_step, run.loaded = start, time.time()
     for step in range(start, steps):
         ids, begin, busy, overruns = tokens(cfg, step), time.perf_counter(), pace.busy, pace.overruns
         mine = ids[first : first + layout["samples"]]
@@ -471,9 +472,21 @@ def _flops_model(args: argparse.Namespace, layout: dict[str, Any]) -> str | None
     return None if name == "own" else name
 
 
+def _process_start() -> float | None:
+    """This process's start, Unix time to a second (Linux's /proc), else None."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        stat = Path("/proc/stat").read_text().split()
+        return int(stat[stat.index("btime") + 1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def distributed(args: argparse.Namespace) -> dict[str, Any]:
     """Train under the launcher; rank 0's result for `--losses-out`."""
+    imported = time.time()
     dist = training.init()
+    times = {"process_start": _process_start(), "imported": imported, "initialized": time.time()}
     for name, reason in dist.fallbacks.items():
         print(f"rank {dist.layout['rank']}: group {name} falls back to gloo: {reason}", flush=True)
     cfg, me = make_config(args, dist.layout), dist.layout
@@ -494,11 +507,13 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
             "losses": run.losses,
             "first_step": run.first_step,
             "step_end_unix": run.ended,
+            "loaded_unix": run.loaded or None,
             "step_time_s": step_s,
             "overruns": overruns,
         }
     result["losses"] = next(iter(result["runs"].values()))["losses"]
     result["first_step"] = next(iter(result["runs"].values()))["first_step"]
+    result["times"] = times  # rank 0's start: process, imports done, process groups made (Unix)
     measured = {k: v["step_time_s"] for k, v in result["runs"].items() if v["step_time_s"] is not None}
     result.update(_summary(dist, measured))
     torch.distributed.destroy_process_group()
