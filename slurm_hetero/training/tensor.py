@@ -4,11 +4,15 @@ by `torch.distributed.tensor.parallel.parallelize_module`.
 The plan is Megatron's, by submodule name (`LLAMA_PLAN`, the names of Llama-style decoders in
 `transformers` and of the example's model): query, key, value, gate and up projections split by
 output columns (`ColwiseParallel`), output and down projections by input rows (`RowwiseParallel`,
-whose forward ends in the tp group's all-reduce). Each block's input stays replicated, so every
-tp rank of a stage holds the same activations between blocks (what `training.Pipeline` relies
-on) and the same gradients of the unsharded weights (norms, embeddings). Attention must reshape
-its projections by head size (``view(b, s, -1, head_dim)``), so that a rank's shard holds its
-heads. The planner never splits heads unevenly (`modelcost.usable_tp_sizes`).
+whose forward ends in the tp group's all-reduce). The attention's and the MLP's input enters as
+one replicated DTensor ("input"), so their projections' input gradients are summed before one
+all-reduce (Megatron's `f`): two all-reduces per block forward and two backward, as the planner
+prices them (`engine.stagecost`); column-parallel layers each given a plain tensor would each
+all-reduce their input gradient, four or five per block backward. Each block's input stays
+replicated, so every tp rank of a stage holds the same activations between blocks (what
+`training.Pipeline` relies on) and the same gradients of the unsharded weights (norms,
+embeddings). Attention must reshape its projections by head size (``view(b, s, -1, head_dim)``),
+so that a rank's shard holds its heads. The planner never splits heads unevenly (`modelcost.usable_tp_sizes`).
 """
 
 from __future__ import annotations
