@@ -312,6 +312,7 @@ class Run:
     busy_s: list[float]
     overruns: list[int]
     first_step: int = 0
+    loaded: float = 0.0  # when the checkpoint it resumed from was loaded, Unix time
     ended: list[float] = dataclasses.field(default_factory=list)  # each step's end, Unix time
 
 
@@ -335,7 +336,7 @@ def train(
     first, start = layout["sample_offset"], 0
     if checkpoints and (Path(checkpoints) / checkpoint.LATEST).exists():
         start = checkpoint.load(checkpoints, stage, opt, layout)["extra"]["next_step"]
-        run.first_step = start
+        run.first_step, run.loaded = start, time.time()
     for step in range(start, steps):
         ids, begin, busy, overruns = tokens(cfg, step), time.perf_counter(), pace.busy, pace.overruns
         mine = ids[first : first + layout["samples"]]
@@ -426,8 +427,10 @@ def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Conf
     )  # fmt: skip
 
 
-def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distributed) -> float:
-    """Rank 0 prints the losses and the median step time; every rank's busy time is gathered."""
+def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distributed) -> tuple[float, int]:
+    """Rank 0 prints the losses and the median step time; every rank's busy time is gathered.
+    The median step and the computations of all ranks after warm-up that outlasted their emulated
+    device (where there are any, the step time is the CPU's, not the emulated devices')."""
     gathered: list[Any] = [None] * dist.layout["world_size"]
     torch.distributed.all_gather_object(
         gathered, (_median(run.busy_s, args.warmup), sum(run.overruns[args.warmup :]))
@@ -439,9 +442,10 @@ def _report(name: str, run: Run, args: argparse.Namespace, dist: training.Distri
             print(f"{prefix}step {i} loss {loss:.10f}", flush=True)
         ranks = " ".join(f"{r}:{b:.4f}" for r, (b, _) in enumerate(gathered))
         print(f"{prefix}step_time_s {step_s:.6f} split={name} busy_s {ranks}", flush=True)
-        if over := sum(o for _, o in gathered):
-            print(f"warning: {over} computations outlasted the emulated device; lower --device-gflops")
-    return step_s
+    over = sum(o for _, o in gathered)
+    if over and dist.layout["rank"] == 0:
+        print(f"warning: {over} computations outlasted the emulated device; lower --device-gflops")
+    return step_s, over
 
 
 def _summary(dist: training.Distributed, measured: dict[str, float]) -> dict[str, Any]:
@@ -468,9 +472,21 @@ def _flops_model(args: argparse.Namespace, layout: dict[str, Any]) -> str | None
     return None if name == "own" else name
 
 
+def _process_start() -> float | None:
+    """This process's start, Unix time to a second (Linux's /proc), else None."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        stat = Path("/proc/stat").read_text().split()
+        return int(stat[stat.index("btime") + 1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def distributed(args: argparse.Namespace) -> dict[str, Any]:
     """Train under the launcher; rank 0's result for `--losses-out`."""
+    imported = time.time()
     dist = training.init()
+    times = {"process_start": _process_start(), "imported": imported, "initialized": time.time()}
     for name, reason in dist.fallbacks.items():
         print(f"rank {dist.layout['rank']}: group {name} falls back to gloo: {reason}", flush=True)
     cfg, me = make_config(args, dist.layout), dist.layout
@@ -486,14 +502,18 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"nothing left to train: resumed at step {run.first_step} of --steps {args.steps}", flush=True
             )
+        step_s, overruns = _report(name, run, args, dist) if run.losses else (None, 0)
         result["runs"][name] = {
             "losses": run.losses,
             "first_step": run.first_step,
             "step_end_unix": run.ended,
-            "step_time_s": _report(name, run, args, dist) if run.losses else None,
+            "loaded_unix": run.loaded or None,
+            "step_time_s": step_s,
+            "overruns": overruns,
         }
     result["losses"] = next(iter(result["runs"].values()))["losses"]
     result["first_step"] = next(iter(result["runs"].values()))["first_step"]
+    result["times"] = times  # rank 0's start: process, imports done, process groups made (Unix)
     measured = {k: v["step_time_s"] for k, v in result["runs"].items() if v["step_time_s"] is not None}
     result.update(_summary(dist, measured))
     torch.distributed.destroy_process_group()

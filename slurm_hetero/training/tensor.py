@@ -4,11 +4,15 @@ by `torch.distributed.tensor.parallel.parallelize_module`.
 The plan is Megatron's, by submodule name (`LLAMA_PLAN`, the names of Llama-style decoders in
 `transformers` and of the example's model): query, key, value, gate and up projections split by
 output columns (`ColwiseParallel`), output and down projections by input rows (`RowwiseParallel`,
-whose forward ends in the tp group's all-reduce). Each block's input stays replicated, so every
-tp rank of a stage holds the same activations between blocks (what `training.Pipeline` relies
-on) and the same gradients of the unsharded weights (norms, embeddings). Attention must reshape
-its projections by head size (``view(b, s, -1, head_dim)``), so that a rank's shard holds its
-heads. The planner never splits heads unevenly (`modelcost.usable_tp_sizes`).
+whose forward ends in the tp group's all-reduce). The attention's and the MLP's input enters as
+one replicated DTensor ("input"), so their projections' input gradients are summed before one
+all-reduce (Megatron's `f`): two all-reduces per block forward and two backward, as the planner
+prices them (`engine.stagecost`); column-parallel layers each given a plain tensor would each
+all-reduce their input gradient, four or five per block backward. Each block's input stays
+replicated, so every tp rank of a stage holds the same activations between blocks (what
+`training.Pipeline` relies on) and the same gradients of the unsharded weights (norms,
+embeddings). Attention must reshape its projections by head size (``view(b, s, -1, head_dim)``),
+so that a rank's shard holds its heads. The planner never splits heads unevenly (`modelcost.usable_tp_sizes`).
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = ["LLAMA_PLAN", "parallelize"]
 
-# submodule name pattern (fnmatch, under each block) -> "colwise" | "rowwise"
+# submodule name pattern (fnmatch, under each block) -> "input" | "colwise" | "rowwise"
 LLAMA_PLAN: Mapping[str, str] = {
+    "*self_attn": "input",
+    "*mlp": "input",
     "*self_attn.q_proj": "colwise",
     "*self_attn.k_proj": "colwise",
     "*self_attn.v_proj": "colwise",
@@ -49,23 +55,52 @@ def parallelize(
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    styles: dict[str, Any] = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    styles: dict[str, Any] = {
+        "input": _replicated_input,
+        "colwise": ColwiseParallel,
+        "rowwise": RowwiseParallel,
+    }
     names = [name for name, _ in stage.named_modules() if name]
     chosen = {
-        name: styles[style]()
-        for name in names
-        for pattern, style in plan.items()
-        if fnmatch.fnmatchcase(name, pattern)
+        name: style for name in names for pattern, style in plan.items() if fnmatch.fnmatchcase(name, pattern)
     }
-    if not chosen:
+    if not any(style != "input" for style in chosen.values()):
         raise ValueError(
             f"no submodule matches the tensor-parallel plan ({', '.join(plan)}); name the model's "
             "projections in `plan`"
         )
     mesh = DeviceMesh.from_group(tp_group, device_type=_device_type(stage))
-    return parallelize_module(stage, mesh, chosen)
+    return parallelize_module(stage, mesh, {name: styles[style]() for name, style in chosen.items()})
 
 
 def _device_type(module: torch.nn.Module) -> str:
     param = next(module.parameters(), None)
     return "cpu" if param is None else param.device.type
+
+
+def _replicated_input() -> Any:
+    """A `ParallelStyle` that makes a module's input (its first positional tensor, else its
+    `hidden_states` keyword, as transformers' attention takes it) a replicated DTensor, whose
+    gradient is all-reduced once for every layer that reads it. torch's `PrepareModuleInput`
+    takes either positional or keyword layouts, not whichever the caller passes."""
+    import torch
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.parallel.style import ParallelStyle
+
+    def replicated(x: Any, mesh: Any) -> Any:
+        is_plain = isinstance(x, torch.Tensor) and not isinstance(x, DTensor)
+        return DTensor.from_local(x, mesh, (Replicate(),), run_check=False) if is_plain else x
+
+    class ReplicatedInput(ParallelStyle):
+        def _apply(self, module: torch.nn.Module, device_mesh: Any) -> torch.nn.Module:
+            def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                if args:
+                    return (replicated(args[0], device_mesh), *args[1:]), kwargs
+                if "hidden_states" in kwargs:
+                    kwargs = {**kwargs, "hidden_states": replicated(kwargs["hidden_states"], device_mesh)}
+                return args, kwargs
+
+            module.register_forward_pre_hook(hook, with_kwargs=True)
+            return module
+
+    return ReplicatedInput()

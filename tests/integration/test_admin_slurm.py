@@ -140,16 +140,20 @@ def health(cluster: Cluster, info: Path) -> subprocess.CompletedProcess:
     return cluster.run(argv, timeout=120, cwd=str(REPO))
 
 
-@pytest.fixture
-def sick_capture(tmp_path: Path) -> Path:
+def write_sick_capture(directory: Path) -> Path:
     """The real capture with NPU SICK_INDEX's Health `OK` turned to `Critical` (same column width)."""
     lines = INFO.read_text().splitlines(keepends=True)
     row = next(i for i, ln in enumerate(lines) if re.match(rf"\| {SICK_INDEX}\s+910B3\s+\| OK ", ln))
     lines[row] = lines[row].replace("| OK            |", "| Critical      |", 1)
-    path = tmp_path / "npu-smi-info_one-critical.txt"
+    path = directory / "npu-smi-info_one-critical.txt"
     path.write_text("".join(lines))
     path.chmod(0o644)
     return path
+
+
+@pytest.fixture
+def sick_capture(tmp_path: Path) -> Path:
+    return write_sick_capture(tmp_path)
 
 
 def wait_drained(drained: bool, timeout: float = 20) -> dict[str, str]:

@@ -225,6 +225,51 @@ def test_a_stage_the_tensor_parallel_plan_does_not_name_is_refused_not_run_whole
     assert training.parallelize(example.Block(example.Config()), None) is not None  # tp 1: left whole
 
 
+# Two tp ranks shard one block of each architecture and count the group's all-reduces of one
+# forward and one backward (torch's profiler names each c10d::allreduce_).
+ALLREDUCE_RANK = """
+import json, sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[2])
+import train_uneven as ex
+from slurm_hetero import training
+dist.init_process_group("gloo")
+group, out = dist.new_group([0, 1]), {}
+for arch in ("own", "llama"):
+    model = ex.build_model(ex.Config(layers=1, arch=arch))
+    block = training.parallelize(model[1], group)
+    x = torch.randn(2, 16, 32, dtype=torch.float64, requires_grad=True)
+    with torch.profiler.profile() as forward:
+        y = block(x)
+    with torch.profiler.profile() as backward:
+        y.sum().backward()
+    out[arch] = [sum(e.count for e in p.key_averages() if e.key == "c10d::allreduce_")
+                 for p in (forward, backward)]
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_tensor_parallel_block_all_reduces_twice_each_way_as_planned(tmp_path: Path) -> None:
+    """Megatron's two all-reduces per block forward and two backward, what the planner prices
+    (`engine.stagecost`): the column-parallel projections of one input share one backward
+    all-reduce, in this example's blocks and in transformers' Llama layers."""
+    pytest.importorskip("transformers")
+    port, procs = _free_port(), []
+    for rank in (0, 1):
+        env = os.environ | {
+            "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
+        }  # fmt: skip
+        argv = [sys.executable, "-c", ALLREDUCE_RANK, str(tmp_path / f"out-{rank}.json"), str(EXAMPLE.parent)]
+        procs.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
+    for proc in procs:
+        text = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, text
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"out-{rank}.json").read_text()) == {"own": [2, 2], "llama": [2, 2]}
+
+
 # Each rank's gradients (22 elements: divisible by neither vendor's size nor their lcm, 6) are
 # seeded by its rank; it reduces them hierarchically and through the flat dp group.
 HIERARCHY_RANK = """
