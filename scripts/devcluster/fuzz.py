@@ -391,7 +391,7 @@ class Fuzz:
         read = [read_refusal(c, self.release) for c in request.components]
         read = [r for r in read if r]  # sbatch reads every component's options before checking any
         carried = het_mem_refusal(request.components)  # that component's check, after every read
-        sent = het_sent(request.components)
+        sent = het_sent(request.components, self.release)
         for offset, component in enumerate(sent):  # the hook keeps what earlier components take
             het_offset = offset if len(sent) > 1 else None
             predicted.append(predict(self.model, self.hook, component, self.uid, self.release, het_offset))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from slurm_hetero.core.errors import RequestError
+from slurm_hetero.core.errors import InventoryError, RequestError
+from slurm_hetero.core.hostlist import expand, fold
 from slurm_hetero.core.units import UNITS
 from slurm_hetero.slurm.syntax import hostlist_size, whole_number
 
@@ -432,12 +433,14 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
     return {name.replace("-", "_"): text for name, text in given.items() if text is not None}
 
 
-def het_sent(components: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+def het_sent(components: Sequence[Mapping[str, str]], slurm_release: str = "22.05") -> list[dict[str, str]]:
     """Each het component's options (`job_from_texts` keys) as sbatch sends its job_desc: every
     -x is every component's exc_nodes, and so are the other components' -w nodes (components never
     share a node); --mem reaches the components without their own. One component: as given."""
     if len(components) < 2:
         return [dict(c) for c in components]
+    if slurm_release == "22.05":
+        components = [_shrunk_hosts(c) for c in components]
     excluded = [c["exclude"] for c in components if c.get("exclude")]
     # --mem is not reset between components (slurm_opt.c: no reset_each_pass): a component
     # without its own takes the last one given on the line; one with --mem-per-cpu or
@@ -452,6 +455,19 @@ def het_sent(components: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         carried = {"mem": mem} if mem is not None and not _other_mem(options) else {}
         sent.append({**options, **carried, "exclude": nodes} if nodes else {**options, **carried})
     return sent
+
+
+def _shrunk_hosts(options: Mapping[str, str]) -> Mapping[str, str]:
+    """22.05's -w under an explicit -n of fewer tasks than hosts: sbatch sorts the hosts
+    (hostlist_uniq) and pops the last until each is a task ("setting nnodes to N")."""
+    nodelist, ntasks = options.get("nodelist"), options.get("ntasks")
+    if not nodelist or ntasks is None:
+        return options
+    try:
+        tasks, hosts = task_count("--ntasks", ntasks), expand(nodelist)
+    except (RequestError, InventoryError):
+        return options  # sbatch or slurmctld refuses it before the hook
+    return {**options, "nodelist": fold(hosts[:tasks])} if 0 < tasks < len(hosts) else options
 
 
 def _other_mem(options: Mapping[str, str]) -> bool:

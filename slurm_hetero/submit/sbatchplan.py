@@ -264,7 +264,7 @@ def hook_jobs(
     `names`: the cluster's GresTypes), or the RequestError with which sbatch refuses it."""
     texts = [texts_of({**c.options, "gres": g}) for c, g in zip(components, gres)]
     carried = het_mem_refusal(texts)
-    for k, (c, g, sent) in enumerate(zip(components, gres, het_sent(texts))):
+    for k, (c, g, sent) in enumerate(zip(components, gres, het_sent(texts, release))):
         if k == carried:
             yield c, g, RequestError("sbatch", MEMORY_EXCLUSIVE)
             continue

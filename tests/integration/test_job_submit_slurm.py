@@ -923,7 +923,7 @@ def _het_predicted(
 
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     outcomes = []
-    for offset, options in enumerate(het_sent(list(components))):
+    for offset, options in enumerate(het_sent(list(components), dev_cluster.name)):
         outcome = predict(model, hook, options, uid, dev_cluster.name, offset)
         assert not isinstance(outcome, str), outcome
         outcomes.append(outcome)
@@ -951,7 +951,7 @@ def _het_submitted(
                 outcome.job.tres_per_node or ""
             )
         slurm("scontrol", "release", job_id)
-        for offset, options in enumerate(het_sent(list(components))):
+        for offset, options in enumerate(het_sent(list(components), dev_cluster.name)):
             fields = _wait_started(f"{job_id}+{offset}", timeout=60)
             assert fields["JobState"] in ("RUNNING", "COMPLETING", "COMPLETED"), (offset, fields["JobState"])
             excluded = hostlist.expand(options["exclude"]) if options.get("exclude") else []

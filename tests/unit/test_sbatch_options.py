@@ -381,6 +381,19 @@ def test_a_het_jobs_node_lists_reach_every_component() -> None:
     assert het_sent([{}, {}]) == [{}, {}]
 
 
+def test_22_05_shrinks_a_components_node_list_to_its_tasks_before_the_others_exclude_it() -> None:
+    """22.05's fuzz (seed 20261201): `-N 3 -n 1 -w npu910bn1,h100n1` in a het job: sbatch warns
+    "setting nnodes to 1", sorts the hosts and keeps the first, so only h100n1 is excluded from
+    the other components (the hook's refusal named ascend910b too); 24.11 sends the list as given."""
+    components = [{"gres": "gpumem:60G"}, {"ntasks": "1", "nodes": "3", "nodelist": "npu910bn1,h100n1"}]
+    sent = het_sent(components, "22.05")
+    assert sent[0]["exclude"] == "h100n1" and sent[1]["nodelist"] == "h100n1"
+    assert het_sent(components, "24.11")[0]["exclude"] == "npu910bn1,h100n1"
+    wide = [{}, {"ntasks": "2", "nodelist": "n[1-4]"}]
+    assert het_sent(wide, "22.05")[0]["exclude"] == "n[1-2]"
+    assert het_sent([{}, {"ntasks": "x", "nodelist": "n[1-4]"}])[0]["exclude"] == "n[1-4]"  # sbatch's refusal
+
+
 def test_a_het_components_mem_reaches_the_components_without_their_own() -> None:
     """22.05 seed 7 and 24.11 seed 7: a component's --mem=100G reached the other component, later
     and earlier (sbatch does not reset --mem between components: slurm_opt.c gives it no
