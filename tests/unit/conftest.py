@@ -29,6 +29,8 @@ SLOW_FIRST = (
     "test_docs_commands.py",
     "test_writefile.py",
     "test_render.py",
+    "test_fuzz_harness.py",
+    "test_py39.py",
     "test_vendor_amd.py",
     "test_launch_run.py",
     "test_plan.py",
