@@ -16,6 +16,7 @@ builds the Debian 13 root (24.11) on first use.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -152,6 +153,12 @@ def selected_releases() -> list[str]:
     return names
 
 
+# A job's states once it has ended (Slurm's IS_JOB_FINISHED; COMPLETING is shown until its
+# steps are cleaned up, and counts as not yet ended here)
+FINISHED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL"}
+FINISHED |= {"DEADLINE", "OUT_OF_MEMORY"}
+
+
 @dataclass(frozen=True)
 class Cluster:
     """A running dev cluster of one Slurm release, as the tests see it."""
@@ -174,6 +181,32 @@ class Cluster:
     ) -> subprocess.CompletedProcess:
         """A client command with this release's tools, as `user` (default: this process's)."""
         return client.run(self.release, list(argv), user, timeout=timeout, **kw)  # type: ignore[arg-type]
+
+    def sbatch_wait(
+        self, argv: list[str], user: str | None = None, *, timeout: float = 60, **kw: object
+    ) -> subprocess.CompletedProcess:
+        """`sbatch --wait ARGV[1:]` as `user`, looking at the job every 0.2 s: sbatch's own --wait
+        first looks 2 s after submitting, then 8 s and 32 s later (MinJobAge=60), so a job done
+        in 3 s held its test for 10 s. The same answer: sbatch's refusal as it prints it, else
+        the job's id (--parsable) and sbatch --wait's exit code, the highest of the job's
+        components (1 for one ended by a signal), once every component has ended."""
+        assert argv[0] == "sbatch" and "--wait" not in argv, argv
+        deadline = time.monotonic() + timeout
+        submitted = self.run(["sbatch", "--parsable", *argv[1:]], user, timeout=timeout, **kw)
+        if submitted.returncode != 0:
+            return submitted
+        job_id = submitted.stdout.strip().split(";")[0]
+        while True:
+            shown = self.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout
+            states = re.findall(r"(?:^|\s)JobState=(\S+)", shown)
+            if states and all(state in FINISHED for state in states):
+                break
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(argv, timeout, submitted.stdout, submitted.stderr)
+            time.sleep(0.2)
+        codes = re.findall(r"(?:^|\s)ExitCode=(\d+):(\d+)", shown)
+        code = max(int(status) if signal == "0" else 1 for status, signal in codes)
+        return subprocess.CompletedProcess(submitted.args, code, submitted.stdout, submitted.stderr)
 
 
 _active: list[Cluster] = []

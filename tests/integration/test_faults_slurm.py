@@ -20,7 +20,13 @@ from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.nodes import gres_order
 from tests.conftest import REPO
 from tests.integration.conftest import DEV_CLUSTER, Cluster, slurm, suite_up_argv, tres
-from tests.integration.test_job_submit_slurm import as_user, job_fields, reload_hook, render_hook
+from tests.integration.test_job_submit_slurm import (
+    as_user,
+    as_user_wait,
+    job_fields,
+    reload_hook,
+    render_hook,
+)
 
 HOSTILE_ENV = {
     "SLURM_HETERO_TASK_PROLOG_STRICT": "maybe",
@@ -45,12 +51,12 @@ def ascend_node(inventory_path: Path) -> tuple[str, str]:
 
 
 def run_ascend_job(node: str, gres_type: str, env: dict[str, str]) -> tuple[int, str]:
-    """sbatch --wait as a plain user on an Ascend node; (rc, the job's output)."""
+    """`sbatch --wait` as a plain user on an Ascend node; (rc, the job's output)."""
     out = Path(f"/tmp/slurm-hetero-faults-{os.getpid()}-{time.monotonic_ns()}.out")
     exports = ",".join(["ALL", *(f"{k}={v}" for k, v in env.items())])
     script = "echo VISIBLE=${ASCEND_RT_VISIBLE_DEVICES-unset} GPUS=$SLURM_JOB_GPUS"
-    run = as_user(
-        "sbatch", "--wait", "-w", node, f"--gres=gpu:{gres_type}:2", f"--export={exports}", "-o", str(out),
+    run = as_user_wait(
+        "sbatch", "-w", node, f"--gres=gpu:{gres_type}:2", f"--export={exports}", "-o", str(out),
         "--wrap", script,
     )  # fmt: skip
     text = out.read_text() if out.exists() else ""

@@ -40,6 +40,11 @@ def as_user(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess
     return active().run(list(argv), USER, stdin=stdin, timeout=60, cwd="/tmp")
 
 
+def as_user_wait(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`sbatch --wait ARGV[1:]` as the plain user, without sbatch's slow looks (Cluster.sbatch_wait)."""
+    return active().sbatch_wait(list(argv), USER, stdin=stdin, timeout=60, cwd="/tmp")
+
+
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z:/]*)=")
 
 
@@ -94,7 +99,7 @@ def run_batch(*options: str) -> tuple[str, dict[str, str]]:
     client's own gres request), wait for the job, and return its id and printed variables."""
     out = Path(f"/tmp/slurm-hetero-test-{os.getpid()}-{time.monotonic_ns()}.out")
     script = "env | grep -E '^(SLURMD_NODENAME|SLURM_JOB_ID|SLURM_JOB_GPUS|SLURM_SHARDS_ON_NODE|CUDA_)'"
-    run = as_user("sbatch", "--parsable", "--wait", *options, "-o", str(out), "--wrap", script)
+    run = as_user_wait("sbatch", "--parsable", *options, "-o", str(out), "--wrap", script)
     assert run.returncode == 0, run.stderr
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     out.unlink()
@@ -1034,12 +1039,10 @@ def test_heterogeneous_components_the_hook_accepts_start(
         )
     if form == "hetjob":
         lines = "#SBATCH hetjob\n".join(f"#SBATCH --gres={item}\n" for item in gres)
-        run = as_user(
-            "sbatch", "--parsable", "--wait", "-o", "/dev/null", stdin=f"#!/bin/bash\n{lines}true\n"
-        )
+        run = as_user_wait("sbatch", "--parsable", "-o", "/dev/null", stdin=f"#!/bin/bash\n{lines}true\n")
     else:
         argv = [a for i, item in enumerate(gres) for a in ([":"] if i else []) + [f"--gres={item}"]]
-        run = as_user("sbatch", "--parsable", "--wait", "-o", "/dev/null", *argv, "--wrap", "true")
+        run = as_user_wait("sbatch", "--parsable", "-o", "/dev/null", *argv, "--wrap", "true")
     refused = [o for o in outcomes if not o.ok]
     if refused:
         assert run.returncode != 0 and refused[0].message in run.stderr, (run.stderr, refused[0].message)
@@ -1439,7 +1442,7 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     argv = [a for a in sbatch_argv(Request([options])) if a != "-H"]
-    run = as_user(argv[0], "--wait", *argv[1:])
+    run = as_user_wait(*argv)
     try:
         predicted = hook.submit(job_from_texts(options, uid, dev_cluster.name))
     except RequestError as e:  # sbatch's own refusal

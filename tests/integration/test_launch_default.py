@@ -55,8 +55,8 @@ def test_the_readme_launcher_command_runs_as_written(dev_cluster: Cluster, tmp_p
     tmp_path.chmod(0o777)
     command = " ".join([*launch(), "--model", "llama-3-8b", "--global-batch", "512"])
     wrap = f'srun -K {command} -- {dev_cluster.python} -c "{PRINT_ENV}"'
-    argv = ["sbatch", "--wait", "-N3", "-w", "a100n1,l40sn1,ascendn1", "--gpus-per-node=1", "-o", str(out)]
-    result = run([*argv, "--wrap", wrap], timeout=600)
+    argv = ["sbatch", "-N3", "-w", "a100n1,l40sn1,ascendn1", "--gpus-per-node=1", "-o", str(out)]
+    result = active().sbatch_wait([*argv, "--wrap", wrap], timeout=600, cwd=str(REPO))  # sbatch --wait
     text = out.read_text() if out.exists() else ""
     assert result.returncode == 0, result.stderr + text[-3000:]
     ranks = rank_lines(text)

@@ -1,10 +1,15 @@
 """Unit tests never talk to a real Slurm: Slurm's client commands through `proc.run` fail here
-as they would on a host without Slurm, unless a test replaces `proc.run` itself."""
+as they would on a host without Slurm, unless a test replaces `proc.run` itself.
+
+With pytest-xdist (`-n N`), the slow modules run first and each worker takes one test at a time,
+so the workers end together: in file order a worker could be left with the last minute of torch
+ranks while the others sat idle."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +17,41 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
 
 SLURM_CLIENTS = {"scontrol", "sinfo", "squeue", "srun", "sbatch", "sacctmgr", "slurmd"}
+
+# Modules whose tests take seconds each (torch ranks, the planner's searches, exhaustive crash
+# and full-disk loops, documented commands), slowest first: measured with --durations.
+HERE = Path(__file__).parent
+SLOW_FIRST = (
+    "test_training.py",
+    "test_training_checkpoint.py",
+    "test_runnable.py",
+    "test_layout.py",
+    "test_docs_commands.py",
+    "test_writefile.py",
+    "test_render.py",
+    "test_fuzz_harness.py",
+    "test_py39.py",
+    "test_vendor_amd.py",
+    "test_launch_run.py",
+    "test_plan.py",
+    "test_measured_shapes.py",
+    "test_calibrate.py",
+    "test_job_submit_chain.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("maxschedchunk", None) is None:
+        config.option.maxschedchunk = 1  # one test at a time: a worker never queues slow ones
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        ours = item.path.parent == HERE
+        return SLOW_FIRST.index(name) if ours and name in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: each module keeps its order (and its module fixtures)
 
 
 @pytest.fixture(autouse=True)
