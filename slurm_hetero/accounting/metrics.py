@@ -30,7 +30,7 @@ SQUEUE = [
     "-t",
     "PD",
     "-O",
-    "JobID:24,tres-per-node:300,tres-per-job:300,admin_comment:2000",
+    "JobID:24,tres-per-node:300,tres-per-job:300,tres-per-task:300,tres-per-socket:300,admin_comment:2000",
 ]
 _UNAVAILABLE = {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING", "MAINT"}
 _REWRITE = re.compile(r"\] (?:\w+: )?slurm_hetero: [^:]*(?: edit of job \d+)?[^:]*: (.+ -> .+)$")
@@ -86,13 +86,14 @@ def read_nodes(text: str, snap: Snapshot) -> None:
 
 
 def read_pending(text: str, snap: Snapshot) -> None:
-    """Pending jobs by the gpu type they ask, and the gpumem the hook recorded for them."""
+    """Pending jobs by the gpu type they ask (per node, job, task or socket), and the gpumem the
+    hook recorded for them."""
     for line in text.splitlines():
-        parts = line.split(None, 3)
-        if len(parts) < 3:
+        parts = line.split(None, 5)
+        if len(parts) < 5:
             continue
-        tres = parts[1] + "," + parts[2]
-        comment = parts[3] if len(parts) > 3 else ""
+        tres = ",".join(parts[1:5])
+        comment = parts[5] if len(parts) > 5 else ""
         typed = _TYPED.findall(tres)
         gpu_type, devices = (typed[0][0], int(typed[0][1])) if typed else ("", 0)
         if not typed:

@@ -30,10 +30,13 @@ NODES = "\n".join(
     ]
 )
 PENDING = (
-    "12                      gres:gpu:a100_80g:2      N/A     "
+    "12                      gres:gpu:a100_80g:2      N/A     N/A    N/A    "
     "slurm_hetero: gpumem:50G -> gres:gpu:a100_80g:2 (best-fit)\n"
-    "13                      gres/gpu:l40s:1          N/A     \n"
-    "14                      N/A                      gres/gpu:4  a note\n"
+    "13                      gres/gpu:l40s:1          N/A     N/A    N/A    \n"
+    "14                      N/A                      gres/gpu:4  N/A    N/A    a note\n"
+    # --gpus-per-task: the hook's rewrite is a per-task count (the adversarial pass: it was untyped)
+    "15                      N/A                      N/A     gres:gpu:l40s:1    N/A    "
+    "slurm_hetero: gpumem:20G -> gres:gpu:l40s:1 (best-fit)\n"
 )
 LOG = """[2026-11-02T10:00:00.000] slurm_hetero: uid 1000: gpumem:50G -> gres:gpu:a100_80g:2 (best-fit)
 [2026-11-02T10:00:01.000] slurm_hetero: uid 1000 edit of job 9: gpumem:70G -> gres/gpu:a100_80g:1 (fastest)
@@ -82,6 +85,9 @@ def test_metrics_per_type_and_vendor_parse_back(monkeypatch: pytest.MonkeyPatch,
     assert got[("slurm_hetero_jobs_pending", nv)] == 1
     assert got[("slurm_hetero_jobs_pending", (("type", ""), ("vendor", "")))] == 1
     assert got[("slurm_hetero_jobs_pending_gpumem_bytes", nv)] == 2 * 50 * (1 << 30)
+    l40s = (("type", "l40s"), ("vendor", "nvidia"))
+    assert got[("slurm_hetero_jobs_pending", l40s)] == 2
+    assert got[("slurm_hetero_jobs_pending_gpumem_bytes", l40s)] == 20 * (1 << 30)
     hook = "slurm_hetero_hook_decisions_total"
     assert got[(hook, (("action", "rewrite"), ("reason", "best-fit")))] == 1
     assert got[(hook, (("action", "rewrite"), ("reason", "fastest")))] == 1
