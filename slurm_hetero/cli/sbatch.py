@@ -221,11 +221,10 @@ def sbatch_cmd(
     release = hook_release(slurm_release)
     try:
         argv, decisions = plan(sbatch_args, model, options, cluster_nodes(inventory_path), release, explicit)
-    except SbatchPlanError as e:
-        if as_json:  # the refusal as a decision too; the error line and exit 1 as ever
-            click.echo(
-                json.dumps({"ok": False, "message": str(e), "argv": None, "components": _rows(e.decisions)})
-            )
+    except HeteroError as e:
+        if as_json:  # every refusal as JSON too; the error line and its exit code as ever
+            rows = _rows(e.decisions) if isinstance(e, SbatchPlanError) else []
+            click.echo(json.dumps({"ok": False, "message": str(e), "argv": None, "components": rows}))
         raise
     for d in decisions:
         if d.note:

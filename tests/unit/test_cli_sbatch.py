@@ -553,6 +553,16 @@ def test_json_shows_the_hooks_decision(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("gres", ["gpumem:0", "gpumem:1e3G", "gpucore:150", "gpumem:2T"])
+def test_json_prints_every_refusal_as_json(tmp_path: Path, gres: str) -> None:
+    """Adversarial pass: `--json --gres=gpumem:0` (or 1e3G, gpucore:150) printed only the error line,
+    where a refusal by the hook (gpumem:2T) printed `{"ok": false, ...}` as well."""
+    code, out, err = run("sbatch", "--inventory", INVENTORY, "--json", f"--gres={gres}", script(tmp_path))
+    data = json.loads(out)
+    assert code == 1 and data["ok"] is False and data["argv"] is None
+    assert err == f"slurm-hetero: {data['message']}\n"
+
+
 # ------------------------------------------------- every option a decision reads reaches the decision
 # Adversarial finds (issue 10 item 7): the wrapper built the hook's job_desc from the TRES and count
 # options alone, so -c, --cpus-per-gpu, --mem*, -w (and their SBATCH_* variables) never reached the
