@@ -170,6 +170,9 @@ def install(
             f"--slurm-etc {layout.etc}: slurm.conf cannot name a path with a double quote and whitespace; "
             "give another"
         )
+    _check_python(python)  # before the lock makes PREFIX: a refused install leaves nothing behind
+    if not source.exists():
+        raise HeteroError(f"--source {source} does not exist; give a checkout or a wheel")
     saved = os.umask(0o022)  # every job user reads the venv, the scripts and the directories made
     try:
         with _locked(layout):
@@ -200,13 +203,10 @@ def _install(
         raise HeteroError(f"nothing installed in {layout.prefix} to upgrade; run install without --upgrade")
     if old and upgrade and config is None:
         config = old.get("config")  # an upgrade keeps the TaskProlog's settings unless given new ones
-    _check_python(python)
     if layout.current.exists() and not layout.current.is_symlink():
         raise HeteroError(
             f"{layout.current} is a directory install did not make; move it away or pass --prefix"
         )
-    if not source.exists():
-        raise HeteroError(f"--source {source} does not exist; give a checkout or a wheel")
     inventory_text = _read_inventory(inventory_file) if inventory_file else None
     scripts = layout.scripts()
     _check_owners(layout, old, scripts.values())

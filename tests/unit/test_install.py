@@ -147,7 +147,7 @@ def test_a_python_other_users_cannot_reach_is_refused(
     home.chmod(0o700)  # /root/.pyenv: job users got "No such file or directory"
     with pytest.raises(HeteroError, match=r"not open to other users \(drwx------\).*/usr/bin/python3"):
         inst.install(layout, python, ROOT)
-    assert not layout.manifest.exists()
+    assert not layout.prefix.exists()  # not even the lock file (the adversarial pass)
 
 
 def test_a_bad_inventory_stops_before_anything_is_built(
