@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from slurm_hetero.core.errors import ConfigError
-from slurm_hetero.engine.modelfamilies import from_hf_config
+from slurm_hetero.engine.modelfamilies import READERS, from_hf_config
 from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model
+from tests.conftest import REPO
 
 # (bundled name, exact total, published total, its rounding unit, active per token in billions)
 FAMILIES = [
@@ -104,3 +105,9 @@ def test_unknown_model_type_names_every_supported_one() -> None:
         from_hf_config({"model_type": "mamba"}, "m")
     for name in ("opt", "gpt_neo", "gptj", "falcon", "gemma", "qwen2_moe", "deepseek_v2", "llama", "t5"):
         assert name in str(e.value)
+
+
+def test_the_fit_guide_lists_every_model_type_read() -> None:
+    """docs/fit.md named 7 of the 19 model_types READERS reads (GPT-Neo, OPT, Falcon, ... missing)."""
+    text = (REPO / "docs" / "fit.md").read_text()
+    assert [t for t in sorted(READERS) if f"`{t}`" not in text] == []
