@@ -163,7 +163,11 @@ def test_a_running_jobs_rewrite_counts_though_sacct_lacks_its_comment(
         while slurm("squeue", "-h", "-j", job, "-o", "%T").strip() != "RUNNING":
             assert time.monotonic() < deadline, "job did not start"
             time.sleep(0.5)
-        time.sleep(2)
+        # slurmdbd learns of the start a moment later (over 2 s on a loaded machine): wait for it
+        while slurm("sacct", "-X", "-n", "-P", "-o", "State", "-j", job).strip() != "RUNNING":
+            assert time.monotonic() < deadline + 30, "slurmdbd did not record the start"
+            time.sleep(0.5)
+        time.sleep(1)
         until = datetime.now().replace(microsecond=0)
         assert slurm("sacct", "-X", "-n", "-P", "-o", "AdminComment", "-j", job).strip() == ""
         window = ["--since", since.isoformat(), "--until", until.isoformat()]
