@@ -7,6 +7,7 @@ ranks while the others sat idle."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,6 +18,9 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
 
 SLURM_CLIENTS = {"scontrol", "sinfo", "squeue", "srun", "sbatch", "sacctmgr", "slurmd"}
+# The clients that ask slurmctld; subprocesses find stubs of them (sbatch and slurmd parse and read
+# the host here, and some tests compare with them).
+CONTROLLER_CLIENTS = ("scontrol", "sinfo", "squeue", "sacct", "sacctmgr", "scancel")
 
 # Modules whose tests take seconds each (torch ranks, the planner's searches, exhaustive crash
 # and full-disk loops, documented commands), slowest first: measured with --durations.
@@ -52,6 +56,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return SLOW_FIRST.index(name) if ours and name in SLOW_FIRST else len(SLOW_FIRST)
 
     items.sort(key=rank)  # stable: each module keeps its order (and its module fixtures)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _controller_unreachable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Commands the tests start (the CLI, documented commands) find slurmctld unreachable at once:
+    the host's own clients wait ~9 s for a controller that is not running, and would ask a dev
+    cluster that is."""
+    stubs = tmp_path_factory.mktemp("slurm-clients")
+    for name in CONTROLLER_CLIENTS:
+        stub = stubs / name
+        stub.write_text(f"#!/bin/sh\necho '{name}: error: Unable to contact slurm controller' >&2\nexit 1\n")
+        stub.chmod(0o755)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{stubs}{os.pathsep}{path}"
+    yield
+    os.environ["PATH"] = path
 
 
 @pytest.fixture(autouse=True)

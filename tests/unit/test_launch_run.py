@@ -738,6 +738,8 @@ def tree(ready: Path, ignore_sigterm: bool = False) -> tuple[str, ...]:
     return python(
         f"""
         import os, signal, subprocess, sys
+        for inherited in (signal.SIGINT, signal.SIGHUP):  # a runner's SIG_IGN (nohup, `cmd &`)
+            signal.signal(inherited, signal.SIG_DFL)
         if {ignore_sigterm}:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         child = subprocess.Popen(["sleep", "33.3"])

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slurm_hetero import training  # noqa: E402
+from tests import ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_uneven.py"
@@ -120,13 +121,10 @@ def run_ranks(
         env = os.environ | {
             "RANK": str(lay["rank"]), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lay["rank"]),
             "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            "SLURM_HETERO_LAYOUT": str(path), "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
+            "SLURM_HETERO_LAYOUT": str(path),
         }  # fmt: skip
-        argv = [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--threads", "1", *args]
-        argv += ["--losses-out", str(tmp_path / "out.json")]
-        procs.append(
-            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        )
+        argv = [str(EXAMPLE), "--steps", str(STEPS), "--threads", "1", *args]
+        procs.append(ranks.start([*argv, "--losses-out", str(tmp_path / "out.json")], env))
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     for p, text in zip(procs, outputs):
         assert p.returncode == code, text
@@ -257,12 +255,9 @@ def test_a_tensor_parallel_block_all_reduces_twice_each_way_as_planned(tmp_path:
     for rank in (0, 1):
         env = os.environ | {
             "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
         }  # fmt: skip
-        argv = [sys.executable, "-c", ALLREDUCE_RANK, str(tmp_path / f"out-{rank}.json"), str(EXAMPLE.parent)]
-        procs.append(
-            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        )
+        argv = ["-c", ALLREDUCE_RANK, str(tmp_path / f"out-{rank}.json"), str(EXAMPLE.parent)]
+        procs.append(ranks.start(argv, env))
     for proc in procs:
         text = proc.communicate(timeout=120)[0]
         assert proc.returncode == 0, text
@@ -326,12 +321,8 @@ def test_hierarchical_gradient_sum_across_vendors_equals_the_flat_one(
         env = os.environ | {
             "RANK": str(lay["rank"]), "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port), "SLURM_HETERO_LAYOUT": str(path),
-            "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
         }  # fmt: skip
-        argv = [sys.executable, "-c", HIERARCHY_RANK, str(tmp_path / f"out-{lay['rank']}.json")]
-        procs.append(
-            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        )
+        procs.append(ranks.start(["-c", HIERARCHY_RANK, str(tmp_path / f"out-{lay['rank']}.json")], env))
     for p in procs:
         text = p.communicate(timeout=120)[0]
         assert p.returncode == 0, text
