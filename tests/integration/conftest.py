@@ -15,6 +15,7 @@ builds the Debian 13 root (24.11) on first use.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -40,7 +41,8 @@ SITE_NAMES = REPO / "gres_conf" / "examples" / "site-names.yaml"  # Type= names 
 # while the hook's model reads "unknown, holds anything": the 24.11 fuzz (seeds 20261126, 7) had a
 # `-c 64` gaudi2 job the hook accepted and slurmctld could not place, and a released ascend910c job
 # pending on BadConstraints.
-CAPTURED_HOST = ("--cpus", "64", "--real-memory", "256G")
+CAPTURED_HOST = ("--cpus", "64", "--sockets", "2", "--cores-per-socket", "32", "--threads-per-core", "1")
+CAPTURED_HOST += ("--real-memory", "256G")  # every fact given: discover asks no slurmctld (one may be up)
 CAPTURED_NODES = {
     "gaudin1": ("gaudi", ["hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt"]),
     "mlun1": ("cambricon", ["cnmon_2x-mlu370-x8_v5.10.13_paddle-docs.txt"]),
@@ -249,7 +251,7 @@ def dev_cluster(
     request: pytest.FixtureRequest, cluster_inventory: Path, suite_config: Path
 ) -> Iterator[Cluster]:
     """Start the dev cluster of one release for the session (with the job_submit hook, l40s
-    sharing and accounting); the next release's starts after this one is down."""
+    sharing and accounting); in one process the next release's starts after this one is down."""
     _need_root()
     name = request.param
     started = time.monotonic()
@@ -271,10 +273,48 @@ def dev_cluster(
         subprocess.run(dev_cluster_argv("down", "--slurm-release", name), check=False)
 
 
+# Tests whose jobs run `slurm-hetero launch` (modules, documented commands). Rank 0 listens on a
+# port derived from the job id, which the other release's cluster beside this one (same host, job
+# ids alike) derives too, and their step times want the CPUs: one such test at a time.
+LAUNCH_MODULES = {"test_launch_slurm.py", "test_launch_default.py", "test_launch_faults_slurm.py"}
+LAUNCH_LOCK = Path("/tmp/slurm-hetero-integration-launch.lock")
+
+
+def _launches(item: pytest.Item) -> bool:
+    command = getattr(item, "callspec", None) and item.callspec.params.get("command")
+    return item.path.name in LAUNCH_MODULES or " launch " in getattr(command, "text", "")
+
+
+@pytest.fixture(autouse=True)
+def _one_launching_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not _launches(request.node):
+        yield
+        return
+    with LAUNCH_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is marked `slurm`; with pytest-xdist's `--dist loadgroup`, one worker runs
+    all of one release's tests (its cluster comes up once), beside the other release's. Every
+    other release takes its launching tests first, the others last, so that the workers seldom
+    wait for each other's."""
+    releases = selected_releases()
+
+    def launching_last(item: pytest.Item) -> bool:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        first = bool(params) and releases.index(params.get("dev_cluster", releases[0])) % 2 == 1
+        return _launches(item) != first
+
     for item in items:
         if "integration" in str(item.fspath):
             item.add_marker(pytest.mark.slurm)
+        params = getattr(item, "callspec", None) and item.callspec.params
+        if params and "dev_cluster" in params:
+            item.add_marker(pytest.mark.xdist_group(params["dev_cluster"]))
+    items.sort(key=launching_last)  # stable: each module keeps its order
 
 
 def slurm_as(

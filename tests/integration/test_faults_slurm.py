@@ -182,6 +182,8 @@ def test_discover_exits_3_when_slurmctld_cannot_be_asked(dev_cluster: Cluster, t
     conf = (dev_cluster.etc / "slurm.conf").read_text()
     assert "SlurmctldPort=" in conf
     lines = ["SlurmctldPort=9" if ln.startswith("SlurmctldPort=") else ln for ln in conf.splitlines()]
+    lines = [ln for ln in lines if not ln.startswith("MessageTimeout=")]
+    lines.append("MessageTimeout=2")  # scontrol gives up connecting after 1 s, not 9
     away = tmp_path / "slurm.conf"
     away.write_text("\n".join(lines) + "\n")
     tmp_path.chmod(0o755)

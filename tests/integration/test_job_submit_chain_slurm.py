@@ -13,7 +13,12 @@ import pytest
 from tests.integration.conftest import Cluster, slurm
 from tests.integration.test_job_submit_slurm import as_user, job_fields, render_hook
 
-SITE = Path("/tmp/slurm-hetero-test-site-job-submit.lua")
+
+def site(cluster: Cluster) -> Path:
+    """The site's hook; /tmp: the same path for a chrooted slurmctld (its root mounts it)."""
+    return Path(f"/tmp/slurm-hetero-test-site-job-submit-{cluster.name}.lua")
+
+
 SITE_HOOK = """
 function slurm_job_submit(job_desc, part_list, submit_uid)
   if job_desc.name == "refused-by-site" then
@@ -26,9 +31,9 @@ end
 """
 
 
-def render_chain(cluster: Cluster, config: Path, order: str, site: str = SITE_HOOK) -> None:
-    SITE.write_text(site)  # /tmp: the same path for a chrooted slurmctld (its root mounts it)
-    render_hook(cluster.inventory, config, "--chain", str(SITE), "--chain-order", order)
+def render_chain(cluster: Cluster, config: Path, order: str, text: str = SITE_HOOK) -> None:
+    site(cluster).write_text(text)
+    render_hook(cluster.inventory, config, "--chain", str(site(cluster)), "--chain-order", order)
     time.sleep(2)
 
 
@@ -38,7 +43,7 @@ def chained(dev_cluster: Cluster, suite_config: Path) -> Iterator[Cluster]:
         yield dev_cluster
     finally:
         render_hook(dev_cluster.inventory, suite_config)
-        SITE.unlink(missing_ok=True)
+        site(dev_cluster).unlink(missing_ok=True)
         time.sleep(2)
 
 
@@ -73,13 +78,15 @@ def test_a_site_hook_that_fails_to_load_or_never_returns_refuses_jobs_naming_it(
     render_chain(chained, suite_config, "site-first", "local policy = nil\npolicy.check()\n" + SITE_HOOK)
     refused = held("--gres=gpumem:20G")
     assert refused.returncode != 0, refused.stdout
-    assert f"slurm_hetero chain: the site's hook {SITE} did not load (" in refused.stderr, refused.stderr
+    assert f"slurm_hetero chain: the site's hook {site(chained)} did not load (" in refused.stderr, (
+        refused.stderr
+    )
     assert "attempt to index" in refused.stderr, refused.stderr
     forever = "function() while true do end end"
     loops = "if job_desc.name == 'loops' then while true do end end\n"
     loops += f"if job_desc.name == 'in-coroutine' then coroutine.wrap({forever})() end\n"
     loops += f"if job_desc.name == 'in-handler' then xpcall({forever}, {forever}) end\n"
-    SITE.write_text(SITE_HOOK.replace("  if job_desc.name", "  " + loops + "  if job_desc.name", 1))
+    site(chained).write_text(SITE_HOOK.replace("  if job_desc.name", "  " + loops + "  if job_desc.name", 1))
     run = held("--gres=gpumem:20G")  # read again when its text changed: no touch, no reconfigure
     assert run.returncode == 0, run.stderr
     fields = job_fields(run.stdout.strip().split(";")[0])
@@ -89,7 +96,9 @@ def test_a_site_hook_that_fails_to_load_or_never_returns_refuses_jobs_naming_it(
     for name in ("loops", "in-coroutine", "in-handler"):  # the last two wedged slurmctld (adv22b)
         refused = held("-J", name, "--gres=gpumem:20G")
         assert refused.returncode != 0, refused.stdout
-        assert f"the site's hook {SITE} ran past " in refused.stderr and "was stopped" in refused.stderr
+        assert (
+            f"the site's hook {site(chained)} ran past " in refused.stderr and "was stopped" in refused.stderr
+        )
     run = held("--gres=gpumem:20G")  # slurmctld goes on
     assert run.returncode == 0, run.stderr
     slurm("scancel", run.stdout.strip().split(";")[0])

@@ -302,11 +302,14 @@ def recipe(**lines: str) -> str:
 
 def fail_node(cluster: Cluster, node: str, job: str) -> None:
     """The node dies as a power loss would end it: SIGKILL to its slurmd, the job's slurmstepd
-    and every task process there (the dev cluster runs each node's slurmd on this host, `slurmd -N`)."""
+    and every task process there (the dev cluster runs each node's slurmd on this host, `slurmd -N`;
+    the other release's cluster may run a job of the same id on a node of the same name)."""
     slurmd = int(cluster.release.path(f"/run/slurmd-{node}.pid").read_text())
     tasks, stepds = [], set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
+            if os.readlink(f"/proc/{pid}/root") != str(cluster.release.path("/")):
+                continue
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             parent_cmd = Path(f"/proc/{parent}/cmdline").read_bytes()
