@@ -13,11 +13,10 @@ types with a device-to-device fabric (NVLink, xGMI, HCCS, ...) come first.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-
-import numpy as np
 
 from slurm_hetero.core.devicespec import DeviceSpec
 from slurm_hetero.core.model import SlurmDevice, SlurmNode
@@ -213,37 +212,33 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num and den else None
 
 
-def policy_key(policy: str, facts: Sequence[TypeFacts]) -> np.ndarray:
-    """The primary sort key of each type under a policy (lower ranks first; unknown -> +inf)."""
+def policy_key(policy: str, facts: TypeFacts) -> float:
+    """A type's primary sort key under a policy (lower ranks first; unknown -> +inf)."""
 
-    def column(values: Iterable[float | None], sign: float = 1.0) -> np.ndarray:
-        return np.array([np.inf if v is None else sign * v for v in values], dtype=float)
+    def known(value: float | None, sign: float = 1.0) -> float:
+        return math.inf if value is None else sign * value
 
     if policy == "best-fit":
-        return np.array([f.memory_mib for f in facts], dtype=float)
+        return facts.memory_mib
     if policy == "fastest":
-        return column((f.throughput for f in facts), -1.0)
+        return known(facts.throughput, -1.0)
     if policy == "cheapest":
-        return column(_ratio(f.price, f.throughput) for f in facts)
+        return known(_ratio(facts.price, facts.throughput))
     if policy == "greenest":
-        return column((_ratio(f.throughput, f.tdp_w) for f in facts), -1.0)
+        return known(_ratio(facts.throughput, facts.tdp_w), -1.0)
     raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
 
 
 def rank(policy: str, facts: Sequence[TypeFacts], multi: bool) -> tuple[str, ...]:
     """Type names in policy order. Ties: best-fit by price; all by memory, then name. With
     `multi`, types with a device-to-device fabric come first."""
-    if not facts:
-        return ()
-    price = np.array([np.inf if f.price is None else f.price for f in facts], dtype=float)
-    second = price if policy == "best-fit" else np.zeros(len(facts))
-    memory = np.array([f.memory_mib for f in facts], dtype=float)
-    names = np.argsort(np.array([f.name for f in facts]), kind="stable")
-    name_rank = np.empty(len(facts), dtype=int)
-    name_rank[names] = np.arange(len(facts))
-    links = np.array([0 if (f.fast_link or not multi) else 1 for f in facts])
-    order = np.lexsort((name_rank, memory, second, policy_key(policy, facts), links))
-    return tuple(facts[i].name for i in order)
+
+    def key(f: TypeFacts) -> tuple[int, float, float, int, str]:
+        price = math.inf if f.price is None else f.price
+        second = price if policy == "best-fit" else 0.0
+        return (0 if f.fast_link or not multi else 1, policy_key(policy, f), second, f.memory_mib, f.name)
+
+    return tuple(f.name for f in sorted(facts, key=key))
 
 
 # ------------------------------------------------------------------------------------ the model

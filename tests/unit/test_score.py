@@ -7,10 +7,10 @@ node), which `test_job_submit_lua.py` also uses.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from slurm_hetero.core.errors import ConfigError
@@ -189,11 +189,10 @@ def test_best_fit_ties_break_on_price_then_memory_then_name() -> None:
     assert rank("fastest", [], True) == ()
 
 
-def test_policy_key_is_numpy_and_unknown_policies_fail(second: ClusterModel) -> None:
-    key = policy_key("greenest", list(second.types.values()))
-    assert isinstance(key, np.ndarray) and np.isinf(key[list(second.types).index("t4")])
+def test_policy_key_ranks_unknown_figures_last_and_unknown_policies_fail(second: ClusterModel) -> None:
+    assert policy_key("greenest", second.types["t4"]) == math.inf
     with pytest.raises(ValueError, match="choose one of best-fit"):
-        policy_key("fastest-ever", [])
+        policy_key("fastest-ever", second.types["t4"])
 
 
 # ------------------------------------------------------------------------------------ settings
