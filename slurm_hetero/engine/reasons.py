@@ -28,8 +28,6 @@ class ReasonCode(StrEnum):
     )
     NOT_ENOUGH_DEVICES = "NOT_ENOUGH_DEVICES"  # a model fits on N devices, the inventory has fewer
     UNHEALTHY = "UNHEALTHY"  # every device of the type is marked unhealthy
-    UNKNOWN_TYPE = "UNKNOWN_TYPE"  # a requested gres type is not in the inventory
-    UNKNOWN_MODEL = "UNKNOWN_MODEL"  # a model name is neither bundled nor a config file
 
 
 #: The order in which `score.reason` checks a type (a type counts under its first failure), and
