@@ -99,8 +99,8 @@ def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
     c, g = spec.costs, spec.groups[group]
     layer_share = float(c.flops.sum()) * 3 / c.step_flops_per_sample
     rate, measured = device_rate(g, tp, b, c.elements_per_sample)
-    comm = 0.0 if measured else 4 * ring_allreduce_s(c.boundary_bytes, tp, g.link_gbs)
-    per_flop = comm / (3 * float(c.flops.max()))
+    comm = 0.0 if measured else 4 * ring_allreduce_s(b * c.boundary_bytes, tp, g.link_gbs) / b
+    per_flop = comm / (3 * float(c.flops.max()))  # per sample
     speed = tp * rate * TFLOPS
     return 1.0 / (1.0 / speed + per_flop * layer_share)
 

@@ -394,7 +394,7 @@ class StageModel:
         self.all = costs.checkpointing == Checkpointing.ALL
         rate, measured = device_rate(g, tp, b, costs.elements_per_sample)
         self.alpha = b / (tp * rate * TFLOPS)
-        self.comm = 0.0 if measured else b * ring_allreduce_s(costs.boundary_bytes, tp, g.link_gbs)
+        self.comm = 0.0 if measured else ring_allreduce_s(b * costs.boundary_bytes, tp, g.link_gbs)
         self.extra_flops = costs.first_flops * site.first + costs.last_flops * site.last
         self.mu_a = site.in_flight * b / tp
         fixed = costs.gather_bytes / tp + costs.overhead_bytes
