@@ -97,17 +97,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# The device each collective backend drives (the plugin that registers a backend is the rank's
-# vendor's torch_package).
-_BACKEND_DEVICES: dict[str, tuple[str, ...]] = {
-    "gloo": (),
-    "nccl": ("cuda",),
-    "hccl": ("npu", "hpu"),
-    "cncl": ("mlu",),
-    "mccl": ("musa",),
-    "eccl": ("gcu",),
-    "xccl": ("xpu",),
-}
 GroupKey = tuple[str, tuple[int, ...], str]
 
 
@@ -169,12 +158,18 @@ def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str |
 
     from slurm_hetero.vendors import vendor_traits
 
-    traits = vendor_traits().get(vendor or "")
+    every = vendor_traits()
+    traits = every.get(vendor or "")
     plugin = traits.torch_package if traits else None
     failure = _import_failure(plugin) if plugin else None
     if not dist.is_backend_available(backend):
         return f"this torch has no {backend!r} backend{f' ({failure})' if failure else ''}"
-    devices = _BACKEND_DEVICES.get(backend, ())
+    # the devices of the vendors whose collectives it is; gloo runs on the CPU
+    devices = (
+        []
+        if backend == "gloo"
+        else sorted({t.torch_device for t in every.values() if t.torch_backend == backend})
+    )
     if devices and not any(_device_available(torch, d) for d in devices):
         return f"no {'/'.join(devices)} device is available to torch"
     return None
