@@ -209,7 +209,8 @@ def _all_facts(nodes: Sequence[SlurmNode], options: ScoringOptions) -> dict[str,
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
-    return num / den if num and den else None
+    """`num / den`, unknown where either is or `den` is 0 (a price of 0 is known: the cheapest)."""
+    return num / den if num is not None and den else None
 
 
 def policy_key(policy: str, facts: TypeFacts) -> float:

@@ -19,6 +19,7 @@ from slurm_hetero.engine.score import (
     ClusterModel,
     PartitionOptions,
     ScoringOptions,
+    TypeFacts,
     compile_model,
     policy_key,
     rank,
@@ -187,6 +188,21 @@ def test_best_fit_ties_break_on_price_then_memory_then_name() -> None:
     unpriced = [type(f)(**{**f.__dict__, "price": None}) for f in same]
     assert rank("best-fit", unpriced, False) == ("l40s", "t4")  # then by name
     assert rank("fastest", [], True) == ()
+
+
+def test_a_price_of_0_is_known_and_ranks_first_under_cheapest_as_under_best_fit() -> None:
+    """adv32 A06: cheapest read a price of 0 as unknown (ranked last) while best-fit's tie-break
+    read it as the lowest price."""
+    base = dict(
+        vendor="nvidia", feature="f", shares={}, shapes=(), memory_mib=1000, tdp_w=300, fast_link=False
+    )
+    free = TypeFacts(name="zz", price=0.0, throughput=100.0, **base)
+    priced = TypeFacts(name="aa", price=1.0, throughput=400.0, **base)
+    assert policy_key("cheapest", free) == 0.0
+    assert rank("cheapest", [priced, free], False) == ("zz", "aa")
+    assert rank("best-fit", [priced, free], False) == ("zz", "aa")
+    idle = TypeFacts(name="bb", price=None, throughput=0.0, **base)  # 0 TFLOPS: known, the least green
+    assert rank("greenest", [idle, priced, free], False) == ("aa", "zz", "bb")
 
 
 def test_policy_key_ranks_unknown_figures_last_and_unknown_policies_fail(second: ClusterModel) -> None:
