@@ -91,7 +91,10 @@ def health(
         found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]
     unasked = {vendor: _said(vendor, error) for vendor, error in failed.items()}
-    _report(check(name, expected, devices, show_node, dry_run, unasked), dry_run, as_json)
+    # captures without a topology listing (nvidia-smi --query-gpu, npu-smi info) show no links:
+    # unknown there, not down; a live probe always reads them
+    links = not from_files or any(d.links for d in devices)
+    _report(check(name, expected, devices, show_node, dry_run, unasked, links), dry_run, as_json)
 
 
 def _said(vendor: str, error: HeteroError) -> str:

@@ -346,3 +346,18 @@ def test_a_node_name_with_a_control_character_is_one_escaped_line(
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
     assert f"node name: {name!r} is not a host name" in result.stderr and "\r" not in result.stderr
+
+
+def test_a_capture_without_topology_leaves_the_links_unchecked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv32 C15: an `nvidia-smi --query-gpu` capture lists no links, and every NVLink of the
+    inventory read as down: a healthy node would have been drained."""
+    fake = FakeSlurm(node_line("a100n1"))
+    monkeypatch.setattr(proc, "run", fake.run)
+    mixed = FIXTURES.parents[1] / "gres_conf" / "examples" / "mixed.yaml"
+    assert any(d.links for n in inventory.load(mixed).nodes if n.name == "a100n1" for d in n.devices)
+    csv = FIXTURES / "nvidia" / "nvidia-smi-query-gpu-csv_4x-a100-sxm4-80gb_drv580.txt"
+    args = ["health", "--inventory", str(mixed), "--node", "a100n1", "--vendor", "nvidia"]
+    result = CliRunner().invoke(cli, [*args, "--from-file", str(csv)])
+    assert result.exit_code == 0 and result.output == "" and fake.updates() == [], result.output
