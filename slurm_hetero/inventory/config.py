@@ -125,6 +125,8 @@ def _vendors(value: Any, path: str, key: str) -> Any:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"expected a list of vendor names or 'all'; vendors: {', '.join(known)}", path, key)
     for name in value:
+        if name == "all":
+            raise ConfigError("'all' is not a vendor: write `default_vendors: all`, not in a list", path, key)
         if name not in known:
             raise ConfigError(f"unknown vendor {name!r}; vendors: {', '.join(known)}, or 'all'", path, key)
     return value

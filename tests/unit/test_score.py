@@ -282,6 +282,11 @@ def test_env_points_elsewhere_and_must_exist(tmp_path: Path) -> None:
             "list of vendor names or 'all'",
         ),
         ("partitions: {p: {default_vendors: [1]}}\n", "partitions.p.default_vendors", "list of vendor names"),
+        (  # adv32 A09: the refusal named 'all' among the valid choices
+            "job_submit: {default_vendors: [all]}\n",
+            "job_submit.default_vendors",
+            "'all' is not a vendor: write `default_vendors: all`, not in a list",
+        ),
         ("nonsense: 1\n", "nonsense", "valid keys: scoring, partitions, job_submit, sharing"),
         ("[1, 2]\n", None, "expected a mapping"),
         ("scoring: {policy: [\n", None, "malformed YAML"),
