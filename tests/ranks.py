@@ -1,5 +1,6 @@
-"""Local torch.distributed ranks for tests: `start(["python", SCRIPT, ...], env)` or `python -c
-CODE ...`, each forked from one server process that imported torch once per test worker. A fresh
+"""Local torch.distributed ranks for tests: `Rank([SCRIPT, ARGS...], env)` runs `python SCRIPT ARGS`
+and `Rank(["-c", CODE, ARGS...], env)` runs `python -c CODE ARGS`, each forked from one server
+process that imported torch once per test worker. A fresh
 interpreter per rank spent most of these tests' time importing torch (3-4 CPU seconds a rank).
 
 A rank runs as `python` would run it: `sys.argv`, the environment and `__main__` are the rank's,
@@ -92,8 +93,3 @@ class Rank:
             return Path(self._output).read_text(errors="replace"), None
         finally:
             os.unlink(self._output)
-
-
-def start(argv: Sequence[str], env: Mapping[str, str]) -> Rank:
-    """`argv` without the interpreter: [SCRIPT, ARGS...] or ["-c", CODE, ARGS...]."""
-    return Rank(argv, env)

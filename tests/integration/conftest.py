@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -280,8 +281,14 @@ LAUNCH_MODULES = {"test_launch_slurm.py", "test_launch_default.py", "test_launch
 LAUNCH_LOCK = Path("/tmp/slurm-hetero-integration-launch.lock")
 
 
+def _params(item: pytest.Item) -> dict[str, Any]:
+    """The item's parameters (the release as `dev_cluster`, a documented `command`), {} if none."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params if callspec else {}
+
+
 def _launches(item: pytest.Item) -> bool:
-    command = getattr(item, "callspec", None) and item.callspec.params.get("command")
+    command = _params(item).get("command")
     return item.path.name in LAUNCH_MODULES or " launch " in getattr(command, "text", "")
 
 
@@ -304,16 +311,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     releases = selected_releases()
 
     def launching_last(item: pytest.Item) -> bool:
-        params = getattr(item, "callspec", None) and item.callspec.params
-        first = bool(params) and releases.index(params.get("dev_cluster", releases[0])) % 2 == 1
-        return _launches(item) != first
+        launching_first = releases.index(_params(item).get("dev_cluster", releases[0])) % 2 == 1
+        return _launches(item) != launching_first
 
     for item in items:
         if "integration" in str(item.fspath):
             item.add_marker(pytest.mark.slurm)
-        params = getattr(item, "callspec", None) and item.callspec.params
-        if params and "dev_cluster" in params:
-            item.add_marker(pytest.mark.xdist_group(params["dev_cluster"]))
+        if "dev_cluster" in _params(item):
+            item.add_marker(pytest.mark.xdist_group(_params(item)["dev_cluster"]))
     items.sort(key=launching_last)  # stable: each module keeps its order
 
 

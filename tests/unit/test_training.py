@@ -124,7 +124,7 @@ def run_ranks(
             "SLURM_HETERO_LAYOUT": str(path),
         }  # fmt: skip
         argv = [str(EXAMPLE), "--steps", str(STEPS), "--threads", "1", *args]
-        procs.append(ranks.start([*argv, "--losses-out", str(tmp_path / "out.json")], env))
+        procs.append(ranks.Rank([*argv, "--losses-out", str(tmp_path / "out.json")], env))
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     for p, text in zip(procs, outputs):
         assert p.returncode == code, text
@@ -257,7 +257,7 @@ def test_a_tensor_parallel_block_all_reduces_twice_each_way_as_planned(tmp_path:
             "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         }  # fmt: skip
         argv = ["-c", ALLREDUCE_RANK, str(tmp_path / f"out-{rank}.json"), str(EXAMPLE.parent)]
-        procs.append(ranks.start(argv, env))
+        procs.append(ranks.Rank(argv, env))
     for proc in procs:
         text = proc.communicate(timeout=120)[0]
         assert proc.returncode == 0, text
@@ -322,7 +322,7 @@ def test_hierarchical_gradient_sum_across_vendors_equals_the_flat_one(
             "RANK": str(lay["rank"]), "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port), "SLURM_HETERO_LAYOUT": str(path),
         }  # fmt: skip
-        procs.append(ranks.start(["-c", HIERARCHY_RANK, str(tmp_path / f"out-{lay['rank']}.json")], env))
+        procs.append(ranks.Rank(["-c", HIERARCHY_RANK, str(tmp_path / f"out-{lay['rank']}.json")], env))
     for p in procs:
         text = p.communicate(timeout=120)[0]
         assert p.returncode == 0, text
