@@ -145,7 +145,9 @@ class _Seen:
     spec: DeviceSpec
     vendor: str
     memory: int | None = None
-    linked: bool = False
+    # Every node holding several of its devices lists links on each (None: no such node). The job may
+    # land on any node of the type, so one linked node does not make the type linked.
+    linked: bool | None = None
     shapes: Counter[tuple[int, frozenset[str], int, int]] = field(default_factory=Counter)
     hosts: dict[tuple[int, frozenset[str], int, int], list[str]] = field(default_factory=dict)
 
@@ -153,7 +155,8 @@ class _Seen:
         sizes = [d.device.memory_mib for d in devices if d.device.memory_mib]
         if sizes:
             self.memory = min(sizes + ([self.memory] if self.memory else []))
-        self.linked = self.linked or any(d.device.links for d in devices)
+        if len(devices) > 1:
+            self.linked = self.linked is not False and all(d.device.links for d in devices)
         key = (len(devices), features, node_cpus(node), node.record.real_memory_mib or 0)
         self.shapes[key] += node.hosts
         self.hosts.setdefault(key, []).append(node.name)
@@ -178,7 +181,7 @@ def _facts(name: str, seen: _Seen, options: ScoringOptions) -> TypeFacts:
         seen.vendor,
         memory,
         feature(name),
-        _fast(spec, seen.linked),
+        _fast(spec, bool(seen.linked)),
         memory // unit if unit else 0,
         tuple(
             Shape(n, f, c, cpus, mem, tuple(seen.hosts[(n, f, cpus, mem)])) for (n, f, cpus, mem), c in rows

@@ -129,6 +129,24 @@ def test_model_facts_come_from_the_inventory_and_the_catalog(mixed: ClusterModel
     assert {"ib", "nvlink", "a100_80g"} <= a100.shapes[0].features
 
 
+@pytest.mark.parametrize(
+    ("second_node_link", "linked"), [("nvlink", True), (None, False)], ids=["every-node", "one-node"]
+)
+def test_a_type_is_linked_only_where_every_node_of_several_devices_is(
+    second_node_link: str | None, linked: bool
+) -> None:
+    """The hook may place a multi-device job on any node of the type: a link on one node alone
+    must not rank the type first for such jobs. A node with one device of the type has no peer."""
+    nodes = [
+        {"name": "l40sn1", "devices": _devices("nvidia", "NVIDIA L40S", "l40s", 4, 46068, "nvlink")},
+        {"name": "l40sn2", "devices": _devices("nvidia", "NVIDIA L40S", "l40s", 4, 46068, second_node_link)},
+        {"name": "l40sn3", "devices": _devices("nvidia", "NVIDIA L40S", "l40s", 1, 46068)},
+    ]
+    cluster = inventory.inventory_from_dict({"version": 1, "nodes": nodes}, "links")
+    model = compile_model(slurm_nodes(cluster, load_catalog()), ScoringOptions())
+    assert model.types["l40s"].fast_link is linked
+
+
 def test_vendor_partitions_restrict_types(mixed: ClusterModel, second: ClusterModel) -> None:
     assert mixed.partitions["ascend"].allowed == {"ascend910b3"}
     assert mixed.partitions["nvidia"].allowed == {"a100_80g", "l40s"}
