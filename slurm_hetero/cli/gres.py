@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.options import Count
@@ -126,6 +127,11 @@ def render(
     as_json: bool,
 ) -> None:
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
+    ctx = click.get_current_context()
+    dev_only = [f"--{n.replace('_', '-')}" for n in ("port_base", "file_root") if not _defaulted(ctx, n)]
+    if dev_only and local_host is None:
+        verb = "applies" if len(dev_only) == 1 else "apply"
+        raise click.UsageError(f"{' and '.join(dev_only)} {verb} only with --local-slurmd (the dev cluster)")
     if slurm_release:
         release_key(slurm_release)  # a bad value stops here, before any work
     release = slurm_release or local_slurm_release()
@@ -165,6 +171,10 @@ def render(
         else f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, {len(written)} file(s) changed",
         err=not as_json,
     )
+
+
+def _defaulted(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
 
 def _local_slurmd(host: str, port_base: int, file_root: str) -> LocalSlurmd:

@@ -223,3 +223,19 @@ def test_dev_cluster_values_reach_no_config_line_unchecked(tmp_path: Path, optio
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 1 and result.output.startswith(f"slurm-hetero: {option}: "), result.output
     assert len(result.output.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (("--port-base", "5000"), "--port-base applies"),
+        (("--file-root", "/dev/fake", "--port-base", "17001"), "--port-base and --file-root apply"),
+    ],
+)
+def test_dev_cluster_options_without_local_slurmd_are_refused(
+    tmp_path: Path, given: tuple[str, ...], said: str
+) -> None:
+    """They would be dropped in silence: the rendered lines name no port and the real device files."""
+    code, _, err = run("gres", "render", "--inventory", str(EXAMPLE), "--out", str(tmp_path / "out"), *given)
+    assert code == 2 and f"Error: {said} only with --local-slurmd (the dev cluster)" in err, err
+    assert not (tmp_path / "out").exists()
