@@ -358,16 +358,21 @@ def plan_catalog(options: Mapping[str, Any]) -> Catalog:
 
 
 def build_spec(
-    devices: str, model: str, seq: int | None, measured: Path | None, options: Mapping[str, Any]
+    devices: str,
+    model: str,
+    seq: int | None,
+    measured: Path | None,
+    options: Mapping[str, Any],
+    catalog: Catalog,
+    rates: Mapping[str, float],
 ) -> tuple[LayoutSpec, int, CostSettings]:
-    """The solver's input from the command line, the sequence length and the cost settings used."""
+    """The solver's input from the command line, the sequence length and the cost settings used;
+    `rates`: the --measured TFLOPS (`load_measured`), read once by the caller."""
     check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
     allocation = parse_devices(devices)
     length = seq if seq is not None else context_length(model)
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
-    rates = load_measured(measured) if measured else {}
-    catalog = plan_catalog(options)
     halves = load_gemm_half(measured) if measured else {}
     groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], halves)
     if measured:
@@ -478,12 +483,11 @@ def plan(
 ) -> None:
     """Lay out training of a model on a mix of devices: pipeline across types, data and tensor
     parallel inside them, layers and batch split unevenly by speed and memory."""
-    spec, length, settings = build_spec(devices, model, seq, measured, options)
+    catalog, rates = plan_catalog(options), load_measured(measured) if measured else None
+    spec, length, settings = build_spec(devices, model, seq, measured, options, catalog, rates or {})
     layout = solve(spec)
     layout = dataclasses.replace(layout, notes=(*layout.notes, *measured_notes(layout)))
-    estimates = catalog_estimates(
-        devices, plan_catalog(options), load_measured(measured) if measured else None, unrated=as_json
-    )
+    estimates = catalog_estimates(devices, catalog, rates, unrated=as_json)
     if plot is not None:
         plot_step(layout, plot)
     click.echo(
