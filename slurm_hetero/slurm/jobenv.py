@@ -4,7 +4,7 @@ Every SLURM_* variable that the launcher and the TaskProlog use is read here, by
 
 - `read_task_env(env) -> TaskEnv`, lenient, for the TaskProlog, which must never fail a task: each
   field is None or empty when its variables are absent. It raises `JobEnvError` only on a value
-  Slurm never writes (`SLURM_STEP_GPUS=0,x`), which the TaskProlog reports and survives.
+  Slurm never writes (`SLURM_STEP_GPUS=0,x`, or `1,1`), which the TaskProlog reports and survives.
 - `parse_job_env(env) -> JobEnv`, strict, for the launcher under srun: a missing or malformed
   essential variable is a `JobEnvError` naming it (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME,
   the step's tasks, nodes and tasks per node, the job and step ids).
@@ -256,7 +256,10 @@ def component_job_ids(env: Mapping[str, str], job_id: str) -> tuple[str, ...]:
 def _gpu_list(name: str, value: str) -> tuple[int, ...] | None:
     items = [v.strip() for v in value.split(",") if v.strip()]
     if len(items) <= MAX_INDEXES and all(_GPU_INDEX.fullmatch(v) for v in items):
-        return tuple(int(v) for v in items) or None  # `,` names nothing: the next variable applies
+        indexes = tuple(int(v) for v in items)
+        if len(set(indexes)) < len(indexes):  # Slurm never binds a GPU twice: two ranks would share it
+            raise JobEnvError(f"{name}={shown(value)} names a GPU twice")
+        return indexes or None  # `,` names nothing: the next variable applies
     if name == "CUDA_VISIBLE_DEVICES":
         return None  # UUIDs, MIG names: not positions in gres.conf
     raise JobEnvError(f"{name}={shown(value)} is not a list of GPU indices")

@@ -190,6 +190,7 @@ def test_nothing_set_is_not_srun() -> None:
         ("SLURM_STEP_ID", "-1", "SLURM_STEP_ID='-1' is not a number"),
         ("SLURM_HET_SIZE", "three", "SLURM_HET_SIZE='three' is not a number"),
         ("SLURM_STEP_GPUS", "0,x", "SLURM_STEP_GPUS='0,x' is not a list of GPU indices"),
+        ("SLURM_STEP_GPUS", "1,1", "SLURM_STEP_GPUS='1,1' names a GPU twice"),  # adv32 C06
         ("SLURM_STEP_TASKS_PER_NODE", "2,y", "cannot read tasks per node"),
         ("SLURM_STEP_NODELIST", "a100n[1-", "SLURM_STEP_NODELIST: unbalanced brackets in hostlist"),
     ],
@@ -264,6 +265,8 @@ def test_gpu_fallbacks_outside_het_jobs() -> None:
         {"CUDA_VISIBLE_DEVICES": "GPU-5e0e7c9b,MIG-1f2a"},
     )
     assert task_devices({}).gpu_indexes == () and task_devices({"SLURM_STEP_GPUS": ","}).source is None
+    with pytest.raises(JobEnvError, match="CUDA_VISIBLE_DEVICES='0,2,00' names a GPU twice"):
+        task_devices({"CUDA_VISIBLE_DEVICES": "0,2,00"})
 
 
 # -- the TaskProlog's view (lenient) ---------------------------------------------------------------

@@ -152,6 +152,13 @@ def test_cli_survives_partial_and_malformed_environments() -> None:
     assert "SLURM_STEP_GPUS=" in bad.stdout and "not a list of GPU indices" in bad.stdout
     padded = runner.invoke(cli, args, env={"SLURMD_NODENAME": "ascendn1\n", "SLURM_STEP_GPUS": "1,\n2\n"})
     assert (padded.exit_code, padded.stdout) == (0, "export ASCEND_RT_VISIBLE_DEVICES=1,2\n")
+    twice = runner.invoke(
+        cli, args, env={"SLURMD_NODENAME": "ascendn1", "SLURM_STEP_GPUS": "1,1"}
+    )  # adv32 C06
+    said = (
+        "print slurm-hetero task-prolog: SLURM_STEP_GPUS='1,1' names a GPU twice; no visible-device variable"
+    )
+    assert (twice.exit_code, twice.stdout) == (0, said + " exported\n")
     strict = runner.invoke(cli, [*args, "--strict"], env=injected)
     assert strict.exit_code != 0
 
