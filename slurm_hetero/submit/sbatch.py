@@ -54,6 +54,8 @@ def _count(text: str, leading_digit: bool) -> int | None:
     found = _STRTOULL.match(text)
     sign, digits = found.groups() if found else ("", "")
     rest = text[found.end() :] if found and digits else text
+    if len(digits.lstrip("0")) > 20:
+        return None  # past a uint64 strtoull saturates (ERANGE) to ULLONG_MAX, which Slurm refuses
     value = int(digits or "0")
     value = (2**64 - value) % 2**64 if sign == "-" and value else value
     if value > _ULLONG_MAX or value == _ULLONG_MAX or rest.lower() not in _SUFFIXES:
@@ -197,7 +199,16 @@ def _strtol(text: str) -> tuple[int | None, str]:
     found = _STRTOL.match(text)
     if not found:
         return None, text
-    return max(-_LONG, min(_LONG - 1, int(found.group(0)))), text[found.end() :]
+    return max(-_LONG, min(_LONG - 1, _c_int(found.group(0)))), text[found.end() :]
+
+
+def _c_int(number: str) -> int:
+    """int() of a signed digit string, at most +-2^64 (past any C integer, which saturates there):
+    int() refuses strings of 4,300 digits."""
+    number = number.strip()
+    if len(number.lstrip("+-").lstrip("0")) > 20:
+        return -(2**64) if number.startswith("-") else 2**64
+    return int(number)
 
 
 def _int(value: int) -> int:
@@ -334,8 +345,7 @@ def _per_task_24_11(spec: str | None) -> str | None:
         return None
     at = min((i for i in (spec.find(":"), spec.find("=")) if i >= 0), default=-1)
     typed, rest = (f":{spec[:at]}", spec[at + 1 :]) if at >= 0 else ("", spec)
-    found = re.match(r"\s*[+-]?[0-9]+", rest)
-    count = int(found.group(0)) if found else 0
+    count = _strtol(rest)[0] or 0
     return f"gres/gpu{typed}={count}" if count else None
 
 
@@ -357,7 +367,7 @@ def mebibytes(text: str | None, option: str = "--mem") -> int | None:
         return None
     refused = RequestError("sbatch", f"Invalid {option} specification")
     found = _STRTOL.match(text)
-    number = int(found.group(0)) if found else -1
+    number = _c_int(found.group(0)) if found else -1
     if not 0 <= number < _LONG:  # none, negative, or strtoll's ERANGE
         raise refused
     rest = text[found.end() :] if found else ""

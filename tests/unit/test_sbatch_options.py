@@ -352,6 +352,35 @@ def test_a_deeply_nested_constraint_is_one_line_not_a_crash(monkeypatch: pytest.
     )
 
 
+HUGE = "9" * 5000  # past int()'s 4,300 digits
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        [f"--gres=gpumem:{HUGE}"],
+        [f"--gres=gpu:{HUGE},gpumem:20G"],
+        [f"--gres=gpucore:{HUGE}"],
+        ["--gpus", HUGE],
+        ["-N", HUGE],
+        ["-n", HUGE],
+        ["-c", HUGE],
+        [f"--mem={HUGE}"],
+        [f"--mem-per-cpu=-{HUGE}"],
+        ["-n", "2", f"--gpus-per-task={HUGE}"],
+    ],
+    ids=lambda o: o[-1][:12],
+)
+def test_numbers_of_thousands_of_digits_are_refused_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch, options: list[str], release: str
+) -> None:
+    """adv33 D19: int() of 4,300+ digits raised ValueError (a traceback) where C saturates."""
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    code, said = explain(options, release)
+    assert code == 1 and said and "\n" not in said, said  # one line (a crash prints none)
+
+
 def test_gres_names_are_checked_only_when_given() -> None:
     """The fuzz and the tests model sbatch without a cluster's GresTypes; the grammar still holds."""
     names = frozenset(BASE_GRES)
