@@ -138,8 +138,13 @@ def convert_profile(
     costs = layer_costs_for(model, seq, CostSettings(attention=attention))
     layer = float(costs.flops.mean()) / 1e9
     info = (model, seq, int(costs.elements_per_sample) // seq, layer)
-    data = json.loads(read_text(profiles, MAX_PROFILE_BYTES, "SAILOR profile file", ConfigError))
-    entries = from_sailor(data, sailor_model, _sailor_types(types), info, costs.layers)
+    text = read_text(profiles, MAX_PROFILE_BYTES, "SAILOR profile file", ConfigError)
+    try:
+        entries = from_sailor(json.loads(text), sailor_model, _sailor_types(types), info, costs.layers)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not JSON ({e}); give SAILOR's profiles_tmp.json", str(profiles)) from None
+    except ConfigError as e:
+        raise ConfigError(str(e), str(profiles)) from None
     path = store_entries(out, entries)
     click.echo(
         f"{', '.join(entries)}: {sum(len(e['shapes']) for e in entries.values())} shapes stored in {path}"

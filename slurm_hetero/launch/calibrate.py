@@ -474,6 +474,7 @@ SHAPE_KEYS = {"tp", "micro_batch", "fwd_s", "bwd_s", "tflops"}
 MODEL_KEYS = {"name", "seq", "hidden", "layer_gflops"}
 MAX_SHAPES = 1024  # points per type
 MAX_TP = 64
+MAX_MICRO_BATCH = 65_536  # micro-batch sizes a profile converts
 
 
 def _positive(value: Any, what: str, path: Path, key: str, high: float = 1e9) -> float:
@@ -571,30 +572,56 @@ def from_sailor(
     entries: per (SAILOR GPU -> our type) of `types`, a point per profiled (tp, micro-batch) with the
     median forward and backward seconds of a decoder layer, `model` (name, seq, hidden, forward
     GFLOPs of one layer) what they were measured on, and `tflops` the best tensor-parallel-1 speed.
-    The embedding, head and optimizer-step times are not carried."""
+    The embedding, head and optimizer-step times are not carried. A malformed entry is a
+    ConfigError naming its key path."""
     source = profiles.get(sailor_model) if isinstance(profiles, Mapping) else None
     if not isinstance(source, Mapping):
-        raise ConfigError(f"no profiles of {sailor_model!r}; it has {', '.join(map(str, profiles))[:200]}")
+        has = ", ".join(map(str, profiles))[:200] if isinstance(profiles, Mapping) else "no model names"
+        raise ConfigError(f"no profiles of {sailor_model!r}; it has {has}")
     name, seq, hidden, gflops = model
     out: dict[str, Any] = {}
     for theirs, ours in types.items():
         if theirs not in source:
             raise ConfigError(f"no profile of {theirs!r} for {sailor_model}; it has {', '.join(source)}")
         shapes, best = [], 0.0
-        for mb, by_tp in sorted(source[theirs].items(), key=lambda kv: int(kv[0])):
-            for tp, layers in sorted(by_tp.items(), key=lambda kv: int(kv[0])):
-                times = [layers[str(i)] for i in range(1, blocks + 1)]
-                fwd = statistics.median(float(t[0]) for t in times)
-                bwd = statistics.median(float(t[1]) for t in times)
-                shapes.append(
-                    {"tp": int(tp), "micro_batch": int(mb), "fwd_s": _digits(fwd), "bwd_s": _digits(bwd)}
-                )
-                if int(tp) == 1:
-                    best = max(best, int(mb) * 3 * gflops / 1e3 / (fwd + bwd))
+        where = f"{sailor_model}.{theirs}"
+        for mb, by_tp in _sailor_sizes(source[theirs], where, "micro-batch sizes", MAX_MICRO_BATCH):
+            for tp, layers in _sailor_sizes(by_tp, f"{where}.{mb}", "tensor-parallel degrees", MAX_TP):
+                times = [_sailor_layer(layers, f"{where}.{mb}.{tp}", i) for i in range(1, blocks + 1)]
+                fwd = statistics.median(t[0] for t in times)
+                bwd = statistics.median(t[1] for t in times)
+                shapes.append({"tp": tp, "micro_batch": mb, "fwd_s": _digits(fwd), "bwd_s": _digits(bwd)})
+                if tp == 1:
+                    best = max(best, mb * 3 * gflops / 1e3 / (fwd + bwd))
         model_entry = {"name": name, "seq": seq, "hidden": hidden, "layer_gflops": _digits(gflops)}
         out[ours] = {"tflops": _digits(best), "source": f"SAILOR profiles, {sailor_model} on {theirs}"}
         out[ours].update(model=model_entry, shapes=shapes)
     return out
+
+
+def _sailor_sizes(value: Any, where: str, what: str, most: int) -> list[tuple[int, Any]]:
+    """A profile level keyed by sizes ("1", "2", ...), in size order; tensor-parallel degrees
+    (`most` MAX_TP) are powers of two."""
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError(f'expected a mapping of {what} ("1", "2", ...) to profiles', key_path=where)
+    sizes = []
+    for key, item in value.items():
+        size = int(key) if isinstance(key, str) and key.isdigit() and len(key) <= 7 else 0
+        if not 0 < size <= most or (most == MAX_TP and size & (size - 1)):
+            raise ConfigError(f"{str(key)[:20]!r} is not one of the {what} (1 to {most})", key_path=where)
+        sizes.append((size, item))
+    return sorted(sizes, key=lambda kv: kv[0])
+
+
+def _sailor_layer(layers: Any, where: str, index: int) -> tuple[float, float]:
+    """Layer `index`'s forward and backward seconds: positive and finite."""
+    times = layers.get(str(index)) if isinstance(layers, Mapping) else None
+    if isinstance(times, (list, tuple)) and len(times) >= 2 and all(_finite(t) and t > 0 for t in times[:2]):
+        return float(times[0]), float(times[1])
+    raise ConfigError(
+        f"expected [forward s, backward s, ...] of decoder layer {index}, both positive",
+        key_path=f"{where}.{index}",
+    )
 
 
 def store_entries(path: Path, entries: Mapping[str, Any]) -> Path:

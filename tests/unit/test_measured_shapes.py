@@ -143,3 +143,35 @@ def test_sailor_profiles_convert_to_shapes_plan_reads(tmp_path: Path) -> None:
     )
     run = CliRunner().invoke(cli, [*args, "--types", "H100=h100_sxm", "--out", str(out)])
     assert run.exit_code == 1 and "no profile of 'H100'" in run.output
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"OPT-350": {"A100-40": []}}', "OPT-350.A100-40: expected a mapping of micro-batch sizes"),
+        ('"x"', "no profiles of 'OPT-350'; it has no model names"),
+        ('{"OPT-350": {"A100-40": {"1": "x"}}}', "OPT-350.A100-40.1: expected a mapping of tensor-parallel"),
+        (
+            '{"OPT-350": {"A100-40": {"1": {"3": {}}}}}',
+            "OPT-350.A100-40.1: '3' is not one of the tensor-para",
+        ),
+        ('{"OPT-350": {"A100-40": {"x": {}}}}', "OPT-350.A100-40: 'x' is not one of the micro-batch sizes"),
+        (
+            '{"OPT-350": {"A100-40": {"1": {"1": {}}}}}',
+            "OPT-350.A100-40.1.1.1: expected [forward s, backward",
+        ),
+        ('{"OPT-350": {"A100-40": {"1": {"1": {"1": [0.1, NaN]}}}}}', "OPT-350.A100-40.1.1.1: expected"),
+        ('{"OPT-350": {"A100-40": {"1": {"1": {"1": [0.1, -2]}}}}}', "OPT-350.A100-40.1.1.1: expected"),
+        ("garbage{", "not JSON (Expecting value: line 1 column 1 (char 0)); give SAILOR's profiles_tmp.json"),
+    ],
+)
+def test_malformed_sailor_profiles_are_one_line_naming_the_entry(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """adv33 F14: a list or string where SAILOR has a mapping was a traceback."""
+    src, out = tmp_path / "bad.json", tmp_path / "m.yaml"
+    src.write_text(text)
+    args = ["convert-profile", str(src), "--sailor-model", "OPT-350", "--model", "opt-350m", "--seq", "2048"]
+    run = CliRunner().invoke(cli, [*args, "--types", "A100-40=a100_40g", "--out", str(out)])
+    assert run.exit_code == 1 and run.output.startswith(f"slurm-hetero: {src}: {said}"), run.output
+    assert len(run.output.splitlines()) == 1 and not out.exists()
