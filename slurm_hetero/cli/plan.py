@@ -98,6 +98,11 @@ def parse_devices(text: str) -> list[tuple[str, int]]:
                 "with N >= 1, e.g. a100:8,ascend910b3:8",
             )
         out.append((match[1].lower(), int(match[2]) if len(match[2]) <= 12 else MAX_DEVICES + 1))
+        if any(name == out[-1][0] for name, _ in out[:-1]):
+            raise RequestError(
+                f"--devices {syntax.text(text)}",
+                f"{syntax.text(out[-1][0])} is given twice; give each type once with its total count",
+            )
     if sum(n for _, n in out) > MAX_DEVICES:
         raise RequestError(
             f"--devices {syntax.text(text)}", f"at most {MAX_DEVICES:,} devices can be planned"

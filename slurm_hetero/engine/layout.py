@@ -46,6 +46,7 @@ from slurm_hetero.engine.shapes import (
     candidate_shapes,
     shape_search,
     staged_applies,
+    staged_degrees,
     staged_micro_batch,
 )
 from slurm_hetero.engine.shapes import kinds_for_micro_batch as kinds_for_micro_batch
@@ -392,6 +393,11 @@ def _no_shape_reason(spec: LayoutSpec) -> str:
     if split:
         tps = ",".join(map(str, spec.tp_sizes))
         return f"tensor parallelism {tps} stays within a node and {'; '.join(split)}; use a smaller tp size"
+    if kinds == {LayoutKind.STAGED} and len(degrees := staged_degrees(spec)) == 1:
+        return (
+            f"the staged family can give every type here only data-parallel degree {degrees.pop()}, "
+            "which is the pipeline family's shape; use --kind pipeline or leave --kind out"
+        )
     return "no pipeline or data-parallel shape uses every device; use counts with a common divisor"
 
 

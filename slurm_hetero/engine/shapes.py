@@ -194,6 +194,12 @@ def _staged_options(spec: LayoutSpec, group: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def staged_degrees(spec: LayoutSpec) -> set[int]:
+    """The data-parallel degrees the staged family can give any type: one degree alone means every
+    staged combination is a pipeline-family shape."""
+    return {dp for g in range(len(spec.groups)) for _, _, dp in _staged_options(spec, g)}
+
+
 def _staged_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     """One pipeline through every type, each type its own stages, tensor-parallel and
     data-parallel degree (Metis's per-type data parallelism); the micro-batch of the pipeline is

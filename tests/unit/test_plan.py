@@ -170,6 +170,7 @@ def test_no_layout_is_worse_than_its_even_split(seed: int) -> None:
         # adversarial B61: 66 valid entries were "bad entry" (the rest of the list as one)
         (",".join(["a100_80g:1"] * 66), "at most 64 TYPE:N entries"),
         (",".join(["a100_80g:1"] * 65), "at most 64 TYPE:N entries"),
+        ("l40s:1,L40S:2", "'l40s' is given twice; give each type once"),  # adv33 F12: planned as 3
     ],
 )
 def test_device_lists_are_bounded_and_quoted(devices: str, needle: str) -> None:
@@ -181,6 +182,13 @@ def test_staged_on_too_many_devices_says_the_real_reason() -> None:
     code, _, err = run("plan", "--model", "gpt2", "--devices", "h100_sxm:512,a100:512", "--kind", "staged")
     err = one_line_error(code, err)
     assert "at most 256 devices" in err and "common divisor" not in err
+
+
+def test_staged_where_every_type_has_one_degree_says_so() -> None:
+    """adv33 F26: one device of each type was refused for want of a common divisor, which 1 is."""
+    code, _, err = run("plan", "--model", "gpt2", "--devices", "a100_80g:1,l40s:1", "--kind", "staged")
+    err = one_line_error(code, err)
+    assert "only data-parallel degree 1, which is the pipeline family's shape" in err, err
 
 
 def test_micro_batch_per_device_is_what_every_device_takes_or_staged_is_refused() -> None:
