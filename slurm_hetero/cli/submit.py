@@ -16,6 +16,7 @@ from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import SlurmNode
+from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
 from slurm_hetero.core.writefile import ensure_output_dir
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.inventory import document as inventory
@@ -169,7 +170,7 @@ _OURS = "slurm_hetero"  # every hook file render writes names it; a site's own h
 
 
 def _check_site_hook(site_hook: Path, out: Path) -> None:
-    if not site_hook.is_file():
+    if not site_hook.exists():
         raise ConfigError(
             f"--chain {site_hook}: no such file; give the site's job_submit.lua where you moved it"
         )
@@ -179,7 +180,11 @@ def _check_site_hook(site_hook: Path, out: Path) -> None:
                 f"--chain {site_hook}: render writes {name} there; move the site's hook first "
                 f"(e.g. to {out / 'site_job_submit.lua'}); nothing changed"
             )
-    if _OURS in site_hook.read_text(errors="replace"):
+    try:  # bounded, and a FIFO or a device is refused, not read
+        text = read_text(site_hook, MAX_CONFIG_BYTES, "site hook", ConfigError, errors="replace")
+    except ConfigError as e:
+        raise ConfigError(f"--chain {e}; nothing changed") from None
+    if _OURS in text:
         raise ConfigError(
             f"--chain {site_hook}: that is slurm-hetero's own hook, not the site's; nothing changed"
         )

@@ -6,6 +6,7 @@ slurmctld."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -180,6 +181,20 @@ def test_render_refuses_a_site_hook_where_it_writes_our_hook_and_chain_order_alo
     assert (out / CHAINED_NAME).read_text() == SITE_HOOK
     result = CliRunner().invoke(cli, [*args, "--chain-order", "ours-first"])
     assert result.exit_code == 2 and "--chain-order needs --chain" in result.output
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"), [("fifo", "a FIFO"), ("dir", "a directory"), ("zero", "a character")]
+)
+def test_a_site_hook_that_is_no_regular_file_is_named_as_such(tmp_path: Path, kind: str, said: str) -> None:
+    """adv33 E31: --chain /dev/zero said "no such file"; a FIFO must not block the render."""
+    site = {"fifo": tmp_path / "fifo", "dir": tmp_path, "zero": Path("/dev/zero")}[kind]
+    if kind == "fifo":
+        os.mkfifo(site)
+    args = ["job-submit", "render", "--inventory", str(MIXED), "--out", str(tmp_path / "etc")]
+    result = CliRunner().invoke(cli, [*args, "--chain", str(site)])
+    assert result.exit_code == 1 and f"--chain {site}: site hook is {said}" in result.output, result.output
+    assert not (tmp_path / "etc").exists()
 
 
 REFUSED_LOADING = "did not load ("  # the chain's refusal while the site's hook does not load
