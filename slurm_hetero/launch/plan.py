@@ -405,13 +405,21 @@ def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
 
 
 def check_devices_on_node(site: Site, on_node: int | None) -> None:
-    """More tasks than the step's devices on a node would share a device: an error."""
-    if on_node is not None and site.tasks > on_node:
-        raise LaunchPlanError(
-            f"{site.name} runs {site.tasks} tasks but Slurm gave the step {on_node} device(s) there "
-            f"(SLURM_GPUS_ON_NODE={on_node}); tasks would share a device. One task per device: "
-            f"srun --ntasks-per-node={on_node}, or ask for --gpus-per-node={site.tasks}"
-        )
+    """One task per device: more tasks than the step's devices on a node would share one, fewer
+    would leave some idle (each rank sees only its own device)."""
+    if on_node is None or site.tasks == on_node:
+        return
+    effect = (
+        "tasks would share a device"
+        if site.tasks > on_node
+        else f"each rank sees only its own device, so {on_node - site.tasks} would sit idle"
+    )
+    raise LaunchPlanError(
+        f"{site.name} runs {site.tasks} task{'s' if site.tasks != 1 else ''} but Slurm gave the step "
+        f"{on_node} device(s) there "
+        f"(SLURM_GPUS_ON_NODE={on_node}); {effect}. One task per device: "
+        f"srun --ntasks-per-node={on_node}, or ask for --gpus-per-node={site.tasks}"
+    )
 
 
 def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:

@@ -5,6 +5,7 @@ first (more tasks than devices, a misspelled --measured key, a device without a 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -249,6 +250,18 @@ def test_more_tasks_than_the_steps_devices_on_a_node_is_refused() -> None:
     # --gpus-per-task=1: the task's own GPU in SLURM_STEP_GPUS, two on the node: fine
     env |= {"SLURM_STEP_GPUS": "3", "CUDA_VISIBLE_DEVICES": "3", "SLURM_GPUS_ON_NODE": "2"}
     assert own(plan_from(env, inv, NO_MODEL), env)["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_fewer_tasks_than_the_steps_devices_on_a_node_is_refused() -> None:
+    """adv33 F16: `srun -N2 --gpus-per-node=4 launch` ran one rank a node, each seeing one device,
+    and left three of four idle without a word."""
+    inv = ClusterInventory((node("n1", "a100_80g", 4),))
+    env = slurm_env([("n1", 1)], 0) | {"SLURM_STEP_GPUS": "0,1,2,3", "SLURM_GPUS_ON_NODE": "4"}
+    said = "n1 runs 1 task but Slurm gave the step 4 device(s) there (SLURM_GPUS_ON_NODE=4); each rank "
+    with pytest.raises(
+        LaunchPlanError, match=re.escape(said + "sees only its own device, so 3 would sit idle")
+    ):
+        plan_from(env, inv, NO_MODEL)
 
 
 def test_more_tasks_than_inventory_devices_is_refused() -> None:

@@ -46,9 +46,15 @@ MEASURED = {"ascend910b3": 120.0}
 GPT2 = LaunchOptions("gpt2", global_batch=16, seq=128, measured=MEASURED)
 
 
-def fixture_env(task: int) -> dict[str, str]:
+def fixture_env(task: int, as_captured: bool = False) -> dict[str, str]:
+    """Task `task`'s environment in the real three-component job. Its third component gave its one
+    task 4 NPUs, which launch refuses (3 would sit idle): unless `as_captured`, narrowed to the one
+    NPU that `--gres=gpu:ascend910:1` would give it."""
     lines = (FIXTURES / "slurm_env" / f"hetjob3_srun_task{task}.env.txt").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    env = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    if task == 3 and not as_captured:
+        env |= {"SLURM_STEP_GPUS": "0", "SLURM_GPUS_ON_NODE": "1"}
+    return env
 
 
 def node(name: str, gres_type: str, count: int, nics: tuple[Nic, ...] = ()) -> NodeInventory:
@@ -171,6 +177,11 @@ def test_every_task_of_the_real_het_job_derives_the_same_plan() -> None:
     assert [p.ranks[i].type for i, p in enumerate(plans)] == ["a100_80g", "a100_80g", "l40s", "ascend910b3"]
     assert [e.get("CUDA_VISIBLE_DEVICES") for e in mine] == ["0", "1", "0", None]  # Ascend reads its own
     assert mine[3]["ASCEND_RT_VISIBLE_DEVICES"] == "0" and "ASCEND_RT_VISIBLE_DEVICES" not in mine[0]
+
+
+def test_a_task_given_more_devices_than_it_runs_is_refused_as_captured() -> None:
+    with pytest.raises(LaunchPlanError, match="ascendn1 runs 1 task but Slurm gave the step 4 device"):
+        plan_from(fixture_env(3, as_captured=True), inventory.load(EXAMPLE))
 
 
 def test_layout_file_path_and_master_port_come_from_job_and_step() -> None:
