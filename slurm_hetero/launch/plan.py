@@ -55,6 +55,7 @@ from slurm_hetero.engine.layout import (
 )
 from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
+from slurm_hetero.engine.shapes import candidate_shapes
 from slurm_hetero.inventory.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.inventory.nodes import NodeBuilder, host_records
 from slurm_hetero.launch.rankenv import (
@@ -338,6 +339,8 @@ def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions,
         f"{hostlist.fold(s.name for s in nodes if s.type == g.type)}"
         for g in spec.groups
     )
+    if not candidate_shapes(spec):  # no layout family uses every device: memory is not the cause
+        return f"cannot plan {options.model} on {world} devices ({per_type}): {error.reason}"
     return (
         f"root cause: {options.model} (seq {sequence_length(options)}, "
         f"global batch {spec.global_batch}) needs at least {need / GIB:,.1f} GiB for weights, gradients "

@@ -336,6 +336,21 @@ def test_a_model_that_cannot_fit_is_one_root_cause_line() -> None:
     assert "GiB" in message and "2x l40s" in message and "n2" in message
 
 
+def test_a_family_with_no_shape_is_refused_as_that_not_as_memory() -> None:
+    """adv33 F30: --kind staged on one device of each type was a `root cause:` line about memory
+    that fit; the family has no shape there."""
+    env = slurm_env([("n1", 1), ("n2", 1)], 0)
+    inv = ClusterInventory((node("n1", "a100_80g", 1), node("n2", "l40s", 1)))
+    kinds = (LayoutKind.STAGED,)
+    with pytest.raises(LaunchPlanError) as e:
+        plan_from(env, inv, dataclasses.replace(GPT2, kinds=kinds))
+    message = str(e.value)
+    assert message.startswith("cannot plan gpt2 on 2 devices (1x a100_80g") and "root cause" not in message
+    assert message.endswith(
+        "degree 1, which is the pipeline family's shape; use --kind pipeline or leave --kind out"
+    )
+
+
 @pytest.mark.parametrize(
     ("inv", "needle"),
     [
