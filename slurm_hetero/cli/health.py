@@ -17,6 +17,7 @@ from slurm_hetero.cli import cli, from_file_option, inventory_option
 from slurm_hetero.core.errors import HeteroError, InventoryError
 from slurm_hetero.core.journal import audit
 from slurm_hetero.inventory import document as inventory
+from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.discover import devices_from_files, probe_each, this_node
 from slurm_hetero.inventory.nodes import host_records
 from slurm_hetero.node.health import HealthReport, check, drain_reason
@@ -86,7 +87,7 @@ def health(
         raise InventoryError("--model names the model of captured devices; use it with --from-file")
     failed: dict[str, HeteroError] = {}
     if from_files:
-        found = devices_from_files(vendors, from_files, model)
+        found = devices_from_files(vendors, from_files, load_catalog(), model)
     else:
         found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]

@@ -8,6 +8,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()/+-]{0,127}")  # as vendor tools print models
+
 
 @dataclass(frozen=True)
 class DeviceSpec:
@@ -67,6 +69,15 @@ class Catalog:
                 if m and (best is None or len(pattern.pattern) > best[0]):
                     best = (len(pattern.pattern), spec)
         return best[1] if best else None
+
+    def named_model(self, vendor: str, model: str) -> DeviceSpec | None:
+        """The entry an admin's model name (`--model`) names: plain characters, and one of the
+        entry's patterns matching whole words of it (`XK100_AI` and `K100_AI_X` name no K100_AI)."""
+        spec = self.resolve(vendor, model) if _MODEL_NAME.fullmatch(model) else None
+        if spec is None:
+            return None
+        words = (re.compile(rf"(?<!\w)(?:{p.pattern})(?!\w)", re.IGNORECASE) for p in spec.patterns)
+        return spec if any(w.search(model) for w in words) else None
 
     def by_type(self, gres_type: str) -> DeviceSpec | None:
         """The entry whose Slurm type (or alias) is `gres_type`."""

@@ -64,12 +64,13 @@ def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device
 
 
 def devices_from_files(
-    vendor_names: Sequence[str], paths: Sequence[Path], model: str | None = None
+    vendor_names: Sequence[str], paths: Sequence[Path], catalog: Catalog, model: str | None = None
 ) -> list[tuple[Vendor, list[Device]]]:
     """Parse captured files: with one --vendor, all files belong to it; without, the parser is sniffed.
 
     `model` (`--model`, with one --vendor) names the model of devices whose capture does not, as
-    a vendor's default table may (Hygon's `hy-smi`); the catalog then gives their memory."""
+    a vendor's default table may (Hygon's `hy-smi`); it must name a `catalog` model, which then
+    gives their memory."""
     captures = read_captures(paths)
     if len(vendor_names) > 1:
         raise HeteroError("--from-file takes captures of one vendor at a time; run discover once per vendor")
@@ -77,6 +78,12 @@ def devices_from_files(
         if not vendor_names:
             raise HeteroError("--model needs --vendor NAME: it names the model of that vendor's captures")
         vendor = get_vendor(vendor_names[0])
+        if catalog.named_model(vendor.name, model) is None:
+            known = ", ".join(s.name for s in catalog.specs if s.vendor == vendor.name)
+            raise HeteroError(
+                f"--model {syntax.text(model)} names no {vendor.name} model of the catalog; "
+                f"give one as its tool prints it ({known}), or add it to a site catalog (--models-dir)"
+            )
         return [(vendor, vendor.parse_with_model(captures, model))]
     if vendor_names:
         vendor = get_vendor(vendor_names[0])
@@ -182,7 +189,11 @@ def discover_node(
     """
     if model is not None and not from_files:
         raise HeteroError("--model names the model of captured devices; use it with --from-file")
-    found = devices_from_files(vendor_names, from_files, model) if from_files else devices_live(vendor_names)
+    found = (
+        devices_from_files(vendor_names, from_files, catalog, model)
+        if from_files
+        else devices_live(vendor_names)
+    )
     devices = [complete_device(d, catalog, v) for v, ds in found for d in ds]
     if not devices:
         raise HeteroError(

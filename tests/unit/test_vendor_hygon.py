@@ -226,9 +226,13 @@ def test_the_admins_model_must_agree_with_a_capture_that_names_one(tmp_path: Pat
     assert {d.model for d in devices} == {"K100_AI"}
 
 
-def test_a_model_the_catalog_does_not_know_is_one_line() -> None:
-    result = discover_table("--model", "X999")
-    assert result.exit_code == 1 and "X999" in result.output and result.output.count("\n") == 1
+@pytest.mark.parametrize("model", ["X999", "XK100_AI", "K100_AI_FAKE", "K100_AI;rm -rf /"])  # adv33 E37
+def test_a_model_the_catalog_does_not_know_is_one_line(model: str) -> None:
+    """A catalog pattern inside another word (`XK100_AI`) or a name with shell characters was
+    taken for K100_AI and recorded as typed."""
+    result = discover_table("--model", model)
+    said = f"slurm-hetero: --model {model!r} names no hygon model of the catalog; give one as its tool"
+    assert result.exit_code == 1 and result.output.startswith(said) and result.output.count("\n") == 1
 
 
 def test_model_is_refused_where_captures_name_their_model() -> None:
