@@ -489,10 +489,26 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+# YAML inventories this package writes open with HEADER and close with FOOTER: a copy cut short
+# (a full disk, an interrupted scp) parses as a smaller cluster, which nothing in YAML tells apart.
+HEADER = "# slurm-hetero inventory: a copy without the closing line below was cut short\n"
+FOOTER = "# end of slurm-hetero inventory\n"
+
+
+def _check_whole(text: str, source: str) -> None:
+    """A written YAML inventory (HEADER) must still end with FOOTER."""
+    if text.startswith(HEADER) and not text.rstrip().endswith(FOOTER.strip()):
+        raise InventoryError(
+            f"{source}: cut short: it lacks its closing line {FOOTER.strip()!r}; copy it again, or "
+            "write it anew (inventory merge)"
+        )
+
+
 def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> Any:
     """The data of inventory text: JSON, one YAML document, or (`documents`) a list of every YAML
-    document; InventoryError in one line, naming `source`, where it is malformed."""
+    document; InventoryError in one line, naming `source`, where it is malformed or cut short."""
     if not as_json:
+        _check_whole(text, source)
         check_yaml_depth(text, source)
     try:
         if as_json:
@@ -532,11 +548,14 @@ def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
 
 
 def dumps(inventory: ClusterInventory, as_json: bool = False) -> str:
-    """Serialize an inventory (stable key order, for reviewable diffs)."""
+    """Serialize an inventory (stable key order, for reviewable diffs); YAML between HEADER and
+    FOOTER."""
     data = inventory_to_dict(inventory)
     if as_json:
         return json.dumps(data, indent=1) + "\n"
-    return str(yaml.dump(data, Dumper=_YamlDumper, sort_keys=False, default_flow_style=False))
+    return (
+        HEADER + str(yaml.dump(data, Dumper=_YamlDumper, sort_keys=False, default_flow_style=False)) + FOOTER
+    )
 
 
 def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:

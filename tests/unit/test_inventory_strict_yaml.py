@@ -174,3 +174,16 @@ def test_every_command_refuses_a_fractional_cpu_count(tmp_path: Path, command: l
     result = CliRunner().invoke(cli, args)
     assert result.exit_code != 0
     assert "cpus: 8.0 is not a whole number" in result.output
+
+
+def test_a_written_inventory_cut_anywhere_is_refused_as_cut_short(tmp_path: Path) -> None:
+    """adv33 E12: a copy of a written inventory cut after a whole node (or inside a device list)
+    parsed as a smaller cluster. Written YAML now closes with a line every cut loses."""
+    text = inventory.dumps(inventory.load(EXAMPLE))
+    assert inventory.loads(text, "whole.yaml") == inventory.load(EXAMPLE)
+    ends = [i + 1 for i, c in enumerate(text) if c == "\n"][:-1]  # after every line but the last
+    for end in [*ends, len(text) - 5]:
+        with pytest.raises(InventoryError, match=r"^cut.yaml: cut short: it lacks its closing line"):
+            inventory.loads(text[:end], "cut.yaml")
+    hand_written = text.removeprefix(inventory.HEADER).removesuffix(inventory.FOOTER)
+    assert inventory.loads(hand_written, "hand.yaml") == inventory.load(EXAMPLE)  # no header: no check
