@@ -8,7 +8,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()/+-]{0,127}")  # as vendor tools print models
+# as vendor tools print models: letters and digits first and last
+_MODEL_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9 ._()/+-]{0,126}[A-Za-z0-9)])?")
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,24 @@ class Catalog:
         return best[1] if best else None
 
     def named_model(self, vendor: str, model: str) -> DeviceSpec | None:
-        """The entry an admin's model name (`--model`) names: plain characters, and one of the
-        entry's patterns matching whole words of it (`XK100_AI` and `K100_AI_X` name no K100_AI)."""
-        spec = self.resolve(vendor, model) if _MODEL_NAME.fullmatch(model) else None
-        if spec is None:
+        """The entry an admin's model name (`--model`) names: plain characters, one of the entry's
+        patterns matching whole words of it (`XK100_AI` and `K100_AI_X` name no K100_AI), and no
+        other model's pattern matching words beside those (`L4 L40S` names two)."""
+        if not _MODEL_NAME.fullmatch(model):
             return None
-        words = (re.compile(rf"(?<!\w)(?:{p.pattern})(?!\w)", re.IGNORECASE) for p in spec.patterns)
-        return spec if any(w.search(model) for w in words) else None
+        spans = [
+            (m.start(), m.end(), spec)
+            for spec in self.specs
+            if spec.vendor == vendor
+            for p in spec.patterns
+            if (m := re.search(rf"(?<!\w)(?:{p.pattern})(?!\w)", model, re.IGNORECASE))
+        ]
+        chosen = self.resolve(vendor, model)
+        named = [(start, end) for start, end, spec in spans if spec is chosen]
+        if not named:
+            return None
+        start, end = min(s for s, _ in named), max(e for _, e in named)
+        return None if any(e <= start or s >= end for s, e, _ in spans) else chosen
 
     def by_type(self, gres_type: str) -> DeviceSpec | None:
         """The entry whose Slurm type (or alias) is `gres_type`."""

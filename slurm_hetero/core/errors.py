@@ -107,6 +107,11 @@ class LaunchPlanError(HeteroError):
     """The step cannot be laid out: names the node, device or model at fault."""
 
 
+class NodeLaunchError(LaunchPlanError):
+    """What only this node's ranks can see (how Slurm bound its devices): the rank ends the whole
+    step, since the other nodes' ranks would start without it."""
+
+
 class SbatchPlanError(HeteroError):
     """The job cannot run on this cluster as asked; `decisions`: the components decided up to and
     including the refused one, where the hook's check refused it (for `--json`)."""

@@ -499,8 +499,8 @@ def _check_whole(text: str, source: str) -> None:
     """A written YAML inventory (HEADER) must still end with FOOTER."""
     if text.startswith(HEADER) and not text.rstrip().endswith(FOOTER.strip()):
         raise InventoryError(
-            f"{source}: cut short: it lacks its closing line {FOOTER.strip()!r}; copy it again, or "
-            "write it anew (inventory merge)"
+            f"{source}: cut short or added to: it does not end with its closing line "
+            f"{FOOTER.strip()!r}; copy it again, or write it anew (inventory merge)"
         )
 
 

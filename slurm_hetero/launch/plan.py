@@ -26,7 +26,7 @@ from typing import Union
 
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.devicespec import Catalog, DeviceSpec
-from slurm_hetero.core.errors import LaunchPlanError, RequestError
+from slurm_hetero.core.errors import LaunchPlanError, NodeLaunchError, RequestError
 from slurm_hetero.core.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
@@ -417,7 +417,7 @@ def check_devices_on_node(site: Site, on_node: int | None) -> None:
         if site.tasks > on_node
         else f"each rank sees only its own device, so {on_node - site.tasks} would sit idle"
     )
-    raise LaunchPlanError(
+    raise NodeLaunchError(
         f"{site.name} runs {site.tasks} task{'s' if site.tasks != 1 else ''} but Slurm gave the step "
         f"{on_node} device(s) there "
         f"(SLURM_GPUS_ON_NODE={on_node}); {effect}. One task per device: "
@@ -431,12 +431,12 @@ def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
     elif len(indexes) >= site.tasks:
         index = indexes[local_rank]
     else:
-        raise LaunchPlanError(
+        raise NodeLaunchError(
             f"{site.name}: {site.tasks} tasks share {len(indexes)} allocated devices; "
             "launch one task per device (srun --ntasks-per-node=N --gpus-per-node=N)"
         )
     if not 0 <= index < len(site.devices):
-        raise LaunchPlanError(f"GPU index {index} is beyond the {len(site.devices)} devices of {site.name}")
+        raise NodeLaunchError(f"GPU index {index} is beyond the {len(site.devices)} devices of {site.name}")
     return index
 
 

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from slurm_hetero.core import hostlist, proc
 from slurm_hetero.core.devicespec import Catalog
-from slurm_hetero.core.errors import InventoryError, ToolError
+from slurm_hetero.core.errors import InventoryError, NodeLaunchError, ToolError
 from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.core.readfile import read_text, unusable_path
 from slurm_hetero.core.writefile import write_bytes_atomic
@@ -40,7 +40,7 @@ from slurm_hetero.launch.plan import (
     process_env,
 )
 from slurm_hetero.launch.slurmnodes import gres_records
-from slurm_hetero.launch.supervise import LaunchError, Supervisor
+from slurm_hetero.launch.supervise import LaunchError, Supervisor, end_step
 from slurm_hetero.layout import GroupSpec, RankLayout
 from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
@@ -302,7 +302,12 @@ def plan_step(
         check_plain_batch(job.world_size, plan_options.global_batch)
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
-    return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound, job.rank if own else None)
+    try:
+        return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound, job.rank if own else None)
+    except NodeLaunchError:
+        if options.simulate is None and not options.dry_run:
+            end_step(job.component_steps)  # the other nodes' ranks would start without this one
+        raise
 
 
 # -- describing a plan ----------------------------------------------------------------------------

@@ -349,19 +349,23 @@ class Supervisor:
         return status
 
     def end_step(self) -> None:
-        """Tell every rank of the step to stop (PEER_FAILED), and leave one detached process
-        behind that tells them again at PEER_FAILED_AGAIN_S and cancels the step at
-        CANCEL_AFTER_S, for ranks that do not stop. This launcher then exits with
-        its command's code before any cancel reaches it (`scancel STEP` is SIGKILL at once)."""
-        if not self.targets:
-            return
-        again = ["scancel", f"--signal={PEER_FAILED.name[3:]}", *self.targets]
-        try:
-            proc.run(again, timeout=15)
-        except ToolError as e:
-            logger.warning("could not signal step %s: %s", " ".join(self.targets), e)
-        try:  # again for ranks still starting (their handler not yet set: SIGURG is ignored)
-            steps = [(delay, again) for delay in PEER_FAILED_AGAIN_S]
-            proc.run_later([*steps, (CANCEL_AFTER_S, ["scancel", *self.targets])])
-        except ToolError as e:
-            logger.warning("could not leave a cancel of step %s behind: %s", " ".join(self.targets), e)
+        end_step(self.targets)
+
+
+def end_step(targets: Sequence[str]) -> None:
+    """Tell every rank of the step (`targets`: its job.step ids) to stop (PEER_FAILED), and leave
+    one detached process behind that tells them again at PEER_FAILED_AGAIN_S and cancels the step
+    at CANCEL_AFTER_S, for ranks that do not stop. The failing launcher then exits with its own
+    code before any cancel reaches it (`scancel STEP` is SIGKILL at once)."""
+    if not targets:
+        return
+    again = ["scancel", f"--signal={PEER_FAILED.name[3:]}", *targets]
+    try:
+        proc.run(again, timeout=15)
+    except ToolError as e:
+        logger.warning("could not signal step %s: %s", " ".join(targets), e)
+    try:  # again for ranks still starting (their handler not yet set: SIGURG is ignored)
+        steps = [(delay, again) for delay in PEER_FAILED_AGAIN_S]
+        proc.run_later([*steps, (CANCEL_AFTER_S, ["scancel", *targets])])
+    except ToolError as e:
+        logger.warning("could not leave a cancel of step %s behind: %s", " ".join(targets), e)

@@ -36,6 +36,18 @@ def test_a_step_without_devices_is_refused(dev_cluster: Cluster) -> None:
     assert "--gpus-per-task" in ours[0] and "Traceback" not in result.stderr
 
 
+def test_a_node_with_more_devices_than_tasks_ends_the_ranks_of_the_others(dev_cluster: Cluster) -> None:
+    """adv34 I15: -n3 over two nodes of 2 devices leaves one node a task with 2 devices. Its rank
+    was refused, but the other node's ranks ran their command to its end."""
+    nodes = ["-w", "a100n1,l40sn1", "-N2", "-n3", "--gres=gpu:2"]
+    started = time.monotonic()
+    result = run(["srun", *nodes, *launch(), "--", "sh", "-c", "sleep 30; echo ran to the end"])
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0 and "ran to the end" not in result.stdout, result.stdout + result.stderr
+    assert "runs 1 task but Slurm gave the step 2 device(s) there" in result.stderr, result.stderr
+    assert elapsed < 25, elapsed
+
+
 def test_one_failing_rank_gives_srun_its_exit_code(dev_cluster: Cluster) -> None:
     """Rank 1 exits 7 while rank 0 sleeps: srun (with -K, as the README runs it) exits 7, soon;
     before, the failing launcher's own `scancel` killed it and srun said 137 (Killed)."""

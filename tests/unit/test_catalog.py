@@ -489,3 +489,26 @@ def test_cli_missing_models_dir_and_unknown_vendor(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "no such models directory" in result.stderr
     result = _invoke("--vendor", "acme")
     assert result.exit_code == 1 and "nvidia" in result.stderr and "acme" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("vendor", "model", "named"),
+    [
+        ("hygon", "K100_AI", "k100_ai"),
+        ("hygon", "Hygon DCU K100_AI", "k100_ai"),
+        ("nvidia", "NVIDIA A100-SXM4-40GB", "a100_40g"),
+        ("nvidia", "NVIDIA L4", "l4"),
+        ("hygon", "XK100_AI", None),  # adv33 E37: a pattern inside another word
+        ("hygon", "K100_AI_FAKE", None),
+        ("hygon", "K100_AI;rm -rf /", None),
+        ("nvidia", "NVIDIA L4 L40S", None),  # adv34 K05: two models
+        ("nvidia", "L40S L4", None),
+        ("nvidia", "L4-", None),  # adv34 K06: as "-L4", not a name's last character
+        ("nvidia", "-L4", None),
+    ],
+)
+def test_an_admins_model_name_names_one_catalog_model_in_whole_words(
+    vendor: str, model: str, named: str | None
+) -> None:
+    spec = load_catalog().named_model(vendor, model)
+    assert (spec.type if spec else None) == named

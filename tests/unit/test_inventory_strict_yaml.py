@@ -183,7 +183,9 @@ def test_a_written_inventory_cut_anywhere_is_refused_as_cut_short(tmp_path: Path
     assert inventory.loads(text, "whole.yaml") == inventory.load(EXAMPLE)
     ends = [i + 1 for i, c in enumerate(text) if c == "\n"][:-1]  # after every line but the last
     for end in [*ends, len(text) - 5]:
-        with pytest.raises(InventoryError, match=r"^cut.yaml: cut short: it lacks its closing line"):
+        with pytest.raises(InventoryError, match=r"^cut.yaml: cut short or added to: it does not end with"):
             inventory.loads(text[:end], "cut.yaml")
+    with pytest.raises(InventoryError, match="added to"):  # adv34 J13: a node line after the end
+        inventory.loads(text + "  - name: extra\n", "added.yaml")
     hand_written = text.removeprefix(inventory.HEADER).removesuffix(inventory.FOOTER)
     assert inventory.loads(hand_written, "hand.yaml") == inventory.load(EXAMPLE)  # no header: no check

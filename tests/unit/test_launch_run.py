@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from slurm_hetero import layout
 from slurm_hetero.cli import cli
 from slurm_hetero.core import proc
-from slurm_hetero.core.errors import ToolError
+from slurm_hetero.core.errors import LaunchPlanError, ToolError
 from slurm_hetero.launch import early, run
 from slurm_hetero.launch import supervise as supervisor_module
 from slurm_hetero.launch.plan import LaunchOptions, RankPlan
@@ -498,6 +498,26 @@ def test_a_step_without_devices_is_refused(tmp_path: Path, change: dict[str, str
     ):
         run.launch(OPTIONS, options, env)
     assert not started.exists()
+
+
+def test_a_node_whose_devices_do_not_match_its_tasks_ends_the_whole_step(
+    scancel: list[Call], tmp_path: Path
+) -> None:
+    """adv34 I13-I15: the rank on such a node was refused, but the other nodes' ranks, whose own
+    nodes were fine, ran their commands (a trainer would wait at the rendezvous for it)."""
+    env = task_env(tmp_path) | {"SLURM_STEP_GPUS": "0,1,2", "SLURM_GPUS_ON_NODE": "3"}
+    started = tmp_path / "started"
+    with pytest.raises(LaunchPlanError, match="a100n1 runs 2 tasks but Slurm gave the step 3 device"):
+        run.launch(OPTIONS, run.RunOptions(("touch", str(started)), inventory=EXAMPLE), env)
+    assert not started.exists()
+    assert [c.argv for c in scancel] == [
+        ["scancel", "--signal=URG", "42.3"],
+        ["later", "2s: scancel --signal=URG 42.3", "5s: scancel --signal=URG 42.3", "20s: scancel 42.3"],
+    ]
+    scancel.clear()
+    with pytest.raises(LaunchPlanError):  # --dry-run shows, and ends nothing
+        run.launch(OPTIONS, run.RunOptions(("true",), inventory=EXAMPLE, dry_run=True), env)
+    assert scancel == []
 
 
 @pytest.mark.parametrize(
