@@ -99,6 +99,10 @@ def metrics_command(
         syntax.address(address)
     except ValueError as e:
         raise OutputError(f"--address: {e}") from None
+    if textfile is not None and textfile.suffix != ".prom":  # node_exporter reads *.prom only
+        raise OutputError(
+            f"--textfile {textfile}: node_exporter's textfile collector reads *.prom only; name it so"
+        )
     if textfile is not None and not textfile.parent.is_dir():
         raise OutputError(f"--textfile {textfile}: no directory {textfile.parent}; create it or name another")
     if log_path:

@@ -128,6 +128,7 @@ def test_bad_input_is_one_line_before_any_scrape(monkeypatch: pytest.MonkeyPatch
     inv = ["metrics", "--inventory", str(EXAMPLE)]
     cases = {
         ("--textfile", str(tmp_path / "none" / "x.prom")): "no directory",
+        ("--textfile", str(tmp_path / "x.txt")): "textfile collector reads *.prom only",  # adv34 G21
         ("--log", str(tmp_path / "absent.log")): "no such slurmctld log",
         ("--serve", port, "--address", "127.0.0.1"): "cannot serve on 127.0.0.1:" + port,
         # adv26b F13: names the resolver's IDNA codec refused with a traceback
