@@ -163,7 +163,7 @@ def dbd_config(timeout: float = 30.0) -> dict[str, str]:
 # `[2026-11-29T02:44:15.123] slurm_hetero: uid 1000: rejected [NODE_TOO_SMALL]: gpumem:2T: ...`
 _REFUSAL = re.compile(
     r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?\] (?:\w+: )?"
-    r"slurm_hetero: (.*?): rejected \[([^\]]*)\]: (.*)$"
+    r"slurm_hetero: (.*?): rejected \[(\w{1,32})\]: (.*)$"  # the hook's codes are short words
 )
 
 

@@ -332,3 +332,16 @@ def test_running_jobs_count_the_comment_squeue_shows_until_sacct_has_it(
     a100 = next(r for r in doc["rows"] if r["type"] == "a100_80g")
     # the window ends at 12:00, before the real now: job 2 ran 10:40 .. 12:00 inside it
     assert a100["stranded_gib_hours"] == pytest.approx((81920 - 61440) / 1024 * 2 * 80 / 60, abs=1e-4)
+
+
+def test_log_lines_with_an_empty_or_huge_reason_code_are_not_refusals() -> None:
+    """adv34 G13: `rejected []` was counted, and a 10 KB code printed whole and exported as a
+    Prometheus label; the hook writes short word codes only."""
+    stamp = "[2026-11-02T10:15:00.001] slurm_hetero: uid 1000: rejected "
+    lines = [
+        stamp + "[]: x",
+        stamp + f"[{'A' * 10_000}]: x",
+        stamp + "[a b]: x",
+        stamp + "[request]: gpumem:abc",
+    ]
+    assert [r.reason for r in sacct.parse_refusals(lines)] == ["request"]
