@@ -271,6 +271,7 @@ def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
     """Write every file under a temporary name beside it, then rename them all in order; a failed
     write removes the temporary files and `venv` and changes nothing."""
     staged: list[tuple[str, Path]] = []
+    target = venv
     try:
         for path, (data, mode) in files.items():
             target = Path(os.path.realpath(path)) if path.is_symlink() else path
@@ -286,7 +287,8 @@ def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         shutil.rmtree(venv, ignore_errors=True)
-        raise HeteroError(f"cannot write {e.filename or venv}: {e.strerror or e}; nothing changed") from e
+        # a full disk names no file (a write, not an open): the one being written
+        raise HeteroError(f"cannot write {e.filename or target}: {e.strerror or e}; nothing changed") from e
     for tmp, target in staged:
         os.replace(tmp, target)
 

@@ -322,6 +322,24 @@ def test_an_upgrade_that_fails_writing_leaves_the_old_install_whole(
     ]
 
 
+def test_a_full_disk_names_the_file_being_written_not_the_new_venv(
+    build: FakeBuild, layout: inst.Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv34 H10/H11: a full --slurm-etc or --site-dir was reported as the new venv's path (a write
+    that fails names no file), which had room."""
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(inst.os, "fsync", full)
+    with pytest.raises(HeteroError) as e:
+        inst.install(layout, PYTHON, ROOT)
+    written = [str(p) for p in layout.scripts().values()] + [str(layout.manifest)]
+    said = str(e.value)
+    assert said.endswith(": No space left on device; nothing changed") and "venvs" not in said, said
+    assert said.removeprefix("cannot write ").split(": ")[0] in written, said
+
+
 def test_a_read_only_file_system_is_one_line(
     build: FakeBuild, layout: inst.Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
