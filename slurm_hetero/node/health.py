@@ -52,9 +52,8 @@ def _links_down(expected: Device, found: Device) -> list[str]:
     return down
 
 
-def device_faults(expected: Device, found: Device | None, links: bool = True) -> list[str]:
-    """What is wrong with one device now, against its inventory record ([] when nothing); its
-    links only where they were read (`links`)."""
+def device_faults(expected: Device, found: Device | None) -> list[str]:
+    """What is wrong with one device now, against its inventory record ([] when nothing)."""
     if found is None:
         return ["missing"]
     faults = []
@@ -62,27 +61,22 @@ def device_faults(expected: Device, found: Device | None, links: bool = True) ->
         faults.append(found.health_reason or "reported unhealthy")
     if expected.memory_mib and found.memory_mib and found.memory_mib < expected.memory_mib * MEMORY_TOLERANCE:
         faults.append(f"memory {found.memory_mib} MiB, inventory {expected.memory_mib} MiB")
-    if links:
-        faults += _links_down(expected, found)
+    faults += _links_down(expected, found)
     return faults
 
 
 def compare(
-    expected: NodeInventory,
-    found: Sequence[Device],
-    unasked: Mapping[str, str] | None = None,
-    links: bool = True,
+    expected: NodeInventory, found: Sequence[Device], unasked: Mapping[str, str] | None = None
 ) -> list[Fault]:
     """Faults of the node's devices (those healthy in the inventory) against what is seen now;
-    `unasked`: vendor -> why its devices could not be asked (one fault each, for all its devices);
-    `links`: whether what was seen includes the devices' links."""
+    `unasked`: vendor -> why its devices could not be asked (one fault each, for all its devices)."""
     unasked = unasked or {}
     by_key = {(d.vendor, d.index): d for d in found}
     faults = [Fault(vendor, why) for vendor, why in sorted(unasked.items())]
     for device in expected.devices:
         if device.health != Health.OK or device.vendor in unasked:
             continue  # known bad when discovered (render left it out already), or not asked
-        for what in device_faults(device, by_key.get((device.vendor, device.index)), links):
+        for what in device_faults(device, by_key.get((device.vendor, device.index))):
             faults.append(Fault(f"{device.vendor} {device.index} ({device.file})", what))
     return faults
 
@@ -123,11 +117,10 @@ def check(
     record: Callable[[str], SlurmNodeRecord | None],
     dry_run: bool = False,
     unasked: Mapping[str, str] | None = None,
-    links: bool = True,
 ) -> HealthReport:
     """Compare, then drain or resume as needed; `record` reads the node's record from Slurm once
     the faults are logged (a Slurm that cannot be asked then fails with them said)."""
-    faults = compare(expected, found, unasked, links)
+    faults = compare(expected, found, unasked)
     journal = audit("slurm-hetero-health")
     for fault in faults:
         logger.warning("%s: %s", node, fault)
