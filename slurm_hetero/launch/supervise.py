@@ -345,11 +345,8 @@ class Supervisor:
         line += f": {self.last_error}" if self.last_error else ""
         print(line, file=sys.stderr, flush=True)
         self.failed = True
-        self.end_step()
-        return status
-
-    def end_step(self) -> None:
         end_step(self.targets)
+        return status
 
 
 def end_step(targets: Sequence[str]) -> None:

@@ -455,7 +455,7 @@ def test_a_directory_or_link_at_the_old_predictable_path_is_never_used(
 def test_the_layout_is_removed_when_the_command_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run.Supervisor, "end_step", lambda self: None)
+    monkeypatch.setattr(supervisor_module, "end_step", lambda targets: None)
     options = run.RunOptions(python("import sys; sys.exit(4)"), inventory=EXAMPLE)
     assert run.launch(OPTIONS, options, task_env(tmp_path)) == 4
     assert list(tmp_path.iterdir()) == []
