@@ -54,13 +54,11 @@ def _count(text: str, leading_digit: bool) -> int | None:
     found = _STRTOULL.match(text)
     sign, digits = found.groups() if found else ("", "")
     rest = text[found.end() :] if found and digits else text
-    if len(digits.lstrip("0")) > 20:
-        return None  # past a uint64 strtoull saturates (ERANGE) to ULLONG_MAX, which Slurm refuses
-    value = int(digits or "0")
-    value = (2**64 - value) % 2**64 if sign == "-" and value else value
-    if value > _ULLONG_MAX or value == _ULLONG_MAX or rest.lower() not in _SUFFIXES:
-        return None
-    return value
+    value = _c_int(digits or "0")
+    if value > _ULLONG_MAX:
+        return None  # strtoull saturates (ERANGE) to ULLONG_MAX, which Slurm refuses
+    value = (2**64 - value) % 2**64 if sign == "-" else value
+    return None if value == _ULLONG_MAX or rest.lower() not in _SUFFIXES else value
 
 
 def _item_22_05(body: str, names: frozenset[str] | None) -> str | None:

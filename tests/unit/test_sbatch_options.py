@@ -387,7 +387,15 @@ def test_gres_names_are_checked_only_when_given() -> None:
     assert gres_refusal("gres:shard:1", "22.05", None) is None
     assert gres_refusal("gres:shard:1", "22.05", names) == GRES
     assert gres_refusal("gres:gpumem:", "22.05", None) == GRES
-    assert job_from_options(gres="shard:1,gpumem:20G").tres_per_node == "gres:shard:1,gres:gpumem:20G"
+
+
+def test_a_negative_count_past_a_uint64_saturates_and_is_refused() -> None:
+    """22.05: strtoull gives ULLONG_MAX (ERANGE) for -2^64, which Slurm refuses; it was read as 0."""
+    names = frozenset(BASE_GRES)
+    assert gres_refusal("gres:nosuch:0", "22.05", names) is None  # a zero count of any name passes
+    assert gres_refusal("gres:nosuch:-18446744073709551616", "22.05", names) == GRES
+    assert gres_refusal("gres:gpu:-18446744073709551615", "22.05", names) is None  # wraps to 1
+
 
 
 def test_a_node_range_is_min_and_max() -> None:
