@@ -25,7 +25,6 @@ Measured on sbatch 22.05.8 (Debian 12) with `sbatch -vvvv` against a controller 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -330,15 +329,3 @@ def values(options: Sequence[Option]) -> dict[str, str | None]:
     """Option name -> its last value (flags map to None)."""
     return {o.name: o.value for o in options}
 
-
-_RANGE = re.compile(r"([0-9]+)(?:-[0-9]+)?")
-
-
-def min_count(value: str | None, what: str, default: int = 1) -> int:
-    """`-N 2`, `-N 2-4` (the minimum counts), `-n 8`; `default` when not given."""
-    if value is None:
-        return default
-    m = _RANGE.fullmatch(value.strip())
-    if not m or int(m.group(1)) < 1:
-        raise SbatchArgsError(f"{what} {value!r}: expected a count such as 2 (or a range 2-4)")
-    return int(m.group(1))

@@ -30,7 +30,7 @@ from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.units import format_size
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.slurm import syntax
-from slurm_hetero.slurm.sbatchargs import Option, min_count, values
+from slurm_hetero.slurm.sbatchargs import Option, values
 from slurm_hetero.submit import Job
 from slurm_hetero.submit.hook import Hook, Outcome, Request
 from slurm_hetero.submit.sbatch import (
@@ -39,6 +39,8 @@ from slurm_hetero.submit.sbatch import (
     het_mem_refusal,
     het_sent,
     job_from_texts,
+    node_range,
+    task_count,
     texts_of,
 )
 
@@ -138,10 +140,20 @@ def component(index: int, options: Sequence[Option], hook: Hook, het: bool = Fal
         )
     except RequestError as e:  # the user's text, quoted when it is not one printable line
         raise RequestError(syntax.comment(e.text), e.reason) from None
-    nodes = min_count(v.get("nodes"), "--nodes")
-    per_node_tasks = v.get("ntasks-per-node")
-    tasks = min_count(v.get("ntasks"), "--ntasks", nodes * min_count(per_node_tasks, "--ntasks-per-node"))
+    release = hook.release
+    nodes = _least(lambda text: node_range(text, release)[0], v.get("nodes"))
+    per_node = _least(lambda text: task_count("--ntasks-per-node", text, release), v.get("ntasks-per-node"))
+    tasks = _least(lambda text: task_count("--ntasks", text, release), v.get("ntasks"), nodes * per_node)
     return Component(index, v, request, nodes, tasks, het)
+
+
+def _least(read: Callable[[str], int], text: str | None, default: int = 1) -> int:
+    """A count as sbatch reads it, at least 1; `default` where not given or where sbatch refuses it
+    (`hook_check` then gives sbatch's words)."""
+    try:
+        return default if text is None else max(1, read(text))
+    except RequestError:
+        return default
 
 
 # ---------------------------------------------------------------------------------- decisions

@@ -345,6 +345,18 @@ def test_sbatchs_own_refusal_comes_first_and_only_for_what_the_hook_would_see() 
     assert wrapper("--gpus=1", "-N", "2", "--wrap", "x")["argv"]  # no gpumem: sbatch's to refuse
 
 
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_node_and_task_counts_are_read_as_sbatch_reads_them(release: str) -> None:
+    """sbatch takes `-N -1` as 1 (verify_node_count); the wrapper had its own reader that refused it."""
+    for nodes in ("-1", "0", "1-1", " 1"):
+        args = ("--slurm-release", release, "--gres=gpumem:20G", "-N", nodes, "--wrap", "x")
+        argv = wrapper(*args)["argv"]
+        assert argv[argv.index("-N") + 1] == nodes
+    err = refusal("--slurm-release", release, "--gres=gpumem:20G", "-n", "x", "--wrap", "x")
+    assert err == 'slurm-hetero: the job: sbatch: Invalid numeric value "x" for --ntasks.\n'
+
+
 @pytest.mark.parametrize("form", ["command line", "script"])
 def test_het_components_never_share_the_only_node_of_a_type(
     form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
