@@ -78,7 +78,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from slurm_hetero.core import proc
 from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._amdsmi import devices_from_amdsmi, load_amdsmi
@@ -163,5 +162,4 @@ class AmdVendor(Vendor):
         module = load_amdsmi()
         if module is not None:
             return with_local_cpus(devices_from_amdsmi(module), self.pci_root)
-        captures = [Capture(" ".join(argv), proc.run(argv)) for argv in self.commands()]
-        return with_local_cpus(self.parse(captures), self.pci_root)
+        return with_local_cpus(super().probe(), self.pci_root)

@@ -43,7 +43,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from slurm_hetero.core import proc
 from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._rocm import PCI_ROOT, accelerator_pci_vendors, parse_captures, with_local_cpus
@@ -114,5 +113,4 @@ class HygonVendor(Vendor):
         return parse_captures(captures, self.dialect, self.formats, model=model)
 
     def probe(self) -> list[Device]:
-        captures = [Capture(" ".join(argv), proc.run(argv)) for argv in self.commands()]
-        return with_local_cpus(self.parse(captures), self.pci_root)
+        return with_local_cpus(super().probe(), self.pci_root)
