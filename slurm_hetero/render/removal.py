@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
+from typing import TypeVar
 
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import OutputError
@@ -25,6 +26,7 @@ from slurm_hetero.slurm.gresconf import GresConfError, declared_devices, declare
 
 ALLOW_FLAG = "--allow-removal"
 SHOWN = 5  # dropped hosts or devices named in a message; the rest are counted
+_T = TypeVar("_T")
 
 
 def _unreadable(path: Path, error: GresConfError) -> OutputError:
@@ -34,28 +36,25 @@ def _unreadable(path: Path, error: GresConfError) -> OutputError:
     )
 
 
-def _declared(texts: Iterable[tuple[Path, str | None]]) -> set[str]:
-    hosts: set[str] = set()
+def _read(texts: Iterable[tuple[Path, str | None]], reader: Callable[[str], _T]) -> Iterator[_T]:
+    """`reader` of each file's text (None: the file is absent, skipped); one it cannot read is OutputError."""
     for path, text in texts:
-        if text is None:
-            continue
-        try:
-            hosts |= declared_nodes(text)
-        except GresConfError as e:
-            raise _unreadable(path, e) from None
-    return hosts
+        if text is not None:
+            try:
+                yield reader(text)
+            except GresConfError as e:
+                raise _unreadable(path, e) from None
+
+
+def _declared(texts: Iterable[tuple[Path, str | None]]) -> set[str]:
+    return set().union(*_read(texts, declared_nodes))
 
 
 def _devices(texts: Iterable[tuple[Path, str | None]]) -> dict[str, list[tuple[str, ...]]]:
     devices: dict[str, list[tuple[str, ...]]] = {}
-    for path, text in texts:
-        if text is None:
-            continue
-        try:
-            for host, files in declared_devices(text).items():
-                devices.setdefault(host, []).extend(files)
-        except GresConfError as e:
-            raise _unreadable(path, e) from None
+    for declared in _read(texts, declared_devices):
+        for host, files in declared.items():
+            devices.setdefault(host, []).extend(files)
     return devices
 
 
@@ -111,16 +110,13 @@ def _count(items: Sequence[str], noun: str) -> str:
     return f"{len(items)} {noun}{'s' if len(items) != 1 else ''} ({names})"
 
 
-def describe(dropped: Sequence[str], devices: Sequence[str] = ()) -> str:
-    """`3 nodes (a1, a2, b7)`, `1 device (a3:/dev/nvidia3)` or both joined by `and`; at most
-    SHOWN names each and `and N more`."""
-    parts = ([_count(dropped, "node")] if dropped else []) + ([_count(devices, "device")] if devices else [])
-    return " and ".join(parts)
-
-
 def removed(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> str:
-    """What the new set drops from the files on disk, described; empty when nothing."""
-    return describe(dropped_nodes(current, new), dropped_devices(current, new))
+    """What the new set drops from the files on disk: `3 nodes (a1, a2, b7)`, `1 device
+    (a3:/dev/nvidia3)` or both joined by `and`, at most SHOWN names each and `and N more`; empty
+    when nothing."""
+    nodes, devices = dropped_nodes(current, new), dropped_devices(current, new)
+    parts = ([_count(nodes, "node")] if nodes else []) + ([_count(devices, "device")] if devices else [])
+    return " and ".join(parts)
 
 
 def guard(new: Mapping[Path, str], where: Path) -> Callable[[Mapping[Path, str | None]], None]:
