@@ -17,6 +17,7 @@ from xml.parsers import expat
 
 from slurm_hetero.core.errors import ParseError
 from slurm_hetero.core.model import Capture, Device, Health
+from slurm_hetero.slurm.syntax import ranges
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 
@@ -94,16 +95,7 @@ def _opt(text: str | None) -> str | None:
 # -- small pure conversions ---------------------------------------------------------------------
 def cpu_list(cpus: Iterable[int]) -> str | None:
     """CPU ids as a gres.conf Cores-style list: {0,1,2,3,8} -> "0-3,8"; none -> None."""
-    ids = sorted(set(cpus))
-    if not ids:
-        return None
-    ranges: list[tuple[int, int]] = []
-    for cpu in ids:
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], cpu)
-        else:
-            ranges.append((cpu, cpu))
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+    return ranges(sorted(set(cpus))) or None
 
 
 def normalize_cpu_list(text: str) -> str | None:
