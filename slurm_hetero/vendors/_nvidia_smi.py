@@ -275,7 +275,7 @@ _NO_HANDLE = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(
 class _TextGpu:
     bus_id: str
     line_no: int
-    fields: dict[str, tuple[str, int]] = field(default_factory=dict)
+    fields: dict[str, str] = field(default_factory=dict)
     complete: bool = False
 
 
@@ -283,7 +283,7 @@ def _text_line(
     line: str,
     no: int,
     stack: list[tuple[int, str]],
-    header: dict[str, tuple[str, int]],
+    header: dict[str, str],
     gpus: list[_TextGpu],
     capture: Capture,
 ) -> None:
@@ -301,11 +301,11 @@ def _text_line(
         stack.append((indent, name))
         return
     path = "/".join([s for _, s in stack] + [name])
-    (gpus[-1].fields if gpus and indent > 0 else header)[path] = ((kv.group(3) or "").strip(), no)
+    (gpus[-1].fields if gpus and indent > 0 else header)[path] = (kv.group(3) or "").strip()
 
 
-def _text_blocks(capture: Capture) -> tuple[dict[str, tuple[str, int]], list[_TextGpu]]:
-    header: dict[str, tuple[str, int]] = {}
+def _text_blocks(capture: Capture) -> tuple[dict[str, str], list[_TextGpu]]:
+    header: dict[str, str] = {}
     gpus: list[_TextGpu] = []
     stack: list[tuple[int, str]] = []
     for no, raw in enumerate(capture.text.splitlines(), 1):
@@ -337,12 +337,12 @@ def parse_smi_text(capture: Capture) -> list[Device]:
                 f"GPU {gpu.bus_id} block ends before its Processes section (truncated?)",
                 gpu.line_no,
             )
-    _check_attached(capture, header.get("Attached GPUs", ("", 0))[0], len(gpus), TEXT_TOOL)
+    _check_attached(capture, header.get("Attached GPUs"), len(gpus), TEXT_TOOL)
     blocks = []
     for gpu in gpus:
-        fields = {k: gpu.fields[p][0] for k, p in _TEXT_PATHS.items() if p in gpu.fields}
+        fields = {k: gpu.fields[p] for k, p in _TEXT_PATHS.items() if p in gpu.fields}
         fields.setdefault("bus_id", gpu.bus_id)
         blocks.append((f"GPU {gpu.bus_id}", fields, gpu.line_no))
-    driver = _opt(header.get("Driver Version", ("", 0))[0])
-    cuda = _opt(header.get("CUDA Version", ("", 0))[0])
+    driver = _opt(header.get("Driver Version"))
+    cuda = _opt(header.get("CUDA Version"))
     return _devices(blocks, driver, cuda, capture, TEXT_TOOL)
