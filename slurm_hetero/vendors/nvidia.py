@@ -130,6 +130,7 @@ def _refuse(capture: Capture, kind: str | None) -> ParseError:
     )
 
 
+_LISTINGS = {"xml": parse_smi_xml, "text": parse_smi_text, "csv": parse_query_csv}  # kind -> its parser
 _NOT_A_LISTING = {
     "topo": "topology alone has no device list",
     "mig-profiles": "a MIG profile table has no device list",
@@ -197,12 +198,8 @@ class NvidiaVendor(Vendor):
         topologies: list[Topology] = []
         for capture in captures:
             kind = classify(capture)
-            if kind == "xml":
-                listings.append((capture, parse_smi_xml(capture)))
-            elif kind == "text":
-                listings.append((capture, parse_smi_text(capture)))
-            elif kind == "csv":
-                listings.append((capture, parse_query_csv(capture)))
+            if kind in _LISTINGS:
+                listings.append((capture, _LISTINGS[kind](capture)))
             elif kind == "topo":
                 topologies.append(parse_topology(capture))
             elif kind == "mig-profiles":
