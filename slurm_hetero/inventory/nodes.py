@@ -175,11 +175,10 @@ class NodeBuilder:
 def slurm_nodes(
     inventory: ClusterInventory,
     catalog: Catalog,
-    traits: Mapping[str, VendorTraits] | None = None,
     include_unhealthy: bool = False,
 ) -> list[SlurmNode]:
-    """Every inventory node as Slurm sees it (traits: the vendor registry's unless given)."""
-    builder = NodeBuilder(catalog, vendor_traits() if traits is None else traits, include_unhealthy)
+    """Every inventory node as Slurm sees it (vendor traits from the registry)."""
+    builder = NodeBuilder(catalog, vendor_traits(), include_unhealthy)
     return [builder.node(n) for n in inventory.nodes]
 
 

@@ -23,11 +23,9 @@ from slurm_hetero.vendors._nvidia_smi import VENDOR, XML_TOOL, cpu_list
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 
 
-def cpu_list_from_mask(words: Iterable[int], word_bits: int = 64) -> str | None:
-    """NVML's CPU affinity bitmask (CPU 0 = bit 0 of word 0) as "0-15,32-47"; empty mask -> None."""
-    return cpu_list(
-        w * word_bits + b for w, word in enumerate(words) for b in range(word_bits) if word >> b & 1
-    )
+def cpu_list_from_mask(words: Iterable[int]) -> str | None:
+    """NVML's CPU affinity bitmask (CPU 0 = bit 0 of 64-bit word 0) as "0-15,32-47"; empty mask -> None."""
+    return cpu_list(w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1)
 
 
 def cuda_version_string(version: int) -> str:
@@ -131,10 +129,10 @@ def _text(value: Any) -> str | None:
 SYSFS_PCI = Path("/sys/bus/pci/devices")
 
 
-def sysfs_numa_node(bus_id: str, root: Path | None = None) -> int | None:
+def sysfs_numa_node(bus_id: str) -> int | None:
     """The CPU-side NUMA node of a PCI device from sysfs; None when unknown (-1) or unreadable."""
     try:
-        node = int(((root or SYSFS_PCI) / bus_key(bus_id) / "numa_node").read_text().strip())
+        node = int((SYSFS_PCI / bus_key(bus_id) / "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
     return node if node >= 0 else None
