@@ -118,9 +118,6 @@ def devices_live(vendor_names: Sequence[str]) -> list[tuple[Vendor, list[Device]
     return found
 
 
-FACT_KEYS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory_mib")
-
-
 def live_facts(root: Path = Path("/"), strict: bool = False) -> tuple[dict[str, int], HostTopology | None]:
     """This host's NodeName facts as slurmd -C reports them, and its topology (for Cores=);
     `strict` (a captured --host-root) makes an unreadable or irregular tree an error."""
@@ -149,7 +146,7 @@ def slurm_facts(name: str) -> dict[str, int]:
         return {}
     if record is None:
         return {}
-    found = {k: getattr(record, k) for k in FACT_KEYS if getattr(record, k) is not None}
+    found = {k: getattr(record, k) for k in inventory.NODE_FACTS if getattr(record, k) is not None}
     logger.info("node %s: facts from scontrol show node: %s", name, found)
     return found
 
@@ -202,7 +199,7 @@ def discover_node(
     name = this_node(node_name)
     known: dict[str, int] = {}
     if from_files and root is None:
-        missing = [k for k in FACT_KEYS if k not in (facts or {})]
+        missing = [k for k in inventory.NODE_FACTS if k not in (facts or {})]
         known = slurm_facts(name) if missing and shutil.which("scontrol") else {}
     else:
         known, topology = live_facts(root or Path("/"), strict=root is not None)
