@@ -34,13 +34,12 @@ from collections.abc import Sequence
 
 from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
+from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "efsmi"
 
 _TOP = re.compile(r"^\+.*-{10,}\+$")
-_CLOSE = re.compile(r"^\+-+\+$")
 _SEPARATOR = re.compile(r"^\|-+\|$")
 _VERSION = re.compile(r"^\|\s*EFSMI\s+V(\S+)\s+Driver Ver:\s*(\S+)\s*\|$")
 _BANNER = re.compile(r"^-{3,}.*-{3,}$|^-+$")
@@ -96,7 +95,7 @@ def _blocks(box: list[Line], start: int) -> list[list[Line]]:
     """Two rows per device, each block closed by `+---+`; `|---|` lines only between blocks."""
     blocks: list[list[Line]] = [[]]
     for line in box[start:]:
-        if _CLOSE.match(line.text):
+        if TOP_BORDER.match(line.text):
             if len(blocks[-1]) != 2:
                 raise TableError(f"a device block of {len(blocks[-1])} rows, expected 2", line)
             blocks.append([])
@@ -109,7 +108,7 @@ def _blocks(box: list[Line], start: int) -> list[list[Line]]:
         raise TableError(
             "the last device block has no closing '+---+' border (output cut short?)", blocks[-1][-1]
         )
-    if len(box) > start and not _CLOSE.match(box[-1].text):  # a `|---|` opening a block never printed
+    if len(box) > start and not TOP_BORDER.match(box[-1].text):  # a `|---|` opening a block never printed
         raise TableError("the box does not end on a '+---+' border (output cut short?)", box[-1])
     return blocks[:-1]
 

@@ -39,11 +39,13 @@ from collections.abc import Sequence
 from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
+    TOP_BORDER,
     Line,
     TableError,
     guarded,
     in_index_order,
     numbered_lines,
+    skip_blank,
     sysfs_bus_id,
 )
 from slurm_hetero.vendors.base import Vendor
@@ -52,7 +54,6 @@ TOOL = "mthreads-gmi"
 
 _BANNER = re.compile(r"^\s*mthreads-gmi:(\S+)\s+Driver Version:\s*(\S+)$")
 _DASHES = re.compile(r"^-{10,}$")
-_PLUS_RULE = re.compile(r"^\+-+\+$")
 _FIRST = re.compile(r"^(\d+)\s+(\S.*)$")
 _USAGE = re.compile(r"^(\d+)%\s+(\d+)MiB\((\d+)MiB\)$")
 _FAQ = (
@@ -87,7 +88,7 @@ def _banner(lines: list[Line]) -> tuple[int, str]:
 
 def _header(lines: list[Line], i: int) -> tuple[list[Line], int]:
     header: list[Line] = []
-    while i < len(lines) and not _PLUS_RULE.match(lines[i].text):
+    while i < len(lines) and not TOP_BORDER.match(lines[i].text):
         header.append(lines[i])
         i += 1
     if (
@@ -143,8 +144,7 @@ def _block(lines: list[Line], i: int, header: list[Line]) -> list[Line]:
 
 def _processes(lines: list[Line], i: int) -> None:
     """Nothing, or a dashed `Processes:` section closed by a dashed rule."""
-    while i < len(lines) and not lines[i].text.strip():
-        i += 1
+    i = skip_blank(lines, i)
     if i == len(lines):
         return
     if not (
@@ -163,7 +163,7 @@ def _parse(text: str) -> list[Device]:
     while True:
         devices.append(_device(_block(lines, i, header), header, driver))
         i += len(header)
-        if i < len(lines) and _PLUS_RULE.match(lines[i].text):
+        if i < len(lines) and TOP_BORDER.match(lines[i].text):
             i += 1
             continue
         if i < len(lines) and _DASHES.match(lines[i].text):
