@@ -11,7 +11,6 @@ from slurm_hetero.core.errors import GresConfError, InventoryError
 from slurm_hetero.slurm import syntax
 
 _NODE_NAME_KEY = re.compile(r"^[ \t]*NodeName=([^\s#]*)", re.IGNORECASE | re.MULTILINE)
-_NOT_A_NODE = {"default", "all"}  # NodeName=DEFAULT sets defaults; gres.conf NodeName=ALL is every node
 
 
 def declared_nodes(text: str, limit: int = syntax.MAX_HOSTS) -> set[str]:
@@ -22,7 +21,7 @@ def declared_nodes(text: str, limit: int = syntax.MAX_HOSTS) -> set[str]:
     seen: set[str] = set()
     for match in _NODE_NAME_KEY.finditer(text):
         spec = match[1]
-        if spec in seen or spec.lower() in _NOT_A_NODE:
+        if spec in seen or spec.lower() in syntax.RESERVED_NODE_NAMES:
             continue
         seen.add(spec)
         try:
@@ -52,7 +51,7 @@ def declared_devices(text: str, limit: int = syntax.MAX_HOSTS) -> dict[str, list
         end = text.find("\n", match.end())
         line = text[match.end() : len(text) if end < 0 else end].partition("#")[0]
         file = _FILE_KEY.search(line)
-        if file is None or spec.lower() in _NOT_A_NODE:
+        if file is None or spec.lower() in syntax.RESERVED_NODE_NAMES:
             continue
         try:
             if spec not in hosts:

@@ -97,7 +97,7 @@ INVENTORY_RULES: dict[tuple[str, ...], dict[str, object]] = {
     ("device", "runtime_version"): {"pattern": VERSION, "maxLength": _SHORT},
     ("device", "partition_mode"): {"pattern": TEXT, "maxLength": _SHORT},
 }
-_RESERVED_NODE_NAMES = {"default", "all"}  # NodeName=DEFAULT sets defaults; ALL names every node
+RESERVED_NODE_NAMES = {"default", "all"}  # NodeName=DEFAULT sets defaults; ALL names every node
 # GRES names on our nodes (gres render's count GRES and Slurm's sharing GRES): a device Type= of the
 # same name would render `Gres=gpu:gpumem:1` beside `gpumem:80G` and a clashing feature
 RESERVED_GRES_TYPES = ("gpu", "gpumem", "gpucore", "shard", "mps")
@@ -127,7 +127,7 @@ def host_name(name: str) -> str:
             f"{text(name)} is not a host name (letters, digits, '-', '_', '.'; "
             f"at most {MAX_HOST_NAME} characters, starting with a letter or digit)"
         )
-    if name.lower() in _RESERVED_NODE_NAMES:
+    if name.lower() in RESERVED_NODE_NAMES:
         raise ValueError(f"{name!r} is reserved in slurm.conf (NodeName={name.upper()} means something else)")
     return name
 
