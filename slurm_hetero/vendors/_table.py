@@ -146,14 +146,12 @@ def read_closed_box(lines: list[Line], i: int, what: str) -> int:
     Rows only need to start with `|` (real tools print ragged process rows); a missing closing
     border is how a capture cut inside such a trailing box shows.
     """
-    while i < len(lines):
-        line = lines[i]
-        if CLOSING_BORDER.match(line.text):
-            return i + 1
-        if not line.text.startswith("|"):
-            raise TableError(f"{what} not closed by a +---+ border (output cut short?)", line)
+    while i < len(lines) and lines[i].text.startswith("|"):
         i += 1
-    raise TableError(f"{what} not closed by a +---+ border (output cut short?)", lines[-1] if lines else None)
+    if i < len(lines) and CLOSING_BORDER.match(lines[i].text):
+        return i + 1
+    where = lines[min(i, len(lines) - 1)] if lines else None
+    raise TableError(f"{what} not closed by a +---+ border (output cut short?)", where)
 
 
 def skip_blank(lines: list[Line], i: int) -> int:
