@@ -29,6 +29,7 @@ from slurm_hetero.slurm.scontrol import SlurmNodeRecord, show_nodes
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+IMMEDIATE_S = 60  # srun --immediate: how long srun waits for a busy node before it goes over ssh
 
 
 @dataclass
@@ -69,28 +70,26 @@ def collect_lines(output: str, result: FanoutResult, via: str) -> None:
             result.failed.pop(name, None)
 
 
-def srun_argv(partition: str, nodes: Sequence[str], command: Sequence[str], immediate: int) -> list[str]:
+def srun_argv(partition: str, nodes: Sequence[str], command: Sequence[str]) -> list[str]:
     return [
         "srun",
         f"--partition={partition}",
         f"--nodelist={hostlist.fold(nodes)}",
         f"--nodes={len(nodes)}",
         "--ntasks-per-node=1",
-        f"--immediate={immediate}",
+        f"--immediate={IMMEDIATE_S}",
         "--job-name=slurm-hetero-discover",
         *command,
     ]
 
 
-def run_srun(
-    by_partition: dict[str, list[str]], command: Sequence[str], result: FanoutResult, immediate: int
-) -> list[str]:
+def run_srun(by_partition: dict[str, list[str]], command: Sequence[str], result: FanoutResult) -> list[str]:
     """Discover through srun; the nodes it did not answer for (to try over ssh)."""
     left: list[str] = []
     for partition, nodes in sorted(by_partition.items()):
         errors: list[str] = []
         try:
-            output = proc.run(srun_argv(partition, nodes, command, immediate), timeout=600.0)
+            output = proc.run(srun_argv(partition, nodes, command), timeout=600.0)
         except ToolError as e:
             logger.info("srun on %s failed, trying ssh: %s", hostlist.fold(nodes), e)
             output, errors = "", e.stderr_tail.strip().splitlines() or [str(e)]
@@ -149,7 +148,6 @@ def fan_out(
     spec: str | None,
     remote: Sequence[str],
     ssh_timeout: float = 120.0,
-    immediate: int = 60,
     progress: Progress = terminal_progress,
 ) -> FanoutResult:
     """Discover on the nodes of `spec` (a hostlist of at most `hostlist.MAX_HOSTS`, counted before
@@ -166,7 +164,7 @@ def fan_out(
     result = FanoutResult(failed={r.name: "no answer" for r in records})
     total = len(records)
     srun_command = [*remote, "discover", "--json"]
-    ssh += run_srun(by_partition, srun_command, result, immediate)
+    ssh += run_srun(by_partition, srun_command, result)
     progress(len(result.lines), total)
     run_ssh(ssh, [*remote, "discover", "--json", "--node", "%h"], result, ssh_timeout)
     progress(len(result.lines), total)

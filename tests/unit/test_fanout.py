@@ -77,7 +77,7 @@ def test_drained_and_down_nodes_are_not_given_to_srun() -> None:
 
 
 def test_srun_names_nodes_and_counts_not_all() -> None:
-    argv = fanout.srun_argv("gpu", ["g1", "g2"], ["slurm-hetero", "discover", "--json"], 60)
+    argv = fanout.srun_argv("gpu", ["g1", "g2"], ["slurm-hetero", "discover", "--json"])
     assert "--nodes=2" in argv and "--nodelist=g[1-2]" in argv and "--ntasks-per-node=1" in argv
     assert not any("ALL" in a for a in argv)
 
