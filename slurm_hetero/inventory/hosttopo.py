@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.readfile import read_text
+from slurm_hetero.slurm.syntax import ranges
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class HostTopology:
         ids = parse_cpu_list(cpu_list)
         if not ids or any(i not in self.core_of_cpu for i in ids):
             return None
-        return format_cpu_list(self.core_of_cpu[i] for i in ids)
+        return ranges(sorted({self.core_of_cpu[i] for i in ids}))
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -67,17 +68,6 @@ def parse_cpu_list(text: str) -> list[int]:
         if len(ids) > MAX_CPU_ID + 1:
             raise HeteroError(f"bad CPU list {text[:80]!r}: more than {MAX_CPU_ID + 1} CPUs")
     return ids
-
-
-def format_cpu_list(ids: object) -> str:
-    """Sorted, deduplicated ids as ranges: [0, 1, 2, 5] -> `0-2,5`."""
-    out: list[list[int]] = []
-    for i in sorted(set(ids)):  # type: ignore[call-overload]
-        if out and i == out[-1][1] + 1:
-            out[-1][1] = i
-        else:
-            out.append([i, i])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
 def _read(path: Path) -> str:
