@@ -75,7 +75,9 @@ def merge(parsed: Sequence[Parsed], dialect: Dialect, model: str | None = None) 
     facts = {index: Facts() for index in indexed[0].gpus}
     for p in indexed:
         for index, gpu in p.gpus.items():
-            _merge_facts(facts[index], gpu, _conflict(p, index, dialect))
+            fail = _conflict(p, index, dialect)
+            for f in dataclasses.fields(Facts):
+                set_fact(facts[index], f.name, getattr(gpu, f.name), fail)
     links = _collect_links(parsed, facts, dialect)
     if model is None:
         _require(facts, indexed[0], hint, dialect)
@@ -109,11 +111,6 @@ def _conflict(p: Parsed, index: int, dialect: Dialect) -> Callable[[str], ParseE
         return dialect.error(p.capture, text, no, line, tool=p.tool)
 
     return fail
-
-
-def _merge_facts(into: Facts, other: Facts, fail: Callable[[str], ParseError]) -> None:
-    for f in dataclasses.fields(Facts):
-        set_fact(into, f.name, getattr(other, f.name), fail)
 
 
 def _collect_links(

@@ -92,13 +92,6 @@ def check_row(line: Line, columns: int) -> list[str]:
     return cells
 
 
-def _find_top(lines: list[Line], start: int) -> int:
-    for i in range(start, len(lines)):
-        if TOP_BORDER.match(lines[i].text):
-            return i
-    raise TableError("no table frame (+---+ border) found")
-
-
 def _take_rows(lines: list[Line], i: int, what: str) -> tuple[list[Line], int]:
     """Rows from index i up to the next separator, which must exist."""
     rows: list[Line] = []
@@ -114,7 +107,9 @@ def _take_rows(lines: list[Line], i: int, what: str) -> tuple[list[Line], int]:
 
 def read_box_table(lines: list[Line], start: int = 0) -> BoxTable:
     """Walk the frame from the first top border at or after `start`; see the module docstring."""
-    top = _find_top(lines, start)
+    top = next((i for i in range(start, len(lines)) if TOP_BORDER.match(lines[i].text)), None)
+    if top is None:
+        raise TableError("no table frame (+---+ border) found")
     banner, i = _take_rows(lines, top + 1, "banner")
     header, i = _take_rows(lines, i + 1, "header")
     rule = lines[i]
