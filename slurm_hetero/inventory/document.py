@@ -360,8 +360,7 @@ def _validators() -> tuple[Callable[[Any], Any], ...]:
 def _schema_error(
     source: str, error: fastjsonschema.JsonSchemaValueException, prefix: str = ""
 ) -> InventoryError:
-    parts = [p for p in error.path[1:]]
-    path = prefix + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+    path = prefix + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in error.path[1:])
     message = error.message.removeprefix(error.name or "").strip()
     return InventoryError(f"{source}: invalid inventory at {path.lstrip('.') or '<top>'}: {message}")
 
