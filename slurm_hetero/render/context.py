@@ -96,7 +96,7 @@ def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, 
 
 def _gres_device_lines(
     devices: Sequence[SlurmDevice], node: NodeInventory, local: LocalSlurmd | None, notes: list[str]
-) -> list[dict[str, Any]]:
+) -> list[GresLine]:
     """One entry per device with links, else consecutive same-type same-cores devices folded.
     Linear in the node's devices (plus its Links= rows, which Slurm's format makes n x linked)."""
     linked = any(d.device.links for d in devices)
@@ -126,9 +126,7 @@ def _gres_device_lines(
             last = {"type": device.type, "files": [file], "cores": cores, "links": links}
             last["flags"] = slurm_device.vendor.slurm_gpu_env
             lines.append(last)
-    for entry in lines:
-        entry["file"] = hostlist.fold(entry.pop("files"))
-    return lines
+    return [GresLine(e["type"], hostlist.fold(e["files"]), e["cores"], e["links"], e["flags"]) for e in lines]
 
 
 def shards_per_device(device: Device, shares: Mapping[str, int]) -> int:
@@ -209,7 +207,7 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) 
         node.cores_per_socket,
         node.threads_per_core,
         node.real_memory_mib,
-        tuple(GresLine(g["type"], g["file"], g["cores"], g["links"], g["flags"]) for g in lines),
+        tuple(lines),
         tuple(Counter(d.type for d in devices).items()),
         format_size(memory) if memory else None,
         100 * len(devices) if devices else None,
