@@ -101,7 +101,6 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
     """`scontrol show node [-o]` output -> records."""
     records = []
     for fields in _records(text):
-        cores = _int(fields.get("CoresPerSocket"))
         records.append(
             SlurmNodeRecord(
                 name=fields["NodeName"],
@@ -109,7 +108,7 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
                 reason=fields.get("Reason", "").split(" [")[0] if fields.get("Reason") != "(null)" else "",
                 cpus=_int(fields.get("CPUTot")),
                 sockets=_int(fields.get("Sockets")),
-                cores_per_socket=cores,
+                cores_per_socket=_int(fields.get("CoresPerSocket")),
                 threads_per_core=_int(fields.get("ThreadsPerCore")),
                 real_memory_mib=_int(fields.get("RealMemory")),
                 partition=fields.get("Partitions", "").split(",")[0].strip(),
