@@ -65,6 +65,7 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ParseError, ToolError
 from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import register_vendor
+from slurm_hetero.vendors._table import Line, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class _Topo:
     affinity: dict[int, str | None]
 
 
-def _error(capture: Capture, tool: str, message: str, line: _Line | None = None) -> ParseError:
+def _error(capture: Capture, tool: str, message: str, line: _Line | Line | None = None) -> ParseError:
     """A one-line ParseError naming the tool, the capture and the line."""
     return ParseError(
         VENDOR, tool, message, capture.source, line.no if line else None, line.text if line else None
@@ -274,13 +275,7 @@ def devices_from_info(info: Capture) -> list[Device]:
 # npu-smi info -t topo ------------------------------------------------------------------------------
 
 
-def _nonblank(capture: Capture) -> list[_Line]:
-    return [
-        _Line(no, raw.rstrip(), "text") for no, raw in enumerate(capture.text.splitlines(), 1) if raw.strip()
-    ]
-
-
-def _topo_header(capture: Capture, line: _Line) -> tuple[tuple[int, ...], bool]:
+def _topo_header(capture: Capture, line: Line) -> tuple[tuple[int, ...], bool]:
     tokens = line.text.split()
     affinity = tokens[-2:] == ["CPU", "Affinity"]
     names = tokens[:-2] if affinity else tokens
@@ -290,9 +285,7 @@ def _topo_header(capture: Capture, line: _Line) -> tuple[tuple[int, ...], bool]:
     return tuple(int(m.group(1)) for m in labels if m), affinity
 
 
-def _topo_row(
-    capture: Capture, line: _Line, label: int, labels: tuple[int, ...], affinity: bool
-) -> list[str]:
+def _topo_row(capture: Capture, line: Line, label: int, labels: tuple[int, ...], affinity: bool) -> list[str]:
     tokens = line.text.split()
     if tokens[:1] != [f"NPU{label}"] or len(tokens) != 1 + len(labels) + affinity:
         raise _error(capture, TOPO, f"row NPU{label} needs {len(labels)} cells (truncated?)", line)
@@ -301,7 +294,7 @@ def _topo_row(
     return tokens[1:]
 
 
-def _cpulist(capture: Capture, line: _Line, value: str) -> str | None:
+def _cpulist(capture: Capture, line: Line, value: str) -> str | None:
     if value in _NO_CPU:
         return None
     if not _CPULIST.fullmatch(value):
@@ -309,7 +302,7 @@ def _cpulist(capture: Capture, line: _Line, value: str) -> str | None:
     return value
 
 
-def _check_legend(capture: Capture, lines: list[_Line], used: set[str]) -> None:
+def _check_legend(capture: Capture, lines: list[Line], used: set[str]) -> None:
     """Text after the matrix must be a legend that defines every code the matrix uses."""
     if not lines:
         return
@@ -326,7 +319,7 @@ def _check_legend(capture: Capture, lines: list[_Line], used: set[str]) -> None:
 
 def _parse_topo(capture: Capture) -> _Topo:
     """The NPU matrix of `npu-smi info -t topo`."""
-    lines = _nonblank(capture)
+    lines = nonblank_lines(capture.text)
     if lines[0].text.strip().startswith(_UNSUPPORTED):
         return _Topo((), {}, {})
     labels, has_affinity = _topo_header(capture, lines[0])
@@ -413,7 +406,7 @@ def _with_topology(devices: list[Device], topo: _Topo, label_map: dict[int, int]
 
 def _classify(capture: Capture) -> str:
     """'info' or 'topo' by content; ParseError for anything else."""
-    lines = _nonblank(capture)
+    lines = nonblank_lines(capture.text)
     if not lines:
         raise _error(capture, "npu-smi", "empty capture")
     if any(_DEVICE_HEADER.match(line.text) for line in lines):
