@@ -142,16 +142,14 @@ def _error(capture: Capture, tool: str, message: str, line: _Line | Line | None 
 def _table_lines(capture: Capture) -> list[_Line]:
     """Every non-blank line as a border or a complete row; anything else means a cut or foreign text."""
     lines = []
-    for no, raw in enumerate(capture.text.splitlines(), 1):
-        text = raw.rstrip()
-        if not text:
-            continue
+    for line in nonblank_lines(capture.text):
+        no, text = line.no, line.text
         if _BORDER.fullmatch(text):
             lines.append(_Line(no, text, "=" if "=" in text else "-"))
         elif len(text) > 1 and text[0] == "|" and text[-1] == "|":
             lines.append(_Line(no, text, "row", tuple(c.strip() for c in text[1:-1].split("|"))))
         else:
-            raise _error(capture, INFO, "incomplete table line (truncated capture?)", _Line(no, text, ""))
+            raise _error(capture, INFO, "incomplete table line (truncated capture?)", line)
     if lines and lines[-1].kind == "row":
         raise _error(capture, INFO, "table has no closing border (truncated capture?)", lines[-1])
     return lines
