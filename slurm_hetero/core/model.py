@@ -112,7 +112,6 @@ class VendorTraits:
     torch_package: str | None = None  # module that registers the device and backend (None: in torch)
     torch_device: str = "cuda"  # torch device type (torch.<device> module)
     stack_label: str = ""  # feature prefix of the software stack version (cuda12.4, cann8.0)
-    device_glob: str = ""  # device files of the driver (/dev/davinci[0-9]*)
     ucc_memory: bool = False  # UCC has a memory component for this vendor (cuda, rocm)
     ccl_env_prefix: str | None = None  # the CCL's NCCL-style network variables: NCCL_IB_HCA, MCCL_...
     slurm_gpu_env: str = "no_gpu_env"  # gres.conf Flags=: the variable Slurm itself sets (no_gpu_env: none)
