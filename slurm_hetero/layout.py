@@ -243,11 +243,6 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
             )
 
 
-def from_dict(data: Any, where: str = "layout") -> RankLayout:
-    """`RankLayout.from_dict`."""
-    return RankLayout.from_dict(data, where)
-
-
 def from_file(path: str | Path) -> RankLayout:
     """The layout in the JSON file at `path`."""
     try:
