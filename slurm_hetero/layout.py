@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -181,23 +181,18 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-_BUILTIN = {"int": int, "float": float, "str": str, "None": type(None)}
+_ACCEPTS: dict[str, Callable[[Any], bool]] = {
+    "int": _is_int,
+    "float": lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+    "str": lambda value: isinstance(value, str),
+    "None": lambda value: value is None,
+}
 
 
 def _accepts(hint: str, value: Any) -> bool:
     """Does `value` fit the field annotation `hint` ("int", "float | None", ...)? Read from the
     annotation text, as `typing.get_type_hints` cannot evaluate `X | None` on Python 3.9."""
-    options = [_BUILTIN.get(part.strip()) for part in hint.split("|")]
-    for option in options:
-        if option is type(None) and value is None:
-            return True
-        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True
-        if option is int and _is_int(value):
-            return True
-        if option is str and isinstance(value, str):
-            return True
-    return False
+    return any(_ACCEPTS.get(part.strip(), lambda _: False)(value) for part in hint.split("|"))
 
 
 def _hint_name(hint: str) -> str:
@@ -241,11 +236,6 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
                 f"{where}: group {group.name!r} ranks {list(group.ranks)} must include rank {lay.rank} "
                 f"and lie in [0, {lay.world_size})"
             )
-
-
-def from_dict(data: Any, where: str = "layout") -> RankLayout:
-    """`RankLayout.from_dict`."""
-    return RankLayout.from_dict(data, where)
 
 
 def from_file(path: str | Path) -> RankLayout:

@@ -34,6 +34,7 @@ host, host to device) plus the network between nodes. NIC speeds are per device,
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -171,16 +172,12 @@ def pair_gbs(
     groups: Sequence[Sequence[Member]],
     nics: Mapping[str, Sequence[Nic]],
     network_gbs: float,
-    override: str | None = None,
 ) -> dict[tuple[int, int], float]:
     """GB/s one way between devices of each pair of groups (i < j) on different nodes: what the
     communicator chosen for their members (`choose`) delivers over `network_gbs` (a cpu-relay
     between vendors pays two PCIe copies on top: 25 GB/s NICs give 8.3 GB/s)."""
     out = {}
-    for i in range(len(groups)):
-        for j in range(i + 1, len(groups)):
-            chosen = choose([*groups[i], *groups[j]], nics, override)
-            out[i, j] = effective_gbs(
-                chosen.kind, same_node=False, link_gbs=network_gbs, network_gbs=network_gbs
-            )
+    for i, j in itertools.combinations(range(len(groups)), 2):
+        chosen = choose([*groups[i], *groups[j]], nics)
+        out[i, j] = effective_gbs(chosen.kind, same_node=False, link_gbs=network_gbs, network_gbs=network_gbs)
     return out

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 
 from slurm_hetero.core.devicespec import Catalog, DeviceSpec
 from slurm_hetero.core.errors import RequestError
+from slurm_hetero.engine.comm import PCIE_GBS
+from slurm_hetero.engine.compare import headline_tflops
 from slurm_hetero.engine.stagecost import DeviceGroup, LayerCosts, default_gemm_half
 
 NOMINAL_TFLOPS = 100.0  # placeholder when no device of the allocation has a figure (even split)
 MFU = 0.45  # sustained share of the dense bf16/fp16 peak in transformer training (Megatron: 0.4-0.55)
 MEMORY_USABLE = 0.9  # the rest: communication buffers, allocator fragmentation
-PCIE_GBS = 25.0  # PCIe 4.0 x16, one way
 
 
 def known_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = MFU) -> float | None:
@@ -36,7 +37,7 @@ def known_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = M
     None when neither is known."""
     if spec.type in measured:
         return float(measured[spec.type])
-    peak = spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
+    peak = headline_tflops(spec)
     return None if peak is None else peak * mfu
 
 
@@ -123,8 +124,7 @@ def gemm_half(
         return float(measured_half[spec.type])
     if measured and spec.type in measured:
         return 0.0
-    peak = spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
-    return default_gemm_half(peak, spec.memory_bandwidth_gbs)
+    return default_gemm_half(headline_tflops(spec), spec.memory_bandwidth_gbs)
 
 
 def device_groups(

@@ -34,9 +34,8 @@ from slurm_hetero.engine.modelcost import Recompute as Recompute
 from slurm_hetero.engine.modelcost import check_layout as check_layout
 from slurm_hetero.engine.modelcost import layer_activation_bytes as layer_activation_bytes
 from slurm_hetero.engine.modelcost import layer_table as layer_table
-from slurm_hetero.engine.modelspec import ModelSpec, ParamCounts
+from slurm_hetero.engine.modelspec import ModelSpec
 
-MIB = 2**20
 INT4_GROUP = 128
 
 
@@ -77,15 +76,11 @@ class Breakdown:
 
 
 # ------------------------------------------------------------------------------------ inference
-def _block_linear_params(p: ParamCounts) -> int:
-    return p.attention + p.mlp + p.router
-
-
 def _weight_bytes(spec: ModelSpec, dtype: str) -> float:
     p = spec.params
     if dtype not in ("int8", "int4"):
         return p.total * BYTES_PER_VALUE[dtype]
-    linear = _block_linear_params(p)
+    linear = p.attention + p.mlp + p.router
     scales = 2.0 / spec.hidden if dtype == "int8" else 4.0 / INT4_GROUP
     return linear * (BYTES_PER_VALUE[dtype] + scales) + (p.total - linear) * 2.0
 
@@ -97,12 +92,9 @@ def kv_cache_bytes(spec: ModelSpec, batch: int, seq: int, kv_dtype: str = "bf16"
     return 2.0 * spec.layers * caches * heads * spec.head_dim * batch * seq * BYTES_PER_VALUE[kv_dtype]
 
 
-def _mlp_width(spec: ModelSpec) -> int:
-    return spec.experts_per_token * spec.intermediate * (2 if spec.gated_mlp else 1)
-
-
 def _workspace_bytes(spec: ModelSpec, batch: int, seq: int, tp: int) -> float:
-    split = (spec.q_dim + 2 * spec.kv_dim + _mlp_width(spec)) / tp
+    mlp = spec.experts_per_token * spec.intermediate * (2 if spec.gated_mlp else 1)
+    split = (spec.q_dim + 2 * spec.kv_dim + mlp) / tp
     per_token = 4 * spec.hidden + split
     return batch * seq * per_token * ACT_BYTES + batch * spec.vocab * 4.0 / tp
 

@@ -225,11 +225,7 @@ def solve(spec: LayoutSpec) -> Layout:
 
 def _drop(spec: LayoutSpec, k: int) -> dict[tuple[int, int], float]:
     """`spec.pair_gbs` renumbered for the groups without group `k`."""
-
-    def new(i: int) -> int:
-        return i - (i > k)
-
-    return {(new(a), new(b)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
+    return {(a - (a > k), b - (b > k)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
 
 
 def _objective(spec: LayoutSpec, layout: Layout) -> float:

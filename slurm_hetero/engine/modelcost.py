@@ -98,11 +98,6 @@ def usable_tp_sizes(spec: ModelSpec, sizes: Iterable[int]) -> tuple[int, ...]:
     return tuple(usable)
 
 
-def check_zero_stage(stage: int) -> None:
-    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
-        raise ConfigError(f"must be 0, 1, 2 or 3, got {stage!r}", key_path="zero_stage")
-
-
 @dataclass(frozen=True)
 class CostSettings:
     """How a model is trained, as far as its costs go (defaults: `slurm-hetero fit`'s)."""
@@ -118,7 +113,8 @@ class CostSettings:
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, TRAIN_DTYPES)
         check_choice("optimizer", self.optimizer, [o.value for o in Optimizer])
-        check_zero_stage(self.zero_stage)
+        if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
+            raise ConfigError(f"must be 0, 1, 2 or 3, got {self.zero_stage!r}", key_path="zero_stage")
         check_choice("recompute", self.recompute, [*(r.value for r in Recompute), AUTO])
         check_choice("attention", self.attention, [a.value for a in Attention])
         if not 0 <= self.overhead_bytes < math.inf:
@@ -305,11 +301,6 @@ def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int, ModelSpec]]:
     ]
 
 
-def _decoder_indices(spec: ModelSpec) -> list[int]:
-    """Per row of `_layer_rows`, its decoder layer index (-1 for encoder layers: never local)."""
-    return [-1] * spec.encoder_layers + list(range(spec.layers))
-
-
 def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int, ModelSpec]]) -> list[float]:
     """Parameters of each row: the embedding (with learned positions), the layers, and the head
     (lm_head, or a copy of the tied table, plus the final norms and OPT's projections)."""
@@ -339,9 +330,11 @@ def layer_table(
     logits = 4.0 * tokens * spec.vocab / tp
     selective = s.recompute == Recompute.SELECTIVE
     # local layers skip what they do not attend to only where attention is fused (FlashAttention's
-    # sliding window); eager attention computes the whole score matrix and masks it
+    # sliding window); eager attention computes the whole score matrix and masks it. Per row of
+    # `_layer_rows`, its decoder layer index (-1: an encoder layer, never local)
     windows = [
-        spec.attention_window(i) if s.attention == Attention.FLASH else 0 for i in _decoder_indices(spec)
+        spec.attention_window(i) if s.attention == Attention.FLASH else 0
+        for i in [-1] * spec.encoder_layers + list(range(spec.layers))
     ]
     extra = [
         attention_core_flops(row[3], seq, micro_batch, row[1], w) / tp * selective

@@ -264,7 +264,15 @@ MAX_LAYERS = 10_000
 def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     """The `ModelSpec` of a Hugging Face `config.json` (already parsed); a `ConfigError` naming
     the key (and `name`) for anything it cannot take."""
-    spec = _read_config(config, name)
+    if not isinstance(config, Mapping):
+        raise ConfigError("a config.json must hold a JSON object", name)
+    model_type = str(config.get("model_type", "gpt2" if "n_embd" in config else ""))
+    if model_type not in READERS:
+        supported = ", ".join(sorted(READERS))
+        raise ConfigError(
+            f"unsupported model_type {model_type!r}; supported: {supported}", name, "model_type"
+        )
+    spec = READERS[model_type](config, name)
     if spec.total_layers > MAX_LAYERS:
         raise ConfigError(f"{spec.total_layers} layers; at most {MAX_LAYERS:,} are supported", name, "layers")
     if spec.experts_per_token > spec.num_experts:
@@ -274,15 +282,3 @@ def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
             "num_experts_per_tok",
         )
     return spec
-
-
-def _read_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    if not isinstance(config, Mapping):
-        raise ConfigError("a config.json must hold a JSON object", name)
-    model_type = str(config.get("model_type", "gpt2" if "n_embd" in config else ""))
-    if model_type not in READERS:
-        supported = ", ".join(sorted(READERS))
-        raise ConfigError(
-            f"unsupported model_type {model_type!r}; supported: {supported}", name, "model_type"
-        )
-    return READERS[model_type](config, name)

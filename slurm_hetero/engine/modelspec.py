@@ -354,8 +354,7 @@ def _largest_module(spec: ModelSpec) -> int:
     `largest_layer_params`, counted per module without recursion. Transformers 5 keeps all
     experts of a MoE layer in one module (fused gate_up and down tensors); 4.x had one Linear
     per expert matrix, which made the embedding the largest module of Mixtral."""
-    qkv_fused = spec.fused_qkv
-    attention = spec.hidden * (spec.q_dim + 2 * spec.kv_dim) if qkv_fused else spec.hidden * spec.q_dim
+    attention = spec.hidden * (spec.q_dim + 2 * spec.kv_dim) if spec.fused_qkv else spec.hidden * spec.q_dim
     mlp = spec.hidden * spec.intermediate + (spec.intermediate if spec.mlp_bias else 0)
     experts = spec.num_experts * _expert_mlp_params(spec) if spec.is_moe else 0
     return max(spec.vocab * spec.hidden, attention, mlp, experts)

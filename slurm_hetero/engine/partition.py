@@ -179,12 +179,10 @@ def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float
     def net(a: int, b: int) -> float:
         return network_between(groups, spec.pair_gbs, spec.network_gbs, a, b)
 
-    width = [d for _, _, _, d in runs]
-    for (g, t, n, _), w in zip(runs, width):
+    for g, t, n, w in runs:
         inside = t * w * n <= groups[g].node_size  # may share a node: the faster of the two
         total += (n - 1) / (w * (max(groups[g].link_gbs, net(g, g)) if inside else net(g, g)))
-    linked = list(zip(runs, width))
-    total += sum(1.0 / (min(wa, wb) * net(a[0], b[0])) for (a, wa), (b, wb) in zip(linked, linked[1:]))
+    total += sum(1.0 / (min(a[3], b[3]) * net(a[0], b[0])) for a, b in zip(runs, runs[1:]))
     return total
 
 
@@ -307,11 +305,8 @@ def _split_within(model: StepModel, budget: float, theta: list[float]) -> list[i
         (lo, hi), end = reach[k], bounds[0]
         starts = range(lo, min(hi, end - 1) + 1)
 
-        def fits(a: int, k: int = k, end: int = end) -> bool:
-            return _fits_all(model, k, a, end, budget, theta)
-
-        def fits_at(j: int, starts: range = starts) -> bool:
-            return fits(starts[j])
+        def fits_at(j: int, k: int = k, end: int = end, starts: range = starts) -> bool:
+            return _fits_all(model, k, starts[j], end, budget, theta)
 
         i = _first_true(len(starts), fits_at)
         if i == len(starts):
@@ -346,16 +341,6 @@ def _moves(bounds: list[int], reach: int) -> Iterator[list[int]]:
             yield [b + step if lo <= k < hi else b for k, b in enumerate(bounds)]
 
 
-def _first_better(
-    model: StepModel, moves: Iterator[list[int]], goal: float
-) -> tuple[list[int], float] | None:
-    """The first split of `moves` that scores under `goal`, and its score."""
-    for trial in moves:
-        if (score := model.score(trial, goal)) < goal:
-            return trial, score
-    return None
-
-
 def polish(
     model: StepModel, bounds: list[int], sweeps: int = 64, budget: Budget | None = None
 ) -> tuple[list[int], float]:
@@ -365,10 +350,12 @@ def polish(
     for _ in range(sweeps):
         goal = best * (1 - 1e-9)
         moves = _moves(bounds, reach)
-        found = _first_better(model, budget.take(moves, model) if budget else moves, goal)
-        if found is None:
+        for trial in budget.take(moves, model) if budget else moves:  # the first that scores under goal
+            if (score := model.score(trial, goal)) < goal:
+                bounds, best = trial, score
+                break
+        else:
             break
-        bounds, best = found
     return bounds, best
 
 

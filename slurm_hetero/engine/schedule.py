@@ -230,8 +230,7 @@ def network_between(
     cpu-relay pays PCIe copies), else the slower of the two groups' NIC shares, else `default`."""
     if g1 != g2 and (key := (min(g1, g2), max(g1, g2))) in pair_gbs:
         return pair_gbs[key]
-    nics = [groups[g].nic_gbs or default for g in {g1, g2}]
-    return min(nics)
+    return min(groups[g].nic_gbs or default for g in {g1, g2})
 
 
 def sender_nodes(groups: Sequence[DeviceGroup], shape: Shape, line: int) -> list[npt.NDArray[np.int64]]:

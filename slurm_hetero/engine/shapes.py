@@ -116,13 +116,6 @@ def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(orders))
 
 
-def _orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
-    k = len(spec.groups)
-    if k <= ORDER_PERMUTATIONS:
-        return list(itertools.permutations(range(k)))
-    return _few_orders(spec)
-
-
 def _round_robin(per_key: list[list[U]]) -> list[U]:
     """Items of several lists interleaved: each list's first, then each one's second, ..."""
     return [x for row in itertools.zip_longest(*per_key) for x in row if x is not None]
@@ -138,7 +131,8 @@ def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
         combos, left = _bounded_product(options, each, lambda o: o[0], layers)
         per_d.append([(d, c) for c in combos])
         cut |= left
-    orders, sizes = _orders(spec), {d: _micro_batches(spec, d) for d in divisors}
+    k, sizes = len(counts), {d: _micro_batches(spec, d) for d in divisors}
+    orders = list(itertools.permutations(range(k))) if k <= ORDER_PERMUTATIONS else _few_orders(spec)
     structures = [x for row in per_d for x in row]
     if sum(len(sizes[d]) for d, _ in structures) * len(orders) > budget:
         orders, cut = (_few_orders(spec), True) if len(orders) > 5 else (orders, cut)
