@@ -325,7 +325,7 @@ def peak_rate(group: DeviceGroup, elements: float) -> float:
 
 
 def default_gemm_half(peak_tflops: float | None, bandwidth_gbs: float | None) -> float:
-    """`DEFAULT_GEMM_HALF` scaled by the device's ridge point (0 when the catalog lacks a figure)."""
+    """`DEFAULT_GEMM_HALF` scaled by the device's ridge point (unscaled when the catalog lacks a figure)."""
     if not peak_tflops or not bandwidth_gbs:
         return DEFAULT_GEMM_HALF
     return DEFAULT_GEMM_HALF * (peak_tflops * 1e12 / (bandwidth_gbs * 1e9)) / A100_RIDGE
