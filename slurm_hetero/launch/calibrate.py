@@ -397,12 +397,12 @@ def _digits(value: float) -> float:
 # -- the file -------------------------------------------------------------------------------------
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path, what: str = "sustained TFLOPS") -> Mapping[Any, Any]:
     """The measured-throughput YAML: a regular file of at most MAX_MEASURED_BYTES (a FIFO or a
-    device is refused without blocking, `readfile`)."""
+    device is refused without blocking, `readfile`) holding a mapping of device type to `what`."""
     text = read_text(path, MAX_MEASURED_BYTES, "measured-throughput file", ConfigError)
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
     except RecursionError:
         raise ConfigError("nested too deeply to be a measured-throughput file", str(path)) from None
     except DuplicateKey as e:  # YAML would keep the last figure silently
@@ -410,6 +410,9 @@ def _read(path: Path) -> Any:
         raise ConfigError(f"{e.problem}{line}; give each device type once", str(path)) from e
     except yaml.YAMLError as e:
         raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"expected a mapping of device type to {what}", str(path))
+    return data
 
 
 # Sustained TFLOPS of one device: a thousand times today's fastest (about 10**3.5) and a millionth
@@ -436,8 +439,6 @@ def _finite(value: Any) -> bool:
 def load_measured(path: Path) -> dict[str, float]:
     """Device type -> sustained TFLOPS, from `type: TFLOPS` or `type: {tflops, layer_tflops, ...}`."""
     data = _read(path)
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
     return {str(k): _figure(v, path, str(k)) for k, v in data.items()}
 
 
@@ -445,8 +446,6 @@ def load_gemm_half(path: Path) -> dict[str, float]:
     """Device type -> GEMM elements at half speed (`gemm_half_elements`, what `calibrate` fits from
     GEMMs of the shapes plans use), for the types whose entry has it."""
     data = _read(path)
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
     out = {}
     for key, value in data.items():
         if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
@@ -534,8 +533,6 @@ def load_shapes(path: Path) -> dict[str, MeasuredShapes]:
     backward (of the entry's `model`) or the TFLOPS sustained. A bad entry is a ConfigError naming
     it (`type.shapes[i]`)."""
     data = _read(path)
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
     out = {}
     for key, value in data.items():
         if not isinstance(value, Mapping) or "shapes" not in value:
@@ -629,9 +626,7 @@ def store_entries(path: Path, entries: Mapping[str, Any]) -> Path:
     from slurm_hetero.core.writefile import write_atomic
 
     path = path.expanduser()
-    data = _read(path) if path.exists() else {}
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to measurements", str(path))
+    data = _read(path, "measurements") if path.exists() else {}
     text = yaml.safe_dump({**data, **entries}, sort_keys=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic({path: text}, backup=False)
