@@ -361,9 +361,7 @@ def shard_pieces(sizes: Sequence[int]) -> tuple[int, list[tuple[int, int, tuple[
     """The pieces of a gradient that groups of `sizes` ranks each reduce-scatter into equal
     shards: (start, end, owner index in each group) in units of ``1 / unit`` of the (padded)
     gradient, and `unit`, the least common multiple of the sizes."""
-    unit = 1
-    for n in sizes:
-        unit = unit * n // math.gcd(unit, n)
+    unit = math.lcm(*sizes)
     edges = sorted({i * unit // n for n in sizes for i in range(n + 1)})
     return unit, [(a, b, tuple(a * n // unit for n in sizes)) for a, b in zip(edges, edges[1:])]
 
