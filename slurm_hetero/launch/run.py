@@ -254,20 +254,15 @@ def slurm_node_records(job: JobEnv, catalog: Catalog, need_facts: bool) -> StepN
     return gres_records(gres, job.nodes, catalog, need_facts)
 
 
-def load_step_inventory(
-    options: RunOptions, catalog: Catalog, job: JobEnv | None = None, need_facts: bool = True
-) -> StepNodes:
+def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
     """The step's node records: the inventory file, else Slurm's own view of the nodes."""
     path = inventory_path(options)
     if options.simulate is not None:
-        named = options.inventory
-        if named is not None:  # named by the user: it must exist and hold the nodes
-            return simulated_inventory(options.simulate, inventory.load(named), catalog, str(named))
         known = inventory.load(path) if path is not None else ClusterInventory()
-        return simulated_inventory(options.simulate, known, catalog)
+        named = options.inventory  # named by the user: it must exist and hold the nodes
+        return simulated_inventory(options.simulate, known, catalog, None if named is None else str(named))
     if path is not None:
         return inventory.load(path)
-    assert job is not None
     return slurm_node_records(job, catalog, need_facts)
 
 
