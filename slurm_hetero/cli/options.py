@@ -174,7 +174,7 @@ def cost_options(solver: bool) -> Decorator:
     return lambda command: _apply(command, options)
 
 
-def cost_settings(options: Mapping[str, Any], sequence_parallel: bool = True) -> CostSettings:
+def cost_settings(options: Mapping[str, Any]) -> CostSettings:
     """The `CostSettings` of the parsed `cost_options` (a `ConfigError` names a bad value)."""
     return CostSettings(
         dtype=options["dtype"],
@@ -182,7 +182,6 @@ def cost_settings(options: Mapping[str, Any], sequence_parallel: bool = True) ->
         zero_stage=options["zero"],
         recompute=options["recompute"],
         attention=options["attention"],
-        sequence_parallel=sequence_parallel,
         overhead_bytes=options["overhead_gib"] * GIB,
     )
 
