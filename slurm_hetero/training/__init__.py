@@ -66,6 +66,7 @@ import importlib
 import itertools
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -279,8 +280,6 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     (which also checks that every rank runs the same plan, SLURM_HETERO_PLAN_ID); every rank then
     calls `new_group` for all of them in one sorted order, as torch requires.
     """
-    import os
-
     import torch.distributed as dist
 
     lay = rank_layout(layout).to_dict()
@@ -313,8 +312,6 @@ def _use_libuv_if_built() -> None:
     ask TCPStore for libuv by default, and a torch without it (Debian's python3-torch, the 24.11
     dev cluster's) failed every rank at init ("use_libuv was requested but PyTorch was build
     without libuv support"). Probed with a store on a free local port, closed at once."""
-    import os
-
     import torch.distributed as dist
 
     if "USE_LIBUV" in os.environ:
@@ -402,8 +399,6 @@ def rank_layout(layout: Any = None) -> RankLayout:
 
 def _check_layout(lay: Mapping[str, Any]) -> None:
     """The environment is this layout's rank, and tp ranks are their position in the tp group."""
-    import os
-
     rank, world = lay["rank"], lay["world_size"]
     if int(os.environ.get("RANK", rank)) != rank or int(os.environ.get("WORLD_SIZE", world)) != world:
         raise ValueError(
