@@ -5,7 +5,7 @@ costs all three take from one source (`engine.modelcost`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -74,7 +74,8 @@ BATCH = Count(1, MAX_GLOBAL_BATCH)  # fit's --batch, --micro-batch
 DEGREE = Count(1, MAX_DEVICES)  # fit's --dp, --tp, --pp; plan's --per-node
 
 
-def _apply(command: Command, options: tuple[Decorator, ...]) -> Command:
+def apply_options(command: Command, options: Sequence[Decorator]) -> Command:
+    """`command` with `options` applied as if stacked in that order above it."""
     for option in reversed(options):
         command = option(command)
     return command
@@ -84,7 +85,7 @@ def model_options(command: Command, required: bool = True) -> Command:
     """--model, --global-batch and --seq, as plan and launch both take them (launch: --model
     optional, `optional_model_options`)."""
     extra = " Without it: torchrun-like, even data parallel." if not required else ""
-    return _apply(
+    return apply_options(
         command,
         (
             click.option(
@@ -171,7 +172,7 @@ def cost_options(solver: bool) -> Decorator:
             help="Fixed runtime overhead per device (context, workspaces).",
         ),
     )
-    return lambda command: _apply(command, options)
+    return lambda command: apply_options(command, options)
 
 
 def cost_settings(options: Mapping[str, Any]) -> CostSettings:
