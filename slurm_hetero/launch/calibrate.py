@@ -37,6 +37,7 @@ Default sizes keep a CPU run to a few seconds; accelerators get sizes that fill 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -209,13 +210,9 @@ def gemm_points(torch: Any, device: str, dtype: Any, sizes: Sizes) -> list[tuple
         for width in sizes.gemm_widths:
             a = torch.randn(tokens, width, device=device, dtype=dtype)
             w = torch.randn(width, width, device=device, dtype=dtype)
-            seconds = median_seconds(torch, device, _matmul(torch, a, w), sizes)
+            seconds = median_seconds(torch, device, functools.partial(torch.matmul, a, w), sizes)
             out.append((float(tokens * width), 2.0 * tokens * width * width / seconds / 1e12))
     return out
-
-
-def _matmul(torch: Any, a: Any, w: Any) -> Callable[[], object]:
-    return lambda: torch.matmul(a, w)
 
 
 def fit_gemm_half(points: list[tuple[float, float]]) -> tuple[float, float]:
