@@ -83,7 +83,7 @@ def apply_options(command: Command, options: Sequence[Decorator]) -> Command:
 
 def model_options(command: Command, required: bool = True) -> Command:
     """--model, --global-batch and --seq, as plan and launch both take them (launch: --model
-    optional, `optional_model_options`)."""
+    optional, `required=False`)."""
     extra = " Without it: torchrun-like, even data parallel." if not required else ""
     return apply_options(
         command,
@@ -103,11 +103,6 @@ def model_options(command: Command, required: bool = True) -> Command:
             click.option("--seq", type=SEQ, help="Sequence length [default: the model's context]."),
         ),
     )
-
-
-def optional_model_options(command: Command) -> Command:
-    """`model_options` with --model optional (launch)."""
-    return model_options(command, required=False)
 
 
 def cost_options(solver: bool) -> Decorator:
