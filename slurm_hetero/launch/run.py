@@ -241,9 +241,16 @@ def inventory_path(options: RunOptions) -> Path | None:
     return DEFAULT_INVENTORY if DEFAULT_INVENTORY.exists() else None
 
 
-def slurm_node_records(job: JobEnv, catalog: Catalog, need_facts: bool) -> StepNodes:
-    """The step's nodes as Slurm knows them (`scontrol show node`), for clusters without an
-    installed inventory."""
+def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
+    """The step's node records: the inventory file, else Slurm's own view of the nodes (`scontrol
+    show node`), for clusters without an installed inventory."""
+    path = inventory_path(options)
+    if options.simulate is not None:
+        known = inventory.load(path) if path is not None else ClusterInventory()
+        named = options.inventory  # named by the user: it must exist and hold the nodes
+        return simulated_inventory(options.simulate, known, catalog, None if named is None else str(named))
+    if path is not None:
+        return inventory.load(path)
     try:
         gres = scontrol.show_node_gres(job.nodes)
     except ToolError as e:
@@ -252,18 +259,6 @@ def slurm_node_records(job: JobEnv, catalog: Catalog, need_facts: bool) -> StepN
             f"failed ({e}); pass --inventory FILE"
         ) from e
     return gres_records(gres, job.nodes, catalog, need_facts)
-
-
-def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
-    """The step's node records: the inventory file, else Slurm's own view of the nodes."""
-    path = inventory_path(options)
-    if options.simulate is not None:
-        known = inventory.load(path) if path is not None else ClusterInventory()
-        named = options.inventory  # named by the user: it must exist and hold the nodes
-        return simulated_inventory(options.simulate, known, catalog, None if named is None else str(named))
-    if path is not None:
-        return inventory.load(path)
-    return slurm_node_records(job, catalog, need_facts)
 
 
 def check_step_has_devices(job: JobEnv) -> None:
