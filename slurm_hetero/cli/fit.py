@@ -17,7 +17,7 @@ import click
 
 from slurm_hetero.cli import cli, inventory_option
 from slurm_hetero.cli.catalog import Column, render_table
-from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, Decorator, cost_options
+from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, Decorator, apply_options, cost_options
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.limits import MAX_DEVICES
@@ -217,9 +217,7 @@ def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
         ),
     ]
-    for decorate in reversed(choices):
-        f = decorate(f)
-    return f
+    return apply_options(f, choices)
 
 
 @cli.command("fit")

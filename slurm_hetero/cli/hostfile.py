@@ -5,6 +5,8 @@ read it likewise before a decision."""
 
 from __future__ import annotations
 
+import re
+
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.readfile import read_text
 
@@ -26,7 +28,8 @@ def hostfile_hosts(text: str, path: str) -> str:
             raise HeteroError(f"Invalid hostfile {path} contents on line {number}")
         for name in line.replace(",", " ").split():  # slurmctld's hostlist splits at blanks too
             base, star, times = name.partition("*")
-            hosts.append(base if star and times[:1].isdigit() and int(_digits(times)) else name)
+            digits = re.findall("^[0-9]*", times)[0]  # atoi's: the leading ASCII digits
+            hosts.append(base if star and times[:1].isdigit() and int(digits) else name)
     if not hosts:
         raise HeteroError(f"{path}: Hostlist is empty!")
     return ",".join(hosts)
@@ -43,14 +46,6 @@ def _uncommented(line: str) -> str:
             break
         out.append(char)
     return "".join(out)
-
-
-def _digits(text: str) -> str:
-    """The leading digits of `text` (atoi's)."""
-    end = 0
-    while end < len(text) and text[end].isascii() and text[end].isdigit():
-        end += 1
-    return text[:end]
 
 
 def read_hosts(option: str, value: str | None) -> str | None:

@@ -18,12 +18,6 @@ from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.node.install import Layout, default_source, install, slurm_conf_value, uninstall
 
 
-def _slurm_confs(layout: Layout, given: tuple[Path, ...]) -> list[Path]:
-    if given:
-        return list(given)
-    return [Path(os.environ.get("SLURM_CONF") or layout.etc / "slurm.conf")]
-
-
 @cli.command("install")
 @click.option(
     "--python", type=PATH, default=sys.executable, show_default="this Python", help="Interpreter of the venv."
@@ -74,7 +68,8 @@ def install_command(
     if remove and upgrade:
         raise click.UsageError("--upgrade and --uninstall exclude each other; pass one")
     if remove:
-        lines = uninstall(layout, _slurm_confs(layout, slurm_confs))
+        confs = list(slurm_confs) or [Path(os.environ.get("SLURM_CONF") or layout.etc / "slurm.conf")]
+        lines = uninstall(layout, confs)
         click.echo(json.dumps({"uninstalled": lines}) if as_json else "\n".join(lines))
         return
     source = source or default_source()

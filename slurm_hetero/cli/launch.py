@@ -16,7 +16,7 @@ from slurm_hetero.cli.options import (
     FiniteFloat,
     cost_options,
     cost_settings,
-    optional_model_options,
+    model_options,
 )
 from slurm_hetero.core.errors import RequestError
 from slurm_hetero.data import bundled
@@ -127,7 +127,7 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     callback=_print_manual,
     help="Print the launcher manual (docs/launch.md) and exit.",
 )
-@optional_model_options
+@lambda f: model_options(f, required=False)
 @cost_options(solver=True)
 @click.option(
     "--inventory",

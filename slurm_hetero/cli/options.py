@@ -5,7 +5,7 @@ costs all three take from one source (`engine.modelcost`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -74,7 +74,8 @@ BATCH = Count(1, MAX_GLOBAL_BATCH)  # fit's --batch, --micro-batch
 DEGREE = Count(1, MAX_DEVICES)  # fit's --dp, --tp, --pp; plan's --per-node
 
 
-def _apply(command: Command, options: tuple[Decorator, ...]) -> Command:
+def apply_options(command: Command, options: Sequence[Decorator]) -> Command:
+    """`command` with `options` applied as if stacked in that order above it."""
     for option in reversed(options):
         command = option(command)
     return command
@@ -82,9 +83,9 @@ def _apply(command: Command, options: tuple[Decorator, ...]) -> Command:
 
 def model_options(command: Command, required: bool = True) -> Command:
     """--model, --global-batch and --seq, as plan and launch both take them (launch: --model
-    optional, `optional_model_options`)."""
+    optional, `required=False`)."""
     extra = " Without it: torchrun-like, even data parallel." if not required else ""
-    return _apply(
+    return apply_options(
         command,
         (
             click.option(
@@ -102,11 +103,6 @@ def model_options(command: Command, required: bool = True) -> Command:
             click.option("--seq", type=SEQ, help="Sequence length [default: the model's context]."),
         ),
     )
-
-
-def optional_model_options(command: Command) -> Command:
-    """`model_options` with --model optional (launch)."""
-    return model_options(command, required=False)
 
 
 def cost_options(solver: bool) -> Decorator:
@@ -171,10 +167,10 @@ def cost_options(solver: bool) -> Decorator:
             help="Fixed runtime overhead per device (context, workspaces).",
         ),
     )
-    return lambda command: _apply(command, options)
+    return lambda command: apply_options(command, options)
 
 
-def cost_settings(options: Mapping[str, Any], sequence_parallel: bool = True) -> CostSettings:
+def cost_settings(options: Mapping[str, Any]) -> CostSettings:
     """The `CostSettings` of the parsed `cost_options` (a `ConfigError` names a bad value)."""
     return CostSettings(
         dtype=options["dtype"],
@@ -182,7 +178,6 @@ def cost_settings(options: Mapping[str, Any], sequence_parallel: bool = True) ->
         zero_stage=options["zero"],
         recompute=options["recompute"],
         attention=options["attention"],
-        sequence_parallel=sequence_parallel,
         overhead_bytes=options["overhead_gib"] * GIB,
     )
 

@@ -37,6 +37,7 @@ Default sizes keep a CPU run to a few seconds; accelerators get sizes that fill 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -209,13 +210,9 @@ def gemm_points(torch: Any, device: str, dtype: Any, sizes: Sizes) -> list[tuple
         for width in sizes.gemm_widths:
             a = torch.randn(tokens, width, device=device, dtype=dtype)
             w = torch.randn(width, width, device=device, dtype=dtype)
-            seconds = median_seconds(torch, device, _matmul(torch, a, w), sizes)
+            seconds = median_seconds(torch, device, functools.partial(torch.matmul, a, w), sizes)
             out.append((float(tokens * width), 2.0 * tokens * width * width / seconds / 1e12))
     return out
-
-
-def _matmul(torch: Any, a: Any, w: Any) -> Callable[[], object]:
-    return lambda: torch.matmul(a, w)
 
 
 def fit_gemm_half(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -397,12 +394,12 @@ def _digits(value: float) -> float:
 # -- the file -------------------------------------------------------------------------------------
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path, what: str = "sustained TFLOPS") -> Mapping[Any, Any]:
     """The measured-throughput YAML: a regular file of at most MAX_MEASURED_BYTES (a FIFO or a
-    device is refused without blocking, `readfile`)."""
+    device is refused without blocking, `readfile`) holding a mapping of device type to `what`."""
     text = read_text(path, MAX_MEASURED_BYTES, "measured-throughput file", ConfigError)
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
     except RecursionError:
         raise ConfigError("nested too deeply to be a measured-throughput file", str(path)) from None
     except DuplicateKey as e:  # YAML would keep the last figure silently
@@ -410,6 +407,9 @@ def _read(path: Path) -> Any:
         raise ConfigError(f"{e.problem}{line}; give each device type once", str(path)) from e
     except yaml.YAMLError as e:
         raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"expected a mapping of device type to {what}", str(path))
+    return data
 
 
 # Sustained TFLOPS of one device: a thousand times today's fastest (about 10**3.5) and a millionth
@@ -436,8 +436,6 @@ def _finite(value: Any) -> bool:
 def load_measured(path: Path) -> dict[str, float]:
     """Device type -> sustained TFLOPS, from `type: TFLOPS` or `type: {tflops, layer_tflops, ...}`."""
     data = _read(path)
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
     return {str(k): _figure(v, path, str(k)) for k, v in data.items()}
 
 
@@ -445,8 +443,6 @@ def load_gemm_half(path: Path) -> dict[str, float]:
     """Device type -> GEMM elements at half speed (`gemm_half_elements`, what `calibrate` fits from
     GEMMs of the shapes plans use), for the types whose entry has it."""
     data = _read(path)
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
     out = {}
     for key, value in data.items():
         if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
@@ -534,8 +530,6 @@ def load_shapes(path: Path) -> dict[str, MeasuredShapes]:
     backward (of the entry's `model`) or the TFLOPS sustained. A bad entry is a ConfigError naming
     it (`type.shapes[i]`)."""
     data = _read(path)
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to sustained TFLOPS", str(path))
     out = {}
     for key, value in data.items():
         if not isinstance(value, Mapping) or "shapes" not in value:
@@ -629,9 +623,7 @@ def store_entries(path: Path, entries: Mapping[str, Any]) -> Path:
     from slurm_hetero.core.writefile import write_atomic
 
     path = path.expanduser()
-    data = _read(path) if path.exists() else {}
-    if not isinstance(data, Mapping):
-        raise ConfigError("expected a mapping of device type to measurements", str(path))
+    data = _read(path, "measurements") if path.exists() else {}
     text = yaml.safe_dump({**data, **entries}, sort_keys=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic({path: text}, backup=False)

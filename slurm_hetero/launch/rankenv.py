@@ -235,15 +235,14 @@ def rank_env(
     master: tuple[str, int],
     plan_id: str,
     layout_dir: str,
-    step_ranks: Mapping[str, int] | None = None,
+    step_ranks: Mapping[str, int],
 ) -> dict[str, str]:
     """The torch.distributed variables, the layout file and the communicators' variables. Every
     variable torchrun documents that the launcher knows is set, so none leaks in from the user's
     environment (a stale GROUP_RANK=5): GROUP_RANK and NODE_RANK are the node's index among the
     step's nodes (`step_ranks`, from `node_ranks`), GROUP_WORLD_SIZE their count, and the single
     role's ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE."""
-    nodes = step_ranks or {doc.node: 0}
-    node_rank = nodes.get(doc.node, 0)
+    node_rank = step_ranks[doc.node]
     env = {
         "RANK": str(doc.rank),
         "WORLD_SIZE": str(doc.world_size),
@@ -251,7 +250,7 @@ def rank_env(
         "LOCAL_WORLD_SIZE": str(doc.local_world_size),
         "GROUP_RANK": str(node_rank),
         "NODE_RANK": str(node_rank),
-        "GROUP_WORLD_SIZE": str(len(nodes)),
+        "GROUP_WORLD_SIZE": str(len(step_ranks)),
         "ROLE_NAME": TORCHRUN_ROLE,
         "ROLE_RANK": str(doc.rank),
         "ROLE_WORLD_SIZE": str(doc.world_size),

@@ -241,9 +241,16 @@ def inventory_path(options: RunOptions) -> Path | None:
     return DEFAULT_INVENTORY if DEFAULT_INVENTORY.exists() else None
 
 
-def slurm_node_records(job: JobEnv, catalog: Catalog, need_facts: bool) -> StepNodes:
-    """The step's nodes as Slurm knows them (`scontrol show node`), for clusters without an
-    installed inventory."""
+def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
+    """The step's node records: the inventory file, else Slurm's own view of the nodes (`scontrol
+    show node`), for clusters without an installed inventory."""
+    path = inventory_path(options)
+    if options.simulate is not None:
+        known = inventory.load(path) if path is not None else ClusterInventory()
+        named = options.inventory  # named by the user: it must exist and hold the nodes
+        return simulated_inventory(options.simulate, known, catalog, None if named is None else str(named))
+    if path is not None:
+        return inventory.load(path)
     try:
         gres = scontrol.show_node_gres(job.nodes)
     except ToolError as e:
@@ -252,23 +259,6 @@ def slurm_node_records(job: JobEnv, catalog: Catalog, need_facts: bool) -> StepN
             f"failed ({e}); pass --inventory FILE"
         ) from e
     return gres_records(gres, job.nodes, catalog, need_facts)
-
-
-def load_step_inventory(
-    options: RunOptions, catalog: Catalog, job: JobEnv | None = None, need_facts: bool = True
-) -> StepNodes:
-    """The step's node records: the inventory file, else Slurm's own view of the nodes."""
-    path = inventory_path(options)
-    if options.simulate is not None:
-        named = options.inventory
-        if named is not None:  # named by the user: it must exist and hold the nodes
-            return simulated_inventory(options.simulate, inventory.load(named), catalog, str(named))
-        known = inventory.load(path) if path is not None else ClusterInventory()
-        return simulated_inventory(options.simulate, known, catalog)
-    if path is not None:
-        return inventory.load(path)
-    assert job is not None
-    return slurm_node_records(job, catalog, need_facts)
 
 
 def check_step_has_devices(job: JobEnv) -> None:
@@ -353,8 +343,7 @@ def describe(plan: LaunchPlan) -> str:
     )
     head += "".join(f"\nwarning: {note}" for note in plan.notes)
     rows = [_row(d) for d in docs]
-    shared = {id(g): g for d in docs for g in d.groups}  # members share one object (rankenv.Groups)
-    groups = {(g.name, g.ranks): g for g in shared.values()}
+    groups = {(g.name, g.ranks): g for g in distinct_groups(plan)[0]}
     group_rows = [(n, g.backend, g.comm, syntax.ranges(list(r))) for (n, r), g in sorted(groups.items())]
     env = [f"rank {r.rank}: " + " ".join(f"{k}={v}" for k, v in r.env.items()) for r in plan.ranks]
     return "\n\n".join(

@@ -66,6 +66,7 @@ import importlib
 import itertools
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -279,8 +280,6 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     (which also checks that every rank runs the same plan, SLURM_HETERO_PLAN_ID); every rank then
     calls `new_group` for all of them in one sorted order, as torch requires.
     """
-    import os
-
     import torch.distributed as dist
 
     lay = rank_layout(layout).to_dict()
@@ -313,8 +312,6 @@ def _use_libuv_if_built() -> None:
     ask TCPStore for libuv by default, and a torch without it (Debian's python3-torch, the 24.11
     dev cluster's) failed every rank at init ("use_libuv was requested but PyTorch was build
     without libuv support"). Probed with a store on a free local port, closed at once."""
-    import os
-
     import torch.distributed as dist
 
     if "USE_LIBUV" in os.environ:
@@ -361,9 +358,7 @@ def shard_pieces(sizes: Sequence[int]) -> tuple[int, list[tuple[int, int, tuple[
     """The pieces of a gradient that groups of `sizes` ranks each reduce-scatter into equal
     shards: (start, end, owner index in each group) in units of ``1 / unit`` of the (padded)
     gradient, and `unit`, the least common multiple of the sizes."""
-    unit = 1
-    for n in sizes:
-        unit = unit * n // math.gcd(unit, n)
+    unit = math.lcm(*sizes)
     edges = sorted({i * unit // n for n in sizes for i in range(n + 1)})
     return unit, [(a, b, tuple(a * n // unit for n in sizes)) for a, b in zip(edges, edges[1:])]
 
@@ -404,8 +399,6 @@ def rank_layout(layout: Any = None) -> RankLayout:
 
 def _check_layout(lay: Mapping[str, Any]) -> None:
     """The environment is this layout's rank, and tp ranks are their position in the tp group."""
-    import os
-
     rank, world = lay["rank"], lay["world_size"]
     if int(os.environ.get("RANK", rank)) != rank or int(os.environ.get("WORLD_SIZE", world)) != world:
         raise ValueError(

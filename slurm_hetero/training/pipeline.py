@@ -140,7 +140,7 @@ class Pipeline:
             if self.last and not self.first:
                 module = _Owned(module)
             stage = kind(
-                module, self.lay["stage"], self.lay["num_stages"], _device(self.stage), group=self.pp
+                module, self.lay["stage"], self.lay["num_stages"], module_device(self.stage), group=self.pp
             )
             stage.stage_index_to_group_rank = _group_ranks(self.lay)
             # torch 2.6 (a stage with prev_rank/next_rank) sends its first step's shapes to the
@@ -185,7 +185,8 @@ def _checked(tensor: torch.Tensor | None, name: str) -> torch.Tensor:
     return tensor
 
 
-def _device(module: torch.nn.Module) -> torch.device:
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where `module`'s parameters are (the CPU for a module without any)."""
     import torch
 
     param = next(module.parameters(), None)

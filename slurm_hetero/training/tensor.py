@@ -49,7 +49,7 @@ def parallelize(
     planner priced the stage tp-fold faster."""
     if tp_group is None:
         return stage
-    from slurm_hetero.training.pipeline import require_torch_module
+    from slurm_hetero.training.pipeline import module_device, require_torch_module
 
     require_torch_module("torch.distributed.tensor.parallel", "tensor-parallel stages")
     from torch.distributed.device_mesh import DeviceMesh
@@ -69,13 +69,8 @@ def parallelize(
             f"no submodule matches the tensor-parallel plan ({', '.join(plan)}); name the model's "
             "projections in `plan`"
         )
-    mesh = DeviceMesh.from_group(tp_group, device_type=_device_type(stage))
+    mesh = DeviceMesh.from_group(tp_group, device_type=module_device(stage).type)
     return parallelize_module(stage, mesh, {name: styles[style]() for name, style in chosen.items()})
-
-
-def _device_type(module: torch.nn.Module) -> str:
-    param = next(module.parameters(), None)
-    return "cpu" if param is None else param.device.type
 
 
 def _replicated_input() -> Any:
