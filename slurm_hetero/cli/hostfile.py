@@ -29,7 +29,7 @@ def hostfile_hosts(text: str, path: str) -> str:
         for name in line.replace(",", " ").split():  # slurmctld's hostlist splits at blanks too
             base, star, times = name.partition("*")
             digits = re.findall("^[0-9]*", times)[0]  # atoi's: the leading ASCII digits
-            hosts.append(base if star and times[:1].isdigit() and int(digits) else name)
+            hosts.append(base if star and digits.strip("0") else name)  # a count above 0
     if not hosts:
         raise HeteroError(f"{path}: Hostlist is empty!")
     return ",".join(hosts)

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
+from slurm_hetero.cli.hostfile import hostfile_hosts
 from slurm_hetero.submit.sbatch import GPUS_PER_SOCKET_REFUSAL
 from tests.conftest import REPO
 
@@ -819,6 +820,12 @@ def test_a_host_file_is_read_as_sbatch_reads_it(tmp_path: Path) -> None:
         "sbatch", "--inventory", INVENTORY, "--dry-run", "-x", str(hosts), "--gres=gpumem:20G", job
     )
     assert (code, out) == (0, f"sbatch -x {hosts} --gres=gpumem:20G {job}\n"), err
+
+
+def test_a_host_files_star_count_is_read_as_atoi_reads_it() -> None:
+    """`name*N` is the host when atoi(N) > 0; a non-ASCII digit or 5,000 digits raised ValueError."""
+    text = "a*\u0662\nb*0\nc*007\nd*" + "9" * 5000 + "\ne*x\n"
+    assert hostfile_hosts(text, "f") == "a*\u0662,b*0,c,d,e*x"
 
 
 def test_an_unreadable_host_file_ends_the_submission_naming_it(tmp_path: Path) -> None:
