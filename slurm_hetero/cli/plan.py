@@ -41,10 +41,7 @@ from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
     MFU,
     device_groups,
-    estimate_note,
     estimated_types,
-    resolve_measured,
-    sustained_tflops,
     with_shapes,
 )
 from slurm_hetero.engine.layout import (
@@ -166,7 +163,11 @@ def _rows(layout: Layout) -> list[dict[str, Any]]:
 
 
 def catalog_estimates(
-    devices: str, catalog: Catalog, measured: Mapping[str, float] | None = None, unrated: bool = False
+    devices: str,
+    catalog: Catalog,
+    measured: Mapping[str, float] | None = None,
+    unrated: bool = False,
+    mfu: float = MFU,
 ) -> dict[str, str]:
     """The types of `--devices` whose throughput is an estimate (and not measured), with how it was
     derived; `unrated`: also the types with no TFLOPS at all, with the warning the plan printed
@@ -178,10 +179,7 @@ def catalog_estimates(
         if spec and spec.estimate and spec.type not in (measured or {}) and name not in (measured or {}):
             out[spec.type] = " ".join((spec.derivation or "").split())
     if unrated:
-        specs = [s for s in (catalog.by_type(n) for n, _ in allocation) if s is not None]
-        rates = resolve_measured(measured or {}, catalog)
-        _, estimated = sustained_tflops(specs, rates)
-        note = estimate_note(estimated, specs, rates)
+        estimated, note = estimated_types(allocation, catalog, measured, mfu)
         out.update({t: note for t in estimated})
     return out
 
@@ -382,7 +380,7 @@ def build_spec(
     groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], halves)
     if measured:
         groups = with_shapes(groups, load_shapes(measured), catalog, costs)
-    if note := estimated_types(allocation, catalog, rates):
+    if note := estimated_types(allocation, catalog, rates, options["mfu"])[1]:
         click.echo(f"slurm-hetero: warning: {note}", err=True)
     given = options["micro_batch"]
     spec = LayoutSpec(
@@ -492,7 +490,7 @@ def plan(
     spec, length, settings = build_spec(devices, model, seq, measured, options, catalog, rates or {})
     layout = solve(spec)
     layout = dataclasses.replace(layout, notes=(*layout.notes, *measured_notes(layout)))
-    estimates = catalog_estimates(devices, catalog, rates, unrated=as_json)
+    estimates = catalog_estimates(devices, catalog, rates, as_json, options["mfu"])
     if plot is not None:
         plot_step(layout, plot)
     click.echo(

@@ -155,13 +155,17 @@ def device_groups(
 
 
 def estimated_types(
-    devices: Sequence[tuple[str, int]], catalog: Catalog, measured: Mapping[str, float] | None = None
-) -> str:
-    """The estimate warning for `device_groups` of the same arguments (empty when none)."""
+    devices: Sequence[tuple[str, int]],
+    catalog: Catalog,
+    measured: Mapping[str, float] | None = None,
+    mfu: float = MFU,
+) -> tuple[tuple[str, ...], str]:
+    """For `device_groups` of the same arguments: the types whose speed is an estimate, and the
+    warning (empty when none)."""
     specs = [s for s in (catalog.by_type(n) for n, _ in devices) if s is not None]
     rates = resolve_measured(measured or {}, catalog)
-    _, estimated = sustained_tflops(specs, rates)
-    return estimate_note(estimated, specs, rates)
+    _, estimated = sustained_tflops(specs, rates, mfu)
+    return estimated, estimate_note(estimated, specs, rates, mfu)
 
 
 # How far a profile's layer may be from the plan's and still count as the same model's: FLOPs of
