@@ -1,2 +1,3 @@
-"""Launching training on a heterogeneous allocation: the model's costs for the layout solver
-(`costs`), and (elsewhere) the per-rank environment and the srun launcher."""
+"""Launching training on a heterogeneous allocation: the step's plan from Slurm's environment
+(`plan`, `runnable`), each rank's environment (`rankenv`), the launcher that runs and supervises the
+command (`run`, `supervise`, `early`), and `calibrate`."""

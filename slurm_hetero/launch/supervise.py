@@ -44,7 +44,7 @@ PR_SET_PDEATHSIG = 1
 # launchers end their commands and exit 0, so srun and sbatch report the failing rank's exit code
 # (srun reports the highest exit code, and any task killed by a signal over every exit code).
 # PEER_FAILED (SIGURG) and STOP_SIGNALS are defined in launch.early, which keeps those that come
-# before the command starts (`catch_early`, re-exported here).
+# before the command starts (`catch_early`).
 STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SIGKILL
 # After PEER_FAILED, the failing rank leaves a detached `scancel` (SIGKILL to the step) this long
 # behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
