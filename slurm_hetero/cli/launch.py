@@ -22,7 +22,7 @@ from slurm_hetero.core.errors import RequestError
 from slurm_hetero.data import bundled
 from slurm_hetero.engine.layout import DEFAULT_TP_SIZES, Layout, LayoutKind
 from slurm_hetero.inventory.document import DEFAULT_INVENTORY
-from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_shapes
+from slurm_hetero.launch.calibrate import load_profile
 from slurm_hetero.launch.plan import LaunchOptions
 from slurm_hetero.launch.run import RunOptions, launch
 from slurm_hetero.slurm import syntax
@@ -46,15 +46,16 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
         raise RequestError(
             f"--backend-override {backend}", "expected a torch backend name such as gloo or nccl"
         )
+    profile = load_profile(measured)
     return LaunchOptions(
         model=model,
         global_batch=opts["global_batch"],
         seq=opts["seq"],
         micro_batch=opts["micro_batch"],
         costs=cost_settings(opts),
-        measured=load_measured(measured) if measured else {},
-        gemm_half=load_gemm_half(measured) if measured else {},
-        shapes=load_shapes(measured) if measured else {},
+        measured=profile.tflops,
+        gemm_half=profile.gemm_half,
+        shapes=profile.shapes,
         even=opts["even"],
         backend_override=backend,
         master_addr=opts["master_addr"],

@@ -67,7 +67,7 @@ from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.modelconfigs import context_length, layer_costs_for, tp_sizes_for
 from slurm_hetero.inventory.nodes import slurm_nodes, with_site_types
-from slurm_hetero.launch.calibrate import load_gemm_half, load_measured, load_shapes
+from slurm_hetero.launch.calibrate import Profile, load_profile
 from slurm_hetero.launch.runnable import MIXED_TP, plan_note, search_kinds
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
@@ -364,22 +364,20 @@ def build_spec(
     devices: str,
     model: str,
     seq: int | None,
-    measured: Path | None,
+    profile: Profile,
     options: Mapping[str, Any],
     catalog: Catalog,
-    rates: Mapping[str, float],
 ) -> tuple[LayoutSpec, int, CostSettings]:
-    """The solver's input from the command line, the sequence length and the cost settings used;
-    `rates`: the --measured TFLOPS (`load_measured`), read once by the caller."""
+    """The solver's input from the command line (`profile`: the --measured file, read once), the
+    sequence length and the cost settings used."""
     check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
     allocation = parse_devices(devices)
     length = seq if seq is not None else context_length(model)
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
-    halves = load_gemm_half(measured) if measured else {}
-    groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], halves)
-    if measured:
-        groups = with_shapes(groups, load_shapes(measured), catalog, costs)
+    rates = profile.tflops
+    groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], profile.gemm_half)
+    groups = with_shapes(groups, profile.shapes, catalog, costs)
     if note := estimated_types(allocation, catalog, rates, options["mfu"])[1]:
         click.echo(f"slurm-hetero: warning: {note}", err=True)
     given = options["micro_batch"]
@@ -486,11 +484,11 @@ def plan(
 ) -> None:
     """Lay out training of a model on a mix of devices: pipeline across types, data and tensor
     parallel inside them, layers and batch split unevenly by speed and memory."""
-    catalog, rates = plan_catalog(options), load_measured(measured) if measured else None
-    spec, length, settings = build_spec(devices, model, seq, measured, options, catalog, rates or {})
+    catalog, profile = plan_catalog(options), load_profile(measured)
+    spec, length, settings = build_spec(devices, model, seq, profile, options, catalog)
     layout = solve(spec)
     layout = dataclasses.replace(layout, notes=(*layout.notes, *measured_notes(layout)))
-    estimates = catalog_estimates(devices, catalog, rates, as_json, options["mfu"])
+    estimates = catalog_estimates(devices, catalog, profile.tflops, as_json, options["mfu"])
     if plot is not None:
         plot_step(layout, plot)
     click.echo(

@@ -175,7 +175,7 @@ SAME_LAYER = 0.05
 
 @dataclass(frozen=True)
 class MeasuredShapes:
-    """One type's measured shapes (`--measured` profile, `launch.calibrate.load_shapes`): points of
+    """One type's measured shapes (`--measured` profile, `launch.calibrate.load_profile`): points of
     (tp, micro_batch, seconds of one layer's forward plus backward or None, TFLOPS or None), and
     the model the seconds were measured on: (name, seq, hidden, forward GFLOPs of one layer per
     sample)."""

@@ -20,12 +20,12 @@ Two measurements on whatever device torch reaches (CUDA, ROCm, XPU, NPU, MLU, ..
   (its widths, heads and K/V heads, gated or plain MLP; attention by torch's
   `scaled_dot_product_attention`) at each of `micro_batches` sequences of `seq` tokens, at
   tensor-parallel degree 1 (one device has no tensor-parallel all-reduces to time): the
-  per-shape profile `plan --measured` and `launch --measured` read (`load_shapes`), with the
+  per-shape profile `plan --measured` and `launch --measured` read (`load_profile`), with the
   model it was measured on. Mixture-of-experts and latent-attention layers are not built.
 
 The file (`DEFAULT_OUT`, YAML) maps a device type to its figures; `calibrate` merges into it:
 ``{a100_80g: {tflops: 231.0, layer_tflops: 148.2, tokens_per_s: ..., device: ..., dtype: bf16,
-measured_at: 2025-01-01T00:00:00Z}}``. `load_measured` also accepts the plain form
+measured_at: 2025-01-01T00:00:00Z}}``. `load_profile` also accepts the plain form
 ``{a100_80g: 148.2}``; from the full form the solver takes `layer_tflops` (closest to training
 throughput), else `tflops`. The file must be the same on every node of a launch. A type is
 stored under its catalog name and only when `plan --measured` reads it (`stored_type`: the same
@@ -372,7 +372,7 @@ def _model_shapes(
     micro_batches: Sequence[int],
     sizes: Sizes,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The `model` entry (what `load_shapes` checks a plan's model against: our FLOPs of one of
+    """The `model` entry (what `load_profile` checks a plan's model against: our FLOPs of one of
     its layers) and the measured shapes."""
     ref, seq = model
     spec = load_model(ref)
@@ -433,16 +433,35 @@ def _finite(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def load_measured(path: Path) -> dict[str, float]:
-    """Device type -> sustained TFLOPS, from `type: TFLOPS` or `type: {tflops, layer_tflops, ...}`."""
+@dataclass(frozen=True)
+class Profile:
+    """A `--measured` file, read once: per device type (the file's keys) its sustained TFLOPS, its
+    GEMM elements at half speed where given, and its measured shapes where given."""
+
+    tflops: Mapping[str, float]
+    gemm_half: Mapping[str, float]
+    shapes: Mapping[str, MeasuredShapes]
+
+
+NO_PROFILE = Profile({}, {}, {})
+
+
+def load_profile(path: Path | None) -> Profile:
+    """The `--measured` file at `path` (NO_PROFILE for None); a bad entry is a ConfigError naming it."""
+    if path is None:
+        return NO_PROFILE
     data = _read(path)
+    return Profile(_tflops(data, path), _gemm_half(data, path), _shapes(data, path))
+
+
+def _tflops(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
+    """Device type -> sustained TFLOPS, from `type: TFLOPS` or `type: {tflops, layer_tflops, ...}`."""
     return {str(k): _figure(v, path, str(k)) for k, v in data.items()}
 
 
-def load_gemm_half(path: Path) -> dict[str, float]:
+def _gemm_half(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
     """Device type -> GEMM elements at half speed (`gemm_half_elements`, what `calibrate` fits from
     GEMMs of the shapes plans use), for the types whose entry has it."""
-    data = _read(path)
     out = {}
     for key, value in data.items():
         if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
@@ -524,12 +543,10 @@ def _shape_model(value: Any, path: Path, key: str) -> tuple[str, int, int, float
     return str(value["name"]), seq, hidden, _positive(value["layer_gflops"], "layer_gflops", path, key, 1e9)
 
 
-def load_shapes(path: Path) -> dict[str, MeasuredShapes]:
-    """Device type (the file's key) -> its measured shapes, for the types whose entry has `shapes`:
-    per tensor-parallel degree and micro-batch size, the seconds of one layer's forward and
-    backward (of the entry's `model`) or the TFLOPS sustained. A bad entry is a ConfigError naming
-    it (`type.shapes[i]`)."""
-    data = _read(path)
+def _shapes(data: Mapping[Any, Any], path: Path) -> dict[str, MeasuredShapes]:
+    """Device type -> its measured shapes, for the types whose entry has `shapes`: per
+    tensor-parallel degree and micro-batch size, the seconds of one layer's forward and backward
+    (of the entry's `model`) or the TFLOPS sustained (errors name `type.shapes[i]`)."""
     out = {}
     for key, value in data.items():
         if not isinstance(value, Mapping) or "shapes" not in value:

@@ -328,4 +328,3 @@ def _memory(own: Sequence[Option], env: Sequence[Option], cmd: Sequence[Option])
 def values(options: Sequence[Option]) -> dict[str, str | None]:
     """Option name -> its last value (flags map to None)."""
     return {o.name: o.value for o in options}
-

@@ -92,4 +92,3 @@ def test_more_tasks_than_devices_on_a_node_is_refused(dev_cluster: Cluster) -> N
     result = run([*srun, *launch(), "--", "true"])
     assert result.returncode != 0
     assert "a100n1 runs 2 tasks but Slurm gave the step 1 device(s) there" in result.stderr
-

@@ -35,10 +35,10 @@ def test_store_merges_and_the_loader_reads_both_forms(tmp_path: Path) -> None:
     cal.store(path, cal.Calibration("l40s", 90.0, 60.0, 5e4, "cuda:0", "bf16", "2025-01-01T00:00:00Z"))
     data = yaml.safe_load(path.read_text())
     assert set(data) == {"a100_80g", "l40s"} and data["a100_80g"]["tflops"] == 200.0
-    assert cal.load_measured(path) == {"a100_80g": 150.0, "l40s": 60.0}  # layer figure preferred
+    assert cal.load_profile(path).tflops == {"a100_80g": 150.0, "l40s": 60.0}  # layer figure preferred
     plain = tmp_path / "plain.yaml"
     plain.write_text("ascend910b3: 125\nmi300x: {tflops: 300}\n")
-    assert cal.load_measured(plain) == {"ascend910b3": 125.0, "mi300x": 300.0}
+    assert cal.load_profile(plain).tflops == {"ascend910b3": 125.0, "mi300x": 300.0}
 
 
 @pytest.mark.parametrize("text", ["a100: fast\n", "a100: -3\n", "a100: {device: cpu}\n", "- a100\n"])
@@ -46,7 +46,7 @@ def test_the_loader_rejects_what_is_not_a_positive_figure(tmp_path: Path, text: 
     path = tmp_path / "m.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match="positive number|mapping"):
-        cal.load_measured(path)
+        cal.load_profile(path)
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,7 @@ def test_a_device_type_given_twice_is_refused_naming_it_and_the_file(tmp_path: P
     path = tmp_path / "m.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=r"given twice") as error:
-        cal.load_measured(path)
+        cal.load_profile(path)
     assert str(error.value).startswith(f"{path}: key ")
     runner = CliRunner()
     plan = runner.invoke(cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path)])
@@ -98,7 +98,7 @@ def test_the_gemm_size_curve_is_fitted_from_the_shapes_plans_use() -> None:
 def test_the_fitted_curve_reaches_plan_through_the_measured_file(tmp_path: Path) -> None:
     path = tmp_path / "measured.yaml"
     path.write_text("a100: {layer_tflops: 150, gemm_half_elements: 4000000}\nl40s: 90\n")
-    assert cal.load_gemm_half(path) == {"a100": 4e6}
+    assert cal.load_profile(path).gemm_half == {"a100": 4e6}
     result = CliRunner().invoke(
         cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path), "--json"]
     )
@@ -199,7 +199,7 @@ def test_calibrate_times_a_models_layer_that_plan_and_launch_read(
     }  # fmt: skip
     assert [(s["tp"], s["micro_batch"]) for s in entry["shapes"]] == [(1, 1), (1, 2)]
     assert all(s["fwd_s"] > 0 and s["bwd_s"] > 0 for s in entry["shapes"])
-    shapes = cal.load_shapes(out)
+    shapes = cal.load_profile(out).shapes
     assert [p[:2] for p in shapes["a100_80g"].points] == [(1, 1.0), (1, 2.0)]
     args = ["plan", "--devices", "a100_80g:2", "--model", str(config), "--seq", "32", "--global-batch", "8"]
     plan = CliRunner().invoke(cli, [*args, "--micro-batch", "1", "--measured", str(out), "--json"])

@@ -722,16 +722,16 @@ def test_no_model_refuses_a_global_batch_under_the_ranks_and_prints_layers_as_al
 
 
 def test_launch_prices_the_per_shape_profile_as_plan_does(tmp_path: Path) -> None:
-    """`launch --measured` reads the profile's shapes (`load_shapes`) into the types' device groups,
+    """`launch --measured` reads the profile's shapes (`load_profile`) into the types' device groups,
     by the catalog type of each site's Type= name, as `plan --measured` does."""
-    from slurm_hetero.launch.calibrate import load_shapes
+    from slurm_hetero.launch.calibrate import load_profile
 
     path = tmp_path / "measured.yaml"
     points = "  - {tp: 1, micro_batch: 1, tflops: 90}\n  - {tp: 2, micro_batch: 1, tflops: 70}\n"
-    path.write_text(f"a100_80g:\n  shapes:\n{points}")
+    path.write_text(f"a100_80g:\n  tflops: 90\n  shapes:\n{points}")
     job = parse_job_env(fixture_env(0))
     nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
-    spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, shapes=load_shapes(path)))
+    spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, shapes=load_profile(path).shapes))
     speeds = {g.type: g.speeds for g in spec.groups}
     assert speeds == {"a100_80g": ((1, 1.0, 90.0), (2, 1.0, 70.0)), "l40s": (), "ascend910b3": ()}
 

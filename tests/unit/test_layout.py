@@ -452,7 +452,7 @@ def test_a_device_without_a_speed_figure_plans_with_a_labelled_estimate() -> Non
     code, out, err = run("--devices", "a100:2,p800:2", "--model", "gpt2", "--global-batch", "16")
     assert code == 0 and "efficiency" in out
     assert "warning: no TFLOPS for p800" in err and "given the speed of a100_80g (140.4 TFLOPS)" in err
-    code, out, err = run("--devices", "a100:2,p800:2", "--model", "gpt2", "--global-batch", "16", "--mfu", "0.3")
+    code, _, err = run("--devices", "a100:2,p800:2", "--model", "gpt2", "--global-batch", "16", "--mfu", ".3")
     assert code == 0 and "given the speed of a100_80g (93.6 TFLOPS)" in err  # the --mfu the plan used
 
 

@@ -1,4 +1,4 @@
-"""Measured per-shape speeds (`--measured` profile): reading (`launch.calibrate.load_shapes`),
+"""Measured per-shape speeds (`--measured` profile): reading (`launch.calibrate.load_profile`),
 interpolation (`engine.stagecost.measured_shape`, `device_rate`), the model check
 (`engine.devicegroups.shape_speeds`), SAILOR's profiles (`convert-profile`) and `plan`."""
 
@@ -17,7 +17,7 @@ from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine.devicegroups import MeasuredShapes, shape_speeds
 from slurm_hetero.engine.stagecost import DeviceGroup, device_rate, measured_shape
 from slurm_hetero.inventory.modelconfigs import layer_costs_for
-from slurm_hetero.launch.calibrate import load_shapes
+from slurm_hetero.launch.calibrate import load_profile
 
 OPT = layer_costs_for("opt-350m", 2048)
 LAYER_GFLOPS = float(OPT.flops.mean()) / 1e9
@@ -83,7 +83,7 @@ def test_a_bad_point_is_one_error_naming_the_entry(
 ) -> None:
     path = write(tmp_path, {"a100_40g": entry})
     with pytest.raises(ConfigError, match=what) as e:
-        load_shapes(path)
+        load_profile(path)
     assert where in str(e.value) and str(path) in str(e.value)
 
 
@@ -135,7 +135,7 @@ def test_sailor_profiles_convert_to_shapes_plan_reads(tmp_path: Path) -> None:
     args = ["convert-profile", str(src), "--sailor-model", "OPT-350", "--model", "opt-350m", "--seq", "2048"]
     run = CliRunner().invoke(cli, [*args, "--types", "A100-40=a100_40g", "--out", str(out)])
     assert run.exit_code == 0, run.output
-    entry = load_shapes(out)["a100_40g"]
+    entry = load_profile(out).shapes["a100_40g"]
     got = [(tp, mb, round(seconds or 0, 9)) for tp, mb, seconds, _ in sorted(entry.points)]
     assert got == [(1, 1.0, 0.009), (1, 4.0, 0.03), (2, 1.0, 0.006)]
     assert yaml.safe_load(out.read_text())["a100_40g"]["tflops"] == pytest.approx(

@@ -374,7 +374,7 @@ def test_calibrate_merges_into_a_linked_file(tmp_path: Path) -> None:
     link.symlink_to("target.yaml")
     cal.store(link, cal.Calibration("l40s", 90.0, 60.0, 5e4, "cpu", "fp32", "2025-01-01T00:00:00Z"))
     assert link.is_symlink()
-    assert set(cal.load_measured(tmp_path / "target.yaml")) == {"a100_80g", "l40s"}
+    assert set(cal.load_profile(tmp_path / "target.yaml").tflops) == {"a100_80g", "l40s"}
 
 
 def test_keep_backups_leaves_the_newest_of_each_file_and_never_an_admins_copy(tmp_path: Path) -> None:
