@@ -12,6 +12,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.options import SEQ
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.core.readfile import read_text, unusable_path
+from slurm_hetero.engine.devicegroups import resolve_measured
 from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION, Attention, CostSettings
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.modelconfigs import layer_costs_for
@@ -103,11 +104,19 @@ MAX_MICRO_BATCH = 1024
 
 
 def _sailor_types(text: str) -> dict[str, str]:
+    """SAILOR GPU -> our type, each GPU and each type once, every type one `plan --measured` knows."""
     pairs = [item.split("=", 1) for item in text.split(",") if item]
+    given = f"--types {syntax.text(text)}"
     if not pairs or any(len(p) != 2 or not p[0] or not p[1] for p in pairs):
-        raise RequestError(
-            f"--types {syntax.text(text)}", "expected SAILOR_GPU=TYPE[,...], e.g. A100-40=a100_40g"
-        )
+        raise RequestError(given, "expected SAILOR_GPU=TYPE[,...], e.g. A100-40=a100_40g")
+    for side, twice in ((0, "SAILOR GPU {} is given twice"), (1, "two GPUs are converted to type {}")):
+        names = [p[side] for p in pairs]
+        if len(set(names)) < len(names):
+            raise RequestError(given, twice.format(next(n for n in names if names.count(n) > 1)))
+    try:  # as plan reads the keys: an unknown type, or two spellings of one, is refused there too
+        resolve_measured(dict.fromkeys((b for _, b in pairs), 1.0), load_catalog())
+    except RequestError as e:
+        raise RequestError(e.text.replace("--measured key", "--types type"), e.reason) from None
     return {a: b for a, b in pairs}
 
 

@@ -175,3 +175,25 @@ def test_malformed_sailor_profiles_are_one_line_naming_the_entry(
     run = CliRunner().invoke(cli, [*args, "--types", "A100-40=a100_40g", "--out", str(out)])
     assert run.exit_code == 1 and run.output.startswith(f"slurm-hetero: {src}: {said}"), run.output
     assert len(run.output.splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("types", "said"),
+    [
+        ("A100-40=a100_40g,V100-16=nosuch", "--types type 'nosuch': names no device type"),
+        ("A100-40=a100_40g,A100-40=l40s", "SAILOR GPU A100-40 is given twice"),
+        ("A100-40=a100_40g,V100-16=a100_40g", "two GPUs are converted to type a100_40g"),
+        ("A100-40=a100_40g,V100-16=A100_40G", "'a100_40g' and 'A100_40G': both name device type a100_40g"),
+    ],
+)
+def test_types_are_refused_where_plan_would_refuse_or_one_would_be_lost(
+    tmp_path: Path, types: str, said: str
+) -> None:
+    """adv35 K31-K33: an unknown type was stored (plan refused the file later); a GPU given twice or two
+    GPUs for one type kept one of them silently."""
+    src, out = tmp_path / "p.json", tmp_path / "m.yaml"
+    src.write_text('{"OPT-350": {}}')
+    args = ["convert-profile", str(src), "--sailor-model", "OPT-350", "--model", "opt-350m", "--seq", "2048"]
+    run = CliRunner().invoke(cli, [*args, "--types", types, "--out", str(out)])
+    assert run.exit_code == 1 and said in run.output and len(run.output.splitlines()) == 1, run.output
+    assert not out.exists()
