@@ -43,7 +43,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -419,6 +419,9 @@ TFLOPS_RANGE = (1e-6, 1e6)
 
 def _figure(value: Any, path: Path, key: str) -> float:
     if isinstance(value, Mapping):
+        if unknown := sorted(map(str, set(value) - ENTRY_KEYS)):  # a misspelt key would be lost
+            message = f"unknown keys {', '.join(unknown)[:200]}; an entry has {', '.join(sorted(ENTRY_KEYS))}"
+            raise ConfigError(message, str(path), key)
         value = value.get("layer_tflops", value.get("tflops"))
     if not _finite(value) or value <= 0:
         raise ConfigError(f"TFLOPS must be a positive number, got {repr(value)[:40]}", str(path), key)
@@ -481,6 +484,8 @@ def store(path: Path, result: Calibration) -> Path:
 
 
 SHAPE_ENTRY = ("model", "shapes")
+# What an entry may hold: what `calibrate` stores, and the `source` that `convert-profile` adds.
+ENTRY_KEYS = {f.name for f in fields(Calibration)} - {"type"} | {"source"}
 
 
 # -- measured shapes (the per-shape profile; `engine.devicegroups.MeasuredShapes`) ----------------

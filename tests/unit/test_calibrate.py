@@ -49,6 +49,16 @@ def test_the_loader_rejects_what_is_not_a_positive_figure(tmp_path: Path, text: 
         cal.load_profile(path)
 
 
+def test_an_unknown_key_of_an_entry_is_refused_naming_it(tmp_path: Path) -> None:
+    """adv35 K17: `gemm_half_element: 4e6` (a typo) was dropped silently, so the plan ran without it."""
+    path = tmp_path / "m.yaml"
+    path.write_text("a100: {tflops: 100, gemm_half_element: 4e6}\n")
+    with pytest.raises(ConfigError, match=r":a100: unknown keys gemm_half_element; an entry has "):
+        cal.load_profile(path)
+    path.write_text("a100: {tflops: 100, source: SAILOR, measured_at: x, device: cuda:0, dtype: bf16}\n")
+    assert cal.load_profile(path).tflops == {"a100": 100.0}
+
+
 @pytest.mark.parametrize(
     "text",
     [
