@@ -63,7 +63,8 @@ def estimate_note(
         f"given the speed of {min(rated)[1]} ({min(rated)[0]:.4g} TFLOPS), the slowest rated type of "
         "the allocation"
         if rated
-        else "every type at one nominal speed: an even split by speed"
+        else f"every type at one nominal {NOMINAL_TFLOPS:g} TFLOPS (--mfu does not apply): an even split, "
+        "and its times are placeholders"
     )
     return (
         f"no TFLOPS for {', '.join(estimated)} (catalog nor --measured): its speed is an estimate, "

@@ -454,6 +454,8 @@ def test_a_device_without_a_speed_figure_plans_with_a_labelled_estimate() -> Non
     assert "warning: no TFLOPS for p800" in err and "given the speed of a100_80g (140.4 TFLOPS)" in err
     code, _, err = run("--devices", "a100:2,p800:2", "--model", "gpt2", "--global-batch", "16", "--mfu", ".3")
     assert code == 0 and "given the speed of a100_80g (93.6 TFLOPS)" in err  # the --mfu the plan used
+    code, _, err = run("--devices", "p800:2", "--model", "gpt2", "--global-batch", "16", "--mfu", ".3")
+    assert code == 0 and "one nominal 100 TFLOPS (--mfu does not apply)" in err and "placeholders" in err
 
 
 def test_a_measured_key_that_names_no_type_is_an_error(tmp_path: Path) -> None:
