@@ -151,7 +151,11 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     show_default=True,
     help="Tensor-parallel degrees the solver may use inside nodes (as `plan` searches).",
 )
-@click.option("--network-gbs", type=FiniteFloat(MIN_GBS, MAX_GBS), help="Per-device GB/s between nodes.")
+@click.option(
+    "--network-gbs",
+    type=FiniteFloat(MIN_GBS, MAX_GBS),
+    help="Per-device GB/s between nodes [default: the nodes' NICs: InfiniBand or RoCE 25, else 12.5].",
+)
 @click.option(
     "--kind",
     "kinds",
