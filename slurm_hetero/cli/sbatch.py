@@ -51,6 +51,7 @@ from slurm_hetero.submit.sbatchplan import (
     hook_check,
     merged_argv,
     plan_model,
+    sent_jobs,
 )
 
 GIB = 2**30
@@ -160,13 +161,16 @@ def plan(
     cluster, hook = hook_model(nodes, release)
     components = [component(k, opts, hook, het=len(parts) > 1) for k, opts in enumerate(parts)]
     types = cluster_types(nodes)
+    tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
+    if sent_jobs(components, [c.options.get("gres") for c in components], cluster, hook, release) is None:
+        undecided = [Decision(c.index, c.devices if c.asks_devices else 0) for c in components]
+        return merged_argv(line.components, [], [*tail, *line.script_args]), undecided  # sbatch's to refuse
     if model is None:
         decisions = [check_gpumem(c, types) for c in components]
     else:
         name, suggestions = _estimates(model, options, explicit)
         decisions = plan_model(components, types, name, suggestions, _layout(options, explicit))
     decisions = hook_check(components, decisions, cluster, hook, release)
-    tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
     return merged_argv(line.components, decisions, [*tail, *line.script_args]), decisions
 
 

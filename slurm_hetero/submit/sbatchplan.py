@@ -100,6 +100,7 @@ class Component:
     nodes: int
     tasks: int
     het: bool = False  # one of several components (sbatch A : B, #SBATCH hetjob)
+    unread: RequestError | None = None  # why the hook cannot read the request (`request` is empty)
 
     @property
     def asks_devices(self) -> bool:
@@ -129,22 +130,21 @@ def component(index: int, options: Sequence[Option], hook: Hook, het: bool = Fal
     """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values), read by the
     hook itself (`Hook.request`); `het`: one of several components."""
     v = values(options)
+    fields = [
+        ("tres_per_node", v.get("gres")),
+        ("tres_per_job", _gpu_item(v.get("gpus"))),
+        ("tres_per_node", _gpu_item(v.get("gpus-per-node"))),
+        ("tres_per_task", _gpu_item(v.get("gpus-per-task"))),
+    ]
     try:
-        request = hook.request(
-            [
-                ("tres_per_node", v.get("gres")),
-                ("tres_per_job", _gpu_item(v.get("gpus"))),
-                ("tres_per_node", _gpu_item(v.get("gpus-per-node"))),
-                ("tres_per_task", _gpu_item(v.get("gpus-per-task"))),
-            ]
-        )
-    except RequestError as e:  # the user's text, quoted when it is not one printable line
-        raise RequestError(syntax.comment(e.text), e.reason) from None
+        request, unread = hook.request(fields), None
+    except RequestError as e:  # raised by `check_gpumem`/`plan_model`, after sbatch's own refusals
+        request, unread = hook.request(()), RequestError(syntax.comment(e.text), e.reason)
     release = hook.release
     nodes = _least(lambda text: node_range(text, release)[0], v.get("nodes"))
     per_node = _least(lambda text: task_count("--ntasks-per-node", text, release), v.get("ntasks-per-node"))
     tasks = _least(lambda text: task_count("--ntasks", text, release), v.get("ntasks"), nodes * per_node)
-    return Component(index, v, request, nodes, tasks, het)
+    return Component(index, v, request, nodes, tasks, het, unread)
 
 
 def _least(read: Callable[[str], int], text: str | None, default: int = 1) -> int:
@@ -217,6 +217,8 @@ def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
 def check_gpumem(c: Component, types: Mapping[str, TypeFacts]) -> Decision:
     """A component without a model: a type it names without gpumem/gpucore must exist and hold
     its devices (a request with gpumem/gpucore is the hook's to decide: `hook_check`)."""
+    if c.unread is not None:
+        raise c.unread
     if c.request.gpu_type is not None and not c.request.asks:
         _check_type(c, types)
     return Decision(c.index, c.devices if c.asks_devices else 0)
@@ -232,6 +234,9 @@ def plan_model(
     """Size every device-asking component for the model spread over all their devices (component 0
     with one device per node when none asks), keep named types, add gpumem to the rest (which
     `hook_check` then checks). `layout`: the parallel degrees the user gave, for the error."""
+    for c in components:
+        if c.unread is not None:  # a request the model cannot be sized against
+            raise c.unread
     asking = [c for c in components if c.asks_devices] or [components[0]]
     for c in asking:
         if c.request.gpumem_mib is not None:
@@ -286,6 +291,22 @@ def hook_jobs(
             yield c, g, e
 
 
+def sent_jobs(
+    components: Sequence[Component], gres: Sequence[str | None], model: ClusterModel, hook: Hook, release: str
+) -> list[Job] | None:
+    """Each component's job_desc as sbatch sends it (it reads them all before it sends one); None
+    where sbatch refuses a component the hook leaves alone (sbatch speaks for itself), and
+    SbatchPlanError with sbatch's words where it refuses one with gpumem/gpucore."""
+    jobs: list[Job] = []
+    for c, g, job in hook_jobs(components, gres, release, gres_names(model)):
+        if isinstance(job, RequestError):
+            if not hook.asks_us(g):
+                return None
+            raise SbatchPlanError(f"{c.named()}: {syntax.comment(job)}") from None
+        jobs.append(job)
+    return jobs
+
+
 def hook_check(
     components: Sequence[Component],
     decisions: Sequence[Decision],
@@ -295,16 +316,11 @@ def hook_check(
 ) -> list[Decision]:
     """The decisions with the job_submit hook's own (`Decision.hook`), or SbatchPlanError where it
     refuses a component: the components go through the hook in order as one heterogeneous job
-    (its het_job_offset), as slurmctld's does. Options sbatch itself refuses: its words for a
-    component with gpumem/gpucore; otherwise sbatch speaks for itself and nothing is decided."""
+    (its het_job_offset), as slurmctld's does. Options sbatch itself refuses: `sent_jobs`."""
     gres = [d.gres if d.gres is not None else c.options.get("gres") for c, d in zip(components, decisions)]
-    jobs: list[Job] = []
-    for c, g, job in hook_jobs(components, gres, release, gres_names(model)):  # sbatch reads them all first
-        if isinstance(job, RequestError):
-            if not hook.asks_us(g):
-                return list(decisions)  # sbatch speaks for itself
-            raise SbatchPlanError(f"{c.named()}: {syntax.comment(job)}") from None
-        jobs.append(job)
+    jobs = sent_jobs(components, gres, model, hook, release)
+    if jobs is None:
+        return list(decisions)
     out: list[Decision] = []
     for k, (c, d, job) in enumerate(zip(components, decisions, jobs)):
         outcome = hook.submit(job, k if len(jobs) > 1 else None)

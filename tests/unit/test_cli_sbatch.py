@@ -152,6 +152,18 @@ def test_requests_no_device_holds_are_refused_before_sbatch(tmp_path: Path) -> N
     assert code == 1 and "at most 4 per host" in err
 
 
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_sbatchs_own_refusal_of_a_count_comes_before_the_hooks_reading(release: str) -> None:
+    """adv35 J6/J7: a count sbatch refuses (-2^64) got the hook's reading error, not sbatch's words;
+    without gpumem the options go to sbatch, which refuses them itself."""
+    bad = "gpu:nosuch:-18446744073709551616"
+    err = refusal("--slurm-release", release, f"--gres={bad},gpumem:20G", "--wrap", "x")
+    said = "Invalid generic resource (gres)" if release == "22.05" else "Invalid Trackable RESource (TRES)"
+    assert err == f"slurm-hetero: the job: sbatch: {said} specification\n"
+    answer = wrapper("--slurm-release", release, f"--gres={bad}", "--wrap", "x")
+    assert answer["argv"][1] == f"--gres={bad}" and answer["components"][0]["decision"] is None
+
 def test_dry_run_prints_the_final_command_and_bad_input_is_one_line(tmp_path: Path) -> None:
     job = script(tmp_path, "--gpus=2")
     code, out, _ = run(
