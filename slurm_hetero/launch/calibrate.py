@@ -595,13 +595,15 @@ def from_sailor(
     ConfigError naming its key path."""
     source = profiles.get(sailor_model) if isinstance(profiles, Mapping) else None
     if not isinstance(source, Mapping):
-        has = ", ".join(map(str, profiles))[:200] if isinstance(profiles, Mapping) else "no model names"
-        raise ConfigError(f"no profiles of {sailor_model!r}; it has {has}")
+        has = ", ".join(map(str, profiles))[:200] if isinstance(profiles, Mapping) else ""
+        raise ConfigError(f"no profiles of {sailor_model!r}; it has {has or 'no model names'}")
     name, seq, hidden, gflops = model
     out: dict[str, Any] = {}
     for theirs, ours in types.items():
         if theirs not in source:
-            raise ConfigError(f"no profile of {theirs!r} for {sailor_model}; it has {', '.join(source)}")
+            raise ConfigError(
+                f"no profile of {theirs!r} for {sailor_model}; it has {', '.join(source) or 'no GPU names'}"
+            )
         shapes, best = [], 0.0
         where = f"{sailor_model}.{theirs}"
         for mb, by_tp in _sailor_sizes(source[theirs], where, "micro-batch sizes", MAX_MICRO_BATCH):

@@ -150,6 +150,7 @@ def test_sailor_profiles_convert_to_shapes_plan_reads(tmp_path: Path) -> None:
     [
         ('{"OPT-350": {"A100-40": []}}', "OPT-350.A100-40: expected a mapping of micro-batch sizes"),
         ('"x"', "no profiles of 'OPT-350'; it has no model names"),
+        ("{}", "no profiles of 'OPT-350'; it has no model names"),  # adv35 K29: "it has " and nothing
         ('{"OPT-350": {"A100-40": {"1": "x"}}}', "OPT-350.A100-40.1: expected a mapping of tensor-parallel"),
         (
             '{"OPT-350": {"A100-40": {"1": {"3": {}}}}}',
