@@ -5,10 +5,9 @@ read it likewise before a decision."""
 
 from __future__ import annotations
 
-import re
-
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.readfile import read_text
+from slurm_hetero.submit.sbatch import int32, strtol
 
 MAX_HOSTFILE_BYTES = 1 << 20  # Slurm reads any size; the hook reads far fewer host names
 
@@ -16,7 +15,8 @@ MAX_HOSTFILE_BYTES = 1 << 20  # Slurm reads any size; the hook reads far fewer h
 def hostfile_hosts(text: str, path: str) -> str:
     """The hosts of a host file's text, comma-joined, as `slurm_read_hostfile` reads them: one or
     more comma-separated names (or hostlist expressions) a line, "#" to the line's end a comment
-    ("\\#" a literal "#"), blank lines skipped, `name*N` the host N times (once here: a set), names
+    ("\\#" a literal "#"), blank lines skipped, `name*N` the host N times (once here: a set; N as atoi
+    reads it, so none at all when it is negative or past a long, and `name*0` a name as written), names
     split at blanks too (as slurmctld's hostlist reads "a # comment", sent as "a "); a
     line that starts with neither a letter nor a digit, or no host at all, is sbatch's error."""
     hosts: list[str] = []
@@ -28,8 +28,9 @@ def hostfile_hosts(text: str, path: str) -> str:
             raise HeteroError(f"Invalid hostfile {path} contents on line {number}")
         for name in line.replace(",", " ").split():  # slurmctld's hostlist splits at blanks too
             base, star, times = name.partition("*")
-            digits = re.findall("^[0-9]*", times)[0]  # atoi's: the leading ASCII digits
-            hosts.append(base if star and digits.strip("0") else name)  # a count above 0
+            count = int32(strtol(times)[0] or 0) if star else 0  # atoi: past a long it saturates
+            if count >= 0:  # pushed `count` times: a negative count, never; 0 keeps the name as written
+                hosts.append(base if count else name)
     if not hosts:
         raise HeteroError(f"{path}: Hostlist is empty!")
     return ",".join(hosts)

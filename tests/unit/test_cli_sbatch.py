@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
 from slurm_hetero.cli.hostfile import hostfile_hosts
+from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.submit.sbatch import GPUS_PER_SOCKET_REFUSAL
 from tests.conftest import REPO
 
@@ -835,9 +836,13 @@ def test_a_host_file_is_read_as_sbatch_reads_it(tmp_path: Path) -> None:
 
 
 def test_a_host_files_star_count_is_read_as_atoi_reads_it() -> None:
-    """`name*N` is the host when atoi(N) > 0; a non-ASCII digit or 5,000 digits raised ValueError."""
-    text = "a*\u0662\nb*0\nc*007\nd*" + "9" * 5000 + "\ne*x\n"
-    assert hostfile_hosts(text, "f") == "a*\u0662,b*0,c,d,e*x"
+    """`name*N` pushes the host atoi(N) times, an int: a non-ASCII digit or 5,000 digits raised
+    ValueError; adv36 O09: a negative N, or one past a long (-1 as an int), pushes none, and sbatch
+    says "Hostlist is empty!" where no host is left (the wrapper gave the hook's decision)."""
+    text = "a*\u0662\nb*0\nc*007\nd*" + "9" * 5000 + "\ne*x\nf*-1\ng*4294967297\n"
+    assert hostfile_hosts(text, "f") == "a*\u0662,b*0,c,e*x,g"
+    with pytest.raises(HeteroError, match="^f: Hostlist is empty!$"):
+        hostfile_hosts("l40sn1*99999999999999999999\n", "f")
 
 
 def test_an_unreadable_host_file_ends_the_submission_naming_it(tmp_path: Path) -> None:
