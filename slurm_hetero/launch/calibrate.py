@@ -590,7 +590,8 @@ def from_sailor(
     [fwd, bwd, update] seconds; layer 0 the embedding, 1..`blocks` the decoder layers) as measured
     entries: per (SAILOR GPU -> our type) of `types`, a point per profiled (tp, micro-batch) with the
     median forward and backward seconds of a decoder layer, `model` (name, seq, hidden, forward
-    GFLOPs of one layer) what they were measured on, and `tflops` the best tensor-parallel-1 speed.
+    GFLOPs of one layer) what they were measured on, and `tflops` one device's best speed at tensor
+    parallel 1 (at any degree where the profile has no tp-1 shape).
     The embedding, head and optimizer-step times are not carried. A malformed entry is a
     ConfigError naming its key path."""
     source = profiles.get(sailor_model) if isinstance(profiles, Mapping) else None
@@ -604,7 +605,7 @@ def from_sailor(
             raise ConfigError(
                 f"no profile of {theirs!r} for {sailor_model}; it has {', '.join(source) or 'no GPU names'}"
             )
-        shapes, best = [], 0.0
+        shapes, best = [], (False, 0.0)  # (a tp-1 shape, one device's TFLOPS): tp 1 first
         where = f"{sailor_model}.{theirs}"
         for mb, by_tp in _sailor_sizes(source[theirs], where, "micro-batch sizes", MAX_MICRO_BATCH):
             for tp, layers in _sailor_sizes(by_tp, f"{where}.{mb}", "tensor-parallel degrees", MAX_TP):
@@ -612,10 +613,9 @@ def from_sailor(
                 fwd = statistics.median(t[0] for t in times)
                 bwd = statistics.median(t[1] for t in times)
                 shapes.append({"tp": tp, "micro_batch": mb, "fwd_s": _digits(fwd), "bwd_s": _digits(bwd)})
-                if tp == 1:
-                    best = max(best, mb * 3 * gflops / 1e3 / (fwd + bwd))
+                best = max(best, (tp == 1, mb * 3 * gflops / 1e3 / (tp * (fwd + bwd))))
         model_entry = {"name": name, "seq": seq, "hidden": hidden, "layer_gflops": _digits(gflops)}
-        out[ours] = {"tflops": _digits(best), "source": f"SAILOR profiles, {sailor_model} on {theirs}"}
+        out[ours] = {"tflops": _digits(best[1]), "source": f"SAILOR profiles, {sailor_model} on {theirs}"}
         out[ours].update(model=model_entry, shapes=shapes)
     return out
 

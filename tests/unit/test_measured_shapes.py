@@ -198,3 +198,17 @@ def test_types_are_refused_where_plan_would_refuse_or_one_would_be_lost(
     run = CliRunner().invoke(cli, [*args, "--types", types, "--out", str(out)])
     assert run.exit_code == 1 and said in run.output and len(run.output.splitlines()) == 1, run.output
     assert not out.exists()
+
+
+def test_a_profile_without_tp_1_converts_to_a_figure_plan_reads(tmp_path: Path) -> None:
+    """adv36 N32: only a tp 2 shape gave `tflops: 0.0`, which plan and launch then refused."""
+    layers = {str(i): [0.002, 0.004, 0.001] for i in range(26)}
+    src, out = tmp_path / "p.json", tmp_path / "m.yaml"
+    src.write_text(json.dumps({"OPT-350": {"A100-40": {"1": {"2": layers}}}}))
+    args = ["convert-profile", str(src), "--sailor-model", "OPT-350", "--model", "opt-350m", "--seq", "2048"]
+    run = CliRunner().invoke(cli, [*args, "--types", "A100-40=a100_40g", "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    tflops = load_profile(out).tflops["a100_40g"]
+    assert tflops == pytest.approx(3 * LAYER_GFLOPS / 1e3 / (2 * 0.006), rel=1e-3)  # one of the 2 devices
+    plan = ["plan", "--devices", "a100_40g:2", "--model", "opt-350m", "--global-batch", "8"]
+    assert CliRunner().invoke(cli, [*plan, "--measured", str(out)]).exit_code == 0
