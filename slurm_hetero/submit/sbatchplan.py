@@ -138,7 +138,7 @@ def component(index: int, options: Sequence[Option], hook: Hook, het: bool = Fal
     ]
     try:
         request, unread = hook.request(fields), None
-    except RequestError as e:  # raised by `check_gpumem`/`plan_model`, after sbatch's own refusals
+    except RequestError as e:  # `plan_model` raises it; the hook, where it reads gpumem/gpucore
         request, unread = hook.request(()), RequestError(syntax.comment(e.text), e.reason)
     release = hook.release
     nodes = _least(lambda text: node_range(text, release)[0], v.get("nodes"))
@@ -216,9 +216,8 @@ def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
 
 def check_gpumem(c: Component, types: Mapping[str, TypeFacts]) -> Decision:
     """A component without a model: a type it names without gpumem/gpucore must exist and hold
-    its devices (a request with gpumem/gpucore is the hook's to decide: `hook_check`)."""
-    if c.unread is not None:
-        raise c.unread
+    its devices (a request with gpumem/gpucore is the hook's to decide: `hook_check`; one the hook
+    cannot read and leaves alone, Slurm's)."""
     if c.request.gpu_type is not None and not c.request.asks:
         _check_type(c, types)
     return Decision(c.index, c.devices if c.asks_devices else 0)
