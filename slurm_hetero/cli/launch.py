@@ -78,7 +78,7 @@ def _directory(option: str, text: str | None) -> Path | None:
 
 def layout_view(model: str | None, plan_options: LaunchOptions) -> Any:
     """How `plan` shows a layout (table, JSON document), for `--dry-run`."""
-    from slurm_hetero.cli.plan import catalog_estimates, layout_document, render_layout
+    from slurm_hetero.cli.plan import catalog_estimates, layout_document, render_layout, with_measured_notes
     from slurm_hetero.inventory.catalog import load_catalog
     from slurm_hetero.launch.plan import sequence_length
 
@@ -87,6 +87,7 @@ def layout_view(model: str | None, plan_options: LaunchOptions) -> Any:
     seq, costs, measured = sequence_length(plan_options), plan_options.costs, plan_options.measured
 
     def view(layout: Layout) -> tuple[str, dict[str, Any]]:
+        layout = with_measured_notes(layout)
         devices = ",".join(f"{g.type}:{g.count}" for g in layout.groups)
         notes = [catalog_estimates(devices, load_catalog(), measured, unrated=u) for u in (False, True)]
         return (

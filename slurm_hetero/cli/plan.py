@@ -62,7 +62,7 @@ from slurm_hetero.engine.layout import (
 )
 from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.engine.shapes import MAX_TYPES
-from slurm_hetero.engine.stagecost import measured_shape
+from slurm_hetero.engine.stagecost import fallback_degree, measured_shape
 from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.modelconfigs import context_length, layer_costs_for, tp_sizes_for
@@ -328,6 +328,11 @@ def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan,
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
+def with_measured_notes(layout: Layout) -> Layout:
+    """The layout with `measured_notes` among its notes (plan and `launch --dry-run` show them)."""
+    return dataclasses.replace(layout, notes=(*layout.notes, *measured_notes(layout)))
+
+
 def measured_notes(layout: Layout) -> tuple[str, ...]:
     """What the plan's stages take from beyond a `--measured` profile's points: a tensor-parallel
     degree it has no point of, or a micro-batch size outside the measured ones."""
@@ -339,9 +344,11 @@ def measured_notes(layout: Layout) -> tuple[str, ...]:
                 continue
             found = measured_shape(g.speeds, s.tp, b)
             if found is None:
+                base = fallback_degree(g.speeds, s.tp)
+                reduces = ", tensor-parallel all-reduces priced by the model" if s.tp > 1 else ""
                 out[
-                    f"measured: {g.type} has no tp {s.tp} point: the speed of its next lower measured "
-                    "degree on the GEMM-size curve, tensor-parallel all-reduces priced by the model"
+                    f"measured: {g.type} has no tp {s.tp} point: the speed measured at tp {base} on the "
+                    f"GEMM-size curve{reduces}"
                 ] = None
             elif found[1] == "extrapolated":
                 sizes = sorted(m for t, m, _ in g.speeds if t == s.tp)
@@ -487,7 +494,7 @@ def plan(
     catalog, profile = plan_catalog(options), load_profile(measured)
     spec, length, settings = build_spec(devices, model, seq, profile, options, catalog)
     layout = solve(spec)
-    layout = dataclasses.replace(layout, notes=(*layout.notes, *measured_notes(layout)))
+    layout = with_measured_notes(layout)
     estimates = catalog_estimates(devices, catalog, profile.tflops, as_json, options["mfu"])
     if plot is not None:
         plot_step(layout, plot)

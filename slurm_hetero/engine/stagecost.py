@@ -295,6 +295,12 @@ def measured_shape(speeds: Sequence[tuple[int, float, float]], tp: int, b: float
     return b / (t0 + (t1 - t0) * (b - m0) / (m1 - m0)), "interpolated"
 
 
+def fallback_degree(speeds: Sequence[tuple[int, float, float]], tp: int) -> int:
+    """The measured degree whose speed a degree without points takes: the nearest lower, else the least."""
+    degrees = sorted({t for t, _, _ in speeds})
+    return max((t for t in degrees if t < tp), default=degrees[0])
+
+
 def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: float) -> tuple[float, bool]:
     """TFLOPS one device of `group` sustains in a stage of `tp` devices at micro-batch `b`, and
     whether that figure includes the tensor-parallel all-reduces (a measured shape does; the
@@ -306,8 +312,7 @@ def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: floa
     found = measured_shape(group.speeds, tp, b)
     if found is not None:
         return found[0], True
-    degrees = sorted({t for t, _, _ in group.speeds})
-    base = max((t for t in degrees if t < tp), default=degrees[0])
+    base = fallback_degree(group.speeds, tp)
     found = measured_shape(group.speeds, base, b)
     assert found is not None
     ratio = gemm_efficiency(group.gemm_half, b * elements_per_sample / tp) / gemm_efficiency(

@@ -212,3 +212,16 @@ def test_a_profile_without_tp_1_converts_to_a_figure_plan_reads(tmp_path: Path) 
     assert tflops == pytest.approx(3 * LAYER_GFLOPS / 1e3 / (2 * 0.006), rel=1e-3)  # one of the 2 devices
     plan = ["plan", "--devices", "a100_40g:2", "--model", "opt-350m", "--global-batch", "8"]
     assert CliRunner().invoke(cli, [*plan, "--measured", str(out)]).exit_code == 0
+
+
+def test_a_degree_without_points_is_noted_naming_the_degree_it_took(tmp_path: Path) -> None:
+    """adv37 R09: a tp 1 stage without tp-1 points was said to take "its next lower measured degree"
+    (there is none: it takes tp 2's); R11: `launch --dry-run` dropped the measured notes plan prints."""
+    two = {"tflops": 70, "shapes": [{"tp": 2, "micro_batch": 1, "tflops": 60}]}
+    path = str(write(tmp_path, {"a100_40g": two, "v100_16g": two}))
+    simulate = ["--simulate", "a[1-2]:a100_40g:4,v[1-2]:v100_16g:4", "--model", "opt-350m", "--seq", "2048"]
+    launch = ["launch", "--dry-run", "--json", *simulate, "--global-batch", "64", "--tp-sizes", "1"]
+    run = CliRunner().invoke(cli, [*launch, "--measured", path, "--", "true"])
+    assert run.exit_code == 0, run.output
+    note = "measured: a100_40g has no tp 1 point: the speed measured at tp 2 on the GEMM-size curve"
+    assert f"{note}\"" in run.output  # and no all-reduces at tp 1
