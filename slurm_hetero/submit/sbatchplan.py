@@ -206,9 +206,13 @@ def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
         raise SbatchPlanError(
             f"{c.named()} asks for gpu type {gpu_type!r}, which the cluster lacks (types: {known})"
         )
-    if not facts.holds(c.per_node, c.nodes, c.devices):
+    # without -N, Slurm may spread a job's or its tasks' devices over as many nodes as they need
+    spread = c.options.get("nodes") is None and c.request.gpu_field != "tres_per_node"
+    least = (1 if c.request.gpu_field == "tres_per_job" else c.request.count) if spread else c.per_node
+    if not facts.holds(least, 1 if spread else c.nodes, c.devices):
+        where = "" if spread else f" on {c.nodes} node(s)"
         raise SbatchPlanError(
-            f"{c.named()} asks for {c.devices} x {gpu_type} on {c.nodes} node(s); the cluster has "
+            f"{c.named()} asks for {c.devices} x {gpu_type}{where}; the cluster has "
             f"{facts.total} on {len(facts.per_host)} host(s), at most {max(facts.per_host)} per host"
         )
     return facts

@@ -165,6 +165,24 @@ def test_sbatchs_own_refusal_of_a_count_comes_before_the_hooks_reading(release: 
     answer = wrapper("--slurm-release", release, f"--gres={bad}", "--wrap", "x")
     assert answer["argv"][1] == f"--gres={bad}" and answer["components"][0]["decision"] is None
 
+
+def test_without_n_a_typed_count_may_spread_over_the_nodes(tmp_path: Path) -> None:
+    """adv37 Q05: `--gpus-per-task=l40s:2 -n 2` on two 2-device l40s hosts was refused as 4 on one
+    node, where Slurm without -N spreads the tasks (and --gpus=TYPE:N the devices) over the nodes."""
+    two = tmp_path / "two.yaml"
+    two.write_text(Path(INVENTORY).read_text().replace("name: l40sn1\n", "name: l40sn[1-2]\n"))
+    spread = (["--gpus-per-task=l40s:2", "-n", "2"], ["--gpus=l40s:4"], ["--gres=gpu:l40s:2", "-N", "2"])
+    for options in spread:
+        code, _, err = run("sbatch", "--inventory", str(two), "--dry-run", *options, "--wrap", "x")
+        assert code == 0, err
+    for options, said in (
+        (["--gpus-per-task=l40s:2", "-n", "2", "-N", "1"], "asks for 4 x l40s on 1 node(s)"),
+        (["--gpus-per-task=l40s:3", "-n", "1"], "asks for 3 x l40s; the cluster has 4 on 2 host(s), at most"),
+        (["--gpus=l40s:5"], "asks for 5 x l40s; the cluster has 4 on 2 host(s)"),
+    ):
+        code, _, err = run("sbatch", "--inventory", str(two), "--dry-run", *options, "--wrap", "x")
+        assert code == 1 and said in err, err
+
 def test_dry_run_prints_the_final_command_and_bad_input_is_one_line(tmp_path: Path) -> None:
     job = script(tmp_path, "--gpus=2")
     code, out, _ = run(
