@@ -200,10 +200,11 @@ class StrictLoader(_StrictResolver, UniqueKeyLoader):
 StrictLoader.add_constructor(_AMBIGUOUS, StrictLoader.construct_ambiguous)
 
 
-def config_yaml(text: str, path: str, what: str) -> Any:
-    """A YAML config the admin names (suite config, site models file), safely and strictly loaded
-    (`StrictLoader`: `0x10`, `010`, `yes` and a key given twice refused); ConfigError
-    in one line where it is malformed or nested deeper than PyYAML's parser can recurse."""
+def strict_yaml(text: str, path: str, what: str) -> Any:
+    """YAML an admin writes, safely and strictly loaded (`StrictLoader`: `0x10`, `010`, `yes` and a
+    key given twice refused); ConfigError in one line where a scalar reads otherwise in YAML 1.1
+    and 1.2 or the text is nested deeper than PyYAML's parser can recurse. Other YAMLErrors
+    (DuplicateKey among them) are the caller's to word."""
     try:
         return yaml.load(text, Loader=StrictLoader)
     except RecursionError:
@@ -211,6 +212,13 @@ def config_yaml(text: str, path: str, what: str) -> Any:
     except AmbiguousScalar as e:
         line = f"line {e.problem_mark.line + 1}: " if e.problem_mark else ""
         raise ConfigError(f"{line}{e.problem}", path) from None
+
+
+def config_yaml(text: str, path: str, what: str) -> Any:
+    """A YAML config the admin names (suite config, site models file), read by `strict_yaml`;
+    ConfigError in one line where it is malformed."""
+    try:
+        return strict_yaml(text, path, what)
     except yaml.YAMLError as e:
         raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
 

@@ -55,7 +55,7 @@ from slurm_hetero.core.errors import CalibrationError, ConfigError, RequestError
 from slurm_hetero.core.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
 from slurm_hetero.engine.modelspec import ModelSpec
-from slurm_hetero.inventory.document import AmbiguousScalar, DuplicateKey, StrictLoader
+from slurm_hetero.inventory.document import DuplicateKey, strict_yaml
 from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model, sequence_length
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
@@ -399,15 +399,10 @@ def _read(path: Path, what: str = "sustained TFLOPS") -> Mapping[Any, Any]:
     device is refused without blocking, `readfile`) holding a mapping of device type to `what`."""
     text = read_text(path, MAX_MEASURED_BYTES, "measured-throughput file", ConfigError)
     try:
-        data = yaml.load(text, Loader=StrictLoader)  # as every config: `1.5e2` is text in YAML 1.1
-    except RecursionError:
-        raise ConfigError("nested too deeply to be a measured-throughput file", str(path)) from None
+        data = strict_yaml(text, str(path), "measured-throughput file")  # `1.5e2` is text in YAML 1.1
     except DuplicateKey as e:  # YAML would keep the last figure silently
         line = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
         raise ConfigError(f"{e.problem}{line}; give each device type once", str(path)) from e
-    except AmbiguousScalar as e:
-        line = f"line {e.problem_mark.line + 1}: " if e.problem_mark else ""
-        raise ConfigError(f"{line}{e.problem}", str(path)) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
     if not isinstance(data, Mapping):
