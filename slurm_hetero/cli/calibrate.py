@@ -113,10 +113,8 @@ def _sailor_types(text: str) -> dict[str, str]:
         names = [p[side] for p in pairs]
         if len(set(names)) < len(names):
             raise RequestError(given, twice.format(next(n for n in names if names.count(n) > 1)))
-    try:  # as plan reads the keys: an unknown type, or two spellings of one, is refused there too
-        resolve_measured(dict.fromkeys((b for _, b in pairs), 1.0), load_catalog())
-    except RequestError as e:
-        raise RequestError(e.text.replace("--measured key", "--types type"), e.reason) from None
+    # as plan reads the keys: an unknown type, or two spellings of one, is refused there too
+    resolve_measured(dict.fromkeys((b for _, b in pairs), 1.0), load_catalog(), key_name="--types type")
     return {a: b for a, b in pairs}
 
 

@@ -77,12 +77,15 @@ def _fold(text: str) -> str:
 
 
 def resolve_measured(
-    measured: Mapping[str, float], catalog: Catalog, site_types: Mapping[str, str] | None = None
+    measured: Mapping[str, float],
+    catalog: Catalog,
+    site_types: Mapping[str, str] | None = None,
+    key_name: str = "--measured key",
 ) -> dict[str, float]:
     """`measured` keyed by catalog type; `site_types` maps the allocation's site Type= names to
-    catalog types. Exact names first, then a unique case-insensitive match; else an error. Two
-    keys for one type (an alias and its canonical name, `h100` and `h100_sxm`) are refused as a
-    duplicate key is: which one a plan used would depend on their order."""
+    catalog types. Exact names first, then a unique case-insensitive match; else an error (naming
+    the key as a `key_name`). Two keys for one type (an alias and its canonical name, `h100` and
+    `h100_sxm`) are refused as a duplicate key is: which one a plan used would depend on their order."""
     site = dict(site_types or {})
     names: dict[str, str] = {t: t for t in catalog.types()}
     names.update({a: s.type for s in catalog.specs for a in s.aliases})
@@ -97,10 +100,10 @@ def resolve_measured(
         if match is None and len(folded.get(_fold(key), ())) == 1:
             match = next(iter(folded[_fold(key)]))
         if match is None:
-            raise RequestError(f"--measured key {key!r}", _unknown_key(key, folded, site, catalog))
+            raise RequestError(f"{key_name} {key!r}", _unknown_key(key, folded, site, catalog))
         if match in keys:
             raise RequestError(
-                f"--measured keys {keys[match]!r} and {key!r}", f"both name device type {match}; keep one"
+                f"{key_name}s {keys[match]!r} and {key!r}", f"both name device type {match}; keep one"
             )
         keys[match] = key
         out[match] = float(value)
