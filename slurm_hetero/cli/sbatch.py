@@ -52,6 +52,7 @@ from slurm_hetero.submit.sbatchplan import (
     merged_argv,
     plan_model,
     sent_jobs,
+    undecided,
 )
 
 GIB = 2**30
@@ -163,8 +164,8 @@ def plan(
     types = cluster_types(nodes)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
     if sent_jobs(components, [c.options.get("gres") for c in components], cluster, hook, release) is None:
-        undecided = [Decision(c.index, c.devices if c.asks_devices else 0) for c in components]
-        return merged_argv(line.components, [], [*tail, *line.script_args]), undecided  # sbatch's to refuse
+        argv = merged_argv(line.components, [], [*tail, *line.script_args])
+        return argv, [undecided(c) for c in components]  # sbatch's own refusal: nothing decided
     if model is None:
         decisions = [check_gpumem(c, types) for c in components]
     else:

@@ -224,6 +224,11 @@ def check_gpumem(c: Component, types: Mapping[str, TypeFacts]) -> Decision:
     cannot read and leaves alone, Slurm's)."""
     if c.request.gpu_type is not None and not c.request.asks:
         _check_type(c, types)
+    return undecided(c)
+
+
+def undecided(c: Component) -> Decision:
+    """The component's request as given: its devices, nothing to change."""
     return Decision(c.index, c.devices if c.asks_devices else 0)
 
 
