@@ -163,15 +163,20 @@ def plan(
     components = [component(k, opts, hook, het=len(parts) > 1) for k, opts in enumerate(parts)]
     types = cluster_types(nodes)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
-    if sent_jobs(components, [c.options.get("gres") for c in components], cluster, hook, release) is None:
+    given = [c.options.get("gres") for c in components]
+    jobs = sent_jobs(components, given, cluster, hook, release)
+    if jobs is None:  # sbatch's own refusal: nothing decided
         argv = merged_argv(line.components, [], [*tail, *line.script_args])
-        return argv, [undecided(c) for c in components]  # sbatch's own refusal: nothing decided
+        return argv, [undecided(c) for c in components]
     if model is None:
         decisions = [check_gpumem(c, types) for c in components]
     else:
         name, suggestions = _estimates(model, options, explicit)
         decisions = plan_model(components, types, name, suggestions, _layout(options, explicit))
-    decisions = hook_check(components, decisions, cluster, hook, release)
+        gres = [d.gres if d.gres is not None else g for d, g in zip(decisions, given)]
+        jobs = sent_jobs(components, gres, cluster, hook, release)  # with the gpumem --model added
+    if jobs is not None:
+        decisions = hook_check(components, decisions, jobs, hook)
     return merged_argv(line.components, decisions, [*tail, *line.script_args]), decisions
 
 

@@ -316,19 +316,11 @@ def sent_jobs(
 
 
 def hook_check(
-    components: Sequence[Component],
-    decisions: Sequence[Decision],
-    model: ClusterModel,
-    hook: Hook,
-    release: str,
+    components: Sequence[Component], decisions: Sequence[Decision], jobs: Sequence[Job], hook: Hook
 ) -> list[Decision]:
     """The decisions with the job_submit hook's own (`Decision.hook`), or SbatchPlanError where it
-    refuses a component: the components go through the hook in order as one heterogeneous job
-    (its het_job_offset), as slurmctld's does. Options sbatch itself refuses: `sent_jobs`."""
-    gres = [d.gres if d.gres is not None else c.options.get("gres") for c, d in zip(components, decisions)]
-    jobs = sent_jobs(components, gres, model, hook, release)
-    if jobs is None:
-        return list(decisions)
+    refuses a component: `jobs` (`sent_jobs` of the decisions' gres) go through the hook in order
+    as one heterogeneous job (its het_job_offset), as slurmctld's do."""
     out: list[Decision] = []
     for k, (c, d, job) in enumerate(zip(components, decisions, jobs)):
         outcome = hook.submit(job, k if len(jobs) > 1 else None)

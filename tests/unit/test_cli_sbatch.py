@@ -153,7 +153,6 @@ def test_requests_no_device_holds_are_refused_before_sbatch(tmp_path: Path) -> N
     assert code == 1 and "at most 4 per host" in err
 
 
-
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
 def test_sbatchs_own_refusal_of_a_count_comes_before_the_hooks_reading(release: str) -> None:
     """adv35 J6/J7: a count sbatch refuses (-2^64) got the hook's reading error, not sbatch's words;
@@ -182,6 +181,7 @@ def test_without_n_a_typed_count_may_spread_over_the_nodes(tmp_path: Path) -> No
     ):
         code, _, err = run("sbatch", "--inventory", str(two), "--dry-run", *options, "--wrap", "x")
         assert code == 1 and said in err, err
+
 
 def test_dry_run_prints_the_final_command_and_bad_input_is_one_line(tmp_path: Path) -> None:
     job = script(tmp_path, "--gpus=2")
@@ -375,7 +375,6 @@ def test_sbatchs_own_refusal_comes_first_and_only_for_what_the_hook_would_see() 
     )
     assert code == 1 and err == "slurm-hetero: sbatch: --gpus < -N\n"
     assert wrapper("--gpus=1", "-N", "2", "--wrap", "x")["argv"]  # no gpumem: sbatch's to refuse
-
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])

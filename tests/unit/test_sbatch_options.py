@@ -397,7 +397,6 @@ def test_a_negative_count_past_a_uint64_saturates_and_is_refused() -> None:
     assert gres_refusal("gres:gpu:-18446744073709551615", "22.05", names) is None  # wraps to 1
 
 
-
 def test_a_node_range_is_min_and_max() -> None:
     assert node_range("1-2") == (1, 2) and node_range("-1") == (1, 1) and node_range("2k") == (2048, 2048)
     assert node_range("1-3,5", "24.11") == (1, 5)
