@@ -245,20 +245,6 @@ def _device_group(group: Sequence[Site], tflops: float, half: float, options: La
     return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
-def group_pair_gbs(nodes: Sequence[Site], options: LaunchOptions) -> dict[tuple[int, int], float]:
-    """Bandwidth between each pair of device groups on different nodes: the communicator chosen
-    for their members, over the slower of their NICs (the inventory's; `--network-gbs` overrides)."""
-    groups = list(_by_type(nodes).values())
-    nics = {s.name: s.record.nics for s in nodes}
-    out = {}
-    for i, j in itertools.combinations(range(len(groups)), 2):
-        members = [Member(s.vendor, s.spec, s.name) for s in (*groups[i], *groups[j])]
-        chosen = comm.choose(members, nics, options.backend_override)
-        base = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in (*groups[i], *groups[j]))
-        out[i, j] = comm.effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base)
-    return out
-
-
 def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[list[float], str]:
     """Sustained TFLOPS of each device type of the step (first-appearance order) and the warning
     for the types whose speed is an estimate (`engine.devicegroups.sustained_tflops`)."""
@@ -324,7 +310,12 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         tp_sizes=tp_sizes_for(options.model, options.tp_sizes),
         label=options.model,
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
-        pair_gbs=group_pair_gbs(nodes, options),
+        pair_gbs=comm.pair_gbs(
+            [[Member(s.vendor, s.spec, s.name) for s in g] for g in _by_type(nodes).values()],
+            {s.name: s.record.nics for s in nodes},
+            options.network_gbs,
+            options.backend_override,
+        ),
         kinds=search_kinds(options.kinds, options.micro_batch),
         mixed_tp=MIXED_TP,
     )

@@ -224,4 +224,4 @@ def test_a_degree_without_points_is_noted_naming_the_degree_it_took(tmp_path: Pa
     run = CliRunner().invoke(cli, [*launch, "--measured", path, "--", "true"])
     assert run.exit_code == 0, run.output
     note = "measured: a100_40g has no tp 1 point: the speed measured at tp 2 on the GEMM-size curve"
-    assert f"{note}\"" in run.output  # and no all-reduces at tp 1
+    assert f'{note}"' in run.output  # and no all-reduces at tp 1
