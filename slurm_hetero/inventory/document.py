@@ -220,7 +220,7 @@ def config_yaml(text: str, path: str, what: str) -> Any:
     try:
         return strict_yaml(text, path, what)
     except yaml.YAMLError as e:
-        raise ConfigError(f"malformed YAML: {e}".replace("\n", " "), path) from e
+        raise ConfigError(yaml_problem(e), path) from e
 
 
 class _YamlLoader(StrictLoader):
@@ -478,10 +478,19 @@ def inventory_from_dict(
 def _yaml_error(source: str, error: yaml.YAMLError) -> InventoryError:
     if isinstance(error, AmbiguousScalar) and error.problem_mark is not None:
         return InventoryError(f"{source}: line {error.problem_mark.line + 1}: {error.problem}")
+    return InventoryError(f"{source}: {yaml_problem(error)}")
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAMLError in one line, where and what, without PyYAML's marks ("<unicode string>")."""
     mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    where = f" at line {mark.line + 1} column {mark.column + 1}: {problem}" if mark else f": {problem}"
-    return InventoryError(f"{source}: malformed YAML{where}")
+    context, problem = getattr(error, "context", None), getattr(error, "problem", None)
+    what = " ".join(filter(None, [context, problem])) or str(error).splitlines()[0]
+    return (
+        f"malformed YAML at line {mark.line + 1} column {mark.column + 1}: {what}"
+        if mark
+        else f"malformed YAML: {what}"
+    )
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ from slurm_hetero.core.errors import CalibrationError, ConfigError, RequestError
 from slurm_hetero.core.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
 from slurm_hetero.engine.modelspec import ModelSpec
-from slurm_hetero.inventory.document import DuplicateKey, strict_yaml
+from slurm_hetero.inventory.document import DuplicateKey, strict_yaml, yaml_problem
 from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model, sequence_length
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
@@ -404,7 +404,7 @@ def _read(path: Path, what: str = "sustained TFLOPS") -> Mapping[Any, Any]:
         line = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
         raise ConfigError(f"{e.problem}{line}; give each device type once", str(path)) from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"cannot read measured throughput: {e}".replace("\n", " "), str(path)) from e
+        raise ConfigError(f"cannot read measured throughput: {yaml_problem(e)}", str(path)) from e
     if not isinstance(data, Mapping):
         raise ConfigError(f"expected a mapping of device type to {what}", str(path))
     return data

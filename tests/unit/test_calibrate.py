@@ -286,3 +286,24 @@ def test_a_malformed_device_is_refused_before_torch_is_imported(tmp_path: Path) 
     assert len(lines) == len(MALFORMED_DEVICES), out.stdout
     for line in lines:
         assert line.startswith("1 1 slurm-hetero: --device ") and "not a torch device" in line, line
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "a100: 1\n---\nl40s: 2\n",
+            "line 2 column 1: expected a single document in the stream but found another",
+        ),
+        ("a100: [1\n", "line 2 column 1: while parsing a flow sequence did not find expected ',' or ']'"),
+    ],
+)
+def test_a_malformed_measured_file_says_where_in_one_line(tmp_path: Path, text: str, said: str) -> None:
+    """PyYAML's own text named the file "<unicode string>" over three lines."""
+    path = tmp_path / "measured.yaml"
+    path.write_text(text)
+    plan = CliRunner().invoke(
+        cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path)]
+    )
+    assert plan.exit_code != 0 and said in plan.output and "unicode" not in plan.output, plan.output
+    assert len(plan.output.strip().splitlines()) == 1
