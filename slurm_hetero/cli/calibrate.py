@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,6 +25,7 @@ from slurm_hetero.launch.calibrate import (
     CalibrationError,
     calibrate,
     from_sailor,
+    sailor_network,
     store,
     store_entries,
 )
@@ -118,6 +122,23 @@ def _sailor_types(text: str) -> dict[str, str]:
     return {a: b for a, b in pairs}
 
 
+def _sailor_json(path: Path, name: str) -> Any:
+    text = read_text(path, MAX_PROFILE_BYTES, "SAILOR profile file", ConfigError)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not JSON ({e}); give SAILOR's {name}", str(path)) from None
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """A ConfigError of the file's content, prefixed with the file's name."""
+    try:
+        yield
+    except ConfigError as e:
+        raise ConfigError(str(e), str(path)) from None
+
+
 @cli.command("convert-profile")
 @click.argument("profiles", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--sailor-model", required=True, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...).")
@@ -134,10 +155,23 @@ def _sailor_types(text: str) -> dict[str, str]:
     help="The attention the plans use (local layers cost their window only with flash).",
 )
 @click.option(
+    "--network",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SAILOR's inter-node bandwidths (its multizone_bandwidths_het.json): store each type's "
+    "network_gbs, at one sample's hidden state in fp32.",
+)
+@click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_OUT, show_default=True
 )
 def convert_profile(
-    profiles: Path, sailor_model: str, model: str, seq: int, types: str, attention: str, out: Path
+    profiles: Path,
+    sailor_model: str,
+    model: str,
+    seq: int,
+    types: str,
+    attention: str,
+    network: Path | None,
+    out: Path,
 ) -> None:
     """Convert SAILOR's per-GPU profiles (its profiles_tmp.json) into measured shapes that
     `plan --measured` reads: per type, tensor-parallel degree and micro-batch size, the seconds of
@@ -145,13 +179,15 @@ def convert_profile(
     costs = layer_costs_for(model, seq, CostSettings(attention=attention))
     layer = float(costs.flops.mean()) / 1e9
     info = (model, seq, int(costs.elements_per_sample) // seq, layer)
-    text = read_text(profiles, MAX_PROFILE_BYTES, "SAILOR profile file", ConfigError)
-    try:
-        entries = from_sailor(json.loads(text), sailor_model, _sailor_types(types), info, costs.layers)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"not JSON ({e}); give SAILOR's profiles_tmp.json", str(profiles)) from None
-    except ConfigError as e:
-        raise ConfigError(str(e), str(profiles)) from None
+    pairs = _sailor_types(types)
+    source = _sailor_json(profiles, "profiles_tmp.json")
+    with _naming(profiles):
+        entries = from_sailor(source, sailor_model, pairs, info, costs.layers)
+    if network is not None:  # what SAILOR's simulator sends per sample: the hidden state in fp32
+        bandwidths = _sailor_json(network, "multizone_bandwidths_het.json")
+        with _naming(network):
+            for ours, gbs in sailor_network(bandwidths, pairs, 4 * seq * info[2]).items():
+                entries[ours]["network_gbs"] = gbs
     path = store_entries(out, entries)
     click.echo(
         f"{', '.join(entries)}: {sum(len(e['shapes']) for e in entries.values())} shapes stored in {path}"

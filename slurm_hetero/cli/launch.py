@@ -56,6 +56,7 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
         measured=profile.tflops,
         gemm_half=profile.gemm_half,
         shapes=profile.shapes,
+        network=profile.network,
         even=opts["even"],
         backend_override=backend,
         master_addr=opts["master_addr"],
@@ -155,7 +156,8 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 @click.option(
     "--network-gbs",
     type=FiniteFloat(MIN_GBS, MAX_GBS),
-    help="Per-device GB/s between nodes [default: the nodes' NICs: InfiniBand or RoCE 25, else 12.5].",
+    help="Per-device GB/s between nodes [default: a --measured type's network_gbs, else the nodes' "
+    "NICs: InfiniBand or RoCE 25, else 12.5].",
 )
 @click.option(
     "--kind",

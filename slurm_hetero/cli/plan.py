@@ -42,11 +42,13 @@ from slurm_hetero.engine.devicegroups import (
     MFU,
     device_groups,
     estimated_types,
+    with_network,
     with_shapes,
 )
 from slurm_hetero.engine.layout import (
     DEFAULT_TP_SIZES,
     MAX_DEVICES,
+    NETWORK_GBS,
     OBJECTIVES,
     SEARCHED_MICRO_BATCHES,
     DeviceGroup,
@@ -385,6 +387,9 @@ def build_spec(
     rates = profile.tflops
     groups = device_groups(allocation, catalog, rates, options["per_node"], options["mfu"], profile.gemm_half)
     groups = with_shapes(groups, profile.shapes, catalog, costs)
+    network = options["network_gbs"] or NETWORK_GBS
+    if options["network_gbs"] is None:
+        groups = with_network(groups, profile.network, catalog)
     if note := estimated_types(allocation, catalog, rates, options["mfu"])[1]:
         click.echo(f"slurm-hetero: warning: {note}", err=True)
     given = options["micro_batch"]
@@ -394,11 +399,11 @@ def build_spec(
         options["global_batch"],
         given or 1,
         options["micro_batches"],
-        options["network_gbs"],
+        network,
         label=model,
         tp_sizes=tp_sizes_for(model, DEFAULT_TP_SIZES),
         micro_batch_sizes=() if given else SEARCHED_MICRO_BATCHES,
-        pair_gbs=cross_type_gbs(groups, catalog, options["network_gbs"]),
+        pair_gbs=cross_type_gbs(groups, catalog, network),
         objective=options["objective"],
         leave_out=options["leave_out"],
         kinds=search_kinds(tuple(LayoutKind(k) for k in options["kinds"]), given),
@@ -412,7 +417,8 @@ def cross_type_gbs(
 ) -> dict[tuple[int, int], float]:
     """Bandwidth between each pair of device types on different nodes, through the communicator
     `launch` would choose for them on nodes without listed RDMA NICs (vendor-ccl inside one vendor,
-    cpu-relay across vendors)."""
+    cpu-relay across vendors), over the slower of the two types' network figures (`network_gbs`
+    for a type without one)."""
     traits = vendor_traits()
     members = []
     for i, g in enumerate(groups):
@@ -425,7 +431,7 @@ def cross_type_gbs(
                 f"communicators), so it cannot be planned; vendors: {', '.join(sorted(traits))}",
             )
         members.append([Member(traits[spec.vendor], spec, f"node{i}")])
-    return comm.pair_gbs(members, {}, network_gbs)
+    return comm.pair_gbs(members, {}, [g.nic_gbs or network_gbs for g in groups])
 
 
 @cli.command("plan")
@@ -445,9 +451,8 @@ def cross_type_gbs(
 @click.option(
     "--network-gbs",
     type=FiniteFloat(MIN_GBS, MAX_GBS),
-    default=25.0,
-    show_default=True,
-    help="Per-device bandwidth between nodes, GB/s one way.",
+    help="Per-device bandwidth between nodes, GB/s one way, for every type [default: a --measured "
+    f"type's network_gbs, else {NETWORK_GBS:g}].",
 )
 @click.option(
     "--mfu",

@@ -171,17 +171,16 @@ def effective_gbs(
 def pair_gbs(
     groups: Sequence[Sequence[Member]],
     nics: Mapping[str, Sequence[Nic]],
-    network_gbs: float | None,
+    network_gbs: Sequence[float],
     override: str | None = None,
 ) -> dict[tuple[int, int], float]:
     """GB/s one way between devices of each pair of groups (i < j) on different nodes: what the
-    communicator chosen for their members (`choose`) delivers over `network_gbs`, or when None over
-    the slower of their nodes' NICs (a cpu-relay between vendors pays two PCIe copies on top: 25
-    GB/s NICs give 8.3 GB/s)."""
+    communicator chosen for their members (`choose`) delivers over the slower of the two groups'
+    `network_gbs` (a cpu-relay between vendors pays two PCIe copies on top: 25 GB/s NICs give 8.3
+    GB/s)."""
     out = {}
     for i, j in itertools.combinations(range(len(groups)), 2):
-        members = [*groups[i], *groups[j]]
-        chosen = choose(members, nics, override)
-        base = network_gbs or min(nic_gbs(nics.get(m.node, ())) for m in members)
+        chosen = choose([*groups[i], *groups[j]], nics, override)
+        base = min(network_gbs[i], network_gbs[j])
         out[i, j] = effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base)
     return out

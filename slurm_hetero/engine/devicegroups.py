@@ -233,6 +233,22 @@ def with_shapes(
     )
 
 
+def with_network(
+    groups: Sequence[DeviceGroup],
+    network: Mapping[str, float],
+    catalog: Catalog,
+    site_types: Mapping[str, str] | None = None,
+) -> tuple[DeviceGroup, ...]:
+    """`groups` with the measured network figures of their types (`nic_gbs`; keys resolved as
+    `with_shapes` resolves them)."""
+    keyed = resolve_measured(network, catalog, site_types)
+    site = dict(site_types or {})
+    return tuple(
+        dataclasses.replace(g, nic_gbs=keyed[t]) if (t := site.get(g.type, g.type)) in keyed else g
+        for g in groups
+    )
+
+
 def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int, half: float) -> DeviceGroup:
     full, rest = divmod(count, per_node)
     nodes = (per_node,) * full + ((rest,) if rest else ())

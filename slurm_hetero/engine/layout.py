@@ -59,6 +59,9 @@ SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_TP_SIZES = (1, 2, 4, 8)  # what `plan` searches (launch: --tp-sizes, default 1)
 
 
+NETWORK_GBS = 25.0  # a device's share of its node's network without a better figure (one 200 Gb/s NIC)
+
+
 @dataclass(frozen=True)
 class LayoutSpec:
     """What to lay out: device groups in Slurm rank order, the model's per-layer costs, samples per
@@ -72,7 +75,7 @@ class LayoutSpec:
     global_batch: int
     micro_batch_size: int = 1
     micro_batches: int | None = None
-    network_gbs: float = 25.0
+    network_gbs: float = NETWORK_GBS
     tp_sizes: tuple[int, ...] = DEFAULT_TP_SIZES
     kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA, LayoutKind.STAGED)
     label: str = ""

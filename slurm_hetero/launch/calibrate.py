@@ -436,15 +436,16 @@ def _finite(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Profile:
-    """A `--measured` file, read once: per device type (the file's keys) its sustained TFLOPS, its
-    GEMM elements at half speed where given, and its measured shapes where given."""
+    """A `--measured` file, read once: per device type (the file's keys) its sustained TFLOPS, and
+    where given its GEMM elements at half speed, its measured shapes and its network figure."""
 
     tflops: Mapping[str, float]
     gemm_half: Mapping[str, float]
     shapes: Mapping[str, MeasuredShapes]
+    network: Mapping[str, float]
 
 
-NO_PROFILE = Profile({}, {}, {})
+NO_PROFILE = Profile({}, {}, {}, {})
 
 
 def load_profile(path: Path | None) -> Profile:
@@ -452,7 +453,7 @@ def load_profile(path: Path | None) -> Profile:
     if path is None:
         return NO_PROFILE
     data = _read(path)
-    return Profile(_tflops(data, path), _gemm_half(data, path), _shapes(data, path))
+    return Profile(_tflops(data, path), _gemm_half(data, path), _shapes(data, path), _network(data, path))
 
 
 def _tflops(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
@@ -463,14 +464,27 @@ def _tflops(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
 def _gemm_half(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
     """Device type -> GEMM elements at half speed (`gemm_half_elements`, what `calibrate` fits from
     GEMMs of the shapes plans use), for the types whose entry has it."""
+    return _optional(data, path, "gemm_half_elements", 0.0, 1e15)  # elements of one GEMM
+
+
+def _network(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
+    """Device type -> its network figure between nodes (`network_gbs`, GB/s one way per device,
+    what a converter or the admin adds), for the types whose entry has it."""
+    return _optional(data, path, "network_gbs", MIN_NETWORK_GBS, 1e6)
+
+
+MIN_NETWORK_GBS = 1e-3  # 1 MB/s: as `--network-gbs`; a smaller one divides the step model by zero
+
+
+def _optional(data: Mapping[Any, Any], path: Path, name: str, low: float, high: float) -> dict[str, float]:
     out = {}
     for key, value in data.items():
-        if isinstance(value, Mapping) and value.get("gemm_half_elements") is not None:
-            half = value["gemm_half_elements"]
-            if not _finite(half) or not 0 <= half <= 1e15:  # elements of one GEMM
-                message = f"gemm_half_elements must be >= 0 (at most 1e15), got {repr(half)[:40]}"
+        if isinstance(value, Mapping) and value.get(name) is not None:
+            figure = value[name]
+            if not _finite(figure) or not low <= figure <= high:
+                message = f"{name} must be {low:g} to {high:g}, got {repr(figure)[:40]}"
                 raise ConfigError(message, str(path), str(key))
-            out[str(key)] = float(half)
+            out[str(key)] = float(figure)
     return out
 
 
@@ -482,8 +496,9 @@ def store(path: Path, result: Calibration) -> Path:
 
 
 SHAPE_ENTRY = ("model", "shapes")
-# What an entry may hold: what `calibrate` stores, and the `source` that `convert-profile` adds.
-ENTRY_KEYS = {f.name for f in fields(Calibration)} - {"type"} | {"source"}
+# What an entry may hold: what `calibrate` stores, and what `convert-profile` (or the admin) adds:
+# `source`, and `network_gbs` (calibrate measures one node: it has no network figure to store).
+ENTRY_KEYS = {f.name for f in fields(Calibration)} - {"type"} | {"source", "network_gbs"}
 
 
 # -- measured shapes (the per-shape profile; `engine.devicegroups.MeasuredShapes`) ----------------
@@ -612,6 +627,35 @@ def from_sailor(
         model_entry = {"name": name, "seq": seq, "hidden": hidden, "layer_gflops": _digits(gflops)}
         out[ours] = {"tflops": _digits(best[1]), "source": f"SAILOR profiles, {sailor_model} on {theirs}"}
         out[ours].update(model=model_entry, shapes=shapes)
+    return out
+
+
+def sailor_network(bandwidths: Any, types: Mapping[str, str], nbytes: float) -> dict[str, float]:
+    """Per SAILOR GPU -> our type of `types`, its `network_gbs`: from SAILOR's inter-node bandwidth
+    fits (`providers/multizone_bandwidths_het.json`: zone -> GPU -> GPUs -> zone -> GPU -> GPUs ->
+    [coefficients, ...], GB/s as a polynomial in log2 of the message's MB), one GPU to one of its
+    own type in the first zone listing it, at a message of `nbytes`. A malformed entry is a
+    ConfigError naming its key path."""
+    out = {}
+    zones = bandwidths if isinstance(bandwidths, Mapping) else {}
+    for theirs, ours in types.items():
+        zone = next((z for z, gpus in zones.items() if isinstance(gpus, Mapping) and theirs in gpus), None)
+        if zone is None:
+            raise ConfigError(
+                f"no network figures of {theirs!r}; give SAILOR's multizone_bandwidths_het.json"
+            )
+        keys = (zone, theirs, "1", zone, theirs, "1")
+        where, entry = ".".join(keys), bandwidths
+        for key in keys:
+            entry = entry.get(key) if isinstance(entry, Mapping) else None
+        fit = entry[0] if isinstance(entry, (list, tuple)) and entry else None
+        if not isinstance(fit, (list, tuple)) or not 0 < len(fit) <= 8 or not all(_finite(c) for c in fit):
+            raise ConfigError("expected [[coefficients, ...], ...] (1 to 8 coefficients)", key_path=where)
+        x = math.log2(nbytes / 1e6)
+        gbs = sum(c * x ** (len(fit) - 1 - i) for i, c in enumerate(fit))
+        if not _finite(gbs) or not MIN_NETWORK_GBS <= gbs <= 1e6:
+            raise ConfigError(f"the fit gives {gbs:g} GB/s at {nbytes / 1e6:g} MB", key_path=where)
+        out[ours] = _digits(gbs)
     return out
 
 

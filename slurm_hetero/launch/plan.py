@@ -92,6 +92,7 @@ class LaunchOptions:
     measured: Mapping[str, float] = field(default_factory=dict)
     gemm_half: Mapping[str, float] = field(default_factory=dict)  # calibrate's GEMM size curve by type
     shapes: Mapping[str, MeasuredShapes] = field(default_factory=dict)  # the per-shape profile by type
+    network: Mapping[str, float] = field(default_factory=dict)  # the profile's network_gbs by type
     even: bool = False
     backend_override: str | None = None
     master_addr: str | None = None
@@ -236,12 +237,16 @@ def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
     return out
 
 
-def _device_group(group: Sequence[Site], tflops: float, half: float, options: LaunchOptions) -> DeviceGroup:
+def _device_group(
+    group: Sequence[Site], tflops: float, half: float, network: Mapping[str, float], options: LaunchOptions
+) -> DeviceGroup:
+    """One type's devices; between nodes at `--network-gbs`, else the profile's figure for the type
+    (`network`), else its nodes' slowest NIC."""
     spec = group[0].spec
     known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
     memory = min(known) * 2**20 if known else spec.memory_gib * GIB
     per_node = tuple(s.tasks for s in group)
-    nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
+    nic = options.network_gbs or network.get(spec.type) or min(comm.nic_gbs(s.record.nics) for s in group)
     return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
@@ -289,10 +294,11 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     site_types = {s.type: s.spec.type for s in nodes}
     halves = resolve_measured(options.gemm_half, catalog, site_types)
     measured = resolve_measured(options.measured, catalog, site_types)
+    network = resolve_measured(options.network, catalog, site_types)
     costs = layer_costs_for(options.model, seq, options.costs)
     groups = with_shapes(
         [
-            _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
+            _device_group(g, v, gemm_half(g[0].spec, halves, measured), network, options)
             for g, v in zip(_by_type(nodes).values(), speeds)
         ],
         options.shapes,
@@ -313,7 +319,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         pair_gbs=comm.pair_gbs(
             [[Member(s.vendor, s.spec, s.name) for s in g] for g in _by_type(nodes).values()],
             {s.name: s.record.nics for s in nodes},
-            options.network_gbs,
+            [g.nic_gbs for g in groups],
             options.backend_override,
         ),
         kinds=search_kinds(options.kinds, options.micro_batch),

@@ -171,7 +171,7 @@ def test_a_sequence_beyond_the_context_is_refused_unless_asked_for() -> None:
         ("a100_80g: -3\n", "TFLOPS must be a positive number, got -3"),
         (
             "a100_80g: {tflops: 100, gemm_half_elements: .nan}\n",
-            "gemm_half_elements must be >= 0 (at most 1e15), got nan",
+            "gemm_half_elements must be 0 to 1e+15, got nan",
         ),
     ],
 )

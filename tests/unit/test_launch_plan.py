@@ -295,6 +295,20 @@ def test_the_solver_prices_cross_vendor_traffic_at_the_relay() -> None:
     assert layout_spec(one_vendor, CATALOG, GPT2).network_gbs == pytest.approx(12.5)
 
 
+def test_a_profiles_network_figure_stands_for_the_nics_and_network_gbs_for_both() -> None:
+    job = parse_job_env(fixture_env(0))
+    nodes = [s for s in sites(job, inventory.load(EXAMPLE), CATALOG) if s.vendor.name == "nvidia"]
+    types = {s.spec.type for s in nodes}
+
+    def nics(options: LaunchOptions) -> set[float]:
+        return {g.nic_gbs for g in layout_spec(nodes, CATALOG, options).groups}
+
+    assert nics(GPT2) == {12.5}  # none listed
+    measured = dataclasses.replace(GPT2, network=dict.fromkeys(types, 3.0))
+    assert nics(measured) == {3.0}
+    assert nics(dataclasses.replace(measured, network_gbs=50)) == {50.0}
+
+
 # -- devices -------------------------------------------------------------------------------------
 
 

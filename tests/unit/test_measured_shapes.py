@@ -225,3 +225,60 @@ def test_a_degree_without_points_is_noted_naming_the_degree_it_took(tmp_path: Pa
     assert run.exit_code == 0, run.output
     note = "measured: a100_40g has no tp 1 point: the speed measured at tp 2 on the GEMM-size curve"
     assert f'{note}"' in run.output  # and no all-reduces at tp 1
+
+
+def test_a_profiles_network_figure_prices_its_type_unless_network_gbs_is_given(tmp_path: Path) -> None:
+    """Issue 24: a profile may carry each type's network figure (`network_gbs`), as SAILOR's
+    bandwidth fits give it; `--network-gbs` still sets every type's."""
+    entry = {"tflops": 100, "shapes": [{"tp": 1, "micro_batch": 1, "tflops": 100}], "model": MODEL}
+
+    def step(data: dict[str, object], *more: str) -> float:
+        run = CliRunner().invoke(
+            cli, [*PLAN, "--kind", "data", "--measured", str(write(tmp_path, data)), *more]
+        )
+        assert run.exit_code == 0, run.output
+        return float(json.loads(run.output)["predicted_step_s"])
+
+    plain = {"a100_40g": entry, "v100_16g": entry}
+    slow = {"a100_40g": {**entry, "network_gbs": 0.5}, "v100_16g": {**entry, "network_gbs": 0.5}}
+    assert step(slow) > step(plain)  # the gradient ring between nodes at 0.5 GB/s, not 25
+    assert step(slow, "--network-gbs", "25") == pytest.approx(step(plain))
+    assert step(plain, "--network-gbs", "0.5") == pytest.approx(step(slow))
+
+
+@pytest.mark.parametrize("bad", [0, -1, "fast", float("nan"), 2e6, True])
+def test_a_bad_network_figure_is_one_line_naming_the_entry(tmp_path: Path, bad: object) -> None:
+    entry = {"tflops": 100, "network_gbs": bad}
+    run = CliRunner().invoke(cli, [*PLAN, "--measured", str(write(tmp_path, {"a100_40g": entry}))])
+    assert run.exit_code == 1 and "a100_40g: network_gbs must be 0.001 to 1e+06" in run.output, run.output
+    assert len(run.output.strip().splitlines()) == 1
+
+
+def test_sailor_network_fits_convert_to_network_figures(tmp_path: Path) -> None:
+    """convert-profile --network: SAILOR's fit of one GPU to one of its type (GB/s as a polynomial
+    in log2 MB), at one sample's fp32 hidden state (2048 x 1024 x 4 bytes: log2 8.39 = 3.07)."""
+    profiles = {"OPT-350": {"A100-40": {"1": {"1": {str(i): [0.003, 0.006, 0.001] for i in range(26)}}}}}
+    fits = {"z1": {"A100-40": {"1": {"z1": {"A100-40": {"1": [[-0.0024, 0.1409, 1.1168], 2.4e9]}}}}}}
+    src, net, out = tmp_path / "profiles_tmp.json", tmp_path / "bw.json", tmp_path / "m.yaml"
+    src.write_text(json.dumps(profiles))
+    net.write_text(json.dumps(fits))
+    args = ["convert-profile", str(src), "--sailor-model", "OPT-350", "--model", "opt-350m", "--seq", "2048"]
+    args += ["--types", "A100-40=a100_40g", "--out", str(out)]
+    run = CliRunner().invoke(cli, [*args, "--network", str(net)])
+    assert run.exit_code == 0, run.output
+    x = math.log2(2048 * 1024 * 4 / 1e6)
+    assert load_profile(out).network == {
+        "a100_40g": pytest.approx(-0.0024 * x * x + 0.1409 * x + 1.1168, rel=1e-3)
+    }
+    for broken, said in (
+        ({"z1": {"V100-16": {}}}, "no network figures of 'A100-40'"),
+        (
+            {"z1": {"A100-40": {"1": {"z1": {"A100-40": {"1": ["x"]}}}}}},
+            "z1.A100-40.1.z1.A100-40.1: expected",
+        ),
+        ({"z1": {"A100-40": {"1": {"z1": {"A100-40": {"1": [[-1.0]]}}}}}}, "the fit gives -1 GB/s"),
+    ):
+        net.write_text(json.dumps(broken))
+        run = CliRunner().invoke(cli, [*args, "--network", str(net)])
+        assert run.exit_code == 1 and f"{net}:" in run.output and said in run.output, run.output
+        assert len(run.output.strip().splitlines()) == 1
