@@ -260,26 +260,6 @@ def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions
     return speeds, estimate_note(estimated, specs, measured)
 
 
-def network_gbs(nodes: Sequence[Site], options: LaunchOptions) -> float:
-    """Bandwidth the solver charges between nodes: the NIC speed, lowered to what the slowest
-    communicator between any two vendors (or within one spread over nodes) delivers."""
-    base = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in nodes)
-    nics = {s.name: s.record.nics for s in nodes}
-    vendors: dict[str, list[Site]] = {}
-    for site in nodes:
-        vendors.setdefault(site.vendor.name, []).append(site)
-    worst = base
-    for a, b in itertools.combinations_with_replacement(sorted(vendors), 2):
-        members = {s.name: s for s in (*vendors[a], *vendors[b])}.values()
-        if len(members) < 2:
-            continue
-        chosen = comm.choose(
-            [Member(s.vendor, s.spec, s.name) for s in members], nics, options.backend_override
-        )
-        worst = min(worst, comm.effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base))
-    return worst
-
-
 def sequence_length(options: LaunchOptions) -> int:
     """`--seq`, else the model's context length."""
     assert options.model is not None
@@ -306,13 +286,11 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         costs,
         site_types,
     )
-    net = network_gbs(nodes, options)
     return LayoutSpec(
         groups,
         costs,
         options.global_batch,
         options.micro_batch or 1,
-        network_gbs=net,
         tp_sizes=tp_sizes_for(options.model, options.tp_sizes),
         label=options.model,
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
