@@ -185,7 +185,7 @@ def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int 
             _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))
         os.replace(tmp, path)
         tmp = None
-        fsync_dir(path.parent)
+        _fsync_dir(path.parent)
     except OSError as e:
         raise OutputError(f"cannot write {path}: {e.strerror or e}; nothing changed") from e
     finally:
@@ -254,7 +254,7 @@ def _write_journal(directory: Path, entries: Sequence[Entry]) -> None:
     tmp = directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}"
     _write_synced(tmp, data, 0o600)
     os.replace(tmp, directory / JOURNAL_NAME)
-    fsync_dir(directory)
+    _fsync_dir(directory)
 
 
 def _read_journal(directory: Path) -> list[Entry] | None:
@@ -305,7 +305,7 @@ def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> 
         for entry in entries:
             doing = entry.name
             os.replace(directory / entry.staged, directory / entry.name)
-        fsync_dir(directory)
+        _fsync_dir(directory)
     except OSError as e:
         state = _undo(directory, names, entries if committed else None)
         raise OutputError(f"cannot write {directory / doing}: {e.strerror or e}; {state}") from e
@@ -478,7 +478,7 @@ def _roll_forward(directory: Path, entries: Sequence[Entry]) -> None:
         if entry.backup and not (directory / entry.backup).exists() and _file_digest(target) == entry.old:
             _link_backup(target, directory / entry.backup)
         os.replace(directory / entry.staged, target)
-    fsync_dir(directory)
+    _fsync_dir(directory)
 
 
 def _roll_back(directory: Path, entries: Sequence[Entry]) -> None:
@@ -501,12 +501,12 @@ def _roll_back(directory: Path, entries: Sequence[Entry]) -> None:
         if entry.backup and (directory / entry.backup).exists():
             _quiet_unlink(directory / entry.backup)
         _quiet_unlink(staged)
-    fsync_dir(directory)
+    _fsync_dir(directory)
 
 
 def _remove_journal(directory: Path) -> None:
     _quiet_unlink(directory / JOURNAL_NAME)
-    fsync_dir(directory)
+    _fsync_dir(directory)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -517,8 +517,7 @@ def _quiet_unlink(path: Path) -> None:
         path.unlink()
 
 
-def fsync_dir(directory: Path) -> None:
-    """`directory`'s entries made durable (a rename in it survives a crash)."""
+def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, MAX_INVENTORY_BYTES, read_bytes, read_text
-from slurm_hetero.core.writefile import fsync_dir, write_bytes_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -129,11 +128,11 @@ def save(
                 "extra": extra or {},
             }
             (partial / META).write_text(json.dumps(meta), encoding="utf-8")
-            fsync_dir(partial)
+            _fsync_dir(partial)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(partial, final)
-            write_bytes_atomic(root / LATEST, f"{final.name}\n".encode())
+            _write_latest(root, final.name)
     except (Exception, CheckpointException) as e:  # a full disk: OSError, torch's RuntimeError
         if first:  # the half-written step would only fill the disk further
             shutil.rmtree(partial, ignore_errors=True)
@@ -158,6 +157,24 @@ def _prepare(root: Path, partial: Path | None = None) -> None:
         raise CheckpointError(
             f"cannot write checkpoints in {root}: {e.strerror}; give a directory this job's user can write"
         ) from None
+
+
+def _write_latest(root: Path, name: str) -> None:
+    tmp = root / f".{LATEST}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, root / LATEST)
+    _fsync_dir(root)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _barrier() -> None:
