@@ -334,7 +334,7 @@ def train(
     torch.autograd.graph.register_multi_grad_hook(params, lambda _: pace.backward_done(), mode="all")
     opt, run = make_optimizer(params, cfg), Run([], [], [], [])
     first, start = layout["sample_offset"], 0
-    if checkpoints and (Path(checkpoints) / checkpoint.LATEST).exists():
+    if checkpoints and os.path.lexists(Path(checkpoints) / checkpoint.LATEST):  # a broken link: load says so
         start = checkpoint.load(checkpoints, stage, opt, layout)["extra"]["next_step"]
         run.first_step, run.loaded = start, time.time()
     for step in range(start, steps):

@@ -123,7 +123,8 @@ def _sailor_types(text: str) -> dict[str, str]:
 
 
 def _sailor_json(path: Path, name: str) -> Any:
-    text = read_text(path, MAX_PROFILE_BYTES, "SAILOR profile file", ConfigError)
+    """SAILOR's file `name` at `path`, parsed."""
+    text = read_text(path, MAX_PROFILE_BYTES, f"SAILOR {name}", ConfigError)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -4,7 +4,6 @@ hostlists (bounded expansion), and YAML nesting that libyaml's C composer would 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
@@ -142,20 +141,3 @@ def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
     return total
 
 
-MAX_YAML_DEPTH = 1000
-_FLOW = re.compile(r"[\[\]{}]")
-_BLOCK_PREFIX = re.compile(rf"^[ \t?:\-]{{{MAX_YAML_DEPTH},}}", re.MULTILINE)
-
-
-def check_yaml_depth(text: str, source: str) -> None:
-    """libyaml's C composer recurses without a limit: ~50,000 nested levels crash the process.
-    Refuse text that could nest deeper than MAX_YAML_DEPTH: flow brackets open at once, or a
-    block prefix (indentation, `- `, `? `, `: `) that long. Quoted brackets only count towards
-    the limit, so a real inventory is never near it."""
-    depth = 0
-    for m in _FLOW.finditer(text):
-        depth += 1 if m.group() in "[{" else -1
-        if depth > MAX_YAML_DEPTH:
-            raise InventoryError(f"{source}: nested too deeply to be an inventory")
-    if _BLOCK_PREFIX.search(text):
-        raise InventoryError(f"{source}: nested too deeply to be an inventory")

@@ -24,7 +24,7 @@ from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import ConfigError, InventoryError
 from slurm_hetero.core.model import ClusterInventory, Device, Health, Link, Nic, NodeInventory
 from slurm_hetero.core.readfile import MAX_INVENTORY_BYTES, read_text
-from slurm_hetero.inventory.check import check_device_syntax, check_hosts, check_node, check_yaml_depth
+from slurm_hetero.inventory.check import check_device_syntax, check_hosts, check_node
 from slurm_hetero.slurm import syntax
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")  # where install puts it; every node reads it
@@ -117,9 +117,12 @@ def _reading(value: Any) -> str:
 
 
 def _plain(value: Any) -> str:
-    """How to write a reading so that both versions agree (1000.0 -> 1000)."""
-    if isinstance(value, float) and value.is_integer():
+    """How to write a reading so that both versions agree (1000.0 -> 1000, 1e-09 -> 1.0e-09: YAML
+    1.1 reads a number without a point as text)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))
+    if isinstance(value, float) and "e" in (text := repr(value)) and "." not in text:
+        return text.replace("e", ".0e")
     return _reading(value)
 
 
@@ -200,11 +203,31 @@ class StrictLoader(_StrictResolver, UniqueKeyLoader):
 StrictLoader.add_constructor(_AMBIGUOUS, StrictLoader.construct_ambiguous)
 
 
+MAX_YAML_DEPTH = 1000
+_FLOW = re.compile(r"[\[\]{}]")
+_BLOCK_PREFIX = re.compile(rf"^[ \t?:\-]{{{MAX_YAML_DEPTH},}}", re.MULTILINE)
+
+
+def too_deep(text: str) -> bool:
+    """Whether YAML `text` could nest deeper than MAX_YAML_DEPTH: libyaml's C composer recurses
+    without a limit (~50,000 levels crash the process). Flow brackets open at once, or a block
+    prefix (indentation, `- `, `? `, `: `) that long; quoted brackets count too, so a real file is
+    never near it."""
+    depth = 0
+    for m in _FLOW.finditer(text):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_YAML_DEPTH:
+            return True
+    return bool(_BLOCK_PREFIX.search(text))
+
+
 def strict_yaml(text: str, path: str, what: str) -> Any:
     """YAML an admin writes, safely and strictly loaded (`StrictLoader`: `0x10`, `010`, `yes` and a
     key given twice refused); ConfigError in one line where a scalar reads otherwise in YAML 1.1
     and 1.2 or the text is nested deeper than PyYAML's parser can recurse. Other YAMLErrors
     (DuplicateKey among them) are the caller's to word."""
+    if too_deep(text):
+        raise ConfigError(f"nested too deeply to be a {what}", path)
     try:
         return yaml.load(text, Loader=StrictLoader)
     except RecursionError:
@@ -486,6 +509,8 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     context, problem = getattr(error, "context", None), getattr(error, "problem", None)
     what = " ".join(filter(None, [context, problem])) or str(error).splitlines()[0]
+    if isinstance(error, yaml.reader.ReaderError):  # a byte YAML refuses: no line, its offset
+        return f"malformed YAML at character {error.position + 1}: {what}"
     return (
         f"malformed YAML at line {mark.line + 1} column {mark.column + 1}: {what}"
         if mark
@@ -525,7 +550,8 @@ def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> A
     document; InventoryError in one line, naming `source`, where it is malformed or cut short."""
     if not as_json:
         _check_whole(text, source)
-        check_yaml_depth(text, source)
+        if too_deep(text):
+            raise InventoryError(f"{source}: nested too deeply to be an inventory")
     try:
         if as_json:
             return json.loads(

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import reprlib
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,7 +52,7 @@ from typing import Any
 import yaml
 
 from slurm_hetero.core.devicespec import Catalog
-from slurm_hetero.core.errors import CalibrationError, ConfigError, RequestError
+from slurm_hetero.core.errors import CalibrationError, ConfigError, OutputError, RequestError
 from slurm_hetero.core.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
 from slurm_hetero.engine.modelspec import ModelSpec
@@ -402,7 +403,7 @@ def _read(path: Path, what: str = "sustained TFLOPS") -> Mapping[Any, Any]:
         data = strict_yaml(text, str(path), "measured-throughput file")  # `1.5e2` is text in YAML 1.1
     except DuplicateKey as e:  # YAML would keep the last figure silently
         line = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
-        raise ConfigError(f"{e.problem}{line}; give each device type once", str(path)) from e
+        raise ConfigError(f"{e.problem}{line}; give each key once", str(path)) from e
     except yaml.YAMLError as e:
         raise ConfigError(f"cannot read measured throughput: {yaml_problem(e)}", str(path)) from e
     if not isinstance(data, Mapping):
@@ -421,8 +422,10 @@ def _figure(value: Any, path: Path, key: str) -> float:
             message = f"unknown keys {', '.join(unknown)[:200]}; an entry has {', '.join(sorted(ENTRY_KEYS))}"
             raise ConfigError(message, str(path), key)
         value = value.get("layer_tflops", value.get("tflops"))
+        if value is None:
+            raise ConfigError("no tflops: give the type's sustained TFLOPS (tflops: N)", str(path), key)
     if not _finite(value) or value <= 0:
-        raise ConfigError(f"TFLOPS must be a positive number, got {repr(value)[:40]}", str(path), key)
+        raise ConfigError(f"TFLOPS must be a positive number, got {reprlib.repr(value)[:40]}", str(path), key)
     low, high = TFLOPS_RANGE
     if not low <= value <= high:
         raise ConfigError(f"TFLOPS {value:g} is outside {low:g}-{high:g} for one device", str(path), key)
@@ -482,7 +485,7 @@ def _optional(data: Mapping[Any, Any], path: Path, name: str, low: float, high: 
         if isinstance(value, Mapping) and value.get(name) is not None:
             figure = value[name]
             if not _finite(figure) or not low <= figure <= high:
-                message = f"{name} must be {low:g} to {high:g}, got {repr(figure)[:40]}"
+                message = f"{name} must be {low:g} to {high:g}, got {reprlib.repr(figure)[:40]}"
                 raise ConfigError(message, str(path), str(key))
             out[str(key)] = float(figure)
     return out
@@ -513,7 +516,7 @@ MAX_MICRO_BATCH = 65_536  # micro-batch sizes a profile converts
 def _positive(value: Any, what: str, path: Path, key: str, high: float = 1e9) -> float:
     if not _finite(value) or not 0 < value <= high:
         raise ConfigError(
-            f"{what} must be a positive number up to {high:g}, got {repr(value)[:40]}", str(path), key
+            f"{what} must be a positive number up to {high:g}, got {reprlib.repr(value)[:40]}", str(path), key
         )
     return float(value)
 
@@ -521,7 +524,7 @@ def _positive(value: Any, what: str, path: Path, key: str, high: float = 1e9) ->
 def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | None, float | None]:
     if not isinstance(item, Mapping) or set(item) - SHAPE_KEYS:
         extra = sorted(map(str, set(item) - SHAPE_KEYS)) if isinstance(item, Mapping) else []
-        what = f"unknown keys {', '.join(extra)}" if extra else f"got {repr(item)[:40]}"
+        what = f"unknown keys {', '.join(extra)}" if extra else f"got {reprlib.repr(item)[:40]}"
         raise ConfigError(
             f"expected {{tp, micro_batch, fwd_s, bwd_s}} or {{tp, micro_batch, tflops}}; {what}",
             str(path),
@@ -530,7 +533,9 @@ def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | N
     tp = item.get("tp")
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP or tp & (tp - 1):
         raise ConfigError(
-            f"tp {repr(tp)[:20]} is no tensor-parallel degree (a power of two, 1 to {MAX_TP})", str(path), key
+            f"tp {reprlib.repr(tp)[:20]} is no tensor-parallel degree (a power of two, 1 to {MAX_TP})",
+            str(path),
+            key,
         )
     micro_batch = _positive(item.get("micro_batch"), "micro_batch", path, key)
     timed = "fwd_s" in item or "bwd_s" in item
@@ -646,8 +651,12 @@ def sailor_network(bandwidths: Any, types: Mapping[str, str], nbytes: float) -> 
             )
         keys = (zone, theirs, "1", zone, theirs, "1")
         where, entry = ".".join(keys), bandwidths
-        for key in keys:
-            entry = entry.get(key) if isinstance(entry, Mapping) else None
+        for depth, key in enumerate(keys):
+            if not isinstance(entry, Mapping) or key not in entry:
+                raise ConfigError(
+                    f"no key {key!r} (one {theirs} to one in its zone)", key_path=".".join(keys[:depth])
+                )
+            entry = entry[key]
         fit = entry[0] if isinstance(entry, (list, tuple)) and entry else None
         if not isinstance(fit, (list, tuple)) or not 0 < len(fit) <= 8 or not all(_finite(c) for c in fit):
             raise ConfigError("expected [[coefficients, ...], ...] (1 to 8 coefficients)", key_path=where)
@@ -691,6 +700,10 @@ def store_entries(path: Path, entries: Mapping[str, Any]) -> Path:
     path = path.expanduser()
     data = _read(path, "measurements") if path.exists() else {}
     text = yaml.safe_dump({**data, **entries}, sort_keys=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a regular file on the way
+        why = "a file of that name is in the way" if isinstance(e, FileExistsError) else e.strerror
+        raise OutputError(f"cannot make directory {path.parent}: {why}; give another --out") from None
     write_atomic({path: text}, backup=False)
     return path

@@ -153,9 +153,10 @@ def _prepare(root: Path, partial: Path | None = None) -> None:
         probe.unlink()
         if partial is not None and partial.exists():
             shutil.rmtree(partial)  # a save that crashed before
-    except OSError as e:
+    except OSError as e:  # `e.filename`: the directory, or what is in the way in it
         raise CheckpointError(
-            f"cannot write checkpoints in {root}: {e.strerror}; give a directory this job's user can write"
+            f"cannot write checkpoints in {root} ({e.filename}: {e.strerror}); give a directory this job's "
+            "user can write"
         ) from None
 
 

@@ -45,7 +45,7 @@ def test_store_merges_and_the_loader_reads_both_forms(tmp_path: Path) -> None:
 def test_the_loader_rejects_what_is_not_a_positive_figure(tmp_path: Path, text: str) -> None:
     path = tmp_path / "m.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match="positive number|mapping"):
+    with pytest.raises(ConfigError, match="positive number|mapping|no tflops"):
         cal.load_profile(path)
 
 
@@ -91,9 +91,7 @@ def test_a_device_type_given_twice_is_refused_naming_it_and_the_file(tmp_path: P
     plan = runner.invoke(cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path)])
     assert plan.exit_code == 1
     twice = "'tflops'" if "{tflops" in text else "'a100'"
-    assert (
-        f"{path}: key {twice} given twice in one mapping (line 1); give each device type once" in plan.output
-    )
+    assert f"{path}: key {twice} given twice in one mapping (line 1); give each key once" in plan.output
 
 
 def test_cli_calibrate_writes_the_file_plan_reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -307,3 +305,49 @@ def test_a_malformed_measured_file_says_where_in_one_line(tmp_path: Path, text: 
     )
     assert plan.exit_code != 0 and said in plan.output and "unicode" not in plan.output, plan.output
     assert len(plan.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "[" * 100_000 + "]" * 100_000,
+            "nested too deeply to be a measured-throughput file",
+        ),  # libyaml crashed
+        ("a100: {tflops: 140, network_gbs: " + "[" * 990 + "]" * 990 + "}", "network_gbs must be"),
+        (
+            "a100: {tflops: 140, network_gbs: 1e-9}",
+            "write 1.0e-09, or '1e-9' for text",
+        ),  # 1e-09 is text in 1.1
+        ("a100: 140\x00\n", "malformed YAML at character 10: unacceptable character #x0000"),
+        (
+            "a100: {tflops: 1, network_gbs: 1, network_gbs: 2}",
+            "given twice in one mapping (line 1); give each key once",
+        ),
+        ("a100: {network_gbs: 1}", "a100: no tflops: give the type's sustained TFLOPS"),
+    ],
+)
+def test_adversarial_measured_files_are_one_line(tmp_path: Path, text: str, said: str) -> None:
+    """adv38 D1, D3, D7, D8, D13 and an entry without TFLOPS."""
+    path = tmp_path / "measured.yaml"
+    path.write_text(text)
+    plan = CliRunner().invoke(
+        cli, ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", str(path)]
+    )
+    assert plan.exit_code == 1 and said in plan.output, plan.output[:300]
+    assert len(plan.output.strip().splitlines()) == 1
+
+
+def test_convert_profile_out_under_a_file_is_one_line(tmp_path: Path) -> None:
+    """adv38 D4: mkdir of --out's parent raised FileExistsError."""
+    src, blocker = tmp_path / "p.json", tmp_path / "afile"
+    src.write_text(
+        json.dumps({"OPT-350": {"A100-40": {"1": {"1": {str(i): [1e-3, 2e-3] for i in range(26)}}}}})
+    )
+    blocker.write_text("x")
+    args = ["convert-profile", str(src), "--sailor-model", "OPT-350", "--model", "opt-350m", "--seq", "2048"]
+    run = CliRunner().invoke(cli, [*args, "--types", "A100-40=a100_40g", "--out", str(blocker / "x.yaml")])
+    assert (
+        run.exit_code != 0
+        and f"cannot make directory {blocker}: a file of that name is in the way" in run.output
+    )

@@ -273,6 +273,10 @@ def test_sailor_network_fits_convert_to_network_figures(tmp_path: Path) -> None:
     for broken, said in (
         ({"z1": {"V100-16": {}}}, "no network figures of 'A100-40'"),
         (
+            {"z1": {"A100-40": {"2": {}}}},
+            "z1.A100-40: no key '1' (one A100-40 to one in its zone)",
+        ),  # adv38 D12
+        (
             {"z1": {"A100-40": {"1": {"z1": {"A100-40": {"1": ["x"]}}}}}},
             "z1.A100-40.1.z1.A100-40.1: expected",
         ),

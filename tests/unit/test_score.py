@@ -308,6 +308,7 @@ def test_env_points_elsewhere_and_must_exist(tmp_path: Path) -> None:
         ("nonsense: 1\n", "nonsense", "valid keys: scoring, partitions, job_submit, sharing"),
         ("[1, 2]\n", None, "expected a mapping"),
         ("scoring: {policy: [\n", None, "malformed YAML"),
+        ("sharing:\n  shard_size: " + "[" * 40_000 + "]" * 40_000, None, "nested too deeply"),  # adv38 D2
     ],
 )
 def test_bad_settings_name_file_key_and_choices(

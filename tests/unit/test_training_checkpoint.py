@@ -75,6 +75,22 @@ def test_bad_checkpoints_are_one_line_each(tmp_path: Path) -> None:
         checkpoint.load(tmp_path, stage, None, lay)
 
 
+def test_a_latest_link_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """adv38 D9: core's atomic writer follows a link; the pointer must replace it, not overwrite a
+    file outside the directory. A stray `.partial` file is named when it is in the way (D10)."""
+    stage, lay = _stage()
+    root, outside = tmp_path / "ck", tmp_path / "outside"
+    root.mkdir()
+    outside.write_text("keep\n")
+    (root / "latest").symlink_to(outside)
+    checkpoint.save(root, stage, None, lay, 0)
+    assert outside.read_text() == "keep\n" and not (root / "latest").is_symlink()
+    assert checkpoint.latest(root).name == "step-00000000"
+    (root / "step-00000001.partial").write_text("stray")
+    with pytest.raises(CheckpointError, match=r"step-00000001\.partial: Not a directory"):
+        checkpoint.save(root, stage, None, lay, 1)
+
+
 def test_an_unwritable_directory_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     stage, lay = _stage()
     blocked = tmp_path / "file"
