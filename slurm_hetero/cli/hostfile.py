@@ -16,9 +16,10 @@ def hostfile_hosts(text: str, path: str) -> str:
     """The hosts of a host file's text, comma-joined, as `slurm_read_hostfile` reads them: one or
     more comma-separated names (or hostlist expressions) a line, "#" to the line's end a comment
     ("\\#" a literal "#"), blank lines skipped, `name*N` the host N times (once here: a set; N as atoi
-    reads it, so none at all when it is negative or past a long, and `name*0` a name as written), names
-    split at blanks too (as slurmctld's hostlist reads "a # comment", sent as "a "); a
-    line that starts with neither a letter nor a digit, or no host at all, is sbatch's error."""
+    reads it, from the "*" to the comma: `a* 2` is `a` twice and `a*2 b` drops `b`; none at all when
+    N is negative or past a long, and `name*0` a name as written), then names split at blanks (as
+    slurmctld's hostlist reads "a # comment", sent as "a "); a line that starts with neither a
+    letter nor a digit, or no host at all, is sbatch's error."""
     hosts: list[str] = []
     for number, raw in enumerate(text.split("\n"), 1):
         line = _uncommented(raw)
@@ -26,11 +27,11 @@ def hostfile_hosts(text: str, path: str) -> str:
             continue
         if not (line[0].isascii() and line[0].isalnum()):
             raise HeteroError(f"Invalid hostfile {path} contents on line {number}")
-        for name in line.replace(",", " ").split():  # slurmctld's hostlist splits at blanks too
-            base, star, times = name.partition("*")
-            count = int32(strtol(times)[0] or 0) if star else 0  # atoi: past a long it saturates
-            if count >= 0:  # pushed `count` times: a negative count, never; 0 keeps the name as written
-                hosts.append(base if count else name)
+        for piece in line.split(","):
+            base, star, times = piece.partition("*")
+            count = int32(strtol(times)[0] or 0) if star else 0  # atoi: blanks first, a long saturates
+            if count >= 0:  # pushed `count` times: a negative count, never; 0 keeps the piece as written
+                hosts += (base if count else piece).split()  # slurmctld's hostlist splits at blanks
     if not hosts:
         raise HeteroError(f"{path}: Hostlist is empty!")
     return ",".join(hosts)

@@ -860,6 +860,10 @@ def test_a_host_files_star_count_is_read_as_atoi_reads_it() -> None:
     assert hostfile_hosts(text, "f") == "a*\u0662,b*0,c,e*x,g"
     with pytest.raises(HeteroError, match="^f: Hostlist is empty!$"):
         hostfile_hosts("l40sn1*99999999999999999999\n", "f")
+    # adv37 P05: atoi skips the blank after "*" and stops at the next one; sbatch -x sent a100n1
+    # for both files on 22.05 and 24.11 (the wrapper split at blanks first and refused `a100n1*`)
+    assert hostfile_hosts("a100n1* 2\n", "f") == hostfile_hosts("a100n1*2 l40sn1\n", "f") == "a100n1"
+    assert hostfile_hosts("a100n1 l40sn1,a b*0\n", "f") == "a100n1,l40sn1,a,b*0"
 
 
 def test_an_unreadable_host_file_ends_the_submission_naming_it(tmp_path: Path) -> None:
