@@ -23,6 +23,7 @@ half-written one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -136,9 +137,10 @@ def save(
     except (Exception, CheckpointException) as e:  # a full disk: OSError, torch's RuntimeError
         if first:  # the half-written step would only fill the disk further
             shutil.rmtree(partial, ignore_errors=True)
+        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
         raise CheckpointError(
             f"cannot save step {step} in {root} ({_first_line(e)}); the last complete checkpoint is "
-            "kept: free space there or give another directory"
+            f"kept: {'free space there' if full else 'mend that'} or give another directory"
         ) from None
     _barrier()
     return final
@@ -345,5 +347,7 @@ def _first_line(error: BaseException) -> str:
     if isinstance(failures, dict) and failures:
         cause = next(iter(failures.values()))
         return _first_line(cause[0] if isinstance(cause, tuple) else cause)
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        return f"{error.filename}: {error.strerror}"
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"

@@ -89,6 +89,13 @@ def test_a_latest_link_is_replaced_not_written_through(tmp_path: Path) -> None:
     (root / "step-00000001.partial").write_text("stray")
     with pytest.raises(CheckpointError, match=r"step-00000001\.partial: Not a directory"):
         checkpoint.save(root, stage, None, lay, 1)
+    (root / "step-00000001.partial").unlink()
+    (root / "step-00000001").write_text("stray")  # adv38 5.16: a repr and 'free space' advice
+    with pytest.raises(
+        CheckpointError, match=r"\(\S+/step-00000001: Not a directory\); .*kept: mend that or"
+    ):
+        checkpoint.save(root, stage, None, lay, 1)
+    assert checkpoint.latest(root).name == "step-00000000"
 
 
 def test_an_unwritable_directory_is_refused_before_anything_is_written(tmp_path: Path) -> None:
