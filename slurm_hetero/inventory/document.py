@@ -157,7 +157,7 @@ class AmbiguousScalar(yaml.constructor.ConstructorError):
 
 
 class DuplicateKey(yaml.constructor.ConstructorError):
-    """A key given twice in one YAML mapping; `problem_mark` is the mapping's start."""
+    """A key given twice in one YAML mapping; `problem_mark` is its second place."""
 
 
 class UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
@@ -166,10 +166,14 @@ class UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     read as a mapping of names: inventories and measured-throughput files."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
-        twice = sorted({k for k in keys if keys.count(k) > 1}) if len(set(keys)) != len(keys) else []
-        if twice:
-            raise DuplicateKey(None, None, f"key {twice[0]!r} given twice in one mapping", node.start_mark)
+        seen: set[str] = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                if key.value in seen:
+                    raise DuplicateKey(
+                        None, None, f"key {key.value!r} given twice in one mapping", key.start_mark
+                    )
+                seen.add(key.value)
         return super().construct_mapping(node, deep=deep)
 
 
