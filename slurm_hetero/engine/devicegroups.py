@@ -201,9 +201,9 @@ def shape_speeds(shapes: MeasuredShapes, costs: LayerCosts) -> tuple[tuple[int, 
         if seq * hidden != costs.elements_per_sample or off > SAME_LAYER:
             raise RequestError(
                 f"--measured {shapes.key}.model",
-                f"measured on {name} (seq {seq}, hidden {hidden}, {gflops:.4g} GFLOP a layer); this "
-                f"plan's layers are {layer / 1e9:.4g} GFLOP of {costs.elements_per_sample:.0f} "
-                "seq x hidden: measure this model's layer or give tflops points",
+                f"measured on {name} (seq {seq} x hidden {hidden} = {seq * hidden}, {gflops:.4g} GFLOP a "
+                f"layer); this plan's layers are seq x hidden = {costs.elements_per_sample:.0f}, "
+                f"{layer / 1e9:.4g} GFLOP: measure this model's layer or give tflops points",
             )
     out = []
     for tp, mb, seconds, tflops in shapes.points:
