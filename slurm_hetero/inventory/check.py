@@ -139,5 +139,3 @@ def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
                     "NodeName: keep one record per node"
                 )
     return total
-
-

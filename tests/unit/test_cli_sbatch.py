@@ -856,14 +856,46 @@ def test_a_host_files_star_count_is_read_as_atoi_reads_it() -> None:
     """`name*N` pushes the host atoi(N) times, an int: a non-ASCII digit or 5,000 digits raised
     ValueError; adv36 O09: a negative N, or one past a long (-1 as an int), pushes none, and sbatch
     says "Hostlist is empty!" where no host is left (the wrapper gave the hook's decision)."""
-    text = "a*\u0662\nb*0\nc*007\nd*" + "9" * 5000 + "\ne*x\nf*-1\ng*4294967297\n"
-    assert hostfile_hosts(text, "f") == "a*\u0662,b*0,c,e*x,g"
+    text = "a*\u0662\nb*0\nc*007\nd*" + "9" * 1000 + "\ne*x\nf*-1\ng*4294967297\n"  # 5,000: too long
+    assert hostfile_hosts(text.encode(), "f") == "a*\u0662,b*0,c,c,c,c,c,c,c,e*x,g"
     with pytest.raises(HeteroError, match="^f: Hostlist is empty!$"):
-        hostfile_hosts("l40sn1*99999999999999999999\n", "f")
+        hostfile_hosts(b"l40sn1*99999999999999999999\n", "f")
     # adv37 P05: atoi skips the blank after "*" and stops at the next one; sbatch -x sent a100n1
     # for both files on 22.05 and 24.11 (the wrapper split at blanks first and refused `a100n1*`)
-    assert hostfile_hosts("a100n1* 2\n", "f") == hostfile_hosts("a100n1*2 l40sn1\n", "f") == "a100n1"
-    assert hostfile_hosts("a100n1 l40sn1,a b*0\n", "f") == "a100n1,l40sn1,a,b*0"
+    assert hostfile_hosts(b"a100n1* 2\n", "f") == hostfile_hosts(b"a100n1*2 l40sn1\n", "f") == "a100n[1,1]"
+    assert hostfile_hosts(b"a100n1 l40sn1,a b*0\n", "f") == "a100n1 l40sn1,a b*0"  # blanks: the hook's
+
+
+@pytest.mark.parametrize(
+    ("data", "hosts"),
+    [  # adv39: what real sbatch sent (both releases), byte for byte as slurm_read_hostfile reads
+        (b"l40sn1\r\n", "l40sn1\r"),  # a CRLF file keeps the CR: the hook refuses the name
+        (b"l40sn1\x0b\n", "l40sn1\x0b"),
+        (b"l40sn1\xc2\xa0\n", "l40sn1\u00a0"),
+        (b"l40sn1\x00a100n1\n", "l40sn1"),  # a NUL ends the line
+        (b"a100n1\n" * 590, "a100n[" + ",".join(["1"] * 590) + "]"),  # folded: under the hook's 4096
+        (b"a100n1,l40sn1\n" * 300, ",".join(["a100n1,l40sn1"] * 300)),  # nothing to fold: over it
+        (b"n08\nn09\nn10\nn1\nl40sn[1,1]*2\n", "n[08-10],n1,l40sn[1,1],1]"),  # widths; "1]" has no number
+        (b"c\\#1", "c#11"),  # the escape's shift leaves the last byte twice at the file's end
+        (b"a100n1\n#" + b"x" * 1022 + b"l40sn1\n", "a100n1,l40sn1"),  # a comment past 1,023 bytes
+        (b"l40sn1," + b"a" * 1100 + b"\n", "l40sn1," + "a" * 1100),  # cut at the comma, carried on
+    ],
+)
+def test_a_host_file_is_read_as_slurm_read_hostfile_reads_it(data: bytes, hosts: str) -> None:
+    assert hostfile_hosts(data, "f") == hosts
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"l40sn1 " + b"a" * 1100 + b"\n", "Line 0, of hostfile f too long"),  # a full piece, no comma
+        (b"a\n-b\n", "Invalid hostfile f contents on line 2"),
+        (b"# only\n\n", "f: Hostlist is empty!"),
+    ],
+)
+def test_a_host_file_sbatch_refuses_is_refused_in_its_words(data: bytes, said: str) -> None:
+    with pytest.raises(HeteroError, match=f"^{re.escape(said)}$"):
+        hostfile_hosts(data, "f")
 
 
 def test_an_unreadable_host_file_ends_the_submission_naming_it(tmp_path: Path) -> None:

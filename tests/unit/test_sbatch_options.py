@@ -470,7 +470,7 @@ def test_explain_reads_a_host_file_as_sbatch_sends_its_hosts(tmp_path: Path) -> 
     args = ["request", "explain", "--inventory", str(MIXED), "--json", "--gres", "gpumem:20G"]
     result = CliRunner().invoke(cli, [*args, "-x", str(hosts)])
     assert json.loads(result.stdout)["tres_per_node"].split(":")[-2] == "a100_80g", result.output
-    assert hostfile_hosts("a1,a2\n# x\n\nb[1-3]*2,c\\#1\nd,,e,\n", "f") == "a1,a2,b[1-3],c#1,d,e"
+    assert hostfile_hosts(b"a1,a2\n# x\n\nb[1-3]*2,c\\#1\nd,,e,\n", "f") == "a[1-2],b[1-3],b[1-3],c#1,d,e"
 
 
 def test_explain_shows_the_hooks_own_failure_its_fail_policy_hides(monkeypatch: pytest.MonkeyPatch) -> None:
