@@ -1905,12 +1905,132 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   return rc
 end
 
+------------------------------------------------------------------------------ host files
+
+-- A -w/-x value with a "/" names a host file, which sbatch, salloc and srun read themselves and
+-- send its hosts (proc_args.c verify_node_list -> slurm_read_hostfile, 22.05 and 24.11), so the hook
+-- sees host names. Its C, byte for byte: a line is read in pieces of at most 1,023 bytes (fgets);
+-- a piece ends at a NUL, "#" starts a comment ("\#" a "#", the rest moved left one byte, which
+-- leaves the last byte twice); a full piece is cut after its last comma and the rest carried on
+-- (none: "Line N, of hostfile F too long"); a line starting with neither a letter nor a digit is
+-- an error, empty lines are skipped; comma-separated names, `name*N` the name atoi(N) times, N of 0
+-- the name as written; the names are sent folded (hostlist_ranged_string). Blanks, CRs and other
+-- bytes stay in names: slurmctld's hostlist (hostlist_names) reads them.
+local HOSTFILE_PIECE = 1023
+local MAX_PUSHED = 65536  -- pushes of one name folded; past it a host file of no use to the hook
+
+-- C's (int) atoi(text): strtol's digits after blanks and a sign, saturated to a long, low 32 bits.
+local function atoi32(text)
+  local sign, digits = string.match(text, "^[ \t\n\v\f\r]*([+-]?)(%d+)")
+  if digits == nil then return 0 end
+  digits = string.match(digits, "^0*(%d*)$")
+  local long_max = "9223372036854775807"
+  if #digits > #long_max or (#digits == #long_max and digits > long_max) then
+    return sign == "-" and 0 or -1  -- LONG_MIN's low 32 bits are 0, LONG_MAX's all ones
+  end
+  local low = 0
+  for i = 1, #digits do low = (low * 10 + tonumber(string.sub(digits, i, i))) % 4294967296 end
+  if sign == "-" then low = (4294967296 - low) % 4294967296 end
+  return low >= 2147483648 and low - 4294967296 or low
+end
+
+-- A piece up to its NUL, newline or first "#" no backslash escapes, as the C loop leaves it.
+local function uncommented(piece)
+  local line = string.match(piece, "^[^%z]*")
+  local size, i = #line, 1
+  while i <= size do
+    local c = string.sub(line, i, i)
+    if c == "\n" then return string.sub(line, 1, i - 1) end
+    if c == "#" then
+      if i == 1 or string.sub(line, i - 1, i - 1) ~= "\\" then return string.sub(line, 1, i - 1) end
+      line = string.sub(line, 1, i - 2) .. string.sub(line, i, size) .. string.sub(line, size + 1)
+      line = string.sub(line, 1, size - 1) .. string.sub(line, size - 1)  -- the last byte twice
+      size = size - 1
+    end
+    i = i + 1
+  end
+  return line
+end
+
+-- The names as hostlist_ranged_string writes them: a name's trailing digits (up to 15) are its
+-- number; a push of the next number of the last range's prefix and width extends it; neighbouring
+-- ranges of one prefix and width share brackets ("a100n[1,1,1]", "a100n[1-2]").
+local function ranged(pushed)
+  local ranges = {}
+  for _, push in ipairs(pushed) do
+    local prefix, digits = string.match(push[1], "^(.-)(%d*)$")
+    if #digits > 15 then prefix, digits = push[1], "" end
+    local width, number = #digits > 0 and #digits or -1, tonumber(digits) or 0
+    for _ = 1, math.min(push[2], MAX_PUSHED) do
+      local last = ranges[#ranges]
+      if last and width >= 0 and last[1] == prefix and last[2] == width and last[4] == number - 1 then
+        last[4] = number
+      else
+        ranges[#ranges + 1] = { prefix, width, number, number }
+      end
+    end
+  end
+  local out, k = {}, 1
+  while k <= #ranges do
+    local r, j = ranges[k], k
+    while ranges[j + 1] and ranges[j + 1][1] == r[1] and ranges[j + 1][2] == r[2] do j = j + 1 end
+    if r[2] < 0 then
+      for _ = k, j do out[#out + 1] = r[1] end
+    else
+      local spans, f = {}, "%0" .. r[2] .. "d"
+      for m = k, j do
+        local lo, hi = ranges[m][3], ranges[m][4]
+        spans[#spans + 1] = string.format(f, lo) .. (hi ~= lo and ("-" .. string.format(f, hi)) or "")
+      end
+      local single = j == k and r[3] == r[4]
+      out[#out + 1] = single and (r[1] .. spans[1]) or (r[1] .. "[" .. table.concat(spans, ",") .. "]")
+    end
+    k = j + 1
+  end
+  return table.concat(out, ",")
+end
+
+-- The hosts of a host file's bytes as sbatch sends them, or nil and sbatch's error.
+local function hostfile_hosts(data, path)
+  local pushed, carried, number, at = {}, "", 0, 1
+  while at <= #data do
+    local newline = string.find(data, "\n", at, true)
+    local stop = (newline and newline - at < HOSTFILE_PIECE) and newline or at + HOSTFILE_PIECE - 1
+    local line, rest = uncommented(string.sub(data, at, stop)), ""
+    at = stop + 1
+    if #line == HOSTFILE_PIECE then  -- the buffer filled: keep what follows the last comma
+      local comma = string.match(line, "^.*(),")
+      if comma == nil then return nil, "Line " .. number .. ", of hostfile " .. path .. " too long" end
+      line, rest = string.sub(line, 1, comma - 1), string.sub(line, comma + 1)
+    else
+      number = number + 1
+    end
+    local text = carried .. line
+    carried = rest
+    if text ~= "" then
+      if not string.find(text, "^[A-Za-z0-9]") then
+        return nil, "Invalid hostfile " .. path .. " contents on line " .. number
+      end
+      for piece in string.gmatch(text, "[^,]+") do
+        local star = string.find(piece, "*", 1, true)
+        local count = star and atoi32(string.sub(piece, star + 1)) or 0
+        if count > 0 then pushed[#pushed + 1] = { string.sub(piece, 1, star - 1), count }
+        elseif count == 0 then pushed[#pushed + 1] = { piece, 1 } end
+      end
+    end
+  end
+  if #pushed == 0 then return nil, path .. ": Hostlist is empty!" end
+  return ranged(pushed)
+end
+
 ------------------------------------------------------------------------------ the module
 
 -- What the srun half (slurm_hetero_srun.lua, which runs this file with dofile in srun) and Python
 -- (slurm_hetero/submit/hook.py, through lupa) use of the hook, so that neither has a reader of its
--- own: the decision, the TRES item reader and the request grammar (gather). A global, as Slurm finds
--- slurm_job_submit; the file returns slurm.SUCCESS, which the plugin checks on load.
-slurm_hetero_hook = { submit = slurm_job_submit, items_of = items_of, gather = gather }
+-- own: the decision, the TRES item reader, the request grammar (gather) and the host-file reader. A
+-- global, as Slurm finds slurm_job_submit; the file returns slurm.SUCCESS, which the plugin checks.
+slurm_hetero_hook = {
+  submit = slurm_job_submit, items_of = items_of, gather = gather, hostfile_hosts = hostfile_hosts,
+}
 
 return slurm.SUCCESS

@@ -64,32 +64,32 @@ end
 -- Short options of Slurm's clients that take a value (slurm_opt.c, 22.05 and 24.11: required_argument).
 local SHORT_VALUED = "ABCDFGJLMNSTWabcdeimnopqrtwx"
 
+-- job_submit.lua's module (slurm_hetero_hook), loaded with the quiet slurm table once per command.
+local hook = nil
+local function load_hook()
+  if hook then return hook, nil end
+  slurm = quiet
+  local beside = string.match(debug.getinfo(1, "S").source, "^@(.*/)") or "./"  -- this file's directory
+  local ok, err = pcall(dofile, HOOK_PATH or (beside .. "job_submit.lua"))
+  slurm = real
+  if not ok then return nil, tostring(err) end
+  if type(slurm_hetero_hook) ~= "table" then return nil, "job_submit.lua defines no slurm_hetero_hook" end
+  hook = slurm_hetero_hook
+  return hook, nil
+end
+
 -- A -w/-x value with a "/" names a host file, which srun reads itself and sends its hosts, so the
--- hook sees host names (proc_args.c verify_node_list -> slurm_read_hostfile, 22.05 and 24.11): names
--- or hostlist expressions split at commas and blanks, "#" to the line's end a comment ("\#" a "#"),
--- `name*N` the host N times (once here). Read the same here (at most MAX_HOSTFILE bytes): the hosts
--- comma-joined, or nil where srun refuses the file (unreadable, a line that starts with neither a
--- letter nor a digit, no host) and says so itself. Any other value: as given.
+-- hook sees host names: read here by the hook's own reader (hostfile_hosts), at most MAX_HOSTFILE
+-- bytes; nil where srun refuses the file (unreadable, malformed, no host) and says so itself.
 local MAX_HOSTFILE = 1048576
 local function read_hostfile(path)
-  local file = io.open(path, "r")
+  local file = io.open(path, "rb")
   if not file then return nil end
   local data = file:read(MAX_HOSTFILE + 1)
   file:close()
   if type(data) ~= "string" or #data > MAX_HOSTFILE then return nil end
-  local hosts = {}
-  for raw in string.gmatch(data .. "\n", "([^\n]*)\n") do
-    -- "\#" a literal "#" (held as "\1" meanwhile), else "#" starts a comment
-    local line = string.gsub(string.match(string.gsub(raw, "\\#", "\1"), "^[^#]*"), "\1", "#")
-    if line ~= "" then
-      if not string.find(line, "^[%w]") then return nil end
-      for name in string.gmatch(line, "[^,%s]+") do  -- slurmctld's hostlist splits at blanks too
-        local base, times = string.match(name, "^([^*]*)%*(%d+)")
-        hosts[#hosts + 1] = (base and tonumber(times) > 0) and base or name
-      end
-    end
-  end
-  return #hosts > 0 and table.concat(hosts, ",") or nil
+  local module = load_hook()
+  return module and (module.hostfile_hosts(data, path)) or nil
 end
 
 local function hostfile(value)
@@ -146,20 +146,6 @@ local function later_hosts(offset)
     if named[later] then hosts[#hosts + 1] = named[later] end
   end
   return #hosts > 0 and table.concat(hosts, ",") or nil
-end
-
--- job_submit.lua's module (slurm_hetero_hook), loaded with the quiet slurm table once per command.
-local hook = nil
-local function load_hook()
-  if hook then return hook, nil end
-  slurm = quiet
-  local beside = string.match(debug.getinfo(1, "S").source, "^@(.*/)") or "./"  -- this file's directory
-  local ok, err = pcall(dofile, HOOK_PATH or (beside .. "job_submit.lua"))
-  slurm = real
-  if not ok then return nil, tostring(err) end
-  if type(slurm_hetero_hook) ~= "table" then return nil, "job_submit.lua defines no slurm_hetero_hook" end
-  hook = slurm_hetero_hook
-  return hook, nil
 end
 
 -- An option's value, nil where unset (srun reads some unset options "", a release "(null)").

@@ -20,13 +20,14 @@ A `Hook` is one Lua state, as slurmctld keeps one: its memo and het bookkeeping 
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from slurm_hetero.core.errors import ConfigError, RequestError
+from slurm_hetero.core.errors import ConfigError, HeteroError, RequestError
 from slurm_hetero.data import bundled
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.submit import Job
@@ -194,6 +195,29 @@ def lua_compile_error(script: Path) -> str | None:
         return None
     said = bytes(loaded[1]).decode(errors="replace")
     return "".join(c if c.isprintable() else "?" for c in said)
+
+
+@functools.lru_cache(maxsize=1)
+def _hostfile_reader() -> Any:
+    """job_submit.lua's host-file reader, in a Lua state of its own that passes bytes both ways."""
+    _lua_runtime()  # lupa is there, or ConfigError
+    import lupa.lua51 as lua51
+
+    lua = lua51.LuaRuntime(encoding=None, unpack_returned_tuples=True)
+    lua.execute(SHIM.encode())
+    lua.execute(script_template().encode())
+    return lua.globals().slurm_hetero_hook[b"hostfile_hosts"]
+
+
+def hostfile_hosts(data: bytes, path: str) -> str:
+    """The hosts of a -w/-x host file's bytes as sbatch sends them, read by the hook's own reader
+    (`hostfile_hosts` in job_submit.lua, which srun's filter runs too); HeteroError with sbatch's
+    words where it refuses the file."""
+    answer = _hostfile_reader()(data, path.encode())  # the hosts, or nil and sbatch's words
+    hosts, said = answer if isinstance(answer, tuple) else (answer, None)
+    if hosts is None:
+        raise HeteroError(bytes(said).decode("utf-8", "replace"))
+    return bytes(hosts).decode("utf-8", "replace")
 
 
 class Hook:
