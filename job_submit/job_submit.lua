@@ -449,7 +449,10 @@ local function parse_gpu(item)
   end
   local gpu_type, count = tokens[2], value
   if value == nil and #tokens == 3 then count = tokens[3] end
-  if value == nil and #tokens == 2 and is_digits(tokens[2]) then gpu_type, count = nil, tokens[2] end
+  -- a count may carry Slurm's K..P suffix (`gpu:2k` is 2048 devices, not a type "2k"): no count here
+  if value == nil and #tokens == 2 and string.find(tokens[2], "^%d+[KkMmGgTtPp]?$") then
+    gpu_type, count = nil, tokens[2]
+  end
   if gpu_type and not string.find(gpu_type, "^[A-Za-z0-9_.%-]+$") then bad(item, "gpu_malformed") end
   if count == nil then return gpu_type, 1 end
   if not is_digits(count) or #count > 4 or tonumber(count) == 0 then bad(item, "count_bad") end
