@@ -37,6 +37,7 @@ from slurm_hetero.engine.devicegroups import (
     resolve_measured,
     spec_group,
     sustained_tflops,
+    with_network,
     with_shapes,
 )
 from slurm_hetero.engine.layout import (
@@ -237,16 +238,14 @@ def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
     return out
 
 
-def _device_group(
-    group: Sequence[Site], tflops: float, half: float, network: Mapping[str, float], options: LaunchOptions
-) -> DeviceGroup:
-    """One type's devices; between nodes at `--network-gbs`, else the profile's figure for the type
-    (`network`), else its nodes' slowest NIC."""
+def _device_group(group: Sequence[Site], tflops: float, half: float, options: LaunchOptions) -> DeviceGroup:
+    """One type's devices; between nodes at `--network-gbs`, else its nodes' slowest NIC (a
+    profile's figure for the type replaces the NIC's: `layout_spec`)."""
     spec = group[0].spec
     known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
     memory = min(known) * 2**20 if known else spec.memory_gib * GIB
     per_node = tuple(s.tasks for s in group)
-    nic = options.network_gbs or network.get(spec.type) or min(comm.nic_gbs(s.record.nics) for s in group)
+    nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
     return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
@@ -274,11 +273,10 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     site_types = {s.type: s.spec.type for s in nodes}
     halves = resolve_measured(options.gemm_half, catalog, site_types)
     measured = resolve_measured(options.measured, catalog, site_types)
-    network = resolve_measured(options.network, catalog, site_types)
     costs = layer_costs_for(options.model, seq, options.costs)
     groups = with_shapes(
         [
-            _device_group(g, v, gemm_half(g[0].spec, halves, measured), network, options)
+            _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
             for g, v in zip(_by_type(nodes).values(), speeds)
         ],
         options.shapes,
@@ -286,6 +284,8 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         costs,
         site_types,
     )
+    if options.network_gbs is None:  # as plan: the profile's figure, where it has one, for the NIC's
+        groups = with_network(groups, options.network, catalog, site_types)
     return LayoutSpec(
         groups,
         costs,
