@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ
+from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ, NETWORK_GBS_RANGE
 from slurm_hetero.engine.modelcost import (
     AUTO,
     BYTES_PER_VALUE,
@@ -30,7 +30,7 @@ Decorator = Callable[[Command], Command]
 # Bounds of the float options: wide enough for any real cluster, narrow enough that no product or
 # quotient of them underflows to 0 or overflows (a subnormal --network-gbs divided by zero).
 MAX_GIB = 1e6  # --overhead-gib, --headroom-gib
-MIN_GBS, MAX_GBS = 1e-3, 1e6  # --network-gbs: 1 MB/s to 1 PB/s
+MIN_GBS, MAX_GBS = NETWORK_GBS_RANGE  # --network-gbs, as a profile's network_gbs
 MIN_MFU = 1e-3  # --mfu
 
 

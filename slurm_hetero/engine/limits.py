@@ -15,6 +15,9 @@ from slurm_hetero.engine.stagecost import DeviceGroup
 MAX_DEVICES = 65_536
 MAX_GLOBAL_BATCH = 2**24  # sequences per step
 MAX_SEQ = 2**24  # tokens per sequence, even --beyond-context (the longest published contexts: ~10M)
+# a device's network figure, GB/s: 1 MB/s to 1 PB/s; past either end a product or quotient of it
+# underflows or overflows (a subnormal figure divided the step model by zero)
+NETWORK_GBS_RANGE = (1e-3, 1e6)
 
 
 def check_size(groups: Sequence[DeviceGroup]) -> None:

@@ -55,6 +55,7 @@ from slurm_hetero.core.devicespec import Catalog
 from slurm_hetero.core.errors import CalibrationError, ConfigError, OutputError, RequestError
 from slurm_hetero.core.readfile import MAX_MEASURED_BYTES, read_text
 from slurm_hetero.engine.devicegroups import MeasuredShapes, resolve_measured
+from slurm_hetero.engine.limits import NETWORK_GBS_RANGE
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.inventory.document import DuplicateKey, strict_yaml, yaml_problem
 from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model, sequence_length
@@ -473,10 +474,7 @@ def _gemm_half(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
 def _network(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
     """Device type -> its network figure between nodes (`network_gbs`, GB/s one way per device,
     what a converter or the admin adds), for the types whose entry has it."""
-    return _optional(data, path, "network_gbs", MIN_NETWORK_GBS, 1e6)
-
-
-MIN_NETWORK_GBS = 1e-3  # 1 MB/s: as `--network-gbs`; a smaller one divides the step model by zero
+    return _optional(data, path, "network_gbs", *NETWORK_GBS_RANGE)  # as `--network-gbs`
 
 
 def _optional(data: Mapping[Any, Any], path: Path, name: str, low: float, high: float) -> dict[str, float]:
@@ -662,7 +660,7 @@ def sailor_network(bandwidths: Any, types: Mapping[str, str], nbytes: float) -> 
             raise ConfigError("expected [[coefficients, ...], ...] (1 to 8 coefficients)", key_path=where)
         x = math.log2(nbytes / 1e6)
         gbs = sum(c * x ** (len(fit) - 1 - i) for i, c in enumerate(fit))
-        if not _finite(gbs) or not MIN_NETWORK_GBS <= gbs <= 1e6:
+        if not _finite(gbs) or not NETWORK_GBS_RANGE[0] <= gbs <= NETWORK_GBS_RANGE[1]:
             raise ConfigError(f"the fit gives {gbs:g} GB/s at {nbytes / 1e6:g} MB", key_path=where)
         out[ours] = _digits(gbs)
     return out
