@@ -192,7 +192,7 @@ _STRTOL = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+")
 _LONG = 2**63
 
 
-def strtol(text: str) -> tuple[int | None, str]:
+def _strtol(text: str) -> tuple[int | None, str]:
     """C's strtol(text, &end, 10): (value clamped to a long, or None without digits; the rest)."""
     found = _STRTOL.match(text)
     if not found:
@@ -209,7 +209,7 @@ def _c_int(number: str) -> int:
     return int(number)
 
 
-def int32(value: int) -> int:
+def _int32(value: int) -> int:
     """C's (int) of a long: the low 32 bits, signed."""
     return (value + 2**31) % 2**32 - 2**31
 
@@ -217,7 +217,7 @@ def int32(value: int) -> int:
 def _nodes(text: str, slurm_release: str) -> tuple[int, str]:
     """Slurm's str_to_nodes: a count with an optional k/m (x1024) suffix, as an int (22.05 casts,
     24.11 gives -1 outside 0..INT_MAX); -1 without digits; and what follows."""
-    value, rest = strtol(text)
+    value, rest = _strtol(text)
     if value is None:
         return -1, text
     for suffix, factor in (("kK", 1024), ("mM", 1024 * 1024)):
@@ -225,7 +225,7 @@ def _nodes(text: str, slurm_release: str) -> tuple[int, str]:
             value, rest = value * factor, rest[1:]
     if slurm_release != "22.05":
         return (value if 0 <= value < 2**31 else -1), rest
-    return int32(value), rest
+    return _int32(value), rest
 
 
 def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
@@ -238,7 +238,7 @@ def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
     if slurm_release != "22.05" and ("," in text or ":" in text):  # 24.11's job sizes
         sizes = []
         for token in filter(None, re.split(r"[,:-]", text)):
-            value, rest = strtol(token)
+            value, rest = _strtol(token)
             if value is None or rest:
                 raise refuse(token)
             sizes.append(value)
@@ -269,14 +269,14 @@ def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
 def task_count(option: str, text: str, slurm_release: str = "22.05") -> int:
     """`-n`/`--ntasks-per-node` TEXT as sbatch reads it (parse_int, then its -n check); RequestError
     with sbatch's words where it refuses."""
-    value, rest = strtol(text)
+    value, rest = _strtol(text)
     if value is None or rest or value <= 0:
         raise RequestError("sbatch", f'Invalid numeric value "{text}" for {option}.')
     if slurm_release == "22.05" and value == _LONG - 1:
         raise RequestError("sbatch", f"Numeric argument ({value}) to big for {option}.")
     if slurm_release != "22.05" and value >= 2**31 - 1:
         raise RequestError("sbatch", f"Numeric argument ({value}) too large for {option}.")
-    count = int32(value)  # 22.05 keeps parse_int's int: past 2^31 it wraps, and its checks see that
+    count = _int32(value)  # 22.05 keeps parse_int's int: past 2^31 it wraps, and its checks see that
     if option == "--ntasks" and count < 0:
         raise RequestError("sbatch", f"invalid number of tasks (-n {count})")
     if option == "--cpus-per-task" and count <= 0:
@@ -343,7 +343,7 @@ def _per_task_24_11(spec: str | None) -> str | None:
         return None
     at = min((i for i in (spec.find(":"), spec.find("=")) if i >= 0), default=-1)
     typed, rest = (f":{spec[:at]}", spec[at + 1 :]) if at >= 0 else ("", spec)
-    count = strtol(rest)[0] or 0
+    count = _strtol(rest)[0] or 0
     return f"gres/gpu{typed}={count}" if count else None
 
 
