@@ -2023,7 +2023,7 @@ local function hostfile_hosts(data, path)
     end
   end
   if #pushed == 0 then return nil, path .. ": Hostlist is empty!" end
-  return ranged(pushed)
+  return ranged(pushed), nil
 end
 
 ------------------------------------------------------------------------------ the module

@@ -213,8 +213,7 @@ def hostfile_hosts(data: bytes, path: str) -> str:
     """The hosts of a -w/-x host file's bytes as sbatch sends them, read by the hook's own reader
     (`hostfile_hosts` in job_submit.lua, which srun's filter runs too); HeteroError with sbatch's
     words where it refuses the file."""
-    answer = _hostfile_reader()(data, path.encode())  # the hosts, or nil and sbatch's words
-    hosts, said = answer if isinstance(answer, tuple) else (answer, None)
+    hosts, said = _hostfile_reader()(data, path.encode())  # the hosts, or nil and sbatch's words
     if hosts is None:
         raise HeteroError(bytes(said).decode("utf-8", "replace"))
     return bytes(hosts).decode("utf-8", "replace")
