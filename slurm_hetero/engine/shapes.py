@@ -5,8 +5,8 @@ this module enumerates them for a `LayoutSpec` in a fixed order (the families' r
 `engine.layout`'s). The data family lets types differ in tensor-parallel degree on allocations of
 up to `MIXED_TP_MAX_WORLD` devices; the staged family is bounded to `STAGED_MAX_WORLD` devices and
 `STAGED_MAX_STAGES` stages per type, types in memory order (either way). Each shape is tried at
-every micro-batch size of `LayoutSpec.micro_batch_sizes` up to the global batch (an uneven split
-may give one replica most of it), or at the one size given; `shape_search` says when
+every micro-batch size of `LayoutSpec.micro_batch_sizes`, each capped at the global batch (an
+uneven split may give one replica most of it), or at the one size given; `shape_search` says when
 `MAX_CANDIDATES` left shapes out.
 """
 
@@ -97,13 +97,14 @@ def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
 
 def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
     """Micro-batch sizes to try for a shape of `replicas` replicas: the one `micro_batches` implies,
-    else the searched sizes up to the global batch (at least one), else the one given."""
+    else the searched sizes, else the one given; each at most the global batch (a larger one holds
+    no more samples: the same step with more memory), so a restriction to any size is a class the
+    searched sizes include."""
     if spec.micro_batches is not None:
         return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
-    if not spec.micro_batch_sizes:
-        return [spec.micro_batch_size]
     # an uneven split gives a fast replica more than the average: any size a replica could fill
-    return [b for b in spec.micro_batch_sizes if b <= spec.global_batch] or [min(spec.micro_batch_sizes)]
+    sizes = spec.micro_batch_sizes or (spec.micro_batch_size,)
+    return sorted({min(b, spec.global_batch) for b in sizes})
 
 
 def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
