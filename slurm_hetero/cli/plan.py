@@ -232,7 +232,7 @@ COLUMNS: list[Column] = [
     ("PIPE", lambda r: r["pipeline"], str, True),
     ("STAGE", lambda r: r["index"], str, True),
     ("TYPE", lambda r: r["type"], str, False),
-    ("RANKS", lambda r: syntax.ranges(r["ranks"]), str, False),
+    ("RANKS", lambda r: syntax.ranges(r["ranks"], stepped=True), str, False),
     ("TP", lambda r: r["tp"], str, True),
     ("DP", lambda r: r["dp"], str, True),
     ("LAYERS", lambda r: f"{r['layer_start']}-{r['layer_end'] - 1}", str, False),

@@ -344,7 +344,9 @@ def describe(plan: LaunchPlan) -> str:
     head += "".join(f"\nwarning: {note}" for note in plan.notes)
     rows = [_row(d) for d in docs]
     groups = {(g.name, g.ranks): g for g in distinct_groups(plan)[0]}
-    group_rows = [(n, g.backend, g.comm, syntax.ranges(list(r))) for (n, r), g in sorted(groups.items())]
+    group_rows = [
+        (n, g.backend, g.comm, syntax.ranges(r, stepped=True)) for (n, r), g in sorted(groups.items())
+    ]
     env = [f"rank {r.rank}: " + " ".join(f"{k}={v}" for k, v in r.env.items()) for r in plan.ranks]
     return "\n\n".join(
         [

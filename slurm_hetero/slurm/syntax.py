@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+from collections.abc import Sequence
 
 # ---------------------------------------------------------------------------------- bounds
 
@@ -280,19 +281,22 @@ def cpu_ids(cpu_list: str) -> list[int]:
     return sorted(ids)
 
 
-def ranges(ids: list[int]) -> str:
-    """Sorted distinct ids -> `0-3,8` (linear)."""
+def ranges(ids: Sequence[int], stepped: bool = False) -> str:
+    """Sorted distinct ids -> `0-3,8` (linear). `stepped`, for people to read rather than Slurm:
+    three or more evenly spaced ids also fold, as `8-20:4` (the step of Slurm's `--array`), so a
+    stage of every fourth rank of 40,000 is one short field."""
     out: list[str] = []
-    start = prev = None
-    for i in ids:
-        if prev is not None and i == prev + 1:
-            prev = i
-            continue
-        if start is not None:
-            out.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = i
-    if start is not None:
-        out.append(str(start) if start == prev else f"{start}-{prev}")
+    i = 0
+    while i < len(ids):
+        step = ids[i + 1] - ids[i] if stepped and i + 1 < len(ids) else 1
+        end = i + 1
+        while end < len(ids) and ids[end] - ids[end - 1] == step:
+            end += 1
+        if step != 1 and end - i < 3:
+            end = i + 1
+        first, last = ids[i], ids[end - 1]
+        out.append(str(first) if end == i + 1 else f"{first}-{last}" + (f":{step}" if step != 1 else ""))
+        i = end
     return ",".join(out)
 
 

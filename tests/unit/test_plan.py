@@ -24,6 +24,7 @@ from slurm_hetero.engine.modelfamilies import MAX_LAYERS, from_hf_config
 from slurm_hetero.engine.shapes import MAX_CANDIDATES, _bounded_product, shape_search
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.modelconfigs import layer_costs_for
+from slurm_hetero.slurm import syntax
 from tests.conftest import REPO
 from tests.unit.test_layout import random_spec
 
@@ -176,6 +177,39 @@ def test_no_layout_is_worse_than_its_even_split(seed: int) -> None:
 def test_device_lists_are_bounded_and_quoted(devices: str, needle: str) -> None:
     code, _, err = run("plan", "--model", "gpt2", "--devices", devices)
     assert needle in one_line_error(code, err)
+
+
+def _expand(field: str) -> list[int]:
+    ids: list[int] = []
+    for part in field.split(","):
+        span, _, step = part.partition(":")
+        first, _, last = span.partition("-")
+        ids += range(int(first), int(last or first) + 1, int(step or 1))
+    return ids
+
+
+@pytest.mark.parametrize("devices", ["a100_80g:4,h100:8", "a100_40g:8,v100_16g:16,gh200:8"])
+def test_the_table_folds_every_nth_rank_and_names_the_ranks_of_the_json(devices: str) -> None:
+    """A stage of every fourth rank of 40,000 devices printed 10,000 numbers in one cell; evenly
+    spaced ranks fold as `first-last:step`, and unfold to the JSON's ranks."""
+    args = ("plan", "--model", "gpt2", "--devices", devices, "--global-batch", "64", "--per-node", "4")
+    code, out, _ = run(*args)
+    _, doc, _ = run(*args, "--json")
+    lines = out.splitlines()
+    column = lines[1].split().index("RANKS")
+    cells = [line.split()[column] for line in lines[2 : 2 + len(json.loads(doc)["stages"])]]
+    assert code == 0 and any(":" in cell for cell in cells), out
+    assert [_expand(cell) for cell in cells] == [s["ranks"] for s in json.loads(doc)["stages"]]
+
+
+@pytest.mark.parametrize(
+    ("ids", "text"),
+    [([], ""), ([5], "5"), ([0, 1, 2, 3, 8], "0-3,8"), ([0, 2], "0,2"), ([0, 2, 3, 4], "0,2-4"),
+     ([0, 1, 3, 5, 7], "0-1,3-7:2"), (list(range(3, 40000, 4)), "3-39999:4")],
+)  # fmt: skip
+def test_stepped_ranges_fold_three_or_more_evenly_spaced_ids(ids: list[int], text: str) -> None:
+    assert syntax.ranges(ids, stepped=True) == text
+    assert not ids or _expand(text) == ids
 
 
 def test_staged_on_too_many_devices_says_the_real_reason() -> None:
