@@ -3,7 +3,7 @@
 Run by `scripts/bench_peers` with the Python of SAILOR's venv and SAILOR's checkout on PYTHONPATH
 (never imported by the project). Reads {"sailor_root": DIR, "plans": [{"name", "model", "gbs",
 "doc", "devices"}]} on stdin (doc: a `plan --json` document, devices: {our type: count}), writes
-[{"name", "score", "fits", "how", "in_node_free", "best_pipeline"}] on stdout. SAILOR numbers the
+[{"name", "score", "fits", "how", "our_p2p", "best_pipeline"}] on stdout. SAILOR numbers the
 embedding 0, the blocks 1..L and the head L+1: a stage of our layers [a, e) holds SAILOR's
 [a+1, e+1), the first also 0 and the last also L+1. One replica of tensor degree t is one 4-GPU
 node of its type (t GPUs of it), in one zone.
@@ -25,11 +25,15 @@ run of stages at one tensor-parallel degree, replicated) that this simulator fin
 family's shapes itself, each at its least-bottleneck layer split: about the best the family can
 score here, whatever our planner picks.
 
-A diagnostic beside the score, for pipeline plans: SAILOR's same formula with the stage
-boundaries our plan keeps inside a node (every replica's sender and receiver on one node, as the
-plan's ranks place them: a type's devices node by node) sent for free. SAILOR's simulator sends
-every boundary over the network (`estimate_p2p_pipeline_times` never reads the intra-node
-figures it is given); the gap between the two is that difference of worlds, not of cost models.
+A diagnostic beside the score, for pipeline plans (`our_p2p`): SAILOR's same formula, its layer
+times, network coefficients and sync, with the stage transfers charged by the two rules of the
+schedule our runtime runs (torch's 1F1B) where SAILOR's simulator has others:
+- a boundary our plan keeps inside a node (every replica's sender and receiver on one node, as the
+  plan's ranks place them: a type's devices node by node) is free; SAILOR sends every boundary
+  over the network (`estimate_p2p_pipeline_times` never reads the intra-node figures it is given);
+- each stage pays each of its boundaries once per micro-batch (torch sends the activation and
+  receives the gradient in one batched exchange); SAILOR's first and last stage pay theirs twice.
+The gap between the two is that difference of worlds, not of cost models.
 """
 
 import contextlib
@@ -142,9 +146,9 @@ def score_lines(sim, doc, blocks):
     return max(times) + sync, fits, "per line at its own micro-batch count + sync"
 
 
-def in_node_free(sim, doc, blocks, gbs):
-    """A pipeline plan's step by `get_time_per_pipeline`'s formula, with the boundaries the plan
-    keeps inside a node costing nothing (the module docstring)."""
+def our_p2p(sim, doc, blocks, gbs):
+    """A pipeline plan's step by `get_time_per_pipeline`'s formula with our schedule's transfer
+    rules (the module docstring)."""
     st = lines_of(doc)[0]
     lps, mbs, n = stage_layers(st, blocks), st[0]["micro_batch"], len(st)
     first = {}
@@ -165,10 +169,10 @@ def in_node_free(sim, doc, blocks, gbs):
         return 0.0 if inside[k] else estimate_send_time(sim.activation_sizes_per_layer[layer] * mbs, coef)
 
     p2p = []
-    for k in range(n):  # estimate_p2p_pipeline_times's per-stage rule
+    for k in range(n):  # each boundary once (SAILOR: the ends twice)
         out = send(k, lps[k][-1]) if k < n - 1 else 0.0
         back = send(k - 1, lps[k][0]) if k > 0 else 0.0
-        p2p.append(out + back if 0 < k < n - 1 else 2 * back if k == n - 1 else out * (1 if n <= 3 else 2))
+        p2p.append(out + back)
     fwd, bwd, upd = tables(sim, mbs)
     comp = [
         sum(fwd[TYPES[s["type"]]][s["tp"]][x] + bwd[TYPES[s["type"]]][s["tp"]][x] for x in lps[k])
@@ -324,7 +328,7 @@ def main():
             t, fits, how = score_staged(sim, doc, blocks, item["gbs"])
         else:
             t, fits, how = score_lines(sim, doc, blocks)
-        free = in_node_free(sim, doc, blocks, item["gbs"]) if doc["kind"] == "pipeline" else None
+        ours = our_p2p(sim, doc, blocks, item["gbs"]) if doc["kind"] == "pipeline" else None
         best = best_pipeline(sim, item["model"], item["devices"])
         out.append(
             {
@@ -332,7 +336,7 @@ def main():
                 "score": t,
                 "fits": bool(fits),
                 "how": how,
-                "in_node_free": free,
+                "our_p2p": ours,
                 "best_pipeline": best,
             }
         )
