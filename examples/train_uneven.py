@@ -52,6 +52,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from slurm_hetero import training
+from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.inventory.modelconfigs import bundled_names, layer_costs_for
 from slurm_hetero.training import checkpoint
 
@@ -530,7 +531,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         try:
             result = distributed(args)
-        except checkpoint.CheckpointError as e:  # one line per rank, not a traceback
+        except HeteroError as e:  # a layout or checkpoint problem: one line per rank, not a traceback
             sys.exit(f"train_uneven: rank {os.environ.get('RANK', '0')}: {e}")
     if args.losses_out and int(os.environ.get("RANK", "0")) == 0:
         with open(args.losses_out, "w", encoding="utf-8") as f:

@@ -138,6 +138,21 @@ def reference(per_rank: list[dict[str, Any]]) -> list[float]:
     return example.reference(cfg, STEPS)
 
 
+@pytest.mark.parametrize("layout", ["unset", "garbage", "directory"])
+def test_the_example_says_a_layout_problem_in_one_line(tmp_path: Path, layout: str) -> None:
+    """adv40 R19/R22: run outside the launcher, or on a bad layout file, the example printed the
+    LayoutError as a traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_HETERO_LAYOUT"}
+    (tmp_path / "garbage").write_text("{not json")
+    if layout != "unset":
+        env["SLURM_HETERO_LAYOUT"] = str(tmp_path / "garbage" if layout == "garbage" else tmp_path)
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--steps", "1"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("train_uneven: rank 0: "), run.stderr
+
+
 def test_uneven_data_parallel_matches_one_process(tmp_path: Path) -> None:
     per_rank = layouts([0, 2], [5, 11], micro_batch=4, dp_backend="hccl")
     result, stdout = run_ranks(tmp_path, per_rank)
