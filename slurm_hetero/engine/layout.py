@@ -49,13 +49,13 @@ from slurm_hetero.engine.shapes import (
     staged_degrees,
     staged_micro_batch,
 )
+from slurm_hetero.engine.shapes import SEARCHED_MICRO_BATCHES as SEARCHED_MICRO_BATCHES
 from slurm_hetero.engine.shapes import kinds_for_micro_batch as kinds_for_micro_batch
 from slurm_hetero.engine.stagecost import TFLOPS, Checkpointing, DeviceGroup, LayerCosts, peak_rate
 
 FINALISTS = 4
 GIB = 2**30
 OBJECTIVES = ("time", "cost")
-SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)
 DEFAULT_TP_SIZES = (1, 2, 4, 8)  # what `plan` searches (launch: --tp-sizes, default 1)
 
 

@@ -55,13 +55,10 @@ MAX_SCORES = 2_500
 # 1,170 scores of 58 lines). The benchmark mixes have at most 5 lines.
 SCORE_LINES = 8
 # Each class of shapes (`shape_class`) may take 1 / CLASS_SHARE of the split work and score bounds,
-# and all classes together the whole of them: a class is searched as far as a search restricted to
-# it would be unless the whole is spent (the plan then says it was bounded).
+# and on problems under LARGE_SEARCH no class's spending counts against another's: a class is
+# searched exactly as far as a search restricted to it (`--kind`, `--micro-batch`) would be, so
+# the default is never worse than a restriction by its own prediction.
 CLASS_SHARE = 2
-# ... and on problems under LARGE_SEARCH all classes together WHOLE_SHARE times the bounds: a
-# default search has a dozen classes, and a restriction to two (`--micro-batch 1`) may spend the
-# whole of one bound on them (GPT-Neo-2.7B on 16 A100 + 16 V100: 83.6 s against 79.3 s at 1).
-WHOLE_SHARE = 2
 
 
 class Budget:
@@ -389,9 +386,8 @@ def search(
     can win in its class (`shape_class`: a shape is skipped only for a better one of its own family
     and micro-batch size, as a search restricted to that class would); and whether a bound stopped
     it early. Each class has its own share (`CLASS_SHARE`) of the split work and score bounds
-    (`MAX_SPLIT_WORK`, `MAX_SCORES`) within their whole, so a class is searched as far as a search
-    restricted to it would be unless the whole is spent; on large problems (`LARGE_SEARCH`) the
-    classes share them, and `MAX_SPLITS`."""
+    (`MAX_SPLIT_WORK`, `MAX_SCORES`), so a class is searched as far as a search restricted to it
+    would be; on large problems (`LARGE_SEARCH`) the classes share them, and `MAX_SPLITS`."""
     memo = _memo(spec, shapes)
     ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
@@ -399,8 +395,8 @@ def search(
     stopped, split = False, 0
     large = sum(g.count for g in spec.groups) * spec.costs.layers > LARGE_SEARCH
     share = spec.max_candidates / MAX_CANDIDATES
-    part, share = (share, share) if large else (share / CLASS_SHARE, share * WHOLE_SHARE)
-    whole = Budget(MAX_SCORES * share)
+    part = share if large else share / CLASS_SHARE
+    whole = Budget(MAX_SCORES * share) if large else None  # small problems: classes never share
     work: dict[tuple[str, int], int] = {}
     budgets: dict[tuple[str, int], Budget] = {}
     for bound, i, shape in ranked:
@@ -410,7 +406,7 @@ def search(
             continue
         pool = ("", 0) if large else key  # large problems: one pool, as MAX_SPLITS is
         budget = budgets.setdefault(pool, Budget(MAX_SCORES * part, whole))
-        spent = work.get(pool, 0) > MAX_SPLIT_WORK * part or sum(work.values()) > MAX_SPLIT_WORK * share
+        spent = work.get(pool, 0) > MAX_SPLIT_WORK * part
         if (spent or budget.spent) and key in best:
             stopped = True
             continue

@@ -42,6 +42,11 @@ def _divisors(n: int) -> list[int]:
 MAX_CANDIDATES = 8192
 MAX_TYPES = 64  # device types in one layout (`engine.limits.check_size` refuses more)
 ORDER_PERMUTATIONS = 5  # every stage order of up to this many types (if within the budget)
+SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)  # per device, what `plan` and `launch` search by default
+# The pipeline and data budgets count a structure (and stage order) as this many shapes however
+# many sizes it is tried at, so a run restricted to one size (`--micro-batch`) lists the same
+# structures as the default and cannot find one the default left out.
+SIZE_SLOTS = len(SEARCHED_MICRO_BATCHES)
 
 
 @dataclass(frozen=True)
@@ -135,12 +140,12 @@ def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     k, sizes = len(counts), {d: _micro_batches(spec, d) for d in divisors}
     orders = list(itertools.permutations(range(k))) if k <= ORDER_PERMUTATIONS else _few_orders(spec)
     structures = [x for row in per_d for x in row]
-    if sum(len(sizes[d]) for d, _ in structures) * len(orders) > budget:
+    if len(structures) * len(orders) * SIZE_SLOTS > budget:
         orders, cut = (_few_orders(spec), True) if len(orders) > 5 else (orders, cut)
         structures = _round_robin(per_d)  # every data-parallel degree keeps its cheapest first
     shapes: list[Shape] = []
-    for d, combo in structures:
-        if len(shapes) + len(orders) * len(sizes[d]) > budget:
+    for listed, (d, combo) in enumerate(structures):
+        if (listed + 1) * len(orders) * SIZE_SLOTS > budget:
             return shapes, True
         for order in orders:
             line = tuple((g, combo[g][1]) for g in order for _ in range(combo[g][0]))
@@ -158,7 +163,7 @@ def _data_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     """Every type runs replicas of `p` stages, each type at its own tensor-parallel degree
     (uniform degrees first; mixed ones up to `MIXED_TP_MAX_WORLD` devices, unless
     `LayoutSpec.mixed_tp` is False)."""
-    counts, k, cut = [g.count for g in spec.groups], len(spec.groups), False
+    counts, k, cut, listed = [g.count for g in spec.groups], len(spec.groups), False, 0
     shapes: list[Shape] = []
     for p in (p for p in _divisors(math.gcd(*counts)) if p <= spec.costs.layers):
         options = [_tp_options(spec, g, counts[g] // p) for g in range(k)]
@@ -168,12 +173,12 @@ def _data_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
             combos += [c for c in mixed if len(set(c)) > 1]
             cut |= left
         for combo in combos:
+            if (listed := listed + 1) * SIZE_SLOTS > budget:
+                return shapes, True
             lines = tuple(tuple((g, combo[g]) for _ in range(p)) for g in range(k))
             replicas = tuple(n // (p * t) for n, t in zip(counts, combo))
-            for b in _micro_batches(spec, sum(replicas)):
-                if len(shapes) == budget:
-                    return shapes, True
-                shapes.append(Shape(LayoutKind.DATA, lines, replicas, b))
+            sizes = _micro_batches(spec, sum(replicas))
+            shapes += [Shape(LayoutKind.DATA, lines, replicas, b) for b in sizes]
     return shapes, cut
 
 

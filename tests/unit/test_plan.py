@@ -404,7 +404,8 @@ def test_many_layers_on_few_devices_polish_within_the_work_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """16 devices x a 128-layer small model polished 17,781 splits (35,426 simulated steps, 10 s):
-    the search now stops at `partition.MAX_SCORES` and says it was bounded."""
+    the search now stops each class (`partition.shape_class`) at its share of
+    `partition.MAX_SCORES` and says it was bounded."""
     from slurm_hetero.engine import partition
     from slurm_hetero.engine.schedule import StepModel
 
@@ -430,9 +431,11 @@ def test_many_layers_on_few_devices_polish_within_the_work_bound(
     simulated = []
     plain = StepModel.simulate
     monkeypatch.setattr(StepModel, "simulate", lambda self, *a: simulated.append(1) or plain(self, *a))
-    fits, bounded = partition.search(spec, shape_search(spec).shapes)
-    assert fits and bounded
-    assert len(simulated) <= 3 * partition.MAX_SCORES
+    shapes = shape_search(spec).shapes
+    fits, bounded = partition.search(spec, shapes)
+    classes = len({partition.shape_class(s) for s in shapes})
+    assert fits and bounded and classes == 12  # pipeline, data and staged at 1, 2, 4 and 8 a device
+    assert len(simulated) <= 1.5 * classes * partition.MAX_SCORES / partition.CLASS_SHARE
 
 
 def test_no_shape_names_the_real_reason_not_a_common_divisor() -> None:
@@ -542,5 +545,30 @@ def test_gpt_neo_default_is_no_worse_than_its_restrictions(tmp_path: Path) -> No
         assert code == 0, err
         predicted[extra], notes[extra] = json.loads(out)["predicted_step_s"], json.loads(out)["notes"]
     default, best = predicted.pop(()), min(predicted.values())
-    assert default <= best * 1.01, (default, predicted)
-    assert default <= best * (1 + 1e-9) or any(n.startswith("search bounded") for n in notes[()])
+    assert default <= best * (1 + 1e-9), (default, predicted, notes[()])
+
+
+@pytest.mark.parametrize(
+    ("command", "restriction"),
+    [
+        ("h200:8,mi300x:16 llama-2-13b 37 256 --dtype fp32 --zero 0", "--kind pipeline"),
+        ("mi300x:3,ascend910:6,v100_16g:3,mi250x:16 falcon-7b 11 512 --attention eager", "--micro-batch 1"),
+        ("mlu370_x8:4,a100_40g:8,h100_sxm:12 mistral-7b 97 512 --per-node 3 --network-gbs 0.05",
+         "--kind pipeline"),
+        ("l40s:4,v100_16g:7,b200:8,a100_40g:2,rtx4090:4 gemma-2b 7 512 --dtype fp32 --attention eager",
+         "--micro-batch 4"),
+        ("rtx4090:5,ascend910:6,mi250x:8 gpt-neo-2.7b 13 256 --recompute selective", "--micro-batch 4"),
+    ],
+)  # fmt: skip
+def test_a_bounded_default_search_is_no_worse_than_its_restrictions(command: str, restriction: str) -> None:
+    """adv40 PV04-PV12: on searches that hit their bounds, other classes' spending cut a class
+    short (the whole budget), and a micro-batch restriction listed candidates the default's
+    budget had left out; a restriction then predicted up to 1.62x faster."""
+    devices, model, batch, seq, *options = command.split()
+    args = ["plan", "--devices", devices, "--model", model, "--global-batch", batch, "--seq", seq, *options]
+    predicted = []
+    for extra in ([], restriction.split()):
+        code, out, err = run(*args, *extra, "--json")
+        assert code == 0, err
+        predicted.append(json.loads(out)["predicted_step_s"])
+    assert predicted[0] <= predicted[1] * (1 + 1e-9), predicted
