@@ -199,11 +199,14 @@ def solve(spec: LayoutSpec) -> Layout:
     allocation with one type left idle, when that is better (each searched within
     an eighth of `spec.max_candidates` over the types, so the whole stays bounded)."""
     check_limits(spec)
-    best = _solve_all(spec)
     if not spec.leave_out or len(spec.groups) < 2:
-        return best
+        return _solve_all(spec)
+    try:
+        best: Layout | None = _solve_all(spec)
+    except RequestError as no_fit:  # every device together fits no shape: a subset may
+        best, failure = None, no_fit
     share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
-    full_notes = best.notes
+    full_notes = best.notes if best else ()
     for k in range(len(spec.groups)):
         subset = dataclasses.replace(
             spec,
@@ -216,10 +219,12 @@ def solve(spec: LayoutSpec) -> Layout:
         except RequestError:
             continue
         bounded |= bool(trial.notes)
-        if _objective(spec, trial) < _objective(spec, best) * (1 - 1e-9):
+        if best is None or _objective(spec, trial) < _objective(spec, best) * (1 - 1e-9):
             best = dataclasses.replace(
                 trial, bound_step_s=bound_step_s(spec), left_out=(spec.groups[k].type,)
             )
+    if best is None:
+        raise failure
     trials = (
         ["search bounded: each allocation with a type left out searched within its share"] if bounded else []
     )
@@ -352,6 +357,9 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
         how, fix = "without recomputing whole layers", "add devices or allow recomputation (auto, full)"
     else:
         how, fix = "even with recomputation", "add devices"
+    pipeline = dataclasses.replace(spec, kinds=(LayoutKind.PIPELINE,))
+    if LayoutKind.PIPELINE in spec.kinds and not candidate_shapes(pipeline):  # adv40 PV17
+        fix += f". Pipeline layouts were not tried: {_no_shape_reason(pipeline)}"
     return RequestError(what, f"no stage split fits memory {how} ({largest}); {fix}")
 
 
@@ -397,7 +405,8 @@ def _no_shape_reason(spec: LayoutSpec) -> str:
             f"the staged family can give every type here only data-parallel degree {degrees.pop()}, "
             "which is the pipeline family's shape; use --kind pipeline or leave --kind out"
         )
-    return "no pipeline or data-parallel shape uses every device; use counts with a common divisor"
+    family = "pipeline" if kinds == {LayoutKind.PIPELINE} else "pipeline or data-parallel"
+    return f"no {family} shape uses every device; use counts with a common divisor"
 
 
 # -- ranks ---------------------------------------------------------------------------------------

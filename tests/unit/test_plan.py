@@ -212,6 +212,19 @@ def test_stepped_ranges_fold_three_or_more_evenly_spaced_ids(ids: list[int], tex
     assert not ids or _expand(text) == ids
 
 
+def test_counts_without_a_common_divisor_say_so_and_leave_out_finds_a_plan() -> None:
+    """adv40 PV17/PV18: no data shape fits and no pipeline shape exists (75 and 31 have no common
+    divisor); the error said only "add devices", and --leave-out gave the same error though
+    h200:31 alone plans."""
+    args = ("plan", "--devices", "l40s:75,h200:31", "--model", "llama-2-70b", "--seq", "512")
+    args += ("--global-batch", "4099")
+    code, _, err = run(*args)
+    err = one_line_error(code, err)
+    assert "Pipeline layouts were not tried: no pipeline shape uses every device; use counts with a" in err
+    code, out, err = run(*args, "--leave-out", "--json")
+    assert code == 0 and json.loads(out)["left_out"] == ["l40s"], err
+
+
 def test_staged_on_too_many_devices_says_the_real_reason() -> None:
     code, _, err = run("plan", "--model", "gpt2", "--devices", "h100_sxm:512,a100:512", "--kind", "staged")
     err = one_line_error(code, err)
