@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import gc
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, fields
@@ -135,10 +136,12 @@ def ambiguity(text: str, key: str | None = None) -> str:
         yaml11 = text
     yaml12 = _yaml12(text)
     where = f"{key}: " if key is not None else ""
-    numbers = [_plain(v) for v in (yaml11, yaml12) if isinstance(v, (bool, int, float))]
-    numbers = list(dict.fromkeys(numbers))
+    readings = [v for v in (yaml11, yaml12) if isinstance(v, (bool, int, float))]
+    numbers = list(dict.fromkeys(_plain(v) for v in readings if not isinstance(v, float) or math.isfinite(v)))
     quoted = f"'{text}'"
-    if len(numbers) == 2:
+    if any(isinstance(v, float) and not math.isfinite(v) for v in readings):  # 1e400: "write inf" misleads
+        advice = f"write a finite number, or {quoted} for text"
+    elif len(numbers) == 2:
         advice = f"write {numbers[0]} or {numbers[1]}"
     elif numbers:
         advice = f"write {numbers[0]}, or {quoted} for text"

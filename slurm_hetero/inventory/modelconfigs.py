@@ -78,10 +78,12 @@ def check_seq(spec: ModelSpec, seq: int, ref: str | None = None) -> int:
 BEYOND_CONTEXT = "--beyond-context"
 
 
-def sequence_length(spec: ModelSpec, seq: int | None, ref: str | None = None, beyond: bool = False) -> int:
+def sequence_length(
+    spec: ModelSpec, seq: int | None, ref: str | None = None, beyond: bool | None = None
+) -> int:
     """The sequence length asked for, else DEFAULT_SEQ or the model's context if shorter. Longer
     than the context is an error unless `beyond` (BEYOND_CONTEXT: relative positions as T5's, RoPE
-    scaling)."""
+    scaling; None: the command has no such option, and the error does not offer it)."""
     if seq is None:
         return min(DEFAULT_SEQ, spec.max_positions)
     if beyond and seq >= 1:
@@ -89,6 +91,8 @@ def sequence_length(spec: ModelSpec, seq: int | None, ref: str | None = None, be
     try:
         return check_seq(spec, seq, ref)
     except RequestError as e:
+        if beyond is None:
+            raise
         raise RequestError(e.text, f"{e.reason}; pass {BEYOND_CONTEXT} to estimate longer ones") from None
 
 

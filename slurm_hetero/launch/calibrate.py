@@ -418,18 +418,29 @@ TFLOPS_RANGE = (1e-6, 1e6)
 
 
 def _figure(value: Any, path: Path, key: str) -> float:
-    if isinstance(value, Mapping):
-        if unknown := sorted(map(str, set(value) - ENTRY_KEYS)):  # a misspelt key would be lost
-            message = f"unknown keys {', '.join(unknown)[:200]}; an entry has {', '.join(sorted(ENTRY_KEYS))}"
-            raise ConfigError(message, str(path), key)
-        value = value.get("layer_tflops", value.get("tflops"))
-        if value is None:
-            raise ConfigError("no tflops: give the type's sustained TFLOPS (tflops: N)", str(path), key)
+    """A type's TFLOPS: the plain figure, or an entry's `layer_tflops` (what the planner prices a
+    layer at) else its `tflops`; every figure given is checked, the unused one too."""
+    if not isinstance(value, Mapping):
+        return _checked_tflops(value, "TFLOPS", path, key)
+    if unknown := sorted(map(str, set(value) - ENTRY_KEYS)):  # a misspelt key would be lost
+        message = f"unknown keys {', '.join(unknown)[:200]}; an entry has {', '.join(sorted(ENTRY_KEYS))}"
+        raise ConfigError(message, str(path), key)
+    given = {
+        k: _checked_tflops(value[k], k, path, key)
+        for k in ("tflops", "layer_tflops")
+        if value.get(k) is not None
+    }
+    if not given:
+        raise ConfigError("no tflops: give the type's sustained TFLOPS (tflops: N)", str(path), key)
+    return given.get("layer_tflops", given.get("tflops", 0.0))
+
+
+def _checked_tflops(value: Any, name: str, path: Path, key: str) -> float:
     if not _finite(value) or value <= 0:
-        raise ConfigError(f"TFLOPS must be a positive number, got {reprlib.repr(value)[:40]}", str(path), key)
+        raise ConfigError(f"{name} must be a positive number, got {reprlib.repr(value)[:40]}", str(path), key)
     low, high = TFLOPS_RANGE
     if not low <= value <= high:
-        raise ConfigError(f"TFLOPS {value:g} is outside {low:g}-{high:g} for one device", str(path), key)
+        raise ConfigError(f"{name} {value:g} is outside {low:g}-{high:g} for one device", str(path), key)
     return float(value)
 
 

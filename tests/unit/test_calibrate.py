@@ -136,6 +136,8 @@ def test_the_fitted_curve_reaches_plan_through_the_measured_file(tmp_path: Path)
         (["--device", "cpu", "--type", "gpumem"], "is a GRES name"),
         (["--device", "cuda:99"], "--device cuda:99: no such device"),  # K02 (no torch_xmlir import)
         (["--device", "nosuchdev:0"], "torch has no device type 'nosuchdev'"),
+        # adv40 C27: the advice was "pass --beyond-context", an option calibrate does not have
+        (["--device", "cpu", "--type", "a100_80g", "--model", "gpt2", "--seq", "5000"], "1024 tokens"),
     ],
 )
 def test_calibrate_refuses_in_one_line_and_writes_nothing(
@@ -150,6 +152,7 @@ def test_calibrate_refuses_in_one_line_and_writes_nothing(
     assert result.exception is None or isinstance(result.exception, SystemExit)
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("slurm-hetero: ") and needle in lines[0], lines
+    assert "--beyond-context" not in lines[0]
     if "names no device type" in needle:
         assert "--type TYPE" in lines[0] and "l40s" in lines[0]  # how to name one, and the valid types
     assert not out.exists()

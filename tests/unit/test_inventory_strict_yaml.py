@@ -34,6 +34,8 @@ AMBIGUOUS_CPUS = {  # value: (YAML 1.1 reading, YAML 1.2 reading, advice)
     "09": ("the text '09'", "9", "write 9, or '09' for text"),
     "yes": ("true", "the text 'yes'", "write true, or 'yes' for text"),
     "off": ("false", "the text 'off'", "write false, or 'off' for text"),
+    # adv40 M19: "write inf" for an overflow, and no field takes inf
+    "1e400": ("the text '1e400'", "inf", "write a finite number, or '1e400' for text"),
 }
 
 

@@ -254,6 +254,23 @@ def test_a_bad_network_figure_is_one_line_naming_the_entry(tmp_path: Path, bad: 
     assert len(run.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ({"tflops": -1, "layer_tflops": 5}, "a100_40g: tflops must be a positive number, got -1"),
+        ({"tflops": 0, "layer_tflops": 5}, "a100_40g: tflops must be a positive number, got 0"),
+        ({"tflops": 5, "layer_tflops": float("nan")}, "a100_40g: layer_tflops must be a positive number"),
+    ],
+)
+def test_every_tflops_figure_of_an_entry_is_checked(
+    tmp_path: Path, entry: dict[str, float], needle: str
+) -> None:
+    """adv40 C12/C18: beside a layer_tflops (what plan prices), a tflops of 0 or -1 was accepted."""
+    run = CliRunner().invoke(cli, [*PLAN, "--measured", str(write(tmp_path, {"a100_40g": entry}))])
+    assert run.exit_code == 1 and needle in run.output, run.output
+    assert len(run.output.strip().splitlines()) == 1
+
+
 def test_sailor_network_fits_convert_to_network_figures(tmp_path: Path) -> None:
     """convert-profile --network: SAILOR's fit of one GPU to one of its type (GB/s as a polynomial
     in log2 MB), at one sample's fp32 hidden state (2048 x 1024 x 4 bytes: log2 8.39 = 3.07)."""
