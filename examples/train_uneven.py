@@ -338,6 +338,8 @@ def train(
     if checkpoints and os.path.lexists(Path(checkpoints) / checkpoint.LATEST):  # a broken link: load says so
         start = checkpoint.load(checkpoints, stage, opt, layout)["extra"]["next_step"]
         run.first_step, run.loaded = start, time.time()
+    elif checkpoints:  # starting afresh must not overwrite the steps of a run whose `latest` is gone
+        checkpoint.check_resume(checkpoints, layout["num_layers"])
     for step in range(start, steps):
         ids, begin, busy, overruns = tokens(cfg, step), time.perf_counter(), pace.busy, pace.overruns
         mine = ids[first : first + layout["samples"]]

@@ -196,6 +196,11 @@ def check_resume(directory: str | os.PathLike[str], num_layers: int | None) -> N
     root = Path(directory)
     _prepare(root)
     if not os.path.lexists(root / LATEST):
+        if (found := _newest_complete(root, None)) is not None:  # a fresh start would overwrite it
+            raise CheckpointError(
+                f"{root}: {LATEST} is missing but {found.name} is complete: write its name into "
+                f"{root / LATEST} to resume from it, or give an empty directory to start afresh"
+            )
         return  # a first run: training starts afresh and saves here
     path = latest(root)
     meta = _meta(path)
@@ -223,11 +228,14 @@ def latest(directory: str | os.PathLike[str]) -> Path:
 def _earlier(root: Path, bad: Path | None) -> str:
     """What to do when `latest` (or the step `bad` it names) cannot be loaded: resume from the
     newest complete step left in `root`, or start afresh when there is none."""
-    steps = sorted((p for p in root.glob("step-*") if _STEP.fullmatch(p.name) and p != bad), reverse=True)
-    for step in steps:
-        if stat.S_ISREG(_mode(step / META)) and _files_problem(step) is None:
-            return f"{step.name} is complete: write its name into {root / LATEST} to resume from it"
+    if (step := _newest_complete(root, bad)) is not None:
+        return f"{step.name} is complete: write its name into {root / LATEST} to resume from it"
     return f"no complete checkpoint is left: remove {root / LATEST} to start afresh"
+
+
+def _newest_complete(root: Path, bad: Path | None) -> Path | None:
+    steps = sorted((p for p in root.glob("step-*") if _STEP.fullmatch(p.name) and p != bad), reverse=True)
+    return next((s for s in steps if stat.S_ISREG(_mode(s / META)) and _files_problem(s) is None), None)
 
 
 def _mode(path: Path) -> int:

@@ -232,6 +232,23 @@ def test_a_latest_naming_no_checkpoint_names_the_newest_complete_one(tmp_path: P
         checkpoint.load(tmp_path, stage, None, lay)
 
 
+def test_complete_steps_without_latest_are_not_overwritten_by_a_fresh_start(tmp_path: Path) -> None:
+    """adv40 R07/R14: a directory of complete steps whose `latest` was gone passed `launch
+    --resume`, and the example started afresh, saving over those steps."""
+    from slurm_hetero.launch.run import LaunchError, check_resume_dir
+
+    saved, per_rank = tmp_path / "ckpt", layouts([0, 1, 2], [8], micro_batch=4)
+    run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved))
+    (saved / "latest").unlink()
+    kept = (saved / "step-00000000").stat().st_ino
+    advice = "latest is missing but step-00000001 is complete: write its name into"
+    with pytest.raises(LaunchError, match=advice):
+        check_resume_dir(saved, 2)
+    _, stdout = run_ranks(tmp_path, per_rank, "--steps", "3", "--checkpoint-dir", str(saved), code=1)
+    assert stdout.strip().splitlines()[-1].startswith("train_uneven: rank 0: ") and advice in stdout
+    assert (saved / "step-00000000").stat().st_ino == kept and not (saved / "latest").exists()
+
+
 def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(tmp_path: Path) -> None:
     """examples/train_uneven.py, which users copy, let CheckpointError out as a traceback per rank."""
     saved, per_rank = tmp_path / "ckpt", layouts([0, 1, 2], [8], micro_batch=4)
