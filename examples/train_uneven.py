@@ -364,14 +364,21 @@ def _median(values: list[float], warmup: int) -> float:
 # -- the command line ------------------------------------------------------------------------
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=_positive, default=20)
     p.add_argument("--reference", action="store_true", help="one process over the whole global batch")
-    p.add_argument("--layers", type=int, help="blocks (default: the layout's num_layers, else 4)")
-    p.add_argument("--global-batch", type=int, help="samples per step (default: the layout's, else 16)")
-    for name in ("vocab", "d-model", "heads", "seq", "seed"):
-        p.add_argument(f"--{name}", type=int, default=getattr(Config, name.replace("-", "_")))
+    p.add_argument("--layers", type=_positive, help="blocks (default: the layout's num_layers, else 4)")
+    p.add_argument("--global-batch", type=_positive, help="samples per step (default: the layout's, else 16)")
+    for name in ("vocab", "d-model", "heads", "seq"):
+        p.add_argument(f"--{name}", type=_positive, default=getattr(Config, name.replace("-", "_")))
+    p.add_argument("--seed", type=int, default=Config.seed)
     p.add_argument("--lr", type=float, default=Config.lr)
     p.add_argument("--optimizer", choices=("adam", "sgd"), default=Config.optimizer)
     p.add_argument("--dtype", choices=("float64", "float32"), default=Config.dtype)
