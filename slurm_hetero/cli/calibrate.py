@@ -66,11 +66,7 @@ def summary(result: Calibration, path: Path) -> str:
 )
 @click.option("--seq", type=SEQ, help="With --model: tokens per sequence [default: the model's context].")
 @click.option(
-    "--micro-batches",
-    "micro_batches",
-    default="1,2,4",
-    show_default=True,
-    help="With --model: the micro-batch sizes to time.",
+    "--micro-batches", "micro_batches", help="With --model: the micro-batch sizes to time [default: 1,2,4]."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def calibrate_command(
@@ -80,15 +76,17 @@ def calibrate_command(
     out: Path,
     model: str | None,
     seq: int | None,
-    micro_batches: str,
+    micro_batches: str | None,
     as_json: bool,
 ) -> None:
     """Measure matmul and transformer-layer throughput with torch and store them so plans use
     measured speed (`--measured FILE`) instead of datasheet numbers; with --model also the
     per-shape profile (seconds of one of its layers per micro-batch size) plan and launch read."""
+    if model is None and (seq is not None or micro_batches is not None):  # adv40 C23: not ignored
+        raise click.UsageError("--seq and --micro-batches time a model's layer: give --model too")
     if (problem := unusable_path(out.expanduser())) is not None:  # before minutes of measuring
         raise CalibrationError(f"--out {syntax.text(out)}: {problem}")
-    sizes = _micro_batches(micro_batches)
+    sizes = _micro_batches(micro_batches or "1,2,4")
     shapes = (model, seq) if model is not None else None
     result = calibrate(device, gres_type, dtype, catalog=load_catalog(), model=shapes, micro_batches=sizes)
     path = store(out, result)

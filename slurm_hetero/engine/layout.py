@@ -353,6 +353,9 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
         return RequestError(what, f"{need} but the {devices} devices have {have / GIB:,.0f} GiB; add devices")
     big = max(groups, key=lambda g: g.memory_bytes)
     largest = f"largest device: {big.memory_bytes / GIB:.0f} GiB on {big.type}"
+    if c.overhead_bytes >= big.memory_bytes:  # adv40 P58: more devices cannot help
+        overhead = f"{c.overhead_bytes / GIB:,.1f} GiB of overhead a device fills every device ({largest})"
+        return RequestError(what, f"{overhead}; give a smaller --overhead-gib")
     if c.checkpointing == Checkpointing.NEVER:
         how, fix = "without recomputing whole layers", "add devices or allow recomputation (auto, full)"
     else:

@@ -225,6 +225,13 @@ def test_counts_without_a_common_divisor_say_so_and_leave_out_finds_a_plan() -> 
     assert code == 0 and json.loads(out)["left_out"] == ["l40s"], err
 
 
+def test_an_overhead_past_every_device_is_named_not_more_devices() -> None:
+    """adv40 P58: the advice was to add devices, which the per-device overhead rules out."""
+    code, _, err = run("plan", "--devices", "a100_80g:2", "--model", "gpt2", "--overhead-gib", "1000000")
+    assert "1,000,000.0 GiB of overhead a device fills every device" in one_line_error(code, err)
+    assert "give a smaller --overhead-gib" in err and "add devices" not in err
+
+
 def test_staged_on_too_many_devices_says_the_real_reason() -> None:
     code, _, err = run("plan", "--model", "gpt2", "--devices", "h100_sxm:512,a100:512", "--kind", "staged")
     err = one_line_error(code, err)
