@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import sys
@@ -370,6 +371,16 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if not 0 < rate < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return rate
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=_positive, default=20)
@@ -379,7 +390,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("vocab", "d-model", "heads", "seq"):
         p.add_argument(f"--{name}", type=_positive, default=getattr(Config, name.replace("-", "_")))
     p.add_argument("--seed", type=int, default=Config.seed)
-    p.add_argument("--lr", type=float, default=Config.lr)
+    p.add_argument("--lr", type=_rate, default=Config.lr)
     p.add_argument("--optimizer", choices=("adam", "sgd"), default=Config.optimizer)
     p.add_argument("--dtype", choices=("float64", "float32"), default=Config.dtype)
     p.add_argument(
@@ -409,7 +420,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--flops-seq", type=int, help="the planned sequence length (default: --seq)")
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the median step time")
     p.add_argument(
-        "--threads", type=int, default=1, help="torch threads per rank (more only pay on big --d-model)"
+        "--threads", type=_positive, default=1, help="torch threads per rank (more only pay on big --d-model)"
     )
     p.add_argument("--losses-out", help="write the losses (and step times) here as JSON")
     p.add_argument(
@@ -418,7 +429,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="resume from the last checkpoint here (any layout's) and save one after every step "
         "[default: what `launch --resume DIR` exported]",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.d_model % args.heads:
+        p.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
+    return args
 
 
 def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Config:
@@ -430,7 +444,9 @@ def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Conf
         ("--global-batch", args.global_batch, batch),
     ):
         if mine is not None and mine != theirs:
-            sys.exit(f"train_uneven: {flag} {mine} but the layout has {theirs}")
+            sys.exit(
+                f"train_uneven: rank {os.environ.get('RANK', '0')}: {flag} {mine} but the layout has {theirs}"
+            )
     return Config(
         args.vocab, args.d_model, args.heads, layers or 4, args.seq, batch or 16,
         args.seed, args.lr, args.optimizer, args.dtype, args.arch,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.core.errors import LayoutError
+from slurm_hetero.core.readfile import MiB, read_text
 
 ENV = "SLURM_HETERO_LAYOUT"
 VERSION = 1
@@ -168,6 +169,8 @@ class RankLayout:
             data = json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as e:
             raise LayoutError(f"{where}: not JSON ({e})") from e
+        except RecursionError:
+            raise LayoutError(f"{where}: not a layout (nested too deeply)") from None
         except ValueError as e:  # NaN, Infinity: not JSON, though Python's json reads them
             raise LayoutError(f"{where}: {e}") from e
         return cls.from_dict(data, where)
@@ -239,13 +242,13 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
             )
 
 
+MAX_LAYOUT_BYTES = 64 * MiB  # a rank's document of 65,536 ranks: its groups' rank lists, about 2 MB
+
+
 def from_file(path: str | Path) -> RankLayout:
-    """The layout in the JSON file at `path`."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise LayoutError(f"cannot read layout {path}: {e.strerror}") from e
-    return RankLayout.from_json(text, str(path))
+    """The layout in the JSON file at `path` (a regular UTF-8 file: a FIFO or /dev/zero is refused,
+    not read)."""
+    return RankLayout.from_json(read_text(path, MAX_LAYOUT_BYTES, "layout document", LayoutError), str(path))
 
 
 def current(environ: Mapping[str, str] | None = None) -> RankLayout:

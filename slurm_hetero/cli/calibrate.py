@@ -86,7 +86,7 @@ def calibrate_command(
         raise click.UsageError("--seq and --micro-batches time a model's layer: give --model too")
     if (problem := unusable_path(out.expanduser())) is not None:  # before minutes of measuring
         raise CalibrationError(f"--out {syntax.text(out)}: {problem}")
-    sizes = _micro_batches(micro_batches or "1,2,4")
+    sizes = _micro_batches("1,2,4" if micro_batches is None else micro_batches)
     shapes = (model, seq) if model is not None else None
     result = calibrate(device, gres_type, dtype, catalog=load_catalog(), model=shapes, micro_batches=sizes)
     path = store(out, result)
@@ -95,9 +95,9 @@ def calibrate_command(
 
 def _micro_batches(text: str) -> tuple[int, ...]:
     items = [item.strip() for item in text.split(",")]
-    if not all(item.isdigit() and 1 <= int(item) <= MAX_MICRO_BATCH for item in items):
-        raise RequestError(
-            f"--micro-batches {syntax.text(text)}", f"expected sizes 1 to {MAX_MICRO_BATCH}, e.g. 1,2,4"
+    if not all(item.isdigit() and 1 <= int(item) <= MAX_MICRO_BATCH for item in items):  # a usage error
+        raise click.UsageError(
+            f"--micro-batches {syntax.text(text)}: expected sizes 1 to {MAX_MICRO_BATCH}, e.g. 1,2,4"
         )
     return tuple(sorted({int(item) for item in items}))
 

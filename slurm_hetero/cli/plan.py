@@ -49,6 +49,7 @@ from slurm_hetero.engine.layout import (
     DEFAULT_TP_SIZES,
     MAX_DEVICES,
     NETWORK_GBS,
+    NO_FULL_LAYOUT,
     OBJECTIVES,
     SEARCHED_MICRO_BATCHES,
     DeviceGroup,
@@ -265,7 +266,9 @@ def render_layout(
     if layout.cost_per_step_usd is not None:
         tail += f"; ${layout.cost_per_step_usd:.4f} per step"
     if layout.left_out:
-        tail += f"; left idle: {', '.join(layout.left_out)} (--leave-out: better by the objective without it)"
+        forced = any(n.startswith(NO_FULL_LAYOUT) for n in layout.notes)
+        why = f"{NO_FULL_LAYOUT} (note below)" if forced else "better by the objective without it"
+        tail += f"; left idle: {', '.join(layout.left_out)} (--leave-out: {why})"
     notes = [f"note: {n}" for n in layout_notes(layout)]
     notes += [
         f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()

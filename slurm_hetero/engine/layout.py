@@ -206,7 +206,7 @@ def solve(spec: LayoutSpec) -> Layout:
     except RequestError as no_fit:  # every device together fits no shape: a subset may
         best, failure = None, no_fit
     share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
-    full_notes = best.notes if best else ()
+    full_notes = best.notes if best else None
     for k in range(len(spec.groups)):
         subset = dataclasses.replace(
             spec,
@@ -225,10 +225,15 @@ def solve(spec: LayoutSpec) -> Layout:
             )
     if best is None:
         raise failure
+    if full_notes is None:  # the note says why a type is idle: not the objective
+        full_notes = (f"{NO_FULL_LAYOUT}: {failure.reason}",)
     trials = (
         ["search bounded: each allocation with a type left out searched within its share"] if bounded else []
     )
     return dataclasses.replace(best, notes=(*full_notes, *trials))
+
+
+NO_FULL_LAYOUT = "no layout uses every device"  # `solve`'s note when --leave-out had to leave one out
 
 
 def _drop(spec: LayoutSpec, k: int) -> dict[tuple[int, int], float]:

@@ -127,6 +127,14 @@ def _plain(value: Any) -> str:
     return _reading(value)
 
 
+def _out_of_float(value: Any, text: str) -> bool:
+    """A float reading that lost the number written: an overflow (inf) or an underflow (0)."""
+    if not isinstance(value, float):
+        return False
+    mantissa = re.split(r"[eE]", text, maxsplit=1)[0]
+    return not math.isfinite(value) or (value == 0 and re.search(r"[1-9]", mantissa) is not None)
+
+
 def ambiguity(text: str, key: str | None = None) -> str:
     """Why a plain scalar is refused: `cpus: 010 is ambiguous (8 in YAML 1.1, 10 in YAML 1.2);
     write 8 or 10`."""
@@ -139,8 +147,8 @@ def ambiguity(text: str, key: str | None = None) -> str:
     readings = [v for v in (yaml11, yaml12) if isinstance(v, (bool, int, float))]
     numbers = list(dict.fromkeys(_plain(v) for v in readings if not isinstance(v, float) or math.isfinite(v)))
     quoted = f"'{text}'"
-    if any(isinstance(v, float) and not math.isfinite(v) for v in readings):  # 1e400: "write inf" misleads
-        advice = f"write a finite number, or {quoted} for text"
+    if any(_out_of_float(v, text) for v in readings):  # 1e400, 1e-400: "write inf" or "write 0" misleads
+        advice = f"write a number a float holds, or {quoted} for text"
     elif len(numbers) == 2:
         advice = f"write {numbers[0]} or {numbers[1]}"
     elif numbers:

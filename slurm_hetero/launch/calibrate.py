@@ -436,17 +436,23 @@ def _figure(value: Any, path: Path, key: str) -> float:
 
 
 def _checked_tflops(value: Any, name: str, path: Path, key: str) -> float:
-    if not _finite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number, got {reprlib.repr(value)[:40]}", str(path), key)
+    given = reprlib.repr(value)[:40]  # as written: 1000001 is not "1e+06", 10**400 no float
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"{name} must be a positive number, got {given}", str(path), key)
     low, high = TFLOPS_RANGE
     if not low <= value <= high:
-        raise ConfigError(f"{name} {value:g} is outside {low:g}-{high:g} for one device", str(path), key)
+        raise ConfigError(f"{name} {given} is outside {low:g}-{high:g} for one device", str(path), key)
     return float(value)
 
 
 def _finite(value: Any) -> bool:
     """A real number (not a bool, nan or an infinity)."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer of 400 digits: no float holds it
+        return False
 
 
 @dataclass(frozen=True)

@@ -398,16 +398,24 @@ def rank_layout(layout: Any = None) -> RankLayout:
 
 
 def _check_layout(lay: Mapping[str, Any]) -> None:
-    """The environment is this layout's rank, and tp ranks are their position in the tp group."""
-    rank, world = lay["rank"], lay["world_size"]
-    if int(os.environ.get("RANK", rank)) != rank or int(os.environ.get("WORLD_SIZE", world)) != world:
-        raise ValueError(
-            f"RANK/WORLD_SIZE {os.environ.get('RANK')}/{os.environ.get('WORLD_SIZE')} "
-            f"disagree with the layout's {rank}/{world}"
+    """The environment is this layout's rank with a rendezvous to reach (env://), and tp ranks are
+    their position in the tp group; a LayoutError (one line) otherwise, before torch reads them."""
+    rank, world, env = lay["rank"], lay["world_size"], os.environ
+    given = (env.get("RANK", str(rank)), env.get("WORLD_SIZE", str(world)))
+    if given != (str(rank), str(world)):
+        raise LayoutError(
+            f"RANK/WORLD_SIZE {given[0]}/{given[1]} disagree with the layout's {rank}/{world}; "
+            f"start the ranks with slurm-hetero launch"
+        )
+    port = env.get("MASTER_PORT", "")
+    if not env.get("MASTER_ADDR") or not (port.isdigit() and 0 < int(port) < 65536):
+        raise LayoutError(
+            f"MASTER_ADDR/MASTER_PORT {env.get('MASTER_ADDR')}/{port or None} name no rendezvous; "
+            "start the ranks with slurm-hetero launch"
         )
     tp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp"), [rank])
     if rank not in tp or tp.index(rank) != lay["tp_rank"]:
-        raise ValueError(f"rank {rank}: tp_rank {lay['tp_rank']} is not its place in its tp group {tp}")
+        raise LayoutError(f"rank {rank}: tp_rank {lay['tp_rank']} is not its place in its tp group {tp}")
 
 
 def _make_group(
@@ -439,8 +447,10 @@ def stage_modules(
     import torch
 
     lay = as_dict(layout)
+    if not lay["num_layers"]:
+        raise LayoutError("the layout plans no model (launch ran without --model): give launch --model M")
     if len(sequential) != lay["num_layers"] + 2:
-        raise ValueError(f"the model has {len(sequential) - 2} blocks, the layout {lay['num_layers']}")
+        raise LayoutError(f"the model has {len(sequential) - 2} blocks, the layout {lay['num_layers']}")
     blocks = [sequential[1 + i] for i in range(lay["layer_start"], lay["layer_end"])]
     for i in range(min(lay.get("recompute", 0), len(blocks)) if recompute else 0):
         blocks[i] = _Recompute(blocks[i])

@@ -158,14 +158,25 @@ def test_calibrate_refuses_in_one_line_and_writes_nothing(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("option", [["--micro-batches", "1,2"], ["--seq", "128"]])
-def test_model_options_without_a_model_are_a_usage_error(tmp_path: Path, option: list[str]) -> None:
-    """adv40 C23: --micro-batches without --model was silently ignored."""
+@pytest.mark.parametrize(
+    ("option", "needle"),
+    [
+        (["--micro-batches", "1,2"], "give --model too"),
+        (["--seq", "128"], "give --model too"),
+        (["--model", "gpt2", "--micro-batches", "0,2"], "--micro-batches '0,2': expected sizes 1 to 1024"),
+        (["--model", "gpt2", "--micro-batches", ""], "--micro-batches '': expected sizes"),  # adv41 73
+    ],
+)
+def test_model_options_without_a_model_are_a_usage_error(
+    tmp_path: Path, option: list[str], needle: str
+) -> None:
+    """adv40 C23: --micro-batches without --model was silently ignored; adv41 72: a malformed
+    --micro-batches exited 1, not as a usage error."""
     out = tmp_path / "measured.yaml"
     result = CliRunner().invoke(
         cli, ["calibrate", "--device", "cpu", "--type", "a100_80g", *option, "--out", str(out)]
     )
-    assert result.exit_code == 2 and "give --model too" in result.output and not out.exists()
+    assert result.exit_code == 2 and needle in result.output and not out.exists()
 
 
 def test_calibrate_stores_a_type_under_its_catalog_name(
@@ -249,7 +260,6 @@ def test_calibrate_times_a_models_layer_that_plan_and_launch_read(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--model", "gpt2", "--micro-batches", "0,2"], "--micro-batches '0,2': expected sizes 1 to 1024"),
         (["--model", "mixtral-8x7b"], "calibrate times dense decoder layers only"),
     ],
 )

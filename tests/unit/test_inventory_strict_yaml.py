@@ -35,7 +35,8 @@ AMBIGUOUS_CPUS = {  # value: (YAML 1.1 reading, YAML 1.2 reading, advice)
     "yes": ("true", "the text 'yes'", "write true, or 'yes' for text"),
     "off": ("false", "the text 'off'", "write false, or 'off' for text"),
     # adv40 M19: "write inf" for an overflow, and no field takes inf
-    "1e400": ("the text '1e400'", "inf", "write a finite number, or '1e400' for text"),
+    "1e400": ("the text '1e400'", "inf", "write a number a float holds, or '1e400' for text"),
+    "1e-400": ("the text '1e-400'", "0.0", "write a number a float holds, or '1e-400' for text"),  # adv41 49
 }
 
 

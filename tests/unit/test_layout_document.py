@@ -4,6 +4,7 @@ launcher writes and training code reads, with the version-1 JSON keys of the con
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,20 @@ def test_files_that_are_not_layouts(tmp_path: Path) -> None:
         path.write_text(text)
         with pytest.raises(LayoutError, match=message):
             layout.from_file(path)
-    with pytest.raises(LayoutError, match="cannot read layout"):
+    with pytest.raises(LayoutError, match="no such layout document"):
         layout.from_file(tmp_path / "missing.json")
+    # adv41 83-87: binary, deep, a FIFO (it blocked) and /dev/zero (read until memory ran out)
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{}")
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    os.mkfifo(tmp_path / "fifo")
+    for name, message in (
+        ("binary.json", "is not UTF-8 text"),
+        ("deep.json", "nested too deeply"),
+        ("fifo", "layout document is a FIFO"),
+        ("/dev/zero", "layout document is a character device"),
+    ):
+        with pytest.raises(LayoutError, match=message):
+            layout.from_file(tmp_path / name)
     with pytest.raises(LayoutError, match="SLURM_HETERO_LAYOUT is not set"):
         layout.current({})
 

@@ -223,6 +223,9 @@ def test_counts_without_a_common_divisor_say_so_and_leave_out_finds_a_plan() -> 
     assert "Pipeline layouts were not tried: no pipeline shape uses every device; use counts with a" in err
     code, out, err = run(*args, "--leave-out", "--json")
     assert code == 0 and json.loads(out)["left_out"] == ["l40s"], err
+    assert json.loads(out)["notes"][0].startswith("no layout uses every device: no stage split fits memory")
+    _, text, _ = run(*args, "--leave-out")  # adv41 16: it said "better by the objective without it"
+    assert "left idle: l40s (--leave-out: no layout uses every device (note below))" in text
 
 
 def test_an_overhead_past_every_device_is_named_not_more_devices() -> None:

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slurm_hetero import training  # noqa: E402
+from slurm_hetero.layout import LayoutError  # noqa: E402
 from tests import ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,6 +152,37 @@ def test_the_example_says_a_layout_problem_in_one_line(tmp_path: Path, layout: s
     )
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("train_uneven: rank 0: "), run.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"RANK": "1"},  # adv41 109: another rank's layout
+        {"RANK": "abc"},  # 111
+        {"MASTER_ADDR": ""},  # 110: no rendezvous
+        {"MASTER_PORT": "99999"},
+    ],
+)
+def test_an_environment_that_is_not_the_layouts_rank_is_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+    """adv41 109-111: started by hand with another rank's variables, or none to meet at, every rank
+    printed torch's traceback."""
+    lay = layouts([0, 2], [8], micro_batch=4)[0]
+    path = tmp_path / "layout-0.json"
+    path.write_text(json.dumps(lay))
+    base = {
+        "RANK": "0",
+        "WORLD_SIZE": str(lay["world_size"]),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29999",
+    }
+    full = os.environ | base | {"SLURM_HETERO_LAYOUT": str(path)} | env
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--steps", "1"], env=full, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and "start the ranks with slurm-hetero launch" in run.stderr, (
+        run.stderr
+    )
 
 
 def test_uneven_data_parallel_matches_one_process(tmp_path: Path) -> None:
@@ -394,8 +426,16 @@ def test_stage_modules_slices_blocks_with_embedding_first_and_head_last() -> Non
     assert [type(m).__name__ for m in head_stage] == ["Block"] * 3 + ["Head"]
     assert head_stage[0] is model[2] and head_stage[-1] is model[-1]
     assert [type(m).__name__ for m in training.stage_modules(model, first)] == ["Embed", "Recompute"]
-    with pytest.raises(ValueError, match="the model has 4 blocks, the layout 3"):
+    with pytest.raises(LayoutError, match="the model has 4 blocks, the layout 3"):
         training.stage_modules(model, layouts([0, 1, 3], [16], micro_batch=6)[0])
+    no_model = {
+        **first,
+        "num_layers": 0,
+        "layer_start": 0,
+        "layer_end": 0,
+    }  # adv41 112: launch without --model
+    with pytest.raises(LayoutError, match="the layout plans no model"):
+        training.stage_modules(model, no_model)
 
 
 def test_micro_batches_end_with_the_rest() -> None:
