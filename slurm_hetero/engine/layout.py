@@ -368,6 +368,7 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
     pipeline = dataclasses.replace(spec, kinds=(LayoutKind.PIPELINE,))
     if LayoutKind.PIPELINE in spec.kinds and not candidate_shapes(pipeline):  # adv40 PV17
         fix += f". Pipeline layouts were not tried: {_no_shape_reason(pipeline)}"
+        fix += ", or --leave-out to plan without one type" if len(groups) > 1 and not spec.leave_out else ""
     return RequestError(what, f"no stage split fits memory {how} ({largest}); {fix}")
 
 

@@ -221,6 +221,7 @@ def test_counts_without_a_common_divisor_say_so_and_leave_out_finds_a_plan() -> 
     code, _, err = run(*args)
     err = one_line_error(code, err)
     assert "Pipeline layouts were not tried: no pipeline shape uses every device; use counts with a" in err
+    assert err.rstrip().endswith("or --leave-out to plan without one type")  # adv41 17
     code, out, err = run(*args, "--leave-out", "--json")
     assert code == 0 and json.loads(out)["left_out"] == ["l40s"], err
     assert json.loads(out)["notes"][0].startswith("no layout uses every device: no stage split fits memory")
