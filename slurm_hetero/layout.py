@@ -214,7 +214,10 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
         (0 <= lay.tp_rank < lay.tp_size, "tp_rank must be in [0, tp_size)"),
         (0 <= lay.layer_start <= lay.layer_end <= lay.num_layers, "layers must lie in [0, num_layers]"),
         (0 <= lay.samples <= lay.global_batch, "samples must be in [0, global_batch]"),
-        (lay.micro_batch >= 1 and lay.micro_batches >= 0, "micro_batch must be >= 1 and micro_batches >= 0"),
+        (
+            lay.micro_batch >= 1 and lay.micro_batches >= (1 if lay.samples else 0),
+            "micro_batch must be >= 1, and micro_batches >= 1 where the rank has samples",
+        ),
         (
             math.isclose(lay.grad_weight, lay.samples / lay.global_batch, rel_tol=1e-9, abs_tol=1e-12),
             f"grad_weight must be samples / global_batch ({lay.samples} / {lay.global_batch}), "

@@ -109,6 +109,7 @@ def mutate(doc: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
         ({"layer_end": 99}, r"layers must lie in \[0, num_layers\]"),
         ({"tp_rank": 1}, r"tp_rank must be in \[0, tp_size\)"),
         ({"micro_batch": 0}, "micro_batch must be >= 1"),  # adv40 R24mb
+        ({"micro_batches": 0}, "micro_batches >= 1 where the rank has samples"),  # adv42 54
     ],
 )
 def test_a_malformed_document_is_a_clear_error(
