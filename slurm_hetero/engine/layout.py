@@ -201,12 +201,14 @@ def solve(spec: LayoutSpec) -> Layout:
     check_limits(spec)
     if not spec.leave_out or len(spec.groups) < 2:
         return _solve_all(spec)
+    best: Layout | None
     try:
-        best: Layout | None = _solve_all(spec)
-    except RequestError as no_fit:  # every device together fits no shape: a subset may
-        best, failure = None, no_fit
+        best = _solve_all(spec)
+        full_notes = best.notes
+    except RequestError as no_fit:  # every device together fits no shape: a subset may; the note
+        best, failure = None, no_fit  # then says why a type is idle, not the objective
+        full_notes = (f"{NO_FULL_LAYOUT}: {no_fit.reason}",)
     share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
-    full_notes = best.notes if best else None
     for k in range(len(spec.groups)):
         subset = dataclasses.replace(
             spec,
@@ -225,8 +227,6 @@ def solve(spec: LayoutSpec) -> Layout:
             )
     if best is None:
         raise failure
-    if full_notes is None:  # the note says why a type is idle: not the objective
-        full_notes = (f"{NO_FULL_LAYOUT}: {failure.reason}",)
     trials = (
         ["search bounded: each allocation with a type left out searched within its share"] if bounded else []
     )

@@ -145,7 +145,7 @@ def ambiguity(text: str, key: str | None = None) -> str:
     yaml12 = _yaml12(text)
     where = f"{key}: " if key is not None else ""
     readings = [v for v in (yaml11, yaml12) if isinstance(v, (bool, int, float))]
-    numbers = list(dict.fromkeys(_plain(v) for v in readings if not isinstance(v, float) or math.isfinite(v)))
+    numbers = list(dict.fromkeys(_plain(v) for v in readings))
     quoted = f"'{text}'"
     if any(_out_of_float(v, text) for v in readings):  # 1e400, 1e-400: "write inf" or "write 0" misleads
         advice = f"write a number a float holds, or {quoted} for text"

@@ -432,7 +432,7 @@ def _figure(value: Any, path: Path, key: str) -> float:
     }
     if not given:
         raise ConfigError("no tflops: give the type's sustained TFLOPS (tflops: N)", str(path), key)
-    return given.get("layer_tflops", given.get("tflops", 0.0))
+    return given["layer_tflops"] if "layer_tflops" in given else given["tflops"]
 
 
 def _checked_tflops(value: Any, name: str, path: Path, key: str) -> float:
