@@ -43,13 +43,7 @@ class GroupSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "ranks": list(self.ranks),
-            "backend": self.backend,
-            "comm": self.comm,
-            "env": dict(self.env),
-        }
+        return {**vars(self), "ranks": list(self.ranks), "env": dict(self.env)}
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "layout") -> GroupSpec:

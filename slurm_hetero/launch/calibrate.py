@@ -239,11 +239,7 @@ def layer_throughput(torch: Any, device: str, dtype: Any, sizes: Sizes) -> tuple
     layer = torch.nn.TransformerEncoderLayer(h, sizes.heads, 4 * h, dropout=0.0, batch_first=True)
     layer = layer.to(device=device, dtype=dtype)
     x = torch.randn(b, s, h, device=device, dtype=dtype, requires_grad=True)
-
-    def step() -> None:
-        layer(x).sum().backward()
-
-    seconds = median_seconds(torch, device, step, sizes)
+    seconds = median_seconds(torch, device, _run(layer, x, backward=True), sizes)
     tokens = b * s / seconds
     return tokens, tokens * 3.0 * (24.0 * h * h + 4.0 * s * h) / 1e12
 
@@ -457,8 +453,11 @@ def _finite(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Profile:
-    """A `--measured` file, read once: per device type (the file's keys) its sustained TFLOPS, and
-    where given its GEMM elements at half speed, its measured shapes and its network figure."""
+    """A `--measured` file, read once: per device type (the file's keys) its sustained TFLOPS (a
+    plain figure or an entry's, `_figure`), and where the entry gives them its GEMM elements at
+    half speed (`gemm_half_elements`, what `calibrate` fits from GEMMs of the shapes plans use),
+    its measured shapes and its network figure between nodes (`network_gbs`, GB/s one way per
+    device, what a converter or the admin adds)."""
 
     tflops: Mapping[str, float]
     gemm_half: Mapping[str, float]
@@ -474,27 +473,16 @@ def load_profile(path: Path | None) -> Profile:
     if path is None:
         return NO_PROFILE
     data = _read(path)
-    return Profile(_tflops(data, path), _gemm_half(data, path), _shapes(data, path), _network(data, path))
-
-
-def _tflops(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
-    """Device type -> sustained TFLOPS, from `type: TFLOPS` or `type: {tflops, layer_tflops, ...}`."""
-    return {str(k): _figure(v, path, str(k)) for k, v in data.items()}
-
-
-def _gemm_half(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
-    """Device type -> GEMM elements at half speed (`gemm_half_elements`, what `calibrate` fits from
-    GEMMs of the shapes plans use), for the types whose entry has it."""
-    return _optional(data, path, "gemm_half_elements", 0.0, 1e15)  # elements of one GEMM
-
-
-def _network(data: Mapping[Any, Any], path: Path) -> dict[str, float]:
-    """Device type -> its network figure between nodes (`network_gbs`, GB/s one way per device,
-    what a converter or the admin adds), for the types whose entry has it."""
-    return _optional(data, path, "network_gbs", *NETWORK_GBS_RANGE)  # as `--network-gbs`
+    return Profile(
+        {str(k): _figure(v, path, str(k)) for k, v in data.items()},
+        _optional(data, path, "gemm_half_elements", 0.0, 1e15),  # elements of one GEMM
+        _shapes(data, path),
+        _optional(data, path, "network_gbs", *NETWORK_GBS_RANGE),  # as `--network-gbs`
+    )
 
 
 def _optional(data: Mapping[Any, Any], path: Path, name: str, low: float, high: float) -> dict[str, float]:
+    """Device type -> its entry's figure `name`, checked in [low, high], for the entries that give it."""
     out = {}
     for key, value in data.items():
         if isinstance(value, Mapping) and value.get(name) is not None:
@@ -540,18 +528,12 @@ def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | N
     if not isinstance(item, Mapping) or set(item) - SHAPE_KEYS:
         extra = sorted(map(str, set(item) - SHAPE_KEYS)) if isinstance(item, Mapping) else []
         what = f"unknown keys {', '.join(extra)}" if extra else f"got {reprlib.repr(item)[:40]}"
-        raise ConfigError(
-            f"expected {{tp, micro_batch, fwd_s, bwd_s}} or {{tp, micro_batch, tflops}}; {what}",
-            str(path),
-            key,
-        )
+        message = f"expected {{tp, micro_batch, fwd_s, bwd_s}} or {{tp, micro_batch, tflops}}; {what}"
+        raise ConfigError(message, str(path), key)
     tp = item.get("tp")
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP or tp & (tp - 1):
-        raise ConfigError(
-            f"tp {reprlib.repr(tp)[:20]} is no tensor-parallel degree (a power of two, 1 to {MAX_TP})",
-            str(path),
-            key,
-        )
+        message = f"tp {reprlib.repr(tp)[:20]} is no tensor-parallel degree (a power of two, 1 to {MAX_TP})"
+        raise ConfigError(message, str(path), key)
     micro_batch = _positive(item.get("micro_batch"), "micro_batch", path, key)
     timed = "fwd_s" in item or "bwd_s" in item
     if timed == ("tflops" in item):
@@ -570,11 +552,8 @@ def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | N
 
 def _shape_model(value: Any, path: Path, key: str) -> tuple[str, int, int, float]:
     if not isinstance(value, Mapping) or set(value) != MODEL_KEYS:
-        raise ConfigError(
-            f"model must be {{{', '.join(sorted(MODEL_KEYS))}}}: what the seconds were measured on",
-            str(path),
-            key,
-        )
+        message = f"model must be {{{', '.join(sorted(MODEL_KEYS))}}}: what the seconds were measured on"
+        raise ConfigError(message, str(path), key)
     seq, hidden = value["seq"], value["hidden"]
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (seq, hidden)):
         raise ConfigError("model seq and hidden must be positive integers", str(path), key)

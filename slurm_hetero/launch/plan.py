@@ -415,23 +415,24 @@ def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
     return index
 
 
+UNBOUND = TaskDevices()  # what `device_env` takes Slurm to have bound where it cannot see
+
+
 def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[str, str]:
     """The visible-device variables of one rank: those of Slurm's that the vendor's gres.conf flag
     lets Slurm set, narrowed to the rank's device, and the vendor's (ASCEND_RT_VISIBLE_DEVICES,
     ...). Without `bound` (other nodes, --simulate), Slurm is taken to have bound the node's first
     devices in order."""
-    if bound is not None:
-        check_devices_on_node(site, bound.on_node)
-    if bound is None or not bound.gpu_indexes:
+    bound = UNBOUND if bound is None else bound
+    check_devices_on_node(site, bound.on_node)
+    indexes = bound.gpu_indexes
+    index = _gpu_index(site, indexes or range(site.tasks), local_rank)
+    vendor = site.devices[index].vendor
+    if not indexes:
         # Slurm's lists would be 0..tasks-1, narrowed to the rank's own: built per rank, they made
         # a simulated step quadratic in its ranks per node
-        index = _gpu_index(site, range(site.tasks), local_rank)
-        vendor = site.devices[index].vendor
         env = {name: str(index) for name in slurm_visible(vendor.slurm_gpu_env)}
     else:
-        indexes = bound.gpu_indexes
-        index = _gpu_index(site, indexes, local_rank)
-        vendor = site.devices[index].vendor
         position = list(indexes).index(index)
         env = {}
         for name in slurm_visible(vendor.slurm_gpu_env):

@@ -154,49 +154,38 @@ def replica_samples(layout: Layout) -> list[tuple[int, int]]:
     return list(zip(samples, itertools.accumulate([0, *samples[:-1]])))
 
 
+# The fields a rank's document copies from its assignment (the plan's summary gives its own).
+FROM_ASSIGNMENT = tuple(
+    "rank local_rank stage replica tp_rank tp_size layer_start layer_end micro_batch micro_batches "
+    "grad_weight recompute".split()
+)
+
+
 def rank_document(
     a: RankAssignment, site: Site, plan: PlanSummary, groups: Groups, options: LaunchOptions, world: int
 ) -> RankLayout:
     """The SLURM_HETERO_LAYOUT document of one rank (version 1; keys fixed by the contract)."""
     samples, offset = groups.samples[a.replica]
     prev_rank, next_rank = _neighbours(a, groups.members["pp"][(a.replica, a.tp_rank)], groups.ranked)
+    costs = options.costs
     return RankLayout(
-        rank=a.rank,
+        **{name: getattr(a, name) for name in FROM_ASSIGNMENT},
+        **{f.name: getattr(plan, f.name) for f in fields(plan)},
         world_size=world,
-        local_rank=a.local_rank,
         local_world_size=site.tasks,
         node=site.name,
         type=site.type,
         vendor=site.vendor.name,
-        kind=plan.kind,
-        model=plan.model,
-        global_batch=plan.global_batch,
-        num_layers=plan.num_layers,
-        stage=a.stage,
         num_stages=a.pp_size,
-        replica=a.replica,
-        num_replicas=plan.num_replicas,
-        tp_rank=a.tp_rank,
-        tp_size=a.tp_size,
-        layer_start=a.layer_start,
-        layer_end=a.layer_end,
-        micro_batch=a.micro_batch,
-        micro_batches=a.micro_batches,
         samples=samples,
         sample_offset=offset,
-        grad_weight=a.grad_weight,
-        recompute=a.recompute,
-        dtype=options.costs.dtype,
-        zero_stage=options.costs.zero_stage,
-        attention=options.costs.attention,
-        recompute_mode=options.costs.recompute,
+        dtype=costs.dtype,
+        zero_stage=costs.zero_stage,
+        attention=costs.attention,
+        recompute_mode=costs.recompute,
         prev_rank=prev_rank,
         next_rank=next_rank,
         groups=groups.specs(a),
-        predicted_step_s=plan.predicted_step_s,
-        even_step_s=plan.even_step_s,
-        bound_step_s=plan.bound_step_s,
-        efficiency=plan.efficiency,
     )
 
 

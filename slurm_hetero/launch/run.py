@@ -84,23 +84,23 @@ def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str
     first node becomes MASTER_ADDR. Its numbers are bounded before any host or device is built:
     N by `MAX_DEVICES_PER_NODE` (what a node record holds), hosts x N by `most` (MAX_DEVICES for
     a step planned with --model, else `MAX_SIMULATED_RANKS`)."""
+    where = f"--simulate {syntax.text(spec)}"
     try:
         items = syntax.split_top(spec)
     except ValueError as e:
-        raise LaunchError(f"--simulate {syntax.text(spec)}: {e}") from None
+        raise LaunchError(f"{where}: {e}") from None
     entries, ranks = [], 0
     for item in items:
         parts = item.strip().split(":")
         tasks = syntax.whole_number(parts[-1])
         if len(parts) != 3 or not parts[0] or tasks is None or tasks < 1:
             raise LaunchError(
-                f"--simulate {syntax.text(spec)}: bad entry {syntax.text(item.strip())}; expected "
-                "NODE:TYPE:N with N >= 1 (NODE may be a hostlist such as gn[001-100])"
+                f"{where}: bad entry {syntax.text(item.strip())}; expected NODE:TYPE:N with N >= 1 "
+                "(NODE may be a hostlist such as gn[001-100])"
             )
         if tasks > syntax.MAX_DEVICES_PER_NODE:
             raise LaunchError(
-                f"--simulate {syntax.text(spec)}: {tasks:,} devices a node; a node has at most "
-                f"{syntax.MAX_DEVICES_PER_NODE:,}"
+                f"{where}: {tasks:,} devices a node; a node has at most {syntax.MAX_DEVICES_PER_NODE:,}"
             )
         try:
             ranks += hostlist.count(parts[0]) * tasks
@@ -108,8 +108,8 @@ def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str
             raise LaunchError(f"--simulate: {e}") from None
         if ranks > most:
             raise LaunchError(
-                f"--simulate {syntax.text(spec)}: more than {most:,} ranks; a simulated step has at "
-                f"most {MAX_SIMULATED_RANKS:,}, one planned with --model {MAX_DEVICES:,}"
+                f"{where}: more than {most:,} ranks; a simulated step has at most "
+                f"{MAX_SIMULATED_RANKS:,}, one planned with --model {MAX_DEVICES:,}"
             )
         entries.append((parts, tasks))
     out = []
@@ -234,17 +234,12 @@ def make_layout_dir(environ: Mapping[str, str], job_id: str, step: int, rank: in
         ) from e
 
 
-def inventory_path(options: RunOptions) -> Path | None:
-    """`--inventory` (or SLURM_HETERO_INVENTORY), else the installed default, else None."""
-    if options.inventory is not None:
-        return options.inventory
-    return DEFAULT_INVENTORY if DEFAULT_INVENTORY.exists() else None
-
-
 def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
     """The step's node records: the inventory file, else Slurm's own view of the nodes (`scontrol
     show node`), for clusters without an installed inventory."""
-    path = inventory_path(options)
+    path = options.inventory  # `--inventory` (or SLURM_HETERO_INVENTORY), else the installed default
+    if path is None and DEFAULT_INVENTORY.exists():
+        path = DEFAULT_INVENTORY
     if options.simulate is not None:
         known = inventory.load(path) if path is not None else ClusterInventory()
         named = options.inventory  # named by the user: it must exist and hold the nodes
@@ -377,27 +372,23 @@ def distinct_groups(plan: LaunchPlan) -> tuple[list[GroupSpec], dict[int, list[i
     return groups, places
 
 
+# What `--dry-run --json` repeats of the first rank's document about the whole plan.
+PLAN_KEYS = tuple(
+    "kind model global_batch world_size predicted_step_s even_step_s bound_step_s efficiency".split()
+)
+
+
 def plan_document(plan: LaunchPlan) -> dict[str, Any]:
     """`--dry-run --json`: summary keys, every group once (`groups`), and every rank's layout
     document (its `groups` as places in that list, so the output is linear in the ranks) and
     environment."""
     first = plan.ranks[0].layout.to_dict()
     groups, places = distinct_groups(plan)
-    keys = (
-        "kind",
-        "model",
-        "global_batch",
-        "world_size",
-        "predicted_step_s",
-        "even_step_s",
-        "bound_step_s",
-        "efficiency",
-    )
     return {
         "plan_id": plan.plan_id,
         "job_id": plan.job_id,
         "step_id": plan.step_id,
-        **{k: first[k] for k in keys},
+        **{k: first[k] for k in PLAN_KEYS},
         "groups": [g.to_dict() for g in groups],
         "ranks": [
             {

@@ -21,16 +21,10 @@ from slurm_hetero.vendors import vendor_traits
 UNKNOWN_VENDOR = VendorTraits(name="unknown")
 
 
-def _placeholder_spec(gres_type: str) -> DeviceSpec:
-    return DeviceSpec(gres_type, "unknown", gres_type, (), 0.0, "scontrol show node (not in the catalog)")
-
-
 def gres_records(
     gres: Mapping[str, NodeGres], names: Sequence[str], catalog: Catalog, need_facts: bool
 ) -> dict[str, SlurmNode]:
-    """Node records from what Slurm knows (`scontrol show node`: GPU types and counts) when no
-    inventory is installed. A type the catalog lacks is an error when the plan needs device facts
-    (`need_facts`: a model to lay out), else a device seen only through Slurm's own variables."""
+    """Node records of `names` from Slurm's GPU types and counts (the module docstring)."""
     traits = vendor_traits()
     missing = [n for n in names if n not in gres]
     if missing:
@@ -47,7 +41,10 @@ def gres_records(
                     "(slurm-hetero discover, inventory merge), pass --inventory, or add the model "
                     "to /etc/slurm-hetero/models.d/"
                 )
-            spec = spec or _placeholder_spec(gres_type)
+            if spec is None:  # a device seen only through Slurm's own variables
+                spec = DeviceSpec(
+                    gres_type, "unknown", gres_type, (), 0.0, "scontrol show node (not in the catalog)"
+                )
             vendor = traits.get(spec.vendor, UNKNOWN_VENDOR)
             for _ in range(count):
                 device = Device(spec.vendor, spec.name, len(devices), "", None, gres_type)

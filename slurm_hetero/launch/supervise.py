@@ -39,12 +39,10 @@ logger = logging.getLogger("slurm_hetero.launch.run")
 # decides what its children hear.
 FORWARDED = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
-# "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
-# Slurm delivers it to every process of the step; commands ignore it (SIGURG's default action), the
-# launchers end their commands and exit 0, so srun and sbatch report the failing rank's exit code
-# (srun reports the highest exit code, and any task killed by a signal over every exit code).
-# PEER_FAILED (SIGURG) and STOP_SIGNALS are defined in launch.early, which keeps those that come
-# before the command starts (`catch_early`).
+# PEER_FAILED (launch.early): Slurm delivers it to every process of the step; commands ignore it
+# (SIGURG's default action), the launchers end their commands and exit 0, so srun and sbatch report
+# the failing rank's exit code (srun reports the highest exit code, and any task killed by a signal
+# over every exit code).
 STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SIGKILL
 # After PEER_FAILED, the failing rank leaves a detached `scancel` (SIGKILL to the step) this long
 # behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
@@ -129,9 +127,13 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
     return pids
 
 
+def _alive(pids: Sequence[int]) -> list[int]:
+    return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+
+
 def _kill_if_running(child: subprocess.Popen[bytes], stopped: Sequence[int] = ()) -> None:
     """SIGKILL for what a SIGTERM `STOP_GRACE_S` ago did not end (`stopped`: that tree)."""
-    signal_tree(child, signal.SIGKILL, Supervisor._alive(stopped))
+    signal_tree(child, signal.SIGKILL, _alive(stopped))
 
 
 def signal_name(code: int) -> str | None:
@@ -207,11 +209,10 @@ class Supervisor:
         if KEEP_HANDLERS_WHEN_ENDING:  # as `run` ends: srun -K's SIGTERM must not end the exit
             for forwarded in FORWARDED:  # (interpreter shutdown puts Python handlers back to SIG_DFL)
                 signal.signal(forwarded, signal.SIG_IGN)
+        _CATCHING[0] = False
         if PEER_FAILED in _EARLY:
-            _CATCHING[0] = False
             self.peer_failed = True
             return self.finish(-signal.SIGTERM)
-        _CATCHING[0] = False
         signum = next(s for s in _EARLY if s in STOP_SIGNALS)
         logger.info(
             "rank %d: %s before the command started; not started", self.rank.rank, signal.Signals(signum).name
@@ -229,7 +230,7 @@ class Supervisor:
         if first_term and self.peer_failed:
             self._kill_now(child)
         elif signum in STOP_SIGNALS:
-            self.stopped = signal_tree(child, signum, self._alive(self.stopped))
+            self.stopped = signal_tree(child, signum, _alive(self.stopped))
         elif child.poll() is None:
             child.send_signal(signum)
 
@@ -254,24 +255,12 @@ class Supervisor:
     def _kill_now(self, child: subprocess.Popen[bytes]) -> None:
         """SIGKILL to the command's tree and what an earlier stop found of it."""
         logger.info("rank %d: the step is ending; killing the command", self.rank.rank)
-        self.stopped = signal_tree(child, signal.SIGKILL, self._alive(self.stopped))
-
-    @staticmethod
-    def _alive(pids: Sequence[int]) -> list[int]:
-        return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+        self.stopped = signal_tree(child, signal.SIGKILL, _alive(self.stopped))
 
     def _pump(self, stream: IO[bytes] | None, kind: str) -> threading.Thread:
         thread = threading.Thread(target=self._relay, args=(stream, kind), daemon=True)
         thread.start()
         return thread
-
-    def _sink(self, kind: str) -> tuple[IO[bytes], bytes]:
-        if self.logs is None:
-            r = self.rank
-            return (
-                sys.stdout if kind == "out" else sys.stderr
-            ).buffer, f"[rank {r.rank} {r.type} stage {r.stage}] ".encode()
-        return self.logs[kind], b""
 
     def _relay(self, stream: IO[bytes] | None, kind: str) -> None:
         """Copy the command's output to its sink in chunks of at most RELAY_CHUNK bytes (a line
@@ -280,28 +269,22 @@ class Supervisor:
         drained and dropped from there, so the command never blocks on a full pipe."""
         if stream is None:
             return
-        sink, prefix = self._sink(kind)
-        broken = False
-        at_start = True
+        if self.logs is None:
+            r = self.rank
+            sink = (sys.stdout if kind == "out" else sys.stderr).buffer
+            prefix = f"[rank {r.rank} {r.type} stage {r.stage}] ".encode()
+        else:
+            sink, prefix = self.logs[kind], b""
+        working, at_start = True, True
         try:
             for chunk in relay_chunks(stream):
                 if kind == "err" and chunk.strip():
                     self.last_error = chunk.decode(errors="replace").strip()
-                if broken:
-                    continue
-                try:
-                    sink.write(prefix + chunk if at_start else chunk)
-                    sink.flush()
-                except OSError as e:
-                    broken = True
-                    self._report_sink_error(sink, kind, e)
-                at_start = chunk.endswith(b"\n")
-            if not at_start and not broken:
-                try:
-                    sink.write(b"\n")
-                    sink.flush()
-                except OSError as e:
-                    self._report_sink_error(sink, kind, e)
+                if working:
+                    working = self._write(sink, kind, prefix + chunk if at_start else chunk)
+                    at_start = chunk.endswith(b"\n")
+            if working and not at_start:
+                self._write(sink, kind, b"\n")
         finally:
             if self.logs is not None:
                 try:
@@ -309,17 +292,21 @@ class Supervisor:
                 except OSError:
                     pass  # already reported: the data it held is dropped
 
-    def _report_sink_error(self, sink: IO[bytes], kind: str, error: OSError) -> None:
-        name = getattr(sink, "name", None)
-        where = name if isinstance(name, str) else f"the rank's std{kind}"
+    def _write(self, sink: IO[bytes], kind: str, data: bytes) -> bool:
+        """Write and flush `data`; False, reported, when the sink fails (the rest is dropped)."""
         try:
-            print(
-                f"slurm-hetero: rank {self.rank.rank}: cannot write {where}: "
-                f"{error.strerror or error}; output dropped from here",
-                file=sys.stderr, flush=True,
-            )  # fmt: skip
+            sink.write(data)
+            sink.flush()
+            return True
+        except OSError as e:
+            name = getattr(sink, "name", None)
+            where = name if isinstance(name, str) else f"the rank's std{kind}"
+            problem = f"cannot write {where}: {e.strerror or e}; output dropped from here"
+        try:
+            print(f"slurm-hetero: rank {self.rank.rank}: {problem}", file=sys.stderr, flush=True)
         except OSError:
             pass  # the launcher's own stderr is the sink that failed
+        return False
 
     def finish(self, code: int) -> int:
         """Report a failure (first), end the step, and return the launcher's exit code."""

@@ -166,11 +166,8 @@ def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str |
     if not dist.is_backend_available(backend):
         return f"this torch has no {backend!r} backend{f' ({failure})' if failure else ''}"
     # the devices of the vendors whose collectives it is; gloo runs on the CPU
-    devices = (
-        []
-        if backend == "gloo"
-        else sorted({t.torch_device for t in every.values() if t.torch_backend == backend})
-    )
+    ours = {t.torch_device for t in every.values() if t.torch_backend == backend}
+    devices = [] if backend == "gloo" else sorted(ours)
     if devices and not any(_device_available(torch, d) for d in devices):
         return f"no {'/'.join(devices)} device is available to torch"
     return None

@@ -304,10 +304,7 @@ def load(
     own_params = [group.pop("params") for group in groups]
     try:
         dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)))
-    except (
-        Exception,
-        CheckpointException,
-    ) as e:  # many kinds on missing or short files (DCP's: a BaseException)
+    except (Exception, CheckpointException) as e:  # many kinds on bad files (DCP's: a BaseException)
         cause = _first_line(e)
         if any(m in cause for m in _OTHER_ARCHITECTURE):  # the files are fine: earlier ones match no better
             raise CheckpointError(

@@ -78,7 +78,7 @@ class Pipeline:
         self.lead = lay["tp_rank"] == 0
         self.pp = dist.group("pp")
         self.made: Any = None  # the schedule, made on the first step
-        self.targets: torch.Tensor | None = None  # this step's, for the schedule's loss
+        self.targets: torch.Tensor | None = None  # this step's, for `_loss`
 
     def step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> float | None:
         sizes = micro_batch_sizes(self.lay)
@@ -91,23 +91,22 @@ class Pipeline:
             return None
         return self._scheduled_step(inputs, targets, sizes)
 
-    def _loss(self, targets: torch.Tensor) -> Loss:
+    def _loss(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The loss of a micro-batch's real rows (`rows`: their places in this step's targets; a
+        padded row's is past the samples), weighted by their share of the replica's samples."""
+        assert self.targets is not None
         samples = self.lay["samples"]
-
-        def loss(output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-            real = rows < samples
-            count = int(real.sum())
-            return self.loss_fn(output[real], targets[rows[real]]) * (count / samples)
-
-        return loss
+        real = rows < samples
+        count = int(real.sum())
+        return self.loss_fn(output[real], self.targets[rows[real]]) * (count / samples)
 
     def _local_step(self, inputs: torch.Tensor, targets: torch.Tensor, sizes: list[int]) -> float | None:
-        loss_fn, total, start = self._loss(targets), 0.0, 0
         import torch
 
+        self.targets, total, start = targets, 0.0, 0
         for size in sizes:
             rows = torch.arange(start, start + size)
-            loss = loss_fn(self.stage(inputs[start : start + size]), rows)
+            loss = self._loss(self.stage(inputs[start : start + size]), rows)
             loss.backward()
             total += float(loss.detach())
             start += size
@@ -159,12 +158,8 @@ class Pipeline:
             kind = getattr(pipelining, SCHEDULES[name])
             _wait_every_p2p_op()
             unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(kind).parameters else {}
-            self.made = kind(stage, n_microbatches=count, loss_fn=self._loss_of_rows, **unscaled)
+            self.made = kind(stage, n_microbatches=count, loss_fn=self._loss, **unscaled)
         return self.made
-
-    def _loss_of_rows(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        assert self.targets is not None
-        return self._loss(self.targets)(output, rows)
 
 
 def require_torch_module(module: str, what: str) -> None:
