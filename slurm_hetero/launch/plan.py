@@ -360,16 +360,10 @@ def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) 
     return even_layout(spec, chosen) if options.even else chosen
 
 
-def slurm_ranks(nodes: Sequence[Site]) -> list[int]:
-    """Slurm rank of each solver rank: the solver numbers group by group, node by node."""
-    return [
-        r for g in _by_type(nodes).values() for s in g for r in range(s.first_rank, s.first_rank + s.tasks)
-    ]
-
-
 def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
     """The solver's assignments renumbered to Slurm ranks (`node` = JobEnv node index), by rank."""
-    mapping = slurm_ranks(nodes)
+    ordered = [s for g in _by_type(nodes).values() for s in g]  # the solver's order: by group, node
+    mapping = [r for s in ordered for r in range(s.first_rank, s.first_rank + s.tasks)]
     site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
     out = []
     for a in assign_ranks(layout):

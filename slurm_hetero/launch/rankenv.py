@@ -46,13 +46,6 @@ def group_ranks(ranked: Sequence[RankAssignment]) -> dict[str, dict[tuple[int, i
     return out
 
 
-def _neighbours(
-    a: RankAssignment, pp: Sequence[int], ranked: Sequence[RankAssignment]
-) -> tuple[int | None, int | None]:
-    by_stage = {ranked[r].stage: r for r in pp}
-    return by_stage.get(a.stage - 1), by_stage.get(a.stage + 1)
-
-
 class Groups:
     """Group membership, one communicator per group (cached by member list), and each replica's
     (samples, sample offset)."""
@@ -166,7 +159,7 @@ def rank_document(
 ) -> RankLayout:
     """The SLURM_HETERO_LAYOUT document of one rank (version 1; keys fixed by the contract)."""
     samples, offset = groups.samples[a.replica]
-    prev_rank, next_rank = _neighbours(a, groups.members["pp"][(a.replica, a.tp_rank)], groups.ranked)
+    by_stage = {groups.ranked[r].stage: r for r in groups.members["pp"][(a.replica, a.tp_rank)]}
     costs = options.costs
     return RankLayout(
         **{name: getattr(a, name) for name in FROM_ASSIGNMENT},
@@ -183,8 +176,8 @@ def rank_document(
         zero_stage=costs.zero_stage,
         attention=costs.attention,
         recompute_mode=costs.recompute,
-        prev_rank=prev_rank,
-        next_rank=next_rank,
+        prev_rank=by_stage.get(a.stage - 1),
+        next_rank=by_stage.get(a.stage + 1),
         groups=groups.specs(a),
     )
 
