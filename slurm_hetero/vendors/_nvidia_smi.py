@@ -28,40 +28,26 @@ TOPO_TOOL = "nvidia-smi topo -m"
 _LOST = ("Unknown Error", "GPU is lost", "GPU requires reset")
 _NA = ("", "N/A", "None", "Not Supported", "[N/A]")
 
-# canonical field -> XML path / text path (section/key) inside one GPU block
-_XML_PATHS = {
-    "model": "product_name",
-    "uuid": "uuid",
-    "minor": "minor_number",
-    "bus_id": "pci/pci_bus_id",
-    "memory": "fb_memory_usage/total",
-    "mig": "mig_mode/current_mig",
-    "pending_retirement": "retired_pages/pending_retirement",
-    "pending_blacklist": "retired_pages/pending_blacklist",
-    "remap_pending": "remapped_rows/remapped_row_pending",
-    "remap_failure": "remapped_rows/remapped_row_failure",
-    "reset_required": "gpu_reset_status/reset_required",
-    "drain_reset": "gpu_reset_status/drain_and_reset_recommended",
-    "recovery_action": "gpu_recovery_action",
-    "fabric_state": "fabric/state",
-    "fabric_status": "fabric/status",
-}
-_TEXT_PATHS = {
-    "model": "Product Name",
-    "uuid": "GPU UUID",
-    "minor": "Minor Number",
-    "bus_id": "PCI/Bus Id",
-    "memory": "FB Memory Usage/Total",
-    "mig": "MIG Mode/Current",
-    "pending_retirement": "Retired Pages/Pending Retirement",
-    "pending_blacklist": "Retired Pages/Pending Page Blacklist",
-    "remap_pending": "Remapped Rows/Pending",
-    "remap_failure": "Remapped Rows/Remapping Failure Occurred",
-    "reset_required": "GPU Reset Status/Reset Required",
-    "drain_reset": "GPU Reset Status/Drain and Reset Recommended",
-    "recovery_action": "GPU Recovery Action",
-    "fabric_state": "Fabric/State",
-    "fabric_status": "Fabric/Status",
+# canonical field -> (XML path, text path as section/key) inside one GPU block
+_PATHS = {
+    "model": ("product_name", "Product Name"),
+    "uuid": ("uuid", "GPU UUID"),
+    "minor": ("minor_number", "Minor Number"),
+    "bus_id": ("pci/pci_bus_id", "PCI/Bus Id"),
+    "memory": ("fb_memory_usage/total", "FB Memory Usage/Total"),
+    "mig": ("mig_mode/current_mig", "MIG Mode/Current"),
+    "pending_retirement": ("retired_pages/pending_retirement", "Retired Pages/Pending Retirement"),
+    "pending_blacklist": ("retired_pages/pending_blacklist", "Retired Pages/Pending Page Blacklist"),
+    "remap_pending": ("remapped_rows/remapped_row_pending", "Remapped Rows/Pending"),
+    "remap_failure": ("remapped_rows/remapped_row_failure", "Remapped Rows/Remapping Failure Occurred"),
+    "reset_required": ("gpu_reset_status/reset_required", "GPU Reset Status/Reset Required"),
+    "drain_reset": (
+        "gpu_reset_status/drain_and_reset_recommended",
+        "GPU Reset Status/Drain and Reset Recommended",
+    ),
+    "recovery_action": ("gpu_recovery_action", "GPU Recovery Action"),
+    "fabric_state": ("fabric/state", "Fabric/State"),
+    "fabric_status": ("fabric/status", "Fabric/Status"),
 }
 _IDENTITY = {
     "model": "product name",
@@ -257,7 +243,7 @@ def parse_smi_xml(capture: Capture) -> list[Device]:
     blocks = []
     for gpu in gpus:
         fields = {
-            k: (gpu.findtext(p) or "").strip() for k, p in _XML_PATHS.items() if gpu.find(p) is not None
+            k: (gpu.findtext(p) or "").strip() for k, (p, _) in _PATHS.items() if gpu.find(p) is not None
         }
         fields.setdefault("bus_id", gpu.get("id", ""))
         blocks.append((f"<gpu id={gpu.get('id', '?')!r}>", fields, None))
@@ -340,7 +326,7 @@ def parse_smi_text(capture: Capture) -> list[Device]:
     _check_attached(capture, header.get("Attached GPUs"), len(gpus), TEXT_TOOL)
     blocks = []
     for gpu in gpus:
-        fields = {k: gpu.fields[p] for k, p in _TEXT_PATHS.items() if p in gpu.fields}
+        fields = {k: gpu.fields[p] for k, (_, p) in _PATHS.items() if p in gpu.fields}
         fields.setdefault("bus_id", gpu.bus_id)
         blocks.append((f"GPU {gpu.bus_id}", fields, gpu.line_no))
     driver = _opt(header.get("Driver Version"))

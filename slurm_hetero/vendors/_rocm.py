@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from slurm_hetero.core.errors import ParseError
 from slurm_hetero.core.model import Capture, Device, Link
@@ -25,6 +26,7 @@ from slurm_hetero.vendors._amd_smi import (
 )
 from slurm_hetero.vendors._rocm_facts import CPULIST, Dialect, Facts, Parsed, set_fact
 from slurm_hetero.vendors._rocm_smi import BANNER, parse_smi_json, parse_smi_text
+from slurm_hetero.vendors.base import Vendor
 
 RENDER_MINOR_BASE = 128
 PCI_ROOT = Path("/sys/bus/pci/devices")
@@ -247,3 +249,29 @@ def with_local_cpus(devices: Sequence[Device], root: Path = PCI_ROOT) -> list[De
                 cpus = None
         out.append(dataclasses.replace(device, cores=cpus) if cpus and CPULIST.match(cpus) else device)
     return out
+
+
+class RocmVendor(Vendor):
+    """What AMD and Hygon (a fork of ROCm) share: device isolation, collectives, parsing, sysfs."""
+
+    # ROCm isolates at two levels: ROCR_VISIBLE_DEVICES picks devices by index, then HIP (and
+    # CUDA_VISIBLE_DEVICES, which HIP also reads, and GPU_DEVICE_ORDINAL, read by HIP and OpenCL)
+    # index inside that set (ROCm's GPU isolation docs; Slurm's gres.conf Flags=amd_gpu_env).
+    visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
+    slurm_gpu_env: ClassVar[str] = "amd_gpu_env"  # ROCR only: Slurm's CUDA_ would index inside it
+    relative_visible_envs: ClassVar[tuple[str, ...]] = (
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+    )
+    torch_backend: ClassVar[str] = "nccl"  # RCCL (and the DTK's fork of it) presents as NCCL in torch
+    ccl_env_prefix: ClassVar[str | None] = "NCCL"  # RCCL reads NCCL_* variables
+    dialect: ClassVar[Dialect]
+    formats: ClassVar[tuple[str, ...]]  # the `PARSERS` kinds this vendor owns
+    pci_root: ClassVar[Path] = PCI_ROOT
+
+    def parse(self, captures: Sequence[Capture]) -> list[Device]:
+        return parse_captures(captures, self.dialect, self.formats)
+
+    def probe(self) -> list[Device]:
+        return with_local_cpus(super().probe(), self.pci_root)

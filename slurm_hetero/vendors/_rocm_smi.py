@@ -60,20 +60,21 @@ def _json_entry(parsed: Parsed, index: int | None, entry: Mapping[str, Any], dia
         elif key.lower() == "driver version":
             parsed.driver_version = clean(value)
         elif match := _TOPO_PAIR.match(key):
-            _topology_pair(parsed, match, str(value), fail)
+            a, b = int(match.group(2)), int(match.group(3))
+            for pair in ((a, b), (b, a)):
+                _store(parsed, match.group(1).lower(), pair, str(value), fail)
 
 
-def _topology_pair(
-    parsed: Parsed, match: re.Match[str], value: str, fail: Callable[[str], ParseError]
+def _store(
+    parsed: Parsed, kind: str, pair: tuple[int, int], value: str, fail: Callable[[str], ParseError]
 ) -> None:
-    kind, a, b = match.group(1).lower(), int(match.group(2)), int(match.group(3))
-    for pair in ((a, b), (b, a)):
-        if kind == "link type":
-            parsed.link_kind[pair] = value.strip().upper()
-        elif kind == "hops":
-            if not value.strip().isdigit():
-                raise fail(f"hop count {value!r} is not a number")
-            parsed.hops[pair] = int(value)
+    """One cell of a table whose title (`kind`, lower case) names link types or hops; others are not kept."""
+    if "link type" in kind:
+        parsed.link_kind[pair] = value.strip().upper()
+    elif "hops" in kind:
+        if not value.strip().isdigit():
+            raise fail(f"hop count {value!r} is not a number")
+        parsed.hops[pair] = int(value)
 
 
 # rocm-smi / hy-smi text ------------------------------------------------------------------------
@@ -189,18 +190,11 @@ def _store_matrix(
     title: str,
     fail: Callable[[str], ParseError],
 ) -> None:
-    kind = "link" if "link type" in title.lower() else "hops" if "hops" in title.lower() else ""
     for src, cells in rows.items():
         parsed.gpu(src)
         for dst, cell in zip(header, cells):
-            if src == dst:
-                continue
-            if kind == "link":
-                parsed.link_kind[(src, dst)] = cell.upper()
-            elif kind == "hops":
-                if not cell.isdigit():
-                    raise fail(f"hop count {cell!r} is not a number")
-                parsed.hops[(src, dst)] = int(cell)
+            if src != dst:
+                _store(parsed, title.lower(), (src, dst), cell, fail)
 
 
 # concise (default) table -----------------------------------------------------------------------

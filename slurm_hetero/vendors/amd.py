@@ -74,22 +74,13 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-from collections.abc import Sequence
-from pathlib import Path
 from typing import ClassVar
 
-from slurm_hetero.core.model import Capture, Device
+from slurm_hetero.core.model import Device
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._amdsmi import devices_from_amdsmi, load_amdsmi
-from slurm_hetero.vendors._rocm import (
-    PARSERS,
-    PCI_ROOT,
-    accelerator_pci_vendors,
-    parse_captures,
-    with_local_cpus,
-)
+from slurm_hetero.vendors._rocm import PARSERS, RocmVendor, accelerator_pci_vendors, with_local_cpus
 from slurm_hetero.vendors._rocm_facts import Dialect
-from slurm_hetero.vendors.base import Vendor
 
 AMD_PCI_VENDOR = "0x1002"
 ROCM_SMI_ARGV = [
@@ -110,30 +101,16 @@ AMD = Dialect("amd", "rocm-smi", ("GPU",), ROCM_HINT, "hygon", foreign_prefixes=
 
 
 @register_vendor("amd")
-class AmdVendor(Vendor):
+class AmdVendor(RocmVendor):
     """AMD GPUs through amdsmi, amd-smi or rocm-smi (see the module docstring)."""
 
     tools: ClassVar[tuple[str, ...]] = ("amd-smi", "rocm-smi")
-    # ROCm isolates at two levels: ROCR_VISIBLE_DEVICES picks devices by index, then HIP (and
-    # CUDA_VISIBLE_DEVICES, which HIP also reads, and GPU_DEVICE_ORDINAL, read by HIP and OpenCL)
-    # index inside that set (ROCm's GPU isolation
-    # docs; Slurm's gres.conf Flags=amd_gpu_env).
-    visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
-    slurm_gpu_env: ClassVar[str] = "amd_gpu_env"  # ROCR only: Slurm's CUDA_ would index inside it
     slurm_autodetect: ClassVar[str | None] = "rsmi"
-    relative_visible_envs: ClassVar[tuple[str, ...]] = (
-        "HIP_VISIBLE_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
-        "GPU_DEVICE_ORDINAL",
-    )
-    torch_backend: ClassVar[str] = "nccl"  # RCCL presents as NCCL in ROCm builds of torch
     stack_label: ClassVar[str] = "rocm"
     ucc_memory: ClassVar[bool] = True
-    ccl_env_prefix: ClassVar[str | None] = "NCCL"  # RCCL reads NCCL_* variables
     memory_capture_hint: ClassVar[str] = ROCM_HINT
     dialect: ClassVar[Dialect] = AMD
     formats: ClassVar[tuple[str, ...]] = tuple(PARSERS)
-    pci_root: ClassVar[Path] = PCI_ROOT
 
     def affinity(self) -> int:
         """2 with amdsmi, 1 with a tool; 0 when sysfs shows no AMD GPU (a Hygon node's DTK rocm-smi)."""
@@ -155,11 +132,8 @@ class AmdVendor(Vendor):
             return [list(argv) for argv in AMD_SMI_ARGVS]
         return [list(ROCM_SMI_ARGV)]
 
-    def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        return parse_captures(captures, self.dialect, self.formats)
-
     def probe(self) -> list[Device]:
         module = load_amdsmi()
         if module is not None:
             return with_local_cpus(devices_from_amdsmi(module), self.pci_root)
-        return with_local_cpus(super().probe(), self.pci_root)
+        return super().probe()

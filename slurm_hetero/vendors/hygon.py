@@ -40,14 +40,12 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from pathlib import Path
 from typing import ClassVar
 
 from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._rocm import PCI_ROOT, accelerator_pci_vendors, parse_captures, with_local_cpus
+from slurm_hetero.vendors._rocm import RocmVendor, accelerator_pci_vendors, parse_captures
 from slurm_hetero.vendors._rocm_facts import Dialect
-from slurm_hetero.vendors.base import Vendor
 
 HYGON_PCI_VENDOR = "0x1d94"
 HY_SMI_OPTIONS = ["--showproductname", "--showmeminfo", "vram", "--showbus", "--showdriverversion"]
@@ -70,25 +68,14 @@ HYGON = Dialect(
 
 
 @register_vendor("hygon")
-class HygonVendor(Vendor):
+class HygonVendor(RocmVendor):
     """Hygon DCUs through hy-smi or the DTK's rocm-smi (see the module docstring)."""
 
     tools: ClassVar[tuple[str, ...]] = ("hy-smi", "rocm-smi")
-    # The DTK is a ROCm fork: the same two levels as AMD (ROCR picks, HIP indexes inside).
-    visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
-    slurm_gpu_env: ClassVar[str] = "amd_gpu_env"
-    relative_visible_envs: ClassVar[tuple[str, ...]] = (
-        "HIP_VISIBLE_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
-        "GPU_DEVICE_ORDINAL",
-    )
-    torch_backend: ClassVar[str] = "nccl"  # the DTK's RCCL fork, as NCCL
     stack_label: ClassVar[str] = "dtk"
-    ccl_env_prefix: ClassVar[str | None] = "NCCL"
     memory_capture_hint: ClassVar[str] = HYGON_HINT
     dialect: ClassVar[Dialect] = HYGON
     formats: ClassVar[tuple[str, ...]] = ("json", "smi-text")
-    pci_root: ClassVar[Path] = PCI_ROOT
 
     def affinity(self) -> int:
         """1 with hy-smi; with only rocm-smi, 1 when sysfs shows a Hygon accelerator, else 0."""
@@ -105,12 +92,6 @@ class HygonVendor(Vendor):
         tool = "hy-smi" if shutil.which("hy-smi") else "rocm-smi"
         return [[tool, *HY_SMI_OPTIONS]]
 
-    def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        return parse_captures(captures, self.dialect, self.formats)
-
     def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
         """The default table alone with the admin's model; memory comes from the catalog."""
         return parse_captures(captures, self.dialect, self.formats, model=model)
-
-    def probe(self) -> list[Device]:
-        return with_local_cpus(super().probe(), self.pci_root)

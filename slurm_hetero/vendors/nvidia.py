@@ -83,8 +83,6 @@ from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
 
-_ALSO = f"also capture `{XML_TOOL}`"
-
 
 def classify(capture: Capture) -> str | None:
     """Which nvidia-smi output a capture is: xml, text, topo, mig-profiles, table, gpu-list; None."""
@@ -132,8 +130,8 @@ def _refuse(capture: Capture, kind: str | None) -> ParseError:
 
 _LISTINGS = {"xml": parse_smi_xml, "text": parse_smi_text, "csv": parse_query_csv}  # kind -> its parser
 _NOT_A_LISTING = {
-    "topo": "topology alone has no device list",
-    "mig-profiles": "a MIG profile table has no device list",
+    "topo": (TOPO_TOOL, "topology alone"),
+    "mig-profiles": ("nvidia-smi mig -lgip", "a MIG profile table"),
 }
 DEV = Path("/dev")
 PROC_DRIVER = Path("/proc/driver/nvidia/version")
@@ -206,7 +204,16 @@ class NvidiaVendor(Vendor):
                 logger.info("%s: MIG profile table ignored (it lists no devices)", capture.source)
             else:
                 raise _refuse(capture, kind)
-        return self._combine(captures, listings, topologies)
+        if not listings:
+            tool, what = _NOT_A_LISTING[classify(captures[0]) or "topo"]
+            raise parse_error(captures[0], tool, f"{what} has no device list; also capture `{XML_TOOL}`")
+        if len(listings) > 1:
+            names = " and ".join(c.source for c, _ in listings)
+            raise parse_error(listings[1][0], XML_TOOL, f"two device listings ({names}); pass one per node")
+        listing, devices = listings[0]
+        for topo in topologies:
+            devices = apply_topology(devices, topo, listing.source)
+        return sorted(devices, key=lambda d: d.index)
 
     def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
         """Topology matrices alone (`nvidia-smi topo -m`) with the admin's model: GPU<k> is
@@ -214,8 +221,7 @@ class NvidiaVendor(Vendor):
         from the catalog. A device listing names its model itself: --model is refused with one."""
         topologies: list[Topology] = []
         for capture in captures:
-            kind = classify(capture)
-            if kind != "topo":
+            if classify(capture) != "topo":
                 raise parse_error(
                     capture,
                     TOPO_TOOL,
@@ -230,24 +236,3 @@ class NvidiaVendor(Vendor):
         for topo in topologies:
             devices = apply_topology(devices, topo, source)
         return devices
-
-    def _combine(
-        self,
-        captures: Sequence[Capture],
-        listings: list[tuple[Capture, list[Device]]],
-        topologies: list[Topology],
-    ) -> list[Device]:
-        if not listings:
-            kind = classify(captures[0]) or "topo"
-            raise parse_error(
-                captures[0],
-                TOPO_TOOL if kind == "topo" else "nvidia-smi mig -lgip",
-                f"{_NOT_A_LISTING.get(kind, 'no device list')}; {_ALSO}",
-            )
-        if len(listings) > 1:
-            names = " and ".join(c.source for c, _ in listings)
-            raise parse_error(listings[1][0], XML_TOOL, f"two device listings ({names}); pass one per node")
-        source, devices = listings[0][0].source, listings[0][1]
-        for topo in topologies:
-            devices = apply_topology(devices, topo, source)
-        return sorted(devices, key=lambda d: d.index)
