@@ -36,7 +36,7 @@ def _load_all() -> None:
         return
     _loaded = True
     for info in pkgutil.iter_modules(__path__):
-        if info.name in ("base",) or info.name.startswith("_"):
+        if info.name == "base" or info.name.startswith("_"):
             continue
         try:
             importlib.import_module(f"{__name__}.{info.name}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from slurm_hetero.core.errors import ToolError
 from slurm_hetero.core.model import Device, Health, Link
-from slurm_hetero.vendors._nvidia_smi import VENDOR, XML_TOOL, cpu_list
+from slurm_hetero.vendors._nvidia_smi import VENDOR, XML_TOOL, cpu_list, health_reasons
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 
@@ -79,14 +79,13 @@ def nvlink_peers(gpus: Sequence[NvmlGpu]) -> list[Counter[int]]:
 
 
 def _nvml_health(gpu: NvmlGpu) -> list[str]:
-    reasons = list(gpu.errors)
-    if gpu.retired_pages_pending:
-        reasons.append("retired pages pending")
-    if gpu.remapped_rows and gpu.remapped_rows[2]:
-        reasons.append("row remapping pending")
-    if gpu.remapped_rows and gpu.remapped_rows[3]:
-        reasons.append("row remapping failed")
-    return reasons
+    remapped = gpu.remapped_rows or (0, 0, 0, 0)
+    flags = {
+        "pending_retirement": gpu.retired_pages_pending,
+        "remap_pending": remapped[2],
+        "remap_failure": remapped[3],
+    }
+    return [*gpu.errors, *health_reasons({key: "Yes" for key, on in flags.items() if on})]
 
 
 def devices_from_nvml(gpus: Sequence[NvmlGpu], driver: str | None, cuda: str | None) -> list[Device]:

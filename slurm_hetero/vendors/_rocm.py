@@ -9,7 +9,7 @@ accelerator devices (`accelerator_pci_vendors`) and `cores` from each device's `
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -197,23 +197,18 @@ def build_device(
 
 
 def parse_captures(
-    captures: Sequence[Capture], dialect: Dialect, formats: Iterable[str], model: str | None = None
+    captures: Sequence[Capture], dialect: Dialect, formats: Sequence[str], model: str | None = None
 ) -> list[Device]:
     """Detect, parse and merge; a format outside `formats` is refused with its owner's name.
     `model`: the admin's name for devices the captures name no model of (see `merge`)."""
     if not captures:
         raise ParseError(dialect.vendor, dialect.tool, "no captures given", "<none>")
-    allowed = set(formats)
     parsed = []
     for capture in captures:
         kind = detect(capture, dialect)
-        if kind not in allowed:
-            owner = "amd-smi" if kind.startswith("amd-smi") else kind
+        if kind not in formats:  # Hygon's tools are forks of rocm-smi, never of amd-smi
             raise dialect.error(
-                capture,
-                f"this is {owner} output, which is AMD's; use --vendor amd",
-                1,
-                tool="amd-smi",
+                capture, "this is amd-smi output, which is AMD's; use --vendor amd", 1, tool="amd-smi"
             )
         parsed.append(PARSERS[kind](capture, dialect))
     return merge(parsed, dialect, model)

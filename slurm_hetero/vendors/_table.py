@@ -84,6 +84,15 @@ def nonblank_lines(text: str) -> list[Line]:
     return [Line(n, raw.rstrip()) for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
 
 
+def check_width(lines: list[Line], what: str) -> None:
+    """Every line as wide as the first: a line cut short shows as a narrower one."""
+    width = len(lines[0].text)
+    for line in lines:
+        if len(line.text) != width:
+            message = f"line is {len(line.text)} characters wide, the {what} {width} (output cut short?)"
+            raise TableError(message, line)
+
+
 def check_row(line: Line, columns: int) -> list[str]:
     """The cells of a closed row of `columns` cells; TableError for a cut or malformed row."""
     cells = line.cells()

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from slurm_hetero.core.model import Capture, Device
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, guarded, nonblank_lines
+from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, check_width, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "efsmi"
@@ -64,14 +64,9 @@ def _box(lines: list[Line]) -> list[Line]:
         if not _BANNER.match(line.text):
             raise TableError("unexpected line before the efsmi box", line)
     box = lines[start:]
-    width = len(box[0].text)
     if not _TOP.match(box[0].text):
         raise TableError("expected the box's top border", box[0])
-    for line in box:
-        if len(line.text) != width:
-            raise TableError(
-                f"line is {len(line.text)} characters wide, the box {width} (output cut short?)", line
-            )
+    check_width(box, "box")
     return box
 
 

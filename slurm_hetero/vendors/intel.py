@@ -57,7 +57,7 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
 from slurm_hetero.core.model import Capture, Device, Link
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
+from slurm_hetero.vendors._table import Line, TableError, check_width, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -96,12 +96,7 @@ class _Topology:
 def _parse_discovery(text: str) -> list[_Record]:
     """The boxed `xpu-smi discovery [-d N]` table: one record per group between borders."""
     lines = nonblank_lines(text)
-    width = len(lines[0].text)
-    for line in lines:
-        if len(line.text) != width:
-            raise TableError(
-                f"line is {len(line.text)} characters wide, the table {width} (output cut short?)", line
-            )
+    check_width(lines, "table")
     head = _ROW.match(lines[1].text) if len(lines) > 2 else None
     if not head or head.group(1).strip().lower() != "device id" or not _BORDER.match(lines[2].text):
         where = lines[min(1, len(lines) - 1)]
