@@ -1,9 +1,6 @@
-"""Live discovery through AMD's `amdsmi` Python library for the AMD vendor: `load_amdsmi` imports
-it (None when missing or broken, so the tools are used), `amdsmi_facts` reads one processor handle
-(market name, device id, VRAM, BDF, UUID, NUMA node and affinity, partitions, driver version, DRM
-render minor; every query optional), `amdsmi_links` finds one-hop XGMI links between every pair
-(the XGMI code looked up by name across releases), and `devices_from_amdsmi` turns it all into
-Device records; the module is passed in, so tests use a fake.
+"""Live discovery through AMD's `amdsmi` Python library (what it reads: `slurm_hetero.vendors.amd`,
+"Live discovery"): `load_amdsmi` imports it (None when missing or broken, so the tools are used), and
+`devices_from_amdsmi` turns its answers into Device records; the module is passed in, so tests use a fake.
 """
 
 from __future__ import annotations

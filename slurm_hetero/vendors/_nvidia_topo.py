@@ -70,10 +70,6 @@ def _topo_columns(capture: Capture, header: list[str], no: int) -> tuple[list[st
     return columns, extra
 
 
-def _numa(value: str) -> int | None:
-    return int(value) if value.strip().isdigit() else None
-
-
 def _topo_row(
     capture: Capture, fields: list[str], columns: list[str], extra: dict[str, int], no: int, line: str
 ) -> tuple[str, TopoGpu | None]:
@@ -98,7 +94,8 @@ def _topo_row(
         cores = normalize_cpu_list(column("CPU Affinity"))
     except ValueError as e:
         raise parse_error(capture, TOPO_TOOL, str(e), no, line) from None
-    return name, TopoGpu(int(name[3:]), nvlinks, cores, _numa(column("NUMA Affinity")))
+    numa = column("NUMA Affinity")
+    return name, TopoGpu(int(name[3:]), nvlinks, cores, int(numa) if numa.strip().isdigit() else None)
 
 
 def _legend(lines: Sequence[str]) -> set[str]:

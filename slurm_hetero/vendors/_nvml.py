@@ -1,9 +1,6 @@
-"""Live NVML probing for the NVIDIA vendor: `read_nvml` asks pynvml (passed in, never imported here)
-for each GPU's raw values (`NvmlGpu`: name, minor number, memory, UUID, PCI bus id, CPU affinity mask,
-NUMA node from sysfs or NVML's memory affinity, MIG mode, active NVLinks and their remote ends,
-retired-page and row-remap state) plus the driver and CUDA versions, and `devices_from_nvml` turns
-them into Device records purely (NVSwitch fabrics link every pair of switch-attached GPUs). Whether
-pynvml and the driver are present, and when to probe, is decided in `slurm_hetero.vendors.nvidia`.
+"""Live NVML probing for the NVIDIA vendor (what it reads: `slurm_hetero.vendors.nvidia`, "Live
+discovery"): `read_nvml` asks pynvml (passed in, never imported here) for each GPU's raw values
+(`NvmlGpu`), and `devices_from_nvml` turns them into Device records purely.
 """
 
 from __future__ import annotations

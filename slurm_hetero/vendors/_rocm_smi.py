@@ -1,8 +1,6 @@
-"""rocm-smi and hy-smi output for the AMD and Hygon vendors, each capture -> one `Parsed`: the
-`--json` cardN / `system` layout (`parse_smi_json`), and banner-framed text (`parse_smi_text`) with
-its `GPU[N] : key: value` lines, `--showtopo` matrices (Weight, Hops, Link Type) and the default
-concise table in its three layouts, cut at the header's word positions. A missing footer is a
-truncated capture; the other vendor's branding is refused as the `Dialect` says.
+"""rocm-smi and hy-smi output for the AMD and Hygon vendors (the layouts: `slurm_hetero.vendors.amd`),
+each capture -> one `Parsed`: the `--json` layout (`parse_smi_json`) and banner-framed text
+(`parse_smi_text`: key-value lines, `--showtopo` matrices, the concise table).
 """
 
 from __future__ import annotations

@@ -102,8 +102,6 @@ AMD = Dialect("amd", "rocm-smi", ("GPU",), ROCM_HINT, "hygon", foreign_prefixes=
 
 @register_vendor("amd")
 class AmdVendor(RocmVendor):
-    """AMD GPUs through amdsmi, amd-smi or rocm-smi (see the module docstring)."""
-
     tools: ClassVar[tuple[str, ...]] = ("amd-smi", "rocm-smi")
     slurm_autodetect: ClassVar[str | None] = "rsmi"
     stack_label: ClassVar[str] = "rocm"

@@ -69,8 +69,6 @@ HYGON = Dialect(
 
 @register_vendor("hygon")
 class HygonVendor(RocmVendor):
-    """Hygon DCUs through hy-smi or the DTK's rocm-smi (see the module docstring)."""
-
     tools: ClassVar[tuple[str, ...]] = ("hy-smi", "rocm-smi")
     stack_label: ClassVar[str] = "dtk"
     memory_capture_hint: ClassVar[str] = HYGON_HINT
