@@ -23,15 +23,8 @@ from slurm_hetero.slurm.scontrol import gpu_entries, is_our_reason, parse_fields
 SLURM_TIMEOUT_S = 4.0
 SCONTROL = ["scontrol", "show", "node", "-d", "-o"]
 # squeue: one line per pending job, fixed-width fields; the admin comment (free text) is last
-SQUEUE = [
-    "squeue",
-    "-h",
-    "-a",
-    "-t",
-    "PD",
-    "-O",
-    "JobID:24,tres-per-node:300,tres-per-job:300,tres-per-task:300,tres-per-socket:300,admin_comment:2000",
-]
+_PENDING_FIELDS = "JobID:24,tres-per-node:300,tres-per-job:300,tres-per-task:300,tres-per-socket:300"
+SQUEUE = ["squeue", "-h", "-a", "-t", "PD", "-O", f"{_PENDING_FIELDS},admin_comment:2000"]
 _UNAVAILABLE = {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING", "MAINT"}
 _REWRITE = re.compile(r"\] (?:\w+: )?slurm_hetero: [^:]*(?: edit of job \d+)?[^:]*: (.+ -> .+)$")
 _TYPED = re.compile(r"gres[:/]gpu:([^:=,]+)[:=](\d+)")

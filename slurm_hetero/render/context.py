@@ -102,31 +102,22 @@ def _gres_device_lines(
     linked = any(d.device.links for d in devices)
     positions = {(d.device.vendor, d.index): i for i, d in enumerate(devices)} if linked else {}
     cores_of: dict[str | None, tuple[str | None, str | None]] = {}
-    lines: list[dict[str, Any]] = []
-    last: dict[str, Any] | None = None
+    lines: list[tuple[GresLine, list[str]]] = []  # each line's files, folded at the end
     for position, slurm_device in enumerate(devices):
         device = slurm_device.device
-        found = cores_of.get(device.cores)
-        if found is None:
-            found = cores_of[device.cores] = slurm_cores(device.cores, node)
-        cores, note = found
+        if device.cores not in cores_of:
+            cores_of[device.cores] = slurm_cores(device.cores, node)
+        cores, note = cores_of[device.cores]
         if note:
             notes.append(f"{device.vendor} device {device.index}: {note}")
         links = _links_row(position, device, positions, len(devices)) if device.links else None
         file = _device_file(device, node.name, local)
-        if (
-            last is not None
-            and links is None
-            and last["links"] is None
-            and last["type"] == device.type
-            and last["cores"] == cores
-        ):
-            last["files"].append(file)
+        last = lines[-1][0] if lines else None
+        if last and links is None and last.links is None and (last.type, last.cores) == (device.type, cores):
+            lines[-1][1].append(file)
         else:
-            last = {"type": device.type, "files": [file], "cores": cores, "links": links}
-            last["flags"] = slurm_device.vendor.slurm_gpu_env
-            lines.append(last)
-    return [GresLine(e["type"], hostlist.fold(e["files"]), e["cores"], e["links"], e["flags"]) for e in lines]
+            lines.append((GresLine(device.type, "", cores, links, slurm_device.vendor.slurm_gpu_env), [file]))
+    return [dataclasses.replace(line, file=hostlist.fold(files)) for line, files in lines]
 
 
 def shards_per_device(device: Device, shares: Mapping[str, int]) -> int:

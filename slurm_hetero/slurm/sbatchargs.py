@@ -185,14 +185,11 @@ def split_command_line(argv: Sequence[str]) -> CommandLine:
         components.append(tuple(options))
         ended_by_dashes = used > 0 and rest[used - 1] == "--"
         rest = rest[used:]
-        if rest and rest[0] == ":" and not ended_by_dashes:
-            rest = rest[1:]
-            continue
-        break
-    line = CommandLine(tuple(components), None, ())
-    if line.wraps or not rest:
-        return CommandLine(line.components, None, tuple(rest))
-    return CommandLine(line.components, rest[0], tuple(rest[1:]))
+        if not rest or rest[0] != ":" or ended_by_dashes:
+            break
+        rest = rest[1:]
+    line = CommandLine(tuple(components), None, tuple(rest))
+    return line if line.wraps or not rest else CommandLine(line.components, rest[0], tuple(rest[1:]))
 
 
 # ------------------------------------------------------------------------------- #SBATCH lines
@@ -296,18 +293,18 @@ def component_options(
 ) -> list[list[Option]]:
     """Each het component's options in sbatch's order (script, environment, command line): with
     one command-line group it applies to every script component, with several the k-th to the k-th."""
-    count = max(len(script), len(line.components)) if len(line.components) > 1 else max(len(script), 1)
     env = env_options(environ)
-    out = []
-    for k in range(count):
-        cmd = (
-            line.components[0]
-            if len(line.components) == 1
-            else (line.components[k] if k < len(line.components) else ())
-        )
-        own = tuple(script[k]) if k < len(script) else ()
-        out.append(_memory(own, env, cmd))
-    return out
+    return [
+        _memory(script[k] if k < len(script) else (), env, component_group(line.components, k))
+        for k in range(max(len(script), len(line.components), 1))
+    ]
+
+
+def component_group(groups: Sequence[Sequence[Option]], k: int) -> Sequence[Option]:
+    """Het component k's command-line options: one group serves every component, several the k-th."""
+    if len(groups) == 1:
+        return groups[0]
+    return groups[k] if k < len(groups) else ()
 
 
 def _memory(own: Sequence[Option], env: Sequence[Option], cmd: Sequence[Option]) -> list[Option]:

@@ -18,6 +18,8 @@ from slurm_hetero.core.errors import ScontrolError, ToolError
 # a field starts at a run of key characters followed by `=`, after a space or at the line start
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
 DRAIN_PREFIX = "slurm-hetero:"
+# the state words on which Slurm starts no job step (drained, down, failing, powered off, not responding)
+SRUN_BLOCKED = frozenset("DRAIN DRAINED DRAINING DOWN FAIL FAILING POWERED_DOWN NOT_RESPONDING".split())
 
 
 def is_our_reason(reason: str) -> bool:
@@ -59,18 +61,7 @@ class SlurmNodeRecord:
 
     @property
     def unreachable_by_srun(self) -> bool:
-        """Slurm will not start a job step there (drained, down, failing, powered off, not responding)."""
-        blocked = {
-            "DRAIN",
-            "DRAINED",
-            "DRAINING",
-            "DOWN",
-            "FAIL",
-            "FAILING",
-            "POWERED_DOWN",
-            "NOT_RESPONDING",
-        }
-        return bool(self.states & blocked)
+        return bool(self.states & SRUN_BLOCKED)
 
     @property
     def drained_by_us(self) -> bool:
@@ -99,22 +90,20 @@ def _records(text: str) -> list[dict[str, str]]:
 
 def parse_node_records(text: str) -> list[SlurmNodeRecord]:
     """`scontrol show node [-o]` output -> records."""
-    records = []
-    for fields in _records(text):
-        records.append(
-            SlurmNodeRecord(
-                name=fields["NodeName"],
-                state=fields.get("State", ""),
-                reason=fields.get("Reason", "").split(" [")[0] if fields.get("Reason") != "(null)" else "",
-                cpus=_int(fields.get("CPUTot")),
-                sockets=_int(fields.get("Sockets")),
-                cores_per_socket=_int(fields.get("CoresPerSocket")),
-                threads_per_core=_int(fields.get("ThreadsPerCore")),
-                real_memory_mib=_int(fields.get("RealMemory")),
-                partition=fields.get("Partitions", "").split(",")[0].strip(),
-            )
+    return [
+        SlurmNodeRecord(
+            name=fields["NodeName"],
+            state=fields.get("State", ""),
+            reason=fields.get("Reason", "").split(" [")[0] if fields.get("Reason") != "(null)" else "",
+            cpus=_int(fields.get("CPUTot")),
+            sockets=_int(fields.get("Sockets")),
+            cores_per_socket=_int(fields.get("CoresPerSocket")),
+            threads_per_core=_int(fields.get("ThreadsPerCore")),
+            real_memory_mib=_int(fields.get("RealMemory")),
+            partition=fields.get("Partitions", "").split(",")[0].strip(),
         )
-    return records
+        for fields in _records(text)
+    ]
 
 
 def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNodeRecord]:

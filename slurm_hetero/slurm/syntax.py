@@ -262,7 +262,7 @@ def cpu_ids(cpu_list: str) -> list[int]:
     list is malformed, reversed (`7-0`), beyond Slurm's CPU ids or too long."""
     if not _CPU_LIST.match(cpu_list):
         raise ValueError(f"CPU list {text(cpu_list)} is not N[-M][,N[-M]...]")
-    pairs = []
+    ids: set[int] = set()
     total = 0
     for part in cpu_list.split(","):
         first, _, last = part.partition("-")
@@ -274,9 +274,6 @@ def cpu_ids(cpu_list: str) -> list[int]:
         total += high - low + 1
         if total > MAX_CPU_IDS:
             raise ValueError(f"CPU list {cpu_list[:40]!r}... names more than {MAX_CPU_IDS} ids")
-        pairs.append((low, high))
-    ids: set[int] = set()
-    for low, high in pairs:
         ids.update(range(low, high + 1))
     return sorted(ids)
 

@@ -167,29 +167,24 @@ class Outcome:
     log: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": self.ok, "action": self.action, "message": self.message}
-        out["code"] = self.code
         # a rejected job is not written: no new field values to show
-        for name in WRITTEN:
-            out[name] = getattr(self.job, name) if self.ok else None
-        return out
+        written = {name: getattr(self.job, name) if self.ok else None for name in WRITTEN}
+        return {"ok": self.ok, "action": self.action, "message": self.message, "code": self.code, **written}
 
 
-def _lua_runtime() -> Any:
+def _lua_runtime(**options: Any) -> Any:
+    """A fresh Lua 5.1 state (what Debian's slurmctld links), or ConfigError without lupa."""
     try:
-        import lupa.lua51 as lua51  # Lua 5.1: what Debian's slurmctld links
+        import lupa.lua51 as lua51
     except ImportError as e:  # pragma: no cover - a runtime dependency
         raise ConfigError(f"the job_submit hook needs lupa (pip install lupa): {e}") from e
-    return lua51.LuaRuntime(unpack_returned_tuples=True)
+    return lua51.LuaRuntime(**options)
 
 
 def lua_compile_error(script: Path) -> str | None:
     """Lua 5.1's message when `script` does not compile (a syntax error, not Lua at all), as
     slurmctld's loadfile would say it; None when it compiles. The chunk is not run."""
-    _lua_runtime()  # lupa is there, or ConfigError
-    import lupa.lua51 as lua51
-
-    lua = lua51.LuaRuntime(encoding=None)  # bytes: the message may quote the file's own bytes
+    lua = _lua_runtime(encoding=None)  # bytes: the message may quote the file's own bytes
     loaded = lua.globals().loadfile(bytes(script))
     if not isinstance(loaded, tuple) or loaded[0] is not None:
         return None
@@ -200,10 +195,7 @@ def lua_compile_error(script: Path) -> str | None:
 @functools.lru_cache(maxsize=1)
 def _hostfile_reader() -> Any:
     """job_submit.lua's host-file reader, in a Lua state of its own that passes bytes both ways."""
-    _lua_runtime()  # lupa is there, or ConfigError
-    import lupa.lua51 as lua51
-
-    lua = lua51.LuaRuntime(encoding=None, unpack_returned_tuples=True)
+    lua = _lua_runtime(encoding=None, unpack_returned_tuples=True)
     lua.execute(SHIM.encode())
     lua.execute(script_template().encode())
     return lua.globals().slurm_hetero_hook[b"hostfile_hosts"]
@@ -228,7 +220,7 @@ class Hook:
         if release not in RELEASES:
             raise ValueError(f"release {release!r}: one of {', '.join(RELEASES)}")
         self.release = release
-        self.lua = _lua_runtime() if runtime is None else runtime
+        self.lua = _lua_runtime(unpack_returned_tuples=True) if runtime is None else runtime
         self.lua.execute(SHIM)
         exported = EXPORTED_22_05 if release == "22.05" else {**EXPORTED_22_05, **SLURM_ERRNO}
         slurm = self.lua.globals().slurm
@@ -248,8 +240,7 @@ class Hook:
     def submit(self, job: Job, offset: int | None = None) -> Outcome:
         """slurm_job_submit on `job` by `job.submit_uid`; `offset`: its het_job_offset (0, 1, ...
         in order: the hook keeps what earlier components take until the next offset 0)."""
-        table = self._table(job) if offset is None else self._table(job, het_job_offset=offset)
-        rc, store, log = self.lua.globals().submit(table, job.submit_uid)
+        rc, store, log = self.lua.globals().submit(self._table(job, het_job_offset=offset), job.submit_uid)
         rc, message, lines = self._answer(rc, log)
         after = replace(job, **{name: store[name] for name in WRITTEN})
         return _outcome(rc, message, after, lines, rewritten=bool(message))

@@ -6,18 +6,18 @@ job_submit.lua on 22.05 and 24.11; docs/submit-protocol.md "What sbatch sends" h
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.core.errors import InventoryError, RequestError
 from slurm_hetero.core.hostlist import expand, fold
 from slurm_hetero.core.units import UNITS
+from slurm_hetero.slurm.sbatchargs import MEMORY
 from slurm_hetero.slurm.syntax import hostlist_size, whole_number
+from slurm_hetero.submit import NO_VAL, Job  # defined before slurm_hetero.submit imports this module
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
     from slurm_hetero.engine.score import ClusterModel
-    from slurm_hetero.submit import Job
 
 # The prefix each release's sbatch puts on TRES items (measured on 22.05 and 24.11).
 RELEASE_PREFIX = {"22.05": "gres:", "24.11": "gres/"}
@@ -104,8 +104,7 @@ def gres_refusal(field: str | None, slurm_release: str, names: frozenset[str] | 
         if marker == "gres" and rest.startswith("/"):
             rest = rest[1:]
         body, _, rest = rest.partition(",")
-        refusal = read(body, names) if body else None
-        if refusal:
+        if body and (refusal := read(body, names)):
             return refusal
     return None
 
@@ -120,8 +119,9 @@ def _gpu_option(spec: str) -> tuple[str | None, int]:
 
 def _records(
     gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
-) -> dict[str | None, dict[str, int]]:
-    """sbatch checks each gpu type's counts on its own (untyped first), then the mix."""
+) -> dict[str | None, tuple[int | None, int | None, int | None]]:
+    """Each gpu type's (per node, per task, per job) counts, untyped first: sbatch checks each
+    type's on its own, then the mix."""
     specs = [("node", item[4:]) for item in (gres or "").split(",") if item.startswith("gpu:")]
     specs += [  # each comma item of a --gpus* value is an item of its own (xfmt_tres)
         (scope, item)
@@ -133,15 +133,15 @@ def _records(
     for scope, spec in specs:
         name, count = _gpu_option(spec)
         records.setdefault(name, {}).setdefault(scope, count)
-    return dict(sorted(records.items(), key=lambda kv: kv[0] is not None))
+    ordered = sorted(records.items(), key=lambda kv: kv[0] is not None)
+    return {name: (c.get("node"), c.get("task"), c.get("job")) for name, c in ordered}
 
 
 def gpu_ensure(
     gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
 ) -> str | None:
     """sbatch's first GPU checks, before the task count (`Failed to ensure ...`), else None."""
-    for counts in _records(gres, gpus, gpus_per_node, gpus_per_task).values():
-        node, task, job = counts.get("node"), counts.get("task"), counts.get("job")
+    for node, task, job in _records(gres, gpus, gpus_per_node, gpus_per_task).values():
         if job and node and job < node:
             return "Failed to ensure --gpus >= --gres=gpu/--gpus-per-node >= --gpus-per-socket"
         if task and node and task > node:
@@ -160,11 +160,8 @@ def gpu_refusal(
 ) -> str | None:
     """sbatch's GPU checks after the task count (its words), else None: each type's counts in
     turn, then typed and untyped together. min_nodes as sent, max_nodes -N's."""
-    from slurm_hetero.submit import NO_VAL  # late: slurm_hetero.submit imports this module
-
     records = _records(gres, gpus, gpus_per_node, gpus_per_task)
-    for counts in records.values():
-        node, task, job = counts.get("node"), counts.get("task"), counts.get("job")
+    for node, task, job in records.values():
         if job and node and job % node:
             return "--gpus is not multiple of --gres=gpu/--gpus-per-node"
         required = job // node if job and node else None
@@ -235,6 +232,12 @@ def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
     def refuse(what: str) -> RequestError:
         return RequestError("sbatch", f'"{what}" is not a valid node count')
 
+    def count(part: str) -> int:
+        value, rest = _nodes(part, slurm_release)
+        if rest.strip():
+            raise refuse(part)
+        return value
+
     if slurm_release != "22.05" and ("," in text or ":" in text):  # 24.11's job sizes
         sizes = []
         for token in filter(None, re.split(r"[,:-]", text)):
@@ -246,19 +249,12 @@ def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
             raise refuse(text)
         low, high = min(sizes), max(sizes)
     elif "-" in text:
-        low_text, high_text = text.split("-", 1)
-        low, rest = _nodes(low_text, slurm_release)
-        if rest.strip():
-            raise refuse(low_text)
+        low, high = (count(part) for part in text.split("-", 1))
         low = 1 if low < 0 else low
-        high, rest = _nodes(high_text, slurm_release)
-        if rest.strip():
-            raise refuse(high_text)
     else:
-        low, rest = _nodes(text, slurm_release)
-        if rest.strip() or low < 0:
+        low = high = count(text)
+        if low < 0:
             raise refuse(text)
-        high = low
     if high and high < low:
         raise RequestError("sbatch", f"Maximum node count {high} is less than minimum node count {low}")
     if low < 0 or high < 0:
@@ -402,29 +398,11 @@ def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | 
 
 # The sbatch options a decision reads (long names), each a `job_from_texts` key with `_` for `-`:
 # whoever models a job_desc from options (`request explain`, the wrapper, the fuzz) carries them all.
-OPTIONS = (
-    "gres",
-    "gpus",
-    "gpus-per-node",
-    "gpus-per-task",
-    "gpus-per-socket",
-    "partition",
-    "constraint",
-    "nodes",
-    "ntasks",
-    "ntasks-per-node",
-    "cpus-per-task",
-    "cpus-per-gpu",
-    "mem-per-gpu",
-    "mem",
-    "mem-per-cpu",
-    "nodelist",
-    "exclude",
-    "sockets-per-node",
-    "mincpus",
-    "overcommit",
+OPTIONS = tuple(
+    """gres gpus gpus-per-node gpus-per-task gpus-per-socket partition constraint nodes ntasks
+    ntasks-per-node cpus-per-task cpus-per-gpu mem-per-gpu mem mem-per-cpu nodelist exclude
+    sockets-per-node mincpus overcommit""".split()
 )
-MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
 # sbatch's refusal of two of them together (slurm_opt.c _validate_memory_options)
 MEMORY_EXCLUSIVE = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive."
 
@@ -543,23 +521,24 @@ def read_options(
         for key, flag in COUNT_OPTIONS
         if options.get(key) is not None
     }
-    for key in ("mem", "mem_per_cpu", "mem_per_gpu"):
-        mebibytes(options.get(key), "--" + key.replace("_", "-"))
-    if sum(options.get(name.replace("-", "_")) is not None for name in MEMORY_OPTIONS) > 1:
+    memory = [options.get(name.replace("-", "_")) for name in MEMORY]
+    for name, text in zip(MEMORY, memory):
+        mebibytes(text, f"--{name}")
+    if sum(text is not None for text in memory) > 1:
         raise RequestError("sbatch", MEMORY_EXCLUSIVE)
-    if slurm_release == "22.05":  # 24.11 passes `-w a,b -N1` on
-        _check_nodelist(options.get("nodelist"), low, high)
+    # sbatch's -w against -N: more hosts than -N's maximum is refused (24.11 passes `-w a,b -N1` on)
+    hosts = _hosts(options.get("nodelist"))
+    if slurm_release == "22.05" and high and hosts is not None and hosts > high and hosts > (low or 0):
+        raise RequestError("sbatch", f"invalid number of nodes (-N {hosts}-{high})")
     return low, high, counts
 
 
-def _check_nodelist(nodelist: str | None, low: int | None, high: int | None) -> None:
-    """sbatch's -w against -N: more hosts than -N's maximum is refused, before the TRES are read."""
+def _hosts(nodelist: str | None) -> int | None:
+    """The hosts -w names (0: none); None where it is no hostlist (slurmctld's to refuse)."""
     try:
-        hosts = hostlist_size(nodelist) if nodelist else 0
+        return hostlist_size(nodelist) if nodelist else 0
     except ValueError:
-        return  # not a hostlist: slurmctld's to refuse
-    if high and hosts > high and hosts > (low or 0):
-        raise RequestError("sbatch", f"invalid number of nodes (-N {hosts}-{high})")
+        return None
 
 
 def _uint16(count: int | None) -> int | None:
@@ -585,9 +564,8 @@ def _min_cpus(tasks: int, cpus_per_task: int | None, overcommit: bool, min_nodes
 
 def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
     """min_nodes after sbatch's -w: raised to the hosts named, not above the tasks (`-n1 -w a,b`: 1)."""
-    try:
-        hosts = hostlist_size(nodelist) if nodelist else 0
-    except ValueError:
+    hosts = _hosts(nodelist)
+    if hosts is None:
         return min_nodes
     hosts = min(hosts, num_tasks) if num_tasks else hosts
     return max(hosts, min_nodes or 0) or min_nodes
@@ -624,8 +602,6 @@ def job_from_options(
     --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x, --mincpus, -O as well: read by
     the hook's node checks; --sockets-per-node: only whether it is given); RequestError where
     sbatch itself refuses them."""
-    from slurm_hetero.submit import Job  # late: slurm_hetero.submit imports this module
-
     pre = RELEASE_PREFIX[slurm_release]
     if cpus_per_task is not None and cpus_per_gpu:  # sbatch's first words, measured on each release
         raise RequestError("sbatch", CPUS_EXCLUSIVE[pre])
@@ -639,8 +615,7 @@ def job_from_options(
         "tres_per_socket": ",".join(_gpu_items(pre, gpus_per_socket)) or None,
     }
     for text in fields.values():
-        refusal = gres_refusal(text, slurm_release, names)
-        if refusal:
+        if refusal := gres_refusal(text, slurm_release, names):
             raise RequestError("sbatch", refusal)
     gpu_asked = any(_names_gpu(text) for text in fields.values())  # gpumem is not a gpu
     if mem_per_gpu and not gpu_asked:  # before --cpus-per-gpu's
@@ -651,9 +626,8 @@ def job_from_options(
             "sbatch", f"Requested cpus_per_tres={pre}gpu:{cpus_per_gpu} but did not request any GPU."
         )
     fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
-    ensure = gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task)
-    if ensure:
-        raise RequestError("sbatch", ensure)
+    if refusal := gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task):
+        raise RequestError("sbatch", refusal)
     if sockets_per_node is None and any(_gpu_option(i)[1] for i in (gpus_per_socket or "").split(",") if i):
         raise RequestError("sbatch", GPUS_PER_SOCKET_REFUSAL)
     min_nodes, num_tasks, per_node = sbatch_counts(  # then sbatch's task-count check
@@ -673,8 +647,7 @@ def job_from_options(
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
     top = max_nodes if max_nodes is not None else nodes
     top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top
-    refusal = gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, top, per_node)
-    if refusal:
+    if refusal := gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, top, per_node):
         raise RequestError("sbatch", refusal)
     memory = _memory_fields(mem, mem_per_cpu)
     return Job(

@@ -30,7 +30,7 @@ from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.units import format_size
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.slurm import syntax
-from slurm_hetero.slurm.sbatchargs import Option, values
+from slurm_hetero.slurm.sbatchargs import Option, component_group, values
 from slurm_hetero.submit import Job
 from slurm_hetero.submit.hook import Hook, Outcome, Request
 from slurm_hetero.submit.sbatch import (
@@ -350,12 +350,10 @@ def merged_argv(
     per_component = len(decisions) > 1 or len(groups) > 1
     out: list[str] = ["sbatch"]
     for k, d in enumerate(decisions if per_component else decisions[:1]):
-        group = groups[0] if len(groups) == 1 else (groups[k] if k < len(groups) else ())
         if k:
             out.append(":")
+        kept = [o for o in component_group(groups, k) if o.name != "gres" or d.index not in changed]
+        out += [w for o in kept for w in o.written]
         if d.index in changed:
-            out += [w for o in group if o.name != "gres" for w in o.written]
             out.append(f"--gres={changed[d.index]}")
-        else:
-            out += [w for o in group for w in o.written]
     return [*out, *script]
