@@ -186,12 +186,6 @@ def _required_int(env: Mapping[str, str], *names: str) -> int:
     return int(_checked(_required(env, *names)))
 
 
-def _optional_int(env: Mapping[str, str], *names: str) -> int | None:
-    """The first of `names` as a number; None when none is set; an error when it is not a number."""
-    found = first_set(env, *names)
-    return None if found is None else int(_checked(found))
-
-
 def shown(value: str, limit: int = 60) -> str:
     """A variable's value for a message: quoted, cut after `limit` characters."""
     return repr(value if len(value) <= limit else value[:limit] + "...")
@@ -224,10 +218,12 @@ def expand_tasks_per_node(spec: str, limit: int = MAX_HOSTS) -> list[int]:
 
 def het_size(env: Mapping[str, str]) -> int:
     """Components of a heterogeneous job; 1 outside one (at most MAX_HET_COMPONENTS)."""
-    size = max(_optional_int(env, *_HET_SIZE) or 1, 1)
-    if size > MAX_HET_COMPONENTS:
-        name = first_set(env, *_HET_SIZE)[0]  # type: ignore[index]
-        raise JobEnvError(f"{name}={size} is more het components than the {MAX_HET_COMPONENTS} Slurm allows")
+    found = first_set(env, *_HET_SIZE)
+    size = max(int(_checked(found)), 1) if found else 1
+    if found and size > MAX_HET_COMPONENTS:
+        raise JobEnvError(
+            f"{found[0]}={size} is more het components than the {MAX_HET_COMPONENTS} Slurm allows"
+        )
     return size
 
 

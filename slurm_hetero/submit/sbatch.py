@@ -64,9 +64,7 @@ def _count(text: str, leading_digit: bool) -> int | None:
 def _item_22_05(body: str, names: frozenset[str] | None) -> str | None:
     """22.05's reading of one item after `gres:`: NAME, NAME:COUNT|TYPE, NAME:TYPE:COUNT."""
     name, *rest = body.split(":", 2)
-    if len(rest) == 2 and (not rest[0] or not rest[1] or _count(rest[1], False) is None):
-        return INVALID_GRES
-    if len(rest) == 1 and not rest[0]:
+    if not all(rest) or (len(rest) == 2 and _count(rest[1], False) is None):
         return INVALID_GRES
     zero = len(rest) and _count(rest[-1], False) == 0
     return None if zero or names is None or name in names else INVALID_GRES

@@ -22,7 +22,7 @@ gpumem: slurmctld's to refuse).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_hetero.core.errors import RequestError, SbatchPlanError
@@ -279,39 +279,25 @@ def plan_model(
 
 
 # ------------------------------------------------------------------------------ the hook's check
-def hook_jobs(
-    components: Sequence[Component],
-    gres: Sequence[str | None],
-    release: str,
-    names: frozenset[str] | None = None,
-) -> Iterator[tuple[Component, str | None, Job | RequestError]]:
-    """Each component's job_desc as the release's sbatch sends it in the het job (`het_sent`;
-    `names`: the cluster's GresTypes), or the RequestError with which sbatch refuses it."""
-    texts = [texts_of({**c.options, "gres": g}) for c, g in zip(components, gres)]
-    carried = het_mem_refusal(texts)
-    for k, (c, g, sent) in enumerate(zip(components, gres, het_sent(texts, release))):
-        if k == carried:
-            yield c, g, RequestError("sbatch", MEMORY_EXCLUSIVE)
-            continue
-        try:  # uid None: a submitter the hook does not exempt
-            yield c, g, job_from_texts(sent, None, release, names)
-        except RequestError as e:
-            yield c, g, e
-
-
 def sent_jobs(
     components: Sequence[Component], gres: Sequence[str | None], model: ClusterModel, hook: Hook, release: str
 ) -> list[Job] | None:
-    """Each component's job_desc as sbatch sends it (it reads them all before it sends one); None
-    where sbatch refuses a component the hook leaves alone (sbatch speaks for itself), and
-    SbatchPlanError with sbatch's words where it refuses one with gpumem/gpucore."""
+    """Each component's job_desc as the release's sbatch sends it in the het job (`het_sent`; it
+    reads them all before it sends one); None where sbatch refuses a component the hook leaves
+    alone (sbatch speaks for itself), and SbatchPlanError with sbatch's words where it refuses one
+    with gpumem/gpucore."""
+    texts = [texts_of({**c.options, "gres": g}) for c, g in zip(components, gres)]
+    carried, names = het_mem_refusal(texts), gres_names(model)
     jobs: list[Job] = []
-    for c, g, job in hook_jobs(components, gres, release, gres_names(model)):
-        if isinstance(job, RequestError):
+    for k, (c, g, sent) in enumerate(zip(components, gres, het_sent(texts, release))):
+        try:
+            if k == carried:
+                raise RequestError("sbatch", MEMORY_EXCLUSIVE)
+            jobs.append(job_from_texts(sent, None, release, names))  # uid None: not exempt
+        except RequestError as e:
             if not hook.asks_us(g):
                 return None
-            raise SbatchPlanError(f"{c.named()}: {syntax.comment(job)}") from None
-        jobs.append(job)
+            raise SbatchPlanError(f"{c.named()}: {syntax.comment(e)}") from None
     return jobs
 
 
