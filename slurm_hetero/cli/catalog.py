@@ -22,7 +22,7 @@ from slurm_hetero.inventory.catalog import load_catalog
 Formatter = Callable[[Any], str]
 
 
-def _number(digits: int | None = None) -> Formatter:
+def number(digits: int | None = None) -> Formatter:
     def fmt(value: Any) -> str:
         if value is None:
             return "-"
@@ -59,18 +59,18 @@ Column = tuple[str, Callable[[dict[str, Any]], Any], Formatter, bool]
 COLUMNS: list[Column] = [
     ("TYPE", _type, _text, False),
     ("VENDOR", lambda r: r["vendor"], _text, False),
-    ("MEM_GIB", lambda r: r["memory_gib"], _number(), True),
-    ("BW_GB/S", lambda r: r["memory_bandwidth_gbs"], _number(), True),
-    ("BF16/FP16_TFLOPS", _tflops, _number(), True),
+    ("MEM_GIB", lambda r: r["memory_gib"], number(), True),
+    ("BW_GB/S", lambda r: r["memory_bandwidth_gbs"], number(), True),
+    ("BF16/FP16_TFLOPS", _tflops, number(), True),
     ("INTERCONNECT", lambda r: r["interconnect"], _text, False),
-    ("LINK_GB/S", lambda r: r["interconnect_gbs"], _number(), True),
-    ("TDP_W", lambda r: r["tdp_w"], _number(), True),
-    ("USD/H", lambda r: r["price_per_hour_usd"], _number(2), True),
+    ("LINK_GB/S", lambda r: r["interconnect_gbs"], number(), True),
+    ("TDP_W", lambda r: r["tdp_w"], number(), True),
+    ("USD/H", lambda r: r["price_per_hour_usd"], number(2), True),
 ]
 
 COMPARE_COLUMNS: list[Column] = [
-    ("TFLOPS/USD_H", lambda r: r["tflops_per_dollar_hour"], _number(1), True),
-    ("TFLOPS/W", lambda r: r["tflops_per_watt"], _number(2), True),
+    ("TFLOPS/USD_H", lambda r: r["tflops_per_dollar_hour"], number(1), True),
+    ("TFLOPS/W", lambda r: r["tflops_per_watt"], number(2), True),
     ("BEST_FOR", lambda r: ",".join(r["best_for"]) or None, _text, False),
 ]
 

@@ -8,16 +8,16 @@ checks the command line, and prints.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli, inventory_option
+from slurm_hetero.cli import Decorator, cli, inventory_option
 from slurm_hetero.cli.catalog import Column, render_table
-from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, Decorator, apply_options, cost_options
+from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, cost_options, stacked
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.limits import MAX_DEVICES
@@ -108,16 +108,9 @@ def model_row(spec: ModelSpec) -> dict[str, Any]:
 
 
 def option_row(option: engine.DeviceOption) -> dict[str, Any]:
-    return {
-        "type": option.type,
-        "vendor": option.vendor,
-        "memory_bytes": option.memory_bytes,
-        "available": option.available,
-        "needed": option.needed,
-        "per_device_bytes": option.per_device_bytes,
-        "fits": option.fits,
-        "reason": None if option.reason is None else str(option.reason),
-    }
+    row = dataclasses.asdict(option)
+    reason = row.pop("reason")
+    return {**row, "fits": option.fits, "reason": None if reason is None else str(reason)}
 
 
 def result(spec: ModelSpec, o: dict[str, Any], inventory_path: Path | None) -> dict[str, Any]:
@@ -187,11 +180,11 @@ def render_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any]:
+def fit_options(layout: bool = True) -> Decorator:
     """fit's own options; those it shares with plan and launch come from `cli.options`. `layout`
     False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
     dp = click.option("--dp", type=DEGREE, default=1, show_default=True, help="Data-parallel degree.")
-    choices: list[Decorator] = [
+    return stacked(
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
         click.option(
             "--kv-dtype",
@@ -216,13 +209,12 @@ def fit_options(f: Callable[..., Any], layout: bool = True) -> Callable[..., Any
         click.option(
             "--no-sequence-parallel", is_flag=True, help="Tensor parallel without sequence parallel."
         ),
-    ]
-    return apply_options(f, choices)
+    )
 
 
 @cli.command("fit")
 @click.option("--model", "model_ref", metavar="NAME|PATH", help="Bundled model name or a config.json path.")
-@fit_options
+@fit_options()
 @inventory_option("Inventory (YAML or JSON): list its device types that hold the job.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (bytes).")
 @click.option("--list-models", is_flag=True, help="List the bundled model names.")

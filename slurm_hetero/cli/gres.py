@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -10,12 +9,11 @@ from click.core import ParameterSource
 
 from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
+from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import OutputError, RequestError
 from slurm_hetero.core.journal import audit
 from slurm_hetero.core.units import parse_size
-from slurm_hetero.core.writefile import ensure_output_dir
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import load_settings
@@ -153,24 +151,17 @@ def render(
         click.echo(f"slurm-hetero: warning: {note}", err=True)
         if not check:
             journal.warning("%s: %s", inventory_path, note)
-    files = {
-        (out if check else ensure_output_dir(out)) / name: text
-        for name, text in render_configs(context, template_dir, release).items()
-    }
-    written = check_or_write(files, out, check, allow_removal, keep_backups)
+    texts = render_configs(context, template_dir, release)
+    written = check_or_write(texts, out, check, allow_removal, keep_backups)
     summary = {
         "nodes": context["node_count"],
         "shapes": context["shape_count"],
-        "lines": sum(t.count("\n") for t in files.values()),
+        "lines": sum(t.count("\n") for t in texts.values()),
         "written": [str(p) for p in written],
         "slurm_release": release,
     }
-    click.echo(
-        json.dumps(summary)
-        if as_json
-        else f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, {len(written)} file(s) changed",
-        err=not as_json,
-    )
+    line = f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, {len(written)} file(s) changed"
+    echo_summary(summary, as_json, line)
 
 
 def _defaulted(ctx: click.Context, name: str) -> bool:

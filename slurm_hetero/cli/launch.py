@@ -130,7 +130,7 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     callback=_print_manual,
     help="Print the launcher manual (docs/launch.md) and exit.",
 )
-@lambda f: model_options(f, required=False)
+@model_options(required=False)
 @cost_options(solver=True)
 @click.option(
     "--inventory",

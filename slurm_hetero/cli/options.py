@@ -4,12 +4,14 @@ costs all three take from one source (`engine.modelcost`)."""
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
+from slurm_hetero.cli import Decorator
 from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ, NETWORK_GBS_RANGE
 from slurm_hetero.engine.modelcost import (
     AUTO,
@@ -22,10 +24,6 @@ from slurm_hetero.engine.modelcost import (
     Recompute,
 )
 from slurm_hetero.slurm import syntax
-
-Command = Callable[..., Any]
-Decorator = Callable[[Command], Command]
-
 
 # Bounds of the float options: wide enough for any real cluster, narrow enough that no product or
 # quotient of them underflows to 0 or overflows (a subnormal --network-gbs divided by zero).
@@ -74,34 +72,29 @@ BATCH = Count(1, MAX_GLOBAL_BATCH)  # fit's --batch, --micro-batch
 DEGREE = Count(1, MAX_DEVICES)  # fit's --dp, --tp, --pp; plan's --per-node
 
 
-def apply_options(command: Command, options: Sequence[Decorator]) -> Command:
-    """`command` with `options` applied as if stacked in that order above it."""
-    for option in reversed(options):
-        command = option(command)
-    return command
+def stacked(*options: Decorator) -> Decorator:
+    """One decorator applying `options` as if stacked in that order above a command."""
+    return lambda command: functools.reduce(lambda c, option: option(c), reversed(options), command)
 
 
-def model_options(command: Command, required: bool = True) -> Command:
+def model_options(required: bool = True) -> Decorator:
     """--model, --global-batch and --seq, as plan and launch both take them (launch: --model
     optional, `required=False`)."""
     extra = " Without it: torchrun-like, even data parallel." if not required else ""
-    return apply_options(
-        command,
-        (
-            click.option(
-                "--model",
-                required=required,
-                help=f"Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.{extra}",
-            ),
-            click.option(
-                "--global-batch",
-                type=Count(min=1),
-                default=512,
-                show_default=True,
-                help="Sequences per step.",
-            ),
-            click.option("--seq", type=SEQ, help="Sequence length [default: the model's context]."),
+    return stacked(
+        click.option(
+            "--model",
+            required=required,
+            help=f"Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.{extra}",
         ),
+        click.option(
+            "--global-batch",
+            type=Count(min=1),
+            default=512,
+            show_default=True,
+            help="Sequences per step.",
+        ),
+        click.option("--seq", type=SEQ, help="Sequence length [default: the model's context]."),
     )
 
 
@@ -112,7 +105,7 @@ def cost_options(solver: bool) -> Decorator:
     defaults = SOLVER_SETTINGS if solver else CostSettings()
     recompute = [r.value for r in Recompute] + ([AUTO] if solver else [])
     auto = " auto (plan, launch): none, or whole layers where memory is short." if solver else ""
-    options = (
+    return stacked(
         click.option(
             "--micro-batch",
             "--micro-batch-size",
@@ -167,7 +160,6 @@ def cost_options(solver: bool) -> Decorator:
             help="Fixed runtime overhead per device (context, workspaces).",
         ),
     )
-    return lambda command: apply_options(command, options)
 
 
 def cost_settings(options: Mapping[str, Any]) -> CostSettings:

@@ -6,13 +6,14 @@ that the files on disk name unless `--allow-removal` (`render.removal`), and lea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
 from slurm_hetero.core.journal import audit
-from slurm_hetero.core.writefile import diff, pending, read_current, write_atomic
+from slurm_hetero.core.writefile import diff, ensure_output_dir, pending, read_current, write_atomic
 from slurm_hetero.render import removal
 
 allow_removal_option = click.option(
@@ -58,15 +59,14 @@ keep_backups_option = click.option(
 
 
 def check_or_write(
-    files: Mapping[Path, str],
-    out: Path,
-    check: bool,
-    allow_removal: bool,
-    keep_backups: int | None = KEEP_BACKUPS,
+    texts: Mapping[str, str], out: Path, check: bool, allow_removal: bool, keep_backups: int | None
 ) -> list[Path]:
-    """With `check`: print the diff (and what it removes) and exit 1 if anything would change.
-    Otherwise write the set, guarded unless `allow_removal`, leaving `keep_backups` backups of
+    """The set `texts` (file name: text, written in that order) in `out`. With `check`: print the
+    diff (and what it removes) and exit 1 if anything would change. Otherwise create `out` if
+    need be and write the set, guarded unless `allow_removal`, leaving `keep_backups` backups of
     each file (None: all); returns the files written."""
+    directory = out if check else ensure_output_dir(out)
+    files = {directory / name: text for name, text in texts.items()}
     if check:
         changes = diff(files)
         click.echo(changes, nl=False)
@@ -85,3 +85,8 @@ def check_or_write(
     if written:
         audit("slurm-hetero-render").info("wrote %s", ", ".join(map(str, written)))
     return written
+
+
+def echo_summary(summary: Mapping[str, object], as_json: bool, line: str) -> None:
+    """A render's summary: JSON on stdout with --json, else `line` on stderr."""
+    click.echo(json.dumps(summary) if as_json else line, err=not as_json)

@@ -10,7 +10,6 @@ JSON (per stage: memory per device of its usable capacity), and draws one step a
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,7 @@ from typing import Any
 import click
 
 from slurm_hetero.cli import cli, inventory_option
-from slurm_hetero.cli.catalog import Column, render_table
+from slurm_hetero.cli.catalog import Column, number, render_table
 from slurm_hetero.cli.options import (
     DEGREE,
     MAX_GBS,
@@ -33,9 +32,9 @@ from slurm_hetero.cli.options import (
     describe,
     model_options,
 )
+from slurm_hetero.cli.plots import plot_step
 from slurm_hetero.core.devicespec import Catalog
-from slurm_hetero.core.errors import OutputError, RequestError
-from slurm_hetero.core.writefile import write_bytes_atomic
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
@@ -61,7 +60,6 @@ from slurm_hetero.engine.layout import (
     assign_ranks,
     check_batch,
     solve,
-    step_schedules,
 )
 from slurm_hetero.engine.modelcost import CostSettings
 from slurm_hetero.engine.shapes import MAX_TYPES
@@ -77,7 +75,6 @@ from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]{0,63}):([0-9]+)")
-PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def parse_devices(text: str) -> list[tuple[str, int]]:
@@ -221,14 +218,6 @@ def layout_document(
     }
 
 
-def _ms(value: Any) -> str:
-    return f"{value * 1000:.1f}"
-
-
-def _gib(value: Any) -> str:
-    return f"{value:.1f}"
-
-
 COLUMNS: list[Column] = [
     ("PIPE", lambda r: r["pipeline"], str, True),
     ("STAGE", lambda r: r["index"], str, True),
@@ -241,9 +230,9 @@ COLUMNS: list[Column] = [
     ("SAMPLES", lambda r: r["_samples"], str, True),
     ("MB_SIZE", lambda r: r["micro_batch"], str, True),
     ("MB/STEP", lambda r: r["_micro_batches"], str, True),
-    ("MS/MB", lambda r: r["time_per_micro_batch_s"], _ms, True),
-    ("MEM_GIB", lambda r: r["memory_gib"], _gib, True),
-    ("CAP_GIB", lambda r: r["capacity_gib"], _gib, True),
+    ("MS/MB", lambda r: r["time_per_micro_batch_s"] * 1000, number(1), True),
+    ("MEM_GIB", lambda r: r["memory_gib"], number(1), True),
+    ("CAP_GIB", lambda r: r["capacity_gib"], number(1), True),
 ]
 
 
@@ -274,63 +263,6 @@ def render_layout(
         f"estimate: {t} throughput is derived or third-party: {d}" for t, d in (estimates or {}).items()
     ]
     return "\n".join([head, render_table(rows, COLUMNS), tail, *notes])
-
-
-def _pyplot(path: Path) -> Any:
-    if path.suffix.lower() not in PLOT_SUFFIXES:
-        raise OutputError(f"{path}: --plot writes {', '.join(PLOT_SUFFIXES)} files")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise OutputError("--plot needs matplotlib; install it with: pip install matplotlib") from e
-    return plt
-
-
-def plot_step(layout: Layout, path: Path) -> None:
-    """One training step as a Gantt chart: a row per stage (the busiest replica of each pipeline
-    shape), forward and backward boxes per micro-batch, the gradient all-reduce, idle time grey."""
-    plt = _pyplot(path)
-    rows = [(p, s, sched) for p, sched in zip(layout.pipelines, step_schedules(layout)) for s in p.stages]
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.45 * len(rows)))
-    ax.set_facecolor("#e6e6e6")
-    for y, (_, s, sched) in enumerate(rows):
-        mine = sched.stage == s.index
-        for backward, color in ((False, "#4c72b0"), (True, "#dd8452")):
-            sel = mine & (sched.backward == backward)
-            spans = list(zip(sched.start[sel], sched.end[sel] - sched.start[sel]))
-            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=color, edgecolors="white", linewidth=0.3)
-        done = float(sched.stage_end[s.index])
-        ax.broken_barh(
-            [(done - min(s.allreduce_s, s.bwd_s), s.allreduce_s)], (y - 0.25, 0.5), facecolors="#55a868"
-        )
-    _decorate(ax, layout, rows)
-    fig.tight_layout()
-    image = io.BytesIO()
-    try:
-        fig.savefig(image, format=path.suffix.lstrip(".").lower())
-    finally:
-        plt.close(fig)
-    write_bytes_atomic(path, image.getvalue())  # a failed write leaves no partial file
-
-
-def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan, Any]]) -> None:
-    from matplotlib.patches import Patch
-
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{s.type} stage {s.index} (tp {s.tp}, x{len(p.samples)})" for p, s, _ in rows])
-    ax.invert_yaxis()
-    ax.set_xlim(0, layout.predicted_step_s * 1.01)
-    ax.set_xlabel("seconds")
-    ax.set_title(
-        f"{layout.kind} layout: step {layout.predicted_step_s:.2f} s, bound {layout.bound_step_s:.2f} s, "
-        f"efficiency {layout.efficiency:.3f} (grey: idle)"
-    )
-    legend = [("forward", "#4c72b0"), ("backward", "#dd8452"), ("gradient all-reduce", "#55a868")]
-    handles = [Patch(color=c, label=n) for n, c in legend]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 
 
 def with_measured_notes(layout: Layout) -> Layout:
@@ -443,7 +375,7 @@ def cross_type_gbs(
     "Cluster inventory: TYPE may then be any Type= name it uses (facts from the device model).",
     type=click.Path(dir_okay=False, path_type=Path),
 )
-@model_options
+@model_options()
 @click.option(
     "--micro-batches",
     type=Count(min=1),

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from slurm_hetero.accounting import report
-from slurm_hetero.cli import cli, inventory_option, reportplot
+from slurm_hetero.cli import cli, inventory_option, plots
 from slurm_hetero.cli.catalog import render_table
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import ConfigError, HeteroError, InventoryError
@@ -140,14 +140,14 @@ def report_command(
     now = datetime.now().replace(microsecond=0)
     start, end = window(since, until, now)
     if plot is not None:
-        reportplot.check_path(plot)  # before sacct runs
+        plots.check_path(plot)  # before sacct runs
     doc, notes = gather(inventory_path, start, end, now, by, log_path)
     if end == now and until != "now":
         notes.insert(0, f"--until {until} is past now: the report ends now ({doc['until']})")
     for note in notes:
         click.echo(f"slurm-hetero: {note}", err=True)
     if plot is not None:
-        reportplot.draw(doc, plot)
+        plots.draw(doc, plot)
     click.echo(json.dumps(doc, indent=1) if as_json else report.render_text(doc, render_table))
 
 

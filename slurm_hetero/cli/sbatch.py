@@ -200,7 +200,7 @@ def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
     name="sbatch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
 @click.option("--model", help="Bundled model name or a Hugging Face config.json: size the request.")
-@lambda f: fit_options(f, layout=False)
+@fit_options(layout=False)
 @inventory_option(
     f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
     envvar="SLURM_HETERO_INVENTORY",

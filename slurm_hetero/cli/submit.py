@@ -13,11 +13,10 @@ import click
 from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, keep_backups_option
+from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
-from slurm_hetero.core.writefile import ensure_output_dir
 from slurm_hetero.engine.score import ClusterModel, compile_model
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
@@ -151,19 +150,15 @@ def render(
     # one set, renamed in this order: slurmctld reloads when job_submit.lua's mtime moves (the
     # table must be there first), and cli_filter.lua loads slurm_hetero_srun.lua
     files = {
-        (out if check else ensure_output_dir(out)) / TABLE_NAME: table,
-        **{out / name: text for name, text in hooks.items()},
-        out / CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
-        out / CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), srun_path),
+        TABLE_NAME: table,
+        **hooks,
+        CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
+        CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), srun_path),
     }
     written = check_or_write(files, out, check, allow_removal, keep_backups)
     summary = {"table_id": ident, "types": len(model.types), "written": [str(p) for p in written]}
-    click.echo(
-        json.dumps(summary)
-        if as_json
-        else f"{out}: table {ident} ({len(model.types)} device types), {len(written)} file(s) changed",
-        err=not as_json,
-    )
+    line = f"{out}: table {ident} ({len(model.types)} device types), {len(written)} file(s) changed"
+    echo_summary(summary, as_json, line)
 
 
 _OURS = "slurm_hetero"  # every hook file render writes names it; a site's own hook does not
