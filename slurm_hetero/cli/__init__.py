@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from slurm_hetero import __version__
-from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.core.errors import HeteroError, OutputError
 
 logger = logging.getLogger("slurm_hetero")
 
@@ -68,6 +68,14 @@ def from_file_option(text: str) -> Decorator:
 def config_option(text: str) -> Decorator:
     """`--config FILE`: the suite config on top of the usual layers (`slurm_hetero.inventory.config`)."""
     return click.option("--config", "config_path", type=PATH, help=text)
+
+
+def checked(option: str, check: Callable[[str], object], value: str) -> None:
+    """`check(value)` (a `slurm.syntax` rule), its ValueError as one OutputError line naming `option`."""
+    try:
+        check(value)
+    except ValueError as e:
+        raise OutputError(f"{option}: {e}") from None
 
 
 class _Group(click.Group):

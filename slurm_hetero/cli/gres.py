@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
+from slurm_hetero.cli import checked, cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core import proc
-from slurm_hetero.core.errors import OutputError, RequestError
+from slurm_hetero.core.errors import RequestError
 from slurm_hetero.core.journal import audit
 from slurm_hetero.core.units import parse_size
 from slurm_hetero.inventory import document as inventory
@@ -133,7 +133,11 @@ def render(
     if slurm_release:
         release_key(slurm_release)  # a bad value stops here, before any work
     release = slurm_release or local_slurm_release()
-    local = _local_slurmd(local_host, port_base, file_root) if local_host is not None else None
+    local = None
+    if local_host is not None:  # as slurm.conf and gres.conf may hold them (a newline starts a line)
+        checked("--local-slurmd", syntax.host_name, local_host)
+        checked("--file-root", syntax.device_file, file_root)
+        local = LocalSlurmd(local_host, port_base, file_root=file_root)
     shard_sizes = {**load_settings(config_path).scoring.shares, **parse_shares(shares)}
     options = RenderOptions(
         policy=policy,
@@ -166,18 +170,3 @@ def render(
 
 def _defaulted(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
-
-
-def _local_slurmd(host: str, port_base: int, file_root: str) -> LocalSlurmd:
-    """The dev cluster's slurmd host and fake device directory, as slurm.conf and gres.conf may
-    hold them: a host name, an absolute path of plain characters (a newline or a blank would
-    start another key or line there)."""
-    for option, check, value in (
-        ("--local-slurmd", syntax.host_name, host),
-        ("--file-root", syntax.device_file, file_root),
-    ):
-        try:
-            check(value)
-        except ValueError as e:
-            raise OutputError(f"{option}: {e}") from None
-    return LocalSlurmd(host, port_base, file_root=file_root)

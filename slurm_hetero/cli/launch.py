@@ -47,23 +47,18 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
             f"--backend-override {backend}", "expected a torch backend name such as gloo or nccl"
         )
     profile = load_profile(measured)
+    given = ("global_batch", "seq", "micro_batch", "even", "master_addr", "master_port", "network_gbs")
     return LaunchOptions(
         model=model,
-        global_batch=opts["global_batch"],
-        seq=opts["seq"],
-        micro_batch=opts["micro_batch"],
         costs=cost_settings(opts),
         measured=profile.tflops,
         gemm_half=profile.gemm_half,
         shapes=profile.shapes,
         network=profile.network,
-        even=opts["even"],
         backend_override=backend,
-        master_addr=opts["master_addr"],
-        master_port=opts["master_port"],
-        network_gbs=opts["network_gbs"],
         tp_sizes=parse_tp_sizes(opts["tp_sizes"]),
         kinds=tuple(LayoutKind(k) for k in opts["kinds"]),
+        **{name: opts[name] for name in given},
     )
 
 
@@ -105,11 +100,8 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any], view: Any = None
         inventory=opts["inventory_path"],
         log_dir=_directory("--log-dir", opts["log_dir"]),
         resume=_directory("--resume", opts["resume"]),
-        exec_command=opts["exec_command"],
-        dry_run=opts["dry_run"],
-        simulate=opts["simulate"],
-        as_json=opts["as_json"],
         layout_view=view,
+        **{name: opts[name] for name in ("exec_command", "dry_run", "simulate", "as_json")},
     )
 
 

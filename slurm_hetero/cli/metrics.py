@@ -18,7 +18,7 @@ from prometheus_client.core import Metric
 
 from slurm_hetero.accounting import metrics
 from slurm_hetero.accounting.report import capacity
-from slurm_hetero.cli import cli, inventory_option
+from slurm_hetero.cli import checked, cli, inventory_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.report import inventory_differs
 from slurm_hetero.core import proc
@@ -95,10 +95,7 @@ def metrics_command(
     Prints them once, writes --textfile, or serves them (--serve; not with --textfile)."""
     if textfile is not None and port is not None:
         raise click.UsageError("--serve and --textfile exclude each other; pass one")
-    try:
-        syntax.address(address)
-    except ValueError as e:
-        raise OutputError(f"--address: {e}") from None
+    checked("--address", syntax.address, address)
     if textfile is not None and textfile.suffix != ".prom":  # node_exporter reads *.prom only
         raise OutputError(
             f"--textfile {textfile}: node_exporter's textfile collector reads *.prom only; name it so"

@@ -4,7 +4,6 @@ explain` (what the hook does with a request: job_submit.lua itself, run through 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import click
 
 from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.hostfile import read_hosts
-from slurm_hetero.cli.options import Count
+from slurm_hetero.cli.options import Count, stacked
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import SlurmNode
@@ -247,12 +246,16 @@ SBATCH_OPTIONS = (
 )
 
 
-def _sbatch_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    for name, short, text in reversed(SBATCH_OPTIONS):
-        flags = (f"--{name}", short) if short else (f"--{name}",)
-        flag = True if name == "overcommit" else None  # not False: click then reads "-1" as an option
-        command = click.option(*flags, is_flag=flag, help=text)(command)
-    return command
+_sbatch_options = stacked(
+    *(
+        click.option(
+            *([f"--{name}", short] if short else [f"--{name}"]),
+            is_flag=True if name == "overcommit" else None,  # not False: click then reads "-1" as an option
+            help=text,
+        )
+        for name, short, text in SBATCH_OPTIONS
+    )
+)
 
 
 @request.command("explain")

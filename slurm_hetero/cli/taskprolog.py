@@ -11,6 +11,7 @@ TaskProlog's stderr together with its stdout.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -35,6 +36,7 @@ from slurm_hetero.vendors import vendor_traits
 
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
 logger = logging.getLogger(__name__)
+_option = functools.partial(click.option, allow_from_autoenv=False)  # never the job's environment
 
 
 def _find_node(path: Path, name: str, include_unhealthy: bool) -> SlurmNode:
@@ -83,37 +85,28 @@ def _emit(lines: list[str]) -> None:
 
 
 @cli.command(name="task-prolog")
-@click.option(
+@_option(
     "--inventory",
     "inventory_path",
     default=str(inventory.DEFAULT_INVENTORY),
     show_default=True,
-    allow_from_autoenv=False,
     help="Cluster inventory used to render gres.conf.",
 )
-@click.option(
-    "--include-unhealthy",
-    is_flag=True,
-    allow_from_autoenv=False,
-    help="Match a gres render done with --include-unhealthy.",
-)
-@click.option(
+@_option("--include-unhealthy", is_flag=True, help="Match a gres render done with --include-unhealthy.")
+@_option(
     "--config",
     "config_path",
-    allow_from_autoenv=False,
     help="Suite config (sharing.shard_size gives shard limits; default: /etc/slurm-hetero layers).",
 )
-@click.option(
+@_option(
     "--hami-core-library",
     default=HAMI_CORE,
     show_default=True,
-    allow_from_autoenv=False,
     help="HAMi-core's library; its limits are exported when the file exists.",
 )
-@click.option(
+@_option(
     "--strict",
     is_flag=True,
-    allow_from_autoenv=False,
     help="Fail the task on errors (default: warn in the task's output and syslog, export nothing).",
 )
 def task_prolog(
