@@ -266,14 +266,10 @@ def render_layout(
 
 
 def with_measured_notes(layout: Layout) -> Layout:
-    """The layout with `measured_notes` among its notes (plan and `launch --dry-run` show them)."""
-    return dataclasses.replace(layout, notes=(*layout.notes, *measured_notes(layout)))
-
-
-def measured_notes(layout: Layout) -> tuple[str, ...]:
-    """What the plan's stages take from beyond a `--measured` profile's points: a tensor-parallel
-    degree it has no point of, or a micro-batch size outside the measured ones."""
-    out: dict[str, None] = {}
+    """The layout with notes (plan and `launch --dry-run` show them) on what its stages take from
+    beyond a `--measured` profile's points: a tensor-parallel degree it has no point of, or a
+    micro-batch size outside the measured ones."""
+    out: dict[str, None] = {}  # each note once
     for p in layout.pipelines:
         for s in p.stages:
             g, b = layout.groups[s.group], p.micro_batch / s.dp
@@ -293,7 +289,7 @@ def measured_notes(layout: Layout) -> tuple[str, ...]:
                     f"measured: {g.type} tp {s.tp} micro-batch {b:g} is outside the measured sizes "
                     f"({sizes[0]:g}-{sizes[-1]:g}): extrapolated at the nearest one's speed"
                 ] = None
-    return tuple(out)
+    return dataclasses.replace(layout, notes=(*layout.notes, *out))
 
 
 def plan_catalog(options: Mapping[str, Any]) -> Catalog:
@@ -433,8 +429,7 @@ def plan(
     parallel inside them, layers and batch split unevenly by speed and memory."""
     catalog, profile = plan_catalog(options), load_profile(measured)
     spec, length, settings = build_spec(devices, model, seq, profile, options, catalog)
-    layout = solve(spec)
-    layout = with_measured_notes(layout)
+    layout = with_measured_notes(solve(spec))
     estimates = catalog_estimates(devices, catalog, profile.tflops, as_json, options["mfu"])
     if plot is not None:
         plot_step(layout, plot)

@@ -29,7 +29,6 @@ from slurm_hetero.cli.submit import compiled, settings_hook
 from slurm_hetero.core.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
-from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import load_settings
@@ -40,7 +39,6 @@ from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.render.templates import release_key
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
-from slurm_hetero.submit.hook import Hook
 from slurm_hetero.submit.sbatchplan import (
     Decision,
     SbatchPlanError,
@@ -80,14 +78,6 @@ def hook_release(given: str | None) -> str:
     (`scontrol --version`); releases before 24.11 as 22.05, later ones as 24.11 (the two measured)."""
     release = given or local_slurm_release()
     return "24.11" if release_key(release) >= (24, 11) else "22.05"
-
-
-def hook_model(nodes: list[SlurmNode], release: str) -> tuple[ClusterModel, Hook]:
-    """The cluster's model and the job_submit hook slurmctld runs for it (through lupa), as
-    `request explain` builds them."""
-    settings = load_settings(None)
-    model = compiled(nodes, settings)
-    return model, settings_hook(model, settings, release)
 
 
 def _estimates(
@@ -159,7 +149,9 @@ def plan(
         )
     )
     parts = [_hosts_read(options) for options in component_options(script, os.environ, line)]
-    cluster, hook = hook_model(nodes, release)
+    settings = load_settings(None)  # the model and hook as `request explain` builds them
+    cluster = compiled(nodes, settings)
+    hook = settings_hook(cluster, settings, release)
     components = [component(k, opts, hook, het=len(parts) > 1) for k, opts in enumerate(parts)]
     types = cluster_types(nodes)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
