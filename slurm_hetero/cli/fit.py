@@ -34,13 +34,6 @@ from slurm_hetero.inventory.modelconfigs import (
 from slurm_hetero.inventory.nodes import slurm_nodes
 
 GIB = engine.GIB
-BEYOND_CONTEXT_OPTION = click.option(
-    BEYOND_CONTEXT,
-    "beyond_context",
-    is_flag=True,
-    help="Allow --seq beyond the model's context length (models with relative positions such as "
-    "T5, or RoPE scaling).",
-)
 
 
 # ---------------------------------------------------------------------------------- estimates
@@ -201,7 +194,13 @@ def fit_options(layout: bool = True) -> Decorator:
             help=f"Tokens per sequence, at most the model's context [default: {DEFAULT_SEQ}, or the "
             "context if shorter].",
         ),
-        BEYOND_CONTEXT_OPTION,
+        click.option(
+            BEYOND_CONTEXT,
+            "beyond_context",
+            is_flag=True,
+            help="Allow --seq beyond the model's context length (models with relative positions such "
+            "as T5, or RoPE scaling).",
+        ),
         cost_options(solver=False),
         *([dp] if layout else []),
         click.option("--tp", type=DEGREE, default=1, show_default=True, help="Tensor-parallel degree."),

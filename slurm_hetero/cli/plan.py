@@ -61,7 +61,7 @@ from slurm_hetero.engine.layout import (
     check_batch,
     solve,
 )
-from slurm_hetero.engine.modelcost import CostSettings
+from slurm_hetero.engine.modelcost import GIB, CostSettings
 from slurm_hetero.engine.shapes import MAX_TYPES
 from slurm_hetero.engine.stagecost import fallback_degree, measured_shape
 from slurm_hetero.inventory import document as inventory_io
@@ -73,7 +73,6 @@ from slurm_hetero.launch.runnable import MIXED_TP, plan_note, search_kinds
 from slurm_hetero.slurm import syntax
 from slurm_hetero.vendors import vendor_traits
 
-GIB = 2**30
 _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]{0,63}):([0-9]+)")
 
 

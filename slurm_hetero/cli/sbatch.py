@@ -53,8 +53,6 @@ from slurm_hetero.submit.sbatchplan import (
     undecided,
 )
 
-GIB = 2**30
-
 
 def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
     """The cluster's nodes: --inventory (or SLURM_HETERO_INVENTORY), else the installed inventory,
