@@ -432,7 +432,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.d_model % args.heads:
         p.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
+    if args.reference and (unused := [n for n in LAYOUT_ONLY if getattr(args, n) != p.get_default(n)]):
+        p.error(f"--reference trains one process without a layout: drop --{unused[0].replace('_', '-')}")
+    if args.losses_out and (problem := _unwritable(Path(args.losses_out))):
+        p.error(f"--losses-out {args.losses_out}: {problem}")  # before training, not after it
     return args
+
+
+# What only a run under the launcher uses; the reference prints its losses and nothing else.
+LAYOUT_ONLY = (
+    "split", "schedule", "slow_rank", "slow_type", "slow_factor", "device_gflops", "flops_model",
+    "flops_seq", "warmup", "checkpoint_dir",
+)  # fmt: skip
+
+
+def _unwritable(path: Path) -> str | None:
+    if path.is_dir():
+        return "is a directory; name a file"
+    if not path.parent.is_dir():
+        return f"no directory {path.parent}; create it first"
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "not writable here; name a file you can write"
+    return None
+
+
+def _write_result(path: Path, result: dict[str, Any]) -> None:
+    """Written whole or not at all: a file of an earlier run stays until this one is complete."""
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    part.replace(path)
 
 
 def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Config:
@@ -549,18 +577,24 @@ def distributed(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.reference:
-        result: dict[str, Any] = {"losses": reference(make_config(args, None), args.steps)}
-        for i, loss in enumerate(result["losses"]):
-            print(f"step {i} loss {loss:.10f}", flush=True)
-    else:
-        try:
+    rank = os.environ.get("RANK", "0")
+    try:
+        if args.reference:
+            result: dict[str, Any] = {"losses": reference(make_config(args, None), args.steps)}
+            for i, loss in enumerate(result["losses"]):
+                print(f"step {i} loss {loss:.10f}", flush=True)
+        else:
             result = distributed(args)
-        except HeteroError as e:  # a layout or checkpoint problem: one line per rank, not a traceback
-            sys.exit(f"train_uneven: rank {os.environ.get('RANK', '0')}: {e}")
-    if args.losses_out and int(os.environ.get("RANK", "0")) == 0:
-        with open(args.losses_out, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
+    except HeteroError as e:  # a layout or checkpoint problem: one line per rank, not a traceback
+        sys.exit(f"train_uneven: rank {rank}: {e}")
+    except (MemoryError, RuntimeError) as e:
+        if not isinstance(e, (MemoryError, torch.cuda.OutOfMemoryError)) and "can't allocate" not in str(e):
+            raise
+        sys.exit(
+            f"train_uneven: rank {rank}: out of memory; lower --vocab, --d-model, --seq or --global-batch"
+        )
+    if args.losses_out and rank == "0":
+        _write_result(Path(args.losses_out), result)
 
 
 if __name__ == "__main__":

@@ -155,6 +155,47 @@ def test_the_example_says_a_layout_problem_in_one_line(tmp_path: Path, layout: s
 
 
 @pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--reference", "--warmup", "0"], "--reference trains one process without a layout: drop --warmup"),
+        (["--reference", "--slow-factor", "2"], "drop --slow-factor"),
+        (["--losses-out", "{tmp}/no/such/out.json"], "no directory {tmp}/no/such; create it first"),
+        (["--losses-out", "{tmp}"], "is a directory; name a file"),
+    ],
+)
+def test_the_example_refuses_what_it_would_ignore_or_lose(tmp_path: Path, args: list[str], says: str) -> None:
+    """adv42: --reference ran with launcher-only options it ignores, and an unwritable --losses-out
+    failed only after training, with a traceback."""
+    argv = [a.format(tmp=tmp_path) for a in args]
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--steps", "1", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2 and says.format(tmp=tmp_path) in run.stderr, run.stderr
+
+
+def test_the_example_says_out_of_memory_in_one_line(tmp_path: Path) -> None:
+    """adv42 52/53: a --vocab no memory holds ended in torch's allocator traceback."""
+    argv = [str(EXAMPLE), "--reference", "--steps", "1", "--vocab", str(10**13), "--losses-out", "x.json"]
+    run = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert (
+        run.stderr
+        == "train_uneven: rank 0: out of memory; lower --vocab, --d-model, --seq or --global-batch\n"
+    )
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_example_replaces_its_losses_file_whole(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    out.write_text("earlier")
+    argv = [str(EXAMPLE), "--reference", "--steps", "2", "--losses-out", str(out)]
+    subprocess.run([sys.executable, *argv], check=True, capture_output=True, timeout=120)
+    assert len(json.loads(out.read_text())["losses"]) == 2 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.json"
+    ]
+
+
+@pytest.mark.parametrize(
     "env",
     [
         {"RANK": "1"},  # adv41 109: another rank's layout
