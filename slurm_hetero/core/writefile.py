@@ -130,14 +130,17 @@ def write_atomic(
     directory = directories.pop()
     if not directory.is_dir():
         raise OutputError(f"{directory}: output directory does not exist; nothing changed")
-    if len(files) == 1:
+    if len(files) == 1:  # no lock or journal: a unique temporary, fsync, a backup link, rename
         [(path, text)] = files.items()
         if guard is not None:
             guard(read_current([path]))
-        written = _write_single(path, text, backup)
-        if written and keep_backups is not None:
+        if _current(path) == text:
+            _make_readable([path])
+            return []
+        write_bytes_atomic(path, text.encode("utf-8"), backup)
+        if keep_backups is not None:
             prune_backups(path.parent, [path.name], keep_backups)
-        return written
+        return [path]
     with _locked(directory):
         recover(directory)
         current = read_current(files)
@@ -153,17 +156,6 @@ def write_atomic(
 
 
 # ------------------------------------------------------------------------------ single files
-
-
-def _write_single(path: Path, text: str, backup: bool) -> list[Path]:
-    """One file needs no lock or journal: a unique temporary, fsync, an exclusive hard-link
-    backup of the old file, rename. A crash leaves the old file or the new one (at worst an extra
-    backup or a hidden temporary)."""
-    if _current(path) == text:
-        _make_readable([path])
-        return []
-    write_bytes_atomic(path, text.encode("utf-8"), backup)
-    return [path]
 
 
 def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int | None = None) -> None:

@@ -31,13 +31,11 @@ def check_node(node: NodeInventory, source: str) -> None:
     if not node.devices:
         raise InventoryError(f"{source}: node {node.name} has no devices; remove it or rediscover it")
     keys = [(d.vendor, d.index) for d in node.devices]
-    if len(set(keys)) != len(keys):
-        dup = sorted({k for k in keys if keys.count(k) > 1})
-        raise InventoryError(f"{source}: node {node.name}: device index listed twice: {dup}")
-    files = [d.file for d in node.devices]
-    if len(set(files)) != len(files):
-        dup_files = sorted({f for f in files if files.count(f) > 1})
-        raise InventoryError(f"{source}: node {node.name}: device file listed twice: {dup_files}")
+    named: dict[str, list[Any]] = {"index": keys, "file": [d.file for d in node.devices]}
+    for what, values in named.items():
+        if len(set(values)) != len(values):
+            dup = sorted({v for v in values if values.count(v) > 1})
+            raise InventoryError(f"{source}: node {node.name}: device {what} listed twice: {dup}")
     _check_links(node, set(keys), source)
     _check_cpus(node, source)
 

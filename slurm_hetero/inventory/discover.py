@@ -14,6 +14,7 @@ import shutil
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from slurm_hetero.core.devicespec import Catalog
 from slurm_hetero.core.errors import HeteroError, InventoryError, ParseError, ToolError
@@ -125,14 +126,9 @@ def live_facts(root: Path = Path("/"), strict: bool = False) -> tuple[dict[str, 
     if topology is None:
         memory = memtotal_mib(root)
         return {"cpus": os.cpu_count() or 1, **({"real_memory_mib": memory} if memory else {})}, None
-    facts = {
-        "cpus": topology.cpus,
-        "sockets": topology.sockets,
-        "cores_per_socket": topology.cores_per_socket,
-        "threads_per_core": topology.threads_per_core,
-    }
-    if topology.real_memory_mib:
-        facts["real_memory_mib"] = topology.real_memory_mib
+    facts = {key: getattr(topology, key) for key in inventory.NODE_FACTS}
+    if not topology.real_memory_mib:
+        del facts["real_memory_mib"]
     return facts, topology
 
 
@@ -206,16 +202,8 @@ def discover_node(
         if topology is not None:
             devices = [with_core_indices(d, topology) for d in devices]
     known.update(facts or {})
-    node = NodeInventory(
-        name=name,
-        devices=tuple(devices),
-        cpus=known.get("cpus"),
-        sockets=known.get("sockets"),
-        cores_per_socket=known.get("cores_per_socket"),
-        threads_per_core=known.get("threads_per_core"),
-        real_memory_mib=known.get("real_memory_mib"),
-    )
-    return validated(node)
+    node_facts: dict[str, Any] = {key: known.get(key) for key in inventory.NODE_FACTS}
+    return validated(NodeInventory(name, tuple(devices), **node_facts))
 
 
 def this_node(node_name: str | None = None) -> str:

@@ -171,23 +171,6 @@ class DuplicateKey(yaml.constructor.ConstructorError):
     """A key given twice in one YAML mapping; `problem_mark` is its second place."""
 
 
-class UniqueKeyLoader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """Safe loading that refuses a key given twice in one mapping (YAML would keep the last one
-    silently: a second `nodes:` drops every node above it). Used for every YAML file that is
-    read as a mapping of names: inventories and measured-throughput files."""
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[str] = set()
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                if key.value in seen:
-                    raise DuplicateKey(
-                        None, None, f"key {key.value!r} given twice in one mapping", key.start_mark
-                    )
-                seen.add(key.value)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _labelled(node: Any) -> Iterator[tuple[str, Any]]:
     """(`key` or `key[i]`, value node) of every value of a mapping node, sequences' items one by one."""
     for key_node, value_node in node.value:
@@ -197,10 +180,11 @@ def _labelled(node: Any) -> Iterator[tuple[str, Any]]:
             yield (key if item is value_node else f"{key}[{i}]"), item
 
 
-class StrictLoader(_StrictResolver, UniqueKeyLoader):
+class StrictLoader(_StrictResolver, _BaseLoader):  # type: ignore[misc, valid-type]
     """Every YAML file slurm-hetero reads as settings (inventories, the suite config, site models
-    files): a key given twice in one mapping and plain scalars YAML 1.1 and 1.2 read differently
-    (`0x10`, `010`, `yes`) are refused, naming the key."""
+    files, measured-throughput files): a key given twice in one mapping (YAML would keep the last
+    one silently: a second `nodes:` drops every node above it) and plain scalars YAML 1.1 and 1.2
+    read differently (`0x10`, `010`, `yes`) are refused, naming the key."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         for label, item in _labelled(node):
@@ -209,6 +193,13 @@ class StrictLoader(_StrictResolver, UniqueKeyLoader):
         for key_node, _ in node.value:
             if key_node.tag == _AMBIGUOUS:
                 raise AmbiguousScalar(None, None, ambiguity(key_node.value), key_node.start_mark)
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    message = f"key {key_node.value!r} given twice in one mapping"
+                    raise DuplicateKey(None, None, message, key_node.start_mark)
+                seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
 
     def construct_ambiguous(self, node: Any) -> Any:
@@ -248,8 +239,14 @@ def strict_yaml(text: str, path: str, what: str) -> Any:
     except RecursionError:
         raise ConfigError(f"nested too deeply to be a {what}", path) from None
     except AmbiguousScalar as e:
-        line = f"line {e.problem_mark.line + 1}: " if e.problem_mark else ""
-        raise ConfigError(f"{line}{e.problem}", path) from None
+        raise ConfigError(_refusal(e), path) from None
+
+
+def _refusal(error: AmbiguousScalar) -> str:
+    """A refused scalar in one line: `line N: why`."""
+    return (
+        f"line {error.problem_mark.line + 1}: {error.problem}" if error.problem_mark else str(error.problem)
+    )
 
 
 def config_yaml(text: str, path: str, what: str) -> Any:
@@ -513,12 +510,6 @@ def inventory_from_dict(
     return ClusterInventory(nodes=tuple(nodes), version=data["version"])
 
 
-def _yaml_error(source: str, error: yaml.YAMLError) -> InventoryError:
-    if isinstance(error, AmbiguousScalar) and error.problem_mark is not None:
-        return InventoryError(f"{source}: line {error.problem_mark.line + 1}: {error.problem}")
-    return InventoryError(f"{source}: {yaml_problem(error)}")
-
-
 def yaml_problem(error: yaml.YAMLError) -> str:
     """A YAMLError in one line, where and what, without PyYAML's marks ("<unicode string>")."""
     mark = getattr(error, "problem_mark", None)
@@ -551,20 +542,15 @@ HEADER = "# slurm-hetero inventory: a copy without the closing line below was cu
 FOOTER = "# end of slurm-hetero inventory\n"
 
 
-def _check_whole(text: str, source: str) -> None:
-    """A written YAML inventory (HEADER) must still end with FOOTER."""
-    if text.startswith(HEADER) and not text.rstrip().endswith(FOOTER.strip()):
-        raise InventoryError(
-            f"{source}: cut short or added to: it does not end with its closing line "
-            f"{FOOTER.strip()!r}; copy it again, or write it anew (inventory merge)"
-        )
-
-
 def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> Any:
     """The data of inventory text: JSON, one YAML document, or (`documents`) a list of every YAML
     document; InventoryError in one line, naming `source`, where it is malformed or cut short."""
     if not as_json:
-        _check_whole(text, source)
+        if text.startswith(HEADER) and not text.rstrip().endswith(FOOTER.strip()):
+            raise InventoryError(
+                f"{source}: cut short or added to: it does not end with its closing line "
+                f"{FOOTER.strip()!r}; copy it again, or write it anew (inventory merge)"
+            )
         if too_deep(text):
             raise InventoryError(f"{source}: nested too deeply to be an inventory")
     try:
@@ -581,8 +567,10 @@ def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> A
         raise InventoryError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
     except ValueError as e:  # a key given twice, a number that is not whole
         raise InventoryError(f"{source}: {e}") from e
+    except AmbiguousScalar as e:
+        raise InventoryError(f"{source}: {_refusal(e)}") from e
     except yaml.YAMLError as e:
-        raise _yaml_error(source, e) from e
+        raise InventoryError(f"{source}: {yaml_problem(e)}") from e
 
 
 @_gc_paused()
@@ -591,16 +579,10 @@ def loads(text: str, source: str, as_json: bool = False, keep_identity: bool = T
     return inventory_from_dict(_parsed(text, source, as_json), source, keep_identity)
 
 
-def _read(path: Path) -> str:
-    """The inventory text: a regular file of at most MAX_INVENTORY_BYTES (FIFOs and devices are
-    refused without blocking)."""
-    return read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)
-
-
 def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
     """Read an inventory file; JSON when its name ends in `.json`, else YAML."""
     path = Path(path)
-    text = _read(path)
+    text = read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)  # regular, bounded
     return loads(text, str(path), as_json=path.suffix.lower() == ".json", keep_identity=keep_identity)
 
 
@@ -619,7 +601,7 @@ def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
     """Read a file holding one inventory, several YAML documents, or JSON lines (one per node,
     as `srun ... slurm-hetero discover --json > nodes.jsonl` writes them)."""
     path = Path(path)
-    text = _read(path)
+    text = read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)
     stripped = text.lstrip()
     if stripped.startswith("{") and "\n{" in stripped.rstrip():
         lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -662,12 +644,11 @@ def merge(
             nodes.append(node)
     if not fold_identical:
         return ClusterInventory(nodes=tuple(nodes))
-    groups: dict[NodeInventory, list[str]] = {}
+    groups: dict[NodeInventory, list[NodeInventory]] = {}
     for node in nodes:
-        groups.setdefault(_shape(node), []).append(node.name)
-    folded = []
-    for shape, names in groups.items():
-        first = next(n for n in nodes if n.name == names[0])
-        keep = first if len(names) == 1 else shape
-        folded.append(dataclasses.replace(keep, name=hostlist.fold(names) if len(names) > 1 else names[0]))
+        groups.setdefault(_shape(node), []).append(node)
+    folded = (
+        same[0] if len(same) == 1 else dataclasses.replace(shape, name=hostlist.fold(n.name for n in same))
+        for shape, same in groups.items()
+    )
     return ClusterInventory(nodes=tuple(folded))

@@ -88,12 +88,6 @@ def gres_order(devices: Sequence[Device], include_unhealthy: bool = False) -> li
     return [d for _, d in sorted(zip(keys, keep), key=lambda pair: pair[0])]
 
 
-def memory_class(device: SlurmDevice) -> str:
-    """`gpumem79g`: the device's own memory (as discovered, else the model's nominal memory) in
-    whole GiB, rounded down, so `-C gpumemNg` never promises more than `--gres=gpumem:NG` finds."""
-    return f"gpumem{device.memory_mib // 1024}g"
-
-
 def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[str, ...]:
     """The node's Slurm features, each once, Slurm-safe."""
     labels: dict[str, None] = {}
@@ -111,7 +105,10 @@ def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[
         if key in done:  # the devices of a big node mostly share their labels
             continue
         done.add(key)
-        labels.update(dict.fromkeys([device.vendor, device.type, memory_class(slurm_device)]))
+        # the memory class `gpumem79g`: the device's own memory (else the model's) in whole GiB,
+        # rounded down, so `-C gpumemNg` never promises more than `--gres=gpumem:NG` finds
+        memory_class = f"gpumem{slurm_device.memory_mib // 1024}g"
+        labels.update(dict.fromkeys([device.vendor, device.type, memory_class]))
         labels.update(dict.fromkeys(link.kind for link in device.links))
         if device.driver_version:
             labels[f"{device.vendor}_drv{device.driver_version.split('.')[0]}"] = None

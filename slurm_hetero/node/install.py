@@ -156,14 +156,9 @@ def install(
     upgrade: bool = False,
 ) -> dict:
     """Install (or, with `upgrade`, replace) the venv and scripts; returns the new manifest."""
-    named: dict[str, object] = {
-        "--prefix": layout.prefix,
-        "--slurm-etc": layout.etc,
-        "--bin-dir": layout.bin_dir,
-    }
+    named = {"--prefix": layout.prefix, "--slurm-etc": layout.etc, "--bin-dir": layout.bin_dir}
     named.update({"--site-dir": layout.site, "--python": python, "--source": source})
-    named.update({"--inventory": inventory_file or "", "--config": config or ""})
-    for what, value in named.items():
+    for what, value in [*named.items(), ("--inventory", inventory_file or ""), ("--config", config or "")]:
         check_printable(what, str(value))
     if slurm_conf_value(layout.etc).count('"') > 2:
         raise HeteroError(
