@@ -104,11 +104,8 @@ class Catalog:
     def types(self) -> list[str]:
         return [s.type for s in self.specs]
 
-    def family(self, name: str) -> list[DeviceSpec]:
-        """The entries of a family (`ascend910b`: its SKUs), in catalog order."""
-        return [s for s in self.specs if s.family == name]
-
     def named(self, name: str) -> list[DeviceSpec]:
-        """What a name means: the entry of that type or alias, else every entry of that family."""
+        """What a name means: the entry of that type or alias, else every entry of that family
+        (`ascend910b`: its SKUs), in catalog order."""
         spec = self.by_type(name)
-        return [spec] if spec is not None else self.family(name)
+        return [spec] if spec is not None else [s for s in self.specs if s.family == name]

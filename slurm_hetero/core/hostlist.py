@@ -14,46 +14,26 @@ from slurm_hetero.slurm.syntax import MAX_HOSTS, hostlist_size
 _SIMPLE = re.compile(r"([A-Za-z0-9_.\-/]*[A-Za-z_.\-/])?([0-9]+)")  # fullmatch
 
 
-def _simple_groups(names: Iterable[str]) -> tuple[dict[tuple[str, int], list[int]], list[str]]:
-    """Split plain names (`prefix` + number) by prefix and padding; the rest are returned as is."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    other: list[str] = []
-    for name in names:
-        m = _SIMPLE.fullmatch(name)
-        if m is None:
-            other.append(name)
-            continue
-        digits = m.group(2)
-        pad = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        groups.setdefault((m.group(1) or "", pad), []).append(int(digits))
-    return groups, other
-
-
-def _rangeset(numbers: list[int], pad: int) -> RangeSet:
-    ranges = RangeSet()
-    numbers = sorted(set(numbers))
-    start = prev = numbers[0]
-    for n in numbers[1:] + [None]:  # type: ignore[list-item]
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        ranges.add_range(start, prev + 1, pad=pad)
-        if n is not None:
-            start = prev = n
-    return ranges
-
-
 def fold(names: Iterable[str]) -> str:
     """Fold host names into one hostlist expression (`n[1-3,7]`).
 
     Plain `prefix<number>` names are folded on their last number without parsing each name
     (10,000 names in milliseconds); anything else goes through NodeSet's full parser.
     """
-    groups, other = _simple_groups(names)
+    numbers: dict[str, list[str]] = {}  # prefix -> its numbers as written (`007` keeps its padding)
+    other: list[str] = []
+    for name in names:
+        m = _SIMPLE.fullmatch(name)
+        if m is None:
+            other.append(name)
+        else:
+            numbers.setdefault(m.group(1) or "", []).append(m.group(2))
     try:
         result = NodeSet.fromlist(other) if other else NodeSet()
-        for (prefix, pad), numbers in groups.items():
-            result.update(NodeSetBase(prefix.replace("%", "%%") + "%s", _rangeset(numbers, pad)))
+        for prefix, digits in numbers.items():
+            indexes = RangeSet()
+            indexes.update(digits)  # RangeSet holds its indexes as these strings
+            result.update(NodeSetBase(prefix.replace("%", "%%") + "%s", indexes))
         return str(result)
     except NodeSetParseError as e:
         raise InventoryError(f"bad host name {e.part!r}: {e}") from e

@@ -22,13 +22,12 @@ from slurm_hetero.inventory.document import config_yaml
 SITE_MODELS_DIR = Path("/etc/slurm-hetero/models.d")
 
 _REQUIRED = ("type", "vendor", "name", "match", "memory_gib", "source")
-_REQUIRED_SITE = ("type", "vendor", "name", "match", "memory_gib")  # a new type in a site file
 _NUMERIC = tuple(f.name for f in dataclasses.fields(DeviceSpec) if f.type in ("float", "float | None"))
 Raw = Mapping[str, Any]
 
 
-def _check_keys(raw: Raw, required: tuple[str, ...], path: str, key: str) -> None:
-    missing = [k for k in required if k not in raw]
+def _check_keys(raw: Raw, path: str, key: str) -> None:
+    missing = [k for k in _REQUIRED if k not in raw]
     if missing:
         where = f"{key}.{raw.get('type', '?')}"
         raise ConfigError(f"missing required keys: {', '.join(missing)}", path, where)
@@ -75,7 +74,7 @@ def parse_catalog_text(text: str, path: str) -> list[DeviceSpec]:
     """Parse one complete models YAML document (`{version: 1, models: [...]}`), as the bundled one."""
     specs = []
     for i, raw in enumerate(_raw_models(text, path)):
-        _check_keys(raw, _REQUIRED, path, f"models[{i}]")
+        _check_keys(raw, path, f"models[{i}]")
         specs.append(_spec_from_mapping(raw, path, f"models[{i}]"))
     return specs
 
@@ -91,8 +90,7 @@ def merge_site_text(base: dict[str, Raw], text: str, path: str) -> None:
             merged = {**base[known], **raw, "type": known}
         else:
             merged = {"source": f"site file {path}", **raw}
-            _check_keys(merged, _REQUIRED_SITE, path, key)
-        _check_keys(merged, _REQUIRED, path, key)
+        _check_keys(merged, path, key)
         _spec_from_mapping(merged, path, key)  # fail on this file, not later
         base[known] = merged
 
