@@ -85,42 +85,40 @@ class Settings:
 
 # ------------------------------------------------------------------------------------ validation
 
-Check = Callable[[Any, str, str], Any]  # (value, file, key path) -> value, or ConfigError
+Check = Callable[[Any, str, str], None]  # (value, file, key path): ConfigError when it is wrong
 
 
 def _choice(choices: Sequence[str]) -> Check:
-    def check(value: Any, path: str, key: str) -> Any:
+    def check(value: Any, path: str, key: str) -> None:
         if value not in choices:
             raise ConfigError(f"{value!r} is not one of: {', '.join(choices)}", path, key)
-        return value
 
     return check
 
 
-def _names(value: Any, path: str, key: str) -> Any:
+def _names(value: Any, path: str, key: str) -> None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError("expected a list of names", path, key)
-    return value
 
 
-def _partition_name(value: Any, path: str, key: str) -> Any:
+def _partition_name(value: Any, path: str, key: str) -> None:
     """One Slurm partition name (the syntax of a host name: no comma, space or '=')."""
     from slurm_hetero.slurm.syntax import host_name
 
     if not isinstance(value, str):
         raise ConfigError(f"expected a partition name (text), got {value!r}", path, key)
     try:
-        return host_name(value)
+        host_name(value)
     except ValueError as e:
         raise ConfigError(f"expected a partition name: {e}", path, key) from e
 
 
-def _vendors(value: Any, path: str, key: str) -> Any:
+def _vendors(value: Any, path: str, key: str) -> None:
     """A list of vendor names (`slurm-hetero discover --list-vendors`), or `all`."""
     from slurm_hetero.vendors import vendor_traits  # the registry loads every vendor module
 
     if value == "all":
-        return value
+        return
     known = sorted(vendor_traits())
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"expected a list of vendor names or 'all'; vendors: {', '.join(known)}", path, key)
@@ -129,7 +127,6 @@ def _vendors(value: Any, path: str, key: str) -> Any:
             raise ConfigError("'all' is not a vendor: write `default_vendors: all`, not in a list", path, key)
         if name not in known:
             raise ConfigError(f"unknown vendor {name!r}; vendors: {', '.join(known)}, or 'all'", path, key)
-    return value
 
 
 def _scope(value: Any) -> tuple[str, ...]:
@@ -141,17 +138,16 @@ MAX_UID = 4_294_967_294  # uid_t, less (uid_t)-1 (Slurm's and POSIX's "no uid")
 _USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?\Z")  # useradd's NAME_REGEX, 32 at most
 
 
-def _users(value: Any, path: str, key: str) -> Any:
+def _users(value: Any, path: str, key: str) -> None:
     if not isinstance(value, list):
         raise ConfigError("expected a list of user names or uids", path, key)
     for i, user in enumerate(value):
         uid = isinstance(user, int) and not isinstance(user, bool) and 0 <= user <= MAX_UID
         if not uid and not (isinstance(user, str) and _USER_NAME.match(user)):
             raise ConfigError(f"{user!r} is not a user name or a uid (0 to {MAX_UID:,})", path, f"{key}[{i}]")
-    return value
 
 
-def _shard_sizes(value: Any, path: str, key: str) -> Any:
+def _shard_sizes(value: Any, path: str, key: str) -> None:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ConfigError("expected a mapping of gres type to the memory of one shard", path, key)
     for gres_type, size in value.items():
@@ -161,7 +157,6 @@ def _shard_sizes(value: Any, path: str, key: str) -> Any:
             parse_size(str(size), str(size))
         except RequestError as e:
             raise ConfigError(str(e), path, f"{key}.{gres_type}") from e
-    return value
 
 
 _PARTITION: dict[str, Check] = {

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -305,24 +305,17 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-_DEVICE_ORDER = [f.name for f in fields(Device)]
-
-
 def device_to_dict(device: Device) -> dict[str, Any]:
-    """A device as inventory YAML keys, in a stable order, with unset optional fields left out."""
-    raw = asdict(device)
+    """A device as inventory YAML keys, in field order, with unset optional fields left out."""
     out: dict[str, Any] = {}
-    for key in _DEVICE_ORDER:
-        value = raw[key]
+    for key, value in asdict(device).items():
         if value is None or value == () or value == [] or value == "":
             continue
         if key == "health":
-            if device.health == Health.OK:
+            if value == Health.OK:
                 continue
             value = str(value)
-        if key == "links":
-            value = [{"peer": link["peer"], "kind": link["kind"], "count": link["count"]} for link in value]
-        out[key] = value
+        out[key] = list(value) if key == "links" else value  # each link a mapping: peer, kind, count
     return out
 
 

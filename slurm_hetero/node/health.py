@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from slurm_hetero.core.journal import audit
 from slurm_hetero.core.model import Device, Health, NodeInventory
@@ -39,7 +39,7 @@ class HealthReport:
     node: str
     faults: tuple[Fault, ...]
     actions: tuple[tuple[str, ...], ...] = ()  # scontrol argv run (or, with --dry-run, to run)
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
 
 
 def _links_down(expected: Device, found: Device) -> list[str]:
