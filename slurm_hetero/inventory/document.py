@@ -15,7 +15,7 @@ from dataclasses import asdict
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import fastjsonschema
 import orjson
@@ -186,10 +186,14 @@ class StrictLoader(_StrictResolver, _BaseLoader):  # type: ignore[misc, valid-ty
     one silently: a second `nodes:` drops every node above it) and plain scalars YAML 1.1 and 1.2
     read differently (`0x10`, `010`, `yes`) are refused, naming the key."""
 
+    # tag -> why a scalar of it is refused (`text`, key label), checked in this order
+    refused: ClassVar[dict[str, Callable[[str, str | None], str]]] = {_AMBIGUOUS: ambiguity}
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        for label, item in _labelled(node):
-            if item.tag == _AMBIGUOUS:
-                raise AmbiguousScalar(None, None, ambiguity(item.value, label), item.start_mark)
+        for tag, why in self.refused.items():
+            for label, item in _labelled(node):
+                if item.tag == tag:
+                    raise AmbiguousScalar(None, None, why(item.value, label), item.start_mark)
         for key_node, _ in node.value:
             if key_node.tag == _AMBIGUOUS:
                 raise AmbiguousScalar(None, None, ambiguity(key_node.value), key_node.start_mark)
@@ -202,11 +206,11 @@ class StrictLoader(_StrictResolver, _BaseLoader):  # type: ignore[misc, valid-ty
                 seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
 
-    def construct_ambiguous(self, node: Any) -> Any:
-        raise AmbiguousScalar(None, None, ambiguity(node.value), node.start_mark)
+    def construct_refused(self, node: Any) -> Any:
+        raise AmbiguousScalar(None, None, self.refused[node.tag](node.value, None), node.start_mark)
 
 
-StrictLoader.add_constructor(_AMBIGUOUS, StrictLoader.construct_ambiguous)
+StrictLoader.add_constructor(_AMBIGUOUS, StrictLoader.construct_refused)
 
 
 MAX_YAML_DEPTH = 1000
@@ -258,22 +262,6 @@ def config_yaml(text: str, path: str, what: str) -> Any:
         raise ConfigError(yaml_problem(e), path) from e
 
 
-class _YamlLoader(StrictLoader):
-    """Inventories: strict, and no number with a point or an exponent (no field takes one)."""
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        for label, item in _labelled(node):
-            if item.tag == _FLOAT:
-                raise AmbiguousScalar(None, None, not_whole(item.value, label), item.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-    def construct_fraction(self, node: Any) -> Any:
-        raise AmbiguousScalar(None, None, not_whole(node.value), node.start_mark)
-
-
-_YamlLoader.add_constructor(_FLOAT, _YamlLoader.construct_fraction)
-
-
 def not_whole(text: str, key: str | None = None) -> str:
     """Why a number with a point or an exponent is refused: every number in an inventory is a
     count, an index or MiB, and Slurm's config lines take whole numbers only (`CPUs=8.0` is not
@@ -286,6 +274,15 @@ def not_whole(text: str, key: str | None = None) -> str:
     number = f"write {int(value)}" if value.is_integer() else "write a whole number"
     whole = "is not a whole number, and inventory numbers are whole"
     return f"{where}{text} {whole}: {number}, or '{text}' for text"
+
+
+class _YamlLoader(StrictLoader):
+    """Inventories: strict, and no number with a point or an exponent (no field takes one)."""
+
+    refused = {_FLOAT: not_whole, **StrictLoader.refused}
+
+
+_YamlLoader.add_constructor(_FLOAT, _YamlLoader.construct_refused)
 
 
 def _json_float(text: str) -> Any:

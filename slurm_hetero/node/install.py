@@ -196,7 +196,7 @@ def _install(
         raise HeteroError(f"already installed in {layout.prefix} ({old['version']}); pass --upgrade")
     if upgrade and not old:
         raise HeteroError(f"nothing installed in {layout.prefix} to upgrade; run install without --upgrade")
-    if old and upgrade and config is None:
+    if old and config is None:
         config = old.get("config")  # an upgrade keeps the TaskProlog's settings unless given new ones
     if layout.current.exists() and not layout.current.is_symlink():
         raise HeteroError(
@@ -337,9 +337,8 @@ def _read_inventory(path: Path) -> bytes:
 
 
 def _new_venv_dir(layout: Layout) -> Path:
-    layout.venvs.mkdir(parents=True, exist_ok=True)
     for directory in (layout.prefix, layout.venvs):
-        directory.chmod(directory.stat().st_mode | 0o755)
+        _open_dir(directory)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     venv, n = layout.venvs / stamp, 1
     while venv.exists():
