@@ -330,9 +330,7 @@ NODE_FACTS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_m
 
 def node_to_dict(node: NodeInventory) -> dict[str, Any]:
     out: dict[str, Any] = {"name": node.name}
-    for key in NODE_FACTS:
-        if getattr(node, key) is not None:
-            out[key] = getattr(node, key)
+    out.update((key, value) for key in NODE_FACTS if (value := getattr(node, key)) is not None)
     if node.features:
         out["features"] = list(node.features)
     if node.nics:
