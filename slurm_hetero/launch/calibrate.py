@@ -417,12 +417,12 @@ def _figure(value: Any, path: Path, key: str) -> float:
     """A type's TFLOPS: the plain figure, or an entry's `layer_tflops` (what the planner prices a
     layer at) else its `tflops`; every figure given is checked, the unused one too."""
     if not isinstance(value, Mapping):
-        return _checked_tflops(value, "TFLOPS", path, key)
+        return _number(value, "TFLOPS", path, key, *TFLOPS_RANGE)
     if unknown := sorted(map(str, set(value) - ENTRY_KEYS)):  # a misspelt key would be lost
         message = f"unknown keys {', '.join(unknown)[:200]}; an entry has {', '.join(sorted(ENTRY_KEYS))}"
         raise ConfigError(message, str(path), key)
     given = {
-        k: _checked_tflops(value[k], k, path, key)
+        k: _number(value[k], k, path, key, *TFLOPS_RANGE)
         for k in ("tflops", "layer_tflops")
         if value.get(k) is not None
     }
@@ -431,14 +431,15 @@ def _figure(value: Any, path: Path, key: str) -> float:
     return given["layer_tflops"] if "layer_tflops" in given else given["tflops"]
 
 
-def _checked_tflops(value: Any, name: str, path: Path, key: str) -> float:
-    given = reprlib.repr(value)[:40]  # as written: 1000001 is not "1e+06", 10**400 no float
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(f"{name} must be a positive number, got {given}", str(path), key)
-    low, high = TFLOPS_RANGE
-    if not low <= value <= high:
-        raise ConfigError(f"{name} {given} is outside {low:g}-{high:g} for one device", str(path), key)
-    return float(value)
+def _number(value: Any, what: str, path: Path, key: str, low: float | None, high: float) -> float:
+    """`value` as a float from `low` to `high` (low None: above 0), else one line naming the entry
+    and the value as written (1000001 is not "1e+06", 10**400 no float)."""
+    if _finite(value) and (value > 0 if low is None else value >= low) and value <= high:
+        return float(value)
+    span = f"a positive number up to {high:g}" if low is None else f"{low:g} to {high:g}"
+    given = reprlib.repr(value)[:40]
+    advice = "; write a number a float holds" if given in ("inf", "-inf") else ""  # YAML's 1e400
+    raise ConfigError(f"{what} must be {span}, got {given}{advice}", str(path), key)
 
 
 def _finite(value: Any) -> bool:
@@ -483,15 +484,11 @@ def load_profile(path: Path | None) -> Profile:
 
 def _optional(data: Mapping[Any, Any], path: Path, name: str, low: float, high: float) -> dict[str, float]:
     """Device type -> its entry's figure `name`, checked in [low, high], for the entries that give it."""
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping) and value.get(name) is not None:
-            figure = value[name]
-            if not _finite(figure) or not low <= figure <= high:
-                message = f"{name} must be {low:g} to {high:g}, got {reprlib.repr(figure)[:40]}"
-                raise ConfigError(message, str(path), str(key))
-            out[str(key)] = float(figure)
-    return out
+    return {
+        str(key): _number(value[name], name, path, str(key), low, high)
+        for key, value in data.items()
+        if isinstance(value, Mapping) and value.get(name) is not None
+    }
 
 
 def store(path: Path, result: Calibration) -> Path:
@@ -516,14 +513,6 @@ MAX_TP = 64
 MAX_MICRO_BATCH = 65_536  # micro-batch sizes a profile converts
 
 
-def _positive(value: Any, what: str, path: Path, key: str, high: float = 1e9) -> float:
-    if not _finite(value) or not 0 < value <= high:
-        raise ConfigError(
-            f"{what} must be a positive number up to {high:g}, got {reprlib.repr(value)[:40]}", str(path), key
-        )
-    return float(value)
-
-
 def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | None, float | None]:
     if not isinstance(item, Mapping) or set(item) - SHAPE_KEYS:
         extra = sorted(map(str, set(item) - SHAPE_KEYS)) if isinstance(item, Mapping) else []
@@ -534,19 +523,14 @@ def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | N
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP or tp & (tp - 1):
         message = f"tp {reprlib.repr(tp)[:20]} is no tensor-parallel degree (a power of two, 1 to {MAX_TP})"
         raise ConfigError(message, str(path), key)
-    micro_batch = _positive(item.get("micro_batch"), "micro_batch", path, key)
+    micro_batch = _number(item.get("micro_batch"), "micro_batch", path, key, None, 1e9)
     timed = "fwd_s" in item or "bwd_s" in item
     if timed == ("tflops" in item):
         raise ConfigError("give either fwd_s and bwd_s (seconds of one layer) or tflops", str(path), key)
     if not timed:
-        low, high = TFLOPS_RANGE
-        tflops = _positive(item["tflops"], "tflops", path, key, high)
-        if tflops < low:
-            raise ConfigError(f"tflops {tflops:g} is below {low:g}", str(path), key)
-        return tp, micro_batch, None, tflops
-    seconds = _positive(item.get("fwd_s"), "fwd_s", path, key, 1e6) + _positive(
-        item.get("bwd_s"), "bwd_s", path, key, 1e6
-    )
+        return tp, micro_batch, None, _number(item["tflops"], "tflops", path, key, *TFLOPS_RANGE)
+    fwd_s, bwd_s = (_number(item.get(k), k, path, key, None, 1e6) for k in ("fwd_s", "bwd_s"))
+    seconds = fwd_s + bwd_s
     return tp, micro_batch, seconds, None
 
 
@@ -557,7 +541,12 @@ def _shape_model(value: Any, path: Path, key: str) -> tuple[str, int, int, float
     seq, hidden = value["seq"], value["hidden"]
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (seq, hidden)):
         raise ConfigError("model seq and hidden must be positive integers", str(path), key)
-    return str(value["name"]), seq, hidden, _positive(value["layer_gflops"], "layer_gflops", path, key, 1e9)
+    return (
+        str(value["name"]),
+        seq,
+        hidden,
+        _number(value["layer_gflops"], "layer_gflops", path, key, None, 1e9),
+    )
 
 
 def _shapes(data: Mapping[Any, Any], path: Path) -> dict[str, MeasuredShapes]:

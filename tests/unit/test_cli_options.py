@@ -166,9 +166,9 @@ def test_a_sequence_beyond_the_context_is_refused_unless_asked_for() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("a100_80g: .nan\n", "TFLOPS must be a positive number, got nan"),
-        ("a100_80g: .inf\n", "TFLOPS must be a positive number, got inf"),
-        ("a100_80g: -3\n", "TFLOPS must be a positive number, got -3"),
+        ("a100_80g: .nan\n", "TFLOPS must be 1e-06 to 1e+06, got nan"),
+        ("a100_80g: .inf\n", "TFLOPS must be 1e-06 to 1e+06, got inf; write a number a float holds"),
+        ("a100_80g: -3\n", "TFLOPS must be 1e-06 to 1e+06, got -3"),
         (
             "a100_80g: {tflops: 100, gemm_half_elements: .nan}\n",
             "gemm_half_elements must be 0 to 1e+15, got nan",

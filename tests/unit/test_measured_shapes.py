@@ -257,14 +257,16 @@ def test_a_bad_network_figure_is_one_line_naming_the_entry(tmp_path: Path, bad: 
 @pytest.mark.parametrize(
     ("entry", "needle"),
     [
-        ({"tflops": -1, "layer_tflops": 5}, "a100_40g: tflops must be a positive number, got -1"),
-        ({"tflops": 0, "layer_tflops": 5}, "a100_40g: tflops must be a positive number, got 0"),
-        ({"tflops": 5, "layer_tflops": float("nan")}, "a100_40g: layer_tflops must be a positive number"),
+        ({"tflops": -1, "layer_tflops": 5}, "a100_40g: tflops must be 1e-06 to 1e+06, got -1"),
+        ({"tflops": 0, "layer_tflops": 5}, "a100_40g: tflops must be 1e-06 to 1e+06, got 0"),
+        ({"tflops": 5, "layer_tflops": float("nan")}, "layer_tflops must be 1e-06 to 1e+06, got nan"),
         # adv41 48, 60-61: the figure as written, not rounded onto the bound; no OverflowError
-        ({"tflops": 5, "layer_tflops": 1000001}, "layer_tflops 1000001 is outside 1e-06-1e+06"),
-        ({"tflops": 10**400}, "a100_40g: tflops 100000"),
+        ({"tflops": 5, "layer_tflops": 1000001}, "layer_tflops must be 1e-06 to 1e+06, got 1000001"),
+        ({"tflops": 10**400}, "a100_40g: tflops must be 1e-06 to 1e+06, got 100000"),
         ({"tflops": 5, "gemm_half_elements": 10**400}, "gemm_half_elements must be 0 to 1e+15"),
         ({"tflops": 5, "network_gbs": 10**400}, "network_gbs must be 0.001 to 1e+06"),
+        # adv42 27: YAML reads 1.0e+400 as inf, so the line says what to write
+        ({"tflops": float("inf")}, "tflops must be 1e-06 to 1e+06, got inf; write a number a float holds"),
     ],
 )
 def test_every_tflops_figure_of_an_entry_is_checked(
