@@ -25,9 +25,7 @@ the answer is never slower than it.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -211,10 +209,7 @@ def solve(spec: LayoutSpec) -> Layout:
     share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
     for k in range(len(spec.groups)):
         subset = dataclasses.replace(
-            spec,
-            groups=spec.groups[:k] + spec.groups[k + 1 :],
-            pair_gbs=_drop(spec, k),
-            max_candidates=share,
+            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=_drop(spec, k), max_candidates=share
         )
         try:
             trial = _solve_all(subset)
@@ -429,69 +424,38 @@ def assign_ranks(layout: Layout) -> tuple[RankAssignment, ...]:
     out: list[RankAssignment] = []
     for gi in range(len(layout.groups)):
         plan = next(p for p in layout.pipelines if any(s.group == gi for s in p.stages))
-        ranks = _staged_group_ranks if layout.kind == LayoutKind.STAGED else _group_ranks
-        out += ranks(layout, gi, plan, int(group_first[gi]), node_first)
+        out += _group_ranks(layout, gi, plan, int(group_first[gi]), node_first)
     return tuple(out)
-
-
-def _staged_group_ranks(
-    layout: Layout, gi: int, plan: PipelinePlan, first: int, node_first: npt.NDArray[np.int64]
-) -> list[RankAssignment]:
-    """The staged family: a type's stages one after another, each `dp x tp` ranks (dp-major); the
-    stage's data-parallel ranks share the micro-batch (and the step's samples) evenly."""
-    out, rank = [], first
-    for s in (s for s in plan.stages if s.group == gi):
-        for j in range(s.dp):
-            q, r = divmod(layout.global_batch, s.dp)
-            n = q + (j < r)
-            for tp_rank in range(s.tp):
-                node = int(np.searchsorted(node_first, rank, side="right") - 1)
-                out.append(
-                    RankAssignment(
-                        rank, rank - int(node_first[node]), node, s.type, gi, j, s.index, tp_rank, s.tp,
-                        len(plan.stages), s.dp, s.layer_start, s.layer_end,
-                        math.ceil(plan.micro_batch / s.dp), plan.micro_batches(0), n, n / layout.global_batch,
-                        s.recompute,
-                    )
-                )  # fmt: skip
-                rank += 1
-    return out
 
 
 def _group_ranks(
     layout: Layout, gi: int, plan: PipelinePlan, first: int, node_first: npt.NDArray[np.int64]
 ) -> list[RankAssignment]:
-    stages = [s for s in plan.stages if s.group == gi]
-    offsets = [0, *itertools.accumulate(s.tp for s in stages)]
-    ranks = first + np.arange(layout.groups[gi].count)
+    """Group `gi`'s ranks: replica by replica, the group's stages in order, each `dp x tp` ranks
+    (dp-major; dp is 1 outside the staged family, whose stage's data-parallel ranks share the
+    micro-batch and the replica's samples evenly)."""
+    roles = [
+        (replica, s, j, tp_rank)
+        for replica in range(len(plan.samples))
+        for s in plan.stages
+        if s.group == gi
+        for j in range(s.dp)
+        for tp_rank in range(s.tp)
+    ]
+    ranks = first + np.arange(len(roles))
     nodes = np.searchsorted(node_first, ranks, side="right") - 1
     out = []
-    for i, (rank, node) in enumerate(zip(ranks.tolist(), nodes.tolist())):
-        replica, offset = divmod(i, offsets[-1])
-        j = bisect.bisect_right(offsets, offset) - 1
-        s, n = stages[j], plan.samples[replica]
+    for rank, node, (replica, s, j, tp_rank) in zip(ranks.tolist(), nodes.tolist(), roles):
+        q, r = divmod(plan.samples[replica], s.dp)
+        n = q + (j < r)
         out.append(
             RankAssignment(
-                rank,
-                rank - int(node_first[node]),
-                node,
-                s.type,
-                gi,
-                plan.first_replica + replica,
-                s.index,
-                offset - offsets[j],
-                s.tp,
-                len(plan.stages),
-                layout.replicas,
-                s.layer_start,
-                s.layer_end,
-                plan.micro_batch,
-                plan.micro_batches(replica),
-                n,
-                n / layout.global_batch,
+                rank, rank - int(node_first[node]), node, s.type, gi, plan.first_replica + replica + j,
+                s.index, tp_rank, s.tp, len(plan.stages), layout.replicas * s.dp, s.layer_start, s.layer_end,
+                math.ceil(plan.micro_batch / s.dp), plan.micro_batches(replica), n, n / layout.global_batch,
                 s.recompute,
             )
-        )
+        )  # fmt: skip
     return out
 
 
