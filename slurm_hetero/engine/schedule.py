@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -125,11 +126,7 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
 
 
 def _ready(
-    done: tuple[list[list[float | None]], list[list[float | None]]],
-    back: bool,
-    k: int,
-    i: int,
-    p: int,
+    done: tuple[list[list[float | None]], list[list[float | None]]], back: bool, k: int, i: int, p: int
 ) -> float | None:
     """When the neighbour has produced what operation (`back`, `i`) of stage `k` receives."""
     if not back:
@@ -306,9 +303,9 @@ class _Maxima:
     def __init__(self, replicas: Sequence[int], samples: Sequence[int]) -> None:
         self.samples = list(samples)
         self.line_of = [line for line, r in enumerate(replicas) for _ in range(r)]
-        self.held: list[dict[int, int]] = [{} for _ in replicas]
+        self.held: list[Counter[int]] = [Counter() for _ in replicas]
         for line, n in zip(self.line_of, self.samples):
-            self.held[line][n] = self.held[line].get(n, 0) + 1
+            self.held[line][n] += 1
         self.maxima = [max(held, default=0) for held in self.held]
 
     def move(self, source: int, target: int) -> None:
@@ -320,7 +317,7 @@ class _Maxima:
         line, was = self.line_of[replica], self.samples[replica]
         held = self.held[line]
         held[was] -= 1
-        held[was + by] = held.get(was + by, 0) + 1
+        held[was + by] += 1
         self.samples[replica] = was + by
         if by > 0:
             self.maxima[line] = max(self.maxima[line], was + by)
@@ -357,24 +354,19 @@ class StepModel:
         p, dp, b = shape.stages, sum(shape.replicas), shape.micro_batch
         busiest = global_batch if len(shape.replicas) > 1 else math.ceil(global_batch / shape.replicas[0])
         cap = math.ceil(busiest / b)  # most micro-batches a replica runs: bounds what a stage holds
+
+        def site(k: int, g: int, t: int) -> StageSite:
+            d = shape.dp(k)
+            return StageSite(self.groups[g], t, dp * d, min(p - k, cap), math.ceil(b / d), k == 0, k == p - 1)
+
+        def step_s(k: int, g: int, t: int) -> float:  # optimizer step seconds per weight byte (`optimizer_s`)
+            shards = zero_divisors(costs.zero_stage, dp * shape.dp(k))[2]
+            return costs.step_factor / (t * shards * self.groups[g].bandwidth_gbs * GB)
+
         self.models = [
-            [
-                StageModel(
-                    costs,
-                    StageSite(
-                        self.groups[g],
-                        t,
-                        dp * shape.dp(k),
-                        min(p - k, cap),
-                        math.ceil(b / shape.dp(k)),
-                        k == 0,
-                        k == p - 1,
-                    ),
-                )
-                for k, (g, t) in enumerate(line)
-            ]
-            for line in shape.lines
+            [StageModel(costs, site(k, *stage)) for k, stage in enumerate(line)] for line in shape.lines
         ]
+        self._step_s = [np.array([step_s(k, *stage) for k, stage in enumerate(line)]) for line in shape.lines]
         self._p2p = [
             line_p2p(self.groups, costs, shape, i, network_gbs, self.pair_gbs)
             for i in range(len(shape.lines))
@@ -389,22 +381,6 @@ class StepModel:
         rings = {column: (self._allreduce_gbs(k), self._hierarchy(k)) for column, k in first.items()}
         self._ar_gbs = [rings[column][0] for column in columns]
         self._ar_groups = [rings[column][1] for column in columns]
-        # seconds of the optimizer step per weight byte of each stage of each line (`optimizer_s`)
-        self._step_s = [
-            np.array(
-                [
-                    costs.step_factor
-                    / (
-                        t
-                        * zero_divisors(costs.zero_stage, dp * shape.dp(k))[2]
-                        * self.groups[g].bandwidth_gbs
-                        * GB
-                    )
-                    for k, (g, t) in enumerate(line)
-                ]
-            )
-            for line in shape.lines
-        ]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
         self._grad_cache: dict[tuple[int, int, int], tuple[float, float]] = {}
         # `simulate`'s memo: the layer split it last priced, its lines and their tails (`tail`), and
