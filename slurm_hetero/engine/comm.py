@@ -75,10 +75,6 @@ class Communicator:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def _peer_memory(member: Member) -> bool:
-    return any(member.spec.has(c) for c in PEER_MEMORY_CAPABILITIES)
-
-
 def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) -> str | None:
     """The RDMA NIC kind every node in `nodes` has (InfiniBand preferred), or None."""
     for kind in RDMA_NICS:
@@ -88,9 +84,7 @@ def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) 
 
 
 def choose(
-    members: Sequence[Member],
-    nics: Mapping[str, Sequence[Nic]],
-    override: str | None = None,
+    members: Sequence[Member], nics: Mapping[str, Sequence[Nic]], override: str | None = None
 ) -> Communicator:
     """The communicator of a group of `members` (rules in the module docstring)."""
     vendors = {m.vendor for m in members}
@@ -100,7 +94,7 @@ def choose(
         chosen = Communicator(backend, CommKind.VENDOR_CCL, vendor.ccl_env_prefix if vendor else None)
     elif (
         all(v.ucc_memory for v in vendors)
-        and all(_peer_memory(m) for m in members)
+        and all(any(m.spec.has(c) for c in PEER_MEMORY_CAPABILITIES) for m in members)
         and shared_rdma_fabric(sorted({m.node for m in members}), nics) is not None
     ):
         chosen = Communicator("ucc", CommKind.RDMA_DIRECT)
@@ -140,12 +134,7 @@ def nic_gbs(nics: Sequence[Nic]) -> float:
 
 
 def transfer_s(
-    kind: CommKind,
-    nbytes: float,
-    *,
-    same_node: bool,
-    link_gbs: float,
-    network_gbs: float,
+    kind: CommKind, nbytes: float, *, same_node: bool, link_gbs: float, network_gbs: float
 ) -> float:
     """Seconds to move `nbytes` one way between two ranks through a communicator of `kind`."""
     if nbytes <= 0:
@@ -157,13 +146,7 @@ def transfer_s(
     return nbytes / (network_gbs * GB)  # between nodes, or rdma-direct through the NIC
 
 
-def effective_gbs(
-    kind: CommKind,
-    *,
-    same_node: bool,
-    link_gbs: float,
-    network_gbs: float,
-) -> float:
+def effective_gbs(kind: CommKind, *, same_node: bool, link_gbs: float, network_gbs: float) -> float:
     """The bandwidth (GB/s, one way) a communicator of `kind` delivers: bytes over `transfer_s`."""
     return 1.0 / transfer_s(kind, GB, same_node=same_node, link_gbs=link_gbs, network_gbs=network_gbs)
 

@@ -119,17 +119,11 @@ def top_third(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
     return mask
 
 
-def workload_scores(specs: Sequence[DeviceSpec]) -> dict[str, npt.NDArray[np.float64]]:
-    """Score of every device for every workload (NaN where a needed figure is missing)."""
-    return {
-        workload: np.array([_nan(scorer(spec)) for spec in specs], dtype=np.float64)
-        for workload, scorer in SCORERS.items()
-    }
-
-
 def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
     """Catalog rows extended with per-dollar and per-watt throughput, scores and `best_for`."""
-    scores = workload_scores(specs)
+    scores = {
+        w: np.array([_nan(scorer(spec)) for spec in specs], dtype=np.float64) for w, scorer in SCORERS.items()
+    }
     winners = {workload: top_third(values) for workload, values in scores.items()}
     rows = []
     for i, spec in enumerate(specs):

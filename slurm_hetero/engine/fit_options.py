@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from slurm_hetero.core.model import SlurmNode
@@ -64,31 +65,20 @@ def _group_devices(nodes: Sequence[SlurmNode]) -> list[_TypeGroup]:
 Estimate = Callable[[int], "Breakdown | None"]
 
 
-def _result(
-    group: _TypeGroup, needed: int | None, breakdown: Breakdown | None, reason: ReasonCode | None
-) -> DeviceOption:
-    per_device = breakdown.total if breakdown is not None else None
-    return DeviceOption(
-        group.type, group.vendor, group.memory_bytes, group.available, needed, per_device, reason
-    )
-
-
 def _option(group: _TypeGroup, estimate: Estimate, limit: int) -> DeviceOption:
+    option = partial(DeviceOption, group.type, group.vendor, group.memory_bytes, group.available)
     if group.memory_bytes is None:  # every device of the type is left out: none to count on
-        return _result(group, None, None, ReasonCode.UNHEALTHY)
+        return option(None, None, ReasonCode.UNHEALTHY)
     for count in range(1, max(limit, group.available) + 1):
         breakdown = estimate(count)
         if breakdown is not None and breakdown.total <= group.memory_bytes:
-            reason = ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
-            return _result(group, count, breakdown, reason)
-    return _result(group, None, None, ReasonCode.INSUFFICIENT_MEMORY)
+            return option(
+                count, breakdown.total, ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
+            )
+    return option(None, None, ReasonCode.INSUFFICIENT_MEMORY)
 
 
-def device_options(
-    nodes: Sequence[SlurmNode],
-    estimate: Estimate,
-    limit: int = 1024,
-) -> list[DeviceOption]:
+def device_options(nodes: Sequence[SlurmNode], estimate: Estimate, limit: int = 1024) -> list[DeviceOption]:
     """For each device type of `nodes`: its smallest memory per device, how many healthy devices
     it has, and the fewest devices `n` whose estimate fits, trying ``n = 1 .. max(limit,
     available)``; `estimate(n)` is None when `n` is not a valid layout. Fitting types come first,

@@ -204,10 +204,8 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
     if read_int(config, "moe_layer_freq", name, 1) != 1:
         raise ConfigError("only moe_layer_freq 1 is supported", name, "moe_layer_freq")
     hidden, heads = read_int(config, "hidden_size", name), read_int(config, "num_attention_heads", name)
-    expert, layers = (
-        read_int(config, "moe_intermediate_size", name),
-        read_int(config, "num_hidden_layers", name),
-    )
+    expert = read_int(config, "moe_intermediate_size", name)
+    layers = read_int(config, "num_hidden_layers", name)
     spec = ModelSpec(
         name=name, family="deepseek", model_type=model_type, hidden=hidden,
         layers=layers, heads=heads, kv_heads=read_kv_heads(config, name, heads),

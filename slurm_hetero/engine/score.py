@@ -127,13 +127,6 @@ class ClusterModel:
 # ------------------------------------------------------------------------------ compile the model
 
 
-def _by_type(node: SlurmNode) -> dict[str, list[SlurmDevice]]:
-    by_type: dict[str, list[SlurmDevice]] = {}
-    for device in node.devices:
-        by_type.setdefault(device.type, []).append(device)
-    return by_type
-
-
 def _fast(spec: DeviceSpec, linked: bool) -> bool:
     return linked or (spec.interconnect is not None and spec.interconnect not in SLOW_INTERCONNECTS)
 
@@ -200,7 +193,9 @@ def _all_facts(nodes: Sequence[SlurmNode], options: ScoringOptions) -> dict[str,
         # identical nodes share their resolved device tuple: group it by type once
         by_type = summaries.get(id(node.devices))
         if by_type is None:
-            by_type = summaries[id(node.devices)] = _by_type(node)
+            by_type = summaries[id(node.devices)] = {}
+            for device in node.devices:
+                by_type.setdefault(device.type, []).append(device)
         features = frozenset(node.features)
         for name, devices in by_type.items():
             first = devices[0]

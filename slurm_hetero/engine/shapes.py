@@ -229,9 +229,7 @@ def staged_micro_batch(spec: LayoutSpec) -> int | None:
     """The staged family's one pipeline micro-batch when `micro_batches` sets it: the global batch
     over that many micro-batches (its one replica is the average replica), as the other families
     size theirs; None when the size is searched or given."""
-    if spec.micro_batches is None:
-        return None
-    return max(1, round(spec.global_batch / spec.micro_batches))
+    return None if spec.micro_batches is None else _micro_batches(spec, 1)[0]
 
 
 def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:

@@ -307,18 +307,19 @@ def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: floa
     caller prices them otherwise). Without measured shapes: `tflops` on the GEMM-size curve. With
     them but none at this degree: the measured speed at the nearest lower degree (else the
     least), on the GEMM-size curve from that degree's GEMMs to these, all-reduces priced apart."""
+
+    def curve(degree: int) -> float:
+        return gemm_efficiency(group.gemm_half, b * elements_per_sample / degree)
+
     if not group.speeds:
-        return group.tflops * gemm_efficiency(group.gemm_half, b * elements_per_sample / tp), False
+        return group.tflops * curve(tp), False
     found = measured_shape(group.speeds, tp, b)
     if found is not None:
         return found[0], True
     base = fallback_degree(group.speeds, tp)
     found = measured_shape(group.speeds, base, b)
     assert found is not None
-    ratio = gemm_efficiency(group.gemm_half, b * elements_per_sample / tp) / gemm_efficiency(
-        group.gemm_half, b * elements_per_sample / base
-    )
-    return found[0] * ratio, False
+    return found[0] * (curve(tp) / curve(base)), False
 
 
 def peak_rate(group: DeviceGroup, elements: float) -> float:
