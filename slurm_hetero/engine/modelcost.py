@@ -11,6 +11,7 @@ one-byte dropout masks and the fp32 softmax statistics and logits do not.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -88,11 +89,9 @@ def usable_tp_sizes(spec: ModelSpec, sizes: Iterable[int]) -> tuple[int, ...]:
     sizes = sorted(set(sizes))
     usable = []
     for tp in sizes:
-        try:
+        with contextlib.suppress(ConfigError):
             check_layout(spec, tp)
-        except ConfigError:
-            continue
-        usable.append(tp)
+            usable.append(tp)
     if not usable and sizes:
         check_layout(spec, sizes[0])
     return tuple(usable)

@@ -61,16 +61,8 @@ class ParamCounts:
 
     @property
     def total(self) -> int:
-        return (
-            self.embedding
-            + self.position_embedding
-            + self.attention
-            + self.mlp
-            + self.router
-            + self.norms
-            + self.lm_head
-            + self.projection
-        )
+        parts = (self.embedding, self.position_embedding, self.attention, self.mlp, self.router, self.norms)
+        return sum(parts) + self.lm_head + self.projection
 
 
 @dataclass(frozen=True)

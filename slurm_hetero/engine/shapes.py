@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
 T = TypeVar("T")
-U = TypeVar("U")
 
 
 def _divisors(n: int) -> list[int]:
@@ -122,7 +121,7 @@ def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(orders))
 
 
-def _round_robin(per_key: list[list[U]]) -> list[U]:
+def _round_robin(per_key: list[list[T]]) -> list[T]:
     """Items of several lists interleaved: each list's first, then each one's second, ..."""
     return [x for row in itertools.zip_longest(*per_key) for x in row if x is not None]
 
