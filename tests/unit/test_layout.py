@@ -503,7 +503,7 @@ def test_measured_throughput_feeds_the_solver(tmp_path: Path) -> None:
     assert {s["type"] for s in json.loads(out)["stages"]} == {"a100_80g", "ascend910b3"}
     measured.write_text("ascend910b3: fast\n")
     code, _, err = run("--devices", "ascend910b3:2", "--model", "gpt2", "--measured", str(measured))
-    assert "positive number" in one_line_error(code, err)
+    assert "TFLOPS must be 1e-06 to 1e+06, got 'fast'" in one_line_error(code, err)
 
 
 def test_plan_takes_site_type_names_from_an_inventory() -> None:

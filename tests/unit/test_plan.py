@@ -389,7 +389,7 @@ def test_a_measured_figure_beyond_any_device_is_one_line(tmp_path: Path, figure:
         "plan", "--model", "llama-3-8b", "--devices", "a100_80g:4,l40s:2", "--global-batch", "64",
         "--measured", str(measured),
     )  # fmt: skip
-    assert "outside 1e-06-1e+06" in one_line_error(code, err)
+    assert f"must be 1e-06 to 1e+06, got {float(figure):g}" in one_line_error(code, err)
 
 
 @pytest.mark.parametrize("devices", ["tpu_v4:8", "a100_80g:4,trainium:4"])
