@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import pickle
 import re
@@ -302,6 +303,11 @@ def load(
     # it and keep this rank's own parameter names, or a re-split stage matches none of them.
     groups = state["optim"]["param_groups"] if optimizer is not None else []
     own_params = [group.pop("params") for group in groups]
+    # On unreadable metadata DCP logs two warnings with tracebacks of what the error below names,
+    # to the root logger.
+    root_log = logging.getLogger()
+    level = root_log.level
+    root_log.setLevel(max(level, logging.ERROR))
     try:
         dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)))
     except (Exception, CheckpointException) as e:  # many kinds on bad files (DCP's: a BaseException)
@@ -314,6 +320,8 @@ def load(
         raise CheckpointError(
             f"{path}: unreadable checkpoint ({cause}); {_earlier(path.parent, path)}"
         ) from None
+    finally:
+        root_log.setLevel(level)
     back = {v: k for k, v in _names(stage, layout).items()}
     model = _renamed(state["model"], back)
     optim: dict[str, Any] = {}

@@ -3,6 +3,7 @@ uninterrupted process, float64), and bad checkpoints are one line each."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -73,6 +74,18 @@ def test_bad_checkpoints_are_one_line_each(tmp_path: Path) -> None:
     (tmp_path / "latest").write_text("step-00000007\n")  # names a save that never finished
     with pytest.raises(CheckpointError, match="not a complete checkpoint"):
         checkpoint.load(tmp_path, stage, None, lay)
+
+
+def test_unreadable_metadata_is_our_line_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """adv41 96: torch logged two warnings with tracebacks before the one-line error."""
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+    (tmp_path / "step-00000000" / ".metadata").write_bytes(b"garbage\n")
+    level = logging.getLogger().level
+    with pytest.raises(CheckpointError, match="unreadable checkpoint"):
+        checkpoint.load(tmp_path, stage, None, lay)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert logging.getLogger().level == level
 
 
 def test_a_latest_link_is_replaced_not_written_through(tmp_path: Path) -> None:
@@ -249,12 +262,13 @@ def test_complete_steps_without_latest_are_not_overwritten_by_a_fresh_start(tmp_
     assert (saved / "step-00000000").stat().st_ino == kept and not (saved / "latest").exists()
 
 
-def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize("broken", ["*.distcp", ".metadata"])  # adv41 96: torch's logged tracebacks
+def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(tmp_path: Path, broken: str) -> None:
     """examples/train_uneven.py, which users copy, let CheckpointError out as a traceback per rank."""
     saved, per_rank = tmp_path / "ckpt", layouts([0, 1, 2], [8], micro_batch=4)
     run_ranks(tmp_path, per_rank, "--steps", "1", "--checkpoint-dir", str(saved))
-    for shard in (saved / "step-00000000").glob("*.distcp"):
-        shard.write_bytes(b"")
+    for shard in (saved / "step-00000000").glob(broken):
+        shard.write_bytes(b"garbage\n")
     _, stdout = run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved), code=1)
     assert "Traceback" not in stdout
     assert stdout.strip().splitlines()[-1].startswith("train_uneven: rank 0: ")
