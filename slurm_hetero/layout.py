@@ -207,7 +207,14 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
         (0 <= lay.replica < lay.num_replicas, "replica must be in [0, num_replicas)"),
         (0 <= lay.tp_rank < lay.tp_size, "tp_rank must be in [0, tp_size)"),
         (0 <= lay.layer_start <= lay.layer_end <= lay.num_layers, "layers must lie in [0, num_layers]"),
-        (0 <= lay.samples <= lay.global_batch, "samples must be in [0, global_batch]"),
+        (
+            0 <= lay.sample_offset and 0 <= lay.samples <= lay.global_batch - lay.sample_offset,
+            "samples from sample_offset must lie in [0, global_batch]",
+        ),
+        (
+            all(r is None or 0 <= r < lay.world_size for r in (lay.prev_rank, lay.next_rank)),
+            "prev_rank and next_rank must be null or in [0, world_size)",
+        ),
         (
             lay.micro_batch >= 1 and lay.micro_batches >= (1 if lay.samples else 0),
             "micro_batch must be >= 1, and micro_batches >= 1 where the rank has samples",

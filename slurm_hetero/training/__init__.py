@@ -291,10 +291,14 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     mine = [(g["name"], tuple(sorted(g["ranks"])), g["backend"]) for g in _groups(lay)]
     available = {b: backend_unavailable_reason(b, lay.get("vendor")) for b in {k[2] for k in mine}}
     gathered: list[Any] = [None] * lay["world_size"]
-    dist.all_gather_object(gathered, (mine, available, os.environ.get("SLURM_HETERO_PLAN_ID")))
+    claims = {
+        k: lay[k] for k in (*SHARED_KEYS, *PEER_KEYS, "rank", "stage", "tp_rank", "prev_rank", "next_rank")
+    }
+    dist.all_gather_object(gathered, (mine, available, os.environ.get("SLURM_HETERO_PLAN_ID"), claims))
     if len({g[2] for g in gathered}) > 1:
         plans = {r: g[2] for r, g in enumerate(gathered)}
         raise ValueError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
+    check_agreement([g[3] for g in gathered])
     out = Distributed(lay, "gloo")
     keys = _all_groups(gathered)
     for key in keys:
@@ -302,6 +306,44 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     for dp, parts in _spanning_groups(keys):
         _make_hierarchy(out, dp, parts, gathered, wait)
     return out
+
+
+# What every rank's document says alike, and what two adjacent stages of a pipeline say alike: a
+# rank that disagrees would wait forever for a transfer or collective its peers never make.
+SHARED_KEYS = ("kind", "model", "global_batch", "num_layers", "world_size", "num_replicas", "num_stages")
+PEER_KEYS = ("replica", "tp_rank", "samples", "sample_offset", "micro_batch", "micro_batches")
+
+
+def check_agreement(claims: Sequence[Mapping[str, Any]]) -> None:
+    """The ranks' documents (`claims[r]`: rank r's) fit together: shared keys alike; every
+    next_rank answered by that rank's prev_rank, one stage on, with the same `PEER_KEYS`; the
+    replicas' samples covering the global batch once. Every rank reaches the same verdict."""
+    first = claims[0]
+    for c in claims:
+        if differing := [k for k in SHARED_KEYS if c[k] != first[k]]:
+            key = differing[0]
+            raise LayoutError(f"rank {c['rank']}: {key} {c[key]!r} but rank 0's is {first[key]!r}")
+    sends = {(c["rank"], c["next_rank"]) for c in claims if c["next_rank"] is not None}
+    receives = {(c["prev_rank"], c["rank"]) for c in claims if c["prev_rank"] is not None}
+    if sends != receives:
+        a, b = min(sends ^ receives)
+        raise LayoutError(f"rank {a} and rank {b} disagree on being adjacent stages (next_rank/prev_rank)")
+    for a, b in sorted(sends):
+        if differing := [k for k in PEER_KEYS if claims[a][k] != claims[b][k]]:
+            raise LayoutError(f"ranks {a} and {b}, adjacent stages, differ in {differing[0]}")
+        if claims[b]["stage"] != claims[a]["stage"] + 1:
+            raise LayoutError(
+                f"rank {a} (stage {claims[a]['stage']}) names rank {b} (stage "
+                f"{claims[b]['stage']}) as its next stage"
+            )
+    heads = sorted(
+        (c["sample_offset"], c["samples"]) for c in claims if c["stage"] == 0 and c["tp_rank"] == 0
+    )
+    offsets = list(itertools.accumulate([0, *(n for _, n in heads[:-1])]))
+    if [o for o, _ in heads] != offsets or sum(n for _, n in heads) != first["global_batch"]:
+        raise LayoutError(
+            f"the replicas' (sample_offset, samples) {heads} do not cover the global batch once"
+        )
 
 
 def _use_libuv_if_built() -> None:
@@ -411,8 +453,18 @@ def _check_layout(lay: Mapping[str, Any]) -> None:
             "start the ranks with slurm-hetero launch"
         )
     tp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp"), [rank])
-    if rank not in tp or tp.index(rank) != lay["tp_rank"]:
-        raise LayoutError(f"rank {rank}: tp_rank {lay['tp_rank']} is not its place in its tp group {tp}")
+    if rank not in tp or tp.index(rank) != lay["tp_rank"] or len(tp) != lay["tp_size"]:
+        raise LayoutError(
+            f"rank {rank}: tp_rank {lay['tp_rank']} of tp_size {lay['tp_size']} is not its place in its "
+            f"tp group {tp}"
+        )
+    if (lay["stage"] == 0 and lay["prev_rank"] is not None) or (
+        lay["stage"] == lay["num_stages"] - 1 and lay["next_rank"] is not None
+    ):
+        raise LayoutError(
+            f"rank {rank}: stage {lay['stage']} of {lay['num_stages']} cannot have the "
+            f"neighbours prev_rank {lay['prev_rank']}, next_rank {lay['next_rank']}"
+        )
 
 
 def _make_group(

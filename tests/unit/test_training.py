@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -223,6 +224,64 @@ def test_an_environment_that_is_not_the_layouts_rank_is_one_line(tmp_path: Path,
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.count("\n") == 1 and "start the ranks with slurm-hetero launch" in run.stderr, (
         run.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("grid", "rank", "edit", "says"),
+    [
+        (([0, 1, 2], [8]), 1, {"global_batch": 9}, "rank 1: global_batch 9 but rank 0's is 8"),
+        (
+            ([0, 1, 2], [8]),
+            0,
+            {"micro_batches": 1000},
+            "ranks 0 and 1, adjacent stages, differ in micro_batches",
+        ),
+        (([0, 1, 2], [8]), 0, {"next_rank": None}, "rank 0 and rank 1 disagree on being adjacent stages"),
+        (([0, 1, 2], [8]), 1, {"stage": 0, "prev_rank": 0}, "rank 0 (stage 0) names rank 1 (stage 0)"),
+        (([0, 2], [4, 4]), 1, {"sample_offset": 3}, "[(0, 4), (3, 4)] do not cover the global batch once"),
+    ],
+)
+def test_documents_that_do_not_fit_together_are_refused(
+    grid: tuple[list[int], list[int]], rank: int, edit: dict[str, Any], says: str
+) -> None:
+    """adv42 56: hand-edited documents (a stage's micro_batches, a neighbour) left the ranks waiting
+    on each other until torch's timeout, silently."""
+    per_rank = layouts(*grid, micro_batch=2)
+    training.check_agreement(per_rank)
+    per_rank[rank] |= edit
+    with pytest.raises(LayoutError, match=re.escape(says)):
+        training.check_agreement(per_rank)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ({"tp_size": 3}, "rank 0: tp_rank 0 of tp_size 3 is not its place in its tp group [0, 1]"),
+        ({"prev_rank": 2}, "rank 0: stage 0 of 2 cannot have the neighbours prev_rank 2, next_rank 2"),
+    ],
+)
+def test_a_document_at_odds_with_itself_is_refused_before_torch(
+    monkeypatch: pytest.MonkeyPatch, edit: dict[str, Any], says: str
+) -> None:
+    lay = layouts([0, 1, 2], [8], micro_batch=2, tp=[2, 1])[0] | edit
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "3",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(LayoutError, match=re.escape(says)):
+        training._check_layout(lay)
+
+
+def test_a_stage_that_disagrees_with_its_neighbour_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    per_rank = layouts([0, 1, 2], [8], micro_batch=4)
+    per_rank[0]["micro_batches"] = 1000
+    _, stdout = run_ranks(tmp_path, per_rank, code=1)
+    assert stdout.strip().splitlines()[-1] == (
+        "train_uneven: rank 0: ranks 0 and 1, adjacent stages, differ in micro_batches"
     )
 
 
