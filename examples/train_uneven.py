@@ -43,6 +43,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -434,7 +435,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
     if args.reference and (unused := [n for n in LAYOUT_ONLY if getattr(args, n) != p.get_default(n)]):
         p.error(f"--reference trains one process without a layout: drop --{unused[0].replace('_', '-')}")
-    if args.losses_out and (problem := _unwritable(Path(args.losses_out))):
+    writer = os.environ.get("RANK", "0") == "0"  # the only rank that writes it
+    if args.losses_out and writer and (problem := _unwritable(Path(args.losses_out))):
         p.error(f"--losses-out {args.losses_out}: {problem}")  # before training, not after it
     return args
 
@@ -451,9 +453,11 @@ def _unwritable(path: Path) -> str | None:
         return "is a directory; name a file"
     if not path.parent.is_dir():
         return f"no directory {path.parent}; create it first"
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return "not writable here; name a file you can write"
-    return None
+    try:  # a trial file, not os.access: root passes every permission check, not /sys or a read-only mount
+        with tempfile.TemporaryFile(dir=path.parent):
+            return None
+    except OSError as e:
+        return f"cannot write in {path.parent} ({e.strerror}); name a file you can write"
 
 
 def _write_result(path: Path, result: dict[str, Any]) -> None:

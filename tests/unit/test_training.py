@@ -162,6 +162,10 @@ def test_the_example_says_a_layout_problem_in_one_line(tmp_path: Path, layout: s
         (["--reference", "--slow-factor", "2"], "drop --slow-factor"),
         (["--losses-out", "{tmp}/no/such/out.json"], "no directory {tmp}/no/such; create it first"),
         (["--losses-out", "{tmp}"], "is a directory; name a file"),
+        (
+            ["--losses-out", "/sys/x.json"],
+            "--losses-out /sys/x.json: cannot write in /sys (",
+        ),  # adv43: root too
     ],
 )
 def test_the_example_refuses_what_it_would_ignore_or_lose(tmp_path: Path, args: list[str], says: str) -> None:
