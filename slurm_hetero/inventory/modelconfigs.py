@@ -27,14 +27,24 @@ def bundled_names() -> list[str]:
     return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are distinct: json would keep a repeated key's last value silently."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"key {key!r} is given twice; give each key once")
+        seen[key] = value
+    return seen
+
+
 def _parse_json(text: str, source: str) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise ConfigError("nested too deeply to be a model config", source) from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", source) from e
-    except ValueError as e:  # an integer of more digits than Python converts
+    except ValueError as e:  # an integer of more digits than Python converts, a key given twice
         raise ConfigError(f"malformed JSON: {e}", source) from None
 
 

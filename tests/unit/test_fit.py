@@ -666,6 +666,13 @@ def test_cli_malformed_json(tmp_path: Path) -> None:
     bad.write_text('{"model_type": "llama",\n "hidden_size": }')
     code, _, err = run("--model", str(bad))
     assert code == 1 and "malformed JSON at line 2 column" in err and str(bad) in err
+    bad.write_text('{"model_type": "llama", "hidden_size": 4096, "hidden_size": 8}')  # adv43 L-C20
+    code, _, err = run("--model", str(bad))
+    assert (
+        code == 1
+        and err
+        == f"slurm-hetero: {bad}: malformed JSON: key 'hidden_size' is given twice; give each key once\n"
+    )
 
 
 def test_every_bundled_model_fits_somewhere_reasonable() -> None:
