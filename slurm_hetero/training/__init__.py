@@ -250,13 +250,9 @@ class HierarchicalGroup:
 
 
 def _all_groups(gathered: Sequence[tuple[Any, ...]]) -> list[GroupKey]:
-    """Every rank's groups (first of each gathered tuple), once each, in one order all ranks agree on."""
-    chosen: dict[tuple[str, tuple[int, ...]], str] = {}
-    for keys, *_ in gathered:
-        for name, ranks, backend in keys:
-            if chosen.setdefault((name, ranks), backend) != backend:
-                raise ValueError(f"group {name} {list(ranks)}: ranks disagree on its backend")
-    return sorted((name, ranks, backend) for (name, ranks), backend in chosen.items())
+    """Every rank's groups (its claims' first of each gathered tuple), once each, in one order all
+    ranks agree on (`check_agreement` has made sure the members list each group alike)."""
+    return sorted({key for claims, *_ in gathered for key in claims["groups"]})
 
 
 def _fallback_reason(key: GroupKey, gathered: Sequence[tuple[Any, ...]]) -> str | None:
@@ -275,70 +271,130 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
 
     Each rank's file lists only its own groups, so their union comes from one `all_gather_object`
     (which also checks that every rank runs the same plan, SLURM_HETERO_PLAN_ID); every rank then
-    calls `new_group` for all of them in one sorted order, as torch requires.
+    calls `new_group` for all of them in one sorted order, as torch requires. The same gather
+    carries each rank's document, or why it cannot be used, so a problem of one rank's document
+    (unreadable, at odds with itself or with the others', `check_agreement`) stops every rank with
+    the same one-line LayoutError instead of leaving the others waiting for it. Only a rank with no
+    rendezvous to reach, or whose RANK is not its document's, stops alone.
     """
     import torch.distributed as dist
 
-    lay = rank_layout(layout).to_dict()
-    _check_layout(lay)
+    lay: dict[str, Any] | None
+    problem: str | None
+    try:
+        lay, problem = rank_layout(layout).to_dict(), None
+    except LayoutError as e:
+        lay, problem = None, str(e)
+    rank, world = _rendezvous(lay, problem)
+    if lay is not None:
+        problem = _layout_problem(lay, world)
     wait = datetime.timedelta(seconds=timeout)
     _use_libuv_if_built()
-    dist.init_process_group("gloo", rank=lay["rank"], world_size=lay["world_size"], timeout=wait)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=wait)
     # torch asks for the group to be destroyed before exit: left to the interpreter's teardown,
     # gloo's threads may abort the finished rank ("terminate called without an active exception",
     # SIGABRT: CI 2026-11-26), and Slurm would mark the step failed
     atexit.register(_destroy_groups)
-    mine = [(g["name"], tuple(sorted(g["ranks"])), g["backend"]) for g in _groups(lay)]
-    available = {b: backend_unavailable_reason(b, lay.get("vendor")) for b in {k[2] for k in mine}}
-    gathered: list[Any] = [None] * lay["world_size"]
-    claims = {
-        k: lay[k] for k in (*SHARED_KEYS, *PEER_KEYS, "rank", "stage", "tp_rank", "prev_rank", "next_rank")
-    }
-    dist.all_gather_object(gathered, (mine, available, os.environ.get("SLURM_HETERO_PLAN_ID"), claims))
+    claims = None if problem or lay is None else _claims(lay)
+    available = (
+        {b: backend_unavailable_reason(b, lay.get("vendor")) for b in _backends(claims)} if lay else {}
+    )
+    gathered: list[Any] = [None] * world
+    mine = (claims if claims is not None else f"rank {rank}: {problem}", available)
+    dist.all_gather_object(gathered, (*mine, os.environ.get("SLURM_HETERO_PLAN_ID")))
     if len({g[2] for g in gathered}) > 1:
         plans = {r: g[2] for r, g in enumerate(gathered)}
-        raise ValueError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
-    check_agreement([g[3] for g in gathered])
+        raise LayoutError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
+    check_agreement([g[0] for g in gathered])
+    assert lay is not None  # check_agreement refused every problem
     out = Distributed(lay, "gloo")
     keys = _all_groups(gathered)
     for key in keys:
-        _make_group(out, key, _fallback_reason(key, gathered), lay["rank"], wait)
+        _make_group(out, key, _fallback_reason(key, gathered), rank, wait)
     for dp, parts in _spanning_groups(keys):
         _make_hierarchy(out, dp, parts, gathered, wait)
     return out
 
 
-# What every rank's document says alike, and what two adjacent stages of a pipeline say alike: a
-# rank that disagrees would wait forever for a transfer or collective its peers never make.
+def _claims(lay: Mapping[str, Any]) -> dict[str, Any]:
+    """What the other ranks check of this rank's document: its keys, and its groups as GroupKeys."""
+    groups = [(g["name"], tuple(sorted(g["ranks"])), g["backend"]) for g in _groups(lay)]
+    return {**{k: lay[k] for k in CLAIMED_KEYS}, "groups": sorted(groups)}
+
+
+def _backends(claims: Mapping[str, Any] | None) -> set[str]:
+    return {backend for _, _, backend in claims["groups"]} if claims else set()
+
+
+# What every rank's document says alike; what two adjacent stages of a pipeline say alike; what
+# the members of a tp group say alike. A rank that disagrees would wait forever for a transfer or
+# collective its peers never make.
 SHARED_KEYS = ("kind", "model", "global_batch", "num_layers", "world_size", "num_replicas", "num_stages")
 PEER_KEYS = ("replica", "tp_rank", "samples", "sample_offset", "micro_batch", "micro_batches")
+TP_KEYS = (
+    "replica",
+    "stage",
+    "tp_size",
+    "layer_start",
+    "layer_end",
+    "samples",
+    "micro_batch",
+    "micro_batches",
+)
+CLAIMED_KEYS = (*SHARED_KEYS, *PEER_KEYS, *TP_KEYS, "rank", "prev_rank", "next_rank")
 
 
-def check_agreement(claims: Sequence[Mapping[str, Any]]) -> None:
-    """The ranks' documents (`claims[r]`: rank r's) fit together: shared keys alike; every
-    next_rank answered by that rank's prev_rank, one stage on, with the same `PEER_KEYS`; the
-    replicas' samples covering the global batch once. Every rank reaches the same verdict."""
-    first = claims[0]
-    for c in claims:
+def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
+    """The ranks' documents (`claims[r]`: rank r's `_claims`, or why it has none) fit together:
+    shared keys alike and every stage present; each group listed alike by all its members; tp
+    groups alike in `TP_KEYS`; every next_rank answered by that rank's prev_rank, one stage on,
+    with the same `PEER_KEYS` and the next layers; the first and last stages holding the first and
+    last layers; the replicas' samples covering the global batch once. Every rank reaches the same
+    verdict: a LayoutError naming the first disagreement."""
+    if problems := [c for c in claims if isinstance(c, str)]:
+        raise LayoutError(problems[0])
+    docs = [c for c in claims if not isinstance(c, str)]
+    first = docs[0]
+    for c in docs:
         if differing := [k for k in SHARED_KEYS if c[k] != first[k]]:
             key = differing[0]
             raise LayoutError(f"rank {c['rank']}: {key} {c[key]!r} but rank 0's is {first[key]!r}")
-    sends = {(c["rank"], c["next_rank"]) for c in claims if c["next_rank"] is not None}
-    receives = {(c["prev_rank"], c["rank"]) for c in claims if c["prev_rank"] is not None}
+    if (stages := sorted({c["stage"] for c in docs})) != list(range(first["num_stages"])):
+        raise LayoutError(f"the ranks hold stages {stages} of num_stages {first['num_stages']}")
+    for c in docs:
+        for name, ranks, backend in c["groups"]:
+            for m in ranks:
+                if (name, ranks, backend) not in docs[m]["groups"]:
+                    theirs = [(g[1], g[2]) for g in docs[m]["groups"] if g[0] == name]
+                    raise LayoutError(
+                        f"rank {c['rank']}'s {name} group is {list(ranks)} ({backend}); rank {m}'s: "
+                        f"{', '.join(f'{list(r)} ({b})' for r, b in theirs) or 'none'}"
+                    )
+            if name == "tp" and (differing := [k for k in TP_KEYS if any(docs[m][k] != c[k] for m in ranks)]):
+                raise LayoutError(f"the tp group {list(ranks)} differs in {differing[0]}")
+    sends = {(c["rank"], c["next_rank"]) for c in docs if c["next_rank"] is not None}
+    receives = {(c["prev_rank"], c["rank"]) for c in docs if c["prev_rank"] is not None}
     if sends != receives:
         a, b = min(sends ^ receives)
         raise LayoutError(f"rank {a} and rank {b} disagree on being adjacent stages (next_rank/prev_rank)")
     for a, b in sorted(sends):
-        if differing := [k for k in PEER_KEYS if claims[a][k] != claims[b][k]]:
+        if differing := [k for k in PEER_KEYS if docs[a][k] != docs[b][k]]:
             raise LayoutError(f"ranks {a} and {b}, adjacent stages, differ in {differing[0]}")
-        if claims[b]["stage"] != claims[a]["stage"] + 1:
+        if (docs[b]["stage"], docs[b]["layer_start"]) != (docs[a]["stage"] + 1, docs[a]["layer_end"]):
             raise LayoutError(
-                f"rank {a} (stage {claims[a]['stage']}) names rank {b} (stage "
-                f"{claims[b]['stage']}) as its next stage"
+                f"rank {a} (stage {docs[a]['stage']}, layers to {docs[a]['layer_end']}) names rank {b} "
+                f"(stage {docs[b]['stage']}, layers from {docs[b]['layer_start']}) as its next stage"
             )
-    heads = sorted(
-        (c["sample_offset"], c["samples"]) for c in claims if c["stage"] == 0 and c["tp_rank"] == 0
-    )
+    last = first["num_stages"] - 1
+    for c in docs:
+        if (c["stage"] == 0 and c["layer_start"] != 0) or (
+            c["stage"] == last and c["layer_end"] != first["num_layers"]
+        ):
+            raise LayoutError(
+                f"rank {c['rank']}: stage {c['stage']} holds layers {c['layer_start']}-{c['layer_end']}, "
+                f"but the first stage starts at 0 and the last ends at num_layers {first['num_layers']}"
+            )
+    heads = sorted((c["sample_offset"], c["samples"]) for c in docs if c["stage"] == 0 and c["tp_rank"] == 0)
     offsets = list(itertools.accumulate([0, *(n for _, n in heads[:-1])]))
     if [o for o, _ in heads] != offsets or sum(n for _, n in heads) != first["global_batch"]:
         raise LayoutError(
@@ -436,35 +492,51 @@ def rank_layout(layout: Any = None) -> RankLayout:
     return RankLayout.from_dict(as_dict(layout), "the layout passed to init")
 
 
-def _check_layout(lay: Mapping[str, Any]) -> None:
-    """The environment is this layout's rank with a rendezvous to reach (env://), and tp ranks are
-    their position in the tp group; a LayoutError (one line) otherwise, before torch reads them."""
-    rank, world, env = lay["rank"], lay["world_size"], os.environ
-    given = (env.get("RANK", str(rank)), env.get("WORLD_SIZE", str(world)))
-    if given != (str(rank), str(world)):
-        raise LayoutError(
-            f"RANK/WORLD_SIZE {given[0]}/{given[1]} disagree with the layout's {rank}/{world}; "
-            f"start the ranks with slurm-hetero launch"
-        )
+def _rendezvous(lay: Mapping[str, Any] | None, problem: str | None) -> tuple[int, int]:
+    """This process's (RANK, WORLD_SIZE): the environment's, else its document's; a LayoutError,
+    before torch reads them, when there is no rendezvous to reach (MASTER_ADDR/MASTER_PORT, env://)
+    or RANK is not the document's rank."""
+    env = os.environ
+    if lay is None:
+        if "RANK" not in env or "WORLD_SIZE" not in env:  # no rank to meet the others as
+            raise LayoutError(str(problem))
+        given = (env["RANK"], env["WORLD_SIZE"])
+    else:
+        given = (env.get("RANK", str(lay["rank"])), env.get("WORLD_SIZE", str(lay["world_size"])))
     port = env.get("MASTER_PORT", "")
     if not env.get("MASTER_ADDR") or not (port.isdigit() and 0 < int(port) < 65536):
         raise LayoutError(
             f"MASTER_ADDR/MASTER_PORT {env.get('MASTER_ADDR')}/{port or None} name no rendezvous; "
             "start the ranks with slurm-hetero launch"
         )
-    tp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp"), [rank])
-    if rank not in tp or tp.index(rank) != lay["tp_rank"] or len(tp) != lay["tp_size"]:
+    if not all(v.isdigit() for v in given) or int(given[0]) >= int(given[1]):
         raise LayoutError(
-            f"rank {rank}: tp_rank {lay['tp_rank']} of tp_size {lay['tp_size']} is not its place in its "
-            f"tp group {tp}"
+            f"RANK/WORLD_SIZE {given[0]}/{given[1]} name no rank; start the ranks with slurm-hetero launch"
         )
+    if lay is not None and given[0] != str(lay["rank"]):
+        raise LayoutError(
+            f"RANK/WORLD_SIZE {given[0]}/{given[1]} disagree with the layout's rank {lay['rank']}; "
+            "start the ranks with slurm-hetero launch"
+        )
+    return int(given[0]), int(given[1])
+
+
+def _layout_problem(lay: Mapping[str, Any], world: int) -> str | None:
+    """Why this rank's document is at odds with itself or WORLD_SIZE (shared with the others by
+    `init`), or None."""
+    if lay["world_size"] != world:
+        return f"world_size {lay['world_size']} but WORLD_SIZE is {world}"
+    tp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp"), [lay["rank"]])
+    if lay["rank"] not in tp or tp.index(lay["rank"]) != lay["tp_rank"] or len(tp) != lay["tp_size"]:
+        return f"tp_rank {lay['tp_rank']} of tp_size {lay['tp_size']} is not its place in its tp group {tp}"
     if (lay["stage"] == 0 and lay["prev_rank"] is not None) or (
         lay["stage"] == lay["num_stages"] - 1 and lay["next_rank"] is not None
     ):
-        raise LayoutError(
-            f"rank {rank}: stage {lay['stage']} of {lay['num_stages']} cannot have the "
-            f"neighbours prev_rank {lay['prev_rank']}, next_rank {lay['next_rank']}"
+        return (
+            f"stage {lay['stage']} of {lay['num_stages']} cannot have the neighbours prev_rank "
+            f"{lay['prev_rank']}, next_rank {lay['next_rank']}"
         )
+    return None
 
 
 def _make_group(

@@ -166,6 +166,10 @@ def test_the_example_says_a_layout_problem_in_one_line(tmp_path: Path, layout: s
             ["--losses-out", "/sys/x.json"],
             "--losses-out /sys/x.json: cannot write in /sys (",
         ),  # adv43: root too
+        (["--losses-out", "/proc/x.json"], "--losses-out /proc/x.json: cannot write in /proc ("),  # adv44 L03
+        (["--losses-out", "/dev/full"], "--losses-out /dev/full: is not a regular file"),  # adv44 L05
+        (["--losses-out", ""], "--losses-out : name a file"),  # adv44 L04
+        (["--vocab", "1" + "0" * 22], "is not a whole number from 1 to 2147483647"),  # adv44 L09
     ],
 )
 def test_the_example_refuses_what_it_would_ignore_or_lose(tmp_path: Path, args: list[str], says: str) -> None:
@@ -180,7 +184,7 @@ def test_the_example_refuses_what_it_would_ignore_or_lose(tmp_path: Path, args: 
 
 def test_the_example_says_out_of_memory_in_one_line(tmp_path: Path) -> None:
     """adv42 52/53: a --vocab no memory holds ended in torch's allocator traceback."""
-    argv = [str(EXAMPLE), "--reference", "--steps", "1", "--vocab", str(10**13), "--losses-out", "x.json"]
+    argv = [str(EXAMPLE), "--reference", "--steps", "1", "--vocab", str(2 * 10**9), "--losses-out", "x.json"]
     run = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     assert (
@@ -242,7 +246,24 @@ def test_an_environment_that_is_not_the_layouts_rank_is_one_line(tmp_path: Path,
             "ranks 0 and 1, adjacent stages, differ in micro_batches",
         ),
         (([0, 1, 2], [8]), 0, {"next_rank": None}, "rank 0 and rank 1 disagree on being adjacent stages"),
-        (([0, 1, 2], [8]), 1, {"stage": 0, "prev_rank": 0}, "rank 0 (stage 0) names rank 1 (stage 0)"),
+        (([0, 1, 2], [8]), 1, {"stage": 0}, "the ranks hold stages [0] of num_stages 2"),
+        (
+            ([0, 1, 2, 3], [8]),
+            1,
+            {"layer_end": 3},
+            "rank 1 (stage 1, layers to 3) names rank 2 (stage 2, layers",
+        ),
+        (
+            ([0, 1, 2], [8]),
+            1,
+            {"layer_end": 1},
+            "rank 1: stage 1 holds layers 1-1, but the first stage starts",
+        ),
+        (([0, 1, 2], [8]), 1, {"num_stages": 3}, "rank 1: num_stages 3 but rank 0's is 2"),
+        (([0, 1, 2], [8], [2, 1]), 1, {"micro_batches": 5}, "the tp group [0, 1] differs in micro_batches"),
+        # adv44 E27-E29, E48, E49: groups that their members list otherwise
+        (([0, 2], [4, 4]), 0, {"groups": []}, "rank 1's dp group is [0, 1] (gloo); rank 0's: none"),
+        (([0, 1, 2], [8]), 1, {"groups": []}, "rank 0's pp group is [0, 1] (gloo); rank 1's: none"),
         (([0, 2], [4, 4]), 1, {"sample_offset": 3}, "[(0, 4), (3, 4)] do not cover the global batch once"),
     ],
 )
@@ -251,42 +272,43 @@ def test_documents_that_do_not_fit_together_are_refused(
 ) -> None:
     """adv42 56: hand-edited documents (a stage's micro_batches, a neighbour) left the ranks waiting
     on each other until torch's timeout, silently."""
-    per_rank = layouts(*grid, micro_batch=2)
-    training.check_agreement(per_rank)
+    per_rank = layouts(*grid[:2], micro_batch=2, tp=grid[2] if len(grid) > 2 else None)
+    training.check_agreement([training._claims(lay) for lay in per_rank])
     per_rank[rank] |= edit
     with pytest.raises(LayoutError, match=re.escape(says)):
-        training.check_agreement(per_rank)
+        training.check_agreement([training._claims(lay) for lay in per_rank])
 
 
 @pytest.mark.parametrize(
     ("edit", "says"),
     [
-        ({"tp_size": 3}, "rank 0: tp_rank 0 of tp_size 3 is not its place in its tp group [0, 1]"),
-        ({"prev_rank": 2}, "rank 0: stage 0 of 2 cannot have the neighbours prev_rank 2, next_rank 2"),
+        ({"tp_size": 3}, "tp_rank 0 of tp_size 3 is not its place in its tp group [0, 1]"),
+        ({"prev_rank": 2}, "stage 0 of 2 cannot have the neighbours prev_rank 2, next_rank 2"),
+        ({"world_size": 4}, "world_size 4 but WORLD_SIZE is 3"),
     ],
 )
-def test_a_document_at_odds_with_itself_is_refused_before_torch(
-    monkeypatch: pytest.MonkeyPatch, edit: dict[str, Any], says: str
+def test_a_document_at_odds_with_itself_is_named(edit: dict[str, Any], says: str) -> None:
+    lay = layouts([0, 1, 2], [8], micro_batch=2, tp=[2, 1])[0]
+    assert training._layout_problem(lay, 3) is None
+    assert training._layout_problem(lay | edit, 3) == says
+
+
+@pytest.mark.parametrize(
+    ("rank", "edit", "says"),
+    [
+        (0, {"micro_batches": 1000}, "rank {r}: ranks 0 and 1, adjacent stages, differ in micro_batches"),
+        # adv44 E32: a problem one document has alone stopped its rank; the others waited for it
+        (1, {"grad_weight": 0.5}, "rank {r}: rank 1: {path}: grad_weight must be samples / global_batch"),
+    ],
+)
+def test_a_document_problem_stops_every_rank_in_one_line(
+    tmp_path: Path, rank: int, edit: dict[str, Any], says: str
 ) -> None:
-    lay = layouts([0, 1, 2], [8], micro_batch=2, tp=[2, 1])[0] | edit
-    for name, value in {
-        "RANK": "0",
-        "WORLD_SIZE": "3",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": "29500",
-    }.items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(LayoutError, match=re.escape(says)):
-        training._check_layout(lay)
-
-
-def test_a_stage_that_disagrees_with_its_neighbour_is_one_line_not_a_hang(tmp_path: Path) -> None:
     per_rank = layouts([0, 1, 2], [8], micro_batch=4)
-    per_rank[0]["micro_batches"] = 1000
+    per_rank[rank] |= edit
     _, stdout = run_ranks(tmp_path, per_rank, code=1)
-    assert stdout.strip().splitlines()[-1] == (
-        "train_uneven: rank 0: ranks 0 and 1, adjacent stages, differ in micro_batches"
-    )
+    path = tmp_path / "layout-1.json"
+    assert stdout.strip().splitlines()[-1].startswith(f"train_uneven: {says.format(r=0, path=path)}"), stdout
 
 
 def test_uneven_data_parallel_matches_one_process(tmp_path: Path) -> None:
