@@ -43,7 +43,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,9 +366,12 @@ def _median(values: list[float], warmup: int) -> float:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    if not text.isdigit() or not 1 <= int(text) <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {MAX_COUNT}")
     return int(text)
+
+
+MAX_COUNT = 2**31 - 1  # torch's sizes are 64-bit; far past what memory holds, and refused in one line
 
 
 def _rate(text: str) -> float:
@@ -436,7 +438,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.reference and (unused := [n for n in LAYOUT_ONLY if getattr(args, n) != p.get_default(n)]):
         p.error(f"--reference trains one process without a layout: drop --{unused[0].replace('_', '-')}")
     writer = os.environ.get("RANK", "0") == "0"  # the only rank that writes it
-    if args.losses_out and writer and (problem := _unwritable(Path(args.losses_out))):
+    if args.losses_out is not None and writer and (problem := _unwritable(Path(args.losses_out))):
         p.error(f"--losses-out {args.losses_out}: {problem}")  # before training, not after it
     return args
 
@@ -449,20 +451,30 @@ LAYOUT_ONLY = (
 
 
 def _unwritable(path: Path) -> str | None:
+    if not path.name:
+        return "name a file"
     if path.is_dir():
         return "is a directory; name a file"
+    if path.exists() and not path.is_file():  # /dev/full: the rename would replace the device
+        return "is not a regular file; name a file"
     if not path.parent.is_dir():
         return f"no directory {path.parent}; create it first"
-    try:  # a trial file, not os.access: root passes every permission check, not /sys or a read-only mount
-        with tempfile.TemporaryFile(dir=path.parent):
-            return None
+    part = _part(path)
+    try:  # the very file the result goes through, not os.access: root passes it, /proc and /sys refuse
+        part.write_bytes(b"")
+        part.unlink()
     except OSError as e:
         return f"cannot write in {path.parent} ({e.strerror}); name a file you can write"
+    return None
+
+
+def _part(path: Path) -> Path:
+    return path.with_name(f".{path.name}.part")
 
 
 def _write_result(path: Path, result: dict[str, Any]) -> None:
     """Written whole or not at all: a file of an earlier run stays until this one is complete."""
-    part = path.with_name(f".{path.name}.part")
+    part = _part(path)
     part.write_text(json.dumps(result, indent=1), encoding="utf-8")
     part.replace(path)
 
