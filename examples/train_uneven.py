@@ -438,7 +438,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.reference and (unused := [n for n in LAYOUT_ONLY if getattr(args, n) != p.get_default(n)]):
         p.error(f"--reference trains one process without a layout: drop --{unused[0].replace('_', '-')}")
     writer = os.environ.get("RANK", "0") == "0"  # the only rank that writes it
-    if args.losses_out is not None and writer and (problem := _unwritable(Path(args.losses_out))):
+    if args.losses_out is not None and writer and (problem := _unwritable(args.losses_out)):
         p.error(f"--losses-out {args.losses_out}: {problem}")  # before training, not after it
     return args
 
@@ -450,21 +450,39 @@ LAYOUT_ONLY = (
 )  # fmt: skip
 
 
-def _unwritable(path: Path) -> str | None:
-    if not path.name:
+def _unwritable(text: str) -> str | None:
+    if not text or text.endswith("/"):
         return "name a file"
-    if path.is_dir():
-        return "is a directory; name a file"
-    if path.exists() and not path.is_file():  # /dev/full: the rename would replace the device
-        return "is not a regular file; name a file"
-    if not path.parent.is_dir():
-        return f"no directory {path.parent}; create it first"
-    part = _part(path)
-    try:  # the very file the result goes through, not os.access: root passes it, /proc and /sys refuse
+    path = _target(text)
+    try:
+        if path.is_symlink():  # what realpath leaves of a link loop
+            return "is a loop of symbolic links; name a file"
+        if path.is_dir():
+            return "is a directory; name a file"
+        if path.exists() and not path.is_file():  # /dev/full: the rename would replace the device
+            return "is not a regular file; name a file"
+        if not path.parent.is_dir():
+            return f"no directory {path.parent}; create it first"
+        part = _part(path)  # the very file the result goes through, not os.access: root passes it
         part.write_bytes(b"")
         part.unlink()
     except OSError as e:
-        return f"cannot write in {path.parent} ({e.strerror}); name a file you can write"
+        return f"cannot write there ({e.strerror}); name a file you can write"
+    return None
+
+
+def _target(text: str) -> Path:
+    """The file --losses-out names: a symbolic link's target, which the result replaces."""
+    return Path(os.path.realpath(text))
+
+
+def _available_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     return None
 
 
@@ -481,6 +499,14 @@ def _write_result(path: Path, result: dict[str, Any]) -> None:
 
 def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Config:
     """The run's config; under the launcher the layout fixes the blocks and the global batch."""
+    block = (
+        2 * 4 * args.d_model**2 * (8 if args.dtype == "float64" else 4)
+    )  # one block's attention, and grads
+    if (free := _available_bytes()) is not None and block > free:  # past it the kernel's OOM killer, no error
+        sys.exit(
+            f"train_uneven: rank {os.environ.get('RANK', '0')}: --d-model {args.d_model} needs at least "
+            f"{block / 2**30:.3g} GiB per block, more than the {free / 2**30:.3g} GiB free here"
+        )
     layers = args.layers if layout is None else layout["num_layers"]
     batch = args.global_batch if layout is None else layout["global_batch"]
     for flag, mine, theirs in (
@@ -609,8 +635,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(
             f"train_uneven: rank {rank}: out of memory; lower --vocab, --d-model, --seq or --global-batch"
         )
-    if args.losses_out and rank == "0":
-        _write_result(Path(args.losses_out), result)
+    if args.losses_out is not None and rank == "0":
+        try:
+            _write_result(_target(args.losses_out), result)
+        except OSError as e:  # an immutable file (chattr +i) passes every check but the rename
+            sys.exit(f"train_uneven: rank 0: cannot write --losses-out {args.losses_out} ({e.strerror})")
 
 
 if __name__ == "__main__":

@@ -529,6 +529,10 @@ def _layout_problem(lay: Mapping[str, Any], world: int) -> str | None:
     tp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp"), [lay["rank"]])
     if lay["rank"] not in tp or tp.index(lay["rank"]) != lay["tp_rank"] or len(tp) != lay["tp_size"]:
         return f"tp_rank {lay['tp_rank']} of tp_size {lay['tp_size']} is not its place in its tp group {tp}"
+    dp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "dp"), None)
+    if lay["num_replicas"] > 1 and (dp is None or (lay["tp_rank"] == 0 and len(dp) != lay["num_replicas"])):
+        n = lay["num_replicas"]
+        return f"num_replicas {n} but its dp group is {dp}: the replicas would not average gradients"
     if (lay["stage"] == 0 and lay["prev_rank"] is not None) or (
         lay["stage"] == lay["num_stages"] - 1 and lay["next_rank"] is not None
     ):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import pickle
 import re
@@ -296,6 +295,8 @@ def load(
 
     path = latest(directory)
     meta = _meta(path)
+    if (problem := _files_problem(path)) is not None:  # before DCP opens them: a FIFO would block it
+        raise CheckpointError(f"{path}: {problem}; {_earlier(path.parent, path)}")
     if meta.get("num_layers") != layout["num_layers"]:
         raise CheckpointError(_other_layers(path, meta, layout["num_layers"]))
     state = _state(stage, optimizer, layout)
@@ -303,11 +304,6 @@ def load(
     # it and keep this rank's own parameter names, or a re-split stage matches none of them.
     groups = state["optim"]["param_groups"] if optimizer is not None else []
     own_params = [group.pop("params") for group in groups]
-    # On unreadable metadata DCP logs two warnings with tracebacks of what the error below names,
-    # to the root logger.
-    root_log = logging.getLogger()
-    level = root_log.level
-    root_log.setLevel(max(level, logging.ERROR))
     try:
         dcp.load(state, storage_reader=dcp.FileSystemReader(str(path)))
     except (Exception, CheckpointException) as e:  # many kinds on bad files (DCP's: a BaseException)
@@ -320,8 +316,6 @@ def load(
         raise CheckpointError(
             f"{path}: unreadable checkpoint ({cause}); {_earlier(path.parent, path)}"
         ) from None
-    finally:
-        root_log.setLevel(level)
     back = {v: k for k, v in _names(stage, layout).items()}
     model = _renamed(state["model"], back)
     optim: dict[str, Any] = {}

@@ -164,11 +164,16 @@ def test_the_example_says_a_layout_problem_in_one_line(tmp_path: Path, layout: s
         (["--losses-out", "{tmp}"], "is a directory; name a file"),
         (
             ["--losses-out", "/sys/x.json"],
-            "--losses-out /sys/x.json: cannot write in /sys (",
+            "--losses-out /sys/x.json: cannot write there (",
         ),  # adv43: root too
-        (["--losses-out", "/proc/x.json"], "--losses-out /proc/x.json: cannot write in /proc ("),  # adv44 L03
+        (["--losses-out", "/proc/x.json"], "--losses-out /proc/x.json: cannot write there ("),  # adv44 L03
         (["--losses-out", "/dev/full"], "--losses-out /dev/full: is not a regular file"),  # adv44 L05
         (["--losses-out", ""], "--losses-out : name a file"),  # adv44 L04
+        # adv45 L05d/g/h, L07
+        (["--losses-out", "{tmp}/new.json/"], "name a file"),
+        (["--losses-out", "{tmp}/" + "a" * 300], "cannot write there (File name too long)"),
+        (["--losses-out", "{tmp}/loop"], "is a loop of symbolic links"),
+        (["--losses-out", "{tmp}/dangling"], "no directory {tmp}/nodir; create it first"),
         (["--vocab", "1" + "0" * 22], "is not a whole number from 1 to 2147483647"),  # adv44 L09
     ],
 )
@@ -176,6 +181,8 @@ def test_the_example_refuses_what_it_would_ignore_or_lose(tmp_path: Path, args: 
     """adv42: --reference ran with launcher-only options it ignores, and an unwritable --losses-out
     failed only after training, with a traceback."""
     argv = [a.format(tmp=tmp_path) for a in args]
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nodir" / "x.json")
     run = subprocess.run(
         [sys.executable, str(EXAMPLE), "--steps", "1", *argv], capture_output=True, text=True, timeout=120
     )
@@ -194,14 +201,23 @@ def test_the_example_says_out_of_memory_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "x.json").exists()
 
 
+def test_the_example_refuses_a_block_no_memory_holds_before_building_it(tmp_path: Path) -> None:
+    """adv45 L18: --d-model 2**31-1 grew until the kernel's OOM killer ended it (137), no line."""
+    argv = [str(EXAMPLE), "--reference", "--steps", "1", "--d-model", str(2**31 - 1), "--heads", "1"]
+    run = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stderr.startswith("train_uneven: rank 0: --d-model 2147483647 needs")
+    assert run.stderr.count("\n") == 1, run.stderr
+
+
 def test_the_example_replaces_its_losses_file_whole(tmp_path: Path) -> None:
+    """Through a symbolic link (adv45 L05c) the target is replaced, the link kept."""
     out = tmp_path / "out.json"
     out.write_text("earlier")
-    argv = [str(EXAMPLE), "--reference", "--steps", "2", "--losses-out", str(out)]
+    (tmp_path / "link.json").symlink_to(out)
+    argv = [str(EXAMPLE), "--reference", "--steps", "2", "--losses-out", str(tmp_path / "link.json")]
     subprocess.run([sys.executable, *argv], check=True, capture_output=True, timeout=120)
-    assert len(json.loads(out.read_text())["losses"]) == 2 and sorted(p.name for p in tmp_path.iterdir()) == [
-        "out.json"
-    ]
+    assert len(json.loads(out.read_text())["losses"]) == 2 and (tmp_path / "link.json").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "out.json"]
 
 
 @pytest.mark.parametrize(
@@ -285,6 +301,11 @@ def test_documents_that_do_not_fit_together_are_refused(
         ({"tp_size": 3}, "tp_rank 0 of tp_size 3 is not its place in its tp group [0, 1]"),
         ({"prev_rank": 2}, "stage 0 of 2 cannot have the neighbours prev_rank 2, next_rank 2"),
         ({"world_size": 4}, "world_size 4 but WORLD_SIZE is 3"),
+        # adv45 F04: without the dp group the replicas trained apart
+        (
+            {"num_replicas": 2},
+            "num_replicas 2 but its dp group is [0]: the replicas would not average gradients",
+        ),
     ],
 )
 def test_a_document_at_odds_with_itself_is_named(edit: dict[str, Any], says: str) -> None:

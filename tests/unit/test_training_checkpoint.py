@@ -69,10 +69,20 @@ def test_bad_checkpoints_are_one_line_each(tmp_path: Path) -> None:
     assert checkpoint.load(tmp_path, stage, None, {**lay, "model": "./configs/tiny.json"})["step"] == 0
     for data in (tmp_path / "step-00000000").glob("*.distcp"):
         data.write_bytes(data.read_bytes()[:100])  # truncated
-    with pytest.raises(CheckpointError, match="unreadable checkpoint"):
+    with pytest.raises(CheckpointError, match="shard __0_0.distcp is 100 bytes, less than"):
         checkpoint.load(tmp_path, stage, None, lay)
     (tmp_path / "latest").write_text("step-00000007\n")  # names a save that never finished
     with pytest.raises(CheckpointError, match="not a complete checkpoint"):
+        checkpoint.load(tmp_path, stage, None, lay)
+
+
+def test_a_metadata_fifo_is_refused_not_opened(tmp_path: Path) -> None:
+    """adv45 K16: DCP's open of a FIFO blocked every rank."""
+    stage, lay = _stage()
+    checkpoint.save(tmp_path, stage, None, lay, 0)
+    (tmp_path / "step-00000000" / ".metadata").unlink()
+    os.mkfifo(tmp_path / "step-00000000" / ".metadata")
+    with pytest.raises(CheckpointError, match=r"step-00000000: .metadata: file is a FIFO"):
         checkpoint.load(tmp_path, stage, None, lay)
 
 
@@ -82,7 +92,7 @@ def test_unreadable_metadata_is_our_line_alone(tmp_path: Path, caplog: pytest.Lo
     checkpoint.save(tmp_path, stage, None, lay, 0)
     (tmp_path / "step-00000000" / ".metadata").write_bytes(b"garbage\n")
     level = logging.getLogger().level
-    with pytest.raises(CheckpointError, match="unreadable checkpoint"):
+    with pytest.raises(CheckpointError, match=r"\.metadata is unreadable \(ValueError"):
         checkpoint.load(tmp_path, stage, None, lay)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert logging.getLogger().level == level
@@ -262,8 +272,13 @@ def test_complete_steps_without_latest_are_not_overwritten_by_a_fresh_start(tmp_
     assert (saved / "step-00000000").stat().st_ino == kept and not (saved / "latest").exists()
 
 
-@pytest.mark.parametrize("broken", ["*.distcp", ".metadata"])  # adv41 96: torch's logged tracebacks
-def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(tmp_path: Path, broken: str) -> None:
+@pytest.mark.parametrize(
+    ("broken", "says"),
+    [("*.distcp", "less than the"), (".metadata", ".metadata is unreadable")],  # adv41 96: torch's tracebacks
+)
+def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(
+    tmp_path: Path, broken: str, says: str
+) -> None:
     """examples/train_uneven.py, which users copy, let CheckpointError out as a traceback per rank."""
     saved, per_rank = tmp_path / "ckpt", layouts([0, 1, 2], [8], micro_batch=4)
     run_ranks(tmp_path, per_rank, "--steps", "1", "--checkpoint-dir", str(saved))
@@ -272,7 +287,7 @@ def test_the_example_says_a_checkpoint_error_in_one_line_per_rank(tmp_path: Path
     _, stdout = run_ranks(tmp_path, per_rank, "--steps", "2", "--checkpoint-dir", str(saved), code=1)
     assert "Traceback" not in stdout
     assert stdout.strip().splitlines()[-1].startswith("train_uneven: rank 0: ")
-    assert "unreadable checkpoint" in stdout
+    assert says in stdout
 
 
 def test_a_full_disk_mid_save_removes_the_partial_step_in_one_line(
