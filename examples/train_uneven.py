@@ -494,18 +494,22 @@ def _write_result(path: Path, result: dict[str, Any]) -> None:
     """Written whole or not at all: a file of an earlier run stays until this one is complete."""
     part = _part(path)
     part.write_text(json.dumps(result, indent=1), encoding="utf-8")
-    part.replace(path)
+    try:
+        part.replace(path)
+    except OSError:
+        part.unlink()
+        raise
 
 
 def make_config(args: argparse.Namespace, layout: dict[str, Any] | None) -> Config:
     """The run's config; under the launcher the layout fixes the blocks and the global batch."""
-    block = (
-        2 * 4 * args.d_model**2 * (8 if args.dtype == "float64" else 4)
-    )  # one block's attention, and grads
-    if (free := _available_bytes()) is not None and block > free:  # past it the kernel's OOM killer, no error
+    held = (layout["layer_end"] - layout["layer_start"]) if layout else (args.layers or 4)
+    # each block's attention weights and their gradients: a floor of what this rank holds
+    need = held * 2 * 4 * args.d_model**2 * (8 if args.dtype == "float64" else 4)
+    if (free := _available_bytes()) is not None and need > free:  # past it the kernel's OOM killer, no error
         sys.exit(
-            f"train_uneven: rank {os.environ.get('RANK', '0')}: --d-model {args.d_model} needs at least "
-            f"{block / 2**30:.3g} GiB per block, more than the {free / 2**30:.3g} GiB free here"
+            f"train_uneven: rank {os.environ.get('RANK', '0')}: {held} blocks of --d-model {args.d_model} "
+            f"need at least {need / 2**30:.3g} GiB, more than the {free / 2**30:.3g} GiB free here"
         )
     layers = args.layers if layout is None else layout["num_layers"]
     batch = args.global_batch if layout is None else layout["global_batch"]

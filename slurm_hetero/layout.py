@@ -196,6 +196,9 @@ def _hint_name(hint: str) -> str:
     return " or ".join("null" if p.strip() == "None" else p.strip() for p in hint.split("|"))
 
 
+KINDS = ("pipeline", "data")
+
+
 def _check_ranges(lay: RankLayout, where: str) -> None:
     """The few relations every document satisfies; a violation names the keys involved."""
     if lay.global_batch < 1:
@@ -216,9 +219,15 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
             "prev_rank and next_rank must be null or in [0, world_size)",
         ),
         (
-            lay.micro_batch >= 1 and lay.micro_batches >= (1 if lay.samples else 0),
-            "micro_batch must be >= 1, and micro_batches >= 1 where the rank has samples",
+            lay.micro_batch >= 1
+            and (
+                lay.samples == 0
+                or 0 < lay.samples - lay.micro_batch * (lay.micro_batches - 1) <= lay.micro_batch
+            ),
+            "micro_batches of micro_batch must hold samples, only the last one short",
         ),
+        (lay.kind in KINDS, f"kind must be {' or '.join(KINDS)} (the families launch runs)"),
+        (0 <= lay.recompute <= lay.layer_end - lay.layer_start, "recompute must be 0 to the stage's layers"),
         (
             math.isclose(lay.grad_weight, lay.samples / lay.global_batch, rel_tol=1e-9, abs_tol=1e-12),
             f"grad_weight must be samples / global_batch ({lay.samples} / {lay.global_batch}), "

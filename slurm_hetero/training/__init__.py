@@ -331,6 +331,7 @@ def _backends(claims: Mapping[str, Any] | None) -> set[str]:
 # collective its peers never make.
 SHARED_KEYS = ("kind", "model", "global_batch", "num_layers", "world_size", "num_replicas", "num_stages")
 PEER_KEYS = ("replica", "tp_rank", "samples", "sample_offset", "micro_batch", "micro_batches")
+DP_KEYS = ("stage", "layer_start", "layer_end")  # the replicas of a stage average the same parameters
 TP_KEYS = (
     "replica",
     "stage",
@@ -370,8 +371,9 @@ def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
                         f"rank {c['rank']}'s {name} group is {list(ranks)} ({backend}); rank {m}'s: "
                         f"{', '.join(f'{list(r)} ({b})' for r, b in theirs) or 'none'}"
                     )
-            if name == "tp" and (differing := [k for k in TP_KEYS if any(docs[m][k] != c[k] for m in ranks)]):
-                raise LayoutError(f"the tp group {list(ranks)} differs in {differing[0]}")
+            alike = {"tp": TP_KEYS, "dp": DP_KEYS}.get(name, ())
+            if differing := [k for k in alike if any(docs[m][k] != c[k] for m in ranks)]:
+                raise LayoutError(f"the {name} group {list(ranks)} differs in {differing[0]}")
     sends = {(c["rank"], c["next_rank"]) for c in docs if c["next_rank"] is not None}
     receives = {(c["prev_rank"], c["rank"]) for c in docs if c["prev_rank"] is not None}
     if sends != receives:
@@ -394,6 +396,11 @@ def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
                 f"rank {c['rank']}: stage {c['stage']} holds layers {c['layer_start']}-{c['layer_end']}, "
                 f"but the first stage starts at 0 and the last ends at num_layers {first['num_layers']}"
             )
+    replicas = sorted(c["replica"] for c in docs if c["stage"] == 0 and c["tp_rank"] == 0)
+    if replicas != list(range(first["num_replicas"])):
+        raise LayoutError(
+            f"the first stage holds replicas {replicas} of num_replicas {first['num_replicas']}"
+        )
     heads = sorted((c["sample_offset"], c["samples"]) for c in docs if c["stage"] == 0 and c["tp_rank"] == 0)
     offsets = list(itertools.accumulate([0, *(n for _, n in heads[:-1])]))
     if [o for o, _ in heads] != offsets or sum(n for _, n in heads) != first["global_batch"]:
@@ -526,11 +533,13 @@ def _layout_problem(lay: Mapping[str, Any], world: int) -> str | None:
     `init`), or None."""
     if lay["world_size"] != world:
         return f"world_size {lay['world_size']} but WORLD_SIZE is {world}"
-    tp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp"), [lay["rank"]])
+    if missing := [n for n in ("tp", "pp", "dp") if n not in {g["name"] for g in _groups(lay)}]:
+        return f"no {missing[0]} group: every rank is in a tp, a pp and a dp group (one rank each at least)"
+    tp = next(sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp")
     if lay["rank"] not in tp or tp.index(lay["rank"]) != lay["tp_rank"] or len(tp) != lay["tp_size"]:
         return f"tp_rank {lay['tp_rank']} of tp_size {lay['tp_size']} is not its place in its tp group {tp}"
-    dp = next((sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "dp"), None)
-    if lay["num_replicas"] > 1 and (dp is None or (lay["tp_rank"] == 0 and len(dp) != lay["num_replicas"])):
+    dp = next(sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "dp")
+    if lay["tp_rank"] == 0 and len(dp) != lay["num_replicas"]:
         n = lay["num_replicas"]
         return f"num_replicas {n} but its dp group is {dp}: the replicas would not average gradients"
     if (lay["stage"] == 0 and lay["prev_rank"] is not None) or (

@@ -108,8 +108,11 @@ def mutate(doc: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
         ({"rank": 4}, r"rank must be in \[0, world_size\)"),
         ({"layer_end": 99}, r"layers must lie in \[0, num_layers\]"),
         ({"tp_rank": 1}, r"tp_rank must be in \[0, tp_size\)"),
-        ({"micro_batch": 0}, "micro_batch must be >= 1"),  # adv40 R24mb
-        ({"micro_batches": 0}, "micro_batches >= 1 where the rank has samples"),  # adv42 54
+        ({"micro_batch": 0}, "micro_batches of micro_batch must hold samples"),  # adv40 R24mb
+        ({"micro_batches": 0}, "micro_batches of micro_batch must hold samples"),  # adv42 54
+        ({"micro_batches": 1000}, "micro_batches of micro_batch must hold samples, only the last one short"),
+        ({"kind": "staged"}, "kind must be pipeline or data"),  # adv46 F25: launch does not run it
+        ({"recompute": 1000}, "recompute must be 0 to the stage's layers"),  # adv46 F14
     ],
 )
 def test_a_malformed_document_is_a_clear_error(

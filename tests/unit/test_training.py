@@ -205,7 +205,9 @@ def test_the_example_refuses_a_block_no_memory_holds_before_building_it(tmp_path
     """adv45 L18: --d-model 2**31-1 grew until the kernel's OOM killer ended it (137), no line."""
     argv = [str(EXAMPLE), "--reference", "--steps", "1", "--d-model", str(2**31 - 1), "--heads", "1"]
     run = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 1 and run.stderr.startswith("train_uneven: rank 0: --d-model 2147483647 needs")
+    assert run.returncode == 1 and run.stderr.startswith(
+        "train_uneven: rank 0: 4 blocks of --d-model 2147483647"
+    )
     assert run.stderr.count("\n") == 1, run.stderr
 
 
@@ -277,6 +279,9 @@ def test_an_environment_that_is_not_the_layouts_rank_is_one_line(tmp_path: Path,
         ),
         (([0, 1, 2], [8]), 1, {"num_stages": 3}, "rank 1: num_stages 3 but rank 0's is 2"),
         (([0, 1, 2], [8], [2, 1]), 1, {"micro_batches": 5}, "the tp group [0, 1] differs in micro_batches"),
+        # adv46 F39, F49: replicas of a stage on other layers; a replica twice, another missing
+        (([0, 1, 2], [4, 4]), 2, {"layer_end": 2}, "the dp group [0, 2] differs in layer_end"),
+        (([0, 2], [4, 4]), 1, {"replica": 0}, "the first stage holds replicas [0, 0] of num_replicas 2"),
         # adv44 E27-E29, E48, E49: groups that their members list otherwise
         (([0, 2], [4, 4]), 0, {"groups": []}, "rank 1's dp group is [0, 1] (gloo); rank 0's: none"),
         (([0, 1, 2], [8]), 1, {"groups": []}, "rank 0's pp group is [0, 1] (gloo); rank 1's: none"),
@@ -306,6 +311,11 @@ def test_documents_that_do_not_fit_together_are_refused(
             {"num_replicas": 2},
             "num_replicas 2 but its dp group is [0]: the replicas would not average gradients",
         ),
+        # adv46 F06: a rank without its tp group ended in StopIteration and gloo tracebacks
+        (
+            {"groups": [{"name": "xx", "ranks": [0, 1], "backend": "gloo", "comm": "ccl", "env": {}}]},
+            "no tp group: every rank is in a tp, a pp and a dp group (one rank each at least)",
+        ),
     ],
 )
 def test_a_document_at_odds_with_itself_is_named(edit: dict[str, Any], says: str) -> None:
@@ -317,7 +327,11 @@ def test_a_document_at_odds_with_itself_is_named(edit: dict[str, Any], says: str
 @pytest.mark.parametrize(
     ("rank", "edit", "says"),
     [
-        (0, {"micro_batches": 1000}, "rank {r}: ranks 0 and 1, adjacent stages, differ in micro_batches"),
+        (
+            0,
+            {"micro_batch": 2, "micro_batches": 4},
+            "rank {r}: ranks 0 and 1, adjacent stages, differ in micro_batch",
+        ),
         # adv44 E32: a problem one document has alone stopped its rank; the others waited for it
         (1, {"grad_weight": 0.5}, "rank {r}: rank 1: {path}: grad_weight must be samples / global_batch"),
     ],
