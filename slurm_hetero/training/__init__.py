@@ -295,13 +295,13 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     # gloo's threads may abort the finished rank ("terminate called without an active exception",
     # SIGABRT: CI 2026-11-26), and Slurm would mark the step failed
     atexit.register(_destroy_groups)
-    claims = None if problem or lay is None else _claims(lay)
+    claims = _claims(lay) if lay is not None and problem is None else None
     available = (
-        {b: backend_unavailable_reason(b, lay.get("vendor")) for b in _backends(claims)} if lay else {}
+        {b: backend_unavailable_reason(b, claims["vendor"]) for *_, b in claims["groups"]} if claims else {}
     )
+    shared = claims if claims is not None else f"rank {rank}: {problem}"
     gathered: list[Any] = [None] * world
-    mine = (claims if claims is not None else f"rank {rank}: {problem}", available)
-    dist.all_gather_object(gathered, (*mine, os.environ.get("SLURM_HETERO_PLAN_ID")))
+    dist.all_gather_object(gathered, (shared, available, os.environ.get("SLURM_HETERO_PLAN_ID")))
     if len({g[2] for g in gathered}) > 1:
         plans = {r: g[2] for r, g in enumerate(gathered)}
         raise LayoutError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
@@ -322,10 +322,6 @@ def _claims(lay: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: lay[k] for k in CLAIMED_KEYS}, "groups": sorted(groups)}
 
 
-def _backends(claims: Mapping[str, Any] | None) -> set[str]:
-    return {backend for _, _, backend in claims["groups"]} if claims else set()
-
-
 # What every rank's document says alike; what two adjacent stages of a pipeline say alike; what
 # the members of a tp group say alike. A rank that disagrees would wait forever for a transfer or
 # collective its peers never make.
@@ -342,16 +338,16 @@ TP_KEYS = (
     "micro_batch",
     "micro_batches",
 )
-CLAIMED_KEYS = (*SHARED_KEYS, *PEER_KEYS, *TP_KEYS, "rank", "prev_rank", "next_rank")
+CLAIMED_KEYS = (*SHARED_KEYS, *PEER_KEYS, *TP_KEYS, "rank", "prev_rank", "next_rank", "vendor")
 
 
 def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
     """The ranks' documents (`claims[r]`: rank r's `_claims`, or why it has none) fit together:
-    shared keys alike and every stage present; each group listed alike by all its members; tp
-    groups alike in `TP_KEYS`; every next_rank answered by that rank's prev_rank, one stage on,
-    with the same `PEER_KEYS` and the next layers; the first and last stages holding the first and
-    last layers; the replicas' samples covering the global batch once. Every rank reaches the same
-    verdict: a LayoutError naming the first disagreement."""
+    shared keys alike and every stage present; each group listed alike by all its members; tp and
+    dp groups alike in `TP_KEYS` and `DP_KEYS`; every next_rank answered by that rank's prev_rank,
+    one stage on, with the same `PEER_KEYS` and the next layers; the first and last stages holding
+    the first and last layers; every replica once, their samples covering the global batch once.
+    Every rank reaches the same verdict: a LayoutError naming the first disagreement."""
     if problems := [c for c in claims if isinstance(c, str)]:
         raise LayoutError(problems[0])
     docs = [c for c in claims if not isinstance(c, str)]
@@ -396,16 +392,17 @@ def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
                 f"rank {c['rank']}: stage {c['stage']} holds layers {c['layer_start']}-{c['layer_end']}, "
                 f"but the first stage starts at 0 and the last ends at num_layers {first['num_layers']}"
             )
-    replicas = sorted(c["replica"] for c in docs if c["stage"] == 0 and c["tp_rank"] == 0)
+    heads = [c for c in docs if c["stage"] == 0 and c["tp_rank"] == 0]  # one per replica
+    replicas = sorted(c["replica"] for c in heads)
     if replicas != list(range(first["num_replicas"])):
         raise LayoutError(
             f"the first stage holds replicas {replicas} of num_replicas {first['num_replicas']}"
         )
-    heads = sorted((c["sample_offset"], c["samples"]) for c in docs if c["stage"] == 0 and c["tp_rank"] == 0)
-    offsets = list(itertools.accumulate([0, *(n for _, n in heads[:-1])]))
-    if [o for o, _ in heads] != offsets or sum(n for _, n in heads) != first["global_batch"]:
+    shares = sorted((c["sample_offset"], c["samples"]) for c in heads)
+    offsets = list(itertools.accumulate([0, *(n for _, n in shares[:-1])]))
+    if [o for o, _ in shares] != offsets or sum(n for _, n in shares) != first["global_batch"]:
         raise LayoutError(
-            f"the replicas' (sample_offset, samples) {heads} do not cover the global batch once"
+            f"the replicas' (sample_offset, samples) {shares} do not cover the global batch once"
         )
 
 
@@ -533,12 +530,12 @@ def _layout_problem(lay: Mapping[str, Any], world: int) -> str | None:
     `init`), or None."""
     if lay["world_size"] != world:
         return f"world_size {lay['world_size']} but WORLD_SIZE is {world}"
-    if missing := [n for n in ("tp", "pp", "dp") if n not in {g["name"] for g in _groups(lay)}]:
+    groups = {g["name"]: sorted(g["ranks"]) for g in _groups(lay)}
+    if missing := [n for n in ("tp", "pp", "dp") if n not in groups]:
         return f"no {missing[0]} group: every rank is in a tp, a pp and a dp group (one rank each at least)"
-    tp = next(sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "tp")
+    tp, dp = groups["tp"], groups["dp"]
     if lay["rank"] not in tp or tp.index(lay["rank"]) != lay["tp_rank"] or len(tp) != lay["tp_size"]:
         return f"tp_rank {lay['tp_rank']} of tp_size {lay['tp_size']} is not its place in its tp group {tp}"
-    dp = next(sorted(g["ranks"]) for g in _groups(lay) if g["name"] == "dp")
     if lay["tp_rank"] == 0 and len(dp) != lay["num_replicas"]:
         n = lay["num_replicas"]
         return f"num_replicas {n} but its dp group is {dp}: the replicas would not average gradients"
