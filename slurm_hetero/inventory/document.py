@@ -293,8 +293,9 @@ class _YamlDumper(_StrictResolver, _BaseDumper):  # type: ignore[misc, valid-typ
     """Safe dumping that quotes every string the loader would not read back as text."""
 
 
-def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refusing a key given twice (json keeps the last one silently)."""
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (json keeps the last one silently): `json.loads`'s
+    object_pairs_hook for every JSON document read as settings."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
         twice = sorted({k for k, _ in pairs if sum(1 for j, _ in pairs if j == k) > 1})
@@ -544,7 +545,7 @@ def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> A
     try:
         if as_json:
             return json.loads(
-                text, object_pairs_hook=_json_object, parse_float=_json_float, parse_constant=_json_float
+                text, object_pairs_hook=unique_keys, parse_float=_json_float, parse_constant=_json_float
             )
         if documents:
             return list(yaml.load_all(text, Loader=_YamlLoader))

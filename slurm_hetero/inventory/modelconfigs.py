@@ -16,6 +16,7 @@ from slurm_hetero.engine.modelcost import CostSettings, layer_table, usable_tp_s
 from slurm_hetero.engine.modelfamilies import from_hf_config
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.stagecost import LayerCosts
+from slurm_hetero.inventory.document import unique_keys
 from slurm_hetero.slurm import syntax
 
 CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"
@@ -27,19 +28,9 @@ def bundled_names() -> list[str]:
     return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose keys are distinct: json would keep a repeated key's last value silently."""
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"key {key!r} is given twice; give each key once")
-        seen[key] = value
-    return seen
-
-
 def _parse_json(text: str, source: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(text, object_pairs_hook=unique_keys)
     except RecursionError:
         raise ConfigError("nested too deeply to be a model config", source) from None
     except json.JSONDecodeError as e:

@@ -671,7 +671,7 @@ def test_cli_malformed_json(tmp_path: Path) -> None:
     assert (
         code == 1
         and err
-        == f"slurm-hetero: {bad}: malformed JSON: key 'hidden_size' is given twice; give each key once\n"
+        == f"slurm-hetero: {bad}: malformed JSON: key 'hidden_size' given twice in one object\n"
     )
 
 
