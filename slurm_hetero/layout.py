@@ -253,6 +253,30 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
                 f"{where}: group {group.name!r} ranks {list(group.ranks)} must include rank {lay.rank} "
                 f"and lie in [0, {lay.world_size})"
             )
+    if problem := _groups_problem(lay):
+        raise LayoutError(f"{where}: {problem}")
+
+
+def _groups_problem(lay: RankLayout) -> str | None:
+    """Why this rank's groups and neighbours cannot be its place in the plan, or None: a rank the
+    runtime would leave waiting for a peer, or training apart from its replicas."""
+    groups = {g.name: sorted(g.ranks) for g in lay.groups}
+    if missing := [n for n in ("tp", "pp", "dp") if n not in groups]:
+        return f"no {missing[0]} group: every rank is in a tp, a pp and a dp group (one rank each at least)"
+    tp, dp = groups["tp"], groups["dp"]
+    if tp.index(lay.rank) != lay.tp_rank or len(tp) != lay.tp_size:
+        return f"tp_rank {lay.tp_rank} of tp_size {lay.tp_size} is not its place in its tp group {tp}"
+    if lay.tp_rank == 0 and len(dp) != lay.num_replicas:
+        n = lay.num_replicas
+        return f"num_replicas {n} but its dp group is {dp}: the replicas would not average gradients"
+    if (lay.stage == 0 and lay.prev_rank is not None) or (
+        lay.stage == lay.num_stages - 1 and lay.next_rank is not None
+    ):
+        return (
+            f"stage {lay.stage} of {lay.num_stages} cannot have the neighbours prev_rank "
+            f"{lay.prev_rank}, next_rank {lay.next_rank}"
+        )
+    return None
 
 
 MAX_LAYOUT_BYTES = 64 * MiB  # a rank's document of 65,536 ranks: its groups' rank lists, about 2 MB

@@ -286,8 +286,8 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     except LayoutError as e:
         lay, problem = None, str(e)
     rank, world = _rendezvous(lay, problem)
-    if lay is not None:
-        problem = _layout_problem(lay, world)
+    if lay is not None and lay["world_size"] != world:
+        problem = f"world_size {lay['world_size']} but WORLD_SIZE is {world}"
     wait = datetime.timedelta(seconds=timeout)
     _use_libuv_if_built()
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=wait)
@@ -491,8 +491,6 @@ def rank_layout(layout: Any = None) -> RankLayout:
     """`layout` as a validated `RankLayout` (a `LayoutError` names what is wrong); None: `current()`."""
     if layout is None:
         return current()
-    if isinstance(layout, RankLayout):
-        return layout
     return RankLayout.from_dict(as_dict(layout), "the layout passed to init")
 
 
@@ -523,30 +521,6 @@ def _rendezvous(lay: Mapping[str, Any] | None, problem: str | None) -> tuple[int
             "start the ranks with slurm-hetero launch"
         )
     return int(given[0]), int(given[1])
-
-
-def _layout_problem(lay: Mapping[str, Any], world: int) -> str | None:
-    """Why this rank's document is at odds with itself or WORLD_SIZE (shared with the others by
-    `init`), or None."""
-    if lay["world_size"] != world:
-        return f"world_size {lay['world_size']} but WORLD_SIZE is {world}"
-    groups = {g["name"]: sorted(g["ranks"]) for g in _groups(lay)}
-    if missing := [n for n in ("tp", "pp", "dp") if n not in groups]:
-        return f"no {missing[0]} group: every rank is in a tp, a pp and a dp group (one rank each at least)"
-    tp, dp = groups["tp"], groups["dp"]
-    if lay["rank"] not in tp or tp.index(lay["rank"]) != lay["tp_rank"] or len(tp) != lay["tp_size"]:
-        return f"tp_rank {lay['tp_rank']} of tp_size {lay['tp_size']} is not its place in its tp group {tp}"
-    if lay["tp_rank"] == 0 and len(dp) != lay["num_replicas"]:
-        n = lay["num_replicas"]
-        return f"num_replicas {n} but its dp group is {dp}: the replicas would not average gradients"
-    if (lay["stage"] == 0 and lay["prev_rank"] is not None) or (
-        lay["stage"] == lay["num_stages"] - 1 and lay["next_rank"] is not None
-    ):
-        return (
-            f"stage {lay['stage']} of {lay['num_stages']} cannot have the neighbours prev_rank "
-            f"{lay['prev_rank']}, next_rank {lay['next_rank']}"
-        )
-    return None
 
 
 def _make_group(

@@ -41,7 +41,11 @@ LAYOUT = RankLayout.from_dict(
         "num_replicas": 3, "tp_rank": 0, "tp_size": 1, "layer_start": 0, "layer_end": 12,
         "micro_batch": 1, "micro_batches": 2, "samples": 2, "sample_offset": 6, "grad_weight": 0.25,
         "recompute": 0, "prev_rank": None, "next_rank": None,
-        "groups": [{"name": "dp", "ranks": [0, 1, 2], "backend": "gloo", "comm": "cpu-relay", "env": {}}],
+        "groups": [
+            {"name": "tp", "ranks": [2], "backend": "gloo", "comm": "cpu-relay", "env": {}},
+            {"name": "pp", "ranks": [2], "backend": "gloo", "comm": "cpu-relay", "env": {}},
+            {"name": "dp", "ranks": [0, 1, 2], "backend": "gloo", "comm": "cpu-relay", "env": {}},
+        ],
         "predicted_step_s": 1.0, "even_step_s": None, "bound_step_s": 0.8, "efficiency": 0.8,
     }
 )  # fmt: skip

@@ -3,6 +3,7 @@ launcher writes and training code reads, with the version-1 JSON keys of the con
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -152,7 +153,11 @@ def test_files_that_are_not_layouts(tmp_path: Path) -> None:
 
 def test_training_validates_what_it_is_given(plan: LaunchPlan) -> None:
     me = plan.ranks[0].layout
-    assert training.rank_layout(me) is me
+    assert training.rank_layout(me) == me
+    with pytest.raises(
+        LayoutError, match="the layout passed to init: tp_rank 0 of tp_size 3 is not its place"
+    ):
+        training.rank_layout(dataclasses.replace(me, tp_size=3))  # a RankLayout is checked too
     assert training.rank_layout(me.to_dict()) == me
     with pytest.raises(LayoutError, match="the layout passed to init: missing key 'groups'"):
         training.rank_layout({k: v for k, v in me.to_dict().items() if k != "groups"})

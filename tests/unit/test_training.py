@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slurm_hetero import training  # noqa: E402
-from slurm_hetero.layout import LayoutError  # noqa: E402
+from slurm_hetero.layout import LayoutError, RankLayout  # noqa: E402
 from tests import ranks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -305,7 +305,6 @@ def test_documents_that_do_not_fit_together_are_refused(
     [
         ({"tp_size": 3}, "tp_rank 0 of tp_size 3 is not its place in its tp group [0, 1]"),
         ({"prev_rank": 2}, "stage 0 of 2 cannot have the neighbours prev_rank 2, next_rank 2"),
-        ({"world_size": 4}, "world_size 4 but WORLD_SIZE is 3"),
         # adv45 F04: without the dp group the replicas trained apart
         (
             {"num_replicas": 2},
@@ -320,8 +319,9 @@ def test_documents_that_do_not_fit_together_are_refused(
 )
 def test_a_document_at_odds_with_itself_is_named(edit: dict[str, Any], says: str) -> None:
     lay = layouts([0, 1, 2], [8], micro_batch=2, tp=[2, 1])[0]
-    assert training._layout_problem(lay, 3) is None
-    assert training._layout_problem(lay | edit, 3) == says
+    RankLayout.from_dict(lay)
+    with pytest.raises(LayoutError, match=f"^layout: {re.escape(says)}$"):
+        RankLayout.from_dict(lay | edit)
 
 
 @pytest.mark.parametrize(
@@ -334,6 +334,7 @@ def test_a_document_at_odds_with_itself_is_named(edit: dict[str, Any], says: str
         ),
         # adv44 E32: a problem one document has alone stopped its rank; the others waited for it
         (1, {"grad_weight": 0.5}, "rank {r}: rank 1: {path}: grad_weight must be samples / global_batch"),
+        (1, {"world_size": 4}, "rank {r}: rank 1: world_size 4 but WORLD_SIZE is 2"),
     ],
 )
 def test_a_document_problem_stops_every_rank_in_one_line(
