@@ -54,14 +54,17 @@ def complete_device(device: Device, catalog: Catalog, vendor: Vendor) -> Device:
 
 
 def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device]]:
-    reasons = []
-    for vendor in all_vendors():
+    vendors = all_vendors()
+    for vendor in vendors:
         try:
             return vendor, vendor.parse(captures)
-        except ParseError as e:
-            reasons.append(f"{vendor.name}: {e}")
+        except ParseError:
+            continue  # every other vendor refuses it too; --vendor names the one that matters
     names = ", ".join(c.source for c in captures)
-    raise HeteroError(f"no vendor parser recognised {names}; pass --vendor NAME ({'; '.join(reasons)[:400]})")
+    raise HeteroError(
+        f"no vendor parser recognised {names}; pass --vendor NAME to see why that vendor's parser "
+        f"refuses {'them' if len(captures) > 1 else 'it'} ({', '.join(v.name for v in vendors)})"
+    )
 
 
 def devices_from_files(

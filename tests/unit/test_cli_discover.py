@@ -62,6 +62,18 @@ def test_topology_alone_names_the_missing_capture() -> None:
     assert code == 1 and err.startswith("slurm-hetero: ") and "also capture `npu-smi info`" in err
 
 
+def test_a_capture_no_vendor_recognises_names_the_way_to_each_reason() -> None:
+    """adv43: the vendors' reasons were joined and cut at 400 characters, so nvidia's ("topology
+    alone ... also capture `nvidia-smi -q -x`") never showed; --vendor shows the one that matters."""
+    topo = FIXTURES / "nvidia" / "topo-m_dgx-a100_8gpu-nv12_12x-mlx5_tabs.txt"
+    code, _, err = run("discover", "--from-file", topo)
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"slurm-hetero: no vendor parser recognised {topo}; pass --vendor NAME to see why")
+    assert err.rstrip().endswith(", metax, mthreads, nvidia)")
+    code, _, err = run("discover", "--vendor", "nvidia", "--from-file", topo)
+    assert code == 1 and "topology alone has no device list; also capture `nvidia-smi -q -x`" in err
+
+
 @pytest.mark.parametrize("text", ["", "garbage\n\x00\x01", ASCEND_INFO.read_text()[:1500]])
 def test_garbage_and_truncated_captures_are_one_line_errors(tmp_path: Path, text: str) -> None:
     capture = tmp_path / "capture.txt"

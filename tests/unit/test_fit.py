@@ -670,8 +670,7 @@ def test_cli_malformed_json(tmp_path: Path) -> None:
     code, _, err = run("--model", str(bad))
     assert (
         code == 1
-        and err
-        == f"slurm-hetero: {bad}: malformed JSON: key 'hidden_size' given twice in one object\n"
+        and err == f"slurm-hetero: {bad}: malformed JSON: key 'hidden_size' given twice in one object\n"
     )
 
 
