@@ -48,7 +48,7 @@ local INTERNAL = "internal error in the slurm_hetero job_submit hook; job reject
 
 -- User text (the request, a constraint, error strings) as one line: control characters (newline,
 -- CR, tab, NUL, ...) and backslashes written as \ddd (`request explain` prints the same, since it
--- runs this file). Every message to the user goes through it (say).
+-- runs this file). Every message to the user goes through it (texts).
 local unpack_args = unpack or table.unpack
 local function escape_char(c) return string.format("\\%03d", string.byte(c)) end
 local function escaped(value)
@@ -62,10 +62,6 @@ local function loggable(value)
   local text = escaped(value)
   if #text > 400 then text = string.sub(text, 1, 400) .. "..." end
   return text
-end
-
-local function say(message)
-  slurm.log_user("%s", escaped(message))
 end
 
 local function log(writer, format, ...)
@@ -173,6 +169,12 @@ end
 -- bugs. KEY names the Slurm error in T.reject_codes: "request" (grammar) unless given.
 local function reject(message, code)
   error({ reject = message, code = code or "request" }, 0)
+end
+
+-- The outcome of a rejection caught by pcall; any other error goes on up.
+local function rejected(err)
+  if type(err) == "table" and err.reject then return { action = "reject", message = err.reject, code = err.code } end
+  error(err, 0)
 end
 
 ---------------------------------------------------------------------------- -x host lists
@@ -364,19 +366,18 @@ end
 
 ------------------------------------------------------------------------- the request grammar
 
--- One comma-separated TRES item: "gres:gpumem:20G" -> prefix "gres:", body "gpumem:20G",
--- name "gpumem". Prefixes: "gres:" (22.05), "gres/" (later releases) or none (--gres= text).
-local function item_of(text)
-  local head = string.sub(text, 1, 5)
-  local prefix = (head == "gres:" or head == "gres/") and head or ""
-  local body = string.sub(text, #prefix + 1)
-  return { text = text, prefix = prefix, body = body, name = string.match(body, "^[^:=]*") }
-end
-
+-- The comma-separated TRES items of a field: "gres:gpumem:20G" -> prefix "gres:", body
+-- "gpumem:20G", name "gpumem". Prefixes: "gres:" (22.05), "gres/" (later releases) or none (--gres=
+-- text).
 local function items_of(text)
   local items = {}
   if text == nil or text == "" then return items end
-  for _, piece in ipairs(split(text, ",")) do items[#items + 1] = item_of(piece) end
+  for _, piece in ipairs(split(text, ",")) do
+    local head = string.sub(piece, 1, 5)
+    local prefix = (head == "gres:" or head == "gres/") and head or ""
+    local body = string.sub(piece, #prefix + 1)
+    items[#items + 1] = { text = piece, prefix = prefix, body = body, name = string.match(body, "^[^:=]*") }
+  end
   return items
 end
 
@@ -511,18 +512,6 @@ local function asks_us(job_desc)
   return false
 end
 
--- Features a plain "a&b" constraint requires ({} when none); nil for anything else
--- ("|", brackets, counts), which the hook neither filters on nor extends.
-local function constraint_features(features)
-  local set = {}
-  if features == nil or features == "" then return set end
-  for _, name in ipairs(split(features, "&")) do
-    if not string.find(name, "^[A-Za-z0-9_.%-]+$") then return nil end
-    set[name] = true
-  end
-  return set
-end
-
 -- The feature names of a constraint, in order of appearance.
 local function feature_names(features)
   local names = {}
@@ -655,6 +644,19 @@ local function parse_constraint(text)
   return value
 end
 
+-- The constraint as alternatives (parse_constraint), and whether it is complex: anything but a plain
+-- "a&b" ("|", brackets, counts), which the hook neither filters on nor extends; a plain one (none:
+-- {}) is read without the parser.
+local function constraint_match(features)
+  local set = {}
+  if features == nil or features == "" then return { { set } }, false end
+  for _, name in ipairs(split(features, "&")) do
+    if not string.find(name, "^[A-Za-z0-9_.%-]+$") then return parse_constraint(features), true end
+    set[name] = true
+  end
+  return { { set } }, false
+end
+
 -- Whether a node's features satisfy one alternative (an OR of AND-sets).
 local function satisfies(dnf, features)
   for _, term in ipairs(dnf) do
@@ -669,15 +671,18 @@ end
 
 ---------------------------------------------------------------------------- fit and ranking
 
+local function matches(shape, match)
+  for _, alt in ipairs(match) do
+    if satisfies(alt, shape.features) then return true end
+  end
+  return false
+end
+
 -- Most devices of a type on one node satisfying the constraint (0: no such node).
 local function max_per_node(facts, match)
   local best = 0
   for _, shape in ipairs(facts.shapes) do
-    if shape.count > best then
-      for _, alt in ipairs(match) do
-        if satisfies(alt, shape.features) then best = shape.count break end
-      end
-    end
+    if shape.count > best and matches(shape, match) then best = shape.count end
   end
   return best
 end
@@ -704,13 +709,6 @@ local function nodes_with(facts, need, count, less_excluded)
     if total > best then best = total end
   end
   return best
-end
-
-local function matches(shape, match)
-  for _, alt in ipairs(match) do
-    if satisfies(alt, shape.features) then return true end
-  end
-  return false
 end
 
 -- nodes_with, less the nodes -x excludes and those earlier components of the heterogeneous job take
@@ -952,15 +950,19 @@ local function nodes_hint(need, usable, usable_set)
   return fmt("nodes", best, need.each, best_name, best)
 end
 
--- The nodes -x excludes per type, for messages: "a100_80g:1, l40s:1" (as score._excluded_counts).
-local function excluded_counts(need)
+-- Nodes per type, for messages: "a100_80g:1, l40s:1" (as score._excluded_counts); a type's count
+-- may be per shape (need.excluded), summed.
+local function per_type(counts)
   local names, parts = {}, {}
-  for gone in pairs(need.excluded) do names[#names + 1] = gone end
+  for name in pairs(counts) do names[#names + 1] = name end
   table.sort(names)
-  for _, gone in ipairs(names) do
-    local sum = 0
-    for _, n in pairs(need.excluded[gone]) do sum = sum + n end
-    parts[#parts + 1] = gone .. ":" .. sum
+  for _, name in ipairs(names) do
+    local sum = counts[name]
+    if type(sum) == "table" then
+      sum = 0
+      for _, n in pairs(counts[name]) do sum = sum + n end
+    end
+    parts[#parts + 1] = name .. ":" .. sum
   end
   return table.concat(parts, ", ")
 end
@@ -982,24 +984,14 @@ local function hint(need, rule, usable, usable_set)
     end
   end
   local text = need.gpu_type and would_fit(need, usable, usable_set) or nil
-  if text == nil and need.het then
+  if text == nil and (need.het or need.excl) then
     for _, name in ipairs(usable) do
       if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
-        local names, parts = {}, {}
-        for taken in pairs(need.taken) do names[#names + 1] = taken end
-        table.sort(names)
-        for _, taken in ipairs(names) do parts[#parts + 1] = taken .. ":" .. need.taken[taken] end
+        if not need.het then return fmt("excluded", per_type(need.excluded)) end
         if need.excl then  -- both took nodes (adversarial A21): say both
-          return fmt("het_nodes_excluded", table.concat(parts, ", "), excluded_counts(need))
+          return fmt("het_nodes_excluded", per_type(need.taken), per_type(need.excluded))
         end
-        return fmt("het_nodes", table.concat(parts, ", "))
-      end
-    end
-  end
-  if text == nil and need.excl then
-    for _, name in ipairs(usable) do
-      if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
-        return fmt("excluded", excluded_counts(need))
+        return fmt("het_nodes", per_type(need.taken))
       end
     end
   end
@@ -1262,10 +1254,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
   local ok, req = pcall(gather, job_desc)
-  if not ok then
-    if type(req) == "table" and req.reject then return { action = "reject", message = req.reject, code = req.code } end
-    error(req, 0)
-  end
+  if not ok then return rejected(req) end
   req.text = table.concat(req.shown, ",")
   if tasks_hidden and req.gpu_field == "tres_per_task" then
     -- an edit of a job with devices per task: its task count is not in job_rec
@@ -1291,18 +1280,8 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
       return { action = "reject", message = req.text .. ": " .. exclude_refusal(exc), code = "node_name" }
     end
   end
-  local features = constraint_features(job_desc.features)
-  local match = features and { { features } } or nil
-  if match == nil then
-    local parsed, value = pcall(parse_constraint, job_desc.features)
-    if not parsed then
-      if type(value) == "table" and value.reject then
-        return { action = "reject", message = value.reject, code = value.code }
-      end
-      error(value, 0)
-    end
-    match = value
-  end
+  local parsed, match, complex = pcall(constraint_match, job_desc.features)
+  if not parsed then return rejected(match) end
   local names, named = feature_names(job_desc.features), {}
   for _, name in ipairs(names) do named[name] = true end
   local unknown = unknown_feature(names)
@@ -1325,7 +1304,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
              -- --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
              explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped"
                or (job_desc.cpus_per_tres or "") ~= "" or (job_desc.mem_per_tres or "") ~= "",
-             partition = job_desc.partition, features = features, complex = features == nil,
+             partition = job_desc.partition, complex = complex,
              memory_items = req.memory_items, nodes = n, match = match, named = named,
              each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
              het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer,
@@ -1378,12 +1357,6 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
            features = new_features(job_desc.features, choice.constraint) }
 end
 
-local function component(job_desc)
-  local offset = job_desc.het_job_offset
-  if offset == nil or offset == NO_VAL then return "" end
-  return " component " .. offset
-end
-
 -- The most specific Slurm error for a rejection (its text ends the client's "submission failed:
 -- ..." line): the release's exported name, else its number (22.05 exports few names), else
 -- slurm.ERROR ("Unspecified error").
@@ -1398,17 +1371,22 @@ end
 
 local PIN_FIELDS = { "min_nodes", "max_nodes" }
 
+-- A rejection told: slurmctld's log (where: the uid and job, loggable) and the user; its Slurm error.
+local function refuse(where, outcome)
+  local said, logged = texts(outcome)
+  slurm.log_info("slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), logged)
+  slurm.log_user("%s", said)
+  return error_code(outcome.code)
+end
+
 -- Write the outcome into the job (only fields that change) and tell the user. view: the job's
 -- fields as slurm_job_submit read them (job_desc is only written, and its admin_comment read).
 local function apply(job_desc, view, submit_uid, outcome)
   if outcome.action == "untouched" then return slurm.SUCCESS end
-  local where = loggable("uid " .. tostring(submit_uid) .. component(view))
-  local said, logged = texts(outcome)
-  if outcome.action == "reject" then
-    slurm.log_info("slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), logged)
-    slurm.log_user("%s", said)
-    return error_code(outcome.code)
-  end
+  local where, offset = "uid " .. tostring(submit_uid), view.het_job_offset
+  if offset ~= nil and offset ~= NO_VAL then where = where .. " component " .. offset end
+  where = loggable(where)
+  if outcome.action == "reject" then return refuse(where, outcome) end
   for _, field in ipairs(FIELDS) do
     if outcome.fields[field] ~= (view[field] or "") then job_desc[field] = outcome.fields[field] end
   end
@@ -1423,6 +1401,7 @@ local function apply(job_desc, view, submit_uid, outcome)
   local existing = job_desc.admin_comment
   if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end
   job_desc.admin_comment = comment
+  local said, logged = texts(outcome)
   slurm.log_info("slurm_hetero: %s: %s", where, logged)
   slurm.log_user("%s", said)
   return slurm.SUCCESS
@@ -1529,14 +1508,8 @@ end
 local function sole_type(fields, job)
   local ok, req = pcall(gather, fields)
   if not ok or req.gpu_field == nil or req.gpu_type ~= nil then return nil end
-  local match = constraint_features(job.features)
-  if match then
-    match = { { match } }
-  else
-    local parsed, value = pcall(parse_constraint, job.features)
-    if not parsed then return nil end
-    match = value
-  end
+  local parsed, match = pcall(constraint_match, job.features)
+  if not parsed then return nil end
   local nodes = job_nodes(job)
   local each = devices_per_node(req, job, nodes)
   local cpus, node_mem = node_needs(job, nodes, each)
@@ -1608,29 +1581,26 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if not het or offset == 0 then HET_TAKEN, HET_CHOSEN, HET_HOSTS = {}, {}, {} end
   local view = { het_job_offset = offset, [VIEW_JOB] = job_desc }
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
+  local ok, outcome
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
   if not mentions_us(view) then
     if not het then return slurm.SUCCESS end
-    local ok, refused = pcall(het_typed, view, job_desc, submit_uid)
-    if not ok then return failed(refused) end
-    if refused then
-      local applied, rc = pcall(apply, job_desc, view, submit_uid, refused)
-      if not applied then return failed(rc) end
-      return rc
+    ok, outcome = pcall(het_typed, view, job_desc, submit_uid)
+    if ok and not outcome then
+      het_take(view, job_desc)
+      return slurm.SUCCESS
     end
-    het_take(view, job_desc)
-    return slurm.SUCCESS
-  end
-  for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
-  local ok, outcome
-  if not het then
-    outcome = recall(view, submit_uid)  -- before the metatable: unset fields are plain misses
-    ok = outcome ~= nil
-  end
-  setmetatable(view, VIEW_META)
-  if not ok then
-    ok, outcome = pcall(evaluate, view, submit_uid, nil, nil, het and HET_TAKEN or nil, nil, het and HET_HOSTS or nil)
-    if ok and not het then remember(view, submit_uid, outcome) end
+  else
+    for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
+    if not het then
+      outcome = recall(view, submit_uid)  -- before the metatable: unset fields are plain misses
+      ok = outcome ~= nil
+    end
+    setmetatable(view, VIEW_META)
+    if not ok then
+      ok, outcome = pcall(evaluate, view, submit_uid, nil, nil, het and HET_TAKEN or nil, nil, het and HET_HOSTS or nil)
+      if ok and not het then remember(view, submit_uid, outcome) end
+    end
   end
   if not ok then return failed(outcome) end
   local applied, rc = pcall(apply, job_desc, view, submit_uid, outcome)
@@ -1806,12 +1776,8 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
     if view.keep then job_desc.features = view.features end
     return slurm.SUCCESS
   end
-  local where = "uid " .. tostring(modify_uid) .. " edit of job " .. tostring(view.job_id)
-  if outcome.action == "reject" then
-    log(slurm.log_info, "slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), outcome.message)
-    say(outcome.message)
-    return error_code(outcome.code)
-  end
+  local where = loggable("uid " .. tostring(modify_uid) .. " edit of job " .. tostring(view.job_id))
+  if outcome.action == "reject" then return refuse(where, outcome) end
   for _, field in ipairs(FIELDS) do
     local value = outcome.fields[field]
     -- a field the edit set is always written (its gpumem item must not stay beside the device; ""
@@ -1827,7 +1793,7 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
       or T.types[outcome.types[1]].feature
   end
   -- slurmctld's log only: scontrol (24.11) prints every log_user line of an update as "error: "
-  log(slurm.log_info, "slurm_hetero: %s: %s", where, outcome.message)
+  slurm.log_info("slurm_hetero: %s: %s", where, loggable(outcome.message))
   return slurm.SUCCESS
 end
 
