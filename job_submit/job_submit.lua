@@ -171,9 +171,14 @@ local function reject(message, code)
   error({ reject = message, code = code or "request" }, 0)
 end
 
+-- A rejection as an outcome (code: the key of its Slurm error, error_code).
+local function refusal(message, code)
+  return { action = "reject", message = message, code = code }
+end
+
 -- The outcome of a rejection caught by pcall; any other error goes on up.
 local function rejected(err)
-  if type(err) == "table" and err.reject then return { action = "reject", message = err.reject, code = err.code } end
+  if type(err) == "table" and err.reject then return refusal(err.reject, err.code) end
   error(err, 0)
 end
 
@@ -510,23 +515,6 @@ local function asks_us(job_desc)
     end
   end
   return false
-end
-
--- The feature names of a constraint, in order of appearance.
-local function feature_names(features)
-  local names = {}
-  for name in string.gmatch(features or "", "[A-Za-z0-9_.%-]+") do names[#names + 1] = name end
-  return names
-end
-
--- The first of the constraint's feature names that no node has (slurmctld refuses such a job after
--- the hook: "Invalid feature specification"), or nil; no check with a table that lists no features.
-local function unknown_feature(names)
-  if T.features == nil or next(T.features) == nil then return nil end
-  for _, name in ipairs(names) do
-    if not T.features[name] then return name end
-  end
-  return nil
 end
 
 ------------------------------------------------------------------ the --constraint grammar
@@ -1258,43 +1246,45 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   req.text = table.concat(req.shown, ",")
   if tasks_hidden and req.gpu_field == "tres_per_task" then
     -- an edit of a job with devices per task: its task count is not in job_rec
-    return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
+    return refusal(req.text .. ": " .. fmt("edit_tasks"), "request")
   end
   if req.gpu_field == "tres_per_socket" then
     -- devices per socket x sockets per node: the table knows no sockets, so no type can be checked
-    return { action = "reject", message = req.text .. ": " .. fmt("per_socket", T.type_list), code = "request" }
+    return refusal(req.text .. ": " .. fmt("per_socket", T.type_list), "request")
   end
   local stray = unknown_partition(job_desc.partition)
   if stray then  -- slurmctld refuses the job after the hook: not decided as the default partition's
     local text = stray == "" and fmt("partition_none", T.partition_list)
       or fmt("partition_unknown", stray, T.partition_list)
-    return { action = "reject", message = "--partition=" .. job_desc.partition .. ": " .. text, code = "partition" }
+    return refusal("--partition=" .. job_desc.partition .. ": " .. text, "partition")
   end
   if not check and (job_desc.req_nodes or "") ~= "" then
-    return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
+    return refusal(req.text .. ": " .. fmt("node_list", T.type_list), "request")
   end
   local exc, gone, excl = job_desc.exc_nodes, {}, false
   if (exc or "") ~= "" or next(taken_hosts or {}) ~= nil then
     gone, excl = excluded(exc, taken_hosts)
     if gone == nil then  -- slurmctld's own error for an -x it cannot read: Invalid node name specified
-      return { action = "reject", message = req.text .. ": " .. exclude_refusal(exc), code = "node_name" }
+      return refusal(req.text .. ": " .. exclude_refusal(exc), "node_name")
     end
   end
   local parsed, match, complex = pcall(constraint_match, job_desc.features)
   if not parsed then return rejected(match) end
-  local names, named = feature_names(job_desc.features), {}
-  for _, name in ipairs(names) do named[name] = true end
-  local unknown = unknown_feature(names)
+  -- the constraint's feature names, and the first that no node has (slurmctld refuses such a job
+  -- after the hook: "Invalid feature specification"); no check with a table that lists no features
+  local named, unknown, known = {}, nil, next(T.features or {}) ~= nil and T.features
+  for name in string.gmatch(job_desc.features or "", "[A-Za-z0-9_.%-]+") do
+    named[name] = true
+    if known and unknown == nil and not known[name] then unknown = name end
+  end
   if unknown then
-    return { action = "reject", code = "constraint",
-             message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
+    return refusal("--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown), "constraint")
   end
   local nodes = job_nodes(job_desc)
   local tasks, per_node = count_of(job_desc, "num_tasks"), count_of(job_desc, "ntasks_per_node")
   if req.gpu_field == "tres_per_job" and req.count < nodes then
     -- slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
-    return { action = "reject", message = req.text .. ": " .. fmt("job_total", req.count, nodes, nodes),
-             code = "request" }
+    return refusal(req.text .. ": " .. fmt("job_total", req.count, nodes, nodes), "request")
   end
   local function need_at(n)  -- what each of n nodes must hold
     local each = devices_per_node(req, job_desc, n)
@@ -1315,8 +1305,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   local need = need_at(nodes)
   local misfit = check and (job_desc.req_nodes or "") ~= "" and misfit_host(need, job_desc.req_nodes)
   if misfit then
-    return { action = "reject", message = req.text .. ": " .. fmt("edit_hosts", misfit, need.each),
-             code = "NODE_TOO_SMALL" }
+    return refusal(req.text .. ": " .. fmt("edit_hosts", misfit, need.each), "NODE_TOO_SMALL")
   end
   local choice, why, code = decide(need)
   if choice == nil and not check and need.spread then
@@ -1334,14 +1323,14 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
     end
   end
   if choice == nil then
-    return { action = "reject", message = check and fmt("edit_counts", why) or why, code = code }
+    return refusal(check and fmt("edit_counts", why) or why, code)
   end
   if held == "untyped" and choice.kind == "gpu" then
     choice = { kind = "any", types = choice.types, count = choice.count, policy = choice.policy,
                constraint = { T.types[choice.types[1]].feature }, scope = choice.scope }
   end
   if held == "shard" and choice.kind ~= "shard" then
-    return { action = "reject", message = req.text .. ": " .. T.messages.edit_shards, code = "request" }
+    return refusal(req.text .. ": " .. T.messages.edit_shards, "request")
   end
   if check then return { action = "untouched" } end
   local item = new_item(choice, req.form)
@@ -1572,7 +1561,7 @@ local function het_typed(fields, job_desc, submit_uid)
   local left = have - used
   if left >= nodes or left + HET_CHOSEN[name] < nodes then return nil end
   local text = fmt("het_typed", name, have, each, used, HET_CHOSEN[name], nodes)
-  return { action = "reject", message = table.concat(req.shown, ",") .. ": " .. text, code = "TOO_FEW_NODES" }
+  return refusal(table.concat(req.shown, ",") .. ": " .. text, "TOO_FEW_NODES")
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -1810,15 +1799,6 @@ local function typed_held(job_rec)
   return nil
 end
 
--- The type of the job's first typed gpu item, when Slurm stored it in 22.05's "gres:" form (nil
--- otherwise). Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts
--- from a copy of the job's list and takes no count 0), so a new type goes beside the old one and
--- the job asks for both; 24.11 builds the list again from the fields.
-local function held_type(job_rec)
-  local name, prefix = typed_held(job_rec)
-  return prefix == "gres:" and name or nil
-end
-
 -- Whether an edit changes what the devices a job holds must fit: the node or task count (-N, -n,
 -- --ntasks-per-node), the node lists (-w, -x), the partition or the constraint.
 local function fit_edit(job_desc)
@@ -1851,16 +1831,16 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   local het_id = tonumber(job_rec.het_job_id)
   if result.action == "rewrite" and het_id ~= nil and het_id > 0 and het_id < NO_VAL then
     -- Slurm shows an edit no other component of the job: a new type could land beside theirs
-    return { view = view, result = { action = "reject", code = "request",
-                                     message = result.request .. ": " .. fmt("edit_het") } }
+    return { view = view, result = refusal(result.request .. ": " .. fmt("edit_het"), "request") }
   end
-  local old = held_type(job_rec)
-  if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
-    result = { action = "reject", code = "request",
-               message = result.request .. ": " .. fmt("edit_type", old, result.types[1]) }
+  -- Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts from a copy of
+  -- the job's list and takes no count 0), so a new type goes beside the one the job holds in 22.05's
+  -- "gres:" form and the job asks for both; 24.11 builds the list again from the fields.
+  local old, prefix = typed_held(job_rec)
+  if result.action == "rewrite" and prefix == "gres:" and result.types[1] ~= old then
+    result = refusal(result.request .. ": " .. fmt("edit_type", old, result.types[1]), "request")
   elseif result.action == "rewrite" and prefer and result.types[1] ~= prefer then
-    result = { action = "reject", code = "request",
-               message = result.request .. ": " .. fmt("edit_hidden", prefer, result.types[1]) }
+    result = refusal(result.request .. ": " .. fmt("edit_hidden", prefer, result.types[1]), "request")
   end
   return { view = view, result = result }
 end
