@@ -86,17 +86,15 @@ end
 
 ------------------------------------------------------------------------ the table, loaded once
 
--- The directory of this script (slurmctld loads it from the directory of slurm.conf).
-local function script_dir()
-  local info = debug and debug.getinfo and debug.getinfo(1, "S")
-  local source = info and info.source or ""
-  if string.sub(source, 1, 1) ~= "@" then return "." end
-  return string.match(string.sub(source, 2), "^(.*)/[^/]*$") or "."
-end
-
 -- Returns the table, or nil and why not.
 local function load_table()
-  local path = TABLE_PATH or (script_dir() .. "/slurm_hetero_tables.lua")
+  local path = TABLE_PATH
+  if path == nil then  -- beside this script (slurmctld loads it from the directory of slurm.conf)
+    local info = debug and debug.getinfo and debug.getinfo(1, "S")
+    local source = info and info.source or ""
+    local dir = string.sub(source, 1, 1) == "@" and string.match(string.sub(source, 2), "^(.*)/[^/]*$")
+    path = (dir or ".") .. "/slurm_hetero_tables.lua"
+  end
   local ok, data = pcall(dofile, path)
   if not ok then return nil, "cannot load " .. path .. ": " .. tostring(data) end
   if type(data) ~= "table" or data.format ~= FORMAT then
@@ -114,12 +112,6 @@ if T then
   log(slurm.log_info, "slurm_hetero: loaded decision table %s", tostring(T.id))
 else
   log(slurm.log_error, "slurm_hetero: %s (fail policy %s)", LOAD_ERROR, FAIL_POLICY)
-end
-
--- The fail policy: the table's when it has a valid one, else the baked one.
-local function fail_policy()
-  if T and (T.fail_policy == "open" or T.fail_policy == "closed") then return T.fail_policy end
-  return FAIL_POLICY
 end
 
 -------------------------------------------------------------------------------- small helpers
@@ -334,20 +326,16 @@ local function excluded(spec, also)
   return out, any
 end
 
--- A long user value shortened for a one-line message ("a1,a2,..."), cut before any byte of a
--- multi-byte character.
-local function clipped(text)
-  if #text <= T.limits.shown then return text end
-  return (string.gsub(string.sub(text, 1, T.limits.shown), "[\128-\255]+$", "")) .. "..."
-end
-
 -- Why the hook cannot read this -x: longer than it reads, else malformed or naming too many
--- hosts.
+-- hosts. A long one is shortened for a one-line message ("a1,a2,..."), cut before any byte of a
+-- multi-byte character.
 local function exclude_refusal(spec)
-  if #spec > T.limits.max_hostlist then
-    return fmt("exclude_long", clipped(spec), #spec, T.limits.max_hostlist)
+  local shown = spec
+  if #spec > T.limits.shown then
+    shown = (string.gsub(string.sub(spec, 1, T.limits.shown), "[\128-\255]+$", "")) .. "..."
   end
-  return fmt("exclude_bad", clipped(spec), T.limits.max_excluded)
+  if #spec > T.limits.max_hostlist then return fmt("exclude_long", shown, #spec, T.limits.max_hostlist) end
+  return fmt("exclude_bad", shown, T.limits.max_excluded)
 end
 
 -- The hosts a -w hostlist names that the table knows (of type name, when given), as a set, and
@@ -465,13 +453,6 @@ local function parse_gpu(item)
   return gpu_type, tonumber(count)
 end
 
--- How the answer is written: "22.05" gres:gpu:T:N, "24.11" gres/gpu:T:N, "slash" gres/gpu:T=N.
-local function form_of(item)
-  if item.prefix ~= "gres/" then return "22.05" end
-  if string.find(item.body, "=", 1, true) then return "slash" end
-  return "24.11"
-end
-
 -- Add one of our items to the request being gathered.
 local function add(req, field, item)
   req.shown[#req.shown + 1] = item.body
@@ -487,7 +468,10 @@ local function add(req, field, item)
   if req[item.name] then bad(item, "duplicate") end
   req.memory_items[#req.memory_items + 1] = item.body
   if item.name == "gpumem" then req.gpumem = parse_gpumem(item) else req.gpucore = parse_gpucore(item) end
-  req.form = req.form or form_of(item)
+  -- how the answer is written: "22.05" gres:gpu:T:N, "24.11" gres/gpu:T:N, "slash" gres/gpu:T=N
+  if req.form == nil then
+    req.form = item.prefix ~= "gres/" and "22.05" or string.find(item.body, "=", 1, true) and "slash" or "24.11"
+  end
 end
 
 -- The request from all four TRES fields, items checked in order (the first bad one rejects).
@@ -1396,9 +1380,11 @@ local function apply(job_desc, view, submit_uid, outcome)
   return slurm.SUCCESS
 end
 
--- An internal error: log it and follow the fail policy.
+-- An internal error: log it and follow the fail policy (the table's when it has a valid one, else
+-- the baked one).
 local function failed(err)
-  local policy = fail_policy()
+  local valid = T and (T.fail_policy == "open" or T.fail_policy == "closed")
+  local policy = valid and T.fail_policy or FAIL_POLICY
   log(slurm.log_error, "slurm_hetero: internal error, failing %s: %s", policy, tostring(err))
   if policy == "closed" then
     slurm.log_user("%s", (T and type(T.messages) == "table" and T.messages.internal) or INTERNAL)
