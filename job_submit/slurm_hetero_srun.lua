@@ -32,12 +32,19 @@ local function silent() end
 local quiet = setmetatable({ log_info = silent, log_error = silent, log_debug = silent, log_verbose = silent,
   log_user = function(format, ...) said[#said + 1] = string.format(format, ...) end }, { __index = real })
 
--- The client's name and uid, from /proc/self/status (read once per command).
-local function client()
-  local file = io.open("/proc/self/status", "r")
-  if not file then return nil, nil end
+-- A /proc file of the client as text, or nil.
+local function proc_file(path)
+  local file = io.open(path, "r")
+  if not file then return nil end
   local text = file:read("*a") or ""
   file:close()
+  return text
+end
+
+-- The client's name and uid, from /proc/self/status (read once per command).
+local function client()
+  local text = proc_file("/proc/self/status")
+  if not text then return nil, nil end
   return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
 end
 
@@ -46,10 +53,8 @@ end
 local argv = nil
 local function arguments()
   if argv == nil then
-    local file = io.open("/proc/self/cmdline", "r")
-    if not file then return nil end
-    local line = file:read("*a") or ""
-    file:close()
+    local line = proc_file("/proc/self/cmdline")
+    if not line then return nil end
     argv = {}
     local start = 1  -- NUL-separated; a plain find (Lua 5.1 patterns cannot hold "\0")
     while start <= #line do
@@ -433,8 +438,8 @@ end
 -- holds, and the count to ask instead; nil where srun answers itself (no such job).
 local function step_refusal(before, job_id, offset)
   local request = {}
-  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }) do
-    for _, item in ipairs(hook.items_of(before[field])) do request[#request + 1] = item.body end
+  for _, entry in ipairs(OPTIONS) do
+    for _, item in ipairs(hook.items_of(before[entry[1]])) do request[#request + 1] = item.body end
   end
   local held, named, fewest = holdings(job_id, offset or 0)
   if held == false then return nil end
