@@ -32,19 +32,12 @@ local function silent() end
 local quiet = setmetatable({ log_info = silent, log_error = silent, log_debug = silent, log_verbose = silent,
   log_user = function(format, ...) said[#said + 1] = string.format(format, ...) end }, { __index = real })
 
--- A /proc file of the client as text, or nil.
-local function proc_file(path)
-  local file = io.open(path, "r")
-  if not file then return nil end
-  local text = file:read("*a") or ""
-  file:close()
-  return text
-end
-
 -- The client's name and uid, from /proc/self/status (read once per command).
 local function client()
-  local text = proc_file("/proc/self/status")
-  if not text then return nil, nil end
+  local file = io.open("/proc/self/status", "r")
+  if not file then return nil, nil end
+  local text = file:read("*a") or ""
+  file:close()
   return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
 end
 
@@ -53,8 +46,10 @@ end
 local argv = nil
 local function arguments()
   if argv == nil then
-    local line = proc_file("/proc/self/cmdline")
-    if not line then return nil end
+    local file = io.open("/proc/self/cmdline", "r")
+    if not file then return nil end
+    local line = file:read("*a") or ""
+    file:close()
     argv = {}
     local start = 1  -- NUL-separated; a plain find (Lua 5.1 patterns cannot hold "\0")
     while start <= #line do
