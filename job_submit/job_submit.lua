@@ -334,7 +334,9 @@ local function exclude_refusal(spec)
   if #spec > T.limits.shown then
     shown = (string.gsub(string.sub(spec, 1, T.limits.shown), "[\128-\255]+$", "")) .. "..."
   end
-  if #spec > T.limits.max_hostlist then return fmt("exclude_long", shown, #spec, T.limits.max_hostlist) end
+  if #spec > T.limits.max_hostlist then
+    return fmt("exclude_long", shown, #spec, T.limits.max_hostlist)
+  end
   return fmt("exclude_bad", shown, T.limits.max_excluded)
 end
 
