@@ -48,7 +48,7 @@ local INTERNAL = "internal error in the slurm_hetero job_submit hook; job reject
 
 -- User text (the request, a constraint, error strings) as one line: control characters (newline,
 -- CR, tab, NUL, ...) and backslashes written as \ddd (`request explain` prints the same, since it
--- runs this file). Every message to the user goes through it (say).
+-- runs this file). Every message to the user goes through it (texts).
 local unpack_args = unpack or table.unpack
 local function escape_char(c) return string.format("\\%03d", string.byte(c)) end
 local function escaped(value)
@@ -62,10 +62,6 @@ local function loggable(value)
   local text = escaped(value)
   if #text > 400 then text = string.sub(text, 1, 400) .. "..." end
   return text
-end
-
-local function say(message)
-  slurm.log_user("%s", escaped(message))
 end
 
 local function log(writer, format, ...)
@@ -90,17 +86,15 @@ end
 
 ------------------------------------------------------------------------ the table, loaded once
 
--- The directory of this script (slurmctld loads it from the directory of slurm.conf).
-local function script_dir()
-  local info = debug and debug.getinfo and debug.getinfo(1, "S")
-  local source = info and info.source or ""
-  if string.sub(source, 1, 1) ~= "@" then return "." end
-  return string.match(string.sub(source, 2), "^(.*)/[^/]*$") or "."
-end
-
 -- Returns the table, or nil and why not.
 local function load_table()
-  local path = TABLE_PATH or (script_dir() .. "/slurm_hetero_tables.lua")
+  local path = TABLE_PATH
+  if path == nil then  -- beside this script (slurmctld loads it from the directory of slurm.conf)
+    local info = debug and debug.getinfo and debug.getinfo(1, "S")
+    local source = info and info.source or ""
+    local dir = string.sub(source, 1, 1) == "@" and string.match(string.sub(source, 2), "^(.*)/[^/]*$")
+    path = (dir or ".") .. "/slurm_hetero_tables.lua"
+  end
   local ok, data = pcall(dofile, path)
   if not ok then return nil, "cannot load " .. path .. ": " .. tostring(data) end
   if type(data) ~= "table" or data.format ~= FORMAT then
@@ -118,12 +112,6 @@ if T then
   log(slurm.log_info, "slurm_hetero: loaded decision table %s", tostring(T.id))
 else
   log(slurm.log_error, "slurm_hetero: %s (fail policy %s)", LOAD_ERROR, FAIL_POLICY)
-end
-
--- The fail policy: the table's when it has a valid one, else the baked one.
-local function fail_policy()
-  if T and (T.fail_policy == "open" or T.fail_policy == "closed") then return T.fail_policy end
-  return FAIL_POLICY
 end
 
 -------------------------------------------------------------------------------- small helpers
@@ -173,6 +161,17 @@ end
 -- bugs. KEY names the Slurm error in T.reject_codes: "request" (grammar) unless given.
 local function reject(message, code)
   error({ reject = message, code = code or "request" }, 0)
+end
+
+-- A rejection as an outcome (code: the key of its Slurm error, error_code).
+local function refusal(message, code)
+  return { action = "reject", message = message, code = code }
+end
+
+-- The outcome of a rejection caught by pcall; any other error goes on up.
+local function rejected(err)
+  if type(err) == "table" and err.reject then return refusal(err.reject, err.code) end
+  error(err, 0)
 end
 
 ---------------------------------------------------------------------------- -x host lists
@@ -327,20 +326,18 @@ local function excluded(spec, also)
   return out, any
 end
 
--- A long user value shortened for a one-line message ("a1,a2,..."), cut before any byte of a
--- multi-byte character.
-local function clipped(text)
-  if #text <= T.limits.shown then return text end
-  return (string.gsub(string.sub(text, 1, T.limits.shown), "[\128-\255]+$", "")) .. "..."
-end
-
 -- Why the hook cannot read this -x: longer than it reads, else malformed or naming too many
--- hosts.
+-- hosts. A long one is shortened for a one-line message ("a1,a2,..."), cut before any byte of a
+-- multi-byte character.
 local function exclude_refusal(spec)
-  if #spec > T.limits.max_hostlist then
-    return fmt("exclude_long", clipped(spec), #spec, T.limits.max_hostlist)
+  local shown = spec
+  if #spec > T.limits.shown then
+    shown = (string.gsub(string.sub(spec, 1, T.limits.shown), "[\128-\255]+$", "")) .. "..."
   end
-  return fmt("exclude_bad", clipped(spec), T.limits.max_excluded)
+  if #spec > T.limits.max_hostlist then
+    return fmt("exclude_long", shown, #spec, T.limits.max_hostlist)
+  end
+  return fmt("exclude_bad", shown, T.limits.max_excluded)
 end
 
 -- The hosts a -w hostlist names that the table knows (of type name, when given), as a set, and
@@ -364,19 +361,18 @@ end
 
 ------------------------------------------------------------------------- the request grammar
 
--- One comma-separated TRES item: "gres:gpumem:20G" -> prefix "gres:", body "gpumem:20G",
--- name "gpumem". Prefixes: "gres:" (22.05), "gres/" (later releases) or none (--gres= text).
-local function item_of(text)
-  local head = string.sub(text, 1, 5)
-  local prefix = (head == "gres:" or head == "gres/") and head or ""
-  local body = string.sub(text, #prefix + 1)
-  return { text = text, prefix = prefix, body = body, name = string.match(body, "^[^:=]*") }
-end
-
+-- The comma-separated TRES items of a field: "gres:gpumem:20G" -> prefix "gres:", body
+-- "gpumem:20G", name "gpumem". Prefixes: "gres:" (22.05), "gres/" (later releases) or none (--gres=
+-- text).
 local function items_of(text)
   local items = {}
   if text == nil or text == "" then return items end
-  for _, piece in ipairs(split(text, ",")) do items[#items + 1] = item_of(piece) end
+  for _, piece in ipairs(split(text, ",")) do
+    local head = string.sub(piece, 1, 5)
+    local prefix = (head == "gres:" or head == "gres/") and head or ""
+    local body = string.sub(piece, #prefix + 1)
+    items[#items + 1] = { text = piece, prefix = prefix, body = body, name = string.match(body, "^[^:=]*") }
+  end
   return items
 end
 
@@ -459,13 +455,6 @@ local function parse_gpu(item)
   return gpu_type, tonumber(count)
 end
 
--- How the answer is written: "22.05" gres:gpu:T:N, "24.11" gres/gpu:T:N, "slash" gres/gpu:T=N.
-local function form_of(item)
-  if item.prefix ~= "gres/" then return "22.05" end
-  if string.find(item.body, "=", 1, true) then return "slash" end
-  return "24.11"
-end
-
 -- Add one of our items to the request being gathered.
 local function add(req, field, item)
   req.shown[#req.shown + 1] = item.body
@@ -481,7 +470,10 @@ local function add(req, field, item)
   if req[item.name] then bad(item, "duplicate") end
   req.memory_items[#req.memory_items + 1] = item.body
   if item.name == "gpumem" then req.gpumem = parse_gpumem(item) else req.gpucore = parse_gpucore(item) end
-  req.form = req.form or form_of(item)
+  -- how the answer is written: "22.05" gres:gpu:T:N, "24.11" gres/gpu:T:N, "slash" gres/gpu:T=N
+  if req.form == nil then
+    req.form = item.prefix ~= "gres/" and "22.05" or string.find(item.body, "=", 1, true) and "slash" or "24.11"
+  end
 end
 
 -- The request from all four TRES fields, items checked in order (the first bad one rejects).
@@ -509,35 +501,6 @@ local function asks_us(job_desc)
     end
   end
   return false
-end
-
--- Features a plain "a&b" constraint requires ({} when none); nil for anything else
--- ("|", brackets, counts), which the hook neither filters on nor extends.
-local function constraint_features(features)
-  local set = {}
-  if features == nil or features == "" then return set end
-  for _, name in ipairs(split(features, "&")) do
-    if not string.find(name, "^[A-Za-z0-9_.%-]+$") then return nil end
-    set[name] = true
-  end
-  return set
-end
-
--- The feature names of a constraint, in order of appearance.
-local function feature_names(features)
-  local names = {}
-  for name in string.gmatch(features or "", "[A-Za-z0-9_.%-]+") do names[#names + 1] = name end
-  return names
-end
-
--- The first of the constraint's feature names that no node has (slurmctld refuses such a job after
--- the hook: "Invalid feature specification"), or nil; no check with a table that lists no features.
-local function unknown_feature(names)
-  if T.features == nil or next(T.features) == nil then return nil end
-  for _, name in ipairs(names) do
-    if not T.features[name] then return name end
-  end
-  return nil
 end
 
 ------------------------------------------------------------------ the --constraint grammar
@@ -655,6 +618,19 @@ local function parse_constraint(text)
   return value
 end
 
+-- The constraint as alternatives (parse_constraint), and whether it is complex: anything but a plain
+-- "a&b" ("|", brackets, counts), which the hook neither filters on nor extends; a plain one (none:
+-- {}) is read without the parser.
+local function constraint_match(features)
+  local set = {}
+  if features == nil or features == "" then return { { set } }, false end
+  for _, name in ipairs(split(features, "&")) do
+    if not string.find(name, "^[A-Za-z0-9_.%-]+$") then return parse_constraint(features), true end
+    set[name] = true
+  end
+  return { { set } }, false
+end
+
 -- Whether a node's features satisfy one alternative (an OR of AND-sets).
 local function satisfies(dnf, features)
   for _, term in ipairs(dnf) do
@@ -669,15 +645,18 @@ end
 
 ---------------------------------------------------------------------------- fit and ranking
 
+local function matches(shape, match)
+  for _, alt in ipairs(match) do
+    if satisfies(alt, shape.features) then return true end
+  end
+  return false
+end
+
 -- Most devices of a type on one node satisfying the constraint (0: no such node).
 local function max_per_node(facts, match)
   local best = 0
   for _, shape in ipairs(facts.shapes) do
-    if shape.count > best then
-      for _, alt in ipairs(match) do
-        if satisfies(alt, shape.features) then best = shape.count break end
-      end
-    end
+    if shape.count > best and matches(shape, match) then best = shape.count end
   end
   return best
 end
@@ -704,13 +683,6 @@ local function nodes_with(facts, need, count, less_excluded)
     if total > best then best = total end
   end
   return best
-end
-
-local function matches(shape, match)
-  for _, alt in ipairs(match) do
-    if satisfies(alt, shape.features) then return true end
-  end
-  return false
 end
 
 -- nodes_with, less the nodes -x excludes and those earlier components of the heterogeneous job take
@@ -952,15 +924,19 @@ local function nodes_hint(need, usable, usable_set)
   return fmt("nodes", best, need.each, best_name, best)
 end
 
--- The nodes -x excludes per type, for messages: "a100_80g:1, l40s:1" (as score._excluded_counts).
-local function excluded_counts(need)
+-- Nodes per type, for messages: "a100_80g:1, l40s:1" (as score._excluded_counts); a type's count
+-- may be per shape (need.excluded), summed.
+local function per_type(counts)
   local names, parts = {}, {}
-  for gone in pairs(need.excluded) do names[#names + 1] = gone end
+  for name in pairs(counts) do names[#names + 1] = name end
   table.sort(names)
-  for _, gone in ipairs(names) do
-    local sum = 0
-    for _, n in pairs(need.excluded[gone]) do sum = sum + n end
-    parts[#parts + 1] = gone .. ":" .. sum
+  for _, name in ipairs(names) do
+    local sum = counts[name]
+    if type(sum) == "table" then
+      sum = 0
+      for _, n in pairs(counts[name]) do sum = sum + n end
+    end
+    parts[#parts + 1] = name .. ":" .. sum
   end
   return table.concat(parts, ", ")
 end
@@ -982,24 +958,14 @@ local function hint(need, rule, usable, usable_set)
     end
   end
   local text = need.gpu_type and would_fit(need, usable, usable_set) or nil
-  if text == nil and need.het then
+  if text == nil and (need.het or need.excl) then
     for _, name in ipairs(usable) do
       if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
-        local names, parts = {}, {}
-        for taken in pairs(need.taken) do names[#names + 1] = taken end
-        table.sort(names)
-        for _, taken in ipairs(names) do parts[#parts + 1] = taken .. ":" .. need.taken[taken] end
+        if not need.het then return fmt("excluded", per_type(need.excluded)) end
         if need.excl then  -- both took nodes (adversarial A21): say both
-          return fmt("het_nodes_excluded", table.concat(parts, ", "), excluded_counts(need))
+          return fmt("het_nodes_excluded", per_type(need.taken), per_type(need.excluded))
         end
-        return fmt("het_nodes", table.concat(parts, ", "))
-      end
-    end
-  end
-  if text == nil and need.excl then
-    for _, name in ipairs(usable) do
-      if reason(T.types[name], need, usable_set) == "TOO_FEW_NODES" then
-        return fmt("excluded", excluded_counts(need))
+        return fmt("het_nodes", per_type(need.taken))
       end
     end
   end
@@ -1262,60 +1228,49 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   if T == nil then error(LOAD_ERROR, 0) end
   if is_exempt(job_desc, submit_uid) then return { action = "untouched" } end
   local ok, req = pcall(gather, job_desc)
-  if not ok then
-    if type(req) == "table" and req.reject then return { action = "reject", message = req.reject, code = req.code } end
-    error(req, 0)
-  end
+  if not ok then return rejected(req) end
   req.text = table.concat(req.shown, ",")
   if tasks_hidden and req.gpu_field == "tres_per_task" then
     -- an edit of a job with devices per task: its task count is not in job_rec
-    return { action = "reject", message = req.text .. ": " .. fmt("edit_tasks"), code = "request" }
+    return refusal(req.text .. ": " .. fmt("edit_tasks"), "request")
   end
   if req.gpu_field == "tres_per_socket" then
     -- devices per socket x sockets per node: the table knows no sockets, so no type can be checked
-    return { action = "reject", message = req.text .. ": " .. fmt("per_socket", T.type_list), code = "request" }
+    return refusal(req.text .. ": " .. fmt("per_socket", T.type_list), "request")
   end
   local stray = unknown_partition(job_desc.partition)
   if stray then  -- slurmctld refuses the job after the hook: not decided as the default partition's
     local text = stray == "" and fmt("partition_none", T.partition_list)
       or fmt("partition_unknown", stray, T.partition_list)
-    return { action = "reject", message = "--partition=" .. job_desc.partition .. ": " .. text, code = "partition" }
+    return refusal("--partition=" .. job_desc.partition .. ": " .. text, "partition")
   end
   if not check and (job_desc.req_nodes or "") ~= "" then
-    return { action = "reject", message = req.text .. ": " .. fmt("node_list", T.type_list), code = "request" }
+    return refusal(req.text .. ": " .. fmt("node_list", T.type_list), "request")
   end
   local exc, gone, excl = job_desc.exc_nodes, {}, false
   if (exc or "") ~= "" or next(taken_hosts or {}) ~= nil then
     gone, excl = excluded(exc, taken_hosts)
     if gone == nil then  -- slurmctld's own error for an -x it cannot read: Invalid node name specified
-      return { action = "reject", message = req.text .. ": " .. exclude_refusal(exc), code = "node_name" }
+      return refusal(req.text .. ": " .. exclude_refusal(exc), "node_name")
     end
   end
-  local features = constraint_features(job_desc.features)
-  local match = features and { { features } } or nil
-  if match == nil then
-    local parsed, value = pcall(parse_constraint, job_desc.features)
-    if not parsed then
-      if type(value) == "table" and value.reject then
-        return { action = "reject", message = value.reject, code = value.code }
-      end
-      error(value, 0)
-    end
-    match = value
+  local parsed, match, complex = pcall(constraint_match, job_desc.features)
+  if not parsed then return rejected(match) end
+  -- the constraint's feature names, and the first that no node has (slurmctld refuses such a job
+  -- after the hook: "Invalid feature specification"); no check with a table that lists no features
+  local named, unknown, known = {}, nil, next(T.features or {}) ~= nil and T.features
+  for name in string.gmatch(job_desc.features or "", "[A-Za-z0-9_.%-]+") do
+    named[name] = true
+    if known and unknown == nil and not known[name] then unknown = name end
   end
-  local names, named = feature_names(job_desc.features), {}
-  for _, name in ipairs(names) do named[name] = true end
-  local unknown = unknown_feature(names)
   if unknown then
-    return { action = "reject", code = "constraint",
-             message = "--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown) }
+    return refusal("--constraint=" .. job_desc.features .. ": " .. fmt("constraint_unknown", unknown), "constraint")
   end
   local nodes = job_nodes(job_desc)
   local tasks, per_node = count_of(job_desc, "num_tasks"), count_of(job_desc, "ntasks_per_node")
   if req.gpu_field == "tres_per_job" and req.count < nodes then
     -- slurmctld refuses a job total below min_nodes (which the rewrite pins): --gpus < -N
-    return { action = "reject", message = req.text .. ": " .. fmt("job_total", req.count, nodes, nodes),
-             code = "request" }
+    return refusal(req.text .. ": " .. fmt("job_total", req.count, nodes, nodes), "request")
   end
   local function need_at(n)  -- what each of n nodes must hold
     local each = devices_per_node(req, job_desc, n)
@@ -1325,7 +1280,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
              -- --cpus-per-gpu / --mem-per-gpu need gpu items: slurmctld refuses them beside shards
              explicit_count = req.gpu_field ~= nil or held == "typed" or held == "untyped"
                or (job_desc.cpus_per_tres or "") ~= "" or (job_desc.mem_per_tres or "") ~= "",
-             partition = job_desc.partition, features = features, complex = features == nil,
+             partition = job_desc.partition, complex = complex,
              memory_items = req.memory_items, nodes = n, match = match, named = named,
              each = each, cpus = cpus, node_mem = node_mem, taken = taken or {},
              het = taken ~= nil and next(taken) ~= nil, excluded = gone, excl = excl, prefer = prefer,
@@ -1336,8 +1291,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   local need = need_at(nodes)
   local misfit = check and (job_desc.req_nodes or "") ~= "" and misfit_host(need, job_desc.req_nodes)
   if misfit then
-    return { action = "reject", message = req.text .. ": " .. fmt("edit_hosts", misfit, need.each),
-             code = "NODE_TOO_SMALL" }
+    return refusal(req.text .. ": " .. fmt("edit_hosts", misfit, need.each), "NODE_TOO_SMALL")
   end
   local choice, why, code = decide(need)
   if choice == nil and not check and need.spread then
@@ -1355,14 +1309,14 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
     end
   end
   if choice == nil then
-    return { action = "reject", message = check and fmt("edit_counts", why) or why, code = code }
+    return refusal(check and fmt("edit_counts", why) or why, code)
   end
   if held == "untyped" and choice.kind == "gpu" then
     choice = { kind = "any", types = choice.types, count = choice.count, policy = choice.policy,
                constraint = { T.types[choice.types[1]].feature }, scope = choice.scope }
   end
   if held == "shard" and choice.kind ~= "shard" then
-    return { action = "reject", message = req.text .. ": " .. T.messages.edit_shards, code = "request" }
+    return refusal(req.text .. ": " .. T.messages.edit_shards, "request")
   end
   if check then return { action = "untouched" } end
   local item = new_item(choice, req.form)
@@ -1376,12 +1330,6 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   return { action = "rewrite", message = note(req, choice, item), fields = new_fields(req, choice, item),
            types = choice.types, request = req.text, pin = pin, nodes = nodes,
            features = new_features(job_desc.features, choice.constraint) }
-end
-
-local function component(job_desc)
-  local offset = job_desc.het_job_offset
-  if offset == nil or offset == NO_VAL then return "" end
-  return " component " .. offset
 end
 
 -- The most specific Slurm error for a rejection (its text ends the client's "submission failed:
@@ -1398,17 +1346,22 @@ end
 
 local PIN_FIELDS = { "min_nodes", "max_nodes" }
 
+-- A rejection told: slurmctld's log (where: the uid and job, loggable) and the user; its Slurm error.
+local function refuse(where, outcome)
+  local said, logged = texts(outcome)
+  slurm.log_info("slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), logged)
+  slurm.log_user("%s", said)
+  return error_code(outcome.code)
+end
+
 -- Write the outcome into the job (only fields that change) and tell the user. view: the job's
 -- fields as slurm_job_submit read them (job_desc is only written, and its admin_comment read).
 local function apply(job_desc, view, submit_uid, outcome)
   if outcome.action == "untouched" then return slurm.SUCCESS end
-  local where = loggable("uid " .. tostring(submit_uid) .. component(view))
-  local said, logged = texts(outcome)
-  if outcome.action == "reject" then
-    slurm.log_info("slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), logged)
-    slurm.log_user("%s", said)
-    return error_code(outcome.code)
-  end
+  local where, offset = "uid " .. tostring(submit_uid), view.het_job_offset
+  if offset ~= nil and offset ~= NO_VAL then where = where .. " component " .. offset end
+  where = loggable(where)
+  if outcome.action == "reject" then return refuse(where, outcome) end
   for _, field in ipairs(FIELDS) do
     if outcome.fields[field] ~= (view[field] or "") then job_desc[field] = outcome.fields[field] end
   end
@@ -1423,14 +1376,17 @@ local function apply(job_desc, view, submit_uid, outcome)
   local existing = job_desc.admin_comment
   if existing ~= nil and existing ~= "" then comment = existing .. "; " .. comment end
   job_desc.admin_comment = comment
+  local said, logged = texts(outcome)
   slurm.log_info("slurm_hetero: %s: %s", where, logged)
   slurm.log_user("%s", said)
   return slurm.SUCCESS
 end
 
--- An internal error: log it and follow the fail policy.
+-- An internal error: log it and follow the fail policy (the table's when it has a valid one, else
+-- the baked one).
 local function failed(err)
-  local policy = fail_policy()
+  local valid = T and (T.fail_policy == "open" or T.fail_policy == "closed")
+  local policy = valid and T.fail_policy or FAIL_POLICY
   log(slurm.log_error, "slurm_hetero: internal error, failing %s: %s", policy, tostring(err))
   if policy == "closed" then
     slurm.log_user("%s", (T and type(T.messages) == "table" and T.messages.internal) or INTERNAL)
@@ -1529,14 +1485,8 @@ end
 local function sole_type(fields, job)
   local ok, req = pcall(gather, fields)
   if not ok or req.gpu_field == nil or req.gpu_type ~= nil then return nil end
-  local match = constraint_features(job.features)
-  if match then
-    match = { { match } }
-  else
-    local parsed, value = pcall(parse_constraint, job.features)
-    if not parsed then return nil end
-    match = value
-  end
+  local parsed, match = pcall(constraint_match, job.features)
+  if not parsed then return nil end
   local nodes = job_nodes(job)
   local each = devices_per_node(req, job, nodes)
   local cpus, node_mem = node_needs(job, nodes, each)
@@ -1599,7 +1549,7 @@ local function het_typed(fields, job_desc, submit_uid)
   local left = have - used
   if left >= nodes or left + HET_CHOSEN[name] < nodes then return nil end
   local text = fmt("het_typed", name, have, each, used, HET_CHOSEN[name], nodes)
-  return { action = "reject", message = table.concat(req.shown, ",") .. ": " .. text, code = "TOO_FEW_NODES" }
+  return refusal(table.concat(req.shown, ",") .. ": " .. text, "TOO_FEW_NODES")
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -1608,29 +1558,26 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if not het or offset == 0 then HET_TAKEN, HET_CHOSEN, HET_HOSTS = {}, {}, {} end
   local view = { het_job_offset = offset, [VIEW_JOB] = job_desc }
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
+  local ok, outcome
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
   if not mentions_us(view) then
     if not het then return slurm.SUCCESS end
-    local ok, refused = pcall(het_typed, view, job_desc, submit_uid)
-    if not ok then return failed(refused) end
-    if refused then
-      local applied, rc = pcall(apply, job_desc, view, submit_uid, refused)
-      if not applied then return failed(rc) end
-      return rc
+    ok, outcome = pcall(het_typed, view, job_desc, submit_uid)
+    if ok and not outcome then
+      het_take(view, job_desc)
+      return slurm.SUCCESS
     end
-    het_take(view, job_desc)
-    return slurm.SUCCESS
-  end
-  for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
-  local ok, outcome
-  if not het then
-    outcome = recall(view, submit_uid)  -- before the metatable: unset fields are plain misses
-    ok = outcome ~= nil
-  end
-  setmetatable(view, VIEW_META)
-  if not ok then
-    ok, outcome = pcall(evaluate, view, submit_uid, nil, nil, het and HET_TAKEN or nil, nil, het and HET_HOSTS or nil)
-    if ok and not het then remember(view, submit_uid, outcome) end
+  else
+    for i = #FIELDS + 1, #MEMO_FIELDS do view[MEMO_FIELDS[i]] = job_desc[MEMO_FIELDS[i]] end
+    if not het then
+      outcome = recall(view, submit_uid)  -- before the metatable: unset fields are plain misses
+      ok = outcome ~= nil
+    end
+    setmetatable(view, VIEW_META)
+    if not ok then
+      ok, outcome = pcall(evaluate, view, submit_uid, nil, nil, het and HET_TAKEN or nil, nil, het and HET_HOSTS or nil)
+      if ok and not het then remember(view, submit_uid, outcome) end
+    end
   end
   if not ok then return failed(outcome) end
   local applied, rc = pcall(apply, job_desc, view, submit_uid, outcome)
@@ -1806,12 +1753,8 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
     if view.keep then job_desc.features = view.features end
     return slurm.SUCCESS
   end
-  local where = "uid " .. tostring(modify_uid) .. " edit of job " .. tostring(view.job_id)
-  if outcome.action == "reject" then
-    log(slurm.log_info, "slurm_hetero: %s: rejected [%s]: %s", where, tostring(outcome.code), outcome.message)
-    say(outcome.message)
-    return error_code(outcome.code)
-  end
+  local where = loggable("uid " .. tostring(modify_uid) .. " edit of job " .. tostring(view.job_id))
+  if outcome.action == "reject" then return refuse(where, outcome) end
   for _, field in ipairs(FIELDS) do
     local value = outcome.fields[field]
     -- a field the edit set is always written (its gpumem item must not stay beside the device; ""
@@ -1827,7 +1770,7 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
       or T.types[outcome.types[1]].feature
   end
   -- slurmctld's log only: scontrol (24.11) prints every log_user line of an update as "error: "
-  log(slurm.log_info, "slurm_hetero: %s: %s", where, outcome.message)
+  slurm.log_info("slurm_hetero: %s: %s", where, loggable(outcome.message))
   return slurm.SUCCESS
 end
 
@@ -1842,15 +1785,6 @@ local function typed_held(job_rec)
     end
   end
   return nil
-end
-
--- The type of the job's first typed gpu item, when Slurm stored it in 22.05's "gres:" form (nil
--- otherwise). Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts
--- from a copy of the job's list and takes no count 0), so a new type goes beside the old one and
--- the job asks for both; 24.11 builds the list again from the fields.
-local function held_type(job_rec)
-  local name, prefix = typed_held(job_rec)
-  return prefix == "gres:" and name or nil
 end
 
 -- Whether an edit changes what the devices a job holds must fit: the node or task count (-N, -n,
@@ -1885,16 +1819,16 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   local het_id = tonumber(job_rec.het_job_id)
   if result.action == "rewrite" and het_id ~= nil and het_id > 0 and het_id < NO_VAL then
     -- Slurm shows an edit no other component of the job: a new type could land beside theirs
-    return { view = view, result = { action = "reject", code = "request",
-                                     message = result.request .. ": " .. fmt("edit_het") } }
+    return { view = view, result = refusal(result.request .. ": " .. fmt("edit_het"), "request") }
   end
-  local old = held_type(job_rec)
-  if result.action == "rewrite" and old ~= nil and result.types[1] ~= old then
-    result = { action = "reject", code = "request",
-               message = result.request .. ": " .. fmt("edit_type", old, result.types[1]) }
+  -- Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts from a copy of
+  -- the job's list and takes no count 0), so a new type goes beside the one the job holds in 22.05's
+  -- "gres:" form and the job asks for both; 24.11 builds the list again from the fields.
+  local old, prefix = typed_held(job_rec)
+  if result.action == "rewrite" and prefix == "gres:" and result.types[1] ~= old then
+    result = refusal(result.request .. ": " .. fmt("edit_type", old, result.types[1]), "request")
   elseif result.action == "rewrite" and prefer and result.types[1] ~= prefer then
-    result = { action = "reject", code = "request",
-               message = result.request .. ": " .. fmt("edit_hidden", prefer, result.types[1]) }
+    result = refusal(result.request .. ": " .. fmt("edit_hidden", prefer, result.types[1]), "request")
   end
   return { view = view, result = result }
 end

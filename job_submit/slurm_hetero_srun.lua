@@ -433,8 +433,8 @@ end
 -- holds, and the count to ask instead; nil where srun answers itself (no such job).
 local function step_refusal(before, job_id, offset)
   local request = {}
-  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }) do
-    for _, item in ipairs(hook.items_of(before[field])) do request[#request + 1] = item.body end
+  for _, entry in ipairs(OPTIONS) do
+    for _, item in ipairs(hook.items_of(before[entry[1]])) do request[#request + 1] = item.body end
   end
   local held, named, fewest = holdings(job_id, offset or 0)
   if held == false then return nil end
