@@ -165,6 +165,14 @@ class SlurmNode:
     def name(self) -> str:
         return self.record.name
 
+    @property
+    def gpu_env(self) -> str:
+        """gres.conf `Flags=` of every `Name=gpu` line of the node: slurmd takes one per node and
+        name ("does not match env flags for previous GRES of same node and name"), so where the
+        vendors' flags differ it is no_gpu_env, and the TaskProlog's variables alone name devices."""
+        flags = {d.vendor.slurm_gpu_env for d in self.devices}
+        return flags.pop() if len(flags) == 1 else "no_gpu_env"
+
     def types(self) -> list[str]:
         """The Slurm types of the node's devices, each once, in gres.conf order."""
         return list(dict.fromkeys(d.type for d in self.devices))

@@ -425,11 +425,11 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     if not indexes:
         # Slurm's lists would be 0..tasks-1, narrowed to the rank's own: built per rank, they made
         # a simulated step quadratic in its ranks per node
-        env = {name: str(index) for name in slurm_visible(vendor.slurm_gpu_env)}
+        env = {name: str(index) for name in slurm_visible(site.node.gpu_env)}
     else:
         position = list(indexes).index(index)
         env = {}
-        for name in slurm_visible(vendor.slurm_gpu_env):
+        for name in slurm_visible(site.node.gpu_env):
             items = bound.visible.get(name, "").split(",")
             if len(items) == len(indexes):
                 env[name] = items[position]

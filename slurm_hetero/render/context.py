@@ -16,7 +16,7 @@ from typing import Any
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.devicespec import Catalog
 from slurm_hetero.core.errors import ConfigError
-from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory, SlurmDevice, SlurmNode
+from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory, SlurmNode
 from slurm_hetero.core.units import format_size
 from slurm_hetero.engine.score import DEFAULT_PARTITION
 from slurm_hetero.inventory.nodes import check_shares, slurm_nodes
@@ -94,11 +94,16 @@ def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, 
     return ranges(sorted({i % cores for i in ids})), None
 
 
-def _gres_device_lines(
-    devices: Sequence[SlurmDevice], node: NodeInventory, local: LocalSlurmd | None, notes: list[str]
-) -> list[GresLine]:
+def _gres_device_lines(slurm_node: SlurmNode, local: LocalSlurmd | None, notes: list[str]) -> list[GresLine]:
     """One entry per device with links, else consecutive same-type same-cores devices folded.
     Linear in the node's devices (plus its Links= rows, which Slurm's format makes n x linked)."""
+    devices, node, flags = slurm_node.devices, slurm_node.record, slurm_node.gpu_env
+    if {d.vendor.slurm_gpu_env for d in devices} - {flags}:
+        note = "its vendors' Flags= differ and slurmd takes one per node: no_gpu_env, so only the "
+        note += "TaskProlog's variables name devices"
+        if bare := sorted({d.vendor.name for d in devices if not d.vendor.visible_devices_env}):
+            note += f"; {' and '.join(bare)} devices get none: isolate them with ConstrainDevices=yes"
+        notes.append(note)
     linked = any(d.device.links for d in devices)
     positions = {(d.device.vendor, d.index): i for i, d in enumerate(devices)} if linked else {}
     cores_of: dict[str | None, tuple[str | None, str | None]] = {}
@@ -116,7 +121,7 @@ def _gres_device_lines(
         if last and links is None and last.links is None and (last.type, last.cores) == (device.type, cores):
             lines[-1][1].append(file)
         else:
-            lines.append((GresLine(device.type, "", cores, links, slurm_device.vendor.slurm_gpu_env), [file]))
+            lines.append((GresLine(device.type, "", cores, links, flags), [file]))
     return [dataclasses.replace(line, file=hostlist.fold(files)) for line, files in lines]
 
 
@@ -142,7 +147,7 @@ class GresLine:
     file: str
     cores: str | None
     links: str | None
-    flags: str  # the vendor's environment flag (VendorTraits.slurm_gpu_env)
+    flags: str  # the node's environment flag (SlurmNode.gpu_env)
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) 
     """The rendered shape of one node."""
     node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
     notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
-    lines = _gres_device_lines(slurm_node.devices, node, options.local, notes)
+    lines = _gres_device_lines(slurm_node, options.local, notes)
     memory = sum(d.memory_mib or 0 for d in devices)
     shards = sum(shards_per_device(d, options.shares) for d in devices)
     autodetect = _autodetect(slurm_node, notes) if options.autodetect else None

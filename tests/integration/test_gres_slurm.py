@@ -25,6 +25,15 @@ def expected_nodes(path: Path) -> dict[str, list]:
     }
 
 
+def node_flags(path: Path) -> dict[str, str]:
+    """Each host's gres.conf Flags= for its gpu lines."""
+    return {
+        host: node.gpu_env
+        for node in slurm_nodes(inventory.load(path), load_catalog())
+        for host in hostlist.expand(node.name)
+    }
+
+
 def scontrol_nodes() -> dict[str, dict[str, str]]:
     nodes = {}
     for line in slurm("scontrol", "show", "node", "-d", "-o").splitlines():
@@ -58,8 +67,10 @@ def test_every_node_is_idle_with_exactly_the_inventory_gres(dev_cluster: Cluster
                 f"gpumem:{format_size(sum(d.device.memory_mib or 0 for d in devices))}",
                 f"gpucore:{100 * len(devices)}",
             ]
-        shards = sum(shards_per_device(d.device, shares) for d in devices)
-        want += [f"shard:{devices[0].type}:{shards}"] if shards else []
+        shards = {
+            t: sum(shards_per_device(d.device, shares) for d in devices if d.type == t) for t in per_type
+        }
+        want += [f"shard:{t}:{n}" for t, n in shards.items()] if any(shards.values()) else []  # every type
         assert gres == want, name
 
 
@@ -80,13 +91,13 @@ def test_unhealthy_devices_are_not_given_to_slurm(dev_cluster: Cluster) -> None:
         )
 
 
-def _submit(gres: str, out: Path) -> str:
+def _submit(gres: str, out: Path, *extra: str) -> str:
     script = (
         "#!/bin/bash\necho NODE=$SLURMD_NODENAME\necho CUDA=$CUDA_VISIBLE_DEVICES\n"
         "echo STEP=$SLURM_STEP_GPUS\necho JOB=$SLURM_JOB_GPUS\n"
         "env | grep -E '_VISIBLE_|^ZE_AFFINITY_MASK=' | sort\n"
     )
-    return slurm("sbatch", "--parsable", f"--gres={gres}", "-o", str(out), "--wrap", script).strip()
+    return slurm("sbatch", "--parsable", f"--gres={gres}", *extra, "-o", str(out), "--wrap", script).strip()
 
 
 def _wait(job_ids: list[str], timeout: float = 60) -> None:
@@ -105,22 +116,27 @@ def _read_env(path: Path) -> dict[str, str]:
 def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
     dev_cluster: Cluster, tmp_path: Path
 ) -> None:
-    nodes = expected_nodes(dev_cluster.inventory)
+    nodes, flags = expected_nodes(dev_cluster.inventory), node_flags(dev_cluster.inventory)
     types = sorted({d.type for devices in nodes.values() for d in devices})
     jobs = {t: _submit(f"gpu:{t}:1", tmp_path / f"{t}.out") for t in types}
+    # and each vendor of the node that mixes two (no_gpu_env: only the TaskProlog's variables)
+    mixed = [f"mix-{t}" for t in ("l40s", "mi300x")]
+    jobs |= {
+        m: _submit(f"gpu:{m.removeprefix('mix-')}:1", tmp_path / f"{m}.out", "-w", "mixn1") for m in mixed
+    }
     two = next(t for t in types if sum(d.type == t for ds in nodes.values() for d in ds) >= 2)
     jobs["pair"] = _submit(f"gpu:{two}:2", tmp_path / "pair.out")
     _wait(list(jobs.values()))
-    for t in types:
-        env = _read_env(tmp_path / f"{t}.out")
+    for name in [*types, *mixed]:
+        t, env = name.removeprefix("mix-"), _read_env(tmp_path / f"{name}.out")
         devices = nodes[env["NODE"]]
-        assert t in {d.type for d in devices}, (t, env["NODE"])
+        assert t in {d.type for d in devices} and (t == name or env["NODE"] == "mixn1"), (name, env["NODE"])
         device = devices[int(env["JOB"])]
         assert device.type == t
         vendor = device.vendor
         # ROCm runtimes index CUDA_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES: the TaskProlog sets
         # positions; gres.conf Flags= has Slurm set CUDA_ only for the runtimes that read it
-        cuda = env["JOB"] if vendor.slurm_gpu_env == "nvidia_gpu_env" else ""
+        cuda = env["JOB"] if flags[env["NODE"]] == "nvidia_gpu_env" else ""
         assert env["CUDA"] == ("0" if vendor.relative_visible_envs else cuda), (t, env)
         for variable in {"ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"} - {vendor.visible_devices_env}:
             assert variable not in env, (t, env)  # another vendor's variable

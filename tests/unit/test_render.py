@@ -342,6 +342,23 @@ def test_each_vendor_gets_its_own_environment_flag() -> None:
     }
 
 
+def test_a_node_mixing_environment_flags_gets_one_for_all_its_gpu_lines() -> None:
+    """adv47 C1: slurmd refused a node whose gpu lines carried amd_gpu_env and nvidia_gpu_env ("does
+    not match env flags for previous GRES of same node and name")."""
+    mixed = NodeInventory(
+        "mixn1",
+        cpus=8,
+        devices=(
+            Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s"),
+            Device("amd", "AMD Instinct MI300X", 0, "/dev/dri/renderD128", 196608, "mi300x"),
+        ),
+    )
+    gres = render(ClusterInventory(nodes=(mixed,)))["gres.conf"]
+    assert _gpu_lines(gres) == {"l40s": "no_gpu_env", "mi300x": "no_gpu_env"}
+    assert "mixn1: its vendors' Flags= differ and slurmd takes one per node: no_gpu_env" in gres
+    assert "; nvidia devices get none: isolate them with ConstrainDevices=yes\n" in gres
+
+
 def test_autodetect_only_where_slurmd_can_match_the_type() -> None:
     files = render(inventory.load(EXAMPLES / "mixed.yaml"), autodetect=True)
     gres = files["gres.conf"]
