@@ -261,6 +261,10 @@ def _groups_problem(lay: RankLayout) -> str | None:
     """Why this rank's groups and neighbours cannot be its place in the plan, or None: a rank the
     runtime would leave waiting for a peer, or training apart from its replicas."""
     groups = {g.name: sorted(g.ranks) for g in lay.groups}
+    if len(groups) < len(lay.groups):
+        return f"groups {[g.name for g in lay.groups]}: a rank is in one group of each name"
+    if twice := next((n for n, ranks in groups.items() if len(set(ranks)) < len(ranks)), None):
+        return f"group {twice!r} ranks {groups[twice]} name a rank twice"
     if missing := [n for n in ("tp", "pp", "dp") if n not in groups]:
         return f"no {missing[0]} group: every rank is in a tp, a pp and a dp group (one rank each at least)"
     tp, dp = groups["tp"], groups["dp"]
@@ -269,12 +273,15 @@ def _groups_problem(lay: RankLayout) -> str | None:
     if lay.tp_rank == 0 and len(dp) != lay.num_replicas:
         n = lay.num_replicas
         return f"num_replicas {n} but its dp group is {dp}: the replicas would not average gradients"
-    if (lay.stage == 0 and lay.prev_rank is not None) or (
-        lay.stage == lay.num_stages - 1 and lay.next_rank is not None
+    neighbours = [r for r in (lay.prev_rank, lay.next_rank) if r is not None]
+    if (
+        (lay.stage == 0 and lay.prev_rank is not None)
+        or (lay.stage == lay.num_stages - 1 and lay.next_rank is not None)
+        or not all(r != lay.rank and r in groups["pp"] for r in neighbours)
     ):
         return (
             f"stage {lay.stage} of {lay.num_stages} cannot have the neighbours prev_rank "
-            f"{lay.prev_rank}, next_rank {lay.next_rank}"
+            f"{lay.prev_rank}, next_rank {lay.next_rank} (its pp group: {groups['pp']})"
         )
     return None
 

@@ -300,11 +300,33 @@ def test_documents_that_do_not_fit_together_are_refused(
         training.check_agreement([training._claims(lay) for lay in per_rank])
 
 
+# rank 0's groups in `layouts([0, 1, 2], [8], micro_batch=2, tp=[2, 1])`
+GROUPS0 = [
+    {"name": name, "ranks": ranks, "backend": "gloo", "comm": "cpu-relay", "env": {}}
+    for name, ranks in (("tp", [0, 1]), ("dp", [0]), ("pp", [0, 2]))
+]
+
+
 @pytest.mark.parametrize(
     ("edit", "says"),
     [
         ({"tp_size": 3}, "tp_rank 0 of tp_size 3 is not its place in its tp group [0, 1]"),
-        ({"prev_rank": 2}, "stage 0 of 2 cannot have the neighbours prev_rank 2, next_rank 2"),
+        (
+            {"prev_rank": 2},
+            "stage 0 of 2 cannot have the neighbours prev_rank 2, next_rank 2 (its pp group: [0, 2])",
+        ),
+        # adv47 L29/L30: a neighbour outside the rank's pp group, or the rank itself
+        ({"next_rank": 1}, "stage 0 of 2 cannot have the neighbours prev_rank None, next_rank 1 (its pp"),
+        ({"next_rank": 0}, "stage 0 of 2 cannot have the neighbours prev_rank None, next_rank 0 (its pp"),
+        # adv47 L32/L36/L38: a repeated rank passed the size checks; L34/L15: a second tp group
+        (
+            {"groups": [*GROUPS0[:1], {**GROUPS0[1], "ranks": [0, 0]}, GROUPS0[2]]},
+            "group 'dp' ranks [0, 0] name a rank twice",
+        ),
+        (
+            {"groups": [*GROUPS0, GROUPS0[0]]},
+            "groups ['tp', 'dp', 'pp', 'tp']: a rank is in one group of each name",
+        ),
         # adv45 F04: without the dp group the replicas trained apart
         (
             {"num_replicas": 2},
@@ -319,8 +341,9 @@ def test_documents_that_do_not_fit_together_are_refused(
 )
 def test_a_document_at_odds_with_itself_is_named(edit: dict[str, Any], says: str) -> None:
     lay = layouts([0, 1, 2], [8], micro_batch=2, tp=[2, 1])[0]
+    assert lay["groups"] == GROUPS0
     RankLayout.from_dict(lay)
-    with pytest.raises(LayoutError, match=f"^layout: {re.escape(says)}$"):
+    with pytest.raises(LayoutError, match=f"^layout: {re.escape(says)}"):
         RankLayout.from_dict(lay | edit)
 
 
