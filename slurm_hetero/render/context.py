@@ -99,11 +99,11 @@ def _gres_device_lines(slurm_node: SlurmNode, local: LocalSlurmd | None, notes: 
     Linear in the node's devices (plus its Links= rows, which Slurm's format makes n x linked)."""
     devices, node, flags = slurm_node.devices, slurm_node.record, slurm_node.gpu_env
     if {d.vendor.slurm_gpu_env for d in devices} - {flags}:
-        note = "its vendors' Flags= differ and slurmd takes one per node: no_gpu_env, so only the "
-        note += "TaskProlog's variables name devices"
+        mixed = "its vendors' Flags= differ and slurmd takes one per node: no_gpu_env, so only the "
+        mixed += "TaskProlog's variables name devices"
         if bare := sorted({d.vendor.name for d in devices if not d.vendor.visible_devices_env}):
-            note += f"; {' and '.join(bare)} devices get none: isolate them with ConstrainDevices=yes"
-        notes.append(note)
+            mixed += f"; {' and '.join(bare)} devices get none: isolate them with ConstrainDevices=yes"
+        notes.append(mixed)
     linked = any(d.device.links for d in devices)
     positions = {(d.device.vendor, d.index): i for i, d in enumerate(devices)} if linked else {}
     cores_of: dict[str | None, tuple[str | None, str | None]] = {}
