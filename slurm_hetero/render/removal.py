@@ -13,7 +13,6 @@ readers read back from it."""
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from pathlib import Path
@@ -100,8 +99,9 @@ def dropped_devices(current: Mapping[Path, str | None], new: Mapping[Path, str])
     lost: list[str] = []
     for host, files in _devices(current.items()).items():
         if host in kept and files != kept[host]:  # the same lines: nothing lost, nothing to count
-            gone = Counter(chain.from_iterable(files)) - Counter(chain.from_iterable(kept[host]))
-            lost.extend(f"{host}:{file}" for file in gone.elements())
+            # sets: a host's per-device shard lines name its gpu lines' files again
+            gone = set(chain.from_iterable(files)) - set(chain.from_iterable(kept[host]))
+            lost.extend(f"{host}:{file}" for file in gone)
     return sorted(lost, key=_natural)
 
 

@@ -41,7 +41,8 @@ _FILE_KEY = re.compile(r"[ \t]File=([^\s#]+)", re.IGNORECASE)
 def declared_devices(text: str, limit: int = syntax.MAX_HOSTS) -> dict[str, list[tuple[str, ...]]]:
     """The device files that the `NodeName=` lines of a gres.conf declare, per host: one tuple per
     line naming the host, shared between the hosts of a line (lines without File=, such as gpumem,
-    gpucore, shard or mps counts, declare none). Linear in the lines; GresConfError as
+    gpucore or a node's shard count, declare none; per-device shard lines name a gpu line's file
+    again). Linear in the lines; GresConfError as
     declared_nodes."""
     devices: dict[str, list[tuple[str, ...]]] = {}
     hosts: dict[str, list[str]] = {}

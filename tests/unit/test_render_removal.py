@@ -180,6 +180,17 @@ def test_an_inventory_that_lost_devices_of_a_kept_node_is_refused(tmp_path: Path
     assert render(EXAMPLE, out)[0] == 0  # devices back: no flag
 
 
+def test_turning_sharing_off_removes_no_device(tmp_path: Path) -> None:
+    """adv47 G27: the per-device shard lines name each gpu file again, so dropping them counted
+    as removing the devices themselves."""
+    out = tmp_path / "etc"
+    assert render(EXAMPLE, out, "--share", "l40s=4G")[0] == 0
+    assert "Name=shard Count=11 File=/dev/nvidia1" in (out / "gres.conf").read_text()
+    code, _, err = render(EXAMPLE, out)
+    assert code == 0, err
+    assert "Name=shard" not in (out / "gres.conf").read_text()
+
+
 def test_a_device_moved_to_another_file_is_a_removal_and_a_new_type_is_not(tmp_path: Path) -> None:
     out = tmp_path / "etc"
     render(EXAMPLE, out)
