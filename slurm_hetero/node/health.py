@@ -85,6 +85,7 @@ def drain_reason(faults: Sequence[Fault]) -> str:
     """`slurm-hetero: nvidia 1 (/dev/nvidia1): missing; ...`, cut to what Slurm keeps."""
     text = f"{DRAIN_PREFIX} " + "; ".join(str(f) for f in faults)
     text = text.replace("=", ":")  # scontrol reads `reason=` up to the end, but keep it plain
+    text = text.encode("ascii", "backslashreplace").decode()  # a garbled tool's U+FFFD, escaped
     return text if len(text) <= REASON_LIMIT else text[: REASON_LIMIT - 3] + "..."
 
 

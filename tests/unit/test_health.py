@@ -17,6 +17,7 @@ from slurm_hetero.core.model import ClusterInventory
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.discover import discover_node
+from slurm_hetero.node.health import Fault, drain_reason
 from tests.conftest import FIXTURES
 
 WHOLE = FIXTURES / "ascend" / "npu-smi-info_910b2c_hbm_drv23.0.2.1.txt"
@@ -361,3 +362,10 @@ def test_a_capture_without_topology_leaves_the_links_unchecked(
     args = ["health", "--inventory", str(mixed), "--node", "a100n1", "--vendor", "nvidia"]
     result = CliRunner().invoke(cli, [*args, "--from-file", str(csv)])
     assert result.exit_code == 0 and result.output == "" and fake.updates() == [], result.output
+
+
+def test_a_drain_reason_is_ascii_whatever_the_tool_printed() -> None:
+    """adv47 H10: a garbled vendor tool's U+FFFD characters went into Slurm's node Reason."""
+    reason = drain_reason([Fault("ascend", "cannot parse npu-smi output ['\ufffd\\x08\ufffd'] a=b")])
+    assert reason.isascii() and reason.isprintable()
+    assert reason == "slurm-hetero: ascend: cannot parse npu-smi output ['\\ufffd\\x08\\ufffd'] a:b"
