@@ -61,9 +61,10 @@ def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device
         except ParseError:
             continue  # every other vendor refuses it too; --vendor names the one that matters
     names = ", ".join(c.source for c in captures)
+    what, it = (f"{names} together", "them") if len(captures) > 1 else (names, "it")
     raise HeteroError(
-        f"no vendor parser recognised {names}; pass --vendor NAME to see why that vendor's parser "
-        f"refuses {'them' if len(captures) > 1 else 'it'} ({', '.join(v.name for v in vendors)})"
+        f"no vendor parser recognised {what}; pass --vendor NAME to see why that vendor's parser "
+        f"refuses {it} ({', '.join(v.name for v in vendors)})"
     )
 
 

@@ -72,6 +72,10 @@ def test_a_capture_no_vendor_recognises_names_the_way_to_each_reason() -> None:
     assert err.rstrip().endswith(", metax, mthreads, nvidia)")
     code, _, err = run("discover", "--vendor", "nvidia", "--from-file", topo)
     assert code == 1 and "topology alone has no device list; also capture `nvidia-smi -q -x`" in err
+    # adv47 A18: a valid capture beside one no parser reads is not called unrecognised alone
+    code, _, err = run("discover", "--from-file", A100_XML, "--from-file", topo.with_suffix(".txt.source"))
+    assert code == 1 and f"recognised {A100_XML}, {topo.with_suffix('.txt.source')} together; " in err
+    assert "to see why that vendor's parser refuses them (" in err
 
 
 @pytest.mark.parametrize("text", ["", "garbage\n\x00\x01", ASCEND_INFO.read_text()[:1500]])
