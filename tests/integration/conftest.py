@@ -91,7 +91,8 @@ nodes:
       - {vendor: nvidia, model: NVIDIA L40S, type: l40s, index: 0, file: /dev/nvidia0,
          memory_mib: 46068, cores: 0-1}
   # two vendors on one node, whose Flags= differ: slurmd takes one per node (adv47 C1: it refused
-  # the node's gres.conf when each line carried its vendor's)
+  # the node's gres.conf when each line carried its vendor's); vendors no other node has and no
+  # request without a type gets, so the tests that pick a type are not moved
   - name: mixn1
     cpus: 8
     sockets: 2
@@ -99,12 +100,12 @@ nodes:
     threads_per_core: 1
     real_memory_mib: 16000
     devices:
-      - {vendor: nvidia, model: NVIDIA L40S, type: l40s, index: 0, file: /dev/nvidia0,
-         memory_mib: 46068, cores: 0-3}
-      - {vendor: amd, model: AMD Instinct MI300X, type: mi300x, index: 0, file: /dev/dri/renderD128,
-         memory_mib: 196608, cores: 4-7}
-      - {vendor: amd, model: AMD Instinct MI300X, type: mi300x, index: 1, file: /dev/dri/renderD136,
-         memory_mib: 196608, cores: 4-7}
+      - {vendor: iluvatar, model: Iluvatar CoreX BI-V100, type: bi_v100, index: 0, file: /dev/iluvatar0,
+         memory_mib: 32768, cores: 0-3}
+      - {vendor: intel, model: Intel Data Center GPU Max 1550, type: max1550, index: 0,
+         file: /dev/dri/renderD128, memory_mib: 131072, cores: 4-7}
+      - {vendor: intel, model: Intel Data Center GPU Max 1550, type: max1550, index: 1,
+         file: /dev/dri/renderD129, memory_mib: 131072, cores: 4-7}
   # one device the vendor tool reported unhealthy: left out of gres.conf, the node stays usable
   - name: sickn1
     cpus: 8

@@ -120,7 +120,7 @@ def test_a_job_per_gpu_type_lands_on_that_type_with_its_visible_devices(
     types = sorted({d.type for devices in nodes.values() for d in devices})
     jobs = {t: _submit(f"gpu:{t}:1", tmp_path / f"{t}.out") for t in types}
     # and each vendor of the node that mixes two (no_gpu_env: only the TaskProlog's variables)
-    mixed = [f"mix-{t}" for t in ("l40s", "mi300x")]
+    mixed = [f"mix-{t}" for t in ("bi_v100", "max1550")]
     jobs |= {
         m: _submit(f"gpu:{m.removeprefix('mix-')}:1", tmp_path / f"{m}.out", "-w", "mixn1") for m in mixed
     }
