@@ -62,6 +62,7 @@ class GroupSpec:
 
 
 _GROUP_TEXT = ("name", "backend", "comm")
+GROUP_NAMES = ("tp", "pp", "dp", "dp_local")
 
 
 @dataclass(frozen=True)
@@ -260,13 +261,14 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
 def _groups_problem(lay: RankLayout) -> str | None:
     """Why this rank's groups and neighbours cannot be its place in the plan, or None: a rank the
     runtime would leave waiting for a peer, or training apart from its replicas."""
-    groups = {g.name: sorted(g.ranks) for g in lay.groups}
-    if len(groups) < len(lay.groups):
-        return f"groups {[g.name for g in lay.groups]}: a rank is in one group of each name"
-    if twice := next((n for n, ranks in groups.items() if len(set(ranks)) < len(ranks)), None):
-        return f"group {twice!r} ranks {groups[twice]} name a rank twice"
+    groups = {g.name: list(g.ranks) for g in lay.groups}
     if missing := [n for n in ("tp", "pp", "dp") if n not in groups]:
         return f"no {missing[0]} group: every rank is in a tp, a pp and a dp group (one rank each at least)"
+    if len(groups) < len(lay.groups) or not set(groups) <= set(GROUP_NAMES):
+        names = [g.name for g in lay.groups]
+        return f"groups {names}: a rank is in one group of each of {', '.join(GROUP_NAMES)}"
+    if odd := next((n for n, ranks in groups.items() if ranks != sorted(set(ranks))), None):
+        return f"group {odd!r} ranks {groups[odd]} must be sorted, each rank once"
     tp, dp = groups["tp"], groups["dp"]
     if tp.index(lay.rank) != lay.tp_rank or len(tp) != lay.tp_size:
         return f"tp_rank {lay.tp_rank} of tp_size {lay.tp_size} is not its place in its tp group {tp}"

@@ -83,7 +83,12 @@ def health(
     expected = host_records(inventory.load(inventory_path), [name]).get(name)
     if expected is None:
         raise InventoryError(f"node {name} is not in {inventory_path}; pass --node NAME or re-render")
-    wanted = vendors or tuple(sorted({d.vendor for d in expected.devices}))
+    present = sorted({d.vendor for d in expected.devices})
+    if stray := [v for v in vendors if v not in present]:
+        raise InventoryError(
+            f"--vendor {stray[0]}: {name} has no {stray[0]} devices in {inventory_path} ({present})"
+        )
+    wanted = vendors or tuple(present)
     if model is not None and not from_files:
         raise InventoryError("--model names the model of captured devices; use it with --from-file")
     failed: dict[str, HeteroError] = {}
@@ -93,6 +98,8 @@ def health(
         found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]
     unasked = {vendor: _said(vendor, error) for vendor, error in failed.items()}
+    # --vendor V checks V's devices only: the node's other vendors were not asked
+    expected = dataclasses.replace(expected, devices=tuple(d for d in expected.devices if d.vendor in wanted))
     if from_files and not any(d.links for d in devices):
         # captures without a topology listing (nvidia-smi --query-gpu, npu-smi info) show no
         # links: unknown there, not down, so none are expected; a live probe always reads them

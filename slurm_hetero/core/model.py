@@ -167,11 +167,12 @@ class SlurmNode:
 
     @property
     def gpu_env(self) -> str:
-        """gres.conf `Flags=` of every `Name=gpu` line of the node: slurmd takes one per node and
-        name ("does not match env flags for previous GRES of same node and name"), so where the
-        vendors' flags differ it is no_gpu_env, and the TaskProlog's variables alone name devices."""
-        flags = {d.vendor.slurm_gpu_env for d in self.devices}
-        return flags.pop() if len(flags) == 1 else "no_gpu_env"
+        """gres.conf `Flags=` of every `Name=gpu` line of the node: its vendor's, and no_gpu_env on
+        a node of several vendors, where the TaskProlog's variables alone name devices. slurmd takes
+        one flag per node and name, and numbers the variable it sets over all the node's gpus, where
+        each vendor's runtime counts only its own (an L40S after an Iluvatar card is CUDA's 0)."""
+        vendors = {d.vendor.name: d.vendor.slurm_gpu_env for d in self.devices}
+        return next(iter(vendors.values())) if len(vendors) == 1 else "no_gpu_env"
 
     def types(self) -> list[str]:
         """The Slurm types of the node's devices, each once, in gres.conf order."""

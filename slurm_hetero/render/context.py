@@ -98,9 +98,10 @@ def _gres_device_lines(slurm_node: SlurmNode, local: LocalSlurmd | None, notes: 
     """One entry per device with links, else consecutive same-type same-cores devices folded.
     Linear in the node's devices (plus its Links= rows, which Slurm's format makes n x linked)."""
     devices, node, flags = slurm_node.devices, slurm_node.record, slurm_node.gpu_env
-    if {d.vendor.slurm_gpu_env for d in devices} - {flags}:
-        mixed = "its vendors' Flags= differ and slurmd takes one per node: no_gpu_env, so only the "
-        mixed += "TaskProlog's variables name devices"
+    vendors = {d.vendor.name: d.vendor.slurm_gpu_env for d in devices}
+    if len(vendors) > 1 and set(vendors.values()) != {"no_gpu_env"}:  # Slurm would have set one
+        mixed = "several vendors: Flags=no_gpu_env, as slurmd takes one per node and numbers its "
+        mixed += "variable over every vendor's devices; the TaskProlog's variables alone name them"
         if bare := sorted({d.vendor.name for d in devices if not d.vendor.visible_devices_env}):
             mixed += f"; {' and '.join(bare)} devices get none: isolate them with ConstrainDevices=yes"
         notes.append(mixed)
@@ -222,8 +223,11 @@ def _autodetect(slurm_node: SlurmNode, notes: list[str]) -> str | None:
     """The node's AutoDetect= mechanism: its devices' one, where slurmd can match what it detects
     to the rendered Type= (Slurm: the Type must be part of the detected name, spaces as
     underscores); a node mixing vendors, or a vendor Slurm cannot detect, gets none."""
-    found = {d.vendor.slurm_autodetect for d in slurm_node.devices}
-    mechanism = found.pop() if len(found) == 1 else None
+    vendors = {d.vendor.name: d.vendor.slurm_autodetect for d in slurm_node.devices}
+    if len(vendors) > 1:
+        notes.append(f"AutoDetect left out: the node has several vendors ({', '.join(vendors)}), slurmd one")
+        return None
+    mechanism = next(iter(vendors.values()), None)
     if mechanism is None:
         return None
     for d in slurm_node.devices:

@@ -3,6 +3,7 @@ never an admin's, quiet when healthy; scontrol is a fake that records what would
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from slurm_hetero.cli import cli
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
-from slurm_hetero.core.model import ClusterInventory
+from slurm_hetero.core.model import ClusterInventory, Device
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.discover import discover_node
@@ -369,3 +370,22 @@ def test_a_drain_reason_is_ascii_whatever_the_tool_printed() -> None:
     reason = drain_reason([Fault("ascend", "cannot parse npu-smi output ['\ufffd\\x08\ufffd'] a=b")])
     assert reason.isascii() and reason.isprintable()
     assert reason == "slurm-hetero: ascend: cannot parse npu-smi output ['\\ufffd\\x08\\ufffd'] a:b"
+
+
+def test_vendor_checks_only_that_vendors_devices_of_a_mixed_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv48 row 228: on a node of two vendors, --vendor ascend drained it for the other vendor's
+    devices, which nobody had asked for."""
+    node = discover_node(load_catalog(), ["ascend"], [WHOLE], "npu1", {"cpus": 16, "real_memory_mib": 16000})
+    l40s = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s")
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(
+        inventory.dumps(ClusterInventory(nodes=(dataclasses.replace(node, devices=(*node.devices, l40s)),)))
+    )
+    fake = FakeSlurm(node_line("npu1"))
+    result = run_health(inv, WHOLE, fake, monkeypatch)
+    assert result.exit_code == 0 and result.output == "" and fake.updates() == [], result.output
+    result = run_health(inv, WHOLE, fake, monkeypatch, "--vendor", "amd")
+    assert result.exit_code == 1 and fake.updates() == []
+    assert f"--vendor amd: npu1 has no amd devices in {inv} (['ascend', 'nvidia'])" in result.output

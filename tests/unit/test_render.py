@@ -355,8 +355,19 @@ def test_a_node_mixing_environment_flags_gets_one_for_all_its_gpu_lines() -> Non
     )
     gres = render(ClusterInventory(nodes=(mixed,)))["gres.conf"]
     assert _gpu_lines(gres) == {"l40s": "no_gpu_env", "mi300x": "no_gpu_env"}
-    assert "mixn1: its vendors' Flags= differ and slurmd takes one per node: no_gpu_env" in gres
+    assert "mixn1: several vendors: Flags=no_gpu_env, as slurmd takes one per node and numbers" in gres
     assert "; nvidia devices get none: isolate them with ConstrainDevices=yes\n" in gres
+    # adv48: one flag (nvidia_gpu_env) for both, but Slurm's CUDA_VISIBLE_DEVICES=1 named the L40S
+    # after the Iluvatar card, where CUDA counts only NVIDIA's: 0
+    iluvatar = Device("iluvatar", "Iluvatar CoreX BI-V150", 0, "/dev/iluvatar0", 32768, "bi_v150")
+    both = dataclasses.replace(mixed, devices=(iluvatar, mixed.devices[0]))
+    gres = render(ClusterInventory(nodes=(both,)))["gres.conf"]
+    assert _gpu_lines(gres) == {"bi_v150": "no_gpu_env", "l40s": "no_gpu_env"}
+    assert "; iluvatar and nvidia devices get none: isolate them" in gres
+    # adv48 row 11: --autodetect left such a node out without the note the admin guide promises
+    gres = render(ClusterInventory(nodes=(both,)), autodetect=True)["gres.conf"]
+    assert "mixn1: AutoDetect left out: the node has several vendors (iluvatar, nvidia), slurmd one" in gres
+    assert "AutoDetect=" not in gres
 
 
 def test_autodetect_only_where_slurmd_can_match_the_type() -> None:

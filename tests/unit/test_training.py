@@ -321,11 +321,20 @@ GROUPS0 = [
         # adv47 L32/L36/L38: a repeated rank passed the size checks; L34/L15: a second tp group
         (
             {"groups": [*GROUPS0[:1], {**GROUPS0[1], "ranks": [0, 0]}, GROUPS0[2]]},
-            "group 'dp' ranks [0, 0] name a rank twice",
+            "group 'dp' ranks [0, 0] must be sorted, each rank once",
+        ),
+        # adv48 rows 137/169: unsorted ranks; 136/168: a group of another name
+        (
+            {"groups": [{**GROUPS0[0], "ranks": [1, 0]}, *GROUPS0[1:]]},
+            "group 'tp' ranks [1, 0] must be sorted, each rank once",
         ),
         (
             {"groups": [*GROUPS0, GROUPS0[0]]},
-            "groups ['tp', 'dp', 'pp', 'tp']: a rank is in one group of each name",
+            "groups ['tp', 'dp', 'pp', 'tp']: a rank is in one group of each of tp, pp, dp, dp_local",
+        ),
+        (
+            {"groups": [*GROUPS0, {**GROUPS0[0], "name": "xx"}]},
+            "groups ['tp', 'dp', 'pp', 'xx']: a rank is in",
         ),
         # adv45 F04: without the dp group the replicas trained apart
         (
