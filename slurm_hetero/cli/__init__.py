@@ -46,7 +46,16 @@ COMMAND_MODULES = {
 }
 
 
-PATH = click.Path(path_type=Path)
+class _NamedPath(click.Path):
+    """click.Path that refuses '': Path('') is the current directory, which no option means."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            self.fail("'' names no file or directory.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+PATH = _NamedPath(path_type=Path)
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 

@@ -67,12 +67,14 @@ import itertools
 import logging
 import math
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.engine.layout import even_bounds
 from slurm_hetero.layout import LayoutError, RankLayout, current
+from slurm_hetero.slurm import syntax
 
 if TYPE_CHECKING:
     import torch
@@ -511,6 +513,13 @@ def _rendezvous(lay: Mapping[str, Any] | None, problem: str | None) -> tuple[int
             f"MASTER_ADDR/MASTER_PORT {env.get('MASTER_ADDR')}/{port or None} name no rendezvous; "
             "start the ranks with slurm-hetero launch"
         )
+    try:  # torch would retry a name that does not resolve until its timeout
+        socket.getaddrinfo(env["MASTER_ADDR"], int(port), type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise LayoutError(
+            f"MASTER_ADDR {syntax.text(env['MASTER_ADDR'])} does not resolve ({e}); "
+            "start the ranks with slurm-hetero launch"
+        ) from None
     if not all(v.isdigit() for v in given) or int(given[0]) >= int(given[1]):
         raise LayoutError(
             f"RANK/WORLD_SIZE {given[0]}/{given[1]} name no rank; start the ranks with slurm-hetero launch"

@@ -351,3 +351,19 @@ def test_non_ascii_digits_are_refused_in_specs(args: list[str]) -> None:
 def test_whole_number_takes_ascii_digits_only(text: str) -> None:
     assert syntax.whole_number(text) is None
     assert syntax.whole_number("0012") == 12 and syntax.whole_number("9" * 18) == 10**18 - 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["discover", "--from-file", "", "--node", "x"],
+        ["gres", "render", "--inventory", "", "--out", "out"],
+        ["health", "--inventory", str(EXAMPLE), "--node", "a100n1", "--from-file", ""],
+        ["install", "--prefix", ""],
+    ],
+)
+def test_an_empty_path_is_a_usage_error(args: list[str]) -> None:
+    """adv48 row 207: `--from-file ''` read as the current directory ('.: capture file is a directory')."""
+    result = invoke(*args)
+    assert_clean(result)
+    assert result.exit_code == 2 and "'' names no file or directory." in result.stderr

@@ -229,6 +229,7 @@ def test_the_example_replaces_its_losses_file_whole(tmp_path: Path) -> None:
         {"RANK": "abc"},  # 111
         {"MASTER_ADDR": ""},  # 110: no rendezvous
         {"MASTER_PORT": "99999"},
+        {"MASTER_ADDR": "no.such.host.invalid"},  # adv48 row 172: torch retried it to its timeout
     ],
 )
 def test_an_environment_that_is_not_the_layouts_rank_is_one_line(tmp_path: Path, env: dict[str, str]) -> None:
