@@ -497,7 +497,9 @@ def test_simulated_nodes_in_the_inventory_keep_their_records(capsys: pytest.Capt
     assert run.launch(GPT2, options, {}) == 0
     assert "a100_80g" in capsys.readouterr().out
     wrong = dataclasses.replace(options, simulate="a100n1:l40s:2")
-    with pytest.raises(run.LaunchError, match="the inventory has a100n1 with a100_80g"):
+    with pytest.raises(
+        run.LaunchError, match="the inventory has a100n1 with a100_80g; simulate a100n1:a100_80g$"
+    ):
         run.launch(GPT2, wrong, {})
 
 
