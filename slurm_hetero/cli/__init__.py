@@ -46,16 +46,33 @@ COMMAND_MODULES = {
 }
 
 
-class _NamedPath(click.Path):
-    """click.Path that refuses '': Path('') is the current directory, which no option means."""
+class _Given(click.ParamType):
+    """A value that may not be '': as a path it would be the current directory (Path('')), which no
+    option means; as a name (--model, --nodes, --log) it names nothing."""
+
+    empty = "'' names nothing."
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value == "":
-            self.fail("'' names no file or directory.", param, ctx)
+            self.fail(self.empty, param, ctx)
         return super().convert(value, param, ctx)
 
 
-PATH = _NamedPath(path_type=Path)
+class _GivenPath(_Given, click.Path):
+    empty = "'' names no file or directory."
+
+
+class _GivenText(_Given, click.types.StringParamType):
+    pass
+
+
+def path_type(**options: Any) -> click.Path:
+    """The command line's path type (a pathlib.Path unless `path_type` says otherwise)."""
+    return _GivenPath(**{"path_type": Path, **options})
+
+
+PATH = path_type()
+TEXT = _GivenText()  # a name or text option that may not be ''
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import TEXT, cli, path_type
 from slurm_hetero.cli.options import SEQ
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.core.readfile import read_text, unusable_path
@@ -56,13 +56,15 @@ def summary(result: Calibration, path: Path) -> str:
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=path_type(dir_okay=False),
     default=DEFAULT_OUT,
     show_default=True,
     help="YAML file to merge the result into.",
 )
 @click.option(
-    "--model", help="Also time one layer of this model (bundled name or config.json) per micro-batch size."
+    "--model",
+    type=TEXT,
+    help="Also time one layer of this model (bundled name or config.json) per micro-batch size.",
 )
 @click.option("--seq", type=SEQ, help="With --model: tokens per sequence [default: the model's context].")
 @click.option(
@@ -139,9 +141,11 @@ def _naming(path: Path) -> Iterator[None]:
 
 
 @cli.command("convert-profile")
-@click.argument("profiles", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("profiles", type=path_type(dir_okay=False))
 @click.option("--sailor-model", required=True, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...).")
-@click.option("--model", required=True, help="Our model (bundled name or config.json) the profiles measured.")
+@click.option(
+    "--model", required=True, type=TEXT, help="Our model (bundled name or config.json) the profiles measured."
+)
 @click.option("--seq", type=SEQ, required=True, help="Sequence length the profiles measured.")
 @click.option(
     "--types", "types", required=True, help="SAILOR_GPU=TYPE[,...]: which of our types each GPU is."
@@ -155,13 +159,11 @@ def _naming(path: Path) -> Iterator[None]:
 )
 @click.option(
     "--network",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=path_type(dir_okay=False),
     help="SAILOR's inter-node bandwidths (its multizone_bandwidths_het.json): store each type's "
     "network_gbs, at one sample's hidden state in fp32.",
 )
-@click.option(
-    "--out", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_OUT, show_default=True
-)
+@click.option("--out", type=path_type(dir_okay=False), default=DEFAULT_OUT, show_default=True)
 def convert_profile(
     profiles: Path,
     sailor_model: str,

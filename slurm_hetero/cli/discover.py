@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli, from_file_option, models_dir_option
+from slurm_hetero.cli import TEXT, cli, from_file_option, models_dir_option, path_type
 from slurm_hetero.cli.options import Count
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import HeteroError, InventoryError
@@ -75,13 +75,14 @@ def _list_vendors() -> None:
 @click.option("--real-memory", help="NodeName RealMemory= (MiB, or with a M/G/T suffix).")
 @click.option(
     "--host-root",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=path_type(file_okay=False),
     help="With --from-file: a copy of the node's /sys/devices/system/cpu and /proc/meminfo under this "
     "directory (DIR/sys/..., DIR/proc/meminfo); gives CPUs, sockets, cores, threads and memory as "
     "slurmd -C would, and turns the captured CPU affinity into Slurm core indices (Cores=).",
 )
 @click.option(
     "--model",
+    type=TEXT,
     help="With --vendor and --from-file: the device model where the captures name none (Hygon's "
     "default hy-smi table, NVIDIA's `nvidia-smi topo -m` alone); memory comes from the catalog.",
 )
@@ -90,6 +91,7 @@ def _list_vendors() -> None:
 @click.option(
     "--nodes",
     "fan_nodes",
+    type=TEXT,
     metavar="HOSTLIST",
     help="Discover on these nodes (srun where Slurm can run a step, ssh for drained/down ones); "
     "prints one JSON line per node.",

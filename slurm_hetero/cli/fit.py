@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import Decorator, cli, inventory_option
+from slurm_hetero.cli import TEXT, Decorator, cli, inventory_option
 from slurm_hetero.cli.catalog import Column, render_table
 from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, cost_options, stacked
 from slurm_hetero.core.errors import ConfigError, RequestError
@@ -212,7 +212,9 @@ def fit_options(layout: bool = True) -> Decorator:
 
 
 @cli.command("fit")
-@click.option("--model", "model_ref", metavar="NAME|PATH", help="Bundled model name or a config.json path.")
+@click.option(
+    "--model", "model_ref", metavar="NAME|PATH", type=TEXT, help="Bundled model name or a config.json path."
+)
 @fit_options()
 @inventory_option("Inventory (YAML or JSON): list its device types that hold the job.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (bytes).")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from slurm_hetero.cli import checked, cli, config_option, inventory_option, models_dir_option
+from slurm_hetero.cli import PATH, checked, cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core import proc
@@ -53,9 +53,7 @@ def gres() -> None:
 
 @gres.command()
 @inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
-@click.option(
-    "--out", required=True, type=click.Path(path_type=Path), help="Directory for gres.conf, slurm-nodes.conf."
-)
+@click.option("--out", required=True, type=PATH, help="Directory for gres.conf, slurm-nodes.conf.")
 @click.option(
     "--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change; write nothing."
 )
@@ -75,7 +73,7 @@ def gres() -> None:
     help="AutoDetect=nvml on NVIDIA nodes, rsmi on AMD ones: slurmd checks the rendered lines against "
     "what it detects (needs a slurmd built with NVML / ROCm SMI).",
 )
-@click.option("--template-dir", type=click.Path(path_type=Path), help="Override templates (same file names).")
+@click.option("--template-dir", type=PATH, help="Override templates (same file names).")
 @models_dir_option("Site catalog dir.")
 @click.option("--local-slurmd", "local_host", help="Dev cluster: every node is a slurmd on this host name.")
 @click.option(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import cli, from_file_option, inventory_option
+from slurm_hetero.cli import TEXT, cli, from_file_option, inventory_option
 from slurm_hetero.core.errors import HeteroError, InventoryError
 from slurm_hetero.core.journal import audit
 from slurm_hetero.inventory import document as inventory
@@ -63,7 +63,9 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
 @click.option("--vendor", "vendors", multiple=True, help="Only this vendor (repeatable), as discover.")
 @from_file_option("Check captured tool output instead of running the tool (repeatable).")
 @click.option(
-    "--model", help="With --vendor and --from-file: the model where the captures name none, as discover."
+    "--model",
+    type=TEXT,
+    help="With --vendor and --from-file: the model where the captures name none, as discover.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be drained or resumed; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line.")
@@ -106,7 +108,8 @@ def health(
         expected = dataclasses.replace(
             expected, devices=tuple(dataclasses.replace(d, links=()) for d in expected.devices)
         )
-    _report(check(name, expected, devices, show_node, dry_run, unasked), dry_run, as_json)
+    whole = set(wanted) == set(present)
+    _report(check(name, expected, devices, show_node, dry_run, unasked, whole), dry_run, as_json)
 
 
 def _said(vendor: str, error: HeteroError) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import PATH, cli
+from slurm_hetero.cli import PATH, TEXT, cli
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.node.install import Layout, default_source, install, slurm_conf_value, uninstall
 
@@ -28,7 +28,7 @@ from slurm_hetero.node.install import Layout, default_source, install, slurm_con
 @click.option(
     "--inventory", "inventory_file", type=PATH, help="Install this inventory as SITE/inventory.yaml (0644)."
 )
-@click.option("--config", "config", help="Suite config the TaskProlog reads (a path on the node).")
+@click.option("--config", "config", type=TEXT, help="Suite config the TaskProlog reads (a path on the node).")
 @click.option("--pip-option", "pip_options", multiple=True, help="Pass to pip (repeatable): --no-index, ...")
 @click.option("--upgrade", is_flag=True, help="Replace an install: a new venv, the scripts then name it.")
 @click.option(

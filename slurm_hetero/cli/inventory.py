@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from slurm_hetero.cli import cli, models_dir_option
+from slurm_hetero.cli import PATH, cli, models_dir_option
 from slurm_hetero.core.writefile import write_atomic
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
@@ -20,10 +20,8 @@ def inventory_group() -> None:
 
 
 @inventory_group.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically) instead of stdout."
-)
+@click.argument("files", nargs=-1, required=True, type=PATH)
+@click.option("-o", "--output", type=PATH, help="Write here (atomically) instead of stdout.")
 @click.option("--no-fold", is_flag=True, help="Keep one record per node instead of folding identical nodes.")
 @click.option("--json", "as_json", is_flag=True, help="Write JSON (fast to read for big clusters).")
 def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: bool) -> None:
@@ -39,7 +37,7 @@ def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: 
 
 
 @inventory_group.command()
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=PATH)
 @models_dir_option("Site catalog dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def check(file: Path, models_dirs: tuple[Path, ...], as_json: bool) -> None:

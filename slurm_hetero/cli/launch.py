@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli
+from slurm_hetero.cli import cli, path_type
 from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
@@ -127,14 +127,14 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 @click.option(
     "--inventory",
     "inventory_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=path_type(dir_okay=False),
     envvar="SLURM_HETERO_INVENTORY",
     help=f"Cluster inventory (the same file on every node) [default: {DEFAULT_INVENTORY} when "
     "installed, else the device types Slurm reports for the nodes].",
 )
 @click.option(
     "--measured",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=path_type(dir_okay=False),
     help="Measured throughput (what `calibrate` writes, or TYPE: TFLOPS lines).",
 )
 @click.option("--even", is_flag=True, help="Equal layers and samples on the chosen shape (for comparisons).")
@@ -160,7 +160,7 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option("--master-port", type=Count(1, 65535), help="MASTER_PORT [default: from job and step id].")
-@click.option("--log-dir", type=click.Path(), help="Write DIR/rank-R.out and .err.")
+@click.option("--log-dir", type=path_type(path_type=None), help="Write DIR/rank-R.out and .err.")
 @click.option(
     "--resume",
     metavar="DIR",

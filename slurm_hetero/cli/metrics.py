@@ -18,7 +18,7 @@ from prometheus_client.core import Metric
 
 from slurm_hetero.accounting import metrics
 from slurm_hetero.accounting.report import capacity
-from slurm_hetero.cli import checked, cli, inventory_option
+from slurm_hetero.cli import PATH, TEXT, checked, cli, inventory_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.report import inventory_differs
 from slurm_hetero.core import proc
@@ -84,8 +84,10 @@ def registry(inventory_path: Path, log: str | None, serving: bool = False) -> Co
 @inventory_option(
     "The cluster inventory (vendor of each type).", default=inventory.DEFAULT_INVENTORY, show_default=True
 )
-@click.option("--log", "log_path", help="slurmctld's log: also count the hook's rewrites and refusals.")
-@click.option("--textfile", type=click.Path(path_type=Path), help="Write FILE (*.prom) for node_exporter.")
+@click.option(
+    "--log", "log_path", type=TEXT, help="slurmctld's log: also count the hook's rewrites and refusals."
+)
+@click.option("--textfile", type=PATH, help="Write FILE (*.prom) for node_exporter.")
 @click.option("--serve", "port", type=Count(1, 65535), help="Serve /metrics on PORT (not with --textfile).")
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address --serve listens on.")
 def metrics_command(

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import Decorator
+from slurm_hetero.cli import TEXT, Decorator
 from slurm_hetero.engine.limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_SEQ, NETWORK_GBS_RANGE
 from slurm_hetero.engine.modelcost import (
     AUTO,
@@ -85,6 +85,7 @@ def model_options(required: bool = True) -> Decorator:
         click.option(
             "--model",
             required=required,
+            type=TEXT,
             help=f"Bundled model (slurm-hetero fit --list-models) or a Hugging Face config.json.{extra}",
         ),
         click.option(

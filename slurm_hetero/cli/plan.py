@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli, inventory_option
+from slurm_hetero.cli import cli, inventory_option, path_type
 from slurm_hetero.cli.catalog import Column, number, render_table
 from slurm_hetero.cli.options import (
     DEGREE,
@@ -368,7 +368,7 @@ def cross_type_gbs(
 @click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
 @inventory_option(
     "Cluster inventory: TYPE may then be any Type= name it uses (facts from the device model).",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=path_type(dir_okay=False),
 )
 @model_options()
 @click.option(
@@ -391,9 +391,7 @@ def cross_type_gbs(
     show_default=True,
     help="Share of the catalog bf16/fp16 peak a device sustains.",
 )
-@click.option(
-    "--measured", type=click.Path(dir_okay=False, path_type=Path), help="YAML of type: sustained TFLOPS."
-)
+@click.option("--measured", type=path_type(dir_okay=False), help="YAML of type: sustained TFLOPS.")
 @click.option(
     "--objective",
     type=click.Choice(OBJECTIVES),
@@ -412,9 +410,7 @@ def cross_type_gbs(
     "--leave-out", is_flag=True, help="Leave a device type idle when the step is better without it."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option(
-    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw one step (.png, .svg, .pdf)."
-)
+@click.option("--plot", type=path_type(dir_okay=False), help="Draw one step (.png, .svg, .pdf).")
 def plan(
     devices: str,
     model: str,

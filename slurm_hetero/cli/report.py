@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from slurm_hetero.accounting import report
-from slurm_hetero.cli import cli, inventory_option, plots
+from slurm_hetero.cli import PATH, TEXT, cli, inventory_option, plots
 from slurm_hetero.cli.catalog import render_table
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import ConfigError, HeteroError, InventoryError
@@ -120,12 +120,13 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
 @click.option("--until", default="now", show_default=True, help="End (exclusive), same forms.")
 @click.option("--by", type=click.Choice(report.GROUPINGS), default="type", show_default=True)
 @click.option(
-    "--log", "log_path", help="slurmctld's log for the hook's refusals (default: SlurmctldLogFile)."
+    "--log",
+    "log_path",
+    type=TEXT,
+    help="slurmctld's log for the hook's refusals (default: SlurmctldLogFile).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option(
-    "--plot", type=click.Path(path_type=Path), help="Also draw the report into FILE (*.png, *.svg or *.pdf)."
-)
+@click.option("--plot", type=PATH, help="Also draw the report into FILE (*.png, *.svg or *.pdf).")
 def report_command(
     inventory_path: Path,
     since: str,

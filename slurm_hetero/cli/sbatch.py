@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli, inventory_option
+from slurm_hetero.cli import TEXT, cli, inventory_option
 from slurm_hetero.cli.fit import breakdown, fit_options
 from slurm_hetero.cli.gres import local_slurm_release
 from slurm_hetero.cli.hostfile import read_hosts
@@ -189,7 +189,9 @@ def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
 @cli.command(
     name="sbatch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
-@click.option("--model", help="Bundled model name or a Hugging Face config.json: size the request.")
+@click.option(
+    "--model", type=TEXT, help="Bundled model name or a Hugging Face config.json: size the request."
+)
 @fit_options(layout=False)
 @inventory_option(
     f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli, config_option, inventory_option, models_dir_option
+from slurm_hetero.cli import PATH, cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count, stacked
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
@@ -71,7 +71,7 @@ def job_submit() -> None:
 
 @job_submit.command("render")
 @_inventory_opt
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory for the four files.")
+@click.option("--out", required=True, type=PATH, help="Directory for the four files.")
 @_config_opt
 @_models_opt
 @click.option("--table-path", help="Absolute table path to bake in (default: beside job_submit.lua).")

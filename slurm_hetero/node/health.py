@@ -90,9 +90,10 @@ def drain_reason(faults: Sequence[Fault]) -> str:
 
 
 def act(
-    node: str, faults: Sequence[Fault], record: SlurmNodeRecord | None, dry_run: bool
+    node: str, faults: Sequence[Fault], record: SlurmNodeRecord | None, dry_run: bool, whole: bool = True
 ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
-    """Drain on faults, resume our own drain when healthy; (actions, notes)."""
+    """Drain on faults, resume our own drain when healthy (and `whole`: every vendor of the node was
+    checked, so no fault of another's is lifted); (actions, notes)."""
     if record is None:
         return (), (f"node {node} is not known to Slurm: nothing drained or resumed",)
     if faults:
@@ -106,6 +107,8 @@ def act(
         if record.drained_by_us and record.reason == reason:
             return (), ()
         return (tuple(scontrol.drain(node, reason, dry_run)),), ()
+    if record.drained_by_us and not whole:
+        return (), (f"node {node} stays drained ({record.reason}): only some of its vendors were checked",)
     if record.drained_by_us:
         return (tuple(scontrol.resume(node, dry_run)),), ()
     return (), ()
@@ -118,13 +121,14 @@ def check(
     record: Callable[[str], SlurmNodeRecord | None],
     dry_run: bool = False,
     unasked: Mapping[str, str] | None = None,
+    whole: bool = True,
 ) -> HealthReport:
-    """Compare, then drain or resume as needed; `record` reads the node's record from Slurm once
-    the faults are logged (a Slurm that cannot be asked then fails with them said)."""
+    """Compare, then drain or resume as needed (`act`); `record` reads the node's record from Slurm
+    once the faults are logged (a Slurm that cannot be asked then fails with them said)."""
     faults = compare(expected, found, unasked)
     journal = audit("slurm-hetero-health")
     for fault in faults:
         logger.warning("%s: %s", node, fault)
         journal.warning("node %s: %s", node, fault)
-    actions, notes = act(node, faults, record(node), dry_run)
+    actions, notes = act(node, faults, record(node), dry_run, whole)
     return HealthReport(node, tuple(faults), actions, notes)

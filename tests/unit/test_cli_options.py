@@ -360,10 +360,29 @@ def test_whole_number_takes_ascii_digits_only(text: str) -> None:
         ["gres", "render", "--inventory", "", "--out", "out"],
         ["health", "--inventory", str(EXAMPLE), "--node", "a100n1", "--from-file", ""],
         ["install", "--prefix", ""],
+        # adv49 rows 155-186: the other path options, then names
+        ["discover", "--host-root", "", "--vendor", "nvidia", "--node", "x"],
+        ["gres", "render", "--inventory", str(EXAMPLE), "--out", ""],
+        ["gres", "render", "--inventory", str(EXAMPLE), "--out", "out", "--template-dir", ""],
+        ["job-submit", "render", "--inventory", str(EXAMPLE), "--out", ""],
+        ["plan", "--devices", "a100:2", "--model", "gpt2", "--measured", ""],
+        ["launch", "--dry-run", "--log-dir", "", "--", "true"],
+        ["plan", "--devices", "a100:2", "--model", ""],
+        ["launch", "--model", "", "--dry-run", "--", "true"],
+        ["calibrate", "--model", "", "--device", "cpu"],
+        ["fit", "--model", ""],
+        ["report", "--log", ""],
+        ["metrics", "--log", ""],
+        ["discover", "--nodes", ""],
+        ["install", "--config", ""],
     ],
 )
-def test_an_empty_path_is_a_usage_error(args: list[str]) -> None:
-    """adv48 row 207: `--from-file ''` read as the current directory ('.: capture file is a directory')."""
+def test_an_empty_path_or_name_is_a_usage_error(args: list[str]) -> None:
+    """adv48 row 207: `--from-file ''` read as the current directory ('.: capture file is a
+    directory'); adv49: `gres render --out ''` wrote into it, `plan --model ''` read its config.json,
+    `report --log ''` took the default."""
     result = invoke(*args)
     assert_clean(result)
-    assert result.exit_code == 2 and "'' names no file or directory." in result.stderr
+    assert result.exit_code == 2 and (
+        "'' names no file or directory." in result.stderr or "'' names nothing." in result.stderr
+    )

@@ -389,3 +389,24 @@ def test_vendor_checks_only_that_vendors_devices_of_a_mixed_node(
     result = run_health(inv, WHOLE, fake, monkeypatch, "--vendor", "amd")
     assert result.exit_code == 1 and fake.updates() == []
     assert f"--vendor amd: npu1 has no amd devices in {inv} (['ascend', 'nvidia'])" in result.output
+
+
+def test_a_check_of_some_vendors_never_resumes_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv49 rows 68-70: `--vendor ascend` found its devices healthy and resumed a drain that named
+    the node's nvidia device, which it had not checked."""
+    node = discover_node(load_catalog(), ["ascend"], [WHOLE], "npu1", {"cpus": 16, "real_memory_mib": 16000})
+    l40s = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s")
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(
+        inventory.dumps(ClusterInventory(nodes=(dataclasses.replace(node, devices=(*node.devices, l40s)),)))
+    )
+    drained = node_line("npu1", "IDLE+DRAIN", "slurm-hetero: nvidia 0 (/dev/nvidia0): missing")
+    fake = FakeSlurm(drained)
+    result = run_health(inv, WHOLE, fake, monkeypatch)
+    assert result.exit_code == 0 and fake.updates() == [], result.output
+    assert (
+        "npu1 stays drained (slurm-hetero: nvidia 0 (/dev/nvidia0): missing): only some of its vendors"
+        in result.output
+    )
