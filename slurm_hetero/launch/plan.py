@@ -207,7 +207,10 @@ def _site(job: JobEnv, index: int, node: SlurmNode) -> Site:
     if not node.devices:
         raise LaunchPlanError(f"{name} has no healthy devices in the inventory")
     if len(types) > 1:
-        raise LaunchPlanError(f"{name} has devices of several types ({', '.join(types)}); launch uses one")
+        raise LaunchPlanError(
+            f"{name} has devices of several types ({', '.join(types)}); launch plans one type per node: "
+            "run the step on nodes of one type (srun -w/-x, or --constraint)"
+        )
     if tasks > len(node.devices):
         raise LaunchPlanError(
             f"{name} runs {tasks} tasks but has {len(node.devices)} {types[0]} devices; one task per device"

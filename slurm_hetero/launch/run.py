@@ -179,7 +179,8 @@ def simulated_inventory(
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
         if types != [_canonical(catalog, gres_type)]:
-            fix = "launch runs one type per node" if len(types) > 1 else f"simulate {name}:{types[0]}"
+            several = "launch plans one type per node: simulate another node"
+            fix = several if len(types) > 1 else f"simulate {name}:{types[0]}"
             raise LaunchError(
                 f"--simulate {name}:{gres_type}: the inventory has {name} with {', '.join(types)}; {fix}"
             )

@@ -380,7 +380,8 @@ def test_a_family_with_no_shape_is_refused_as_that_not_as_memory() -> None:
                     node("n2", "l40s", 2),
                 )
             ),
-            "several types",
+            # adv49 rows 200-202: the line said "launch uses one" and no way on
+            r"several types \(a100_80g, l40s\); launch plans one type per node: run the step on nodes of one",
         ),
     ],
 )
