@@ -47,19 +47,19 @@ COMMAND_MODULES = {
 
 
 class _Given(click.ParamType):
-    """A value that may not be '': as a path it would be the current directory (Path('')), which no
-    option means; as a name (--model, --nodes, --log) it names nothing."""
+    """A value that may not be empty or blank (an unset "$LOGDIR"): as a path '' would be the current
+    directory (Path('')), which no option means; as a name (--model, --nodes, --log) it names nothing."""
 
-    empty = "'' names nothing."
+    empty = "names nothing"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value == "":
-            self.fail(self.empty, param, ctx)
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} {self.empty}.", param, ctx)
         return super().convert(value, param, ctx)
 
 
 class _GivenPath(_Given, click.Path):
-    empty = "'' names no file or directory."
+    empty = "names no file or directory (. is the current one)"
 
 
 class _GivenText(_Given, click.types.StringParamType):

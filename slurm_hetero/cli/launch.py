@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli, path_type
+from slurm_hetero.cli import PATH, cli, path_type
 from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
@@ -62,16 +62,6 @@ def launch_options(model: str | None, measured: Path | None, opts: dict[str, Any
     )
 
 
-def _directory(option: str, text: str | None) -> Path | None:
-    """--log-dir, --resume; empty (an unset "$LOGDIR" or "$CKPT") is refused, not read as the
-    current directory or as no checkpointing."""
-    if text is None:
-        return None
-    if not text.strip():
-        raise RequestError(f"{option} ''", "empty; give a directory you can write (. for this one)")
-    return Path(text)
-
-
 def layout_view(model: str | None, plan_options: LaunchOptions) -> Any:
     """How `plan` shows a layout (table, JSON document), for `--dry-run`."""
     from slurm_hetero.cli.plan import catalog_estimates, layout_document, render_layout, with_measured_notes
@@ -98,8 +88,8 @@ def run_options(command: tuple[str, ...], opts: dict[str, Any], view: Any = None
     return RunOptions(
         command=command,
         inventory=opts["inventory_path"],
-        log_dir=_directory("--log-dir", opts["log_dir"]),
-        resume=_directory("--resume", opts["resume"]),
+        log_dir=opts["log_dir"],
+        resume=opts["resume"],
         layout_view=view,
         **{name: opts[name] for name in ("exec_command", "dry_run", "simulate", "as_json")},
     )
@@ -160,9 +150,10 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 )
 @click.option("--master-addr", help="MASTER_ADDR [default: the step's first node].")
 @click.option("--master-port", type=Count(1, 65535), help="MASTER_PORT [default: from job and step id].")
-@click.option("--log-dir", type=path_type(path_type=None), help="Write DIR/rank-R.out and .err.")
+@click.option("--log-dir", type=PATH, help="Write DIR/rank-R.out and .err.")
 @click.option(
     "--resume",
+    type=PATH,
     metavar="DIR",
     help="Checkpoint directory: checked (writable, this model's), exported as SLURM_HETERO_CHECKPOINT; "
     "training resumes from its last checkpoint on whatever layout this step plans.",

@@ -384,5 +384,6 @@ def test_an_empty_path_or_name_is_a_usage_error(args: list[str]) -> None:
     result = invoke(*args)
     assert_clean(result)
     assert result.exit_code == 2 and (
-        "'' names no file or directory." in result.stderr or "'' names nothing." in result.stderr
+        "'' names no file or directory (. is the current one)." in result.stderr
+        or "'' names nothing." in result.stderr
     )

@@ -578,8 +578,11 @@ def test_an_empty_log_dir_or_resume_is_refused_not_the_current_directory(
     result = CliRunner().invoke(
         cli, ["launch", "--master-addr", "127.0.0.1", option, empty, "--", "true"], env=env
     )
-    assert result.exit_code == 1, result.output
-    assert result.output.startswith(f"slurm-hetero: {option} '': empty") and result.output.count("\n") == 1
+    assert result.exit_code == 2, result.output  # a usage error, as every empty path option
+    said = (
+        f"Error: Invalid value for '{option}': {empty!r} names no file or directory (. is the current one)."
+    )
+    assert result.output.strip().splitlines()[-1] == said, result.output
     assert list(tmp_path.iterdir()) == []
 
 
