@@ -86,7 +86,7 @@ def health(
     if expected is None:
         raise InventoryError(f"node {name} is not in {inventory_path}; pass --node NAME or re-render")
     present = sorted({d.vendor for d in expected.devices})
-    if stray := [v for v in vendors if v not in present]:
+    if stray := [get_vendor(v).name for v in vendors if v not in present]:  # an unknown name: its error
         raise InventoryError(
             f"--vendor {stray[0]}: {name} has no {stray[0]} devices in {inventory_path} ({present})"
         )

@@ -389,6 +389,8 @@ def test_vendor_checks_only_that_vendors_devices_of_a_mixed_node(
     result = run_health(inv, WHOLE, fake, monkeypatch, "--vendor", "amd")
     assert result.exit_code == 1 and fake.updates() == []
     assert f"--vendor amd: npu1 has no amd devices in {inv} (['ascend', 'nvidia'])" in result.output
+    result = run_health(inv, WHOLE, fake, monkeypatch, "--vendor", "NVIDIA")  # adv49 row 82
+    assert result.exit_code == 1 and "unknown vendor 'NVIDIA'; known vendors: amd, ascend," in result.output
 
 
 def test_a_check_of_some_vendors_never_resumes_the_node(
