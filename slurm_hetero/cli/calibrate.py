@@ -142,7 +142,9 @@ def _naming(path: Path) -> Iterator[None]:
 
 @cli.command("convert-profile")
 @click.argument("profiles", type=path_type(dir_okay=False))
-@click.option("--sailor-model", required=True, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...).")
+@click.option(
+    "--sailor-model", required=True, type=TEXT, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...)."
+)
 @click.option(
     "--model", required=True, type=TEXT, help="Our model (bundled name or config.json) the profiles measured."
 )

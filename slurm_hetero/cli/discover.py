@@ -99,6 +99,7 @@ def _list_vendors() -> None:
 @click.option("--all", "fan_all", is_flag=True, help="As --nodes, on every node Slurm knows.")
 @click.option(
     "--remote-command",
+    type=TEXT,
     default="slurm-hetero",
     show_default=True,
     help="How to run slurm-hetero on the nodes (--nodes/--all).",

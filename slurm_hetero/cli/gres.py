@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from slurm_hetero.cli import PATH, checked, cli, config_option, inventory_option, models_dir_option
+from slurm_hetero.cli import PATH, TEXT, checked, cli, config_option, inventory_option, models_dir_option
 from slurm_hetero.cli.options import Count
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core import proc
@@ -96,6 +96,7 @@ def gres() -> None:
 @config_option("Suite config file (its sharing.shard_size applies; --share wins).")
 @click.option(
     "--slurm-release",
+    type=TEXT,
     metavar="YY.MM",
     help="Write for this Slurm release, e.g. 24.11 (default: `scontrol --version` here, else "
     f"{DEFAULT_SLURM_RELEASE}). After 22.05, gres.conf Cores= lists cover whole sockets.",

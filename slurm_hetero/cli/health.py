@@ -96,11 +96,17 @@ def health(
     failed: dict[str, HeteroError] = {}
     if from_files:
         found = devices_from_files(vendors, from_files, load_catalog(), model)
+        # captures answer for the vendor they are of (discover's sniff without --vendor)
+        if stray := sorted({v.name for v, _ in found} - set(present)):
+            raise InventoryError(
+                f"the captures are of {stray[0]}; {name} has no {stray[0]} devices ({present})"
+            )
+        wanted = vendors or tuple(sorted({v.name for v, _ in found}))
     else:
         found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]
     unasked = {vendor: _said(vendor, error) for vendor, error in failed.items()}
-    # --vendor V checks V's devices only: the node's other vendors were not asked
+    # the node's other vendors were not asked: their devices are not checked, nor is a drain lifted
     expected = dataclasses.replace(expected, devices=tuple(d for d in expected.devices if d.vendor in wanted))
     if from_files and not any(d.links for d in devices):
         # captures without a topology listing (nvidia-smi --query-gpu, npu-smi info) show no

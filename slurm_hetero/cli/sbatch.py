@@ -199,6 +199,7 @@ def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
 )
 @click.option(
     "--slurm-release",
+    type=TEXT,
     help="The sbatch whose job_desc the hook check models (YY.MM) [default: scontrol --version's].",
 )
 @click.option("--dry-run", "--print", "dry_run", is_flag=True, help="Print the sbatch command; run nothing.")

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -56,6 +57,17 @@ def write_inventory(tmp_path: Path, name: str = "npu1") -> Path:
     node = discover_node(load_catalog(), ["ascend"], [WHOLE], name, {"cpus": 16, "real_memory_mib": 16000})
     path = tmp_path / "inventory.yaml"
     path.write_text(inventory.dumps(ClusterInventory(nodes=(node,))))
+    return path
+
+
+def mixed_inventory(tmp_path: Path) -> Path:
+    """npu1 of write_inventory with an NVIDIA L40S beside its two Ascend devices."""
+    node = discover_node(load_catalog(), ["ascend"], [WHOLE], "npu1", {"cpus": 16, "real_memory_mib": 16000})
+    l40s = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s")
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        inventory.dumps(ClusterInventory(nodes=(dataclasses.replace(node, devices=(*node.devices, l40s)),)))
+    )
     return path
 
 
@@ -377,12 +389,7 @@ def test_vendor_checks_only_that_vendors_devices_of_a_mixed_node(
 ) -> None:
     """adv48 row 228: on a node of two vendors, --vendor ascend drained it for the other vendor's
     devices, which nobody had asked for."""
-    node = discover_node(load_catalog(), ["ascend"], [WHOLE], "npu1", {"cpus": 16, "real_memory_mib": 16000})
-    l40s = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s")
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text(
-        inventory.dumps(ClusterInventory(nodes=(dataclasses.replace(node, devices=(*node.devices, l40s)),)))
-    )
+    inv = mixed_inventory(tmp_path)
     fake = FakeSlurm(node_line("npu1"))
     result = run_health(inv, WHOLE, fake, monkeypatch)
     assert result.exit_code == 0 and result.output == "" and fake.updates() == [], result.output
@@ -398,12 +405,7 @@ def test_a_check_of_some_vendors_never_resumes_the_node(
 ) -> None:
     """adv49 rows 68-70: `--vendor ascend` found its devices healthy and resumed a drain that named
     the node's nvidia device, which it had not checked."""
-    node = discover_node(load_catalog(), ["ascend"], [WHOLE], "npu1", {"cpus": 16, "real_memory_mib": 16000})
-    l40s = Device("nvidia", "NVIDIA L40S", 0, "/dev/nvidia0", 46068, "l40s")
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text(
-        inventory.dumps(ClusterInventory(nodes=(dataclasses.replace(node, devices=(*node.devices, l40s)),)))
-    )
+    inv = mixed_inventory(tmp_path)
     drained = node_line("npu1", "IDLE+DRAIN", "slurm-hetero: nvidia 0 (/dev/nvidia0): missing")
     fake = FakeSlurm(drained)
     result = run_health(inv, WHOLE, fake, monkeypatch)
@@ -411,4 +413,31 @@ def test_a_check_of_some_vendors_never_resumes_the_node(
     assert (
         "npu1 stays drained (slurm-hetero: nvidia 0 (/dev/nvidia0): missing): only some of its vendors"
         in result.output
+    )
+
+
+def test_captures_of_one_vendor_check_only_its_devices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adv50: without --vendor, an ascend capture of a node that also holds an L40S drained it for
+    'nvidia 0 (/dev/nvidia0): missing', a device no capture was of."""
+    mixed = mixed_inventory(tmp_path)
+    fake = FakeSlurm(node_line("npu1"))
+    monkeypatch.setattr(proc, "run", fake.run)
+
+    def health(inv: Path, capture_file: Path) -> Any:
+        return CliRunner().invoke(
+            cli, ["health", "--inventory", str(inv), "--node", "npu1", "--from-file", str(capture_file)]
+        )
+
+    result = health(mixed, WHOLE)
+    assert result.exit_code == 0 and fake.updates() == [], result.output
+    result = health(mixed, capture(tmp_path, sick_text()))
+    [update] = fake.updates()
+    assert result.exit_code == 1 and "ascend 1" in update[4] and "nvidia" not in update[4], update
+    a100 = FIXTURES / "nvidia" / "nvidia-smi-q-x_a100-sxm4-80gb_mig_drv535_1-of-4-gpus.xml"
+    result = health(write_inventory(tmp_path), a100)
+    assert (
+        result.exit_code == 1
+        and "the captures are of nvidia; npu1 has no nvidia devices (['ascend'])" in result.output
     )
