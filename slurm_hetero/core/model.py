@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from slurm_hetero.core.compat import StrEnum
@@ -165,7 +166,7 @@ class SlurmNode:
     def name(self) -> str:
         return self.record.name
 
-    @property
+    @functools.cached_property  # read per rank by the launcher
     def gpu_env(self) -> str:
         """gres.conf `Flags=` of every `Name=gpu` line of the node: its vendor's, and no_gpu_env on
         a node of several vendors, where the TaskProlog's variables alone name devices. slurmd takes

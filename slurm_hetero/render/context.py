@@ -98,8 +98,7 @@ def _gres_device_lines(slurm_node: SlurmNode, local: LocalSlurmd | None, notes: 
     """One entry per device with links, else consecutive same-type same-cores devices folded.
     Linear in the node's devices (plus its Links= rows, which Slurm's format makes n x linked)."""
     devices, node, flags = slurm_node.devices, slurm_node.record, slurm_node.gpu_env
-    vendors = {d.vendor.name: d.vendor.slurm_gpu_env for d in devices}
-    if len(vendors) > 1 and set(vendors.values()) != {"no_gpu_env"}:  # Slurm would have set one
+    if any(d.vendor.slurm_gpu_env != flags for d in devices):  # several vendors: Slurm would have set one
         mixed = "several vendors: Flags=no_gpu_env, as slurmd takes one per node and numbers its "
         mixed += "variable over every vendor's devices; the TaskProlog's variables alone name them"
         if bare := sorted({d.vendor.name for d in devices if not d.vendor.visible_devices_env}):
