@@ -3,8 +3,8 @@
 This module owns what happens while the command runs (the launcher manual, `slurm_hetero.launch.run`,
 states the rules for users): the child is started with a parent-death signal, each output line is
 prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT and
-SIGHUP are forwarded to it and every process it started (STOP_SIGNALS), SIGUSR1 and SIGUSR2 to the
-command alone, and when it fails on its own the failing rank is named
+SIGHUP are forwarded to its process group and every process it started (STOP_SIGNALS), SIGUSR1
+and SIGUSR2 to the command alone, and when it fails on its own the failing rank is named
 first and the step is cancelled through `proc.run(["scancel", ...])`. `LaunchError` is the
 launcher's error for a command that cannot start; `launch.run` re-exports it.
 """
@@ -33,7 +33,7 @@ from slurm_hetero.launch.plan import RankPlan
 # from launch.run (the CLI's log lines show it).
 logger = logging.getLogger("slurm_hetero.launch.run")
 
-# Signals that ask the command to stop reach its whole tree (`signal_tree`): a shell's `sleep` or a
+# Signals that ask the command to stop reach its group and tree (`signal_tree`): a shell's `sleep` or a
 # trainer's workers left running kept the step's output open after the launcher exited 143 (F17).
 # SIGUSR1 and SIGUSR2 (a checkpoint request, `sbatch --signal`) go to the command alone, which
 # decides what its children hear.
@@ -85,14 +85,14 @@ def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
         time.sleep(0.05)
 
 
-def descendants(pid: int, proc_root: str = "/proc") -> list[int]:
-    """Every live process below `pid` (children, their children, ...), from /proc's parent ids;
-    [] where /proc cannot be read (not Linux)."""
-    children: dict[int, list[int]] = {}
+def _process_table(proc_root: str = "/proc") -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every live process, from /proc; [] where /proc cannot
+    be read (not Linux)."""
     try:
         entries = os.listdir(proc_root)
     except OSError:
         return []
+    table = []
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -102,8 +102,17 @@ def descendants(pid: int, proc_root: str = "/proc") -> list[int]:
         except OSError:  # ended meanwhile
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()  # after the command name, which may hold spaces
-        if len(fields) > 1 and fields[1].isdigit():
-            children.setdefault(int(fields[1]), []).append(int(entry))
+        if len(fields) > 2 and fields[1].isdigit() and fields[2].isdigit():
+            table.append((int(entry), int(fields[1]), int(fields[2])))
+    return table
+
+
+def descendants(pid: int, table: Sequence[tuple[int, int, int]] | None = None) -> list[int]:
+    """Every live process below `pid` (children, their children, ...) in `table`
+    (`_process_table()` when None)."""
+    children: dict[int, list[int]] = {}
+    for entry, parent, _group in _process_table() if table is None else table:
+        children.setdefault(parent, []).append(entry)
     out, todo = [], list(children.get(pid, ()))
     while todo:
         child = todo.pop()
@@ -113,18 +122,30 @@ def descendants(pid: int, proc_root: str = "/proc") -> list[int]:
 
 
 def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int] = ()) -> list[int]:
-    """Send `signum` to the command, every process it started (a shell's `sleep`, a trainer's
-    data-loader workers) and the processes `also` (the tree an earlier signal found, whose parents
-    may have ended since); the processes signalled. Stopping only the command left its children
-    running, so the step did not end until the failing rank's SIGKILL, and srun reported 137."""
-    tree = [*descendants(child.pid), child.pid] if child.poll() is None else []
-    pids = list(dict.fromkeys([*tree, *also]))
-    for pid in pids:
+    """Send `signum` to the command's process group (the command leads one: `Supervisor.run`
+    starts it in a session of its own), every process it started that left the group (a trainer's
+    workers in sessions of their own) and the processes `also` (the tree an earlier signal found,
+    whose parents may have ended since); the processes signalled. The group goes first, at once:
+    signalled one by one, a shell whose `sleep` was still being forked lost the sleep to SIGTERM
+    and ran its next command. Stopping only the command left its children running, so the step
+    did not end until the failing rank's SIGKILL, and srun reported 137."""
+    members: list[int] = []
+    others = list(also)
+    if child.poll() is None:  # not reaped: its pid, the group's id, is not reused
+        table = _process_table()
+        members = [pid for pid, _parent, group in table if group == child.pid]
+        others += descendants(child.pid, table)
+        try:
+            os.killpg(child.pid, signum)
+        except OSError:  # ended meanwhile
+            pass
+    others = [pid for pid in dict.fromkeys(others) if pid not in members]  # one signal each
+    for pid in others:
         try:
             os.kill(pid, signum)
         except OSError:  # ended meanwhile
             pass
-    return pids
+    return [*members, *others]
 
 
 def _alive(pids: Sequence[int]) -> list[int]:
@@ -171,6 +192,7 @@ class Supervisor:
             child = subprocess.Popen(
                 list(self.command), env=dict(self.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                start_new_session=True,  # a group of its own, for signal_tree
             )  # fmt: skip
         except OSError as e:
             raise LaunchError(f"cannot run {self.command[0]}: {e.strerror}") from e

@@ -893,14 +893,82 @@ def test_run_later_runs_its_steps_in_order_from_one_process_after_this_one_moves
 
 
 def test_descendants_reads_parent_ids_past_command_names_with_spaces(tmp_path: Path) -> None:
-    from slurm_hetero.launch.supervise import descendants
+    from slurm_hetero.launch.supervise import _process_table, descendants
 
     for pid, name, ppid in [(10, "sh", 1), (11, "py (worker) 1", 10), (12, "sleep", 11), (13, "other", 1)]:
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) S {ppid} {pid} {pid} 0 -1\n")
     (tmp_path / "self").mkdir()
-    assert sorted(descendants(10, str(tmp_path))) == [11, 12]
-    assert descendants(13, str(tmp_path)) == [] and descendants(10, str(tmp_path / "none")) == []
+    table = _process_table(str(tmp_path))
+    assert sorted(table) == [(10, 1, 10), (11, 10, 11), (12, 11, 12), (13, 1, 13)]
+    assert sorted(descendants(10, table)) == [11, 12]
+    assert descendants(13, table) == [] and _process_table(str(tmp_path / "none")) == []
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie its new parent has not reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_command_stopped_as_it_starts_leaves_nothing_behind() -> None:
+    """CI 23: SIGTERM to `sh -c 'sleep 30; echo ...'` as it started, sent process by process,
+    missed a `sleep` forked after the tree was read (it ran on, holding the output open) or killed
+    it while the shell survived and ran the echo. The command's process group is signalled at once."""
+    import subprocess
+    import time
+
+    from slurm_hetero.launch.supervise import _process_table, signal_tree
+
+    for _ in range(50):
+        child = subprocess.Popen(
+            ["sh", "-c", "sleep 30; echo ran on"], stdout=subprocess.PIPE, start_new_session=True
+        )
+        try:
+            signal_tree(child, signal.SIGTERM)
+            child.wait(timeout=10)
+            deadline, left = time.monotonic() + 5, [0]
+            while left and time.monotonic() < deadline:
+                left = [pid for pid, _, group in _process_table() if group == child.pid and not _ended(pid)]
+                time.sleep(0.01)
+            assert not left and child.returncode == -signal.SIGTERM, (left, child.returncode)
+            assert child.stdout is not None and child.stdout.read() == b""
+        finally:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            if child.stdout is not None:
+                child.stdout.close()
+
+
+def test_a_stop_reaches_an_orphan_left_in_the_commands_group() -> None:
+    """A double fork leaves `sleep` outside the command's tree (its parent ended) but in its
+    process group: it held the step's output open after the command was stopped."""
+    import subprocess
+    import time
+
+    from slurm_hetero.launch.supervise import _process_table, descendants, signal_tree
+
+    child = subprocess.Popen(["sh", "-c", "(sleep 60 &); sleep 61"], start_new_session=True)
+    try:
+        deadline, orphans = time.monotonic() + 10, []
+        while not orphans and time.monotonic() < deadline:
+            time.sleep(0.05)
+            table = _process_table()
+            group = {pid for pid, _parent, pgrp in table if pgrp == child.pid}
+            orphans = sorted(group - {child.pid, *descendants(child.pid, table)})
+        assert orphans, "the orphan never appeared"
+        assert set(orphans) <= set(signal_tree(child, signal.SIGTERM))
+        child.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while not all(map(_ended, orphans)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(map(_ended, orphans))
+    finally:
+        os.killpg(child.pid, signal.SIGKILL) if child.poll() is None else None
 
 
 def test_a_stopped_command_takes_its_children_with_it() -> None:
@@ -911,7 +979,7 @@ def test_a_stopped_command_takes_its_children_with_it() -> None:
 
     from slurm_hetero.launch.supervise import descendants, signal_tree
 
-    child = subprocess.Popen(["sh", "-c", "sleep 60; echo done"])
+    child = subprocess.Popen(["sh", "-c", "sleep 60; echo done"], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while not descendants(child.pid) and time.monotonic() < deadline:
