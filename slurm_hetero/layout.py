@@ -47,8 +47,13 @@ class GroupSpec:
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "layout") -> GroupSpec:
-        if not isinstance(raw, Mapping) or not all(isinstance(raw.get(k), str) for k in _GROUP_TEXT):
-            raise LayoutError(f"{where}: each group needs name, ranks, backend, comm and env; got {raw!r}")
+        if not isinstance(raw, Mapping) or not all(
+            isinstance(raw.get(k), str) and raw[k] for k in _GROUP_TEXT
+        ):
+            raise LayoutError(
+                f"{where}: each group needs name, ranks, backend and comm (non-empty text) and env; "
+                f"got {raw!r}"
+            )
         ranks, env = raw.get("ranks"), raw.get("env", {})
         if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks):
             raise LayoutError(
@@ -270,6 +275,8 @@ def _groups_problem(lay: RankLayout) -> str | None:
     if odd := next((n for n, ranks in groups.items() if ranks != sorted(set(ranks))), None):
         return f"group {odd!r} ranks {groups[odd]} must be sorted, each rank once"
     tp, dp = groups["tp"], groups["dp"]
+    if not set(groups.get("dp_local", dp)) <= set(dp):
+        return f"dp_local group {groups['dp_local']} is not within its dp group {dp}"
     if tp.index(lay.rank) != lay.tp_rank or len(tp) != lay.tp_size:
         return f"tp_rank {lay.tp_rank} of tp_size {lay.tp_size} is not its place in its tp group {tp}"
     if lay.tp_rank == 0 and len(dp) != lay.num_replicas:

@@ -102,7 +102,10 @@ def mutate(doc: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
         ({"grad_weight": "half"}, "grad_weight must be float, got 'half'"),
         ({"prev_rank": 1.5}, "prev_rank must be int or null, got 1.5"),
         ({"groups": {"dp": [0]}}, "groups must be a list"),
-        ({"group.backend": None}, "each group needs name, ranks, backend, comm and env"),
+        (
+            {"group.backend": None},
+            r"each group needs name, ranks, backend and comm \(non-empty text\) and env",
+        ),
         ({"group.ranks": ["0", 1]}, "ranks must be a list of integers"),
         ({"group.env": {"NCCL_IB_HCA": 5}}, "env must map names to strings"),
         ({"group.ranks": [0, 1]}, "must include rank 3"),

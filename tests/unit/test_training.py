@@ -342,6 +342,15 @@ GROUPS0 = [
             {"num_replicas": 2},
             "num_replicas 2 but its dp group is [0]: the replicas would not average gradients",
         ),
+        # adv49 132-134: a dp_local group outside the dp group, or a group without a backend
+        (
+            {"groups": [*GROUPS0, {**GROUPS0[1], "name": "dp_local", "ranks": [0, 2]}]},
+            "dp_local group [0, 2] is not within its dp group [0]",
+        ),
+        (
+            {"groups": [{**GROUPS0[0], "backend": ""}, *GROUPS0[1:]]},
+            "each group needs name, ranks, backend and comm (non-empty text) and env; got",
+        ),
         # adv46 F06: a rank without its tp group ended in StopIteration and gloo tracebacks
         (
             {"groups": [{"name": "xx", "ranks": [0, 1], "backend": "gloo", "comm": "ccl", "env": {}}]},
