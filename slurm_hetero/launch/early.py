@@ -18,6 +18,10 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
 PEER_FAILED = signal.SIGURG
+# Slurm delivers a step's signals (`scancel --signal`, `sbatch --signal=USR1@T`) to every process
+# of the step, the command and its children included: the launcher lets these pass (a forward made
+# the command's checkpoint handler run twice), and must not die of them (their default action).
+SLURM_DELIVERED = (signal.SIGUSR1, signal.SIGUSR2)
 
 EARLY: list[int] = []  # the signals recorded, in order
 CATCHING = [False]  # recording (until a supervisor starts or the launch command returns)
@@ -35,6 +39,12 @@ def catch_early() -> None:
         CATCHING[0] = True
     for signum in (PEER_FAILED, *STOP_SIGNALS):
         signal.signal(signum, _record)
+    for signum in SLURM_DELIVERED:
+        signal.signal(signum, let_pass)
+
+
+def let_pass(_signum: int, _frame: Any) -> None:
+    """A Python handler, not SIG_IGN, which a command started from here would inherit."""
 
 
 def stop_catching() -> None:

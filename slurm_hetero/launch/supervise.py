@@ -4,7 +4,8 @@ This module owns what happens while the command runs (the launcher manual, `slur
 states the rules for users): the child is started with a parent-death signal, each output line is
 prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT and
 SIGHUP are forwarded to its process group and every process it started (STOP_SIGNALS), SIGUSR1
-and SIGUSR2 to the command alone, and when it fails on its own the failing rank is named
+and SIGUSR2 are left to Slurm, what it leaves in its group when it ends is stopped, and when it
+fails on its own the failing rank is named
 first and the step is cancelled through `proc.run(["scancel", ...])`. `LaunchError` is the
 launcher's error for a command that cannot start; `launch.run` re-exports it.
 """
@@ -26,7 +27,7 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import LaunchError, ToolError
 from slurm_hetero.launch.early import CATCHING as _CATCHING
 from slurm_hetero.launch.early import EARLY as _EARLY
-from slurm_hetero.launch.early import PEER_FAILED, STOP_SIGNALS
+from slurm_hetero.launch.early import PEER_FAILED, SLURM_DELIVERED, STOP_SIGNALS, let_pass
 from slurm_hetero.launch.plan import RankPlan
 
 # The launcher's logger: the supervisor's records keep the name they had before this module split
@@ -35,9 +36,7 @@ logger = logging.getLogger("slurm_hetero.launch.run")
 
 # Signals that ask the command to stop reach its group and tree (`signal_tree`): a shell's `sleep` or a
 # trainer's workers left running kept the step's output open after the launcher exited 143 (F17).
-# SIGUSR1 and SIGUSR2 (a checkpoint request, `sbatch --signal`) go to the command alone, which
-# decides what its children hear.
-FORWARDED = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = STOP_SIGNALS
 PR_SET_PDEATHSIG = 1
 # PEER_FAILED (launch.early): Slurm delivers it to every process of the step; commands ignore it
 # (SIGURG's default action), the launchers end their commands and exit 0, so srun and sbatch report
@@ -148,6 +147,19 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
     return [*members, *others]
 
 
+def stop_group(group: int, signum: int) -> list[int]:
+    """Send `signum` to what an ended command left in its process group (`group`: its pid, kept by
+    the kernel while the group has members); the members. A step's processes end with it under
+    proctrack/cgroup, not under linuxproc, and meanwhile they held the step open."""
+    members = [pid for pid, _parent, pgrp in _process_table() if pgrp == group]
+    if members:
+        try:
+            os.killpg(group, signum)
+        except OSError:  # ended meanwhile
+            pass
+    return members
+
+
 def _alive(pids: Sequence[int]) -> list[int]:
     return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
 
@@ -198,6 +210,7 @@ class Supervisor:
             raise LaunchError(f"cannot run {self.command[0]}: {e.strerror}") from e
         self.child = child
         previous = {s: signal.signal(s, self._forward) for s in FORWARDED}
+        previous.update({s: signal.signal(s, let_pass) for s in SLURM_DELIVERED})
         previous[PEER_FAILED] = signal.signal(PEER_FAILED, self._peer_failed)
         late = list(_EARLY) if _CATCHING[0] else []  # came while the command was being started
         _CATCHING[0] = False
@@ -206,13 +219,16 @@ class Supervisor:
         try:  # handlers stay while the step is cancelled: its SIGTERM reaches this launcher too
             pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
             code = child.wait()
+            left = stop_group(child.pid, signal.SIGTERM)  # a shell's `cmd &`: it held the pipes open
             _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
             if code != 0 and self.forwarded == signal.SIGTERM:  # PEER_FAILED's handler runs here
                 _wait_until(lambda: self.peer_failed, PEER_FAILED_LATE_S)
             status = self.finish(code)
             # Stopped (a forwarded signal, a failed peer): exit within Slurm's KillWait even where an
             # orphaned grandchild keeps the pipes open (proctrack/linuxproc does not signal orphans).
-            _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed else 5.0)
+            _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed or left else 5.0)
+            if left:
+                stop_group(child.pid, signal.SIGKILL)
             return status
         finally:
             # Ending (failed, or stopped by a failed peer) in the launcher's own process: srun -K's
@@ -220,8 +236,12 @@ class Supervisor:
             # the forwarded signals are ignored from here (the command is gone). SIG_IGN, not a
             # Python handler: interpreter shutdown puts Python handlers back to SIG_DFL.
             ending = KEEP_HANDLERS_WHEN_ENDING and (self.failed or self.peer_failed)
+            ignored = (
+                *(FORWARDED if ending else ()),
+                *(SLURM_DELIVERED if KEEP_HANDLERS_WHEN_ENDING else ()),
+            )
             for s, handler in previous.items():
-                signal.signal(s, signal.SIG_IGN if ending and s in FORWARDED else handler)
+                signal.signal(s, signal.SIG_IGN if s in ignored else handler)
 
     def _ended_before_start(self) -> int:
         """A stop signal or PEER_FAILED came while planning: the step is ending, so the command is
@@ -242,7 +262,7 @@ class Supervisor:
         return 128 + signum
 
     def _forward(self, signum: int, _frame: Any) -> None:
-        """A signal for the command: the stop signals to its tree, SIGUSR1/2 to it alone. SIGTERM
+        """A stop signal for the command: to its group and tree. SIGTERM
         while stopping for a failed peer is Slurm ending the step (srun -K): `_kill_now`."""
         first_term = signum == signal.SIGTERM and self.forwarded != signal.SIGTERM
         self.forwarded = signum
@@ -251,10 +271,8 @@ class Supervisor:
             return
         if first_term and self.peer_failed:
             self._kill_now(child)
-        elif signum in STOP_SIGNALS:
+        else:
             self.stopped = signal_tree(child, signum, _alive(self.stopped))
-        elif child.poll() is None:
-            child.send_signal(signum)
 
     def _peer_failed(self, _signum: int, _frame: Any) -> None:
         """Another rank failed: stop the command (SIGTERM, SIGKILL after STOP_GRACE_S). After a

@@ -90,6 +90,41 @@ def test_a_failing_rank_stops_a_peer_whose_command_has_children(
     assert elapsed < 18, elapsed
 
 
+USR1_COUNTER = """import os, signal, subprocess, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+child = subprocess.Popen([sys.executable, "-c", "import signal, time\\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: print('child got it', flush=True))\\ntime.sleep(6)"])
+time.sleep(0.5)
+open(sys.argv[1], "w").close()
+time.sleep(4)
+print("command got it", len(got), "time(s)", flush=True)
+child.wait()
+"""
+
+
+def test_usr1_reaches_the_command_and_its_children_once(dev_cluster: Cluster, tmp_path: Path) -> None:
+    """adv51 B5/SIG1: Slurm delivers `scancel --signal=USR1 JOB.STEP` to every process of the step;
+    the launcher's forward made the command's checkpoint handler run twice."""
+    ready, script = tmp_path / "ready", tmp_path / "usr1.py"
+    script.write_text(USR1_COUNTER)
+    step = f"srun -n1 {' '.join(launch())} -- {active().python} {script} {ready}"
+    signal_it = f"until [ -e {ready} ]; do sleep 0.1; done; scancel --signal=USR1 $SLURM_JOB_ID.0"
+    result = run(["salloc", "-w", "a100n1", "-n1", "--gres=gpu:1", "sh", "-c", f"{step} & {signal_it}; wait"])
+    assert result.returncode == 0, result.stderr
+    assert "command got it 1 time(s)" in result.stdout and "child got it" in result.stdout, result.stdout
+
+
+def test_what_an_ended_command_left_running_is_stopped(dev_cluster: Cluster) -> None:
+    """adv51 A7: `sleep & ...; exit 0` left its sleep running after the step (proctrack/linuxproc
+    does not end it) and the rank took 12-15 s."""
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 10**6}"
+    result = run(["srun", *TWO_NODES, *launch(), "--", "sh", "-c", f"sleep 7{marker[-4:]}.5 & exit 0"])
+    assert result.returncode == 0, result.stderr
+    left = run(["sh", "-c", f"ps -eo args | grep -c '^sleep 7{marker[-4:]}.5' || true"])
+    assert left.stdout.strip() == "0", left.stdout
+
+
 def test_every_rank_failing_alike_gives_its_code(dev_cluster: Cluster) -> None:
     result = run(["srun", *TWO_NODES, *launch(), "--", "sh", "-c", "exit 7"])
     assert result.returncode == 7, result.stderr
