@@ -48,7 +48,7 @@ class GroupSpec:
     @classmethod
     def from_dict(cls, raw: Any, where: str = "layout") -> GroupSpec:
         if not isinstance(raw, Mapping) or not all(
-            isinstance(raw.get(k), str) and raw[k] for k in _GROUP_TEXT
+            isinstance(raw.get(k), str) and raw[k].strip() for k in _GROUP_TEXT
         ):
             raise LayoutError(
                 f"{where}: each group needs name, ranks, backend and comm (non-empty text) and env; "

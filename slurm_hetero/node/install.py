@@ -81,15 +81,26 @@ def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> 
     working directory must not change which code runs (nor fail its start, so the task). Every
     path is shell-quoted (a prefix with a space, `;` or `$(...)` stays one word)."""
     q = shlex.quote
-    config_arg = f" --config {q(config)}" if config else ""
     run = f"exec {q(str(python))} -I -m slurm_hetero"
     body = {
-        "taskprolog": f"{run} task-prolog --inventory {q(str(layout.inventory))}{config_arg}",
+        "taskprolog": taskprolog_command(python, str(layout.inventory), config),
         "health": f"{run} health --inventory {q(str(layout.inventory))}",
         "command": f'{run} "$@"',
     }[kind]
     return (
         f"#!/bin/sh\n{MARK}; run it, do not edit it (an upgrade rewrites it)\n{owner_line(layout)}\n{body}\n"
+    )
+
+
+def taskprolog_command(python: Path, inventory: str, config: str | None) -> str:
+    """The TaskProlog script's commands. Slurm delivers a step's signals to every process of it, the
+    TaskProlog too: USR1 or USR2 (`scancel --signal=USR1`, a checkpoint request) as the step started
+    killed it while Python started, and the task failed. Ignored before Python runs."""
+    q = shlex.quote
+    config_arg = f" --config {q(config)}" if config else ""
+    return (
+        "trap '' USR1 USR2\n"
+        f"exec {q(str(python))} -I -m slurm_hetero task-prolog --inventory {q(inventory)}{config_arg}"
     )
 
 

@@ -444,3 +444,25 @@ def test_upgrade_and_uninstall_together_is_a_usage_error(build: FakeBuild, layou
     result = CliRunner().invoke(cli, ["install", "--prefix", str(layout.prefix), "--upgrade", "--uninstall"])
     assert result.exit_code == 2 and "exclude each other" in result.output
     assert layout.manifest.exists()
+
+
+def test_the_taskprolog_outlives_a_checkpoint_signal_as_it_starts(tmp_path: Path) -> None:
+    """adv52 S03/T01: `scancel --signal=USR1 J.S` as a step started reached its TaskProlog (Slurm
+    signals every process of the step) and killed it while Python started: TaskProlog failed,
+    srun exit 1, the command never ran (10 of 10 on 22.05)."""
+    import signal
+    import subprocess
+    import time
+
+    python = tmp_path / "python"  # stands in for the venv's: slow to start, then done
+    python.write_text("#!/bin/sh\nsleep 1\necho started\n")
+    python.chmod(0o755)
+    script = tmp_path / "taskprolog"
+    script.write_text(f"#!/bin/sh\n{inst.taskprolog_command(python, '/x/inventory.yaml', None)}\n")
+    script.chmod(0o755)
+    prolog = subprocess.Popen([str(script)], stdout=subprocess.PIPE)
+    time.sleep(0.3)
+    for signum in (signal.SIGUSR1, signal.SIGUSR2):
+        prolog.send_signal(signum)
+    out, _ = prolog.communicate(timeout=10)
+    assert prolog.returncode == 0 and out == b"started\n", (prolog.returncode, out)

@@ -351,6 +351,10 @@ GROUPS0 = [
             {"groups": [{**GROUPS0[0], "backend": ""}, *GROUPS0[1:]]},
             "each group needs name, ranks, backend and comm (non-empty text) and env; got",
         ),
+        (  # adv52 L23/L24
+            {"groups": [*GROUPS0[:2], {**GROUPS0[2], "comm": "  "}]},
+            "each group needs name, ranks, backend and comm (non-empty text) and env; got",
+        ),
         # adv46 F06: a rank without its tp group ended in StopIteration and gloo tracebacks
         (
             {"groups": [{"name": "xx", "ranks": [0, 1], "backend": "gloo", "comm": "ccl", "env": {}}]},
