@@ -4,9 +4,9 @@ This module owns what happens while the command runs (the launcher manual, `slur
 states the rules for users): the child is started with a parent-death signal, each output line is
 prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT and
 SIGHUP are forwarded to its process group and every process it started (STOP_SIGNALS), SIGUSR1
-and SIGUSR2 are left to Slurm, what it leaves in its group when it ends is stopped, and when it
-fails on its own the failing rank is named
-first and the step is cancelled through `proc.run(["scancel", ...])`. `LaunchError` is the
+and SIGUSR2 are left to Slurm, what it leaves in its group or holding its output when it ends is
+stopped, and when it fails on its own the failing rank is named first and the step is cancelled
+through `proc.run(["scancel", ...])`. `LaunchError` is the
 launcher's error for a command that cannot start; `launch.run` re-exports it.
 """
 
@@ -139,12 +139,7 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
         except OSError:  # ended meanwhile
             pass
     others = [pid for pid in dict.fromkeys(others) if pid not in members]  # one signal each
-    for pid in others:
-        try:
-            os.kill(pid, signum)
-        except OSError:  # ended meanwhile
-            pass
-    return [*members, *others]
+    return [*members, *signal_all(others, signum)]
 
 
 def stop_group(group: int, signum: int) -> list[int]:
@@ -158,6 +153,42 @@ def stop_group(group: int, signum: int) -> list[int]:
         except OSError:  # ended meanwhile
             pass
     return members
+
+
+def pipe_holders(streams: Sequence[IO[bytes] | None]) -> list[int]:
+    """The other processes holding a pipe of `streams` open (its write end, inherited from the
+    command by what it started); [] where /proc cannot be read."""
+    try:
+        pipes = {os.readlink(f"/proc/self/fd/{stream.fileno()}") for stream in streams if stream}
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid()]
+    except (OSError, ValueError):
+        return []
+    holders = []
+    for pid in entries:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(_link(f"/proc/{pid}/fd/{fd}") in pipes for fd in fds):
+                holders.append(pid)
+        except OSError:  # ended meanwhile, or another user's
+            continue
+    return holders
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def signal_all(pids: Sequence[int], signum: int) -> list[int]:
+    """Send `signum` to each of `pids` (those ended meanwhile skipped); the pids."""
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+    return list(pids)
 
 
 def _alive(pids: Sequence[int]) -> list[int]:
@@ -221,6 +252,8 @@ class Supervisor:
             code = child.wait()
             left = stop_group(child.pid, signal.SIGTERM)  # a shell's `cmd &`: it held the pipes open
             _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
+            if any(pump.is_alive() for pump in pumps):  # held by one outside the group (`setsid cmd &`)
+                left += signal_all(pipe_holders([child.stdout, child.stderr]), signal.SIGTERM)
             if code != 0 and self.forwarded == signal.SIGTERM:  # PEER_FAILED's handler runs here
                 _wait_until(lambda: self.peer_failed, PEER_FAILED_LATE_S)
             status = self.finish(code)
@@ -229,6 +262,7 @@ class Supervisor:
             _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed or left else 5.0)
             if left:
                 stop_group(child.pid, signal.SIGKILL)
+                signal_all(_alive(left), signal.SIGKILL)
             return status
         finally:
             # Ending (failed, or stopped by a failed peer) in the launcher's own process: srun -K's

@@ -115,11 +115,12 @@ def test_usr1_reaches_the_command_and_its_children_once(dev_cluster: Cluster, tm
     assert "command got it 1 time(s)" in result.stdout and "child got it" in result.stdout, result.stdout
 
 
-def test_what_an_ended_command_left_running_is_stopped(dev_cluster: Cluster) -> None:
-    """adv51 A7: `sleep & ...; exit 0` left its sleep running after the step (proctrack/linuxproc
-    does not end it) and the rank took 12-15 s."""
+@pytest.mark.parametrize("how", ["", "setsid "])
+def test_what_an_ended_command_left_running_is_stopped(dev_cluster: Cluster, how: str) -> None:
+    """adv51 A7, adv52 S06: `[setsid] sleep & ...; exit 0` left its sleep running after the step
+    (proctrack/linuxproc does not end it) and the rank took 12-15 s."""
     marker = f"{os.getpid()}.{time.monotonic_ns() % 10**6}"
-    result = run(["srun", *TWO_NODES, *launch(), "--", "sh", "-c", f"sleep 7{marker[-4:]}.5 & exit 0"])
+    result = run(["srun", *TWO_NODES, *launch(), "--", "sh", "-c", f"{how}sleep 7{marker[-4:]}.5 & exit 0"])
     assert result.returncode == 0, result.stderr
     left = run(["sh", "-c", f"ps -eo args | grep -c '^sleep 7{marker[-4:]}.5' || true"])
     assert left.stdout.strip() == "0", left.stdout

@@ -818,11 +818,16 @@ def test_usr1_and_usr2_are_left_to_slurm(
     assert "got it" not in capfd.readouterr().out
 
 
-def test_what_an_ended_command_left_in_its_group_is_stopped(scancel: list[Call], tmp_path: Path) -> None:
+@pytest.mark.parametrize("leaves", ["sleep 33.3 &", "setsid sleep 33.3 &", "set -m; sleep 33.3 &"])
+def test_what_an_ended_command_left_running_is_stopped(
+    scancel: list[Call], tmp_path: Path, leaves: str
+) -> None:
     """adv51 A7: `sh -c 'sleep 47107 & echo started; exit 0'` ended, its sleep ran on (proctrack/
-    linuxproc does not end it with the step) and held the output open: the rank took 12-15 s."""
+    linuxproc does not end it with the step) and held the output open: the rank took 12-15 s.
+    adv52 S06/P06/P07: the same with a `setsid` child or one in a group of its own, outside the
+    command's group and, once the command ends, its tree."""
     ready = tmp_path / "pid"
-    code = supervise(("sh", "-c", f'sleep 33.3 & echo $! > "{ready}"; exit 0'))
+    code = supervise(("bash", "-c", f'{leaves} echo $! > "{ready}"; exit 0'))
     sleeper = int(ready.read_text())
     try:
         assert code == 0 and _gone_soon(sleeper)
