@@ -132,21 +132,19 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
     others = list(also)
     if child.poll() is None:  # not reaped: its pid, the group's id, is not reused
         table = _process_table()
-        members = [pid for pid, _parent, group in table if group == child.pid]
+        members = signal_group(child.pid, signum, table)
         others += descendants(child.pid, table)
-        try:
-            os.killpg(child.pid, signum)
-        except OSError:  # ended meanwhile
-            pass
     others = [pid for pid in dict.fromkeys(others) if pid not in members]  # one signal each
     return [*members, *signal_all(others, signum)]
 
 
-def stop_group(group: int, signum: int) -> list[int]:
-    """Send `signum` to what an ended command left in its process group (`group`: its pid, kept by
-    the kernel while the group has members); the members. A step's processes end with it under
+def signal_group(group: int, signum: int, table: Sequence[tuple[int, int, int]] | None = None) -> list[int]:
+    """Send `signum` at once to the command's process group (`group`: its pid, which the kernel
+    keeps while the group has members), as `table` (`_process_table()` when None) lists them; the
+    members. What an ended command left there: a step's processes end with it under
     proctrack/cgroup, not under linuxproc, and meanwhile they held the step open."""
-    members = [pid for pid, _parent, pgrp in _process_table() if pgrp == group]
+    rows = _process_table() if table is None else table
+    members = [pid for pid, _parent, pgrp in rows if pgrp == group]
     if members:
         try:
             os.killpg(group, signum)
@@ -250,7 +248,7 @@ class Supervisor:
         try:  # handlers stay while the step is cancelled: its SIGTERM reaches this launcher too
             pumps = [self._pump(child.stdout, "out"), self._pump(child.stderr, "err")]
             code = child.wait()
-            left = stop_group(child.pid, signal.SIGTERM)  # a shell's `cmd &`: it held the pipes open
+            left = signal_group(child.pid, signal.SIGTERM)  # a shell's `cmd &`: it held the pipes open
             _join(pumps, 0.5)  # the last lines, unless grandchildren hold the pipes open
             if any(pump.is_alive() for pump in pumps):  # held by one outside the group (`setsid cmd &`)
                 left += signal_all(pipe_holders([child.stdout, child.stderr]), signal.SIGTERM)
@@ -261,7 +259,7 @@ class Supervisor:
             # orphaned grandchild keeps the pipes open (proctrack/linuxproc does not signal orphans).
             _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed or left else 5.0)
             if left:
-                stop_group(child.pid, signal.SIGKILL)
+                signal_group(child.pid, signal.SIGKILL)
                 signal_all(_alive(left), signal.SIGKILL)
             return status
         finally:

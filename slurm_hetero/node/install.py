@@ -81,7 +81,7 @@ def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> 
     working directory must not change which code runs (nor fail its start, so the task). Every
     path is shell-quoted (a prefix with a space, `;` or `$(...)` stays one word)."""
     q = shlex.quote
-    run = f"exec {q(str(python))} -I -m slurm_hetero"
+    run = _exec(python)
     body = {
         "taskprolog": taskprolog_command(python, str(layout.inventory), config),
         "health": f"{run} health --inventory {q(str(layout.inventory))}",
@@ -98,10 +98,12 @@ def taskprolog_command(python: Path, inventory: str, config: str | None) -> str:
     killed it while Python started, and the task failed. Ignored before Python runs."""
     q = shlex.quote
     config_arg = f" --config {q(config)}" if config else ""
-    return (
-        "trap '' USR1 USR2\n"
-        f"exec {q(str(python))} -I -m slurm_hetero task-prolog --inventory {q(inventory)}{config_arg}"
-    )
+    return f"trap '' USR1 USR2\n{_exec(python)} task-prolog --inventory {q(inventory)}{config_arg}"
+
+
+def _exec(python: Path) -> str:
+    """The scripts' start of the program (-I: see `script_text`)."""
+    return f"exec {shlex.quote(str(python))} -I -m slurm_hetero"
 
 
 OWNER = "# owner: "
