@@ -1,7 +1,5 @@
-"""amd-smi text output for the AMD vendor, each capture -> one `Parsed`: `amd-smi static` and
-`amd-smi list` (`GPU: N` blocks of indented `KEY: value` lines; CPU blocks skipped; every GPU block
-must have the sections of the first), `amd-smi topology` (LINK TYPE and HOPS tables addressed by
-PCI address, mapped to GPU indexes when merged) and `amd-smi version` (the ROCm version).
+"""amd-smi text -> `Parsed`: `static` and `list` (`GPU: N` blocks of indented `KEY: value` lines),
+`topology` (tables addressed by PCI address) and `version` (the ROCm version).
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""Live discovery through AMD's `amdsmi` Python library (what it reads: `slurm_hetero.vendors.amd`,
-"Live discovery"): `load_amdsmi` imports it (None when missing or broken, so the tools are used), and
-`devices_from_amdsmi` turns its answers into Device records; the module is passed in, so tests use a fake.
-"""
+"""Live discovery through AMD's `amdsmi` library, passed in as a module so tests use a fake."""
 
 from __future__ import annotations
 

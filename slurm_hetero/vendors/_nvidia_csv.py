@@ -1,18 +1,9 @@
 """`nvidia-smi --query-gpu=... --format=csv` output, with the columns in any order or subset.
 
-The header names the columns (`index, name, memory.total [MiB], pci.bus_id`); the units in
-brackets are dropped and `nounits` values are read the same. Needed: `name`. The device file is
-/dev/nvidia<minor_number>; with `index` only, nvidia-smi's index is taken as the minor number,
-which it is unless GPUs were renumbered; with neither, the rows are taken as indices 0, 1, ... in
-order (nvidia-smi prints one row per GPU in index order), said in a warning. Read when present:
-memory.total, uuid, pci.bus_id, driver_version, mig.mode.current, retired_pages.pending,
-remapped_rows.pending, remapped_rows.failure. `noheader` output cannot be read (the columns are
-unknown) and is refused with what to capture instead.
-
-Truncation: a row with fewer fields than the header, or a value cut short, is a ParseError naming
-the line. A cut exactly at a row's end leaves a shorter, well-formed table that nothing in the
-format can tell apart (CSV has no count or closing line); prefer `nvidia-smi -q -x` where that
-matters. Python 3.9 compatible.
+The header names the columns (units in brackets dropped; `nounits` values read the same); `name`
+is needed. The device file is /dev/nvidia<minor_number>, else nvidia-smi's `index` (the minor
+unless GPUs were renumbered), else the row's position (with a warning). `noheader` is refused.
+A row cut short is a ParseError; a cut at a row's end cannot be told (prefer `-q -x` there).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""nvidia-smi device listings for the NVIDIA vendor: `nvidia-smi -q -x` XML and `nvidia-smi -q` / `-a`
-text -> Device records, plus what every NVIDIA parser shares: the tool names used in ParseErrors, the
-canonical field names of one GPU block, the health rules (lost identity fields, retired pages, row
-remapping, reset and recovery flags, NVLink fabric state) and the small pure conversions (MiB sizes,
-CPU lists). The registered vendor, the capture classification and the documentation of formats,
-fixtures and gaps live in `slurm_hetero.vendors.nvidia`.
+"""nvidia-smi device listings (`-q -x` XML, `-q` / `-a` text) -> Device records, plus what every
+NVIDIA parser shares: tool names, canonical field names, health rules and small conversions.
 """
 
 from __future__ import annotations

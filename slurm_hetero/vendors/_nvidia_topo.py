@@ -1,7 +1,5 @@
-"""`nvidia-smi topo -m` / `topo -mp` for the NVIDIA vendor: the tab-separated (or tab-expanded)
-matrix parsed into per-GPU NVLink counts, CPU affinity and NUMA affinity (`parse_topology`), and laid
-onto the devices of a listing from the same node, GPU<k> being the k-th device (`apply_topology`).
-NIC rows and the NIC legend are ignored; a matrix with any blank CPU Affinity gives no `cores`.
+"""`nvidia-smi topo -m` / `-mp` matrices (`parse_topology`) laid onto a listing of the same node,
+GPU<k> being the k-th device (`apply_topology`); NIC rows and the NIC legend are ignored.
 """
 
 from __future__ import annotations

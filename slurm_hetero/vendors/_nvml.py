@@ -1,6 +1,5 @@
-"""Live NVML probing for the NVIDIA vendor (what it reads: `slurm_hetero.vendors.nvidia`, "Live
-discovery"): `read_nvml` asks pynvml (passed in, never imported here) for each GPU's raw values
-(`NvmlGpu`), and `devices_from_nvml` turns them into Device records purely.
+"""Live NVML probing: `read_nvml` asks pynvml (passed in, never imported here) for raw values per
+GPU (`NvmlGpu`); `devices_from_nvml` turns them into Device records purely.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Capture parsing and merging shared by the AMD and Hygon vendors: `parse_captures` recognises each
-capture by content (`detect`), refuses formats the vendor does not own, parses it with the rocm-smi
-or amd-smi parser (`PARSERS`) and `merge`s the captures of one node per GPU index (same GPU set,
-no conflicting strict facts, XGMI links at one hop, model and memory required) into Device records
-(`build_device`). It also owns the sysfs reads both vendors use: the PCI vendors of display and
-accelerator devices (`accelerator_pci_vendors`) and `cores` from each device's `local_cpulist`.
+"""What AMD and Hygon share: `parse_captures` detects each capture's format, parses it (`PARSERS`)
+and `merge`s one node's captures per GPU index into Device records; plus their sysfs reads.
 """
 
 from __future__ import annotations

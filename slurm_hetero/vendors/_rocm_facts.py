@@ -1,9 +1,5 @@
-"""The shared vocabulary of the AMD and Hygon parsers: `Dialect` (what differs between AMD's
-rocm-smi / amd-smi and Hygon's hy-smi forks: vendor and tool names, index prefixes, capture hints,
-the other vendor's branding to refuse), `Facts` (what the captures say about one GPU), `Parsed` (one
-capture, normalized), and the value rules every parser applies: N/A placeholders, PCI address and
-device id checks, VRAM units to MiB, rocm-smi `key: value` names to Facts fields, and the fields
-that captures of one node must agree on.
+"""The vocabulary of the AMD and Hygon parsers: `Dialect` (what differs between AMD's tools and
+Hygon's forks), `Facts` (one GPU), `Parsed` (one capture) and the value rules they all apply.
 """
 
 from __future__ import annotations

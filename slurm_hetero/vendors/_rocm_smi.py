@@ -1,5 +1,4 @@
-"""rocm-smi and hy-smi output for the AMD and Hygon vendors (the layouts: `slurm_hetero.vendors.amd`),
-each capture -> one `Parsed`: the `--json` layout (`parse_smi_json`) and banner-framed text
+"""rocm-smi / hy-smi output -> `Parsed`: `--json` (`parse_smi_json`) and banner-framed text
 (`parse_smi_text`: key-value lines, `--showtopo` matrices, the concise table).
 """
 

@@ -1,12 +1,9 @@
-"""The box frame shared by `cnmon`, `hl-smi` and `ixsmi`, the three nvidia-smi-style tables.
+"""The box frame shared by `cnmon`, `hl-smi`, `ixsmi` and `mx-smi`, the nvidia-smi-style tables.
 
-All three draw the same frame: a `+---+` top border (after optional lines such as a date), banner
-rows, a column separator, header rows closed by a `|===+===|` rule, then per device as many rows
-as the header has, each block closed by a separator as wide as the rule. This module only walks
-that frame; each vendor module reads the cells and decides what may follow the device blocks.
-
-Registers no vendor (pkgutil imports it with the others; that is harmless). Failures are `TableError`,
-which the vendor turns into a one-line ParseError naming its tool, the capture and the line.
+They draw one frame: a `+---+` top border (after optional lines such as a date), banner rows, a
+separator, header rows closed by a `|===+===|` rule, then per device as many rows as the header,
+each block closed by a separator as wide as the rule. This module walks that frame; each vendor
+reads the cells. Failures are `TableError`, which `guarded` turns into the vendor's ParseError.
 """
 
 from __future__ import annotations

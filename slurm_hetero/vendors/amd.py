@@ -1,73 +1,38 @@
 """AMD Instinct and Radeon GPUs: the amdsmi library live, `amd-smi` / `rocm-smi` captures otherwise.
 
-Live discovery (`probe`)
-------------------------
-When the `amdsmi` Python package (ROCm >= 6.0; imported lazily, only inside `probe`) imports, it is
-asked per processor handle for the ASIC market name and device id, VRAM size (`vram_size`, MB;
-`vram_size_mb` in older releases), PCI BDF, UUID, NUMA node and affinity, driver version, compute
-and memory partition, the DRM render minor (`amdsmi_get_gpu_enumeration_info`, newer releases), and
-for every pair `amdsmi_topo_get_link_type` (XGMI at one hop -> `Link(kind="xgmi")`; the XGMI code
-is looked up by name, `AmdSmiLinkType` or the older `AmdSmiIoLinkType`, as AMD renumbered it). The
-conversion is pure (`devices_from_amdsmi(module)`) and tested with a fake module. Without amdsmi
-the tools run: `amd-smi static`, `amd-smi topology`, `amd-smi list` and `amd-smi version` when
-amd-smi is on PATH, else one `rocm-smi --showproductname --showmeminfo vram --showbus
---showuniqueid --showdriverversion --showtopo --json`. Either way `cores` is then read from
-/sys/bus/pci/devices/<bdf>/local_cpulist.
+Live: the `amdsmi` package (ROCm >= 6.0, imported only in `probe`) per processor handle: market
+name, device id, VRAM (`vram_size`, older `vram_size_mb`), BDF, UUID, NUMA, driver, partitions,
+DRM render minor (newer releases) and one-hop XGMI links (`amdsmi_topo_get_link_type`; the XGMI
+code is looked up by name, as AMD renumbered it). Without it: `amd-smi static|topology|list|version`
+when amd-smi is on PATH, else one `rocm-smi ... --showtopo --json`. `cores` comes from sysfs
+`local_cpulist`.
 
-Captures parsed (recognised by content, any order, merged per GPU index)
-------------------------------------------------------------------------
-- rocm-smi `--json` (ROCm 6.0.2): cardN entries (Card series, Device ID, PCI Bus, VRAM Total
-  Memory (B), Unique ID, (Topology) Numa Node/Affinity) and the `system` entry (Driver version,
-  pairwise Hops / Link type between DRM devices).
-- rocm-smi text, any mix of sections between the `System Management Interface` banner and the
-  `End of ROCm SMI Log` footer (a missing footer is a truncated capture): `GPU[N] : key: value`
-  lines (also the older `GPU N : ...` spelling) for the keys above plus Compute/Memory Partition
-  and `Driver version`; the `--showtopo` matrices (Weight, Hops, Link Type) in the older (ARCHER2
-  MI210, `GPU 0 :` lines) and the ROCm 7.2 (MI300, `GPU[0] :` lines) layouts; the default concise
-  table in three layouts: the old `GPU Temp AvgPwr ...` one (the shape of the DTK's DCU table),
-  `Device [Model : Revision]` with a name row per device (MI300X, driver 6.7.0), and
-  `Device Node IDs (DID, GUID) ... Partitions (Mem, Compute, ID)` (ROCm 7.2). Columns are cut at
-  the header's word positions. The concise table has no memory size and at best a device id, so on
-  its own it is a ParseError asking for `rocm-smi --showproductname --showmeminfo vram`.
-- amd-smi text, as in AMD's docs and CHANGELOG (amd-smi tool 23.4 / ROCm 6.1 era): `static` (CPU
-  sections skipped; GPU blocks: ASIC MARKET_NAME and DEVICE_ID, BUS BDF, DRIVER VERSION, PARTITION,
-  NUMA NODE/AFFINITY, VRAM SIZE; every GPU block must have the sections of the first one, or the
-  capture is truncated), `list` (BDF, UUID), `topology` (BDF-addressed HOPS and LINK TYPE tables,
-  mapped to indexes through another capture's BDFs) and `version` (ROCm version ->
-  `runtime_version`).
-Captures that only carry topology, list or version data are a ParseError naming what to add.
-Captures of one node must agree on the set of GPUs and on memory, BDF, NUMA and partitions.
+Captures (recognised by content, any order, merged per GPU index):
+- rocm-smi `--json` (ROCm 6.0.2): cardN entries and the `system` entry (driver, Hops, Link type).
+- rocm-smi text between the banner and the `End of ROCm SMI Log` footer (no footer: truncated):
+  `GPU[N] : key: value` lines (also `GPU N :`), `--showtopo` matrices (ARCHER2 MI210 and ROCm 7.2
+  layouts) and the concise table in three layouts (old `GPU Temp AvgPwr`, `Device [Model :
+  Revision]` with name rows, ROCm 7.2 `Device Node IDs ... Partitions`), cut at the header's word
+  positions. It has no memory size, so alone it is a ParseError asking for `rocm-smi
+  --showproductname --showmeminfo vram`.
+- amd-smi text (tool 23.4 / ROCm 6.1, from AMD's docs): `static` (CPU sections skipped; every GPU
+  block must have the first one's sections), `list`, `topology` (BDF-addressed tables) and
+  `version` (ROCm version -> `runtime_version`).
+Topology, list or version alone is a ParseError naming what to add; captures of one node must
+agree on the GPUs and on memory, BDF, NUMA and partitions.
 
-Device fields
--------------
-`model` is the product name as reported (amd-smi MARKET_NAME, rocm-smi Card series), else the
-concise table's 20-character name, else the PCI device id (e.g. "0x74a2"); the catalog fills `type`.
-`memory_mib` is VRAM: rocm-smi bytes // 2**20, amd-smi "MB" taken as MiB (amdsmi divides by 2**20).
-`numa_node` is the NUMA affinity when >= 0, else the KFD NUMA node. `partition_mode` is
-"<compute>/<memory>", e.g. "SPX/NPS1". `uuid` is amd-smi's UUID or rocm-smi's Unique ID.
-`file` is /dev/dri/renderD<128+index>: the amdgpu driver numbers render nodes from 128 in probe
-order, which matches the tools' GPU index only when every DRM device on the node is one of these
-GPUs, each with one render node. It breaks with another GPU driver or display device that owns a
-render node, and on MI300-class nodes that reserve render minors per partition (a public MI300X
-guide shows renderD128..renderD184 in steps of 8). Live amdsmi with enumeration info uses the
-real minor; otherwise check /sys/bus/pci/devices/<pci_bus_id>/drm before trusting gres.conf.
+Fields: `model` is the product name, else the concise table's short name, else the PCI device id
+(the catalog fills `type`); `memory_mib` is VRAM (amd-smi "MB" taken as MiB); `numa_node` the NUMA
+affinity when >= 0, else the KFD node; `partition_mode` "<compute>/<memory>" ("SPX/NPS1").
+`file` is /dev/dri/renderD<128+index> (or the live render minor): right only when every DRM device
+of the node is one of these GPUs with one render node each; another GPU driver, a display device,
+or MI300 partitions (renderD128..184 in steps of 8 in one guide) break it, so check
+/sys/bus/pci/devices/<pci_bus_id>/drm before trusting gres.conf.
 
-Fixtures (tests/fixtures/amd/, provenance in each .source): rocm-smi JSON of 4x MI100 (ROCm 6.0.2);
-an 8x MI300-series concise table + `-u --showmeminfo vram` + `--showtopo` of one node (the merged
-golden case); `--showtopo` of a 4x MI210 ARCHER2 node; a 4x MI300X concise table with name rows and
-`rocm-smi -a` of the same node; AMD's documented `amd-smi static` (4x MI300A with CPU sections),
-`amd-smi list`, `amd-smi topology` and `amd-smi version`. Captures without memory are error cases
-there and are also parsed directly in tests/unit/test_vendor_amd.py.
+Fixtures: tests/fixtures/amd/ (provenance in each .source).
 
-Known gaps: amd-smi and rocm-smi `--json` layouts other than the ones above are not parsed (amd-smi
-text is used); partitioned GPUs (CPX/DPX) appear as the tools list them, without parent grouping;
-xGMI link counts per pair are unknown (count=1); health is always ok (RAS counters are not read);
-the concise table's truncated names are used only when nothing better is captured. Not checked
-against live hardware in this change.
-
-Code: `_rocm` (format detection, capture merging and sysfs reads, shared with Hygon), `_rocm_facts`
-(Dialect, Facts and value rules), `_rocm_smi` (rocm-smi / hy-smi parsers), `_amd_smi` (amd-smi text
-parsers), `_amdsmi` (the library probe); this module holds the vendor, its commands and affinity.
+Known gaps: other amd-smi / rocm-smi JSON layouts; CPX/DPX partitions are listed without their
+parent; xGMI counts per pair (count=1); health is always ok (RAS counters are not read).
 """
 
 from __future__ import annotations

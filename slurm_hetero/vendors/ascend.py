@@ -1,57 +1,34 @@
 """Huawei Ascend NPUs through `npu-smi` (CANN driver / HDK).
 
-Tools and versions parsed
--------------------------
-- `npu-smi info`: the device table of drivers 23.0.0, 23.0.rc3, 23.0.2.1, 24.1.rc1 and 25.2.0. The
-  second header row names the per-chip ids: `Chip` alone (910B), `Chip Device` (310P, 310B) or
-  `Chip Phy-ID` (25.x, two dies per NPU). Usage columns are `Memory-Usage(MB)` and, on HBM parts,
-  `HBM-Usage(MB)`. The process table after the device table is checked for completeness only.
-- `npu-smi info -t topo`: the NPU matrix (X, HCCS, PIX, PXB, PHB, SYS, NA ...) with an optional
-  `CPU Affinity` column, then a legend. A device that cannot report topology prints
-  "This device does not support querying topo."; that capture yields no links.
+Tools and versions parsed:
+- `npu-smi info` of drivers 23.0.0, 23.0.rc3, 23.0.2.1, 24.1.rc1 and 25.2.0. The second header row
+  names the chip ids: `Chip` (910B), `Chip Device` (310P, 310B) or `Chip Phy-ID` (25.x, two dies per
+  NPU); usage columns `Memory-Usage(MB)` and, on HBM parts, `HBM-Usage(MB)`. The process table
+  after the device table is checked for completeness only.
+- `npu-smi info -t topo`: the NPU matrix with an optional `CPU Affinity` column, then a legend;
+  "This device does not support querying topo." yields no links.
 
-Numbering (one Slurm device per chip)
--------------------------------------
-- `index` is the chip's logical id, the number `ASCEND_RT_VISIBLE_DEVICES` takes (CANN environment
-  variable reference, "ASCEND_RT_VISIBLE_DEVICES": "Device ID为AI处理器的逻辑ID"). It is the `Device`
-  column when the table has one, otherwise the chip's position in the table: logical ids count
-  chips 0..n-1 in npu-smi's order (`npu-smi info -m` "Chip Logic ID"; NPU ids need not be
-  contiguous: 0 and 64 on one 310P3 host).
-- `file` is /dev/davinciN with N the chip's physical id: the npu-smi `info -t phyid-remap` and DCMI
-  `dcmi_get_device_logicid_from_phyid` references define the physical id as the N of
-  /dev/davinciN. N is the `Phy-ID` column when present; the `Device` column otherwise (logical and
-  physical ids coincide on the host, where slurmd runs); and, for the `Chip`-only table of one chip
-  per NPU (910B), the NPU id (`phyid-remap` example: physical 0 is NPU 0 chip 0; gpustack's
-  `npu-smi info -m` sample shows NPU ids 3 and 4 as logical 0 and 1, i.e. NPU ids stay physical
-  when only some chips are visible). A multi-chip NPU without either column is a ParseError.
-- `tool_id` keeps npu-smi's own ids, `npu<NPU>-chip<Chip>`.
+Numbering (one Slurm device per chip):
+- `index` is the logical id, what ASCEND_RT_VISIBLE_DEVICES takes (CANN env reference): the
+  `Device` column, else the chip's position in the table (NPU ids need not be contiguous: 0 and 64
+  on one 310P3 host).
+- `file` is /dev/davinciN, N the physical id (`npu-smi info -t phyid-remap`, DCMI): the `Phy-ID`
+  column, else `Device` (logical = physical on the host), else for one chip per NPU (910B) the NPU
+  id. A multi-chip NPU without either column is a ParseError.
+- `tool_id` is `npu<NPU>-chip<Chip>`.
 
-Other fields
-------------
-- `model` is the Name column as printed (910B3, 310P3, Ascend910, 310B4); `type` is left to the catalog.
-- `memory_mib` is the HBM total when the table has an HBM column (the DDR `Memory-Usage` of 910-class
-  chips is control-CPU memory, 0/0 in every capture). Chips without HBM (310P, 310B) compute from
-  their LPDDR, so the `Memory-Usage` total (usable capacity, e.g. 21527 of 24 GiB on 310P3) is
-  their device memory. A total of 0 leaves it unset for the catalog to fill.
-- `health`: Health=OK is ok; any other value (Warning, Alarm, Critical, UNKNOWN) is unhealthy with
-  reason "npu-smi Health=<value>". `driver_version` is the header's `Version:`.
-- Topology: an HCCS cell gives `Link(kind="hccs", count=1)` to that peer; PCIe paths give no link.
-  `CPU Affinity` becomes `cores`. Matrix labels NPU<k> are matched to logical ids, or to NPU ids
-  when those are what the labels list; any other label set is a ParseError.
+Fields: `memory_mib` is the HBM total when there is an HBM column (the DDR column of 910-class
+chips is control-CPU memory), else the `Memory-Usage` total (310P/310B compute from LPDDR); 0 leaves
+it to the catalog. Health other than OK is unhealthy ("npu-smi Health=<value>"). An HCCS cell gives
+`Link(kind="hccs")`; `CPU Affinity` gives `cores`; matrix labels NPU<k> are logical ids, or NPU ids.
 
-Fixtures (tests/fixtures/ascend/, provenance in each .source): 8x 910B3 info + topo (same host),
-2x 910B2C with processes, 310B4 with Alarm, 2x 310P3 with NPU ids 0 and 64 and hand-narrowed
-borders, dual-die Ascend910 with Phy-ID.
+Fixtures: tests/fixtures/ascend/ (provenance in each .source).
 
-Known gaps: no capture of `npu-smi info -m`, which would give logical ids authoritatively (e.g.
-inside containers, where the `Device` column may be renumbered; run discovery on the host). The
-topo matrix of a multi-die NPU (SIO or other links between dies) and of a 310P host are unseen; HCCS
-is the only link kind mapped. The `NPU ID | Name` table layout of Ascend 950 (A5) is not recognised.
-Truncation: `npu-smi info` always ends with its process table (`NPU Chip | Process id ...`, or "No
-running processes found"), so a capture that stops after the device table is refused as cut (an NPU
-border is otherwise a clean place to cut: 8x 910B3 cut after 15 lines would give 3 NPUs), unless a
-topo capture lists every NPU. Published excerpts that drop the process table (the 310P3, 310B4 and
-8x 910B3 fixtures) are read by `devices_from_info` in the unit tests.
+Known gaps: `npu-smi info -m` (authoritative logical ids, e.g. in containers) is not parsed; multi-
+die and 310P topo matrices are unseen; the Ascend 950 `NPU ID | Name` layout is not recognised.
+Truncation: `npu-smi info` always ends with its process table, so a capture without it is refused
+as cut unless a topo capture lists every NPU; published excerpts without it are read by
+`devices_from_info` in the unit tests.
 """
 
 from __future__ import annotations

@@ -26,29 +26,19 @@ class Vendor(ABC):
     name: ClassVar[str] = ""
     #: Vendor tools whose presence makes live discovery possible.
     tools: ClassVar[tuple[str, ...]] = ()
-    #: The runtime's own visible-devices variable, exported by the TaskProlog (None: Slurm's suffices).
+    # The fields of VendorTraits, with its defaults (what they mean: core.model.VendorTraits).
     visible_devices_env: ClassVar[str | None] = None
-    #: Variables the runtime applies inside `visible_devices_env`'s set (positions, not ids).
     relative_visible_envs: ClassVar[tuple[str, ...]] = ()
-    #: `visible_devices_env` takes the tool's id (`Device.tool_id`) instead of the index.
     visible_by_tool_id: ClassVar[bool] = False
-    #: torch.distributed backend inside this vendor, the module that provides it (None: torch
-    #: itself) and the torch device type.
     torch_backend: ClassVar[str] = "gloo"
     torch_package: ClassVar[str | None] = None
     torch_device: ClassVar[str] = "cuda"
-    #: Feature prefix of the software stack version (`cuda12.4`); empty: `<vendor>_rt`.
     stack_label: ClassVar[str] = ""
-    #: UCC moves this vendor's device memory directly (its cuda/rocm memory components).
     ucc_memory: ClassVar[bool] = False
-    #: Prefix of the vendor CCL's NCCL-style network variables (NCCL_IB_HCA, ...); None: it has none.
     ccl_env_prefix: ClassVar[str | None] = None
-    #: gres.conf `Flags=` for this vendor's devices: which visible-device variable Slurm sets
-    #: (nvidia_gpu_env: CUDA_, amd_gpu_env: ROCR_, intel_gpu_env: ZE_AFFINITY_MASK). Default
-    #: no_gpu_env: the runtime reads only its own variable, which the TaskProlog exports; without a
-    #: flag Slurm sets all three, and CUDA_VISIBLE_DEVICES misleads code that reads it there.
+    # Default no_gpu_env: the runtime reads only its own variable, which the TaskProlog exports;
+    # without a flag Slurm sets all three, and CUDA_VISIBLE_DEVICES misleads code that reads it.
     slurm_gpu_env: ClassVar[str] = "no_gpu_env"
-    #: gres.conf `AutoDetect=` for `gres render --autodetect` (None: Slurm cannot detect this vendor).
     slurm_autodetect: ClassVar[str | None] = None
     #: How to capture what a default table lacks (memory, model), named in parse errors.
     memory_capture_hint: ClassVar[str] = ""

@@ -1,31 +1,20 @@
 """Cambricon MLU (MLU370-X4/X8/S4, MLU590, ...) through `cnmon`, Cambricon's monitoring tool.
 
-Tools and versions parsed: the default `cnmon` table (no arguments), in the two layouts seen in
-public captures: CNMON v5.10.13 (`Card VF Name Firmware | Bus-Id | Util Ecc-Error` over
-`Fan Temp Pwr:Usage/Cap | Memory-Usage | SR-IOV Compute-Mode`, driver in the banner) and
-CNMON v4.20.11 (`... | Inited Driver | ...` over `... | Memory-Usage | vMemory-Usage`, driver per
-card, no bus id). Columns are found by their header names, so either layout (or a mix) works.
-An optional date line may precede the table. cnmon follows it with a blank line and a `Processes:`
-box: the box must be complete, and a capture may stop at the blank line (what
-`cnmon | grep -B99999 '^ *$'` keeps), but not on the table's last border.
+Tools and versions parsed: the default `cnmon` table of CNMON v5.10.13 (driver in the banner, a
+Bus-Id column) and v4.20.11 (`Inited Driver` per card, no bus id); columns are found by header
+name, so either layout works. A date line may precede it; the `Processes:` box after a blank line
+must be complete, and a capture may stop at that blank line but not on the table's last border.
 
-Fields: `index` and the N of `file` `/dev/cambricon_dev<N>` are the Card number (each chip of a
-dual-chip MLU370-X8 is its own card and node); `model` is Name as printed; `memory_mib` the total of
-Memory-Usage; `pci_bus_id` Bus-Id (sysfs form, lower case) where shown; `driver_version` the Driver
-version without its `v`.
-A card whose `Inited` column is not `On` is kept but marked unhealthy. A VF column other than `/`
-(an SR-IOV virtual function) is kept in `partition_mode` as `vf<value>`.
-`visible_devices_env` is MLU_VISIBLE_DEVICES (Cambricon's runtime reads it like CUDA_VISIBLE_DEVICES).
+Fields: `index` and /dev/cambricon_dev<N> are the Card number (each chip of a dual-chip MLU370-X8
+is its own card). `Inited` other than `On` is unhealthy; a VF column other than `/` (SR-IOV)
+gives `partition_mode` `vf<value>`. MLU_VISIBLE_DEVICES works like CUDA_VISIBLE_DEVICES.
 
-Fixtures (tests/fixtures/cambricon/): `cnmon_2x-mlu370-x8_v5.10.13_paddle-docs.txt` and
-`cnmon_3x-mlu370-x4_v4.20.11_paddle-docs.txt`, both from PaddlePaddle/docs.
+Fixtures (tests/fixtures/cambricon/): 2x MLU370-X8 (v5.10.13) and 3x MLU370-X4 (v4.20.11), both
+from PaddlePaddle/docs.
 
-Known gaps: MLU-Link topology is not read. `cnmon topo -m` prints an MLU x MLU matrix with
-MLK (MLU-Link), MUL/CPU (PCIe paths) and a CPU Affinity column, but no public text capture of it
-was found (only screenshots), so links stay empty rather than parsed from a guessed layout.
-cnmon prints no device count: a capture cut exactly after a card block's border and the blank
-line cannot be told from a node with fewer cards. The VF column format of SR-IOV guests
-is unverified. No health signal exists in the v5 layout (Ecc-Error is a counter, not a fault flag).
+Known gaps: MLU-Link topology (`cnmon topo -m`) has no public text capture, so links stay empty;
+no device count (a cut after a card block and the blank line looks like fewer cards); the VF
+format of SR-IOV guests is unverified; v5 has no health signal (Ecc-Error is a counter).
 """
 
 from __future__ import annotations

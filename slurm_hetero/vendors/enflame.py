@@ -1,30 +1,19 @@
 """Enflame GCU (S60, i20, T20, ...) through `efsmi`, Enflame's System Management Interface.
 
-Tools and versions parsed: the default `efsmi` text output of EFSMI V1.2 (driver 1.2.0.301 in the
-fixture): an optional dashed banner, then one box whose top border carries a timestamp, a
-`|EFSMI V<x>  Driver Ver: <y>|` line, a two-line header (`DEV NAME | FW VER | BUS-ID ECC` over
-`TEMP Dpm Pwr(Usage/Cap) | Mem GCU Virt | DUsed SN`) and, per device, two rows closed by a
-`+---+` border; `|---|` separates devices.
+Tools and versions parsed: the default `efsmi` text of EFSMI V1.2 (driver 1.2.0.301): an optional
+dashed banner, then one box (a timestamp in its top border, `|EFSMI V<x>  Driver Ver: <y>|`, a
+two-line header, two rows per device closed by `+---+`, `|---|` between devices). Every line must
+be as wide as the top border and the box must end on `+---+`, so a cut anywhere is a ParseError.
 
-Fields: `index` is DEV, `model` NAME as printed, `file` `/dev/gcu<DEV>` (Enflame's driver makes one
-character node per card, /dev/gcu0.., next to the codec nodes /dev/gcu<N>vid<M>; the Kubernetes
-device plugin hands out the same /dev/gcuN paths), `pci_bus_id` BUS-ID widened to the sysfs form
-(`00:01:00.0` -> `0000:01:00.0`), `driver_version` from `Driver Ver`. `memory_mib` is the `Mem`
-column: it is the device's total (usable) memory, not usage (usage is `DUsed`, a percentage).
-The fixture shows 49120MiB on the S60 with ECC disabled and 42976MiB on the one with ECC enabled:
-42976 is 7/8 of 49120 (less 4 MiB), the share ECC leaves, so the column reports capacity after ECC.
-`visible_devices_env` is TOPS_VISIBLE_DEVICES.
-
-Strictness: every line of the box must be as wide as its top border, each device block must be
-two complete rows closed by `+---+`, and the box must end on such a border (not on the `|---|` that
-opens the next device), so output cut inside a line or a block, or between blocks, is a ParseError.
+Fields: `file` is /dev/gcu<DEV> (the driver's per-card node, next to codec nodes /dev/gcu<N>vid<M>;
+the device plugin hands out the same), `pci_bus_id` widened to sysfs form (`00:01:00.0` ->
+`0000:01:00.0`). `memory_mib` is the `Mem` column, the capacity after ECC (49120MiB on the S60
+without ECC, 42976, about 7/8 of it, with), not usage (`DUsed`). TOPS_VISIBLE_DEVICES selects cards.
 
 Fixtures (tests/fixtures/enflame/): `efsmi_2x-enflame-s60_paddle-docs.txt` (PaddlePaddle docs).
 
-Known gaps: efsmi prints no device count, so output cut exactly after a device's closing border
-cannot be told from a node with fewer cards; no health (Dpm Sleep/Active is a power state, not a
-fault), no UUID (SN is kept nowhere: Device has no serial field), no NUMA/CPU affinity or links;
-`efsmi -q` (the detailed query) is not parsed for lack of a documented capture.
+Known gaps: no device count (a cut after a device's closing border looks like fewer cards); no
+health (Dpm is a power state), UUID, serial, NUMA or links; `efsmi -q` is not parsed.
 """
 
 from __future__ import annotations

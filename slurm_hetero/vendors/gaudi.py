@@ -1,35 +1,24 @@
 """Intel Gaudi (Gaudi 2 HL-225, Gaudi 3 HL-325/HL-338, ...) through `hl-smi`.
 
 Tools and versions parsed:
-- the default `hl-smi` table (HL-SMI hl-1.16.0, driver 1.16.0 in the fixture): banner rows
-  `HL-SMI Version` and `Driver Version`, header `AIP Name Persistence-M | Bus-Id Disp.A |
-  Volatile Uncorr. ECC` over `Fan Temp Perf Pwr:Usage/Cap | Memory-Usage | AIP-Util Compute M.`,
-  two rows per AIP, then a `Compute Processes` section inside the same box, closed by `+===+`.
-  Process rows are read leniently (the fixture's row for AIP 6 has no closing `|` and is
-  misaligned, as hl-smi prints long process rows), but each must name an AIP the table lists.
-- `hl-smi -Q index,module_id,bus_id,name,uuid,memory.total,driver_version -f csv,noheader`
-  (query names from Intel's hl-smi guide; a header line, as `-f csv` prints, is also accepted).
-  Joined to the table by index and checked against it (same count, bus id and driver).
+- the default `hl-smi` table (hl-1.16.0): banner rows `HL-SMI Version` and `Driver Version`, two
+  rows per AIP, then a `Compute Processes` section inside the same box, closed by `+===+`. Process
+  rows are read leniently (hl-smi prints long ones without a closing `|`), but each must name a
+  listed AIP.
+- `hl-smi -Q index,module_id,bus_id,name,uuid,memory.total,driver_version -f csv,noheader` (a
+  header line is accepted too), joined to the table by index and checked against it.
 
-Fields: `index` is the AIP index (the HLML index, which `-Q index` also reports); `file` is
-`/dev/accel/accel<index>`: since the driver moved to the kernel's accel subsystem (upstream 6.3;
-Intel Gaudi software ~1.13) the per-device nodes are `/dev/accel/accel<minor>` plus
-`accel_controlD<minor>`. Habana's Kubernetes device plugin mounted both these and the legacy
-`/dev/hl<minor>`/`hl_controlD<minor>` at commit e598d78 (Nov 2023) and only `/dev/accel/*` from
-76a7ccc (Mar 2024, 1.14/1.15). Drivers older than that need `/dev/hl<N>` (not handled: add a site
-override). `tool_id` is the module id (the OAM slot) from the `-Q` capture: HABANA_VISIBLE_MODULES
-takes module ids, which differ from AIP indices (the fixture's AIPs are not even in bus order), so
-the TaskProlog must export `tool_id`, never `index`. Without the `-Q` capture `tool_id` stays unset
-and HABANA_VISIBLE_MODULES cannot be derived: run discovery live, or capture both outputs.
-`memory_mib` is the Memory-Usage total; `health` is unhealthy when Volatile Uncorr. ECC is above 0.
+Fields: `index` is the AIP (HLML) index; `file` is /dev/accel/accel<index>, the node of the
+kernel's accel subsystem (upstream 6.3, Gaudi software ~1.13; Habana's device plugin mounts only
+/dev/accel/* since 1.14/1.15); older drivers' /dev/hl<N> needs a site override. `tool_id` is the
+module id (OAM slot) from `-Q`: HABANA_VISIBLE_MODULES takes module ids, which differ from AIP
+indices, so without a `-Q` capture it cannot be derived. Volatile Uncorr. ECC above 0 is unhealthy.
 
-Fixtures (tests/fixtures/gaudi/): `hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt` (8x HL-225, CRLF).
+Fixtures (tests/fixtures/gaudi/): `hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt` (CRLF).
 
-Known gaps: no public `hl-smi -Q ... -f csv` capture was found, so that parser is tested only on
-synthetic text; a `-Q` capture alone (no table) yields devices but a cut inside its last field cannot
-be noticed. The accel minor is assumed equal to the AIP index (true when devices are enumerated in
-minor order; `/sys/class/accel/accel<N>/device/module_id` is authoritative). No links (Gaudi's
-RoCE scale-out ports are not device-to-device links Slurm schedules) and no NUMA/CPU affinity.
+Known gaps: no public `-Q` capture (tested on synthetic text; a cut inside its last field of a
+`-Q` capture alone cannot be noticed); the accel minor is assumed equal to the AIP index
+(`/sys/class/accel/accel<N>/device/module_id` is authoritative); no links, NUMA or CPU affinity.
 """
 
 from __future__ import annotations

@@ -1,39 +1,22 @@
 """Hygon DCUs (HCUs in newer releases): `hy-smi` and the DTK's `rocm-smi`, forks of AMD's rocm-smi.
 
-Live discovery
---------------
-One `hy-smi --showproductname --showmeminfo vram --showbus --showdriverversion` (text: hy-smi's
-`--json` has been reported to mix plain text into the JSON), or the same options of the DTK's
-`rocm-smi` when hy-smi is not on PATH. `affinity()` is 1 with hy-smi, or with rocm-smi when sysfs
-shows a Hygon (PCI vendor 0x1d94) display/accelerator device; the AMD vendor steps back there.
+Live: one `hy-smi --showproductname --showmeminfo vram --showbus --showdriverversion` (text: its
+`--json` has been reported to mix in plain text), or the DTK's `rocm-smi` with the same options.
+`affinity()` is 1 with hy-smi, or with rocm-smi when sysfs shows a Hygon (0x1d94) accelerator.
 
-Captures parsed (recognised by content, any order, merged per DCU index)
-------------------------------------------------------------------------
-The formats are rocm-smi's and are parsed by the code shared with AMD (`slurm_hetero.vendors._rocm`),
-with DCU branding: a `System Management Interface` banner (no "ROCm"), `End of SMI Log` footer,
-`DCU[N]` / `HCU[N]` (or `GPU[N]`) key-value lines (Card Series -> model, `vram Total Memory (MiB)`
-or `VRAM Total Memory (B)` -> memory, PCI Bus, Unique ID, (Topology) Numa Node/Affinity, Driver
-version), `--showtopo` matrices (GPUn, DCUn or HCUn headers accepted), the `--json` cardN layout,
-and the default table `DCU Temp AvgPwr [SCLK MCLK] [Fan] Perf PwrCap VRAM% DCU% [Mode]` (the DTK
-23.10.1 fixture; the bracketed columns appear in other releases and only the index is read). That
-table names neither the model nor the memory, so on its own it is a ParseError asking for
-`hy-smi --showproductname --showmeminfo vram` (or the DTK rocm-smi with the same options), or for
-the model from the admin (`discover --vendor hygon --from-file T --model K100_AI`: `parse_with_model`
-names every device so, the catalog gives the memory; a capture naming another model is an error).
+Captures are rocm-smi's formats, parsed by the code shared with AMD (`_rocm`) with DCU branding:
+no "ROCm" in the banner, `DCU[N]` / `HCU[N]` (or `GPU[N]`) lines, GPUn/DCUn/HCUn matrix headers,
+and the default table `DCU Temp AvgPwr [SCLK MCLK] [Fan] Perf PwrCap VRAM% DCU% [Mode]` (DTK
+23.10.1). That table names no model or memory: alone it is a ParseError, unless the admin names
+the model (`discover --vendor hygon --from-file T --model K100_AI`, memory from the catalog).
 ROCm-branded output and amd-smi captures are refused with a pointer to `--vendor amd`.
+`file` follows AMD's /dev/dri/renderD<128+index> rule (public DTK notes show renderD128..135).
 
-Device fields: vendor "hygon", model as hy-smi reports it (e.g. "K100_AI"), file
-/dev/dri/renderD<128+index> (the same convention and limits as AMD's, see the amd module; public
-DTK notes show an 8-DCU node with renderD128..renderD135), memory_mib, numa_node, pci_bus_id, uuid,
-driver_version. The runtime exports HIP_VISIBLE_DEVICES (Slurm does not), via the TaskProlog.
+Fixtures (tests/fixtures/hygon/): the DTK 23.10.1 default table of 4 DCUs (PaddlePaddle docs).
 
-Fixtures (tests/fixtures/hygon/): the DTK 23.10.1 `rocm-smi` default table of 4 DCUs from
-PaddlePaddle's docs (an error case: table alone). No public `hy-smi` capture with a traceable
-source turned up, so the product/memory formats are tested in tests/unit/test_vendor_hygon.py
-with constructed text in the layout that hy-smi users' scripts parse (`DCU[0] : Card Series:
-K100_AI`, `vram Total Memory (MiB): 65520`); that is the main gap: real hy-smi output of
-`--showproductname --showmeminfo vram --showbus` has not been seen. Hygon link types
-(hy-smi `--showtopotype` reports e.g. "HSW") are not turned into links; only "XGMI" would be.
+Known gaps: no public `hy-smi` capture with a traceable source, so the product/memory lines are
+tested on constructed text in the layout users' scripts parse (`DCU[0] : Card Series: K100_AI`);
+Hygon link types (`--showtopotype` "HSW") give no links, only "XGMI" would.
 """
 
 from __future__ import annotations

@@ -1,33 +1,22 @@
 """Iluvatar CoreX GPUs (BI-V100, BI-V150, BI-V150S, MR-V100, ...) through `ixsmi`.
 
-Tools and versions parsed: the default `ixsmi` table, an nvidia-smi look-alike, as printed by
-IX-ML 3.0.1 (driver 3.0.1), IX-ML 4.0.0 (driver 4.1.0) and IX-ML 4.3.0 (driver 4.3.0): an optional
-`Timestamp ...` line, a banner `IX-ML: <v>  Driver Version: <v>  CUDA Version: <v|N/A>`, header
-`GPU Name | Bus-Id | Clock-SM Clock-Mem` over `Fan Temp Perf Pwr:Usage/Cap | Memory-Usage |
-GPU-Util Compute M.`, two rows per GPU closed by `+---+`, then a blank line and the `Processes:`
-box, which must be complete. A capture may stop at that blank line (one fixture was cut there by
-`ixsmi | grep -B99999 '^ *$'` in its author's script) but not on the table's last border.
+Tools and versions parsed: the default `ixsmi` table, an nvidia-smi look-alike, of IX-ML 3.0.1,
+4.0.0 and 4.3.0: an optional `Timestamp` line, a banner `IX-ML: <v>  Driver Version: <v>  CUDA
+Version: <v|N/A>`, two rows per GPU, then a blank line and a complete `Processes:` box. A capture
+may stop at that blank line (what `ixsmi | grep -B99999 '^ *$'` keeps) but not on the last border.
 
-Fields: `index` is the GPU number, `model` the Name as printed (`Iluvatar BI-V150`), `file`
-`/dev/iluvatar<index>` (the driver's per-GPU node; Iluvatar's Kubernetes device plugin hands out
-`/dev/iluvatar<minor>` plus the shared `/dev/itrctl` since driver 4.4.0), `pci_bus_id` in sysfs form,
-`memory_mib` the Memory-Usage total, `driver_version` from the banner, `runtime_version` the banner's
-CUDA Version (the CUDA API level the CoreX runtime implements; unset when `N/A`).
-`visible_devices_env` is None: CoreX exposes its GPUs through a CUDA-compatible runtime that
-selects devices by CUDA_VISIBLE_DEVICES, which Slurm's gres/gpu already sets (Iluvatar's own job
-scripts read CUDA_VISIBLE_DEVICES; IX_VISIBLE_DEVICES is only the container runtime's variable).
+Fields: `file` is /dev/iluvatar<index> (the driver's per-GPU node, what the device plugin hands
+out), `runtime_version` the CUDA API level CoreX implements (unset when `N/A`).
+`visible_devices_env` is None: CoreX's CUDA-compatible runtime reads CUDA_VISIBLE_DEVICES, which
+Slurm sets (IX_VISIBLE_DEVICES is only the container runtime's variable).
 
-Fixtures (tests/fixtures/iluvatar/), all public captures: `ixsmi_2x-bi-v150_drv4.3.0_paddle-docs.txt`
-(PaddlePaddle/docs), `ixsmi_1x-bi-v150s_drv4.1.0_ix-device-plugin.txt` (Deep-Spark/ix-device-plugin)
-and `ixsmi_7x-bi-v100_drv3.0.1_reset-script.txt` (dillonfzw/utils, comment prefix stripped).
+Fixtures (tests/fixtures/iluvatar/): PaddlePaddle docs (2x BI-V150), Deep-Spark/ix-device-plugin
+(BI-V150S) and dillonfzw/utils (7x BI-V100).
 
-Known gaps: the ixsmi index is not a stable device-node number. In the BI-V100 capture a GPU that
-failed (0C, 65535W) vanished after a reset and the GPUs behind it were renumbered, so
-`/dev/iluvatar<index>` can point at the wrong GPU on such a node; `ixsmi -q` (Minor Number) is not
-parsed for lack of a public capture, nor is `ixsmi topo -m` (IX-Link) - links stay empty. ixsmi prints
-no device count: a capture cut right after a GPU block's border and the blank line cannot be told
-from a smaller node.
-No health signal (the table has none; the 65535W sentinel of the failed GPU is not interpreted).
+Known gaps: the ixsmi index is not a stable node number: in the BI-V100 capture a failed GPU
+vanished after a reset and the others were renumbered, so /dev/iluvatar<index> can be wrong there;
+`ixsmi -q` and `ixsmi topo -m` are not parsed (no links); no device count, so a cut after a GPU
+block and the blank line looks like a smaller node; no health signal.
 """
 
 from __future__ import annotations

@@ -1,49 +1,32 @@
 """Intel Data Center GPU Max / Flex through `xpu-smi`, the stand-alone CLI of Intel XPU Manager.
 
-Tools and versions parsed (text output, as printed by xpu-smi 1.x in Intel's user guide
-intel/xpumanager `doc/smi_user_guide.md` @57e44f5; the keys of later releases, `SOC UUID` and
-`DRM Device`, are accepted too):
-- `xpu-smi discovery`: the boxed device table (Device Name, UUID, PCI BDF Address, Function Type).
-  It has no memory size: `memory_mib` stays None and the catalog fills it from the model.
+Tools and versions parsed (text of xpu-smi 1.x, intel/xpumanager `doc/smi_user_guide.md` @57e44f5;
+the later keys `SOC UUID` and `DRM Device` too):
+- `xpu-smi discovery`: the boxed device table; no memory size (the catalog fills it).
 - `xpu-smi discovery -d N`: the same box for one device with every property (Memory Physical
-  Size, Driver Version, Number of Tiles, Xe Link ports, ...). Live discovery runs it once per
-  device listed by the table (see `IntelVendor.probe`).
+  Size, Driver Version, ...); live discovery runs it once per device of the table.
 - `xpu-smi topology -m`: the CPU/GPU matrix over tiles, labelled `GPU <card>/<tile>`.
-Captures are recognised by content and merged by xpu-smi Device ID; a key shown twice with two
-values is an error. A topology matrix alone is an error naming the missing discovery capture,
-and so is a matrix whose cards differ from the devices the discovery lists.
+Captures are merged by Device ID (a key shown twice with two values is an error); a matrix alone,
+or one whose cards differ from the discovery's devices, is an error.
 
 Decisions:
-- One Slurm device per card, never per tile. A Max 1550 card has two tiles (`GPU 0/0`, `GPU 0/1`)
-  that Level Zero can address as `ZE_AFFINITY_MASK=0.1`, but both sit behind one DRM render node,
-  so cgroup device isolation (what `File=` buys) can only hand out whole cards; Slurm's own
-  `AutoDetect=oneapi` also lists one GRES per card. Jobs may still split their card by tile.
-- `file` is `/dev/dri/renderD<128+N>`: Level Zero compute opens the render node, so binding it is
-  what confines a job to its cards (the `cardN` node that AutoDetect=oneapi lists is the display
-  node). This assumes xpu-smi numbers cards in the kernel's render-minor order (both follow PCI
-  order) and that no other render-capable DRM device comes first; a server BMC's VGA (ast) has no
-  render node, but an AMD GPU or an Intel iGPU in the same node would shift the numbers.
-- Links: `XL<n>` means the two tiles are joined directly by Xe Link with n lanes; `XL*` means
-  they reach each other through Xe Link plus the in-package MDF, not directly. A card's link to a
-  peer card is `Link(kind="xelink", count=<lanes>)` where lanes sums the direct tile pairs
-  (2 x XL16 = 32 in the fixture's two-card, two-tile matrix); `XL*`, `MDF` and PCIe paths add none.
-- `cores` is the card's `CPU Affinity` as printed. It is the PCI device's local CPU list, so all
-  tiles of a card must show the same one; a difference is an error (it is how a matrix cut inside
-  its last row shows).
+- One Slurm device per card, never per tile: both tiles of a Max 1550 sit behind one DRM render
+  node, so cgroup isolation can only hand out whole cards (AutoDetect=oneapi lists cards too).
+- `file` is /dev/dri/renderD<128+N>: Level Zero opens the render node. This assumes xpu-smi numbers
+  cards in render-minor order and no other render-capable DRM device (an AMD GPU, an Intel iGPU;
+  a BMC's ast VGA has none) comes first.
+- Links: `XL<n>` joins two tiles directly with n lanes; a card's link to a peer card sums its
+  direct tile pairs (2 x XL16 = 32 in the fixture); `XL*` (through MDF), `MDF` and PCIe add none.
+- `cores` is the card's `CPU Affinity`; all tiles of a card must show the same (how a matrix cut
+  inside its last row shows).
 
-Fixtures (tests/fixtures/intel/): `xpu-smi-discovery_intel-0x020a.txt`,
-`xpu-smi-discovery-d_intel-0x020a-detail.txt` (one 2-tile device, from Intel's guide) and
-`xpu-smi-topology-m_2card-2tile_xelink.txt` (a 2-card matrix from the same guide: with the
-1-device discovery it is an error case; tests/unit/test_vendor_intel.py pairs it with a 2-card table).
+Fixtures: tests/fixtures/intel/ (from Intel's guide; the 2-card matrix is paired with a 2-card
+table in tests/unit/test_vendor_intel.py).
 
-Known gaps: no health (xpu-smi discovery shows none; `xpu-smi health` is not parsed); no NUMA
-node (the matrix shows CPU lists only); the render-node numbering above is an assumption, not
-read from sysfs; SR-IOV virtual functions (`Function Type: virtual`) get `partition_mode:
-sriov-vf` but their render nodes follow the same rule; `--dump` CSV and `-j` JSON outputs are
-not parsed; with one tile per card, a matrix cut inside the last row's CPU list still looks whole
-(with two tiles per card the tiles' lists must agree, which catches it); the discovery table has no
-device count, so a table cut exactly after a complete device group reads as a node with fewer cards
-(a topology matrix given with it catches that).
+Known gaps: no health, no NUMA node; the render-node numbering is assumed, not read from sysfs;
+SR-IOV VFs get `partition_mode: sriov-vf` under the same numbering; `--dump` CSV and `-j` JSON are
+not parsed; with one tile per card a matrix cut inside the last CPU list looks whole, and a table
+cut after a whole device group reads as fewer cards (a matrix given with it catches that).
 """
 
 from __future__ import annotations

@@ -1,30 +1,20 @@
 """Kunlunxin (Baidu) XPU through `xpu_smi` (underscore; Intel's tool is `xpu-smi`, hyphen).
 
-Tools and versions parsed: the default `xpu_smi` text output of the XRE runtime 4.x
-(`Runtime Version: 4.31 / Driver Version: 4.0` in the fixture): optional `Key: Value` preamble,
-then the `DEVICES` table, an optional `VIDEO` table and the `PROCESSES` table, each a dash-bordered
-table with a `|`-separated header. Columns are found by header name, so the wider variants
-(State, Power(W), Temp, Freq(MHz), Firmware Version, CPLD Version) parse too; DevID, PCI Addr,
-Model, INODE and Memory are required.
+Tools and versions parsed: the default `xpu_smi` text of XRE 4.x (Runtime 4.31, Driver 4.0): an
+optional `Key: Value` preamble, then the `DEVICES`, optional `VIDEO` and `PROCESSES` tables, each
+dash-bordered with a `|`-separated header. Columns are found by name, so the wider variants parse
+too; DevID, PCI Addr, Model, INODE and Memory are required. Every table must be closed by a border
+like its top, rows must have the header's cells, VIDEO must name the DEVICES' DevIDs, and the
+output must end with PROCESSES, so a cut anywhere is a ParseError.
 
-Fields: `index` is DevID, `file` the INODE column (`/dev/xpuN`, one per compute device; a K200
-card shows two, with the same PCI address and SN), `memory_mib` the total of `used / total MB`
-(xpu_smi's "MB" are MiB: 32768 on a 32 GiB R300, 8064 on a K200 die). `health` follows the State
-column when shown (Kunlunxin's XRE guide: N = Normal, E = Error). With SR-IOV on, the physical
-function shows as `<model>-PF` and has no compute left (same guide), so it is reported unhealthy
-with `partition_mode: sriov-pf`; virtual functions (`R200-VF-5G`) get `partition_mode: sriov-vf`.
-`visible_devices_env` is XPU_VISIBLE_DEVICES.
+Fields: `file` is the INODE column (/dev/xpuN per compute device; a K200 card shows two),
+`memory_mib` the total of `used / total MB` (MiB really: 32768 on a 32 GiB R300). State (XRE guide:
+N normal, E error) gives health. With SR-IOV the physical function (`<model>-PF`) has no compute
+left: unhealthy with `partition_mode: sriov-pf`; virtual functions (`R200-VF-5G`) are `sriov-vf`.
 
-Strictness: every table must be closed by a border as long as its opening one, rows must have the
-header's cell count, VIDEO rows must name the DEVICES' DevIDs, and the output must end with the
-closed PROCESSES table, so an output cut short anywhere is a ParseError.
+Fixtures (tests/fixtures/kunlunxin/): `xpu_smi_2x-kunlunxin-r300_paddle-docs.txt` (SN masked).
 
-Fixtures (tests/fixtures/kunlunxin/): `xpu_smi_2x-kunlunxin-r300_paddle-docs.txt` (PaddlePaddle
-docs, 2 x R300, SN masked by its author).
-
-Known gaps: SN is not kept (Device has no serial field) and there is no UUID; no NUMA node, CPU
-affinity or links (xpu_smi's default output shows none; `xpu_smi -m`, the machine-readable form,
-is not parsed for lack of a documented capture).
+Known gaps: no serial, UUID, NUMA, CPU affinity or links; `xpu_smi -m` is not parsed.
 """
 
 from __future__ import annotations

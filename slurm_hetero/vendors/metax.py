@@ -1,57 +1,34 @@
 """MetaX GPUs (C500, C550, MXC500/MXC550 as older tools name them, N260, ...) through `mx-smi`.
 
 Tools and versions parsed:
-- The default `mx-smi` output of mx-smi 2.1.6, 2.2.4 and 2.2.9 (kernel mode drivers 2.5.014, 2.15.9
-  and 3.4.4 in the fixtures): an optional `mx-smi  version: <v>` line, the `=== MetaX System
-  Management Interface Log ===` header, a Timestamp, `Attached GPUs : <N>`, then a box table whose
-  banner is `MX-SMI <v>  Kernel Mode Driver Version: <v>` over `MACA Version: <v>  BIOS Version: <v>`,
-  two header rows, two rows per GPU closed by `+---+`, and after a blank line a `Process:` box (which
-  must be complete when present) and, in some versions, `End of Log`. Three header layouts are
-  seen: `GPU NAME | Bus-id | GPU-Util` over `Temp Power | Memory-Usage |` (2.1.6, names such as
-  `MXC550`), the same with `Pwr:Usage/Cap` and a `GPU-State` column (2.2.4), and the four-column
-  `Board Name | GPU Persist-M | Bus-id | GPU-Util sGPU-M` over `Pwr:Usage/Cap | Temp Perf |
-  Memory-Usage | GPU-State` (2.2.9). Columns are found by their header words, never by position.
-- `mx-smi topo -m` (and `topo -n`, which adds NIC rows and a NIC legend), 2.2.9: after the same log
-  header and `Attached GPUs`, a `Device link type matrix` of space-aligned columns GPU0.., NIC0..,
-  `Node Affinity` and `CPU Affinity`, then `Legend:` (and `NIC Legend:`). It is parsed together with
-  a default table of the same node; alone it is a ParseError (it names no model or memory).
+- The default `mx-smi` output of mx-smi 2.1.6, 2.2.4 and 2.2.9 (drivers 2.5.014, 2.15.9, 3.4.4):
+  an optional version line, the `=== MetaX System Management Interface Log ===` header, a
+  Timestamp, `Attached GPUs : <N>`, then a box table (banner `MX-SMI <v>  Kernel Mode Driver
+  Version: <v>` over `MACA Version: <v>  BIOS Version: <v>`, two rows per GPU), an optional
+  complete `Process:` box and `End of Log`. Header layouts differ by version (`GPU NAME` or `Board
+  Name | GPU`, with or without `GPU-State`), so columns are found by header words, never by position.
+- `mx-smi topo -m` / `topo -n` (2.2.9): a `Device link type matrix` of GPU0.., NIC0.., `Node
+  Affinity` and `CPU Affinity`, then `Legend:` (and `NIC Legend:`); only with a default table.
 
-Fields: `index` is the GPU number (the `GPU` column, not the 2.2.9 `Board` number), `model` the name
-as printed, `memory_mib` the total of Memory-Usage (`826/65536 MiB`), `pci_bus_id` Bus-id in sysfs
-form, `driver_version` the Kernel Mode Driver Version, `runtime_version` the MACA Version (unset when
-`unknown`, as mx-smi prints inside a container without the SDK). A GPU-State other than `Available`
-keeps the GPU but marks it unhealthy (MetaX's own exporter alert for that state points at
-`mx-smi -L` and `mx-smi --show-unavailable-reason`, MetaX-MACA/mxExporter prometheus config-map).
-From a topology capture: `MX` (MetaXLink) cells give `Link(kind="metaxlink")` to that GPU; PCIe paths
-(PIX, PXB, PHB, NODE, SYS) and ETH give none; `numa_node` is Node Affinity, `cores` CPU Affinity.
-`Attached GPUs` is a device count: a table or matrix with fewer GPUs is taken for a cut capture,
-and so is a Legend without its `NA` entry (every legend seen ends with it).
+Fields: `index` is the GPU number (not the Board number), `memory_mib` the Memory-Usage total,
+`driver_version` the Kernel Mode Driver Version, `runtime_version` the MACA Version (unset when
+`unknown`, as in a container without the SDK). A GPU-State other than `Available` is unhealthy
+(MetaX's mxExporter alert points at `mx-smi --show-unavailable-reason`). `MX` cells give
+`Link(kind="metaxlink")`; `numa_node` and `cores` come from the affinity columns. `Attached GPUs`
+is a device count: fewer GPUs, or a Legend without its final `NA` entry, is a cut capture.
 
-`file` is `/dev/dri/card<index>`: MetaX GPUs are DRM devices. Containers get `--device=/dev/dri
---device=/dev/mxcd` (mcPytorch README, MetaX-MACA/mcPytorch), and PaddleNLP's MetaX guide says
-`--device=/dev/dri/card0` alone makes only GPU 0 visible. `/dev/mxcd` is the shared control node and
-serves as `device_glob` (it shows the MetaX driver is loaded; /dev/dri/card* would match any GPU).
-`visible_devices_env` is MACA_VISIBLE_DEVICES: MetaX's torch build reads it before
-CUDA_VISIBLE_DEVICES (`os.getenv("MACA_VISIBLE_DEVICES") or os.getenv("CUDA_VISIBLE_DEVICES")` in
-mcPytorch's torch/cuda/__init__.py), and MetaX's vLLM plugin sets it next to CUDA_VISIBLE_DEVICES
-(vLLM-metax, patch/enhancement/chores/maca_visible_device.py); Slurm exports only the latter.
+`file` is /dev/dri/card<index>: containers get `--device=/dev/dri --device=/dev/mxcd` (mcPytorch),
+and `--device=/dev/dri/card0` alone shows only GPU 0 (PaddleNLP's guide). /dev/mxcd, the shared
+control node, is the `device_glob`. MACA_VISIBLE_DEVICES is read before CUDA_VISIBLE_DEVICES by
+MetaX's torch (torch/cuda/__init__.py) and set by its vLLM plugin; Slurm exports only the latter.
 
-Fixtures (tests/fixtures/metax/): `mx-smi_table_8x-c500_drv3.4.4_ms-swift-docs.txt`,
-`mx-smi_topo-m_8x-c500_metaxlink_ms-swift-docs.txt` and
-`mx-smi_topo-n_8x-c500_metaxlink-6nic_ms-swift-docs.txt` (modelscope/ms-swift, one node),
-`mx-smi_table_8x-c550_drv2.15.9_ernie-docs.txt` (PaddlePaddle/ERNIE),
-`mx-smi_table_8x-mxc550_drv2.5.014_paddlenlp-docs.txt` (PaddlePaddle/PaddleNLP) and
-`mx-smi_table_4x-mxc500_drv2.5.014_busy_blog.txt` (a public blog, with running processes).
+Fixtures: tests/fixtures/metax/ (ms-swift, ERNIE and PaddleNLP docs, a public blog).
 
-Known gaps: the `/dev/dri/card<N>` minor is assumed equal to the GPU index, which breaks when another
-DRM device (a BMC's VGA) takes a card number first: check /sys/bus/pci/devices/<pci_bus_id>/drm. The
-GPUs' render nodes (/dev/dri/renderD*) and /dev/mxcd are not in gres.conf, so Slurm's device cgroup
-does not fence them. No public capture shows a GPU whose GPU-State is not `Available`, so that row's
-other cells are read as for an available GPU, except that an unreadable memory cell then leaves
-`memory_mib` unset. The N260's 2.2.8 layout (`GPU NAME Persistence-M | Bus-id | GPU-Util sGPU-M`)
-fits the header rules but has no public capture of known provenance; sGPU-M (sGPU sharing mode) is
-not interpreted. `mx-smi -L` (UUIDs) and `mx-smi --show-memory` are not parsed: only fragments of
-their output are public. MetaXLink lane counts are not shown by `topo -m` (count=1).
+Known gaps: the card minor is assumed equal to the GPU index (a BMC's VGA can take card0: check
+/sys/bus/pci/devices/<pci_bus_id>/drm); render nodes and /dev/mxcd are not fenced by gres.conf; no
+capture of a GPU that is not `Available` (an unreadable memory cell then leaves `memory_mib` unset);
+the N260's 2.2.8 layout is unverified; sGPU-M, `mx-smi -L` and `--show-memory` are not read;
+MetaXLink lane counts are unknown (count=1).
 """
 
 from __future__ import annotations
@@ -59,7 +36,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar
 
 from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import register_vendor
@@ -346,21 +322,11 @@ class MetaxVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/mxcd"
     visible_devices_env = "MACA_VISIBLE_DEVICES"
-    # Software-stack facts for the launcher, render and TaskProlog (`Vendor.traits()`):
-    # torch.distributed backend name: MetaX's torch build keeps "nccl", served by MCCL (libmccl.so):
-    # mcPytorch maca_tests/test_ddp_with_mccl_*.py call dist.init_process_group("nccl"), and the
-    # vLLM-metax platform declares dist_backend = "nccl" (vllm_metax/platform.py).
-    torch_backend: ClassVar[str] = "nccl"
-    # No extra module: MetaX ships a whole torch wheel (mcPytorch README: `pip install torch-2.4.0*.whl`;
-    # ms-swift's MetaX guide: `torch2.x.x+metax3.x.x.x`, then plain `import torch`).
-    torch_package: ClassVar[str | None] = None
-    # Device type "cuda": mcPytorch README prints `tensor([1., 1.], device='cuda:0')`; vLLM-metax
-    # declares device_type = "cuda".
-    torch_device: ClassVar[str] = "cuda"
-    # The stack is MXMACA; mx-smi's banner names its version `MACA Version` (runtime_version).
-    stack_label: ClassVar[str] = "maca"
-    # MCCL keeps NCCL's variables under its own prefix (MCCL_SOCKET_IFNAME, MCCL_IB_HCA in MetaX's docs).
-    ccl_env_prefix: ClassVar[str | None] = "MCCL"
+    # MetaX's own torch wheel keeps device "cuda" and backend "nccl", served by MCCL (mcPytorch
+    # README and DDP tests, vLLM-metax platform.py); MCCL reads MCCL_* network variables.
+    torch_backend = "nccl"
+    stack_label = "maca"
+    ccl_env_prefix = "MCCL"
 
     def commands(self) -> list[list[str]]:
         return [[TOOL], [TOOL, "topo", "-m"]]

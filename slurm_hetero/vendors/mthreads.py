@@ -1,34 +1,23 @@
 """Moore Threads MTT GPUs (S80, S3000, S4000, S5000, ...) through `mthreads-gmi`.
 
-Tools and versions parsed: the default `mthreads-gmi` output (mthreads-gmi 1.12.2 with driver 1.2.0
-in the fixture): an optional date line, a banner `mthreads-gmi:<ver>  Driver Version:<ver>` between
-dashed rules, a header of three lines (`ID Name | PCIe | %GPU Mem`, `Device Type | Pcie Lane Width
-| Temp MPC Capable`, `| ECC Mode`) closed by `+---+`, then three lines per GPU; GPUs are separated
-by `+---+` and the list ends with a dashed rule, a blank line or the end of the capture (the
-fixture, cut by its author after the only GPU). An optional `Processes:` section must be complete.
-This is not a box table: columns are located by the `|` positions of the header lines, which every
-line of a device block must repeat (a newer layout that adds a Perf column keeps this rule).
+Tools and versions parsed: the default `mthreads-gmi` output (1.12.2, driver 1.2.0): an optional
+date line, a banner `mthreads-gmi:<ver>  Driver Version:<ver>` between dashed rules, a three-line
+header closed by `+---+`, then three lines per GPU, separated by `+---+`, ended by a dashed rule, a
+blank line or the end of the capture. An optional `Processes:` section must be complete. Not a
+box table: columns are located by the `|` positions of the header, which every device line repeats.
 
-Fields: `index` is ID, `model` Name as printed, `file` `/dev/mtgpu.<ID>` (the per-GPU node of the
-mtgpu kernel driver, the node containers get with `--device /dev/mtgpu.N` next to `/dev/dri`),
-`pci_bus_id` PCIe in sysfs form, `memory_mib` the total in `used(total)`, `driver_version` from the
-banner; a Device Type other than `Physical` (`MPC Parent`, an MPC-partitioned GPU) is kept in
-`partition_mode`. `visible_devices_env` is MUSA_VISIBLE_DEVICES (the MUSA runtime's analogue of
-CUDA_VISIBLE_DEVICES; MTHREADS_VISIBLE_DEVICES is only the container toolkit's variable).
-
-Used memory above the total: Moore Threads' own FAQ (tutorial_on_musa, FAQ/environment_FAQ.md,
-question 5) shows an S4000 with 49152 MiB reported as 32768 MiB total while 44302 MiB are in use,
-caused by the IOMMU being off or not in effect. Such a GPU is kept but marked unhealthy with that
-reason, and `memory_mib` is left unset (the printed total is known to be wrong; the catalog supplies
-the model's real size): fit must not plan on 32 GiB, and the admin must see why the GPU is drained.
+Fields: `file` is /dev/mtgpu.<ID> (the mtgpu driver's per-GPU node), `memory_mib` the total of
+`used(total)`; a Device Type other than `Physical` (`MPC Parent`) goes to `partition_mode`.
+MUSA_VISIBLE_DEVICES is the runtime's variable (MTHREADS_VISIBLE_DEVICES is the container
+toolkit's). Used memory above the total is the wrong total the IOMMU being off gives (Moore
+Threads FAQ, environment_FAQ.md question 5): the GPU is kept, unhealthy with that reason, and
+`memory_mib` unset so the catalog supplies the real size.
 
 Fixtures (tests/fixtures/mthreads/): `mthreads-gmi_mtt-s4000_drv1.2.0_wrong-mem-total_faq.txt`.
 
-Known gaps: only a single-GPU public capture exists, so the multi-GPU `+---+` separator is read
-as in layouts published by Moore Threads' partners but untested on a real capture; mthreads-gmi
-prints no device count, and a capture cut exactly at the end of a GPU block (or inside the last
-line, the ECC mode) cannot be noticed. The `/dev/mtgpu.N` minor is assumed equal to the ID. No
-MTLink topology, health flags, UUID or NUMA affinity (`mthreads-gmi -q` is not parsed).
+Known gaps: only a single-GPU capture exists, so the multi-GPU separator is untested; no device
+count, so a cut at the end of a GPU block (or inside its ECC line) goes unnoticed; the
+/dev/mtgpu.N minor is assumed equal to the ID; no links, health flags, UUID or NUMA (`-q`).
 """
 
 from __future__ import annotations

@@ -1,58 +1,30 @@
 """NVIDIA GPUs: NVML through pynvml for live discovery, `nvidia-smi` captures for `--from-file`.
 
-Live discovery (`probe`)
-------------------------
-pynvml (package nvidia-ml-py, imported only inside `probe`) reads, per GPU: name, minor number
-(-> `index` and /dev/nvidia<minor>), memory total, UUID, PCI bus id, CPU affinity bitmask (-> `cores`),
-MIG mode, retired-page and row-remap state (-> health), and every active NVLink's remote end: a GPU
-of this node counts one link to it; links into NVSwitches connect every pair of switch-attached
-GPUs with min(links of each) links, as `nvidia-smi topo -m` prints them (NV18 on HGX H100).
-`numa_node` comes from /sys/bus/pci/devices/<bus>/numa_node (the CPU-side node, topo's "NUMA
-Affinity"), else from nvmlDeviceGetMemoryAffinity. nvmlDeviceGetNumaNodeId is deliberately not
-used: it is the GPU's *own* memory node on coherent platforms (GH200), topo's "GPU NUMA ID".
-Driver and CUDA versions come from nvmlSystemGetDriverVersion / nvmlSystemGetCudaDriverVersion.
-The conversion is pure (`NvmlGpu` -> `devices_from_nvml`) and tested with a fake pynvml.
+Live (`probe`, `_nvml`): per GPU name, minor number (-> `index`, /dev/nvidia<minor>), memory, UUID,
+bus id, CPU affinity (-> `cores`), MIG mode, retired pages and row remapping (-> health), and
+active NVLinks: to a GPU of the node one link each; through NVSwitches every switch-attached pair
+gets min(links of each), as `nvidia-smi topo -m` prints it. `numa_node` is sysfs `numa_node` (topo's
+"NUMA Affinity"), else nvmlDeviceGetMemoryAffinity; never nvmlDeviceGetNumaNodeId, which is the
+GPU's own memory node on coherent platforms (GH200).
 
-Captures parsed (recognised by content, any order)
---------------------------------------------------
-- `nvidia-smi -q -x` XML, DTD v12 (driver 535) and v13 (driver 595): product_name, minor_number,
-  uuid, pci/pci_bus_id, fb_memory_usage/total, mig_mode/current_mig, the header's driver_version and
-  cuda_version, and the health fields below. `attached_gpus` larger than the <gpu> blocks present
-  (a trimmed capture) is accepted with a warning.
-- `nvidia-smi -q` / `-a` text (driver 545): the same fields, by their printed names. Each GPU block
-  must reach its `Processes` section, or the capture is taken as truncated.
-- `nvidia-smi --query-gpu=... --format=csv` with the admin's choice and order of columns (a header
-  is needed; see `_nvidia_csv`).
-- `nvidia-smi topo -m` and `topo -mp`, tab-separated as printed or as a terminal copy with tabs
-  expanded (fields are rebuilt from 8-column tab stops, so blank cells survive). NV# cells become
-  `Link(kind="nvlink", count=#)`; PCIe paths (PIX/PXB/PHB/NODE/SYS) give none; NIC rows and the NIC
-  legend are ignored. `CPU Affinity` -> `cores`, `NUMA Affinity` -> `numa_node`. Matrix GPU<k> is
-  the k-th GPU of the device listing (nvidia-smi's order), so both must come from one node.
-  A topology (or `nvidia-smi mig -lgip` profile table) without a device listing is a ParseError
-  asking for `nvidia-smi -q -x`; the profile table is otherwise ignored. With `discover --model`
-  (`parse_with_model`) a topology alone is enough: GPU<k> becomes /dev/nvidia<k> of that model
-  (memory from the catalog), for a node whose device listing was not captured.
-- health: identity fields reading "Unknown Error"/"GPU is lost", pending page retirement or
-  blacklist, pending or failed row remapping, reset required, drain-and-reset recommended, a GPU
-  recovery action other than None, and an NVLink fabric not ready or not successful.
+Captures (recognised by content, any order):
+- `nvidia-smi -q -x` XML, DTD v12 (driver 535) and v13 (595); `attached_gpus` above the <gpu>
+  blocks present (a trimmed capture) is accepted with a warning.
+- `nvidia-smi -q` / `-a` text (driver 545): each GPU block must reach `Processes`, else truncated.
+- `nvidia-smi --query-gpu=... --format=csv` with a header (`_nvidia_csv`).
+- `nvidia-smi topo -m` / `-mp`, tab-separated or with tabs expanded (`_nvidia_topo`): NV# -> nvlink
+  count; matrix GPU<k> is the k-th GPU of the listing, so both must come from one node. Topology
+  or a `mig -lgip` table without a listing is a ParseError, except with `discover --model`
+  (`parse_with_model`: GPU<k> becomes /dev/nvidia<k> of that model).
+- health: lost identity fields, pending retirement or blacklist, row remapping pending or failed,
+  reset required or recommended, a recovery action, an NVLink fabric not ready or failed.
 
-Fixtures (tests/fixtures/nvidia/, provenance in each .source): `-q -x` of an A100-SXM4-80GB with
-MIG on (v12, 1 of 4 blocks kept) and of an RTX 4000 SFF Ada (v13); `-a` text of an H100 80GB HBM3;
-six topo matrices (DGX-1 `-mp`, DGX A100, 8x A100 NPS4, 8x H100 with blank CPU affinity, 4x and 2x
-RTX 6000 Ada, tab- and space-separated); a `mig -lgip` table. No topology comes from the same node
-as a device listing, so the topo captures are error cases there and are tested directly in
-tests/unit/test_vendor_nvidia.py.
+Fixtures: tests/fixtures/nvidia/ (provenance in each .source). No topology comes from the node of a
+listing, so the topo captures are tested directly in tests/unit/test_vendor_nvidia.py.
 
-Known gaps: MIG instances are not separate devices (the GPU is marked partition_mode "mig"); a GPU
-whose minor number is unreadable (fallen off the bus, "Unable to determine the device handle") cannot
-be placed on /dev/nvidiaN and is skipped with a warning; nvidia-smi prints no usable CPU Affinity for
-interleaved CPU numbering (blank or a single id), so a matrix with any blank CPU Affinity gives no
-`cores` at all; the default `nvidia-smi` table and `-L` list are refused (no minor numbers). Not
-checked against live hardware in this change.
-
-Code: `_nvidia_smi` (device listings, tool names, field and health rules), `_nvidia_topo` (topology
-matrices), `_nvml` (live NVML reads and their conversion); this module classifies the captures and
-wires parse and probe together.
+Known gaps: MIG instances are not devices (the GPU gets partition_mode "mig"); a GPU without a
+readable minor number is skipped with a warning; a matrix with any blank CPU Affinity (interleaved
+CPU numbering) gives no `cores`; the default table and `-L` are refused (no minor numbers).
 """
 
 from __future__ import annotations
