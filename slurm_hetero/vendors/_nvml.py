@@ -19,9 +19,14 @@ from slurm_hetero.vendors._nvidia_smi import VENDOR, XML_TOOL, cpu_list, health_
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 
 
+def _bits(words: Iterable[int]) -> list[int]:
+    """The set bits of an NVML bitmask of 64-bit words (bit 0 of word 0 first)."""
+    return [w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1]
+
+
 def cpu_list_from_mask(words: Iterable[int]) -> str | None:
-    """NVML's CPU affinity bitmask (CPU 0 = bit 0 of 64-bit word 0) as "0-15,32-47"; empty mask -> None."""
-    return cpu_list(w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1)
+    """NVML's CPU affinity bitmask as "0-15,32-47"; empty mask -> None."""
+    return cpu_list(_bits(words))
 
 
 def cuda_version_string(version: int) -> str:
@@ -133,11 +138,6 @@ def sysfs_numa_node(bus_id: str) -> int | None:
     return node if node >= 0 else None
 
 
-def _single_bit(words: Iterable[int]) -> int | None:
-    bits = [w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1]
-    return bits[0] if len(bits) == 1 else None
-
-
 _CPU_WORDS = max(16, -(-(os.cpu_count() or 1) // 64))  # 64-bit words of the CPU affinity mask
 
 
@@ -184,7 +184,8 @@ class _NvmlReader:
             words = self.call(
                 "nvmlDeviceGetMemoryAffinity", handle, 4, getattr(self.nvml, "NVML_AFFINITY_SCOPE_NODE", 0)
             )
-            node = _single_bit(words) if words is not None else None
+            bits = _bits(words or ())
+            node = bits[0] if len(bits) == 1 else None
         return node
 
     def gpu(self, index: int) -> NvmlGpu:

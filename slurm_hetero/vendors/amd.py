@@ -37,7 +37,6 @@ parent; xGMI counts per pair (count=1); health is always ok (RAS counters are no
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from typing import ClassVar
 
@@ -46,6 +45,7 @@ from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._amdsmi import devices_from_amdsmi, load_amdsmi
 from slurm_hetero.vendors._rocm import PARSERS, RocmVendor, accelerator_pci_vendors, with_local_cpus
 from slurm_hetero.vendors._rocm_facts import Dialect
+from slurm_hetero.vendors.base import importable
 
 AMD_PCI_VENDOR = "0x1002"
 ROCM_SMI_ARGV = [
@@ -79,10 +79,7 @@ class AmdVendor(RocmVendor):
         """2 with amdsmi, 1 with a tool; 0 when sysfs shows no AMD GPU (a Hygon node's DTK rocm-smi)."""
         if self.unavailable_reason:
             return -1
-        try:
-            has_library = importlib.util.find_spec("amdsmi") is not None
-        except (ImportError, ValueError):
-            has_library = False
+        has_library = importable("amdsmi")
         if not has_library and not any(shutil.which(t) for t in self.tools):
             return 0
         vendors = accelerator_pci_vendors(self.pci_root)

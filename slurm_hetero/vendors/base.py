@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import importlib.util
 import shutil
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
@@ -12,6 +14,16 @@ from typing import ClassVar
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import HeteroError, ParseError
 from slurm_hetero.core.model import Capture, Device, VendorTraits
+
+
+def importable(module: str) -> bool:
+    """Whether `import module` would find it, without importing it (a None in sys.modules: no)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 class Vendor(ABC):

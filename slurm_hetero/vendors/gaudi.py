@@ -29,7 +29,6 @@ import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
 
 from slurm_hetero.core.errors import ParseError
 from slurm_hetero.core.model import Capture, Device, Health
@@ -53,7 +52,6 @@ QUERY_FIELDS = ("index", "module_id", "bus_id", "name", "uuid", "memory.total", 
 
 _PROCESS_AIP = re.compile(r"^\|\s*(\d+)\s")
 _MIB = re.compile(r"(\d+)\s*(?:MiB)?")
-_T = TypeVar("_T")
 
 
 def _habanalabs_nodes() -> bool:

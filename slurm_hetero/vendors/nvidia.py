@@ -29,10 +29,8 @@ CPU numbering) gives no `cores`; the default table and `-L` are refused (no mino
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,7 +49,7 @@ from slurm_hetero.vendors._nvidia_smi import (
 )
 from slurm_hetero.vendors._nvidia_topo import Topology, apply_topology, parse_topology, topo_start
 from slurm_hetero.vendors._nvml import devices_from_nvml, read_nvml
-from slurm_hetero.vendors.base import Vendor
+from slurm_hetero.vendors.base import Vendor, importable
 
 logger = logging.getLogger(__name__)
 
@@ -114,16 +112,6 @@ def driver_present() -> bool:
     return (DEV / "nvidiactl").exists() or any(DEV.glob("nvidia[0-9]*")) or PROC_DRIVER.exists()
 
 
-def pynvml_importable() -> bool:
-    """Whether `import pynvml` would find a module, without importing it."""
-    if "pynvml" in sys.modules:
-        return sys.modules["pynvml"] is not None
-    try:
-        return importlib.util.find_spec("pynvml") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 @register_vendor("nvidia")
 class NvidiaVendor(Vendor):
     """NVIDIA GPUs: NVML live, `nvidia-smi -q -x` (+ `topo -m`) captures from files."""
@@ -139,7 +127,7 @@ class NvidiaVendor(Vendor):
 
     def affinity(self) -> int:
         """2 with pynvml importable and the NVIDIA driver present (nvmlInit can work), else 0."""
-        return 2 if pynvml_importable() and driver_present() else 0
+        return 2 if importable("pynvml") and driver_present() else 0
 
     def commands(self) -> list[list[str]]:
         """What admins capture for --from-file."""

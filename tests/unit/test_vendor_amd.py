@@ -8,6 +8,7 @@ tools by PCI address, conflicts, the amdsmi library path with a fake module and 
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import types
 from enum import IntEnum
@@ -404,7 +405,7 @@ def test_probe_without_library_runs_amd_smi(monkeypatch: pytest.MonkeyPatch, tmp
 
 
 def test_affinity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(amd.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(amd.shutil, "which", lambda tool: "/usr/bin/rocm-smi" if tool == "rocm-smi" else None)
     amd_node = sysfs(tmp_path / "amd", {"0000:83:00.0": ("0x1002", "0x038000", None)})
     hygon_node = sysfs(
@@ -417,10 +418,10 @@ def test_affinity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert vendor().affinity() == 0  # the DTK's rocm-smi on a Hygon node
     monkeypatch.setattr(amd.AmdVendor, "pci_root", tmp_path / "missing")
     assert vendor().affinity() == 1  # no sysfs: trust the tool
-    monkeypatch.setattr(amd.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     monkeypatch.setattr(amd.AmdVendor, "pci_root", amd_node)
     assert vendor().affinity() == 2
-    monkeypatch.setattr(amd.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(amd.shutil, "which", lambda tool: None)
     assert vendor().affinity() == 0
 
