@@ -97,11 +97,6 @@ def xgmi_code(module: Any) -> int | None:
     return None
 
 
-def _is_direct_xgmi(info: Mapping[str, Any], code: int) -> bool:
-    hops = _as_int(info.get("hops"))
-    return _as_int(info.get("type")) == code and (hops is None or hops <= 1)
-
-
 def amdsmi_links(module: Any, handles: Sequence[Any]) -> dict[int, dict[int, str]]:
     """Direct (one-hop) XGMI links between every pair of GPUs."""
     code = xgmi_code(module)
@@ -112,7 +107,10 @@ def amdsmi_links(module: Any, handles: Sequence[Any]) -> dict[int, dict[int, str
     for i, src in enumerate(handles):
         for j, dst in enumerate(handles):
             info = _optional(module, "amdsmi_topo_get_link_type", src, dst) if i != j else None
-            if isinstance(info, Mapping) and _is_direct_xgmi(info, code):
+            if not isinstance(info, Mapping) or _as_int(info.get("type")) != code:
+                continue
+            hops = _as_int(info.get("hops"))
+            if hops is None or hops <= 1:
                 links.setdefault(i, {})[j] = "xgmi"
     return links
 

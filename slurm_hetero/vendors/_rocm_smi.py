@@ -172,26 +172,20 @@ def _parse_matrix(parsed: Parsed, lines: list[str], start: int, title: str, dial
             i + 1 if i < len(lines) else len(lines),
             lines[min(i, len(lines) - 1)],
         )
-    for src in rows:
+    for src, cells in rows.items():
         parsed.gpu(src, start + 1)
-    _store_matrix(parsed, header, rows, title, lambda m: dialect.error(parsed.capture, m, start + 1))
+        for dst, cell in zip(header, cells):
+            if src != dst:
+                _store(
+                    parsed,
+                    title.lower(),
+                    (src, dst),
+                    cell,
+                    lambda m: dialect.error(parsed.capture, m, start + 1),
+                )
     if parsed.what.endswith(" text"):
         parsed.what = f"{parsed.tool} --showtopo"
     return i
-
-
-def _store_matrix(
-    parsed: Parsed,
-    header: list[int],
-    rows: dict[int, list[str]],
-    title: str,
-    fail: Callable[[str], ParseError],
-) -> None:
-    for src, cells in rows.items():
-        parsed.gpu(src)
-        for dst, cell in zip(header, cells):
-            if src != dst:
-                _store(parsed, title.lower(), (src, dst), cell, fail)
 
 
 # concise (default) table -----------------------------------------------------------------------

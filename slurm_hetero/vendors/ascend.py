@@ -188,11 +188,6 @@ def _is_record(line: _Line | None) -> bool:
     return line is not None and line.kind == "row" and line.cells[0][:1].isdigit()
 
 
-def _continues(line: _Line | None, npu_id: int) -> bool:
-    """After a '+---' chip separator the same NPU must go on with its next chip."""
-    return line is not None and _is_record(line) and line.cells[0].split()[0] == str(npu_id)
-
-
 def _records(
     capture: Capture, lines: list[_Line], pos: int, id_column: str, usage: list[str]
 ) -> tuple[list[_Chip], int]:
@@ -205,7 +200,11 @@ def _records(
         chip = _chip(capture, (pair[0], pair[1]), id_column, usage)
         chips.append(chip)
         pos += 3
-        if pair[2].kind == "-" and not _continues(lines[pos] if pos < len(lines) else None, chip.npu_id):
+        # after a '+---' chip separator the same NPU goes on with its next chip
+        same_npu = (
+            pos < len(lines) and _is_record(lines[pos]) and lines[pos].cells[0].split()[0] == str(chip.npu_id)
+        )
+        if pair[2].kind == "-" and not same_npu:
             raise _error(
                 capture, INFO, f"NPU {chip.npu_id} ends after a chip separator (truncated?)", pair[2]
             )

@@ -93,13 +93,6 @@ def _device(block: tuple[Line, ...], driver: str | None) -> Device:
     )
 
 
-def _check_processes(lines: list[Line], start: int, end: int, indexes: set[int]) -> None:
-    for line in lines[start:end]:
-        m = _PROCESS_AIP.match(line.text)
-        if m and int(m.group(1)) not in indexes:
-            raise TableError(f"process row names AIP {m.group(1)}, which the table does not list", line)
-
-
 def _parse_table(text: str) -> list[Device]:
     lines = numbered_lines(text)
     table = read_box_table(lines)
@@ -115,7 +108,10 @@ def _parse_table(text: str) -> list[Device]:
         read_trailing_processes(lines, table.end)
     elif table.end < len(lines) and "Processes" in lines[table.end].text:
         end = read_closed_box(lines, table.end, "Compute Processes table")
-        _check_processes(lines, table.end, end, {d.index for d in devices})
+        for line in lines[table.end : end]:
+            m = _PROCESS_AIP.match(line.text)
+            if m and int(m.group(1)) not in {d.index for d in devices}:
+                raise TableError(f"process row names AIP {m.group(1)}, which the table does not list", line)
     else:
         raise TableError("table not closed after the last AIP (output cut short?)", table.last_separator)
     return devices
@@ -160,10 +156,6 @@ def _query_device(line: Line, row: dict[str, str]) -> Device:
     )
 
 
-def _parse_query(text: str) -> list[tuple[Line, Device]]:
-    return [(line, _query_device(line, row)) for line, row in _query_rows(text)]
-
-
 def _join(table: list[Device], query: list[tuple[Line, Device]]) -> list[Device]:
     """Table devices with module id and uuid from the -Q rows; both must describe the same AIPs."""
     by_index = {device.index: (line, device) for line, device in query}
@@ -206,7 +198,18 @@ class GaudiVendor(Vendor):
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         tables = [(c, guarded(self, c, _parse_table)) for c in captures if _is_table(c.text)]
-        queries = [(c, guarded(self, c, _parse_query)) for c in captures if not _is_table(c.text)]
+        queries = [
+            (
+                c,
+                guarded(
+                    self,
+                    c,
+                    lambda text: [(line, _query_device(line, row)) for line, row in _query_rows(text)],
+                ),
+            )
+            for c in captures
+            if not _is_table(c.text)
+        ]
         if not captures or len(tables) > 1 or len(queries) > 1:
             source = captures[-1].source if captures else "<no capture>"
             raise ParseError(self.name, TOOL, "give one hl-smi table and/or one hl-smi -Q capture", source)
