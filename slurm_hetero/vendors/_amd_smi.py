@@ -12,7 +12,6 @@ from slurm_hetero.core.errors import ParseError
 from slurm_hetero.core.model import Capture
 from slurm_hetero.vendors._rocm_facts import (
     BDF,
-    CPULIST,
     UNIT_MIB,
     Dialect,
     Facts,
@@ -22,6 +21,7 @@ from slurm_hetero.vendors._rocm_facts import (
     memory_mib,
     set_fact,
 )
+from slurm_hetero.vendors._table import CPULIST
 
 AMD_SMI_HINT = "amd-smi static"
 AMDSMI_BLOCK = re.compile(r"^(GPU|CPU|CORE): (\d+)\s*$")

@@ -20,8 +20,9 @@ from slurm_hetero.vendors._amd_smi import (
     parse_amdsmi_topology,
     parse_amdsmi_version,
 )
-from slurm_hetero.vendors._rocm_facts import CPULIST, Dialect, Facts, Parsed, set_fact
+from slurm_hetero.vendors._rocm_facts import Dialect, Facts, Parsed, set_fact
 from slurm_hetero.vendors._rocm_smi import BANNER, parse_smi_json, parse_smi_text
+from slurm_hetero.vendors._table import CPULIST
 from slurm_hetero.vendors.base import Vendor
 
 RENDER_MINOR_BASE = 128

@@ -15,7 +15,6 @@ from slurm_hetero.core.model import Capture
 _NA = {"", "n/a", "na", "none", "unknown", "not supported", "unsupported", "<redacted>"}
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 HEX_ID = re.compile(r"^0x[0-9a-f]+$")
-CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _VRAM_TOTAL = re.compile(r"^vram total memory \((b|mib|mb)\)$", re.I)
 UNIT_MIB = {"b": 1 / 2**20, "mb": 1, "mib": 1, "gb": 1024, "gib": 1024}
 _KV_FIELDS = {

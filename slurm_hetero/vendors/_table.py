@@ -187,6 +187,7 @@ def mib_pair(text: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")  # a Cores=-style CPU list as printed
 _PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 

@@ -42,7 +42,7 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ParseError, ToolError
 from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, nonblank_lines
+from slurm_hetero.vendors._table import CPULIST, Line, nonblank_lines, sysfs_bus_id
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -58,11 +58,9 @@ _DEVICE_HEADER = re.compile(r"\|\s*NPU\s+Name\s*\|\s*Health\s*\|")
 _VERSION = re.compile(r"\bVersion:\s*(\S+)")
 _NAME_CELL = re.compile(r"(\d+)\s+(\S.*)")
 _HEALTH = re.compile(r"[A-Za-z][A-Za-z_-]*")
-_BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
 _USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
 _USAGE_COLUMN = re.compile(r"([A-Za-z]+)-Usage\(MB\)")
 _NPU_LABEL = re.compile(r"NPU(\d+)")
-_CPULIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 _LEGEND_ENTRY = re.compile(r"(\S+)\s*=\s*\S.*")
 _NO_CPU = ("NA", "N/A", "-", "")
 _UNSUPPORTED = "This device does not support"
@@ -167,7 +165,7 @@ def _chip(capture: Capture, rows: tuple[_Line, _Line], id_column: str, usage: li
     if len(ids) != (2 if id_column else 1) or not all(i.isdigit() for i in ids):
         raise _error(capture, INFO, f"chip row does not match header 'Chip {id_column}'".rstrip(), chip_row)
     bus = chip_row.cells[1]
-    if bus != "NA" and not _BUS_ID.fullmatch(bus):
+    if bus != "NA" and sysfs_bus_id(bus) is None:
         raise _error(capture, INFO, f"bad Bus-Id {bus!r}", chip_row)
     pairs = _USAGE.findall(chip_row.cells[2])
     if len(pairs) != len(usage):
@@ -271,7 +269,7 @@ def _topo_row(capture: Capture, line: Line, label: int, labels: tuple[int, ...],
 def _cpulist(capture: Capture, line: Line, value: str) -> str | None:
     if value in _NO_CPU:
         return None
-    if not _CPULIST.fullmatch(value):
+    if not CPULIST.match(value):
         raise _error(capture, TOPO, f"bad CPU Affinity {value!r}", line)
     return value
 

@@ -40,7 +40,7 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
 from slurm_hetero.core.model import Capture, Device, Link
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, TableError, check_width, guarded, nonblank_lines
+from slurm_hetero.vendors._table import CPULIST, Line, TableError, check_width, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,6 @@ _BORDER = re.compile(r"^\+-+\+-+\+$")
 _ROW = re.compile(r"^\|([^|]*)\|(.*)\|$")
 _TOPO_LABEL = re.compile(r"^GPU (\d+)(?:/(\d+))?$")
 _TOPO_TOKEN = re.compile(r"^(S|MDF|XL\*|XL(\d+)|PIX|PXB|PHB|NODE|SYS|N/A)$")
-_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*(MiB|GiB)$")
 _UNITS_MIB = {"MiB": 1, "GiB": 1024}
 
@@ -193,7 +192,7 @@ def _add_lanes(
 
 def _check_cpu_list(text: str, line: Line) -> None:
     """A CPU list as gres.conf Cores= takes it ('0-23,48-71'), or N/A."""
-    if text != "N/A" and not _CPU_LIST.match(text):
+    if text != "N/A" and not CPULIST.match(text):
         raise TableError(f"CPU affinity {text!r} is not a CPU list", line)
     bounds = [part.partition("-")[::2] for part in text.split(",")] if text != "N/A" else []
     if any(high and int(high) < int(low) for low, high in bounds):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines
+from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines, sysfs_bus_id
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "xpu_smi"
@@ -37,7 +37,6 @@ _PREAMBLE = re.compile(r"^([A-Za-z][A-Za-z ]*):\s*(\S.*)$")
 _MEMORY = re.compile(r"^(\d+)\s*/\s*(\d+)\s*MB$")
 _INODE = re.compile(r"^/dev/\S+$")
 _RECOGNISE = re.compile(r"^\s*DEVICES\s*\n-+\n\|\s*DevID\s*\|", re.MULTILINE)
-_PCI = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def _device(table: _Table, row: tuple[Line, list[str]], versions: dict[str, str]
     line, cells = row
     col = {name: _column(table, cells, name) for name in (*REQUIRED, "State")}
     memory, inode, pci = _MEMORY.match(col["Memory"]), col["INODE"], col["PCI Addr"]
-    if not col["DevID"].isdigit() or not col["Model"] or not _INODE.match(inode) or not _PCI.match(pci):
+    if not col["DevID"].isdigit() or not col["Model"] or not _INODE.match(inode) or sysfs_bus_id(pci) is None:
         raise TableError("expected DevID, PCI Addr, Model and INODE (/dev/...)", line)
     if not memory or int(memory.group(2)) <= 0:
         raise TableError(f"Memory {col['Memory']!r} is not 'used / total MB'", line)
