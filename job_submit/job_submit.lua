@@ -466,12 +466,14 @@ local function gather(job_desc)
   return req
 end
 
--- Cheap first look: does any field carry gpumem or gpucore? (Names only; needs no table.)
-local function asks_us(job_desc)
-  for _, field in ipairs(FIELDS) do
-    local text = job_desc[field]
+-- Cheap first look: does any field carry a gpumem or gpucore item (names_only: name them at all,
+-- no parsing)? Needs no table.
+local function asks_us(job_desc, names_only)
+  for i = 1, #FIELDS do
+    local text = job_desc[FIELDS[i]]
     -- most jobs name neither: no parsing for them
     if text and (string.find(text, "gpumem", 1, true) or string.find(text, "gpucore", 1, true)) then
+      if names_only then return true end
       for _, item in ipairs(items_of(text)) do
         if item.name == "gpumem" or item.name == "gpucore" then return true end
       end
@@ -1405,15 +1407,6 @@ local VIEW_META = {
   end,
 }
 
--- Whether a TRES field names gpumem or gpucore at all (the text only: asks_us then parses).
-local function mentions_us(view)
-  for i = 1, #FIELDS do
-    local text = view[FIELDS[i]]
-    if text and (string.find(text, "gpumem", 1, true) or string.find(text, "gpucore", 1, true)) then return true end
-  end
-  return false
-end
-
 -- The one type whose nodes could hold a component asking for devices without a type (--gpus=1 -C
 -- l40s); nil where several or none could, or the request or constraint cannot be read (Slurm picks).
 local function sole_type(fields, job)
@@ -1489,7 +1482,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
   local ok, outcome
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
-  if not mentions_us(view) then
+  if not asks_us(view, true) then
     if not het then return slurm.SUCCESS end
     ok, outcome = pcall(het_typed, view, job_desc, submit_uid)
     if ok and not outcome then
