@@ -162,10 +162,9 @@ end
 
 ---------------------------------------------------------------------------- -x host lists
 
--- One item of a hostlist ("n[1-3,05]x") as segments: literal text, or a list of ranges
--- { low, high, format }; how many names it stands for, and the length of its shortest name. nil when malformed, as
--- ClusterShell refuses it: a bracket holds N or N-M of 1 to 9
--- digits, low <= high, a bound with a leading 0 only beside one as long, no bracket right after one.
+-- One item of a hostlist ("n[1-3,05]x"): its segments (text, or ranges { low, high, format }), how
+-- many names it stands for and its shortest name's length; nil where ClusterShell refuses it (1 to 9
+-- digits, low <= high, a leading 0 only beside a bound as long, no bracket right after one).
 local function hostlist_item(item)
   local segments, names, at, shortest = {}, 1, 1, 0
   while true do
@@ -280,8 +279,7 @@ local function host_shapes()
 end
 
 -- Per type, the nodes of each shape ({ [type] = { [index] = n } }) that the -x spec and the set
--- `also` (earlier het components' -w hosts) name, each once, and whether any; nil for an -x the hook
--- cannot read. Names no node has are left to slurmctld, which refuses them.
+-- `also` name, each once, and whether any; nil for an -x the hook cannot read (unknown: slurmctld's).
 local function excluded(spec, also)
   local by_host = host_shapes()
   local hosts = {}
@@ -305,8 +303,7 @@ local function excluded(spec, also)
   return out, any
 end
 
--- Why the hook cannot read this -x (too long, else malformed or too many hosts), shown shortened
--- before any byte of a multi-byte character.
+-- Why the hook cannot read this -x, shown shortened before any byte of a multi-byte character.
 local function exclude_refusal(spec)
   local shown = spec
   if #spec > T.limits.shown then
@@ -466,8 +463,7 @@ local function gather(job_desc)
   return req
 end
 
--- Cheap first look: does any field carry a gpumem or gpucore item (names_only: name them at all,
--- no parsing)? Needs no table.
+-- Cheap first look: a gpumem or gpucore item in any field (names_only: named at all)? No table.
 local function asks_us(job_desc, names_only)
   for i = 1, #FIELDS do
     local text = job_desc[FIELDS[i]]
@@ -1078,8 +1074,7 @@ local function job_nodes(job_desc)
   return math.max(count_of(job_desc, "min_nodes") or 1, by_tasks)
 end
 
--- Devices each node needs: a job total spread over the nodes, per task times tasks per node,
--- else the per-node (or per-socket) count.
+-- Devices each node needs: a job total over the nodes, per task x tasks per node, else the count.
 local function devices_per_node(req, job_desc, nodes)
   if req.gpu_field == "tres_per_job" then return ceil_div(req.count, nodes) end
   if req.gpu_field == "tres_per_task" then
@@ -1212,8 +1207,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   end
   local parsed, match, complex = pcall(constraint_match, job_desc.features)
   if not parsed then return rejected(match) end
-  -- the constraint's feature names, and the first that no node has (slurmctld refuses such a job
-  -- after the hook: "Invalid feature specification"); no check with a table that lists no features
+  -- the constraint's names, and the first no node has (slurmctld refuses it; unchecked without a list)
   local named, unknown, known = {}, nil, next(T.features or {}) ~= nil and T.features
   for name in string.gmatch(job_desc.features or "", "[A-Za-z0-9_.%-]+") do
     named[name] = true
@@ -1286,8 +1280,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
            features = new_features(job_desc.features, choice.constraint) }
 end
 
--- The most specific Slurm error for a rejection: the release's exported name, else its number
--- (22.05 exports few), else slurm.ERROR.
+-- The most specific Slurm error: the release's exported name, else its number, else slurm.ERROR.
 local function error_code(key)
   local name = T.reject_codes and T.reject_codes[key]
   local code = name and slurm[name]
@@ -1394,9 +1387,8 @@ local function remember(view, submit_uid, outcome)
   node[key] = outcome
 end
 
--- The job's fields, each read from job_desc once: on 22.05 every read is a C call scanning the job's
--- field names (~2,700 instructions for a tres_per_* field). The view holds het_job_offset and
--- MEMO_FIELDS; any other field is read from job_desc when asked for.
+-- The job's fields, each read from job_desc once (on 22.05 a read scans the job's field names, ~2,700
+-- instructions); fields beyond het_job_offset and MEMO_FIELDS are read from job_desc when asked for.
 local VIEW_JOB = {}  -- the view's key for its job_desc
 local VIEW_HOLDS = { het_job_offset = true }
 for _, name in ipairs(MEMO_FIELDS) do VIEW_HOLDS[name] = true end
@@ -1606,8 +1598,7 @@ local function gpu_asked(job_desc)
   return false
 end
 
--- again: the edit asks for gpumem/gpucore, so the record's gpu items lose their type (untyped)
--- and the type is chosen again for the job's device count and scope.
+-- again: the edit asks for gpumem/gpucore: the record's gpu items lose their type, chosen again.
 local function edited_view(job_desc, job_rec, again)
   local view = {}
   for _, name in ipairs(VIEW_STRINGS) do
@@ -1665,8 +1656,7 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
   if outcome.action == "reject" then return refuse(where, outcome) end
   for _, field in ipairs(FIELDS) do
     local value = outcome.fields[field]
-    -- a field the edit set is always written (its gpumem item must not stay beside the device; ""
-    -- means no change, the record's value stays), another one when its value changes
+    -- a field the edit set is always written (its gpumem item must not stay), another when it changes
     local set = (job_desc[field] or "") ~= ""
     if set or (value ~= "" and value ~= (view.record[field] or "")) then job_desc[field] = value end
   end
@@ -1714,9 +1704,8 @@ local function decide_edit(job_desc, job_rec, modify_uid)
     -- Slurm shows an edit no other component of the job: a new type could land beside theirs
     return { view = view, result = refusal(result.request .. ": " .. fmt("edit_het"), "request") }
   end
-  -- Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts from a copy of
-  -- the job's list and takes no count 0), so a new type goes beside the one the job holds in 22.05's
-  -- "gres:" form and the job asks for both; 24.11 builds the list again from the fields.
+  -- Slurm 22.05 merges an update's GRES into the job's, so a new type goes beside the one the job
+  -- holds in its "gres:" form and the job asks for both; 24.11 builds the list again.
   if result.action == "rewrite" and prefix == "gres:" and result.types[1] ~= old then
     result = refusal(result.request .. ": " .. fmt("edit_type", old, result.types[1]), "request")
   elseif result.action == "rewrite" and prefer and result.types[1] ~= prefer then
