@@ -1,13 +1,9 @@
 --[[
-cli_filter.lua: slurm-hetero's client-side filter (Slurm cli_filter/lua plugin, Lua 5.1), in
-sbatch, salloc and srun (CliFilterPlugins=lua; the file sits beside slurm.conf).
+cli_filter.lua: slurm-hetero's client-side filter (Slurm cli_filter/lua plugin, Lua 5.1).
 
-The plugin reads and compiles this file for every command, so it holds only the dispatch: sbatch
-and salloc return at once (the job_submit hook decides there and records why in the admin
-comment). srun runs slurm_hetero_srun.lua (beside this file, or the path baked in at render time)
-when a device option names gpumem or gpucore, and for a new job also when -w or a device option
-names something (het components' nodes): it writes the hook's decision into the options so that
-the step gets the device too. Any error leaves the options alone.
+The plugin compiles this file for every command, so it holds only the dispatch: sbatch and salloc
+return at once (the job_submit hook decides there); srun runs slurm_hetero_srun.lua when it needs it
+(needs_srun_half), so that the step gets the device too. Any error leaves the options alone.
 --]]
 
 -- Baked in by `slurm-hetero job-submit render` (the line ending in "@render"; keep it so).

@@ -8,20 +8,13 @@ Turns memory-sized accelerator requests into concrete GRES requests, for example
   --gres=gpumem:10G   (shard nodes)  tres_per_node = "gres:shard:5,gres:gpumem:10G", constraint t4
   --gres=gpumem:200G                 rejected: "gpumem:200G: largest device is a100_80g with 80G; ..."
 
-and writes back in the form the request came in (Slurm 22.05 "gres:gpu:TYPE:N", 24.11
-"gres/gpu:TYPE:N", "gres/gpu:TYPE=N" for a request written with "="). Jobs without gpumem/gpucore
-are left alone.
+written back in the form the request came in (22.05 "gres:gpu:TYPE:N", 24.11 "gres/gpu:TYPE:N" or
+"gres/gpu:TYPE=N"). Jobs without gpumem/gpucore are left alone.
 
-Every decision comes from slurm_hetero_tables.lua, generated next to this file by
-`slurm-hetero job-submit render` and read ONCE, when slurmctld loads this script. Per job the hook
-only parses strings and scans short lists: no require, no shell, no file reads.
-
-The decision lives here only: `request explain`, `slurm-hetero sbatch` and the tests run this very
-file through lupa with a shim of Slurm's Lua API (slurm_hetero/submit/hook.py).
-
-Failure handling: a request error or an impossible request is rejected with slurm.log_user and
-slurm.ERROR. Anything else going wrong (a missing or damaged table, a bug) is caught by pcall and
-handled by the fail policy: "open" accepts the job unchanged, "closed" rejects it; both log.
+Every decision comes from slurm_hetero_tables.lua (`slurm-hetero job-submit render`), read once at
+load: per job the hook only parses strings and scans short lists. `request explain`, `slurm-hetero
+sbatch` and the tests run this very file through lupa (slurm_hetero/submit/hook.py). Request errors
+are rejected with slurm.log_user; anything else (a bad table, a bug) follows the fail policy.
 --]]
 
 -- Baked in by `slurm-hetero job-submit render` (the lines ending in "@render"; keep them so).
@@ -32,13 +25,9 @@ local TABLE_PATH = nil      -- @render table_path
 local FORMAT = 1            -- the table format this script reads
 local FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }
 local IN_PLACE = { tres_per_job = true, tres_per_task = true, tres_per_socket = true }  -- counts keep their scope
--- Slurm's sentinels (slurm.h), read as slurmctld reads a job_desc number: NO_VAL16 in a 16-bit
--- field and NO_VAL in a 32-bit one mean unset; INFINITE16 (65535) and INFINITE are numbers like any
--- other (--ntasks-per-node=65535 is a count slurmctld holds the job to, not an unset one), and a
--- 32-bit field's 65534 is 65534. A memory figure (MiB, 64 bits) is unset only as NO_VAL64 or
--- INFINITE64 without the per-CPU bit (how an unset --mem reaches min_mem_per_cpu), 2^63 as a Lua
--- number: --mem=5000000000 is a request (once read as unset, and the job rewritten for slurmctld to
--- refuse). Only count_of, amount_of and the het offset read them.
+-- Slurm's sentinels (slurm.h), as slurmctld reads a job_desc number: NO_VAL16 in a 16-bit field and
+-- NO_VAL in a 32-bit one mean unset (INFINITE16 is a count); a memory figure (MiB) is unset only as
+-- NO_VAL64 or INFINITE64 without the per-CPU bit, 2^63 as a Lua number (--mem=5000000000 is a request).
 local NO_VAL16, NO_VAL = 65534, 4294967294
 local MEM_UNSET = 9223372036854775806  -- NO_VAL64 & ~MEM_PER_CPU
 local FIELDS16 = { ntasks_per_node = true, cpus_per_task = true, pn_min_cpus = true }  -- uint16_t in job_desc_msg_t
@@ -46,9 +35,8 @@ local INTERNAL = "internal error in the slurm_hetero job_submit hook; job reject
 
 ------------------------------------------------------------------------ logging
 
--- User text (the request, a constraint, error strings) as one line: control characters (newline,
--- CR, tab, NUL, ...) and backslashes written as \ddd (`request explain` prints the same, since it
--- runs this file). Every message to the user goes through it (texts).
+-- User text as one line: control characters and backslashes written as \ddd (`request explain`
+-- prints the same). Every message to the user goes through it (texts).
 local unpack_args = unpack or table.unpack
 local function escape_char(c) return string.format("\\%03d", string.byte(c)) end
 local function escaped(value)
@@ -70,10 +58,8 @@ local function log(writer, format, ...)
   writer(format, unpack_args(args, 1, select("#", ...)))
 end
 
--- An outcome's message as told to the user (escaped) and as logged (loggable), worked out once
--- per outcome: a remembered outcome is told again for every job that repeats its request, and
--- scanning a 140-byte message for control characters twice cost slurmctld 22.05 ~55,000
--- instructions per job, as much as the rest of the hook's Lua.
+-- An outcome's message as told (escaped) and logged (loggable), worked out once per outcome: a
+-- remembered outcome is told again per job, and scanning it cost as much as the rest of the hook.
 local function texts(outcome)
   local said = outcome.said
   if said == nil then
@@ -176,10 +162,9 @@ end
 
 ---------------------------------------------------------------------------- -x host lists
 
--- One item of a hostlist ("n[1-3,05]x") as segments: literal text, or a list of ranges
--- { low, high, format }; how many names it stands for, and the length of its shortest name. nil when malformed, as
--- ClusterShell refuses it: a bracket holds N or N-M of 1 to 9
--- digits, low <= high, a bound with a leading 0 only beside one as long, no bracket right after one.
+-- One item of a hostlist ("n[1-3,05]x"): its segments (text, or ranges { low, high, format }), how
+-- many names it stands for and its shortest name's length; nil where ClusterShell refuses it (1 to 9
+-- digits, low <= high, a leading 0 only beside a bound as long, no bracket right after one).
 local function hostlist_item(item)
   local segments, names, at, shortest = {}, 1, 1, 0
   while true do
@@ -196,8 +181,7 @@ local function hostlist_item(item)
       end
       if low == nil or #low > 9 or #high > 9 then return nil end
       local a, b = tonumber(low), tonumber(high)
-      -- as ClusterShell's RangeSet: a low bound pads with a leading 0 (also "00"), a high bound
-      -- only when it is not 0
+      -- as ClusterShell's RangeSet: a low bound pads with a leading 0 (also "00"), a high one unless 0
       local padded = #low > 1 and string.byte(low) == 48
       if (padded or (b ~= 0 and string.byte(high) == 48)) and #low ~= #high then return nil end
       if a > b then return nil end
@@ -214,17 +198,12 @@ local function hostlist_item(item)
   return segments, names, shortest + #item - at + 1
 end
 
--- Slurm's separators between hostlist items: comma, space, tab, newline (measured on 22.05:
--- `-x ',a100n1, l40sn1'` excludes a100n1,l40sn1; empty items are skipped)
+-- Slurm's separators between hostlist items (22.05: `-x ',a100n1, l40sn1'`; empty items skipped)
 local HOST_SEPARATORS = { [","] = true, [" "] = true, ["\t"] = true, ["\n"] = true }
 
--- The host names of a hostlist expression ("a1,b[1-3,5]"), or nil when it is malformed (see
--- hostlist_item; brackets nested or unbalanced, a separator inside brackets other than a comma,
--- characters other than letters, digits, "_.-[]," and the separators) or names more than limit
--- hosts (counted before anything is expanded, so the work is bounded by limit and the text's
--- length). Empty items are skipped, as Slurm skips them. Items whose names are all longer than
--- longest are not expanded (they name no host the caller knows): a 4,000-character prefix times
--- 16,384 names built 65 MB of strings (2.8 s in Lua 5.1).
+-- The host names of a hostlist expression ("a1,b[1-3,5]"), or nil when it is malformed or names more
+-- than limit hosts (counted before expanding, so the work is bounded). Items whose names are all
+-- longer than longest are not expanded: they name no known host, and could build megabytes of text.
 local function hostlist_names(spec, limit, longest)
   if #spec > T.limits.max_hostlist or not string.find(spec, "^[A-Za-z0-9_.%-%[%], \t\n]*$") then return nil end
   local items, depth, start = {}, 0, 1
@@ -299,10 +278,8 @@ local function host_shapes()
   return map
 end
 
--- Per type, the nodes of each shape that the -x hostlist spec names ({ [type] = { [index] = n } },
--- only types with one), with the hosts of the set also (a heterogeneous job's earlier components'
--- -w hosts, HET_HOSTS), each host counted once, and whether it names any; nil for an -x the hook
--- cannot read. Names no node has are left to slurmctld, which refuses them.
+-- Per type, the nodes of each shape ({ [type] = { [index] = n } }) that the -x spec and the set
+-- `also` name, each once, and whether any; nil for an -x the hook cannot read (unknown: slurmctld's).
 local function excluded(spec, also)
   local by_host = host_shapes()
   local hosts = {}
@@ -326,9 +303,7 @@ local function excluded(spec, also)
   return out, any
 end
 
--- Why the hook cannot read this -x: longer than it reads, else malformed or naming too many
--- hosts. A long one is shortened for a one-line message ("a1,a2,..."), cut before any byte of a
--- multi-byte character.
+-- Why the hook cannot read this -x, shown shortened before any byte of a multi-byte character.
 local function exclude_refusal(spec)
   local shown = spec
   if #spec > T.limits.shown then
@@ -361,9 +336,8 @@ end
 
 ------------------------------------------------------------------------- the request grammar
 
--- The comma-separated TRES items of a field: "gres:gpumem:20G" -> prefix "gres:", body
--- "gpumem:20G", name "gpumem". Prefixes: "gres:" (22.05), "gres/" (later releases) or none (--gres=
--- text).
+-- The TRES items of a field: "gres:gpumem:20G" -> prefix "gres:" (22.05; "gres/" later, "" for
+-- --gres text), body "gpumem:20G", name "gpumem".
 local function items_of(text)
   local items = {}
   if text == nil or text == "" then return items end
@@ -489,12 +463,13 @@ local function gather(job_desc)
   return req
 end
 
--- Cheap first look: does any field carry gpumem or gpucore? (Names only; needs no table.)
-local function asks_us(job_desc)
-  for _, field in ipairs(FIELDS) do
-    local text = job_desc[field]
+-- Cheap first look: a gpumem or gpucore item in any field (names_only: named at all)? No table.
+local function asks_us(job_desc, names_only)
+  for i = 1, #FIELDS do
+    local text = job_desc[FIELDS[i]]
     -- most jobs name neither: no parsing for them
     if text and (string.find(text, "gpumem", 1, true) or string.find(text, "gpucore", 1, true)) then
+      if names_only then return true end
       for _, item in ipairs(items_of(text)) do
         if item.name == "gpumem" or item.name == "gpucore" then return true end
       end
@@ -505,9 +480,8 @@ end
 
 ------------------------------------------------------------------ the --constraint grammar
 
--- Slurm's --constraint grammar, read into a list of alternatives (several only for one matching OR
--- [a|b]), each an OR (list) of AND-sets ({ [feature] = true }). Counts (*N) and anything
--- unreadable reject the job.
+-- Slurm's --constraint grammar as alternatives (several only for a matching OR [a|b]), each an OR
+-- (list) of AND-sets ({ [feature] = true }). Counts (*N) and anything unreadable reject the job.
 local MAX_TERMS = 64
 local MAX_DEPTH = 1  -- of parentheses, slurmctld's; checked before the parser recurses
 local BAD = {}
@@ -618,9 +592,8 @@ local function parse_constraint(text)
   return value
 end
 
--- The constraint as alternatives (parse_constraint), and whether it is complex: anything but a plain
--- "a&b" ("|", brackets, counts), which the hook neither filters on nor extends; a plain one (none:
--- {}) is read without the parser.
+-- The constraint as alternatives, and whether it is complex (anything but a plain "a&b", which is
+-- read without the parser): the hook neither filters on nor extends a complex one.
 local function constraint_match(features)
   local set = {}
   if features == nil or features == "" then return { { set } }, false end
@@ -661,15 +634,13 @@ local function max_per_node(facts, match)
   return best
 end
 
--- Whether a node of the shape has the CPUs and memory each node of the job needs (0: unknown,
--- holds anything).
+-- Whether a node of the shape has the CPUs and memory each node of the job needs (0: unknown).
 local function holds(shape, need)
   return (shape.cpus == 0 or shape.cpus >= need.cpus) and (shape.mem == 0 or shape.mem >= need.node_mem)
 end
 
--- Nodes with at least count devices of a type and the CPUs and memory the job needs per node,
--- satisfying one alternative (the best one: a matching OR puts every node on the same alternative);
--- less_excluded: without the nodes -x excludes.
+-- Nodes with at least count devices of a type and the CPUs and memory the job needs per node, on the
+-- best alternative (a matching OR puts every node on one); less_excluded: less the nodes -x excludes.
 local function nodes_with(facts, need, count, less_excluded)
   local best = 0
   local gone = less_excluded and need.excluded[facts.name] or nil
@@ -685,8 +656,7 @@ local function nodes_with(facts, need, count, less_excluded)
   return best
 end
 
--- nodes_with, less the nodes -x excludes and those earlier components of the heterogeneous job take
--- (they never share one).
+-- nodes_with less the nodes -x excludes and those earlier het components take (never shared).
 local function free_nodes(facts, need, count)
   return nodes_with(facts, need, count, true) - (need.taken[facts.name] or 0)
 end
@@ -724,8 +694,7 @@ local function reason(facts, need, allowed)
 end
 
 -- The first name of the job's partition list ("a,b") that the table does not know, "" for a list
--- that names none (",", ""), else nil (also for a job that names none). Empty names are skipped, as
--- slurmctld skips them ("a,,b" is "a,b"); it refuses a list with an unknown name, or no name.
+-- naming none (","), else nil. Empty names are skipped, as slurmctld skips them.
 local function unknown_partition(partition)
   if partition == nil then return nil end
   local any = false
@@ -736,8 +705,7 @@ local function unknown_partition(partition)
   return (not any) and "" or nil
 end
 
--- The rule of each partition the job lists ("a,b"; none: the default partition), in order; the
--- cluster default for a partition without one.
+-- The rule of each partition the job lists (none: the default partition), in order.
 local function rules_for(partition)
   local rules, seen = {}, {}
   for name in string.gmatch(partition or T.default_partition or "", "[^,]+") do
@@ -924,8 +892,7 @@ local function nodes_hint(need, usable, usable_set)
   return fmt("nodes", best, need.each, best_name, best)
 end
 
--- Nodes per type, for messages: "a100_80g:1, l40s:1" (as score._excluded_counts); a type's count
--- may be per shape (need.excluded), summed.
+-- Nodes per type for messages ("a100_80g:1, l40s:1"); a per-shape count (need.excluded) is summed.
 local function per_type(counts)
   local names, parts = {}, {}
   for name in pairs(counts) do names[#names + 1] = name end
@@ -981,8 +948,7 @@ local function hint(need, rule, usable, usable_set)
   return text
 end
 
--- For a request the vendor scope left without a fit: the first type of another vendor that would
--- take it, as a hint; or nil.
+-- For a request the vendor scope left without a fit: the first type of another vendor that takes it.
 local function other_vendor(need, rule, unscoped)
   if next(rule.vendors) == nil then return nil end
   for _, name in ipairs(order_for(rule.policy, need.each)) do
@@ -1057,9 +1023,8 @@ local function new_fields(req, choice, item)
   for _, field in ipairs(FIELDS) do
     local kept = (field == target) and { item } or {}
     for _, old in ipairs(req.fields[field]) do
-      -- empty items (24.11 hands `--gres=gpumem:20G,,` over as `gres/` items) are dropped too
-      -- and shard items: the new item replaces them (a request cli_filter.lua already rewrote to
-      -- shard:S,gpumem:M is decided again to the same, not to shard:S,shard:S,...)
+      -- empty items (24.11's `--gres=gpumem:20G,,`) go too, and shard items: the new item replaces
+      -- them (a request cli_filter.lua already rewrote is decided again to the same)
       if not (old.name == "gpu" or old.name == "shard" or (is_ours(old.name) and choice.kind ~= "shard")
               or old.body == "") then
         kept[#kept + 1] = old.text
@@ -1095,8 +1060,7 @@ end
 
 ------------------------------------------------------------------------------ one submission
 
--- The count field `name` of a job_desc (or job_rec, or view), or nil when Slurm's value means
--- unset: nil, 0, or its width's NO_VAL (NO_VAL16 for FIELDS16, else NO_VAL).
+-- The count field `name` of a record, or nil when unset: nil, 0, or its width's NO_VAL.
 local function count_of(record, name)
   local value = tonumber(record[name])
   if value == nil or value <= 0 or value == (FIELDS16[name] and NO_VAL16 or NO_VAL) then return nil end
@@ -1110,8 +1074,7 @@ local function job_nodes(job_desc)
   return math.max(count_of(job_desc, "min_nodes") or 1, by_tasks)
 end
 
--- Devices each node needs: a job total spread over the nodes, per task times tasks per node,
--- else the per-node (or per-socket) count.
+-- Devices each node needs: a job total over the nodes, per task x tasks per node, else the count.
 local function devices_per_node(req, job_desc, nodes)
   if req.gpu_field == "tres_per_job" then return ceil_div(req.count, nodes) end
   if req.gpu_field == "tres_per_task" then
@@ -1129,10 +1092,8 @@ local function amount_of(value)
   return value
 end
 
--- N of the first NAME item of a TRES field, after its last ':' or '=': --cpus-per-gpu / --mem-per-gpu
--- ("gres:gpu:N", "gres/gpu:N", "gres/gpu=N"; name gpu), 24.11's -c in tres_per_task ("cpu=N"; name
--- cpu); 0 when there is none or it is unreadable (past the 20 digits of a uint64, which slurmctld
--- refuses itself). --mem-per-gpu=99999999999999G is a figure, 15 digits (once read as none).
+-- N of the first NAME item of a TRES field, after its last ':' or '=' (--cpus-per-gpu, --mem-per-gpu:
+-- gpu; 24.11's -c in tres_per_task: cpu); 0 for none or past a uint64's 20 digits (slurmctld's).
 local function item_count(text, name)
   for _, item in ipairs(items_of(text)) do
     if item.name == name then
@@ -1144,9 +1105,8 @@ local function item_count(text, name)
   return 0
 end
 
--- Whether the job overcommits (-O): job_desc shows Lua no overcommit field, but sbatch, salloc
--- and srun send min_cpus = nodes for -O and at least the tasks (x -c) otherwise (slurm_opt.c,
--- 22.05 and 24.11; 24.11 counts --ntasks-per-node x -N N as the tasks without setting num_tasks).
+-- Whether the job overcommits (-O): Lua sees no overcommit field, but clients send min_cpus = nodes
+-- for -O and at least the tasks otherwise (24.11 counts --ntasks-per-node x -N as the tasks).
 local function overcommits(job_desc)
   local total = count_of(job_desc, "min_cpus")
   if total == nil then return false end
@@ -1156,12 +1116,10 @@ local function overcommits(job_desc)
   return tasks ~= nil and total < tasks
 end
 
--- CPUs and MiB of memory each node of the job needs: tasks per node x CPUs per task (-c, or
--- 24.11's cpu=N in tres_per_task, which an edit's job_rec still shows; one task a node when the
--- job overcommits, as Slurm allocates it), at least --mincpus, or CPUs per gpu x its devices, or
--- the job's min_cpus over its nodes (sbatch's tasks x -c in 32 bits, which slurmctld holds the
--- job to: `-c 65537` reaches cpus_per_task as 1); --mem, or memory per gpu x devices, or per
--- CPU x its CPUs.
+-- CPUs and MiB each node of the job needs: tasks per node (one with -O) x CPUs per task (-c, or
+-- 24.11's cpu=N in tres_per_task), at least --mincpus, CPUs per gpu x devices, or min_cpus over the
+-- nodes (sbatch's tasks x -c in 32 bits: `-c 65537` reaches cpus_per_task as 1); --mem, memory per
+-- gpu x devices, or per CPU x CPUs. Also the most nodes Slurm may spread the tasks over, or nil.
 local function node_needs(job_desc, nodes, each)
   local tasks = count_of(job_desc, "num_tasks")
   local per_node = count_of(job_desc, "ntasks_per_node") or (tasks and ceil_div(tasks, nodes)) or 1
@@ -1174,19 +1132,16 @@ local function node_needs(job_desc, nodes, each)
                         total and ceil_div(total, nodes) or 0, count_of(job_desc, "pn_min_cpus") or 0)
   local mem = math.max(amount_of(job_desc.min_mem_per_node), item_count(job_desc.mem_per_tres, "gpu") * each,
                        amount_of(job_desc.min_mem_per_cpu) * cpus)
-  -- whether Slurm may spread the tasks over more nodes: -n without --ntasks-per-node or -O, and
-  -- -N leaving room (the most nodes it allows: -N's maximum, the tasks)
+  -- -n without --ntasks-per-node or -O, with room under -N's maximum
   local high = count_of(job_desc, "max_nodes")
   local spread = tasks and tasks > nodes and count_of(job_desc, "ntasks_per_node") == nil
     and not over and (high == nil or high > nodes)
   return cpus, mem, spread and math.min(tasks, high or tasks) or nil
 end
 
--- An edit's -w of a job the hook rewrote (checked, not decided): of the hosts it names that the
--- table knows, one that no shape lets hold the job's devices (its type, the devices each node
--- needs, the CPUs and memory, the constraint): the shortest name, then the first in byte order;
--- false when each can. Hosts the table does not know, and a -w
--- the hook cannot read, are left to slurmctld.
+-- An edit's -w of a job the hook rewrote: of the hosts it names that the table knows, one no shape
+-- lets hold the job's devices, CPUs, memory and constraint (shortest name, then byte order); false
+-- when each can. Unknown hosts and an unreadable -w are left to slurmctld.
 local function misfit_host(need, spec)
   local by_host = host_shapes()
   local hosts = hostlist_names(spec, T.limits.max_excluded, LONGEST_HOST)
@@ -1215,14 +1170,10 @@ end
 local MAX_SPREAD = 64  -- more nodes than -N's minimum a job's tasks are tried on (each a decision)
 
 -- What to do with the job: { action = "untouched" | "reject" | "rewrite", ... }. Reads only.
--- held: the devices an edited job already asks for (held_devices): whole devices stay whole
--- (untyped ones untyped), shards shards.
--- check: only whether the devices the job holds still fit it (an edit of its node or task count):
--- untouched when they do, else rejected (edit_counts). taken: type -> nodes the earlier
--- components of this het job took (their nodes are not this component's), less their -w hosts,
--- which taken_hosts holds (a set, counted once with the job's -x). tasks_hidden: an edit that
--- cannot see the job's task count: devices per task are refused (edit_tasks). prefer: the type an
--- edited job holds, chosen whenever it takes the request (Slurm hides the job's -x).
+-- held: what an edited job holds (held_devices: whole stays whole, untyped untyped, shards shards).
+-- check: only whether those still fit (else edit_counts). taken / taken_hosts: the nodes per type and
+-- the -w hosts of earlier het components. tasks_hidden: an edit that cannot see the task count
+-- (devices per task refused). prefer: the type an edited job holds (Slurm hides its -x).
 local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, taken_hosts, prefer)
   if not check and not asks_us(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
@@ -1256,8 +1207,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   end
   local parsed, match, complex = pcall(constraint_match, job_desc.features)
   if not parsed then return rejected(match) end
-  -- the constraint's feature names, and the first that no node has (slurmctld refuses such a job
-  -- after the hook: "Invalid feature specification"); no check with a table that lists no features
+  -- the constraint's names, and the first no node has (slurmctld refuses it; unchecked without a list)
   local named, unknown, known = {}, nil, next(T.features or {}) ~= nil and T.features
   for name in string.gmatch(job_desc.features or "", "[A-Za-z0-9_.%-]+") do
     named[name] = true
@@ -1320,10 +1270,8 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
   end
   if check then return { action = "untouched" } end
   local item = new_item(choice, req.form)
-  -- the node count the decision assumed, where the job leaves it open: its minimum always (a
-  -- `-N 0-2` job with devices needs one); its maximum where devices per node follow it (per task
-  -- or per job): a per-node count holds on any node count, and a job held to one node makes
-  -- Slurm want all its tasks' cores there (`-O -n 32 -N1` with gres is refused on 8 CPUs)
+  -- pin the node count the decision assumed where the job leaves it open: the minimum always, the
+  -- maximum where devices per node follow it (per task or job; `-O -n 32 -N1` is refused on 8 CPUs)
   local pin, follows = {}, req.gpu_field == "tres_per_task" or req.gpu_field == "tres_per_job"
   if count_of(job_desc, "min_nodes") == nil then pin.min_nodes = nodes end
   if follows and count_of(job_desc, "max_nodes") == nil then pin.max_nodes = nodes end
@@ -1332,9 +1280,7 @@ local function evaluate(job_desc, submit_uid, held, check, taken, tasks_hidden, 
            features = new_features(job_desc.features, choice.constraint) }
 end
 
--- The most specific Slurm error for a rejection (its text ends the client's "submission failed:
--- ..." line): the release's exported name, else its number (22.05 exports few names), else
--- slurm.ERROR ("Unspecified error").
+-- The most specific Slurm error: the release's exported name, else its number, else slurm.ERROR.
 local function error_code(key)
   local name = T.reject_codes and T.reject_codes[key]
   local code = name and slurm[name]
@@ -1366,9 +1312,7 @@ local function apply(job_desc, view, submit_uid, outcome)
     if outcome.fields[field] ~= (view[field] or "") then job_desc[field] = outcome.fields[field] end
   end
   if outcome.features then job_desc.features = outcome.features end
-  -- Slurm may spread a job without -N over more nodes than the type was checked for (24.11:
-  -- `-n4 --gpus-per-task=1` typed ends in "Requested node configuration is not available"):
-  -- the node count the decision assumed goes where the job leaves it open
+  -- Slurm may spread a job without -N over more nodes than the type was checked for (24.11)
   for _, name in ipairs(PIN_FIELDS) do
     if outcome.pin[name] then job_desc[name] = outcome.pin[name] end
   end
@@ -1382,8 +1326,7 @@ local function apply(job_desc, view, submit_uid, outcome)
   return slurm.SUCCESS
 end
 
--- An internal error: log it and follow the fail policy (the table's when it has a valid one, else
--- the baked one).
+-- An internal error: logged; the table's fail policy when valid, else the baked one.
 local function failed(err)
   local valid = T and (T.fail_policy == "open" or T.fail_policy == "closed")
   local policy = valid and T.fail_policy or FAIL_POLICY
@@ -1397,33 +1340,23 @@ end
 
 ------------------------------------------------------------------------------ entry points
 
--- The nodes of each type that earlier components of the heterogeneous job being submitted take:
--- Slurm calls this hook once per component, in order (het_job_offset 0, 1, ...), and never puts
--- two components on one node. Reset by component 0 and by every job that is not heterogeneous.
-local HET_TAKEN = {}
--- Of those, the nodes of the types the hook chose for earlier components (its rewrites): a later
--- component left alone that names such a type may find too few of its nodes left (het_typed).
-local HET_CHOSEN = {}
--- The hosts earlier components' -w name (a set): Slurm gives later components them in exc_nodes,
--- so they are counted there, once, and not in HET_TAKEN (a typed component with -w takes its
--- node count less its -w hosts of that type).
-local HET_HOSTS = {}
+-- Slurm calls the hook once per het component, in order (het_job_offset 0, 1, ...), and never puts
+-- two on one node; reset by component 0 and by every other job. HET_TAKEN: nodes per type earlier
+-- components take; HET_CHOSEN: of those, the hook's own choices (het_typed); HET_HOSTS: their -w
+-- hosts (a set), which later components get in exc_nodes and so count there, once.
+local HET_TAKEN, HET_CHOSEN, HET_HOSTS = {}, {}, {}
 
--- Decisions of recent single-job submissions, by everything a decision reads (MEMO_FIELDS and
--- the uid; a unit test checks that list against the fields evaluate reads): users resubmit the
--- same request (loops, workflow managers), and slurmctld keeps this Lua state until
--- job_submit.lua changes (a render touches it). Outcomes are only read (and their escaped
--- message kept, texts). Emptied when full.
+-- Decisions of recent single-job submissions, keyed by everything a decision reads (MEMO_FIELDS and
+-- the uid; a unit test checks the list): users resubmit the same request, and slurmctld keeps this
+-- Lua state until job_submit.lua changes. Emptied when full.
 local MEMO_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features",
                       "partition", "req_nodes", "exc_nodes", "num_tasks", "ntasks_per_node", "min_nodes",
                       "max_nodes", "cpus_per_task", "min_cpus", "pn_min_cpus", "cpus_per_tres", "mem_per_tres",
                       "min_mem_per_node", "min_mem_per_cpu", "user_id" }
 local MEMO_MAX = 1024
 local MEMO, MEMO_SIZE = {}, 0
--- The memo is a tree: the uid, then each MEMO_FIELDS value from the last to the first (UNSET_KEY
--- for an unset one; the TRES fields, which differ most between requests, last, so that a new
--- request adds few tables), an outcome at the end. No key string is built: turning the numeric
--- fields into text for one cost more than all the lookups.
+-- A tree: the uid, then each MEMO_FIELDS value from last to first (UNSET_KEY for unset; the TRES
+-- fields, which differ most, last), an outcome at the end. No key string: building one cost more.
 local UNSET_KEY = {}
 
 local function recall(view, submit_uid)
@@ -1454,11 +1387,8 @@ local function remember(view, submit_uid, outcome)
   node[key] = outcome
 end
 
--- The job's fields as the hook reads them, each read from job_desc once (slurm_job_submit): on
--- Slurm 22.05 every job_desc read is a C call that compares the name with the names of the job's
--- fields one after another (~2,700 instructions for a tres_per_* field), and the hook read 26
--- fields per job. The view holds het_job_offset and MEMO_FIELDS; any other field is read from
--- job_desc when asked for (so a decision reading one still gets it, and the memo test sees it).
+-- The job's fields, each read from job_desc once (on 22.05 a read scans the job's field names, ~2,700
+-- instructions); fields beyond het_job_offset and MEMO_FIELDS are read from job_desc when asked for.
 local VIEW_JOB = {}  -- the view's key for its job_desc
 local VIEW_HOLDS = { het_job_offset = true }
 for _, name in ipairs(MEMO_FIELDS) do VIEW_HOLDS[name] = true end
@@ -1469,19 +1399,8 @@ local VIEW_META = {
   end,
 }
 
--- Whether a TRES field names gpumem or gpucore at all (the text only: asks_us then parses).
-local function mentions_us(view)
-  for i = 1, #FIELDS do
-    local text = view[FIELDS[i]]
-    if text and (string.find(text, "gpumem", 1, true) or string.find(text, "gpucore", 1, true)) then return true end
-  end
-  return false
-end
-
--- The one type whose nodes could hold a component asking for devices without a type (--gres=gpu:1
--- -C l40s, --gpus=1): the only type with a node satisfying its constraint with its devices per node
--- and the CPUs and memory it needs per node; nil where several (or none) could or the request or
--- constraint cannot be read (Slurm picks, the hook cannot know which).
+-- The one type whose nodes could hold a component asking for devices without a type (--gpus=1 -C
+-- l40s); nil where several or none could, or the request or constraint cannot be read (Slurm picks).
 local function sole_type(fields, job)
   local ok, req = pcall(gather, fields)
   if not ok or req.gpu_field == nil or req.gpu_type ~= nil then return nil end
@@ -1500,11 +1419,9 @@ local function sole_type(fields, job)
   return found
 end
 
--- A het component the hook leaves as it is still takes its nodes of the type it names
--- (--gres=gpu:l40s:1; without a type, of the one type that could hold it, sole_type), less the
--- hosts of that type its -w names, and the hosts its -w names (all of them, into HET_HOSTS): later
--- components must not be decided onto them. fields: where its TRES fields are read; job: its node
--- counts, constraint and node list. Two gpu items or a malformed one: slurmctld refuses it.
+-- A het component the hook leaves alone still takes its nodes of the type it names (without one, of
+-- sole_type) less its -w hosts of that type, and its -w hosts (HET_HOSTS): later components must not
+-- be decided onto them. Two gpu items or a malformed one: slurmctld refuses it.
 local function het_take(fields, job)
   if T == nil then return end
   local found, readable = nil, true
@@ -1527,12 +1444,9 @@ local function het_take(fields, job)
   for host in pairs(named_hosts(nodelist)) do HET_HOSTS[host] = true end
 end
 
--- A het component the hook leaves alone that names a gpu type is refused when the types the hook
--- chose for earlier components (HET_CHOSEN) leave that type too few nodes for it: components never
--- share a node, so the job could never start (`--gres=gpumem:20G : --gres=gpu:l40s:1`, one l40s
--- node). The type's nodes less those its -x and HET_HOSTS name, each once; only the node count,
--- only where the hook's own choices make the difference, and not with its own -w; nil otherwise
--- (left to Slurm).
+-- A het component the hook leaves alone that names a gpu type is refused when the hook's choices for
+-- earlier components (HET_CHOSEN) leave that type too few nodes (components never share a node:
+-- `--gres=gpumem:20G : --gres=gpu:l40s:1` on one l40s node never starts); nil otherwise, for Slurm.
 local function het_typed(fields, job_desc, submit_uid)
   if next(HET_CHOSEN) == nil or T == nil or is_exempt(job_desc, submit_uid) then return nil end
   if (job_desc.req_nodes or "") ~= "" then return nil end
@@ -1560,7 +1474,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   for i = 1, #FIELDS do view[FIELDS[i]] = job_desc[FIELDS[i]] end
   local ok, outcome
   -- most jobs name neither: untouched (what evaluate decides for them), nothing else read
-  if not mentions_us(view) then
+  if not asks_us(view, true) then
     if not het then return slurm.SUCCESS end
     ok, outcome = pcall(het_typed, view, job_desc, submit_uid)
     if ok and not outcome then
@@ -1592,24 +1506,16 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return rc
 end
 
--- An edit (scontrol update) of a job: the same rules on the job as edited. An edit whose own TRES
--- fields carry gpumem/gpucore is decided as a submission with the job's device count and scope (a
--- rewritten job keeps no gpumem, except shard requests, which must not be decided twice); an edit
--- of the node or task count, the partition or the constraint of a job this hook rewrote is checked
--- against the devices the job holds (a new constraint keeps the one our rewrite added, ANDed); so
--- is an edit of -x / -w (each -w host must hold them). Fields the edit leaves unset come from
--- job_rec (Slurm exposes tres_per_*, features, partition, min_nodes, user_id, min_mem_per_node,
--- min_mem_per_cpu there; not num_tasks or ntasks_per_node, so those count only when the edit sets
--- them, and not exc_nodes / req_nodes: a gpumem edit without the edit's own -x keeps a typed job
--- on its type, or is refused, edit_hidden). cpus_per_tres / mem_per_tres are there too (22.05 and 24.11, dev cluster): with
--- them a request gets whole devices, as at submission (slurmctld refuses shards beside them).
+-- An edit (scontrol update): the same rules on the job as edited. An edit with gpumem/gpucore is
+-- decided as a submission with the job's device count and scope; an edit of the node or task count,
+-- node lists, partition or constraint of a job this hook rewrote is checked against the devices it
+-- holds. Fields the edit leaves unset come from job_rec, which lacks num_tasks, ntasks_per_node,
+-- exc_nodes and req_nodes (22.05, 24.11): those count only when the edit sets them.
 local VIEW_STRINGS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features", "partition",
                        "admin_comment", "cpus_per_tres", "mem_per_tres" }
 -- pn_min_cpus: the CPUs slurmctld holds each node to (--mincpus, -c; scontrol's MinCPUsNode)
 local VIEW_COUNTS = { "min_nodes", "num_tasks", "ntasks_per_node", "pn_min_cpus" }
--- --mem / --mem-per-cpu: job_rec carries them (min_mem_per_node, min_mem_per_cpu; 22.05 and 24.11)
 local VIEW_AMOUNTS = { "min_mem_per_node", "min_mem_per_cpu" }
--- -w / -x: job_rec has neither (slurm_lua.c, 22.05 and 24.11), so only an edit's own count
 local VIEW_EDIT = { "req_nodes", "exc_nodes" }
 
 -- The constraint our last rewrite of the job added ("l40s", "a100_80g|h100"), from the last note
@@ -1638,29 +1544,25 @@ local function without(features, added)
   return features
 end
 
--- How the job asks for devices: "shard" (a shard item), "typed" (a gpu item with a type),
--- "untyped" (gpu:N only) or nil. Slurm 22.05 refuses an update between gpu and shard requests,
--- either way, and from an untyped gpu request to a typed one ("Invalid generic resource (gres)
--- specification", "... with and without type identification", even from root and without this
--- hook): so an edit keeps a job on whole devices or on shards (else it is refused), and an
--- untyped one untyped (the type goes into the constraint).
+-- How the job asks for devices: "shard", "typed" (a gpu item with a type), "untyped" (gpu:N only) or
+-- nil; also its first typed gpu item's type and field prefix. Slurm 22.05 refuses an update between
+-- gpu and shard requests, and from untyped to typed ("Invalid generic resource (gres) specification"),
+-- so an edit keeps a job on whole devices or shards, and an untyped one untyped (the type in -C).
 local function held_devices(job_rec)
-  local held = nil
+  local held, gpu_type, prefix = nil, nil, nil
   for _, field in ipairs(FIELDS) do
     for _, item in ipairs(items_of(job_rec[field])) do
-      if item.name == "shard" then return "shard" end
-    end
-  end
-  for _, field in ipairs(FIELDS) do
-    for _, item in ipairs(items_of(job_rec[field])) do
-      if item.name == "gpu" then
+      if item.name == "shard" then
+        held = "shard"
+      elseif item.name == "gpu" then
         local tokens = split(split(item.body, "=")[1], ":")
-        if #tokens > 1 and not is_digits(tokens[2]) then return "typed" end
-        held = "untyped"
+        local typed = #tokens > 1 and not is_digits(tokens[2])
+        if typed and gpu_type == nil then gpu_type, prefix = tokens[2], item.prefix end
+        if held == nil or held == "untyped" then held = typed and "typed" or "untyped" end
       end
     end
   end
-  return held
+  return held, gpu_type, prefix
 end
 
 -- text with every gpu item's type dropped: gres:gpu:l40s:2 -> gres:gpu:2, gres/gpu:l40s=2 ->
@@ -1696,8 +1598,7 @@ local function gpu_asked(job_desc)
   return false
 end
 
--- again: the edit asks for gpumem/gpucore, so the record's gpu items lose their type (untyped)
--- and the type is chosen again for the job's device count and scope.
+-- again: the edit asks for gpumem/gpucore: the record's gpu items lose their type, chosen again.
 local function edited_view(job_desc, job_rec, again)
   local view = {}
   for _, name in ipairs(VIEW_STRINGS) do
@@ -1709,9 +1610,8 @@ local function edited_view(job_desc, job_rec, again)
     view[name] = value
   end
   if again and (job_desc.tres_per_node or "") ~= "" and not gpu_asked(job_desc) then
-    -- `scontrol update gres=gpumem:30G` replaces the whole field: the job's per-node device count
-    -- (--gres=gpu:2, --gpus-per-node=2; the hook never picks a count itself) stays, as 22.05 merges it
-    -- (a count of 1 is the default: not written again)
+    -- `scontrol update gres=gpumem:30G` replaces the field: the job's per-node device count (above
+    -- the default 1) stays, as 22.05 merges it
     for _, item in ipairs(items_of(untyped(job_rec.tres_per_node))) do
       local count = tonumber(string.match(item.text, "[:=](%d+)$") or "")
       if item.name == "gpu" and count and count > 1 then
@@ -1745,9 +1645,8 @@ local function edited_view(job_desc, job_rec, again)
   return view
 end
 
--- Write an edit's outcome: Slurm's update cannot clear a field (an empty string means "no
--- change"), so only non-empty new values are written; the admin comment is left alone (only
--- an administrator may change it, and the edit is by the user).
+-- Write an edit's outcome: an update cannot clear a field ("" means no change), so only non-empty
+-- values are written; the admin comment is the administrator's, left alone.
 local function apply_edit(job_desc, view, modify_uid, outcome)
   if outcome.action == "untouched" then
     if view.keep then job_desc.features = view.features end
@@ -1757,8 +1656,7 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
   if outcome.action == "reject" then return refuse(where, outcome) end
   for _, field in ipairs(FIELDS) do
     local value = outcome.fields[field]
-    -- a field the edit set is always written (its gpumem item must not stay beside the device; ""
-    -- means no change, the record's value stays), another one when its value changes
+    -- a field the edit set is always written (its gpumem item must not stay), another when it changes
     local set = (job_desc[field] or "") ~= ""
     if set or (value ~= "" and value ~= (view.record[field] or "")) then job_desc[field] = value end
   end
@@ -1774,21 +1672,7 @@ local function apply_edit(job_desc, view, modify_uid, outcome)
   return slurm.SUCCESS
 end
 
--- The type of the job's first typed gpu item, in any form, and the prefix of its field (nil: none).
-local function typed_held(job_rec)
-  for _, field in ipairs(FIELDS) do
-    for _, item in ipairs(items_of(job_rec[field])) do
-      if item.name == "gpu" then
-        local tokens = split(split(item.body, "=")[1], ":")
-        if #tokens > 1 and not is_digits(tokens[2]) then return tokens[2], item.prefix end
-      end
-    end
-  end
-  return nil
-end
-
--- Whether an edit changes what the devices a job holds must fit: the node or task count (-N, -n,
--- --ntasks-per-node), the node lists (-w, -x), the partition or the constraint.
+-- Whether an edit changes what the held devices must fit: counts, node lists, partition, constraint.
 local function fit_edit(job_desc)
   for _, name in ipairs(VIEW_COUNTS) do
     if count_of(job_desc, name) then return true end
@@ -1803,28 +1687,25 @@ local function decide_edit(job_desc, job_rec, modify_uid)
   local asks = asks_us(job_desc)
   if not asks and not fit_edit(job_desc) then return { action = "untouched" } end
   if T == nil then error(LOAD_ERROR, 0) end
-  local held = held_devices(job_rec)
+  local held, old, prefix = held_devices(job_rec)
   local ours = type(job_rec.admin_comment) == "string" and string.find(job_rec.admin_comment, T.note_prefix, 1, true)
   if not asks and not (held and ours) then return { action = "untouched" } end
   local view = edited_view(job_desc, job_rec, asks)
   view.job_id, view.record = job_rec.job_id, job_rec
-  -- Slurm's job_rec has no num_tasks / ntasks_per_node (22.05, 24.11): unknown unless the edit sets one
+  -- job_rec has no task counts (22.05, 24.11): unknown unless the edit sets one
   local hidden = view.num_tasks == nil and view.ntasks_per_node == nil
-  -- Slurm's job_rec has no exc_nodes or req_nodes: without the edit's own -x and -w, a job holding a
-  -- type keeps it when it fits, and another type is refused (the job's -x may exclude it, or its -w
-  -- name none of its hosts, given at submission or by an earlier edit: it would never start)
+  -- nor -x / -w: without the edit's own, a job holding a type keeps it when it fits, and another
+  -- type is refused (the job's -x or -w may rule it out: it would never start)
   local known = job_desc.exc_nodes ~= nil and job_desc.req_nodes ~= nil  -- "" (excnodelist=): none
-  local prefer = asks and not known and typed_held(job_rec) or nil
+  local prefer = asks and not known and old or nil
   local result = evaluate(view, modify_uid, held, not asks, nil, asks and hidden, nil, prefer)
   local het_id = tonumber(job_rec.het_job_id)
   if result.action == "rewrite" and het_id ~= nil and het_id > 0 and het_id < NO_VAL then
     -- Slurm shows an edit no other component of the job: a new type could land beside theirs
     return { view = view, result = refusal(result.request .. ": " .. fmt("edit_het"), "request") }
   end
-  -- Slurm 22.05 merges an update's GRES into the job's (gres_job_state_validate starts from a copy of
-  -- the job's list and takes no count 0), so a new type goes beside the one the job holds in 22.05's
-  -- "gres:" form and the job asks for both; 24.11 builds the list again from the fields.
-  local old, prefix = typed_held(job_rec)
+  -- Slurm 22.05 merges an update's GRES into the job's, so a new type goes beside the one the job
+  -- holds in its "gres:" form and the job asks for both; 24.11 builds the list again.
   if result.action == "rewrite" and prefix == "gres:" and result.types[1] ~= old then
     result = refusal(result.request .. ": " .. fmt("edit_type", old, result.types[1]), "request")
   elseif result.action == "rewrite" and prefer and result.types[1] ~= prefer then
@@ -1844,15 +1725,11 @@ end
 
 ------------------------------------------------------------------------------ host files
 
--- A -w/-x value with a "/" names a host file, which sbatch, salloc and srun read themselves and
--- send its hosts (proc_args.c verify_node_list -> slurm_read_hostfile, 22.05 and 24.11), so the hook
--- sees host names. Its C, byte for byte: a line is read in pieces of at most 1,023 bytes (fgets);
--- a piece ends at a NUL, "#" starts a comment ("\#" a "#", the rest moved left one byte, which
--- leaves the last byte twice); a full piece is cut after its last comma and the rest carried on
--- (none: "Line N, of hostfile F too long"); a line starting with neither a letter nor a digit is
--- an error, empty lines are skipped; comma-separated names, `name*N` the name atoi(N) times, N of 0
--- the name as written; the names are sent folded (hostlist_ranged_string). Blanks, CRs and other
--- bytes stay in names: slurmctld's hostlist (hostlist_names) reads them.
+-- A -w/-x value with a "/" names a host file, which sbatch, salloc and srun read and send as hosts
+-- (slurm_read_hostfile), byte for byte as here: 1,023-byte fgets pieces ending at a NUL; "#" starts
+-- a comment ("\#" is "#", the C shift leaving the last byte twice); a full piece is cut after its
+-- last comma; a line must start with a letter or digit; `name*N` is the name atoi(N) times (0: as
+-- written); the names are sent folded (hostlist_ranged_string), blanks and other bytes kept.
 local HOSTFILE_PIECE = 1023
 local MAX_PUSHED = 65536  -- pushes of one name folded; past it a host file of no use to the hook
 
@@ -1962,10 +1839,8 @@ end
 
 ------------------------------------------------------------------------------ the module
 
--- What the srun half (slurm_hetero_srun.lua, which runs this file with dofile in srun) and Python
--- (slurm_hetero/submit/hook.py, through lupa) use of the hook, so that neither has a reader of its
--- own: the decision, the TRES item reader, the request grammar (gather) and the host-file reader. A
--- global, as Slurm finds slurm_job_submit; the file returns slurm.SUCCESS, which the plugin checks.
+-- What the srun half (slurm_hetero_srun.lua) and Python (hook.py, through lupa) use of the hook, so
+-- that neither has a reader of its own. A global, as Slurm finds slurm_job_submit.
 slurm_hetero_hook = {
   submit = slurm_job_submit, items_of = items_of, gather = gather, hostfile_hosts = hostfile_hosts,
 }

@@ -1,23 +1,14 @@
 --[[
-slurm_hetero_srun.lua: the srun half of slurm-hetero's client filter (cli_filter.lua, Slurm's
-cli_filter/lua plugin, Lua 5.1). cli_filter.lua runs this file with `dofile` only in srun, when a
-device option names something (gpumem, gpucore, a gpu type) or -w names hosts; it returns the
-function cli_filter.lua calls per het component (offset 0 alone without ":").
+slurm_hetero_srun.lua: the srun half of slurm-hetero's client filter (cli_filter.lua, Lua 5.1), run
+with `dofile` only in srun when a device option names something or -w names hosts; it returns the
+function cli_filter.lua calls per het component.
 
-For a new job it makes the job_submit hook's decision in the client, so the options carry the
-device: `srun --gres=gpumem:20G hostname` becomes `--gres=gpu:l40s:1` for the job AND its step (the
-hook alone rewrites only the job; the step would keep gpumem and see no GPU). The decision is the
-hook's own: this file runs job_submit.lua (beside it, or the path baked in at render time) once per
-command and calls its module (slurm_hetero_hook) on a job_desc built from the options as srun builds
-its own. The hook stays the authority: it sees a request without gpumem and leaves it alone, and a
-request it refuses passes unchanged, for slurmctld to refuse with the most specific error. Options
-are written back where they hold the field (--gres, --gpus, --gpus-per-task, --gpus-per-socket,
---gpus-per-node, --constraint, --nodes); what they cannot carry srun refuses, naming what to ask.
-
-A step (srun inside an allocation) is not decided: its devices are its job's, and gpumem/gpucore
-in a step is refused in one line naming what the job holds and the count to ask (step_refusal).
-Exempt users are left alone, as by the hook; anything unexpected (no hook file, an error:
-cli_filter.lua calls this under pcall) leaves the options alone.
+For a new job it makes the job_submit hook's decision in the client, so that the step gets the device
+too (`srun --gres=gpumem:20G hostname` becomes `--gres=gpu:l40s:1`; the hook alone rewrites only the
+job). It runs job_submit.lua itself on a job_desc built from the options as srun builds its own, so
+the hook stays the authority: what it refuses passes unchanged, for slurmctld to refuse. Options that
+cannot carry the decision are refused, naming what to ask. In a step gpumem/gpucore is refused
+(step_refusal). Anything unexpected leaves the options alone.
 --]]
 
 -- Baked in by `slurm-hetero job-submit render` (the line ending in "@render"; keep it so).
@@ -41,8 +32,7 @@ local function client()
   return string.match(text, "^Name:%s*(%S+)"), tonumber(string.match(text, "\nUid:%s*(%d+)"))
 end
 
--- The client's command line (/proc/self/cmdline, read once per command) as a list of arguments,
--- argv[0] first; nil when it cannot be read.
+-- The client's command line (/proc/self/cmdline, read once per command), argv[0] first, or nil.
 local argv = nil
 local function arguments()
   if argv == nil then
@@ -78,9 +68,8 @@ local function load_hook()
   return hook, nil
 end
 
--- A -w/-x value with a "/" names a host file, which srun reads itself and sends its hosts, so the
--- hook sees host names: read here by the hook's own reader (hostfile_hosts), at most MAX_HOSTFILE
--- bytes; nil where srun refuses the file (unreadable, malformed, no host) and says so itself.
+-- A -w/-x host file, which srun reads and sends as hosts: read by the hook's own reader, at most
+-- MAX_HOSTFILE bytes; nil where srun refuses the file itself.
 local MAX_HOSTFILE = 1048576
 local function read_hostfile(path)
   local file = io.open(path, "rb")
@@ -98,12 +87,10 @@ local function hostfile(value)
   return ok and hosts or nil
 end
 
--- The hosts the het components after `offset` name with -w, read from the command line (srun A :
--- B: srun calls this filter per component in order, so B's options are not parsed yet when A is
--- decided, and slurmctld keeps A off B's -w hosts, _exclude_het_job_nodes). Each component's options
--- are read up to its command: short options (a value attached or next, SHORT_VALUED), --name=value;
--- a long option without "=" before a word ends the reading (the word may be its value or the
--- command), so a -w after it is missed rather than one read from the command's own arguments.
+-- The hosts the het components after `offset` name with -w, from the command line (srun calls this
+-- filter per component in order, and slurmctld keeps A off B's -w hosts in `srun A : B`). Options are
+-- read up to the command; a long option without "=" before a word ends the reading (the word may be
+-- its value or the command), so a -w after it is missed rather than read from the command's arguments.
 local function later_hosts(offset)
   local args = arguments()
   if args == nil or offset == nil then return nil end
@@ -175,9 +162,8 @@ local function mebibytes(options, name)
   return (mib and mib > 0) and mib or nil
 end
 
--- Whether the user set an option, from slurm.json_cli_options (the set options as one JSON
--- object, 22.05 and 24.11); nil where that call is missing. srun reports an unset -n as "1" and an
--- unset -N as "1-0", so only this tells `-N2` from `-N2 -n1`.
+-- Whether the user set an option, from slurm.json_cli_options (nil where missing): srun reports an
+-- unset -n as "1" and -N as "1-0", so only this tells `-N2` from `-N2 -n1`.
 local function set_in(json)
   if type(json) ~= "string" then return nil end
   return function(name) return string.find(json, '"' .. name .. '":', 1, true) ~= nil end
@@ -199,10 +185,9 @@ local function joined(a, b)
   return (a and b) and (a .. "," .. b) or a or b
 end
 
--- min_nodes, max_nodes, num_tasks, ntasks_per_node of the job srun will send, from the options
--- as srun's _opt_verify (after this filter) settles them: without -n, one task per node and
--- num_tasks unset (or -N x --ntasks-per-node); -n below -N lowers the node count to it; an
--- --ntasks-per-node that does not divide -n is dropped. Without `isset`, the options as they read.
+-- min_nodes, max_nodes, num_tasks, ntasks_per_node of the job srun will send, as its _opt_verify
+-- settles them (-n below -N lowers the node count; an --ntasks-per-node not dividing -n is dropped).
+-- Without `isset`, the options as they read.
 local function counts(options, isset)
   local low, high = string.match(text(options, "nodes") or "", "^(%d+)%-?(%d*)$")
   low, high = tonumber(low), tonumber(high) or tonumber(low)
@@ -221,8 +206,7 @@ local function counts(options, isset)
   return low, high, tasks, per_node
 end
 
--- The gpu item of srun 24.11's --tres-per-task ("cpu=2,gres/gpu=1" -> "gres/gpu=1"), or nil (22.05
--- has no such option), where the count comes without --gpus-per-task.
+-- The gpu item of srun 24.11's --tres-per-task ("cpu=2,gres/gpu=1" -> "gres/gpu=1"), or nil.
 local function per_task_gpu(options)
   for _, item in ipairs(hook.items_of(text(options, "tres-per-task"))) do
     if item.prefix ~= "" and item.name == "gpu" then return item.text end
@@ -282,8 +266,8 @@ local OPTIONS = {  -- field -> option, how its value is written
   { "tres_per_socket", "gpus-per-socket", gpus_option },
 }
 
--- --gres "emptied": a gpu item of count 0 in the decided type (`gpu:a100_80g:0`, `gpu:0` for any-fit),
--- which Slurm's GRES parser skips (22.05, 24.11; "none" lost the step its device, or was refused).
+-- --gres "emptied": a gpu item of count 0 (`gpu:a100_80g:0`, `gpu:0` for any-fit), which Slurm's
+-- GRES parser skips ("none" lost the step its device, or was refused).
 local function cleared(after)
   for _, field in ipairs({ "tres_per_job", "tres_per_task", "tres_per_socket", "tres_per_node" }) do
     local item = hook.items_of(after[field])[1]
@@ -312,9 +296,8 @@ local function per_node(new, after, out)
   return true
 end
 
--- srun 24.11 keeps --gpus-per-task in --tres-per-task too, untyped (gres/gpu=1), and refuses a typed
--- --gpus-per-task beside it: its gpu item takes the written value (`a100_80g:1` ->
--- gres/gpu:a100_80g=1); the rest stays. nil: nothing to change (no such option, as 22.05, no gpu item).
+-- srun 24.11 keeps --gpus-per-task in --tres-per-task too, untyped, and refuses a typed one beside
+-- it: its gpu item takes the written value (`a100_80g:1` -> gres/gpu:a100_80g=1). nil: no change.
 local function tres_per_task(options, gpus)
   local current = text(options, "tres-per-task")
   if current == nil then return nil end
@@ -328,8 +311,8 @@ local function tres_per_task(options, gpus)
   return found and table.concat(out, ",") or nil
 end
 
--- The option changes for a rewritten job, or nil when these options cannot carry it (srun then
--- refuses: the hook would rewrite the job while the step kept the gpumem request, and fail).
+-- The option changes for a rewritten job, or nil when these options cannot carry it (the step would
+-- keep the gpumem request, and fail).
 local function changes(options, before, after)
   local out = {}
   for _, entry in ipairs(OPTIONS) do
@@ -379,25 +362,21 @@ local function instead(before, after)
   return table.concat(out, " ")
 end
 
--- Whether the options show the counts the job_desc will hold. Without slurm.json_cli_options the
--- client's unset -n reads "1", so with -N above it the filter cannot tell `-N2` (num_tasks unset,
--- min_nodes 2) from `-N2 -n1` (srun lowers min_nodes to 1): those are left to the hook.
+-- Whether the options show the job_desc's counts: without slurm.json_cli_options an unset -n reads
+-- "1", so `-N2` cannot be told from `-N2 -n1`; those are left to the hook.
 local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
 
--- The job this srun makes a step of (SLURM_JOB_ID inside salloc or sbatch, which srun also reads
--- as --jobid, or --jobid), its digits only (they go into a command line); nil for a new job.
+-- The job this srun makes a step of (--jobid, or SLURM_JOB_ID), its digits only; nil for a new job.
 local function allocation(options)
   local id = text(options, "jobid") or os.getenv("SLURM_JOB_ID")
   return id and string.match(id, "^(%d+)") or nil
 end
 
--- What the job (of a het allocation: component `offset`, the one --het-group names, default 0)
--- holds, from `scontrol show job -d -o ID` (22.05 and 24.11: a line per component, HetJobOffset=N;
--- per group of nodes alike `Nodes=HOSTLIST ... GRES=gpu:TYPE:N(IDX:...)`): its gpu items per group
--- ("gpu:l40s:1 on l40sn1"; {} for none) and the fewest a node holds; nil where scontrol cannot say,
--- false for no such job (srun says so itself); also the job as named to the user (12, or 12+0).
+-- What the job (of a het allocation: component `offset`) holds, from `scontrol show job -d -o ID`:
+-- its gpu items per group of nodes ("gpu:l40s:1 on l40sn1"; {} for none), nil where scontrol cannot
+-- say, false for no such job; the job as named to the user (12, or 12+0); the fewest a node holds.
 local function holdings(job_id, offset)
   local ok, pipe = pcall(io.popen, "scontrol show job -d -o " .. job_id .. " 2>&1")
   if not ok or not pipe then return nil, job_id end
@@ -427,10 +406,9 @@ local function holdings(job_id, offset)
   return held, named, fewest
 end
 
--- A step is not a new job: its devices are those of the job it runs in, chosen when the job was
--- allocated (by the hook, for gpumem/gpucore), and Slurm gives a step without device options all
--- of them. So gpumem/gpucore in a step is refused: one line naming the request, what the job
--- holds, and the count to ask instead; nil where srun answers itself (no such job).
+-- A step's devices are its job's (Slurm gives a step without device options all of them), so
+-- gpumem/gpucore in a step is refused, naming what the job holds and the count to ask; nil where
+-- srun answers itself (no such job).
 local function step_refusal(before, job_id, offset)
   local request = {}
   for _, entry in ipairs(OPTIONS) do
@@ -468,13 +446,12 @@ local function run_hook(before, uid)
   return result, after, said
 end
 
--- Whether an earlier component of this heterogeneous srun was rewritten here: the hook then
--- never sees its gpumem, so a later component the hook refuses for its nodes is refused here.
+-- Whether an earlier component of this het srun was rewritten here: the hook never sees its gpumem,
+-- so a later component the hook refuses for its nodes is refused here.
 local het_rewrote = false
 
--- The earlier components of this het srun that cli_filter.lua left alone (a device without
--- gpumem/gpucore, `--gres=gpu:l40s:1`; their options as it saw them) go through the hook now, in
--- order, so that its het bookkeeping counts their nodes as taken, as slurmctld's hook does.
+-- The earlier components cli_filter.lua left alone (`remember`) go through the hook now, in order,
+-- so that its het bookkeeping counts their nodes as taken, as slurmctld's hook does.
 local function replay(earlier, uid)
   for _, seen in ipairs(earlier or {}) do
     local job = job_of(seen, set_in(seen.set))
@@ -484,9 +461,8 @@ local function replay(earlier, uid)
   for i = #(earlier or {}), 1, -1 do earlier[i] = nil end
 end
 
--- The srun options with the hook's decision written in (changed in place); a Slurm code.
--- offset: the het component (cli_filter's pack_offset: 0, 1, ... in srun A : B; in an allocation
--- the component --het-group names); earlier: the components before it left alone (`remember`).
+-- The srun options with the hook's decision written in (changed in place); a Slurm code. offset:
+-- the het component (cli_filter's pack_offset); earlier: the components before it left alone.
 local function decide(options, offset, earlier)
   local name, uid = client()
   if name ~= "srun" then return real.SUCCESS end
@@ -522,8 +498,7 @@ local function decide(options, offset, earlier)
     real.log_error("%s", lines[1] or "refused")
     return real.ERROR
   end
-  -- a refusal is the hook's, with the specific Slurm error (here only "cli_filter plugin terminated
-  -- with error"); no lines: untouched, exempt or failed open
+  -- a refusal is left to the hook, with its specific Slurm error; no lines: untouched, exempt, failed
   if rc ~= real.SUCCESS or #lines == 0 then return real.SUCCESS end
   before.het_job_offset, after.het_job_offset = nil, nil
   local set = changes(options, before, after)
@@ -554,10 +529,8 @@ local function asks_us(options)
   return false, named
 end
 
--- This srun's het components with a device but no gpumem/gpucore (`srun --gres=gpu:l40s:1 A :
--- --gres=gpumem:20G B`) or a -w (slurmctld excludes its hosts from the other components), for
--- `replay` to count their nodes as taken, as the hook does: srun calls the filter once per
--- component, offset 0 first, and reuses neither options table.
+-- This srun's het components with a device but no gpumem/gpucore, or a -w, for `replay` (srun calls
+-- the filter once per component, offset 0 first, and reuses neither options table).
 local COUNTS = { "nodes", "ntasks", "ntasks-per-node", "nodelist", "exclude", "constraint", "cpus-per-task",
                  "cpus-per-gpu", "mem", "mem-per-cpu", "mem-per-gpu", "tres-per-task" }
 local earlier = {}
