@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import TEXT, cli, path_type
+from slurm_hetero.cli import FILE, TEXT, cli
 from slurm_hetero.cli.options import SEQ
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.core.readfile import read_text, unusable_path
@@ -56,7 +56,7 @@ def summary(result: Calibration, path: Path) -> str:
 )
 @click.option(
     "--out",
-    type=path_type(dir_okay=False),
+    type=FILE,
     default=DEFAULT_OUT,
     show_default=True,
     help="YAML file to merge the result into.",
@@ -141,7 +141,7 @@ def _naming(path: Path) -> Iterator[None]:
 
 
 @cli.command("convert-profile")
-@click.argument("profiles", type=path_type(dir_okay=False))
+@click.argument("profiles", type=FILE)
 @click.option(
     "--sailor-model", required=True, type=TEXT, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...)."
 )
@@ -161,11 +161,11 @@ def _naming(path: Path) -> Iterator[None]:
 )
 @click.option(
     "--network",
-    type=path_type(dir_okay=False),
+    type=FILE,
     help="SAILOR's inter-node bandwidths (its multizone_bandwidths_het.json): store each type's "
     "network_gbs, at one sample's hidden state in fp32.",
 )
-@click.option("--out", type=path_type(dir_okay=False), default=DEFAULT_OUT, show_default=True)
+@click.option("--out", type=FILE, default=DEFAULT_OUT, show_default=True)
 def convert_profile(
     profiles: Path,
     sailor_model: str,

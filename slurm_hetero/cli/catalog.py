@@ -1,8 +1,5 @@
-"""`slurm-hetero catalog`: the device catalog as a table or JSON, optionally compared.
-
-The rows and the comparison rule live in `slurm_hetero.engine.compare`; this module only selects
-models, checks the command line and prints.
-"""
+"""`slurm-hetero catalog`: the device catalog as a table or JSON, optionally compared
+(`engine.compare`); and the text table every command prints."""
 
 from __future__ import annotations
 
@@ -131,7 +128,9 @@ def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceS
     help="Add TFLOPS per dollar-hour and per watt, and what each device is best for.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-@models_dir_option("Extra directory of site model files (*.yaml), read after the site dirs (repeatable).")
+@models_dir_option(
+    help="Extra directory of site model files (*.yaml), read after the site dirs (repeatable)."
+)
 def catalog(
     names: tuple[str, ...],
     vendors: tuple[str, ...],

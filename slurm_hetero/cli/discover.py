@@ -61,13 +61,13 @@ def _list_vendors() -> None:
 @click.option(
     "--vendor", "vendors", multiple=True, help="Only this vendor (repeatable); fails if it cannot run."
 )
-@from_file_option("Parse captured tool output instead of running the tool (repeatable).")
+@from_file_option(help="Parse captured tool output instead of running the tool (repeatable).")
 @click.option(
     "--node",
     "node_name",
     help="NodeName to record (default: $SLURMD_NODENAME under srun, else the short host name).",
 )
-@models_dir_option("Extra catalog directory with site models (*.yaml).")
+@models_dir_option(help="Extra catalog directory with site models (*.yaml).")
 @click.option("--cpus", type=Count(min=1), help="NodeName CPUs= (with --from-file; live: read here).")
 @click.option("--sockets", type=Count(min=1), help="NodeName Sockets=.")
 @click.option("--cores-per-socket", type=Count(min=1), help="NodeName CoresPerSocket=.")

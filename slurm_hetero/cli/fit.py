@@ -1,10 +1,5 @@
 """`slurm-hetero fit`: memory a model needs per device, for training or inference, and which
-device types of an inventory hold it.
-
-The numbers come from `slurm_hetero.engine.fit` (formulas and sources in its docstring and in
-docs/fit.md). This module reads the model (`load_model`: a bundled name or a `config.json`),
-checks the command line, and prints.
-"""
+device types of an inventory hold it; the numbers come from `engine.fit` (docs/fit.md)."""
 
 from __future__ import annotations
 
@@ -216,7 +211,7 @@ def fit_options(layout: bool = True) -> Decorator:
     "--model", "model_ref", metavar="NAME|PATH", type=TEXT, help="Bundled model name or a config.json path."
 )
 @fit_options()
-@inventory_option("Inventory (YAML or JSON): list its device types that hold the job.")
+@inventory_option(help="Inventory (YAML or JSON): list its device types that hold the job.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (bytes).")
 @click.option("--list-models", is_flag=True, help="List the bundled model names.")
 def fit(

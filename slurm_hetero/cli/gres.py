@@ -52,7 +52,7 @@ def gres() -> None:
 
 
 @gres.command()
-@inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
+@inventory_option(help="Cluster inventory (YAML, or JSON by extension).", required=True)
 @click.option("--out", required=True, type=PATH, help="Directory for gres.conf, slurm-nodes.conf.")
 @click.option(
     "--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change; write nothing."
@@ -74,7 +74,7 @@ def gres() -> None:
     "what it detects (needs a slurmd built with NVML / ROCm SMI).",
 )
 @click.option("--template-dir", type=PATH, help="Override templates (same file names).")
-@models_dir_option("Site catalog dir.")
+@models_dir_option(help="Site catalog dir.")
 @click.option("--local-slurmd", "local_host", help="Dev cluster: every node is a slurmd on this host name.")
 @click.option(
     "--port-base",
@@ -93,7 +93,7 @@ def gres() -> None:
     metavar="TYPE=SIZE",
     help="Render shard GRES for TYPE, one shard per SIZE of device memory (e.g. l40s=4G); repeatable.",
 )
-@config_option("Suite config file (its sharing.shard_size applies; --share wins).")
+@config_option(help="Suite config file (its sharing.shard_size applies; --share wins).")
 @click.option(
     "--slurm-release",
     type=TEXT,

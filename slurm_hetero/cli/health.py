@@ -1,9 +1,7 @@
 """`slurm-hetero health`: compare this node's devices with the inventory; drain on a fault.
 
-For slurm.conf `HealthCheckProgram` (or NHC); see docs/admin-guide.md. Quiet and exit 0 when
-healthy; one line and exit 1 when a device is at fault or its vendor's tool cannot be asked (the
-node drained, or with --dry-run the scontrol command that would drain it). Exit codes:
-docs/admin-guide.md.
+For slurm.conf `HealthCheckProgram` (or NHC); quiet and exit 0 when healthy, else one line and
+exit 1 (docs/admin-guide.md).
 """
 
 from __future__ import annotations
@@ -55,13 +53,13 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
 
 @cli.command("health")
 @inventory_option(
-    "Cluster inventory (the one gres.conf was rendered from).",
+    help="Cluster inventory (the one gres.conf was rendered from).",
     default=inventory.DEFAULT_INVENTORY,
     show_default=True,
 )
 @click.option("--node", "node_name", help="NodeName (default: $SLURMD_NODENAME, else the short host name).")
 @click.option("--vendor", "vendors", multiple=True, help="Only this vendor (repeatable), as discover.")
-@from_file_option("Check captured tool output instead of running the tool (repeatable).")
+@from_file_option(help="Check captured tool output instead of running the tool (repeatable).")
 @click.option(
     "--model",
     type=TEXT,

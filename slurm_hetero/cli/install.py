@@ -1,8 +1,5 @@
-"""`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command).
-
-Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`; see
-docs/admin-guide.md, "Install on every node, with the inventory", and slurm_hetero/node/install.py.
-"""
+"""`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command); the
+work is `node.install`, the manual docs/admin-guide.md."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import PATH, cli, path_type
+from slurm_hetero.cli import FILE, PATH, cli
 from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
@@ -117,14 +117,14 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 @click.option(
     "--inventory",
     "inventory_path",
-    type=path_type(dir_okay=False),
+    type=FILE,
     envvar="SLURM_HETERO_INVENTORY",
     help=f"Cluster inventory (the same file on every node) [default: {DEFAULT_INVENTORY} when "
     "installed, else the device types Slurm reports for the nodes].",
 )
 @click.option(
     "--measured",
-    type=path_type(dir_okay=False),
+    type=FILE,
     help="Measured throughput (what `calibrate` writes, or TYPE: TFLOPS lines).",
 )
 @click.option("--even", is_flag=True, help="Equal layers and samples on the chosen shape (for comparisons).")

@@ -1,8 +1,5 @@
-"""The last step both render commands share (`gres render`, `job-submit render`): `--check` prints
-the diff, an interrupted set and what the render would remove, and exits 1 when anything would
-change; otherwise the set goes through the one set writer, which refuses to drop nodes or devices
-that the files on disk name unless `--allow-removal` (`render.removal`), and leaves the newest
-`--keep-backups` backups of each file."""
+"""The last step both render commands share (`gres render`, `job-submit render`): `--check`, or
+the one set writer, guarded against dropping nodes or devices (`render.removal`)."""
 
 from __future__ import annotations
 

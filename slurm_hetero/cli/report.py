@@ -112,7 +112,7 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
 
 @cli.command("report")
 @inventory_option(
-    "The cluster inventory (device types, vendors, memory).",
+    help="The cluster inventory (device types, vendors, memory).",
     default=inventory.DEFAULT_INVENTORY,
     show_default=True,
 )

@@ -59,9 +59,11 @@ def settings_hook(model: ClusterModel, settings: Settings, release: str) -> Hook
     return cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, release)
 
 
-_inventory_opt = inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
-_config_opt = config_option("Settings file on top of the usual layers (see slurm_hetero.inventory.config).")
-_models_opt = models_dir_option("Site catalog directory.")
+_inventory_opt = inventory_option(help="Cluster inventory (YAML, or JSON by extension).", required=True)
+_config_opt = config_option(
+    help="Settings file on top of the usual layers (see slurm_hetero.inventory.config)."
+)
+_models_opt = models_dir_option(help="Site catalog directory.")
 
 
 @cli.group("job-submit")

@@ -1,12 +1,9 @@
 """`slurm-hetero task-prolog`: run by slurmd as TaskProlog; prints `export NAME=value` lines.
 
 It runs as the job's user, in the job's environment, before every task, so it never fails the
-task and never lets that environment steer it: options come only from the argv of slurm.conf's
-TaskProlog script (no click auto envvar, no SLURM_HETERO_INVENTORY, no user config layers);
-settings only from /etc and `--config`. Problems (an unreadable or moved inventory, a node
-missing from it, bad indices) become a `print` line in the task's output and a syslog line on
-the node, and no variable is exported. Nothing is written to stderr: slurmstepd parses the
-TaskProlog's stderr together with its stdout.
+task and never lets that environment steer it (options only from the TaskProlog script's argv,
+settings only from /etc and `--config`). A problem becomes a `print` line and a syslog line, and
+nothing is exported; nothing goes to stderr, which slurmstepd parses with stdout.
 """
 
 from __future__ import annotations
