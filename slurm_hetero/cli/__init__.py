@@ -104,13 +104,11 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except HeteroError as e:
-            verbose = (ctx.obj or {}).get("verbose", 0)
-            if verbose:
+            message, cause = str(e), e.__cause__
+            if (ctx.obj or {}).get("verbose", 0):
                 click.echo(traceback.format_exc(), err=True, nl=False)
-            message = str(e)
-            cause = e.__cause__
-            if verbose and cause is not None:
-                message += f" (caused by {type(cause).__name__}: {cause})"
+                if cause is not None:
+                    message += f" (caused by {type(cause).__name__}: {cause})"
             click.echo(f"slurm-hetero: {message}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:

@@ -47,20 +47,14 @@ def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) ->
         return None
     else:
         dp = devices // (o["tp"] * o["pp"])
+    same = ("dtype", "optimizer", "micro_batch", "seq", "tp", "pp", "recompute", "attention")
     return engine.training_memory(
         spec,
-        o["dtype"],
-        o["optimizer"],
-        o["micro_batch"],
-        o["seq"],
-        o["zero"],
-        dp,
-        o["tp"],
-        o["pp"],
-        o["recompute"],
-        not o["no_sequence_parallel"],
-        overhead,
-        o["attention"],
+        zero_stage=o["zero"],
+        dp=dp,
+        sequence_parallel=not o["no_sequence_parallel"],
+        overhead_bytes=overhead,
+        **{k: o[k] for k in same},
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import FILE, PATH, cli
+from slurm_hetero.cli import FILE, PATH, cli, inventory_option
 from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
@@ -114,9 +114,7 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 )
 @model_options(required=False)
 @cost_options(solver=True)
-@click.option(
-    "--inventory",
-    "inventory_path",
+@inventory_option(
     type=FILE,
     envvar="SLURM_HETERO_INVENTORY",
     help=f"Cluster inventory (the same file on every node) [default: {DEFAULT_INVENTORY} when "

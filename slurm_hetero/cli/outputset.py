@@ -34,9 +34,9 @@ class _KeepBackups(click.ParamType):
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
         if value is None or isinstance(value, int):  # the default
             return value
-        if str(value).lower() == "all":
-            return None
         text = str(value)
+        if text.lower() == "all":
+            return None
         if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1:
             return int(text)
         self.fail(
@@ -58,10 +58,8 @@ keep_backups_option = click.option(
 def check_or_write(
     texts: Mapping[str, str], out: Path, check: bool, allow_removal: bool, keep_backups: int | None
 ) -> list[Path]:
-    """The set `texts` (file name: text, written in that order) in `out`. With `check`: print the
-    diff (and what it removes) and exit 1 if anything would change. Otherwise create `out` if
-    need be and write the set, guarded unless `allow_removal`, leaving `keep_backups` backups of
-    each file (None: all); returns the files written."""
+    """Write the set `texts` (file name: text, in that order) in `out`, or with `check` print the
+    diff and exit 1 if anything would change; returns the files written."""
     directory = out if check else ensure_output_dir(out)
     files = {directory / name: text for name, text in texts.items()}
     if check:
