@@ -131,20 +131,14 @@ def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceS
 @models_dir_option(
     help="Extra directory of site model files (*.yaml), read after the site dirs (repeatable)."
 )
-def catalog(
-    names: tuple[str, ...],
-    vendors: tuple[str, ...],
-    compared: bool,
-    as_json: bool,
-    models_dirs: tuple[Path, ...],
-) -> None:
+def catalog(names: tuple[str, ...], vendors: tuple[str, ...], compared: bool, **o: Any) -> None:
     """List the known device models (all, or the NAMES given: types, aliases or families such as
     ascend910b): memory, bandwidth, 16-bit TFLOPS, links, power and price. A starred type has
     estimated figures, explained below the table."""
-    known = load_catalog(_checked_dirs(models_dirs))
+    known = load_catalog(_checked_dirs(o["models_dirs"]))
     specs = _select(_named(known.specs, names, known), vendors)
     rows = compare(specs) if compared else [spec_row(s) for s in specs]
-    if as_json:
+    if o["as_json"]:
         click.echo(json.dumps(rows, indent=2))
     else:
         table = render_table(rows, COLUMNS + COMPARE_COLUMNS if compared else COLUMNS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -67,19 +68,11 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be drained or resumed; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line.")
-def health(
-    inventory_path: Path,
-    node_name: str | None,
-    vendors: tuple[str, ...],
-    from_files: tuple[Path, ...],
-    model: str | None,
-    dry_run: bool,
-    as_json: bool,
-) -> None:
+def health(inventory_path: Path, vendors: tuple[str, ...], from_files: tuple[Path, ...], **o: Any) -> None:
     """Compare the node's devices with the inventory; drain it (reason `slurm-hetero: ...`) on a
     missing or unhealthy device or a vendor tool that cannot ask them, resume it when it is
     healthy again (only its own drains)."""
-    name = this_node(node_name)
+    name = this_node(o["node_name"])
     expected = host_records(inventory.load(inventory_path), [name]).get(name)
     if expected is None:
         raise InventoryError(f"node {name} is not in {inventory_path}; pass --node NAME or re-render")
@@ -89,11 +82,11 @@ def health(
             f"--vendor {stray[0]}: {name} has no {stray[0]} devices in {inventory_path} ({present})"
         )
     wanted = vendors or tuple(present)
-    if model is not None and not from_files:
+    if o["model"] is not None and not from_files:
         raise InventoryError("--model names the model of captured devices; use it with --from-file")
     failed: dict[str, HeteroError] = {}
     if from_files:
-        found = devices_from_files(vendors, from_files, load_catalog(), model)
+        found = devices_from_files(vendors, from_files, load_catalog(), o["model"])
         # captures answer for the vendor they are of (discover's sniff without --vendor)
         if stray := sorted({v.name for v, _ in found} - set(present)):
             raise InventoryError(
@@ -113,7 +106,8 @@ def health(
             expected, devices=tuple(dataclasses.replace(d, links=()) for d in expected.devices)
         )
     whole = set(wanted) == set(present)
-    _report(check(name, expected, devices, show_node, dry_run, unasked, whole), dry_run, as_json)
+    report = check(name, expected, devices, show_node, o["dry_run"], unasked, whole)
+    _report(report, o["dry_run"], o["as_json"])
 
 
 def _said(vendor: str, error: HeteroError) -> str:

@@ -280,25 +280,12 @@ def with_measured_notes(layout: Layout) -> Layout:
     return dataclasses.replace(layout, notes=(*layout.notes, *out))
 
 
-def plan_catalog(options: Mapping[str, Any]) -> Catalog:
-    """The catalog, plus the site's Type= names with their models' facts when --inventory is given."""
-    catalog = load_catalog()
-    if options.get("inventory_path") is None:
-        return catalog
-    return with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
-
-
 def build_spec(
-    devices: str,
-    model: str,
-    seq: int | None,
-    profile: Profile,
-    options: Mapping[str, Any],
-    catalog: Catalog,
+    options: Mapping[str, Any], profile: Profile, catalog: Catalog
 ) -> tuple[LayoutSpec, int, CostSettings]:
     """The solver's input from the command line, the sequence length and the cost settings used."""
     check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
-    allocation = parse_devices(devices)
+    allocation, model, seq = parse_devices(options["devices"]), options["model"], options["seq"]
     length = seq if seq is not None else context_length(model)
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
@@ -397,21 +384,15 @@ def cross_type_gbs(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--plot", type=FILE, help="Draw one step (.png, .svg, .pdf).")
-def plan(
-    devices: str,
-    model: str,
-    seq: int | None,
-    measured: Path | None,
-    as_json: bool,
-    plot: Path | None,
-    **options: Any,
-) -> None:
+def plan(measured: Path | None, as_json: bool, plot: Path | None, **options: Any) -> None:
     """Lay out training of a model on a mix of devices: pipeline across types, data and tensor
     parallel inside them, layers and batch split unevenly by speed and memory."""
-    catalog, profile = plan_catalog(options), load_profile(measured)
-    spec, length, settings = build_spec(devices, model, seq, profile, options, catalog)
+    catalog, profile, model = load_catalog(), load_profile(measured), options["model"]
+    if options["inventory_path"] is not None:  # the site's Type= names, with their models' facts
+        catalog = with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
+    spec, length, settings = build_spec(options, profile, catalog)
     layout = with_measured_notes(solve(spec))
-    estimates = catalog_estimates(devices, catalog, profile.tflops, as_json, options["mfu"])
+    estimates = catalog_estimates(options["devices"], catalog, profile.tflops, as_json, options["mfu"])
     if plot is not None:
         plot_step(layout, plot)
     click.echo(

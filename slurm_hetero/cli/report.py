@@ -8,6 +8,7 @@ import pwd
 import re
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -127,29 +128,21 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--plot", type=PATH, help="Also draw the report into FILE (*.png, *.svg or *.pdf).")
-def report_command(
-    inventory_path: Path,
-    since: str,
-    until: str,
-    by: str,
-    log_path: str | None,
-    as_json: bool,
-    plot: Path | None,
-) -> None:
+def report_command(since: str, until: str, plot: Path | None, **o: Any) -> None:
     """Device-hours and share of capacity per type, queue wait, stranded gpumem, the hook's rewrites
     and refusals, and jobs off their user's usual type, from sacct and the inventory."""
     now = datetime.now().replace(microsecond=0)
     start, end = window(since, until, now)
     if plot is not None:
         plots.check_path(plot)  # before sacct runs
-    doc, notes = gather(inventory_path, start, end, now, by, log_path)
+    doc, notes = gather(o["inventory_path"], start, end, now, o["by"], o["log_path"])
     if end == now and until != "now":
         notes.insert(0, f"--until {until} is past now: the report ends now ({doc['until']})")
     for note in notes:
         click.echo(f"slurm-hetero: {note}", err=True)
     if plot is not None:
         plots.draw(doc, plot)
-    click.echo(json.dumps(doc, indent=1) if as_json else report.render_text(doc, render_table))
+    click.echo(json.dumps(doc, indent=1) if o["as_json"] else report.render_text(doc, render_table))
 
 
 def inventory_differs(inventory_path: Path, nodes: list[SlurmNode], slurm: dict[str, NodeGres]) -> str | None:
