@@ -109,8 +109,9 @@ def render(
     inventory_path: Path, out: Path, check: bool, local_host: str | None, slurm_release: str | None, **o: Any
 ) -> None:
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
-    ctx = click.get_current_context()
-    dev_only = [f"--{n.replace('_', '-')}" for n in ("port_base", "file_root") if not _defaulted(ctx, n)]
+    source = click.get_current_context().get_parameter_source
+    defaulted = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    dev_only = [f"--{n.replace('_', '-')}" for n in ("port_base", "file_root") if source(n) not in defaulted]
     if dev_only and local_host is None:
         verb = "applies" if len(dev_only) == 1 else "apply"
         raise click.UsageError(f"{' and '.join(dev_only)} {verb} only with --local-slurmd (the dev cluster)")
@@ -143,7 +144,3 @@ def render(
     }
     line = f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, {len(written)} file(s) changed"
     echo_summary(summary, o["as_json"], line)
-
-
-def _defaulted(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)

@@ -276,8 +276,7 @@ def explain_cmd(
     # a host file: its hosts, as sbatch sends them
     given["nodelist"] = read_hosts("-w/--nodelist", given["nodelist"])
     given["exclude"] = read_hosts("-x/--exclude", given["exclude"])
-    keys = [name.replace("-", "_") for name, _, _ in SBATCH_OPTIONS]
-    texts = {k: given[k] for k in keys if given[k] is not None}
+    texts = {k: v for k, v in given.items() if v is not None}  # only the sbatch options are left
     job = job_from_texts(texts, uid, slurm_release, gres_names(model))
     outcome = settings_hook(model, settings, slurm_release).submit(job)
     _print(outcome, as_json)
