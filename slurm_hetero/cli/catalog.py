@@ -109,8 +109,7 @@ def _named(specs: Sequence[DeviceSpec], names: Sequence[str], catalog: Catalog) 
 
 def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceSpec]:
     known = sorted({s.vendor for s in specs})
-    unknown = [v for v in vendors if v not in known]
-    if unknown:
+    if unknown := [v for v in vendors if v not in known]:
         raise ConfigError(
             f"no models for vendor {', '.join(unknown)}; the catalog has: {', '.join(known)}",
             key_path="--vendor",

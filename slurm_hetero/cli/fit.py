@@ -31,7 +31,6 @@ from slurm_hetero.inventory.nodes import slurm_nodes
 GIB = engine.GIB
 
 
-# ---------------------------------------------------------------------------------- estimates
 def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) -> engine.Breakdown | None:
     """The engine's estimate for the options `o`; with `devices`, spread over that many devices
     (inference: tp = devices; training: dp = devices / (tp x pp)), None if that is no layout."""
@@ -66,7 +65,6 @@ def deepspeed_estimate(spec: ModelSpec, o: dict[str, Any]) -> int | None:
     return engine.deepspeed_model_states(p.total, p.largest_module, o["zero"], o["dp"])
 
 
-# ------------------------------------------------------------------------------------- output
 def _gib(value: float | None) -> str:
     return "-" if value is None else f"{value / GIB:.2f}"
 

@@ -96,7 +96,7 @@ def health(inventory_path: Path, vendors: tuple[str, ...], from_files: tuple[Pat
     else:
         found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]
-    unasked = {vendor: _said(vendor, error) for vendor, error in failed.items()}
+    unasked = {v: str(e).removeprefix(f"{v}: ") for v, e in failed.items()}  # the faults name the vendor
     # the node's other vendors were not asked: their devices are not checked, nor is a drain lifted
     expected = dataclasses.replace(expected, devices=tuple(d for d in expected.devices if d.vendor in wanted))
     if from_files and not any(d.links for d in devices):
@@ -108,9 +108,3 @@ def health(inventory_path: Path, vendors: tuple[str, ...], from_files: tuple[Pat
     whole = set(wanted) == set(present)
     report = check(name, expected, devices, show_node, o["dry_run"], unasked, whole)
     _report(report, o["dry_run"], o["as_json"])
-
-
-def _said(vendor: str, error: HeteroError) -> str:
-    """What the vendor's tool said, without a leading `vendor:` the fault names already."""
-    text = str(error)
-    return text[len(vendor) + 2 :] if text.startswith(f"{vendor}: ") else text

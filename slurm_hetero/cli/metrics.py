@@ -49,8 +49,7 @@ class ClusterCollector:
             if not self.checked:  # a type the inventory lacks is vendor="unknown": say why, once
                 self.checked = True
                 slurm = {n.name: n for n in parse_show_node(text)}
-                differ = inventory_differs(self.inventory_path, self.nodes, slurm)
-                if differ:
+                if differ := inventory_differs(self.inventory_path, self.nodes, slurm):
                     print(f"slurm-hetero: warning: {differ}", file=sys.stderr, flush=True)
             metrics.read_pending(proc.run(metrics.SQUEUE, timeout=metrics.SLURM_TIMEOUT_S), snap)
             if self.log:
@@ -69,8 +68,7 @@ class ClusterCollector:
 def registry(inventory_path: Path, log: str | None, serving: bool = False) -> CollectorRegistry:
     nodes = slurm_nodes(inventory.load(inventory_path), load_catalog())
     found = CollectorRegistry()
-    collector = ClusterCollector(inventory_path, nodes, log, serving)
-    found.register(collector)  # type: ignore[arg-type]
+    found.register(ClusterCollector(inventory_path, nodes, log, serving))  # type: ignore[arg-type]
     return found
 
 

@@ -76,8 +76,7 @@ def check_or_write(
             )
         raise SystemExit(1 if changes or pending(out) else 0)
     guard = None if allow_removal else removal.guard(files, out)
-    written = write_atomic(files, guard=guard, keep_backups=keep_backups)
-    if written:
+    if written := write_atomic(files, guard=guard, keep_backups=keep_backups):
         audit("slurm-hetero-render").info("wrote %s", ", ".join(map(str, written)))
     return written
 

@@ -31,8 +31,7 @@ def parse_when(value: str, now: datetime) -> datetime:
     """`2026-11-01`, `2026-11-01T08:00[:00]` or `now-7d` / `now-12h` / `now-30m` / `now`."""
     if value == "now":
         return now
-    m = _RELATIVE.fullmatch(value)
-    if m:
+    if m := _RELATIVE.fullmatch(value):
         unit = {"d": "days", "h": "hours", "m": "minutes"}[m.group(2)]
         try:
             return now - timedelta(**{unit: int(m.group(1))})
@@ -78,8 +77,7 @@ def accounting_config() -> dict[str, str]:
 
 def check_tres(config: dict[str, str], types: list[str]) -> None:
     tracked = set(config.get("AccountingStorageTRES", "").split(","))
-    missing = [t for t in types if f"gres/gpu:{t}" not in tracked]
-    if missing:
+    if missing := [t for t in types if f"gres/gpu:{t}" not in tracked]:
         raise ConfigError(
             f"AccountingStorageTRES does not name gres/gpu:{missing[0]}"
             + (f" (and {len(missing) - 1} more types)" if len(missing) > 1 else "")
@@ -165,8 +163,7 @@ def gather(
     caps = report.capacity(nodes)
     config = accounting_config()
     check_tres(config, list(caps))
-    differ = inventory_differs(inventory_path, nodes, show_node_gres([]))
-    if differ:
+    if differ := inventory_differs(inventory_path, nodes, show_node_gres([])):
         raise InventoryError(differ)
     found, note = refusals(log_path, config)
     notes = [note] if note else []
