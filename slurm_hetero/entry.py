@@ -12,6 +12,6 @@ def main() -> None:
 
     if early.supervised_launch(sys.argv[1:]):
         early.catch_early()
-    from slurm_hetero.cli import main as cli_main
+    from slurm_hetero.cli import cli
 
-    cli_main()
+    cli(prog_name="slurm-hetero")

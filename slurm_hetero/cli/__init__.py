@@ -1,13 +1,13 @@
 """The `slurm-hetero` command: a click group, logging set-up and the one error boundary (R6).
 
-Each command lives in its own module of this package and registers itself on `cli` when imported;
-a module is imported only when its command runs (or `--help` lists them), so one command's imports
-(torch, numpy, the planner) cannot break another on a compute node.
+A command's module is imported only when it runs, so one command's imports (torch, numpy, the
+planner) cannot break another on a compute node.
 Exit codes: 0 ok, 1 user/config/input errors (and `--check` drift), 2 usage, 3 tool failures, 130 SIGINT.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import sys
@@ -47,8 +47,7 @@ COMMAND_MODULES = {
 
 
 class _Given(click.ParamType):
-    """A value that may not be empty or blank (an unset "$LOGDIR"): as a path '' would be the current
-    directory (Path('')), which no option means; as a name (--model, --nodes, --log) it names nothing."""
+    """A value that may not be blank (an unset "$LOGDIR"): as a path '' would be the current directory."""
 
     empty = "names nothing"
 
@@ -72,28 +71,14 @@ def path_type(**options: Any) -> click.Path:
 
 
 PATH = path_type()
+FILE = path_type(dir_okay=False)
 TEXT = _GivenText()  # a name or text option that may not be ''
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-
-def inventory_option(text: str, **extra: Any) -> Decorator:
-    """`--inventory FILE` (the `inventory_path` parameter) of the commands that read one."""
-    return click.option("--inventory", "inventory_path", **{"type": PATH, "help": text, **extra})
-
-
-def models_dir_option(text: str) -> Decorator:
-    """`--models-dir DIR` (repeatable): a directory of site model files for the catalog."""
-    return click.option("--models-dir", "models_dirs", multiple=True, type=PATH, help=text)
-
-
-def from_file_option(text: str) -> Decorator:
-    """`--from-file FILE` (repeatable): captured tool output instead of running the tool."""
-    return click.option("--from-file", "from_files", multiple=True, type=PATH, help=text)
-
-
-def config_option(text: str) -> Decorator:
-    """`--config FILE`: the suite config on top of the usual layers (`slurm_hetero.inventory.config`)."""
-    return click.option("--config", "config_path", type=PATH, help=text)
+# the options several commands share, each with its own help=
+inventory_option = functools.partial(click.option, "--inventory", "inventory_path", type=PATH)
+models_dir_option = functools.partial(click.option, "--models-dir", "models_dirs", multiple=True, type=PATH)
+from_file_option = functools.partial(click.option, "--from-file", "from_files", multiple=True, type=PATH)
+config_option = functools.partial(click.option, "--config", "config_path", type=PATH)
 
 
 def checked(option: str, check: Callable[[str], object], value: str) -> None:
@@ -105,8 +90,7 @@ def checked(option: str, check: Callable[[str], object], value: str) -> None:
 
 
 class _Group(click.Group):
-    """Click group that imports a command's module when the command is asked for, and maps
-    HeteroError to one line and an exit code."""
+    """Imports a command's module when it is asked for; maps HeteroError to one line and an exit code."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMAND_MODULES) | set(self.commands))
@@ -120,13 +104,11 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except HeteroError as e:
-            verbose = (ctx.obj or {}).get("verbose", 0)
-            if verbose:
+            message, cause = str(e), e.__cause__
+            if (ctx.obj or {}).get("verbose", 0):
                 click.echo(traceback.format_exc(), err=True, nl=False)
-            message = str(e)
-            cause = e.__cause__
-            if verbose and cause is not None:
-                message += f" (caused by {type(cause).__name__}: {cause})"
+                if cause is not None:
+                    message += f" (caused by {type(cause).__name__}: {cause})"
             click.echo(f"slurm-hetero: {message}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
@@ -153,8 +135,3 @@ def cli(ctx: click.Context, verbose: int) -> None:
     logging.basicConfig(
         level=level, format="slurm-hetero %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-
-
-def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="slurm-hetero")

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import TEXT, cli, path_type
+from slurm_hetero.cli import FILE, TEXT, cli
 from slurm_hetero.cli.options import SEQ
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.core.readfile import read_text, unusable_path
@@ -56,7 +56,7 @@ def summary(result: Calibration, path: Path) -> str:
 )
 @click.option(
     "--out",
-    type=path_type(dir_okay=False),
+    type=FILE,
     default=DEFAULT_OUT,
     show_default=True,
     help="YAML file to merge the result into.",
@@ -72,14 +72,7 @@ def summary(result: Calibration, path: Path) -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def calibrate_command(
-    device: str,
-    gres_type: str | None,
-    dtype: str | None,
-    out: Path,
-    model: str | None,
-    seq: int | None,
-    micro_batches: str | None,
-    as_json: bool,
+    model: str | None, seq: int | None, micro_batches: str | None, out: Path, **o: Any
 ) -> None:
     """Measure matmul and transformer-layer throughput with torch and store them so plans use
     measured speed (`--measured FILE`) instead of datasheet numbers; with --model also the
@@ -90,9 +83,11 @@ def calibrate_command(
         raise CalibrationError(f"--out {syntax.text(out)}: {problem}")
     sizes = _micro_batches("1,2,4" if micro_batches is None else micro_batches)
     shapes = (model, seq) if model is not None else None
-    result = calibrate(device, gres_type, dtype, catalog=load_catalog(), model=shapes, micro_batches=sizes)
+    result = calibrate(
+        o["device"], o["gres_type"], o["dtype"], catalog=load_catalog(), model=shapes, micro_batches=sizes
+    )
     path = store(out, result)
-    click.echo(json.dumps({**asdict(result), "file": str(path)}) if as_json else summary(result, path))
+    click.echo(json.dumps({**asdict(result), "file": str(path)}) if o["as_json"] else summary(result, path))
 
 
 def _micro_batches(text: str) -> tuple[int, ...]:
@@ -141,7 +136,7 @@ def _naming(path: Path) -> Iterator[None]:
 
 
 @cli.command("convert-profile")
-@click.argument("profiles", type=path_type(dir_okay=False))
+@click.argument("profiles", type=FILE)
 @click.option(
     "--sailor-model", required=True, type=TEXT, help="The profiles' model name (OPT-350, GPT-Neo-2.7, ...)."
 )
@@ -161,37 +156,28 @@ def _naming(path: Path) -> Iterator[None]:
 )
 @click.option(
     "--network",
-    type=path_type(dir_okay=False),
+    type=FILE,
     help="SAILOR's inter-node bandwidths (its multizone_bandwidths_het.json): store each type's "
     "network_gbs, at one sample's hidden state in fp32.",
 )
-@click.option("--out", type=path_type(dir_okay=False), default=DEFAULT_OUT, show_default=True)
-def convert_profile(
-    profiles: Path,
-    sailor_model: str,
-    model: str,
-    seq: int,
-    types: str,
-    attention: str,
-    network: Path | None,
-    out: Path,
-) -> None:
+@click.option("--out", type=FILE, default=DEFAULT_OUT, show_default=True)
+def convert_profile(profiles: Path, model: str, seq: int, network: Path | None, **o: Any) -> None:
     """Convert SAILOR's per-GPU profiles (its profiles_tmp.json) into measured shapes that
     `plan --measured` reads: per type, tensor-parallel degree and micro-batch size, the seconds of
     one decoder layer (docs/plan.md, "Measured speeds")."""
-    costs = layer_costs_for(model, seq, CostSettings(attention=attention))
+    costs = layer_costs_for(model, seq, CostSettings(attention=o["attention"]))
     layer = float(costs.flops.mean()) / 1e9
     info = (model, seq, int(costs.elements_per_sample) // seq, layer)
-    pairs = _sailor_types(types)
+    pairs = _sailor_types(o["types"])
     source = _sailor_json(profiles, "profiles_tmp.json")
     with _naming(profiles):
-        entries = from_sailor(source, sailor_model, pairs, info, costs.layers)
+        entries = from_sailor(source, o["sailor_model"], pairs, info, costs.layers)
     if network is not None:  # what SAILOR's simulator sends per sample: the hidden state in fp32
         bandwidths = _sailor_json(network, "multizone_bandwidths_het.json")
         with _naming(network):
             for ours, gbs in sailor_network(bandwidths, pairs, 4 * seq * info[2]).items():
                 entries[ours]["network_gbs"] = gbs
-    path = store_entries(out, entries)
+    path = store_entries(o["out"], entries)
     click.echo(
         f"{', '.join(entries)}: {sum(len(e['shapes']) for e in entries.values())} shapes stored in {path}"
     )

@@ -1,8 +1,5 @@
-"""`slurm-hetero catalog`: the device catalog as a table or JSON, optionally compared.
-
-The rows and the comparison rule live in `slurm_hetero.engine.compare`; this module only selects
-models, checks the command line and prints.
-"""
+"""`slurm-hetero catalog`: the device catalog as a table or JSON, optionally compared
+(`engine.compare`); and the text table every command prints."""
 
 from __future__ import annotations
 
@@ -112,8 +109,7 @@ def _named(specs: Sequence[DeviceSpec], names: Sequence[str], catalog: Catalog) 
 
 def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceSpec]:
     known = sorted({s.vendor for s in specs})
-    unknown = [v for v in vendors if v not in known]
-    if unknown:
+    if unknown := [v for v in vendors if v not in known]:
         raise ConfigError(
             f"no models for vendor {', '.join(unknown)}; the catalog has: {', '.join(known)}",
             key_path="--vendor",
@@ -131,21 +127,17 @@ def _select(specs: Sequence[DeviceSpec], vendors: Sequence[str]) -> list[DeviceS
     help="Add TFLOPS per dollar-hour and per watt, and what each device is best for.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-@models_dir_option("Extra directory of site model files (*.yaml), read after the site dirs (repeatable).")
-def catalog(
-    names: tuple[str, ...],
-    vendors: tuple[str, ...],
-    compared: bool,
-    as_json: bool,
-    models_dirs: tuple[Path, ...],
-) -> None:
+@models_dir_option(
+    help="Extra directory of site model files (*.yaml), read after the site dirs (repeatable)."
+)
+def catalog(names: tuple[str, ...], vendors: tuple[str, ...], compared: bool, **o: Any) -> None:
     """List the known device models (all, or the NAMES given: types, aliases or families such as
     ascend910b): memory, bandwidth, 16-bit TFLOPS, links, power and price. A starred type has
     estimated figures, explained below the table."""
-    known = load_catalog(_checked_dirs(models_dirs))
+    known = load_catalog(_checked_dirs(o["models_dirs"]))
     specs = _select(_named(known.specs, names, known), vendors)
     rows = compare(specs) if compared else [spec_row(s) for s in specs]
-    if as_json:
+    if o["as_json"]:
         click.echo(json.dumps(rows, indent=2))
     else:
         table = render_table(rows, COLUMNS + COMPARE_COLUMNS if compared else COLUMNS)

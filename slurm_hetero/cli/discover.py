@@ -24,9 +24,10 @@ from slurm_hetero.vendors import all_vendors
 def node_facts(options: dict[str, Any]) -> dict[str, int]:
     """The NodeName facts given on the command line, each within what a node record holds (the
     inventory schema's bounds), checked before Slurm or any tool is asked."""
-    memory = options.pop("real_memory", None)
-    facts = {k: v for k, v in options.items() if v is not None}
+    given = {k: options.get(k) for k in ("cpus", "sockets", "cores_per_socket", "threads_per_core")}
+    facts = {k: v for k, v in given.items() if v is not None}
     bounds = inventory.shipped_schema()["definitions"]["node"]["properties"]
+    memory = options.get("real_memory")
     if memory is not None:  # the one bound, a node record's, whatever the suffix
         facts["real_memory_mib"] = parse_size(memory, "--real-memory", bounds["real_memory_mib"]["maximum"])
     for key, value in facts.items():
@@ -61,13 +62,13 @@ def _list_vendors() -> None:
 @click.option(
     "--vendor", "vendors", multiple=True, help="Only this vendor (repeatable); fails if it cannot run."
 )
-@from_file_option("Parse captured tool output instead of running the tool (repeatable).")
+@from_file_option(help="Parse captured tool output instead of running the tool (repeatable).")
 @click.option(
     "--node",
     "node_name",
     help="NodeName to record (default: $SLURMD_NODENAME under srun, else the short host name).",
 )
-@models_dir_option("Extra catalog directory with site models (*.yaml).")
+@models_dir_option(help="Extra catalog directory with site models (*.yaml).")
 @click.option("--cpus", type=Count(min=1), help="NodeName CPUs= (with --from-file; live: read here).")
 @click.option("--sockets", type=Count(min=1), help="NodeName Sockets=.")
 @click.option("--cores-per-socket", type=Count(min=1), help="NodeName CoresPerSocket=.")
@@ -104,33 +105,22 @@ def _list_vendors() -> None:
     show_default=True,
     help="How to run slurm-hetero on the nodes (--nodes/--all).",
 )
-def discover(
-    vendors: tuple[str, ...],
-    from_files: tuple[Path, ...],
-    node_name: str | None,
-    models_dirs: tuple[Path, ...],
-    as_json: bool,
-    list_vendors: bool,
-    fan_nodes: str | None,
-    fan_all: bool,
-    remote_command: str,
-    host_root: Path | None,
-    model: str | None,
-    **facts: Any,
-) -> None:
+def discover(from_files: tuple[Path, ...], host_root: Path | None, as_json: bool, **o: Any) -> None:
     """Read this node's accelerators and topology into an inventory (YAML, or JSON with --json).
 
     Live, the node's CPUs, sockets, cores, threads and memory come from the kernel, as slurmd -C
     reports them. With --from-file they come from --host-root (the node's sysfs and meminfo copied
     here), --cpus/--sockets/--cores-per-socket/--threads-per-core/--real-memory (these win), else
     from `scontrol show node` when Slurm knows the node."""
-    if list_vendors:
+    if o["list_vendors"]:
         return _list_vendors()
-    if fan_nodes or fan_all:
-        return _fan_out(None if fan_all else fan_nodes, remote_command)
+    if o["fan_nodes"] or o["fan_all"]:
+        return _fan_out(None if o["fan_all"] else o["fan_nodes"], o["remote_command"])
     if host_root is not None and not from_files:
         raise HeteroError("--host-root reads a captured node's topology; use it with --from-file")
-    catalog = load_catalog(models_dirs)
-    node = discover_node(catalog, vendors, from_files, node_name, node_facts(facts), host_root, model)
+    catalog = load_catalog(o["models_dirs"])
+    node = discover_node(
+        catalog, o["vendors"], from_files, o["node_name"], node_facts(o), host_root, o["model"]
+    )
     text = inventory.dumps(ClusterInventory(nodes=(node,)), as_json=as_json)
     click.echo(text.replace("\n", "") if as_json else text, nl=as_json)

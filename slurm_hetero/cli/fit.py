@@ -1,10 +1,5 @@
 """`slurm-hetero fit`: memory a model needs per device, for training or inference, and which
-device types of an inventory hold it.
-
-The numbers come from `slurm_hetero.engine.fit` (formulas and sources in its docstring and in
-docs/fit.md). This module reads the model (`load_model`: a bundled name or a `config.json`),
-checks the command line, and prints.
-"""
+device types of an inventory hold it; the numbers come from `engine.fit` (docs/fit.md)."""
 
 from __future__ import annotations
 
@@ -36,7 +31,6 @@ from slurm_hetero.inventory.nodes import slurm_nodes
 GIB = engine.GIB
 
 
-# ---------------------------------------------------------------------------------- estimates
 def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) -> engine.Breakdown | None:
     """The engine's estimate for the options `o`; with `devices`, spread over that many devices
     (inference: tp = devices; training: dp = devices / (tp x pp)), None if that is no layout."""
@@ -52,20 +46,14 @@ def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) ->
         return None
     else:
         dp = devices // (o["tp"] * o["pp"])
+    same = ("dtype", "optimizer", "micro_batch", "seq", "tp", "pp", "recompute", "attention")
     return engine.training_memory(
         spec,
-        o["dtype"],
-        o["optimizer"],
-        o["micro_batch"],
-        o["seq"],
-        o["zero"],
-        dp,
-        o["tp"],
-        o["pp"],
-        o["recompute"],
-        not o["no_sequence_parallel"],
-        overhead,
-        o["attention"],
+        zero_stage=o["zero"],
+        dp=dp,
+        sequence_parallel=not o["no_sequence_parallel"],
+        overhead_bytes=overhead,
+        **{k: o[k] for k in same},
     )
 
 
@@ -77,7 +65,6 @@ def deepspeed_estimate(spec: ModelSpec, o: dict[str, Any]) -> int | None:
     return engine.deepspeed_model_states(p.total, p.largest_module, o["zero"], o["dp"])
 
 
-# ------------------------------------------------------------------------------------- output
 def _gib(value: float | None) -> str:
     return "-" if value is None else f"{value / GIB:.2f}"
 
@@ -216,7 +203,7 @@ def fit_options(layout: bool = True) -> Decorator:
     "--model", "model_ref", metavar="NAME|PATH", type=TEXT, help="Bundled model name or a config.json path."
 )
 @fit_options()
-@inventory_option("Inventory (YAML or JSON): list its device types that hold the job.")
+@inventory_option(help="Inventory (YAML or JSON): list its device types that hold the job.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (bytes).")
 @click.option("--list-models", is_flag=True, help="List the bundled model names.")
 def fit(

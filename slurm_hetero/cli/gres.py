@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -52,7 +53,7 @@ def gres() -> None:
 
 
 @gres.command()
-@inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
+@inventory_option(help="Cluster inventory (YAML, or JSON by extension).", required=True)
 @click.option("--out", required=True, type=PATH, help="Directory for gres.conf, slurm-nodes.conf.")
 @click.option(
     "--check", is_flag=True, help="Print a unified diff and exit 1 if the files would change; write nothing."
@@ -74,7 +75,7 @@ def gres() -> None:
     "what it detects (needs a slurmd built with NVML / ROCm SMI).",
 )
 @click.option("--template-dir", type=PATH, help="Override templates (same file names).")
-@models_dir_option("Site catalog dir.")
+@models_dir_option(help="Site catalog dir.")
 @click.option("--local-slurmd", "local_host", help="Dev cluster: every node is a slurmd on this host name.")
 @click.option(
     "--port-base",
@@ -93,7 +94,7 @@ def gres() -> None:
     metavar="TYPE=SIZE",
     help="Render shard GRES for TYPE, one shard per SIZE of device memory (e.g. l40s=4G); repeatable.",
 )
-@config_option("Suite config file (its sharing.shard_size applies; --share wins).")
+@config_option(help="Suite config file (its sharing.shard_size applies; --share wins).")
 @click.option(
     "--slurm-release",
     type=TEXT,
@@ -105,27 +106,12 @@ def gres() -> None:
 @keep_backups_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def render(
-    inventory_path: Path,
-    out: Path,
-    check: bool,
-    policy: str,
-    include_unhealthy: bool,
-    autodetect: bool,
-    template_dir: Path | None,
-    models_dirs: tuple[Path, ...],
-    local_host: str | None,
-    port_base: int,
-    file_root: str,
-    shares: tuple[str, ...],
-    config_path: Path | None,
-    slurm_release: str | None,
-    allow_removal: bool,
-    keep_backups: int | None,
-    as_json: bool,
+    inventory_path: Path, out: Path, check: bool, local_host: str | None, slurm_release: str | None, **o: Any
 ) -> None:
     """Render gres.conf and slurm-nodes.conf (GresTypes, NodeName, PartitionName lines)."""
-    ctx = click.get_current_context()
-    dev_only = [f"--{n.replace('_', '-')}" for n in ("port_base", "file_root") if not _defaulted(ctx, n)]
+    source = click.get_current_context().get_parameter_source
+    defaulted = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    dev_only = [f"--{n.replace('_', '-')}" for n in ("port_base", "file_root") if source(n) not in defaulted]
     if dev_only and local_host is None:
         verb = "applies" if len(dev_only) == 1 else "apply"
         raise click.UsageError(f"{' and '.join(dev_only)} {verb} only with --local-slurmd (the dev cluster)")
@@ -135,27 +121,20 @@ def render(
     local = None
     if local_host is not None:  # as slurm.conf and gres.conf may hold them (a newline starts a line)
         checked("--local-slurmd", syntax.host_name, local_host)
-        checked("--file-root", syntax.device_file, file_root)
-        local = LocalSlurmd(local_host, port_base, file_root=file_root)
-    shard_sizes = {**load_settings(config_path).scoring.shares, **parse_shares(shares)}
-    options = RenderOptions(
-        policy=policy,
-        include_unhealthy=include_unhealthy,
-        local=local,
-        shares=shard_sizes,
-        autodetect=autodetect,
-    )
-    context = build_context(
-        inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs), options
-    )
+        checked("--file-root", syntax.device_file, o["file_root"])
+        local = LocalSlurmd(local_host, o["port_base"], file_root=o["file_root"])
+    shares = {**load_settings(o["config_path"]).scoring.shares, **parse_shares(o["shares"])}
+    options = RenderOptions(o["policy"], o["include_unhealthy"], shares, local, autodetect=o["autodetect"])
+    nodes = inventory.load(inventory_path, keep_identity=False)
+    context = build_context(nodes, load_catalog(o["models_dirs"]), options)
     context["source"] = inventory_path.name
     journal = audit("slurm-hetero-render")
     for note in context["notes"]:
         click.echo(f"slurm-hetero: warning: {note}", err=True)
         if not check:
             journal.warning("%s: %s", inventory_path, note)
-    texts = render_configs(context, template_dir, release)
-    written = check_or_write(texts, out, check, allow_removal, keep_backups)
+    texts = render_configs(context, o["template_dir"], release)
+    written = check_or_write(texts, out, check, o["allow_removal"], o["keep_backups"])
     summary = {
         "nodes": context["node_count"],
         "shapes": context["shape_count"],
@@ -164,8 +143,4 @@ def render(
         "slurm_release": release,
     }
     line = f"{out}: {summary['nodes']} nodes in {summary['shapes']} shapes, {len(written)} file(s) changed"
-    echo_summary(summary, as_json, line)
-
-
-def _defaulted(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    echo_summary(summary, o["as_json"], line)

@@ -1,9 +1,7 @@
 """`slurm-hetero health`: compare this node's devices with the inventory; drain on a fault.
 
-For slurm.conf `HealthCheckProgram` (or NHC); see docs/admin-guide.md. Quiet and exit 0 when
-healthy; one line and exit 1 when a device is at fault or its vendor's tool cannot be asked (the
-node drained, or with --dry-run the scontrol command that would drain it). Exit codes:
-docs/admin-guide.md.
+For slurm.conf `HealthCheckProgram` (or NHC); quiet and exit 0 when healthy, else one line and
+exit 1 (docs/admin-guide.md).
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -55,13 +54,13 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
 
 @cli.command("health")
 @inventory_option(
-    "Cluster inventory (the one gres.conf was rendered from).",
+    help="Cluster inventory (the one gres.conf was rendered from).",
     default=inventory.DEFAULT_INVENTORY,
     show_default=True,
 )
 @click.option("--node", "node_name", help="NodeName (default: $SLURMD_NODENAME, else the short host name).")
 @click.option("--vendor", "vendors", multiple=True, help="Only this vendor (repeatable), as discover.")
-@from_file_option("Check captured tool output instead of running the tool (repeatable).")
+@from_file_option(help="Check captured tool output instead of running the tool (repeatable).")
 @click.option(
     "--model",
     type=TEXT,
@@ -69,19 +68,11 @@ def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be drained or resumed; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line.")
-def health(
-    inventory_path: Path,
-    node_name: str | None,
-    vendors: tuple[str, ...],
-    from_files: tuple[Path, ...],
-    model: str | None,
-    dry_run: bool,
-    as_json: bool,
-) -> None:
+def health(inventory_path: Path, vendors: tuple[str, ...], from_files: tuple[Path, ...], **o: Any) -> None:
     """Compare the node's devices with the inventory; drain it (reason `slurm-hetero: ...`) on a
     missing or unhealthy device or a vendor tool that cannot ask them, resume it when it is
     healthy again (only its own drains)."""
-    name = this_node(node_name)
+    name = this_node(o["node_name"])
     expected = host_records(inventory.load(inventory_path), [name]).get(name)
     if expected is None:
         raise InventoryError(f"node {name} is not in {inventory_path}; pass --node NAME or re-render")
@@ -91,11 +82,11 @@ def health(
             f"--vendor {stray[0]}: {name} has no {stray[0]} devices in {inventory_path} ({present})"
         )
     wanted = vendors or tuple(present)
-    if model is not None and not from_files:
+    if o["model"] is not None and not from_files:
         raise InventoryError("--model names the model of captured devices; use it with --from-file")
     failed: dict[str, HeteroError] = {}
     if from_files:
-        found = devices_from_files(vendors, from_files, load_catalog(), model)
+        found = devices_from_files(vendors, from_files, load_catalog(), o["model"])
         # captures answer for the vendor they are of (discover's sniff without --vendor)
         if stray := sorted({v.name for v, _ in found} - set(present)):
             raise InventoryError(
@@ -105,7 +96,7 @@ def health(
     else:
         found, failed = probe_each([get_vendor(v) for v in wanted])
     devices = [d for _, ds in found for d in ds]
-    unasked = {vendor: _said(vendor, error) for vendor, error in failed.items()}
+    unasked = {v: str(e).removeprefix(f"{v}: ") for v, e in failed.items()}  # the faults name the vendor
     # the node's other vendors were not asked: their devices are not checked, nor is a drain lifted
     expected = dataclasses.replace(expected, devices=tuple(d for d in expected.devices if d.vendor in wanted))
     if from_files and not any(d.links for d in devices):
@@ -115,10 +106,5 @@ def health(
             expected, devices=tuple(dataclasses.replace(d, links=()) for d in expected.devices)
         )
     whole = set(wanted) == set(present)
-    _report(check(name, expected, devices, show_node, dry_run, unasked, whole), dry_run, as_json)
-
-
-def _said(vendor: str, error: HeteroError) -> str:
-    """What the vendor's tool said, without a leading `vendor:` the fault names already."""
-    text = str(error)
-    return text[len(vendor) + 2 :] if text.startswith(f"{vendor}: ") else text
+    report = check(name, expected, devices, show_node, o["dry_run"], unasked, whole)
+    _report(report, o["dry_run"], o["as_json"])

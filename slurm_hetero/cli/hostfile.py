@@ -1,7 +1,6 @@
 """Host files given to -w/--nodelist and -x/--exclude: a value with a "/" names a file that sbatch,
-salloc and srun read themselves (proc_args.c `verify_node_list` -> `slurm_read_hostfile`, the same
-in 22.05 and 24.11) and send its hosts, so the job_submit hook sees host names; the CLI adapters
-read its bytes here and hand them to the hook's own reader (`submit.hook.hostfile_hosts`)."""
+salloc and srun read themselves (proc_args.c `verify_node_list`) and send its hosts, so the
+job_submit hook sees host names."""
 
 from __future__ import annotations
 
@@ -13,9 +12,8 @@ MAX_HOSTFILE_BYTES = 1 << 20  # Slurm reads any size; the hook reads far fewer h
 
 
 def read_hosts(option: str, value: str | None) -> str | None:
-    """`value` of -w/-x (`option`, for the error) with a host file read as the client reads it:
-    its hosts comma-joined; other values as given. A file that cannot be read ends the submission,
-    as sbatch's own error does ("slurm_allocate_resources error opening file FILE")."""
+    """`value` of -w/-x (`option`) with a host file read as the client reads it (its hosts
+    comma-joined); a file that cannot be read ends the submission, as in sbatch."""
     if value is None or "/" not in value:
         return value
     try:

@@ -1,8 +1,5 @@
-"""`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command).
-
-Run as root on every node (and the submit hosts), from a checkout or with `--source WHEEL`; see
-docs/admin-guide.md, "Install on every node, with the inventory", and slurm_hetero/node/install.py.
-"""
+"""`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command); the
+work is `node.install`, the manual docs/admin-guide.md."""
 
 from __future__ import annotations
 
@@ -10,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -48,27 +46,15 @@ from slurm_hetero.node.install import Layout, default_source, install, slurm_con
 )
 @click.option("--json", "as_json", is_flag=True)
 def install_command(
-    python: Path,
-    source: Path | None,
-    inventory_file: Path | None,
-    config: str | None,
-    pip_options: tuple[str, ...],
-    upgrade: bool,
-    remove: bool,
-    slurm_confs: tuple[Path, ...],
-    prefix: Path,
-    slurm_etc: Path,
-    bin_dir: Path,
-    site_dir: Path,
-    as_json: bool,
+    python: Path, source: Path | None, upgrade: bool, remove: bool, as_json: bool, **o: Any
 ) -> None:
     """Install slurm-hetero for Slurm on this node: a venv under PREFIX/venvs, the TaskProlog and
     HealthCheckProgram scripts in SLURM_ETC and the command in BIN_DIR, all naming that venv."""
-    layout = Layout(prefix.absolute(), slurm_etc.absolute(), bin_dir.absolute(), site_dir.absolute())
+    layout = Layout(*(o[k].absolute() for k in ("prefix", "slurm_etc", "bin_dir", "site_dir")))
     if remove and upgrade:
         raise click.UsageError("--upgrade and --uninstall exclude each other; pass one")
     if remove:
-        confs = list(slurm_confs) or [Path(os.environ.get("SLURM_CONF") or layout.etc / "slurm.conf")]
+        confs = list(o["slurm_confs"]) or [Path(os.environ.get("SLURM_CONF") or layout.etc / "slurm.conf")]
         lines = uninstall(layout, confs)
         click.echo(json.dumps({"uninstalled": lines}) if as_json else "\n".join(lines))
         return
@@ -76,7 +62,13 @@ def install_command(
     if source is None:
         raise HeteroError("this slurm-hetero does not run from a checkout; pass --source WHEEL_OR_CHECKOUT")
     manifest = install(
-        layout, python.absolute(), source.absolute(), inventory_file, config, pip_options, upgrade
+        layout,
+        python.absolute(),
+        source.absolute(),
+        o["inventory_file"],
+        o["config"],
+        o["pip_options"],
+        upgrade,
     )
     if as_json:
         click.echo(json.dumps(manifest))

@@ -38,7 +38,7 @@ def merge(files: tuple[Path, ...], output: Path | None, no_fold: bool, as_json: 
 
 @inventory_group.command()
 @click.argument("file", type=PATH)
-@models_dir_option("Site catalog dir.")
+@models_dir_option(help="Site catalog dir.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def check(file: Path, models_dirs: tuple[Path, ...], as_json: bool) -> None:
     """Validate an inventory as every command reads it (schema, Slurm syntax, one record per

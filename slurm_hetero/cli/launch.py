@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import PATH, cli, path_type
+from slurm_hetero.cli import FILE, PATH, cli, inventory_option
 from slurm_hetero.cli.options import (
     MAX_GBS,
     MIN_GBS,
@@ -84,17 +84,6 @@ def layout_view(model: str | None, plan_options: LaunchOptions) -> Any:
     return view
 
 
-def run_options(command: tuple[str, ...], opts: dict[str, Any], view: Any = None) -> RunOptions:
-    return RunOptions(
-        command=command,
-        inventory=opts["inventory_path"],
-        log_dir=opts["log_dir"],
-        resume=opts["resume"],
-        layout_view=view,
-        **{name: opts[name] for name in ("exec_command", "dry_run", "simulate", "as_json")},
-    )
-
-
 def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """The launcher manual, docs/launch.md (packaged in the wheel as slurm_hetero/data/launch.md)."""
     if not value or ctx.resilient_parsing:
@@ -114,17 +103,15 @@ def _print_manual(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 )
 @model_options(required=False)
 @cost_options(solver=True)
-@click.option(
-    "--inventory",
-    "inventory_path",
-    type=path_type(dir_okay=False),
+@inventory_option(
+    type=FILE,
     envvar="SLURM_HETERO_INVENTORY",
     help=f"Cluster inventory (the same file on every node) [default: {DEFAULT_INVENTORY} when "
     "installed, else the device types Slurm reports for the nodes].",
 )
 @click.option(
     "--measured",
-    type=path_type(dir_okay=False),
+    type=FILE,
     help="Measured throughput (what `calibrate` writes, or TYPE: TFLOPS lines).",
 )
 @click.option("--even", is_flag=True, help="Equal layers and samples on the chosen shape (for comparisons).")
@@ -185,7 +172,9 @@ def launch_command(
         early.catch_early()  # a peer's failure or srun's SIGTERM while this rank still plans
     try:
         plan_options = launch_options(model, measured, opts)
-        code = launch(plan_options, run_options(command, opts, layout_view(model, plan_options)))
+        modes = {k: opts[k] for k in ("log_dir", "exec_command", "dry_run", "simulate", "as_json", "resume")}
+        view = layout_view(model, plan_options)
+        code = launch(plan_options, RunOptions(command, opts["inventory_path"], layout_view=view, **modes))
     finally:
         early.stop_catching()
     ctx.exit(code)

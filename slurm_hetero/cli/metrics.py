@@ -1,8 +1,4 @@
-"""`slurm-hetero metrics`: Prometheus metrics by device type and vendor (slurm_hetero.accounting.metrics).
-
-Prints the metrics once, writes them for node_exporter's textfile collector (`--textfile`, atomic),
-or serves them (`--serve PORT`), collecting on every scrape.
-"""
+"""`slurm-hetero metrics`: Prometheus metrics by device type and vendor (`accounting.metrics`)."""
 
 from __future__ import annotations
 
@@ -34,9 +30,7 @@ from slurm_hetero.slurm.scontrol import parse_show_node
 
 class ClusterCollector:
     """Collects one snapshot from scontrol, squeue (and the log) on every scrape. `serving`: a
-    failed collection is one line on stderr and `slurm_hetero_up 0` (what Prometheus exporters do,
-    so the scrape succeeds and an alert can fire), not an HTTP 500 with a traceback; a one-shot
-    run raises it (one line, the tool's exit code)."""
+    failed collection is `slurm_hetero_up 0` (so an alert can fire), not an HTTP 500."""
 
     def __init__(
         self, inventory_path: Path, nodes: list[SlurmNode], log: str | None, serving: bool = False
@@ -55,8 +49,7 @@ class ClusterCollector:
             if not self.checked:  # a type the inventory lacks is vendor="unknown": say why, once
                 self.checked = True
                 slurm = {n.name: n for n in parse_show_node(text)}
-                differ = inventory_differs(self.inventory_path, self.nodes, slurm)
-                if differ:
+                if differ := inventory_differs(self.inventory_path, self.nodes, slurm):
                     print(f"slurm-hetero: warning: {differ}", file=sys.stderr, flush=True)
             metrics.read_pending(proc.run(metrics.SQUEUE, timeout=metrics.SLURM_TIMEOUT_S), snap)
             if self.log:
@@ -75,14 +68,15 @@ class ClusterCollector:
 def registry(inventory_path: Path, log: str | None, serving: bool = False) -> CollectorRegistry:
     nodes = slurm_nodes(inventory.load(inventory_path), load_catalog())
     found = CollectorRegistry()
-    collector = ClusterCollector(inventory_path, nodes, log, serving)
-    found.register(collector)  # type: ignore[arg-type]
+    found.register(ClusterCollector(inventory_path, nodes, log, serving))  # type: ignore[arg-type]
     return found
 
 
 @cli.command("metrics")
 @inventory_option(
-    "The cluster inventory (vendor of each type).", default=inventory.DEFAULT_INVENTORY, show_default=True
+    help="The cluster inventory (vendor of each type).",
+    default=inventory.DEFAULT_INVENTORY,
+    show_default=True,
 )
 @click.option(
     "--log", "log_path", type=TEXT, help="slurmctld's log: also count the hook's rewrites and refusals."

@@ -32,15 +32,9 @@ MIN_GBS, MAX_GBS = NETWORK_GBS_RANGE  # --network-gbs, as a profile's network_gb
 MIN_MFU = 1e-3  # --mfu
 
 
-def _ascii_number(value: Any) -> bool:
-    """Whether a command-line number is spelled in ASCII digits (click's int() and float() also
-    read other scripts' digits, '٢' and fullwidth '２', and underscores); numbers (defaults) pass."""
-    return not isinstance(value, str) or (value.isascii() and "_" not in value)
-
-
 class Count(click.IntRange):
-    """An integer option in a range, written in ASCII digits (an optional sign, so a negative
-    value gets the range's message). The one integer type of the command line."""
+    """The command line's integer: in a range, in ASCII digits (click's int() also reads '٢', '２'
+    and underscores), an optional sign so a negative value gets the range's message."""
 
     name = "integer"
 
@@ -53,12 +47,12 @@ class Count(click.IntRange):
 
 class FiniteFloat(click.FloatRange):
     """A float option in a range, refusing nan and infinities (click's FloatRange lets nan through:
-    every comparison with nan is false). A bad value is click's usage error (exit 2), one line."""
+    every comparison with nan is false)."""
 
     name = "finite float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not _ascii_number(value):
+        if isinstance(value, str) and not (value.isascii() and "_" not in value):  # as Count
             self.fail(f"{syntax.text(value)} is not a number in ASCII digits.", param, ctx)
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
@@ -78,8 +72,7 @@ def stacked(*options: Decorator) -> Decorator:
 
 
 def model_options(required: bool = True) -> Decorator:
-    """--model, --global-batch and --seq, as plan and launch both take them (launch: --model
-    optional, `required=False`)."""
+    """--model, --global-batch and --seq, as plan and launch (--model optional) take them."""
     extra = " Without it: torchrun-like, even data parallel." if not required else ""
     return stacked(
         click.option(
@@ -100,9 +93,8 @@ def model_options(required: bool = True) -> Decorator:
 
 
 def cost_options(solver: bool) -> Decorator:
-    """--micro-batch (alias --micro-batch-size), --dtype, --optimizer, --zero, --recompute,
-    --attention and --overhead-gib. `solver` (plan, launch) adds ``--recompute auto`` and takes
-    its defaults from `SOLVER_SETTINGS` (ZeRO-1, recompute auto); fit's are `CostSettings()`."""
+    """The model-cost options; `solver` (plan, launch) adds ``--recompute auto`` and takes its
+    defaults from `SOLVER_SETTINGS`, fit's are `CostSettings()`."""
     defaults = SOLVER_SETTINGS if solver else CostSettings()
     recompute = [r.value for r in Recompute] + ([AUTO] if solver else [])
     auto = " auto (plan, launch): none, or whole layers where memory is short." if solver else ""

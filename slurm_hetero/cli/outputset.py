@@ -1,8 +1,5 @@
-"""The last step both render commands share (`gres render`, `job-submit render`): `--check` prints
-the diff, an interrupted set and what the render would remove, and exits 1 when anything would
-change; otherwise the set goes through the one set writer, which refuses to drop nodes or devices
-that the files on disk name unless `--allow-removal` (`render.removal`), and leaves the newest
-`--keep-backups` backups of each file."""
+"""The last step both render commands share (`gres render`, `job-submit render`): `--check`, or
+the one set writer, guarded against dropping nodes or devices (`render.removal`)."""
 
 from __future__ import annotations
 
@@ -37,9 +34,9 @@ class _KeepBackups(click.ParamType):
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
         if value is None or isinstance(value, int):  # the default
             return value
-        if str(value).lower() == "all":
-            return None
         text = str(value)
+        if text.lower() == "all":
+            return None
         if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1:
             return int(text)
         self.fail(
@@ -61,10 +58,8 @@ keep_backups_option = click.option(
 def check_or_write(
     texts: Mapping[str, str], out: Path, check: bool, allow_removal: bool, keep_backups: int | None
 ) -> list[Path]:
-    """The set `texts` (file name: text, written in that order) in `out`. With `check`: print the
-    diff (and what it removes) and exit 1 if anything would change. Otherwise create `out` if
-    need be and write the set, guarded unless `allow_removal`, leaving `keep_backups` backups of
-    each file (None: all); returns the files written."""
+    """Write the set `texts` (file name: text, in that order) in `out`, or with `check` print the
+    diff and exit 1 if anything would change; returns the files written."""
     directory = out if check else ensure_output_dir(out)
     files = {directory / name: text for name, text in texts.items()}
     if check:
@@ -81,8 +76,7 @@ def check_or_write(
             )
         raise SystemExit(1 if changes or pending(out) else 0)
     guard = None if allow_removal else removal.guard(files, out)
-    written = write_atomic(files, guard=guard, keep_backups=keep_backups)
-    if written:
+    if written := write_atomic(files, guard=guard, keep_backups=keep_backups):
         audit("slurm-hetero-render").info("wrote %s", ", ".join(map(str, written)))
     return written
 

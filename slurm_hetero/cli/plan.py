@@ -1,10 +1,7 @@
 """`slurm-hetero plan`: the uneven training layout of a model on a mix of devices.
 
-The solver is `slurm_hetero.engine.layout`; the model's per-layer costs come from the one model-cost
-source (`engine.modelcost`, through `modelconfigs.layer_costs_for`), which `fit` sums too, and the
-device groups from `engine.devicegroups`. This module parses the command line, prints a table or
-JSON (per stage: memory per device of its usable capacity), and draws one step as a Gantt chart
-(matplotlib, optional).
+The solver is `engine.layout`, the per-layer costs `engine.modelcost` (which `fit` sums too); this
+module parses the command line and prints a table or JSON (per stage: memory of usable capacity).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from typing import Any
 
 import click
 
-from slurm_hetero.cli import cli, inventory_option, path_type
+from slurm_hetero.cli import FILE, cli, inventory_option
 from slurm_hetero.cli.catalog import Column, number, render_table
 from slurm_hetero.cli.options import (
     DEGREE,
@@ -77,32 +74,27 @@ _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]{0,63}):([0-9]+)")
 
 
 def parse_devices(text: str) -> list[tuple[str, int]]:
-    """`TYPE:N[,TYPE:N...]` as (type, count) pairs; types lower-cased. At most
-    `engine.layout.MAX_DEVICES` devices of `MAX_TYPES` types (the user's text quoted in errors)."""
-    out = []
+    """`TYPE:N[,TYPE:N...]` as (type, count) pairs, types lower-cased; at most `MAX_DEVICES` devices
+    of `MAX_TYPES` types."""
+    given, out = f"--devices {syntax.text(text)}", []
     items = text.split(",", MAX_TYPES)  # the rest of a longer list stays one item: counted, not read
     if len(items) > MAX_TYPES:
-        raise RequestError(
-            f"--devices {syntax.text(text)}", f"at most {MAX_TYPES} TYPE:N entries can be planned"
-        )
+        raise RequestError(given, f"at most {MAX_TYPES} TYPE:N entries can be planned")
     for item in items:
         match = _DEVICE.fullmatch(item.strip())
         if not match or int(match[2]) < 1:
             raise RequestError(
-                f"--devices {syntax.text(text)}",
+                given,
                 f"bad entry {syntax.text(item.strip())}; expected TYPE:N[,TYPE:N...] "
                 "with N >= 1, e.g. a100:8,ascend910b3:8",
             )
         out.append((match[1].lower(), int(match[2]) if len(match[2]) <= 12 else MAX_DEVICES + 1))
         if any(name == out[-1][0] for name, _ in out[:-1]):
             raise RequestError(
-                f"--devices {syntax.text(text)}",
-                f"{syntax.text(out[-1][0])} is given twice; give each type once with its total count",
+                given, f"{syntax.text(out[-1][0])} is given twice; give each type once with its total count"
             )
     if sum(n for _, n in out) > MAX_DEVICES:
-        raise RequestError(
-            f"--devices {syntax.text(text)}", f"at most {MAX_DEVICES:,} devices can be planned"
-        )
+        raise RequestError(given, f"at most {MAX_DEVICES:,} devices can be planned")
     return out
 
 
@@ -169,8 +161,7 @@ def catalog_estimates(
     mfu: float = MFU,
 ) -> dict[str, str]:
     """The types of `--devices` whose throughput is an estimate (and not measured), with how it was
-    derived; `unrated`: also the types with no TFLOPS at all, with the warning the plan printed
-    on stderr (so `--json` readers see that the plan used an estimated speed)."""
+    derived; `unrated`: also those with no TFLOPS at all, with plan's stderr warning (for `--json`)."""
     out: dict[str, str] = {}
     allocation = parse_devices(devices)
     for name, _ in allocation:
@@ -192,8 +183,7 @@ def layout_notes(layout: Layout) -> list[str]:
 def layout_document(
     layout: Layout, model: str, seq: int, settings: CostSettings, estimates: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The `--json` document: the contract keys plus the settings, the stages (memory per device in
-    bytes and GiB, of its usable capacity) and the types whose catalog figures are estimates."""
+    """The `--json` document: the contract keys, the settings, the stages and the estimated types."""
     stages, even = _rows(layout), layout.even_step_s
     return {
         "estimates": dict(estimates or {}),
@@ -265,9 +255,8 @@ def render_layout(
 
 
 def with_measured_notes(layout: Layout) -> Layout:
-    """The layout with notes (plan and `launch --dry-run` show them) on what its stages take from
-    beyond a `--measured` profile's points: a tensor-parallel degree it has no point of, or a
-    micro-batch size outside the measured ones."""
+    """The layout with notes on the stages beyond a `--measured` profile's points (a tp degree it
+    has no point of, a micro-batch size outside the measured ones)."""
     out: dict[str, None] = {}  # each note once
     for p in layout.pipelines:
         for s in p.stages:
@@ -291,26 +280,12 @@ def with_measured_notes(layout: Layout) -> Layout:
     return dataclasses.replace(layout, notes=(*layout.notes, *out))
 
 
-def plan_catalog(options: Mapping[str, Any]) -> Catalog:
-    """The catalog, plus the site's Type= names with their models' facts when --inventory is given."""
-    catalog = load_catalog()
-    if options.get("inventory_path") is None:
-        return catalog
-    return with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
-
-
 def build_spec(
-    devices: str,
-    model: str,
-    seq: int | None,
-    profile: Profile,
-    options: Mapping[str, Any],
-    catalog: Catalog,
+    options: Mapping[str, Any], profile: Profile, catalog: Catalog
 ) -> tuple[LayoutSpec, int, CostSettings]:
-    """The solver's input from the command line (`profile`: the --measured file, read once), the
-    sequence length and the cost settings used."""
+    """The solver's input from the command line, the sequence length and the cost settings used."""
     check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
-    allocation = parse_devices(devices)
+    allocation, model, seq = parse_devices(options["devices"]), options["model"], options["seq"]
     length = seq if seq is not None else context_length(model)
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
@@ -346,9 +321,7 @@ def cross_type_gbs(
     groups: Sequence[DeviceGroup], catalog: Catalog, network_gbs: float
 ) -> dict[tuple[int, int], float]:
     """Bandwidth between each pair of device types on different nodes, through the communicator
-    `launch` would choose for them on nodes without listed RDMA NICs (vendor-ccl inside one vendor,
-    cpu-relay across vendors), over the slower of the two types' network figures (`network_gbs`
-    for a type without one)."""
+    `launch` would choose for them without listed RDMA NICs, over the slower type's network."""
     traits = vendor_traits()
     members = []
     for i, g in enumerate(groups):
@@ -367,8 +340,8 @@ def cross_type_gbs(
 @cli.command("plan")
 @click.option("--devices", required=True, help="Allocation as TYPE:N[,TYPE:N...] (Slurm GRES types).")
 @inventory_option(
-    "Cluster inventory: TYPE may then be any Type= name it uses (facts from the device model).",
-    type=path_type(dir_okay=False),
+    help="Cluster inventory: TYPE may then be any Type= name it uses (facts from the device model).",
+    type=FILE,
 )
 @model_options()
 @click.option(
@@ -391,7 +364,7 @@ def cross_type_gbs(
     show_default=True,
     help="Share of the catalog bf16/fp16 peak a device sustains.",
 )
-@click.option("--measured", type=path_type(dir_okay=False), help="YAML of type: sustained TFLOPS.")
+@click.option("--measured", type=FILE, help="YAML of type: sustained TFLOPS.")
 @click.option(
     "--objective",
     type=click.Choice(OBJECTIVES),
@@ -410,22 +383,16 @@ def cross_type_gbs(
     "--leave-out", is_flag=True, help="Leave a device type idle when the step is better without it."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--plot", type=path_type(dir_okay=False), help="Draw one step (.png, .svg, .pdf).")
-def plan(
-    devices: str,
-    model: str,
-    seq: int | None,
-    measured: Path | None,
-    as_json: bool,
-    plot: Path | None,
-    **options: Any,
-) -> None:
+@click.option("--plot", type=FILE, help="Draw one step (.png, .svg, .pdf).")
+def plan(measured: Path | None, as_json: bool, plot: Path | None, **options: Any) -> None:
     """Lay out training of a model on a mix of devices: pipeline across types, data and tensor
     parallel inside them, layers and batch split unevenly by speed and memory."""
-    catalog, profile = plan_catalog(options), load_profile(measured)
-    spec, length, settings = build_spec(devices, model, seq, profile, options, catalog)
+    catalog, profile, model = load_catalog(), load_profile(measured), options["model"]
+    if options["inventory_path"] is not None:  # the site's Type= names, with their models' facts
+        catalog = with_site_types(catalog, slurm_nodes(inventory_io.load(options["inventory_path"]), catalog))
+    spec, length, settings = build_spec(options, profile, catalog)
     layout = with_measured_notes(solve(spec))
-    estimates = catalog_estimates(devices, catalog, profile.tflops, as_json, options["mfu"])
+    estimates = catalog_estimates(options["devices"], catalog, profile.tflops, as_json, options["mfu"])
     if plot is not None:
         plot_step(layout, plot)
     click.echo(

@@ -13,7 +13,7 @@ from slurm_hetero.core.errors import ConfigError, HeteroError, OutputError
 from slurm_hetero.core.writefile import write_bytes_atomic
 
 if TYPE_CHECKING:  # the planner is imported by plan, not by report
-    from slurm_hetero.engine.layout import Layout, PipelinePlan, StagePlan
+    from slurm_hetero.engine.layout import Layout
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -102,14 +102,6 @@ def plot_step(layout: Layout, path: Path) -> None:
         ax.broken_barh(
             [(done - min(s.allreduce_s, s.bwd_s), s.allreduce_s)], (y - 0.25, 0.5), facecolors="#55a868"
         )
-    _decorate(ax, layout, rows)
-    fig.tight_layout()
-    _save(plt, fig, path, path.suffix.lstrip(".").lower())
-
-
-def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan, Any]]) -> None:
-    from matplotlib.patches import Patch
-
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{s.type} stage {s.index} (tp {s.tp}, x{len(p.samples)})" for p, s, _ in rows])
     ax.invert_yaxis()
@@ -120,5 +112,7 @@ def _decorate(ax: Any, layout: Layout, rows: list[tuple[PipelinePlan, StagePlan,
         f"efficiency {layout.efficiency:.3f} (grey: idle)"
     )
     legend = [("forward", "#4c72b0"), ("backward", "#dd8452"), ("gradient all-reduce", "#55a868")]
-    handles = [Patch(color=c, label=n) for n, c in legend]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c, label=n) for n, c in legend]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    fig.tight_layout()
+    _save(plt, fig, path, path.suffix.lstrip(".").lower())

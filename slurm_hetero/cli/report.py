@@ -8,6 +8,7 @@ import pwd
 import re
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -30,8 +31,7 @@ def parse_when(value: str, now: datetime) -> datetime:
     """`2026-11-01`, `2026-11-01T08:00[:00]` or `now-7d` / `now-12h` / `now-30m` / `now`."""
     if value == "now":
         return now
-    m = _RELATIVE.fullmatch(value)
-    if m:
+    if m := _RELATIVE.fullmatch(value):
         unit = {"d": "days", "h": "hours", "m": "minutes"}[m.group(2)]
         try:
             return now - timedelta(**{unit: int(m.group(1))})
@@ -77,8 +77,7 @@ def accounting_config() -> dict[str, str]:
 
 def check_tres(config: dict[str, str], types: list[str]) -> None:
     tracked = set(config.get("AccountingStorageTRES", "").split(","))
-    missing = [t for t in types if f"gres/gpu:{t}" not in tracked]
-    if missing:
+    if missing := [t for t in types if f"gres/gpu:{t}" not in tracked]:
         raise ConfigError(
             f"AccountingStorageTRES does not name gres/gpu:{missing[0]}"
             + (f" (and {len(missing) - 1} more types)" if len(missing) > 1 else "")
@@ -112,7 +111,7 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
 
 @cli.command("report")
 @inventory_option(
-    "The cluster inventory (device types, vendors, memory).",
+    help="The cluster inventory (device types, vendors, memory).",
     default=inventory.DEFAULT_INVENTORY,
     show_default=True,
 )
@@ -127,29 +126,21 @@ def refusals(log: str | None, config: dict[str, str]) -> tuple[list[sacct.Refusa
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--plot", type=PATH, help="Also draw the report into FILE (*.png, *.svg or *.pdf).")
-def report_command(
-    inventory_path: Path,
-    since: str,
-    until: str,
-    by: str,
-    log_path: str | None,
-    as_json: bool,
-    plot: Path | None,
-) -> None:
+def report_command(since: str, until: str, plot: Path | None, **o: Any) -> None:
     """Device-hours and share of capacity per type, queue wait, stranded gpumem, the hook's rewrites
     and refusals, and jobs off their user's usual type, from sacct and the inventory."""
     now = datetime.now().replace(microsecond=0)
     start, end = window(since, until, now)
     if plot is not None:
         plots.check_path(plot)  # before sacct runs
-    doc, notes = gather(inventory_path, start, end, now, by, log_path)
+    doc, notes = gather(o["inventory_path"], start, end, now, o["by"], o["log_path"])
     if end == now and until != "now":
         notes.insert(0, f"--until {until} is past now: the report ends now ({doc['until']})")
     for note in notes:
         click.echo(f"slurm-hetero: {note}", err=True)
     if plot is not None:
         plots.draw(doc, plot)
-    click.echo(json.dumps(doc, indent=1) if as_json else report.render_text(doc, render_table))
+    click.echo(json.dumps(doc, indent=1) if o["as_json"] else report.render_text(doc, render_table))
 
 
 def inventory_differs(inventory_path: Path, nodes: list[SlurmNode], slurm: dict[str, NodeGres]) -> str | None:
@@ -172,8 +163,7 @@ def gather(
     caps = report.capacity(nodes)
     config = accounting_config()
     check_tres(config, list(caps))
-    differ = inventory_differs(inventory_path, nodes, show_node_gres([]))
-    if differ:
+    if differ := inventory_differs(inventory_path, nodes, show_node_gres([])):
         raise InventoryError(differ)
     found, note = refusals(log_path, config)
     notes = [note] if note else []

@@ -1,13 +1,9 @@
-"""`slurm-hetero sbatch`: sbatch with the job's request checked against the cluster, and sized by
-the fit engine when a model is given.
+"""`slurm-hetero sbatch`: sbatch with the job's request checked by the job_submit hook's own
+decision, and sized by the fit engine when a model is given; sbatch is exec'd with an argv.
 
     slurm-hetero sbatch [WRAPPER OPTIONS] [--] [SBATCH OPTIONS] [: SBATCH OPTIONS...] script.sh [ARGS]
 
-The wrapper's own options come first; `--` ends them (needed before an sbatch option the wrapper
-also has, such as --batch). The request is read as sbatch reads it (`slurm.sbatchargs`), merged
-with the model's per-device memory (`sbatchplan`), checked with the job_submit hook's own decision,
-and sbatch is exec'd with an argv (never a shell). What it keeps, sizes and refuses:
-docs/user-guide.md.
+`--` ends the wrapper's options (needed before an sbatch option it also has, such as --batch).
 """
 
 from __future__ import annotations
@@ -72,8 +68,8 @@ def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
 
 
 def hook_release(given: str | None) -> str:
-    """The sbatch whose job_desc the check models: --slurm-release, else the local Slurm's
-    (`scontrol --version`); releases before 24.11 as 22.05, later ones as 24.11 (the two measured)."""
+    """The sbatch whose job_desc the check models (--slurm-release, else the local Slurm's), as one
+    of the two measured: 22.05 before 24.11, else 24.11."""
     release = given or local_slurm_release()
     return "24.11" if release_key(release) >= (24, 11) else "22.05"
 
@@ -81,10 +77,9 @@ def hook_release(given: str | None) -> str:
 def _estimates(
     model: str, options: dict[str, Any], explicit: frozenset[str] = frozenset()
 ) -> tuple[str, list[Suggestion]]:
-    """The model's per-device bytes on n devices, as `fit` computes them; for training without
-    ZeRO-3, the same with ZeRO-3 as a second suggestion. Inference spreads over all n devices
-    (tp = n) unless the user gave --tp/--pp (`explicit`): then tp x pp must divide n, and the
-    other devices hold replicas (fit's inference figure has no pipeline: --pp > 1 is refused)."""
+    """The model's per-device bytes on n devices as `fit` computes them (and with ZeRO-3 as a second
+    suggestion). Inference spreads over all n devices (tp = n) unless the user gave --tp/--pp
+    (`explicit`): then tp x pp must divide n and the rest are replicas (fit's inference has no pp)."""
     spec = load_model(model)
     options = dict(options)
     options["seq"] = sequence_length(spec, options["seq"], model, options.pop("beyond_context"))
@@ -107,17 +102,11 @@ def _estimates(
     return spec.name, out
 
 
-def _layout(options: dict[str, Any], explicit: frozenset[str]) -> str:
-    """`--tp 3 --pp 1`: the parallel degrees the user gave (for a layout error), else ''."""
-    return " ".join(f"--{k} {options[k]}" for k in ("tp", "pp") if k in explicit)
-
-
 HOST_OPTIONS = {"nodelist": "-w/--nodelist", "exclude": "-x/--exclude"}
 
 
 def _hosts_read(options: list[Option]) -> list[Option]:
-    """The component's options with a -w/-x host file read as sbatch reads it (`read_hosts`): the
-    hook sees its hosts (the argv keeps the file name: sbatch reads it itself)."""
+    """The options with a -w/-x host file read as sbatch reads it (the argv keeps the file name)."""
     return [
         replace(o, value=read_hosts(HOST_OPTIONS[o.name], o.value)) if o.name in HOST_OPTIONS else o
         for o in options
@@ -139,13 +128,10 @@ def plan(
         raise HeteroError(
             "give the job script as a file (the wrapper reads its #SBATCH lines), or use --wrap"
         )
-    script = (
-        []
-        if line.script is None
-        else script_options(
-            read_text(Path(line.script), MAX_CONFIG_BYTES, "job script", ConfigError), line.script
-        )
-    )
+    script: list[list[Option]] = []
+    if line.script is not None:
+        text = read_text(Path(line.script), MAX_CONFIG_BYTES, "job script", ConfigError)
+        script = script_options(text, line.script)
     parts = [_hosts_read(options) for options in component_options(script, os.environ, line)]
     settings = load_settings(None)  # the model and hook as `request explain` builds them
     cluster = compiled(nodes, settings)
@@ -162,7 +148,8 @@ def plan(
         decisions = [check_gpumem(c, types) for c in components]
     else:
         name, suggestions = _estimates(model, options, explicit)
-        decisions = plan_model(components, types, name, suggestions, _layout(options, explicit))
+        given_layout = " ".join(f"--{k} {options[k]}" for k in ("tp", "pp") if k in explicit)  # for its error
+        decisions = plan_model(components, types, name, suggestions, given_layout)
         gres = [d.gres if d.gres is not None else g for d, g in zip(decisions, given)]
         jobs = sent_jobs(components, gres, cluster, hook, release)  # with the gpumem --model added
     if jobs is not None:
@@ -171,9 +158,8 @@ def plan(
 
 
 def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
-    """`--json`'s components: the wrapper's figures and the hook's decision (`decision`: what `request
-    explain --json` prints for the component: ok, action, message, code, the TRES fields as the
-    hook writes them; null where sbatch refuses the options)."""
+    """`--json`'s components: the wrapper's figures and the hook's decision (as `request explain
+    --json` prints it; null where sbatch refuses the options)."""
     return [
         {
             "component": d.index,
@@ -194,7 +180,7 @@ def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
 )
 @fit_options(layout=False)
 @inventory_option(
-    f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
+    help=f"Cluster inventory [default: {DEFAULT_INVENTORY} if installed, else scontrol show node].",
     envvar="SLURM_HETERO_INVENTORY",
 )
 @click.option(
@@ -236,5 +222,5 @@ def sbatch_cmd(
         click.echo(json.dumps({"ok": True, "message": "", "argv": argv, "components": _rows(decisions)}))
     elif dry_run:
         click.echo(shlex.join(argv))
-    if not (dry_run or as_json):
+    else:
         os.execvp("sbatch", argv)  # hand over; sbatch's exit code is ours

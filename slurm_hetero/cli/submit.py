@@ -59,9 +59,11 @@ def settings_hook(model: ClusterModel, settings: Settings, release: str) -> Hook
     return cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, release)
 
 
-_inventory_opt = inventory_option("Cluster inventory (YAML, or JSON by extension).", required=True)
-_config_opt = config_option("Settings file on top of the usual layers (see slurm_hetero.inventory.config).")
-_models_opt = models_dir_option("Site catalog directory.")
+_inventory_opt = inventory_option(help="Cluster inventory (YAML, or JSON by extension).", required=True)
+_config_opt = config_option(
+    help="Settings file on top of the usual layers (see slurm_hetero.inventory.config)."
+)
+_models_opt = models_dir_option(help="Site catalog directory.")
 
 
 @cli.group("job-submit")
@@ -98,49 +100,34 @@ def job_submit() -> None:
 @allow_removal_option
 @keep_backups_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
-def render(
-    inventory_path: Path,
-    out: Path,
-    config_path: Path | None,
-    models_dirs: tuple[Path, ...],
-    table_path: str | None,
-    hook_path: str | None,
-    srun_path: str | None,
-    site_hook: str | None,
-    chain_order: str | None,
-    check: bool,
-    allow_removal: bool,
-    keep_backups: int | None,
-    as_json: bool,
-) -> None:
+def render(inventory_path: Path, out: Path, hook_path: str | None, site_hook: str | None, **o: Any) -> None:
     """Write job_submit.lua, slurm_hetero_tables.lua, cli_filter.lua and slurm_hetero_srun.lua
     (install them in slurm.conf's directory, on the controller and on submit hosts;
     CliFilterPlugins=lua enables the last two). The table declares the nodes and device files it
     was compiled from; a render that drops some of them (an inventory cut short) is refused unless
     --allow-removal."""
-    if chain_order is not None and site_hook is None:
+    if o["chain_order"] is not None and site_hook is None:
         raise click.UsageError("--chain-order needs --chain SITE_HOOK")
-    baked = [("--table-path", table_path), ("--hook-path", hook_path), ("--srun-path", srun_path)]
-    baked.append(("--chain", site_hook))
-    for option, path in baked:
+    baked = [("--table-path", o["table_path"]), ("--hook-path", hook_path), ("--srun-path", o["srun_path"])]
+    for option, path in [*baked, ("--chain", site_hook)]:
         if path is not None and not (path.startswith("/") and path.isprintable()):
             # slurmctld and the clients would resolve a relative path against their own directory
             raise ConfigError(f"{option} {path!r}: give an absolute path of printable characters")
-    settings = load_settings(config_path)
-    nodes = _nodes(inventory_path, models_dirs)
+    settings = load_settings(o["config_path"])
+    nodes = _nodes(inventory_path, o["models_dirs"])
     model = compiled(nodes, settings)
     check_for_cluster(settings, nodes, model.partitions)
     uids = exempt_uids(settings.exempt_users)
     declared = removal.declaration(nodes)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name, declared)
-    script = render_script(script_template(), ident, settings.fail_policy, table_path)
+    script = render_script(script_template(), ident, settings.fail_policy, o["table_path"])
     hooks = {SCRIPT_NAME: script}
     if site_hook is not None:
         _check_site_hook(Path(site_hook), out)
         hooks = {
             CHAINED_NAME: script,
             SCRIPT_NAME: render_chain(
-                script_template(CHAIN_TEMPLATE), site_hook, chain_order != "ours-first"
+                script_template(CHAIN_TEMPLATE), site_hook, o["chain_order"] != "ours-first"
             ),
         }
         hook_path = hook_path or str((out / CHAINED_NAME).absolute())  # srun's half runs ours alone
@@ -152,12 +139,12 @@ def render(
         TABLE_NAME: table,
         **hooks,
         CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
-        CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), srun_path),
+        CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), o["srun_path"]),
     }
-    written = check_or_write(files, out, check, allow_removal, keep_backups)
+    written = check_or_write(files, out, o["check"], o["allow_removal"], o["keep_backups"])
     summary = {"table_id": ident, "types": len(model.types), "written": [str(p) for p in written]}
     line = f"{out}: table {ident} ({len(model.types)} device types), {len(written)} file(s) changed"
-    echo_summary(summary, as_json, line)
+    echo_summary(summary, o["as_json"], line)
 
 
 _OURS = "slurm_hetero"  # every hook file render writes names it; a site's own hook does not
@@ -289,8 +276,7 @@ def explain_cmd(
     # a host file: its hosts, as sbatch sends them
     given["nodelist"] = read_hosts("-w/--nodelist", given["nodelist"])
     given["exclude"] = read_hosts("-x/--exclude", given["exclude"])
-    keys = [name.replace("-", "_") for name, _, _ in SBATCH_OPTIONS]
-    texts = {k: given[k] for k in keys if given[k] is not None}
+    texts = {k: v for k, v in given.items() if v is not None}  # only the sbatch options are left
     job = job_from_texts(texts, uid, slurm_release, gres_names(model))
     outcome = settings_hook(model, settings, slurm_release).submit(job)
     _print(outcome, as_json)

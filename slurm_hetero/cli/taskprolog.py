@@ -1,12 +1,9 @@
 """`slurm-hetero task-prolog`: run by slurmd as TaskProlog; prints `export NAME=value` lines.
 
 It runs as the job's user, in the job's environment, before every task, so it never fails the
-task and never lets that environment steer it: options come only from the argv of slurm.conf's
-TaskProlog script (no click auto envvar, no SLURM_HETERO_INVENTORY, no user config layers);
-settings only from /etc and `--config`. Problems (an unreadable or moved inventory, a node
-missing from it, bad indices) become a `print` line in the task's output and a syslog line on
-the node, and no variable is exported. Nothing is written to stderr: slurmstepd parses the
-TaskProlog's stderr together with its stdout.
+task and never lets that environment steer it (options only from the TaskProlog script's argv,
+settings only from /etc and `--config`). A problem becomes a `print` line and a syslog line, and
+nothing is exported; nothing goes to stderr, which slurmstepd parses with stdout.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ import click
 from slurm_hetero.cli import cli
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.journal import syslog_handler
-from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import load_settings
@@ -37,13 +33,6 @@ from slurm_hetero.vendors import vendor_traits
 HAMI_CORE = "/usr/local/vgpu/libvgpu.so"
 logger = logging.getLogger(__name__)
 _option = functools.partial(click.option, allow_from_autoenv=False)  # never the job's environment
-
-
-def _find_node(path: Path, name: str, include_unhealthy: bool) -> SlurmNode:
-    record = host_records(inventory.load(path), [name]).get(name)
-    if record is None:
-        raise HeteroError(f"node {syntax.text(name, 60)} is not in {path}")
-    return NodeBuilder(load_catalog(), vendor_traits(), include_unhealthy).node(record)
 
 
 def exports(
@@ -59,7 +48,10 @@ def exports(
         return []  # no GPUs: nothing to read
     if task.node_name is None:
         raise HeteroError("SLURMD_NODENAME is not set (slurmd sets it for a TaskProlog)")
-    node = _find_node(inventory_path, task.node_name, include_unhealthy)
+    record = host_records(inventory.load(inventory_path), [task.node_name]).get(task.node_name)
+    if record is None:
+        raise HeteroError(f"node {syntax.text(task.node_name, 60)} is not in {inventory_path}")
+    node = NodeBuilder(load_catalog(), vendor_traits(), include_unhealthy).node(record)
     library = hami_core_library if os.path.isfile(hami_core_library) else None
     sharing = SharingLimits(load_settings(config_path, user_layers=False).scoring.shares, library)
     return export_lines(task, node, sharing)
