@@ -2,34 +2,16 @@
 
 Rules, in order (`choose`):
 
-1. **vendor-ccl**: every member is of one vendor -> that vendor's collective library, under the
-   name its torch integration registers (`VendorTraits.torch_backend`).
-2. **rdma-direct**: several vendors, and every member's device can expose its memory to the NIC
-   (catalog capability `gpudirect_rdma`: GPUDirect RDMA / nvidia-peermem; `peer_rdma`: ROCm peer
-   memory, Gaudi), a library handles every member's memory type (UCC: CUDA and ROCm memory,
-   `VendorTraits.ucc_memory`), and every member's node has an RDMA NIC (InfiniBand or RoCE) of one common kind
-   in the inventory -> torch's `ucc` backend, tensors go NIC to NIC.
-3. **cpu-relay**: anything else -> `gloo`; tensors are staged through host memory over PCIe.
+1. **vendor-ccl**: every member is of one vendor -> that vendor's collective library.
+2. **rdma-direct**: several vendors, every member's device can expose its memory to the NIC
+   (`PEER_MEMORY_CAPABILITIES`), UCC handles every member's memory type
+   (`VendorTraits.ucc_memory`) and every member's node has an RDMA NIC of one common kind ->
+   torch's `ucc`, tensors NIC to NIC.
+3. **cpu-relay**: anything else -> `gloo`, tensors staged through host memory over PCIe.
 
-`--backend-override` forces one backend for every group (`gloo` makes every group a cpu-relay);
-whether the chosen backend's torch package is importable is not decided here.
-
-Backend names, the packages that provide them and which vendors UCC can move memory for are
-vendor traits (`model.VendorTraits`, declared on each vendor class with their sources); members
-carry them, so this module keeps no table keyed by vendor.
-
-Network variables (`communicator_env`), from the node's NICs in the inventory (`nics:`; RDMA
-NICs are named by their verbs device, `mlx5_0`, Ethernet ones by their interface, `eth0`):
-NCCL-style libraries (the vendor's `ccl_env_prefix`: NCCL, MCCL) get `<P>_IB_HCA` (RDMA NICs),
-`<P>_SOCKET_IFNAME` (Ethernet) and `<P>_IB_DISABLE=1` when NICs are listed but none does RDMA;
-hccl gets `HCCL_SOCKET_IFNAME` (its RDMA is on the device); gloo gets `GLOO_SOCKET_IFNAME`; ucc
-gets `UCX_NET_DEVICES`.
-Nothing is set where the inventory lists no NICs: the libraries pick an interface themselves.
-
-Cost (`transfer_s`), seconds to move `n` bytes one way: vendor-ccl over the device link inside a
-node or the NIC between nodes; rdma-direct at NIC speed; cpu-relay two PCIe copies (device to
-host, host to device) plus the network between nodes. NIC speeds are per device, by kind
-(`NIC_GBS`; none listed: `DEFAULT_NIC_GBS`).
+Vendor facts are traits on each vendor class (`model.VendorTraits`), so this module keeps no
+table keyed by vendor. Network variables (`communicator_env`) come from the node's NICs in the
+inventory; where it lists none, nothing is set and the libraries pick an interface themselves.
 """
 
 from __future__ import annotations
@@ -86,7 +68,8 @@ def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) 
 def choose(
     members: Sequence[Member], nics: Mapping[str, Sequence[Nic]], override: str | None = None
 ) -> Communicator:
-    """The communicator of a group of `members` (rules in the module docstring)."""
+    """The communicator of a group of `members` (rules in the module docstring); `override`
+    (`--backend-override`) forces a backend, `gloo` making the group a cpu-relay."""
     vendors = {m.vendor for m in members}
     if len(vendors) <= 1:
         vendor = next(iter(vendors), None)
@@ -107,7 +90,10 @@ def choose(
 
 
 def communicator_env(communicator: Communicator, nics: Sequence[Nic]) -> dict[str, str]:
-    """The network variables a communicator needs on a node with `nics` (rules in the module docstring)."""
+    """The network variables a communicator needs on a node with `nics`: NCCL-style libraries
+    `<P>_IB_HCA` (RDMA NICs, by verbs device), `<P>_SOCKET_IFNAME` (Ethernet) and
+    `<P>_IB_DISABLE=1` when no listed NIC does RDMA; hccl `HCCL_SOCKET_IFNAME` (its RDMA is on the
+    device); gloo `GLOO_SOCKET_IFNAME`; ucc `UCX_NET_DEVICES`."""
     backend, prefix = communicator.backend, communicator.env_prefix
     rdma = [n.name for n in nics if n.kind in RDMA_NICS]
     ethernet = [n.name for n in nics if n.kind not in RDMA_NICS]
@@ -136,7 +122,8 @@ def nic_gbs(nics: Sequence[Nic]) -> float:
 def transfer_s(
     kind: CommKind, nbytes: float, *, same_node: bool, link_gbs: float, network_gbs: float
 ) -> float:
-    """Seconds to move `nbytes` one way between two ranks through a communicator of `kind`."""
+    """Seconds to move `nbytes` one way between two ranks: vendor-ccl over the device link inside a
+    node, the NIC between nodes; rdma-direct at NIC speed; cpu-relay two PCIe copies plus the network."""
     if nbytes <= 0:
         return 0.0
     if kind == CommKind.CPU_RELAY:
@@ -157,10 +144,8 @@ def pair_gbs(
     network_gbs: Sequence[float],
     override: str | None = None,
 ) -> dict[tuple[int, int], float]:
-    """GB/s one way between devices of each pair of groups (i < j) on different nodes: what the
-    communicator chosen for their members (`choose`) delivers over the slower of the two groups'
-    `network_gbs` (a cpu-relay between vendors pays two PCIe copies on top: 25 GB/s NICs give 8.3
-    GB/s)."""
+    """GB/s one way between devices of each pair of groups (i < j) on different nodes: what their
+    communicator (`choose`) delivers over the slower of their `network_gbs`."""
     out = {}
     for i, j in itertools.combinations(range(len(groups)), 2):
         chosen = choose([*groups[i], *groups[j]], nics, override)

@@ -1,29 +1,16 @@
 """Compare catalog devices: throughput per dollar and per watt, and what each device is best for.
 
-Pure: `DeviceSpec`s in, plain JSON-ready rows out; numpy does the ranking. Used by
-`slurm-hetero catalog --compare`.
+Pure: `DeviceSpec`s in, plain JSON-ready rows out (`slurm-hetero catalog --compare`). The rule:
 
-The rule, written down once:
-
-- **Headline throughput** is the dense 16-bit tensor peak: `bf16_tflops`, else `fp16_tflops`.
-- **TFLOPS per dollar-hour** is headline / `price_per_hour_usd`; **TFLOPS per watt** is
-  headline / `tdp_w`.
-- Three workload scores, each computed only when every figure it needs is known:
-
-  ============================  =============================================================
-  ``training``                  large-model training: geometric mean of headline TFLOPS,
-                                memory GiB and interconnect GB/s (compute, room for weights
-                                and optimizer state, gradient/activation exchange)
-  ``llm_inference``             large-model inference: memory GiB x memory bandwidth GB/s
-                                (capacity holds weights and KV cache; decode is bandwidth bound)
-  ``throughput_inference``      high-throughput inference: max(int8 TOPS, fp8 TFLOPS) per
-                                dollar-hour
-  ============================  =============================================================
-
+- **Headline throughput** is the dense 16-bit tensor peak: `bf16_tflops`, else `fp16_tflops`;
+  per dollar-hour and per watt divide it by `price_per_hour_usd` and `tdp_w`.
+- Three workload scores, each only when every figure it needs is known: ``training``, the
+  geometric mean of headline TFLOPS, memory GiB and interconnect GB/s; ``llm_inference``,
+  memory GiB x memory bandwidth GB/s (capacity holds weights and KV cache, decode is bandwidth
+  bound); ``throughput_inference``, max(int8 TOPS, fp8 TFLOPS) per dollar-hour.
 - A device is **best for** a workload when its score ranks in the top third (``ceil(k / 3)``) of
-  the ``k`` compared devices that have a score for it. A device missing a figure gets no score
-  for that workload, ranks last and never qualifies; ties keep catalog order. Rankings are
-  relative to the devices compared, so filtering by vendor changes them.
+  the ``k`` compared devices with a score for it; a device without one never qualifies, ties
+  keep catalog order. Rankings are relative to the devices compared.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The layout solver's device groups from catalog facts: what one device sustains, holds and sends.
 
-Pure: `DeviceSpec`s and numbers in, `DeviceGroup`s out. `device_groups` turns ``[(type, count),
-...]`` into one group per type: sustained TFLOPS = bf16 (else fp16) peak x `MFU`, unless a
-measured figure is given for the type (what `slurm-hetero calibrate` writes); usable memory =
-capacity x `MEMORY_USABLE`; link = the catalog's bidirectional interconnect figure halved (one
-way), `PCIE_GBS` when the catalog has none. The model's side (per-layer costs) is
-`engine.modelcost`. A `--measured` key that names no type is an error (`resolve_measured`), so a
-typo never falls back to datasheet speeds silently.
-
-A type with neither a measured figure nor a catalog bf16/fp16 peak (Huawei publishes none per
-910B SKU) is not refused: `sustained_tflops` gives it the slowest known type's figure of the
-allocation (a conservative guess: the solver then gives it no more work than that type) and
-names it in `estimated`, which `plan` and `launch` print as a warning. With no figure at all the
-types share `NOMINAL_TFLOPS` each, which is the even split by speed (memory still counts).
+Pure: `DeviceSpec`s and numbers in, `DeviceGroup`s out; one group per type. Sustained TFLOPS: a
+measured figure (`slurm-hetero calibrate`), else the bf16 (else fp16) peak x `MFU`; a type with
+neither (Huawei publishes none per 910B SKU) gets the slowest known type's figure of the
+allocation (the solver then gives it no more work than that type) and is named as estimated,
+which `plan` and `launch` warn about. Usable memory: capacity x `MEMORY_USABLE`; link: the
+catalog's bidirectional figure halved, else `PCIE_GBS`. A `--measured` key naming no type is an
+error, so a typo never falls back to datasheet speeds silently.
 """
 
 from __future__ import annotations
@@ -33,8 +27,7 @@ MEMORY_USABLE = 0.9  # the rest: communication buffers, allocator fragmentation
 
 
 def known_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = MFU) -> float | None:
-    """Sustained TFLOPS of one device on this model: measured, else the catalog peak x `mfu`;
-    None when neither is known."""
+    """Sustained TFLOPS of one device: measured, else the catalog peak x `mfu`; None when neither."""
     if spec.type in measured:
         return float(measured[spec.type])
     peak = headline_tflops(spec)
@@ -82,10 +75,9 @@ def resolve_measured(
     site_types: Mapping[str, str] | None = None,
     key_name: str = "--measured key",
 ) -> dict[str, float]:
-    """`measured` keyed by catalog type; `site_types` maps the allocation's site Type= names to
-    catalog types. Exact names first, then a unique case-insensitive match; else an error (naming
-    the key as a `key_name`). Two keys for one type (an alias and its canonical name, `h100` and
-    `h100_sxm`) are refused as a duplicate key is: which one a plan used would depend on their order."""
+    """`measured` keyed by catalog type (`site_types` maps site Type= names to catalog types): exact
+    names first, then a unique case-insensitive match, else an error naming the `key_name`. Two
+    keys for one type (an alias and its name) are refused: which one counted would depend on order."""
     site = dict(site_types or {})
     names: dict[str, str] = {t: t for t in catalog.types()}
     names.update({a: s.type for s in catalog.specs for a in s.aliases})
@@ -121,9 +113,8 @@ def _unknown_key(key: str, folded: Mapping[str, set[str]], site: Mapping[str, st
 def gemm_half(
     spec: DeviceSpec, measured_half: Mapping[str, float], measured: Mapping[str, float] | None = None
 ) -> float:
-    """GEMM elements at half speed: `calibrate`'s figure for the type; 0 (no size effect) for a type
-    whose speed is measured without one (a measured figure is not mixed with a datasheet curve);
-    else the default scaled by the device's ridge point (`engine.stagecost.default_gemm_half`)."""
+    """GEMM elements at half speed: `calibrate`'s figure; 0 for a type measured without one (a
+    measured figure is not mixed with a datasheet curve); else the default scaled by the ridge point."""
     if spec.type in measured_half:
         return float(measured_half[spec.type])
     if measured and spec.type in measured:
@@ -139,8 +130,8 @@ def device_groups(
     mfu: float = MFU,
     measured_half: Mapping[str, float] | None = None,
 ) -> tuple[DeviceGroup, ...]:
-    """One group per device type (counts of repeated types added, first appearance order), on
-    nodes of `per_node` devices (the last node takes the rest)."""
+    """One group per device type (repeated types added, in first appearance order), on nodes of
+    `per_node` devices (the last takes the rest)."""
     counts: dict[str, int] = {}
     specs: dict[str, DeviceSpec] = {}
     for name, count in devices:
@@ -164,8 +155,7 @@ def estimated_types(
     measured: Mapping[str, float] | None = None,
     mfu: float = MFU,
 ) -> tuple[tuple[str, ...], str]:
-    """For `device_groups` of the same arguments: the types whose speed is an estimate, and the
-    warning (empty when none)."""
+    """The types `device_groups` of the same arguments estimates the speed of, and the warning."""
     specs = [s for s in (catalog.by_type(n) for n, _ in devices) if s is not None]
     rates = resolve_measured(measured or {}, catalog)
     _, estimated = sustained_tflops(specs, rates, mfu)
@@ -179,10 +169,9 @@ SAME_LAYER = 0.05
 
 @dataclass(frozen=True)
 class MeasuredShapes:
-    """One type's measured shapes (`--measured` profile, `launch.calibrate.load_profile`): points of
-    (tp, micro_batch, seconds of one layer's forward plus backward or None, TFLOPS or None), and
-    the model the seconds were measured on: (name, seq, hidden, forward GFLOPs of one layer per
-    sample)."""
+    """One type's measured shapes: points of (tp, micro_batch, seconds of one layer's forward plus
+    backward or None, TFLOPS or None), and the model the seconds were measured on (name, seq,
+    hidden, forward GFLOPs of one layer per sample)."""
 
     key: str
     points: tuple[tuple[int, float, float | None, float | None], ...]
@@ -190,10 +179,8 @@ class MeasuredShapes:
 
 
 def shape_speeds(shapes: MeasuredShapes, costs: LayerCosts) -> tuple[tuple[int, float, float], ...]:
-    """(tp, micro_batch, TFLOPS per device) of each point on this model's layers: a timed point is
-    micro_batch x 3 x (forward FLOPs of one of this model's layers, averaged) / (tp x seconds).
-    Seconds of another model's layer (other sequence or width, or FLOPs more than `SAME_LAYER` off)
-    are refused, naming the entry."""
+    """(tp, micro_batch, TFLOPS per device) of each point on this model: a timed point is micro_batch
+    x 3 x (this model's mean layer FLOPs) / (tp x seconds); another model's seconds are refused."""
     layer = float(costs.flops.mean())
     if shapes.model is not None:
         name, seq, hidden, gflops = shapes.model
@@ -265,9 +252,8 @@ def spec_group(
     memory_bytes: float,
     nic_gbs: float = 0.0,
 ) -> DeviceGroup:
-    """The solver's group of `gres_type` devices on nodes holding `nodes` of them, with `spec`'s
-    link, price and memory bandwidth; `memory_bytes` per device before the usable share (plan: the
-    catalog's; launch: the smallest the inventory records)."""
+    """The solver's group of `gres_type` devices on nodes of `nodes` of them with `spec`'s link, price
+    and memory bandwidth; `memory_bytes` per device before the usable share."""
     link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
     return DeviceGroup(
         gres_type,

@@ -2,8 +2,7 @@
 
 Pure: `ModelSpec` and numbers in, frozen dataclasses out; sizes in bytes. Every per-layer figure
 comes from `engine.modelcost.layer_table`, which the layout solver reads too, so `fit` and `plan`
-agree on what a layout holds. docs/fit.md gives every formula with its source and compares
-`deepspeed_model_states` (DeepSpeed's own estimator) with ours.
+agree (docs/fit.md: every formula, its source, and `deepspeed_model_states` against ours).
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ INT4_GROUP = 128
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Memory per device, in bytes, by component. `devices` is how many devices the job spans
-    (tp for inference; dp x tp x pp for training). Components a mode does not use stay 0."""
+    """Memory per device, in bytes, by component; `devices` is how many devices the job spans. A
+    mode's unused components stay 0."""
 
     mode: str
     weights: float = 0.0
@@ -70,8 +69,8 @@ class Breakdown:
 
     @property
     def model_states(self) -> float:
-        """Weights, gradients, optimizer states and the ZeRO-3 gather buffer (what DeepSpeed's
-        estimator calls "params, optim states and gradients")."""
+        """Weights, gradients, optimizer states and the ZeRO-3 gather buffer (DeepSpeed's "params, optim
+        states and gradients")."""
         return self.weights + self.gradients + self.optimizer_states + self.gather_buffer
 
 
@@ -126,9 +125,8 @@ def inference_memory(
 
 # ------------------------------------------------------------------------------------- training
 def _stage_params(table: LayerTable, pp: int) -> float:
-    """Parameters of the largest pipeline stage: its share of the layers plus the embedding (first
-    stage) or the head (last stage; a tied head is a copy there when pp > 1, counted once when one
-    stage holds both ends)."""
+    """Parameters of the largest stage: its share of the layers plus the embedding or the head (a tied
+    head is a copy there when pp > 1, counted once when one stage holds both ends)."""
     if pp == 1:
         return float(table.params.sum()) - table.tied_params
     layers = table.params[1:-1]
@@ -136,9 +134,8 @@ def _stage_params(table: LayerTable, pp: int) -> float:
 
 
 def _activations(table: LayerTable, pp: int) -> float:
-    """Activations of the fullest stage: with 1F1B the first holds `pp` micro-batches of its
-    ``ceil(L / pp)`` layers, the last one plus the logits; a fully recomputed stage also holds one
-    layer's activations while it recomputes."""
+    """Activations of the fullest stage: with 1F1B the first holds `pp` micro-batches of its layers,
+    the last one plus the logits; a fully recomputed stage also holds one layer's while recomputing."""
     kept, layers = table.kept_bytes[1:-1], table.activation_bytes[1:-1]
     per_layer, logits = float(kept.mean()), float(table.activation_bytes[-1])
     stage_layers = math.ceil(kept.size / pp)

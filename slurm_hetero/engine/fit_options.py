@@ -23,9 +23,9 @@ MIB = 2**20
 
 @dataclass(frozen=True)
 class DeviceOption:
-    """One device type of an inventory and whether the job fits on it. `memory_bytes` is per
-    device (the smallest of the type); `needed` the fewest devices that hold the job (None when
-    no count up to the limit does); `per_device_bytes` the estimate at that count."""
+    """One device type and whether the job fits on it: `memory_bytes` per device (the type's
+    smallest), `needed` the fewest devices that hold the job (None when no count up to the limit
+    does), `per_device_bytes` the estimate at that count."""
 
     type: str
     vendor: str
@@ -79,9 +79,8 @@ def _option(group: _TypeGroup, estimate: Estimate, limit: int) -> DeviceOption:
 
 
 def device_options(nodes: Sequence[SlurmNode], estimate: Estimate, limit: int = 1024) -> list[DeviceOption]:
-    """For each device type of `nodes`: its smallest memory per device, how many healthy devices
-    it has, and the fewest devices `n` whose estimate fits, trying ``n = 1 .. max(limit,
-    available)``; `estimate(n)` is None when `n` is not a valid layout. Fitting types come first,
-    fewest devices first."""
+    """For each device type: its smallest memory, its healthy devices, and the fewest devices `n` up to
+    ``max(limit, available)`` whose `estimate(n)` fits (None: not a valid layout); fitting types
+    first, fewest devices first."""
     options = [_option(g, estimate, limit) for g in _group_devices(nodes)]
     return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

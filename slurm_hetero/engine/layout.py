@@ -1,26 +1,22 @@
 """The uneven layout solver for training on a heterogeneous allocation, and rank assignment.
 
-Pure numpy, deterministic, no I/O: `solve(LayoutSpec) -> Layout`, then `assign_ranks(Layout)`.
-Per-stage costs are `engine.stagecost`, the step-time model `engine.schedule`, the candidate
-shapes `engine.shapes`, the layer split and the search over shapes `engine.partition`. Three
-layout families are searched at each micro-batch size and the best predicted step wins
-(`LayoutSpec.objective`: time, or cost by the catalog's prices):
+Pure numpy, deterministic: `solve(LayoutSpec) -> Layout`, then `assign_ranks(Layout)`. Stage
+costs are `engine.stagecost`, the step model `engine.schedule`, the candidate shapes
+`engine.shapes`, the layer split and the search `engine.partition` (bounds: docs/plan.md). Three
+families are searched at each micro-batch size and the best predicted step (or cost) wins:
 
 - ``pipeline``: one pipeline across the device groups (a group is all devices of one type), each
-  group a contiguous run of stages with tensor parallel inside nodes, replicated `d` times (`d`
-  divides every group's count). Layers are split unevenly, by speed, capped by memory.
-- ``data``: each group runs copies of one common pipeline shape (same stages and layer split, so
-  gradients line up; each type its own tensor-parallel degree, the gradient of a stage then
-  reduced shard by shard at the finest degree, `LayoutSpec.mixed_tp`) and the global batch is
-  split unevenly across these heterogeneous replicas by speed.
-- ``staged``: one pipeline whose stages each have their own data-parallel degree, each type its
-  own (Metis-style); `slurm-hetero plan` only (the training helpers run the other two).
+  group a contiguous run of stages, tensor parallel inside nodes, replicated `d` times (`d`
+  divides every group's count); layers split unevenly by speed, capped by memory.
+- ``data``: each group runs copies of one common pipeline shape (same layer split, so gradients
+  line up; a type may have its own tp degree, `LayoutSpec.mixed_tp`) and the global batch is
+  split unevenly across these replicas by speed.
+- ``staged``: one pipeline whose stages each have their own data-parallel degree (Metis-style);
+  `slurm-hetero plan` only.
 
-With `leave_out`, the allocation without each type in turn is solved too, and kept when better.
-`bound_step_s` is the total work over the summed throughput of all devices (each at the GEMM speed
-of the whole global batch, so efficiency never exceeds 1); `even_step_s` is the chosen shape with
-equal layers per stage and equal samples per replica, which competes with the uneven split, so
-the answer is never slower than it.
+`bound_step_s` is the total work over the summed throughput of all devices; `even_step_s` is the
+chosen shape with equal layers and samples, which competes with the uneven split, so the answer
+is never slower than it.
 """
 
 from __future__ import annotations
@@ -63,10 +59,8 @@ NETWORK_GBS = 25.0  # a device's share of its node's network without a better fi
 @dataclass(frozen=True)
 class LayoutSpec:
     """What to lay out: device groups in Slurm rank order, the model's per-layer costs, samples per
-    step, and the knobs. `micro_batches`, when set, picks the micro-batch size so that an average
-    replica runs that many per step (faster replicas run more); else it is `micro_batch_size`.
-    `network_gbs` is each device's bandwidth between nodes (one way); `label` names the model in
-    error messages."""
+    step, and the knobs. `micro_batches`, when set, sizes micro-batches so an average replica runs
+    that many per step; `network_gbs` is each device's bandwidth between nodes (one way)."""
 
     groups: tuple[DeviceGroup, ...]
     costs: LayerCosts
@@ -95,8 +89,8 @@ class LayoutSpec:
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One pipeline stage: its devices, layers `[layer_start, layer_end)`, recomputed layers, and
-    seconds per micro-batch (`p2p_s`: to the next stage, each way; `allreduce_s`: per step)."""
+    """One pipeline stage: its layers `[layer_start, layer_end)`, recomputed layers, and seconds per
+    micro-batch (`p2p_s`: to the next stage, each way; `allreduce_s`: per step)."""
 
     index: int
     group: int
@@ -157,9 +151,8 @@ class Layout:
 
 @dataclass(frozen=True)
 class RankAssignment:
-    """What one global rank does: its stage and layers, its replica's share of the batch, and its
-    groups (tensor parallel: same replica and stage; data parallel: same stage and tp_rank;
-    pipeline: same replica and tp_rank). Gradients are averaged with weight `grad_weight`."""
+    """What one global rank does (tensor-parallel group: same replica and stage; data-parallel: same
+    stage and tp_rank; pipeline: same replica and tp_rank); gradients weigh `grad_weight`."""
 
     rank: int
     local_rank: int
@@ -185,17 +178,15 @@ class RankAssignment:
 
 
 def check_limits(spec: LayoutSpec) -> None:
-    """A RequestError when `spec` is beyond the limits `solve` takes (`engine.limits`): a refusal of
-    the input, checked before any search, never a layout that does not fit."""
+    """A RequestError when `spec` is beyond what `solve` takes (`engine.limits`), before any search."""
     check_size(spec.groups)
     check_batch(spec.global_batch)
     check_prices(spec.objective, spec.groups)
 
 
 def solve(spec: LayoutSpec) -> Layout:
-    """The best layout by `spec.objective`: every device type used, or (`spec.leave_out`) also each
-    allocation with one type left idle, when that is better (each searched within
-    an eighth of `spec.max_candidates` over the types, so the whole stays bounded)."""
+    """The best layout by `spec.objective`; with `spec.leave_out`, also each allocation with one type
+    left idle (each within its share of `spec.max_candidates`, so the whole stays bounded)."""
     check_limits(spec)
     if not spec.leave_out or len(spec.groups) < 2:
         return _solve_all(spec)
@@ -250,9 +241,8 @@ def cost_per_step(groups: tuple[DeviceGroup, ...], step_s: float) -> float | Non
 
 
 def _solve_all(spec: LayoutSpec) -> Layout:
-    """The layout with the least simulated step time (or cost) among the best estimated candidates;
-    a finalist's even split (equal layers and samples) competes too, so the answer is never worse
-    than the even split it reports."""
+    """The best simulated layout among the best estimated candidates; each finalist's even split
+    competes too, so the answer is never worse than the even split it reports."""
     found = shape_search(spec)
     fits, stopped = search(spec, found.shapes)
     fits = _finalists(fits)
@@ -275,10 +265,8 @@ Fit = tuple[float, int, list[int], StepModel]
 
 
 def _finalists(fits: list[Fit]) -> list[Fit]:
-    """The best `FINALISTS` fits by score of each class (`partition.shape_class`): a search
-    restricted to some classes (`--kind`, `--micro-batch`) times a subset of them, so the default
-    search is never worse by its own prediction than a restricted one searching within the same
-    bounds."""
+    """The best `FINALISTS` fits of each class (`partition.shape_class`), so the default search is
+    never worse by its own prediction than one restricted to a class (`--kind`, `--micro-batch`)."""
     by_class: dict[tuple[str, int], list[Fit]] = {}
     for fit in sorted(fits, key=lambda f: (f[0], f[1])):
         by_class.setdefault(shape_class(fit[3].shape), []).append(fit)
@@ -286,17 +274,15 @@ def _finalists(fits: list[Fit]) -> list[Fit]:
 
 
 def bound_step_s(spec: LayoutSpec) -> float:
-    """Total work of a step over the summed throughput of every device, each at what it sustains on
-    this model on its own: no tensor parallelism, and the largest micro-batch any layout could give
-    it (the whole global batch: GEMM speed only grows with size), so no layout beats it."""
+    """Total work of a step over the summed throughput of every device, each alone at the GEMM speed
+    of the whole global batch (GEMM speed only grows with size), so no layout beats it."""
     elements = spec.global_batch * spec.costs.elements_per_sample
     rate = sum(g.count * peak_rate(g, elements) * TFLOPS for g in spec.groups)
     return spec.global_batch * spec.costs.step_flops_per_sample / rate
 
 
 def _even_split(spec: LayoutSpec, model: StepModel) -> tuple[list[int], tuple[int, ...]] | None:
-    """Equal layers per stage and equal samples per replica of `model`'s shape (None: no stage
-    split can hold that many layers)."""
+    """Equal layers per stage and samples per replica of `model`'s shape (None: too few layers)."""
     if model.shape.stages > spec.costs.layers:
         return None
     replicas = sum(model.shape.replicas)
@@ -327,9 +313,8 @@ def _stage_plans(spec: LayoutSpec, model: StepModel, bounds: list[int]) -> list[
 def layout_from_split(
     spec: LayoutSpec, model: StepModel, bounds: list[int], samples: tuple[int, ...], step: float
 ) -> Layout:
-    """The `Layout` of `model`'s shape with the layer split `bounds`, `samples` per replica and a
-    step of `step` seconds: what `solve` returns for its winner, and the even split of the chosen
-    shape (`even_bounds`, equal samples) that `slurm-hetero launch --even` runs."""
+    """The `Layout` of `model`'s shape with layer split `bounds`, `samples` per replica and a step of
+    `step` seconds (`solve`'s winner, or the even split that `slurm-hetero launch --even` runs)."""
     pipelines, first = [], 0
     for stages, r in zip(_stage_plans(spec, model, bounds), model.shape.replicas):
         pipelines.append(PipelinePlan(stages, samples[first : first + r], model.shape.micro_batch, first))
@@ -417,8 +402,8 @@ def _no_shape_reason(spec: LayoutSpec) -> str:
 
 
 def assign_ranks(layout: Layout) -> tuple[RankAssignment, ...]:
-    """Every global rank's assignment. Ranks follow Slurm: group by group, node by node (the
-    prefix sum of per-node counts); inside a group, replica by replica, stage by stage, tp rank."""
+    """Every global rank's assignment. Ranks follow Slurm: group by group, node by node; inside a
+    group, replica by replica, stage by stage, tp rank."""
     node_first = np.concatenate(([0], np.cumsum([c for g in layout.groups for c in g.per_node])))
     group_first = np.concatenate(([0], np.cumsum([g.count for g in layout.groups])))
     out: list[RankAssignment] = []
@@ -432,8 +417,7 @@ def _group_ranks(
     layout: Layout, gi: int, plan: PipelinePlan, first: int, node_first: npt.NDArray[np.int64]
 ) -> list[RankAssignment]:
     """Group `gi`'s ranks: replica by replica, the group's stages in order, each `dp x tp` ranks
-    (dp-major; dp is 1 outside the staged family, whose stage's data-parallel ranks share the
-    micro-batch and the replica's samples evenly)."""
+    (dp-major; a staged stage's data-parallel ranks share the micro-batch and samples evenly)."""
     roles = [
         (replica, s, j, tp_rank)
         for replica in range(len(plan.samples))

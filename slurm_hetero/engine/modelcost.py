@@ -1,12 +1,11 @@
 """The one model-cost source: what each layer of a transformer costs to train.
 
-Pure: a `ModelSpec` and `CostSettings` in, NumPy arrays out. `engine.fit` sums these figures
-into the memory per device (`slurm-hetero fit`), and the layout solver takes them as its
-`LayerCosts` (`plan`, `launch`), so both count every byte and FLOP the same way. The formulas and
-their sources are in docs/fit.md. Two choices it does not spell out: attention FLOPs are
-``4 b s^2 q``, full rather than causal-halved, as Korthikanti et al. count; and fp32 training
-keeps and sends 4-byte values (`activation_value_bytes`), so every value term doubles but the
-one-byte dropout masks and the fp32 softmax statistics and logits do not.
+Pure: a `ModelSpec` and `CostSettings` in, NumPy arrays out. `engine.fit` sums these figures into
+the memory per device and the layout solver takes them as its `LayerCosts`, so both count every
+byte and FLOP the same way (formulas and sources: docs/fit.md). Two choices it does not spell
+out: attention FLOPs are ``4 b s^2 q``, full rather than causal-halved, as Korthikanti et al.
+count; fp32 training keeps and sends 4-byte values, but the one-byte dropout masks and the fp32
+softmax statistics and logits stay as they are.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ class Optimizer(StrEnum):
 
 
 class Attention(StrEnum):
-    """How attention runs: `flash` (fused, the s x s scores never stored: FlashAttention, PyTorch
-    SDPA, what current training uses) or `eager` (scores materialized, as Korthikanti et al. count)."""
+    """How attention runs: `flash` (fused, the s x s scores never stored) or `eager` (scores
+    materialized, as Korthikanti et al. count)."""
 
     FLASH = "flash"
     EAGER = "eager"
@@ -69,10 +68,9 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
 
 
 def check_layout(spec: ModelSpec, tp: int = 1, pp: int = 1) -> None:
-    """Tensor parallelism splits attention heads, pipeline parallelism layers: `ConfigError` when
-    `tp` does not divide the heads, splits grouped-query K/V heads unevenly (each rank holds
-    kv_heads / tp of them, or one replicated when tp is a multiple of kv_heads, as Megatron and
-    vLLM do) or `pp` exceeds the layers."""
+    """`ConfigError` when `tp` does not divide the heads or splits grouped-query K/V heads unevenly
+    (each rank holds kv_heads / tp, or one replicated when tp is a multiple, as Megatron and vLLM
+    do), or `pp` exceeds the layers."""
     if spec.heads % tp:
         message = f"tp={tp} does not divide the {spec.heads} attention heads of {spec.name}"
         raise ConfigError(message, key_path="tp")
@@ -84,8 +82,7 @@ def check_layout(spec: ModelSpec, tp: int = 1, pp: int = 1) -> None:
 
 
 def usable_tp_sizes(spec: ModelSpec, sizes: Iterable[int]) -> tuple[int, ...]:
-    """The tensor-parallel degrees of `sizes` that `check_layout` accepts for `spec`; when none is,
-    its `ConfigError` for the smallest."""
+    """The degrees of `sizes` that `check_layout` accepts; when none is, its error for the smallest."""
     sizes = sorted(set(sizes))
     usable = []
     for tp in sizes:
@@ -127,9 +124,8 @@ SOLVER_SETTINGS = CostSettings(zero_stage=1, recompute=AUTO)
 
 # ------------------------------------------------------------------------------- the formulas
 def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer states incl. fp32 master weights) bytes per parameter: 16-bit
-    mixed precision keeps an fp32 master copy, fp32 none; Adam two fp32 moments, SGD a momentum,
-    Adafactor factored second moments (about ``8 / hidden`` bytes per parameter)."""
+    """(weights, gradients, optimizer states incl. fp32 master weights) bytes per parameter: Adam two
+    fp32 moments, SGD a momentum, Adafactor factored second moments (about ``8 / hidden``)."""
     weight = BYTES_PER_VALUE[dtype]
     master = 4.0 if weight < 4 else 0.0
     per_optimizer = {Optimizer.ADAM: 8.0, Optimizer.SGD: 4.0, Optimizer.ADAFACTOR: 8.0 / hidden}
@@ -137,52 +133,43 @@ def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[floa
 
 
 def activation_value_bytes(dtype: str) -> float:
-    """Bytes of one activation value when training in `dtype`: mixed precision computes in 16
-    bits, fp32 training in 32 (what the stage boundary sends and the layers keep)."""
+    """Bytes of one activation value: mixed precision computes in 16 bits, fp32 training in 32."""
     return BYTES_PER_VALUE[dtype]
 
 
-# Bytes the optimizer step reads and writes per parameter, fp32 states: torch's default
-# (multi-tensor, `foreach`) Adam makes 18 passes over 4-byte tensors (lerp of the first moment 3,
-# scaling and addcmul of the second 5, its square root, bias correction and epsilon into a
-# temporary 6, addcdiv into the weights 4), SGD with momentum 8; mixed precision also reads the
-# 16-bit gradient into fp32 and writes the 16-bit weight copy (2 + 4 + 4 + 2).
+# Bytes a torch `foreach` optimizer step reads and writes per parameter in 4-byte passes (Adam:
+# 18, SGD with momentum: 8); mixed precision adds the 16-bit gradient read and weight copy written.
 OPTIMIZER_PASSES = {Optimizer.ADAM: 18, Optimizer.SGD: 8, Optimizer.ADAFACTOR: 18}
 MIXED_PRECISION_STEP_BYTES = 12.0
 
 
 def optimizer_step_bytes(dtype: str, optimizer: str) -> float:
-    """Memory traffic of one optimizer step per parameter (`OPTIMIZER_PASSES`): the step is
-    bandwidth-bound, so its time is this over the device's memory bandwidth."""
+    """Memory traffic of one optimizer step per parameter: the step is bandwidth-bound."""
     mixed = MIXED_PRECISION_STEP_BYTES if BYTES_PER_VALUE[dtype] < 4 else 0.0
     return 4.0 * OPTIMIZER_PASSES[Optimizer(optimizer)] + mixed
 
 
 def gradient_copies(zero_stage: int) -> int:
-    """Gradient-sized buffers a rank holds: without ZeRO the gradients and the flat buffer they
-    are all-reduced through (torch DDP's buckets, `gradient_as_bucket_view` off as by default;
-    `slurm_hetero.training` flattens them too); with ZeRO the gradients alone (DeepSpeed reduces
-    through fixed-size buckets, Megatron's distributed optimizer keeps the gradients as views
-    of its one buffer)."""
+    """Gradient-sized buffers a rank holds: without ZeRO also the flat buffer they are all-reduced
+    through (DDP's buckets; `slurm_hetero.training` flattens them too); with ZeRO the gradients
+    alone (DeepSpeed's fixed buckets, Megatron's views of one buffer)."""
     return 2 if zero_stage == 0 else 1
 
 
 def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
-    """What (weights, gradients, optimizer states) are divided by on each of `dp` data-parallel
-    ranks: ZeRO-1 shards the optimizer states (with the master weights), ZeRO-2 also the
-    gradients, ZeRO-3 also the weights."""
+    """What (weights, gradients, optimizer states) are divided by on each of `dp` ranks: ZeRO-1
+    shards the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the weights."""
     return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
 
 
 def gather_buffer_bytes(spec: ModelSpec, dtype: str, zero_stage: int, tp: int = 1) -> float:
-    """ZeRO-3's buffer for the largest module's gathered 16-bit weights and gradients (as
-    DeepSpeed's estimator counts it), per tp rank; 0 for other stages."""
+    """ZeRO-3's buffer for the largest module's gathered weights and gradients, per tp rank."""
     return 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
 
 
 def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str, wide: float) -> float:
-    """Eager: the softmax output and the dropout output (16-bit values, times `wide`) and the
-    dropout mask (a byte); flash: an fp32 log-sum-exp per head and token."""
+    """Eager: the softmax and dropout outputs and the dropout mask; flash: an fp32 log-sum-exp per
+    head and token."""
     if attention == Attention.EAGER:
         return (4.0 * wide + 1.0) * spec.heads * seq * seq * micro_batch
     return 4.0 * spec.heads * seq * micro_batch
@@ -199,9 +186,8 @@ def layer_activation_bytes(
     attention: str = DEFAULT_ATTENTION,
     value_bytes: float = ACT_BYTES,
 ) -> float:
-    """Activation bytes one layer keeps for the backward pass, per micro-batch and tp rank
-    (docs/fit.md; ``attention="eager"`` is Korthikanti et al.'s formula). Values are
-    `value_bytes` wide (`activation_value_bytes`), dropout masks one byte."""
+    """Activation bytes one layer keeps for backward, per micro-batch and tp rank (docs/fit.md;
+    ``attention="eager"`` is Korthikanti et al.'s formula); values `value_bytes` wide."""
     check_choice("recompute", recompute, [r.value for r in Recompute])
     check_choice("attention", attention, [a.value for a in Attention])
     sbh, wide = float(seq * micro_batch * spec.hidden), value_bytes / ACT_BYTES
@@ -225,14 +211,13 @@ def attention_core_flops(
     spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False, window: int = 0
 ) -> float:
     """Forward FLOPs of the attention scores and their product with the values; a local layer's
-    queries each attend to `window` keys (0: all `seq`)."""
+    queries each attend to `window` keys (0: all)."""
     span = min(seq, window) if window else seq
     return 4.0 * micro_batch * seq * (span + (seq if cross else 0)) * spec.q_dim
 
 
 def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False, window: int = 0) -> float:
-    """Forward FLOPs of one transformer layer for one micro-batch (no tensor parallelism); `window`
-    as `attention_core_flops`."""
+    """Forward FLOPs of one layer for one micro-batch (no tensor parallelism)."""
     expert = 3 if spec.gated_mlp else 2
     attn = attention_weights(spec)
     matmul = attn * (2 if cross else 1) + expert * spec.hidden * spec.mlp_width
@@ -243,17 +228,14 @@ def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False
 # ------------------------------------------------------------------------------- the table
 @dataclass(frozen=True, eq=False)
 class LayerTable:
-    """Per-layer costs in model order: ``embedding``, the transformer layers (``layer.N``, or
-    ``encoder.N`` then ``decoder.N``), ``head`` (final norm, lm_head, loss). Arrays have one entry
-    per name, per tensor-parallel rank and micro-batch (units and formulas: docs/fit.md).
+    """Per-layer costs in model order: ``embedding``, the layers (``layer.N``, or ``encoder.N`` then
+    ``decoder.N``), ``head``; one entry per name, per tp rank and micro-batch (docs/fit.md).
 
-    `params` counts parameters, `state_per_param` the (weight, gradient, optimizer) bytes of one
-    (`state_bytes` applies ZeRO). A tied lm_head is counted again in ``head`` (pipelines keep a
-    copy there); `tied_params` is that copy, which a stage holding both ends keeps once.
-    `activation_bytes` is what a layer keeps without full recomputation (selective already
-    applied); `checkpoint_bytes` what a fully recomputed layer keeps; `recompute_flops` the forward
-    FLOPs selective recomputation redoes in backward. `boundary_bytes` is the hidden state between
-    stages (whole, not per rank), `gather_bytes` ZeRO-3's buffer per rank."""
+    `state_per_param` is the (weight, gradient, optimizer) bytes of one parameter. A tied lm_head
+    is counted again in ``head`` (pipelines keep a copy there); `tied_params` is that copy.
+    `activation_bytes` is what a layer keeps without full recomputation, `checkpoint_bytes` with it;
+    `recompute_flops` what selective recomputation redoes; `boundary_bytes` the hidden state
+    between stages (whole), `gather_bytes` ZeRO-3's buffer per rank."""
 
     names: tuple[str, ...]
     flops: FloatArray
@@ -275,21 +257,21 @@ class LayerTable:
         return self.params * self.state_per_param[0]
 
     def state_bytes(self, dp: int = 1) -> FloatArray:
-        """Weights, gradients and optimizer states per layer on one of `dp` data-parallel ranks."""
+        """Weights, gradients and optimizer states per layer on one of `dp` ranks."""
         shards, (w, g, o) = zero_divisors(self.settings.zero_stage, dp), self.state_per_param
         copies = gradient_copies(self.settings.zero_stage)
         return self.params * sum(b / n for b, n in zip((w, g * copies, o), shards))
 
     @property
     def kept_bytes(self) -> FloatArray:
-        """Activations each layer keeps for backward under the settings' recompute mode."""
+        """Activations each layer keeps under the settings' recompute mode."""
         full = self.settings.recompute == Recompute.FULL
         return self.checkpoint_bytes if full else self.activation_bytes
 
 
 def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int, ModelSpec]]:
-    """(name, has cross-attention, parameters, the spec that describes it) of each transformer
-    layer, in model order (DeepSeek's dense first layers have a spec of their own)."""
+    """(name, has cross-attention, parameters, its spec) of each layer in model order (DeepSeek's
+    dense first layers have a spec of their own)."""
     p = spec.params
     rows = [(f"encoder.{i}", False, p.encoder_per_layer, spec) for i in range(spec.encoder_layers)]
     kind = "decoder" if spec.encoder_layers else "layer"
@@ -302,7 +284,7 @@ def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int, ModelSpec]]:
 
 def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int, ModelSpec]]) -> list[float]:
     """Parameters of each row: the embedding (with learned positions), the layers, and the head
-    (lm_head, or a copy of the tied table, plus the final norms and OPT's projections)."""
+    (lm_head or a tied copy, plus the final norms and OPT's projections)."""
     p, head = spec.params, spec.vocab * spec.embed_width
     ends = p.embedding + p.position_embedding
     rest = p.total - ends - sum(row[2] for row in rows) - p.lm_head  # final norm(s)

@@ -3,33 +3,11 @@ GPT-J, Falcon, Gemma, Gemma 2, Qwen-MoE (qwen2_moe) and DeepSeek (deepseek, deep
 deepseek_v3), and `from_hf_config`, which reads any supported config through `READERS` by
 `model_type`. Pure: a config dict in, a `ModelSpec` out.
 
-How each is built, as the Transformers modules allocate it (parameter counts checked against the
-model cards in tests/unit/test_modelfamilies.py):
-
-==========  ===================================================================================
-opt         Learned positions with 2 extra rows; q/k/v/out and fc1/fc2 with biases (`enable_bias`);
-            two LayerNorms per layer, a final one only when `do_layer_norm_before` (and not
-            `_remove_final_layer_norm`); a token table of `word_embed_proj_dim` with
-            project_in/project_out matrices when that differs from hidden (OPT-350m); tied head.
-gpt_neo     GPT-2's layout with unbiased q, k, v (out_proj biased); learned positions; tied head.
-            Its local-attention layers (`attention_layers`, else `attention_types` expanded)
-            attend to `window_size` tokens (`ModelSpec.window`).
-gptj        Rotary; unbiased q/k/v/out, biased fc_in/fc_out; one LayerNorm per layer (attention
-            and MLP in parallel); an untied lm_head with a bias.
-falcon      Fused qkv (multi-query: one kv head; `new_decoder_architecture`: `num_kv_heads`),
-            dense and 4h MLP, biases only with `bias`; one LayerNorm per layer with
-            `parallel_attn` (two with the new architecture, or without parallel attention).
-gemma(2)    Llama's layout (gated MLP, RMSNorm, explicit head_dim) with tied embeddings; Gemma 2
-            has four norms per layer.
-qwen2_moe   Llama-style attention with q/k/v biases; `num_experts` routed experts of
-            `moe_intermediate_size`, one shared expert of `shared_expert_intermediate_size` with
-            a sigmoid gate; every layer sparse (`decoder_sparse_step` 1, no `mlp_only_layers`).
-deepseek*   `n_routed_experts` experts of `moe_intermediate_size` plus `n_shared_experts` shared
-            ones; the first `first_k_dense_replace` layers dense (`intermediate_size`); v2/v3 use
-            multi-head latent attention (`kv_lora_rank`, `q_lora_rank`, `qk_rope_head_dim`,
-            `qk_nope_head_dim`, `v_head_dim`); v3's router has a score-correction bias. Its
-            multi-token-prediction layers are not built by Transformers and not counted.
-==========  ===================================================================================
+Each is built as its Transformers module allocates it (counts checked against the model cards in
+tests/unit/test_modelfamilies.py). What the configs do not say: OPT's position table has 2 extra
+rows; GPT-J and Falcon with `parallel_attn` have one LayerNorm per layer (Falcon's new
+architecture two); Qwen-MoE's shared expert has a sigmoid gate; DeepSeek's multi-token-prediction
+layers are not built by Transformers and not counted.
 """
 
 from __future__ import annotations
@@ -52,14 +30,6 @@ from slurm_hetero.engine.modelspec import (
 )
 
 Reader = Callable[[Mapping[str, Any], str], ModelSpec]
-
-
-def _either(config: Mapping[str, Any], key: str, old: str) -> Mapping[str, Any]:
-    """`config` with `key` taken from its older spelling `old` when only that is there (Falcon's
-    RefinedWeb configs: n_layer, n_head, n_head_kv)."""
-    if config.get(key) is None and config.get(old) is not None:
-        return {**config, key: config[old]}
-    return config
 
 
 def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
@@ -134,12 +104,12 @@ def _gptj(config: Mapping[str, Any], name: str) -> ModelSpec:
 
 
 def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
-    for key, old in (
-        ("num_hidden_layers", "n_layer"),
-        ("num_attention_heads", "n_head"),
-        ("num_kv_heads", "n_head_kv"),
-    ):
-        config = _either(config, key, old)
+    # RefinedWeb configs spell n_layer, n_head and n_head_kv
+    renamed = {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "num_kv_heads": "n_head_kv"}
+    config = {
+        **config,
+        **{k: config[o] for k, o in renamed.items() if config.get(k) is None and config.get(o) is not None},
+    }
     hidden, heads = read_int(config, "hidden_size", name), read_int(config, "num_attention_heads", name)
     # RefinedWeb (Falcon-40B's first release) is the new decoder architecture, RefinedWebModel (7B) not
     new = read_flag(config, name, "new_decoder_architecture", config.get("model_type") == "RefinedWeb")

@@ -1,31 +1,12 @@
 """A transformer's shape, read from a Hugging Face `config.json`, and its exact parameter counts.
 
-Pure: a config dict in, a frozen `ModelSpec` out; no file I/O (`slurm_hetero.cli.fit` reads
-`config.json` files and the configs shipped in `slurm_hetero/data/hf_configs/`).
-
-Families and the rules used to count their parameters (as the Transformers modules build them):
-
-=========  ====================================================================================
-llama      Llama, Mistral, Qwen2, Phi-3 and Mixtral: token embedding, per layer q/k/v/o
-           projections with grouped-query attention (k and v have ``kv_heads * head_dim``
-           outputs), a gated MLP (gate, up, down), two RMSNorm gains; a final RMSNorm; an
-           lm_head unless tied. Qwen2 has biases on q, k and v (its code adds them; the config
-           has no field for it); Llama's ``attention_bias``/``mlp_bias`` add the others. Phi-3's
-           fused qkv and gate_up matrices hold the same numbers. Mixtral (``num_local_experts``)
-           has ``E`` gated expert MLPs per layer plus a router (``hidden x E``, no bias).
-gpt2       Learned token and position tables, per layer two LayerNorms (gain and bias), a fused
-           qkv projection and an output projection with biases, an ungated MLP (``n_inner`` or
-           ``4 * hidden``) with biases; a final LayerNorm; lm_head tied to the token table.
-t5         Shared token table; encoder layers (self-attention, MLP) and decoder layers (self- and
-           cross-attention, MLP), no biases, T5 LayerNorm gains only, relative-position bias
-           (``buckets x heads``) in the first encoder and first decoder layer, a final norm for
-           each stack; lm_head unless tied (``tie_word_embeddings`` defaults to true). ``relu``
-           MLPs have two matrices, ``gated-*`` three.
-=========  ====================================================================================
-
-OPT, GPT-Neo, GPT-J, Falcon, Gemma (2), Qwen-MoE and DeepSeek (dense first layers, shared experts,
-multi-head latent attention) are read by `engine.modelfamilies` with the fields below that only
-they set; the counting rules are here, once.
+Pure: a config dict in, a frozen `ModelSpec` out (`slurm_hetero.cli.fit` reads the files). The
+readers here cover llama (Llama, Mistral, Qwen2, Phi-3, Mixtral), gpt2 and t5; the other families
+are read by `engine.modelfamilies`, and the counting rules for all of them are here, once, as
+the Transformers modules build them. Qwen2 has biases on q, k and v (its code adds them; the
+config has no field for it); Phi-3's fused qkv and gate_up matrices hold the same numbers as
+separate ones; T5 has relative-position bias in the first layer of each stack and a final norm
+for each stack.
 """
 
 from __future__ import annotations
@@ -176,8 +157,7 @@ def read_int(config: Mapping[str, Any], key: str, name: str, default: int | None
 
 
 def read_flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
-    """A JSON true or false (absent or null: `default`); anything else is refused (the string
-    "false" is truthy to Python, so it would read as true)."""
+    """A JSON true or false (absent or null: `default`); the string "false" is refused, not read as true."""
     value = config.get(key)
     if value is None:
         return default
@@ -196,8 +176,7 @@ def read_head_dim(config: Mapping[str, Any], name: str, hidden: int, heads: int)
 
 
 def read_kv_heads(config: Mapping[str, Any], name: str, heads: int, key: str = "num_key_value_heads") -> int:
-    """Grouped-query attention's K/V heads (`key`, default `heads`): each serves an equal group of
-    attention heads, so they must divide them."""
+    """Grouped-query attention's K/V heads (`key`, default `heads`): they must divide the heads."""
     kv_heads = read_int(config, key, name, heads)
     if heads % kv_heads:
         raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, key)
@@ -233,9 +212,8 @@ def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSp
 
 
 def sliding_window(config: Mapping[str, Any], name: str, model_type: str) -> dict[str, Any]:
-    """`window` and `local_layers` of a Llama-style config, as Transformers applies
-    `sliding_window`: every layer (Mistral, Mixtral, Phi-3), Qwen2's layers from
-    `max_window_layers` on when `use_sliding_window`, Gemma 2's even layers; none when unset."""
+    """`window` and `local_layers` of a Llama-style config, as Transformers applies `sliding_window`:
+    every layer, Qwen2's from `max_window_layers` on when `use_sliding_window`, Gemma 2's even ones."""
     if config.get("sliding_window") is None or (
         model_type == "qwen2" and not config.get("use_sliding_window")
     ):
@@ -342,10 +320,8 @@ def _norm_params(spec: ModelSpec) -> int:
 
 
 def _largest_module(spec: ModelSpec) -> int:
-    """Parameters of the largest single module (what ZeRO-3 gathers at once): DeepSpeed's
-    `largest_layer_params`, counted per module without recursion. Transformers 5 keeps all
-    experts of a MoE layer in one module (fused gate_up and down tensors); 4.x had one Linear
-    per expert matrix, which made the embedding the largest module of Mixtral."""
+    """Parameters of the largest single module (what ZeRO-3 gathers at once, DeepSpeed's
+    `largest_layer_params`); Transformers 5 keeps a MoE layer's experts in one module."""
     attention = spec.hidden * (spec.q_dim + 2 * spec.kv_dim) if spec.fused_qkv else spec.hidden * spec.q_dim
     mlp = spec.hidden * spec.intermediate + (spec.intermediate if spec.mlp_bias else 0)
     experts = spec.num_experts * _expert_mlp_params(spec) if spec.is_moe else 0

@@ -1,13 +1,10 @@
 """The layer split of a candidate shape, and the search over shapes that finds the best splits.
 
-Pure, deterministic, no I/O. This module owns the bounds that let the search skip shapes (a lower
-bound on a shape's step from the stage rates and transfers; the balanced split's bottleneck; the
-memory every replica must hold), the contiguous min-max split (bisection over a feasibility test:
-the intervals of layers the first k stages can cover, each stage recomputing the fewest layers
-that make it fit), `polish` (single layers handed between stages while the step improves),
-`even_bounds`, and `search`, which visits shapes by lower bound until none left can win. The
-shapes themselves, `LayoutSpec` and the answer are `engine.layout`; the step model is
-`engine.schedule`.
+Pure, deterministic. The bounds that let the search skip shapes (a lower bound on a shape's
+step, the balanced split's bottleneck, the memory every replica must hold); the min-max split
+(bisection over a feasibility test: the layers the first k stages can cover, each recomputing
+the fewest layers that make it fit); `polish`; and `search`, which visits shapes by lower bound
+until none left can win. Shapes and `LayoutSpec` are `engine.layout`'s, the step `engine.schedule`'s.
 """
 
 from __future__ import annotations
@@ -33,37 +30,25 @@ if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
 Rates = dict[tuple[int, int, float], float]
-# For more than LARGE_SEARCH devices x layers (1,024 devices x 128 layers: 131,072), the layer
-# split is computed for at most MAX_SPLITS shapes, in lower-bound order after the first fit:
-# bounded planning time there; smaller searches stay exact. The size of the problem, not the
-# number of candidates, so that `--kind` and `--micro-batch` do not change the bound.
+# The search's bounds (docs/plan.md, "The search is bounded"). Beyond LARGE_SEARCH devices x
+# layers, at most MAX_SPLITS shapes are split (in lower-bound order): the problem's size, not the
+# candidates', so `--kind` and `--micro-batch` do not change it. In any search, splitting stops
+# after the first fit once its work (`_split_work`) passes MAX_SPLIT_WORK, and polishing once
+# MAX_SCORES splits were scored (a score over SCORE_LINES lines counts lines / SCORE_LINES), each x
+# the spec's share of `shapes.MAX_CANDIDATES`: 5 or more types, or many layers on few devices,
+# made planning minutes. Each class (`shape_class`) takes 1 / CLASS_SHARE of these, and under
+# LARGE_SEARCH no class's spending counts against another's, so the default search is never worse
+# by its own prediction than one restricted to a class.
 LARGE_SEARCH = 32_768
 MAX_SPLITS = 48
-# And in any search, splitting stops (after the first fit) once the splits' estimated work (stages
-# cubed, times the simulated operations of a short step: `_split_work`) passes MAX_SPLIT_WORK x the
-# spec's share of `shapes.MAX_CANDIDATES`: short steps are never skipped by their lower bound, and
-# polishing one simulates it for every move; 5 or more types made that minutes. The benchmark
-# mixes and the exhaustively checked small instances stay under it (at most 0.93 M).
-MAX_SPLIT_WORK = 1_000_000
-# And polishing stops once the search has scored MAX_SCORES splits (x the same share): each score
-# simulates or prices a whole step, and many layers on few devices made polishing tens of seconds
-# (16 devices x 128 layers: 17,781 scores, 10 s) while the work estimate above stayed small. The
-# benchmark mixes score at most 1,709.
-MAX_SCORES = 2_500
-# A score prices every line of its shape: beyond SCORE_LINES lines (data shapes of many device
-# types, one line each) it counts as lines / SCORE_LINES scores (58 types x 16 devices: 14 s of
-# 1,170 scores of 58 lines). The benchmark mixes have at most 5 lines.
+MAX_SPLIT_WORK = 1_000_000  # the benchmark mixes and exhaustively checked instances: at most 0.93 M
+MAX_SCORES = 2_500  # the benchmark mixes score at most 1,709
 SCORE_LINES = 8
-# Each class of shapes (`shape_class`) may take 1 / CLASS_SHARE of the split work and score bounds,
-# and on problems under LARGE_SEARCH no class's spending counts against another's: a class is
-# searched exactly as far as a search restricted to it (`--kind`, `--micro-batch`) would be, so
-# the default is never worse than a restriction by its own prediction.
 CLASS_SHARE = 2
 
 
 class Budget:
-    """Work the search may still do (`MAX_SCORES`: a split scored by the closed form, or a step
-    simulated, is one); `take` hands moves out while any is left."""
+    """Scores the search may still spend (`MAX_SCORES`); `take` hands moves out while any is left."""
 
     def __init__(self, left: float, whole: Budget | None = None) -> None:
         self.left, self.whole = left, whole  # `whole`: a budget this one's spending counts against too
@@ -91,8 +76,7 @@ class Budget:
 
 
 def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
-    """FLOP/s of a stage at micro-batch `b`, tensor-parallel all-reduces charged at their least
-    share of the work."""
+    """FLOP/s of a stage at micro-batch `b`, its tensor-parallel all-reduces at their least share."""
     c, g = spec.costs, spec.groups[group]
     layer_share = float(c.flops.sum()) * 3 / c.step_flops_per_sample
     rate, measured = device_rate(g, tp, b, c.elements_per_sample)
@@ -108,8 +92,7 @@ def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
 
 
 def _first_true(n: int, test: Callable[[int], bool]) -> int:
-    """The first j in range(n) where the monotone `test` holds (n if none): bisect with a key,
-    which Python 3.9's bisect lacks."""
+    """The first j in range(n) where the monotone `test` holds (n if none): Python 3.9's bisect has no key."""
     lo, hi = 0, n
     while lo < hi:
         mid = (lo + hi) // 2
@@ -126,9 +109,8 @@ LineFacts = dict[tuple[Line, tuple[int, ...]], tuple[list[tuple[int, int, int, i
 
 @dataclass
 class _Memo:
-    """What the search's bounds reuse across its shapes: stage rates by (group, tp, samples per
-    device), and by (line, stage_dp) the line's runs `(group, tp, stages, dp)` and its transfer
-    sum per micro-batch sample (the 1,024-device input has 7,168 shapes on 1,793 lines)."""
+    """What the search's bounds reuse across shapes: stage rates by (group, tp, samples per device),
+    and per (line, stage_dp) its runs `(group, tp, stages, dp)` and transfer sum per sample."""
 
     rate: Rates
     step_flops: float  # `LayerCosts.step_flops_per_sample` (a sum over the layers each time)
@@ -146,7 +128,7 @@ class _Memo:
 
 
 def _memo(spec: LayoutSpec, shapes: Sequence[Shape]) -> _Memo:
-    """A search's memo, the rates of every type, tensor-parallel degree and micro-batch size filled."""
+    """A search's memo, the rates of every type, tp degree and micro-batch size filled."""
     sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
     groups, tps = range(len(spec.groups)), spec.tp_sizes
     rates: Rates = {(g, t, b): _stage_rate(spec, g, t, b) for g in groups for t in tps for b in sizes}
@@ -156,8 +138,8 @@ def _memo(spec: LayoutSpec, shapes: Sequence[Shape]) -> _Memo:
 def _run_rates(
     spec: LayoutSpec, shape: Shape, memo: _Memo, runs: list[tuple[int, int, int, int]] | None = None
 ) -> list[tuple[float, int]]:
-    """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first; a staged
-    shape's stage runs `dp` devices on micro_batch / dp samples each."""
+    """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first (a staged stage:
+    `dp` devices on micro_batch / dp samples each)."""
     out, rate = [], memo.rate
     for g, t, n, d in memo.facts(spec, shape)[0] if runs is None else runs:
         key = (g, t, shape.micro_batch / d)
@@ -168,9 +150,8 @@ def _run_rates(
 
 
 def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float:
-    """Sum over the stage boundaries of a line's runs `(group, tp, stages, dp)` of 1 / (sending
-    ranks x GB/s), without the bytes: at most what `line_p2p` prices (a run that fits a node
-    counted at the faster of its link and the network, the micro-batch split evenly)."""
+    """Sum over a line's stage boundaries of 1 / (sending ranks x GB/s): at most what `line_p2p`
+    prices, without the bytes."""
     total, groups = 0.0, spec.groups
 
     def net(a: int, b: int) -> float:
@@ -195,9 +176,8 @@ def _spread(runs: list[tuple[float, int]], work: float, most: float) -> float:
 
 
 def _fill_bound(runs: list[tuple[float, int]], m: int, work: float, least: float) -> float:
-    """Least `(m - 1) * T + sum of stage times` over bottlenecks `T >= least`, the per-micro-batch
-    `work` going to the fastest stages first; `runs`: (FLOP/s, stages), fastest first. The sum is
-    piecewise linear in T, so only its breakpoints (and `least`) need checking."""
+    """Least `(m - 1) * T + sum of stage times` over bottlenecks `T >= least`, the `work` going to the
+    fastest stages (`runs`) first; piecewise linear in T, so only its breakpoints are checked."""
     best = (m - 1) * least + _spread(runs, work, least) if least > 0 else math.inf
     used, rate = 0, 0.0
     for v, count in runs:
@@ -213,8 +193,8 @@ def _line_micro_batches(spec: LayoutSpec, shape: Shape) -> int:
 
 
 def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
-    """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on
-    the fastest stages that balance it best, plus the transfers."""
+    """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on the
+    fastest stages that balance it best, plus the transfers."""
     work, b = memo.step_flops * shape.micro_batch, shape.micro_batch
     if shape.kind in (LayoutKind.PIPELINE, LayoutKind.STAGED):
         runs, p2p = memo.facts(spec, shape)
@@ -237,8 +217,8 @@ def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
 
 
 def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -> float:
-    """No split of a one-line shape estimates below this: its bottleneck is at least the balanced
-    split's (the least there is), and the fill as in `_lower_bound`."""
+    """No split of a one-line shape estimates below this: the balanced split's bottleneck (the least
+    there is) and the fill as in `_lower_bound`."""
     stats, shape = model.line_stats(bounds), model.shape
     if len(shape.lines) > 1 or not stats:
         return 0.0
@@ -249,8 +229,7 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -
 
 
 def _holds_state(spec: LayoutSpec, shape: Shape) -> bool:
-    """Whether every replica's devices together can hold the weights, gradients and optimizer state
-    (a cheap necessary condition for any split to fit)."""
+    """Whether every replica's devices together can hold the model state (necessary for any split)."""
     state = spec.costs.model_state_bytes(sum(shape.replicas))
     return all(
         sum(t * shape.dp(k) * spec.groups[g].memory_bytes for k, (g, t) in enumerate(line)) >= state
@@ -277,7 +256,7 @@ def _fits_all(model: StepModel, k: int, a: int, e: int, budget: float, theta: li
 
 def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[int, int]] | None:
     """For each stage count k, the interval of layer counts the first k stages can cover within
-    `budget * theta[line]` and memory (stage costs grow with their range, so these are intervals)."""
+    `budget * theta[line]` and memory."""
     layers, p = model.costs.layers, model.shape.stages
     reach = [(0, 0)]
     for k in range(p):
@@ -293,7 +272,7 @@ def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[in
 
 def _split_within(model: StepModel, budget: float, theta: list[float]) -> list[int] | None:
     """A split whose stages all fit `budget * theta[line]` and memory, or None: from the last stage
-    back, each stage takes the most layers it can while the stages before can still cover the rest."""
+    back, each takes the most layers it can while the stages before can still cover the rest."""
     reach = _reach(model, budget, theta)
     if reach is None:
         return None
@@ -313,8 +292,8 @@ def _split_within(model: StepModel, budget: float, theta: list[float]) -> list[i
 
 
 def balanced_bounds(model: StepModel, cap: float = math.inf) -> list[int] | None:
-    """The split with the least bottleneck stage time (seconds on the first line; other lines
-    scaled by their speed), or None when none fits memory or has its bottleneck under `cap`."""
+    """The split with the least bottleneck (seconds on the first line, others scaled by speed), or
+    None when none fits memory or has its bottleneck under `cap`."""
     speed = [line[0][1] * model.groups[line[0][0]].tflops for line in model.shape.lines]
     theta = [speed[0] / v for v in speed]
     best = _split_within(model, cap, theta)
@@ -330,8 +309,7 @@ def balanced_bounds(model: StepModel, cap: float = math.inf) -> list[int] | None
 
 
 def _moves(bounds: list[int], reach: int) -> Iterator[list[int]]:
-    """Splits that hand one layer from a stage to another at most `reach` stages away (the
-    boundaries between them shift by one)."""
+    """Splits that hand one layer between two stages at most `reach` apart."""
     for i, j in itertools.permutations(range(len(bounds) - 1), 2):
         if abs(i - j) <= reach and bounds[i + 1] - bounds[i] > 1:
             lo, hi, step = (i + 1, j + 1, -1) if i < j else (j + 1, i + 1, 1)
@@ -341,8 +319,8 @@ def _moves(bounds: list[int], reach: int) -> Iterator[list[int]]:
 def polish(
     model: StepModel, bounds: list[int], sweeps: int = 64, budget: Budget | None = None
 ) -> tuple[list[int], float]:
-    """Hand single layers between stages (any two stages in pipelines of up to 16, neighbours
-    beyond) while the step improves (`StepModel.score`), scoring at most what `budget` has left."""
+    """Hand single layers between stages (any two in pipelines of up to 16, neighbours beyond) while
+    the step improves, scoring at most what `budget` has left."""
     best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
     for _ in range(sweeps):
         goal = best * (1 - 1e-9)
@@ -383,11 +361,7 @@ def search(
     spec: LayoutSpec, shapes: Sequence[Shape]
 ) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
-    can win in its class (`shape_class`: a shape is skipped only for a better one of its own family
-    and micro-batch size, as a search restricted to that class would); and whether a bound stopped
-    it early. Each class has its own share (`CLASS_SHARE`) of the split work and score bounds
-    (`MAX_SPLIT_WORK`, `MAX_SCORES`), so a class is searched as far as a search restricted to it
-    would be; on large problems (`LARGE_SEARCH`) the classes share them, and `MAX_SPLITS`."""
+    can win in its class (`shape_class`), within the bounds above; and whether a bound stopped it."""
     memo = _memo(spec, shapes)
     ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []

@@ -23,9 +23,7 @@ class ReasonCode(StrEnum):
     INSUFFICIENT_MEMORY = "INSUFFICIENT_MEMORY"  # memory per device below what is needed
     TOO_FEW_DEVICES = "TOO_FEW_DEVICES"  # fewer devices per node than requested
     TOO_FEW_NODES = "TOO_FEW_NODES"  # fewer nodes with enough devices than the job spans
-    NODE_TOO_SMALL = (
-        "NODE_TOO_SMALL"  # no node with enough devices has the CPUs or memory a node of the job needs
-    )
+    NODE_TOO_SMALL = "NODE_TOO_SMALL"  # no node with enough devices has the job's CPUs or memory per node
     NOT_ENOUGH_DEVICES = "NOT_ENOUGH_DEVICES"  # a model fits on N devices, the inventory has fewer
     UNHEALTHY = "UNHEALTHY"  # every device of the type is marked unhealthy
 

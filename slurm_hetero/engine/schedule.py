@@ -1,27 +1,16 @@
 """The step-time model behind the layout solver: how one step of a candidate shape plays out.
+Pure numpy; what one stage costs is `engine.stagecost`.
 
-Pure numpy, deterministic, no I/O. What one stage costs (compute, tensor parallel, memory) is
-`engine.stagecost`. The rules:
-
-- **Pipeline.** One step is a 1F1B schedule (warm-up forwards, one-forward-one-backward, drain)
-  that `simulate_1f1b` plays out with per-stage times and the transfers between stages, each
-  on its receiver's time (a blocking receive, `stage_periods`)
-  (schedules over 200,000 operations are extrapolated from two shorter ones: the steady state adds
-  the same time per micro-batch). `estimate_1f1b` is its closed form (every stage once plus `m - 1`
-  bottleneck periods), which the search uses except for steps of few micro-batches (`is_short`),
-  where it is least accurate and simulating is cheap.
-- **Batch.** Replicas of one pipeline shape are identical; the global batch is split across
-  shapes by water-filling the closed form (faster replicas take more samples), refined by
-  simulation for short steps. A replica's gradient weight is its share of the global batch.
-- **Gradients** of each stage are all-reduced over its data-parallel replicas by a ring
-  (`2 (n - 1) / n` times the bytes over the slowest link; across a cpu-relay, plus one copy to
-  the host and one back) or, where the replicas span vendors, hierarchically
-  (reduce-scatter inside each vendor over its own ring, the cross-vendor ring on one shard,
-  all-gather: what `slurm_hetero.training` does), once the stage's last backward is done: the
-  runtime reduces after the replica's step, as Megatron's and DeepSpeed's pipeline engines do
-  (and as SAILOR's simulator, validated against them, adds each stage's sync after the pipeline).
-- **Optimizer step** of each stage follows its all-reduce: bandwidth-bound, its parameters'
-  memory traffic (`modelcost.optimizer_step_bytes`) over the device's memory bandwidth.
+- **Pipeline.** A step is a 1F1B schedule (`simulate_1f1b`), each transfer on its receiver's time
+  (a blocking receive, `stage_periods`); `estimate_1f1b` is its closed form, which the search uses
+  except for steps of few micro-batches (`is_short`), where it is least accurate and simulating
+  is cheap.
+- **Batch.** The global batch is split across replicas by water-filling the closed form (faster
+  replicas take more samples), refined by simulation for short steps.
+- **Gradients** of each stage are all-reduced over its replicas once its last backward is done,
+  as Megatron's and DeepSpeed's pipeline engines do (and SAILOR's simulator): a ring, or where
+  the replicas span vendors hierarchically, as `slurm_hetero.training` does. The **optimizer
+  step** follows: its memory traffic (`modelcost.optimizer_step_bytes`) over memory bandwidth.
 """
 
 from __future__ import annotations
@@ -50,17 +39,15 @@ from slurm_hetero.engine.stagecost import (
 
 
 def stage_periods(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray) -> FloatArray:
-    """Seconds each stage is busy per micro-batch in the steady state: its forward and backward,
-    and receiving its input and its output's gradient (a blocking receive: the transfer runs
-    when the receiver asks for it, as NCCL's and gloo's matched send/receive do)."""
+    """Seconds each stage is busy per micro-batch in the steady state, receiving its input and its
+    output's gradient included (a blocking receive, as NCCL's and gloo's matched send/receive do)."""
     out: FloatArray = fwd + bwd + p2p
     out[1:] += p2p[:-1]
     return out
 
 
 def estimate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> float:
-    """Closed-form 1F1B step: every stage once (fill and drain, each transfer once each way) plus
-    `m - 1` bottleneck periods (`stage_periods`)."""
+    """Closed-form 1F1B step: every stage once plus `m - 1` bottleneck periods (`stage_periods`)."""
     if micro_batches <= 0:
         return 0.0
     per = fwd + bwd
@@ -93,9 +80,7 @@ def _op_order(stages: int, index: int, micro_batches: int) -> list[tuple[bool, i
 
 def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> Schedule:
     """Play out a 1F1B schedule: `fwd[k]`, `bwd[k]` per micro-batch on stage `k`, `p2p[k]` the
-    transfer between stages `k` and `k + 1` (either way). A stage receives when its operation
-    is next and its neighbour has finished (blocking receive, `stage_periods`): the transfer is
-    part of the operation."""
+    transfer between stages `k` and `k + 1`, part of the receiving operation (`stage_periods`)."""
     p, m = len(fwd), micro_batches
     orders = [_op_order(p, k, m) for k in range(p)]
     times = (np.asarray(fwd, dtype=np.float64).tolist(), np.asarray(bwd, dtype=np.float64).tolist())
@@ -149,9 +134,8 @@ def _schedule(ops: list[tuple[int, int, bool, float, float]], free: list[float])
 def split_samples(
     total: int, replicas: Sequence[int], fill: Sequence[float], period: Sequence[float], micro_batch: int
 ) -> tuple[int, ...]:
-    """Samples per replica (lines in order, `replicas[i]` identical replicas each) that minimize the
-    slowest replica's time `fill + (micro-batches - 1) * period` (water-filling; ties: later
-    replicas get fewer)."""
+    """Samples per replica (lines in order, `replicas[i]` replicas each) that minimize the slowest
+    replica's `fill + (micro-batches - 1) * period` (water-filling; ties: later replicas get fewer)."""
     b = micro_batch
     if len(replicas) == 1:
         q, r = divmod(total, replicas[0])
@@ -181,9 +165,7 @@ def split_samples(
 
 
 class LayoutKind(StrEnum):
-    """The layout families (`Shape.kind`): one pipeline across the groups, data parallel replicas
-    of one common pipeline shape, or one pipeline whose stages each have their own data-parallel
-    degree (`staged`, as Metis plans: each type its own degree)."""
+    """The layout families (`Shape.kind`; `engine.layout` describes them)."""
 
     PIPELINE = "pipeline"
     DATA = "data"
@@ -192,9 +174,8 @@ class LayoutKind(StrEnum):
 
 @dataclass(frozen=True)
 class Shape:
-    """A candidate layout without its layer split. `lines`: the pipeline shapes, each a stage list
-    of (group index, tensor parallel degree); `replicas[i]` copies of line `i` run side by side
-    (data parallel); the first stage of every line holds the embedding, the last the head."""
+    """A candidate layout without its layer split. `lines`: the pipeline shapes, each a stage list of
+    (group index, tensor parallel degree); `replicas[i]` copies of line `i` run side by side."""
 
     kind: str
     lines: tuple[tuple[tuple[int, int], ...], ...]
@@ -223,19 +204,15 @@ def network_between(
     groups: Sequence[DeviceGroup], pair_gbs: PairGbs, default: float, g1: int, g2: int
 ) -> float:
     """GB/s one way between devices of groups `g1` and `g2` on different nodes: the pair's figure
-    (the communicator the launcher would choose between them, over the slower NIC: a cross-vendor
-    cpu-relay pays PCIe copies), else the slower of the two groups' NIC shares, else `default`."""
+    (the communicator chosen between them), else the slower NIC share, else `default`."""
     if g1 != g2 and (key := (min(g1, g2), max(g1, g2))) in pair_gbs:
         return pair_gbs[key]
     return min(groups[g].nic_gbs or default for g in {g1, g2})
 
 
 def sender_nodes(groups: Sequence[DeviceGroup], shape: Shape, line: int) -> list[npt.NDArray[np.int64]]:
-    """Per stage of `line`, the node (index among its group's nodes) of each replica's
-    data-parallel ranks' tensor-parallel rank 0, the one that sends and receives the boundary:
-    an array (replicas x stage degree). Ranks follow `engine.layout.assign_ranks`: a group's
-    lines in order, replica by replica, a line's stages of the group in order, each
-    `dp x tp` ranks (dp-major)."""
+    """Per stage of `line`, the node of each replica's data-parallel ranks' tp rank 0 (the one that
+    sends the boundary), replicas x stage degree; ranks as `engine.layout.assign_ranks` gives them."""
     stages, out = shape.lines[line], []
     ends: dict[int, npt.NDArray[np.int64]] = {}
     for k, (g, t) in enumerate(stages):
@@ -259,11 +236,8 @@ def line_p2p(
     pair_gbs: PairGbs | None = None,
 ) -> FloatArray:
     """Seconds to send one micro-batch's hidden state from each stage of `line` to the next, as
-    the runtime sends it (`slurm_hetero.training`): tensor-parallel rank 0 of each replica sends
-    its whole share, ``ceil(M / dp)`` samples of a staged stage of degree `dp` (the boundary's
-    side of fewer ranks is the busiest); over the device link when every replica's senders and
-    receivers share a node (`sender_nodes`), else over the network between the two groups
-    (`network_between`)."""
+    `slurm_hetero.training` sends it (tp rank 0 of each replica, ``ceil(M / dp)`` samples of a
+    staged stage): over the device link when every sender and receiver share a node, else the network."""
     stages, out = shape.lines[line], np.zeros(shape.stages)
     nodes = sender_nodes(groups, shape, line)
     for k in range(len(stages) - 1):
@@ -296,9 +270,8 @@ class LineStats:
 
 
 class _Maxima:
-    """A sample split (`samples`, one entry per replica, lines' replicas in order) with each line's
-    largest entry (`maxima`) kept up to date as single samples move: per line, how many replicas
-    hold each count, so a move is O(1), not a pass over the line."""
+    """A sample split (one entry per replica) with each line's largest entry kept up to date in O(1)
+    as single samples move (per line, how many replicas hold each count)."""
 
     def __init__(self, replicas: Sequence[int], samples: Sequence[int]) -> None:
         self.samples = list(samples)
@@ -390,12 +363,9 @@ class StepModel:
         self._sim_lines: dict[tuple[int, int], float] = {}
 
     def _allreduce_gbs(self, k: int) -> tuple[float, float]:
-        """Bandwidth of stage `k`'s gradient ring, and the seconds per byte it pays once on top:
-        the device link when all its replicas share a node, else the slowest network hop of the
-        ring (across groups in the data family). A ring whose types talk through a cpu-relay
-        copies the gradient to the host and back once (`slurm_hetero.training` does: one copy
-        out, gloo's ring between hosts, one copy back), not at every hop: its hops run at the
-        NICs' speed and the copies are the pair's transfer time beyond it."""
+        """Bandwidth of stage `k`'s gradient ring and the seconds per byte it pays once on top: a ring whose
+        types talk through a cpu-relay copies the gradient to the host and back once (as
+        `slurm_hetero.training` does), not at every hop."""
         members = self._members(k)
         if len(members) > 1:
             nic, copies = math.inf, 0.0
@@ -411,8 +381,7 @@ class StepModel:
         return sorted({line[k][0] for line in self.shape.lines})
 
     def _local_gbs(self, k: int, g: int) -> float:
-        """Bandwidth of a gradient ring among group `g`'s ranks of stage `k`: its device link when
-        the group's devices of the shape share a node, else its network share."""
+        """Bandwidth of a ring among group `g`'s ranks of stage `k`: its link within a node, else network."""
         if self.shape.stage_dp:  # staged: the stage's own devices
             spread = self.shape.replicas[0] * self.shape.lines[0][k][1] * self.shape.dp(k)
         else:
@@ -421,9 +390,8 @@ class StepModel:
         return self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
 
     def _hierarchy(self, k: int) -> tuple[list[int], list[float]] | None:
-        """Stage `k`'s data-parallel ranks per vendor and the ring bandwidth inside each, when its
-        ring spans vendors (the hierarchical all-reduce's parts, as `slurm_hetero.training` forms
-        them); else None. A vendor of several device groups rings over the network between them."""
+        """Stage `k`'s data-parallel ranks per vendor and each vendor's ring bandwidth when its ring spans
+        vendors (the hierarchical all-reduce's parts, as `slurm_hetero.training` forms them); else None."""
         parts: dict[str, list[int]] = {}
         for g in self._members(k):
             parts.setdefault(self.groups[g].vendor or self.groups[g].type, []).append(g)
@@ -460,21 +428,15 @@ class StepModel:
         return out
 
     def grad_bytes(self, bounds: Sequence[int]) -> FloatArray:
-        """Gradient bytes per rank of each stage position (what its all-reduce moves): with tensor
-        parallel degrees that differ by type (data family), a rank of the least degree holds the
-        most and takes part in the reduction of every finer shard it covers."""
+        """Gradient bytes per rank of each stage position (mixed tp degrees: the least degree's rank)."""
         return np.array([self._gradient(k, a, e)[0] for k, (a, e) in enumerate(zip(bounds, bounds[1:]))])
 
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
-        """Gradient all-reduce seconds of each stage position over all replicas (and, staged, the
-        stage's own data-parallel devices): one flat ring, or where the ring spans vendors the
-        hierarchical all-reduce (`stagecost.hierarchical_allreduce_s`), which is what
-        `slurm_hetero.training` then runs (it has no flag to run the flat ring instead)."""
+        """Gradient all-reduce seconds of each stage position: a ring, or hierarchical across vendors."""
         return np.array([self._gradient(k, a, e)[1] for k, (a, e) in enumerate(zip(bounds, bounds[1:]))])
 
     def _gradient(self, k: int, a: int, e: int) -> tuple[float, float]:
-        """(gradient bytes per rank, all-reduce seconds) of stage position `k` over `[a, e)`,
-        cached like the stage figures (polishing re-prices the same ranges many times)."""
+        """(gradient bytes per rank, all-reduce seconds) of stage position `k` over `[a, e)`, cached."""
         key = (k, a, e)
         if key not in self._grad_cache:
             c, pre = self.costs, self.costs.prefix["params"]
@@ -499,15 +461,12 @@ class StepModel:
 
     @property
     def short(self) -> bool:
-        """Whether a step is so few micro-batches that the closed form is unreliable and the search
-        simulates it instead (a few hundred operations at most)."""
+        """Whether a step has so few micro-batches that the search simulates it (`is_short`)."""
         return is_short(self.shape, self.batch)
 
     def score(self, bounds: Sequence[int], below: float = math.inf) -> float:
-        """The search's objective: the closed form, or for `short` steps the simulated step (with
-        the sample split refined too when there are at most `REFINE_REPLICAS` replicas). With
-        `below`, the closed form may return a lower bound instead once that is at least `below`
-        (`estimate`): the caller only asks whether the step is under it."""
+        """The search's objective: the closed form, or for `short` steps the simulated step (the sample
+        split refined up to `REFINE_REPLICAS` replicas); with `below`, possibly a lower bound at least it."""
         if not self.short:
             return self.estimate(bounds, below=below)
         stats = self.line_stats(bounds)
@@ -521,10 +480,8 @@ class StepModel:
     def refine_split(
         self, bounds: Sequence[int], samples: tuple[int, ...], budget: int | None = None
     ) -> tuple[int, ...]:
-        """For `short` steps, move single samples between replicas while the simulated step improves
-        (at most `budget` trials, `REFINE_SIMULATIONS` by default: many replicas would take their
-        square per move). A step depends on each line's busiest replica only, so a trial updates
-        the two lines' maxima (`_Maxima`) and simulates from them: linear in the replicas."""
+        """For `short` steps, move single samples between replicas while the simulated step improves, at
+        most `budget` trials; only each line's busiest replica counts (`_Maxima`), so a trial is linear."""
         best = self.simulate(bounds, samples)
         moved = self.short and len(samples) > 1
         budget = self.REFINE_SIMULATIONS if budget is None else budget
@@ -554,9 +511,8 @@ class StepModel:
     def estimate(
         self, bounds: Sequence[int], samples: Sequence[int] | None = None, below: float = math.inf
     ) -> float:
-        """Closed-form step seconds (inf when a stage cannot fit). When the busiest line's 1F1B
-        alone (the first stage ends with the line; all-reduces only add) is at least `below`, that
-        lower bound is returned without pricing the all-reduces."""
+        """Closed-form step seconds (inf when a stage cannot fit); when the busiest line's 1F1B alone is
+        at least `below`, that lower bound without the all-reduces."""
         stats = self.line_stats(bounds)
         if stats is None:
             return math.inf
@@ -572,13 +528,11 @@ class StepModel:
         return self._step(ends, bounds)
 
     def simulate(self, bounds: Sequence[int], samples: Sequence[int]) -> float:
-        """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces
-        (`_step`). Each line's part is kept per micro-batch count for the last layer split, so the
-        trials of `refine_split`, which move one sample, simulate the two lines it touches, not all."""
+        """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces."""
         return self._simulate_maxima(bounds, self._per_line_max(samples))
 
     def _simulate_maxima(self, bounds: Sequence[int], maxima: Sequence[int]) -> float:
-        """`simulate` from each line's busiest replica's samples."""
+        """`simulate` from each line's busiest replica's samples (each line's part kept per count)."""
         self.simulations += 1
         key = tuple(bounds)
         if key != self._sim_bounds:
@@ -595,17 +549,13 @@ class StepModel:
         return max(self._sim_lines[(i, m)] for i, m in enumerate(ms))
 
     def tail(self, bounds: Sequence[int]) -> list[FloatArray]:
-        """Per line, the seconds each stage spends after its last backward: its whole gradient
-        all-reduce (`slurm_hetero.training` reduces once the replica's step is done, as
-        Megatron's and DeepSpeed's pipeline engines do) and then its optimizer step."""
+        """Per line, each stage's seconds after its last backward: its all-reduce and optimizer step."""
         allreduce = self.allreduce(bounds)
         return [allreduce + self.optimizer_s(i, bounds) for i in range(len(self.shape.lines))]
 
     def optimizer_s(self, line: int, bounds: Sequence[int]) -> FloatArray:
-        """Seconds of each stage's optimizer step on a device of `line`, after its all-reduce:
-        the memory traffic of its parameters (per tensor-parallel rank, and per data-parallel
-        rank where ZeRO shards the optimizer states) over the device's memory bandwidth
-        (`LayerCosts.step_factor`)."""
+        """Seconds of each stage's optimizer step on a device of `line`: its parameters' memory traffic
+        (per tp rank, and per data-parallel rank where ZeRO shards the states) over memory bandwidth."""
         c, pre = self.costs, self.costs.prefix["params"]
         edges = np.asarray(bounds)
         weights = pre[edges[1:]] - pre[edges[:-1]]
@@ -615,8 +565,7 @@ class StepModel:
         return out
 
     def _step(self, ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
-        """Latest end of a stage's optimizer step: its all-reduce and step follow its last
-        backward (`tail`)."""
+        """Latest end of a stage's optimizer step (`tail`)."""
         return max(float((e + x).max()) for e, x in zip(ends, self.tail(bounds)))
 
     def _stage_ends(self, s: LineStats, m: int) -> FloatArray:

@@ -1,9 +1,8 @@
-"""The cluster as the job_submit hook decides on it: `compile_model` turns the cluster's node records
-(`model.SlurmNode`, built once per inventory load by `slurm_hetero.inventory.nodes`) and the scoring options
-into a `ClusterModel`: per device type its memory, node shapes (devices per node with the node's
-features, CPUs and memory), fast-link flag and shares, the rules of each partition, and the ranked
-type order of every policy. Pure. `slurm_hetero.submit.tables` writes it into the Lua table that
-`job_submit.lua` decides with (DESIGN.md, "One request decision"); the decision itself lives there.
+"""The cluster as the job_submit hook decides on it: `compile_model` turns the node records
+(`model.SlurmNode`) and the scoring options into a `ClusterModel` (per device type its memory,
+node shapes, fast-link flag and shares; each partition's rule; each policy's type order). Pure.
+`slurm_hetero.submit.tables` writes it into the Lua table `job_submit.lua` decides with
+(DESIGN.md, "One request decision").
 
 Policies order types by a key, ties by memory then name: `best-fit` smallest memory then price;
 `fastest` highest throughput for the configured dtype; `cheapest` lowest price per throughput;
@@ -68,9 +67,8 @@ class ScoringOptions:
 
 @dataclass(frozen=True)
 class Shape:
-    """Nodes with `count` devices of a type, the same Slurm features, CPUs and RealMemory (MiB;
-    0: unknown, never checked); `hosts`: their inventory names (host names or hostlists), for
-    exclusions (-x)."""
+    """Nodes with `count` devices of a type and the same features, CPUs and RealMemory (MiB; 0:
+    unknown, never checked); `hosts`: their inventory names, for exclusions (-x)."""
 
     count: int
     features: frozenset[str]
@@ -229,8 +227,8 @@ def policy_key(policy: str, facts: TypeFacts) -> float:
 
 
 def rank(policy: str, facts: Sequence[TypeFacts], multi: bool) -> tuple[str, ...]:
-    """Type names in policy order. Ties: best-fit by price; all by memory, then name. With
-    `multi`, types with a device-to-device fabric come first."""
+    """Type names in policy order (ties: best-fit by price; all by memory, then name); with `multi`,
+    types with a device-to-device fabric first."""
 
     def key(f: TypeFacts) -> tuple[int, float, float, int, str]:
         price = math.inf if f.price is None else f.price
@@ -279,10 +277,9 @@ def device_counts(facts: Iterable[TypeFacts]) -> Counter[str]:
 def vendor_scope(
     facts: Mapping[str, TypeFacts], allowed: Iterable[str], wanted: Sequence[str]
 ) -> frozenset[str]:
-    """The vendors a bare request (no gpu TYPE, no vendor's feature in -C) may land on under a rule
-    with `allowed` types: the `wanted` ones that have allowed types, else the one with the most
-    allowed devices (ties: name order); empty (no scope) when `wanted` is empty or the scope
-    would hold every vendor of the allowed types anyway."""
+    """The vendors a bare request (no gpu TYPE, no vendor's feature in -C) may land on: the `wanted`
+    ones with allowed types, else the one with the most allowed devices (ties: name order); empty
+    when `wanted` is, or when the scope would hold every vendor of the allowed types anyway."""
     present = device_counts(facts[t] for t in allowed)
     if not wanted or len(present) < 2:
         return frozenset()

@@ -1,13 +1,8 @@
 """The candidate shapes the layout solver searches: the pipeline, data and staged families.
 
-Pure, deterministic, no I/O. A `Shape` (`engine.schedule`) is a layout without its layer split;
-this module enumerates them for a `LayoutSpec` in a fixed order (the families' rules are
-`engine.layout`'s). The data family lets types differ in tensor-parallel degree on allocations of
-up to `MIXED_TP_MAX_WORLD` devices; the staged family is bounded to `STAGED_MAX_WORLD` devices and
-`STAGED_MAX_STAGES` stages per type, types in memory order (either way). Each shape is tried at
-every micro-batch size of `LayoutSpec.micro_batch_sizes`, each capped at the global batch (an
-uneven split may give one replica most of it), or at the one size given; `shape_search` says when
-`MAX_CANDIDATES` left shapes out.
+Pure, deterministic. A `Shape` (`engine.schedule`) is a layout without its layer split; this
+module lists them for a `LayoutSpec` in a fixed order (the families are `engine.layout`'s), each
+at every micro-batch size searched (capped at the global batch), within `MAX_CANDIDATES`.
 """
 
 from __future__ import annotations
@@ -32,19 +27,15 @@ def _divisors(n: int) -> list[int]:
     return sorted({*small, *(n // d for d in small)})
 
 
-# The search is bounded: each family enumerates at most its share of `LayoutSpec.max_candidates`
-# shapes (pipeline all of it, data and staged an eighth each), the combinations of per-type
-# options in order of preference first (each type's first options: the least tensor parallelism;
-# for the staged family then the fewest stages), and
-# `Search.notes` says when some were left out. Without the bound, 5 or more types multiplied
-# stage orders and per-type options into millions of candidates (minutes of planning).
+# Each family lists at most its share of `LayoutSpec.max_candidates` (pipeline all, data and
+# staged an eighth each), per-type options in order of preference first; without the bound, 5 or
+# more types made millions of candidates (docs/plan.md, "The search is bounded").
 MAX_CANDIDATES = 8192
 MAX_TYPES = 64  # device types in one layout (`engine.limits.check_size` refuses more)
 ORDER_PERMUTATIONS = 5  # every stage order of up to this many types (if within the budget)
 SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)  # per device, what `plan` and `launch` search by default
-# The pipeline and data budgets count a structure (and stage order) as this many shapes however
-# many sizes it is tried at, so a run restricted to one size (`--micro-batch`) lists the same
-# structures as the default and cannot find one the default left out.
+# A structure counts as this many shapes however many sizes it is tried at, so `--micro-batch`
+# lists the same structures as the default.
 SIZE_SLOTS = len(SEARCHED_MICRO_BATCHES)
 
 
@@ -59,9 +50,8 @@ class Search:
 def _bounded_product(
     options: Sequence[Sequence[T]], limit: int, weight: Callable[[T], int] = lambda _: 0, cap: int = 0
 ) -> tuple[list[tuple[T, ...]], bool]:
-    """Up to `limit` combinations of one item of each option list whose weights sum to at most
-    `cap` (when `weight` is given), those of the earliest items first (by the sum of their
-    positions); and whether any were left out. The work is bounded too (`limit` x 64 steps)."""
+    """Up to `limit` combinations of one item of each option list (weights summing to at most `cap`),
+    the earliest items first; and whether any were left out. The work is bounded too."""
     sizes = [len(o) for o in options]
     if not options or 0 in sizes:
         return [], False
@@ -101,9 +91,7 @@ def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
 
 def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
     """Micro-batch sizes to try for a shape of `replicas` replicas: the one `micro_batches` implies,
-    else the searched sizes, else the one given; each at most the global batch (a larger one holds
-    no more samples: the same step with more memory), so a restriction to any size is a class the
-    searched sizes include."""
+    else the searched sizes, else the one given; each at most the global batch."""
     if spec.micro_batches is not None:
         return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
     # an uneven split gives a fast replica more than the average: any size a replica could fill
@@ -112,8 +100,8 @@ def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
 
 
 def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
-    """Stage orders of many types: as given, by memory (largest first: the first stage holds the
-    most in-flight activations and the embedding) either way, by speed either way."""
+    """Stage orders of many types: as given, by memory (the first stage holds the most activations
+    and the embedding) and by speed, either way."""
     k, groups = len(spec.groups), spec.groups
     by_memory = tuple(sorted(range(k), key=lambda g: (-groups[g].memory_bytes, g)))
     by_speed = tuple(sorted(range(k), key=lambda g: (-groups[g].tflops, g)))
@@ -152,16 +140,13 @@ def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     return shapes, cut
 
 
-# Degrees that differ by type multiply the data family's candidates by up to 4 ** types, and their
-# loose lower bounds (no all-reduce, no recomputation) would take the split budget of large
-# searches (`partition.MAX_SPLITS`): bounded as the staged family is.
+# Mixed tp degrees multiply the data family's candidates by up to 4 ** types: bounded as staged is.
 MIXED_TP_MAX_WORLD = 256
 
 
 def _data_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
-    """Every type runs replicas of `p` stages, each type at its own tensor-parallel degree
-    (uniform degrees first; mixed ones up to `MIXED_TP_MAX_WORLD` devices, unless
-    `LayoutSpec.mixed_tp` is False)."""
+    """Every type runs replicas of `p` stages, each at its own tp degree (uniform degrees first; mixed
+    ones up to `MIXED_TP_MAX_WORLD` devices, when `LayoutSpec.mixed_tp`)."""
     counts, k, cut, listed = [g.count for g in spec.groups], len(spec.groups), False, 0
     shapes: list[Shape] = []
     for p in (p for p in _divisors(math.gcd(*counts)) if p <= spec.costs.layers):
@@ -194,16 +179,13 @@ def _staged_options(spec: LayoutSpec, group: int) -> list[tuple[int, int, int]]:
 
 
 def staged_degrees(spec: LayoutSpec) -> set[int]:
-    """The data-parallel degrees the staged family can give any type: one degree alone means every
-    staged combination is a pipeline-family shape."""
+    """The data-parallel degrees the staged family can give any type (one alone: pipeline shapes only)."""
     return {dp for g in range(len(spec.groups)) for _, _, dp in _staged_options(spec, g)}
 
 
 def _staged_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
-    """One pipeline through every type, each type its own stages, tensor-parallel and
-    data-parallel degree (Metis's per-type data parallelism); the micro-batch of the pipeline is
-    split over each stage's data-parallel devices. Types in memory order (either way); combinations
-    whose types share one degree are the pipeline family's and left to it."""
+    """One pipeline through every type, each with its own stages, tp and dp degree (Metis); types in
+    memory order, either way. Combinations of one common degree are the pipeline family's."""
     k = len(spec.groups)
     options = [_staged_options(spec, g) for g in range(k)]
     by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
@@ -225,16 +207,13 @@ def _staged_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
 
 
 def staged_micro_batch(spec: LayoutSpec) -> int | None:
-    """The staged family's one pipeline micro-batch when `micro_batches` sets it: the global batch
-    over that many micro-batches (its one replica is the average replica), as the other families
-    size theirs; None when the size is searched or given."""
+    """The staged pipeline's micro-batch when `micro_batches` sets it (None when searched or given)."""
     return None if spec.micro_batches is None else _micro_batches(spec, 1)[0]
 
 
 def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
-    """Pipeline micro-batches of a staged shape whose widest stage has `widest` data-parallel
-    devices: the one `micro_batches` sets, when every device of that stage gets a sample of it;
-    else each per-device size of `_micro_batches` on the widest stage, within the global batch."""
+    """Pipeline micro-batches of a staged shape whose widest stage has `widest` dp devices, each
+    giving every device of that stage a sample."""
     fixed = staged_micro_batch(spec)
     if fixed is not None:
         return [fixed] if fixed >= widest else []
@@ -244,10 +223,9 @@ def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
 def kinds_for_micro_batch(
     kinds: Sequence[LayoutKind], explicit: bool, micro_batch: int | None
 ) -> tuple[LayoutKind, ...]:
-    """The families to search when the micro-batch size per device is given (`--micro-batch`): the
-    staged family's stages differ in data-parallel degree and split one pipeline micro-batch over
-    their devices, so its devices cannot all take that size. Left out of the default families; a
-    RequestError when asked for by name (`explicit`)."""
+    """The families to search for a micro-batch size per device (`--micro-batch`): the staged family
+    splits one micro-batch over stages of different degrees, so it is left out, or refused when
+    asked for by name (`explicit`)."""
     if micro_batch is None or LayoutKind.STAGED not in kinds:
         return tuple(kinds)
     if explicit:
@@ -261,8 +239,7 @@ def kinds_for_micro_batch(
 
 
 def staged_applies(spec: LayoutSpec) -> bool:
-    """Whether the staged family has shapes to offer: two types or more, `STAGED_MAX_WORLD`
-    devices at most."""
+    """Whether the staged family applies: two types or more, `STAGED_MAX_WORLD` devices at most."""
     return len(spec.groups) > 1 and sum(g.count for g in spec.groups) <= STAGED_MAX_WORLD
 
 
@@ -288,5 +265,5 @@ def shape_search(spec: LayoutSpec) -> Search:
 
 
 def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
-    """Every shape the solver considers, in a fixed order (`shape_search` without its notes)."""
+    """`shape_search` without its notes."""
     return shape_search(spec).shapes

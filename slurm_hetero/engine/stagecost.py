@@ -1,38 +1,18 @@
 """What one pipeline stage costs: the model's per-layer costs, the device groups, and the time and
-memory of a stage over any range of layers.
+memory of a stage over any range of layers. Pure numpy; the step-time model is `engine.schedule`.
 
-Pure numpy, deterministic, no I/O; the step-time model built on it is `engine.schedule`. This
-module owns `LayerCosts`, `DeviceGroup`, `ring_allreduce_s`, `hierarchical_allreduce_s` and
-`StageModel`, and these rules:
-
-- **Compute.** A stage of `tp` devices at `tflops` sustained TFLOPS each runs its layers' forward
-  FLOPs in `fwd` and twice that in `bwd`; recomputed layers add their forward FLOPs to `bwd`.
-  `tflops` is what a device sustains on GEMMs of the reference size (`REFERENCE_ELEMENTS`: one
-  4,096-token sample of a 4,096-wide model, where published MFU figures are taken); smaller GEMMs
-  run slower (`gemm_efficiency`): the activation matrix of a micro-batch has
-  `micro_batch x seq x hidden / tp` elements, and a device reaches half its large-GEMM speed at
-  `DeviceGroup.gemm_half` of them. That is what makes micro-batch size and tensor parallelism
-  cost something beyond bubbles and all-reduces: Narayanan et al. (SC'21, "Efficient large-scale
-  language model training on GPU clusters using Megatron-LM", section 5.6 and figure 16) measure
-  per-GPU throughput rising with micro-batch size and falling with tensor-parallel degree as
-  GEMMs shrink; the measured tensor-parallel efficiency of 31-85% by type and size in issue 11 is
-  the same effect. `slurm-hetero calibrate` measures `gemm_half` per device type (GEMMs of the
-  shapes plans use: tokens x hidden/tp); `DEFAULT_GEMM_HALF` (scaled by each device's ratio of
-  peak FLOPS to memory bandwidth, the roofline's ridge point) stands in until it has.
-- **Tensor parallel** (inside a node only) costs 4 ring all-reduces of the hidden state per layer and
-  micro-batch (Megatron: 2 forward, 2 backward; 2 more per recomputed layer), over `link_gbs`,
-  each step of the ring a fixed latency on top (`RING_STEP_S`): small micro-batches at high
-  degrees pay it most.
-- **Memory per device** of a stage: weights, gradients and optimizer state of its layers (split over
-  `tp`, and over the stage's data-parallel replicas as the costs' ZeRO stage says), the ZeRO-3
-  gather buffer, activations of `in_flight` micro-batches (1F1B: stage `k` of `p` holds `p - k`),
-  split over `tp`, and a fixed per-device overhead. Recomputation keeps only a layer's input
-  (`ckpt_bytes`) and needs one layer's full activations while it recomputes. The costs'
-  `checkpointing` says which layers may recompute: as needed (stages recompute the fewest layers
-  that make them fit, their first ones), never, or all.
-
-`LayerCosts.from_table` builds the costs from `engine.modelcost`, the one model-cost source that
-`slurm-hetero fit` also sums.
+- **Compute.** A stage of `tp` devices runs its layers' forward FLOPs in `fwd` and twice that in
+  `bwd` (recomputed layers add their forward). `tflops` is quoted at `REFERENCE_ELEMENTS`; smaller
+  GEMMs run slower (`gemm_efficiency`), which is what makes micro-batch size and tensor parallelism
+  cost something beyond bubbles and all-reduces (Narayanan et al., SC'21, section 5.6, figure 16;
+  issue 11 measured 31-85% tensor-parallel efficiency). `slurm-hetero calibrate` measures
+  `gemm_half` per type; `DEFAULT_GEMM_HALF`, scaled by the ridge point, stands in until then.
+- **Tensor parallel** (inside a node) costs 4 ring all-reduces of the hidden state per layer and
+  micro-batch (Megatron; 2 more per recomputed layer), each ring step `RING_STEP_S` on top.
+- **Memory per device**: the layers' state (split over `tp`, and over data-parallel replicas by
+  the ZeRO stage), the ZeRO-3 gather buffer, activations of `in_flight` micro-batches (1F1B:
+  stage `k` of `p` holds `p - k`) over `tp`, and a fixed overhead. A recomputed layer keeps only
+  its input (`ckpt_bytes`) and needs one layer's activations while it recomputes.
 """
 
 from __future__ import annotations
@@ -79,8 +59,7 @@ def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
 
 
 class Checkpointing(StrEnum):
-    """Which layers the solver may recompute whole (keeping only their input): `as-needed` (the
-    fewest that make a stage fit), `never`, or `all`."""
+    """Which layers the solver may recompute whole: the fewest that make a stage fit, none, or all."""
 
     AS_NEEDED = "as-needed"
     NEVER = "never"
@@ -99,16 +78,12 @@ CHECKPOINTING = {
 class LayerCosts:
     """Per-layer costs of a model for one sample (one sequence of the training length).
 
-    `flops`: forward FLOPs per layer; `param_bytes`: weight bytes per layer in the training dtype
-    (gradients are `grad_factor` times that, optimizer state `optimizer_factor` times: 1 and 6 for
-    bf16 weights with fp32 master weights and Adam, sharded over data-parallel replicas by
-    `zero_stage`); `act_bytes`: activations kept for backward; `ckpt_bytes`: what a recomputed
-    layer keeps instead; `boundary_bytes`: the hidden state sent between stages. `first_*` /
-    `last_*`: the embedding on the first stage and the head (and its logits, `last_act_bytes`) on
-    the last; `tied_param_bytes` is counted in both and held once by a stage that has both.
-    `extra_bwd_flops`: forward FLOPs every layer redoes in backward whatever the solver decides
-    (selective recomputation); `gather_bytes` (ZeRO-3) and `overhead_bytes` are per device.
-    """
+    `flops`: forward FLOPs per layer; `param_bytes`: weight bytes per layer (gradients
+    `grad_factor` times that, optimizer state `optimizer_factor` times, sharded by `zero_stage`);
+    `act_bytes`: activations kept for backward; `ckpt_bytes`: what a recomputed layer keeps instead;
+    `boundary_bytes`: the hidden state between stages. `first_*` / `last_*`: the embedding and the
+    head (and its logits); `tied_param_bytes` is in both and held once by a stage with both.
+    `extra_bwd_flops`: forward FLOPs every layer redoes in backward (selective recomputation)."""
 
     flops: FloatArray
     param_bytes: FloatArray
@@ -144,9 +119,8 @@ class LayerCosts:
 
     @classmethod
     def from_table(cls, table: LayerTable) -> LayerCosts:
-        """The solver's costs from the model-cost table of one sample (`micro_batch=1`, `tp=1`):
-        its ``embedding`` and ``head`` rows become the first and last stage's extras, its
-        settings' recompute mode (`auto` too) the checkpointing."""
+        """The solver's costs from the table of one sample (`micro_batch=1`, `tp=1`): its ``embedding``
+        and ``head`` rows become the first and last stage's extras."""
         if table.micro_batch != 1 or table.tp != 1:
             raise ValueError(
                 "the solver scales one sample over micro-batches and tp: use micro_batch=1, tp=1"
@@ -188,32 +162,30 @@ class LayerCosts:
 
     @property
     def elements_per_sample(self) -> float:
-        """seq x hidden: the activation matrix of one sample (from the boundary's bytes)."""
+        """seq x hidden: the activation matrix of one sample."""
         return self.boundary_bytes / self.value_bytes
 
     @property
     def step_flops_per_sample(self) -> float:
-        """Forward plus backward FLOPs of the whole model for one sample, with the recomputation
-        the settings impose (selective, or every layer) but none the solver chooses."""
+        """Forward plus backward FLOPs of the model for one sample, with the recomputation the settings
+        impose but none the solver chooses."""
         forward = float(self.flops.sum()) + self.first_flops + self.last_flops
         recomputed = float(self.flops.sum()) if self.checkpointing == Checkpointing.ALL else 0.0
         return 3.0 * forward + float(self.extra.sum()) + recomputed
 
     def state_factor(self, dp: int) -> float:
-        """Bytes of weights, gradients and optimizer state per weight byte on one of `dp`
-        data-parallel replicas (`engine.modelcost.zero_divisors`)."""
+        """Bytes of weights, gradients and optimizer state per weight byte on one of `dp` replicas."""
         w, g, o = zero_divisors(self.zero_stage, dp)
         return 1.0 / w + self.grad_factor * gradient_copies(self.zero_stage) / g + self.optimizer_factor / o
 
     def model_state_bytes(self, dp: int) -> float:
-        """Weights, gradients and optimizer state of the whole model over `dp` replicas, per replica."""
+        """Weights, gradients and optimizer state of the whole model on one of `dp` replicas."""
         params = float(self.param_bytes.sum()) + self.first_param_bytes + self.last_param_bytes
         return params * self.state_factor(dp)
 
     @cached_property
     def prefix(self) -> dict[str, FloatArray]:
-        """Prefix sums (length layers + 1) of flops, params, activations, recompute savings and
-        the backward FLOPs every layer adds."""
+        """Prefix sums (length layers + 1) of the per-layer arrays."""
         savings = self.act_bytes - self.ckpt_bytes
         sums = {
             "flops": self.flops,
@@ -228,9 +200,8 @@ class LayerCosts:
 @dataclass(frozen=True)
 class DeviceGroup:
     """Devices of one type in the allocation: `per_node` counts them on each of their nodes, in
-    Slurm's rank order. `tflops` is what one device sustains on this model, `memory_bytes` what a
-    job may use of its memory, `link_gbs` its device-to-device bandwidth inside a node (one way);
-    `vendor` unset counts as a vendor of its own."""
+    Slurm's rank order; `tflops` is what one device sustains on this model, `memory_bytes` what a
+    job may use, `link_gbs` the bandwidth inside a node (one way); no `vendor`: a vendor of its own."""
 
     type: str
     per_node: tuple[int, ...]
@@ -264,23 +235,22 @@ class DeviceGroup:
 
     @property
     def bandwidth_gbs(self) -> float:
-        """Device memory bandwidth, GB/s: `memory_gbs`, else `DEFAULT_MEMORY_GBS`."""
+        """Device memory bandwidth, GB/s."""
         return self.memory_gbs or DEFAULT_MEMORY_GBS
 
 
 def gemm_efficiency(half: float, elements: float) -> float:
-    """Speed of GEMMs over activations of `elements` relative to the reference size: the saturating
-    curve ``x / (x + half)``, normalized to 1 at `REFERENCE_ELEMENTS` (and no faster beyond it)."""
+    """GEMM speed at `elements` relative to the reference size: ``x / (x + half)``, normalized to 1 at
+    `REFERENCE_ELEMENTS` and no faster beyond it."""
     if half <= 0:
         return 1.0
     return min(1.0, (elements / (elements + half)) / (REFERENCE_ELEMENTS / (REFERENCE_ELEMENTS + half)))
 
 
 def measured_shape(speeds: Sequence[tuple[int, float, float]], tp: int, b: float) -> tuple[float, str] | None:
-    """TFLOPS per device at tensor-parallel degree `tp` and micro-batch `b` from measured points at
-    that degree, and how it was found: `measured`, `interpolated` (the seconds of a micro-batch
-    linear between the neighbouring measured sizes) or `extrapolated` (beyond them: the speed of
-    the nearest measured size); None when no point has that degree."""
+    """TFLOPS per device at degree `tp` and micro-batch `b` from measured points of that degree, and
+    how it was found: `measured`, `interpolated` (a micro-batch's seconds linear between the
+    neighbouring sizes) or `extrapolated` (the nearest size's speed); None when the degree has none."""
     points = sorted((m, r) for t, m, r in speeds if t == tp)
     if not points:
         return None
@@ -302,11 +272,9 @@ def fallback_degree(speeds: Sequence[tuple[int, float, float]], tp: int) -> int:
 
 
 def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: float) -> tuple[float, bool]:
-    """TFLOPS one device of `group` sustains in a stage of `tp` devices at micro-batch `b`, and
-    whether that figure includes the tensor-parallel all-reduces (a measured shape does; the
-    caller prices them otherwise). Without measured shapes: `tflops` on the GEMM-size curve. With
-    them but none at this degree: the measured speed at the nearest lower degree (else the
-    least), on the GEMM-size curve from that degree's GEMMs to these, all-reduces priced apart."""
+    """TFLOPS one device of `group` sustains in a stage of `tp` devices at micro-batch `b`, and whether
+    it includes the tensor-parallel all-reduces (a measured shape does). A degree without measured
+    points takes the nearest lower one's speed (else the least), scaled on the GEMM-size curve."""
 
     def curve(degree: int) -> float:
         return gemm_efficiency(group.gemm_half, b * elements_per_sample / degree)
@@ -323,8 +291,7 @@ def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: floa
 
 
 def peak_rate(group: DeviceGroup, elements: float) -> float:
-    """The most TFLOPS one device of `group` sustains on its own at any shape up to `elements`
-    (the bound: measured shapes' best, or `tflops` on the GEMM-size curve)."""
+    """The most TFLOPS one device of `group` sustains alone at any shape up to `elements` (the bound)."""
     if group.speeds:
         return max(r for _, _, r in group.speeds)
     return group.tflops * gemm_efficiency(group.gemm_half, elements)
@@ -344,8 +311,8 @@ RING_STEP_S = 2e-6
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
-    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s per rank: its
-    2 (n - 1) steps each move `nbytes / n` and pay `RING_STEP_S`."""
+    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s: 2 (n - 1) steps
+    of `nbytes / n`, each also paying `RING_STEP_S`."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     return 2.0 * (ranks - 1) * (nbytes / ranks / (gbs * GB) + RING_STEP_S)
@@ -358,12 +325,10 @@ def hierarchical_allreduce_s(
     cross_gbs: float,
     cross_copy_s: float = 0.0,
 ) -> float:
-    """Seconds for a hierarchical all-reduce of `nbytes` over groups of `sizes` ranks: a reduce-scatter
-    inside each group at its `local_gbs`, an all-reduce of each shard among its owners (one rank per
-    group) at `cross_gbs`, then an all-gather inside each group. Reduce-scatter plus all-gather cost
-    one ring all-reduce, the groups in parallel. A rank of the smallest group owns the largest share,
-    `nbytes / min(sizes)`, and pays `cross_copy_s` seconds per byte of it on top (a cpu-relay's copy
-    to the host and back); the flat ring over all ranks would pay that on every byte."""
+    """Seconds for an all-reduce over groups of `sizes` ranks: reduce-scatter inside each group, an
+    all-reduce of each shard among one rank per group at `cross_gbs`, all-gather inside each group.
+    The smallest group's rank owns the largest shard and pays `cross_copy_s` per byte of it (a
+    cpu-relay's copies; the flat ring would pay that on every byte)."""
     if len(sizes) <= 1 or nbytes <= 0:
         return ring_allreduce_s(nbytes, sum(sizes), min(local_gbs, default=cross_gbs))
     local = max(ring_allreduce_s(nbytes, n, gbs) for n, gbs in zip(sizes, local_gbs))
@@ -429,8 +394,8 @@ class StageModel:
         return float(self.base_mem + self._mem[e] - self._mem[a] - saved + (self.transient if r else 0.0))
 
     def recompute(self, a: int, e: int) -> int:
-        """Fewest layers of `[a, e)` to recompute so it fits (all of them when the costs say so);
-        `e - a + 1` if none is enough."""
+        """Fewest layers of `[a, e)` to recompute so it fits (all when the costs say so); `e - a + 1` if
+        none is enough."""
         held = self.base_mem + self._mem[e] - self._mem[a]
         if self.all:
             kept = held - self.mu_a * (self._savings[e] - self._savings[a]) + self.transient
@@ -471,8 +436,8 @@ class StageModel:
         return float(self._time[e] - self._time[a] + extra)
 
     def max_end(self, a: int, limit: int, budget: float) -> int:
-        """Largest `e <= limit` whose range `[a, e)` fits in memory with fwd + bwd <= `budget`
-        (recomputing as needed); `a` when not even one layer does."""
+        """Largest `e <= limit` whose range `[a, e)` fits in memory with fwd + bwd <= `budget`; `a` when
+        not even one layer does."""
         goal = self._time[a] + budget - 3 * self.alpha * self.extra_flops
         e = bisect.bisect_right(self._time, goal, a + 1, limit + 1) - 1
         if e == a or (not self.all and self.base_mem + self._mem[e] - self._mem[a] <= self.capacity):
@@ -481,11 +446,9 @@ class StageModel:
         return a + min(fitting, bisect.bisect_right(need, budget, 0, e - a))
 
     def _needs(self, a: int, e: int) -> tuple[int, list[float]]:
-        """For the ranges `[a, a + 1)` ... `[a, e)` (or further, cached): how many leading ones fit
-        in memory, and the running maximum of their fwd + bwd with the recomputation each needs.
-        `max_end`'s search ends at the first range over its budget: a bisection of the latter. A
-        search for the balanced split asks for one start at many budgets, so the figures are
-        kept per start (a bounded number of starts)."""
+        """For the ranges `[a, a + 1)` ... `[a, e)`: how many leading ones fit in memory, and the running
+        maximum of their fwd + bwd (what `max_end` bisects), kept per start: the balanced split asks
+        for one start at many budgets."""
         found = self._need.get(a)
         if found is None or len(found[1]) < e - a:
             ends = np.arange(a + 1, e + 1)
