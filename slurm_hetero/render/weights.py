@@ -1,11 +1,8 @@
 """Node `Weight=` from the devices' own facts. Pure.
 
 Slurm gives a job the lowest-weight nodes that satisfy it, so for `binpack` a node's weight is
-the hourly cost of its dearest device in US cents: the catalog price where one is known, else a
-price-equivalent of its capability (16-bit TFLOPS, else memory) at the catalog's median price per
-TFLOPS-hour (or per GiB-hour). A weight depends only on the node's own devices and the catalog,
-never on the other nodes: adding or removing a node changes no other line, so `gres render
---check` shows only what changed. `spread` gives every node weight 1 (partitions use LLN).
+the hourly cost of its dearest device in US cents (the catalog price, else its capability at the
+catalog's median price). It never depends on other nodes, so adding a node changes no other line.
 """
 
 from __future__ import annotations
