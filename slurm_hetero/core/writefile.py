@@ -114,12 +114,10 @@ def write_atomic(
     guard: Callable[[Mapping[Path, str | None]], None] | None = None,
     keep_backups: int | None = None,
 ) -> list[Path]:
-    """Write `files` as one set (see the module docstring); returns the files written ([] when
-    none differs). Every file of a set must be in one directory. `guard` is called with the files
-    on disk (None: absent) when they differ, under the lock and after an interrupted set is
-    finished, so no other render changes them between its check and this write; it refuses the
-    write by raising (an OutputError), and nothing changes. `keep_backups` (>= 1; None: all): how
-    many backups of each file a write leaves."""
+    """Write `files` (all in one directory) as one set; returns the files written ([] when none
+    differs). `guard` gets the files on disk (None: absent) under the lock, so no other render
+    changes them between its check and this write; it refuses by raising OutputError.
+    `keep_backups` (>= 1; None: all): how many backups of each file a write leaves."""
     if not files:
         return []
     if keep_backups is not None and keep_backups < 1:
@@ -159,10 +157,8 @@ def write_atomic(
 
 
 def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int | None = None) -> None:
-    """One file of any content (a plot) through the single-file path of `write_atomic`: a failed
-    write (a full disk) leaves the old file, or none, never a partial one; OutputError. A link is
-    written through (its target replaced, the link kept). The new file keeps the old one's mode,
-    or takes `mode` when given (readers never see the file with another)."""
+    """One file of any content (a plot) through the single-file path of `write_atomic`; a failed
+    write leaves the old file, never a partial one. It keeps the old file's mode unless `mode`."""
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     tmp: str | None = None
@@ -266,8 +262,8 @@ def _read_journal(directory: Path) -> list[Entry] | None:
 
 
 def _entry(directory: Path, name: str, data: bytes, stamp: str | None) -> Entry:
-    """A journal entry. Without a kept backup the old file still gets a hidden one for the time
-    of the commit (`.NAME.slurm-hetero-old`), so a failed set can always be rolled back."""
+    """A journal entry. Without a kept backup the old file gets a hidden one for the time of the
+    commit, so a failed set can always be rolled back."""
     old = _file_digest(directory / name)
     if old is None:
         return Entry(name, _digest(data), None, None)
@@ -310,8 +306,7 @@ def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> 
 
 
 def _finish(directory: Path, entries: Sequence[Entry]) -> None:
-    """The set is in place: drop hidden backups, then the journal. A failure here changes
-    nothing for Slurm; the next render removes what is left (hidden names only)."""
+    """The set is in place: drop hidden backups, then the journal (else the next render does)."""
     try:
         for entry in entries:
             if entry.backup and entry.backup.startswith("."):
@@ -322,8 +317,8 @@ def _finish(directory: Path, entries: Sequence[Entry]) -> None:
 
 
 def _undo(directory: Path, names: Sequence[str], entries: Sequence[Entry] | None) -> str:
-    """After an error: roll a committed set back from its backups, or drop an uncommitted one.
-    Returns what state the set is in, for the error message."""
+    """After an error: roll a committed set back, or drop an uncommitted one; says what state the
+    set is in, for the error message."""
     try:
         if entries is not None:
             _roll_back(directory, entries)
@@ -369,9 +364,8 @@ def _make_readable(paths: Iterable[Path]) -> None:
 
 
 def _mode(path: Path) -> int:
-    """The mode of a file written for its readers: the old file's, readable by everyone (slurmd,
-    slurmctld's SlurmUser, sbatch and the TaskProlog as the job's user read what this writes),
-    else 0644."""
+    """The old file's mode, readable by everyone (slurmd, SlurmUser and the job's user read what
+    this writes), else 0644."""
     try:
         return path.stat().st_mode & 0o777 | READABLE
     except FileNotFoundError:
@@ -401,9 +395,8 @@ def _backup_stamp(directory: Path, names: Sequence[str]) -> str:
 
 
 def prune_backups(directory: Path, names: Iterable[str], keep: int) -> None:
-    """Remove all but the newest `keep` backups (`NAME.<stamp>[-N].bak`, by stamp) of each of
-    `names` in `directory`. A backup that cannot be removed stays (the write already succeeded;
-    the next one tries again), with a warning."""
+    """Remove all but the newest `keep` backups (`NAME.<stamp>[-N].bak`) of each of `names`; one
+    that cannot be removed stays, with a warning (the write already succeeded)."""
     try:
         present = os.listdir(directory)
     except OSError as e:
@@ -441,11 +434,13 @@ def _link_backup(path: Path, target: Path) -> None:
 
 
 def recover(directory: Path) -> None:
-    """Finish (or, when impossible, undo) a set write that a crash interrupted, and remove stray
-    temporaries. Call with the directory's lock held (`write_atomic` does)."""
+    """Finish (or, when impossible, undo) a set write a crash interrupted; remove stray temporaries.
+    Call with the directory's lock held."""
     entries = _read_journal(directory)
     if entries is not None:
-        if all(_can_roll_forward(directory, e) for e in entries):
+        if all(
+            e.new in (_file_digest(directory / e.name), _file_digest(directory / e.staged)) for e in entries
+        ):
             _roll_forward(directory, entries)
             _finish(directory, entries)
             logger.warning("finished an interrupted render of %s", ", ".join(e.name for e in entries))
@@ -456,10 +451,6 @@ def recover(directory: Path) -> None:
     for suffix in (STAGED_SUFFIX, OLD_SUFFIX):
         for stray in directory.glob(f".*{suffix}"):
             _quiet_unlink(stray)
-
-
-def _can_roll_forward(directory: Path, entry: Entry) -> bool:
-    return entry.new in (_file_digest(directory / entry.name), _file_digest(directory / entry.staged))
 
 
 def _roll_forward(directory: Path, entries: Sequence[Entry]) -> None:
