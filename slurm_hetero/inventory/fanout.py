@@ -1,15 +1,8 @@
 """`discover --nodes HOSTLIST | --all`: run discover on many nodes and collect one JSON line each.
 
-Slurm's own `srun` is the first choice (no ssh keys needed, the job runs as the admin on nodes that
-can take a step): one `srun --nodelist=... --ntasks-per-node=1 --immediate=...` per partition.
-Slurm refuses steps on nodes that are drained, down, failing or not responding (`sinfo`/
-`scontrol show node -o` say which; those are exactly the nodes whose GPUs changed), and srun
-cannot reach busy nodes within `--immediate`; those go over ClusterShell's ssh workers, which the
-admin's keys reach. Node states come from `scontrol show node -o` through `proc.run`.
-
-The result is the lines of every node that answered (merge them with `inventory merge`), and the
-nodes that did not, with why. ClusterShell's Task is used here and nowhere else (hostlists go
-through `slurm_hetero.core.hostlist`).
+`srun` first (no ssh keys needed), one step per partition. Slurm refuses steps on drained, down or
+failing nodes (exactly those whose GPUs changed) and srun cannot reach busy nodes within
+`--immediate`; those go over ClusterShell's ssh workers (its Task is used here and nowhere else).
 """
 
 from __future__ import annotations
