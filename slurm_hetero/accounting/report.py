@@ -1,8 +1,5 @@
-"""What the mixed cluster did in a time window, by device type: the figures of `slurm-hetero report`.
-
-Pure: sacct records (`slurm.sacct.JobRecord`), the hook's refusal lines and the capacity the
-inventory gives in, a JSON-ready document out. What each figure counts: docs/admin-guide.md,
-"Accounting by device type, the usage report and metrics".
+"""What the mixed cluster did in a time window, by device type (`slurm-hetero report`). Pure: sacct
+records, refusals and capacity in, a JSON document out; the figures: docs/admin-guide.md.
 """
 
 from __future__ import annotations

@@ -164,11 +164,8 @@ def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int 
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SINGLE_SUFFIX, dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), _mode(path) if mode is None else mode)
-            os.fsync(f.fileno())
+        os.close(fd)
+        _write_synced(Path(tmp), data, _mode(path) if mode is None else mode)
         if backup and path.exists():
             _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))
         os.replace(tmp, path)
