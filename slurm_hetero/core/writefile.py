@@ -5,28 +5,20 @@ Slurm opens plain paths, so a set cannot be swapped in one rename. The commit pr
 directory and under its lock file (`.slurm-hetero.lock`, flock; concurrent renders wait):
 
 1. recover: finish or undo an interrupted set (below), remove stray temporaries;
-2. if any file of the set differs, stage *every* file of the set as `.NAME.slurm-hetero-new`,
-   fsync each (a set is rewritten whole, so each file's mtime moves: slurmctld reloads
-   job_submit.lua only when its mtime grows, so that mtime is also made to grow by >= 1 s);
-3. write the journal `.slurm-hetero.journal` (temp, fsync, rename, fsync the directory): the
-   commit point. It names each file, the digests of its old and new text and its backup;
-4. hard-link each existing file to its backup `NAME.<stamp>[-N].bak` (the old inode itself: a
-   backup is complete or absent, never truncated, and never overwrites another);
-5. rename each temporary over its file (in the order given: put the file a reader keys on last),
-   fsync the directory, remove the journal;
-6. with `keep_backups`, remove the oldest backups of each file of the set beyond that many (only
-   names this writer makes, `NAME.<stamp>[-N].bak`; an admin's own copies are never touched).
+2. if any file differs, stage *every* file as `.NAME.slurm-hetero-new`, fsynced (slurmctld
+   reloads job_submit.lua only when its mtime grows, so mtimes are made to grow by >= 1 s);
+3. write the journal `.slurm-hetero.journal` (the commit point): each file, the digests of its
+   old and new text, and its backup;
+4. hard-link each existing file to its backup `NAME.<stamp>[-N].bak` (complete or absent);
+5. rename each temporary over its file, in the order given (the file a reader keys on last),
+   then remove the journal;
+6. with `keep_backups`, remove the oldest backups beyond that many (never an admin's copies).
 
-An error before step 5 removes what this run created and reports one line, `... nothing
-changed`. A crash at any point leaves either no journal (only hidden temporaries, removed by the
-next run) or a journal, with which the next run under the lock rolls the set forward (every
-temporary was fsynced before the journal) or, when that is impossible, back from the backups.
-Slurm never reads a temporary: they are hidden names it does not open.
+An error before step 5 removes what this run created (`... nothing changed`). After a crash the
+next run under the lock rolls a journalled set forward, or when impossible back from the backups.
 
-Single files (`write_atomic` of one path) use a unique temporary + fsync + (backup) + rename,
-without lock or journal. A single file that is a symbolic link is written through it: the link
-stays and its target is replaced (temporary and backup beside the target), as an editor saves
-a linked file.
+Single files use a unique temporary + fsync + (backup) + rename, without lock or journal; a
+symbolic link is written through (its target replaced), as an editor saves a linked file.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`slurm-hetero health`: this node's live devices against the inventory; drain on a fault.
 
-Run by Slurm's HealthCheckProgram (or from NHC) on every compute node. The faults (a device
-missing, unhealthy, with less memory or fewer links than its inventory record; a vendor whose
-devices cannot be asked) and the drain/resume rule (only our own `slurm-hetero:` drains are
-resumed): docs/admin-guide.md, "Health checks that drain".
-
-Python 3.9 compatible (runs on compute nodes).
+Run by Slurm's HealthCheckProgram on every compute node (Python 3.9); only our own
+`slurm-hetero:` drains are resumed. The faults: docs/admin-guide.md, "Health checks that drain".
 """
 
 from __future__ import annotations
