@@ -37,12 +37,9 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _BaseLoader, _BaseDumper = yaml.SafeLoader, yaml.SafeDumper
 
 # -- plain scalars, read strictly ---------------------------------------------------------------
-# PyYAML reads YAML 1.1, where `010` is 8, `0x10` 16, `1_000` 1000, `1:30` 90 and `yes`/`on` true,
-# while YAML 1.2 (and most other tools) read `010` as 10 and `yes` as text. Inventories take the
-# forms both read alike (YAML 1.2's core schema: `true`/`false`, `null`, decimal integers, floats
-# with a dot); any other plain scalar that either version reads as something but text is refused,
-# naming the key, the line and both readings. The dumper quotes such strings, so `dumps` output
-# always loads back.
+# PyYAML reads YAML 1.1 (`010` is 8, `yes` true), most other tools YAML 1.2 (`010` is 10, `yes`
+# text). Only forms both read alike are taken; any other plain scalar that is not text in both is
+# refused, naming both readings. The dumper quotes such strings, so `dumps` output loads back.
 _STR, _AMBIGUOUS = "tag:yaml.org,2002:str", "tag:slurm-hetero,2024:ambiguous"
 _FLOAT = "tag:yaml.org,2002:float"  # no inventory field takes one: refused (`cpus: 8.0`)
 _CORE = (  # read alike by YAML 1.1 and 1.2

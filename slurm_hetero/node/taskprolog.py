@@ -42,13 +42,12 @@ def export_lines(
     if not indexes:
         return []
     devices = node.devices
-    chosen: list[SlurmDevice] = []
     for i in indexes:
         if not 0 <= i < len(devices):
             raise HeteroError(
                 f"GPU index {i} is beyond the {len(devices)} devices of {node.name} in the inventory"
             )
-        chosen.append(devices[i])
+    chosen = [devices[i] for i in indexes]
     lines = _lines_per_vendor(chosen)
     shards = task.shards_on_node
     if shards and len(chosen) == 1 and sharing:

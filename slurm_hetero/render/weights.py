@@ -33,19 +33,17 @@ class CostModel:
             statistics.median(per_gib) if per_gib else 0.03,
         )
 
-    def device_cost(self, spec: DeviceSpec) -> tuple[float, str]:
-        """USD per hour of one device, and how it was got (price, tflops or memory)."""
+    def device_cost(self, spec: DeviceSpec) -> float:
+        """USD per hour of one device: its price, else its TFLOPS or memory at the median price."""
         if spec.price_per_hour_usd:
-            return spec.price_per_hour_usd, "price"
+            return spec.price_per_hour_usd
         tflops = headline_tflops(spec)
-        if tflops:
-            return tflops * self.per_tflops, "tflops"
-        return spec.memory_gib * self.per_gib, "memory"
+        return tflops * self.per_tflops if tflops else spec.memory_gib * self.per_gib
 
 
 def node_weight(devices: Sequence[SlurmDevice], policy: str, costs: CostModel) -> int:
     """The node's Weight=: 1 under spread or without devices, else its dearest device in cents/hour."""
     if policy == "spread" or not devices:
         return 1
-    dearest = max(costs.device_cost(d.spec)[0] for d in devices)
+    dearest = max(costs.device_cost(d.spec) for d in devices)
     return max(1, round(dearest * 100))
