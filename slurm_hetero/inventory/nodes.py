@@ -74,10 +74,7 @@ def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> D
 def gres_order(devices: Sequence[Device], include_unhealthy: bool = False) -> list[Device]:
     """The devices Slurm will see on a node, in gres.conf order (unhealthy ones left out)."""
     keep = [d for d in devices if include_unhealthy or d.health == Health.OK]
-    keys = [(d.vendor, d.index) for d in keep]
-    if all(a < b for a, b in zip(keys, keys[1:])):
-        return keep  # already in order (as discover and merge write them)
-    return [d for _, d in sorted(zip(keys, keep), key=lambda pair: pair[0])]
+    return sorted(keep, key=lambda d: (d.vendor, d.index))  # linear when in order, as written
 
 
 def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[str, ...]:
