@@ -120,26 +120,22 @@ def write_atomic(
     directory = directories.pop()
     if not directory.is_dir():
         raise OutputError(f"{directory}: output directory does not exist; nothing changed")
-    if len(files) == 1:  # no lock or journal: a unique temporary, fsync, a backup link, rename
-        [(path, text)] = files.items()
-        if guard is not None:
-            guard(read_current([path]))
-        if _current(path) == text:
-            _make_readable([path])
-            return []
-        write_bytes_atomic(path, text.encode("utf-8"), backup)
-        if keep_backups is not None:
-            prune_backups(path.parent, [path.name], keep_backups)
-        return [path]
-    with _locked(directory):
-        recover(directory)
+    single = len(files) == 1  # no lock or journal: a unique temporary, fsync, a backup link, rename
+    with contextlib.nullcontext() if single else _locked(directory):
+        if not single:
+            recover(directory)
         current = read_current(files)
         if all(current[p] == t for p, t in files.items()):
             _make_readable(files)
             return []
         if guard is not None:
             guard(current)
-        written = _commit(directory, [(p.name, t) for p, t in files.items()], backup)
+        if single:
+            [(path, text)] = files.items()
+            write_bytes_atomic(path, text.encode("utf-8"), backup)
+            written = [path]
+        else:
+            written = _commit(directory, [(p.name, t) for p, t in files.items()], backup)
         if keep_backups is not None:
             prune_backups(directory, [p.name for p in files], keep_backups)
         return written
