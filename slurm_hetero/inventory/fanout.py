@@ -29,7 +29,6 @@ IMMEDIATE_S = 60  # srun --immediate: how long srun waits for a busy node before
 class FanoutResult:
     lines: dict[str, str] = field(default_factory=dict)  # node -> its discover JSON line
     failed: dict[str, str] = field(default_factory=dict)  # node -> why it gave none
-    via: dict[str, str] = field(default_factory=dict)  # node -> "srun" | "ssh"
     srun_notes: dict[str, str] = field(default_factory=dict)  # node -> why srun gave none (then ssh)
 
 
@@ -53,13 +52,12 @@ def _node_of(line: str) -> str | None:
         return None
 
 
-def collect_lines(output: str, result: FanoutResult, via: str) -> None:
+def collect_lines(output: str, result: FanoutResult) -> None:
     """Take every `discover --json` line of `output` into `result`, keyed by its node."""
     for line in output.splitlines():
         name = _node_of(line.strip()) if line.strip().startswith("{") else None
         if name:
             result.lines[name] = line.strip()
-            result.via[name] = via
             result.failed.pop(name, None)
 
 
@@ -86,7 +84,7 @@ def run_srun(by_partition: dict[str, list[str]], command: Sequence[str], result:
         except ToolError as e:
             logger.info("srun on %s failed, trying ssh: %s", hostlist.fold(nodes), e)
             output, errors = "", e.stderr_tail.strip().splitlines() or [str(e)]
-        collect_lines(output, result, "srun")
+        collect_lines(output, result)
         for node in nodes:
             if node not in result.lines:
                 left.append(node)
@@ -117,7 +115,7 @@ def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, 
     for buffer, keys in task.iter_buffers():
         text = bytes(buffer).decode("utf-8", "replace")
         for key in keys:
-            collect_lines(text, result, "ssh")
+            collect_lines(text, result)
             last = text.strip().splitlines()[-1][:160] if text.strip() else "no output"
             why[str(key)] = last if last.startswith("ssh:") else f"ssh: {last}"
     for rc, keys in task.iter_retcodes():
