@@ -4,7 +4,7 @@ hostlists (bounded expansion), and YAML nesting that libyaml's C composer would 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from slurm_hetero.core import hostlist
@@ -100,14 +100,12 @@ def _check_links_back(node: NodeInventory, linked: Sequence[Device], source: str
                 )
 
 
-def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
+def check_hosts(nodes: Sequence[NodeInventory], source: str) -> None:
     """Every node name is a valid NodeName or hostlist, every host is named once (hostlists
-    expanded, at most `syntax.MAX_HOSTS` in all); returns the host count."""
+    expanded, at most `syntax.MAX_HOSTS` in all)."""
     seen: dict[str, int] = {}
-    names: list[str] = []
     total = 0
     for position, node in enumerate(nodes):
-        names.append(node.name)
         try:
             count = syntax.hostlist_count(node.name, syntax.MAX_HOSTS - total)
         except ValueError as e:
@@ -122,12 +120,11 @@ def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
             first = seen.setdefault(host, position)
             if first != position:
                 records = (
-                    f"in records {names[first]!r} and {node.name!r}"
-                    if names[first] != node.name
+                    f"in records {nodes[first].name!r} and {node.name!r}"
+                    if nodes[first].name != node.name
                     else f"by two records {node.name!r}"
                 )
                 raise InventoryError(
                     f"{source}: node {host} is named {records}; slurmctld refuses a duplicated "
                     "NodeName: keep one record per node"
                 )
-    return total
