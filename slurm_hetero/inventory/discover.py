@@ -118,10 +118,7 @@ def live_facts(root: Path = Path("/"), strict: bool = False) -> tuple[dict[str, 
     if topology is None:
         memory = memtotal_mib(root)
         return {"cpus": os.cpu_count() or 1, **({"real_memory_mib": memory} if memory else {})}, None
-    facts = {key: getattr(topology, key) for key in inventory.NODE_FACTS}
-    if not topology.real_memory_mib:
-        del facts["real_memory_mib"]
-    return facts, topology
+    return {k: v for k in inventory.NODE_FACTS if (v := getattr(topology, k))}, topology
 
 
 def slurm_facts(name: str) -> dict[str, int]:
@@ -178,7 +175,6 @@ def discover_node(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
     name = this_node(node_name)
-    known: dict[str, int] = {}
     if from_files and root is None:
         missing = [k for k in inventory.NODE_FACTS if k not in (facts or {})]
         known = slurm_facts(name) if missing and shutil.which("scontrol") else {}
