@@ -54,6 +54,7 @@ from slurm_hetero.engine.score import (
 )
 from slurm_hetero.inventory.document import config_yaml
 from slurm_hetero.inventory.nodes import check_shares
+from slurm_hetero.slurm.syntax import host_name
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +104,6 @@ def _names(value: Any, path: str, key: str) -> None:
 
 def _partition_name(value: Any, path: str, key: str) -> None:
     """One Slurm partition name (the syntax of a host name: no comma, space or '=')."""
-    from slurm_hetero.slurm.syntax import host_name
-
     if not isinstance(value, str):
         raise ConfigError(f"expected a partition name (text), got {value!r}", path, key)
     try:
