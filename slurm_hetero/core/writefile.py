@@ -153,7 +153,7 @@ def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int 
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SINGLE_SUFFIX, dir=path.parent)
         os.close(fd)
-        _write_synced(Path(tmp), data, _mode(path) if mode is None else mode)
+        write_synced(Path(tmp), data, _mode(path) if mode is None else mode)
         if backup and path.exists():
             _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))
         os.replace(tmp, path)
@@ -225,7 +225,7 @@ def _file_digest(path: Path) -> str | None:
 def _write_journal(directory: Path, entries: Sequence[Entry]) -> None:
     data = json.dumps({"version": 1, "files": [asdict(e) for e in entries]}, indent=1).encode()
     tmp = directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}"
-    _write_synced(tmp, data, 0o600)
+    write_synced(tmp, data, 0o600)
     os.replace(tmp, directory / JOURNAL_NAME)
     _fsync_dir(directory)
 
@@ -264,7 +264,7 @@ def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> 
         for name, text in files:
             doing, data = name, text.encode("utf-8")
             entry = _entry(directory, name, data, stamp)
-            _write_synced(
+            write_synced(
                 directory / entry.staged, data, _mode(directory / name), _next_mtime_ns(directory / name)
             )
             entries.append(entry)
@@ -323,7 +323,8 @@ def _undo(directory: Path, names: Sequence[str], entries: Sequence[Entry] | None
     return "nothing changed"
 
 
-def _write_synced(path: Path, data: bytes, mode: int, mtime_ns: int | None = None) -> None:
+def write_synced(path: Path, data: bytes, mode: int, mtime_ns: int | None = None) -> None:
+    """`data` in `path` (never through a link), with `mode`, fsynced before it returns."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         view = memoryview(data)
@@ -411,7 +412,7 @@ def _link_backup(path: Path, target: Path) -> None:
         if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
             raise
         tmp = target.with_name(f".{target.name}{STAGED_SUFFIX}")  # no hard links here: copy
-        _write_synced(tmp, path.read_bytes(), _mode(path))
+        write_synced(tmp, path.read_bytes(), _mode(path))
         os.rename(tmp, target)  # under the lock, and the name was free when the stamp was chosen
 
 

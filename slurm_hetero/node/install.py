@@ -36,6 +36,7 @@ from pathlib import Path
 from slurm_hetero import __version__
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import HeteroError, ToolError
+from slurm_hetero.core.writefile import write_synced
 
 MARK = "# written by `slurm-hetero install`"
 PIP_TIMEOUT_S = 1800.0
@@ -281,12 +282,9 @@ def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
         for path, (data, mode) in files.items():
             target = Path(os.path.realpath(path)) if path.is_symlink() else path
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent)
+            os.close(fd)
             staged.append((tmp, target))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), mode)
-                os.fsync(f.fileno())
+            write_synced(Path(tmp), data, mode)
     except OSError as e:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
