@@ -350,18 +350,16 @@ ENTRY_FACTS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_
 
 
 def _node_entry(shape: NodeShape, names: str, position: int, options: RenderOptions) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+    local = options.local
+    return {
         "name": names,
         **dict(zip(ENTRY_FACTS, shape.facts)),
         "gres": shape.gres,
         "features": ",".join(shape.features),
         "weight": shape.weight,
-        "local": None,
+        "local": (
+            {"address": local.address, "hostname": local.hostname, "port": local.port_base + position}
+            if local
+            else None
+        ),
     }
-    if options.local:
-        entry["local"] = {
-            "address": options.local.address,
-            "hostname": options.local.hostname,
-            "port": options.local.port_base + position,
-        }
-    return entry
