@@ -98,17 +98,16 @@ def topology_from_cpus(
     cpus: Mapping[int, tuple[int, int]], real_memory_mib: int | None = None
 ) -> HostTopology:
     """From {OS CPU id: (package id, core id)} as the kernel reports them."""
-    cores: dict[tuple[int, int], list[int]] = {}
+    cores: dict[tuple[int, int], list[int]] = {}  # in the order of their first CPU, as hwloc's
     for cpu, key in sorted(cpus.items()):
         cores.setdefault(key, []).append(cpu)
     packages: dict[int, list[tuple[int, int]]] = {}
-    for key in sorted(cores, key=lambda k: min(cores[k])):
+    for key in cores:
         packages.setdefault(key[0], []).append(key)
-    order = sorted(packages, key=lambda p: min(min(cores[k]) for k in packages[p]))
     per_socket = max(len(v) for v in packages.values())
     core_of_cpu: dict[int, int] = {}
-    for socket_index, package in enumerate(order):
-        for core_index, key in enumerate(packages[package]):
+    for socket_index, keys in enumerate(packages.values()):
+        for core_index, key in enumerate(keys):
             for cpu in cores[key]:
                 core_of_cpu[cpu] = socket_index * per_socket + core_index
     return HostTopology(
