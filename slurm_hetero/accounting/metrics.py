@@ -55,8 +55,8 @@ def _word(line: str, key: str) -> str:
 
 
 def read_nodes(text: str, snap: Snapshot) -> None:
-    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type. Only the
-    few one-word fields are sliced out (10,000 nodes: 9 MB); a drained node's line is read whole."""
+    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type; only
+    one-word fields are sliced out (10,000 nodes: 9 MB)."""
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue

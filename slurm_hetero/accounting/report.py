@@ -1,8 +1,5 @@
-"""What the mixed cluster did in a time window, by device type: the figures of `slurm-hetero report`.
-
-Pure: sacct records (`slurm.sacct.JobRecord`), the hook's refusal lines and the capacity the
-inventory gives in, a JSON-ready document out. What each figure counts: docs/admin-guide.md,
-"Accounting by device type, the usage report and metrics".
+"""What the mixed cluster did in a time window, by device type (`slurm-hetero report`). Pure: sacct
+records, refusals and capacity in, a JSON document out; the figures: docs/admin-guide.md.
 """
 
 from __future__ import annotations
@@ -93,13 +90,9 @@ def _key(job: JobRecord, gpu_type: str, by: str, caps: Mapping[str, TypeCapacity
 
 
 def _row_doc(
-    key: tuple[str, ...],
-    row: _Row,
-    by: str,
-    types: Sequence[str],
-    caps: Mapping[str, TypeCapacity],
-    hours: float,
+    key: tuple[str, ...], row: _Row, by: str, caps: Mapping[str, TypeCapacity], hours: float
 ) -> dict[str, Any]:
+    types = [t for t, c in caps.items() if c.vendor == key[0]] if by == "vendor" else [key[-1]]
     devices = sum(caps[t].devices for t in types if t in caps)
     waits = row.waits
     doc: dict[str, Any] = {by: key[0]} if len(key) == 1 else {by: key[0], "type": key[1]}
@@ -113,12 +106,6 @@ def _row_doc(
         stranded_gib_hours=round(row.stranded_gib_hours, 6),
     )
     return doc
-
-
-def _types_of(key: tuple[str, ...], by: str, caps: Mapping[str, TypeCapacity]) -> list[str]:
-    if by == "vendor":
-        return [t for t, c in caps.items() if c.vendor == key[0]]
-    return [key[-1]]
 
 
 def off_type_jobs(jobs: Sequence[JobRecord]) -> list[dict[str, Any]]:
@@ -176,9 +163,7 @@ def build(
         "by": by,
         "jobs": len(inside),
         "gpu_jobs": sum(1 for j in inside if j.gpus),
-        "rows": [
-            _row_doc(key, row, by, _types_of(key, by, caps), caps, hours) for key, row in sorted(rows.items())
-        ],
+        "rows": [_row_doc(key, row, by, caps, hours) for key, row in sorted(rows.items())],
         "capacity": {
             t: {"vendor": c.vendor, "devices": c.devices, "memory_mib": c.memory_mib} for t, c in caps.items()
         },

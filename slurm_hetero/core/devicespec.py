@@ -72,9 +72,8 @@ class Catalog:
         return best[1] if best else None
 
     def named_model(self, vendor: str, model: str) -> DeviceSpec | None:
-        """The entry an admin's model name (`--model`) names: plain characters, one of the entry's
-        patterns matching whole words of it (`XK100_AI` and `K100_AI_X` name no K100_AI), and no
-        other model's pattern matching words beside those (`L4 L40S` names two)."""
+        """The entry an admin's model name (`--model`) names: one of its patterns matching whole
+        words (`XK100_AI` names no K100_AI), and no other model's beside them (`L4 L40S` names two)."""
         if not _MODEL_NAME.fullmatch(model):
             return None
         spans = [
@@ -96,8 +95,7 @@ class Catalog:
         return self._by_type.get(gres_type)
 
     def with_types(self, site_types: Mapping[str, DeviceSpec]) -> Catalog:
-        """This catalog plus site type names (Slurm Type= names an inventory uses that are not
-        catalog types), each with the facts of the model it stands for, under the site's name."""
+        """This catalog plus site type names, each with the facts of the model it stands for."""
         extra = [dataclasses.replace(spec, type=name, aliases=()) for name, spec in site_types.items()]
         return Catalog([*self.specs, *extra])
 

@@ -15,11 +15,8 @@ _SIMPLE = re.compile(r"([A-Za-z0-9_.\-/]*[A-Za-z_.\-/])?([0-9]+)")  # fullmatch
 
 
 def fold(names: Iterable[str]) -> str:
-    """Fold host names into one hostlist expression (`n[1-3,7]`).
-
-    Plain `prefix<number>` names are folded on their last number without parsing each name
-    (10,000 names in milliseconds); anything else goes through NodeSet's full parser.
-    """
+    """Fold host names into one hostlist (`n[1-3,7]`); plain `prefix<number>` names skip
+    NodeSet's parser (10,000 names in milliseconds)."""
     numbers: dict[str, list[str]] = {}  # prefix -> its numbers as written (`007` keeps its padding)
     other: list[str] = []
     for name in names:
@@ -40,8 +37,7 @@ def fold(names: Iterable[str]) -> str:
 
 
 def expand(spec: str, limit: int = MAX_HOSTS) -> list[str]:
-    """Expand a hostlist expression into host names, in order. The expression is checked (and
-    its size counted) before NodeSet builds it, so `gpu[1-100000000]` fails at once."""
+    """Expand a hostlist into host names, in order; counted first, so `gpu[1-100000000]` fails at once."""
     if "[" not in spec and "," not in spec:
         return [spec] if spec else []
     count(spec, limit)
@@ -52,8 +48,7 @@ def expand(spec: str, limit: int = MAX_HOSTS) -> list[str]:
 
 
 def count(spec: str, limit: int = MAX_HOSTS) -> int:
-    """How many hosts a hostlist expression names, without expanding it (InventoryError when it
-    is malformed or names more than `limit` hosts)."""
+    """How many hosts a hostlist names, without expanding it (InventoryError past `limit`)."""
     try:
         return hostlist_size(spec, limit)
     except ValueError as e:

@@ -1,7 +1,5 @@
-"""Lines for the node's journal/syslog, where an admin looks: what `health` found and did, what
-`gres render` and `job-submit render` wrote, the TaskProlog's problems. Each goes through its own
-logger (`audit(ident)`), which writes only to syslog's socket (/dev/log) when there is one and
-never to the terminal, so a command's output stays as documented."""
+"""Lines for the node's syslog, where an admin looks (what `health` did, what renders wrote), through
+`audit(ident)`: only to /dev/log, never to the terminal, so a command's output stays as documented."""
 
 from __future__ import annotations
 
@@ -12,8 +10,7 @@ SOCKET = "/dev/log"
 
 
 def syslog_handler(ident: str) -> logging.Handler | None:
-    """A handler for syslog's socket, lines tagged `ident:`, that never fails the command; None
-    where the socket cannot be opened (Python 3.9 knows at once)."""
+    """A handler for syslog's socket that never fails the command; None where it cannot be opened."""
     try:
         handler = logging.handlers.SysLogHandler(address=SOCKET)
     except OSError:

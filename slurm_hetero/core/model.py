@@ -33,12 +33,8 @@ class Capture:
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator as Slurm will schedule it (one GRES `File=`).
-
-    `index` is the device's position as Slurm and the runtime number it (the N in /dev/nvidiaN,
-    /dev/davinciN); `tool_id` keeps the vendor tool's own id when it differs (Ascend "NPU 64 chip 0").
-    `type` is the Slurm GRES Type, filled from the catalog when a parser leaves it empty.
-    """
+    """One accelerator as Slurm will schedule it (one GRES `File=`). `index` is the N of
+    /dev/nvidiaN; `tool_id` the vendor tool's own id when it differs (Ascend "NPU 64 chip 0")."""
 
     vendor: str
     model: str
@@ -93,16 +89,12 @@ class ClusterInventory:
 
 @dataclass(frozen=True)
 class VendorTraits:
-    """Everything vendor-specific that the engine, launcher, render and TaskProlog use, as data.
-
-    Each vendor class declares these (`Vendor.traits()`); the registry hands them out
+    """Everything vendor-specific that the engine, launcher, render and TaskProlog use, as data
     (`slurm_hetero.vendors.vendor_traits()`), so no other module keeps a table keyed by vendor.
 
-    Device visibility, one level per runtime: `visible_devices_env` names the vendor's devices by
-    `visible_id` (the physical index, or the tool id where the runtime wants it, as Gaudi's
-    module ids); `relative_visible_envs` are applied by the runtime *inside* that set, so they take
-    positions 0..n-1 (ROCm: HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES inside
-    ROCR_VISIBLE_DEVICES). None: Slurm's own CUDA_VISIBLE_DEVICES is what the runtime reads.
+    `visible_devices_env` names the vendor's devices by `visible_id`; `relative_visible_envs` are
+    applied by the runtime *inside* that set, so they take positions 0..n-1 (ROCm's
+    HIP_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES). None: Slurm's CUDA_VISIBLE_DEVICES serves.
     """
 
     name: str
@@ -129,8 +121,7 @@ class VendorTraits:
 
 @dataclass(frozen=True)
 class SlurmDevice:
-    """One device as Slurm schedules it: the inventory record (its `type` the Slurm Type= name),
-    its vendor's traits and the catalog facts resolved for it once (`slurm_hetero.inventory.nodes`)."""
+    """One device as Slurm schedules it: the inventory record, its vendor's traits and its catalog facts."""
 
     device: Device
     vendor: VendorTraits
@@ -153,8 +144,7 @@ class SlurmDevice:
 @dataclass(frozen=True)
 class SlurmNode:
     """One inventory node (or hostlist of identical nodes) as Slurm sees it, built once per load
-    (`slurm_hetero.inventory.nodes.slurm_nodes`): devices in gres.conf order with their facts, the devices
-    left out (unhealthy), the node's Slurm features and how many hosts the name stands for."""
+    (`slurm_hetero.inventory.nodes.slurm_nodes`): devices in gres.conf order, those left out."""
 
     record: NodeInventory
     devices: tuple[SlurmDevice, ...]
@@ -168,10 +158,8 @@ class SlurmNode:
 
     @functools.cached_property  # read per rank by the launcher
     def gpu_env(self) -> str:
-        """gres.conf `Flags=` of every `Name=gpu` line of the node: its vendor's, and no_gpu_env on
-        a node of several vendors, where the TaskProlog's variables alone name devices. slurmd takes
-        one flag per node and name, and numbers the variable it sets over all the node's gpus, where
-        each vendor's runtime counts only its own (an L40S after an Iluvatar card is CUDA's 0)."""
+        """gres.conf `Flags=` of the node's gpu lines: its vendor's, or no_gpu_env on a node of
+        several vendors (slurmd numbers its variable over all of them; each runtime counts its own)."""
         vendors = {d.vendor.name: d.vendor.slurm_gpu_env for d in self.devices}
         return next(iter(vendors.values())) if len(vendors) == 1 else "no_gpu_env"
 

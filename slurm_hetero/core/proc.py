@@ -18,17 +18,13 @@ from slurm_hetero.core.errors import ToolError
 logger = logging.getLogger(__name__)
 
 
-MAX_OUTPUT = 64 * 1024 * 1024
-"""The most bytes `run` reads from a command (stdout and stderr together) before it kills it: a
-tool that floods its output must not grow this process's memory without bound."""
+MAX_OUTPUT = 64 * 1024 * 1024  # bytes read from a command before it is killed: memory stays bounded
 
 
 def run(argv: Sequence[str], timeout: float = 60.0, max_output: int = MAX_OUTPUT) -> str:
-    """Run `argv` (never through a shell, stdin closed) and return its stdout, decoded as UTF-8 with
-    undecodable bytes replaced (the parsers then refuse a garbled capture, naming the tool);
-    ToolError on failure, on timeout or when it prints more than `max_output` bytes. The command
-    runs in its own process group, killed whole on timeout or overflow, so a hung script's
-    children (its `sleep`) do not outlive it."""
+    """Run `argv` (no shell, stdin closed) and return its stdout as UTF-8, bad bytes replaced;
+    ToolError on failure, timeout or more than `max_output` bytes. It runs in its own process
+    group, killed whole on timeout or overflow, so a hung script's children do not outlive it."""
     argv = [str(a) for a in argv]
     logger.debug("EXEC %s", argv)
     started = time.monotonic()
@@ -118,8 +114,7 @@ while args:
 
 def run_later(steps: Sequence[tuple[float, Sequence[str]]]) -> None:
     """Run each `(delay_s, argv)` of `steps` `delay_s` seconds from now, in order, in one detached
-    process that outlives this one (a Python running fixed code; no shell sees `argv`); a command
-    that fails does not stop the next, and their output is discarded. Tests patch it."""
+    process that outlives this one (no shell sees `argv`). Tests patch it."""
     flat: list[str] = []
     for delay_s, argv in steps:
         if not 0 <= delay_s < math.inf:

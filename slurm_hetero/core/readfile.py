@@ -86,9 +86,8 @@ def read_text(
 
 
 def unusable_path(path: Path) -> str | None:
-    """Why `path` (a file or directory the command will write) can never be used, or None: a
-    name longer than NAME_MAX or PATH_MAX (ENAMETOOLONG), a component that is a file (ENOTDIR), a
-    link loop (ELOOP) (`Path.exists` raises on the first); a missing path is fine (it is made)."""
+    """Why `path` (to be written) can never be used (ENAMETOOLONG, ENOTDIR, ELOOP), or None; a
+    missing path is fine (it is made)."""
     for probe in (path, path.parent):
         try:
             os.stat(probe)

@@ -1,9 +1,6 @@
 """Sizes as Slurm writes them (`20G`, a bare number is MiB) and the limits and wording of the
-request grammar, which `job_submit/job_submit.lua` applies: `submit.tables` copies `UNITS`, the
-`MAX_*` limits and `REQUEST_MESSAGES` into the hook's table. Pure.
-
-`parse_size` reads a size the way the hook reads a gpumem (`gres render --share`, settings,
-`discover` use it); the request itself is read by the hook alone (`submit.hook.Hook.request`).
+request grammar, which `submit.tables` copies into the hook's table. Pure. `parse_size` reads a
+size as the hook reads a gpumem; the request itself is read by the hook alone.
 """
 
 from __future__ import annotations
@@ -50,8 +47,7 @@ def _too_large(item: str, limit: int) -> RequestError:
 
 
 def parse_size(value: str, item: str = "gpumem", limit: int = MAX_MIB) -> int:
-    """`20G` -> 20480 (MiB). `item` names the request in the error message; `limit`: the most
-    MiB it may be (default: a device's, as the hook bounds a gpumem), said when it is more."""
+    """`20G` -> 20480 (MiB); `item` names the request in errors, `limit` the most MiB it may be."""
     m = _SIZE.fullmatch(value)
     if m:
         digits, suffix = m.groups()

@@ -5,28 +5,20 @@ Slurm opens plain paths, so a set cannot be swapped in one rename. The commit pr
 directory and under its lock file (`.slurm-hetero.lock`, flock; concurrent renders wait):
 
 1. recover: finish or undo an interrupted set (below), remove stray temporaries;
-2. if any file of the set differs, stage *every* file of the set as `.NAME.slurm-hetero-new`,
-   fsync each (a set is rewritten whole, so each file's mtime moves: slurmctld reloads
-   job_submit.lua only when its mtime grows, so that mtime is also made to grow by >= 1 s);
-3. write the journal `.slurm-hetero.journal` (temp, fsync, rename, fsync the directory): the
-   commit point. It names each file, the digests of its old and new text and its backup;
-4. hard-link each existing file to its backup `NAME.<stamp>[-N].bak` (the old inode itself: a
-   backup is complete or absent, never truncated, and never overwrites another);
-5. rename each temporary over its file (in the order given: put the file a reader keys on last),
-   fsync the directory, remove the journal;
-6. with `keep_backups`, remove the oldest backups of each file of the set beyond that many (only
-   names this writer makes, `NAME.<stamp>[-N].bak`; an admin's own copies are never touched).
+2. if any file differs, stage *every* file as `.NAME.slurm-hetero-new`, fsynced (slurmctld
+   reloads job_submit.lua only when its mtime grows, so mtimes are made to grow by >= 1 s);
+3. write the journal `.slurm-hetero.journal` (the commit point): each file, the digests of its
+   old and new text, and its backup;
+4. hard-link each existing file to its backup `NAME.<stamp>[-N].bak` (complete or absent);
+5. rename each temporary over its file, in the order given (the file a reader keys on last),
+   then remove the journal;
+6. with `keep_backups`, remove the oldest backups beyond that many (never an admin's copies).
 
-An error before step 5 removes what this run created and reports one line, `... nothing
-changed`. A crash at any point leaves either no journal (only hidden temporaries, removed by the
-next run) or a journal, with which the next run under the lock rolls the set forward (every
-temporary was fsynced before the journal) or, when that is impossible, back from the backups.
-Slurm never reads a temporary: they are hidden names it does not open.
+An error before step 5 removes what this run created (`... nothing changed`). After a crash the
+next run under the lock rolls a journalled set forward, or when impossible back from the backups.
 
-Single files (`write_atomic` of one path) use a unique temporary + fsync + (backup) + rename,
-without lock or journal. A single file that is a symbolic link is written through it: the link
-stays and its target is replaced (temporary and backup beside the target), as an editor saves
-a linked file.
+Single files use a unique temporary + fsync + (backup) + rename, without lock or journal; a
+symbolic link is written through (its target replaced), as an editor saves a linked file.
 """
 
 from __future__ import annotations
@@ -114,12 +106,10 @@ def write_atomic(
     guard: Callable[[Mapping[Path, str | None]], None] | None = None,
     keep_backups: int | None = None,
 ) -> list[Path]:
-    """Write `files` as one set (see the module docstring); returns the files written ([] when
-    none differs). Every file of a set must be in one directory. `guard` is called with the files
-    on disk (None: absent) when they differ, under the lock and after an interrupted set is
-    finished, so no other render changes them between its check and this write; it refuses the
-    write by raising (an OutputError), and nothing changes. `keep_backups` (>= 1; None: all): how
-    many backups of each file a write leaves."""
+    """Write `files` (all in one directory) as one set; returns the files written ([] when none
+    differs). `guard` gets the files on disk (None: absent) under the lock, so no other render
+    changes them between its check and this write; it refuses by raising OutputError.
+    `keep_backups` (>= 1; None: all): how many backups of each file a write leaves."""
     if not files:
         return []
     if keep_backups is not None and keep_backups < 1:
@@ -130,26 +120,22 @@ def write_atomic(
     directory = directories.pop()
     if not directory.is_dir():
         raise OutputError(f"{directory}: output directory does not exist; nothing changed")
-    if len(files) == 1:  # no lock or journal: a unique temporary, fsync, a backup link, rename
-        [(path, text)] = files.items()
-        if guard is not None:
-            guard(read_current([path]))
-        if _current(path) == text:
-            _make_readable([path])
-            return []
-        write_bytes_atomic(path, text.encode("utf-8"), backup)
-        if keep_backups is not None:
-            prune_backups(path.parent, [path.name], keep_backups)
-        return [path]
-    with _locked(directory):
-        recover(directory)
+    single = len(files) == 1  # no lock or journal: a unique temporary, fsync, a backup link, rename
+    with contextlib.nullcontext() if single else _locked(directory):
+        if not single:
+            recover(directory)
         current = read_current(files)
         if all(current[p] == t for p, t in files.items()):
             _make_readable(files)
             return []
         if guard is not None:
             guard(current)
-        written = _commit(directory, [(p.name, t) for p, t in files.items()], backup)
+        if single:
+            [(path, text)] = files.items()
+            write_bytes_atomic(path, text.encode("utf-8"), backup)
+            written = [path]
+        else:
+            written = _commit(directory, [(p.name, t) for p, t in files.items()], backup)
         if keep_backups is not None:
             prune_backups(directory, [p.name for p in files], keep_backups)
         return written
@@ -159,20 +145,15 @@ def write_atomic(
 
 
 def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int | None = None) -> None:
-    """One file of any content (a plot) through the single-file path of `write_atomic`: a failed
-    write (a full disk) leaves the old file, or none, never a partial one; OutputError. A link is
-    written through (its target replaced, the link kept). The new file keeps the old one's mode,
-    or takes `mode` when given (readers never see the file with another)."""
+    """One file of any content (a plot) through the single-file path of `write_atomic`; a failed
+    write leaves the old file, never a partial one. It keeps the old file's mode unless `mode`."""
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=SINGLE_SUFFIX, dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), _mode(path) if mode is None else mode)
-            os.fsync(f.fileno())
+        os.close(fd)
+        write_synced(Path(tmp), data, _mode(path) if mode is None else mode)
         if backup and path.exists():
             _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))
         os.replace(tmp, path)
@@ -244,7 +225,7 @@ def _file_digest(path: Path) -> str | None:
 def _write_journal(directory: Path, entries: Sequence[Entry]) -> None:
     data = json.dumps({"version": 1, "files": [asdict(e) for e in entries]}, indent=1).encode()
     tmp = directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}"
-    _write_synced(tmp, data, 0o600)
+    write_synced(tmp, data, 0o600)
     os.replace(tmp, directory / JOURNAL_NAME)
     _fsync_dir(directory)
 
@@ -266,8 +247,8 @@ def _read_journal(directory: Path) -> list[Entry] | None:
 
 
 def _entry(directory: Path, name: str, data: bytes, stamp: str | None) -> Entry:
-    """A journal entry. Without a kept backup the old file still gets a hidden one for the time
-    of the commit (`.NAME.slurm-hetero-old`), so a failed set can always be rolled back."""
+    """A journal entry. Without a kept backup the old file gets a hidden one for the time of the
+    commit, so a failed set can always be rolled back."""
     old = _file_digest(directory / name)
     if old is None:
         return Entry(name, _digest(data), None, None)
@@ -283,7 +264,7 @@ def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> 
         for name, text in files:
             doing, data = name, text.encode("utf-8")
             entry = _entry(directory, name, data, stamp)
-            _write_synced(
+            write_synced(
                 directory / entry.staged, data, _mode(directory / name), _next_mtime_ns(directory / name)
             )
             entries.append(entry)
@@ -310,8 +291,7 @@ def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> 
 
 
 def _finish(directory: Path, entries: Sequence[Entry]) -> None:
-    """The set is in place: drop hidden backups, then the journal. A failure here changes
-    nothing for Slurm; the next render removes what is left (hidden names only)."""
+    """The set is in place: drop hidden backups, then the journal (else the next render does)."""
     try:
         for entry in entries:
             if entry.backup and entry.backup.startswith("."):
@@ -322,8 +302,8 @@ def _finish(directory: Path, entries: Sequence[Entry]) -> None:
 
 
 def _undo(directory: Path, names: Sequence[str], entries: Sequence[Entry] | None) -> str:
-    """After an error: roll a committed set back from its backups, or drop an uncommitted one.
-    Returns what state the set is in, for the error message."""
+    """After an error: roll a committed set back, or drop an uncommitted one; says what state the
+    set is in, for the error message."""
     try:
         if entries is not None:
             _roll_back(directory, entries)
@@ -343,7 +323,8 @@ def _undo(directory: Path, names: Sequence[str], entries: Sequence[Entry] | None
     return "nothing changed"
 
 
-def _write_synced(path: Path, data: bytes, mode: int, mtime_ns: int | None = None) -> None:
+def write_synced(path: Path, data: bytes, mode: int, mtime_ns: int | None = None) -> None:
+    """`data` in `path` (never through a link), with `mode`, fsynced before it returns."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         view = memoryview(data)
@@ -369,9 +350,8 @@ def _make_readable(paths: Iterable[Path]) -> None:
 
 
 def _mode(path: Path) -> int:
-    """The mode of a file written for its readers: the old file's, readable by everyone (slurmd,
-    slurmctld's SlurmUser, sbatch and the TaskProlog as the job's user read what this writes),
-    else 0644."""
+    """The old file's mode, readable by everyone (slurmd, SlurmUser and the job's user read what
+    this writes), else 0644."""
     try:
         return path.stat().st_mode & 0o777 | READABLE
     except FileNotFoundError:
@@ -401,9 +381,8 @@ def _backup_stamp(directory: Path, names: Sequence[str]) -> str:
 
 
 def prune_backups(directory: Path, names: Iterable[str], keep: int) -> None:
-    """Remove all but the newest `keep` backups (`NAME.<stamp>[-N].bak`, by stamp) of each of
-    `names` in `directory`. A backup that cannot be removed stays (the write already succeeded;
-    the next one tries again), with a warning."""
+    """Remove all but the newest `keep` backups (`NAME.<stamp>[-N].bak`) of each of `names`; one
+    that cannot be removed stays, with a warning (the write already succeeded)."""
     try:
         present = os.listdir(directory)
     except OSError as e:
@@ -433,7 +412,7 @@ def _link_backup(path: Path, target: Path) -> None:
         if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
             raise
         tmp = target.with_name(f".{target.name}{STAGED_SUFFIX}")  # no hard links here: copy
-        _write_synced(tmp, path.read_bytes(), _mode(path))
+        write_synced(tmp, path.read_bytes(), _mode(path))
         os.rename(tmp, target)  # under the lock, and the name was free when the stamp was chosen
 
 
@@ -441,11 +420,13 @@ def _link_backup(path: Path, target: Path) -> None:
 
 
 def recover(directory: Path) -> None:
-    """Finish (or, when impossible, undo) a set write that a crash interrupted, and remove stray
-    temporaries. Call with the directory's lock held (`write_atomic` does)."""
+    """Finish (or, when impossible, undo) a set write a crash interrupted; remove stray temporaries.
+    Call with the directory's lock held."""
     entries = _read_journal(directory)
     if entries is not None:
-        if all(_can_roll_forward(directory, e) for e in entries):
+        if all(
+            e.new in (_file_digest(directory / e.name), _file_digest(directory / e.staged)) for e in entries
+        ):
             _roll_forward(directory, entries)
             _finish(directory, entries)
             logger.warning("finished an interrupted render of %s", ", ".join(e.name for e in entries))
@@ -456,10 +437,6 @@ def recover(directory: Path) -> None:
     for suffix in (STAGED_SUFFIX, OLD_SUFFIX):
         for stray in directory.glob(f".*{suffix}"):
             _quiet_unlink(stray)
-
-
-def _can_roll_forward(directory: Path, entry: Entry) -> bool:
-    return entry.new in (_file_digest(directory / entry.name), _file_digest(directory / entry.staged))
 
 
 def _roll_forward(directory: Path, entries: Sequence[Entry]) -> None:

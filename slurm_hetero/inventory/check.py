@@ -4,7 +4,7 @@ hostlists (bounded expansion), and YAML nesting that libyaml's C composer would 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from slurm_hetero.core import hostlist
@@ -26,8 +26,7 @@ def check_device_syntax(raw: Mapping[str, Any], where: str) -> None:
 
 
 def check_node(node: NodeInventory, source: str) -> None:
-    """Consistency the schema cannot express: one record per device index and per device file,
-    links to other devices of the node (same vendor) that link back, Links= rows of a bounded size."""
+    """One record per device index and file; links to devices of the node that link back."""
     if not node.devices:
         raise InventoryError(f"{source}: node {node.name} has no devices; remove it or rediscover it")
     keys = [(d.vendor, d.index) for d in node.devices]
@@ -41,9 +40,7 @@ def check_node(node: NodeInventory, source: str) -> None:
 
 
 def _check_cpus(node: NodeInventory, source: str) -> None:
-    """CPUs= must be one of the counts slurmctld accepts (Sockets, Sockets x CoresPerSocket, or
-    that x ThreadsPerCore); otherwise it logs "match no Sockets ... Resetting CPUs" and schedules
-    on a figure nobody wrote."""
+    """CPUs= must be a count slurmctld accepts, else it resets it to a figure nobody wrote."""
     s, c, t = node.sockets, node.cores_per_socket, node.threads_per_core
     if node.cpus is None or s is None or c is None or t is None:
         return
@@ -84,11 +81,8 @@ def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -
 
 
 def _check_links_back(node: NodeInventory, linked: Sequence[Device], source: str) -> None:
-    """A link is one cable seen from both ends: when device A lists a link to peer B, B lists one
-    back to A, of the same kind and count. A copy cut short leaves the last device without (some
-    of) its links while its peers still list theirs, and gres.conf's Links= rows would then
-    disagree; every real topology capture (nvidia-smi topo -m, rocm-smi/amd-smi, npu-smi, mx-smi,
-    xpu-smi) is symmetric."""
+    """A link is one cable seen from both ends, of the same kind and count (every real topology
+    capture is symmetric); a copy cut short leaves the last device without its links."""
     ends = {(d.vendor, d.index): {link.peer: link for link in d.links} for d in linked}
     for device in linked:
         for link in device.links:
@@ -106,14 +100,12 @@ def _check_links_back(node: NodeInventory, linked: Sequence[Device], source: str
                 )
 
 
-def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
+def check_hosts(nodes: Sequence[NodeInventory], source: str) -> None:
     """Every node name is a valid NodeName or hostlist, every host is named once (hostlists
-    expanded, at most `syntax.MAX_HOSTS` in all); returns the host count."""
+    expanded, at most `syntax.MAX_HOSTS` in all)."""
     seen: dict[str, int] = {}
-    names: list[str] = []
     total = 0
     for position, node in enumerate(nodes):
-        names.append(node.name)
         try:
             count = syntax.hostlist_count(node.name, syntax.MAX_HOSTS - total)
         except ValueError as e:
@@ -128,12 +120,11 @@ def check_hosts(nodes: Iterable[NodeInventory], source: str) -> int:
             first = seen.setdefault(host, position)
             if first != position:
                 records = (
-                    f"in records {names[first]!r} and {node.name!r}"
-                    if names[first] != node.name
+                    f"in records {nodes[first].name!r} and {node.name!r}"
+                    if nodes[first].name != node.name
                     else f"by two records {node.name!r}"
                 )
                 raise InventoryError(
                     f"{source}: node {host} is named {records}; slurmctld refuses a duplicated "
                     "NodeName: keep one record per node"
                 )
-    return total

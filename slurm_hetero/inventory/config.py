@@ -54,6 +54,7 @@ from slurm_hetero.engine.score import (
 )
 from slurm_hetero.inventory.document import config_yaml
 from slurm_hetero.inventory.nodes import check_shares
+from slurm_hetero.slurm.syntax import host_name
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +104,6 @@ def _names(value: Any, path: str, key: str) -> None:
 
 def _partition_name(value: Any, path: str, key: str) -> None:
     """One Slurm partition name (the syntax of a host name: no comma, space or '=')."""
-    from slurm_hetero.slurm.syntax import host_name
-
     if not isinstance(value, str):
         raise ConfigError(f"expected a partition name (text), got {value!r}", path, key)
     try:
@@ -213,8 +212,8 @@ def _validate(data: Any, schema: Any, path: str, key: str = "") -> None:
 def config_paths(
     environ: Mapping[str, str] | None = None, etc_dir: Path = ETC_DIR, user_layers: bool = True
 ) -> list[tuple[Path, bool]]:
-    """(path, required) of every layer file, lowest precedence first. Without `user_layers`
-    only the system's (/etc), for code that runs in a job's environment (the TaskProlog)."""
+    """(path, required) of every layer file, lowest first; without `user_layers` only /etc's (the
+    TaskProlog runs in a job's environment)."""
     if not user_layers:
         return _system_paths(etc_dir)
     env = os.environ if environ is None else environ
@@ -278,11 +277,8 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
 
 
 def check_for_cluster(settings: Settings, nodes: Sequence[SlurmNode], partitions: Iterable[str]) -> None:
-    """Every setting that names a device type, a partition or a shard size, against the cluster
-    the hook is rendered for (`nodes`; `partitions`: those it has rules for, with the rendered
-    default one): a name it lacks is a typo that would render a hook refusing every job
-    (`allow_types: [nosuch]`), deciding jobs by rules nobody wrote (`default_partition: nosuch`)
-    or sharing nothing (`shard_size: {l4: 100G}` on a 22 GiB L4). ConfigError naming the key."""
+    """Every setting that names a device type, a partition or a shard size, against the cluster the
+    hook is rendered for: a name it lacks is a typo that would render a hook refusing every job."""
     types = sorted({d.type for n in nodes for d in n.devices})
     where = ", ".join(settings.sources) or None
     scoring = settings.scoring
@@ -326,8 +322,7 @@ def load_settings(
 
 
 def exempt_uids(users: Sequence[str | int], lookup: Callable[[str], int] | None = None) -> tuple[int, ...]:
-    """User names and uids -> uids (sorted). `root` is 0 even without a passwd entry; other
-    unknown names are logged and skipped, since the hook sees only numeric uids."""
+    """User names and uids -> sorted uids (the hook sees only uids); unknown names are skipped."""
     find = lookup or (lambda name: pwd.getpwnam(name).pw_uid)
     uids = set()
     for user in users:

@@ -30,15 +30,6 @@ from slurm_hetero.vendors import Vendor, all_vendors, get_vendor
 logger = logging.getLogger(__name__)
 
 
-def read_captures(paths: Sequence[Path]) -> list[Capture]:
-    """Captured tool outputs from regular files of bounded size (an admin's copy from a node they
-    cannot reach); a FIFO, a device or a directory is refused without blocking."""
-    return [
-        Capture(str(path), read_text(path, MAX_CAPTURE_BYTES, "capture file", errors="replace"))
-        for path in paths
-    ]
-
-
 def complete_device(device: Device, catalog: Catalog, vendor: Vendor) -> Device:
     """Fill the Slurm type and, where the capture lacked it, the memory from the catalog."""
     spec = lookup_spec(device, catalog)
@@ -72,11 +63,10 @@ def devices_from_files(
     vendor_names: Sequence[str], paths: Sequence[Path], catalog: Catalog, model: str | None = None
 ) -> list[tuple[Vendor, list[Device]]]:
     """Parse captured files: with one --vendor, all files belong to it; without, the parser is sniffed.
-
-    `model` (`--model`, with one --vendor) names the model of devices whose capture does not, as
-    a vendor's default table may (Hygon's `hy-smi`); it must name a `catalog` model, which then
-    gives their memory."""
-    captures = read_captures(paths)
+    `model` (`--model`) names a catalog model for captures that do not (Hygon's `hy-smi`)."""
+    captures = [
+        Capture(str(p), read_text(p, MAX_CAPTURE_BYTES, "capture file", errors="replace")) for p in paths
+    ]
     if len(vendor_names) > 1:
         raise HeteroError("--from-file takes captures of one vendor at a time; run discover once per vendor")
     if model is not None:
@@ -97,8 +87,7 @@ def devices_from_files(
 
 
 def probe_each(vendors: Sequence[Vendor]) -> tuple[list[tuple[Vendor, list[Device]]], dict[str, HeteroError]]:
-    """Probe every vendor; one that cannot be asked (unavailable, its tool missing, failing or past
-    its timeout, NVML that cannot start) is returned by name with its error, not raised."""
+    """Probe every vendor; one that cannot be asked is returned by name with its error, not raised."""
     found, failed = [], {}
     for vendor in vendors:
         try:
@@ -124,21 +113,17 @@ def devices_live(vendor_names: Sequence[str]) -> list[tuple[Vendor, list[Device]
 
 
 def live_facts(root: Path = Path("/"), strict: bool = False) -> tuple[dict[str, int], HostTopology | None]:
-    """This host's NodeName facts as slurmd -C reports them, and its topology (for Cores=);
-    `strict` (a captured --host-root) makes an unreadable or irregular tree an error."""
+    """This host's NodeName facts as slurmd -C reports them, and its topology (for Cores=)."""
     topology = read_topology(root, strict)
     if topology is None:
         memory = memtotal_mib(root)
         return {"cpus": os.cpu_count() or 1, **({"real_memory_mib": memory} if memory else {})}, None
-    facts = {key: getattr(topology, key) for key in inventory.NODE_FACTS}
-    if not topology.real_memory_mib:
-        del facts["real_memory_mib"]
-    return facts, topology
+    return {k: v for k in inventory.NODE_FACTS if (v := getattr(topology, k))}, topology
 
 
 def slurm_facts(name: str) -> dict[str, int]:
-    """The node's facts as slurmctld knows them (`scontrol show node`), {} when it does not or
-    cannot be asked (discover runs before the node joins Slurm, and on hosts without it)."""
+    """The node's facts as slurmctld knows them, {} when it cannot say (discover runs before the
+    node joins Slurm)."""
     try:
         record = show_node(name)
     except ToolError as e:
@@ -175,15 +160,8 @@ def discover_node(
     root: Path | None = None,
     model: str | None = None,
 ) -> NodeInventory:
-    """One node's inventory, live or from captured files.
-
-    Node facts (CPUs, sockets, cores, threads, memory): `facts` win; live discovery reads the
-    kernel under `root` (default `/`) and maps device affinity to Slurm core indices. With
-    `from_files`, a `root` (`--host-root`: the node's /sys/devices/system/cpu and /proc/meminfo
-    copied under it) does the same for the captured node, else slurmctld is asked for what it
-    knows of the node; whatever stays unknown is left out (and `gres render` says so). `model`
-    (`--model`) names the model where the captures do not (see `devices_from_files`).
-    """
+    """One node's inventory, live or from captured files. Node facts: `facts` win; else the
+    kernel under `root` (`--host-root` for captures), else for captures what slurmctld knows."""
     if model is not None and not from_files:
         raise HeteroError("--model names the model of captured devices; use it with --from-file")
     found = (
@@ -197,7 +175,6 @@ def discover_node(
             "no accelerators found (try --vendor NAME, or --from-file with a captured tool output)"
         )
     name = this_node(node_name)
-    known: dict[str, int] = {}
     if from_files and root is None:
         missing = [k for k in inventory.NODE_FACTS if k not in (facts or {})]
         known = slurm_facts(name) if missing and shutil.which("scontrol") else {}
@@ -211,8 +188,7 @@ def discover_node(
 
 
 def this_node(node_name: str | None = None) -> str:
-    """The NodeName of the node this runs on: `node_name` (--node), else $SLURMD_NODENAME, else
-    the short host name; a host name Slurm can read, else one line naming it escaped."""
+    """The NodeName of this node: `node_name` (--node), else $SLURMD_NODENAME, else the short host name."""
     name = (
         node_name
         if node_name is not None
@@ -225,8 +201,7 @@ def this_node(node_name: str | None = None) -> str:
 
 
 def validated(node: NodeInventory) -> NodeInventory:
-    """The node as every other command will read it: through the inventory schema and checks,
-    so discover never writes what `inventory check` refuses: as text, read back as check reads
-    it (a value of the wrong Python type, `8.0` for 8, is refused there, not in the dict)."""
+    """The node read back from its text as `inventory check` reads it, so discover never writes
+    what check refuses (`8.0` for 8 is refused in the text, not in the dict)."""
     text = inventory.dumps(ClusterInventory(nodes=(node,)), as_json=True)
     return inventory.loads(text, f"discovered node {node.name}", as_json=True).nodes[0]

@@ -37,12 +37,9 @@ except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _BaseLoader, _BaseDumper = yaml.SafeLoader, yaml.SafeDumper
 
 # -- plain scalars, read strictly ---------------------------------------------------------------
-# PyYAML reads YAML 1.1, where `010` is 8, `0x10` 16, `1_000` 1000, `1:30` 90 and `yes`/`on` true,
-# while YAML 1.2 (and most other tools) read `010` as 10 and `yes` as text. Inventories take the
-# forms both read alike (YAML 1.2's core schema: `true`/`false`, `null`, decimal integers, floats
-# with a dot); any other plain scalar that either version reads as something but text is refused,
-# naming the key, the line and both readings. The dumper quotes such strings, so `dumps` output
-# always loads back.
+# PyYAML reads YAML 1.1 (`010` is 8, `yes` true), most other tools YAML 1.2 (`010` is 10, `yes`
+# text). Only forms both read alike are taken; any other plain scalar that is not text in both is
+# refused, naming both readings. The dumper quotes such strings, so `dumps` output loads back.
 _STR, _AMBIGUOUS = "tag:yaml.org,2002:str", "tag:slurm-hetero,2024:ambiguous"
 _FLOAT = "tag:yaml.org,2002:float"  # no inventory field takes one: refused (`cpus: 8.0`)
 _CORE = (  # read alike by YAML 1.1 and 1.2
@@ -181,10 +178,8 @@ def _labelled(node: Any) -> Iterator[tuple[str, Any]]:
 
 
 class StrictLoader(_StrictResolver, _BaseLoader):  # type: ignore[misc, valid-type]
-    """Every YAML file slurm-hetero reads as settings (inventories, the suite config, site models
-    files, measured-throughput files): a key given twice in one mapping (YAML would keep the last
-    one silently: a second `nodes:` drops every node above it) and plain scalars YAML 1.1 and 1.2
-    read differently (`0x10`, `010`, `yes`) are refused, naming the key."""
+    """Every YAML file read as settings: a key given twice (YAML keeps the last one silently) and
+    plain scalars YAML 1.1 and 1.2 read differently (`0x10`, `010`, `yes`) are refused."""
 
     # tag -> why a scalar of it is refused (`text`, key label), checked in this order
     refused: ClassVar[dict[str, Callable[[str, str | None], str]]] = {_AMBIGUOUS: ambiguity}
@@ -220,9 +215,7 @@ _BLOCK_PREFIX = re.compile(rf"^[ \t?:\-]{{{MAX_YAML_DEPTH},}}", re.MULTILINE)
 
 def too_deep(text: str) -> bool:
     """Whether YAML `text` could nest deeper than MAX_YAML_DEPTH: libyaml's C composer recurses
-    without a limit (~50,000 levels crash the process). Flow brackets open at once, or a block
-    prefix (indentation, `- `, `? `, `: `) that long; quoted brackets count too, so a real file is
-    never near it."""
+    without a limit (~50,000 levels crash the process). Quoted brackets count too."""
     depth = 0
     for m in _FLOW.finditer(text):
         depth += 1 if m.group() in "[{" else -1
@@ -232,10 +225,8 @@ def too_deep(text: str) -> bool:
 
 
 def strict_yaml(text: str, path: str, what: str) -> Any:
-    """YAML an admin writes, safely and strictly loaded (`StrictLoader`: `0x10`, `010`, `yes` and a
-    key given twice refused); ConfigError in one line where a scalar reads otherwise in YAML 1.1
-    and 1.2 or the text is nested deeper than PyYAML's parser can recurse. Other YAMLErrors
-    (DuplicateKey among them) are the caller's to word."""
+    """YAML an admin writes, loaded by `StrictLoader`; ConfigError for an ambiguous scalar or too
+    deep a nesting. Other YAMLErrors (DuplicateKey among them) are the caller's to word."""
     if too_deep(text):
         raise ConfigError(f"nested too deeply to be a {what}", path)
     try:
@@ -254,8 +245,7 @@ def _refusal(error: AmbiguousScalar) -> str:
 
 
 def config_yaml(text: str, path: str, what: str) -> Any:
-    """A YAML config the admin names (suite config, site models file), read by `strict_yaml`;
-    ConfigError in one line where it is malformed."""
+    """A YAML config the admin names, read by `strict_yaml`; ConfigError where it is malformed."""
     try:
         return strict_yaml(text, path, what)
     except yaml.YAMLError as e:
@@ -263,9 +253,8 @@ def config_yaml(text: str, path: str, what: str) -> Any:
 
 
 def not_whole(text: str, key: str | None = None) -> str:
-    """Why a number with a point or an exponent is refused: every number in an inventory is a
-    count, an index or MiB, and Slurm's config lines take whole numbers only (`CPUs=8.0` is not
-    one)."""
+    """Why a number with a point or an exponent is refused: Slurm's config lines take whole
+    numbers only (`CPUs=8.0` is not one)."""
     where = f"{key}: " if key is not None else ""
     try:
         value = float(text)
@@ -294,8 +283,7 @@ class _YamlDumper(_StrictResolver, _BaseDumper):  # type: ignore[misc, valid-typ
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refusing a key given twice (json keeps the last one silently): `json.loads`'s
-    object_pairs_hook for every JSON document read as settings."""
+    """`json.loads`'s object_pairs_hook refusing a key given twice (json keeps the last silently)."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
         twice = sorted({k for k, _ in pairs if sum(1 for j, _ in pairs if j == k) > 1})
@@ -345,8 +333,8 @@ def inventory_to_dict(inventory: ClusterInventory) -> dict[str, Any]:
 
 
 def with_syntax(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with the patterns and bounds of `slurm.syntax` (the one home of both; the
-    shipped file states the same, which a unit test checks)."""
+    """The schema with the patterns and bounds of `slurm.syntax` (a unit test checks the shipped
+    file states the same)."""
     schema = copy.deepcopy(schema)
     for path, rules in syntax.INVENTORY_RULES.items():
         where, *props = path
@@ -369,8 +357,7 @@ _PER_DEVICE = ("index", "file", "uuid", "pci_bus_id", "tool_id")
 
 @cache
 def _validators() -> tuple[Callable[[Any], Any], ...]:
-    """Compiled validators for the shipped schema: the file without devices, one device, and the
-    per-device keys of a device whose other keys were validated with another device."""
+    """Compiled validators: the file without devices, one device, and the per-device keys."""
     schema = with_syntax(shipped_schema())
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
@@ -411,9 +398,8 @@ def _device_key(raw: Mapping[str, Any]) -> bytes | None:
 
 class _DeviceInterner:
     """Validates and builds each distinct device record once: a 10,000-node inventory has
-    80,000 device records but only a few dozen distinct ones (once UUIDs are set aside). Devices
-    that differ only in their per-device keys (index, file, ids: the devices of one big node)
-    share the validation of the rest, so a node's cost is linear in its devices."""
+    80,000 device records but only a few dozen distinct ones. Devices that differ only in their
+    per-device keys (index, file, ids) share the validation of the rest."""
 
     def __init__(self, source: str, keep_identity: bool) -> None:
         self.source, self.keep_identity = source, keep_identity
@@ -455,8 +441,7 @@ class _DeviceInterner:
         return device
 
     def _like(self, template: dict[str, Any], raw: dict[str, Any], where: str) -> Device:
-        """A device built from a validated one of the same shape: only its per-device keys are
-        checked (with the schema's own rules for them)."""
+        """A device built from a validated one of the same shape: only its per-device keys are checked."""
         per_device = {k: raw[k] for k in _PER_DEVICE if k in raw}
         try:
             _validators()[2](per_device)
@@ -532,8 +517,8 @@ FOOTER = "# end of slurm-hetero inventory\n"
 
 
 def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> Any:
-    """The data of inventory text: JSON, one YAML document, or (`documents`) a list of every YAML
-    document; InventoryError in one line, naming `source`, where it is malformed or cut short."""
+    """The data of inventory text: JSON, one YAML document, or (`documents`) every YAML document;
+    InventoryError naming `source` where it is malformed or cut short."""
     if not as_json:
         if text.startswith(HEADER) and not text.rstrip().endswith(FOOTER.strip()):
             raise InventoryError(
@@ -576,8 +561,7 @@ def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
 
 
 def dumps(inventory: ClusterInventory, as_json: bool = False) -> str:
-    """Serialize an inventory (stable key order, for reviewable diffs); YAML between HEADER and
-    FOOTER."""
+    """Serialize an inventory (stable key order, for reviewable diffs)."""
     data = inventory_to_dict(inventory)
     if as_json:
         return json.dumps(data, indent=1) + "\n"
@@ -613,12 +597,8 @@ def _shape(node: NodeInventory) -> NodeInventory:
 def merge(
     inventories: Iterable[tuple[str, ClusterInventory]], fold_identical: bool = True
 ) -> ClusterInventory:
-    """Merge node inventories into one cluster inventory.
-
-    A node named twice is an error (even with identical records: two files claim one host).
-    With `fold_identical`, nodes that differ only in name and device UUIDs become one hostlist
-    record (`gpu-[01-64]`), so the inventory grows with node shapes, not nodes.
-    """
+    """Merge node inventories; a node named twice is an error (two files claim one host). With
+    `fold_identical`, nodes that differ only in name and device UUIDs become one hostlist record."""
     seen: dict[str, str] = {}
     nodes: list[NodeInventory] = []
     for source, inventory in inventories:

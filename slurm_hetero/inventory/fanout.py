@@ -1,15 +1,8 @@
 """`discover --nodes HOSTLIST | --all`: run discover on many nodes and collect one JSON line each.
 
-Slurm's own `srun` is the first choice (no ssh keys needed, the job runs as the admin on nodes that
-can take a step): one `srun --nodelist=... --ntasks-per-node=1 --immediate=...` per partition.
-Slurm refuses steps on nodes that are drained, down, failing or not responding (`sinfo`/
-`scontrol show node -o` say which; those are exactly the nodes whose GPUs changed), and srun
-cannot reach busy nodes within `--immediate`; those go over ClusterShell's ssh workers, which the
-admin's keys reach. Node states come from `scontrol show node -o` through `proc.run`.
-
-The result is the lines of every node that answered (merge them with `inventory merge`), and the
-nodes that did not, with why. ClusterShell's Task is used here and nowhere else (hostlists go
-through `slurm_hetero.core.hostlist`).
+`srun` first (no ssh keys needed), one step per partition. Slurm refuses steps on drained, down or
+failing nodes (exactly those whose GPUs changed) and srun cannot reach busy nodes within
+`--immediate`; those go over ClusterShell's ssh workers (its Task is used here and nowhere else).
 """
 
 from __future__ import annotations
@@ -36,7 +29,6 @@ IMMEDIATE_S = 60  # srun --immediate: how long srun waits for a busy node before
 class FanoutResult:
     lines: dict[str, str] = field(default_factory=dict)  # node -> its discover JSON line
     failed: dict[str, str] = field(default_factory=dict)  # node -> why it gave none
-    via: dict[str, str] = field(default_factory=dict)  # node -> "srun" | "ssh"
     srun_notes: dict[str, str] = field(default_factory=dict)  # node -> why srun gave none (then ssh)
 
 
@@ -60,13 +52,12 @@ def _node_of(line: str) -> str | None:
         return None
 
 
-def collect_lines(output: str, result: FanoutResult, via: str) -> None:
+def collect_lines(output: str, result: FanoutResult) -> None:
     """Take every `discover --json` line of `output` into `result`, keyed by its node."""
     for line in output.splitlines():
         name = _node_of(line.strip()) if line.strip().startswith("{") else None
         if name:
             result.lines[name] = line.strip()
-            result.via[name] = via
             result.failed.pop(name, None)
 
 
@@ -93,7 +84,7 @@ def run_srun(by_partition: dict[str, list[str]], command: Sequence[str], result:
         except ToolError as e:
             logger.info("srun on %s failed, trying ssh: %s", hostlist.fold(nodes), e)
             output, errors = "", e.stderr_tail.strip().splitlines() or [str(e)]
-        collect_lines(output, result, "srun")
+        collect_lines(output, result)
         for node in nodes:
             if node not in result.lines:
                 left.append(node)
@@ -124,7 +115,7 @@ def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, 
     for buffer, keys in task.iter_buffers():
         text = bytes(buffer).decode("utf-8", "replace")
         for key in keys:
-            collect_lines(text, result, "ssh")
+            collect_lines(text, result)
             last = text.strip().splitlines()[-1][:160] if text.strip() else "no output"
             why[str(key)] = last if last.startswith("ssh:") else f"ssh: {last}"
     for rc, keys in task.iter_retcodes():

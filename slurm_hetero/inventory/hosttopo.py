@@ -1,16 +1,9 @@
 """This host's CPU topology and memory as `slurmd -C` reports them, read from the kernel.
 
-Sources: `/sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}` for every online
-CPU (`/sys/devices/system/cpu/online`), and `MemTotal` in `/proc/meminfo` (slurmd's RealMemory is
-the same figure in MiB). Everything takes a `root` so tests read captured trees.
-
-Slurm numbers cores, not CPUs: gres.conf `Cores=` takes core indices below sockets x cores per
-socket, in hwloc's logical order (packages in the order of their first CPU, then each package's
-cores in the order of their first CPU). Vendor tools print OS CPU ids, which on SMT hosts include
-the sibling threads (a DGX A100 numbers core N's sibling N+128); `HostTopology.slurm_cores` maps
-them through the real topology, whatever the numbering.
-
-Runs on compute nodes: Python 3.9 compatible (checked by vermin in tests).
+Sources: sysfs `cpuN/topology/{physical_package_id,core_id}` of every online CPU, and `MemTotal`
+in `/proc/meminfo`; everything takes a `root` so tests read captured trees. gres.conf `Cores=`
+takes core indices in hwloc's logical order, while vendor tools print OS CPU ids that include SMT
+siblings; `HostTopology.slurm_cores` maps them through the real topology. Python 3.9 compatible.
 """
 
 from __future__ import annotations
@@ -44,7 +37,7 @@ class HostTopology:
 
     def slurm_cores(self, cpu_list: str) -> str | None:
         """`48-63,176-191` (OS CPU ids) -> `48-63` (Slurm core indices); None when an id is not an
-        online CPU of this host (the tool and the kernel disagree: better no Cores= than a wrong one)."""
+        online CPU (better no Cores= than a wrong one)."""
         ids = parse_cpu_list(cpu_list)
         if not ids or any(i not in self.core_of_cpu for i in ids):
             return None
@@ -83,8 +76,7 @@ def _online_cpus(cpu_dir: Path) -> list[int]:
 
 
 def memtotal_mib(root: Path = Path("/"), strict: bool = False) -> int | None:
-    """MemTotal of /proc/meminfo in MiB (slurmd's RealMemory), None when unreadable (`strict`:
-    HeteroError instead)."""
+    """MemTotal in MiB (slurmd's RealMemory), None when unreadable (`strict`: HeteroError)."""
     path = root / "proc/meminfo"
     try:
         for line in _read(path).splitlines():
@@ -106,17 +98,16 @@ def topology_from_cpus(
     cpus: Mapping[int, tuple[int, int]], real_memory_mib: int | None = None
 ) -> HostTopology:
     """From {OS CPU id: (package id, core id)} as the kernel reports them."""
-    cores: dict[tuple[int, int], list[int]] = {}
+    cores: dict[tuple[int, int], list[int]] = {}  # in the order of their first CPU, as hwloc's
     for cpu, key in sorted(cpus.items()):
         cores.setdefault(key, []).append(cpu)
     packages: dict[int, list[tuple[int, int]]] = {}
-    for key in sorted(cores, key=lambda k: min(cores[k])):
+    for key in cores:
         packages.setdefault(key[0], []).append(key)
-    order = sorted(packages, key=lambda p: min(min(cores[k]) for k in packages[p]))
     per_socket = max(len(v) for v in packages.values())
     core_of_cpu: dict[int, int] = {}
-    for socket_index, package in enumerate(order):
-        for core_index, key in enumerate(packages[package]):
+    for socket_index, keys in enumerate(packages.values()):
+        for core_index, key in enumerate(keys):
             for cpu in cores[key]:
                 core_of_cpu[cpu] = socket_index * per_socket + core_index
     return HostTopology(
@@ -130,9 +121,8 @@ def topology_from_cpus(
 
 
 def read_topology(root: Path = Path("/"), strict: bool = False) -> HostTopology | None:
-    """This host's topology from sysfs: None, logged, when the kernel does not expose it or it is
-    irregular (sockets x cores x threads is not the CPU count: no Cores= is better than a wrong
-    one); `strict` (a captured tree the admin named) makes either a HeteroError."""
+    """This host's topology from sysfs: None, logged, when missing or irregular (no Cores= is
+    better than a wrong one); `strict` (a captured tree the admin named) makes either an error."""
     cpu_dir = root / CPU_DIR
     cpus: dict[int, tuple[int, int]] = {}
     try:

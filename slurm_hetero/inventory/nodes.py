@@ -1,15 +1,8 @@
 """The one record of a node as Slurm sees it (`model.SlurmNode`), built once per inventory load.
 
-Type resolution happens here and nowhere else. An admin's `type:` is the Slurm Type= name and is
-kept as written; the catalog facts come from the entry of that type (or alias) when the catalog
-has one for the device's vendor, else from the `model` string, so `type: ascend910b` with
-`model: Ascend910B3` and any site naming scheme work. A device that neither identifies is an
-error naming both. A device with no `type:` takes the catalog type of its model.
-
-Devices are in gres.conf order (by vendor, then index); unhealthy ones are left out unless asked
-for, as `gres render` leaves them out. Features are the node's Slurm features: vendor, type,
-memory class, link kinds, driver and software-stack labels (the vendor's `stack_label`), then the
-inventory's own.
+Type resolution happens here and nowhere else. An admin's `type:` is the Slurm Type= name, kept as
+written; the catalog facts come from that type's entry, else from the `model` string, so any site
+naming scheme works. Devices are in gres.conf order, unhealthy ones left out unless asked for.
 """
 
 from __future__ import annotations
@@ -59,9 +52,8 @@ def unknown_device(device: Device, node: str | None = None) -> InventoryError:
 
 
 def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> DeviceSpec:
-    """`lookup_spec`, or the one unknown-device error. A `type:` that is a catalog type (or alias)
-    must be the device's own: naming another model (`type: h100_sxm` on an L40S) or another
-    vendor's device is an error, since Slurm, the hook and the planner would all read the wrong facts."""
+    """`lookup_spec`, or the one unknown-device error. A `type:` that is a catalog type must be the
+    device's own (`type: h100_sxm` on an L40S would give everyone the wrong facts)."""
     by_type = catalog.by_type(device.type) if device.type else None
     by_model = catalog.resolve(device.vendor, device.model)
     matches_type = by_type is not None and any(p.search(device.model) for p in by_type.patterns)
@@ -82,10 +74,7 @@ def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> D
 def gres_order(devices: Sequence[Device], include_unhealthy: bool = False) -> list[Device]:
     """The devices Slurm will see on a node, in gres.conf order (unhealthy ones left out)."""
     keep = [d for d in devices if include_unhealthy or d.health == Health.OK]
-    keys = [(d.vendor, d.index) for d in keep]
-    if all(a < b for a, b in zip(keys, keys[1:])):
-        return keep  # already in order (as discover and merge write them)
-    return [d for _, d in sorted(zip(keys, keep), key=lambda pair: pair[0])]
+    return sorted(keep, key=lambda d: (d.vendor, d.index))  # linear when in order, as written
 
 
 def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[str, ...]:
@@ -123,8 +112,7 @@ Shape = tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]
 
 
 class NodeBuilder:
-    """Builds `SlurmNode`s; identical device records (shared by `inventory.load(keep_identity=False)`)
-    are resolved once, so a 10,000-node inventory costs one resolution per node shape."""
+    """Builds `SlurmNode`s, resolving identical device records once (one resolution per node shape)."""
 
     def __init__(
         self, catalog: Catalog, traits: Mapping[str, VendorTraits], include_unhealthy: bool = False
@@ -180,8 +168,7 @@ def slurm_nodes(
 
 
 def with_site_types(catalog: Catalog, nodes: Sequence[SlurmNode]) -> Catalog:
-    """`catalog` that also knows the site type names `nodes` use (for commands that take type names
-    on the command line, as `plan --devices a800:8 --inventory FILE`)."""
+    """`catalog` that also knows the site type names `nodes` use (`plan --devices a800:8`)."""
     site = {d.type: d.spec for n in nodes for d in n.devices if d.type != d.spec.type}
     return catalog.with_types(site) if site else catalog
 
@@ -198,9 +185,8 @@ def host_records(inventory: ClusterInventory, hosts: Sequence[str]) -> dict[str,
 
 
 def check_shares(shares: Mapping[str, int], nodes: Sequence[SlurmNode]) -> None:
-    """Each shard size (`sharing.shard_size`, `--share TYPE=SIZE`) against the devices it shares:
-    a type the nodes have, at most the memory of its smallest device (a larger one rendered no
-    shard and said nothing: `l4=100G` on a 22 GiB L4, then `gpumem:1G` took a whole L4)."""
+    """Each shard size against the devices it shares: a type the nodes have, at most its smallest
+    device's memory (a larger one would render no shard and say nothing)."""
     smallest: dict[str, int] = {}
     for device in (d.device for n in nodes for d in n.devices):
         memory = device.memory_mib or 0

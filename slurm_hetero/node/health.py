@@ -1,11 +1,7 @@
 """`slurm-hetero health`: this node's live devices against the inventory; drain on a fault.
 
-Run by Slurm's HealthCheckProgram (or from NHC) on every compute node. The faults (a device
-missing, unhealthy, with less memory or fewer links than its inventory record; a vendor whose
-devices cannot be asked) and the drain/resume rule (only our own `slurm-hetero:` drains are
-resumed): docs/admin-guide.md, "Health checks that drain".
-
-Python 3.9 compatible (runs on compute nodes).
+Run by Slurm's HealthCheckProgram on every compute node (Python 3.9); only our own
+`slurm-hetero:` drains are resumed. The faults: docs/admin-guide.md, "Health checks that drain".
 """
 
 from __future__ import annotations
@@ -68,8 +64,8 @@ def device_faults(expected: Device, found: Device | None) -> list[str]:
 def compare(
     expected: NodeInventory, found: Sequence[Device], unasked: Mapping[str, str] | None = None
 ) -> list[Fault]:
-    """Faults of the node's devices (those healthy in the inventory) against what is seen now;
-    `unasked`: vendor -> why its devices could not be asked (one fault each, for all its devices)."""
+    """Faults of the node's healthy devices against what is seen now; `unasked`: vendor -> why its
+    devices could not be asked (one fault for all of them)."""
     unasked = unasked or {}
     by_key = {(d.vendor, d.index): d for d in found}
     faults = [Fault(vendor, why) for vendor, why in sorted(unasked.items())]
@@ -92,8 +88,7 @@ def drain_reason(faults: Sequence[Fault]) -> str:
 def act(
     node: str, faults: Sequence[Fault], record: SlurmNodeRecord | None, dry_run: bool, whole: bool = True
 ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
-    """Drain on faults, resume our own drain when healthy (and `whole`: every vendor of the node was
-    checked, so no fault of another's is lifted); (actions, notes)."""
+    """Drain on faults, resume our own drain when healthy and `whole` (every vendor was checked)."""
     if record is None:
         return (), (f"node {node} is not known to Slurm: nothing drained or resumed",)
     if faults:
@@ -123,8 +118,8 @@ def check(
     unasked: Mapping[str, str] | None = None,
     whole: bool = True,
 ) -> HealthReport:
-    """Compare, then drain or resume as needed (`act`); `record` reads the node's record from Slurm
-    once the faults are logged (a Slurm that cannot be asked then fails with them said)."""
+    """Compare, then drain or resume (`act`); `record` is read after the faults are logged, so a
+    Slurm that cannot be asked fails with them said."""
     faults = compare(expected, found, unasked)
     journal = audit("slurm-hetero-health")
     for fault in faults:

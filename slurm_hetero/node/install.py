@@ -36,6 +36,7 @@ from pathlib import Path
 from slurm_hetero import __version__
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import HeteroError, ToolError
+from slurm_hetero.core.writefile import write_synced
 
 MARK = "# written by `slurm-hetero install`"
 PIP_TIMEOUT_S = 1800.0
@@ -77,9 +78,7 @@ class Layout:
 
 
 def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> str:
-    """The shell script of `kind`. -I: the job's PYTHONPATH, PYTHONHOME, user site-packages and
-    working directory must not change which code runs (nor fail its start, so the task). Every
-    path is shell-quoted (a prefix with a space, `;` or `$(...)` stays one word)."""
+    """The shell script of `kind`; every path shell-quoted (`;` or `$(...)` stays one word)."""
     q = shlex.quote
     run = _exec(python)
     body = {
@@ -93,16 +92,16 @@ def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> 
 
 
 def taskprolog_command(python: Path, inventory: str, config: str | None) -> str:
-    """The TaskProlog script's commands. Slurm delivers a step's signals to every process of it, the
-    TaskProlog too: USR1 or USR2 (`scancel --signal=USR1`, a checkpoint request) as the step started
-    killed it while Python started, and the task failed. Ignored before Python runs."""
+    """The TaskProlog script's commands. USR1/USR2 (a checkpoint request) reach the TaskProlog too,
+    and would kill it while Python starts: ignored before Python runs."""
     q = shlex.quote
     config_arg = f" --config {q(config)}" if config else ""
     return f"trap '' USR1 USR2\n{_exec(python)} task-prolog --inventory {q(inventory)}{config_arg}"
 
 
 def _exec(python: Path) -> str:
-    """The scripts' start of the program (-I: see `script_text`)."""
+    """-I: the job's PYTHONPATH, user site-packages and working directory must not change which
+    code runs."""
     return f"exec {shlex.quote(str(python))} -I -m slurm_hetero"
 
 
@@ -267,8 +266,7 @@ def _check_owners(layout: Layout, old: dict | None, scripts: Iterable[Path]) -> 
 
 
 def _open_dir(directory: Path) -> None:
-    """Make `directory` (parents 0755 under the caller's umask) and open it to every user: the
-    TaskProlog and the command run as the job's user."""
+    """Make `directory` and open it to every user: the TaskProlog runs as the job's user."""
     directory.mkdir(parents=True, exist_ok=True)
     mode = directory.stat().st_mode
     if mode & 0o755 != 0o755:
@@ -276,20 +274,17 @@ def _open_dir(directory: Path) -> None:
 
 
 def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
-    """Write every file under a temporary name beside it, then rename them all in order; a failed
-    write removes the temporary files and `venv` and changes nothing."""
+    """Stage every file beside its target, then rename them all; a failed write removes the staged
+    files and `venv` and changes nothing."""
     staged: list[tuple[str, Path]] = []
     target = venv
     try:
         for path, (data, mode) in files.items():
             target = Path(os.path.realpath(path)) if path.is_symlink() else path
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent)
+            os.close(fd)
             staged.append((tmp, target))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), mode)
-                os.fsync(f.fileno())
+            write_synced(Path(tmp), data, mode)
     except OSError as e:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
@@ -320,8 +315,7 @@ def _check_python(python: Path) -> None:
             "pass a system Python such as /usr/bin/python3"
         )
     if os.geteuid() == 0 and shutil.which("runuser"):
-        # what the path's modes cannot tell: a wrapper that execs a closed Python, a libpython
-        # under /root
+        # what the modes cannot tell: a wrapper that execs a closed Python, a libpython under /root
         try:
             proc.run(["runuser", "-u", "nobody", "--", str(python), "-I", "-c", "import sys"], 60.0)
         except ToolError as e:
@@ -333,8 +327,7 @@ def _check_python(python: Path) -> None:
 
 
 def unreachable(path: Path) -> Path | None:
-    """The first directory on the way to `path` (or the file itself) that other users cannot
-    pass or read; None when every user can run it."""
+    """The first directory on the way to `path` (or the file) other users cannot pass or read."""
     real = Path(os.path.realpath(path))
     for directory in reversed(real.parents):
         if not directory.stat().st_mode & stat.S_IXOTH:
@@ -434,8 +427,8 @@ _PATH = re.compile(r"/[^\s=,\"']*")
 
 
 def _spellings(path: str) -> set[str]:
-    """The ways one path is named: as written (normalised), fully resolved, and with its
-    directories resolved (a link to a Python in a venv still names the venv)."""
+    """One path as written, fully resolved, and with its directories resolved (a link to a Python
+    in a venv still names the venv)."""
     norm = os.path.normpath(path)
     return {
         norm,
@@ -445,9 +438,8 @@ def _spellings(path: str) -> set[str]:
 
 
 def slurm_conf_references(conf: Path, names: Sequence[str]) -> list[str]:
-    """`FILE:LINE: text` for each line of slurm.conf (and the files it Includes) naming any of
-    `names` (script or directory paths) or a path under one, comments aside; paths compare
-    resolved (`/etc//x`, a link to the directory). HeteroError when a file cannot be read."""
+    """`FILE:LINE: text` of each line of slurm.conf (and its Includes) naming any of `names` or a
+    path under one, comments aside, paths compared resolved."""
     found: list[str] = []
     wanted = {spelling for name in names for spelling in _spellings(name)}
     for path in _conf_files(conf):

@@ -1,12 +1,8 @@
 """TaskProlog: export each vendor's own visible-device variable for the GPUs Slurm allocated.
 
-Slurm's gres/gpu exports CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL for every
-GPU type; runtimes such as CANN (Ascend), Cambricon's or Habana's read their own variable. Slurm's
-TaskProlog protocol applies `export NAME=value` lines printed on stdout to the task, and writes
-the rest of a `print ...` line to the task's output; slurmstepd reads the TaskProlog's stdout and
-stderr together, so a TaskProlog must write nothing else anywhere. Pure: the caller supplies the
-task's environment, read by `slurm.jobenv.read_task_env` (which variables, in which order), and
-the node record; `protocol_lines` is the one gate every printed line goes through.
+Slurm exports CUDA_VISIBLE_DEVICES and the like; CANN, Cambricon's or Habana's runtimes read their
+own variable. slurmstepd applies `export NAME=value` lines and shows `print ...` lines, reading
+stdout and stderr together, so nothing else may be written; `protocol_lines` is the one gate. Pure.
 """
 
 from __future__ import annotations
@@ -40,20 +36,18 @@ def export_lines(
     sharing: SharingLimits | None = None,
 ) -> list[str]:
     """`export NAME=value` lines for every vendor of the allocated devices that needs its own
-    variable, plus the memory/compute limits of a shard allocation. `task` is
-    `slurm.jobenv.read_task_env` of the task's environment (it owns the fallback order); `node`
-    is built as `gres render` was run (with or without unhealthy devices), so indices match gres.conf."""
+    variable, plus a shard allocation's limits; `node` is built as `gres render` was run, so
+    indices match gres.conf."""
     indexes = task.devices.gpu_indexes
     if not indexes:
         return []
     devices = node.devices
-    chosen: list[SlurmDevice] = []
     for i in indexes:
         if not 0 <= i < len(devices):
             raise HeteroError(
                 f"GPU index {i} is beyond the {len(devices)} devices of {node.name} in the inventory"
             )
-        chosen.append(devices[i])
+    chosen = [devices[i] for i in indexes]
     lines = _lines_per_vendor(chosen)
     shards = task.shards_on_node
     if shards and len(chosen) == 1 and sharing:
@@ -62,10 +56,8 @@ def export_lines(
 
 
 def shard_limit_lines(device: Device, shards: int, sharing: SharingLimits) -> list[str]:
-    """Limits for `shards` shards of `device`: memory = shards x shard size, compute = their share.
-
-    Mirrors the hook (engine.score): a device of M MiB shared in units of U has M // U shards.
-    """
+    """Limits for `shards` shards of `device`: memory = shards x shard size, compute = their share
+    (as the hook counts them: a device of M MiB in units of U has M // U shards)."""
     unit = sharing.shares.get(device.type)
     per_device = (device.memory_mib or 0) // unit if unit else 0
     if not unit or per_device <= 0:
@@ -112,9 +104,8 @@ def print_line(message: str) -> str:
 
 
 def protocol_lines(lines: Sequence[str], warnings: Sequence[str]) -> tuple[list[str], list[str]]:
-    """What may reach slurmstepd: well-formed `export NAME=value` lines, then one `print` line
-    per warning. A malformed export is dropped and becomes a warning. Returns (lines to print,
-    warnings for the node's log)."""
+    """(lines to print, warnings for the log): well-formed exports, then one `print` per warning;
+    a malformed export is dropped and becomes a warning."""
     exports = [line for line in lines if EXPORT_LINE.fullmatch(line)]
     dropped = [f"dropped a malformed line {syntax.text(line, 60)}" for line in lines if line not in exports]
     notes = [*warnings, *dropped]

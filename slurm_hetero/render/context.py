@@ -19,6 +19,7 @@ from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory, SlurmNode
 from slurm_hetero.core.units import format_size
 from slurm_hetero.engine.score import DEFAULT_PARTITION
+from slurm_hetero.inventory.document import NODE_FACTS as SLURMD_FACTS
 from slurm_hetero.inventory.nodes import check_shares, slurm_nodes
 from slurm_hetero.render.weights import CostModel, node_weight
 from slurm_hetero.slurm.syntax import cpu_ids, ranges
@@ -58,8 +59,6 @@ def _links_row(
     """gres.conf Links= of the device at `position`: -1 for itself, the link count per peer
     (same vendor; `positions` maps (vendor, index) to gres.conf position). Devices without links
     cost nothing, so a node's rows cost its linked devices times its devices."""
-    if not device.links:
-        return None
     row = [0] * size
     for link in device.links:
         peer = positions.get((device.vendor, link.peer))
@@ -131,16 +130,6 @@ def shards_per_device(device: Device, shares: Mapping[str, int]) -> int:
     return (device.memory_mib or 0) // unit if unit else 0
 
 
-def _shard_lines(
-    devices: Sequence[Device], node_name: str, options: RenderOptions
-) -> tuple[tuple[str, int], ...]:
-    return tuple(
-        (_device_file(d, node_name, options.local), shards_per_device(d, options.shares))
-        for d in devices
-        if shards_per_device(d, options.shares)
-    )
-
-
 @dataclass(frozen=True)
 class GresLine:
     type: str
@@ -154,11 +143,7 @@ class GresLine:
 class NodeShape:
     """Everything rendered for a node except its name: nodes with equal shapes fold together."""
 
-    cpus: int | None
-    sockets: int | None
-    cores_per_socket: int | None
-    threads_per_core: int | None
-    real_memory_mib: int | None
+    facts: tuple[int | None, ...]  # the node's SLURMD_FACTS, in that order
     gres_lines: tuple[GresLine, ...]
     per_type: tuple[tuple[str, int], ...]
     gpumem: str | None
@@ -182,6 +167,10 @@ class NodeShape:
         return ",".join(parts)
 
 
+def slurmd_facts(node: NodeInventory) -> tuple[int | None, ...]:
+    return tuple(getattr(node, k) for k in SLURMD_FACTS)
+
+
 def _left_out_note(slurm_node: SlurmNode) -> list[str]:
     if slurm_node.devices or not slurm_node.left_out:
         return []
@@ -195,14 +184,15 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) 
     notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
     lines = _gres_device_lines(slurm_node, options.local, notes)
     memory = sum(d.memory_mib or 0 for d in devices)
-    shards = sum(shards_per_device(d, options.shares) for d in devices)
+    shard_lines = tuple(
+        (_device_file(d, node.name, options.local), n)
+        for d in devices
+        if (n := shards_per_device(d, options.shares))
+    )
+    shards = sum(n for _, n in shard_lines)
     autodetect = _autodetect(slurm_node, notes) if options.autodetect else None
     return NodeShape(
-        node.cpus,
-        node.sockets,
-        node.cores_per_socket,
-        node.threads_per_core,
-        node.real_memory_mib,
+        slurmd_facts(node),
         tuple(lines),
         tuple(Counter(d.type for d in devices).items()),
         format_size(memory) if memory else None,
@@ -211,7 +201,7 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) 
         slurm_node.features,
         tuple(sorted({d.vendor for d in devices})),
         tuple(notes),
-        _shard_lines(devices, node.name, options),
+        shard_lines,
         node_weight(slurm_node.devices, options.policy, costs),
         bool(devices),
         autodetect,
@@ -266,16 +256,7 @@ def _group(
     shapes: dict[tuple[Any, ...], NodeShape] = {}
     for slurm_node in nodes:
         node = slurm_node.record
-        key = (
-            node.name if options.local else "",
-            id(slurm_node.devices),
-            node.cpus,
-            node.sockets,
-            node.cores_per_socket,
-            node.threads_per_core,
-            node.real_memory_mib,
-            node.features,
-        )
+        key = (node.name if options.local else "", id(slurm_node.devices), slurmd_facts(node), node.features)
         shape = shapes.get(key)
         if shape is None:
             shape = shapes[key] = node_shape(slurm_node, options, costs)
@@ -365,23 +346,20 @@ def accounting_tres(shapes: Iterable[NodeShape], gres_types: Sequence[str]) -> s
     return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types), *(f"gres/{g}" for g in gres_types[1:])])
 
 
+ENTRY_FACTS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory")  # SLURMD_FACTS
+
+
 def _node_entry(shape: NodeShape, names: str, position: int, options: RenderOptions) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+    local = options.local
+    return {
         "name": names,
-        "cpus": shape.cpus,
-        "sockets": shape.sockets,
-        "cores_per_socket": shape.cores_per_socket,
-        "threads_per_core": shape.threads_per_core,
-        "real_memory": shape.real_memory_mib,
+        **dict(zip(ENTRY_FACTS, shape.facts)),
         "gres": shape.gres,
         "features": ",".join(shape.features),
         "weight": shape.weight,
-        "local": None,
+        "local": (
+            {"address": local.address, "hostname": local.hostname, "port": local.port_base + position}
+            if local
+            else None
+        ),
     }
-    if options.local:
-        entry["local"] = {
-            "address": options.local.address,
-            "hostname": options.local.hostname,
-            "port": options.local.port_base + position,
-        }
-    return entry

@@ -1,14 +1,7 @@
-"""A render never drops nodes or devices silently. A truncated inventory that is still valid YAML (a
-copy cut short, an editor's half save) renders a slurm.conf without the nodes it lost, a gres.conf
-without a node's last devices, or a job_submit table that no longer routes jobs to them; slurmctld
-then forgets them and their jobs, or the hook stops choosing them. So the set writer refuses a render
-that drops `NodeName=` hosts named by the files on disk, or device files (`File=` on those lines)
-that the files on disk give a host the new set keeps, unless the admin says the removal is meant
-(`--allow-removal` of `gres render` and `job-submit render`).
-
-gres.conf and slurm-nodes.conf name their hosts and devices themselves. A file in another syntax
-(the hook's Lua table) carries `declaration(nodes)`: the same facts as gres.conf lines, which these
-readers read back from it."""
+"""A render never drops nodes or devices silently: a truncated inventory that is still valid YAML
+would make slurmctld forget nodes and their jobs. The set writer refuses a render that drops
+`NodeName=` hosts, or `File=` devices of a kept host, that the files on disk name, unless
+`--allow-removal`. A file in another syntax (the hook's Lua table) carries `declaration(nodes)`."""
 
 from __future__ import annotations
 
@@ -36,7 +29,7 @@ def _unreadable(path: Path, error: GresConfError) -> OutputError:
 
 
 def _read(texts: Iterable[tuple[Path, str | None]], reader: Callable[[str], _T]) -> Iterator[_T]:
-    """`reader` of each file's text (None: the file is absent, skipped); one it cannot read is OutputError."""
+    """`reader` of each present file's text; one it cannot read is OutputError."""
     for path, text in texts:
         if text is not None:
             try:
@@ -59,9 +52,7 @@ def _devices(texts: Iterable[tuple[Path, str | None]]) -> dict[str, list[tuple[s
 
 def declaration(nodes: Iterable[SlurmNode]) -> list[str]:
     """The hosts and device files of `nodes` as gres.conf lines (`NodeName=a[1-4] Name=gpu
-    Type=a100 File=/dev/nvidia[0-7]`), for a file of a set that is not gres.conf to carry (the hook
-    table does, in a comment) so that the next render can tell what it would drop. Nodes with the
-    same devices share lines (their names folded); a node without devices has none."""
+    Type=a100 File=/dev/nvidia[0-7]`), for a file that is not gres.conf to carry."""
     groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for node in nodes:
         if node.devices:
@@ -85,16 +76,13 @@ def _natural(name: str) -> list[object]:
 
 
 def dropped_nodes(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
-    """The hosts that the files on disk (`current`, None: absent) name in `NodeName=` lines and
-    the new set names nowhere, in natural order."""
+    """The hosts the files on disk (None: absent) name and the new set does not, in natural order."""
     kept = _declared(new.items())
     return sorted(_declared(current.items()) - kept, key=_natural)
 
 
 def dropped_devices(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
-    """The device files (`host:/dev/x`) that the files on disk give a host (`File=` on its
-    `NodeName=` lines: gres.conf, or a declaration) and the new set keeps the host without, in
-    natural order (a host dropped whole is dropped_nodes' to name)."""
+    """The device files (`host:/dev/x`) on disk of a host the new set keeps without them."""
     kept = _devices(new.items())
     lost: list[str] = []
     for host, files in _devices(current.items()).items():
@@ -111,9 +99,7 @@ def _count(items: Sequence[str], noun: str) -> str:
 
 
 def removed(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> str:
-    """What the new set drops from the files on disk: `3 nodes (a1, a2, b7)`, `1 device
-    (a3:/dev/nvidia3)` or both joined by `and`, at most SHOWN names each and `and N more`; empty
-    when nothing."""
+    """What the new set drops: `3 nodes (a1, a2, b7) and 1 device (a3:/dev/nvidia3)`; '' when nothing."""
     nodes, devices = dropped_nodes(current, new), dropped_devices(current, new)
     parts = ([_count(nodes, "node")] if nodes else []) + ([_count(devices, "device")] if devices else [])
     return " and ".join(parts)

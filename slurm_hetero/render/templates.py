@@ -1,16 +1,9 @@
 """The one jinja2 Environment (StrictUndefined): package templates, or an admin's --template-dir
 whose files of the same name take precedence; and what each Slurm release needs of the output.
 
-Release differences (`for_release`), each measured on the dev cluster's real daemons:
-
-- 24.11 marks a node INVALID when a gres.conf `Cores=` list splits a socket ("GRES core
-  specification 0-1 for node n1 doesn't match socket boundaries. (Socket 0 is cores 0-3)"); 22.05
-  takes it (its man page only advises whole sockets, since it allocates GRES per socket anyway).
-  So after 22.05, `Cores=` is widened to the whole sockets it touches, where the node's socket
-  layout is known, with a note in gres.conf. Whole-socket lists are valid on every release, so
-  the releases between (23.02 to 24.05, not run here) get the widened form too.
-
-22.05 output is unchanged (the golden files under gres_conf/examples/ hold it).
+Release differences (`for_release`), measured on the dev cluster's real daemons: 24.11 marks a
+node INVALID when a gres.conf `Cores=` list splits a socket, 22.05 takes it; so after 22.05
+`Cores=` is widened to whole sockets (valid on every release), with a note in gres.conf.
 """
 
 from __future__ import annotations
@@ -103,8 +96,7 @@ def render(env: jinja2.Environment, name: str, context: Mapping[str, Any]) -> st
 def render_configs(
     context: Mapping[str, Any], template_dir: Path | None = None, slurm_release: str | None = None
 ) -> dict[str, str]:
-    """gres.conf and slurm-nodes.conf text from a render context (see render.context), for
-    `slurm_release` (else the context's `slurm_release`, else DEFAULT_SLURM_RELEASE)."""
+    """gres.conf and slurm-nodes.conf text from a render context (see render.context)."""
     env = environment(template_dir)
     context = for_release(context, slurm_release or context.get("slurm_release") or DEFAULT_SLURM_RELEASE)
     context = {**context, "source": comment(context.get("source", ""))}

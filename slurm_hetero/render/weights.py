@@ -1,11 +1,8 @@
 """Node `Weight=` from the devices' own facts. Pure.
 
 Slurm gives a job the lowest-weight nodes that satisfy it, so for `binpack` a node's weight is
-the hourly cost of its dearest device in US cents: the catalog price where one is known, else a
-price-equivalent of its capability (16-bit TFLOPS, else memory) at the catalog's median price per
-TFLOPS-hour (or per GiB-hour). A weight depends only on the node's own devices and the catalog,
-never on the other nodes: adding or removing a node changes no other line, so `gres render
---check` shows only what changed. `spread` gives every node weight 1 (partitions use LLN).
+the hourly cost of its dearest device in US cents (the catalog price, else its capability at the
+catalog's median price). It never depends on other nodes, so adding a node changes no other line.
 """
 
 from __future__ import annotations
@@ -36,19 +33,17 @@ class CostModel:
             statistics.median(per_gib) if per_gib else 0.03,
         )
 
-    def device_cost(self, spec: DeviceSpec) -> tuple[float, str]:
-        """USD per hour of one device, and how it was got (price, tflops or memory)."""
+    def device_cost(self, spec: DeviceSpec) -> float:
+        """USD per hour of one device: its price, else its TFLOPS or memory at the median price."""
         if spec.price_per_hour_usd:
-            return spec.price_per_hour_usd, "price"
+            return spec.price_per_hour_usd
         tflops = headline_tflops(spec)
-        if tflops:
-            return tflops * self.per_tflops, "tflops"
-        return spec.memory_gib * self.per_gib, "memory"
+        return tflops * self.per_tflops if tflops else spec.memory_gib * self.per_gib
 
 
 def node_weight(devices: Sequence[SlurmDevice], policy: str, costs: CostModel) -> int:
     """The node's Weight=: 1 under spread or without devices, else its dearest device in cents/hour."""
     if policy == "spread" or not devices:
         return 1
-    dearest = max(costs.device_cost(d.spec)[0] for d in devices)
+    dearest = max(costs.device_cost(d.spec) for d in devices)
     return max(1, round(dearest * 100))
