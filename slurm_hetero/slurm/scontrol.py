@@ -17,6 +17,7 @@ from slurm_hetero.core.errors import ScontrolError, ToolError
 
 # a field starts at a run of key characters followed by `=`, after a space or at the line start
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
+_GRES_ITEM_END = re.compile(r",(?![^(]*\))")  # a comma outside a `(S:0,1)` socket list
 DRAIN_PREFIX = "slurm-hetero:"
 # the state words on which Slurm starts no job step (drained, down, failing, powered off, not responding)
 SRUN_BLOCKED = frozenset("DRAIN DRAINED DRAINING DOWN FAIL FAILING POWERED_DOWN NOT_RESPONDING".split())
@@ -158,26 +159,12 @@ class NodeGres:
     gpus: tuple[tuple[str, int], ...]
 
 
-def split_gres(value: str) -> list[str]:
-    """`gpu:a100:2(S:0,1),gpumem:80G` -> ['gpu:a100:2(S:0,1)', 'gpumem:80G'] (commas inside
-    parentheses kept)."""
-    items, depth, current = [], 0, ""
-    for ch in value:
-        depth += (ch == "(") - (ch == ")")
-        if ch == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += ch
-    return [i for i in (*items, current) if i]
-
-
 def gpu_entries(value: str) -> tuple[tuple[str, int], ...]:
     """The `gpu` entries of one `Gres=` value as (type, count)."""
     if value in ("", "(null)", "N/A"):
         return ()
     out = []
-    for item in split_gres(value):
+    for item in filter(None, _GRES_ITEM_END.split(value)):
         parts = item.split("(", 1)[0].split(":")
         if parts[0] != "gpu":
             continue
