@@ -77,10 +77,8 @@ ENV_OPTIONS = {
     "SBATCH_MEM_PER_CPU": "mem-per-cpu",
     "SBATCH_MEM_PER_GPU": "mem-per-gpu",
 }
-# --mem, --mem-per-cpu, --mem-per-gpu: one given in the script or on the command line drops the
-# others' variables; two variables together are refused (slurm_opt.c _validate_memory_options,
-# measured on 22.05 and 24.11: `SBATCH_MEM_PER_NODE=1000` beside `#SBATCH --mem-per-cpu=100` leaves
-# mem-per-cpu 100 alone). Two given in the script or on the command line: `submit.sbatch.read_options`.
+# how sbatch layers them: `_memory` (slurm_opt.c _validate_memory_options, measured on 22.05 and
+# 24.11); two given in the script or on the command line: `submit.sbatch.read_options`
 MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
 MEMORY_VARIABLES = "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive."
 MAGIC = "#SBATCH"

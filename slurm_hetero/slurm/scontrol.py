@@ -108,10 +108,9 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
 
 
 def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNodeRecord]:
-    """slurmctld's records of `names` (a hostlist each is fine), or of every node; none when it
-    knows none of `names`: scontrol then exits 1 with nothing on stderr (the dev cluster's 22.05
-    and 24.11), where a Slurm it cannot ask always says why there. ToolError when
-    Slurm cannot be asked (no scontrol, slurmctld down), which is scontrol's failure, not the nodes'."""
+    """slurmctld's records of `names` (hostlists are fine), or of every node; none when it knows
+    none of `names` (scontrol exits 1 with nothing on stderr, 22.05 and 24.11). ToolError when
+    Slurm cannot be asked (no scontrol, slurmctld down)."""
     argv = ["scontrol", "show", "node", "-o", *([",".join(names)] if names else [])]
     try:
         return parse_node_records(proc.run(argv, timeout=timeout))
@@ -148,19 +147,15 @@ def resume(node: str, dry_run: bool = False) -> list[str]:
 
 @dataclass(frozen=True)
 class NodeGres:
-    """One node's GPUs as Slurm configured them: (type, count) per `gpu` entry, in order.
-
-    A node's `Gres=` lists `name[:type]:count[(S:sockets)]` entries separated by commas (commas
-    inside the parentheses belong to the socket list): `gpu:a100:4(S:0-1),gpumem:320G`. Only `gpu`
-    entries count; `Gres=(null)` is a node without GPUs; `gpu:2` (no type) gives type "".
-    """
+    """One node's GPUs as Slurm configured them: (type, count) per `gpu` entry of its `Gres=`."""
 
     name: str
     gpus: tuple[tuple[str, int], ...]
 
 
 def gpu_entries(value: str) -> tuple[tuple[str, int], ...]:
-    """The `gpu` entries of one `Gres=` value as (type, count)."""
+    """The `gpu` entries of one `Gres=` value (`gpu:a100:4(S:0-1),gpumem:320G`) as (type, count);
+    `gpu:2` has type "", `(null)` none."""
     if value in ("", "(null)", "N/A"):
         return ()
     out = []
