@@ -319,13 +319,6 @@ def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
     return nodes, [by_node[n] for n in nodes], groups
 
 
-def _step_components(ids: tuple[str, ...], groups: list[int]) -> tuple[str, ...]:
-    """The job ids of the components the step runs on (`ids`: every component's, or one id)."""
-    if len(ids) <= 1:
-        return ids
-    return tuple(job for k, job in enumerate(ids) if k in groups)
-
-
 def parse_job_env(env: Mapping[str, str]) -> JobEnv:
     """Read and cross-check the step's shape from a task's environment (strict: under srun)."""
     rank, world, local_rank = (
@@ -335,6 +328,7 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
     job_id = _checked(_required(env, *_JOB_ID), _JOB_ID_WORDS)
     step_id = int(_checked(_required(env, *_STEP_ID)))
     nodes, tasks, groups = _shape(env)
+    ids = component_job_ids(env, job_id)  # every component's, or one id: keep those the step runs on
     if sum(tasks) != world:
         raise JobEnvError(
             f"step shape does not add up: nodes {nodes}, tasks per node {tasks}, {world} tasks "
@@ -350,7 +344,7 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
         het_groups=tuple(groups),
         job_id=job_id,
         step_id=step_id,
-        component_job_ids=_step_components(component_job_ids(env, job_id), groups),
+        component_job_ids=ids if len(ids) <= 1 else tuple(job for k, job in enumerate(ids) if k in groups),
         devices=task_devices(env),
     )
     if job_env.node_name not in job_env.nodes:

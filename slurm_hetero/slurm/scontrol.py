@@ -128,15 +128,16 @@ def show_node(name: str) -> SlurmNodeRecord | None:
 def drain(node: str, reason: str, dry_run: bool = False) -> list[str]:
     """Drain `node` with `reason` (prefixed `slurm-hetero:`); the argv, run unless `dry_run`."""
     text = reason if is_our_reason(reason) else f"{DRAIN_PREFIX} {reason}"
-    argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"]
-    if not dry_run:
-        proc.run(argv, timeout=30.0)
-    return argv
+    return _update(node, dry_run, "state=drain", f"reason={text}")
 
 
 def resume(node: str, dry_run: bool = False) -> list[str]:
     """Return a node to service; the argv, run unless `dry_run`."""
-    argv = ["scontrol", "update", f"nodename={node}", "state=resume"]
+    return _update(node, dry_run, "state=resume")
+
+
+def _update(node: str, dry_run: bool, *fields: str) -> list[str]:
+    argv = ["scontrol", "update", f"nodename={node}", *fields]
     if not dry_run:
         proc.run(argv, timeout=30.0)
     return argv
