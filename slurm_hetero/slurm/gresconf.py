@@ -42,8 +42,7 @@ def declared_devices(text: str, limit: int = syntax.MAX_HOSTS) -> dict[str, list
     """The device files that the `NodeName=` lines of a gres.conf declare, per host: one tuple per
     line naming the host, shared between the hosts of a line (lines without File=, such as gpumem,
     gpucore or a node's shard count, declare none; per-device shard lines name a gpu line's file
-    again). Linear in the lines; GresConfError as
-    declared_nodes."""
+    again). Linear in the lines; GresConfError as declared_nodes."""
     devices: dict[str, list[tuple[str, ...]]] = {}
     hosts: dict[str, list[str]] = {}
     files: dict[str, tuple[str, ...]] = {}

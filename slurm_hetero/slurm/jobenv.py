@@ -9,26 +9,10 @@ Every SLURM_* variable that the launcher and the TaskProlog use is read here, by
   essential variable is a `JobEnvError` naming it (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME,
   the step's tasks, nodes and tasks per node, the job and step ids).
 
-Fallback order (the first variable present wins, later ones are not compared with it; a variable
-set to a blank value counts as absent; surrounding whitespace and newlines are stripped):
-
-========================  ===========================================================================
-this task's GPUs          SLURM_STEP_GPUS; SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES (only when every item
-                          is an index: UUIDs and MIG names are skipped, not errors)
-the step's GPUs on node   SLURM_GPUS_ON_NODE (a count; with --gpus-per-task the lists above hold
-                          only the task's own GPU)
-step id                   SLURM_STEP_ID; SLURM_STEPID
-job id                    SLURM_JOB_ID; SLURM_JOBID
-step's tasks              SLURM_STEP_NUM_TASKS; SLURM_NTASKS; SLURM_NPROCS
-step's nodes              SLURM_STEP_NODELIST; SLURM_JOB_NODELIST; SLURM_NODELIST
-tasks per node            SLURM_STEP_TASKS_PER_NODE; SLURM_TASKS_PER_NODE
-het components            SLURM_HET_SIZE; SLURM_PACK_SIZE (absent, 0 or 1: not heterogeneous)
-component k's nodes       SLURM_JOB_NODELIST_HET_GROUP_k; SLURM_JOB_NODELIST_PACK_GROUP_k
-component k's job id      SLURM_JOB_ID_HET_GROUP_k; SLURM_JOB_ID_PACK_GROUP_k
-========================  ===========================================================================
-
-Step values come before job values (a step may use part of the job), current names before the
-older ones (HET_GROUP before PACK_GROUP, SLURM_STEP_ID before SLURM_STEPID).
+Each value comes from the first of its variables (the tuples below) set to a non-blank value,
+stripped: step values before job values (a step may use part of the job), current names before
+older ones (HET_GROUP before PACK_GROUP). CUDA_VISIBLE_DEVICES counts only when every item is an
+index (UUIDs and MIG names are skipped, not errors).
 
 Heterogeneous jobs on Slurm 22.05 have traps, measured in ../shared/slurm-lab/slurm-local.md
 section 6 and kept in tests/fixtures/slurm_env/:
@@ -137,10 +121,6 @@ class JobEnv:
         return self.nodes.index(self.node_name)
 
     @property
-    def local_world_size(self) -> int:
-        return self.tasks_per_node[self.node_index]
-
-    @property
     def component_steps(self) -> list[str]:
         """`JOBID.STEPID` of this step in every component (what scancel takes to end it)."""
         return [f"{job}.{self.step_id}" for job in self.component_job_ids if job]
@@ -180,10 +160,6 @@ def _checked(found: tuple[str, str], what: str = _NUMBER) -> str:
     if not _INDEX.match(value):
         raise JobEnvError(f"{name}={shown(value)} is not {what}")
     return value
-
-
-def _required_int(env: Mapping[str, str], *names: str) -> int:
-    return int(_checked(_required(env, *names)))
 
 
 def shown(value: str, limit: int = 60) -> str:
@@ -343,22 +319,16 @@ def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
     return nodes, [by_node[n] for n in nodes], groups
 
 
-def _step_components(ids: tuple[str, ...], groups: list[int]) -> tuple[str, ...]:
-    """The job ids of the components the step runs on (`ids`: every component's, or one id)."""
-    if len(ids) <= 1:
-        return ids
-    return tuple(job for k, job in enumerate(ids) if k in groups)
-
-
 def parse_job_env(env: Mapping[str, str]) -> JobEnv:
     """Read and cross-check the step's shape from a task's environment (strict: under srun)."""
-    rank = _required_int(env, "SLURM_PROCID")
-    world = _required_int(env, *_TASKS)
-    local_rank = _required_int(env, "SLURM_LOCALID")
+    rank, world, local_rank = (
+        int(_checked(_required(env, *n))) for n in (("SLURM_PROCID",), _TASKS, ("SLURM_LOCALID",))
+    )
     node_name = _required(env, "SLURMD_NODENAME")[1]
     job_id = _checked(_required(env, *_JOB_ID), _JOB_ID_WORDS)
-    step_id = _required_int(env, *_STEP_ID)
+    step_id = int(_checked(_required(env, *_STEP_ID)))
     nodes, tasks, groups = _shape(env)
+    ids = component_job_ids(env, job_id)  # every component's, or one id: keep those the step runs on
     if sum(tasks) != world:
         raise JobEnvError(
             f"step shape does not add up: nodes {nodes}, tasks per node {tasks}, {world} tasks "
@@ -374,14 +344,9 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
         het_groups=tuple(groups),
         job_id=job_id,
         step_id=step_id,
-        component_job_ids=_step_components(component_job_ids(env, job_id), groups),
+        component_job_ids=ids if len(ids) <= 1 else tuple(job for k, job in enumerate(ids) if k in groups),
         devices=task_devices(env),
     )
-    _check_block_distribution(job_env)
-    return job_env
-
-
-def _check_block_distribution(job_env: JobEnv) -> None:
     if job_env.node_name not in job_env.nodes:
         raise JobEnvError(f"this node {job_env.node_name!r} is not in the step's nodes {list(job_env.nodes)}")
     first_rank = job_env.first_rank_of_node(job_env.node_index)
@@ -390,3 +355,4 @@ def _check_block_distribution(job_env: JobEnv) -> None:
             f"rank {job_env.rank} on {job_env.node_name} is not block-distributed (expected "
             f"{first_rank + job_env.local_rank}); launch with srun --distribution=block"
         )
+    return job_env

@@ -187,10 +187,9 @@ def parse_refusals(lines: Iterable[str]) -> list[Refusal]:
 
 
 class LogTail:
-    """slurmctld's log, line by line, from where the last `lines()` stopped: a scrape of `metrics
-    --serve` reads only what was appended (a 300 MB log was re-read in 12 s, 1.1 GB, per scrape).
-    Memory stays bounded (one line at a time); a rotated log (another inode, or shorter than what
-    was read) is read from its start; a last line without its newline waits for the next call."""
+    """slurmctld's log, line by line, from where the last `lines()` stopped (a scrape of `metrics
+    --serve` reads only what was appended); a rotated log (another inode, or shorter than what was
+    read) is read from its start; a last line without its newline waits for the next call."""
 
     def __init__(self, path: str) -> None:
         self.path = path

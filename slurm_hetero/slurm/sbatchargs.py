@@ -25,6 +25,7 @@ Measured on sbatch 22.05.8 (Debian 12) with `sbatch -vvvv` against a controller 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -76,15 +77,14 @@ ENV_OPTIONS = {
     "SBATCH_MEM_PER_CPU": "mem-per-cpu",
     "SBATCH_MEM_PER_GPU": "mem-per-gpu",
 }
-# --mem, --mem-per-cpu, --mem-per-gpu: one given in the script or on the command line drops the
-# others' variables; two variables together are refused (slurm_opt.c _validate_memory_options,
-# measured on 22.05 and 24.11: `SBATCH_MEM_PER_NODE=1000` beside `#SBATCH --mem-per-cpu=100` leaves
-# mem-per-cpu 100 alone). Two given in the script or on the command line: `submit.sbatch.read_options`.
+# how sbatch layers them: `_memory` (slurm_opt.c _validate_memory_options, measured on 22.05 and
+# 24.11); two given in the script or on the command line: `submit.sbatch.read_options`
 MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
 MEMORY_VARIABLES = "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive."
 MAGIC = "#SBATCH"
 HET_WORDS = ("hetjob", "packjob")
 _SPACE = " \t\n\r\f\v"  # C isspace()
+_WORD = re.compile(f"[^{_SPACE}]*")
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,6 @@ def split_command_line(argv: Sequence[str]) -> CommandLine:
 
 
 # ------------------------------------------------------------------------------- #SBATCH lines
-def _word_end(line: str, start: int) -> int:
-    end = start
-    while end < len(line) and line[end] not in _SPACE:
-        end += 1
-    return end
-
-
 def _argument(line: str, start: int, where: str) -> tuple[str, int]:
     """One word of a directive from `start` (after whitespace): (text, end); text "" ends the line."""
     out: list[str] = []
@@ -237,7 +230,8 @@ def directive_words(body: str, where: str) -> tuple[list[str], bool]:
             i += 1
         if i >= len(body):
             return words, False
-        if body[i : _word_end(body, i)].lower() in HET_WORDS:
+        first = _WORD.match(body, i)
+        if first and first.group().lower() in HET_WORDS:
             return words, not words
         if body[i] == ":":
             raise SbatchArgsError(f"{where}: unexpected ':' in [{body}]")
@@ -247,11 +241,6 @@ def directive_words(body: str, where: str) -> tuple[list[str], bool]:
         words.append(word)
 
 
-def _is_command(line: str) -> bool:
-    text = line.lstrip(_SPACE)
-    return bool(text) and not text.startswith("#")
-
-
 def script_words(text: str, name: str = "script") -> list[list[str]]:
     """The `#SBATCH` argv of each het component of a script (one list when it has no `hetjob`)."""
     if "\r\n" in text:
@@ -259,7 +248,7 @@ def script_words(text: str, name: str = "script") -> list[list[str]]:
     components: list[list[str]] = [[]]
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.startswith(MAGIC):
-            if _is_command(line):
+            if line.lstrip(_SPACE)[:1] not in ("", "#"):  # the first command: no directive after it
                 break
             continue
         words, separator = directive_words(line[len(MAGIC) :], f"{name}: line {number}")
@@ -283,17 +272,12 @@ def script_options(text: str, name: str = "script") -> list[list[Option]]:
 
 
 # ------------------------------------------------------------------------------------ layering
-def env_options(environ: Mapping[str, str]) -> list[Option]:
-    """The options the `SBATCH_*` variables set (of those in ENV_OPTIONS)."""
-    return [Option(name, environ[var], ()) for var, name in ENV_OPTIONS.items() if environ.get(var)]
-
-
 def component_options(
     script: Sequence[Sequence[Option]], environ: Mapping[str, str], line: CommandLine
 ) -> list[list[Option]]:
     """Each het component's options in sbatch's order (script, environment, command line): with
     one command-line group it applies to every script component, with several the k-th to the k-th."""
-    env = env_options(environ)
+    env = [Option(name, environ[var], ()) for var, name in ENV_OPTIONS.items() if environ.get(var)]
     return [
         _memory(script[k] if k < len(script) else (), env, component_group(line.components, k))
         for k in range(max(len(script), len(line.components), 1))

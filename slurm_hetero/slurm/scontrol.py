@@ -17,6 +17,7 @@ from slurm_hetero.core.errors import ScontrolError, ToolError
 
 # a field starts at a run of key characters followed by `=`, after a space or at the line start
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
+_GRES_ITEM_END = re.compile(r",(?![^(]*\))")  # a comma outside a `(S:0,1)` socket list
 DRAIN_PREFIX = "slurm-hetero:"
 # the state words on which Slurm starts no job step (drained, down, failing, powered off, not responding)
 SRUN_BLOCKED = frozenset("DRAIN DRAINED DRAINING DOWN FAIL FAILING POWERED_DOWN NOT_RESPONDING".split())
@@ -107,10 +108,9 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
 
 
 def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNodeRecord]:
-    """slurmctld's records of `names` (a hostlist each is fine), or of every node; none when it
-    knows none of `names`: scontrol then exits 1 with nothing on stderr (the dev cluster's 22.05
-    and 24.11), where a Slurm it cannot ask always says why there. ToolError when
-    Slurm cannot be asked (no scontrol, slurmctld down), which is scontrol's failure, not the nodes'."""
+    """slurmctld's records of `names` (hostlists are fine), or of every node; none when it knows
+    none of `names` (scontrol exits 1 with nothing on stderr, 22.05 and 24.11). ToolError when
+    Slurm cannot be asked (no scontrol, slurmctld down)."""
     argv = ["scontrol", "show", "node", "-o", *([",".join(names)] if names else [])]
     try:
         return parse_node_records(proc.run(argv, timeout=timeout))
@@ -128,15 +128,16 @@ def show_node(name: str) -> SlurmNodeRecord | None:
 def drain(node: str, reason: str, dry_run: bool = False) -> list[str]:
     """Drain `node` with `reason` (prefixed `slurm-hetero:`); the argv, run unless `dry_run`."""
     text = reason if is_our_reason(reason) else f"{DRAIN_PREFIX} {reason}"
-    argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={text}"]
-    if not dry_run:
-        proc.run(argv, timeout=30.0)
-    return argv
+    return _update(node, dry_run, "state=drain", f"reason={text}")
 
 
 def resume(node: str, dry_run: bool = False) -> list[str]:
     """Return a node to service; the argv, run unless `dry_run`."""
-    argv = ["scontrol", "update", f"nodename={node}", "state=resume"]
+    return _update(node, dry_run, "state=resume")
+
+
+def _update(node: str, dry_run: bool, *fields: str) -> list[str]:
+    argv = ["scontrol", "update", f"nodename={node}", *fields]
     if not dry_run:
         proc.run(argv, timeout=30.0)
     return argv
@@ -147,37 +148,19 @@ def resume(node: str, dry_run: bool = False) -> list[str]:
 
 @dataclass(frozen=True)
 class NodeGres:
-    """One node's GPUs as Slurm configured them: (type, count) per `gpu` entry, in order.
-
-    A node's `Gres=` lists `name[:type]:count[(S:sockets)]` entries separated by commas (commas
-    inside the parentheses belong to the socket list): `gpu:a100:4(S:0-1),gpumem:320G`. Only `gpu`
-    entries count; `Gres=(null)` is a node without GPUs; `gpu:2` (no type) gives type "".
-    """
+    """One node's GPUs as Slurm configured them: (type, count) per `gpu` entry of its `Gres=`."""
 
     name: str
     gpus: tuple[tuple[str, int], ...]
 
 
-def split_gres(value: str) -> list[str]:
-    """`gpu:a100:2(S:0,1),gpumem:80G` -> ['gpu:a100:2(S:0,1)', 'gpumem:80G'] (commas inside
-    parentheses kept)."""
-    items, depth, current = [], 0, ""
-    for ch in value:
-        depth += (ch == "(") - (ch == ")")
-        if ch == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += ch
-    return [i for i in (*items, current) if i]
-
-
 def gpu_entries(value: str) -> tuple[tuple[str, int], ...]:
-    """The `gpu` entries of one `Gres=` value as (type, count)."""
+    """The `gpu` entries of one `Gres=` value (`gpu:a100:4(S:0-1),gpumem:320G`) as (type, count);
+    `gpu:2` has type "", `(null)` none."""
     if value in ("", "(null)", "N/A"):
         return ()
     out = []
-    for item in split_gres(value):
+    for item in filter(None, _GRES_ITEM_END.split(value)):
         parts = item.split("(", 1)[0].split(":")
         if parts[0] != "gpu":
             continue

@@ -1,19 +1,12 @@
 """job_submit.lua run from Python, through lupa, as slurmctld runs it: the one request decision.
 
-`request explain`, `slurm-hetero sbatch`, the fuzz and the tests do not decide a request; they hand
-the job_desc to the very hook that slurmctld loads (`job_submit/job_submit.lua` and the table
-`tables.render_table` compiles for the cluster) and read what it did. This module is the small
-shim of Slurm's Lua API that makes that possible:
-
-- the `slurm` table: `SUCCESS`, `ERROR`, `log_info` / `log_user` / `log_error` / `log_debug` /
-  `log_verbose` (each formats its arguments, `string.format`), and the `ESLURM_*` names the release
-  exports (22.05 a short list, of ours only ESLURM_INVALID_NODE_COUNT; 24.11 every one);
-- a job_desc like slurmctld's: a read of an unset field gives nil, setting a string field to ""
-  unsets it, setting nil is refused, the node counts (`min_nodes`, `max_nodes`) take numbers;
-- `slurm_job_submit(job_desc, part_list, submit_uid)` once per job (het components in order, with
-  `het_job_offset`: the hook remembers the nodes earlier components take) and
-  `slurm_job_modify(job_desc, job_rec, part_list, modify_uid)` for an edit, whose job_rec lacks
-  what Slurm's lacks (`RECORD_HIDDEN`).
+`request explain`, `slurm-hetero sbatch`, the fuzz and the tests hand the job_desc to the very hook
+slurmctld loads and read what it did. This module is the small shim of Slurm's Lua API that makes
+that possible (`SHIM`): the `slurm` table with its loggers and the `ESLURM_*` names the release
+exports (22.05 a short list, 24.11 every one); a job_desc as slurmctld's (an unset field reads nil,
+"" unsets a string field, nil is refused, the node counts take numbers); `slurm_job_submit` once
+per job (het components in order, with `het_job_offset`) and `slurm_job_modify` for an edit, whose
+job_rec lacks what Slurm's lacks (`RECORD_HIDDEN`).
 
 A `Hook` is one Lua state, as slurmctld keeps one: its memo and het bookkeeping live in it.
 """
@@ -226,24 +219,18 @@ class Hook:
         slurm = self.lua.globals().slurm
         for name, number in exported.items():
             slurm[name] = number
-        self.loaded = self.lua.globals().dofile(str(script))
+        self.lua.globals().dofile(str(script))
 
     def _table(self, job: Job, drop: Iterable[str] = (), **extra: Any) -> Any:
         values = {f.name: getattr(job, f.name) for f in fields(Job) if f.name not in ("submit_uid", *drop)}
         values.update(extra)
         return self.lua.table_from({k: v for k, v in values.items() if v is not None})
 
-    def _answer(self, rc: Any, log: Any) -> tuple[int, str, tuple[tuple[str, str], ...]]:
-        lines = tuple((str(entry[1]), str(entry[2])) for entry in log.values())
-        return int(rc), "\n".join(text for kind, text in lines if kind == "user"), lines
-
     def submit(self, job: Job, offset: int | None = None) -> Outcome:
         """slurm_job_submit on `job` by `job.submit_uid`; `offset`: its het_job_offset (0, 1, ...
         in order: the hook keeps what earlier components take until the next offset 0)."""
         rc, store, log = self.lua.globals().submit(self._table(job, het_job_offset=offset), job.submit_uid)
-        rc, message, lines = self._answer(rc, log)
-        after = replace(job, **{name: store[name] for name in WRITTEN})
-        return _outcome(rc, message, after, lines, rewritten=bool(message))
+        return _outcome(rc, log, replace(job, **{name: store[name] for name in WRITTEN}))
 
     def modify(self, edit: Job, record: Job) -> Outcome:
         """slurm_job_modify on an edit of `record` by `edit.submit_uid`; the outcome's job is the
@@ -252,11 +239,8 @@ class Hook:
         rc, store, log = self.lua.globals().modify(
             self._table(edit), self._table(record, RECORD_HIDDEN), edit.submit_uid
         )
-        rc, message, lines = self._answer(rc, log)
         stored = {n: store[n] if store[n] is not None else getattr(record, n) for n in EDIT_WRITTEN}
-        after = replace(record, **stored)
-        # a successful edit is told to slurmctld's log only (24.11's scontrol prints log_user as "error:")
-        return _outcome(rc, message, after, lines, rewritten=any(" edit of job " in t for _, t in lines))
+        return _outcome(rc, log, replace(record, **stored), edit=True)
 
     def request(self, fields: Iterable[tuple[str, str | None]]) -> Request:
         """The hook's reading of TRES fields (several texts for one field are joined), or the
@@ -285,10 +269,14 @@ class Hook:
         return any(name in ("gpumem", "gpucore") for name in names.values())
 
 
-def _outcome(rc: int, message: str, job: Job, lines: tuple[tuple[str, str], ...], rewritten: bool) -> Outcome:
+def _outcome(rc: Any, log: Any, job: Job, edit: bool = False) -> Outcome:
+    lines = tuple((str(entry[1]), str(entry[2])) for entry in log.values())
+    message = "\n".join(text for kind, text in lines if kind == "user")
     if rc != 0:
-        return Outcome(False, "reject", message, job, _CODE_NAMES.get(rc), rc, lines)
-    return Outcome(True, "rewrite" if rewritten else "untouched", message, job, None, rc, lines)
+        return Outcome(False, "reject", message, job, _CODE_NAMES.get(int(rc)), int(rc), lines)
+    # a successful edit is told to slurmctld's log only (24.11's scontrol prints log_user as "error:")
+    rewritten = any(" edit of job " in t for _, t in lines) if edit else bool(message)
+    return Outcome(True, "rewrite" if rewritten else "untouched", message, job, None, 0, lines)
 
 
 def render_hook(

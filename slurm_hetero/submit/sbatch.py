@@ -204,9 +204,9 @@ def _c_int(number: str) -> int:
     return int(number)
 
 
-def _int32(value: int) -> int:
-    """C's (int) of a long: the low 32 bits, signed."""
-    return (value + 2**31) % 2**32 - 2**31
+def _signed(value: int, bits: int = 32) -> int:
+    """C's cast to a signed `bits`-bit integer (and its wrapping arithmetic): the low bits, signed."""
+    return (value + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)
 
 
 def _nodes(text: str, slurm_release: str) -> tuple[int, str]:
@@ -220,7 +220,7 @@ def _nodes(text: str, slurm_release: str) -> tuple[int, str]:
             value, rest = value * factor, rest[1:]
     if slurm_release != "22.05":
         return (value if 0 <= value < 2**31 else -1), rest
-    return _int32(value), rest
+    return _signed(value), rest
 
 
 def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
@@ -270,7 +270,7 @@ def task_count(option: str, text: str, slurm_release: str = "22.05") -> int:
         raise RequestError("sbatch", f"Numeric argument ({value}) to big for {option}.")
     if slurm_release != "22.05" and value >= 2**31 - 1:
         raise RequestError("sbatch", f"Numeric argument ({value}) too large for {option}.")
-    count = _int32(value)  # 22.05 keeps parse_int's int: past 2^31 it wraps, and its checks see that
+    count = _signed(value)  # 22.05 keeps parse_int's int: past 2^31 it wraps, and its checks see that
     if option == "--ntasks" and count < 0:
         raise RequestError("sbatch", f"invalid number of tasks (-n {count})")
     if option == "--cpus-per-task" and count <= 0:
@@ -345,11 +345,6 @@ NO_VAL64 = 2**64 - 2
 MEM_PER_CPU = 2**63  # the flag bit of job_desc's pn_min_memory
 
 
-def _wrap64(value: int) -> int:
-    """C's signed 64-bit arithmetic as it wraps: the low 64 bits, signed."""
-    return (value + _LONG) % 2**64 - _LONG
-
-
 def mebibytes(text: str | None, option: str = "--mem") -> int | None:
     """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB as str_to_mbytes makes
     it (proc_args.c): strtoll, then K (rounded up), M, G or T, each optionally followed by B,
@@ -367,9 +362,9 @@ def mebibytes(text: str | None, option: str = "--mem") -> int | None:
     if rest[1:] not in ("", "B", "b") or suffix not in ("", "K", "M", "G", "T"):
         raise refused
     if suffix == "K":
-        value = int(_wrap64(number + 1023) / 1024)  # C division truncates toward zero
+        value = int(_signed(number + 1023, 64) / 1024)  # C division truncates toward zero
     else:
-        value = _wrap64(number * UNITS[suffix])
+        value = _signed(number * UNITS[suffix], 64)
     value %= 2**64
     if value == NO_VAL64:
         raise refused
@@ -496,13 +491,7 @@ def job_from_texts(
 
 
 # the counts sbatch reads with parse_int, in its order
-COUNT_OPTIONS = (
-    ("ntasks", "--ntasks"),
-    ("ntasks_per_node", "--ntasks-per-node"),
-    ("cpus_per_task", "--cpus-per-task"),
-    ("cpus_per_gpu", "--cpus-per-gpu"),
-    ("mincpus", "--mincpus"),
-)
+COUNT_OPTIONS = ("ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mincpus")
 
 
 def read_options(
@@ -515,8 +504,8 @@ def read_options(
     nodes = options.get("nodes")
     low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
     counts = {
-        key: task_count(flag, options[key], slurm_release)
-        for key, flag in COUNT_OPTIONS
+        key: task_count("--" + key.replace("_", "-"), options[key], slurm_release)
+        for key in COUNT_OPTIONS
         if options.get(key) is not None
     }
     memory = [options.get(name.replace("-", "_")) for name in MEMORY]

@@ -1,22 +1,11 @@
-"""What `slurm-hetero sbatch` submits: the job's own request (script `#SBATCH` lines, `SBATCH_*`
-variables, command line, read by `slurm.sbatchargs` as sbatch reads them) merged with the memory the
-fit engine says a model needs, and checked against the cluster's devices before sbatch runs.
-
-Pure: options, node records (`nodes.slurm_nodes` or Slurm's own view) and a per-device estimate
-(`Breakdown` of `engine.fit`, the one `slurm-hetero fit` prints) in; the decision out.
-
-Merge rules, per het component:
-- a device type the job names (`--gres=gpu:TYPE:N`, `--gpus=TYPE:N`, `--gpus-per-node=TYPE:N`,
-  `--gpus-per-task=TYPE:N`) is kept; the cluster must have that type with enough devices, and with
-  a model, its memory must hold the model's per-device figure at the job's device count;
-- a count without a type (`--gpus=4`) gets `gpumem:SIZE` added to its `--gres`; so does a job that
-  asks for no device at all (one device per node, as Slurm counts it), only where a model is given;
-- a gpumem the user wrote is kept (with a model: an error, the two would disagree).
-
-Every component then goes through the job_submit hook itself, in order (`hook_check`), on the
-job_desc the release's sbatch sends, as `request explain` builds it; a refusal is the hook's
-message. The wrapper's own type checks cover what the hook leaves alone (a named type without
-gpumem: slurmctld's to refuse).
+"""What `slurm-hetero sbatch` submits: the job's own request (read by `slurm.sbatchargs` as sbatch
+reads it) merged with the memory the fit engine says a model needs, and checked against the
+cluster's devices before sbatch runs. Pure: options, node records and a per-device estimate in;
+the decision out. The merge rules are docs/user-guide.md's (`slurm-hetero sbatch`): a named type
+is kept and must hold the model; a bare count, or no device, gets `gpumem:SIZE`; a gpumem the user
+wrote with a model is an error. Every component then goes through the job_submit hook itself
+(`hook_check`) on the job_desc the release's sbatch sends; the wrapper's own type checks cover
+what the hook leaves alone (a named type without gpumem).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
 from slurm_hetero.submit import Job
-from slurm_hetero.submit.hook import WRITTEN
+from slurm_hetero.submit.hook import WRITTEN, _outcome
 from slurm_hetero.submit.tables import CHAINED_NAME, SCRIPT_NAME
 from tests.unit.test_job_submit_lua import Hook
 from tests.unit.test_score import MIXED
@@ -60,8 +60,8 @@ class ChainHook(Hook):
     def run_named(self, job: Job, name: str) -> tuple[int, str, Job, list[tuple[str, str]]]:
         """As `run_rc`, for a job named `name` (a job_desc field the site hook reads, not a Job's)."""
         rc, store, log = self.lua.globals().submit(self._table(job, name=name), job.submit_uid)
-        rc, message, lines = self._answer(rc, log)
-        return rc, message, replace(job, **{field: store[field] for field in WRITTEN}), list(lines)
+        outcome = _outcome(rc, log, replace(job, **{field: store[field] for field in WRITTEN}))
+        return outcome.rc, outcome.message, outcome.job, list(outcome.log)
 
     def site_saw(self) -> str | None:
         return self.lua.globals().SITE_SAW

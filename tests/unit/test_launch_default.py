@@ -21,7 +21,7 @@ from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.launch import run
 from slurm_hetero.launch.plan import LaunchOptions, LaunchPlanError, process_env
 from slurm_hetero.launch.slurmnodes import SlurmNodesError, gres_records
-from slurm_hetero.slurm.scontrol import gpu_entries, parse_show_node, split_gres
+from slurm_hetero.slurm.scontrol import gpu_entries, parse_show_node
 from slurm_hetero.vendors import vendor_traits
 from tests.conftest import FIXTURES
 from tests.unit.test_launch_plan import node, own, plan_from, slurm_env
@@ -63,7 +63,7 @@ def test_gpu_types_are_read_from_real_scontrol_output(capture: str, expected: di
 
 
 def test_gres_values_keep_socket_lists_and_skip_other_resources() -> None:
-    assert split_gres("gpu:a100:2(S:0,1),gpumem:80G") == ["gpu:a100:2(S:0,1)", "gpumem:80G"]
+    assert gpu_entries("gpu:a100:2(S:0,1),gpumem:80G") == (("a100", 2),)
     assert gpu_entries("gpu:a100:2(S:0,1),gpu:v100:1,shard:l40s:8,gpumem:80G") == (("a100", 2), ("v100", 1))
     assert gpu_entries("gpu:2") == (("", 2),) and gpu_entries("(null)") == ()
 
