@@ -103,8 +103,7 @@ def device_spec(requested: str) -> tuple[str, int | None]:
 
 
 def pick_device(torch: Any, requested: str = "auto") -> str:
-    """`requested`, or with `auto` the current accelerator (CUDA and ROCm show as cuda), else cpu.
-    CalibrationError for a device torch does not know or does not have (`cuda:99`)."""
+    """`requested` (checked: torch has it), or with `auto` the current accelerator, else cpu."""
     if requested != "auto":
         kind, index = device_spec(requested)
         plugins = [v.torch_package for v in vendor_traits().values() if v.torch_device == kind]
@@ -260,8 +259,7 @@ def _run(layer: Any, x: Any, backward: bool) -> Callable[[], object]:
 def layer_shapes(
     torch: Any, device: str, dtype: Any, spec: ModelSpec, seq: int, micro_batches: Sequence[int], sizes: Sizes
 ) -> list[dict[str, Any]]:
-    """[{tp: 1, micro_batch, fwd_s, bwd_s}] of one decoder layer of `spec` at `seq` tokens (backward:
-    forward plus backward less forward)."""
+    """[{tp: 1, micro_batch, fwd_s, bwd_s}] of one decoder layer of `spec` at `seq` tokens."""
     layer = decoder_layer(torch, spec).to(device=device, dtype=dtype)
     out = []
     for b in micro_batches:
@@ -376,8 +374,7 @@ def _figure(value: Any, path: Path, key: str) -> float:
 
 
 def _number(value: Any, what: str, path: Path, key: str, low: float | None, high: float) -> float:
-    """`value` as a float from `low` to `high` (low None: above 0), else one line naming the entry
-    and the value as written."""
+    """`value` as a float from `low` to `high` (low None: above 0), else one line naming the entry."""
     if _finite(value) and (value > 0 if low is None else value >= low) and value <= high:
         return float(value)
     span = f"a positive number up to {high:g}" if low is None else f"{low:g} to {high:g}"
@@ -488,8 +485,7 @@ def _shape_model(value: Any, path: Path, key: str) -> tuple[str, int, int, float
 
 
 def _shapes(data: Mapping[Any, Any], path: Path) -> dict[str, MeasuredShapes]:
-    """Device type -> its measured shapes, for the types whose entry has `shapes` (errors name
-    `type.shapes[i]`)."""
+    """Device type -> its measured shapes, for the types whose entry has `shapes`."""
     out = {}
     for key, value in data.items():
         if not isinstance(value, Mapping) or "shapes" not in value:

@@ -48,8 +48,7 @@ def stop_catching() -> None:
 
 
 def supervised_launch(argv: Sequence[str]) -> bool:
-    """Whether `argv` (the command line after the program) is `launch` that will supervise a
-    command: not --dry-run (which must stay interruptible) nor --exec."""
+    """Whether `argv` is `launch` that will supervise a command (not --dry-run, nor --exec)."""
     if not argv or argv[0] != "launch":
         return False
     options = argv[1 : argv.index("--")] if "--" in argv else argv[1:]

@@ -71,8 +71,7 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """What the user asked for; `measured` maps device type to sustained TFLOPS, `costs` says how
-    the model is trained (dtype, ZeRO, recompute, attention)."""
+    """What the user asked for; `measured` maps device type to sustained TFLOPS."""
 
     model: str | None
     global_batch: int = 512

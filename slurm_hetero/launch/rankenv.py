@@ -38,8 +38,7 @@ def group_ranks(ranked: Sequence[RankAssignment]) -> dict[str, dict[tuple[int, i
 
 
 class Groups:
-    """Group membership, one communicator per group (cached by member list), and each replica's
-    (samples, sample offset)."""
+    """Group membership, one communicator per group, and each replica's (samples, sample offset)."""
 
     def __init__(
         self,

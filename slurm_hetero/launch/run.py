@@ -5,6 +5,7 @@ device (the manual: docs/launch.md, `slurm-hetero launch --manual`). The entry p
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -156,7 +157,7 @@ def simulated_inventory(
     has must have the simulated type. With `source` (named by the user), a node it lacks is a typo."""
     have = {host: n for n in known.nodes for host in hostlist.expand(n.name)}
     extra = []
-    shared: dict[tuple[str, int], tuple[Device, ...]] = {}  # one record per shape: built once
+    devices = functools.cache(lambda gres_type, count: _simulated_devices(gres_type, count, catalog))
     for name, gres_type, count in parse_simulate(spec):
         if name not in have and source is not None:
             hosts = sorted(have)
@@ -165,10 +166,8 @@ def simulated_inventory(
                 f"--simulate: node {name} is not in the inventory {source} (its nodes: {listed}); "
                 "simulate its nodes, or leave out --inventory to simulate catalog devices"
             )
-        if name not in have:
-            if (gres_type, count) not in shared:
-                shared[gres_type, count] = _simulated_devices(gres_type, count, catalog)
-            extra.append(NodeInventory(name, shared[gres_type, count]))
+        if name not in have:  # one record per shape, built once
+            extra.append(NodeInventory(name, devices(gres_type, count)))
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
         if types != [_canonical(catalog, gres_type)]:
@@ -190,8 +189,7 @@ def invented_nodes_note(invented: Sequence[NodeInventory]) -> str:
     folded = {gres_type: hostlist.fold(names) for gres_type, names in by_type.items()}
     nodes = hostlist.fold(n.name for n in invented)
     if len(folded) == 1:
-        (gres_type,) = folded
-        devices = f"catalog {gres_type} devices"
+        devices = f"catalog {next(iter(folded))} devices"
     else:
         devices = "catalog devices (" + "; ".join(f"{h}: {t}" for t, h in folded.items()) + ")"
     if len(invented) == 1:
@@ -367,8 +365,7 @@ PLAN_KEYS = tuple(
 
 
 def plan_document(plan: LaunchPlan) -> dict[str, Any]:
-    """`--dry-run --json`: summary keys, every group once, every rank's document (its groups as
-    places in that list: linear in the ranks) and environment."""
+    """`--dry-run --json`: every group once, every rank's document naming its groups by place."""
     first = plan.ranks[0].layout.to_dict()
     groups, places = distinct_groups(plan)
     return {

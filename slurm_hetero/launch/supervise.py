@@ -115,8 +115,7 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
 
 
 def signal_group(group: int, signum: int, table: Sequence[tuple[int, int, int]] | None = None) -> list[int]:
-    """Send `signum` to process group `group` where `table` (`_process_table()` when None) lists
-    members; the members."""
+    """Send `signum` to process group `group` if `table` lists members; the members."""
     rows = _process_table() if table is None else table
     members = [pid for pid, _parent, pgrp in rows if pgrp == group]
     if members:
