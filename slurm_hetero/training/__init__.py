@@ -1,9 +1,5 @@
-"""The training runtime for a layout that `slurm-hetero launch` wrote, on torch's own libraries:
-process groups (`init`), a model's stage (`stage_modules`), tensor parallel with DTensor
-(`parallelize`, `training.tensor`), the replica's step on `torch.distributed.pipelining`
-(`Pipeline`, `training.pipeline`: 1F1B as the plan prices it, GPipe selectable) and the weighted,
-hierarchical gradient all-reduce. torch is imported inside functions, so the package imports
-without it. A training script::
+"""The training runtime for a layout that `slurm-hetero launch` wrote, on torch's own libraries
+(imported inside functions, so the package imports without torch). A training script::
 
     dist = training.init()
     stage = training.parallelize(training.stage_modules(model, dist.layout), dist.group("tp"))
@@ -29,15 +25,8 @@ Conventions:
   `weighted_allreduce_grads` sums ``grad_weight * grad`` (``grad_weight = samples / global_batch``)
   over the data-parallel group: the gradient of the global batch's mean loss whatever the split
   (an unweighted average is not).
-- Tensor parallel ranks (same replica and stage) shard the stage's attention and MLP projections
-  (`parallelize`); only tp rank 0 talks to the neighbour stages, the others follow it
-  (`training.pipeline`).
-- What torch cannot express is not planned (`launch.runnable`).
-
-`init` starts torch.distributed with a gloo default group (a mixed job has no device backend all
-ranks share) and one process group per layout group, on the layout's backend where every member
-has it, else on gloo (logged, and kept in `Distributed.fallbacks`). A data-parallel group that
-spans vendors reduces hierarchically (`HierarchicalGroup`), as `engine.schedule` prices it.
+- A group runs on the layout's backend where every member has it, else on gloo (logged, and kept
+  in `Distributed.fallbacks`); the default group is gloo (a mixed job shares no device backend).
 """
 
 from __future__ import annotations
@@ -143,29 +132,20 @@ def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str |
 
     every = vendor_traits()
     traits = every.get(vendor or "")
-    plugin = traits.torch_package if traits else None
-    failure = _import_failure(plugin) if plugin else None
+    plugin, failure = traits.torch_package if traits else None, None
+    try:  # the vendor's torch plugin registers its backend and device
+        if plugin:
+            importlib.import_module(plugin)
+    except Exception as e:  # a missing or broken vendor plugin is reported, not fatal
+        failure = f"import {plugin}: {e}"
     if not dist.is_backend_available(backend):
         return f"this torch has no {backend!r} backend{f' ({failure})' if failure else ''}"
     ours = {t.torch_device for t in every.values() if t.torch_backend == backend}
     devices = [] if backend == "gloo" else sorted(ours)
-    if devices and not any(_device_available(torch, d) for d in devices):
+    ready = [getattr(getattr(torch, d, None), "is_available", None) for d in devices]
+    if devices and not any(callable(f) and f() for f in ready):
         return f"no {'/'.join(devices)} device is available to torch"
     return None
-
-
-def _import_failure(module: str) -> str | None:
-    """Import a vendor's torch plugin (it registers its backend and device); why not, if it fails."""
-    try:
-        importlib.import_module(module)
-    except Exception as e:  # a missing or broken vendor plugin is reported, not fatal
-        return f"import {module}: {e}"
-    return None
-
-
-def _device_available(torch: Any, device: str) -> bool:
-    module = getattr(torch, device, None)
-    return bool(module is not None and hasattr(module, "is_available") and module.is_available())
 
 
 @dataclass(frozen=True)
@@ -181,8 +161,7 @@ class GroupInfo:
 
 @dataclass
 class Distributed:
-    """What `init` set up: this rank's layout, its process groups by name (None for a group of one
-    rank, which needs no communication) and how each was made."""
+    """What `init` set up: this rank's layout and its process groups by name (None: one rank)."""
 
     layout: dict[str, Any]
     default_backend: str
@@ -418,8 +397,8 @@ def _make_hierarchy(
     gathered: Sequence[tuple[Any, ...]],
     wait: datetime.timedelta,
 ) -> None:
-    """Create the owners' groups of a dp group that spans vendors (every rank, in one order) and,
-    on its members, the `HierarchicalGroup`. The owners talk across vendors: the dp group's backend."""
+    """Create the owners' groups of a dp group that spans vendors and, on its members, the
+    `HierarchicalGroup`."""
     import torch.distributed as dist
 
     rank = out.layout["rank"]
@@ -482,8 +461,7 @@ def _rendezvous(lay: Mapping[str, Any] | None, problem: str | None) -> tuple[int
 def _make_group(
     out: Distributed, key: GroupKey, reason: str | None, rank: int, wait: datetime.timedelta
 ) -> None:
-    """Create one group; every rank calls this for every group, in the same order (a group of one
-    rank is not created: it needs no communication). The launcher exported each group's `env`."""
+    """Create one group (not one of one rank); every rank calls this for every group, in one order."""
     import torch.distributed as dist
 
     name, ranks, chosen = key
@@ -552,26 +530,27 @@ def weighted_allreduce_grads(
     of ``grad_weight * grad``: the global batch's mean gradient when each replica's gradient is the
     mean over its own samples. With `group` None (one replica) the gradients are only scaled."""
     import torch
+    import torch.distributed as dist
 
     grads = [_grad(p) for p in module.parameters() if p.requires_grad]
     if not grads:
         return
-    flat = sum_over(torch.cat([g.reshape(-1) for g in grads]) * grad_weight(layout), group)
+    flat = torch.cat([g.reshape(-1) for g in grads]) * grad_weight(layout)
+    if isinstance(group, HierarchicalGroup):
+        flat = _hierarchical_sum(flat, group)
+    elif group is not None and dist.get_world_size(group) > 1:
+        flat = _all_reduce(flat, group)
     for g, reduced in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(reduced.view_as(g))
 
 
-def sum_over(flat: torch.Tensor, group: ProcessGroup | HierarchicalGroup | None) -> torch.Tensor:
-    """The sum of the 1-d tensor `flat` over `group`: one all-reduce, or hierarchically."""
+def _all_reduce(tensor: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
+    """The sum of `tensor` over `group`, on `tensor`'s device."""
     import torch.distributed as dist
 
-    if isinstance(group, HierarchicalGroup):
-        return _hierarchical_sum(flat, group)
-    if group is None or dist.get_world_size(group) <= 1:
-        return flat
-    comm = _on_comm_device(flat, group)
+    comm = _on_comm_device(tensor, group)
     dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=group)
-    return comm.to(flat.device)
+    return comm.to(tensor.device)
 
 
 def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
@@ -597,9 +576,7 @@ def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
     for piece in h.pieces:
         if piece.group is not None:
             part = mine[piece.start * step - offset : piece.end * step - offset]
-            comm = _on_comm_device(part.contiguous(), piece.group)
-            dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=piece.group)
-            part.copy_(comm)
+            part.copy_(_all_reduce(part.contiguous(), piece.group))
     if h.local is None:
         return mine[:size].to(flat.device)
     dist.all_gather(chunks, mine, group=h.local)
@@ -625,8 +602,7 @@ def _reduce_scatter(
 
 
 def _grad(param: torch.Tensor) -> torch.Tensor:
-    """`param`'s gradient (this rank's shard of a DTensor's), zeros if it has none (a replica
-    without samples still takes part)."""
+    """`param`'s gradient (a DTensor's local shard); zeros if none: a replica without samples joins too."""
     import torch
 
     if param.grad is None:

@@ -52,8 +52,7 @@ class CheckpointError(HeteroError):
 
 
 def global_name(local: str, layout: Mapping[str, Any]) -> str:
-    """A stage's parameter name (``2.self_attn.q_proj.weight``, index into `stage_modules`) as its
-    layout-free key (``layers.5.self_attn.q_proj.weight``)."""
+    """A stage's parameter name (``2.self_attn.q_proj.weight``) as its key (``layers.5.self_attn....``)."""
     head, _, rest = local.partition(".")
     index = int(head)
     if layout["stage"] == 0:
@@ -339,8 +338,7 @@ def _meta(path: Path) -> dict[str, Any]:
 
 
 def _first_line(error: BaseException) -> str:
-    """`error`'s type and first line; for DCP's CheckpointException (whose text is the ranks'
-    tracebacks), the first failing rank's exception."""
+    """`error`'s type and first line (for DCP's CheckpointException, the first failing rank's)."""
     failures = getattr(error, "failures", None)
     if isinstance(failures, dict) and failures:
         cause = next(iter(failures.values()))

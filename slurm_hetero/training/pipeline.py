@@ -248,8 +248,7 @@ def _receive(group: ProcessGroup, root: int) -> tuple[int, int, Any]:
 
 
 def _follow(stage: torch.nn.Module, group: ProcessGroup | None, root: int) -> None:
-    """A tp rank other than 0 of a pipeline stage: run the forwards and backwards its tp rank 0
-    announces, until it says the step is done."""
+    """A tp rank other than 0: run the forwards and backwards tp rank 0 announces, until done."""
     assert group is not None
     outputs: dict[int, torch.Tensor] = {}
     while True:
@@ -302,8 +301,7 @@ def _Owned(stage: torch.nn.Module) -> torch.nn.Module:  # noqa: N802 - a class f
 
 
 def _Lead(stage: torch.nn.Module, group: ProcessGroup, root: int) -> torch.nn.Module:  # noqa: N802
-    """tp rank 0's stage for the schedule: each forward first hands its input to the tp group's
-    followers, each backward its output gradient."""
+    """tp rank 0's stage: each forward hands its input to the followers, each backward its gradient."""
     import torch
 
     class Announce(torch.autograd.Function):
