@@ -7,7 +7,6 @@ groups, document and environment (`launch.rankenv`) and visible devices (`device
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,7 +15,7 @@ from typing import Union
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.devicespec import Catalog, DeviceSpec
 from slurm_hetero.core.errors import LaunchPlanError, NodeLaunchError, RequestError
-from slurm_hetero.core.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.core.model import ClusterInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
@@ -127,10 +126,6 @@ class Site:
     node: SlurmNode
 
     @property
-    def record(self) -> NodeInventory:
-        return self.node.record
-
-    @property
     def devices(self) -> tuple[SlurmDevice, ...]:
         return self.node.devices
 
@@ -232,7 +227,7 @@ def _device_group(group: Sequence[Site], tflops: float, half: float, options: La
     known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
     memory = min(known) * 2**20 if known else spec.memory_gib * GIB
     per_node = tuple(s.tasks for s in group)
-    nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
+    nic = options.network_gbs or min(comm.nic_gbs(s.node.record.nics) for s in group)
     return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
@@ -282,7 +277,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
         pair_gbs=comm.pair_gbs(
             [[Member(s.vendor, s.spec, s.name) for s in g] for g in _by_type(nodes).values()],
-            {s.name: s.record.nics for s in nodes},
+            {s.name: s.node.record.nics for s in nodes},
             [g.nic_gbs for g in groups],
             options.backend_override,
         ),
@@ -475,14 +470,14 @@ def _modelled(
     """The solver's plan (with a model) or the even data-parallel one (without)."""
     if options.model is None:
         ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
-        counts = [a.samples for a in ranked]
-        samples = list(zip(counts, itertools.accumulate([0, *counts[:-1]])))
+        samples = replica_samples([a.samples for a in ranked])
         return None, ranked, samples, PlanSummary("data", "", options.global_batch, 0, len(ranked)), ()
     note = group_speeds(nodes, catalog, options)[1]
     spec = layout_spec(nodes, catalog, options)
     layout = solve_step(spec, nodes, options)
     summary = summary_of(layout, options.model)
-    return layout, assignments(layout, nodes), replica_samples(layout), summary, (note,) if note else ()
+    samples = replica_samples([n for p in layout.pipelines for n in p.samples])
+    return layout, assignments(layout, nodes), samples, summary, (note,) if note else ()
 
 
 def build_plan(

@@ -49,12 +49,15 @@ class Groups:
     ) -> None:
         self.ranked, self.members, self.samples = ranked, group_ranks(ranked), samples
         self.site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
-        self.nics: dict[str, Sequence[Nic]] = {s.name: s.record.nics for s in nodes}
+        self.nics: dict[str, Sequence[Nic]] = {s.name: s.node.record.nics for s in nodes}
         self.override = override
         self._cache: dict[tuple[int, ...], Communicator] = {}
         # One GroupSpec per group and NIC set, shared by its members (else quadratic in the ranks)
         self._specs: dict[tuple[str, tuple[int, int], str, tuple[Nic, ...]], GroupSpec] = {}
-        self._local: dict[tuple[tuple[int, int], str], list[int]] = {}
+        self._local: dict[tuple[tuple[int, int], str], list[int]] = {}  # dp group's members by vendor
+        for key, ranks in self.members["dp"].items():
+            for r in ranks:
+                self._local.setdefault((key, self.site_of[r].vendor.name), []).append(r)
 
     def communicator(self, ranks: Sequence[int]) -> Communicator:
         key = tuple(ranks)
@@ -67,25 +70,15 @@ class Groups:
     def specs(self, a: RankAssignment) -> tuple[GroupSpec, ...]:
         """The groups rank `a` is in (tp, dp, pp) and, where the dp group spans vendors, `dp_local`:
         its members of `a`'s vendor (`slurm_hetero.training` reduces gradients hierarchically)."""
-        nics = tuple(self.site_of[a.rank].record.nics)
+        nics = tuple(self.site_of[a.rank].node.record.nics)
         keys = group_keys(a)
         out = [self._spec(name, key, "", self.members[name][key], nics) for name, key in keys.items()]
         dp = self.members["dp"][keys["dp"]]
         vendor = self.site_of[a.rank].vendor.name
-        local = self._vendor_members(keys["dp"], vendor)
+        local = self._local[keys["dp"], vendor]
         if len(local) < len(dp):
             out.append(self._spec("dp_local", keys["dp"], vendor, local, nics))
         return tuple(out)
-
-    def _vendor_members(self, dp_key: tuple[int, int], vendor: str) -> list[int]:
-        """The members of a dp group on `vendor`'s devices (computed once per group and vendor)."""
-        if (dp_key, vendor) not in self._local:
-            by_vendor: dict[str, list[int]] = {}
-            for r in self.members["dp"][dp_key]:
-                by_vendor.setdefault(self.site_of[r].vendor.name, []).append(r)
-            for name, ranks in by_vendor.items():
-                self._local[(dp_key, name)] = ranks
-        return self._local[(dp_key, vendor)]
 
     def _spec(
         self, name: str, key: tuple[int, int], vendor: str, ranks: Sequence[int], nics: tuple[Nic, ...]
@@ -120,10 +113,9 @@ def summary_of(layout: Layout, model: str) -> PlanSummary:
     return PlanSummary(str(layout.kind), model, layout.global_batch, layers, layout.replicas, *figures)
 
 
-def replica_samples(layout: Layout) -> list[tuple[int, int]]:
+def replica_samples(counts: Sequence[int]) -> list[tuple[int, int]]:
     """(samples, first global sample) of each replica: contiguous slices in replica order."""
-    samples = [n for p in layout.pipelines for n in p.samples]
-    return list(zip(samples, itertools.accumulate([0, *samples[:-1]])))
+    return list(zip(counts, itertools.accumulate([0, *counts[:-1]])))
 
 
 # The fields a rank's document copies from its assignment (the plan's summary gives its own).
@@ -232,7 +224,9 @@ def plan_id(
     table = {
         "summary": [getattr(summary, f.name) for f in fields(summary)],
         "ranks": [row(a) for a in ranked],
-        "nodes": [[s.name, s.type, s.vendor.name, s.tasks, [repr(n) for n in s.record.nics]] for s in nodes],
+        "nodes": [
+            [s.name, s.type, s.vendor.name, s.tasks, [repr(n) for n in s.node.record.nics]] for s in nodes
+        ],
         "options": repr(replace(options, layout_dir="")),
         "master": list(master),
     }
