@@ -8,10 +8,8 @@ SLURM_HETERO_LAYOUT names; training code reads it back with the same class::
     me.stage, me.layer_start, me.layer_end, me.grad_weight, me.group("dp").ranks, ...
 
 The file is JSON, version 1; its keys are the fields of `RankLayout` and, under `groups`, of
-`GroupSpec` (the launcher manual, `slurm_hetero.launch.run`, explains each). Reading ignores
-unknown keys, so later versions can add keys; a missing or mistyped key, a value out of range (a
-rank outside the world, layers past the model) or a group without this rank is a `LayoutError`
-naming the file and the key.
+`GroupSpec` (docs/launch.md explains each). Reading ignores unknown keys, so later versions can add
+keys; a missing, mistyped or out-of-range key is a `LayoutError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -156,7 +154,10 @@ class RankLayout:
                     raise LayoutError(f"{where}: groups must be a list, got {value!r}")
                 values["groups"] = tuple(GroupSpec.from_dict(g, where) for g in value)
             elif not _accepts(hints[f.name], value):
-                raise LayoutError(f"{where}: {f.name} must be {_hint_name(hints[f.name])}, got {value!r}")
+                kinds = " or ".join(
+                    "null" if p.strip() == "None" else p.strip() for p in hints[f.name].split("|")
+                )
+                raise LayoutError(f"{where}: {f.name} must be {kinds}, got {value!r}")
             else:
                 values[f.name] = float(value) if hints[f.name] == "float" else value
         layout = cls(**values)
@@ -196,10 +197,6 @@ def _accepts(hint: str, value: Any) -> bool:
     """Does `value` fit the field annotation `hint` ("int", "float | None", ...)? Read from the
     annotation text, as `typing.get_type_hints` cannot evaluate `X | None` on Python 3.9."""
     return any(_ACCEPTS.get(part.strip(), lambda _: False)(value) for part in hint.split("|"))
-
-
-def _hint_name(hint: str) -> str:
-    return " or ".join("null" if p.strip() == "None" else p.strip() for p in hint.split("|"))
 
 
 KINDS = ("pipeline", "data")
@@ -299,14 +296,12 @@ MAX_LAYOUT_BYTES = 64 * MiB  # a rank's document of 65,536 ranks: its groups' ra
 
 
 def from_file(path: str | Path) -> RankLayout:
-    """The layout in the JSON file at `path` (a regular UTF-8 file: a FIFO or /dev/zero is refused,
-    not read)."""
+    """The layout in the JSON file at `path` (bounded: a FIFO or /dev/zero is refused, not read)."""
     return RankLayout.from_json(read_text(path, MAX_LAYOUT_BYTES, "layout document", LayoutError), str(path))
 
 
 def current(environ: Mapping[str, str] | None = None) -> RankLayout:
-    """This process's layout, from the file named by SLURM_HETERO_LAYOUT (in `environ`, default
-    the process environment)."""
+    """This process's layout, from the file named by SLURM_HETERO_LAYOUT (in `environ`)."""
     path = (os.environ if environ is None else environ).get(ENV)
     if not path:
         raise LayoutError(

@@ -1,42 +1,18 @@
 """Measure a device's real throughput with torch, store it, and read it back for `plan`/`launch`.
 
-Two measurements on whatever device torch reaches (CUDA, ROCm, XPU, NPU, MLU, ..., or the CPU):
-
-- **matmul**: square GEMMs of `Sizes.matmul` (after `warmup` runs; median of `repeats`):
-  ``2 n^3`` FLOPs each -> `tflops`.
-- **layer**: forward + backward of one `torch.nn.TransformerEncoderLayer` (hidden `hidden`,
-  4x FFN, `batch` sequences of `seq` tokens): tokens per second and effective TFLOPS, counting
-  ``3 x (24 h^2 + 4 s h)`` FLOPs per token (the matmuls of attention and FFN, forward and twice
-  that backward) -> `layer_tflops`, `tokens_per_s`.
-
-- **shapes**: the GEMMs plans are made of, activations of `tokens` x `width` (a micro-batch's
-  tokens by the hidden size over the tensor-parallel degree) times a `width` x `width` weight,
-  over `Sizes.gemm_tokens` x `Sizes.gemm_widths`; `fit_gemm_half` fits the saturating curve
-  ``TFLOPS = peak x e / (e + half)`` (e = tokens x width) -> `gemm_half_elements`, which the
-  solver uses for the efficiency of each micro-batch size and tensor-parallel degree
-  (`engine.stagecost.gemm_efficiency`).
-
-- **model shapes** (with a model): forward and backward seconds of one decoder layer of that model
-  (its widths, heads and K/V heads, gated or plain MLP; attention by torch's
-  `scaled_dot_product_attention`) at each of `micro_batches` sequences of `seq` tokens, at
-  tensor-parallel degree 1 (one device has no tensor-parallel all-reduces to time): the
-  per-shape profile `plan --measured` and `launch --measured` read (`load_profile`), with the
-  model it was measured on. Mixture-of-experts and latent-attention layers are not built.
-
-The file (`DEFAULT_OUT`, YAML) maps a device type to its figures; `calibrate` merges into it:
-``{a100_80g: {tflops: 231.0, layer_tflops: 148.2, tokens_per_s: ..., device: ..., dtype: bf16,
-measured_at: 2025-01-01T00:00:00Z}}``. `load_profile` also accepts the plain form
-``{a100_80g: 148.2}``; from the full form the solver takes `layer_tflops` (closest to training
-throughput), else `tflops`. The file must be the same on every node of a launch. A type is
-stored under its catalog name and only when `plan --measured` reads it (`stored_type`: the same
-`resolve_measured` check), since one unknown key makes plan refuse the whole file; the CPU has no
-catalog type, so a CPU run needs `--type`. A `--device` torch does not have is a one-line error.
-
-Default sizes keep a CPU run to a few seconds; accelerators get sizes that fill them.
+On whatever device torch reaches (or the CPU): square GEMMs (`tflops`); forward and backward of one
+`TransformerEncoderLayer`, counting ``3 x (24 h^2 + 4 s h)`` FLOPs per token (`layer_tflops`,
+`tokens_per_s`); GEMMs of the plans' shapes, fitted to ``TFLOPS = peak x e / (e + half)``
+(`gemm_half_elements`, `engine.stagecost.gemm_efficiency`); with a model, one of its decoder layers
+per micro-batch size at tp 1 (`shapes`). The file (`DEFAULT_OUT`, YAML, the same on every node) maps
+a device type to its figures (docs/plan.md, "Measured speeds"); a type is stored under its catalog
+name only when `plan --measured` reads it (`stored_type`), since one unknown key makes plan refuse
+the whole file. Default sizes keep a CPU run to a few seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
@@ -115,8 +91,7 @@ _DEVICE_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 def device_spec(requested: str) -> tuple[str, int | None]:
-    """`--device` as (kind, index or None), read before torch is imported (seconds, 200 MB): `auto`,
-    `cpu`, or a torch device type with an optional index in ASCII digits, 0 to syntax.MAX_INDEX."""
+    """`--device` as (kind, index or None), checked before torch is imported (seconds, 200 MB)."""
     kind, colon, index = requested.partition(":")
     number = syntax.whole_number(index, 5)
     if not _DEVICE_KIND.fullmatch(kind) or (colon and (number is None or number > syntax.MAX_INDEX)):
@@ -128,18 +103,14 @@ def device_spec(requested: str) -> tuple[str, int | None]:
 
 
 def pick_device(torch: Any, requested: str = "auto") -> str:
-    """`requested`, or with `auto` the current accelerator (CUDA and ROCm show as cuda), else cpu.
-    CalibrationError for a device torch does not know or does not have (`cuda:99`)."""
+    """`requested` (checked: torch has it), or with `auto` the current accelerator, else cpu."""
     if requested != "auto":
         kind, index = device_spec(requested)
-        if getattr(torch, kind, None) is None:  # a vendor's torch plugin registers its device type
-            for vendor in vendor_traits().values():
-                if vendor.torch_device == kind and vendor.torch_package:
-                    try:
-                        __import__(vendor.torch_package)
-                    except ImportError:
-                        continue
-                    break
+        plugins = [v.torch_package for v in vendor_traits().values() if v.torch_device == kind]
+        for package in filter(None, plugins if getattr(torch, kind, None) is None else []):
+            with contextlib.suppress(ImportError):  # a vendor's torch plugin registers its device type
+                __import__(package)
+                break
         module = getattr(torch, kind, None)
         if module is None and kind != "cpu":
             raise CalibrationError(
@@ -161,8 +132,7 @@ def pick_device(torch: Any, requested: str = "auto") -> str:
 
 
 def stored_type(name: str, catalog: Catalog) -> str:
-    """The catalog type `name` stands for, as `plan --measured` reads it (`resolve_measured`: one
-    check for both), so calibrate never stores a key that poisons the file; CalibrationError."""
+    """The catalog type `name` stands for, by `plan --measured`'s own check (`resolve_measured`)."""
     try:
         syntax.gres_type(name)
         [canonical] = resolve_measured({name: 1.0}, catalog)
@@ -196,25 +166,21 @@ def median_seconds(torch: Any, device: str, run: Callable[[], object], sizes: Si
     return statistics.median(times)
 
 
-def matmul_tflops(torch: Any, device: str, dtype: Any, sizes: Sizes) -> float:
-    """Sustained TFLOPS of square n x n GEMMs."""
-    n = sizes.matmul
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    seconds = median_seconds(torch, device, lambda: torch.matmul(a, b), sizes)
-    return 2.0 * n**3 / seconds / 1e12
+def gemm_tflops(torch: Any, device: str, dtype: Any, sizes: Sizes, rows: int, width: int) -> float:
+    """Sustained TFLOPS of rows x width by width x width GEMMs."""
+    a = torch.randn(rows, width, device=device, dtype=dtype)
+    w = torch.randn(width, width, device=device, dtype=dtype)
+    seconds = median_seconds(torch, device, functools.partial(torch.matmul, a, w), sizes)
+    return 2.0 * rows * width * width / seconds / 1e12
 
 
 def gemm_points(torch: Any, device: str, dtype: Any, sizes: Sizes) -> list[tuple[float, float]]:
-    """(activation elements, TFLOPS) of tokens x width by width x width GEMMs, the shapes of a
-    micro-batch's matmuls at each tensor-parallel degree."""
-    out = []
-    for tokens in sizes.gemm_tokens:
-        for width in sizes.gemm_widths:
-            a = torch.randn(tokens, width, device=device, dtype=dtype)
-            w = torch.randn(width, width, device=device, dtype=dtype)
-            seconds = median_seconds(torch, device, functools.partial(torch.matmul, a, w), sizes)
-            out.append((float(tokens * width), 2.0 * tokens * width * width / seconds / 1e12))
-    return out
+    """(activation elements, TFLOPS) of a micro-batch's GEMMs at each tensor-parallel degree."""
+    return [
+        (float(tokens * width), gemm_tflops(torch, device, dtype, sizes, tokens, width))
+        for tokens in sizes.gemm_tokens
+        for width in sizes.gemm_widths
+    ]
 
 
 def fit_gemm_half(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -245,9 +211,7 @@ def layer_throughput(torch: Any, device: str, dtype: Any, sizes: Sizes) -> tuple
 
 
 def decoder_layer(torch: Any, spec: ModelSpec) -> Any:
-    """One decoder layer of `spec` as a torch module: pre-norm attention (queries of `heads`,
-    keys and values of `kv_heads`, `head_dim` wide, causal) and MLP (gated with SiLU, else GELU),
-    with the biases the model has. CalibrationError for layers it does not build."""
+    """One pre-norm decoder layer of `spec` (causal GQA attention; MLP gated with SiLU, else GELU)."""
     if spec.is_moe or spec.kv_lora_rank or spec.encoder_layers:
         raise CalibrationError(
             f"--model {spec.name}: calibrate times dense decoder layers only (this one has experts, "
@@ -295,9 +259,7 @@ def _run(layer: Any, x: Any, backward: bool) -> Callable[[], object]:
 def layer_shapes(
     torch: Any, device: str, dtype: Any, spec: ModelSpec, seq: int, micro_batches: Sequence[int], sizes: Sizes
 ) -> list[dict[str, Any]]:
-    """[{tp: 1, micro_batch, fwd_s, bwd_s}] of one decoder layer of `spec` at `seq` tokens: the
-    median forward (building the graph backward needs) and forward plus backward, backward the
-    difference."""
+    """[{tp: 1, micro_batch, fwd_s, bwd_s}] of one decoder layer of `spec` at `seq` tokens."""
     layer = decoder_layer(torch, spec).to(device=device, dtype=dtype)
     out = []
     for b in micro_batches:
@@ -349,40 +311,21 @@ def calibrate(
     if catalog is not None:
         gres_type = stored_type(gres_type, catalog)
     try:
-        gemm = matmul_tflops(torch, device, torch_dtype, sizes)
+        gemm = gemm_tflops(torch, device, torch_dtype, sizes, sizes.matmul, sizes.matmul)
         tokens, layer = layer_throughput(torch, device, torch_dtype, sizes)
         _, half = fit_gemm_half(gemm_points(torch, device, torch_dtype, sizes))
         entry, shapes = None, None
-        if model is not None:
-            entry, shapes = _model_shapes(torch, device, torch_dtype, model, micro_batches, sizes)
+        if model is not None:  # `entry`: what `load_profile` checks a plan's model against
+            spec = load_model(model[0])
+            seq = sequence_length(spec, model[1], model[0])
+            gflops = float(layer_costs_for(model[0], seq).flops.mean()) / 1e9
+            entry = {"name": spec.name, "seq": seq, "hidden": spec.hidden, "layer_gflops": _digits(gflops)}
+            shapes = layer_shapes(torch, device, torch_dtype, spec, seq, micro_batches, sizes)
     except RuntimeError as e:
         raise CalibrationError(f"measuring {device} failed: {str(e).splitlines()[0]}") from e
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     figures = (_digits(gemm), _digits(layer), _digits(tokens))
     return Calibration(gres_type, *figures, device, dtype, stamp, _digits(half), entry, shapes)
-
-
-def _model_shapes(
-    torch: Any,
-    device: str,
-    dtype: Any,
-    model: tuple[str, int | None],
-    micro_batches: Sequence[int],
-    sizes: Sizes,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The `model` entry (what `load_profile` checks a plan's model against: our FLOPs of one of
-    its layers) and the measured shapes."""
-    ref, seq = model
-    spec = load_model(ref)
-    seq = sequence_length(spec, seq, ref)
-    costs = layer_costs_for(ref, seq)
-    entry = {
-        "name": spec.name,
-        "seq": seq,
-        "hidden": spec.hidden,
-        "layer_gflops": _digits(float(costs.flops.mean()) / 1e9),
-    }
-    return entry, layer_shapes(torch, device, dtype, spec, seq, micro_batches, sizes)
 
 
 def _digits(value: float) -> float:
@@ -393,8 +336,7 @@ def _digits(value: float) -> float:
 
 
 def _read(path: Path, what: str = "sustained TFLOPS") -> Mapping[Any, Any]:
-    """The measured-throughput YAML: a regular file of at most MAX_MEASURED_BYTES (a FIFO or a
-    device is refused without blocking, `readfile`) holding a mapping of device type to `what`."""
+    """The measured-throughput YAML (bounded, `readfile`): a mapping of device type to `what`."""
     text = read_text(path, MAX_MEASURED_BYTES, "measured-throughput file", ConfigError)
     try:
         data = strict_yaml(text, str(path), "measured-throughput file")  # `1.5e2` is text in YAML 1.1
@@ -415,7 +357,7 @@ TFLOPS_RANGE = (1e-6, 1e6)
 
 def _figure(value: Any, path: Path, key: str) -> float:
     """A type's TFLOPS: the plain figure, or an entry's `layer_tflops` (what the planner prices a
-    layer at) else its `tflops`; every figure given is checked, the unused one too."""
+    layer at) else its `tflops`; both checked."""
     if not isinstance(value, Mapping):
         return _number(value, "TFLOPS", path, key, *TFLOPS_RANGE)
     if unknown := sorted(map(str, set(value) - ENTRY_KEYS)):  # a misspelt key would be lost
@@ -428,12 +370,11 @@ def _figure(value: Any, path: Path, key: str) -> float:
     }
     if not given:
         raise ConfigError("no tflops: give the type's sustained TFLOPS (tflops: N)", str(path), key)
-    return given["layer_tflops"] if "layer_tflops" in given else given["tflops"]
+    return given.get("layer_tflops", given.get("tflops", 0.0))
 
 
 def _number(value: Any, what: str, path: Path, key: str, low: float | None, high: float) -> float:
-    """`value` as a float from `low` to `high` (low None: above 0), else one line naming the entry
-    and the value as written (1000001 is not "1e+06", 10**400 no float)."""
+    """`value` as a float from `low` to `high` (low None: above 0), else one line naming the entry."""
     if _finite(value) and (value > 0 if low is None else value >= low) and value <= high:
         return float(value)
     span = f"a positive number up to {high:g}" if low is None else f"{low:g} to {high:g}"
@@ -454,11 +395,8 @@ def _finite(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Profile:
-    """A `--measured` file, read once: per device type (the file's keys) its sustained TFLOPS (a
-    plain figure or an entry's, `_figure`), and where the entry gives them its GEMM elements at
-    half speed (`gemm_half_elements`, what `calibrate` fits from GEMMs of the shapes plans use),
-    its measured shapes and its network figure between nodes (`network_gbs`, GB/s one way per
-    device, what a converter or the admin adds)."""
+    """A `--measured` file, read once: per device type its sustained TFLOPS (`_figure`) and, where
+    its entry gives them, `gemm_half_elements`, measured shapes and `network_gbs`."""
 
     tflops: Mapping[str, float]
     gemm_half: Mapping[str, float]
@@ -492,13 +430,15 @@ def _optional(data: Mapping[Any, Any], path: Path, name: str, low: float, high: 
 
 
 def store(path: Path, result: Calibration) -> Path:
-    """Merge `result` into the YAML file at `path` (atomic write; directories created); no
-    `model` or `shapes` keys when it measured no model."""
-    entry = {k: v for k, v in asdict(result).items() if k != "type" and not (k in SHAPE_ENTRY and v is None)}
+    """Merge `result` into the YAML file at `path`; no `model` or `shapes` when it measured no model."""
+    entry = {
+        k: v
+        for k, v in asdict(result).items()
+        if k != "type" and not (k in ("model", "shapes") and v is None)
+    }
     return store_entries(path, {result.type: entry})
 
 
-SHAPE_ENTRY = ("model", "shapes")
 # What an entry may hold: what `calibrate` stores, and what `convert-profile` (or the admin) adds:
 # `source`, and `network_gbs` (calibrate measures one node: it has no network figure to store).
 ENTRY_KEYS = {f.name for f in fields(Calibration)} - {"type"} | {"source", "network_gbs"}
@@ -530,8 +470,7 @@ def _shape_point(item: Any, path: Path, key: str) -> tuple[int, float, float | N
     if not timed:
         return tp, micro_batch, None, _number(item["tflops"], "tflops", path, key, *TFLOPS_RANGE)
     fwd_s, bwd_s = (_number(item.get(k), k, path, key, None, 1e6) for k in ("fwd_s", "bwd_s"))
-    seconds = fwd_s + bwd_s
-    return tp, micro_batch, seconds, None
+    return tp, micro_batch, fwd_s + bwd_s, None
 
 
 def _shape_model(value: Any, path: Path, key: str) -> tuple[str, int, int, float]:
@@ -541,18 +480,12 @@ def _shape_model(value: Any, path: Path, key: str) -> tuple[str, int, int, float
     seq, hidden = value["seq"], value["hidden"]
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (seq, hidden)):
         raise ConfigError("model seq and hidden must be positive integers", str(path), key)
-    return (
-        str(value["name"]),
-        seq,
-        hidden,
-        _number(value["layer_gflops"], "layer_gflops", path, key, None, 1e9),
-    )
+    gflops = _number(value["layer_gflops"], "layer_gflops", path, key, None, 1e9)
+    return str(value["name"]), seq, hidden, gflops
 
 
 def _shapes(data: Mapping[Any, Any], path: Path) -> dict[str, MeasuredShapes]:
-    """Device type -> its measured shapes, for the types whose entry has `shapes`: per
-    tensor-parallel degree and micro-batch size, the seconds of one layer's forward and backward
-    (of the entry's `model`) or the TFLOPS sustained (errors name `type.shapes[i]`)."""
+    """Device type -> its measured shapes, for the types whose entry has `shapes`."""
     out = {}
     for key, value in data.items():
         if not isinstance(value, Mapping) or "shapes" not in value:
@@ -585,13 +518,9 @@ def from_sailor(
     blocks: int,
 ) -> dict[str, Any]:
     """SAILOR's per-GPU profiles (`profiles_tmp.json`: model -> GPU -> micro-batch -> tp -> layer ->
-    [fwd, bwd, update] seconds; layer 0 the embedding, 1..`blocks` the decoder layers) as measured
-    entries: per (SAILOR GPU -> our type) of `types`, a point per profiled (tp, micro-batch) with the
-    median forward and backward seconds of a decoder layer, `model` (name, seq, hidden, forward
-    GFLOPs of one layer) what they were measured on, and `tflops` one device's best speed at tensor
-    parallel 1 (at any degree where the profile has no tp-1 shape).
-    The embedding, head and optimizer-step times are not carried. A malformed entry is a
-    ConfigError naming its key path."""
+    [fwd, bwd, update] seconds; layers 1..`blocks` the decoder's) as measured entries of our types
+    (`types`: theirs -> ours): per (tp, micro-batch) the median seconds of a decoder layer, and
+    `tflops` one device's best speed, at tp 1 where profiled. Errors name the key path."""
     source = profiles.get(sailor_model) if isinstance(profiles, Mapping) else None
     if not isinstance(source, Mapping):
         has = ", ".join(map(str, profiles))[:200] if isinstance(profiles, Mapping) else ""
@@ -608,8 +537,7 @@ def from_sailor(
         for mb, by_tp in _sailor_sizes(source[theirs], where, "micro-batch sizes", MAX_MICRO_BATCH):
             for tp, layers in _sailor_sizes(by_tp, f"{where}.{mb}", "tensor-parallel degrees", MAX_TP):
                 times = [_sailor_layer(layers, f"{where}.{mb}.{tp}", i) for i in range(1, blocks + 1)]
-                fwd = statistics.median(t[0] for t in times)
-                bwd = statistics.median(t[1] for t in times)
+                fwd, bwd = (statistics.median(t[i] for t in times) for i in (0, 1))
                 shapes.append({"tp": tp, "micro_batch": mb, "fwd_s": _digits(fwd), "bwd_s": _digits(bwd)})
                 best = max(best, (tp == 1, mb * 3 * gflops / 1e3 / (tp * (fwd + bwd))))
         model_entry = {"name": name, "seq": seq, "hidden": hidden, "layer_gflops": _digits(gflops)}
@@ -619,11 +547,9 @@ def from_sailor(
 
 
 def sailor_network(bandwidths: Any, types: Mapping[str, str], nbytes: float) -> dict[str, float]:
-    """Per SAILOR GPU -> our type of `types`, its `network_gbs`: from SAILOR's inter-node bandwidth
-    fits (`providers/multizone_bandwidths_het.json`: zone -> GPU -> GPUs -> zone -> GPU -> GPUs ->
-    [coefficients, ...], GB/s as a polynomial in log2 of the message's MB), one GPU to one of its
-    own type in the first zone listing it, at a message of `nbytes`. A malformed entry is a
-    ConfigError naming its key path."""
+    """Per SAILOR GPU -> our type of `types`, its `network_gbs` at a message of `nbytes`: SAILOR's
+    fit (`multizone_bandwidths_het.json`: zone -> GPU -> GPUs -> zone -> GPU -> GPUs -> [coefficients
+    of GB/s in log2 of MB, ...]) for one GPU to one of its type in the first zone listing it."""
     out = {}
     zones = bandwidths if isinstance(bandwidths, Mapping) else {}
     for theirs, ours in types.items():
@@ -652,8 +578,7 @@ def sailor_network(bandwidths: Any, types: Mapping[str, str], nbytes: float) -> 
 
 
 def _sailor_sizes(value: Any, where: str, what: str, most: int) -> list[tuple[int, Any]]:
-    """A profile level keyed by sizes ("1", "2", ...), in size order; tensor-parallel degrees
-    (`most` MAX_TP) are powers of two."""
+    """A profile level keyed by sizes ("1", "2", ...), in size order (degrees: powers of two)."""
     if not isinstance(value, Mapping) or not value:
         raise ConfigError(f'expected a mapping of {what} ("1", "2", ...) to profiles', key_path=where)
     sizes = []

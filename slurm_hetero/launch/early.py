@@ -1,11 +1,7 @@
-"""Signals a launcher receives before its command starts, kept rather than lost. Imports nothing
-heavy, so the entry point (`slurm_hetero.entry`) can set it up before the CLI's imports.
-
-A peer that fails at once sends PEER_FAILED while the other launchers still import and plan:
-SIGURG's default is to ignore it, so it was lost, srun -K's SIGTERM came next and those ranks
-exited 143 (or were Terminated), which srun reported instead of the failing rank's code (B1-K5,
-24.11). From `catch_early` on, PEER_FAILED and the stop signals are recorded; the supervisor
-(`launch.supervise`) acts on them when it starts, and from then on its own handlers do.
+"""Signals a launcher receives before its command starts, kept rather than lost: a peer that
+fails at once sends PEER_FAILED while the others still import and plan. Imports nothing heavy, so
+the entry point (`slurm_hetero.entry`) can set it up before the CLI's imports; the supervisor
+(`launch.supervise`) acts on what was recorded when it starts.
 """
 
 from __future__ import annotations
@@ -18,9 +14,8 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # "Another rank failed": what a failing rank's launcher sends the step (`scancel --signal=URG`).
 PEER_FAILED = signal.SIGURG
-# Slurm delivers a step's signals (`scancel --signal`, `sbatch --signal=USR1@T`) to every process
-# of the step, the command and its children included: the launcher lets these pass (a forward made
-# the command's checkpoint handler run twice), and must not die of them (their default action).
+# Slurm delivers these to every process of the step: the launcher neither forwards them (the
+# command would see them twice) nor dies of them.
 SLURM_DELIVERED = (signal.SIGUSR1, signal.SIGUSR2)
 
 EARLY: list[int] = []  # the signals recorded, in order
@@ -53,8 +48,7 @@ def stop_catching() -> None:
 
 
 def supervised_launch(argv: Sequence[str]) -> bool:
-    """Whether `argv` (the command line after the program) is `launch` that will supervise a
-    command: not --dry-run (which must stay interruptible) nor --exec."""
+    """Whether `argv` is `launch` that will supervise a command (not --dry-run, nor --exec)."""
     if not argv or argv[0] != "launch":
         return False
     options = argv[1 : argv.index("--")] if "--" in argv else argv[1:]

@@ -1,24 +1,12 @@
 """Every rank's layout document and environment for one Slurm step. Pure: JobEnv, inventory and
-catalog in, `LaunchPlan` out; every rank computes the same plan from the same inputs.
-
-The steps (the launcher manual, `slurm_hetero.launch.run`, states the rules for users):
-
-1. `sites`: each node of the step (JobEnv order: component by component in heterogeneous jobs)
-   with its inventory record; one device type per node, at least one device per task.
-2. `layout_spec`: one `DeviceGroup` per type in order of first appearance, `per_node` = tasks on
-   each of its nodes in step order; the network bandwidth the solver charges between nodes is
-   the slowest communicator a cross-node transfer may use (`engine.comm`: a cpu-relay pays two
-   PCIe copies on top of the NIC).
-3. `solve` (or the even split of the chosen shape with `even`), `assign_ranks`, then the solver's
-   ranks (group by group, node by node) are mapped onto Slurm's: the k-th solver rank on a node
-   is the k-th task of that node, rank = first rank of the node + local rank.
-4. Groups (tp, dp, pp), one communicator each (`engine.comm.choose`), the layout document and the
-   environment of every rank (`launch.rankenv`); the visible devices of each rank (`device_env`).
+catalog in, `LaunchPlan` out; every rank computes the same plan from the same inputs (the rules:
+docs/launch.md). `sites` (one device type per node), `layout_spec` (one `DeviceGroup` per type),
+`solve_step`, `assignments` (the k-th solver rank on a node is its k-th task), then each rank's
+groups, document and environment (`launch.rankenv`) and visible devices (`device_env`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,7 +15,7 @@ from typing import Union
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.devicespec import Catalog, DeviceSpec
 from slurm_hetero.core.errors import LaunchPlanError, NodeLaunchError, RequestError
-from slurm_hetero.core.model import ClusterInventory, NodeInventory, SlurmDevice, SlurmNode, VendorTraits
+from slurm_hetero.core.model import ClusterInventory, SlurmDevice, SlurmNode, VendorTraits
 from slurm_hetero.engine import comm
 from slurm_hetero.engine.comm import Member
 from slurm_hetero.engine.devicegroups import (
@@ -82,8 +70,7 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """What the user asked for; `measured` maps device type to sustained TFLOPS, `costs` says how
-    the model is trained (dtype, ZeRO, recompute, attention)."""
+    """What the user asked for; `measured` maps device type to sustained TFLOPS."""
 
     model: str | None
     global_batch: int = 512
@@ -104,9 +91,7 @@ class LaunchOptions:
     kinds: tuple[LayoutKind, ...] = ()  # families asked for; () what `plan` searches (`runnable`)
 
     def __post_init__(self) -> None:
-        """Every value checked once, for the CLI and library callers alike: counts >= 1, rates
-        finite and positive, MASTER_ADDR a host name or IP address (it reaches every rank's
-        environment and the command line of `--dry-run`)."""
+        """Every value checked once, for the CLI and library callers alike."""
         counts = {"--global-batch": self.global_batch, "--seq": self.seq, "--micro-batch": self.micro_batch}
         for flag, count in counts.items():
             if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
@@ -139,10 +124,6 @@ class Site:
     first_rank: int
     tasks: int
     node: SlurmNode
-
-    @property
-    def record(self) -> NodeInventory:
-        return self.node.record
 
     @property
     def devices(self) -> tuple[SlurmDevice, ...]:
@@ -222,8 +203,7 @@ StepNodes = Union[ClusterInventory, Mapping[str, SlurmNode]]  # a runtime alias:
 
 
 def sites(job: JobEnv, inventory: StepNodes, catalog: Catalog) -> list[Site]:
-    """The step's nodes in JobEnv order with their records and device types (from the inventory,
-    or records already built, as `gres_records` makes them from Slurm)."""
+    """The step's nodes in JobEnv order with their records (from the inventory, or built already)."""
     if isinstance(inventory, ClusterInventory):
         records: Mapping[str, SlurmNode] = node_records(inventory, job.nodes, catalog)
     else:
@@ -242,19 +222,17 @@ def _by_type(nodes: Sequence[Site]) -> dict[str, list[Site]]:
 
 
 def _device_group(group: Sequence[Site], tflops: float, half: float, options: LaunchOptions) -> DeviceGroup:
-    """One type's devices; between nodes at `--network-gbs`, else its nodes' slowest NIC (a
-    profile's figure for the type replaces the NIC's: `layout_spec`)."""
+    """One type's devices; between nodes at `--network-gbs`, else its nodes' slowest NIC."""
     spec = group[0].spec
     known = [d.device.memory_mib for s in group for d in s.devices if d.device.memory_mib]
     memory = min(known) * 2**20 if known else spec.memory_gib * GIB
     per_node = tuple(s.tasks for s in group)
-    nic = options.network_gbs or min(comm.nic_gbs(s.record.nics) for s in group)
+    nic = options.network_gbs or min(comm.nic_gbs(s.node.record.nics) for s in group)
     return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
 def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[list[float], str]:
-    """Sustained TFLOPS of each device type of the step (first-appearance order) and the warning
-    for the types whose speed is an estimate (`engine.devicegroups.sustained_tflops`)."""
+    """Sustained TFLOPS of each device type of the step and the warning for estimated ones."""
     site_types = {s.type: s.spec.type for s in nodes}
     measured = resolve_measured(options.measured, catalog, site_types)
     specs = [g[0].spec for g in _by_type(nodes).values()]
@@ -299,7 +277,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
         pair_gbs=comm.pair_gbs(
             [[Member(s.vendor, s.spec, s.name) for s in g] for g in _by_type(nodes).values()],
-            {s.name: s.record.nics for s in nodes},
+            {s.name: s.node.record.nics for s in nodes},
             [g.nic_gbs for g in groups],
             options.backend_override,
         ),
@@ -346,9 +324,8 @@ def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
 
 
 def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) -> Layout:
-    """The layout `plan` prints for this allocation and options, or one line: an input beyond the
-    planner's limits is refused as itself first, then `root cause:` when the allocation cannot hold
-    the model, or what the training runtime cannot run (`runnable`)."""
+    """The layout `plan` prints for this allocation and options, or one line: the limits first,
+    then `root cause:`, then what the training runtime cannot run (`runnable`)."""
     check_limits(spec)
     try:
         chosen = solve(spec)
@@ -380,8 +357,7 @@ def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
 
 
 def check_devices_on_node(site: Site, on_node: int | None) -> None:
-    """One task per device: more tasks than the step's devices on a node would share one, fewer
-    would leave some idle (each rank sees only its own device)."""
+    """One task per device: more tasks would share one, fewer would leave some idle."""
     if on_node is None or site.tasks == on_node:
         return
     effect = (
@@ -416,18 +392,14 @@ UNBOUND = TaskDevices()  # what `device_env` takes Slurm to have bound where it 
 
 
 def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[str, str]:
-    """The visible-device variables of one rank: those of Slurm's that the vendor's gres.conf flag
-    lets Slurm set, narrowed to the rank's device, and the vendor's (ASCEND_RT_VISIBLE_DEVICES,
-    ...). Without `bound` (other nodes, --simulate), Slurm is taken to have bound the node's first
-    devices in order."""
+    """The visible-device variables of one rank: Slurm's, narrowed to the rank's device, and the
+    vendor's. Without `bound` (other nodes, --simulate), the node's first devices in order."""
     bound = UNBOUND if bound is None else bound
     check_devices_on_node(site, bound.on_node)
     indexes = bound.gpu_indexes
     index = _gpu_index(site, indexes or range(site.tasks), local_rank)
     vendor = site.devices[index].vendor
     if not indexes:
-        # Slurm's lists would be 0..tasks-1, narrowed to the rank's own: built per rank, they made
-        # a simulated step quadratic in its ranks per node
         env = {name: str(index) for name in slurm_visible(site.node.gpu_env)}
     else:
         position = list(indexes).index(index)
@@ -454,10 +426,8 @@ def visible_env_names() -> frozenset[str]:
 
 
 def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict[str, str]:
-    """The command's environment: the launcher's, less the visible-device variables of other
-    vendors (srun copies the submitting host's, e.g. ASCEND_RT_VISIBLE_DEVICES onto an NVIDIA rank),
-    then the rank's own (`rank_env`, which sets its vendor's). torchrun's variables the launcher
-    cannot know (TORCHELASTIC_*) are dropped too: a stale one would pass for an elastic agent's."""
+    """The command's environment: the launcher's, less other vendors' visible-device variables
+    (srun copies the submitting host's) and stale TORCHELASTIC_* ones, then the rank's own."""
     foreign = visible_env_names() - set(rank_env)
     kept = {
         k: v for k, v in environ.items() if k not in foreign and not k.startswith(TORCHRUN_UNKNOWN_PREFIX)
@@ -466,9 +436,7 @@ def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict
 
 
 def check_plain_batch(world: int, global_batch: int) -> None:
-    """Without a model every rank is a data-parallel replica and needs a sample: a RequestError
-    when the global batch has fewer samples than the `world` ranks (`launch` checks it as soon as
-    it knows the step's size, before building any node)."""
+    """Without a model every rank is a data-parallel replica and needs a sample."""
     if global_batch < world:
         raise RequestError(
             f"--global-batch {global_batch}",
@@ -478,8 +446,7 @@ def check_plain_batch(world: int, global_batch: int) -> None:
 
 
 def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
-    """Without a model: every rank its own replica of the whole (unsplit) model, the global batch
-    split evenly over ranks (the first `global_batch % world` ranks take one more sample)."""
+    """Without a model: every rank a replica of the whole model, the global batch split evenly."""
     world = sum(s.tasks for s in nodes)
     check_plain_batch(world, global_batch)
     q, r = divmod(global_batch, world)
@@ -503,14 +470,14 @@ def _modelled(
     """The solver's plan (with a model) or the even data-parallel one (without)."""
     if options.model is None:
         ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
-        counts = [a.samples for a in ranked]
-        samples = list(zip(counts, itertools.accumulate([0, *counts[:-1]])))
+        samples = replica_samples([a.samples for a in ranked])
         return None, ranked, samples, PlanSummary("data", "", options.global_batch, 0, len(ranked)), ()
     note = group_speeds(nodes, catalog, options)[1]
     spec = layout_spec(nodes, catalog, options)
     layout = solve_step(spec, nodes, options)
     summary = summary_of(layout, options.model)
-    return layout, assignments(layout, nodes), replica_samples(layout), summary, (note,) if note else ()
+    samples = replica_samples([n for p in layout.pipelines for n in p.samples])
+    return layout, assignments(layout, nodes), samples, summary, (note,) if note else ()
 
 
 def build_plan(
@@ -522,9 +489,8 @@ def build_plan(
     bound: TaskDevices | None = None,
     only: int | None = None,
 ) -> LaunchPlan:
-    """Every rank's document and environment, or with `only` that rank's alone (what a rank needs
-    to start: linear in the ranks, where every document is quadratic through the groups that name
-    every rank); `bound` is what Slurm bound on this task's node."""
+    """Every rank's document and environment, or with `only` that rank's alone (every document is
+    quadratic in the ranks); `bound` is what Slurm bound on this task's node."""
     nodes = sites(job, inventory, catalog)
     layout, ranked, samples, summary, notes = _modelled(nodes, catalog, options)
     groups = Groups(ranked, nodes, options.backend_override, samples)

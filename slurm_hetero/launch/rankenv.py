@@ -1,14 +1,6 @@
-"""Every rank's layout document (a `slurm_hetero.layout.RankLayout`, the JSON that
-SLURM_HETERO_LAYOUT holds) and environment, once the step is laid out. Pure: the solver's
-assignments and the sites in, typed documents and plain environments out.
-
-This module owns the group membership (tp by replica and stage, dp by stage and tp_rank, pp by
-replica and tp_rank; dp_local, a dp group's members of one vendor, where it spans vendors) with
-one communicator per group (`engine.comm.choose`), the filling of the
-version-1 layout document (its keys and their validation belong to `slurm_hetero.layout`), the
-rendezvous port, the torch.distributed and communicator variables, and the plan id (a digest of
-every rank's document). `slurm_hetero.launch.plan` builds the step and calls it; which
-device each rank sees (`device_env`) stays there, with the nodes.
+"""Every rank's layout document (`slurm_hetero.layout.RankLayout`) and environment, once the step
+is laid out. Pure: the group membership with one communicator per group (`engine.comm.choose`),
+the rendezvous port, the torch.distributed and communicator variables, and the plan id.
 """
 
 from __future__ import annotations
@@ -32,8 +24,7 @@ if TYPE_CHECKING:
 
 
 def group_keys(a: RankAssignment) -> dict[str, tuple[int, int]]:
-    """Which tp, dp and pp group a rank is in: tp by (replica, stage), dp by (stage, tp_rank),
-    pp by (replica, tp_rank)."""
+    """Which tp, dp and pp group a rank is in."""
     return {"tp": (a.replica, a.stage), "dp": (a.stage, a.tp_rank), "pp": (a.replica, a.tp_rank)}
 
 
@@ -47,8 +38,7 @@ def group_ranks(ranked: Sequence[RankAssignment]) -> dict[str, dict[tuple[int, i
 
 
 class Groups:
-    """Group membership, one communicator per group (cached by member list), and each replica's
-    (samples, sample offset)."""
+    """Group membership, one communicator per group, and each replica's (samples, sample offset)."""
 
     def __init__(
         self,
@@ -59,13 +49,15 @@ class Groups:
     ) -> None:
         self.ranked, self.members, self.samples = ranked, group_ranks(ranked), samples
         self.site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
-        self.nics: dict[str, Sequence[Nic]] = {s.name: s.record.nics for s in nodes}
+        self.nics: dict[str, Sequence[Nic]] = {s.name: s.node.record.nics for s in nodes}
         self.override = override
         self._cache: dict[tuple[int, ...], Communicator] = {}
-        # One GroupSpec per group and NIC set, shared by its members: a dp group of every rank would
-        # otherwise be copied into each rank's document (quadratic in the ranks).
+        # One GroupSpec per group and NIC set, shared by its members (else quadratic in the ranks)
         self._specs: dict[tuple[str, tuple[int, int], str, tuple[Nic, ...]], GroupSpec] = {}
-        self._local: dict[tuple[tuple[int, int], str], list[int]] = {}
+        self._local: dict[tuple[tuple[int, int], str], list[int]] = {}  # dp group's members by vendor
+        for key, ranks in self.members["dp"].items():
+            for r in ranks:
+                self._local.setdefault((key, self.site_of[r].vendor.name), []).append(r)
 
     def communicator(self, ranks: Sequence[int]) -> Communicator:
         key = tuple(ranks)
@@ -76,28 +68,17 @@ class Groups:
         return self._cache[key]
 
     def specs(self, a: RankAssignment) -> tuple[GroupSpec, ...]:
-        """The groups rank `a` is in (tp, dp, pp), each with its communicator and variables; where
-        the dp group spans vendors, also `dp_local`: its members of `a`'s vendor, through which
-        `slurm_hetero.training` reduces gradients hierarchically."""
-        nics = tuple(self.site_of[a.rank].record.nics)
+        """The groups rank `a` is in (tp, dp, pp) and, where the dp group spans vendors, `dp_local`:
+        its members of `a`'s vendor (`slurm_hetero.training` reduces gradients hierarchically)."""
+        nics = tuple(self.site_of[a.rank].node.record.nics)
         keys = group_keys(a)
         out = [self._spec(name, key, "", self.members[name][key], nics) for name, key in keys.items()]
         dp = self.members["dp"][keys["dp"]]
         vendor = self.site_of[a.rank].vendor.name
-        local = self._vendor_members(keys["dp"], vendor)
+        local = self._local[keys["dp"], vendor]
         if len(local) < len(dp):
             out.append(self._spec("dp_local", keys["dp"], vendor, local, nics))
         return tuple(out)
-
-    def _vendor_members(self, dp_key: tuple[int, int], vendor: str) -> list[int]:
-        """The members of a dp group on `vendor`'s devices (computed once per group and vendor)."""
-        if (dp_key, vendor) not in self._local:
-            by_vendor: dict[str, list[int]] = {}
-            for r in self.members["dp"][dp_key]:
-                by_vendor.setdefault(self.site_of[r].vendor.name, []).append(r)
-            for name, ranks in by_vendor.items():
-                self._local[(dp_key, name)] = ranks
-        return self._local[(dp_key, vendor)]
 
     def _spec(
         self, name: str, key: tuple[int, int], vendor: str, ranks: Sequence[int], nics: tuple[Nic, ...]
@@ -113,8 +94,7 @@ class Groups:
 
 @dataclass(frozen=True)
 class PlanSummary:
-    """What every rank's document repeats about the whole plan. Without a model (torchrun-like
-    launch): kind data, model "", no layers, and 0.0 for the step figures (nothing predicted)."""
+    """What every rank's document repeats about the whole plan (without a model: nothing predicted)."""
 
     kind: str
     model: str
@@ -128,23 +108,14 @@ class PlanSummary:
 
 
 def summary_of(layout: Layout, model: str) -> PlanSummary:
-    return PlanSummary(
-        str(layout.kind),
-        model,
-        layout.global_batch,
-        layout.pipelines[0].stages[-1].layer_end,
-        layout.replicas,
-        layout.predicted_step_s,
-        layout.even_step_s,
-        layout.bound_step_s,
-        layout.efficiency,
-    )
+    figures = (layout.predicted_step_s, layout.even_step_s, layout.bound_step_s, layout.efficiency)
+    layers = layout.pipelines[0].stages[-1].layer_end
+    return PlanSummary(str(layout.kind), model, layout.global_batch, layers, layout.replicas, *figures)
 
 
-def replica_samples(layout: Layout) -> list[tuple[int, int]]:
+def replica_samples(counts: Sequence[int]) -> list[tuple[int, int]]:
     """(samples, first global sample) of each replica: contiguous slices in replica order."""
-    samples = [n for p in layout.pipelines for n in p.samples]
-    return list(zip(samples, itertools.accumulate([0, *samples[:-1]])))
+    return list(zip(counts, itertools.accumulate([0, *counts[:-1]])))
 
 
 # The fields a rank's document copies from its assignment (the plan's summary gives its own).
@@ -189,23 +160,20 @@ STEPS_PER_JOB = 64  # steps of one job that get ports apart from every other job
 
 
 def master_port(job_id: str, step_id: int) -> int:
-    """A port every rank derives alike from the job and step ids (10000-32767): job * 64 + step
-    modulo the range, so the first 64 steps of 355 consecutive jobs (355 * 64 <= 22768) all get
-    different ports (jobid * 7 + step put job 1 step 7 on job 2 step 0)."""
+    """A port every rank derives alike from the job and step ids: the first 64 steps of 355
+    consecutive jobs all get different ports."""
     job = int(job_id) if job_id.isdigit() and len(job_id) <= 10 else 0
     return PORT_BASE + (job * STEPS_PER_JOB + step_id) % PORT_SPAN
 
 
-# What torchrun sets that a launcher without an elastic agent cannot know (its run id, restart
-# count, agent store, error file): dropped from the inherited environment, so a stale one from the
-# user's shell (srun copies it) never tells a framework it runs under torchelastic.
+# What torchrun sets that a launcher without an elastic agent cannot know: dropped from the
+# inherited environment, so a stale one never tells a framework it runs under torchelastic.
 TORCHRUN_UNKNOWN_PREFIX = "TORCHELASTIC_"
 TORCHRUN_ROLE = "default"  # torchrun's role name when none is given
 
 
 def node_ranks(step_nodes: Sequence[str]) -> dict[str, int]:
-    """Each of the step's nodes (in Slurm's order) -> its index, built once per step: looked up
-    per rank, a list's index() made a 65,536-node plan quadratic."""
+    """Each of the step's nodes -> its index in Slurm's order (built once: not quadratic)."""
     ranks: dict[str, int] = {}
     for i, node in enumerate(step_nodes):
         ranks.setdefault(node, i)
@@ -220,10 +188,7 @@ def rank_env(
     step_ranks: Mapping[str, int],
 ) -> dict[str, str]:
     """The torch.distributed variables, the layout file and the communicators' variables. Every
-    variable torchrun documents that the launcher knows is set, so none leaks in from the user's
-    environment (a stale GROUP_RANK=5): GROUP_RANK and NODE_RANK are the node's index among the
-    step's nodes (`step_ranks`, from `node_ranks`), GROUP_WORLD_SIZE their count, and the single
-    role's ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE."""
+    torchrun variable the launcher knows is set, so none leaks in from the user's environment."""
     node_rank = step_ranks[doc.node]
     env = {
         "RANK": str(doc.rank),
@@ -253,15 +218,15 @@ def plan_id(
     options: LaunchOptions,
     master: tuple[str, int],
 ) -> str:
-    """A digest of what decides every rank's document and environment: the plan's summary, every
-    rank's assignment, the step's nodes (type, vendor, tasks, NICs) and the options. Equal on every
-    rank exactly when their inputs agree, and linear in the ranks: no rank builds another's
-    document to compute it. `layout_dir` is left out (it holds the node's own $TMPDIR)."""
+    """A digest of what decides every rank's document and environment, equal on every rank exactly
+    when their inputs agree, and linear in the ranks (`layout_dir` left out: the node's $TMPDIR)."""
     row = operator.attrgetter(*(f.name for f in fields(RankAssignment)))
     table = {
         "summary": [getattr(summary, f.name) for f in fields(summary)],
         "ranks": [row(a) for a in ranked],
-        "nodes": [[s.name, s.type, s.vendor.name, s.tasks, [repr(n) for n in s.record.nics]] for s in nodes],
+        "nodes": [
+            [s.name, s.type, s.vendor.name, s.tasks, [repr(n) for n in s.node.record.nics]] for s in nodes
+        ],
         "options": repr(replace(options, layout_dir="")),
         "master": list(master),
     }

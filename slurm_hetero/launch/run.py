@@ -1,13 +1,11 @@
 """`slurm-hetero launch`: run a training command on a heterogeneous Slurm allocation, one task per
-device. The launcher manual (environment contract, layout document, supervision and failure
-modes) is docs/launch.md; `slurm-hetero launch --manual` prints it. This module owns the entry
-points (`launch`, `plan_step`), the step's shape from Slurm's environment or `--simulate`, the
-`--dry-run` output and `--exec`. The plan is `launch.plan` (documents and environments:
-`launch.rankenv`), the supervised command `launch.supervise`.
+device (the manual: docs/launch.md, `slurm-hetero launch --manual`). The entry points (`launch`,
+`plan_step`), the step's shape from Slurm's environment or `--simulate`, `--dry-run` and `--exec`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -79,11 +77,8 @@ MAX_SIMULATED_RANKS = 2 * MAX_DEVICES
 
 
 def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str, str, int]]:
-    """`NODES:TYPE:N[,...]` -> [(node, type, tasks)], one tuple per node; NODES is a host name or a
-    folded hostlist (`gn[00000-09999]:a100_80g:8`, so 10,000 nodes fit on a command line); the
-    first node becomes MASTER_ADDR. Its numbers are bounded before any host or device is built:
-    N by `MAX_DEVICES_PER_NODE` (what a node record holds), hosts x N by `most` (MAX_DEVICES for
-    a step planned with --model, else `MAX_SIMULATED_RANKS`)."""
+    """`NODES:TYPE:N[,...]` -> [(node, type, tasks)], one tuple per node (NODES a host name or a
+    hostlist); N and hosts x N (`most`) are bounded before any host is built."""
     where = f"--simulate {syntax.text(spec)}"
     try:
         items = syntax.split_top(spec)
@@ -159,11 +154,10 @@ def simulated_inventory(
     spec: str, known: ClusterInventory, catalog: Catalog, source: str | None = None
 ) -> ClusterInventory:
     """`known` plus a record for each simulated node it lacks (devices from the catalog); a node it
-    has must have the simulated type. With `source` (an inventory the user named), every simulated
-    node must be in it: a name it lacks is a typo, not a node to invent."""
+    has must have the simulated type. With `source` (named by the user), a node it lacks is a typo."""
     have = {host: n for n in known.nodes for host in hostlist.expand(n.name)}
     extra = []
-    shared: dict[tuple[str, int], tuple[Device, ...]] = {}  # one record per shape: built once
+    devices = functools.cache(lambda gres_type, count: _simulated_devices(gres_type, count, catalog))
     for name, gres_type, count in parse_simulate(spec):
         if name not in have and source is not None:
             hosts = sorted(have)
@@ -172,10 +166,8 @@ def simulated_inventory(
                 f"--simulate: node {name} is not in the inventory {source} (its nodes: {listed}); "
                 "simulate its nodes, or leave out --inventory to simulate catalog devices"
             )
-        if name not in have:
-            if (gres_type, count) not in shared:
-                shared[gres_type, count] = _simulated_devices(gres_type, count, catalog)
-            extra.append(NodeInventory(name, shared[gres_type, count]))
+        if name not in have:  # one record per shape, built once
+            extra.append(NodeInventory(name, devices(gres_type, count)))
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
         if types != [_canonical(catalog, gres_type)]:
@@ -197,8 +189,7 @@ def invented_nodes_note(invented: Sequence[NodeInventory]) -> str:
     folded = {gres_type: hostlist.fold(names) for gres_type, names in by_type.items()}
     nodes = hostlist.fold(n.name for n in invented)
     if len(folded) == 1:
-        (gres_type,) = folded
-        devices = f"catalog {gres_type} devices"
+        devices = f"catalog {next(iter(folded))} devices"
     else:
         devices = "catalog devices (" + "; ".join(f"{h}: {t}" for t, h in folded.items()) + ")"
     if len(invented) == 1:
@@ -218,14 +209,12 @@ def layout_base(environ: Mapping[str, str]) -> Path:
 
 
 def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
-    """The layout directory as the plan (and `--dry-run`) shows it; `make_layout_dir` gives each
-    rank its own in place of the placeholder."""
+    """The layout directory as the plan shows it; `make_layout_dir` fills in the placeholder."""
     return layout_base(environ) / f"slurm-hetero-{job_id}.{step}-{LAYOUT_PLACEHOLDER}"
 
 
 def make_layout_dir(environ: Mapping[str, str], job_id: str, step: int, rank: int) -> Path:
-    """A fresh directory only this user can enter (mode 0700, made with a unique name, so a
-    directory or link someone else put at a predictable path is never used)."""
+    """A fresh directory only this user can enter, of a unique name (never one someone else put)."""
     base = layout_base(environ)
     try:
         return Path(tempfile.mkdtemp(prefix=f"slurm-hetero-{job_id}.{step}-r{rank}-", dir=base))
@@ -237,8 +226,7 @@ def make_layout_dir(environ: Mapping[str, str], job_id: str, step: int, rank: in
 
 
 def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
-    """The step's node records: the inventory file, else Slurm's own view of the nodes (`scontrol
-    show node`), for clusters without an installed inventory."""
+    """The step's node records: the inventory file, else Slurm's (`scontrol show node`)."""
     path = options.inventory  # `--inventory` (or SLURM_HETERO_INVENTORY), else the installed default
     if path is None and DEFAULT_INVENTORY.exists():
         path = DEFAULT_INVENTORY
@@ -259,9 +247,7 @@ def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need
 
 
 def check_step_has_devices(job: JobEnv) -> None:
-    """A step Slurm gave no devices on this node (no SLURM_STEP_GPUS or SLURM_JOB_GPUS, and
-    SLURM_GPUS_ON_NODE unset or 0) is refused: the command would run on devices of other jobs.
-    A CUDA_VISIBLE_DEVICES alone (inherited from the submitting shell) is not an allocation."""
+    """Refuse a step Slurm gave no devices on this node: the command would use other jobs'."""
     devices = job.devices
     if devices.on_node or (devices.on_node is None and devices.source in SLURM_GPU_VARIABLES):
         return
@@ -275,8 +261,7 @@ def check_step_has_devices(job: JobEnv) -> None:
 def plan_step(
     plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str], own: bool = False
 ) -> tuple[JobEnv, LaunchPlan]:
-    """Every rank's plan (with `own`, this task's rank's alone), from this task's environment (or
-    the `--simulate` shape)."""
+    """Every rank's plan (with `own`, this task's alone), from the environment or `--simulate`."""
     catalog = load_catalog()
     if options.simulate is not None:
         most = MAX_SIMULATED_RANKS if plan_options.model is None else MAX_DEVICES
@@ -356,8 +341,7 @@ def describe(plan: LaunchPlan) -> str:
 
 
 def distinct_groups(plan: LaunchPlan) -> tuple[list[GroupSpec], dict[int, list[int]]]:
-    """The plan's groups once each (members share one object, `rankenv.Groups`; equal values are
-    one group too), and each rank's groups as places in that list."""
+    """The plan's groups once each (by object, then by value), and each rank's as places in that list."""
     by_id: dict[int, int] = {}
     by_value: dict[tuple[Any, ...], int] = {}
     groups: list[GroupSpec] = []
@@ -381,9 +365,7 @@ PLAN_KEYS = tuple(
 
 
 def plan_document(plan: LaunchPlan) -> dict[str, Any]:
-    """`--dry-run --json`: summary keys, every group once (`groups`), and every rank's layout
-    document (its `groups` as places in that list, so the output is linear in the ranks) and
-    environment."""
+    """`--dry-run --json`: every group once, every rank's document naming its groups by place."""
     first = plan.ranks[0].layout.to_dict()
     groups, places = distinct_groups(plan)
     return {
@@ -415,8 +397,7 @@ def dry_run_text(plan: LaunchPlan, options: RunOptions) -> str:
 
 
 def write_layout(rank: RankPlan, directory: Path) -> Path:
-    """This rank's layout document, `DIRECTORY/rank-R.json`, readable by this user only (0600;
-    created exclusively, never through a link)."""
+    """This rank's layout document, `DIRECTORY/rank-R.json` (0600, created exclusively, no link)."""
     path = directory / f"rank-{rank.rank}.json"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -439,8 +420,7 @@ def remove_layout(directory: Path) -> None:
 
 
 def open_log_files(log_dir: Path, rank: int) -> dict[str, IO[bytes]]:
-    """DIR/rank-R.out and .err opened for appending (DIR made when missing): a directory that
-    cannot be written is a one-line error before the command starts."""
+    """DIR/rank-R.out and .err opened for appending (DIR made when missing)."""
     files: dict[str, IO[bytes]] = {}
     if (problem := unusable_path(log_dir)) is not None:
         raise LaunchError(f"--log-dir {syntax.text(log_dir)}: {problem}; give a directory you can write")
@@ -532,7 +512,6 @@ def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[st
 
 
 def check_resume_dir(directory: Path, num_layers: int | None) -> None:
-    """`--resume DIR`: writable, and any checkpoint there is complete and of this many layers."""
     try:
         checkpoint.check_resume(directory, num_layers)
     except checkpoint.CheckpointError as e:
@@ -545,9 +524,7 @@ MAX_OWNER_BYTES = 1024  # a job id and its newline, with room
 
 def claim_resume_dir(directory: Path, job: JobEnv) -> None:
     """Two jobs saving into one `--resume` DIR overwrite each other's steps: DIR names the job
-    using it, and another job Slurm still lists (squeue: pending or running) is refused. A job
-    that ended, or whose state Slurm cannot tell, leaves the directory to this one; rank 0 then
-    writes this job's id (a requeued job keeps its id)."""
+    using it (rank 0 writes it), and another job Slurm still lists is refused."""
     path = directory / RESUME_OWNER
     other = (
         read_text(path, MAX_OWNER_BYTES, "--resume owner", LaunchError, "replace").strip()

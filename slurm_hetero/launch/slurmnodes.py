@@ -1,10 +1,7 @@
-"""Node records from what Slurm already knows, for clusters without an installed inventory. Pure:
-`scontrol show node` answers in (`slurm.scontrol.NodeGres`), `SlurmNode`s out.
-
-Each node's `Gres=gpu:TYPE:N` entries become N devices of that type, numbered 0..N-1 in order,
-with the catalog facts of TYPE. A type the catalog does not know is an error when the plan needs
-device facts (a model to lay out), else a device with no vendor traits: the rank then sees only
-Slurm's own visible-device variables (CUDA_VISIBLE_DEVICES, ...), which is what torchrun gives.
+"""Node records from what Slurm already knows (`scontrol show node`), for clusters without an
+installed inventory. Pure. Each `Gres=gpu:TYPE:N` becomes N devices with the catalog facts of TYPE;
+a type the catalog lacks is an error when a model is laid out, else a device with no vendor traits
+(the rank then sees only Slurm's own visible-device variables, as under torchrun).
 """
 
 from __future__ import annotations

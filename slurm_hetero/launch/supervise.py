@@ -1,17 +1,12 @@
 """The launcher's supervisor: one rank's command as a child process, watched until it ends.
 
-This module owns what happens while the command runs (the launcher manual, `slurm_hetero.launch.run`,
-states the rules for users): the child is started with a parent-death signal, each output line is
-prefixed `[rank R TYPE stage S]` (or written to DIR/rank-R.out and .err), SIGTERM, SIGINT and
-SIGHUP are forwarded to its process group and every process it started (STOP_SIGNALS), SIGUSR1
-and SIGUSR2 are left to Slurm, what it leaves in its group or holding its output when it ends is
-stopped, and when it fails on its own the failing rank is named first and the step is cancelled
-through `proc.run(["scancel", ...])`. `LaunchError` is the
-launcher's error for a command that cannot start; `launch.run` re-exports it.
+Output relay, signal forwarding, the peer-failure protocol and what is stopped when the command
+ends follow docs/launch.md ("Supervision and failure modes"), which states the rules for users.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -30,32 +25,19 @@ from slurm_hetero.launch.early import EARLY as _EARLY
 from slurm_hetero.launch.early import PEER_FAILED, SLURM_DELIVERED, STOP_SIGNALS, let_pass
 from slurm_hetero.launch.plan import RankPlan
 
-# The launcher's logger: the supervisor's records keep the name they had before this module split
-# from launch.run (the CLI's log lines show it).
-logger = logging.getLogger("slurm_hetero.launch.run")
+logger = logging.getLogger("slurm_hetero.launch.run")  # the name the CLI's log lines show
 
-# Signals that ask the command to stop reach its group and tree (`signal_tree`): a shell's `sleep` or a
-# trainer's workers left running kept the step's output open after the launcher exited 143 (F17).
-FORWARDED = STOP_SIGNALS
+FORWARDED = STOP_SIGNALS  # to the command's group and tree (`signal_tree`)
 PR_SET_PDEATHSIG = 1
-# PEER_FAILED (launch.early): Slurm delivers it to every process of the step; commands ignore it
-# (SIGURG's default action), the launchers end their commands and exit 0, so srun and sbatch report
-# the failing rank's exit code (srun reports the highest exit code, and any task killed by a signal
-# over every exit code).
 STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SIGKILL
-# After PEER_FAILED, the failing rank leaves a detached `scancel` (SIGKILL to the step) this long
-# behind it, in case a launcher does not end; Slurm kills it with the step when every task ended.
+# The failing rank's detached `scancel` of the step, for a launcher that does not end
 CANCEL_AFTER_S = STOP_GRACE_S + 10.0
 PEER_FAILED_AGAIN_S = (2.0, 5.0)  # PEER_FAILED repeated for ranks that were still starting
-# A command ended by a forwarded SIGTERM: how long the launcher waits for a PEER_FAILED that may be
-# behind it. srun -K's SIGTERM (srun to slurmstepd) can overtake the failing rank's PEER_FAILED
-# (scancel through slurmctld); exiting 143 then made srun report 143, not the failing rank's code.
-# Well inside Slurm's KillWait (30 s by default) and PEER_FAILED_AGAIN_S's first repeat.
+# After a forwarded SIGTERM, the wait for a PEER_FAILED behind it (srun -K's SIGTERM can overtake
+# it): well inside Slurm's KillWait and before PEER_FAILED_AGAIN_S's first repeat.
 PEER_FAILED_LATE_S = 3.0
 # Set by the `launch` command (the process exits after the rank): see Supervisor.run.
 KEEP_HANDLERS_WHEN_ENDING = False
-
-
 RELAY_CHUNK = 64 * 1024  # the most output the relay holds at once, per stream
 
 
@@ -85,8 +67,7 @@ def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
 
 
 def _process_table(proc_root: str = "/proc") -> list[tuple[int, int, int]]:
-    """(pid, parent pid, process group) of every live process, from /proc; [] where /proc cannot
-    be read (not Linux)."""
+    """(pid, parent pid, process group) of every live process; [] where /proc cannot be read."""
     try:
         entries = os.listdir(proc_root)
     except OSError:
@@ -107,8 +88,7 @@ def _process_table(proc_root: str = "/proc") -> list[tuple[int, int, int]]:
 
 
 def descendants(pid: int, table: Sequence[tuple[int, int, int]] | None = None) -> list[int]:
-    """Every live process below `pid` (children, their children, ...) in `table`
-    (`_process_table()` when None)."""
+    """Every live process below `pid` in `table` (`_process_table()` when None)."""
     children: dict[int, list[int]] = {}
     for entry, parent, _group in _process_table() if table is None else table:
         children.setdefault(parent, []).append(entry)
@@ -121,13 +101,9 @@ def descendants(pid: int, table: Sequence[tuple[int, int, int]] | None = None) -
 
 
 def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int] = ()) -> list[int]:
-    """Send `signum` to the command's process group (the command leads one: `Supervisor.run`
-    starts it in a session of its own), every process it started that left the group (a trainer's
-    workers in sessions of their own) and the processes `also` (the tree an earlier signal found,
-    whose parents may have ended since); the processes signalled. The group goes first, at once:
-    signalled one by one, a shell whose `sleep` was still being forked lost the sleep to SIGTERM
-    and ran its next command. Stopping only the command left its children running, so the step
-    did not end until the failing rank's SIGKILL, and srun reported 137."""
+    """Send `signum` to the command's process group, every process it started that left the group
+    and the processes `also` (an earlier signal's tree); the processes signalled. The group goes
+    first, at once: one by one, a shell lost its `sleep` being forked and ran its next command."""
     members: list[int] = []
     others = list(also)
     if child.poll() is None:  # not reaped: its pid, the group's id, is not reused
@@ -139,10 +115,7 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
 
 
 def signal_group(group: int, signum: int, table: Sequence[tuple[int, int, int]] | None = None) -> list[int]:
-    """Send `signum` at once to the command's process group (`group`: its pid, which the kernel
-    keeps while the group has members), as `table` (`_process_table()` when None) lists them; the
-    members. What an ended command left there: a step's processes end with it under
-    proctrack/cgroup, not under linuxproc, and meanwhile they held the step open."""
+    """Send `signum` to process group `group` if `table` lists members; the members."""
     rows = _process_table() if table is None else table
     members = [pid for pid, _parent, pgrp in rows if pgrp == group]
     if members:
@@ -154,8 +127,7 @@ def signal_group(group: int, signum: int, table: Sequence[tuple[int, int, int]] 
 
 
 def pipe_holders(streams: Sequence[IO[bytes] | None]) -> list[int]:
-    """The other processes holding a pipe of `streams` open (its write end, inherited from the
-    command by what it started); [] where /proc cannot be read."""
+    """The other processes holding a pipe of `streams` open; [] where /proc cannot be read."""
     try:
         pipes = {os.readlink(f"/proc/self/fd/{stream.fileno()}") for stream in streams if stream}
         entries = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid()]
@@ -193,18 +165,6 @@ def _alive(pids: Sequence[int]) -> list[int]:
     return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
 
 
-def _kill_if_running(child: subprocess.Popen[bytes], stopped: Sequence[int] = ()) -> None:
-    """SIGKILL for what a SIGTERM `STOP_GRACE_S` ago did not end (`stopped`: that tree)."""
-    signal_tree(child, signal.SIGKILL, _alive(stopped))
-
-
-def signal_name(code: int) -> str | None:
-    try:
-        return signal.Signals(-code).name if code < 0 else None
-    except ValueError:
-        return None
-
-
 class Supervisor:
     """Run one rank's command, relay its output, forward signals, and end the step on failure."""
 
@@ -216,8 +176,7 @@ class Supervisor:
         targets: Sequence[str],
         logs: Mapping[str, IO[bytes]] | None = None,
     ) -> None:
-        """`logs`: open files for the command's "out" and "err" (`--log-dir`); None: prefixed
-        lines on the launcher's own stdout and stderr."""
+        """`logs`: open files for "out" and "err" (`--log-dir`); None: prefixed lines on our own."""
         self.rank, self.command, self.env, self.targets, self.logs = rank, command, env, targets, logs
         self.forwarded: int | None = None
         self.peer_failed = False  # another rank failed: this one was told to stop (PEER_FAILED)
@@ -255,18 +214,15 @@ class Supervisor:
             if code != 0 and self.forwarded == signal.SIGTERM:  # PEER_FAILED's handler runs here
                 _wait_until(lambda: self.peer_failed, PEER_FAILED_LATE_S)
             status = self.finish(code)
-            # Stopped (a forwarded signal, a failed peer): exit within Slurm's KillWait even where an
-            # orphaned grandchild keeps the pipes open (proctrack/linuxproc does not signal orphans).
+            # Stopped: exit within Slurm's KillWait even where an orphan keeps the pipes open
             _join(pumps, 0.5 if self.forwarded is not None or self.peer_failed or left else 5.0)
             if left:
                 signal_group(child.pid, signal.SIGKILL)
                 signal_all(_alive(left), signal.SIGKILL)
             return status
         finally:
-            # Ending (failed, or stopped by a failed peer) in the launcher's own process: srun -K's
-            # SIGTERM to the step must not turn this launcher's exit code into 143 as it exits, so
-            # the forwarded signals are ignored from here (the command is gone). SIG_IGN, not a
-            # Python handler: interpreter shutdown puts Python handlers back to SIG_DFL.
+            # Ending for a failure: srun -K's SIGTERM must not make our exit 143. SIG_IGN, since
+            # interpreter shutdown puts Python handlers back to SIG_DFL.
             ending = KEEP_HANDLERS_WHEN_ENDING and (self.failed or self.peer_failed)
             ignored = (
                 *(FORWARDED if ending else ()),
@@ -276,12 +232,11 @@ class Supervisor:
                 signal.signal(s, signal.SIG_IGN if s in ignored else handler)
 
     def _ended_before_start(self) -> int:
-        """A stop signal or PEER_FAILED came while planning: the step is ending, so the command is
-        not started. After a SIGTERM, PEER_FAILED_LATE_S for a PEER_FAILED behind it, as with a
-        running command: exit 0 (the failing rank's code is srun's), else 128 + the signal."""
+        """A stop signal or PEER_FAILED came while planning: the command is not started; exit as
+        `run` would (0 after PEER_FAILED, waited for after a SIGTERM, else 128 + the signal)."""
         _wait_until(lambda: PEER_FAILED in _EARLY or signal.SIGTERM not in _EARLY, PEER_FAILED_LATE_S)
-        if KEEP_HANDLERS_WHEN_ENDING:  # as `run` ends: srun -K's SIGTERM must not end the exit
-            for forwarded in FORWARDED:  # (interpreter shutdown puts Python handlers back to SIG_DFL)
+        if KEEP_HANDLERS_WHEN_ENDING:  # as `run` ends
+            for forwarded in FORWARDED:
                 signal.signal(forwarded, signal.SIG_IGN)
         _CATCHING[0] = False
         if PEER_FAILED in _EARLY:
@@ -294,8 +249,8 @@ class Supervisor:
         return 128 + signum
 
     def _forward(self, signum: int, _frame: Any) -> None:
-        """A stop signal for the command: to its group and tree. SIGTERM
-        while stopping for a failed peer is Slurm ending the step (srun -K): `_kill_now`."""
+        """A stop signal for the command's group and tree; SIGTERM after PEER_FAILED is Slurm ending
+        the step (srun -K): `_kill_now`."""
         first_term = signum == signal.SIGTERM and self.forwarded != signal.SIGTERM
         self.forwarded = signum
         child = self.child
@@ -308,10 +263,8 @@ class Supervisor:
 
     def _peer_failed(self, _signum: int, _frame: Any) -> None:
         """Another rank failed: stop the command (SIGTERM, SIGKILL after STOP_GRACE_S). After a
-        SIGTERM (srun -K's, which can overtake PEER_FAILED) Slurm is ending the step already and
-        kills this launcher after its KillWait (5 s on the dev cluster, under STOP_GRACE_S): the
-        command is killed at once, so the launcher exits 0 and srun reports the failing rank's
-        code, not 137 (A-K7)."""
+        SIGTERM Slurm is ending the step and may kill us before STOP_GRACE_S (srun would report
+        137): the command is killed at once."""
         if self.failed or self.peer_failed or self.child is None:
             return
         self.peer_failed = True
@@ -319,8 +272,8 @@ class Supervisor:
         if self.forwarded == signal.SIGTERM:
             self._kill_now(child)
         elif child.poll() is None:
-            self.stopped = signal_tree(child, signal.SIGTERM)
-            timer = threading.Timer(STOP_GRACE_S, _kill_if_running, args=(child, self.stopped))
+            self.stopped = stopped = signal_tree(child, signal.SIGTERM)
+            timer = threading.Timer(STOP_GRACE_S, lambda: signal_tree(child, signal.SIGKILL, _alive(stopped)))
             timer.daemon = True
             timer.start()
 
@@ -335,10 +288,8 @@ class Supervisor:
         return thread
 
     def _relay(self, stream: IO[bytes] | None, kind: str) -> None:
-        """Copy the command's output to its sink in chunks of at most RELAY_CHUNK bytes (a line
-        without a newline, or carriage-return progress, holds no more than that), the prefix at line starts
-        only. A sink that fails (a full disk under `--log-dir`) is reported once and the output is
-        drained and dropped from there, so the command never blocks on a full pipe."""
+        """Copy the command's output to its sink, prefixed at line starts. A failing sink is
+        reported once and the output drained from there, so the command never blocks."""
         if stream is None:
             return
         if self.logs is None:
@@ -396,11 +347,12 @@ class Supervisor:
         if self.forwarded is not None:
             logger.info("rank %d stopped after %s", self.rank.rank, signal.Signals(self.forwarded).name)
             return status
-        r, name = self.rank, signal_name(code)
+        r = self.rank
         line = (
             f"slurm-hetero: rank {r.rank} on {r.node} ({r.type}, stage {r.stage}) exited with code {status}"
         )
-        line += f" ({name})" if name else ""
+        with contextlib.suppress(ValueError):  # a signal number Python has no name for
+            line += f" ({signal.Signals(-code).name})" if code < 0 else ""
         line += f": {self.last_error}" if self.last_error else ""
         print(line, file=sys.stderr, flush=True)
         self.failed = True
@@ -409,10 +361,8 @@ class Supervisor:
 
 
 def end_step(targets: Sequence[str]) -> None:
-    """Tell every rank of the step (`targets`: its job.step ids) to stop (PEER_FAILED), and leave
-    one detached process behind that tells them again at PEER_FAILED_AGAIN_S and cancels the step
-    at CANCEL_AFTER_S, for ranks that do not stop. The failing launcher then exits with its own
-    code before any cancel reaches it (`scancel STEP` is SIGKILL at once)."""
+    """Tell every rank of the step (`targets`: its job.step ids) to stop (PEER_FAILED), and leave a
+    detached process that repeats it (PEER_FAILED_AGAIN_S) and cancels the step (CANCEL_AFTER_S)."""
     if not targets:
         return
     again = ["scancel", f"--signal={PEER_FAILED.name[3:]}", *targets]

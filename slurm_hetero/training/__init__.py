@@ -1,9 +1,5 @@
-"""The training runtime for a layout that `slurm-hetero launch` wrote, on torch's own libraries:
-process groups (`init`), a model's stage (`stage_modules`), tensor parallel with DTensor
-(`parallelize`, `training.tensor`), the replica's step on `torch.distributed.pipelining`
-(`Pipeline`, `training.pipeline`: 1F1B as the plan prices it, GPipe selectable) and the weighted,
-hierarchical gradient all-reduce. torch is imported inside functions, so the package imports
-without it. A training script::
+"""The training runtime for a layout that `slurm-hetero launch` wrote, on torch's own libraries
+(imported inside functions, so the package imports without torch). A training script::
 
     dist = training.init()
     stage = training.parallelize(training.stage_modules(model, dist.layout), dist.group("tp"))
@@ -15,12 +11,9 @@ without it. A training script::
         training.weighted_allreduce_grads(stage, dist.layout, dist.gradient_group())
         opt.step(); opt.zero_grad()
 
-`examples/train_uneven.py` is one, tested against a single process in float64.
-
-The layout is this rank's JSON file (env `SLURM_HETERO_LAYOUT`, contract in `../shared/DESIGN.md`),
-read by `slurm_hetero.layout.current()` into a `RankLayout`; every helper takes that, a mapping of
-the same keys or an object with the same attributes, and `init` validates what it is given through
-`RankLayout.from_dict`.
+`examples/train_uneven.py` is one, tested against a single process in float64. Every helper
+takes the layout as a `RankLayout` (`slurm_hetero.layout.current()`), a mapping of the same keys or
+an object with the same attributes.
 
 Conventions:
 
@@ -30,31 +23,10 @@ Conventions:
 - Replica `r` trains on global samples ``[sample_offset, sample_offset + samples)`` of each step in
   micro-batches of `micro_batch` (the last one may be smaller), its loss the mean over its samples.
   `weighted_allreduce_grads` sums ``grad_weight * grad`` (``grad_weight = samples / global_batch``)
-  over the data-parallel group, which is the gradient of the global batch's mean loss whatever the
-  split. An unweighted average is not: with 5 and 11 samples it weighs each of the 5 samples 1.6x.
-- Tensor parallel ranks (same replica and stage) shard the stage's attention and MLP projections
-  (`parallelize`); activations between blocks stay replicated. Only tp rank 0 talks to the
-  neighbour stages (whose tp rank 0 its `prev_rank`/`next_rank` name) through torch's schedule;
-  the others follow it over the tp group (`training.pipeline`), which also serves stages whose
-  neighbours have another tensor-parallel degree.
-- What torch cannot express is not planned (`launch.runnable`): the staged family's re-split of
-  activations between stages of different data-parallel degrees, and data-parallel replicas of
-  different tensor-parallel degrees.
-
-`init` starts torch.distributed with a gloo default group (it must be one backend on every rank,
-and a mixed job has no device backend all ranks share) and creates one process group per layout
-group, with the backend the layout chose where every member has it and gloo where one does not.
-Such a fallback is logged with its reason and kept in `Distributed.fallbacks`.
-
-A data-parallel group that spans vendors comes with a `dp_local` group per vendor (its members of
-that vendor, on the vendor's own library). Its gradients are reduced hierarchically
-(`HierarchicalGroup`): a reduce-scatter inside each vendor over its fast device link, an all-reduce
-of each shard across vendors among the shard's owners (one rank per vendor, on the dp group's
-backend: the slow cross-vendor path carries one shard, not the whole gradient), and an
-all-gather inside each vendor. Vendors of uneven sizes own shards of uneven sizes: the tensor is
-padded to a multiple of the least common multiple of the sizes, so shard edges fall on fractions
-``i / size`` of it and the owners of every piece between two edges are known before the tensor
-is (`init` creates one group per owner set). `engine.schedule` prices the same scheme.
+  over the data-parallel group: the gradient of the global batch's mean loss whatever the split
+  (an unweighted average is not).
+- A group runs on the layout's backend where every member has it, else on gloo (logged, and kept
+  in `Distributed.fallbacks`); the default group is gloo (a mixed job shares no device backend).
 """
 
 from __future__ import annotations
@@ -107,7 +79,7 @@ GroupKey = tuple[str, tuple[int, ...], str]
 
 
 def as_dict(layout: Any) -> dict[str, Any]:
-    """A layout (`RankLayout`, mapping, dataclass or plain object) as a dict of the JSON contract's keys."""
+    """A layout (`RankLayout`, mapping, dataclass or plain object) as a dict of the document's keys."""
     if isinstance(layout, RankLayout):
         return layout.to_dict()
     if isinstance(layout, Mapping):
@@ -118,8 +90,7 @@ def as_dict(layout: Any) -> dict[str, Any]:
 
 
 def grad_weight(layout: Any) -> float:
-    """The layout's gradient weight, checked: a finite number in [0, 1] (a NaN or negative weight
-    would silently poison or flip every replica's gradients)."""
+    """The layout's gradient weight, checked: a NaN or negative one would poison every gradient."""
     value = as_dict(layout).get("grad_weight")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
         return float(value)  # (nan fails the comparison, as do infinities the range)
@@ -131,8 +102,7 @@ def _groups(layout: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def even_split(layout: Any) -> dict[str, Any]:
-    """The same ranks and groups with equal layers per stage and equal samples per replica (the
-    first ones one more): the even split the plan's `even_step_s` times."""
+    """The same ranks and groups split evenly: what the plan's `even_step_s` times."""
     lay = as_dict(layout)
     bounds = even_bounds(lay["num_layers"], lay["num_stages"])
     q, r = divmod(lay["global_batch"], lay["num_replicas"])
@@ -154,8 +124,7 @@ def even_split(layout: Any) -> dict[str, Any]:
 
 
 def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str | None:
-    """Why `backend` cannot run on this machine for a rank of `vendor` (the vendor's torch plugin,
-    which registers its backend and device, or its device is missing), or None."""
+    """Why `backend` cannot run on this machine for a rank of `vendor`, or None."""
     import torch
     import torch.distributed as dist
 
@@ -163,30 +132,20 @@ def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str |
 
     every = vendor_traits()
     traits = every.get(vendor or "")
-    plugin = traits.torch_package if traits else None
-    failure = _import_failure(plugin) if plugin else None
+    plugin, failure = traits.torch_package if traits else None, None
+    try:  # the vendor's torch plugin registers its backend and device
+        if plugin:
+            importlib.import_module(plugin)
+    except Exception as e:  # a missing or broken vendor plugin is reported, not fatal
+        failure = f"import {plugin}: {e}"
     if not dist.is_backend_available(backend):
         return f"this torch has no {backend!r} backend{f' ({failure})' if failure else ''}"
-    # the devices of the vendors whose collectives it is; gloo runs on the CPU
     ours = {t.torch_device for t in every.values() if t.torch_backend == backend}
     devices = [] if backend == "gloo" else sorted(ours)
-    if devices and not any(_device_available(torch, d) for d in devices):
+    ready = [getattr(getattr(torch, d, None), "is_available", None) for d in devices]
+    if devices and not any(callable(f) and f() for f in ready):
         return f"no {'/'.join(devices)} device is available to torch"
     return None
-
-
-def _import_failure(module: str) -> str | None:
-    """Import a vendor's torch plugin (it registers its backend and device); why not, if it fails."""
-    try:
-        importlib.import_module(module)
-    except Exception as e:  # a missing or broken vendor plugin is reported, not fatal
-        return f"import {module}: {e}"
-    return None
-
-
-def _device_available(torch: Any, device: str) -> bool:
-    module = getattr(torch, device, None)
-    return bool(module is not None and hasattr(module, "is_available") and module.is_available())
 
 
 @dataclass(frozen=True)
@@ -202,8 +161,7 @@ class GroupInfo:
 
 @dataclass
 class Distributed:
-    """What `init` set up: this rank's layout, its process groups by name (None for a group of one
-    rank, which needs no communication) and how each was made."""
+    """What `init` set up: this rank's layout and its process groups by name (None: one rank)."""
 
     layout: dict[str, Any]
     default_backend: str
@@ -227,9 +185,8 @@ class Distributed:
 
 @dataclass(frozen=True)
 class Piece:
-    """A stretch of the padded gradient between two shard edges, in units of ``1 / unit`` of it,
-    with the rank of each vendor that owns it; `group` joins those owners (None where this rank
-    is not one of them)."""
+    """A stretch of the padded gradient between two shard edges, in units of ``1 / unit`` of it;
+    `group` joins its owners, one rank per vendor (None where this rank is not one)."""
 
     start: int
     end: int
@@ -239,10 +196,11 @@ class Piece:
 
 @dataclass(frozen=True)
 class HierarchicalGroup:
-    """This rank's side of a data-parallel group that spans vendors: `local` joins its vendor's
-    members (`local_ranks`, this rank at `index`), `pieces` cover the gradient in order, and
-    `unit` (the least common multiple of the vendors' sizes) is what the gradient is padded to a
-    multiple of."""
+    """This rank's side of a data-parallel group that spans vendors: a reduce-scatter inside the
+    vendor (`local`, this rank at `index`), an all-reduce of each piece among its owners across
+    vendors (the slow path carries one shard), an all-gather inside the vendor. The gradient is
+    padded to a multiple of `unit`, the least common multiple of the vendors' sizes, so every
+    piece's owners are known before the tensor is."""
 
     local: ProcessGroup | None
     local_ranks: tuple[int, ...]
@@ -251,33 +209,19 @@ class HierarchicalGroup:
     pieces: tuple[Piece, ...]
 
 
-def _all_groups(gathered: Sequence[tuple[Any, ...]]) -> list[GroupKey]:
-    """Every rank's groups (its claims' first of each gathered tuple), once each, in one order all
-    ranks agree on (`check_agreement` has made sure the members list each group alike)."""
-    return sorted({key for claims, *_ in gathered for key in claims["groups"]})
-
-
 def _fallback_reason(key: GroupKey, gathered: Sequence[tuple[Any, ...]]) -> str | None:
-    """Why a group cannot use its backend: the first member that lacks it (second of each gathered tuple)."""
-    name, ranks, backend = key
-    for r in ranks:
-        reason = gathered[r][1].get(backend)
-        if reason:
-            return f"rank {r}: {reason}"
-    return None
+    """Why a group cannot use its backend: the first member that lacks it."""
+    _name, ranks, backend = key
+    return next((f"rank {r}: {gathered[r][1][backend]}" for r in ranks if gathered[r][1].get(backend)), None)
 
 
 def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     """Start torch.distributed (gloo default group, env:// rendezvous) and make every layout group;
     `layout` defaults to `slurm_hetero.layout.current()`.
 
-    Each rank's file lists only its own groups, so their union comes from one `all_gather_object`
-    (which also checks that every rank runs the same plan, SLURM_HETERO_PLAN_ID); every rank then
-    calls `new_group` for all of them in one sorted order, as torch requires. The same gather
-    carries each rank's document, or why it cannot be used, so a problem of one rank's document
-    (unreadable, at odds with itself or with the others', `check_agreement`) stops every rank with
-    the same one-line LayoutError instead of leaving the others waiting for it. Only a rank with no
-    rendezvous to reach, or whose RANK is not its document's, stops alone.
+    One `all_gather_object` gives every rank the union of the groups (each file lists its own; all
+    ranks call `new_group` in one sorted order) and every rank's document or why it has none, so a
+    bad document stops every rank with the same LayoutError instead of leaving the others waiting.
     """
     import torch.distributed as dist
 
@@ -293,9 +237,7 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     wait = datetime.timedelta(seconds=timeout)
     _use_libuv_if_built()
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=wait)
-    # torch asks for the group to be destroyed before exit: left to the interpreter's teardown,
-    # gloo's threads may abort the finished rank ("terminate called without an active exception",
-    # SIGABRT: CI 2026-11-26), and Slurm would mark the step failed
+    # left to the interpreter's teardown, gloo's threads may abort the finished rank (SIGABRT)
     atexit.register(_destroy_groups)
     claims = _claims(lay) if lay is not None and problem is None else None
     available = (
@@ -310,7 +252,7 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     check_agreement([g[0] for g in gathered])
     assert lay is not None  # check_agreement refused every problem
     out = Distributed(lay, "gloo")
-    keys = _all_groups(gathered)
+    keys = sorted({key for claims, *_ in gathered for key in claims["groups"]})
     for key in keys:
         _make_group(out, key, _fallback_reason(key, gathered), rank, wait)
     for dp, parts in _spanning_groups(keys):
@@ -330,26 +272,15 @@ def _claims(lay: Mapping[str, Any]) -> dict[str, Any]:
 SHARED_KEYS = ("kind", "model", "global_batch", "num_layers", "world_size", "num_replicas", "num_stages")
 PEER_KEYS = ("replica", "tp_rank", "samples", "sample_offset", "micro_batch", "micro_batches")
 DP_KEYS = ("stage", "layer_start", "layer_end")  # the replicas of a stage average the same parameters
-TP_KEYS = (
-    "replica",
-    "stage",
-    "tp_size",
-    "layer_start",
-    "layer_end",
-    "samples",
-    "micro_batch",
-    "micro_batches",
-)
+TP_KEYS = tuple("replica stage tp_size layer_start layer_end samples micro_batch micro_batches".split())
 CLAIMED_KEYS = (*SHARED_KEYS, *PEER_KEYS, *TP_KEYS, "rank", "prev_rank", "next_rank", "vendor")
 
 
 def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
     """The ranks' documents (`claims[r]`: rank r's `_claims`, or why it has none) fit together:
-    shared keys alike and every stage present; each group listed alike by all its members; tp and
-    dp groups alike in `TP_KEYS` and `DP_KEYS`; every next_rank answered by that rank's prev_rank,
-    one stage on, with the same `PEER_KEYS` and the next layers; the first and last stages holding
-    the first and last layers; every replica once, their samples covering the global batch once.
-    Every rank reaches the same verdict: a LayoutError naming the first disagreement."""
+    keys alike where ranks must agree, groups listed alike by their members, neighbours answering
+    each other, layers and samples covered once. Every rank reaches the same verdict: a
+    LayoutError naming the first disagreement."""
     if problems := [c for c in claims if isinstance(c, str)]:
         raise LayoutError(problems[0])
     docs = [c for c in claims if not isinstance(c, str)]
@@ -409,10 +340,8 @@ def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
 
 
 def _use_libuv_if_built() -> None:
-    """Set USE_LIBUV=0 (unless set) when this torch was built without libuv: torch 2.4 and later
-    ask TCPStore for libuv by default, and a torch without it (Debian's python3-torch, the 24.11
-    dev cluster's) failed every rank at init ("use_libuv was requested but PyTorch was build
-    without libuv support"). Probed with a store on a free local port, closed at once."""
+    """Set USE_LIBUV=0 (unless set) when this torch was built without libuv, which torch >= 2.4
+    asks TCPStore for by default (Debian's python3-torch failed every rank at init)."""
     import torch.distributed as dist
 
     if "USE_LIBUV" in os.environ:
@@ -429,10 +358,8 @@ def _use_libuv_if_built() -> None:
 
 
 def _destroy_groups() -> None:
-    """Destroy torch.distributed's groups if they still exist (atexit, after `init`), then collect
-    the objects that still hold them: a group freed by the interpreter's teardown has gloo threads
-    that may still drop a finished collective's Python tensors, which needs the GIL the teardown
-    no longer gives (pytorch#190489). Freed here, its destructor joins them first."""
+    """Destroy torch.distributed's groups (atexit) and collect what holds them: freed by the
+    interpreter's teardown, gloo's threads may need the GIL it no longer gives (pytorch#190489)."""
     import gc
 
     import torch.distributed as dist
@@ -443,8 +370,7 @@ def _destroy_groups() -> None:
 
 
 def _spanning_groups(keys: Sequence[GroupKey]) -> list[tuple[GroupKey, list[tuple[int, ...]]]]:
-    """Each dp group that its vendors' `dp_local` groups split into two or more parts, with the
-    parts (ordered by first rank)."""
+    """Each dp group that its `dp_local` groups split into two or more parts, with the parts."""
     local = [ranks for name, ranks, _ in keys if name == "dp_local"]
     out = []
     for key in keys:
@@ -471,8 +397,8 @@ def _make_hierarchy(
     gathered: Sequence[tuple[Any, ...]],
     wait: datetime.timedelta,
 ) -> None:
-    """Create the owners' groups of a dp group that spans vendors (every rank, in one order) and,
-    on its members, the `HierarchicalGroup`. The owners talk across vendors: the dp group's backend."""
+    """Create the owners' groups of a dp group that spans vendors and, on its members, the
+    `HierarchicalGroup`."""
     import torch.distributed as dist
 
     rank = out.layout["rank"]
@@ -535,8 +461,7 @@ def _rendezvous(lay: Mapping[str, Any] | None, problem: str | None) -> tuple[int
 def _make_group(
     out: Distributed, key: GroupKey, reason: str | None, rank: int, wait: datetime.timedelta
 ) -> None:
-    """Create one group; every rank calls this for every group, in the same order (a group of one
-    rank is not created: it needs no communication). The launcher exported each group's `env`."""
+    """Create one group (not one of one rank); every rank calls this for every group, in one order."""
     import torch.distributed as dist
 
     name, ranks, chosen = key
@@ -605,26 +530,27 @@ def weighted_allreduce_grads(
     of ``grad_weight * grad``: the global batch's mean gradient when each replica's gradient is the
     mean over its own samples. With `group` None (one replica) the gradients are only scaled."""
     import torch
+    import torch.distributed as dist
 
     grads = [_grad(p) for p in module.parameters() if p.requires_grad]
     if not grads:
         return
-    flat = sum_over(torch.cat([g.reshape(-1) for g in grads]) * grad_weight(layout), group)
+    flat = torch.cat([g.reshape(-1) for g in grads]) * grad_weight(layout)
+    if isinstance(group, HierarchicalGroup):
+        flat = _hierarchical_sum(flat, group)
+    elif group is not None and dist.get_world_size(group) > 1:
+        flat = _all_reduce(flat, group)
     for g, reduced in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(reduced.view_as(g))
 
 
-def sum_over(flat: torch.Tensor, group: ProcessGroup | HierarchicalGroup | None) -> torch.Tensor:
-    """The sum of the 1-d tensor `flat` over `group`: one all-reduce, or hierarchically."""
+def _all_reduce(tensor: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
+    """The sum of `tensor` over `group`, on `tensor`'s device."""
     import torch.distributed as dist
 
-    if isinstance(group, HierarchicalGroup):
-        return _hierarchical_sum(flat, group)
-    if group is None or dist.get_world_size(group) <= 1:
-        return flat
-    comm = _on_comm_device(flat, group)
+    comm = _on_comm_device(tensor, group)
     dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=group)
-    return comm.to(flat.device)
+    return comm.to(tensor.device)
 
 
 def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
@@ -650,9 +576,7 @@ def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
     for piece in h.pieces:
         if piece.group is not None:
             part = mine[piece.start * step - offset : piece.end * step - offset]
-            comm = _on_comm_device(part.contiguous(), piece.group)
-            dist.all_reduce(comm, op=dist.ReduceOp.SUM, group=piece.group)
-            part.copy_(comm)
+            part.copy_(_all_reduce(part.contiguous(), piece.group))
     if h.local is None:
         return mine[:size].to(flat.device)
     dist.all_gather(chunks, mine, group=h.local)
@@ -678,8 +602,7 @@ def _reduce_scatter(
 
 
 def _grad(param: torch.Tensor) -> torch.Tensor:
-    """`param`'s gradient (this rank's shard of a DTensor's), zeros if it has none (a replica
-    without samples still takes part)."""
+    """`param`'s gradient (a DTensor's local shard); zeros if none: a replica without samples joins too."""
     import torch
 
     if param.grad is None:

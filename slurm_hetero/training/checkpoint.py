@@ -2,23 +2,18 @@
 (DCP), keyed by global layer index, so a checkpoint one layout wrote loads into any other (other
 stages, data- or tensor-parallel degrees, device types).
 
-Keys: a stage's modules (`training.stage_modules`: embedding on stage 0, blocks, head on the last
-stage) are named ``embed``, ``layers.<global index>`` and ``head``, their parameters below as in the
-model (a recomputed block's wrapper left out). Model and optimizer state (`get_state_dict`, keyed
-by the same names) are saved by every rank for its stage; DCP writes each key once (data-parallel
-replicas hold the same values) and DTensor shards as pieces of one tensor, and on load each rank
-reads the keys of its own stage, resharded to its tensor-parallel degree.
+Keys: a stage's modules are named ``embed``, ``layers.<global index>`` and ``head`` (a recomputed
+block's wrapper left out); DCP writes each key once and DTensor shards as pieces of one tensor, and
+on load each rank reads its own stage's keys, resharded to its tensor-parallel degree.
 
 Layout on disk, in DIR (the same directory on every node)::
 
     DIR/step-00000120/   DCP files, and meta.json (model, layers, step, the caller's `extra`)
     DIR/latest           the name of the last complete step directory
 
-A save writes ``step-N.partial`` and renames it to ``step-N`` once every rank is done and rank 0
-has written meta.json, then replaces ``latest`` (write and rename): a crash at any point leaves
-``latest`` naming the previous complete checkpoint. Bad input is one `CheckpointError` line: a
-directory that cannot be written, no checkpoint, a checkpoint of another model, a truncated or
-half-written one.
+A save writes ``step-N.partial``, renames it to ``step-N`` once every rank is done, then replaces
+``latest``: a crash at any point leaves ``latest`` naming the previous complete checkpoint. Bad
+input is one `CheckpointError` line.
 """
 
 from __future__ import annotations
@@ -57,8 +52,7 @@ class CheckpointError(HeteroError):
 
 
 def global_name(local: str, layout: Mapping[str, Any]) -> str:
-    """A stage's parameter name (``2.self_attn.q_proj.weight``, index into `stage_modules`) as its
-    layout-free key (``layers.5.self_attn.q_proj.weight``)."""
+    """A stage's parameter name (``2.self_attn.q_proj.weight``) as its key (``layers.5.self_attn....``)."""
     head, _, rest = local.partition(".")
     index = int(head)
     if layout["stage"] == 0:
@@ -188,11 +182,9 @@ def _barrier() -> None:
 
 
 def check_resume(directory: str | os.PathLike[str], num_layers: int | None) -> None:
-    """What `launch --resume DIR` checks before any rank starts (no torch needed): DIR can be
-    written (made when missing), and a checkpoint already there is complete (its shards there,
-    as long as its .metadata says, and readable) and of a model of `num_layers` layers. The
-    model's name is not compared: `--model gpt2` and a path to the same config plan alike, and the
-    tensors' shapes, which `load` checks, are what must match."""
+    """What `launch --resume DIR` checks before any rank starts (no torch needed): DIR writable
+    (made when missing), and a checkpoint there complete and of `num_layers` layers (names are
+    not compared: `gpt2` and a path to its config are one model; `load` checks the shapes)."""
     root = Path(directory)
     _prepare(root)
     if not os.path.lexists(root / LATEST):
@@ -202,12 +194,22 @@ def check_resume(directory: str | os.PathLike[str], num_layers: int | None) -> N
                 f"{root / LATEST} to resume from it, or give an empty directory to start afresh"
             )
         return  # a first run: training starts afresh and saves here
+    _checked(root, num_layers, root)
+
+
+def _checked(root: Path, num_layers: int | None, named: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """`root`'s latest checkpoint and its meta.json, complete (checked before DCP opens its files:
+    a FIFO would block it) and of `num_layers` layers (None: any); errors name `named`, else the step."""
     path = latest(root)
     meta = _meta(path)
     if (problem := _files_problem(path)) is not None:
         raise CheckpointError(f"{path}: {problem}; {_earlier(root, path)}")
     if num_layers is not None and meta.get("num_layers") != num_layers:
-        raise CheckpointError(_other_layers(root, meta, num_layers))
+        raise CheckpointError(
+            f"{named or path} holds {meta.get('model')!r} of {meta.get('num_layers')} layers; this job's "
+            f"model has {num_layers}: give the checkpoint directory of this model"
+        )
+    return path, meta
 
 
 def latest(directory: str | os.PathLike[str]) -> Path:
@@ -293,12 +295,7 @@ def load(
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    path = latest(directory)
-    meta = _meta(path)
-    if (problem := _files_problem(path)) is not None:  # before DCP opens them: a FIFO would block it
-        raise CheckpointError(f"{path}: {problem}; {_earlier(path.parent, path)}")
-    if meta.get("num_layers") != layout["num_layers"]:
-        raise CheckpointError(_other_layers(path, meta, layout["num_layers"]))
+    path, meta = _checked(Path(directory), layout["num_layers"])
     state = _state(stage, optimizer, layout)
     # The file holds one rank's param_groups (its names, its stage): take the hyperparameters from
     # it and keep this rank's own parameter names, or a re-split stage matches none of them.
@@ -329,13 +326,6 @@ def load(
     return meta
 
 
-def _other_layers(path: Path, meta: Mapping[str, Any], num_layers: int) -> str:
-    return (
-        f"{path} holds {meta.get('model')!r} of {meta.get('num_layers')} layers; this job's model has "
-        f"{num_layers}: give the checkpoint directory of this model"
-    )
-
-
 def _meta(path: Path) -> dict[str, Any]:
     text = read_text(path / META, MAX_CONFIG_BYTES, f"checkpoint {META}", CheckpointError)
     try:
@@ -348,8 +338,7 @@ def _meta(path: Path) -> dict[str, Any]:
 
 
 def _first_line(error: BaseException) -> str:
-    """`error`'s type and first line; for DCP's CheckpointException (whose text is the ranks'
-    tracebacks), the first failing rank's exception."""
+    """`error`'s type and first line (for DCP's CheckpointException, the first failing rank's)."""
     failures = getattr(error, "failures", None)
     if isinstance(failures, dict) and failures:
         cause = next(iter(failures.values()))

@@ -1,23 +1,13 @@
 """One replica's step on `torch.distributed.pipelining`: this rank's stage as a `PipelineStage`
-driven by torch's schedule (1F1B by default, as the planner prices the step; GPipe selectable),
-data parallel by the layout's uneven sample split.
+driven by torch's schedule (1F1B by default, as the planner prices the step; GPipe selectable).
 
-Micro-batches: the replica's `samples` in `micro_batches` of `micro_batch`. torch's schedules split
-a batch into equal chunks, so the last micro-batch is padded with copies of the replica's first
-sample; the schedule's target is each row's index, and the loss counts the real rows only (a
-padded row adds nothing to the loss or the gradients). Each micro-batch's loss is weighted by its
-share of the replica's samples, so the gradients are those of the replica's mean loss, whatever
-the split (`training.weighted_allreduce_grads` then weighs replicas).
+torch's schedules split a batch into equal chunks, so the last micro-batch is padded with copies
+of the first sample; the schedule's target is each row's index, and the loss counts the real rows
+only, weighted by their share of the replica's samples (the gradients of the replica's mean loss).
 
-Tensor parallel ranks of a stage (`training.tensor`): tp rank 0 of each stage is the stage the
-schedule sees (the layout's pp group of tp rank 0 joins them); the others follow it. Its module
-hands each forward's input (and each backward's output gradient) to the tp group by a broadcast,
-and the followers run that forward (or backward) on their shard, so the collectives inside the
-sharded layers meet. Stages of different tensor-parallel degrees thus chain, whatever the
-schedule's order. With one stage there is no schedule: every tp rank runs the micro-batches.
-
-Schedules the layout cannot use: interleaved and zero-bubble ones need several stages per rank or
-a split backward; the plan gives each rank one contiguous run of layers.
+Tensor parallel: tp rank 0 of each stage is the stage the schedule sees; it broadcasts each
+forward's input and each backward's output gradient to its tp group, whose followers run the same
+on their shard, so the collectives inside the sharded layers meet whatever the neighbours' degree.
 """
 
 from __future__ import annotations
@@ -41,7 +31,7 @@ _HEADER = 8  # op, id, dtype code, ndim, up to 4 dims
 
 
 def micro_batch_sizes(layout: Any) -> list[int]:
-    """This replica's micro-batch sizes: `micro_batches` of `micro_batch`, the last one the rest."""
+    """This replica's micro-batch sizes: `micro_batches` of `micro_batch`, the last the rest."""
     from slurm_hetero.training import as_dict
 
     lay = as_dict(layout)
@@ -92,8 +82,7 @@ class Pipeline:
         return self._scheduled_step(inputs, targets, sizes)
 
     def _loss(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """The loss of a micro-batch's real rows (`rows`: their places in this step's targets; a
-        padded row's is past the samples), weighted by their share of the replica's samples."""
+        """The loss of a micro-batch's real rows (`rows`: places in this step's targets), weighted."""
         assert self.targets is not None
         samples = self.lay["samples"]
         real = rows < samples
@@ -128,8 +117,7 @@ class Pipeline:
         return float(sum(float(x.detach()) for x in losses)) if self.last else None
 
     def _schedule(self, count: int) -> Any:
-        """torch's schedule over this rank's `PipelineStage`, made once (its first step infers the
-        shapes between stages)."""
+        """torch's schedule over this rank's `PipelineStage`, made once (its first step infers shapes)."""
         if self.made is None:
             from torch.distributed import pipelining
 
@@ -142,18 +130,14 @@ class Pipeline:
                 module, self.lay["stage"], self.lay["num_stages"], module_device(self.stage), group=self.pp
             )
             stage.stage_index_to_group_rank = _group_ranks(self.lay)
-            # torch 2.6 (a stage with prev_rank/next_rank) sends its first step's shapes to the
-            # next rank of the group, not of the stage order: point it at the layout's neighbours
-            # (global ranks, as it keeps them); later torch reads stage_index_to_group_rank
+            # torch 2.6 sends its first step's shapes to the next rank of the group, not of the
+            # stage order: point it at the layout's neighbours (later torch reads the mapping)
             for side in ("prev_rank", "next_rank"):
                 if hasattr(stage, side) and self.lay[side] is not None:
                     setattr(stage, side, self.lay[side])
-            # every stage gets the loss: a schedule without one runs forward only. Gradients are
-            # summed over micro-batches (their losses are weighted already): torch 2.7 and later
-            # divide them by the count unless told not to, earlier ones have no such option
-            # 1F1B with fewer micro-batches than stages has no steady state: its order is GPipe's
-            # (all forwards, then all backwards), which is what the planner prices for it, but
-            # torch's Schedule1F1B refuses it (a replica the plan gives 1 micro-batch on 2 stages)
+            # 1F1B with fewer micro-batches than stages is GPipe's order (as the planner prices
+            # it), which torch's Schedule1F1B refuses. Every stage gets the loss (without one a
+            # schedule runs forward only); losses are weighted already, so gradients are summed
             name = "gpipe" if count < self.lay["num_stages"] else self.schedule
             kind = getattr(pipelining, SCHEDULES[name])
             _wait_every_p2p_op()
@@ -189,9 +173,8 @@ def module_device(module: torch.nn.Module) -> torch.device:
 
 
 def _pad(batch: torch.Tensor, rows: int) -> torch.Tensor:
-    """`batch` with copies of its first row up to `rows` rows, contiguous: a caller's slice
-    (``ids[:, :-1]``, stride seq+1) reached torch 2.6's PipelineStage, whose check of each
-    micro-batch's strides against the shapes it inferred refused it (PipeliningShapeError)."""
+    """`batch` with copies of its first row up to `rows` rows, contiguous (torch 2.6's
+    PipelineStage refuses a strided slice: PipeliningShapeError)."""
     import torch
 
     extra = rows - batch.shape[0]
@@ -222,8 +205,7 @@ def _wait_every_p2p_op() -> None:
 
 
 def _group_ranks(lay: dict[str, Any]) -> dict[int, int]:
-    """This stage and its neighbours -> their ranks in the pp group (sorted by global rank, while
-    stages need not follow rank order: a stage order that puts a later device type first)."""
+    """This stage and its neighbours -> their ranks in the pp group (stages need not follow rank order)."""
     pp = sorted(next(g["ranks"] for g in lay["groups"] if g["name"] == "pp"))
     stage, out = lay["stage"], {lay["stage"]: pp.index(lay["rank"])}
     for neighbour, rank in ((stage - 1, lay["prev_rank"]), (stage + 1, lay["next_rank"])):
@@ -266,8 +248,7 @@ def _receive(group: ProcessGroup, root: int) -> tuple[int, int, Any]:
 
 
 def _follow(stage: torch.nn.Module, group: ProcessGroup | None, root: int) -> None:
-    """A tp rank other than 0 of a pipeline stage: run the forwards and backwards its tp rank 0
-    announces, until it says the step is done."""
+    """A tp rank other than 0: run the forwards and backwards tp rank 0 announces, until done."""
     assert group is not None
     outputs: dict[int, torch.Tensor] = {}
     while True:
@@ -286,9 +267,8 @@ def _follow(stage: torch.nn.Module, group: ProcessGroup | None, root: int) -> No
 
 
 def _LeadStage(group: ProcessGroup, root: int) -> Any:  # noqa: N802 - a class factory
-    """tp rank 0's `PipelineStage`: torch's first step infers the shapes between stages by a
-    forward and backward of made-up tensors, which the followers run too (the sharded layers'
-    collectives must meet); before the first real micro-batch they drop what it left."""
+    """tp rank 0's `PipelineStage`: the followers run torch's shape inference too (the sharded
+    layers' collectives must meet), then drop what it left before the first real micro-batch."""
     from torch.distributed.pipelining import PipelineStage
 
     class LeadStage(PipelineStage):
@@ -304,10 +284,8 @@ def _LeadStage(group: ProcessGroup, root: int) -> Any:  # noqa: N802 - a class f
 
 
 def _Owned(stage: torch.nn.Module) -> torch.nn.Module:  # noqa: N802 - a class factory
-    """The last stage for the schedule, its output never a view: torch 2.6's PipelineStage
-    detaches the last stage's output in place after its backward, which raises for a view ("Can't
-    detach views in-place"; nn.Linear on 3-d input returns one, and so does `_Lead`); later torch
-    skips views. A view is cloned, one micro-batch's output."""
+    """The last stage for the schedule, its output never a view: torch 2.6 detaches it in place
+    after its backward, which raises for a view."""
     import torch
 
     class Owned(torch.nn.Module):
@@ -323,8 +301,7 @@ def _Owned(stage: torch.nn.Module) -> torch.nn.Module:  # noqa: N802 - a class f
 
 
 def _Lead(stage: torch.nn.Module, group: ProcessGroup, root: int) -> torch.nn.Module:  # noqa: N802
-    """tp rank 0's stage for the schedule: each forward first hands its input to the tp group's
-    followers, each backward its output gradient."""
+    """tp rank 0's stage: each forward hands its input to the followers, each backward its gradient."""
     import torch
 
     class Announce(torch.autograd.Function):

@@ -1,18 +1,12 @@
 """Tensor parallelism with DTensor: a stage's attention and MLP sharded over the layout's tp group
 by `torch.distributed.tensor.parallel.parallelize_module`.
 
-The plan is Megatron's, by submodule name (`LLAMA_PLAN`, the names of Llama-style decoders in
-`transformers` and of the example's model): query, key, value, gate and up projections split by
-output columns (`ColwiseParallel`), output and down projections by input rows (`RowwiseParallel`,
-whose forward ends in the tp group's all-reduce). The attention's and the MLP's input enters as
-one replicated DTensor ("input"), so their projections' input gradients are summed before one
-all-reduce (Megatron's `f`): two all-reduces per block forward and two backward, as the planner
-prices them (`engine.stagecost`); column-parallel layers each given a plain tensor would each
-all-reduce their input gradient, four or five per block backward. Each block's input stays
-replicated, so every tp rank of a stage holds the same activations between blocks (what
-`training.Pipeline` relies on) and the same gradients of the unsharded weights (norms,
-embeddings). Attention must reshape its projections by head size (``view(b, s, -1, head_dim)``),
-so that a rank's shard holds its heads. The planner never splits heads unevenly (`modelcost.usable_tp_sizes`).
+The plan is Megatron's, by submodule name (`LLAMA_PLAN`, Llama-style names): q, k, v, gate and up
+projections split by columns, output and down projections by rows. The attention's and the MLP's
+input enters as one replicated DTensor ("input"), so their input gradients are summed before one
+all-reduce: two all-reduces per block forward and two backward, as the planner prices them. Each
+block's input stays replicated, so every tp rank of a stage holds the same activations between
+blocks. Attention must reshape its projections by head size (``view(b, s, -1, head_dim)``).
 """
 
 from __future__ import annotations
@@ -44,9 +38,8 @@ LLAMA_PLAN: Mapping[str, str] = {
 def parallelize(
     stage: torch.nn.Module, tp_group: ProcessGroup | None, plan: Mapping[str, str] = LLAMA_PLAN
 ) -> torch.nn.Module:
-    """Shard `stage`'s linear layers named by `plan` over `tp_group` (in place; returned). A stage
-    without a tp group (tp 1) is left whole; a plan that matches nothing is an error, since the
-    planner priced the stage tp-fold faster."""
+    """Shard `stage`'s linear layers named by `plan` over `tp_group` (in place; returned); a plan
+    that matches nothing is an error, since the planner priced the stage tp-fold faster."""
     if tp_group is None:
         return stage
     from slurm_hetero.training.pipeline import module_device, require_torch_module
@@ -74,10 +67,8 @@ def parallelize(
 
 
 def _replicated_input() -> Any:
-    """A `ParallelStyle` that makes a module's input (its first positional tensor, else its
-    `hidden_states` keyword, as transformers' attention takes it) a replicated DTensor, whose
-    gradient is all-reduced once for every layer that reads it. torch's `PrepareModuleInput`
-    takes either positional or keyword layouts, not whichever the caller passes."""
+    """A `ParallelStyle` that makes a module's input (first positional tensor, else `hidden_states`)
+    a replicated DTensor; torch's `PrepareModuleInput` takes one of the two, not whichever comes."""
     import torch
     from torch.distributed.tensor import DTensor, Replicate
     from torch.distributed.tensor.parallel.style import ParallelStyle
