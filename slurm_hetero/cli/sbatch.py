@@ -20,7 +20,6 @@ import click
 from slurm_hetero.cli import TEXT, cli, inventory_option
 from slurm_hetero.cli.fit import breakdown, fit_options
 from slurm_hetero.cli.gres import local_slurm_release
-from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.submit import compiled, settings_hook
 from slurm_hetero.core.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.core.model import SlurmNode
@@ -35,6 +34,7 @@ from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.render.templates import release_key
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
+from slurm_hetero.submit.hook import read_hosts
 from slurm_hetero.submit.sbatchplan import (
     Decision,
     SbatchPlanError,

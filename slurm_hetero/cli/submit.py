@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from slurm_hetero.cli import PATH, cli, config_option, inventory_option, models_dir_option
-from slurm_hetero.cli.hostfile import read_hosts
 from slurm_hetero.cli.options import Count, stacked
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core.errors import ConfigError
@@ -22,7 +21,15 @@ from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import MAX_UID, Settings, check_for_cluster, exempt_uids, load_settings
 from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render import removal
-from slurm_hetero.submit.hook import WRITTEN, Hook, Outcome, cluster_hook, lua_compile_error, script_template
+from slurm_hetero.submit.hook import (
+    WRITTEN,
+    Hook,
+    Outcome,
+    cluster_hook,
+    lua_compile_error,
+    read_hosts,
+    render_script,
+)
 from slurm_hetero.submit.sbatch import gres_names, job_from_texts
 from slurm_hetero.submit.tables import (
     CHAIN_TEMPLATE,
@@ -31,10 +38,6 @@ from slurm_hetero.submit.tables import (
     CLI_SRUN_NAME,
     SCRIPT_NAME,
     TABLE_NAME,
-    render_chain,
-    render_cli_filter,
-    render_cli_srun,
-    render_script,
     render_table,
 )
 
@@ -120,14 +123,20 @@ def render(inventory_path: Path, out: Path, hook_path: str | None, site_hook: st
     uids = exempt_uids(settings.exempt_users)
     declared = removal.declaration(nodes)
     table, ident = render_table(model, uids, settings.fail_policy, inventory_path.name, declared)
-    script = render_script(script_template(), ident, settings.fail_policy, o["table_path"])
+    script = render_script(
+        SCRIPT_NAME, table_id=ident, fail_policy=settings.fail_policy, table_path=o["table_path"]
+    )
     hooks = {SCRIPT_NAME: script}
     if site_hook is not None:
         _check_site_hook(Path(site_hook), out)
         hooks = {
             CHAINED_NAME: script,
-            SCRIPT_NAME: render_chain(
-                script_template(CHAIN_TEMPLATE), site_hook, o["chain_order"] != "ours-first"
+            SCRIPT_NAME: render_script(
+                SCRIPT_NAME,
+                CHAIN_TEMPLATE,
+                site_path=site_hook,
+                ours_path=None,
+                site_first=o["chain_order"] != "ours-first",
             ),
         }
         hook_path = hook_path or str((out / CHAINED_NAME).absolute())  # srun's half runs ours alone
@@ -138,8 +147,8 @@ def render(inventory_path: Path, out: Path, hook_path: str | None, site_hook: st
     files = {
         TABLE_NAME: table,
         **hooks,
-        CLI_SRUN_NAME: render_cli_srun(script_template(CLI_SRUN_NAME), hook_path),
-        CLI_FILTER_NAME: render_cli_filter(script_template(CLI_FILTER_NAME), o["srun_path"]),
+        CLI_SRUN_NAME: render_script(CLI_SRUN_NAME, hook_path=hook_path),
+        CLI_FILTER_NAME: render_script(CLI_FILTER_NAME, srun_path=o["srun_path"]),
     }
     written = check_or_write(files, out, o["check"], o["allow_removal"], o["keep_backups"])
     summary = {"table_id": ident, "types": len(model.types), "written": [str(p) for p in written]}

@@ -14,6 +14,7 @@ A `Hook` is one Lua state, as slurmctld keeps one: its memo and het bookkeeping 
 from __future__ import annotations
 
 import functools
+import re
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.core.errors import ConfigError, HeteroError, RequestError
+from slurm_hetero.core.readfile import read_bytes
 from slurm_hetero.data import bundled
 from slurm_hetero.engine.score import ClusterModel
 from slurm_hetero.submit import Job
@@ -28,7 +30,7 @@ from slurm_hetero.submit.tables import (
     SCRIPT_NAME,
     SLURM_ERRNO,
     TABLE_NAME,
-    render_script,
+    lua_value,
     render_table,
 )
 
@@ -124,6 +126,26 @@ def script_template(name: str = SCRIPT_NAME) -> str:
         raise ConfigError(f"cannot read the hook template: {e.strerror}", f"job_submit/{name}") from e
 
 
+_RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTILINE)
+
+
+def render_script(name: str, template: str | None = None, **values: Any) -> str:
+    """The script NAME (from the template of that name, default NAME) with each `-- @render KEY`
+    line's value set to values[KEY]: the table id, fail policy and paths `job-submit render` bakes in."""
+    found: list[str] = []
+
+    def bake(m: re.Match[str]) -> str:
+        found.append(m.group(3))
+        return f"local {m.group(1)} = {lua_value(values[m.group(3)])}{m.group(2)}"
+
+    text = _RENDER_LINE.sub(bake, script_template(template or name))
+    if sorted(found) != sorted(values):
+        raise ValueError(
+            f"{name} template: expected one '@render' line each for {sorted(values)}, found {found}"
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class Request:
     """The device request the hook reads from a job's TRES fields (its `gather`)."""
@@ -202,6 +224,21 @@ def hostfile_hosts(data: bytes, path: str) -> str:
     if hosts is None:
         raise HeteroError(bytes(said).decode("utf-8", "replace"))
     return bytes(hosts).decode("utf-8", "replace")
+
+
+MAX_HOSTFILE_BYTES = 1 << 20  # Slurm reads any size; the hook reads far fewer host names
+
+
+def read_hosts(option: str, value: str | None) -> str | None:
+    """`value` of -w/-x (`option`): a value with a "/" names a host file, read as sbatch, salloc and
+    srun read it (proc_args.c `verify_node_list`: its hosts comma-joined); one that cannot be read
+    ends the submission, as in sbatch."""
+    if value is None or "/" not in value:
+        return value
+    try:
+        return hostfile_hosts(read_bytes(value, MAX_HOSTFILE_BYTES, "host file"), value)
+    except HeteroError as e:
+        raise HeteroError(f"{option}: {e} (sbatch, salloc and srun read the file and end there)") from None
 
 
 class Hook:
@@ -292,7 +329,8 @@ def render_hook(
     table, ident = render_table(model, exempt_uids, fail_policy, source, list(declared))
     (directory / TABLE_NAME).write_text(table, encoding="utf-8")
     script = directory / SCRIPT_NAME
-    script.write_text(render_script(script_template(), ident, fail_policy), encoding="utf-8")
+    baked = render_script(SCRIPT_NAME, table_id=ident, fail_policy=fail_policy, table_path=None)
+    script.write_text(baked, encoding="utf-8")
     return script
 
 

@@ -52,7 +52,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -104,7 +103,6 @@ CLI_SRUN_NAME = "slurm_hetero_srun.lua"  # cli_filter.lua's srun half, loaded on
 CHAIN_TEMPLATE = "job_submit_chain.lua"  # job_submit.lua that runs a site's hook and ours (--chain)
 CHAINED_NAME = "slurm_hetero_job_submit.lua"  # our hook's name beside that job_submit.lua
 DECLARATION_END = "]==]"  # closes the long comment of the table's declaration (`render_table`)
-_RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTILINE)
 
 # ------------------------------------------------------------------------------ Lua literals
 
@@ -273,41 +271,3 @@ def _declaration_comment(lines: Sequence[str]) -> str:
         "`job-submit render` refuses to drop any of them unless --allow-removal.\n"
     )
     return f"--[==[ {intro}" + "".join(f"{line}\n" for line in lines) + DECLARATION_END + "\n"
-
-
-def render_script(template: str, ident: str, fail_policy: str, table_path: str | None = None) -> str:
-    """`job_submit.lua` with the table id, fail policy and table path baked in."""
-    values = {"table_id": ident, "fail_policy": fail_policy, "table_path": table_path}
-    return _bake(template, SCRIPT_NAME, values)
-
-
-def render_cli_filter(template: str, srun_path: str | None = None) -> str:
-    """`cli_filter.lua` with the path of slurm_hetero_srun.lua baked in (default: beside it)."""
-    return _bake(template, CLI_FILTER_NAME, {"srun_path": srun_path})
-
-
-def render_cli_srun(template: str, hook_path: str | None = None) -> str:
-    """`slurm_hetero_srun.lua` with the path of job_submit.lua baked in (default: beside it)."""
-    return _bake(template, CLI_SRUN_NAME, {"hook_path": hook_path})
-
-
-def render_chain(template: str, site_path: str, site_first: bool) -> str:
-    """`job_submit.lua` that runs the site's hook at `site_path` and ours (beside it, as
-    CHAINED_NAME) in the given order."""
-    return _bake(template, SCRIPT_NAME, {"site_path": site_path, "ours_path": None, "site_first": site_first})
-
-
-def _bake(template: str, name: str, values: Mapping[str, Any]) -> str:
-    """`template` with each `-- @render KEY` line's value replaced by values[KEY]."""
-    found: list[str] = []
-
-    def bake(m: re.Match[str]) -> str:
-        found.append(m.group(3))
-        return f"local {m.group(1)} = {lua_value(values[m.group(3)])}{m.group(2)}"
-
-    text = _RENDER_LINE.sub(bake, template)
-    if sorted(found) != sorted(values):
-        raise ValueError(
-            f"{name} template: expected one '@render' line each for {sorted(values)}, found {found}"
-        )
-    return text

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hetero.cli import cli
-from slurm_hetero.cli.hostfile import hostfile_hosts
 from slurm_hetero.core.errors import HeteroError
+from slurm_hetero.submit.hook import hostfile_hosts
 from slurm_hetero.submit.sbatch import GPUS_PER_SOCKET_REFUSAL
 from tests.conftest import REPO
 

@@ -26,7 +26,7 @@ from slurm_hetero.inventory.config import Settings, exempt_uids
 from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.submit import Job, job_from_options, sbatch_counts
 from slurm_hetero.submit import hook as shim
-from slurm_hetero.submit.hook import RECORD_HIDDEN, WRITTEN, Outcome, script_template
+from slurm_hetero.submit.hook import RECORD_HIDDEN, WRITTEN, Outcome, render_script, script_template
 from slurm_hetero.submit.tables import (
     CHAIN_TEMPLATE,
     CLI_FILTER_NAME,
@@ -34,8 +34,6 @@ from slurm_hetero.submit.tables import (
     SCRIPT_NAME,
     SLURM_ERRNO,
     TABLE_NAME,
-    render_cli_filter,
-    render_cli_srun,
 )
 from tests.unit.test_score import MIXED, second_inventory, second_settings
 from tests.unit.test_units import load_cases
@@ -981,9 +979,9 @@ end
 
 def install_cli_filter(directory: Path, srun_path: str | None = None, hook_path: str | None = None) -> Path:
     """cli_filter.lua and slurm_hetero_srun.lua rendered into `directory`; the filter's path."""
-    (directory / CLI_SRUN_NAME).write_text(render_cli_srun(script_template(CLI_SRUN_NAME), hook_path))
+    (directory / CLI_SRUN_NAME).write_text(render_script(CLI_SRUN_NAME, hook_path=hook_path))
     path = directory / CLI_FILTER_NAME
-    path.write_text(render_cli_filter(script_template(CLI_FILTER_NAME), srun_path))
+    path.write_text(render_script(CLI_FILTER_NAME, srun_path=srun_path))
     return path
 
 
@@ -1152,7 +1150,7 @@ def test_the_cli_filter_stays_small() -> None:
     """Slurm's cli_filter/lua reads and compiles the whole file for every sbatch, salloc and srun:
     at 9 KB it cost 24.11's sbatch 6%, at 4 KB 3% (bench_submit); the srun half is loaded only when
     needed, so the filter holds the dispatch alone."""
-    assert len(render_cli_filter(script_template(CLI_FILTER_NAME)).encode()) <= 3000
+    assert len(render_script(CLI_FILTER_NAME, srun_path=None).encode()) <= 3000
 
 
 def test_the_wheel_ships_every_script_that_render_reads() -> None:

@@ -463,7 +463,7 @@ def test_explain_reads_a_host_file_as_sbatch_sends_its_hosts(tmp_path: Path) -> 
     """Adversarial r6 P09: `request explain -x /tmp/FILE --gres=gpumem:20G` was refused "this hook
     reads host names"; sbatch reads the file (slurm_read_hostfile: names or comma lists a line, "#"
     comments, `name*N`) and the hook sees its hosts, so explain decides around them too."""
-    from slurm_hetero.cli.hostfile import hostfile_hosts
+    from slurm_hetero.submit.hook import hostfile_hosts
 
     hosts = tmp_path / "hosts"
     hosts.write_text("l40sn1 # the l40s node\n")
