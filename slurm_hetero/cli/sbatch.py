@@ -40,7 +40,6 @@ from slurm_hetero.submit.sbatchplan import (
     SbatchPlanError,
     Suggestion,
     check_gpumem,
-    cluster_types,
     component,
     hook_check,
     merged_argv,
@@ -137,7 +136,6 @@ def plan(
     cluster = compiled(nodes, settings)
     hook = settings_hook(cluster, settings, release)
     components = [component(k, opts, hook, het=len(parts) > 1) for k, opts in enumerate(parts)]
-    types = cluster_types(nodes)
     tail = [] if line.script is None else (["--"] if line.script.startswith("-") else []) + [line.script]
     given = [c.options.get("gres") for c in components]
     jobs = sent_jobs(components, given, cluster, hook, release)
@@ -145,11 +143,11 @@ def plan(
         argv = merged_argv(line.components, [], [*tail, *line.script_args])
         return argv, [undecided(c) for c in components]
     if model is None:
-        decisions = [check_gpumem(c, types) for c in components]
+        decisions = [check_gpumem(c, cluster.types) for c in components]
     else:
         name, suggestions = _estimates(model, options, explicit)
         given_layout = " ".join(f"--{k} {options[k]}" for k in ("tp", "pp") if k in explicit)  # for its error
-        decisions = plan_model(components, types, name, suggestions, given_layout)
+        decisions = plan_model(components, cluster.types, name, suggestions, given_layout)
         gres = [d.gres if d.gres is not None else g for d, g in zip(decisions, given)]
         jobs = sent_jobs(components, gres, cluster, hook, release)  # with the gpumem --model added
     if jobs is not None:

@@ -96,6 +96,10 @@ class TypeFacts:
     def size(self) -> str:
         return format_size(self.memory_mib)
 
+    @property
+    def devices(self) -> int:
+        return sum(s.count * s.nodes for s in self.shapes)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -270,7 +274,7 @@ def device_counts(facts: Iterable[TypeFacts]) -> Counter[str]:
     """Devices per vendor."""
     counts: Counter[str] = Counter()
     for f in facts:
-        counts[f.vendor] += sum(s.count * s.nodes for s in f.shapes)
+        counts[f.vendor] += f.devices
     return counts
 
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from slurm_hetero.core.errors import RequestError, SbatchPlanError
-from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.units import format_size
-from slurm_hetero.engine.score import ClusterModel
+from slurm_hetero.engine.score import ClusterModel, TypeFacts
 from slurm_hetero.slurm import syntax
 from slurm_hetero.slurm.sbatchargs import Option, component_group, values
 from slurm_hetero.submit import Job
@@ -39,43 +38,16 @@ Estimate = Callable[[int], "float | None"]  # devices -> bytes per device (None:
 
 
 # ------------------------------------------------------------------------------- the cluster
-@dataclass
-class TypeFacts:
-    """One device type of the cluster: the smallest memory of its devices and devices per host."""
-
-    type: str
-    vendor: str
-    memory_mib: int
-    per_host: list[int] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return sum(self.per_host)
-
-    def holds(self, per_node: int, nodes: int, total: int) -> bool:
-        """Whether `nodes` hosts with `per_node` devices each, `total` in all, exist."""
-        return sum(1 for n in self.per_host if n >= per_node) >= nodes and self.total >= total
-
-
-def cluster_types(nodes: Sequence[SlurmNode]) -> dict[str, TypeFacts]:
-    """Healthy devices by type, largest memory first."""
-    out: dict[str, TypeFacts] = {}
-    for node in nodes:
-        counts: dict[str, int] = {}
-        for device in node.devices:
-            facts = out.setdefault(device.type, TypeFacts(device.type, device.vendor.name, device.memory_mib))
-            facts.memory_mib = min(facts.memory_mib, device.memory_mib)
-            counts[device.type] = counts.get(device.type, 0) + 1
-        for name, count in counts.items():
-            out[name].per_host += [count] * node.hosts
-    return dict(sorted(out.items(), key=lambda kv: (-kv[1].memory_mib, kv[0])))
+def by_memory(types: Mapping[str, TypeFacts]) -> list[TypeFacts]:
+    """The types, largest memory first (ties: name order)."""
+    return sorted(types.values(), key=lambda f: (-f.memory_mib, f.name))
 
 
 def largest(types: Mapping[str, TypeFacts]) -> str:
     if not types:
         return "the cluster has no GPUs"
-    best = next(iter(types.values()))
-    return f"largest device: {format_size(best.memory_mib)} on {best.type}"
+    best = by_memory(types)[0]
+    return f"largest device: {format_size(best.memory_mib)} on {best.name}"
 
 
 # ---------------------------------------------------------------------------- the job's request
@@ -172,15 +144,15 @@ def would_fit(types: Mapping[str, TypeFacts], suggestions: Sequence[Suggestion],
     for s in suggestions:
         found = []
         for facts in types.values():
-            for count in range(1, facts.total + 1):
+            for count in range(1, facts.devices + 1):
                 need = s.estimate(count)
                 if need is not None and need <= facts.memory_mib * MIB:
                     found.append((count, -facts.memory_mib, facts, need))
                     break
         if found:
-            found.sort(key=lambda f: (f[0], f[1], f[2].type))
+            found.sort(key=lambda f: (f[0], f[1], f[2].name))
             text = "; ".join(
-                f"--gpus={f.type}:{n} ({need / GIB:.1f} GiB of {format_size(f.memory_mib)} each)"
+                f"--gpus={f.name}:{n} ({need / GIB:.1f} GiB of {format_size(f.memory_mib)} each)"
                 for n, _, f, need in found[:limit]
             )
             return f"would fit{' ' + s.label if s.label else ''}: {text}"
@@ -191,18 +163,20 @@ def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
     gpu_type = c.request.gpu_type or ""
     facts = types.get(gpu_type)
     if facts is None:
-        known = ", ".join(types) or "none"
+        known = ", ".join(f.name for f in by_memory(types)) or "none"
         raise SbatchPlanError(
             f"{c.named()} asks for gpu type {gpu_type!r}, which the cluster lacks (types: {known})"
         )
     # without -N, Slurm may spread a job's or its tasks' devices over as many nodes as they need
     spread = c.options.get("nodes") is None and c.request.gpu_field != "tres_per_node"
     least = (1 if c.request.gpu_field == "tres_per_job" else c.request.count) if spread else c.per_node
-    if not facts.holds(least, 1 if spread else c.nodes, c.devices):
+    hosts = sum(s.nodes for s in facts.shapes if s.count >= least)
+    if hosts < (1 if spread else c.nodes) or facts.devices < c.devices:
         where = "" if spread else f" on {c.nodes} node(s)"
+        all_hosts, widest = sum(s.nodes for s in facts.shapes), max(s.count for s in facts.shapes)
         raise SbatchPlanError(
-            f"{c.named()} asks for {c.devices} x {gpu_type}{where}; the cluster has "
-            f"{facts.total} on {len(facts.per_host)} host(s), at most {max(facts.per_host)} per host"
+            f"{c.named()} asks for {c.devices} x {gpu_type}{where}; the cluster has {facts.devices} on "
+            f"{all_hosts} host(s), at most {widest} per host"
         )
     return facts
 
