@@ -10,11 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
+from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import HeteroError, RequestError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.units import parse_size
+from slurm_hetero.engine.score import ScoringOptions, TypeFacts, compile_model
 from slurm_hetero.slurm.sacct import JobRecord, Refusal
 
 GROUPINGS = ("type", "vendor", "partition", "user")
@@ -23,24 +26,9 @@ GROUPINGS = ("type", "vendor", "partition", "user")
 _POLICY = re.compile(r" -> [^(]*\(([^,()]*)")
 
 
-@dataclass(frozen=True)
-class TypeCapacity:
-    type: str
-    vendor: str
-    devices: int
-    memory_mib: int  # of one device (the smallest, where devices of a type differ)
-
-
-def capacity(nodes: Iterable[SlurmNode]) -> dict[str, TypeCapacity]:
-    """Devices per gpu type as Slurm schedules them (healthy devices, hostlists counted per host)."""
-    found: dict[str, TypeCapacity] = {}
-    for node in nodes:
-        for device in node.devices:
-            old = found.get(device.type)
-            devices = (old.devices if old else 0) + node.hosts
-            memory = min(old.memory_mib, device.memory_mib) if old else device.memory_mib
-            found[device.type] = TypeCapacity(device.type, device.vendor.name, devices, memory)
-    return dict(sorted(found.items()))
+def capacity(nodes: Sequence[SlurmNode]) -> Mapping[str, TypeFacts]:
+    """Devices and memory per gpu type as the hook schedules them (healthy devices, every host)."""
+    return compile_model(nodes, ScoringOptions()).types
 
 
 def hours_inside(job: JobRecord, since: datetime, until: datetime, now: datetime) -> float:
@@ -81,7 +69,7 @@ class _Row:
     stranded_gib_hours: float = 0.0
 
 
-def _key(job: JobRecord, gpu_type: str, by: str, caps: Mapping[str, TypeCapacity]) -> tuple[str, ...]:
+def _key(job: JobRecord, gpu_type: str, by: str, caps: Mapping[str, TypeFacts]) -> tuple[str, ...]:
     if by == "type":
         return (gpu_type,)
     if by == "vendor":
@@ -90,7 +78,7 @@ def _key(job: JobRecord, gpu_type: str, by: str, caps: Mapping[str, TypeCapacity
 
 
 def _row_doc(
-    key: tuple[str, ...], row: _Row, by: str, caps: Mapping[str, TypeCapacity], hours: float
+    key: tuple[str, ...], row: _Row, by: str, caps: Mapping[str, TypeFacts], hours: float
 ) -> dict[str, Any]:
     types = [t for t, c in caps.items() if c.vendor == key[0]] if by == "vendor" else [key[-1]]
     devices = sum(caps[t].devices for t in types if t in caps)
@@ -126,7 +114,7 @@ def off_type_jobs(jobs: Sequence[JobRecord]) -> list[dict[str, Any]]:
 def build(
     jobs: Sequence[JobRecord],
     refusals: Sequence[Refusal] | None,
-    caps: Mapping[str, TypeCapacity],
+    caps: Mapping[str, TypeFacts],
     since: datetime,
     until: datetime,
     now: datetime,
@@ -173,26 +161,33 @@ def build(
     }
 
 
-def disagreements(nodes: Iterable[SlurmNode], slurm: Mapping[str, Any], expand: Any) -> list[str]:
-    """Where the inventory and Slurm's node list differ: `host: inventory gpu:a100:4, Slurm gpu:a100:2`.
-    `slurm`: host -> scontrol's NodeGres; `expand`: a hostlist expander."""
+def disagreement(source: Path | str, nodes: Iterable[SlurmNode], slurm: Mapping[str, Any]) -> str | None:
+    """Where the inventory (`source`) and Slurm's node list (host -> scontrol's NodeGres) differ, in
+    one line (None when they agree): the rule report refuses by and metrics warns by."""
     ours: dict[str, Counter[str]] = {}
     for node in nodes:
         per_type = Counter(d.type for d in node.devices)
         if not per_type:  # no healthy device: Slurm has the node without gpus (gres render)
             continue
-        for host in expand(node.name) if node.hosts > 1 else [node.name]:
+        for host in hostlist.expand(node.name) if node.hosts > 1 else [node.name]:
             ours[host] = per_type
     theirs = {name: Counter({t: n for t, n in g.gpus}) for name, g in slurm.items() if g.gpus}
 
     def text(counts: Counter[str] | None) -> str:
         return ",".join(f"gpu:{t}:{n}" for t, n in sorted(counts.items())) if counts else "nothing"
 
-    out = []
-    for host in sorted(set(ours) | set(theirs)):
-        if ours.get(host) != theirs.get(host):
-            out.append(f"{host}: inventory {text(ours.get(host))}, Slurm {text(theirs.get(host))}")
-    return out
+    differ = [
+        f"{host}: inventory {text(ours.get(host))}, Slurm {text(theirs.get(host))}"
+        for host in sorted(set(ours) | set(theirs))
+        if ours.get(host) != theirs.get(host)
+    ]
+    if not differ:
+        return None
+    more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
+    return (
+        f"{source} disagrees with Slurm's nodes: {differ[0]}{more}; pass the inventory the "
+        "cluster was rendered from, or re-render (gres render) and reconfigure"
+    )
 
 
 def render_text(doc: Mapping[str, Any], table: Any) -> str:

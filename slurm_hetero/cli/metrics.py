@@ -13,10 +13,9 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 from prometheus_client.core import Metric
 
 from slurm_hetero.accounting import metrics
-from slurm_hetero.accounting.report import capacity
+from slurm_hetero.accounting.report import capacity, disagreement
 from slurm_hetero.cli import PATH, TEXT, checked, cli, inventory_option
 from slurm_hetero.cli.options import Count
-from slurm_hetero.cli.report import inventory_differs
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import HeteroError, OutputError
 from slurm_hetero.core.model import SlurmNode
@@ -49,7 +48,7 @@ class ClusterCollector:
             if not self.checked:  # a type the inventory lacks is vendor="unknown": say why, once
                 self.checked = True
                 slurm = {n.name: n for n in parse_show_node(text)}
-                if differ := inventory_differs(self.inventory_path, self.nodes, slurm):
+                if differ := disagreement(self.inventory_path, self.nodes, slurm):
                     print(f"slurm-hetero: warning: {differ}", file=sys.stderr, flush=True)
             metrics.read_pending(proc.run(metrics.SQUEUE, timeout=metrics.SLURM_TIMEOUT_S), snap)
             if self.log:

@@ -15,14 +15,12 @@ import click
 from slurm_hetero.accounting import report
 from slurm_hetero.cli import PATH, TEXT, cli, inventory_option, plots
 from slurm_hetero.cli.catalog import render_table
-from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import ConfigError, HeteroError, InventoryError
-from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.slurm import sacct
-from slurm_hetero.slurm.scontrol import NodeGres, show_node_gres
+from slurm_hetero.slurm.scontrol import show_node_gres
 
 _RELATIVE = re.compile(r"now-(\d+)([dhm])")
 
@@ -143,19 +141,6 @@ def report_command(since: str, until: str, plot: Path | None, **o: Any) -> None:
     click.echo(json.dumps(doc, indent=1) if o["as_json"] else report.render_text(doc, render_table))
 
 
-def inventory_differs(inventory_path: Path, nodes: list[SlurmNode], slurm: dict[str, NodeGres]) -> str | None:
-    """Where the inventory and Slurm's node list differ, in one line (None when they agree): the
-    rule report refuses by and metrics warns by."""
-    differ = report.disagreements(nodes, slurm, hostlist.expand)
-    if not differ:
-        return None
-    more = f" (and {len(differ) - 1} more)" if len(differ) > 1 else ""
-    return (
-        f"{inventory_path} disagrees with Slurm's nodes: {differ[0]}{more}; pass the inventory the "
-        "cluster was rendered from, or re-render (gres render) and reconfigure"
-    )
-
-
 def gather(
     inventory_path: Path, start: datetime, end: datetime, now: datetime, by: str, log_path: str | None
 ) -> tuple[dict, list[str]]:
@@ -163,7 +148,7 @@ def gather(
     caps = report.capacity(nodes)
     config = accounting_config()
     check_tres(config, list(caps))
-    if differ := inventory_differs(inventory_path, nodes, show_node_gres([])):
+    if differ := report.disagreement(inventory_path, nodes, show_node_gres([])):
         raise InventoryError(differ)
     found, note = refusals(log_path, config)
     notes = [note] if note else []

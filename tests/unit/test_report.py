@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from slurm_hetero.accounting import report
 from slurm_hetero.cli import cli
-from slurm_hetero.core import hostlist, proc
+from slurm_hetero.core import proc
+from slurm_hetero.engine.score import TypeFacts
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.nodes import slurm_nodes
@@ -58,7 +59,7 @@ NodeName=l40sn1 Gres=gpu:l40s:2(S:0-7),gpumem:92136M,gpucore:200 State=IDLE
 TRES_LINE = "gres/gpu,gres/gpu:a100_80g,gres/gpu:ascend910b3,gres/gpu:l40s,gres/gpumem,gres/gpucore"
 
 
-def caps() -> dict[str, report.TypeCapacity]:
+def caps() -> Mapping[str, TypeFacts]:
     return report.capacity(slurm_nodes(inventory.load(EXAMPLE), load_catalog()))
 
 
@@ -111,9 +112,11 @@ def test_sacct_lines_keep_a_bar_inside_the_admin_comment_and_refuse_short_lines(
 def test_inventory_and_slurm_disagreements_are_named_per_host() -> None:
     nodes = slurm_nodes(inventory.load(EXAMPLE), load_catalog())
     slurm = {n.name: n for n in parse_show_node(NODES.replace("gpu:a100_80g:4", "gpu:a100_80g:2"))}
-    assert report.disagreements(nodes, slurm, hostlist.expand) == [
-        "a100n1: inventory gpu:a100_80g:4, Slurm gpu:a100_80g:2"
-    ]
+    assert report.disagreement("inv.yaml", nodes, slurm) == (
+        "inv.yaml disagrees with Slurm's nodes: a100n1: inventory gpu:a100_80g:4, Slurm gpu:a100_80g:2; "
+        "pass the inventory the cluster was rendered from, or re-render (gres render) and reconfigure"
+    )
+    assert report.disagreement("inv.yaml", nodes, {n.name: n for n in parse_show_node(NODES)}) is None
 
 
 class FakeSlurm:
