@@ -134,8 +134,3 @@ MESSAGES: dict[str, str] = {
 
 #: Bytes of a long user value (an -x hostlist) a message shows, then "...".
 SHOWN_CHARS = 80
-
-
-def render(key: str, *args: object) -> str:
-    """The message for `key` with its arguments filled in, as the hook's `fmt` fills it."""
-    return MESSAGES[key] % tuple(str(a) for a in args)

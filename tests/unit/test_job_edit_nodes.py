@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from slurm_hetero.engine.reasons import MESSAGES
-from slurm_hetero.engine.reasons import render as render_message
 from slurm_hetero.engine.score import compile_model
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
@@ -87,7 +86,7 @@ def test_a_node_list_edit_naming_a_host_without_the_held_type_is_refused(
     config, hook = rendered["mixed"], hooks["mixed"]
     for hosts in ("a100n1", "l40sn1,a100n1"):
         ok, message, _ = hooked_edit(hook, Job(req_nodes=hosts, submit_uid=1000), held(form))
-        expected = render_message("edit_hosts", "a100n1", 1)
+        expected = MESSAGES["edit_hosts"] % ("a100n1", 1)
         assert not ok and message == f"gpu:l40s:1: {expected}", message
     python = decided_edit(config, Job(req_nodes="a100n1", submit_uid=1000), held(form))
     assert python.code == "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE"
@@ -122,7 +121,7 @@ def test_a_gpumem_edit_with_an_exclusion_is_decided_around_it(
     assert ok and "a100_80g" in (after.tres_per_node or "") + (after.features or ""), after
     edit = Job(tres_per_node="gres:gpumem:20G", exc_nodes="l40sn1", req_nodes="", submit_uid=1000)
     ok, message, _ = hooked_edit(hook, edit, held("gres:"))
-    assert not ok and message == f"gpumem:20G: {render_message('edit_type', 'l40s', 'a100_80g')}", message
+    assert not ok and message == f"gpumem:20G: {MESSAGES['edit_type'] % ('l40s', 'a100_80g')}", message
 
 
 @pytest.mark.parametrize("size", ["20G", "30G"])
@@ -153,7 +152,7 @@ def test_a_gpumem_edit_to_another_type_without_the_jobs_exclusions_is_refused(
     hook = hooks["mixed"]
     unstated = Job(tres_per_node="gres/gpumem:70G", submit_uid=1000)
     ok, message, _ = hooked_edit(hook, unstated, held("gres/"))
-    assert not ok and message == f"gpumem:70G: {render_message('edit_hidden', 'l40s', 'a100_80g')}", message
+    assert not ok and message == f"gpumem:70G: {MESSAGES['edit_hidden'] % ('l40s', 'a100_80g')}", message
     for hosts in ("", "ascendn1"):
         edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes=hosts, req_nodes="", submit_uid=1000)
         ok, message, after = hooked_edit(hook, edit, held("gres/"))
@@ -163,7 +162,7 @@ def test_a_gpumem_edit_to_another_type_without_the_jobs_exclusions_is_refused(
     # The job's -w is as hidden as its -x: a type move needs both stated.
     edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes="", submit_uid=1000)
     ok, message, _ = hooked_edit(hook, edit, held("gres/"))
-    assert not ok and message == f"gpumem:70G: {render_message('edit_hidden', 'l40s', 'a100_80g')}", message
+    assert not ok and message == f"gpumem:70G: {MESSAGES['edit_hidden'] % ('l40s', 'a100_80g')}", message
     assert "reqnodelist=" in message
     edit = Job(tres_per_node="gres/gpumem:70G", exc_nodes="a100n1", req_nodes="", submit_uid=1000)
     ok, message, _ = hooked_edit(hook, edit, held("gres/"))
