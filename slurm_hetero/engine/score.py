@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from slurm_hetero.core.devicespec import DeviceSpec
 from slurm_hetero.core.model import SlurmDevice, SlurmNode
@@ -293,26 +293,9 @@ def vendor_scope(
     return frozenset() if scope == set(present) else scope
 
 
-def check_options(options: ScoringOptions) -> None:
-    """Policy, mode and dtype names must be known (ValueError naming the choices)."""
-    for value, choices, what in [
-        (options.policy, POLICIES, "policy"),
-        (options.mode, MODES, "mode"),
-        (options.dtype, tuple(DTYPES), "dtype"),
-    ]:
-        if value not in choices:
-            raise ValueError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
-    for part in options.partitions.values():
-        check_options(
-            replace(
-                options, policy=part.policy or options.policy, mode=part.mode or options.mode, partitions={}
-            )
-        )
-
-
 def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> ClusterModel:
-    """Everything `decide` (and the Lua hook) needs about a cluster (nodes without unhealthy devices)."""
-    check_options(options)
+    """Everything the Lua hook needs about a cluster (nodes without unhealthy devices); `options`
+    as `inventory.config` validated them."""
     facts = _all_facts(nodes, options)
     listed = list(facts.values())
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
