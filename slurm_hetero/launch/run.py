@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from slurm_hetero.core import hostlist, proc
 from slurm_hetero.core.devicespec import Catalog
-from slurm_hetero.core.errors import InventoryError, NodeLaunchError, ToolError
+from slurm_hetero.core.errors import InventoryError, NodeLaunchError, RequestError, ToolError
 from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.core.readfile import read_text, unusable_path
 from slurm_hetero.core.writefile import write_bytes_atomic
@@ -34,7 +34,6 @@ from slurm_hetero.launch.plan import (
     RankPlan,
     StepNodes,
     build_plan,
-    check_plain_batch,
     process_env,
 )
 from slurm_hetero.launch.slurmnodes import gres_records
@@ -270,8 +269,13 @@ def plan_step(
         job = parse_job_env(environ)
         check_step_has_devices(job)
         bound = job.devices
-    if plan_options.model is None:
-        check_plain_batch(job.world_size, plan_options.global_batch)
+    world = job.world_size
+    if plan_options.model is None and plan_options.global_batch < world:
+        raise RequestError(
+            f"--global-batch {plan_options.global_batch}",
+            f"without --model every one of the {world:,} ranks is a data-parallel replica and needs a "
+            f"sample; give --global-batch {world} or more",
+        )
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
     try:

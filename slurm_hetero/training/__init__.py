@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Distributed",
-    "GroupInfo",
     "HierarchicalGroup",
     "Loss",
     "Pipeline",
@@ -148,31 +147,14 @@ def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str |
     return None
 
 
-@dataclass(frozen=True)
-class GroupInfo:
-    """One process group of this rank: the backend the layout chose, the one created, and why they differ."""
-
-    name: str
-    ranks: tuple[int, ...]
-    chosen: str
-    backend: str
-    reason: str | None = None
-
-
 @dataclass
 class Distributed:
     """What `init` set up: this rank's layout and its process groups by name (None: one rank)."""
 
     layout: dict[str, Any]
-    default_backend: str
     groups: dict[str, ProcessGroup | None] = field(default_factory=dict)
-    info: dict[str, GroupInfo] = field(default_factory=dict)
+    fallbacks: dict[str, str] = field(default_factory=dict)  # group -> why it runs on gloo
     hierarchical: HierarchicalGroup | None = None  # the dp group's, when it spans vendors
-
-    @property
-    def fallbacks(self) -> dict[str, str]:
-        """Group name -> why it runs on gloo instead of the layout's backend."""
-        return {n: i.reason for n, i in self.info.items() if i.reason}
 
     def group(self, name: str) -> ProcessGroup | None:
         return self.groups.get(name)
@@ -251,7 +233,7 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
         raise LayoutError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
     check_agreement([g[0] for g in gathered])
     assert lay is not None  # check_agreement refused every problem
-    out = Distributed(lay, "gloo")
+    out = Distributed(lay)
     keys = sorted({key for claims, *_ in gathered for key in claims["groups"]})
     for key in keys:
         _make_group(out, key, _fallback_reason(key, gathered), rank, wait)
@@ -471,7 +453,8 @@ def _make_group(
     group = dist.new_group(list(ranks), timeout=wait, backend=backend) if len(ranks) > 1 else None
     if member:
         out.groups[name] = group
-        out.info[name] = GroupInfo(name, ranks, chosen, backend, reason)
+        if reason:
+            out.fallbacks[name] = reason
 
 
 # -- the model's stage -------------------------------------------------------------------------
