@@ -52,7 +52,6 @@ from slurm_hetero.launch.rankenv import (
     Groups,
     PlanSummary,
     master_port,
-    node_ranks,
     plan_id,
     rank_document,
     rank_env,
@@ -127,12 +126,10 @@ class Site:
 
     @property
     def spec(self) -> DeviceSpec:
-        """The catalog facts of the node's device type."""
         return self.devices[0].spec
 
     @property
     def type(self) -> str:
-        """The Slurm type of the node's devices."""
         return self.devices[0].type
 
     @property
@@ -479,14 +476,13 @@ def build_plan(
     nodes = sites(job, inventory, catalog)
     layout, ranked, samples, summary, notes = _modelled(nodes, catalog, options)
     groups = Groups(ranked, nodes, options.backend_override, samples)
-    site_of = groups.site_of
     master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
     digest = plan_id(summary, ranked, nodes, options, master)
-    plans, step_ranks = [], node_ranks(job.nodes)
+    plans = []
     for a in ranked if only is None else [ranked[only]]:
-        site = site_of[a.rank]
+        site = groups.site_of[a.rank]
         doc = rank_document(a, site, summary, groups, options, job.world_size)
-        env = rank_env(doc, master, digest, options.layout_dir, step_ranks)
+        env = rank_env(doc, master, digest, options.layout_dir, (site.index, len(nodes)))
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
         plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))
     return LaunchPlan(job.job_id, step_id, layout, tuple(plans), digest, notes)
