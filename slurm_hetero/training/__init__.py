@@ -32,7 +32,6 @@ Conventions:
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime
 import importlib
 import itertools
@@ -78,13 +77,11 @@ GroupKey = tuple[str, tuple[int, ...], str]
 
 
 def as_dict(layout: Any) -> dict[str, Any]:
-    """A layout (`RankLayout`, mapping, dataclass or plain object) as a dict of the document's keys."""
+    """A layout (`RankLayout`, mapping or object of the same attributes) as a dict of its keys."""
     if isinstance(layout, RankLayout):
         return layout.to_dict()
     if isinstance(layout, Mapping):
         return dict(layout)
-    if dataclasses.is_dataclass(layout) and not isinstance(layout, type):
-        return dataclasses.asdict(layout)
     return dict(vars(layout))
 
 
