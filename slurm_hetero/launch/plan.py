@@ -52,7 +52,6 @@ from slurm_hetero.launch.rankenv import (
     Groups,
     PlanSummary,
     master_port,
-    node_ranks,
     plan_id,
     rank_document,
     rank_env,
@@ -97,8 +96,6 @@ class LaunchOptions:
             if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
                 raise LaunchPlanError(f"{flag}: must be a positive integer, got {count!r}")
         check_batch(self.global_batch, self.micro_batch)
-        if not self.tp_sizes or any(t < 1 for t in self.tp_sizes):
-            raise LaunchPlanError(f"--tp-sizes: must be positive integers, got {self.tp_sizes!r}")
         rates = {
             "--network-gbs": self.network_gbs,
             **{f"--measured {k}": v for k, v in self.measured.items()},
@@ -106,8 +103,6 @@ class LaunchOptions:
         for flag, rate in rates.items():
             if rate is not None and not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
                 raise LaunchPlanError(f"{flag}: must be a finite number > 0, got {rate!r}")
-        if self.master_port is not None and not 1 <= self.master_port <= 65535:
-            raise LaunchPlanError(f"--master-port: must be in 1-65535, got {self.master_port!r}")
         if self.master_addr is not None:
             try:
                 syntax.address(self.master_addr)
@@ -131,12 +126,10 @@ class Site:
 
     @property
     def spec(self) -> DeviceSpec:
-        """The catalog facts of the node's device type."""
         return self.devices[0].spec
 
     @property
     def type(self) -> str:
-        """The Slurm type of the node's devices."""
         return self.devices[0].type
 
     @property
@@ -196,7 +189,7 @@ def _site(job: JobEnv, index: int, node: SlurmNode) -> Site:
         raise LaunchPlanError(
             f"{name} runs {tasks} tasks but has {len(node.devices)} {types[0]} devices; one task per device"
         )
-    return Site(name, index, job.first_rank_of_node(index), tasks, node)
+    return Site(name, index, job.first_ranks[index], tasks, node)
 
 
 StepNodes = Union[ClusterInventory, Mapping[str, SlurmNode]]  # a runtime alias: no `|` on 3.9
@@ -435,20 +428,9 @@ def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict
     return {**kept, **rank_env}
 
 
-def check_plain_batch(world: int, global_batch: int) -> None:
-    """Without a model every rank is a data-parallel replica and needs a sample."""
-    if global_batch < world:
-        raise RequestError(
-            f"--global-batch {global_batch}",
-            f"without --model every one of the {world:,} ranks is a data-parallel replica and needs a "
-            f"sample; give --global-batch {world} or more",
-        )
-
-
 def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
     """Without a model: every rank a replica of the whole model, the global batch split evenly."""
     world = sum(s.tasks for s in nodes)
-    check_plain_batch(world, global_batch)
     q, r = divmod(global_batch, world)
     out = []
     for site in nodes:
@@ -494,14 +476,13 @@ def build_plan(
     nodes = sites(job, inventory, catalog)
     layout, ranked, samples, summary, notes = _modelled(nodes, catalog, options)
     groups = Groups(ranked, nodes, options.backend_override, samples)
-    site_of = groups.site_of
     master = (options.master_addr or job.nodes[0], options.master_port or master_port(job.job_id, step_id))
     digest = plan_id(summary, ranked, nodes, options, master)
-    plans, step_ranks = [], node_ranks(job.nodes)
+    plans = []
     for a in ranked if only is None else [ranked[only]]:
-        site = site_of[a.rank]
+        site = groups.site_of[a.rank]
         doc = rank_document(a, site, summary, groups, options, job.world_size)
-        env = rank_env(doc, master, digest, options.layout_dir, step_ranks)
+        env = rank_env(doc, master, digest, options.layout_dir, (site.index, len(nodes)))
         env.update(device_env(site, a.local_rank, bound if site.name == job.node_name else None))
         plans.append(RankPlan(a.rank, site.name, site.type, a.stage, doc, env))
     return LaunchPlan(job.job_id, step_id, layout, tuple(plans), digest, notes)

@@ -9,7 +9,7 @@ import hashlib
 import itertools
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
@@ -172,32 +172,20 @@ TORCHRUN_UNKNOWN_PREFIX = "TORCHELASTIC_"
 TORCHRUN_ROLE = "default"  # torchrun's role name when none is given
 
 
-def node_ranks(step_nodes: Sequence[str]) -> dict[str, int]:
-    """Each of the step's nodes -> its index in Slurm's order (built once: not quadratic)."""
-    ranks: dict[str, int] = {}
-    for i, node in enumerate(step_nodes):
-        ranks.setdefault(node, i)
-    return ranks
-
-
 def rank_env(
-    doc: RankLayout,
-    master: tuple[str, int],
-    plan_id: str,
-    layout_dir: str,
-    step_ranks: Mapping[str, int],
+    doc: RankLayout, master: tuple[str, int], plan_id: str, layout_dir: str, node: tuple[int, int]
 ) -> dict[str, str]:
-    """The torch.distributed variables, the layout file and the communicators' variables. Every
-    torchrun variable the launcher knows is set, so none leaks in from the user's environment."""
-    node_rank = step_ranks[doc.node]
+    """The torch.distributed variables (`node`: the rank's node index in Slurm's order, and the
+    step's nodes), the layout file and the communicators' variables. Every torchrun variable the
+    launcher knows is set, so none leaks in from the user's environment."""
     env = {
         "RANK": str(doc.rank),
         "WORLD_SIZE": str(doc.world_size),
         "LOCAL_RANK": str(doc.local_rank),
         "LOCAL_WORLD_SIZE": str(doc.local_world_size),
-        "GROUP_RANK": str(node_rank),
-        "NODE_RANK": str(node_rank),
-        "GROUP_WORLD_SIZE": str(len(step_ranks)),
+        "GROUP_RANK": str(node[0]),
+        "NODE_RANK": str(node[0]),
+        "GROUP_WORLD_SIZE": str(node[1]),
         "ROLE_NAME": TORCHRUN_ROLE,
         "ROLE_RANK": str(doc.rank),
         "ROLE_WORLD_SIZE": str(doc.world_size),

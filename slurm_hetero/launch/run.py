@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from slurm_hetero.core import hostlist, proc
 from slurm_hetero.core.devicespec import Catalog
-from slurm_hetero.core.errors import InventoryError, NodeLaunchError, ToolError
+from slurm_hetero.core.errors import InventoryError, NodeLaunchError, RequestError, ToolError
 from slurm_hetero.core.model import ClusterInventory, Device, NodeInventory
 from slurm_hetero.core.readfile import read_text, unusable_path
 from slurm_hetero.core.writefile import write_bytes_atomic
@@ -34,7 +34,6 @@ from slurm_hetero.launch.plan import (
     RankPlan,
     StepNodes,
     build_plan,
-    check_plain_batch,
     process_env,
 )
 from slurm_hetero.launch.slurmnodes import gres_records
@@ -133,18 +132,6 @@ def simulated_job(spec: str, most: int = MAX_SIMULATED_RANKS) -> JobEnv:
     return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), job_id="0")
 
 
-def _simulated_devices(gres_type: str, count: int, catalog: Catalog) -> tuple[Device, ...]:
-    spec = catalog.by_type(gres_type)
-    if spec is None:
-        raise LaunchError(
-            f"--simulate: unknown device type {gres_type!r}; known: {', '.join(catalog.types())}"
-        )
-    return tuple(
-        Device(spec.vendor, spec.name, i, f"/dev/simulated{i}", spec.memory_mib, spec.type)
-        for i in range(count)
-    )
-
-
 def _canonical(catalog: Catalog, gres_type: str) -> str:
     spec = catalog.by_type(gres_type)
     return spec.type if spec else gres_type
@@ -157,7 +144,18 @@ def simulated_inventory(
     has must have the simulated type. With `source` (named by the user), a node it lacks is a typo."""
     have = {host: n for n in known.nodes for host in hostlist.expand(n.name)}
     extra = []
-    devices = functools.cache(lambda gres_type, count: _simulated_devices(gres_type, count, catalog))
+
+    @functools.cache  # one record per shape
+    def devices(gres_type: str, count: int) -> tuple[Device, ...]:
+        spec = catalog.by_type(gres_type)
+        if spec is None:
+            known = ", ".join(catalog.types())
+            raise LaunchError(f"--simulate: unknown device type {gres_type!r}; known: {known}")
+        return tuple(
+            Device(spec.vendor, spec.name, i, f"/dev/simulated{i}", spec.memory_mib, spec.type)
+            for i in range(count)
+        )
+
     for name, gres_type, count in parse_simulate(spec):
         if name not in have and source is not None:
             hosts = sorted(have)
@@ -166,7 +164,7 @@ def simulated_inventory(
                 f"--simulate: node {name} is not in the inventory {source} (its nodes: {listed}); "
                 "simulate its nodes, or leave out --inventory to simulate catalog devices"
             )
-        if name not in have:  # one record per shape, built once
+        if name not in have:
             extra.append(NodeInventory(name, devices(gres_type, count)))
             continue
         types = sorted({_canonical(catalog, d.type) for d in have[name].devices})
@@ -270,8 +268,13 @@ def plan_step(
         job = parse_job_env(environ)
         check_step_has_devices(job)
         bound = job.devices
-    if plan_options.model is None:
-        check_plain_batch(job.world_size, plan_options.global_batch)
+    world = job.world_size
+    if plan_options.model is None and plan_options.global_batch < world:
+        raise RequestError(
+            f"--global-batch {plan_options.global_batch}",
+            f"without --model every one of the {world:,} ranks is a data-parallel replica and needs a "
+            f"sample; give --global-batch {world} or more",
+        )
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
     inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
     try:

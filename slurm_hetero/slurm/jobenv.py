@@ -125,11 +125,8 @@ class JobEnv:
         """`JOBID.STEPID` of this step in every component (what scancel takes to end it)."""
         return [f"{job}.{self.step_id}" for job in self.component_job_ids if job]
 
-    def first_rank_of_node(self, index: int) -> int:
-        return self._first_ranks[index]
-
     @cached_property
-    def _first_ranks(self) -> tuple[int, ...]:
+    def first_ranks(self) -> tuple[int, ...]:
         """Each node's first rank, summed once: a sum per node made a 65,536-node step quadratic."""
         return (0, *itertools.accumulate(self.tasks_per_node))
 
@@ -349,7 +346,7 @@ def parse_job_env(env: Mapping[str, str]) -> JobEnv:
     )
     if job_env.node_name not in job_env.nodes:
         raise JobEnvError(f"this node {job_env.node_name!r} is not in the step's nodes {list(job_env.nodes)}")
-    first_rank = job_env.first_rank_of_node(job_env.node_index)
+    first_rank = job_env.first_ranks[job_env.node_index]
     if job_env.rank != first_rank + job_env.local_rank:
         raise JobEnvError(
             f"rank {job_env.rank} on {job_env.node_name} is not block-distributed (expected "

@@ -32,7 +32,6 @@ Conventions:
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime
 import importlib
 import itertools
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Distributed",
-    "GroupInfo",
     "HierarchicalGroup",
     "Loss",
     "Pipeline",
@@ -79,13 +77,11 @@ GroupKey = tuple[str, tuple[int, ...], str]
 
 
 def as_dict(layout: Any) -> dict[str, Any]:
-    """A layout (`RankLayout`, mapping, dataclass or plain object) as a dict of the document's keys."""
+    """A layout (`RankLayout`, mapping or object of the same attributes) as a dict of its keys."""
     if isinstance(layout, RankLayout):
         return layout.to_dict()
     if isinstance(layout, Mapping):
         return dict(layout)
-    if dataclasses.is_dataclass(layout) and not isinstance(layout, type):
-        return dataclasses.asdict(layout)
     return dict(vars(layout))
 
 
@@ -148,31 +144,14 @@ def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str |
     return None
 
 
-@dataclass(frozen=True)
-class GroupInfo:
-    """One process group of this rank: the backend the layout chose, the one created, and why they differ."""
-
-    name: str
-    ranks: tuple[int, ...]
-    chosen: str
-    backend: str
-    reason: str | None = None
-
-
 @dataclass
 class Distributed:
     """What `init` set up: this rank's layout and its process groups by name (None: one rank)."""
 
     layout: dict[str, Any]
-    default_backend: str
     groups: dict[str, ProcessGroup | None] = field(default_factory=dict)
-    info: dict[str, GroupInfo] = field(default_factory=dict)
+    fallbacks: dict[str, str] = field(default_factory=dict)  # group -> why it runs on gloo
     hierarchical: HierarchicalGroup | None = None  # the dp group's, when it spans vendors
-
-    @property
-    def fallbacks(self) -> dict[str, str]:
-        """Group name -> why it runs on gloo instead of the layout's backend."""
-        return {n: i.reason for n, i in self.info.items() if i.reason}
 
     def group(self, name: str) -> ProcessGroup | None:
         return self.groups.get(name)
@@ -251,7 +230,7 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
         raise LayoutError(f"ranks run different plans (SLURM_HETERO_PLAN_ID by rank: {plans})")
     check_agreement([g[0] for g in gathered])
     assert lay is not None  # check_agreement refused every problem
-    out = Distributed(lay, "gloo")
+    out = Distributed(lay)
     keys = sorted({key for claims, *_ in gathered for key in claims["groups"]})
     for key in keys:
         _make_group(out, key, _fallback_reason(key, gathered), rank, wait)
@@ -471,7 +450,8 @@ def _make_group(
     group = dist.new_group(list(ranks), timeout=wait, backend=backend) if len(ranks) > 1 else None
     if member:
         out.groups[name] = group
-        out.info[name] = GroupInfo(name, ranks, chosen, backend, reason)
+        if reason:
+            out.fallbacks[name] = reason
 
 
 # -- the model's stage -------------------------------------------------------------------------

@@ -751,10 +751,3 @@ def test_launch_prices_the_per_shape_profile_as_plan_does(tmp_path: Path) -> Non
     spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, shapes=load_profile(path).shapes))
     speeds = {g.type: g.speeds for g in spec.groups}
     assert speeds == {"a100_80g": ((1, 1.0, 90.0), (2, 1.0, 70.0)), "l40s": (), "ascend910b3": ()}
-
-
-def test_node_ranks_are_slurms_order_first_seen() -> None:
-    """adv26b F4: looked up per rank in a dict built once (a list's index() per rank was quadratic)."""
-    from slurm_hetero.launch.rankenv import node_ranks
-
-    assert node_ranks(["b", "a", "b"]) == {"b": 0, "a": 1}
