@@ -261,7 +261,7 @@ def cpu_ids(cpu_list: str) -> list[int]:
     """gres.conf Cores= / CPU affinity `0-15,32-47` -> sorted distinct ids; ValueError when the
     list is malformed, reversed (`7-0`), beyond Slurm's CPU ids or too long."""
     if not _CPU_LIST.match(cpu_list):
-        raise ValueError(f"CPU list {text(cpu_list)} is not N[-M][,N[-M]...]")
+        raise ValueError(f"CPU list {text(cpu_list)} is not N[-M][,N[-M]...] with ids up to {MAX_CPU_ID}")
     ids: set[int] = set()
     total = 0
     for part in cpu_list.split(","):
