@@ -332,19 +332,6 @@ def inventory_to_dict(inventory: ClusterInventory) -> dict[str, Any]:
     return {"version": inventory.version, "nodes": [node_to_dict(n) for n in inventory.nodes]}
 
 
-def with_syntax(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with the patterns and bounds of `slurm.syntax` (a unit test checks the shipped
-    file states the same)."""
-    schema = copy.deepcopy(schema)
-    for path, rules in syntax.INVENTORY_RULES.items():
-        where, *props = path
-        node = schema if where == "top" else schema["definitions"][where]
-        for prop in props:
-            node = node[prop] if prop == "items" else node["properties"][prop]
-        node.update(rules)
-    return schema
-
-
 def shipped_schema() -> dict[str, Any]:
     """`schemas/inventory.schema.json` as shipped."""
     text = resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text()
@@ -358,7 +345,7 @@ _PER_DEVICE = ("index", "file", "uuid", "pci_bus_id", "tool_id")
 @cache
 def _validators() -> tuple[Callable[[Any], Any], ...]:
     """Compiled validators: the file without devices, one device, and the per-device keys."""
-    schema = with_syntax(shipped_schema())
+    schema = shipped_schema()
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
     device = {
