@@ -349,9 +349,7 @@ def prune_backups(directory: Path, names: Iterable[str], keep: int) -> None:
         found.sort(key=lambda pair: (pair[0][1], int(pair[0][2] or 1)))  # by stamp, then -N
         for _, entry in found[: max(len(found) - keep, 0)]:
             try:
-                os.unlink(directory / entry)
-            except FileNotFoundError:
-                pass
+                _quiet_unlink(directory / entry)
             except OSError as e:
                 logger.warning("%s: old backup kept (%s)", directory / entry, e.strerror or e)
 

@@ -305,15 +305,6 @@ def device_to_dict(device: Device) -> dict[str, Any]:
     return out
 
 
-def device_from_dict(raw: Mapping[str, Any]) -> Device:
-    """The inverse of `device_to_dict` (input already schema-validated)."""
-    values = dict(raw)
-    values["links"] = tuple(Link(**link) for link in values.get("links", ()))
-    if "health" in values:
-        values["health"] = Health(values["health"])
-    return Device(**values)
-
-
 NODE_FACTS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory_mib")  # as slurmd -C
 
 
@@ -421,8 +412,11 @@ class _DeviceInterner:
         except fastjsonschema.JsonSchemaValueException as e:
             raise _schema_error(self.source, e, where) from None
         check_device_syntax(raw, f"{self.source}: {where}")
-        values = raw if self.keep_identity else {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
-        device = device_from_dict(values)
+        values = {k: v for k, v in raw.items() if self.keep_identity or k not in _IDENTITY_KEYS}
+        values["links"] = tuple(Link(**link) for link in values.get("links", ()))
+        if "health" in values:
+            values["health"] = Health(values["health"])
+        device = Device(**values)
         if shape is not None:
             self.shapes.setdefault(shape, dict(vars(device)))
         return device
