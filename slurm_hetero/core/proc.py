@@ -36,10 +36,8 @@ def run(argv: Sequence[str], timeout: float = 60.0, max_output: int = MAX_OUTPUT
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-    except FileNotFoundError as e:
-        raise ToolError(argv, None, str(e)) from e
-    except OSError as e:  # not executable, ...
-        raise ToolError(argv, None, str(e), status="cannot run") from e
+    except OSError as e:  # not found, not executable, ...
+        raise ToolError(argv, None, str(e), None if isinstance(e, FileNotFoundError) else "cannot run") from e
     try:
         out, err = _read(child, argv, started + timeout, max_output, timeout)
     except BaseException:
