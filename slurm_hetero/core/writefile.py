@@ -9,12 +9,13 @@ directory and under its lock file (`.slurm-hetero.lock`, flock; concurrent rende
    reloads job_submit.lua only when its mtime grows, so mtimes are made to grow by >= 1 s), and
    hard-link each old one to `.NAME.slurm-hetero-old` (its backup to be);
 3. write the journal `.slurm-hetero.journal` (the commit point): each file and its backup name;
-4. per file, in the order given (the file a reader keys on last): rename the old link to its
-   backup `NAME.<stamp>[-N].bak`, then the staged file over the file; remove the journal;
+4. per file, in the order given (the file a reader keys on last): the hidden link becomes its
+   backup `NAME.<stamp>[-N].bak` (never over a file), then the staged file is renamed over the
+   file; remove the journal;
 5. with `keep_backups`, remove the oldest backups beyond that many (never an admin's copies).
 
 An error before the commit point removes what this run created (`... nothing changed`); after
-it, only renames remain, each skipped once done, so the next run under the lock finishes the set.
+it, only links and renames remain, each skipped once done, so the next run under the lock finishes the set.
 
 Single files use a unique temporary + fsync + (backup) + rename, without lock or journal; a
 symbolic link is written through (its target replaced), as an editor saves a linked file.
@@ -239,7 +240,8 @@ def _roll_forward(directory: Path, journal: Sequence[tuple[str, str | None]]) ->
     already done is skipped, so running this again finishes a set a crash interrupted."""
     for name, backup in journal:
         if backup and os.path.lexists(directory / _old(name)):
-            os.rename(directory / _old(name), directory / backup)
+            _link_backup(directory / _old(name), directory / backup)  # never over another file
+            os.unlink(directory / _old(name))
         if os.path.lexists(directory / _staged(name)):
             os.replace(directory / _staged(name), directory / name)
     _fsync_dir(directory)
