@@ -28,9 +28,6 @@ KEEP_BACKUPS = 10  # backups of each file a render leaves by default
 class _KeepBackups(click.ParamType):
     name = "N|all"
 
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "N|all"  # click would print the name upper-cased, a spelling convert refused
-
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
         if value is None or isinstance(value, int):  # the default
             return value
@@ -48,6 +45,7 @@ keep_backups_option = click.option(
     "--keep-backups",
     "keep_backups",
     type=_KeepBackups(),
+    metavar="N|all",  # not click's upper-cased name, a spelling convert refused
     default=KEEP_BACKUPS,
     show_default=True,
     help="How many backups (NAME.<stamp>.bak) of each file to leave in --out; older ones are "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import selectors
 import signal
@@ -36,10 +35,8 @@ def run(argv: Sequence[str], timeout: float = 60.0, max_output: int = MAX_OUTPUT
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-    except FileNotFoundError as e:
-        raise ToolError(argv, None, str(e)) from e
-    except OSError as e:  # not executable, ...
-        raise ToolError(argv, None, str(e), status="cannot run") from e
+    except OSError as e:  # not found, not executable, ...
+        raise ToolError(argv, None, str(e), None if isinstance(e, FileNotFoundError) else "cannot run") from e
     try:
         out, err = _read(child, argv, started + timeout, max_output, timeout)
     except BaseException:
@@ -115,11 +112,7 @@ while args:
 def run_later(steps: Sequence[tuple[float, Sequence[str]]]) -> None:
     """Run each `(delay_s, argv)` of `steps` `delay_s` seconds from now, in order, in one detached
     process that outlives this one (no shell sees `argv`). Tests patch it."""
-    flat: list[str] = []
-    for delay_s, argv in steps:
-        if not 0 <= delay_s < math.inf:
-            raise ValueError(f"run_later: delay {delay_s!r} is not a number of seconds >= 0")
-        flat += [repr(float(delay_s)), str(len(argv)), *(str(a) for a in argv)]
+    flat = [x for delay_s, argv in steps for x in (repr(float(delay_s)), str(len(argv)), *map(str, argv))]
     logger.debug("LATER %s", [(f"{d:g}s", list(a)) for d, a in steps])
     try:
         subprocess.Popen(

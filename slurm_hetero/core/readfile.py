@@ -9,7 +9,6 @@ cut at the cap and refused.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from pathlib import Path
@@ -63,8 +62,6 @@ def read_bytes(path: str | Path, limit: int, what: str, error: type[HeteroError]
                 raise error(f"{path}: {what} is more than the {_size(limit)} allowed")
         return b"".join(chunks)
     except OSError as e:
-        if e.errno == errno.EISDIR:
-            raise error(f"{path}: {what} is a directory; give a regular file") from None
         raise error(f"{path}: cannot read {what}: {e.strerror or e}") from e
     finally:
         os.close(fd)

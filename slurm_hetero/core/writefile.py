@@ -4,18 +4,18 @@ slurm-nodes.conf; job_submit.lua + its table) that change together or not at all
 Slurm opens plain paths, so a set cannot be swapped in one rename. The commit protocol, in one
 directory and under its lock file (`.slurm-hetero.lock`, flock; concurrent renders wait):
 
-1. recover: finish or undo an interrupted set (below), remove stray temporaries;
+1. recover: finish an interrupted set (below), remove stray temporaries;
 2. if any file differs, stage *every* file as `.NAME.slurm-hetero-new`, fsynced (slurmctld
-   reloads job_submit.lua only when its mtime grows, so mtimes are made to grow by >= 1 s);
-3. write the journal `.slurm-hetero.journal` (the commit point): each file, the digests of its
-   old and new text, and its backup;
-4. hard-link each existing file to its backup `NAME.<stamp>[-N].bak` (complete or absent);
-5. rename each temporary over its file, in the order given (the file a reader keys on last),
-   then remove the journal;
-6. with `keep_backups`, remove the oldest backups beyond that many (never an admin's copies).
+   reloads job_submit.lua only when its mtime grows, so mtimes are made to grow by >= 1 s), and
+   hard-link each old one to `.NAME.slurm-hetero-old` (its backup to be);
+3. write the journal `.slurm-hetero.journal` (the commit point): each file and its backup name;
+4. per file, in the order given (the file a reader keys on last): the hidden link becomes its
+   backup `NAME.<stamp>[-N].bak` (never over a file), then the staged file is renamed over the
+   file; remove the journal;
+5. with `keep_backups`, remove the oldest backups beyond that many (never an admin's copies).
 
-An error before step 5 removes what this run created (`... nothing changed`). After a crash the
-next run under the lock rolls a journalled set forward, or when impossible back from the backups.
+An error before the commit point removes what this run created (`... nothing changed`); after
+it, only links and renames remain, each skipped once done, so the next run under the lock finishes the set.
 
 Single files use a unique temporary + fsync + (backup) + rename, without lock or journal; a
 symbolic link is written through (its target replaced), as an editor saves a linked file.
@@ -27,7 +27,6 @@ import contextlib
 import difflib
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -35,7 +34,6 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurm_hetero.core.errors import OutputError
@@ -46,7 +44,6 @@ LOCK_NAME = ".slurm-hetero.lock"
 JOURNAL_NAME = ".slurm-hetero.journal"
 STAGED_SUFFIX = ".slurm-hetero-new"  # `.NAME.slurm-hetero-new`: a staged member of a set
 OLD_SUFFIX = ".slurm-hetero-old"  # `.NAME.slurm-hetero-old`: the old file while a set commits
-_LEFTOVER_SUFFIXES = (STAGED_SUFFIX, OLD_SUFFIX, JOURNAL_NAME)
 SINGLE_SUFFIX = ".slurm-hetero-tmp"  # unique temporaries of single-file writes
 LOCK_TIMEOUT_S = 120.0
 READABLE = 0o444  # every file written is read by other users (see `_mode`)
@@ -194,46 +191,86 @@ def _locked(directory: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         os.close(fd)
 
 
-# ------------------------------------------------------------------------------ the journal
+# ------------------------------------------------------------------------------ one commit
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One file of a set in the journal."""
-
-    name: str
-    new: str  # sha256 of the new text
-    old: str | None  # sha256 of the text it replaces (None: the file did not exist)
-    backup: str | None  # backup name (None: no backup kept)
-
-    @property
-    def staged(self) -> str:
-        return f".{self.name}{STAGED_SUFFIX}"
+def _staged(name: str) -> str:
+    return f".{name}{STAGED_SUFFIX}"
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _old(name: str) -> str:
+    return f".{name}{OLD_SUFFIX}"
 
 
-def _file_digest(path: Path) -> str | None:
+def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> list[Path]:
+    names = [name for name, _ in files]
+    stamp = _backup_stamp(directory, names) if backup else None
+    journal: list[tuple[str, str | None]] = []
+    committed, doing = False, names[0]
     try:
-        return _digest(path.read_bytes())
-    except FileNotFoundError:
-        return None
+        for name, text in files:
+            doing, target = name, directory / name
+            mtime = _next_mtime_ns(target)
+            write_synced(directory / _staged(name), text.encode("utf-8"), _mode(target), mtime)
+            kept = stamp is not None and target.exists()
+            if kept:
+                _link_backup(target, directory / _old(name))
+            journal.append((name, f"{name}.{stamp}.bak" if kept else None))
+        doing = JOURNAL_NAME
+        data = json.dumps({"version": 2, "files": journal}).encode()
+        write_synced(directory / _staged(JOURNAL_NAME), data, 0o600)
+        os.replace(directory / _staged(JOURNAL_NAME), directory / JOURNAL_NAME)
+        committed, doing = True, ""
+        _roll_forward(directory, journal)
+    except BaseException as e:
+        if committed:  # the journal stays: the next render finishes the set
+            state = "the set is incomplete: the next render there finishes it"
+        else:
+            left = _discard(directory, [*map(_staged, names), *map(_old, names), _staged(JOURNAL_NAME)])
+            state = "nothing changed" + (f"; the next render there removes {', '.join(left)}" if left else "")
+        if not isinstance(e, OSError):
+            raise
+        raise OutputError(f"cannot write {directory / doing}: {e.strerror or e}; {state}") from e
+    _finish(directory)
+    return [directory / name for name in names]
 
 
-def _write_journal(directory: Path, entries: Sequence[Entry]) -> None:
-    data = json.dumps({"version": 1, "files": [asdict(e) for e in entries]}, indent=1).encode()
-    tmp = directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}"
-    write_synced(tmp, data, 0o600)
-    os.replace(tmp, directory / JOURNAL_NAME)
+def _roll_forward(directory: Path, journal: Sequence[tuple[str, str | None]]) -> None:
+    """Per file, its hidden old link becomes its backup, then its staged text replaces it; a step
+    already done is skipped, so running this again finishes a set a crash interrupted."""
+    for name, backup in journal:
+        if backup and os.path.lexists(directory / _old(name)):
+            _link_backup(directory / _old(name), directory / backup)  # never over another file
+            os.unlink(directory / _old(name))
+        if os.path.lexists(directory / _staged(name)):
+            os.replace(directory / _staged(name), directory / name)
     _fsync_dir(directory)
 
 
-def _read_journal(directory: Path) -> list[Entry] | None:
+def _finish(directory: Path) -> None:
+    """The set is in place: remove the journal (else the next render does)."""
+    try:
+        _quiet_unlink(directory / JOURNAL_NAME)
+        _fsync_dir(directory)
+    except OSError as e:
+        logger.warning("%s: written; the next render removes its journal (%s)", directory, e)
+
+
+def _discard(directory: Path, names: Iterable[str]) -> list[str]:
+    """Remove what an uncommitted set staged; returns the names that could not be removed."""
+    left = []
+    for name in names:
+        try:
+            _quiet_unlink(directory / name)
+        except OSError:
+            left.append(name)
+    return left
+
+
+def _read_journal(directory: Path) -> list[tuple[str, str | None]] | None:
     try:
         raw = json.loads((directory / JOURNAL_NAME).read_bytes())
-        return [Entry(**e) for e in raw["files"]]
+        return [(str(name), backup and str(backup)) for name, backup in raw["files"]]
     except FileNotFoundError:
         return None
     except (ValueError, TypeError, KeyError) as e:
@@ -241,86 +278,6 @@ def _read_journal(directory: Path) -> list[Entry] | None:
             f"{directory / JOURNAL_NAME}: damaged journal of an interrupted render ({e}); check the "
             "files it names against their .bak copies, then remove it"
         ) from e
-
-
-# ------------------------------------------------------------------------------ one commit
-
-
-def _entry(directory: Path, name: str, data: bytes, stamp: str | None) -> Entry:
-    """A journal entry. Without a kept backup the old file gets a hidden one for the time of the
-    commit, so a failed set can always be rolled back."""
-    old = _file_digest(directory / name)
-    if old is None:
-        return Entry(name, _digest(data), None, None)
-    return Entry(name, _digest(data), old, f"{name}.{stamp}.bak" if stamp else f".{name}{OLD_SUFFIX}")
-
-
-def _commit(directory: Path, files: Sequence[tuple[str, str]], backup: bool) -> list[Path]:
-    entries: list[Entry] = []
-    names = [name for name, _ in files]
-    stamp = _backup_stamp(directory, names) if backup else None
-    committed, doing = False, names[0]
-    try:
-        for name, text in files:
-            doing, data = name, text.encode("utf-8")
-            entry = _entry(directory, name, data, stamp)
-            write_synced(
-                directory / entry.staged, data, _mode(directory / name), _next_mtime_ns(directory / name)
-            )
-            entries.append(entry)
-        doing = JOURNAL_NAME
-        _write_journal(directory, entries)
-        committed = True
-        for entry in entries:
-            doing = entry.backup or entry.name
-            if entry.backup:
-                _link_backup(directory / entry.name, directory / entry.backup)
-        for entry in entries:
-            doing = entry.name
-            os.replace(directory / entry.staged, directory / entry.name)
-        _fsync_dir(directory)
-    except OSError as e:
-        state = _undo(directory, names, entries if committed else None)
-        raise OutputError(f"cannot write {directory / doing}: {e.strerror or e}; {state}") from e
-    except BaseException:
-        if not committed:  # KeyboardInterrupt before the commit point: leave nothing behind
-            _undo(directory, names, None)
-        raise
-    _finish(directory, entries)
-    return [directory / name for name in names]
-
-
-def _finish(directory: Path, entries: Sequence[Entry]) -> None:
-    """The set is in place: drop hidden backups, then the journal (else the next render does)."""
-    try:
-        for entry in entries:
-            if entry.backup and entry.backup.startswith("."):
-                _quiet_unlink(directory / entry.backup)
-        _remove_journal(directory)
-    except OSError as e:
-        logger.warning("%s: written; the next render removes its journal (%s)", directory, e)
-
-
-def _undo(directory: Path, names: Sequence[str], entries: Sequence[Entry] | None) -> str:
-    """After an error: roll a committed set back, or drop an uncommitted one; says what state the
-    set is in, for the error message."""
-    try:
-        if entries is not None:
-            _roll_back(directory, entries)
-            _remove_journal(directory)
-        for name in names:
-            _quiet_unlink(directory / f".{name}{STAGED_SUFFIX}")
-        _quiet_unlink(directory / f"{JOURNAL_NAME}{STAGED_SUFFIX}")
-    except (OSError, OutputError) as e:  # the journal stays: the next render finishes the job
-        left = sorted(p.name for p in directory.glob(".*") if p.name.endswith(_LEFTOVER_SUFFIXES))
-        why = f"could not clean up ({getattr(e, 'strerror', None) or e})"
-        if entries is None or all(_file_digest(directory / x.name) == x.old for x in entries):
-            return (
-                f"the files Slurm reads are unchanged; {why}: the next render in that directory "
-                f"removes {', '.join(left) or 'what is left'}"
-            )
-        return f"the set is incomplete and {why}; the next render in that directory finishes it"
-    return "nothing changed"
 
 
 def write_synced(path: Path, data: bytes, mode: int, mtime_ns: int | None = None) -> None:
@@ -394,9 +351,7 @@ def prune_backups(directory: Path, names: Iterable[str], keep: int) -> None:
         found.sort(key=lambda pair: (pair[0][1], int(pair[0][2] or 1)))  # by stamp, then -N
         for _, entry in found[: max(len(found) - keep, 0)]:
             try:
-                os.unlink(directory / entry)
-            except FileNotFoundError:
-                pass
+                _quiet_unlink(directory / entry)
             except OSError as e:
                 logger.warning("%s: old backup kept (%s)", directory / entry, e.strerror or e)
 
@@ -406,7 +361,7 @@ def _link_backup(path: Path, target: Path) -> None:
     try:
         os.link(path, target)
     except FileExistsError:
-        if _file_digest(target) != _file_digest(path):
+        if not os.path.samefile(target, path):  # not a backup this write made before
             raise
     except OSError as e:
         if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
@@ -420,62 +375,16 @@ def _link_backup(path: Path, target: Path) -> None:
 
 
 def recover(directory: Path) -> None:
-    """Finish (or, when impossible, undo) a set write a crash interrupted; remove stray temporaries.
+    """Finish a set write a crash interrupted after its commit point; remove stray temporaries.
     Call with the directory's lock held."""
-    entries = _read_journal(directory)
-    if entries is not None:
-        if all(
-            e.new in (_file_digest(directory / e.name), _file_digest(directory / e.staged)) for e in entries
-        ):
-            _roll_forward(directory, entries)
-            _finish(directory, entries)
-            logger.warning("finished an interrupted render of %s", ", ".join(e.name for e in entries))
-        else:
-            _roll_back(directory, entries)
-            logger.warning("undid an interrupted render of %s", ", ".join(e.name for e in entries))
-        _remove_journal(directory)
+    journal = _read_journal(directory)
+    if journal is not None:
+        _roll_forward(directory, journal)
+        _finish(directory)
+        logger.warning("finished an interrupted render of %s", ", ".join(name for name, _ in journal))
     for suffix in (STAGED_SUFFIX, OLD_SUFFIX):
         for stray in directory.glob(f".*{suffix}"):
             _quiet_unlink(stray)
-
-
-def _roll_forward(directory: Path, entries: Sequence[Entry]) -> None:
-    for entry in entries:
-        target = directory / entry.name
-        if _file_digest(target) == entry.new:
-            continue
-        if entry.backup and not (directory / entry.backup).exists() and _file_digest(target) == entry.old:
-            _link_backup(target, directory / entry.backup)
-        os.replace(directory / entry.staged, target)
-    _fsync_dir(directory)
-
-
-def _roll_back(directory: Path, entries: Sequence[Entry]) -> None:
-    """Put each file back as it was (from its backup); drop this set's backups and temporaries."""
-    for entry in entries:
-        target, staged = directory / entry.name, directory / entry.staged
-        current = _file_digest(target)
-        if current != entry.old:
-            if entry.old is None:
-                _quiet_unlink(target)
-            elif entry.backup and _file_digest(directory / entry.backup) == entry.old:
-                _quiet_unlink(staged)
-                os.link(directory / entry.backup, staged)
-                os.replace(staged, target)
-            else:
-                raise OutputError(
-                    f"{target}: cannot undo an interrupted render (no copy of the old file); "
-                    f"check it and remove {directory / JOURNAL_NAME}"
-                )
-        if entry.backup and (directory / entry.backup).exists():
-            _quiet_unlink(directory / entry.backup)
-        _quiet_unlink(staged)
-    _fsync_dir(directory)
-
-
-def _remove_journal(directory: Path) -> None:
-    _quiet_unlink(directory / JOURNAL_NAME)
-    _fsync_dir(directory)
 
 
 # ------------------------------------------------------------------------------ helpers

@@ -9,7 +9,7 @@ from typing import Any
 
 from slurm_hetero.core import hostlist
 from slurm_hetero.core.errors import InventoryError
-from slurm_hetero.core.model import Device, NodeInventory
+from slurm_hetero.core.model import NodeInventory
 from slurm_hetero.slurm import syntax
 
 
@@ -53,12 +53,15 @@ def _check_cpus(node: NodeInventory, source: str) -> None:
 
 
 def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -> None:
+    """A link is one cable seen from both ends, of the same kind and count (every real topology
+    capture is symmetric); a copy cut short leaves the last device without its links."""
     linked = [d for d in node.devices if d.links]
     if len(linked) * len(node.devices) > syntax.MAX_LINK_CELLS:
         raise InventoryError(
             f"{source}: node {node.name}: {len(linked)} of {len(node.devices)} devices have links; "
             f"gres.conf Links= rows would hold more than {syntax.MAX_LINK_CELLS} entries"
         )
+    ends = {(d.vendor, d.index): {link.peer: link for link in d.links} for d in linked}
     for device in linked:
         peers = [link.peer for link in device.links]
         if len(set(peers)) != len(peers):
@@ -72,27 +75,14 @@ def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -
                 raise InventoryError(
                     f"{source}: node {node.name}: {device.vendor} device {device.index} links to itself"
                 )
-            if (device.vendor, link.peer) not in keys:
-                raise InventoryError(
-                    f"{source}: node {node.name}: {device.vendor} device {device.index} links to "
-                    f"{device.vendor} device {link.peer}, which is not on the node"
-                )
-    _check_links_back(node, linked, source)
-
-
-def _check_links_back(node: NodeInventory, linked: Sequence[Device], source: str) -> None:
-    """A link is one cable seen from both ends, of the same kind and count (every real topology
-    capture is symmetric); a copy cut short leaves the last device without its links."""
-    ends = {(d.vendor, d.index): {link.peer: link for link in d.links} for d in linked}
-    for device in linked:
-        for link in device.links:
             back = ends.get((device.vendor, link.peer), {}).get(device.index)
             if back is None or (back.kind, back.count) != (link.kind, link.count):
-                there = (
-                    f"lists {back.count} {back.kind} link(s) back"
-                    if back
-                    else f"lists no link back to device {device.index}"
-                )
+                if (device.vendor, link.peer) not in keys:
+                    there = "is not on the node"
+                elif back:
+                    there = f"lists {back.count} {back.kind} link(s) back"
+                else:
+                    there = f"lists no link back to device {device.index}"
                 raise InventoryError(
                     f"{source}: node {node.name}: {device.vendor} device {device.index} lists "
                     f"{link.count} {link.kind} link(s) to device {link.peer}, but device {link.peer} "

@@ -305,15 +305,6 @@ def device_to_dict(device: Device) -> dict[str, Any]:
     return out
 
 
-def device_from_dict(raw: Mapping[str, Any]) -> Device:
-    """The inverse of `device_to_dict` (input already schema-validated)."""
-    values = dict(raw)
-    values["links"] = tuple(Link(**link) for link in values.get("links", ()))
-    if "health" in values:
-        values["health"] = Health(values["health"])
-    return Device(**values)
-
-
 NODE_FACTS = ("cpus", "sockets", "cores_per_socket", "threads_per_core", "real_memory_mib")  # as slurmd -C
 
 
@@ -332,19 +323,6 @@ def inventory_to_dict(inventory: ClusterInventory) -> dict[str, Any]:
     return {"version": inventory.version, "nodes": [node_to_dict(n) for n in inventory.nodes]}
 
 
-def with_syntax(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with the patterns and bounds of `slurm.syntax` (a unit test checks the shipped
-    file states the same)."""
-    schema = copy.deepcopy(schema)
-    for path, rules in syntax.INVENTORY_RULES.items():
-        where, *props = path
-        node = schema if where == "top" else schema["definitions"][where]
-        for prop in props:
-            node = node[prop] if prop == "items" else node["properties"][prop]
-        node.update(rules)
-    return schema
-
-
 def shipped_schema() -> dict[str, Any]:
     """`schemas/inventory.schema.json` as shipped."""
     text = resources.files("slurm_hetero.schemas").joinpath("inventory.schema.json").read_text()
@@ -358,7 +336,7 @@ _PER_DEVICE = ("index", "file", "uuid", "pci_bus_id", "tool_id")
 @cache
 def _validators() -> tuple[Callable[[Any], Any], ...]:
     """Compiled validators: the file without devices, one device, and the per-device keys."""
-    schema = with_syntax(shipped_schema())
+    schema = shipped_schema()
     outer = copy.deepcopy(schema)
     outer["definitions"]["node"]["properties"]["devices"] = {"type": "array", "items": {"type": "object"}}
     device = {
@@ -434,8 +412,11 @@ class _DeviceInterner:
         except fastjsonschema.JsonSchemaValueException as e:
             raise _schema_error(self.source, e, where) from None
         check_device_syntax(raw, f"{self.source}: {where}")
-        values = raw if self.keep_identity else {k: v for k, v in raw.items() if k not in _IDENTITY_KEYS}
-        device = device_from_dict(values)
+        values = {k: v for k, v in raw.items() if self.keep_identity or k not in _IDENTITY_KEYS}
+        values["links"] = tuple(Link(**link) for link in values.get("links", ()))
+        if "health" in values:
+            values["health"] = Health(values["health"])
+        device = Device(**values)
         if shape is not None:
             self.shapes.setdefault(shape, dict(vars(device)))
         return device

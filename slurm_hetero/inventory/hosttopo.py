@@ -15,12 +15,11 @@ from pathlib import Path
 
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.readfile import read_text
-from slurm_hetero.slurm.syntax import ranges
+from slurm_hetero.slurm.syntax import cpu_ids, ranges
 
 logger = logging.getLogger(__name__)
 
 CPU_DIR = "sys/devices/system/cpu"
-MAX_CPU_ID = 65535  # Linux NR_CPUS tops out at 8192; anything larger is not a real host
 MAX_KERNEL_FILE = 1 << 20  # sysfs files are one page; /proc/meminfo a few KiB
 
 
@@ -38,29 +37,13 @@ class HostTopology:
     def slurm_cores(self, cpu_list: str) -> str | None:
         """`48-63,176-191` (OS CPU ids) -> `48-63` (Slurm core indices); None when an id is not an
         online CPU (better no Cores= than a wrong one)."""
-        ids = parse_cpu_list(cpu_list)
-        if not ids or any(i not in self.core_of_cpu for i in ids):
+        try:
+            ids = cpu_ids(cpu_list)
+        except ValueError as e:
+            raise HeteroError(str(e)) from None
+        if any(i not in self.core_of_cpu for i in ids):
             return None
         return ranges(sorted({self.core_of_cpu[i] for i in ids}))
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """`0-3,8,10-11` -> [0, 1, 2, 3, 8, 10, 11]; HeteroError on anything else."""
-    ids: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        try:
-            low, high = int(first), int(last or first)
-        except ValueError:
-            raise HeteroError(f"bad CPU list {text[:80]!r}") from None
-        if not 0 <= low <= high <= MAX_CPU_ID:
-            raise HeteroError(f"bad CPU list {text[:80]!r}: ranges go up, from 0 to at most {MAX_CPU_ID}")
-        ids.extend(range(low, high + 1))
-        if len(ids) > MAX_CPU_ID + 1:
-            raise HeteroError(f"bad CPU list {text[:80]!r}: more than {MAX_CPU_ID + 1} CPUs")
-    return ids
 
 
 def _read(path: Path) -> str:
@@ -71,7 +54,7 @@ def _read(path: Path) -> str:
 def _online_cpus(cpu_dir: Path) -> list[int]:
     online = cpu_dir / "online"
     if online.exists():
-        return parse_cpu_list(_read(online))
+        return cpu_ids(_read(online))
     return sorted(int(p.name[3:]) for p in cpu_dir.glob("cpu[0-9]*") if p.name[3:].isdigit())
 
 

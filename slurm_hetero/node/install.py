@@ -39,6 +39,7 @@ from slurm_hetero.core.errors import HeteroError, ToolError
 from slurm_hetero.core.writefile import write_synced
 
 MARK = "# written by `slurm-hetero install`"
+OWNER = "# owner: "  # the line naming the install.json a script belongs to
 PIP_TIMEOUT_S = 1800.0
 PIP = ("-m", "pip", "install", "-q", "--disable-pip-version-check")
 
@@ -78,39 +79,20 @@ class Layout:
 
 
 def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> str:
-    """The shell script of `kind`; every path shell-quoted (`;` or `$(...)` stays one word)."""
+    """The shell script of `kind`; every path shell-quoted (`;` or `$(...)` stays one word). -I:
+    the job's PYTHONPATH, user site-packages and working directory must not change which code
+    runs. USR1/USR2 (a checkpoint request) reach the TaskProlog too, and would kill it while
+    Python starts: it ignores them before Python runs."""
     q = shlex.quote
-    run = _exec(python)
+    run, inventory = f"exec {q(str(python))} -I -m slurm_hetero", q(str(layout.inventory))
+    config_arg = f" --config {q(config)}" if config else ""
     body = {
-        "taskprolog": taskprolog_command(python, str(layout.inventory), config),
-        "health": f"{run} health --inventory {q(str(layout.inventory))}",
+        "taskprolog": f"trap '' USR1 USR2\n{run} task-prolog --inventory {inventory}{config_arg}",
+        "health": f"{run} health --inventory {inventory}",
         "command": f'{run} "$@"',
     }[kind]
-    return (
-        f"#!/bin/sh\n{MARK}; run it, do not edit it (an upgrade rewrites it)\n{owner_line(layout)}\n{body}\n"
-    )
-
-
-def taskprolog_command(python: Path, inventory: str, config: str | None) -> str:
-    """The TaskProlog script's commands. USR1/USR2 (a checkpoint request) reach the TaskProlog too,
-    and would kill it while Python starts: ignored before Python runs."""
-    q = shlex.quote
-    config_arg = f" --config {q(config)}" if config else ""
-    return f"trap '' USR1 USR2\n{_exec(python)} task-prolog --inventory {q(inventory)}{config_arg}"
-
-
-def _exec(python: Path) -> str:
-    """-I: the job's PYTHONPATH, user site-packages and working directory must not change which
-    code runs."""
-    return f"exec {shlex.quote(str(python))} -I -m slurm_hetero"
-
-
-OWNER = "# owner: "
-
-
-def owner_line(layout: Layout) -> str:
-    """The comment naming the install.json a script belongs to."""
-    return f"{OWNER}{layout.manifest}"
+    head = f"#!/bin/sh\n{MARK}; run it, do not edit it (an upgrade rewrites it)\n"
+    return f"{head}{OWNER}{layout.manifest}\n{body}\n"
 
 
 def _digest(data: bytes) -> str:
@@ -254,7 +236,7 @@ def _check_owners(layout: Layout, old: dict | None, scripts: Iterable[Path]) -> 
             text = path.read_text(errors="replace")
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
-        if MARK not in text or owner_line(layout) + "\n" in text:
+        if MARK not in text or f"{OWNER}{layout.manifest}\n" in text:
             continue
         owner = next((line[len(OWNER) :] for line in text.splitlines() if line.startswith(OWNER)), None)
         if owner is None and old and str(path) in old.get("scripts", {}).values():

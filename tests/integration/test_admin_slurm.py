@@ -23,8 +23,8 @@ import pytest
 
 from slurm_hetero.core import hostlist
 from slurm_hetero.inventory import document as inventory
-from slurm_hetero.inventory.hosttopo import parse_cpu_list
 from slurm_hetero.slurm.scontrol import parse_fields
+from slurm_hetero.slurm.syntax import cpu_ids
 from tests.conftest import FIXTURES, REPO
 from tests.integration.conftest import HOST_NODES, Cluster, slurm
 
@@ -88,7 +88,7 @@ def test_the_captured_smt_hosts_node_starts_with_its_devices_cores_bound(dev_clu
     assert (node.cpus, node.sockets, node.cores_per_socket, node.threads_per_core) == (256, 2, 64, 2)
     by_file = {Path(d.file).name: d.cores for d in node.devices}
     assert by_file["nvidia0"] == "48-63" and by_file["nvidia4"] == "112-127", by_file
-    assert all(d.cores and max(parse_cpu_list(d.cores)) < 128 for d in node.devices), by_file
+    assert all(d.cores and max(cpu_ids(d.cores)) < 128 for d in node.devices), by_file
 
     want = rendered_cores(dev_cluster, smt)
     assert len(want) == 8, want
@@ -124,8 +124,8 @@ def test_a_jobs_cpus_come_from_its_devices_cores(dev_cluster: Cluster) -> None:
             time.sleep(0.2)
         match = re.search(r"CPU_IDs=(\S+) .*GRES=gpu:ascend910b3:1\(IDX:(\d+)\)", detail)
         assert match, detail
-        cpus, index = parse_cpu_list(match.group(1)), int(match.group(2))
-        cores = parse_cpu_list(rendered_cores(dev_cluster)[f"davinci{index}"])
+        cpus, index = cpu_ids(match.group(1)), int(match.group(2))
+        cores = cpu_ids(rendered_cores(dev_cluster)[f"davinci{index}"])
         # every CPU from the device's cores (24.11 lists 48 CPU_IDs here, the device's whole socket)
         assert set(cpus) <= set(cores), (cpus, index, cores)
         assert len(cpus) == 4 or dev_cluster.name != "22.05", detail

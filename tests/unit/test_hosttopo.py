@@ -17,9 +17,10 @@ from slurm_hetero.cli import cli
 from slurm_hetero.core.model import ClusterInventory, Device
 from slurm_hetero.inventory import discover
 from slurm_hetero.inventory.catalog import load_catalog
-from slurm_hetero.inventory.hosttopo import parse_cpu_list, read_topology, topology_from_cpus
+from slurm_hetero.inventory.hosttopo import read_topology, topology_from_cpus
 from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
+from slurm_hetero.slurm.syntax import cpu_ids
 from slurm_hetero.vendors import get_vendor
 from tests.conftest import FIXTURES
 from tests.hosttree import ATLAS, DGX, HOSTS, sysfs_tree
@@ -85,7 +86,7 @@ def test_live_discover_renders_the_cores_and_node_line_slurmd_would(
     for key, name in (("CPUs", "CPUs"), ("SocketsPerBoard", "Sockets"), ("CoresPerSocket", "CoresPerSocket")):
         assert f" {name}={want[key]} " in line
     assert f" ThreadsPerCore={want['ThreadsPerCore']} " in line and " RealMemory=" in line
-    assert all(max(parse_cpu_list(d.cores or "0")) < 128 for d in node.devices)
+    assert all(max(cpu_ids(d.cores or "0")) < 128 for d in node.devices)
 
 
 @pytest.mark.skipif(not shutil.which("slurmd"), reason="slurmd not installed")
@@ -216,8 +217,8 @@ def _one_line_error(result: Result, *words: str) -> None:
 @pytest.mark.parametrize(
     ("damaged", "text", "expected"),
     [
-        ("sys/devices/system/cpu/online", "0-2000000000", "at most 65535"),  # hung
-        ("sys/devices/system/cpu/online", "7-0", "ranges go up"),
+        ("sys/devices/system/cpu/online", "0-2000000000", "ids up to 65535"),  # hung
+        ("sys/devices/system/cpu/online", "7-0", "reversed CPU range"),
         ("sys/devices/system/cpu/cpu5/topology/core_id", "garbage", "not usable"),  # warned, then failed
         ("sys/devices/system/cpu/cpu3/topology/physical_package_id", "7", "irregular topology"),
     ],

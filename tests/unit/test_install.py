@@ -458,7 +458,7 @@ def test_the_taskprolog_outlives_a_checkpoint_signal_as_it_starts(tmp_path: Path
     python.write_text("#!/bin/sh\nsleep 1\necho started\n")
     python.chmod(0o755)
     script = tmp_path / "taskprolog"
-    script.write_text(f"#!/bin/sh\n{inst.taskprolog_command(python, '/x/inventory.yaml', None)}\n")
+    script.write_text(inst.script_text("taskprolog", python, inst.Layout(site=Path("/x")), None))
     script.chmod(0o755)
     prolog = subprocess.Popen([str(script)], stdout=subprocess.PIPE)
     time.sleep(0.3)

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from slurm_hetero.cli import cli
 from slurm_hetero.core.errors import InventoryError
 from slurm_hetero.inventory import document as inventory
-from slurm_hetero.slurm import syntax
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "gres_conf" / "examples" / "mixed.yaml"
@@ -115,7 +114,8 @@ def test_dumped_strings_load_back_as_the_same_text(value: str) -> None:
     it must, so its output always loads back to the same inventory."""
     inv = EXAMPLE_INVENTORY  # loaded once: the property is about dumps, not about 300 loads
     node = inv.nodes[0]
-    tool_id = value if re.fullmatch(syntax.WORD, value) else None
+    word = inventory.shipped_schema()["definitions"]["device"]["properties"]["tool_id"]["pattern"]
+    tool_id = value if re.fullmatch(word, value) else None
     device = dataclasses.replace(node.devices[0], uuid=value, tool_id=tool_id)
     changed = dataclasses.replace(
         inv, nodes=(dataclasses.replace(node, devices=(device, *node.devices[1:])),)

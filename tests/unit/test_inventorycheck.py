@@ -29,6 +29,7 @@ from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render import removal
 from slurm_hetero.render.context import RenderOptions, build_context
 from slurm_hetero.render.templates import render_configs
+from slurm_hetero.slurm import syntax
 from slurm_hetero.submit.tables import render_table
 from tests.conftest import REPO
 
@@ -427,9 +428,16 @@ def test_no_temporary_files_are_left_and_check_reports_an_interrupted_render(tmp
 
 
 def test_the_shipped_schema_states_the_syntax_rules() -> None:
-    """slurm.syntax is the one home of the patterns and bounds; the shipped JSON Schema (for outside
-    readers) must say the same."""
-    assert inventory.shipped_schema() == inventory.with_syntax(inventory.shipped_schema())
+    """The shipped JSON Schema is the one home of the inventory's patterns and bounds; the ones
+    slurm.syntax also applies in code must say the same."""
+    schema = inventory.shipped_schema()
+    node, device = (schema["definitions"][d]["properties"] for d in ("node", "device"))
+    assert schema["properties"]["nodes"]["maxItems"] == syntax.MAX_HOSTS
+    assert node["name"]["maxLength"] == syntax.MAX_HOSTLIST
+    assert node["devices"]["maxItems"] == syntax.MAX_DEVICES_PER_NODE
+    assert (device["file"]["pattern"], device["cores"]["pattern"]) == (syntax.DEVICE_FILE, syntax.CPU_LIST)
+    peer = schema["definitions"]["link"]["properties"]["peer"]
+    assert device["index"]["maximum"] == peer["maximum"] == syntax.MAX_INDEX
 
 
 def test_the_hook_is_renamed_after_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
