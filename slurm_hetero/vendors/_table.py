@@ -1,4 +1,5 @@
-"""The box frame shared by `cnmon`, `hl-smi`, `ixsmi` and `mx-smi`, the nvidia-smi-style tables.
+"""The box frame shared by `cnmon`, `hl-smi`, `ixsmi` and `mx-smi`, the nvidia-smi-style tables,
+and the `topo -m` link matrix with its Legend that `npu-smi` and `mx-smi` print.
 
 They draw one frame: a `+---+` top border (after optional lines such as a date), banner rows, a
 separator, header rows closed by a `|===+===|` rule, then per device as many rows as the header,
@@ -179,6 +180,50 @@ def read_trailing_processes(lines: list[Line], i: int) -> None:
     if i + 1 == len(lines) or "Processes" not in lines[i + 1].text:
         raise TableError("expected the processes table after the device table (output cut short?)", lines[i])
     read_closed_box(lines, i + 1, "processes table")
+
+
+def read_matrix(
+    lines: list[Line], i: int, label: str, affinity: tuple[str, ...], affine: str
+) -> tuple[list[str], list[tuple[Line, list[str]]], int]:
+    """The link matrix of `<tool> topo -m` whose header is lines[i]: column labels (each matching
+    `label`), then one row per label in order with `X` on the diagonal, rows labelled `affine...`
+    ending in the `affinity` columns when the header has them. (labels, row cells, index after)."""
+    words = lines[i].text.split()
+    tail = [word for name in affinity for word in name.split()]
+    has_affinity = words[-len(tail) :] == tail
+    labels = words[: -len(tail)] if has_affinity else words
+    if not labels or not all(re.fullmatch(label, name) for name in labels):
+        raise TableError(f"matrix header is not {label} labels, then {' and '.join(affinity)}", lines[i])
+    rows = []
+    for k, name in enumerate(labels, i + 1):
+        row = lines[k].text.split() if k < len(lines) else []
+        width = 1 + len(labels) + (len(affinity) if has_affinity and name.startswith(affine) else 0)
+        if len(row) != width or row[0] != name:
+            raise TableError(
+                f"expected the complete {name} row (output cut short?)", lines[min(k, len(lines) - 1)]
+            )
+        if row[k - i] != "X":
+            raise TableError(f"{name} is not `X` to itself", lines[k])
+        rows.append((lines[k], row[1:]))
+    return labels, rows, i + 1 + len(labels)
+
+
+LEGEND_ENTRY = re.compile(r"\s*(\S+)\s*=\s*\S.*")
+
+
+def read_legend(
+    lines: list[Line], i: int, title: str, entry: re.Pattern[str] = LEGEND_ENTRY
+) -> tuple[set[str], int]:
+    """The names a `title` block of `entry` lines defines (after blanks), and the index after it."""
+    i = skip_blank(lines, i)
+    if i == len(lines) or lines[i].text.strip() != title:
+        raise TableError(f"expected `{title}` (output cut short?)", lines[min(i, len(lines) - 1)])
+    i = skip_blank(lines, i + 1)
+    names: set[str] = set()
+    while i < len(lines) and (match := entry.fullmatch(lines[i].text)):
+        names.add(match.group(1))
+        i += 1
+    return names, i
 
 
 def mib_pair(text: str) -> tuple[int, int] | None:

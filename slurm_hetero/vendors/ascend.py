@@ -42,7 +42,16 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ParseError, ToolError
 from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import CPULIST, Line, nonblank_lines, sysfs_bus_id
+from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
+from slurm_hetero.vendors._table import (
+    Line,
+    TableError,
+    guarded,
+    nonblank_lines,
+    read_legend,
+    read_matrix,
+    sysfs_bus_id,
+)
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -61,8 +70,6 @@ _HEALTH = re.compile(r"[A-Za-z][A-Za-z_-]*")
 _USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
 _USAGE_COLUMN = re.compile(r"([A-Za-z]+)-Usage\(MB\)")
 _NPU_LABEL = re.compile(r"NPU(\d+)")
-_LEGEND_ENTRY = re.compile(r"(\S+)\s*=\s*\S.*")
-_NO_CPU = ("NA", "N/A", "-", "")
 _UNSUPPORTED = "This device does not support"
 
 
@@ -247,67 +254,28 @@ def devices_from_info(info: Capture) -> list[Device]:
 # npu-smi info -t topo ------------------------------------------------------------------------------
 
 
-def _topo_header(capture: Capture, line: Line) -> tuple[tuple[int, ...], bool]:
-    tokens = line.text.split()
-    affinity = tokens[-2:] == ["CPU", "Affinity"]
-    names = tokens[:-2] if affinity else tokens
-    labels = [_NPU_LABEL.fullmatch(t) for t in names]
-    if not labels or not all(labels):
-        raise _error(capture, TOPO, "header is not 'NPU0 NPU1 ... [CPU Affinity]'", line)
-    return tuple(int(m.group(1)) for m in labels if m), affinity
-
-
-def _topo_row(capture: Capture, line: Line, label: int, labels: tuple[int, ...], affinity: bool) -> list[str]:
-    tokens = line.text.split()
-    if tokens[:1] != [f"NPU{label}"] or len(tokens) != 1 + len(labels) + affinity:
-        raise _error(capture, TOPO, f"row NPU{label} needs {len(labels)} cells (truncated?)", line)
-    if tokens[1 + labels.index(label)] != "X":
-        raise _error(capture, TOPO, f"NPU{label} is not 'X' on the diagonal", line)
-    return tokens[1:]
-
-
-def _cpulist(capture: Capture, line: Line, value: str) -> str | None:
-    if value in _NO_CPU:
-        return None
-    if not CPULIST.match(value):
-        raise _error(capture, TOPO, f"bad CPU Affinity {value!r}", line)
-    return value
-
-
-def _check_legend(capture: Capture, lines: list[Line], used: set[str]) -> None:
-    """Text after the matrix must be a legend that defines every code the matrix uses."""
-    if not lines:
-        return
-    if lines[0].text.strip() != "Legend:":
-        raise _error(capture, TOPO, "unexpected text after the matrix", lines[0])
-    codes = set()
-    for line in lines[1:]:
-        if not (entry := _LEGEND_ENTRY.fullmatch(line.text.strip())):
-            raise _error(capture, TOPO, "legend line is not 'CODE = meaning'", line)
-        codes.add(entry.group(1))
-    if missing := sorted(used - codes):
-        raise _error(capture, TOPO, f"legend does not define {', '.join(missing)} (truncated?)", lines[-1])
-
-
-def _parse_topo(capture: Capture) -> _Topo:
-    """The NPU matrix of `npu-smi info -t topo`."""
-    lines = nonblank_lines(capture.text)
+def _parse_topo(text: str) -> _Topo:
+    """The NPU matrix of `npu-smi info -t topo`, and its Legend when the capture goes on."""
+    lines = nonblank_lines(text)
     if lines[0].text.strip().startswith(_UNSUPPORTED):
         return _Topo((), {}, {})
-    labels, has_affinity = _topo_header(capture, lines[0])
-    if len(lines) < 1 + len(labels):
-        raise _error(
-            capture, TOPO, f"matrix has {len(lines) - 1} of {len(labels)} rows (truncated?)", lines[-1]
-        )
+    names, rows, end = read_matrix(lines, 0, r"NPU\d+", ("CPU Affinity",), "NPU")
+    labels = tuple(int(name[3:]) for name in names)
     hccs: dict[int, tuple[int, ...]] = {}
     affinity: dict[int, str | None] = {}
-    used: set[str] = set()
-    for label, line in zip(labels, lines[1 : 1 + len(labels)]):
-        cells = _topo_row(capture, line, label, labels, has_affinity)
-        used.update(cells[: len(labels)])
+    for label, (line, cells) in zip(labels, rows):
         hccs[label] = tuple(peer for peer, cell in zip(labels, cells) if cell == "HCCS")
-        affinity[label] = _cpulist(capture, line, cells[-1]) if has_affinity else None
-    _check_legend(capture, lines[1 + len(labels) :], used)
+        cpus = cells[-1] if len(cells) > len(labels) else "NA"
+        try:
+            affinity[label] = None if cpus in ("NA", "-") else normalize_cpu_list(cpus)
+        except ValueError as e:
+            raise TableError(str(e), line) from None
+    if end < len(lines):
+        codes, end = read_legend(lines, end, "Legend:")
+        if end < len(lines):
+            raise TableError("legend line is not `CODE = meaning`", lines[end])
+        if missing := sorted({code for _, cells in rows for code in cells[: len(labels)]} - codes):
+            raise TableError(f"the Legend does not explain {missing} (output cut short?)", lines[-1])
     return _Topo(labels, hccs, affinity)
 
 
@@ -451,7 +419,7 @@ class AscendVendor(Vendor):
                     _table_lines(info)[-1],
                 )
             return devices
-        topo = _parse_topo(found["topo"])
+        topo = guarded(self, found["topo"], _parse_topo, TOPO)
         if not topo.labels:
             return devices
         return _with_topology(devices, topo, _label_map(found["topo"], topo, numbered))
