@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ParseError, ToolError
-from slurm_hetero.core.model import Capture, Device, Health, Link
+from slurm_hetero.core.model import Capture, Device, Health, Link, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
 from slurm_hetero.vendors._table import (
@@ -363,11 +363,13 @@ class AscendVendor(Vendor):
 
     tools = ("npu-smi",)
     device_glob = "/dev/davinci[0-9]*"
-    visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
-    torch_backend = "hccl"
-    torch_package = "torch_npu"
-    torch_device = "npu"
-    stack_label = "cann"
+    traits = VendorTraits(
+        visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
+        torch_backend="hccl",
+        torch_package="torch_npu",
+        torch_device="npu",
+        stack_label="cann",
+    )
     memory_capture_hint = "npu-smi info -t memory -i <NPU id>"
 
     def commands(self) -> list[list[str]]:

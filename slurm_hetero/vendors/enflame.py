@@ -19,11 +19,10 @@ health (Dpm is a power state), UUID, serial, NUMA or links; `efsmi -q` is not pa
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from slurm_hetero.core.model import Capture, Device
+from slurm_hetero.core.model import Device, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, check_width, guarded, nonblank_lines
+from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, check_width, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "efsmi"
@@ -150,10 +149,10 @@ def _parse_text(text: str) -> list[Device]:
 class EnflameVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/gcu[0-9]*"
-    visible_devices_env = "TOPS_VISIBLE_DEVICES"
-    torch_backend = "eccl"
-    torch_package = "torch_gcu"
-    torch_device = "gcu"
-
-    def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        return guarded(self, self.one_capture(captures, "efsmi output"), _parse_text)
+    traits = VendorTraits(
+        visible_devices_env="TOPS_VISIBLE_DEVICES",
+        torch_backend="eccl",
+        torch_package="torch_gcu",
+        torch_device="gcu",
+    )
+    parse_text = _parse_text

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from slurm_hetero.core.errors import ParseError
-from slurm_hetero.core.model import Capture, Device, Health
+from slurm_hetero.core.model import Capture, Device, Health, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     BoxTable,
@@ -182,11 +182,13 @@ class GaudiVendor(Vendor):
     """Intel Gaudi AIPs as GRES gpu, one `/dev/accel/accelN` each; tool_id is the module id."""
 
     tools = (TOOL,)
-    visible_devices_env = "HABANA_VISIBLE_MODULES"
-    visible_by_tool_id = True  # module ids; the AIP index only when no -Q capture gave them
-    torch_backend = "hccl"
-    torch_package = "habana_frameworks.torch.distributed.hccl"  # registers hccl (and, by its parent, hpu)
-    torch_device = "hpu"
+    traits = VendorTraits(
+        visible_devices_env="HABANA_VISIBLE_MODULES",
+        visible_by_tool_id=True,  # module ids; the AIP index only when no -Q capture gave them
+        torch_backend="hccl",
+        torch_package="habana_frameworks.torch.distributed.hccl",  # registers hccl (and, by its parent, hpu)
+        torch_device="hpu",
+    )
 
     def affinity(self) -> int:
         if self.unavailable_reason:

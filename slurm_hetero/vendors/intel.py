@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
-from slurm_hetero.core.model import Capture, Device, Link
+from slurm_hetero.core.model import Capture, Device, Link, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import CPULIST, Line, TableError, check_width, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
@@ -235,11 +235,13 @@ def _with_topology(device: Device, topo: _Topology) -> Device:
 @register_vendor("intel")
 class IntelVendor(Vendor):
     tools = (TOOL,)
-    visible_devices_env = "ZE_AFFINITY_MASK"
-    slurm_gpu_env = "intel_gpu_env"
-    torch_backend = "xccl"  # built into torch >= 2.8 for XPU (older IPEX: oneCCL's `ccl`)
-    torch_device = "xpu"
-    stack_label = "oneapi"
+    traits = VendorTraits(
+        visible_devices_env="ZE_AFFINITY_MASK",
+        slurm_gpu_env="intel_gpu_env",
+        torch_backend="xccl",  # built into torch >= 2.8 for XPU (older IPEX: oneCCL's `ccl`)
+        torch_device="xpu",
+        stack_label="oneapi",
+    )
     memory_capture_hint = "xpu-smi discovery -d <id>"
 
     def commands(self) -> list[list[str]]:

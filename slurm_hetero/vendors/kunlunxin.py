@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_hetero.core.model import Capture, Device, Health
+from slurm_hetero.core.model import Capture, Device, Health, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines, sysfs_bus_id
 from slurm_hetero.vendors.base import Vendor
@@ -181,12 +181,14 @@ def _parse_text(text: str) -> list[Device]:
 class KunlunxinVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/xpu[0-9]*"
-    visible_devices_env = "XPU_VISIBLE_DEVICES"
     # torch_xmlir exposes the XPU as torch.cuda and routes nccl to BKCL (baidu/vLLM-Kunlun,
     # vllm_kunlun/platforms/kunlun.py: dist_backend = "nccl")
-    torch_backend = "nccl"
-    torch_package = "torch_xmlir"
-    ccl_env_prefix = "NCCL"
+    traits = VendorTraits(
+        visible_devices_env="XPU_VISIBLE_DEVICES",
+        torch_backend="nccl",
+        torch_package="torch_xmlir",
+        ccl_env_prefix="NCCL",
+    )
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         if not captures:

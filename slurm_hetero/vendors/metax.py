@@ -37,7 +37,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from slurm_hetero.core.model import Capture, Device, Health, Link
+from slurm_hetero.core.model import Capture, Device, Health, Link, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
 from slurm_hetero.vendors._table import (
@@ -285,12 +285,14 @@ class MetaxVendor(Vendor):
 
     tools = (TOOL,)
     device_glob = "/dev/mxcd"
-    visible_devices_env = "MACA_VISIBLE_DEVICES"
     # MetaX's own torch wheel keeps device "cuda" and backend "nccl", served by MCCL (mcPytorch
     # README and DDP tests, vLLM-metax platform.py); MCCL reads MCCL_* network variables.
-    torch_backend = "nccl"
-    stack_label = "maca"
-    ccl_env_prefix = "MCCL"
+    traits = VendorTraits(
+        visible_devices_env="MACA_VISIBLE_DEVICES",
+        torch_backend="nccl",
+        stack_label="maca",
+        ccl_env_prefix="MCCL",
+    )
 
     def commands(self) -> list[list[str]]:
         return [[TOOL], [TOOL, "topo", "-m"]]
