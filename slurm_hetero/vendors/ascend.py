@@ -27,8 +27,7 @@ Fixtures: tests/fixtures/ascend/ (provenance in each .source).
 Known gaps: `npu-smi info -m` (authoritative logical ids, e.g. in containers) is not parsed; multi-
 die and 310P topo matrices are unseen; the Ascend 950 `NPU ID | Name` layout is not recognised.
 Truncation: `npu-smi info` always ends with its process table, so a capture without it is refused
-as cut unless a topo capture lists every NPU; published excerpts without it are read by
-`devices_from_info` in the unit tests.
+as cut unless a topo capture comes with it.
 """
 
 from __future__ import annotations
@@ -240,15 +239,6 @@ def _parse_info(capture: Capture) -> _Table:
     chips, pos = _records(capture, lines, pos, id_column, usage)
     complete = _check_tail(capture, lines[pos:])
     return _Table(tuple(chips), id_column, version, complete)
-
-
-def devices_from_info(info: Capture) -> list[Device]:
-    """The devices of an `npu-smi info` device table, complete or not (`AscendVendor.parse` also
-    requires the table to be whole)."""
-    table = _parse_info(info)
-    return [
-        _device(index, davinci, chip, table.driver_version) for index, davinci, chip in _numbers(info, table)
-    ]
 
 
 # npu-smi info -t topo ------------------------------------------------------------------------------
