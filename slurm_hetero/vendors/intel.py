@@ -40,7 +40,8 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
 from slurm_hetero.core.model import Capture, Device, Link, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import CPULIST, Line, TableError, check_width, guarded, nonblank_lines
+from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
+from slurm_hetero.vendors._table import Line, TableError, check_width, guarded, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def _parse_topology(text: str) -> _Topology:
             f"header names {len(labels)} GPUs but {len(lines) - 1} rows follow (output cut short?)",
             lines[-1],
         )
-    cores: dict[int, str] = {}
+    cores: dict[int, str | None] = {}
     lanes: dict[int, dict[int, int]] = {}
     for row, line in enumerate(lines[1:]):
         cells = _split(line.text)
@@ -162,15 +163,18 @@ def _parse_topology(text: str) -> _Topology:
             raise TableError(f"row label {cells[0]!r} does not match column {row}", line)
         _add_lanes(lanes.setdefault(card, {}), cells[1 : 1 + len(labels)], labels, row, line)
         if with_affinity:
-            _check_cpu_list(cells[-1], line)
-            if cores.setdefault(card, cells[-1]) != cells[-1]:
+            try:
+                cpus = normalize_cpu_list(cells[-1])
+            except ValueError as e:
+                raise TableError(str(e), line) from None
+            if cores.setdefault(card, cpus) != cpus:
                 raise TableError(
-                    f"tiles of card {card} show CPU affinity {cores[card]!r} and {cells[-1]!r}; one "
+                    f"tiles of card {card} show CPU affinity {cores[card]!r} and {cpus!r}; one "
                     "card has one (output cut short?)",
                     line,
                 )
     cards = tuple(sorted({card for card, _ in labels}))
-    return _Topology(cards, {card: cpus for card, cpus in cores.items() if cpus != "N/A"}, lanes)
+    return _Topology(cards, {card: cpus for card, cpus in cores.items() if cpus is not None}, lanes)
 
 
 def _add_lanes(
@@ -190,16 +194,6 @@ def _add_lanes(
             peers[peer] = peers.get(peer, 0) + int(m.group(2))
 
 
-def _check_cpu_list(text: str, line: Line) -> None:
-    """A CPU list as gres.conf Cores= takes it ('0-23,48-71'), or N/A."""
-    if text != "N/A" and not CPULIST.match(text):
-        raise TableError(f"CPU affinity {text!r} is not a CPU list", line)
-    bounds = [part.partition("-")[::2] for part in text.split(",")] if text != "N/A" else []
-    if any(high and int(high) < int(low) for low, high in bounds):
-        raise TableError(f"CPU affinity {text!r} has a descending range", line)
-
-
-# -- devices ---------------------------------------------------------------------------------
 def _memory_mib(text: str, where: int) -> int:
     m = _MEMORY.match(text)
     mib = round(float(m.group(1)) * _UNITS_MIB[m.group(2)]) if m else 0
