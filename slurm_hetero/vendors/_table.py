@@ -183,17 +183,23 @@ def read_trailing_processes(lines: list[Line], i: int) -> None:
 
 
 def read_matrix(
-    lines: list[Line], i: int, label: str, affinity: tuple[str, ...], affine: str
+    lines: list[Line],
+    i: int,
+    label: str,
+    affinity: tuple[str, ...] = (),
+    affine: str = "",
+    diagonal: str = "X",
 ) -> tuple[list[str], list[tuple[Line, list[str]]], int]:
     """The link matrix of `<tool> topo -m` whose header is lines[i]: column labels (each matching
-    `label`), then one row per label in order with `X` on the diagonal, rows labelled `affine...`
+    `label`), then one row per label in order with `diagonal` to itself, rows labelled `affine...`
     ending in the `affinity` columns when the header has them. (labels, row cells, index after)."""
     words = lines[i].text.split()
     tail = [word for name in affinity for word in name.split()]
-    has_affinity = words[-len(tail) :] == tail
+    has_affinity = bool(tail) and words[-len(tail) :] == tail
     labels = words[: -len(tail)] if has_affinity else words
     if not labels or not all(re.fullmatch(label, name) for name in labels):
-        raise TableError(f"matrix header is not {label} labels, then {' and '.join(affinity)}", lines[i])
+        then = " and ".join(affinity) or "nothing"
+        raise TableError(f"matrix header is not {label} labels (then {then})", lines[i])
     rows = []
     for k, name in enumerate(labels, i + 1):
         row = lines[k].text.split() if k < len(lines) else []
@@ -202,8 +208,8 @@ def read_matrix(
             raise TableError(
                 f"expected the complete {name} row (output cut short?)", lines[min(k, len(lines) - 1)]
             )
-        if row[k - i] != "X":
-            raise TableError(f"{name} is not `X` to itself", lines[k])
+        if row[k - i] != diagonal:
+            raise TableError(f"{name} is not `{diagonal}` to itself", lines[k])
         rows.append((lines[k], row[1:]))
     return labels, rows, i + 1 + len(labels)
 
