@@ -377,15 +377,6 @@ class AscendVendor(Vendor):
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         """Devices from one `npu-smi info` capture, plus links and cores from an optional topo capture."""
-        try:
-            return self._parse(captures)
-        except (KeyError, IndexError, ValueError) as e:  # a parser bug must still read as a ParseError
-            source = captures[0].source if captures else "<none>"
-            raise ParseError(
-                VENDOR, "npu-smi", f"unexpected content ({type(e).__name__}: {e})", source
-            ) from e
-
-    def _parse(self, captures: Sequence[Capture]) -> list[Device]:
         if not captures:
             raise _error(Capture("<none>", ""), INFO, "no captures: capture `npu-smi info`")
         found: dict[str, Capture] = {}
