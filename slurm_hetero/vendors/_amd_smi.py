@@ -21,7 +21,7 @@ from slurm_hetero.vendors._rocm_facts import (
     memory_mib,
     set_fact,
 )
-from slurm_hetero.vendors._table import CPULIST
+from slurm_hetero.vendors._table import CPULIST, Line, TableError, read_matrix
 
 AMD_SMI_HINT = "amd-smi static"
 AMDSMI_BLOCK = re.compile(r"^(GPU|CPU|CORE): (\d+)\s*$")
@@ -163,11 +163,11 @@ def _amdsmi_affinity(facts: Facts, raw: str, fail: Callable[[str], ParseError]) 
 
 def parse_amdsmi_topology(capture: Capture, dialect: Dialect) -> Parsed:
     """`amd-smi topology`: square tables addressed by BDF; LINK TYPE is required, HOPS optional."""
-    lines = capture.text.splitlines()
+    lines = [Line(no, text.rstrip()) for no, text in enumerate(capture.text.splitlines(), 1)]
     parsed = Parsed(capture, "amd-smi", "amd-smi topology", by_bdf=True)
     tables = {}
     for i, line in enumerate(lines):
-        if head := AMDSMI_TOPO_TABLE.match(line):
+        if head := AMDSMI_TOPO_TABLE.match(line.text):
             tables[head.group(1)] = _amdsmi_table(capture, lines, i + 1, dialect)
     if "LINK TYPE" not in tables:
         raise dialect.error(capture, "no LINK TYPE TABLE", len(lines), tool="amd-smi")
@@ -180,29 +180,19 @@ def parse_amdsmi_topology(capture: Capture, dialect: Dialect) -> Parsed:
 
 
 def _amdsmi_table(
-    capture: Capture, lines: list[str], start: int, dialect: Dialect
+    capture: Capture, lines: list[Line], start: int, dialect: Dialect
 ) -> dict[tuple[str, str], str]:
-    def fail(message: str, no: int) -> ParseError:
-        return dialect.error(
-            capture, message, no, lines[no - 1] if no <= len(lines) else None, tool="amd-smi"
-        )
-
+    """One BDF x BDF table (its diagonal varies: SELF, 0, ENABLED) as cells by (row, column)."""
     if start >= len(lines):
-        raise fail("table without a header: output truncated?", len(lines))
-    header = [c.lower() for c in lines[start].split()]
-    if not header or not all(BDF.match(c) for c in header):
-        raise fail("table header is not a row of PCI addresses", start + 1)
-    cells: dict[tuple[str, str], str] = {}
-    i = start + 1
-    while i < len(lines) and lines[i].split() and BDF.match(lines[i].split()[0].lower()):
-        row = lines[i].split()
-        if len(row) != len(header) + 1:
-            raise fail(f"table row has {len(row) - 1} cells for {len(header)} GPUs", i + 1)
-        cells.update({(row[0].lower(), dst): cell for dst, cell in zip(header, row[1:])})
-        i += 1
-    if len(cells) != len(header) ** 2:
-        raise fail("table is incomplete: output truncated?", min(i + 1, len(lines)))
-    return cells
+        raise dialect.error(capture, "table without a header: output truncated?", len(lines), tool="amd-smi")
+    try:
+        labels, rows, _ = read_matrix(lines, start, rf"(?i:{BDF.pattern})", diagonal=None)
+    except TableError as e:
+        raise dialect.error(
+            capture, f"topology table: {e.message}", e.line_no, e.text, tool="amd-smi"
+        ) from None
+    bdfs = [label.lower() for label in labels]
+    return {(src, dst): cell for src, (_, cells) in zip(bdfs, rows) for dst, cell in zip(bdfs, cells)}
 
 
 def parse_amdsmi_version(capture: Capture, dialect: Dialect) -> Parsed:

@@ -188,11 +188,12 @@ def read_matrix(
     label: str,
     affinity: tuple[str, ...] = (),
     affine: str = "",
-    diagonal: str = "X",
+    diagonal: str | None = "X",
 ) -> tuple[list[str], list[tuple[Line, list[str]]], int]:
     """The link matrix of `<tool> topo -m` whose header is lines[i]: column labels (each matching
-    `label`), then one row per label in order with `diagonal` to itself, rows labelled `affine...`
-    ending in the `affinity` columns when the header has them. (labels, row cells, index after)."""
+    `label`), then one row per label in order with `diagonal` (unless None) to itself, rows
+    labelled `affine...` ending in the `affinity` columns when the header has them.
+    Returns (labels, row cells, index after)."""
     words = lines[i].text.split()
     tail = [word for name in affinity for word in name.split()]
     has_affinity = bool(tail) and words[-len(tail) :] == tail
@@ -208,7 +209,7 @@ def read_matrix(
             raise TableError(
                 f"expected the complete {name} row (output cut short?)", lines[min(k, len(lines) - 1)]
             )
-        if row[k - i] != diagonal:
+        if diagonal is not None and row[k - i] != diagonal:
             raise TableError(f"{name} is not `{diagonal}` to itself", lines[k])
         rows.append((lines[k], row[1:]))
     return labels, rows, i + 1 + len(labels)
