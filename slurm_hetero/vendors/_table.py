@@ -189,21 +189,25 @@ def read_matrix(
     affinity: tuple[str, ...] = (),
     affine: str = "",
     diagonal: str | None = "X",
+    split: Callable[[str], list[str]] = str.split,
 ) -> tuple[list[str], list[tuple[Line, list[str]]], int]:
     """The link matrix of `<tool> topo -m` whose header is lines[i]: column labels (each matching
     `label`), then one row per label in order with `diagonal` (unless None) to itself, rows
-    labelled `affine...` ending in the `affinity` columns when the header has them.
+    labelled `affine...` ending in the `affinity` columns when the header has them; `split` cuts a line.
     Returns (labels, row cells, index after)."""
-    words = lines[i].text.split()
-    tail = [word for name in affinity for word in name.split()]
+    words = split(lines[i].text)
+    tail = [word for name in affinity for word in split(name)]
     has_affinity = bool(tail) and words[-len(tail) :] == tail
     labels = words[: -len(tail)] if has_affinity else words
-    if not labels or not all(re.fullmatch(label, name) for name in labels):
-        then = " and ".join(affinity) or "nothing"
-        raise TableError(f"matrix header is not {label} labels (then {then})", lines[i])
+    bad = next((name for name in labels if not re.fullmatch(label, name)), None)
+    if bad is not None or not labels:
+        raise TableError(
+            f"matrix header: {bad!r} is not a column label" if bad is not None else "empty matrix header",
+            lines[i],
+        )
     rows = []
     for k, name in enumerate(labels, i + 1):
-        row = lines[k].text.split() if k < len(lines) else []
+        row = split(lines[k].text) if k < len(lines) else []
         width = 1 + len(labels) + (len(affinity) if has_affinity and name.startswith(affine) else 0)
         if len(row) != width or row[0] != name:
             raise TableError(
