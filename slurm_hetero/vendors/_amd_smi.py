@@ -21,11 +21,18 @@ from slurm_hetero.vendors._rocm_facts import (
     memory_mib,
     set_fact,
 )
-from slurm_hetero.vendors._table import CPULIST, Line, TableError, read_matrix
+from slurm_hetero.vendors._table import (
+    CPULIST,
+    Line,
+    TableError,
+    numbered_lines,
+    read_matrix,
+    read_tree,
+    tree_value,
+)
 
 AMD_SMI_HINT = "amd-smi static"
 AMDSMI_BLOCK = re.compile(r"^(GPU|CPU|CORE): (\d+)\s*$")
-_TREE_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_][^:]*?):(?: (?P<value>.*))?$")
 AMDSMI_TOPO_TABLE = re.compile(r"^(ACCESS|WEIGHT|HOPS|LINK TYPE|NUMA BW) TABLE:\s*$")
 AMDSMI_VERSION = re.compile(r"^AMDSMI Tool: .*\bROCm version: (?P<rocm>\S+)")
 # amd-smi static / list: Facts field <- path in a `GPU: N` block
@@ -43,34 +50,21 @@ _AMDSMI_FIELDS = (
 
 def _amdsmi_tree(capture: Capture, dialect: Dialect) -> list[tuple[str, int, int, dict[str, Any]]]:
     """`GPU: N` / `CPU: N` blocks of indented `KEY: value` lines as (kind, id, line, tree)."""
-    blocks: list[tuple[str, int, int, dict[str, Any]]] = []
-    stack: list[dict[str, Any]] = []
-    lines = capture.text.splitlines()
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            if line and no == len(lines) and not capture.text.endswith("\n"):  # an indent, cut
-                raise dialect.error(
-                    capture, "output ends inside an entry: truncated?", no, line, tool="amd-smi"
-                )
-            continue
-        if head := AMDSMI_BLOCK.match(line):
-            blocks.append((head.group(1), int(head.group(2)), no, {}))
-            stack = [blocks[-1][3]]
-            continue
-        item = _TREE_LINE.match(line)
-        depth = len(item.group("indent")) // 4 if item else 0
-        if not item or not stack or len(item.group("indent")) % 4 or not 1 <= depth <= len(stack):
-            raise dialect.error(
-                capture, "not an amd-smi `KEY: value` line: output truncated?", no, line, tool="amd-smi"
-            )
-        del stack[depth:]
-        if item.group("value") is None:
-            child: dict[str, Any] = {}
-            stack[-1][item.group("key")] = child
-            stack.append(child)
-        else:
-            stack[-1][item.group("key")] = item.group("value")
-    return blocks
+    last = capture.text.rsplit("\n", 1)[-1]
+    if last and not last.strip():  # an indent, cut
+        no = capture.text.count("\n") + 1
+        raise dialect.error(capture, "output ends inside an entry: truncated?", no, last, tool="amd-smi")
+    lines = numbered_lines(capture.text)
+    try:
+        header, blocks = read_tree(lines, AMDSMI_BLOCK)
+    except TableError as e:
+        raise dialect.error(capture, e.message, e.line_no, e.text, tool="amd-smi") from None
+    if header:
+        first = next(line for line in lines if line.text.strip())
+        raise dialect.error(
+            capture, "a line before the first `GPU: N` block", first.no, first.text, tool="amd-smi"
+        )
+    return [(head.group(1), int(head.group(2)), line.no, tree) for head, line, tree in blocks]
 
 
 def _shape(tree: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -135,10 +129,7 @@ def _amdsmi_gpu(parsed: Parsed, index: int, no: int, tree: Mapping[str, Any], di
         return dialect.error(parsed.capture, f"GPU {index}: {message}", no, f"GPU: {index}", tool="amd-smi")
 
     def get(*path: str) -> str:
-        node: Any = tree
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        return node if isinstance(node, str) else ""
+        return tree_value(tree, *path) or ""
 
     facts = parsed.gpu(index, no)
     set_fact(facts, "name", clean(get("ASIC", "MARKET_NAME")) or clean(get("BOARD", "PRODUCT_NAME")), fail)

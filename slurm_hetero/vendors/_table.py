@@ -10,9 +10,9 @@ reads the cells. Failures are `TableError`, which `guarded` turns into the vendo
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from slurm_hetero.core.model import Capture, Device
@@ -235,6 +235,50 @@ def read_legend(
         names.add(match.group(1))
         i += 1
     return names, i
+
+
+_TREE_ITEM = re.compile(r"(?P<key>[^: ][^:]*?)\s*(?::(?: (?P<value>.*))?)?")
+Tree = dict[str, Any]
+
+
+def read_tree(
+    lines: list[Line], block: re.Pattern[str]
+) -> tuple[Tree, list[tuple[re.Match[str], Line, Tree]]]:
+    """`nvidia-smi -q` and `amd-smi static` text: indented `key: value` lines, four spaces a level
+    (a key without a value opens a section), in blocks opened by a `block` line; the lines before
+    the first block are the header. Returns the header and (block match, its line, tree) each."""
+    header: Tree = {}
+    blocks: list[tuple[re.Match[str], Line, Tree]] = []
+    stack = [header]
+    for line in lines:
+        body = line.text.lstrip(" ")
+        if not body:
+            continue
+        if head := block.match(line.text):
+            blocks.append((head, line, {}))
+            stack = [blocks[-1][2]]
+            continue
+        item = _TREE_ITEM.fullmatch(body)
+        indent = len(line.text) - len(body)
+        depth = indent // 4 + (0 if blocks else 1)
+        if item is None or indent % 4 or depth < 1:
+            raise TableError("not a `key: value` line at its section's indent (output cut short?)", line)
+        del stack[depth:]  # a line deeper than its section joins it (nvidia-smi nests some values)
+        if item.group("value") is None:
+            child: Tree = {}
+            stack[-1][item.group("key")] = child
+            stack.append(child)
+        else:
+            stack[-1][item.group("key")] = item.group("value")
+    return header, blocks
+
+
+def tree_value(tree: Mapping[str, Any], *path: str) -> str | None:
+    """The value at `path` of a `read_tree` tree; None where there is none (or a section)."""
+    node: Any = tree
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, str) else None
 
 
 def mib_pair(text: str) -> tuple[int, int] | None:
