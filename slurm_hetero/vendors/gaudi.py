@@ -156,6 +156,10 @@ def _query_device(line: Line, row: dict[str, str]) -> Device:
     )
 
 
+def _parse_query(text: str) -> list[tuple[Line, Device]]:
+    return [(line, _query_device(line, row)) for line, row in _query_rows(text)]
+
+
 def _join(table: list[Device], query: list[tuple[Line, Device]]) -> list[Device]:
     """Table devices with module id and uuid from the -Q rows; both must describe the same AIPs."""
     by_index = {device.index: (line, device) for line, device in query}
@@ -200,18 +204,7 @@ class GaudiVendor(Vendor):
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         tables = [(c, guarded(self, c, _parse_table)) for c in captures if _is_table(c.text)]
-        queries = [
-            (
-                c,
-                guarded(
-                    self,
-                    c,
-                    lambda text: [(line, _query_device(line, row)) for line, row in _query_rows(text)],
-                ),
-            )
-            for c in captures
-            if not _is_table(c.text)
-        ]
+        queries = [(c, guarded(self, c, _parse_query)) for c in captures if not _is_table(c.text)]
         if not captures or len(tables) > 1 or len(queries) > 1:
             source = captures[-1].source if captures else "<no capture>"
             raise ParseError(self.name, TOOL, "give one hl-smi table and/or one hl-smi -Q capture", source)
