@@ -1,5 +1,7 @@
-"""The box frame shared by `cnmon`, `hl-smi`, `ixsmi` and `mx-smi`, the nvidia-smi-style tables,
-and the `topo -m` link matrix with its Legend that `npu-smi` and `mx-smi` print.
+"""The text shapes several vendor tools share: the box frame of `cnmon`, `hl-smi`, `ixsmi` and
+`mx-smi` (nvidia-smi-style tables), the labelled link matrix (`topo -m` of npu-smi, mx-smi and
+xpu-smi, rocm-smi --showtopo, amd-smi topology) with its Legend, and indented `key: value` blocks
+(nvidia-smi -q, amd-smi static).
 
 They draw one frame: a `+---+` top border (after optional lines such as a date), banner rows, a
 separator, header rows closed by a `|===+===|` rule, then per device as many rows as the header,
