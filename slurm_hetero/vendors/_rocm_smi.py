@@ -154,7 +154,7 @@ def _parse_matrix(parsed: Parsed, lines: list[str], start: int, title: str, dial
     """A `--showtopo` GPU x GPU matrix; returns the index of the first line after it."""
     numbered = [Line(no, text.rstrip()) for no, text in enumerate(lines, 1)]
     try:
-        labels, rows, end = read_matrix(numbered, start, rf"(?:{_index_pattern(dialect)})\d+", diagonal="0")
+        labels, rows, end = read_matrix(numbered, start, rf"(?:{_index_pattern(dialect)})\d+", diagonal=None)
     except TableError as e:
         message = f"{title or 'topology'} matrix: {e.message}"
         raise dialect.error(parsed.capture, message, e.line_no, e.text) from None
