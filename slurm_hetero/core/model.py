@@ -97,7 +97,7 @@ class VendorTraits:
     HIP_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES). None: Slurm's CUDA_VISIBLE_DEVICES serves.
     """
 
-    name: str
+    name: str = ""
     visible_devices_env: str | None = None
     relative_visible_envs: tuple[str, ...] = ()
     visible_by_tool_id: bool = False

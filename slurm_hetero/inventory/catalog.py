@@ -95,13 +95,6 @@ def merge_site_text(base: dict[str, Raw], text: str, path: str) -> None:
         base[known] = merged
 
 
-def site_dirs() -> list[Path]:
-    """Site model directories, in precedence order (later entries override earlier types)."""
-    env = os.environ.get("SLURM_HETERO_MODELS_DIR")
-    extra = [Path(p) for p in env.split(":") if p] if env else []
-    return [SITE_MODELS_DIR, *extra]
-
-
 @cache
 def _load(dirs: tuple[Path, ...]) -> Catalog:
     bundled = resources.files("slurm_hetero.data").joinpath("models.yaml").read_text(encoding="utf-8")
@@ -118,5 +111,6 @@ def _load(dirs: tuple[Path, ...]) -> Catalog:
 
 
 def load_catalog(extra_dirs: Iterable[Path] = ()) -> Catalog:
-    """The bundled catalog plus site directories plus `extra_dirs` (cached per directory set)."""
-    return _load(tuple([*site_dirs(), *extra_dirs]))
+    """The bundled catalog, then site directories and `extra_dirs`, each overriding the earlier (cached)."""
+    env = os.environ.get("SLURM_HETERO_MODELS_DIR", "")
+    return _load(tuple([SITE_MODELS_DIR, *(Path(p) for p in env.split(":") if p), *extra_dirs]))

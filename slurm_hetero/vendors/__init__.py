@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import pkgutil
@@ -24,6 +25,7 @@ def register_vendor(name: str) -> Callable[[type[Vendor]], type[Vendor]]:
 
     def wrap(cls: type[Vendor]) -> type[Vendor]:
         cls.name = name
+        cls.traits = dataclasses.replace(cls.traits, name=name)
         _REGISTRY[name] = cls()
         return cls
 
@@ -74,7 +76,7 @@ def get_vendor(name: str) -> Vendor:
 
 def vendor_traits() -> dict[str, VendorTraits]:
     """Every registered vendor's traits by name: what engine, launcher, render and TaskProlog use."""
-    return {v.name: v.traits() for v in all_vendors()}
+    return {v.name: v.traits for v in all_vendors()}
 
 
 __all__ = ["Vendor", "register_vendor", "all_vendors", "get_vendor", "vendor_traits"]

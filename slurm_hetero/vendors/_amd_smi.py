@@ -21,11 +21,18 @@ from slurm_hetero.vendors._rocm_facts import (
     memory_mib,
     set_fact,
 )
-from slurm_hetero.vendors._table import CPULIST
+from slurm_hetero.vendors._table import (
+    CPULIST,
+    Line,
+    TableError,
+    numbered_lines,
+    read_matrix,
+    read_tree,
+    tree_value,
+)
 
 AMD_SMI_HINT = "amd-smi static"
 AMDSMI_BLOCK = re.compile(r"^(GPU|CPU|CORE): (\d+)\s*$")
-_TREE_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_][^:]*?):(?: (?P<value>.*))?$")
 AMDSMI_TOPO_TABLE = re.compile(r"^(ACCESS|WEIGHT|HOPS|LINK TYPE|NUMA BW) TABLE:\s*$")
 AMDSMI_VERSION = re.compile(r"^AMDSMI Tool: .*\bROCm version: (?P<rocm>\S+)")
 # amd-smi static / list: Facts field <- path in a `GPU: N` block
@@ -43,34 +50,21 @@ _AMDSMI_FIELDS = (
 
 def _amdsmi_tree(capture: Capture, dialect: Dialect) -> list[tuple[str, int, int, dict[str, Any]]]:
     """`GPU: N` / `CPU: N` blocks of indented `KEY: value` lines as (kind, id, line, tree)."""
-    blocks: list[tuple[str, int, int, dict[str, Any]]] = []
-    stack: list[dict[str, Any]] = []
-    lines = capture.text.splitlines()
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            if line and no == len(lines) and not capture.text.endswith("\n"):  # an indent, cut
-                raise dialect.error(
-                    capture, "output ends inside an entry: truncated?", no, line, tool="amd-smi"
-                )
-            continue
-        if head := AMDSMI_BLOCK.match(line):
-            blocks.append((head.group(1), int(head.group(2)), no, {}))
-            stack = [blocks[-1][3]]
-            continue
-        item = _TREE_LINE.match(line)
-        depth = len(item.group("indent")) // 4 if item else 0
-        if not item or not stack or len(item.group("indent")) % 4 or not 1 <= depth <= len(stack):
-            raise dialect.error(
-                capture, "not an amd-smi `KEY: value` line: output truncated?", no, line, tool="amd-smi"
-            )
-        del stack[depth:]
-        if item.group("value") is None:
-            child: dict[str, Any] = {}
-            stack[-1][item.group("key")] = child
-            stack.append(child)
-        else:
-            stack[-1][item.group("key")] = item.group("value")
-    return blocks
+    last = capture.text.rsplit("\n", 1)[-1]
+    if last and not last.strip():  # an indent, cut
+        no = capture.text.count("\n") + 1
+        raise dialect.error(capture, "output ends inside an entry: truncated?", no, last, tool="amd-smi")
+    lines = numbered_lines(capture.text)
+    try:
+        header, blocks = read_tree(lines, AMDSMI_BLOCK)
+    except TableError as e:
+        raise dialect.error(capture, e.message, e.line_no, e.text, tool="amd-smi") from None
+    if header:
+        first = next(line for line in lines if line.text.strip())
+        raise dialect.error(
+            capture, "a line before the first `GPU: N` block", first.no, first.text, tool="amd-smi"
+        )
+    return [(head.group(1), int(head.group(2)), line.no, tree) for head, line, tree in blocks]
 
 
 def _shape(tree: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -135,10 +129,7 @@ def _amdsmi_gpu(parsed: Parsed, index: int, no: int, tree: Mapping[str, Any], di
         return dialect.error(parsed.capture, f"GPU {index}: {message}", no, f"GPU: {index}", tool="amd-smi")
 
     def get(*path: str) -> str:
-        node: Any = tree
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        return node if isinstance(node, str) else ""
+        return tree_value(tree, *path) or ""
 
     facts = parsed.gpu(index, no)
     set_fact(facts, "name", clean(get("ASIC", "MARKET_NAME")) or clean(get("BOARD", "PRODUCT_NAME")), fail)
@@ -163,11 +154,11 @@ def _amdsmi_affinity(facts: Facts, raw: str, fail: Callable[[str], ParseError]) 
 
 def parse_amdsmi_topology(capture: Capture, dialect: Dialect) -> Parsed:
     """`amd-smi topology`: square tables addressed by BDF; LINK TYPE is required, HOPS optional."""
-    lines = capture.text.splitlines()
+    lines = [Line(no, text.rstrip()) for no, text in enumerate(capture.text.splitlines(), 1)]
     parsed = Parsed(capture, "amd-smi", "amd-smi topology", by_bdf=True)
     tables = {}
     for i, line in enumerate(lines):
-        if head := AMDSMI_TOPO_TABLE.match(line):
+        if head := AMDSMI_TOPO_TABLE.match(line.text):
             tables[head.group(1)] = _amdsmi_table(capture, lines, i + 1, dialect)
     if "LINK TYPE" not in tables:
         raise dialect.error(capture, "no LINK TYPE TABLE", len(lines), tool="amd-smi")
@@ -180,29 +171,19 @@ def parse_amdsmi_topology(capture: Capture, dialect: Dialect) -> Parsed:
 
 
 def _amdsmi_table(
-    capture: Capture, lines: list[str], start: int, dialect: Dialect
+    capture: Capture, lines: list[Line], start: int, dialect: Dialect
 ) -> dict[tuple[str, str], str]:
-    def fail(message: str, no: int) -> ParseError:
-        return dialect.error(
-            capture, message, no, lines[no - 1] if no <= len(lines) else None, tool="amd-smi"
-        )
-
+    """One BDF x BDF table (its diagonal varies: SELF, 0, ENABLED) as cells by (row, column)."""
     if start >= len(lines):
-        raise fail("table without a header: output truncated?", len(lines))
-    header = [c.lower() for c in lines[start].split()]
-    if not header or not all(BDF.match(c) for c in header):
-        raise fail("table header is not a row of PCI addresses", start + 1)
-    cells: dict[tuple[str, str], str] = {}
-    i = start + 1
-    while i < len(lines) and lines[i].split() and BDF.match(lines[i].split()[0].lower()):
-        row = lines[i].split()
-        if len(row) != len(header) + 1:
-            raise fail(f"table row has {len(row) - 1} cells for {len(header)} GPUs", i + 1)
-        cells.update({(row[0].lower(), dst): cell for dst, cell in zip(header, row[1:])})
-        i += 1
-    if len(cells) != len(header) ** 2:
-        raise fail("table is incomplete: output truncated?", min(i + 1, len(lines)))
-    return cells
+        raise dialect.error(capture, "table without a header: output truncated?", len(lines), tool="amd-smi")
+    try:
+        labels, rows, _ = read_matrix(lines, start, rf"(?i:{BDF.pattern})", diagonal=None)
+    except TableError as e:
+        raise dialect.error(
+            capture, f"topology table: {e.message}", e.line_no, e.text, tool="amd-smi"
+        ) from None
+    bdfs = [label.lower() for label in labels]
+    return {(src, dst): cell for src, (_, cells) in zip(bdfs, rows) for dst, cell in zip(bdfs, cells)}
 
 
 def parse_amdsmi_version(capture: Capture, dialect: Dialect) -> Parsed:

@@ -8,12 +8,12 @@ import logging
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from xml.parsers import expat
 
 from slurm_hetero.core.errors import ParseError
 from slurm_hetero.core.model import Capture, Device, Health
 from slurm_hetero.slurm.syntax import ranges
+from slurm_hetero.vendors._table import TableError, numbered_lines, read_tree, tree_value
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 
@@ -249,82 +249,33 @@ def parse_smi_xml(capture: Capture) -> list[Device]:
 
 # -- nvidia-smi -q (text) -----------------------------------------------------------------------
 _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
-_KEY_VALUE = re.compile(r"^( *)([^:]*?\S)\s+:(?: (.*))?$")
 _NO_HANDLE = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(\S+?):? (.*)$")
-
-
-@dataclass
-class _TextGpu:
-    bus_id: str
-    line_no: int
-    fields: dict[str, str] = field(default_factory=dict)
-    complete: bool = False
-
-
-def _text_line(
-    line: str,
-    no: int,
-    stack: list[tuple[int, str]],
-    header: dict[str, str],
-    gpus: list[_TextGpu],
-    capture: Capture,
-) -> None:
-    """Fold one indented `Key : value` / section line into the header or the current GPU block."""
-    indent = len(line) - len(line.lstrip(" "))
-    while stack and stack[-1][0] >= indent:
-        stack.pop()
-    kv = _KEY_VALUE.match(line)
-    name = kv.group(2) if kv else line.strip()
-    if gpus and indent == 4 and name == "Processes":
-        gpus[-1].complete = True
-    if not kv:
-        if indent == 0 or not gpus:
-            raise parse_error(capture, TEXT_TOOL, "unexpected line outside a GPU block", no, line)
-        stack.append((indent, name))
-        return
-    path = "/".join([s for _, s in stack] + [name])
-    (gpus[-1].fields if gpus and indent > 0 else header)[path] = (kv.group(3) or "").strip()
-
-
-def _text_blocks(capture: Capture) -> tuple[dict[str, str], list[_TextGpu]]:
-    header: dict[str, str] = {}
-    gpus: list[_TextGpu] = []
-    stack: list[tuple[int, str]] = []
-    for no, raw in enumerate(capture.text.splitlines(), 1):
-        line = raw.rstrip()
-        if not line.strip() or "NVSMI LOG" in line:
-            continue
-        lost = _NO_HANDLE.search(line)
-        gpu = _GPU_HEADER.match(line)
-        if lost:
-            logger.warning("%s: GPU %s not listed: %s", capture.source, lost.group(1), lost.group(2))
-        elif gpu:
-            gpus.append(_TextGpu(gpu.group(1), no))
-            stack = []
-        else:
-            _text_line(line, no, stack, header, gpus, capture)
-    return header, gpus
 
 
 def parse_smi_text(capture: Capture) -> list[Device]:
     """`nvidia-smi -q` / `nvidia-smi -a` text -> devices in nvidia-smi's order."""
-    header, gpus = _text_blocks(capture)
+    lines = []
+    for line in numbered_lines(capture.text):
+        if lost := _NO_HANDLE.search(line.text):
+            logger.warning("%s: GPU %s not listed: %s", capture.source, lost.group(1), lost.group(2))
+        elif "NVSMI LOG" not in line.text:
+            lines.append(line)
+    try:
+        header, gpus = read_tree(lines, _GPU_HEADER)
+    except TableError as e:
+        raise parse_error(capture, TEXT_TOOL, e.message, e.line_no, e.text) from None
     if not gpus:
         raise parse_error(capture, TEXT_TOOL, "no `GPU <bus id>` block (truncated?)")
-    for gpu in gpus:
-        if not gpu.complete:
-            raise parse_error(
-                capture,
-                TEXT_TOOL,
-                f"GPU {gpu.bus_id} block ends before its Processes section (truncated?)",
-                gpu.line_no,
-            )
-    _check_attached(capture, header.get("Attached GPUs"), len(gpus), TEXT_TOOL)
     blocks = []
-    for gpu in gpus:
-        fields = {k: gpu.fields[p] for k, (_, p) in _PATHS.items() if p in gpu.fields}
-        fields.setdefault("bus_id", gpu.bus_id)
-        blocks.append((f"GPU {gpu.bus_id}", fields, gpu.line_no))
+    for head, line, tree in gpus:
+        if "Processes" not in tree:
+            message = f"GPU {head.group(1)} block ends before its Processes section (truncated?)"
+            raise parse_error(capture, TEXT_TOOL, message, line.no)
+        paths = {k: tree_value(tree, *path.split("/")) for k, (_, path) in _PATHS.items()}
+        fields = {k: value.strip() for k, value in paths.items() if value is not None}
+        fields.setdefault("bus_id", head.group(1))
+        blocks.append((f"GPU {head.group(1)}", fields, line.no))
+    _check_attached(capture, header.get("Attached GPUs"), len(gpus), TEXT_TOOL)
     driver = _opt(header.get("Driver Version"))
     cuda = _opt(header.get("CUDA Version"))
     return _devices(blocks, driver, cuda, capture, TEXT_TOOL)

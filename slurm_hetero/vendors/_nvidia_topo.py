@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from slurm_hetero.core.errors import ParseError
 from slurm_hetero.core.model import Capture, Device, Link
 from slurm_hetero.vendors._nvidia_smi import TOPO_TOOL, VENDOR, normalize_cpu_list, parse_error
+from slurm_hetero.vendors._table import TableError, numbered_lines, read_legend
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 
@@ -96,20 +97,6 @@ def _topo_row(
     return name, TopoGpu(int(name[3:]), nvlinks, cores, int(numa) if numa.strip().isdigit() else None)
 
 
-def _legend(lines: Sequence[str]) -> set[str]:
-    """Codes defined under `Legend:` (X, SYS, NODE, PHB, PXB, PIX, NV#)."""
-    codes: set[str] = set()
-    inside = False
-    for line in lines:
-        if line.strip() in ("Legend:", "NIC Legend:"):
-            inside = line.strip() == "Legend:"
-            continue
-        match = re.match(r"^\s+(\S+)\s+= \S", line)
-        if inside and match:
-            codes.add(match.group(1))
-    return codes
-
-
 def _untrusted_cores(capture: Capture, gpus: list[TopoGpu], extra: dict[str, int]) -> list[TopoGpu]:
     """nvidia-smi prints a blank (or bogus) CPU Affinity for interleaved CPU numbering: drop them all."""
     blank = [f"GPU{g.position}" for g in gpus if g.cores is None]
@@ -140,7 +127,10 @@ def parse_topology(capture: Capture) -> Topology:
     missing = [c for c in columns if c not in rows]
     if missing:
         raise parse_error(capture, TOPO_TOOL, f"matrix ends before the row of {missing[0]} (truncated?)", end)
-    legend = _legend(lines[end:])
+    try:  # a missing Legend is reported below, as a cut
+        legend, _ = read_legend(numbered_lines(capture.text), end, "Legend:")
+    except TableError:
+        legend = set()
     if not {"X", "PIX"} <= legend:
         raise parse_error(capture, TOPO_TOOL, "no complete Legend after the matrix (truncated?)", len(lines))
     gpus = sorted((g for g in rows.values() if g is not None), key=lambda g: g.position)

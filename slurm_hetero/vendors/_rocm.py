@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from slurm_hetero.core.errors import ParseError
-from slurm_hetero.core.model import Capture, Device, Link
+from slurm_hetero.core.model import Capture, Device, Link, VendorTraits
 from slurm_hetero.vendors._amd_smi import (
     AMD_SMI_HINT,
     AMDSMI_BLOCK,
@@ -249,15 +249,13 @@ class RocmVendor(Vendor):
     # ROCm isolates at two levels: ROCR_VISIBLE_DEVICES picks devices by index, then HIP (and
     # CUDA_VISIBLE_DEVICES, which HIP also reads, and GPU_DEVICE_ORDINAL, read by HIP and OpenCL)
     # index inside that set (ROCm's GPU isolation docs; Slurm's gres.conf Flags=amd_gpu_env).
-    visible_devices_env: ClassVar[str | None] = "ROCR_VISIBLE_DEVICES"
-    slurm_gpu_env: ClassVar[str] = "amd_gpu_env"  # ROCR only: Slurm's CUDA_ would index inside it
-    relative_visible_envs: ClassVar[tuple[str, ...]] = (
-        "HIP_VISIBLE_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
-        "GPU_DEVICE_ORDINAL",
+    traits = VendorTraits(
+        visible_devices_env="ROCR_VISIBLE_DEVICES",
+        slurm_gpu_env="amd_gpu_env",  # ROCR only: Slurm's CUDA_ would index inside it
+        relative_visible_envs=("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"),
+        torch_backend="nccl",  # RCCL (and the DTK's fork of it) presents as NCCL in torch
+        ccl_env_prefix="NCCL",  # RCCL reads NCCL_* variables
     )
-    torch_backend: ClassVar[str] = "nccl"  # RCCL (and the DTK's fork of it) presents as NCCL in torch
-    ccl_env_prefix: ClassVar[str | None] = "NCCL"  # RCCL reads NCCL_* variables
     dialect: ClassVar[Dialect]
     formats: ClassVar[tuple[str, ...]]  # the `PARSERS` kinds this vendor owns
     pci_root: ClassVar[Path] = PCI_ROOT

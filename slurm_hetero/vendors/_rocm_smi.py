@@ -12,6 +12,7 @@ from typing import Any
 from slurm_hetero.core.errors import ParseError
 from slurm_hetero.core.model import Capture
 from slurm_hetero.vendors._rocm_facts import Dialect, Facts, Parsed, apply_kv, clean, set_fact
+from slurm_hetero.vendors._table import Line, TableError, read_matrix
 
 BANNER = re.compile(r"^=+\s*(ROCm\s+)?System Management Interface\s*=+\s*$")
 _FOOTER = re.compile(r"^=+\s*End of (ROCm )?SMI Log\s*=+\s*$")
@@ -151,30 +152,16 @@ def _is_matrix_header(line: str, dialect: Dialect) -> bool:
 
 def _parse_matrix(parsed: Parsed, lines: list[str], start: int, title: str, dialect: Dialect) -> int:
     """A `--showtopo` GPU x GPU matrix; returns the index of the first line after it."""
-    header = [int(re.sub(r"\D", "", c)) for c in lines[start].split()]
-    rows: dict[int, list[str]] = {}
-    i = start + 1
-    while i < len(lines) and re.match(rf"^(?:{_index_pattern(dialect)})\d+\s", lines[i]):
-        cells = lines[i].split()
-        if len(cells) != len(header) + 1:
-            raise dialect.error(
-                parsed.capture,
-                f"matrix row has {len(cells) - 1} cells for {len(header)} {dialect.unit}s",
-                i + 1,
-                lines[i],
-            )
-        rows[int(re.sub(r"\D", "", cells[0]))] = cells[1:]
-        i += 1
-    if sorted(rows) != sorted(header):
-        raise dialect.error(
-            parsed.capture,
-            f"{title or 'topology'} matrix is incomplete: output truncated?",
-            i + 1 if i < len(lines) else len(lines),
-            lines[min(i, len(lines) - 1)],
-        )
-    for src, cells in rows.items():
+    numbered = [Line(no, text.rstrip()) for no, text in enumerate(lines, 1)]
+    try:
+        labels, rows, end = read_matrix(numbered, start, rf"(?:{_index_pattern(dialect)})\d+", diagonal=None)
+    except TableError as e:
+        message = f"{title or 'topology'} matrix: {e.message}"
+        raise dialect.error(parsed.capture, message, e.line_no, e.text) from None
+    indexes = [int(re.sub(r"\D", "", name)) for name in labels]
+    for src, (_, cells) in zip(indexes, rows):
         parsed.gpu(src, start + 1)
-        for dst, cell in zip(header, cells):
+        for dst, cell in zip(indexes, cells):
             if src != dst:
                 _store(
                     parsed,
@@ -185,7 +172,7 @@ def _parse_matrix(parsed: Parsed, lines: list[str], start: int, title: str, dial
                 )
     if parsed.what.endswith(" text"):
         parsed.what = f"{parsed.tool} --showtopo"
-    return i
+    return end
 
 
 # concise (default) table -----------------------------------------------------------------------

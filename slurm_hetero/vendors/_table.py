@@ -1,4 +1,7 @@
-"""The box frame shared by `cnmon`, `hl-smi`, `ixsmi` and `mx-smi`, the nvidia-smi-style tables.
+"""The text shapes several vendor tools share: the box frame of `cnmon`, `hl-smi`, `ixsmi` and
+`mx-smi` (nvidia-smi-style tables), the labelled link matrix (`topo -m` of npu-smi, mx-smi and
+xpu-smi, rocm-smi --showtopo, amd-smi topology) with its Legend, and indented `key: value` blocks
+(nvidia-smi -q, amd-smi static).
 
 They draw one frame: a `+---+` top border (after optional lines such as a date), banner rows, a
 separator, header rows closed by a `|===+===|` rule, then per device as many rows as the header,
@@ -9,9 +12,9 @@ reads the cells. Failures are `TableError`, which `guarded` turns into the vendo
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from slurm_hetero.core.model import Capture, Device
@@ -179,6 +182,105 @@ def read_trailing_processes(lines: list[Line], i: int) -> None:
     if i + 1 == len(lines) or "Processes" not in lines[i + 1].text:
         raise TableError("expected the processes table after the device table (output cut short?)", lines[i])
     read_closed_box(lines, i + 1, "processes table")
+
+
+def read_matrix(
+    lines: list[Line],
+    i: int,
+    label: str,
+    affinity: tuple[str, ...] = (),
+    affine: str = "",
+    diagonal: str | None = "X",
+    split: Callable[[str], list[str]] = str.split,
+) -> tuple[list[str], list[tuple[Line, list[str]]], int]:
+    """The link matrix of `<tool> topo -m` whose header is lines[i]: column labels (each matching
+    `label`), then one row per label in order with `diagonal` (unless None) to itself, rows
+    labelled `affine...` ending in the `affinity` columns when the header has them; `split` cuts a line.
+    Returns (labels, row cells, index after)."""
+    words = split(lines[i].text)
+    tail = [word for name in affinity for word in split(name)]
+    has_affinity = bool(tail) and words[-len(tail) :] == tail
+    labels = words[: -len(tail)] if has_affinity else words
+    bad = next((name for name in labels if not re.fullmatch(label, name)), None)
+    if bad is not None or not labels:
+        raise TableError(
+            f"matrix header: {bad!r} is not a column label" if bad is not None else "empty matrix header",
+            lines[i],
+        )
+    rows = []
+    for k, name in enumerate(labels, i + 1):
+        row = split(lines[k].text) if k < len(lines) else []
+        width = 1 + len(labels) + (len(affinity) if has_affinity and name.startswith(affine) else 0)
+        if len(row) != width or row[0] != name:
+            raise TableError(
+                f"expected the complete {name} row (output cut short?)", lines[min(k, len(lines) - 1)]
+            )
+        if diagonal is not None and row[k - i] != diagonal:
+            raise TableError(f"{name} is not `{diagonal}` to itself", lines[k])
+        rows.append((lines[k], row[1:]))
+    return labels, rows, i + 1 + len(labels)
+
+
+LEGEND_ENTRY = re.compile(r"\s*(\S+)\s*=\s*\S.*")
+
+
+def read_legend(
+    lines: list[Line], i: int, title: str, entry: re.Pattern[str] = LEGEND_ENTRY
+) -> tuple[set[str], int]:
+    """The names a `title` block of `entry` lines defines (after blanks), and the index after it."""
+    i = skip_blank(lines, i)
+    if i == len(lines) or lines[i].text.strip() != title:
+        raise TableError(f"expected `{title}` (output cut short?)", lines[min(i, len(lines) - 1)])
+    i = skip_blank(lines, i + 1)
+    names: set[str] = set()
+    while i < len(lines) and (match := entry.fullmatch(lines[i].text)):
+        names.add(match.group(1))
+        i += 1
+    return names, i
+
+
+_TREE_ITEM = re.compile(r"(?P<key>[^: ][^:]*?)\s*(?::(?: (?P<value>.*))?)?")
+Tree = dict[str, Any]
+
+
+def read_tree(
+    lines: list[Line], block: re.Pattern[str]
+) -> tuple[Tree, list[tuple[re.Match[str], Line, Tree]]]:
+    """`nvidia-smi -q` and `amd-smi static` text: indented `key: value` lines, four spaces a level
+    (a key without a value opens a section), in blocks opened by a `block` line; the lines before
+    the first block are the header. Returns the header and (block match, its line, tree) each."""
+    header: Tree = {}
+    blocks: list[tuple[re.Match[str], Line, Tree]] = []
+    stack = [header]
+    for line in lines:
+        body = line.text.lstrip(" ")
+        if not body:
+            continue
+        if head := block.match(line.text):
+            blocks.append((head, line, {}))
+            stack = [blocks[-1][2]]
+            continue
+        item = _TREE_ITEM.fullmatch(body)
+        indent = len(line.text) - len(body)
+        depth = indent // 4 + (0 if blocks else 1)
+        if item is None or indent % 4 or depth < 1:
+            raise TableError("not a `key: value` line at its section's indent (output cut short?)", line)
+        del stack[depth:]  # a line deeper than its section joins it (nvidia-smi nests some values)
+        if item.group("value") is None:
+            child: Tree = {}
+            stack[-1][item.group("key")] = child
+            stack.append(child)
+        else:
+            stack[-1][item.group("key")] = item.group("value")
+    return header, blocks
+
+
+def tree_value(tree: Mapping[str, Any], *path: str) -> str | None:
+    """The value at `path` of a `read_tree` tree; None where there is none (or a section)."""
+    node: Any = tree
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, str) else None
 
 
 def mib_pair(text: str) -> tuple[int, int] | None:

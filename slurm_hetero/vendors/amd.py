@@ -38,6 +38,7 @@ parent; xGMI counts per pair (count=1); health is always ok (RAS counters are no
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from typing import ClassVar
 
 from slurm_hetero.core.model import Device
@@ -68,9 +69,7 @@ AMD = Dialect("amd", "rocm-smi", ("GPU",), ROCM_HINT, "hygon", foreign_prefixes=
 @register_vendor("amd")
 class AmdVendor(RocmVendor):
     tools: ClassVar[tuple[str, ...]] = ("amd-smi", "rocm-smi")
-    slurm_autodetect: ClassVar[str | None] = "rsmi"
-    stack_label: ClassVar[str] = "rocm"
-    ucc_memory: ClassVar[bool] = True
+    traits = replace(RocmVendor.traits, slurm_autodetect="rsmi", stack_label="rocm", ucc_memory=True)
     memory_capture_hint: ClassVar[str] = ROCM_HINT
     dialect: ClassVar[Dialect] = AMD
     formats: ClassVar[tuple[str, ...]] = tuple(PARSERS)

@@ -27,8 +27,7 @@ Fixtures: tests/fixtures/ascend/ (provenance in each .source).
 Known gaps: `npu-smi info -m` (authoritative logical ids, e.g. in containers) is not parsed; multi-
 die and 310P topo matrices are unseen; the Ascend 950 `NPU ID | Name` layout is not recognised.
 Truncation: `npu-smi info` always ends with its process table, so a capture without it is refused
-as cut unless a topo capture lists every NPU; published excerpts without it are read by
-`devices_from_info` in the unit tests.
+as cut unless a topo capture comes with it.
 """
 
 from __future__ import annotations
@@ -40,9 +39,18 @@ from dataclasses import dataclass, replace
 
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ParseError, ToolError
-from slurm_hetero.core.model import Capture, Device, Health, Link
+from slurm_hetero.core.model import Capture, Device, Health, Link, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import CPULIST, Line, nonblank_lines, sysfs_bus_id
+from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
+from slurm_hetero.vendors._table import (
+    Line,
+    TableError,
+    guarded,
+    nonblank_lines,
+    read_legend,
+    read_matrix,
+    sysfs_bus_id,
+)
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -61,19 +69,15 @@ _HEALTH = re.compile(r"[A-Za-z][A-Za-z_-]*")
 _USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
 _USAGE_COLUMN = re.compile(r"([A-Za-z]+)-Usage\(MB\)")
 _NPU_LABEL = re.compile(r"NPU(\d+)")
-_LEGEND_ENTRY = re.compile(r"(\S+)\s*=\s*\S.*")
-_NO_CPU = ("NA", "N/A", "-", "")
 _UNSUPPORTED = "This device does not support"
 
 
 @dataclass(frozen=True)
-class _Line:
-    """One non-blank line of a table: a border ('=' or '-') or a complete row split into cells."""
+class _Line(Line):
+    """One non-blank line of a table: a border ('=' or '-') or a complete row split into parts."""
 
-    no: int
-    text: str
-    kind: str  # "=", "-" or "row"
-    cells: tuple[str, ...] = ()
+    kind: str = "row"  # "=", "-" or "row"
+    parts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,9 +95,9 @@ class _Chip:
 
 @dataclass(frozen=True)
 class _Table:
-    chips: tuple[_Chip, ...]
-    id_column: str  # "", "Device" or "Phy-ID"
+    numbered: list[tuple[int, int, _Chip]]  # (logical index, davinci number, chip) in index order
     driver_version: str | None
+    last: _Line
     complete: bool = True  # the process table npu-smi always prints follows the device table
 
 
@@ -104,7 +108,7 @@ class _Topo:
     affinity: dict[int, str | None]
 
 
-def _error(capture: Capture, tool: str, message: str, line: _Line | Line | None = None) -> ParseError:
+def _error(capture: Capture, tool: str, message: str, line: Line | None = None) -> ParseError:
     """A one-line ParseError naming the tool, the capture and the line."""
     return ParseError(
         VENDOR, tool, message, capture.source, line.no if line else None, line.text if line else None
@@ -114,222 +118,170 @@ def _error(capture: Capture, tool: str, message: str, line: _Line | Line | None 
 # npu-smi info --------------------------------------------------------------------------------------
 
 
-def _table_lines(capture: Capture) -> list[_Line]:
+def _table_lines(text: str) -> list[_Line]:
     """Every non-blank line as a border or a complete row; anything else means a cut or foreign text."""
     lines = []
-    for line in nonblank_lines(capture.text):
+    for line in nonblank_lines(text):
         no, text = line.no, line.text
         if _BORDER.fullmatch(text):
             lines.append(_Line(no, text, "=" if "=" in text else "-"))
         elif len(text) > 1 and text[0] == "|" and text[-1] == "|":
             lines.append(_Line(no, text, "row", tuple(c.strip() for c in text[1:-1].split("|"))))
         else:
-            raise _error(capture, INFO, "incomplete table line (truncated capture?)", line)
+            raise TableError("incomplete table line (truncated capture?)", line)
     if lines and lines[-1].kind == "row":
-        raise _error(capture, INFO, "table has no closing border (truncated capture?)", lines[-1])
+        raise TableError("table has no closing border (truncated capture?)", lines[-1])
     return lines
 
 
-def _header(capture: Capture, lines: list[_Line]) -> tuple[int, str, list[str], str | None]:
+def _header(lines: list[_Line]) -> tuple[int, str, list[str], str | None]:
     """Find the two header rows: (first record position, id column, usage columns, driver version)."""
     pos = next((i for i, line in enumerate(lines) if _DEVICE_HEADER.match(line.text)), None)
     if pos is None:
-        raise _error(capture, INFO, "no device table header (NPU Name | Health)")
+        raise TableError("no device table header (NPU Name | Health)")
     version = None
     for line in lines[:pos]:
         if line.kind != "row":
             continue
         if not (match := _VERSION.search(line.text)):
-            raise _error(capture, INFO, "unexpected row before the device table header", line)
+            raise TableError("unexpected row before the device table header", line)
         version = match.group(1)
     second = lines[pos + 1] if pos + 1 < len(lines) else lines[pos]
-    if second.kind != "row" or len(second.cells) != 3 or not second.cells[0].startswith("Chip"):
-        raise _error(capture, INFO, "second header row (Chip ... | Bus-Id | ...) missing", second)
-    id_column = second.cells[0].split()[1:]
+    if second.kind != "row" or len(second.parts) != 3 or not second.parts[0].startswith("Chip"):
+        raise TableError("second header row (Chip ... | Bus-Id | ...) missing", second)
+    id_column = second.parts[0].split()[1:]
     if id_column not in ([], ["Device"], ["Phy-ID"]):
-        raise _error(capture, INFO, f"unknown chip id column {' '.join(id_column)!r}", second)
-    usage = _USAGE_COLUMN.findall(second.cells[2])
+        raise TableError(f"unknown chip id column {' '.join(id_column)!r}", second)
+    usage = _USAGE_COLUMN.findall(second.parts[2])
     if "Memory" not in usage or pos + 2 >= len(lines) or lines[pos + 2].kind != "=":
-        raise _error(capture, INFO, "header has no Memory-Usage(MB) column or no '+===' border", second)
+        raise TableError("header has no Memory-Usage(MB) column or no '+===' border", second)
     return pos + 3, "".join(id_column), usage, version
 
 
-def _chip(capture: Capture, rows: tuple[_Line, _Line], id_column: str, usage: list[str]) -> _Chip:
+def _chip(rows: tuple[_Line, _Line], id_column: str, usage: list[str]) -> _Chip:
     """Parse one name row + chip row pair."""
     name_row, chip_row = rows
-    if len(name_row.cells) != 3 or not (named := _NAME_CELL.fullmatch(name_row.cells[0])):
-        raise _error(capture, INFO, "NPU row is not 'NPU Name | Health | ...'", name_row)
-    if not _HEALTH.fullmatch(name_row.cells[1]):
-        raise _error(capture, INFO, "Health cell is empty or malformed", name_row)
-    ids = chip_row.cells[0].split() if len(chip_row.cells) == 3 else []
+    if len(name_row.parts) != 3 or not (named := _NAME_CELL.fullmatch(name_row.parts[0])):
+        raise TableError("NPU row is not 'NPU Name | Health | ...'", name_row)
+    if not _HEALTH.fullmatch(name_row.parts[1]):
+        raise TableError("Health cell is empty or malformed", name_row)
+    ids = chip_row.parts[0].split() if len(chip_row.parts) == 3 else []
     if len(ids) != (2 if id_column else 1) or not all(i.isdigit() for i in ids):
-        raise _error(capture, INFO, f"chip row does not match header 'Chip {id_column}'".rstrip(), chip_row)
-    bus = chip_row.cells[1]
+        raise TableError(f"chip row does not match header 'Chip {id_column}'".rstrip(), chip_row)
+    bus = chip_row.parts[1]
     if bus != "NA" and sysfs_bus_id(bus) is None:
-        raise _error(capture, INFO, f"bad Bus-Id {bus!r}", chip_row)
-    pairs = _USAGE.findall(chip_row.cells[2])
+        raise TableError(f"bad Bus-Id {bus!r}", chip_row)
+    pairs = _USAGE.findall(chip_row.parts[2])
     if len(pairs) != len(usage):
-        raise _error(capture, INFO, f"expected {len(usage)} used/total pairs ({', '.join(usage)})", chip_row)
+        raise TableError(f"expected {len(usage)} used/total pairs ({', '.join(usage)})", chip_row)
     total = int(pairs[usage.index("HBM" if "HBM" in usage else "Memory")][1])
     return _Chip(
         npu_id=int(named.group(1)),
         chip_id=int(ids[0]),
         column_id=int(ids[1]) if id_column else None,
         name=named.group(2).strip(),
-        health=name_row.cells[1],
+        health=name_row.parts[1],
         bus_id=None if bus == "NA" else bus,
         memory_mib=total or None,
     )
 
 
 def _is_record(line: _Line | None) -> bool:
-    return line is not None and line.kind == "row" and line.cells[0][:1].isdigit()
+    return line is not None and line.kind == "row" and line.parts[0][:1].isdigit()
 
 
-def _records(
-    capture: Capture, lines: list[_Line], pos: int, id_column: str, usage: list[str]
-) -> tuple[list[_Chip], int]:
+def _records(lines: list[_Line], pos: int, id_column: str, usage: list[str]) -> tuple[list[_Chip], int]:
     """Chip records from `pos` until the device table ends; returns them and the position after."""
     chips: list[_Chip] = []
     while _is_record(lines[pos] if pos < len(lines) else None):
         pair = lines[pos : pos + 3]
         if len(pair) < 3 or pair[1].kind != "row" or pair[2].kind == "row":
-            raise _error(capture, INFO, "half NPU record: name row without chip row and border", lines[pos])
-        chip = _chip(capture, (pair[0], pair[1]), id_column, usage)
+            raise TableError("half NPU record: name row without chip row and border", lines[pos])
+        chip = _chip((pair[0], pair[1]), id_column, usage)
         chips.append(chip)
         pos += 3
         # after a '+---' chip separator the same NPU goes on with its next chip
         same_npu = (
-            pos < len(lines) and _is_record(lines[pos]) and lines[pos].cells[0].split()[0] == str(chip.npu_id)
+            pos < len(lines) and _is_record(lines[pos]) and lines[pos].parts[0].split()[0] == str(chip.npu_id)
         )
         if pair[2].kind == "-" and not same_npu:
-            raise _error(
-                capture, INFO, f"NPU {chip.npu_id} ends after a chip separator (truncated?)", pair[2]
-            )
+            raise TableError(f"NPU {chip.npu_id} ends after a chip separator (truncated?)", pair[2])
     if not chips:
-        raise _error(capture, INFO, "device table has no NPU rows", lines[pos - 1])
+        raise TableError("device table has no NPU rows", lines[pos - 1])
     return chips, pos
 
 
-def _check_tail(capture: Capture, tail: list[_Line]) -> bool:
+def _check_tail(tail: list[_Line]) -> bool:
     """What follows the device table must be a process table (or nothing: then False)."""
     rows = [line for line in tail if line.kind == "row"]
     if not rows:
         return False
     header = rows[0]
-    if len(header.cells) < 2 or header.cells[1] != "Process id":
-        raise _error(capture, INFO, "unexpected row after the device table", header)
+    if len(header.parts) < 2 or header.parts[1] != "Process id":
+        raise TableError("unexpected row after the device table", header)
     for row in rows[1:]:
-        message = len(row.cells) == 1 and re.search(r"[A-Za-z]", row.cells[0])
-        if len(row.cells) != len(header.cells) and not message:
-            raise _error(capture, INFO, "process row does not match its header (truncated?)", row)
+        message = len(row.parts) == 1 and re.search(r"[A-Za-z]", row.parts[0])
+        if len(row.parts) != len(header.parts) and not message:
+            raise TableError("process row does not match its header (truncated?)", row)
     return True
 
 
-def _parse_info(capture: Capture) -> _Table:
-    """The device table of `npu-smi info`."""
-    lines = _table_lines(capture)
-    pos, id_column, usage, version = _header(capture, lines)
-    chips, pos = _records(capture, lines, pos, id_column, usage)
-    complete = _check_tail(capture, lines[pos:])
-    return _Table(tuple(chips), id_column, version, complete)
-
-
-def devices_from_info(info: Capture) -> list[Device]:
-    """The devices of an `npu-smi info` device table, complete or not (`AscendVendor.parse` also
-    requires the table to be whole)."""
-    table = _parse_info(info)
-    return [
-        _device(index, davinci, chip, table.driver_version) for index, davinci, chip in _numbers(info, table)
-    ]
+def _parse_info(text: str) -> _Table:
+    """The device table of `npu-smi info`, its chips numbered."""
+    lines = _table_lines(text)
+    pos, id_column, usage, version = _header(lines)
+    chips, pos = _records(lines, pos, id_column, usage)
+    complete = _check_tail(lines[pos:])
+    return _Table(_numbers(chips, id_column), version, lines[-1], complete)
 
 
 # npu-smi info -t topo ------------------------------------------------------------------------------
 
 
-def _topo_header(capture: Capture, line: Line) -> tuple[tuple[int, ...], bool]:
-    tokens = line.text.split()
-    affinity = tokens[-2:] == ["CPU", "Affinity"]
-    names = tokens[:-2] if affinity else tokens
-    labels = [_NPU_LABEL.fullmatch(t) for t in names]
-    if not labels or not all(labels):
-        raise _error(capture, TOPO, "header is not 'NPU0 NPU1 ... [CPU Affinity]'", line)
-    return tuple(int(m.group(1)) for m in labels if m), affinity
-
-
-def _topo_row(capture: Capture, line: Line, label: int, labels: tuple[int, ...], affinity: bool) -> list[str]:
-    tokens = line.text.split()
-    if tokens[:1] != [f"NPU{label}"] or len(tokens) != 1 + len(labels) + affinity:
-        raise _error(capture, TOPO, f"row NPU{label} needs {len(labels)} cells (truncated?)", line)
-    if tokens[1 + labels.index(label)] != "X":
-        raise _error(capture, TOPO, f"NPU{label} is not 'X' on the diagonal", line)
-    return tokens[1:]
-
-
-def _cpulist(capture: Capture, line: Line, value: str) -> str | None:
-    if value in _NO_CPU:
-        return None
-    if not CPULIST.match(value):
-        raise _error(capture, TOPO, f"bad CPU Affinity {value!r}", line)
-    return value
-
-
-def _check_legend(capture: Capture, lines: list[Line], used: set[str]) -> None:
-    """Text after the matrix must be a legend that defines every code the matrix uses."""
-    if not lines:
-        return
-    if lines[0].text.strip() != "Legend:":
-        raise _error(capture, TOPO, "unexpected text after the matrix", lines[0])
-    codes = set()
-    for line in lines[1:]:
-        if not (entry := _LEGEND_ENTRY.fullmatch(line.text.strip())):
-            raise _error(capture, TOPO, "legend line is not 'CODE = meaning'", line)
-        codes.add(entry.group(1))
-    if missing := sorted(used - codes):
-        raise _error(capture, TOPO, f"legend does not define {', '.join(missing)} (truncated?)", lines[-1])
-
-
-def _parse_topo(capture: Capture) -> _Topo:
-    """The NPU matrix of `npu-smi info -t topo`."""
-    lines = nonblank_lines(capture.text)
+def _parse_topo(text: str) -> _Topo:
+    """The NPU matrix of `npu-smi info -t topo`, and its Legend when the capture goes on."""
+    lines = nonblank_lines(text)
     if lines[0].text.strip().startswith(_UNSUPPORTED):
         return _Topo((), {}, {})
-    labels, has_affinity = _topo_header(capture, lines[0])
-    if len(lines) < 1 + len(labels):
-        raise _error(
-            capture, TOPO, f"matrix has {len(lines) - 1} of {len(labels)} rows (truncated?)", lines[-1]
-        )
+    names, rows, end = read_matrix(lines, 0, r"NPU\d+", ("CPU Affinity",), "NPU")
+    labels = tuple(int(name[3:]) for name in names)
     hccs: dict[int, tuple[int, ...]] = {}
     affinity: dict[int, str | None] = {}
-    used: set[str] = set()
-    for label, line in zip(labels, lines[1 : 1 + len(labels)]):
-        cells = _topo_row(capture, line, label, labels, has_affinity)
-        used.update(cells[: len(labels)])
+    for label, (line, cells) in zip(labels, rows):
         hccs[label] = tuple(peer for peer, cell in zip(labels, cells) if cell == "HCCS")
-        affinity[label] = _cpulist(capture, line, cells[-1]) if has_affinity else None
-    _check_legend(capture, lines[1 + len(labels) :], used)
+        cpus = cells[-1] if len(cells) > len(labels) else "NA"
+        try:
+            affinity[label] = None if cpus in ("NA", "-") else normalize_cpu_list(cpus)
+        except ValueError as e:
+            raise TableError(str(e), line) from None
+    if end < len(lines):
+        codes, end = read_legend(lines, end, "Legend:")
+        if end < len(lines):
+            raise TableError("legend line is not `CODE = meaning`", lines[end])
+        if missing := sorted({code for _, cells in rows for code in cells[: len(labels)]} - codes):
+            raise TableError(f"the Legend does not explain {missing} (output cut short?)", lines[-1])
     return _Topo(labels, hccs, affinity)
 
 
 # devices ---------------------------------------------------------------------------------------------
 
 
-def _numbers(capture: Capture, table: _Table) -> list[tuple[int, int, _Chip]]:
+def _numbers(chips: list[_Chip], id_column: str) -> list[tuple[int, int, _Chip]]:
     """(logical index, davinci number, chip) per chip, in index order; see the module docstring."""
     out: list[tuple[int, int, _Chip]] = []
-    for position, chip in enumerate(table.chips):
+    for position, chip in enumerate(chips):
         column = chip.column_id if chip.column_id is not None else chip.npu_id
-        if table.id_column == "Device":
+        if id_column == "Device":
             out.append((column, column, chip))
         else:  # Phy-ID, or the NPU id of a one-chip NPU
             out.append((position, column, chip))
-    npu_ids = [c.npu_id for c in table.chips]
-    if not table.id_column and len(set(npu_ids)) != len(npu_ids):
+    npu_ids = [c.npu_id for c in chips]
+    if not id_column and len(set(npu_ids)) != len(npu_ids):
         message = "NPUs with several chips but no Device/Phy-ID column: /dev/davinci numbers unknown"
-        raise _error(capture, INFO, message)
+        raise TableError(message)
     for what, values in (("logical id", [e[0] for e in out]), ("/dev/davinci number", [e[1] for e in out])):
         if len(set(values)) != len(values):
-            raise _error(capture, INFO, f"duplicate {what} in {sorted(values)}")
+            raise TableError(f"duplicate {what} in {sorted(values)}")
     return sorted(out, key=lambda entry: entry[0])
 
 
@@ -395,11 +347,13 @@ class AscendVendor(Vendor):
 
     tools = ("npu-smi",)
     device_glob = "/dev/davinci[0-9]*"
-    visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
-    torch_backend = "hccl"
-    torch_package = "torch_npu"
-    torch_device = "npu"
-    stack_label = "cann"
+    traits = VendorTraits(
+        visible_devices_env="ASCEND_RT_VISIBLE_DEVICES",
+        torch_backend="hccl",
+        torch_package="torch_npu",
+        torch_device="npu",
+        stack_label="cann",
+    )
     memory_capture_hint = "npu-smi info -t memory -i <NPU id>"
 
     def commands(self) -> list[list[str]]:
@@ -417,15 +371,6 @@ class AscendVendor(Vendor):
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         """Devices from one `npu-smi info` capture, plus links and cores from an optional topo capture."""
-        try:
-            return self._parse(captures)
-        except (KeyError, IndexError, ValueError) as e:  # a parser bug must still read as a ParseError
-            source = captures[0].source if captures else "<none>"
-            raise ParseError(
-                VENDOR, "npu-smi", f"unexpected content ({type(e).__name__}: {e})", source
-            ) from e
-
-    def _parse(self, captures: Sequence[Capture]) -> list[Device]:
         if not captures:
             raise _error(Capture("<none>", ""), INFO, "no captures: capture `npu-smi info`")
         found: dict[str, Capture] = {}
@@ -438,8 +383,8 @@ class AscendVendor(Vendor):
             message = "the topology matrix alone has no devices: also capture `npu-smi info`"
             raise _error(found["topo"], TOPO, message)
         info = found["info"]
-        table = _parse_info(info)
-        numbered = _numbers(info, table)
+        table = guarded(self, info, _parse_info, INFO)
+        numbered = table.numbered
         devices = [_device(index, davinci, chip, table.driver_version) for index, davinci, chip in numbered]
         if "topo" not in found:
             if not table.complete:
@@ -448,10 +393,10 @@ class AscendVendor(Vendor):
                     INFO,
                     "ends after the device table, without the process table npu-smi always prints: "
                     "the capture looks cut; capture the whole output, or add `npu-smi info -t topo`",
-                    _table_lines(info)[-1],
+                    table.last,
                 )
             return devices
-        topo = _parse_topo(found["topo"])
+        topo = guarded(self, found["topo"], _parse_topo, TOPO)
         if not topo.labels:
             return devices
         return _with_topology(devices, topo, _label_map(found["topo"], topo, numbered))

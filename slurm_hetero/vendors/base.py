@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import importlib.util
 import shutil
 import sys
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from abc import ABC
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import HeteroError, ParseError
 from slurm_hetero.core.model import Capture, Device, VendorTraits
+from slurm_hetero.vendors._table import guarded
 
 
 def importable(module: str) -> bool:
@@ -38,20 +38,10 @@ class Vendor(ABC):
     name: ClassVar[str] = ""
     #: Vendor tools whose presence makes live discovery possible.
     tools: ClassVar[tuple[str, ...]] = ()
-    # The fields of VendorTraits, with its defaults (what they mean: core.model.VendorTraits).
-    visible_devices_env: ClassVar[str | None] = None
-    relative_visible_envs: ClassVar[tuple[str, ...]] = ()
-    visible_by_tool_id: ClassVar[bool] = False
-    torch_backend: ClassVar[str] = "gloo"
-    torch_package: ClassVar[str | None] = None
-    torch_device: ClassVar[str] = "cuda"
-    stack_label: ClassVar[str] = ""
-    ucc_memory: ClassVar[bool] = False
-    ccl_env_prefix: ClassVar[str | None] = None
-    # Default no_gpu_env: the runtime reads only its own variable, which the TaskProlog exports;
-    # without a flag Slurm sets all three, and CUDA_VISIBLE_DEVICES misleads code that reads it.
-    slurm_gpu_env: ClassVar[str] = "no_gpu_env"
-    slurm_autodetect: ClassVar[str | None] = None
+    #: What the rest of the suite needs to know of this vendor (`name` is set at registration).
+    traits: ClassVar[VendorTraits] = VendorTraits()
+    #: The default `parse`: the parser (TableError on bad text) of a tool's one output.
+    parse_text: ClassVar[Callable[[str], list[Device]]]
     #: How to capture what a default table lacks (memory, model), named in parse errors.
     memory_capture_hint: ClassVar[str] = ""
     #: Device nodes whose presence shows the driver is loaded (then a missing tool is reported).
@@ -73,9 +63,14 @@ class Vendor(ABC):
         first tool with no arguments, which prints the default table)."""
         return [[tool] for tool in self.tools[:1]]
 
-    @abstractmethod
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         """Normalize captured outputs into devices (index order). Raises ParseError, never KeyError."""
+        if len(captures) != 1:
+            where = captures[1] if captures else Capture("<no capture>", "")
+            raise self.parse_error(
+                where, f"expected one `{self.tools[0]}` output, got {len(captures)} captures"
+            )
+        return guarded(self, captures[0], type(self).parse_text)
 
     def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
         """`parse` where the admin names the model (`discover --model`) because the captures do not.
@@ -89,18 +84,6 @@ class Vendor(ABC):
         """Live discovery: run the vendor tools and parse what they print."""
         captures = [Capture(" ".join(argv), proc.run(argv)) for argv in self.commands()]
         return self.parse(captures)
-
-    def one_capture(self, captures: Sequence[Capture], what: str) -> Capture:
-        """The only capture, for tools that print everything in one output; ParseError otherwise."""
-        if len(captures) != 1:
-            where = captures[1] if captures else Capture("<no capture>", "")
-            raise self.parse_error(where, f"expected one {what}, got {len(captures)} captures")
-        return captures[0]
-
-    @classmethod
-    def traits(cls) -> VendorTraits:
-        """What the rest of the suite needs to know of this vendor, as plain data."""
-        return VendorTraits(**{f.name: getattr(cls, f.name) for f in dataclasses.fields(VendorTraits)})
 
     # helpers for parsers -------------------------------------------------------------
     def parse_error(

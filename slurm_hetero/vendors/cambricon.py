@@ -20,15 +20,13 @@ format of SR-IOV guests is unverified; v5 has no health signal (Ecc-Error is a c
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from slurm_hetero.core.model import Capture, Device, Health
+from slurm_hetero.core.model import Device, Health, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     BoxTable,
     Line,
     TableError,
-    guarded,
     in_index_order,
     mib_pair,
     numbered_lines,
@@ -124,10 +122,10 @@ class CambriconVendor(Vendor):
 
     tools = (TOOL,)
     device_glob = "/dev/cambricon_dev[0-9]*"
-    visible_devices_env = "MLU_VISIBLE_DEVICES"
-    torch_backend = "cncl"
-    torch_package = "torch_mlu"
-    torch_device = "mlu"
-
-    def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        return guarded(self, self.one_capture(captures, "`cnmon` table"), _parse_table)
+    traits = VendorTraits(
+        visible_devices_env="MLU_VISIBLE_DEVICES",
+        torch_backend="cncl",
+        torch_package="torch_mlu",
+        torch_device="mlu",
+    )
+    parse_text = _parse_table

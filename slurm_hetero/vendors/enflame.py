@@ -19,11 +19,10 @@ health (Dpm is a power state), UUID, serial, NUMA or links; `efsmi -q` is not pa
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from slurm_hetero.core.model import Capture, Device
+from slurm_hetero.core.model import Device, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, check_width, guarded, nonblank_lines
+from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, check_row, check_width, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "efsmi"
@@ -35,13 +34,6 @@ _BANNER = re.compile(r"^-{3,}.*-{3,}$|^-+$")
 _ROW1 = re.compile(r"^(\d+)\s+(\S.*)$")
 _BUS = re.compile(r"^(?:([0-9a-fA-F]{2,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _MEM = re.compile(r"^(\d+)\s*MiB\b")
-
-
-def _cells(line: Line, count: int) -> list[str]:
-    cells = [cell.strip() for cell in line.text[1:-1].split("|")]
-    if not (line.text.startswith("|") and line.text.endswith("|")) or len(cells) != count:
-        raise TableError(f"expected a row of {count} cells", line)
-    return cells
 
 
 def _box(lines: list[Line]) -> list[Line]:
@@ -107,8 +99,8 @@ def _bus_id(text: str, line: Line) -> str:
 
 def _device(block: list[Line], driver: str) -> Device:
     row1, row2 = block
-    ident, _firmware, bus = _cells(row1, 3)
-    _power, memory, _usage = _cells(row2, 3)
+    ident, _firmware, bus = check_row(row1, 3)
+    _power, memory, _usage = check_row(row2, 3)
     m = _ROW1.match(ident)
     if not m:
         raise TableError("expected '<DEV> <NAME>' in the first cell", row1)
@@ -150,10 +142,10 @@ def _parse_text(text: str) -> list[Device]:
 class EnflameVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/gcu[0-9]*"
-    visible_devices_env = "TOPS_VISIBLE_DEVICES"
-    torch_backend = "eccl"
-    torch_package = "torch_gcu"
-    torch_device = "gcu"
-
-    def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        return guarded(self, self.one_capture(captures, "efsmi output"), _parse_text)
+    traits = VendorTraits(
+        visible_devices_env="TOPS_VISIBLE_DEVICES",
+        torch_backend="eccl",
+        torch_package="torch_gcu",
+        torch_device="gcu",
+    )
+    parse_text = _parse_text

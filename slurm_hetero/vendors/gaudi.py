@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from slurm_hetero.core.errors import ParseError
-from slurm_hetero.core.model import Capture, Device, Health
+from slurm_hetero.core.model import Capture, Device, Health, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     BoxTable,
@@ -156,6 +156,10 @@ def _query_device(line: Line, row: dict[str, str]) -> Device:
     )
 
 
+def _parse_query(text: str) -> list[tuple[Line, Device]]:
+    return [(line, _query_device(line, row)) for line, row in _query_rows(text)]
+
+
 def _join(table: list[Device], query: list[tuple[Line, Device]]) -> list[Device]:
     """Table devices with module id and uuid from the -Q rows; both must describe the same AIPs."""
     by_index = {device.index: (line, device) for line, device in query}
@@ -182,11 +186,13 @@ class GaudiVendor(Vendor):
     """Intel Gaudi AIPs as GRES gpu, one `/dev/accel/accelN` each; tool_id is the module id."""
 
     tools = (TOOL,)
-    visible_devices_env = "HABANA_VISIBLE_MODULES"
-    visible_by_tool_id = True  # module ids; the AIP index only when no -Q capture gave them
-    torch_backend = "hccl"
-    torch_package = "habana_frameworks.torch.distributed.hccl"  # registers hccl (and, by its parent, hpu)
-    torch_device = "hpu"
+    traits = VendorTraits(
+        visible_devices_env="HABANA_VISIBLE_MODULES",
+        visible_by_tool_id=True,  # module ids; the AIP index only when no -Q capture gave them
+        torch_backend="hccl",
+        torch_package="habana_frameworks.torch.distributed.hccl",  # registers hccl (and, by its parent, hpu)
+        torch_device="hpu",
+    )
 
     def affinity(self) -> int:
         if self.unavailable_reason:
@@ -198,18 +204,7 @@ class GaudiVendor(Vendor):
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         tables = [(c, guarded(self, c, _parse_table)) for c in captures if _is_table(c.text)]
-        queries = [
-            (
-                c,
-                guarded(
-                    self,
-                    c,
-                    lambda text: [(line, _query_device(line, row)) for line, row in _query_rows(text)],
-                ),
-            )
-            for c in captures
-            if not _is_table(c.text)
-        ]
+        queries = [(c, guarded(self, c, _parse_query)) for c in captures if not _is_table(c.text)]
         if not captures or len(tables) > 1 or len(queries) > 1:
             source = captures[-1].source if captures else "<no capture>"
             raise ParseError(self.name, TOOL, "give one hl-smi table and/or one hl-smi -Q capture", source)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from slurm_hetero.core.model import Capture, Device
@@ -53,7 +54,7 @@ HYGON = Dialect(
 @register_vendor("hygon")
 class HygonVendor(RocmVendor):
     tools: ClassVar[tuple[str, ...]] = ("hy-smi", "rocm-smi")
-    stack_label: ClassVar[str] = "dtk"
+    traits = replace(RocmVendor.traits, stack_label="dtk")
     memory_capture_hint: ClassVar[str] = HYGON_HINT
     dialect: ClassVar[Dialect] = HYGON
     formats: ClassVar[tuple[str, ...]] = ("json", "smi-text")

@@ -22,14 +22,12 @@ block and the blank line looks like a smaller node; no health signal.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from slurm_hetero.core.model import Capture, Device
+from slurm_hetero.core.model import Device, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     Line,
     TableError,
-    guarded,
     in_index_order,
     mib_pair,
     numbered_lines,
@@ -90,10 +88,6 @@ class IluvatarVendor(Vendor):
 
     tools = (TOOL,)
     device_glob = "/dev/iluvatar[0-9]*"
-    visible_devices_env = None
-    slurm_gpu_env = "nvidia_gpu_env"  # CoreX reads CUDA_VISIBLE_DEVICES
-    torch_backend = "nccl"  # CoreX's CUDA-compatible collectives
-    ccl_env_prefix = "NCCL"
-
-    def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        return guarded(self, self.one_capture(captures, "ixsmi table"), _parse)
+    # CoreX reads CUDA_VISIBLE_DEVICES and presents its collectives as nccl
+    traits = VendorTraits(slurm_gpu_env="nvidia_gpu_env", torch_backend="nccl", ccl_env_prefix="NCCL")
+    parse_text = _parse

@@ -38,9 +38,10 @@ from dataclasses import dataclass, field, replace
 
 from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ToolError
-from slurm_hetero.core.model import Capture, Device, Link
+from slurm_hetero.core.model import Capture, Device, Link, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import CPULIST, Line, TableError, check_width, guarded, nonblank_lines
+from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
+from slurm_hetero.vendors._table import Line, TableError, check_width, guarded, nonblank_lines, read_matrix
 from slurm_hetero.vendors.base import Vendor
 
 logger = logging.getLogger(__name__)
@@ -129,48 +130,31 @@ def _split(line: str) -> list[str]:
     return [cell.strip() for cell in line.split("|")]
 
 
-def _parse_labels(line: Line) -> tuple[list[tuple[int, int]], bool]:
-    """Column labels `GPU c/t` (or `GPU c`) as (card, tile), and whether a CPU Affinity column follows."""
-    cells = _split(line.text)
-    with_affinity = cells[-1] == "CPU Affinity"
-    out = []
-    for label in cells[:-1] if with_affinity else cells:
-        m = _TOPO_LABEL.match(label)
-        if not m:
-            raise TableError(f"unexpected column label {label!r}", line)
-        out.append((int(m.group(1)), int(m.group(2) or 0)))
-    return out, with_affinity
-
-
 def _parse_topology(text: str) -> _Topology:
     """`xpu-smi topology -m`: one row per column, in the header's order, S on the diagonal."""
     lines = nonblank_lines(text)
-    labels, with_affinity = _parse_labels(lines[0])
-    if len(lines) - 1 != len(labels):
-        raise TableError(
-            f"header names {len(labels)} GPUs but {len(lines) - 1} rows follow (output cut short?)",
-            lines[-1],
-        )
-    cores: dict[int, str] = {}
+    names, rows, end = read_matrix(lines, 0, _TOPO_LABEL.pattern, ("CPU Affinity",), "GPU", "S", _split)
+    if end < len(lines):
+        raise TableError("unexpected line after the matrix", lines[end])
+    labels = [(int(card), int(tile or 0)) for card, _, tile in (name[4:].partition("/") for name in names)]
+    cores: dict[int, str | None] = {}
     lanes: dict[int, dict[int, int]] = {}
-    for row, line in enumerate(lines[1:]):
-        cells = _split(line.text)
-        if len(cells) != 1 + len(labels) + with_affinity:
-            raise TableError(f"row has {len(cells)} cells, expected {1 + len(labels) + with_affinity}", line)
-        card, tile = labels[row]
-        if cells[0] not in (f"GPU {card}/{tile}", f"GPU {card}"):
-            raise TableError(f"row label {cells[0]!r} does not match column {row}", line)
-        _add_lanes(lanes.setdefault(card, {}), cells[1 : 1 + len(labels)], labels, row, line)
-        if with_affinity:
-            _check_cpu_list(cells[-1], line)
-            if cores.setdefault(card, cells[-1]) != cells[-1]:
+    for row, (line, cells) in enumerate(rows):
+        card = labels[row][0]
+        _add_lanes(lanes.setdefault(card, {}), cells[: len(labels)], labels, row, line)
+        if len(cells) > len(labels):
+            try:
+                cpus = normalize_cpu_list(cells[-1])
+            except ValueError as e:
+                raise TableError(str(e), line) from None
+            if cores.setdefault(card, cpus) != cpus:
                 raise TableError(
-                    f"tiles of card {card} show CPU affinity {cores[card]!r} and {cells[-1]!r}; one "
+                    f"tiles of card {card} show CPU affinity {cores[card]!r} and {cpus!r}; one "
                     "card has one (output cut short?)",
                     line,
                 )
     cards = tuple(sorted({card for card, _ in labels}))
-    return _Topology(cards, {card: cpus for card, cpus in cores.items() if cpus != "N/A"}, lanes)
+    return _Topology(cards, {card: cpus for card, cpus in cores.items() if cpus is not None}, lanes)
 
 
 def _add_lanes(
@@ -190,16 +174,6 @@ def _add_lanes(
             peers[peer] = peers.get(peer, 0) + int(m.group(2))
 
 
-def _check_cpu_list(text: str, line: Line) -> None:
-    """A CPU list as gres.conf Cores= takes it ('0-23,48-71'), or N/A."""
-    if text != "N/A" and not CPULIST.match(text):
-        raise TableError(f"CPU affinity {text!r} is not a CPU list", line)
-    bounds = [part.partition("-")[::2] for part in text.split(",")] if text != "N/A" else []
-    if any(high and int(high) < int(low) for low, high in bounds):
-        raise TableError(f"CPU affinity {text!r} has a descending range", line)
-
-
-# -- devices ---------------------------------------------------------------------------------
 def _memory_mib(text: str, where: int) -> int:
     m = _MEMORY.match(text)
     mib = round(float(m.group(1)) * _UNITS_MIB[m.group(2)]) if m else 0
@@ -235,11 +209,13 @@ def _with_topology(device: Device, topo: _Topology) -> Device:
 @register_vendor("intel")
 class IntelVendor(Vendor):
     tools = (TOOL,)
-    visible_devices_env = "ZE_AFFINITY_MASK"
-    slurm_gpu_env = "intel_gpu_env"
-    torch_backend = "xccl"  # built into torch >= 2.8 for XPU (older IPEX: oneCCL's `ccl`)
-    torch_device = "xpu"
-    stack_label = "oneapi"
+    traits = VendorTraits(
+        visible_devices_env="ZE_AFFINITY_MASK",
+        slurm_gpu_env="intel_gpu_env",
+        torch_backend="xccl",  # built into torch >= 2.8 for XPU (older IPEX: oneCCL's `ccl`)
+        torch_device="xpu",
+        stack_label="oneapi",
+    )
     memory_capture_hint = "xpu-smi discovery -d <id>"
 
     def commands(self) -> list[list[str]]:

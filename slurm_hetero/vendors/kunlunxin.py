@@ -23,9 +23,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_hetero.core.model import Capture, Device, Health
+from slurm_hetero.core.model import Capture, Device, Health, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import Line, TableError, guarded, nonblank_lines, sysfs_bus_id
+from slurm_hetero.vendors._table import Line, TableError, check_row, guarded, nonblank_lines, sysfs_bus_id
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "xpu_smi"
@@ -43,13 +43,6 @@ _RECOGNISE = re.compile(r"^\s*DEVICES\s*\n-+\n\|\s*DevID\s*\|", re.MULTILINE)
 class _Table:
     header: list[str]
     rows: list[tuple[Line, list[str]]]
-
-
-def _cells(line: str) -> list[str] | None:
-    """`| a | b |` -> ['a', 'b']; None when the line is not a complete row."""
-    if not (line.startswith("|") and line.endswith("|")) or len(line) < 2:
-        return None
-    return [cell.strip() for cell in line[1:-1].split("|")]
 
 
 def _split_sections(lines: list[Line]) -> tuple[dict[str, str], dict[str, list[Line]], int]:
@@ -79,21 +72,15 @@ def _parse_table(name: str, lines: list[Line], after: int) -> _Table:
         raise TableError(
             f"the {name} table is incomplete (output cut short?)", lines[-1] if lines else Line(after, "")
         )
-    top, head, mid = (line.text for line in lines[:3])
-    header = _cells(head)
-    if not _BORDER.match(top) or header is None or mid != top:
-        raise TableError(f"expected a border, a header row and a border under {name}", lines[1])
-    if lines[-1].text != top:
+    top, head, mid = lines[:3]
+    if not _BORDER.match(top.text) or not (head.is_row() and head.text.endswith("|")) or mid.text != top.text:
+        raise TableError(f"expected a border, a header row and a border under {name}", head)
+    header = head.cells()
+    if lines[-1].text != top.text:
         raise TableError(
             f"the {name} table has no closing border like its top (output cut short?)", lines[-1]
         )
-    rows = []
-    for line in lines[3:-1]:
-        cells = _cells(line.text)
-        if cells is None or len(cells) != len(header):
-            raise TableError(f"expected a {name} row of {len(header)} cells", line)
-        rows.append((line, cells))
-    return _Table(header, rows)
+    return _Table(header, [(line, check_row(line, len(header))) for line in lines[3:-1]])
 
 
 def _column(table: _Table, cells: list[str], name: str) -> str:
@@ -181,12 +168,14 @@ def _parse_text(text: str) -> list[Device]:
 class KunlunxinVendor(Vendor):
     tools = (TOOL,)
     device_glob = "/dev/xpu[0-9]*"
-    visible_devices_env = "XPU_VISIBLE_DEVICES"
     # torch_xmlir exposes the XPU as torch.cuda and routes nccl to BKCL (baidu/vLLM-Kunlun,
     # vllm_kunlun/platforms/kunlun.py: dist_backend = "nccl")
-    torch_backend = "nccl"
-    torch_package = "torch_xmlir"
-    ccl_env_prefix = "NCCL"
+    traits = VendorTraits(
+        visible_devices_env="XPU_VISIBLE_DEVICES",
+        torch_backend="nccl",
+        torch_package="torch_xmlir",
+        ccl_env_prefix="NCCL",
+    )
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         if not captures:

@@ -37,7 +37,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from slurm_hetero.core.model import Capture, Device, Health, Link
+from slurm_hetero.core.model import Capture, Device, Health, Link, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._nvidia_smi import normalize_cpu_list
 from slurm_hetero.vendors._table import (
@@ -50,6 +50,8 @@ from slurm_hetero.vendors._table import (
     numbered_lines,
     read_box_table,
     read_closed_box,
+    read_legend,
+    read_matrix,
     skip_blank,
     sysfs_bus_id,
 )
@@ -66,9 +68,8 @@ _ATTACHED = re.compile(r"Attached GPUs\s+:\s*(\d+)")
 _DRIVER = re.compile(r"MX-SMI\s+\S+\s+Kernel Mode Driver Version:\s*(\S+)")
 _MACA = re.compile(r"MACA Version:\s*(\S+)\s+BIOS Version:\s*\S+")
 _MEMORY = re.compile(r"(\d+)/(\d+) MiB")
-_LEGEND_ENTRY = re.compile(r"\s+(\S+)\s+= \S.*")
 _NIC_ENTRY = re.compile(r"\s+(NIC\d+): \S+")
-_AFFINITY = ["Node", "Affinity", "CPU", "Affinity"]
+_AFFINITY = ("Node Affinity", "CPU Affinity")
 _UNKNOWN = ("unknown", "N/A")
 
 
@@ -220,17 +221,6 @@ class _TopoGpu:
     cores: str | None
 
 
-def _matrix_header(line: Line, gpus: int) -> tuple[list[str], bool]:
-    words = line.text.split()
-    affinity = words[-4:] == _AFFINITY
-    columns = words[:-4] if affinity else words
-    nics = len(columns) - gpus
-    expected = [f"GPU{k}" for k in range(gpus)] + [f"NIC{k}" for k in range(nics)]
-    if nics < 0 or columns != expected:
-        raise TableError(f"expected the columns GPU0..GPU{gpus - 1} (then NIC0..) of `Attached GPUs`", line)
-    return columns, affinity
-
-
 def _affinity(words: list[str], line: Line) -> tuple[int | None, str | None]:
     node, cpus = words
     if not (node.isdigit() or node == "N/A"):
@@ -241,58 +231,32 @@ def _affinity(words: list[str], line: Line) -> tuple[int | None, str | None]:
         raise TableError(str(e), line) from None
 
 
-def _matrix_rows(
-    lines: list[Line], i: int, columns: list[str], affinity: bool
-) -> list[tuple[Line, list[str]]]:
-    """One row per column label, in order; GPU rows carry the two affinity fields."""
-    rows = []
-    for label in columns:
-        words = lines[i].text.split() if i < len(lines) else []
-        width = 1 + len(columns) + (2 if affinity and label.startswith("GPU") else 0)
-        if len(words) != width or words[0] != label:
-            where = lines[min(i, len(lines) - 1)]
-            raise TableError(f"expected the complete {label} row (output cut short?)", where)
-        if words[1 + columns.index(label)] != "X":
-            raise TableError(f"{label} is not `X` to itself", lines[i])
-        rows.append((lines[i], words))
-        i += 1
-    return rows
-
-
-def _legend(lines: list[Line], i: int, title: str, entry: re.Pattern[str]) -> tuple[set[str], int]:
-    i = skip_blank(lines, i)
-    if i == len(lines) or lines[i].text.strip() != title:
-        raise TableError(f"expected `{title}` (output cut short?)", lines[min(i, len(lines) - 1)])
-    i = skip_blank(lines, i + 1)
-    names: set[str] = set()
-    while i < len(lines) and (match := entry.fullmatch(lines[i].text)):
-        names.add(match.group(1))
-        i += 1
-    return names, i
-
-
 def _parse_topology(text: str) -> list[_TopoGpu]:
     lines = numbered_lines(text)
     gpus, i = _preamble(lines)
     if i + 1 >= len(lines) or lines[i].text.strip() != MATRIX_TITLE:
         raise TableError(f"expected `{MATRIX_TITLE}` under `Attached GPUs`", lines[min(i, len(lines) - 1)])
-    columns, affinity = _matrix_header(lines[i + 1], gpus)
-    rows = _matrix_rows(lines, i + 2, columns, affinity)
-    codes, i = _legend(lines, i + 2 + len(rows), "Legend:", _LEGEND_ENTRY)
-    used = {code for _, words in rows for code in words[1 : 1 + len(columns)]}
+    columns, rows, end = read_matrix(lines, i + 1, r"(GPU|NIC)\d+", _AFFINITY, "GPU")
+    nics = len(columns) - gpus
+    if nics < 0 or columns != [f"GPU{k}" for k in range(gpus)] + [f"NIC{k}" for k in range(nics)]:
+        raise TableError(
+            f"expected the columns GPU0..GPU{gpus - 1} (then NIC0..) of `Attached GPUs`", lines[i + 1]
+        )
+    codes, i = read_legend(lines, end, "Legend:")
+    used = {code for _, cells in rows for code in cells[: len(columns)]}
     if "NA" not in codes or not used <= codes:
         missing = sorted(used - codes) or ["NA"]
         raise TableError(f"the Legend does not explain {missing} (output cut short?)", lines[i - 1])
-    if len(columns) > gpus:
-        nics, i = _legend(lines, i, "NIC Legend:", _NIC_ENTRY)
-        if nics != set(columns[gpus:]):
+    if nics:
+        names, i = read_legend(lines, i, "NIC Legend:", _NIC_ENTRY)
+        if names != set(columns[gpus:]):
             raise TableError("the NIC Legend does not name every NIC (output cut short?)", lines[i - 1])
     if skip_blank(lines, i) < len(lines):
         raise TableError("unexpected line after the topology legend", lines[skip_blank(lines, i)])
     topology = []
-    for line, words in rows[:gpus]:
-        numa, cores = _affinity(words[-2:], line) if affinity else (None, None)
-        links = tuple(peer for peer in range(gpus) if words[1 + peer] == "MX")
+    for line, cells in rows[:gpus]:
+        numa, cores = _affinity(cells[-2:], line) if len(cells) > len(columns) else (None, None)
+        links = tuple(peer for peer in range(gpus) if cells[peer] == "MX")
         topology.append(_TopoGpu(links, numa, cores))
     return topology
 
@@ -321,12 +285,14 @@ class MetaxVendor(Vendor):
 
     tools = (TOOL,)
     device_glob = "/dev/mxcd"
-    visible_devices_env = "MACA_VISIBLE_DEVICES"
     # MetaX's own torch wheel keeps device "cuda" and backend "nccl", served by MCCL (mcPytorch
     # README and DDP tests, vLLM-metax platform.py); MCCL reads MCCL_* network variables.
-    torch_backend = "nccl"
-    stack_label = "maca"
-    ccl_env_prefix = "MCCL"
+    traits = VendorTraits(
+        visible_devices_env="MACA_VISIBLE_DEVICES",
+        torch_backend="nccl",
+        stack_label="maca",
+        ccl_env_prefix="MCCL",
+    )
 
     def commands(self) -> list[list[str]]:
         return [[TOOL], [TOOL, "topo", "-m"]]

@@ -23,15 +23,13 @@ count, so a cut at the end of a GPU block (or inside its ECC line) goes unnotice
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from slurm_hetero.core.model import Capture, Device, Health
+from slurm_hetero.core.model import Device, Health, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._table import (
     TOP_BORDER,
     Line,
     TableError,
-    guarded,
     in_index_order,
     numbered_lines,
     skip_blank,
@@ -168,11 +166,11 @@ class MthreadsVendor(Vendor):
 
     tools = (TOOL,)
     device_glob = "/dev/mtgpu.[0-9]*"
-    visible_devices_env = "MUSA_VISIBLE_DEVICES"
-    torch_backend = "mccl"
-    ccl_env_prefix = "MCCL"
-    torch_package = "torch_musa"
-    torch_device = "musa"
-
-    def parse(self, captures: Sequence[Capture]) -> list[Device]:
-        return guarded(self, self.one_capture(captures, "mthreads-gmi capture"), _parse)
+    traits = VendorTraits(
+        visible_devices_env="MUSA_VISIBLE_DEVICES",
+        torch_backend="mccl",
+        ccl_env_prefix="MCCL",  # MCCL, the MUSA port of NCCL, reads MCCL_* network variables
+        torch_package="torch_musa",
+        torch_device="musa",
+    )
+    parse_text = _parse

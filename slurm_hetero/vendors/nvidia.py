@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurm_hetero.core.errors import HeteroError, ParseError
-from slurm_hetero.core.model import Capture, Device
+from slurm_hetero.core.model import Capture, Device, VendorTraits
 from slurm_hetero.vendors import register_vendor
 from slurm_hetero.vendors._nvidia_csv import is_query_csv, parse_query_csv
 from slurm_hetero.vendors._nvidia_smi import (
@@ -118,12 +118,14 @@ class NvidiaVendor(Vendor):
 
     tools = ("nvidia-smi",)
     memory_capture_hint = XML_TOOL
-    torch_backend = "nccl"
-    stack_label = "cuda"
-    ucc_memory = True
-    ccl_env_prefix = "NCCL"
-    slurm_gpu_env = "nvidia_gpu_env"  # CUDA_VISIBLE_DEVICES only
-    slurm_autodetect = "nvml"
+    traits = VendorTraits(
+        torch_backend="nccl",
+        stack_label="cuda",
+        ucc_memory=True,
+        ccl_env_prefix="NCCL",
+        slurm_gpu_env="nvidia_gpu_env",  # CUDA_VISIBLE_DEVICES only
+        slurm_autodetect="nvml",
+    )
 
     def affinity(self) -> int:
         """2 with pynvml importable and the NVIDIA driver present (nvmlInit can work), else 0."""

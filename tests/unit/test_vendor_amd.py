@@ -431,8 +431,8 @@ def test_commands_prefer_amd_smi(monkeypatch: pytest.MonkeyPatch) -> None:
     assert vendor().commands() == [amd.ROCM_SMI_ARGV]
     monkeypatch.setattr(amd.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     assert vendor().commands()[0] == ["amd-smi", "static"]
-    assert vendor().visible_devices_env == "ROCR_VISIBLE_DEVICES"
-    assert vendor().relative_visible_envs == (
+    assert vendor().traits.visible_devices_env == "ROCR_VISIBLE_DEVICES"
+    assert vendor().traits.relative_visible_envs == (
         "HIP_VISIBLE_DEVICES",
         "CUDA_VISIBLE_DEVICES",
         "GPU_DEVICE_ORDINAL",

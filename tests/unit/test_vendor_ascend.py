@@ -10,7 +10,6 @@ from slurm_hetero.core import proc
 from slurm_hetero.core.errors import ParseError, ToolError
 from slurm_hetero.core.model import Capture, Device, Health, Link
 from slurm_hetero.vendors import get_vendor
-from slurm_hetero.vendors.ascend import devices_from_info
 from tests.conftest import FIXTURES, fake_tool_run
 
 HERE = FIXTURES / "ascend"
@@ -35,8 +34,11 @@ def _parse_files(*names: str) -> list[Device]:
 
 def _table(name: str, text: str | None = None) -> list[Device]:
     """The device table of a published excerpt that drops npu-smi's process table (a whole capture
-    without it is refused as cut, see test_info_without_its_process_table_is_a_cut)."""
-    return devices_from_info(Capture(name, _text(name) if text is None else text))
+    without it is refused as cut, see test_info_without_its_process_table_is_a_cut): read with a topo
+    capture of a device that has no topology, which npu-smi prints alone."""
+    info = Capture(name, _text(name) if text is None else text)
+    unsupported = Capture("topo.txt", "This device does not support querying topo.\n")
+    return get_vendor("ascend").parse([info, unsupported])
 
 
 # the live path ---------------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def test_probe_runs_the_one_tool_and_parses_as_from_file(name: str, monkeypatch:
     vendor = get_vendor(name)
     tool, capture, env = ONE_TOOL[name]
     assert vendor.commands() == [[tool]]
-    assert vendor.visible_devices_env == env
+    assert vendor.traits.visible_devices_env == env
     text = (FIXTURES / name / capture).read_text(encoding="utf-8")
     monkeypatch.setattr(proc, "run", fake_tool_run({(tool,): text}))
     assert vendor.probe() == vendor.parse([Capture(capture, text)])

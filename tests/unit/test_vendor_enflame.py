@@ -56,7 +56,7 @@ def test_repeated_device_number_fails() -> None:
 
 
 def test_one_capture_only() -> None:
-    with pytest.raises(ParseError, match="expected one efsmi output, got 2"):
+    with pytest.raises(ParseError, match="expected one `efsmi` output, got 2"):
         _parse(_text(), _text())
 
 

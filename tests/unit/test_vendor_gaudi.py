@@ -52,7 +52,7 @@ def _parse(*texts: str) -> list[Device]:
 def test_commands_ask_for_module_ids_and_env_takes_them() -> None:
     vendor = get_vendor("gaudi")
     assert vendor.commands() == [["hl-smi"], list(QUERY_ARGV)]
-    assert vendor.visible_devices_env == "HABANA_VISIBLE_MODULES"
+    assert vendor.traits.visible_devices_env == "HABANA_VISIBLE_MODULES"
 
 
 def test_probe_joins_table_and_query(monkeypatch: pytest.MonkeyPatch) -> None:

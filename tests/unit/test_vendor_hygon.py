@@ -136,8 +136,8 @@ def test_commands_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert vendor().commands() == [["hy-smi", *hygon.HY_SMI_OPTIONS]]
     monkeypatch.setattr(hygon.shutil, "which", lambda tool: None)
     assert vendor().commands() == [["rocm-smi", *hygon.HY_SMI_OPTIONS]]
-    assert vendor().visible_devices_env == "ROCR_VISIBLE_DEVICES"  # the DTK is ROCm: HIP inside ROCR
-    assert vendor().relative_visible_envs == (
+    assert vendor().traits.visible_devices_env == "ROCR_VISIBLE_DEVICES"  # the DTK is ROCm: HIP inside ROCR
+    assert vendor().traits.relative_visible_envs == (
         "HIP_VISIBLE_DEVICES",
         "CUDA_VISIBLE_DEVICES",
         "GPU_DEVICE_ORDINAL",

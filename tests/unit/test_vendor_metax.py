@@ -36,9 +36,12 @@ def _parse(*texts: str) -> list[Device]:
 def test_commands_files_and_runtime_facts() -> None:
     vendor = get_vendor("metax")
     assert vendor.commands() == [["mx-smi"], ["mx-smi", "topo", "-m"]]
-    assert vendor.visible_devices_env == "MACA_VISIBLE_DEVICES"  # read before CUDA_VISIBLE_DEVICES
+    assert vendor.traits.visible_devices_env == "MACA_VISIBLE_DEVICES"  # read before CUDA_VISIBLE_DEVICES
     assert vendor.device_glob == "/dev/mxcd"
-    facts = {k: getattr(vendor, k) for k in ("torch_backend", "torch_package", "torch_device", "stack_label")}
+    facts = {
+        k: getattr(vendor.traits, k)
+        for k in ("torch_backend", "torch_package", "torch_device", "stack_label")
+    }
     assert facts == {
         "torch_backend": "nccl",
         "torch_package": None,
