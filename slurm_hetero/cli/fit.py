@@ -16,6 +16,7 @@ from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, cost_options, stacked
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.limits import MAX_DEVICES
+from slurm_hetero.engine.modelcost import BYTES_PER_VALUE, GIB
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
@@ -27,8 +28,6 @@ from slurm_hetero.inventory.modelconfigs import (
     sequence_length,
 )
 from slurm_hetero.inventory.nodes import slurm_nodes
-
-GIB = engine.GIB
 
 
 def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) -> engine.Breakdown | None:
@@ -168,7 +167,7 @@ def fit_options(layout: bool = True) -> Decorator:
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
         click.option(
             "--kv-dtype",
-            type=click.Choice(list(engine.BYTES_PER_VALUE)),
+            type=click.Choice(list(BYTES_PER_VALUE)),
             default=None,
             help="KV cache dtype (default: the weights' dtype, bf16 for int8/int4).",
         ),
