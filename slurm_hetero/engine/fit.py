@@ -18,7 +18,6 @@ from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.engine.modelcost import (
     ACT_BYTES,
     BYTES_PER_VALUE,
-    DEFAULT_ATTENTION,
     DEFAULT_OVERHEAD,
     CostSettings,
     LayerTable,
@@ -144,38 +143,30 @@ def _activations(table: LayerTable, pp: int) -> float:
 
 def training_memory(
     spec: ModelSpec,
-    dtype: str = "bf16",
-    optimizer: str = "adam",
+    settings: CostSettings | None = None,
     micro_batch: int = 1,
     seq: int = 2048,
-    zero_stage: int = 0,
     dp: int = 1,
     tp: int = 1,
     pp: int = 1,
-    recompute: str = "none",
-    sequence_parallel: bool = True,
-    overhead_bytes: float = DEFAULT_OVERHEAD,
-    attention: str = DEFAULT_ATTENTION,
 ) -> Breakdown:
-    """Bytes per device to train `spec` (docs/fit.md: every term and its source)."""
+    """Bytes per device to train `spec` (default `CostSettings()`; docs/fit.md: every term and its
+    source)."""
+    settings = settings or CostSettings()
     check_positive(micro_batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp)
     check_layout(spec, tp, pp)
-    check_choice("recompute", recompute, [r.value for r in Recompute])
-    settings = CostSettings(
-        dtype, optimizer, zero_stage, recompute, attention, sequence_parallel, float(overhead_bytes)
-    )
+    check_choice("recompute", settings.recompute, [r.value for r in Recompute])
     table = layer_table(spec, seq, settings, micro_batch, tp)
-    params, shards = _stage_params(table, pp), zero_divisors(zero_stage, dp)
+    params, shards = _stage_params(table, pp), zero_divisors(settings.zero_stage, dp)
     w, g, o = (params * b / n for b, n in zip(table.state_per_param, shards))
-    g *= gradient_copies(zero_stage)
     return Breakdown(
         mode="train",
         weights=w,
-        gradients=g,
+        gradients=g * gradient_copies(settings.zero_stage),
         optimizer_states=o,
         gather_buffer=table.gather_bytes,
         activations=_activations(table, pp),
-        overhead=float(overhead_bytes),
+        overhead=float(settings.overhead_bytes),
         devices=dp * tp * pp,
     )
 

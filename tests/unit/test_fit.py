@@ -223,7 +223,7 @@ def test_deepspeed_t5_large_example_in_mib() -> None:
 
 
 def our_states(model: ModelSpec, stage: int, gpus: int) -> float:
-    return fit.training_memory(model, zero_stage=stage, dp=gpus).model_states
+    return fit.training_memory(model, modelcost.CostSettings(zero_stage=stage), dp=gpus).model_states
 
 
 @pytest.mark.parametrize(("model", "gpus"), [("t5-3b", 8), ("t0_3b", 1), ("t0_3b", 2), ("llama-3-8b", 8)])
@@ -259,32 +259,41 @@ def test_mixed_precision_adam_is_16_bytes_per_param_and_the_all_reduce_buckets()
     """The ZeRO paper's 2 + 2 + 12 bytes, and without ZeRO a second gradient-sized buffer: the
     flat buckets DDP all-reduces the gradients through."""
     m = spec("llama-2-7b")
-    b = fit.training_memory(m, dtype="bf16", optimizer="adam")
+    b = fit.training_memory(m, modelcost.CostSettings(dtype="bf16", optimizer="adam"))
     assert b.model_states == 18 * m.params.total
     assert (b.weights, b.gradients, b.optimizer_states) == (
         2 * m.params.total,
         2 * 2 * m.params.total,
         12 * m.params.total,
     )
-    assert fit.training_memory(m, dtype="fp32").model_states == 20 * m.params.total  # 4 + 2 x 4 + 8
-    assert fit.training_memory(m, optimizer="sgd").model_states == 14 * m.params.total  # 2 + 2 x 2 + 4 + 4
-    assert fit.training_memory(m, zero_stage=1).model_states == 16 * m.params.total  # dp 1, no buckets
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(dtype="fp32")).model_states == 20 * m.params.total
+    )  # 4 + 2 x 4 + 8
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(optimizer="sgd")).model_states == 14 * m.params.total
+    )  # 2 + 2 x 2 + 4 + 4
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(zero_stage=1)).model_states == 16 * m.params.total
+    )  # dp 1, no buckets
 
 
 @pytest.mark.parametrize("dp", [2, 8, 64])
 def test_zero_stages_partition_states_across_dp(dp: int) -> None:
     m = spec("mistral-7b")
-    one = fit.training_memory(m, zero_stage=3, dp=1)
+    one = fit.training_memory(m, modelcost.CostSettings(zero_stage=3), dp=1)
     for stage, divided in [
         (1, {"optimizer_states"}),
         (2, {"optimizer_states", "gradients"}),
         (3, {"optimizer_states", "gradients", "weights"}),
     ]:
-        b = fit.training_memory(m, zero_stage=stage, dp=dp)
+        b = fit.training_memory(m, modelcost.CostSettings(zero_stage=stage), dp=dp)
         for name in ("weights", "gradients", "optimizer_states"):
             expected = getattr(one, name) / (dp if name in divided else 1)
             assert getattr(b, name) == pytest.approx(expected)
-    assert fit.training_memory(m, zero_stage=3, dp=dp).gather_buffer == 4 * m.params.largest_module
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(zero_stage=3), dp=dp).gather_buffer
+        == 4 * m.params.largest_module
+    )
 
 
 def test_tensor_and_pipeline_parallel_shard_states() -> None:
@@ -347,7 +356,10 @@ def test_flash_and_eager_for_llama_2_7b_at_4096() -> None:
 @pytest.mark.parametrize("name", ["llama-3-8b", "mixtral-8x7b", "gpt2-xl", "t5-3b"])
 def test_recompute_reduces_activations(name: str) -> None:
     m = spec(name)
-    acts = [fit.training_memory(m, seq=4096, recompute=r).activations for r in ("none", "selective", "full")]
+    acts = [
+        fit.training_memory(m, modelcost.CostSettings(recompute=r), seq=4096).activations
+        for r in ("none", "selective", "full")
+    ]
     assert acts[0] > acts[1] > acts[2] > 0
 
 
@@ -417,14 +429,14 @@ def test_training_memory_is_monotone_and_never_negative(
     name: str, b1: int, s1: int, b2: int, s2: int, recompute: str, stage: int, dp: int
 ) -> None:
     m = spec(name)
-    kw = {"recompute": recompute, "zero_stage": stage, "dp": dp}
+    kw = {"settings": modelcost.CostSettings(recompute=recompute, zero_stage=stage), "dp": dp}
     small = fit.training_memory(m, micro_batch=min(b1, b2), seq=min(s1, s2), **kw)  # type: ignore[arg-type]
     large = fit.training_memory(m, micro_batch=max(b1, b2), seq=max(s1, s2), **kw)  # type: ignore[arg-type]
     assert all(v >= 0 for v in small.components().values())
     assert 0 < small.total <= large.total
     assert (
-        fit.training_memory(m, zero_stage=stage, dp=dp * 2).total
-        <= fit.training_memory(m, zero_stage=stage, dp=dp).total
+        fit.training_memory(m, modelcost.CostSettings(zero_stage=stage), dp=dp * 2).total
+        <= fit.training_memory(m, modelcost.CostSettings(zero_stage=stage), dp=dp).total
     )
 
 
@@ -439,9 +451,10 @@ def test_absurd_inference_arguments_raise_config_errors(kwargs: dict[str, object
 
 def test_absurd_training_arguments_raise_config_errors() -> None:
     m = spec("gpt2")
-    for kwargs in ({"zero_stage": 4}, {"pp": 13}, {"dtype": "int8"}, {"micro_batch": -1}, {"recompute": "x"}):
+    cases = [({"zero_stage": 4}, {}), ({}, {"pp": 13}), ({"dtype": "int8"}, {}), ({}, {"micro_batch": -1})]
+    for options, kwargs in [*cases, ({"recompute": "x"}, {})]:
         with pytest.raises(ConfigError):
-            fit.training_memory(m, **kwargs)  # type: ignore[arg-type]
+            fit.training_memory(m, modelcost.CostSettings(**options), **kwargs)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------- layer costs
