@@ -12,7 +12,7 @@ from typing import Any
 
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
-from slurm_hetero.engine.modelcost import CostSettings, layer_table, usable_tp_sizes
+from slurm_hetero.engine.modelcost import CostSettings, layer_table
 from slurm_hetero.engine.modelfamilies import from_hf_config
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.stagecost import LayerCosts
@@ -60,11 +60,6 @@ def load_model(ref: str) -> ModelSpec:
     return from_hf_config(_parse_json(text, str(path)), name)
 
 
-def context_length(ref: str) -> int:
-    """The model's context length (its default training sequence length)."""
-    return load_model(ref).max_positions
-
-
 DEFAULT_SEQ = 2048  # fit's and sbatch's sequence length when none is given (capped at the context)
 
 
@@ -95,12 +90,6 @@ def sequence_length(
         if beyond is None:
             raise
         raise RequestError(e.text, f"{e.reason}; pass {BEYOND_CONTEXT} to estimate longer ones") from None
-
-
-def tp_sizes_for(ref: str, sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """The tensor-parallel degrees of `sizes` the model `ref` can be split by (heads and K/V heads
-    evenly); a ConfigError when none can."""
-    return usable_tp_sizes(load_model(ref), sizes)
 
 
 def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:
