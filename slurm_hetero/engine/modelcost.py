@@ -188,8 +188,6 @@ def layer_activation_bytes(
 ) -> float:
     """Activation bytes one layer keeps for backward, per micro-batch and tp rank (docs/fit.md;
     ``attention="eager"`` is Korthikanti et al.'s formula); values `value_bytes` wide."""
-    check_choice("recompute", recompute, [r.value for r in Recompute])
-    check_choice("attention", attention, [a.value for a in Attention])
     sbh, wide = float(seq * micro_batch * spec.hidden), value_bytes / ACT_BYTES
     unsplit = tp if sequence_parallel else 1
     if recompute == Recompute.FULL:
@@ -255,12 +253,6 @@ class LayerTable:
     @property
     def param_bytes(self) -> FloatArray:
         return self.params * self.state_per_param[0]
-
-    def state_bytes(self, dp: int = 1) -> FloatArray:
-        """Weights, gradients and optimizer states per layer on one of `dp` ranks."""
-        shards, (w, g, o) = zero_divisors(self.settings.zero_stage, dp), self.state_per_param
-        copies = gradient_copies(self.settings.zero_stage)
-        return self.params * sum(b / n for b, n in zip((w, g * copies, o), shards))
 
     @property
     def kept_bytes(self) -> FloatArray:
