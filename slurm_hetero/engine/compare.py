@@ -24,12 +24,6 @@ import numpy.typing as npt
 
 from slurm_hetero.core.devicespec import DeviceSpec
 
-WORKLOADS: dict[str, str] = {
-    "training": "large-model training",
-    "llm_inference": "large-model inference",
-    "throughput_inference": "high-throughput inference",
-}
-
 SPEC_FIELDS = (
     "type",
     "vendor",
@@ -120,7 +114,7 @@ def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
         row["tflops_per_dollar_hour"] = _per(headline, spec.price_per_hour_usd)
         row["tflops_per_watt"] = _per(headline, spec.tdp_w)
         row["scores"] = {workload: _none(values[i]) for workload, values in scores.items()}
-        row["best_for"] = [workload for workload in WORKLOADS if winners[workload][i]]
+        row["best_for"] = [workload for workload in SCORERS if winners[workload][i]]
         rows.append(row)
     return rows
 
