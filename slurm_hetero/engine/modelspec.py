@@ -146,13 +146,10 @@ def attention_weights(spec: ModelSpec) -> int:
 
 
 def _attention_params(spec: ModelSpec) -> int:
-    if spec.is_mla:
-        norms = spec.kv_lora_rank + spec.q_lora_rank  # kv_a_layernorm, q_a_layernorm (RMSNorm gains)
-        return attention_weights(spec) + norms
-    q = spec.hidden * spec.q_dim + (spec.q_dim if spec.qkv_bias else 0)
-    kv = 2 * (spec.hidden * spec.kv_dim + (spec.kv_dim if spec.qkv_bias else 0))
-    out = spec.q_dim * spec.hidden + (spec.hidden if spec.o_bias else 0)
-    return q + kv + out
+    if spec.is_mla:  # and the RMSNorm gains of kv_a_layernorm, q_a_layernorm
+        return attention_weights(spec) + spec.kv_lora_rank + spec.q_lora_rank
+    biases = (spec.q_dim + 2 * spec.kv_dim) * spec.qkv_bias + spec.hidden * spec.o_bias
+    return attention_weights(spec) + biases
 
 
 def _expert_mlp_params(spec: ModelSpec, width: int | None = None) -> int:
