@@ -63,33 +63,23 @@ def load_model(ref: str) -> ModelSpec:
 DEFAULT_SEQ = 2048  # fit's and sbatch's sequence length when none is given (capped at the context)
 
 
-def check_seq(spec: ModelSpec, seq: int, ref: str | None = None) -> int:
-    """`seq` when the model takes sequences that long (1 to its context length, what its config
-    states: max_position_embeddings, n_positions), else a RequestError naming the range."""
-    if not 1 <= seq <= spec.max_positions:
-        raise RequestError(f"--seq {seq}", f"{ref or spec.name} takes 1 to {spec.max_positions} tokens")
-    return seq
-
-
 BEYOND_CONTEXT = "--beyond-context"
 
 
 def sequence_length(
     spec: ModelSpec, seq: int | None, ref: str | None = None, beyond: bool | None = None
 ) -> int:
-    """The sequence length asked for, else DEFAULT_SEQ or the model's context if shorter. Longer
-    than the context is an error unless `beyond` (BEYOND_CONTEXT: relative positions as T5's, RoPE
-    scaling; None: the command has no such option, and the error does not offer it)."""
+    """`seq` when the model takes sequences that long (1 to its context length, what its config
+    states: max_position_embeddings, n_positions), else a RequestError naming the range; None:
+    DEFAULT_SEQ or the context if shorter. Longer than the context is allowed with `beyond`
+    (BEYOND_CONTEXT: relative positions as T5's, RoPE scaling; None: the command has no such
+    option, and the error does not offer it)."""
     if seq is None:
         return min(DEFAULT_SEQ, spec.max_positions)
-    if beyond and seq >= 1:
+    if 1 <= seq <= spec.max_positions or (beyond and seq >= 1):
         return seq
-    try:
-        return check_seq(spec, seq, ref)
-    except RequestError as e:
-        if beyond is None:
-            raise
-        raise RequestError(e.text, f"{e.reason}; pass {BEYOND_CONTEXT} to estimate longer ones") from None
+    advice = "" if beyond is None else f"; pass {BEYOND_CONTEXT} to estimate longer ones"
+    raise RequestError(f"--seq {seq}", f"{ref or spec.name} takes 1 to {spec.max_positions} tokens{advice}")
 
 
 def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:
@@ -98,5 +88,5 @@ def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) ->
     spec = load_model(ref)
     if spec.encoder_layers:
         raise RequestError(ref, "the layout solver handles decoder-only models (no encoder)")
-    check_seq(spec, seq, ref)
+    sequence_length(spec, seq, ref)
     return LayerCosts.from_table(layer_table(spec, seq, settings))
