@@ -162,11 +162,6 @@ def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
     return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
 
 
-def gather_buffer_bytes(spec: ModelSpec, dtype: str, zero_stage: int, tp: int = 1) -> float:
-    """ZeRO-3's buffer for the largest module's gathered weights and gradients, per tp rank."""
-    return 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
-
-
 def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str, wide: float) -> float:
     """Eager: the softmax and dropout outputs and the dropout mask; flash: an fp32 log-sum-exp per
     head and token."""
@@ -318,7 +313,8 @@ def layer_table(
         checkpoint_bytes=_array([0.0, *(acts(r[1], r[3], Recompute.FULL) for r in rows), logits]),
         recompute_flops=_array([0.0, *extra, 0.0]),
         boundary_bytes=value * tokens * spec.hidden,
-        gather_bytes=gather_buffer_bytes(spec, s.dtype, s.zero_stage, tp),
+        # ZeRO-3's buffer for the largest module's gathered weights and gradients (dtype values)
+        gather_bytes=2 * value * spec.params.largest_module / tp if s.zero_stage == 3 else 0.0,
         tied_params=tied,
         state_per_param=state_bytes_per_param(s.dtype, s.optimizer, spec.hidden),
         settings=s,
