@@ -126,8 +126,8 @@ def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSp
     """Llama, Mistral, Qwen2, Phi-3, Mixtral, and the base of Gemma and Qwen-MoE."""
     bias = read_flag(config, name, "attention_bias", False)
     return _spec(
-        config, name, "llama", positions=4096, tied=False, kv_key="num_key_value_heads", head_dim_key=True,
-        model_type=model_type, gated_mlp=True,
+        config, name, "llama", positions=4096, tied=model_type.startswith("gemma"),
+        kv_key="num_key_value_heads", head_dim_key=True, model_type=model_type, gated_mlp=True,
         num_experts=read_int(config, "num_local_experts", name, 1),
         experts_per_token=read_int(config, "num_experts_per_tok", name, 1),
         qkv_bias=bias or model_type == "qwen2", o_bias=bias,
@@ -246,10 +246,8 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
 
 
 def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
-    model_type = str(config["model_type"])
-    tied = {**config, "tie_word_embeddings": read_flag(config, name, "tie_word_embeddings", True)}
-    spec = llama_spec(tied, name, model_type)  # Gemma 2's sliding window too (`sliding_window`)
-    return spec if model_type == "gemma" else dataclasses.replace(spec, norms_per_layer=4)
+    spec = llama_spec(config, name, str(config["model_type"]))  # Gemma 2's sliding window too
+    return spec if spec.model_type == "gemma" else dataclasses.replace(spec, norms_per_layer=4)
 
 
 def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
@@ -257,8 +255,7 @@ def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
         raise ConfigError(
             "only configs whose every layer is sparse are supported", name, "decoder_sparse_step"
         )
-    dense = {k: v for k, v in config.items() if k not in ("moe_intermediate_size", "num_experts")}
-    base = llama_spec({**dense, "model_type": "qwen2"}, name, "qwen2")
+    base = llama_spec(config, name, "qwen2")
     return dataclasses.replace(
         base, family="qwen2_moe", model_type="qwen2_moe",
         intermediate=read_int(config, "moe_intermediate_size", name),
