@@ -284,7 +284,7 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
         raise ConfigError("only moe_layer_freq 1 is supported", name, "moe_layer_freq")
     expert = read_int(config, "moe_intermediate_size", name)
     bias = read_flag(config, name, "attention_bias", False)
-    spec = _spec(
+    return _spec(
         config, name, "deepseek", {"intermediate": "moe_intermediate_size"}, positions=4096, tied=False,
         kv_key="num_key_value_heads", model_type=model_type, gated_mlp=True,
         num_experts=read_int(config, "n_routed_experts", name),
@@ -295,8 +295,8 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
             _optional(config, "first_k_dense_replace", name), read_int(config, "num_hidden_layers", name)
         ),
         dense_intermediate=read_int(config, "intermediate_size", name),
+        **(_mla(config, name) if model_type != "deepseek" else {}),
     )  # fmt: skip
-    return dataclasses.replace(spec, **_mla(config, name)) if model_type != "deepseek" else spec
 
 
 def _llama(config: Mapping[str, Any], name: str) -> ModelSpec:
