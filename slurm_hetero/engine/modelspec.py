@@ -160,11 +160,10 @@ def _expert_mlp_params(spec: ModelSpec, width: int | None = None) -> int:
     return weights + biases
 
 
-def _shared_params(spec: ModelSpec) -> int:
-    """The shared experts of one expert layer (one MLP of their summed width) and their gate."""
-    if not spec.shared_intermediate:
-        return 0
-    return _expert_mlp_params(spec, spec.shared_intermediate) + (spec.hidden if spec.shared_gate else 0)
+def _mlp_params(spec: ModelSpec) -> int:
+    """Every expert of one layer, and its shared experts (one MLP of their summed width) and gate."""
+    shared = _expert_mlp_params(spec, spec.shared_intermediate) if spec.shared_intermediate else 0
+    return spec.num_experts * _expert_mlp_params(spec) + shared + spec.hidden * spec.shared_gate
 
 
 def _norm_params(spec: ModelSpec) -> int:
@@ -207,8 +206,8 @@ def _router_params(spec: ModelSpec) -> int:
 
 def _layer_params(spec: ModelSpec) -> int:
     """Parameters of one decoder layer described by `spec` (an expert layer when it is MoE)."""
-    mlp = spec.num_experts * _expert_mlp_params(spec) + _shared_params(spec)
-    return _attention_params(spec) + mlp + _router_params(spec) + spec.norms_per_layer * _norm_params(spec)
+    layer = _attention_params(spec) + _mlp_params(spec) + _router_params(spec)
+    return layer + spec.norms_per_layer * _norm_params(spec)
 
 
 def decoder_layer_params(spec: ModelSpec) -> list[int]:
@@ -223,14 +222,13 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
         return _t5_counts(spec)
     norm, dense = _norm_params(spec), spec.dense_view()
     moe_layers, width = spec.layers - spec.dense_layers, spec.embed_width
-    expert_mlp = spec.num_experts * _expert_mlp_params(spec) + _shared_params(spec)
     lm_head = 0 if spec.tie_embeddings else spec.vocab * width + (spec.vocab if spec.lm_head_bias else 0)
     inactive = (spec.num_experts - spec.experts_per_token) * _expert_mlp_params(spec) * moe_layers
     counts = ParamCounts(
         embedding=spec.vocab * width,
         position_embedding=spec.learned_positions * spec.hidden,
         attention=spec.layers * _attention_params(spec),
-        mlp=moe_layers * expert_mlp + spec.dense_layers * _expert_mlp_params(dense),
+        mlp=moe_layers * _mlp_params(spec) + spec.dense_layers * _mlp_params(dense),
         router=moe_layers * _router_params(spec),
         norms=(spec.norms_per_layer * spec.layers + spec.final_norm) * norm,
         lm_head=lm_head,
