@@ -51,14 +51,6 @@ def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
     return read_int(config, key, name) if config.get(key) else 0
 
 
-def _kv_heads(config: Mapping[str, Any], name: str, heads: int, key: str) -> int:
-    """Grouped-query attention's K/V heads (`key`, default `heads`): they must divide the heads."""
-    kv_heads = read_int(config, key, name, heads)
-    if heads % kv_heads:
-        raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, key)
-    return kv_heads
-
-
 LLAMA_KEYS = {
     "hidden": "hidden_size",
     "heads": "num_attention_heads",
@@ -95,7 +87,9 @@ def _spec(
     `fields` sets the rest (and `model_type` when it is not the family)."""
     key = {**LLAMA_KEYS, **keys}
     hidden, heads = read_int(config, key["hidden"], name), read_int(config, key["heads"], name)
-    kv_heads = _kv_heads(config, name, heads, kv_key) if kv_key else heads
+    kv_heads = read_int(config, kv_key, name, heads) if kv_key else heads
+    if heads % kv_heads:  # grouped-query attention's K/V heads
+        raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, kv_key)
     if config.get("head_dim") is not None and head_dim_key:
         head_dim = read_int(config, "head_dim", name)
     elif hidden % heads:
