@@ -88,5 +88,4 @@ def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) ->
     spec = load_model(ref)
     if spec.encoder_layers:
         raise RequestError(ref, "the layout solver handles decoder-only models (no encoder)")
-    sequence_length(spec, seq, ref)
-    return LayerCosts.from_table(layer_table(spec, seq, settings))
+    return LayerCosts.from_table(layer_table(spec, sequence_length(spec, seq, ref), settings))
