@@ -77,26 +77,20 @@ def _spec(
     tied: bool = True,
     wide: bool = False,
     kv_key: str | None = None,
-    head_dim_key: bool = False,
     **fields: Any,
 ) -> ModelSpec:
     """The fields every family has, read under the family's `keys` (Llama's, updated): the context
     (default `positions`), tied embeddings (default `tied`), K/V heads from `kv_key` (else one per
-    head), the head width from `head_dim` when `head_dim_key` (else hidden / heads, as Transformers
-    derives it), and an absent intermediate width of 4 x hidden when `wide` (GPT-2's n_inner).
-    `fields` sets the rest (and `model_type` when it is not the family)."""
+    head), the head width hidden / heads as Transformers derives it (unless `fields` has one), and
+    an absent intermediate width of 4 x hidden when `wide` (GPT-2's n_inner). `fields` sets the
+    rest (and `model_type` when it is not the family)."""
     key = {**LLAMA_KEYS, **keys}
     hidden, heads = read_int(config, key["hidden"], name), read_int(config, key["heads"], name)
     kv_heads = read_int(config, kv_key, name, heads) if kv_key else heads
     if heads % kv_heads:  # grouped-query attention's K/V heads
         raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, kv_key)
-    if config.get("head_dim") is not None and head_dim_key:
-        head_dim = read_int(config, "head_dim", name)
-    elif hidden % heads:
-        message = f"hidden size {hidden} is not divisible by {heads} heads"
-        raise ConfigError(message, name, key["heads"])
-    else:
-        head_dim = hidden // heads
+    if hidden % heads and "head_dim" not in fields:
+        raise ConfigError(f"hidden size {hidden} is not divisible by {heads} heads", name, key["heads"])
     inner = config.get(key["intermediate"])
     common = {
         "name": name,
@@ -106,7 +100,7 @@ def _spec(
         "layers": read_int(config, key["layers"], name),
         "heads": heads,
         "kv_heads": kv_heads,
-        "head_dim": head_dim,
+        "head_dim": hidden // heads,
         "intermediate": 4 * hidden if wide and inner is None else read_int(config, key["intermediate"], name),
         "vocab": read_int(config, "vocab_size", name),
         "max_positions": read_int(config, key["max_positions"], name, positions),
@@ -119,9 +113,12 @@ def _spec(
 def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
     """Llama, Mistral, Qwen2, Phi-3, Mixtral, and the base of Gemma and Qwen-MoE."""
     bias = read_flag(config, name, "attention_bias", False)
+    own: dict[str, Any] = {}  # a head width of its own (Gemma's), else hidden / heads
+    if config.get("head_dim") is not None:
+        own["head_dim"] = read_int(config, "head_dim", name)
     return _spec(
         config, name, "llama", positions=4096, tied=model_type.startswith("gemma"),
-        kv_key="num_key_value_heads", head_dim_key=True, model_type=model_type, gated_mlp=True,
+        kv_key="num_key_value_heads", model_type=model_type, gated_mlp=True, **own,
         num_experts=read_int(config, "num_local_experts", name, 1),
         experts_per_token=read_int(config, "num_experts_per_tok", name, 1),
         qkv_bias=bias or model_type == "qwen2", o_bias=bias,
@@ -151,25 +148,14 @@ def _gpt2(config: Mapping[str, Any], name: str) -> ModelSpec:
 
 
 def _t5(config: Mapping[str, Any], name: str) -> ModelSpec:
-    layers = read_int(config, "num_layers", name)
-    heads = read_int(config, "num_heads", name)
-    return ModelSpec(
-        name=name,
-        family="t5",
-        model_type="t5",
-        hidden=read_int(config, "d_model", name),
-        layers=read_int(config, "num_decoder_layers", name, layers),
-        encoder_layers=layers,
-        heads=heads,
-        kv_heads=heads,
-        head_dim=read_int(config, "d_kv", name),
-        intermediate=read_int(config, "d_ff", name),
-        vocab=read_int(config, "vocab_size", name),
-        max_positions=read_int(config, "n_positions", name, 512),
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True),
+    keys = {"hidden": "d_model", "heads": "num_heads", "layers": "num_decoder_layers", "intermediate": "d_ff"}
+    encoder = read_int(config, "num_layers", name)  # and the decoder's, unless num_decoder_layers
+    return _spec(
+        {"num_decoder_layers": encoder, **config}, name, "t5", {**keys, "max_positions": "n_positions"},
+        positions=512, encoder_layers=encoder, head_dim=read_int(config, "d_kv", name),
         gated_mlp=str(config.get("feed_forward_proj", "relu")).startswith("gated"),
         relative_buckets=read_int(config, "relative_attention_num_buckets", name, 32),
-    )
+    )  # fmt: skip
 
 
 def _opt(config: Mapping[str, Any], name: str) -> ModelSpec:
@@ -278,7 +264,7 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
         raise ConfigError("only moe_layer_freq 1 is supported", name, "moe_layer_freq")
     expert = read_int(config, "moe_intermediate_size", name)
     bias = read_flag(config, name, "attention_bias", False)
-    return _spec(
+    spec = _spec(
         config, name, "deepseek", {"intermediate": "moe_intermediate_size"}, positions=4096, tied=False,
         kv_key="num_key_value_heads", model_type=model_type, gated_mlp=True,
         num_experts=read_int(config, "n_routed_experts", name),
@@ -289,8 +275,8 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
             _optional(config, "first_k_dense_replace", name), read_int(config, "num_hidden_layers", name)
         ),
         dense_intermediate=read_int(config, "intermediate_size", name),
-        **(_mla(config, name) if model_type != "deepseek" else {}),
     )  # fmt: skip
+    return dataclasses.replace(spec, **_mla(config, name)) if model_type != "deepseek" else spec
 
 
 def _llama(config: Mapping[str, Any], name: str) -> ModelSpec:
