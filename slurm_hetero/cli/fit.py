@@ -12,10 +12,11 @@ import click
 
 from slurm_hetero.cli import TEXT, Decorator, cli, inventory_option
 from slurm_hetero.cli.catalog import Column, render_table
-from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, cost_options, stacked
+from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, cost_options, cost_settings, stacked
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.limits import MAX_DEVICES
+from slurm_hetero.engine.modelcost import BYTES_PER_VALUE, GIB
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
@@ -28,17 +29,15 @@ from slurm_hetero.inventory.modelconfigs import (
 )
 from slurm_hetero.inventory.nodes import slurm_nodes
 
-GIB = engine.GIB
-
 
 def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) -> engine.Breakdown | None:
     """The engine's estimate for the options `o`; with `devices`, spread over that many devices
     (inference: tp = devices; training: dp = devices / (tp x pp)), None if that is no layout."""
-    overhead = o["overhead_gib"] * GIB
     if o["mode"] == "infer":
         tp = o["tp"] if devices is None else devices
         if devices is not None and spec.heads % tp:
             return None
+        overhead = o["overhead_gib"] * GIB
         return engine.inference_memory(spec, o["dtype"], o["batch"], o["seq"], o["kv_dtype"], tp, overhead)
     if devices is None:
         dp = o["dp"]
@@ -46,15 +45,8 @@ def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) ->
         return None
     else:
         dp = devices // (o["tp"] * o["pp"])
-    same = ("dtype", "optimizer", "micro_batch", "seq", "tp", "pp", "recompute", "attention")
-    return engine.training_memory(
-        spec,
-        zero_stage=o["zero"],
-        dp=dp,
-        sequence_parallel=not o["no_sequence_parallel"],
-        overhead_bytes=overhead,
-        **{k: o[k] for k in same},
-    )
+    settings = dataclasses.replace(cost_settings(o), sequence_parallel=not o["no_sequence_parallel"])
+    return engine.training_memory(spec, settings, o["micro_batch"], o["seq"], dp, o["tp"], o["pp"])
 
 
 def deepspeed_estimate(spec: ModelSpec, o: dict[str, Any]) -> int | None:
@@ -168,7 +160,7 @@ def fit_options(layout: bool = True) -> Decorator:
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),
         click.option(
             "--kv-dtype",
-            type=click.Choice(list(engine.BYTES_PER_VALUE)),
+            type=click.Choice(list(BYTES_PER_VALUE)),
             default=None,
             help="KV cache dtype (default: the weights' dtype, bf16 for int8/int4).",
         ),

@@ -58,12 +58,12 @@ from slurm_hetero.engine.layout import (
     check_batch,
     solve,
 )
-from slurm_hetero.engine.modelcost import GIB, CostSettings
+from slurm_hetero.engine.modelcost import GIB, CostSettings, usable_tp_sizes
 from slurm_hetero.engine.shapes import MAX_TYPES
 from slurm_hetero.engine.stagecost import fallback_degree, measured_shape
 from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
-from slurm_hetero.inventory.modelconfigs import context_length, layer_costs_for, tp_sizes_for
+from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model
 from slurm_hetero.inventory.nodes import slurm_nodes, with_site_types
 from slurm_hetero.launch.calibrate import Profile, load_profile
 from slurm_hetero.launch.runnable import MIXED_TP, plan_note, search_kinds
@@ -286,7 +286,8 @@ def build_spec(
     """The solver's input from the command line, the sequence length and the cost settings used."""
     check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
     allocation, model, seq = parse_devices(options["devices"]), options["model"], options["seq"]
-    length = seq if seq is not None else context_length(model)
+    model_spec = load_model(model)
+    length = seq if seq is not None else model_spec.max_positions
     settings = cost_settings(options)
     costs = layer_costs_for(model, length, settings)
     rates = profile.tflops
@@ -306,7 +307,7 @@ def build_spec(
         options["micro_batches"],
         network,
         label=model,
-        tp_sizes=tp_sizes_for(model, DEFAULT_TP_SIZES),
+        tp_sizes=usable_tp_sizes(model_spec, DEFAULT_TP_SIZES),
         micro_batch_sizes=() if given else SEARCHED_MICRO_BATCHES,
         pair_gbs=cross_type_gbs(groups, catalog, network),
         objective=options["objective"],

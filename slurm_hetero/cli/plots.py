@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurm_hetero.core.errors import ConfigError, HeteroError, OutputError
+from slurm_hetero.core.errors import OutputError
 from slurm_hetero.core.writefile import write_bytes_atomic
 
 if TYPE_CHECKING:  # the planner is imported by plan, not by report
@@ -18,15 +18,15 @@ if TYPE_CHECKING:  # the planner is imported by plan, not by report
 FORMATS = ("png", "svg", "pdf")
 
 
-def _pyplot(missing: HeteroError) -> Any:
-    """matplotlib's pyplot on the Agg backend; without matplotlib, `missing` is raised."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise missing from e
+        raise OutputError("--plot needs matplotlib: pip install matplotlib (or 'slurm-hetero[plot]')") from e
     return plt
 
 
@@ -53,7 +53,7 @@ def check_path(path: Path) -> str:
 def draw(doc: Mapping[str, Any], path: Path) -> None:
     """Three panels per row of the report: share of capacity, mean queue wait, stranded GiB-hours."""
     fmt = check_path(path)
-    plt = _pyplot(ConfigError("--plot needs matplotlib: pip install 'slurm-hetero[plot]'"))
+    plt = _pyplot()
     by = doc["by"]
     rows = doc["rows"]
     labels = [r[by] if "type" not in r or by == "type" else f"{r[by]}/{r['type']}" for r in rows]
@@ -86,9 +86,8 @@ def plot_step(layout: Layout, path: Path) -> None:
     shape), forward and backward boxes per micro-batch, the gradient all-reduce, idle time grey."""
     from slurm_hetero.engine.layout import step_schedules
 
-    if path.suffix.lower().lstrip(".") not in FORMATS:
-        raise OutputError(f"{path}: --plot writes .{', .'.join(FORMATS)} files")
-    plt = _pyplot(OutputError("--plot needs matplotlib; install it with: pip install matplotlib"))
+    fmt = check_path(path)
+    plt = _pyplot()
     rows = [(p, s, sched) for p, sched in zip(layout.pipelines, step_schedules(layout)) for s in p.stages]
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.45 * len(rows)))
     ax.set_facecolor("#e6e6e6")
@@ -115,4 +114,4 @@ def plot_step(layout: Layout, path: Path) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, color=c, label=n) for n, c in legend]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
-    _save(plt, fig, path, path.suffix.lstrip(".").lower())
+    _save(plt, fig, path, fmt)

@@ -24,12 +24,6 @@ import numpy.typing as npt
 
 from slurm_hetero.core.devicespec import DeviceSpec
 
-WORKLOADS: dict[str, str] = {
-    "training": "large-model training",
-    "llm_inference": "large-model inference",
-    "throughput_inference": "high-throughput inference",
-}
-
 SPEC_FIELDS = (
     "type",
     "vendor",
@@ -108,9 +102,8 @@ def top_third(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
 
 def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
     """Catalog rows extended with per-dollar and per-watt throughput, scores and `best_for`."""
-    scores = {
-        w: np.array([_nan(scorer(spec)) for spec in specs], dtype=np.float64) for w, scorer in SCORERS.items()
-    }
+    # an unknown score (None) becomes NaN
+    scores = {w: np.array([f(s) for s in specs], dtype=np.float64) for w, f in SCORERS.items()}
     winners = {workload: top_third(values) for workload, values in scores.items()}
     rows = []
     for i, spec in enumerate(specs):
@@ -120,13 +113,9 @@ def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
         row["tflops_per_dollar_hour"] = _per(headline, spec.price_per_hour_usd)
         row["tflops_per_watt"] = _per(headline, spec.tdp_w)
         row["scores"] = {workload: _none(values[i]) for workload, values in scores.items()}
-        row["best_for"] = [workload for workload in WORKLOADS if winners[workload][i]]
+        row["best_for"] = [workload for workload in SCORERS if winners[workload][i]]
         rows.append(row)
     return rows
-
-
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else float(value)
 
 
 def _none(value: np.float64) -> float | None:

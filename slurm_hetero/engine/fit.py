@@ -1,39 +1,36 @@
-"""Memory a transformer needs per device, for inference or training, and which devices hold it.
+"""Memory a transformer needs per device, for inference or training, and which device types of an
+inventory hold it, with how few devices.
 
-Pure: `ModelSpec` and numbers in, frozen dataclasses out; sizes in bytes. Every per-layer figure
-comes from `engine.modelcost.layer_table`, which the layout solver reads too, so `fit` and `plan`
-agree (docs/fit.md: every formula, its source, and `deepspeed_model_states` against ours).
+Pure: a `ModelSpec`, node records and numbers in, frozen dataclasses out; sizes in bytes. Every
+per-layer figure comes from `engine.modelcost.layer_table`, which the layout solver reads too, so
+`fit` and `plan` agree (docs/fit.md: every formula, its source, and `deepspeed_model_states` against ours).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from functools import partial
 
 from slurm_hetero.core.errors import ConfigError
-
-# Re-exported (`X as X`) for the CLI.
-from slurm_hetero.engine.fit_options import DeviceOption as DeviceOption
-from slurm_hetero.engine.fit_options import Estimate as Estimate
-from slurm_hetero.engine.fit_options import device_options as device_options
+from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.engine.modelcost import (
     ACT_BYTES,
+    BYTES_PER_VALUE,
+    DEFAULT_OVERHEAD,
+    CostSettings,
+    LayerTable,
+    Recompute,
     check_choice,
+    check_layout,
     check_positive,
     gradient_copies,
+    layer_table,
     zero_divisors,
 )
-from slurm_hetero.engine.modelcost import BYTES_PER_VALUE as BYTES_PER_VALUE
-from slurm_hetero.engine.modelcost import DEFAULT_ATTENTION as DEFAULT_ATTENTION
-from slurm_hetero.engine.modelcost import DEFAULT_OVERHEAD as DEFAULT_OVERHEAD
-from slurm_hetero.engine.modelcost import GIB as GIB
-from slurm_hetero.engine.modelcost import CostSettings as CostSettings
-from slurm_hetero.engine.modelcost import LayerTable as LayerTable
-from slurm_hetero.engine.modelcost import Recompute as Recompute
-from slurm_hetero.engine.modelcost import check_layout as check_layout
-from slurm_hetero.engine.modelcost import layer_activation_bytes as layer_activation_bytes
-from slurm_hetero.engine.modelcost import layer_table as layer_table
 from slurm_hetero.engine.modelspec import ModelSpec
+from slurm_hetero.engine.reasons import ReasonCode
 
 INT4_GROUP = 128
 
@@ -146,38 +143,30 @@ def _activations(table: LayerTable, pp: int) -> float:
 
 def training_memory(
     spec: ModelSpec,
-    dtype: str = "bf16",
-    optimizer: str = "adam",
+    settings: CostSettings | None = None,
     micro_batch: int = 1,
     seq: int = 2048,
-    zero_stage: int = 0,
     dp: int = 1,
     tp: int = 1,
     pp: int = 1,
-    recompute: str = "none",
-    sequence_parallel: bool = True,
-    overhead_bytes: float = DEFAULT_OVERHEAD,
-    attention: str = DEFAULT_ATTENTION,
 ) -> Breakdown:
-    """Bytes per device to train `spec` (docs/fit.md: every term and its source)."""
+    """Bytes per device to train `spec` (default `CostSettings()`; docs/fit.md: every term and its
+    source)."""
+    settings = settings or CostSettings()
     check_positive(micro_batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp)
     check_layout(spec, tp, pp)
-    check_choice("recompute", recompute, [r.value for r in Recompute])
-    settings = CostSettings(
-        dtype, optimizer, zero_stage, recompute, attention, sequence_parallel, float(overhead_bytes)
-    )
+    check_choice("recompute", settings.recompute, [r.value for r in Recompute])
     table = layer_table(spec, seq, settings, micro_batch, tp)
-    params, shards = _stage_params(table, pp), zero_divisors(zero_stage, dp)
+    params, shards = _stage_params(table, pp), zero_divisors(settings.zero_stage, dp)
     w, g, o = (params * b / n for b, n in zip(table.state_per_param, shards))
-    g *= gradient_copies(zero_stage)
     return Breakdown(
         mode="train",
         weights=w,
-        gradients=g,
+        gradients=g * gradient_copies(settings.zero_stage),
         optimizer_states=o,
         gather_buffer=table.gather_bytes,
         activations=_activations(table, pp),
-        overhead=float(overhead_bytes),
+        overhead=float(settings.overhead_bytes),
         devices=dp * tp * pp,
     )
 
@@ -203,3 +192,72 @@ def deepspeed_model_states(
     if zero_stage in (1, 2):
         return 2 * total_params + int(18 * total_params / gpus)
     raise ConfigError(f"DeepSpeed estimates ZeRO stages 1-3, not {zero_stage!r}", key_path="zero_stage")
+
+
+# ------------------------------------------------------------------------------- device options
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class DeviceOption:
+    """One device type and whether the job fits on it: `memory_bytes` per device (the type's
+    smallest), `needed` the fewest devices that hold the job (None when no count up to the limit
+    does), `per_device_bytes` the estimate at that count."""
+
+    type: str
+    vendor: str
+    memory_bytes: float | None
+    available: int
+    needed: int | None
+    per_device_bytes: float | None
+    reason: ReasonCode | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.reason is None
+
+
+@dataclass
+class _TypeGroup:
+    type: str
+    vendor: str
+    memory_bytes: float | None = None
+    available: int = 0
+
+
+def _group_devices(nodes: Sequence[SlurmNode]) -> list[_TypeGroup]:
+    groups: dict[str, _TypeGroup] = {}
+    for node in nodes:
+        for device in node.devices:
+            group = groups.setdefault(device.type, _TypeGroup(type=device.type, vendor=device.vendor.name))
+            group.available += node.hosts
+            memory = float(device.memory_mib) * MIB
+            group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+        for left_out in node.left_out:
+            name = left_out.type or left_out.model
+            groups.setdefault(name, _TypeGroup(type=name, vendor=left_out.vendor))
+    return list(groups.values())
+
+
+Estimate = Callable[[int], "Breakdown | None"]
+
+
+def _option(group: _TypeGroup, estimate: Estimate, limit: int) -> DeviceOption:
+    option = partial(DeviceOption, group.type, group.vendor, group.memory_bytes, group.available)
+    if group.memory_bytes is None:  # every device of the type is left out: none to count on
+        return option(None, None, ReasonCode.UNHEALTHY)
+    for count in range(1, max(limit, group.available) + 1):
+        breakdown = estimate(count)
+        if breakdown is not None and breakdown.total <= group.memory_bytes:
+            return option(
+                count, breakdown.total, ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
+            )
+    return option(None, None, ReasonCode.INSUFFICIENT_MEMORY)
+
+
+def device_options(nodes: Sequence[SlurmNode], estimate: Estimate, limit: int = 1024) -> list[DeviceOption]:
+    """For each device type: its smallest memory, its healthy devices, and the fewest devices `n` up to
+    ``max(limit, available)`` whose `estimate(n)` fits (None: not a valid layout); fitting types
+    first, fewest devices first."""
+    options = [_option(g, estimate, limit) for g in _group_devices(nodes)]
+    return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

@@ -162,11 +162,6 @@ def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
     return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
 
 
-def gather_buffer_bytes(spec: ModelSpec, dtype: str, zero_stage: int, tp: int = 1) -> float:
-    """ZeRO-3's buffer for the largest module's gathered weights and gradients, per tp rank."""
-    return 2 * BYTES_PER_VALUE[dtype] * spec.params.largest_module / tp if zero_stage == 3 else 0.0
-
-
 def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str, wide: float) -> float:
     """Eager: the softmax and dropout outputs and the dropout mask; flash: an fp32 log-sum-exp per
     head and token."""
@@ -188,8 +183,6 @@ def layer_activation_bytes(
 ) -> float:
     """Activation bytes one layer keeps for backward, per micro-batch and tp rank (docs/fit.md;
     ``attention="eager"`` is Korthikanti et al.'s formula); values `value_bytes` wide."""
-    check_choice("recompute", recompute, [r.value for r in Recompute])
-    check_choice("attention", attention, [a.value for a in Attention])
     sbh, wide = float(seq * micro_batch * spec.hidden), value_bytes / ACT_BYTES
     unsplit = tp if sequence_parallel else 1
     if recompute == Recompute.FULL:
@@ -256,12 +249,6 @@ class LayerTable:
     def param_bytes(self) -> FloatArray:
         return self.params * self.state_per_param[0]
 
-    def state_bytes(self, dp: int = 1) -> FloatArray:
-        """Weights, gradients and optimizer states per layer on one of `dp` ranks."""
-        shards, (w, g, o) = zero_divisors(self.settings.zero_stage, dp), self.state_per_param
-        copies = gradient_copies(self.settings.zero_stage)
-        return self.params * sum(b / n for b, n in zip((w, g * copies, o), shards))
-
     @property
     def kept_bytes(self) -> FloatArray:
         """Activations each layer keeps under the settings' recompute mode."""
@@ -269,20 +256,25 @@ class LayerTable:
         return self.checkpoint_bytes if full else self.activation_bytes
 
 
-def _layer_rows(spec: ModelSpec) -> list[tuple[str, bool, int, ModelSpec]]:
-    """(name, has cross-attention, parameters, its spec) of each layer in model order (DeepSeek's
-    dense first layers have a spec of their own)."""
+Row = tuple[str, bool, int, ModelSpec, int]
+
+
+def _layer_rows(spec: ModelSpec, flash: bool) -> list[Row]:
+    """(name, has cross-attention, parameters, its spec, keys a query attends to (0: all)) of each
+    layer in model order (DeepSeek's dense first layers have a spec of their own). Local layers
+    skip what they do not attend to only where attention is fused (FlashAttention's sliding
+    window); eager attention computes the whole score matrix and masks it."""
     p = spec.params
-    rows = [(f"encoder.{i}", False, p.encoder_per_layer, spec) for i in range(spec.encoder_layers)]
-    kind = "decoder" if spec.encoder_layers else "layer"
-    counts = decoder_layer_params(spec) if not spec.encoder_layers else [p.per_layer] * spec.layers
+    rows = [(f"encoder.{i}", False, p.encoder_per_layer, spec, 0) for i in range(spec.encoder_layers)]
+    cross, kind = spec.encoder_layers > 0, "decoder" if spec.encoder_layers else "layer"
+    counts = [p.per_layer] * spec.layers if cross else decoder_layer_params(spec)
     return rows + [
-        (f"{kind}.{i}", spec.encoder_layers > 0, count, spec.decoder_layer_spec(i))
-        for i, count in enumerate(counts)
+        (f"{kind}.{i}", cross, n, spec.decoder_layer_spec(i), spec.attention_window(i) * flash)
+        for i, n in enumerate(counts)
     ]
 
 
-def _param_counts(spec: ModelSpec, rows: list[tuple[str, bool, int, ModelSpec]]) -> list[float]:
+def _param_counts(spec: ModelSpec, rows: list[Row]) -> list[float]:
     """Parameters of each row: the embedding (with learned positions), the layers, and the head
     (lm_head or a tied copy, plus the final norms and OPT's projections)."""
     p, head = spec.params, spec.vocab * spec.embed_width
@@ -299,7 +291,7 @@ def layer_table(
     s = settings or CostSettings()
     check_positive(seq=seq, micro_batch=micro_batch, tp=tp)
     check_layout(spec, tp)
-    rows, tokens = _layer_rows(spec), float(seq * micro_batch)
+    rows, tokens = _layer_rows(spec, s.attention == Attention.FLASH), float(seq * micro_batch)
     mode = Recompute.NONE if s.recompute in (AUTO, Recompute.FULL) else s.recompute
 
     value = activation_value_bytes(s.dtype)
@@ -310,30 +302,19 @@ def layer_table(
 
     logits = 4.0 * tokens * spec.vocab / tp
     selective = s.recompute == Recompute.SELECTIVE
-    # local layers skip what they do not attend to only where attention is fused (FlashAttention's
-    # sliding window); eager attention computes the whole score matrix and masks it. Per row of
-    # `_layer_rows`, its decoder layer index (-1: an encoder layer, never local)
-    windows = [
-        spec.attention_window(i) if s.attention == Attention.FLASH else 0
-        for i in [-1] * spec.encoder_layers + list(range(spec.layers))
-    ]
-    extra = [
-        attention_core_flops(row[3], seq, micro_batch, row[1], w) / tp * selective
-        for row, w in zip(rows, windows)
-    ]
+    extra = [attention_core_flops(r[3], seq, micro_batch, r[1], r[4]) / tp * selective for r in rows]
     tied = spec.vocab * spec.embed_width / tp if spec.params.lm_head == 0 else 0.0
-    flops = [0.0, *(layer_flops(r[3], seq, micro_batch, r[1], w) / tp for r, w in zip(rows, windows))]
+    flops = [0.0, *(layer_flops(r[3], seq, micro_batch, r[1], r[4]) / tp for r in rows)]
     return LayerTable(
         names=("embedding", *(row[0] for row in rows), "head"),
         flops=_array([*flops, 2.0 * tokens * spec.embed_width * spec.vocab / tp]),
         params=_array(_param_counts(spec, rows)) / tp,
-        activation_bytes=_array([0.0, *(acts(cross, layer) for _, cross, _, layer in rows), logits]),
-        checkpoint_bytes=_array(
-            [0.0, *(acts(cross, layer, Recompute.FULL) for _, cross, _, layer in rows), logits]
-        ),
+        activation_bytes=_array([0.0, *(acts(r[1], r[3]) for r in rows), logits]),
+        checkpoint_bytes=_array([0.0, *(acts(r[1], r[3], Recompute.FULL) for r in rows), logits]),
         recompute_flops=_array([0.0, *extra, 0.0]),
         boundary_bytes=value * tokens * spec.hidden,
-        gather_bytes=gather_buffer_bytes(spec, s.dtype, s.zero_stage, tp),
+        # ZeRO-3's buffer for the largest module's gathered weights and gradients (dtype values)
+        gather_bytes=2 * value * spec.params.largest_module / tp if s.zero_stage == 3 else 0.0,
         tied_params=tied,
         state_per_param=state_bytes_per_param(s.dtype, s.optimizer, spec.hidden),
         settings=s,

@@ -1,13 +1,12 @@
-"""Readers for the model families beyond Llama, GPT-2 and T5 (`engine.modelspec`): OPT, GPT-Neo,
-GPT-J, Falcon, Gemma, Gemma 2, Qwen-MoE (qwen2_moe) and DeepSeek (deepseek, deepseek_v2,
-deepseek_v3), and `from_hf_config`, which reads any supported config through `READERS` by
-`model_type`. Pure: a config dict in, a `ModelSpec` out.
+"""Readers of Hugging Face `config.json` files, one per model family, and `from_hf_config`, which
+reads any supported config through `READERS` by `model_type`. Pure: a config dict in, a
+`ModelSpec` out (`engine.modelspec` counts its parameters).
 
 Each is built as its Transformers module allocates it (counts checked against the model cards in
-tests/unit/test_modelfamilies.py). What the configs do not say: OPT's position table has 2 extra
-rows; GPT-J and Falcon with `parallel_attn` have one LayerNorm per layer (Falcon's new
-architecture two); Qwen-MoE's shared expert has a sigmoid gate; DeepSeek's multi-token-prediction
-layers are not built by Transformers and not counted.
+tests/unit/test_modelfamilies.py). What the configs do not say: Qwen2 has biases on q, k and v;
+OPT's position table has 2 extra rows; GPT-J and Falcon with `parallel_attn` have one LayerNorm
+per layer (Falcon's new architecture two); Qwen-MoE's shared expert has a sigmoid gate;
+DeepSeek's multi-token-prediction layers are not built by Transformers and not counted.
 """
 
 from __future__ import annotations
@@ -17,19 +16,34 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_hetero.core.errors import ConfigError
-from slurm_hetero.engine.modelspec import (
-    LLAMA_TYPES,
-    ModelSpec,
-    gpt2_spec,
-    llama_spec,
-    read_flag,
-    read_head_dim,
-    read_int,
-    read_kv_heads,
-    t5_spec,
-)
+from slurm_hetero.engine.modelspec import ModelSpec
 
 Reader = Callable[[Mapping[str, Any], str], ModelSpec]
+
+# Any one size in a model config (hidden, vocabulary, positions, heads...): the largest published
+# are about 10**7 (positions); far larger ones overflow the float cost model.
+MAX_CONFIG_INT = 2**40
+
+
+def read_int(config: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise ConfigError(f"missing required key {key!r}", name, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{key} must be a positive integer, got {repr(value)[:40]}", name, key)
+    if value > MAX_CONFIG_INT:
+        raise ConfigError(f"{key} is {str(value)[:20]}...; at most 2**40 is supported", name, key)
+    return value
+
+
+def read_flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
+    """A JSON true or false (absent or null: `default`); the string "false" is refused, not read as true."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {repr(value)[:40]}", name, key)
+    return value
 
 
 def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
@@ -37,36 +51,131 @@ def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
     return read_int(config, key, name) if config.get(key) else 0
 
 
+LLAMA_KEYS = {
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "layers": "num_hidden_layers",
+    "intermediate": "intermediate_size",
+    "max_positions": "max_position_embeddings",
+}
+GPT_KEYS = {
+    "hidden": "n_embd",
+    "heads": "n_head",
+    "layers": "n_layer",
+    "intermediate": "n_inner",
+    "max_positions": "n_positions",
+}
+
+
+def _spec(
+    config: Mapping[str, Any],
+    name: str,
+    family: str,
+    keys: Mapping[str, str] = LLAMA_KEYS,
+    *,
+    positions: int | None = 2048,
+    tied: bool = True,
+    wide: bool = False,
+    kv_key: str | None = None,
+    **fields: Any,
+) -> ModelSpec:
+    """The fields every family has, read under the family's `keys` (Llama's, updated): the context
+    (default `positions`), tied embeddings (default `tied`), K/V heads from `kv_key` (else one per
+    head), the head width hidden / heads as Transformers derives it (unless `fields` has one), and
+    an absent intermediate width of 4 x hidden when `wide` (GPT-2's n_inner). `fields` sets the
+    rest (and `model_type` when it is not the family)."""
+    key = {**LLAMA_KEYS, **keys}
+    hidden, heads = read_int(config, key["hidden"], name), read_int(config, key["heads"], name)
+    kv_heads = read_int(config, kv_key, name, heads) if kv_key else heads
+    if heads % kv_heads:  # grouped-query attention's K/V heads
+        raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, kv_key)
+    if hidden % heads and "head_dim" not in fields:
+        raise ConfigError(f"hidden size {hidden} is not divisible by {heads} heads", name, key["heads"])
+    inner = config.get(key["intermediate"])
+    common = {
+        "name": name,
+        "family": family,
+        "model_type": family,
+        "hidden": hidden,
+        "layers": read_int(config, key["layers"], name),
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": hidden // heads,
+        "intermediate": 4 * hidden if wide and inner is None else read_int(config, key["intermediate"], name),
+        "vocab": read_int(config, "vocab_size", name),
+        "max_positions": read_int(config, key["max_positions"], name, positions),
+        "tie_embeddings": read_flag(config, name, "tie_word_embeddings", tied),
+        "gated_mlp": False,
+    }
+    return ModelSpec(**{**common, **fields})
+
+
+def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
+    """Llama, Mistral, Qwen2, Phi-3, Mixtral, and the base of Gemma and Qwen-MoE."""
+    bias = read_flag(config, name, "attention_bias", False)
+    own: dict[str, Any] = {}  # a head width of its own (Gemma's), else hidden / heads
+    if config.get("head_dim") is not None:
+        own["head_dim"] = read_int(config, "head_dim", name)
+    return _spec(
+        config, name, "llama", positions=4096, tied=model_type.startswith("gemma"),
+        kv_key="num_key_value_heads", model_type=model_type, gated_mlp=True, **own,
+        num_experts=read_int(config, "num_local_experts", name, 1),
+        experts_per_token=read_int(config, "num_experts_per_tok", name, 1),
+        qkv_bias=bias or model_type == "qwen2", o_bias=bias,
+        mlp_bias=read_flag(config, name, "mlp_bias", False), **_sliding_window(config, name, model_type),
+    )  # fmt: skip
+
+
+def _sliding_window(config: Mapping[str, Any], name: str, model_type: str) -> dict[str, Any]:
+    """`window` and `local_layers` of a Llama-style config, as Transformers applies `sliding_window`:
+    every layer, Qwen2's from `max_window_layers` on when `use_sliding_window`, Gemma 2's even ones."""
+    if config.get("sliding_window") is None or (
+        model_type == "qwen2" and not config.get("use_sliding_window")
+    ):
+        return {}
+    window, layers = read_int(config, "sliding_window", name), read_int(config, "num_hidden_layers", name)
+    first = read_int(config, "max_window_layers", name, 0) if model_type == "qwen2" else 0
+    step = 2 if model_type == "gemma2" else 1
+    return {"window": window, "local_layers": tuple(range(first, layers, step))}
+
+
+def _gpt2(config: Mapping[str, Any], name: str) -> ModelSpec:
+    return _spec(
+        config, name, "gpt2", GPT_KEYS, positions=None, wide=True, qkv_bias=True, o_bias=True,
+        mlp_bias=True, norm_bias=True, learned_positions=read_int(config, "n_positions", name),
+        fused_qkv=True,
+    )  # fmt: skip
+
+
+def _t5(config: Mapping[str, Any], name: str) -> ModelSpec:
+    keys = {"hidden": "d_model", "heads": "num_heads", "layers": "num_decoder_layers", "intermediate": "d_ff"}
+    encoder = read_int(config, "num_layers", name)  # and the decoder's, unless num_decoder_layers
+    return _spec(
+        {"num_decoder_layers": encoder, **config}, name, "t5", {**keys, "max_positions": "n_positions"},
+        positions=512, encoder_layers=encoder, head_dim=read_int(config, "d_kv", name),
+        gated_mlp=str(config.get("feed_forward_proj", "relu")).startswith("gated"),
+        relative_buckets=read_int(config, "relative_attention_num_buckets", name, 32),
+    )  # fmt: skip
+
+
 def _opt(config: Mapping[str, Any], name: str) -> ModelSpec:
-    hidden, heads = read_int(config, "hidden_size", name), read_int(config, "num_attention_heads", name)
-    positions = read_int(config, "max_position_embeddings", name, 2048)
     bias = read_flag(config, name, "enable_bias", True)
     pre_norm = read_flag(config, name, "do_layer_norm_before", True)
-    return ModelSpec(
-        name=name, family="opt", model_type="opt", hidden=hidden,
-        layers=read_int(config, "num_hidden_layers", name), heads=heads, kv_heads=heads,
-        head_dim=read_head_dim({}, name, hidden, heads), intermediate=read_int(config, "ffn_dim", name),
-        vocab=read_int(config, "vocab_size", name), max_positions=positions,
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True), gated_mlp=False,
-        qkv_bias=bias, o_bias=bias, mlp_bias=bias,
+    hidden = read_int(config, "hidden_size", name)
+    return _spec(
+        config, name, "opt", {"intermediate": "ffn_dim"}, qkv_bias=bias, o_bias=bias, mlp_bias=bias,
         norm_bias=read_flag(config, name, "layer_norm_elementwise_affine", True),
         final_norm=pre_norm and not read_flag(config, name, "_remove_final_layer_norm", False),
-        learned_positions=positions + 2, embed_dim=read_int(config, "word_embed_proj_dim", name, hidden),
+        learned_positions=read_int(config, "max_position_embeddings", name, 2048) + 2,
+        embed_dim=read_int(config, "word_embed_proj_dim", name, hidden),
     )  # fmt: skip
 
 
 def _gpt_neo(config: Mapping[str, Any], name: str) -> ModelSpec:
-    hidden, heads = read_int(config, "hidden_size", name), read_int(config, "num_heads", name)
-    inner = config.get("intermediate_size")
-    positions = read_int(config, "max_position_embeddings", name, 2048)
-    return ModelSpec(
-        name=name, family="gpt_neo", model_type="gpt_neo", hidden=hidden,
-        layers=read_int(config, "num_layers", name), heads=heads, kv_heads=heads,
-        head_dim=read_head_dim({}, name, hidden, heads),
-        intermediate=read_int(config, "intermediate_size", name) if inner is not None else 4 * hidden,
-        vocab=read_int(config, "vocab_size", name), max_positions=positions,
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True), gated_mlp=False,
-        qkv_bias=False, o_bias=True, mlp_bias=True, norm_bias=True, learned_positions=positions,
+    return _spec(
+        config, name, "gpt_neo", {"heads": "num_heads", "layers": "num_layers"}, wide=True,
+        o_bias=True, mlp_bias=True, norm_bias=True,
+        learned_positions=read_int(config, "max_position_embeddings", name, 2048),
         window=read_int(config, "window_size", name, 256), local_layers=_neo_local_layers(config, name),
     )  # fmt: skip
 
@@ -90,16 +199,9 @@ def _neo_local_layers(config: Mapping[str, Any], name: str) -> tuple[int, ...]:
 
 
 def _gptj(config: Mapping[str, Any], name: str) -> ModelSpec:
-    hidden, heads = read_int(config, "n_embd", name), read_int(config, "n_head", name)
-    inner = config.get("n_inner")
-    return ModelSpec(
-        name=name, family="gptj", model_type="gptj", hidden=hidden,
-        layers=read_int(config, "n_layer", name), heads=heads, kv_heads=heads,
-        head_dim=read_head_dim({}, name, hidden, heads),
-        intermediate=read_int(config, "n_inner", name) if inner is not None else 4 * hidden,
-        vocab=read_int(config, "vocab_size", name), max_positions=read_int(config, "n_positions", name, 2048),
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", False), gated_mlp=False,
-        mlp_bias=True, norm_bias=True, norms_per_layer=1, lm_head_bias=True,
+    return _spec(
+        config, name, "gptj", GPT_KEYS, tied=False, wide=True, mlp_bias=True, norm_bias=True,
+        norms_per_layer=1, lm_head_bias=True,
     )  # fmt: skip
 
 
@@ -110,34 +212,22 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
         **config,
         **{k: config[o] for k, o in renamed.items() if config.get(k) is None and config.get(o) is not None},
     }
-    hidden, heads = read_int(config, "hidden_size", name), read_int(config, "num_attention_heads", name)
     # RefinedWeb (Falcon-40B's first release) is the new decoder architecture, RefinedWebModel (7B) not
     new = read_flag(config, name, "new_decoder_architecture", config.get("model_type") == "RefinedWeb")
-    if new:
-        kv_heads = read_kv_heads(config, name, heads, "num_kv_heads")
-    else:
-        kv_heads = 1 if read_flag(config, name, "multi_query", True) else heads
+    multi_query = not new and read_flag(config, name, "multi_query", True)
     parallel = read_flag(config, name, "parallel_attn", True)
     bias = read_flag(config, name, "bias", False)
-    inner = config.get("ffn_hidden_size")
-    return ModelSpec(
-        name=name, family="falcon", model_type="falcon", hidden=hidden,
-        layers=read_int(config, "num_hidden_layers", name), heads=heads, kv_heads=kv_heads,
-        head_dim=read_head_dim({}, name, hidden, heads),  # transformers derives it, always
-        intermediate=read_int(config, "ffn_hidden_size", name) if inner is not None else 4 * hidden,
-        vocab=read_int(config, "vocab_size", name),
-        max_positions=read_int(config, "max_position_embeddings", name, 2048),
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True), gated_mlp=False,
-        qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
-        norms_per_layer=2 if new or not parallel else 1, fused_qkv=True,
+    spec = _spec(
+        config, name, "falcon", {"intermediate": "ffn_hidden_size"}, wide=True,
+        kv_key="num_kv_heads" if new else None, qkv_bias=bias, o_bias=bias, mlp_bias=bias,
+        norm_bias=True, norms_per_layer=2 if new or not parallel else 1, fused_qkv=True,
     )  # fmt: skip
+    return dataclasses.replace(spec, kv_heads=1) if multi_query else spec
 
 
 def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
-    model_type = str(config["model_type"])
-    tied = {**config, "tie_word_embeddings": read_flag(config, name, "tie_word_embeddings", True)}
-    spec = llama_spec(tied, name, model_type)  # Gemma 2's sliding window too (`sliding_window`)
-    return spec if model_type == "gemma" else dataclasses.replace(spec, norms_per_layer=4)
+    spec = llama_spec(config, name, str(config["model_type"]))  # Gemma 2's sliding window too
+    return spec if spec.model_type == "gemma" else dataclasses.replace(spec, norms_per_layer=4)
 
 
 def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
@@ -145,8 +235,7 @@ def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
         raise ConfigError(
             "only configs whose every layer is sparse are supported", name, "decoder_sparse_step"
         )
-    dense = {k: v for k, v in config.items() if k not in ("moe_intermediate_size", "num_experts")}
-    base = llama_spec({**dense, "model_type": "qwen2"}, name, "qwen2")
+    base = llama_spec(config, name, "qwen2")
     return dataclasses.replace(
         base, family="qwen2_moe", model_type="qwen2_moe",
         intermediate=read_int(config, "moe_intermediate_size", name),
@@ -173,23 +262,18 @@ def _deepseek(config: Mapping[str, Any], name: str) -> ModelSpec:
     model_type = str(config["model_type"])
     if read_int(config, "moe_layer_freq", name, 1) != 1:
         raise ConfigError("only moe_layer_freq 1 is supported", name, "moe_layer_freq")
-    hidden, heads = read_int(config, "hidden_size", name), read_int(config, "num_attention_heads", name)
     expert = read_int(config, "moe_intermediate_size", name)
-    layers = read_int(config, "num_hidden_layers", name)
-    spec = ModelSpec(
-        name=name, family="deepseek", model_type=model_type, hidden=hidden,
-        layers=layers, heads=heads, kv_heads=read_kv_heads(config, name, heads),
-        head_dim=read_head_dim({}, name, hidden, heads), intermediate=expert,
-        vocab=read_int(config, "vocab_size", name),
-        max_positions=read_int(config, "max_position_embeddings", name, 4096),
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", False), gated_mlp=True,
+    bias = read_flag(config, name, "attention_bias", False)
+    spec = _spec(
+        config, name, "deepseek", {"intermediate": "moe_intermediate_size"}, positions=4096, tied=False,
+        kv_key="num_key_value_heads", model_type=model_type, gated_mlp=True,
         num_experts=read_int(config, "n_routed_experts", name),
-        experts_per_token=read_int(config, "num_experts_per_tok", name),
-        qkv_bias=read_flag(config, name, "attention_bias", False),
-        o_bias=read_flag(config, name, "attention_bias", False),
+        experts_per_token=read_int(config, "num_experts_per_tok", name), qkv_bias=bias, o_bias=bias,
         shared_intermediate=_optional(config, "n_shared_experts", name) * expert,
         router_bias=model_type == "deepseek_v3",
-        dense_layers=min(_optional(config, "first_k_dense_replace", name), layers),
+        dense_layers=min(
+            _optional(config, "first_k_dense_replace", name), read_int(config, "num_hidden_layers", name)
+        ),
         dense_intermediate=read_int(config, "intermediate_size", name),
     )  # fmt: skip
     return dataclasses.replace(spec, **_mla(config, name)) if model_type != "deepseek" else spec
@@ -206,9 +290,9 @@ def _llama(config: Mapping[str, Any], name: str) -> ModelSpec:
 
 
 READERS: dict[str, Reader] = {
-    **dict.fromkeys(LLAMA_TYPES, _llama),
-    "gpt2": gpt2_spec,
-    "t5": t5_spec,
+    **dict.fromkeys(("llama", "mistral", "qwen2", "phi3", "mixtral"), _llama),
+    "gpt2": _gpt2,
+    "t5": _t5,
     "opt": _opt,
     "gpt_neo": _gpt_neo,
     "gptj": _gptj,

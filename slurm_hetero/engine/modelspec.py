@@ -1,25 +1,14 @@
-"""A transformer's shape, read from a Hugging Face `config.json`, and its exact parameter counts.
-
-Pure: a config dict in, a frozen `ModelSpec` out (`slurm_hetero.cli.fit` reads the files). The
-readers here cover llama (Llama, Mistral, Qwen2, Phi-3, Mixtral), gpt2 and t5; the other families
-are read by `engine.modelfamilies`, and the counting rules for all of them are here, once, as
-the Transformers modules build them. Qwen2 has biases on q, k and v (its code adds them; the
-config has no field for it); Phi-3's fused qkv and gate_up matrices hold the same numbers as
-separate ones; T5 has relative-position bias in the first layer of each stack and a final norm
-for each stack.
+"""A transformer's shape (`ModelSpec`, read by `engine.modelfamilies`) and its exact parameter
+counts, as the Transformers modules build them, for every family. Phi-3's fused qkv and gate_up
+matrices hold the same numbers as separate ones; T5 has relative-position bias in the first layer
+of each stack and a final norm for each stack.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
-
-from slurm_hetero.core.errors import ConfigError
-
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "phi3", "mixtral")
 
 
 @dataclass(frozen=True)
@@ -140,139 +129,6 @@ class ModelSpec:
         return param_counts(self)
 
 
-# Any one size in a model config (hidden, vocabulary, positions, heads...): the largest published
-# are about 10**7 (positions); far larger ones overflow the float cost model.
-MAX_CONFIG_INT = 2**40
-
-
-def read_int(config: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
-    value = config.get(key, default)
-    if value is None:
-        raise ConfigError(f"missing required key {key!r}", name, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{key} must be a positive integer, got {repr(value)[:40]}", name, key)
-    if value > MAX_CONFIG_INT:
-        raise ConfigError(f"{key} is {str(value)[:20]}...; at most 2**40 is supported", name, key)
-    return value
-
-
-def read_flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
-    """A JSON true or false (absent or null: `default`); the string "false" is refused, not read as true."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {repr(value)[:40]}", name, key)
-    return value
-
-
-def read_head_dim(config: Mapping[str, Any], name: str, hidden: int, heads: int) -> int:
-    if config.get("head_dim") is not None:
-        return read_int(config, "head_dim", name)
-    if hidden % heads:
-        message = f"hidden size {hidden} is not divisible by {heads} heads"
-        raise ConfigError(message, name, "num_attention_heads")
-    return hidden // heads
-
-
-def read_kv_heads(config: Mapping[str, Any], name: str, heads: int, key: str = "num_key_value_heads") -> int:
-    """Grouped-query attention's K/V heads (`key`, default `heads`): they must divide the heads."""
-    kv_heads = read_int(config, key, name, heads)
-    if heads % kv_heads:
-        raise ConfigError(f"{heads} attention heads are not a multiple of {kv_heads} kv heads", name, key)
-    return kv_heads
-
-
-def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
-    hidden = read_int(config, "hidden_size", name)
-    heads = read_int(config, "num_attention_heads", name)
-    kv_heads = read_kv_heads(config, name, heads)
-    bias = read_flag(config, name, "attention_bias", False)
-    return ModelSpec(
-        name=name,
-        family="llama",
-        model_type=model_type,
-        hidden=hidden,
-        layers=read_int(config, "num_hidden_layers", name),
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=read_head_dim(config, name, hidden, heads),
-        intermediate=read_int(config, "intermediate_size", name),
-        vocab=read_int(config, "vocab_size", name),
-        max_positions=read_int(config, "max_position_embeddings", name, 4096),
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", False),
-        gated_mlp=True,
-        num_experts=read_int(config, "num_local_experts", name, 1),
-        experts_per_token=read_int(config, "num_experts_per_tok", name, 1),
-        qkv_bias=bias or model_type == "qwen2",
-        o_bias=bias,
-        mlp_bias=read_flag(config, name, "mlp_bias", False),
-        **sliding_window(config, name, model_type),
-    )
-
-
-def sliding_window(config: Mapping[str, Any], name: str, model_type: str) -> dict[str, Any]:
-    """`window` and `local_layers` of a Llama-style config, as Transformers applies `sliding_window`:
-    every layer, Qwen2's from `max_window_layers` on when `use_sliding_window`, Gemma 2's even ones."""
-    if config.get("sliding_window") is None or (
-        model_type == "qwen2" and not config.get("use_sliding_window")
-    ):
-        return {}
-    window, layers = read_int(config, "sliding_window", name), read_int(config, "num_hidden_layers", name)
-    first = read_int(config, "max_window_layers", name, 0) if model_type == "qwen2" else 0
-    step = 2 if model_type == "gemma2" else 1
-    return {"window": window, "local_layers": tuple(range(first, layers, step))}
-
-
-def gpt2_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
-    hidden = read_int(config, "n_embd", name)
-    heads = read_int(config, "n_head", name)
-    inner = config.get("n_inner")
-    return ModelSpec(
-        name=name,
-        family="gpt2",
-        model_type="gpt2",
-        hidden=hidden,
-        layers=read_int(config, "n_layer", name),
-        heads=heads,
-        kv_heads=heads,
-        head_dim=read_head_dim({}, name, hidden, heads),
-        intermediate=read_int(config, "n_inner", name) if inner is not None else 4 * hidden,
-        vocab=read_int(config, "vocab_size", name),
-        max_positions=read_int(config, "n_positions", name),
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True),
-        gated_mlp=False,
-        qkv_bias=True,
-        o_bias=True,
-        mlp_bias=True,
-        norm_bias=True,
-        learned_positions=read_int(config, "n_positions", name),
-        fused_qkv=True,
-    )
-
-
-def t5_spec(config: Mapping[str, Any], name: str) -> ModelSpec:
-    layers = read_int(config, "num_layers", name)
-    heads = read_int(config, "num_heads", name)
-    return ModelSpec(
-        name=name,
-        family="t5",
-        model_type="t5",
-        hidden=read_int(config, "d_model", name),
-        layers=read_int(config, "num_decoder_layers", name, layers),
-        encoder_layers=layers,
-        heads=heads,
-        kv_heads=heads,
-        head_dim=read_int(config, "d_kv", name),
-        intermediate=read_int(config, "d_ff", name),
-        vocab=read_int(config, "vocab_size", name),
-        max_positions=read_int(config, "n_positions", name, 512),
-        tie_embeddings=read_flag(config, name, "tie_word_embeddings", True),
-        gated_mlp=str(config.get("feed_forward_proj", "relu")).startswith("gated"),
-        relative_buckets=read_int(config, "relative_attention_num_buckets", name, 32),
-    )
-
-
 def attention_weights(spec: ModelSpec) -> int:
     """Matmul weights of one attention block (no biases or norms): what a token multiplies by."""
     if spec.is_mla:
@@ -290,13 +146,10 @@ def attention_weights(spec: ModelSpec) -> int:
 
 
 def _attention_params(spec: ModelSpec) -> int:
-    if spec.is_mla:
-        norms = spec.kv_lora_rank + spec.q_lora_rank  # kv_a_layernorm, q_a_layernorm (RMSNorm gains)
-        return attention_weights(spec) + norms
-    q = spec.hidden * spec.q_dim + (spec.q_dim if spec.qkv_bias else 0)
-    kv = 2 * (spec.hidden * spec.kv_dim + (spec.kv_dim if spec.qkv_bias else 0))
-    out = spec.q_dim * spec.hidden + (spec.hidden if spec.o_bias else 0)
-    return q + kv + out
+    if spec.is_mla:  # and the RMSNorm gains of kv_a_layernorm, q_a_layernorm
+        return attention_weights(spec) + spec.kv_lora_rank + spec.q_lora_rank
+    biases = (spec.q_dim + 2 * spec.kv_dim) * spec.qkv_bias + spec.hidden * spec.o_bias
+    return attention_weights(spec) + biases
 
 
 def _expert_mlp_params(spec: ModelSpec, width: int | None = None) -> int:
@@ -307,11 +160,10 @@ def _expert_mlp_params(spec: ModelSpec, width: int | None = None) -> int:
     return weights + biases
 
 
-def _shared_params(spec: ModelSpec) -> int:
-    """The shared experts of one expert layer (one MLP of their summed width) and their gate."""
-    if not spec.shared_intermediate:
-        return 0
-    return _expert_mlp_params(spec, spec.shared_intermediate) + (spec.hidden if spec.shared_gate else 0)
+def _mlp_params(spec: ModelSpec) -> int:
+    """Every expert of one layer, and its shared experts (one MLP of their summed width) and gate."""
+    shared = _expert_mlp_params(spec, spec.shared_intermediate) if spec.shared_intermediate else 0
+    return spec.num_experts * _expert_mlp_params(spec) + shared + spec.hidden * spec.shared_gate
 
 
 def _norm_params(spec: ModelSpec) -> int:
@@ -354,8 +206,8 @@ def _router_params(spec: ModelSpec) -> int:
 
 def _layer_params(spec: ModelSpec) -> int:
     """Parameters of one decoder layer described by `spec` (an expert layer when it is MoE)."""
-    mlp = spec.num_experts * _expert_mlp_params(spec) + _shared_params(spec)
-    return _attention_params(spec) + mlp + _router_params(spec) + spec.norms_per_layer * _norm_params(spec)
+    layer = _attention_params(spec) + _mlp_params(spec) + _router_params(spec)
+    return layer + spec.norms_per_layer * _norm_params(spec)
 
 
 def decoder_layer_params(spec: ModelSpec) -> list[int]:
@@ -370,14 +222,13 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
         return _t5_counts(spec)
     norm, dense = _norm_params(spec), spec.dense_view()
     moe_layers, width = spec.layers - spec.dense_layers, spec.embed_width
-    expert_mlp = spec.num_experts * _expert_mlp_params(spec) + _shared_params(spec)
     lm_head = 0 if spec.tie_embeddings else spec.vocab * width + (spec.vocab if spec.lm_head_bias else 0)
     inactive = (spec.num_experts - spec.experts_per_token) * _expert_mlp_params(spec) * moe_layers
     counts = ParamCounts(
         embedding=spec.vocab * width,
         position_embedding=spec.learned_positions * spec.hidden,
         attention=spec.layers * _attention_params(spec),
-        mlp=moe_layers * expert_mlp + spec.dense_layers * _expert_mlp_params(dense),
+        mlp=moe_layers * _mlp_params(spec) + spec.dense_layers * _mlp_params(dense),
         router=moe_layers * _router_params(spec),
         norms=(spec.norms_per_layer * spec.layers + spec.final_norm) * norm,
         lm_head=lm_head,

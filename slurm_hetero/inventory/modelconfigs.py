@@ -12,7 +12,7 @@ from typing import Any
 
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
-from slurm_hetero.engine.modelcost import CostSettings, layer_table, usable_tp_sizes
+from slurm_hetero.engine.modelcost import CostSettings, layer_table
 from slurm_hetero.engine.modelfamilies import from_hf_config
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.stagecost import LayerCosts
@@ -60,20 +60,7 @@ def load_model(ref: str) -> ModelSpec:
     return from_hf_config(_parse_json(text, str(path)), name)
 
 
-def context_length(ref: str) -> int:
-    """The model's context length (its default training sequence length)."""
-    return load_model(ref).max_positions
-
-
 DEFAULT_SEQ = 2048  # fit's and sbatch's sequence length when none is given (capped at the context)
-
-
-def check_seq(spec: ModelSpec, seq: int, ref: str | None = None) -> int:
-    """`seq` when the model takes sequences that long (1 to its context length, what its config
-    states: max_position_embeddings, n_positions), else a RequestError naming the range."""
-    if not 1 <= seq <= spec.max_positions:
-        raise RequestError(f"--seq {seq}", f"{ref or spec.name} takes 1 to {spec.max_positions} tokens")
-    return seq
 
 
 BEYOND_CONTEXT = "--beyond-context"
@@ -82,25 +69,17 @@ BEYOND_CONTEXT = "--beyond-context"
 def sequence_length(
     spec: ModelSpec, seq: int | None, ref: str | None = None, beyond: bool | None = None
 ) -> int:
-    """The sequence length asked for, else DEFAULT_SEQ or the model's context if shorter. Longer
-    than the context is an error unless `beyond` (BEYOND_CONTEXT: relative positions as T5's, RoPE
-    scaling; None: the command has no such option, and the error does not offer it)."""
+    """`seq` when the model takes sequences that long (1 to its context length, what its config
+    states: max_position_embeddings, n_positions), else a RequestError naming the range; None:
+    DEFAULT_SEQ or the context if shorter. Longer than the context is allowed with `beyond`
+    (BEYOND_CONTEXT: relative positions as T5's, RoPE scaling; None: the command has no such
+    option, and the error does not offer it)."""
     if seq is None:
         return min(DEFAULT_SEQ, spec.max_positions)
-    if beyond and seq >= 1:
+    if 1 <= seq <= spec.max_positions or (beyond and seq >= 1):
         return seq
-    try:
-        return check_seq(spec, seq, ref)
-    except RequestError as e:
-        if beyond is None:
-            raise
-        raise RequestError(e.text, f"{e.reason}; pass {BEYOND_CONTEXT} to estimate longer ones") from None
-
-
-def tp_sizes_for(ref: str, sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """The tensor-parallel degrees of `sizes` the model `ref` can be split by (heads and K/V heads
-    evenly); a ConfigError when none can."""
-    return usable_tp_sizes(load_model(ref), sizes)
+    advice = "" if beyond is None else f"; pass {BEYOND_CONTEXT} to estimate longer ones"
+    raise RequestError(f"--seq {seq}", f"{ref or spec.name} takes 1 to {spec.max_positions} tokens{advice}")
 
 
 def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:
@@ -109,5 +88,4 @@ def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) ->
     spec = load_model(ref)
     if spec.encoder_layers:
         raise RequestError(ref, "the layout solver handles decoder-only models (no encoder)")
-    check_seq(spec, seq, ref)
-    return LayerCosts.from_table(layer_table(spec, seq, settings))
+    return LayerCosts.from_table(layer_table(spec, sequence_length(spec, seq, ref), settings))

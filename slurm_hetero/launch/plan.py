@@ -42,10 +42,10 @@ from slurm_hetero.engine.layout import (
     layout_from_split,
     solve,
 )
-from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings
+from slurm_hetero.engine.modelcost import SOLVER_SETTINGS, CostSettings, usable_tp_sizes
 from slurm_hetero.engine.schedule import DeviceGroup, Shape, StepModel
 from slurm_hetero.engine.shapes import candidate_shapes
-from slurm_hetero.inventory.modelconfigs import context_length, layer_costs_for, tp_sizes_for
+from slurm_hetero.inventory.modelconfigs import layer_costs_for, load_model
 from slurm_hetero.inventory.nodes import NodeBuilder, host_records
 from slurm_hetero.launch.rankenv import (
     TORCHRUN_UNKNOWN_PREFIX,
@@ -236,7 +236,7 @@ def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions
 def sequence_length(options: LaunchOptions) -> int:
     """`--seq`, else the model's context length."""
     assert options.model is not None
-    return options.seq if options.seq is not None else context_length(options.model)
+    return options.seq if options.seq is not None else load_model(options.model).max_positions
 
 
 def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> LayoutSpec:
@@ -265,7 +265,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         costs,
         options.global_batch,
         options.micro_batch or 1,
-        tp_sizes=tp_sizes_for(options.model, options.tp_sizes),
+        tp_sizes=usable_tp_sizes(load_model(options.model), options.tp_sizes),
         label=options.model,
         micro_batch_sizes=() if options.micro_batch else SEARCHED_MICRO_BATCHES,
         pair_gbs=comm.pair_gbs(

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from slurm_hetero.cli import cli
 from slurm_hetero.core.devicespec import DeviceSpec
 from slurm_hetero.core.errors import ConfigError
-from slurm_hetero.engine.compare import WORKLOADS, compare, headline_tflops, top_third
+from slurm_hetero.engine.compare import SCORERS, compare, headline_tflops, top_third
 from slurm_hetero.inventory.catalog import load_catalog
 
 VENDORS = {
@@ -413,7 +413,7 @@ def test_compare_whole_catalog_never_crashes() -> None:
     specs = load_catalog().specs
     rows = compare(specs)
     assert len(rows) == len(specs)
-    assert all(set(r["best_for"]) <= set(WORKLOADS) for r in rows)
+    assert all(set(r["best_for"]) <= set(SCORERS) for r in rows)
     ascend = next(r for r in rows if r["type"] == "ascend910b3")
     assert ascend["best_for"] == [] and ascend["tflops_per_watt"] is None
     assert headline_tflops(load_catalog().by_type("mi100")) == 92.3  # type: ignore[arg-type]
@@ -467,7 +467,7 @@ def test_cli_compare_json() -> None:
     assert {r["vendor"] for r in rows} == {"nvidia"}
     h100 = next(r for r in rows if r["type"] == "h100_sxm")
     assert h100["tflops_per_watt"] == pytest.approx(989 / 700)
-    assert set(h100["scores"]) == set(WORKLOADS) and isinstance(h100["best_for"], list)
+    assert set(h100["scores"]) == set(SCORERS) and isinstance(h100["best_for"], list)
 
 
 def test_cli_models_dir_adds_a_model(tmp_path: Path) -> None:

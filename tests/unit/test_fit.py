@@ -40,7 +40,7 @@ from slurm_hetero.cli import cli
 from slurm_hetero.cli.fit import bundled_names, load_model
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import ClusterInventory, Device, Health, NodeInventory
-from slurm_hetero.engine import fit
+from slurm_hetero.engine import fit, modelcost
 from slurm_hetero.engine.modelfamilies import from_hf_config
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.engine.reasons import ReasonCode
@@ -223,7 +223,7 @@ def test_deepspeed_t5_large_example_in_mib() -> None:
 
 
 def our_states(model: ModelSpec, stage: int, gpus: int) -> float:
-    return fit.training_memory(model, zero_stage=stage, dp=gpus).model_states
+    return fit.training_memory(model, modelcost.CostSettings(zero_stage=stage), dp=gpus).model_states
 
 
 @pytest.mark.parametrize(("model", "gpus"), [("t5-3b", 8), ("t0_3b", 1), ("t0_3b", 2), ("llama-3-8b", 8)])
@@ -259,32 +259,41 @@ def test_mixed_precision_adam_is_16_bytes_per_param_and_the_all_reduce_buckets()
     """The ZeRO paper's 2 + 2 + 12 bytes, and without ZeRO a second gradient-sized buffer: the
     flat buckets DDP all-reduces the gradients through."""
     m = spec("llama-2-7b")
-    b = fit.training_memory(m, dtype="bf16", optimizer="adam")
+    b = fit.training_memory(m, modelcost.CostSettings(dtype="bf16", optimizer="adam"))
     assert b.model_states == 18 * m.params.total
     assert (b.weights, b.gradients, b.optimizer_states) == (
         2 * m.params.total,
         2 * 2 * m.params.total,
         12 * m.params.total,
     )
-    assert fit.training_memory(m, dtype="fp32").model_states == 20 * m.params.total  # 4 + 2 x 4 + 8
-    assert fit.training_memory(m, optimizer="sgd").model_states == 14 * m.params.total  # 2 + 2 x 2 + 4 + 4
-    assert fit.training_memory(m, zero_stage=1).model_states == 16 * m.params.total  # dp 1, no buckets
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(dtype="fp32")).model_states == 20 * m.params.total
+    )  # 4 + 2 x 4 + 8
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(optimizer="sgd")).model_states == 14 * m.params.total
+    )  # 2 + 2 x 2 + 4 + 4
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(zero_stage=1)).model_states == 16 * m.params.total
+    )  # dp 1, no buckets
 
 
 @pytest.mark.parametrize("dp", [2, 8, 64])
 def test_zero_stages_partition_states_across_dp(dp: int) -> None:
     m = spec("mistral-7b")
-    one = fit.training_memory(m, zero_stage=3, dp=1)
+    one = fit.training_memory(m, modelcost.CostSettings(zero_stage=3), dp=1)
     for stage, divided in [
         (1, {"optimizer_states"}),
         (2, {"optimizer_states", "gradients"}),
         (3, {"optimizer_states", "gradients", "weights"}),
     ]:
-        b = fit.training_memory(m, zero_stage=stage, dp=dp)
+        b = fit.training_memory(m, modelcost.CostSettings(zero_stage=stage), dp=dp)
         for name in ("weights", "gradients", "optimizer_states"):
             expected = getattr(one, name) / (dp if name in divided else 1)
             assert getattr(b, name) == pytest.approx(expected)
-    assert fit.training_memory(m, zero_stage=3, dp=dp).gather_buffer == 4 * m.params.largest_module
+    assert (
+        fit.training_memory(m, modelcost.CostSettings(zero_stage=3), dp=dp).gather_buffer
+        == 4 * m.params.largest_module
+    )
 
 
 def test_tensor_and_pipeline_parallel_shard_states() -> None:
@@ -314,7 +323,7 @@ def gpt_like(hidden: int = 1024, heads: int = 16, layers: int = 4) -> ModelSpec:
 def test_activations_follow_korthikanti_for_gpt_layers(s: int, b: int, t: int) -> None:
     m = gpt_like()
     h, a = m.hidden, m.heads
-    eager = partial(fit.layer_activation_bytes, m, s, b, tp=t, attention="eager")
+    eager = partial(modelcost.layer_activation_bytes, m, s, b, tp=t, attention="eager")
     paper = s * b * h * (34 + 5 * a * s / h) / t  # Table 2, tensor + sequence parallel
     assert eager() == pytest.approx(paper)
     no_sp = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))  # tensor parallel only
@@ -327,9 +336,9 @@ def test_activations_follow_korthikanti_for_gpt_layers(s: int, b: int, t: int) -
 def test_flash_attention_keeps_softmax_statistics_not_scores(s: int, b: int, t: int) -> None:
     m = gpt_like()
     h, a = m.hidden, m.heads
-    flash = fit.layer_activation_bytes(m, s, b, tp=t)  # flash is the default
+    flash = modelcost.layer_activation_bytes(m, s, b, tp=t)  # flash is the default
     assert flash == pytest.approx(s * b * h * 34 / t + 4 * a * s * b / t)
-    assert fit.layer_activation_bytes(m, s, b, tp=t, recompute="selective") == pytest.approx(
+    assert modelcost.layer_activation_bytes(m, s, b, tp=t, recompute="selective") == pytest.approx(
         s * b * h * 34 / t
     )
 
@@ -338,14 +347,19 @@ def test_flash_and_eager_for_llama_2_7b_at_4096() -> None:
     """The figures of issue 7: 0.53 GiB of activations per layer with flash attention, 3.03 with
     eager (Korthikanti's formula), no recomputation, micro-batch 1."""
     m = spec("llama-2-7b")
-    assert fit.layer_activation_bytes(m, 4096, 1) / GIB == pytest.approx(0.534, abs=1e-3)
-    assert fit.layer_activation_bytes(m, 4096, 1, attention="eager") / GIB == pytest.approx(3.033, abs=1e-3)
+    assert modelcost.layer_activation_bytes(m, 4096, 1) / GIB == pytest.approx(0.534, abs=1e-3)
+    assert modelcost.layer_activation_bytes(m, 4096, 1, attention="eager") / GIB == pytest.approx(
+        3.033, abs=1e-3
+    )
 
 
 @pytest.mark.parametrize("name", ["llama-3-8b", "mixtral-8x7b", "gpt2-xl", "t5-3b"])
 def test_recompute_reduces_activations(name: str) -> None:
     m = spec(name)
-    acts = [fit.training_memory(m, seq=4096, recompute=r).activations for r in ("none", "selective", "full")]
+    acts = [
+        fit.training_memory(m, modelcost.CostSettings(recompute=r), seq=4096).activations
+        for r in ("none", "selective", "full")
+    ]
     assert acts[0] > acts[1] > acts[2] > 0
 
 
@@ -415,14 +429,14 @@ def test_training_memory_is_monotone_and_never_negative(
     name: str, b1: int, s1: int, b2: int, s2: int, recompute: str, stage: int, dp: int
 ) -> None:
     m = spec(name)
-    kw = {"recompute": recompute, "zero_stage": stage, "dp": dp}
+    kw = {"settings": modelcost.CostSettings(recompute=recompute, zero_stage=stage), "dp": dp}
     small = fit.training_memory(m, micro_batch=min(b1, b2), seq=min(s1, s2), **kw)  # type: ignore[arg-type]
     large = fit.training_memory(m, micro_batch=max(b1, b2), seq=max(s1, s2), **kw)  # type: ignore[arg-type]
     assert all(v >= 0 for v in small.components().values())
     assert 0 < small.total <= large.total
     assert (
-        fit.training_memory(m, zero_stage=stage, dp=dp * 2).total
-        <= fit.training_memory(m, zero_stage=stage, dp=dp).total
+        fit.training_memory(m, modelcost.CostSettings(zero_stage=stage), dp=dp * 2).total
+        <= fit.training_memory(m, modelcost.CostSettings(zero_stage=stage), dp=dp).total
     )
 
 
@@ -437,72 +451,78 @@ def test_absurd_inference_arguments_raise_config_errors(kwargs: dict[str, object
 
 def test_absurd_training_arguments_raise_config_errors() -> None:
     m = spec("gpt2")
-    for kwargs in ({"zero_stage": 4}, {"pp": 13}, {"dtype": "int8"}, {"micro_batch": -1}, {"recompute": "x"}):
+    cases = [({"zero_stage": 4}, {}), ({}, {"pp": 13}), ({"dtype": "int8"}, {}), ({}, {"micro_batch": -1})]
+    for options, kwargs in [*cases, ({"recompute": "x"}, {})]:
         with pytest.raises(ConfigError):
-            fit.training_memory(m, **kwargs)  # type: ignore[arg-type]
+            fit.training_memory(m, modelcost.CostSettings(**options), **kwargs)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------- layer costs
 def test_layer_table_covers_the_model() -> None:
     m = spec("llama-3-8b")
-    c = fit.layer_table(m, seq=4096, micro_batch=2)
+    c = modelcost.layer_table(m, seq=4096, micro_batch=2)
     assert c.names[0] == "embedding" and c.names[-1] == "head" and c.names[1] == "layer.0"
     assert len(c.names) == m.layers + 2 == c.flops.shape[0] == c.param_bytes.shape[0]
     assert c.params.sum() == m.params.total and c.param_bytes.sum() == pytest.approx(2 * m.params.total)
     assert c.state_per_param == (2.0, 2.0, 12.0)
-    layer = fit.layer_activation_bytes(m, 4096, 2)
+    layer = modelcost.layer_activation_bytes(m, 4096, 2)
     assert np.allclose(c.activation_bytes[1:-1], layer)
     assert np.allclose(c.checkpoint_bytes[1:-1], 2 * 2 * 4096 * m.hidden)
     dense = 2 * 4096 * 2 * (m.params.per_layer - 2 * m.hidden)  # 2 x tokens x matmul weights
     assert c.flops[1] == pytest.approx(dense + 4 * 2 * 4096**2 * m.q_dim)
     assert c.boundary_bytes == 2 * 2 * 4096 * m.hidden and not c.recompute_flops.any()
-    tp = fit.layer_table(m, seq=4096, micro_batch=2, tp=4)
+    tp = modelcost.layer_table(m, seq=4096, micro_batch=2, tp=4)
     assert np.allclose(tp.flops, c.flops / 4) and np.allclose(tp.param_bytes, c.param_bytes / 4)
     assert np.allclose(tp.activation_bytes, c.activation_bytes / 4)
 
 
 def test_fp32_training_keeps_and_sends_four_byte_activations() -> None:
     m, sbh = spec("llama-3-8b"), 4096 * 2 * spec("llama-3-8b").hidden
-    half = fit.layer_table(m, seq=4096, micro_batch=2, settings=fit.CostSettings(attention="eager"))
-    full = fit.layer_table(m, seq=4096, micro_batch=2, settings=fit.CostSettings("fp32", attention="eager"))
+    half = modelcost.layer_table(
+        m, seq=4096, micro_batch=2, settings=modelcost.CostSettings(attention="eager")
+    )
+    full = modelcost.layer_table(
+        m, seq=4096, micro_batch=2, settings=modelcost.CostSettings("fp32", attention="eager")
+    )
     assert full.boundary_bytes == 2 * half.boundary_bytes == 4 * sbh
     masks = 2 * sbh + m.heads * 4096**2 * 2  # two dropout masks and the attention one, a byte each
     assert full.activation_bytes[1] == pytest.approx(2 * half.activation_bytes[1] - masks)
     assert full.activation_bytes[-1] == half.activation_bytes[-1]  # fp32 logits either way
     assert np.allclose(full.checkpoint_bytes[1:-1], 2 * half.checkpoint_bytes[1:-1])
-    costs = LayerCosts.from_table(fit.layer_table(m, 4096, fit.CostSettings("fp32")))
+    costs = LayerCosts.from_table(modelcost.layer_table(m, 4096, modelcost.CostSettings("fp32")))
     assert costs.elements_per_sample == 4096 * m.hidden
 
 
 def test_layer_table_shards_states_by_zero_stage() -> None:
     m = spec("llama-2-7b")
     for stage, per_param in ((0, 18), (1, 2 + 2 + 12 / 8), (2, 2 + 14 / 8), (3, 16 / 8)):
-        c = fit.layer_table(m, 4096, fit.CostSettings(zero_stage=stage))
-        assert c.state_bytes(8).sum() == pytest.approx(per_param * m.params.total)
+        b = fit.training_memory(m, modelcost.CostSettings(zero_stage=stage), 1, 4096, dp=8)
+        assert b.weights + b.gradients + b.optimizer_states == pytest.approx(per_param * m.params.total)
     assert (
-        fit.layer_table(m, 4096, fit.CostSettings(zero_stage=3)).gather_bytes == 4 * m.params.largest_module
+        modelcost.layer_table(m, 4096, modelcost.CostSettings(zero_stage=3)).gather_bytes
+        == 4 * m.params.largest_module
     )
 
 
 def test_selective_recomputation_redoes_the_attention_core() -> None:
     m = spec("llama-2-7b")
-    c = fit.layer_table(m, 4096, fit.CostSettings(recompute="selective"))
+    c = modelcost.layer_table(m, 4096, modelcost.CostSettings(recompute="selective"))
     assert np.allclose(c.recompute_flops[1:-1], 4 * 4096**2 * m.q_dim)
     assert c.recompute_flops[0] == c.recompute_flops[-1] == 0
 
 
 def test_tied_head_is_a_copy_the_last_stage_keeps() -> None:
     m = spec("gpt2")
-    c = fit.layer_table(m, 1024)
+    c = modelcost.layer_table(m, 1024)
     assert c.tied_params == m.vocab * m.hidden and c.params.sum() - c.tied_params == m.params.total
 
 
 def test_layer_table_of_moe_counts_active_experts_and_t5_both_stacks() -> None:
-    moe = fit.layer_table(spec("mixtral-8x7b"), seq=1, micro_batch=1)
+    moe = modelcost.layer_table(spec("mixtral-8x7b"), seq=1, micro_batch=1)
     assert moe.flops[1] == pytest.approx(
         2 * (4096 * (2 * 4096 + 2 * 1024) + 2 * 3 * 4096 * 14336 + 4096 * 8) + 4 * 4096
     )
-    t5 = fit.layer_table(spec("t5-large"), seq=512, micro_batch=1)
+    t5 = modelcost.layer_table(spec("t5-large"), seq=512, micro_batch=1)
     assert t5.names[1] == "encoder.0" and t5.names[25] == "decoder.0" and len(t5.names) == 50
     assert t5.flops[25] > t5.flops[1]  # decoder layers also attend to the encoder
 

@@ -54,32 +54,13 @@ def _one_stage_memory(spec_name: str, seq: int, settings: CostSettings, dp: int,
 def test_a_single_stage_holds_what_fit_says(name: str, zero: int, recompute: str, attention: str) -> None:
     settings = CostSettings("bf16", "adam", zero, recompute, attention)
     for dp, tp in ((8, 1), (2, 2)):
-        estimate = fit.training_memory(
-            load_model(name),
-            seq=1024,
-            zero_stage=zero,
-            dp=dp,
-            tp=tp,
-            recompute=recompute,
-            attention=attention,
-        )
+        estimate = fit.training_memory(load_model(name), settings, seq=1024, dp=dp, tp=tp)
         assert _one_stage_memory(name, 1024, settings, dp, tp) == pytest.approx(estimate.total, rel=1e-9)
 
 
 def test_fp32_and_sgd_agree_too() -> None:
     settings = CostSettings("fp32", "sgd", 2, "none", "eager", overhead_bytes=0.0)
-    estimate = fit.training_memory(
-        load_model("llama-2-7b"),
-        "fp32",
-        "sgd",
-        1,
-        2048,
-        2,
-        4,
-        recompute="none",
-        overhead_bytes=0.0,
-        attention="eager",
-    )
+    estimate = fit.training_memory(load_model("llama-2-7b"), settings, 1, 2048, 4)
     assert _one_stage_memory("llama-2-7b", 2048, settings, 4, 1) == pytest.approx(estimate.total, rel=1e-9)
 
 
@@ -137,7 +118,7 @@ def test_bad_settings_are_config_errors() -> None:
         with pytest.raises(ConfigError):
             CostSettings(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="recompute"):
-        fit.training_memory(load_model("gpt2"), recompute=AUTO)
+        fit.training_memory(load_model("gpt2"), CostSettings(recompute=AUTO))
 
 
 @pytest.mark.parametrize("command", [["fit"], ["plan"], ["launch"]])
