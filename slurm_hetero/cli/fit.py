@@ -16,7 +16,7 @@ from slurm_hetero.cli.options import BATCH, DEGREE, SEQ, cost_options, cost_sett
 from slurm_hetero.core.errors import ConfigError, RequestError
 from slurm_hetero.engine import fit as engine
 from slurm_hetero.engine.limits import MAX_DEVICES
-from slurm_hetero.engine.modelcost import BYTES_PER_VALUE, GIB
+from slurm_hetero.engine.modelcost import BYTES_PER_VALUE, GIB, usable_tp_sizes
 from slurm_hetero.engine.modelspec import ModelSpec
 from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
@@ -35,7 +35,7 @@ def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) ->
     (inference: tp = devices; training: dp = devices / (tp x pp)), None if that is no layout."""
     if o["mode"] == "infer":
         tp = o["tp"] if devices is None else devices
-        if devices is not None and spec.heads % tp:
+        if devices is not None and tp not in usable_tp_sizes(spec, (1, tp)):
             return None
         overhead = o["overhead_gib"] * GIB
         return engine.inference_memory(spec, o["dtype"], o["batch"], o["seq"], o["kv_dtype"], tp, overhead)

@@ -698,3 +698,13 @@ def test_every_bundled_model_fits_somewhere_reasonable() -> None:
     for name in bundled_names():
         b = fit.inference_memory(spec(name), seq=2048)
         assert math.isfinite(b.total) and b.weights >= spec(name).params.total * 2
+
+
+def test_cli_inference_skips_device_counts_that_split_kv_heads_unevenly() -> None:
+    # qwen2-7b: 28 heads, 4 kv heads; 7 devices divide the heads but not the kv heads
+    code, out, err = run(
+        "--model", "qwen2-7b", "--inventory", "gres_conf/examples/mixed.yaml", "--mode", "infer",
+        "--batch", "256", "--seq", "32768", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert {o["type"] for o in json.loads(out)["device_options"]} >= {"a100_80g", "l40s"}
