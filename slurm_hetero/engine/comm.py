@@ -119,23 +119,13 @@ def nic_gbs(nics: Sequence[Nic]) -> float:
     return max((NIC_GBS.get(n.kind, DEFAULT_NIC_GBS) for n in nics), default=DEFAULT_NIC_GBS)
 
 
-def transfer_s(
-    kind: CommKind, nbytes: float, *, same_node: bool, link_gbs: float, network_gbs: float
-) -> float:
-    """Seconds to move `nbytes` one way between two ranks: vendor-ccl over the device link inside a
-    node, the NIC between nodes; rdma-direct at NIC speed; cpu-relay two PCIe copies plus the network."""
-    if nbytes <= 0:
-        return 0.0
+def effective_gbs(kind: CommKind, network_gbs: float) -> float:
+    """GB/s one way a communicator of `kind` delivers between nodes: a cpu-relay also copies every
+    byte through host memory, over PCIe twice."""
+    seconds = GB / (network_gbs * GB)  # one GB over the network
     if kind == CommKind.CPU_RELAY:
-        return 2 * nbytes / (PCIE_GBS * GB) + (0.0 if same_node else nbytes / (network_gbs * GB))
-    if kind == CommKind.VENDOR_CCL and same_node:
-        return nbytes / (link_gbs * GB)
-    return nbytes / (network_gbs * GB)  # between nodes, or rdma-direct through the NIC
-
-
-def effective_gbs(kind: CommKind, *, same_node: bool, link_gbs: float, network_gbs: float) -> float:
-    """The bandwidth (GB/s, one way) a communicator of `kind` delivers: bytes over `transfer_s`."""
-    return 1.0 / transfer_s(kind, GB, same_node=same_node, link_gbs=link_gbs, network_gbs=network_gbs)
+        seconds += 2 * GB / (PCIE_GBS * GB)
+    return 1.0 / seconds
 
 
 def pair_gbs(
@@ -149,6 +139,5 @@ def pair_gbs(
     out = {}
     for i, j in itertools.combinations(range(len(groups)), 2):
         chosen = choose([*groups[i], *groups[j]], nics, override)
-        base = min(network_gbs[i], network_gbs[j])
-        out[i, j] = effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base)
+        out[i, j] = effective_gbs(chosen.kind, min(network_gbs[i], network_gbs[j]))
     return out

@@ -453,21 +453,14 @@ class StepModel:
 
     def split(self, stats: Sequence[LineStats]) -> tuple[int, ...]:
         """Samples per replica, by speed (identical replicas get equal shares, the first ones +1)."""
-        if len(self.shape.replicas) == 1:  # identical replicas: the speeds do not matter
-            return split_samples(self.batch, self.shape.replicas, (), (), self.shape.micro_batch)
         fill = [float((s.fwd + s.bwd).sum() + 2 * s.p2p.sum()) for s in stats]
         period = [float(stage_periods(s.fwd, s.bwd, s.p2p).max()) for s in stats]
         return split_samples(self.batch, self.shape.replicas, fill, period, self.shape.micro_batch)
 
-    @property
-    def short(self) -> bool:
-        """Whether a step has so few micro-batches that the search simulates it (`is_short`)."""
-        return is_short(self.shape, self.batch)
-
     def score(self, bounds: Sequence[int], below: float = math.inf) -> float:
         """The search's objective: the closed form, or for `short` steps the simulated step (the sample
         split refined up to `REFINE_REPLICAS` replicas); with `below`, possibly a lower bound at least it."""
-        if not self.short:
+        if not is_short(self.shape, self.batch):
             return self.estimate(bounds, below=below)
         stats = self.line_stats(bounds)
         if stats is None:
@@ -483,7 +476,7 @@ class StepModel:
         """For `short` steps, move single samples between replicas while the simulated step improves, at
         most `budget` trials; only each line's busiest replica counts (`_Maxima`), so a trial is linear."""
         best = self.simulate(bounds, samples)
-        moved = self.short and len(samples) > 1
+        moved = is_short(self.shape, self.batch) and len(samples) > 1
         budget = self.REFINE_SIMULATIONS if budget is None else budget
         split = _Maxima(self.shape.replicas, samples)
         while moved and budget > 0:

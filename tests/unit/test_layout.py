@@ -44,6 +44,7 @@ from slurm_hetero.engine.schedule import (
     Shape,
     StepModel,
     estimate_1f1b,
+    is_short,
     line_p2p,
     simulate_1f1b,
     split_samples,
@@ -742,7 +743,7 @@ def _refine_by_copies(
     """`refine_split` as it was before adv26b F4: a copied split and a pass over it per trial
     (quadratic-ish in the replicas); the reference the incremental one must equal."""
     best = model.simulate(bounds, samples)
-    moved = model.short and len(samples) > 1
+    moved = is_short(model.shape, model.batch) and len(samples) > 1
     while moved and budget > 0:
         moved = False
         for i, j in itertools.permutations(range(len(samples)), 2):
