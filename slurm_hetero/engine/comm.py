@@ -57,20 +57,12 @@ class Communicator:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) -> str | None:
-    """The RDMA NIC kind every node in `nodes` has (InfiniBand preferred), or None."""
-    for kind in RDMA_NICS:
-        if all(any(n.kind == kind for n in nics.get(node, ())) for node in nodes):
-            return kind
-    return None
-
-
 def choose(
     members: Sequence[Member], nics: Mapping[str, Sequence[Nic]], override: str | None = None
 ) -> Communicator:
     """The communicator of a group of `members` (rules in the module docstring); `override`
     (`--backend-override`) forces a backend, `gloo` making the group a cpu-relay."""
-    vendors = {m.vendor for m in members}
+    vendors, nodes = {m.vendor for m in members}, {m.node for m in members}
     if len(vendors) <= 1:
         vendor = next(iter(vendors), None)
         backend = vendor.torch_backend if vendor else "gloo"
@@ -78,7 +70,7 @@ def choose(
     elif (
         all(v.ucc_memory for v in vendors)
         and all(any(m.spec.has(c) for c in PEER_MEMORY_CAPABILITIES) for m in members)
-        and shared_rdma_fabric(sorted({m.node for m in members}), nics) is not None
+        and any(all(any(n.kind == kind for n in nics.get(node, ())) for node in nodes) for kind in RDMA_NICS)
     ):
         chosen = Communicator("ucc", CommKind.RDMA_DIRECT)
     else:
@@ -90,10 +82,8 @@ def choose(
 
 
 def communicator_env(communicator: Communicator, nics: Sequence[Nic]) -> dict[str, str]:
-    """The network variables a communicator needs on a node with `nics`: NCCL-style libraries
-    `<P>_IB_HCA` (RDMA NICs, by verbs device), `<P>_SOCKET_IFNAME` (Ethernet) and
-    `<P>_IB_DISABLE=1` when no listed NIC does RDMA; hccl `HCCL_SOCKET_IFNAME` (its RDMA is on the
-    device); gloo `GLOO_SOCKET_IFNAME`; ucc `UCX_NET_DEVICES`."""
+    """The network variables a communicator needs on a node with `nics` (hccl's RDMA is on the
+    device: it only needs the Ethernet interface)."""
     backend, prefix = communicator.backend, communicator.env_prefix
     rdma = [n.name for n in nics if n.kind in RDMA_NICS]
     ethernet = [n.name for n in nics if n.kind not in RDMA_NICS]

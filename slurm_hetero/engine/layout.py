@@ -14,9 +14,7 @@ families are searched at each micro-batch size and the best predicted step (or c
 - ``staged``: one pipeline whose stages each have their own data-parallel degree (Metis-style);
   `slurm-hetero plan` only.
 
-`bound_step_s` is the total work over the summed throughput of all devices; `even_step_s` is the
-chosen shape with equal layers and samples, which competes with the uneven split, so the answer
-is never slower than it.
+What `bound_step_s` and `even_step_s` promise: docs/plan.md, "What the figures promise".
 """
 
 from __future__ import annotations

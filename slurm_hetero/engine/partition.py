@@ -30,15 +30,9 @@ if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
 Rates = dict[tuple[int, int, float], float]
-# The search's bounds (docs/plan.md, "The search is bounded"). Beyond LARGE_SEARCH devices x
-# layers, at most MAX_SPLITS shapes are split (in lower-bound order): the problem's size, not the
-# candidates', so `--kind` and `--micro-batch` do not change it. In any search, splitting stops
-# after the first fit once its work (`_split_work`) passes MAX_SPLIT_WORK, and polishing once
-# MAX_SCORES splits were scored (a score over SCORE_LINES lines counts lines / SCORE_LINES), each x
-# the spec's share of `shapes.MAX_CANDIDATES`: 5 or more types, or many layers on few devices,
-# made planning minutes. Each class (`shape_class`) takes 1 / CLASS_SHARE of these, and under
-# LARGE_SEARCH no class's spending counts against another's, so the default search is never worse
-# by its own prediction than one restricted to a class.
+# The search's bounds, each x the spec's share of `shapes.MAX_CANDIDATES`: 5 or more types, or many
+# layers on few devices, made planning minutes. What each counts, and why the default search is never
+# worse than one restricted to a class: docs/plan.md, "The search is bounded".
 LARGE_SEARCH = 32_768
 MAX_SPLITS = 48
 MAX_SPLIT_WORK = 1_000_000  # the benchmark mixes and exhaustively checked instances: at most 0.93 M
@@ -86,11 +80,6 @@ def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
     return 1.0 / (1.0 / speed + per_flop * layer_share)
 
 
-def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
-    """A line as runs of equal stages: (group, tp, stages)."""
-    return [(g, t, sum(1 for _ in run)) for (g, t), run in itertools.groupby(line)]
-
-
 def _first_true(n: int, test: Callable[[int], bool]) -> int:
     """The first j in range(n) where the monotone `test` holds (n if none): Python 3.9's bisect has no key."""
     lo, hi = 0, n
@@ -128,7 +117,7 @@ class _Memo:
         key = (shape.lines[0], shape.stage_dp)
         found = self.lines.get(key)
         if found is None:
-            runs = _runs(shape.lines[0])
+            runs = [(g, t, sum(1 for _ in run)) for (g, t), run in itertools.groupby(shape.lines[0])]
             starts = itertools.accumulate((n for _, _, n in runs), initial=0)
             with_dp = [(g, t, n, shape.dp(k)) for (g, t, n), k in zip(runs, starts)]
             found = self.lines[key] = (with_dp, _p2p_total(self.spec, with_dp))

@@ -109,11 +109,6 @@ def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(orders))
 
 
-def _round_robin(per_key: list[list[T]]) -> list[T]:
-    """Items of several lists interleaved: each list's first, then each one's second, ..."""
-    return [x for row in itertools.zip_longest(*per_key) for x in row if x is not None]
-
-
 def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     counts, layers = [g.count for g in spec.groups], spec.costs.layers
     divisors = _divisors(math.gcd(*counts))
@@ -129,7 +124,8 @@ def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     structures = [x for row in per_d for x in row]
     if len(structures) * len(orders) * SIZE_SLOTS > budget:
         orders, cut = (_few_orders(spec), True) if len(orders) > 5 else (orders, cut)
-        structures = _round_robin(per_d)  # every data-parallel degree keeps its cheapest first
+        # interleaved, so every data-parallel degree keeps its cheapest first
+        structures = [x for row in itertools.zip_longest(*per_d) for x in row if x is not None]
     shapes: list[Shape] = []
     for listed, (d, combo) in enumerate(structures):
         if (listed + 1) * len(orders) * SIZE_SLOTS > budget:
