@@ -109,15 +109,6 @@ def nic_gbs(nics: Sequence[Nic]) -> float:
     return max((NIC_GBS.get(n.kind, DEFAULT_NIC_GBS) for n in nics), default=DEFAULT_NIC_GBS)
 
 
-def effective_gbs(kind: CommKind, network_gbs: float) -> float:
-    """GB/s one way a communicator of `kind` delivers between nodes: a cpu-relay also copies every
-    byte through host memory, over PCIe twice."""
-    seconds = GB / (network_gbs * GB)  # one GB over the network
-    if kind == CommKind.CPU_RELAY:
-        seconds += 2 * GB / (PCIE_GBS * GB)
-    return 1.0 / seconds
-
-
 def pair_gbs(
     groups: Sequence[Sequence[Member]],
     nics: Mapping[str, Sequence[Nic]],
@@ -125,9 +116,12 @@ def pair_gbs(
     override: str | None = None,
 ) -> dict[tuple[int, int], float]:
     """GB/s one way between devices of each pair of groups (i < j) on different nodes: what their
-    communicator (`choose`) delivers over the slower of their `network_gbs`."""
+    communicator (`choose`) delivers over the slower of their `network_gbs`; a cpu-relay also copies
+    every byte through host memory, over PCIe twice."""
     out = {}
     for i, j in itertools.combinations(range(len(groups)), 2):
-        chosen = choose([*groups[i], *groups[j]], nics, override)
-        out[i, j] = effective_gbs(chosen.kind, min(network_gbs[i], network_gbs[j]))
+        seconds = GB / (min(network_gbs[i], network_gbs[j]) * GB)  # one GB over the network
+        if choose([*groups[i], *groups[j]], nics, override).kind == CommKind.CPU_RELAY:
+            seconds += 2 * GB / (PCIE_GBS * GB)
+        out[i, j] = 1.0 / seconds
     return out

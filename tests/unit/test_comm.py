@@ -11,8 +11,8 @@ from slurm_hetero.engine.comm import (
     Member,
     choose,
     communicator_env,
-    effective_gbs,
     nic_gbs,
+    pair_gbs,
 )
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.vendors import vendor_traits
@@ -95,9 +95,12 @@ def test_network_variables_follow_the_nodes_nics() -> None:
 
 
 def test_relay_costs_two_pcie_copies_plus_the_network() -> None:
-    assert 1 / effective_gbs(CommKind.CPU_RELAY, 25) == pytest.approx(2 / 25 + 1 / 25)
-    assert effective_gbs(CommKind.RDMA_DIRECT, 25) == pytest.approx(25)
-    assert effective_gbs(CommKind.VENDOR_CCL, 25) == pytest.approx(25)
+    groups = [[member("nvidia", "a100_80g", "n1")], [member("amd", "mi300x", "n2")]]
+    groups += [[member("ascend", "ascend910b3", "n3")], [member("nvidia", "l40s", "n4")]]
+    gbs = pair_gbs(groups, dict.fromkeys(("n1", "n2", "n3", "n4"), IB), [25, 50, 25, 25])
+    assert gbs[0, 1] == pytest.approx(25)  # rdma-direct, at the slower of the two
+    assert 1 / gbs[0, 2] == pytest.approx(2 / 25 + 1 / 25)  # cpu-relay
+    assert gbs[0, 3] == pytest.approx(25)  # vendor-ccl between nodes
 
 
 def test_nic_speed_is_the_fastest_kind_listed() -> None:
