@@ -189,8 +189,9 @@ def solve(spec: LayoutSpec) -> Layout:
         full_notes = (f"{NO_FULL_LAYOUT}: {no_fit.reason}",)
     share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
     for k in range(len(spec.groups)):
+        pairs = {(a - (a > k), b - (b > k)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
         subset = dataclasses.replace(
-            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=_drop(spec, k), max_candidates=share
+            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=pairs, max_candidates=share
         )
         try:
             trial = _solve_all(subset)
@@ -210,11 +211,6 @@ def solve(spec: LayoutSpec) -> Layout:
 
 
 NO_FULL_LAYOUT = "no layout uses every device"  # `solve`'s note when --leave-out had to leave one out
-
-
-def _drop(spec: LayoutSpec, k: int) -> dict[tuple[int, int], float]:
-    """`spec.pair_gbs` renumbered for the groups without group `k`."""
-    return {(a - (a > k), b - (b > k)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
 
 
 def _objective(spec: LayoutSpec, layout: Layout) -> float:

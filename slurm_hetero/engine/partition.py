@@ -105,9 +105,6 @@ class _Memo:
     rates: Rates = field(default_factory=dict)
     lines: LineFacts = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.step_flops = self.spec.costs.step_flops_per_sample  # a sum over the layers each time
-
     def rate(self, g: int, t: int, b: float) -> float:
         if (g, t, b) not in self.rates:
             self.rates[g, t, b] = _stage_rate(self.spec, g, t, b)
@@ -176,7 +173,7 @@ def _line_micro_batches(spec: LayoutSpec, shape: Shape) -> int:
 def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
     """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on the
     fastest stages that balance it best, plus the transfers."""
-    work, b = memo.step_flops * shape.micro_batch, shape.micro_batch
+    work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
     if shape.kind in (LayoutKind.PIPELINE, LayoutKind.STAGED):
         sent = memo.facts(shape)[1] * b * spec.costs.boundary_bytes / GB
         least = sent / max(1, shape.stages - 1)  # a stage beside the slowest boundary receives it
@@ -203,7 +200,7 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -
     if len(shape.lines) > 1 or not stats:
         return 0.0
     least = float(stage_periods(stats[0].fwd, stats[0].bwd, stats[0].p2p).max()) * (1 - 1e-4)
-    work = memo.step_flops * shape.micro_batch
+    work = spec.costs.step_flops_per_sample * shape.micro_batch
     fill = _fill_bound(memo.run_rates(shape), _line_micro_batches(spec, shape), work, least)
     return fill + 2 * float(stats[0].p2p.sum())
 

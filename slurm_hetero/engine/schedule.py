@@ -437,7 +437,7 @@ class StepModel:
         return split_samples(self.batch, self.shape.replicas, fill, period, self.shape.micro_batch)
 
     def score(self, bounds: Sequence[int], below: float = math.inf) -> float:
-        """The search's objective: the closed form, or for `short` steps the simulated step (the sample
+        """The search's objective: the closed form, or the simulated step when `is_short` (the sample
         split refined up to `REFINE_REPLICAS` replicas); with `below`, possibly a lower bound at least it."""
         if not is_short(self.shape, self.batch):
             return self.estimate(bounds, below=below)
@@ -452,7 +452,7 @@ class StepModel:
     def refine_split(
         self, bounds: Sequence[int], samples: tuple[int, ...], budget: int | None = None
     ) -> tuple[int, ...]:
-        """For `short` steps, move single samples between replicas while the simulated step improves, at
+        """When `is_short`, move single samples between replicas while the simulated step improves, at
         most `budget` trials; only each line's busiest replica counts (`_Maxima`), so a trial is linear."""
         best = self.simulate(bounds, samples)
         moved = is_short(self.shape, self.batch) and len(samples) > 1

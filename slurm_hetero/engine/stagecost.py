@@ -163,7 +163,7 @@ class LayerCosts:
         """seq x hidden: the activation matrix of one sample."""
         return self.boundary_bytes / self.value_bytes
 
-    @property
+    @cached_property  # the search's bounds ask for it at every shape
     def step_flops_per_sample(self) -> float:
         """Forward plus backward FLOPs of the model for one sample, with the recomputation the settings
         impose but none the solver chooses."""
