@@ -229,8 +229,8 @@ def cost_per_step(groups: tuple[DeviceGroup, ...], step_s: float) -> float | Non
 def _solve_all(spec: LayoutSpec) -> Layout:
     """The best simulated layout among the best estimated candidates; each finalist's even split
     competes too, so the answer is never worse than the even split it reports."""
-    found = shape_search(spec)
-    fits, stopped = search(spec, found.shapes)
+    shapes, notes = shape_search(spec)
+    fits, stopped = search(spec, shapes)
     fits = _finalists(fits)
     if not fits:
         raise _no_fit(spec)
@@ -244,7 +244,7 @@ def _solve_all(spec: LayoutSpec) -> Layout:
     predicted, _, bounds, samples, model = min(timed, key=lambda t: (t[0], t[1]))
     layout = layout_from_split(spec, model, bounds, samples, predicted)
     stop = "search bounded: splitting stopped at its bound, the most promising shapes first"
-    return dataclasses.replace(layout, notes=(*found.notes, *([stop] if stopped else [])))
+    return dataclasses.replace(layout, notes=(*notes, *([stop] if stopped else [])))
 
 
 Fit = tuple[float, int, list[int], StepModel]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from slurm_hetero.core.errors import RequestError
@@ -37,14 +36,6 @@ SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)  # per device, what `plan` and `launch` se
 # A structure counts as this many shapes however many sizes it is tried at, so `--micro-batch`
 # lists the same structures as the default.
 SIZE_SLOTS = len(SEARCHED_MICRO_BATCHES)
-
-
-@dataclass(frozen=True)
-class Search:
-    """The candidate shapes of a spec, and notes on what the search bound left out."""
-
-    shapes: list[Shape]
-    notes: tuple[str, ...] = ()
 
 
 def _bounded_product(
@@ -239,8 +230,9 @@ def staged_applies(spec: LayoutSpec) -> bool:
     return len(spec.groups) > 1 and sum(g.count for g in spec.groups) <= STAGED_MAX_WORLD
 
 
-def shape_search(spec: LayoutSpec) -> Search:
-    """Every shape the solver considers, in a fixed order, within `spec.max_candidates`."""
+def shape_search(spec: LayoutSpec) -> tuple[list[Shape], tuple[str, ...]]:
+    """Every shape the solver considers, in a fixed order, within `spec.max_candidates`, and notes on
+    what the bound left out."""
     budget, shapes, notes = spec.max_candidates, [], []
     families = (
         (LayoutKind.PIPELINE, True, _pipeline_shapes, budget),
@@ -257,9 +249,9 @@ def shape_search(spec: LayoutSpec) -> Search:
                     f"({len(spec.groups)} device types; those of the least tensor parallelism "
                     "were kept)"
                 )
-    return Search(shapes, tuple(notes))
+    return shapes, tuple(notes)
 
 
 def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
     """`shape_search` without its notes."""
-    return shape_search(spec).shapes
+    return shape_search(spec)[0]
