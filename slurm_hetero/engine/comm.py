@@ -57,20 +57,12 @@ class Communicator:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def shared_rdma_fabric(nodes: Sequence[str], nics: Mapping[str, Sequence[Nic]]) -> str | None:
-    """The RDMA NIC kind every node in `nodes` has (InfiniBand preferred), or None."""
-    for kind in RDMA_NICS:
-        if all(any(n.kind == kind for n in nics.get(node, ())) for node in nodes):
-            return kind
-    return None
-
-
 def choose(
     members: Sequence[Member], nics: Mapping[str, Sequence[Nic]], override: str | None = None
 ) -> Communicator:
     """The communicator of a group of `members` (rules in the module docstring); `override`
     (`--backend-override`) forces a backend, `gloo` making the group a cpu-relay."""
-    vendors = {m.vendor for m in members}
+    vendors, nodes = {m.vendor for m in members}, {m.node for m in members}
     if len(vendors) <= 1:
         vendor = next(iter(vendors), None)
         backend = vendor.torch_backend if vendor else "gloo"
@@ -78,7 +70,7 @@ def choose(
     elif (
         all(v.ucc_memory for v in vendors)
         and all(any(m.spec.has(c) for c in PEER_MEMORY_CAPABILITIES) for m in members)
-        and shared_rdma_fabric(sorted({m.node for m in members}), nics) is not None
+        and any(all(any(n.kind == kind for n in nics.get(node, ())) for node in nodes) for kind in RDMA_NICS)
     ):
         chosen = Communicator("ucc", CommKind.RDMA_DIRECT)
     else:
@@ -90,10 +82,8 @@ def choose(
 
 
 def communicator_env(communicator: Communicator, nics: Sequence[Nic]) -> dict[str, str]:
-    """The network variables a communicator needs on a node with `nics`: NCCL-style libraries
-    `<P>_IB_HCA` (RDMA NICs, by verbs device), `<P>_SOCKET_IFNAME` (Ethernet) and
-    `<P>_IB_DISABLE=1` when no listed NIC does RDMA; hccl `HCCL_SOCKET_IFNAME` (its RDMA is on the
-    device); gloo `GLOO_SOCKET_IFNAME`; ucc `UCX_NET_DEVICES`."""
+    """The network variables a communicator needs on a node with `nics` (hccl's RDMA is on the
+    device: it only needs the Ethernet interface)."""
     backend, prefix = communicator.backend, communicator.env_prefix
     rdma = [n.name for n in nics if n.kind in RDMA_NICS]
     ethernet = [n.name for n in nics if n.kind not in RDMA_NICS]
@@ -119,25 +109,6 @@ def nic_gbs(nics: Sequence[Nic]) -> float:
     return max((NIC_GBS.get(n.kind, DEFAULT_NIC_GBS) for n in nics), default=DEFAULT_NIC_GBS)
 
 
-def transfer_s(
-    kind: CommKind, nbytes: float, *, same_node: bool, link_gbs: float, network_gbs: float
-) -> float:
-    """Seconds to move `nbytes` one way between two ranks: vendor-ccl over the device link inside a
-    node, the NIC between nodes; rdma-direct at NIC speed; cpu-relay two PCIe copies plus the network."""
-    if nbytes <= 0:
-        return 0.0
-    if kind == CommKind.CPU_RELAY:
-        return 2 * nbytes / (PCIE_GBS * GB) + (0.0 if same_node else nbytes / (network_gbs * GB))
-    if kind == CommKind.VENDOR_CCL and same_node:
-        return nbytes / (link_gbs * GB)
-    return nbytes / (network_gbs * GB)  # between nodes, or rdma-direct through the NIC
-
-
-def effective_gbs(kind: CommKind, *, same_node: bool, link_gbs: float, network_gbs: float) -> float:
-    """The bandwidth (GB/s, one way) a communicator of `kind` delivers: bytes over `transfer_s`."""
-    return 1.0 / transfer_s(kind, GB, same_node=same_node, link_gbs=link_gbs, network_gbs=network_gbs)
-
-
 def pair_gbs(
     groups: Sequence[Sequence[Member]],
     nics: Mapping[str, Sequence[Nic]],
@@ -145,10 +116,12 @@ def pair_gbs(
     override: str | None = None,
 ) -> dict[tuple[int, int], float]:
     """GB/s one way between devices of each pair of groups (i < j) on different nodes: what their
-    communicator (`choose`) delivers over the slower of their `network_gbs`."""
+    communicator (`choose`) delivers over the slower of their `network_gbs`; a cpu-relay also copies
+    every byte through host memory, over PCIe twice."""
     out = {}
     for i, j in itertools.combinations(range(len(groups)), 2):
-        chosen = choose([*groups[i], *groups[j]], nics, override)
-        base = min(network_gbs[i], network_gbs[j])
-        out[i, j] = effective_gbs(chosen.kind, same_node=False, link_gbs=base, network_gbs=base)
+        seconds = GB / (min(network_gbs[i], network_gbs[j]) * GB)  # one GB over the network
+        if choose([*groups[i], *groups[j]], nics, override).kind == CommKind.CPU_RELAY:
+            seconds += 2 * GB / (PCIE_GBS * GB)
+        out[i, j] = 1.0 / seconds
     return out

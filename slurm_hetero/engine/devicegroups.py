@@ -143,10 +143,13 @@ def device_groups(
     rates = resolve_measured(measured or {}, catalog)
     halves = resolve_measured(measured_half or {}, catalog)
     speeds, _ = sustained_tflops([specs[t] for t in counts], rates, mfu)
-    return tuple(
-        _group(specs[t], n, tflops, per_node, gemm_half(specs[t], halves, rates))
-        for (t, n), tflops in zip(counts.items(), speeds)
-    )
+    out = []
+    for (t, n), tflops in zip(counts.items(), speeds):
+        full, rest = divmod(n, per_node)
+        nodes = (per_node,) * full + ((rest,) if rest else ())
+        half, memory = gemm_half(specs[t], halves, rates), specs[t].memory_gib * 2**30
+        out.append(spec_group(specs[t], t, specs[t].vendor, nodes, tflops, half, memory))
+    return tuple(out)
 
 
 def estimated_types(
@@ -234,12 +237,6 @@ def with_network(
         dataclasses.replace(g, nic_gbs=keyed[t]) if (t := site.get(g.type, g.type)) in keyed else g
         for g in groups
     )
-
-
-def _group(spec: DeviceSpec, count: int, tflops: float, per_node: int, half: float) -> DeviceGroup:
-    full, rest = divmod(count, per_node)
-    nodes = (per_node,) * full + ((rest,) if rest else ())
-    return spec_group(spec, spec.type, spec.vendor, nodes, tflops, half, spec.memory_gib * 2**30)
 
 
 def spec_group(

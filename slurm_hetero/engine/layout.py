@@ -14,9 +14,7 @@ families are searched at each micro-batch size and the best predicted step (or c
 - ``staged``: one pipeline whose stages each have their own data-parallel degree (Metis-style);
   `slurm-hetero plan` only.
 
-`bound_step_s` is the total work over the summed throughput of all devices; `even_step_s` is the
-chosen shape with equal layers and samples, which competes with the uneven split, so the answer
-is never slower than it.
+What `bound_step_s` and `even_step_s` promise: docs/plan.md, "What the figures promise".
 """
 
 from __future__ import annotations
@@ -77,14 +75,6 @@ class LayoutSpec:
     leave_out: bool = False  # may a whole device type stay idle when the step is better without it
     mixed_tp: bool = True  # data family: may types differ in tensor-parallel degree
     max_candidates: int = MAX_CANDIDATES  # shapes searched (`engine.shapes`: the search's bound)
-
-    def __post_init__(self) -> None:
-        if not self.groups or self.global_batch < 1 or self.micro_batch_size < 1:
-            raise ValueError("a layout needs device groups, global_batch >= 1 and micro_batch_size >= 1")
-        if (self.micro_batches is not None and self.micro_batches < 1) or self.network_gbs <= 0:
-            raise ValueError("micro_batches must be >= 1 and network_gbs positive")
-        if any(b < 1 for b in self.micro_batch_sizes) or self.objective not in OBJECTIVES:
-            raise ValueError(f"micro_batch_sizes must be >= 1 and objective one of {', '.join(OBJECTIVES)}")
 
 
 @dataclass(frozen=True)
@@ -199,8 +189,9 @@ def solve(spec: LayoutSpec) -> Layout:
         full_notes = (f"{NO_FULL_LAYOUT}: {no_fit.reason}",)
     share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
     for k in range(len(spec.groups)):
+        pairs = {(a - (a > k), b - (b > k)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
         subset = dataclasses.replace(
-            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=_drop(spec, k), max_candidates=share
+            spec, groups=spec.groups[:k] + spec.groups[k + 1 :], pair_gbs=pairs, max_candidates=share
         )
         try:
             trial = _solve_all(subset)
@@ -222,11 +213,6 @@ def solve(spec: LayoutSpec) -> Layout:
 NO_FULL_LAYOUT = "no layout uses every device"  # `solve`'s note when --leave-out had to leave one out
 
 
-def _drop(spec: LayoutSpec, k: int) -> dict[tuple[int, int], float]:
-    """`spec.pair_gbs` renumbered for the groups without group `k`."""
-    return {(a - (a > k), b - (b > k)): v for (a, b), v in spec.pair_gbs.items() if k not in (a, b)}
-
-
 def _objective(spec: LayoutSpec, layout: Layout) -> float:
     if spec.objective == "cost" and layout.cost_per_step_usd is not None:
         return layout.cost_per_step_usd
@@ -243,8 +229,8 @@ def cost_per_step(groups: tuple[DeviceGroup, ...], step_s: float) -> float | Non
 def _solve_all(spec: LayoutSpec) -> Layout:
     """The best simulated layout among the best estimated candidates; each finalist's even split
     competes too, so the answer is never worse than the even split it reports."""
-    found = shape_search(spec)
-    fits, stopped = search(spec, found.shapes)
+    shapes, notes = shape_search(spec)
+    fits, stopped = search(spec, shapes)
     fits = _finalists(fits)
     if not fits:
         raise _no_fit(spec)
@@ -258,7 +244,7 @@ def _solve_all(spec: LayoutSpec) -> Layout:
     predicted, _, bounds, samples, model = min(timed, key=lambda t: (t[0], t[1]))
     layout = layout_from_split(spec, model, bounds, samples, predicted)
     stop = "search bounded: splitting stopped at its bound, the most promising shapes first"
-    return dataclasses.replace(layout, notes=(*found.notes, *([stop] if stopped else [])))
+    return dataclasses.replace(layout, notes=(*notes, *([stop] if stopped else [])))
 
 
 Fit = tuple[float, int, list[int], StepModel]

@@ -21,8 +21,7 @@ NETWORK_GBS_RANGE = (1e-3, 1e6)
 
 
 def check_size(groups: Sequence[DeviceGroup]) -> None:
-    """A RequestError when the allocation is beyond what the planner takes (`MAX_DEVICES` devices,
-    `engine.shapes.MAX_TYPES` device types)."""
+    """A RequestError when the allocation is beyond what the planner takes."""
     devices = sum(g.count for g in groups)
     if devices > MAX_DEVICES or len(groups) > MAX_TYPES:
         raise RequestError(
@@ -32,9 +31,7 @@ def check_size(groups: Sequence[DeviceGroup]) -> None:
 
 
 def check_batch(global_batch: int, micro_batch: int | None = None, micro_batches: int | None = None) -> None:
-    """A RequestError (one, naming the flags) when the batch options cannot go together: the global
-    batch at most `MAX_GLOBAL_BATCH`, a micro-batch size or count at most the global batch, and not
-    both (each sets the micro-batch size)."""
+    """One RequestError, naming the flags, when the batch options cannot go together."""
     if not 1 <= global_batch <= MAX_GLOBAL_BATCH:
         raise RequestError(f"--global-batch {global_batch}", f"must be 1 to {MAX_GLOBAL_BATCH:,} sequences")
     if micro_batch is not None and micro_batches is not None:

@@ -30,15 +30,9 @@ if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
 Rates = dict[tuple[int, int, float], float]
-# The search's bounds (docs/plan.md, "The search is bounded"). Beyond LARGE_SEARCH devices x
-# layers, at most MAX_SPLITS shapes are split (in lower-bound order): the problem's size, not the
-# candidates', so `--kind` and `--micro-batch` do not change it. In any search, splitting stops
-# after the first fit once its work (`_split_work`) passes MAX_SPLIT_WORK, and polishing once
-# MAX_SCORES splits were scored (a score over SCORE_LINES lines counts lines / SCORE_LINES), each x
-# the spec's share of `shapes.MAX_CANDIDATES`: 5 or more types, or many layers on few devices,
-# made planning minutes. Each class (`shape_class`) takes 1 / CLASS_SHARE of these, and under
-# LARGE_SEARCH no class's spending counts against another's, so the default search is never worse
-# by its own prediction than one restricted to a class.
+# The search's bounds, each x the spec's share of `shapes.MAX_CANDIDATES`: 5 or more types, or many
+# layers on few devices, made planning minutes. What each counts, and why the default search is never
+# worse than one restricted to a class: docs/plan.md, "The search is bounded".
 LARGE_SEARCH = 32_768
 MAX_SPLITS = 48
 MAX_SPLIT_WORK = 1_000_000  # the benchmark mixes and exhaustively checked instances: at most 0.93 M
@@ -86,11 +80,6 @@ def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
     return 1.0 / (1.0 / speed + per_flop * layer_share)
 
 
-def _runs(line: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
-    """A line as runs of equal stages: (group, tp, stages)."""
-    return [(g, t, sum(1 for _ in run)) for (g, t), run in itertools.groupby(line)]
-
-
 def _first_true(n: int, test: Callable[[int], bool]) -> int:
     """The first j in range(n) where the monotone `test` holds (n if none): Python 3.9's bisect has no key."""
     lo, hi = 0, n
@@ -112,41 +101,30 @@ class _Memo:
     """What the search's bounds reuse across shapes: stage rates by (group, tp, samples per device),
     and per (line, stage_dp) its runs `(group, tp, stages, dp)` and transfer sum per sample."""
 
-    rate: Rates
-    step_flops: float  # `LayerCosts.step_flops_per_sample` (a sum over the layers each time)
+    spec: LayoutSpec
+    rates: Rates = field(default_factory=dict)
     lines: LineFacts = field(default_factory=dict)
 
-    def facts(self, spec: LayoutSpec, shape: Shape) -> tuple[list[tuple[int, int, int, int]], float]:
+    def rate(self, g: int, t: int, b: float) -> float:
+        if (g, t, b) not in self.rates:
+            self.rates[g, t, b] = _stage_rate(self.spec, g, t, b)
+        return self.rates[g, t, b]
+
+    def facts(self, shape: Shape) -> tuple[list[tuple[int, int, int, int]], float]:
         key = (shape.lines[0], shape.stage_dp)
         found = self.lines.get(key)
         if found is None:
-            runs = _runs(shape.lines[0])
+            runs = [(g, t, sum(1 for _ in run)) for (g, t), run in itertools.groupby(shape.lines[0])]
             starts = itertools.accumulate((n for _, _, n in runs), initial=0)
             with_dp = [(g, t, n, shape.dp(k)) for (g, t, n), k in zip(runs, starts)]
-            found = self.lines[key] = (with_dp, _p2p_total(spec, with_dp))
+            found = self.lines[key] = (with_dp, _p2p_total(self.spec, with_dp))
         return found
 
-
-def _memo(spec: LayoutSpec, shapes: Sequence[Shape]) -> _Memo:
-    """A search's memo, the rates of every type, tp degree and micro-batch size filled."""
-    sizes = sorted({s.micro_batch for s in shapes if not s.stage_dp})
-    groups, tps = range(len(spec.groups)), spec.tp_sizes
-    rates: Rates = {(g, t, b): _stage_rate(spec, g, t, b) for g in groups for t in tps for b in sizes}
-    return _Memo(rates, spec.costs.step_flops_per_sample)
-
-
-def _run_rates(
-    spec: LayoutSpec, shape: Shape, memo: _Memo, runs: list[tuple[int, int, int, int]] | None = None
-) -> list[tuple[float, int]]:
-    """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first (a staged stage:
-    `dp` devices on micro_batch / dp samples each)."""
-    out, rate = [], memo.rate
-    for g, t, n, d in memo.facts(spec, shape)[0] if runs is None else runs:
-        key = (g, t, shape.micro_batch / d)
-        if key not in rate:
-            rate[key] = _stage_rate(spec, *key)
-        out.append((d * rate[key], n))
-    return sorted(out, reverse=True)
+    def run_rates(self, shape: Shape) -> list[tuple[float, int]]:
+        """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first (a staged stage:
+        `dp` devices on micro_batch / dp samples each)."""
+        runs = [(d * self.rate(g, t, shape.micro_batch / d), n) for g, t, n, d in self.facts(shape)[0]]
+        return sorted(runs, reverse=True)
 
 
 def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float:
@@ -195,15 +173,14 @@ def _line_micro_batches(spec: LayoutSpec, shape: Shape) -> int:
 def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
     """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on the
     fastest stages that balance it best, plus the transfers."""
-    work, b = memo.step_flops * shape.micro_batch, shape.micro_batch
+    work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
     if shape.kind in (LayoutKind.PIPELINE, LayoutKind.STAGED):
-        runs, p2p = memo.facts(spec, shape)
-        sent = p2p * b * spec.costs.boundary_bytes / GB
+        sent = memo.facts(shape)[1] * b * spec.costs.boundary_bytes / GB
         least = sent / max(1, shape.stages - 1)  # a stage beside the slowest boundary receives it
-        fill = _fill_bound(_run_rates(spec, shape, memo, runs), _line_micro_batches(spec, shape), work, least)
+        fill = _fill_bound(memo.run_rates(shape), _line_micro_batches(spec, shape), work, least)
         return fill + 2 * sent
     speed = [
-        r * memo.rate[(line[0][0], line[0][1], b)] * shape.stages / work
+        r * memo.rate(line[0][0], line[0][1], b) * shape.stages / work
         for r, line in zip(shape.replicas, shape.lines)
     ]
     lo, hi = 0.0, (spec.global_batch / b + sum(shape.replicas) * shape.stages) / min(speed)
@@ -222,10 +199,10 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -
     stats, shape = model.line_stats(bounds), model.shape
     if len(shape.lines) > 1 or not stats:
         return 0.0
-    runs = _run_rates(spec, shape, memo)
     least = float(stage_periods(stats[0].fwd, stats[0].bwd, stats[0].p2p).max()) * (1 - 1e-4)
-    work = memo.step_flops * shape.micro_batch
-    return _fill_bound(runs, _line_micro_batches(spec, shape), work, least) + 2 * float(stats[0].p2p.sum())
+    work = spec.costs.step_flops_per_sample * shape.micro_batch
+    fill = _fill_bound(memo.run_rates(shape), _line_micro_batches(spec, shape), work, least)
+    return fill + 2 * float(stats[0].p2p.sum())
 
 
 def _holds_state(spec: LayoutSpec, shape: Shape) -> bool:
@@ -362,7 +339,7 @@ def search(
 ) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
     """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
     can win in its class (`shape_class`), within the bounds above; and whether a bound stopped it."""
-    memo = _memo(spec, shapes)
+    memo = _Memo(spec)
     ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
     fits: list[tuple[float, int, list[int], StepModel]] = []
     best: dict[tuple[str, int], float] = {}

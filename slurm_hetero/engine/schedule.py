@@ -1,16 +1,11 @@
 """The step-time model behind the layout solver: how one step of a candidate shape plays out.
-Pure numpy; what one stage costs is `engine.stagecost`.
+Pure numpy; what one stage costs is `engine.stagecost`; the assumptions are docs/plan.md's.
 
-- **Pipeline.** A step is a 1F1B schedule (`simulate_1f1b`), each transfer on its receiver's time
-  (a blocking receive, `stage_periods`); `estimate_1f1b` is its closed form, which the search uses
-  except for steps of few micro-batches (`is_short`), where it is least accurate and simulating
-  is cheap.
-- **Batch.** The global batch is split across replicas by water-filling the closed form (faster
-  replicas take more samples), refined by simulation for short steps.
-- **Gradients** of each stage are all-reduced over its replicas once its last backward is done,
-  as Megatron's and DeepSpeed's pipeline engines do (and SAILOR's simulator): a ring, or where
-  the replicas span vendors hierarchically, as `slurm_hetero.training` does. The **optimizer
-  step** follows: its memory traffic (`modelcost.optimizer_step_bytes`) over memory bandwidth.
+A step is a 1F1B schedule (`simulate_1f1b`); the search uses its closed form (`estimate_1f1b`)
+except for steps of few micro-batches (`is_short`), where it is least accurate and simulating is
+cheap. The global batch is split across replicas by water-filling the closed form, refined by
+simulation for short steps. Each stage's gradients are all-reduced (a ring, or hierarchically
+across vendors) after its last backward, then its optimizer step runs.
 """
 
 from __future__ import annotations
@@ -59,15 +54,10 @@ class Schedule:
     """One replica's 1F1B step, op by op (arrays aligned), and when each stage finishes."""
 
     stage: npt.NDArray[np.int64]
-    micro: npt.NDArray[np.int64]
     backward: npt.NDArray[np.bool_]
     start: FloatArray
     end: FloatArray
     stage_end: FloatArray
-
-    @property
-    def makespan(self) -> float:
-        return float(self.stage_end.max()) if self.stage_end.size else 0.0
 
 
 def _op_order(stages: int, index: int, micro_batches: int) -> list[tuple[bool, int]]:
@@ -96,7 +86,11 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
         for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
             while ptr[k] < len(orders[k]):
                 back, i = orders[k][ptr[k]]
-                ready = _ready(done, back, k, i, p)
+                # when the neighbour has produced what this operation receives
+                if back:
+                    ready = done[False][k][i] if k == p - 1 else done[True][k + 1][i]
+                else:
+                    ready = done[False][k - 1][i] if k else 0.0
                 if ready is None:
                     break
                 start = max(free[k], ready)
@@ -110,20 +104,10 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
     return _schedule(ops, free)
 
 
-def _ready(
-    done: tuple[list[list[float | None]], list[list[float | None]]], back: bool, k: int, i: int, p: int
-) -> float | None:
-    """When the neighbour has produced what operation (`back`, `i`) of stage `k` receives."""
-    if not back:
-        return 0.0 if not k else done[False][k - 1][i]
-    return done[False][k][i] if k == p - 1 else done[True][k + 1][i]
-
-
 def _schedule(ops: list[tuple[int, int, bool, float, float]], free: list[float]) -> Schedule:
     cols = list(zip(*ops)) if ops else [(), (), (), (), ()]
     return Schedule(
         stage=np.array(cols[0], dtype=np.int64),
-        micro=np.array(cols[1], dtype=np.int64),
         backward=np.array(cols[2], dtype=np.bool_),
         start=np.array(cols[3], dtype=np.float64),
         end=np.array(cols[4], dtype=np.float64),
@@ -299,10 +283,8 @@ class _Maxima:
 
 
 class StepModel:
-    """Step time of one `Shape` for any layer split (`bounds`, length stages + 1) and sample split.
-
-    Stage figures are cached per layer range, so moving one boundary costs two stage evaluations.
-    """
+    """Step time of one `Shape` for any layer split (`bounds`, length stages + 1) and sample split;
+    stage figures are cached per layer range, so moving one boundary costs two stage evaluations."""
 
     SIMULATE_OPS = 20_000
     # A simulated operation costs about its pipeline's stages: beyond this many operations x stages
@@ -427,16 +409,13 @@ class StepModel:
             out.append(LineStats(cols[0], cols[1], cols[2], cols[3].astype(np.int64), self._p2p[i]))
         return out
 
-    def grad_bytes(self, bounds: Sequence[int]) -> FloatArray:
-        """Gradient bytes per rank of each stage position (mixed tp degrees: the least degree's rank)."""
-        return np.array([self._gradient(k, a, e)[0] for k, (a, e) in enumerate(zip(bounds, bounds[1:]))])
-
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
         """Gradient all-reduce seconds of each stage position: a ring, or hierarchical across vendors."""
         return np.array([self._gradient(k, a, e)[1] for k, (a, e) in enumerate(zip(bounds, bounds[1:]))])
 
     def _gradient(self, k: int, a: int, e: int) -> tuple[float, float]:
-        """(gradient bytes per rank, all-reduce seconds) of stage position `k` over `[a, e)`, cached."""
+        """(gradient bytes per rank, all-reduce seconds) of stage position `k` over `[a, e)`, cached;
+        mixed tp degrees: the least degree's rank."""
         key = (k, a, e)
         if key not in self._grad_cache:
             c, pre = self.costs, self.costs.prefix["params"]
@@ -453,21 +432,14 @@ class StepModel:
 
     def split(self, stats: Sequence[LineStats]) -> tuple[int, ...]:
         """Samples per replica, by speed (identical replicas get equal shares, the first ones +1)."""
-        if len(self.shape.replicas) == 1:  # identical replicas: the speeds do not matter
-            return split_samples(self.batch, self.shape.replicas, (), (), self.shape.micro_batch)
         fill = [float((s.fwd + s.bwd).sum() + 2 * s.p2p.sum()) for s in stats]
         period = [float(stage_periods(s.fwd, s.bwd, s.p2p).max()) for s in stats]
         return split_samples(self.batch, self.shape.replicas, fill, period, self.shape.micro_batch)
 
-    @property
-    def short(self) -> bool:
-        """Whether a step has so few micro-batches that the search simulates it (`is_short`)."""
-        return is_short(self.shape, self.batch)
-
     def score(self, bounds: Sequence[int], below: float = math.inf) -> float:
-        """The search's objective: the closed form, or for `short` steps the simulated step (the sample
+        """The search's objective: the closed form, or the simulated step when `is_short` (the sample
         split refined up to `REFINE_REPLICAS` replicas); with `below`, possibly a lower bound at least it."""
-        if not self.short:
+        if not is_short(self.shape, self.batch):
             return self.estimate(bounds, below=below)
         stats = self.line_stats(bounds)
         if stats is None:
@@ -480,10 +452,10 @@ class StepModel:
     def refine_split(
         self, bounds: Sequence[int], samples: tuple[int, ...], budget: int | None = None
     ) -> tuple[int, ...]:
-        """For `short` steps, move single samples between replicas while the simulated step improves, at
+        """When `is_short`, move single samples between replicas while the simulated step improves, at
         most `budget` trials; only each line's busiest replica counts (`_Maxima`), so a trial is linear."""
         best = self.simulate(bounds, samples)
-        moved = self.short and len(samples) > 1
+        moved = is_short(self.shape, self.batch) and len(samples) > 1
         budget = self.REFINE_SIMULATIONS if budget is None else budget
         split = _Maxima(self.shape.replicas, samples)
         while moved and budget > 0:
@@ -521,11 +493,11 @@ class StepModel:
         totals = [estimate_1f1b(s.fwd, s.bwd, s.p2p, math.ceil(n / self.shape.micro_batch)) for s, n in lines]
         if max(totals) >= below:
             return max(totals)
-        ends = []
-        for (s, n), total in zip(lines, totals):
+        tails = self.tail(bounds)
+        for (s, n), total, tail in zip(lines, totals, tails):
             drain = np.concatenate(([0.0], np.cumsum(s.bwd + s.p2p)[:-1]))
-            ends.append(np.where(n > 0, total - drain, 0.0))
-        return self._step(ends, bounds)
+            tail += np.where(n > 0, total - drain, 0.0)
+        return max(float(tail.max()) for tail in tails)
 
     def simulate(self, bounds: Sequence[int], samples: Sequence[int]) -> float:
         """Simulated step seconds: each line's busiest replica through 1F1B, then the all-reduces."""
@@ -563,10 +535,6 @@ class StepModel:
         weights[-1] += c.last_param_bytes
         out: FloatArray = weights * self._step_s[line]
         return out
-
-    def _step(self, ends: Sequence[FloatArray], bounds: Sequence[int]) -> float:
-        """Latest end of a stage's optimizer step (`tail`)."""
-        return max(float((e + x).max()) for e, x in zip(ends, self.tail(bounds)))
 
     def _stage_ends(self, s: LineStats, m: int) -> FloatArray:
         p = len(s.fwd)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from slurm_hetero.core.errors import RequestError
@@ -37,14 +36,6 @@ SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)  # per device, what `plan` and `launch` se
 # A structure counts as this many shapes however many sizes it is tried at, so `--micro-batch`
 # lists the same structures as the default.
 SIZE_SLOTS = len(SEARCHED_MICRO_BATCHES)
-
-
-@dataclass(frozen=True)
-class Search:
-    """The candidate shapes of a spec, and notes on what the search bound left out."""
-
-    shapes: list[Shape]
-    notes: tuple[str, ...] = ()
 
 
 def _bounded_product(
@@ -109,11 +100,6 @@ def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(orders))
 
 
-def _round_robin(per_key: list[list[T]]) -> list[T]:
-    """Items of several lists interleaved: each list's first, then each one's second, ..."""
-    return [x for row in itertools.zip_longest(*per_key) for x in row if x is not None]
-
-
 def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     counts, layers = [g.count for g in spec.groups], spec.costs.layers
     divisors = _divisors(math.gcd(*counts))
@@ -129,7 +115,8 @@ def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     structures = [x for row in per_d for x in row]
     if len(structures) * len(orders) * SIZE_SLOTS > budget:
         orders, cut = (_few_orders(spec), True) if len(orders) > 5 else (orders, cut)
-        structures = _round_robin(per_d)  # every data-parallel degree keeps its cheapest first
+        # interleaved, so every data-parallel degree keeps its cheapest first
+        structures = [x for row in itertools.zip_longest(*per_d) for x in row if x is not None]
     shapes: list[Shape] = []
     for listed, (d, combo) in enumerate(structures):
         if (listed + 1) * len(orders) * SIZE_SLOTS > budget:
@@ -243,8 +230,9 @@ def staged_applies(spec: LayoutSpec) -> bool:
     return len(spec.groups) > 1 and sum(g.count for g in spec.groups) <= STAGED_MAX_WORLD
 
 
-def shape_search(spec: LayoutSpec) -> Search:
-    """Every shape the solver considers, in a fixed order, within `spec.max_candidates`."""
+def shape_search(spec: LayoutSpec) -> tuple[list[Shape], tuple[str, ...]]:
+    """Every shape the solver considers, in a fixed order, within `spec.max_candidates`, and notes on
+    what the bound left out."""
     budget, shapes, notes = spec.max_candidates, [], []
     families = (
         (LayoutKind.PIPELINE, True, _pipeline_shapes, budget),
@@ -261,9 +249,9 @@ def shape_search(spec: LayoutSpec) -> Search:
                     f"({len(spec.groups)} device types; those of the least tensor parallelism "
                     "were kept)"
                 )
-    return Search(shapes, tuple(notes))
+    return shapes, tuple(notes)
 
 
 def candidate_shapes(spec: LayoutSpec) -> list[Shape]:
     """`shape_search` without its notes."""
-    return shape_search(spec).shapes
+    return shape_search(spec)[0]

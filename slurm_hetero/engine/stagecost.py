@@ -9,10 +9,8 @@ memory of a stage over any range of layers. Pure numpy; the step-time model is `
   `gemm_half` per type; `DEFAULT_GEMM_HALF`, scaled by the ridge point, stands in until then.
 - **Tensor parallel** (inside a node) costs 4 ring all-reduces of the hidden state per layer and
   micro-batch (Megatron; 2 more per recomputed layer), each ring step `RING_STEP_S` on top.
-- **Memory per device**: the layers' state (split over `tp`, and over data-parallel replicas by
-  the ZeRO stage), the ZeRO-3 gather buffer, activations of `in_flight` micro-batches (1F1B:
-  stage `k` of `p` holds `p - k`) over `tp`, and a fixed overhead. A recomputed layer keeps only
-  its input (`ckpt_bytes`) and needs one layer's activations while it recomputes.
+- **Memory per device** as docs/fit.md counts it, with activations of `in_flight` micro-batches
+  (1F1B: stage `k` of `p` holds `p - k`).
 """
 
 from __future__ import annotations
@@ -165,7 +163,7 @@ class LayerCosts:
         """seq x hidden: the activation matrix of one sample."""
         return self.boundary_bytes / self.value_bytes
 
-    @property
+    @cached_property  # the search's bounds ask for it at every shape
     def step_flops_per_sample(self) -> float:
         """Forward plus backward FLOPs of the model for one sample, with the recomputation the settings
         impose but none the solver chooses."""
@@ -216,14 +214,6 @@ class DeviceGroup:
     # on this model's layers at that shape, its tensor-parallel all-reduces included); () when none
     speeds: tuple[tuple[int, float, float], ...] = ()
     memory_gbs: float = 0.0  # device memory bandwidth, GB/s (the optimizer step); 0: DEFAULT_MEMORY_GBS
-
-    def __post_init__(self) -> None:
-        if not self.per_node or min(self.per_node) < 1:
-            raise ValueError(f"{self.type}: per_node must list at least one positive count")
-        if self.tflops <= 0 or self.memory_bytes <= 0 or self.link_gbs <= 0:
-            raise ValueError(f"{self.type}: tflops, memory_bytes and link_gbs must be positive")
-        if self.gemm_half < 0 or self.nic_gbs < 0 or self.price_per_hour < 0:
-            raise ValueError(f"{self.type}: gemm_half, nic_gbs and price_per_hour must be >= 0")
 
     @property
     def count(self) -> int:

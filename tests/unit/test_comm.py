@@ -11,9 +11,8 @@ from slurm_hetero.engine.comm import (
     Member,
     choose,
     communicator_env,
-    effective_gbs,
     nic_gbs,
-    transfer_s,
+    pair_gbs,
 )
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.vendors import vendor_traits
@@ -96,19 +95,12 @@ def test_network_variables_follow_the_nodes_nics() -> None:
 
 
 def test_relay_costs_two_pcie_copies_plus_the_network() -> None:
-    gb = 1e9
-    relay = transfer_s(CommKind.CPU_RELAY, gb, same_node=False, link_gbs=300, network_gbs=25)
-    assert relay == pytest.approx(2 / 25 + 1 / 25)
-    assert transfer_s(CommKind.CPU_RELAY, gb, same_node=True, link_gbs=300, network_gbs=25) == pytest.approx(
-        2 / 25
-    )
-    assert transfer_s(CommKind.RDMA_DIRECT, gb, same_node=False, link_gbs=300, network_gbs=25) == 1 / 25
-    assert transfer_s(CommKind.VENDOR_CCL, gb, same_node=True, link_gbs=300, network_gbs=25) == 1 / 300
-    assert transfer_s(CommKind.VENDOR_CCL, gb, same_node=False, link_gbs=300, network_gbs=25) == 1 / 25
-    assert transfer_s(CommKind.CPU_RELAY, 0, same_node=False, link_gbs=1, network_gbs=1) == 0.0
-    direct = effective_gbs(CommKind.RDMA_DIRECT, same_node=False, link_gbs=300, network_gbs=25)
-    relayed = effective_gbs(CommKind.CPU_RELAY, same_node=False, link_gbs=300, network_gbs=25)
-    assert direct == pytest.approx(25) and relayed == pytest.approx(25 / 3)
+    groups = [[member("nvidia", "a100_80g", "n1")], [member("amd", "mi300x", "n2")]]
+    groups += [[member("ascend", "ascend910b3", "n3")], [member("nvidia", "l40s", "n4")]]
+    gbs = pair_gbs(groups, dict.fromkeys(("n1", "n2", "n3", "n4"), IB), [25, 50, 25, 25])
+    assert gbs[0, 1] == pytest.approx(25)  # rdma-direct, at the slower of the two
+    assert 1 / gbs[0, 2] == pytest.approx(2 / 25 + 1 / 25)  # cpu-relay
+    assert gbs[0, 3] == pytest.approx(25)  # vendor-ccl between nodes
 
 
 def test_nic_speed_is_the_fastest_kind_listed() -> None:

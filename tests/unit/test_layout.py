@@ -44,6 +44,7 @@ from slurm_hetero.engine.schedule import (
     Shape,
     StepModel,
     estimate_1f1b,
+    is_short,
     line_p2p,
     simulate_1f1b,
     split_samples,
@@ -282,8 +283,8 @@ def test_every_layout_is_consistent_and_deterministic(spec: LayoutSpec) -> None:
 def test_uniform_pipeline_simulates_to_the_textbook_step() -> None:
     fwd, bwd, p2p = np.full(4, 1.0), np.full(4, 2.0), np.zeros(4)
     schedule = simulate_1f1b(fwd, bwd, p2p, 8)
-    assert schedule.makespan == pytest.approx((8 + 4 - 1) * 3.0)
-    assert estimate_1f1b(fwd, bwd, p2p, 8) == pytest.approx(schedule.makespan)
+    assert schedule.stage_end.max() == pytest.approx((8 + 4 - 1) * 3.0)
+    assert estimate_1f1b(fwd, bwd, p2p, 8) == pytest.approx(schedule.stage_end.max())
     assert len(schedule.start) == 2 * 4 * 8 and np.all(schedule.end > schedule.start)
 
 
@@ -610,7 +611,7 @@ def test_a_relayed_gradient_ring_copies_to_the_host_once() -> None:
     layout = solve(spec)
     model = _one_stage_data_model(spec)
     bounds = [0, spec.costs.layers]
-    grads = float(model.grad_bytes(bounds)[0])
+    grads = model._gradient(0, *bounds)[0]
     ranks = sum(model.shape.replicas)
     flat = ring_allreduce_s(grads, ranks, 25.0) + 2 * grads / (25 * GB)
     sizes, local = [], []
@@ -653,7 +654,7 @@ def test_a_gradient_ring_inside_one_vendor_stays_flat() -> None:
     spec = BENCH.mix_spec(BENCH.MIXES[0], kinds=(LayoutKind.DATA,))
     model = _one_stage_data_model(spec)
     bounds = [0, spec.costs.layers]
-    grads, ranks = float(model.grad_bytes(bounds)[0]), sum(model.shape.replicas)
+    grads, ranks = model._gradient(0, *bounds)[0], sum(model.shape.replicas)
     assert {g.vendor for g in spec.groups} == {"nvidia"}
     flat = ring_allreduce_s(grads, ranks, 25.0)
     assert float(model.allreduce(bounds)[0]) == pytest.approx(flat)
@@ -697,10 +698,10 @@ def test_a_transfer_is_on_its_receivers_time() -> None:
     period holds its compute and both receives, and the closed form agrees with the simulation."""
     fwd, bwd, p2p = np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0, 2.0]), np.array([0.5, 0.5, 0.0])
     m = 40
-    simulated = simulate_1f1b(fwd, bwd, p2p, m).makespan
+    simulated = simulate_1f1b(fwd, bwd, p2p, m).stage_end.max()
     assert estimate_1f1b(fwd, bwd, p2p, m) == pytest.approx(9.0 + 2.0 + (m - 1) * 4.0)
     assert simulated == pytest.approx(estimate_1f1b(fwd, bwd, p2p, m), rel=0.02)
-    free = simulate_1f1b(fwd, bwd, np.zeros(3), m).makespan
+    free = simulate_1f1b(fwd, bwd, np.zeros(3), m).stage_end.max()
     assert simulated - free > (m - 1) * 0.9  # the middle stage's two receives, every micro-batch
 
 
@@ -742,7 +743,7 @@ def _refine_by_copies(
     """`refine_split` as it was before adv26b F4: a copied split and a pass over it per trial
     (quadratic-ish in the replicas); the reference the incremental one must equal."""
     best = model.simulate(bounds, samples)
-    moved = model.short and len(samples) > 1
+    moved = is_short(model.shape, model.batch) and len(samples) > 1
     while moved and budget > 0:
         moved = False
         for i, j in itertools.permutations(range(len(samples)), 2):

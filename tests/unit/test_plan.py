@@ -65,9 +65,9 @@ def one_line_error(code: int, err: str) -> str:
 
 def test_five_types_search_a_bounded_number_of_shapes_and_say_so() -> None:
     """5 types x 8 devices were 1.4 million candidates (20 s to list, minutes to plan)."""
-    found = shape_search(spec_of(FIVE_TYPES))
-    assert len(found.shapes) <= MAX_CANDIDATES * 5 // 4
-    assert found.notes and all(n.startswith("search bounded") for n in found.notes)
+    shapes, notes = shape_search(spec_of(FIVE_TYPES))
+    assert len(shapes) <= MAX_CANDIDATES * 5 // 4
+    assert notes and all(n.startswith("search bounded") for n in notes)
 
 
 def test_six_types_plan_in_seconds_with_leave_out() -> None:
@@ -89,7 +89,7 @@ def test_the_bounded_product_stops_within_its_work_on_billions_of_combinations()
 
 def test_small_searches_are_not_bounded() -> None:
     for seed in range(40):
-        assert not shape_search(random_spec(random.Random(seed))).notes
+        assert not shape_search(random_spec(random.Random(seed)))[1]
 
 
 # -- 2. efficiency is at most 1; micro-batch options checked ---------------------------------------
@@ -265,7 +265,7 @@ def test_micro_batch_per_device_is_what_every_device_takes_or_staged_is_refused(
 def test_micro_batches_set_the_staged_pipeline_micro_batch(count: int) -> None:
     """U5: --micro-batches 64 with the staged family's one replica gave 16 micro-batches per step."""
     spec = spec_of("h100_sxm:4,a100_80g:4", "gpt2", 1024, 64, micro_batches=count, kinds=(LayoutKind.STAGED,))
-    shapes = shape_search(spec).shapes
+    shapes = shape_search(spec)[0]
     assert shapes and {s.micro_batch for s in shapes} == {64 // count}
     assert all(64 // count >= max(s.stage_dp) for s in shapes)  # every device gets a sample
     layout = solve(spec)
@@ -274,13 +274,13 @@ def test_micro_batches_set_the_staged_pipeline_micro_batch(count: int) -> None:
 
 def test_micro_batches_too_small_for_every_staged_stage_are_refused_naming_the_most() -> None:
     spec = spec_of("h100_sxm:4,a100_80g:4", "gpt2", 1024, 64, micro_batches=64, kinds=(LayoutKind.STAGED,))
-    assert shape_search(spec).shapes == []
+    assert shape_search(spec)[0] == []
     with pytest.raises(
         RequestError, match="micro-batch 1 sample, fewer than the 2 data-parallel devices"
     ) as e:
         solve(spec)
     assert "give --micro-batches 32 or fewer" in str(e.value)
-    assert shape_search(dataclasses.replace(spec, micro_batches=32)).shapes
+    assert shape_search(dataclasses.replace(spec, micro_batches=32))[0]
 
 
 def test_cost_objective_refuses_unpriced_types() -> None:
@@ -455,7 +455,7 @@ def test_many_layers_on_few_devices_polish_within_the_work_bound(
     simulated = []
     plain = StepModel.simulate
     monkeypatch.setattr(StepModel, "simulate", lambda self, *a: simulated.append(1) or plain(self, *a))
-    shapes = shape_search(spec).shapes
+    shapes = shape_search(spec)[0]
     fits, bounded = partition.search(spec, shapes)
     classes = len({partition.shape_class(s) for s in shapes})
     assert fits and bounded and classes == 12  # pipeline, data and staged at 1, 2, 4 and 8 a device
