@@ -1,7 +1,5 @@
-"""Model configurations by name or path: the Hugging Face `config.json` files bundled in
-`slurm_hetero/data/hf_configs/`, or a user's own. The only reader of those files; `fit`,
-`sbatch`, `plan` and `launch` all describe models through it, and `layer_costs_for` hands the
-layout solver a named model's costs from the one model-cost source (`engine.modelcost`)."""
+"""Models by name or path: the Hugging Face `config.json` files bundled in `data/hf_configs/`,
+or a user's own."""
 
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"
 
 
 def bundled_names() -> list[str]:
-    """Names of the configs shipped in `slurm_hetero/data/hf_configs/` (file names without .json)."""
+    """Names of the bundled configs."""
     root = resources.files(CONFIG_PACKAGE)
     return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
 
@@ -61,7 +59,6 @@ def load_model(ref: str) -> ModelSpec:
 
 
 def context_length(ref: str) -> int:
-    """The model's context length (its default training sequence length)."""
     return load_model(ref).max_positions
 
 
@@ -69,8 +66,7 @@ DEFAULT_SEQ = 2048  # fit's and sbatch's sequence length when none is given (cap
 
 
 def check_seq(spec: ModelSpec, seq: int, ref: str | None = None) -> int:
-    """`seq` when the model takes sequences that long (1 to its context length, what its config
-    states: max_position_embeddings, n_positions), else a RequestError naming the range."""
+    """`seq` when 1 to the model's context length, else a RequestError naming the range."""
     if not 1 <= seq <= spec.max_positions:
         raise RequestError(f"--seq {seq}", f"{ref or spec.name} takes 1 to {spec.max_positions} tokens")
     return seq
@@ -82,9 +78,8 @@ BEYOND_CONTEXT = "--beyond-context"
 def sequence_length(
     spec: ModelSpec, seq: int | None, ref: str | None = None, beyond: bool | None = None
 ) -> int:
-    """The sequence length asked for, else DEFAULT_SEQ or the model's context if shorter. Longer
-    than the context is an error unless `beyond` (BEYOND_CONTEXT: relative positions as T5's, RoPE
-    scaling; None: the command has no such option, and the error does not offer it)."""
+    """`seq`, else DEFAULT_SEQ or the model's context if shorter. Longer than the context is an
+    error unless `beyond` (relative positions, RoPE scaling; None: the command has no such option)."""
     if seq is None:
         return min(DEFAULT_SEQ, spec.max_positions)
     if beyond and seq >= 1:
@@ -98,14 +93,13 @@ def sequence_length(
 
 
 def tp_sizes_for(ref: str, sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """The tensor-parallel degrees of `sizes` the model `ref` can be split by (heads and K/V heads
-    evenly); a ConfigError when none can."""
+    """The degrees of `sizes` that split the model's heads evenly; ConfigError when none do."""
     return usable_tp_sizes(load_model(ref), sizes)
 
 
 def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:
-    """The layout solver's per-layer costs of a model (name or config.json) for one sequence of
-    `seq` tokens: decoder-only models (dense, or MoE with every expert on the stage of its layer)."""
+    """The layout solver's per-layer costs of a decoder-only model for one sequence of `seq` tokens
+    (MoE: every expert on the stage of its layer)."""
     spec = load_model(ref)
     if spec.encoder_layers:
         raise RequestError(ref, "the layout solver handles decoder-only models (no encoder)")
