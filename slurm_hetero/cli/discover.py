@@ -22,13 +22,12 @@ from slurm_hetero.vendors import all_vendors
 
 
 def node_facts(options: dict[str, Any]) -> dict[str, int]:
-    """The NodeName facts given on the command line, each within what a node record holds (the
-    inventory schema's bounds), checked before Slurm or any tool is asked."""
+    """The NodeName facts given on the command line, within the inventory schema's bounds."""
     given = {k: options.get(k) for k in ("cpus", "sockets", "cores_per_socket", "threads_per_core")}
     facts = {k: v for k, v in given.items() if v is not None}
     bounds = inventory.shipped_schema()["definitions"]["node"]["properties"]
     memory = options.get("real_memory")
-    if memory is not None:  # the one bound, a node record's, whatever the suffix
+    if memory is not None:
         facts["real_memory_mib"] = parse_size(memory, "--real-memory", bounds["real_memory_mib"]["maximum"])
     for key, value in facts.items():
         low, high = bounds[key]["minimum"], bounds[key]["maximum"]

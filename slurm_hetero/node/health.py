@@ -49,7 +49,7 @@ def _links_down(expected: Device, found: Device) -> list[str]:
 
 
 def device_faults(expected: Device, found: Device | None) -> list[str]:
-    """What is wrong with one device now, against its inventory record ([] when nothing)."""
+    """What is wrong with one device now, against its inventory record."""
     if found is None:
         return ["missing"]
     faults = []
@@ -64,21 +64,20 @@ def device_faults(expected: Device, found: Device | None) -> list[str]:
 def compare(
     expected: NodeInventory, found: Sequence[Device], unasked: Mapping[str, str] | None = None
 ) -> list[Fault]:
-    """Faults of the node's healthy devices against what is seen now; `unasked`: vendor -> why its
-    devices could not be asked (one fault for all of them)."""
+    """Faults of the node's healthy devices; `unasked`: vendor -> why its devices could not be asked."""
     unasked = unasked or {}
     by_key = {(d.vendor, d.index): d for d in found}
     faults = [Fault(vendor, why) for vendor, why in sorted(unasked.items())]
     for device in expected.devices:
         if device.health != Health.OK or device.vendor in unasked:
-            continue  # known bad when discovered (render left it out already), or not asked
+            continue  # render left a known bad device out already
         for what in device_faults(device, by_key.get((device.vendor, device.index))):
             faults.append(Fault(f"{device.vendor} {device.index} ({device.file})", what))
     return faults
 
 
 def drain_reason(faults: Sequence[Fault]) -> str:
-    """`slurm-hetero: nvidia 1 (/dev/nvidia1): missing; ...`, cut to what Slurm keeps."""
+    """The faults as one drain reason, cut to what Slurm keeps."""
     text = f"{DRAIN_PREFIX} " + "; ".join(str(f) for f in faults)
     text = text.replace("=", ":")  # scontrol reads `reason=` up to the end, but keep it plain
     text = text.encode("ascii", "backslashreplace").decode()  # a garbled tool's U+FFFD, escaped
@@ -118,8 +117,8 @@ def check(
     unasked: Mapping[str, str] | None = None,
     whole: bool = True,
 ) -> HealthReport:
-    """Compare, then drain or resume (`act`); `record` is read after the faults are logged, so a
-    Slurm that cannot be asked fails with them said."""
+    """Compare, then drain or resume; `record` is read after the faults are logged, so a Slurm that
+    cannot be asked fails with them said."""
     faults = compare(expected, found, unasked)
     journal = audit("slurm-hetero-health")
     for fault in faults:
