@@ -90,8 +90,7 @@ def model_options(required: bool = True) -> Decorator:
 
 
 def cost_options(solver: bool) -> Decorator:
-    """The model-cost options; `solver` (plan, launch) adds ``--recompute auto`` and the solver's
-    defaults."""
+    """The model-cost options; `solver` (plan, launch) adds ``--recompute auto`` and its defaults."""
     defaults = SOLVER_SETTINGS if solver else CostSettings()
     recompute = [r.value for r in Recompute] + ([AUTO] if solver else [])
     auto = " auto (plan, launch): none, or whole layers where memory is short." if solver else ""

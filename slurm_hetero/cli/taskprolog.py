@@ -66,14 +66,6 @@ def _quiet_logging() -> None:
     logging.raiseExceptions = False  # a handler that fails must not print a traceback
 
 
-def _emit(lines: list[str]) -> None:
-    try:
-        sys.stdout.write("".join(f"{line}\n" for line in lines))
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass  # slurmstepd went away: nobody to tell
-
-
 @cli.command(name="task-prolog")
 @_option(
     "--inventory",
@@ -124,4 +116,8 @@ def task_prolog(
     out, notes = protocol_lines(lines, problems)
     for note in notes:
         logger.warning("job %s: %s", syntax.text(os.environ.get("SLURM_JOB_ID", "?"), 20), note)
-    _emit(out)
+    try:
+        sys.stdout.write("".join(f"{line}\n" for line in out))
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # slurmstepd went away: nobody to tell

@@ -108,8 +108,7 @@ while args:
 
 
 def run_later(steps: Sequence[tuple[float, Sequence[str]]]) -> None:
-    """Run each `(delay_s, argv)` `delay_s` seconds from now, in one detached process that outlives
-    this one. Tests patch it."""
+    """Run each `(delay_s, argv)` at `delay_s` from now, in one detached process outliving this one."""
     flat = [x for delay_s, argv in steps for x in (repr(float(delay_s)), str(len(argv)), *map(str, argv))]
     logger.debug("LATER %s", [(f"{d:g}s", list(a)) for d, a in steps])
     try:

@@ -220,8 +220,7 @@ def too_deep(text: str) -> bool:
 
 
 def strict_yaml(text: str, path: str, what: str) -> Any:
-    """YAML by `StrictLoader`; ConfigError for an ambiguous scalar or too deep a nesting, other
-    YAMLErrors (DuplicateKey among them) are the caller's to word."""
+    """YAML by `StrictLoader`; ConfigError for an ambiguous scalar or deep nesting, not other YAMLErrors."""
     if too_deep(text):
         raise ConfigError(f"nested too deeply to be a {what}", path)
     try:
@@ -434,8 +433,7 @@ class _DeviceInterner:
 def inventory_from_dict(
     data: Any, source: str = "<inventory>", keep_identity: bool = True
 ) -> ClusterInventory:
-    """Validate and convert raw data; without `keep_identity` device UUIDs are dropped, so
-    identical devices share one record (what rendering needs)."""
+    """Validate and convert raw data; without `keep_identity`, identical devices share one record."""
     try:
         _validators()[0](data)
     except fastjsonschema.JsonSchemaValueException as e:

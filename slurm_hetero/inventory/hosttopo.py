@@ -32,8 +32,7 @@ class HostTopology:
     core_of_cpu: Mapping[int, int] = field(default_factory=dict, compare=False, repr=False)
 
     def slurm_cores(self, cpu_list: str) -> str | None:
-        """OS CPU ids -> Slurm core indices; None when an id is not an online CPU (better no Cores=
-        than a wrong one)."""
+        """OS CPU ids -> Slurm core indices; None when an id is not an online CPU."""
         try:
             ids = cpu_ids(cpu_list)
         except ValueError as e:

@@ -98,8 +98,7 @@ def tp_sizes_for(ref: str, sizes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:
-    """The layout solver's per-layer costs of a decoder-only model for one sequence of `seq` tokens
-    (MoE: every expert on the stage of its layer)."""
+    """Per-layer costs of a decoder-only model for `seq` tokens (MoE: experts on their layer's stage)."""
     spec = load_model(ref)
     if spec.encoder_layers:
         raise RequestError(ref, "the layout solver handles decoder-only models (no encoder)")

@@ -28,8 +28,7 @@ from slurm_hetero.vendors import vendor_traits
 
 
 def lookup_spec(device: Device, catalog: Catalog) -> DeviceSpec | None:
-    """The catalog facts of a device: by its type when the catalog has it for the device's vendor,
-    else by its model."""
+    """The catalog facts of a device: by its type (of its vendor), else by its model."""
     spec = catalog.by_type(device.type) if device.type else None
     if spec is not None and spec.vendor == device.vendor:
         return spec

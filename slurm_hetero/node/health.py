@@ -38,16 +38,6 @@ class HealthReport:
     notes: tuple[str, ...] = ()
 
 
-def _links_down(expected: Device, found: Device) -> list[str]:
-    now = {(link.peer, link.kind): link.count for link in found.links}
-    down = []
-    for link in expected.links:
-        count = now.get((link.peer, link.kind), 0)
-        if count < link.count:
-            down.append(f"{link.kind} to {link.peer} {count}/{link.count} links")
-    return down
-
-
 def device_faults(expected: Device, found: Device | None) -> list[str]:
     """What is wrong with one device now, against its inventory record."""
     if found is None:
@@ -57,7 +47,10 @@ def device_faults(expected: Device, found: Device | None) -> list[str]:
         faults.append(found.health_reason or "reported unhealthy")
     if expected.memory_mib and found.memory_mib and found.memory_mib < expected.memory_mib * MEMORY_TOLERANCE:
         faults.append(f"memory {found.memory_mib} MiB, inventory {expected.memory_mib} MiB")
-    faults += _links_down(expected, found)
+    now = {(link.peer, link.kind): link.count for link in found.links}
+    for link in expected.links:
+        if (count := now.get((link.peer, link.kind), 0)) < link.count:
+            faults.append(f"{link.kind} to {link.peer} {count}/{link.count} links")
     return faults
 
 

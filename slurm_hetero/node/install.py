@@ -189,7 +189,12 @@ def _install(
         raise HeteroError(
             f"{layout.current} is a directory install did not make; move it away or pass --prefix"
         )
-    inventory_text = _read_inventory(inventory_file) if inventory_file else None
+    inventory_text = None
+    if inventory_file:
+        from slurm_hetero.inventory import document as inventory
+
+        inventory.load(inventory_file)  # a bad inventory stops here, before anything is built
+        inventory_text = inventory_file.read_bytes()
     scripts = layout.scripts()
     _check_owners(layout, old, scripts.values())
     for directory in {layout.etc, layout.bin_dir, *([layout.site] if inventory_text is not None else [])}:
@@ -307,13 +312,6 @@ def unreachable(path: Path) -> Path | None:
         if not directory.stat().st_mode & stat.S_IXOTH:
             return directory
     return None if real.stat().st_mode & stat.S_IROTH else real
-
-
-def _read_inventory(path: Path) -> bytes:
-    from slurm_hetero.inventory import document as inventory
-
-    inventory.load(path)  # a bad inventory stops here, before anything is built
-    return path.read_bytes()
 
 
 def _new_venv_dir(layout: Layout) -> Path:

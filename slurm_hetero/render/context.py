@@ -166,16 +166,14 @@ def slurmd_facts(node: NodeInventory) -> tuple[int | None, ...]:
     return tuple(getattr(node, k) for k in SLURMD_FACTS)
 
 
-def _left_out_note(slurm_node: SlurmNode) -> list[str]:
-    if slurm_node.devices or not slurm_node.left_out:
-        return []
-    named = ", ".join(f"{d.vendor} {d.index} ({d.health_reason or d.health})" for d in slurm_node.left_out)
-    return [f"no healthy device ({named}): left out of the GPU partitions"]
-
-
 def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) -> NodeShape:
     node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
-    notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
+    notes = missing_facts_note(node)
+    if slurm_node.left_out and not devices:
+        named = ", ".join(
+            f"{d.vendor} {d.index} ({d.health_reason or d.health})" for d in slurm_node.left_out
+        )
+        notes.insert(0, f"no healthy device ({named}): left out of the GPU partitions")
     lines = _gres_device_lines(slurm_node, options.local, notes)
     memory = sum(d.memory_mib or 0 for d in devices)
     shard_lines = tuple(

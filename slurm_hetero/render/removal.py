@@ -20,13 +20,6 @@ SHOWN = 5  # dropped hosts or devices named in a message; the rest are counted
 _T = TypeVar("_T")
 
 
-def _unreadable(path: Path, error: GresConfError) -> OutputError:
-    return OutputError(
-        f"{path}: cannot tell which nodes it names ({error}), so cannot tell whether this render "
-        f"drops any; check the file, or pass {ALLOW_FLAG} to replace it; nothing changed"
-    )
-
-
 def _read(texts: Iterable[tuple[Path, str | None]], reader: Callable[[str], _T]) -> Iterator[_T]:
     """`reader` of each present file's text."""
     for path, text in texts:
@@ -34,7 +27,10 @@ def _read(texts: Iterable[tuple[Path, str | None]], reader: Callable[[str], _T])
             try:
                 yield reader(text)
             except GresConfError as e:
-                raise _unreadable(path, e) from None
+                raise OutputError(
+                    f"{path}: cannot tell which nodes it names ({e}), so cannot tell whether this render "
+                    f"drops any; check the file, or pass {ALLOW_FLAG} to replace it; nothing changed"
+                ) from None
 
 
 def _declared(texts: Iterable[tuple[Path, str | None]]) -> set[str]:
@@ -73,12 +69,6 @@ def _natural(name: str) -> list[object]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def dropped_nodes(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
-    """Hosts the files on disk (None: absent) name and the new set does not."""
-    kept = _declared(new.items())
-    return sorted(_declared(current.items()) - kept, key=_natural)
-
-
 def dropped_devices(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
     """`host:/dev/x` on disk of a host the new set keeps without it."""
     kept = _devices(new.items())
@@ -97,8 +87,9 @@ def _count(items: Sequence[str], noun: str) -> str:
 
 
 def removed(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> str:
-    """What the new set drops, in words; '' when nothing."""
-    nodes, devices = dropped_nodes(current, new), dropped_devices(current, new)
+    """What the new set drops from the files on disk (None: absent), in words; '' when nothing."""
+    nodes = sorted(_declared(current.items()) - _declared(new.items()), key=_natural)
+    devices = dropped_devices(current, new)
     parts = ([_count(nodes, "node")] if nodes else []) + ([_count(devices, "device")] if devices else [])
     return " and ".join(parts)
 

@@ -120,8 +120,7 @@ def _range_count(body: str, where: str) -> int:
 
 
 def hostlist_count(spec: str, limit: int = MAX_HOSTS) -> int:
-    """How many hosts a NodeName hostlist names, without expanding it; ValueError when malformed or
-    past `limit`. Its characters and length are the schema's to check."""
+    """How many hosts a NodeName hostlist names, without expanding it (characters: the schema's)."""
     for item in split_top(spec):
         if not item or not item[0].isalnum():
             raise ValueError(f"empty or bracket-first name in hostlist {spec!r}")
@@ -131,8 +130,7 @@ def hostlist_count(spec: str, limit: int = MAX_HOSTS) -> int:
 
 
 def hostlist_size(spec: str, limit: int = MAX_HOSTS) -> int:
-    """How many names any hostlist-style expression (`File=/dev/nvidia[0-3]` too) stands for,
-    without expanding it; ValueError when malformed or past `limit`."""
+    """How many names a hostlist-style expression (`File=/dev/nvidia[0-3]` too) stands for."""
     total = 0
     for item in split_top(spec):
         names = 1
