@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 MAX_HOSTS = 131_072  # hosts one inventory may name (hostlists expanded)
 MAX_DEVICES_PER_NODE = 65_536
@@ -105,8 +105,8 @@ def whole_number(value: str, max_digits: int = MAX_NUMBER_DIGITS) -> int | None:
     return int(value)
 
 
-def _range_count(body: str, where: str) -> int:
-    total = 0
+def _spans(body: str, where: str) -> Iterator[tuple[int, int]]:
+    """(low, high) of each `N` or `N-M` of a comma-separated list."""
     for part in body.split(","):
         first, dash, last = part.partition("-")
         for number in (first, last) if dash else (first,):
@@ -115,8 +115,7 @@ def _range_count(body: str, where: str) -> int:
         low, high = int(first), int(last or first)
         if low > high:
             raise ValueError(f"reversed range {part!r} in {where} (write {last}-{first})")
-        total += high - low + 1
-    return total
+        yield low, high
 
 
 def hostlist_count(spec: str, limit: int = MAX_HOSTS) -> int:
@@ -135,7 +134,7 @@ def hostlist_size(spec: str, limit: int = MAX_HOSTS) -> int:
     for item in split_top(spec):
         names = 1
         for body in _BRACKETS.findall(item):
-            names *= _range_count(body, repr(spec))
+            names *= sum(high - low + 1 for low, high in _spans(body, repr(spec)))
             if names > limit:
                 break
         total += names
@@ -185,11 +184,7 @@ def cpu_ids(cpu_list: str) -> list[int]:
         raise ValueError(f"CPU list {text(cpu_list)} is not N[-M][,N[-M]...] with ids up to {MAX_CPU_ID}")
     ids: set[int] = set()
     total = 0
-    for part in cpu_list.split(","):
-        first, _, last = part.partition("-")
-        low, high = int(first), int(last or first)
-        if low > high:
-            raise ValueError(f"reversed CPU range {part!r} (write {last}-{first})")
+    for low, high in _spans(cpu_list, f"CPU list {text(cpu_list)}"):
         if high > MAX_CPU_ID:
             raise ValueError(f"CPU id {high} is beyond Slurm's {MAX_CPU_ID}")
         total += high - low + 1
