@@ -61,15 +61,13 @@ def memtotal_mib(root: Path = Path("/"), strict: bool = False) -> int | None:
         for line in _read(path).splitlines():
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) // 1024
-        reason = "no MemTotal line"
+        error = HeteroError(f"{path}: no MemTotal line")
     except (ValueError, IndexError):
-        reason = "MemTotal is not a number of kB"
-    except HeteroError:
-        if strict:
-            raise
-        return None
+        error = HeteroError(f"{path}: MemTotal is not a number of kB")
+    except HeteroError as e:
+        error = e
     if strict:
-        raise HeteroError(f"{path}: {reason}")
+        raise error
     return None
 
 

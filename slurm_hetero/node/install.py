@@ -392,8 +392,6 @@ def busy_venvs(venvs: Path, but: int | None = None) -> dict[Path, int]:
     return found
 
 
-# ------------------------------------------------------------------------------ uninstall
-
 _INCLUDE = re.compile(r"^\s*include\s+(\S+)", re.IGNORECASE)
 _PATH = re.compile(r"/[^\s=,\"']*")
 

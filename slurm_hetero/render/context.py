@@ -43,7 +43,6 @@ class RenderOptions:
     include_unhealthy: bool = False
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     local: LocalSlurmd | None = None
-    default_partition: str = DEFAULT_PARTITION
     autodetect: bool = False  # AutoDetect= lines for nodes of one vendor Slurm can detect (nvml, rsmi)
 
 
@@ -320,7 +319,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "nodes": nodes,
         "partitions": partitions,
         "all_nodes": hostlist.fold(gpu_nodes) if gpu_nodes else "",
-        "default_partition": options.default_partition,
+        "default_partition": DEFAULT_PARTITION,
         "lln": options.policy == "spread",
         "policy": options.policy,
         "node_count": sum(n.hosts for n in built),
