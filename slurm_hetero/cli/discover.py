@@ -51,12 +51,6 @@ def _fan_out(spec: str | None, remote_command: str) -> None:
         )
 
 
-def _list_vendors() -> None:
-    for vendor in all_vendors():
-        state = vendor.unavailable_reason or ("available" if vendor.affinity() > 0 else "tools not found")
-        click.echo(f"{vendor.name:<10} {','.join(vendor.tools) or '-':<24} {state}")
-
-
 @cli.command()
 @click.option(
     "--vendor", "vendors", multiple=True, help="Only this vendor (repeatable); fails if it cannot run."
@@ -112,7 +106,10 @@ def discover(from_files: tuple[Path, ...], host_root: Path | None, as_json: bool
     here), --cpus/--sockets/--cores-per-socket/--threads-per-core/--real-memory (these win), else
     from `scontrol show node` when Slurm knows the node."""
     if o["list_vendors"]:
-        return _list_vendors()
+        for vendor in all_vendors():
+            state = vendor.unavailable_reason or ("available" if vendor.affinity() > 0 else "tools not found")
+            click.echo(f"{vendor.name:<10} {','.join(vendor.tools) or '-':<24} {state}")
+        return
     if o["fan_nodes"] or o["fan_all"]:
         return _fan_out(None if o["fan_all"] else o["fan_nodes"], o["remote_command"])
     if host_root is not None and not from_files:

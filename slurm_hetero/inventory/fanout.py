@@ -130,8 +130,7 @@ def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, 
 
 def terminal_progress(done: int, total: int) -> None:
     if sys.stderr.isatty():
-        sys.stderr.write(f"\rdiscover: {done}/{total} nodes")
-        sys.stderr.write("\n" if done == total else "")
+        sys.stderr.write(f"\rdiscover: {done}/{total} nodes" + ("\n" if done == total else ""))
         sys.stderr.flush()
 
 

@@ -89,10 +89,6 @@ def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> 
     return f"{head}{OWNER}{layout.manifest}\n{body}\n"
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def check_printable(what: str, value: str) -> None:
     """Refuse a path with a control character: it would split a script or slurm.conf line."""
     bad = [c for c in value if ord(c) < 32 or ord(c) == 127]
@@ -212,7 +208,7 @@ def _install(
         "source": str(source),
         "venv": str(venv),
         "scripts": {kind: str(path) for kind, path in scripts.items()},
-        "hashes": {str(path): _digest(text) for path, text in texts.items()},
+        "hashes": {str(path): hashlib.sha256(text).hexdigest() for path, text in texts.items()},
         "inventory": str(layout.inventory) if inventory_text is not None else (old or {}).get("inventory"),
         "config": config,
         "installed_by": __version__,
@@ -222,7 +218,10 @@ def _install(
         files[layout.inventory] = (inventory_text, 0o644)
     files[layout.manifest] = ((json.dumps(manifest, indent=2) + "\n").encode(), 0o644)  # renamed last
     _replace_all(files, venv)
-    _link(layout.current, venv.relative_to(layout.prefix))
+    link = layout.current.with_name(f".{layout.current.name}.new")  # replaces the old one in one rename
+    link.unlink(missing_ok=True)
+    link.symlink_to(venv.relative_to(layout.prefix))
+    os.replace(link, layout.current)
     manifest["removed_venvs"] = [str(p) for p in prune(layout, keep=[venv, *([base] if base else [])])]
     return manifest
 
@@ -274,13 +273,6 @@ def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
         raise HeteroError(f"cannot write {e.filename or target}: {e.strerror or e}; nothing changed") from e
     for tmp, target in staged:
         os.replace(tmp, target)
-
-
-def _link(link: Path, target: Path) -> None:
-    temp = link.with_name(f".{link.name}.new")
-    temp.unlink(missing_ok=True)
-    temp.symlink_to(target)
-    os.replace(temp, link)
 
 
 def _check_python(python: Path) -> None:
@@ -495,7 +487,7 @@ def _uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
                 done.append(f"left {path} (not written by install)")
             continue
         written = hashes.get(str(path))
-        if _digest(data) == written if written else MARK.encode() in data:
+        if hashlib.sha256(data).hexdigest() == written if written else MARK.encode() in data:
             path.unlink()
             done.append(f"removed {path}")
         else:
