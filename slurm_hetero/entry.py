@@ -1,5 +1,5 @@
 """The `slurm-hetero` program: `launch` starts keeping its early signals (`launch.early`) before
-the CLI's imports (about half a second), then the CLI runs."""
+the CLI's slow imports."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The `slurm-hetero` command: a click group, logging set-up and the one error boundary (R6).
 
-A command's module is imported only when it runs, so one command's imports (torch, numpy, the
-planner) cannot break another on a compute node.
-Exit codes: 0 ok, 1 user/config/input errors (and `--check` drift), 2 usage, 3 tool failures, 130 SIGINT.
+A command's module is imported only when it runs, so one command's imports (torch, numpy) cannot
+break another on a compute node. Exit codes: 0 ok, 1 user/config/input errors (and `--check`
+drift), 2 usage, 3 tool failures, 130 SIGINT.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from slurm_hetero.core.errors import HeteroError, OutputError
 logger = logging.getLogger("slurm_hetero")
 
 
-# command name -> the module of this package that defines it
 COMMAND_MODULES = {
     "calibrate": "calibrate",
     "catalog": "catalog",
@@ -66,7 +65,6 @@ class _GivenText(_Given, click.types.StringParamType):
 
 
 def path_type(**options: Any) -> click.Path:
-    """The command line's path type (a pathlib.Path unless `path_type` says otherwise)."""
     return _GivenPath(**{"path_type": Path, **options})
 
 
@@ -74,7 +72,7 @@ PATH = path_type()
 FILE = path_type(dir_okay=False)
 TEXT = _GivenText()  # a name or text option that may not be ''
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-# the options several commands share, each with its own help=
+# options several commands share, each with its own help=
 inventory_option = functools.partial(click.option, "--inventory", "inventory_path", type=PATH)
 models_dir_option = functools.partial(click.option, "--models-dir", "models_dirs", multiple=True, type=PATH)
 from_file_option = functools.partial(click.option, "--from-file", "from_files", multiple=True, type=PATH)
@@ -82,7 +80,7 @@ config_option = functools.partial(click.option, "--config", "config_path", type=
 
 
 def checked(option: str, check: Callable[[str], object], value: str) -> None:
-    """`check(value)` (a `slurm.syntax` rule), its ValueError as one OutputError line naming `option`."""
+    """`check(value)` (a `slurm.syntax` rule), its ValueError as an OutputError naming `option`."""
     try:
         check(value)
     except ValueError as e:
@@ -90,7 +88,7 @@ def checked(option: str, check: Callable[[str], object], value: str) -> None:
 
 
 class _Group(click.Group):
-    """Imports a command's module when it is asked for; maps HeteroError to one line and an exit code."""
+    """Imports a command's module when it is asked for; HeteroError -> one line and an exit code."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMAND_MODULES) | set(self.commands))

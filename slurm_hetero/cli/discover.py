@@ -22,13 +22,12 @@ from slurm_hetero.vendors import all_vendors
 
 
 def node_facts(options: dict[str, Any]) -> dict[str, int]:
-    """The NodeName facts given on the command line, each within what a node record holds (the
-    inventory schema's bounds), checked before Slurm or any tool is asked."""
+    """The NodeName facts given on the command line, within the inventory schema's bounds."""
     given = {k: options.get(k) for k in ("cpus", "sockets", "cores_per_socket", "threads_per_core")}
     facts = {k: v for k, v in given.items() if v is not None}
     bounds = inventory.shipped_schema()["definitions"]["node"]["properties"]
     memory = options.get("real_memory")
-    if memory is not None:  # the one bound, a node record's, whatever the suffix
+    if memory is not None:
         facts["real_memory_mib"] = parse_size(memory, "--real-memory", bounds["real_memory_mib"]["maximum"])
     for key, value in facts.items():
         low, high = bounds[key]["minimum"], bounds[key]["maximum"]
@@ -50,12 +49,6 @@ def _fan_out(spec: str | None, remote_command: str) -> None:
             f"{len(result.failed)} of {len(result.failed) + len(result.lines)} nodes gave no inventory: "
             f"{hostlist.fold(result.failed)}"
         )
-
-
-def _list_vendors() -> None:
-    for vendor in all_vendors():
-        state = vendor.unavailable_reason or ("available" if vendor.affinity() > 0 else "tools not found")
-        click.echo(f"{vendor.name:<10} {','.join(vendor.tools) or '-':<24} {state}")
 
 
 @cli.command()
@@ -113,7 +106,10 @@ def discover(from_files: tuple[Path, ...], host_root: Path | None, as_json: bool
     here), --cpus/--sockets/--cores-per-socket/--threads-per-core/--real-memory (these win), else
     from `scontrol show node` when Slurm knows the node."""
     if o["list_vendors"]:
-        return _list_vendors()
+        for vendor in all_vendors():
+            state = vendor.unavailable_reason or ("available" if vendor.affinity() > 0 else "tools not found")
+            click.echo(f"{vendor.name:<10} {','.join(vendor.tools) or '-':<24} {state}")
+        return
     if o["fan_nodes"] or o["fan_all"]:
         return _fan_out(None if o["fan_all"] else o["fan_nodes"], o["remote_command"])
     if host_root is not None and not from_files:

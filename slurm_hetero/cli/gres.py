@@ -37,8 +37,7 @@ def parse_shares(specs: tuple[str, ...]) -> dict[str, int]:
 
 
 def local_slurm_release() -> str:
-    """The release of the Slurm here (`scontrol --version`: `slurm 22.05.8` -> `22.05`), else
-    DEFAULT_SLURM_RELEASE (22.05, Debian 12's)."""
+    """The release of the Slurm here (`scontrol --version`), else DEFAULT_SLURM_RELEASE."""
     try:
         words = proc.run(["scontrol", "--version"], timeout=10).split()
         major, minor = release_key(words[-1]) if words else (0, 0)
@@ -119,7 +118,7 @@ def render(
         release_key(slurm_release)  # a bad value stops here, before any work
     release = slurm_release or local_slurm_release()
     local = None
-    if local_host is not None:  # as slurm.conf and gres.conf may hold them (a newline starts a line)
+    if local_host is not None:  # as slurm.conf and gres.conf may hold them
         checked("--local-slurmd", syntax.host_name, local_host)
         checked("--file-root", syntax.device_file, o["file_root"])
         local = LocalSlurmd(local_host, o["port_base"], file_root=o["file_root"])

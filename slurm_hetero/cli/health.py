@@ -1,8 +1,5 @@
-"""`slurm-hetero health`: compare this node's devices with the inventory; drain on a fault.
-
-For slurm.conf `HealthCheckProgram` (or NHC); quiet and exit 0 when healthy, else one line and
-exit 1 (docs/admin-guide.md).
-"""
+"""`slurm-hetero health`, for slurm.conf `HealthCheckProgram` (or NHC): quiet and exit 0 when
+healthy, else one line and exit 1 (docs/admin-guide.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +23,7 @@ from slurm_hetero.vendors import get_vendor
 
 
 def _report(report: HealthReport, dry_run: bool, as_json: bool) -> None:
-    journal = audit("slurm-hetero-health")  # the faults were told as they were found (health.check)
+    journal = audit("slurm-hetero-health")  # health.check told the faults
     for action in report.actions:
         journal.info("node %s: %s %s", report.node, "would run" if dry_run else "ran", " ".join(action))
     reason = drain_reason(report.faults)
@@ -100,8 +97,7 @@ def health(inventory_path: Path, vendors: tuple[str, ...], from_files: tuple[Pat
     # the node's other vendors were not asked: their devices are not checked, nor is a drain lifted
     expected = dataclasses.replace(expected, devices=tuple(d for d in expected.devices if d.vendor in wanted))
     if from_files and not any(d.links for d in devices):
-        # captures without a topology listing (nvidia-smi --query-gpu, npu-smi info) show no
-        # links: unknown there, not down, so none are expected; a live probe always reads them
+        # captures without a topology listing (nvidia-smi --query-gpu) show no links: unknown, not down
         expected = dataclasses.replace(
             expected, devices=tuple(dataclasses.replace(d, links=()) for d in expected.devices)
         )

@@ -1,5 +1,4 @@
-"""`slurm-hetero install`: the node install (venv under /opt, TaskProlog, health, command); the
-work is `node.install`, the manual docs/admin-guide.md."""
+"""`slurm-hetero install`: the node install (`node.install`; docs/admin-guide.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Command-line options several commands share, declared once so they spell, check and default
-them alike: the model (`plan`, `launch`) and how it is trained (`fit`, `plan`, `launch`), whose
-costs all three take from one source (`engine.modelcost`)."""
+"""Command-line options several commands share: the model (`plan`, `launch`) and how it is
+trained (`fit`, `plan`, `launch`)."""
 
 from __future__ import annotations
 
@@ -25,29 +24,27 @@ from slurm_hetero.engine.modelcost import (
 )
 from slurm_hetero.slurm import syntax
 
-# Bounds of the float options: wide enough for any real cluster, narrow enough that no product or
-# quotient of them underflows to 0 or overflows (a subnormal --network-gbs divided by zero).
+# Float options' bounds: wide enough for any real cluster, narrow enough that no product or
+# quotient of them underflows to 0 or overflows.
 MAX_GIB = 1e6  # --overhead-gib, --headroom-gib
 MIN_GBS, MAX_GBS = NETWORK_GBS_RANGE  # --network-gbs, as a profile's network_gbs
 MIN_MFU = 1e-3  # --mfu
 
 
 class Count(click.IntRange):
-    """The command line's integer: in a range, in ASCII digits (click's int() also reads '٢', '２'
-    and underscores), an optional sign so a negative value gets the range's message."""
+    """An integer in a range, in ASCII digits (click's int() also reads '٢' and underscores)."""
 
     name = "integer"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        # the digits alone (any count: the range check names the bounds of a number too large)
+        # a sign is let through, and any count of digits: the range's message names the bounds
         if isinstance(value, str) and syntax.whole_number(value.strip().lstrip("+-"), 4000) is None:
             self.fail(f"{syntax.text(value)} is not a whole number in ASCII digits.", param, ctx)
         return super().convert(value, param, ctx)
 
 
 class FiniteFloat(click.FloatRange):
-    """A float option in a range, refusing nan and infinities (click's FloatRange lets nan through:
-    every comparison with nan is false)."""
+    """A float in a range, not nan or infinite (click's FloatRange lets nan through)."""
 
     name = "finite float"
 
@@ -67,7 +64,7 @@ DEGREE = Count(1, MAX_DEVICES)  # fit's --dp, --tp, --pp; plan's --per-node
 
 
 def stacked(*options: Decorator) -> Decorator:
-    """One decorator applying `options` as if stacked in that order above a command."""
+    """One decorator applying `options` as if stacked in that order."""
     return lambda command: functools.reduce(lambda c, option: option(c), reversed(options), command)
 
 
@@ -93,8 +90,7 @@ def model_options(required: bool = True) -> Decorator:
 
 
 def cost_options(solver: bool) -> Decorator:
-    """The model-cost options; `solver` (plan, launch) adds ``--recompute auto`` and takes its
-    defaults from `SOLVER_SETTINGS`, fit's are `CostSettings()`."""
+    """The model-cost options; `solver` (plan, launch) adds ``--recompute auto`` and its defaults."""
     defaults = SOLVER_SETTINGS if solver else CostSettings()
     recompute = [r.value for r in Recompute] + ([AUTO] if solver else [])
     auto = " auto (plan, launch): none, or whole layers where memory is short." if solver else ""
@@ -156,7 +152,7 @@ def cost_options(solver: bool) -> Decorator:
 
 
 def cost_settings(options: Mapping[str, Any]) -> CostSettings:
-    """The `CostSettings` of the parsed `cost_options` (a `ConfigError` names a bad value)."""
+    """The `CostSettings` of the parsed `cost_options`."""
     return CostSettings(
         dtype=options["dtype"],
         optimizer=options["optimizer"],

@@ -1,5 +1,5 @@
-"""The last step both render commands share (`gres render`, `job-submit render`): `--check`, or
-the one set writer, guarded against dropping nodes or devices (`render.removal`)."""
+"""The last step of both render commands (`gres render`, `job-submit render`): `--check`, or the
+set writer, guarded against dropping nodes or devices."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ allow_removal_option = click.option(
 )
 
 
-KEEP_BACKUPS = 10  # backups of each file a render leaves by default
+KEEP_BACKUPS = 10
 
 
 class _KeepBackups(click.ParamType):
@@ -45,7 +45,7 @@ keep_backups_option = click.option(
     "--keep-backups",
     "keep_backups",
     type=_KeepBackups(),
-    metavar="N|all",  # not click's upper-cased name, a spelling convert refused
+    metavar="N|all",
     default=KEEP_BACKUPS,
     show_default=True,
     help="How many backups (NAME.<stamp>.bak) of each file to leave in --out; older ones are "
@@ -56,8 +56,8 @@ keep_backups_option = click.option(
 def check_or_write(
     texts: Mapping[str, str], out: Path, check: bool, allow_removal: bool, keep_backups: int | None
 ) -> list[Path]:
-    """Write the set `texts` (file name: text, in that order) in `out`, or with `check` print the
-    diff and exit 1 if anything would change; returns the files written."""
+    """Write the set `texts` (file name: text) in `out`, or with `check` print the diff and exit 1
+    if anything would change; returns the files written."""
     directory = out if check else ensure_output_dir(out)
     files = {directory / name: text for name, text in texts.items()}
     if check:

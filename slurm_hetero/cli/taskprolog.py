@@ -1,9 +1,8 @@
-"""`slurm-hetero task-prolog`: run by slurmd as TaskProlog; prints `export NAME=value` lines.
+"""`slurm-hetero task-prolog`, slurmd's TaskProlog: prints `export NAME=value` lines.
 
 It runs as the job's user, in the job's environment, before every task, so it never fails the
-task and never lets that environment steer it (options only from the TaskProlog script's argv,
-settings only from /etc and `--config`). A problem becomes a `print` line and a syslog line, and
-nothing is exported; nothing goes to stderr, which slurmstepd parses with stdout.
+task and never lets that environment steer it. A problem becomes a `print` line and a syslog line;
+nothing goes to stderr, which slurmstepd parses with stdout.
 """
 
 from __future__ import annotations
@@ -42,10 +41,9 @@ def exports(
     config_path: Path | None,
     hami_core_library: str,
 ) -> list[str]:
-    """The export lines for this task (HeteroError and anything else propagate)."""
     task = read_task_env(env)
     if not task.devices.gpu_indexes:
-        return []  # no GPUs: nothing to read
+        return []
     if task.node_name is None:
         raise HeteroError("SLURMD_NODENAME is not set (slurmd sets it for a TaskProlog)")
     record = host_records(inventory.load(inventory_path), [task.node_name]).get(task.node_name)
@@ -58,7 +56,7 @@ def exports(
 
 
 def _quiet_logging() -> None:
-    """Route every log record to syslog (or nowhere); nothing may reach stderr."""
+    """Every log record to syslog (or nowhere), never stderr."""
     warnings.simplefilter("ignore")
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -66,14 +64,6 @@ def _quiet_logging() -> None:
     root.addHandler(syslog_handler("slurm-hetero-task-prolog") or logging.NullHandler())
     root.setLevel(logging.WARNING)
     logging.raiseExceptions = False  # a handler that fails must not print a traceback
-
-
-def _emit(lines: list[str]) -> None:
-    try:
-        sys.stdout.write("".join(f"{line}\n" for line in lines))
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass  # slurmstepd went away: nobody to tell
 
 
 @cli.command(name="task-prolog")
@@ -126,4 +116,8 @@ def task_prolog(
     out, notes = protocol_lines(lines, problems)
     for note in notes:
         logger.warning("job %s: %s", syntax.text(os.environ.get("SLURM_JOB_ID", "?"), 20), note)
-    _emit(out)
+    try:
+        sys.stdout.write("".join(f"{line}\n" for line in out))
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # slurmstepd went away: nobody to tell

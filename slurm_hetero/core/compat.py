@@ -1,8 +1,5 @@
-"""What the suite uses from Python releases newer than 3.9 (openEuler 22.03 and RHEL 9 ship 3.9).
-
-Compute nodes run discover, health, task-prolog and launch with the system Python; `vermin
---target=3.9-` over the package is a unit test (tests/unit/test_py39.py).
-"""
+"""What the suite uses from Python releases newer than 3.9 (openEuler 22.03 and RHEL 9 ship 3.9):
+compute nodes run discover, health, task-prolog and launch with the system Python."""
 
 from __future__ import annotations
 

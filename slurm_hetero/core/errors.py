@@ -13,7 +13,7 @@ class HeteroError(Exception):
 
 
 class ConfigError(HeteroError):
-    """A config or data file is wrong: names the file and the key path."""
+    """A config or data file is wrong, at `path` and `key_path`."""
 
     def __init__(self, message: str, path: str | None = None, key_path: str | None = None) -> None:
         where = ":".join(p for p in (path, key_path) if p)
@@ -25,7 +25,7 @@ class InventoryError(HeteroError):
 
 
 class ParseError(HeteroError):
-    """Captured tool output could not be parsed. Names the tool, the source and the line."""
+    """Captured tool output could not be parsed."""
 
     def __init__(
         self,
@@ -44,8 +44,8 @@ class ParseError(HeteroError):
 
 
 class ToolError(HeteroError):
-    """A vendor tool, library or Slurm command failed or could not be run. `status` says how
-    (default: `exit code RC`, or `not found` without one): `timed out after 60s`, ..."""
+    """A vendor tool, library or Slurm command failed or could not be run; `status` says how when
+    neither the exit code nor `not found` does."""
 
     exit_code = 3
 
@@ -108,13 +108,11 @@ class LaunchPlanError(HeteroError):
 
 
 class NodeLaunchError(LaunchPlanError):
-    """What only this node's ranks can see (how Slurm bound its devices): the rank ends the whole
-    step, since the other nodes' ranks would start without it."""
+    """What only this node's ranks can see (how Slurm bound its devices): it ends the whole step."""
 
 
 class SbatchPlanError(HeteroError):
-    """The job cannot run on this cluster as asked; `decisions`: the components decided up to and
-    including the refused one, where the hook's check refused it (for `--json`)."""
+    """The job cannot run on this cluster as asked; `decisions`: up to the refused one (`--json`)."""
 
     def __init__(self, message: str, decisions: Sequence[Any] = ()) -> None:
         super().__init__(message)

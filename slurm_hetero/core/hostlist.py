@@ -15,8 +15,7 @@ _SIMPLE = re.compile(r"([A-Za-z0-9_.\-/]*[A-Za-z_.\-/])?([0-9]+)")  # fullmatch
 
 
 def fold(names: Iterable[str]) -> str:
-    """Fold host names into one hostlist (`n[1-3,7]`); plain `prefix<number>` names skip
-    NodeSet's parser (10,000 names in milliseconds)."""
+    """Fold host names into one hostlist; plain `prefix<number>` names skip NodeSet's slow parser."""
     numbers: dict[str, list[str]] = {}  # prefix -> its numbers as written (`007` keeps its padding)
     other: list[str] = []
     for name in names:
@@ -37,7 +36,7 @@ def fold(names: Iterable[str]) -> str:
 
 
 def expand(spec: str, limit: int = MAX_HOSTS) -> list[str]:
-    """Expand a hostlist into host names, in order; counted first, so `gpu[1-100000000]` fails at once."""
+    """Host names of a hostlist, in order; counted first, so `gpu[1-100000000]` fails at once."""
     if "[" not in spec and "," not in spec:
         return [spec] if spec else []
     count(spec, limit)

@@ -16,8 +16,7 @@ def syslog_handler(ident: str) -> logging.Handler | None:
     except OSError:
         return None
     handler.setFormatter(logging.Formatter(f"{ident}: %(message)s"))
-    # Python 3.11 creates the handler without a socket and retries on each line: a node without
-    # syslog, or a syslog that went away, must cost no traceback on the command's stderr
+    # Python 3.11 opens the socket lazily, on each line: no syslog must cost no traceback on stderr
     handler.handleError = lambda record: None  # type: ignore[method-assign]
     return handler
 

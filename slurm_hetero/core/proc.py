@@ -21,9 +21,8 @@ MAX_OUTPUT = 64 * 1024 * 1024  # bytes read from a command before it is killed: 
 
 
 def run(argv: Sequence[str], timeout: float = 60.0, max_output: int = MAX_OUTPUT) -> str:
-    """Run `argv` (no shell, stdin closed) and return its stdout as UTF-8, bad bytes replaced;
-    ToolError on failure, timeout or more than `max_output` bytes. It runs in its own process
-    group, killed whole on timeout or overflow, so a hung script's children do not outlive it."""
+    """Run `argv` (no shell, stdin closed); its stdout, bad UTF-8 replaced. ToolError on failure,
+    timeout or more than `max_output` bytes; its process group is killed whole on the last two."""
     argv = [str(a) for a in argv]
     logger.debug("EXEC %s", argv)
     started = time.monotonic()
@@ -63,7 +62,7 @@ def _decode(data: bytes) -> str:
 def _read(
     child: subprocess.Popen[bytes], argv: list[str], deadline: float, max_output: int, timeout: float
 ) -> tuple[bytes, bytes]:
-    """Both pipes of `child` until it closes them and exits, in chunks, bounded in time and size."""
+    """Both pipes of `child` until it closes them and exits, bounded in time and size."""
     assert child.stdout is not None and child.stderr is not None
     chunks: dict[int, list[bytes]] = {child.stdout.fileno(): [], child.stderr.fileno(): []}
     total = 0
@@ -92,8 +91,7 @@ def _read(
     return b"".join(chunks[child.stdout.fileno()]), b"".join(chunks[child.stderr.fileno()])
 
 
-# The detached process of `run_later`: fixed code, whose only input is its argv (DELAY N ARG*N
-# repeated); each command runs without a shell, in order, at its time from the start.
+# The detached process of `run_later`; its only input is its argv, (DELAY N ARG*N) repeated.
 _LATER = """
 import subprocess, sys, time
 start, args = time.monotonic(), sys.argv[1:]
@@ -110,8 +108,7 @@ while args:
 
 
 def run_later(steps: Sequence[tuple[float, Sequence[str]]]) -> None:
-    """Run each `(delay_s, argv)` of `steps` `delay_s` seconds from now, in order, in one detached
-    process that outlives this one (no shell sees `argv`). Tests patch it."""
+    """Run each `(delay_s, argv)` at `delay_s` from now, in one detached process outliving this one."""
     flat = [x for delay_s, argv in steps for x in (repr(float(delay_s)), str(len(argv)), *map(str, argv))]
     logger.debug("LATER %s", [(f"{d:g}s", list(a)) for d, a in steps])
     try:

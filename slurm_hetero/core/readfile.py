@@ -1,10 +1,7 @@
 """Bounded reads of input files (inventories, captured tool output, configs).
 
-A FIFO, a device (`/dev/zero`; `/dev/null` reads as empty), a directory or a socket is refused
-without blocking: the file is opened with O_NONBLOCK (an open FIFO with no writer would otherwise
-wait forever) and checked with fstat on the open descriptor (no race with a rename); a regular
-file larger than the cap is refused before it is read, and one that grows while it is read is
-cut at the cap and refused.
+Anything but a regular file (or /dev/null, read as empty) is refused without blocking: O_NONBLOCK
+(a FIFO with no writer would wait forever), then fstat on the open descriptor (no race with a rename).
 """
 
 from __future__ import annotations
@@ -16,10 +13,10 @@ from pathlib import Path
 from slurm_hetero.core.errors import HeteroError
 
 MiB = 1 << 20
-MAX_INVENTORY_BYTES = 512 * MiB  # a 10,000-node unfolded JSON inventory is about 37 MB
+MAX_INVENTORY_BYTES = 512 * MiB
 MAX_CAPTURE_BYTES = 64 * MiB  # one vendor tool's output
 MAX_CONFIG_BYTES = 4 * MiB
-MAX_MEASURED_BYTES = 256 << 10  # `calibrate`'s YAML: a few lines per device type (PyYAML reads ~1 MB/s)
+MAX_MEASURED_BYTES = 256 << 10  # `calibrate`'s YAML: a few lines per device type
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -35,7 +32,7 @@ def _size(limit: int) -> str:
 
 
 def read_bytes(path: str | Path, limit: int, what: str, error: type[HeteroError] = HeteroError) -> bytes:
-    """The bytes of the regular file `path` (at most `limit`); `error` (one line) otherwise."""
+    """The bytes of the regular file `path` (at most `limit`), else `error`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -74,7 +71,7 @@ def read_text(
     error: type[HeteroError] = HeteroError,
     errors: str = "strict",
 ) -> str:
-    """`read_bytes` decoded as UTF-8 (a decoding error is `error` too, naming the byte offset)."""
+    """`read_bytes` decoded as UTF-8."""
     data = read_bytes(path, limit, what, error)
     try:
         return data.decode("utf-8", errors=errors)
@@ -83,8 +80,7 @@ def read_text(
 
 
 def unusable_path(path: Path) -> str | None:
-    """Why `path` (to be written) can never be used (ENAMETOOLONG, ENOTDIR, ELOOP), or None; a
-    missing path is fine (it is made)."""
+    """Why `path` (to be written) can never be (ENAMETOOLONG, ENOTDIR, ELOOP), or None."""
     for probe in (path, path.parent):
         try:
             os.stat(probe)

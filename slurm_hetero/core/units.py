@@ -1,6 +1,6 @@
-"""Sizes as Slurm writes them (`20G`, a bare number is MiB) and the limits and wording of the
-request grammar, which `submit.tables` copies into the hook's table. Pure. `parse_size` reads a
-size as the hook reads a gpumem; the request itself is read by the hook alone.
+"""Sizes as Slurm writes them (`20G`, a bare number is MiB), and the limits and wording of the
+request grammar, which `submit.tables` copies into the hook's table (the hook alone reads
+requests). Pure.
 """
 
 from __future__ import annotations

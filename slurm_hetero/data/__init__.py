@@ -1,6 +1,5 @@
-"""Package data. Files that live elsewhere in the checkout (the Lua hooks in job_submit/, the
-launcher manual docs/launch.md) reach a wheel here through pyproject's force-include; `bundled`
-reads them from the wheel, else from the checkout."""
+"""Package data. Files that live elsewhere in the checkout (job_submit/, docs/launch.md) reach a
+wheel here through pyproject's force-include."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Inventory consistency that the JSON Schema cannot express: Slurm syntax of device values,
-one record per device index and file, links to devices that exist and link back, one record per host across
-hostlists (bounded expansion), and YAML nesting that libyaml's C composer would crash on. Pure."""
+"""Inventory consistency that the JSON Schema cannot express. Pure."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from slurm_hetero.slurm import syntax
 
 
 def check_device_syntax(raw: Mapping[str, Any], where: str) -> None:
-    """What the schema's patterns cannot say about one (schema-valid) device record."""
+    """What the schema's patterns cannot say about one schema-valid device record."""
     try:
         syntax.device_file(raw["file"])
         if raw.get("type") is not None:
@@ -53,8 +51,8 @@ def _check_cpus(node: NodeInventory, source: str) -> None:
 
 
 def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -> None:
-    """A link is one cable seen from both ends, of the same kind and count (every real topology
-    capture is symmetric); a copy cut short leaves the last device without its links."""
+    """A link is one cable seen from both ends, of one kind and count (every real capture is
+    symmetric; a copy cut short is not)."""
     linked = [d for d in node.devices if d.links]
     if len(linked) * len(node.devices) > syntax.MAX_LINK_CELLS:
         raise InventoryError(
@@ -91,8 +89,7 @@ def _check_links(node: NodeInventory, keys: Set[tuple[str, int]], source: str) -
 
 
 def check_hosts(nodes: Sequence[NodeInventory], source: str) -> None:
-    """Every node name is a valid NodeName or hostlist, every host is named once (hostlists
-    expanded, at most `syntax.MAX_HOSTS` in all)."""
+    """Every node name is a NodeName or hostlist, and names its hosts once (`syntax.MAX_HOSTS` in all)."""
     seen: dict[str, int] = {}
     total = 0
     for position, node in enumerate(nodes):

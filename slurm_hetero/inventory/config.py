@@ -1,4 +1,4 @@
-"""Site settings: layered YAML files -> one frozen `Settings`. The only reader of config files.
+"""Site settings: layered YAML files -> one frozen `Settings`.
 
 Layers, later ones winning (mappings merge key by key, everything else is replaced):
 
@@ -8,8 +8,8 @@ Layers, later ones winning (mappings merge key by key, everything else is replac
 4. or, instead of 2 and 3, the one file named by `$SLURM_HETERO_CONFIG`;
 5. a file given on the command line (`--config`).
 
-Missing files of 2 and 3 are skipped; files named in 4 and 5 must exist. Unknown keys are errors
-that name the file, the key path and the valid keys. Example (all keys, with their defaults)::
+Missing files of 2 and 3 are skipped; files named in 4 and 5 must exist. Unknown keys are errors.
+All keys, with their defaults::
 
     scoring:
       policy: best-fit        # best-fit | fastest | cheapest | greenest
@@ -76,15 +76,13 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolved settings. Engine code receives `scoring`, never raw mappings."""
+    """Resolved settings; the engine receives `scoring`, never raw mappings."""
 
     scoring: ScoringOptions = field(default_factory=ScoringOptions)
     fail_policy: str = "open"
     exempt_users: tuple[str | int, ...] = ("root",)
     sources: tuple[str, ...] = ()  # files read, in order
 
-
-# ------------------------------------------------------------------------------------ validation
 
 Check = Callable[[Any, str, str], None]  # (value, file, key path): ConfigError when it is wrong
 
@@ -103,7 +101,7 @@ def _names(value: Any, path: str, key: str) -> None:
 
 
 def _partition_name(value: Any, path: str, key: str) -> None:
-    """One Slurm partition name (the syntax of a host name: no comma, space or '=')."""
+    """A Slurm partition name has a host name's syntax."""
     if not isinstance(value, str):
         raise ConfigError(f"expected a partition name (text), got {value!r}", path, key)
     try:
@@ -113,7 +111,6 @@ def _partition_name(value: Any, path: str, key: str) -> None:
 
 
 def _vendors(value: Any, path: str, key: str) -> None:
-    """A list of vendor names (`slurm-hetero discover --list-vendors`), or `all`."""
     from slurm_hetero.vendors import vendor_traits  # the registry loads every vendor module
 
     if value == "all":
@@ -129,7 +126,7 @@ def _vendors(value: Any, path: str, key: str) -> None:
 
 
 def _scope(value: Any) -> tuple[str, ...]:
-    """`default_vendors` as the engine's vendor scope: () for all."""
+    """The engine's vendor scope: () for all."""
     return () if value == "all" else tuple(value)
 
 
@@ -185,7 +182,7 @@ SCHEMA: dict[str, Any] = {
 
 
 def _validate(data: Any, schema: Any, path: str, key: str = "") -> None:
-    """Check one layer against `SCHEMA`; raise ConfigError naming the key path."""
+    """ConfigError naming the key path where one layer breaks `SCHEMA`."""
     if callable(schema):
         schema(data, path, key or "<top>")
         return
@@ -206,14 +203,11 @@ def _validate(data: Any, schema: Any, path: str, key: str = "") -> None:
         _validate(value, schema[name], path, f"{key}.{name}" if key else name)
 
 
-# --------------------------------------------------------------------------------------- layers
-
-
 def config_paths(
     environ: Mapping[str, str] | None = None, etc_dir: Path = ETC_DIR, user_layers: bool = True
 ) -> list[tuple[Path, bool]]:
-    """(path, required) of every layer file, lowest first; without `user_layers` only /etc's (the
-    TaskProlog runs in a job's environment)."""
+    """(path, required) of every layer file, lowest first; without `user_layers` only /etc's (for
+    the TaskProlog, which runs in a job's environment)."""
     if not user_layers:
         return _system_paths(etc_dir)
     env = os.environ if environ is None else environ
@@ -250,7 +244,6 @@ def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> Settings:
-    """Settings from one merged, validated mapping."""
     rules, hook, sharing = data["scoring"], data["job_submit"], data["sharing"]
     partitions = {
         name: PartitionOptions(
@@ -277,8 +270,8 @@ def settings_from_dict(data: Mapping[str, Any], sources: Sequence[str] = ()) -> 
 
 
 def check_for_cluster(settings: Settings, nodes: Sequence[SlurmNode], partitions: Iterable[str]) -> None:
-    """Every setting that names a device type, a partition or a shard size, against the cluster the
-    hook is rendered for: a name it lacks is a typo that would render a hook refusing every job."""
+    """Settings that name a device type, partition or shard size, against the hook's cluster: a
+    name it lacks is a typo that would render a hook refusing every job."""
     types = sorted({d.type for n in nodes for d in n.devices})
     where = ", ".join(settings.sources) or None
     scoring = settings.scoring
@@ -322,7 +315,7 @@ def load_settings(
 
 
 def exempt_uids(users: Sequence[str | int], lookup: Callable[[str], int] | None = None) -> tuple[int, ...]:
-    """User names and uids -> sorted uids (the hook sees only uids); unknown names are skipped."""
+    """Sorted uids (the hook sees only uids); unknown names are skipped."""
     find = lookup or (lambda name: pwd.getpwnam(name).pw_uid)
     uids = set()
     for user in users:

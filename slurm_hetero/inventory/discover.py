@@ -1,8 +1,7 @@
-"""Discovery adapter: pick vendors by affinity (or --vendor), run their tools or parse captured
-files, complete each device from the catalog, and assemble one node's inventory.
+"""One node's inventory: vendors by affinity (or --vendor), their tools or captured files, the catalog.
 
-Per-vendor failures are collected, not fatal at the first one: a node with a broken AMD tool
-still reports its NVIDIA GPUs, with a warning. A vendor the admin forced with --vendor fails loudly.
+A vendor that fails is a warning (a broken AMD tool does not hide the NVIDIA GPUs), unless the
+admin forced it with --vendor.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device
         try:
             return vendor, vendor.parse(captures)
         except ParseError:
-            continue  # every other vendor refuses it too; --vendor names the one that matters
+            continue  # --vendor names the one whose refusal matters
     names = ", ".join(c.source for c in captures)
     what, it = (f"{names} together", "them") if len(captures) > 1 else (names, "it")
     raise HeteroError(
@@ -62,8 +61,8 @@ def _parse_with_any_vendor(captures: list[Capture]) -> tuple[Vendor, list[Device
 def devices_from_files(
     vendor_names: Sequence[str], paths: Sequence[Path], catalog: Catalog, model: str | None = None
 ) -> list[tuple[Vendor, list[Device]]]:
-    """Parse captured files: with one --vendor, all files belong to it; without, the parser is sniffed.
-    `model` (`--model`) names a catalog model for captures that do not (Hygon's `hy-smi`)."""
+    """Captured files of one --vendor, else of the vendor whose parser takes them; `model` names
+    the catalog model for captures that name none (Hygon's `hy-smi`)."""
     captures = [
         Capture(str(p), read_text(p, MAX_CAPTURE_BYTES, "capture file", errors="replace")) for p in paths
     ]
@@ -87,7 +86,7 @@ def devices_from_files(
 
 
 def probe_each(vendors: Sequence[Vendor]) -> tuple[list[tuple[Vendor, list[Device]]], dict[str, HeteroError]]:
-    """Probe every vendor; one that cannot be asked is returned by name with its error, not raised."""
+    """Probe every vendor; the errors of those that cannot be asked are returned, not raised."""
     found, failed = [], {}
     for vendor in vendors:
         try:
@@ -122,8 +121,7 @@ def live_facts(root: Path = Path("/"), strict: bool = False) -> tuple[dict[str, 
 
 
 def slurm_facts(name: str) -> dict[str, int]:
-    """The node's facts as slurmctld knows them, {} when it cannot say (discover runs before the
-    node joins Slurm)."""
+    """The node's facts as slurmctld knows them; {} before the node joins Slurm."""
     try:
         record = show_node(name)
     except ToolError as e:
@@ -137,7 +135,7 @@ def slurm_facts(name: str) -> dict[str, int]:
 
 
 def with_core_indices(device: Device, topology: HostTopology) -> Device:
-    """The device's CPU affinity (OS CPU ids, as the tool prints it) as Slurm core indices."""
+    """The device's CPU affinity (OS CPU ids) as Slurm core indices."""
     if not device.cores:
         return device
     cores = topology.slurm_cores(device.cores)
@@ -160,8 +158,8 @@ def discover_node(
     root: Path | None = None,
     model: str | None = None,
 ) -> NodeInventory:
-    """One node's inventory, live or from captured files. Node facts: `facts` win; else the
-    kernel under `root` (`--host-root` for captures), else for captures what slurmctld knows."""
+    """One node's inventory. Node facts: `facts` win; else the kernel under `root`; else, for
+    captures, what slurmctld knows."""
     if model is not None and not from_files:
         raise HeteroError("--model names the model of captured devices; use it with --from-file")
     found = (
@@ -188,7 +186,7 @@ def discover_node(
 
 
 def this_node(node_name: str | None = None) -> str:
-    """The NodeName of this node: `node_name` (--node), else $SLURMD_NODENAME, else the short host name."""
+    """`node_name` (--node), else $SLURMD_NODENAME, else the short host name."""
     name = (
         node_name
         if node_name is not None
@@ -201,7 +199,7 @@ def this_node(node_name: str | None = None) -> str:
 
 
 def validated(node: NodeInventory) -> NodeInventory:
-    """The node read back from its text as `inventory check` reads it, so discover never writes
-    what check refuses (`8.0` for 8 is refused in the text, not in the dict)."""
+    """The node read back from its text, so discover never writes what `inventory check` refuses
+    (`8.0` for 8 is refused in the text, not in the dict)."""
     text = inventory.dumps(ClusterInventory(nodes=(node,)), as_json=True)
     return inventory.loads(text, f"discovered node {node.name}", as_json=True).nodes[0]

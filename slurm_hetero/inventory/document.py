@@ -1,5 +1,4 @@
-"""Cluster inventory <-> YAML/JSON (schema-validated, versioned), and merging node inventories.
-The only module that reads or writes inventory files."""
+"""Cluster inventory <-> YAML/JSON (schema-validated, versioned), and merging node inventories."""
 
 from __future__ import annotations
 
@@ -30,16 +29,15 @@ from slurm_hetero.slurm import syntax
 
 DEFAULT_INVENTORY = Path("/etc/slurm-hetero/inventory.yaml")  # where install puts it; every node reads it
 
-try:  # the C loader is ~3x faster on big YAML inventories
+try:  # the C loader: big YAML inventories
     _BaseLoader: Any = yaml.CSafeLoader
     _BaseDumper: Any = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - PyYAML built without libyaml
     _BaseLoader, _BaseDumper = yaml.SafeLoader, yaml.SafeDumper
 
-# -- plain scalars, read strictly ---------------------------------------------------------------
 # PyYAML reads YAML 1.1 (`010` is 8, `yes` true), most other tools YAML 1.2 (`010` is 10, `yes`
-# text). Only forms both read alike are taken; any other plain scalar that is not text in both is
-# refused, naming both readings. The dumper quotes such strings, so `dumps` output loads back.
+# text): a plain scalar that is not text in both is refused unless both read it alike. The dumper
+# quotes such strings, so `dumps` output loads back.
 _STR, _AMBIGUOUS = "tag:yaml.org,2002:str", "tag:slurm-hetero,2024:ambiguous"
 _FLOAT = "tag:yaml.org,2002:float"  # no inventory field takes one: refused (`cpus: 8.0`)
 _CORE = (  # read alike by YAML 1.1 and 1.2
@@ -115,8 +113,7 @@ def _reading(value: Any) -> str:
 
 
 def _plain(value: Any) -> str:
-    """How to write a reading so that both versions agree (1000.0 -> 1000, 1e-09 -> 1.0e-09: YAML
-    1.1 reads a number without a point as text)."""
+    """A reading as both versions read it (YAML 1.1 reads `1e-09`, without a point, as text)."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))
     if isinstance(value, float) and "e" in (text := repr(value)) and "." not in text:
@@ -133,8 +130,7 @@ def _out_of_float(value: Any, text: str) -> bool:
 
 
 def ambiguity(text: str, key: str | None = None) -> str:
-    """Why a plain scalar is refused: `cpus: 010 is ambiguous (8 in YAML 1.1, 10 in YAML 1.2);
-    write 8 or 10`."""
+    """Why a plain scalar is refused, naming both readings and what to write instead."""
     try:
         yaml11 = yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
@@ -178,8 +174,7 @@ def _labelled(node: Any) -> Iterator[tuple[str, Any]]:
 
 
 class StrictLoader(_StrictResolver, _BaseLoader):  # type: ignore[misc, valid-type]
-    """Every YAML file read as settings: a key given twice (YAML keeps the last one silently) and
-    plain scalars YAML 1.1 and 1.2 read differently (`0x10`, `010`, `yes`) are refused."""
+    """Refuses a key given twice (YAML keeps the last one silently) and ambiguous plain scalars."""
 
     # tag -> why a scalar of it is refused (`text`, key label), checked in this order
     refused: ClassVar[dict[str, Callable[[str, str | None], str]]] = {_AMBIGUOUS: ambiguity}
@@ -214,8 +209,8 @@ _BLOCK_PREFIX = re.compile(rf"^[ \t?:\-]{{{MAX_YAML_DEPTH},}}", re.MULTILINE)
 
 
 def too_deep(text: str) -> bool:
-    """Whether YAML `text` could nest deeper than MAX_YAML_DEPTH: libyaml's C composer recurses
-    without a limit (~50,000 levels crash the process). Quoted brackets count too."""
+    """Whether `text` could nest deeper than MAX_YAML_DEPTH: libyaml's C composer recurses without
+    a limit and crashes the process. Quoted brackets count too."""
     depth = 0
     for m in _FLOW.finditer(text):
         depth += 1 if m.group() in "[{" else -1
@@ -225,8 +220,7 @@ def too_deep(text: str) -> bool:
 
 
 def strict_yaml(text: str, path: str, what: str) -> Any:
-    """YAML an admin writes, loaded by `StrictLoader`; ConfigError for an ambiguous scalar or too
-    deep a nesting. Other YAMLErrors (DuplicateKey among them) are the caller's to word."""
+    """YAML by `StrictLoader`; ConfigError for an ambiguous scalar or deep nesting, not other YAMLErrors."""
     if too_deep(text):
         raise ConfigError(f"nested too deeply to be a {what}", path)
     try:
@@ -245,7 +239,7 @@ def _refusal(error: AmbiguousScalar) -> str:
 
 
 def config_yaml(text: str, path: str, what: str) -> Any:
-    """A YAML config the admin names, read by `strict_yaml`; ConfigError where it is malformed."""
+    """`strict_yaml`, with a malformed file a ConfigError too."""
     try:
         return strict_yaml(text, path, what)
     except yaml.YAMLError as e:
@@ -253,8 +247,7 @@ def config_yaml(text: str, path: str, what: str) -> Any:
 
 
 def not_whole(text: str, key: str | None = None) -> str:
-    """Why a number with a point or an exponent is refused: Slurm's config lines take whole
-    numbers only (`CPUs=8.0` is not one)."""
+    """Why a number with a point or an exponent is refused: Slurm's config lines take whole numbers."""
     where = f"{key}: " if key is not None else ""
     try:
         value = float(text)
@@ -375,14 +368,12 @@ def _device_key(raw: Mapping[str, Any]) -> bytes | None:
 
 
 class _DeviceInterner:
-    """Validates and builds each distinct device record once: a 10,000-node inventory has
-    80,000 device records but only a few dozen distinct ones. Devices that differ only in their
-    per-device keys (index, file, ids) share the validation of the rest."""
+    """Validates and builds each distinct device record once (a big inventory holds few distinct
+    ones); devices that differ only in their per-device keys share the validation of the rest."""
 
     def __init__(self, source: str, keep_identity: bool) -> None:
         self.source, self.keep_identity = source, keep_identity
         self.seen: dict[tuple[bytes, tuple[Any, ...]], Device] = {}
-        # the per-device keys that tell records of one shape apart (UUIDs only when kept)
         self.id_keys = tuple(k for k in _PER_DEVICE if keep_identity or k not in _IDENTITY_KEYS)
         self.absent = (_ABSENT,) * len(self.id_keys)  # a missing key is not a null one
         self.shapes: dict[bytes, dict[str, Any]] = {}  # shape -> field values of a validated device
@@ -395,7 +386,7 @@ class _DeviceInterner:
             return self._validated(raw, f"nodes[{node_pos}].devices[{device_pos}]", None)
         key = (shape, tuple(map(raw.get, self.id_keys, self.absent)))
         try:
-            device = self.seen.get(key)  # the common case: seen before
+            device = self.seen.get(key)
         except TypeError:  # an unhashable per-device value: the schema says what is wrong
             return self._validated(raw, f"nodes[{node_pos}].devices[{device_pos}]", shape)
         if device is not None:
@@ -422,7 +413,7 @@ class _DeviceInterner:
         return device
 
     def _like(self, template: dict[str, Any], raw: dict[str, Any], where: str) -> Device:
-        """A device built from a validated one of the same shape: only its per-device keys are checked."""
+        """A device like `template` (validated): only its per-device keys are checked."""
         per_device = {k: raw[k] for k in _PER_DEVICE if k in raw}
         try:
             _validators()[2](per_device)
@@ -442,8 +433,7 @@ class _DeviceInterner:
 def inventory_from_dict(
     data: Any, source: str = "<inventory>", keep_identity: bool = True
 ) -> ClusterInventory:
-    """Validate and convert raw data. Without `keep_identity`, device UUIDs are dropped, which
-    lets identical devices share one record (what rendering needs, and much faster)."""
+    """Validate and convert raw data; without `keep_identity`, identical devices share one record."""
     try:
         _validators()[0](data)
     except fastjsonschema.JsonSchemaValueException as e:
@@ -466,7 +456,7 @@ def inventory_from_dict(
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:
-    """A YAMLError in one line, where and what, without PyYAML's marks ("<unicode string>")."""
+    """A YAMLError in one line, without PyYAML's marks ("<unicode string>")."""
     mark = getattr(error, "problem_mark", None)
     context, problem = getattr(error, "context", None), getattr(error, "problem", None)
     what = " ".join(filter(None, [context, problem])) or str(error).splitlines()[0]
@@ -498,8 +488,7 @@ FOOTER = "# end of slurm-hetero inventory\n"
 
 
 def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> Any:
-    """The data of inventory text: JSON, one YAML document, or (`documents`) every YAML document;
-    InventoryError naming `source` where it is malformed or cut short."""
+    """JSON, one YAML document or (`documents`) all of them; InventoryError where malformed."""
     if not as_json:
         if text.startswith(HEADER) and not text.rstrip().endswith(FOOTER.strip()):
             raise InventoryError(
@@ -530,19 +519,18 @@ def _parsed(text: str, source: str, as_json: bool, documents: bool = False) -> A
 
 @_gc_paused()
 def loads(text: str, source: str, as_json: bool = False, keep_identity: bool = True) -> ClusterInventory:
-    """Parse inventory text (YAML, or JSON when `as_json`)."""
     return inventory_from_dict(_parsed(text, source, as_json), source, keep_identity)
 
 
 def load(path: str | Path, keep_identity: bool = True) -> ClusterInventory:
     """Read an inventory file; JSON when its name ends in `.json`, else YAML."""
     path = Path(path)
-    text = read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)  # regular, bounded
+    text = read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)
     return loads(text, str(path), as_json=path.suffix.lower() == ".json", keep_identity=keep_identity)
 
 
 def dumps(inventory: ClusterInventory, as_json: bool = False) -> str:
-    """Serialize an inventory (stable key order, for reviewable diffs)."""
+    """Serialize an inventory (stable key order: reviewable diffs)."""
     data = inventory_to_dict(inventory)
     if as_json:
         return json.dumps(data, indent=1) + "\n"
@@ -552,8 +540,7 @@ def dumps(inventory: ClusterInventory, as_json: bool = False) -> str:
 
 
 def load_many(path: str | Path) -> list[tuple[str, ClusterInventory]]:
-    """Read a file holding one inventory, several YAML documents, or JSON lines (one per node,
-    as `srun ... slurm-hetero discover --json > nodes.jsonl` writes them)."""
+    """One inventory, several YAML documents, or JSON lines (`srun ... discover --json`)."""
     path = Path(path)
     text = read_text(path, MAX_INVENTORY_BYTES, "inventory file", InventoryError)
     stripped = text.lstrip()
@@ -578,8 +565,8 @@ def _shape(node: NodeInventory) -> NodeInventory:
 def merge(
     inventories: Iterable[tuple[str, ClusterInventory]], fold_identical: bool = True
 ) -> ClusterInventory:
-    """Merge node inventories; a node named twice is an error (two files claim one host). With
-    `fold_identical`, nodes that differ only in name and device UUIDs become one hostlist record."""
+    """Merge node inventories (a host named twice is an error); with `fold_identical`, nodes that
+    differ only in name and device UUIDs become one hostlist record."""
     seen: dict[str, str] = {}
     nodes: list[NodeInventory] = []
     for source, inventory in inventories:

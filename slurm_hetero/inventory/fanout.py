@@ -1,8 +1,8 @@
-"""`discover --nodes HOSTLIST | --all`: run discover on many nodes and collect one JSON line each.
+"""`discover --nodes HOSTLIST | --all`: one discover JSON line from each of many nodes.
 
-`srun` first (no ssh keys needed), one step per partition. Slurm refuses steps on drained, down or
-failing nodes (exactly those whose GPUs changed) and srun cannot reach busy nodes within
-`--immediate`; those go over ClusterShell's ssh workers (its Task is used here and nowhere else).
+`srun` first (no ssh keys needed), one step per partition. Slurm refuses steps on drained or down
+nodes (exactly those whose GPUs changed) and srun gives up on busy ones after `--immediate`; those
+go over ClusterShell's ssh workers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from slurm_hetero.slurm.scontrol import SlurmNodeRecord, show_nodes
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
-IMMEDIATE_S = 60  # srun --immediate: how long srun waits for a busy node before it goes over ssh
+IMMEDIATE_S = 60  # srun --immediate
 
 
 @dataclass
@@ -53,7 +53,7 @@ def _node_of(line: str) -> str | None:
 
 
 def collect_lines(output: str, result: FanoutResult) -> None:
-    """Take every `discover --json` line of `output` into `result`, keyed by its node."""
+    """Every `discover --json` line of `output`, by its node."""
     for line in output.splitlines():
         name = _node_of(line.strip()) if line.strip().startswith("{") else None
         if name:
@@ -75,7 +75,7 @@ def srun_argv(partition: str, nodes: Sequence[str], command: Sequence[str]) -> l
 
 
 def run_srun(by_partition: dict[str, list[str]], command: Sequence[str], result: FanoutResult) -> list[str]:
-    """Discover through srun; the nodes it did not answer for (to try over ssh)."""
+    """Discover through srun; returns the nodes it gave no line for."""
     left: list[str] = []
     for partition, nodes in sorted(by_partition.items()):
         errors: list[str] = []
@@ -93,7 +93,7 @@ def run_srun(by_partition: dict[str, list[str]], command: Sequence[str], result:
 
 
 def _srun_cause(node: str, errors: list[str]) -> str:
-    """Why srun gave `node` nothing: srun's line about that node, else its last line."""
+    """srun's line about `node`, else its last one."""
     if not errors:
         return "srun gave no inventory line"
     mine = [line for line in errors if re.search(rf"(?:^|\s){re.escape(node)}:", line)]
@@ -111,7 +111,7 @@ def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, 
         " ".join(shlex.quote(a) if a != "%h" else a for a in command), nodes=",".join(nodes), timeout=timeout
     )
     task.run()
-    why: dict[str, str] = {}  # the first answer wins: output, else exit code, else timeout
+    why: dict[str, str] = {}
     for buffer, keys in task.iter_buffers():
         text = bytes(buffer).decode("utf-8", "replace")
         for key in keys:
@@ -130,8 +130,7 @@ def run_ssh(nodes: Sequence[str], command: Sequence[str], result: FanoutResult, 
 
 def terminal_progress(done: int, total: int) -> None:
     if sys.stderr.isatty():
-        sys.stderr.write(f"\rdiscover: {done}/{total} nodes")
-        sys.stderr.write("\n" if done == total else "")
+        sys.stderr.write(f"\rdiscover: {done}/{total} nodes" + ("\n" if done == total else ""))
         sys.stderr.flush()
 
 
@@ -141,8 +140,7 @@ def fan_out(
     ssh_timeout: float = 120.0,
     progress: Progress = terminal_progress,
 ) -> FanoutResult:
-    """Discover on the nodes of `spec` (a hostlist of at most `hostlist.MAX_HOSTS`, counted before
-    Slurm is asked; None: every node Slurm knows)."""
+    """Discover on the nodes of `spec` (None: every node Slurm knows)."""
     if spec:
         try:
             hostlist.count(spec)
@@ -159,7 +157,7 @@ def fan_out(
     progress(len(result.lines), total)
     run_ssh(ssh, [*remote, "discover", "--json", "--node", "%h"], result, ssh_timeout)
     progress(len(result.lines), total)
-    for node, why in result.srun_notes.items():  # each cause, without -v
+    for node, why in result.srun_notes.items():
         if node in result.failed:
             result.failed[node] = f"{why}; then {result.failed[node]}"
     return result

@@ -1,9 +1,6 @@
-"""This host's CPU topology and memory as `slurmd -C` reports them, read from the kernel.
-
-Sources: sysfs `cpuN/topology/{physical_package_id,core_id}` of every online CPU, and `MemTotal`
-in `/proc/meminfo`; everything takes a `root` so tests read captured trees. gres.conf `Cores=`
-takes core indices in hwloc's logical order, while vendor tools print OS CPU ids that include SMT
-siblings; `HostTopology.slurm_cores` maps them through the real topology. Python 3.9 compatible.
+"""This host's CPU topology and memory as `slurmd -C` reports them, from sysfs and /proc/meminfo
+under a `root`. gres.conf `Cores=` takes core indices in hwloc's logical order, while vendor tools
+print OS CPU ids that include SMT siblings; `HostTopology.slurm_cores` maps one to the other.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ class HostTopology:
     core_of_cpu: Mapping[int, int] = field(default_factory=dict, compare=False, repr=False)
 
     def slurm_cores(self, cpu_list: str) -> str | None:
-        """`48-63,176-191` (OS CPU ids) -> `48-63` (Slurm core indices); None when an id is not an
-        online CPU (better no Cores= than a wrong one)."""
+        """OS CPU ids -> Slurm core indices; None when an id is not an online CPU."""
         try:
             ids = cpu_ids(cpu_list)
         except ValueError as e:
@@ -47,7 +43,7 @@ class HostTopology:
 
 
 def _read(path: Path) -> str:
-    """A kernel file (regular, bounded: a FIFO or /dev/zero in a captured tree is an error)."""
+    """A kernel file (a FIFO or /dev/zero in a captured tree is an error)."""
     return read_text(path, MAX_KERNEL_FILE, "kernel file").strip()
 
 
@@ -65,22 +61,20 @@ def memtotal_mib(root: Path = Path("/"), strict: bool = False) -> int | None:
         for line in _read(path).splitlines():
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) // 1024
-        reason = "no MemTotal line"
+        error = HeteroError(f"{path}: no MemTotal line")
     except (ValueError, IndexError):
-        reason = "MemTotal is not a number of kB"
-    except HeteroError:
-        if strict:
-            raise
-        return None
+        error = HeteroError(f"{path}: MemTotal is not a number of kB")
+    except HeteroError as e:
+        error = e
     if strict:
-        raise HeteroError(f"{path}: {reason}")
+        raise error
     return None
 
 
 def topology_from_cpus(
     cpus: Mapping[int, tuple[int, int]], real_memory_mib: int | None = None
 ) -> HostTopology:
-    """From {OS CPU id: (package id, core id)} as the kernel reports them."""
+    """From {OS CPU id: (package id, core id)}."""
     cores: dict[tuple[int, int], list[int]] = {}  # in the order of their first CPU, as hwloc's
     for cpu, key in sorted(cpus.items()):
         cores.setdefault(key, []).append(cpu)
@@ -104,8 +98,7 @@ def topology_from_cpus(
 
 
 def read_topology(root: Path = Path("/"), strict: bool = False) -> HostTopology | None:
-    """This host's topology from sysfs: None, logged, when missing or irregular (no Cores= is
-    better than a wrong one); `strict` (a captured tree the admin named) makes either an error."""
+    """None, logged, when missing or irregular; `strict` (a captured tree) makes either an error."""
     cpu_dir = root / CPU_DIR
     cpus: dict[int, tuple[int, int]] = {}
     try:

@@ -1,7 +1,5 @@
-"""Model configurations by name or path: the Hugging Face `config.json` files bundled in
-`slurm_hetero/data/hf_configs/`, or a user's own. The only reader of those files; `fit`,
-`sbatch`, `plan` and `launch` all describe models through it, and `layer_costs_for` hands the
-layout solver a named model's costs from the one model-cost source (`engine.modelcost`)."""
+"""Models by name or path: the Hugging Face `config.json` files bundled in `data/hf_configs/`,
+or a user's own."""
 
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ CONFIG_PACKAGE = "slurm_hetero.data.hf_configs"
 
 
 def bundled_names() -> list[str]:
-    """Names of the configs shipped in `slurm_hetero/data/hf_configs/` (file names without .json)."""
+    """Names of the bundled configs."""
     root = resources.files(CONFIG_PACKAGE)
     return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
 
@@ -69,11 +67,8 @@ BEYOND_CONTEXT = "--beyond-context"
 def sequence_length(
     spec: ModelSpec, seq: int | None, ref: str | None = None, beyond: bool | None = None
 ) -> int:
-    """`seq` when the model takes sequences that long (1 to its context length, what its config
-    states: max_position_embeddings, n_positions), else a RequestError naming the range; None:
-    DEFAULT_SEQ or the context if shorter. Longer than the context is allowed with `beyond`
-    (BEYOND_CONTEXT: relative positions as T5's, RoPE scaling; None: the command has no such
-    option, and the error does not offer it)."""
+    """`seq`, else DEFAULT_SEQ or the model's context if shorter. Longer than the context is an
+    error unless `beyond` (relative positions, RoPE scaling; None: the command has no such option)."""
     if seq is None:
         return min(DEFAULT_SEQ, spec.max_positions)
     if 1 <= seq <= spec.max_positions or (beyond and seq >= 1):
@@ -83,8 +78,7 @@ def sequence_length(
 
 
 def layer_costs_for(ref: str, seq: int, settings: CostSettings | None = None) -> LayerCosts:
-    """The layout solver's per-layer costs of a model (name or config.json) for one sequence of
-    `seq` tokens: decoder-only models (dense, or MoE with every expert on the stage of its layer)."""
+    """Per-layer costs of a decoder-only model for `seq` tokens (MoE: experts on their layer's stage)."""
     spec = load_model(ref)
     if spec.encoder_layers:
         raise RequestError(ref, "the layout solver handles decoder-only models (no encoder)")

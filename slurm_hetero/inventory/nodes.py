@@ -1,8 +1,7 @@
-"""The one record of a node as Slurm sees it (`model.SlurmNode`), built once per inventory load.
+"""The one record of a node as Slurm sees it (`model.SlurmNode`), and the one type resolution.
 
-Type resolution happens here and nowhere else. An admin's `type:` is the Slurm Type= name, kept as
-written; the catalog facts come from that type's entry, else from the `model` string, so any site
-naming scheme works. Devices are in gres.conf order, unhealthy ones left out unless asked for.
+An admin's `type:` is the Slurm Type= name, kept as written; the catalog facts come from that
+type's entry, else from the `model` string, so any site naming scheme works.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from slurm_hetero.vendors import vendor_traits
 
 
 def lookup_spec(device: Device, catalog: Catalog) -> DeviceSpec | None:
-    """The catalog facts of a device: by its Slurm type when the catalog knows that type for the
-    device's vendor, else by its reported model."""
+    """The catalog facts of a device: by its type (of its vendor), else by its model."""
     spec = catalog.by_type(device.type) if device.type else None
     if spec is not None and spec.vendor == device.vendor:
         return spec
@@ -52,8 +50,8 @@ def unknown_device(device: Device, node: str | None = None) -> InventoryError:
 
 
 def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> DeviceSpec:
-    """`lookup_spec`, or the one unknown-device error. A `type:` that is a catalog type must be the
-    device's own (`type: h100_sxm` on an L40S would give everyone the wrong facts)."""
+    """`lookup_spec`, or an error; a `type:` that is a catalog type must be the device's own
+    (`type: h100_sxm` on an L40S would give everyone the wrong facts)."""
     by_type = catalog.by_type(device.type) if device.type else None
     by_model = catalog.resolve(device.vendor, device.model)
     matches_type = by_type is not None and any(p.search(device.model) for p in by_type.patterns)
@@ -74,7 +72,7 @@ def resolve_spec(device: Device, catalog: Catalog, node: str | None = None) -> D
 def gres_order(devices: Sequence[Device], include_unhealthy: bool = False) -> list[Device]:
     """The devices Slurm will see on a node, in gres.conf order (unhealthy ones left out)."""
     keep = [d for d in devices if include_unhealthy or d.health == Health.OK]
-    return sorted(keep, key=lambda d: (d.vendor, d.index))  # linear when in order, as written
+    return sorted(keep, key=lambda d: (d.vendor, d.index))
 
 
 def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[str, ...]:
@@ -91,11 +89,10 @@ def node_features(node: NodeInventory, devices: Sequence[SlurmDevice]) -> tuple[
             device.driver_version,
             device.runtime_version,
         )
-        if key in done:  # the devices of a big node mostly share their labels
+        if key in done:
             continue
         done.add(key)
-        # the memory class `gpumem79g`: the device's own memory (else the model's) in whole GiB,
-        # rounded down, so `-C gpumemNg` never promises more than `--gres=gpumem:NG` finds
+        # whole GiB rounded down: `-C gpumemNg` never promises more than `--gres=gpumem:NG` finds
         memory_class = f"gpumem{slurm_device.memory_mib // 1024}g"
         labels.update(dict.fromkeys([device.vendor, device.type, memory_class]))
         labels.update(dict.fromkeys(link.kind for link in device.links))
@@ -112,7 +109,7 @@ Shape = tuple[tuple[SlurmDevice, ...], tuple[Device, ...], tuple[str, ...]]
 
 
 class NodeBuilder:
-    """Builds `SlurmNode`s, resolving identical device records once (one resolution per node shape)."""
+    """Builds `SlurmNode`s, resolving each node shape once."""
 
     def __init__(
         self, catalog: Catalog, traits: Mapping[str, VendorTraits], include_unhealthy: bool = False
@@ -162,7 +159,7 @@ def slurm_nodes(
     catalog: Catalog,
     include_unhealthy: bool = False,
 ) -> list[SlurmNode]:
-    """Every inventory node as Slurm sees it (vendor traits from the registry)."""
+    """Every inventory node as Slurm sees it."""
     builder = NodeBuilder(catalog, vendor_traits(), include_unhealthy)
     return [builder.node(n) for n in inventory.nodes]
 
@@ -185,8 +182,8 @@ def host_records(inventory: ClusterInventory, hosts: Sequence[str]) -> dict[str,
 
 
 def check_shares(shares: Mapping[str, int], nodes: Sequence[SlurmNode]) -> None:
-    """Each shard size against the devices it shares: a type the nodes have, at most its smallest
-    device's memory (a larger one would render no shard and say nothing)."""
+    """Each shard size names a type the nodes have and fits its smallest device (else no shard
+    would be rendered, silently)."""
     smallest: dict[str, int] = {}
     for device in (d.device for n in nodes for d in n.devices):
         memory = device.memory_mib or 0

@@ -38,18 +38,8 @@ class HealthReport:
     notes: tuple[str, ...] = ()
 
 
-def _links_down(expected: Device, found: Device) -> list[str]:
-    now = {(link.peer, link.kind): link.count for link in found.links}
-    down = []
-    for link in expected.links:
-        count = now.get((link.peer, link.kind), 0)
-        if count < link.count:
-            down.append(f"{link.kind} to {link.peer} {count}/{link.count} links")
-    return down
-
-
 def device_faults(expected: Device, found: Device | None) -> list[str]:
-    """What is wrong with one device now, against its inventory record ([] when nothing)."""
+    """What is wrong with one device now, against its inventory record."""
     if found is None:
         return ["missing"]
     faults = []
@@ -57,28 +47,30 @@ def device_faults(expected: Device, found: Device | None) -> list[str]:
         faults.append(found.health_reason or "reported unhealthy")
     if expected.memory_mib and found.memory_mib and found.memory_mib < expected.memory_mib * MEMORY_TOLERANCE:
         faults.append(f"memory {found.memory_mib} MiB, inventory {expected.memory_mib} MiB")
-    faults += _links_down(expected, found)
+    now = {(link.peer, link.kind): link.count for link in found.links}
+    for link in expected.links:
+        if (count := now.get((link.peer, link.kind), 0)) < link.count:
+            faults.append(f"{link.kind} to {link.peer} {count}/{link.count} links")
     return faults
 
 
 def compare(
     expected: NodeInventory, found: Sequence[Device], unasked: Mapping[str, str] | None = None
 ) -> list[Fault]:
-    """Faults of the node's healthy devices against what is seen now; `unasked`: vendor -> why its
-    devices could not be asked (one fault for all of them)."""
+    """Faults of the node's healthy devices; `unasked`: vendor -> why its devices could not be asked."""
     unasked = unasked or {}
     by_key = {(d.vendor, d.index): d for d in found}
     faults = [Fault(vendor, why) for vendor, why in sorted(unasked.items())]
     for device in expected.devices:
         if device.health != Health.OK or device.vendor in unasked:
-            continue  # known bad when discovered (render left it out already), or not asked
+            continue  # render left a known bad device out already
         for what in device_faults(device, by_key.get((device.vendor, device.index))):
             faults.append(Fault(f"{device.vendor} {device.index} ({device.file})", what))
     return faults
 
 
 def drain_reason(faults: Sequence[Fault]) -> str:
-    """`slurm-hetero: nvidia 1 (/dev/nvidia1): missing; ...`, cut to what Slurm keeps."""
+    """The faults as one drain reason, cut to what Slurm keeps."""
     text = f"{DRAIN_PREFIX} " + "; ".join(str(f) for f in faults)
     text = text.replace("=", ":")  # scontrol reads `reason=` up to the end, but keep it plain
     text = text.encode("ascii", "backslashreplace").decode()  # a garbled tool's U+FFFD, escaped
@@ -118,8 +110,8 @@ def check(
     unasked: Mapping[str, str] | None = None,
     whole: bool = True,
 ) -> HealthReport:
-    """Compare, then drain or resume (`act`); `record` is read after the faults are logged, so a
-    Slurm that cannot be asked fails with them said."""
+    """Compare, then drain or resume; `record` is read after the faults are logged, so a Slurm that
+    cannot be asked fails with them said."""
     faults = compare(expected, found, unasked)
     journal = audit("slurm-hetero-health")
     for fault in faults:

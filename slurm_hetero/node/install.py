@@ -11,9 +11,7 @@ so node-side commands run from a venv of their own. The layout (every directory 
   BIN/slurm-hetero                 the command, for users and admins
   SITE/inventory.yaml              --inventory, always mode 0644 (the TaskProlog runs as the job's user)
 
-Upgrades build the new venv beside the running one and rename every file into place only once
-all are written; uninstall refuses while slurm.conf names what it would remove. The rules in full:
-docs/admin-guide.md, "Install on every node, with the inventory".
+The rules in full: docs/admin-guide.md, "Install on every node, with the inventory".
 """
 
 from __future__ import annotations
@@ -46,8 +44,6 @@ PIP = ("-m", "pip", "install", "-q", "--disable-pip-version-check")
 
 @dataclass(frozen=True)
 class Layout:
-    """Where an install lives and what it writes."""
-
     prefix: Path = Path("/opt/slurm-hetero")
     etc: Path = Path("/etc/slurm")
     bin_dir: Path = Path("/usr/local/bin")
@@ -70,7 +66,6 @@ class Layout:
         return self.site / "inventory.yaml"
 
     def scripts(self) -> dict[str, Path]:
-        """Script kind -> path."""
         return {
             "taskprolog": self.etc / "slurm-hetero-taskprolog",
             "health": self.etc / "slurm-hetero-health",
@@ -79,10 +74,9 @@ class Layout:
 
 
 def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> str:
-    """The shell script of `kind`; every path shell-quoted (`;` or `$(...)` stays one word). -I:
-    the job's PYTHONPATH, user site-packages and working directory must not change which code
-    runs. USR1/USR2 (a checkpoint request) reach the TaskProlog too, and would kill it while
-    Python starts: it ignores them before Python runs."""
+    """The shell script of `kind`. -I: the job's PYTHONPATH, user site-packages and working
+    directory must not change which code runs. USR1/USR2 (a checkpoint request) reach the
+    TaskProlog too, and would kill it while Python starts."""
     q = shlex.quote
     run, inventory = f"exec {q(str(python))} -I -m slurm_hetero", q(str(layout.inventory))
     config_arg = f" --config {q(config)}" if config else ""
@@ -95,10 +89,6 @@ def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> 
     return f"{head}{OWNER}{layout.manifest}\n{body}\n"
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def check_printable(what: str, value: str) -> None:
     """Refuse a path with a control character: it would split a script or slurm.conf line."""
     bad = [c for c in value if ord(c) < 32 or ord(c) == 127]
@@ -107,8 +97,7 @@ def check_printable(what: str, value: str) -> None:
 
 
 def slurm_conf_value(path: Path) -> str:
-    """`path` as a slurm.conf value: double-quoted when it holds whitespace, where Slurm ends a bare
-    value (a path with whitespace and a double quote too is refused by `install`)."""
+    """`path` as a slurm.conf value: quoted when it holds whitespace (Slurm ends a bare value there)."""
     text = str(path)
     return f'"{text}"' if any(c.isspace() for c in text) else text
 
@@ -149,7 +138,7 @@ def install(
     pip_options: Sequence[str] = (),
     upgrade: bool = False,
 ) -> dict:
-    """Install (or, with `upgrade`, replace) the venv and scripts; returns the new manifest."""
+    """Install (or `upgrade`) the venv and scripts; returns the new manifest."""
     named = {"--prefix": layout.prefix, "--slurm-etc": layout.etc, "--bin-dir": layout.bin_dir}
     named.update({"--site-dir": layout.site, "--python": python, "--source": source})
     for what, value in [*named.items(), ("--inventory", inventory_file or ""), ("--config", config or "")]:
@@ -191,12 +180,17 @@ def _install(
     if upgrade and not old:
         raise HeteroError(f"nothing installed in {layout.prefix} to upgrade; run install without --upgrade")
     if old and config is None:
-        config = old.get("config")  # an upgrade keeps the TaskProlog's settings unless given new ones
+        config = old.get("config")
     if layout.current.exists() and not layout.current.is_symlink():
         raise HeteroError(
             f"{layout.current} is a directory install did not make; move it away or pass --prefix"
         )
-    inventory_text = _read_inventory(inventory_file) if inventory_file else None
+    inventory_text = None
+    if inventory_file:
+        from slurm_hetero.inventory import document as inventory
+
+        inventory.load(inventory_file)  # a bad inventory stops here, before anything is built
+        inventory_text = inventory_file.read_bytes()
     scripts = layout.scripts()
     _check_owners(layout, old, scripts.values())
     for directory in {layout.etc, layout.bin_dir, *([layout.site] if inventory_text is not None else [])}:
@@ -214,7 +208,7 @@ def _install(
         "source": str(source),
         "venv": str(venv),
         "scripts": {kind: str(path) for kind, path in scripts.items()},
-        "hashes": {str(path): _digest(text) for path, text in texts.items()},
+        "hashes": {str(path): hashlib.sha256(text).hexdigest() for path, text in texts.items()},
         "inventory": str(layout.inventory) if inventory_text is not None else (old or {}).get("inventory"),
         "config": config,
         "installed_by": __version__,
@@ -224,13 +218,16 @@ def _install(
         files[layout.inventory] = (inventory_text, 0o644)
     files[layout.manifest] = ((json.dumps(manifest, indent=2) + "\n").encode(), 0o644)  # renamed last
     _replace_all(files, venv)
-    _link(layout.current, venv.relative_to(layout.prefix))
+    link = layout.current.with_name(f".{layout.current.name}.new")  # replaces the old one in one rename
+    link.unlink(missing_ok=True)
+    link.symlink_to(venv.relative_to(layout.prefix))
+    os.replace(link, layout.current)
     manifest["removed_venvs"] = [str(p) for p in prune(layout, keep=[venv, *([base] if base else [])])]
     return manifest
 
 
 def _check_owners(layout: Layout, old: dict | None, scripts: Iterable[Path]) -> None:
-    """Refuse to rewrite a script another install (another prefix) wrote."""
+    """Refuse to rewrite a script another prefix's install wrote."""
     for path in scripts:
         try:
             text = path.read_text(errors="replace")
@@ -256,8 +253,8 @@ def _open_dir(directory: Path) -> None:
 
 
 def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
-    """Stage every file beside its target, then rename them all; a failed write removes the staged
-    files and `venv` and changes nothing."""
+    """Stage every file beside its target, then rename them all; a failed write changes nothing
+    (and removes `venv`)."""
     staged: list[tuple[str, Path]] = []
     target = venv
     try:
@@ -276,14 +273,6 @@ def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
         raise HeteroError(f"cannot write {e.filename or target}: {e.strerror or e}; nothing changed") from e
     for tmp, target in staged:
         os.replace(tmp, target)
-
-
-def _link(link: Path, target: Path) -> None:
-    """Point `link` at `target`, replacing the old link in one rename."""
-    temp = link.with_name(f".{link.name}.new")
-    temp.unlink(missing_ok=True)
-    temp.symlink_to(target)
-    os.replace(temp, link)
 
 
 def _check_python(python: Path) -> None:
@@ -309,19 +298,12 @@ def _check_python(python: Path) -> None:
 
 
 def unreachable(path: Path) -> Path | None:
-    """The first directory on the way to `path` (or the file) other users cannot pass or read."""
+    """The first directory on the way to `path` (or the file) that other users cannot pass (read)."""
     real = Path(os.path.realpath(path))
     for directory in reversed(real.parents):
         if not directory.stat().st_mode & stat.S_IXOTH:
             return directory
     return None if real.stat().st_mode & stat.S_IROTH else real
-
-
-def _read_inventory(path: Path) -> bytes:
-    from slurm_hetero.inventory import document as inventory
-
-    inventory.load(path)  # a bad inventory stops here, before anything is built
-    return path.read_bytes()
 
 
 def _new_venv_dir(layout: Layout) -> Path:
@@ -336,7 +318,7 @@ def _new_venv_dir(layout: Layout) -> Path:
 
 
 def _build(venv: Path, python: Path, source: Path, pip_options: Sequence[str], base: Path | None) -> str:
-    """Build and check the venv; on any failure remove it and raise (nothing else changed)."""
+    """Build and check the venv; on any failure remove it and raise."""
     py = str(venv / "bin" / "python")
     try:
         if base is not None and (base / "bin" / "python").exists():
@@ -361,7 +343,7 @@ def _build(venv: Path, python: Path, source: Path, pip_options: Sequence[str], b
 
 
 def _open_to_all(root: Path) -> None:
-    """Directories 0755-ish and files readable by every user (a root umask of 077 is common)."""
+    """Make everything readable by every user (a root umask of 077 is common)."""
     for directory, _, files in os.walk(root):
         for path in [directory, *(os.path.join(directory, f) for f in files)]:
             st = os.lstat(path)
@@ -387,7 +369,7 @@ def prune(layout: Layout, keep: Iterable[Path]) -> list[Path]:
 
 
 def busy_venvs(venvs: Path, but: int | None = None) -> dict[Path, int]:
-    """Venv directory -> a PID (other than `but`) whose program (argv[0]) lies in it."""
+    """Venv directory -> a PID (not `but`) whose argv[0] lies in it."""
     prefix = str(venvs) + "/"
     found: dict[Path, int] = {}
     for entry in Path("/proc").iterdir():
@@ -402,15 +384,13 @@ def busy_venvs(venvs: Path, but: int | None = None) -> dict[Path, int]:
     return found
 
 
-# ------------------------------------------------------------------------------ uninstall
-
 _INCLUDE = re.compile(r"^\s*include\s+(\S+)", re.IGNORECASE)
 _PATH = re.compile(r"/[^\s=,\"']*")
 
 
 def _spellings(path: str) -> set[str]:
-    """One path as written, fully resolved, and with its directories resolved (a link to a Python
-    in a venv still names the venv)."""
+    """A path as written, resolved, and with only its directories resolved (a link to a venv's
+    Python still names the venv)."""
     norm = os.path.normpath(path)
     return {
         norm,
@@ -421,7 +401,7 @@ def _spellings(path: str) -> set[str]:
 
 def slurm_conf_references(conf: Path, names: Sequence[str]) -> list[str]:
     """`FILE:LINE: text` of each line of slurm.conf (and its Includes) naming any of `names` or a
-    path under one, comments aside, paths compared resolved."""
+    path under one."""
     found: list[str] = []
     wanted = {spelling for name in names for spelling in _spellings(name)}
     for path in _conf_files(conf):
@@ -435,7 +415,6 @@ def slurm_conf_references(conf: Path, names: Sequence[str]) -> list[str]:
 
 
 def _conf_text(path: Path) -> str:
-    """A slurm.conf file's text; HeteroError when it cannot be read or is not text."""
     try:
         data = path.read_bytes()
         if b"\0" in data:
@@ -466,7 +445,7 @@ def _conf_files(conf: Path, depth: int = 0) -> list[Path]:
 
 
 def uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
-    """Remove what install wrote, once no slurm.conf line names it; returns what it did."""
+    """Remove what install wrote, once no slurm.conf line names it; returns what was done."""
     if read_manifest(layout) is None:
         raise HeteroError(f"nothing installed in {layout.prefix} (no {layout.manifest.name})")
     with _locked(layout):
@@ -508,7 +487,7 @@ def _uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
                 done.append(f"left {path} (not written by install)")
             continue
         written = hashes.get(str(path))
-        if _digest(data) == written if written else MARK.encode() in data:
+        if hashlib.sha256(data).hexdigest() == written if written else MARK.encode() in data:
             path.unlink()
             done.append(f"removed {path}")
         else:

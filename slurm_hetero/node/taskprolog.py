@@ -35,9 +35,8 @@ def export_lines(
     node: SlurmNode,
     sharing: SharingLimits | None = None,
 ) -> list[str]:
-    """`export NAME=value` lines for every vendor of the allocated devices that needs its own
-    variable, plus a shard allocation's limits; `node` is built as `gres render` was run, so
-    indices match gres.conf."""
+    """Export lines of the allocated devices' vendors and a shard allocation's limits; `node` is
+    built as `gres render` was run, so indices match gres.conf."""
     indexes = task.devices.gpu_indexes
     if not indexes:
         return []
@@ -56,8 +55,8 @@ def export_lines(
 
 
 def shard_limit_lines(device: Device, shards: int, sharing: SharingLimits) -> list[str]:
-    """Limits for `shards` shards of `device`: memory = shards x shard size, compute = their share
-    (as the hook counts them: a device of M MiB in units of U has M // U shards)."""
+    """Limits for `shards` shards of `device`, counted as the hook counts them (M MiB in units of
+    U: M // U shards)."""
     unit = sharing.shares.get(device.type)
     per_device = (device.memory_mib or 0) // unit if unit else 0
     if not unit or per_device <= 0:
@@ -80,7 +79,7 @@ def shard_limit_lines(device: Device, shards: int, sharing: SharingLimits) -> li
 
 
 def _lines_per_vendor(devices: Sequence[SlurmDevice]) -> list[str]:
-    """The vendor's variable by device id; variables its runtime applies inside that set by
+    """Each vendor's variable by device id, and those its runtime applies inside that set by
     position (ROCm's HIP_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES)."""
     values: dict[str, list[str]] = {}
     for device in devices:
@@ -99,13 +98,12 @@ def _lines_per_vendor(devices: Sequence[SlurmDevice]) -> list[str]:
 
 
 def print_line(message: str) -> str:
-    """A warning as a TaskProlog `print` line: one line of printable ASCII, at most 400 bytes."""
+    """A warning as a TaskProlog `print` line of printable ASCII."""
     return PRINT_PREFIX + _UNPRINTABLE.sub("?", message)[:400]
 
 
 def protocol_lines(lines: Sequence[str], warnings: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(lines to print, warnings for the log): well-formed exports, then one `print` per warning;
-    a malformed export is dropped and becomes a warning."""
+    """(lines to print, warnings for the log); a malformed export becomes a warning."""
     exports = [line for line in lines if EXPORT_LINE.fullmatch(line)]
     dropped = [f"dropped a malformed line {syntax.text(line, 60)}" for line in lines if line not in exports]
     notes = [*warnings, *dropped]

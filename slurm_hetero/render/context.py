@@ -1,7 +1,7 @@
 """Cluster inventory -> plain data for the gres.conf / slurm-nodes.conf templates. Pure.
 
-Work is proportional to nodes for the per-node keys and to distinct node shapes for everything
-else: nodes whose rendered lines are identical are folded into one hostlist (`gpu-[001-512]`).
+Nodes whose rendered lines are identical fold into one hostlist (`gpu-[001-512]`), so most work is
+per distinct node shape.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ class RenderOptions:
     include_unhealthy: bool = False
     shares: Mapping[str, int] = field(default_factory=dict)  # gres type -> MiB of one shard
     local: LocalSlurmd | None = None
-    default_partition: str = DEFAULT_PARTITION
     autodetect: bool = False  # AutoDetect= lines for nodes of one vendor Slurm can detect (nvml, rsmi)
 
 
@@ -56,9 +55,8 @@ def _device_file(device: Device, node_name: str, local: LocalSlurmd | None) -> s
 def _links_row(
     position: int, device: Device, positions: Mapping[tuple[str, int], int], size: int
 ) -> str | None:
-    """gres.conf Links= of the device at `position`: -1 for itself, the link count per peer
-    (same vendor; `positions` maps (vendor, index) to gres.conf position). Devices without links
-    cost nothing, so a node's rows cost its linked devices times its devices."""
+    """gres.conf Links= of the device at `position`: -1 for itself, the link count per peer of its
+    vendor (`positions`: (vendor, index) -> gres.conf position)."""
     row = [0] * size
     for link in device.links:
         peer = positions.get((device.vendor, link.peer))
@@ -71,12 +69,9 @@ def _links_row(
 
 
 def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, str | None]:
-    """gres.conf `Cores=` from a device's CPU affinity (OS CPU ids), and a note when dropped.
-
-    Slurm wants core indices below the node's core count; vendor tools print OS CPU ids that
-    include SMT siblings, which Linux numbers `core + cores` on x86. Siblings are folded onto their
-    core; ids beyond the node's CPUs make slurmd reject the line, so Cores= is then left out.
-    """
+    """gres.conf `Cores=` from OS CPU ids, and a note when left out. Linux numbers SMT siblings
+    `core + cores` on x86, so they fold onto their core; ids beyond the node's CPUs would make
+    slurmd reject the line."""
     if not cpu_list:
         return None, None
     cores = (
@@ -94,8 +89,7 @@ def slurm_cores(cpu_list: str | None, node: NodeInventory) -> tuple[str | None, 
 
 
 def _gres_device_lines(slurm_node: SlurmNode, local: LocalSlurmd | None, notes: list[str]) -> list[GresLine]:
-    """One entry per device with links, else consecutive same-type same-cores devices folded.
-    Linear in the node's devices (plus its Links= rows, which Slurm's format makes n x linked)."""
+    """One line per device with links; consecutive same-type same-cores devices fold into one."""
     devices, node, flags = slurm_node.devices, slurm_node.record, slurm_node.gpu_env
     if any(d.vendor.slurm_gpu_env != flags for d in devices):  # several vendors: Slurm would have set one
         mixed = "several vendors: Flags=no_gpu_env, as slurmd takes one per node and numbers its "
@@ -106,7 +100,7 @@ def _gres_device_lines(slurm_node: SlurmNode, local: LocalSlurmd | None, notes: 
     linked = any(d.device.links for d in devices)
     positions = {(d.device.vendor, d.index): i for i, d in enumerate(devices)} if linked else {}
     cores_of: dict[str | None, tuple[str | None, str | None]] = {}
-    lines: list[tuple[GresLine, list[str]]] = []  # each line's files, folded at the end
+    lines: list[tuple[GresLine, list[str]]] = []
     for position, slurm_device in enumerate(devices):
         device = slurm_device.device
         if device.cores not in cores_of:
@@ -141,7 +135,7 @@ class GresLine:
 
 @dataclass(frozen=True)
 class NodeShape:
-    """Everything rendered for a node except its name: nodes with equal shapes fold together."""
+    """Everything rendered for a node except its name."""
 
     facts: tuple[int | None, ...]  # the node's SLURMD_FACTS, in that order
     gres_lines: tuple[GresLine, ...]
@@ -153,9 +147,9 @@ class NodeShape:
     vendors: tuple[str, ...]
     notes: tuple[str, ...] = ()
     shard_lines: tuple[tuple[str, int], ...] = ()  # (device file, shards) per shared device
-    weight: int = 1  # Weight= (render.weights: from the node's own devices)
+    weight: int = 1
     gpu_node: bool = True  # has a device Slurm will see: member of the GPU partitions
-    autodetect: str | None = None  # gres.conf AutoDetect= of the node (RenderOptions.autodetect)
+    autodetect: str | None = None
 
     @property
     def gres(self) -> str:
@@ -171,17 +165,14 @@ def slurmd_facts(node: NodeInventory) -> tuple[int | None, ...]:
     return tuple(getattr(node, k) for k in SLURMD_FACTS)
 
 
-def _left_out_note(slurm_node: SlurmNode) -> list[str]:
-    if slurm_node.devices or not slurm_node.left_out:
-        return []
-    named = ", ".join(f"{d.vendor} {d.index} ({d.health_reason or d.health})" for d in slurm_node.left_out)
-    return [f"no healthy device ({named}): left out of the GPU partitions"]
-
-
 def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) -> NodeShape:
-    """The rendered shape of one node."""
     node, devices = slurm_node.record, [d.device for d in slurm_node.devices]
-    notes: list[str] = _left_out_note(slurm_node) + missing_facts_note(node)
+    notes = missing_facts_note(node)
+    if slurm_node.left_out and not devices:
+        named = ", ".join(
+            f"{d.vendor} {d.index} ({d.health_reason or d.health})" for d in slurm_node.left_out
+        )
+        notes.insert(0, f"no healthy device ({named}): left out of the GPU partitions")
     lines = _gres_device_lines(slurm_node, options.local, notes)
     memory = sum(d.memory_mib or 0 for d in devices)
     shard_lines = tuple(
@@ -209,9 +200,8 @@ def node_shape(slurm_node: SlurmNode, options: RenderOptions, costs: CostModel) 
 
 
 def _autodetect(slurm_node: SlurmNode, notes: list[str]) -> str | None:
-    """The node's AutoDetect= mechanism: its devices' one, where slurmd can match what it detects
-    to the rendered Type= (Slurm: the Type must be part of the detected name, spaces as
-    underscores); a node mixing vendors, or a vendor Slurm cannot detect, gets none."""
+    """The node's AutoDetect= mechanism, where slurmd can match what it detects to Type= (Slurm:
+    the Type must be part of the detected name, spaces as underscores)."""
     vendors = {d.vendor.name: d.vendor.slurm_autodetect for d in slurm_node.devices}
     if len(vendors) > 1:
         notes.append(f"AutoDetect left out: the node has several vendors ({', '.join(vendors)}), slurmd one")
@@ -237,7 +227,7 @@ NODE_FACTS = {
 
 
 def missing_facts_note(node: NodeInventory) -> list[str]:
-    """What Slurm will assume for node facts the inventory lacks (never silently)."""
+    """What Slurm will assume for node facts the inventory lacks."""
     missing = [assumed for key, assumed in NODE_FACTS.items() if getattr(node, key) is None]
     if not missing:
         return []
@@ -250,8 +240,7 @@ def missing_facts_note(node: NodeInventory) -> list[str]:
 def _group(
     nodes: Iterable[SlurmNode], options: RenderOptions, costs: CostModel
 ) -> dict[NodeShape, list[str]]:
-    """Nodes by rendered shape. Shapes are computed once per distinct device set (identical nodes
-    share their resolved device tuple, so its id identifies them)."""
+    """Nodes by rendered shape, computed once per resolved device tuple (shared by identical nodes)."""
     groups: dict[NodeShape, list[str]] = {}
     shapes: dict[tuple[Any, ...], NodeShape] = {}
     for slurm_node in nodes:
@@ -265,8 +254,7 @@ def _group(
 
 
 def per_host(nodes: Iterable[SlurmNode]) -> list[SlurmNode]:
-    """Hostlist records as one node per host: a dev cluster gives every host its own slurmd port
-    and its own fake device directory (`/dev/fakegpu/<host>/`), so they cannot share a line."""
+    """One node per host: a dev cluster gives each host its own slurmd port and fake devices."""
     out: list[SlurmNode] = []
     for node in nodes:
         if node.hosts == 1 and "[" not in node.name:
@@ -282,7 +270,7 @@ MAX_PORT = 65_535
 
 
 def check_ports(port_base: int, hosts: int) -> None:
-    """The dev cluster's slurmd ports, one per host from `port_base`, are TCP ports (at most 65535)."""
+    """The dev cluster's slurmd ports, one per host from `port_base`, are TCP ports."""
     if port_base + hosts - 1 > MAX_PORT:
         raise ConfigError(
             f"--port-base {port_base}: {hosts} slurmd need ports up to {port_base + hosts - 1}, past "
@@ -293,7 +281,6 @@ def check_ports(port_base: int, hosts: int) -> None:
 
 
 def build_context(inventory: ClusterInventory, catalog: Catalog, options: RenderOptions) -> dict[str, Any]:
-    """Everything the templates need, as plain data."""
     built = slurm_nodes(inventory, catalog, include_unhealthy=options.include_unhealthy)
     check_shares(options.shares, built)
     if options.local:
@@ -310,7 +297,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         }
         for v in vendors
     ]
-    # Folded from the names, not from the shapes' folded lists (NodeSet would re-parse those).
+    # from the names, not the shapes' folded lists (NodeSet would re-parse those)
     gpu_nodes = [n for s, names in zip(shapes, names_of) if s.gpu_node for n in names]
     warnings = [f"{f}: {n}" for s, f in zip(shapes, folded) for n in s.notes]
     gres_types = ["gpu", "gpumem", "gpucore"] + (["shard"] if any(s.shards for s in shapes) else [])
@@ -332,7 +319,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
         "nodes": nodes,
         "partitions": partitions,
         "all_nodes": hostlist.fold(gpu_nodes) if gpu_nodes else "",
-        "default_partition": options.default_partition,
+        "default_partition": DEFAULT_PARTITION,
         "lln": options.policy == "spread",
         "policy": options.policy,
         "node_count": sum(n.hosts for n in built),
@@ -341,7 +328,7 @@ def build_context(inventory: ClusterInventory, catalog: Catalog, options: Render
 
 
 def accounting_tres(shapes: Iterable[NodeShape], gres_types: Sequence[str]) -> str:
-    """The `AccountingStorageTRES` value: Slurm accounts a GRES (and each gpu type) only when named there."""
+    """`AccountingStorageTRES`: Slurm accounts a GRES (and each gpu type) only when named there."""
     types = sorted({t for s in shapes for t, _ in s.per_type})
     return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in types), *(f"gres/{g}" for g in gres_types[1:])])
 

@@ -1,7 +1,6 @@
 """A render never drops nodes or devices silently: a truncated inventory that is still valid YAML
-would make slurmctld forget nodes and their jobs. The set writer refuses a render that drops
-`NodeName=` hosts, or `File=` devices of a kept host, that the files on disk name, unless
-`--allow-removal`. A file in another syntax (the hook's Lua table) carries `declaration(nodes)`."""
+would make slurmctld forget nodes and their jobs. A file in another syntax than gres.conf (the
+hook's Lua table) carries `declaration(nodes)`."""
 
 from __future__ import annotations
 
@@ -21,21 +20,17 @@ SHOWN = 5  # dropped hosts or devices named in a message; the rest are counted
 _T = TypeVar("_T")
 
 
-def _unreadable(path: Path, error: GresConfError) -> OutputError:
-    return OutputError(
-        f"{path}: cannot tell which nodes it names ({error}), so cannot tell whether this render "
-        f"drops any; check the file, or pass {ALLOW_FLAG} to replace it; nothing changed"
-    )
-
-
 def _read(texts: Iterable[tuple[Path, str | None]], reader: Callable[[str], _T]) -> Iterator[_T]:
-    """`reader` of each present file's text; one it cannot read is OutputError."""
+    """`reader` of each present file's text."""
     for path, text in texts:
         if text is not None:
             try:
                 yield reader(text)
             except GresConfError as e:
-                raise _unreadable(path, e) from None
+                raise OutputError(
+                    f"{path}: cannot tell which nodes it names ({e}), so cannot tell whether this render "
+                    f"drops any; check the file, or pass {ALLOW_FLAG} to replace it; nothing changed"
+                ) from None
 
 
 def _declared(texts: Iterable[tuple[Path, str | None]]) -> set[str]:
@@ -51,8 +46,7 @@ def _devices(texts: Iterable[tuple[Path, str | None]]) -> dict[str, list[tuple[s
 
 
 def declaration(nodes: Iterable[SlurmNode]) -> list[str]:
-    """The hosts and device files of `nodes` as gres.conf lines (`NodeName=a[1-4] Name=gpu
-    Type=a100 File=/dev/nvidia[0-7]`), for a file that is not gres.conf to carry."""
+    """The hosts and device files of `nodes` as gres.conf lines."""
     groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for node in nodes:
         if node.devices:
@@ -75,18 +69,12 @@ def _natural(name: str) -> list[object]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def dropped_nodes(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
-    """The hosts the files on disk (None: absent) name and the new set does not, in natural order."""
-    kept = _declared(new.items())
-    return sorted(_declared(current.items()) - kept, key=_natural)
-
-
 def dropped_devices(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> list[str]:
-    """The device files (`host:/dev/x`) on disk of a host the new set keeps without them."""
+    """`host:/dev/x` on disk of a host the new set keeps without it."""
     kept = _devices(new.items())
     lost: list[str] = []
     for host, files in _devices(current.items()).items():
-        if host in kept and files != kept[host]:  # the same lines: nothing lost, nothing to count
+        if host in kept and files != kept[host]:
             # sets: a host's per-device shard lines name its gpu lines' files again
             gone = set(chain.from_iterable(files)) - set(chain.from_iterable(kept[host]))
             lost.extend(f"{host}:{file}" for file in gone)
@@ -99,14 +87,15 @@ def _count(items: Sequence[str], noun: str) -> str:
 
 
 def removed(current: Mapping[Path, str | None], new: Mapping[Path, str]) -> str:
-    """What the new set drops: `3 nodes (a1, a2, b7) and 1 device (a3:/dev/nvidia3)`; '' when nothing."""
-    nodes, devices = dropped_nodes(current, new), dropped_devices(current, new)
+    """What the new set drops from the files on disk (None: absent), in words; '' when nothing."""
+    nodes = sorted(_declared(current.items()) - _declared(new.items()), key=_natural)
+    devices = dropped_devices(current, new)
     parts = ([_count(nodes, "node")] if nodes else []) + ([_count(devices, "device")] if devices else [])
     return " and ".join(parts)
 
 
 def guard(new: Mapping[Path, str], where: Path) -> Callable[[Mapping[Path, str | None]], None]:
-    """The set writer's guard (`write_atomic(..., guard=)`): refuses a set that drops nodes or devices."""
+    """`write_atomic`'s guard refusing a set that drops nodes or devices."""
 
     def check(current: Mapping[Path, str | None]) -> None:
         what = removed(current, new)

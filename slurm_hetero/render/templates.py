@@ -1,9 +1,7 @@
-"""The one jinja2 Environment (StrictUndefined): package templates, or an admin's --template-dir
-whose files of the same name take precedence; and what each Slurm release needs of the output.
+"""The one jinja2 Environment (StrictUndefined), and what each Slurm release needs of the output.
 
-Release differences (`for_release`), measured on the dev cluster's real daemons: 24.11 marks a
-node INVALID when a gres.conf `Cores=` list splits a socket, 22.05 takes it; so after 22.05
-`Cores=` is widened to whole sockets (valid on every release), with a note in gres.conf.
+Slurm 24.11 marks a node INVALID when a gres.conf `Cores=` list splits a socket, 22.05 takes it;
+so after 22.05 `Cores=` is widened to whole sockets (valid on every release), with a note.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ def _whole_sockets(cores: str, cores_per_socket: int) -> str:
 
 
 def for_release(context: Mapping[str, Any], release: str) -> dict[str, Any]:
-    """The render context adjusted to what `release` accepts (see the module doc)."""
+    """The render context adjusted to what `release` accepts."""
     out = {**context, "slurm_release": release}
     if release_key(release) <= (22, 5):
         return out
@@ -82,7 +80,7 @@ def environment(template_dir: Path | None = None) -> jinja2.Environment:
 
 
 def render(env: jinja2.Environment, name: str, context: Mapping[str, Any]) -> str:
-    """Render one template; template errors become ConfigError naming the template and line."""
+    """Render one template; its errors as ConfigError naming the template and line."""
     try:
         return env.get_template(name).render(version=__version__, **context)
     except jinja2.TemplateSyntaxError as e:
@@ -96,7 +94,7 @@ def render(env: jinja2.Environment, name: str, context: Mapping[str, Any]) -> st
 def render_configs(
     context: Mapping[str, Any], template_dir: Path | None = None, slurm_release: str | None = None
 ) -> dict[str, str]:
-    """gres.conf and slurm-nodes.conf text from a render context (see render.context)."""
+    """gres.conf and slurm-nodes.conf text from a render context."""
     env = environment(template_dir)
     context = for_release(context, slurm_release or context.get("slurm_release") or DEFAULT_SLURM_RELEASE)
     context = {**context, "source": comment(context.get("source", ""))}

@@ -1,8 +1,8 @@
 """Node `Weight=` from the devices' own facts. Pure.
 
 Slurm gives a job the lowest-weight nodes that satisfy it, so for `binpack` a node's weight is
-the hourly cost of its dearest device in US cents (the catalog price, else its capability at the
-catalog's median price). It never depends on other nodes, so adding a node changes no other line.
+the hourly cost of its dearest device in US cents. It never depends on other nodes, so adding a
+node changes no other line.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class CostModel:
 
 
 def node_weight(devices: Sequence[SlurmDevice], policy: str, costs: CostModel) -> int:
-    """The node's Weight=: 1 under spread or without devices, else its dearest device in cents/hour."""
+    """1 under spread or without devices, else its dearest device in cents/hour."""
     if policy == "spread" or not devices:
         return 1
     dearest = max(costs.device_cost(d.spec) for d in devices)

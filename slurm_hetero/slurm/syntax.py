@@ -1,13 +1,9 @@
 """Values as Slurm's config syntax takes them: the one validation of every value that reaches a
 config line (slurm.conf, gres.conf) or a log line. Pure.
 
-Each checker returns the value (or what it stands for) or raises `ValueError` with a short
-reason; callers add where the value came from (`inventory.py` names the file and key path).
-The inventory schema (`schemas/inventory.schema.json`) is the one home of the inventory's
-patterns and bounds; those below that code also applies are the same (a unit test checks them).
-
-Bounds: they keep every input small enough that nothing downstream (hostlist expansion, Cores=
-expansion, Links= rows, Slurm's own uint16 CPU counts) can take unbounded time or memory.
+Each checker returns the value or raises `ValueError` with a short reason; callers say where the
+value came from. The inventory schema holds the same patterns and bounds (a unit test checks
+them); the bounds keep hostlist, Cores= and Links= expansion small.
 """
 
 from __future__ import annotations
@@ -15,9 +11,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from collections.abc import Sequence
-
-# ---------------------------------------------------------------------------------- bounds
+from collections.abc import Iterator, Sequence
 
 MAX_HOSTS = 131_072  # hosts one inventory may name (hostlists expanded)
 MAX_DEVICES_PER_NODE = 65_536
@@ -29,8 +23,6 @@ MAX_HOST_NAME = 128
 MAX_HOSTLIST = 4_096  # characters of one NodeName= hostlist expression
 MAX_RANGE_DIGITS = 9  # digits of one number in a hostlist range
 
-# --------------------------------------------------------------------------------- patterns
-
 # A plain host name, as slurm.conf NodeName= takes it (and DNS would).
 HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 # gres.conf File=: an absolute path of plain characters (folded into File=/dev/x[0-7] ranges).
@@ -39,8 +31,7 @@ CPU_LIST = r"^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$"
 
 
 def _whole(pattern: str) -> re.Pattern[str]:
-    """The schema's `^...$` as Python matches it: `$` also matches before a final newline in
-    Python, so it becomes `\\Z` (as fastjsonschema does with the schema)."""
+    """The schema's `^...$` with `\\Z`: Python's `$` also matches before a final newline."""
     return re.compile(pattern.removesuffix("$") + r"\Z")
 
 
@@ -66,9 +57,6 @@ _FEATURE_BAD = re.compile(r"[^A-Za-z0-9_.]")
 _BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 
 
-# ----------------------------------------------------------------------------- node names
-
-
 def host_name(name: str) -> str:
     """One host's NodeName (not a hostlist)."""
     if not name or len(name) > MAX_HOST_NAME or not _HOST_NAME.match(name):
@@ -86,9 +74,8 @@ MAX_DNS_LABEL = 63  # one name between dots (the resolver's IDNA codec refuses l
 
 
 def address(value: str) -> str:
-    """A host to connect to (MASTER_ADDR): a DNS name of letters, digits, '-', '_', '.', or an
-    IPv4/IPv6 literal; nothing a shell, an env file or a log line would read as more (newline, NUL,
-    spaces, quotes, `;`, `$`, ...)."""
+    """A host to connect to (MASTER_ADDR): a DNS name or an IP literal, nothing a shell, an env
+    file or a log line would read as more."""
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
@@ -111,17 +98,15 @@ MAX_NUMBER_DIGITS = 18  # a whole number on the command line or in a spec: below
 
 
 def whole_number(value: str, max_digits: int = MAX_NUMBER_DIGITS) -> int | None:
-    """`value` as a whole number when it is ASCII digits only (at most `max_digits`), else None.
-    The one check of numbers users type: Python's int() and str.isdigit() also take other
-    scripts' digits ('٢', fullwidth '２'), and int() underscores and spaces; Slurm, Lua's `%d`
-    and the job_submit hook take none of them."""
+    """`value` as a whole number when it is at most `max_digits` ASCII digits, else None. Python's
+    int() also takes other scripts' digits ('٢'), underscores and spaces; Slurm and the hook do not."""
     if not value or not value.isascii() or not value.isdigit() or len(value) > max_digits:
         return None
     return int(value)
 
 
-def _range_count(body: str, where: str) -> int:
-    total = 0
+def _spans(body: str, where: str) -> Iterator[tuple[int, int]]:
+    """(low, high) of each `N` or `N-M` of a comma-separated list."""
     for part in body.split(","):
         first, dash, last = part.partition("-")
         for number in (first, last) if dash else (first,):
@@ -130,14 +115,11 @@ def _range_count(body: str, where: str) -> int:
         low, high = int(first), int(last or first)
         if low > high:
             raise ValueError(f"reversed range {part!r} in {where} (write {last}-{first})")
-        total += high - low + 1
-    return total
+        yield low, high
 
 
 def hostlist_count(spec: str, limit: int = MAX_HOSTS) -> int:
-    """How many hosts a NodeName hostlist (`gpu-[001-512],login1`) names, without expanding it;
-    ValueError when it is malformed or names more than `limit` hosts. Its characters and length
-    are the inventory schema's (`node.name`) to check."""
+    """How many hosts a NodeName hostlist names, without expanding it (characters: the schema's)."""
     for item in split_top(spec):
         if not item or not item[0].isalnum():
             raise ValueError(f"empty or bracket-first name in hostlist {spec!r}")
@@ -147,14 +129,12 @@ def hostlist_count(spec: str, limit: int = MAX_HOSTS) -> int:
 
 
 def hostlist_size(spec: str, limit: int = MAX_HOSTS) -> int:
-    """How many names any hostlist-style expression (node names, `File=/dev/nvidia[0-3]`) stands
-    for, counted without expanding it; ValueError when brackets or ranges are malformed or it
-    names more than `limit`."""
+    """How many names a hostlist-style expression (`File=/dev/nvidia[0-3]` too) stands for."""
     total = 0
     for item in split_top(spec):
         names = 1
         for body in _BRACKETS.findall(item):
-            names *= _range_count(body, repr(spec))
+            names *= sum(high - low + 1 for low, high in _spans(body, repr(spec)))
             if names > limit:
                 break
         total += names
@@ -183,9 +163,6 @@ def split_top(spec: str) -> list[str]:
     return items + [spec[start:]]
 
 
-# ----------------------------------------------------------------------------- device values
-
-
 def device_file(path: str) -> str:
     """gres.conf File=: absolute, plain characters, written one way (`/dev//nvidia0` and
     `/dev/./nvidia0` are refused: the same device under two spellings would be counted twice)."""
@@ -202,17 +179,12 @@ def device_file(path: str) -> str:
 
 
 def cpu_ids(cpu_list: str) -> list[int]:
-    """gres.conf Cores= / CPU affinity `0-15,32-47` -> sorted distinct ids; ValueError when the
-    list is malformed, reversed (`7-0`), beyond Slurm's CPU ids or too long."""
+    """gres.conf Cores= / CPU affinity `0-15,32-47` -> sorted distinct ids."""
     if not _CPU_LIST.match(cpu_list):
         raise ValueError(f"CPU list {text(cpu_list)} is not N[-M][,N[-M]...] with ids up to {MAX_CPU_ID}")
     ids: set[int] = set()
     total = 0
-    for part in cpu_list.split(","):
-        first, _, last = part.partition("-")
-        low, high = int(first), int(last or first)
-        if low > high:
-            raise ValueError(f"reversed CPU range {part!r} (write {last}-{first})")
+    for low, high in _spans(cpu_list, f"CPU list {text(cpu_list)}"):
         if high > MAX_CPU_ID:
             raise ValueError(f"CPU id {high} is beyond Slurm's {MAX_CPU_ID}")
         total += high - low + 1
@@ -223,9 +195,8 @@ def cpu_ids(cpu_list: str) -> list[int]:
 
 
 def ranges(ids: Sequence[int], stepped: bool = False) -> str:
-    """Sorted distinct ids -> `0-3,8` (linear). `stepped`, for people to read rather than Slurm:
-    three or more evenly spaced ids also fold, as `8-20:4` (the step of Slurm's `--array`), so a
-    stage of every fourth rank of 40,000 is one short field."""
+    """Sorted distinct ids -> `0-3,8`. `stepped`, for people rather than Slurm: three or more
+    evenly spaced ids also fold, as `8-20:4` (the step of Slurm's `--array`)."""
     out: list[str] = []
     i = 0
     while i < len(ids):
@@ -241,23 +212,19 @@ def ranges(ids: Sequence[int], stepped: bool = False) -> str:
     return ",".join(out)
 
 
-# ----------------------------------------------------------------------------- output values
-
-
 def feature(label: str) -> str:
     """A Slurm-safe node feature name (anything but letters, digits, `_` and `.` becomes `_`)."""
     return _FEATURE_BAD.sub("_", label)
 
 
 def comment(value: object, limit: int = 200) -> str:
-    """A value for a config comment line (`# ... from NAME`): as is when it is one short line of
-    printable text, else `text(value)`. A newline there would start a config line of its own."""
+    """A value for a config comment line: as is when one short printable line, else `text(value)`
+    (a newline would start a config line of its own)."""
     raw = str(value)
     return raw if len(raw) <= limit and raw.isprintable() else text(raw, limit)
 
 
 def text(value: object, limit: int = 120) -> str:
-    """Any value as one safe line for a log, an error message or a config comment: quoted,
-    control characters and backslashes escaped, at most `limit` characters of it kept."""
+    """Any value as one safe line for a log, an error message or a config comment."""
     raw = str(value)
     return repr(raw[:limit]) + ("..." if len(raw) > limit else "")

@@ -218,7 +218,7 @@ def _one_line_error(result: Result, *words: str) -> None:
     ("damaged", "text", "expected"),
     [
         ("sys/devices/system/cpu/online", "0-2000000000", "ids up to 65535"),  # hung
-        ("sys/devices/system/cpu/online", "7-0", "reversed CPU range"),
+        ("sys/devices/system/cpu/online", "7-0", "reversed range '7-0' in CPU list"),
         ("sys/devices/system/cpu/cpu5/topology/core_id", "garbage", "not usable"),  # warned, then failed
         ("sys/devices/system/cpu/cpu3/topology/physical_package_id", "7", "irregular topology"),
     ],

@@ -258,7 +258,10 @@ FINDINGS = {
         "names more than 131072 hosts",
     ),
     "huge-cores": (lambda d: first_device(d).update(cores="0-2000000000"), "devices[0].cores: must match"),
-    "reversed-cores": (lambda d: first_device(d).update(cores="7-0"), "reversed CPU range '7-0'"),
+    "reversed-cores": (
+        lambda d: first_device(d).update(cores="7-0"),
+        "reversed range '7-0' in CPU list '7-0'",
+    ),
     "huge-memory": (
         lambda d: d["nodes"][0].update(real_memory_mib=10**30),
         "real_memory_mib: must be smaller",
