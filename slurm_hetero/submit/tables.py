@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -125,7 +126,7 @@ def _key(key: Any) -> str:
 
 
 def lua_value(value: Any, indent: int = 0) -> str:
-    """A Lua literal for None/bool/int/str, lists (arrays) and dicts (sorted keys)."""
+    """A Lua literal for None/bool/int/float/str, lists (arrays) and dicts (sorted keys)."""
     pad, inner = "  " * indent, "  " * (indent + 1)
     if value is None:
         return "nil"
@@ -133,6 +134,10 @@ def lua_value(value: Any, indent: int = 0) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value!r} into the Lua table")
+        return repr(value)
     if isinstance(value, str):
         return lua_string(value)
     if isinstance(value, (list, tuple)):
