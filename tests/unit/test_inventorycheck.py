@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -457,3 +458,13 @@ def test_the_hook_is_renamed_after_its_table(tmp_path: Path, monkeypatch: pytest
     names = [n for n in renamed if not n.startswith(".")]
     assert names[:2] == ["slurm_hetero_tables.lua", "job_submit.lua"]
     assert names[2:] == ["slurm_hetero_srun.lua", "cli_filter.lua"]  # the filter loads the srun half
+
+
+def test_an_integral_float_from_a_dict_caller_reaches_the_lua_table() -> None:
+    # the schema takes 1000.0 as an integer (JSON Schema's rule); the table writer must too
+    data = yaml.safe_load((REPO / "gres_conf/examples/mixed.yaml").read_text())
+    data["nodes"][0]["cpus"] = 1000.0
+    nodes = slurm_nodes(inventory.inventory_from_dict(data, "cluster.yaml"), load_catalog())
+    model = compile_model(nodes, load_settings(None, {}, Path("/nonexistent")).scoring)
+    table, ident = render_table(model, [], "open", "cluster.yaml", removal.declaration(nodes))
+    assert_lua_table(table, ident)
