@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, MAX_INVENTORY_BYTES, read_bytes, read_text
+from slurm_hetero.core.writefile import fsync_dir, write_bytes_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -123,15 +124,15 @@ def save(
                 "extra": extra or {},
             }
             (partial / META).write_text(json.dumps(meta), encoding="utf-8")
-            _fsync_dir(partial)
+            fsync_dir(partial)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(partial, final)
-            _write_latest(root, final.name)
+            write_bytes_atomic(root / LATEST, f"{final.name}\n".encode(), replace_link=True)
     except (Exception, CheckpointException) as e:  # a full disk: OSError, torch's RuntimeError
         if first:  # the half-written step would only fill the disk further
             shutil.rmtree(partial, ignore_errors=True)
-        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = getattr(e.__cause__ or e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
         raise CheckpointError(
             f"cannot save step {step} in {root} ({_first_line(e)}); the last complete checkpoint is "
             f"kept: {'free space there' if full else 'mend that'} or give another directory"
@@ -154,24 +155,6 @@ def _prepare(root: Path, partial: Path | None = None) -> None:
             f"cannot write checkpoints in {root} ({e.filename}: {e.strerror}); give a directory this job's "
             "user can write"
         ) from None
-
-
-def _write_latest(root: Path, name: str) -> None:
-    tmp = root / f".{LATEST}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / LATEST)
-    _fsync_dir(root)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _barrier() -> None:
