@@ -224,30 +224,21 @@ def _device_group(group: Sequence[Site], tflops: float, half: float, options: La
     return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
-def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[list[float], str]:
-    """Sustained TFLOPS of each device type of the step and the warning for estimated ones."""
-    site_types = {s.type: s.spec.type for s in nodes}
-    measured = resolve_measured(options.measured, catalog, site_types)
-    specs = [g[0].spec for g in _by_type(nodes).values()]
-    speeds, estimated = sustained_tflops(specs, measured)
-    return speeds, estimate_note(estimated, specs, measured)
-
-
 def sequence_length(options: LaunchOptions) -> int:
     """`--seq`, else the model's context length."""
     assert options.model is not None
     return options.seq if options.seq is not None else context_length(options.model)
 
 
-def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> LayoutSpec:
-    """The solver's input for the step."""
+def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[LayoutSpec, str]:
+    """The solver's input for the step, and the warning for device speeds it had to estimate."""
     assert options.model is not None
-    seq = sequence_length(options)
-    speeds, _ = group_speeds(nodes, catalog, options)
     site_types = {s.type: s.spec.type for s in nodes}
-    halves = resolve_measured(options.gemm_half, catalog, site_types)
     measured = resolve_measured(options.measured, catalog, site_types)
-    costs = layer_costs_for(options.model, seq, options.costs)
+    halves = resolve_measured(options.gemm_half, catalog, site_types)
+    specs = [g[0].spec for g in _by_type(nodes).values()]
+    speeds, estimated = sustained_tflops(specs, measured)
+    costs = layer_costs_for(options.model, sequence_length(options), options.costs)
     groups = with_shapes(
         [
             _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
@@ -260,7 +251,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     )
     if options.network_gbs is None:  # as plan: the profile's figure, where it has one, for the NIC's
         groups = with_network(groups, options.network, catalog, site_types)
-    return LayoutSpec(
+    spec = LayoutSpec(
         groups,
         costs,
         options.global_batch,
@@ -277,6 +268,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         kinds=search_kinds(options.kinds, options.micro_batch),
         mixed_tp=MIXED_TP,
     )
+    return spec, estimate_note(estimated, specs, measured)
 
 
 def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions, error: RequestError) -> str:
@@ -454,8 +446,7 @@ def _modelled(
         ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
         samples = replica_samples([a.samples for a in ranked])
         return None, ranked, samples, PlanSummary("data", "", options.global_batch, 0, len(ranked)), ()
-    note = group_speeds(nodes, catalog, options)[1]
-    spec = layout_spec(nodes, catalog, options)
+    spec, note = layout_spec(nodes, catalog, options)
     layout = solve_step(spec, nodes, options)
     summary = summary_of(layout, options.model)
     samples = replica_samples([n for p in layout.pipelines for n in p.samples])

@@ -73,11 +73,12 @@ class RunOptions:
 # Ranks one `--simulate` step may have: twice the planner's MAX_DEVICES (a step without --model is
 # not planned); 10,000 nodes x 8 is laid out in about 20 s CPU and 580 MB (BENCHMARKS.md).
 MAX_SIMULATED_RANKS = 2 * MAX_DEVICES
+SimulatedNodes = Sequence[tuple[str, str, int]]  # (node, type, tasks), one per node
 
 
-def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str, str, int]]:
-    """`NODES:TYPE:N[,...]` -> [(node, type, tasks)], one tuple per node (NODES a host name or a
-    hostlist); N and hosts x N (`most`) are bounded before any host is built."""
+def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> SimulatedNodes:
+    """`NODES:TYPE:N[,...]` -> one tuple per node (NODES a host name or a hostlist); N and
+    hosts x N (`most`) are bounded before any host is built."""
     where = f"--simulate {syntax.text(spec)}"
     try:
         items = syntax.split_top(spec)
@@ -119,15 +120,14 @@ def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str
             except ValueError as e:
                 raise LaunchError(f"--simulate: node {e}") from None
             out.append((name, gres_type, tasks))
+    if len({name for name, _, _ in out}) != len(out):
+        raise LaunchError(f"--simulate {spec}: a node is listed twice")
     return out
 
 
-def simulated_job(spec: str, most: int = MAX_SIMULATED_RANKS) -> JobEnv:
-    """The shape of a step on the `--simulate` nodes, seen from rank 0 (at most `most` ranks)."""
-    nodes = parse_simulate(spec, most)
+def simulated_job(nodes: SimulatedNodes) -> JobEnv:
+    """The shape of a step on the `--simulate` nodes, seen from rank 0."""
     names = tuple(n for n, _, _ in nodes)
-    if len(set(names)) != len(names):
-        raise LaunchError(f"--simulate {spec}: a node is listed twice")
     tasks = tuple(n for _, _, n in nodes)
     return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), job_id="0")
 
@@ -138,7 +138,7 @@ def _canonical(catalog: Catalog, gres_type: str) -> str:
 
 
 def simulated_inventory(
-    spec: str, known: ClusterInventory, catalog: Catalog, source: str | None = None
+    nodes: SimulatedNodes, known: ClusterInventory, catalog: Catalog, source: str | None = None
 ) -> ClusterInventory:
     """`known` plus a record for each simulated node it lacks (devices from the catalog); a node it
     has must have the simulated type. With `source` (named by the user), a node it lacks is a typo."""
@@ -156,7 +156,7 @@ def simulated_inventory(
             for i in range(count)
         )
 
-    for name, gres_type, count in parse_simulate(spec):
+    for name, gres_type, count in nodes:
         if name not in have and source is not None:
             hosts = sorted(have)
             listed = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
@@ -223,15 +223,17 @@ def make_layout_dir(environ: Mapping[str, str], job_id: str, step: int, rank: in
         ) from e
 
 
-def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
-    """The step's node records: the inventory file, else Slurm's (`scontrol show node`)."""
+def load_step_inventory(
+    options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool, simulated: SimulatedNodes | None
+) -> StepNodes:
+    """The step's node records: the inventory file (plus `simulated` nodes), else `scontrol show node`."""
     path = options.inventory  # `--inventory` (or SLURM_HETERO_INVENTORY), else the installed default
     if path is None and DEFAULT_INVENTORY.exists():
         path = DEFAULT_INVENTORY
-    if options.simulate is not None:
+    if simulated is not None:
         known = inventory.load(path) if path is not None else ClusterInventory()
         named = options.inventory  # named by the user: it must exist and hold the nodes
-        return simulated_inventory(options.simulate, known, catalog, None if named is None else str(named))
+        return simulated_inventory(simulated, known, catalog, None if named is None else str(named))
     if path is not None:
         return inventory.load(path)
     try:
@@ -260,10 +262,11 @@ def plan_step(
     plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str], own: bool = False
 ) -> tuple[JobEnv, LaunchPlan]:
     """Every rank's plan (with `own`, this task's alone), from the environment or `--simulate`."""
-    catalog = load_catalog()
+    catalog, simulated = load_catalog(), None
     if options.simulate is not None:
         most = MAX_SIMULATED_RANKS if plan_options.model is None else MAX_DEVICES
-        job, bound = simulated_job(options.simulate, most), None
+        simulated = parse_simulate(options.simulate, most)
+        job, bound = simulated_job(simulated), None
     else:
         job = parse_job_env(environ)
         check_step_has_devices(job)
@@ -276,7 +279,7 @@ def plan_step(
             f"sample; give --global-batch {world} or more",
         )
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
-    inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
+    inv = load_step_inventory(options, catalog, job, plan_options.model is not None, simulated)
     try:
         return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound, job.rank if own else None)
     except NodeLaunchError:
