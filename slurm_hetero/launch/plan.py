@@ -1,9 +1,6 @@
 """Every rank's layout document and environment for one Slurm step. Pure: JobEnv, inventory and
 catalog in, `LaunchPlan` out; every rank computes the same plan from the same inputs (the rules:
-docs/launch.md). `sites` (one device type per node), `layout_spec` (one `DeviceGroup` per type),
-`solve_step`, `assignments` (the k-th solver rank on a node is its k-th task), then each rank's
-groups, document and environment (`launch.rankenv`) and visible devices (`device_env`).
-"""
+docs/launch.md)."""
 
 from __future__ import annotations
 
@@ -90,7 +87,7 @@ class LaunchOptions:
     kinds: tuple[LayoutKind, ...] = ()  # families asked for; () what `plan` searches (`runnable`)
 
     def __post_init__(self) -> None:
-        """Every value checked once, for the CLI and library callers alike."""
+        """Checked here once, for the CLI and library callers alike."""
         counts = {"--global-batch": self.global_batch, "--seq": self.seq, "--micro-batch": self.micro_batch}
         for flag, count in counts.items():
             if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
@@ -112,7 +109,7 @@ class LaunchOptions:
 
 @dataclass(frozen=True)
 class Site:
-    """One node of the step: its place, task count and node record (devices of one type)."""
+    """One node of the step (devices of one type)."""
 
     name: str
     index: int
@@ -139,8 +136,6 @@ class Site:
 
 @dataclass(frozen=True)
 class RankPlan:
-    """One rank: its layout document (what SLURM_HETERO_LAYOUT holds) and its environment."""
-
     rank: int
     node: str
     type: str
@@ -163,7 +158,6 @@ class LaunchPlan:
 
 
 def node_records(inventory: ClusterInventory, names: Sequence[str], catalog: Catalog) -> dict[str, SlurmNode]:
-    """The node record of each named node; an error naming the nodes the inventory lacks."""
     found = host_records(inventory, names)
     missing = [n for n in names if n not in found]
     if missing:
@@ -196,7 +190,7 @@ StepNodes = Union[ClusterInventory, Mapping[str, SlurmNode]]  # a runtime alias:
 
 
 def sites(job: JobEnv, inventory: StepNodes, catalog: Catalog) -> list[Site]:
-    """The step's nodes in JobEnv order with their records (from the inventory, or built already)."""
+    """The step's nodes in JobEnv order with their records."""
     if isinstance(inventory, ClusterInventory):
         records: Mapping[str, SlurmNode] = node_records(inventory, job.nodes, catalog)
     else:
@@ -225,7 +219,6 @@ def _device_group(group: Sequence[Site], tflops: float, half: float, options: La
 
 
 def sequence_length(options: LaunchOptions) -> int:
-    """`--seq`, else the model's context length."""
     assert options.model is not None
     return options.seq if options.seq is not None else context_length(options.model)
 
@@ -291,7 +284,7 @@ def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions,
 
 
 def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
-    """The chosen shape with equal layers per stage and equal samples per replica."""
+    """The chosen shape with equal layers per stage and equal samples per replica (`--even`)."""
     lines = tuple(tuple((s.group, s.tp) for s in p.stages) for p in chosen.pipelines)
     replicas = tuple(len(p.samples) for p in chosen.pipelines)
     shape = Shape(str(chosen.kind), lines, replicas, chosen.pipelines[0].micro_batch)
@@ -326,7 +319,7 @@ def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) 
 
 
 def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
-    """The solver's assignments renumbered to Slurm ranks (`node` = JobEnv node index), by rank."""
+    """The solver's assignments renumbered to Slurm ranks: a node's k-th solver rank is its k-th task."""
     ordered = [s for g in _by_type(nodes).values() for s in g]  # the solver's order: by group, node
     mapping = [r for s in ordered for r in range(s.first_rank, s.first_rank + s.tasks)]
     site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
@@ -401,7 +394,6 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
 
 
 def visible_env_names() -> frozenset[str]:
-    """Every visible-device variable of Slurm and of the registered vendor runtimes."""
     names = set(SLURM_VISIBLE)
     for traits in vendor_traits().values():
         if traits.visible_devices_env:
@@ -421,7 +413,7 @@ def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict
 
 
 def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
-    """Without a model: every rank a replica of the whole model, the global batch split evenly."""
+    """Without a model: every rank a replica, the global batch split evenly."""
     world = sum(s.tasks for s in nodes)
     q, r = divmod(global_batch, world)
     out = []
@@ -441,7 +433,6 @@ def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int
 def _modelled(
     nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions
 ) -> tuple[Layout | None, list[RankAssignment], list[tuple[int, int]], PlanSummary, tuple[str, ...]]:
-    """The solver's plan (with a model) or the even data-parallel one (without)."""
     if options.model is None:
         ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
         samples = replica_samples([a.samples for a in ranked])
