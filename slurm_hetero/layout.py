@@ -119,8 +119,7 @@ class RankLayout:
         raise LayoutError(f"rank {self.rank} is in no {name!r} group (has {[g.name for g in self.groups]})")
 
     def to_dict(self, groups: bool = True) -> dict[str, Any]:
-        """The JSON document: `version` first, then every field by name (groups as objects; left
-        out with `groups` False, for a caller that lists them once for many ranks)."""
+        """The JSON document, `version` first (without `groups`: for a caller listing them once)."""
         out: dict[str, Any] = {"version": self.version}
         for f in fields(self):
             if f.name == "groups" and groups:
@@ -134,7 +133,6 @@ class RankLayout:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "layout") -> RankLayout:
-        """Validate a layout document and build its `RankLayout`."""
         if not isinstance(data, Mapping):
             raise LayoutError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if data.get("version") != VERSION:
@@ -194,8 +192,7 @@ _ACCEPTS: dict[str, Callable[[Any], bool]] = {
 
 
 def _accepts(hint: str, value: Any) -> bool:
-    """Does `value` fit the field annotation `hint` ("int", "float | None", ...)? Read from the
-    annotation text, as `typing.get_type_hints` cannot evaluate `X | None` on Python 3.9."""
+    """Does `value` fit the annotation text `hint` (`get_type_hints` cannot read `X | None` on 3.9)?"""
     return any(_ACCEPTS.get(part.strip(), lambda _: False)(value) for part in hint.split("|"))
 
 
@@ -203,7 +200,6 @@ KINDS = ("pipeline", "data")
 
 
 def _check_ranges(lay: RankLayout, where: str) -> None:
-    """The few relations every document satisfies; a violation names the keys involved."""
     if lay.global_batch < 1:
         raise LayoutError(f"{where}: global_batch must be >= 1")
     checks = [
@@ -261,8 +257,8 @@ def _check_ranges(lay: RankLayout, where: str) -> None:
 
 
 def _groups_problem(lay: RankLayout) -> str | None:
-    """Why this rank's groups and neighbours cannot be its place in the plan, or None: a rank the
-    runtime would leave waiting for a peer, or training apart from its replicas."""
+    """Why this rank's groups and neighbours cannot be its place in the plan (it would wait for a
+    peer, or train apart from its replicas), or None."""
     groups = {g.name: list(g.ranks) for g in lay.groups}
     if missing := [n for n in ("tp", "pp", "dp") if n not in groups]:
         return f"no {missing[0]} group: every rank is in a tp, a pp and a dp group (one rank each at least)"

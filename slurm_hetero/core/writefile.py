@@ -18,7 +18,8 @@ An error before the commit point removes what this run created (`... nothing cha
 it, only links and renames remain, each skipped once done, so the next run under the lock finishes the set.
 
 Single files use a unique temporary + fsync + (backup) + rename, without lock or journal; a
-symbolic link is written through (its target replaced), as an editor saves a linked file.
+symbolic link is written through (its target replaced), as an editor saves a linked file, unless
+`replace_link`.
 """
 
 from __future__ import annotations
@@ -141,10 +142,12 @@ def write_atomic(
 # ------------------------------------------------------------------------------ single files
 
 
-def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int | None = None) -> None:
+def write_bytes_atomic(
+    path: Path, data: bytes, backup: bool = False, mode: int | None = None, replace_link: bool = False
+) -> None:
     """One file of any content (a plot) through the single-file path of `write_atomic`; a failed
     write leaves the old file, never a partial one. It keeps the old file's mode unless `mode`."""
-    if path.is_symlink():
+    if path.is_symlink() and not replace_link:
         path = Path(os.path.realpath(path))
     tmp: str | None = None
     try:
@@ -155,7 +158,7 @@ def write_bytes_atomic(path: Path, data: bytes, backup: bool = False, mode: int 
             _link_backup(path, path.with_name(f"{path.name}.{_backup_stamp(path.parent, [path.name])}.bak"))
         os.replace(tmp, path)
         tmp = None
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except OSError as e:
         raise OutputError(f"cannot write {path}: {e.strerror or e}; nothing changed") from e
     finally:
@@ -244,14 +247,14 @@ def _roll_forward(directory: Path, journal: Sequence[tuple[str, str | None]]) ->
             os.unlink(directory / _old(name))
         if os.path.lexists(directory / _staged(name)):
             os.replace(directory / _staged(name), directory / name)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def _finish(directory: Path) -> None:
     """The set is in place: remove the journal (else the next render does)."""
     try:
         _quiet_unlink(directory / JOURNAL_NAME)
-        _fsync_dir(directory)
+        fsync_dir(directory)
     except OSError as e:
         logger.warning("%s: written; the next render removes its journal (%s)", directory, e)
 
@@ -395,7 +398,7 @@ def _quiet_unlink(path: Path) -> None:
         path.unlink()
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

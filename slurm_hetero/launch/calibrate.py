@@ -1,13 +1,8 @@
 """Measure a device's real throughput with torch, store it, and read it back for `plan`/`launch`.
 
-On whatever device torch reaches (or the CPU): square GEMMs (`tflops`); forward and backward of one
-`TransformerEncoderLayer`, counting ``3 x (24 h^2 + 4 s h)`` FLOPs per token (`layer_tflops`,
-`tokens_per_s`); GEMMs of the plans' shapes, fitted to ``TFLOPS = peak x e / (e + half)``
-(`gemm_half_elements`, `engine.stagecost.gemm_efficiency`); with a model, one of its decoder layers
-per micro-batch size at tp 1 (`shapes`). The file (`DEFAULT_OUT`, YAML, the same on every node) maps
-a device type to its figures (docs/plan.md, "Measured speeds"); a type is stored under its catalog
-name only when `plan --measured` reads it (`stored_type`), since one unknown key makes plan refuse
-the whole file. Default sizes keep a CPU run to a few seconds.
+The file (`DEFAULT_OUT`, YAML, the same on every node) maps a device type to its figures
+(docs/plan.md, "Measured speeds"); a type is stored under its catalog name only when `plan
+--measured` reads it (`stored_type`), since one unknown key makes plan refuse the whole file.
 """
 
 from __future__ import annotations
@@ -43,7 +38,7 @@ DEFAULT_OUT = Path("~/.config/slurm-hetero/measured.yaml")
 
 @dataclass(frozen=True)
 class Sizes:
-    """Problem sizes: the GEMM edge, and the transformer layer's hidden size, heads, seq, batch."""
+    """Problem sizes (the CPU's keep a run to a few seconds)."""
 
     matmul: int = 1024
     hidden: int = 256
@@ -200,7 +195,8 @@ def fit_gemm_half(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def layer_throughput(torch: Any, device: str, dtype: Any, sizes: Sizes) -> tuple[float, float]:
-    """(tokens per second, effective TFLOPS) of a transformer layer's forward and backward."""
+    """(tokens per second, effective TFLOPS) of a transformer layer's forward and backward,
+    counting ``3 x (24 h^2 + 4 s h)`` FLOPs per token."""
     h, s, b = sizes.hidden, sizes.seq, sizes.batch
     layer = torch.nn.TransformerEncoderLayer(h, sizes.heads, 4 * h, dropout=0.0, batch_first=True)
     layer = layer.to(device=device, dtype=dtype)

@@ -1,9 +1,6 @@
 """Every rank's layout document and environment for one Slurm step. Pure: JobEnv, inventory and
 catalog in, `LaunchPlan` out; every rank computes the same plan from the same inputs (the rules:
-docs/launch.md). `sites` (one device type per node), `layout_spec` (one `DeviceGroup` per type),
-`solve_step`, `assignments` (the k-th solver rank on a node is its k-th task), then each rank's
-groups, document and environment (`launch.rankenv`) and visible devices (`device_env`).
-"""
+docs/launch.md)."""
 
 from __future__ import annotations
 
@@ -90,7 +87,7 @@ class LaunchOptions:
     kinds: tuple[LayoutKind, ...] = ()  # families asked for; () what `plan` searches (`runnable`)
 
     def __post_init__(self) -> None:
-        """Every value checked once, for the CLI and library callers alike."""
+        """Checked here once, for the CLI and library callers alike."""
         counts = {"--global-batch": self.global_batch, "--seq": self.seq, "--micro-batch": self.micro_batch}
         for flag, count in counts.items():
             if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
@@ -112,7 +109,7 @@ class LaunchOptions:
 
 @dataclass(frozen=True)
 class Site:
-    """One node of the step: its place, task count and node record (devices of one type)."""
+    """One node of the step (devices of one type)."""
 
     name: str
     index: int
@@ -139,8 +136,6 @@ class Site:
 
 @dataclass(frozen=True)
 class RankPlan:
-    """One rank: its layout document (what SLURM_HETERO_LAYOUT holds) and its environment."""
-
     rank: int
     node: str
     type: str
@@ -163,7 +158,6 @@ class LaunchPlan:
 
 
 def node_records(inventory: ClusterInventory, names: Sequence[str], catalog: Catalog) -> dict[str, SlurmNode]:
-    """The node record of each named node; an error naming the nodes the inventory lacks."""
     found = host_records(inventory, names)
     missing = [n for n in names if n not in found]
     if missing:
@@ -196,7 +190,7 @@ StepNodes = Union[ClusterInventory, Mapping[str, SlurmNode]]  # a runtime alias:
 
 
 def sites(job: JobEnv, inventory: StepNodes, catalog: Catalog) -> list[Site]:
-    """The step's nodes in JobEnv order with their records (from the inventory, or built already)."""
+    """The step's nodes in JobEnv order with their records."""
     if isinstance(inventory, ClusterInventory):
         records: Mapping[str, SlurmNode] = node_records(inventory, job.nodes, catalog)
     else:
@@ -224,30 +218,20 @@ def _device_group(group: Sequence[Site], tflops: float, half: float, options: La
     return spec_group(spec, group[0].type, group[0].vendor.name, per_node, tflops, half, memory, nic)
 
 
-def group_speeds(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[list[float], str]:
-    """Sustained TFLOPS of each device type of the step and the warning for estimated ones."""
-    site_types = {s.type: s.spec.type for s in nodes}
-    measured = resolve_measured(options.measured, catalog, site_types)
-    specs = [g[0].spec for g in _by_type(nodes).values()]
-    speeds, estimated = sustained_tflops(specs, measured)
-    return speeds, estimate_note(estimated, specs, measured)
-
-
 def sequence_length(options: LaunchOptions) -> int:
-    """`--seq`, else the model's context length."""
     assert options.model is not None
     return options.seq if options.seq is not None else load_model(options.model).max_positions
 
 
-def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> LayoutSpec:
-    """The solver's input for the step."""
+def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions) -> tuple[LayoutSpec, str]:
+    """The solver's input for the step, and the warning for device speeds it had to estimate."""
     assert options.model is not None
-    seq = sequence_length(options)
-    speeds, _ = group_speeds(nodes, catalog, options)
     site_types = {s.type: s.spec.type for s in nodes}
-    halves = resolve_measured(options.gemm_half, catalog, site_types)
     measured = resolve_measured(options.measured, catalog, site_types)
-    costs = layer_costs_for(options.model, seq, options.costs)
+    halves = resolve_measured(options.gemm_half, catalog, site_types)
+    specs = [g[0].spec for g in _by_type(nodes).values()]
+    speeds, estimated = sustained_tflops(specs, measured)
+    costs = layer_costs_for(options.model, sequence_length(options), options.costs)
     groups = with_shapes(
         [
             _device_group(g, v, gemm_half(g[0].spec, halves, measured), options)
@@ -260,7 +244,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
     )
     if options.network_gbs is None:  # as plan: the profile's figure, where it has one, for the NIC's
         groups = with_network(groups, options.network, catalog, site_types)
-    return LayoutSpec(
+    spec = LayoutSpec(
         groups,
         costs,
         options.global_batch,
@@ -277,6 +261,7 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
         kinds=search_kinds(options.kinds, options.micro_batch),
         mixed_tp=MIXED_TP,
     )
+    return spec, estimate_note(estimated, specs, measured)
 
 
 def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions, error: RequestError) -> str:
@@ -299,7 +284,7 @@ def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions,
 
 
 def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
-    """The chosen shape with equal layers per stage and equal samples per replica."""
+    """The chosen shape with equal layers per stage and equal samples per replica (`--even`)."""
     lines = tuple(tuple((s.group, s.tp) for s in p.stages) for p in chosen.pipelines)
     replicas = tuple(len(p.samples) for p in chosen.pipelines)
     shape = Shape(str(chosen.kind), lines, replicas, chosen.pipelines[0].micro_batch)
@@ -334,7 +319,7 @@ def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) 
 
 
 def assignments(layout: Layout, nodes: Sequence[Site]) -> list[RankAssignment]:
-    """The solver's assignments renumbered to Slurm ranks (`node` = JobEnv node index), by rank."""
+    """The solver's assignments renumbered to Slurm ranks: a node's k-th solver rank is its k-th task."""
     ordered = [s for g in _by_type(nodes).values() for s in g]  # the solver's order: by group, node
     mapping = [r for s in ordered for r in range(s.first_rank, s.first_rank + s.tasks)]
     site_of = {r: s for s in nodes for r in range(s.first_rank, s.first_rank + s.tasks)}
@@ -409,7 +394,6 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
 
 
 def visible_env_names() -> frozenset[str]:
-    """Every visible-device variable of Slurm and of the registered vendor runtimes."""
     names = set(SLURM_VISIBLE)
     for traits in vendor_traits().values():
         if traits.visible_devices_env:
@@ -429,7 +413,7 @@ def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict
 
 
 def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int) -> list[RankAssignment]:
-    """Without a model: every rank a replica of the whole model, the global batch split evenly."""
+    """Without a model: every rank a replica, the global batch split evenly."""
     world = sum(s.tasks for s in nodes)
     q, r = divmod(global_batch, world)
     out = []
@@ -449,13 +433,11 @@ def plain_assignments(nodes: Sequence[Site], global_batch: int, micro_batch: int
 def _modelled(
     nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions
 ) -> tuple[Layout | None, list[RankAssignment], list[tuple[int, int]], PlanSummary, tuple[str, ...]]:
-    """The solver's plan (with a model) or the even data-parallel one (without)."""
     if options.model is None:
         ranked = plain_assignments(nodes, options.global_batch, options.micro_batch or 1)
         samples = replica_samples([a.samples for a in ranked])
         return None, ranked, samples, PlanSummary("data", "", options.global_batch, 0, len(ranked)), ()
-    note = group_speeds(nodes, catalog, options)[1]
-    spec = layout_spec(nodes, catalog, options)
+    spec, note = layout_spec(nodes, catalog, options)
     layout = solve_step(spec, nodes, options)
     summary = summary_of(layout, options.model)
     samples = replica_samples([n for p in layout.pipelines for n in p.samples])

@@ -1,7 +1,5 @@
 """`slurm-hetero launch`: run a training command on a heterogeneous Slurm allocation, one task per
-device (the manual: docs/launch.md, `slurm-hetero launch --manual`). The entry points (`launch`,
-`plan_step`), the step's shape from Slurm's environment or `--simulate`, `--dry-run` and `--exec`.
-"""
+device (the manual: docs/launch.md, `slurm-hetero launch --manual`)."""
 
 from __future__ import annotations
 
@@ -54,8 +52,6 @@ COLUMNS = tuple("RANK NODE TYPE STAGE LAYERS TP REPLICA SAMPLES MB RECOMP PREV N
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How to run: the command, where the inventory is, and the launcher's modes."""
-
     command: tuple[str, ...]
     inventory: Path | None = None  # None: DEFAULT_INVENTORY when installed, else what Slurm knows
     log_dir: Path | None = None
@@ -70,14 +66,14 @@ class RunOptions:
 
 # -- the step -------------------------------------------------------------------------------------
 
-# Ranks one `--simulate` step may have: twice the planner's MAX_DEVICES (a step without --model is
-# not planned); 10,000 nodes x 8 is laid out in about 20 s CPU and 580 MB (BENCHMARKS.md).
+# A step without --model is not planned: it may have twice the planner's MAX_DEVICES (BENCHMARKS.md)
 MAX_SIMULATED_RANKS = 2 * MAX_DEVICES
+SimulatedNodes = Sequence[tuple[str, str, int]]  # (node, type, tasks), one per node
 
 
-def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str, str, int]]:
-    """`NODES:TYPE:N[,...]` -> [(node, type, tasks)], one tuple per node (NODES a host name or a
-    hostlist); N and hosts x N (`most`) are bounded before any host is built."""
+def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> SimulatedNodes:
+    """`NODES:TYPE:N[,...]` -> one tuple per node (NODES a host name or a hostlist); N and
+    hosts x N (`most`) are bounded before any host is built."""
     where = f"--simulate {syntax.text(spec)}"
     try:
         items = syntax.split_top(spec)
@@ -119,15 +115,14 @@ def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> list[tuple[str
             except ValueError as e:
                 raise LaunchError(f"--simulate: node {e}") from None
             out.append((name, gres_type, tasks))
+    if len({name for name, _, _ in out}) != len(out):
+        raise LaunchError(f"--simulate {spec}: a node is listed twice")
     return out
 
 
-def simulated_job(spec: str, most: int = MAX_SIMULATED_RANKS) -> JobEnv:
-    """The shape of a step on the `--simulate` nodes, seen from rank 0 (at most `most` ranks)."""
-    nodes = parse_simulate(spec, most)
+def simulated_job(nodes: SimulatedNodes) -> JobEnv:
+    """The step on the `--simulate` nodes, seen from rank 0."""
     names = tuple(n for n, _, _ in nodes)
-    if len(set(names)) != len(names):
-        raise LaunchError(f"--simulate {spec}: a node is listed twice")
     tasks = tuple(n for _, _, n in nodes)
     return JobEnv(0, sum(tasks), 0, names[0], names, tasks, (0,) * len(names), job_id="0")
 
@@ -138,7 +133,7 @@ def _canonical(catalog: Catalog, gres_type: str) -> str:
 
 
 def simulated_inventory(
-    spec: str, known: ClusterInventory, catalog: Catalog, source: str | None = None
+    nodes: SimulatedNodes, known: ClusterInventory, catalog: Catalog, source: str | None = None
 ) -> ClusterInventory:
     """`known` plus a record for each simulated node it lacks (devices from the catalog); a node it
     has must have the simulated type. With `source` (named by the user), a node it lacks is a typo."""
@@ -156,7 +151,7 @@ def simulated_inventory(
             for i in range(count)
         )
 
-    for name, gres_type, count in parse_simulate(spec):
+    for name, gres_type, count in nodes:
         if name not in have and source is not None:
             hosts = sorted(have)
             listed = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
@@ -180,7 +175,7 @@ def simulated_inventory(
 
 
 def invented_nodes_note(invented: Sequence[NodeInventory]) -> str:
-    """One line for every simulated node the installed inventory lacks, hostlists folded by type."""
+    """One line for the simulated nodes the installed inventory lacks, folded by type."""
     by_type: dict[str, list[str]] = {}
     for node in invented:
         by_type.setdefault(node.devices[0].type, []).append(node.name)
@@ -207,7 +202,7 @@ def layout_base(environ: Mapping[str, str]) -> Path:
 
 
 def layout_dir(environ: Mapping[str, str], job_id: str, step: int) -> Path:
-    """The layout directory as the plan shows it; `make_layout_dir` fills in the placeholder."""
+    """The layout directory as the plan shows it (`make_layout_dir` makes the real one)."""
     return layout_base(environ) / f"slurm-hetero-{job_id}.{step}-{LAYOUT_PLACEHOLDER}"
 
 
@@ -223,15 +218,17 @@ def make_layout_dir(environ: Mapping[str, str], job_id: str, step: int, rank: in
         ) from e
 
 
-def load_step_inventory(options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool) -> StepNodes:
-    """The step's node records: the inventory file, else Slurm's (`scontrol show node`)."""
+def load_step_inventory(
+    options: RunOptions, catalog: Catalog, job: JobEnv, need_facts: bool, simulated: SimulatedNodes | None
+) -> StepNodes:
+    """The step's node records: the inventory file (plus `simulated` nodes), else `scontrol show node`."""
     path = options.inventory  # `--inventory` (or SLURM_HETERO_INVENTORY), else the installed default
     if path is None and DEFAULT_INVENTORY.exists():
         path = DEFAULT_INVENTORY
-    if options.simulate is not None:
+    if simulated is not None:
         known = inventory.load(path) if path is not None else ClusterInventory()
         named = options.inventory  # named by the user: it must exist and hold the nodes
-        return simulated_inventory(options.simulate, known, catalog, None if named is None else str(named))
+        return simulated_inventory(simulated, known, catalog, None if named is None else str(named))
     if path is not None:
         return inventory.load(path)
     try:
@@ -259,11 +256,12 @@ def check_step_has_devices(job: JobEnv) -> None:
 def plan_step(
     plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str], own: bool = False
 ) -> tuple[JobEnv, LaunchPlan]:
-    """Every rank's plan (with `own`, this task's alone), from the environment or `--simulate`."""
-    catalog = load_catalog()
+    """Every rank's plan (with `own`, this task's alone)."""
+    catalog, simulated = load_catalog(), None
     if options.simulate is not None:
         most = MAX_SIMULATED_RANKS if plan_options.model is None else MAX_DEVICES
-        job, bound = simulated_job(options.simulate, most), None
+        simulated = parse_simulate(options.simulate, most)
+        job, bound = simulated_job(simulated), None
     else:
         job = parse_job_env(environ)
         check_step_has_devices(job)
@@ -276,7 +274,7 @@ def plan_step(
             f"sample; give --global-batch {world} or more",
         )
     plan_options = replace(plan_options, layout_dir=str(layout_dir(environ, job.job_id, job.step_id)))
-    inv = load_step_inventory(options, catalog, job, plan_options.model is not None)
+    inv = load_step_inventory(options, catalog, job, plan_options.model is not None, simulated)
     try:
         return job, build_plan(job, job.step_id, inv, catalog, plan_options, bound, job.rank if own else None)
     except NodeLaunchError:
@@ -312,7 +310,6 @@ def _row(d: RankLayout) -> tuple[Any, ...]:
 
 
 def describe(plan: LaunchPlan) -> str:
-    """The plan as text: summary, one row per rank, every group's communicator, every environment."""
     docs = [r.layout for r in plan.ranks]
     first, even = docs[0], docs[0].even_step_s
     head = (
@@ -344,7 +341,7 @@ def describe(plan: LaunchPlan) -> str:
 
 
 def distinct_groups(plan: LaunchPlan) -> tuple[list[GroupSpec], dict[int, list[int]]]:
-    """The plan's groups once each (by object, then by value), and each rank's as places in that list."""
+    """The plan's groups once each, and each rank's as places in that list."""
     by_id: dict[int, int] = {}
     by_value: dict[tuple[Any, ...], int] = {}
     groups: list[GroupSpec] = []
@@ -389,7 +386,7 @@ def plan_document(plan: LaunchPlan) -> dict[str, Any]:
 
 
 def dry_run_text(plan: LaunchPlan, options: RunOptions) -> str:
-    """`--dry-run`: the layout as `plan` prints it (table, or its JSON under "plan"), then every rank."""
+    """`--dry-run`: the layout as `plan` prints it, then every rank."""
     view = None if plan.layout is None or options.layout_view is None else options.layout_view(plan.layout)
     if options.as_json:
         return json.dumps({**({"plan": view[1]} if view else {}), **plan_document(plan)}, indent=2)
@@ -400,7 +397,7 @@ def dry_run_text(plan: LaunchPlan, options: RunOptions) -> str:
 
 
 def write_layout(rank: RankPlan, directory: Path) -> Path:
-    """This rank's layout document, `DIRECTORY/rank-R.json` (0600, created exclusively, no link)."""
+    """This rank's layout document, `DIRECTORY/rank-R.json`."""
     path = directory / f"rank-{rank.rank}.json"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -413,7 +410,6 @@ def write_layout(rank: RankPlan, directory: Path) -> Path:
 
 
 def remove_layout(directory: Path) -> None:
-    """Remove what `make_layout_dir` and `write_layout` made (the rank's file and directory)."""
     for entry in directory.glob("rank-*.json"):
         entry.unlink(missing_ok=True)
     try:
@@ -423,7 +419,6 @@ def remove_layout(directory: Path) -> None:
 
 
 def open_log_files(log_dir: Path, rank: int) -> dict[str, IO[bytes]]:
-    """DIR/rank-R.out and .err opened for appending (DIR made when missing)."""
     files: dict[str, IO[bytes]] = {}
     if (problem := unusable_path(log_dir)) is not None:
         raise LaunchError(f"--log-dir {syntax.text(log_dir)}: {problem}; give a directory you can write")
@@ -453,7 +448,7 @@ def check_master(addr: str) -> None:
 
 
 def note_missing_backends(rank: RankPlan) -> None:
-    """Warn when the rank's device library for torch is not importable (the plan is kept)."""
+    """Warn when the rank's vendor torch package is not importable (the plan is kept)."""
     traits = vendor_traits().get(rank.layout.vendor)
     package = traits.torch_package if traits else None
     backends = {g.backend for g in rank.layout.groups} - {"gloo", "ucc"}
@@ -465,7 +460,7 @@ def note_missing_backends(rank: RankPlan) -> None:
 
 
 def launch(plan_options: LaunchOptions, options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
-    """Plan, then print (`dry_run`), exec (`exec_command`) or supervise the command; the exit code."""
+    """Plan, then print, exec or supervise the command; the exit code."""
     environ = os.environ if environ is None else environ
     if options.simulate is not None and not options.dry_run:
         raise LaunchError("--simulate describes an allocation for --dry-run only; add --dry-run")
@@ -545,7 +540,7 @@ def claim_resume_dir(directory: Path, job: JobEnv) -> None:
 
 
 def _listed(job_id: str) -> bool:
-    """Whether squeue lists job `job_id` (digits only); False when it cannot say."""
+    """Whether squeue lists job `job_id`; False when it cannot say."""
     try:
         return bool(proc.run(["squeue", "-h", "-j", job_id, "-o", "%i"], timeout=30).strip())
     except ToolError:  # an ended job's id is "Invalid job id specified"; a hung squeue: unknown

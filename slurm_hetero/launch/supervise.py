@@ -34,10 +34,9 @@ STOP_GRACE_S = 10.0  # a command told to stop (SIGTERM) gets this long before SI
 CANCEL_AFTER_S = STOP_GRACE_S + 10.0
 PEER_FAILED_AGAIN_S = (2.0, 5.0)  # PEER_FAILED repeated for ranks that were still starting
 # After a forwarded SIGTERM, the wait for a PEER_FAILED behind it (srun -K's SIGTERM can overtake
-# it): well inside Slurm's KillWait and before PEER_FAILED_AGAIN_S's first repeat.
+# it): inside Slurm's KillWait and before PEER_FAILED_AGAIN_S's first repeat.
 PEER_FAILED_LATE_S = 3.0
-# Set by the `launch` command (the process exits after the rank): see Supervisor.run.
-KEEP_HANDLERS_WHEN_ENDING = False
+KEEP_HANDLERS_WHEN_ENDING = False  # set by the `launch` command, which exits after the rank
 RELAY_CHUNK = 64 * 1024  # the most output the relay holds at once, per stream
 
 
@@ -67,7 +66,7 @@ def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
 
 
 def _process_table(proc_root: str = "/proc") -> list[tuple[int, int, int]]:
-    """(pid, parent pid, process group) of every live process; [] where /proc cannot be read."""
+    """(pid, parent pid, process group) of every live process; [] without /proc."""
     try:
         entries = os.listdir(proc_root)
     except OSError:
@@ -115,7 +114,7 @@ def signal_tree(child: subprocess.Popen[bytes], signum: int, also: Sequence[int]
 
 
 def signal_group(group: int, signum: int, table: Sequence[tuple[int, int, int]] | None = None) -> list[int]:
-    """Send `signum` to process group `group` if `table` lists members; the members."""
+    """Send `signum` to process group `group` if it has members; the members."""
     rows = _process_table() if table is None else table
     members = [pid for pid, _parent, pgrp in rows if pgrp == group]
     if members:
@@ -152,7 +151,6 @@ def _link(path: str) -> str | None:
 
 
 def signal_all(pids: Sequence[int], signum: int) -> list[int]:
-    """Send `signum` to each of `pids` (those ended meanwhile skipped); the pids."""
     for pid in pids:
         try:
             os.kill(pid, signum)
@@ -278,7 +276,6 @@ class Supervisor:
             timer.start()
 
     def _kill_now(self, child: subprocess.Popen[bytes]) -> None:
-        """SIGKILL to the command's tree and what an earlier stop found of it."""
         logger.info("rank %d: the step is ending; killing the command", self.rank.rank)
         self.stopped = signal_tree(child, signal.SIGKILL, _alive(self.stopped))
 

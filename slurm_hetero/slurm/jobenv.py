@@ -1,31 +1,14 @@
 """Slurm's task and job environment, read in one place. Pure: the caller passes `os.environ`.
 
-Every SLURM_* variable that the launcher and the TaskProlog use is read here, by one of two readers:
+`read_task_env` is lenient (the TaskProlog must never fail a task: only a value Slurm never writes
+is a `JobEnvError`); `parse_job_env` is strict (the launcher: a missing or malformed essential
+variable is a `JobEnvError` naming it). Each value comes from the first of its variables (the
+tuples below) set to a non-blank value: step before job, HET_GROUP before PACK_GROUP.
 
-- `read_task_env(env) -> TaskEnv`, lenient, for the TaskProlog, which must never fail a task: each
-  field is None or empty when its variables are absent. It raises `JobEnvError` only on a value
-  Slurm never writes (`SLURM_STEP_GPUS=0,x`, or `1,1`), which the TaskProlog reports and survives.
-- `parse_job_env(env) -> JobEnv`, strict, for the launcher under srun: a missing or malformed
-  essential variable is a `JobEnvError` naming it (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME,
-  the step's tasks, nodes and tasks per node, the job and step ids).
-
-Each value comes from the first of its variables (the tuples below) set to a non-blank value,
-stripped: step values before job values (a step may use part of the job), current names before
-older ones (HET_GROUP before PACK_GROUP). CUDA_VISIBLE_DEVICES counts only when every item is an
-index (UUIDs and MIG names are skipped, not errors).
-
-Heterogeneous jobs on Slurm 22.05 have traps, measured in ../shared/slurm-lab/slurm-local.md
-section 6 and kept in tests/fixtures/slurm_env/:
-
-- There is no per-task "het component" variable.
-- SLURM_JOB_NODELIST/SLURM_STEP_NODELIST are sorted by name while SLURM_NODEID follows component
-  order; nodes are therefore taken component by component from the per-component node lists.
-- SLURM_JOB_GPUS is inherited from component 0 in every task, so in a heterogeneous job it is used
-  only on component 0's nodes (elsewhere the next fallback, CUDA_VISIBLE_DEVICES, applies).
-- A heterogeneous srun (`srun A : B`) sets only the *_PACK_GROUP_k forms.
-
-Tasks are numbered component by component, and within a step we require block distribution (each
-node's tasks have consecutive ranks), which every rank checks against its own SLURMD_NODENAME.
+Heterogeneous jobs on Slurm 22.05 (../shared/slurm-lab/slurm-local.md section 6, captured in
+tests/fixtures/slurm_env/): no variable names a task's component; the node lists are sorted by name
+while SLURM_NODEID follows component order, so nodes come from the per-component lists;
+SLURM_JOB_GPUS is component 0's in every task; a het srun (`srun A : B`) sets only *_PACK_GROUP_k.
 """
 
 from __future__ import annotations
@@ -41,9 +24,7 @@ from slurm_hetero.core.errors import HeteroError, JobEnvError
 from slurm_hetero.slurm.syntax import MAX_HOSTS
 
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
-# Slurm's ids, counts and ranks are 32-bit: at most 10 digits. Bounded, so a 10 KB value is an
-# error naming the variable, not int()'s digit-limit traceback.
-_INDEX = re.compile(r"^[0-9]{1,10}$")
+_INDEX = re.compile(r"^[0-9]{1,10}$")  # Slurm's ids, counts and ranks are 32-bit
 _NUMBER = "a number of at most 10 digits"
 _JOB_ID_WORDS = f"a job id ({_NUMBER})"
 _GPU_INDEX = re.compile(r"[0-9]{1,6}")  # bounded: int() of 5,000 digits raises
@@ -52,8 +33,7 @@ MAX_HET_COMPONENTS = 128  # components of one heterogeneous job (Slurm's MAX_HET
 
 # Where Slurm puts this task's GPU indices (positions in gres.conf order), most specific first.
 GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
-# The number of GPUs the step has on this node, whatever the task binding (with --gpus-per-task
-# SLURM_STEP_GPUS lists only the task's own): fewer than tasks there means tasks would share one.
+# The step's GPUs on this node, whatever the task binding (SLURM_STEP_GPUS may list the task's own)
 GPUS_ON_NODE = "SLURM_GPUS_ON_NODE"
 # What Slurm's gres/gpu exports for every GPU type.
 SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
@@ -67,7 +47,7 @@ _SLURM_VISIBLE_OF_FLAG = {
 
 
 def slurm_visible(gres_flag: str) -> tuple[str, ...]:
-    """The visible-device variables Slurm sets for a device rendered with gres.conf `Flags=gres_flag`."""
+    """The visible-device variables Slurm sets for a device of gres.conf `Flags=gres_flag`."""
     return _SLURM_VISIBLE_OF_FLAG.get(gres_flag, ())
 
 
@@ -82,8 +62,8 @@ _SRUN = "run under srun (one task per device)"
 
 @dataclass(frozen=True)
 class TaskDevices:
-    """What Slurm bound on this task's node: GPU indices (gres.conf order), the variable they came
-    from (None when none named any) and the visible-device variables Slurm set (`SLURM_VISIBLE`)."""
+    """What Slurm bound on this task's node: GPU indices (gres.conf order), the variable naming them
+    and the visible-device variables Slurm set."""
 
     gpu_indexes: tuple[int, ...] = ()
     visible: Mapping[str, str] = field(default_factory=dict)
@@ -127,7 +107,7 @@ class JobEnv:
 
     @cached_property
     def first_ranks(self) -> tuple[int, ...]:
-        """Each node's first rank, summed once: a sum per node made a 65,536-node step quadratic."""
+        """Each node's first rank (cached: asked per node)."""
         return (0, *itertools.accumulate(self.tasks_per_node))
 
 
@@ -135,7 +115,6 @@ class JobEnv:
 
 
 def first_set(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
-    """(name, stripped value) of the first of `names` set to a non-blank value."""
     for name in names:
         value = env.get(name, "").strip()
         if value:
@@ -152,7 +131,6 @@ def _required(env: Mapping[str, str], *names: str) -> tuple[str, str]:
 
 
 def _checked(found: tuple[str, str], what: str = _NUMBER) -> str:
-    """The value of a (name, value) found, when it is a 32-bit id or count."""
     name, value = found
     if not _INDEX.match(value):
         raise JobEnvError(f"{name}={shown(value)} is not {what}")
@@ -172,8 +150,7 @@ def _nodes(name: str, value: str) -> list[str]:
 
 
 def expand_tasks_per_node(spec: str, limit: int = MAX_HOSTS) -> list[int]:
-    """`2,1(x2)` -> [2, 1, 1] (SLURM_TASKS_PER_NODE syntax), for at most `limit` nodes (the
-    step's): `1(x1000000000)` is an error at once, not a billion-item list."""
+    """`2,1(x2)` -> [2, 1, 1] (SLURM_TASKS_PER_NODE), refused before it passes `limit` nodes."""
     counts: list[int] = []
     for part in spec.split(","):
         m = _REPEAT.match(part.strip())
@@ -211,8 +188,7 @@ def component_nodelist(env: Mapping[str, str], k: int) -> list[str] | None:
 
 
 def component_job_ids(env: Mapping[str, str], job_id: str) -> tuple[str, ...]:
-    """Every component's job id (SLURM_JOB_ID_HET_GROUP_k, else _PACK_GROUP_k); `(job_id,)`
-    outside heterogeneous jobs or when a component's id is missing."""
+    """Every component's job id; `(job_id,)` outside het jobs or when a component's is missing."""
     size = het_size(env)
     found = [first_set(env, *_component("SLURM_JOB_ID", k)) for k in range(size)] if size > 1 else []
     ids = [_checked(f, _JOB_ID_WORDS) for f in found if f is not None]
@@ -243,8 +219,7 @@ def _job_gpus_apply(env: Mapping[str, str]) -> bool:
 
 
 def task_devices(env: Mapping[str, str]) -> TaskDevices:
-    """This task's GPU indices, from the first of `GPU_VARIABLES` that names them, and Slurm's
-    visible-device variables."""
+    """This task's GPU indices (the first of `GPU_VARIABLES` naming some) and visible variables."""
     visible = {name: value for name in SLURM_VISIBLE if (value := env.get(name, "").strip())}
     on_node = first_set(env, GPUS_ON_NODE)
     count = int(on_node[1]) if on_node and _INDEX.match(on_node[1]) else None
@@ -259,7 +234,6 @@ def task_devices(env: Mapping[str, str]) -> TaskDevices:
 
 
 def read_task_env(env: Mapping[str, str]) -> TaskEnv:
-    """What the TaskProlog needs; absent variables give None or no devices."""
     node = first_set(env, "SLURMD_NODENAME")
     shards = first_set(env, "SLURM_SHARDS_ON_NODE")
     return TaskEnv(
@@ -273,8 +247,7 @@ def read_task_env(env: Mapping[str, str]) -> TaskEnv:
 
 
 def _tasks_by_node(env: Mapping[str, str]) -> dict[str, int]:
-    """The step's tasks per node. SLURM_STEP_TASKS_PER_NODE follows the (name-sorted) step node
-    list, in heterogeneous steps too (measured on 22.05: `1(x2),2` for a100n1,ascendn1,l40sn1)."""
+    """The step's tasks per node (SLURM_STEP_TASKS_PER_NODE follows the name-sorted node list)."""
     nodes = _nodes(*_required(env, *_NODELIST))
     tasks = expand_tasks_per_node(_required(env, *_TASKS_PER_NODE)[1], len(nodes))
     if len(nodes) != len(tasks):
@@ -283,10 +256,8 @@ def _tasks_by_node(env: Mapping[str, str]) -> dict[str, int]:
 
 
 def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
-    """Nodes in SLURM_NODEID order (component by component in het jobs), their task counts and
-    components. A step on some components of a het job (`srun --het-group=1`, which Slurm allows)
-    runs on theirs: a component none of whose nodes is in the step is not part of it; one only
-    partly in it is an error."""
+    """Nodes in SLURM_NODEID order, their task counts and het components; a step may run on some
+    components (`srun --het-group=1`), not on part of one."""
     by_node = _tasks_by_node(env)
     size = het_size(env)
     if size <= 1:
@@ -317,7 +288,7 @@ def _shape(env: Mapping[str, str]) -> tuple[list[str], list[int], list[int]]:
 
 
 def parse_job_env(env: Mapping[str, str]) -> JobEnv:
-    """Read and cross-check the step's shape from a task's environment (strict: under srun)."""
+    """The step's shape from a task's environment, cross-checked (each node's ranks a block)."""
     rank, world, local_rank = (
         int(_checked(_required(env, *n))) for n in (("SLURM_PROCID",), _TASKS, ("SLURM_LOCALID",))
     )

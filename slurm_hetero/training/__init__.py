@@ -11,20 +11,13 @@
         training.weighted_allreduce_grads(stage, dist.layout, dist.gradient_group())
         opt.step(); opt.zero_grad()
 
-`examples/train_uneven.py` is one, tested against a single process in float64. Every helper
-takes the layout as a `RankLayout` (`slurm_hetero.layout.current()`), a mapping of the same keys or
-an object with the same attributes.
+`examples/train_uneven.py` is a complete one. Every helper takes the layout as a `RankLayout`
+(`slurm_hetero.layout.current()`), a mapping of its keys or an object of its attributes.
 
-Conventions:
-
-- A model is ``Sequential(embed, *blocks, head)`` and the layout's `num_layers` counts the blocks.
-  `stage_modules` keeps blocks ``[layer_start, layer_end)``, plus the embedding on stage 0 and the
-  head on the last stage; the first `recompute` blocks of the stage recompute their activations.
-- Replica `r` trains on global samples ``[sample_offset, sample_offset + samples)`` of each step in
-  micro-batches of `micro_batch` (the last one may be smaller), its loss the mean over its samples.
-  `weighted_allreduce_grads` sums ``grad_weight * grad`` (``grad_weight = samples / global_batch``)
-  over the data-parallel group: the gradient of the global batch's mean loss whatever the split
-  (an unweighted average is not).
+- A model is ``Sequential(embed, *blocks, head)``; the layout's `num_layers` counts the blocks.
+- A replica's loss is the mean over its own samples; weighting each replica's gradient by
+  ``grad_weight = samples / global_batch`` makes the sum the global batch's mean gradient
+  whatever the split (an unweighted average is not).
 - A group runs on the layout's backend where every member has it, else on gloo (logged, and kept
   in `Distributed.fallbacks`); the default group is gloo (a mixed job shares no device backend).
 """
@@ -77,7 +70,6 @@ GroupKey = tuple[str, tuple[int, ...], str]
 
 
 def as_dict(layout: Any) -> dict[str, Any]:
-    """A layout (`RankLayout`, mapping or object of the same attributes) as a dict of its keys."""
     if isinstance(layout, RankLayout):
         return layout.to_dict()
     if isinstance(layout, Mapping):
@@ -89,7 +81,7 @@ def grad_weight(layout: Any) -> float:
     """The layout's gradient weight, checked: a NaN or negative one would poison every gradient."""
     value = as_dict(layout).get("grad_weight")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
-        return float(value)  # (nan fails the comparison, as do infinities the range)
+        return float(value)  # nan and infinities fail the comparison
     raise LayoutError(f"grad_weight must be a number in [0, 1] (samples / global_batch), got {value!r}")
 
 
@@ -132,7 +124,7 @@ def backend_unavailable_reason(backend: str, vendor: str | None = None) -> str |
     try:  # the vendor's torch plugin registers its backend and device
         if plugin:
             importlib.import_module(plugin)
-    except Exception as e:  # a missing or broken vendor plugin is reported, not fatal
+    except Exception as e:  # reported, not fatal
         failure = f"import {plugin}: {e}"
     if not dist.is_backend_available(backend):
         return f"this torch has no {backend!r} backend{f' ({failure})' if failure else ''}"
@@ -157,15 +149,14 @@ class Distributed:
         return self.groups.get(name)
 
     def gradient_group(self) -> ProcessGroup | HierarchicalGroup | None:
-        """What `weighted_allreduce_grads` reduces over: the hierarchical data-parallel group when
-        it spans vendors, else the dp group."""
+        """What `weighted_allreduce_grads` reduces over."""
         return self.hierarchical or self.group("dp")
 
 
 @dataclass(frozen=True)
 class Piece:
-    """A stretch of the padded gradient between two shard edges, in units of ``1 / unit`` of it;
-    `group` joins its owners, one rank per vendor (None where this rank is not one)."""
+    """A stretch of the padded gradient, in units of ``1 / unit`` of it; `group` joins its owners,
+    one rank per vendor (None where this rank is not one)."""
 
     start: int
     end: int
@@ -175,11 +166,10 @@ class Piece:
 
 @dataclass(frozen=True)
 class HierarchicalGroup:
-    """This rank's side of a data-parallel group that spans vendors: a reduce-scatter inside the
-    vendor (`local`, this rank at `index`), an all-reduce of each piece among its owners across
-    vendors (the slow path carries one shard), an all-gather inside the vendor. The gradient is
-    padded to a multiple of `unit`, the least common multiple of the vendors' sizes, so every
-    piece's owners are known before the tensor is."""
+    """This rank's side of a data-parallel group that spans vendors: reduce-scatter inside the
+    vendor (`local`), all-reduce each piece among its owners across vendors (the slow path carries
+    one shard), all-gather inside the vendor. Padding to a multiple of `unit` (the lcm of the
+    vendors' sizes) fixes every piece's owners before the tensor is known."""
 
     local: ProcessGroup | None
     local_ranks: tuple[int, ...]
@@ -189,19 +179,15 @@ class HierarchicalGroup:
 
 
 def _fallback_reason(key: GroupKey, gathered: Sequence[tuple[Any, ...]]) -> str | None:
-    """Why a group cannot use its backend: the first member that lacks it."""
+    """Why a group cannot use its backend (the first member that lacks it), or None."""
     _name, ranks, backend = key
     return next((f"rank {r}: {gathered[r][1][backend]}" for r in ranks if gathered[r][1].get(backend)), None)
 
 
 def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
     """Start torch.distributed (gloo default group, env:// rendezvous) and make every layout group;
-    `layout` defaults to `slurm_hetero.layout.current()`.
-
-    One `all_gather_object` gives every rank the union of the groups (each file lists its own; all
-    ranks call `new_group` in one sorted order) and every rank's document or why it has none, so a
-    bad document stops every rank with the same LayoutError instead of leaving the others waiting.
-    """
+    `layout` defaults to `slurm_hetero.layout.current()`. One all-gather shares every rank's groups
+    (new_group needs all ranks, in one order) and document, so a bad one stops every rank alike."""
     import torch.distributed as dist
 
     lay: dict[str, Any] | None
@@ -240,14 +226,13 @@ def init(layout: Any = None, timeout: float = 600.0) -> Distributed:
 
 
 def _claims(lay: Mapping[str, Any]) -> dict[str, Any]:
-    """What the other ranks check of this rank's document: its keys, and its groups as GroupKeys."""
+    """What the other ranks check of this rank's document."""
     groups = [(g["name"], tuple(sorted(g["ranks"])), g["backend"]) for g in _groups(lay)]
     return {**{k: lay[k] for k in CLAIMED_KEYS}, "groups": sorted(groups)}
 
 
-# What every rank's document says alike; what two adjacent stages of a pipeline say alike; what
-# the members of a tp group say alike. A rank that disagrees would wait forever for a transfer or
-# collective its peers never make.
+# What all ranks, adjacent stages, dp and tp groups say alike: a rank that disagrees would wait
+# forever for a transfer or collective its peers never make.
 SHARED_KEYS = ("kind", "model", "global_batch", "num_layers", "world_size", "num_replicas", "num_stages")
 PEER_KEYS = ("replica", "tp_rank", "samples", "sample_offset", "micro_batch", "micro_batches")
 DP_KEYS = ("stage", "layer_start", "layer_end")  # the replicas of a stage average the same parameters
@@ -256,10 +241,8 @@ CLAIMED_KEYS = (*SHARED_KEYS, *PEER_KEYS, *TP_KEYS, "rank", "prev_rank", "next_r
 
 
 def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
-    """The ranks' documents (`claims[r]`: rank r's `_claims`, or why it has none) fit together:
-    keys alike where ranks must agree, groups listed alike by their members, neighbours answering
-    each other, layers and samples covered once. Every rank reaches the same verdict: a
-    LayoutError naming the first disagreement."""
+    """The ranks' documents (`claims[r]`: rank r's `_claims`, or why it has none) fit together,
+    else a LayoutError naming the first disagreement (every rank reaches the same verdict)."""
     if problems := [c for c in claims if isinstance(c, str)]:
         raise LayoutError(problems[0])
     docs = [c for c in claims if not isinstance(c, str)]
@@ -319,8 +302,7 @@ def check_agreement(claims: Sequence[Mapping[str, Any] | str]) -> None:
 
 
 def _use_libuv_if_built() -> None:
-    """Set USE_LIBUV=0 (unless set) when this torch was built without libuv, which torch >= 2.4
-    asks TCPStore for by default (Debian's python3-torch failed every rank at init)."""
+    """USE_LIBUV=0 (unless set) where torch lacks libuv, which torch >= 2.4's TCPStore asks for."""
     import torch.distributed as dist
 
     if "USE_LIBUV" in os.environ:
@@ -337,8 +319,8 @@ def _use_libuv_if_built() -> None:
 
 
 def _destroy_groups() -> None:
-    """Destroy torch.distributed's groups (atexit) and collect what holds them: freed by the
-    interpreter's teardown, gloo's threads may need the GIL it no longer gives (pytorch#190489)."""
+    """At exit: freed by the interpreter's teardown, gloo's threads may need the GIL it no longer
+    gives (pytorch#190489)."""
     import gc
 
     import torch.distributed as dist
@@ -361,9 +343,8 @@ def _spanning_groups(keys: Sequence[GroupKey]) -> list[tuple[GroupKey, list[tupl
 
 
 def shard_pieces(sizes: Sequence[int]) -> tuple[int, list[tuple[int, int, tuple[int, ...]]]]:
-    """The pieces of a gradient that groups of `sizes` ranks each reduce-scatter into equal
-    shards: (start, end, owner index in each group) in units of ``1 / unit`` of the (padded)
-    gradient, and `unit`, the least common multiple of the sizes."""
+    """`unit` (the lcm of `sizes`) and the pieces (start, end, owner index in each group), in units
+    of ``1 / unit`` of the gradient, that groups of `sizes` ranks reduce-scatter into equal shards."""
     unit = math.lcm(*sizes)
     edges = sorted({i * unit // n for n in sizes for i in range(n + 1)})
     return unit, [(a, b, tuple(a * n // unit for n in sizes)) for a, b in zip(edges, edges[1:])]
@@ -376,8 +357,7 @@ def _make_hierarchy(
     gathered: Sequence[tuple[Any, ...]],
     wait: datetime.timedelta,
 ) -> None:
-    """Create the owners' groups of a dp group that spans vendors and, on its members, the
-    `HierarchicalGroup`."""
+    """The owners' groups of a dp group that spans vendors and, on its members, its `HierarchicalGroup`."""
     import torch.distributed as dist
 
     rank = out.layout["rank"]
@@ -402,9 +382,8 @@ def rank_layout(layout: Any = None) -> RankLayout:
 
 
 def _rendezvous(lay: Mapping[str, Any] | None, problem: str | None) -> tuple[int, int]:
-    """This process's (RANK, WORLD_SIZE): the environment's, else its document's; a LayoutError,
-    before torch reads them, when there is no rendezvous to reach (MASTER_ADDR/MASTER_PORT, env://)
-    or RANK is not the document's rank."""
+    """This process's (RANK, WORLD_SIZE), else the document's; a LayoutError before torch would wait
+    on a rendezvous that cannot happen."""
     env = os.environ
     if lay is None:
         if "RANK" not in env or "WORLD_SIZE" not in env:  # no rank to meet the others as
@@ -461,7 +440,7 @@ def stage_modules(
     sequential: torch.nn.Sequential, layout: Any, recompute: bool = True
 ) -> torch.nn.Sequential:
     """This rank's slice of ``Sequential(embed, *blocks, head)``: blocks ``[layer_start, layer_end)``,
-    the embedding on stage 0, the head on the last stage. The slice shares the model's modules; with
+    the embedding on stage 0, the head on the last stage, sharing the model's modules; with
     `recompute`, the first `recompute` blocks keep only their input and recompute in backward."""
     import torch
 
@@ -506,9 +485,8 @@ def _on_comm_device(tensor: torch.Tensor, group: ProcessGroup | None) -> torch.T
 def weighted_allreduce_grads(
     module: torch.nn.Module, layout: Any, group: ProcessGroup | HierarchicalGroup | None
 ) -> None:
-    """Replace each gradient by the sum over `group` (data parallel; `Distributed.gradient_group`)
-    of ``grad_weight * grad``: the global batch's mean gradient when each replica's gradient is the
-    mean over its own samples. With `group` None (one replica) the gradients are only scaled."""
+    """Replace each gradient by the sum of ``grad_weight * grad`` over `group`
+    (`Distributed.gradient_group`; None: one replica, only scaled)."""
     import torch
     import torch.distributed as dist
 
@@ -525,7 +503,6 @@ def weighted_allreduce_grads(
 
 
 def _all_reduce(tensor: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
-    """The sum of `tensor` over `group`, on `tensor`'s device."""
     import torch.distributed as dist
 
     comm = _on_comm_device(tensor, group)
@@ -534,9 +511,8 @@ def _all_reduce(tensor: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
 
 
 def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
-    """Reduce-scatter inside the vendor, all-reduce each piece among its owners, all-gather inside
-    the vendor (`HierarchicalGroup`). Pieces go in one order on every rank, so no two owner
-    groups wait on each other."""
+    """`HierarchicalGroup`'s sum; pieces go in one order on every rank, so no two owner groups wait
+    on each other."""
     import torch
     import torch.distributed as dist
 
@@ -566,10 +542,9 @@ def _hierarchical_sum(flat: torch.Tensor, h: HierarchicalGroup) -> torch.Tensor:
 def _reduce_scatter(
     mine: torch.Tensor, padded: torch.Tensor, chunks: list[torch.Tensor], group: ProcessGroup, index: int
 ) -> None:
-    """`mine` = the sum over `group` of chunk `index` of `padded`: a reduce-scatter, or where the
-    backend has none (gloo in the torch of Debian 13's Slurm 24.11 root: "ProcessGroupGloo does
-    not support reduce_scatter", raised on every rank before anything is sent) an all-reduce of
-    the whole tensor, of which each rank keeps its chunk."""
+    """`mine` = the sum over `group` of chunk `index` of `padded`; where the backend has no
+    reduce-scatter (some gloo builds; it raises on every rank before anything is sent), an
+    all-reduce of which each rank keeps its chunk."""
     import torch.distributed as dist
 
     try:
@@ -592,8 +567,7 @@ def _grad(param: torch.Tensor) -> torch.Tensor:
 
 
 def global_loss(layout: Any, replica_loss: float | None) -> float:
-    """The global batch's mean loss on every rank: ``grad_weight * loss`` of each replica's last
-    stage (tp rank 0), summed over the default group."""
+    """The global batch's mean loss on every rank (each replica's last stage's, weighted)."""
     import torch
     import torch.distributed as dist
 

@@ -2,9 +2,8 @@
 (DCP), keyed by global layer index, so a checkpoint one layout wrote loads into any other (other
 stages, data- or tensor-parallel degrees, device types).
 
-Keys: a stage's modules are named ``embed``, ``layers.<global index>`` and ``head`` (a recomputed
-block's wrapper left out); DCP writes each key once and DTensor shards as pieces of one tensor, and
-on load each rank reads its own stage's keys, resharded to its tensor-parallel degree.
+Keys: ``embed``, ``layers.<global index>`` and ``head``; DCP writes each key once (DTensor shards
+as pieces of one tensor) and each rank loads its own stage's, resharded to its tensor-parallel degree.
 
 Layout on disk, in DIR (the same directory on every node)::
 
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_hetero.core.errors import HeteroError
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, MAX_INVENTORY_BYTES, read_bytes, read_text
+from slurm_hetero.core.writefile import fsync_dir, write_bytes_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +71,6 @@ def _renamed(state: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, An
 
 
 def _names(stage: torch.nn.Module, layout: Mapping[str, Any]) -> dict[str, str]:
-    """Each local parameter and buffer name -> its global key."""
     local = [n for n, _ in stage.named_parameters()] + [n for n, _ in stage.named_buffers()]
     return {n: global_name(n, layout) for n in local}
 
@@ -123,15 +122,15 @@ def save(
                 "extra": extra or {},
             }
             (partial / META).write_text(json.dumps(meta), encoding="utf-8")
-            _fsync_dir(partial)
+            fsync_dir(partial)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(partial, final)
-            _write_latest(root, final.name)
+            write_bytes_atomic(root / LATEST, f"{final.name}\n".encode(), replace_link=True)
     except (Exception, CheckpointException) as e:  # a full disk: OSError, torch's RuntimeError
         if first:  # the half-written step would only fill the disk further
             shutil.rmtree(partial, ignore_errors=True)
-        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = getattr(e.__cause__ or e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
         raise CheckpointError(
             f"cannot save step {step} in {root} ({_first_line(e)}); the last complete checkpoint is "
             f"kept: {'free space there' if full else 'mend that'} or give another directory"
@@ -141,7 +140,7 @@ def save(
 
 
 def _prepare(root: Path, partial: Path | None = None) -> None:
-    """`root` made when missing and proved writable; a `partial` left by a crashed save removed."""
+    """`root` made when missing and proved writable; a crashed save's `partial` removed."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".probe-{socket.gethostname()}-{os.getpid()}"
@@ -156,24 +155,6 @@ def _prepare(root: Path, partial: Path | None = None) -> None:
         ) from None
 
 
-def _write_latest(root: Path, name: str) -> None:
-    tmp = root / f".{LATEST}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / LATEST)
-    _fsync_dir(root)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _barrier() -> None:
     import torch.distributed as dist
 
@@ -182,9 +163,8 @@ def _barrier() -> None:
 
 
 def check_resume(directory: str | os.PathLike[str], num_layers: int | None) -> None:
-    """What `launch --resume DIR` checks before any rank starts (no torch needed): DIR writable
-    (made when missing), and a checkpoint there complete and of `num_layers` layers (names are
-    not compared: `gpt2` and a path to its config are one model; `load` checks the shapes)."""
+    """What `launch --resume DIR` checks before any rank starts (no torch needed). Model names are
+    not compared (`gpt2` and a path to its config are one model): `load` checks the shapes."""
     root = Path(directory)
     _prepare(root)
     if not os.path.lexists(root / LATEST):
@@ -198,8 +178,8 @@ def check_resume(directory: str | os.PathLike[str], num_layers: int | None) -> N
 
 
 def _checked(root: Path, num_layers: int | None, named: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """`root`'s latest checkpoint and its meta.json, complete (checked before DCP opens its files:
-    a FIFO would block it) and of `num_layers` layers (None: any); errors name `named`, else the step."""
+    """`root`'s latest checkpoint and its meta.json, checked before DCP opens its files (a FIFO would
+    block it); errors name `named`, else the step."""
     path = latest(root)
     meta = _meta(path)
     if (problem := _files_problem(path)) is not None:
@@ -228,8 +208,7 @@ def latest(directory: str | os.PathLike[str]) -> Path:
 
 
 def _earlier(root: Path, bad: Path | None) -> str:
-    """What to do when `latest` (or the step `bad` it names) cannot be loaded: resume from the
-    newest complete step left in `root`, or start afresh when there is none."""
+    """What to do when `latest` (or the step `bad` it names) cannot be loaded."""
     if (step := _newest_complete(root, bad)) is not None:
         return f"{step.name} is complete: write its name into {root / LATEST} to resume from it"
     return f"no complete checkpoint is left: remove {root / LATEST} to start afresh"
@@ -248,9 +227,8 @@ def _mode(path: Path) -> int:
 
 
 def _files_problem(path: Path) -> str | None:
-    """Why the DCP files of step directory `path` cannot be loaded (a missing, empty or truncated
-    .metadata, a shard missing, shorter than .metadata says or unreadable), or None. Without torch
-    (a launcher's environment may lack it) only .metadata's presence is checked."""
+    """Why the DCP files of step directory `path` cannot be loaded, or None. Without torch (a
+    launcher's environment may lack it) only .metadata's presence is checked."""
     try:
         data = read_bytes(path / ".metadata", MAX_INVENTORY_BYTES, "file", CheckpointError)
     except CheckpointError as e:

@@ -287,12 +287,12 @@ def test_the_solver_prices_cross_vendor_traffic_at_the_relay() -> None:
     job = parse_job_env(fixture_env(0))
     nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
     relay = 1 / (2 / 25 + 1 / 12.5)  # two PCIe copies and a 100 GbE NIC (none listed)
-    assert min(layout_spec(nodes, CATALOG, GPT2).pair_gbs.values()) == pytest.approx(relay)
+    assert min(layout_spec(nodes, CATALOG, GPT2)[0].pair_gbs.values()) == pytest.approx(relay)
     assert min(
-        layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, network_gbs=50)).pair_gbs.values()
+        layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, network_gbs=50))[0].pair_gbs.values()
     ) == pytest.approx(1 / (2 / 25 + 1 / 50))
     one_vendor = [s for s in nodes if s.vendor.name == "nvidia"]
-    assert set(layout_spec(one_vendor, CATALOG, GPT2).pair_gbs.values()) <= {12.5}
+    assert set(layout_spec(one_vendor, CATALOG, GPT2)[0].pair_gbs.values()) <= {12.5}
 
 
 def test_a_profiles_network_figure_stands_for_the_nics_and_network_gbs_for_both() -> None:
@@ -301,7 +301,7 @@ def test_a_profiles_network_figure_stands_for_the_nics_and_network_gbs_for_both(
     types = {s.spec.type for s in nodes}
 
     def nics(options: LaunchOptions) -> set[float]:
-        return {g.nic_gbs for g in layout_spec(nodes, CATALOG, options).groups}
+        return {g.nic_gbs for g in layout_spec(nodes, CATALOG, options)[0].groups}
 
     assert nics(GPT2) == {12.5}  # none listed
     measured = dataclasses.replace(GPT2, network=dict.fromkeys(types, 3.0))
@@ -446,7 +446,7 @@ def test_simulated_nodes_missing_from_the_installed_inventory_are_one_folded_war
 ) -> None:
     spec = ",".join([f"gn{i:03d}:a100_80g:8" for i in range(300)] + ["a100n1:a100_80g:2", "x1:l40s:1"])
     with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
-        sim = run.simulated_inventory(spec, inventory.load(EXAMPLE), CATALOG)
+        sim = run.simulated_inventory(run.parse_simulate(spec), inventory.load(EXAMPLE), CATALOG)
     assert len(sim.nodes) == 3 + 301
     assert [r.getMessage() for r in caplog.records] == [
         f"--simulate: gn[000-299],x1 (301 nodes) are not in {run.DEFAULT_INVENTORY}; they get catalog "
@@ -454,7 +454,9 @@ def test_simulated_nodes_missing_from_the_installed_inventory_are_one_folded_war
     ]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
-        run.simulated_inventory("a100n1:a100_80g:2,gn7:a100_80g:1", inventory.load(EXAMPLE), CATALOG)
+        run.simulated_inventory(
+            run.parse_simulate("a100n1:a100_80g:2,gn7:a100_80g:1"), inventory.load(EXAMPLE), CATALOG
+        )
     assert [r.getMessage() for r in caplog.records] == [
         f"--simulate: gn7 is not in {run.DEFAULT_INVENTORY}; it gets catalog a100_80g devices"
     ]
@@ -534,7 +536,7 @@ def test_launch_refuses_the_staged_family_and_plans_uniform_tensor_parallel_repl
     assert len(staged.output.strip().splitlines()) == 1 and "PipelineStage" in staged.output
     job = parse_job_env(fixture_env(0))
     nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
-    spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, tp_sizes=(1, 2)))
+    spec, _ = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, tp_sizes=(1, 2)))
     assert not spec.mixed_tp and spec.kinds == (LayoutKind.PIPELINE, LayoutKind.DATA)
 
 
@@ -621,10 +623,10 @@ def test_simulate_takes_folded_hostlists_with_the_same_checks() -> None:
     assert nodes[0] == ("gn00000", "a100_80g", 8) and nodes[9_999] == ("gn09999", "a100_80g", 8)
     assert nodes[-1] == ("x1", "l40s", 2)
     assert run.parse_simulate("a[1,3]:l40s:1") == [("a1", "l40s", 1), ("a3", "l40s", 1)]
-    job = run.simulated_job("gn[1-3]:l40s:2")
+    job = run.simulated_job(run.parse_simulate("gn[1-3]:l40s:2"))
     assert job.nodes == ("gn1", "gn2", "gn3") and sum(job.tasks_per_node) == 6
     with pytest.raises(run.LaunchError, match="a node is listed twice"):
-        run.simulated_job("gn[1-3]:l40s:1,gn2:l40s:1")
+        run.simulated_job(run.parse_simulate("gn[1-3]:l40s:1,gn2:l40s:1"))
     with pytest.raises(run.LaunchError, match="bad entry"):
         run.parse_simulate("gn[1-3]:l40s:0")
     with pytest.raises(run.LaunchError, match="unbalanced brackets"):
@@ -748,6 +750,6 @@ def test_launch_prices_the_per_shape_profile_as_plan_does(tmp_path: Path) -> Non
     path.write_text(f"a100_80g:\n  tflops: 90\n  shapes:\n{points}")
     job = parse_job_env(fixture_env(0))
     nodes = sites(job, inventory.load(EXAMPLE), CATALOG)
-    spec = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, shapes=load_profile(path).shapes))
+    spec, _ = layout_spec(nodes, CATALOG, dataclasses.replace(GPT2, shapes=load_profile(path).shapes))
     speeds = {g.type: g.speeds for g in spec.groups}
     assert speeds == {"a100_80g": ((1, 1.0, 90.0), (2, 1.0, 70.0)), "l40s": (), "ascend910b3": ()}

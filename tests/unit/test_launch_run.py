@@ -1159,7 +1159,7 @@ def test_a_resume_directory_another_listed_job_uses_is_refused(
     replace = dataclasses.replace
     listed: list[str] = []
     monkeypatch.setattr(run, "_listed", lambda job_id: job_id in listed)
-    job = replace(run.simulated_job("a1:a100_80g:1"), job_id="41")
+    job = replace(run.simulated_job(run.parse_simulate("a1:a100_80g:1")), job_id="41")
     run.claim_resume_dir(tmp_path, replace(job, rank=1))
     assert not (tmp_path / run.RESUME_OWNER).exists()  # rank 0 writes it
     run.claim_resume_dir(tmp_path, job)

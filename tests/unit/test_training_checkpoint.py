@@ -311,6 +311,15 @@ def test_a_full_disk_mid_save_removes_the_partial_step_in_one_line(
     assert not (tmp_path / "step-00000001.partial").exists()
     assert (tmp_path / "latest").read_text().strip() == "step-00000000"
 
+    def no_room(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.undo()  # the step is saved; the pointer to it cannot be written
+    monkeypatch.setattr("slurm_hetero.core.writefile.write_synced", no_room)
+    with pytest.raises(CheckpointError, match=r"latest: No space left .*kept: free space there"):
+        checkpoint.save(tmp_path, stage, None, lay, 1)
+    assert (tmp_path / "latest").read_text().strip() == "step-00000000"
+
 
 def test_a_checkpoint_exception_is_named_by_its_cause() -> None:
     from torch.distributed.checkpoint.api import CheckpointException
