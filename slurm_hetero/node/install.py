@@ -73,17 +73,25 @@ class Layout:
         }
 
 
+def _exec(python: Path) -> str:
+    """-I: the job's PYTHONPATH, user site-packages and working directory must not change which
+    code runs."""
+    return f"exec {shlex.quote(str(python))} -I -m slurm_hetero"
+
+
+def taskprolog_command(python: Path, inventory: str, config: str | None) -> str:
+    """The TaskProlog's commands (the dev cluster's chrooted prolog too). USR1/USR2 (a checkpoint
+    request) reach the TaskProlog as well, and would kill it while Python starts."""
+    config_arg = f" --config {shlex.quote(config)}" if config else ""
+    return f"trap '' USR1 USR2\n{_exec(python)} task-prolog --inventory {shlex.quote(inventory)}{config_arg}"
+
+
 def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> str:
-    """The shell script of `kind`. -I: the job's PYTHONPATH, user site-packages and working
-    directory must not change which code runs. USR1/USR2 (a checkpoint request) reach the
-    TaskProlog too, and would kill it while Python starts."""
-    q = shlex.quote
-    run, inventory = f"exec {q(str(python))} -I -m slurm_hetero", q(str(layout.inventory))
-    config_arg = f" --config {q(config)}" if config else ""
+    """The shell script of `kind`."""
     body = {
-        "taskprolog": f"trap '' USR1 USR2\n{run} task-prolog --inventory {inventory}{config_arg}",
-        "health": f"{run} health --inventory {inventory}",
-        "command": f'{run} "$@"',
+        "taskprolog": taskprolog_command(python, str(layout.inventory), config),
+        "health": f"{_exec(python)} health --inventory {shlex.quote(str(layout.inventory))}",
+        "command": f'{_exec(python)} "$@"',
     }[kind]
     head = f"#!/bin/sh\n{MARK}; run it, do not edit it (an upgrade rewrites it)\n"
     return f"{head}{OWNER}{layout.manifest}\n{body}\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import os
 from importlib.machinery import SourceFileLoader
@@ -96,3 +98,25 @@ def test_the_checkout_is_installed_into_the_root_readable_under_umask_077(
         assert path.stat().st_mode & 0o044 == 0o044, (path, oct(path.stat().st_mode))
     [(argv, umask)] = seen
     assert argv[:2] == ["chroot", str(tmp_path)] and "pip" in argv and umask == 0o022
+
+
+def test_every_name_the_scripts_import_from_the_package_exists() -> None:
+    """The scripts import inside functions that only a real cluster or a benchmark runs: a name
+    removed from the package must fail here, not on the next `dev-cluster up`."""
+    scripts = [p for p in (REPO / "scripts").rglob("*") if p.is_file() and p.suffix in ("", ".py")]
+    missing = []
+    for path in scripts:
+        try:
+            tree = ast.parse(path.read_text())
+        except (SyntaxError, UnicodeDecodeError):
+            continue  # a shell script
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("slurm_hetero"):
+                module = importlib.import_module(node.module or "")
+                missing += [
+                    f"{path.name}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if not hasattr(module, alias.name)
+                    and importlib.util.find_spec(f"{node.module}.{alias.name}") is None
+                ]
+    assert len(scripts) > 5 and not missing
