@@ -67,7 +67,7 @@ def parse_query_csv(capture: Capture) -> list[Device]:
     start = next(i for i, line in enumerate(lines) if line.strip())
     columns = header_columns(lines[start]) or []
     if "name" not in columns:
-        raise parse_error(capture, CSV_TOOL, "needs the name column", start + 1, lines[start])
+        raise parse_error(CSV_TOOL, "needs the name column", capture, start + 1, lines[start])
     numbered = bool({"index", "minor_number"} & set(columns))
     if not numbered:
         logger.warning(
@@ -83,9 +83,9 @@ def parse_query_csv(capture: Capture) -> list[Device]:
             continue
         if len(cells) != len(columns):
             raise parse_error(
-                capture,
                 CSV_TOOL,
                 f"{len(cells)} fields where the header has {len(columns)} (truncated?)",
+                capture,
                 line_no,
                 lines[line_no - 1],
             )
@@ -96,9 +96,9 @@ def parse_query_csv(capture: Capture) -> list[Device]:
         try:
             device = device_from_fields(_canonical(row), row.get("driver_version"), None)
         except ValueError as e:
-            raise parse_error(capture, CSV_TOOL, str(e), line_no, lines[line_no - 1]) from None
+            raise parse_error(CSV_TOOL, str(e), capture, line_no, lines[line_no - 1]) from None
         if device is not None:
             devices.append(device)
     if not devices:
-        raise parse_error(capture, CSV_TOOL, "a header but no GPU rows (truncated?)", start + 1)
+        raise parse_error(CSV_TOOL, "a header but no GPU rows (truncated?)", capture, start + 1)
     return devices

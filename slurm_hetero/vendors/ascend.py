@@ -108,13 +108,6 @@ class _Topo:
     affinity: dict[int, str | None]
 
 
-def _error(capture: Capture, tool: str, message: str, line: Line | None = None) -> ParseError:
-    """A one-line ParseError naming the tool, the capture and the line."""
-    return ParseError(
-        VENDOR, tool, message, capture.source, line.no if line else None, line.text if line else None
-    )
-
-
 # npu-smi info --------------------------------------------------------------------------------------
 
 
@@ -301,7 +294,7 @@ def _device(index: int, davinci: int, chip: _Chip, driver: str | None) -> Device
     )
 
 
-def _label_map(capture: Capture, topo: _Topo, numbered: list[tuple[int, int, _Chip]]) -> dict[int, int]:
+def _label_map(topo: _Topo, numbered: list[tuple[int, int, _Chip]]) -> dict[int, int]:
     """Topology label k -> device index: logical ids first, NPU ids of one-chip NPUs second."""
     labels = set(topo.labels)
     if labels == {index for index, _, _ in numbered}:
@@ -314,7 +307,7 @@ def _label_map(capture: Capture, topo: _Topo, numbered: list[tuple[int, int, _Ch
         f"matrix lists {listed}, matching neither the logical ids nor the NPU ids of `npu-smi info` "
         f"({len(numbered)} chips; truncated, or captured on another node?)"
     )
-    raise _error(capture, TOPO, message)
+    raise TableError(message)
 
 
 def _with_topology(devices: list[Device], topo: _Topo, label_map: dict[int, int]) -> list[Device]:
@@ -328,17 +321,17 @@ def _with_topology(devices: list[Device], topo: _Topo, label_map: dict[int, int]
     return out
 
 
-def _classify(capture: Capture) -> str:
-    """'info' or 'topo' by content; ParseError for anything else."""
-    lines = nonblank_lines(capture.text)
+def _classify(text: str) -> str:
+    """'info' or 'topo' by content; TableError for anything else."""
+    lines = nonblank_lines(text)
     if not lines:
-        raise _error(capture, "npu-smi", "empty capture")
+        raise TableError("empty capture")
     if any(_DEVICE_HEADER.match(line.text) for line in lines):
         return "info"
     first = lines[0].text.split()
     if (first and _NPU_LABEL.fullmatch(first[0])) or lines[0].text.strip().startswith(_UNSUPPORTED):
         return "topo"
-    raise _error(capture, "npu-smi", "neither `npu-smi info` nor `npu-smi info -t topo` output", lines[0])
+    raise TableError("neither `npu-smi info` nor `npu-smi info -t topo` output", lines[0])
 
 
 @register_vendor("ascend")
@@ -372,31 +365,33 @@ class AscendVendor(Vendor):
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         """Devices from one `npu-smi info` capture, plus links and cores from an optional topo capture."""
         if not captures:
-            raise _error(Capture("<none>", ""), INFO, "no captures: capture `npu-smi info`")
+            raise ParseError(VENDOR, INFO, "no captures: capture `npu-smi info`", "<none>")
         found: dict[str, Capture] = {}
         for capture in captures:
-            kind = _classify(capture)
+            kind = guarded(self, capture, _classify)
             if kind in found:
-                raise _error(capture, "npu-smi", f"two {kind} captures ({found[kind].source} and this one)")
+                raise self.parse_error(capture, f"two {kind} captures ({found[kind].source} and this one)")
             found[kind] = capture
         if "info" not in found:
             message = "the topology matrix alone has no devices: also capture `npu-smi info`"
-            raise _error(found["topo"], TOPO, message)
+            raise self.parse_error(found["topo"], message, tool=TOPO)
         info = found["info"]
         table = guarded(self, info, _parse_info, INFO)
         numbered = table.numbered
         devices = [_device(index, davinci, chip, table.driver_version) for index, davinci, chip in numbered]
         if "topo" not in found:
             if not table.complete:
-                raise _error(
+                raise self.parse_error(
                     info,
-                    INFO,
                     "ends after the device table, without the process table npu-smi always prints: "
                     "the capture looks cut; capture the whole output, or add `npu-smi info -t topo`",
-                    table.last,
+                    table.last.no,
+                    table.last.text,
+                    INFO,
                 )
             return devices
         topo = guarded(self, found["topo"], _parse_topo, TOPO)
         if not topo.labels:
             return devices
-        return _with_topology(devices, topo, _label_map(found["topo"], topo, numbered))
+        label_map = guarded(self, found["topo"], lambda _: _label_map(topo, numbered), TOPO)
+        return _with_topology(devices, topo, label_map)

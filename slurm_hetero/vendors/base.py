@@ -94,12 +94,7 @@ class Vendor(ABC):
         line: str | None = None,
         tool: str | None = None,
     ) -> ParseError:
-        """A ParseError naming this vendor, the tool, the capture and the line."""
+        """A ParseError naming this vendor and the tool (default: its first)."""
         return ParseError(
-            self.name,
-            tool or (self.tools[0] if self.tools else self.name),
-            message,
-            capture.source,
-            line_no,
-            line,
+            self.name, tool or (self.tools[0] if self.tools else self.name), message, capture, line_no, line
         )

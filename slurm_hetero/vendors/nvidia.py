@@ -84,15 +84,15 @@ _REFUSED = {
 def _refuse(capture: Capture, kind: str | None) -> ParseError:
     """The ParseError for a capture this parser cannot use, naming its first line."""
     if kind in _REFUSED:
-        return parse_error(capture, "nvidia-smi", _REFUSED[kind], 1)
+        return parse_error("nvidia-smi", _REFUSED[kind], capture, 1)
     lines = capture.text.splitlines()
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
-        return parse_error(capture, "nvidia-smi", "empty capture")
+        return parse_error("nvidia-smi", "empty capture", capture)
     return parse_error(
-        capture,
         "nvidia-smi",
         f"not `{XML_TOOL}`, `{TEXT_TOOL}` or `{TOPO_TOOL}` output",
+        capture,
         first + 1,
         lines[first],
     )
@@ -168,10 +168,10 @@ class NvidiaVendor(Vendor):
                 raise _refuse(capture, kind)
         if not listings:
             tool, what = _NOT_A_LISTING[classify(captures[0]) or "topo"]
-            raise parse_error(captures[0], tool, f"{what} has no device list; also capture `{XML_TOOL}`")
+            raise parse_error(tool, f"{what} has no device list; also capture `{XML_TOOL}`", captures[0])
         if len(listings) > 1:
             names = " and ".join(c.source for c, _ in listings)
-            raise parse_error(listings[1][0], XML_TOOL, f"two device listings ({names}); pass one per node")
+            raise parse_error(XML_TOOL, f"two device listings ({names}); pass one per node", listings[1][0])
         listing, devices = listings[0]
         for topo in topologies:
             devices = apply_topology(devices, topo, listing.source)
@@ -185,10 +185,10 @@ class NvidiaVendor(Vendor):
         for capture in captures:
             if classify(capture) != "topo":
                 raise parse_error(
-                    capture,
                     TOPO_TOOL,
                     "--model is for `nvidia-smi topo -m` captures alone (a device listing names its model: "
                     "leave --model out)",
+                    capture,
                 )
             topologies.append(parse_topology(capture))
         source = topologies[0].source
