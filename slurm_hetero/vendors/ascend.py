@@ -3,31 +3,27 @@
 Tools and versions parsed:
 - `npu-smi info` of drivers 23.0.0, 23.0.rc3, 23.0.2.1, 24.1.rc1 and 25.2.0. The second header row
   names the chip ids: `Chip` (910B), `Chip Device` (310P, 310B) or `Chip Phy-ID` (25.x, two dies per
-  NPU); usage columns `Memory-Usage(MB)` and, on HBM parts, `HBM-Usage(MB)`. The process table
-  after the device table is checked for completeness only.
-- `npu-smi info -t topo`: the NPU matrix with an optional `CPU Affinity` column, then a legend;
-  "This device does not support querying topo." yields no links.
+  NPU); usage columns `Memory-Usage(MB)` and, on HBM parts, `HBM-Usage(MB)`.
+- `npu-smi info -t topo`: the NPU matrix, optional `CPU Affinity` column, legend; "This device does
+  not support querying topo." yields no links.
 
-Numbering (one Slurm device per chip):
-- `index` is the logical id, what ASCEND_RT_VISIBLE_DEVICES takes (CANN env reference): the
-  `Device` column, else the chip's position in the table (NPU ids need not be contiguous: 0 and 64
-  on one 310P3 host).
-- `file` is /dev/davinciN, N the physical id (`npu-smi info -t phyid-remap`, DCMI): the `Phy-ID`
-  column, else `Device` (logical = physical on the host), else for one chip per NPU (910B) the NPU
-  id. A multi-chip NPU without either column is a ParseError.
-- `tool_id` is `npu<NPU>-chip<Chip>`.
+Numbering (one Slurm device per chip): `index` is the logical id ASCEND_RT_VISIBLE_DEVICES takes
+(CANN env reference): the `Device` column, else the chip's position (NPU ids need not be contiguous:
+0 and 64 on one 310P3 host). `file` is /dev/davinciN, N the physical id (`npu-smi info -t
+phyid-remap`): `Phy-ID`, else `Device` (logical = physical on the host), else for one chip per NPU
+the NPU id; a multi-chip NPU without either column is a ParseError. `tool_id` is `npu<NPU>-chip<Chip>`.
 
-Fields: `memory_mib` is the HBM total when there is an HBM column (the DDR column of 910-class
-chips is control-CPU memory), else the `Memory-Usage` total (310P/310B compute from LPDDR); 0 leaves
-it to the catalog. Health other than OK is unhealthy ("npu-smi Health=<value>"). An HCCS cell gives
-`Link(kind="hccs")`; `CPU Affinity` gives `cores`; matrix labels NPU<k> are logical ids, or NPU ids.
+Fields: `memory_mib` is the HBM total where there is an HBM column (DDR on 910-class chips is the
+control CPU's), else the `Memory-Usage` total (310P/310B LPDDR); 0 leaves it to the catalog. Health
+other than OK is unhealthy. HCCS cells give `Link(kind="hccs")`, `CPU Affinity` gives `cores`;
+matrix labels NPU<k> are logical ids, or NPU ids.
 
 Fixtures: tests/fixtures/ascend/ (provenance in each .source).
 
 Known gaps: `npu-smi info -m` (authoritative logical ids, e.g. in containers) is not parsed; multi-
 die and 310P topo matrices are unseen; the Ascend 950 `NPU ID | Name` layout is not recognised.
-Truncation: `npu-smi info` always ends with its process table, so a capture without it is refused
-as cut unless a topo capture comes with it.
+`npu-smi info` always ends with its process table, so a capture without it is refused as cut
+unless a topo capture comes with it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
-"""Enflame GCU (S60, i20, T20, ...) through `efsmi`, Enflame's System Management Interface.
+"""Enflame GCU (S60, i20, T20, ...) through `efsmi`.
 
 Tools and versions parsed: the default `efsmi` text of EFSMI V1.2 (driver 1.2.0.301): an optional
-dashed banner, then one box (a timestamp in its top border, `|EFSMI V<x>  Driver Ver: <y>|`, a
-two-line header, two rows per device closed by `+---+`, `|---|` between devices). Every line must
-be as wide as the top border and the box must end on `+---+`, so a cut anywhere is a ParseError.
+dashed banner, then one box (`|EFSMI V<x>  Driver Ver: <y>|`, a two-line header, two rows per
+device); every line must be as wide as the top border, so a cut anywhere is a ParseError.
 
-Fields: `file` is /dev/gcu<DEV> (the driver's per-card node, next to codec nodes /dev/gcu<N>vid<M>;
-the device plugin hands out the same), `pci_bus_id` widened to sysfs form (`00:01:00.0` ->
-`0000:01:00.0`). `memory_mib` is the `Mem` column, the capacity after ECC (49120MiB on the S60
-without ECC, 42976, about 7/8 of it, with), not usage (`DUsed`). TOPS_VISIBLE_DEVICES selects cards.
+Fields: `file` is /dev/gcu<DEV> (the driver's per-card node, what the device plugin hands out);
+`pci_bus_id` in sysfs form (`00:01:00.0` -> `0000:01:00.0`); `memory_mib` the `Mem` column, the
+capacity after ECC (S60: 49120MiB without ECC, 42976 with), not usage. TOPS_VISIBLE_DEVICES selects.
 
-Fixtures (tests/fixtures/enflame/): `efsmi_2x-enflame-s60_paddle-docs.txt` (PaddlePaddle docs).
+Fixtures (tests/fixtures/enflame/): `efsmi_2x-enflame-s60_paddle-docs.txt`.
 
 Known gaps: no device count (a cut after a device's closing border looks like fewer cards); no
 health (Dpm is a power state), UUID, serial, NUMA or links; `efsmi -q` is not parsed.

@@ -1,26 +1,23 @@
 """NVIDIA GPUs: NVML through pynvml for live discovery, `nvidia-smi` captures for `--from-file`.
 
-Live (`probe`, `_nvml`): per GPU name, minor number (-> `index`, /dev/nvidia<minor>), memory, UUID,
-bus id, CPU affinity (-> `cores`), MIG mode, retired pages and row remapping (-> health), and
-active NVLinks: to a GPU of the node one link each; through NVSwitches every switch-attached pair
-gets min(links of each), as `nvidia-smi topo -m` prints it. `numa_node` is sysfs `numa_node` (topo's
-"NUMA Affinity"), else nvmlDeviceGetMemoryAffinity; never nvmlDeviceGetNumaNodeId, which is the
-GPU's own memory node on coherent platforms (GH200).
+Live (`_nvml`): name, minor number (-> `index`, /dev/nvidia<minor>), memory, UUID, bus id, CPU
+affinity, MIG mode, retired pages and row remapping (-> health), and active NVLinks (NVSwitch pairs
+get min(links of each), as `topo -m` prints it). `numa_node` is sysfs `numa_node`, else
+nvmlDeviceGetMemoryAffinity; never nvmlDeviceGetNumaNodeId, the GPU's own memory node on GH200.
 
-Captures (recognised by content, any order):
-- `nvidia-smi -q -x` XML, DTD v12 (driver 535) and v13 (595); `attached_gpus` above the <gpu>
-  blocks present (a trimmed capture) is accepted with a warning.
-- `nvidia-smi -q` / `-a` text (driver 545): each GPU block must reach `Processes`, else truncated.
+Captures (by content, any order):
+- `nvidia-smi -q -x` XML, DTD v12 (driver 535) and v13 (595); fewer <gpu> blocks than
+  `attached_gpus` (a trimmed capture) only warns.
+- `nvidia-smi -q` / `-a` text (driver 545): each GPU block must reach `Processes`.
 - `nvidia-smi --query-gpu=... --format=csv` with a header (`_nvidia_csv`).
-- `nvidia-smi topo -m` / `-mp`, tab-separated or with tabs expanded (`_nvidia_topo`): NV# -> nvlink
-  count; matrix GPU<k> is the k-th GPU of the listing, so both must come from one node. Topology
-  or a `mig -lgip` table without a listing is a ParseError, except with `discover --model`
-  (`parse_with_model`: GPU<k> becomes /dev/nvidia<k> of that model).
-- health: lost identity fields, pending retirement or blacklist, row remapping pending or failed,
-  reset required or recommended, a recovery action, an NVLink fabric not ready or failed.
+- `nvidia-smi topo -m` / `-mp` (`_nvidia_topo`): NV# -> nvlink count; GPU<k> is the k-th GPU of the
+  listing, so both must come from one node. Topology or `mig -lgip` without a listing is a
+  ParseError, except with `discover --model` (GPU<k> becomes /dev/nvidia<k> of that model).
+- health: lost identity fields, retired pages or row remapping pending or failed, reset required
+  or recommended, a recovery action, an NVLink fabric not ready or failed.
 
-Fixtures: tests/fixtures/nvidia/ (provenance in each .source). No topology comes from the node of a
-listing, so the topo captures are tested directly in tests/unit/test_vendor_nvidia.py.
+Fixtures: tests/fixtures/nvidia/ (provenance in each .source); the topo captures come from no
+listing's node, so tests/unit/test_vendor_nvidia.py tests them directly.
 
 Known gaps: MIG instances are not devices (the GPU gets partition_mode "mig"); a GPU without a
 readable minor number is skipped with a warning; a matrix with any blank CPU Affinity (interleaved
