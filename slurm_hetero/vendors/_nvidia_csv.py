@@ -1,9 +1,8 @@
-"""`nvidia-smi --query-gpu=... --format=csv` output, with the columns in any order or subset.
+"""`nvidia-smi --query-gpu=... --format=csv` output (`nounits` too), columns in any order or subset.
 
-The header names the columns (units in brackets dropped; `nounits` values read the same); `name`
-is needed. The device file is /dev/nvidia<minor_number>, else nvidia-smi's `index` (the minor
-unless GPUs were renumbered), else the row's position (with a warning). `noheader` is refused.
-A row cut short is a ParseError; a cut at a row's end cannot be told (prefer `-q -x` there).
+`name` is needed; the device file is /dev/nvidia<minor_number>, else nvidia-smi's `index` (the
+minor unless GPUs were renumbered), else the row's position. `noheader` is refused. A cut at a
+row's end cannot be told (prefer `-q -x` there).
 """
 
 from __future__ import annotations

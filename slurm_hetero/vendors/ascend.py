@@ -332,8 +332,6 @@ def _classify(text: str) -> str:
 
 @register_vendor("ascend")
 class AscendVendor(Vendor):
-    """Huawei Ascend NPUs (910B, 910 dual-die, 310P, 310B) via `npu-smi`."""
-
     tools = ("npu-smi",)
     device_glob = "/dev/davinci[0-9]*"
     traits = VendorTraits(

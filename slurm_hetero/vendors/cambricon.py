@@ -115,8 +115,6 @@ def _parse_table(text: str) -> list[Device]:
 
 @register_vendor("cambricon")
 class CambriconVendor(Vendor):
-    """Cambricon MLUs as GRES gpu, one `/dev/cambricon_devN` per card."""
-
     tools = (TOOL,)
     device_glob = "/dev/cambricon_dev[0-9]*"
     traits = VendorTraits(

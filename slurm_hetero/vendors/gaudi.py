@@ -182,8 +182,6 @@ def _is_table(text: str) -> bool:
 
 @register_vendor("gaudi")
 class GaudiVendor(Vendor):
-    """Intel Gaudi AIPs as GRES gpu, one `/dev/accel/accelN` each; tool_id is the module id."""
-
     tools = (TOOL,)
     traits = VendorTraits(
         visible_devices_env="HABANA_VISIBLE_MODULES",

@@ -81,8 +81,6 @@ def _parse(text: str) -> list[Device]:
 
 @register_vendor("iluvatar")
 class IluvatarVendor(Vendor):
-    """Iluvatar CoreX GPUs as GRES gpu, one `/dev/iluvatarN` each; Slurm's CUDA_VISIBLE_DEVICES applies."""
-
     tools = (TOOL,)
     device_glob = "/dev/iluvatar[0-9]*"
     # CoreX reads CUDA_VISIBLE_DEVICES and presents its collectives as nccl

@@ -218,10 +218,7 @@ class IntelVendor(Vendor):
         return [[TOOL, "discovery"], [TOOL, "topology", "-m"]]
 
     def probe(self) -> list[Device]:
-        """The table first, then the detail of each device it lists (memory), then the matrix.
-
-        A failing `topology -m` only loses cores and links, so it is logged and skipped.
-        """
+        """The table, each listed device's detail (memory), then the matrix (failing: no cores or links)."""
         table_argv, topology_argv = self.commands()
         table = Capture(" ".join(table_argv), proc.run(table_argv))
         captures = [table]

@@ -275,8 +275,6 @@ def _apply_topology(devices: list[Device], topology: list[_TopoGpu]) -> list[Dev
 
 @register_vendor("metax")
 class MetaxVendor(Vendor):
-    """MetaX GPUs as GRES gpu, one `/dev/dri/cardN` each (plus the shared /dev/mxcd)."""
-
     tools = (TOOL,)
     device_glob = "/dev/mxcd"
     # MetaX's own torch wheel keeps device "cuda" and backend "nccl", served by MCCL (mcPytorch

@@ -160,8 +160,6 @@ def _parse(text: str) -> list[Device]:
 
 @register_vendor("mthreads")
 class MthreadsVendor(Vendor):
-    """Moore Threads GPUs as GRES gpu, one `/dev/mtgpu.N` each."""
-
     tools = (TOOL,)
     device_glob = "/dev/mtgpu.[0-9]*"
     traits = VendorTraits(

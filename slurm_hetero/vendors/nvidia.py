@@ -111,8 +111,6 @@ def driver_present() -> bool:
 
 @register_vendor("nvidia")
 class NvidiaVendor(Vendor):
-    """NVIDIA GPUs: NVML live, `nvidia-smi -q -x` (+ `topo -m`) captures from files."""
-
     tools = ("nvidia-smi",)
     memory_capture_hint = XML_TOOL
     traits = VendorTraits(
@@ -175,9 +173,8 @@ class NvidiaVendor(Vendor):
         return sorted(devices, key=lambda d: d.index)
 
     def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
-        """Topology matrices alone (`nvidia-smi topo -m`) with the admin's model: GPU<k> is
-        /dev/nvidia<k> (nvidia-smi's order is the minor number's on a node without MIG), memory
-        from the catalog. A device listing names its model itself: --model is refused with one."""
+        """Topology matrices alone with the admin's model: GPU<k> is /dev/nvidia<k> (nvidia-smi's order
+        is the minor number's on a node without MIG), memory from the catalog."""
         topologies: list[Topology] = []
         for capture in captures:
             if classify(capture) != "topo":
