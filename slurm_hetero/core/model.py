@@ -141,8 +141,7 @@ class SlurmDevice:
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """One inventory node (or hostlist of identical nodes) as Slurm sees it, built once per load
-    (`slurm_hetero.inventory.nodes.slurm_nodes`): devices in gres.conf order, those left out."""
+    """One inventory node as Slurm sees it (`inventory.nodes.slurm_nodes`): devices in gres.conf order."""
 
     record: NodeInventory
     devices: tuple[SlurmDevice, ...]

@@ -125,9 +125,7 @@ def health_reasons(fields: Mapping[str, str]) -> list[str]:
 
 
 def device_from_fields(fields: Mapping[str, str], driver: str | None, cuda: str | None) -> Device | None:
-    """One GPU block of nvidia-smi (canonical keys) -> Device; None if its minor number is unreadable.
-
-    Raises ValueError with a one-line reason when a field is malformed."""
+    """One GPU block (canonical keys) -> Device; None: minor number unreadable; ValueError: malformed."""
     model = (fields.get("model") or "").strip()
     if not model:
         raise ValueError("no product name")
@@ -202,8 +200,7 @@ def _refuse_entity(*_: object) -> None:
 
 
 def _xml_root(text: str) -> ET.Element:
-    """The parsed document, refusing entity declarations as expat reads them, before any is used
-    (ElementTree's own parser does not let a handler be set)."""
+    """The parsed document; expat refuses entity declarations before any is used (ElementTree cannot)."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate()
     parser.buffer_text = True

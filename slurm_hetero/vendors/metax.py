@@ -69,8 +69,7 @@ _UNKNOWN = ("unknown", "N/A")
 
 # -- the log header every mx-smi command prints ------------------------------------------------------
 def _preamble(lines: list[Line]) -> tuple[int, int]:
-    """`Attached GPUs` and the index of the line after it, past the optional version line, the log
-    header and the Timestamp (the header may be indented, as in one published capture)."""
+    """`Attached GPUs` and the index after it, past version line, log header (may be indented), Timestamp."""
     i = skip_blank(lines, 0)
     if i < len(lines) and _VERSION_LINE.fullmatch(lines[i].text):
         i = skip_blank(lines, i + 1)
