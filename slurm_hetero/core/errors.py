@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from slurm_hetero.core.model import Capture
+
 
 class HeteroError(Exception):
     """Base of every error slurm-hetero reports to a user. `exit_code` is what the CLI returns."""
@@ -32,10 +34,11 @@ class ParseError(HeteroError):
         vendor: str,
         tool: str,
         message: str,
-        source: str = "<text>",
+        source: str | Capture = "<text>",
         line_no: int | None = None,
         fragment: str | None = None,
     ) -> None:
+        source = source.source if isinstance(source, Capture) else source
         where = f"{source}:{line_no}" if line_no is not None else source
         text = f"cannot parse {tool} output ({vendor}) at {where}: {message}"
         if fragment is not None:

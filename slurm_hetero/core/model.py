@@ -33,8 +33,7 @@ class Capture:
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator as Slurm will schedule it (one GRES `File=`). `index` is the N of
-    /dev/nvidiaN; `tool_id` the vendor tool's own id when it differs (Ascend "NPU 64 chip 0")."""
+    """One accelerator as Slurm schedules it (one GRES `File=`); `tool_id`: the tool's own id, if other."""
 
     vendor: str
     model: str
@@ -89,12 +88,11 @@ class ClusterInventory:
 
 @dataclass(frozen=True)
 class VendorTraits:
-    """Everything vendor-specific that the engine, launcher, render and TaskProlog use, as data
-    (`slurm_hetero.vendors.vendor_traits()`), so no other module keeps a table keyed by vendor.
+    """What the rest of the suite knows of a vendor, as data (`vendors.vendor_traits()`).
 
-    `visible_devices_env` names the vendor's devices by `visible_id`; `relative_visible_envs` are
-    applied by the runtime *inside* that set, so they take positions 0..n-1 (ROCm's
-    HIP_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES). None: Slurm's CUDA_VISIBLE_DEVICES serves.
+    `visible_devices_env` names devices by `visible_id` (None: Slurm's CUDA_VISIBLE_DEVICES serves);
+    `relative_visible_envs` apply *inside* that set, so they take positions 0..n-1 (ROCm's
+    HIP_VISIBLE_DEVICES inside ROCR_VISIBLE_DEVICES).
     """
 
     name: str = ""
@@ -143,8 +141,7 @@ class SlurmDevice:
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """One inventory node (or hostlist of identical nodes) as Slurm sees it, built once per load
-    (`slurm_hetero.inventory.nodes.slurm_nodes`): devices in gres.conf order, those left out."""
+    """One inventory node as Slurm sees it (`inventory.nodes.slurm_nodes`): devices in gres.conf order."""
 
     record: NodeInventory
     devices: tuple[SlurmDevice, ...]

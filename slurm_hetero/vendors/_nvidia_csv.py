@@ -1,9 +1,8 @@
-"""`nvidia-smi --query-gpu=... --format=csv` output, with the columns in any order or subset.
+"""`nvidia-smi --query-gpu=... --format=csv` output (`nounits` too), columns in any order or subset.
 
-The header names the columns (units in brackets dropped; `nounits` values read the same); `name`
-is needed. The device file is /dev/nvidia<minor_number>, else nvidia-smi's `index` (the minor
-unless GPUs were renumbered), else the row's position (with a warning). `noheader` is refused.
-A row cut short is a ParseError; a cut at a row's end cannot be told (prefer `-q -x` there).
+`name` is needed; the device file is /dev/nvidia<minor_number>, else nvidia-smi's `index` (the
+minor unless GPUs were renumbered), else the row's position. `noheader` is refused. A cut at a
+row's end cannot be told (prefer `-q -x` there).
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def parse_query_csv(capture: Capture) -> list[Device]:
     start = next(i for i, line in enumerate(lines) if line.strip())
     columns = header_columns(lines[start]) or []
     if "name" not in columns:
-        raise parse_error(capture, CSV_TOOL, "needs the name column", start + 1, lines[start])
+        raise parse_error(CSV_TOOL, "needs the name column", capture, start + 1, lines[start])
     numbered = bool({"index", "minor_number"} & set(columns))
     if not numbered:
         logger.warning(
@@ -83,9 +82,9 @@ def parse_query_csv(capture: Capture) -> list[Device]:
             continue
         if len(cells) != len(columns):
             raise parse_error(
-                capture,
                 CSV_TOOL,
                 f"{len(cells)} fields where the header has {len(columns)} (truncated?)",
+                capture,
                 line_no,
                 lines[line_no - 1],
             )
@@ -96,9 +95,9 @@ def parse_query_csv(capture: Capture) -> list[Device]:
         try:
             device = device_from_fields(_canonical(row), row.get("driver_version"), None)
         except ValueError as e:
-            raise parse_error(capture, CSV_TOOL, str(e), line_no, lines[line_no - 1]) from None
+            raise parse_error(CSV_TOOL, str(e), capture, line_no, lines[line_no - 1]) from None
         if device is not None:
             devices.append(device)
     if not devices:
-        raise parse_error(capture, CSV_TOOL, "a header but no GPU rows (truncated?)", start + 1)
+        raise parse_error(CSV_TOOL, "a header but no GPU rows (truncated?)", capture, start + 1)
     return devices

@@ -4,6 +4,7 @@ NVIDIA parser shares: tool names, canonical field names, health rules and small 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import xml.etree.ElementTree as ET
@@ -62,10 +63,7 @@ _FLAGS = (
 )
 
 
-def parse_error(
-    capture: Capture, tool: str, message: str, line_no: int | None = None, line: str | None = None
-) -> ParseError:
-    return ParseError(VENDOR, tool, message, capture.source, line_no, line)
+parse_error = functools.partial(ParseError, VENDOR)  # (tool, message, capture, line_no, line)
 
 
 def _opt(text: str | None) -> str | None:
@@ -127,9 +125,7 @@ def health_reasons(fields: Mapping[str, str]) -> list[str]:
 
 
 def device_from_fields(fields: Mapping[str, str], driver: str | None, cuda: str | None) -> Device | None:
-    """One GPU block of nvidia-smi (canonical keys) -> Device; None if its minor number is unreadable.
-
-    Raises ValueError with a one-line reason when a field is malformed."""
+    """One GPU block (canonical keys) -> Device; None: minor number unreadable; ValueError: malformed."""
     model = (fields.get("model") or "").strip()
     if not model:
         raise ValueError("no product name")
@@ -168,15 +164,15 @@ def _devices(
         try:
             device = device_from_fields(fields, driver, cuda)
         except ValueError as e:
-            raise parse_error(capture, tool, f"{where}: {e}", line_no) from None
+            raise parse_error(tool, f"{where}: {e}", capture, line_no) from None
         if device is None:
             logger.warning("%s: %s has no readable minor number (lost GPU?); skipped", capture.source, where)
             continue
         if any(d.index == device.index for d in devices):
-            raise parse_error(capture, tool, f"{where}: minor number {device.index} listed twice", line_no)
+            raise parse_error(tool, f"{where}: minor number {device.index} listed twice", capture, line_no)
         devices.append(device)
     if not devices:
-        raise parse_error(capture, tool, "no GPU with a readable minor number")
+        raise parse_error(tool, "no GPU with a readable minor number", capture)
     return devices
 
 
@@ -204,8 +200,7 @@ def _refuse_entity(*_: object) -> None:
 
 
 def _xml_root(text: str) -> ET.Element:
-    """The parsed document, refusing entity declarations as expat reads them, before any is used
-    (ElementTree's own parser does not let a handler be set)."""
+    """The parsed document; expat refuses entity declarations before any is used (ElementTree cannot)."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate()
     parser.buffer_text = True
@@ -224,17 +219,17 @@ def parse_smi_xml(capture: Capture) -> list[Device]:
         root = _xml_root(capture.text.lstrip("\ufeff \t\r\n"))
     except expat.ExpatError as e:
         raise parse_error(
-            capture, XML_TOOL, f"malformed XML, truncated? ({str(e).split(':')[0]})", e.lineno
+            XML_TOOL, f"malformed XML, truncated? ({str(e).split(':')[0]})", capture, e.lineno
         ) from None
     except _EntityDeclared:
         raise parse_error(
-            capture, XML_TOOL, "declares XML entities (<!ENTITY>), which nvidia-smi never writes"
+            XML_TOOL, "declares XML entities (<!ENTITY>), which nvidia-smi never writes", capture
         ) from None
     if root.tag != "nvidia_smi_log":
-        raise parse_error(capture, XML_TOOL, f"XML root is <{root.tag}>, not <nvidia_smi_log>")
+        raise parse_error(XML_TOOL, f"XML root is <{root.tag}>, not <nvidia_smi_log>", capture)
     gpus = root.findall("gpu")
     if not gpus:
-        raise parse_error(capture, XML_TOOL, "no <gpu> element")
+        raise parse_error(XML_TOOL, "no <gpu> element", capture)
     _check_attached(capture, root.findtext("attached_gpus"), len(gpus), XML_TOOL)
     blocks = []
     for gpu in gpus:
@@ -263,14 +258,14 @@ def parse_smi_text(capture: Capture) -> list[Device]:
     try:
         header, gpus = read_tree(lines, _GPU_HEADER)
     except TableError as e:
-        raise parse_error(capture, TEXT_TOOL, e.message, e.line_no, e.text) from None
+        raise parse_error(TEXT_TOOL, e.message, capture, e.line_no, e.text) from None
     if not gpus:
-        raise parse_error(capture, TEXT_TOOL, "no `GPU <bus id>` block (truncated?)")
+        raise parse_error(TEXT_TOOL, "no `GPU <bus id>` block (truncated?)", capture)
     blocks = []
     for head, line, tree in gpus:
         if "Processes" not in tree:
             message = f"GPU {head.group(1)} block ends before its Processes section (truncated?)"
-            raise parse_error(capture, TEXT_TOOL, message, line.no)
+            raise parse_error(TEXT_TOOL, message, capture, line.no)
         paths = {k: tree_value(tree, *path.split("/")) for k, (_, path) in _PATHS.items()}
         fields = {k: value.strip() for k, value in paths.items() if value is not None}
         fields.setdefault("bus_id", head.group(1))

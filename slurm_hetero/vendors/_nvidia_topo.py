@@ -64,7 +64,7 @@ def _topo_columns(capture: Capture, header: list[str], no: int) -> tuple[list[st
     columns = [n for n in names if n not in _AFFINITY_COLUMNS]
     gpus = [c for c in columns if re.fullmatch(r"GPU\d+", c)]
     if not gpus or gpus != [f"GPU{k}" for k in range(len(gpus))] or len(set(columns)) != len(columns):
-        raise parse_error(capture, TOPO_TOOL, "header is not GPU0 GPU1 ... (NICs) CPU Affinity", no)
+        raise parse_error(TOPO_TOOL, "header is not GPU0 GPU1 ... (NICs) CPU Affinity", capture, no)
     extra = {n: 1 + i for i, n in enumerate(names) if n in _AFFINITY_COLUMNS}  # rows: name, then cells
     return columns, extra
 
@@ -74,9 +74,9 @@ def _topo_row(
 ) -> tuple[str, TopoGpu | None]:
     name, cells = fields[0], fields[1 : 1 + len(columns)]
     if name not in columns or len(cells) < len(columns) or not all(_CELL.match(c) for c in cells):
-        raise parse_error(capture, TOPO_TOOL, "not a matrix row of the header's columns", no, line)
+        raise parse_error(TOPO_TOOL, "not a matrix row of the header's columns", capture, no, line)
     if cells[columns.index(name)] != "X":
-        raise parse_error(capture, TOPO_TOOL, f"row {name} has no X on its own column", no, line)
+        raise parse_error(TOPO_TOOL, f"row {name} has no X on its own column", capture, no, line)
     if not name.startswith("GPU"):
         return name, None
     nvlinks = tuple(
@@ -92,7 +92,7 @@ def _topo_row(
     try:
         cores = normalize_cpu_list(column("CPU Affinity"))
     except ValueError as e:
-        raise parse_error(capture, TOPO_TOOL, str(e), no, line) from None
+        raise parse_error(TOPO_TOOL, str(e), capture, no, line) from None
     numa = column("NUMA Affinity")
     return name, TopoGpu(int(name[3:]), nvlinks, cores, int(numa) if numa.strip().isdigit() else None)
 
@@ -116,7 +116,7 @@ def parse_topology(capture: Capture) -> Topology:
     lines = capture.text.splitlines()
     start = topo_start(lines)
     if start is None:
-        raise parse_error(capture, TOPO_TOOL, "no GPU0 GPU1 ... header line", 1)
+        raise parse_error(TOPO_TOOL, "no GPU0 GPU1 ... header line", capture, 1)
     columns, extra = _topo_columns(capture, split_topo_fields(lines[start]), start + 1)
     rows: dict[str, TopoGpu | None] = {}
     end = start + 1
@@ -126,13 +126,13 @@ def parse_topology(capture: Capture) -> Topology:
         end += 1
     missing = [c for c in columns if c not in rows]
     if missing:
-        raise parse_error(capture, TOPO_TOOL, f"matrix ends before the row of {missing[0]} (truncated?)", end)
+        raise parse_error(TOPO_TOOL, f"matrix ends before the row of {missing[0]} (truncated?)", capture, end)
     try:  # a missing Legend is reported below, as a cut
         legend, _ = read_legend(numbered_lines(capture.text), end, "Legend:")
     except TableError:
         legend = set()
     if not {"X", "PIX"} <= legend:
-        raise parse_error(capture, TOPO_TOOL, "no complete Legend after the matrix (truncated?)", len(lines))
+        raise parse_error(TOPO_TOOL, "no complete Legend after the matrix (truncated?)", capture, len(lines))
     gpus = sorted((g for g in rows.values() if g is not None), key=lambda g: g.position)
     shows_nvlink = "NV#" in legend or any(g.nvlinks for g in gpus)
     return Topology(capture.source, tuple(_untrusted_cores(capture, gpus, extra)), shows_nvlink)

@@ -60,8 +60,7 @@ PARSERS: dict[str, Callable[[Capture, Dialect], Parsed]] = {
 
 # merging ---------------------------------------------------------------------------------------
 def merge(parsed: Sequence[Parsed], dialect: Dialect, model: str | None = None) -> list[Device]:
-    """Combine the captures of one node into devices, in index order. `model` (the admin's
-    `--model`) stands for a model the captures do not name; their memory then comes from the catalog."""
+    """One node's captures as devices in index order; `model` (`--model`) names what they do not."""
     indexed = [p for p in parsed if p.gpus]
     hint = AMD_SMI_HINT if any(p.tool == "amd-smi" for p in parsed) else dialect.hint
     if not indexed:
@@ -196,8 +195,7 @@ def build_device(
 def parse_captures(
     captures: Sequence[Capture], dialect: Dialect, formats: Sequence[str], model: str | None = None
 ) -> list[Device]:
-    """Detect, parse and merge; a format outside `formats` is refused with its owner's name.
-    `model`: the admin's name for devices the captures name no model of (see `merge`)."""
+    """Detect, parse and merge (`model`: see `merge`); a format outside `formats` is refused."""
     if not captures:
         raise ParseError(dialect.vendor, dialect.tool, "no captures given", "<none>")
     parsed = []

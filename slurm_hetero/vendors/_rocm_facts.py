@@ -59,7 +59,7 @@ class Dialect:
         line: str | None = None,
         tool: str | None = None,
     ) -> ParseError:
-        return ParseError(self.vendor, tool or self.tool, message, capture.source, line_no, line)
+        return ParseError(self.vendor, tool or self.tool, message, capture, line_no, line)
 
 
 @dataclass

@@ -1,12 +1,11 @@
-"""The text shapes several vendor tools share: the box frame of `cnmon`, `hl-smi`, `ixsmi` and
-`mx-smi` (nvidia-smi-style tables), the labelled link matrix (`topo -m` of npu-smi, mx-smi and
-xpu-smi, rocm-smi --showtopo, amd-smi topology) with its Legend, and indented `key: value` blocks
-(nvidia-smi -q, amd-smi static).
+"""Text shapes several vendor tools share: the nvidia-smi-style box of `cnmon`, `hl-smi`, `ixsmi`
+and `mx-smi`, the labelled link matrix of `topo -m` with its Legend, and indented `key: value`
+blocks (nvidia-smi -q, amd-smi static). This module walks the shape, each vendor reads the cells.
+Failures are `TableError`, which `guarded` turns into the vendor's ParseError.
 
-They draw one frame: a `+---+` top border (after optional lines such as a date), banner rows, a
-separator, header rows closed by a `|===+===|` rule, then per device as many rows as the header,
-each block closed by a separator as wide as the rule. This module walks that frame; each vendor
-reads the cells. Failures are `TableError`, which `guarded` turns into the vendor's ParseError.
+The box: a `+---+` top border (after optional lines such as a date), banner rows, a separator,
+header rows closed by a `|===+===|` rule, then per device as many rows as the header, each block
+closed by a separator as wide as the rule.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ class TableError(Exception):
 
 
 def guarded(vendor: Vendor, capture: Capture, step: Callable[[str], _T], tool: str | None = None) -> _T:
-    """Run one parsing step on the text of `capture`; a TableError becomes the vendor's
-    one-line ParseError naming the capture and the line."""
+    """`step(capture.text)`, a TableError becoming the vendor's ParseError naming the capture and line."""
     try:
         return step(capture.text)
     except TableError as e:
@@ -145,11 +143,8 @@ def read_box_table(lines: list[Line], start: int = 0) -> BoxTable:
 
 
 def read_closed_box(lines: list[Line], i: int, what: str) -> int:
-    """Check the rows from index i up to a closing `+---+`/`+===+` border; index after it.
-
-    Rows only need to start with `|` (real tools print ragged process rows); a missing closing
-    border is how a capture cut inside such a trailing box shows.
-    """
+    """Index after the closing `+---+`/`+===+` border of the rows from index i (rows need only
+    start with `|`: tools print ragged process rows); a missing border is how a cut shows."""
     while i < len(lines) and lines[i].text.startswith("|"):
         i += 1
     if i < len(lines) and CLOSING_BORDER.match(lines[i].text):
@@ -165,12 +160,9 @@ def skip_blank(lines: list[Line], i: int) -> int:
 
 
 def read_trailing_processes(lines: list[Line], i: int) -> None:
-    """After a closed device table: a blank line, then a complete `+---+ | Processes: ... +---+` box.
-
-    The tools always print that blank line and box. A capture may stop after the blank line (what the
-    common `tool | grep -B99999 '^ *$'` idiom keeps), but one ending on the table's last border is
-    taken for a cut: without a device count, a cut after a whole device block shows no other way.
-    """
+    """After a closed device table: a blank line, then a complete `Processes:` box. A capture may
+    stop after the blank line (what `tool | grep -B99999 '^ *$'` keeps), but not on the table's last
+    border: without a device count, a cut after a whole device block shows no other way."""
     if i + 1 >= len(lines) or lines[i].text.strip():
         if i >= len(lines) or not TOP_BORDER.match(lines[i].text):
             raise TableError("device table not followed by a blank line (output cut short?)", lines[i - 1])
@@ -193,10 +185,9 @@ def read_matrix(
     diagonal: str | None = "X",
     split: Callable[[str], list[str]] = str.split,
 ) -> tuple[list[str], list[tuple[Line, list[str]]], int]:
-    """The link matrix of `<tool> topo -m` whose header is lines[i]: column labels (each matching
-    `label`), then one row per label in order with `diagonal` (unless None) to itself, rows
-    labelled `affine...` ending in the `affinity` columns when the header has them; `split` cuts a line.
-    Returns (labels, row cells, index after)."""
+    """(labels, row cells, index after) of the matrix whose header is lines[i]: labels matching `label`,
+    one row per label in order, `diagonal` (unless None) to itself, rows labelled `affine...` ending
+    in the `affinity` columns when the header has them; `split` cuts a line."""
     words = split(lines[i].text)
     tail = [word for name in affinity for word in split(name)]
     has_affinity = bool(tail) and words[-len(tail) :] == tail
@@ -290,15 +281,15 @@ def mib_pair(text: str) -> tuple[int, int] | None:
 
 
 CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")  # a Cores=-style CPU list as printed
-_PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
+_PCI = re.compile(r"(?:([0-9a-fA-F]{2,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 
 def sysfs_bus_id(text: str) -> str | None:
-    """A PCI address in the lowercase sysfs form (`00000000:8A:00.0` -> `0000:8a:00.0`); None if malformed."""
+    """A PCI address in sysfs form (`00000000:8A:00.0`, `8A:00.0` -> `0000:8a:00.0`); None if malformed."""
     m = _PCI.fullmatch(text.strip())
-    if m is None or int(m.group(1), 16) > 0xFFFF:
+    if m is None or int(m.group(1) or "0", 16) > 0xFFFF:
         return None
-    return f"{int(m.group(1), 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+    return f"{int(m.group(1) or '0', 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
 
 
 def in_index_order(devices: list[Device], number: str) -> list[Device]:

@@ -1,32 +1,25 @@
 """AMD Instinct and Radeon GPUs: the amdsmi library live, `amd-smi` / `rocm-smi` captures otherwise.
 
-Live: the `amdsmi` package (ROCm >= 6.0, imported only in `probe`) per processor handle: market
-name, device id, VRAM (`vram_size`, older `vram_size_mb`), BDF, UUID, NUMA, driver, partitions,
-DRM render minor (newer releases) and one-hop XGMI links (`amdsmi_topo_get_link_type`; the XGMI
-code is looked up by name, as AMD renumbered it). Without it: `amd-smi static|topology|list|version`
-when amd-smi is on PATH, else one `rocm-smi ... --showtopo --json`. `cores` comes from sysfs
-`local_cpulist`.
+Live: `amdsmi` (ROCm >= 6.0, imported only in `probe`): name, device id, VRAM (`vram_size`, older
+`vram_size_mb`), BDF, UUID, NUMA, driver, partitions, render minor, one-hop XGMI links (the XGMI
+code is looked up by name: AMD renumbered it). Without it: `amd-smi static|topology|list|version`,
+else one `rocm-smi ... --showtopo --json`. `cores` comes from sysfs `local_cpulist`.
 
-Captures (recognised by content, any order, merged per GPU index):
-- rocm-smi `--json` (ROCm 6.0.2): cardN entries and the `system` entry (driver, Hops, Link type).
-- rocm-smi text between the banner and the `End of ROCm SMI Log` footer (no footer: truncated):
-  `GPU[N] : key: value` lines (also `GPU N :`), `--showtopo` matrices (ARCHER2 MI210 and ROCm 7.2
-  layouts) and the concise table in three layouts (old `GPU Temp AvgPwr`, `Device [Model :
-  Revision]` with name rows, ROCm 7.2 `Device Node IDs ... Partitions`), cut at the header's word
-  positions. It has no memory size, so alone it is a ParseError asking for `rocm-smi
-  --showproductname --showmeminfo vram`.
-- amd-smi text (tool 23.4 / ROCm 6.1, from AMD's docs): `static` (CPU sections skipped; every GPU
-  block must have the first one's sections), `list`, `topology` (BDF-addressed tables) and
-  `version` (ROCm version -> `runtime_version`).
-Topology, list or version alone is a ParseError naming what to add; captures of one node must
-agree on the GPUs and on memory, BDF, NUMA and partitions.
+Captures (by content, any order, merged per GPU index; one node's must agree on GPUs, memory, BDF,
+NUMA and partitions):
+- rocm-smi `--json` (ROCm 6.0.2): cardN entries and `system` (driver, Hops, Link type).
+- rocm-smi text up to the `End of ROCm SMI Log` footer: `GPU[N] : key: value` lines, `--showtopo`
+  matrices (ARCHER2 MI210, ROCm 7.2) and the concise table in three layouts (`GPU Temp AvgPwr`,
+  `Device [Model : Revision]`, ROCm 7.2 `Device Node IDs ... Partitions`). It has no memory size:
+  alone it is a ParseError asking for `rocm-smi --showproductname --showmeminfo vram`.
+- amd-smi 23.4 / ROCm 6.1 text (AMD's docs): `static`, `list`, `topology` (BDF-addressed) and
+  `version` (-> `runtime_version`); topology, list or version alone is a ParseError.
 
-Fields: `model` is the product name, else the concise table's short name, else the PCI device id
-(the catalog fills `type`); `memory_mib` is VRAM (amd-smi "MB" taken as MiB); `numa_node` the NUMA
-affinity when >= 0, else the KFD node; `partition_mode` "<compute>/<memory>" ("SPX/NPS1").
-`file` is /dev/dri/renderD<128+index> (or the live render minor): right only when every DRM device
-of the node is one of these GPUs with one render node each; another GPU driver, a display device,
-or MI300 partitions (renderD128..184 in steps of 8 in one guide) break it, so check
+Fields: `model` is the product name, else the concise table's name, else the PCI device id;
+`memory_mib` is VRAM (amd-smi "MB" taken as MiB); `numa_node` the NUMA affinity when >= 0, else the
+KFD node; `partition_mode` "<compute>/<memory>" ("SPX/NPS1"). `file` is /dev/dri/renderD<128+index>
+(or the live render minor): right only when every DRM device of the node is one of these GPUs with
+one render node each (another GPU driver, a display device or MI300 partitions break it), so check
 /sys/bus/pci/devices/<pci_bus_id>/drm before trusting gres.conf.
 
 Fixtures: tests/fixtures/amd/ (provenance in each .source).

@@ -3,31 +3,27 @@
 Tools and versions parsed:
 - `npu-smi info` of drivers 23.0.0, 23.0.rc3, 23.0.2.1, 24.1.rc1 and 25.2.0. The second header row
   names the chip ids: `Chip` (910B), `Chip Device` (310P, 310B) or `Chip Phy-ID` (25.x, two dies per
-  NPU); usage columns `Memory-Usage(MB)` and, on HBM parts, `HBM-Usage(MB)`. The process table
-  after the device table is checked for completeness only.
-- `npu-smi info -t topo`: the NPU matrix with an optional `CPU Affinity` column, then a legend;
-  "This device does not support querying topo." yields no links.
+  NPU); usage columns `Memory-Usage(MB)` and, on HBM parts, `HBM-Usage(MB)`.
+- `npu-smi info -t topo`: the NPU matrix, optional `CPU Affinity` column, legend; "This device does
+  not support querying topo." yields no links.
 
-Numbering (one Slurm device per chip):
-- `index` is the logical id, what ASCEND_RT_VISIBLE_DEVICES takes (CANN env reference): the
-  `Device` column, else the chip's position in the table (NPU ids need not be contiguous: 0 and 64
-  on one 310P3 host).
-- `file` is /dev/davinciN, N the physical id (`npu-smi info -t phyid-remap`, DCMI): the `Phy-ID`
-  column, else `Device` (logical = physical on the host), else for one chip per NPU (910B) the NPU
-  id. A multi-chip NPU without either column is a ParseError.
-- `tool_id` is `npu<NPU>-chip<Chip>`.
+Numbering (one Slurm device per chip): `index` is the logical id ASCEND_RT_VISIBLE_DEVICES takes
+(CANN env reference): the `Device` column, else the chip's position (NPU ids need not be contiguous:
+0 and 64 on one 310P3 host). `file` is /dev/davinciN, N the physical id (`npu-smi info -t
+phyid-remap`): `Phy-ID`, else `Device` (logical = physical on the host), else for one chip per NPU
+the NPU id; a multi-chip NPU without either column is a ParseError. `tool_id` is `npu<NPU>-chip<Chip>`.
 
-Fields: `memory_mib` is the HBM total when there is an HBM column (the DDR column of 910-class
-chips is control-CPU memory), else the `Memory-Usage` total (310P/310B compute from LPDDR); 0 leaves
-it to the catalog. Health other than OK is unhealthy ("npu-smi Health=<value>"). An HCCS cell gives
-`Link(kind="hccs")`; `CPU Affinity` gives `cores`; matrix labels NPU<k> are logical ids, or NPU ids.
+Fields: `memory_mib` is the HBM total where there is an HBM column (DDR on 910-class chips is the
+control CPU's), else the `Memory-Usage` total (310P/310B LPDDR); 0 leaves it to the catalog. Health
+other than OK is unhealthy. HCCS cells give `Link(kind="hccs")`, `CPU Affinity` gives `cores`;
+matrix labels NPU<k> are logical ids, or NPU ids.
 
 Fixtures: tests/fixtures/ascend/ (provenance in each .source).
 
 Known gaps: `npu-smi info -m` (authoritative logical ids, e.g. in containers) is not parsed; multi-
 die and 310P topo matrices are unseen; the Ascend 950 `NPU ID | Name` layout is not recognised.
-Truncation: `npu-smi info` always ends with its process table, so a capture without it is refused
-as cut unless a topo capture comes with it.
+`npu-smi info` always ends with its process table, so a capture without it is refused as cut
+unless a topo capture comes with it.
 """
 
 from __future__ import annotations
@@ -106,13 +102,6 @@ class _Topo:
     labels: tuple[int, ...]
     hccs: dict[int, tuple[int, ...]]
     affinity: dict[int, str | None]
-
-
-def _error(capture: Capture, tool: str, message: str, line: Line | None = None) -> ParseError:
-    """A one-line ParseError naming the tool, the capture and the line."""
-    return ParseError(
-        VENDOR, tool, message, capture.source, line.no if line else None, line.text if line else None
-    )
 
 
 # npu-smi info --------------------------------------------------------------------------------------
@@ -301,7 +290,7 @@ def _device(index: int, davinci: int, chip: _Chip, driver: str | None) -> Device
     )
 
 
-def _label_map(capture: Capture, topo: _Topo, numbered: list[tuple[int, int, _Chip]]) -> dict[int, int]:
+def _label_map(topo: _Topo, numbered: list[tuple[int, int, _Chip]]) -> dict[int, int]:
     """Topology label k -> device index: logical ids first, NPU ids of one-chip NPUs second."""
     labels = set(topo.labels)
     if labels == {index for index, _, _ in numbered}:
@@ -314,7 +303,7 @@ def _label_map(capture: Capture, topo: _Topo, numbered: list[tuple[int, int, _Ch
         f"matrix lists {listed}, matching neither the logical ids nor the NPU ids of `npu-smi info` "
         f"({len(numbered)} chips; truncated, or captured on another node?)"
     )
-    raise _error(capture, TOPO, message)
+    raise TableError(message)
 
 
 def _with_topology(devices: list[Device], topo: _Topo, label_map: dict[int, int]) -> list[Device]:
@@ -328,23 +317,21 @@ def _with_topology(devices: list[Device], topo: _Topo, label_map: dict[int, int]
     return out
 
 
-def _classify(capture: Capture) -> str:
-    """'info' or 'topo' by content; ParseError for anything else."""
-    lines = nonblank_lines(capture.text)
+def _classify(text: str) -> str:
+    """'info' or 'topo' by content; TableError for anything else."""
+    lines = nonblank_lines(text)
     if not lines:
-        raise _error(capture, "npu-smi", "empty capture")
+        raise TableError("empty capture")
     if any(_DEVICE_HEADER.match(line.text) for line in lines):
         return "info"
     first = lines[0].text.split()
     if (first and _NPU_LABEL.fullmatch(first[0])) or lines[0].text.strip().startswith(_UNSUPPORTED):
         return "topo"
-    raise _error(capture, "npu-smi", "neither `npu-smi info` nor `npu-smi info -t topo` output", lines[0])
+    raise TableError("neither `npu-smi info` nor `npu-smi info -t topo` output", lines[0])
 
 
 @register_vendor("ascend")
 class AscendVendor(Vendor):
-    """Huawei Ascend NPUs (910B, 910 dual-die, 310P, 310B) via `npu-smi`."""
-
     tools = ("npu-smi",)
     device_glob = "/dev/davinci[0-9]*"
     traits = VendorTraits(
@@ -372,31 +359,33 @@ class AscendVendor(Vendor):
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         """Devices from one `npu-smi info` capture, plus links and cores from an optional topo capture."""
         if not captures:
-            raise _error(Capture("<none>", ""), INFO, "no captures: capture `npu-smi info`")
+            raise ParseError(VENDOR, INFO, "no captures: capture `npu-smi info`", "<none>")
         found: dict[str, Capture] = {}
         for capture in captures:
-            kind = _classify(capture)
+            kind = guarded(self, capture, _classify)
             if kind in found:
-                raise _error(capture, "npu-smi", f"two {kind} captures ({found[kind].source} and this one)")
+                raise self.parse_error(capture, f"two {kind} captures ({found[kind].source} and this one)")
             found[kind] = capture
         if "info" not in found:
             message = "the topology matrix alone has no devices: also capture `npu-smi info`"
-            raise _error(found["topo"], TOPO, message)
+            raise self.parse_error(found["topo"], message, tool=TOPO)
         info = found["info"]
         table = guarded(self, info, _parse_info, INFO)
         numbered = table.numbered
         devices = [_device(index, davinci, chip, table.driver_version) for index, davinci, chip in numbered]
         if "topo" not in found:
             if not table.complete:
-                raise _error(
+                raise self.parse_error(
                     info,
-                    INFO,
                     "ends after the device table, without the process table npu-smi always prints: "
                     "the capture looks cut; capture the whole output, or add `npu-smi info -t topo`",
-                    table.last,
+                    table.last.no,
+                    table.last.text,
+                    INFO,
                 )
             return devices
         topo = guarded(self, found["topo"], _parse_topo, TOPO)
         if not topo.labels:
             return devices
-        return _with_topology(devices, topo, _label_map(found["topo"], topo, numbered))
+        label_map = guarded(self, found["topo"], lambda _: _label_map(topo, numbered), TOPO)
+        return _with_topology(devices, topo, label_map)

@@ -27,13 +27,9 @@ def importable(module: str) -> bool:
 
 
 class Vendor(ABC):
-    """One accelerator vendor. Subclasses register with `@register_vendor("name")`.
-
-    Live discovery runs every argv of `commands()` through `proc.run` and hands the outputs to
-    `parse`; `--from-file` hands captured files to the same `parse`. `parse` recognises each
-    capture by its content (a device table, a topology matrix, ...), so captures may come in any
-    order and combination. Vendors backed by a library (NVIDIA/pynvml) override `probe()`.
-    """
+    """One accelerator vendor, registered with `@register_vendor("name")`. Live discovery and
+    `--from-file` hand their captures to the same `parse`, which recognises each by its content (any
+    order and combination); vendors backed by a library (NVIDIA/pynvml) override `probe()`."""
 
     name: ClassVar[str] = ""
     #: Vendor tools whose presence makes live discovery possible.
@@ -59,8 +55,7 @@ class Vendor(ABC):
         return 1 if self.device_glob and glob.glob(self.device_glob) else 0
 
     def commands(self) -> list[list[str]]:
-        """The argv lists whose outputs `parse` needs for a full live discovery (default: the
-        first tool with no arguments, which prints the default table)."""
+        """The argv lists whose outputs `parse` needs (default: the first tool's default table)."""
         return [[tool] for tool in self.tools[:1]]
 
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
@@ -73,8 +68,7 @@ class Vendor(ABC):
         return guarded(self, captures[0], type(self).parse_text)
 
     def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
-        """`parse` where the admin names the model (`discover --model`) because the captures do not.
-        Vendors whose default table names no model override this; the others name it themselves."""
+        """`parse` with the admin's model (`discover --model`), for captures that name none."""
         raise HeteroError(
             f"--model is for captures that name no model (hygon's hy-smi table); {self.name} captures "
             "name their model: leave --model out"
@@ -94,12 +88,7 @@ class Vendor(ABC):
         line: str | None = None,
         tool: str | None = None,
     ) -> ParseError:
-        """A ParseError naming this vendor, the tool, the capture and the line."""
+        """A ParseError naming this vendor and the tool (default: its first)."""
         return ParseError(
-            self.name,
-            tool or (self.tools[0] if self.tools else self.name),
-            message,
-            capture.source,
-            line_no,
-            line,
+            self.name, tool or (self.tools[0] if self.tools else self.name), message, capture, line_no, line
         )

@@ -1,20 +1,17 @@
-"""Cambricon MLU (MLU370-X4/X8/S4, MLU590, ...) through `cnmon`, Cambricon's monitoring tool.
+"""Cambricon MLU (MLU370-X4/X8/S4, MLU590, ...) through `cnmon`.
 
 Tools and versions parsed: the default `cnmon` table of CNMON v5.10.13 (driver in the banner, a
-Bus-Id column) and v4.20.11 (`Inited Driver` per card, no bus id); columns are found by header
-name, so either layout works. A date line may precede it; the `Processes:` box after a blank line
-must be complete, and a capture may stop at that blank line but not on the table's last border.
+Bus-Id column) and v4.20.11 (`Inited Driver` per card, no bus id), columns found by header name.
 
 Fields: `index` and /dev/cambricon_dev<N> are the Card number (each chip of a dual-chip MLU370-X8
-is its own card). `Inited` other than `On` is unhealthy; a VF column other than `/` (SR-IOV)
-gives `partition_mode` `vf<value>`. MLU_VISIBLE_DEVICES works like CUDA_VISIBLE_DEVICES.
+is its own card). `Inited` other than `On` is unhealthy; a VF column other than `/` (SR-IOV) gives
+`partition_mode` `vf<value>`. MLU_VISIBLE_DEVICES works like CUDA_VISIBLE_DEVICES.
 
-Fixtures (tests/fixtures/cambricon/): 2x MLU370-X8 (v5.10.13) and 3x MLU370-X4 (v4.20.11), both
-from PaddlePaddle/docs.
+Fixtures (tests/fixtures/cambricon/): 2x MLU370-X8 (v5.10.13) and 3x MLU370-X4 (v4.20.11).
 
-Known gaps: MLU-Link topology (`cnmon topo -m`) has no public text capture, so links stay empty;
-no device count (a cut after a card block and the blank line looks like fewer cards); the VF
-format of SR-IOV guests is unverified; v5 has no health signal (Ecc-Error is a counter).
+Known gaps: no public `cnmon topo -m` capture, so no MLU-Link links; no device count (a cut after a
+card block and the blank line looks like fewer cards); the SR-IOV VF format is unverified; v5 has
+no health signal (Ecc-Error is a counter).
 """
 
 from __future__ import annotations
@@ -118,8 +115,6 @@ def _parse_table(text: str) -> list[Device]:
 
 @register_vendor("cambricon")
 class CambriconVendor(Vendor):
-    """Cambricon MLUs as GRES gpu, one `/dev/cambricon_devN` per card."""
-
     tools = (TOOL,)
     device_glob = "/dev/cambricon_dev[0-9]*"
     traits = VendorTraits(

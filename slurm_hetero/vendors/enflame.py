@@ -1,16 +1,14 @@
-"""Enflame GCU (S60, i20, T20, ...) through `efsmi`, Enflame's System Management Interface.
+"""Enflame GCU (S60, i20, T20, ...) through `efsmi`.
 
 Tools and versions parsed: the default `efsmi` text of EFSMI V1.2 (driver 1.2.0.301): an optional
-dashed banner, then one box (a timestamp in its top border, `|EFSMI V<x>  Driver Ver: <y>|`, a
-two-line header, two rows per device closed by `+---+`, `|---|` between devices). Every line must
-be as wide as the top border and the box must end on `+---+`, so a cut anywhere is a ParseError.
+dashed banner, then one box (`|EFSMI V<x>  Driver Ver: <y>|`, a two-line header, two rows per
+device); every line must be as wide as the top border, so a cut anywhere is a ParseError.
 
-Fields: `file` is /dev/gcu<DEV> (the driver's per-card node, next to codec nodes /dev/gcu<N>vid<M>;
-the device plugin hands out the same), `pci_bus_id` widened to sysfs form (`00:01:00.0` ->
-`0000:01:00.0`). `memory_mib` is the `Mem` column, the capacity after ECC (49120MiB on the S60
-without ECC, 42976, about 7/8 of it, with), not usage (`DUsed`). TOPS_VISIBLE_DEVICES selects cards.
+Fields: `file` is /dev/gcu<DEV> (the driver's per-card node, what the device plugin hands out);
+`pci_bus_id` in sysfs form (`00:01:00.0` -> `0000:01:00.0`); `memory_mib` the `Mem` column, the
+capacity after ECC (S60: 49120MiB without ECC, 42976 with), not usage. TOPS_VISIBLE_DEVICES selects.
 
-Fixtures (tests/fixtures/enflame/): `efsmi_2x-enflame-s60_paddle-docs.txt` (PaddlePaddle docs).
+Fixtures (tests/fixtures/enflame/): `efsmi_2x-enflame-s60_paddle-docs.txt`.
 
 Known gaps: no device count (a cut after a device's closing border looks like fewer cards); no
 health (Dpm is a power state), UUID, serial, NUMA or links; `efsmi -q` is not parsed.
@@ -22,7 +20,15 @@ import re
 
 from slurm_hetero.core.model import Device, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, check_row, check_width, nonblank_lines
+from slurm_hetero.vendors._table import (
+    TOP_BORDER,
+    Line,
+    TableError,
+    check_row,
+    check_width,
+    nonblank_lines,
+    sysfs_bus_id,
+)
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "efsmi"
@@ -32,7 +38,6 @@ _SEPARATOR = re.compile(r"^\|-+\|$")
 _VERSION = re.compile(r"^\|\s*EFSMI\s+V(\S+)\s+Driver Ver:\s*(\S+)\s*\|$")
 _BANNER = re.compile(r"^-{3,}.*-{3,}$|^-+$")
 _ROW1 = re.compile(r"^(\d+)\s+(\S.*)$")
-_BUS = re.compile(r"^(?:([0-9a-fA-F]{2,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _MEM = re.compile(r"^(\d+)\s*MiB\b")
 
 
@@ -89,14 +94,6 @@ def _blocks(box: list[Line], start: int) -> list[list[Line]]:
     return blocks[:-1]
 
 
-def _bus_id(text: str, line: Line) -> str:
-    m = _BUS.match(text)
-    if not m:
-        raise TableError(f"BUS-ID {text!r} is not a PCI address", line)
-    domain, bus, dev, fn = m.groups()
-    return f"{int(domain or '0', 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
-
-
 def _device(block: list[Line], driver: str) -> Device:
     row1, row2 = block
     ident, _firmware, bus = check_row(row1, 3)
@@ -107,6 +104,9 @@ def _device(block: list[Line], driver: str) -> Device:
     mem = _MEM.match(memory)
     if not mem or int(mem.group(1)) <= 0:
         raise TableError(f"Mem {memory!r} is not '<n>MiB'", row2)
+    bus_word = bus.split()[0] if bus else ""
+    if (pci_bus_id := sysfs_bus_id(bus_word)) is None:
+        raise TableError(f"BUS-ID {bus_word!r} is not a PCI address", row1)
     index = int(m.group(1))
     return Device(
         vendor="enflame",
@@ -114,7 +114,7 @@ def _device(block: list[Line], driver: str) -> Device:
         index=index,
         file=f"/dev/gcu{index}",
         memory_mib=int(mem.group(1)),
-        pci_bus_id=_bus_id(bus.split()[0] if bus else "", row1),
+        pci_bus_id=pci_bus_id,
         driver_version=driver,
     )
 

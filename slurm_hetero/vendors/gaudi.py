@@ -1,23 +1,22 @@
 """Intel Gaudi (Gaudi 2 HL-225, Gaudi 3 HL-325/HL-338, ...) through `hl-smi`.
 
 Tools and versions parsed:
-- the default `hl-smi` table (hl-1.16.0): banner rows `HL-SMI Version` and `Driver Version`, two
-  rows per AIP, then a `Compute Processes` section inside the same box, closed by `+===+`. Process
-  rows are read leniently (hl-smi prints long ones without a closing `|`), but each must name a
-  listed AIP.
-- `hl-smi -Q index,module_id,bus_id,name,uuid,memory.total,driver_version -f csv,noheader` (a
-  header line is accepted too), joined to the table by index and checked against it.
+- the default `hl-smi` table (hl-1.16.0): `HL-SMI Version` / `Driver Version` banner, two rows per
+  AIP, then `Compute Processes` in the same box; process rows (long ones lack the closing `|`) must
+  name a listed AIP.
+- `hl-smi -Q index,module_id,bus_id,name,uuid,memory.total,driver_version -f csv,noheader` (or with
+  a header), joined to the table by index and checked against it.
 
-Fields: `index` is the AIP (HLML) index; `file` is /dev/accel/accel<index>, the node of the
-kernel's accel subsystem (upstream 6.3, Gaudi software ~1.13; Habana's device plugin mounts only
-/dev/accel/* since 1.14/1.15); older drivers' /dev/hl<N> needs a site override. `tool_id` is the
-module id (OAM slot) from `-Q`: HABANA_VISIBLE_MODULES takes module ids, which differ from AIP
-indices, so without a `-Q` capture it cannot be derived. Volatile Uncorr. ECC above 0 is unhealthy.
+Fields: `index` is the AIP (HLML) index; `file` is /dev/accel/accel<index>, the kernel accel node
+(Linux 6.3, Gaudi software ~1.13; the device plugin mounts only /dev/accel/* since 1.14/1.15); older
+drivers' /dev/hl<N> needs a site override. `tool_id` is the module id (OAM slot) from `-Q`, which
+HABANA_VISIBLE_MODULES takes and which differs from the AIP index. Volatile Uncorr. ECC > 0 is
+unhealthy.
 
 Fixtures (tests/fixtures/gaudi/): `hl-smi_8x-gaudi2-hl225_hl-1.16.0_denvr.txt` (CRLF).
 
-Known gaps: no public `-Q` capture (tested on synthetic text; a cut inside its last field of a
-`-Q` capture alone cannot be noticed); the accel minor is assumed equal to the AIP index
+Known gaps: no public `-Q` capture (tested on synthetic text; a cut inside the last field of a `-Q`
+capture alone goes unnoticed); the accel minor is assumed equal to the AIP index
 (`/sys/class/accel/accel<N>/device/module_id` is authoritative); no links, NUMA or CPU affinity.
 """
 
@@ -183,8 +182,6 @@ def _is_table(text: str) -> bool:
 
 @register_vendor("gaudi")
 class GaudiVendor(Vendor):
-    """Intel Gaudi AIPs as GRES gpu, one `/dev/accel/accelN` each; tool_id is the module id."""
-
     tools = (TOOL,)
     traits = VendorTraits(
         visible_devices_env="HABANA_VISIBLE_MODULES",

@@ -1,22 +1,21 @@
 """Hygon DCUs (HCUs in newer releases): `hy-smi` and the DTK's `rocm-smi`, forks of AMD's rocm-smi.
 
 Live: one `hy-smi --showproductname --showmeminfo vram --showbus --showdriverversion` (text: its
-`--json` has been reported to mix in plain text), or the DTK's `rocm-smi` with the same options.
-`affinity()` is 1 with hy-smi, or with rocm-smi when sysfs shows a Hygon (0x1d94) accelerator.
+`--json` has been reported to mix in plain text), or the DTK's `rocm-smi` with the same options
+where sysfs shows a Hygon (0x1d94) accelerator.
 
-Captures are rocm-smi's formats, parsed by the code shared with AMD (`_rocm`) with DCU branding:
-no "ROCm" in the banner, `DCU[N]` / `HCU[N]` (or `GPU[N]`) lines, GPUn/DCUn/HCUn matrix headers,
-and the default table `DCU Temp AvgPwr [SCLK MCLK] [Fan] Perf PwrCap VRAM% DCU% [Mode]` (DTK
-23.10.1). That table names no model or memory: alone it is a ParseError, unless the admin names
-the model (`discover --vendor hygon --from-file T --model K100_AI`, memory from the catalog).
-ROCm-branded output and amd-smi captures are refused with a pointer to `--vendor amd`.
-`file` follows AMD's /dev/dri/renderD<128+index> rule (public DTK notes show renderD128..135).
+Captures are rocm-smi's formats (parsed by `_rocm`, shared with AMD) with DCU branding: `DCU[N]` /
+`HCU[N]` lines, DCUn/HCUn matrix headers, and the default table `DCU Temp AvgPwr ... VRAM% DCU%`
+(DTK 23.10.1), which names no model or memory: alone it is a ParseError unless the admin names the
+model (`--model K100_AI`, memory from the catalog). ROCm-branded and amd-smi output is refused with
+a pointer to `--vendor amd`. `file` follows AMD's /dev/dri/renderD<128+index> rule (public DTK
+notes show renderD128..135).
 
-Fixtures (tests/fixtures/hygon/): the DTK 23.10.1 default table of 4 DCUs (PaddlePaddle docs).
+Fixtures (tests/fixtures/hygon/): the DTK 23.10.1 default table of 4 DCUs.
 
 Known gaps: no public `hy-smi` capture with a traceable source, so the product/memory lines are
-tested on constructed text in the layout users' scripts parse (`DCU[0] : Card Series: K100_AI`);
-Hygon link types (`--showtopotype` "HSW") give no links, only "XGMI" would.
+tested on constructed text (`DCU[0] : Card Series: K100_AI`); Hygon link types (`--showtopotype`
+"HSW") give no links, only "XGMI" would.
 """
 
 from __future__ import annotations

@@ -1,22 +1,19 @@
 """Iluvatar CoreX GPUs (BI-V100, BI-V150, BI-V150S, MR-V100, ...) through `ixsmi`.
 
-Tools and versions parsed: the default `ixsmi` table, an nvidia-smi look-alike, of IX-ML 3.0.1,
-4.0.0 and 4.3.0: an optional `Timestamp` line, a banner `IX-ML: <v>  Driver Version: <v>  CUDA
-Version: <v|N/A>`, two rows per GPU, then a blank line and a complete `Processes:` box. A capture
-may stop at that blank line (what `ixsmi | grep -B99999 '^ *$'` keeps) but not on the last border.
+Tools and versions parsed: the default `ixsmi` table (an nvidia-smi look-alike) of IX-ML 3.0.1,
+4.0.0 and 4.3.0: banner `IX-ML: <v>  Driver Version: <v>  CUDA Version: <v|N/A>`, two rows per GPU,
+then a blank line and the `Processes:` box.
 
-Fields: `file` is /dev/iluvatar<index> (the driver's per-GPU node, what the device plugin hands
-out), `runtime_version` the CUDA API level CoreX implements (unset when `N/A`).
-`visible_devices_env` is None: CoreX's CUDA-compatible runtime reads CUDA_VISIBLE_DEVICES, which
-Slurm sets (IX_VISIBLE_DEVICES is only the container runtime's variable).
+Fields: `file` is /dev/iluvatar<index> (what the device plugin hands out), `runtime_version` the
+CUDA API level CoreX implements. No `visible_devices_env`: CoreX's runtime reads
+CUDA_VISIBLE_DEVICES, which Slurm sets (IX_VISIBLE_DEVICES is only the container runtime's).
 
-Fixtures (tests/fixtures/iluvatar/): PaddlePaddle docs (2x BI-V150), Deep-Spark/ix-device-plugin
-(BI-V150S) and dillonfzw/utils (7x BI-V100).
+Fixtures: tests/fixtures/iluvatar/ (provenance in each .source).
 
-Known gaps: the ixsmi index is not a stable node number: in the BI-V100 capture a failed GPU
-vanished after a reset and the others were renumbered, so /dev/iluvatar<index> can be wrong there;
-`ixsmi -q` and `ixsmi topo -m` are not parsed (no links); no device count, so a cut after a GPU
-block and the blank line looks like a smaller node; no health signal.
+Known gaps: the ixsmi index is not a stable node number (in the BI-V100 capture a failed GPU
+vanished after a reset and the others were renumbered); `ixsmi -q` and `topo -m` are not parsed
+(no links); no device count, so a cut after a GPU block and the blank line looks like fewer GPUs;
+no health signal.
 """
 
 from __future__ import annotations
@@ -84,8 +81,6 @@ def _parse(text: str) -> list[Device]:
 
 @register_vendor("iluvatar")
 class IluvatarVendor(Vendor):
-    """Iluvatar CoreX GPUs as GRES gpu, one `/dev/iluvatarN` each; Slurm's CUDA_VISIBLE_DEVICES applies."""
-
     tools = (TOOL,)
     device_glob = "/dev/iluvatar[0-9]*"
     # CoreX reads CUDA_VISIBLE_DEVICES and presents its collectives as nccl

@@ -1,32 +1,27 @@
-"""Intel Data Center GPU Max / Flex through `xpu-smi`, the stand-alone CLI of Intel XPU Manager.
+"""Intel Data Center GPU Max / Flex through `xpu-smi`, the CLI of Intel XPU Manager.
 
-Tools and versions parsed (text of xpu-smi 1.x, intel/xpumanager `doc/smi_user_guide.md` @57e44f5;
-the later keys `SOC UUID` and `DRM Device` too):
-- `xpu-smi discovery`: the boxed device table; no memory size (the catalog fills it).
-- `xpu-smi discovery -d N`: the same box for one device with every property (Memory Physical
-  Size, Driver Version, ...); live discovery runs it once per device of the table.
+Tools and versions parsed (xpu-smi 1.x text, intel/xpumanager `doc/smi_user_guide.md` @57e44f5, plus
+the later keys `SOC UUID` and `DRM Device`):
+- `xpu-smi discovery`: the boxed device table (no memory size: the catalog fills it);
+- `xpu-smi discovery -d N`: the same box with every property of one device (live: once per device);
 - `xpu-smi topology -m`: the CPU/GPU matrix over tiles, labelled `GPU <card>/<tile>`.
-Captures are merged by Device ID (a key shown twice with two values is an error); a matrix alone,
-or one whose cards differ from the discovery's devices, is an error.
+Captures merge by Device ID; a matrix alone, or one whose cards differ, is an error.
 
 Decisions:
-- One Slurm device per card, never per tile: both tiles of a Max 1550 sit behind one DRM render
-  node, so cgroup isolation can only hand out whole cards (AutoDetect=oneapi lists cards too).
-- `file` is /dev/dri/renderD<128+N>: Level Zero opens the render node. This assumes xpu-smi numbers
-  cards in render-minor order and no other render-capable DRM device (an AMD GPU, an Intel iGPU;
-  a BMC's ast VGA has none) comes first.
-- Links: `XL<n>` joins two tiles directly with n lanes; a card's link to a peer card sums its
-  direct tile pairs (2 x XL16 = 32 in the fixture); `XL*` (through MDF), `MDF` and PCIe add none.
-- `cores` is the card's `CPU Affinity`; all tiles of a card must show the same (how a matrix cut
-  inside its last row shows).
+- One Slurm device per card, never per tile: both tiles of a Max 1550 share one DRM render node,
+  so cgroups can only hand out whole cards (AutoDetect=oneapi lists cards too).
+- `file` is /dev/dri/renderD<128+N> (Level Zero opens the render node), assuming xpu-smi numbers
+  cards in render-minor order and no other render-capable DRM device (AMD GPU, Intel iGPU) comes first.
+- `XL<n>` joins two tiles with n lanes; a card's link to a peer sums its direct tile pairs;
+  `XL*` (through MDF), `MDF` and PCIe add none. `cores` is the card's `CPU Affinity`, the same on
+  all its tiles.
 
-Fixtures: tests/fixtures/intel/ (from Intel's guide; the 2-card matrix is paired with a 2-card
-table in tests/unit/test_vendor_intel.py).
+Fixtures: tests/fixtures/intel/ (from Intel's guide).
 
-Known gaps: no health, no NUMA node; the render-node numbering is assumed, not read from sysfs;
-SR-IOV VFs get `partition_mode: sriov-vf` under the same numbering; `--dump` CSV and `-j` JSON are
-not parsed; with one tile per card a matrix cut inside the last CPU list looks whole, and a table
-cut after a whole device group reads as fewer cards (a matrix given with it catches that).
+Known gaps: no health, no NUMA node; render-node numbering is assumed, not read from sysfs; SR-IOV
+VFs get `partition_mode: sriov-vf`; `--dump` CSV and `-j` JSON are not parsed; with one tile per
+card a matrix cut inside the last CPU list looks whole, and a table cut after a whole device group
+reads as fewer cards unless a matrix comes with it.
 """
 
 from __future__ import annotations
@@ -223,10 +218,7 @@ class IntelVendor(Vendor):
         return [[TOOL, "discovery"], [TOOL, "topology", "-m"]]
 
     def probe(self) -> list[Device]:
-        """The table first, then the detail of each device it lists (memory), then the matrix.
-
-        A failing `topology -m` only loses cores and links, so it is logged and skipped.
-        """
+        """The table, each listed device's detail (memory), then the matrix (failing: no cores or links)."""
         table_argv, topology_argv = self.commands()
         table = Capture(" ".join(table_argv), proc.run(table_argv))
         captures = [table]

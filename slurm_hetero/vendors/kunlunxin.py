@@ -1,16 +1,14 @@
-"""Kunlunxin (Baidu) XPU through `xpu_smi` (underscore; Intel's tool is `xpu-smi`, hyphen).
+"""Kunlunxin (Baidu) XPU through `xpu_smi` (underscore; Intel's tool is `xpu-smi`).
 
 Tools and versions parsed: the default `xpu_smi` text of XRE 4.x (Runtime 4.31, Driver 4.0): an
-optional `Key: Value` preamble, then the `DEVICES`, optional `VIDEO` and `PROCESSES` tables, each
-dash-bordered with a `|`-separated header. Columns are found by name, so the wider variants parse
-too; DevID, PCI Addr, Model, INODE and Memory are required. Every table must be closed by a border
-like its top, rows must have the header's cells, VIDEO must name the DEVICES' DevIDs, and the
-output must end with PROCESSES, so a cut anywhere is a ParseError.
+optional `Key: Value` preamble, then dash-bordered `DEVICES`, optional `VIDEO` and `PROCESSES`
+tables, columns found by name (DevID, PCI Addr, Model, INODE and Memory required). The output must
+end with a complete PROCESSES table, so a cut anywhere is a ParseError.
 
 Fields: `file` is the INODE column (/dev/xpuN per compute device; a K200 card shows two),
 `memory_mib` the total of `used / total MB` (MiB really: 32768 on a 32 GiB R300). State (XRE guide:
-N normal, E error) gives health. With SR-IOV the physical function (`<model>-PF`) has no compute
-left: unhealthy with `partition_mode: sriov-pf`; virtual functions (`R200-VF-5G`) are `sriov-vf`.
+N normal, E error) gives health. An SR-IOV physical function (`<model>-PF`) has no compute left:
+unhealthy, `partition_mode: sriov-pf`; virtual functions (`R200-VF-5G`) are `sriov-vf`.
 
 Fixtures (tests/fixtures/kunlunxin/): `xpu_smi_2x-kunlunxin-r300_paddle-docs.txt` (SN masked).
 

@@ -1,34 +1,28 @@
-"""MetaX GPUs (C500, C550, MXC500/MXC550 as older tools name them, N260, ...) through `mx-smi`.
+"""MetaX GPUs (C500, C550, MXC500/MXC550 in older tools, N260, ...) through `mx-smi`.
 
 Tools and versions parsed:
-- The default `mx-smi` output of mx-smi 2.1.6, 2.2.4 and 2.2.9 (drivers 2.5.014, 2.15.9, 3.4.4):
-  an optional version line, the `=== MetaX System Management Interface Log ===` header, a
-  Timestamp, `Attached GPUs : <N>`, then a box table (banner `MX-SMI <v>  Kernel Mode Driver
-  Version: <v>` over `MACA Version: <v>  BIOS Version: <v>`, two rows per GPU), an optional
-  complete `Process:` box and `End of Log`. Header layouts differ by version (`GPU NAME` or `Board
-  Name | GPU`, with or without `GPU-State`), so columns are found by header words, never by position.
-- `mx-smi topo -m` / `topo -n` (2.2.9): a `Device link type matrix` of GPU0.., NIC0.., `Node
-  Affinity` and `CPU Affinity`, then `Legend:` (and `NIC Legend:`); only with a default table.
+- the default `mx-smi` output of 2.1.6, 2.2.4 and 2.2.9 (drivers 2.5.014, 2.15.9, 3.4.4): the
+  `MetaX System Management Interface Log` header, `Attached GPUs : <N>`, a box table (`MX-SMI <v>
+  Kernel Mode Driver Version` and `MACA Version` banner, two rows per GPU), an optional `Process:`
+  box and `End of Log`. Header layouts differ by version, so columns are found by header words.
+- `mx-smi topo -m` / `-n` (2.2.9): the `Device link type matrix` (GPU0.., NIC0.., `Node Affinity`,
+  `CPU Affinity`), then `Legend:` (and `NIC Legend:`); only with a default table.
 
-Fields: `index` is the GPU number (not the Board number), `memory_mib` the Memory-Usage total,
-`driver_version` the Kernel Mode Driver Version, `runtime_version` the MACA Version (unset when
-`unknown`, as in a container without the SDK). A GPU-State other than `Available` is unhealthy
-(MetaX's mxExporter alert points at `mx-smi --show-unavailable-reason`). `MX` cells give
-`Link(kind="metaxlink")`; `numa_node` and `cores` come from the affinity columns. `Attached GPUs`
-is a device count: fewer GPUs, or a Legend without its final `NA` entry, is a cut capture.
+Fields: `index` is the GPU number (not the Board number); `runtime_version` the MACA Version (unset
+when `unknown`, as in a container without the SDK). A GPU-State other than `Available` is unhealthy
+(mxExporter points at `mx-smi --show-unavailable-reason`). `MX` cells give `Link(kind="metaxlink")`.
+`Attached GPUs` is a device count: fewer GPUs, or a Legend without its final `NA`, is a cut capture.
 
-`file` is /dev/dri/card<index>: containers get `--device=/dev/dri --device=/dev/mxcd` (mcPytorch),
-and `--device=/dev/dri/card0` alone shows only GPU 0 (PaddleNLP's guide). /dev/mxcd, the shared
-control node, is the `device_glob`. MACA_VISIBLE_DEVICES is read before CUDA_VISIBLE_DEVICES by
-MetaX's torch (torch/cuda/__init__.py) and set by its vLLM plugin; Slurm exports only the latter.
+`file` is /dev/dri/card<index> (containers get `--device=/dev/dri --device=/dev/mxcd`; `/dev/dri/card0`
+alone shows only GPU 0); /dev/mxcd, the shared control node, is the `device_glob`. MetaX's torch reads
+MACA_VISIBLE_DEVICES before CUDA_VISIBLE_DEVICES; Slurm exports only the latter.
 
-Fixtures: tests/fixtures/metax/ (ms-swift, ERNIE and PaddleNLP docs, a public blog).
+Fixtures: tests/fixtures/metax/ (provenance in each .source).
 
 Known gaps: the card minor is assumed equal to the GPU index (a BMC's VGA can take card0: check
 /sys/bus/pci/devices/<pci_bus_id>/drm); render nodes and /dev/mxcd are not fenced by gres.conf; no
-capture of a GPU that is not `Available` (an unreadable memory cell then leaves `memory_mib` unset);
-the N260's 2.2.8 layout is unverified; sGPU-M, `mx-smi -L` and `--show-memory` are not read;
-MetaXLink lane counts are unknown (count=1).
+capture of a GPU that is not `Available`; the N260's 2.2.8 layout is unverified; sGPU-M, `mx-smi -L`
+and `--show-memory` are not read; MetaXLink lane counts are unknown (count=1).
 """
 
 from __future__ import annotations
@@ -75,8 +69,7 @@ _UNKNOWN = ("unknown", "N/A")
 
 # -- the log header every mx-smi command prints ------------------------------------------------------
 def _preamble(lines: list[Line]) -> tuple[int, int]:
-    """`Attached GPUs` and the index of the line after it, past the optional version line, the log
-    header and the Timestamp (the header may be indented, as in one published capture)."""
+    """`Attached GPUs` and the index after it, past version line, log header (may be indented), Timestamp."""
     i = skip_blank(lines, 0)
     if i < len(lines) and _VERSION_LINE.fullmatch(lines[i].text):
         i = skip_blank(lines, i + 1)
@@ -281,8 +274,6 @@ def _apply_topology(devices: list[Device], topology: list[_TopoGpu]) -> list[Dev
 
 @register_vendor("metax")
 class MetaxVendor(Vendor):
-    """MetaX GPUs as GRES gpu, one `/dev/dri/cardN` each (plus the shared /dev/mxcd)."""
-
     tools = (TOOL,)
     device_glob = "/dev/mxcd"
     # MetaX's own torch wheel keeps device "cuda" and backend "nccl", served by MCCL (mcPytorch

@@ -1,23 +1,21 @@
 """Moore Threads MTT GPUs (S80, S3000, S4000, S5000, ...) through `mthreads-gmi`.
 
-Tools and versions parsed: the default `mthreads-gmi` output (1.12.2, driver 1.2.0): an optional
-date line, a banner `mthreads-gmi:<ver>  Driver Version:<ver>` between dashed rules, a three-line
-header closed by `+---+`, then three lines per GPU, separated by `+---+`, ended by a dashed rule, a
-blank line or the end of the capture. An optional `Processes:` section must be complete. Not a
-box table: columns are located by the `|` positions of the header, which every device line repeats.
+Tools and versions parsed: the default `mthreads-gmi` output (1.12.2, driver 1.2.0): a banner
+`mthreads-gmi:<ver>  Driver Version:<ver>` between dashed rules, a three-line header, three lines
+per GPU separated by `+---+`, an optional complete `Processes:` section. Not a box table: columns are
+located by the header's `|` positions, which every device line repeats.
 
-Fields: `file` is /dev/mtgpu.<ID> (the mtgpu driver's per-GPU node), `memory_mib` the total of
-`used(total)`; a Device Type other than `Physical` (`MPC Parent`) goes to `partition_mode`.
-MUSA_VISIBLE_DEVICES is the runtime's variable (MTHREADS_VISIBLE_DEVICES is the container
-toolkit's). Used memory above the total is the wrong total the IOMMU being off gives (Moore
-Threads FAQ, environment_FAQ.md question 5): the GPU is kept, unhealthy with that reason, and
-`memory_mib` unset so the catalog supplies the real size.
+Fields: `file` is /dev/mtgpu.<ID>, `memory_mib` the total of `used(total)`; a Device Type other than
+`Physical` (`MPC Parent`) goes to `partition_mode`. MUSA_VISIBLE_DEVICES is the runtime's variable
+(MTHREADS_VISIBLE_DEVICES the container toolkit's). Used memory above the total is the wrong total
+of an IOMMU that is off (Moore Threads environment_FAQ.md question 5): the GPU is kept, unhealthy,
+with `memory_mib` unset so the catalog supplies the real size.
 
 Fixtures (tests/fixtures/mthreads/): `mthreads-gmi_mtt-s4000_drv1.2.0_wrong-mem-total_faq.txt`.
 
 Known gaps: only a single-GPU capture exists, so the multi-GPU separator is untested; no device
-count, so a cut at the end of a GPU block (or inside its ECC line) goes unnoticed; the
-/dev/mtgpu.N minor is assumed equal to the ID; no links, health flags, UUID or NUMA (`-q`).
+count, so a cut at the end of a GPU block (or inside its ECC line) goes unnoticed; the /dev/mtgpu.N
+minor is assumed equal to the ID; no links, health flags, UUID or NUMA (`-q`).
 """
 
 from __future__ import annotations
@@ -162,8 +160,6 @@ def _parse(text: str) -> list[Device]:
 
 @register_vendor("mthreads")
 class MthreadsVendor(Vendor):
-    """Moore Threads GPUs as GRES gpu, one `/dev/mtgpu.N` each."""
-
     tools = (TOOL,)
     device_glob = "/dev/mtgpu.[0-9]*"
     traits = VendorTraits(

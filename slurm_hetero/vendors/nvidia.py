@@ -1,26 +1,23 @@
 """NVIDIA GPUs: NVML through pynvml for live discovery, `nvidia-smi` captures for `--from-file`.
 
-Live (`probe`, `_nvml`): per GPU name, minor number (-> `index`, /dev/nvidia<minor>), memory, UUID,
-bus id, CPU affinity (-> `cores`), MIG mode, retired pages and row remapping (-> health), and
-active NVLinks: to a GPU of the node one link each; through NVSwitches every switch-attached pair
-gets min(links of each), as `nvidia-smi topo -m` prints it. `numa_node` is sysfs `numa_node` (topo's
-"NUMA Affinity"), else nvmlDeviceGetMemoryAffinity; never nvmlDeviceGetNumaNodeId, which is the
-GPU's own memory node on coherent platforms (GH200).
+Live (`_nvml`): name, minor number (-> `index`, /dev/nvidia<minor>), memory, UUID, bus id, CPU
+affinity, MIG mode, retired pages and row remapping (-> health), and active NVLinks (NVSwitch pairs
+get min(links of each), as `topo -m` prints it). `numa_node` is sysfs `numa_node`, else
+nvmlDeviceGetMemoryAffinity; never nvmlDeviceGetNumaNodeId, the GPU's own memory node on GH200.
 
-Captures (recognised by content, any order):
-- `nvidia-smi -q -x` XML, DTD v12 (driver 535) and v13 (595); `attached_gpus` above the <gpu>
-  blocks present (a trimmed capture) is accepted with a warning.
-- `nvidia-smi -q` / `-a` text (driver 545): each GPU block must reach `Processes`, else truncated.
+Captures (by content, any order):
+- `nvidia-smi -q -x` XML, DTD v12 (driver 535) and v13 (595); fewer <gpu> blocks than
+  `attached_gpus` (a trimmed capture) only warns.
+- `nvidia-smi -q` / `-a` text (driver 545): each GPU block must reach `Processes`.
 - `nvidia-smi --query-gpu=... --format=csv` with a header (`_nvidia_csv`).
-- `nvidia-smi topo -m` / `-mp`, tab-separated or with tabs expanded (`_nvidia_topo`): NV# -> nvlink
-  count; matrix GPU<k> is the k-th GPU of the listing, so both must come from one node. Topology
-  or a `mig -lgip` table without a listing is a ParseError, except with `discover --model`
-  (`parse_with_model`: GPU<k> becomes /dev/nvidia<k> of that model).
-- health: lost identity fields, pending retirement or blacklist, row remapping pending or failed,
-  reset required or recommended, a recovery action, an NVLink fabric not ready or failed.
+- `nvidia-smi topo -m` / `-mp` (`_nvidia_topo`): NV# -> nvlink count; GPU<k> is the k-th GPU of the
+  listing, so both must come from one node. Topology or `mig -lgip` without a listing is a
+  ParseError, except with `discover --model` (GPU<k> becomes /dev/nvidia<k> of that model).
+- health: lost identity fields, retired pages or row remapping pending or failed, reset required
+  or recommended, a recovery action, an NVLink fabric not ready or failed.
 
-Fixtures: tests/fixtures/nvidia/ (provenance in each .source). No topology comes from the node of a
-listing, so the topo captures are tested directly in tests/unit/test_vendor_nvidia.py.
+Fixtures: tests/fixtures/nvidia/ (provenance in each .source); the topo captures come from no
+listing's node, so tests/unit/test_vendor_nvidia.py tests them directly.
 
 Known gaps: MIG instances are not devices (the GPU gets partition_mode "mig"); a GPU without a
 readable minor number is skipped with a warning; a matrix with any blank CPU Affinity (interleaved
@@ -84,15 +81,15 @@ _REFUSED = {
 def _refuse(capture: Capture, kind: str | None) -> ParseError:
     """The ParseError for a capture this parser cannot use, naming its first line."""
     if kind in _REFUSED:
-        return parse_error(capture, "nvidia-smi", _REFUSED[kind], 1)
+        return parse_error("nvidia-smi", _REFUSED[kind], capture, 1)
     lines = capture.text.splitlines()
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
-        return parse_error(capture, "nvidia-smi", "empty capture")
+        return parse_error("nvidia-smi", "empty capture", capture)
     return parse_error(
-        capture,
         "nvidia-smi",
         f"not `{XML_TOOL}`, `{TEXT_TOOL}` or `{TOPO_TOOL}` output",
+        capture,
         first + 1,
         lines[first],
     )
@@ -114,8 +111,6 @@ def driver_present() -> bool:
 
 @register_vendor("nvidia")
 class NvidiaVendor(Vendor):
-    """NVIDIA GPUs: NVML live, `nvidia-smi -q -x` (+ `topo -m`) captures from files."""
-
     tools = ("nvidia-smi",)
     memory_capture_hint = XML_TOOL
     traits = VendorTraits(
@@ -168,27 +163,26 @@ class NvidiaVendor(Vendor):
                 raise _refuse(capture, kind)
         if not listings:
             tool, what = _NOT_A_LISTING[classify(captures[0]) or "topo"]
-            raise parse_error(captures[0], tool, f"{what} has no device list; also capture `{XML_TOOL}`")
+            raise parse_error(tool, f"{what} has no device list; also capture `{XML_TOOL}`", captures[0])
         if len(listings) > 1:
             names = " and ".join(c.source for c, _ in listings)
-            raise parse_error(listings[1][0], XML_TOOL, f"two device listings ({names}); pass one per node")
+            raise parse_error(XML_TOOL, f"two device listings ({names}); pass one per node", listings[1][0])
         listing, devices = listings[0]
         for topo in topologies:
             devices = apply_topology(devices, topo, listing.source)
         return sorted(devices, key=lambda d: d.index)
 
     def parse_with_model(self, captures: Sequence[Capture], model: str) -> list[Device]:
-        """Topology matrices alone (`nvidia-smi topo -m`) with the admin's model: GPU<k> is
-        /dev/nvidia<k> (nvidia-smi's order is the minor number's on a node without MIG), memory
-        from the catalog. A device listing names its model itself: --model is refused with one."""
+        """Topology matrices alone with the admin's model: GPU<k> is /dev/nvidia<k> (nvidia-smi's order
+        is the minor number's on a node without MIG), memory from the catalog."""
         topologies: list[Topology] = []
         for capture in captures:
             if classify(capture) != "topo":
                 raise parse_error(
-                    capture,
                     TOPO_TOOL,
                     "--model is for `nvidia-smi topo -m` captures alone (a device listing names its model: "
                     "leave --model out)",
+                    capture,
                 )
             topologies.append(parse_topology(capture))
         source = topologies[0].source
