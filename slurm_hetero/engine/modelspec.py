@@ -1,8 +1,5 @@
-"""A transformer's shape (`ModelSpec`, read by `engine.modelfamilies`) and its exact parameter
-counts, as the Transformers modules build them, for every family. Phi-3's fused qkv and gate_up
-matrices hold the same numbers as separate ones; T5 has relative-position bias in the first layer
-of each stack and a final norm for each stack.
-"""
+"""A transformer's shape (`ModelSpec`) and its exact parameter counts, as the Transformers modules
+allocate them (Phi-3's fused qkv and gate_up matrices hold the same numbers as separate ones)."""
 
 from __future__ import annotations
 
@@ -121,7 +118,6 @@ class ModelSpec:
         return self.window if index in self.local_layers else 0
 
     def decoder_layer_spec(self, index: int) -> ModelSpec:
-        """The spec that describes decoder layer `index` (dense layers first)."""
         return self.dense_view() if index < self.dense_layers else self
 
     @property
@@ -167,13 +163,12 @@ def _mlp_params(spec: ModelSpec) -> int:
 
 
 def _norm_params(spec: ModelSpec) -> int:
-    """Parameters of one norm: LayerNorm has a gain and a bias, RMSNorm/T5 a gain only."""
     return 2 * spec.hidden if spec.norm_bias else spec.hidden
 
 
 def _largest_module(spec: ModelSpec) -> int:
-    """Parameters of the largest single module (what ZeRO-3 gathers at once, DeepSpeed's
-    `largest_layer_params`); Transformers 5 keeps a MoE layer's experts in one module."""
+    """DeepSpeed's `largest_layer_params` (what ZeRO-3 gathers at once); Transformers 5 keeps a MoE
+    layer's experts in one module."""
     attention = spec.hidden * (spec.q_dim + 2 * spec.kv_dim) if spec.fused_qkv else spec.hidden * spec.q_dim
     mlp = spec.hidden * spec.intermediate + (spec.intermediate if spec.mlp_bias else 0)
     experts = spec.num_experts * _expert_mlp_params(spec) if spec.is_moe else 0
@@ -205,19 +200,16 @@ def _router_params(spec: ModelSpec) -> int:
 
 
 def _layer_params(spec: ModelSpec) -> int:
-    """Parameters of one decoder layer described by `spec` (an expert layer when it is MoE)."""
     layer = _attention_params(spec) + _mlp_params(spec) + _router_params(spec)
     return layer + spec.norms_per_layer * _norm_params(spec)
 
 
 def decoder_layer_params(spec: ModelSpec) -> list[int]:
-    """Parameters of each decoder layer in order (dense layers first, then expert layers)."""
     return [_layer_params(spec.decoder_layer_spec(i)) for i in range(spec.layers)]
 
 
 @cache
 def param_counts(spec: ModelSpec) -> ParamCounts:
-    """Exact parameter counts of `spec`, as the Transformers implementation allocates them."""
     if spec.family == "t5":
         return _t5_counts(spec)
     norm, dense = _norm_params(spec), spec.dense_view()
