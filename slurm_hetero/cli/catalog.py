@@ -37,12 +37,10 @@ def _tflops(row: dict[str, Any]) -> Any:
 
 
 def _type(row: dict[str, Any]) -> str:
-    """The type, starred when some of its figures are estimates (explained below the table)."""
     return f"{row['type']}*" if row.get("estimate") else str(row["type"])
 
 
 def estimate_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """One line per entry whose figures are derived or third-party, with how they were got."""
     return [
         f"* {r['type']}: estimate: {' '.join(str(r['derivation']).split())}"
         for r in rows
@@ -73,7 +71,6 @@ COMPARE_COLUMNS: list[Column] = [
 
 
 def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
-    """Rows as an aligned text table: numbers right-aligned, missing figures as '-'."""
     cells = [[fmt(get(row)) for _, get, fmt, _ in columns] for row in rows]
     widths = [max([len(header), *(len(line[i]) for line in cells)]) for i, (header, *_) in enumerate(columns)]
 
