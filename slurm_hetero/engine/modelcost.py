@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from slurm_hetero.core.compat import StrEnum
 from slurm_hetero.core.errors import ConfigError
-from slurm_hetero.engine.modelspec import ModelSpec, attention_weights, decoder_layer_params
+from slurm_hetero.engine.modelspec import ModelSpec, attention_weights, decoder_layer_params, layer_params
 
 GIB = 2**30
 DEFAULT_OVERHEAD = 1 * GIB
@@ -246,13 +246,11 @@ Row = tuple[str, bool, int, ModelSpec, int]
 def _layer_rows(spec: ModelSpec, flash: bool) -> list[Row]:
     """(name, has cross-attention, parameters, its spec, keys a query attends to (0: all)) of each
     layer. Only fused attention skips what a local layer does not attend to; eager masks it."""
-    p = spec.params
-    rows = [(f"encoder.{i}", False, p.encoder_per_layer, spec, 0) for i in range(spec.encoder_layers)]
+    rows = [(f"encoder.{i}", False, layer_params(spec), spec, 0) for i in range(spec.encoder_layers)]
     cross, kind = spec.encoder_layers > 0, "decoder" if spec.encoder_layers else "layer"
-    counts = [p.per_layer] * spec.layers if cross else decoder_layer_params(spec)
     return rows + [
         (f"{kind}.{i}", cross, n, spec.decoder_layer_spec(i), spec.attention_window(i) * flash)
-        for i, n in enumerate(counts)
+        for i, n in enumerate(decoder_layer_params(spec))
     ]
 
 

@@ -11,7 +11,7 @@ from functools import cache
 @dataclass(frozen=True)
 class ParamCounts:
     """Parameter counts by component (numbers of parameters, not bytes); `total` counts tied
-    matrices once. `per_layer` is one decoder layer; `active` is what one token uses (MoE)."""
+    matrices once; `active` is what one token uses (MoE)."""
 
     embedding: int
     position_embedding: int
@@ -20,8 +20,6 @@ class ParamCounts:
     router: int
     norms: int
     lm_head: int
-    per_layer: int
-    encoder_per_layer: int
     largest_module: int
     active: int
     projection: int = 0  # OPT's project_in/project_out between a narrower embedding and the layers
@@ -175,57 +173,39 @@ def _largest_module(spec: ModelSpec) -> int:
     return max(spec.vocab * spec.hidden, attention, mlp, experts)
 
 
-def _t5_counts(spec: ModelSpec) -> ParamCounts:
-    h, attn, mlp = spec.hidden, _attention_params(spec), _expert_mlp_params(spec)
-    rel = 2 * spec.relative_buckets * spec.heads
-    enc_layer, dec_layer = attn + mlp + 2 * h, 2 * attn + mlp + 3 * h
-    counts = ParamCounts(
-        embedding=spec.vocab * h,
-        position_embedding=rel,
-        attention=(spec.encoder_layers + 2 * spec.layers) * attn,
-        mlp=spec.total_layers * mlp,
-        router=0,
-        norms=(2 * spec.encoder_layers + 3 * spec.layers + 2) * h,
-        lm_head=0 if spec.tie_embeddings else spec.vocab * h,
-        per_layer=dec_layer,
-        encoder_per_layer=enc_layer,
-        largest_module=_largest_module(spec),
-        active=0,
-    )
-    return dataclasses.replace(counts, active=counts.total)
-
-
 def _router_params(spec: ModelSpec) -> int:
     return spec.num_experts * (spec.hidden + spec.router_bias) if spec.is_moe else 0
 
 
-def _layer_params(spec: ModelSpec) -> int:
-    layer = _attention_params(spec) + _mlp_params(spec) + _router_params(spec)
-    return layer + spec.norms_per_layer * _norm_params(spec)
+def layer_params(spec: ModelSpec, cross: bool = False) -> int:
+    """One layer as `spec` describes it (an expert layer when MoE); `cross`: a decoder layer of an
+    encoder-decoder model, with cross-attention and its norm."""
+    layer = (1 + cross) * _attention_params(spec) + _mlp_params(spec) + _router_params(spec)
+    return layer + (spec.norms_per_layer + cross) * _norm_params(spec)
 
 
 def decoder_layer_params(spec: ModelSpec) -> list[int]:
-    return [_layer_params(spec.decoder_layer_spec(i)) for i in range(spec.layers)]
+    cross = spec.encoder_layers > 0
+    return [layer_params(spec.decoder_layer_spec(i), cross) for i in range(spec.layers)]
 
 
 @cache
 def param_counts(spec: ModelSpec) -> ParamCounts:
-    if spec.family == "t5":
-        return _t5_counts(spec)
-    norm, dense = _norm_params(spec), spec.dense_view()
+    """An encoder-decoder model (T5) has a final norm and relative-position bias in each stack."""
+    norm, dense, cross = _norm_params(spec), spec.dense_view(), spec.encoder_layers > 0
     moe_layers, width = spec.layers - spec.dense_layers, spec.embed_width
     lm_head = 0 if spec.tie_embeddings else spec.vocab * width + (spec.vocab if spec.lm_head_bias else 0)
     inactive = (spec.num_experts - spec.experts_per_token) * _expert_mlp_params(spec) * moe_layers
+    position = spec.learned_positions * spec.hidden + (1 + cross) * spec.relative_buckets * spec.heads
+    layer_norms = spec.norms_per_layer * spec.total_layers + cross * spec.layers
     counts = ParamCounts(
         embedding=spec.vocab * width,
-        position_embedding=spec.learned_positions * spec.hidden,
-        attention=spec.layers * _attention_params(spec),
-        mlp=moe_layers * _mlp_params(spec) + spec.dense_layers * _mlp_params(dense),
+        position_embedding=position,
+        attention=(spec.total_layers + cross * spec.layers) * _attention_params(spec),
+        mlp=(spec.encoder_layers + moe_layers) * _mlp_params(spec) + spec.dense_layers * _mlp_params(dense),
         router=moe_layers * _router_params(spec),
-        norms=(spec.norms_per_layer * spec.layers + spec.final_norm) * norm,
+        norms=(layer_norms + (1 + cross) * spec.final_norm) * norm,
         lm_head=lm_head,
-        per_layer=_layer_params(spec),
-        encoder_per_layer=0,
         largest_module=_largest_module(spec),
         active=0,
         projection=2 * width * spec.hidden if width != spec.hidden else 0,
