@@ -112,6 +112,7 @@ def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSp
         num_experts=read_int(config, "num_local_experts", name, 1),
         experts_per_token=read_int(config, "num_experts_per_tok", name, 1),
         qkv_bias=bias or model_type == "qwen2", o_bias=bias,
+        norms_per_layer=4 if model_type == "gemma2" else 2,
         mlp_bias=read_flag(config, name, "mlp_bias", False), **_sliding_window(config, name, model_type),
     )  # fmt: skip
 
@@ -215,11 +216,6 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
     return dataclasses.replace(spec, kv_heads=1) if multi_query else spec
 
 
-def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
-    spec = llama_spec(config, name, str(config["model_type"]))  # Gemma 2's sliding window too
-    return spec if spec.model_type == "gemma" else dataclasses.replace(spec, norms_per_layer=4)
-
-
 def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
     if read_int(config, "decoder_sparse_step", name, 1) != 1 or config.get("mlp_only_layers"):
         raise ConfigError(
@@ -280,7 +276,7 @@ def _llama(config: Mapping[str, Any], name: str) -> ModelSpec:
 
 
 READERS: dict[str, Reader] = {
-    **dict.fromkeys(("llama", "mistral", "qwen2", "phi3", "mixtral"), _llama),
+    **dict.fromkeys(("llama", "mistral", "qwen2", "phi3", "mixtral", "gemma", "gemma2"), _llama),
     "gpt2": _gpt2,
     "t5": _t5,
     "opt": _opt,
@@ -289,8 +285,6 @@ READERS: dict[str, Reader] = {
     "falcon": _falcon,
     "RefinedWeb": _falcon,
     "RefinedWebModel": _falcon,
-    "gemma": _gemma,
-    "gemma2": _gemma,
     "qwen2_moe": _qwen2_moe,
     "deepseek": _deepseek,
     "deepseek_v2": _deepseek,
