@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import click
@@ -81,13 +80,6 @@ def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> s
     return "\n".join([line([c[0] for c in columns]), *(line(c) for c in cells)])
 
 
-def _checked_dirs(models_dirs: Sequence[Path]) -> list[Path]:
-    for directory in models_dirs:
-        if not directory.is_dir():
-            raise ConfigError("no such models directory; pass a directory of *.yaml files", str(directory))
-    return list(models_dirs)
-
-
 def _named(specs: Sequence[DeviceSpec], names: Sequence[str], catalog: Catalog) -> list[DeviceSpec]:
     """Only the named types, aliases or families (`ascend910b`: all its SKUs)."""
     if not names:
@@ -131,7 +123,10 @@ def catalog(names: tuple[str, ...], vendors: tuple[str, ...], compared: bool, **
     """List the known device models (all, or the NAMES given: types, aliases or families such as
     ascend910b): memory, bandwidth, 16-bit TFLOPS, links, power and price. A starred type has
     estimated figures, explained below the table."""
-    known = load_catalog(_checked_dirs(o["models_dirs"]))
+    for directory in o["models_dirs"]:
+        if not directory.is_dir():
+            raise ConfigError("no such models directory; pass a directory of *.yaml files", str(directory))
+    known = load_catalog(o["models_dirs"])
     specs = _select(_named(known.specs, names, known), vendors)
     rows = compare(specs) if compared else [spec_row(s) for s in specs]
     if o["as_json"]:

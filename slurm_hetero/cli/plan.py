@@ -94,15 +94,6 @@ def parse_devices(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def _stage_ranks(layout: Layout) -> dict[tuple[int, int], list[int]]:
-    plan_of = {p.first_replica + j: i for i, p in enumerate(layout.pipelines) for j in range(len(p.samples))}
-    out: dict[tuple[int, int], list[int]] = {}
-    staged = layout.kind == LayoutKind.STAGED  # one pipeline; `replica` is the stage's dp rank
-    for a in assign_ranks(layout):
-        out.setdefault((0 if staged else plan_of[a.replica], a.stage), []).append(a.rank)
-    return out
-
-
 def _span(values: list[int]) -> str:
     return str(values[0]) if min(values) == max(values) else f"{min(values)}-{max(values)}"
 
@@ -140,7 +131,11 @@ def _stage_row(index: int, plan: PipelinePlan, s: StagePlan, ranks: list[int]) -
 
 
 def _rows(layout: Layout) -> list[dict[str, Any]]:
-    ranks = _stage_ranks(layout)
+    plan_of = {p.first_replica + j: i for i, p in enumerate(layout.pipelines) for j in range(len(p.samples))}
+    ranks: dict[tuple[int, int], list[int]] = {}  # of each (pipeline shape, stage)
+    staged = layout.kind == LayoutKind.STAGED  # one pipeline; `replica` is the stage's dp rank
+    for a in assign_ranks(layout):
+        ranks.setdefault((0 if staged else plan_of[a.replica], a.stage), []).append(a.rank)
     return [
         _stage_row(i, p, s, sorted(ranks[i, s.index]))
         for i, p in enumerate(layout.pipelines)

@@ -107,11 +107,7 @@ def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
         row["tflops_16bit"] = headline
         row["tflops_per_dollar_hour"] = _per(headline, spec.price_per_hour_usd)
         row["tflops_per_watt"] = _per(headline, spec.tdp_w)
-        row["scores"] = {workload: _none(values[i]) for workload, values in scores.items()}
+        row["scores"] = {w: None if math.isnan(v[i]) else float(v[i]) for w, v in scores.items()}
         row["best_for"] = [workload for workload in SCORERS if winners[workload][i]]
         rows.append(row)
     return rows
-
-
-def _none(value: np.float64) -> float | None:
-    return None if math.isnan(value) else float(value)

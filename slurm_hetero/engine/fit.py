@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from functools import partial
+from dataclasses import dataclass, fields, replace
 
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import SlurmNode
@@ -193,10 +192,10 @@ class DeviceOption:
 
     type: str
     vendor: str
-    memory_bytes: float | None
-    available: int
-    needed: int | None
-    per_device_bytes: float | None
+    memory_bytes: float | None = None
+    available: int = 0
+    needed: int | None = None
+    per_device_bytes: float | None = None
     reason: ReasonCode | None = None
 
     @property
@@ -204,42 +203,35 @@ class DeviceOption:
         return self.reason is None
 
 
-@dataclass
-class _TypeGroup:
-    type: str
-    vendor: str
-    memory_bytes: float | None = None
-    available: int = 0
-
-
-def _group_devices(nodes: Sequence[SlurmNode]) -> list[_TypeGroup]:
-    groups: dict[str, _TypeGroup] = {}
+def _group_devices(nodes: Sequence[SlurmNode]) -> list[DeviceOption]:
+    """One option per type, not yet sized."""
+    groups: dict[str, DeviceOption] = {}
     for node in nodes:
         for device in node.devices:
-            group = groups.setdefault(device.type, _TypeGroup(type=device.type, vendor=device.vendor.name))
-            group.available += node.hosts
+            group = groups.get(device.type) or DeviceOption(device.type, device.vendor.name)
             memory = float(device.memory_mib) * MIB
-            group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+            smallest = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+            groups[device.type] = replace(
+                group, memory_bytes=smallest, available=group.available + node.hosts
+            )
         for left_out in node.left_out:
             name = left_out.type or left_out.model
-            groups.setdefault(name, _TypeGroup(type=name, vendor=left_out.vendor))
+            groups.setdefault(name, DeviceOption(name, left_out.vendor))
     return list(groups.values())
 
 
 Estimate = Callable[[int], "Breakdown | None"]
 
 
-def _option(group: _TypeGroup, estimate: Estimate, limit: int) -> DeviceOption:
-    option = partial(DeviceOption, group.type, group.vendor, group.memory_bytes, group.available)
+def _option(group: DeviceOption, estimate: Estimate, limit: int) -> DeviceOption:
     if group.memory_bytes is None:  # every device of the type is left out: none to count on
-        return option(None, None, ReasonCode.UNHEALTHY)
+        return replace(group, reason=ReasonCode.UNHEALTHY)
     for count in range(1, max(limit, group.available) + 1):
         breakdown = estimate(count)
         if breakdown is not None and breakdown.total <= group.memory_bytes:
-            return option(
-                count, breakdown.total, ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
-            )
-    return option(None, None, ReasonCode.INSUFFICIENT_MEMORY)
+            short = ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
+            return replace(group, needed=count, per_device_bytes=breakdown.total, reason=short)
+    return replace(group, reason=ReasonCode.INSUFFICIENT_MEMORY)
 
 
 def device_options(nodes: Sequence[SlurmNode], estimate: Estimate, limit: int = 1024) -> list[DeviceOption]:
