@@ -270,7 +270,6 @@ def with_measured_notes(layout: Layout) -> Layout:
 def build_spec(
     options: Mapping[str, Any], profile: Profile, catalog: Catalog
 ) -> tuple[LayoutSpec, int, CostSettings]:
-    """The solver's input, the sequence length and the cost settings used."""
     check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
     allocation, model, seq = parse_devices(options["devices"]), options["model"], options["seq"]
     model_spec = load_model(model)

@@ -54,9 +54,7 @@ def headline_tflops(spec: DeviceSpec) -> float | None:
 
 
 def _per(value: float | None, divisor: float | None) -> float | None:
-    if value is None or not divisor:
-        return None
-    return value / divisor
+    return None if value is None or not divisor else value / divisor
 
 
 def _training(spec: DeviceSpec) -> float | None:
@@ -67,9 +65,7 @@ def _training(spec: DeviceSpec) -> float | None:
 
 
 def _llm_inference(spec: DeviceSpec) -> float | None:
-    if spec.memory_bandwidth_gbs is None:
-        return None
-    return spec.memory_gib * spec.memory_bandwidth_gbs
+    return None if spec.memory_bandwidth_gbs is None else spec.memory_gib * spec.memory_bandwidth_gbs
 
 
 def _throughput_inference(spec: DeviceSpec) -> float | None:

@@ -152,13 +152,6 @@ def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
     return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
 
 
-def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str, wide: float) -> float:
-    """Eager: softmax and dropout outputs and mask; flash: an fp32 log-sum-exp per head and token."""
-    if attention == Attention.EAGER:
-        return (4.0 * wide + 1.0) * spec.heads * seq * seq * micro_batch
-    return 4.0 * spec.heads * seq * micro_batch
-
-
 def layer_activation_bytes(
     spec: ModelSpec,
     seq: int,
@@ -181,8 +174,12 @@ def layer_activation_bytes(
     sb = float(seq * micro_batch)
     projections = 2 * sb * (2 * spec.q_dim + 2 * spec.kv_dim)  # Q, K, V, attention output
     mlp = sb * spec.mlp_width * (6 if spec.gated_mlp else 4)
-    keep_core = recompute != Recompute.SELECTIVE
-    core = _attention_core_bytes(spec, seq, micro_batch, attention, wide) if keep_core else 0.0
+    if recompute == Recompute.SELECTIVE:
+        core = 0.0
+    elif attention == Attention.EAGER:  # softmax and dropout outputs and the dropout mask
+        core = (4.0 * wide + 1.0) * spec.heads * seq * seq * micro_batch
+    else:  # an fp32 log-sum-exp per head and token
+        core = 4.0 * spec.heads * seq * micro_batch
     return (replicated * wide + masks) / unsplit + (
         attentions * (projections * wide + core) + mlp * wide
     ) / tp
@@ -235,7 +232,6 @@ class LayerTable:
 
     @property
     def kept_bytes(self) -> FloatArray:
-        """Activations each layer keeps under the settings' recompute mode."""
         full = self.settings.recompute == Recompute.FULL
         return self.checkpoint_bytes if full else self.activation_bytes
 

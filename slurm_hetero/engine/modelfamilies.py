@@ -12,8 +12,6 @@ from typing import Any
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.modelspec import ModelSpec
 
-Reader = Callable[[Mapping[str, Any], str], ModelSpec]
-
 # Any one size in a model config (hidden, vocabulary, positions, heads...): the largest published
 # are about 10**7 (positions); far larger ones overflow the float cost model.
 MAX_CONFIG_INT = 2**40
@@ -41,7 +39,6 @@ def read_flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> 
 
 
 def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
-    """A count that may be absent, null or 0 (then 0)."""
     return read_int(config, key, name) if config.get(key) else 0
 
 
@@ -275,7 +272,7 @@ def _llama(config: Mapping[str, Any], name: str) -> ModelSpec:
     return llama_spec(config, name, str(config["model_type"]))
 
 
-READERS: dict[str, Reader] = {
+READERS: dict[str, Callable[[Mapping[str, Any], str], ModelSpec]] = {
     **dict.fromkeys(("llama", "mistral", "qwen2", "phi3", "mixtral", "gemma", "gemma2"), _llama),
     "gpt2": _gpt2,
     "t5": _t5,

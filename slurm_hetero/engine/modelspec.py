@@ -96,7 +96,6 @@ class ModelSpec:
 
     @property
     def embed_width(self) -> int:
-        """Width of the token table and the lm_head (hidden, or OPT's word_embed_proj_dim)."""
         return self.embed_dim or self.hidden
 
     @property
@@ -105,14 +104,12 @@ class ModelSpec:
         return self.experts_per_token * self.intermediate + self.shared_intermediate
 
     def dense_view(self) -> ModelSpec:
-        """This model's dense-MLP layers (the first `dense_layers`) as a spec of their own."""
         return dataclasses.replace(
             self, num_experts=1, experts_per_token=1, intermediate=self.dense_intermediate,
             shared_intermediate=0, shared_gate=False, router_bias=False, dense_layers=0,
         )  # fmt: skip
 
     def attention_window(self, index: int) -> int:
-        """Tokens decoder layer `index` attends to when its attention is local; 0 when global."""
         return self.window if index in self.local_layers else 0
 
     def decoder_layer_spec(self, index: int) -> ModelSpec:
