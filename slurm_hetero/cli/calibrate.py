@@ -77,7 +77,7 @@ def calibrate_command(
     """Measure matmul and transformer-layer throughput with torch and store them so plans use
     measured speed (`--measured FILE`) instead of datasheet numbers; with --model also the
     per-shape profile (seconds of one of its layers per micro-batch size) plan and launch read."""
-    if model is None and (seq is not None or micro_batches is not None):  # adv40 C23: not ignored
+    if model is None and (seq is not None or micro_batches is not None):
         raise click.UsageError("--seq and --micro-batches time a model's layer: give --model too")
     if (problem := unusable_path(out.expanduser())) is not None:  # before minutes of measuring
         raise CalibrationError(f"--out {syntax.text(out)}: {problem}")
@@ -92,7 +92,7 @@ def calibrate_command(
 
 def _micro_batches(text: str) -> tuple[int, ...]:
     items = [item.strip() for item in text.split(",")]
-    if not all(item.isdigit() and 1 <= int(item) <= MAX_MICRO_BATCH for item in items):  # a usage error
+    if not all(item.isdigit() and 1 <= int(item) <= MAX_MICRO_BATCH for item in items):
         raise click.UsageError(
             f"--micro-batches {syntax.text(text)}: expected sizes 1 to {MAX_MICRO_BATCH}, e.g. 1,2,4"
         )
@@ -118,7 +118,6 @@ def _sailor_types(text: str) -> dict[str, str]:
 
 
 def _sailor_json(path: Path, name: str) -> Any:
-    """SAILOR's file `name` at `path`, parsed."""
     text = read_text(path, MAX_PROFILE_BYTES, f"SAILOR {name}", ConfigError)
     try:
         return json.loads(text)
@@ -128,7 +127,6 @@ def _sailor_json(path: Path, name: str) -> Any:
 
 @contextlib.contextmanager
 def _naming(path: Path) -> Iterator[None]:
-    """A ConfigError of the file's content, prefixed with the file's name."""
     try:
         yield
     except ConfigError as e:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import click
@@ -37,12 +36,10 @@ def _tflops(row: dict[str, Any]) -> Any:
 
 
 def _type(row: dict[str, Any]) -> str:
-    """The type, starred when some of its figures are estimates (explained below the table)."""
     return f"{row['type']}*" if row.get("estimate") else str(row["type"])
 
 
 def estimate_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """One line per entry whose figures are derived or third-party, with how they were got."""
     return [
         f"* {r['type']}: estimate: {' '.join(str(r['derivation']).split())}"
         for r in rows
@@ -73,7 +70,6 @@ COMPARE_COLUMNS: list[Column] = [
 
 
 def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> str:
-    """Rows as an aligned text table: numbers right-aligned, missing figures as '-'."""
     cells = [[fmt(get(row)) for _, get, fmt, _ in columns] for row in rows]
     widths = [max([len(header), *(len(line[i]) for line in cells)]) for i, (header, *_) in enumerate(columns)]
 
@@ -82,13 +78,6 @@ def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> s
         return "  ".join(v.rjust(w) if col[3] else v.ljust(w) for v, w, col in aligned).rstrip()
 
     return "\n".join([line([c[0] for c in columns]), *(line(c) for c in cells)])
-
-
-def _checked_dirs(models_dirs: Sequence[Path]) -> list[Path]:
-    for directory in models_dirs:
-        if not directory.is_dir():
-            raise ConfigError("no such models directory; pass a directory of *.yaml files", str(directory))
-    return list(models_dirs)
 
 
 def _named(specs: Sequence[DeviceSpec], names: Sequence[str], catalog: Catalog) -> list[DeviceSpec]:
@@ -134,7 +123,10 @@ def catalog(names: tuple[str, ...], vendors: tuple[str, ...], compared: bool, **
     """List the known device models (all, or the NAMES given: types, aliases or families such as
     ascend910b): memory, bandwidth, 16-bit TFLOPS, links, power and price. A starred type has
     estimated figures, explained below the table."""
-    known = load_catalog(_checked_dirs(o["models_dirs"]))
+    for directory in o["models_dirs"]:
+        if not directory.is_dir():
+            raise ConfigError("no such models directory; pass a directory of *.yaml files", str(directory))
+    known = load_catalog(o["models_dirs"])
     specs = _select(_named(known.specs, names, known), vendors)
     rows = compare(specs) if compared else [spec_row(s) for s in specs]
     if o["as_json"]:

@@ -31,26 +31,23 @@ from slurm_hetero.inventory.nodes import slurm_nodes
 
 
 def breakdown(spec: ModelSpec, o: dict[str, Any], devices: int | None = None) -> engine.Breakdown | None:
-    """The engine's estimate for the options `o`; with `devices`, spread over that many devices
-    (inference: tp = devices; training: dp = devices / (tp x pp)), None if that is no layout."""
+    """With `devices`: inference tp = devices, training dp = devices / (tp x pp); None if that is no
+    layout."""
     if o["mode"] == "infer":
         tp = o["tp"] if devices is None else devices
         if devices is not None and tp not in usable_tp_sizes(spec, (1, tp)):
             return None
         overhead = o["overhead_gib"] * GIB
         return engine.inference_memory(spec, o["dtype"], o["batch"], o["seq"], o["kv_dtype"], tp, overhead)
-    if devices is None:
-        dp = o["dp"]
-    elif devices % (o["tp"] * o["pp"]):
+    dp, rest = (o["dp"], 0) if devices is None else divmod(devices, o["tp"] * o["pp"])
+    if rest:
         return None
-    else:
-        dp = devices // (o["tp"] * o["pp"])
     settings = dataclasses.replace(cost_settings(o), sequence_parallel=not o["no_sequence_parallel"])
     return engine.training_memory(spec, settings, o["micro_batch"], o["seq"], dp, o["tp"], o["pp"])
 
 
 def deepspeed_estimate(spec: ModelSpec, o: dict[str, Any]) -> int | None:
-    """DeepSpeed 0.19's model-state estimate for the same job (ZeRO 1-3 without tp/pp), else None."""
+    """DeepSpeed estimates ZeRO 1-3 of 16-bit training without tp/pp; else None."""
     if o["mode"] != "train" or o["zero"] == 0 or o["tp"] * o["pp"] > 1 or o["dtype"] == "fp32":
         return None
     p = spec.params
@@ -86,7 +83,7 @@ def option_row(option: engine.DeviceOption) -> dict[str, Any]:
 
 
 def result(spec: ModelSpec, o: dict[str, Any], inventory_path: Path | None) -> dict[str, Any]:
-    """Everything `fit` prints, as JSON-ready data (bytes; GiB = 2**30 bytes)."""
+    """Everything `fit` prints, as JSON-ready data (bytes)."""
     estimate = breakdown(spec, o)
     assert estimate is not None
     out: dict[str, Any] = {
@@ -133,7 +130,6 @@ def _headline(data: dict[str, Any]) -> str:
 
 
 def render_text(data: dict[str, Any]) -> str:
-    """The breakdown table (GiB per device), the total, and the device options if any."""
     rows = [{"c": name, "v": value} for name, value in data["breakdown_bytes"].items()]
     rows.append({"c": f"total per device ({data['devices']} devices)", "v": data["total_bytes"]})
     lines = [
@@ -153,8 +149,7 @@ def render_text(data: dict[str, Any]) -> str:
 
 
 def fit_options(layout: bool = True) -> Decorator:
-    """fit's own options; those it shares with plan and launch come from `cli.options`. `layout`
-    False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
+    """`layout` False (the sbatch wrapper) leaves out --dp: the job's device count decides it."""
     dp = click.option("--dp", type=DEGREE, default=1, show_default=True, help="Data-parallel degree.")
     return stacked(
         click.option("--mode", type=click.Choice(["infer", "train"]), default="infer", show_default=True),

@@ -1,8 +1,5 @@
-"""`slurm-hetero plan`: the uneven training layout of a model on a mix of devices.
-
-The solver is `engine.layout`, the per-layer costs `engine.modelcost` (which `fit` sums too); this
-module parses the command line and prints a table or JSON (per stage: memory of usable capacity).
-"""
+"""`slurm-hetero plan`: the uneven training layout of a model on a mix of devices (the solver is
+`engine.layout`), printed as a table or JSON."""
 
 from __future__ import annotations
 
@@ -74,8 +71,7 @@ _DEVICE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_\-.]{0,63}):([0-9]+)")
 
 
 def parse_devices(text: str) -> list[tuple[str, int]]:
-    """`TYPE:N[,TYPE:N...]` as (type, count) pairs, types lower-cased; at most `MAX_DEVICES` devices
-    of `MAX_TYPES` types."""
+    """`TYPE:N[,TYPE:N...]` as (type, count) pairs, types lower-cased."""
     given, out = f"--devices {syntax.text(text)}", []
     items = text.split(",", MAX_TYPES)  # the rest of a longer list stays one item: counted, not read
     if len(items) > MAX_TYPES:
@@ -95,16 +91,6 @@ def parse_devices(text: str) -> list[tuple[str, int]]:
             )
     if sum(n for _, n in out) > MAX_DEVICES:
         raise RequestError(given, f"at most {MAX_DEVICES:,} devices can be planned")
-    return out
-
-
-def _stage_ranks(layout: Layout) -> dict[tuple[int, int], list[int]]:
-    """Global ranks of each (pipeline shape, stage)."""
-    plan_of = {p.first_replica + j: i for i, p in enumerate(layout.pipelines) for j in range(len(p.samples))}
-    out: dict[tuple[int, int], list[int]] = {}
-    staged = layout.kind == LayoutKind.STAGED  # one pipeline; `replica` is the stage's dp rank
-    for a in assign_ranks(layout):
-        out.setdefault((0 if staged else plan_of[a.replica], a.stage), []).append(a.rank)
     return out
 
 
@@ -145,7 +131,11 @@ def _stage_row(index: int, plan: PipelinePlan, s: StagePlan, ranks: list[int]) -
 
 
 def _rows(layout: Layout) -> list[dict[str, Any]]:
-    ranks = _stage_ranks(layout)
+    plan_of = {p.first_replica + j: i for i, p in enumerate(layout.pipelines) for j in range(len(p.samples))}
+    ranks: dict[tuple[int, int], list[int]] = {}  # of each (pipeline shape, stage)
+    staged = layout.kind == LayoutKind.STAGED  # one pipeline; `replica` is the stage's dp rank
+    for a in assign_ranks(layout):
+        ranks.setdefault((0 if staged else plan_of[a.replica], a.stage), []).append(a.rank)
     return [
         _stage_row(i, p, s, sorted(ranks[i, s.index]))
         for i, p in enumerate(layout.pipelines)
@@ -160,8 +150,8 @@ def catalog_estimates(
     unrated: bool = False,
     mfu: float = MFU,
 ) -> dict[str, str]:
-    """The types of `--devices` whose throughput is an estimate (and not measured), with how it was
-    derived; `unrated`: also those with no TFLOPS at all, with plan's stderr warning (for `--json`)."""
+    """`--devices` types whose throughput is an estimate, not measured, with how it was derived;
+    `unrated`: also those with no TFLOPS at all, with plan's stderr warning (for `--json`)."""
     out: dict[str, str] = {}
     allocation = parse_devices(devices)
     for name, _ in allocation:
@@ -175,7 +165,7 @@ def catalog_estimates(
 
 
 def layout_notes(layout: Layout) -> list[str]:
-    """The solver's notes, and why launch would refuse the layout (`launch.runnable`)."""
+    """The solver's notes, and why launch would refuse the layout."""
     refused = plan_note(layout)
     return [*layout.notes, *([refused] if refused else [])]
 
@@ -183,7 +173,6 @@ def layout_notes(layout: Layout) -> list[str]:
 def layout_document(
     layout: Layout, model: str, seq: int, settings: CostSettings, estimates: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The `--json` document: the contract keys, the settings, the stages and the estimated types."""
     stages, even = _rows(layout), layout.even_step_s
     return {
         "estimates": dict(estimates or {}),
@@ -228,7 +217,6 @@ COLUMNS: list[Column] = [
 def render_layout(
     layout: Layout, model: str, seq: int, settings: CostSettings, estimates: Mapping[str, str] | None = None
 ) -> str:
-    """The table of stages (MEM_GIB: memory per device, of CAP_GIB usable) and the step-time summary."""
     rows, even = _rows(layout), layout.even_step_s
     versus = (
         "does not fit memory" if even is None else f"{even:.2f} s ({even / layout.predicted_step_s:.2f}x)"
@@ -255,8 +243,7 @@ def render_layout(
 
 
 def with_measured_notes(layout: Layout) -> Layout:
-    """The layout with notes on the stages beyond a `--measured` profile's points (a tp degree it
-    has no point of, a micro-batch size outside the measured ones)."""
+    """Notes on the stages beyond a `--measured` profile's points (tp degree, micro-batch size)."""
     out: dict[str, None] = {}  # each note once
     for p in layout.pipelines:
         for s in p.stages:
@@ -283,7 +270,6 @@ def with_measured_notes(layout: Layout) -> Layout:
 def build_spec(
     options: Mapping[str, Any], profile: Profile, catalog: Catalog
 ) -> tuple[LayoutSpec, int, CostSettings]:
-    """The solver's input from the command line, the sequence length and the cost settings used."""
     check_batch(options["global_batch"], options["micro_batch"], options["micro_batches"])
     allocation, model, seq = parse_devices(options["devices"]), options["model"], options["seq"]
     model_spec = load_model(model)
@@ -321,8 +307,8 @@ def build_spec(
 def cross_type_gbs(
     groups: Sequence[DeviceGroup], catalog: Catalog, network_gbs: float
 ) -> dict[tuple[int, int], float]:
-    """Bandwidth between each pair of device types on different nodes, through the communicator
-    `launch` would choose for them without listed RDMA NICs, over the slower type's network."""
+    """Between each pair of types on different nodes: the communicator `launch` would choose
+    without listed RDMA NICs, over the slower type's network."""
     traits = vendor_traits()
     members = []
     for i, g in enumerate(groups):

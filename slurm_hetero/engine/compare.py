@@ -1,6 +1,5 @@
-"""Compare catalog devices: throughput per dollar and per watt, and what each device is best for.
-
-Pure: `DeviceSpec`s in, plain JSON-ready rows out (`slurm-hetero catalog --compare`). The rule:
+"""`slurm-hetero catalog --compare`: throughput per dollar and per watt, and what each device is
+best for.
 
 - **Headline throughput** is the dense 16-bit tensor peak: `bf16_tflops`, else `fp16_tflops`;
   per dollar-hour and per watt divide it by `price_per_hour_usd` and `tdp_w`.
@@ -51,14 +50,11 @@ Scorer = Callable[[DeviceSpec], "float | None"]
 
 
 def headline_tflops(spec: DeviceSpec) -> float | None:
-    """Dense 16-bit tensor peak: bf16 when published, else fp16, else None."""
     return spec.bf16_tflops if spec.bf16_tflops is not None else spec.fp16_tflops
 
 
 def _per(value: float | None, divisor: float | None) -> float | None:
-    if value is None or not divisor:
-        return None
-    return value / divisor
+    return None if value is None or not divisor else value / divisor
 
 
 def _training(spec: DeviceSpec) -> float | None:
@@ -69,9 +65,7 @@ def _training(spec: DeviceSpec) -> float | None:
 
 
 def _llm_inference(spec: DeviceSpec) -> float | None:
-    if spec.memory_bandwidth_gbs is None:
-        return None
-    return spec.memory_gib * spec.memory_bandwidth_gbs
+    return None if spec.memory_bandwidth_gbs is None else spec.memory_gib * spec.memory_bandwidth_gbs
 
 
 def _throughput_inference(spec: DeviceSpec) -> float | None:
@@ -87,12 +81,11 @@ SCORERS: dict[str, Scorer] = {
 
 
 def spec_row(spec: DeviceSpec) -> Row:
-    """The catalog facts of one device as a JSON-ready dict (missing figures are None)."""
     return {name: getattr(spec, name) for name in SPEC_FIELDS}
 
 
 def top_third(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-    """Mask of the scores ranking in the top third of the known ones; NaN ranks last, never wins."""
+    """NaN ranks last, never wins."""
     known = int(np.count_nonzero(~np.isnan(scores)))
     order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
     mask = np.zeros(len(scores), dtype=bool)
@@ -101,9 +94,7 @@ def top_third(scores: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
 
 
 def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
-    """Catalog rows extended with per-dollar and per-watt throughput, scores and `best_for`."""
-    # an unknown score (None) becomes NaN
-    scores = {w: np.array([f(s) for s in specs], dtype=np.float64) for w, f in SCORERS.items()}
+    scores = {w: np.array([f(s) for s in specs], dtype=np.float64) for w, f in SCORERS.items()}  # None: NaN
     winners = {workload: top_third(values) for workload, values in scores.items()}
     rows = []
     for i, spec in enumerate(specs):
@@ -112,11 +103,7 @@ def compare(specs: Sequence[DeviceSpec]) -> list[Row]:
         row["tflops_16bit"] = headline
         row["tflops_per_dollar_hour"] = _per(headline, spec.price_per_hour_usd)
         row["tflops_per_watt"] = _per(headline, spec.tdp_w)
-        row["scores"] = {workload: _none(values[i]) for workload, values in scores.items()}
+        row["scores"] = {w: None if math.isnan(v[i]) else float(v[i]) for w, v in scores.items()}
         row["best_for"] = [workload for workload in SCORERS if winners[workload][i]]
         rows.append(row)
     return rows
-
-
-def _none(value: np.float64) -> float | None:
-    return None if math.isnan(value) else float(value)

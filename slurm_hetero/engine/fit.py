@@ -1,19 +1,14 @@
-"""Memory a transformer needs per device, for inference or training, and which device types of an
-inventory hold it, with how few devices.
-
-Pure: a `ModelSpec`, node records and numbers in, frozen dataclasses out; sizes in bytes. Every
-per-layer figure comes from `engine.modelcost.layer_table`, which the layout solver reads too, so
-`fit` and `plan` agree (docs/fit.md: every formula, its source, and `deepspeed_model_states` against ours).
+"""Memory a transformer needs per device (bytes), for inference or training, and which device types
+of an inventory hold it with how few devices. Per-layer figures come from `engine.modelcost`, as the
+layout solver's do, so `fit` and `plan` agree (docs/fit.md: every formula and its source).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from functools import partial
+from dataclasses import dataclass, fields, replace
 
-from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.engine.modelcost import (
     ACT_BYTES,
@@ -37,8 +32,7 @@ INT4_GROUP = 128
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Memory per device, in bytes, by component; `devices` is how many devices the job spans. A
-    mode's unused components stay 0."""
+    """Memory per device, in bytes, by component; `devices` is how many devices the job spans."""
 
     mode: str
     weights: float = 0.0
@@ -55,19 +49,16 @@ class Breakdown:
     _INFER = ("weights", "kv_cache", "workspace", "overhead")
 
     def components(self) -> dict[str, float]:
-        """The components of this mode, in bytes, in display order."""
         names = self._TRAIN if self.mode == "train" else self._INFER
         return {name: float(getattr(self, name)) for name in names}
 
     @property
     def total(self) -> float:
-        """Bytes per device."""
         return float(sum(getattr(self, f.name) for f in fields(self) if f.name not in ("mode", "devices")))
 
     @property
     def model_states(self) -> float:
-        """Weights, gradients, optimizer states and the ZeRO-3 gather buffer (DeepSpeed's "params, optim
-        states and gradients")."""
+        """DeepSpeed's "params, optim states and gradients"."""
         return self.weights + self.gradients + self.optimizer_states + self.gather_buffer
 
 
@@ -82,7 +73,6 @@ def _weight_bytes(spec: ModelSpec, dtype: str) -> float:
 
 
 def kv_cache_bytes(spec: ModelSpec, batch: int, seq: int, kv_dtype: str = "bf16", tp: int = 1) -> float:
-    """K and V of every decoder layer for `batch` sequences of `seq` tokens, per tp rank."""
     heads = math.ceil(spec.kv_heads / tp)
     caches = 2 if spec.encoder_layers else 1  # T5 decoders also cache cross-attention K/V
     return 2.0 * spec.layers * caches * heads * spec.head_dim * batch * seq * BYTES_PER_VALUE[kv_dtype]
@@ -122,8 +112,8 @@ def inference_memory(
 
 # ------------------------------------------------------------------------------------- training
 def _stage_params(table: LayerTable, pp: int) -> float:
-    """Parameters of the largest stage: its share of the layers plus the embedding or the head (a tied
-    head is a copy there when pp > 1, counted once when one stage holds both ends)."""
+    """The largest stage's: its layers plus the embedding or the head (a tied head counted once when
+    one stage holds both ends)."""
     if pp == 1:
         return float(table.params.sum()) - table.tied_params
     layers = table.params[1:-1]
@@ -131,8 +121,8 @@ def _stage_params(table: LayerTable, pp: int) -> float:
 
 
 def _activations(table: LayerTable, pp: int) -> float:
-    """Activations of the fullest stage: with 1F1B the first holds `pp` micro-batches of its layers,
-    the last one plus the logits; a fully recomputed stage also holds one layer's while recomputing."""
+    """The fullest stage's: under 1F1B the first holds `pp` micro-batches, the last one plus the
+    logits; a fully recomputed stage also holds one layer's while recomputing."""
     kept, layers = table.kept_bytes[1:-1], table.activation_bytes[1:-1]
     per_layer, logits = float(kept.mean()), float(table.activation_bytes[-1])
     stage_layers = math.ceil(kept.size / pp)
@@ -150,8 +140,7 @@ def training_memory(
     tp: int = 1,
     pp: int = 1,
 ) -> Breakdown:
-    """Bytes per device to train `spec` (default `CostSettings()`; docs/fit.md: every term and its
-    source)."""
+    """Bytes per device to train `spec` (docs/fit.md: every term and its source)."""
     settings = settings or CostSettings()
     check_positive(micro_batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp)
     check_layout(spec, tp, pp)
@@ -171,27 +160,18 @@ def training_memory(
     )
 
 
-DEEPSPEED_FORMULAS = ("0.19", "docs")
-
-
 def deepspeed_model_states(
     total_params: int, largest_layer_params: int, zero_stage: int, gpus: int, formula: str = "0.19"
 ) -> int:
-    """DeepSpeed's own estimate of GPU bytes for 16-bit params, gradients and Adam states without
-    offload, for comparison (docs/fit.md). ZeRO-3 (`estimate_zero3_model_states_mem_needs`):
-    ``4 L + 18 P / N``. ZeRO-1/2 (`estimate_zero2_model_states_mem_needs`): ``2 P + 18 P / N`` in
-    the code of DeepSpeed 0.19 (`formula="0.19"`), ``4 P + 16 P / N`` in the published
-    memory-requirements page and the releases it was written with (`formula="docs"`).
-    P = total parameters, L = largest module's parameters, N = GPUs; DeepSpeed truncates with int()."""
+    """DeepSpeed's own estimate of 16-bit model states with Adam and no offload, ZeRO 1-3, for
+    comparison (docs/fit.md): `estimate_zero{2,3}_model_states_mem_needs` of DeepSpeed 0.19, or the
+    published memory-requirements page (`formula="docs"`)."""
     check_positive(gpus=gpus)
-    check_choice("formula", formula, DEEPSPEED_FORMULAS)
     if zero_stage == 3:
         return 4 * largest_layer_params + int(18 * total_params / gpus)
-    if zero_stage in (1, 2) and formula == "docs":
+    if formula == "docs":
         return 4 * total_params + int(16 * total_params / gpus)
-    if zero_stage in (1, 2):
-        return 2 * total_params + int(18 * total_params / gpus)
-    raise ConfigError(f"DeepSpeed estimates ZeRO stages 1-3, not {zero_stage!r}", key_path="zero_stage")
+    return 2 * total_params + int(18 * total_params / gpus)
 
 
 # ------------------------------------------------------------------------------- device options
@@ -200,16 +180,15 @@ MIB = 2**20
 
 @dataclass(frozen=True)
 class DeviceOption:
-    """One device type and whether the job fits on it: `memory_bytes` per device (the type's
-    smallest), `needed` the fewest devices that hold the job (None when no count up to the limit
-    does), `per_device_bytes` the estimate at that count."""
+    """`memory_bytes` is the type's smallest; `needed` the fewest devices that hold the job (None
+    when no count up to the limit does)."""
 
     type: str
     vendor: str
-    memory_bytes: float | None
-    available: int
-    needed: int | None
-    per_device_bytes: float | None
+    memory_bytes: float | None = None
+    available: int = 0
+    needed: int | None = None
+    per_device_bytes: float | None = None
     reason: ReasonCode | None = None
 
     @property
@@ -217,47 +196,39 @@ class DeviceOption:
         return self.reason is None
 
 
-@dataclass
-class _TypeGroup:
-    type: str
-    vendor: str
-    memory_bytes: float | None = None
-    available: int = 0
-
-
-def _group_devices(nodes: Sequence[SlurmNode]) -> list[_TypeGroup]:
-    groups: dict[str, _TypeGroup] = {}
+def _group_devices(nodes: Sequence[SlurmNode]) -> list[DeviceOption]:
+    """One option per type, not yet sized."""
+    groups: dict[str, DeviceOption] = {}
     for node in nodes:
         for device in node.devices:
-            group = groups.setdefault(device.type, _TypeGroup(type=device.type, vendor=device.vendor.name))
-            group.available += node.hosts
+            group = groups.get(device.type) or DeviceOption(device.type, device.vendor.name)
             memory = float(device.memory_mib) * MIB
-            group.memory_bytes = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+            smallest = memory if group.memory_bytes is None else min(group.memory_bytes, memory)
+            groups[device.type] = replace(
+                group, memory_bytes=smallest, available=group.available + node.hosts
+            )
         for left_out in node.left_out:
             name = left_out.type or left_out.model
-            groups.setdefault(name, _TypeGroup(type=name, vendor=left_out.vendor))
+            groups.setdefault(name, DeviceOption(name, left_out.vendor))
     return list(groups.values())
 
 
 Estimate = Callable[[int], "Breakdown | None"]
 
 
-def _option(group: _TypeGroup, estimate: Estimate, limit: int) -> DeviceOption:
-    option = partial(DeviceOption, group.type, group.vendor, group.memory_bytes, group.available)
+def _option(group: DeviceOption, estimate: Estimate, limit: int) -> DeviceOption:
     if group.memory_bytes is None:  # every device of the type is left out: none to count on
-        return option(None, None, ReasonCode.UNHEALTHY)
+        return replace(group, reason=ReasonCode.UNHEALTHY)
     for count in range(1, max(limit, group.available) + 1):
         breakdown = estimate(count)
         if breakdown is not None and breakdown.total <= group.memory_bytes:
-            return option(
-                count, breakdown.total, ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
-            )
-    return option(None, None, ReasonCode.INSUFFICIENT_MEMORY)
+            short = ReasonCode.NOT_ENOUGH_DEVICES if count > group.available else None
+            return replace(group, needed=count, per_device_bytes=breakdown.total, reason=short)
+    return replace(group, reason=ReasonCode.INSUFFICIENT_MEMORY)
 
 
 def device_options(nodes: Sequence[SlurmNode], estimate: Estimate, limit: int = 1024) -> list[DeviceOption]:
-    """For each device type: its smallest memory, its healthy devices, and the fewest devices `n` up to
-    ``max(limit, available)`` whose `estimate(n)` fits (None: not a valid layout); fitting types
-    first, fewest devices first."""
+    """Counts tried up to ``max(limit, available)``; `estimate(n)` None: not a valid layout. Fitting
+    types first, fewest devices first."""
     options = [_option(g, estimate, limit) for g in _group_devices(nodes)]
     return sorted(options, key=lambda o: (not o.fits, o.needed or math.inf, -(o.memory_bytes or 0.0), o.type))

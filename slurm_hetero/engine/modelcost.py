@@ -1,11 +1,6 @@
-"""The one model-cost source: what each layer of a transformer costs to train.
-
-Pure: a `ModelSpec` and `CostSettings` in, NumPy arrays out. `engine.fit` sums these figures into
-the memory per device and the layout solver takes them as its `LayerCosts`, so both count every
-byte and FLOP the same way (formulas and sources: docs/fit.md). Two choices it does not spell
-out: attention FLOPs are ``4 b s^2 q``, full rather than causal-halved, as Korthikanti et al.
-count; fp32 training keeps and sends 4-byte values, but the one-byte dropout masks and the fp32
-softmax statistics and logits stay as they are.
+"""What each layer of a transformer costs to train: the one source `engine.fit` and the layout
+solver both read, so they count every byte and FLOP the same way (formulas, sources: docs/fit.md).
+Attention FLOPs are full, not causal-halved, as Korthikanti et al. count.
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ import numpy.typing as npt
 
 from slurm_hetero.core.compat import StrEnum
 from slurm_hetero.core.errors import ConfigError
-from slurm_hetero.engine.modelspec import ModelSpec, attention_weights, decoder_layer_params
+from slurm_hetero.engine.modelspec import ModelSpec, attention_weights, decoder_layer_params, layer_params
 
 GIB = 2**30
 DEFAULT_OVERHEAD = 1 * GIB
@@ -45,8 +40,7 @@ class Optimizer(StrEnum):
 
 
 class Attention(StrEnum):
-    """How attention runs: `flash` (fused, the s x s scores never stored) or `eager` (scores
-    materialized, as Korthikanti et al. count)."""
+    """`flash`: fused, the s x s scores never stored; `eager`: materialized."""
 
     FLASH = "flash"
     EAGER = "eager"
@@ -68,9 +62,8 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
 
 
 def check_layout(spec: ModelSpec, tp: int = 1, pp: int = 1) -> None:
-    """`ConfigError` when `tp` does not divide the heads or splits grouped-query K/V heads unevenly
-    (each rank holds kv_heads / tp, or one replicated when tp is a multiple, as Megatron and vLLM
-    do), or `pp` exceeds the layers."""
+    """Each tp rank holds kv_heads / tp K/V heads, or one replicated when tp is a multiple of them
+    (as Megatron and vLLM do)."""
     if spec.heads % tp:
         message = f"tp={tp} does not divide the {spec.heads} attention heads of {spec.name}"
         raise ConfigError(message, key_path="tp")
@@ -82,7 +75,7 @@ def check_layout(spec: ModelSpec, tp: int = 1, pp: int = 1) -> None:
 
 
 def usable_tp_sizes(spec: ModelSpec, sizes: Iterable[int]) -> tuple[int, ...]:
-    """The degrees of `sizes` that `check_layout` accepts; when none is, its error for the smallest."""
+    """When `check_layout` accepts none of `sizes`, its error for the smallest."""
     sizes = sorted(set(sizes))
     usable = []
     for tp in sizes:
@@ -96,7 +89,7 @@ def usable_tp_sizes(spec: ModelSpec, sizes: Iterable[int]) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CostSettings:
-    """How a model is trained, as far as its costs go (defaults: `slurm-hetero fit`'s)."""
+    """Defaults: `slurm-hetero fit`'s."""
 
     dtype: str = "bf16"
     optimizer: str = Optimizer.ADAM
@@ -124,8 +117,8 @@ SOLVER_SETTINGS = CostSettings(zero_stage=1, recompute=AUTO)
 
 # ------------------------------------------------------------------------------- the formulas
 def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer states incl. fp32 master weights) bytes per parameter: Adam two
-    fp32 moments, SGD a momentum, Adafactor factored second moments (about ``8 / hidden``)."""
+    """Optimizer states include the fp32 master weights; Adafactor's factored second moments are
+    about ``8 / hidden``."""
     weight = BYTES_PER_VALUE[dtype]
     master = 4.0 if weight < 4 else 0.0
     per_optimizer = {Optimizer.ADAM: 8.0, Optimizer.SGD: 4.0, Optimizer.ADAFACTOR: 8.0 / hidden}
@@ -133,41 +126,30 @@ def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[floa
 
 
 def activation_value_bytes(dtype: str) -> float:
-    """Bytes of one activation value: mixed precision computes in 16 bits, fp32 training in 32."""
+    """fp32 training keeps 4-byte values; dropout masks, softmax statistics and logits keep theirs."""
     return BYTES_PER_VALUE[dtype]
 
 
-# Bytes a torch `foreach` optimizer step reads and writes per parameter in 4-byte passes (Adam:
-# 18, SGD with momentum: 8); mixed precision adds the 16-bit gradient read and weight copy written.
+# 4-byte passes of a torch `foreach` optimizer step per parameter; mixed precision adds the 16-bit
+# gradient read and weight copy written. The step is bandwidth-bound.
 OPTIMIZER_PASSES = {Optimizer.ADAM: 18, Optimizer.SGD: 8, Optimizer.ADAFACTOR: 18}
 MIXED_PRECISION_STEP_BYTES = 12.0
 
 
 def optimizer_step_bytes(dtype: str, optimizer: str) -> float:
-    """Memory traffic of one optimizer step per parameter: the step is bandwidth-bound."""
     mixed = MIXED_PRECISION_STEP_BYTES if BYTES_PER_VALUE[dtype] < 4 else 0.0
     return 4.0 * OPTIMIZER_PASSES[Optimizer(optimizer)] + mixed
 
 
 def gradient_copies(zero_stage: int) -> int:
-    """Gradient-sized buffers a rank holds: without ZeRO also the flat buffer they are all-reduced
-    through (DDP's buckets; `slurm_hetero.training` flattens them too); with ZeRO the gradients
-    alone (DeepSpeed's fixed buckets, Megatron's views of one buffer)."""
+    """Without ZeRO also the flat buffer gradients are all-reduced through (DDP's buckets); ZeRO's
+    fixed buckets (DeepSpeed) or views of one buffer (Megatron) add none."""
     return 2 if zero_stage == 0 else 1
 
 
 def zero_divisors(zero_stage: int, dp: int) -> tuple[int, int, int]:
-    """What (weights, gradients, optimizer states) are divided by on each of `dp` ranks: ZeRO-1
-    shards the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the weights."""
+    """Divisors of (weights, gradients, optimizer states) on each of `dp` ranks."""
     return (dp if zero_stage >= 3 else 1, dp if zero_stage >= 2 else 1, dp if zero_stage >= 1 else 1)
-
-
-def _attention_core_bytes(spec: ModelSpec, seq: int, micro_batch: int, attention: str, wide: float) -> float:
-    """Eager: the softmax and dropout outputs and the dropout mask; flash: an fp32 log-sum-exp per
-    head and token."""
-    if attention == Attention.EAGER:
-        return (4.0 * wide + 1.0) * spec.heads * seq * seq * micro_batch
-    return 4.0 * spec.heads * seq * micro_batch
 
 
 def layer_activation_bytes(
@@ -181,8 +163,7 @@ def layer_activation_bytes(
     attention: str = DEFAULT_ATTENTION,
     value_bytes: float = ACT_BYTES,
 ) -> float:
-    """Activation bytes one layer keeps for backward, per micro-batch and tp rank (docs/fit.md;
-    ``attention="eager"`` is Korthikanti et al.'s formula); values `value_bytes` wide."""
+    """Bytes one layer keeps for backward, per micro-batch and tp rank (docs/fit.md)."""
     sbh, wide = float(seq * micro_batch * spec.hidden), value_bytes / ACT_BYTES
     unsplit = tp if sequence_parallel else 1
     if recompute == Recompute.FULL:
@@ -193,8 +174,12 @@ def layer_activation_bytes(
     sb = float(seq * micro_batch)
     projections = 2 * sb * (2 * spec.q_dim + 2 * spec.kv_dim)  # Q, K, V, attention output
     mlp = sb * spec.mlp_width * (6 if spec.gated_mlp else 4)
-    keep_core = recompute != Recompute.SELECTIVE
-    core = _attention_core_bytes(spec, seq, micro_batch, attention, wide) if keep_core else 0.0
+    if recompute == Recompute.SELECTIVE:
+        core = 0.0
+    elif attention == Attention.EAGER:  # softmax and dropout outputs and the dropout mask
+        core = (4.0 * wide + 1.0) * spec.heads * seq * seq * micro_batch
+    else:  # an fp32 log-sum-exp per head and token
+        core = 4.0 * spec.heads * seq * micro_batch
     return (replicated * wide + masks) / unsplit + (
         attentions * (projections * wide + core) + mlp * wide
     ) / tp
@@ -203,8 +188,7 @@ def layer_activation_bytes(
 def attention_core_flops(
     spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False, window: int = 0
 ) -> float:
-    """Forward FLOPs of the attention scores and their product with the values; a local layer's
-    queries each attend to `window` keys (0: all)."""
+    """Forward FLOPs of the scores and their product with the values; `window`: keys per query (0: all)."""
     span = min(seq, window) if window else seq
     return 4.0 * micro_batch * seq * (span + (seq if cross else 0)) * spec.q_dim
 
@@ -221,14 +205,11 @@ def layer_flops(spec: ModelSpec, seq: int, micro_batch: int, cross: bool = False
 # ------------------------------------------------------------------------------- the table
 @dataclass(frozen=True, eq=False)
 class LayerTable:
-    """Per-layer costs in model order: ``embedding``, the layers (``layer.N``, or ``encoder.N`` then
-    ``decoder.N``), ``head``; one entry per name, per tp rank and micro-batch (docs/fit.md).
-
-    `state_per_param` is the (weight, gradient, optimizer) bytes of one parameter. A tied lm_head
-    is counted again in ``head`` (pipelines keep a copy there); `tied_params` is that copy.
-    `activation_bytes` is what a layer keeps without full recomputation, `checkpoint_bytes` with it;
-    `recompute_flops` what selective recomputation redoes; `boundary_bytes` the hidden state
-    between stages (whole), `gather_bytes` ZeRO-3's buffer per rank."""
+    """Per-layer costs in model order (``embedding``, ``layer.N`` or ``encoder.N`` then
+    ``decoder.N``, ``head``), per tp rank and micro-batch (docs/fit.md). A tied lm_head is counted
+    again in ``head`` (pipelines keep a copy there); `tied_params` is that copy.
+    `checkpoint_bytes` is what a layer keeps under full recomputation; `recompute_flops` what
+    selective recomputation redoes; `boundary_bytes` the whole hidden state between stages."""
 
     names: tuple[str, ...]
     flops: FloatArray
@@ -251,7 +232,6 @@ class LayerTable:
 
     @property
     def kept_bytes(self) -> FloatArray:
-        """Activations each layer keeps under the settings' recompute mode."""
         full = self.settings.recompute == Recompute.FULL
         return self.checkpoint_bytes if full else self.activation_bytes
 
@@ -261,22 +241,17 @@ Row = tuple[str, bool, int, ModelSpec, int]
 
 def _layer_rows(spec: ModelSpec, flash: bool) -> list[Row]:
     """(name, has cross-attention, parameters, its spec, keys a query attends to (0: all)) of each
-    layer in model order (DeepSeek's dense first layers have a spec of their own). Local layers
-    skip what they do not attend to only where attention is fused (FlashAttention's sliding
-    window); eager attention computes the whole score matrix and masks it."""
-    p = spec.params
-    rows = [(f"encoder.{i}", False, p.encoder_per_layer, spec, 0) for i in range(spec.encoder_layers)]
+    layer. Only fused attention skips what a local layer does not attend to; eager masks it."""
+    rows = [(f"encoder.{i}", False, layer_params(spec), spec, 0) for i in range(spec.encoder_layers)]
     cross, kind = spec.encoder_layers > 0, "decoder" if spec.encoder_layers else "layer"
-    counts = [p.per_layer] * spec.layers if cross else decoder_layer_params(spec)
     return rows + [
         (f"{kind}.{i}", cross, n, spec.decoder_layer_spec(i), spec.attention_window(i) * flash)
-        for i, n in enumerate(counts)
+        for i, n in enumerate(decoder_layer_params(spec))
     ]
 
 
 def _param_counts(spec: ModelSpec, rows: list[Row]) -> list[float]:
-    """Parameters of each row: the embedding (with learned positions), the layers, and the head
-    (lm_head or a tied copy, plus the final norms and OPT's projections)."""
+    """The head holds the lm_head (or a tied copy), the final norms and OPT's projections."""
     p, head = spec.params, spec.vocab * spec.embed_width
     ends = p.embedding + p.position_embedding
     rest = p.total - ends - sum(row[2] for row in rows) - p.lm_head  # final norm(s)
@@ -287,7 +262,6 @@ def _param_counts(spec: ModelSpec, rows: list[Row]) -> list[float]:
 def layer_table(
     spec: ModelSpec, seq: int, settings: CostSettings | None = None, micro_batch: int = 1, tp: int = 1
 ) -> LayerTable:
-    """Every layer's costs for `settings` (default `CostSettings()`; see `LayerTable`)."""
     s = settings or CostSettings()
     check_positive(seq=seq, micro_batch=micro_batch, tp=tp)
     check_layout(spec, tp)

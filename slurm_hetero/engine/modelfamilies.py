@@ -1,13 +1,7 @@
-"""Readers of Hugging Face `config.json` files, one per model family, and `from_hf_config`, which
-reads any supported config through `READERS` by `model_type`. Pure: a config dict in, a
-`ModelSpec` out (`engine.modelspec` counts its parameters).
-
-Each is built as its Transformers module allocates it (counts checked against the model cards in
-tests/unit/test_modelfamilies.py). What the configs do not say: Qwen2 has biases on q, k and v;
-OPT's position table has 2 extra rows; GPT-J and Falcon with `parallel_attn` have one LayerNorm
-per layer (Falcon's new architecture two); Qwen-MoE's shared expert has a sigmoid gate;
-DeepSeek's multi-token-prediction layers are not built by Transformers and not counted.
-"""
+"""Readers of Hugging Face `config.json` files, one per `model_type` (`READERS`): a config dict in,
+a `ModelSpec` out, built as the family's Transformers module allocates it (what the config does not
+say, such as Qwen2's q/k/v biases, is the module's). DeepSeek's multi-token-prediction layers are
+not built by Transformers and not counted."""
 
 from __future__ import annotations
 
@@ -17,8 +11,6 @@ from typing import Any
 
 from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.engine.modelspec import ModelSpec
-
-Reader = Callable[[Mapping[str, Any], str], ModelSpec]
 
 # Any one size in a model config (hidden, vocabulary, positions, heads...): the largest published
 # are about 10**7 (positions); far larger ones overflow the float cost model.
@@ -37,7 +29,7 @@ def read_int(config: Mapping[str, Any], key: str, name: str, default: int | None
 
 
 def read_flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
-    """A JSON true or false (absent or null: `default`); the string "false" is refused, not read as true."""
+    """Absent or null: `default`; the string "false" is refused, not read as true."""
     value = config.get(key)
     if value is None:
         return default
@@ -47,7 +39,6 @@ def read_flag(config: Mapping[str, Any], name: str, key: str, default: bool) -> 
 
 
 def _optional(config: Mapping[str, Any], key: str, name: str) -> int:
-    """A count that may be absent, null or 0 (then 0)."""
     return read_int(config, key, name) if config.get(key) else 0
 
 
@@ -79,11 +70,8 @@ def _spec(
     kv_key: str | None = None,
     **fields: Any,
 ) -> ModelSpec:
-    """The fields every family has, read under the family's `keys` (Llama's, updated): the context
-    (default `positions`), tied embeddings (default `tied`), K/V heads from `kv_key` (else one per
-    head), the head width hidden / heads as Transformers derives it (unless `fields` has one), and
-    an absent intermediate width of 4 x hidden when `wide` (GPT-2's n_inner). `fields` sets the
-    rest (and `model_type` when it is not the family)."""
+    """The fields every family has, under the family's `keys` (Llama's, updated); `wide`: an absent
+    intermediate width is 4 x hidden (GPT-2's n_inner); `fields` set the rest."""
     key = {**LLAMA_KEYS, **keys}
     hidden, heads = read_int(config, key["hidden"], name), read_int(config, key["heads"], name)
     kv_heads = read_int(config, kv_key, name, heads) if kv_key else heads
@@ -111,9 +99,8 @@ def _spec(
 
 
 def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSpec:
-    """Llama, Mistral, Qwen2, Phi-3, Mixtral, and the base of Gemma and Qwen-MoE."""
     bias = read_flag(config, name, "attention_bias", False)
-    own: dict[str, Any] = {}  # a head width of its own (Gemma's), else hidden / heads
+    own: dict[str, Any] = {}  # Gemma's head width of its own
     if config.get("head_dim") is not None:
         own["head_dim"] = read_int(config, "head_dim", name)
     return _spec(
@@ -122,13 +109,14 @@ def llama_spec(config: Mapping[str, Any], name: str, model_type: str) -> ModelSp
         num_experts=read_int(config, "num_local_experts", name, 1),
         experts_per_token=read_int(config, "num_experts_per_tok", name, 1),
         qkv_bias=bias or model_type == "qwen2", o_bias=bias,
+        norms_per_layer=4 if model_type == "gemma2" else 2,
         mlp_bias=read_flag(config, name, "mlp_bias", False), **_sliding_window(config, name, model_type),
     )  # fmt: skip
 
 
 def _sliding_window(config: Mapping[str, Any], name: str, model_type: str) -> dict[str, Any]:
-    """`window` and `local_layers` of a Llama-style config, as Transformers applies `sliding_window`:
-    every layer, Qwen2's from `max_window_layers` on when `use_sliding_window`, Gemma 2's even ones."""
+    """As Transformers applies `sliding_window`: every layer, Qwen2's from `max_window_layers` on
+    when `use_sliding_window`, Gemma 2's even ones."""
     if config.get("sliding_window") is None or (
         model_type == "qwen2" and not config.get("use_sliding_window")
     ):
@@ -225,11 +213,6 @@ def _falcon(config: Mapping[str, Any], name: str) -> ModelSpec:
     return dataclasses.replace(spec, kv_heads=1) if multi_query else spec
 
 
-def _gemma(config: Mapping[str, Any], name: str) -> ModelSpec:
-    spec = llama_spec(config, name, str(config["model_type"]))  # Gemma 2's sliding window too
-    return spec if spec.model_type == "gemma" else dataclasses.replace(spec, norms_per_layer=4)
-
-
 def _qwen2_moe(config: Mapping[str, Any], name: str) -> ModelSpec:
     if read_int(config, "decoder_sparse_step", name, 1) != 1 or config.get("mlp_only_layers"):
         raise ConfigError(
@@ -289,8 +272,8 @@ def _llama(config: Mapping[str, Any], name: str) -> ModelSpec:
     return llama_spec(config, name, str(config["model_type"]))
 
 
-READERS: dict[str, Reader] = {
-    **dict.fromkeys(("llama", "mistral", "qwen2", "phi3", "mixtral"), _llama),
+READERS: dict[str, Callable[[Mapping[str, Any], str], ModelSpec]] = {
+    **dict.fromkeys(("llama", "mistral", "qwen2", "phi3", "mixtral", "gemma", "gemma2"), _llama),
     "gpt2": _gpt2,
     "t5": _t5,
     "opt": _opt,
@@ -299,8 +282,6 @@ READERS: dict[str, Reader] = {
     "falcon": _falcon,
     "RefinedWeb": _falcon,
     "RefinedWebModel": _falcon,
-    "gemma": _gemma,
-    "gemma2": _gemma,
     "qwen2_moe": _qwen2_moe,
     "deepseek": _deepseek,
     "deepseek_v2": _deepseek,
@@ -314,8 +295,7 @@ MAX_LAYERS = 10_000
 
 
 def from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    """The `ModelSpec` of a Hugging Face `config.json` (already parsed); a `ConfigError` naming
-    the key (and `name`) for anything it cannot take."""
+    """A `ConfigError` naming the key (and `name`) for anything it cannot take."""
     if not isinstance(config, Mapping):
         raise ConfigError("a config.json must hold a JSON object", name)
     model_type = str(config.get("model_type", "gpt2" if "n_embd" in config else ""))

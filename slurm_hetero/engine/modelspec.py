@@ -1,8 +1,5 @@
-"""A transformer's shape (`ModelSpec`, read by `engine.modelfamilies`) and its exact parameter
-counts, as the Transformers modules build them, for every family. Phi-3's fused qkv and gate_up
-matrices hold the same numbers as separate ones; T5 has relative-position bias in the first layer
-of each stack and a final norm for each stack.
-"""
+"""A transformer's shape (`ModelSpec`) and its exact parameter counts, as the Transformers modules
+allocate them (Phi-3's fused qkv and gate_up matrices hold the same numbers as separate ones)."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from functools import cache
 @dataclass(frozen=True)
 class ParamCounts:
     """Parameter counts by component (numbers of parameters, not bytes); `total` counts tied
-    matrices once. `per_layer` is one decoder layer; `active` is what one token uses (MoE)."""
+    matrices once; `active` is what one token uses (MoE)."""
 
     embedding: int
     position_embedding: int
@@ -23,8 +20,6 @@ class ParamCounts:
     router: int
     norms: int
     lm_head: int
-    per_layer: int
-    encoder_per_layer: int
     largest_module: int
     active: int
     projection: int = 0  # OPT's project_in/project_out between a narrower embedding and the layers
@@ -101,7 +96,6 @@ class ModelSpec:
 
     @property
     def embed_width(self) -> int:
-        """Width of the token table and the lm_head (hidden, or OPT's word_embed_proj_dim)."""
         return self.embed_dim or self.hidden
 
     @property
@@ -110,18 +104,15 @@ class ModelSpec:
         return self.experts_per_token * self.intermediate + self.shared_intermediate
 
     def dense_view(self) -> ModelSpec:
-        """This model's dense-MLP layers (the first `dense_layers`) as a spec of their own."""
         return dataclasses.replace(
             self, num_experts=1, experts_per_token=1, intermediate=self.dense_intermediate,
             shared_intermediate=0, shared_gate=False, router_bias=False, dense_layers=0,
         )  # fmt: skip
 
     def attention_window(self, index: int) -> int:
-        """Tokens decoder layer `index` attends to when its attention is local; 0 when global."""
         return self.window if index in self.local_layers else 0
 
     def decoder_layer_spec(self, index: int) -> ModelSpec:
-        """The spec that describes decoder layer `index` (dense layers first)."""
         return self.dense_view() if index < self.dense_layers else self
 
     @property
@@ -167,73 +158,51 @@ def _mlp_params(spec: ModelSpec) -> int:
 
 
 def _norm_params(spec: ModelSpec) -> int:
-    """Parameters of one norm: LayerNorm has a gain and a bias, RMSNorm/T5 a gain only."""
     return 2 * spec.hidden if spec.norm_bias else spec.hidden
 
 
 def _largest_module(spec: ModelSpec) -> int:
-    """Parameters of the largest single module (what ZeRO-3 gathers at once, DeepSpeed's
-    `largest_layer_params`); Transformers 5 keeps a MoE layer's experts in one module."""
+    """DeepSpeed's `largest_layer_params` (what ZeRO-3 gathers at once); Transformers 5 keeps a MoE
+    layer's experts in one module."""
     attention = spec.hidden * (spec.q_dim + 2 * spec.kv_dim) if spec.fused_qkv else spec.hidden * spec.q_dim
     mlp = spec.hidden * spec.intermediate + (spec.intermediate if spec.mlp_bias else 0)
     experts = spec.num_experts * _expert_mlp_params(spec) if spec.is_moe else 0
     return max(spec.vocab * spec.hidden, attention, mlp, experts)
 
 
-def _t5_counts(spec: ModelSpec) -> ParamCounts:
-    h, attn, mlp = spec.hidden, _attention_params(spec), _expert_mlp_params(spec)
-    rel = 2 * spec.relative_buckets * spec.heads
-    enc_layer, dec_layer = attn + mlp + 2 * h, 2 * attn + mlp + 3 * h
-    counts = ParamCounts(
-        embedding=spec.vocab * h,
-        position_embedding=rel,
-        attention=(spec.encoder_layers + 2 * spec.layers) * attn,
-        mlp=spec.total_layers * mlp,
-        router=0,
-        norms=(2 * spec.encoder_layers + 3 * spec.layers + 2) * h,
-        lm_head=0 if spec.tie_embeddings else spec.vocab * h,
-        per_layer=dec_layer,
-        encoder_per_layer=enc_layer,
-        largest_module=_largest_module(spec),
-        active=0,
-    )
-    return dataclasses.replace(counts, active=counts.total)
-
-
 def _router_params(spec: ModelSpec) -> int:
     return spec.num_experts * (spec.hidden + spec.router_bias) if spec.is_moe else 0
 
 
-def _layer_params(spec: ModelSpec) -> int:
-    """Parameters of one decoder layer described by `spec` (an expert layer when it is MoE)."""
-    layer = _attention_params(spec) + _mlp_params(spec) + _router_params(spec)
-    return layer + spec.norms_per_layer * _norm_params(spec)
+def layer_params(spec: ModelSpec, cross: bool = False) -> int:
+    """One layer as `spec` describes it (an expert layer when MoE); `cross`: a decoder layer of an
+    encoder-decoder model, with cross-attention and its norm."""
+    layer = (1 + cross) * _attention_params(spec) + _mlp_params(spec) + _router_params(spec)
+    return layer + (spec.norms_per_layer + cross) * _norm_params(spec)
 
 
 def decoder_layer_params(spec: ModelSpec) -> list[int]:
-    """Parameters of each decoder layer in order (dense layers first, then expert layers)."""
-    return [_layer_params(spec.decoder_layer_spec(i)) for i in range(spec.layers)]
+    cross = spec.encoder_layers > 0
+    return [layer_params(spec.decoder_layer_spec(i), cross) for i in range(spec.layers)]
 
 
 @cache
 def param_counts(spec: ModelSpec) -> ParamCounts:
-    """Exact parameter counts of `spec`, as the Transformers implementation allocates them."""
-    if spec.family == "t5":
-        return _t5_counts(spec)
-    norm, dense = _norm_params(spec), spec.dense_view()
+    """An encoder-decoder model (T5) has a final norm and relative-position bias in each stack."""
+    norm, dense, cross = _norm_params(spec), spec.dense_view(), spec.encoder_layers > 0
     moe_layers, width = spec.layers - spec.dense_layers, spec.embed_width
     lm_head = 0 if spec.tie_embeddings else spec.vocab * width + (spec.vocab if spec.lm_head_bias else 0)
     inactive = (spec.num_experts - spec.experts_per_token) * _expert_mlp_params(spec) * moe_layers
+    position = spec.learned_positions * spec.hidden + (1 + cross) * spec.relative_buckets * spec.heads
+    layer_norms = spec.norms_per_layer * spec.total_layers + cross * spec.layers
     counts = ParamCounts(
         embedding=spec.vocab * width,
-        position_embedding=spec.learned_positions * spec.hidden,
-        attention=spec.layers * _attention_params(spec),
-        mlp=moe_layers * _mlp_params(spec) + spec.dense_layers * _mlp_params(dense),
+        position_embedding=position,
+        attention=(spec.total_layers + cross * spec.layers) * _attention_params(spec),
+        mlp=(spec.encoder_layers + moe_layers) * _mlp_params(spec) + spec.dense_layers * _mlp_params(dense),
         router=moe_layers * _router_params(spec),
-        norms=(spec.norms_per_layer * spec.layers + spec.final_norm) * norm,
+        norms=(layer_norms + (1 + cross) * spec.final_norm) * norm,
         lm_head=lm_head,
-        per_layer=_layer_params(spec),
-        encoder_per_layer=0,
         largest_module=_largest_module(spec),
         active=0,
         projection=2 * width * spec.hidden if width != spec.hidden else 0,

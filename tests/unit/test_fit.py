@@ -468,7 +468,7 @@ def test_layer_table_covers_the_model() -> None:
     layer = modelcost.layer_activation_bytes(m, 4096, 2)
     assert np.allclose(c.activation_bytes[1:-1], layer)
     assert np.allclose(c.checkpoint_bytes[1:-1], 2 * 2 * 4096 * m.hidden)
-    dense = 2 * 4096 * 2 * (m.params.per_layer - 2 * m.hidden)  # 2 x tokens x matmul weights
+    dense = 2 * 4096 * 2 * (c.params[1] - 2 * m.hidden)  # 2 x tokens x matmul weights
     assert c.flops[1] == pytest.approx(dense + 4 * 2 * 4096**2 * m.q_dim)
     assert c.boundary_bytes == 2 * 2 * 4096 * m.hidden and not c.recompute_flops.any()
     tp = modelcost.layer_table(m, seq=4096, micro_batch=2, tp=4)

@@ -168,7 +168,7 @@ def test_local_attention_layers_attend_to_their_window_where_attention_is_fused(
     gemma2 = from_hf_config(
         {**load_hf_config("gemma-2b"), "model_type": "gemma2", "sliding_window": 4096}, "g2"
     )
-    assert gemma2.local_layers == tuple(range(0, gemma2.layers, 2))
+    assert gemma2.local_layers == tuple(range(0, gemma2.layers, 2)) and gemma2.norms_per_layer == 4
     assert not load_model("qwen2-7b").local_layers  # use_sliding_window false
     bad = {**load_hf_config("gpt-neo-2.7b"), "attention_layers": ["global", "nearby"]}
     with pytest.raises(ConfigError, match="attention_layers"):
