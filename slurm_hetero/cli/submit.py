@@ -30,7 +30,7 @@ from slurm_hetero.submit.hook import (
     read_hosts,
     render_script,
 )
-from slurm_hetero.submit.sbatch import gres_names, job_from_texts
+from slurm_hetero.submit.sbatch import gres_names, job_from_options
 from slurm_hetero.submit.tables import (
     CHAIN_TEMPLATE,
     CHAINED_NAME,
@@ -285,8 +285,7 @@ def explain_cmd(
     # a host file: its hosts, as sbatch sends them
     given["nodelist"] = read_hosts("-w/--nodelist", given["nodelist"])
     given["exclude"] = read_hosts("-x/--exclude", given["exclude"])
-    texts = {k: v for k, v in given.items() if v is not None}  # only the sbatch options are left
-    job = job_from_texts(texts, uid, slurm_release, gres_names(model))
+    job = job_from_options(**given, uid=uid, slurm_release=slurm_release, names=gres_names(model))
     outcome = settings_hook(model, settings, slurm_release).submit(job)
     _print(outcome, as_json)
     if not outcome.ok:

@@ -389,7 +389,7 @@ def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | 
     return gpu
 
 
-# The sbatch options a decision reads (long names), each a `job_from_texts` key with `_` for `-`:
+# The sbatch options a decision reads (long names), each a `job_from_options` key with `_` for `-`:
 # whoever models a job_desc from options (`request explain`, the wrapper, the fuzz) carries them all.
 OPTIONS = tuple(
     """gres gpus gpus-per-node gpus-per-task gpus-per-socket partition constraint nodes ntasks
@@ -401,7 +401,7 @@ MEMORY_EXCLUSIVE = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusi
 
 
 def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
-    """`job_from_texts`'s options from sbatch's (long name -> last value): the ones a decision
+    """`job_from_options`'s options from sbatch's (long name -> last value): the ones a decision
     reads (`OPTIONS`), those given."""
     given = {name: values.get(name) for name in OPTIONS}
     if "overcommit" in values:  # a flag: given is all it says
@@ -413,7 +413,7 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def het_sent(components: Sequence[Mapping[str, str]], slurm_release: str = "22.05") -> list[dict[str, str]]:
-    """Each het component's options (`job_from_texts` keys) as sbatch sends its job_desc: every
+    """Each het component's options (`job_from_options` keys) as sbatch sends its job_desc: every
     -x is every component's exc_nodes, and so are the other components' -w nodes (components never
     share a node); --mem reaches the components without their own. One component: as given."""
     if len(components) < 2:
@@ -466,36 +466,12 @@ def het_mem_refusal(components: Sequence[Mapping[str, str]]) -> int | None:
     return None
 
 
-def job_from_texts(
-    options: Mapping[str, str],
-    uid: int | None = None,
-    slurm_release: str = "22.05",
-    names: frozenset[str] | None = None,
-) -> Job:
-    """job_from_options over the options as typed (`{"nodes": "1-2", "gres": ...}`, the keys its
-    parameter names), the counts read as sbatch reads them."""
-    low, high, read = read_options(options, slurm_release)
-    # --cpus-per-gpu is read as a count but sent as written (cpus_per_tres)
-    counts: dict[str, Any] = {key: count for key, count in read.items() if key != "cpus_per_gpu"}
-    texts: dict[str, Any] = {k: v for k, v in options.items() if k not in ("nodes", "overcommit", *counts)}
-    return job_from_options(
-        **texts,
-        overcommit=options.get("overcommit") is not None,
-        uid=uid,
-        slurm_release=slurm_release,
-        nodes=low,
-        max_nodes=high,
-        names=names,
-        **counts,
-    )
-
-
 # the counts sbatch reads with parse_int, in its order
 COUNT_OPTIONS = ("ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mincpus")
 
 
 def read_options(
-    options: Mapping[str, str], slurm_release: str = "22.05"
+    options: Mapping[str, str | None], slurm_release: str = "22.05"
 ) -> tuple[int | None, int | None, dict[str, int]]:
     """What sbatch refuses while it reads the options, before it checks any (a het job: every
     component's, before the first component's checks): -N, the counts, --mem* (and two of them
@@ -504,9 +480,9 @@ def read_options(
     nodes = options.get("nodes")
     low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
     counts = {
-        key: task_count("--" + key.replace("_", "-"), options[key], slurm_release)
+        key: task_count("--" + key.replace("_", "-"), text, slurm_release)
         for key in COUNT_OPTIONS
-        if options.get(key) is not None
+        if (text := options.get(key)) is not None
     }
     memory = [options.get(name.replace("-", "_")) for name in MEMORY]
     for name, text in zip(MEMORY, memory):
@@ -559,36 +535,25 @@ def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | N
 
 
 def job_from_options(
-    gres: str | None = None,
-    gpus: str | None = None,
-    gpus_per_node: str | None = None,
-    gpus_per_task: str | None = None,
-    partition: str | None = None,
-    constraint: str | None = None,
+    *,
     uid: int | None = None,
     slurm_release: str = "22.05",
-    nodes: int | None = None,
-    ntasks: int | None = None,
-    ntasks_per_node: int | None = None,
-    max_nodes: int | None = None,
     names: frozenset[str] | None = None,
-    cpus_per_task: int | None = None,
-    cpus_per_gpu: str | None = None,
-    mem_per_gpu: str | None = None,
-    mem: str | None = None,
-    mem_per_cpu: str | None = None,
-    nodelist: str | None = None,
-    exclude: str | None = None,
-    gpus_per_socket: str | None = None,
-    sockets_per_node: str | None = None,
-    mincpus: int | None = None,
-    overcommit: bool = False,
+    **options: str | None,
 ) -> Job:
-    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
-    (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name; -c,
-    --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x, --mincpus, -O as well: read by
-    the hook's node checks; --sockets-per-node: only whether it is given); RequestError where
-    sbatch itself refuses them."""
+    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options,
+    as typed (`OPTIONS` keys, `nodes="1-2"`; overcommit: given at all; `names`: GresTypes, None to
+    read any GRES name); RequestError where sbatch itself refuses them."""
+    if unknown := set(options) - {name.replace("-", "_") for name in OPTIONS}:
+        raise TypeError(f"not an sbatch option a decision reads: {sorted(unknown)}")
+    nodes, max_nodes, counts = read_options(options, slurm_release)
+    ntasks, ntasks_per_node, cpus_per_task, mincpus = map(
+        counts.get, ("ntasks", "ntasks_per_node", "cpus_per_task", "mincpus")
+    )
+    gres, gpus, gpus_per_node, gpus_per_task, gpus_per_socket, cpus_per_gpu, mem_per_gpu, nodelist = map(
+        options.get,
+        "gres gpus gpus_per_node gpus_per_task gpus_per_socket cpus_per_gpu mem_per_gpu nodelist".split(),
+    )
     pre = RELEASE_PREFIX[slurm_release]
     if cpus_per_task is not None and cpus_per_gpu:  # sbatch's first words, measured on each release
         raise RequestError("sbatch", CPUS_EXCLUSIVE[pre])
@@ -615,7 +580,9 @@ def job_from_options(
     fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
     if refusal := gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task):
         raise RequestError("sbatch", refusal)
-    if sockets_per_node is None and any(_gpu_option(i)[1] for i in (gpus_per_socket or "").split(",") if i):
+    if options.get("sockets_per_node") is None and any(
+        _gpu_option(i)[1] for i in (gpus_per_socket or "").split(",") if i
+    ):
         raise RequestError("sbatch", GPUS_PER_SOCKET_REFUSAL)
     min_nodes, num_tasks, per_node = sbatch_counts(  # then sbatch's task-count check
         nodes,
@@ -632,15 +599,14 @@ def job_from_options(
         # 22.05 lowers the hosts to an explicit -n only, not to the tasks --ntasks-per-node makes
         min_nodes = _hosts_nodes(nodelist, min_nodes, ntasks if pre == "gres:" else num_tasks)
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
-    top = max_nodes if max_nodes is not None else nodes
-    top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top
+    top = min(max_nodes, num_tasks) if max_nodes and num_tasks and min_nodes != nodes else max_nodes
     if refusal := gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, top, per_node):
         raise RequestError("sbatch", refusal)
-    memory = _memory_fields(mem, mem_per_cpu)
+    memory = _memory_fields(options.get("mem"), options.get("mem_per_cpu"))
     return Job(
         **fields,
-        partition=partition,
-        features=constraint,
+        partition=options.get("partition"),
+        features=options.get("constraint"),
         submit_uid=uid,
         user_id=uid,
         min_nodes=min_nodes,
@@ -649,7 +615,10 @@ def job_from_options(
         max_nodes=top,
         cpus_per_task=_uint16(cpus_per_task),
         min_cpus=_min_cpus(
-            num_tasks or (ntasks_per_node or 1) * (nodes or 1), cpus_per_task, overcommit, min_nodes
+            num_tasks or (ntasks_per_node or 1) * (nodes or 1),
+            cpus_per_task,
+            options.get("overcommit") is not None,
+            min_nodes,
         ),
         pn_min_cpus=_uint16(max(mincpus or 0, cpus_per_task or 0)) or None,  # sbatch raises it to -c
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
@@ -657,5 +626,5 @@ def job_from_options(
         min_mem_per_node=memory[0],
         min_mem_per_cpu=memory[1],
         req_nodes=nodelist,
-        exc_nodes=exclude,
+        exc_nodes=options.get("exclude"),
     )

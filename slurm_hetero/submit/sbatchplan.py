@@ -26,7 +26,7 @@ from slurm_hetero.submit.sbatch import (
     gres_names,
     het_mem_refusal,
     het_sent,
-    job_from_texts,
+    job_from_options,
     node_range,
     task_count,
     texts_of,
@@ -256,7 +256,7 @@ def sent_jobs(
         try:
             if k == carried:
                 raise RequestError("sbatch", MEMORY_EXCLUSIVE)
-            jobs.append(job_from_texts(sent, None, release, names))  # uid None: not exempt
+            jobs.append(job_from_options(**sent, uid=None, slurm_release=release, names=names))  # not exempt
         except RequestError as e:
             if not hook.asks_us(g):
                 return None

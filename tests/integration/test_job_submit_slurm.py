@@ -26,7 +26,7 @@ from slurm_hetero.inventory.nodes import gres_order
 from slurm_hetero.slurm.sbatchargs import parse_options, values
 from slurm_hetero.submit import job_from_options
 from slurm_hetero.submit.hook import Hook, Outcome, cluster_hook
-from slurm_hetero.submit.sbatch import job_from_texts, texts_of
+from slurm_hetero.submit.sbatch import texts_of
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
 from tests.unit.test_job_submit_lua import kind_of, type_of
@@ -222,7 +222,9 @@ def test_an_absurd_memory_figure_is_refused_in_one_line_as_explain_says(
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
     try:
-        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        predicted = hook.submit(
+            job_from_options(**{"gres": "gpumem:20G", **texts}, uid=uid, slurm_release=dev_cluster.name)
+        )
         said = predicted.message
         assert not predicted.ok, said
     except RequestError as e:
@@ -255,7 +257,9 @@ def test_a_count_past_its_job_desc_field_is_decided_as_explain_says(
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
     try:
-        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        predicted = hook.submit(
+            job_from_options(**{"gres": "gpumem:20G", **texts}, uid=uid, slurm_release=dev_cluster.name)
+        )
         said, ok = predicted.message, predicted.ok
     except RequestError as e:
         said, ok = e.reason, False
@@ -291,7 +295,9 @@ def test_overcommit_and_mincpus_are_decided_as_slurm_allocates_them(
     typed: the hook rewrites it, as explain says, and it starts."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     texts = texts_of(values(parse_options(options)[0]))  # read as the wrapper reads them
-    predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+    predicted = hook.submit(
+        job_from_options(**{"gres": "gpumem:20G", **texts}, uid=uid, slurm_release=dev_cluster.name)
+    )
     assert predicted.ok and predicted.action == "rewrite", predicted.message
     run = as_user("sbatch", "--parsable", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true")
     assert run.returncode == 0 and predicted.message in run.stderr, run.stderr
@@ -386,8 +392,8 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
         ),
         # without it, a move to another type is refused (the job's -x may exclude it)
         (["--gres=gpu:1,gpumem:20G"], ["gres=gpumem:70G"], {"gres": "gpumem:70G"}),
-        (["--gres=gpu:1,gpumem:20G"], ["numnodes=2"], {"nodes": 2}),
-        (["-n1", "--gpus-per-task=1", "--gres=gpumem:20G"], ["numtasks=8"], {"ntasks": 8}),
+        (["--gres=gpu:1,gpumem:20G"], ["numnodes=2"], {"nodes": "2"}),
+        (["-n1", "--gpus-per-task=1", "--gres=gpumem:20G"], ["numtasks=8"], {"ntasks": "8"}),
         # not checked before: the job pended forever where its type is not
         (["--gres=gpu:1,gpumem:20G"], ["partition=ascend"], {"partition": "ascend"}),
         (["--gres=gpu:1,gpumem:20G"], ["partition=nvidia"], {"partition": "nvidia"}),
@@ -792,7 +798,7 @@ def test_srun_decides_with_its_node_options_as_the_hook_does(
         "nodelist": {"nodelist": "l40sn1"},
         # every node of the type chosen without it: the next type, or a refusal
         "exclude": {"exclude": hostlist.fold(h for s in shapes for r in s.hosts for h in hostlist.expand(r))},
-        "cpus_per_task": {"cpus_per_task": max(s.cpus for s in shapes) + 1},
+        "cpus_per_task": {"cpus_per_task": str(max(s.cpus for s in shapes) + 1)},
         "mem": {"mem": f"{max(s.memory_mib for s in shapes) + 1}M"},
     }[which]
     job = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name, **options)
@@ -820,7 +826,7 @@ def test_srun_on_two_nodes_without_n_gives_each_task_its_device(
     (gpumem:(null)) not found in the job" or no device). Now both tasks, one per node, see one."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     predicted = hook.submit(
-        job_from_options(gres="gpumem:20G", nodes=2, uid=uid, slurm_release=dev_cluster.name)
+        job_from_options(gres="gpumem:20G", nodes="2", uid=uid, slurm_release=dev_cluster.name)
     )
     script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
     run = as_user("srun", "-t", "1", "-N2", "--gres=gpumem:20G", "sh", "-c", script)
@@ -1126,7 +1132,7 @@ def test_srun_het_component_left_alone_still_takes_its_nodes(
     counted a component without gpumem, unlike the hook for sbatch. A takes every l40s node here."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     l40s = len(_hosts_of(dev_cluster, "l40s"))
-    first = job_from_options(gres="gpu:l40s:1", nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
+    first = job_from_options(gres="gpu:l40s:1", nodes=str(l40s), uid=uid, slurm_release=dev_cluster.name)
     hook.submit(first, 0)
     second = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
     predicted = hook.submit(second, 1)
@@ -1153,7 +1159,7 @@ def test_srun_het_typed_component_after_a_decided_one_is_refused_as_the_hook_doe
     slurmctld typed, so only srun can refuse them; shards keep their gpumem for slurmctld's hook."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     l40s = len(_hosts_of(dev_cluster, "l40s"))
-    first = job_from_options(gres=gres, nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
+    first = job_from_options(gres=gres, nodes=str(l40s), uid=uid, slurm_release=dev_cluster.name)
     decided = hook.submit(first, 0)
     assert decided.ok and type_of(decided) == "l40s", decided.message
     second = job_from_options(gres="gpu:l40s:1", uid=uid, slurm_release=dev_cluster.name)
@@ -1444,7 +1450,7 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
     argv = [a for a in sbatch_argv(Request([options])) if a != "-H"]
     run = as_user_wait(*argv)
     try:
-        predicted = hook.submit(job_from_texts(options, uid, dev_cluster.name))
+        predicted = hook.submit(job_from_options(**options, uid=uid, slurm_release=dev_cluster.name))
     except RequestError as e:  # sbatch's own refusal
         assert run.returncode != 0 and e.reason in run.stderr, (run.stderr, e.reason)
         return
