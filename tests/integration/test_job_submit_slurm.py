@@ -447,10 +447,10 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
     kept the old type beside the new one: it ran on l40sn1 for 70G, or ended in BadConstraints);
     a refused edit changes nothing; a successful one prints no "error:" line (24.11's scontrol
     prints every log_user line of an update so)."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
@@ -530,10 +530,10 @@ def test_a_gpumem_edit_keeps_the_jobs_per_node_device_count(
 def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
     dev_cluster: Cluster, suite_config: Path, submitted: list[str], edit: str
 ) -> None:
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
@@ -601,10 +601,10 @@ def test_a_gpumem_edit_of_a_het_component_is_refused_as_explain_says(
     """Issue 10 r3 (24.11): `scontrol update jobid=J+0 gres=gpumem:70G` of an (l40s + a100) het
     job was accepted: component 0 became a100_80g:1 beside component 1's a100 (one a100 node) and
     both pended forever. The hook cannot see the other components: such an edit is refused."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     argv = ("--gres=gpu:l40s:1", ":", "--gres=gpu:a100_80g:1")
@@ -773,10 +773,10 @@ def test_srun_with_the_count_in_another_option_runs_its_step(
 
 def _cluster_model(dev_cluster: Cluster, suite_config: Path) -> tuple[Any, Hook, int]:
     """The cluster's model, the hook slurmctld runs (through lupa) and the test user's uid."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     return model, hook, uid
@@ -1032,10 +1032,10 @@ def test_heterogeneous_components_the_hook_accepts_start(
     `taken`); what is accepted starts and ends, a refusal says what explain says. Issue 10 r3:
     `--gres=gpu:l40s:1 : --gres=gpumem:20G` (one l40s node) rewrote the second to l40s too: a
     component left alone takes its typed nodes as well, in `:` jobs and `#SBATCH hetjob` scripts."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     outcomes = []
@@ -1441,10 +1441,10 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
 ) -> None:
     """Issue 10: a rewritten multi-node job can start (it runs to the end); a rejection says
     exactly what `request explain` says."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     argv = [a for a in sbatch_argv(Request([options])) if a != "-H"]
