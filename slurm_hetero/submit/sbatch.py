@@ -47,8 +47,8 @@ def gres_names(model: ClusterModel) -> frozenset[str]:
 
 
 def _count(text: str, leading_digit: bool) -> int | None:
-    """A GRES count as Slurm's _is_valid_number reads it (strtoull, then a k/m/g/t/p suffix), or
-    None where it refuses it; 24.11 (`leading_digit`) wants a digit first."""
+    """A GRES count as Slurm's _is_valid_number reads it (strtoull, k..p suffix), or None; 24.11
+    (`leading_digit`) wants a digit first."""
     if leading_digit and not text[:1].isdigit():
         return None
     found = _STRTOULL.match(text)
@@ -90,8 +90,7 @@ def _item_24_11(body: str, names: frozenset[str] | None) -> str | None:
 
 
 def gres_refusal(field: str | None, slurm_release: str, names: frozenset[str] | None) -> str | None:
-    """sbatch's refusal of a TRES field as it sends it (`gres:gpu:2,gres:gpumem:20G`), else None;
-    `names`: GresTypes (None: any name)."""
+    """sbatch's refusal of a TRES field as it sends it, else None; `names`: GresTypes (None: any)."""
     marker, read = ("gres:", _item_22_05) if slurm_release == "22.05" else ("gres", _item_24_11)
     rest = field or ""
     while rest:
@@ -118,8 +117,7 @@ def _gpu_option(spec: str) -> tuple[str | None, int]:
 def _records(
     gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
 ) -> dict[str | None, tuple[int | None, int | None, int | None]]:
-    """Each gpu type's (per node, per task, per job) counts, untyped first: sbatch checks each
-    type's on its own, then the mix."""
+    """Each gpu type's (per node, per task, per job) counts, untyped first, as sbatch checks them."""
     specs = [("node", item[4:]) for item in (gres or "").split(",") if item.startswith("gpu:")]
     specs += [  # each comma item of a --gpus* value is an item of its own (xfmt_tres)
         (scope, item)
@@ -156,8 +154,7 @@ def gpu_refusal(
     max_nodes: int | None = None,
     ntasks_per_node: int | None = None,
 ) -> str | None:
-    """sbatch's GPU checks after the task count (its words), else None: each type's counts in
-    turn, then typed and untyped together. min_nodes as sent, max_nodes -N's."""
+    """sbatch's GPU checks after the task count, else None; min_nodes as sent, max_nodes -N's."""
     records = _records(gres, gpus, gpus_per_node, gpus_per_task)
     for node, task, job in records.values():
         if job and node and job % node:
@@ -196,8 +193,7 @@ def _strtol(text: str) -> tuple[int | None, str]:
 
 
 def _c_int(number: str) -> int:
-    """int() of a signed digit string, at most +-2^64 (past any C integer, which saturates there):
-    int() refuses strings of 4,300 digits."""
+    """int() of a signed digit string, saturated at +-2^64 as C saturates (int() refuses 4,300 digits)."""
     number = number.strip()
     if len(number.lstrip("+-").lstrip("0")) > 20:
         return -(2**64) if number.startswith("-") else 2**64
@@ -331,8 +327,7 @@ def _gpu_items(prefix: str, spec: str | None) -> list[str]:
 
 
 def _per_task_24_11(spec: str | None) -> str | None:
-    """24.11's --gpus-per-task: `gres/gpu[:TYPE]=N`, TYPE before the first `:` or `=`, N its strtol
-    (an item of count 0 is not sent)."""
+    """24.11's --gpus-per-task: `gres/gpu[:TYPE]=N` (N by strtol; a count of 0 is not sent)."""
     if not spec:
         return None
     at = min((i for i in (spec.find(":"), spec.find("=")) if i >= 0), default=-1)
@@ -346,10 +341,9 @@ MEM_PER_CPU = 2**63  # the flag bit of job_desc's pn_min_memory
 
 
 def mebibytes(text: str | None, option: str = "--mem") -> int | None:
-    """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB as str_to_mbytes makes
-    it (proc_args.c): strtoll, then K (rounded up), M, G or T, each optionally followed by B,
-    scaled in a signed 64 bits that wraps (`8796093022208T` is 2^63: per-CPU memory of 0); None
-    when not given. RequestError with sbatch's words where it refuses it."""
+    """A --mem* value in MiB as sbatch's str_to_mbytes makes it (proc_args.c): strtoll, K (rounded
+    up), M, G or T with an optional B, scaled in a signed 64 bits that wraps; RequestError where
+    sbatch refuses it."""
     if not text:
         return None
     refused = RequestError("sbatch", f"Invalid {option} specification")
@@ -373,8 +367,7 @@ def mebibytes(text: str | None, option: str = "--mem") -> int | None:
 
 def _memory_fields(mem: str | None, mem_per_cpu: str | None) -> tuple[int | None, int | None]:
     """(min_mem_per_node, min_mem_per_cpu) as the hook reads them (job_submit_lua.c): sbatch sends
-    --mem as pn_min_memory, --mem-per-cpu with the MEM_PER_CPU bit set; the hook sees per-node
-    memory without the bit and per-CPU memory (the bit cleared) with it."""
+    either as pn_min_memory, --mem-per-cpu with the MEM_PER_CPU bit set."""
     per_node, per_cpu = mebibytes(mem), mebibytes(mem_per_cpu, "--mem-per-cpu")
     memory = per_node if per_node is not None else (None if per_cpu is None else per_cpu | MEM_PER_CPU)
     if memory is None or memory == NO_VAL64:
@@ -413,17 +406,15 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def het_sent(components: Sequence[Mapping[str, str]], slurm_release: str = "22.05") -> list[dict[str, str]]:
-    """Each het component's options (`job_from_options` keys) as sbatch sends its job_desc: every
-    -x is every component's exc_nodes, and so are the other components' -w nodes (components never
-    share a node); --mem reaches the components without their own. One component: as given."""
+    """Each het component's options as sbatch sends its job_desc: every -x, and the other
+    components' -w nodes, are each component's exc_nodes (components never share a node)."""
     if len(components) < 2:
         return [dict(c) for c in components]
     if slurm_release == "22.05":
         components = [_shrunk_hosts(c) for c in components]
     excluded = [c["exclude"] for c in components if c.get("exclude")]
-    # --mem is not reset between components (slurm_opt.c: no reset_each_pass): a component
-    # without its own takes the last one given on the line; one with --mem-per-cpu or
-    # --mem-per-gpu keeps its own
+    # --mem is not reset between components (slurm_opt.c: no reset_each_pass): the last one given
+    # reaches a component without its own --mem*
     given = [c["mem"] for c in components if c.get("mem") is not None]
     mem = given[-1] if given else None
     sent = []
@@ -456,8 +447,7 @@ def _other_mem(options: Mapping[str, str]) -> bool:
 
 def het_mem_refusal(components: Sequence[Mapping[str, str]]) -> int | None:
     """The het component sbatch refuses with MEMORY_EXCLUSIVE for a carried --mem (`het_sent`), or
-    None: the first to give --mem-per-cpu or --mem-per-gpu after an earlier one gave --mem. It is
-    that component's check, so an earlier component's own refusal comes first."""
+    None; it is that component's check, so an earlier component's own refusal comes first."""
     seen = False
     for index, options in enumerate(components):
         if seen and _other_mem(options) and options.get("mem") is None:
@@ -473,10 +463,8 @@ COUNT_OPTIONS = ("ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "
 def read_options(
     options: Mapping[str, str | None], slurm_release: str = "22.05"
 ) -> tuple[int | None, int | None, dict[str, int]]:
-    """What sbatch refuses while it reads the options, before it checks any (a het job: every
-    component's, before the first component's checks): -N, the counts, --mem* (and two of them
-    together) and -w against -N; RequestError with its words. (min_nodes, max_nodes) of -N and
-    the counts given (`COUNT_OPTIONS`)."""
+    """(min_nodes, max_nodes) of -N and the counts given; RequestError for what sbatch refuses while
+    it reads the options, before any check (a het job: every component's first)."""
     nodes = options.get("nodes")
     low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
     counts = {
@@ -505,8 +493,7 @@ def _hosts(nodelist: str | None) -> int | None:
 
 
 def _uint16(count: int | None) -> int | None:
-    """A count as sbatch stores it in a 16-bit job_desc field (ntasks_per_node, cpus_per_task): its
-    low 16 bits (`-c 65537` reaches the hook as 1), while its own checks keep the count as typed."""
+    """A count as sbatch stores it in a 16-bit job_desc field: its low 16 bits (its checks use all)."""
     return None if count is None else count % 2**16
 
 
@@ -517,9 +504,8 @@ CPUS_EXCLUSIVE = {
 
 
 def _min_cpus(tasks: int, cpus_per_task: int | None, overcommit: bool, min_nodes: int | None) -> int:
-    """The job's min_cpus as sbatch sets it, tasks x -c in 32 bits (tasks: -n, else -N x
-    --ntasks-per-node), which slurmctld holds the job to whatever the 16-bit fields kept; with -O
-    the nodes, at least 1 (the hook reads -O from it)."""
+    """The job's min_cpus as sbatch sets it: tasks x -c in 32 bits, which slurmctld holds the job to
+    whatever the 16-bit fields kept; with -O the nodes (the hook reads -O from it)."""
     if overcommit:
         return max(min_nodes or 1, 1)
     return min(tasks * (cpus_per_task or 1), 2**32 - 3)
