@@ -1,8 +1,7 @@
 """Prometheus metrics of the mixed cluster by device type and vendor (`slurm-hetero metrics`).
 
-The families, under `slurm_hetero_` beside Slurm's own OpenMetrics and the common Slurm exporters,
-with `type` (gres Type=) and `vendor` labels, are listed in docs/admin-guide.md ("Metrics").
-Pure: text of `scontrol show node -d -o`, `squeue` and the log in, metric families out.
+The families (`slurm_hetero_*`, labelled `type` and `vendor`) are listed in docs/admin-guide.md
+("Metrics"). Pure: text of `scontrol show node -d -o`, `squeue` and the log in, families out.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from slurm_hetero.accounting.report import gpumem_asked, rewrite_reason
 from slurm_hetero.slurm.sacct import NOTE_PREFIX, parse_refusals
 from slurm_hetero.slurm.scontrol import gpu_entries, is_our_reason, parse_fields
 
-# Each Slurm command of a scrape gets this long, so that a scrape ends inside Prometheus' default
-# scrape timeout (10 s) even when slurmctld hangs
+# per Slurm command: a scrape ends inside Prometheus' default timeout (10 s) even when slurmctld hangs
 SLURM_TIMEOUT_S = 4.0
 SCONTROL = ["scontrol", "show", "node", "-d", "-o"]
 # squeue: one line per pending job, fixed-width fields; the admin comment (free text) is last
@@ -55,8 +53,8 @@ def _word(line: str, key: str) -> str:
 
 
 def read_nodes(text: str, snap: Snapshot) -> None:
-    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type; only
-    one-word fields are sliced out (10,000 nodes: 9 MB)."""
+    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type (only
+    one-word fields are sliced out: the lines of a large cluster are megabytes)."""
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue

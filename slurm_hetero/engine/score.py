@@ -1,8 +1,6 @@
-"""The cluster as the job_submit hook decides on it: `compile_model` turns the node records
-(`model.SlurmNode`) and the scoring options into a `ClusterModel` (per device type its memory,
-node shapes, fast-link flag and shares; each partition's rule; each policy's type order). Pure.
-`slurm_hetero.submit.tables` writes it into the Lua table `job_submit.lua` decides with
-(DESIGN.md, "One request decision").
+"""The cluster as the job_submit hook decides on it: `compile_model` turns node records and the
+scoring options into a `ClusterModel`, which `submit.tables` writes into the hook's Lua table
+(DESIGN.md, "One request decision"). Pure.
 
 Policies order types by a key, ties by memory then name: `best-fit` smallest memory then price;
 `fastest` highest throughput for the configured dtype; `cheapest` lowest price per throughput;
@@ -231,8 +229,7 @@ def policy_key(policy: str, facts: TypeFacts) -> float:
 
 
 def rank(policy: str, facts: Sequence[TypeFacts], multi: bool) -> tuple[str, ...]:
-    """Type names in policy order (ties: best-fit by price; all by memory, then name); with `multi`,
-    types with a device-to-device fabric first."""
+    """Type names in policy order (best-fit's ties by price); with `multi`, linked types first."""
 
     def key(f: TypeFacts) -> tuple[int, float, float, int, str]:
         price = math.inf if f.price is None else f.price
@@ -294,8 +291,7 @@ def vendor_scope(
 
 
 def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> ClusterModel:
-    """Everything the Lua hook needs about a cluster (nodes without unhealthy devices); `options`
-    as `inventory.config` validated them."""
+    """Everything the Lua hook needs about a cluster (nodes without unhealthy devices)."""
     facts = _all_facts(nodes, options)
     listed = list(facts.values())
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}
