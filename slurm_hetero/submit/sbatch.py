@@ -282,11 +282,6 @@ def _gres_items(spec: str, prefix: str) -> list[str]:
     return text.replace(prefix + prefix, prefix).split(",")
 
 
-def _names_gpu(tres: str | None) -> bool:
-    """Whether a TRES field as sent asks for a gpu (`gres:gpu:l40s:1`, `gres/gpu=1`; gpumem is not one)."""
-    return any(re.match(r"gres[:/]gpu(?:$|[:=])", item) for item in (tres or "").split(","))
-
-
 def sbatch_counts(
     nodes: int | None,
     ntasks: int | None,
@@ -373,13 +368,6 @@ def _memory_fields(mem: str | None, mem_per_cpu: str | None) -> tuple[int | None
     if memory is None or memory == NO_VAL64:
         return None, None
     return (None, memory - MEM_PER_CPU) if memory & MEM_PER_CPU else (memory, None)
-
-
-def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | None:
-    """tres_per_task: after 22.05 sbatch puts `-c N` there too, as `cpu=N` before the rest."""
-    if prefix == "gres/" and cpus_per_task:
-        return f"cpu={cpus_per_task}" + (f",{gpu}" if gpu else "")
-    return gpu
 
 
 # The sbatch options a decision reads (long names), each a `job_from_options` key with `_` for `-`:
@@ -503,14 +491,6 @@ CPUS_EXCLUSIVE = {
 }
 
 
-def _min_cpus(tasks: int, cpus_per_task: int | None, overcommit: bool, min_nodes: int | None) -> int:
-    """The job's min_cpus as sbatch sets it: tasks x -c in 32 bits, which slurmctld holds the job to
-    whatever the 16-bit fields kept; with -O the nodes (the hook reads -O from it)."""
-    if overcommit:
-        return max(min_nodes or 1, 1)
-    return min(tasks * (cpus_per_task or 1), 2**32 - 3)
-
-
 def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
     """min_nodes after sbatch's -w: raised to the hosts named, not above the tasks (`-n1 -w a,b`: 1)."""
     hosts = _hosts(nodelist)
@@ -555,7 +535,8 @@ def job_from_options(
     for text in fields.values():
         if refusal := gres_refusal(text, slurm_release, names):
             raise RequestError("sbatch", refusal)
-    gpu_asked = any(_names_gpu(text) for text in fields.values())  # gpumem is not a gpu
+    items = ",".join(filter(None, fields.values())).split(",")
+    gpu_asked = any(re.match(r"gres[:/]gpu(?:$|[:=])", item) for item in items)  # gpumem is not a gpu
     if mem_per_gpu and not gpu_asked:  # before --cpus-per-gpu's
         per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
         raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
@@ -563,7 +544,8 @@ def job_from_options(
         raise RequestError(
             "sbatch", f"Requested cpus_per_tres={pre}gpu:{cpus_per_gpu} but did not request any GPU."
         )
-    fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
+    if pre == "gres/" and cpus_per_task:  # after 22.05 sbatch puts -c in tres_per_task too, first
+        fields["tres_per_task"] = ",".join(filter(None, [f"cpu={cpus_per_task}", fields["tres_per_task"]]))
     if refusal := gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task):
         raise RequestError("sbatch", refusal)
     if options.get("sockets_per_node") is None and any(
@@ -589,6 +571,11 @@ def job_from_options(
     if refusal := gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, top, per_node):
         raise RequestError("sbatch", refusal)
     memory = _memory_fields(options.get("mem"), options.get("mem_per_cpu"))
+    # sbatch's tasks x -c in 32 bits, which slurmctld holds the job to whatever the 16-bit fields
+    # kept; with -O the nodes (the hook reads -O from it)
+    min_cpus = min((num_tasks or (ntasks_per_node or 1) * (nodes or 1)) * (cpus_per_task or 1), 2**32 - 3)
+    if options.get("overcommit") is not None:
+        min_cpus = max(min_nodes or 1, 1)
     return Job(
         **fields,
         partition=options.get("partition"),
@@ -600,12 +587,7 @@ def job_from_options(
         ntasks_per_node=_uint16(per_node),
         max_nodes=top,
         cpus_per_task=_uint16(cpus_per_task),
-        min_cpus=_min_cpus(
-            num_tasks or (ntasks_per_node or 1) * (nodes or 1),
-            cpus_per_task,
-            options.get("overcommit") is not None,
-            min_nodes,
-        ),
+        min_cpus=min_cpus,
         pn_min_cpus=_uint16(max(mincpus or 0, cpus_per_task or 0)) or None,  # sbatch raises it to -c
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
         mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}" if mem_per_gpu else None,
