@@ -85,11 +85,9 @@ def read_pending(text: str, snap: Snapshot) -> None:
             continue
         tres = ",".join(parts[1:5])
         comment = parts[5] if len(parts) > 5 else ""
-        typed = _TYPED.findall(tres)
-        gpu_type, devices = (typed[0][0], int(typed[0][1])) if typed else ("", 0)
-        if not typed:
-            untyped = _UNTYPED.findall(tres)
-            devices = int(untyped[0]) if untyped else 0
+        typed, untyped = _TYPED.search(tres), _UNTYPED.search(tres)
+        gpu_type = typed[1] if typed else ""
+        devices = int(typed[2]) if typed else int(untyped[1]) if untyped else 0
         snap.pending[gpu_type] += 1
         at = comment.rfind(NOTE_PREFIX)
         asked = gpumem_asked(comment[at + len(NOTE_PREFIX) :].strip() if at >= 0 else None)
@@ -104,10 +102,8 @@ def count_decisions(lines: Iterable[str], found: Counter[tuple[str, str]]) -> No
             continue
         for refusal in parse_refusals([line]):
             found[("refusal", refusal.reason)] += 1
-        if " -> " in line and "rejected [" not in line:
-            m = _REWRITE.search(line)
-            if m:
-                found[("rewrite", rewrite_reason(m.group(1)) or "rewritten")] += 1
+        if " -> " in line and "rejected [" not in line and (m := _REWRITE.search(line)):
+            found[("rewrite", rewrite_reason(m.group(1)) or "rewritten")] += 1
 
 
 def up(ok: bool) -> GaugeMetricFamily:
