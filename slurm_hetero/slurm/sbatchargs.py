@@ -60,9 +60,8 @@ SHORT_FLAGS = {
     "h": "help", "k": "no-kill", "s": "oversubscribe", "v": "verbose", "H": "hold",
     "O": "overcommit", "Q": "quiet", "V": "version", "W": "wait",
 }  # fmt: skip
-# The environment variables sbatch reads for the options the wrapper looks at (measured: each sets
-# its option; SBATCH_NODES, SBATCH_NTASKS, SBATCH_CPUS_PER_TASK, SBATCH_NODELIST do not exist: `man
-# sbatch` INPUT ENVIRONMENT VARIABLES of 22.05 and 24.11; 24.11's SBATCH_TRES_PER_TASK is not read).
+# The environment variables sbatch reads for the options the wrapper looks at (measured; no SBATCH_NODES,
+# _NTASKS, _CPUS_PER_TASK or _NODELIST exist, and 24.11's SBATCH_TRES_PER_TASK is not read).
 ENV_OPTIONS = {
     "SBATCH_GRES": "gres",
     "SBATCH_GPUS": "gpus",

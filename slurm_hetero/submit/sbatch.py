@@ -27,8 +27,7 @@ GPUS_PER_TASK_REFUSAL = {
     "24.11": "--gpus-per-task or --tres-per-task used without either --gpus or -n/--ntasks is not allowed.",
 }
 
-# sbatch's refusal of --gpus-per-socket (a non-zero count) without --sockets-per-node (or -B S),
-# after the TRES grammar and `gpu_ensure`, before the task count (22.05 and 24.11)
+# sbatch's refusal of --gpus-per-socket (a non-zero count) without --sockets-per-node (or -B S)
 GPUS_PER_SOCKET_REFUSAL = "--gpus-per-socket option requires --sockets-per-node specification"
 
 # sbatch's refusals of what it reads in the TRES fields (slurm_strerror of the code, per release)
@@ -370,8 +369,7 @@ def _memory_fields(mem: str | None, mem_per_cpu: str | None) -> tuple[int | None
     return (None, memory - MEM_PER_CPU) if memory & MEM_PER_CPU else (memory, None)
 
 
-# The sbatch options a decision reads (long names), each a `job_from_options` key with `_` for `-`:
-# whoever models a job_desc from options (`request explain`, the wrapper, the fuzz) carries them all.
+# The sbatch options a decision reads (long names), each a `job_from_options` key with `_` for `-`.
 OPTIONS = tuple(
     """gres gpus gpus-per-node gpus-per-task gpus-per-socket partition constraint nodes ntasks
     ntasks-per-node cpus-per-task cpus-per-gpu mem-per-gpu mem mem-per-cpu nodelist exclude
@@ -382,8 +380,7 @@ MEMORY_EXCLUSIVE = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusi
 
 
 def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
-    """`job_from_options`'s options from sbatch's (long name -> last value): the ones a decision
-    reads (`OPTIONS`), those given."""
+    """`job_from_options`'s options from sbatch's (long name -> last value)."""
     given = {name: values.get(name) for name in OPTIONS}
     if "overcommit" in values:  # a flag: given is all it says
         given["overcommit"] = "yes"
