@@ -53,8 +53,7 @@ def _word(line: str, key: str) -> str:
 
 
 def read_nodes(text: str, snap: Snapshot) -> None:
-    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type (only
-    one-word fields are sliced out: the lines of a large cluster are megabytes)."""
+    """`scontrol show node -d -o` lines into devices per type (one-word fields only: it is megabytes)."""
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue
@@ -77,8 +76,7 @@ def read_nodes(text: str, snap: Snapshot) -> None:
 
 
 def read_pending(text: str, snap: Snapshot) -> None:
-    """Pending jobs by the gpu type they ask (per node, job, task or socket), and the gpumem the
-    hook recorded for them."""
+    """Pending jobs by the gpu type they ask, and the gpumem the hook recorded for them."""
     for line in text.splitlines():
         parts = line.split(None, 5)
         if len(parts) < 5:

@@ -160,8 +160,7 @@ def build(
 
 
 def disagreement(source: Path | str, nodes: Iterable[SlurmNode], slurm: Mapping[str, Any]) -> str | None:
-    """Where the inventory (`source`) and Slurm's node list (host -> scontrol's NodeGres) differ, in
-    one line (None when they agree): the rule report refuses by and metrics warns by."""
+    """Where the inventory (`source`) and Slurm's nodes (host -> NodeGres) differ, in one line, or None."""
     ours: dict[str, Counter[str]] = {}
     for node in nodes:
         per_type = Counter(d.type for d in node.devices)

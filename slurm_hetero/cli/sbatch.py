@@ -117,8 +117,7 @@ def plan(
     release: str = "22.05",
     explicit: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[Decision]]:
-    """The sbatch argv and each component's decision (pure but for reading the script and the
-    site settings); `explicit`: the fit options the user gave (not defaulted)."""
+    """The sbatch argv and each component's decision; `explicit`: the fit options the user gave."""
     line = split_command_line(sbatch_args)
     if line.script is None and not line.wraps:
         raise HeteroError(
@@ -153,8 +152,7 @@ def plan(
 
 
 def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
-    """`--json`'s components: the wrapper's figures and the hook's decision (as `request explain
-    --json` prints it; null where sbatch refuses the options)."""
+    """`--json`'s components, the hook's decision as `request explain --json` prints it."""
     return [
         {
             "component": d.index,

@@ -207,8 +207,7 @@ def _hostfile_reader() -> Any:
 
 
 def hostfile_hosts(data: bytes, path: str) -> str:
-    """The hosts of a -w/-x host file's bytes as sbatch sends them, read by the hook's own reader
-    (srun's filter runs it too); HeteroError with sbatch's words where it refuses the file."""
+    """A -w/-x host file's hosts as sbatch sends them, by the hook's own reader; else sbatch's words."""
     hosts, said = _hostfile_reader()(data, path.encode())  # the hosts, or nil and sbatch's words
     if hosts is None:
         raise HeteroError(bytes(said).decode("utf-8", "replace"))
@@ -230,8 +229,7 @@ def read_hosts(option: str, value: str | None) -> str | None:
 
 
 class Hook:
-    """job_submit.lua loaded with the shim in a fresh Lua 5.1 state, as slurmctld loads it
-    (`runtime`: a fresh lupa LuaRuntime of another Lua version instead)."""
+    """job_submit.lua with the shim in a fresh Lua 5.1 state (`runtime`: a lupa LuaRuntime of another)."""
 
     def __init__(self, script: Path, release: str = "24.11", runtime: Any = None) -> None:
         self.release = release
@@ -255,8 +253,7 @@ class Hook:
         return _outcome(rc, log, replace(job, **{name: store[name] for name in WRITTEN}))
 
     def modify(self, edit: Job, record: Job) -> Outcome:
-        """slurm_job_modify on an edit of `record` by `edit.submit_uid`; the outcome's job is the
-        record with the written fields over it (an update cannot clear a field)."""
+        """slurm_job_modify on an edit of `record`; its job: the record with the written fields over it."""
         rc, store, log = self.lua.globals().modify(
             self._table(edit), self._table(record, RECORD_HIDDEN), edit.submit_uid
         )

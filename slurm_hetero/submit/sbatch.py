@@ -256,8 +256,7 @@ def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
 
 
 def task_count(option: str, text: str, slurm_release: str = "22.05") -> int:
-    """`-n`/`--ntasks-per-node` TEXT as sbatch reads it (parse_int, then its -n check); RequestError
-    with sbatch's words where it refuses."""
+    """`-n`/`--ntasks-per-node` TEXT as sbatch reads it (parse_int); RequestError with its words."""
     value, rest = _strtol(text)
     if value is None or rest or value <= 0:
         raise RequestError("sbatch", f'Invalid numeric value "{text}" for {option}.')

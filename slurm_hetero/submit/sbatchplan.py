@@ -104,8 +104,7 @@ def component(index: int, options: Sequence[Option], hook: Hook, het: bool = Fal
 
 
 def _least(read: Callable[[str], int], text: str | None, default: int = 1) -> int:
-    """A count as sbatch reads it, at least 1; `default` where not given or refused (`sent_jobs`
-    then gives sbatch's words)."""
+    """A count as sbatch reads it, at least 1; `default` where not given or refused."""
     try:
         return default if text is None else max(1, read(text))
     except RequestError:
