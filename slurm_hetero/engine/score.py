@@ -127,10 +127,6 @@ class ClusterModel:
 # ------------------------------------------------------------------------------ compile the model
 
 
-def _fast(spec: DeviceSpec, linked: bool) -> bool:
-    return linked or (spec.interconnect is not None and spec.interconnect not in SLOW_INTERCONNECTS)
-
-
 @dataclass
 class _Seen:
     """What the inventory says about one type, gathered node by node."""
@@ -174,7 +170,7 @@ def _facts(name: str, seen: _Seen, options: ScoringOptions) -> TypeFacts:
         seen.vendor,
         memory,
         feature(name),
-        _fast(spec, bool(seen.linked)),
+        bool(seen.linked) or spec.interconnect not in (None, *SLOW_INTERCONNECTS),
         memory // unit if unit else 0,
         tuple(
             Shape(n, f, c, cpus, mem, tuple(seen.hosts[(n, f, cpus, mem)])) for (n, f, cpus, mem), c in rows
@@ -267,21 +263,15 @@ def _rules(facts: Mapping[str, TypeFacts], options: ScoringOptions) -> tuple[Rul
     return default, rules
 
 
-def device_counts(facts: Iterable[TypeFacts]) -> Counter[str]:
-    """Devices per vendor."""
-    counts: Counter[str] = Counter()
-    for f in facts:
-        counts[f.vendor] += f.devices
-    return counts
-
-
 def vendor_scope(
     facts: Mapping[str, TypeFacts], allowed: Iterable[str], wanted: Sequence[str]
 ) -> frozenset[str]:
     """The vendors a bare request (no gpu TYPE, no vendor's feature in -C) may land on: the `wanted`
     ones with allowed types, else the one with the most allowed devices (ties: name order); empty
     when `wanted` is, or when the scope would hold every vendor of the allowed types anyway."""
-    present = device_counts(facts[t] for t in allowed)
+    present: Counter[str] = Counter()
+    for name in allowed:
+        present[facts[name].vendor] += facts[name].devices
     if not wanted or len(present) < 2:
         return frozenset()
     scope = frozenset(v for v in wanted if v in present)
