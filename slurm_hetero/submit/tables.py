@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -121,7 +122,7 @@ def _key(key: Any) -> str:
 
 
 def lua_value(value: Any, indent: int = 0) -> str:
-    """A Lua literal for None/bool/int/str, lists (arrays) and dicts (sorted keys)."""
+    """A Lua literal for None/bool/int/float/str, lists (arrays) and dicts (sorted keys)."""
     pad, inner = "  " * indent, "  " * (indent + 1)
     if value is None:
         return "nil"
@@ -129,6 +130,10 @@ def lua_value(value: Any, indent: int = 0) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):  # an inventory may give a whole number as 1e3 (cpus: 1000.0)
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value!r} into the Lua table")
+        return repr(value)
     if isinstance(value, str):
         return lua_string(value)
     if isinstance(value, (list, tuple)):
@@ -236,8 +241,7 @@ def render_table(
     source: str,
     declaration: Sequence[str],
 ) -> tuple[str, str]:
-    """(Lua text, id) of `slurm_hetero_tables.lua`. `declaration`: gres.conf lines of the hosts and
-    device files it was compiled from, for the next render to read back (not part of the id)."""
+    """(Lua text, id) of `slurm_hetero_tables.lua`; `declaration`: its gres.conf lines (not in the id)."""
     data = table_data(model, exempt_uids, fail_policy)
     ident = table_id(data)
     header = (

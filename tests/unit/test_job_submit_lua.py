@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from slurm_hetero.cli import cli
 from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.reasons import MESSAGES
-from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.engine.score import ClusterModel, ScoringOptions, compile_model
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import Settings, exempt_uids
@@ -2282,3 +2282,19 @@ def test_slurms_sentinels_are_read_per_field_width_as_slurmctld_reads_them(
     else:
         assert not ok and after.tres_per_node == "gres:gpumem:20G", message
         assert message.endswith(f"the job needs {needs} per node"), message
+
+
+def test_an_inventorys_whole_float_reaches_the_table() -> None:
+    """An inventory's `cpus: 1e3` (a float the inventory accepts) made `job-submit render` fail
+    with a TypeError; the table writes it as a Lua number."""
+    import yaml
+
+    from slurm_hetero.submit.tables import lua_value, render_table
+
+    data = yaml.safe_load(MIXED.read_text())
+    data["nodes"][0]["cpus"] = 1e3
+    nodes = slurm_nodes(inventory.inventory_from_dict(data, str(MIXED)), load_catalog())
+    table, _ = render_table(compile_model(nodes, ScoringOptions()), [], "open", "mixed.yaml", [])
+    assert '["cpus"] = 1000.0,' in table
+    with pytest.raises(ValueError, match="inf"):
+        lua_value(float("inf"))
