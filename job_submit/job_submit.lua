@@ -1,20 +1,14 @@
 --[[
 job_submit.lua: slurm-hetero's job_submit hook (Slurm job_submit/lua plugin, Lua 5.1).
 
-Turns memory-sized accelerator requests into concrete GRES requests, for example
+Turns memory-sized accelerator requests (gpumem, gpucore) into concrete GRES requests, written
+back in the form the request came in (22.05 "gres:gpu:TYPE:N", 24.11 "gres/gpu:TYPE:N" or
+"gres/gpu:TYPE=N"); docs/submit-protocol.md has examples. Jobs without gpumem/gpucore are left alone.
 
-  --gres=gpumem:20G                  tres_per_node = "gres:gpu:l40s:1"
-  --gres=gpumem:60G --gpus=2         tres_per_node = "gres:gpu:ascend910b3:2"  (tres_per_job emptied)
-  --gres=gpumem:10G   (shard nodes)  tres_per_node = "gres:shard:5,gres:gpumem:10G", constraint t4
-  --gres=gpumem:200G                 rejected: "gpumem:200G: largest device is a100_80g with 80G; ..."
-
-written back in the form the request came in (22.05 "gres:gpu:TYPE:N", 24.11 "gres/gpu:TYPE:N" or
-"gres/gpu:TYPE=N"). Jobs without gpumem/gpucore are left alone.
-
-Every decision comes from slurm_hetero_tables.lua (`slurm-hetero job-submit render`), read once at
-load: per job the hook only parses strings and scans short lists. `request explain`, `slurm-hetero
-sbatch` and the tests run this very file through lupa (slurm_hetero/submit/hook.py). Request errors
-are rejected with slurm.log_user; anything else (a bad table, a bug) follows the fail policy.
+Every decision comes from slurm_hetero_tables.lua, read once at load: per job the hook only parses
+strings and scans short lists. Python runs this very file through lupa (slurm_hetero/submit/hook.py).
+Request errors are rejected with slurm.log_user; anything else (a bad table, a bug) follows the fail
+policy.
 --]]
 
 -- Baked in by `slurm-hetero job-submit render` (the lines ending in "@render"; keep them so).
@@ -35,8 +29,7 @@ local INTERNAL = "internal error in the slurm_hetero job_submit hook; job reject
 
 ------------------------------------------------------------------------ logging
 
--- User text as one line: control characters and backslashes written as \ddd (`request explain`
--- prints the same). Every message to the user goes through it (texts).
+-- User text as one line: control characters and backslashes written as \ddd.
 local unpack_args = unpack or table.unpack
 local function escape_char(c) return string.format("\\%03d", string.byte(c)) end
 local function escaped(value)
@@ -58,8 +51,7 @@ local function log(writer, format, ...)
   writer(format, unpack_args(args, 1, select("#", ...)))
 end
 
--- An outcome's message as told (escaped) and logged (loggable), worked out once per outcome: a
--- remembered outcome is told again per job, and scanning it cost as much as the rest of the hook.
+-- An outcome's message as told (escaped) and logged (loggable), once per (remembered) outcome.
 local function texts(outcome)
   local said = outcome.said
   if said == nil then
@@ -1347,16 +1339,15 @@ end
 local HET_TAKEN, HET_CHOSEN, HET_HOSTS = {}, {}, {}
 
 -- Decisions of recent single-job submissions, keyed by everything a decision reads (MEMO_FIELDS and
--- the uid; a unit test checks the list): users resubmit the same request, and slurmctld keeps this
--- Lua state until job_submit.lua changes. Emptied when full.
+-- the uid): users resubmit the same request. Emptied when full.
 local MEMO_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "features",
                       "partition", "req_nodes", "exc_nodes", "num_tasks", "ntasks_per_node", "min_nodes",
                       "max_nodes", "cpus_per_task", "min_cpus", "pn_min_cpus", "cpus_per_tres", "mem_per_tres",
                       "min_mem_per_node", "min_mem_per_cpu", "user_id" }
 local MEMO_MAX = 1024
 local MEMO, MEMO_SIZE = {}, 0
--- A tree: the uid, then each MEMO_FIELDS value from last to first (UNSET_KEY for unset; the TRES
--- fields, which differ most, last), an outcome at the end. No key string: building one cost more.
+-- A tree: the uid, then each MEMO_FIELDS value from last to first (UNSET_KEY for unset), an outcome
+-- at the end; cheaper than building a key string.
 local UNSET_KEY = {}
 
 local function recall(view, submit_uid)
@@ -1387,8 +1378,7 @@ local function remember(view, submit_uid, outcome)
   node[key] = outcome
 end
 
--- The job's fields, each read from job_desc once (on 22.05 a read scans the job's field names, ~2,700
--- instructions); fields beyond het_job_offset and MEMO_FIELDS are read from job_desc when asked for.
+-- The job's fields, each read from job_desc once (a read is slow on 22.05); others when asked for.
 local VIEW_JOB = {}  -- the view's key for its job_desc
 local VIEW_HOLDS = { het_job_offset = true }
 for _, name in ipairs(MEMO_FIELDS) do VIEW_HOLDS[name] = true end

@@ -4,11 +4,9 @@ with `dofile` only in srun when a device option names something or -w names host
 function cli_filter.lua calls per het component.
 
 For a new job it makes the job_submit hook's decision in the client, so that the step gets the device
-too (`srun --gres=gpumem:20G hostname` becomes `--gres=gpu:l40s:1`; the hook alone rewrites only the
-job). It runs job_submit.lua itself on a job_desc built from the options as srun builds its own, so
-the hook stays the authority: what it refuses passes unchanged, for slurmctld to refuse. Options that
-cannot carry the decision are refused, naming what to ask. In a step gpumem/gpucore is refused
-(step_refusal). Anything unexpected leaves the options alone.
+too (the hook alone rewrites only the job). It runs job_submit.lua itself on a job_desc built from
+the options as srun builds its own, so the hook stays the authority: what it refuses passes
+unchanged, for slurmctld to refuse. Anything unexpected leaves the options alone.
 --]]
 
 -- Baked in by `slurm-hetero job-submit render` (the line ending in "@render"; keep it so).
@@ -362,8 +360,7 @@ local function instead(before, after)
   return table.concat(out, " ")
 end
 
--- Whether the options show the job_desc's counts: without slurm.json_cli_options an unset -n reads
--- "1", so `-N2` cannot be told from `-N2 -n1`; those are left to the hook.
+-- Whether the options show the job_desc's counts (without `set_in`, left to the hook).
 local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end
@@ -450,8 +447,8 @@ end
 -- so a later component the hook refuses for its nodes is refused here.
 local het_rewrote = false
 
--- The earlier components cli_filter.lua left alone (`remember`) go through the hook now, in order,
--- so that its het bookkeeping counts their nodes as taken, as slurmctld's hook does.
+-- The earlier components left alone (`remember`) go through the hook now, in order, so that its het
+-- bookkeeping counts their nodes as taken.
 local function replay(earlier, uid)
   for _, seen in ipairs(earlier or {}) do
     local job = job_of(seen, set_in(seen.set))

@@ -44,7 +44,6 @@ from slurm_hetero.submit.sbatch import (
     gres_names,
     het_mem_refusal,
     het_sent,
-    job_from_texts,
     read_options,
 )
 
@@ -275,7 +274,7 @@ def predict(
     """The hook's outcome for one component (`offset`: its het_job_offset in a het job, components
     in order), or the text of sbatch's own refusal."""
     try:  # as `request explain` reads the options (sbatch's reading of -N, -n, -c and the rest)
-        job = job_from_texts(options, uid, release, gres_names(model))
+        job = job_from_options(**options, uid=uid, slurm_release=release, names=gres_names(model))
     except RequestError as e:
         return e.reason
     return hook.submit(job, offset)

@@ -1,8 +1,7 @@
 """Prometheus metrics of the mixed cluster by device type and vendor (`slurm-hetero metrics`).
 
-The families, under `slurm_hetero_` beside Slurm's own OpenMetrics and the common Slurm exporters,
-with `type` (gres Type=) and `vendor` labels, are listed in docs/admin-guide.md ("Metrics").
-Pure: text of `scontrol show node -d -o`, `squeue` and the log in, metric families out.
+The families (`slurm_hetero_*`, labelled `type` and `vendor`) are listed in docs/admin-guide.md
+("Metrics"). Pure: text of `scontrol show node -d -o`, `squeue` and the log in, families out.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from slurm_hetero.accounting.report import gpumem_asked, rewrite_reason
 from slurm_hetero.slurm.sacct import NOTE_PREFIX, parse_refusals
 from slurm_hetero.slurm.scontrol import gpu_entries, is_our_reason, parse_fields
 
-# Each Slurm command of a scrape gets this long, so that a scrape ends inside Prometheus' default
-# scrape timeout (10 s) even when slurmctld hangs
+# per Slurm command: a scrape ends inside Prometheus' default timeout (10 s) even when slurmctld hangs
 SLURM_TIMEOUT_S = 4.0
 SCONTROL = ["scontrol", "show", "node", "-d", "-o"]
 # squeue: one line per pending job, fixed-width fields; the admin comment (free text) is last
@@ -55,8 +53,7 @@ def _word(line: str, key: str) -> str:
 
 
 def read_nodes(text: str, snap: Snapshot) -> None:
-    """`scontrol show node -d -o` lines into totals, allocations and drained devices per type; only
-    one-word fields are sliced out (10,000 nodes: 9 MB)."""
+    """`scontrol show node -d -o` lines into devices per type (one-word fields only: it is megabytes)."""
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue
@@ -79,19 +76,16 @@ def read_nodes(text: str, snap: Snapshot) -> None:
 
 
 def read_pending(text: str, snap: Snapshot) -> None:
-    """Pending jobs by the gpu type they ask (per node, job, task or socket), and the gpumem the
-    hook recorded for them."""
+    """Pending jobs by the gpu type they ask, and the gpumem the hook recorded for them."""
     for line in text.splitlines():
         parts = line.split(None, 5)
         if len(parts) < 5:
             continue
         tres = ",".join(parts[1:5])
         comment = parts[5] if len(parts) > 5 else ""
-        typed = _TYPED.findall(tres)
-        gpu_type, devices = (typed[0][0], int(typed[0][1])) if typed else ("", 0)
-        if not typed:
-            untyped = _UNTYPED.findall(tres)
-            devices = int(untyped[0]) if untyped else 0
+        typed, untyped = _TYPED.search(tres), _UNTYPED.search(tres)
+        gpu_type = typed[1] if typed else ""
+        devices = int(typed[2]) if typed else int(untyped[1]) if untyped else 0
         snap.pending[gpu_type] += 1
         at = comment.rfind(NOTE_PREFIX)
         asked = gpumem_asked(comment[at + len(NOTE_PREFIX) :].strip() if at >= 0 else None)
@@ -106,10 +100,8 @@ def count_decisions(lines: Iterable[str], found: Counter[tuple[str, str]]) -> No
             continue
         for refusal in parse_refusals([line]):
             found[("refusal", refusal.reason)] += 1
-        if " -> " in line and "rejected [" not in line:
-            m = _REWRITE.search(line)
-            if m:
-                found[("rewrite", rewrite_reason(m.group(1)) or "rewritten")] += 1
+        if " -> " in line and "rejected [" not in line and (m := _REWRITE.search(line)):
+            found[("rewrite", rewrite_reason(m.group(1)) or "rewritten")] += 1
 
 
 def up(ok: bool) -> GaugeMetricFamily:

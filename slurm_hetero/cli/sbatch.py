@@ -20,16 +20,14 @@ import click
 from slurm_hetero.cli import TEXT, cli, inventory_option
 from slurm_hetero.cli.fit import breakdown, fit_options
 from slurm_hetero.cli.gres import local_slurm_release
-from slurm_hetero.cli.submit import compiled, settings_hook
+from slurm_hetero.cli.submit import compiled, inventory_nodes, settings_hook
 from slurm_hetero.core.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
-from slurm_hetero.inventory import document as inventory_io
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import load_settings
 from slurm_hetero.inventory.document import DEFAULT_INVENTORY
 from slurm_hetero.inventory.modelconfigs import load_model, sequence_length
-from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.launch.slurmnodes import gres_records
 from slurm_hetero.render.templates import release_key
 from slurm_hetero.slurm import scontrol
@@ -53,9 +51,8 @@ def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
     """The cluster's nodes: --inventory (or SLURM_HETERO_INVENTORY), else the installed inventory,
     else Slurm's own view (`scontrol show node`) with the catalog's device facts."""
     path = inventory_path or (DEFAULT_INVENTORY if DEFAULT_INVENTORY.exists() else None)
-    catalog = load_catalog()
     if path is not None:
-        return slurm_nodes(inventory_io.load(path, keep_identity=False), catalog)
+        return inventory_nodes(path)
     try:
         gres = scontrol.show_node_gres(())
     except ToolError as e:
@@ -63,7 +60,7 @@ def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
             f"no inventory installed ({DEFAULT_INVENTORY}) and asking Slurm for its nodes failed ({e}); "
             "pass --inventory FILE"
         ) from e
-    return list(gres_records(gres, list(gres), catalog, need_facts=True).values())
+    return list(gres_records(gres, list(gres), load_catalog(), need_facts=True).values())
 
 
 def hook_release(given: str | None) -> str:
@@ -120,8 +117,7 @@ def plan(
     release: str = "22.05",
     explicit: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[Decision]]:
-    """The sbatch argv and each component's decision (pure but for reading the script and the
-    site settings); `explicit`: the fit options the user gave (not defaulted)."""
+    """The sbatch argv and each component's decision; `explicit`: the fit options the user gave."""
     line = split_command_line(sbatch_args)
     if line.script is None and not line.wraps:
         raise HeteroError(
@@ -156,8 +152,7 @@ def plan(
 
 
 def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
-    """`--json`'s components: the wrapper's figures and the hook's decision (as `request explain
-    --json` prints it; null where sbatch refuses the options)."""
+    """`--json`'s components, the hook's decision as `request explain --json` prints it."""
     return [
         {
             "component": d.index,

@@ -30,7 +30,7 @@ from slurm_hetero.submit.hook import (
     read_hosts,
     render_script,
 )
-from slurm_hetero.submit.sbatch import gres_names, job_from_texts
+from slurm_hetero.submit.sbatch import gres_names, job_from_options
 from slurm_hetero.submit.tables import (
     CHAIN_TEMPLATE,
     CHAINED_NAME,
@@ -42,7 +42,7 @@ from slurm_hetero.submit.tables import (
 )
 
 
-def _nodes(inventory_path: Path, models_dirs: tuple[Path, ...]) -> list[SlurmNode]:
+def inventory_nodes(inventory_path: Path, models_dirs: tuple[Path, ...] = ()) -> list[SlurmNode]:
     return slurm_nodes(inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs))
 
 
@@ -51,10 +51,6 @@ def compiled(nodes: list[SlurmNode], settings: Settings) -> ClusterModel:
         return compile_model(nodes, settings.scoring)
     except ValueError as e:
         raise ConfigError(str(e), ", ".join(settings.sources) or None) from e
-
-
-def _model(inventory_path: Path, models_dirs: tuple[Path, ...], settings: Settings) -> ClusterModel:
-    return compiled(_nodes(inventory_path, models_dirs), settings)
 
 
 def settings_hook(model: ClusterModel, settings: Settings, release: str) -> Hook:
@@ -117,7 +113,7 @@ def render(inventory_path: Path, out: Path, hook_path: str | None, site_hook: st
             # slurmctld and the clients would resolve a relative path against their own directory
             raise ConfigError(f"{option} {path!r}: give an absolute path of printable characters")
     settings = load_settings(o["config_path"])
-    nodes = _nodes(inventory_path, o["models_dirs"])
+    nodes = inventory_nodes(inventory_path, o["models_dirs"])
     model = compiled(nodes, settings)
     check_for_cluster(settings, nodes, model.partitions)
     uids = exempt_uids(settings.exempt_users)
@@ -280,13 +276,12 @@ def explain_cmd(
     """What the job_submit hook does with a request (job_submit.lua itself, through lupa); exit 1
     when it refuses it, as when sbatch itself would."""
     settings = load_settings(config_path)
-    model = _model(inventory_path, models_dirs, settings)
+    model = compiled(inventory_nodes(inventory_path, models_dirs), settings)
     given["overcommit"] = "yes" if given["overcommit"] else None
     # a host file: its hosts, as sbatch sends them
     given["nodelist"] = read_hosts("-w/--nodelist", given["nodelist"])
     given["exclude"] = read_hosts("-x/--exclude", given["exclude"])
-    texts = {k: v for k, v in given.items() if v is not None}  # only the sbatch options are left
-    job = job_from_texts(texts, uid, slurm_release, gres_names(model))
+    job = job_from_options(**given, uid=uid, slurm_release=slurm_release, names=gres_names(model))
     outcome = settings_hook(model, settings, slurm_release).submit(job)
     _print(outcome, as_json)
     if not outcome.ok:

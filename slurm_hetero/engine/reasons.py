@@ -1,11 +1,6 @@
-"""Reason codes for "no" answers (R5): one StrEnum, and the wording of the job_submit hook's
-answers.
-
-Users: the fit engine (`engine/fit.py`: memory per model) and the hook's table. The hook's
-wording lives here once, as `%s` templates: `slurm_hetero.submit.tables` copies `MESSAGES`,
-`CODE_ORDER` and `LABELS` into the generated Lua table and the hook fills them with
-`string.format`, so templates take only `%s` arguments and Python's `%` gives the same text.
-Never rename or reuse a code or a key.
+"""Reason codes for "no" answers (R5), and the wording of the job_submit hook's answers, once:
+`submit.tables` copies `MESSAGES`, `CODE_ORDER` and `LABELS` into the hook's Lua table, whose
+`string.format` fills them (so `%s` arguments only). Never rename or reuse a code or a key.
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ from slurm_hetero.core.compat import StrEnum
 
 
 class ReasonCode(StrEnum):
-    """Why a device type cannot take a request or hold a job. Never rename or reuse one."""
+    """Why a device type cannot take a request or hold a job."""
 
     TYPE_EXCLUDED = "TYPE_EXCLUDED"  # the partition or cluster allow/deny lists exclude the type
     MISSING_FEATURE = "MISSING_FEATURE"  # no node of the type has the job's --constraint features
@@ -49,7 +44,7 @@ LABELS: Mapping[ReasonCode, str] = {
     ReasonCode.TOO_FEW_NODES: "too few nodes",
 }
 
-#: Message templates by key, `%s` arguments only (Lua's string.format reads the same strings).
+#: Message templates by key.
 MESSAGES: dict[str, str] = {
     "unknown_type": "unknown device type %s; known types: %s",
     "constraint_counts": "node counts (*N) cannot be checked against device types; "

@@ -1,8 +1,6 @@
-"""The cluster as the job_submit hook decides on it: `compile_model` turns the node records
-(`model.SlurmNode`) and the scoring options into a `ClusterModel` (per device type its memory,
-node shapes, fast-link flag and shares; each partition's rule; each policy's type order). Pure.
-`slurm_hetero.submit.tables` writes it into the Lua table `job_submit.lua` decides with
-(DESIGN.md, "One request decision").
+"""The cluster as the job_submit hook decides on it: `compile_model` turns node records and the
+scoring options into a `ClusterModel`, which `submit.tables` writes into the hook's Lua table
+(DESIGN.md, "One request decision"). Pure.
 
 Policies order types by a key, ties by memory then name: `best-fit` smallest memory then price;
 `fastest` highest throughput for the configured dtype; `cheapest` lowest price per throughput;
@@ -129,10 +127,6 @@ class ClusterModel:
 # ------------------------------------------------------------------------------ compile the model
 
 
-def _fast(spec: DeviceSpec, linked: bool) -> bool:
-    return linked or (spec.interconnect is not None and spec.interconnect not in SLOW_INTERCONNECTS)
-
-
 @dataclass
 class _Seen:
     """What the inventory says about one type, gathered node by node."""
@@ -176,7 +170,7 @@ def _facts(name: str, seen: _Seen, options: ScoringOptions) -> TypeFacts:
         seen.vendor,
         memory,
         feature(name),
-        _fast(spec, bool(seen.linked)),
+        bool(seen.linked) or spec.interconnect not in (None, *SLOW_INTERCONNECTS),
         memory // unit if unit else 0,
         tuple(
             Shape(n, f, c, cpus, mem, tuple(seen.hosts[(n, f, cpus, mem)])) for (n, f, cpus, mem), c in rows
@@ -231,8 +225,7 @@ def policy_key(policy: str, facts: TypeFacts) -> float:
 
 
 def rank(policy: str, facts: Sequence[TypeFacts], multi: bool) -> tuple[str, ...]:
-    """Type names in policy order (ties: best-fit by price; all by memory, then name); with `multi`,
-    types with a device-to-device fabric first."""
+    """Type names in policy order (best-fit's ties by price); with `multi`, linked types first."""
 
     def key(f: TypeFacts) -> tuple[int, float, float, int, str]:
         price = math.inf if f.price is None else f.price
@@ -270,21 +263,15 @@ def _rules(facts: Mapping[str, TypeFacts], options: ScoringOptions) -> tuple[Rul
     return default, rules
 
 
-def device_counts(facts: Iterable[TypeFacts]) -> Counter[str]:
-    """Devices per vendor."""
-    counts: Counter[str] = Counter()
-    for f in facts:
-        counts[f.vendor] += f.devices
-    return counts
-
-
 def vendor_scope(
     facts: Mapping[str, TypeFacts], allowed: Iterable[str], wanted: Sequence[str]
 ) -> frozenset[str]:
     """The vendors a bare request (no gpu TYPE, no vendor's feature in -C) may land on: the `wanted`
     ones with allowed types, else the one with the most allowed devices (ties: name order); empty
     when `wanted` is, or when the scope would hold every vendor of the allowed types anyway."""
-    present = device_counts(facts[t] for t in allowed)
+    present: Counter[str] = Counter()
+    for name in allowed:
+        present[facts[name].vendor] += facts[name].devices
     if not wanted or len(present) < 2:
         return frozenset()
     scope = frozenset(v for v in wanted if v in present)
@@ -294,8 +281,7 @@ def vendor_scope(
 
 
 def compile_model(nodes: Sequence[SlurmNode], options: ScoringOptions) -> ClusterModel:
-    """Everything the Lua hook needs about a cluster (nodes without unhealthy devices); `options`
-    as `inventory.config` validated them."""
+    """Everything the Lua hook needs about a cluster (nodes without unhealthy devices)."""
     facts = _all_facts(nodes, options)
     listed = list(facts.values())
     orders = {p: (rank(p, listed, False), rank(p, listed, True)) for p in POLICIES}

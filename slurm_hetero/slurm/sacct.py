@@ -1,11 +1,9 @@
 """Slurm's accounting through its CLIs: `sacct -P` job records, `scontrol show config`, and the
 hook's refusal lines in slurmctld's log.
 
-Where slurm-hetero's own records live: a rewritten job carries the decision in its AdminComment
-(`slurm_hetero: gpumem:20G -> gres:gpu:l40s:1 (best-fit)`), which slurmdbd stores and `sacct -o
-AdminComment` prints; a refused job never reaches slurmdbd, so its only record is the hook's
-`slurm.log_info` line in slurmctld's log (`slurm_hetero: uid 1000: rejected [NODE_TOO_SMALL]:
-...`). The parsers are pure; `jobs`, `config` and `LogTail` are the callers (R1).
+A rewritten job carries the hook's decision in its AdminComment, which slurmdbd stores; a refused
+job never reaches slurmdbd, so its only record is the hook's line in slurmctld's log. The parsers
+are pure; `jobs`, `config` and `LogTail` are the callers.
 """
 
 from __future__ import annotations
@@ -118,10 +116,8 @@ QUEUED = ["squeue", "-h", "-a", "-O", "JobID:32,admin_comment:4000"]
 
 
 def with_queued_comments(jobs: list[JobRecord], timeout: float = 30.0) -> list[JobRecord]:
-    """`jobs` with the admin comment of those still queued or running read from squeue: slurmdbd
-    gets AdminComment only when a job ends, so sacct prints it empty until then (22.05, 24.11),
-    and the hook's rewrite and gpumem of a running job would be missed. One squeue call, and
-    only when some job has not ended."""
+    """`jobs` with the admin comment of those not ended read from squeue: slurmdbd gets AdminComment
+    only when a job ends (22.05, 24.11), so sacct prints it empty until then."""
     if all(j.end is not None or j.admin_comment for j in jobs):
         return jobs
     queued = {}
@@ -187,9 +183,8 @@ def parse_refusals(lines: Iterable[str]) -> list[Refusal]:
 
 
 class LogTail:
-    """slurmctld's log, line by line, from where the last `lines()` stopped (a scrape of `metrics
-    --serve` reads only what was appended); a rotated log (another inode, or shorter than what was
-    read) is read from its start; a last line without its newline waits for the next call."""
+    """slurmctld's log, line by line, from where the last `lines()` stopped; a rotated log (another
+    inode, or shorter than what was read) from its start; a line without its newline waits."""
 
     def __init__(self, path: str) -> None:
         self.path = path

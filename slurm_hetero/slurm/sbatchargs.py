@@ -1,8 +1,7 @@
 """sbatch's own grammar: its command line and a script's `#SBATCH` header, read as sbatch reads them.
 Pure: text and argv in, options out; `cli/sbatch.py` reads the script and runs sbatch.
 
-Measured on sbatch 22.05.8 (Debian 12) with `sbatch -vvvv` against a controller that is not there
-(it prints every directive it found and the options of each het component, then fails to connect):
+Measured on sbatch 22.05.8 with `sbatch -vvvv` (it prints every directive and component it read):
 
 - Only lines that start with `#SBATCH` in column 0 are directives. Blank lines and other comment
   lines (`#!/bin/bash`, `# note`, an indented `  #SBATCH`) are skipped; the first other line is
@@ -61,9 +60,8 @@ SHORT_FLAGS = {
     "h": "help", "k": "no-kill", "s": "oversubscribe", "v": "verbose", "H": "hold",
     "O": "overcommit", "Q": "quiet", "V": "version", "W": "wait",
 }  # fmt: skip
-# The environment variables sbatch reads for the options the wrapper looks at (measured: each sets
-# its option; SBATCH_NODES, SBATCH_NTASKS, SBATCH_CPUS_PER_TASK, SBATCH_NODELIST do not exist: `man
-# sbatch` INPUT ENVIRONMENT VARIABLES of 22.05 and 24.11; 24.11's SBATCH_TRES_PER_TASK is not read).
+# The environment variables sbatch reads for the options the wrapper looks at (measured; no SBATCH_NODES,
+# _NTASKS, _CPUS_PER_TASK or _NODELIST exist, and 24.11's SBATCH_TRES_PER_TASK is not read).
 ENV_OPTIONS = {
     "SBATCH_GRES": "gres",
     "SBATCH_GPUS": "gpus",
@@ -77,8 +75,7 @@ ENV_OPTIONS = {
     "SBATCH_MEM_PER_CPU": "mem-per-cpu",
     "SBATCH_MEM_PER_GPU": "mem-per-gpu",
 }
-# how sbatch layers them: `_memory` (slurm_opt.c _validate_memory_options, measured on 22.05 and
-# 24.11); two given in the script or on the command line: `submit.sbatch.read_options`
+# sbatch keeps one of them (slurm_opt.c _validate_memory_options): `_memory`, `sbatch.read_options`
 MEMORY = ("mem", "mem-per-cpu", "mem-per-gpu")
 MEMORY_VARIABLES = "SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive."
 MAGIC = "#SBATCH"
@@ -221,8 +218,7 @@ def _argument(line: str, start: int, where: str) -> tuple[str, int]:
 
 
 def directive_words(body: str, where: str) -> tuple[list[str], bool]:
-    """The argv words of one directive (the text after `#SBATCH`) and whether it starts the next
-    het component."""
+    """The argv words of one directive (after `#SBATCH`) and whether it starts a het component."""
     words: list[str] = []
     i = 0
     while True:
@@ -275,8 +271,7 @@ def script_options(text: str, name: str = "script") -> list[list[Option]]:
 def component_options(
     script: Sequence[Sequence[Option]], environ: Mapping[str, str], line: CommandLine
 ) -> list[list[Option]]:
-    """Each het component's options in sbatch's order (script, environment, command line): with
-    one command-line group it applies to every script component, with several the k-th to the k-th."""
+    """Each het component's options in sbatch's order: script, environment, command line."""
     env = [Option(name, environ[var], ()) for var, name in ENV_OPTIONS.items() if environ.get(var)]
     return [
         _memory(script[k] if k < len(script) else (), env, component_group(line.components, k))
@@ -292,10 +287,9 @@ def component_group(groups: Sequence[Sequence[Option]], k: int) -> Sequence[Opti
 
 
 def _memory(own: Sequence[Option], env: Sequence[Option], cmd: Sequence[Option]) -> list[Option]:
-    """The component's options (script's `own`, variables', command line's) as sbatch keeps them:
-    where one of --mem* last came from the script or the command line, the --mem* that last came
-    from a variable is dropped (its earlier script value with it); two --mem* variables alone are
-    refused."""
+    """The component's options as sbatch keeps them: a --mem* from a variable is dropped (its
+    earlier script value with it) where another --mem* came from the script or command line; two
+    --mem* variables alone are refused."""
     layered = [*(("line", o) for o in own), *(("env", o) for o in env), *(("line", o) for o in cmd)]
     source = {o.name: where for where, o in layered if o.name in MEMORY}
     from_env = {name for name, where in source.items() if where == "env"}

@@ -1,9 +1,7 @@
 """Slurm's node records through its CLIs: `scontrol show node -o`, `sinfo`, `scontrol update`.
 
-The parsers are pure (tests feed them real captures); the callers go through `proc.run`, the one
-place that spawns processes. Works on every Slurm from 21.08 (one-line `-o` records, `key=value`
-fields whose values may hold spaces, as `OS=` and `Reason=` do). Python 3.9 compatible: `health`
-and `discover --nodes` use it on compute nodes.
+The parsers are pure; the callers go through `proc.run`. Works on every Slurm from 21.08 (`key=value`
+fields whose values may hold spaces, as `OS=` and `Reason=` do). Python 3.9: it runs on compute nodes.
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ def is_our_reason(reason: str) -> bool:
 
 
 def parse_fields(line: str) -> dict[str, str]:
-    """`NodeName=n1 OS=Linux 5.15 #1 SMP Reason=bad gpu [root@t]` -> fields (values keep spaces,
-    a leading one included: `Reason= slurm-hetero: x` is an admin's reason, not health's own)."""
+    """`NodeName=n1 OS=Linux 5.15 #1 SMP Reason=bad gpu [root@t]` -> fields (values keep their
+    spaces, a leading one too: `is_our_reason`)."""
     marks = list(_FIELD.finditer(line))
     fields: dict[str, str] = {}
     for mark, following in zip(marks, [*marks[1:], None]):
@@ -109,8 +107,7 @@ def parse_node_records(text: str) -> list[SlurmNodeRecord]:
 
 def show_nodes(names: Sequence[str] = (), timeout: float = 30.0) -> list[SlurmNodeRecord]:
     """slurmctld's records of `names` (hostlists are fine), or of every node; none when it knows
-    none of `names` (scontrol exits 1 with nothing on stderr, 22.05 and 24.11). ToolError when
-    Slurm cannot be asked (no scontrol, slurmctld down)."""
+    none of them (scontrol exits 1, 22.05 and 24.11); ToolError when Slurm cannot be asked."""
     argv = ["scontrol", "show", "node", "-o", *([",".join(names)] if names else [])]
     try:
         return parse_node_records(proc.run(argv, timeout=timeout))

@@ -1,14 +1,10 @@
 """job_submit.lua run from Python, through lupa, as slurmctld runs it: the one request decision.
 
-`request explain`, `slurm-hetero sbatch`, the fuzz and the tests hand the job_desc to the very hook
-slurmctld loads and read what it did. This module is the small shim of Slurm's Lua API that makes
-that possible (`SHIM`): the `slurm` table with its loggers and the `ESLURM_*` names the release
-exports (22.05 a short list, 24.11 every one); a job_desc as slurmctld's (an unset field reads nil,
-"" unsets a string field, nil is refused, the node counts take numbers); `slurm_job_submit` once
-per job (het components in order, with `het_job_offset`) and `slurm_job_modify` for an edit, whose
-job_rec lacks what Slurm's lacks (`RECORD_HIDDEN`).
-
-A `Hook` is one Lua state, as slurmctld keeps one: its memo and het bookkeeping live in it.
+Every Python caller of the decision hands the job_desc to the very hook slurmctld loads, through
+`SHIM`, a small stand-in for Slurm's Lua API: the `slurm` table with its loggers and the release's
+`ESLURM_*` names, and a job_desc that behaves as slurmctld's (an unset field reads nil, "" unsets
+a string field, nil is refused, the node counts take numbers). A `Hook` is one Lua state, as
+slurmctld keeps one: its memo and het bookkeeping live in it.
 """
 
 from __future__ import annotations
@@ -49,7 +45,6 @@ EDIT_WRITTEN = WRITTEN[:6]  # an edit never pins the node count
 RECORD_HIDDEN = ("num_tasks", "ntasks_per_node", "req_nodes", "exc_nodes", "cpus_per_task")
 # the ESLURM_* names job_submit/lua exports (22.05: slurm_lua.c's short list; 24.11: every one)
 EXPORTED_22_05 = {"ESLURM_ACCESS_DENIED": 2002, "ESLURM_INVALID_NODE_COUNT": 2006}
-RELEASES = ("22.05", "24.11")
 _CODE_NAMES = {number: name for name, number in SLURM_ERRNO.items()}
 
 SHIM = r"""
@@ -92,8 +87,7 @@ function submit(fields, uid)
   return rc, store, LOG
 end
 
--- The hook's reading of a job's TRES fields (gather): true and the request, or false and the
--- refusal ("ITEM: REASON").
+-- gather's reading of a job's TRES fields: true and the request, or false and "ITEM: REASON".
 function request(fields)
   local ok, req = pcall(slurm_hetero_hook.gather, fields)
   if ok then return true, req end
@@ -118,8 +112,7 @@ end
 
 
 def script_template(name: str = SCRIPT_NAME) -> str:
-    """A hand-written script (the hook, the cli_filter or its srun half): packaged as
-    slurm_hetero/data/NAME, or from a checkout's job_submit/ directory."""
+    """A hand-written script of job_submit/ (packaged as slurm_hetero/data/NAME)."""
     try:
         return bundled(name, f"job_submit/{name}")
     except OSError as e:
@@ -130,8 +123,7 @@ _RENDER_LINE = re.compile(r"^local (\w+) = .*?(\s+-- @render (\w+))$", re.MULTIL
 
 
 def render_script(name: str, template: str | None = None, **values: Any) -> str:
-    """The script NAME (from the template of that name, default NAME) with each `-- @render KEY`
-    line's value set to values[KEY]: the table id, fail policy and paths `job-submit render` bakes in."""
+    """The script NAME (from `template`, default NAME) with each `-- @render KEY` line set to values[KEY]."""
     found: list[str] = []
 
     def bake(m: re.Match[str]) -> str:
@@ -170,8 +162,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the hook did with one job (component) or edit: accepted or not (`rc`), its user
-    message (log_user, one line), the job as Slurm then holds it, its log lines."""
+    """What the hook did with one job (component) or edit; `job`: the job as Slurm then holds it."""
 
     ok: bool
     action: str  # untouched | rewrite | reject
@@ -197,8 +188,7 @@ def _lua_runtime(**options: Any) -> Any:
 
 
 def lua_compile_error(script: Path) -> str | None:
-    """Lua 5.1's message when `script` does not compile (a syntax error, not Lua at all), as
-    slurmctld's loadfile would say it; None when it compiles. The chunk is not run."""
+    """Lua 5.1's message when `script` does not compile, as slurmctld's loadfile says it; else None."""
     lua = _lua_runtime(encoding=None)  # bytes: the message may quote the file's own bytes
     loaded = lua.globals().loadfile(bytes(script))
     if not isinstance(loaded, tuple) or loaded[0] is not None:
@@ -217,9 +207,7 @@ def _hostfile_reader() -> Any:
 
 
 def hostfile_hosts(data: bytes, path: str) -> str:
-    """The hosts of a -w/-x host file's bytes as sbatch sends them, read by the hook's own reader
-    (`hostfile_hosts` in job_submit.lua, which srun's filter runs too); HeteroError with sbatch's
-    words where it refuses the file."""
+    """A -w/-x host file's hosts as sbatch sends them, by the hook's own reader; else sbatch's words."""
     hosts, said = _hostfile_reader()(data, path.encode())  # the hosts, or nil and sbatch's words
     if hosts is None:
         raise HeteroError(bytes(said).decode("utf-8", "replace"))
@@ -231,8 +219,7 @@ MAX_HOSTFILE_BYTES = 1 << 20  # Slurm reads any size; the hook reads far fewer h
 
 def read_hosts(option: str, value: str | None) -> str | None:
     """`value` of -w/-x (`option`): a value with a "/" names a host file, read as sbatch, salloc and
-    srun read it (proc_args.c `verify_node_list`: its hosts comma-joined); one that cannot be read
-    ends the submission, as in sbatch."""
+    srun read it (proc_args.c `verify_node_list`)."""
     if value is None or "/" not in value:
         return value
     try:
@@ -242,13 +229,9 @@ def read_hosts(option: str, value: str | None) -> str | None:
 
 
 class Hook:
-    """job_submit.lua loaded in a fresh Lua 5.1 state with the shim, as slurmctld loads it (the
-    table from beside the script, or from the path baked into it). `runtime`: a fresh lupa
-    LuaRuntime of another Lua version to load it in instead (the chain's tests run Lua 5.4 too)."""
+    """job_submit.lua with the shim in a fresh Lua 5.1 state (`runtime`: a lupa LuaRuntime of another)."""
 
     def __init__(self, script: Path, release: str = "24.11", runtime: Any = None) -> None:
-        if release not in RELEASES:
-            raise ValueError(f"release {release!r}: one of {', '.join(RELEASES)}")
         self.release = release
         self.lua = _lua_runtime(unpack_returned_tuples=True) if runtime is None else runtime
         self.lua.execute(SHIM)
@@ -264,15 +247,13 @@ class Hook:
         return self.lua.table_from({k: v for k, v in values.items() if v is not None})
 
     def submit(self, job: Job, offset: int | None = None) -> Outcome:
-        """slurm_job_submit on `job` by `job.submit_uid`; `offset`: its het_job_offset (0, 1, ...
-        in order: the hook keeps what earlier components take until the next offset 0)."""
+        """slurm_job_submit on `job` by `job.submit_uid`; `offset`: its het_job_offset (components
+        in order: the hook keeps what earlier ones take until the next offset 0)."""
         rc, store, log = self.lua.globals().submit(self._table(job, het_job_offset=offset), job.submit_uid)
         return _outcome(rc, log, replace(job, **{name: store[name] for name in WRITTEN}))
 
     def modify(self, edit: Job, record: Job) -> Outcome:
-        """slurm_job_modify on an edit of `record` by `edit.submit_uid`; the outcome's job is the
-        job as Slurm stores it after the edit (written fields over the record; an update cannot
-        clear a field). A job record gives the hook no `RECORD_HIDDEN` field."""
+        """slurm_job_modify on an edit of `record`; its job: the record with the written fields over it."""
         rc, store, log = self.lua.globals().modify(
             self._table(edit), self._table(record, RECORD_HIDDEN), edit.submit_uid
         )
@@ -280,8 +261,7 @@ class Hook:
         return _outcome(rc, log, replace(record, **stored), edit=True)
 
     def request(self, fields: Iterable[tuple[str, str | None]]) -> Request:
-        """The hook's reading of TRES fields (several texts for one field are joined), or the
-        RequestError with which it refuses them (`ITEM: REASON`)."""
+        """The hook's reading of TRES fields (several texts for one field joined), or its RequestError."""
         joined: dict[str, str] = {}
         for name, text in fields:
             if text:
@@ -324,8 +304,7 @@ def render_hook(
     source: str = "slurm-hetero",
     declared: Iterable[str] = (),
 ) -> Path:
-    """Write the table and job_submit.lua for `model` into `directory`, as `job-submit render`
-    does; the script's path."""
+    """Write the table and job_submit.lua for `model` into `directory`; the script's path."""
     table, ident = render_table(model, exempt_uids, fail_policy, source, list(declared))
     (directory / TABLE_NAME).write_text(table, encoding="utf-8")
     script = directory / SCRIPT_NAME
@@ -337,7 +316,6 @@ def render_hook(
 def cluster_hook(
     model: ClusterModel, exempt_uids: Iterable[int], fail_policy: str, release: str = "24.11"
 ) -> Hook:
-    """The hook slurmctld would run for this cluster and settings, loaded from a scratch directory
-    (the Lua state reads the table once, at load, as slurmctld does)."""
+    """The hook slurmctld would run for this cluster and settings (the table is read once, at load)."""
     with tempfile.TemporaryDirectory(prefix="slurm-hetero-hook-") as scratch:
         return Hook(render_hook(Path(scratch), model, exempt_uids, fail_policy), release)

@@ -27,8 +27,7 @@ GPUS_PER_TASK_REFUSAL = {
     "24.11": "--gpus-per-task or --tres-per-task used without either --gpus or -n/--ntasks is not allowed.",
 }
 
-# sbatch's refusal of --gpus-per-socket (a non-zero count) without --sockets-per-node (or -B S),
-# after the TRES grammar and `gpu_ensure`, before the task count (22.05 and 24.11)
+# sbatch's refusal of --gpus-per-socket (a non-zero count) without --sockets-per-node (or -B S)
 GPUS_PER_SOCKET_REFUSAL = "--gpus-per-socket option requires --sockets-per-node specification"
 
 # sbatch's refusals of what it reads in the TRES fields (slurm_strerror of the code, per release)
@@ -47,8 +46,8 @@ def gres_names(model: ClusterModel) -> frozenset[str]:
 
 
 def _count(text: str, leading_digit: bool) -> int | None:
-    """A GRES count as Slurm's _is_valid_number reads it (strtoull, then a k/m/g/t/p suffix), or
-    None where it refuses it; 24.11 (`leading_digit`) wants a digit first."""
+    """A GRES count as Slurm's _is_valid_number reads it (strtoull, k..p suffix), or None; 24.11
+    (`leading_digit`) wants a digit first."""
     if leading_digit and not text[:1].isdigit():
         return None
     found = _STRTOULL.match(text)
@@ -90,8 +89,7 @@ def _item_24_11(body: str, names: frozenset[str] | None) -> str | None:
 
 
 def gres_refusal(field: str | None, slurm_release: str, names: frozenset[str] | None) -> str | None:
-    """sbatch's refusal of a TRES field as it sends it (`gres:gpu:2,gres:gpumem:20G`), else None;
-    `names`: GresTypes (None: any name)."""
+    """sbatch's refusal of a TRES field as it sends it, else None; `names`: GresTypes (None: any)."""
     marker, read = ("gres:", _item_22_05) if slurm_release == "22.05" else ("gres", _item_24_11)
     rest = field or ""
     while rest:
@@ -118,8 +116,7 @@ def _gpu_option(spec: str) -> tuple[str | None, int]:
 def _records(
     gres: str | None, gpus: str | None, gpus_per_node: str | None, gpus_per_task: str | None
 ) -> dict[str | None, tuple[int | None, int | None, int | None]]:
-    """Each gpu type's (per node, per task, per job) counts, untyped first: sbatch checks each
-    type's on its own, then the mix."""
+    """Each gpu type's (per node, per task, per job) counts, untyped first, as sbatch checks them."""
     specs = [("node", item[4:]) for item in (gres or "").split(",") if item.startswith("gpu:")]
     specs += [  # each comma item of a --gpus* value is an item of its own (xfmt_tres)
         (scope, item)
@@ -156,8 +153,7 @@ def gpu_refusal(
     max_nodes: int | None = None,
     ntasks_per_node: int | None = None,
 ) -> str | None:
-    """sbatch's GPU checks after the task count (its words), else None: each type's counts in
-    turn, then typed and untyped together. min_nodes as sent, max_nodes -N's."""
+    """sbatch's GPU checks after the task count, else None; min_nodes as sent, max_nodes -N's."""
     records = _records(gres, gpus, gpus_per_node, gpus_per_task)
     for node, task, job in records.values():
         if job and node and job % node:
@@ -196,8 +192,7 @@ def _strtol(text: str) -> tuple[int | None, str]:
 
 
 def _c_int(number: str) -> int:
-    """int() of a signed digit string, at most +-2^64 (past any C integer, which saturates there):
-    int() refuses strings of 4,300 digits."""
+    """int() of a signed digit string, saturated at +-2^64 as C saturates (int() refuses 4,300 digits)."""
     number = number.strip()
     if len(number.lstrip("+-").lstrip("0")) > 20:
         return -(2**64) if number.startswith("-") else 2**64
@@ -261,8 +256,7 @@ def node_range(text: str, slurm_release: str = "22.05") -> tuple[int, int]:
 
 
 def task_count(option: str, text: str, slurm_release: str = "22.05") -> int:
-    """`-n`/`--ntasks-per-node` TEXT as sbatch reads it (parse_int, then its -n check); RequestError
-    with sbatch's words where it refuses."""
+    """`-n`/`--ntasks-per-node` TEXT as sbatch reads it (parse_int); RequestError with its words."""
     value, rest = _strtol(text)
     if value is None or rest or value <= 0:
         raise RequestError("sbatch", f'Invalid numeric value "{text}" for {option}.')
@@ -284,11 +278,6 @@ def _gres_items(spec: str, prefix: str) -> list[str]:
     22.05 keeps `gres:gpumem:20G` but sends `gres:gres/gpumem:20G`, 24.11 the other way round)."""
     text = prefix + spec.replace(",", "," + prefix)
     return text.replace(prefix + prefix, prefix).split(",")
-
-
-def _names_gpu(tres: str | None) -> bool:
-    """Whether a TRES field as sent asks for a gpu (`gres:gpu:l40s:1`, `gres/gpu=1`; gpumem is not one)."""
-    return any(re.match(r"gres[:/]gpu(?:$|[:=])", item) for item in (tres or "").split(","))
 
 
 def sbatch_counts(
@@ -331,8 +320,7 @@ def _gpu_items(prefix: str, spec: str | None) -> list[str]:
 
 
 def _per_task_24_11(spec: str | None) -> str | None:
-    """24.11's --gpus-per-task: `gres/gpu[:TYPE]=N`, TYPE before the first `:` or `=`, N its strtol
-    (an item of count 0 is not sent)."""
+    """24.11's --gpus-per-task: `gres/gpu[:TYPE]=N` (N by strtol; a count of 0 is not sent)."""
     if not spec:
         return None
     at = min((i for i in (spec.find(":"), spec.find("=")) if i >= 0), default=-1)
@@ -346,10 +334,9 @@ MEM_PER_CPU = 2**63  # the flag bit of job_desc's pn_min_memory
 
 
 def mebibytes(text: str | None, option: str = "--mem") -> int | None:
-    """sbatch's `option` (--mem, --mem-per-cpu, --mem-per-gpu) value in MiB as str_to_mbytes makes
-    it (proc_args.c): strtoll, then K (rounded up), M, G or T, each optionally followed by B,
-    scaled in a signed 64 bits that wraps (`8796093022208T` is 2^63: per-CPU memory of 0); None
-    when not given. RequestError with sbatch's words where it refuses it."""
+    """A --mem* value in MiB as sbatch's str_to_mbytes makes it (proc_args.c): strtoll, K (rounded
+    up), M, G or T with an optional B, scaled in a signed 64 bits that wraps; RequestError where
+    sbatch refuses it."""
     if not text:
         return None
     refused = RequestError("sbatch", f"Invalid {option} specification")
@@ -373,8 +360,7 @@ def mebibytes(text: str | None, option: str = "--mem") -> int | None:
 
 def _memory_fields(mem: str | None, mem_per_cpu: str | None) -> tuple[int | None, int | None]:
     """(min_mem_per_node, min_mem_per_cpu) as the hook reads them (job_submit_lua.c): sbatch sends
-    --mem as pn_min_memory, --mem-per-cpu with the MEM_PER_CPU bit set; the hook sees per-node
-    memory without the bit and per-CPU memory (the bit cleared) with it."""
+    either as pn_min_memory, --mem-per-cpu with the MEM_PER_CPU bit set."""
     per_node, per_cpu = mebibytes(mem), mebibytes(mem_per_cpu, "--mem-per-cpu")
     memory = per_node if per_node is not None else (None if per_cpu is None else per_cpu | MEM_PER_CPU)
     if memory is None or memory == NO_VAL64:
@@ -382,15 +368,7 @@ def _memory_fields(mem: str | None, mem_per_cpu: str | None) -> tuple[int | None
     return (None, memory - MEM_PER_CPU) if memory & MEM_PER_CPU else (memory, None)
 
 
-def _per_task(prefix: str, cpus_per_task: int | None, gpu: str | None) -> str | None:
-    """tres_per_task: after 22.05 sbatch puts `-c N` there too, as `cpu=N` before the rest."""
-    if prefix == "gres/" and cpus_per_task:
-        return f"cpu={cpus_per_task}" + (f",{gpu}" if gpu else "")
-    return gpu
-
-
-# The sbatch options a decision reads (long names), each a `job_from_texts` key with `_` for `-`:
-# whoever models a job_desc from options (`request explain`, the wrapper, the fuzz) carries them all.
+# The sbatch options a decision reads (long names), each a `job_from_options` key with `_` for `-`.
 OPTIONS = tuple(
     """gres gpus gpus-per-node gpus-per-task gpus-per-socket partition constraint nodes ntasks
     ntasks-per-node cpus-per-task cpus-per-gpu mem-per-gpu mem mem-per-cpu nodelist exclude
@@ -401,8 +379,7 @@ MEMORY_EXCLUSIVE = "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusi
 
 
 def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
-    """`job_from_texts`'s options from sbatch's (long name -> last value): the ones a decision
-    reads (`OPTIONS`), those given."""
+    """`job_from_options`'s options from sbatch's (long name -> last value)."""
     given = {name: values.get(name) for name in OPTIONS}
     if "overcommit" in values:  # a flag: given is all it says
         given["overcommit"] = "yes"
@@ -413,17 +390,15 @@ def texts_of(values: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def het_sent(components: Sequence[Mapping[str, str]], slurm_release: str = "22.05") -> list[dict[str, str]]:
-    """Each het component's options (`job_from_texts` keys) as sbatch sends its job_desc: every
-    -x is every component's exc_nodes, and so are the other components' -w nodes (components never
-    share a node); --mem reaches the components without their own. One component: as given."""
+    """Each het component's options as sbatch sends its job_desc: every -x, and the other
+    components' -w nodes, are each component's exc_nodes (components never share a node)."""
     if len(components) < 2:
         return [dict(c) for c in components]
     if slurm_release == "22.05":
         components = [_shrunk_hosts(c) for c in components]
     excluded = [c["exclude"] for c in components if c.get("exclude")]
-    # --mem is not reset between components (slurm_opt.c: no reset_each_pass): a component
-    # without its own takes the last one given on the line; one with --mem-per-cpu or
-    # --mem-per-gpu keeps its own
+    # --mem is not reset between components (slurm_opt.c: no reset_each_pass): the last one given
+    # reaches a component without its own --mem*
     given = [c["mem"] for c in components if c.get("mem") is not None]
     mem = given[-1] if given else None
     sent = []
@@ -456,8 +431,7 @@ def _other_mem(options: Mapping[str, str]) -> bool:
 
 def het_mem_refusal(components: Sequence[Mapping[str, str]]) -> int | None:
     """The het component sbatch refuses with MEMORY_EXCLUSIVE for a carried --mem (`het_sent`), or
-    None: the first to give --mem-per-cpu or --mem-per-gpu after an earlier one gave --mem. It is
-    that component's check, so an earlier component's own refusal comes first."""
+    None; it is that component's check, so an earlier component's own refusal comes first."""
     seen = False
     for index, options in enumerate(components):
         if seen and _other_mem(options) and options.get("mem") is None:
@@ -466,47 +440,21 @@ def het_mem_refusal(components: Sequence[Mapping[str, str]]) -> int | None:
     return None
 
 
-def job_from_texts(
-    options: Mapping[str, str],
-    uid: int | None = None,
-    slurm_release: str = "22.05",
-    names: frozenset[str] | None = None,
-) -> Job:
-    """job_from_options over the options as typed (`{"nodes": "1-2", "gres": ...}`, the keys its
-    parameter names), the counts read as sbatch reads them."""
-    low, high, read = read_options(options, slurm_release)
-    # --cpus-per-gpu is read as a count but sent as written (cpus_per_tres)
-    counts: dict[str, Any] = {key: count for key, count in read.items() if key != "cpus_per_gpu"}
-    texts: dict[str, Any] = {k: v for k, v in options.items() if k not in ("nodes", "overcommit", *counts)}
-    return job_from_options(
-        **texts,
-        overcommit=options.get("overcommit") is not None,
-        uid=uid,
-        slurm_release=slurm_release,
-        nodes=low,
-        max_nodes=high,
-        names=names,
-        **counts,
-    )
-
-
 # the counts sbatch reads with parse_int, in its order
 COUNT_OPTIONS = ("ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mincpus")
 
 
 def read_options(
-    options: Mapping[str, str], slurm_release: str = "22.05"
+    options: Mapping[str, str | None], slurm_release: str = "22.05"
 ) -> tuple[int | None, int | None, dict[str, int]]:
-    """What sbatch refuses while it reads the options, before it checks any (a het job: every
-    component's, before the first component's checks): -N, the counts, --mem* (and two of them
-    together) and -w against -N; RequestError with its words. (min_nodes, max_nodes) of -N and
-    the counts given (`COUNT_OPTIONS`)."""
+    """(min_nodes, max_nodes) of -N and the counts given; RequestError for what sbatch refuses while
+    it reads the options, before any check (a het job: every component's first)."""
     nodes = options.get("nodes")
     low, high = node_range(nodes, slurm_release) if nodes is not None else (None, None)
     counts = {
-        key: task_count("--" + key.replace("_", "-"), options[key], slurm_release)
+        key: task_count("--" + key.replace("_", "-"), text, slurm_release)
         for key in COUNT_OPTIONS
-        if options.get(key) is not None
+        if (text := options.get(key)) is not None
     }
     memory = [options.get(name.replace("-", "_")) for name in MEMORY]
     for name, text in zip(MEMORY, memory):
@@ -529,8 +477,7 @@ def _hosts(nodelist: str | None) -> int | None:
 
 
 def _uint16(count: int | None) -> int | None:
-    """A count as sbatch stores it in a 16-bit job_desc field (ntasks_per_node, cpus_per_task): its
-    low 16 bits (`-c 65537` reaches the hook as 1), while its own checks keep the count as typed."""
+    """A count as sbatch stores it in a 16-bit job_desc field: its low 16 bits (its checks use all)."""
     return None if count is None else count % 2**16
 
 
@@ -538,15 +485,6 @@ CPUS_EXCLUSIVE = {
     "gres:": "--cpus-per-gpu is mutually exclusive with --cpus-per-task",
     "gres/": "--cpus-per-task, --tres-per-task=cpu:#, and --cpus-per-gpu are mutually exclusive",
 }
-
-
-def _min_cpus(tasks: int, cpus_per_task: int | None, overcommit: bool, min_nodes: int | None) -> int:
-    """The job's min_cpus as sbatch sets it, tasks x -c in 32 bits (tasks: -n, else -N x
-    --ntasks-per-node), which slurmctld holds the job to whatever the 16-bit fields kept; with -O
-    the nodes, at least 1 (the hook reads -O from it)."""
-    if overcommit:
-        return max(min_nodes or 1, 1)
-    return min(tasks * (cpus_per_task or 1), 2**32 - 3)
 
 
 def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | None) -> int | None:
@@ -559,36 +497,25 @@ def _hosts_nodes(nodelist: str | None, min_nodes: int | None, num_tasks: int | N
 
 
 def job_from_options(
-    gres: str | None = None,
-    gpus: str | None = None,
-    gpus_per_node: str | None = None,
-    gpus_per_task: str | None = None,
-    partition: str | None = None,
-    constraint: str | None = None,
+    *,
     uid: int | None = None,
     slurm_release: str = "22.05",
-    nodes: int | None = None,
-    ntasks: int | None = None,
-    ntasks_per_node: int | None = None,
-    max_nodes: int | None = None,
     names: frozenset[str] | None = None,
-    cpus_per_task: int | None = None,
-    cpus_per_gpu: str | None = None,
-    mem_per_gpu: str | None = None,
-    mem: str | None = None,
-    mem_per_cpu: str | None = None,
-    nodelist: str | None = None,
-    exclude: str | None = None,
-    gpus_per_socket: str | None = None,
-    sockets_per_node: str | None = None,
-    mincpus: int | None = None,
-    overcommit: bool = False,
+    **options: str | None,
 ) -> Job:
-    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options
-    (`nodes`..`max_nodes`: -N MIN-MAX; `names`: GresTypes, None to read any GRES name; -c,
-    --cpus-per-gpu, --mem-per-gpu, --mem, --mem-per-cpu, -w, -x, --mincpus, -O as well: read by
-    the hook's node checks; --sockets-per-node: only whether it is given); RequestError where
-    sbatch itself refuses them."""
+    """The job_desc that sbatch of `slurm_release` (22.05 or 24.11) would send for these options,
+    as typed (`OPTIONS` keys, `nodes="1-2"`; overcommit: given at all; `names`: GresTypes, None to
+    read any GRES name); RequestError where sbatch itself refuses them."""
+    if unknown := set(options) - {name.replace("-", "_") for name in OPTIONS}:
+        raise TypeError(f"not an sbatch option a decision reads: {sorted(unknown)}")
+    nodes, max_nodes, counts = read_options(options, slurm_release)
+    ntasks, ntasks_per_node, cpus_per_task, mincpus = map(
+        counts.get, ("ntasks", "ntasks_per_node", "cpus_per_task", "mincpus")
+    )
+    gres, gpus, gpus_per_node, gpus_per_task, gpus_per_socket, cpus_per_gpu, mem_per_gpu, nodelist = map(
+        options.get,
+        "gres gpus gpus_per_node gpus_per_task gpus_per_socket cpus_per_gpu mem_per_gpu nodelist".split(),
+    )
     pre = RELEASE_PREFIX[slurm_release]
     if cpus_per_task is not None and cpus_per_gpu:  # sbatch's first words, measured on each release
         raise RequestError("sbatch", CPUS_EXCLUSIVE[pre])
@@ -604,7 +531,8 @@ def job_from_options(
     for text in fields.values():
         if refusal := gres_refusal(text, slurm_release, names):
             raise RequestError("sbatch", refusal)
-    gpu_asked = any(_names_gpu(text) for text in fields.values())  # gpumem is not a gpu
+    items = ",".join(filter(None, fields.values())).split(",")
+    gpu_asked = any(re.match(r"gres[:/]gpu(?:$|[:=])", item) for item in items)  # gpumem is not a gpu
     if mem_per_gpu and not gpu_asked:  # before --cpus-per-gpu's
         per_gpu = f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}"
         raise RequestError("sbatch", f"Requested mem_per_tres={per_gpu} but did not request any GPU.")
@@ -612,10 +540,13 @@ def job_from_options(
         raise RequestError(
             "sbatch", f"Requested cpus_per_tres={pre}gpu:{cpus_per_gpu} but did not request any GPU."
         )
-    fields["tres_per_task"] = _per_task(pre, cpus_per_task, fields["tres_per_task"])  # -c: cpu=N first
+    if pre == "gres/" and cpus_per_task:  # after 22.05 sbatch puts -c in tres_per_task too, first
+        fields["tres_per_task"] = ",".join(filter(None, [f"cpu={cpus_per_task}", fields["tres_per_task"]]))
     if refusal := gpu_ensure(gres, gpus, gpus_per_node, gpus_per_task):
         raise RequestError("sbatch", refusal)
-    if sockets_per_node is None and any(_gpu_option(i)[1] for i in (gpus_per_socket or "").split(",") if i):
+    if options.get("sockets_per_node") is None and any(
+        _gpu_option(i)[1] for i in (gpus_per_socket or "").split(",") if i
+    ):
         raise RequestError("sbatch", GPUS_PER_SOCKET_REFUSAL)
     min_nodes, num_tasks, per_node = sbatch_counts(  # then sbatch's task-count check
         nodes,
@@ -632,15 +563,19 @@ def job_from_options(
         # 22.05 lowers the hosts to an explicit -n only, not to the tasks --ntasks-per-node makes
         min_nodes = _hosts_nodes(nodelist, min_nodes, ntasks if pre == "gres:" else num_tasks)
     # -N N is min and max (-N MIN-MAX: max as given, lowered with min to the tasks); else unset
-    top = max_nodes if max_nodes is not None else nodes
-    top = min(top, num_tasks) if top and num_tasks and min_nodes != nodes else top
+    top = min(max_nodes, num_tasks) if max_nodes and num_tasks and min_nodes != nodes else max_nodes
     if refusal := gpu_refusal(gres, gpus, gpus_per_node, gpus_per_task, min_nodes, top, per_node):
         raise RequestError("sbatch", refusal)
-    memory = _memory_fields(mem, mem_per_cpu)
+    memory = _memory_fields(options.get("mem"), options.get("mem_per_cpu"))
+    # sbatch's tasks x -c in 32 bits, which slurmctld holds the job to whatever the 16-bit fields
+    # kept; with -O the nodes (the hook reads -O from it)
+    min_cpus = min((num_tasks or (ntasks_per_node or 1) * (nodes or 1)) * (cpus_per_task or 1), 2**32 - 3)
+    if options.get("overcommit") is not None:
+        min_cpus = max(min_nodes or 1, 1)
     return Job(
         **fields,
-        partition=partition,
-        features=constraint,
+        partition=options.get("partition"),
+        features=options.get("constraint"),
         submit_uid=uid,
         user_id=uid,
         min_nodes=min_nodes,
@@ -648,14 +583,12 @@ def job_from_options(
         ntasks_per_node=_uint16(per_node),
         max_nodes=top,
         cpus_per_task=_uint16(cpus_per_task),
-        min_cpus=_min_cpus(
-            num_tasks or (ntasks_per_node or 1) * (nodes or 1), cpus_per_task, overcommit, min_nodes
-        ),
+        min_cpus=min_cpus,
         pn_min_cpus=_uint16(max(mincpus or 0, cpus_per_task or 0)) or None,  # sbatch raises it to -c
         cpus_per_tres=f"{pre}gpu:{cpus_per_gpu}" if cpus_per_gpu else None,
         mem_per_tres=f"{pre}gpu:{mebibytes(mem_per_gpu, '--mem-per-gpu')}" if mem_per_gpu else None,
         min_mem_per_node=memory[0],
         min_mem_per_cpu=memory[1],
         req_nodes=nodelist,
-        exc_nodes=exclude,
+        exc_nodes=options.get("exclude"),
     )

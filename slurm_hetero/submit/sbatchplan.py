@@ -1,11 +1,7 @@
-"""What `slurm-hetero sbatch` submits: the job's own request (read by `slurm.sbatchargs` as sbatch
-reads it) merged with the memory the fit engine says a model needs, and checked against the
-cluster's devices before sbatch runs. Pure: options, node records and a per-device estimate in;
-the decision out. The merge rules are docs/user-guide.md's (`slurm-hetero sbatch`): a named type
-is kept and must hold the model; a bare count, or no device, gets `gpumem:SIZE`; a gpumem the user
-wrote with a model is an error. Every component then goes through the job_submit hook itself
-(`hook_check`) on the job_desc the release's sbatch sends; the wrapper's own type checks cover
-what the hook leaves alone (a named type without gpumem).
+"""What `slurm-hetero sbatch` submits: the job's own request merged with the memory the fit engine
+says a model needs (docs/user-guide.md has the merge rules), then checked by the job_submit hook
+itself (`hook_check`) on the job_desc the release's sbatch sends. Pure. The wrapper's own type
+checks cover what the hook leaves alone (a named type without gpumem).
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ from slurm_hetero.submit.sbatch import (
     gres_names,
     het_mem_refusal,
     het_sent,
-    job_from_texts,
+    job_from_options,
     node_range,
     task_count,
     texts_of,
@@ -88,8 +84,7 @@ def _gpu_item(value: str | None) -> str | None:
 
 
 def component(index: int, options: Sequence[Option], hook: Hook, het: bool = False) -> Component:
-    """A component's request from its options (the `gres`, `gpus*`, `-N`, `-n` values), read by the
-    hook itself (`Hook.request`); `het`: one of several components."""
+    """A component's request from its options, read by the hook itself (`Hook.request`)."""
     v = values(options)
     fields = [
         ("tres_per_node", v.get("gres")),
@@ -109,8 +104,7 @@ def component(index: int, options: Sequence[Option], hook: Hook, het: bool = Fal
 
 
 def _least(read: Callable[[str], int], text: str | None, default: int = 1) -> int:
-    """A count as sbatch reads it, at least 1; `default` where not given or where sbatch refuses it
-    (`hook_check` then gives sbatch's words)."""
+    """A count as sbatch reads it, at least 1; `default` where not given or refused."""
     try:
         return default if text is None else max(1, read(text))
     except RequestError:
@@ -182,9 +176,8 @@ def _check_type(c: Component, types: Mapping[str, TypeFacts]) -> TypeFacts:
 
 
 def check_gpumem(c: Component, types: Mapping[str, TypeFacts]) -> Decision:
-    """A component without a model: a type it names without gpumem/gpucore must exist and hold
-    its devices (a request with gpumem/gpucore is the hook's to decide: `hook_check`; one the hook
-    cannot read and leaves alone, Slurm's)."""
+    """A component without a model: a type it names without gpumem/gpucore (the hook's to decide)
+    must exist and hold its devices."""
     if c.request.gpu_type is not None and not c.request.asks:
         _check_type(c, types)
     return undecided(c)
@@ -202,9 +195,8 @@ def plan_model(
     suggestions: Sequence[Suggestion],
     layout: str = "",
 ) -> list[Decision]:
-    """Size every device-asking component for the model spread over all their devices (component 0
-    with one device per node when none asks), keep named types, add gpumem to the rest (which
-    `hook_check` then checks). `layout`: the parallel degrees the user gave, for the error."""
+    """Size every device-asking component (else component 0) for the model spread over all their
+    devices: keep named types, add gpumem to the rest. `layout`: the user's degrees, for the error."""
     for c in components:
         if c.unread is not None:  # a request the model cannot be sized against
             raise c.unread
@@ -245,10 +237,9 @@ def plan_model(
 def sent_jobs(
     components: Sequence[Component], gres: Sequence[str | None], model: ClusterModel, hook: Hook, release: str
 ) -> list[Job] | None:
-    """Each component's job_desc as the release's sbatch sends it in the het job (`het_sent`; it
-    reads them all before it sends one); None where sbatch refuses a component the hook leaves
-    alone (sbatch speaks for itself), and SbatchPlanError with sbatch's words where it refuses one
-    with gpumem/gpucore."""
+    """Each component's job_desc as the release's sbatch sends it; None where sbatch refuses a
+    component the hook leaves alone (sbatch speaks for itself), SbatchPlanError with sbatch's words
+    where it refuses one with gpumem/gpucore."""
     texts = [texts_of({**c.options, "gres": g}) for c, g in zip(components, gres)]
     carried, names = het_mem_refusal(texts), gres_names(model)
     jobs: list[Job] = []
@@ -256,7 +247,7 @@ def sent_jobs(
         try:
             if k == carried:
                 raise RequestError("sbatch", MEMORY_EXCLUSIVE)
-            jobs.append(job_from_texts(sent, None, release, names))  # uid None: not exempt
+            jobs.append(job_from_options(**sent, uid=None, slurm_release=release, names=names))  # not exempt
         except RequestError as e:
             if not hook.asks_us(g):
                 return None
@@ -268,8 +259,7 @@ def hook_check(
     components: Sequence[Component], decisions: Sequence[Decision], jobs: Sequence[Job], hook: Hook
 ) -> list[Decision]:
     """The decisions with the job_submit hook's own (`Decision.hook`), or SbatchPlanError where it
-    refuses a component: `jobs` (`sent_jobs` of the decisions' gres) go through the hook in order
-    as one heterogeneous job (its het_job_offset), as slurmctld's do."""
+    refuses a component; `jobs` go through the hook in order, as slurmctld's do."""
     out: list[Decision] = []
     for k, (c, d, job) in enumerate(zip(components, decisions, jobs)):
         outcome = hook.submit(job, k if len(jobs) > 1 else None)
@@ -289,9 +279,8 @@ def merged_argv(
     decisions: Sequence[Decision],
     script: Sequence[str],
 ) -> list[str]:
-    """sbatch's argv: the user's command-line options, with each changed component's `--gres`
-    replaced by the merged one, then the script and its arguments. One command-line group serves
-    every component unless a component's gres changes on a het job: then one group per component."""
+    """sbatch's argv: the user's options with each changed component's `--gres` replaced, then the
+    script; one group per component once a het job's gres changes."""
     changed = {d.index: d.gres for d in decisions if d.gres is not None}
     if not changed:
         words = [w for g in groups for w in (*(x for o in g for x in o.written), ":")][:-1]

@@ -1,8 +1,7 @@
 """The Lua data table that `job_submit.lua` reads: a compiled `ClusterModel` plus the hook's
 settings and wording. Pure: text in, text out.
 
-Table contract (format 1; `docs/submit-protocol.md` may repeat it). `slurm_hetero_tables.lua`
-is one `return { ... }` chunk with these keys:
+Table contract (format 1): `slurm_hetero_tables.lua` is one `return { ... }` chunk with these keys:
 
 =================  ===============================================================================
 format, id         table format (1) and a digest of the content; the rendered `job_submit.lua`
@@ -61,11 +60,9 @@ from slurm_hetero.engine.reasons import CODE_ORDER, LABELS, MESSAGES, SHOWN_CHAR
 from slurm_hetero.engine.score import POLICIES, ClusterModel, Rule, TypeFacts
 from slurm_hetero.slurm.syntax import MAX_HOSTLIST, comment
 
-# The Slurm error a rejection returns (the client prints its text on its last line), by what was
-# wrong: the request grammar, the --constraint grammar, the partition, an -x, or the furthest check
-# that the best type failed (reason codes in check order). The hook returns `slurm[NAME]` where the
-# release exports NAME (24.11 exports every ESLURM_*; 22.05 only a few), else the number below
-# (slurm/slurm_errno.h; the same in every release since 2.x), which slurmctld hands the client alike.
+# The Slurm error a rejection returns, by what was wrong (the furthest check the best type failed for
+# a reason code). The hook returns `slurm[NAME]` where the release exports NAME (22.05 exports only a
+# few), else the number (slurm/slurm_errno.h, the same in every release since 2.x).
 SLURM_ERRNO = {
     "ESLURM_INVALID_PARTITION_NAME": 2000,
     "ESLURM_INVALID_NODE_COUNT": 2006,
@@ -87,8 +84,7 @@ REJECT_CODES = {
     ReasonCode.TOO_FEW_NODES: "ESLURM_INVALID_NODE_COUNT",
 }
 NOTE_PREFIX = "slurm_hetero: "  # of the admin comment and log lines
-# hosts one -x may name: the hook expands it for each job while slurmctld holds its job lock
-MAX_EXCLUDED = 4_096  # at most ~6 ms of Lua 5.1 (lupa) for 4,096 names; 16,384 took 23 ms
+MAX_EXCLUDED = 4_096  # hosts one -x may name: the hook expands it under slurmctld's job lock
 ITEM_FORMS = {  # kind -> form -> the item that replaces the request (22.05 `gres:`, 24.11 `gres/`)
     "gpu": {"22.05": "gres:gpu:%s:%s", "24.11": "gres/gpu:%s:%s", "slash": "gres/gpu:%s=%s"},
     "any": {"22.05": "gres:gpu:%s", "24.11": "gres/gpu:%s", "slash": "gres/gpu=%s"},
@@ -134,7 +130,7 @@ def lua_value(value: Any, indent: int = 0) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, float):
+    if isinstance(value, float):  # an inventory may give a whole number as 1e3 (cpus: 1000.0)
         if not math.isfinite(value):
             raise ValueError(f"cannot write {value!r} into the Lua table")
         return repr(value)
@@ -245,9 +241,7 @@ def render_table(
     source: str,
     declaration: Sequence[str],
 ) -> tuple[str, str]:
-    """(Lua text, id) of `slurm_hetero_tables.lua`. `declaration`: the hosts and device files the
-    table was compiled from, as gres.conf lines (`render.removal.declaration`), kept in a Lua
-    comment for the next render to read back; not part of the id (the hook never reads it)."""
+    """(Lua text, id) of `slurm_hetero_tables.lua`; `declaration`: its gres.conf lines (not in the id)."""
     data = table_data(model, exempt_uids, fail_policy)
     ident = table_id(data)
     header = (
@@ -262,8 +256,7 @@ def render_table(
 
 
 def _declaration_comment(lines: Sequence[str]) -> str:
-    """A Lua long comment of gres.conf lines. Their values (host names, hostlists, device files,
-    types) never hold `=` after a key, so `]==]` cannot end it early."""
+    """A Lua long comment of gres.conf lines (their values never hold `]==]`, which would end it)."""
     if any(DECLARATION_END in line or "\n" in line for line in lines):
         raise ValueError(f"a declaration line holds {DECLARATION_END!r} or a line break: {lines}")
     intro = (

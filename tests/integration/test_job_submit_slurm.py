@@ -26,7 +26,7 @@ from slurm_hetero.inventory.nodes import gres_order
 from slurm_hetero.slurm.sbatchargs import parse_options, values
 from slurm_hetero.submit import job_from_options
 from slurm_hetero.submit.hook import Hook, Outcome, cluster_hook
-from slurm_hetero.submit.sbatch import job_from_texts, texts_of
+from slurm_hetero.submit.sbatch import texts_of
 from tests.conftest import REPO
 from tests.integration.conftest import Cluster, active, slurm, tres
 from tests.unit.test_job_submit_lua import kind_of, type_of
@@ -222,7 +222,9 @@ def test_an_absurd_memory_figure_is_refused_in_one_line_as_explain_says(
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
     try:
-        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        predicted = hook.submit(
+            job_from_options(**{"gres": "gpumem:20G", **texts}, uid=uid, slurm_release=dev_cluster.name)
+        )
         said = predicted.message
         assert not predicted.ok, said
     except RequestError as e:
@@ -255,7 +257,9 @@ def test_a_count_past_its_job_desc_field_is_decided_as_explain_says(
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     texts = {o[2:].split("=")[0].replace("-", "_"): o.split("=", 1)[1] for o in options}
     try:
-        predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+        predicted = hook.submit(
+            job_from_options(**{"gres": "gpumem:20G", **texts}, uid=uid, slurm_release=dev_cluster.name)
+        )
         said, ok = predicted.message, predicted.ok
     except RequestError as e:
         said, ok = e.reason, False
@@ -291,7 +295,9 @@ def test_overcommit_and_mincpus_are_decided_as_slurm_allocates_them(
     typed: the hook rewrites it, as explain says, and it starts."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     texts = texts_of(values(parse_options(options)[0]))  # read as the wrapper reads them
-    predicted = hook.submit(job_from_texts({"gres": "gpumem:20G", **texts}, uid, dev_cluster.name))
+    predicted = hook.submit(
+        job_from_options(**{"gres": "gpumem:20G", **texts}, uid=uid, slurm_release=dev_cluster.name)
+    )
     assert predicted.ok and predicted.action == "rewrite", predicted.message
     run = as_user("sbatch", "--parsable", "--gres=gpumem:20G", *options, "-o", "/dev/null", "--wrap", "true")
     assert run.returncode == 0 and predicted.message in run.stderr, run.stderr
@@ -386,8 +392,8 @@ def _wait_started(job_id: str, timeout: float = 30) -> dict[str, str]:
         ),
         # without it, a move to another type is refused (the job's -x may exclude it)
         (["--gres=gpu:1,gpumem:20G"], ["gres=gpumem:70G"], {"gres": "gpumem:70G"}),
-        (["--gres=gpu:1,gpumem:20G"], ["numnodes=2"], {"nodes": 2}),
-        (["-n1", "--gpus-per-task=1", "--gres=gpumem:20G"], ["numtasks=8"], {"ntasks": 8}),
+        (["--gres=gpu:1,gpumem:20G"], ["numnodes=2"], {"nodes": "2"}),
+        (["-n1", "--gpus-per-task=1", "--gres=gpumem:20G"], ["numtasks=8"], {"ntasks": "8"}),
         # not checked before: the job pended forever where its type is not
         (["--gres=gpu:1,gpumem:20G"], ["partition=ascend"], {"partition": "ascend"}),
         (["--gres=gpu:1,gpumem:20G"], ["partition=nvidia"], {"partition": "nvidia"}),
@@ -441,10 +447,10 @@ def test_an_edited_job_runs_where_its_request_fits_or_the_edit_is_refused(
     kept the old type beside the new one: it ran on l40sn1 for 70G, or ended in BadConstraints);
     a refused edit changes nothing; a successful one prints no "error:" line (24.11's scontrol
     prints every log_user line of an update so)."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
@@ -524,10 +530,10 @@ def test_a_gpumem_edit_keeps_the_jobs_per_node_device_count(
 def test_edits_the_fuzz_found_refused_by_slurmctld_are_decided_as_explain_says(
     dev_cluster: Cluster, suite_config: Path, submitted: list[str], edit: str
 ) -> None:
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     run = as_user("sbatch", "--parsable", "-H", *submitted, "-o", "/dev/null", "--wrap", "true")
@@ -595,10 +601,10 @@ def test_a_gpumem_edit_of_a_het_component_is_refused_as_explain_says(
     """Issue 10 r3 (24.11): `scontrol update jobid=J+0 gres=gpumem:70G` of an (l40s + a100) het
     job was accepted: component 0 became a100_80g:1 beside component 1's a100 (one a100 node) and
     both pended forever. The hook cannot see the other components: such an edit is refused."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     argv = ("--gres=gpu:l40s:1", ":", "--gres=gpu:a100_80g:1")
@@ -767,10 +773,10 @@ def test_srun_with_the_count_in_another_option_runs_its_step(
 
 def _cluster_model(dev_cluster: Cluster, suite_config: Path) -> tuple[Any, Hook, int]:
     """The cluster's model, the hook slurmctld runs (through lupa) and the test user's uid."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     return model, hook, uid
@@ -792,7 +798,7 @@ def test_srun_decides_with_its_node_options_as_the_hook_does(
         "nodelist": {"nodelist": "l40sn1"},
         # every node of the type chosen without it: the next type, or a refusal
         "exclude": {"exclude": hostlist.fold(h for s in shapes for r in s.hosts for h in hostlist.expand(r))},
-        "cpus_per_task": {"cpus_per_task": max(s.cpus for s in shapes) + 1},
+        "cpus_per_task": {"cpus_per_task": str(max(s.cpus for s in shapes) + 1)},
         "mem": {"mem": f"{max(s.memory_mib for s in shapes) + 1}M"},
     }[which]
     job = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name, **options)
@@ -820,7 +826,7 @@ def test_srun_on_two_nodes_without_n_gives_each_task_its_device(
     (gpumem:(null)) not found in the job" or no device). Now both tasks, one per node, see one."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     predicted = hook.submit(
-        job_from_options(gres="gpumem:20G", nodes=2, uid=uid, slurm_release=dev_cluster.name)
+        job_from_options(gres="gpumem:20G", nodes="2", uid=uid, slurm_release=dev_cluster.name)
     )
     script = "echo NODE=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
     run = as_user("srun", "-t", "1", "-N2", "--gres=gpumem:20G", "sh", "-c", script)
@@ -1026,10 +1032,10 @@ def test_heterogeneous_components_the_hook_accepts_start(
     `taken`); what is accepted starts and ends, a refusal says what explain says. Issue 10 r3:
     `--gres=gpu:l40s:1 : --gres=gpumem:20G` (one l40s node) rewrote the second to l40s too: a
     component left alone takes its typed nodes as well, in `:` jobs and `#SBATCH hetjob` scripts."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     outcomes = []
@@ -1126,7 +1132,7 @@ def test_srun_het_component_left_alone_still_takes_its_nodes(
     counted a component without gpumem, unlike the hook for sbatch. A takes every l40s node here."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     l40s = len(_hosts_of(dev_cluster, "l40s"))
-    first = job_from_options(gres="gpu:l40s:1", nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
+    first = job_from_options(gres="gpu:l40s:1", nodes=str(l40s), uid=uid, slurm_release=dev_cluster.name)
     hook.submit(first, 0)
     second = job_from_options(gres="gpumem:20G", uid=uid, slurm_release=dev_cluster.name)
     predicted = hook.submit(second, 1)
@@ -1153,7 +1159,7 @@ def test_srun_het_typed_component_after_a_decided_one_is_refused_as_the_hook_doe
     slurmctld typed, so only srun can refuse them; shards keep their gpumem for slurmctld's hook."""
     model, hook, uid = _cluster_model(dev_cluster, suite_config)
     l40s = len(_hosts_of(dev_cluster, "l40s"))
-    first = job_from_options(gres=gres, nodes=l40s, uid=uid, slurm_release=dev_cluster.name)
+    first = job_from_options(gres=gres, nodes=str(l40s), uid=uid, slurm_release=dev_cluster.name)
     decided = hook.submit(first, 0)
     assert decided.ok and type_of(decided) == "l40s", decided.message
     second = job_from_options(gres="gpu:l40s:1", uid=uid, slurm_release=dev_cluster.name)
@@ -1435,16 +1441,16 @@ def test_multi_node_requests_run_or_are_rejected_as_explain_says(
 ) -> None:
     """Issue 10: a rewritten multi-node job can start (it runs to the end); a rejection says
     exactly what `request explain` says."""
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
 
     settings = load_settings(suite_config)
-    model = _model(dev_cluster.inventory, (), settings)
+    model = compiled(inventory_nodes(dev_cluster.inventory), settings)
     hook = cluster_hook(model, exempt_uids(settings.exempt_users), settings.fail_policy, dev_cluster.name)
     uid = int(subprocess.run(["id", "-u", USER], capture_output=True, text=True, check=True).stdout)
     argv = [a for a in sbatch_argv(Request([options])) if a != "-H"]
     run = as_user_wait(*argv)
     try:
-        predicted = hook.submit(job_from_texts(options, uid, dev_cluster.name))
+        predicted = hook.submit(job_from_options(**options, uid=uid, slurm_release=dev_cluster.name))
     except RequestError as e:  # sbatch's own refusal
         assert run.returncode != 0 and e.reason in run.stderr, (run.stderr, e.reason)
         return

@@ -337,14 +337,15 @@ def test_a_refusal_is_the_lua_hooks_own_words(
 
     monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")  # the settings the scoped hook has
     hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
-    names = {"--gres": "gres", "--gpus-per-task": "gpus_per_task", "-C": "constraint"}
-    counts = {"-N": "nodes", "-n": "ntasks"}
+    names = {
+        "--gres": "gres",
+        "--gpus-per-task": "gpus_per_task",
+        "-C": "constraint",
+        "-N": "nodes",
+        "-n": "ntasks",
+    }
     flags = dict(zip(explain_args[::2], explain_args[1::2]))
-    job = job_from_options(
-        **{names[k]: v for k, v in flags.items() if k in names},
-        **{counts[k]: int(v) for k, v in flags.items() if k in counts},
-        slurm_release=release,
-    )
+    job = job_from_options(**{names[k]: v for k, v in flags.items() if k in names}, slurm_release=release)
     ok, message, _, _ = hook.run(job)
     assert not ok and message
     job_file = [] if directives is None else [script(tmp_path, *directives)]
@@ -434,12 +435,13 @@ def test_het_components_are_decided_as_the_hook_decides_them(
     """Every component goes through the hook's decision in order, typed ones included: the wrapper
     refuses the component job_submit.lua (het_job_offset, one Lua state) refuses, with its words."""
     lua = pytest.importorskip("tests.unit.test_job_submit_lua")
-    from slurm_hetero.submit.sbatch import job_from_texts
+    from slurm_hetero.submit.sbatch import job_from_options
 
     monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
     hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
     said = [
-        hook.run(job_from_texts(c, 1000, release), het_job_offset=k)[:2] for k, c in enumerate(components)
+        hook.run(job_from_options(**c, uid=1000, slurm_release=release), het_job_offset=k)[:2]
+        for k, c in enumerate(components)
     ]
     rejected = [k for k, (ok, _) in enumerate(said) if not ok]
     assert rejected[:1] == ([] if refused is None else [refused]), said
@@ -477,7 +479,7 @@ def test_sbatch_reads_every_het_component_before_the_hook_decides_one(tmp_path: 
 # their own: it decided comp 1 of `-x l40sn1 : --gres=gpumem:20G` as l40s where the hook says a100_80g,
 # and passed what the hook refuses. Each case: the wrapper's arguments (or the script's #SBATCH lines),
 # each component as sbatch sends it (written out from those measurements: `-x`/`-w` keys of
-# job_from_texts), and the component the hook refuses (None: accepted).
+# job_from_options), and the component the hook refuses (None: accepted).
 GPUMEM20 = {"gres": "gpumem:20G"}
 HET_SENT = [
     pytest.param(
@@ -527,11 +529,14 @@ def test_het_components_are_decided_as_sbatch_sends_them(
     (one Lua state, het_job_offset: the nodes earlier components take), and `request explain`'s of
     that component where no earlier one takes nodes; a refusal is the hook's, on --dry-run too."""
     lua = pytest.importorskip("tests.unit.test_job_submit_lua")
-    from slurm_hetero.submit.sbatch import job_from_texts
+    from slurm_hetero.submit.sbatch import job_from_options
 
     monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
     hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
-    said = [hook.run(job_from_texts(c, 1000, release), het_job_offset=k)[:2] for k, c in enumerate(sent)]
+    said = [
+        hook.run(job_from_options(**c, uid=1000, slurm_release=release), het_job_offset=k)[:2]
+        for k, c in enumerate(sent)
+    ]
     last = len(sent) - 1 if refused is None else refused
     assert [ok for ok, _ in said[: last + 1]] == [k != refused for k in range(last + 1)], said
     job = script(tmp_path, *(directives or []))
@@ -785,21 +790,15 @@ def test_two_memory_variables_are_refused_as_sbatch_refuses_them(tmp_path: Path)
 
 
 def test_the_wrapper_carries_every_option_job_from_options_reads() -> None:
-    """A new option the decision reads (a job_from_options parameter) must be one the wrapper and
-    request explain carry (`OPTIONS`), and request explain must take it."""
-    import inspect
-
+    """An option the decision reads must be one the wrapper and request explain carry (`OPTIONS`:
+    job_from_options takes no other), and request explain must take it."""
     from slurm_hetero.cli.submit import explain_cmd
     from slurm_hetero.submit.sbatch import OPTIONS, job_from_options
 
-    read = set(inspect.signature(job_from_options).parameters) - {
-        "uid",
-        "slurm_release",
-        "max_nodes",
-        "names",
-    }
-    assert read == {name.replace("-", "_") for name in OPTIONS}
+    read = {name.replace("-", "_") for name in OPTIONS}
     assert read <= {p.name for p in explain_cmd.params}
+    with pytest.raises(TypeError, match="gpus_per_nodes"):
+        job_from_options(gpus_per_nodes="1")
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
@@ -819,11 +818,11 @@ def test_every_option_refusal_is_the_lua_hooks_own_words(
     """The same requests through job_submit.lua (Lua 5.1) on the job_desc the release's sbatch
     sends: it rejects them with the text the wrapper prints."""
     lua = pytest.importorskip("tests.unit.test_job_submit_lua")
-    from slurm_hetero.submit.sbatch import job_from_texts, texts_of
+    from slurm_hetero.submit.sbatch import job_from_options, texts_of
 
     monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")  # the settings the scoped hook has
     hook = lua.Hook(lua.configs(tmp_path)["scoped"].directory / lua.SCRIPT_NAME)
-    ok, message, _, _ = hook.run(job_from_texts(texts_of(options), None, release))
+    ok, message, _, _ = hook.run(job_from_options(**texts_of(options), slurm_release=release))
     assert not ok and message
     code, out, err = wrapped(tmp_path, release, args, directives, env)
     assert (code, err) == (1, f"slurm-hetero: the job: {message}\n") and refused_json(

@@ -117,12 +117,12 @@ def test_predict_reads_the_option_texts_as_request_explain_does(options: dict[st
     """The fuzz drew only well-formed -N/-n/-c (int() of them); a range or a malformed value is
     sbatch's refusal, in its words, as `request explain` prints it."""
     from slurm_hetero.cli import cli
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
     from slurm_hetero.inventory.config import load_settings
     from tests.conftest import REPO
 
     inventory = REPO / "gres_conf" / "examples" / "mixed.yaml"
-    model = _model(inventory, (), load_settings(None))
+    model = compiled(inventory_nodes(inventory), load_settings(None))
     assert fuzz.predict(model, cluster_hook(model, (), "open"), options, 1000, "22.05") == words
     flags = [a for k, v in options.items() for a in (fuzz.FLAGS[k], v)]
     result = CliRunner().invoke(cli, ["request", "explain", "--inventory", str(inventory), *flags])
@@ -130,11 +130,11 @@ def test_predict_reads_the_option_texts_as_request_explain_does(options: dict[st
 
 
 def test_predict_reads_a_node_range_as_min_and_max() -> None:
-    from slurm_hetero.cli.submit import _model
+    from slurm_hetero.cli.submit import compiled, inventory_nodes
     from slurm_hetero.inventory.config import load_settings
     from tests.conftest import REPO
 
-    model = _model(REPO / "gres_conf" / "examples" / "mixed.yaml", (), load_settings(None))
+    model = compiled(inventory_nodes(REPO / "gres_conf" / "examples" / "mixed.yaml"), load_settings(None))
     hook = cluster_hook(model, (), "open", "22.05")
     outcome = fuzz.predict(model, hook, {"gres": "gpumem:20G", "nodes": "1-2"}, 1000, "22.05")
     assert isinstance(outcome, Outcome) and outcome.ok and outcome.job.max_nodes == 2

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from slurm_hetero.cli import cli
 from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.reasons import MESSAGES
-from slurm_hetero.engine.score import ClusterModel, compile_model
+from slurm_hetero.engine.score import ClusterModel, ScoringOptions, compile_model
 from slurm_hetero.inventory import document as inventory
 from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import Settings, exempt_uids
@@ -231,7 +231,7 @@ def test_a_submission_reads_each_job_desc_field_once(rendered: dict[str, Config]
         assert hook.run(job)[0]
         return dict(hook.lua.globals().READS.items())
 
-    job = job_from_options(gres="gpumem:20G", ntasks=2, uid=1000)
+    job = job_from_options(gres="gpumem:20G", ntasks="2", uid=1000)
     for counts in (reads(job), reads(job)):  # decided, then remembered
         assert {"tres_per_node", "num_tasks", "user_id"} <= set(counts), counts
         assert max(counts.values()) == 1, counts
@@ -1033,8 +1033,8 @@ def test_cli_filter_writes_the_hooks_decision_into_the_options(
         gpus_per_task=options.get("gpus-per-task"),
         constraint=options.get("constraint"),
         uid=1000,
-        nodes=int(options["nodes"]) if "nodes" in options else None,
-        ntasks=int(options["ntasks"]) if "ntasks" in options else None,
+        nodes=options.get("nodes"),
+        ntasks=options.get("ntasks"),
         slurm_release="24.11" if options["gres"].startswith("gres/") else "22.05",
     )
     python = decided(config, job)
@@ -1228,33 +1228,28 @@ def test_job_from_options_holds_what_sbatch_sends(options: dict[str, Any], relea
 @pytest.mark.parametrize(
     ("options", "release", "fields"),
     [
-        ({"nodes": 1, "cpus_per_task": 9}, "24.11", {"tres_per_task": "cpu=9", "cpus_per_task": 9}),
-        ({"nodes": 1, "cpus_per_task": 9}, "22.05", {"tres_per_task": None, "cpus_per_task": 9}),
+        ({"nodes": "1", "cpus_per_task": "9"}, "24.11", {"tres_per_task": "cpu=9", "cpus_per_task": 9}),
+        ({"nodes": "1", "cpus_per_task": "9"}, "22.05", {"tres_per_task": None, "cpus_per_task": 9}),
         (
-            {"ntasks": 2, "gpus_per_task": "1", "cpus_per_task": 2},
+            {"ntasks": "2", "gpus_per_task": "1", "cpus_per_task": "2"},
             "24.11",
             {"tres_per_task": "cpu=2,gres/gpu=1"},
         ),
         (
-            # job_desc has one pn_min_memory: --mem where given (sbatch refuses both from options)
-            {"gpus": "2", "cpus_per_gpu": "8", "mem_per_gpu": "10G", "mem": "2000", "mem_per_cpu": "1G"},
+            {"gpus": "2", "cpus_per_gpu": "8", "mem_per_gpu": "10G"},
             "22.05",
-            {
-                "cpus_per_tres": "gres:gpu:8",
-                "mem_per_tres": "gres:gpu:10240",
-                "min_mem_per_node": 2000,
-                "min_mem_per_cpu": None,
-            },
+            {"cpus_per_tres": "gres:gpu:8", "mem_per_tres": "gres:gpu:10240", "min_mem_per_node": None},
         ),
+        ({"mem": "2000"}, "22.05", {"min_mem_per_node": 2000, "min_mem_per_cpu": None}),
         ({"mem_per_cpu": "1G"}, "22.05", {"min_mem_per_node": None, "min_mem_per_cpu": 1024}),
         ({"mem": "8796093022208T"}, "24.11", {"min_mem_per_node": None, "min_mem_per_cpu": 0}),  # 2^63
         ({"mem": "10GB"}, "24.11", {"min_mem_per_node": 10240, "min_mem_per_cpu": None}),
         ({"mem": "2049K"}, "24.11", {"min_mem_per_node": 3, "min_mem_per_cpu": None}),  # rounded up
-        ({"overcommit": True, "ntasks": 32, "nodes": 2}, "22.05", {"min_cpus": 2, "pn_min_cpus": None}),
-        ({"mincpus": 6, "cpus_per_task": 8}, "22.05", {"pn_min_cpus": 8}),  # sbatch raises it to -c
-        ({"mincpus": 65537}, "24.11", {"pn_min_cpus": 1}),  # 16 bits
+        ({"overcommit": "yes", "ntasks": "32", "nodes": "2"}, "22.05", {"min_cpus": 2, "pn_min_cpus": None}),
+        ({"mincpus": "6", "cpus_per_task": "8"}, "22.05", {"pn_min_cpus": 8}),  # sbatch raises it to -c
+        ({"mincpus": "65537"}, "24.11", {"pn_min_cpus": 1}),  # 16 bits
         (
-            {"nodes": 2, "nodelist": "a100n1", "exclude": "l40sn1"},
+            {"nodes": "2", "nodelist": "a100n1", "exclude": "l40sn1"},
             "24.11",
             {"req_nodes": "a100n1", "max_nodes": 2},
         ),
@@ -1274,14 +1269,14 @@ def test_gpus_per_task_without_a_task_count_is_sbatchs_refusal(release: str) -> 
     """The fuzz read sbatch's own refusal of `--gres=gpumem:20g --gpus-per-task=2` as the hook's."""
     with pytest.raises(RequestError, match="--gpus-per-task .*used without either --gpus or -n/--ntasks"):
         job_from_options(gres="gpumem:20g", gpus_per_task="2", slurm_release=release)
-    extra = {"ntasks_per_node": 2} if release == "22.05" else {"nodes": 2}
+    extra = {"ntasks_per_node": "2"} if release == "22.05" else {"nodes": "2"}
     assert job_from_options(gres="gpumem:20g", gpus_per_task="2", slurm_release=release, **extra).num_tasks
 
 
 def test_24_11_per_task_count_comes_in_the_equals_form(
     rendered: dict[str, Config], hooks: dict[str, Hook]
 ) -> None:
-    job = job_from_options(gres="gpumem:20G", gpus_per_task="1", ntasks=2, uid=1000, slurm_release="24.11")
+    job = job_from_options(gres="gpumem:20G", gpus_per_task="1", ntasks="2", uid=1000, slurm_release="24.11")
     assert job.tres_per_task == "gres/gpu=1"  # as 24.11's sbatch sends it
     ok, _, after = hooked(rendered["mixed"], hooks["mixed"], job)
     assert ok and after.tres_per_task and after.tres_per_task.startswith("gres/gpu:")
@@ -1292,7 +1287,7 @@ def test_more_nodes_than_tasks_is_decided_on_the_lowered_node_count(
 ) -> None:
     """`-N3 -n1 --gpus-per-node=2` reaches the hook as min_nodes 1 (the fuzz predicted 3 and a
     rejection; the hook accepted)."""
-    job = job_from_options(gres="gpumem:10G", gpus_per_node="2", nodes=3, ntasks=1, uid=1000)
+    job = job_from_options(gres="gpumem:10G", gpus_per_node="2", nodes="3", ntasks="1", uid=1000)
     assert (job.min_nodes, job.num_tasks) == (1, 1)
     assert hooked(rendered["mixed"], hooks["mixed"], job)[0]
     # srun lowers -N3 to -n1 too: the filter decides on one node (srun's own check keeps -N3 at 1)
@@ -1399,9 +1394,9 @@ def test_an_edit_of_a_job_with_devices_stays_on_whole_devices(
     [
         ({"gres": "gpumem:1G,gpu:t4:2", "gpus_per_node": "1"}, "with and without type identification"),
         ({"gres": "gpumem:1G,gpu:t4:2", "gpus": "4"}, "with and without type identification"),
-        ({"gres": "gpumem:1G,gpu:3", "gpus_per_task": "2", "ntasks": 1}, "not multiple of --gpus-per-task"),
+        ({"gres": "gpumem:1G,gpu:3", "gpus_per_task": "2", "ntasks": "1"}, "not multiple of --gpus-per-task"),
         ({"gres": "gpumem:1G,gpu:3", "gpus": "4"}, "--gpus is not multiple of"),
-        ({"gres": "gpumem:1G", "gpus": "1", "nodes": 3}, "--gpus < -N"),
+        ({"gres": "gpumem:1G", "gpus": "1", "nodes": "3"}, "--gpus < -N"),
         # the order sbatch checks in (both releases): ensure, task count, the rest
         ({"gres": "gpu:1", "gpus_per_task": "2"}, "Failed to ensure --gpus >= --gpus-per-task"),
         ({"gres": "gpu:3", "gpus_per_task": "2"}, "used without either --gpus or -n/--ntasks"),
@@ -1411,7 +1406,7 @@ def test_sbatchs_own_gpu_refusals(options: dict[str, Any], refusal: str) -> None
     with pytest.raises(RequestError, match=re.escape(refusal)):
         job_from_options(**options)
     if "nodes" in options:  # -N is first lowered to the task count: then --gpus covers it
-        assert job_from_options(**options, ntasks=1).min_nodes == 1
+        assert job_from_options(**options, ntasks="1").min_nodes == 1
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11"])
@@ -1442,18 +1437,15 @@ def test_request_explain_prints_the_hooks_own_words(
     argv = ["request", "explain", "--inventory", str(MIXED), *options, "--slurm-release", release, "--json"]
     answer = json.loads(CliRunner().invoke(cli, argv).stdout)
     flags = dict(zip(options[::2], options[1::2]))
-    counts = {"-N": "nodes", "-n": "ntasks"}
     names = {
         "--gres": "gres",
         "--gpus-per-node": "gpus_per_node",
         "--gpus-per-task": "gpus_per_task",
         "-C": "constraint",
+        "-N": "nodes",
+        "-n": "ntasks",
     }
-    job = job_from_options(
-        **{names[k]: v for k, v in flags.items() if k in names},
-        **{counts[k]: int(v) for k, v in flags.items() if k in counts},
-        slurm_release=release,
-    )
+    job = job_from_options(**{names[k]: v for k, v in flags.items() if k in names}, slurm_release=release)
     ok, message, _, _ = hooks["scoped"].run(job)  # the command reads the default settings
     assert (ok, message) == (answer["ok"], answer["message"])
     assert message and not message.startswith("slurm-hetero")
@@ -1509,7 +1501,7 @@ def test_srun_carries_the_decision_into_the_step_when_the_count_is_elsewhere(
         gpus=after.get("gpus"),
         gpus_per_node=after.get("gpus-per-node"),
         gpus_per_task=after.get("gpus-per-task"),
-        ntasks=int(after["ntasks"]) if "ntasks" in after else None,
+        ntasks=after.get("ntasks"),
         uid=1000,
         slurm_release=release,
     )
@@ -1655,7 +1647,7 @@ def test_a_job_total_below_the_nodes_the_job_spans_is_refused(
     refused it (gres.c: gres_per_job < min_nodes, "Invalid generic resource"; 24.11's sbatch refuses
     it itself, --gpus < -N). Refused with the reason, Python and Lua alike."""
     config, hook = rendered["mixed"], hooks["mixed"]
-    job = job_from_options(gres="gpumem:1G", gpus="1", ntasks=ntasks, ntasks_per_node=1, uid=1000)
+    job = job_from_options(gres="gpumem:1G", gpus="1", ntasks=str(ntasks), ntasks_per_node="1", uid=1000)
     # (mixed.yaml has no gaudi partition, which the hook now refuses: the same list of known ones)
     ok, message, _ = hooked(config, hook, replace(job, partition="nvidia,ascend"))
     assert ok == accepted, message
@@ -2092,7 +2084,7 @@ def test_srun_types_the_per_task_count_srun_also_holds(
     if held is not None:
         given["tres-per-task"] = held
     rc, after, log = run_cli(lua, given)
-    job = job_from_options(gres="gpumem:30G", gpus_per_task="1", ntasks=2, uid=1000, slurm_release="24.11")
+    job = job_from_options(gres="gpumem:30G", gpus_per_task="1", ntasks="2", uid=1000, slurm_release="24.11")
     python = decided(config, job)
     gpu_type = type_of(python)
     assert gpu_type is not None and rc == 0 and [kind for kind, _ in log] == ["info"], log
@@ -2290,3 +2282,19 @@ def test_slurms_sentinels_are_read_per_field_width_as_slurmctld_reads_them(
     else:
         assert not ok and after.tres_per_node == "gres:gpumem:20G", message
         assert message.endswith(f"the job needs {needs} per node"), message
+
+
+def test_an_inventorys_whole_float_reaches_the_table() -> None:
+    """An inventory's `cpus: 1e3` (a float the inventory accepts) made `job-submit render` fail
+    with a TypeError; the table writes it as a Lua number."""
+    import yaml
+
+    from slurm_hetero.submit.tables import lua_value, render_table
+
+    data = yaml.safe_load(MIXED.read_text())
+    data["nodes"][0]["cpus"] = 1e3
+    nodes = slurm_nodes(inventory.inventory_from_dict(data, str(MIXED)), load_catalog())
+    table, _ = render_table(compile_model(nodes, ScoringOptions()), [], "open", "mixed.yaml", [])
+    assert '["cpus"] = 1000.0,' in table
+    with pytest.raises(ValueError, match="inf"):
+        lua_value(float("inf"))

@@ -400,7 +400,7 @@ def test_a_negative_count_past_a_uint64_saturates_and_is_refused() -> None:
 def test_a_node_range_is_min_and_max() -> None:
     assert node_range("1-2") == (1, 2) and node_range("-1") == (1, 1) and node_range("2k") == (2048, 2048)
     assert node_range("1-3,5", "24.11") == (1, 5)
-    job = job_from_options(gres="gpumem:20G", nodes=1, max_nodes=2, ntasks_per_node=2)
+    job = job_from_options(gres="gpumem:20G", nodes="1-2", ntasks_per_node="2")
     assert (job.min_nodes, job.num_tasks) == (1, None)  # 22.05 derives no task count for a range
 
 
