@@ -97,13 +97,6 @@ def script_text(kind: str, python: Path, layout: Layout, config: str | None) -> 
     return f"{head}{OWNER}{layout.manifest}\n{body}\n"
 
 
-def check_printable(what: str, value: str) -> None:
-    """Refuse a path with a control character: it would split a script or slurm.conf line."""
-    bad = [c for c in value if ord(c) < 32 or ord(c) == 127]
-    if bad:
-        raise HeteroError(f"{what} {value!r} holds the control character {bad[0]!r}; give a path without one")
-
-
 def slurm_conf_value(path: Path) -> str:
     """`path` as a slurm.conf value: quoted when it holds whitespace (Slurm ends a bare value there)."""
     text = str(path)
@@ -150,7 +143,11 @@ def install(
     named = {"--prefix": layout.prefix, "--slurm-etc": layout.etc, "--bin-dir": layout.bin_dir}
     named.update({"--site-dir": layout.site, "--python": python, "--source": source})
     for what, value in [*named.items(), ("--inventory", inventory_file or ""), ("--config", config or "")]:
-        check_printable(what, str(value))
+        # a control character would split a script or slurm.conf line
+        if bad := [c for c in str(value) if ord(c) < 32 or ord(c) == 127]:
+            raise HeteroError(
+                f"{what} {str(value)!r} holds the control character {bad[0]!r}; give a path without one"
+            )
     if slurm_conf_value(layout.etc).count('"') > 2:
         raise HeteroError(
             f"--slurm-etc {layout.etc}: slurm.conf cannot name a path with a double quote and whitespace; "

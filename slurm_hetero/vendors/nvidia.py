@@ -104,11 +104,6 @@ DEV = Path("/dev")
 PROC_DRIVER = Path("/proc/driver/nvidia/version")
 
 
-def driver_present() -> bool:
-    """NVIDIA kernel driver signs, with no device I/O: device nodes, or the loaded module's version file."""
-    return (DEV / "nvidiactl").exists() or any(DEV.glob("nvidia[0-9]*")) or PROC_DRIVER.exists()
-
-
 @register_vendor("nvidia")
 class NvidiaVendor(Vendor):
     tools = ("nvidia-smi",)
@@ -123,8 +118,10 @@ class NvidiaVendor(Vendor):
     )
 
     def affinity(self) -> int:
-        """2 with pynvml importable and the NVIDIA driver present (nvmlInit can work), else 0."""
-        return 2 if importable("pynvml") and driver_present() else 0
+        """2 with pynvml importable and the NVIDIA driver present (nvmlInit can work), else 0; the
+        driver's signs need no device I/O: device nodes, or the loaded module's version file."""
+        driver = (DEV / "nvidiactl").exists() or any(DEV.glob("nvidia[0-9]*")) or PROC_DRIVER.exists()
+        return 2 if importable("pynvml") and driver else 0
 
     def commands(self) -> list[list[str]]:
         """What admins capture for --from-file."""
