@@ -265,22 +265,15 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
 
 
 def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions, error: RequestError) -> str:
-    world = sum(g.count for g in spec.groups)
-    need = spec.costs.model_state_bytes(world)
-    have = sum(g.count * g.memory_bytes for g in spec.groups)
     per_type = ", ".join(
         f"{g.count}x {g.type} ({g.memory_bytes / GIB:.0f} GiB usable each) on "
         f"{hostlist.fold(s.name for s in nodes if s.type == g.type)}"
         for g in spec.groups
     )
+    head = f"root cause: {options.model} (seq {sequence_length(options)}, global batch {spec.global_batch})"
     if not candidate_shapes(spec):  # no layout family uses every device: memory is not the cause
-        return f"cannot plan {options.model} on {world} devices ({per_type}): {error.reason}"
-    return (
-        f"root cause: {options.model} (seq {sequence_length(options)}, "
-        f"global batch {spec.global_batch}) needs at least {need / GIB:,.1f} GiB for weights, gradients "
-        f"and optimizer state; the allocation has {have / GIB:,.1f} GiB usable on {world} devices "
-        f"({per_type}); {error.reason}"
-    )
+        head = f"cannot plan {options.model}"
+    return f"{head} on {sum(g.count for g in spec.groups)} devices ({per_type}): {error.reason}"
 
 
 def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
