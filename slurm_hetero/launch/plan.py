@@ -58,7 +58,7 @@ from slurm_hetero.launch.rankenv import (
 from slurm_hetero.launch.runnable import MIXED_TP, search_kinds, unrunnable_reason
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.slurm import syntax
-from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices, slurm_visible
+from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, SLURM_VISIBLE_OF_FLAG, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
@@ -370,12 +370,13 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     indexes = bound.gpu_indexes
     index = _gpu_index(site, indexes or range(site.tasks), local_rank)
     vendor = site.devices[index].vendor
+    slurm_names = SLURM_VISIBLE_OF_FLAG.get(site.node.gpu_env, ())
     if not indexes:
-        env = {name: str(index) for name in slurm_visible(site.node.gpu_env)}
+        env = {name: str(index) for name in slurm_names}
     else:
         position = list(indexes).index(index)
         env = {}
-        for name in slurm_visible(site.node.gpu_env):
+        for name in slurm_names:
             items = bound.visible.get(name, "").split(",")
             if len(items) == len(indexes):
                 env[name] = items[position]
