@@ -359,13 +359,10 @@ def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
     return index
 
 
-UNBOUND = TaskDevices()  # what `device_env` takes Slurm to have bound where it cannot see
-
-
 def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[str, str]:
     """The visible-device variables of one rank: Slurm's, narrowed to the rank's device, and the
     vendor's. Without `bound` (other nodes, --simulate), the node's first devices in order."""
-    bound = UNBOUND if bound is None else bound
+    bound = TaskDevices() if bound is None else bound
     check_devices_on_node(site, bound.on_node)
     indexes = bound.gpu_indexes
     index = _gpu_index(site, indexes or range(site.tasks), local_rank)
@@ -387,19 +384,11 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     return env
 
 
-def visible_env_names() -> frozenset[str]:
-    names = set(SLURM_VISIBLE)
-    for traits in vendor_traits().values():
-        if traits.visible_devices_env:
-            names.add(traits.visible_devices_env)
-        names.update(traits.relative_visible_envs)
-    return frozenset(names)
-
-
 def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict[str, str]:
     """The command's environment: the launcher's, less other vendors' visible-device variables
     (srun copies the submitting host's) and stale TORCHELASTIC_* ones, then the rank's own."""
-    foreign = visible_env_names() - set(rank_env)
+    every = [(t.visible_devices_env, *t.relative_visible_envs) for t in vendor_traits().values()]
+    foreign = {*SLURM_VISIBLE, *(name for names in every for name in names if name)} - set(rank_env)
     kept = {
         k: v for k, v in environ.items() if k not in foreign and not k.startswith(TORCHRUN_UNKNOWN_PREFIX)
     }
