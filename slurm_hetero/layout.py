@@ -1,15 +1,10 @@
 """This rank's place in the training layout: the one typed SLURM_HETERO_LAYOUT document.
 
-`slurm-hetero launch` builds a `RankLayout` per rank and writes `to_json()` to the file that
-SLURM_HETERO_LAYOUT names; training code reads it back with the same class::
-
-    from slurm_hetero import layout
-    me = layout.current()          # reads the file named by SLURM_HETERO_LAYOUT
-    me.stage, me.layer_start, me.layer_end, me.grad_weight, me.group("dp").ranks, ...
-
-The file is JSON, version 1; its keys are the fields of `RankLayout` and, under `groups`, of
-`GroupSpec` (docs/launch.md explains each). Reading ignores unknown keys, so later versions can add
-keys; a missing, mistyped or out-of-range key is a `LayoutError` naming the file and the key.
+`slurm-hetero launch` writes each rank's `RankLayout.to_json()` to the file SLURM_HETERO_LAYOUT
+names; training code reads it back with `current()`. JSON, version 1: the keys are the fields of
+`RankLayout` and, under `groups`, of `GroupSpec` (docs/launch.md explains each). Reading ignores
+unknown keys, so later versions can add keys; a missing, mistyped or out-of-range key is a
+`LayoutError` naming the file and the key.
 """
 
 from __future__ import annotations

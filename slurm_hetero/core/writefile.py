@@ -1,25 +1,11 @@
 """The one writer of generated files: reviewable diffs, and sets of files (gres.conf +
 slurm-nodes.conf; job_submit.lua + its table) that change together or not at all.
 
-Slurm opens plain paths, so a set cannot be swapped in one rename. The commit protocol, in one
-directory and under its lock file (`.slurm-hetero.lock`, flock; concurrent renders wait):
-
-1. recover: finish an interrupted set (below), remove stray temporaries;
-2. if any file differs, stage *every* file as `.NAME.slurm-hetero-new`, fsynced (slurmctld
-   reloads job_submit.lua only when its mtime grows, so mtimes are made to grow by >= 1 s), and
-   hard-link each old one to `.NAME.slurm-hetero-old` (its backup to be);
-3. write the journal `.slurm-hetero.journal` (the commit point): each file and its backup name;
-4. per file, in the order given (the file a reader keys on last): the hidden link becomes its
-   backup `NAME.<stamp>[-N].bak` (never over a file), then the staged file is renamed over the
-   file; remove the journal;
-5. with `keep_backups`, remove the oldest backups beyond that many (never an admin's copies).
-
-An error before the commit point removes what this run created (`... nothing changed`); after
-it, only links and renames remain, each skipped once done, so the next run under the lock finishes the set.
-
-Single files use a unique temporary + fsync + (backup) + rename, without lock or journal; a
-symbolic link is written through (its target replaced), as an editor saves a linked file, unless
-`replace_link`.
+Slurm opens plain paths, so a set cannot be swapped in one rename: under a lock every file is
+staged, then a journal (the commit point) names them, then each is renamed into place in the
+order given (the file a reader keys on last); the next render finishes a set a crash interrupted.
+docs/admin-guide.md describes the protocol, the backups and the errors. Single files use a unique
+temporary + fsync + (backup) + rename, without lock or journal.
 """
 
 from __future__ import annotations
@@ -146,7 +132,8 @@ def write_bytes_atomic(
     path: Path, data: bytes, backup: bool = False, mode: int | None = None, replace_link: bool = False
 ) -> None:
     """One file of any content (a plot) through the single-file path of `write_atomic`; a failed
-    write leaves the old file, never a partial one. It keeps the old file's mode unless `mode`."""
+    write leaves the old file, never a partial one. It keeps the old file's mode unless `mode`; a
+    symbolic link is written through (as an editor saves a linked file) unless `replace_link`."""
     if path.is_symlink() and not replace_link:
         path = Path(os.path.realpath(path))
     tmp: str | None = None

@@ -74,14 +74,6 @@ class Calibration:
     shapes: list[dict[str, Any]] | None = None  # [{tp, micro_batch, fwd_s, bwd_s}]
 
 
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as e:
-        raise CalibrationError("calibrate needs torch: pip install torch (or the vendor's build)") from e
-    return torch
-
-
 _DEVICE_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
@@ -294,7 +286,10 @@ def calibrate(
     (a model reference and its sequence length, None for its context) also one of its layers per
     micro-batch size."""
     device_spec(device)  # a malformed --device is refused before torch is imported
-    torch = _torch()
+    try:
+        import torch
+    except ImportError as e:
+        raise CalibrationError("calibrate needs torch: pip install torch (or the vendor's build)") from e
     device = pick_device(torch, device)
     on_cpu = device.startswith("cpu")
     dtype = dtype or ("fp32" if on_cpu else "bf16")

@@ -58,7 +58,7 @@ from slurm_hetero.launch.rankenv import (
 from slurm_hetero.launch.runnable import MIXED_TP, search_kinds, unrunnable_reason
 from slurm_hetero.layout import RankLayout
 from slurm_hetero.slurm import syntax
-from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, JobEnv, TaskDevices, slurm_visible
+from slurm_hetero.slurm.jobenv import SLURM_VISIBLE, SLURM_VISIBLE_OF_FLAG, JobEnv, TaskDevices
 from slurm_hetero.vendors import vendor_traits
 
 GIB = 2**30
@@ -265,22 +265,15 @@ def layout_spec(nodes: Sequence[Site], catalog: Catalog, options: LaunchOptions)
 
 
 def _root_cause(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions, error: RequestError) -> str:
-    world = sum(g.count for g in spec.groups)
-    need = spec.costs.model_state_bytes(world)
-    have = sum(g.count * g.memory_bytes for g in spec.groups)
     per_type = ", ".join(
         f"{g.count}x {g.type} ({g.memory_bytes / GIB:.0f} GiB usable each) on "
         f"{hostlist.fold(s.name for s in nodes if s.type == g.type)}"
         for g in spec.groups
     )
+    head = f"root cause: {options.model} (seq {sequence_length(options)}, global batch {spec.global_batch})"
     if not candidate_shapes(spec):  # no layout family uses every device: memory is not the cause
-        return f"cannot plan {options.model} on {world} devices ({per_type}): {error.reason}"
-    return (
-        f"root cause: {options.model} (seq {sequence_length(options)}, "
-        f"global batch {spec.global_batch}) needs at least {need / GIB:,.1f} GiB for weights, gradients "
-        f"and optimizer state; the allocation has {have / GIB:,.1f} GiB usable on {world} devices "
-        f"({per_type}); {error.reason}"
-    )
+        head = f"cannot plan {options.model}"
+    return f"{head} on {sum(g.count for g in spec.groups)} devices ({per_type}): {error.reason}"
 
 
 def even_layout(spec: LayoutSpec, chosen: Layout) -> Layout:
@@ -366,23 +359,21 @@ def _gpu_index(site: Site, indexes: Sequence[int], local_rank: int) -> int:
     return index
 
 
-UNBOUND = TaskDevices()  # what `device_env` takes Slurm to have bound where it cannot see
-
-
 def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[str, str]:
     """The visible-device variables of one rank: Slurm's, narrowed to the rank's device, and the
     vendor's. Without `bound` (other nodes, --simulate), the node's first devices in order."""
-    bound = UNBOUND if bound is None else bound
+    bound = TaskDevices() if bound is None else bound
     check_devices_on_node(site, bound.on_node)
     indexes = bound.gpu_indexes
     index = _gpu_index(site, indexes or range(site.tasks), local_rank)
     vendor = site.devices[index].vendor
+    slurm_names = SLURM_VISIBLE_OF_FLAG.get(site.node.gpu_env, ())
     if not indexes:
-        env = {name: str(index) for name in slurm_visible(site.node.gpu_env)}
+        env = {name: str(index) for name in slurm_names}
     else:
         position = list(indexes).index(index)
         env = {}
-        for name in slurm_visible(site.node.gpu_env):
+        for name in slurm_names:
             items = bound.visible.get(name, "").split(",")
             if len(items) == len(indexes):
                 env[name] = items[position]
@@ -393,19 +384,11 @@ def device_env(site: Site, local_rank: int, bound: TaskDevices | None) -> dict[s
     return env
 
 
-def visible_env_names() -> frozenset[str]:
-    names = set(SLURM_VISIBLE)
-    for traits in vendor_traits().values():
-        if traits.visible_devices_env:
-            names.add(traits.visible_devices_env)
-        names.update(traits.relative_visible_envs)
-    return frozenset(names)
-
-
 def process_env(environ: Mapping[str, str], rank_env: Mapping[str, str]) -> dict[str, str]:
     """The command's environment: the launcher's, less other vendors' visible-device variables
     (srun copies the submitting host's) and stale TORCHELASTIC_* ones, then the rank's own."""
-    foreign = visible_env_names() - set(rank_env)
+    every = [(t.visible_devices_env, *t.relative_visible_envs) for t in vendor_traits().values()]
+    foreign = {*SLURM_VISIBLE, *(name for names in every for name in names if name)} - set(rank_env)
     kept = {
         k: v for k, v in environ.items() if k not in foreign and not k.startswith(TORCHRUN_UNKNOWN_PREFIX)
     }

@@ -1,7 +1,5 @@
 """Every rank's layout document (`slurm_hetero.layout.RankLayout`) and environment, once the step
-is laid out. Pure: the group membership with one communicator per group (`engine.comm.choose`),
-the rendezvous port, the torch.distributed and communicator variables, and the plan id.
-"""
+is laid out. Pure."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> SimulatedNodes
         items = syntax.split_top(spec)
     except ValueError as e:
         raise LaunchError(f"{where}: {e}") from None
-    entries, ranks = [], 0
+    out, ranks = [], 0
     for item in items:
         parts = item.strip().split(":")
         tasks = syntax.whole_number(parts[-1])
@@ -94,27 +94,20 @@ def parse_simulate(spec: str, most: int = MAX_SIMULATED_RANKS) -> SimulatedNodes
             )
         try:
             ranks += hostlist.count(parts[0]) * tasks
-        except InventoryError as e:
-            raise LaunchError(f"--simulate: {e}") from None
-        if ranks > most:
-            raise LaunchError(
-                f"{where}: more than {most:,} ranks; a simulated step has at most "
-                f"{MAX_SIMULATED_RANKS:,}, one planned with --model {MAX_DEVICES:,}"
-            )
-        entries.append((parts, tasks))
-    out = []
-    for parts, tasks in entries:
-        try:
+            if ranks > most:  # before any host is built
+                raise LaunchError(
+                    f"{where}: more than {most:,} ranks; a simulated step has at most "
+                    f"{MAX_SIMULATED_RANKS:,}, one planned with --model {MAX_DEVICES:,}"
+                )
             names = hostlist.expand(parts[0])
         except InventoryError as e:
             raise LaunchError(f"--simulate: {e}") from None
-        gres_type = parts[1].lower()
         for name in names:
             try:
                 syntax.host_name(name)
             except ValueError as e:
                 raise LaunchError(f"--simulate: node {e}") from None
-            out.append((name, gres_type, tasks))
+            out.append((name, parts[1].lower(), tasks))
     if len({name for name, _, _ in out}) != len(out):
         raise LaunchError(f"--simulate {spec}: a node is listed twice")
     return out

@@ -1,9 +1,6 @@
-"""What `slurm_hetero.training` can run, and so what `plan` and `launch` both search. Pure.
-
-`plan` and `launch` build their `LayoutSpec` with the same families (`search_kinds`) and the same
-`MIXED_TP`, so the layout `plan` prints is the one `launch` runs. A layout torch cannot express
-(docs/plan.md, "What plan searches is what launch runs") is left out of the default search; asked
-for by name, `plan` notes it and `launch` refuses it in one line (`unrunnable_reason`).
+"""What `slurm_hetero.training` can run, and so what `plan` and `launch` both search: the same
+families (`search_kinds`) and `MIXED_TP`, so the layout `plan` prints is the one `launch` runs
+(docs/plan.md, "What plan searches is what launch runs"). Pure.
 """
 
 from __future__ import annotations

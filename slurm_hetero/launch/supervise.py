@@ -330,11 +330,10 @@ class Supervisor:
 
     def finish(self, code: int) -> int:
         """Report a failure (first), end the step, and return the launcher's exit code."""
-        status = 128 - code if code < 0 else code
+        status, r = 128 - code if code < 0 else code, self.rank
         if code == 0:
             return 0
         if self.peer_failed:
-            r = self.rank
             print(
                 f"slurm-hetero: rank {r.rank} on {r.node} stopped: another rank of the step failed "
                 "(its launcher named it); exit 0, so srun reports that rank's exit code",
@@ -344,7 +343,6 @@ class Supervisor:
         if self.forwarded is not None:
             logger.info("rank %d stopped after %s", self.rank.rank, signal.Signals(self.forwarded).name)
             return status
-        r = self.rank
         line = (
             f"slurm-hetero: rank {r.rank} on {r.node} ({r.type}, stage {r.stage}) exited with code {status}"
         )

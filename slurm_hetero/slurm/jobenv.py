@@ -39,17 +39,11 @@ GPUS_ON_NODE = "SLURM_GPUS_ON_NODE"
 SLURM_VISIBLE = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 # Which of them a device's gres.conf `Flags=` lets Slurm set (gres_gpu.c; ZE_AFFINITY_MASK, the
 # intel_gpu_env one, is that vendor's own variable).
-_SLURM_VISIBLE_OF_FLAG = {
+SLURM_VISIBLE_OF_FLAG = {
     "nvidia_gpu_env": ("CUDA_VISIBLE_DEVICES",),
     "amd_gpu_env": ("ROCR_VISIBLE_DEVICES",),
     "opencl_env": ("GPU_DEVICE_ORDINAL",),
 }
-
-
-def slurm_visible(gres_flag: str) -> tuple[str, ...]:
-    """The visible-device variables Slurm sets for a device of gres.conf `Flags=gres_flag`."""
-    return _SLURM_VISIBLE_OF_FLAG.get(gres_flag, ())
-
 
 _STEP_ID = ("SLURM_STEP_ID", "SLURM_STEPID")
 _JOB_ID = ("SLURM_JOB_ID", "SLURM_JOBID")

@@ -1,18 +1,9 @@
 """The training runtime for a layout that `slurm-hetero launch` wrote, on torch's own libraries
-(imported inside functions, so the package imports without torch). A training script::
-
-    dist = training.init()
-    stage = training.parallelize(training.stage_modules(model, dist.layout), dist.group("tp"))
-    pipe = training.Pipeline(stage, dist, loss_fn)          # loss_fn(output, targets): mean loss
-    opt = torch.optim.AdamW(stage.parameters())
-    for step ...:
-        mine = batch[lay["sample_offset"] : lay["sample_offset"] + lay["samples"]]
-        loss = pipe.step(inputs_of(mine), targets_of(mine))  # None off the last stage
-        training.weighted_allreduce_grads(stage, dist.layout, dist.gradient_group())
-        opt.step(); opt.zero_grad()
-
-`examples/train_uneven.py` is a complete one. Every helper takes the layout as a `RankLayout`
-(`slurm_hetero.layout.current()`), a mapping of its keys or an object of its attributes.
+(imported inside functions, so the package imports without torch). A training script calls
+`init`, `stage_modules`, `parallelize`, then per step `Pipeline.step` on its replica's slice of the
+batch (`sample_offset`, `samples`) and `weighted_allreduce_grads`; `examples/train_uneven.py` is a
+complete one. Every helper takes the layout as a `RankLayout` (`slurm_hetero.layout.current()`), a
+mapping of its keys or an object of its attributes.
 
 - A model is ``Sequential(embed, *blocks, head)``; the layout's `num_layers` counts the blocks.
 - A replica's loss is the mean over its own samples; weighting each replica's gradient by

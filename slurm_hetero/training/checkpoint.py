@@ -1,18 +1,10 @@
 """Checkpoints that outlive the layout: `save` and `load` through `torch.distributed.checkpoint`
-(DCP), keyed by global layer index, so a checkpoint one layout wrote loads into any other (other
-stages, data- or tensor-parallel degrees, device types).
+(DCP), keyed by global layer (``embed``, ``layers.<global index>``, ``head``; DCP reshards DTensors),
+so a checkpoint one layout wrote loads into any other (stages, parallel degrees, device types).
 
-Keys: ``embed``, ``layers.<global index>`` and ``head``; DCP writes each key once (DTensor shards
-as pieces of one tensor) and each rank loads its own stage's, resharded to its tensor-parallel degree.
-
-Layout on disk, in DIR (the same directory on every node)::
-
-    DIR/step-00000120/   DCP files, and meta.json (model, layers, step, the caller's `extra`)
-    DIR/latest           the name of the last complete step directory
-
-A save writes ``step-N.partial``, renames it to ``step-N`` once every rank is done, then replaces
-``latest``: a crash at any point leaves ``latest`` naming the previous complete checkpoint. Bad
-input is one `CheckpointError` line.
+DIR (the same on every node) holds ``step-NNNNNNNN/`` (DCP files and meta.json) and ``latest``, the
+name of the last complete step: a save writes ``step-N.partial`` and renames it once every rank is
+done, then replaces ``latest``, so a crash leaves the previous one named (docs/user-guide.md).
 """
 
 from __future__ import annotations
@@ -66,8 +58,15 @@ def global_name(local: str, layout: Mapping[str, Any]) -> str:
     return f"layers.{layout['layer_start'] + index}.{rest}"
 
 
-def _renamed(state: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
-    return {names.get(k, k): v for k, v in state.items()}
+def _renamed(model: Mapping[str, Any], optim: Any, names: Mapping[str, str]) -> dict[str, Any]:
+    """Model and optimizer (None: no optimizer) state dicts with parameter names mapped by `names`."""
+    out: dict[str, Any] = {"model": {names.get(k, k): v for k, v in model.items()}}
+    if optim is not None:
+        for group in optim["param_groups"]:
+            group["params"] = [names.get(p, p) for p in group["params"]]
+        state = {names.get(k, k): v for k, v in optim["state"].items()}
+        out["optim"] = {"state": state, "param_groups": optim["param_groups"]}
+    return out
 
 
 def _names(stage: torch.nn.Module, layout: Mapping[str, Any]) -> dict[str, str]:
@@ -80,15 +79,8 @@ def _state(
 ) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    names = _names(stage, layout)
     model, optim = get_state_dict(stage, [optimizer] if optimizer is not None else [])
-    out: dict[str, Any] = {"model": _renamed(model, names)}
-    if optimizer is not None:
-        state: Any = optim["state"]
-        out["optim"] = {"state": _renamed(state, names), "param_groups": optim["param_groups"]}
-        for group in out["optim"]["param_groups"]:
-            group["params"] = [names.get(p, p) for p in group["params"]]
-    return out
+    return _renamed(model, optim if optimizer is not None else None, _names(stage, layout))
 
 
 def save(
@@ -291,16 +283,11 @@ def load(
         raise CheckpointError(
             f"{path}: unreadable checkpoint ({cause}); {_earlier(path.parent, path)}"
         ) from None
-    back = {v: k for k, v in _names(stage, layout).items()}
-    model = _renamed(state["model"], back)
-    optim: dict[str, Any] = {}
-    if optimizer is not None:
-        for group, params in zip(groups, own_params):
-            group["params"] = [back.get(p, p) for p in params]
-        optim = {"state": _renamed(state["optim"]["state"], back), "param_groups": groups}
-    set_state_dict(
-        stage, [optimizer] if optimizer is not None else [], model_state_dict=model, optim_state_dict=optim
-    )
+    for group, params in zip(groups, own_params):
+        group["params"] = params
+    back = _renamed(state["model"], state.get("optim"), {v: k for k, v in _names(stage, layout).items()})
+    optimizers = [optimizer] if optimizer is not None else []
+    set_state_dict(stage, optimizers, model_state_dict=back["model"], optim_state_dict=back.get("optim", {}))
     return meta
 
 

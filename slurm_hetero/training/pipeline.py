@@ -1,13 +1,10 @@
 """One replica's step on `torch.distributed.pipelining`: this rank's stage as a `PipelineStage`
-driven by torch's schedule (1F1B by default, as the planner prices the step; GPipe selectable).
+driven by torch's 1F1B schedule (as the planner prices the step) or GPipe.
 
-torch's schedules split a batch into equal chunks, so the last micro-batch is padded with copies
-of the first sample; the schedule's target is each row's index, and the loss counts the real rows
-only, weighted by their share of the replica's samples (the gradients of the replica's mean loss).
-
-Tensor parallel: tp rank 0 of each stage is the stage the schedule sees; it broadcasts each
-forward's input and each backward's output gradient to its tp group, whose followers run the same
-on their shard, so the collectives inside the sharded layers meet whatever the neighbours' degree.
+torch's schedules split a batch into equal chunks: the last micro-batch is padded with copies of
+the first sample, and the loss counts the real rows only, weighted by their share of the replica's
+samples. Under tensor parallelism tp rank 0 is the stage the schedule sees; it replays each
+forward's input and backward's gradient to its tp group, so the sharded layers' collectives meet.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Tensor parallelism with DTensor: a stage's attention and MLP sharded over the layout's tp group
-by `torch.distributed.tensor.parallel.parallelize_module`.
-
-The plan is Megatron's, by submodule name (`LLAMA_PLAN`, Llama-style names): q, k, v, gate and up
-projections split by columns, output and down projections by rows. The attention's and the MLP's
-input enters as one replicated DTensor ("input"), so their input gradients are summed before one
-all-reduce: two all-reduces per block forward and two backward, as the planner prices them. Each
-block's input stays replicated, so every tp rank of a stage holds the same activations between
-blocks. Attention must reshape its projections by head size (``view(b, s, -1, head_dim)``).
+by `parallelize_module` with Megatron's plan (`LLAMA_PLAN`): q, k, v, gate and up projections by
+columns, o and down by rows. Each block's input enters as one replicated DTensor: two all-reduces
+per block forward and two backward, as the planner prices them. Attention must reshape its
+projections by head size (``view(b, s, -1, head_dim)``).
 """
 
 from __future__ import annotations
