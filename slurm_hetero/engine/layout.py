@@ -160,8 +160,7 @@ def check_limits(spec: LayoutSpec) -> None:
 
 
 def solve(spec: LayoutSpec) -> Layout:
-    """The best layout by `spec.objective`, with `spec.leave_out` among each allocation with one type
-    left idle too (each within a share of `spec.max_candidates`)."""
+    """The best layout by `spec.objective`; with `spec.leave_out`, allocations with one type idle too."""
     check_limits(spec)
     if not spec.leave_out or len(spec.groups) < 2:
         return _solve_all(spec)
@@ -189,10 +188,9 @@ def solve(spec: LayoutSpec) -> Layout:
             )
     if best is None:
         raise failure
-    trials = (
-        ["search bounded: each allocation with a type left out searched within its share"] if bounded else []
-    )
-    return dataclasses.replace(best, notes=(*full_notes, *trials))
+    if bounded:
+        full_notes += ("search bounded: each allocation with a type left out searched within its share",)
+    return dataclasses.replace(best, notes=full_notes)
 
 
 NO_FULL_LAYOUT = "no layout uses every device"
@@ -228,8 +226,7 @@ Fit = tuple[float, int, list[int], StepModel]
 
 
 def _finalists(fits: list[Fit]) -> list[Fit]:
-    """The best `FINALISTS` fits of each class (`partition.shape_class`): docs/plan.md, "The search is
-    bounded"."""
+    """The best `FINALISTS` fits of each class (`partition.shape_class`; why: docs/plan.md)."""
     by_class: dict[tuple[str, int], list[Fit]] = {}
     for fit in sorted(fits, key=lambda f: (f[0], f[1])):
         by_class.setdefault(shape_class(fit[3].shape), []).append(fit)

@@ -94,8 +94,7 @@ LineFacts = dict[tuple[Line, tuple[int, ...]], tuple[list[tuple[int, int, int, i
 
 @dataclass
 class _Memo:
-    """What the search's bounds reuse across shapes: stage rates, and per (line, stage_dp) its runs
-    `(group, tp, stages, dp)` and transfer sum per sample."""
+    """What the search's bounds reuse across shapes: stage rates, and each line's runs and transfers."""
 
     spec: LayoutSpec
     rates: Rates = field(default_factory=dict)
@@ -286,8 +285,7 @@ def _moves(bounds: list[int], reach: int) -> Iterator[list[int]]:
 def polish(
     model: StepModel, bounds: list[int], sweeps: int = 64, budget: Budget | None = None
 ) -> tuple[list[int], float]:
-    """Hand single layers between stages (any two in pipelines of up to 16, neighbours beyond) while
-    the step improves, scoring at most what `budget` has left."""
+    """Hand single layers between stages while the step improves, scoring at most what `budget` has left."""
     best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
     for _ in range(sweeps):
         goal = best * (1 - 1e-9)

@@ -210,8 +210,7 @@ def line_p2p(
     network_gbs: float,
     pair_gbs: PairGbs | None = None,
 ) -> FloatArray:
-    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next (docs/plan.md,
-    "What the step time counts")."""
+    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next."""
     stages, out = shape.lines[line], np.zeros(shape.stages)
     nodes = sender_nodes(groups, shape, line)
     for k in range(len(stages) - 1):
@@ -437,8 +436,7 @@ class StepModel:
     def refine_split(
         self, bounds: Sequence[int], samples: tuple[int, ...], budget: int | None = None
     ) -> tuple[int, ...]:
-        """When `is_short`, move single samples between replicas while the simulated step improves, at
-        most `budget` trials."""
+        """When `is_short`, move single samples between replicas while the simulated step improves."""
         best = self.simulate(bounds, samples)
         moved = is_short(self.shape, self.batch) and len(samples) > 1
         budget = self.REFINE_SIMULATIONS if budget is None else budget

@@ -191,8 +191,7 @@ def staged_micro_batch(spec: LayoutSpec) -> int | None:
 
 
 def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
-    """Pipeline micro-batches of a staged shape whose widest stage has `widest` dp devices, each
-    giving every device of that stage a sample."""
+    """Pipeline micro-batches of a staged shape that give each device of its widest stage a sample."""
     fixed = staged_micro_batch(spec)
     if fixed is not None:
         return [fixed] if fixed >= widest else []

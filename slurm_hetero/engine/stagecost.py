@@ -34,14 +34,6 @@ A100_RIDGE = 312e12 / 2039e9
 DEFAULT_MEMORY_GBS = 2039.0  # an A100's, where the catalog has no figure
 
 
-def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
-    array = np.array(values, dtype=np.float64)
-    if array.ndim != 1 or array.size == 0 or not np.all(np.isfinite(array)) or np.any(array < 0):
-        raise ValueError(f"{name} must be a non-empty 1-d array of finite non-negative numbers")
-    array.setflags(write=False)
-    return array
-
-
 class Checkpointing(StrEnum):
     """Which layers the solver may recompute whole: the fewest that make a stage fit, none, or all."""
 
@@ -92,12 +84,9 @@ class LayerCosts:
         if self.extra_bwd_flops is None:
             object.__setattr__(self, "extra_bwd_flops", np.zeros(np.size(self.flops)))
         for name in ("flops", "param_bytes", "act_bytes", "ckpt_bytes", "extra_bwd_flops"):
-            object.__setattr__(self, name, _frozen(getattr(self, name), name))
-        sizes = {getattr(self, n).size for n in ("flops", "param_bytes", "act_bytes", "ckpt_bytes")}
-        if len(sizes | {self.extra.size}) != 1:
-            raise ValueError("flops, param_bytes, act_bytes and ckpt_bytes must have one entry per layer")
-        if np.any(self.ckpt_bytes > self.act_bytes):
-            raise ValueError("ckpt_bytes must not exceed act_bytes")
+            array = np.array(getattr(self, name), dtype=np.float64)
+            array.setflags(write=False)  # the prefix sums are cached
+            object.__setattr__(self, name, array)
 
     @classmethod
     def from_table(cls, table: LayerTable) -> LayerCosts:
@@ -310,8 +299,7 @@ class StageSite:
 
 
 class StageModel:
-    """Seconds per micro-batch and bytes per device of one site over layers `[a, e)`, the first `r`
-    recomputed."""
+    """Seconds per micro-batch and bytes per device of one site over layers `[a, e)`, `r` recomputed."""
 
     NEED_STARTS = 64  # starts whose `_needs` are kept
     FIT_RANGES = 65_536  # ranges whose `fits` figure is kept (a search asks at many budgets)
@@ -352,8 +340,7 @@ class StageModel:
         return float(self.base_mem + self._mem[e] - self._mem[a] - saved + (self.transient if r else 0.0))
 
     def recompute(self, a: int, e: int) -> int:
-        """Fewest layers of `[a, e)` to recompute so it fits (all when the costs say so); `e - a + 1` if
-        none is enough."""
+        """Fewest layers of `[a, e)` to recompute so it fits (all if the costs say); `e - a + 1`: none do."""
         held = self.base_mem + self._mem[e] - self._mem[a]
         if self.all:
             kept = held - self.mu_a * (self._savings[e] - self._savings[a]) + self.transient
