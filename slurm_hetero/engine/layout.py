@@ -17,7 +17,7 @@ import numpy.typing as npt
 from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.limits import MAX_DEVICES as MAX_DEVICES
 from slurm_hetero.engine.limits import check_batch, check_prices, check_size
-from slurm_hetero.engine.partition import even_bounds, search, shape_class
+from slurm_hetero.engine.partition import Fit, even_bounds, search, shape_class
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
 from slurm_hetero.engine.shapes import (
     MAX_CANDIDATES,
@@ -220,9 +220,6 @@ def _solve_all(spec: LayoutSpec) -> Layout:
     layout = layout_from_split(spec, model, bounds, samples, predicted)
     stop = "search bounded: splitting stopped at its bound, the most promising shapes first"
     return dataclasses.replace(layout, notes=(*notes, *([stop] if stopped else [])))
-
-
-Fit = tuple[float, int, list[int], StepModel]
 
 
 def _finalists(fits: list[Fit]) -> list[Fit]:

@@ -89,6 +89,7 @@ def _first_true(n: int, test: Callable[[int], bool]) -> int:
 
 
 Line = tuple[tuple[int, int], ...]
+Fit = tuple[float, int, list[int], StepModel]  # score, position in the shapes, split, model
 LineFacts = dict[tuple[Line, tuple[int, ...]], tuple[list[tuple[int, int, int, int]], float]]
 
 
@@ -322,14 +323,12 @@ def shape_class(shape: Shape) -> tuple[str, int]:
     return str(shape.kind), per_device
 
 
-def search(
-    spec: LayoutSpec, shapes: Sequence[Shape]
-) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
-    """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
-    can win in its class (`shape_class`), within the bounds above; and whether a bound stopped it."""
+def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> tuple[list[Fit], bool]:
+    """Fitted shapes, visited by lower bound until none can win in its class (`shape_class`), within the
+    bounds above; and whether a bound stopped it."""
     memo = _Memo(spec)
     ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
-    fits: list[tuple[float, int, list[int], StepModel]] = []
+    fits: list[Fit] = []
     best: dict[tuple[str, int], float] = {}
     stopped, split = False, 0
     large = sum(g.count for g in spec.groups) * spec.costs.layers > LARGE_SEARCH

@@ -42,8 +42,7 @@ def estimate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
     """Closed-form 1F1B step: every stage once plus `m - 1` bottleneck periods (`stage_periods`)."""
     if micro_batches <= 0:
         return 0.0
-    per = fwd + bwd
-    return float(per.sum() + 2 * p2p.sum() + (micro_batches - 1) * stage_periods(fwd, bwd, p2p).max())
+    return float((fwd + bwd).sum() + 2 * p2p.sum() + (micro_batches - 1) * stage_periods(fwd, bwd, p2p).max())
 
 
 @dataclass(frozen=True)
@@ -457,11 +456,8 @@ class StepModel:
         return tuple(split.samples)
 
     def _per_line_max(self, samples: Sequence[int]) -> list[int]:
-        out, start = [], 0
-        for r in self.shape.replicas:
-            out.append(max(samples[start : start + r], default=0))
-            start += r
-        return out
+        ends = list(itertools.accumulate(self.shape.replicas, initial=0))
+        return [max(samples[a:b], default=0) for a, b in zip(ends, ends[1:])]
 
     def estimate(
         self, bounds: Sequence[int], samples: Sequence[int] | None = None, below: float = math.inf
