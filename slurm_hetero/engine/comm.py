@@ -1,17 +1,9 @@
 """Communicator selection for one process group, and what moving bytes through it costs. Pure.
 
-Rules, in order (`choose`):
-
-1. **vendor-ccl**: every member is of one vendor -> that vendor's collective library.
-2. **rdma-direct**: several vendors, every member's device can expose its memory to the NIC
-   (`PEER_MEMORY_CAPABILITIES`), UCC handles every member's memory type
-   (`VendorTraits.ucc_memory`) and every member's node has an RDMA NIC of one common kind ->
-   torch's `ucc`, tensors NIC to NIC.
-3. **cpu-relay**: anything else -> `gloo`, tensors staged through host memory over PCIe.
-
-Vendor facts are traits on each vendor class (`model.VendorTraits`), so this module keeps no
-table keyed by vendor. Network variables (`communicator_env`) come from the node's NICs in the
-inventory; where it lists none, nothing is set and the libraries pick an interface themselves.
+`choose`: one vendor -> its collective library (vendor-ccl); several vendors whose devices all
+expose memory to an RDMA NIC of one kind on every node, in memory UCC handles -> `ucc`, NIC to
+NIC (rdma-direct); else `gloo` through host memory (cpu-relay). Vendor facts are each vendor's
+`model.VendorTraits`, so no table here is keyed by vendor.
 """
 
 from __future__ import annotations
@@ -60,8 +52,7 @@ class Communicator:
 def choose(
     members: Sequence[Member], nics: Mapping[str, Sequence[Nic]], override: str | None = None
 ) -> Communicator:
-    """The communicator of a group of `members` (rules in the module docstring); `override`
-    (`--backend-override`) forces a backend, `gloo` making the group a cpu-relay."""
+    """The communicator of a group of `members`; `override` (`--backend-override`) forces a backend."""
     vendors, nodes = {m.vendor for m in members}, {m.node for m in members}
     if len(vendors) <= 1:
         vendor = next(iter(vendors), None)
@@ -82,8 +73,8 @@ def choose(
 
 
 def communicator_env(communicator: Communicator, nics: Sequence[Nic]) -> dict[str, str]:
-    """The network variables a communicator needs on a node with `nics` (hccl's RDMA is on the
-    device: it only needs the Ethernet interface)."""
+    """The network variables a communicator needs on a node with `nics` (none listed: none set, the
+    libraries pick). hccl's RDMA is on the device: it only needs the Ethernet interface."""
     backend, prefix = communicator.backend, communicator.env_prefix
     rdma = [n.name for n in nics if n.kind in RDMA_NICS]
     ethernet = [n.name for n in nics if n.kind not in RDMA_NICS]
@@ -95,10 +86,8 @@ def communicator_env(communicator: Communicator, nics: Sequence[Nic]) -> dict[st
             env[f"{prefix}_IB_DISABLE"] = "1"
         if ethernet:
             env[f"{prefix}_SOCKET_IFNAME"] = ",".join(ethernet)
-    elif backend == "hccl" and ethernet:
-        env["HCCL_SOCKET_IFNAME"] = ",".join(ethernet)
-    elif backend == "gloo" and ethernet:
-        env["GLOO_SOCKET_IFNAME"] = ",".join(ethernet)
+    elif backend in ("hccl", "gloo") and ethernet:
+        env[f"{backend.upper()}_SOCKET_IFNAME"] = ",".join(ethernet)
     elif backend == "ucc" and rdma:
         env["UCX_NET_DEVICES"] = ",".join(f"{name}:1" for name in rdma)
     return env
@@ -115,9 +104,8 @@ def pair_gbs(
     network_gbs: Sequence[float],
     override: str | None = None,
 ) -> dict[tuple[int, int], float]:
-    """GB/s one way between devices of each pair of groups (i < j) on different nodes: what their
-    communicator (`choose`) delivers over the slower of their `network_gbs`; a cpu-relay also copies
-    every byte through host memory, over PCIe twice."""
+    """GB/s one way between devices of each pair of groups (i < j) on different nodes, over the slower
+    of their `network_gbs`; a cpu-relay also copies every byte through host memory, over PCIe twice."""
     out = {}
     for i, j in itertools.combinations(range(len(groups)), 2):
         seconds = GB / (min(network_gbs[i], network_gbs[j]) * GB)  # one GB over the network

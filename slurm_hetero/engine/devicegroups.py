@@ -1,12 +1,8 @@
 """The layout solver's device groups from catalog facts: what one device sustains, holds and sends.
 
-Pure: `DeviceSpec`s and numbers in, `DeviceGroup`s out; one group per type. Sustained TFLOPS: a
-measured figure (`slurm-hetero calibrate`), else the bf16 (else fp16) peak x `MFU`; a type with
-neither (Huawei publishes none per 910B SKU) gets the slowest known type's figure of the
-allocation (the solver then gives it no more work than that type) and is named as estimated,
-which `plan` and `launch` warn about. Usable memory: capacity x `MEMORY_USABLE`; link: the
-catalog's bidirectional figure halved, else `PCIE_GBS`. A `--measured` key naming no type is an
-error, so a typo never falls back to datasheet speeds silently.
+Pure: `DeviceSpec`s and numbers in, `DeviceGroup`s out; one group per type. A type with no speed
+(Huawei publishes none per 910B SKU) gets the slowest rated type's of the allocation, so the
+solver gives it no more work than that type, and `plan` and `launch` warn.
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ def known_tflops(spec: DeviceSpec, measured: Mapping[str, float], mfu: float = M
 def sustained_tflops(
     specs: Sequence[DeviceSpec], measured: Mapping[str, float], mfu: float = MFU
 ) -> tuple[list[float], tuple[str, ...]]:
-    """Each spec's sustained TFLOPS and the types whose figure is an estimate (module docstring)."""
+    """Each spec's sustained TFLOPS and the types whose figure is an estimate."""
     known = [known_tflops(s, measured, mfu) for s in specs]
     figures = [k for k in known if k is not None]
     fallback = min(figures) if figures else NOMINAL_TFLOPS
@@ -76,8 +72,8 @@ def resolve_measured(
     key_name: str = "--measured key",
 ) -> dict[str, float]:
     """`measured` keyed by catalog type (`site_types` maps site Type= names to catalog types): exact
-    names first, then a unique case-insensitive match, else an error naming the `key_name`. Two
-    keys for one type (an alias and its name) are refused: which one counted would depend on order."""
+    names first, then a unique case-insensitive match. Two keys for one type are refused: which one
+    counted would depend on order; so is a key naming no type, lest a typo fall back to datasheets."""
     site = dict(site_types or {})
     names: dict[str, str] = {t: t for t in catalog.types()}
     names.update({a: s.type for s in catalog.specs for a in s.aliases})
@@ -130,8 +126,7 @@ def device_groups(
     mfu: float = MFU,
     measured_half: Mapping[str, float] | None = None,
 ) -> tuple[DeviceGroup, ...]:
-    """One group per device type (repeated types added, in first appearance order), on nodes of
-    `per_node` devices (the last takes the rest)."""
+    """One group per device type, in first appearance order, on nodes of `per_node` devices."""
     counts: dict[str, int] = {}
     specs: dict[str, DeviceSpec] = {}
     for name, count in devices:
@@ -165,16 +160,13 @@ def estimated_types(
     return estimated, estimate_note(estimated, specs, rates, mfu)
 
 
-# How far a profile's layer may be from the plan's and still count as the same model's: FLOPs of
-# one layer per sample (our count) differ by attention kernel and by counting convention.
-SAME_LAYER = 0.05
+SAME_LAYER = 0.05  # a profile's layer FLOPs this close to ours are the same model's (kernels differ)
 
 
 @dataclass(frozen=True)
 class MeasuredShapes:
     """One type's measured shapes: points of (tp, micro_batch, seconds of one layer's forward plus
-    backward or None, TFLOPS or None), and the model the seconds were measured on (name, seq,
-    hidden, forward GFLOPs of one layer per sample)."""
+    backward or None, TFLOPS or None), and the seconds' model (name, seq, hidden, layer GFLOPs)."""
 
     key: str
     points: tuple[tuple[int, float, float | None, float | None], ...]
@@ -182,8 +174,7 @@ class MeasuredShapes:
 
 
 def shape_speeds(shapes: MeasuredShapes, costs: LayerCosts) -> tuple[tuple[int, float, float], ...]:
-    """(tp, micro_batch, TFLOPS per device) of each point on this model: a timed point is micro_batch
-    x 3 x (this model's mean layer FLOPs) / (tp x seconds); another model's seconds are refused."""
+    """(tp, micro_batch, TFLOPS per device) of each point on this model; another model's seconds fail."""
     layer = float(costs.flops.mean())
     if shapes.model is not None:
         name, seq, hidden, gflops = shapes.model
@@ -210,8 +201,7 @@ def with_shapes(
     costs: LayerCosts,
     site_types: Mapping[str, str] | None = None,
 ) -> tuple[DeviceGroup, ...]:
-    """`groups` with the measured shapes of their types (keys resolved as `resolve_measured` does;
-    `site_types` maps a launch's site Type= names, which its groups carry, to catalog types)."""
+    """`groups` with the measured shapes of their types (keys resolved by `resolve_measured`)."""
     index = resolve_measured({k: float(i) for i, k in enumerate(shapes)}, catalog, site_types)
     keyed = {t: shapes[list(shapes)[int(i)]] for t, i in index.items()}
     site = dict(site_types or {})
@@ -229,8 +219,7 @@ def with_network(
     catalog: Catalog,
     site_types: Mapping[str, str] | None = None,
 ) -> tuple[DeviceGroup, ...]:
-    """`groups` with the measured network figures of their types (`nic_gbs`; keys resolved as
-    `with_shapes` resolves them)."""
+    """`groups` with the measured network figures of their types (keys resolved by `resolve_measured`)."""
     keyed = resolve_measured(network, catalog, site_types)
     site = dict(site_types or {})
     return tuple(
@@ -249,9 +238,8 @@ def spec_group(
     memory_bytes: float,
     nic_gbs: float = 0.0,
 ) -> DeviceGroup:
-    """The solver's group of `gres_type` devices on nodes of `nodes` of them with `spec`'s link, price
-    and memory bandwidth; `memory_bytes` per device before the usable share."""
-    link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS
+    """The solver's group of `gres_type` devices; `memory_bytes` per device before the usable share."""
+    link = spec.interconnect_gbs / 2 if spec.interconnect_gbs else PCIE_GBS  # the catalog's: both ways
     return DeviceGroup(
         gres_type,
         nodes,

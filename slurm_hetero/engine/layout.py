@@ -1,20 +1,7 @@
 """The uneven layout solver for training on a heterogeneous allocation, and rank assignment.
 
-Pure numpy, deterministic: `solve(LayoutSpec) -> Layout`, then `assign_ranks(Layout)`. Stage
-costs are `engine.stagecost`, the step model `engine.schedule`, the candidate shapes
-`engine.shapes`, the layer split and the search `engine.partition` (bounds: docs/plan.md). Three
-families are searched at each micro-batch size and the best predicted step (or cost) wins:
-
-- ``pipeline``: one pipeline across the device groups (a group is all devices of one type), each
-  group a contiguous run of stages, tensor parallel inside nodes, replicated `d` times (`d`
-  divides every group's count); layers split unevenly by speed, capped by memory.
-- ``data``: each group runs copies of one common pipeline shape (same layer split, so gradients
-  line up; a type may have its own tp degree, `LayoutSpec.mixed_tp`) and the global batch is
-  split unevenly across these replicas by speed.
-- ``staged``: one pipeline whose stages each have their own data-parallel degree (Metis-style);
-  `slurm-hetero plan` only.
-
-What `bound_step_s` and `even_step_s` promise: docs/plan.md, "What the figures promise".
+Pure numpy, deterministic: `solve(LayoutSpec) -> Layout`, then `assign_ranks(Layout)`. The
+families it searches, its bounds and what its figures promise: docs/plan.md.
 """
 
 from __future__ import annotations
@@ -30,7 +17,7 @@ import numpy.typing as npt
 from slurm_hetero.core.errors import RequestError
 from slurm_hetero.engine.limits import MAX_DEVICES as MAX_DEVICES
 from slurm_hetero.engine.limits import check_batch, check_prices, check_size
-from slurm_hetero.engine.partition import even_bounds, search, shape_class
+from slurm_hetero.engine.partition import Fit, even_bounds, search, shape_class
 from slurm_hetero.engine.schedule import LayoutKind, Schedule, StepModel, simulate_1f1b
 from slurm_hetero.engine.shapes import (
     MAX_CANDIDATES,
@@ -56,16 +43,14 @@ NETWORK_GBS = 25.0  # a device's share of its node's network without a better fi
 
 @dataclass(frozen=True)
 class LayoutSpec:
-    """What to lay out: device groups in Slurm rank order, the model's per-layer costs, samples per
-    step, and the knobs. `micro_batches`, when set, sizes micro-batches so an average replica runs
-    that many per step; `network_gbs` is each device's bandwidth between nodes (one way)."""
+    """What to lay out: device groups in Slurm rank order, the model's per-layer costs and the knobs."""
 
     groups: tuple[DeviceGroup, ...]
     costs: LayerCosts
     global_batch: int
     micro_batch_size: int = 1
-    micro_batches: int | None = None
-    network_gbs: float = NETWORK_GBS
+    micro_batches: int | None = None  # sizes micro-batches so an average replica runs this many
+    network_gbs: float = NETWORK_GBS  # each device's GB/s between nodes, one way
     tp_sizes: tuple[int, ...] = DEFAULT_TP_SIZES
     kinds: tuple[LayoutKind, ...] = (LayoutKind.PIPELINE, LayoutKind.DATA, LayoutKind.STAGED)
     label: str = ""
@@ -175,8 +160,7 @@ def check_limits(spec: LayoutSpec) -> None:
 
 
 def solve(spec: LayoutSpec) -> Layout:
-    """The best layout by `spec.objective`; with `spec.leave_out`, also each allocation with one type
-    left idle (each within its share of `spec.max_candidates`, so the whole stays bounded)."""
+    """The best layout by `spec.objective`; with `spec.leave_out`, allocations with one type idle too."""
     check_limits(spec)
     if not spec.leave_out or len(spec.groups) < 2:
         return _solve_all(spec)
@@ -184,8 +168,8 @@ def solve(spec: LayoutSpec) -> Layout:
     try:
         best = _solve_all(spec)
         full_notes = best.notes
-    except RequestError as no_fit:  # every device together fits no shape: a subset may; the note
-        best, failure = None, no_fit  # then says why a type is idle, not the objective
+    except RequestError as no_fit:  # a subset may fit; the note says why a type is idle
+        best, failure = None, no_fit
         full_notes = (f"{NO_FULL_LAYOUT}: {no_fit.reason}",)
     share, bounded = max(64, spec.max_candidates // (8 * len(spec.groups))), False
     for k in range(len(spec.groups)):
@@ -204,13 +188,12 @@ def solve(spec: LayoutSpec) -> Layout:
             )
     if best is None:
         raise failure
-    trials = (
-        ["search bounded: each allocation with a type left out searched within its share"] if bounded else []
-    )
-    return dataclasses.replace(best, notes=(*full_notes, *trials))
+    if bounded:
+        full_notes += ("search bounded: each allocation with a type left out searched within its share",)
+    return dataclasses.replace(best, notes=full_notes)
 
 
-NO_FULL_LAYOUT = "no layout uses every device"  # `solve`'s note when --leave-out had to leave one out
+NO_FULL_LAYOUT = "no layout uses every device"
 
 
 def _objective(spec: LayoutSpec, layout: Layout) -> float:
@@ -219,16 +202,8 @@ def _objective(spec: LayoutSpec, layout: Layout) -> float:
     return layout.predicted_step_s
 
 
-def cost_per_step(groups: tuple[DeviceGroup, ...], step_s: float) -> float | None:
-    """USD per step of the devices in `groups` (None when a price is unknown)."""
-    if any(g.price_per_hour <= 0 for g in groups):
-        return None
-    return step_s / 3600.0 * sum(g.count * g.price_per_hour for g in groups)
-
-
 def _solve_all(spec: LayoutSpec) -> Layout:
-    """The best simulated layout among the best estimated candidates; each finalist's even split
-    competes too, so the answer is never worse than the even split it reports."""
+    """The best simulated layout among the best estimated candidates, each finalist's even split too."""
     shapes, notes = shape_search(spec)
     fits, stopped = search(spec, shapes)
     fits = _finalists(fits)
@@ -247,12 +222,8 @@ def _solve_all(spec: LayoutSpec) -> Layout:
     return dataclasses.replace(layout, notes=(*notes, *([stop] if stopped else [])))
 
 
-Fit = tuple[float, int, list[int], StepModel]
-
-
 def _finalists(fits: list[Fit]) -> list[Fit]:
-    """The best `FINALISTS` fits of each class (`partition.shape_class`), so the default search is
-    never worse by its own prediction than one restricted to a class (`--kind`, `--micro-batch`)."""
+    """The best `FINALISTS` fits of each class (`partition.shape_class`; why: docs/plan.md)."""
     by_class: dict[tuple[str, int], list[Fit]] = {}
     for fit in sorted(fits, key=lambda f: (f[0], f[1])):
         by_class.setdefault(shape_class(fit[3].shape), []).append(fit)
@@ -260,8 +231,7 @@ def _finalists(fits: list[Fit]) -> list[Fit]:
 
 
 def bound_step_s(spec: LayoutSpec) -> float:
-    """Total work of a step over the summed throughput of every device, each alone at the GEMM speed
-    of the whole global batch (GEMM speed only grows with size), so no layout beats it."""
+    """A step no layout beats: its work over every device's speed at the whole global batch's GEMM size."""
     elements = spec.global_batch * spec.costs.elements_per_sample
     rate = sum(g.count * peak_rate(g, elements) * TFLOPS for g in spec.groups)
     return spec.global_batch * spec.costs.step_flops_per_sample / rate
@@ -299,14 +269,14 @@ def _stage_plans(spec: LayoutSpec, model: StepModel, bounds: list[int]) -> list[
 def layout_from_split(
     spec: LayoutSpec, model: StepModel, bounds: list[int], samples: tuple[int, ...], step: float
 ) -> Layout:
-    """The `Layout` of `model`'s shape with layer split `bounds`, `samples` per replica and a step of
-    `step` seconds (`solve`'s winner, or the even split that `slurm-hetero launch --even` runs)."""
+    """The `Layout` of `model`'s shape with layer split `bounds`, `samples` per replica and `step` seconds."""
     pipelines, first = [], 0
     for stages, r in zip(_stage_plans(spec, model, bounds), model.shape.replicas):
         pipelines.append(PipelinePlan(stages, samples[first : first + r], model.shape.micro_batch, first))
         first += r
     kind, even = LayoutKind(model.shape.kind), _even_step_s(spec, model)
-    cost = cost_per_step(spec.groups, step)
+    priced = not any(g.price_per_hour <= 0 for g in spec.groups)
+    cost = step / 3600.0 * sum(g.count * g.price_per_hour for g in spec.groups) if priced else None
     return Layout(
         kind, spec.groups, tuple(pipelines), spec.global_batch, step, even, bound_step_s(spec), (), cost
     )
@@ -324,7 +294,7 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
         return RequestError(what, f"{need} but the {devices} devices have {have / GIB:,.0f} GiB; add devices")
     big = max(groups, key=lambda g: g.memory_bytes)
     largest = f"largest device: {big.memory_bytes / GIB:.0f} GiB on {big.type}"
-    if c.overhead_bytes >= big.memory_bytes:  # adv40 P58: more devices cannot help
+    if c.overhead_bytes >= big.memory_bytes:  # more devices cannot help
         overhead = f"{c.overhead_bytes / GIB:,.1f} GiB of overhead a device fills every device ({largest})"
         return RequestError(what, f"{overhead}; give a smaller --overhead-gib")
     if c.checkpointing == Checkpointing.NEVER:
@@ -332,7 +302,7 @@ def _no_fit(spec: LayoutSpec) -> RequestError:
     else:
         how, fix = "even with recomputation", "add devices"
     pipeline = dataclasses.replace(spec, kinds=(LayoutKind.PIPELINE,))
-    if LayoutKind.PIPELINE in spec.kinds and not candidate_shapes(pipeline):  # adv40 PV17
+    if LayoutKind.PIPELINE in spec.kinds and not candidate_shapes(pipeline):
         fix += f". Pipeline layouts were not tried: {_no_shape_reason(pipeline)}"
         fix += ", or --leave-out to plan without one type" if len(groups) > 1 and not spec.leave_out else ""
     return RequestError(what, f"no stage split fits memory {how} ({largest}); {fix}")
@@ -388,8 +358,7 @@ def _no_shape_reason(spec: LayoutSpec) -> str:
 
 
 def assign_ranks(layout: Layout) -> tuple[RankAssignment, ...]:
-    """Every global rank's assignment. Ranks follow Slurm: group by group, node by node; inside a
-    group, replica by replica, stage by stage, tp rank."""
+    """Every global rank's assignment, ranks in Slurm's order (group by group, node by node)."""
     node_first = np.concatenate(([0], np.cumsum([c for g in layout.groups for c in g.per_node])))
     group_first = np.concatenate(([0], np.cumsum([g.count for g in layout.groups])))
     out: list[RankAssignment] = []
@@ -402,8 +371,8 @@ def assign_ranks(layout: Layout) -> tuple[RankAssignment, ...]:
 def _group_ranks(
     layout: Layout, gi: int, plan: PipelinePlan, first: int, node_first: npt.NDArray[np.int64]
 ) -> list[RankAssignment]:
-    """Group `gi`'s ranks: replica by replica, the group's stages in order, each `dp x tp` ranks
-    (dp-major; a staged stage's data-parallel ranks share the micro-batch and samples evenly)."""
+    """Group `gi`'s ranks: replica by replica, stage by stage, each `dp x tp` ranks (dp-major; a staged
+    stage's data-parallel ranks share the micro-batch and samples evenly)."""
     roles = [
         (replica, s, j, tp_rank)
         for replica in range(len(plan.samples))

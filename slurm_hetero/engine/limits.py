@@ -1,7 +1,5 @@
-"""The sizes a layout may have, and the inputs the solver refuses before it searches.
-
-Pure, no I/O. Far beyond any real job, small enough that the planner's arrays and loops stay
-bounded. `engine.layout.solve` checks them all; `plan` and `launch` check the batch options first.
+"""The sizes a layout may have: far beyond any real job, small enough that the planner's arrays and
+loops stay bounded. `engine.layout.solve` checks them all; `plan` and `launch` check the batch first.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from slurm_hetero.engine.stagecost import DeviceGroup
 MAX_DEVICES = 65_536
 MAX_GLOBAL_BATCH = 2**24  # sequences per step
 MAX_SEQ = 2**24  # tokens per sequence, even --beyond-context (the longest published contexts: ~10M)
-# a device's network figure, GB/s: 1 MB/s to 1 PB/s; past either end a product or quotient of it
-# underflows or overflows (a subnormal figure divided the step model by zero)
+# a device's network figure, GB/s: past either end a product or quotient of it under- or overflows
 NETWORK_GBS_RANGE = (1e-3, 1e6)
 
 
@@ -45,8 +42,7 @@ def check_batch(global_batch: int, micro_batch: int | None = None, micro_batches
 
 
 def check_prices(objective: str, groups: Sequence[DeviceGroup]) -> None:
-    """`objective` cost needs every type's price: a RequestError naming those without one (planning
-    by time instead, silently, would answer another question than the one asked)."""
+    """`objective` cost needs every type's price (by time instead would answer another question)."""
     unpriced = sorted({g.type for g in groups if g.price_per_hour <= 0})
     if objective == "cost" and unpriced:
         raise RequestError(

@@ -1,10 +1,7 @@
 """The layer split of a candidate shape, and the search over shapes that finds the best splits.
 
-Pure, deterministic. The bounds that let the search skip shapes (a lower bound on a shape's
-step, the balanced split's bottleneck, the memory every replica must hold); the min-max split
-(bisection over a feasibility test: the layers the first k stages can cover, each recomputing
-the fewest layers that make it fit); `polish`; and `search`, which visits shapes by lower bound
-until none left can win. Shapes and `LayoutSpec` are `engine.layout`'s, the step `engine.schedule`'s.
+Pure, deterministic: the bounds that let the search skip shapes, the min-max split (bisection over
+a feasibility test), `polish`, and `search`, which visits shapes by lower bound until none can win.
 """
 
 from __future__ import annotations
@@ -30,22 +27,21 @@ if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
 Rates = dict[tuple[int, int, float], float]
-# The search's bounds, each x the spec's share of `shapes.MAX_CANDIDATES`: 5 or more types, or many
-# layers on few devices, made planning minutes. What each counts, and why the default search is never
-# worse than one restricted to a class: docs/plan.md, "The search is bounded".
+# The search's bounds, each x the spec's share of `shapes.MAX_CANDIDATES`: what each counts, and why
+# the default search is never worse than one restricted to a class: docs/plan.md, "The search is bounded".
 LARGE_SEARCH = 32_768
 MAX_SPLITS = 48
-MAX_SPLIT_WORK = 1_000_000  # the benchmark mixes and exhaustively checked instances: at most 0.93 M
-MAX_SCORES = 2_500  # the benchmark mixes score at most 1,709
+MAX_SPLIT_WORK = 1_000_000  # above what the benchmark mixes and exhaustively checked instances need
+MAX_SCORES = 2_500  # above what the benchmark mixes need
 SCORE_LINES = 8
 CLASS_SHARE = 2
 
 
 class Budget:
-    """Scores the search may still spend (`MAX_SCORES`); `take` hands moves out while any is left."""
+    """Scores the search may still spend (`MAX_SCORES`), also charged to `whole` when given."""
 
     def __init__(self, left: float, whole: Budget | None = None) -> None:
-        self.left, self.whole = left, whole  # `whole`: a budget this one's spending counts against too
+        self.left, self.whole = left, whole
 
     def take(self, moves: Iterator[list[int]], model: StepModel) -> Iterator[list[int]]:
         weight = max(1.0, len(model.shape.lines) / SCORE_LINES)
@@ -93,13 +89,13 @@ def _first_true(n: int, test: Callable[[int], bool]) -> int:
 
 
 Line = tuple[tuple[int, int], ...]
+Fit = tuple[float, int, list[int], StepModel]  # score, position in the shapes, split, model
 LineFacts = dict[tuple[Line, tuple[int, ...]], tuple[list[tuple[int, int, int, int]], float]]
 
 
 @dataclass
 class _Memo:
-    """What the search's bounds reuse across shapes: stage rates by (group, tp, samples per device),
-    and per (line, stage_dp) its runs `(group, tp, stages, dp)` and transfer sum per sample."""
+    """What the search's bounds reuse across shapes: stage rates, and each line's runs and transfers."""
 
     spec: LayoutSpec
     rates: Rates = field(default_factory=dict)
@@ -121,15 +117,13 @@ class _Memo:
         return found
 
     def run_rates(self, shape: Shape) -> list[tuple[float, int]]:
-        """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first (a staged stage:
-        `dp` devices on micro_batch / dp samples each)."""
+        """(FLOP/s of one stage, stages) of each run of a one-line shape, fastest first."""
         runs = [(d * self.rate(g, t, shape.micro_batch / d), n) for g, t, n, d in self.facts(shape)[0]]
         return sorted(runs, reverse=True)
 
 
 def _p2p_total(spec: LayoutSpec, runs: list[tuple[int, int, int, int]]) -> float:
-    """Sum over a line's stage boundaries of 1 / (sending ranks x GB/s): at most what `line_p2p`
-    prices, without the bytes."""
+    """Sum over a line's stage boundaries of 1 / (sending ranks x GB/s): `line_p2p`'s least, per byte."""
     total, groups = 0.0, spec.groups
 
     def net(a: int, b: int) -> float:
@@ -171,8 +165,7 @@ def _line_micro_batches(spec: LayoutSpec, shape: Shape) -> int:
 
 
 def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
-    """(Nearly) no split of `shape` estimates below this: every stage at full rate, the work on the
-    fastest stages that balance it best, plus the transfers."""
+    """(Nearly) no split of `shape` estimates below this: every stage at full rate, plus the transfers."""
     work, b = spec.costs.step_flops_per_sample * shape.micro_batch, shape.micro_batch
     if shape.kind in (LayoutKind.PIPELINE, LayoutKind.STAGED):
         sent = memo.facts(shape)[1] * b * spec.costs.boundary_bytes / GB
@@ -194,8 +187,7 @@ def _lower_bound(spec: LayoutSpec, shape: Shape, memo: _Memo) -> float:
 
 
 def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -> float:
-    """No split of a one-line shape estimates below this: the balanced split's bottleneck (the least
-    there is) and the fill as in `_lower_bound`."""
+    """`_lower_bound` of a one-line shape, tightened by its balanced split's bottleneck (the least)."""
     stats, shape = model.line_stats(bounds), model.shape
     if len(shape.lines) > 1 or not stats:
         return 0.0
@@ -206,7 +198,7 @@ def _floor(spec: LayoutSpec, model: StepModel, bounds: list[int], memo: _Memo) -
 
 
 def _holds_state(spec: LayoutSpec, shape: Shape) -> bool:
-    """Whether every replica's devices together can hold the model state (necessary for any split)."""
+    """Whether every replica's devices together can hold the model state."""
     state = spec.costs.model_state_bytes(sum(shape.replicas))
     return all(
         sum(t * shape.dp(k) * spec.groups[g].memory_bytes for k, (g, t) in enumerate(line)) >= state
@@ -232,8 +224,7 @@ def _fits_all(model: StepModel, k: int, a: int, e: int, budget: float, theta: li
 
 
 def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[int, int]] | None:
-    """For each stage count k, the interval of layer counts the first k stages can cover within
-    `budget * theta[line]` and memory."""
+    """Per stage count k, the interval of layers the first k stages can cover within the budget."""
     layers, p = model.costs.layers, model.shape.stages
     reach = [(0, 0)]
     for k in range(p):
@@ -248,8 +239,7 @@ def _reach(model: StepModel, budget: float, theta: list[float]) -> list[tuple[in
 
 
 def _split_within(model: StepModel, budget: float, theta: list[float]) -> list[int] | None:
-    """A split whose stages all fit `budget * theta[line]` and memory, or None: from the last stage
-    back, each takes the most layers it can while the stages before can still cover the rest."""
+    """A split whose stages all fit `budget * theta[line]` and memory, or None; the last stages fullest."""
     reach = _reach(model, budget, theta)
     if reach is None:
         return None
@@ -296,8 +286,7 @@ def _moves(bounds: list[int], reach: int) -> Iterator[list[int]]:
 def polish(
     model: StepModel, bounds: list[int], sweeps: int = 64, budget: Budget | None = None
 ) -> tuple[list[int], float]:
-    """Hand single layers between stages (any two in pipelines of up to 16, neighbours beyond) while
-    the step improves, scoring at most what `budget` has left."""
+    """Hand single layers between stages while the step improves, scoring at most what `budget` has left."""
     best, reach = model.score(bounds), len(bounds) if len(bounds) <= 17 else 1
     for _ in range(sweeps):
         goal = best * (1 - 1e-9)
@@ -334,14 +323,12 @@ def shape_class(shape: Shape) -> tuple[str, int]:
     return str(shape.kind), per_device
 
 
-def search(
-    spec: LayoutSpec, shapes: Sequence[Shape]
-) -> tuple[list[tuple[float, int, list[int], StepModel]], bool]:
-    """Fitted shapes (score, position in `shapes`, split, model), visited by lower bound until none
-    can win in its class (`shape_class`), within the bounds above; and whether a bound stopped it."""
+def search(spec: LayoutSpec, shapes: Sequence[Shape]) -> tuple[list[Fit], bool]:
+    """Fitted shapes, visited by lower bound until none can win in its class (`shape_class`), within the
+    bounds above; and whether a bound stopped it."""
     memo = _Memo(spec)
     ranked = sorted((_lower_bound(spec, s, memo), i, s) for i, s in enumerate(shapes))
-    fits: list[tuple[float, int, list[int], StepModel]] = []
+    fits: list[Fit] = []
     best: dict[tuple[str, int], float] = {}
     stopped, split = False, 0
     large = sum(g.count for g in spec.groups) * spec.costs.layers > LARGE_SEARCH
@@ -363,7 +350,7 @@ def search(
             continue
         split += 1
         if split > MAX_SPLITS and fits and large:
-            return fits, True  # the most promising MAX_SPLITS shapes were split: planning time stays bounded
+            return fits, True
         work[pool] = work.get(pool, 0) + _split_work(spec, shape)
         model = StepModel(spec.groups, spec.costs, shape, spec.global_batch, spec.network_gbs, spec.pair_gbs)
         start = balanced_bounds(model, _cap(spec, shape, least))

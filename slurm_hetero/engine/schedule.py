@@ -1,11 +1,8 @@
 """The step-time model behind the layout solver: how one step of a candidate shape plays out.
-Pure numpy; what one stage costs is `engine.stagecost`; the assumptions are docs/plan.md's.
 
-A step is a 1F1B schedule (`simulate_1f1b`); the search uses its closed form (`estimate_1f1b`)
-except for steps of few micro-batches (`is_short`), where it is least accurate and simulating is
-cheap. The global batch is split across replicas by water-filling the closed form, refined by
-simulation for short steps. Each stage's gradients are all-reduced (a ring, or hierarchically
-across vendors) after its last backward, then its optimizer step runs.
+Pure numpy. A step is a 1F1B schedule; the search uses its closed form except for steps of few
+micro-batches (`is_short`), where it is least accurate and simulating is cheap. The assumptions
+are docs/plan.md's, "What the step time counts".
 """
 
 from __future__ import annotations
@@ -45,8 +42,7 @@ def estimate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
     """Closed-form 1F1B step: every stage once plus `m - 1` bottleneck periods (`stage_periods`)."""
     if micro_batches <= 0:
         return 0.0
-    per = fwd + bwd
-    return float(per.sum() + 2 * p2p.sum() + (micro_batches - 1) * stage_periods(fwd, bwd, p2p).max())
+    return float((fwd + bwd).sum() + 2 * p2p.sum() + (micro_batches - 1) * stage_periods(fwd, bwd, p2p).max())
 
 
 @dataclass(frozen=True)
@@ -69,16 +65,12 @@ def _op_order(stages: int, index: int, micro_batches: int) -> list[tuple[bool, i
 
 
 def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batches: int) -> Schedule:
-    """Play out a 1F1B schedule: `fwd[k]`, `bwd[k]` per micro-batch on stage `k`, `p2p[k]` the
-    transfer between stages `k` and `k + 1`, part of the receiving operation (`stage_periods`)."""
+    """Play out a 1F1B schedule; `p2p[k]`, between stages `k` and `k + 1`, is part of the receiving op."""
     p, m = len(fwd), micro_batches
     orders = [_op_order(p, k, m) for k in range(p)]
     times = (np.asarray(fwd, dtype=np.float64).tolist(), np.asarray(bwd, dtype=np.float64).tolist())
     delay = np.asarray(p2p, dtype=np.float64).tolist()  # Python floats: the same sums, faster
-    done: tuple[list[list[float | None]], list[list[float | None]]] = (
-        [[None] * m for _ in range(p)],
-        [[None] * m for _ in range(p)],
-    )
+    done: list[list[list[float | None]]] = [[[None] * m for _ in range(p)] for _ in range(2)]  # fwd, bwd
     ops: list[tuple[int, int, bool, float, float]] = []
     ptr, free, sweep = [0] * p, [0.0] * p, 0
     while len(ops) < 2 * p * m:
@@ -86,7 +78,6 @@ def simulate_1f1b(fwd: FloatArray, bwd: FloatArray, p2p: FloatArray, micro_batch
         for k in range(p) if sweep % 2 else range(p - 1, -1, -1):
             while ptr[k] < len(orders[k]):
                 back, i = orders[k][ptr[k]]
-                # when the neighbour has produced what this operation receives
                 if back:
                     ready = done[False][k][i] if k == p - 1 else done[True][k + 1][i]
                 else:
@@ -149,7 +140,7 @@ def split_samples(
 
 
 class LayoutKind(StrEnum):
-    """The layout families (`Shape.kind`; `engine.layout` describes them)."""
+    """The layout families (`Shape.kind`; docs/plan.md describes them)."""
 
     PIPELINE = "pipeline"
     DATA = "data"
@@ -165,8 +156,7 @@ class Shape:
     lines: tuple[tuple[tuple[int, int], ...], ...]
     replicas: tuple[int, ...]
     micro_batch: int
-    stage_dp: tuple[int, ...] = ()  # `staged`: data-parallel degree of each stage (the micro-batch is
-    # split over its ranks: the busiest takes ceil(micro_batch / stage_dp[k]) samples); else all 1
+    stage_dp: tuple[int, ...] = ()  # `staged`: data-parallel degree of each stage (splits the micro-batch)
 
     @property
     def stages(self) -> int:
@@ -195,8 +185,8 @@ def network_between(
 
 
 def sender_nodes(groups: Sequence[DeviceGroup], shape: Shape, line: int) -> list[npt.NDArray[np.int64]]:
-    """Per stage of `line`, the node of each replica's data-parallel ranks' tp rank 0 (the one that
-    sends the boundary), replicas x stage degree; ranks as `engine.layout.assign_ranks` gives them."""
+    """Per stage of `line`, replicas x stage degree: the node of each sender of the boundary (tp rank 0),
+    ranks placed as `engine.layout.assign_ranks` places them."""
     stages, out = shape.lines[line], []
     ends: dict[int, npt.NDArray[np.int64]] = {}
     for k, (g, t) in enumerate(stages):
@@ -219,9 +209,7 @@ def line_p2p(
     network_gbs: float,
     pair_gbs: PairGbs | None = None,
 ) -> FloatArray:
-    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next, as
-    `slurm_hetero.training` sends it (tp rank 0 of each replica, ``ceil(M / dp)`` samples of a
-    staged stage): over the device link when every sender and receiver share a node, else the network."""
+    """Seconds to send one micro-batch's hidden state from each stage of `line` to the next."""
     stages, out = shape.lines[line], np.zeros(shape.stages)
     nodes = sender_nodes(groups, shape, line)
     for k in range(len(stages) - 1):
@@ -254,8 +242,7 @@ class LineStats:
 
 
 class _Maxima:
-    """A sample split (one entry per replica) with each line's largest entry kept up to date in O(1)
-    as single samples move (per line, how many replicas hold each count)."""
+    """A sample split (one entry per replica) with each line's largest entry kept in O(1) per move."""
 
     def __init__(self, replicas: Sequence[int], samples: Sequence[int]) -> None:
         self.samples = list(samples)
@@ -266,7 +253,6 @@ class _Maxima:
         self.maxima = [max(held, default=0) for held in self.held]
 
     def move(self, source: int, target: int) -> None:
-        """One sample from replica `source` to replica `target`."""
         self._shift(source, -1)
         self._shift(target, 1)
 
@@ -288,8 +274,7 @@ class StepModel:
 
     SIMULATE_OPS = 20_000
     # A simulated operation costs about its pipeline's stages: beyond this many operations x stages
-    # one simulated step takes seconds (hundreds of stages: 16 s each), and the closed form
-    # (`estimate_1f1b`, each stage ending its drain earlier) prices it instead.
+    # one simulated step takes seconds, and the closed form prices it instead.
     MOST_SIMULATED_WORK = 8_000_000
     REFINE_REPLICAS = 4
     REFINE_SIMULATIONS = 1024  # trials of one `refine_split` (bounded planning time)
@@ -305,7 +290,7 @@ class StepModel:
     ) -> None:
         self.groups, self.costs, self.shape, self.batch = tuple(groups), costs, shape, global_batch
         self.network_gbs, self.pair_gbs = network_gbs, dict(pair_gbs or {})
-        self.simulations = 0  # steps `simulate` priced (the search's work budget counts them)
+        self.simulations = 0  # what the search's `Budget` counts
         p, dp, b = shape.stages, sum(shape.replicas), shape.micro_batch
         busiest = global_batch if len(shape.replicas) > 1 else math.ceil(global_batch / shape.replicas[0])
         cap = math.ceil(busiest / b)  # most micro-batches a replica runs: bounds what a stage holds
@@ -314,7 +299,7 @@ class StepModel:
             d = shape.dp(k)
             return StageSite(self.groups[g], t, dp * d, min(p - k, cap), math.ceil(b / d), k == 0, k == p - 1)
 
-        def step_s(k: int, g: int, t: int) -> float:  # optimizer step seconds per weight byte (`optimizer_s`)
+        def step_s(k: int, g: int, t: int) -> float:  # optimizer step seconds per weight byte
             shards = zero_divisors(costs.zero_stage, dp * shape.dp(k))[2]
             return costs.step_factor / (t * shards * self.groups[g].bandwidth_gbs * GB)
 
@@ -327,7 +312,7 @@ class StepModel:
             for i in range(len(shape.lines))
         ]
         # Stage positions with one column of (group, tp) and one degree share their ring (staged
-        # stages do not: their spread is their own); priced once per column (58 types: seconds).
+        # stages do not: their spread is their own); priced once per column.
         columns = [
             (tuple(line[k] for line in shape.lines), shape.dp(k), k if shape.stage_dp else -1)
             for k in range(p)
@@ -338,16 +323,14 @@ class StepModel:
         self._ar_groups = [rings[column][1] for column in columns]
         self._cache: dict[tuple[int, int, int, int], tuple[float, float, float, int] | None] = {}
         self._grad_cache: dict[tuple[int, int, int], tuple[float, float]] = {}
-        # `simulate`'s memo: the layer split it last priced, its lines and their tails (`tail`), and
-        # each line's end by (line, micro-batches).
+        # `simulate`'s memo: the layer split last priced, its stats and tails, line ends by (line, m)
         self._sim_bounds: tuple[int, ...] | None = None
         self._sim_stats: tuple[list[LineStats], list[FloatArray]] | None = None
         self._sim_lines: dict[tuple[int, int], float] = {}
 
     def _allreduce_gbs(self, k: int) -> tuple[float, float]:
-        """Bandwidth of stage `k`'s gradient ring and the seconds per byte it pays once on top: a ring whose
-        types talk through a cpu-relay copies the gradient to the host and back once (as
-        `slurm_hetero.training` does), not at every hop."""
+        """Bandwidth of stage `k`'s gradient ring and the seconds per byte it pays once on top: a cpu-relay
+        copies the gradient to the host and back once (as `slurm_hetero.training` does), not per hop."""
         members = self._members(k)
         if len(members) > 1:
             nic, copies = math.inf, 0.0
@@ -363,7 +346,7 @@ class StepModel:
         return sorted({line[k][0] for line in self.shape.lines})
 
     def _local_gbs(self, k: int, g: int) -> float:
-        """Bandwidth of a ring among group `g`'s ranks of stage `k`: its link within a node, else network."""
+        """Bandwidth of a ring among group `g`'s ranks of stage `k`."""
         if self.shape.stage_dp:  # staged: the stage's own devices
             spread = self.shape.replicas[0] * self.shape.lines[0][k][1] * self.shape.dp(k)
         else:
@@ -372,8 +355,8 @@ class StepModel:
         return self.groups[g].link_gbs if inside else network_between(self.groups, {}, self.network_gbs, g, g)
 
     def _hierarchy(self, k: int) -> tuple[list[int], list[float]] | None:
-        """Stage `k`'s data-parallel ranks per vendor and each vendor's ring bandwidth when its ring spans
-        vendors (the hierarchical all-reduce's parts, as `slurm_hetero.training` forms them); else None."""
+        """The hierarchical all-reduce's parts when stage `k`'s ring spans vendors (ranks per vendor and
+        each vendor's ring bandwidth, as `slurm_hetero.training` forms them); else None."""
         parts: dict[str, list[int]] = {}
         for g in self._members(k):
             parts.setdefault(self.groups[g].vendor or self.groups[g].type, []).append(g)
@@ -410,12 +393,12 @@ class StepModel:
         return out
 
     def allreduce(self, bounds: Sequence[int]) -> FloatArray:
-        """Gradient all-reduce seconds of each stage position: a ring, or hierarchical across vendors."""
+        """Gradient all-reduce seconds of each stage position."""
         return np.array([self._gradient(k, a, e)[1] for k, (a, e) in enumerate(zip(bounds, bounds[1:]))])
 
     def _gradient(self, k: int, a: int, e: int) -> tuple[float, float]:
-        """(gradient bytes per rank, all-reduce seconds) of stage position `k` over `[a, e)`, cached;
-        mixed tp degrees: the least degree's rank."""
+        """(gradient bytes per rank, all-reduce seconds) of stage position `k` over `[a, e)`; mixed tp
+        degrees: the least degree's rank."""
         key = (k, a, e)
         if key not in self._grad_cache:
             c, pre = self.costs, self.costs.prefix["params"]
@@ -437,8 +420,8 @@ class StepModel:
         return split_samples(self.batch, self.shape.replicas, fill, period, self.shape.micro_batch)
 
     def score(self, bounds: Sequence[int], below: float = math.inf) -> float:
-        """The search's objective: the closed form, or the simulated step when `is_short` (the sample
-        split refined up to `REFINE_REPLICAS` replicas); with `below`, possibly a lower bound at least it."""
+        """The search's objective: the closed form, or the simulated step when `is_short`; with `below`,
+        possibly a lower bound at least it."""
         if not is_short(self.shape, self.batch):
             return self.estimate(bounds, below=below)
         stats = self.line_stats(bounds)
@@ -452,8 +435,7 @@ class StepModel:
     def refine_split(
         self, bounds: Sequence[int], samples: tuple[int, ...], budget: int | None = None
     ) -> tuple[int, ...]:
-        """When `is_short`, move single samples between replicas while the simulated step improves, at
-        most `budget` trials; only each line's busiest replica counts (`_Maxima`), so a trial is linear."""
+        """When `is_short`, move single samples between replicas while the simulated step improves."""
         best = self.simulate(bounds, samples)
         moved = is_short(self.shape, self.batch) and len(samples) > 1
         budget = self.REFINE_SIMULATIONS if budget is None else budget
@@ -474,11 +456,8 @@ class StepModel:
         return tuple(split.samples)
 
     def _per_line_max(self, samples: Sequence[int]) -> list[int]:
-        out, start = [], 0
-        for r in self.shape.replicas:
-            out.append(max(samples[start : start + r], default=0))
-            start += r
-        return out
+        ends = list(itertools.accumulate(self.shape.replicas, initial=0))
+        return [max(samples[a:b], default=0) for a, b in zip(ends, ends[1:])]
 
     def estimate(
         self, bounds: Sequence[int], samples: Sequence[int] | None = None, below: float = math.inf
@@ -504,7 +483,7 @@ class StepModel:
         return self._simulate_maxima(bounds, self._per_line_max(samples))
 
     def _simulate_maxima(self, bounds: Sequence[int], maxima: Sequence[int]) -> float:
-        """`simulate` from each line's busiest replica's samples (each line's part kept per count)."""
+        """`simulate` from each line's busiest replica's samples."""
         self.simulations += 1
         key = tuple(bounds)
         if key != self._sim_bounds:
@@ -526,8 +505,7 @@ class StepModel:
         return [allreduce + self.optimizer_s(i, bounds) for i in range(len(self.shape.lines))]
 
     def optimizer_s(self, line: int, bounds: Sequence[int]) -> FloatArray:
-        """Seconds of each stage's optimizer step on a device of `line`: its parameters' memory traffic
-        (per tp rank, and per data-parallel rank where ZeRO shards the states) over memory bandwidth."""
+        """Seconds of each stage's optimizer step on a device of `line` (memory-bound)."""
         c, pre = self.costs, self.costs.prefix["params"]
         edges = np.asarray(bounds)
         weights = pre[edges[1:]] - pre[edges[:-1]]

@@ -1,8 +1,7 @@
 """The candidate shapes the layout solver searches: the pipeline, data and staged families.
 
-Pure, deterministic. A `Shape` (`engine.schedule`) is a layout without its layer split; this
-module lists them for a `LayoutSpec` in a fixed order (the families are `engine.layout`'s), each
-at every micro-batch size searched (capped at the global batch), within `MAX_CANDIDATES`.
+Pure, deterministic: the `Shape`s (`engine.schedule`) of a `LayoutSpec` in a fixed order, each at
+every micro-batch size searched, within `MAX_CANDIDATES` (docs/plan.md, "The search is bounded").
 """
 
 from __future__ import annotations
@@ -26,10 +25,7 @@ def _divisors(n: int) -> list[int]:
     return sorted({*small, *(n // d for d in small)})
 
 
-# Each family lists at most its share of `LayoutSpec.max_candidates` (pipeline all, data and
-# staged an eighth each), per-type options in order of preference first; without the bound, 5 or
-# more types made millions of candidates (docs/plan.md, "The search is bounded").
-MAX_CANDIDATES = 8192
+MAX_CANDIDATES = 8192  # pipeline candidates; the data and staged families list an eighth each
 MAX_TYPES = 64  # device types in one layout (`engine.limits.check_size` refuses more)
 ORDER_PERMUTATIONS = 5  # every stage order of up to this many types (if within the budget)
 SEARCHED_MICRO_BATCHES = (1, 2, 4, 8)  # per device, what `plan` and `launch` search by default
@@ -42,7 +38,7 @@ def _bounded_product(
     options: Sequence[Sequence[T]], limit: int, weight: Callable[[T], int] = lambda _: 0, cap: int = 0
 ) -> tuple[list[tuple[T, ...]], bool]:
     """Up to `limit` combinations of one item of each option list (weights summing to at most `cap`),
-    the earliest items first; and whether any were left out. The work is bounded too."""
+    the earliest items first, in bounded work; and whether any were left out."""
     sizes = [len(o) for o in options]
     if not options or 0 in sizes:
         return [], False
@@ -81,11 +77,10 @@ def _tp_options(spec: LayoutSpec, group: int, devices: int) -> list[int]:
 
 
 def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
-    """Micro-batch sizes to try for a shape of `replicas` replicas: the one `micro_batches` implies,
-    else the searched sizes, else the one given; each at most the global batch."""
+    """Micro-batch sizes to try for a shape of `replicas` replicas, each at most the global batch (an
+    uneven split may give a fast replica more than the average)."""
     if spec.micro_batches is not None:
         return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
-    # an uneven split gives a fast replica more than the average: any size a replica could fill
     sizes = spec.micro_batch_sizes or (spec.micro_batch_size,)
     return sorted({min(b, spec.global_batch) for b in sizes})
 
@@ -127,13 +122,11 @@ def _pipeline_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
     return shapes, cut
 
 
-# Mixed tp degrees multiply the data family's candidates by up to 4 ** types: bounded as staged is.
-MIXED_TP_MAX_WORLD = 256
+MIXED_TP_MAX_WORLD = 256  # mixed tp degrees multiply the data family's candidates by up to 4 ** types
 
 
 def _data_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
-    """Every type runs replicas of `p` stages, each at its own tp degree (uniform degrees first; mixed
-    ones up to `MIXED_TP_MAX_WORLD` devices, when `LayoutSpec.mixed_tp`)."""
+    """Every type runs replicas of `p` stages, each type at its own tp degree (uniform degrees first)."""
     counts, k, cut, listed = [g.count for g in spec.groups], len(spec.groups), False, 0
     shapes: list[Shape] = []
     for p in (p for p in _divisors(math.gcd(*counts)) if p <= spec.costs.layers):
@@ -171,8 +164,7 @@ def staged_degrees(spec: LayoutSpec) -> set[int]:
 
 
 def _staged_shapes(spec: LayoutSpec, budget: int) -> tuple[list[Shape], bool]:
-    """One pipeline through every type, each with its own stages, tp and dp degree (Metis); types in
-    memory order, either way. Combinations of one common degree are the pipeline family's."""
+    """One pipeline through every type, each with its own stages, tp and dp degree (Metis)."""
     k = len(spec.groups)
     options = [_staged_options(spec, g) for g in range(k)]
     by_memory = tuple(sorted(range(k), key=lambda g: (-spec.groups[g].memory_bytes, g)))
@@ -199,8 +191,7 @@ def staged_micro_batch(spec: LayoutSpec) -> int | None:
 
 
 def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
-    """Pipeline micro-batches of a staged shape whose widest stage has `widest` dp devices, each
-    giving every device of that stage a sample."""
+    """Pipeline micro-batches of a staged shape that give each device of its widest stage a sample."""
     fixed = staged_micro_batch(spec)
     if fixed is not None:
         return [fixed] if fixed >= widest else []
@@ -210,9 +201,8 @@ def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
 def kinds_for_micro_batch(
     kinds: Sequence[LayoutKind], explicit: bool, micro_batch: int | None
 ) -> tuple[LayoutKind, ...]:
-    """The families to search for a micro-batch size per device (`--micro-batch`): the staged family
-    splits one micro-batch over stages of different degrees, so it is left out, or refused when
-    asked for by name (`explicit`)."""
+    """The families to search for a micro-batch size per device (`--micro-batch`): not the staged
+    family, which is refused when asked for by name (`explicit`)."""
     if micro_batch is None or LayoutKind.STAGED not in kinds:
         return tuple(kinds)
     if explicit:
@@ -226,13 +216,12 @@ def kinds_for_micro_batch(
 
 
 def staged_applies(spec: LayoutSpec) -> bool:
-    """Whether the staged family applies: two types or more, `STAGED_MAX_WORLD` devices at most."""
+    """Two types or more, `STAGED_MAX_WORLD` devices at most."""
     return len(spec.groups) > 1 and sum(g.count for g in spec.groups) <= STAGED_MAX_WORLD
 
 
 def shape_search(spec: LayoutSpec) -> tuple[list[Shape], tuple[str, ...]]:
-    """Every shape the solver considers, in a fixed order, within `spec.max_candidates`, and notes on
-    what the bound left out."""
+    """Every shape the solver considers, and notes on what the bound left out."""
     budget, shapes, notes = spec.max_candidates, [], []
     families = (
         (LayoutKind.PIPELINE, True, _pipeline_shapes, budget),

@@ -1,16 +1,6 @@
 """What one pipeline stage costs: the model's per-layer costs, the device groups, and the time and
-memory of a stage over any range of layers. Pure numpy; the step-time model is `engine.schedule`.
-
-- **Compute.** A stage of `tp` devices runs its layers' forward FLOPs in `fwd` and twice that in
-  `bwd` (recomputed layers add their forward). `tflops` is quoted at `REFERENCE_ELEMENTS`; smaller
-  GEMMs run slower (`gemm_efficiency`), which is what makes micro-batch size and tensor parallelism
-  cost something beyond bubbles and all-reduces (Narayanan et al., SC'21, section 5.6, figure 16;
-  issue 11 measured 31-85% tensor-parallel efficiency). `slurm-hetero calibrate` measures
-  `gemm_half` per type; `DEFAULT_GEMM_HALF`, scaled by the ridge point, stands in until then.
-- **Tensor parallel** (inside a node) costs 4 ring all-reduces of the hidden state per layer and
-  micro-batch (Megatron; 2 more per recomputed layer), each ring step `RING_STEP_S` on top.
-- **Memory per device** as docs/fit.md counts it, with activations of `in_flight` micro-batches
-  (1F1B: stage `k` of `p` holds `p - k`).
+memory of a stage over any range of layers. Pure numpy; what it counts: docs/plan.md, "What the
+step time counts".
 """
 
 from __future__ import annotations
@@ -39,21 +29,9 @@ FloatArray = npt.NDArray[np.float64]
 GB = 1e9
 TFLOPS = 1e12
 REFERENCE_ELEMENTS = 4096.0 * 4096.0  # b x s x h/tp of the shape sustained TFLOPS are quoted at
-# Elements at which an A100 reaches half its large-GEMM speed: fitted to the micro-batch effect of
-# issue 11's OPT-350M input (21.8 s at micro-batch 1 against 12.7 s at 4, 1,024 x 2,048 per
-# sample) and consistent with Megatron-LM's figure 16 (SC'21); other devices scale it by their
-# ridge point (peak FLOPS over memory bandwidth) relative to the A100's 312 TFLOPS / 2,039 GB/s.
-DEFAULT_GEMM_HALF = 2.0 * 2**20
+DEFAULT_GEMM_HALF = 2.0 * 2**20  # an A100's elements at half speed (docs/plan.md)
 A100_RIDGE = 312e12 / 2039e9
-DEFAULT_MEMORY_GBS = 2039.0  # an A100's, where the catalog has no figure (as DEFAULT_GEMM_HALF)
-
-
-def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
-    array = np.array(values, dtype=np.float64)
-    if array.ndim != 1 or array.size == 0 or not np.all(np.isfinite(array)) or np.any(array < 0):
-        raise ValueError(f"{name} must be a non-empty 1-d array of finite non-negative numbers")
-    array.setflags(write=False)
-    return array
+DEFAULT_MEMORY_GBS = 2039.0  # an A100's, where the catalog has no figure
 
 
 class Checkpointing(StrEnum):
@@ -76,11 +54,9 @@ CHECKPOINTING = {
 class LayerCosts:
     """Per-layer costs of a model for one sample (one sequence of the training length).
 
-    `flops`: forward FLOPs per layer; `param_bytes`: weight bytes per layer (gradients
-    `grad_factor` times that, optimizer state `optimizer_factor` times, sharded by `zero_stage`);
-    `act_bytes`: activations kept for backward; `ckpt_bytes`: what a recomputed layer keeps instead;
-    `boundary_bytes`: the hidden state between stages. `first_*` / `last_*`: the embedding and the
-    head (and its logits); `tied_param_bytes` is in both and held once by a stage with both.
+    `param_bytes`: weights (gradients `grad_factor` times that, optimizer state `optimizer_factor`
+    times); `ckpt_bytes`: what a recomputed layer keeps of `act_bytes`. `first_*` / `last_*`: the
+    embedding and the head; `tied_param_bytes` is in both and held once by a stage with both.
     `extra_bwd_flops`: forward FLOPs every layer redoes in backward (selective recomputation)."""
 
     flops: FloatArray
@@ -108,17 +84,13 @@ class LayerCosts:
         if self.extra_bwd_flops is None:
             object.__setattr__(self, "extra_bwd_flops", np.zeros(np.size(self.flops)))
         for name in ("flops", "param_bytes", "act_bytes", "ckpt_bytes", "extra_bwd_flops"):
-            object.__setattr__(self, name, _frozen(getattr(self, name), name))
-        sizes = {getattr(self, n).size for n in ("flops", "param_bytes", "act_bytes", "ckpt_bytes")}
-        if len(sizes | {self.extra.size}) != 1:
-            raise ValueError("flops, param_bytes, act_bytes and ckpt_bytes must have one entry per layer")
-        if np.any(self.ckpt_bytes > self.act_bytes):
-            raise ValueError("ckpt_bytes must not exceed act_bytes")
+            array = np.array(getattr(self, name), dtype=np.float64)
+            array.setflags(write=False)  # the prefix sums are cached
+            object.__setattr__(self, name, array)
 
     @classmethod
     def from_table(cls, table: LayerTable) -> LayerCosts:
-        """The solver's costs from the table of one sample (`micro_batch=1`, `tp=1`): its ``embedding``
-        and ``head`` rows become the first and last stage's extras."""
+        """The solver's costs from the table of one sample: its first and last rows become the extras."""
         if table.micro_batch != 1 or table.tp != 1:
             raise ValueError(
                 "the solver scales one sample over micro-batches and tp: use micro_batch=1, tp=1"
@@ -150,7 +122,6 @@ class LayerCosts:
 
     @property
     def extra(self) -> FloatArray:
-        """`extra_bwd_flops`, always an array."""
         assert self.extra_bwd_flops is not None
         return self.extra_bwd_flops
 
@@ -165,8 +136,7 @@ class LayerCosts:
 
     @cached_property  # the search's bounds ask for it at every shape
     def step_flops_per_sample(self) -> float:
-        """Forward plus backward FLOPs of the model for one sample, with the recomputation the settings
-        impose but none the solver chooses."""
+        """FLOPs of one sample's step, with the recomputation the settings impose, none the solver's."""
         forward = float(self.flops.sum()) + self.first_flops + self.last_flops
         recomputed = float(self.flops.sum()) if self.checkpointing == Checkpointing.ALL else 0.0
         return 3.0 * forward + float(self.extra.sum()) + recomputed
@@ -197,9 +167,8 @@ class LayerCosts:
 
 @dataclass(frozen=True)
 class DeviceGroup:
-    """Devices of one type in the allocation: `per_node` counts them on each of their nodes, in
-    Slurm's rank order; `tflops` is what one device sustains on this model, `memory_bytes` what a
-    job may use, `link_gbs` the bandwidth inside a node (one way); no `vendor`: a vendor of its own."""
+    """Devices of one type in the allocation, `per_node` in Slurm's rank order; `tflops` is what one device
+    sustains on this model, `memory_bytes` what a job may use, `link_gbs` inside a node (one way)."""
 
     type: str
     per_node: tuple[int, ...]
@@ -209,9 +178,8 @@ class DeviceGroup:
     gemm_half: float = 0.0  # GEMM elements at half speed (`gemm_efficiency`); 0: size does not matter
     nic_gbs: float = 0.0  # this type's share of its node's network, GB/s one way; 0: the spec's figure
     price_per_hour: float = 0.0  # USD per device-hour (the cost objective); 0: unknown
-    vendor: str = ""  # whose collective library it runs (a gradient ring across vendors is hierarchical)
-    # measured per-shape speeds (`--measured` profile): (tp, micro_batch, TFLOPS one device sustains
-    # on this model's layers at that shape, its tensor-parallel all-reduces included); () when none
+    vendor: str = ""  # whose collective library it runs; "": a vendor of its own
+    # `--measured` shapes: (tp, micro_batch, TFLOPS one device sustains, tp all-reduces included)
     speeds: tuple[tuple[int, float, float], ...] = ()
     memory_gbs: float = 0.0  # device memory bandwidth, GB/s (the optimizer step); 0: DEFAULT_MEMORY_GBS
 
@@ -225,13 +193,11 @@ class DeviceGroup:
 
     @property
     def bandwidth_gbs(self) -> float:
-        """Device memory bandwidth, GB/s."""
         return self.memory_gbs or DEFAULT_MEMORY_GBS
 
 
 def gemm_efficiency(half: float, elements: float) -> float:
-    """GEMM speed at `elements` relative to the reference size: ``x / (x + half)``, normalized to 1 at
-    `REFERENCE_ELEMENTS` and no faster beyond it."""
+    """GEMM speed at `elements` relative to `REFERENCE_ELEMENTS` (no faster beyond it)."""
     if half <= 0:
         return 1.0
     return min(1.0, (elements / (elements + half)) / (REFERENCE_ELEMENTS / (REFERENCE_ELEMENTS + half)))
@@ -239,8 +205,7 @@ def gemm_efficiency(half: float, elements: float) -> float:
 
 def measured_shape(speeds: Sequence[tuple[int, float, float]], tp: int, b: float) -> tuple[float, str] | None:
     """TFLOPS per device at degree `tp` and micro-batch `b` from measured points of that degree, and
-    how it was found: `measured`, `interpolated` (a micro-batch's seconds linear between the
-    neighbouring sizes) or `extrapolated` (the nearest size's speed); None when the degree has none."""
+    how it was found (docs/plan.md, "Measured speeds"); None when the degree has none."""
     points = sorted((m, r) for t, m, r in speeds if t == tp)
     if not points:
         return None
@@ -263,8 +228,7 @@ def fallback_degree(speeds: Sequence[tuple[int, float, float]], tp: int) -> int:
 
 def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: float) -> tuple[float, bool]:
     """TFLOPS one device of `group` sustains in a stage of `tp` devices at micro-batch `b`, and whether
-    it includes the tensor-parallel all-reduces (a measured shape does). A degree without measured
-    points takes the nearest lower one's speed (else the least), scaled on the GEMM-size curve."""
+    it includes the tensor-parallel all-reduces (a measured shape does)."""
 
     def curve(degree: int) -> float:
         return gemm_efficiency(group.gemm_half, b * elements_per_sample / degree)
@@ -281,7 +245,7 @@ def device_rate(group: DeviceGroup, tp: int, b: float, elements_per_sample: floa
 
 
 def peak_rate(group: DeviceGroup, elements: float) -> float:
-    """The most TFLOPS one device of `group` sustains alone at any shape up to `elements` (the bound)."""
+    """The most TFLOPS one device of `group` sustains alone at any shape up to `elements`."""
     if group.speeds:
         return max(r for _, _, r in group.speeds)
     return group.tflops * gemm_efficiency(group.gemm_half, elements)
@@ -294,15 +258,11 @@ def default_gemm_half(peak_tflops: float | None, bandwidth_gbs: float | None) ->
     return DEFAULT_GEMM_HALF * (peak_tflops * 1e12 / (bandwidth_gbs * 1e9)) / A100_RIDGE
 
 
-# Seconds each of a ring all-reduce's 2 (n - 1) steps costs beyond its bytes (the alpha of the
-# alpha-beta model): a kernel's hand-off to the next rank through device memory flags, a few
-# microseconds on NVLink or PCIe (NCCL's small-message all-reduce over 8 GPUs: about 30 us).
-RING_STEP_S = 2e-6
+RING_STEP_S = 2e-6  # seconds each ring step costs beyond its bytes (the alpha of the alpha-beta model)
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, gbs: float) -> float:
-    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s: 2 (n - 1) steps
-    of `nbytes / n`, each also paying `RING_STEP_S`."""
+    """Seconds for a ring all-reduce of `nbytes` over `ranks` ranks at `gbs` GB/s."""
     if ranks <= 1 or nbytes <= 0:
         return 0.0
     return 2.0 * (ranks - 1) * (nbytes / ranks / (gbs * GB) + RING_STEP_S)
@@ -316,9 +276,8 @@ def hierarchical_allreduce_s(
     cross_copy_s: float = 0.0,
 ) -> float:
     """Seconds for an all-reduce over groups of `sizes` ranks: reduce-scatter inside each group, an
-    all-reduce of each shard among one rank per group at `cross_gbs`, all-gather inside each group.
-    The smallest group's rank owns the largest shard and pays `cross_copy_s` per byte of it (a
-    cpu-relay's copies; the flat ring would pay that on every byte)."""
+    all-reduce of each shard among one rank per group at `cross_gbs` (the largest shard also paying
+    `cross_copy_s` per byte, a cpu-relay's copies), all-gather inside each group."""
     if len(sizes) <= 1 or nbytes <= 0:
         return ring_allreduce_s(nbytes, sum(sizes), min(local_gbs, default=cross_gbs))
     local = max(ring_allreduce_s(nbytes, n, gbs) for n, gbs in zip(sizes, local_gbs))
@@ -340,8 +299,7 @@ class StageSite:
 
 
 class StageModel:
-    """Time (seconds per micro-batch) and memory (bytes per device) of one site over layer ranges
-    `[a, e)` with the first `r` layers recomputed, from prefix sums of `costs`."""
+    """Seconds per micro-batch and bytes per device of one site over layers `[a, e)`, `r` recomputed."""
 
     NEED_STARTS = 64  # starts whose `_needs` are kept
     FIT_RANGES = 65_536  # ranges whose `fits` figure is kept (a search asks at many budgets)
@@ -371,7 +329,6 @@ class StageModel:
         self._fit: dict[tuple[int, int], float] = {}
 
     def times(self, a: int, e: int, r: int) -> tuple[float, float]:
-        """Forward and backward seconds per micro-batch."""
         f, x = self.costs.prefix["flops"], self.costs.prefix["extra"]
         work = self.alpha * (f[e] - f[a] + self.extra_flops)
         fwd = work + 2 * self.comm * (e - a)
@@ -379,13 +336,11 @@ class StageModel:
         return float(fwd), float(bwd)
 
     def memory(self, a: int, e: int, r: int) -> float:
-        """Peak bytes per device."""
         saved = self.mu_a * (self._savings[a + r] - self._savings[a])
         return float(self.base_mem + self._mem[e] - self._mem[a] - saved + (self.transient if r else 0.0))
 
     def recompute(self, a: int, e: int) -> int:
-        """Fewest layers of `[a, e)` to recompute so it fits (all when the costs say so); `e - a + 1` if
-        none is enough."""
+        """Fewest layers of `[a, e)` to recompute so it fits (all if the costs say); `e - a + 1`: none do."""
         held = self.base_mem + self._mem[e] - self._mem[a]
         if self.all:
             kept = held - self.mu_a * (self._savings[e] - self._savings[a]) + self.transient
@@ -426,8 +381,7 @@ class StageModel:
         return float(self._time[e] - self._time[a] + extra)
 
     def max_end(self, a: int, limit: int, budget: float) -> int:
-        """Largest `e <= limit` whose range `[a, e)` fits in memory with fwd + bwd <= `budget`; `a` when
-        not even one layer does."""
+        """Largest `e <= limit` whose range `[a, e)` fits in memory with fwd + bwd <= `budget` (else `a`)."""
         goal = self._time[a] + budget - 3 * self.alpha * self.extra_flops
         e = bisect.bisect_right(self._time, goal, a + 1, limit + 1) - 1
         if e == a or (not self.all and self.base_mem + self._mem[e] - self._mem[a] <= self.capacity):
@@ -437,8 +391,7 @@ class StageModel:
 
     def _needs(self, a: int, e: int) -> tuple[int, list[float]]:
         """For the ranges `[a, a + 1)` ... `[a, e)`: how many leading ones fit in memory, and the running
-        maximum of their fwd + bwd (what `max_end` bisects), kept per start: the balanced split asks
-        for one start at many budgets."""
+        maximum of their fwd + bwd, kept per start (the balanced split asks at many budgets)."""
         found = self._need.get(a)
         if found is None or len(found[1]) < e - a:
             ends = np.arange(a + 1, e + 1)
