@@ -1,32 +1,5 @@
-"""Site settings: layered YAML files -> one frozen `Settings`.
-
-Layers, later ones winning (mappings merge key by key, everything else is replaced):
-
-1. built-in defaults (`DEFAULTS`);
-2. `/etc/slurm-hetero/config.yaml`, then `/etc/slurm-hetero/config.d/*.yaml` in name order;
-3. `$XDG_CONFIG_HOME/slurm-hetero/config.yaml` (default `~/.config/...`);
-4. or, instead of 2 and 3, the one file named by `$SLURM_HETERO_CONFIG`;
-5. a file given on the command line (`--config`).
-
-Missing files of 2 and 3 are skipped; files named in 4 and 5 must exist. Unknown keys are errors.
-All keys, with their defaults::
-
-    scoring:
-      policy: best-fit        # best-fit | fastest | cheapest | greenest
-      dtype: bf16             # throughput used by fastest/cheapest/greenest: bf16 fp16 fp32 fp8 int8
-      allow_types: []         # only these device types (empty: all)
-      deny_types: []          # never these
-    partitions:               # per-partition overrides, by Slurm partition name
-      inference: {policy: cheapest, mode: any-fit, allow_types: [], deny_types: [], default_vendors: [amd]}
-    job_submit:
-      mode: exact             # exact: one gpu type | any-fit: gpu:N plus a constraint on adequate types
-      default_vendors: [nvidia]  # vendors a request without a gpu TYPE may land on; all: every vendor
-      default_partition: gpu  # the partition of a job that names none (slurm.conf's Default=YES)
-      fail_policy: open       # on an internal hook error: open (accept unchanged) | closed (reject)
-      exempt_users: [root]    # user names or uids the hook leaves alone
-    sharing:
-      shard_size: {}          # gres type -> memory of one shard (4G, or MiB), as `gres render --share`
-"""
+"""Site settings: layered YAML files -> one frozen `Settings`. The layers and every key with its
+default: docs/admin-guide.md ("Settings come in layers")."""
 
 from __future__ import annotations
 

@@ -1,26 +1,6 @@
 """sbatch's own grammar: its command line and a script's `#SBATCH` header, read as sbatch reads them.
-Pure: text and argv in, options out; `cli/sbatch.py` reads the script and runs sbatch.
-
-Measured on sbatch 22.05.8 with `sbatch -vvvv` (it prints every directive and component it read):
-
-- Only lines that start with `#SBATCH` in column 0 are directives. Blank lines and other comment
-  lines (`#!/bin/bash`, `# note`, an indented `  #SBATCH`) are skipped; the first other line is
-  the first command, and no directive after it counts. A script with DOS line breaks (`\r\n`)
-  is refused.
-- A directive's words are split at whitespace. `"..."` and `'...'` group words (the quotes are
-  dropped), a backslash keeps the next character (but an escaped space still ends the word), an
-  unquoted `#` ends the line, an unmatched quote is an error, and an empty word (`""`) ends the
-  line. Every word of every directive of a het component forms one argv, which getopt then reads as
-  it reads the command line: `--opt=value`, `--opt value`, `-N2`, `-N 2`, unique prefixes of long
-  names. A word left over (`-p q r`) is an error ("Invalid directive found in batch script").
-- `#SBATCH hetjob` (or the older `packjob`; any case; the first word of the directive) starts the
-  next het component; the rest of that line is ignored. The same word later on a line ends the
-  line there.
-- On the command line, `:` separates het components: `sbatch OPTS0 : OPTS1 script args`. Options
-  given once (no `:`) apply to every component of the script. A component's options are the
-  script's, then `SBATCH_*` environment variables, then the command line: later ones win, and a
-  repeated option keeps its last value (`--gres` is replaced, not merged).
-"""
+Pure: text and argv in, options out; `cli/sbatch.py` reads the script and runs sbatch. The rules
+(measured on sbatch 22.05.8): docs/submit-protocol.md, "How sbatch reads a script's header"."""
 
 from __future__ import annotations
 

@@ -1,49 +1,8 @@
 """The Lua data table that `job_submit.lua` reads: a compiled `ClusterModel` plus the hook's
 settings and wording. Pure: text in, text out.
 
-Table contract (format 1): `slurm_hetero_tables.lua` is one `return { ... }` chunk with these keys:
-
-=================  ===============================================================================
-format, id         table format (1) and a digest of the content; the rendered `job_submit.lua`
-                   carries the same id and refuses a table with another one
-fail_policy        "open" or "closed": what the hook does on an internal error
-exempt_uids        { [uid] = true } of users the hook leaves alone
-limits, units      max_digits, max_mib, max_count of the request grammar, max_excluded hosts one -x
-                   may name, max_hostlist characters of it, shown: characters of a long user value
-                   a message shows; size suffix -> MiB
-types              per device type: name, rank (name order), vendor, mem (MiB per device), size
-                   ("80G"), feature (Slurm node feature), links (fast fabric), shares (shards per
-                   device, 0: none), shard_mib (memory of one shard), shapes = list of
-                   { count = devices per node, nodes, features = { [feature] = true }, cpus, mem =
-                   the node's CPUs and RealMemory in MiB (0: unknown, not checked), hosts = the
-                   shape's hosts as one folded hostlist (what -x names is not counted) }
-type_list          "a, b, c": the types, for messages
-partition_list     "a, b, c": the partitions of `partitions` and `default_partition`, for messages
-features           { [feature] = true }: every node's features (a constraint naming another is refused)
-orders             [policy] = { single = {...}, multi = {...} }: type names in policy order for one
-                   device and for several (fast links first)
-vendor_features    { [feature] = true }: features only one vendor's nodes carry (one in -C lifts the
-                   vendor scope)
-default            { policy, mode, allowed = { [type] = true }, vendors = { [vendor] = true } }:
-                   without a known partition; vendors: the scope of a bare request ({}: none)
-partitions         [name] = { policy, mode, allowed, vendors }: per partition (configured ones and
-                   one per vendor, as `gres render` names them)
-default_partition  the partition of a job that names none (`job_submit.default_partition`)
-codes, labels      reason codes in check order, and the word for each in counts
-messages           `%s` templates from `engine.reasons.MESSAGES`
-request_messages   `%s` templates from `units.REQUEST_MESSAGES`
-item_forms         [kind][form]: the new TRES item, kind gpu/any/shard, form "22.05"/"24.11"/"slash"
-note_prefix        prefix of the admin comment and log lines
-reject_codes       Slurm error names a rejection returns: [request], [constraint], [partition] and
-                   [reason code] (the furthest check failed); the hook returns slurm[NAME], else its
-                   number
-error_numbers      [NAME] = number in slurm_errno.h (22.05's Lua API exports only some names)
-=================  ===============================================================================
-
-Everything is sorted and every string is an escaped Lua literal, so the same inputs give the
-same bytes. Before `return`, a Lua long comment (`--[==[ ... ]==]`) declares the hosts and device
-files the table was compiled from as gres.conf lines (`render.removal.declaration`); the hook never
-reads it, and the next `job-submit render` reads it back to refuse a table that drops them.
+Its keys (format 1) and their meaning: docs/submit-protocol.md, "The data table". Everything is
+sorted and every string an escaped Lua literal, so the same inputs give the same bytes.
 """
 
 from __future__ import annotations
