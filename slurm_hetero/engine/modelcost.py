@@ -125,11 +125,6 @@ def state_bytes_per_param(dtype: str, optimizer: str, hidden: int) -> tuple[floa
     return weight, weight, master + per_optimizer[Optimizer(optimizer)]
 
 
-def activation_value_bytes(dtype: str) -> float:
-    """fp32 training keeps 4-byte values; dropout masks, softmax statistics and logits keep theirs."""
-    return BYTES_PER_VALUE[dtype]
-
-
 # 4-byte passes of a torch `foreach` optimizer step per parameter; mixed precision adds the 16-bit
 # gradient read and weight copy written. The step is bandwidth-bound.
 OPTIMIZER_PASSES = {Optimizer.ADAM: 18, Optimizer.SGD: 8, Optimizer.ADAFACTOR: 18}
@@ -268,7 +263,7 @@ def layer_table(
     rows, tokens = _layer_rows(spec, s.attention == Attention.FLASH), float(seq * micro_batch)
     mode = Recompute.NONE if s.recompute in (AUTO, Recompute.FULL) else s.recompute
 
-    value = activation_value_bytes(s.dtype)
+    value = BYTES_PER_VALUE[s.dtype]  # activations in the training dtype (fp32 keeps 4 bytes)
 
     def acts(cross: bool, layer: ModelSpec, recompute: str = mode) -> float:
         sp, att = s.sequence_parallel, s.attention

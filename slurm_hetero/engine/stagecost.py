@@ -17,9 +17,9 @@ import numpy.typing as npt
 from slurm_hetero.core.compat import StrEnum
 from slurm_hetero.engine.modelcost import (
     AUTO,
+    BYTES_PER_VALUE,
     LayerTable,
     Recompute,
-    activation_value_bytes,
     gradient_copies,
     optimizer_step_bytes,
     zero_divisors,
@@ -116,7 +116,7 @@ class LayerCosts:
             tied_param_bytes=table.tied_params * w,
             gather_bytes=table.gather_bytes,
             overhead_bytes=s.overhead_bytes,
-            value_bytes=activation_value_bytes(s.dtype),
+            value_bytes=BYTES_PER_VALUE[s.dtype],
             step_factor=optimizer_step_bytes(s.dtype, s.optimizer) / w,
         )
 
