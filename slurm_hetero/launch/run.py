@@ -4,7 +4,6 @@ device (the manual: docs/launch.md, `slurm-hetero launch --manual`)."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import logging
 import os
@@ -41,6 +40,7 @@ from slurm_hetero.slurm import scontrol, syntax
 from slurm_hetero.slurm.jobenv import GPUS_ON_NODE, JobEnv, parse_job_env
 from slurm_hetero.training import checkpoint
 from slurm_hetero.vendors import vendor_traits
+from slurm_hetero.vendors.base import importable
 
 logger = logging.getLogger(__name__)
 
@@ -445,7 +445,7 @@ def note_missing_backends(rank: RankPlan) -> None:
     traits = vendor_traits().get(rank.layout.vendor)
     package = traits.torch_package if traits else None
     backends = {g.backend for g in rank.layout.groups} - {"gloo", "ucc"}
-    if package and backends and importlib.util.find_spec(package) is None:
+    if package and backends and not importable(package):
         logger.warning(
             "rank %d: backend %s needs %s, which is not importable on %s; kept as planned",
             rank.rank, ",".join(sorted(backends)), package, rank.node,

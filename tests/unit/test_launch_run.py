@@ -270,6 +270,17 @@ def test_a_missing_device_library_is_recorded_not_replaced(caplog: pytest.LogCap
     assert "hccl needs torch_npu" in caplog.text and "kept as planned" in caplog.text
 
 
+def test_a_missing_device_library_in_a_missing_package_is_recorded_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Gaudi's torch module is habana_frameworks.torch: find_spec raised when the parent was missing
+    hccl = (GroupSpec("dp", (0, 1), "hccl", "vendor-ccl"),)
+    gaudi = dataclasses.replace(LAYOUT, node="gaudin1", type="gaudi2", vendor="gaudi", groups=hccl)
+    with caplog.at_level(logging.WARNING, logger="slurm_hetero.launch.run"):
+        run.note_missing_backends(RankPlan(0, "gaudin1", "gaudi2", 0, gaudi, {}))
+    assert "needs habana_frameworks.torch" in caplog.text and "kept as planned" in caplog.text
+
+
 def test_current_layout_needs_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("SLURM_HETERO_LAYOUT", raising=False)
     with pytest.raises(layout.LayoutError, match="not started by slurm-hetero launch"):
