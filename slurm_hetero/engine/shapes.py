@@ -81,8 +81,7 @@ def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
     uneven split may give a fast replica more than the average)."""
     if spec.micro_batches is not None:
         return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
-    sizes = spec.micro_batch_sizes or (spec.micro_batch_size,)
-    return sorted({min(b, spec.global_batch) for b in sizes})
+    return sorted({min(b, spec.global_batch) for b in spec.micro_batch_sizes or (spec.micro_batch_size,)})
 
 
 def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:

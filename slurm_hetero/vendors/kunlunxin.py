@@ -178,9 +178,7 @@ class KunlunxinVendor(Vendor):
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         if not captures:
             raise self.parse_error(Capture("<none>", ""), "no captures given")
-        devices: list[Device] = []
-        for capture in captures:
-            devices.extend(guarded(self, capture, _parse_text))
+        devices = [d for capture in captures for d in guarded(self, capture, _parse_text)]
         indexes = [d.index for d in devices]
         if len(set(indexes)) != len(indexes):
             raise self.parse_error(captures[-1], f"DevIDs {indexes} repeat across captures; give one output")
