@@ -99,8 +99,7 @@ def resolve_measured(
 
 
 def _unknown_key(key: str, folded: Mapping[str, set[str]], site: Mapping[str, str], catalog: Catalog) -> str:
-    several = sorted(folded.get(_fold(key), ()))
-    if several:
+    if several := sorted(folded.get(_fold(key), ())):
         return f"matches several types when case is ignored ({', '.join(several)}); spell one exactly"
     local = f"types of this allocation: {', '.join(sorted(set(site)))}; " if site else ""
     return f"names no device type; {local}known types: {', '.join(sorted(catalog.types()))}"

@@ -191,8 +191,7 @@ def staged_micro_batch(spec: LayoutSpec) -> int | None:
 
 def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
     """Pipeline micro-batches of a staged shape that give each device of its widest stage a sample."""
-    fixed = staged_micro_batch(spec)
-    if fixed is not None:
+    if (fixed := staged_micro_batch(spec)) is not None:
         return [fixed] if fixed >= widest else []
     return [b * widest for b in _micro_batches(spec, widest) if b * widest <= spec.global_batch]
 

@@ -147,8 +147,7 @@ def _parse_text(text: str) -> list[Device]:
         raise TableError(f"no {missing} section (output cut short?)", line_no=last)
     tables = {name: _parse_table(name, lines, last) for name, lines in sections.items()}
     devices_table = tables["DEVICES"]
-    absent = [c for c in REQUIRED if c not in devices_table.header]
-    if absent:
+    if absent := [c for c in REQUIRED if c not in devices_table.header]:
         raise TableError(f"the DEVICES header lacks {absent}", line_no=sections["DEVICES"][1].no)
     devices = [_device(devices_table, row, preamble) for row in devices_table.rows]
     if not devices:
