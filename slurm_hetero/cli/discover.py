@@ -26,8 +26,7 @@ def node_facts(options: dict[str, Any]) -> dict[str, int]:
     given = {k: options.get(k) for k in ("cpus", "sockets", "cores_per_socket", "threads_per_core")}
     facts = {k: v for k, v in given.items() if v is not None}
     bounds = inventory.shipped_schema()["definitions"]["node"]["properties"]
-    memory = options.get("real_memory")
-    if memory is not None:
+    if (memory := options.get("real_memory")) is not None:
         facts["real_memory_mib"] = parse_size(memory, "--real-memory", bounds["real_memory_mib"]["maximum"])
     for key, value in facts.items():
         low, high = bounds[key]["minimum"], bounds[key]["maximum"]

@@ -66,8 +66,7 @@ def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
 def hook_release(given: str | None) -> str:
     """The sbatch whose job_desc the check models (--slurm-release, else the local Slurm's), as one
     of the two measured: 22.05 before 24.11, else 24.11."""
-    release = given or local_slurm_release()
-    return "24.11" if release_key(release) >= (24, 11) else "22.05"
+    return "24.11" if release_key(given or local_slurm_release()) >= (24, 11) else "22.05"
 
 
 def _estimates(

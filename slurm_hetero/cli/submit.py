@@ -174,8 +174,7 @@ def _check_site_hook(site_hook: Path, out: Path) -> None:
         raise ConfigError(
             f"--chain {site_hook}: that is slurm-hetero's own hook, not the site's; nothing changed"
         )
-    error = lua_compile_error(site_hook)
-    if error is not None:
+    if (error := lua_compile_error(site_hook)) is not None:
         # the chain would refuse every job until the site's hook loads: say so now
         raise ConfigError(f"--chain {site_hook}: Lua 5.1 cannot load it: {error}; nothing changed")
 

@@ -54,10 +54,7 @@ class Catalog:
 
     def __init__(self, specs: Iterable[DeviceSpec]) -> None:
         self.specs: list[DeviceSpec] = list(specs)
-        self._by_type: dict[str, DeviceSpec] = {}
-        for spec in self.specs:
-            for key in (spec.type, *spec.aliases):
-                self._by_type[key] = spec
+        self._by_type = {key: spec for spec in self.specs for key in (spec.type, *spec.aliases)}
 
     def resolve(self, vendor: str, model: str) -> DeviceSpec | None:
         """The most specific entry of `vendor` whose pattern matches `model` (longest match wins)."""

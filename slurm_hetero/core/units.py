@@ -48,8 +48,7 @@ def _too_large(item: str, limit: int) -> RequestError:
 
 def parse_size(value: str, item: str = "gpumem", limit: int = MAX_MIB) -> int:
     """`20G` -> 20480 (MiB); `item` names the request in errors, `limit` the most MiB it may be."""
-    m = _SIZE.fullmatch(value)
-    if m:
+    if m := _SIZE.fullmatch(value):
         digits, suffix = m.groups()
         if len(digits) > MAX_DIGITS:
             raise _too_large(item, limit)
@@ -63,8 +62,7 @@ def parse_size(value: str, item: str = "gpumem", limit: int = MAX_MIB) -> int:
         raise _fail(item, "size_missing")
     if _NEGATIVE.fullmatch(value):
         raise _fail(item, "size_not_positive")
-    suffixed = _SUFFIXED.fullmatch(value)
-    if suffixed:
+    if suffixed := _SUFFIXED.fullmatch(value):
         raise _fail(item, "size_suffix", suffixed.group(1))
     raise _fail(item, "size_not_number")
 

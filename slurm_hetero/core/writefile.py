@@ -367,8 +367,7 @@ def _link_backup(path: Path, target: Path) -> None:
 def recover(directory: Path) -> None:
     """Finish a set write a crash interrupted after its commit point; remove stray temporaries.
     Call with the directory's lock held."""
-    journal = _read_journal(directory)
-    if journal is not None:
+    if (journal := _read_journal(directory)) is not None:
         _roll_forward(directory, journal)
         _finish(directory)
         logger.warning("finished an interrupted render of %s", ", ".join(name for name, _ in journal))

@@ -99,8 +99,7 @@ def resolve_measured(
 
 
 def _unknown_key(key: str, folded: Mapping[str, set[str]], site: Mapping[str, str], catalog: Catalog) -> str:
-    several = sorted(folded.get(_fold(key), ()))
-    if several:
+    if several := sorted(folded.get(_fold(key), ())):
         return f"matches several types when case is ignored ({', '.join(several)}); spell one exactly"
     local = f"types of this allocation: {', '.join(sorted(set(site)))}; " if site else ""
     return f"names no device type; {local}known types: {', '.join(sorted(catalog.types()))}"
@@ -186,12 +185,10 @@ def shape_speeds(shapes: MeasuredShapes, costs: LayerCosts) -> tuple[tuple[int, 
                 f"layer); this plan's layers are seq x hidden = {costs.elements_per_sample:.0f}, "
                 f"{layer / 1e9:.4g} GFLOP: measure this model's layer or give tflops points",
             )
-    out = []
-    for tp, mb, seconds, tflops in shapes.points:
-        out.append(
-            (tp, mb, mb * 3 * layer / (tp * seconds) / 1e12 if seconds is not None else float(tflops or 0))
-        )
-    return tuple(out)
+    return tuple(
+        (tp, mb, mb * 3 * layer / (tp * seconds) / 1e12 if seconds is not None else float(tflops or 0))
+        for tp, mb, seconds, tflops in shapes.points
+    )
 
 
 def with_shapes(

@@ -81,8 +81,7 @@ def kv_cache_bytes(spec: ModelSpec, batch: int, seq: int, kv_dtype: str = "bf16"
 def _workspace_bytes(spec: ModelSpec, batch: int, seq: int, tp: int) -> float:
     mlp = spec.experts_per_token * spec.intermediate * (2 if spec.gated_mlp else 1)
     split = (spec.q_dim + 2 * spec.kv_dim + mlp) / tp
-    per_token = 4 * spec.hidden + split
-    return batch * seq * per_token * ACT_BYTES + batch * spec.vocab * 4.0 / tp
+    return batch * seq * (4 * spec.hidden + split) * ACT_BYTES + batch * spec.vocab * 4.0 / tp
 
 
 def inference_memory(

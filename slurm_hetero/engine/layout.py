@@ -213,8 +213,7 @@ def _solve_all(spec: LayoutSpec) -> Layout:
     for _, i, bounds, model in fits:
         samples = model.refine_split(bounds, model.split(model.line_stats(bounds) or []), trials)
         timed.append((model.simulate(bounds, samples), i, bounds, samples, model))
-        even = _even_split(spec, model)
-        if even is not None:
+        if (even := _even_split(spec, model)) is not None:
             timed.append((model.simulate(*even), i, *even, model))
     predicted, _, bounds, samples, model = min(timed, key=lambda t: (t[0], t[1]))
     layout = layout_from_split(spec, model, bounds, samples, predicted)

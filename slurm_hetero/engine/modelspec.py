@@ -182,8 +182,7 @@ def layer_params(spec: ModelSpec, cross: bool = False) -> int:
 
 
 def decoder_layer_params(spec: ModelSpec) -> list[int]:
-    cross = spec.encoder_layers > 0
-    return [layer_params(spec.decoder_layer_spec(i), cross) for i in range(spec.layers)]
+    return [layer_params(spec.decoder_layer_spec(i), spec.encoder_layers > 0) for i in range(spec.layers)]
 
 
 @cache

@@ -72,8 +72,7 @@ def _stage_rate(spec: LayoutSpec, group: int, tp: int, b: float) -> float:
     rate, measured = device_rate(g, tp, b, c.elements_per_sample)
     comm = 0.0 if measured else 4 * ring_allreduce_s(b * c.boundary_bytes, tp, g.link_gbs) / b
     per_flop = comm / (3 * float(c.flops.max()))  # per sample
-    speed = tp * rate * TFLOPS
-    return 1.0 / (1.0 / speed + per_flop * layer_share)
+    return 1.0 / (1.0 / (tp * rate * TFLOPS) + per_flop * layer_share)
 
 
 def _first_true(n: int, test: Callable[[int], bool]) -> int:

@@ -141,8 +141,7 @@ class _Seen:
     hosts: dict[tuple[int, frozenset[str], int, int], list[str]] = field(default_factory=dict)
 
     def add(self, devices: Sequence[SlurmDevice], features: frozenset[str], node: SlurmNode) -> None:
-        sizes = [d.device.memory_mib for d in devices if d.device.memory_mib]
-        if sizes:
+        if sizes := [d.device.memory_mib for d in devices if d.device.memory_mib]:
             self.memory = min(sizes + ([self.memory] if self.memory else []))
         if len(devices) > 1:
             self.linked = self.linked is not False and all(d.device.links for d in devices)

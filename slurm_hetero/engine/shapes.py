@@ -81,8 +81,7 @@ def _micro_batches(spec: LayoutSpec, replicas: int) -> list[int]:
     uneven split may give a fast replica more than the average)."""
     if spec.micro_batches is not None:
         return [max(1, round(spec.global_batch / (replicas * spec.micro_batches)))]
-    sizes = spec.micro_batch_sizes or (spec.micro_batch_size,)
-    return sorted({min(b, spec.global_batch) for b in sizes})
+    return sorted({min(b, spec.global_batch) for b in spec.micro_batch_sizes or (spec.micro_batch_size,)})
 
 
 def _few_orders(spec: LayoutSpec) -> list[tuple[int, ...]]:
@@ -192,8 +191,7 @@ def staged_micro_batch(spec: LayoutSpec) -> int | None:
 
 def _staged_micro_batches(spec: LayoutSpec, widest: int) -> list[int]:
     """Pipeline micro-batches of a staged shape that give each device of its widest stage a sample."""
-    fixed = staged_micro_batch(spec)
-    if fixed is not None:
+    if (fixed := staged_micro_batch(spec)) is not None:
         return [fixed] if fixed >= widest else []
     return [b * widest for b in _micro_batches(spec, widest) if b * widest <= spec.global_batch]
 

@@ -27,13 +27,11 @@ Raw = Mapping[str, Any]
 
 
 def _check_keys(raw: Raw, path: str, key: str) -> None:
-    missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
+    if missing := [k for k in _REQUIRED if k not in raw]:
         where = f"{key}.{raw.get('type', '?')}"
         raise ConfigError(f"missing required keys: {', '.join(missing)}", path, where)
     known = set(DeviceSpec.__dataclass_fields__) - {"patterns"}
-    unknown = sorted(set(raw) - known)
-    if unknown:
+    if unknown := sorted(set(raw) - known):
         raise ConfigError(f"unknown keys {unknown}; valid keys: {', '.join(sorted(known))}", path, key)
     if raw.get("estimate") and not raw.get("derivation"):
         raise ConfigError("estimate: true needs a `derivation` saying how the figures were got", path, key)

@@ -279,8 +279,7 @@ def load_settings(
     data, sources = DEFAULTS, []
     layers = config_paths(environ, etc_dir, user_layers) + ([(extra, True)] if extra else [])
     for path, required in layers:
-        layer = _read(path, required)
-        if layer is not None:
+        if (layer := _read(path, required)) is not None:
             data = merge(data, layer)
             sources.append(str(path))
     logger.debug("settings from %s", ", ".join(sources) or "built-in defaults")

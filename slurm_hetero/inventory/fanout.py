@@ -46,8 +46,7 @@ def split_targets(records: Sequence[SlurmNodeRecord]) -> tuple[dict[str, list[st
 
 def _node_of(line: str) -> str | None:
     try:
-        nodes = json.loads(line)["nodes"]
-        return str(nodes[0]["name"])
+        return str(json.loads(line)["nodes"][0]["name"])
     except (ValueError, KeyError, IndexError, TypeError):
         return None
 

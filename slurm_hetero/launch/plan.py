@@ -159,8 +159,7 @@ class LaunchPlan:
 
 def node_records(inventory: ClusterInventory, names: Sequence[str], catalog: Catalog) -> dict[str, SlurmNode]:
     found = host_records(inventory, names)
-    missing = [n for n in names if n not in found]
-    if missing:
+    if missing := [n for n in names if n not in found]:
         raise LaunchPlanError(
             f"no inventory record for {', '.join(missing)} (nodes of this step: {', '.join(names)}); "
             "add them (slurm-hetero discover, inventory merge) or pass --inventory"
@@ -302,8 +301,7 @@ def solve_step(spec: LayoutSpec, nodes: Sequence[Site], options: LaunchOptions) 
         chosen = solve(spec)
     except RequestError as e:
         raise LaunchPlanError(_root_cause(spec, nodes, options, e)) from e
-    reason = unrunnable_reason(chosen)
-    if reason is not None:
+    if (reason := unrunnable_reason(chosen)) is not None:
         raise LaunchPlanError(
             f"cannot run the {chosen.kind} layout planned for {spec.label}: {reason}; "
             "leave out --kind to search what slurm_hetero.training runs"

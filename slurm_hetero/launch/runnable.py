@@ -20,8 +20,7 @@ STAGED_REASON = (
 
 def search_kinds(asked: Sequence[LayoutKind], micro_batch: int | None) -> tuple[LayoutKind, ...]:
     """The families to search: those asked for by name (`--kind`), else the ones the runtime runs."""
-    kinds = tuple(asked) or RUNNABLE_KINDS
-    return kinds_for_micro_batch(kinds, bool(asked), micro_batch)
+    return kinds_for_micro_batch(tuple(asked) or RUNNABLE_KINDS, bool(asked), micro_batch)
 
 
 def unrunnable_reason(layout: Layout) -> str | None:

@@ -23,8 +23,7 @@ def gres_records(
 ) -> dict[str, SlurmNode]:
     """Node records of `names` from Slurm's GPU types and counts (the module docstring)."""
     traits = vendor_traits()
-    missing = [n for n in names if n not in gres]
-    if missing:
+    if missing := [n for n in names if n not in gres]:
         raise SlurmNodesError(f"scontrol show node does not list {', '.join(missing)}")
     out = {}
     for name in names:

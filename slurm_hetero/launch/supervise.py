@@ -47,10 +47,8 @@ def relay_chunks(stream: IO[bytes], size: int = RELAY_CHUNK) -> Iterator[bytes]:
 
 def _die_with_parent() -> None:
     """In the child: receive SIGTERM when the launcher dies (Linux prctl; elsewhere nothing)."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 def _join(threads: Sequence[threading.Thread], seconds: float) -> None:
@@ -118,10 +116,8 @@ def signal_group(group: int, signum: int, table: Sequence[tuple[int, int, int]] 
     rows = _process_table() if table is None else table
     members = [pid for pid, _parent, pgrp in rows if pgrp == group]
     if members:
-        try:
+        with contextlib.suppress(OSError):  # ended meanwhile
             os.killpg(group, signum)
-        except OSError:  # ended meanwhile
-            pass
     return members
 
 
@@ -152,10 +148,8 @@ def _link(path: str) -> str | None:
 
 def signal_all(pids: Sequence[int], signum: int) -> list[int]:
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signum)
-        except OSError:
-            pass
     return list(pids)
 
 
@@ -307,10 +301,8 @@ class Supervisor:
                 self._write(sink, kind, b"\n")
         finally:
             if self.logs is not None:
-                try:
+                with contextlib.suppress(OSError):  # already reported: the data it held is dropped
                     sink.close()
-                except OSError:
-                    pass  # already reported: the data it held is dropped
 
     def _write(self, sink: IO[bytes], kind: str, data: bytes) -> bool:
         """Write and flush `data`; False, reported, when the sink fails (the rest is dropped)."""
@@ -322,10 +314,8 @@ class Supervisor:
             name = getattr(sink, "name", None)
             where = name if isinstance(name, str) else f"the rank's std{kind}"
             problem = f"cannot write {where}: {e.strerror or e}; output dropped from here"
-        try:
+        with contextlib.suppress(OSError):  # the launcher's own stderr is the sink that failed
             print(f"slurm-hetero: rank {self.rank.rank}: {problem}", file=sys.stderr, flush=True)
-        except OSError:
-            pass  # the launcher's own stderr is the sink that failed
         return False
 
     def finish(self, code: int) -> int:

@@ -283,8 +283,7 @@ def _replace_all(files: dict[Path, tuple[bytes, int]], venv: Path) -> None:
 def _check_python(python: Path) -> None:
     if not (python.is_file() and os.access(python, os.X_OK)):
         raise HeteroError(f"--python {python} is not an executable file")
-    closed = unreachable(python)
-    if closed is not None:
+    if (closed := unreachable(python)) is not None:
         raise HeteroError(
             f"--python {python}: {closed} is not open to other users "
             f"({stat.filemode(closed.stat().st_mode)}), and the TaskProlog runs as the job's user; "
@@ -434,8 +433,7 @@ def _conf_text(path: Path) -> str:
 def _conf_files(conf: Path, depth: int = 0) -> list[Path]:
     files = [conf]
     for line in _conf_text(conf).splitlines() if depth < 8 else []:
-        m = _INCLUDE.match(line)
-        if m:
+        if m := _INCLUDE.match(line):
             pattern = m.group(1) if m.group(1).startswith("/") else str(conf.parent / m.group(1))
             matched = sorted(Path("/").glob(pattern.lstrip("/")))
             if not matched and not any(c in pattern for c in "*?["):
@@ -502,7 +500,6 @@ def _uninstall(layout: Layout, slurm_confs: Sequence[Path]) -> list[str]:
     shutil.rmtree(layout.venvs, ignore_errors=True)
     layout.manifest.unlink()
     done.append(f"removed {layout.venvs}")
-    with_inventory = manifest.get("inventory")
-    if with_inventory:
+    if with_inventory := manifest.get("inventory"):
         done.append(f"left {with_inventory} (site data)")
     return done

@@ -98,8 +98,7 @@ def guard(new: Mapping[Path, str], where: Path) -> Callable[[Mapping[Path, str |
     """`write_atomic`'s guard refusing a set that drops nodes or devices."""
 
     def check(current: Mapping[Path, str | None]) -> None:
-        what = removed(current, new)
-        if what:
+        if what := removed(current, new):
             raise OutputError(
                 f"{where}: this render would remove {what} that the files there name; "
                 f"the inventory lacks them (cut short?). Pass {ALLOW_FLAG} if the removal is meant; "

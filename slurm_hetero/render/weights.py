@@ -45,5 +45,4 @@ def node_weight(devices: Sequence[SlurmDevice], policy: str, costs: CostModel) -
     """1 under spread or without devices, else its dearest device in cents/hour."""
     if policy == "spread" or not devices:
         return 1
-    dearest = max(costs.device_cost(d.spec) for d in devices)
-    return max(1, round(dearest * 100))
+    return max(1, round(max(costs.device_cost(d.spec) for d in devices) * 100))

@@ -110,8 +110,7 @@ class JobEnv:
 
 def first_set(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
     for name in names:
-        value = env.get(name, "").strip()
-        if value:
+        if value := env.get(name, "").strip():
             return name, value
     return None
 
@@ -221,8 +220,7 @@ def task_devices(env: Mapping[str, str]) -> TaskDevices:
         found = first_set(env, name)
         if found is None or (name == "SLURM_JOB_GPUS" and not _job_gpus_apply(env)):
             continue
-        indexes = _gpu_list(*found)
-        if indexes is not None:
+        if (indexes := _gpu_list(*found)) is not None:
             return TaskDevices(indexes, visible, name, count)
     return TaskDevices((), visible, None, count)
 

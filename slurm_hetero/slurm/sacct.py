@@ -175,8 +175,7 @@ def parse_refusals(lines: Iterable[str]) -> list[Refusal]:
     """The hook's refusal lines of a slurmctld log (other lines are skipped)."""
     out = []
     for line in lines:
-        m = _REFUSAL.match(line)
-        if m:
+        if m := _REFUSAL.match(line):
             when = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")
             out.append(Refusal(when, m.group(2), m.group(3), m.group(4)))
     return out

@@ -193,8 +193,7 @@ def lua_compile_error(script: Path) -> str | None:
     loaded = lua.globals().loadfile(bytes(script))
     if not isinstance(loaded, tuple) or loaded[0] is not None:
         return None
-    said = bytes(loaded[1]).decode(errors="replace")
-    return "".join(c if c.isprintable() else "?" for c in said)
+    return "".join(c if c.isprintable() else "?" for c in bytes(loaded[1]).decode(errors="replace"))
 
 
 @functools.lru_cache(maxsize=1)

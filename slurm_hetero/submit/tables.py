@@ -62,18 +62,12 @@ DECLARATION_END = "]==]"  # closes the long comment of the table's declaration (
 # ------------------------------------------------------------------------------ Lua literals
 
 
+_LUA_ESCAPES = {**{byte: f"\\{byte:03d}" for byte in (*range(32), 127)}, ord("\\"): "\\\\", ord('"'): '\\"'}
+
+
 def lua_string(text: str) -> str:
-    """A double-quoted Lua 5.1 literal: backslash, quote and control bytes escaped as \\ddd."""
-    out = []
-    for byte in text.encode("utf-8"):
-        char = chr(byte)
-        if char in '\\"':
-            out.append("\\" + char)
-        elif byte < 32 or byte == 127:
-            out.append(f"\\{byte:03d}")
-        else:
-            out.append(char)
-    return '"' + bytes("".join(out), "latin-1").decode("utf-8") + '"'
+    """A double-quoted Lua 5.1 literal: backslash and quote escaped, control bytes as \\ddd."""
+    return '"' + text.translate(_LUA_ESCAPES) + '"'
 
 
 def _key(key: Any) -> str:

@@ -86,8 +86,7 @@ def _uneven_entry(tree: Mapping[str, Any], path: str = "") -> str | None:
                 return f"{path}{key}"
     for key, child in tree.items():
         if isinstance(child, dict):
-            found = _uneven_entry(child, f"{path}{key}/")
-            if found:
+            if found := _uneven_entry(child, f"{path}{key}/"):
                 return found
     return None
 
@@ -136,8 +135,7 @@ def _amdsmi_gpu(parsed: Parsed, index: int, no: int, tree: Mapping[str, Any], di
     for name, path in _AMDSMI_FIELDS:
         set_fact(facts, name, convert_fact(name, get(*path), fail), fail)
     _amdsmi_affinity(facts, get("NUMA", "AFFINITY"), fail)
-    size = get("VRAM", "SIZE").split()
-    if size:
+    if size := get("VRAM", "SIZE").split():
         if len(size) != 2 or size[1].lower() not in UNIT_MIB:
             raise fail(f"VRAM SIZE {' '.join(size)!r} is not '<number> MB'")
         set_fact(facts, "memory_mib", memory_mib(size[0], size[1], fail), fail)

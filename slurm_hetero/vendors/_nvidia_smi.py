@@ -113,8 +113,7 @@ def health_reasons(fields: Mapping[str, str]) -> list[str]:
     for key, reason in _FLAGS:
         if fields.get(key, "").lower() == "yes" and reason not in reasons:
             reasons.append(reason)
-    action = _opt(fields.get("recovery_action"))
-    if action:
+    if action := _opt(fields.get("recovery_action")):
         reasons.append(f"recovery action {action}")
     state, status = _opt(fields.get("fabric_state")), _opt(fields.get("fabric_status"))
     if state in ("Not Started", "In Progress"):

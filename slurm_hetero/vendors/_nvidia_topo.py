@@ -124,8 +124,7 @@ def parse_topology(capture: Capture) -> Topology:
         name, gpu = _topo_row(capture, split_topo_fields(lines[end]), columns, extra, end + 1, lines[end])
         rows[name] = gpu
         end += 1
-    missing = [c for c in columns if c not in rows]
-    if missing:
+    if missing := [c for c in columns if c not in rows]:
         raise parse_error(TOPO_TOOL, f"matrix ends before the row of {missing[0]} (truncated?)", capture, end)
     try:  # a missing Legend is reported below, as a cut
         legend, _ = read_legend(numbered_lines(capture.text), end, "Legend:")

@@ -149,8 +149,7 @@ def missing_facts(facts: Facts) -> list[str]:
 
 def _require(facts: Mapping[int, Facts], first: Parsed, hint: str, dialect: Dialect) -> None:
     for index in sorted(facts):
-        missing = missing_facts(facts[index])
-        if missing:
+        if missing := missing_facts(facts[index]):
             no, line = first.where(index)
             message = f"no {' or '.join(missing)} for {dialect.unit} {index} in {first.what}; "
             advice = dialect.advice(hint) + dialect.model_note

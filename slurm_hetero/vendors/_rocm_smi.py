@@ -234,14 +234,12 @@ def _concise_row(
     index = int(line.split()[0])
     facts = parsed.gpu(index, no)
     parsed.what = f"{parsed.tool} default table"
-    ids = _cell(columns, line, "IDs", "[Model : Revision]")
-    if ids is not None:
+    if (ids := _cell(columns, line, "IDs", "[Model : Revision]")) is not None:
         found = re.search(r"0x[0-9a-fA-F]+", ids)
         if not found:
             raise fail("no device id in the IDs column")
         set_fact(facts, "device_id", found.group(0).lower(), fail)
-    partitions = _cell(columns, line, "Partitions")
-    if partitions is not None:
+    if (partitions := _cell(columns, line, "Partitions")) is not None:
         parts = [clean(p) for p in partitions.split(",")]
         set_fact(facts, "memory_partition", parts[0].upper() if parts[0] else None, fail)
         if len(parts) > 1 and parts[1]:

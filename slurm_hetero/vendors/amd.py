@@ -85,7 +85,6 @@ class AmdVendor(RocmVendor):
         return [list(ROCM_SMI_ARGV)]
 
     def probe(self) -> list[Device]:
-        module = load_amdsmi()
-        if module is not None:
+        if (module := load_amdsmi()) is not None:
             return with_local_cpus(devices_from_amdsmi(module), self.pci_root)
         return super().probe()

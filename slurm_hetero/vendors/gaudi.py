@@ -64,8 +64,7 @@ def _habanalabs_nodes() -> bool:
 
 def _banner_value(table: BoxTable, key: str) -> str | None:
     for line in table.banner:
-        m = re.search(rf"{key}:\s*(\S+)", line.text)
-        if m:
+        if m := re.search(rf"{key}:\s*(\S+)", line.text):
             return m.group(1)
     return None
 

@@ -147,8 +147,7 @@ def _parse_text(text: str) -> list[Device]:
         raise TableError(f"no {missing} section (output cut short?)", line_no=last)
     tables = {name: _parse_table(name, lines, last) for name, lines in sections.items()}
     devices_table = tables["DEVICES"]
-    absent = [c for c in REQUIRED if c not in devices_table.header]
-    if absent:
+    if absent := [c for c in REQUIRED if c not in devices_table.header]:
         raise TableError(f"the DEVICES header lacks {absent}", line_no=sections["DEVICES"][1].no)
     devices = [_device(devices_table, row, preamble) for row in devices_table.rows]
     if not devices:
@@ -178,9 +177,7 @@ class KunlunxinVendor(Vendor):
     def parse(self, captures: Sequence[Capture]) -> list[Device]:
         if not captures:
             raise self.parse_error(Capture("<none>", ""), "no captures given")
-        devices: list[Device] = []
-        for capture in captures:
-            devices.extend(guarded(self, capture, _parse_text))
+        devices = [d for capture in captures for d in guarded(self, capture, _parse_text)]
         indexes = [d.index for d in devices]
         if len(set(indexes)) != len(indexes):
             raise self.parse_error(captures[-1], f"DevIDs {indexes} repeat across captures; give one output")
