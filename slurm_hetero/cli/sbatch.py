@@ -165,7 +165,13 @@ def _rows(decisions: list[Decision]) -> list[dict[str, Any]]:
 
 
 @cli.command(
-    name="sbatch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+    name="sbatch",
+    # -h only as --help: sbatch options glue values (-Jhello), which click would read as holding -h
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+        "help_option_names": ["--help"],
+    },
 )
 @click.option(
     "--model", type=TEXT, help="Bundled model name or a Hugging Face config.json: size the request."

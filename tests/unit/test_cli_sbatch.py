@@ -913,3 +913,11 @@ def test_an_unreadable_host_file_ends_the_submission_naming_it(tmp_path: Path) -
     bad.write_text("l40sn1\n  a100n1\n")
     code, _, err = run("request", "explain", "--inventory", INVENTORY, "-x", str(bad), "--gres=gpumem:20G")
     assert code == 1 and f"Invalid hostfile {bad} contents on line 2" in err, err
+
+
+@pytest.mark.parametrize("glued", ["-Jhello", "-o/tmp/h.out", "-Jwh"])
+def test_a_glued_short_option_holding_h_goes_to_sbatch_not_to_help(glued: str) -> None:
+    code, out, err = run(
+        "sbatch", "--inventory", INVENTORY, "--dry-run", "--gres=gpumem:20G", glued, "--wrap=true"
+    )
+    assert code == 0 and glued in out and "Usage:" not in out, (out, err)
