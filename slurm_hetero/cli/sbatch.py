@@ -19,8 +19,7 @@ import click
 
 from slurm_hetero.cli import TEXT, cli, inventory_option
 from slurm_hetero.cli.fit import breakdown, fit_options
-from slurm_hetero.cli.gres import local_slurm_release
-from slurm_hetero.cli.submit import compiled, inventory_nodes, settings_hook
+from slurm_hetero.cli.submit import compiled, hook_release, inventory_nodes, settings_hook
 from slurm_hetero.core.errors import ConfigError, HeteroError, ToolError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.readfile import MAX_CONFIG_BYTES, read_text
@@ -29,7 +28,6 @@ from slurm_hetero.inventory.config import load_settings
 from slurm_hetero.inventory.document import DEFAULT_INVENTORY
 from slurm_hetero.inventory.modelconfigs import load_model, sequence_length
 from slurm_hetero.launch.slurmnodes import gres_records
-from slurm_hetero.render.templates import release_key
 from slurm_hetero.slurm import scontrol
 from slurm_hetero.slurm.sbatchargs import Option, component_options, script_options, split_command_line
 from slurm_hetero.submit.hook import read_hosts
@@ -61,12 +59,6 @@ def cluster_nodes(inventory_path: Path | None) -> list[SlurmNode]:
             "pass --inventory FILE"
         ) from e
     return list(gres_records(gres, list(gres), load_catalog(), need_facts=True).values())
-
-
-def hook_release(given: str | None) -> str:
-    """The sbatch whose job_desc the check models (--slurm-release, else the local Slurm's), as one
-    of the two measured: 22.05 before 24.11, else 24.11."""
-    return "24.11" if release_key(given or local_slurm_release()) >= (24, 11) else "22.05"
 
 
 def _estimates(

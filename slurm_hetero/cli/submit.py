@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from slurm_hetero.cli import PATH, cli, config_option, inventory_option, models_dir_option
+from slurm_hetero.cli.gres import local_slurm_release
 from slurm_hetero.cli.options import Count, stacked
 from slurm_hetero.cli.outputset import allow_removal_option, check_or_write, echo_summary, keep_backups_option
 from slurm_hetero.core.errors import ConfigError
@@ -21,6 +22,7 @@ from slurm_hetero.inventory.catalog import load_catalog
 from slurm_hetero.inventory.config import MAX_UID, Settings, check_for_cluster, exempt_uids, load_settings
 from slurm_hetero.inventory.nodes import slurm_nodes
 from slurm_hetero.render import removal
+from slurm_hetero.render.templates import release_key
 from slurm_hetero.submit.hook import (
     WRITTEN,
     Hook,
@@ -44,6 +46,12 @@ from slurm_hetero.submit.tables import (
 
 def inventory_nodes(inventory_path: Path, models_dirs: tuple[Path, ...] = ()) -> list[SlurmNode]:
     return slurm_nodes(inventory.load(inventory_path, keep_identity=False), load_catalog(models_dirs))
+
+
+def hook_release(given: str | None) -> str:
+    """The sbatch to model (--slurm-release, else the local Slurm's), as one of the two measured:
+    22.05 before 24.11, else 24.11."""
+    return "24.11" if release_key(given or local_slurm_release()) >= (24, 11) else "22.05"
 
 
 def compiled(nodes: list[SlurmNode], settings: Settings) -> ClusterModel:
@@ -256,9 +264,8 @@ _sbatch_options = stacked(
 @click.option(
     "--slurm-release",
     type=click.Choice(["22.05", "24.11"]),
-    default="22.05",
-    show_default=True,
-    help="The sbatch whose job_desc to model (TRES forms, counts it derives, options it refuses).",
+    help="The sbatch whose job_desc to model (TRES forms, counts it derives, options it refuses) "
+    "[default: scontrol --version's].",
 )
 @_config_opt
 @_models_opt
@@ -266,7 +273,7 @@ _sbatch_options = stacked(
 def explain_cmd(
     inventory_path: Path,
     uid: int | None,
-    slurm_release: str,
+    slurm_release: str | None,
     config_path: Path | None,
     models_dirs: tuple[Path, ...],
     as_json: bool,
@@ -274,14 +281,14 @@ def explain_cmd(
 ) -> None:
     """What the job_submit hook does with a request (job_submit.lua itself, through lupa); exit 1
     when it refuses it, as when sbatch itself would."""
-    settings = load_settings(config_path)
+    settings, release = load_settings(config_path), hook_release(slurm_release)
     model = compiled(inventory_nodes(inventory_path, models_dirs), settings)
     given["overcommit"] = "yes" if given["overcommit"] else None
     # a host file: its hosts, as sbatch sends them
     given["nodelist"] = read_hosts("-w/--nodelist", given["nodelist"])
     given["exclude"] = read_hosts("-x/--exclude", given["exclude"])
-    job = job_from_options(**given, uid=uid, slurm_release=slurm_release, names=gres_names(model))
-    outcome = settings_hook(model, settings, slurm_release).submit(job)
+    job = job_from_options(**given, uid=uid, slurm_release=release, names=gres_names(model))
+    outcome = settings_hook(model, settings, release).submit(job)
     _print(outcome, as_json)
     if not outcome.ok:
         raise SystemExit(1)  # a refused request (docs/admin-guide.md, exit codes)

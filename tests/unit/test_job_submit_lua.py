@@ -2298,3 +2298,18 @@ def test_an_inventorys_whole_float_reaches_the_table() -> None:
     assert '["cpus"] = 1000.0,' in table
     with pytest.raises(ValueError, match="inf"):
         lua_value(float("inf"))
+
+
+@pytest.mark.parametrize(("local", "item"), [("24.11.1", "gres/gpu:l40s:1"), ("22.05.8", "gres:gpu:l40s:1")])
+def test_request_explain_models_the_local_sbatch_without_slurm_release(
+    local: str, item: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a 24.11 cluster `request explain` gave 22.05's form where the hook wrote 24.11's."""
+    import json
+
+    from slurm_hetero.cli import submit
+
+    monkeypatch.setenv("SLURM_HETERO_CONFIG", "/dev/null")
+    monkeypatch.setattr(submit, "local_slurm_release", lambda: local)
+    argv = ["request", "explain", "--inventory", str(MIXED), "--gres", "gpumem:20G", "--json"]
+    assert json.loads(CliRunner().invoke(cli, argv).stdout)["tres_per_node"] == item
