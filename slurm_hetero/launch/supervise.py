@@ -157,6 +157,15 @@ def _alive(pids: Sequence[int]) -> list[int]:
     return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
 
 
+def _ignored_when_ending(failed: bool) -> tuple[int, ...]:
+    """What the launcher ignores as it exits after the rank (SIG_IGN: interpreter shutdown puts
+    Python handlers back to SIG_DFL): Slurm's USR1/USR2 always, and after a failure the stop
+    signals too, so srun -K's SIGTERM does not make the exit 143."""
+    if not KEEP_HANDLERS_WHEN_ENDING:
+        return ()
+    return (*(FORWARDED if failed else ()), *SLURM_DELIVERED)
+
+
 class Supervisor:
     """Run one rank's command, relay its output, forward signals, and end the step on failure."""
 
@@ -213,13 +222,7 @@ class Supervisor:
                 signal_all(_alive(left), signal.SIGKILL)
             return status
         finally:
-            # Ending for a failure: srun -K's SIGTERM must not make our exit 143. SIG_IGN, since
-            # interpreter shutdown puts Python handlers back to SIG_DFL.
-            ending = KEEP_HANDLERS_WHEN_ENDING and (self.failed or self.peer_failed)
-            ignored = (
-                *(FORWARDED if ending else ()),
-                *(SLURM_DELIVERED if KEEP_HANDLERS_WHEN_ENDING else ()),
-            )
+            ignored = _ignored_when_ending(self.failed or self.peer_failed)
             for s, handler in previous.items():
                 signal.signal(s, signal.SIG_IGN if s in ignored else handler)
 
@@ -227,9 +230,8 @@ class Supervisor:
         """A stop signal or PEER_FAILED came while planning: the command is not started; exit as
         `run` would (0 after PEER_FAILED, waited for after a SIGTERM, else 128 + the signal)."""
         _wait_until(lambda: PEER_FAILED in _EARLY or signal.SIGTERM not in _EARLY, PEER_FAILED_LATE_S)
-        if KEEP_HANDLERS_WHEN_ENDING:  # as `run` ends
-            for forwarded in FORWARDED:
-                signal.signal(forwarded, signal.SIG_IGN)
+        for s in _ignored_when_ending(True):  # as `run` ends
+            signal.signal(s, signal.SIG_IGN)
         _CATCHING[0] = False
         if PEER_FAILED in _EARLY:
             self.peer_failed = True

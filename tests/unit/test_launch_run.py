@@ -1075,7 +1075,8 @@ def test_signals_while_the_launcher_plans_are_not_lost(
     from the launch command's start are kept; the command is then not started."""
     monkeypatch.setattr(supervisor_module, "PEER_FAILED_LATE_S", 1.0)
     monkeypatch.setattr(supervisor_module, "KEEP_HANDLERS_WHEN_ENDING", True)  # as the launch command
-    saved = {s: signal.getsignal(s) for s in (signal.SIGURG, *supervisor_module.STOP_SIGNALS)}
+    kept = (signal.SIGURG, signal.SIGUSR1, signal.SIGUSR2, *supervisor_module.STOP_SIGNALS)
+    saved = {s: signal.getsignal(s) for s in kept}
     ran = tmp_path / "ran"
     try:
         early.catch_early()
@@ -1086,6 +1087,8 @@ def test_signals_while_the_launcher_plans_are_not_lost(
         # ending: SIG_IGN, which interpreter shutdown keeps (it puts Python handlers back to
         # SIG_DFL: srun -K's SIGTERM then ended the exiting launcher, "task 0: Terminated", 24.11)
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        # and USR1/USR2, which Slurm delivers to the step's processes, as `run` leaves them
+        assert signal.getsignal(signal.SIGUSR1) == signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
     finally:
         supervisor_module._EARLY.clear()
         supervisor_module._CATCHING[0] = False
