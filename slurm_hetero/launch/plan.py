@@ -93,6 +93,8 @@ class LaunchOptions:
             if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
                 raise LaunchPlanError(f"{flag}: must be a positive integer, got {count!r}")
         check_batch(self.global_batch, self.micro_batch)
+        if not self.tp_sizes or any(t < 1 for t in self.tp_sizes):
+            raise LaunchPlanError(f"--tp-sizes: must be positive integers, got {self.tp_sizes!r}")
         rates = {
             "--network-gbs": self.network_gbs,
             **{f"--measured {k}": v for k, v in self.measured.items()},
@@ -100,6 +102,8 @@ class LaunchOptions:
         for flag, rate in rates.items():
             if rate is not None and not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
                 raise LaunchPlanError(f"{flag}: must be a finite number > 0, got {rate!r}")
+        if self.master_port is not None and not 1 <= self.master_port <= 65535:
+            raise LaunchPlanError(f"--master-port: must be in 1-65535, got {self.master_port!r}")
         if self.master_addr is not None:
             try:
                 syntax.address(self.master_addr)

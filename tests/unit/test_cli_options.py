@@ -258,6 +258,9 @@ def test_master_addr_takes_names_and_addresses(addr: str) -> None:
         {"micro_batch": 0},
         {"network_gbs": math.nan},
         {"measured": {"a100": math.inf}},
+        {"tp_sizes": (0,)},
+        {"tp_sizes": ()},
+        {"master_port": 70000},
     ],
 )
 def test_launch_options_check_their_values_for_library_callers_too(options: dict[str, object]) -> None:
