@@ -61,6 +61,14 @@ class LayoutSpec:
     mixed_tp: bool = True  # data family: may types differ in tensor-parallel degree
     max_candidates: int = MAX_CANDIDATES  # shapes searched (`engine.shapes`: the search's bound)
 
+    def __post_init__(self) -> None:
+        if not self.groups or self.global_batch < 1 or self.micro_batch_size < 1:
+            raise ValueError("a layout needs device groups, global_batch >= 1 and micro_batch_size >= 1")
+        if (self.micro_batches is not None and self.micro_batches < 1) or self.network_gbs <= 0:
+            raise ValueError("micro_batches must be >= 1 and network_gbs positive")
+        if any(b < 1 for b in self.micro_batch_sizes) or self.objective not in OBJECTIVES:
+            raise ValueError(f"micro_batch_sizes must be >= 1 and objective one of {', '.join(OBJECTIVES)}")
+
 
 @dataclass(frozen=True)
 class StagePlan:

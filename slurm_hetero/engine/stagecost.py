@@ -34,6 +34,14 @@ A100_RIDGE = 312e12 / 2039e9
 DEFAULT_MEMORY_GBS = 2039.0  # an A100's, where the catalog has no figure
 
 
+def _frozen(values: npt.ArrayLike, name: str) -> FloatArray:
+    array = np.array(values, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0 or not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise ValueError(f"{name} must be a non-empty 1-d array of finite non-negative numbers")
+    array.setflags(write=False)  # the prefix sums are cached
+    return array
+
+
 class Checkpointing(StrEnum):
     """Which layers the solver may recompute whole: the fewest that make a stage fit, none, or all."""
 
@@ -84,9 +92,12 @@ class LayerCosts:
         if self.extra_bwd_flops is None:
             object.__setattr__(self, "extra_bwd_flops", np.zeros(np.size(self.flops)))
         for name in ("flops", "param_bytes", "act_bytes", "ckpt_bytes", "extra_bwd_flops"):
-            array = np.array(getattr(self, name), dtype=np.float64)
-            array.setflags(write=False)  # the prefix sums are cached
-            object.__setattr__(self, name, array)
+            object.__setattr__(self, name, _frozen(getattr(self, name), name))
+        sizes = {getattr(self, n).size for n in ("flops", "param_bytes", "act_bytes", "ckpt_bytes")}
+        if len(sizes | {self.extra.size}) != 1:
+            raise ValueError("flops, param_bytes, act_bytes and ckpt_bytes must have one entry per layer")
+        if np.any(self.ckpt_bytes > self.act_bytes):
+            raise ValueError("ckpt_bytes must not exceed act_bytes")
 
     @classmethod
     def from_table(cls, table: LayerTable) -> LayerCosts:
@@ -182,6 +193,14 @@ class DeviceGroup:
     # `--measured` shapes: (tp, micro_batch, TFLOPS one device sustains, tp all-reduces included)
     speeds: tuple[tuple[int, float, float], ...] = ()
     memory_gbs: float = 0.0  # device memory bandwidth, GB/s (the optimizer step); 0: DEFAULT_MEMORY_GBS
+
+    def __post_init__(self) -> None:
+        if not self.per_node or min(self.per_node) < 1:
+            raise ValueError(f"{self.type}: per_node must list at least one positive count")
+        if self.tflops <= 0 or self.memory_bytes <= 0 or self.link_gbs <= 0:
+            raise ValueError(f"{self.type}: tflops, memory_bytes and link_gbs must be positive")
+        if self.gemm_half < 0 or self.nic_gbs < 0 or self.price_per_hour < 0:
+            raise ValueError(f"{self.type}: gemm_half, nic_gbs and price_per_hour must be >= 0")
 
     @property
     def count(self) -> int:

@@ -779,3 +779,19 @@ def test_refining_a_split_incrementally_moves_as_copying_it_did(seed: int) -> No
             assert model.refine_split(bounds, samples, budget) == _refine_by_copies(
                 model, bounds, samples, budget
             )
+
+
+def test_the_solvers_records_refuse_what_they_cannot_plan() -> None:
+    """Library callers get a ValueError, not a ZeroDivisionError deep in the search or a silent
+    default (an empty allocation, an unknown objective, a group without speed, bad layer costs)."""
+    spec = random_spec(random.Random(3))
+    for bad in ({"groups": ()}, {"objective": "speed"}, {"network_gbs": 0.0}):
+        with pytest.raises(ValueError):
+            dataclasses.replace(spec, **bad)
+    with pytest.raises(ValueError, match="must be positive"):
+        dataclasses.replace(spec.groups[0], tflops=0.0)
+    costs = spec.costs
+    with pytest.raises(ValueError, match="must not exceed"):
+        dataclasses.replace(costs, ckpt_bytes=costs.act_bytes + 1.0)
+    with pytest.raises(ValueError, match="finite non-negative"):
+        dataclasses.replace(costs, flops=-costs.flops)
