@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetero.core import hostlist
-from slurm_hetero.core.errors import RequestError
+from slurm_hetero.core.errors import HeteroError, RequestError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.core.units import parse_size
 from slurm_hetero.engine.score import ScoringOptions, TypeFacts, compile_model
@@ -121,6 +121,8 @@ def build(
     by: str = "type",
 ) -> dict[str, Any]:
     """The report document. `refusals` None: slurmctld's log was not read."""
+    if by not in GROUPINGS:
+        raise HeteroError(f"--by {by}: choose one of {', '.join(GROUPINGS)}")
     hours = (until - since).total_seconds() / 3600
     rows: dict[tuple[str, ...], _Row] = {}
     if by in ("type", "vendor"):  # idle types and vendors get their (empty) row too

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import selectors
 import signal
@@ -109,6 +110,8 @@ while args:
 
 def run_later(steps: Sequence[tuple[float, Sequence[str]]]) -> None:
     """Run each `(delay_s, argv)` at `delay_s` from now, in one detached process outliving this one."""
+    if any(not 0 <= delay_s < math.inf for delay_s, _ in steps):
+        raise ValueError(f"run_later: delays must be numbers of seconds >= 0, got {[d for d, _ in steps]!r}")
     flat = [x for delay_s, argv in steps for x in (repr(float(delay_s)), str(len(argv)), *map(str, argv))]
     logger.debug("LATER %s", [(f"{d:g}s", list(a)) for d, a in steps])
     try:

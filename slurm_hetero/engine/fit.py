@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
+from slurm_hetero.core.errors import ConfigError
 from slurm_hetero.core.model import SlurmNode
 from slurm_hetero.engine.modelcost import (
     ACT_BYTES,
@@ -159,6 +160,9 @@ def training_memory(
     )
 
 
+DEEPSPEED_FORMULAS = ("0.19", "docs")
+
+
 def deepspeed_model_states(
     total_params: int, largest_layer_params: int, zero_stage: int, gpus: int, formula: str = "0.19"
 ) -> int:
@@ -166,11 +170,14 @@ def deepspeed_model_states(
     comparison (docs/fit.md): `estimate_zero{2,3}_model_states_mem_needs` of DeepSpeed 0.19, or the
     published memory-requirements page (`formula="docs"`)."""
     check_positive(gpus=gpus)
+    check_choice("formula", formula, DEEPSPEED_FORMULAS)
     if zero_stage == 3:
         return 4 * largest_layer_params + int(18 * total_params / gpus)
-    if formula == "docs":
+    if zero_stage in (1, 2) and formula == "docs":
         return 4 * total_params + int(16 * total_params / gpus)
-    return 2 * total_params + int(18 * total_params / gpus)
+    if zero_stage in (1, 2):
+        return 2 * total_params + int(18 * total_params / gpus)
+    raise ConfigError(f"DeepSpeed estimates ZeRO stages 1-3, not {zero_stage!r}", key_path="zero_stage")
 
 
 # ------------------------------------------------------------------------------- device options

@@ -159,6 +159,8 @@ def layer_activation_bytes(
     value_bytes: float = ACT_BYTES,
 ) -> float:
     """Bytes one layer keeps for backward, per micro-batch and tp rank (docs/fit.md)."""
+    check_choice("recompute", recompute, [r.value for r in Recompute])
+    check_choice("attention", attention, [a.value for a in Attention])
     sbh, wide = float(seq * micro_batch * spec.hidden), value_bytes / ACT_BYTES
     unsplit = tp if sequence_parallel else 1
     if recompute == Recompute.FULL:

@@ -231,6 +231,8 @@ class Hook:
     """job_submit.lua with the shim in a fresh Lua 5.1 state (`runtime`: a lupa LuaRuntime of another)."""
 
     def __init__(self, script: Path, release: str = "24.11", runtime: Any = None) -> None:
+        if release not in ("22.05", "24.11"):
+            raise ValueError(f"release {release!r}: one of 22.05, 24.11")
         self.release = release
         self.lua = _lua_runtime(unpack_returned_tuples=True) if runtime is None else runtime
         self.lua.execute(SHIM)

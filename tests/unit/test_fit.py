@@ -708,3 +708,15 @@ def test_cli_inference_skips_device_counts_that_split_kv_heads_unevenly() -> Non
     )  # fmt: skip
     assert code == 0, err
     assert {o["type"] for o in json.loads(out)["device_options"]} >= {"a100_80g", "l40s"}
+
+
+def test_library_callers_get_the_engines_own_refusals() -> None:
+    """What the CLI never passes is still refused, not answered with another stage's figure."""
+    with pytest.raises(ConfigError, match="ZeRO stages 1-3"):
+        fit.deepspeed_model_states(10**9, 10**7, 0, 8)
+    with pytest.raises(ConfigError, match="formula"):
+        fit.deepspeed_model_states(10**9, 10**7, 2, 8, formula="1.0")
+    spec = load_model("gpt2")
+    for bad in ({"recompute": "half"}, {"attention": "sparse"}):
+        with pytest.raises(ConfigError):
+            modelcost.layer_activation_bytes(spec, 128, 1, **bad)  # type: ignore[arg-type]

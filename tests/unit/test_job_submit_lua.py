@@ -2313,3 +2313,8 @@ def test_request_explain_models_the_local_sbatch_without_slurm_release(
     monkeypatch.setattr(submit, "local_slurm_release", lambda: local)
     argv = ["request", "explain", "--inventory", str(MIXED), "--gres", "gpumem:20G", "--json"]
     assert json.loads(CliRunner().invoke(cli, argv).stdout)["tres_per_node"] == item
+
+
+def test_the_hook_runs_as_one_of_the_measured_releases() -> None:
+    with pytest.raises(ValueError, match="23.02"):
+        shim.Hook(Path("/nonexistent/job_submit.lua"), "23.02")

@@ -66,3 +66,9 @@ def test_a_hung_tool_is_killed_with_its_children(tmp_path: Path) -> None:
 def test_a_missing_tool_is_not_found(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match=r"failed \(not found\)"):
         proc.run([str(tmp_path / "nosuch")])
+
+
+@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf")])
+def test_run_later_refuses_a_delay_that_is_not_seconds(delay: float) -> None:
+    with pytest.raises(ValueError, match="run_later"):
+        proc.run_later([(delay, ["true"])])

@@ -348,3 +348,11 @@ def test_log_lines_with_an_empty_or_huge_reason_code_are_not_refusals() -> None:
         stamp + "[request]: gpumem:abc",
     ]
     assert [r.reason for r in sacct.parse_refusals(lines)] == ["request"]
+
+
+def test_build_refuses_an_unknown_grouping() -> None:
+    from slurm_hetero.core.errors import HeteroError
+
+    at = datetime(2026, 11, 30)
+    with pytest.raises(HeteroError, match="--by node"):
+        report.build([], None, {}, at, at, at, by="node")
