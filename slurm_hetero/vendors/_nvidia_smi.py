@@ -260,6 +260,9 @@ def parse_smi_text(capture: Capture) -> list[Device]:
         raise parse_error(TEXT_TOOL, e.message, capture, e.line_no, e.text) from None
     if not gpus:
         raise parse_error(TEXT_TOOL, "no `GPU <bus id>` block (truncated?)", capture)
+    if section := next((key for key, value in header.items() if not isinstance(value, str)), None):
+        line = next(line for line in lines if line.text.strip().rstrip(" :") == section)
+        raise parse_error(TEXT_TOOL, "unexpected line outside a GPU block", capture, line.no, line.text)
     blocks = []
     for head, line, tree in gpus:
         if "Processes" not in tree:

@@ -573,3 +573,14 @@ def test_xml_declaring_entities_is_refused_before_any_is_expanded(text: str) -> 
         ParseError, match=r"declares XML entities \(<!ENTITY>\), which nvidia-smi never writes$"
     ):
         _nvidia_smi.parse_smi_xml(Capture("bomb.xml", text))
+
+
+@pytest.mark.parametrize("bare", ["Driver Version", "Attached GPUs"])
+def test_text_listing_header_line_without_its_value_is_refused(bare: str) -> None:
+    """The header's facts are read by name: a bare line there is a damaged capture, not an empty
+    section (the driver version became None, silently)."""
+    lines = _capture(H100_TEXT).text.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(bare))
+    lines[at] = bare
+    with pytest.raises(ParseError, match=rf"a.txt:{at + 1}: unexpected line outside a GPU block"):
+        _nvidia_smi.parse_smi_text(Capture("a.txt", "\n".join(lines)))
