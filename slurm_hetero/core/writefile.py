@@ -14,6 +14,7 @@ import contextlib
 import difflib
 import errno
 import fcntl
+import filecmp
 import json
 import logging
 import os
@@ -350,8 +351,8 @@ def _link_backup(path: Path, target: Path) -> None:
     """`target` becomes another name of `path`'s inode (exclusive: never replaces a file)."""
     try:
         os.link(path, target)
-    except FileExistsError:
-        if not os.path.samefile(target, path):  # not a backup this write made before
+    except FileExistsError:  # a backup this write made before (a copy where links fail) is kept
+        if not (os.path.samefile(target, path) or filecmp.cmp(target, path, shallow=False)):
             raise
     except OSError as e:
         if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):

@@ -12,6 +12,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -429,3 +430,40 @@ def test_keep_backups_on_the_command_line(tmp_path: Path) -> None:
         result = CliRunner().invoke(cli, [*render, "--keep-backups", bad])
         assert result.exit_code == 2 and "--keep-backups" in result.output, (bad, result.output)
         assert "Traceback" not in result.output
+
+
+def test_a_crash_where_hard_links_fail_is_finished_by_the_next_render(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the filesystem refuses hard links the backups are copies: a backup made before a crash
+    is the same text, not the same inode, and the next render must still finish the set."""
+    no_link = textwrap.dedent(
+        """
+        import errno
+        def _no_link(src, dst, *a, **kw):  # as link(2): an existing name first, then no links
+            if os.path.lexists(dst):
+                raise FileExistsError(errno.EEXIST, "exists", dst)
+            raise OSError(errno.EPERM, "no links")
+        os.link = _no_link
+        """
+    )
+    script = _CRASH.format(repo=str(REPO), patched=PATCHED, new=NEW).replace(
+        "calls = [0]", no_link + "calls = [0]"
+    )
+    namespace: dict[str, Any] = {"os": os}
+    exec(no_link.replace("os.link = _no_link", ""), namespace)  # the same stand-in for the next render
+    monkeypatch.setattr(os, "link", namespace["_no_link"])
+    outcomes: list[str] = []
+    for k in range(1, 200):
+        directory = tmp_path / f"crash{k}"
+        directory.mkdir()
+        write_atomic(files(directory, OLD), backup=False)
+        before = listing(directory)
+        rc = subprocess.run([sys.executable, "-c", script, str(directory), str(k)], check=False).returncode
+        assert rc in (0, 9)
+        with write._locked(directory):
+            recover(directory)
+        outcomes.append(assert_old_or_new(directory, before))
+        if rc == 0:
+            break
+    assert outcomes[0] == "old" and outcomes[-1] == "new" and "new" in outcomes[:-1]
