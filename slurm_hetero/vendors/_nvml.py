@@ -15,7 +15,6 @@ from typing import Any
 from slurm_hetero.core.errors import ToolError
 from slurm_hetero.core.model import Device, Health, Link
 from slurm_hetero.vendors._nvidia_smi import VENDOR, XML_TOOL, cpu_list, health_reasons
-from slurm_hetero.vendors._table import sysfs_bus_id
 
 logger = logging.getLogger("slurm_hetero.vendors.nvidia")  # the vendor's channel, as before the split
 
@@ -55,8 +54,13 @@ class NvmlGpu:
 
 
 def bus_key(bus_id: str) -> str:
-    """A PCI bus id as sysfs spells it ("00000000:1A:00.0" -> "0000:1a:00.0"), else as given."""
-    return sysfs_bus_id(bus_id) or bus_id.strip().lower()
+    """A PCI bus id as sysfs spells it: "00000000:1A:00.0" -> "0000:1a:00.0"."""
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0000")
+    if len(parts) != 3:
+        return bus_id.strip().lower()
+    return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}"
 
 
 def nvlink_peers(gpus: Sequence[NvmlGpu]) -> list[Counter[int]]:

@@ -281,15 +281,15 @@ def mib_pair(text: str) -> tuple[int, int] | None:
 
 
 CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")  # a Cores=-style CPU list as printed
-_PCI = re.compile(r"(?:([0-9a-fA-F]{2,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
+_PCI = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 
 def sysfs_bus_id(text: str) -> str | None:
-    """A PCI address in sysfs form (`00000000:8A:00.0`, `8A:00.0` -> `0000:8a:00.0`); None if malformed."""
+    """A PCI address in the lowercase sysfs form (`00000000:8A:00.0` -> `0000:8a:00.0`); None if malformed."""
     m = _PCI.fullmatch(text.strip())
-    if m is None or int(m.group(1) or "0", 16) > 0xFFFF:
+    if m is None or int(m.group(1), 16) > 0xFFFF:
         return None
-    return f"{int(m.group(1) or '0', 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+    return f"{int(m.group(1), 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
 
 
 def in_index_order(devices: list[Device], number: str) -> list[Device]:

@@ -20,15 +20,7 @@ import re
 
 from slurm_hetero.core.model import Device, VendorTraits
 from slurm_hetero.vendors import register_vendor
-from slurm_hetero.vendors._table import (
-    TOP_BORDER,
-    Line,
-    TableError,
-    check_row,
-    check_width,
-    nonblank_lines,
-    sysfs_bus_id,
-)
+from slurm_hetero.vendors._table import TOP_BORDER, Line, TableError, check_row, check_width, nonblank_lines
 from slurm_hetero.vendors.base import Vendor
 
 TOOL = "efsmi"
@@ -38,6 +30,7 @@ _SEPARATOR = re.compile(r"^\|-+\|$")
 _VERSION = re.compile(r"^\|\s*EFSMI\s+V(\S+)\s+Driver Ver:\s*(\S+)\s*\|$")
 _BANNER = re.compile(r"^-{3,}.*-{3,}$|^-+$")
 _ROW1 = re.compile(r"^(\d+)\s+(\S.*)$")
+_BUS = re.compile(r"^(?:([0-9a-fA-F]{2,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _MEM = re.compile(r"^(\d+)\s*MiB\b")
 
 
@@ -94,6 +87,14 @@ def _blocks(box: list[Line], start: int) -> list[list[Line]]:
     return blocks[:-1]
 
 
+def _bus_id(text: str, line: Line) -> str:
+    m = _BUS.match(text)
+    if not m:
+        raise TableError(f"BUS-ID {text!r} is not a PCI address", line)
+    domain, bus, dev, fn = m.groups()
+    return f"{int(domain or '0', 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
 def _device(block: list[Line], driver: str) -> Device:
     row1, row2 = block
     ident, _firmware, bus = check_row(row1, 3)
@@ -104,9 +105,6 @@ def _device(block: list[Line], driver: str) -> Device:
     mem = _MEM.match(memory)
     if not mem or int(mem.group(1)) <= 0:
         raise TableError(f"Mem {memory!r} is not '<n>MiB'", row2)
-    bus_word = bus.split()[0] if bus else ""
-    if (pci_bus_id := sysfs_bus_id(bus_word)) is None:
-        raise TableError(f"BUS-ID {bus_word!r} is not a PCI address", row1)
     index = int(m.group(1))
     return Device(
         vendor="enflame",
@@ -114,7 +112,7 @@ def _device(block: list[Line], driver: str) -> Device:
         index=index,
         file=f"/dev/gcu{index}",
         memory_mib=int(mem.group(1)),
-        pci_bus_id=pci_bus_id,
+        pci_bus_id=_bus_id(bus.split()[0] if bus else "", row1),
         driver_version=driver,
     )
 

@@ -251,3 +251,12 @@ def test_affinity_is_a_tool_on_path_or_the_drivers_device_node(
     for tool in vendor.tools:
         monkeypatch.setattr(shutil, "which", lambda t, tool=tool: f"/usr/bin/{tool}" if t == tool else None)
         assert vendor.affinity() == 1
+
+
+@pytest.mark.parametrize("text", ["8A:00.0", "00:8A:00.0", "10000:8a:00.0", "0000:8a:00.8"])
+def test_table_tools_bus_ids_carry_a_full_domain(text: str) -> None:
+    """The box-table tools (cnmon, hl-smi, ixsmi, mx-smi, npu-smi, ...) print a 4-8 digit domain;
+    anything shorter is a damaged capture, not an address to guess."""
+    from slurm_hetero.vendors._table import sysfs_bus_id
+
+    assert sysfs_bus_id(text) is None and sysfs_bus_id("00000000:8A:00.0") == "0000:8a:00.0"
