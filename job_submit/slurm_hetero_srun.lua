@@ -360,7 +360,8 @@ local function instead(before, after)
   return table.concat(out, " ")
 end
 
--- Whether the options show the job_desc's counts (without `set_in`, left to the hook).
+-- Whether the options show the job_desc's counts: without `set_in`, a -n below -N (which srun
+-- reports as the node count) is left to the hook.
 local function counts_known(job, isset)
   return isset ~= nil or not (job.min_nodes and job.num_tasks and job.num_tasks < job.min_nodes)
 end

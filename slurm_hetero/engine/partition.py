@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from slurm_hetero.engine.layout import LayoutSpec
 
 Rates = dict[tuple[int, int, float], float]
-# The search's bounds, each x the spec's share of `shapes.MAX_CANDIDATES`: what each counts, and why
-# the default search is never worse than one restricted to a class: docs/plan.md, "The search is bounded".
+# The search's bounds (MAX_SPLIT_WORK and MAX_SCORES x the spec's share of `shapes.MAX_CANDIDATES`;
+# LARGE_SEARCH counts devices x layers): docs/plan.md, "The search is bounded".
 LARGE_SEARCH = 32_768
 MAX_SPLITS = 48
 MAX_SPLIT_WORK = 1_000_000  # above what the benchmark mixes and exhaustively checked instances need

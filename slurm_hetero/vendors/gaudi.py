@@ -105,10 +105,10 @@ def _parse_table(text: str) -> list[Device]:
     if table.last_separator.text.startswith("+"):
         read_trailing_processes(lines, table.end)
     elif table.end < len(lines) and "Processes" in lines[table.end].text:
-        end = read_closed_box(lines, table.end, "Compute Processes table")
+        end, listed = read_closed_box(lines, table.end, "Compute Processes table"), {d.index for d in devices}
         for line in lines[table.end : end]:
             m = _PROCESS_AIP.match(line.text)
-            if m and int(m.group(1)) not in {d.index for d in devices}:
+            if m and int(m.group(1)) not in listed:
                 raise TableError(f"process row names AIP {m.group(1)}, which the table does not list", line)
     else:
         raise TableError("table not closed after the last AIP (output cut short?)", table.last_separator)
