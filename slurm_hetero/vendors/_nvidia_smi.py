@@ -255,7 +255,7 @@ def parse_smi_text(capture: Capture) -> list[Device]:
         elif "NVSMI LOG" not in line.text:
             lines.append(line)
     try:
-        header, gpus = read_tree(lines, _GPU_HEADER)
+        header, gpus = read_tree(lines, _GPU_HEADER, loose=True)
     except TableError as e:
         raise parse_error(TEXT_TOOL, e.message, capture, e.line_no, e.text) from None
     if not gpus:

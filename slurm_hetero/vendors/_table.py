@@ -235,11 +235,12 @@ Tree = dict[str, Any]
 
 
 def read_tree(
-    lines: list[Line], block: re.Pattern[str]
+    lines: list[Line], block: re.Pattern[str], loose: bool = False
 ) -> tuple[Tree, list[tuple[re.Match[str], Line, Tree]]]:
     """`nvidia-smi -q` and `amd-smi static` text: indented `key: value` lines, four spaces a level
     (a key without a value opens a section), in blocks opened by a `block` line; the lines before
-    the first block are the header. Returns the header and (block match, its line, tree) each."""
+    the first block are the header. `loose` (nvidia-smi): a section may lack its colon and a line
+    may sit deeper than its section. Returns the header and (block match, its line, tree) each."""
     header: Tree = {}
     blocks: list[tuple[re.Match[str], Line, Tree]] = []
     stack = [header]
@@ -254,7 +255,8 @@ def read_tree(
         item = _TREE_ITEM.fullmatch(body)
         indent = len(line.text) - len(body)
         depth = indent // 4 + (0 if blocks else 1)
-        if item is None or indent % 4 or depth < 1:
+        strict = not loose and (":" not in body or depth > len(stack))
+        if item is None or indent % 4 or depth < 1 or strict:
             raise TableError("not a `key: value` line at its section's indent (output cut short?)", line)
         del stack[depth:]  # a line deeper than its section joins it (nvidia-smi nests some values)
         if item.group("value") is None:

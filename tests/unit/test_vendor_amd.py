@@ -437,3 +437,14 @@ def test_commands_prefer_amd_smi(monkeypatch: pytest.MonkeyPatch) -> None:
         "CUDA_VISIBLE_DEVICES",
         "GPU_DEVICE_ORDINAL",
     )
+
+
+@pytest.mark.parametrize("damaged", ["        VENDOR_ID 0x1002", "            VENDOR_ID: 0x1002"])
+def test_amdsmi_static_refuses_a_damaged_line_where_it_is(damaged: str) -> None:
+    """A line without its colon, or deeper than its section, is named at its own line (nvidia-smi's
+    looser reading is not amd-smi's)."""
+    lines = cap(STATIC).text.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("VENDOR_ID"))
+    lines[at] = damaged
+    with pytest.raises(ParseError, match=rf"{STATIC}:{at + 1}: "):
+        _amd_smi.parse_amdsmi_blocks(Capture(STATIC, "\n".join(lines)), amd.AMD)
